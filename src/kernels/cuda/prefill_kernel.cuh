@@ -7,8 +7,8 @@
 //   - Q, K and V tiles copied global -> shared memory with 16-byte cp.async into a swizzled
 //     layout (permuted_smem.cuh), K/V in kPrefillStages stages, so the copy of tile i + 1 overlaps
 //     the math of tile i; a tile's K/V element offsets are looked up once, one token a thread,
-//     into shared memory, which the copy loop reads (the 128-row head-dim-128 blocks, short of
-//     registers, look them up per row);
+//     into shared memory, which the copy loop reads (the fp8 128-row head-dim-128 block, short of
+//     registers, looks them up per row);
 //   - S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16, fp32 accumulation), every
 //     operand through ldmatrix (V through its transposing form);
 //   - online softmax in base 2 on the S fragments; causal tiles above the diagonal never loaded,
@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // The K and V element offsets of the tokens of the next tile to be copied.
   constexpr int kCache = prefill_offset_cache_tokens(kCtaQ, DQK, DVO);
   static_assert(kCache == kKvTile, "one tile's offsets");
-  // Every block but the 128-row ones at head dim 128 copies from the cache: their 64 S and 128 O
-  // floats a thread leave no registers for it (ptxas spilled 12-48 bytes in every arrangement
-  // tried), so they look the page table up per row as before.
-  constexpr bool kCacheOffsets = !(kCtaQ == 128 && DQK == 128);
+  // Every block but the fp8 128-row one at head dim 128 copies from the cache: with its widening
+  // beside 64 S and 128 O floats a thread, every arrangement of the cache tried spilled 20-48
+  // bytes, so it looks the page table up per row.
+  constexpr bool kCacheOffsets = !(kCtaQ == 128 && DQK == 128 && kFp8);
   int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
   int64_t* v_off = k_off + kCache;
 
