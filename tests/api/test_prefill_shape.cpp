@@ -105,7 +105,7 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
 
 // The most shared memory a pair's blocks ask for, by hand (Q tile + 2 stages of K and V, 2 bytes
 // an element), against the per-block opt-in limits: DeepSeek's 192 / 128 in 64-row blocks (64-key
-// tiles) needs 104 KiB, more than sm_86 / sm_89 allow (99 KiB), so there it leaves the FA2 kernel.
+// tiles) needs 105 KiB, more than sm_86 / sm_89 allow (99 KiB), so there it leaves the FA2 kernel.
 TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
   EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320) + 16 * 64);
   EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512) + 16 * 32);
@@ -123,7 +123,7 @@ TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
 }
 
 // The launcher's 128-row blocks only where two fit an SM (prefill_tall_blocks_fit), else 64-row
-// ones: at head dim 128 the 128 x 64 block's 96 KiB (+ 1 KiB reserved) twice fit an H100, not an
+// ones: at head dim 128 the 128 x 64 block's 97 KiB (+ 1 KiB reserved) twice fit an H100, not an
 // A100 or an sm_86 / sm_89 part. Wherever the launcher may swap heights, both take the same K/V
 // tile, so the plan's chunk rounding (prefill_kv_tile of prefill_cta_rows' height) holds, and
 // the 64-row block then fits twice an A100 SM.

@@ -38,13 +38,16 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
                 kAlibi = prefill::kPrefillAlibi;
   int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
   if (cta == 128) {  // 64-row blocks where two 128-row ones do not fit an SM (A100, sm_86/89)
-    int device = 0;
+    // The device's own figures (any part, listed in DeviceLimits or not).
+    int device = 0, smem_per_sm = 0, reserved = 0;
     FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
-    const int cc = detail::cuda_compute_capability(device);
-    const DeviceLimits lim = device_limits(cc / 10, cc % 10);
-    if (!prefill::prefill_tall_blocks_fit(DQK, DVO, lim.smem_per_sm, lim.reserved_smem_per_block)) {
-      cta = 64;
-    }
+    FLASHINFER_CUDA_CALL(
+        "attention",
+        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    FLASHINFER_CUDA_CALL(
+        "attention",
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    if (!prefill::prefill_tall_blocks_fit(DQK, DVO, smem_per_sm, reserved)) cta = 64;
   }
   if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {
     if (cta == 16) {

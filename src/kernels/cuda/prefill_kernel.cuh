@@ -152,6 +152,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // beside 64 S and 128 O floats a thread, every arrangement of the cache tried spilled 20-48
   // bytes, so it looks the page table up per row.
   constexpr bool kCacheOffsets = !(kCtaQ == 128 && DQK == 128 && kFp8);
+  // The copy loop of blocks without the cache: the per-row lookups (load_kv's first form).
+  static_assert(kCacheOffsets || (DQK == DVO && kPrefillThreads % kUnitsK == 0),
+                "a block without the offset cache copies with per-row lookups");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
   int64_t* v_off = k_off + kCache;
 

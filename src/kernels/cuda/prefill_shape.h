@@ -134,7 +134,7 @@ FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo)
 
 /// Whether an SM holds two 128-row blocks of a head-dim pair: `smem_per_sm` bytes of shared memory
 /// for blocks, `reserved_per_block` of them kept by the driver for each (DeviceLimits). At head
-/// dim 128 the 128 x 64 block takes 96 KiB: two fit an H100's 228 KiB, not an A100's 164 or
+/// dim 128 the 128 x 64 block takes 97 KiB: two fit an H100's 228 KiB, not an A100's 164 or
 /// sm_86 / sm_89's 100, where the launcher takes 64-row blocks (80 KiB, two an A100 SM) instead,
 /// with the same 64-key tiles, so a plan's chunks (whole tiles) hold for either height.
 FLASHINFER_HD constexpr bool prefill_tall_blocks_fit(int dqk, int dvo, long smem_per_sm,
@@ -145,7 +145,7 @@ FLASHINFER_HD constexpr bool prefill_tall_blocks_fit(int dqk, int dvo, long smem
 
 /// The most dynamic shared memory any block of a built head-dim pair asks for (over the block
 /// heights prefill_cta_rows can pick for it). A device whose per-block opt-in limit is below it
-/// (sm_86 / sm_89: 99 KiB, against 104 KiB for 192 / 128 in 64-row blocks) does not run the pair
+/// (sm_86 / sm_89: 99 KiB, against 105 KiB for 192 / 128 in 64-row blocks) does not run the pair
 /// on the FA2 kernel.
 FLASHINFER_HD constexpr unsigned prefill_max_smem_bytes(int dqk, int dvo) {
   unsigned m = prefill_smem_bytes(64, dqk, dvo);
@@ -196,9 +196,9 @@ FLASHINFER_HD constexpr TileRange prefill_unmasked_tiles(long long kv_lo, long l
   // Window: t0 >= pos_max - window_left.
   long long lo = window_left >= 0 ? ceil_div(pos_max - window_left - kv_lo, n) : 0;
   if (lo < 0) lo = 0;
+  if (lo > 0x7fffffffLL) return {1, 0};  // no tile index reaches it
   if (hi > 0x7fffffffLL) hi = 0x7fffffffLL;
   if (hi < -1) hi = -1;
-  if (lo > 0x7fffffffLL) lo = 0x7fffffffLL;
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 

@@ -46,9 +46,10 @@ FLASHINFER_HD float max_(float a, float b) {
 /// 2^x as upstream's attention kernels compute it: PTX ex2.approx.ftz.f32, one MUFU.EX2. exp2f is
 /// the same instruction without .ftz, for which ptxas adds a compare and two predicated multiplies
 /// around each call to keep results below 2^-126 subnormal; here they are 0. Equal bits for
-/// every other x (inf, -inf -> 0 and NaN included). A probability below 2^-126 of a row whose
-/// largest is 1 changes no fp32 sum it joins, so attention's results differ only where every
-/// other term of a sum is 0 or subnormal too.
+/// every other x (inf, -inf -> 0 and NaN included). In attention such a probability (or rescale
+/// factor) weighs a V row (or an O sum) below 2^-126 of the row's largest weight, 1: it moves a
+/// result only where that term is not negligible, i.e. where every other term is 0 or tiny, or
+/// |V| is near 2^100 or more.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
