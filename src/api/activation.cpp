@@ -15,7 +15,7 @@ namespace {
 
 using kernels::Activation;
 
-constexpr const char* kModule = "flashinfer.activation";
+constexpr const char* kActivationModule = "flashinfer.activation";
 
 // The backends of the gated-activation kernel, shared by the three ops (src/api/kernel_table.h).
 constexpr api::KernelEntry<kernels::ActAndMulParams> kActAndMulKernels[] = {
@@ -135,18 +135,18 @@ namespace detail {
 void register_activation_ops(OpRegistry& r) {
   declare<&silu_and_mul>(r,
                          {.name = "silu_and_mul",
-                          .module = kModule,
+                          .module = kActivationModule,
                           .summary = "Gated SiLU: silu(input[..., :d]) * input[..., d:]"},
                          "input", arg("out").mut(), "enable_pdl");
   declare<&gelu_and_mul>(r,
                          {.name = "gelu_and_mul",
-                          .module = kModule,
+                          .module = kActivationModule,
                           .summary = "Gated GELU: gelu(input[..., :d]) * input[..., d:]"},
                          "input", arg("out").mut(), "enable_pdl");
   declare<&gelu_tanh_and_mul>(
       r,
       {.name = "gelu_tanh_and_mul",
-       .module = kModule,
+       .module = kActivationModule,
        .summary = "Gated tanh-GELU: gelu_tanh(input[..., :d]) * input[..., d:]"},
       "input", arg("out").mut(), "enable_pdl");
   for (const char* name : {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"}) {

@@ -283,7 +283,7 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t attention_common_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Blocks of the tensor-core (FA2) prefill kernel an SM runs at once: its tiles are sized for two.
 constexpr int64_t kTensorCoreBlocksPerSm = 2;
@@ -293,7 +293,7 @@ int64_t count_work(const std::vector<int64_t>& tiles, const std::vector<int64_t>
                    int64_t chunk) {
   int64_t n = 0;
   for (std::size_t b = 0; b < tiles.size(); ++b) {
-    n += tiles[b] * std::max<int64_t>(1, ceil_div(units[b], chunk));
+    n += tiles[b] * std::max<int64_t>(1, attention_common_ceil_div(units[b], chunk));
   }
   return n;
 }
@@ -310,7 +310,8 @@ kernels::AttentionPlan partition(const int32_t* qo_indptr, const int32_t* kv_len
     const int64_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
     const int64_t kv_len = kv_lens[b];
     const int64_t chunks =
-        chunk_units > 0 ? std::max<int64_t>(1, ceil_div(units[b], chunk_units)) : 1;
+        chunk_units > 0 ? std::max<int64_t>(1, attention_common_ceil_div(units[b], chunk_units))
+                        : 1;
     for (int64_t q0 = 0; q0 < qo_len; q0 += rows_per_tile) {
       const int64_t q1 = std::min(qo_len, q0 + rows_per_tile);
       if (chunks == 1) {
@@ -393,7 +394,7 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
   std::vector<int64_t> tiles(static_cast<std::size_t>(batch)), units(tiles.size());
   for (int32_t b = 0; b < batch; ++b) {
     const int64_t qo_len = qo_indptr[b + 1] - qo_indptr[b];
-    tiles[b] = ceil_div(qo_len, rows_per_tile);
+    tiles[b] = attention_common_ceil_div(qo_len, rows_per_tile);
     units[b] = kv_lens[b];
     if (qo_len > 0)
       max_rows = static_cast<int32_t>(std::max<int64_t>(max_rows, std::min(qo_len, rows_per_tile)));
@@ -407,7 +408,7 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
     const int64_t tile = pf::prefill_kv_tile(
         pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
         head_dim_vo);
-    chunk = ceil_div(chunk, tile) * tile;
+    chunk = attention_common_ceil_div(chunk, tile) * tile;
   }
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
   plan.partial_rows_capacity = plan.num_partial_rows;
@@ -444,7 +445,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   const int64_t unit = s.paged ? s.page_size : 1;
   std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
   for (int32_t b = 0; b < s.batch; ++b) {
-    tiles[b] = ceil_div(s.qo_indptr[b + 1] - s.qo_indptr[b], rows_per_tile);
+    tiles[b] = attention_common_ceil_div(s.qo_indptr[b + 1] - s.qo_indptr[b], rows_per_tile);
     units[b] = s.paged ? s.kv_indptr[b + 1] - s.kv_indptr[b] : s.kv_lens[b];
   }
   // Blocks the device runs at once. CUDA: the CUDA-core kernel's occupancy (from its registers

@@ -13,11 +13,12 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.attention._core";
+constexpr const char* kBatchAttentionModule = "flashinfer.attention._core";
 
 using BatchAttentionInit = Init<BatchAttention, std::string, std::string>;
 
-double scale_of(const std::optional<ScalarOrTensor<double>>& x, const char* op, const char* arg) {
+double batch_attention_scale_of(const std::optional<ScalarOrTensor<double>>& x, const char* op,
+                                const char* arg) {
   if (!x) return 1.0;
   double v = x->scalar();
   if (x->is_tensor()) {
@@ -140,8 +141,8 @@ AttentionOutput BatchAttention::run(const Tensor& q, const PagedKVCache& kv_cach
         FLASHINFER_CHECK(cap >= 0.0 && std::isfinite(cap), op, "logits_soft_cap",
                          "must be finite and >= 0, got ", cap);
         AttentionRunOptions o;
-        o.k_scale = scale_of(k_scale, op, "k_scale");
-        o.v_scale = scale_of(v_scale, op, "v_scale");
+        o.k_scale = batch_attention_scale_of(k_scale, op, "k_scale");
+        o.v_scale = batch_attention_scale_of(v_scale, op, "v_scale");
         o.out = out;
         o.lse = lse;
         o.return_lse = true;
@@ -202,13 +203,13 @@ void register_batch_attention_ops(OpRegistry& r) {
   declare_init<BatchAttentionInit>(
       r,
       {.name = "BatchAttention.__init__",
-       .module = kModule,
+       .module = kBatchAttentionModule,
        .summary = "Persistent batch attention over a paged KV cache (mixed prefill and decode)"},
       arg("kv_layout", "NHD"), arg("device", "cuda"));
   declare<&BatchAttention::plan>(
       r,
       {.name = "BatchAttention.plan",
-       .module = kModule,
+       .module = kBatchAttentionModule,
        .summary = "Validates the batch layout and builds the work partition"},
       "qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_qo_heads", "num_kv_heads",
       "head_dim_qk", "head_dim_vo", "page_size", arg("causal", false), "sm_scale",
@@ -217,7 +218,7 @@ void register_batch_attention_ops(OpRegistry& r) {
   declare<&BatchAttention::run>(
       r,
       {.name = "BatchAttention.run",
-       .module = kModule,
+       .module = kBatchAttentionModule,
        .summary = "Batch attention with the current plan; returns (out, lse)"},
       "q", "kv_cache", arg("out").mut(), arg("lse").mut(), "k_scale", "v_scale",
       arg("logits_soft_cap", 0.0), "profiler_buffer", "kv_cache_sf");

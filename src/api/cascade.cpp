@@ -14,7 +14,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.cascade";
+constexpr const char* kCascadeModule = "flashinfer.cascade";
 
 // The backends of the state-merge kernel, shared by the three ops (src/api/kernel_table.h).
 constexpr api::KernelEntry<kernels::MergeParams> kMergeKernels[] = {
@@ -215,18 +215,18 @@ void register_cascade_ops(OpRegistry& r) {
   declare<&merge_state>(
       r,
       {.name = "merge_state",
-       .module = kModule,
+       .module = kCascadeModule,
        .summary = "Merges two attention states (output, base-2 LSE) over disjoint key sets"},
       "v_a", "s_a", "v_b", "s_b");
   declare<&merge_state_in_place>(
       r,
       {.name = "merge_state_in_place",
-       .module = kModule,
+       .module = kCascadeModule,
        .summary = "Merges (v_other, s_other) into (v, s) in place, rows with mask false skipped"},
       arg("v").mut(), arg("s").mut(), "v_other", "s_other", "mask");
   declare<&merge_states>(r,
                          {.name = "merge_states",
-                          .module = kModule,
+                          .module = kCascadeModule,
                           .summary = "Merges num_states attention states per row and head"},
                          "v", "s");
   for (const char* name : {"merge_state", "merge_state_in_place", "merge_states"}) {

@@ -16,7 +16,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.cascade";
+constexpr const char* kCascadeWrappersModule = "flashinfer.cascade";
 constexpr const char* kMulti = "MultiLevelCascadeAttentionWrapper";
 constexpr const char* kDecodeShared = "BatchDecodeWithSharedPrefixPagedKVCacheWrapper";
 constexpr const char* kPrefillShared = "BatchPrefillWithSharedPrefixPagedKVCacheWrapper";
@@ -29,8 +29,8 @@ using PrefillSharedInit =
     Init<BatchPrefillWithSharedPrefixPagedKVCacheWrapper, Tensor, std::string>;
 
 // qo_indptr → host (batch + 1 entries, from 0, non-decreasing); causal needs kv_len >= qo_len.
-void load_qo(detail::WrapperState& s, const Tensor& qo_indptr, bool causal, const char* op,
-             const char* arg) {
+void cascade_wrappers_load_qo(detail::WrapperState& s, const Tensor& qo_indptr, bool causal,
+                              const char* op, const char* arg) {
   s.qo_indptr = api::index_to_host(qo_indptr, op, arg, static_cast<int64_t>(s.kv_lens.size()) + 1);
   api::check_indptr(s.qo_indptr, op, arg);
   s.batch = static_cast<int32_t>(s.kv_lens.size());
@@ -168,7 +168,7 @@ void MultiLevelCascadeAttentionWrapper::plan(
                                paged_kv_last_page_len[i], page_size, op, "paged_kv_indptr_arr",
                                "paged_kv_indices_arr", "paged_kv_last_page_len");
           // Upstream: the causal mask applies to the last level only.
-          load_qo(s, qo_indptr_arr[i], causal && i + 1 == n, op, "qo_indptr_arr");
+          cascade_wrappers_load_qo(s, qo_indptr_arr[i], causal && i + 1 == n, op, "qo_indptr_arr");
           FLASHINFER_CHECK(s.total_qo == levels_[0]->total_qo, op, "qo_indptr_arr", "level ", i,
                            " covers ", s.total_qo, " queries but level 0 covers ",
                            levels_[0]->total_qo, " (every level partitions the same q rows)");
@@ -313,7 +313,7 @@ void BatchPrefillWithSharedPrefixPagedKVCacheWrapper::begin_forward(
                              page_size, op, "paged_kv_indptr", "paged_kv_indices",
                              "paged_kv_last_page_len");
         s.decode = false;
-        load_qo(s, qo_indptr, false, op, "qo_indptr");
+        cascade_wrappers_load_qo(s, qo_indptr, false, op, "qo_indptr");
         api::build_plan(s, std::nullopt, false, op);
       },
       *this, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
@@ -374,7 +374,7 @@ BenchShape one_dim(BenchShape s) {
   return s;
 }
 
-Tensor bench_indptr(int64_t n, int64_t per, Device dev) {
+Tensor cascade_wrappers_bench_indptr(int64_t n, int64_t per, Device dev) {
   std::vector<int64_t> v;
   for (int64_t b = 0; b <= n; ++b) v.push_back(b * per);
   return api::bench::int32_tensor(v, dev);
@@ -387,8 +387,10 @@ BenchCase bench_multi_level(const BenchShape& shape, Device dev) {
   const int64_t rows = s.batch_size * s.s_qo;
   auto w = std::make_shared<MultiLevelCascadeAttentionWrapper>(
       2, Tensor::empty({16 << 20}, DType::kUInt8, dev));
-  w->plan({bench_indptr(1, rows, dev), bench_indptr(s.batch_size, s.s_qo, dev)},
-          {bench_indptr(1, per, dev), p.indptr}, {p.indices.slice(0, 0, per), p.indices},
+  w->plan({cascade_wrappers_bench_indptr(1, rows, dev),
+           cascade_wrappers_bench_indptr(s.batch_size, s.s_qo, dev)},
+          {cascade_wrappers_bench_indptr(1, per, dev), p.indptr},
+          {p.indices.slice(0, 0, per), p.indices},
           {p.last_page_len.slice(0, 0, 1), p.last_page_len}, s.num_qo_heads, s.num_kv_heads,
           s.head_dim_qk, s.page_size, s.causal, "NONE", false, std::nullopt, -1, std::nullopt,
           std::nullopt, std::nullopt, s.q_dtype, s.kv_dtype);
@@ -420,8 +422,8 @@ BenchCase bench_shared_prefix(const BenchShape& shape, Device dev, bool decode) 
     w = d;
   } else {
     auto f = std::make_shared<BatchPrefillWithSharedPrefixPagedKVCacheWrapper>(ws);
-    f->begin_forward(bench_indptr(s.batch_size, q_per, dev), p.indptr, p.indices, p.last_page_len,
-                     s.num_qo_heads, s.num_kv_heads, s.head_dim_qk, s.page_size);
+    f->begin_forward(cascade_wrappers_bench_indptr(s.batch_size, q_per, dev), p.indptr, p.indices,
+                     p.last_page_len, s.num_qo_heads, s.num_kv_heads, s.head_dim_qk, s.page_size);
     w = f;
   }
   std::vector<std::pair<std::string, Value>> kw;
@@ -453,7 +455,7 @@ void register_cascade_wrapper_ops(OpRegistry& r) {
   declare_init<MultiInit>(
       r,
       {.name = "MultiLevelCascadeAttentionWrapper.__init__",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Multi-level cascade attention over a paged KV cache (plan once, run per layer)"},
       "num_levels", "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "qo_indptr_buf_arr", "paged_kv_indptr_buf_arr", "paged_kv_indices_buf_arr",
@@ -461,7 +463,7 @@ void register_cascade_wrapper_ops(OpRegistry& r) {
   declare<&MultiLevelCascadeAttentionWrapper::plan>(
       r,
       {.name = "MultiLevelCascadeAttentionWrapper.plan",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Plans every level's attention (causal on the last level only)"},
       "qo_indptr_arr", "paged_kv_indptr_arr", "paged_kv_indices_arr", "paged_kv_last_page_len",
       "num_qo_heads", "num_kv_heads", "head_dim", "page_size", arg("causal", false),
@@ -471,54 +473,54 @@ void register_cascade_wrapper_ops(OpRegistry& r) {
   declare<&MultiLevelCascadeAttentionWrapper::run>(
       r,
       {.name = "MultiLevelCascadeAttentionWrapper.run",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Attention of every level, merged (merge_state)"},
       "q", "paged_kv_cache");
   declare_init<DecodeSharedInit>(r,
                                  {.name = "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__",
-                                  .module = kModule,
+                                  .module = kCascadeWrappersModule,
                                   .summary = "Batch decode with a shared prefix (cascade)"},
                                  "float_workspace_buffer", arg("kv_layout", "NHD"));
   declare<&BatchDecodeWithSharedPrefixPagedKVCacheWrapper::begin_forward>(
       r,
       {.name = "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Plans the unique-KV decode"},
       "unique_kv_indptr", "unique_kv_indices", "unique_kv_last_page_len", "num_qo_heads",
       "num_kv_heads", "head_dim", "page_size", arg("data_type", "float16"));
   declare<&BatchDecodeWithSharedPrefixPagedKVCacheWrapper::forward>(
       r,
       {.name = "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Shared-prefix attention merged with the unique-KV decode"},
       "q", "k_shared", "v_shared", "unique_kv_cache");
   declare<&BatchDecodeWithSharedPrefixPagedKVCacheWrapper::end_forward>(
       r, {.name = "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.end_forward",
-          .module = kModule,
+          .module = kCascadeWrappersModule,
           .summary = "No-op (upstream's API)"});
   declare_init<PrefillSharedInit>(
       r,
       {.name = "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Batch prefill with a shared prefix (cascade)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"));
   declare<&BatchPrefillWithSharedPrefixPagedKVCacheWrapper::begin_forward>(
       r,
       {.name = "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Plans the unique-KV prefill"},
       "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
       "num_kv_heads", "head_dim", "page_size");
   declare<&BatchPrefillWithSharedPrefixPagedKVCacheWrapper::forward>(
       r,
       {.name = "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward",
-       .module = kModule,
+       .module = kCascadeWrappersModule,
        .summary = "Shared-prefix attention merged with the unique-KV prefill"},
       "q", "k_shared", "v_shared", "unique_kv_cache", arg("causal", false),
       arg("use_fp16_qk_reduction", false), "sm_scale", "rope_scale", "rope_theta");
   declare<&BatchPrefillWithSharedPrefixPagedKVCacheWrapper::end_forward>(
       r, {.name = "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.end_forward",
-          .module = kModule,
+          .module = kCascadeWrappersModule,
           .summary = "No-op (upstream's API)"});
   // Each method runs the batch-attention kernels (and the merge): their backends.
   for (const char* name :

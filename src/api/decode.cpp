@@ -24,8 +24,8 @@ Value to_value(const AttentionOutput& r) {
 
 namespace {
 
-constexpr const char* kModule = "flashinfer.decode";
-constexpr const char* kClass = "BatchDecodeWithPagedKVCacheWrapper";
+constexpr const char* kDecodeModule = "flashinfer.decode";
+constexpr const char* kDecodeWrapperClass = "BatchDecodeWithPagedKVCacheWrapper";
 
 // The constructor's argument types, as declared (and checked against the constructor).
 using DecodeInit =
@@ -273,7 +273,7 @@ BenchCase bench_batch_decode(const BenchShape& s, Device dev) {
           s.page_size, o);
   Tensor q = api::bench::random_tensor({s.batch_size, s.num_qo_heads, s.head_dim_qk}, s.q_dtype,
                                        dev, s.random_seed);
-  BenchCase c = api::bench::invoke_case(std::string(kClass) + ".run",
+  BenchCase c = api::bench::invoke_case(std::string(kDecodeWrapperClass) + ".run",
                                         {bench_object(w), Value(q), Value::tuple({p.k, p.v})});
   c.flops =
       static_cast<double>(s.batch_size) *
@@ -303,7 +303,7 @@ void register_decode_ops(OpRegistry& r) {
   declare<&single_decode_with_kv_cache>(
       r,
       {.name = "single_decode_with_kv_cache",
-       .module = kModule,
+       .module = kDecodeModule,
        .summary = "Decode attention of one query token against one request's KV"},
       "q", "k", "v", arg("kv_layout", "NHD"), arg("pos_encoding_mode", "NONE"),
       arg("use_tensor_cores", false), "q_scale", "k_scale", "v_scale", arg("window_left", -1),
@@ -311,7 +311,7 @@ void register_decode_ops(OpRegistry& r) {
   declare_init<DecodeInit>(
       r,
       {.name = "BatchDecodeWithPagedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kDecodeModule,
        .summary = "Batch decode attention over a paged KV cache (plan once, run per layer)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       arg("use_tensor_cores", false), "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
@@ -322,7 +322,7 @@ void register_decode_ops(OpRegistry& r) {
   declare<&BatchDecodeWithPagedKVCacheWrapper::plan>(
       r,
       {.name = "BatchDecodeWithPagedKVCacheWrapper.plan",
-       .module = kModule,
+       .module = kDecodeModule,
        .summary = "Validates the page table and builds the split-KV work partition",
        .var_positional = "deprecated_positional_args",
        .var_keyword = "kwargs"},
@@ -332,7 +332,7 @@ void register_decode_ops(OpRegistry& r) {
   declare<&BatchDecodeWithPagedKVCacheWrapper::workspace_size>(
       r,
       {.name = "BatchDecodeWithPagedKVCacheWrapper.workspace_size",
-       .module = kModule,
+       .module = kDecodeModule,
        .summary = "The (float, int) workspace bytes plan() would need",
        .options_keyword_only = false},
       "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
@@ -345,7 +345,7 @@ void register_decode_ops(OpRegistry& r) {
   declare<&BatchDecodeWithPagedKVCacheWrapper::run>(
       r,
       {.name = "BatchDecodeWithPagedKVCacheWrapper.run",
-       .module = kModule,
+       .module = kDecodeModule,
        .summary = "Batch decode attention with the current plan",
        .var_positional = "args"},
       "q", "paged_kv_cache",

@@ -18,7 +18,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.norm";
+constexpr const char* kDitNormModule = "flashinfer.norm";
 // Upstream's kernel is instantiated for WAN 2.2 5B only.
 constexpr int64_t kHidden = 3072;
 
@@ -38,7 +38,7 @@ constexpr api::KernelEntry<kernels::DitNormParams> kDitKernels[] = {
 
 const uint16_t* bf16_ptr(const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); }
 
-void check_rows(const Tensor& t, const Tensor& input, const char* op, const char* arg) {
+void dit_norm_check_rows(const Tensor& t, const Tensor& input, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   api::check_dtype_in(t, {DType::kBFloat16}, op, arg);
   api::check_shape_eq(t, input.shape(), op, arg);
@@ -128,7 +128,7 @@ std::tuple<Tensor, Tensor> dit_impl(const char* op, const DitArgs& a) {
                    " (WAN 2.2 5B target), got ", x.size(2));
   FLASHINFER_CHECK(!(a.use_nvfp4 && a.use_mxfp8), op, "use_mxfp8",
                    "use_nvfp4 and use_mxfp8 are exclusive");
-  if (a.residual) check_rows(*a.residual, x, op, "residual");
+  if (a.residual) dit_norm_check_rows(*a.residual, x, op, "residual");
   kernels::DitNormParams p;
   p.mode = a.mode;
   if (a.gate) check_strided(*a.gate, x, op, "gate");
@@ -158,13 +158,13 @@ std::tuple<Tensor, Tensor> dit_impl(const char* op, const DitArgs& a) {
                         "MXFP8 norm output is not implemented here (bf16 output only)");
   Tensor res_out, norm;
   if (a.residual_out && a.residual_out->defined()) {
-    check_rows(*a.residual_out, x, op, "residual_out");
+    dit_norm_check_rows(*a.residual_out, x, op, "residual_out");
     res_out = *a.residual_out;
   } else {
     res_out = Tensor::empty(x.shape(), DType::kBFloat16, x.device());
   }
   if (a.norm_out && a.norm_out->defined()) {
-    check_rows(*a.norm_out, x, op, "norm_out");
+    dit_norm_check_rows(*a.norm_out, x, op, "norm_out");
     norm = *a.norm_out;
   } else {
     norm = Tensor::empty(x.shape(), DType::kBFloat16, x.device());
@@ -331,7 +331,7 @@ void register_dit_norm_ops(OpRegistry& r) {
   declare<&fused_dit_gate_residual_layernorm_gamma_beta>(
       r,
       {.name = "fused_dit_gate_residual_layernorm_gamma_beta",
-       .module = kModule,
+       .module = kDitNormModule,
        .summary = "DiT gate + residual + LayerNorm(gamma, beta), bf16 outputs"},
       "input", "residual", "gate", "gamma", "beta", arg("gate_bias").kw(),
       arg("epsilon", 1e-6).kw(), arg("use_nvfp4", false).kw(), arg("use_mxfp8", false).kw(),
@@ -340,7 +340,7 @@ void register_dit_norm_ops(OpRegistry& r) {
   declare<&fused_dit_gate_residual_layernorm_scale_shift>(
       r,
       {.name = "fused_dit_gate_residual_layernorm_scale_shift",
-       .module = kModule,
+       .module = kDitNormModule,
        .summary = "DiT gate + residual + LayerNorm * (1 + scale) + shift, bf16 outputs"},
       "input", "residual", "gate", "scale", "shift", arg("gate_bias").kw(), arg("scale_bias").kw(),
       arg("shift_bias").kw(), arg("epsilon", 1e-6).kw(), arg("use_nvfp4", false).kw(),
@@ -350,7 +350,7 @@ void register_dit_norm_ops(OpRegistry& r) {
   declare<&fused_dit_residual_layernorm_scale_shift>(
       r,
       {.name = "fused_dit_residual_layernorm_scale_shift",
-       .module = kModule,
+       .module = kDitNormModule,
        .summary = "DiT residual + LayerNorm * (1 + scale) + shift, bf16 outputs"},
       "input", "scale", "shift", arg("residual").kw(), arg("scale_bias").kw(),
       arg("shift_bias").kw(), arg("epsilon", 1e-6).kw(), arg("use_nvfp4", false).kw(),

@@ -63,12 +63,13 @@ struct ArgTraits<FmhaV2Qkv> {
 
 namespace {
 
-constexpr const char* kOp = "trtllm_fmha_v2_prefill";
+constexpr const char* kFmhaV2PrefillOp = "trtllm_fmha_v2_prefill";
 
 #if FLASHINFER_WITH_CUDA
-// The call as the shared kernels' AttentionParams, data pointers only (run_cuda adds the index
-// arrays). FMHAv2's ALiBi bias slope * (j - pos) and the kernels' slope * (j - i) differ by a
-// constant per query row, which the softmax cancels (statistics with ALiBi are refused by the API).
+// The call as the shared kernels' AttentionParams, data pointers only (fmha_v2_prefill_run_cuda
+// adds the index arrays). FMHAv2's ALiBi bias slope * (j - pos) and the kernels' slope * (j - i)
+// differ by a constant per query row, which the softmax cancels (statistics with ALiBi are refused
+// by the API).
 kernels::AttentionParams as_attention(const kernels::FmhaV2PrefillParams& p) {
   kernels::AttentionParams a;
   a.q = p.q;
@@ -134,7 +135,7 @@ api::Refusal cuda_supports(const kernels::FmhaV2PrefillParams& p) {
 
 // The index arrays (host in `p`) go to the device in one int32 tensor, the per-head floats in
 // one fp32 tensor; both stay alive until the launches are queued (stream-ordered frees).
-void run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c) {
+void fmha_v2_prefill_run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c) {
   kernels::AttentionParams a = as_attention(p);
   const std::size_t nb = static_cast<std::size_t>(p.batch);
   const bool paged = p.page_size > 0;
@@ -167,7 +168,7 @@ void run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c
     ints.insert(ints.end(), plan.merge_out_row.begin(), plan.merge_out_row.end());
     std::tie(a.tmp_v, a.tmp_s) =
         api::workspace_partials(p.workspace, p.workspace_bytes, plan, p.num_qo_heads, p.head_dim_vo,
-                                kOp, "workspace_buffer");
+                                kFmhaV2PrefillOp, "workspace_buffer");
   }
   ints.push_back(0);  // never empty
   Tensor hi = Tensor::empty({static_cast<int64_t>(ints.size())}, DType::kInt32);
@@ -200,7 +201,7 @@ void run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c
 }
 #endif
 
-constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kKernels[] = {
+constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kFmhaV2PrefillKernels[] = {
     {DeviceType::kCPU, "CPU reference: fp32 softmax, OpenMP over (query row, KV head)", nullptr,
      [](const kernels::FmhaV2PrefillParams& p, const api::LaunchContext&) {
        kernels::cpu::fmha_v2_prefill(p);
@@ -210,7 +211,7 @@ constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kKernels[] = {
      "CUDA: the batch-attention kernels (FA2 prefill where it fits, else the CUDA-core kernel), "
      "work items per request and query tile, split across the keys when they would not fill the "
      "device",
-     cuda_supports, run_cuda},
+     cuda_supports, fmha_v2_prefill_run_cuda},
 #endif
 };
 
@@ -221,13 +222,13 @@ std::string lower(std::string_view s) {
 }
 
 void check_3d(const Tensor& t, const char* what) {
-  api::check_defined(t, kOp, "qkv");
-  FLASHINFER_CHECK(t.dim() == 3, kOp, "qkv", what, " must be 3-D [tokens, heads, head_dim], got ",
-                   shape_to_string(t.shape()));
+  api::check_defined(t, kFmhaV2PrefillOp, "qkv");
+  FLASHINFER_CHECK(t.dim() == 3, kFmhaV2PrefillOp, "qkv", what,
+                   " must be 3-D [tokens, heads, head_dim], got ", shape_to_string(t.shape()));
 }
 
-void check_last_contiguous(const Tensor& t) {
-  FLASHINFER_CHECK(t.stride(-1) == 1 || t.size(-1) <= 1, kOp, "qkv",
+void fmha_v2_prefill_check_last_contiguous(const Tensor& t) {
+  FLASHINFER_CHECK(t.stride(-1) == 1 || t.size(-1) <= 1, kFmhaV2PrefillOp, "qkv",
                    "the head_dim axis must be contiguous");
 }
 
@@ -240,17 +241,17 @@ AttentionOutput fmha_v2_prefill_impl(
     const std::optional<Tensor>& sinks, const std::optional<std::string>& pos_encoding_mode,
     std::optional<double> soft_cap, std::string_view mask_mode, int64_t window_left,
     int64_t chunked_attention_size, bool save_softmax_stats, double skip_softmax) {
-  api::check_defined(workspace_buffer, kOp, "workspace_buffer");
+  api::check_defined(workspace_buffer, kFmhaV2PrefillOp, "workspace_buffer");
   // Upstream passes `pos_encoding_mode.lower() == "alibi"` to its kernels: any other value is
   // no positional encoding.
   const bool alibi = pos_encoding_mode && lower(*pos_encoding_mode) == "alibi";
-  FLASHINFER_CHECK(std::isfinite(skip_softmax) && skip_softmax >= 0, kOp,
+  FLASHINFER_CHECK(std::isfinite(skip_softmax) && skip_softmax >= 0, kFmhaV2PrefillOp,
                    "skip_softmax_threshold_scale_factor", "must be finite and >= 0, got ",
                    skip_softmax);
   // Upstream's kernels skip a whole KV tile's softmax and BMM2 when exp(tile max - running max) <
   // factor / kv_len for every row of a warpgroup: the result depends on the kernel's tile size
   // and schedule, which no exact reference can follow.
-  FLASHINFER_CHECK_CODE(skip_softmax == 0.0, ErrorCode::kUnsupported, kOp,
+  FLASHINFER_CHECK_CODE(skip_softmax == 0.0, ErrorCode::kUnsupported, kFmhaV2PrefillOp,
                         "skip_softmax_threshold_scale_factor",
                         "skip-softmax is a lossy approximation decided per KV tile of upstream's "
                         "kernels (tile size and schedule dependent) and cannot be reproduced "
@@ -263,19 +264,20 @@ AttentionOutput fmha_v2_prefill_impl(
                            : layout == "SEPARATE_Q_K_V"             ? 3
                            : (layout == "CONTIGUOUS_Q_KV" || paged) ? 2
                                                                     : 0;
-  FLASHINFER_CHECK(want != 0, kOp, "input_layout", "unsupported input_layout '", layout,
+  FLASHINFER_CHECK(want != 0, kFmhaV2PrefillOp, "input_layout", "unsupported input_layout '",
+                   layout,
                    "' (PACKED_QKV, CONTIGUOUS_Q_KV, Q_PAGED_KV_HND, Q_PAGED_KV_NHD, "
                    "SEPARATE_Q_K_V)");
   FLASHINFER_CHECK(
-      qkv.is_single() == (want == 1) && t.size() == want, kOp, "qkv", "input_layout ", layout,
-      " takes ", want == 1 ? std::string("one tensor") : "a tuple of " + std::to_string(want),
-      ", got ",
+      qkv.is_single() == (want == 1) && t.size() == want, kFmhaV2PrefillOp, "qkv", "input_layout ",
+      layout, " takes ",
+      want == 1 ? std::string("one tensor") : "a tuple of " + std::to_string(want), ", got ",
       qkv.is_single() ? std::string("one tensor") : "a tuple of " + std::to_string(t.size()));
-  for (const Tensor& x : t) api::check_defined(x, kOp, "qkv");
+  for (const Tensor& x : t) api::check_defined(x, kFmhaV2PrefillOp, "qkv");
   Tensor q, k, v;  // q [tokens, H, D]; k/v views with a page axis if paged
   int64_t hkv = 0, page_size = 0, num_pages = 0;
   if (layout == "PACKED_QKV") {
-    FLASHINFER_CHECK(t[0].dim() == 4 && t[0].size(1) == 3, kOp, "qkv",
+    FLASHINFER_CHECK(t[0].dim() == 4 && t[0].size(1) == 3, kFmhaV2PrefillOp, "qkv",
                      "PACKED_QKV expects [tokens, 3, num_heads, head_dim], got ",
                      shape_to_string(t[0].shape()));
     q = t[0].select(1, 0);
@@ -284,7 +286,7 @@ AttentionOutput fmha_v2_prefill_impl(
     hkv = q.size(1);
   } else if (layout == "CONTIGUOUS_Q_KV") {
     check_3d(t[0], "Q");
-    FLASHINFER_CHECK(t[1].dim() == 4 && t[1].size(1) == 2, kOp, "qkv",
+    FLASHINFER_CHECK(t[1].dim() == 4 && t[1].size(1) == 2, kFmhaV2PrefillOp, "qkv",
                      "CONTIGUOUS_Q_KV expects KV [tokens, 2, num_kv_heads, head_dim], got ",
                      shape_to_string(t[1].shape()));
     q = t[0];
@@ -299,14 +301,14 @@ AttentionOutput fmha_v2_prefill_impl(
     k = t[1];
     v = t[2];
     hkv = k.size(1);
-    FLASHINFER_CHECK(v.size(0) == k.size(0) && v.size(1) == hkv, kOp, "qkv", "V ",
+    FLASHINFER_CHECK(v.size(0) == k.size(0) && v.size(1) == hkv, kFmhaV2PrefillOp, "qkv", "V ",
                      shape_to_string(v.shape()), " does not match K ", shape_to_string(k.shape()));
-    FLASHINFER_CHECK(!(soft_cap && *soft_cap > 0), kOp, "logits_soft_cap_scale",
+    FLASHINFER_CHECK(!(soft_cap && *soft_cap > 0), kFmhaV2PrefillOp, "logits_soft_cap_scale",
                      "soft capping is not supported for the SEPARATE_Q_K_V input layout (as "
                      "upstream)");
   } else {
     check_3d(t[0], "Q");
-    FLASHINFER_CHECK(t[1].dim() == 5 && t[1].size(1) == 2, kOp, "qkv", layout,
+    FLASHINFER_CHECK(t[1].dim() == 5 && t[1].size(1) == 2, kFmhaV2PrefillOp, "qkv", layout,
                      " expects paged KV [pages, 2, ",
                      hnd ? "num_kv_heads, page_size" : "page_size, num_kv_heads",
                      ", head_dim], got ", shape_to_string(t[1].shape()));
@@ -321,126 +323,141 @@ AttentionOutput fmha_v2_prefill_impl(
     num_pages = k.size(0);
     page_size = k.size(1);
     hkv = k.size(2);
-    FLASHINFER_CHECK(page_size >= 1, kOp, "qkv", "page_size must be >= 1");
-    FLASHINFER_CHECK(block_tables.has_value(), kOp, "block_tables", "is required for ", layout);
+    FLASHINFER_CHECK(page_size >= 1, kFmhaV2PrefillOp, "qkv", "page_size must be >= 1");
+    FLASHINFER_CHECK(block_tables.has_value(), kFmhaV2PrefillOp, "block_tables", "is required for ",
+                     layout);
   }
-  for (const Tensor* x : {&q, &k, &v}) check_last_contiguous(*x);
+  for (const Tensor* x : {&q, &k, &v}) fmha_v2_prefill_check_last_contiguous(*x);
   const int64_t rows = q.size(0), H = q.size(1), D = q.size(2), dv = v.size(-1);
-  FLASHINFER_CHECK(k.size(-1) == D, kOp, "qkv", "key head_dim ", k.size(-1), " != query's ", D);
-  FLASHINFER_CHECK(D >= 1 && D <= 256 && dv >= 1 && dv <= 256, kOp, "qkv",
+  FLASHINFER_CHECK(k.size(-1) == D, kFmhaV2PrefillOp, "qkv", "key head_dim ", k.size(-1),
+                   " != query's ", D);
+  FLASHINFER_CHECK(D >= 1 && D <= 256 && dv >= 1 && dv <= 256, kFmhaV2PrefillOp, "qkv",
                    "head dims must be in [1, 256], got ", D, " and ", dv);
-  FLASHINFER_CHECK(hkv >= 1 && H % hkv == 0, kOp, "qkv", "KV heads (", hkv,
+  FLASHINFER_CHECK(hkv >= 1 && H % hkv == 0, kFmhaV2PrefillOp, "qkv", "KV heads (", hkv,
                    ") must divide the query's ", H);
   const DType qd = q.dtype();
   FLASHINFER_CHECK(qd == DType::kFloat16 || qd == DType::kBFloat16 || qd == DType::kFloat8E4M3FN,
-                   kOp, "qkv", "dtype ", dtype_torch_name(qd),
+                   kFmhaV2PrefillOp, "qkv", "dtype ", dtype_torch_name(qd),
                    " is not supported (float16, bfloat16, float8_e4m3fn)");
-  FLASHINFER_CHECK(qd != DType::kFloat8E4M3FN || layout != "SEPARATE_Q_K_V", kOp, "qkv",
+  FLASHINFER_CHECK(qd != DType::kFloat8E4M3FN || layout != "SEPARATE_Q_K_V", kFmhaV2PrefillOp,
+                   "qkv",
                    "fp8 e4m3 is not supported for the SEPARATE_Q_K_V input layout (as upstream)");
   for (const Tensor& x : t) {
-    api::check_same_dtype(x, t[0], kOp, "qkv", "qkv");
-    api::check_same_device(x, t[0], kOp, "qkv", "qkv");
+    api::check_same_dtype(x, t[0], kFmhaV2PrefillOp, "qkv", "qkv");
+    api::check_same_device(x, t[0], kFmhaV2PrefillOp, "qkv", "qkv");
   }
   // ---- lengths ----
-  FLASHINFER_CHECK(batch_size >= 0, kOp, "batch_size", "must be >= 0, got ", batch_size);
-  const std::vector<int32_t> kv_lens = api::index_to_host(seq_lens, kOp, "seq_lens", batch_size);
+  FLASHINFER_CHECK(batch_size >= 0, kFmhaV2PrefillOp, "batch_size", "must be >= 0, got ",
+                   batch_size);
+  const std::vector<int32_t> kv_lens =
+      api::index_to_host(seq_lens, kFmhaV2PrefillOp, "seq_lens", batch_size);
   const std::vector<int32_t> cu_q =
-      api::index_to_host(cum_seq_lens_q, kOp, "cum_seq_lens_q", batch_size + 1);
-  api::check_indptr(cu_q, kOp, "cum_seq_lens_q");
-  FLASHINFER_CHECK(cu_q.back() == rows, kOp, "cum_seq_lens_q", "ends at ", cu_q.back(),
+      api::index_to_host(cum_seq_lens_q, kFmhaV2PrefillOp, "cum_seq_lens_q", batch_size + 1);
+  api::check_indptr(cu_q, kFmhaV2PrefillOp, "cum_seq_lens_q");
+  FLASHINFER_CHECK(cu_q.back() == rows, kFmhaV2PrefillOp, "cum_seq_lens_q", "ends at ", cu_q.back(),
                    " but the query has ", rows, " tokens");
   std::vector<int32_t> cu_kv;
   if (!paged) {
-    cu_kv = api::index_to_host(cum_seq_lens_kv, kOp, "cum_seq_lens_kv", batch_size + 1);
-    api::check_indptr(cu_kv, kOp, "cum_seq_lens_kv");
-    FLASHINFER_CHECK(cu_kv.back() <= k.size(0), kOp, "cum_seq_lens_kv", "ends at ", cu_kv.back(),
-                     " but the key has ", k.size(0), " tokens");
+    cu_kv =
+        api::index_to_host(cum_seq_lens_kv, kFmhaV2PrefillOp, "cum_seq_lens_kv", batch_size + 1);
+    api::check_indptr(cu_kv, kFmhaV2PrefillOp, "cum_seq_lens_kv");
+    FLASHINFER_CHECK(cu_kv.back() <= k.size(0), kFmhaV2PrefillOp, "cum_seq_lens_kv", "ends at ",
+                     cu_kv.back(), " but the key has ", k.size(0), " tokens");
   }
   for (int64_t b = 0; b < batch_size; ++b) {
-    FLASHINFER_CHECK(kv_lens[b] >= 0 && kv_lens[b] <= max_kv_len, kOp, "seq_lens", "seq_lens[", b,
-                     "] = ", kv_lens[b], " is outside [0, max_kv_len = ", max_kv_len, "]");
-    FLASHINFER_CHECK(cu_q[b + 1] - cu_q[b] <= max_q_len, kOp, "max_q_len", "request ", b, " has ",
-                     cu_q[b + 1] - cu_q[b], " queries, more than max_q_len = ", max_q_len);
+    FLASHINFER_CHECK(kv_lens[b] >= 0 && kv_lens[b] <= max_kv_len, kFmhaV2PrefillOp, "seq_lens",
+                     "seq_lens[", b, "] = ", kv_lens[b],
+                     " is outside [0, max_kv_len = ", max_kv_len, "]");
+    FLASHINFER_CHECK(cu_q[b + 1] - cu_q[b] <= max_q_len, kFmhaV2PrefillOp, "max_q_len", "request ",
+                     b, " has ", cu_q[b + 1] - cu_q[b],
+                     " queries, more than max_q_len = ", max_q_len);
     if (!paged) {
-      FLASHINFER_CHECK(cu_kv[b + 1] - cu_kv[b] == kv_lens[b], kOp, "cum_seq_lens_kv", "request ", b,
-                       " spans ", cu_kv[b + 1] - cu_kv[b], " key rows but seq_lens[", b,
-                       "] = ", kv_lens[b]);
+      FLASHINFER_CHECK(cu_kv[b + 1] - cu_kv[b] == kv_lens[b], kFmhaV2PrefillOp, "cum_seq_lens_kv",
+                       "request ", b, " spans ", cu_kv[b + 1] - cu_kv[b], " key rows but seq_lens[",
+                       b, "] = ", kv_lens[b]);
     }
   }
   std::vector<int32_t> table;
   int64_t bt_stride = 0;
   if (paged) {
     const Tensor& bt = *block_tables;
-    api::check_defined(bt, kOp, "block_tables");
-    FLASHINFER_CHECK(bt.dim() == 2 && bt.size(0) == batch_size && bt.dtype() == DType::kInt32, kOp,
-                     "block_tables", "must be int32 [batch_size, max_num_pages], got ",
+    api::check_defined(bt, kFmhaV2PrefillOp, "block_tables");
+    FLASHINFER_CHECK(bt.dim() == 2 && bt.size(0) == batch_size && bt.dtype() == DType::kInt32,
+                     kFmhaV2PrefillOp, "block_tables",
+                     "must be int32 [batch_size, max_num_pages], got ",
                      dtype_torch_name(bt.dtype()), " ", shape_to_string(bt.shape()));
     bt_stride = bt.size(1);
     const Tensor h = bt.to(Device::cpu()).contiguous();
     table.assign(h.data<int32_t>(), h.data<int32_t>() + h.numel());
     for (int64_t b = 0; b < batch_size; ++b) {
       const int64_t need = (kv_lens[b] + page_size - 1) / page_size;
-      FLASHINFER_CHECK(need <= bt_stride, kOp, "block_tables", "request ", b, " needs ", need,
-                       " pages but the table has ", bt_stride, " columns");
+      FLASHINFER_CHECK(need <= bt_stride, kFmhaV2PrefillOp, "block_tables", "request ", b,
+                       " needs ", need, " pages but the table has ", bt_stride, " columns");
       for (int64_t p = 0; p < need; ++p) {
         const int32_t page = table[b * bt_stride + p];
-        FLASHINFER_CHECK(page >= 0 && page < num_pages, kOp, "block_tables", "block_tables[", b,
-                         ", ", p, "] = ", page, " is not a page of the cache (", num_pages,
-                         " pages)");
+        FLASHINFER_CHECK(page >= 0 && page < num_pages, kFmhaV2PrefillOp, "block_tables",
+                         "block_tables[", b, ", ", p, "] = ", page, " is not a page of the cache (",
+                         num_pages, " pages)");
       }
     }
   }
   // ---- mask ----
   const std::string mode = lower(mask_mode);
   FLASHINFER_CHECK(
-      mode == "causal" || mode == "sliding_window" || mode == "chunked" || mode == "padding", kOp,
-      "mask_mode", "unsupported mask_mode '", mask_mode,
+      mode == "causal" || mode == "sliding_window" || mode == "chunked" || mode == "padding",
+      kFmhaV2PrefillOp, "mask_mode", "unsupported mask_mode '", mask_mode,
       "' (causal, sliding_window, chunked, padding)");
-  FLASHINFER_CHECK(window_left >= -1, kOp, "window_left", "must be >= -1, got ", window_left);
+  FLASHINFER_CHECK(window_left >= -1, kFmhaV2PrefillOp, "window_left", "must be >= -1, got ",
+                   window_left);
   FLASHINFER_CHECK(
       chunked_attention_size >= 0 && (chunked_attention_size & (chunked_attention_size - 1)) == 0,
-      kOp, "chunked_attention_size", "must be 0 or a power of 2, got ", chunked_attention_size);
-  FLASHINFER_CHECK(mode != "chunked" || chunked_attention_size > 0, kOp, "chunked_attention_size",
+      kFmhaV2PrefillOp, "chunked_attention_size", "must be 0 or a power of 2, got ",
+      chunked_attention_size);
+  FLASHINFER_CHECK(mode != "chunked" || chunked_attention_size > 0, kFmhaV2PrefillOp,
+                   "chunked_attention_size",
                    "mask_mode 'chunked' needs chunked_attention_size > 0");
-  FLASHINFER_CHECK(mode != "padding" || (window_left < 0 && chunked_attention_size == 0), kOp,
-                   "mask_mode", "sliding window and chunked attention need causal masking");
-  FLASHINFER_CHECK(std::isfinite(bmm1_scale), kOp, "bmm1_scale", "must be finite");
-  FLASHINFER_CHECK(std::isfinite(bmm2_scale), kOp, "bmm2_scale", "must be finite");
+  FLASHINFER_CHECK(mode != "padding" || (window_left < 0 && chunked_attention_size == 0),
+                   kFmhaV2PrefillOp, "mask_mode",
+                   "sliding window and chunked attention need causal masking");
+  FLASHINFER_CHECK(std::isfinite(bmm1_scale), kFmhaV2PrefillOp, "bmm1_scale", "must be finite");
+  FLASHINFER_CHECK(std::isfinite(bmm2_scale), kFmhaV2PrefillOp, "bmm2_scale", "must be finite");
   const double cap = soft_cap.value_or(0.0);
-  FLASHINFER_CHECK(std::isfinite(cap) && cap >= 0, kOp, "logits_soft_cap_scale",
+  FLASHINFER_CHECK(std::isfinite(cap) && cap >= 0, kFmhaV2PrefillOp, "logits_soft_cap_scale",
                    "must be finite and >= 0, got ", cap);
   // ---- sinks ----
   Tensor sinks_h;
   if (sinks) {
-    api::check_defined(*sinks, kOp, "sinks");
+    api::check_defined(*sinks, kFmhaV2PrefillOp, "sinks");
     FLASHINFER_CHECK(sinks->dim() == 1 && sinks->size(0) == H && sinks->dtype() == DType::kFloat32,
-                     kOp, "sinks", "must be float32 [", H, "], got ",
+                     kFmhaV2PrefillOp, "sinks", "must be float32 [", H, "], got ",
                      dtype_torch_name(sinks->dtype()), " ", shape_to_string(sinks->shape()));
-    FLASHINFER_CHECK_CODE(!save_softmax_stats, ErrorCode::kUnsupported, kOp, "save_softmax_stats",
+    FLASHINFER_CHECK_CODE(!save_softmax_stats, ErrorCode::kUnsupported, kFmhaV2PrefillOp,
+                          "save_softmax_stats",
                           "softmax statistics with sinks are not supported (upstream's "
                           "convention for that case is not pinned down)");
     sinks_h = sinks->to(Device::cpu()).contiguous();
     // FMHAv2 adds slope * absolute key column, so the sink's weight against the keys depends on
     // that offset, a convention not pinned down here.
-    FLASHINFER_CHECK_CODE(!alibi, ErrorCode::kUnsupported, kOp, "sinks",
+    FLASHINFER_CHECK_CODE(!alibi, ErrorCode::kUnsupported, kFmhaV2PrefillOp, "sinks",
                           "sinks with pos_encoding_mode=\"alibi\" are not supported");
   }
-  FLASHINFER_CHECK_CODE(!(alibi && save_softmax_stats), ErrorCode::kUnsupported, kOp,
+  FLASHINFER_CHECK_CODE(!(alibi && save_softmax_stats), ErrorCode::kUnsupported, kFmhaV2PrefillOp,
                         "save_softmax_stats",
                         "softmax statistics with ALiBi are not supported (the stored max "
                         "includes FMHAv2's absolute-column bias)");
   FLASHINFER_CHECK_CODE(!(save_softmax_stats && qd == DType::kFloat8E4M3FN),
-                        ErrorCode::kUnsupported, kOp, "save_softmax_stats",
+                        ErrorCode::kUnsupported, kFmhaV2PrefillOp, "save_softmax_stats",
                         "softmax statistics with fp8 inputs are not supported (upstream's "
                         "scaling of them is not pinned down)");
   // ---- output ----
   const DType od = out_arg ? out_arg->dtype() : out_dtype.value_or(qd);
   if (qd == DType::kFloat8E4M3FN) {
     FLASHINFER_CHECK(od == DType::kFloat16 || od == DType::kBFloat16 || od == DType::kFloat8E4M3FN,
-                     kOp, out_arg ? "out" : "out_dtype", "output dtype ", dtype_torch_name(od),
+                     kFmhaV2PrefillOp, out_arg ? "out" : "out_dtype", "output dtype ",
+                     dtype_torch_name(od),
                      " is not supported for fp8 inputs (float16, bfloat16, float8_e4m3fn)");
   } else {
-    FLASHINFER_CHECK(od == qd, kOp, out_arg ? "out" : "out_dtype", "output dtype ",
+    FLASHINFER_CHECK(od == qd, kFmhaV2PrefillOp, out_arg ? "out" : "out_dtype", "output dtype ",
                      dtype_torch_name(od), " must be the query's (", dtype_torch_name(qd),
                      ") for 16-bit inputs");
   }
@@ -460,13 +477,13 @@ AttentionOutput fmha_v2_prefill_impl(
   Tensor out;
   if (out_arg) {
     out = *out_arg;
-    api::check_defined(out, kOp, "out");
-    api::check_shape_eq(out, Shape{rows, H, dv}, kOp, "out");
-    FLASHINFER_CHECK(out.stride(2) == 1 || dv <= 1, kOp, "out",
+    api::check_defined(out, kFmhaV2PrefillOp, "out");
+    api::check_shape_eq(out, Shape{rows, H, dv}, kFmhaV2PrefillOp, "out");
+    FLASHINFER_CHECK(out.stride(2) == 1 || dv <= 1, kFmhaV2PrefillOp, "out",
                      "the head_dim axis must be contiguous");
-    api::check_same_device(out, q, kOp, "out", "qkv");
-    api::check_writable(out, kOp, "out");
-    for (const Tensor& x : t) api::check_no_overlap(out, x, kOp, "out", "qkv");
+    api::check_same_device(out, q, kFmhaV2PrefillOp, "out", "qkv");
+    api::check_writable(out, kFmhaV2PrefillOp, "out");
+    for (const Tensor& x : t) api::check_no_overlap(out, x, kFmhaV2PrefillOp, "out", "qkv");
   } else {
     out = Tensor::empty({rows, H, dv}, od, q.device());
   }
@@ -526,7 +543,7 @@ AttentionOutput fmha_v2_prefill_impl(
       p.workspace = workspace_buffer.data_ptr();
       p.workspace_bytes = static_cast<int64_t>(workspace_buffer.nbytes());
     }
-    api::launch(kKernels, p, q.device(), kOp, "qkv", std::nullopt);
+    api::launch(kFmhaV2PrefillKernels, p, q.device(), kFmhaV2PrefillOp, "qkv", std::nullopt);
   } else if (stats.defined()) {
     stats.fill_(0.0);
   }
@@ -558,7 +575,7 @@ BenchCase bench_fmha_v2_prefill(const BenchShape& s, Device dev) {
   // Upstream's benchmarks pass 128 MiB; on CUDA the split-KV partials live there.
   const Tensor ws = Tensor::zeros({dev.is_cuda() ? int64_t{128} << 20 : 1024}, DType::kUInt8, dev);
   BenchCase c = api::bench::invoke_case(
-      kOp,
+      kFmhaV2PrefillOp,
       {Value::tuple({Value(q), Value(kv)}), Value(std::string("Q_PAGED_KV_HND")), Value(ws),
        Value(api::bench::int32_tensor(lens, dev)), Value(Sq), Value(Skv),
        Value(1.0 / std::sqrt(static_cast<double>(D))), Value(1.0), Value(B),
@@ -599,7 +616,7 @@ namespace detail {
 void register_fmha_v2_prefill_ops(OpRegistry& r) {
   declare<&trtllm_fmha_v2_prefill>(
       r,
-      {.name = kOp,
+      {.name = kFmhaV2PrefillOp,
        .module = "flashinfer.prefill",
        .summary = "TRT-LLM FMHAv2 prefill: packed/contiguous/separate/paged inputs, mask modes, "
                   "soft cap, sinks, ALiBi, softmax statistics, e4m3 output (CPU only)"},
@@ -608,8 +625,8 @@ void register_fmha_v2_prefill_ops(OpRegistry& r) {
       arg("out").mut(), "out_dtype", "sinks", "pos_encoding_mode", "logits_soft_cap_scale",
       arg("mask_mode", "causal"), arg("window_left", -1), arg("chunked_attention_size", 0),
       arg("save_softmax_stats", false), arg("skip_softmax_threshold_scale_factor", 0));
-  api::register_backends(kOp, kKernels);
-  register_bench_hook(kOp, bench_fmha_v2_prefill);
+  api::register_backends(kFmhaV2PrefillOp, kFmhaV2PrefillKernels);
+  register_bench_hook(kFmhaV2PrefillOp, bench_fmha_v2_prefill);
 }
 }  // namespace detail
 

@@ -24,7 +24,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.gemm.gemm_base";
+constexpr const char* kGemmBaseModule = "flashinfer.gemm.gemm_base";
 
 // ---- backends (src/api/kernel_table.h) -------------------------------------------------------
 
@@ -160,8 +160,8 @@ Dims check_operands(const Tensor& A, const Tensor& B, int64_t rank, const char* 
   return {rank == 3 ? A.size(0) : 1, m, n, k};
 }
 
-Tensor make_out(const std::optional<Tensor>& out, const Shape& shape, DType dt, Device device,
-                const char* op) {
+Tensor gemm_make_out(const std::optional<Tensor>& out, const Shape& shape, DType dt, Device device,
+                     const char* op) {
   if (out && out->defined()) {
     api::check_shape_eq(*out, shape, op, "out");
     FLASHINFER_CHECK(out->dtype() == dt, op, "out", "dtype ", dtype_torch_name(out->dtype()),
@@ -202,7 +202,7 @@ Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
   api::check_dtype_in(B, {DType::kBFloat16}, op, b_arg);
   check_out_dtype(out_dtype, op, "out_dtype");
   Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
-  Tensor result = make_out(out, shape, out_dtype, A.device(), op);
+  Tensor result = gemm_make_out(out, shape, out_dtype, A.device(), op);
   check_cuda_leading_dims(A, B, result, d, op, a_arg, b_arg);
   kernels::GemmParams p = api::gemm_params(A, B, result);
   Tensor bias_dense;
@@ -290,7 +290,7 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
         check_out_dtype(dtype, op, "dtype");
         const Tensor sa = check_scale(A_scale, A.device(), op, "A_scale");
         const Tensor sb = check_scale(B_scale, A.device(), op, "B_scale");
-        Tensor result = make_out(out, {d.batch, d.m, d.n}, dtype, A.device(), op);
+        Tensor result = gemm_make_out(out, {d.batch, d.m, d.n}, dtype, A.device(), op);
         check_cuda_leading_dims(A, B, result, d, op, "A", "B");
         kernels::GemmParams p = api::gemm_params(A, B, result);
         p.a_scale = sa.data<float>();
@@ -333,7 +333,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
                         a.device(), op, "b_descale", "128x4 layout of b's scales");
         Tensor al;
         if (alpha && alpha->defined()) al = check_scale(*alpha, a.device(), op, "alpha");
-        Tensor result = make_out(out, {d.m, d.n}, out_dtype, a.device(), op);
+        Tensor result = gemm_make_out(out, {d.m, d.n}, out_dtype, a.device(), op);
         // The operands are dequantized into dense buffers; only out goes to cuBLASLt as is.
         FLASHINFER_CHECK_CODE(!a.device().is_cuda() || d.m == 1 || result.stride(0) >= d.n,
                               ErrorCode::kUnsupported, op, "out",
@@ -374,7 +374,7 @@ namespace {
 // on CUDA every iteration after bench_time_ms's warm-up call finds its cuBLASLt plan cached.
 // The op backend is `flashinfer bench --backends`' name (api/bench_backend.h), else "auto"
 // (cuBLASLt) for the bf16 GEMMs and bmm_fp8's default "cublas".
-BenchCase bench_mm(const BenchShape& s, Device dev, bool batched) {
+BenchCase gemm_bench_mm(const BenchShape& s, Device dev, bool batched) {
   const DType bf = DType::kBFloat16, out_dt = s.out_dtype.value_or(bf);
   const std::string backend = api::bench::op_backend("auto");
   const int64_t b = batched ? s.batch_size : 1;
@@ -442,25 +442,25 @@ namespace detail {
 void register_gemm_ops(OpRegistry& r) {
   declare<&mm_bf16>(r,
                     {.name = "mm_bf16",
-                     .module = kModule,
+                     .module = kGemmBaseModule,
                      .summary = "BF16 GEMM: a [m, k] row-major @ b [k, n] column-major (+ bias)"},
                     "a", "b", "bias", arg("pdl", false), arg("out").mut(),
                     arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"));
   declare<&bmm_bf16>(
       r,
       {.name = "bmm_bf16",
-       .module = kModule,
+       .module = kGemmBaseModule,
        .summary = "Batched BF16 GEMM: A [b, m, k] row-major @ B [b, k, n] column-major"},
       "A", "B", arg("out").mut(), arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"));
   declare<&bmm_fp8>(r,
                     {.name = "bmm_fp8",
-                     .module = kModule,
+                     .module = kGemmBaseModule,
                      .summary = "Batched FP8 GEMM with per-tensor dequantization scales"},
                     "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
                     arg("backend", "cublas"));
   declare<&mm_fp4>(r,
                    {.name = "mm_fp4",
-                    .module = kModule,
+                    .module = kGemmBaseModule,
                     .summary = "FP4 GEMM (NVFP4 or MXFP4 operands with block scales)"},
                    "a", "b", "a_descale", "b_descale", "alpha", arg("out_dtype", DType::kBFloat16),
                    arg("out").mut(), arg("block_size", 16), arg("use_8x4_sf_layout", false),
@@ -472,9 +472,9 @@ void register_gemm_ops(OpRegistry& r) {
   api::register_backends("mm_fp4", kFp4GemmKernels);
 
   register_bench_hook("mm_bf16",
-                      [](const BenchShape& s, Device d) { return bench_mm(s, d, false); });
+                      [](const BenchShape& s, Device d) { return gemm_bench_mm(s, d, false); });
   register_bench_hook("bmm_bf16",
-                      [](const BenchShape& s, Device d) { return bench_mm(s, d, true); });
+                      [](const BenchShape& s, Device d) { return gemm_bench_mm(s, d, true); });
   register_bench_hook("bmm_fp8", bench_bmm_fp8);
   register_bench_hook("mm_fp4", bench_mm_fp4);
 }

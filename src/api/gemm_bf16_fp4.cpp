@@ -21,7 +21,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.gemm.gemm_bf16_fp4";
+constexpr const char* kGemmBf16Fp4Module = "flashinfer.gemm.gemm_bf16_fp4";
 
 using api::KernelEntry;
 using api::LaunchContext;
@@ -42,7 +42,7 @@ constexpr KernelEntry<kernels::Bf16Fp4PrepareParams> kPrepareKernels[] = {
      }},
 #endif
 };
-constexpr KernelEntry<kernels::Bf16Fp4GemmParams> kGemmKernels[] = {
+constexpr KernelEntry<kernels::Bf16Fp4GemmParams> kGemmBf16Fp4GemmKernels[] = {
     {DeviceType::kCPU, "CPU reference (host only)", nullptr,
      [](const kernels::Bf16Fp4GemmParams& p, const LaunchContext&) {
        kernels::cpu::mm_bf16_fp4(p);
@@ -60,8 +60,8 @@ void check_block_size(int64_t block_size, const char* op) {
 // fp32, one element, on `device` (upstream: "(1,) float32"; the GEMM reshapes it to (1,)).
 // Returns its value when `read` (a device alpha costs a synchronizing copy, so the weight
 // preparation, which only checks it, does not read it).
-float check_alpha(const std::optional<Tensor>& alpha, Device device, const char* op, bool exact,
-                  bool read = true) {
+float gemm_bf16_fp4_check_alpha(const std::optional<Tensor>& alpha, Device device, const char* op,
+                                bool exact, bool read = true) {
   if (!alpha || !alpha->defined()) return 1.0f;
   const Tensor& t = *alpha;
   if (exact) {
@@ -104,7 +104,7 @@ std::tuple<Tensor, Tensor, std::optional<Tensor>> prepare_bf16_fp4_weights(
         FLASHINFER_CHECK(b_descale.numel() >= need, op, "b_descale", "has ", b_descale.numel(),
                          " bytes but the 128x4-swizzled layout for N = ", n, ", K_sf = ", ksf,
                          " requires at least ", need);
-        (void)check_alpha(alpha, b.device(), op, true, /*read=*/false);
+        (void)gemm_bf16_fp4_check_alpha(alpha, b.device(), op, true, /*read=*/false);
         api::check_backend(op, backend, b.device());
         const Bf16Fp4Layout layout = layout_of(backend);
         if (layout == Bf16Fp4Layout::kCuteDsl) {
@@ -151,7 +151,7 @@ Tensor mm_bf16_fp4(const Tensor& a, const Tensor& b, const Tensor& b_descale,
         FLASHINFER_CHECK(odt == DType::kBFloat16 || odt == DType::kFloat16, op, "out_dtype",
                          "must be torch.bfloat16 or torch.float16, got ", dtype_torch_name(odt));
         check_block_size(block_size, op);
-        const float al = check_alpha(alpha, a.device(), op, false);
+        const float al = gemm_bf16_fp4_check_alpha(alpha, a.device(), op, false);
         api::check_backend(op, backend, a.device());
         const Bf16Fp4Layout layout = layout_of(backend);
         api::check_defined(b, op, "b");
@@ -217,7 +217,7 @@ Tensor mm_bf16_fp4(const Tensor& a, const Tensor& b, const Tensor& b_descale,
         p.out_dtype = odt;
         p.out_stride_m = result.stride(0);
         p.out_stride_n = result.stride(1);
-        api::launch(kGemmKernels, p, a.device(), op, "a", enable_pdl);
+        api::launch(kGemmBf16Fp4GemmKernels, p, a.device(), op, "a", enable_pdl);
         return result;
       },
       a, b, b_descale, alpha, backend, out_dtype, out, block_size, enable_pdl);
@@ -227,7 +227,7 @@ namespace {
 
 // Bench hooks: canonical weights from nvfp4-like random bytes (scales e4m3 codes 0x30..0x3F,
 // values 2^-3..2^-2), prepared on the host so every device gets the same bits.
-Tensor random_bytes(const Shape& shape, uint64_t seed, double lo, double hi) {
+Tensor gemm_bf16_fp4_random_bytes(const Shape& shape, uint64_t seed, double lo, double hi) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, lo, hi)
       .to(DType::kUInt8);
 }
@@ -239,13 +239,13 @@ struct Canonical {
 Canonical canonical(const BenchShape& s) {
   const int64_t n = (s.n + 63) / 64 * 64, k = (s.k + 15) / 16 * 16;
   const int64_t ksf = k / 16, need = (n + 127) / 128 * ((ksf + 3) / 4) * 512;
-  return {random_bytes({n, k / 2}, s.random_seed, 0.0, 256.0),
-          random_bytes({need}, s.random_seed + 1, 48.0, 64.0), n, k};
+  return {gemm_bf16_fp4_random_bytes({n, k / 2}, s.random_seed, 0.0, 256.0),
+          gemm_bf16_fp4_random_bytes({need}, s.random_seed + 1, 48.0, 64.0), n, k};
 }
 
 // The cudnn layout: the one upstream prepares on every GPU (sm90 included), so the case runs on
 // CUDA wherever upstream runs it; it reads and writes the scales (the weight is returned as is).
-BenchCase bench_prepare(const BenchShape& s, Device dev) {
+BenchCase gemm_bf16_fp4_bench_prepare(const BenchShape& s, Device dev) {
   const Canonical c = canonical(s);
   BenchCase bc =
       api::bench::invoke_case("prepare_bf16_fp4_weights", {Value(c.b.to(dev)), Value(c.sf.to(dev))},
@@ -254,7 +254,7 @@ BenchCase bench_prepare(const BenchShape& s, Device dev) {
   return bc;
 }
 
-BenchCase bench_mm(const BenchShape& s, Device dev) {
+BenchCase gemm_bf16_fp4_bench_mm(const BenchShape& s, Device dev) {
   const Canonical c = canonical(s);
   auto [pb, psf, pal] = prepare_bf16_fp4_weights(c.b, c.sf, std::nullopt, "cudnn");
   (void)pal;
@@ -277,22 +277,22 @@ void register_gemm_bf16_fp4_ops(OpRegistry& r) {
   declare<&prepare_bf16_fp4_weights>(
       r,
       {.name = "prepare_bf16_fp4_weights",
-       .module = kModule,
+       .module = kGemmBf16Fp4Module,
        .summary = "Canonical NVFP4 weight + 128x4 scales -> one backend's bf16 x fp4 layout"},
       "b", "b_descale", "alpha", arg("backend").kw(), arg("block_size", 16).kw());
   declare<&mm_bf16_fp4>(
       r,
       {.name = "mm_bf16_fp4",
-       .module = kModule,
+       .module = kGemmBf16Fp4Module,
        .summary = "BF16 x NVFP4 GEMM on prepared weights: (a @ dequant(b).T) * alpha"},
       "a", "b", "b_descale", "alpha", arg("backend").kw(), arg("out_dtype").kw(),
       arg("out").mut().kw(), arg("block_size", 16).kw(), arg("enable_pdl", true).kw());
 
   api::register_backends("prepare_bf16_fp4_weights", kPrepareKernels);
-  api::register_backends("mm_bf16_fp4", kGemmKernels);
+  api::register_backends("mm_bf16_fp4", kGemmBf16Fp4GemmKernels);
 
-  register_bench_hook("prepare_bf16_fp4_weights", bench_prepare);
-  register_bench_hook("mm_bf16_fp4", bench_mm);
+  register_bench_hook("prepare_bf16_fp4_weights", gemm_bf16_fp4_bench_prepare);
+  register_bench_hook("mm_bf16_fp4", gemm_bf16_fp4_bench_mm);
 }
 }  // namespace detail
 

@@ -25,7 +25,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.gemm.gemm_base";
+constexpr const char* kGemmFp8Module = "flashinfer.gemm.gemm_base";
 constexpr const char* kLowLatencyModule = "flashinfer.trtllm_low_latency_gemm";
 
 using api::KernelEntry;
@@ -41,33 +41,33 @@ struct ScaledGemmCall {
 #if FLASHINFER_WITH_CUDA
 // cuBLASLt where kernels/cublaslt_plan.h's fp8_route() picks it for this GPU, else the tiled
 // kernel (also the fallback when cuBLASLt has no algorithm for the shape).
-void run_cuda(const ScaledGemmCall& c, const LaunchContext& ctx) {
+void gemm_fp8_run_cuda(const ScaledGemmCall& c, const LaunchContext& ctx) {
   if (kernels::cuda::block_scaled_gemm_lt(c.p, ctx.stream, c.op)) return;
   kernels::cuda::block_scaled_gemm(c.p, ctx.stream, c.op, ctx.enable_pdl);
 }
 #endif
 
-constexpr const char* kCpuImpl =
+constexpr const char* kGemmFp8CpuImpl =
     "CPU reference: operands decoded exactly to fp32, OpenBLAS sgemm per K block, each block's "
     "fp32 sums times its scales";
 
 // gemm_fp8_nt_groupwise, gemm_fp8_nt_blockscaled and mm_fp8.
 constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
+    {DeviceType::kCPU, kGemmFp8CpuImpl, nullptr,
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "cuBLASLt FP8 GEMM for mm_fp8 where the shape allows (sm89+; the prepared weight "
      "un-shuffled into scratch, alpha as a scale); otherwise the tiled fp32 CUDA kernel of this "
      "build (sm80+, no fp8 tensor cores; per-K-block scaling as the CPU)",
-     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { run_cuda(c, ctx); }},
+     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { gemm_fp8_run_cuda(c, ctx); }},
 #endif
 };
 
 // fp8_blockscale_gemm_sm90 (upstream runs TRT-LLM's SM90 DeepGEMM kernel): the same block-scaled
 // GEMM kernels as the ops above; a BF16 input is quantized 1x128 on the host first (below).
 constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
+    {DeviceType::kCPU, kGemmFp8CpuImpl, nullptr,
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
@@ -75,7 +75,7 @@ constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
      "scales, m a multiple of 4, k a multiple of 512 for the latter); otherwise, or where "
      "cuBLASLt refuses the problem, the tiled fp32 CUDA kernel of this build (per-K-block "
      "scaling as the CPU). A BF16 input is quantized on the host",
-     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { run_cuda(c, ctx); }},
+     nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { gemm_fp8_run_cuda(c, ctx); }},
 #endif
 };
 
@@ -93,7 +93,7 @@ constexpr KernelEntry<LayoutCall> kLayoutKernels[] = {
      }},
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t gemm_fp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void check_fp8(const Tensor& t, int64_t rank, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
@@ -114,8 +114,8 @@ void check_scale_tensor(const Tensor& t, const Shape& shape, Device device, cons
 
 // Upstream's rule (out given: its dtype is the output dtype; else out_dtype or bf16), with the
 // fp8 GEMMs' bf16/fp16 output contract.
-Tensor make_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype,
-                const Shape& shape, Device device, const char* op) {
+Tensor gemm_fp8_make_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+                         const Shape& shape, Device device, const char* op) {
   if (out && out->defined()) {
     api::check_dtype_in(*out, {DType::kBFloat16, DType::kFloat16}, op, "out");
     api::check_shape_eq(*out, shape, op, "out");
@@ -130,7 +130,7 @@ Tensor make_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype
   return Tensor::empty(shape, dt, device);
 }
 
-void fill_out(BlockScaledGemmParams& p, const Tensor& out) {
+void gemm_fp8_fill_out(BlockScaledGemmParams& p, const Tensor& out) {
   p.out = out.data_ptr();
   p.out_dtype = out.dtype();
   p.out_stride_m = out.stride(0);
@@ -170,7 +170,7 @@ Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Te
                      "must be 'MN' or 'K', got '", *mode, "'");
   }
   const bool k_major = !trtllm && *mode == "K";
-  const int64_t mb = ceil_div(m, gm), nb = ceil_div(n, gn), kb = k / gk;
+  const int64_t mb = gemm_fp8_ceil_div(m, gm), nb = gemm_fp8_ceil_div(n, gn), kb = k / gk;
   BlockScaledGemmParams p;
   if (trtllm) {
     check_scale_tensor(a_scale, {kb, m}, a.device(), op, "a_scale", "[k/128, m]");
@@ -194,7 +194,7 @@ Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Te
     p.sb_stride_k = b_scale.stride(0);
     p.sb_stride_n = b_scale.stride(1);
   }
-  Tensor result = make_out(out, out_dtype, {m, n}, a.device(), op);
+  Tensor result = gemm_fp8_make_out(out, out_dtype, {m, n}, a.device(), op);
   p.a = a.data_ptr();
   p.a_dtype = a.dtype();
   p.a_stride_m = a.stride(0);
@@ -211,7 +211,7 @@ Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Te
   p.m = m;
   p.n = n;
   p.k = k;
-  fill_out(p, result);
+  gemm_fp8_fill_out(p, result);
   api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
   return result;
 }
@@ -310,7 +310,7 @@ Tensor mm_fp8(const Tensor& a, const Tensor& b, std::optional<Tensor> alpha, DTy
         p.m = m;
         p.n = n;
         p.k = k;
-        fill_out(p, result);
+        gemm_fp8_fill_out(p, result);
         api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
         return result;
       },
@@ -389,17 +389,18 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
         api::check_dtype_in(ws, {DType::kFloat32}, op, "weight_scale");
         api::check_same_device(ws, input, op, "weight_scale", "input");
         const bool per_token = ws.shape() == Shape{n, kb};
-        const bool per_block = ws.shape() == Shape{ceil_div(n, 128), kb};
+        const bool per_block = ws.shape() == Shape{gemm_fp8_ceil_div(n, 128), kb};
         FLASHINFER_CHECK(per_token || per_block, op, "weight_scale",
                          "shape mismatch: expected either ", shape_to_string({n, kb}),
-                         " (per-token, 1x128 blocks) or ", shape_to_string({ceil_div(n, 128), kb}),
+                         " (per-token, 1x128 blocks) or ",
+                         shape_to_string({gemm_fp8_ceil_div(n, 128), kb}),
                          " (per-block, 128x128 blocks), got ", shape_to_string(ws.shape()));
         if (out && out->defined()) {
           FLASHINFER_CHECK(!out_dtype || out->dtype() == *out_dtype, op, "out",
                            "Output dtype mismatch. Expected ", dtype_torch_name(*out_dtype),
                            ", got ", dtype_torch_name(out->dtype()));
         }
-        Tensor result = make_out(out, out_dtype, {m, n}, input.device(), op);
+        Tensor result = gemm_fp8_make_out(out, out_dtype, {m, n}, input.device(), op);
         if (!in_fp8) {
           // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first. On
           // CUDA it runs on a host copy (the CPU's code, so both devices quantize alike) and the
@@ -440,7 +441,7 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
         p.m = m;
         p.n = n;
         p.k = k;
-        fill_out(p, result);
+        gemm_fp8_fill_out(p, result);
         api::launch(kSm90Kernels, ScaledGemmCall{p, op}, input.device(), op, "input", false);
         return result;
       },
@@ -539,7 +540,7 @@ Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const
         p.m = m;
         p.n = n;
         p.k = k;
-        fill_out(p, result);
+        gemm_fp8_fill_out(p, result);
         api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
         return result;
       },
@@ -659,7 +660,7 @@ void router_impl(const char* op, const Tensor& mat_a, const Tensor& mat_b, const
   p.m = m;
   p.n = experts;
   p.k = hidden;
-  fill_out(p, out);
+  gemm_fp8_fill_out(p, out);
   api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, mat_a.device(), op, "mat_a", pdl);
 }
 
@@ -741,7 +742,7 @@ void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
         p.m = m;
         p.n = n;
         p.k = k;
-        fill_out(p, out);
+        gemm_fp8_fill_out(p, out);
         api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, input.device(), op, "input",
                     use_pdl);
       },
@@ -802,7 +803,7 @@ Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool
         p.m = m;
         p.n = n;
         p.k = k;
-        fill_out(p, result);
+        gemm_fp8_fill_out(p, result);
         api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", pdl);
         return result;
       },
@@ -814,18 +815,19 @@ namespace {
 // ---- bench hooks (upstream's GEMM formulas: 2*m*n*k FLOPs; each operand, scale and the output
 // counted once) ---------------------------------------------------------------------------------
 
-int64_t round_up(int64_t x, int64_t to) { return ceil_div(x, to) * to; }
+int64_t gemm_fp8_round_up(int64_t x, int64_t to) { return gemm_fp8_ceil_div(x, to) * to; }
 
 BenchCase bench_groupwise(const BenchShape& s, Device dev, bool blockscaled) {
   const DType f8 = DType::kFloat8E4M3FN, out_dt = s.out_dtype.value_or(DType::kBFloat16);
-  const int64_t m = s.m, n = s.n, k = round_up(s.k, 128);
+  const int64_t m = s.m, n = s.n, k = gemm_fp8_round_up(s.k, 128);
   Tensor a = api::bench::random_tensor({m, k}, f8, dev, s.random_seed);
   Tensor b = api::bench::random_tensor({n, k}, f8, dev, s.random_seed + 1);
   const int64_t gm = blockscaled ? 128 : 1;
   // Scales near 1/448 as a quantizer would write them.
-  const Shape sa = blockscaled ? Shape{k / 128, ceil_div(m, gm)} : Shape{ceil_div(m, gm), k / 128};
-  const Shape sb =
-      blockscaled ? Shape{k / 128, ceil_div(n, 128)} : Shape{ceil_div(n, 128), k / 128};
+  const Shape sa = blockscaled ? Shape{k / 128, gemm_fp8_ceil_div(m, gm)}
+                               : Shape{gemm_fp8_ceil_div(m, gm), k / 128};
+  const Shape sb = blockscaled ? Shape{k / 128, gemm_fp8_ceil_div(n, 128)}
+                               : Shape{gemm_fp8_ceil_div(n, 128), k / 128};
   Tensor a_scale =
       api::bench::random_tensor(sa, DType::kFloat32, dev, s.random_seed + 2, 1.0 / 896, 1.0 / 224);
   Tensor b_scale =
@@ -847,7 +849,7 @@ BenchCase bench_groupwise(const BenchShape& s, Device dev, bool blockscaled) {
 
 BenchCase bench_mm_fp8(const BenchShape& s, Device dev) {
   const DType f8 = DType::kFloat8E4M3FN;
-  const int64_t m = s.m, n = round_up(s.n, 32), k = round_up(s.k, 128);
+  const int64_t m = s.m, n = gemm_fp8_round_up(s.n, 32), k = gemm_fp8_round_up(s.k, 128);
   Tensor a = api::bench::random_tensor({m, k}, f8, dev, s.random_seed);
   Tensor w = api::bench::random_tensor({n, k}, f8, Device::cpu(), s.random_seed + 1);
   Tensor prepared = prepare_low_latency_gemm_weights(w, Value()).to(dev);
@@ -859,8 +861,8 @@ BenchCase bench_mm_fp8(const BenchShape& s, Device dev) {
   return c;
 }
 
-BenchCase bench_prepare(const BenchShape& s, Device dev) {
-  const int64_t n = round_up(s.n, 32), k = round_up(s.k, 128);
+BenchCase gemm_fp8_bench_prepare(const BenchShape& s, Device dev) {
+  const int64_t n = gemm_fp8_round_up(s.n, 32), k = gemm_fp8_round_up(s.k, 128);
   Tensor w = api::bench::random_tensor({n, k}, DType::kFloat8E4M3FN, dev, s.random_seed);
   BenchCase c = api::bench::invoke_case("prepare_low_latency_gemm_weights", {Value(w), Value()});
   c.bytes = 2.0 * static_cast<double>(n * k);
@@ -870,11 +872,11 @@ BenchCase bench_prepare(const BenchShape& s, Device dev) {
 // The DeepSeek-V3 call: a bf16 activation quantized 1x128 inside, an fp8 weight with 128x128
 // block scales.
 BenchCase bench_sm90(const BenchShape& s, Device dev) {
-  const int64_t m = s.m, n = round_up(s.n, 64), k = round_up(s.k, 128);
+  const int64_t m = s.m, n = gemm_fp8_round_up(s.n, 64), k = gemm_fp8_round_up(s.k, 128);
   const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
   Tensor input = api::bench::random_tensor({m, k}, DType::kBFloat16, dev, s.random_seed);
   Tensor weight = api::bench::random_tensor({n, k}, DType::kFloat8E4M3FN, dev, s.random_seed + 1);
-  const Shape ws{ceil_div(n, 128), k / 128};
+  const Shape ws{gemm_fp8_ceil_div(n, 128), k / 128};
   Tensor wscale =
       api::bench::random_tensor(ws, DType::kFloat32, dev, s.random_seed + 2, 1.0 / 896, 1.0 / 224);
   BenchCase c = api::bench::invoke_case("fp8_blockscale_gemm_sm90",
@@ -901,7 +903,7 @@ BenchCase bench_mxfp8(const BenchShape& s, Device dev, bool batched) {
   const DType f8 = DType::kFloat8E4M3FN, out_dt = s.out_dtype.value_or(DType::kBFloat16);
   const int64_t b = batched ? s.batch_size : 1;
   const int64_t m = s.m, n = std::max<int64_t>(128, s.n),
-                k = round_up(std::max<int64_t>(128, s.k), 32);
+                k = gemm_fp8_round_up(std::max<int64_t>(128, s.k), 32);
   Tensor a = api::bench::random_tensor({b, m, k}, f8, dev, s.random_seed);
   Tensor w = api::bench::random_tensor({b, n, k}, f8, dev, s.random_seed + 1);
   const int64_t sa = kernels::sf_buffer_size(SfLayoutCode::k128x4, m, k / 32);
@@ -938,7 +940,7 @@ BenchCase bench_router(const BenchShape& s, Device dev, const char* op, int64_t 
 }
 
 BenchCase bench_tinygemm(const BenchShape& s, Device dev) {
-  const int64_t m = s.m, n = round_up(s.n, 16), k = s.k;
+  const int64_t m = s.m, n = gemm_fp8_round_up(s.n, 16), k = s.k;
   Tensor x = api::bench::random_tensor({m, k}, DType::kBFloat16, dev, s.random_seed);
   Tensor w = api::bench::random_tensor({n, k}, DType::kBFloat16, dev, s.random_seed + 1);
   Tensor bias = api::bench::random_tensor({n}, DType::kBFloat16, dev, s.random_seed + 2);
@@ -972,7 +974,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   declare<&gemm_fp8_nt_groupwise>(
       r,
       {.name = "gemm_fp8_nt_groupwise",
-       .module = kModule,
+       .module = kGemmFp8Module,
        .summary = "FP8 GEMM a [m, k] x b [n, k]^T with per-block scales (default 1x128 / 128x128)"},
       "a", "b", "a_scale", "b_scale", "scale_major_mode", arg("mma_sm", 1),
       arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
@@ -980,13 +982,13 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   declare<&gemm_fp8_nt_blockscaled>(
       r,
       {.name = "gemm_fp8_nt_blockscaled",
-       .module = kModule,
+       .module = kGemmFp8Module,
        .summary = "gemm_fp8_nt_groupwise with 128x128 scale blocks of both operands"},
       "a", "b", "a_scale", "b_scale", arg("scale_major_mode", "MN"), arg("mma_sm", 1),
       arg("out").mut(), "out_dtype");
   declare<&mm_fp8>(r,
                    {.name = "mm_fp8",
-                    .module = kModule,
+                    .module = kGemmFp8Module,
                     .summary = "FP8 GEMM of TRT-LLM's low-latency kernel (prepared weight, alpha)"},
                    "a", "b", "alpha", arg("out_dtype", DType::kBFloat16), arg("out").mut(),
                    arg("backend", "trtllm_low_latency"));
@@ -999,20 +1001,20 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   declare<&fp8_blockscale_gemm_sm90>(
       r,
       {.name = "fp8_blockscale_gemm_sm90",
-       .module = kModule,
+       .module = kGemmFp8Module,
        .summary = "DeepSeek-style block-scale GEMM (1x128 input, 1x128 or 128x128 weight scales)"},
       "input", "weight", "input_scale", "weight_scale", arg("out").mut(), "out_dtype");
 
   declare<&mm_mxfp8>(r,
                      {.name = "mm_mxfp8",
-                      .module = kModule,
+                      .module = kGemmFp8Module,
                       .summary = "MXFP8 GEMM (e4m3 operands, UE8M0 scales per 32 values)"},
                      "a", "b", "a_descale", "b_descale", arg("out").mut(),
                      arg("out_dtype", DType::kBFloat16), arg("use_8x4_sf_layout", false),
                      arg("backend", "auto"));
   declare<&bmm_mxfp8>(r,
                       {.name = "bmm_mxfp8",
-                       .module = kModule,
+                       .module = kGemmFp8Module,
                        .summary = "Batched MXFP8 GEMM with 128x4-swizzled UE8M0 scales"},
                       "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
                       arg("backend", "auto"));
@@ -1044,7 +1046,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
 
   declare<&tgv_gemm_sm100>(r,
                            {.name = "tgv_gemm_sm100",
-                            .module = kModule,
+                            .module = kGemmFp8Module,
                             .summary = "TGV GEMM: a [m, k] @ b [k, n] column-major + bias"},
                            "a", "b", "bias", arg("pdl", false), arg("out").mut());
 
@@ -1066,7 +1068,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
   register_bench_hook("gemm_fp8_nt_blockscaled",
                       [](const BenchShape& s, Device d) { return bench_groupwise(s, d, true); });
   register_bench_hook("mm_fp8", bench_mm_fp8);
-  register_bench_hook("prepare_low_latency_gemm_weights", bench_prepare);
+  register_bench_hook("prepare_low_latency_gemm_weights", gemm_fp8_bench_prepare);
   register_bench_hook("fp8_blockscale_gemm_sm90", bench_sm90);
   register_bench_hook("mm_M1_16_K7168_N128", [](const BenchShape& s, Device d) {
     return bench_router(s, d, "mm_M1_16_K7168_N128", 7168, 128, DType::kBFloat16);

@@ -20,8 +20,8 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer_cpp.gguf";
-constexpr const char* kOp = "mm_gguf";
+constexpr const char* kGgufMmModule = "flashinfer_cpp.gguf";
+constexpr const char* kGgufMmOp = "mm_gguf";
 
 constexpr api::KernelEntry<kernels::GgufMmParams> kGgufMmKernels[] = {
     {DeviceType::kCPU,
@@ -40,48 +40,48 @@ constexpr api::KernelEntry<kernels::GgufMmParams> kGgufMmKernels[] = {
 #endif
 };
 
-kernels::GgmlQuantType parse_quant_type(std::string_view t) {
+kernels::GgmlQuantType gguf_mm_parse_quant_type(std::string_view t) {
   if (t == "Q4_1") return kernels::GgmlQuantType::kQ4_1;
   if (t == "Q8_0") return kernels::GgmlQuantType::kQ8_0;
-  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, kOp, "quant_type",
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, kGgufMmOp, "quant_type",
                   "must be \"Q4_1\" or \"Q8_0\", got \"", t, "\"");
 }
 
 Tensor mm_gguf_impl(const Tensor& a, const Tensor& b, std::string_view quant_type,
                     const std::optional<Tensor>& out, DType out_dtype) {
-  const kernels::GgmlQuantType type = parse_quant_type(quant_type);
-  api::check_defined(a, kOp, "a");
-  api::check_defined(b, kOp, "b");
-  api::check_dim(a, {2}, kOp, "a");
-  api::check_dtype_in(a, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, kOp, "a");
-  api::check_non_empty(a, kOp, "a");
+  const kernels::GgmlQuantType type = gguf_mm_parse_quant_type(quant_type);
+  api::check_defined(a, kGgufMmOp, "a");
+  api::check_defined(b, kGgufMmOp, "b");
+  api::check_dim(a, {2}, kGgufMmOp, "a");
+  api::check_dtype_in(a, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, kGgufMmOp, "a");
+  api::check_non_empty(a, kGgufMmOp, "a");
   const int64_t m = a.size(0), k = a.size(1);
-  FLASHINFER_CHECK(k % kernels::kGgmlBlockValues == 0, kOp, "a",
+  FLASHINFER_CHECK(k % kernels::kGgmlBlockValues == 0, kGgufMmOp, "a",
                    "k (a.size(1)) must be a multiple of 32 (the GGML block), got ", k);
-  api::check_dim(b, {2}, kOp, "b");
-  api::check_dtype_in(b, {DType::kUInt8}, kOp, "b");
-  api::check_same_device(b, a, kOp, "b", "a");
+  api::check_dim(b, {2}, kGgufMmOp, "b");
+  api::check_dtype_in(b, {DType::kUInt8}, kGgufMmOp, "b");
+  api::check_same_device(b, a, kGgufMmOp, "b", "a");
   const int64_t row_bytes = k / kernels::kGgmlBlockValues * kernels::ggml_block_bytes(type);
-  FLASHINFER_CHECK(b.size(1) == row_bytes, kOp, "b", "a ", quant_type, " row of k = ", k,
+  FLASHINFER_CHECK(b.size(1) == row_bytes, kGgufMmOp, "b", "a ", quant_type, " row of k = ", k,
                    " values is ", row_bytes, " bytes, but b.size(1) is ", b.size(1));
-  FLASHINFER_CHECK(b.stride(1) == 1 || b.size(1) == 1, kOp, "b",
+  FLASHINFER_CHECK(b.stride(1) == 1 || b.size(1) == 1, kGgufMmOp, "b",
                    "rows of blocks must be contiguous (stride(1) == 1), got stride ", b.stride(1));
-  FLASHINFER_CHECK(b.size(0) <= 1 || b.stride(0) >= row_bytes, kOp, "b",
+  FLASHINFER_CHECK(b.size(0) <= 1 || b.stride(0) >= row_bytes, kGgufMmOp, "b",
                    "rows must not overlap: stride(0) ", b.stride(0), " < row bytes ", row_bytes);
   const int64_t n = b.size(0);
   FLASHINFER_CHECK(
       out_dtype == DType::kBFloat16 || out_dtype == DType::kFloat16 || out_dtype == DType::kFloat32,
-      kOp, "out_dtype", "must be bfloat16, float16 or float32, got ", dtype_name(out_dtype));
+      kGgufMmOp, "out_dtype", "must be bfloat16, float16 or float32, got ", dtype_name(out_dtype));
   Tensor result;
   if (out) {
-    api::check_defined(*out, kOp, "out");
-    api::check_shape_eq(*out, {m, n}, kOp, "out");
-    FLASHINFER_CHECK(out->dtype() == out_dtype, kOp, "out", "dtype ", dtype_name(out->dtype()),
-                     " is not out_dtype ", dtype_name(out_dtype));
-    api::check_same_device(*out, a, kOp, "out", "a");
-    api::check_writable(*out, kOp, "out");
-    api::check_no_overlap(*out, a, kOp, "out", "a");
-    api::check_no_overlap(*out, b, kOp, "out", "b");
+    api::check_defined(*out, kGgufMmOp, "out");
+    api::check_shape_eq(*out, {m, n}, kGgufMmOp, "out");
+    FLASHINFER_CHECK(out->dtype() == out_dtype, kGgufMmOp, "out", "dtype ",
+                     dtype_name(out->dtype()), " is not out_dtype ", dtype_name(out_dtype));
+    api::check_same_device(*out, a, kGgufMmOp, "out", "a");
+    api::check_writable(*out, kGgufMmOp, "out");
+    api::check_no_overlap(*out, a, kGgufMmOp, "out", "a");
+    api::check_no_overlap(*out, b, kGgufMmOp, "out", "b");
     result = *out;
   } else {
     result = Tensor::empty({m, n}, out_dtype, a.device());
@@ -102,7 +102,7 @@ Tensor mm_gguf_impl(const Tensor& a, const Tensor& b, std::string_view quant_typ
   p.out_dtype = out_dtype;
   p.out_stride_m = result.stride(0);
   p.out_stride_n = result.stride(1);
-  api::launch(kGgufMmKernels, p, a.device(), kOp, "a");
+  api::launch(kGgufMmKernels, p, a.device(), kGgufMmOp, "a");
   return result;
 }
 
@@ -131,7 +131,7 @@ BenchCase bench_mm_gguf(const BenchShape& s, Device dev) {
   Tensor a = api::bench::random_tensor({s.m, k}, s.input_dtype, dev, s.random_seed);
   Tensor b = random_gguf_rows(s.n, k, type, s.random_seed + 1).to(dev);
   const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
-  BenchCase c = api::bench::invoke_case(kOp, {Value(a), Value(b), Value("Q4_1")},
+  BenchCase c = api::bench::invoke_case(kGgufMmOp, {Value(a), Value(b), Value("Q4_1")},
                                         {{"out_dtype", Value(out_dt)}});
   c.flops = 2.0 * static_cast<double>(s.m * s.n * k);
   c.bytes = static_cast<double>(b.numel()) + api::bench::nbytes({s.m, k}, s.input_dtype) +
@@ -151,12 +151,12 @@ namespace detail {
 void register_gguf_mm_ops(OpRegistry& r) {
   declare<&mm_gguf>(r,
                     {.name = "mm_gguf",
-                     .module = kModule,
+                     .module = kGgufMmModule,
                      .summary = "GEMM on GGUF Q4_1/Q8_0 weight rows: a [m, k] @ dequant(b [n, "
                                 "blocks])^T, fp32 accumulation"},
                     "a", "b", "quant_type", arg("out").mut(), arg("out_dtype", DType::kBFloat16));
-  api::register_backends(kOp, kGgufMmKernels);
-  register_bench_hook(kOp, bench_mm_gguf);
+  api::register_backends(kGgufMmOp, kGgufMmKernels);
+  register_bench_hook(kGgufMmOp, bench_mm_gguf);
 }
 }  // namespace detail
 

@@ -42,7 +42,7 @@ using kernels::GroupedGemmParams;
 using kernels::GroupedOperand;
 using kernels::GroupedProblem;
 
-constexpr const char* kCpuImpl =
+constexpr const char* kGroupedGemmCpuImpl =
     "CPU reference: operands dequantized exactly to fp32 per group, OpenBLAS sgemm, one rounding";
 
 // grouped_mm_bf16: the CPU driver's problem list, and the CUDA kernel's device-side view.
@@ -110,7 +110,7 @@ constexpr KernelEntry<GroupedMmCall> kGroupedMmBf16Kernels[] = {
 // grouped_mm_fp8: the generic CPU driver; on CUDA the grouped kernel with the fp8 operands
 // converted exactly to fp16 in shared memory (an fp16 MMA, fp32 accumulation, alpha at the end).
 constexpr KernelEntry<GroupedMmCall> kGroupedMmFp8Kernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
+    {DeviceType::kCPU, kGroupedGemmCpuImpl, nullptr,
      [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
@@ -129,7 +129,7 @@ constexpr KernelEntry<GroupedMmCall> kGroupedMmFp8Kernels[] = {
 // segment (not one cuBLASLt GEMM per segment): a batch of many short segments, the serving case,
 // costs one launch, and the kernel takes any operand strides as the CPU driver does.
 constexpr KernelEntry<GroupedMmCall> kSegmentKernels[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
+    {DeviceType::kCPU, kGroupedGemmCpuImpl, nullptr,
      [](const GroupedMmCall& c, const LaunchContext&) { kernels::cpu::grouped_gemm(c.cpu); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
@@ -146,7 +146,7 @@ constexpr KernelEntry<GroupedMmCall> kSegmentKernels[] = {
 
 // Every other variant: the CPU reference only.
 constexpr KernelEntry<GroupedGemmParams> kCpuOnly[] = {
-    {DeviceType::kCPU, kCpuImpl, nullptr,
+    {DeviceType::kCPU, kGroupedGemmCpuImpl, nullptr,
      [](const GroupedGemmParams& p, const LaunchContext&) { kernels::cpu::grouped_gemm(p); }},
 };
 
@@ -183,7 +183,7 @@ void check_indptr(const std::vector<int64_t>& p, int64_t rows, const char* op, c
                    " rows of the input");
 }
 
-void check_alpha(const std::optional<Tensor>& alpha, const Tensor& a, const char* op) {
+void grouped_gemm_check_alpha(const std::optional<Tensor>& alpha, const Tensor& a, const char* op) {
   if (!alpha || !alpha->defined()) return;
   api::check_dtype_in(*alpha, {DType::kFloat32}, op, "alpha");
   FLASHINFER_CHECK(alpha->shape() == Shape{1}, op, "alpha", "must be a scalar of shape (1,), got ",
@@ -293,7 +293,7 @@ Tensor grouped_mm_impl(const char* op, Variant v, const Tensor& a, const Tensor&
     indptr = index_to_host(m_indptr, op, "m_indptr", E + 1, true);
     check_indptr(indptr, cum_m, op, "m_indptr");
   }
-  check_alpha(alpha, a, op);
+  grouped_gemm_check_alpha(alpha, a, op);
 
   GroupedMmCall call;
   GroupedGemmParams& p = call.cpu;
@@ -468,7 +468,7 @@ Tensor fp8_group_out(const std::optional<Tensor>& out, std::optional<DType> out_
   return Tensor::zeros(shape, dt, a.device());
 }
 
-void fill_out(GroupedGemmParams& p, const Tensor& out, bool batched) {
+void grouped_gemm_fill_out(GroupedGemmParams& p, const Tensor& out, bool batched) {
   p.out = out.data_ptr();
   p.out_dtype = out.dtype();
   const int64_t d = out.dim();
@@ -543,7 +543,7 @@ Tensor group_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tenso
         const Tensor result = fp8_group_out(out, out_dtype, {cum, n}, a, op);
         p.n = n;
         p.k = k;
-        fill_out(p, result, false);
+        grouped_gemm_fill_out(p, result, false);
         for (int64_t e = 0; e < B; ++e) {
           const int64_t r0 = indptr[static_cast<std::size_t>(e)];
           const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
@@ -642,7 +642,7 @@ Tensor padded_fp4_group_impl(const char* op, bool nvfp4, const Tensor& a, const 
   }
   p.n = n;
   p.k = k;
-  fill_out(p, result, false);
+  grouped_gemm_fill_out(p, result, false);
   for (int64_t e = 0; e < B; ++e) {
     const int64_t r0 = indptr[static_cast<std::size_t>(e)];
     const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
@@ -804,7 +804,7 @@ Tensor sm120_moe_impl(const char* op, bool mx, const Tensor& a, const Tensor& b,
   p.n = n;
   p.k = k;
   p.swiglu = is_gated;
-  fill_out(p, result, false);
+  grouped_gemm_fill_out(p, result, false);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = indptr[static_cast<std::size_t>(e)];
     const int64_t m = indptr[static_cast<std::size_t>(e) + 1] - r0;
@@ -874,7 +874,7 @@ Tensor group_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const T
         const Tensor result = fp8_group_out(out, out_dtype, {m, n}, a, op);
         p.n = n;
         p.k = k;
-        fill_out(p, result, false);
+        grouped_gemm_fill_out(p, result, false);
         // Runs of equal indices are one problem each.
         for (int64_t i = 0; i < m;) {
           const int64_t e = idx[static_cast<std::size_t>(i)];
@@ -919,7 +919,7 @@ Tensor batch_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const T
         const Tensor result = fp8_group_out(out, out_dtype, {B, m, n}, a, op);
         p.n = n;
         p.k = k;
-        fill_out(p, result, true);
+        grouped_gemm_fill_out(p, result, true);
         for (int64_t g = 0; g < B; ++g) {
           const int64_t rows = mm[static_cast<std::size_t>(g)];
           FLASHINFER_CHECK(rows >= 0 && rows <= m, op, "masked_m", "masked_m[", g, "] = ", rows,
@@ -1307,7 +1307,7 @@ namespace {
 // routing spreads them (scripts/gpu_check_report.py grouped_indptr mirrors this for the torch
 // loop it is compared with); the block-scaled variants round every group to 128 rows (their
 // swizzled scale layouts' rule).
-std::vector<int64_t> bench_indptr(const BenchShape& s, bool rows128) {
+std::vector<int64_t> grouped_gemm_bench_indptr(const BenchShape& s, bool rows128) {
   const int64_t E = std::max<int64_t>(s.batch_size, 1);
   std::vector<int64_t> p(1, 0);
   for (int64_t e = 0; e < E; ++e) {
@@ -1324,7 +1324,7 @@ double grouped_flops(const std::vector<int64_t>& p, int64_t n, int64_t k) {
 
 BenchCase bench_grouped_mm_bf16(const BenchShape& s, Device dev) {
   const DType bf = DType::kBFloat16, out_dt = s.out_dtype.value_or(bf);
-  const std::vector<int64_t> p = bench_indptr(s, false);
+  const std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   const int64_t E = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   Tensor a = api::bench::random_tensor({cum, s.k}, bf, dev, s.random_seed);
   Tensor b = api::bench::random_tensor({E, s.n, s.k}, bf, dev, s.random_seed + 1);
@@ -1339,7 +1339,7 @@ BenchCase bench_grouped_mm_bf16(const BenchShape& s, Device dev) {
 
 BenchCase bench_grouped_mm_fp8(const BenchShape& s, Device dev) {
   const DType f8 = DType::kFloat8E4M3FN, out_dt = s.out_dtype.value_or(DType::kBFloat16);
-  const std::vector<int64_t> p = bench_indptr(s, false);
+  const std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   const int64_t E = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   Tensor a = api::bench::random_tensor({cum, s.k}, f8, dev, s.random_seed);
   Tensor b = api::bench::random_tensor({E, s.n, s.k}, f8, dev, s.random_seed + 1);
@@ -1368,7 +1368,7 @@ Tensor random_scales(const Shape& shape, bool e4m3, Device dev, uint64_t seed) {
 
 BenchCase bench_grouped_mm_scaled(const BenchShape& s, Device dev, bool fp4, int64_t block) {
   const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
-  const std::vector<int64_t> p = bench_indptr(s, true);
+  const std::vector<int64_t> p = grouped_gemm_bench_indptr(s, true);
   const int64_t E = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   const int64_t n = (s.n + 127) / 128 * 128, k = (s.k + 127) / 128 * 128;
   const bool e4m3 = fp4 && block == 16;
@@ -1409,7 +1409,7 @@ BenchCase bench_grouped_mm_scaled(const BenchShape& s, Device dev, bool fp4, int
 // weights of the input dtype (fp16 when the variant asks for it, else bf16).
 BenchCase bench_segment_gemm(const BenchShape& s, Device dev) {
   const DType dt = s.input_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
-  const std::vector<int64_t> p = bench_indptr(s, false);
+  const std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   const int64_t B = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   Tensor x = api::bench::random_tensor({cum, s.k}, dt, dev, s.random_seed);
   Tensor w = api::bench::random_tensor({B, s.k, s.n}, dt, dev, s.random_seed + 1);
@@ -1469,13 +1469,13 @@ BenchCase bench_masked(const BenchShape& s, Device dev) {
   return c;
 }
 
-Tensor scale_tensor(const Shape& shape, Device dev, uint64_t seed) {
+Tensor grouped_gemm_scale_tensor(const Shape& shape, Device dev, uint64_t seed) {
   return api::bench::random_tensor(shape, DType::kFloat32, dev, seed, 0.01, 0.02);
 }
 
 // Groups of s.m + 3e rows rounded up to 4 (the kernel's rule), one empty; "MN" scales.
 BenchCase bench_group_gemm_fp8(const BenchShape& s, Device dev) {
-  std::vector<int64_t> p = bench_indptr(s, false);
+  std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   for (std::size_t i = 1; i < p.size(); ++i) p[i] = (p[i] + 3) / 4 * 4;
   const int64_t B = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   const int64_t n = (s.n + 7) / 8 * 8, k = (s.k + 127) / 128 * 128;
@@ -1485,8 +1485,8 @@ BenchCase bench_group_gemm_fp8(const BenchShape& s, Device dev) {
   Tensor b = api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1);
   BenchCase c = api::bench::invoke_case(
       "group_gemm_fp8_nt_groupwise",
-      {Value(a), Value(b), Value(scale_tensor({k / 128, cum}, dev, s.random_seed + 2)),
-       Value(scale_tensor({B, k / 128, (n + 127) / 128}, dev, s.random_seed + 3)),
+      {Value(a), Value(b), Value(grouped_gemm_scale_tensor({k / 128, cum}, dev, s.random_seed + 2)),
+       Value(grouped_gemm_scale_tensor({B, k / 128, (n + 127) / 128}, dev, s.random_seed + 3)),
        Value(api::bench::int32_tensor(p, dev))},
       {{"out_dtype", Value(out_dt)}});
   c.flops = grouped_flops(p, n, k);
@@ -1506,8 +1506,8 @@ BenchCase bench_group_deepgemm(const BenchShape& s, Device dev) {
       "group_deepgemm_fp8_nt_groupwise",
       {Value(api::bench::random_tensor({m, k}, f8, dev, s.random_seed)),
        Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
-       Value(scale_tensor({m, k / 128}, dev, s.random_seed + 2)),
-       Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
+       Value(grouped_gemm_scale_tensor({m, k / 128}, dev, s.random_seed + 2)),
+       Value(grouped_gemm_scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
        Value(api::bench::int32_tensor(idx, dev))},
       // out given: the padding rows are not written, so they keep its (defined) zeros
       {{"out", Value(Tensor::zeros({m, n}, DType::kBFloat16, dev))}});
@@ -1527,8 +1527,8 @@ BenchCase bench_batch_deepgemm(const BenchShape& s, Device dev) {
       "batch_deepgemm_fp8_nt_groupwise",
       {Value(api::bench::random_tensor({B, m, k}, f8, dev, s.random_seed)),
        Value(api::bench::random_tensor({B, n, k}, f8, dev, s.random_seed + 1)),
-       Value(scale_tensor({B, m, k / 128}, dev, s.random_seed + 2)),
-       Value(scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
+       Value(grouped_gemm_scale_tensor({B, m, k / 128}, dev, s.random_seed + 2)),
+       Value(grouped_gemm_scale_tensor({B, n / 128, k / 128}, dev, s.random_seed + 3)),
        Value(api::bench::int32_tensor(mm, dev)), Value(m)},
       // out given: rows past masked_m are not written, so they keep its (defined) zeros
       {{"out", Value(Tensor::zeros({B, m, n}, DType::kBFloat16, dev))}});
@@ -1542,7 +1542,7 @@ BenchCase bench_batch_deepgemm(const BenchShape& s, Device dev) {
 
 // Groups of s.m + 3e rows rounded to 4 (one empty); activation scales per group padded to 128.
 BenchCase bench_padded_fp4(const BenchShape& s, Device dev, bool nvfp4) {
-  std::vector<int64_t> p = bench_indptr(s, false);
+  std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   for (std::size_t i = 1; i < p.size(); ++i) p[i] = (p[i] + 3) / 4 * 4;
   const int64_t B = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   const int64_t n = (s.n + 7) / 8 * 8, k = (s.k + 127) / 128 * 128, vec = nvfp4 ? 16 : 32;
@@ -1578,7 +1578,7 @@ BenchCase bench_padded_fp4(const BenchShape& s, Device dev, bool nvfp4) {
 
 // Token-packed groups (one empty), zero-padding scale rows; gated in the fp8 case.
 BenchCase bench_sm120_moe(const BenchShape& s, Device dev, bool mx) {
-  const std::vector<int64_t> p = bench_indptr(s, false);
+  const std::vector<int64_t> p = grouped_gemm_bench_indptr(s, false);
   const int64_t E = static_cast<int64_t>(p.size()) - 1, cum = p.back();
   const int64_t n = (s.n + 255) / 256 * 256, k = (s.k + 127) / 128 * 128;
   const int64_t m_pad = (cum + 3 * E) / 4 * 4;
@@ -1601,8 +1601,10 @@ BenchCase bench_sm120_moe(const BenchShape& s, Device dev, bool mx) {
   } else {
     c = api::bench::invoke_case(
         "moe_gemm_fp8_nt_groupwise",
-        {Value(a), Value(b), Value(scale_tensor({k / 128, m_pad}, dev, s.random_seed + 2)),
-         Value(scale_tensor({E, k / 128, n / 128}, dev, s.random_seed + 3)), Value(ip)},
+        {Value(a), Value(b),
+         Value(grouped_gemm_scale_tensor({k / 128, m_pad}, dev, s.random_seed + 2)),
+         Value(grouped_gemm_scale_tensor({E, k / 128, n / 128}, dev, s.random_seed + 3)),
+         Value(ip)},
         {{"is_gated", Value(true)}});
   }
   c.flops = grouped_flops(p, n, k);

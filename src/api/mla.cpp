@@ -53,10 +53,10 @@ struct MlaWrapperState {
 
 namespace {
 
-constexpr const char* kClass = "BatchMLAPagedAttentionWrapper";
+constexpr const char* kMlaClass = "BatchMLAPagedAttentionWrapper";
 constexpr const char* kMlaModule = "flashinfer.mla._core";
 constexpr const char* kTrtllmOp = "trtllm_batch_decode_with_kv_cache_mla";
-constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache_mla";
+constexpr const char* kMlaXqaOp = "xqa_batch_decode_with_kv_cache_mla";
 
 constexpr const char* kDecodeClass = "BatchDecodeMlaWithPagedKVCacheWrapper";
 
@@ -83,7 +83,7 @@ constexpr api::KernelEntry<kernels::MlaAttentionParams> kMlaKernels[] = {
      }},
 #endif
 };
-constexpr api::KernelEntry<kernels::MlaAppendParams> kAppendKernels[] = {
+constexpr api::KernelEntry<kernels::MlaAppendParams> kMlaAppendKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
      [](const kernels::MlaAppendParams& p, const api::LaunchContext&) {
        kernels::cpu::append_paged_mla_kv_cache(p);
@@ -117,7 +117,7 @@ int32_t to_i32(int64_t v, const char* op, const char* arg, int64_t lo = 1) {
   return static_cast<int32_t>(v);
 }
 
-void check_last_contiguous(const Tensor& t, const char* op, const char* arg) {
+void mla_check_last_contiguous(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, op, arg,
                    "the last axis must be contiguous");
 }
@@ -138,8 +138,8 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
   FLASHINFER_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1), op, "kpe_cache",
                    "has [pages, page_size] = [", kpe.size(0), ", ", kpe.size(1),
                    "] but ckv_cache has [", ckv.size(0), ", ", ckv.size(1), "]");
-  check_last_contiguous(ckv, op, "ckv_cache");
-  check_last_contiguous(kpe, op, "kpe_cache");
+  mla_check_last_contiguous(ckv, op, "ckv_cache");
+  mla_check_last_contiguous(kpe, op, "kpe_cache");
   api::check_writable(ckv, op, "ckv_cache");
   api::check_writable(kpe, op, "kpe_cache");
   api::check_no_overlap(ckv, kpe, op, "ckv_cache", "kpe_cache");
@@ -151,7 +151,7 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
     api::check_same_device(*t, *cache, op, arg, cache == &ckv ? "ckv_cache" : "kpe_cache");
     FLASHINFER_CHECK(t->size(1) == cache->size(2), op, arg, "rows have ", t->size(1),
                      " elements but the cache holds ", cache->size(2), " per token");
-    check_last_contiguous(*t, op, arg);
+    mla_check_last_contiguous(*t, op, arg);
   }
   const int64_t nnz = append_ckv.size(0);
   FLASHINFER_CHECK(append_kpe.size(0) == nnz, op, "append_kpe", "has ", append_kpe.size(0),
@@ -205,7 +205,7 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
     p.batch_indices = p.kv_indices + s.kv_indices.size();
     p.positions = p.batch_indices + bi.size();
   }
-  api::launch(kAppendKernels, p, ckv.device(), op, "ckv_cache");
+  api::launch(kMlaAppendKernels, p, ckv.device(), op, "ckv_cache");
 }
 
 void concat_mla_k_impl(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope) {
@@ -214,7 +214,7 @@ void concat_mla_k_impl(const Tensor& k, const Tensor& k_nope, const Tensor& k_ro
        {std::pair{&k, "k"}, std::pair{&k_nope, "k_nope"}, std::pair{&k_rope, "k_rope"}}) {
     api::check_defined(*t, op, arg);
     api::check_dim(*t, {3}, op, arg);
-    check_last_contiguous(*t, op, arg);
+    mla_check_last_contiguous(*t, op, arg);
   }
   api::check_dtype_in(
       k, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "k");
@@ -329,7 +329,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   }
   for (const auto& [t, arg] : {std::pair{&r.q_nope, r.qn_arg}, std::pair{&r.q_pe, r.qp_arg},
                                std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
-    check_last_contiguous(*t, op, arg);
+    mla_check_last_contiguous(*t, op, arg);
   }
   FLASHINFER_CHECK(r.q_nope.device() == s.device, op, r.qn_arg, "is on ", r.q_nope.device().str(),
                    " but the wrapper was built for ", s.device.str());
@@ -342,7 +342,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     FLASHINFER_CHECK(out.dtype() == r.o_dtype, op, "out", "dtype must be ",
                      dtype_torch_name(r.o_dtype), ", got ", dtype_torch_name(out.dtype()));
     api::check_same_device(out, r.q_nope, op, "out", r.qn_arg);
-    check_last_contiguous(out, op, "out");
+    mla_check_last_contiguous(out, op, "out");
     api::check_writable(out, op, "out");
     for (const auto& [t, arg] : {std::pair{&r.q_nope, r.qn_arg}, std::pair{&r.q_pe, r.qp_arg},
                                  std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
@@ -452,7 +452,7 @@ float finite_scale(std::optional<double> v, const char* op, const char* arg) {
   return static_cast<float>(*v);
 }
 
-double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
+double mla_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
   double v = x.scalar();
   if (x.is_tensor()) {
     const Tensor& t = x.tensor();
@@ -552,7 +552,7 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
     s.kv_lens.push_back(lens[b]);
     s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
   }
-  s.sm_scale = scale_value(bmm1_scale, op, "bmm1_scale");
+  s.sm_scale = mla_scale_value(bmm1_scale, op, "bmm1_scale");
   MlaRun r;
   r.op = op;
   r.qn_arg = r.qp_arg = "query";
@@ -563,7 +563,7 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   r.ckv = kv.slice(2, 0, dc);
   r.kpe = kv.slice(2, dc, int64_t{dc} + dk);
   r.o_dtype = qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd;
-  r.out_scale = static_cast<float>(scale_value(bmm2_scale, op, "bmm2_scale"));
+  r.out_scale = static_cast<float>(mla_scale_value(bmm2_scale, op, "bmm2_scale"));
   std::optional<Tensor> out3;
   if (out) {
     api::check_defined(*out, op, "out");
@@ -914,10 +914,10 @@ Tensor xqa_batch_decode_with_kv_cache_mla(
     std::optional<Tensor> sinks, std::optional<bool> enable_pdl) {
   return call_op<&xqa_batch_decode_with_kv_cache_mla>(
       [&] {
-        FLASHINFER_CHECK_CODE(!sinks, ErrorCode::kUnsupported, kXqaOp, "sinks",
+        FLASHINFER_CHECK_CODE(!sinks, ErrorCode::kUnsupported, kMlaXqaOp, "sinks",
                               "attention sinks are not supported for MLA");
         (void)enable_pdl;
-        return block_mla_impl(kXqaOp, query, kv_cache, workspace_buffer, qk_nope_head_dim,
+        return block_mla_impl(kMlaXqaOp, query, kv_cache, workspace_buffer, qk_nope_head_dim,
                               kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens, max_seq_len,
                               out, bmm1_scale, bmm2_scale);
       },
@@ -972,7 +972,7 @@ double mla_bytes(const BenchShape& s, int64_t rows, DType q, DType kv) {
 
 // BatchMLAPagedAttentionWrapper.run: s_qo queries per request (causal per s.causal); plan once.
 BenchCase bench_mla_run(const BenchShape& s, Device dev) {
-  FLASHINFER_CHECK(s.s_qo <= s.s_kv, kClass, "s_qo", "needs s_qo <= s_kv");
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv, kMlaClass, "s_qo", "needs s_qo <= s_kv");
   BenchLatent l = bench_latent(s, dev, s.s_qo);
   auto w =
       std::make_shared<BatchMLAPagedAttentionWrapper>(Tensor::empty({1 << 20}, DType::kUInt8, dev));
@@ -989,7 +989,7 @@ BenchCase bench_mla_run(const BenchShape& s, Device dev) {
   Tensor qp =
       api::bench::random_tensor({rows, s.num_qo_heads, kBenchKpe}, qd, dev, s.random_seed + 3);
   BenchCase c = api::bench::invoke_case(
-      std::string(kClass) + ".run",
+      std::string(kMlaClass) + ".run",
       {api::bench::bench_object(w), Value(qn), Value(qp), Value(l.ckv), Value(l.kpe)});
   // Upstream's count with qk dim ckv + kpe and vo dim ckv.
   c.flops = static_cast<double>(s.batch_size) *
@@ -1142,7 +1142,7 @@ void register_mla_ops(OpRegistry& r) {
       "use_fp16_softmax");
   declare<&xqa_batch_decode_with_kv_cache_mla>(
       r,
-      {.name = kXqaOp,
+      {.name = kMlaXqaOp,
        .module = kMlaModule,
        .summary = "MLA decode over a block-table latent cache (XQA backend's name)"},
       "query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
@@ -1170,11 +1170,11 @@ void register_mla_ops(OpRegistry& r) {
        .summary = "MLA decode (one query per request) with the current plan"},
       "q_nope", "q_pe", "paged_ckv_cache", "paged_kpe_cache", "q_scale", "k_scale", "v_scale",
       arg("out").mut(), arg("lse").mut(), arg("return_lse", false), arg("enable_pdl", false));
-  api::register_backends("append_paged_mla_kv_cache", kAppendKernels);
+  api::register_backends("append_paged_mla_kv_cache", kMlaAppendKernels);
   api::register_backends("concat_mla_k", kConcatKernels);
   for (const char* op : {"BatchMLAPagedAttentionWrapper.__init__",
                          "BatchMLAPagedAttentionWrapper.plan", "BatchMLAPagedAttentionWrapper.run",
-                         kTrtllmOp, kXqaOp, "BatchDecodeMlaWithPagedKVCacheWrapper.__init__",
+                         kTrtllmOp, kMlaXqaOp, "BatchDecodeMlaWithPagedKVCacheWrapper.__init__",
                          "BatchDecodeMlaWithPagedKVCacheWrapper.plan",
                          "BatchDecodeMlaWithPagedKVCacheWrapper.run"}) {
     api::register_backends(op, kMlaKernels);
@@ -1186,8 +1186,9 @@ void register_mla_ops(OpRegistry& r) {
   register_bench_hook(kTrtllmOp, [](const BenchShape& s, Device dev) {
     return bench_block_mla(kTrtllmOp, s, dev);
   });
-  register_bench_hook(
-      kXqaOp, [](const BenchShape& s, Device dev) { return bench_block_mla(kXqaOp, s, dev); });
+  register_bench_hook(kMlaXqaOp, [](const BenchShape& s, Device dev) {
+    return bench_block_mla(kMlaXqaOp, s, dev);
+  });
 }
 }  // namespace detail
 

@@ -91,7 +91,7 @@ bool is_gated_activation(ActivationType activation_type) {
 
 namespace {
 
-constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+constexpr const char* kMoeCoreModule = "flashinfer.fused_moe.core";
 
 constexpr api::KernelEntry<kernels::CutlassMoeParams> kCutlassMoeKernels[] = {
     {DeviceType::kCPU,
@@ -125,7 +125,7 @@ constexpr api::KernelEntry<kernels::DeepSeekRoutingParams> kDeepSeekRoutingKerne
 #endif
 };
 
-void check_unit_last_stride(const Tensor& t, const char* op, const char* arg) {
+void moe_check_unit_last_stride(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, arg,
                    "the last dimension must be contiguous (stride 1), got stride ", t.stride(-1));
 }
@@ -135,8 +135,8 @@ void check_flag_off(bool flag, const char* op, const char* arg, const char* why)
 }
 
 // Per-expert fp32 [E_l] activation parameter, or null.
-const float* expert_vector(const std::optional<Tensor>& t, int64_t experts, const Tensor& input,
-                           const char* op, const char* arg) {
+const float* moe_expert_vector(const std::optional<Tensor>& t, int64_t experts, const Tensor& input,
+                               const char* op, const char* arg) {
   if (!t) return nullptr;
   api::check_defined(*t, op, arg);
   api::check_dtype_in(*t, {DType::kFloat32}, op, arg);
@@ -192,7 +192,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
 
   api::check_dim(input, {2}, op, "input");
   api::check_dtype_in(input, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "input");
-  check_unit_last_stride(input, op, "input");
+  moe_check_unit_last_stride(input, op, "input");
   const int64_t T = input.size(0), H = input.size(1);
   FLASHINFER_CHECK(H > 0, op, "input", "hidden size must be positive");
   const int64_t K = api::check_cutlass_moe_routing(c, T);
@@ -240,7 +240,7 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
                      dtype_torch_name(output->dtype()), " is not output_dtype ",
                      dtype_torch_name(output_dtype));
     api::check_same_device(*output, input, op, "output", "input");
-    check_unit_last_stride(*output, op, "output");
+    moe_check_unit_last_stride(*output, op, "output");
     api::check_writable(*output, op, "output");
     api::check_no_overlap(*output, input, op, "output", "input");
     out = *output;
@@ -262,11 +262,12 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   p.b1 = b1 ? b1->data_ptr() : nullptr;
   // The fc2 bias only on tensor-parallel rank 0, as upstream's finalize launcher.
   p.b2 = b2 && c.tp_rank == 0 ? b2->data_ptr() : nullptr;
-  p.swiglu_alpha = expert_vector(c.swiglu_alpha, E, input, op, "swiglu_alpha");
-  p.swiglu_beta = expert_vector(c.swiglu_beta, E, input, op, "swiglu_beta");
-  p.swiglu_limit = expert_vector(c.swiglu_limit, E, input, op, "swiglu_limit");
-  p.situ_beta = expert_vector(c.options.situ_beta, E, input, op, "situ_beta");
-  p.situ_linear_beta = expert_vector(c.options.situ_linear_beta, E, input, op, "situ_linear_beta");
+  p.swiglu_alpha = moe_expert_vector(c.swiglu_alpha, E, input, op, "swiglu_alpha");
+  p.swiglu_beta = moe_expert_vector(c.swiglu_beta, E, input, op, "swiglu_beta");
+  p.swiglu_limit = moe_expert_vector(c.swiglu_limit, E, input, op, "swiglu_limit");
+  p.situ_beta = moe_expert_vector(c.options.situ_beta, E, input, op, "situ_beta");
+  p.situ_linear_beta =
+      moe_expert_vector(c.options.situ_linear_beta, E, input, op, "situ_linear_beta");
   p.out = out.data_ptr();
   p.out_stride = out.stride(0);
   p.dtype = input.dtype();
@@ -320,13 +321,13 @@ int64_t check_cutlass_moe_routing(const CutlassMoeCall& c, int64_t T) {
   check_dtype_in(ids, {DType::kInt32, DType::kInt64}, op, "token_selected_experts");
   FLASHINFER_CHECK(ids.size(0) == T && ids.size(1) >= 1, op, "token_selected_experts",
                    "expected shape [", T, ", top_k], got ", shape_to_string(ids.shape()));
-  check_unit_last_stride(ids, op, "token_selected_experts");
+  moe_check_unit_last_stride(ids, op, "token_selected_experts");
   check_same_device(ids, c.input, op, "token_selected_experts", "input");
   const int64_t K = ids.size(1);
   check_dtype_in(scales, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
                  "token_final_scales");
   check_shape_eq(scales, {T, K}, op, "token_final_scales");
-  check_unit_last_stride(scales, op, "token_final_scales");
+  moe_check_unit_last_stride(scales, op, "token_final_scales");
   check_same_device(scales, c.input, op, "token_final_scales", "input");
   return K;
 }
@@ -432,7 +433,7 @@ void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t 
   api::check_defined(topk_indices, op, "topk_indices");
   api::check_dim(scores, {2}, op, "scores");
   api::check_dtype_in(scores, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "scores");
-  check_unit_last_stride(scores, op, "scores");
+  moe_check_unit_last_stride(scores, op, "scores");
   const int64_t T = scores.size(0), E = scores.size(1);
   FLASHINFER_CHECK(E >= 1, op, "scores", "no experts (shape ", shape_to_string(scores.shape()),
                    ")");
@@ -467,12 +468,12 @@ void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t 
                    " must be scores' ", dtype_torch_name(scores.dtype()), " or torch.float32");
   api::check_shape_eq(topk_values, {T, topk}, op, "topk_values");
   api::check_same_device(topk_values, scores, op, "topk_values", "scores");
-  check_unit_last_stride(topk_values, op, "topk_values");
+  moe_check_unit_last_stride(topk_values, op, "topk_values");
   api::check_writable(topk_values, op, "topk_values");
   api::check_dtype_in(topk_indices, {DType::kInt32}, op, "topk_indices");
   api::check_shape_eq(topk_indices, {T, topk}, op, "topk_indices");
   api::check_same_device(topk_indices, scores, op, "topk_indices", "scores");
-  check_unit_last_stride(topk_indices, op, "topk_indices");
+  moe_check_unit_last_stride(topk_indices, op, "topk_indices");
   api::check_writable(topk_indices, op, "topk_indices");
   api::check_no_overlap(topk_values, topk_indices, op, "topk_values", "topk_indices");
   if (routing_replay_out) {
@@ -484,7 +485,7 @@ void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t 
                      "shape[0] must be >= ", T, " and shape[1] must be ", topk, ", got ",
                      shape_to_string(r.shape()));
     api::check_same_device(r, scores, op, "routing_replay_out", "scores");
-    check_unit_last_stride(r, op, "routing_replay_out");
+    moe_check_unit_last_stride(r, op, "routing_replay_out");
     api::check_writable(r, op, "routing_replay_out");
   }
   kernels::DeepSeekRoutingParams p;
@@ -576,7 +577,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
     FLASHINFER_CHECK(ids.size(0) == hidden.size(0) && ids.size(1) == top_k, op, "topk_ids",
                      "expected [", hidden.size(0), ", ", top_k, "], got ",
                      shape_to_string(ids.shape()));
-    check_unit_last_stride(ids, op, "topk_ids");
+    moe_check_unit_last_stride(ids, op, "topk_ids");
     api::check_same_device(ids, hidden, op, "topk_ids", "hidden_states");
     if (routed->weights) {
       const Tensor& w = *routed->weights;
@@ -584,7 +585,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
       FLASHINFER_CHECK(w.shape() == ids.shape() && w.stride(0) == ids.stride(0), op, "topk_ids",
                        "the weights must have the ids' shape and row stride, got ",
                        shape_to_string(w.shape()));
-      check_unit_last_stride(w, op, "topk_ids");
+      moe_check_unit_last_stride(w, op, "topk_ids");
       api::check_same_device(w, hidden, op, "topk_ids", "hidden_states");
     }
   }
@@ -596,7 +597,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   if (!routed) {
     api::check_dim(logits, {2}, op, "routing_logits");
     api::check_dtype_in(logits, {DType::kFloat32, DType::kBFloat16}, op, "routing_logits");
-    check_unit_last_stride(logits, op, "routing_logits");
+    moe_check_unit_last_stride(logits, op, "routing_logits");
     FLASHINFER_CHECK(logits.shape() == Shape({T, num_experts}), op, "routing_logits", "expected [",
                      T, ", ", num_experts, "] (tokens, num_experts), got ",
                      shape_to_string(logits.shape()));
@@ -631,7 +632,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
                    "local_num_experts", "local experts [", offset, ", ", offset + local_num,
                    ") must lie in [0, num_experts=", num_experts, ")");
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
-  check_unit_last_stride(hidden, op, "hidden_states");
+  moe_check_unit_last_stride(hidden, op, "hidden_states");
   const int64_t H = hidden.size(1);
   FLASHINFER_CHECK(activation_type >= 0 && activation_type <= 10, op, "activation_type",
                    "must be an ActivationType value, got ", activation_type);
@@ -674,7 +675,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
                      "routing_replay_out", "shape[0] must be >= ", T,
                      " and shape[1] must be top_k (", top_k, "), got ",
                      shape_to_string(replay_out->shape()));
-    check_unit_last_stride(*replay_out, op, "routing_replay_out");
+    moe_check_unit_last_stride(*replay_out, op, "routing_replay_out");
     api::check_same_device(*replay_out, hidden, op, "routing_replay_out", "hidden_states");
     api::check_writable(*replay_out, op, "routing_replay_out");
   }
@@ -683,7 +684,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
     api::check_dtype_in(*output, {DType::kBFloat16}, op, "output");
     api::check_shape_eq(*output, {T, H}, op, "output");
     api::check_same_device(*output, hidden, op, "output", "hidden_states");
-    check_unit_last_stride(*output, op, "output");
+    moe_check_unit_last_stride(*output, op, "output");
     api::check_writable(*output, op, "output");
     api::check_no_overlap(*output, hidden, op, "output", "hidden_states");
     out = *output;
@@ -725,9 +726,9 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   m.in_stride = hidden.stride(0);
   m.w1 = w1p.data_ptr();
   m.w2 = w2p.data_ptr();
-  m.swiglu_alpha = expert_vector(alpha, local_num, hidden, op, "gemm1_alpha");
-  m.swiglu_beta = expert_vector(beta, local_num, hidden, op, "gemm1_beta");
-  m.swiglu_limit = expert_vector(limit, local_num, hidden, op, "gemm1_clamp_limit");
+  m.swiglu_alpha = moe_expert_vector(alpha, local_num, hidden, op, "gemm1_alpha");
+  m.swiglu_beta = moe_expert_vector(beta, local_num, hidden, op, "gemm1_beta");
+  m.swiglu_limit = moe_expert_vector(limit, local_num, hidden, op, "gemm1_clamp_limit");
   m.out = out.data_ptr();
   m.out_stride = out.stride(0);
   m.dtype = DType::kBFloat16;
@@ -868,14 +869,14 @@ std::tuple<Tensor, Tensor> hash_topk_impl(const Tensor& logits, const Tensor& in
   api::check_defined(tid2eid, op, "tid2eid");
   api::check_dim(logits, {2}, op, "router_logits");
   api::check_dtype_in(logits, {DType::kFloat32}, op, "router_logits");
-  check_unit_last_stride(logits, op, "router_logits");
+  moe_check_unit_last_stride(logits, op, "router_logits");
   api::check_dim(input_ids, {1}, op, "input_ids");
   api::check_dtype_in(input_ids, {DType::kInt64}, op, "input_ids");
   api::check_same_device(input_ids, logits, op, "input_ids", "router_logits");
   api::check_dim(tid2eid, {2}, op, "tid2eid");
   api::check_dtype_in(tid2eid, {DType::kInt32}, op, "tid2eid");
   api::check_same_device(tid2eid, logits, op, "tid2eid", "router_logits");
-  check_unit_last_stride(tid2eid, op, "tid2eid");
+  moe_check_unit_last_stride(tid2eid, op, "tid2eid");
   const int64_t T = logits.size(0), E = logits.size(1), K = tid2eid.size(1);
   FLASHINFER_CHECK(input_ids.size(0) == T, op, "input_ids", "length (", input_ids.size(0),
                    ") must equal num_tokens (", T, ")");
@@ -1055,7 +1056,7 @@ void register_moe_ops(OpRegistry& r) {
   declare<&cutlass_fused_moe>(
       r,
       {.name = "cutlass_fused_moe",
-       .module = kCoreModule,
+       .module = kMoeCoreModule,
        .summary = "Fused MoE: sum_k scale[t,k] * act(x @ w1[e].T) @ w2[e].T over routed experts",
        .returns = "list[Tensor]",
        .unwritten_results = {"result__1", "result__2", "result__3"},
@@ -1097,7 +1098,7 @@ void register_moe_ops(OpRegistry& r) {
   declare<&trtllm_bf16_moe>(
       r,
       {.name = "trtllm_bf16_moe",
-       .module = kCoreModule,
+       .module = kMoeCoreModule,
        .summary = "trtllm-gen BF16 MoE: routing from logits, then the fused expert FFNs",
        .returns = "Tensor | list[Tensor]"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
@@ -1112,7 +1113,7 @@ void register_moe_ops(OpRegistry& r) {
   declare<&trtllm_bf16_routed_moe>(
       r,
       {.name = "trtllm_bf16_routed_moe",
-       .module = kCoreModule,
+       .module = kMoeCoreModule,
        .summary = "trtllm-gen BF16 MoE with precomputed routing (packed ids or (ids, weights))",
        .returns = "Tensor | list[Tensor]"},
       "topk_ids", "hidden_states", "gemm1_weights", "gemm2_weights", "num_experts", "top_k",

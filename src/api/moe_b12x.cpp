@@ -679,7 +679,7 @@ MoeBenchInputs bench_inputs(const BenchShape& s, Device dev) {
   return b;
 }
 
-BenchCase finish(BenchCase c, const MoeBenchInputs& b) {
+BenchCase moe_b12x_finish(BenchCase c, const MoeBenchInputs& b) {
   const double rows = static_cast<double>(b.T * 2);
   c.flops = 2.0 * rows * b.H * (2 * b.I) + 2.0 * rows * b.I * b.H;
   c.bytes = static_cast<double>(b.T * b.H) * 4.0 + static_cast<double>(b.E * 3 * b.I * b.H) / 2;
@@ -690,22 +690,22 @@ BenchCase finish(BenchCase c, const MoeBenchInputs& b) {
 BenchCase bench_b12x(const BenchShape& s, Device dev) {
   const MoeBenchInputs b = bench_inputs(s, dev);
   Tensor x = api::bench::random_tensor({b.T, b.H}, DType::kBFloat16, dev, s.random_seed + 1);
-  return finish(api::bench::invoke_case(
-                    "b12x_fused_moe",
-                    {Value(x), Value(b.w1), Value(b.s1), Value(b.w2), Value(b.s2), Value(b.ids),
-                     Value(b.w), Value(b.E), Value(int64_t{2})},
-                    {{"w1_alpha", Value(b.ones)},
-                     {"w2_alpha", Value(b.ones)},
-                     {"fc2_input_scale", Value(b.ones)},
-                     {"output", Value(Tensor::empty({b.T, b.H}, DType::kBFloat16, dev))}}),
-                b);
+  return moe_b12x_finish(api::bench::invoke_case(
+                             "b12x_fused_moe",
+                             {Value(x), Value(b.w1), Value(b.s1), Value(b.w2), Value(b.s2),
+                              Value(b.ids), Value(b.w), Value(b.E), Value(int64_t{2})},
+                             {{"w1_alpha", Value(b.ones)},
+                              {"w2_alpha", Value(b.ones)},
+                              {"fc2_input_scale", Value(b.ones)},
+                              {"output", Value(Tensor::empty({b.T, b.H}, DType::kBFloat16, dev))}}),
+                         b);
 }
 
 BenchCase bench_b12x_wrapper(const BenchShape& s, Device dev) {
   const MoeBenchInputs b = bench_inputs(s, dev);
   Tensor x = api::bench::random_tensor({b.T, b.H}, DType::kBFloat16, dev, s.random_seed + 1);
   auto obj = std::make_shared<B12xMoEWrapper>(b.E, 2, b.H, b.I);
-  return finish(
+  return moe_b12x_finish(
       api::bench::invoke_case("B12xMoEWrapper.run",
                               {api::bench::bench_object(obj), Value(x), Value(b.w1), Value(b.s1),
                                Value(b.w2), Value(b.s2), Value(b.ids), Value(b.w)},
@@ -720,7 +720,7 @@ BenchCase bench_b12x_wrapper(const BenchShape& s, Device dev) {
 BenchCase bench_cute_wrapper(const BenchShape& s, Device dev) {
   const MoeBenchInputs b = bench_inputs(s, dev);
   auto obj = std::make_shared<CuteDslMoEWrapper>(b.E, 2, b.H, b.I);
-  return finish(
+  return moe_b12x_finish(
       api::bench::invoke_case(
           "CuteDslMoEWrapper.run",
           {api::bench::bench_object(obj), Value(rand_bytes({b.T, b.H / 2}, dev, s.random_seed + 1)),

@@ -14,7 +14,7 @@
 namespace flashinfer::api {
 namespace {
 
-constexpr const char* kOp = "cutlass_fused_moe";
+constexpr const char* kMoeCutlassFp4Op = "cutlass_fused_moe";
 
 constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
     {DeviceType::kCPU,
@@ -26,7 +26,7 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
      }},
 };
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t moe_cutlass_fp4_round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 const char* mode_name(kernels::CutlassFp4Mode m) {
   switch (m) {
@@ -51,15 +51,16 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
 const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* what, DType dtype,
                           const Shape& shape) {
   const Tensor& t = qs[i];
-  FLASHINFER_CHECK(t.defined(), kOp, "quant_scales", "quant_scales[", i, "] (", what,
+  FLASHINFER_CHECK(t.defined(), kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (", what,
                    ") is undefined");
-  FLASHINFER_CHECK(t.dtype() == dtype, kOp, "quant_scales", "quant_scales[", i, "] (", what,
-                   ") must be ", dtype_torch_name(dtype), ", got ", dtype_torch_name(t.dtype()));
-  FLASHINFER_CHECK(t.shape() == shape, kOp, "quant_scales", "quant_scales[", i, "] (", what,
-                   ") must have shape ", shape_to_string(shape), ", got ",
+  FLASHINFER_CHECK(t.dtype() == dtype, kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (",
+                   what, ") must be ", dtype_torch_name(dtype), ", got ",
+                   dtype_torch_name(t.dtype()));
+  FLASHINFER_CHECK(t.shape() == shape, kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (",
+                   what, ") must have shape ", shape_to_string(shape), ", got ",
                    shape_to_string(t.shape()));
-  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
-                   i, "] (", what, ") must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                   "quant_scales[", i, "] (", what, ") must be a contiguous CPU tensor");
   return t;
 }
 
@@ -69,12 +70,12 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
   const Tensor& t = qs[i];
   FLASHINFER_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.dim() <= 1 &&
                        (t.dim() == 0 || t.size(0) == E || t.size(0) == 1),
-                   kOp, "quant_scales", "quant_scales[", i, "] (", what,
+                   kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (", what,
                    ") must be an fp32 scalar or [", E, "] tensor, got ",
                    t.defined() ? dtype_torch_name(t.dtype()) : "undefined", " ",
                    t.defined() ? shape_to_string(t.shape()) : "");
-  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
-                   i, "] (", what, ") must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                   "quant_scales[", i, "] (", what, ") must be a contiguous CPU tensor");
   *per_expert = t.dim() == 1 && t.size(0) == E && E > 1;
   return t.data<float>();
 }
@@ -85,7 +86,7 @@ void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
                              const std::array<int64_t, 8>& want,
                              const std::array<DType, 8>& want_dt,
                              const std::array<bool, 8>& optional) {
-  FLASHINFER_CHECK(qs.size() == 8, kOp, "quant_scales", path,
+  FLASHINFER_CHECK(qs.size() == 8, kMoeCutlassFp4Op, "quant_scales", path,
                    " takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
                    "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
                    "got ",
@@ -97,21 +98,22 @@ void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
     const Tensor& t = qs[i];
     const int64_t got = t.defined() ? t.numel() : 0;
     if (optional[i] && got == 0) continue;
-    FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kOp, "quant_scales",
+    FLASHINFER_CHECK(got == want[i] && t.dtype() == want_dt[i], kMoeCutlassFp4Op, "quant_scales",
                      "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
                      dtype_torch_name(want_dt[i]), " values", optional[i] ? " or none" : "",
                      ", got ", got, " ", t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
-    FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kOp, "quant_scales", "quant_scales[",
-                     i, "] (", what[i], ") must be a contiguous CPU tensor");
+    FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                     "quant_scales[", i, "] (", what[i], ") must be a contiguous CPU tensor");
   }
 }
 
-const float* expert_vector(const std::optional<Tensor>& t, int64_t E, const char* arg) {
+const float* moe_cutlass_fp4_expert_vector(const std::optional<Tensor>& t, int64_t E,
+                                           const char* arg) {
   if (!t) return nullptr;
-  check_defined(*t, kOp, arg);
-  check_dtype_in(*t, {DType::kFloat32}, kOp, arg);
-  check_shape_eq(*t, {E}, kOp, arg);
-  FLASHINFER_CHECK(t->device().is_cpu() && t->is_contiguous(), kOp, arg,
+  check_defined(*t, kMoeCutlassFp4Op, arg);
+  check_dtype_in(*t, {DType::kFloat32}, kMoeCutlassFp4Op, arg);
+  check_shape_eq(*t, {E}, kMoeCutlassFp4Op, arg);
+  FLASHINFER_CHECK(t->device().is_cpu() && t->is_contiguous(), kMoeCutlassFp4Op, arg,
                    "must be a contiguous CPU tensor");
   return t->data<float>();
 }
@@ -154,9 +156,9 @@ bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weigh
 std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   using kernels::CutlassFp4Mode;
   const Tensor &input = c.input, &w1 = c.w1, &w2 = c.w2;
-  check_defined(c.ids, kOp, "token_selected_experts");
-  check_defined(c.scales, kOp, "token_final_scales");
-  check_defined(w2, kOp, "fc2_expert_weights");
+  check_defined(c.ids, kMoeCutlassFp4Op, "token_selected_experts");
+  check_defined(c.scales, kMoeCutlassFp4Op, "token_final_scales");
+  check_defined(w2, kMoeCutlassFp4Op, "fc2_expert_weights");
   const CutlassFp4Mode mode =
       c.use_packed_weights
           ? (c.use_w4_group_scaling ? CutlassFp4Mode::kW4A8Int4 : CutlassFp4Mode::kWoqInt4)
@@ -171,56 +173,57 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool woq = mode == CutlassFp4Mode::kWoqInt4;
   // No GPU kernel: a CUDA call is refused here (kUnsupported), so replay falls back to the CPU.
   FLASHINFER_CHECK_CODE(
-      input.device().is_cpu(), ErrorCode::kUnsupported, kOp, "input", "the ", mode_name(mode),
-      " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
+      input.device().is_cpu(), ErrorCode::kUnsupported, kMoeCutlassFp4Op, "input", "the ",
+      mode_name(mode), " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
   const bool w8 = mode == CutlassFp4Mode::kMxfp8Mxfp8;
   const int64_t mult = w8 ? 1 : mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq ? 2 : 16;
-  api::check_dim(w2, {3}, kOp, "fc2_expert_weights");
-  api::check_same_dtype(w2, w1, kOp, "fc2_expert_weights", "fc1_expert_weights");
-  FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kOp, "fc2_expert_weights",
-                   "must be a contiguous CPU tensor");
+  api::check_dim(w2, {3}, kMoeCutlassFp4Op, "fc2_expert_weights");
+  api::check_same_dtype(w2, w1, kMoeCutlassFp4Op, "fc2_expert_weights", "fc1_expert_weights");
+  FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kMoeCutlassFp4Op,
+                   "fc2_expert_weights", "must be a contiguous CPU tensor");
   const int64_t E = w2.size(0), H = w2.size(1), I = w2.size(2) * mult;
-  FLASHINFER_CHECK(E >= 1 && H >= 1 && I >= 1, kOp, "fc2_expert_weights",
+  FLASHINFER_CHECK(E >= 1 && H >= 1 && I >= 1, kMoeCutlassFp4Op, "fc2_expert_weights",
                    "empty expert weights, shape ", shape_to_string(w2.shape()));
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(c.activation_type));
   const int64_t N1 = gated ? 2 * I : I;
-  FLASHINFER_CHECK(w1.shape() == Shape({E, N1, H / mult}) && H % mult == 0, kOp,
+  FLASHINFER_CHECK(w1.shape() == Shape({E, N1, H / mult}) && H % mult == 0, kMoeCutlassFp4Op,
                    "fc1_expert_weights", "expected [", E, ", ", N1, ", ", H / mult, "] (",
                    gated ? "gated: 2 * " : "", "inter = ", I, " from fc2, ", mult,
                    " fp4 values per element), got ", shape_to_string(w1.shape()));
-  FLASHINFER_CHECK(w1.device().is_cpu() && w1.is_contiguous(), kOp, "fc1_expert_weights",
-                   "must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(w1.device().is_cpu() && w1.is_contiguous(), kMoeCutlassFp4Op,
+                   "fc1_expert_weights", "must be a contiguous CPU tensor");
   if (mode == CutlassFp4Mode::kNvfp4) {
-    FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, kOp, "fc2_expert_weights",
+    FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, kMoeCutlassFp4Op, "fc2_expert_weights",
                      "hidden and inter sizes must be multiples of 16, got ", H, " and ", I);
   } else {
     // MXFP4 weights: upstream's runner requires 128 (MXFP8 x MXFP4); the SM90 layouts fold
     // scales per 64 rows and 128 columns (W4A16). MXFP8 x MXFP8: upstream requires 64 and pads
     // the scale rows / columns (alignToSfDim); here 128, where no padding arises.
-    FLASHINFER_CHECK(H % 128 == 0 && I % 128 == 0, kOp, "fc2_expert_weights",
+    FLASHINFER_CHECK(H % 128 == 0 && I % 128 == 0, kMoeCutlassFp4Op, "fc2_expert_weights",
                      "hidden_size and inter_size must be divisible by 128 for ", mode_name(mode),
                      " weights, got ", H, " and ", I);
   }
 
   // Input: fp16/bf16 (NVFP4: quantized here; W4A16: as is), packed NVFP4 uint8 [T, H/2] with
   // input_sf, or MXFP8 float8_e4m3fn [T, H] with input_sf.
-  api::check_dim(input, {2}, kOp, "input");
+  api::check_dim(input, {2}, kMoeCutlassFp4Op, "input");
   const int64_t T = input.size(0);
   const bool packed = input.dtype() == DType::kUInt8;
   if (mode == CutlassFp4Mode::kNvfp4) {
-    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kUInt8}, kOp, "input");
+    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kUInt8}, kMoeCutlassFp4Op,
+                        "input");
   } else if (hum || w4a8 || woq) {
     // Upstream: "Humming-style MXFP4 x FP8 requires FP16/BF16 inputs and online FP8 activation
     // quantization"; W4A8's and weight-only INT4's runners exist for fp16 / bf16 inputs only.
-    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, kOp, "input");
+    api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, kMoeCutlassFp4Op, "input");
   }
   const int64_t in_cols = packed ? H / 2 : H;
-  FLASHINFER_CHECK(input.size(1) == in_cols, kOp, "input", "expected [", T, ", ", in_cols,
-                   "] (hidden_size ", H, " from fc2_expert_weights", packed ? ", packed fp4" : "",
-                   "), got ", shape_to_string(input.shape()));
-  FLASHINFER_CHECK(input.stride(1) == 1 || in_cols <= 1, kOp, "input",
+  FLASHINFER_CHECK(input.size(1) == in_cols, kMoeCutlassFp4Op, "input", "expected [", T, ", ",
+                   in_cols, "] (hidden_size ", H, " from fc2_expert_weights",
+                   packed ? ", packed fp4" : "", "), got ", shape_to_string(input.shape()));
+  FLASHINFER_CHECK(input.stride(1) == 1 || in_cols <= 1, kMoeCutlassFp4Op, "input",
                    "the last dimension must be contiguous");
   const bool pre_quantized = packed || mode == CutlassFp4Mode::kMxfp8Mxfp4 || w8;
   const int vec = nv ? 16 : 32;
@@ -228,15 +231,16 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
       c.swizzled_input_sf ? kernels::SfLayoutCode::k128x4 : kernels::SfLayoutCode::kLinear;
   const uint8_t* input_sf = nullptr;
   if (pre_quantized) {
-    FLASHINFER_CHECK(c.input_sf.has_value() && c.input_sf->defined(), kOp, "input_sf",
+    FLASHINFER_CHECK(c.input_sf.has_value() && c.input_sf->defined(), kMoeCutlassFp4Op, "input_sf",
                      "a pre-quantized input (", dtype_torch_name(input.dtype()),
                      ") needs its block scales");
     const Tensor& sf = *c.input_sf;
-    api::check_dtype_in(sf, {DType::kUInt8, DType::kFloat8E4M3FN}, kOp, "input_sf");
+    api::check_dtype_in(sf, {DType::kUInt8, DType::kFloat8E4M3FN}, kMoeCutlassFp4Op, "input_sf");
     const int64_t want = kernels::sf_buffer_size(sf_layout, T, H / vec);
     // Upstream reads what it needs and checks no size: a larger buffer is accepted.
-    FLASHINFER_CHECK(sf.numel() >= want && sf.device().is_cpu() && sf.is_contiguous(), kOp,
-                     "input_sf", "expected at least ", want, " contiguous CPU bytes (the ",
+    FLASHINFER_CHECK(sf.numel() >= want && sf.device().is_cpu() && sf.is_contiguous(),
+                     kMoeCutlassFp4Op, "input_sf", "expected at least ", want,
+                     " contiguous CPU bytes (the ",
                      c.swizzled_input_sf ? "128x4-swizzled" : "linear", " scales of [", T, ", ",
                      H / vec, "]), got shape ", shape_to_string(sf.shape()));
     input_sf = static_cast<const uint8_t*>(sf.data_ptr());
@@ -247,27 +251,28 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   // Output and bias dtype: fp16/bf16 (upstream's runner has no fp32 output for these paths);
   // W4A16 writes the input's dtype.
   if (mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq) {
-    FLASHINFER_CHECK(c.output_dtype == input.dtype(), kOp, "output_dtype", "the ", mode_name(mode),
-                     " path writes the input's dtype ", dtype_torch_name(input.dtype()), ", got ",
-                     dtype_torch_name(c.output_dtype));
+    FLASHINFER_CHECK(c.output_dtype == input.dtype(), kMoeCutlassFp4Op, "output_dtype", "the ",
+                     mode_name(mode), " path writes the input's dtype ",
+                     dtype_torch_name(input.dtype()), ", got ", dtype_torch_name(c.output_dtype));
   } else {
-    FLASHINFER_CHECK(c.output_dtype == DType::kFloat16 || c.output_dtype == DType::kBFloat16, kOp,
-                     "output_dtype", "the ", mode_name(mode),
+    FLASHINFER_CHECK(c.output_dtype == DType::kFloat16 || c.output_dtype == DType::kBFloat16,
+                     kMoeCutlassFp4Op, "output_dtype", "the ", mode_name(mode),
                      " path writes torch.float16 or torch.bfloat16, got ",
                      dtype_torch_name(c.output_dtype));
   }
   const DType gemm_dt = c.output_dtype;
-  FLASHINFER_CHECK(c.b1.has_value() == c.b2.has_value(), kOp,
+  FLASHINFER_CHECK(c.b1.has_value() == c.b2.has_value(), kMoeCutlassFp4Op,
                    c.b1 ? "fc2_expert_biases" : "fc1_expert_biases",
                    "upstream takes both expert biases or neither");
   if (c.b1) {
     for (const auto& [b, name, shape] : {std::tuple{&*c.b1, "fc1_expert_biases", Shape{E, N1}},
                                          std::tuple{&*c.b2, "fc2_expert_biases", Shape{E, H}}}) {
-      check_defined(*b, kOp, name);
-      FLASHINFER_CHECK(b->dtype() == gemm_dt, kOp, name, "dtype ", dtype_torch_name(b->dtype()),
-                       " must be the output dtype ", dtype_torch_name(gemm_dt));
-      check_shape_eq(*b, shape, kOp, name);
-      FLASHINFER_CHECK(b->device().is_cpu() && b->is_contiguous(), kOp, name,
+      check_defined(*b, kMoeCutlassFp4Op, name);
+      FLASHINFER_CHECK(b->dtype() == gemm_dt, kMoeCutlassFp4Op, name, "dtype ",
+                       dtype_torch_name(b->dtype()), " must be the output dtype ",
+                       dtype_torch_name(gemm_dt));
+      check_shape_eq(*b, shape, kMoeCutlassFp4Op, name);
+      FLASHINFER_CHECK(b->device().is_cpu() && b->is_contiguous(), kMoeCutlassFp4Op, name,
                        "must be a contiguous CPU tensor");
     }
   }
@@ -275,7 +280,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   // Weight-only INT4 runs a non-gated activation in the SM80 GEMM's epilogue, whose Gelu is the
   // tanh form (EpilogueOpDefaultFtGelu), not the erf GELU of the other paths: not implemented.
   FLASHINFER_CHECK_CODE(!woq || c.activation_type != ActivationType::Gelu, ErrorCode::kUnsupported,
-                        kOp, "activation_type",
+                        kMoeCutlassFp4Op, "activation_type",
                         "Gelu (the GEMM epilogue's tanh GELU) is not implemented for weight-only "
                         "INT4");
 
@@ -288,16 +293,16 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   // quant_scales, in upstream's order per path.
   const std::vector<Tensor>& qs = c.quant_scales;
   if (mode == CutlassFp4Mode::kNvfp4) {
-    FLASHINFER_CHECK(qs.size() == 6, kOp, "quant_scales",
+    FLASHINFER_CHECK(qs.size() == 6, kMoeCutlassFp4Op, "quant_scales",
                      "NVFP4 takes 6 tensors (fc1_act_global, fc1_weight_block, fc1_global, "
                      "fc2_act_global, fc2_weight_block, fc2_global), got ",
                      qs.size());
     p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, &p.fc1_act_per_expert);
-    FLASHINFER_CHECK(!packed || !p.fc1_act_per_expert, kOp, "quant_scales",
+    FLASHINFER_CHECK(!packed || !p.fc1_act_per_expert, kMoeCutlassFp4Op, "quant_scales",
                      "quant_scales[0] (fc1_act_global) must be one value with a pre-quantized "
                      "input (upstream: per-expert act scales need the input quantized in the op)");
-    const Shape s1{E, round_up(N1, 128), round_up(H / 16, 4) / 4};
-    const Shape s2{E, round_up(H, 128), round_up(I / 16, 4) / 4};
+    const Shape s1{E, moe_cutlass_fp4_round_up(N1, 128), moe_cutlass_fp4_round_up(H / 16, 4) / 4};
+    const Shape s2{E, moe_cutlass_fp4_round_up(H, 128), moe_cutlass_fp4_round_up(I / 16, 4) / 4};
     p.w1_sf = static_cast<const uint8_t*>(
         quant_scale(qs, 1, "fc1_weight_block", DType::kInt32, s1).data_ptr());
     p.fc1_global = quant_scale(qs, 2, "fc1_global", DType::kFloat32, {E}).data<float>();
@@ -308,7 +313,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.w1_sf_stride = s1[1] * s1[2] * 4;
     p.w2_sf_stride = s2[1] * s2[2] * 4;
   } else if (mode == CutlassFp4Mode::kMxfp8Mxfp4 || w8) {
-    FLASHINFER_CHECK(qs.size() == 4, kOp, "quant_scales", mode_name(mode),
+    FLASHINFER_CHECK(qs.size() == 4, kMoeCutlassFp4Op, "quant_scales", mode_name(mode),
                      " takes 4 tensors (fc1_weight_block, fc1_global, fc2_weight_block, "
                      "fc2_global), got ",
                      qs.size());
@@ -322,7 +327,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
   } else if (hum) {
-    FLASHINFER_CHECK(qs.size() == 5, kOp, "quant_scales",
+    FLASHINFER_CHECK(qs.size() == 5, kMoeCutlassFp4Op, "quant_scales",
                      "Humming takes 5 tensors (fc1_weight_block, fc1_residual, fc2_act_global, "
                      "fc2_weight_block, fc2_residual), got ",
                      qs.size());
@@ -352,7 +357,8 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
       // The zeros: the folded-scale mainloop has no zero point ("does not support zero-point").
       for (size_t i : {size_t{4}, size_t{5}}) {
         FLASHINFER_CHECK_CODE(qs.size() != 8 || !qs[i].defined() || qs[i].numel() == 0,
-                              ErrorCode::kUnsupported, kOp, "quant_scales", "quant_scales[", i,
+                              ErrorCode::kUnsupported, kMoeCutlassFp4Op, "quant_scales",
+                              "quant_scales[", i,
                               "] must be empty: W4A8's folded-scale GEMM has no zero point");
       }
     }
@@ -384,7 +390,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     p.w1_sf_stride = n1 / E * 2;
     p.w2_sf_stride = n2 / E * 2;
   } else {
-    FLASHINFER_CHECK(qs.size() == 2, kOp, "quant_scales",
+    FLASHINFER_CHECK(qs.size() == 2, kMoeCutlassFp4Op, "quant_scales",
                      "W4A16 takes 2 tensors (fc1_weight_scales, fc2_weight_scales), got ",
                      qs.size());
     // Upstream reads them as raw bytes (the SM90 fold of ue8m0 [E, rows, k / 32] scales,
@@ -394,7 +400,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     for (size_t i = 0; i < 2; ++i) {
       const Tensor& t = qs[i];
       const int64_t nb = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : -1;
-      FLASHINFER_CHECK(nb == bytes[i] && t.device().is_cpu() && t.is_contiguous(), kOp,
+      FLASHINFER_CHECK(nb == bytes[i] && t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op,
                        "quant_scales", "quant_scales[", i, "] (fc", i + 1,
                        "_weight_scales) must be ", bytes[i],
                        " contiguous CPU bytes (interleave_moe_scales_for_sm90_mixed_gemm of the "
@@ -402,7 +408,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                        nb, " bytes");
       ptr[i] = static_cast<const uint8_t*>(t.data_ptr());
     }
-    FLASHINFER_CHECK(N1 % 64 == 0, kOp, "fc1_expert_weights",
+    FLASHINFER_CHECK(N1 % 64 == 0, kMoeCutlassFp4Op, "fc1_expert_weights",
                      "the SM90 scale fold needs the fc1 rows (", N1, ") to be a multiple of 64");
     p.w1_sf = ptr[0];
     p.w2_sf = ptr[1];
@@ -412,16 +418,16 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
 
   Tensor out;
   if (c.output) {
-    check_defined(*c.output, kOp, "output");
-    check_shape_eq(*c.output, {T, H}, kOp, "output");
-    FLASHINFER_CHECK(c.output->dtype() == c.output_dtype, kOp, "output", "dtype ",
+    check_defined(*c.output, kMoeCutlassFp4Op, "output");
+    check_shape_eq(*c.output, {T, H}, kMoeCutlassFp4Op, "output");
+    FLASHINFER_CHECK(c.output->dtype() == c.output_dtype, kMoeCutlassFp4Op, "output", "dtype ",
                      dtype_torch_name(c.output->dtype()), " is not output_dtype ",
                      dtype_torch_name(c.output_dtype));
-    check_same_device(*c.output, input, kOp, "output", "input");
-    FLASHINFER_CHECK(c.output->stride(1) == 1 || H <= 1, kOp, "output",
+    check_same_device(*c.output, input, kMoeCutlassFp4Op, "output", "input");
+    FLASHINFER_CHECK(c.output->stride(1) == 1 || H <= 1, kMoeCutlassFp4Op, "output",
                      "the last dimension must be contiguous");
-    check_writable(*c.output, kOp, "output");
-    check_no_overlap(*c.output, input, kOp, "output", "input");
+    check_writable(*c.output, kMoeCutlassFp4Op, "output");
+    check_no_overlap(*c.output, input, kMoeCutlassFp4Op, "output", "input");
     out = *c.output;
   } else {
     out = Tensor::empty({T, H}, c.output_dtype, input.device());
@@ -441,11 +447,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   m.b1 = c.b1 ? c.b1->data_ptr() : nullptr;
   // The finalize adds fc2's bias on tensor-parallel rank 0 only (finalizeMoeRoutingKernelLauncher).
   m.b2 = c.b2 && c.tp_rank == 0 ? c.b2->data_ptr() : nullptr;
-  m.swiglu_alpha = expert_vector(c.swiglu_alpha, E, "swiglu_alpha");
-  m.swiglu_beta = expert_vector(c.swiglu_beta, E, "swiglu_beta");
-  m.swiglu_limit = expert_vector(c.swiglu_limit, E, "swiglu_limit");
-  m.situ_beta = expert_vector(c.options.situ_beta, E, "situ_beta");
-  m.situ_linear_beta = expert_vector(c.options.situ_linear_beta, E, "situ_linear_beta");
+  m.swiglu_alpha = moe_cutlass_fp4_expert_vector(c.swiglu_alpha, E, "swiglu_alpha");
+  m.swiglu_beta = moe_cutlass_fp4_expert_vector(c.swiglu_beta, E, "swiglu_beta");
+  m.swiglu_limit = moe_cutlass_fp4_expert_vector(c.swiglu_limit, E, "swiglu_limit");
+  m.situ_beta = moe_cutlass_fp4_expert_vector(c.options.situ_beta, E, "situ_beta");
+  m.situ_linear_beta =
+      moe_cutlass_fp4_expert_vector(c.options.situ_linear_beta, E, "situ_linear_beta");
   m.out = out.data_ptr();
   m.out_stride = out.stride(0);
   m.dtype = gemm_dt;
@@ -457,7 +464,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   m.num_local_experts = E;
   m.expert_offset = c.ep_rank * E;
   m.act = static_cast<kernels::MoeAct>(c.activation_type);
-  launch(kCutlassFp4Kernels, p, input.device(), kOp, "input");
+  launch(kCutlassFp4Kernels, p, input.device(), kMoeCutlassFp4Op, "input");
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),
           Tensor::zeros({E}, DType::kInt32, input.device())};
@@ -485,8 +492,8 @@ BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
     ids.push_back((e0 + 1 + t % (E - 1)) % E);
   }
   // e4m3 scale codes: 0x30.. (0.5 to 0.94) for the input, 0x20.. (0.125 to 0.23) for weights.
-  const Shape s1{E, round_up(2 * I, 128), round_up(H / 16, 4) / 4};
-  const Shape s2{E, round_up(H, 128), round_up(I / 16, 4) / 4};
+  const Shape s1{E, moe_cutlass_fp4_round_up(2 * I, 128), moe_cutlass_fp4_round_up(H / 16, 4) / 4};
+  const Shape s2{E, moe_cutlass_fp4_round_up(H, 128), moe_cutlass_fp4_round_up(I / 16, 4) / 4};
   auto f32 = [&](const Shape& shape, double v) {
     return Value(Tensor::full(shape, v, DType::kFloat32).to(dev));
   };
@@ -501,7 +508,8 @@ BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
        Value::list({f32({}, 1.0), Value(bytes(s1, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16),
                     f32({}, 1.0), Value(bytes(s2, DType::kInt32, 0x20, 8)), f32({E}, 1.0 / 16)})},
       {{"input_sf",
-        Value(bytes({round_up(T, 128) * round_up(H / 16, 4)}, DType::kUInt8, 0x30, 8))}});
+        Value(bytes({moe_cutlass_fp4_round_up(T, 128) * moe_cutlass_fp4_round_up(H / 16, 4)},
+                    DType::kUInt8, 0x30, 8))}});
   const double rows = static_cast<double>(T * K);
   c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
   c.bytes = bench::nbytes({T, H / 2}, DType::kUInt8) + bench::nbytes({T, H}, out_dt) +

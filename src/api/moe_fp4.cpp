@@ -25,7 +25,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+constexpr const char* kMoeFp4CoreModule = "flashinfer.fused_moe.core";
 
 constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kTrtllmFp4MoeKernels[] = {
     {DeviceType::kCPU,
@@ -972,7 +972,7 @@ std::vector<Value> nvfp4_ffn(const BenchShape& s, Device dev, int64_t H, int64_t
           scalars(sd + 10)};
 }
 
-BenchCase finish(BenchCase c, const BenchShape& s, int64_t H, int64_t I) {
+BenchCase moe_fp4_finish(BenchCase c, const BenchShape& s, int64_t H, int64_t I) {
   const double rows = static_cast<double>(s.m * 2);
   c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
   c.bytes = static_cast<double>(s.m * H) * 2.5 + static_cast<double>(8 * 3 * I * H) / 2;
@@ -991,7 +991,8 @@ BenchCase bench_trtllm_fp4_block_scale_moe(const BenchShape& s, Device dev) {
                   Value(E), Value(), Value(int64_t{1})}) {
     args.push_back(std::move(v));
   }
-  return finish(api::bench::invoke_case("trtllm_fp4_block_scale_moe", std::move(args)), s, H, I);
+  return moe_fp4_finish(api::bench::invoke_case("trtllm_fp4_block_scale_moe", std::move(args)), s,
+                        H, I);
 }
 
 BenchCase bench_trtllm_fp4_block_scale_routed_moe(const BenchShape& s, Device dev) {
@@ -1002,8 +1003,8 @@ BenchCase bench_trtllm_fp4_block_scale_routed_moe(const BenchShape& s, Device de
                   Value(E), Value()}) {
     args.push_back(std::move(v));
   }
-  return finish(api::bench::invoke_case("trtllm_fp4_block_scale_routed_moe", std::move(args)), s, H,
-                I);
+  return moe_fp4_finish(
+      api::bench::invoke_case("trtllm_fp4_block_scale_routed_moe", std::move(args)), s, H, I);
 }
 
 // The MxInt4 FFN inputs (gemm1_weights .. gemm2_weights_scale, alpha/beta/limit None).
@@ -1036,7 +1037,8 @@ BenchCase bench_trtllm_mxint4_block_scale_moe(const BenchShape& s, Device dev) {
                   Value(E), Value(), Value(int64_t{1})}) {
     args.push_back(std::move(v));
   }
-  return finish(api::bench::invoke_case("trtllm_mxint4_block_scale_moe", std::move(args)), s, H, I);
+  return moe_fp4_finish(api::bench::invoke_case("trtllm_mxint4_block_scale_moe", std::move(args)),
+                        s, H, I);
 }
 
 BenchCase bench_trtllm_mxint4_block_scale_routed_moe(const BenchShape& s, Device dev) {
@@ -1049,8 +1051,8 @@ BenchCase bench_trtllm_mxint4_block_scale_routed_moe(const BenchShape& s, Device
                   Value(E), Value()}) {
     args.push_back(std::move(v));
   }
-  return finish(api::bench::invoke_case("trtllm_mxint4_block_scale_routed_moe", std::move(args)), s,
-                H, I);
+  return moe_fp4_finish(
+      api::bench::invoke_case("trtllm_mxint4_block_scale_routed_moe", std::move(args)), s, H, I);
 }
 
 // cute_dsl_fused_moe_nvfp4: NVFP4 x and weights (random bytes are a valid prepared layout),
@@ -1081,7 +1083,7 @@ BenchCase bench_cute_dsl_fused_moe_nvfp4(const BenchShape& s, Device dev) {
        Value(rand_bytes({E, H, I / 2}, dev, sd + 5)), sf(H, I / 16, sd + 6), ones(), Value(E),
        Value(int64_t{2})},
       {{"moe_output", Value(Tensor::empty({T, H}, DType::kBFloat16, dev))}});
-  return finish(std::move(c), s, H, I);
+  return moe_fp4_finish(std::move(c), s, H, I);
 }
 }  // namespace
 
@@ -1090,7 +1092,7 @@ void register_moe_fp4_ops(OpRegistry& r) {
   declare<&trtllm_fp4_block_scale_moe>(
       r,
       {.name = "trtllm_fp4_block_scale_moe",
-       .module = kCoreModule,
+       .module = kMoeFp4CoreModule,
        .summary = "trtllm-gen FP4 MoE (NVFP4 or MXFP4 weights; NVFP4, MXFP8 or bf16 hidden "
                   "states): routing from logits, then the fused expert FFNs"},
       "routing_logits", arg("routing_bias").required(), "hidden_states",
@@ -1108,7 +1110,7 @@ void register_moe_fp4_ops(OpRegistry& r) {
   declare<&trtllm_fp4_block_scale_routed_moe>(
       r,
       {.name = "trtllm_fp4_block_scale_routed_moe",
-       .module = kCoreModule,
+       .module = kMoeFp4CoreModule,
        .summary = "trtllm-gen FP4 block-scale MoE with precomputed routing (packed ids or (ids, "
                   "weights))"},
       "topk_ids", arg("routing_bias").required(), "hidden_states",
@@ -1125,7 +1127,7 @@ void register_moe_fp4_ops(OpRegistry& r) {
   declare<&trtllm_mxint4_block_scale_moe>(
       r,
       {.name = "trtllm_mxint4_block_scale_moe",
-       .module = kCoreModule,
+       .module = kMoeFp4CoreModule,
        .summary = "trtllm-gen MxInt4 MoE (int4 weights, bf16 block scales of 32, bf16 hidden "
                   "states): routing from logits, then the fused expert FFNs"},
       "routing_logits", arg("routing_bias").required(), "hidden_states", "gemm1_weights",
@@ -1139,7 +1141,7 @@ void register_moe_fp4_ops(OpRegistry& r) {
   declare<&trtllm_mxint4_block_scale_routed_moe>(
       r,
       {.name = "trtllm_mxint4_block_scale_routed_moe",
-       .module = kCoreModule,
+       .module = kMoeFp4CoreModule,
        .summary = "trtllm-gen MxInt4 block-scale MoE with precomputed routing"},
       "topk_ids", "hidden_states", "gemm1_weights", "gemm1_weights_scale",
       arg("gemm1_alpha").required(), arg("gemm1_beta").required(),

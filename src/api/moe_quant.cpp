@@ -44,7 +44,7 @@ Fp8QuantizationType fp8_quantization_type_from_value(const Value& v, std::string
 
 namespace {
 
-constexpr const char* kCoreModule = "flashinfer.fused_moe.core";
+constexpr const char* kMoeQuantCoreModule = "flashinfer.fused_moe.core";
 
 // The CUDA kernel reads the weights in their stored layout (shuffled, BlockMajorK) in place.
 constexpr api::KernelEntry<kernels::TrtllmFp8MoeParams> kTrtllmFp8MoeKernels[] = {
@@ -611,7 +611,7 @@ void register_moe_quant_ops(OpRegistry& r) {
   declare<&trtllm_fp8_block_scale_moe>(
       r,
       {.name = "trtllm_fp8_block_scale_moe",
-       .module = kCoreModule,
+       .module = kMoeQuantCoreModule,
        .summary = "trtllm-gen FP8 MoE, DeepSeek 128x128 block scales: routing from logits, then "
                   "the fused expert FFNs",
        .returns = "Tensor | list[Tensor]"},
@@ -629,7 +629,7 @@ void register_moe_quant_ops(OpRegistry& r) {
   declare<&trtllm_fp8_block_scale_routed_moe>(
       r,
       {.name = "trtllm_fp8_block_scale_routed_moe",
-       .module = kCoreModule,
+       .module = kMoeQuantCoreModule,
        .summary = "trtllm-gen FP8 block-scale MoE with precomputed routing (packed ids or (ids, "
                   "weights))",
        .returns = "Tensor | list[Tensor]"},
@@ -645,7 +645,7 @@ void register_moe_quant_ops(OpRegistry& r) {
   declare<&trtllm_fp8_per_tensor_scale_moe>(
       r,
       {.name = "trtllm_fp8_per_tensor_scale_moe",
-       .module = kCoreModule,
+       .module = kMoeQuantCoreModule,
        .summary = "trtllm-gen FP8 MoE with per-tensor scales: routing from logits, then the "
                   "fused expert FFNs",
        .returns = "Tensor | list[Tensor]"},
@@ -660,7 +660,7 @@ void register_moe_quant_ops(OpRegistry& r) {
   declare<&trtllm_fp8_per_tensor_scale_routed_moe>(
       r,
       {.name = "trtllm_fp8_per_tensor_scale_routed_moe",
-       .module = kCoreModule,
+       .module = kMoeQuantCoreModule,
        .summary = "trtllm-gen FP8 per-tensor-scale MoE with precomputed routing",
        .returns = "Tensor | list[Tensor]"},
       "topk_ids", arg("routing_bias").required(), "hidden_states", "gemm1_weights",

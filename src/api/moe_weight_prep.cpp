@@ -26,7 +26,7 @@ struct ReturnName<std::tuple<Tensor, Tensor, Tensor>> {
 
 namespace {
 
-constexpr const char* kModule = "flashinfer.fused_moe.prepare";
+constexpr const char* kMoeWeightPrepModule = "flashinfer.fused_moe.prepare";
 
 constexpr api::KernelEntry<kernels::Sm90WeightInterleaveParams> kWeightKernels[] = {
     {DeviceType::kCPU, "CPU reference: upstream's byte/bit interleave, per destination group",
@@ -133,7 +133,7 @@ Tensor interleave_weights_impl(const Tensor& weight, kernels::Sm90QuantType qt, 
   return out;
 }
 
-kernels::Sm90QuantType parse_quant_type(std::string_view q, const char* op) {
+kernels::Sm90QuantType moe_weight_prep_parse_quant_type(std::string_view q, const char* op) {
   if (q == "fp4") return kernels::Sm90QuantType::kFp4;
   if (q == "fp4_fp8") return kernels::Sm90QuantType::kFp4Fp8;
   if (q == "int4") return kernels::Sm90QuantType::kInt4;
@@ -194,7 +194,7 @@ std::tuple<Tensor, Tensor, Tensor> humming_impl(const Tensor& weight, const Tens
           interleave_scales_impl(offset, 32, op, "raw_scale"), residual};
 }
 
-Tensor random_bytes(const Shape& shape, uint64_t seed) {
+Tensor moe_weight_prep_random_bytes(const Shape& shape, uint64_t seed) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, 255.99)
       .to(DType::kUInt8);
 }
@@ -204,7 +204,7 @@ BenchCase bench_interleave_weights(const BenchShape& s, Device dev) {
   const int64_t E = 8, n = std::max<int64_t>(64, (s.m + 63) / 64 * 64), k = 256;
   BenchCase c = api::bench::invoke_case(
       "interleave_moe_weights_for_sm90_mixed_gemm",
-      {Value(random_bytes({E, n, k / 2}, s.random_seed).to(dev)), Value("fp4")});
+      {Value(moe_weight_prep_random_bytes({E, n, k / 2}, s.random_seed).to(dev)), Value("fp4")});
   c.bytes = 2.0 * static_cast<double>(E * n * k / 2);
   return c;
 }
@@ -212,16 +212,17 @@ BenchCase bench_interleave_scales(const BenchShape& s, Device dev) {
   const int64_t E = 8, n = std::max<int64_t>(64, (s.m + 63) / 64 * 64), k = 512;
   BenchCase c = api::bench::invoke_case(
       "interleave_moe_scales_for_sm90_mixed_gemm",
-      {Value(random_bytes({E, n, k / 32}, s.random_seed).to(dev)), Value(int64_t{32})});
+      {Value(moe_weight_prep_random_bytes({E, n, k / 32}, s.random_seed).to(dev)),
+       Value(int64_t{32})});
   c.bytes = 2.0 * static_cast<double>(E * n * k / 32);
   return c;
 }
 BenchCase bench_humming(const BenchShape& s, Device dev) {
   const int64_t E = 8, n = std::max<int64_t>(64, (s.m + 63) / 64 * 64), k = 256;
-  BenchCase c =
-      api::bench::invoke_case("preprocess_moe_weights_for_sm90_mixed_gemm_humming",
-                              {Value(random_bytes({E, n, k / 2}, s.random_seed).to(dev)),
-                               Value(random_bytes({E, n, k / 32}, s.random_seed + 1).to(dev))});
+  BenchCase c = api::bench::invoke_case(
+      "preprocess_moe_weights_for_sm90_mixed_gemm_humming",
+      {Value(moe_weight_prep_random_bytes({E, n, k / 2}, s.random_seed).to(dev)),
+       Value(moe_weight_prep_random_bytes({E, n, k / 32}, s.random_seed + 1).to(dev))});
   c.bytes = 2.0 * static_cast<double>(E * n * (k / 2 + k / 32));
   return c;
 }
@@ -242,7 +243,8 @@ Tensor interleave_moe_weights_for_sm90_mixed_gemm(const Tensor& weight,
   return call_op<&interleave_moe_weights_for_sm90_mixed_gemm>(
       [&] {
         const char* op = "interleave_moe_weights_for_sm90_mixed_gemm";
-        return interleave_weights_impl(weight, parse_quant_type(quant_type, op), op, "weight");
+        return interleave_weights_impl(weight, moe_weight_prep_parse_quant_type(quant_type, op), op,
+                                       "weight");
       },
       weight, quant_type);
 }
@@ -259,19 +261,19 @@ void register_moe_weight_prep_ops(OpRegistry& r) {
   declare<&interleave_moe_scales_for_sm90_mixed_gemm>(
       r,
       {.name = "interleave_moe_scales_for_sm90_mixed_gemm",
-       .module = kModule,
+       .module = kMoeWeightPrepModule,
        .summary = "Folds MoE weight scales into the SM90 mixed-input GEMM's 64x128 blocks"},
       "scales", arg("group_size", int64_t{32}));
   declare<&interleave_moe_weights_for_sm90_mixed_gemm>(
       r,
       {.name = "interleave_moe_weights_for_sm90_mixed_gemm",
-       .module = kModule,
+       .module = kMoeWeightPrepModule,
        .summary = "Interleaves packed 4-bit MoE weights for the SM90 mixed-input GEMM"},
       "weight", arg("quant_type", "fp4"));
   declare<&preprocess_moe_weights_for_sm90_mixed_gemm_humming>(
       r,
       {.name = "preprocess_moe_weights_for_sm90_mixed_gemm_humming",
-       .module = kModule,
+       .module = kMoeWeightPrepModule,
        .summary = "Humming-style MXFP4 preparation: E8M0 range clamp, payload rewrite, "
                   "SM90 layouts"},
       "weight", "raw_scale", arg("max_range", int64_t{11}), arg("interleave", true).kw());

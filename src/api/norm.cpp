@@ -15,7 +15,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.norm";
+constexpr const char* kNormModule = "flashinfer.norm";
 
 // The backends of each norm kernel (src/api/kernel_table.h).
 constexpr api::KernelEntry<kernels::RmsNormParams> kRmsNormKernels[] = {
@@ -118,7 +118,7 @@ Tensor rmsnorm(const Tensor& input, const Tensor& weight, double eps, std::optio
 
 namespace {
 
-void check_eps(double eps, const char* op) {
+void norm_check_eps(double eps, const char* op) {
   FLASHINFER_CHECK(eps >= 0.0 && std::isfinite(eps), op, "eps",
                    "must be finite and non-negative, got ", eps);
 }
@@ -139,7 +139,7 @@ void fused_add_rmsnorm_impl(const char* op, float weight_bias, const Tensor& inp
   api::check_shape_eq(weight, {input.size(-1)}, op, "weight");
   api::check_same_dtype(weight, input, op, "weight", "input");
   api::check_same_device(weight, input, op, "weight", "input");
-  check_eps(eps, op);
+  norm_check_eps(eps, op);
 
   kernels::FusedAddRmsNormParams p;
   p.input = input.data_ptr();
@@ -179,7 +179,7 @@ Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& be
   api::check_shape_eq(beta, {input.size(-1)}, op, "beta");
   api::check_dtype_in(beta, {DType::kFloat32}, op, "beta");
   api::check_same_device(beta, input, op, "beta", "input");
-  check_eps(eps, op);
+  norm_check_eps(eps, op);
   Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
   kernels::LayerNormParams p;
   p.input = input.data_ptr();
@@ -286,7 +286,7 @@ void register_norm_ops(OpRegistry& r) {
   // read whole before any of it is written, on every backend), but not any other overlap.
   declare<&rmsnorm>(r,
                     {.name = "rmsnorm",
-                     .module = kModule,
+                     .module = kNormModule,
                      .summary = "Root mean square normalization: input * rsqrt(mean(input^2) + "
                                 "eps) * weight"},
                     "input", "weight", arg("eps", 1e-6), arg("out").mut().same_view_as("input"),
@@ -294,13 +294,13 @@ void register_norm_ops(OpRegistry& r) {
   declare<&fused_add_rmsnorm>(
       r,
       {.name = "fused_add_rmsnorm",
-       .module = kModule,
+       .module = kNormModule,
        .summary = "In place: residual += input; input = rmsnorm(residual) * weight (fp32 sum "
                   "normalized)"},
       arg("input").mut(), arg("residual").mut(), "weight", arg("eps", 1e-6), "enable_pdl");
   declare<&gemma_rmsnorm>(r,
                           {.name = "gemma_rmsnorm",
-                           .module = kModule,
+                           .module = kNormModule,
                            .summary = "Gemma RMS normalization: input * rsqrt(mean(input^2) + "
                                       "eps) * (1 + weight)"},
                           "input", "weight", arg("eps", 1e-6),
@@ -309,14 +309,14 @@ void register_norm_ops(OpRegistry& r) {
   declare<&gemma_fused_add_rmsnorm>(
       r,
       {.name = "gemma_fused_add_rmsnorm",
-       .module = kModule,
+       .module = kNormModule,
        .summary = "In place: residual += input; input = rmsnorm(residual) * (1 + weight)"},
       arg("input").mut(), arg("residual").mut(), "weight", arg("eps", 1e-6), "enable_pdl");
   // "gemma" (not "gamma") is upstream's parameter name.
   declare<&layernorm>(
       r,
       {.name = "layernorm",
-       .module = kModule,
+       .module = kNormModule,
        .summary = "Layer normalization: (input - mean) * rsqrt(var + eps) * gemma + beta"},
       "input", "gemma", "beta", arg("eps", 1e-6));
 

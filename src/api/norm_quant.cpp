@@ -16,7 +16,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.norm";
+constexpr const char* kNormQuantModule = "flashinfer.norm";
 
 constexpr api::KernelEntry<kernels::NormQuantParams> kNormQuantKernels[] = {
     {DeviceType::kCPU, "CPU reference: fp32 sums, OpenMP rows", nullptr,
@@ -38,7 +38,7 @@ constexpr api::KernelEntry<kernels::NormQuantParams> kNormQuantKernels[] = {
 
 // The scale as one fp32 on `device` (upstream's _normalize_scale_tensor: a float becomes a
 // tensor; a tensor is taken as fp32).
-Tensor scale_tensor(const ScalarOrTensor<double>& scale, Device device, const char* op) {
+Tensor norm_quant_scale_tensor(const ScalarOrTensor<double>& scale, Device device, const char* op) {
   if (!scale.is_tensor()) {
     FLASHINFER_CHECK(std::isfinite(scale.scalar()) && scale.scalar() != 0.0, op, "scale",
                      "must be finite and non-zero, got ", scale.scalar());
@@ -52,7 +52,7 @@ Tensor scale_tensor(const ScalarOrTensor<double>& scale, Device device, const ch
   return f.to(device).contiguous();
 }
 
-void check_rows(const Tensor& input, const char* op) {
+void norm_quant_check_rows(const Tensor& input, const char* op) {
   api::check_defined(input, op, "input");
   api::check_dim(input, {2}, op, "input");
   api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, "input");
@@ -68,7 +68,7 @@ void check_out(const Tensor& out, const Tensor& input, const char* op) {
   api::check_no_overlap(out, input, op, "out", "input");
 }
 
-void check_eps(double eps, const char* op) {
+void norm_quant_check_eps(double eps, const char* op) {
   FLASHINFER_CHECK(eps >= 0.0 && std::isfinite(eps), op, "eps",
                    "must be finite and non-negative, got ", eps);
 }
@@ -103,11 +103,11 @@ void rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& we
                         const ScalarOrTensor<double>& scale, double eps,
                         std::optional<bool> enable_pdl) {
   const char* op = "rmsnorm_quant";
-  check_rows(input, op);
+  norm_quant_check_rows(input, op);
   check_out(out, input, op);
   rms_weight(weight, input, op);
-  check_eps(eps, op);
-  const Tensor s = scale_tensor(scale, input.device(), op);
+  norm_quant_check_eps(eps, op);
+  const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
   kernels::NormQuantParams p = base(out, input, s, eps);
   p.kind = kernels::NormQuantKind::kRms;
   p.weight = weight.data_ptr();
@@ -119,7 +119,7 @@ void fused_add_rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const 
                                   const Tensor& weight, const ScalarOrTensor<double>& scale,
                                   double eps, std::optional<bool> enable_pdl) {
   const char* op = "fused_add_rmsnorm_quant";
-  check_rows(input, op);
+  norm_quant_check_rows(input, op);
   check_out(out, input, op);
   api::check_defined(residual, op, "residual");
   api::check_shape_eq(residual, input.shape(), op, "residual");
@@ -130,8 +130,8 @@ void fused_add_rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const 
   api::check_no_overlap(out, residual, op, "out", "residual");
   rms_weight(weight, input, op);
   api::check_no_overlap(weight, residual, op, "weight", "residual");
-  check_eps(eps, op);
-  const Tensor s = scale_tensor(scale, input.device(), op);
+  norm_quant_check_eps(eps, op);
+  const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
   kernels::NormQuantParams p = base(out, input, s, eps);
   p.kind = kernels::NormQuantKind::kFusedAddRms;
   p.residual = residual.data_ptr();
@@ -145,7 +145,7 @@ void fused_add_rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const 
 void layernorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& gemma,
                           const Tensor& beta, const ScalarOrTensor<double>& scale, double eps) {
   const char* op = "layernorm_quant";
-  check_rows(input, op);
+  norm_quant_check_rows(input, op);
   check_out(out, input, op);
   for (auto [t, name] : {std::pair<const Tensor*, const char*>{&gemma, "gemma"}, {&beta, "beta"}}) {
     api::check_defined(*t, op, name);
@@ -154,8 +154,8 @@ void layernorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& 
     api::check_dtype_in(*t, {DType::kFloat32}, op, name);
     api::check_same_device(*t, input, op, name, "input");
   }
-  check_eps(eps, op);
-  const Tensor s = scale_tensor(scale, input.device(), op);
+  norm_quant_check_eps(eps, op);
+  const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
   kernels::NormQuantParams p = base(out, input, s, eps);
   p.kind = kernels::NormQuantKind::kLayer;
   p.weight = gemma.data_ptr();
@@ -195,7 +195,7 @@ RmsNormSiluOutput rmsnorm_silu_impl(const Tensor& input, const Tensor& weight, d
   api::check_dtype_in(input, {DType::kBFloat16}, op, "input");
   api::check_non_empty(input, op, "input");
   rms_weight(weight, input, op);
-  check_eps(eps, op);
+  norm_quant_check_eps(eps, op);
   if (block_scale) api::check_defined(*block_scale, op, "block_scale");
   RmsNormSiluOutput result;
   if (out) {
@@ -316,26 +316,26 @@ void register_norm_quant_ops(OpRegistry& r) {
   declare<&rmsnorm_quant>(
       r,
       {.name = "rmsnorm_quant",
-       .module = kModule,
+       .module = kNormQuantModule,
        .summary = "RMS normalization + fp8 quantization into out: fp8(rmsnorm(input) * weight / "
                   "scale)"},
       arg("out").mut(), "input", "weight", "scale", arg("eps", 1e-6), "enable_pdl");
   declare<&fused_add_rmsnorm_quant>(
       r,
       {.name = "fused_add_rmsnorm_quant",
-       .module = kModule,
+       .module = kNormQuantModule,
        .summary = "residual += input; out = fp8(rmsnorm(residual) * weight / scale)"},
       arg("out").mut(), "input", arg("residual").mut(), "weight", "scale", arg("eps", 1e-6),
       "enable_pdl");
   declare<&layernorm_quant>(r,
                             {.name = "layernorm_quant",
-                             .module = kModule,
+                             .module = kNormQuantModule,
                              .summary = "Layer normalization + fp8 quantization into out"},
                             arg("out").mut(), "input", "gemma", "beta", "scale", arg("eps", 1e-6));
   declare<&fused_rmsnorm_silu>(
       r,
       {.name = "fused_rmsnorm_silu",
-       .module = kModule,
+       .module = kNormQuantModule,
        .summary = "silu(rmsnorm(input) * weight): bf16, fp8 or NVFP4 (with block scales)",
        .returns = "Tensor | tuple"},
       "input", "weight", arg("eps", 1e-6), arg("out").mut(), "block_scale");

@@ -28,8 +28,8 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kFp4Module = "flashinfer.quantization.fp4_quantization";
-constexpr const char* kFp8Module = "flashinfer.quantization.fp8_quantization";
+constexpr const char* kNvfp4Fp4Module = "flashinfer.quantization.fp4_quantization";
+constexpr const char* kNvfp4Fp8Module = "flashinfer.quantization.fp8_quantization";
 constexpr const char* kActModule = "flashinfer.activation";
 
 using api::KernelEntry;
@@ -115,7 +115,7 @@ constexpr KernelEntry<kernels::Nvfp4KvParams> kKvDequantKernels[] = {
 #endif
 };
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t nvfp4_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // check_same_device against the input's device itself: a stand-in tensor on a CUDA device would
 // cost a cudaMalloc and a cudaFree (which synchronizes the device) in every call.
@@ -176,7 +176,7 @@ std::tuple<Tensor, Tensor> grouped_fp4(const char* op, const Tensor& a, const Te
   FLASHINFER_CHECK(k % 16 == 0, op, "a", "K = ", k, " must be a multiple of 16");
   const Tensor mk = check_mask(mask, l, m, a.device(), op);
   const Tensor gs = fp32_scales(a_global_sf, l, a.device(), op, "a_global_sf");
-  const int64_t pm = round_up(m, 128), pk = round_up(k / 16, 4);
+  const int64_t pm = nvfp4_round_up(m, 128), pk = nvfp4_round_up(k / 16, 4);
   Tensor q = Tensor::empty({l, m, k / 2}, DType::kUInt8, a.device());
   // Upstream views its int32 scale buffer as float8_e4m3fn: the same bytes.
   Tensor sf = Tensor::empty({l, pm, pk}, DType::kFloat8E4M3FN, a.device());
@@ -344,7 +344,7 @@ std::tuple<Tensor, Tensor> mxfp8_grouped_quantize(const Tensor& a, const Tensor&
         // check (CONFORMANCE.md).
         api::check_upstream_arch(op, "a", a.device());
         FLASHINFER_CHECK(k % 32 == 0, op, "a", "K must be divisible by 32, got ", k);
-        const int64_t pk = round_up(k, 128), pm = round_up(m, 128), sk = pk / 32;
+        const int64_t pk = nvfp4_round_up(k, 128), pm = nvfp4_round_up(m, 128), sk = pk / 32;
         Tensor q = Tensor::empty({b, m, pk}, DType::kFloat8E4M3FN, a.device());
         Tensor sf = Tensor::empty({b, pm, sk}, DType::kUInt8, a.device());
         kernels::GroupedQuantizeParams p;
@@ -598,7 +598,7 @@ BenchCase bench_mxfp8_grouped(const BenchShape& s, Device dev) {
 }
 
 // Random bytes: packed e2m1 [m, k/2] weights, or uint8 scales.
-Tensor random_bytes(const Shape& shape, Device dev, uint64_t seed, double high = 256.0) {
+Tensor nvfp4_random_bytes(const Shape& shape, Device dev, uint64_t seed, double high = 256.0) {
   return api::bench::random_tensor(shape, DType::kFloat32, Device::cpu(), seed, 0.0, high)
       .to(DType::kUInt8)
       .to(dev);
@@ -607,7 +607,8 @@ Tensor random_bytes(const Shape& shape, Device dev, uint64_t seed, double high =
 BenchCase bench_shuffle_a(const BenchShape& s, Device dev) {
   const int64_t m = (s.m + 31) / 32 * 32, k = std::max<int64_t>(2, s.k / 2);
   BenchCase c = api::bench::invoke_case(
-      "shuffle_matrix_a", {Value(random_bytes({m, k}, dev, s.random_seed)), Value(int64_t{128})});
+      "shuffle_matrix_a",
+      {Value(nvfp4_random_bytes({m, k}, dev, s.random_seed)), Value(int64_t{128})});
   c.bytes = 2.0 * static_cast<double>(m * k);
   return c;
 }
@@ -616,7 +617,7 @@ BenchCase bench_shuffle_sf_a(const BenchShape& s, Device dev) {
   const int64_t m = (s.m + 127) / 128 * 128, k = std::max<int64_t>(4, (s.k / 16 + 3) / 4 * 4);
   BenchCase c = api::bench::invoke_case(
       "shuffle_matrix_sf_a",
-      {Value(random_bytes({m, k}, dev, s.random_seed, 127.0)), Value(int64_t{128})});
+      {Value(nvfp4_random_bytes({m, k}, dev, s.random_seed, 127.0)), Value(int64_t{128})});
   c.bytes = 2.0 * static_cast<double>(m * k);
   return c;
 }
@@ -629,7 +630,7 @@ BenchCase bench_mxfp4_dequant_host(const BenchShape& s, Device dev) {
                   .to(DType::kUInt8);
   BenchCase c = api::bench::invoke_case(
       "mxfp4_dequantize_host",
-      {Value(random_bytes({s.m, k / 2}, Device::cpu(), s.random_seed)), Value(sc)});
+      {Value(nvfp4_random_bytes({s.m, k / 2}, Device::cpu(), s.random_seed)), Value(sc)});
   (void)dev;  // a host op: its inputs are CPU tensors on every device, as upstream's are
   const double n = static_cast<double>(s.m * k);
   c.bytes = n / 2.0 + n / 32.0 + 4.0 * n;
@@ -652,9 +653,10 @@ BenchCase bench_kv_dequant(const BenchShape& s, Device dev) {
   const int64_t k = (s.k + 15) / 16 * 16;
   const DType dt = half_dtype(s);
   BenchCase c = api::bench::invoke_case(
-      "nvfp4_kv_dequantize", {Value(random_bytes({s.m, k / 2}, dev, s.random_seed)),
-                              Value(random_bytes({s.m, k / 16}, dev, s.random_seed + 1, 120.0)),
-                              Value(Tensor::full({1}, 0.5, DType::kFloat32).to(dev)), Value(dt)});
+      "nvfp4_kv_dequantize",
+      {Value(nvfp4_random_bytes({s.m, k / 2}, dev, s.random_seed)),
+       Value(nvfp4_random_bytes({s.m, k / 16}, dev, s.random_seed + 1, 120.0)),
+       Value(Tensor::full({1}, 0.5, DType::kFloat32).to(dev)), Value(dt)});
   const double n = static_cast<double>(s.m * k);
   c.bytes = n / 2.0 + n / 16.0 + api::bench::nbytes({s.m, k}, dt);
   return c;
@@ -667,7 +669,7 @@ void register_nvfp4_ops(OpRegistry& r) {
   declare<&silu_and_mul_nvfp4_quantize>(
       r,
       {.name = "silu_and_mul_nvfp4_quantize",
-       .module = kFp4Module,
+       .module = kNvfp4Fp4Module,
        .summary = "silu(gate) * up, then NVFP4 quantization (fp4_quantize's layouts)"},
       "input", "global_scale", arg("sf_vec_size", 16), arg("is_sf_swizzled_layout", true),
       arg("is_sf_8x4_layout", false), "enable_pdl");
@@ -680,45 +682,45 @@ void register_nvfp4_ops(OpRegistry& r) {
   declare<&scaled_fp4_grouped_quantize>(
       r,
       {.name = "scaled_fp4_grouped_quantize",
-       .module = kFp4Module,
+       .module = kNvfp4Fp4Module,
        .summary = "Masked per-group NVFP4 quantization (grouped GEMM layout)"},
       "a", "mask", "a_global_sf");
   declare<&nvfp4_batched_quantize>(
       r,
       {.name = "nvfp4_batched_quantize",
-       .module = kFp4Module,
+       .module = kNvfp4Fp4Module,
        .summary = "Batched NVFP4 quantization, 128x4 scales per batch"},
       "a", "a_global_sf", arg("sf_vec_size", 16));
   declare<&mxfp8_grouped_quantize>(
       r,
       {.name = "mxfp8_grouped_quantize",
-       .module = kFp8Module,
+       .module = kNvfp4Fp8Module,
        .summary = "Masked per-group MXFP8 quantization (grouped GEMM layout)"},
       "a", "mask");
   declare<&shuffle_matrix_a>(r,
                              {.name = "shuffle_matrix_a",
-                              .module = kFp4Module,
+                              .module = kNvfp4Fp4Module,
                               .summary = "trtllm-gen shuffleMatrixA row permutation"},
                              "input_tensor", "epilogue_tile_m");
   declare<&shuffle_matrix_sf_a>(
       r,
       {.name = "shuffle_matrix_sf_a",
-       .module = kFp4Module,
+       .module = kNvfp4Fp4Module,
        .summary = "shuffleMatrixA rows of linear scales, then the 128x4 interleave"},
       "input_tensor", "epilogue_tile_m", arg("num_elts_per_sf", 16));
   declare<&mxfp4_dequantize_host>(r,
                                   {.name = "mxfp4_dequantize_host",
-                                   .module = kFp4Module,
+                                   .module = kNvfp4Fp4Module,
                                    .summary = "MXFP4 (linear ue8m0 scales) to fp32 on the host"},
                                   "weight", "scale", arg("group_size", 32));
   declare<&nvfp4_kv_quantize>(r,
                               {.name = "nvfp4_kv_quantize",
-                               .module = kFp4Module,
+                               .module = kNvfp4Fp4Module,
                                .summary = "NVFP4 KV-cache quantization, linear e4m3 block scales"},
                               "input", "global_scale");
   declare<&nvfp4_kv_dequantize>(r,
                                 {.name = "nvfp4_kv_dequantize",
-                                 .module = kFp4Module,
+                                 .module = kNvfp4Fp4Module,
                                  .summary = "NVFP4 KV-cache dequantization to bf16/fp16"},
                                 "fp4_data", "block_scales", "global_scale",
                                 arg("output_dtype", DType::kBFloat16));

@@ -25,13 +25,13 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kFp4Module = "flashinfer.quantization.fp4_quantization";
+constexpr const char* kNvfp4PagedFp4Module = "flashinfer.quantization.fp4_quantization";
 constexpr const char* kPageModule = "flashinfer.page";
 
 using api::KernelEntry;
 using api::LaunchContext;
 
-constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kAppendKernels[] = {
+constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kNvfp4PagedAppendKernels[] = {
     {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::Nvfp4PagedAppendParams& p, const LaunchContext&) {
        kernels::cpu::nvfp4_paged_append(p);
@@ -216,7 +216,7 @@ void run_append(const AppendCaches& c, const Tensor& key, const Tensor& value,
     p.page = targets.data<int64_t>();
     p.entry = p.page + p.nnz;
   }
-  api::launch(kAppendKernels, p, c.k.device(), op, "paged_kv_cache");
+  api::launch(kNvfp4PagedAppendKernels, p, c.k.device(), op, "paged_kv_cache");
 }
 
 }  // namespace
@@ -545,7 +545,7 @@ BenchCase bench_dequantize_paged(const BenchShape& s, Device dev) {
 }
 
 // The last s_qo tokens of each request appended (again), as append_paged_kv_cache's bench.
-BenchCase bench_append(const BenchShape& s, Device dev, bool slots) {
+BenchCase nvfp4_paged_bench_append(const BenchShape& s, Device dev, bool slots) {
   const PagedShape g = paged_shape(s);
   const int64_t pages = g.batch * g.pages_per_req;
   const int64_t q = std::min(s.s_qo, g.len);
@@ -594,14 +594,14 @@ void register_nvfp4_paged_ops(OpRegistry& r) {
   declare<&nvfp4_quantize_paged_kv_cache>(
       r,
       {.name = "nvfp4_quantize_paged_kv_cache",
-       .module = kFp4Module,
+       .module = kNvfp4PagedFp4Module,
        .summary = "Quantize whole paged K/V caches to NVFP4 (linear K scales, 4-token V swizzle)",
        .returns = "Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor], float, float]"},
       "k_cache", "v_cache", arg("kv_layout", "HND"), "k_global_sf", "v_global_sf");
   declare<&nvfp4_kv_dequantize_paged>(
       r,
       {.name = "nvfp4_kv_dequantize_paged",
-       .module = kFp4Module,
+       .module = kNvfp4PagedFp4Module,
        .summary = "Dequantize a paged NVFP4 KV cache into dense K/V through a block table"},
       "paged_kv_cache", "kv_cache_sf", "block_tables", "seq_lens", "k_scale", "v_scale",
       arg("output_k").mut(), arg("output_v").mut(), arg("kv_layout", "NHD"));
@@ -622,14 +622,17 @@ void register_nvfp4_paged_ops(OpRegistry& r) {
       arg("kv_cache_sf").mut(), "k_scale", "v_scale", arg("kv_layout", "NHD"));
   api::register_backends("nvfp4_quantize_paged_kv_cache", kPagedQuantKernels);
   api::register_backends("nvfp4_kv_dequantize_paged", kPagedDequantKernels);
-  api::register_backends("nvfp4_quantize_append_paged_kv_cache", kAppendKernels);
-  api::register_backends("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", kAppendKernels);
+  api::register_backends("nvfp4_quantize_append_paged_kv_cache", kNvfp4PagedAppendKernels);
+  api::register_backends("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+                         kNvfp4PagedAppendKernels);
   register_bench_hook("nvfp4_quantize_paged_kv_cache", bench_quantize_paged);
   register_bench_hook("nvfp4_kv_dequantize_paged", bench_dequantize_paged);
-  register_bench_hook("nvfp4_quantize_append_paged_kv_cache",
-                      [](const BenchShape& s, Device d) { return bench_append(s, d, false); });
-  register_bench_hook("nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
-                      [](const BenchShape& s, Device d) { return bench_append(s, d, true); });
+  register_bench_hook("nvfp4_quantize_append_paged_kv_cache", [](const BenchShape& s, Device d) {
+    return nvfp4_paged_bench_append(s, d, false);
+  });
+  register_bench_hook(
+      "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+      [](const BenchShape& s, Device d) { return nvfp4_paged_bench_append(s, d, true); });
 }
 }  // namespace detail
 

@@ -30,9 +30,9 @@ Value to_value(const PagedKVCache& cache) {
 
 namespace {
 
-constexpr const char* kModule = "flashinfer.page";
+constexpr const char* kPageCacheModule = "flashinfer.page";
 
-Tensor host_int32(const std::vector<int32_t>& v) {
+Tensor page_host_int32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt32);
   if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int32_t));
   return t;
@@ -50,7 +50,7 @@ struct AppendLaunch {
 };
 
 // The backends of the append kernel (src/api/kernel_table.h).
-constexpr api::KernelEntry<AppendLaunch> kAppendKernels[] = {
+constexpr api::KernelEntry<AppendLaunch> kPageAppendKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
      [](const AppendLaunch& l, const api::LaunchContext&) {
        kernels::AppendParams p = l.p;
@@ -69,11 +69,12 @@ constexpr api::KernelEntry<AppendLaunch> kAppendKernels[] = {
                   : api::Refusal{nullptr, "the CUDA kernel moves 1-, 2- or 4-byte elements only"};
      },
      [](const AppendLaunch& l, const api::LaunchContext& c) {
-       const Tensor dptr = host_int32(*l.kv_indptr).to(c.device);
+       const Tensor dptr = page_host_int32(*l.kv_indptr).to(c.device);
        const Tensor didx =
-           host_int32(l.kv_indices->empty() ? std::vector<int32_t>{0} : *l.kv_indices).to(c.device);
-       const Tensor dbi = host_int32(*l.batch_indices).to(c.device);
-       const Tensor dpos = host_int32(*l.positions).to(c.device);
+           page_host_int32(l.kv_indices->empty() ? std::vector<int32_t>{0} : *l.kv_indices)
+               .to(c.device);
+       const Tensor dbi = page_host_int32(*l.batch_indices).to(c.device);
+       const Tensor dpos = page_host_int32(*l.positions).to(c.device);
        kernels::AppendParams p = l.p;
        p.cache.kv_indptr = dptr.data<const int32_t>();
        p.cache.kv_indices = didx.data<const int32_t>();
@@ -117,7 +118,7 @@ std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append
   }
   const Device dev = append_indptr.device();
   auto output = [&](std::optional<Tensor>& buf, const std::vector<int32_t>& v, const char* arg) {
-    Tensor h = host_int32(v);
+    Tensor h = page_host_int32(v);
     if (!buf) return h.to(dev);
     api::check_defined(*buf, op, arg);
     FLASHINFER_CHECK(buf->dtype() == DType::kInt32, op, arg, "must be torch.int32");
@@ -196,7 +197,7 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
   p.nnz = nnz;
   p.num_heads = k.size(2);
   p.head_dim = k.size(3);
-  api::launch(kAppendKernels, l, k.device(), op, "paged_kv_cache");
+  api::launch(kPageAppendKernels, l, k.device(), op, "paged_kv_cache");
 }
 
 }  // namespace
@@ -226,7 +227,7 @@ Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int
                      " gives a length outside int32: ", len);
     lens[b] = static_cast<int32_t>(len);
   }
-  return host_int32(lens).to(kv_indptr.device());
+  return page_host_int32(lens).to(kv_indptr.device());
 }
 
 std::tuple<Tensor, Tensor> get_batch_indices_positions(const Tensor& append_indptr,
@@ -260,7 +261,7 @@ namespace {
 // Bench hook: the last s_qo tokens of each of batch_size requests of s_kv tokens are written
 // (again) into the bench cache (NHD, K and V as a pair). Bytes: the appended K and V read once
 // and written once, plus the int32 batch indices and positions. FLOPs: 0.
-BenchCase bench_append(const BenchShape& s, Device dev) {
+BenchCase page_bench_append(const BenchShape& s, Device dev) {
   FLASHINFER_CHECK(s.s_qo <= s.s_kv, "append_paged_kv_cache", "s_qo",
                    "the bench appends s_qo tokens into requests of s_kv tokens: need s_qo <= s_kv");
   const api::bench::BenchPages p = api::bench::bench_pages(s, dev);
@@ -289,19 +290,19 @@ void register_page_ops(OpRegistry& r) {
   declare<&get_batch_indices_positions>(
       r,
       {.name = "get_batch_indices_positions",
-       .module = kModule,
+       .module = kPageCacheModule,
        .summary = "Request index and absolute position of every appended row"},
       "append_indptr", "seq_lens", "nnz", arg("batch_indices").mut(), arg("positions").mut());
   declare<&append_paged_kv_cache>(
       r,
       {.name = "append_paged_kv_cache",
-       .module = kModule,
+       .module = kPageCacheModule,
        .summary = "Writes appended key/value rows into their pages of a paged KV cache"},
       "append_key", "append_value", "batch_indices", "positions", arg("paged_kv_cache").mut(),
       "kv_indices", "kv_indptr", "kv_last_page_len", arg("kv_layout", "NHD"));
   api::register_backends("get_batch_indices_positions", kBatchIndicesPositionsBackends);
-  api::register_backends("append_paged_kv_cache", kAppendKernels);
-  register_bench_hook("append_paged_kv_cache", bench_append);
+  api::register_backends("append_paged_kv_cache", kPageAppendKernels);
+  register_bench_hook("append_paged_kv_cache", page_bench_append);
 }
 }  // namespace detail
 

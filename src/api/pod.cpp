@@ -21,7 +21,7 @@ Value to_value(const PodOutput& r) {
 
 namespace {
 
-constexpr const char* kModule = "flashinfer.pod";
+constexpr const char* kPodModule = "flashinfer.pod";
 
 using PodInit = Init<PODWithPagedKVCacheWrapper, Tensor, std::string, bool, std::optional<Tensor>,
                      std::optional<Tensor>, std::optional<Tensor>, std::optional<Value>>;
@@ -331,7 +331,7 @@ void register_pod_ops(OpRegistry& r) {
   declare_init<PodInit>(
       r,
       {.name = "PODWithPagedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "One prefill request and a decode batch in one call (POD attention)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer",
@@ -339,7 +339,7 @@ void register_pod_ops(OpRegistry& r) {
   declare<&PODWithPagedKVCacheWrapper::plan>(
       r,
       {.name = "PODWithPagedKVCacheWrapper.plan",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "Plans the decode batch"},
       "indptr", "indices", "last_page_len", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
       arg("pos_encoding_mode", "NONE"), arg("window_left", -1), arg("q_data_type", "float16"),
@@ -348,7 +348,7 @@ void register_pod_ops(OpRegistry& r) {
   declare<&PODWithPagedKVCacheWrapper::run>(
       r,
       {.name = "PODWithPagedKVCacheWrapper.run",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "Prefill and decode attention; returns (out_p, out_d)",
        .var_positional = "args"},
       "q_p", "k_p", "v_p", "q_d", "paged_kv_cache_d", "custom_mask_p", "packed_custom_mask_p",
@@ -361,13 +361,13 @@ void register_pod_ops(OpRegistry& r) {
   declare_init<BatchPodInit>(
       r,
       {.name = "BatchPODWithPagedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "A prefill batch and a decode batch in one call (POD attention)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"));
   declare<&BatchPODWithPagedKVCacheWrapper::plan>(
       r,
       {.name = "BatchPODWithPagedKVCacheWrapper.plan",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "Plans the prefill and the decode batch"},
       "qo_indptr_p", "kv_indptr_p", "kv_indices_p", "last_page_len_p", "qo_indptr_d", "kv_indptr_d",
       "kv_indices_d", "last_page_len_d", "num_qo_heads", "num_kv_heads", "head_dim", "page_size",
@@ -377,7 +377,7 @@ void register_pod_ops(OpRegistry& r) {
   declare<&BatchPODWithPagedKVCacheWrapper::run>(
       r,
       {.name = "BatchPODWithPagedKVCacheWrapper.run",
-       .module = kModule,
+       .module = kPodModule,
        .summary = "Prefill and decode attention; returns (out_p, out_d)"},
       "q_p", "paged_kv_cache_p", "q_d", "paged_kv_cache_d", "custom_mask_p", "packed_custom_mask_p",
       arg("causal_p", false), "q_scale", "k_scale", "v_scale", arg("return_lse", false),

@@ -13,7 +13,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.prefill";
+constexpr const char* kPrefillModule = "flashinfer.prefill";
 constexpr const char* kPaged = "BatchPrefillWithPagedKVCacheWrapper";
 constexpr const char* kRagged = "BatchPrefillWithRaggedKVCacheWrapper";
 
@@ -55,7 +55,7 @@ void check_prefill_options(const PrefillPlanOptions& o, bool paged, const char* 
 }
 
 // qo_indptr → host; the causal rule kv_len >= qo_len per request.
-void load_qo(detail::WrapperState& s, const Tensor& qo_indptr, const char* op) {
+void prefill_load_qo(detail::WrapperState& s, const Tensor& qo_indptr, const char* op) {
   s.qo_indptr =
       api::index_to_host(qo_indptr, op, "qo_indptr", static_cast<int64_t>(s.kv_lens.size()) + 1);
   api::check_indptr(s.qo_indptr, op, "qo_indptr");
@@ -249,7 +249,7 @@ void plan_paged_prefill(detail::WrapperState& s, const Tensor& qo_indptr,
   api::check_seq_lens(s, o.seq_lens, op);
   s.decode = false;
   s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
-  load_qo(s, qo_indptr, op);
+  prefill_load_qo(s, qo_indptr, op);
   api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
   api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
 }
@@ -356,7 +356,7 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         s.page_size = 1;
         s.decode = false;
         s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
-        load_qo(s, qo_indptr, op);
+        prefill_load_qo(s, qo_indptr, op);
         api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
@@ -467,7 +467,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&single_prefill_with_kv_cache>(
       r,
       {.name = "single_prefill_with_kv_cache",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Prefill attention of one request's queries against its KV"},
       "q", "k", "v", "scale_q", "scale_k", "scale_v", "o_dtype", "custom_mask",
       "packed_custom_mask", arg("causal", false), arg("kv_layout", "NHD"),
@@ -477,7 +477,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare_init<PagedInit>(
       r,
       {.name = "BatchPrefillWithPagedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Batch prefill attention over a paged KV cache (plan once, run per layer)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf",
@@ -486,7 +486,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare_init<RaggedInit>(
       r,
       {.name = "BatchPrefillWithRaggedKVCacheWrapper.__init__",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Batch prefill attention over ragged K/V (plan once, run per layer)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "qo_indptr_buf", "kv_indptr_buf", "custom_mask_buf", "mask_indptr_buf",
@@ -496,7 +496,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&BatchPrefillWithPagedKVCacheWrapper::plan>(
       r,
       {.name = "BatchPrefillWithPagedKVCacheWrapper.plan",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Validates the batch layout and builds the prefill work partition",
        .options_keyword_only = false},
       "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
@@ -514,7 +514,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&BatchPrefillWithPagedKVCacheWrapper::workspace_size>(
       r,
       {.name = "BatchPrefillWithPagedKVCacheWrapper.workspace_size",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "The (float, int) workspace bytes plan() would need",
        .options_keyword_only = false},
       "qo_indptr", "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len", "num_qo_heads",
@@ -533,7 +533,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&BatchPrefillWithRaggedKVCacheWrapper::plan>(
       r,
       {.name = "BatchPrefillWithRaggedKVCacheWrapper.plan",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Validates the batch layout and builds the prefill work partition",
        .options_keyword_only = false},
       "qo_indptr", "kv_indptr", "num_qo_heads", "num_kv_heads", "head_dim_qk",
@@ -550,7 +550,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&BatchPrefillWithPagedKVCacheWrapper::run>(
       r,
       {.name = "BatchPrefillWithPagedKVCacheWrapper.run",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Batch prefill attention over the paged cache with the current plan",
        .var_positional = "args"},
       "q", "paged_kv_cache",
@@ -563,7 +563,7 @@ void register_prefill_ops(OpRegistry& r) {
   declare<&BatchPrefillWithRaggedKVCacheWrapper::run>(
       r,
       {.name = "BatchPrefillWithRaggedKVCacheWrapper.run",
-       .module = kModule,
+       .module = kPrefillModule,
        .summary = "Batch prefill attention over ragged K/V with the current plan",
        .var_positional = "args"},
       "q", "k", "v",

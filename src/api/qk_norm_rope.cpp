@@ -21,7 +21,7 @@ namespace {
 using api::KernelEntry;
 using api::LaunchContext;
 
-constexpr KernelEntry<kernels::QkNormRopeParams> kKernels[] = {
+constexpr KernelEntry<kernels::QkNormRopeParams> kQkNormRopeKernels[] = {
     {DeviceType::kCPU, "CPU reference", nullptr,
      [](const kernels::QkNormRopeParams& p, const LaunchContext&) {
        kernels::cpu::fused_qk_rmsnorm_rope(p);
@@ -155,7 +155,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_qk_rmsnorm_rope(
         p.interleave = interleave;
         p.norm = is_qk_norm;
         p.fp8 = output_fp8;
-        api::launch(kKernels, p, qkv.device(), op, "qkv");
+        api::launch(kQkNormRopeKernels, p, qkv.device(), op, "qkv");
         return {q, k, v};
       },
       qkv, q_weight, k_weight, ppf, pph, ppw, num_frame_channels, num_height_channels,
@@ -215,7 +215,7 @@ void register_qk_norm_rope_ops(OpRegistry& r) {
       arg("is_qk_norm", true).kw(), arg("output_fp8", false).kw(),
       arg("output_quant_scale", 1.0).kw(), arg("v_quant_scale", 1.0).kw(), arg("q_out").mut().kw(),
       arg("k_out").mut().kw(), arg("v_out").mut().kw());
-  api::register_backends("fused_qk_rmsnorm_rope", kKernels);
+  api::register_backends("fused_qk_rmsnorm_rope", kQkNormRopeKernels);
   register_bench_hook("fused_qk_rmsnorm_rope", bench_qk_norm_rope);
 }
 }  // namespace detail

@@ -18,7 +18,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kFp8Module = "flashinfer.quantization.fp8_quantization";
+constexpr const char* kQuant8Fp8Module = "flashinfer.quantization.fp8_quantization";
 constexpr const char* kPackModule = "flashinfer.quantization.packbits";
 
 constexpr api::KernelEntry<kernels::GroupQuant8Params> kGroupQuantKernels[] = {
@@ -243,7 +243,7 @@ void register_quant8_ops(OpRegistry& r) {
   declare<&per_token_group_quant_8bit>(
       r,
       {.name = "per_token_group_quant_8bit",
-       .module = kFp8Module,
+       .module = kQuant8Fp8Module,
        .summary = "Per-token-group 8-bit (fp8/int8) quantization with one fp32 scale per group"},
       "x", "group_size", arg("eps", 1e-10), "dst_dtype", arg("column_major_scales", false),
       arg("scale_tma_aligned", false), arg("scale_ue8m0", false), arg("backend", "cutile"));

@@ -19,8 +19,8 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kFp4Module = "flashinfer.quantization.fp4_quantization";
-constexpr const char* kFp8Module = "flashinfer.quantization.fp8_quantization";
+constexpr const char* kQuantizationFp4Module = "flashinfer.quantization.fp4_quantization";
+constexpr const char* kQuantizationFp8Module = "flashinfer.quantization.fp8_quantization";
 
 using kernels::SfLayoutCode;
 
@@ -34,7 +34,7 @@ SfLayoutCode code_of(SfLayout l, const char* op, const char* arg) {
   return static_cast<SfLayoutCode>(v);
 }
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t quantization_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // ---- backends (src/api/kernel_table.h) -------------------------------------------------------
 // The CUDA kernels take the same input dtypes, block sizes and layouts as the CPU reference.
@@ -101,13 +101,13 @@ Tensor fp32_scalar(const Tensor& t, Device device, const char* op, const char* a
 }
 
 // Views `input` ([..., K], or a column-major [M, K]) as rows of K elements.
-struct Rows {
+struct QuantizationRows {
   Tensor x;  // 2-D [m, k]
   bool column_major = false;
 };
 
-Rows as_rows(const Tensor& input, const char* op, const char* arg) {
-  Rows r;
+QuantizationRows as_rows(const Tensor& input, const char* op, const char* arg) {
+  QuantizationRows r;
   api::check_defined(input, op, arg);
   FLASHINFER_CHECK(input.dim() >= 2, op, arg, "expected a tensor of rank >= 2 ([M, K]), got ",
                    input.dim(), "-D with shape ", shape_to_string(input.shape()));
@@ -130,7 +130,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
                                              SfLayout layout, bool gs_inversed,
                                              std::optional<bool> enable_pdl) {
   const char* in_arg = std::string_view(op) == "fp4_quantize" ? "input" : "a";
-  const Rows rows = as_rows(input, op, in_arg);
+  const QuantizationRows rows = as_rows(input, op, in_arg);
   const Tensor& x = rows.x;
   api::check_dtype_in(x, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, in_arg);
   FLASHINFER_CHECK(sf_vec_size == 16 || sf_vec_size == 32, op, "sf_vec_size",
@@ -149,9 +149,10 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   if (!rows.column_major) q_shape.back() = k / 2;
   Tensor q = Tensor::empty(q_shape, DType::kUInt8, x.device());
   const int64_t sf_size = kernels::sf_buffer_size(code, m, sf_cols);
-  const Shape sf_shape = layout == SfLayout::layout_linear
-                             ? Shape{m, sf_cols}
-                             : Shape{sf_size / round_up(sf_cols, 4), round_up(sf_cols, 4)};
+  const Shape sf_shape =
+      layout == SfLayout::layout_linear
+          ? Shape{m, sf_cols}
+          : Shape{sf_size / quantization_round_up(sf_cols, 4), quantization_round_up(sf_cols, 4)};
   Tensor sf = Tensor::empty(sf_shape, DType::kUInt8, x.device());
 
   auto p = api::quantize_params<kernels::Fp4QuantizeParams>(x, q, sf, code);
@@ -543,7 +544,7 @@ void register_quantization_ops(OpRegistry& r) {
   declare<&fp4_quantize>(
       r,
       {.name = "fp4_quantize",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Quantize to FP4 (E2M1) with per-block e4m3 or ue8m0 scale factors"},
       "input", "global_scale", arg("sf_vec_size", 16), arg("sf_use_ue8m0", false),
       arg("is_sf_swizzled_layout", true), arg("is_sf_8x4_layout", false),
@@ -551,7 +552,7 @@ void register_quantization_ops(OpRegistry& r) {
   declare<&nvfp4_quantize>(
       r,
       {.name = "nvfp4_quantize",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Quantize to NVFP4: E2M1 values, e4m3 scales of 16-element blocks, global scale"},
       "a", "a_global_sf", arg("sfLayout", SfLayout::layout_128x4), arg("do_shuffle", false),
       arg("sf_vec_size", 16), "enable_pdl", arg("backend", "cuda"),
@@ -559,39 +560,39 @@ void register_quantization_ops(OpRegistry& r) {
   declare<&mxfp4_quantize>(
       r,
       {.name = "mxfp4_quantize",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Quantize to MXFP4: E2M1 values, ue8m0 scales of 32-element blocks"},
       "a", arg("backend", "cuda"), "enable_pdl", arg("sfLayout", SfLayout::layout_128x4));
   declare<&mxfp4_dequantize>(
       r,
       {.name = "mxfp4_dequantize",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Dequantize MXFP4 (ue8m0 block scales) to fp32 on the host"},
       "a_fp4", "a_sf", arg("sfLayout", SfLayout::layout_128x4));
   declare<&e2m1_and_ufp8sf_scale_to_float>(
       r,
       {.name = "e2m1_and_ufp8sf_scale_to_float",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Dequantize packed E2M1 with e4m3/ue8m0 block scales to fp32 on the host"},
       "e2m1_tensor", "ufp8_scale_tensor", "global_scale_tensor", arg("sf_vec_size", 16),
       arg("ufp8_type", 1), arg("is_sf_swizzled_layout", true), arg("is_sf_8x4_layout", false));
   declare<&block_scale_interleave>(
       r,
       {.name = "block_scale_interleave",
-       .module = kFp4Module,
+       .module = kQuantizationFp4Module,
        .summary = "Swizzle a linear block-scale matrix into the 128x4 layout"},
       "unswizzled_sf");
   declare<&mxfp8_quantize>(
       r,
       {.name = "mxfp8_quantize",
-       .module = kFp8Module,
+       .module = kQuantizationFp8Module,
        .summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks"},
       "input", arg("is_sf_swizzled_layout", true), arg("alignment", 32), "enable_pdl",
       arg("backend", "cuda"), arg("sf_swizzle_layout").type("SfLayout"));
   declare<&mxfp8_dequantize_host>(
       r,
       {.name = "mxfp8_dequantize_host",
-       .module = kFp8Module,
+       .module = kQuantizationFp8Module,
        .summary = "Dequantize MXFP8 (e4m3 values, ue8m0 scales) to fp32 on the host"},
       "input", "scale_tensor", arg("is_sf_swizzled_layout", true),
       arg("sf_swizzle_layout").type("SfLayout"));

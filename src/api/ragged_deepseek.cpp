@@ -26,7 +26,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kOp = "trtllm_ragged_attention_deepseek";
+constexpr const char* kRaggedDeepseekOp = "trtllm_ragged_attention_deepseek";
 
 }  // namespace
 
@@ -125,23 +125,23 @@ void register_ragged_attention_backends(std::string_view op) {
 
 namespace {
 
-double scale_of(const ScalarOrTensor<double>& x, const char* arg) {
+double ragged_deepseek_scale_of(const ScalarOrTensor<double>& x, const char* arg) {
   double v = x.scalar();
   if (x.is_tensor()) {
     const Tensor& t = x.tensor();
-    api::check_defined(t, kOp, arg);
-    FLASHINFER_CHECK(t.numel() == 1, kOp, arg, "a tensor scale must hold one element, got ",
-                     t.numel());
-    FLASHINFER_CHECK(t.dtype() == DType::kFloat32, kOp, arg,
+    api::check_defined(t, kRaggedDeepseekOp, arg);
+    FLASHINFER_CHECK(t.numel() == 1, kRaggedDeepseekOp, arg,
+                     "a tensor scale must hold one element, got ", t.numel());
+    FLASHINFER_CHECK(t.dtype() == DType::kFloat32, kRaggedDeepseekOp, arg,
                      "a tensor scale must be torch.float32, got ", dtype_torch_name(t.dtype()));
     v = t.item();
   }
-  FLASHINFER_CHECK(std::isfinite(v), kOp, arg, "must be finite, got ", v);
+  FLASHINFER_CHECK(std::isfinite(v), kRaggedDeepseekOp, arg, "must be finite, got ", v);
   return v;
 }
 
-void check_last_contiguous(const Tensor& t, const char* arg) {
-  FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, kOp, arg,
+void ragged_deepseek_check_last_contiguous(const Tensor& t, const char* arg) {
+  FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, kRaggedDeepseekOp, arg,
                    "the last axis must be contiguous");
 }
 
@@ -150,9 +150,9 @@ void check_hint(const std::optional<Tensor>& hint, const std::vector<int32_t>& w
                 const char* arg) {
   if (!hint) return;
   const std::vector<int32_t> got =
-      api::index_to_host(*hint, kOp, arg, static_cast<int64_t>(want.size()));
+      api::index_to_host(*hint, kRaggedDeepseekOp, arg, static_cast<int64_t>(want.size()));
   for (std::size_t i = 0; i < want.size(); ++i) {
-    FLASHINFER_CHECK(got[i] == want[i], kOp, arg, "element ", i, " (", got[i],
+    FLASHINFER_CHECK(got[i] == want[i], kRaggedDeepseekOp, arg, "element ", i, " (", got[i],
                      ") disagrees with the lengths of the device tensors (", want[i], ")");
   }
 }
@@ -168,7 +168,7 @@ bool is_unset(const Value& v) {
   return v.kind() == Value::Kind::kInt && v.as_int() == 0;
 }
 
-AttentionOutput ragged_impl(
+AttentionOutput ragged_deepseek_ragged_impl(
     const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& workspace_buffer,
     const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
     const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
@@ -180,7 +180,7 @@ AttentionOutput ragged_impl(
     const std::optional<Tensor>& q_seq_lens_cpu, const std::optional<Tensor>& kv_seq_lens_cpu,
     std::optional<bool> use_fp16_softmax, std::optional<bool> uses_spcompress) {
   auto unsupported = [&](bool bad, const char* arg, const char* why) {
-    FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, kOp, arg, why);
+    FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, kRaggedDeepseekOp, arg, why);
   };
   unsupported(attention_sinks.has_value(), "attention_sinks", "attention sinks are not supported");
   unsupported(skip_softmax.has_value(), "skip_softmax_threshold_scale_factor",
@@ -191,90 +191,93 @@ AttentionOutput ragged_impl(
   unsupported(use_fp16_softmax.value_or(false), "use_fp16_softmax",
               "the fp16 softmax is not supported");
   unsupported(uses_spcompress.value_or(false), "uses_spcompress", "not supported");
-  FLASHINFER_CHECK(backend == "trtllm-gen" || backend == "cute-dsl", kOp, "backend",
+  FLASHINFER_CHECK(backend == "trtllm-gen" || backend == "cute-dsl", kRaggedDeepseekOp, "backend",
                    "must be \"trtllm-gen\" or \"cute-dsl\", got \"", backend, "\"");
   for (const auto& [t, arg] :
        {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}}) {
-    api::check_defined(*t, kOp, arg);
-    api::check_dim(*t, {3}, kOp, arg);
-    check_last_contiguous(*t, arg);
+    api::check_defined(*t, kRaggedDeepseekOp, arg);
+    api::check_dim(*t, {3}, kRaggedDeepseekOp, arg);
+    ragged_deepseek_check_last_contiguous(*t, arg);
   }
-  api::check_defined(workspace_buffer, kOp, "workspace_buffer");
+  api::check_defined(workspace_buffer, kRaggedDeepseekOp, "workspace_buffer");
   const int64_t dqk = query.size(2), dvo = value.size(2);
   const bool dims_ok =
       key.size(2) == dqk &&
       ((dqk == 192 && dvo == 128) || (dqk == 128 && dvo == 128) || (dqk == 256 && dvo == 256));
-  FLASHINFER_CHECK(dims_ok, kOp, "query", "head dims (query ", dqk, ", key ", key.size(2),
-                   ", value ", dvo,
+  FLASHINFER_CHECK(dims_ok, kRaggedDeepseekOp, "query", "head dims (query ", dqk, ", key ",
+                   key.size(2), ", value ", dvo,
                    ") are not supported: (192, 192, 128), (128, 128, 128) or (256, 256, 256)");
   const int64_t nq = query.size(0), hq = query.size(1), nk = key.size(0), hkv = key.size(1);
-  api::check_heads(hq, hkv, kOp, "query", "key");
-  FLASHINFER_CHECK(value.size(0) == nk && value.size(1) == hkv, kOp, "value", "must be [", nk, ", ",
-                   hkv, ", ", dvo, "], got ", shape_to_string(value.shape()));
+  api::check_heads(hq, hkv, kRaggedDeepseekOp, "query", "key");
+  FLASHINFER_CHECK(value.size(0) == nk && value.size(1) == hkv, kRaggedDeepseekOp, "value",
+                   "must be [", nk, ", ", hkv, ", ", dvo, "], got ",
+                   shape_to_string(value.shape()));
   const DType qd = query.dtype();
   FLASHINFER_CHECK(qd == DType::kFloat16 || qd == DType::kBFloat16 || qd == DType::kFloat8E4M3FN,
-                   kOp, "query", "dtype ", dtype_torch_name(qd),
+                   kRaggedDeepseekOp, "query", "dtype ", dtype_torch_name(qd),
                    " is not supported (float16, bfloat16, float8_e4m3fn)");
-  api::check_same_dtype(key, query, kOp, "key", "query");
-  FLASHINFER_CHECK(value.dtype() == qd || value.dtype() == DType::kFloat8E4M3FN, kOp, "value",
-                   "dtype ", dtype_torch_name(value.dtype()), " must be query's (",
+  api::check_same_dtype(key, query, kRaggedDeepseekOp, "key", "query");
+  FLASHINFER_CHECK(value.dtype() == qd || value.dtype() == DType::kFloat8E4M3FN, kRaggedDeepseekOp,
+                   "value", "dtype ", dtype_torch_name(value.dtype()), " must be query's (",
                    dtype_torch_name(qd), ") or float8_e4m3fn");
-  api::check_same_device(key, query, kOp, "key", "query");
-  api::check_same_device(value, query, kOp, "value", "query");
+  api::check_same_device(key, query, kRaggedDeepseekOp, "key", "query");
+  api::check_same_device(value, query, kRaggedDeepseekOp, "value", "query");
   for (const auto& [t, arg] :
        {std::pair{&seq_lens, "seq_lens"}, std::pair{&cum_seq_lens_q, "cum_seq_lens_q"},
         std::pair{&cum_seq_lens_kv, "cum_seq_lens_kv"}}) {
-    api::check_defined(*t, kOp, arg);
-    api::check_same_device(*t, query, kOp, arg, "query");
+    api::check_defined(*t, kRaggedDeepseekOp, arg);
+    api::check_same_device(*t, query, kRaggedDeepseekOp, arg, "query");
   }
-  FLASHINFER_CHECK(batch_size >= 0 && batch_size < (int64_t{1} << 31), kOp, "batch_size",
-                   "must be in [0, 2^31), got ", batch_size);
-  FLASHINFER_CHECK(window_left >= -1 && window_left < (int64_t{1} << 31), kOp, "window_left",
-                   "must be -1 (no window) or a non-negative count, got ", window_left);
-  const std::vector<int32_t> lens = api::index_to_host(seq_lens, kOp, "seq_lens", batch_size);
+  FLASHINFER_CHECK(batch_size >= 0 && batch_size < (int64_t{1} << 31), kRaggedDeepseekOp,
+                   "batch_size", "must be in [0, 2^31), got ", batch_size);
+  FLASHINFER_CHECK(window_left >= -1 && window_left < (int64_t{1} << 31), kRaggedDeepseekOp,
+                   "window_left", "must be -1 (no window) or a non-negative count, got ",
+                   window_left);
+  const std::vector<int32_t> lens =
+      api::index_to_host(seq_lens, kRaggedDeepseekOp, "seq_lens", batch_size);
   const std::vector<int32_t> cq =
-      api::index_to_host(cum_seq_lens_q, kOp, "cum_seq_lens_q", batch_size + 1);
+      api::index_to_host(cum_seq_lens_q, kRaggedDeepseekOp, "cum_seq_lens_q", batch_size + 1);
   const std::vector<int32_t> ckv =
-      api::index_to_host(cum_seq_lens_kv, kOp, "cum_seq_lens_kv", batch_size + 1);
-  api::check_indptr(cq, kOp, "cum_seq_lens_q");
-  api::check_indptr(ckv, kOp, "cum_seq_lens_kv");
-  FLASHINFER_CHECK(cq.back() == nq, kOp, "cum_seq_lens_q", "ends at ", cq.back(), " but query has ",
-                   nq, " rows");
-  FLASHINFER_CHECK(ckv.back() <= nk, kOp, "cum_seq_lens_kv", "ends at ", ckv.back(),
+      api::index_to_host(cum_seq_lens_kv, kRaggedDeepseekOp, "cum_seq_lens_kv", batch_size + 1);
+  api::check_indptr(cq, kRaggedDeepseekOp, "cum_seq_lens_q");
+  api::check_indptr(ckv, kRaggedDeepseekOp, "cum_seq_lens_kv");
+  FLASHINFER_CHECK(cq.back() == nq, kRaggedDeepseekOp, "cum_seq_lens_q", "ends at ", cq.back(),
+                   " but query has ", nq, " rows");
+  FLASHINFER_CHECK(ckv.back() <= nk, kRaggedDeepseekOp, "cum_seq_lens_kv", "ends at ", ckv.back(),
                    " but key has ", nk, " rows");
   std::vector<int32_t> qlens;
   int32_t max_kv = 0;
   for (int64_t b = 0; b < batch_size; ++b) {
     const int32_t ql = cq[b + 1] - cq[b], kl = ckv[b + 1] - ckv[b];
-    FLASHINFER_CHECK(lens[b] == kl, kOp, "seq_lens", "element ", b, " (", lens[b],
+    FLASHINFER_CHECK(lens[b] == kl, kRaggedDeepseekOp, "seq_lens", "element ", b, " (", lens[b],
                      ") disagrees with cum_seq_lens_kv (", kl, " rows)");
-    FLASHINFER_CHECK(ql <= max_q_len, kOp, "max_q_len", "request ", b, " has ", ql,
+    FLASHINFER_CHECK(ql <= max_q_len, kRaggedDeepseekOp, "max_q_len", "request ", b, " has ", ql,
                      " queries, more than max_q_len=", max_q_len);
-    FLASHINFER_CHECK(kl <= max_kv_len, kOp, "max_kv_len", "request ", b, " has ", kl,
+    FLASHINFER_CHECK(kl <= max_kv_len, kRaggedDeepseekOp, "max_kv_len", "request ", b, " has ", kl,
                      " keys, more than max_kv_len=", max_kv_len);
     qlens.push_back(ql);
     max_kv = std::max(max_kv, kl);
   }
   check_hint(q_seq_lens_cpu, qlens, "q_seq_lens_cpu");
   check_hint(kv_seq_lens_cpu, lens, "kv_seq_lens_cpu");
-  const double s1 = scale_of(bmm1_scale, "bmm1_scale");
-  const double s2 = scale_of(bmm2_scale, "bmm2_scale");
+  const double s1 = ragged_deepseek_scale_of(bmm1_scale, "bmm1_scale");
+  const double s2 = ragged_deepseek_scale_of(bmm2_scale, "bmm2_scale");
 
   const Shape oshape{nq, hq, dvo};
   Tensor out;
   if (out_arg) {
     out = *out_arg;
-    api::check_defined(out, kOp, "out");
-    api::check_shape_eq(out, oshape, kOp, "out");
+    api::check_defined(out, kRaggedDeepseekOp, "out");
+    api::check_shape_eq(out, oshape, kRaggedDeepseekOp, "out");
     FLASHINFER_CHECK_CODE(out.dtype() == DType::kFloat16 || out.dtype() == DType::kBFloat16,
-                          ErrorCode::kUnsupported, kOp, "out", "dtype ",
+                          ErrorCode::kUnsupported, kRaggedDeepseekOp, "out", "dtype ",
                           dtype_torch_name(out.dtype()), " is not supported (float16, bfloat16)");
-    api::check_same_device(out, query, kOp, "out", "query");
-    check_last_contiguous(out, "out");
-    api::check_writable(out, kOp, "out");
+    api::check_same_device(out, query, kRaggedDeepseekOp, "out", "query");
+    ragged_deepseek_check_last_contiguous(out, "out");
+    api::check_writable(out, kRaggedDeepseekOp, "out");
     for (const auto& [t, arg] :
          {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}}) {
-      api::check_no_overlap(out, *t, kOp, "out", arg);
+      api::check_no_overlap(out, *t, kRaggedDeepseekOp, "out", arg);
     }
   } else {
     out = Tensor::empty(oshape, qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd, query.device());
@@ -282,13 +285,13 @@ AttentionOutput ragged_impl(
   Tensor lse;
   if (lse_arg) {
     lse = *lse_arg;
-    api::check_defined(lse, kOp, "lse");
-    api::check_shape_eq(lse, Shape{nq, hq}, kOp, "lse");
-    FLASHINFER_CHECK(lse.dtype() == DType::kFloat32, kOp, "lse", "must be torch.float32, got ",
-                     dtype_torch_name(lse.dtype()));
-    api::check_same_device(lse, query, kOp, "lse", "query");
-    api::check_writable(lse, kOp, "lse");
-    api::check_no_overlap(lse, out, kOp, "lse", "out");
+    api::check_defined(lse, kRaggedDeepseekOp, "lse");
+    api::check_shape_eq(lse, Shape{nq, hq}, kRaggedDeepseekOp, "lse");
+    FLASHINFER_CHECK(lse.dtype() == DType::kFloat32, kRaggedDeepseekOp, "lse",
+                     "must be torch.float32, got ", dtype_torch_name(lse.dtype()));
+    api::check_same_device(lse, query, kRaggedDeepseekOp, "lse", "query");
+    api::check_writable(lse, kRaggedDeepseekOp, "lse");
+    api::check_no_overlap(lse, out, kRaggedDeepseekOp, "lse", "out");
   } else if (return_lse) {
     lse = Tensor::empty({nq, hq}, DType::kFloat32, query.device());
   }
@@ -329,7 +332,8 @@ AttentionOutput ragged_impl(
     p.bmm1_scale = static_cast<float>(s1);
     p.bmm2_scale = static_cast<float>(s2);
     p.causal = is_causal;
-    api::run_ragged_attention(p, query.device(), kOp, "query", enable_pdl, &workspace_buffer);
+    api::run_ragged_attention(p, query.device(), kRaggedDeepseekOp, "query", enable_pdl,
+                              &workspace_buffer);
   }
   AttentionOutput r;
   r.out = out;
@@ -339,8 +343,9 @@ AttentionOutput ragged_impl(
 
 // flashinfer bench: batch_size requests of s_qo queries over s_kv keys each, DeepSeek's head
 // dims (192 / 128), num_qo_heads query and num_kv_heads key/value heads, s.causal.
-BenchCase bench_ragged(const BenchShape& s, Device dev) {
-  FLASHINFER_CHECK(s.s_qo <= s.s_kv || !s.causal, kOp, "s_qo", "needs s_qo <= s_kv when causal");
+BenchCase ragged_deepseek_bench_ragged(const BenchShape& s, Device dev) {
+  FLASHINFER_CHECK(s.s_qo <= s.s_kv || !s.causal, kRaggedDeepseekOp, "s_qo",
+                   "needs s_qo <= s_kv when causal");
   const DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
   const int64_t B = s.batch_size, nq = B * s.s_qo, nk = B * s.s_kv;
   std::vector<int64_t> cq{0}, ck{0}, lens;
@@ -356,10 +361,11 @@ BenchCase bench_ragged(const BenchShape& s, Device dev) {
   const Tensor ws =
       Tensor::zeros({dev.is_cuda() ? int64_t{128} << 20 : 1 << 12}, DType::kUInt8, dev);
   BenchCase c = api::bench::invoke_case(
-      kOp, {Value(q), Value(k), Value(v), Value(ws), Value(api::bench::int32_tensor(lens, dev)),
-            Value(s.s_qo), Value(s.s_kv), Value(1.0 / std::sqrt(192.0)), Value(1.0), Value(-1.0),
-            Value(B), Value(-1), Value(api::bench::int32_tensor(cq, dev)),
-            Value(api::bench::int32_tensor(ck, dev)), Value(false), Value(s.causal), Value(true)});
+      kRaggedDeepseekOp,
+      {Value(q), Value(k), Value(v), Value(ws), Value(api::bench::int32_tensor(lens, dev)),
+       Value(s.s_qo), Value(s.s_kv), Value(1.0 / std::sqrt(192.0)), Value(1.0), Value(-1.0),
+       Value(B), Value(-1), Value(api::bench::int32_tensor(cq, dev)),
+       Value(api::bench::int32_tensor(ck, dev)), Value(false), Value(s.causal), Value(true)});
   c.flops = static_cast<double>(B) *
             api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, 192, 128, s.causal);
   c.bytes = api::bench::nbytes({nq, s.num_qo_heads, 192 + 128}, qd) +
@@ -384,12 +390,12 @@ AttentionOutput trtllm_ragged_attention_deepseek(
   return call_op<&trtllm_ragged_attention_deepseek>(
       [&] {
         (void)o_sf_scale;  // scales nvfp4 outputs only, never produced here
-        return ragged_impl(query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len,
-                           bmm1_scale, bmm2_scale, batch_size, window_left, cum_seq_lens_q,
-                           cum_seq_lens_kv, enable_pdl, is_causal, return_lse, attention_sinks,
-                           skip_softmax_threshold_scale_factor, out, lse, sage_attn_sfs,
-                           num_elts_per_sage_attn_blk, backend, q_seq_lens_cpu, kv_seq_lens_cpu,
-                           use_fp16_softmax, uses_spcompress);
+        return ragged_deepseek_ragged_impl(
+            query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len, bmm1_scale,
+            bmm2_scale, batch_size, window_left, cum_seq_lens_q, cum_seq_lens_kv, enable_pdl,
+            is_causal, return_lse, attention_sinks, skip_softmax_threshold_scale_factor, out, lse,
+            sage_attn_sfs, num_elts_per_sage_attn_blk, backend, q_seq_lens_cpu, kv_seq_lens_cpu,
+            use_fp16_softmax, uses_spcompress);
       },
       query, key, value, workspace_buffer, seq_lens, max_q_len, max_kv_len, bmm1_scale, bmm2_scale,
       o_sf_scale, batch_size, window_left, cum_seq_lens_q, cum_seq_lens_kv, enable_pdl, is_causal,
@@ -402,7 +408,7 @@ namespace detail {
 void register_ragged_deepseek_ops(OpRegistry& r) {
   declare<&trtllm_ragged_attention_deepseek>(
       r,
-      {.name = kOp,
+      {.name = kRaggedDeepseekOp,
        .module = "flashinfer.prefill",
        .summary = "Ragged prefill attention, DeepSeek head dims (qk 192, vo 128), base-2 LSE"},
       "query", "key", "value", "workspace_buffer", "seq_lens", "max_q_len", "max_kv_len",
@@ -413,8 +419,8 @@ void register_ragged_deepseek_ops(OpRegistry& r) {
       arg("num_elts_per_sage_attn_blk", Value::tuple({Value(0), Value(0), Value(0), Value(0)})),
       arg("backend", "trtllm-gen"), "q_seq_lens_cpu", "kv_seq_lens_cpu", "use_fp16_softmax",
       "uses_spcompress");
-  api::register_ragged_attention_backends(kOp);
-  register_bench_hook(kOp, bench_ragged);
+  api::register_ragged_attention_backends(kRaggedDeepseekOp);
+  register_bench_hook(kRaggedDeepseekOp, ragged_deepseek_bench_ragged);
 }
 }  // namespace detail
 

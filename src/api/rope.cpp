@@ -19,7 +19,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.rope";
+constexpr const char* kRopeModule = "flashinfer.rope";
 
 // ---------------------------------------------------------------------------------------------
 // Checks and dispatch.
@@ -280,10 +280,10 @@ std::pair<Tensor, Tensor> rope_common(const char* op, const Tensor& q, const Ten
   return {q_rope, k_rope};
 }
 
-std::pair<Tensor, Tensor> ragged_impl(const char* op, bool inplace, const Tensor& q,
-                                      const Tensor& k, const Tensor& indptr, const Tensor& offsets,
-                                      std::optional<int64_t> rotary_dim, bool interleave,
-                                      const Angles& ang) {
+std::pair<Tensor, Tensor> rope_ragged_impl(const char* op, bool inplace, const Tensor& q,
+                                           const Tensor& k, const Tensor& indptr,
+                                           const Tensor& offsets, std::optional<int64_t> rotary_dim,
+                                           bool interleave, const Angles& ang) {
   const int64_t r = resolve_rotary_dim(op, rotary_dim, q.size(2));
   return rope_common(op, q, k, inplace, ragged_positions(op, indptr, offsets, q), r, interleave,
                      ang);
@@ -371,8 +371,8 @@ std::pair<Tensor, Tensor> apply_rope(const Tensor& q, const Tensor& k, const Ten
       [&] {
         const char* op = "apply_rope";
         check_qk(op, "q", "k", q, k);
-        return ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
-                           plain_angles(op, rope_scale, rope_theta));
+        return rope_ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
+                                plain_angles(op, rope_scale, rope_theta));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -384,8 +384,8 @@ void apply_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& indptr,
       [&] {
         const char* op = "apply_rope_inplace";
         check_qk(op, "q", "k", q, k);
-        ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
-                    plain_angles(op, rope_scale, rope_theta));
+        rope_ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
+                         plain_angles(op, rope_scale, rope_theta));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta);
 }
@@ -427,9 +427,9 @@ std::pair<Tensor, Tensor> apply_llama31_rope(const Tensor& q, const Tensor& k, c
       [&] {
         const char* op = "apply_llama31_rope";
         check_qk(op, "q", "k", q, k);
-        return ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
-                           llama31_angles(op, rope_scale, rope_theta, low_freq_factor,
-                                          high_freq_factor, old_context_len));
+        return rope_ragged_impl(op, false, q, k, indptr, offsets, rotary_dim, interleave,
+                                llama31_angles(op, rope_scale, rope_theta, low_freq_factor,
+                                               high_freq_factor, old_context_len));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
       high_freq_factor, old_context_len);
@@ -444,9 +444,9 @@ void apply_llama31_rope_inplace(const Tensor& q, const Tensor& k, const Tensor& 
       [&] {
         const char* op = "apply_llama31_rope_inplace";
         check_qk(op, "q", "k", q, k);
-        ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
-                    llama31_angles(op, rope_scale, rope_theta, low_freq_factor, high_freq_factor,
-                                   old_context_len));
+        rope_ragged_impl(op, true, q, k, indptr, offsets, rotary_dim, interleave,
+                         llama31_angles(op, rope_scale, rope_theta, low_freq_factor,
+                                        high_freq_factor, old_context_len));
       },
       q, k, indptr, offsets, rotary_dim, interleave, rope_scale, rope_theta, low_freq_factor,
       high_freq_factor, old_context_len);
@@ -581,13 +581,13 @@ void register_rope_ops(OpRegistry& r) {
   declare<&apply_rope>(
       r,
       {.name = "apply_rope",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "RoPE on a ragged batch (indptr/offsets), returns (q_rope, k_rope)"},
       "q", "k", "indptr", "offsets", "rotary_dim", arg("interleave", false), arg("rope_scale", 1),
       arg("rope_theta", 1e4));
   declare<&apply_rope_inplace>(r,
                                {.name = "apply_rope_inplace",
-                                .module = kModule,
+                                .module = kRopeModule,
                                 .summary = "RoPE on a ragged batch (indptr/offsets), in place"},
                                arg("q").mut(), arg("k").mut(), "indptr", "offsets", "rotary_dim",
                                arg("interleave", false), arg("rope_scale", 1),
@@ -595,13 +595,13 @@ void register_rope_ops(OpRegistry& r) {
   declare<&apply_rope_pos_ids>(
       r,
       {.name = "apply_rope_pos_ids",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "RoPE with per-token positions, returns (q_rope, k_rope)"},
       "q", "k", "pos_ids", "rotary_dim", arg("interleave", false), arg("rope_scale", 1),
       arg("rope_theta", 1e4));
   declare<&apply_rope_pos_ids_inplace>(r,
                                        {.name = "apply_rope_pos_ids_inplace",
-                                        .module = kModule,
+                                        .module = kRopeModule,
                                         .summary = "RoPE with per-token positions, in place"},
                                        arg("q").mut(), arg("k").mut(), "pos_ids", "rotary_dim",
                                        arg("interleave", false), arg("rope_scale", 1),
@@ -609,14 +609,14 @@ void register_rope_ops(OpRegistry& r) {
   declare<&apply_llama31_rope>(
       r,
       {.name = "apply_llama31_rope",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "Llama 3.1 RoPE on a ragged batch, returns (q_rope, k_rope)"},
       "q", "k", "indptr", "offsets", "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
       arg("rope_theta", 5e5), arg("low_freq_factor", 1), arg("high_freq_factor", 4),
       arg("old_context_len", 8192));
   declare<&apply_llama31_rope_inplace>(r,
                                        {.name = "apply_llama31_rope_inplace",
-                                        .module = kModule,
+                                        .module = kRopeModule,
                                         .summary = "Llama 3.1 RoPE on a ragged batch, in place"},
                                        arg("q").mut(), arg("k").mut(), "indptr", "offsets",
                                        "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
@@ -625,7 +625,7 @@ void register_rope_ops(OpRegistry& r) {
   declare<&apply_llama31_rope_pos_ids>(
       r,
       {.name = "apply_llama31_rope_pos_ids",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "Llama 3.1 RoPE with per-token positions, returns (q_rope, k_rope)"},
       "q", "k", "pos_ids", "rotary_dim", arg("interleave", false), arg("rope_scale", 8),
       arg("rope_theta", 5e5), arg("low_freq_factor", 1), arg("high_freq_factor", 4),
@@ -633,21 +633,21 @@ void register_rope_ops(OpRegistry& r) {
   declare<&apply_llama31_rope_pos_ids_inplace>(
       r,
       {.name = "apply_llama31_rope_pos_ids_inplace",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "Llama 3.1 RoPE with per-token positions, in place"},
       arg("q").mut(), arg("k").mut(), "pos_ids", "rotary_dim", arg("interleave", false),
       arg("rope_scale", 8), arg("rope_theta", 5e5), arg("low_freq_factor", 1),
       arg("high_freq_factor", 4), arg("old_context_len", 8192));
   declare<&apply_rope_with_cos_sin_cache>(r,
                                           {.name = "apply_rope_with_cos_sin_cache",
-                                           .module = kModule,
+                                           .module = kRopeModule,
                                            .summary = "RoPE from a precomputed fp32 cos/sin cache"},
                                           "positions", "query", "key", "head_size", "cos_sin_cache",
                                           arg("is_neox", true));
   declare<&apply_rope_with_cos_sin_cache_inplace>(
       r,
       {.name = "apply_rope_with_cos_sin_cache_inplace",
-       .module = kModule,
+       .module = kRopeModule,
        .summary = "RoPE from a precomputed fp32 cos/sin cache, in place"},
       "positions", arg("query").mut(), arg("key").mut(), "head_size", "cos_sin_cache",
       arg("is_neox", true));

@@ -19,10 +19,10 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kOp = "rope_quantize_fp8";
+constexpr const char* kRopeQuantizeOp = "rope_quantize_fp8";
 constexpr const char* kMlaOp = "mla_rope_quantize_fp8";
 
-constexpr api::KernelEntry<kernels::RopeQuantizeParams> kKernels[] = {
+constexpr api::KernelEntry<kernels::RopeQuantizeParams> kRopeQuantizeKernels[] = {
     {DeviceType::kCPU, "CPU reference: fp32 rotation, saturating RNE fp8, OpenMP over tokens",
      nullptr,
      [](const kernels::RopeQuantizeParams& p, const api::LaunchContext&) {
@@ -168,7 +168,7 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
   p.pos = pos_ids.data_ptr();
   p.pos_int64 = pos_ids.dtype() == DType::kInt64;
   p.interleave = !is_neox;
-  if (nnz > 0) api::launch(kKernels, p, q_rope.device(), op, "q_rope", enable_pdl);
+  if (nnz > 0) api::launch(kRopeQuantizeKernels, p, q_rope.device(), op, "q_rope", enable_pdl);
   return {res[0], res[1], res[2], res[3]};
 }
 
@@ -185,7 +185,7 @@ BenchCase bench_rope_quantize(const BenchShape& s, Device dev, bool mla) {
   for (int64_t t = 0; t < nnz; ++t) pos.push_back(t % 4096);
   const Tensor cs = api::bench::random_tensor({4096, rd}, DType::kFloat32, dev, s.random_seed + 4);
   BenchCase c = api::bench::invoke_case(
-      mla ? kMlaOp : kOp,
+      mla ? kMlaOp : kRopeQuantizeOp,
       {Value(api::bench::random_tensor({nnz, hq, rd}, d, dev, s.random_seed)),
        Value(api::bench::random_tensor(kr, d, dev, s.random_seed + 1)),
        Value(api::bench::random_tensor({nnz, hq, nope}, d, dev, s.random_seed + 2)),
@@ -216,18 +216,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> rope_quantize_fp8(
     std::string_view backend) {
   return call_op<&rope_quantize_fp8>(
       [&] {
-        FLASHINFER_CHECK(backend == "cuda" || backend == "cutile", kOp, "backend",
+        FLASHINFER_CHECK(backend == "cuda" || backend == "cutile", kRopeQuantizeOp, "backend",
                          "must be \"cuda\" or \"cutile\", got \"", backend, "\"");
         if (backend == "cutile") {
-          FLASHINFER_CHECK_CODE(!is_neox, ErrorCode::kUnsupported, kOp, "is_neox",
+          FLASHINFER_CHECK_CODE(!is_neox, ErrorCode::kUnsupported, kRopeQuantizeOp, "is_neox",
                                 "backend='cutile' supports is_neox=False only");
-          FLASHINFER_CHECK_CODE(k_rope.dim() == 2, ErrorCode::kUnsupported, kOp, "k_rope",
-                                "backend='cutile' supports 2-D (MLA) keys only");
+          FLASHINFER_CHECK_CODE(k_rope.dim() == 2, ErrorCode::kUnsupported, kRopeQuantizeOp,
+                                "k_rope", "backend='cutile' supports 2-D (MLA) keys only");
         }
         const std::optional<Tensor> outs[4] = {q_rope_out, k_rope_out, q_nope_out, k_nope_out};
-        return rope_quantize_impl(kOp, q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids,
-                                  is_neox, quantize_dtype, quant_scale_q, quant_scale_kv, outs,
-                                  enable_pdl);
+        return rope_quantize_impl(kRopeQuantizeOp, q_rope, k_rope, q_nope, k_nope, cos_sin_cache,
+                                  pos_ids, is_neox, quantize_dtype, quant_scale_q, quant_scale_kv,
+                                  outs, enable_pdl);
       },
       q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quantize_dtype,
       quant_scale_q, quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, enable_pdl,
@@ -264,7 +264,7 @@ void register_rope_quantize_ops(OpRegistry& r) {
       arg("k_nope_out").mut(), arg("enable_pdl", false));
   declare<&rope_quantize_fp8>(
       r,
-      {.name = kOp,
+      {.name = kRopeQuantizeOp,
        .module = "flashinfer.rope",
        .summary = "RoPE on the rotary parts, then FP8 quantization of every part"},
       "q_rope", "k_rope", arg("q_nope").required(), arg("k_nope").required(), "cos_sin_cache",
@@ -272,10 +272,11 @@ void register_rope_quantize_ops(OpRegistry& r) {
       arg("quant_scale_kv", 1.0), arg("q_rope_out").mut(), arg("k_rope_out").mut(),
       arg("q_nope_out").mut(), arg("k_nope_out").mut(), arg("enable_pdl", false),
       arg("backend", "cuda"));
-  api::register_backends(kOp, kKernels);
-  api::register_backends(kMlaOp, kKernels);
-  register_bench_hook(
-      kOp, [](const BenchShape& s, Device dev) { return bench_rope_quantize(s, dev, false); });
+  api::register_backends(kRopeQuantizeOp, kRopeQuantizeKernels);
+  api::register_backends(kMlaOp, kRopeQuantizeKernels);
+  register_bench_hook(kRopeQuantizeOp, [](const BenchShape& s, Device dev) {
+    return bench_rope_quantize(s, dev, false);
+  });
   register_bench_hook(
       kMlaOp, [](const BenchShape& s, Device dev) { return bench_rope_quantize(s, dev, true); });
 }

@@ -23,7 +23,7 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kOp = "rope_quantize_fp8_append_paged_kv_cache";
+constexpr const char* kRopeQuantizeAppendOp = "rope_quantize_fp8_append_paged_kv_cache";
 
 uint8_t to_fp8(float x, DType d) {
   return d == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(x, true) : float_to_e5m2_bits(x, true);
@@ -75,7 +75,8 @@ void scatter_cuda(const Tensor& kr, const Tensor& kn, const Tensor& v,
 #else
   (void)kr, (void)kn, (void)v, (void)slot, (void)c0, (void)c1, (void)mla, (void)hnd, (void)hk;
   (void)rope, (void)nope, (void)qd, (void)v_scale, (void)enable_pdl;
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, kOp, "q_rope", "this build has no CUDA backend");
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, kRopeQuantizeAppendOp, "q_rope",
+                  "this build has no CUDA backend");
 #endif
 }
 
@@ -90,41 +91,43 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                                 int64_t page_size, std::string_view kv_layout,
                                 const std::optional<Tensor>& q_rope_out,
                                 const std::optional<Tensor>& q_nope_out, bool enable_pdl) {
-  api::check_defined(q_rope, kOp, "q_rope");
-  api::check_defined(k_rope, kOp, "k_rope");
+  api::check_defined(q_rope, kRopeQuantizeAppendOp, "q_rope");
+  api::check_defined(k_rope, kRopeQuantizeAppendOp, "k_rope");
   const Device dev = q_rope.device();
   FLASHINFER_CHECK_CODE(dev.is_cpu() || (FLASHINFER_WITH_CUDA && dev.is_cuda()),
-                        ErrorCode::kUnsupported, kOp, "q_rope", "this build has no kernel for ",
-                        dev.str());
-  FLASHINFER_CHECK(cache.is_pair(), kOp, "paged_kv_cache",
+                        ErrorCode::kUnsupported, kRopeQuantizeAppendOp, "q_rope",
+                        "this build has no kernel for ", dev.str());
+  FLASHINFER_CHECK(cache.is_pair(), kRopeQuantizeAppendOp, "paged_kv_cache",
                    "must be a tuple of two tensors ((k_cache, v_cache) or (ckv_cache, "
                    "kpe_cache))");
   const bool mla = k_rope.dim() == 2;
-  const bool hnd = api::parse_kv_layout(kv_layout, kOp, "kv_layout");
-  FLASHINFER_CHECK(page_size >= 1, kOp, "page_size", "must be >= 1, got ", page_size);
-  FLASHINFER_CHECK(q_rope.dim() == 3, kOp, "q_rope", "must be [nnz, num_qo_heads, rope_dim], got ",
-                   shape_to_string(q_rope.shape()));
+  const bool hnd = api::parse_kv_layout(kv_layout, kRopeQuantizeAppendOp, "kv_layout");
+  FLASHINFER_CHECK(page_size >= 1, kRopeQuantizeAppendOp, "page_size", "must be >= 1, got ",
+                   page_size);
+  FLASHINFER_CHECK(q_rope.dim() == 3, kRopeQuantizeAppendOp, "q_rope",
+                   "must be [nnz, num_qo_heads, rope_dim], got ", shape_to_string(q_rope.shape()));
   const int64_t nnz = q_rope.size(0), rope = q_rope.size(2);
   FLASHINFER_CHECK(
-      mla ? !v.has_value() : v.has_value(), kOp, "v",
+      mla ? !v.has_value() : v.has_value(), kRopeQuantizeAppendOp, "v",
       mla ? "MLA (2-D k_rope) takes no V (pass None)" : "GQA/MHA (3-D k_rope) needs a V tensor");
   const DType qd = quantize_dtype.value_or(
       q_rope_out ? q_rope_out->dtype() : (q_nope_out ? q_nope_out->dtype() : DType::kFloat8E4M3FN));
-  FLASHINFER_CHECK(qd == DType::kFloat8E4M3FN || qd == DType::kFloat8E5M2, kOp, "quantize_dtype",
-                   "must be float8_e4m3fn or float8_e5m2, got ", dtype_torch_name(qd));
+  FLASHINFER_CHECK(qd == DType::kFloat8E4M3FN || qd == DType::kFloat8E5M2, kRopeQuantizeAppendOp,
+                   "quantize_dtype", "must be float8_e4m3fn or float8_e5m2, got ",
+                   dtype_torch_name(qd));
   const Tensor& c0 = cache.first();
   const Tensor& c1 = cache.second();
-  api::check_defined(c0, kOp, "paged_kv_cache");
-  api::check_defined(c1, kOp, "paged_kv_cache");
-  FLASHINFER_CHECK(c0.dtype() == qd && c1.dtype() == qd, kOp, "paged_kv_cache",
+  api::check_defined(c0, kRopeQuantizeAppendOp, "paged_kv_cache");
+  api::check_defined(c1, kRopeQuantizeAppendOp, "paged_kv_cache");
+  FLASHINFER_CHECK(c0.dtype() == qd && c1.dtype() == qd, kRopeQuantizeAppendOp, "paged_kv_cache",
                    "cache dtype must be the quantize dtype ", dtype_torch_name(qd), ", got ",
                    dtype_torch_name(c0.dtype()), " and ", dtype_torch_name(c1.dtype()));
   for (const Tensor* c : {&c0, &c1}) {
-    FLASHINFER_CHECK(c->device() == dev, kOp, "paged_kv_cache", "must be on q_rope's device (",
-                     dev.str(), "), got ", c->device().str());
-    FLASHINFER_CHECK(c->stride(-1) == 1 || c->size(-1) <= 1, kOp, "paged_kv_cache",
-                     "the feature axis must be contiguous");
-    api::check_writable(*c, kOp, "paged_kv_cache");
+    FLASHINFER_CHECK(c->device() == dev, kRopeQuantizeAppendOp, "paged_kv_cache",
+                     "must be on q_rope's device (", dev.str(), "), got ", c->device().str());
+    FLASHINFER_CHECK(c->stride(-1) == 1 || c->size(-1) <= 1, kRopeQuantizeAppendOp,
+                     "paged_kv_cache", "the feature axis must be contiguous");
+    api::check_writable(*c, kRopeQuantizeAppendOp, "paged_kv_cache");
   }
   const int64_t hk = mla ? 1 : k_rope.size(1);
   const int64_t nope = k_nope ? k_nope->size(-1) : 0;
@@ -133,47 +136,58 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
     FLASHINFER_CHECK(c0.dim() == 3 && c1.dim() == 3 && c0.size(1) == page_size &&
                          c1.size(1) == page_size && c0.size(0) == c1.size(0) &&
                          c0.size(2) == nope && c1.size(2) == rope,
-                     kOp, "paged_kv_cache", "MLA caches must be ckv [pages, ", page_size, ", ",
-                     nope, "] and kpe [pages, ", page_size, ", ", rope, "], got ",
+                     kRopeQuantizeAppendOp, "paged_kv_cache", "MLA caches must be ckv [pages, ",
+                     page_size, ", ", nope, "] and kpe [pages, ", page_size, ", ", rope, "], got ",
                      shape_to_string(c0.shape()), " and ", shape_to_string(c1.shape()));
     pages = c0.size(0);
   } else {
     const Shape want = hnd ? Shape{c0.size(0), hk, page_size, rope + nope}
                            : Shape{c0.size(0), page_size, hk, rope + nope};
-    FLASHINFER_CHECK(c0.dim() == 4 && c0.shape() == want && c1.shape() == want, kOp,
-                     "paged_kv_cache", "k_cache and v_cache must be ", shape_to_string(want), " (",
-                     kv_layout, ", head_dim = rope_dim + no_rope_dim), got ",
-                     shape_to_string(c0.shape()), " and ", shape_to_string(c1.shape()));
-    api::check_defined(*v, kOp, "v");
+    FLASHINFER_CHECK(c0.dim() == 4 && c0.shape() == want && c1.shape() == want,
+                     kRopeQuantizeAppendOp, "paged_kv_cache", "k_cache and v_cache must be ",
+                     shape_to_string(want), " (", kv_layout,
+                     ", head_dim = rope_dim + no_rope_dim), got ", shape_to_string(c0.shape()),
+                     " and ", shape_to_string(c1.shape()));
+    api::check_defined(*v, kRopeQuantizeAppendOp, "v");
     FLASHINFER_CHECK(
-        v->dim() == 3 && v->size(0) == nnz && v->size(1) == hk && v->size(2) == rope + nope, kOp,
-        "v", "must be [", nnz, ", ", hk, ", ", rope + nope, "], got ", shape_to_string(v->shape()));
-    api::check_same_device(*v, q_rope, kOp, "v", "q_rope");
-    FLASHINFER_CHECK(v->dtype() == q_rope.dtype(), kOp, "v", "must be q_rope's dtype ",
-                     dtype_torch_name(q_rope.dtype()), ", got ", dtype_torch_name(v->dtype()));
+        v->dim() == 3 && v->size(0) == nnz && v->size(1) == hk && v->size(2) == rope + nope,
+        kRopeQuantizeAppendOp, "v", "must be [", nnz, ", ", hk, ", ", rope + nope, "], got ",
+        shape_to_string(v->shape()));
+    api::check_same_device(*v, q_rope, kRopeQuantizeAppendOp, "v", "q_rope");
+    FLASHINFER_CHECK(v->dtype() == q_rope.dtype(), kRopeQuantizeAppendOp, "v",
+                     "must be q_rope's dtype ", dtype_torch_name(q_rope.dtype()), ", got ",
+                     dtype_torch_name(v->dtype()));
     pages = c0.size(0);
   }
   // Index arrays (host), each token's slot checked before anything is written.
-  const std::vector<int32_t> bi = api::index_to_host(batch_indices, kOp, "batch_indices", nnz);
-  const std::vector<int32_t> ps = api::index_to_host(positions, kOp, "positions", nnz);
-  const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, kOp, "kv_indptr");
-  const std::vector<int32_t> idx = api::index_to_host(kv_indices, kOp, "kv_indices");
-  FLASHINFER_CHECK(!indptr.empty(), kOp, "kv_indptr", "must have batch_size + 1 entries");
-  api::check_indptr(indptr, kOp, "kv_indptr");
-  FLASHINFER_CHECK(indptr.back() <= static_cast<int64_t>(idx.size()), kOp, "kv_indices", "has ",
-                   idx.size(), " entries, kv_indptr ends at ", indptr.back());
+  const std::vector<int32_t> bi =
+      api::index_to_host(batch_indices, kRopeQuantizeAppendOp, "batch_indices", nnz);
+  const std::vector<int32_t> ps =
+      api::index_to_host(positions, kRopeQuantizeAppendOp, "positions", nnz);
+  const std::vector<int32_t> indptr =
+      api::index_to_host(kv_indptr, kRopeQuantizeAppendOp, "kv_indptr");
+  const std::vector<int32_t> idx =
+      api::index_to_host(kv_indices, kRopeQuantizeAppendOp, "kv_indices");
+  FLASHINFER_CHECK(!indptr.empty(), kRopeQuantizeAppendOp, "kv_indptr",
+                   "must have batch_size + 1 entries");
+  api::check_indptr(indptr, kRopeQuantizeAppendOp, "kv_indptr");
+  FLASHINFER_CHECK(indptr.back() <= static_cast<int64_t>(idx.size()), kRopeQuantizeAppendOp,
+                   "kv_indices", "has ", idx.size(), " entries, kv_indptr ends at ", indptr.back());
   const int64_t batch = static_cast<int64_t>(indptr.size()) - 1;
   std::vector<std::pair<int64_t, int64_t>> slot(static_cast<std::size_t>(nnz));
   for (int64_t i = 0; i < nnz; ++i) {
-    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, kOp, "batch_indices", "batch_indices[", i,
-                     "] = ", bi[i], " is not a request (", batch, " requests)");
-    FLASHINFER_CHECK(ps[i] >= 0, kOp, "positions", "positions[", i, "] = ", ps[i], " < 0");
+    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, kRopeQuantizeAppendOp, "batch_indices",
+                     "batch_indices[", i, "] = ", bi[i], " is not a request (", batch,
+                     " requests)");
+    FLASHINFER_CHECK(ps[i] >= 0, kRopeQuantizeAppendOp, "positions", "positions[", i, "] = ", ps[i],
+                     " < 0");
     const int64_t at = indptr[bi[i]] + ps[i] / page_size;
-    FLASHINFER_CHECK(at < indptr[bi[i] + 1], kOp, "positions", "positions[", i, "] = ", ps[i],
-                     " lies past request ", bi[i], "'s ", indptr[bi[i] + 1] - indptr[bi[i]],
-                     " pages");
-    FLASHINFER_CHECK(idx[at] >= 0 && idx[at] < pages, kOp, "kv_indices", "kv_indices[", at,
-                     "] = ", idx[at], " is not a page of the cache (", pages, " pages)");
+    FLASHINFER_CHECK(at < indptr[bi[i] + 1], kRopeQuantizeAppendOp, "positions", "positions[", i,
+                     "] = ", ps[i], " lies past request ", bi[i], "'s ",
+                     indptr[bi[i] + 1] - indptr[bi[i]], " pages");
+    FLASHINFER_CHECK(idx[at] >= 0 && idx[at] < pages, kRopeQuantizeAppendOp, "kv_indices",
+                     "kv_indices[", at, "] = ", idx[at], " is not a page of the cache (", pages,
+                     " pages)");
     slot[i] = {idx[at], ps[i] % page_size};
   }
   // Queries and keys: rope_quantize_fp8's reference (nested call, not recorded).
@@ -217,7 +231,7 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
 }
 
 // flashinfer bench: GQA, batch_size requests of s_qo new tokens each appended after s_kv - s_qo.
-BenchCase bench_append(const BenchShape& s, Device dev) {
+BenchCase rope_quantize_append_bench_append(const BenchShape& s, Device dev) {
   const DType in = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
   const int64_t B = s.batch_size, n = s.s_qo, H = s.num_qo_heads, Hk = s.num_kv_heads;
   const int64_t D = s.head_dim_qk, ps = s.page_size, per = (std::max(s.s_kv, n) + ps - 1) / ps;
@@ -233,7 +247,7 @@ BenchCase bench_append(const BenchShape& s, Device dev) {
   }
   Tensor cs = api::bench::random_tensor({per * ps, D}, DType::kFloat32, dev, s.random_seed + 5);
   BenchCase c = api::bench::invoke_case(
-      kOp,
+      kRopeQuantizeAppendOp,
       {Value(api::bench::random_tensor({B * n, H, D}, in, dev, s.random_seed)),
        Value(api::bench::random_tensor({B * n, Hk, D}, in, dev, s.random_seed + 1)), Value(),
        Value(), Value(api::bench::random_tensor({B * n, Hk, D}, in, dev, s.random_seed + 2)),
@@ -274,7 +288,7 @@ namespace detail {
 void register_rope_quantize_append_ops(OpRegistry& r) {
   declare<&rope_quantize_fp8_append_paged_kv_cache>(
       r,
-      {.name = kOp,
+      {.name = kRopeQuantizeAppendOp,
        .module = "flashinfer.rope",
        .summary = "rope_quantize_fp8 with K (and V) appended to a paged FP8 cache"},
       "q_rope", "k_rope", arg("q_nope").required(), arg("k_nope").required(), arg("v").required(),
@@ -290,8 +304,8 @@ void register_rope_quantize_append_ops(OpRegistry& r) {
      "CUDA: rope_quantize_fp8's kernel, then a scatter kernel into the pages (V quantized there)"},
 #endif
   };
-  api::register_backends(kOp, std::span<const api::BackendSummary>(kBackends));
-  register_bench_hook(kOp, bench_append);
+  api::register_backends(kRopeQuantizeAppendOp, std::span<const api::BackendSummary>(kBackends));
+  register_bench_hook(kRopeQuantizeAppendOp, rope_quantize_append_bench_append);
 }
 }  // namespace detail
 

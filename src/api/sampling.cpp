@@ -39,7 +39,7 @@ using kernels::FilterKind;
 using kernels::SamplingKind;
 using SeedArg = std::optional<ScalarOrTensor<int64_t>>;
 
-constexpr const char* kModule = "flashinfer.sampling";
+constexpr const char* kSamplingModule = "flashinfer.sampling";
 constexpr uint64_t kTorchDefaultSeed = 67280421310721ull;
 
 // ---------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ std::vector<int64_t> host_ints(const Tensor& t) {
 // synchronization, so a call can be captured in a CUDA graph): the kernels clamp what could
 // read out of bounds (indices; top_k < 1 as upstream reads it) and use the rest as given.
 
-struct Rows {
+struct SamplingRows {
   kernels::SamplingRowArgs args;
   int64_t batch = 0;  // output rows
 };
@@ -126,8 +126,8 @@ kernels::RowArg int_arg(int64_t v) {
 }
 
 // Output rows and their source rows; checks `indices` (its values on the CPU).
-Rows base_rows(const Tensor& input, const std::optional<Tensor>& indices, const char* op) {
-  Rows r;
+SamplingRows base_rows(const Tensor& input, const std::optional<Tensor>& indices, const char* op) {
+  SamplingRows r;
   const int64_t src_rows = input.size(0);
   r.args.src_rows = src_rows;
   r.batch = src_rows;
@@ -149,7 +149,7 @@ Rows base_rows(const Tensor& input, const std::optional<Tensor>& indices, const 
   return r;
 }
 
-void apply_top_k(Rows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor& input,
+void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor& input,
                  const char* op) {
   auto check = [&](std::size_t i, int64_t k) {
     FLASHINFER_CHECK(k >= 1, op, "top_k", "must be >= 1, got ", k,
@@ -171,7 +171,7 @@ void apply_top_k(Rows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor&
 
 // A float per-row argument; `ok` says whether a value is in range, `range` describes the range.
 template <class Ok>
-void apply_float(Rows& rows, const ScalarOrTensor<double>& arg,
+void apply_float(SamplingRows& rows, const ScalarOrTensor<double>& arg,
                  kernels::RowArg kernels::SamplingRowArgs::*field, const Tensor& input,
                  const char* op, const char* name, const char* range, Ok ok) {
   // Checked as the kernels read it, in fp32: a temperature of 1e-50 is 0 there.
@@ -198,7 +198,7 @@ void apply_float(Rows& rows, const ScalarOrTensor<double>& arg,
   }
 }
 
-void apply_top_p(Rows& rows, const ScalarOrTensor<double>& top_p, const Tensor& input,
+void apply_top_p(SamplingRows& rows, const ScalarOrTensor<double>& top_p, const Tensor& input,
                  const char* op) {
   apply_float(rows, top_p, &kernels::SamplingRowArgs::top_p, input, op, "top_p", "(0, 1]",
               [](double v) { return v > 0.0 && v <= 1.0; });
@@ -232,7 +232,8 @@ void check_seed_offset(const SeedArg& seed, const SeedArg& offset, int64_t batch
   }
 }
 
-void apply_seed_offset(Rows& rows, const SeedArg& seed, const SeedArg& offset, uint64_t increment) {
+void apply_seed_offset(SamplingRows& rows, const SeedArg& seed, const SeedArg& offset,
+                       uint64_t increment) {
   if (!seed) {
     const auto [s, o] = draw_seed_offset(increment);
     rows.args.seed = int_arg(static_cast<int64_t>(s));
@@ -361,7 +362,7 @@ class Intermediates {
 // ---------------------------------------------------------------------------------------------
 // Launch helpers (arguments already validated).
 
-SamplingResult launch_sample(const char* op, const Tensor& input, const Rows& rows,
+SamplingResult launch_sample(const char* op, const Tensor& input, const SamplingRows& rows,
                              SamplingKind kind, DType out_dtype, bool return_valid) {
   const int64_t batch = rows.batch;
   SamplingResult r;
@@ -386,8 +387,8 @@ SamplingResult launch_sample(const char* op, const Tensor& input, const Rows& ro
 }
 
 // Writes the filtered rows into `out` ([batch, vocab]).
-void launch_filter_into(const char* op, const Tensor& input, const Rows& rows, FilterKind kind,
-                        const Tensor& out) {
+void launch_filter_into(const char* op, const Tensor& input, const SamplingRows& rows,
+                        FilterKind kind, const Tensor& out) {
   if (rows.batch == 0) return;
   kernels::FilterParams p;
   p.input = input.data_ptr();
@@ -405,7 +406,7 @@ void launch_filter_into(const char* op, const Tensor& input, const Rows& rows, F
   api::launch(kFilterKernels, p, input.device(), op, "probs");
 }
 
-Tensor launch_filter(const char* op, const Tensor& input, const Rows& rows, FilterKind kind,
+Tensor launch_filter(const char* op, const Tensor& input, const SamplingRows& rows, FilterKind kind,
                      DType out_dtype) {
   Tensor out = Tensor::empty({rows.batch, input.size(1)}, out_dtype, input.device());
   launch_filter_into(op, input, rows, kind, out);
@@ -413,7 +414,7 @@ Tensor launch_filter(const char* op, const Tensor& input, const Rows& rows, Filt
 }
 
 // Writes the softmax rows into `out` (contiguous fp32 [batch, vocab]).
-void launch_softmax_into(const char* op, const Tensor& logits, const Rows& rows,
+void launch_softmax_into(const char* op, const Tensor& logits, const SamplingRows& rows,
                          std::optional<bool> enable_pdl, const Tensor& out) {
   if (rows.batch == 0) return;
   kernels::SoftmaxParams p;
@@ -428,7 +429,7 @@ void launch_softmax_into(const char* op, const Tensor& logits, const Rows& rows,
   api::launch(kSoftmaxKernels, p, logits.device(), op, "logits", enable_pdl);
 }
 
-Tensor launch_softmax(const char* op, const Tensor& logits, const Rows& rows,
+Tensor launch_softmax(const char* op, const Tensor& logits, const SamplingRows& rows,
                       std::optional<bool> enable_pdl) {
   Tensor out = Tensor::empty({rows.batch, logits.size(1)}, DType::kFloat32, logits.device());
   launch_softmax_into(op, logits, rows, enable_pdl, out);
@@ -445,7 +446,7 @@ constexpr KernelEntry<kernels::SamplingParams> kTopKFirstLogitsKernels[] = {
 
 // top_k_top_p_sampling_from_logits, "top_k_first", on the CPU: one fused kernel that gives the
 // samples of launch_filter(kTopKMask) -> launch_softmax -> launch_sample(kTopP).
-Tensor launch_top_k_first_logits(const char* op, const Tensor& logits, const Rows& rows,
+Tensor launch_top_k_first_logits(const char* op, const Tensor& logits, const SamplingRows& rows,
                                  DType out_dtype) {
   const int64_t batch = rows.batch;
   Tensor samples = Tensor::empty({batch}, out_dtype, logits.device());
@@ -465,8 +466,8 @@ Tensor launch_top_k_first_logits(const char* op, const Tensor& logits, const Row
   return samples;
 }
 
-// Rows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
-Rows identity_rows(Rows rows) {
+// SamplingRows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
+SamplingRows identity_rows(SamplingRows rows) {
   rows.args.indices = {};
   rows.args.src_rows = rows.batch;
   return rows;
@@ -499,11 +500,11 @@ struct Filters {
 };
 
 // Everything a sampler needs, checked, with seed/offset resolved.
-Rows prepare_sampling(const char* op, const char* input_name, const Tensor& input,
-                      const std::optional<Tensor>& indices, Filters f, bool check_nan,
-                      const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind) {
+SamplingRows prepare_sampling(const char* op, const char* input_name, const Tensor& input,
+                              const std::optional<Tensor>& indices, Filters f, bool check_nan,
+                              const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind) {
   check_input(input, op, input_name);
-  Rows rows = base_rows(input, indices, op);
+  SamplingRows rows = base_rows(input, indices, op);
   if (f.top_k) apply_top_k(rows, *f.top_k, input, op);
   if (f.top_p) apply_top_p(rows, *f.top_p, input, op);
   if (f.min_p) {
@@ -519,7 +520,8 @@ Rows prepare_sampling(const char* op, const char* input_name, const Tensor& inpu
 SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind kind, Filters f,
                               const std::optional<Tensor>& indices, bool check_nan,
                               const SeedArg& seed, const SeedArg& offset, bool return_valid) {
-  const Rows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
+  const SamplingRows rows =
+      prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
   return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
 }
 
@@ -540,8 +542,8 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
                           return_valid);
   }
-  const Rows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset,
-                                     SamplingKind::kTopP);
+  const SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed,
+                                             offset, SamplingKind::kTopP);
   const Intermediates tmp(probs.device(), rows.batch, probs.size(1), {probs.dtype()});
   launch_filter_into(op, probs, rows, FilterKind::kTopKRenorm, tmp[0]);
   return launch_sample(op, tmp[0], identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
@@ -555,9 +557,9 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const char* op = "top_k_top_p_sampling_from_logits";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
-  const Rows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed, offset,
-                                     SamplingKind::kTopKTopP);
-  const Rows own = identity_rows(rows);
+  const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed,
+                                             offset, SamplingKind::kTopKTopP);
+  const SamplingRows own = identity_rows(rows);
   const Device dev = logits.device();
   if (order == "joint") {
     const Intermediates tmp(dev, rows.batch, logits.size(1), {DType::kFloat32});
@@ -579,7 +581,7 @@ Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<dou
                     std::optional<bool> enable_pdl) {
   const char* op = "softmax";
   check_input(logits, op, "logits");
-  Rows rows = base_rows(logits, std::nullopt, op);
+  SamplingRows rows = base_rows(logits, std::nullopt, op);
   if (temperature) {
     apply_float(rows, *temperature, &kernels::SamplingRowArgs::temperature, logits, op,
                 "temperature", "(0, inf)", [](double v) { return v > 0.0 && std::isfinite(v); });
@@ -591,7 +593,7 @@ Tensor renorm_impl(const char* op, const char* input_name, const Tensor& input,
                    const ScalarOrTensor<int64_t>* top_k, const ScalarOrTensor<double>* top_p,
                    FilterKind kind, DType out_dtype) {
   check_input(input, op, input_name);
-  Rows rows = base_rows(input, std::nullopt, op);
+  SamplingRows rows = base_rows(input, std::nullopt, op);
   if (top_k) apply_top_k(rows, *top_k, input, op);
   if (top_p) apply_top_p(rows, *top_p, input, op);
   return launch_filter(op, input, rows, kind, out_dtype);
@@ -788,8 +790,8 @@ Tensor sampling_from_logits(const Tensor& logits, std::optional<Tensor> indices,
   return call_op<&WithGenerator<&sampling_from_logits, 3>::op>(
       [&] {
         const char* op = "sampling_from_logits";
-        const Rows rows = prepare_sampling(op, "logits", logits, indices, {}, check_nan, seed,
-                                           offset, SamplingKind::kLogits);
+        const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, {}, check_nan,
+                                                   seed, offset, SamplingKind::kLogits);
         return launch_sample(op, logits, rows, SamplingKind::kLogits, sample_dtype(indices), false)
             .samples;
       },
@@ -996,7 +998,7 @@ void register_sampling_ops(OpRegistry& r) {
   declare<&WithGenerator<&chain_speculative_sampling, 6>::op>(
       r,
       {.name = "chain_speculative_sampling",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Chain speculative sampling: accepted draft tokens, a residual/bonus token, "
                   "acceptance counts (Philox seed/offset)",
        .returns = "tuple[Tensor, Tensor, Tensor]"},
@@ -1008,26 +1010,26 @@ void register_sampling_ops(OpRegistry& r) {
   register_bench_hook("chain_speculative_sampling", bench_chain_spec);
   declare<&softmax>(r,
                     {.name = "softmax",
-                     .module = kModule,
+                     .module = kSamplingModule,
                      .summary = "Softmax of logits / temperature (scalar or per row), fp32 output"},
                     "logits", "temperature", "enable_pdl");
   declare<&WithGenerator<&sampling_from_probs, 3>::op>(
       r,
       {.name = "sampling_from_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Inverse-CDF sampling from probabilities (Philox seed/offset)",
        .returns = kSamplerReturns},
       "probs", indices, deterministic, generator, check_nan, "seed", "offset", return_valid);
   declare<&WithGenerator<&sampling_from_logits, 3>::op>(
       r,
       {.name = "sampling_from_logits",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Gumbel-max sampling from logits (Philox seed/offset)"},
       "logits", indices, deterministic, generator, check_nan, "seed", "offset");
   declare<&WithGenerator<&top_p_sampling_from_probs, 4>::op>(
       r,
       {.name = "top_p_sampling_from_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Top-p sampling by dual-pivot rejection",
        .returns = kSamplerReturns},
       "probs", "top_p", indices, deterministic, generator, check_nan, "seed", "offset",
@@ -1035,7 +1037,7 @@ void register_sampling_ops(OpRegistry& r) {
   declare<&WithGenerator<&top_k_sampling_from_probs, 4>::op>(
       r,
       {.name = "top_k_sampling_from_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Top-k sampling by dual-pivot rejection",
        .returns = kSamplerReturns},
       "probs", "top_k", indices, deterministic, generator, check_nan, "seed", "offset",
@@ -1043,7 +1045,7 @@ void register_sampling_ops(OpRegistry& r) {
   declare<&WithGenerator<&min_p_sampling_from_probs, 4>::op>(
       r,
       {.name = "min_p_sampling_from_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Min-p sampling: keep p >= min_p * max(p)",
        .returns = kSamplerReturns},
       "probs", "min_p", indices, deterministic, generator, check_nan, "seed", "offset",
@@ -1051,7 +1053,7 @@ void register_sampling_ops(OpRegistry& r) {
   declare<&WithGenerator<&top_k_top_p_sampling_from_probs, 6>::op>(
       r,
       {.name = "top_k_top_p_sampling_from_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Top-k and top-p sampling from probabilities (top_k_first or joint)",
        .returns = kSamplerReturns},
       "probs", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
@@ -1059,24 +1061,24 @@ void register_sampling_ops(OpRegistry& r) {
   declare<&WithGenerator<&top_k_top_p_sampling_from_logits, 6>::op>(
       r,
       {.name = "top_k_top_p_sampling_from_logits",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Top-k and top-p sampling from logits (top_k_first or joint)"},
       "logits", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
       "offset");
   declare<&top_k_mask_logits>(r,
                               {.name = "top_k_mask_logits",
-                               .module = kModule,
+                               .module = kSamplingModule,
                                .summary = "Logits outside the top-k set to -inf"},
                               "logits", "top_k");
   declare<&top_k_renorm_probs>(r,
                                {.name = "top_k_renorm_probs",
-                                .module = kModule,
+                                .module = kSamplingModule,
                                 .summary = "Probs outside the top-k zeroed and renormalized"},
                                "probs", "top_k");
   declare<&top_p_renorm_probs>(
       r,
       {.name = "top_p_renorm_probs",
-       .module = kModule,
+       .module = kSamplingModule,
        .summary = "Probs outside the top-p nucleus zeroed and renormalized (fp32)"},
       "probs", "top_p", arg("is_deterministic", false));
 

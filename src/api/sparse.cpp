@@ -18,10 +18,10 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.sparse";
+constexpr const char* kSparseModule = "flashinfer.sparse";
 using SparseInit = Init<BlockSparseAttentionWrapper, Tensor, std::string>;
 
-Tensor host_int32(const std::vector<int32_t>& v) {
+Tensor sparse_host_int32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt32);
   std::copy(v.begin(), v.end(), t.data<int32_t>());
   return t;
@@ -86,8 +86,8 @@ void BlockSparseAttentionWrapper::plan(
           last[i] = ip[i + 1] > ip[i] ? static_cast<int32_t>(C) : 0;
           qo.push_back(static_cast<int32_t>(std::min<int64_t>((i + 1) * R, M)));
         }
-        api::load_page_table(s, host_int32(ip), host_int32(ix), host_int32(last), C, op, "indptr",
-                             "indices", "indptr");
+        api::load_page_table(s, sparse_host_int32(ip), sparse_host_int32(ix),
+                             sparse_host_int32(last), C, op, "indptr", "indices", "indptr");
         s.decode = false;
         s.qo_indptr = qo;
         s.batch = static_cast<int32_t>(mb);
@@ -295,8 +295,9 @@ void VariableBlockSparseAttentionWrapper::plan(
             last.push_back(ip.back() > ip[ip.size() - 2] ? 1 : 0);
           }
         }
-        api::load_page_table(s, host_int32(ip), host_int32(ix), host_int32(last), 1, op,
-                             "block_mask_map", "block_mask_map", "block_mask_map");
+        api::load_page_table(s, sparse_host_int32(ip), sparse_host_int32(ix),
+                             sparse_host_int32(last), 1, op, "block_mask_map", "block_mask_map",
+                             "block_mask_map");
         s.decode = false;
         api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
         s.qo_indptr = qo;
@@ -477,13 +478,13 @@ namespace detail {
 void register_sparse_ops(OpRegistry& r) {
   declare_init<SparseInit>(r,
                            {.name = "BlockSparseAttentionWrapper.__init__",
-                            .module = kModule,
+                            .module = kSparseModule,
                             .summary = "Attention with a block-sparse (BSR) mask"},
                            "float_workspace_buffer", arg("backend", "auto"));
   declare<&BlockSparseAttentionWrapper::plan>(
       r,
       {.name = "BlockSparseAttentionWrapper.plan",
-       .module = kModule,
+       .module = kSparseModule,
        .summary = "Plans block-sparse attention from the BSR layout"},
       "indptr", "indices", "M", "N", "R", "C", "num_qo_heads", "num_kv_heads", "head_dim", "mask",
       "packed_mask", arg("causal", false), arg("pos_encoding_mode", "NONE"),
@@ -493,7 +494,7 @@ void register_sparse_ops(OpRegistry& r) {
   declare<&BlockSparseAttentionWrapper::run>(
       r,
       {.name = "BlockSparseAttentionWrapper.run",
-       .module = kModule,
+       .module = kSparseModule,
        .summary = "Block-sparse attention with the current plan"},
       "q", "k", "v", "scale_q", "scale_k", "scale_v", arg("out").mut(), arg("lse").mut(),
       arg("return_lse", false), "enable_pdl");
@@ -503,13 +504,13 @@ void register_sparse_ops(OpRegistry& r) {
   register_bench_hook("BlockSparseAttentionWrapper.run", bench_block_sparse);
   declare_init<VarInit>(r,
                         {.name = "VariableBlockSparseAttentionWrapper.__init__",
-                         .module = kModule,
+                         .module = kSparseModule,
                          .summary = "Attention with per-kv-head variable-size block-sparse masks"},
                         "float_workspace_buffer", arg("backend", "auto"));
   declare<&VariableBlockSparseAttentionWrapper::plan>(
       r,
       {.name = "VariableBlockSparseAttentionWrapper.plan",
-       .module = kModule,
+       .module = kSparseModule,
        .summary = "Plans variable block-sparse attention from the per-head block map"},
       "block_mask_map", "block_row_sz", "block_col_sz", "num_qo_heads", "num_kv_heads", "head_dim",
       arg("causal", false), arg("pos_encoding_mode", "NONE"), arg("use_fp16_qk_reduction", false),
@@ -518,7 +519,7 @@ void register_sparse_ops(OpRegistry& r) {
   declare<&VariableBlockSparseAttentionWrapper::run>(
       r,
       {.name = "VariableBlockSparseAttentionWrapper.run",
-       .module = kModule,
+       .module = kSparseModule,
        .summary = "Variable block-sparse attention with the current plan"},
       "q", "k", "v", arg("out").mut(), arg("lse").mut(), arg("return_lse", false), "enable_pdl");
   api::register_attention_backends("VariableBlockSparseAttentionWrapper.__init__");

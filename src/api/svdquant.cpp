@@ -16,12 +16,12 @@
 namespace flashinfer {
 namespace {
 
-constexpr const char* kModule = "flashinfer.gemm.gemm_svdquant";
+constexpr const char* kSvdquantModule = "flashinfer.gemm.gemm_svdquant";
 
 using api::KernelEntry;
 using api::LaunchContext;
 
-constexpr KernelEntry<kernels::SvdquantGemmParams> kGemmKernels[] = {
+constexpr KernelEntry<kernels::SvdquantGemmParams> kSvdquantGemmKernels[] = {
     {DeviceType::kCPU, "CPU reference (host only)", nullptr,
      [](const kernels::SvdquantGemmParams& p, const LaunchContext&) {
        kernels::cpu::mm_nvfp4_svdquant(p);
@@ -136,7 +136,7 @@ Tensor mm_nvfp4_svdquant(const Tensor& a, const Tensor& b, const Tensor& a_sf, c
         p.bias = bs.defined() ? static_cast<const uint16_t*>(bs.data_ptr()) : nullptr;
         p.alpha = al;
         p.out = static_cast<uint16_t*>(result.data_ptr());
-        api::launch(kGemmKernels, p, a.device(), op, "a", enable_pdl.value_or(false));
+        api::launch(kSvdquantGemmKernels, p, a.device(), op, "a", enable_pdl.value_or(false));
         return result;
       },
       a, b, a_sf, b_sf, alpha, d, l1, bias, out, backend, enable_pdl);
@@ -234,7 +234,7 @@ SvdShape svd_shape(const BenchShape& s) {
   return {s.m, (s.n + 31) / 32 * 32, (s.k + 31) / 32 * 32, 32};
 }
 
-BenchCase bench_mm(const BenchShape& s, Device dev) {
+BenchCase svdquant_bench_mm(const BenchShape& s, Device dev) {
   const SvdShape z = svd_shape(s);
   Tensor gs = Tensor::full({1}, 448.0 * 6.0 / 2.0, DType::kFloat32);
   auto [qa, sa] = nvfp4_quantize(
@@ -297,27 +297,27 @@ void register_svdquant_ops(OpRegistry& r) {
   declare<&mm_nvfp4_svdquant>(
       r,
       {.name = "mm_nvfp4_svdquant",
-       .module = kModule,
+       .module = kSvdquantModule,
        .summary = "SVDQuant GEMM: alpha * (nvfp4 a @ b^T + d @ l1^T) + bias, bf16 out"},
       "a", "b", "a_sf", "b_sf", "alpha", "d", "l1", "bias", arg("out").mut(),
       arg("backend", "cutlass"), "enable_pdl");
   declare<&nvfp4_quantize_smooth>(
       r,
       {.name = "nvfp4_quantize_smooth",
-       .module = kModule,
+       .module = kSvdquantModule,
        .summary = "NVFP4 quantization of bf16(x * pre_quant_scale), 128x4 scales"},
       "x", "pre_quant_scale", "global_scale", "enable_pdl", arg("backend", "cutlass"));
   declare<&svdquant_linear>(
       r,
       {.name = "svdquant_linear",
-       .module = kModule,
+       .module = kSvdquantModule,
        .summary = "SVDQuant linear: smooth-quantize x, LoRA-down, then mm_nvfp4_svdquant"},
       "x", "weight_fp4", "weight_sf", "alpha", "pre_quant_scale", "l2t_smoothed", "l1_scaled",
       "global_scale", "bias", "enable_pdl");
-  api::register_backends("mm_nvfp4_svdquant", kGemmKernels);
+  api::register_backends("mm_nvfp4_svdquant", kSvdquantGemmKernels);
   api::register_backends("nvfp4_quantize_smooth", kSmoothKernels);
   api::register_backends("svdquant_linear", kMmKernels);
-  register_bench_hook("mm_nvfp4_svdquant", bench_mm);
+  register_bench_hook("mm_nvfp4_svdquant", svdquant_bench_mm);
   register_bench_hook("nvfp4_quantize_smooth", bench_smooth);
   register_bench_hook("svdquant_linear", bench_linear);
 }

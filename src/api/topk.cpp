@@ -20,7 +20,7 @@ namespace flashinfer {
 
 namespace {
 
-constexpr const char* kModule = "flashinfer.topk";
+constexpr const char* kTopkModule = "flashinfer.topk";
 constexpr const char* kVarlenModule = "flashinfer.topk_varlen.topk_varlen";
 
 constexpr api::EnumTable<TopKTieBreak, 3> kTieBreaks{"TopKTieBreak",
@@ -219,8 +219,9 @@ Tensor page_table_impl(const Tensor& input, const Tensor& src_page_table, const 
   return out;
 }
 
-Tensor ragged_impl(const Tensor& input, const Tensor& offsets, const Tensor& lengths, int64_t k,
-                   TopKTieBreak tie_break, const std::optional<Tensor>& row_starts) {
+Tensor topk_ragged_impl(const Tensor& input, const Tensor& offsets, const Tensor& lengths,
+                        int64_t k, TopKTieBreak tie_break,
+                        const std::optional<Tensor>& row_starts) {
   const char* op = "top_k_ragged_transform";
   check_scores(input, op, "input");
   check_k(k, op, "k");
@@ -351,7 +352,7 @@ Tensor top_k_ragged_transform(const Tensor& input, const Tensor& offsets, const 
                               int64_t k, bool deterministic, TopKTieBreak tie_break,
                               bool dsa_graph_safe, std::optional<Tensor> row_starts) {
   return call_op<&top_k_ragged_transform>(
-      [&] { return ragged_impl(input, offsets, lengths, k, tie_break, row_starts); }, input,
+      [&] { return topk_ragged_impl(input, offsets, lengths, k, tie_break, row_starts); }, input,
       offsets, lengths, k, deterministic, tie_break, dsa_graph_safe, row_starts);
 }
 
@@ -425,7 +426,7 @@ BenchCase bench_page_table(const BenchShape& s, Device dev) {
   return c;
 }
 
-BenchCase bench_ragged(const BenchShape& s, Device dev) {
+BenchCase topk_bench_ragged(const BenchShape& s, Device dev) {
   const Shape x{s.batch_size, s.vocab_size};
   const DType dt = s.input_dtype;
   std::vector<int64_t> offs;
@@ -466,14 +467,14 @@ namespace detail {
 void register_topk_ops(OpRegistry& r) {
   declare<&top_k>(r,
                   {.name = "top_k",
-                   .module = kModule,
+                   .module = kTopkModule,
                    .summary = "The k largest elements of each row: (values, int64 indices)"},
                   "input", "k", arg("sorted", false), arg("deterministic", false),
                   arg("tie_break", TopKTieBreak::NONE), arg("dsa_graph_safe", false));
   declare<&top_k_page_table_transform>(
       r,
       {.name = "top_k_page_table_transform",
-       .module = kModule,
+       .module = kTopkModule,
        .summary = "Top-k of each row's window, indices translated through a page table"},
       "input", "src_page_table", "lengths", "k", "row_to_batch", arg("deterministic", false),
       arg("tie_break", TopKTieBreak::NONE), arg("dsa_graph_safe", false), "row_starts",
@@ -481,7 +482,7 @@ void register_topk_ops(OpRegistry& r) {
   declare<&top_k_ragged_transform>(
       r,
       {.name = "top_k_ragged_transform",
-       .module = kModule,
+       .module = kTopkModule,
        .summary = "Top-k of each row's window, indices plus a per-row offset"},
       "input", "offsets", "lengths", "k", arg("deterministic", false),
       arg("tie_break", TopKTieBreak::NONE), arg("dsa_graph_safe", false), "row_starts");
@@ -501,7 +502,7 @@ void register_topk_ops(OpRegistry& r) {
   }
   register_bench_hook("top_k", bench_top_k);
   register_bench_hook("top_k_page_table_transform", bench_page_table);
-  register_bench_hook("top_k_ragged_transform", bench_ragged);
+  register_bench_hook("top_k_ragged_transform", topk_bench_ragged);
   register_bench_hook("top_k_varlen", bench_varlen);
 }
 }  // namespace detail

@@ -27,7 +27,7 @@ namespace {
 
 constexpr const char* kDecodeOp = "trtllm_batch_decode_with_kv_cache";
 constexpr const char* kContextOp = "trtllm_batch_context_with_kv_cache";
-constexpr const char* kXqaOp = "xqa_batch_decode_with_kv_cache";
+constexpr const char* kTrtllmAttentionXqaOp = "xqa_batch_decode_with_kv_cache";
 constexpr const char* kCudnnPrefillOp = "cudnn_batch_prefill_with_kv_cache";
 constexpr const char* kCudnnDecodeOp = "cudnn_batch_decode_with_kv_cache";
 #if FLASHINFER_WITH_CUDNN
@@ -45,7 +45,8 @@ constexpr const char* kCudnnDecodeSummary =
 #endif
 
 // A fused scale given as a float or a one-element float tensor (read on the host).
-double scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
+double trtllm_attention_scale_value(const ScalarOrTensor<double>& x, const char* op,
+                                    const char* arg) {
   double v = x.scalar();
   if (x.is_tensor()) {
     const Tensor& t = x.tensor();
@@ -513,7 +514,7 @@ AttentionOutput decode_impl(
     }
   }
   c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
-  if (mask) {  // xqa's draft mask (see xqa_impl below)
+  if (mask) {  // xqa's draft mask (see trtllm_attention_xqa_impl below)
     FLASHINFER_CHECK_CODE(q_len_per_req && *q_len_per_req > 1, ErrorCode::kUnsupported, op, "mask",
                           "a speculative-decoding mask needs q_len_per_req > 1");
     FLASHINFER_CHECK_CODE(window_left < 0, ErrorCode::kUnsupported, op, "window_left",
@@ -526,7 +527,7 @@ AttentionOutput decode_impl(
     // verification, as the trtllm-gen kernels treat them); one query sees every key.
     for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
   }
-  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
   double o_mul = 1.0;
   if (o_scale) {
     FLASHINFER_CHECK(std::isfinite(*o_scale) && *o_scale != 0.0, op, "o_scale",
@@ -535,7 +536,7 @@ AttentionOutput decode_impl(
     // only an fp8 output by 1 / o_scale; 16-bit outputs keep the o_scale factor.
     if (backend != "trtllm-gen") o_mul = *o_scale;
   }
-  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
@@ -601,8 +602,8 @@ AttentionOutput context_impl(
   FLASHINFER_CHECK(cum_seq_lens_kv.size(0) == batch_size + 1, op, "cum_seq_lens_kv", "expected ",
                    batch_size + 1, " elements (batch_size + 1), got ", cum_seq_lens_kv.size(0));
   c.causal = causal;
-  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
-  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale");
+  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
+  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale");
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
@@ -614,16 +615,16 @@ AttentionOutput context_impl(
   return run_block_call(c);
 }
 
-Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
-                const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
-                const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
-                int64_t window_left, const std::optional<Tensor>& out,
-                const std::optional<Tensor>& sinks, std::string_view kv_layout,
-                std::optional<bool> enable_pdl, std::optional<int64_t> q_len_per_req,
-                std::optional<double> o_scale, const std::optional<Tensor>& mask,
-                const std::optional<Value>& kv_cache_sf,
-                const std::optional<Tensor>& q_cu_seq_lens) {
-  const char* op = kXqaOp;
+Tensor trtllm_attention_xqa_impl(
+    const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
+    const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
+    const ScalarOrTensor<double>& bmm1_scale, const ScalarOrTensor<double>& bmm2_scale,
+    int64_t window_left, const std::optional<Tensor>& out, const std::optional<Tensor>& sinks,
+    std::string_view kv_layout, std::optional<bool> enable_pdl,
+    std::optional<int64_t> q_len_per_req, std::optional<double> o_scale,
+    const std::optional<Tensor>& mask, const std::optional<Value>& kv_cache_sf,
+    const std::optional<Tensor>& q_cu_seq_lens) {
+  const char* op = kTrtllmAttentionXqaOp;
   FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   api::check_defined(query, op, "query");
   api::check_dim(query, {3}, op, "query");
@@ -667,11 +668,11 @@ Tensor xqa_impl(const Tensor& query, const PagedKVCache& kv_cache, const Tensor&
     // Without a mask the draft tokens are causal among themselves (generate_causal_mask's).
     for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
   }
-  c.bmm1 = scale_value(bmm1_scale, op, "bmm1_scale");
+  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
   const double o_mul = o_scale.value_or(1.0);
   FLASHINFER_CHECK(std::isfinite(o_mul) && o_mul != 0.0, op, "o_scale",
                    "must be finite and non-zero, got ", o_mul);
-  c.out_scale = scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
   c.window_left = window_left;
   c.out = out;  // upstream: out's dtype, else query's
   c.sinks = sinks;
@@ -799,9 +800,12 @@ CudnnPrefillResult cudnn_prefill_impl(
   }
 
   AttentionRunOptions o;
-  o.q_scale = q_scale ? std::optional<double>(scale_value(*q_scale, op, "q_scale")) : std::nullopt;
-  o.k_scale = k_scale ? std::optional<double>(scale_value(*k_scale, op, "k_scale")) : std::nullopt;
-  o.v_scale = v_scale ? std::optional<double>(scale_value(*v_scale, op, "v_scale")) : std::nullopt;
+  o.q_scale = q_scale ? std::optional<double>(trtllm_attention_scale_value(*q_scale, op, "q_scale"))
+                      : std::nullopt;
+  o.k_scale = k_scale ? std::optional<double>(trtllm_attention_scale_value(*k_scale, op, "k_scale"))
+                      : std::nullopt;
+  o.v_scale = v_scale ? std::optional<double>(trtllm_attention_scale_value(*v_scale, op, "v_scale"))
+                      : std::nullopt;
   o.out = out;
   o.lse = lse;
   o.return_lse = return_lse;
@@ -1027,9 +1031,10 @@ Tensor xqa_batch_decode_with_kv_cache(
     std::optional<Tensor> q_cu_seq_lens) {
   return call_op<&xqa_batch_decode_with_kv_cache>(
       [&] {
-        return xqa_impl(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len,
-                        bmm1_scale, bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl,
-                        q_len_per_req, o_scale, mask, kv_cache_sf, q_cu_seq_lens);
+        return trtllm_attention_xqa_impl(query, kv_cache, workspace_buffer, block_tables, seq_lens,
+                                         max_seq_len, bmm1_scale, bmm2_scale, window_left, out,
+                                         sinks, kv_layout, enable_pdl, q_len_per_req, o_scale, mask,
+                                         kv_cache_sf, q_cu_seq_lens);
       },
       query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
       bmm2_scale, window_left, out, sinks, kv_layout, enable_pdl, q_len_per_req, o_scale, mask,
@@ -1159,7 +1164,7 @@ BenchCase bench_xqa_decode(const BenchShape& s, Device dev) {
                                        dev, s.random_seed);
   // xqa's default layout is NHD: the same pages seen through an NHD view.
   BenchCase c = api::bench::invoke_case(
-      kXqaOp,
+      kTrtllmAttentionXqaOp,
       {Value(q), Value::tuple({b.k.transpose(1, 2), b.v.transpose(1, 2)}), Value(b.workspace),
        Value(b.block_tables), Value(b.seq_lens), Value(s.s_kv)},
       {{"bmm1_scale", Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk)))},
@@ -1259,15 +1264,15 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress");
   declare<&xqa_batch_decode_with_kv_cache>(
       r,
-      {.name = kXqaOp,
+      {.name = kTrtllmAttentionXqaOp,
        .module = "flashinfer.decode",
        .summary = "Batch decode over a block-table paged KV cache (xqa convention, NHD default)"},
       "query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len",
       arg("bmm1_scale", 1.0), arg("bmm2_scale", 1.0), arg("window_left", -1), arg("out").mut(),
       "sinks", arg("kv_layout", "NHD"), "enable_pdl", arg("q_len_per_req", 1), arg("o_scale", 1.0),
       "mask", "kv_cache_sf", "q_cu_seq_lens");
-  api::register_attention_backends(kXqaOp);
-  register_bench_hook(kXqaOp, bench_xqa_decode);
+  api::register_attention_backends(kTrtllmAttentionXqaOp);
+  register_bench_hook(kTrtllmAttentionXqaOp, bench_xqa_decode);
   declare<&cudnn_batch_prefill_with_kv_cache>(
       r,
       {.name = kCudnnPrefillOp,

@@ -83,15 +83,16 @@ std::string xqa_arg(const std::string& a) {
   return a;
 }
 
-void xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-              const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
-              const Tensor& workspace_buffer, const Tensor& semaphores, int64_t num_kv_heads,
-              int64_t page_size, const std::optional<Tensor>& sinks,
-              const ScalarOrTensor<double>& q_scale, const ScalarOrTensor<double>& kv_scale,
-              int64_t sliding_win_size, std::string_view kv_layout, std::optional<bool> enable_pdl,
-              int64_t q_seq_len, double rcp_out_scale, const std::optional<Tensor>& mask,
-              const std::optional<Tensor>& q_cu_seq_lens, const std::optional<Tensor>& k_sf_cache,
-              const std::optional<Tensor>& v_sf_cache) {
+void xqa_xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                  const Tensor& page_table, const Tensor& seq_lens, const Tensor& output,
+                  const Tensor& workspace_buffer, const Tensor& semaphores, int64_t num_kv_heads,
+                  int64_t page_size, const std::optional<Tensor>& sinks,
+                  const ScalarOrTensor<double>& q_scale, const ScalarOrTensor<double>& kv_scale,
+                  int64_t sliding_win_size, std::string_view kv_layout,
+                  std::optional<bool> enable_pdl, int64_t q_seq_len, double rcp_out_scale,
+                  const std::optional<Tensor>& mask, const std::optional<Tensor>& q_cu_seq_lens,
+                  const std::optional<Tensor>& k_sf_cache,
+                  const std::optional<Tensor>& v_sf_cache) {
   const char* op = kXqa;
   // Speculative decoding (q_seq_len > 1, upstream's SPEC_DEC build): q [B, 1, q_seq_len, Hq, D],
   // or with q_cu_seq_lens the packed rows of every request ([tokens, Hq, D] or any shape ending
@@ -321,9 +322,10 @@ void xqa(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Te
   call_op<&xqa>(
       [&] {
         (void)sm_count;  // a launch-size hint
-        xqa_impl(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores,
-                 num_kv_heads, page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout,
-                 enable_pdl, q_seq_len, rcp_out_scale, mask, q_cu_seq_lens, k_sf_cache, v_sf_cache);
+        xqa_xqa_impl(q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer,
+                     semaphores, num_kv_heads, page_size, sinks, q_scale, kv_scale,
+                     sliding_win_size, kv_layout, enable_pdl, q_seq_len, rcp_out_scale, mask,
+                     q_cu_seq_lens, k_sf_cache, v_sf_cache);
       },
       q, k_cache, v_cache, page_table, seq_lens, output, workspace_buffer, semaphores, num_kv_heads,
       page_size, sinks, q_scale, kv_scale, sliding_win_size, kv_layout, sm_count, enable_pdl,
