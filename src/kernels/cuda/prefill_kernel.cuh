@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
   const int num_tiles =
       kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
   // The tiles that need no per-element visibility test, as two integers kept across the loop
-  // (blocks with the offset cache).
+  // (blocks with the offset cache; the others test each tile).
   const TileRange unmasked_tiles = prefill_unmasked_tiles(kv_lo, kv_hi, kKvTile, p.causal, pos_min,
                                                           pos_max, p.window_left, kCustomMask);
 
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
       static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
       if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
         // Thread tid copies unit column tid % kUnitsK of rows tid / kUnitsK + kRowsPerPass * i,
-        // each from its token's cached offset.
+        // each from its token's cached offset, or from its own lookup (no cache).
         constexpr int kRowsPerPass = kPrefillThreads / kUnitsK;
         constexpr int kRowsPerThread = kKvTile / kRowsPerPass;
         static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
@@ -252,41 +252,37 @@ __global__ void __launch_bounds__(kPrefillThreads,
         // The column's offset as 32 unsigned bits: held as a 64-bit value across the loop it
         // was what ptxas spilled (8 bytes) in the 128 x 64 block at head dim 128.
         const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
-        if constexpr (kCacheOffsets) {
-#pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i) {
-            const int r = r0 + i * kRowsPerPass;
-            const bool ok = t0 + r < kv_hi32;
-            const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
-                                      : dev::permuted_offset(r, col, kUnitsK);
-            dev::cp_async::copy16_zfill(kst + off, kbase + (k_off[r] + col_off), ok);
-            dev::cp_async::copy16_zfill(vst + off, vbase + (v_off[r] + col_off), ok);
-          }
-        } else {
-          // K and V rows of a token share one page-table lookup. The lookups of all of the
-          // thread's rows are issued before any copy (the copies' asm is volatile with a memory
-          // clobber: no load moves past one), so they are in flight together and the copies
-          // wait for one round trip, not one per row.
-          int32_t ids[kRowsPerThread];
+        // Without the cache, K and V rows of a token share one page-table lookup. The lookups of
+        // all of the thread's rows are issued before any copy (the copies' asm is volatile with a
+        // memory clobber: no load moves past one), so they are in flight together and the
+        // copies wait for one round trip, not one per row.
+        int32_t ids[kCacheOffsets ? 1 : kRowsPerThread];
+        if constexpr (!kCacheOffsets) {
 #pragma unroll
           for (int i = 0; i < kRowsPerThread; ++i) {
             const int32_t t = t0 + r0 + i * kRowsPerPass;
             ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
           }
+        }
 #pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i) {
-            const int r = r0 + i * kRowsPerPass;
-            const bool ok = t0 + r < kv_hi32;
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = r0 + i * kRowsPerPass;
+          const bool ok = t0 + r < kv_hi32;
+          int64_t ko, vo;
+          if constexpr (kCacheOffsets) {
+            ko = k_off[r];
+            vo = v_off[r];
+          } else {
             // The slot again rather than kept from above (registers are scarce here); a key past
             // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
             const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
-            const int64_t ko = kv_map.k_offset(ids[i], slot);
-            const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
-            const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
-                                      : dev::permuted_offset(r, col, kUnitsK);
-            dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
-            dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
+            ko = kv_map.k_offset(ids[i], slot);
+            vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
           }
+          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+                                    : dev::permuted_offset(r, col, kUnitsK);
+          dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
+          dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
         }
       } else {
         detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
@@ -394,18 +390,18 @@ __global__ void __launch_bounds__(kPrefillThreads,
       load_kv(tile + kPrefillStages);
     }
     const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tile the warps read
-    // Whether the tile needs the per-element visibility test. 128-row blocks decide it before
-    // the MMAs, from the tile's position in 32 bits, so that one predicate is live across them;
-    // other blocks after them, from 64 bits. Each way is the one ptxas fits in 255 registers
-    // without a spill (the other spilled 4-8 bytes: the fp8 128 x 64 block, the 256-dim
-    // 64-row ones).
-    constexpr bool kTestFirst = kCtaQ == 128;
-    using TilePos = std::conditional_t<kTestFirst, int32_t, int64_t>;
+    // The tile's position: 32 bits in 128-row blocks, 64 in the others (each the way ptxas fits
+    // in 255 registers without a spill: 64 bits spilled in the fp8 128 x 64 block, 32 in the
+    // 256-dim 64-row ones). Whether the tile needs the per-element visibility test: the index
+    // range computed before the loop, or, in the block without the offset cache (fp8, 128 rows,
+    // head dim 128, where the range spilled 24 bytes), the tile test from that position, decided
+    // before the MMAs so that one predicate is live across them.
+    using TilePos = std::conditional_t<kCtaQ == 128, int32_t, int64_t>;
     const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
-    bool unmasked = false;
+    bool unmasked;
     if constexpr (kCacheOffsets) {
       unmasked = unmasked_tiles.lo <= tile && tile <= unmasked_tiles.hi;
-    } else if constexpr (kTestFirst) {
+    } else {
       unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
                                        p.window_left, kCustomMask);
     }
@@ -452,10 +448,6 @@ __global__ void __launch_bounds__(kPrefillThreads,
       }
 
       // Logits in base 2; the per-element test only where the tile needs it.
-      if constexpr (!kCacheOffsets && !kTestFirst) {
-        unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
-                                         p.window_left, kCustomMask);
-      }
       // Custom mask: each row's bits for this warp's keys of the tile, 32 keys to a register,
       // read once per tile.
       constexpr int kMaskWords = (kKvWarp + 31) / 32;
