@@ -47,6 +47,16 @@ T* dev_copy(const std::vector<T>& h) {
   return d;
 }
 
+// n elements of T on the device, every byte 0x5a: both kernels' outputs start from the same
+// pattern, which no element a kernel writes is likely to equal.
+template <class T>
+T* dev_poisoned(size_t n) {
+  T* d;
+  CK(cudaMalloc(&d, n * sizeof(T)));
+  CK(cudaMemset(d, 0x5a, n * sizeof(T)));
+  return d;
+}
+
 // Whether `bytes` bytes at device addresses a and b are equal; prints how many differ otherwise.
 static bool same_bytes(const void* a, const void* b, size_t bytes, const char* what) {
   std::vector<uint8_t> ha(bytes), hb(bytes);

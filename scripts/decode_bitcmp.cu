@@ -112,22 +112,12 @@ bool run_case(const Case& c) {
   p.kv.kv_indices = dev_copy(kv_indices);
   p.kv.page_size = PS;
   const size_t on = static_cast<size_t>(rows) * c.hq * D;
-  uint16_t *o1, *o2;
-  float *l1, *l2, *tv1, *tv2, *ts1, *ts2;
   const size_t tvn = static_cast<size_t>(prow + 1) * c.hq * D,
                tsn = static_cast<size_t>(prow + 1) * c.hq;
-  CK(cudaMalloc(&o1, on * 2));
-  CK(cudaMalloc(&o2, on * 2));
-  CK(cudaMalloc(&l1, rows * c.hq * 4));
-  CK(cudaMalloc(&l2, rows * c.hq * 4));
-  CK(cudaMalloc(&tv1, tvn * 4));
-  CK(cudaMalloc(&tv2, tvn * 4));
-  CK(cudaMalloc(&ts1, tsn * 4));
-  CK(cudaMalloc(&ts2, tsn * 4));
-  for (auto* x : {(void*)o1, (void*)o2}) CK(cudaMemset(x, 0x5a, on * 2));
-  for (auto* x : {(void*)l1, (void*)l2}) CK(cudaMemset(x, 0x5a, rows * c.hq * 4));
-  for (auto* x : {(void*)tv1, (void*)tv2}) CK(cudaMemset(x, 0x5a, tvn * 4));
-  for (auto* x : {(void*)ts1, (void*)ts2}) CK(cudaMemset(x, 0x5a, tsn * 4));
+  uint16_t *o1 = dev_poisoned<uint16_t>(on), *o2 = dev_poisoned<uint16_t>(on);
+  float *l1 = dev_poisoned<float>(rows * c.hq), *l2 = dev_poisoned<float>(rows * c.hq);
+  float *tv1 = dev_poisoned<float>(tvn), *tv2 = dev_poisoned<float>(tvn);
+  float *ts1 = dev_poisoned<float>(tsn), *ts2 = dev_poisoned<float>(tsn);
   p.o_dtype = DType::kBFloat16;
   p.o_stride_n = static_cast<int64_t>(c.hq) * D;
   p.o_stride_h = D;
