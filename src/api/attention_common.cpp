@@ -474,7 +474,10 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     const bool tc_dims =
         pf::prefill_dims_built(static_cast<int>(s.head_dim_qk), static_cast<int>(s.head_dim_vo)) ||
         s.head_dim_qk == s.head_dim_vo;
-    if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims) {
+    // The run's q_scale / k_scale are not known here; the plan's scale decides.
+    const bool tc_scale = pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
+                                                  s.scale_q.defined(), s.scale_k.defined());
+    if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
       cfg.o_dtype = s.o_dtype;

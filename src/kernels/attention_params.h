@@ -87,6 +87,9 @@ struct AttentionParams {
   // kept if causal ⇒ j <= pos, window_left >= 0 ⇒ j >= pos - window_left, custom mask bit set.
   float sm_scale = 1.0f;  // includes the scalar q_scale and k_scale
   float logits_soft_cap = 0.0f;
+  // sm_scale * log2(e), set by the FA2 prefill launcher: its plain blocks take the factor from
+  // the kernel's parameters inside each exponent's FFMA (a register for it spilled).
+  float sm_scale_log2 = 0.0f;
   float v_scale = 1.0f;            // output multiplier (fp8 KV)
   const float* scale_q = nullptr;  // optional per-head factors [Hq], [Hkv], [Hkv]
   const float* scale_k = nullptr;

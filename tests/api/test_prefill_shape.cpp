@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -154,6 +157,55 @@ TEST(PrefillShape, TallBlocksOnlyWhereTwoFitAnSm) {
   }
   EXPECT_EQ(occupancy_blocks_per_sm(a100, kPrefillThreads, 255, prefill_smem_bytes(64, 128, 128)),
             2);
+}
+
+// The plain blocks' softmax takes the maximum over raw scores and scales inside the exponent
+// (2^fma(s, c, -m)). With c > 0 the maximum of the rounded products is the rounded product of
+// the maximum (rounding is monotonic), so m, the rescale factors and the LSE are the numbers of
+// the scale-first form, and each exponent differs from its by a product's rounding (an ulp of m
+// at most: either form carries one); with c <= 0 the
+// raw maximum is the wrong key (and -inf * 0 is NaN), hence prefill_scale_folds.
+TEST(PrefillShape, ScaleFoldedIntoTheExponentOnlyForPositiveScales) {
+  EXPECT_TRUE(prefill_scale_folds(0.0883883f, false, false));
+  EXPECT_TRUE(prefill_scale_folds(1e-30f, false, false));
+  EXPECT_FALSE(prefill_scale_folds(0.0f, false, false));
+  EXPECT_FALSE(prefill_scale_folds(-0.125f, false, false));
+  EXPECT_FALSE(prefill_scale_folds(std::numeric_limits<float>::quiet_NaN(), false, false));
+  EXPECT_FALSE(prefill_scale_folds(std::numeric_limits<float>::infinity(), false, false));
+  EXPECT_TRUE(prefill_scale_folds(std::numeric_limits<float>::max(), false, false));
+  EXPECT_FALSE(prefill_scale_folds(0.125f, true, false));
+  EXPECT_FALSE(prefill_scale_folds(0.125f, false, true));
+
+  constexpr float kLog2eF = 1.44269504088896341f;
+  std::mt19937 rng(45);
+  std::uniform_real_distribution<float> mag(-40.0f, 40.0f);
+  std::uniform_real_distribution<float> scale_exp(-12.0f, 4.0f);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float c = std::exp2(scale_exp(rng)) * kLog2eF;  // sm_scale log2(e) > 0
+    std::array<float, 64> raw{};
+    for (float& x : raw) x = mag(rng) * std::exp2(static_cast<float>(trial % 7));
+    if (trial % 3 == 0) raw[trial % 64] = -std::numeric_limits<float>::infinity();  // hidden key
+    float m_first = -std::numeric_limits<float>::infinity();  // scale first, then the maximum
+    float m_raw = -std::numeric_limits<float>::infinity();
+    for (float x : raw) {
+      m_first = std::max(m_first, x * c);
+      m_raw = std::max(m_raw, x);
+    }
+    ASSERT_EQ(m_first, m_raw * c) << "trial " << trial;
+    for (float x : raw) {
+      const float p_first = std::exp2(x * c - m_first);
+      const float p_fold = std::exp2(std::fma(x, c, -(m_raw * c)));
+      // The maximum's own key: 2^(the product's rounding error), at most half an ulp of m.
+      ASSERT_LE(p_fold, 1.0f + 1.2e-7f * std::max(1.0f, std::fabs(m_first)));
+      ASSERT_NEAR(p_fold, p_first, 2e-6f * std::max(1.0f, std::fabs(m_first)) * p_first + 1e-37f)
+          << "trial " << trial << " s " << x << " c " << c;
+    }
+  }
+  // A negative scale makes the largest logit the smallest score's: the raw maximum is wrong.
+  const float c = -1.0f;
+  EXPECT_NE(std::max(2.0f * c, 3.0f * c), std::max(2.0f, 3.0f) * c);
+  // A zero scale turns a hidden key's -inf into NaN inside the FFMA.
+  EXPECT_TRUE(std::isnan(std::fma(-std::numeric_limits<float>::infinity(), 0.0f, -0.0f)));
 }
 
 // fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256, plain or

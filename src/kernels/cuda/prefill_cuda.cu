@@ -94,7 +94,11 @@ bool prefill_supported(const AttentionParams& p) {
   // fit (the same bytes as the 16-bit blocks').
   const bool fp8_ok = !fp8_kv || (fa2 && prefill::prefill_fp8_kv_built(p.head_dim_qk, p.head_dim_vo,
                                                                        prefill_variant(p)));
-  return dtype_ok && dim_ok && sinks_ok && alibi_ok && fp8_ok && major >= 8;
+  // The FA2 kernel scales inside the exponent (prefill_scale_folds): other scales run on the
+  // CUDA-core kernel (the first-draft kernel too, one rule for the tensor-core path).
+  const bool scale_ok =
+      prefill::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr);
+  return dtype_ok && dim_ok && sinks_ok && alibi_ok && fp8_ok && scale_ok && major >= 8;
 }
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {

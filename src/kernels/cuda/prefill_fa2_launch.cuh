@@ -17,9 +17,11 @@ void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
   const dim3 grid(static_cast<unsigned>(p.num_work), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
+  AttentionParams kp = p;
+  kp.sm_scale_log2 = p.sm_scale * kLog2e;
   launch_kernel("attention", prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, kVariant>, grid,
                 dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kCtaQ, DQK, DVO),
-                stream, enable_pdl, p);
+                stream, enable_pdl, kp);
 }
 
 // The block height from the packed rows of the largest work item (prefill_cta_rows); only the
@@ -29,6 +31,11 @@ template <class T, class TKV, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int variant = prefill_variant(p);
+  // The plain blocks fold the scale into the exponent, which needs it > 0 for every row.
+  FLASHINFER_CHECK_CODE(
+      prefill::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr),
+      ErrorCode::kUnsupported, "attention", "sm_scale",
+      "the FA2 kernel takes a finite scale > 0 and no per-head q / k scales");
   if constexpr (sizeof(TKV) == 1) {
     FLASHINFER_CHECK_CODE(prefill::prefill_fp8_kv_built(DQK, DVO, variant), ErrorCode::kUnsupported,
                           "attention", "k",

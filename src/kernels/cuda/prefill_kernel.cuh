@@ -120,6 +120,13 @@ __global__ void __launch_bounds__(kPrefillThreads,
   constexpr bool kSoftCap = (kVariant & kPrefillSoftCap) != 0;
   constexpr bool kCustomMask = (kVariant & kPrefillCustomMask) != 0;
   constexpr bool kAlibi = (kVariant & kPrefillAlibi) != 0;
+  // Plain and custom-mask blocks keep raw scores: the maximum is taken over q.k and the scale
+  // enters each exponent through one FFMA, 2^(s c - m), where the others multiply every score
+  // first (one FMUL a score, 64 a thread per tile). With c = sm_scale log2(e) > 0 for every row
+  // (prefill_supported: sm_scale finite and > 0, no per-head device scales) c max(s) rounds to
+  // the maximum of the rounded c s, so m, the rescale factors and the LSE are the same numbers;
+  // only the exponent's argument is rounded once instead of twice.
+  constexpr bool kFoldScale = !kSoftCap && !kAlibi;
   static_assert(!kAlibi || kVariant == kPrefillAlibi, "ALiBi is built alone");
   static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
   constexpr bool kFp8 = sizeof(TKV) == 1;
@@ -315,9 +322,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
   const int key_off = warp_kv * kKvWarp;
   // Visibility inputs in 32 bits (positions and key indices fit: kv_len < 2^31): a padding row
   // past `rows` gets position -1, which hides every key under causal, and reads no mask.
-  float scale_log2[kMmaQ][2];  // soft cap, ALiBi: the plain scale (log2(e) applied after)
-  float slope[kMmaQ][2];       // ALiBi: the row's head's slope
-  int32_t q_idx[kMmaQ][2];     // ALiBi: the row's query index within its request
+  float slope[kMmaQ][2];    // ALiBi: the row's head's slope
+  int32_t q_idx[kMmaQ][2];  // ALiBi: the row's query index within its request
   int32_t pos_of[kMmaQ][2];
   int64_t mask_row[kMmaQ][2];  // custom mask: bit index of (row, key 0); -1: padding row
   const int32_t pos_shift = static_cast<int32_t>(kv_len - qo_len) + w.qo_begin;
@@ -336,15 +342,11 @@ __global__ void __launch_bounds__(kPrefillThreads,
           mask_row[mq][e] = p.mask_indptr[b] + (w.qo_begin + static_cast<int64_t>(qi)) * kv_len;
       }
       const int32_t h = g * group + static_cast<int32_t>(hh);
-      float sc = p.sm_scale;
       slope[mq][e] = 0.0f;
-      if (ok) {
-        if (p.scale_q) sc *= p.scale_q[h];
-        if (p.scale_k) sc *= p.scale_k[g];
-        if constexpr (kAlibi) slope[mq][e] = p.alibi_slopes[h];
+      if constexpr (kAlibi) {
+        if (ok) slope[mq][e] = p.alibi_slopes[h];
       }
       q_idx[mq][e] = w.qo_begin + static_cast<int32_t>(qi);
-      scale_log2[mq][e] = (kSoftCap || kAlibi) ? sc : sc * kLog2e;
     }
   }
 
@@ -469,27 +471,24 @@ __global__ void __launch_bounds__(kPrefillThreads,
           }
         }
       }
+      // Soft cap and ALiBi: the logits now; the other blocks keep q.k (kFoldScale).
 #pragma unroll
       for (int mq = 0; mq < kMmaQ; ++mq) {
 #pragma unroll
         for (int n = 0; n < 2 * kMmaKv; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1;
-            float x;
             if constexpr (kSoftCap) {
-              x = logit_log2(p, s[mq][n][e], scale_log2[mq][r]);
+              s[mq][n][e] = logit_log2(p, s[mq][n][e], p.sm_scale);
             } else if constexpr (kAlibi) {
               // Upstream's DefaultAttention: sm_scale * q.k + slope * (j - i), as the CPU
               // reference computes it, then log2 units.
               const int32_t kj = tw0 + n * 8 + tid4 * 2 + (e & 1);
-              x = (s[mq][n][e] * scale_log2[mq][r] +
-                   slope[mq][r] * static_cast<float>(kj - q_idx[mq][r])) *
-                  kLog2e;
-            } else {
-              x = s[mq][n][e] * scale_log2[mq][r];
+              const int r = e >> 1;
+              s[mq][n][e] = (s[mq][n][e] * p.sm_scale +
+                             slope[mq][r] * static_cast<float>(kj - q_idx[mq][r])) *
+                            kLog2e;
             }
-            s[mq][n][e] = x;
           }
         }
       }
@@ -535,6 +534,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
         for (int r = 0; r < 2; ++r) {
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+          if constexpr (kFoldScale) tmax[r] *= p.sm_scale_log2;  // -inf stays -inf (c > 0)
         }
         // The state is rescaled only when a row of the warp has a new maximum. Otherwise every
         // row's factor would be exactly 1 (2^0, or the -inf case's 1), so skipping it
@@ -566,7 +566,11 @@ __global__ void __launch_bounds__(kPrefillThreads,
 #pragma unroll
         for (int n = 0; n < 2 * kMmaKv; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mq][n][e] = dev::exp2_ftz(s[mq][n][e] - m_sub[e >> 1]);
+          for (int e = 0; e < 4; ++e) {
+            const float arg = kFoldScale ? fmaf(s[mq][n][e], p.sm_scale_log2, -m_sub[e >> 1])
+                                         : s[mq][n][e] - m_sub[e >> 1];
+            s[mq][n][e] = dev::exp2_ftz(arg);
+          }
           // Per-thread partial row sums: the quad shares m, so they are summed once at the end.
           l[mq][0] += s[mq][n][0] + s[mq][n][1];
           l[mq][1] += s[mq][n][2] + s[mq][n][3];

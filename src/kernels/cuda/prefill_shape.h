@@ -47,6 +47,16 @@ FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant)
   return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && (variant & ~kPrefillSoftCap) == 0;
 }
 
+/// Whether the FA2 kernel takes a call's scale: its plain and custom-mask blocks take the maximum
+/// over raw q.k and scale inside the exponent (2^(s c - m) as one FFMA), which is the softmax of
+/// c s only when c > 0; c is one number for the block, so per-head device scales (scale_q,
+/// scale_k: values the host cannot see) are refused too. Such calls run on the CUDA-core kernel.
+/// (`!(x > 0)` also refuses NaN; the infinity test is spelled out to stay constexpr.)
+FLASHINFER_HD constexpr bool prefill_scale_folds(float sm_scale, bool has_scale_q,
+                                                 bool has_scale_k) {
+  return sm_scale > 0.0f && sm_scale <= 3.4028234663852886e38f && !has_scale_q && !has_scale_k;
+}
+
 /// Packed rows per block (the CTA tile along Q) for a launch whose work items hold at most
 /// max_packed_rows packed rows, as upstream picks cta_tile_q:
 ///   16: one m16 fragment of rows shared by the 4 warps, which split each K/V tile along the keys
