@@ -178,7 +178,10 @@ bool run_case(const Case& c) {
   p.qo_indptr = dev_copy(qo_indptr);
   p.kv_lens = dev_copy(kv_lens);
   p.sm_scale = c.sm_scale > 0.0f ? c.sm_scale : 1.0f / std::sqrt(static_cast<float>(DQK));
-  p.sm_scale_log2 = p.sm_scale * 1.44269504088896341f;  // what launch_fa2 sets
+  p.sm_scale_log2 = p.sm_scale * 1.44269504088896341f;  // what launch_fa2 sets, and the split
+  const dev::FastDivmod split(static_cast<uint32_t>(PS));
+  p.kv_page_div_mul = split.mul;
+  p.kv_page_div_shift = split.shift;
   p.logits_soft_cap = (V & prefill::kPrefillSoftCap) ? 30.0f : 0.0f;
   p.v_scale = 1.0f;
   p.causal = c.causal;

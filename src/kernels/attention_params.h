@@ -87,9 +87,13 @@ struct AttentionParams {
   // kept if causal ⇒ j <= pos, window_left >= 0 ⇒ j >= pos - window_left, custom mask bit set.
   float sm_scale = 1.0f;  // includes the scalar q_scale and k_scale
   float logits_soft_cap = 0.0f;
-  // sm_scale * log2(e), set by the FA2 prefill launcher: its plain blocks take the factor from
-  // the kernel's parameters inside each exponent's FFMA (a register for it spilled).
+  // Set by the FA2 prefill launcher, read from the kernel's parameters where a register for them
+  // spilled or rebuilding them cost a loop's worth of work: sm_scale * log2(e), which its plain
+  // blocks take inside each exponent's FFMA; and the token -> page split of kv.page_size (1 when
+  // ragged) as dev::FastDivmod's multiplier and shift, which the offset fill would otherwise
+  // derive (a division and a loop) every K/V tile.
   float sm_scale_log2 = 0.0f;
+  uint32_t kv_page_div_mul = 0, kv_page_div_shift = 0;
   float v_scale = 1.0f;            // output multiplier (fp8 KV)
   const float* scale_q = nullptr;  // optional per-head factors [Hq], [Hkv], [Hkv]
   const float* scale_k = nullptr;

@@ -62,11 +62,12 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
   EXPECT_EQ(prefill_kv_tile(64, 256, 256), 32);
   EXPECT_EQ(prefill_kv_tile(64, 192, 128), 64);
   // Q tile + 2 stages of K and V tiles, 2 bytes an element (D 128 with 64 rows: 80 KiB), then the
-  // K and V offsets (8 bytes each) of one tile's tokens.
+  // K and V offsets (8 bytes each) of one tile's tokens, then (128-row blocks) 16 bytes for the
+  // unmasked tile range.
   EXPECT_EQ(prefill_tile_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256));
   EXPECT_EQ(prefill_offset_cache_tokens(64, 128, 128), 64);
   EXPECT_EQ(prefill_smem_bytes(64, 128, 128), 2u * (64 * 128 + 2 * 64 * 256) + 16 * 64);
-  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_smem_bytes(128, 128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64 + 16);
   EXPECT_EQ(prefill_smem_bytes(16, 128, 128), 2u * (16 * 128 + 2 * 64 * 256) + 16 * 64);
   EXPECT_EQ(prefill_smem_bytes(16, 64, 64), 2u * (16 * 64 + 2 * 128 * 128) + 16 * 128);
   // The merge buffer: 3 warps x 32 lanes x (64 O values + 2 maxima + 2 sums) floats at D 128.
@@ -112,7 +113,7 @@ TEST(PrefillShape, SharedMemoryAndCopyShapesFit) {
 TEST(PrefillShape, LargestBlockOfEachPairAndTheDevicesItFits) {
   EXPECT_EQ(prefill_max_smem_bytes(192, 128), 2u * (64 * 192 + 2 * 64 * 320) + 16 * 64);
   EXPECT_EQ(prefill_max_smem_bytes(256, 256), 2u * (64 * 256 + 2 * 32 * 512) + 16 * 32);
-  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64);
+  EXPECT_EQ(prefill_max_smem_bytes(128, 128), 2u * (128 * 128 + 2 * 64 * 256) + 16 * 64 + 16);
   EXPECT_EQ(prefill_max_smem_bytes(64, 64), 2u * (16 * 64 + 2 * 128 * 128) + 16 * 128);
   const DeviceLimits a100 = device_limits(8, 0), ada = device_limits(8, 9),
                      h100 = device_limits(9, 0);
@@ -235,7 +236,8 @@ TEST(PrefillShape, Fp8KvInstancesAndTheirSharedMemory) {
                                  static_cast<unsigned>(kPrefillStages * kv * 2 * d);  // fp8 stages
       EXPECT_EQ(fp8_bytes, prefill_tile_bytes(cta, d, d));
       EXPECT_EQ(prefill_smem_bytes(cta, d, d),
-                fp8_bytes + 16u * static_cast<unsigned>(kv));  // the offset cache
+                fp8_bytes + 16u * static_cast<unsigned>(kv) +  // the offset cache
+                    (cta == 128 ? 16u : 0u));                  // the unmasked tile range
       EXPECT_LE(prefill_merge_bytes(cta, d), prefill_kv_stage_bytes(cta, d, d));
       EXPECT_EQ(kPrefillThreads % (d / 16), 0);
       EXPECT_EQ((kv * (d / 16)) % kPrefillThreads, 0);

@@ -125,6 +125,24 @@ TEST(FastDivmod, LargeDivisors) {
   }
 }
 
+// The FA2 prefill kernel rebuilds the page split from the parts its launcher computed
+// (AttentionParams::kv_page_div_*): the same divisor, for every page size a cache can have.
+TEST(FastDivmod, FromPartsIsTheSameDivisor) {
+  std::mt19937 rng(36);
+  for (uint32_t d = 1; d <= 4096; ++d) {
+    const FastDivmod built(d);
+    const FastDivmod f = FastDivmod::from_parts(d, built.mul, built.shift);
+    ASSERT_EQ(f.d, d);
+    ASSERT_EQ(f.mul, built.mul);
+    ASSERT_EQ(f.shift, built.shift);
+    std::uniform_int_distribution<uint32_t> any_n(0, kMaxN);
+    for (int i = 0; i < 256; ++i) {
+      if (!check_divmod(f, any_n(rng))) return;
+    }
+    if (!check_divmod(f, kMaxN) || !check_divmod(f, d - 1) || !check_divmod(f, d)) return;
+  }
+}
+
 // Every n below 2^24 for the page sizes (and a few other divisors, whose multiplier is not a power
 // of two), against a running (quotient, remainder) counter.
 TEST(FastDivmod, ExhaustivePageSizes) {

@@ -19,6 +19,10 @@ void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
                   static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
   AttentionParams kp = p;
   kp.sm_scale_log2 = p.sm_scale * kLog2e;
+  const dev::FastDivmod split(p.kv.kv_indices != nullptr ? static_cast<uint32_t>(p.kv.page_size)
+                                                         : 1u);
+  kp.kv_page_div_mul = split.mul;
+  kp.kv_page_div_shift = split.shift;
   launch_kernel("attention", prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, kVariant>, grid,
                 dim3(prefill::kPrefillThreads), prefill::prefill_smem_bytes(kCtaQ, DQK, DVO),
                 stream, enable_pdl, kp);

@@ -164,6 +164,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
                 "a block without the offset cache copies with per-row lookups");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
   int64_t* v_off = k_off + kCache;
+  // 128-row blocks with the cache: the unmasked tile range, written once, read each tile.
+  constexpr bool kRangeInSmem = kCacheOffsets && prefill_block_const_bytes(kCtaQ) >= 8;
+  int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
 
   pdl_wait();
   const WorkItem w = p.work[blockIdx.x];
@@ -197,7 +200,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
   const int num_tiles =
       kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
   // The tiles that need no per-element visibility test, as two integers kept across the loop
-  // (blocks with the offset cache; the others test each tile).
+  // (in shared memory in 128-row blocks: kRangeInSmem) in blocks with the offset cache; the
+  // others test each tile.
   const TileRange unmasked_tiles = prefill_unmasked_tiles(kv_lo, kv_hi, kKvTile, p.causal, pos_min,
                                                           pos_max, p.window_left, kCustomMask);
 
@@ -212,10 +216,19 @@ __global__ void __launch_bounds__(kPrefillThreads,
   });
 
   // K/V tile i into stage i % kPrefillStages (fp8: of k8_s / v8_s); keys past kv_hi are
-  // zero-filled (0 in fp8 too).
+  // zero-filled (0 in fp8 too). The cached offsets include the KV head's (so the copies add them
+  // to the storage's base, a kernel parameter, where a head base held two 64-bit registers
+  // across the loop); the per-row lookups add them to these.
   const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
   const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
-  const dev::KvRequestMap kv_map(p.kv, b);  // the per-row lookups (!kCacheOffsets)
+  // The token -> (page, slot) split as the launcher built it (kv_page_div_*): its constructor's
+  // division and loop would otherwise run in every offset fill.
+  const auto page_split = [&] {
+    return dev::FastDivmod::from_parts(
+        p.kv.kv_indices != nullptr ? static_cast<uint32_t>(p.kv.page_size) : 1u, p.kv_page_div_mul,
+        p.kv_page_div_shift);
+  };
+  const dev::KvRequestMap kv_map(p.kv, b, page_split());  // the per-row lookups (!kCacheOffsets)
   // Token indices in 32 bits, as the visibility test below has them (kv_len < 2^31).
   const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
   // Fills the offset cache with tile `tile`'s tokens: one token a thread (the page-table loads of
@@ -226,7 +239,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
     if (tile >= num_tiles) return;
     // The request's map built again each fill (its page-table base reloaded, an L1 hit) rather
     // than held across the loop.
-    const dev::KvRequestMap kv_map(p.kv, b);
+    const dev::KvRequestMap kv_map(p.kv, b, page_split());
     static_assert(kCache <= kPrefillThreads, "one token a thread at most");
     if (tid < kCache) {
       const int32_t t = kv_lo32 + tile * kKvTile + tid;
@@ -234,8 +247,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
       if (t < kv_hi32) {
         const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
         const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
-        ko = kv_map.k_offset(id, slot);
-        vo = kv_map.v_offset(id, slot);
+        ko = kv_map.k_offset(id, slot) + g * p.kv.k_stride_head;
+        vo = kv_map.v_offset(id, slot) + g * p.kv.v_stride_head;
       }
       k_off[tid] = ko;
       v_off[tid] = vo;
@@ -288,21 +301,26 @@ __global__ void __launch_bounds__(kPrefillThreads,
           }
           const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
                                     : dev::permuted_offset(r, col, kUnitsK);
-          dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
-          dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
+          const TKV* kb = kCacheOffsets ? static_cast<const TKV*>(p.kv.k) : kbase;
+          const TKV* vb = kCacheOffsets ? static_cast<const TKV*>(p.kv.v) : vbase;
+          dev::cp_async::copy16_zfill(kst + off, kb + (ko + col_off), ok);
+          dev::cp_async::copy16_zfill(vst + off, vb + (vo + col_off), ok);
         }
       } else {
-        detail::copy_tile<DQK, kKvTile, T>(kst, tid, kbase, [&](int r) -> const T* {
-          return t0 + r < kv_hi32 ? kbase + k_off[r] : nullptr;
+        const T* kb = static_cast<const T*>(p.kv.k);
+        const T* vb = static_cast<const T*>(p.kv.v);
+        detail::copy_tile<DQK, kKvTile, T>(kst, tid, kb, [&](int r) -> const T* {
+          return t0 + r < kv_hi32 ? kb + k_off[r] : nullptr;
         });
-        detail::copy_tile<DVO, kKvTile, T>(vst, tid, vbase, [&](int r) -> const T* {
-          return t0 + r < kv_hi32 ? vbase + v_off[r] : nullptr;
+        detail::copy_tile<DVO, kKvTile, T>(vst, tid, vb, [&](int r) -> const T* {
+          return t0 + r < kv_hi32 ? vb + v_off[r] : nullptr;
         });
       }
     }
     dev::cp_async::commit();  // an empty group past the end keeps the wait counts uniform
   };
   if constexpr (kCacheOffsets) {
+    if (kRangeInSmem && tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
     fill_offsets(0);
     __syncthreads();
     load_kv(0);  // the first group also carries Q
@@ -402,7 +420,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
     const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
     bool unmasked;
     if constexpr (kCacheOffsets) {
-      unmasked = unmasked_tiles.lo <= tile && tile <= unmasked_tiles.hi;
+      const int2 range =
+          kRangeInSmem ? *tile_range_s : make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
+      unmasked = range.x <= tile && tile <= range.y;
     } else {
       unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
                                        p.window_left, kCustomMask);

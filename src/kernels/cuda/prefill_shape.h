@@ -137,9 +137,17 @@ FLASHINFER_HD constexpr int prefill_offset_cache_tokens(int cta_q, int dqk, int 
 FLASHINFER_HD constexpr unsigned prefill_tile_bytes(int cta_q, int dqk, int dvo) {
   return 2u * static_cast<unsigned>(cta_q * dqk) + prefill_kv_stage_bytes(cta_q, dqk, dvo);
 }
+/// Bytes after the offset cache for values every thread of the block reads once a tile: 16 in
+/// 128-row blocks, whose range of unmasked tiles (two int32) spilled when held in registers across
+/// the loop; none in the others (16 bytes more would cost an A100 SM one of its two 64-row
+/// head-dim-128 blocks).
+FLASHINFER_HD constexpr unsigned prefill_block_const_bytes(int cta_q) {
+  return cta_q == 128 ? 16u : 0u;
+}
 FLASHINFER_HD constexpr unsigned prefill_smem_bytes(int cta_q, int dqk, int dvo) {
   return prefill_tile_bytes(cta_q, dqk, dvo) +
-         16u * static_cast<unsigned>(prefill_offset_cache_tokens(cta_q, dqk, dvo));
+         16u * static_cast<unsigned>(prefill_offset_cache_tokens(cta_q, dqk, dvo)) +
+         prefill_block_const_bytes(cta_q);
 }
 
 /// Whether an SM holds two 128-row blocks of a head-dim pair: `smem_per_sm` bytes of shared memory

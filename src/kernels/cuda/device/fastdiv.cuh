@@ -33,6 +33,16 @@ struct FastDivmod {
     mul = static_cast<uint32_t>((two_p + divisor - 1) / divisor - (uint64_t(1) << 32));
   }
 
+  /// From a divisor's precomputed parts (another FastDivmod(divisor)'s mul and shift), without
+  /// the constructor's loop and 64-bit division.
+  FLASHINFER_HD static FastDivmod from_parts(uint32_t divisor, uint32_t mul, uint32_t shift) {
+    FastDivmod f;
+    f.d = divisor;
+    f.mul = mul;
+    f.shift = shift;
+    return f;
+  }
+
   FLASHINFER_HD uint32_t div(uint32_t n) const {
 #ifdef __CUDA_ARCH__
     return (__umulhi(n, mul) + n) >> shift;

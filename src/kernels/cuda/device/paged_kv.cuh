@@ -42,9 +42,13 @@ struct KvRequestMap {
   bool same_strides;  // K and V strides equal (the usual case): v_offset() == k_offset()
 
   __device__ __forceinline__ KvRequestMap(const KvAddressing& a, int32_t b)
+      : KvRequestMap(
+            a, b, FastDivmod(a.kv_indices != nullptr ? static_cast<uint32_t>(a.page_size) : 1u)) {}
+  /// With the split prebuilt: `split` must be FastDivmod(page_size), or of 1 when ragged.
+  __device__ __forceinline__ KvRequestMap(const KvAddressing& a, int32_t b, const FastDivmod& split)
       : page_ids(a.kv_indices != nullptr ? a.kv_indices + a.kv_indptr[b] : nullptr),
         first(a.kv_indptr[b]),
-        page_size(a.kv_indices != nullptr ? static_cast<uint32_t>(a.page_size) : 1u),
+        page_size(split),
         k_stride_page(a.kv_indices != nullptr ? a.k_stride_page : a.k_stride_token),
         v_stride_page(a.kv_indices != nullptr ? a.v_stride_page : a.v_stride_token),
         k_stride_token(a.k_stride_token),
