@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // 16-bit K/V tiles the warps read: one per stage, or one in all for fp8 (whose stages hold the
   // copies as stored, widened into it tile by tile).
   constexpr int kStages16 = kFp8 ? 1 : kPrefillStages;
+  constexpr int64_t kKvBytes = static_cast<int64_t>(sizeof(TKV));
 
   extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
   uint4* q_s = reinterpret_cast<uint4*>(smem_raw);            // [kCtaQ][kUnitsQk]
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
                              prefill_tile_bytes(kCtaQ, DQK, DVO),
                 "fp8 K/V blocks use the 16-bit blocks' shared memory");
 
-  // The K and V element offsets of the tokens of the next tile to be copied.
+  // The K and V offsets, in bytes, of the tokens of the next tile to be copied.
   constexpr int kCache = prefill_offset_cache_tokens(kCtaQ, DQK, DVO);
   static_assert(kCache == kKvTile, "one tile's offsets");
   // Every block but the fp8 128-row one at head dim 128 copies from the cache: with its widening
@@ -247,8 +248,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
       if (t < kv_hi32) {
         const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
         const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
-        ko = kv_map.k_offset(id, slot) + g * p.kv.k_stride_head;
-        vo = kv_map.v_offset(id, slot) + g * p.kv.v_stride_head;
+        ko = (kv_map.k_offset(id, slot) + g * p.kv.k_stride_head) * kKvBytes;
+        vo = (kv_map.v_offset(id, slot) + g * p.kv.v_stride_head) * kKvBytes;
       }
       k_off[tid] = ko;
       v_off[tid] = vo;
@@ -269,9 +270,6 @@ __global__ void __launch_bounds__(kPrefillThreads,
         static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
         constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
         const int col = tid % kUnitsK, r0 = tid / kUnitsK;
-        // The column's offset as 32 unsigned bits: held as a 64-bit value across the loop it
-        // was what ptxas spilled (8 bytes) in the 128 x 64 block at head dim 128.
-        const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
         // Without the cache, K and V rows of a token share one page-table lookup. The lookups of
         // all of the thread's rows are issued before any copy (the copies' asm is volatile with a
         // memory clobber: no load moves past one), so they are in flight together and the
@@ -284,37 +282,55 @@ __global__ void __launch_bounds__(kPrefillThreads,
             ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
           }
         }
+        // The cached offsets all read before any copy is issued: ptxas puts three idle
+        // shared-memory loads ahead of a cp.async that follows a shared-memory read (24 a tile
+        // when each copy pair read its own).
+        int64_t kos[kCacheOffsets ? kRowsPerThread : 1], vos[kCacheOffsets ? kRowsPerThread : 1];
+        if constexpr (kCacheOffsets) {
+#pragma unroll
+          for (int i = 0; i < kRowsPerThread; ++i) {
+            kos[i] = k_off[r0 + i * kRowsPerPass];
+            vos[i] = v_off[r0 + i * kRowsPerPass];
+          }
+        }
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
           const int r = r0 + i * kRowsPerPass;
           const bool ok = t0 + r < kv_hi32;
-          int64_t ko, vo;
+          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+                                    : dev::permuted_offset(r, col, kUnitsK);
+          // The column's offset as 32 unsigned bits (held as a 64-bit value across the loop it
+          // was what ptxas spilled in the 128 x 64 block at head dim 128). The cache's offsets
+          // are in bytes: a copy's address is one 64-bit add of three terms (base, row,
+          // column), two instructions where element offsets took four.
           if constexpr (kCacheOffsets) {
-            ko = k_off[r];
-            vo = v_off[r];
+            const auto* kb = static_cast<const unsigned char*>(p.kv.k);
+            const auto* vb = static_cast<const unsigned char*>(p.kv.v);
+            const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
+            dev::cp_async::copy16_zfill(kst + off, kb + (kos[i] + col_bytes), ok);
+            dev::cp_async::copy16_zfill(vst + off, vb + (vos[i] + col_bytes), ok);
           } else {
             // The slot again rather than kept from above (registers are scarce here); a key past
             // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
             const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
-            ko = kv_map.k_offset(ids[i], slot);
-            vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
+            const int64_t ko = kv_map.k_offset(ids[i], slot);
+            const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
+            const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
+            dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
+            dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
           }
-          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
-                                    : dev::permuted_offset(r, col, kUnitsK);
-          const TKV* kb = kCacheOffsets ? static_cast<const TKV*>(p.kv.k) : kbase;
-          const TKV* vb = kCacheOffsets ? static_cast<const TKV*>(p.kv.v) : vbase;
-          dev::cp_async::copy16_zfill(kst + off, kb + (ko + col_off), ok);
-          dev::cp_async::copy16_zfill(vst + off, vb + (vo + col_off), ok);
         }
       } else {
-        const T* kb = static_cast<const T*>(p.kv.k);
-        const T* vb = static_cast<const T*>(p.kv.v);
-        detail::copy_tile<DQK, kKvTile, T>(kst, tid, kb, [&](int r) -> const T* {
-          return t0 + r < kv_hi32 ? kb + k_off[r] : nullptr;
-        });
-        detail::copy_tile<DVO, kKvTile, T>(vst, tid, vb, [&](int r) -> const T* {
-          return t0 + r < kv_hi32 ? vb + v_off[r] : nullptr;
-        });
+        const auto* kb = static_cast<const unsigned char*>(p.kv.k);
+        const auto* vb = static_cast<const unsigned char*>(p.kv.v);
+        detail::copy_tile<DQK, kKvTile, T>(
+            kst, tid, reinterpret_cast<const T*>(kb), [&](int r) -> const T* {
+              return t0 + r < kv_hi32 ? reinterpret_cast<const T*>(kb + k_off[r]) : nullptr;
+            });
+        detail::copy_tile<DVO, kKvTile, T>(
+            vst, tid, reinterpret_cast<const T*>(vb), [&](int r) -> const T* {
+              return t0 + r < kv_hi32 ? reinterpret_cast<const T*>(vb + v_off[r]) : nullptr;
+            });
       }
     }
     dev::cp_async::commit();  // an empty group past the end keeps the wait counts uniform
