@@ -203,6 +203,8 @@ bool run_case(const Case& c) {
   p.max_work_rows = max_rows;
   const int64_t packed = static_cast<int64_t>(max_rows) * group;
   const dim3 grid(p.num_work, c.hkv, static_cast<unsigned>((packed + kCtaQ - 1) / kCtaQ));
+  // The new kernel's grid: KV heads along x, work items from the last along y (session 36).
+  const dim3 grid_new(c.hkv, p.num_work, grid.z);
   // Each kernel with its own revision's shapes: shared memory and K/V tile.
   const unsigned smem_old = prefill_old::prefill_smem_bytes(kCtaQ, DQK, DVO);
   const unsigned smem = prefill::prefill_smem_bytes(kCtaQ, DQK, DVO);
@@ -217,14 +219,14 @@ bool run_case(const Case& c) {
   pb.o = o2, pb.lse = l2, pb.tmp_v = tv2, pb.tmp_s = ts2;
   k_old<<<grid, prefill::kPrefillThreads, smem_old>>>(pa);
   CK(cudaGetLastError());
-  k_new<<<grid, prefill::kPrefillThreads, smem>>>(pb);
+  k_new<<<grid_new, prefill::kPrefillThreads, smem>>>(pb);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   if (c.timing) {
     const double flops = 2.0 * (DQK + DVO) * pairs * c.hq;
     const auto [t_old, t_new] =
         time_old_new([&] { k_old<<<grid, prefill::kPrefillThreads, smem_old>>>(pa); },
-                     [&] { k_new<<<grid, prefill::kPrefillThreads, smem>>>(pb); }, 3, 10);
+                     [&] { k_new<<<grid_new, prefill::kPrefillThreads, smem>>>(pb); }, 3, 10);
     printf(
         "  TIME %-32s old %.4f ms (%.1f TFLOP/s, %.1f%% of 989)  new %.4f ms (%.1f, %.1f%%)  "
         "speedup %.3f\n",

@@ -362,6 +362,36 @@ TEST(OneShotPlan, FullKvTilesByHand) {
   }
 }
 
+// The FA2 kernel starts the plan's last work item first (prefill_grid_slice), which is the
+// heaviest-first order only because a request's query tiles come in order: under a causal mask
+// (keys visible to the tile's last query: kv_len - qo_len + q1) each item of a request sees at
+// least as many keys as the one before it, split or not.
+TEST(OneShotPlan, ARequestsItemsComeLightestFirstUnderACausalMask) {
+  const std::vector<int32_t> qo = {0, 3000, 3001, 3513, 8000}, kv = {3000, 9000, 600, 4487};
+  for (int64_t max_grid : {0, 264, 4096}) {
+    int32_t max_rows = 0;
+    const kernels::AttentionPlan plan =
+        api::one_shot_plan(qo.data(), kv.data(), 4, 4, 8, 128, 128, 0, max_grid, max_rows);
+    ASSERT_FALSE(plan.work.empty());
+    int32_t prev_request = -1, prev_q1 = 0;
+    int64_t prev_end = 0;
+    for (const kernels::WorkItem& w : plan.work) {
+      ASSERT_GE(w.request, prev_request);  // requests in order, each one's items together
+      if (w.request != prev_request) prev_q1 = 0, prev_end = 0;
+      prev_request = w.request;
+      if (w.kv_begin != 0) continue;  // a later chunk of the tile before: never heavier
+      const int64_t qo_len = qo[w.request + 1] - qo[w.request];
+      // The tile's visible key range under a causal mask ends after its last query's position.
+      const int64_t visible_end =
+          std::min<int64_t>(kv[w.request], kv[w.request] - qo_len + w.qo_end);
+      EXPECT_GE(w.qo_begin, prev_q1) << "max_grid " << max_grid;
+      EXPECT_GE(visible_end, prev_end) << "max_grid " << max_grid;
+      prev_q1 = w.qo_end;
+      prev_end = visible_end;
+    }
+  }
+}
+
 // The split: the wrappers' chunk (plan_kv_chunk over tokens, at least 128), rounded up to whole
 // K/V tiles of the block that runs the items.
 TEST(OneShotPlan, SplitsLongKvOfFewQueriesByHand) {

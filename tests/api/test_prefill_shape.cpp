@@ -160,6 +160,35 @@ TEST(PrefillShape, TallBlocksOnlyWhereTwoFitAnSm) {
             2);
 }
 
+// The launcher's slices of a plan's work items (gridDim.y holds 65535): together every item once,
+// the last slice launched first, each at most 65535 items; one slice for every plan below that.
+TEST(PrefillShape, GridSlicesCoverThePlanLastFirst) {
+  EXPECT_EQ(prefill_grid_slice(0, 0).count, 0);
+  EXPECT_EQ(prefill_grid_slice(5, 0).first, 0);
+  EXPECT_EQ(prefill_grid_slice(5, 0).count, 5);
+  EXPECT_EQ(prefill_grid_slice(5, 1).count, 0);
+  EXPECT_EQ(prefill_grid_slice(kPrefillMaxGridY, 0).count, kPrefillMaxGridY);
+  EXPECT_EQ(prefill_grid_slice(kPrefillMaxGridY, 1).count, 0);
+  // 65536 items: items 1..65535 first, then item 0 alone.
+  EXPECT_EQ(prefill_grid_slice(65536, 0).first, 1);
+  EXPECT_EQ(prefill_grid_slice(65536, 0).count, 65535);
+  EXPECT_EQ(prefill_grid_slice(65536, 1).first, 0);
+  EXPECT_EQ(prefill_grid_slice(65536, 1).count, 1);
+  for (int n : {1, 100, 65534, 65535, 65536, 131070, 131071, 200000, 1 << 22}) {
+    int covered_to = n, slices = 0;  // slices run from the end of the plan down to item 0
+    for (int i = 0;; ++i) {
+      const PrefillSlice sl = prefill_grid_slice(n, i);
+      if (sl.count == 0) break;
+      ASSERT_LE(sl.count, kPrefillMaxGridY);
+      ASSERT_EQ(sl.first + sl.count, covered_to) << n;
+      covered_to = sl.first;
+      ++slices;
+    }
+    EXPECT_EQ(covered_to, 0) << n;
+    EXPECT_EQ(slices, (n + kPrefillMaxGridY - 1) / kPrefillMaxGridY) << n;
+  }
+}
+
 // The plain blocks' softmax takes the maximum over raw scores and scales inside the exponent
 // (2^fma(s, c, -m)). With c > 0 the maximum of the rounded products is the rounded product of
 // the maximum (rounding is monotonic), so m, the rescale factors and the LSE are the numbers of

@@ -170,9 +170,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
   int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
 
   pdl_wait();
-  const WorkItem w = p.work[blockIdx.x];
+  // The plan's last work item first, its KV heads along x (prefill_grid_slice: heaviest first).
+  const WorkItem w = p.work[p.num_work - 1 - static_cast<int32_t>(blockIdx.y)];
   if (w.request < 0) return;  // padding block of a CUDA-graph grid
-  const int32_t g = blockIdx.y;
+  const int32_t g = blockIdx.x;
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int32_t rows = (w.qo_end - w.qo_begin) * group;
   const int32_t row0 = blockIdx.z * kCtaQ;

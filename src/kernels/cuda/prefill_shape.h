@@ -57,6 +57,26 @@ FLASHINFER_HD constexpr bool prefill_scale_folds(float sm_scale, bool has_scale_
   return sm_scale > 0.0f && sm_scale <= 3.4028234663852886e38f && !has_scale_q && !has_scale_k;
 }
 
+/// The FA2 kernel's grid: x the KV head, y the work item counted from the plan's last, z the row
+/// chunk (of a work item's packed rows). The hardware starts blocks in the order of their index,
+/// x fastest, so the plan's last work item starts first, all its heads together. The plan lists
+/// a request's query tiles in order, and under a causal mask the later ones see more keys: the
+/// heaviest blocks start first and the lightest fill the last wave (longest-first list
+/// scheduling). With the work items along x and the heads along y, the heaviest blocks of the
+/// last head started last and ran alone. gridDim.y holds 65535: a plan with more work items is
+/// launched in slices of at most that many, the last slice first (prefill_grid_slice).
+constexpr int kPrefillMaxGridY = 65535;
+struct PrefillSlice {
+  int first, count;  // work items [first, first + count) of the plan
+};
+/// Slice i (0 first) of a plan of num_work items; count 0 past the last.
+FLASHINFER_HD constexpr PrefillSlice prefill_grid_slice(int num_work, int i) {
+  const int end = num_work - i * kPrefillMaxGridY;
+  if (end <= 0) return {0, 0};
+  const int first = end > kPrefillMaxGridY ? end - kPrefillMaxGridY : 0;
+  return {first, end - first};
+}
+
 /// Packed rows per block (the CTA tile along Q) for a launch whose work items hold at most
 /// max_packed_rows packed rows, as upstream picks cta_tile_q:
 ///   16: one m16 fragment of rows shared by the 4 warps, which split each K/V tile along the keys
