@@ -93,15 +93,19 @@ __device__ __forceinline__ float merge_block_reduce(float v, float* red) {
 // The weighted value sum of one thread group: chunks begin + g, begin + g + groups, ... of
 // slot `slot` (kW consecutive dims), loads issued unconditionally (a -inf chunk's weight is 0
 // and its value is selected away, not multiplied: 0 * inf would be NaN).
+// With `staged` (a row of at most kMergeThreads chunks), chunk k's partial row and weight come
+// from shared memory (prow_s / w_s at k - begin, the same values), so the value loads depend on
+// nothing else and are all in flight together; otherwise each is looked up and weighed here.
 template <int kW>
 __device__ __forceinline__ void merge_weighted_sum(const AttentionParams& p, int32_t h,
                                                    int32_t begin, int32_t end, int g, int groups,
-                                                   int slot, float s_max, float (&acc)[4]) {
+                                                   int slot, float s_max, float (&acc)[4],
+                                                   const int64_t* prow_s, const float* w_s) {
   const int64_t dv = p.head_dim_vo;
 #pragma unroll 4
   for (int32_t k = begin + g; k < end; k += groups) {
-    const int64_t prow = merge_partial(p, k, h);
-    const float w = exp2f(p.tmp_s[prow] - s_max);
+    const int64_t prow = prow_s ? prow_s[k - begin] : merge_partial(p, k, h);
+    const float w = w_s ? w_s[k - begin] : exp2f(p.tmp_s[prow] - s_max);
     const float* src = p.tmp_v + prow * dv + static_cast<int64_t>(slot) * kW;
     if constexpr (kW == 4) {
       const float4 v = *reinterpret_cast<const float4*>(src);
@@ -191,6 +195,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
   // dims, so at most 4 * kMergeThreads floats.
   __shared__ float part[4 * kMergeThreads];
   __shared__ float red[kMergeThreads / 32];
+  // Rows of at most kMergeThreads chunks: thread t looks chunk begin + t up once (its partial row,
+  // then its score, then its weight) for every pass. Otherwise each pass looks the chunks up
+  // again: three dependent loads (merge_rows, tmp_s, tmp_v) a chunk in the weighted sums, the
+  // latency-bound part of the merge (11 us for 114 chunks of batch 1 x 32768 keys on an H200).
+  __shared__ int64_t prow_s[kMergeThreads];
+  __shared__ float w_s[kMergeThreads];
   const int32_t m = blockIdx.x, h = blockIdx.y;
   const int64_t row = p.merge_out_row[m];
   if (row < 0) return;  // padding entry of a CUDA-graph plan (the whole block returns)
@@ -200,10 +210,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
     return;
   }
   const int tid = static_cast<int>(threadIdx.x);
+  const bool staged = end - begin <= kMergeThreads;  // the same for the whole block
   float s_max = -INFINITY;
-  bool nan = false;  // a chunk saw a NaN score: the row is NaN
+  float s_own = -INFINITY;  // staged: this thread's chunk's score
+  bool nan = false;         // a chunk saw a NaN score: the row is NaN
   for (int32_t k = begin + tid; k < end; k += kMergeThreads) {
-    const float sk = p.tmp_s[merge_partial(p, k, h)];
+    const int64_t prow = merge_partial(p, k, h);
+    const float sk = p.tmp_s[prow];
+    if (staged) prow_s[tid] = prow, s_own = sk;
     nan = nan || isnan(sk);
     s_max = fmaxf(s_max, sk);
   }
@@ -214,8 +228,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
     return;
   }
   float wpart = 0.0f;
-  for (int32_t k = begin + tid; k < end; k += kMergeThreads) {
-    wpart += exp2f(p.tmp_s[merge_partial(p, k, h)] - s_max);
+  if (staged) {
+    // The weight the unstaged loop computes (one chunk a thread: 0 + w is w); the weighted sums
+    // read w_s after the reduction's barriers.
+    if (begin + tid < end) w_s[tid] = wpart = exp2f(s_own - s_max);
+  } else {
+    for (int32_t k = begin + tid; k < end; k += kMergeThreads) {
+      wpart += exp2f(p.tmp_s[merge_partial(p, k, h)] - s_max);
+    }
   }
   const float wsum = merge_block_reduce<false>(wpart, red);
   float inv;
@@ -232,10 +252,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
   if (g < groups) {
     for (int slot = lane; slot < slots; slot += lanes) {
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const int64_t* ps = staged ? prow_s : nullptr;
+      const float* ws = staged ? w_s : nullptr;
       if (vec) {
-        merge_weighted_sum<4>(p, h, begin, end, g, groups, slot, s_max, acc);
+        merge_weighted_sum<4>(p, h, begin, end, g, groups, slot, s_max, acc, ps, ws);
       } else {
-        merge_weighted_sum<1>(p, h, begin, end, g, groups, slot, s_max, acc);
+        merge_weighted_sum<1>(p, h, begin, end, g, groups, slot, s_max, acc, ps, ws);
       }
       for (int i = 0; i < width; ++i) {
         const int d = slot * width + i;
