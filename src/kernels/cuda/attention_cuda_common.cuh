@@ -201,6 +201,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
   // latency-bound part of the merge (11 us for 114 chunks of batch 1 x 32768 keys on an H200).
   __shared__ int64_t prow_s[kMergeThreads];
   __shared__ float w_s[kMergeThreads];
+  pdl_wait();  // launched with PDL: the partials of the kernel before are complete past here
   const int32_t m = blockIdx.x, h = blockIdx.y;
   const int64_t row = p.merge_out_row[m];
   if (row < 0) return;  // padding entry of a CUDA-graph plan (the whole block returns)

@@ -175,10 +175,12 @@ void check_alignment(const AttentionParams& p) {
 }
 
 template <class TO>
-void launch_merge(const AttentionParams& p, cudaStream_t stream) {
+void launch_merge(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const dim3 grid(static_cast<unsigned>(p.num_merge), static_cast<unsigned>(p.num_qo_heads));
-  merge_partials_kernel<TO><<<grid, kMergeThreads, 0, stream>>>(p);
-  FLASHINFER_CUDA_CALL("attention", cudaGetLastError());
+  // With PDL (as the attention kernel before it) the merge's launch overlaps that kernel's last
+  // blocks; its blocks wait in pdl_wait() until the partials are complete and visible.
+  launch_kernel("attention", merge_partials_kernel<TO>, grid, dim3(kMergeThreads), 0, stream,
+                enable_pdl, p);
 }
 
 }  // namespace
@@ -261,8 +263,8 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
                         [&]<class TQ, class TKV>() { dispatch_dims<TQ, TKV>(p, s, enable_pdl); });
   }
   if (p.num_merge == 0) return;
-  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "attention", "q",
-                                                    [&]<class TO>() { launch_merge<TO>(p, s); });
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+      p.q_dtype, "attention", "q", [&]<class TO>() { launch_merge<TO>(p, s, enable_pdl); });
 }
 
 }  // namespace flashinfer::kernels::cuda
