@@ -301,6 +301,73 @@ TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
   }
 }
 
+// More work items than gridDim.y holds (65535): the launcher runs the FA2 kernel in slices of the
+// plan, the last slice first (prefill_grid_slice). 70000 one-query requests in tensor-core decode
+// (one work item each), every one against the CPU.
+TEST(PrefillKernelCuda, PlansOfMoreThan65535WorkItemsRunInSlices) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t hq = 4, hkv = 1, hd = 64, batch = 70000;
+  std::vector<int32_t> lens(static_cast<std::size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b)
+    lens[static_cast<std::size_t>(b)] = 1 + static_cast<int32_t>(b % 3);
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(lens, 16, hkv, hd, DType::kBFloat16, false, true, 5, kd, vd);
+  Tensor q = Tensor::empty({batch, hq, hd}, DType::kBFloat16).uniform_(6);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  auto run = [&](Device d) {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD", false,
+                                         true);
+    w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, hd, 16, po);
+    return w.run(
+        q.to(d),
+        PagedKVCache(testing::to_keep_layout(f.k_cache, d), testing::to_keep_layout(f.v_cache, d)),
+        ro);
+  };
+  const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+  EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+}
+
+// Calls the FA2 kernel does not take (it scales inside the exponent: prefill_scale_folds) run on
+// the CUDA-core kernel and still match the CPU: per-head scale_q / scale_k, a negative sm_scale.
+TEST(PrefillKernelCuda, ScalesTheFa2KernelRefusesRunOnTheCudaCoreKernel) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t hq = 8, hkv = 2, d = 128, qo = 37, kv = 90;
+  Tensor q = Tensor::empty({qo, hq, d}, DType::kBFloat16).uniform_(8);
+  Tensor k = Tensor::empty({kv, hkv, d}, DType::kBFloat16).uniform_(9);
+  Tensor v = Tensor::empty({kv, hkv, d}, DType::kBFloat16).uniform_(10);
+  std::vector<double> sq, sk;
+  for (int64_t h = 0; h < hq; ++h) sq.push_back(0.5 + 0.125 * static_cast<double>(h));
+  for (int64_t h = 0; h < hkv; ++h) sk.push_back(1.5 - 0.25 * static_cast<double>(h));
+  const Tensor scale_q = Tensor::from_vector(sq, {hq}, DType::kFloat32);
+  const Tensor scale_k = Tensor::from_vector(sk, {hkv}, DType::kFloat32);
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "per-head scales" : "negative sm_scale");
+    auto run = [&](Device dev) {
+      std::optional<Tensor> sq_d, sk_d;
+      std::optional<double> sm;
+      if (which == 0) {
+        sq_d = scale_q.to(dev);
+        sk_d = scale_k.to(dev);
+      } else {
+        sm = -0.0625;
+      }
+      return single_prefill_with_kv_cache(q.to(dev), k.to(dev), v.to(dev), sq_d, sk_d, std::nullopt,
+                                          std::nullopt, std::nullopt, std::nullopt,
+                                          /*causal=*/true, "NHD", "NONE", false, sm, -1,
+                                          std::nullopt, std::nullopt, std::nullopt, "auto",
+                                          /*return_lse=*/true);
+    };
+    const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+    EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
+  }
+}
+
 // ---- fp8 K/V on the FA2 kernel ------------------------------------------------------------------
 // K/V tiles of e4m3 / e5m2 codes widened to q's dtype in shared memory. K and V hold random codes
 // drawn from every finite one (subnormals up to 448 / 57344), and k_scale / v_scale bring the
