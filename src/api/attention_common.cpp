@@ -474,7 +474,10 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     const bool tc_dims =
         pf::prefill_dims_built(static_cast<int>(s.head_dim_qk), static_cast<int>(s.head_dim_vo)) ||
         s.head_dim_qk == s.head_dim_vo;
-    // The run's q_scale / k_scale are not known here; the plan's scale decides.
+    // The run's q_scale / k_scale are not known here; the plan's scale decides. A run whose
+    // scales make the product non-positive goes to the CUDA-core kernel with this plan: only its
+    // sizing (max_grid, the smallest chunk) is the tensor-core kernel's, as with the other
+    // run-time fallbacks (sinks, alignment).
     const bool tc_scale = pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
                                                   s.scale_q.defined(), s.scale_k.defined());
     if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "kernels/cuda/device/fastdiv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/occupancy.h"
@@ -189,24 +190,51 @@ TEST(PrefillShape, GridSlicesCoverThePlanLastFirst) {
   }
 }
 
+// The offset fill's token -> (page, slot) split: the page size of a paged cache, 1 for ragged K/V
+// (token t is row t, slot 0), as the launcher builds it (FastDivmod of prefill_page_divisor) and
+// the kernel names it.
+TEST(PrefillShape, PageSplitDivisorIsThePageSizeOrOneWhenRagged) {
+  EXPECT_EQ(prefill_page_divisor(true, 16), 16u);
+  EXPECT_EQ(prefill_page_divisor(true, 1), 1u);
+  EXPECT_EQ(prefill_page_divisor(false, 16), 1u);  // ragged: page_size is not read
+  for (bool paged : {true, false}) {
+    for (int page : {1, 5, 16, 64}) {
+      const dev::FastDivmod built(prefill_page_divisor(paged, page));
+      const dev::FastDivmod f =
+          dev::FastDivmod::from_parts(prefill_page_divisor(paged, page), built.mul, built.shift);
+      for (uint32_t t : {0u, 1u, 4u, 15u, 16u, 17u, 1000u, 123457u, 2147483647u}) {
+        uint32_t pg = 0, slot = 0;
+        f.divmod(t, pg, slot);
+        const uint32_t d = paged ? static_cast<uint32_t>(page) : 1u;
+        ASSERT_EQ(pg, t / d) << paged << " " << page << " " << t;
+        ASSERT_EQ(slot, t % d);
+      }
+    }
+  }
+}
+
 // The plain blocks' softmax takes the maximum over raw scores and scales inside the exponent
 // (2^fma(s, c, -m)). With c > 0 the maximum of the rounded products is the rounded product of
-// the maximum (rounding is monotonic), so m, the rescale factors and the LSE are the numbers of
-// the scale-first form, and each exponent differs from its by a product's rounding (an ulp of m
-// at most: either form carries one); with c <= 0 the
-// raw maximum is the wrong key (and -inf * 0 is NaN), hence prefill_scale_folds.
+// the maximum (rounding is monotonic), so m and the rescale factors are the numbers of the
+// scale-first form, and each exponent differs from its by a product's rounding (an ulp of m at
+// most: either form carries one; the sums and the LSE follow in their last bits); with c <= 0 the
+// raw maximum is the wrong key (and -inf * 0 is NaN), and c = sm_scale log2(e) must stay finite,
+// hence prefill_scale_folds.
 TEST(PrefillShape, ScaleFoldedIntoTheExponentOnlyForPositiveScales) {
+  constexpr float kLog2eF = 1.44269504088896341f;
   EXPECT_TRUE(prefill_scale_folds(0.0883883f, false, false));
   EXPECT_TRUE(prefill_scale_folds(1e-30f, false, false));
   EXPECT_FALSE(prefill_scale_folds(0.0f, false, false));
   EXPECT_FALSE(prefill_scale_folds(-0.125f, false, false));
   EXPECT_FALSE(prefill_scale_folds(std::numeric_limits<float>::quiet_NaN(), false, false));
   EXPECT_FALSE(prefill_scale_folds(std::numeric_limits<float>::infinity(), false, false));
-  EXPECT_TRUE(prefill_scale_folds(std::numeric_limits<float>::max(), false, false));
+  EXPECT_TRUE(prefill_scale_folds(2e38f, false, false));  // c = 2.9e38
+  EXPECT_TRUE(std::isfinite(2e38f * kLog2eF));
+  EXPECT_FALSE(prefill_scale_folds(3e38f, false, false));  // c would be +inf
+  EXPECT_FALSE(std::isfinite(3e38f * kLog2eF));
   EXPECT_FALSE(prefill_scale_folds(0.125f, true, false));
   EXPECT_FALSE(prefill_scale_folds(0.125f, false, true));
 
-  constexpr float kLog2eF = 1.44269504088896341f;
   std::mt19937 rng(45);
   std::uniform_real_distribution<float> mag(-40.0f, 40.0f);
   std::uniform_real_distribution<float> scale_exp(-12.0f, 4.0f);

@@ -17,8 +17,8 @@ void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
   AttentionParams kp = p;
   kp.sm_scale_log2 = p.sm_scale * kLog2e;
-  const dev::FastDivmod split(p.kv.kv_indices != nullptr ? static_cast<uint32_t>(p.kv.page_size)
-                                                         : 1u);
+  const dev::FastDivmod split(
+      prefill::prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size));
   kp.kv_page_div_mul = split.mul;
   kp.kv_page_div_shift = split.shift;
   // KV heads along x, work items from the plan's last along y, in slices of at most 65535 items

@@ -122,10 +122,11 @@ __global__ void __launch_bounds__(kPrefillThreads,
   constexpr bool kAlibi = (kVariant & kPrefillAlibi) != 0;
   // Plain and custom-mask blocks keep raw scores: the maximum is taken over q.k and the scale
   // enters each exponent through one FFMA, 2^(s c - m), where the others multiply every score
-  // first (one FMUL a score, 64 a thread per tile). With c = sm_scale log2(e) > 0 for every row
-  // (prefill_supported: sm_scale finite and > 0, no per-head device scales) c max(s) rounds to
-  // the maximum of the rounded c s, so m, the rescale factors and the LSE are the same numbers;
-  // only the exponent's argument is rounded once instead of twice.
+  // first (one FMUL a score, 64 a thread per tile). With c = sm_scale log2(e) > 0 and finite for
+  // every row (prefill_scale_folds) c max(s) rounds to the maximum of the rounded c s, so m and the
+  // rescale factors are the same numbers; each exponent's argument is rounded once instead of
+  // twice, so P, the sums and the LSE move in their last bits. Where c s overflows (|q.k| >
+  // FLT_MAX / c) m is +inf and every P of the row 0 (o 0, LSE -inf) where scaling first gave NaN.
   constexpr bool kFoldScale = !kSoftCap && !kAlibi;
   static_assert(!kAlibi || kVariant == kPrefillAlibi, "ALiBi is built alone");
   static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // division and loop would otherwise run in every offset fill.
   const auto page_split = [&] {
     return dev::FastDivmod::from_parts(
-        p.kv.kv_indices != nullptr ? static_cast<uint32_t>(p.kv.page_size) : 1u, p.kv_page_div_mul,
+        prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size), p.kv_page_div_mul,
         p.kv_page_div_shift);
   };
   const dev::KvRequestMap kv_map(p.kv, b, page_split());  // the per-row lookups (!kCacheOffsets)

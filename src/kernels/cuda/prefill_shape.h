@@ -48,13 +48,23 @@ FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant)
 }
 
 /// Whether the FA2 kernel takes a call's scale: its plain and custom-mask blocks take the maximum
-/// over raw q.k and scale inside the exponent (2^(s c - m) as one FFMA), which is the softmax of
-/// c s only when c > 0; c is one number for the block, so per-head device scales (scale_q,
-/// scale_k: values the host cannot see) are refused too. Such calls run on the CUDA-core kernel.
-/// (`!(x > 0)` also refuses NaN; the infinity test is spelled out to stay constexpr.)
+/// over raw q.k and scale inside the exponent (2^(s c - m) as one FFMA, c = sm_scale log2(e)),
+/// which is the softmax of c s only when c > 0 and finite; c is one number for the block, so
+/// per-head device scales (scale_q, scale_k: values the host cannot see) are refused too. Such
+/// calls run on the CUDA-core kernel; the rule holds for every variant (the soft-cap and ALiBi
+/// blocks have no per-row scales either). (`!(x > 0)` also refuses NaN; the bound is FLT_MAX /
+/// log2(e), spelled out to stay constexpr.)
 FLASHINFER_HD constexpr bool prefill_scale_folds(float sm_scale, bool has_scale_q,
                                                  bool has_scale_k) {
-  return sm_scale > 0.0f && sm_scale <= 3.4028234663852886e38f && !has_scale_q && !has_scale_k;
+  return sm_scale > 0.0f && sm_scale <= 3.4028234663852886e38f / 1.4426950408889634f &&
+         !has_scale_q && !has_scale_k;
+}
+
+/// The divisor of the token -> (page, slot) split the FA2 kernel's offset fill uses: the page
+/// size of a paged cache, 1 for ragged K/V (a token is its own page). The launcher builds the
+/// FastDivmod of it once (AttentionParams::kv_page_div_*); the kernel names the same divisor.
+FLASHINFER_HD constexpr unsigned prefill_page_divisor(bool paged, int page_size) {
+  return paged ? static_cast<unsigned>(page_size) : 1u;
 }
 
 /// The FA2 kernel's grid: x the KV head, y the work item counted from the plan's last, z the row
