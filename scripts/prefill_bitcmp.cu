@@ -347,8 +347,9 @@ int main() {
     d.timing = true;
     ok &= run_case<BF, 128, 128, 16, 0>(d);
   }
-  printf(ok ? (kStrict ? "ALL PASS (bit-identical)\n"
-                       : "ALL PASS (bit-identical, or within the bf16 tolerance where marked CLOSE)\n")
+  printf(ok ? (kStrict
+                   ? "ALL PASS (bit-identical)\n"
+                   : "ALL PASS (bit-identical, or within the bf16 tolerance where marked CLOSE)\n")
             : "MISMATCH\n");
   return ok ? 0 : 1;
 }
