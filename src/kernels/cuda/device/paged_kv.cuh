@@ -41,6 +41,8 @@ struct KvRequestMap {
   int64_t k_stride_token, v_stride_token;
   bool same_strides;  // K and V strides equal (the usual case): v_offset() == k_offset()
 
+  // Builds the split itself. No kernel of the library calls it any more; the older FA2 kernels
+  // that scripts/prefill-bitcmp compiles against this library do.
   __device__ __forceinline__ KvRequestMap(const KvAddressing& a, int32_t b)
       : KvRequestMap(
             a, b, FastDivmod(a.kv_indices != nullptr ? static_cast<uint32_t>(a.page_size) : 1u)) {}
