@@ -16,8 +16,8 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `sampling`, `nvfp4`, `rowops`, `quant`, `grouped_gemm`
-and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM, in builds that have it)
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`,
+`grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM, in builds that have it)
 only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions, and then
@@ -197,6 +197,18 @@ RULES = {
             match="prefill",
             description="prefill attention: no spills, ldmatrix (LDSM), mma.sync (HMMA), "
             "128-bit cp.async (LDGSTS .128)",
+            require=(
+                Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
+                Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+            ),
+        ),
+        Rule(
+            name="mla_mma",
+            match="mla_decode_mma_kernel",
+            description="tensor-core MLA decode (mla_decode_mma_kernel): no spills, ldmatrix "
+            "(LDSM), mma.sync (HMMA), 128-bit cp.async (LDGSTS .128); the `decode` rule applies "
+            "to it too (its name holds `decode`)",
             require=(
                 Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),

@@ -28,7 +28,8 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       TB/s or TFLOP/s from the plan's bytes / FLOPs (flashinfer bench's counts), % of the H100's
       peak as gpu_check_report.py op_peak. One CSV row per plan row, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
-      phase 6b: paged prefill, rmsnorm and top_k_top_p_sampling_from_logits on phase 5a's shapes.
+      phase 6b: paged prefill, MLA decode (fa2 and auto), rmsnorm and
+      top_k_top_p_sampling_from_logits on phase 5a's shapes.
 
 Timing: CUDA events around each iteration, an L2-sized buffer overwritten before each, then
 the device held for 500000 clock cycles (torch.cuda._sleep) so that the Python wrapper has
@@ -38,6 +39,7 @@ draws converted to torch.float8_e4m3fn.
 """
 import argparse
 import csv
+import math
 import os
 import statistics
 import sys
@@ -598,6 +600,30 @@ def others(a):
     vis = sum(min(PKV, PKV - QO + i + 1) for i in range(QO))
     case("BatchPrefillWithPagedKVCacheWrapper.run", "b%d qo%d kv%d causal" % (PB, QO, PKV), prefill,
          4.0 * PB * H * vis * D, 2.0 * PB * PKV * HK * D * 2 + 4.0 * PB * QO * H * D)
+
+    # MLA decode (DeepSeek's 128 heads, ckv 512 + kpe 64, page 64), backends fa2 and auto (fa3
+    # on Hopper), as phase 5a's BatchMLAPagedAttentionWrapper.run row.
+    MB, MKV, MH, MP = (8, 1024, 128, 64) if a.quick else (64, 2048, 128, 64)
+
+    def mla(backend):
+        def build():
+            pages_per = (MKV + MP - 1) // MP
+            kv_indptr = torch.arange(MB + 1, dtype=torch.int32, device=dev) * pages_per
+            kv_indices = torch.arange(MB * pages_per, dtype=torch.int32, device=dev)
+            kv_lens = torch.full((MB,), MKV, dtype=torch.int32, device=dev)
+            qo_indptr = torch.arange(MB + 1, dtype=torch.int32, device=dev)
+            w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
+            w.plan(qo_indptr, kv_indptr, kv_indices, kv_lens, MH, 512, 64, MP, False,
+                   1.0 / math.sqrt(192.0), bf16, bf16)
+            qn, qp = rnd(MB, MH, 512), rnd(MB, MH, 64)
+            ckv, kpe = rnd(MB * pages_per, MP, 512), rnd(MB * pages_per, MP, 64)
+            return lambda: w.run(qn, qp, ckv, kpe)
+        return build
+
+    for be in ("fa2", "auto"):
+        case("BatchMLAPagedAttentionWrapper.run", "b%d kv%d h%d %s" % (MB, MKV, MH, be), mla(be),
+             2.0 * MB * MH * MKV * (576 + 512),
+             2.0 * MB * MKV * 576 + 2.0 * MB * MH * (576 + 512))
 
     R, HS = 128, 4096
 

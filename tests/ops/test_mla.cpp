@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -849,6 +850,82 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
                                                    l.block_tables.to(gpu), l.kv_lens.to(gpu),
                                                    max_len, std::nullopt, 0.05, 1.25);
     EXPECT_TRUE(testing::all_close(gx.to(Device::cpu()), want, tol));
+    ++idx;
+  }
+}
+
+// The tensor-core decode kernel (mla_decode_mma_kernel: fp16 / bf16 query, cache and output,
+// DeepSeek's dims) against the CPU and against the CUDA-core kernels it replaced for these calls
+// (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200 in session 31: 128 heads (two head
+// groups), 80 (the second group a quarter full), 16 and 12 (idle row groups, a half-empty one),
+// long caches (split-KV and the merge), tails of a tile, an empty request, causal chunks, ckv /
+// kpe scales that differ (the two sums of q.k taken apart), and e4m3 / e5m2 caches.
+TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  struct Case {
+    DType d;
+    int64_t H, page_size;
+    bool causal;
+    std::vector<int32_t> qo_lens, kv_lens;
+    double ckv_scale, kpe_scale;
+    std::optional<DType> kv = std::nullopt;  // the cache's dtype: d unless given
+  };
+  const std::vector<Case> cases = {
+      {DType::kBFloat16, 128, 64, false, {1, 1, 1}, {4000, 33, 1}, 1.0, 1.0},
+      {DType::kFloat16, 128, 16, true, {37, 1, 20}, {100, 50, 20}, 1.0, 1.0},
+      {DType::kBFloat16, 80, 32, false, {1, 1, 1}, {700, 0, 95}, 0.75, 1.5},
+      {DType::kBFloat16, 16, 1, false, {1, 2}, {5000, 3000}, 1.0, 1.0},
+      {DType::kFloat16, 12, 8, true, {3, 1}, {31, 2047}, 1.25, 0.5},
+      // fp8 caches, widened to the query's type in shared memory.
+      {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN},
+      {DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2},
+  };
+  struct EnvGuard {  // the CUDA-core kernels for the calls made while it lives
+    EnvGuard() { ::setenv("FLASHINFER_MLA_TENSOR_CORES", "0", 1); }
+    ~EnvGuard() { ::unsetenv("FLASHINFER_MLA_TENSOR_CORES"); }
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const DType kv = c.kv.value_or(c.d);
+    Latent l = make_latent(c.kv_lens, c.page_size, 512, 64, kv, 700 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, c.H, 576}, c.d, 800 + idx, -1.0, 1.0);
+    const double sm_scale = 1.0 / std::sqrt(192.0);
+    BatchMLAPagedAttentionWrapper cpu(workspace());
+    BatchMLAPagedAttentionWrapper dev(workspace().to(gpu));
+    cpu.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices, l.kv_lens, c.H, 512, 64, c.page_size,
+             c.causal, sm_scale, c.d, kv);
+    dev.plan(int_tensor(qo_indptr).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
+             l.kv_lens.to(gpu), c.H, 512, 64, c.page_size, c.causal, sm_scale, c.d, kv);
+    const Tensor qn = q.slice(2, 0, 512), qp = q.slice(2, 512, 576);
+    const Tensor qn_d = testing::to_keep_layout(qn, gpu), qp_d = testing::to_keep_layout(qp, gpu);
+    const Tensor ckv_d = testing::to_keep_layout(l.ckv, gpu);
+    const Tensor kpe_d = testing::to_keep_layout(l.kpe, gpu);
+    AttentionOutput want =
+        cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true, std::nullopt, std::nullopt,
+                std::nullopt, false, std::nullopt, c.ckv_scale, std::nullopt, c.kpe_scale);
+    auto run_dev = [&] {
+      return dev.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true, std::nullopt,
+                     std::nullopt, std::nullopt, false, std::nullopt, c.ckv_scale, std::nullopt,
+                     c.kpe_scale);
+    };
+    AttentionOutput got = run_dev();
+    AttentionOutput old;
+    {
+      EnvGuard cuda_cores;
+      old = run_dev();
+    }
+    const testing::Tolerance tol = testing::attention_tolerance(c.d);
+    Tensor got_out = got.out.to(Device::cpu()), old_out = old.out.to(Device::cpu());
+    EXPECT_TRUE(testing::all_close(got_out, want.out, tol)) << "tensor cores against the CPU";
+    EXPECT_TRUE(testing::all_close(got_out, old_out, tol)) << "against the CUDA-core kernel";
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    EXPECT_TRUE(
+        testing::all_close(got.lse.to(Device::cpu()), old.lse.to(Device::cpu()), {1e-4, 1e-4}));
     ++idx;
   }
 }

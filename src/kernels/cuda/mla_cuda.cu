@@ -22,14 +22,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/fp8_widen.cuh"
+#include "kernels/cuda/device/mma.cuh"
+#include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/cuda/device/vec.cuh"
 #include "kernels/cuda/mla_cuda.h"
+#include "kernels/cuda/mla_shape.h"
+#include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/vec_cuda.cuh"
 
 namespace flashinfer::kernels::cuda {
@@ -73,6 +81,20 @@ __device__ __forceinline__ RowSpan row_span(const MlaAttentionParams& p, int64_t
   int64_t end = kv_len;
   if (p.causal) end = pos + 1 < 0 ? 0 : (pos + 1 > kv_len ? kv_len : pos + 1);
   return {b, end};
+}
+
+// The tokens of `row` that KV split blockIdx.z takes: [begin, stop) of the row's visible range,
+// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: begin < max_kv_len < 2^31 (the
+// launcher leaves no split past the longest request) and stop <= kv_len. stop <= begin: nothing
+// to do. b: the row's request.
+struct SplitSpan {
+  int32_t b, begin, stop;
+};
+__device__ __forceinline__ SplitSpan split_span(const MlaAttentionParams& p, int64_t row,
+                                                int32_t chunk) {
+  const RowSpan span = row_span(p, row);
+  const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
+  return {span.b, static_cast<int32_t>(begin), static_cast<int32_t>(min(span.end, begin + chunk))};
 }
 
 __device__ __forceinline__ float warp_reduce_max(float v) {
@@ -420,12 +442,8 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   const bool warp_on = h0 < p.num_heads;
 
   pdl_wait();
-  const RowSpan span = row_span(p, row);
-  // begin < max_kv_len < 2^31 (the launcher leaves no split past the longest request), and
-  // stop <= kv_len: token indices are int32 from here. stop <= begin: nothing to do.
-  const int64_t begin64 = static_cast<int64_t>(blockIdx.z) * chunk;
-  const int32_t begin = static_cast<int32_t>(begin64);
-  const int32_t stop = static_cast<int32_t>(min(span.end, begin64 + chunk));
+  const SplitSpan span = split_span(p, row, chunk);
+  const int32_t begin = span.begin, stop = span.stop;
   const int n_iter = stop > begin ? (stop - begin + kDecTokens - 1) / kDecTokens : 0;
 
   // The warp's queries in fp32, scaled so that q . row is the score in log2 units. A head past
@@ -572,6 +590,378 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   }
 }
 
+// ---- tensor-core decode kernel (mla_shape.h) -----------------------------------------------
+//
+// Grid (rows, head groups of kMmaRows, splits), kMmaThreads threads: a block takes one query row
+// and up to 64 of its heads as the rows of the MMA tiles. Warp w = wd * 4 + wq holds heads
+// 16 wq .. 16 wq + 15 of the block and output dims 256 wd .. 256 wd + 255; the two warps of a
+// row group (w and w ^ 4) compute q.k over their halves of the 576 dims and add them through
+// shared memory (mla_shape.h says why both then hold the same logits). K/V tiles of 32 tokens
+// (ckv then kpe in one permuted 72-unit row) are copied with 16-byte cp.async in kStages stages;
+// the tile's byte offsets are looked up once, one token a thread, into shared memory. The split,
+// the partial states and the output rules are mla_decode_kernel's: m in log2 units, an empty row
+// 0 and LSE -inf, partials for mla_merge_kernel. T: the query's and the output's dtype (fp16 or
+// bf16), the MMA's operand type; TKV: the cache's, T or fp8 (uint8_t, e4m3 or e5m2 as p.kv_dtype
+// says). An fp8 tile is copied as stored (576 bytes a row, rows in order) and widened to T in
+// shared memory (exactly: device/fp8_widen.cuh) into the one 16-bit tile the warps read, as the
+// FA2 prefill kernel's fp8 blocks do; ckv_scale and kpe_scale are in the logits' factors and
+// ckv_scale in the output's, as the CPU reference applies them.
+
+// Two floats rounded to T and packed low-first (an A-operand register of P, an output pair).
+template <class T>
+__device__ __forceinline__ uint32_t mma_pack2(float lo, float hi) {
+  const T a = from_f32<T>(lo), b = from_f32<T>(hi);
+  uint16_t ua, ub;
+  memcpy(&ua, &a, 2);
+  memcpy(&ub, &b, 2);
+  return static_cast<uint32_t>(ua) | (static_cast<uint32_t>(ub) << 16);
+}
+
+// The row group's two warps (64 threads) meet here; barrier 0 is __syncthreads'.
+__device__ __forceinline__ void row_group_barrier(int wq) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wq), "r"(2 * kWarp) : "memory");
+}
+
+// fp8 cache: widens a stage (rows of kU8 16-byte units of fp8, in order) into the permuted 16-bit
+// tile (rows of kMmaUnits units). fp8 unit c of a row becomes 16-bit units 2c and 2c + 1
+// (dev::fp8_unit_widen_store), so the ckv dims land in units 0-63 and the kpe dims in 64-71, as
+// a 16-bit cache's copy puts them.
+template <class T, __nv_fp8_interpretation_t kKind>
+__device__ __forceinline__ void mma_widen_tile(uint4* dst, const uint4* src, int tid) {
+  constexpr int kU8 = mla::kMmaUnits / 2;
+#pragma unroll
+  for (int i = tid; i < mla::kMmaKvTile * kU8; i += mla::kMmaThreads) {
+    const int r = i / kU8, c = i % kU8;
+    dev::fp8_unit_widen_store<T, kKind>(dst, src[i], r, c, mla::kMmaUnits);
+  }
+}
+
+template <class T, class TKV, int kStages>
+__global__ void __launch_bounds__(mla::kMmaThreads, 1)
+    mla_decode_mma_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk,
+                          float* part_o, float* part_ml) {
+  using namespace mla;
+  constexpr int kU = kMmaUnits;
+  constexpr bool kFp8 = sizeof(TKV) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the query's dtype or fp8");
+  // 16-byte units of a stored row (fp8: 16 dims each) and of its ckv part.
+  constexpr int kUS = kFp8 ? kU / 2 : kU, kCkvUS = kFp8 ? kMmaCkvUnits / 2 : kMmaCkvUnits;
+  // The 16-bit tiles the warps read: one per stage, or one in all for fp8.
+  constexpr int kTiles16 = kFp8 ? 1 : kStages;
+  extern __shared__ __align__(128) unsigned char mma_smem[];  // 128: permuted_lane_base
+  uint4* q_s = reinterpret_cast<uint4*>(mma_smem);            // [kMmaRows][kU]
+  uint4* kv_s = q_s + kMmaRows * kU;                          // [kTiles16][kMmaKvTile][kU]
+  // fp8 only: [kStages][kMmaKvTile][kUS], rows in order (only mma_widen_tile reads them).
+  uint4* kv8_s = kv_s + kTiles16 * kMmaKvTile * kU;
+  float* x_s = reinterpret_cast<float*>(kv8_s + (kFp8 ? kStages * kMmaKvTile * kUS : 0));
+  static_assert(mla_mma_smem_bytes(kStages, kFp8) ==
+                    16u * (kMmaRows * kU + kTiles16 * kMmaKvTile * kU +
+                           (kFp8 ? kStages * kMmaKvTile * kUS : 0)) +
+                        4u * kMmaWarps * kMmaScoreFloats * kWarp + 16u * kMmaKvTile,
+                "the launcher's shared memory");
+  int64_t* c_off = reinterpret_cast<int64_t*>(x_s + kMmaWarps * kMmaScoreFloats * kWarp);
+  int64_t* k_off = c_off + kMmaKvTile;  // byte offsets of the tile's ckv / kpe rows
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int wq = warp % kMmaWarpsQ, wd = warp / kMmaWarpsQ;
+  const int gid = lane >> 2, tid4 = lane & 3;
+  const int64_t row = blockIdx.x;
+  const int h0 = static_cast<int>(blockIdx.y) * kMmaRows;
+  const int heads = min(kMmaRows, p.num_heads - h0);  // >= 1
+  // A row group past the last head still copies and meets every block barrier.
+  const bool group_on = wq * 16 < heads;
+
+  pdl_wait();
+  const SplitSpan span = split_span(p, row, chunk);
+  const int32_t begin = span.begin, stop = span.stop;
+  const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
+
+  // Q: heads h0 .. h0 + 63 of the row, ckv dims in units 0-63, kpe in 64-71; rows past the last
+  // head are zeros (their scores are 0, never written). Thread tid copies unit tid % 64 of rows
+  // tid / 64 + 4 i, then kpe unit tid % 8 of rows tid / 8 + 32 i.
+  {
+    const T* qn = static_cast<const T*>(p.q_nope) + row * p.qn_stride_n;
+    const T* qp = static_cast<const T*>(p.q_pe) + row * p.qp_stride_n;
+    const int col = tid % kMmaCkvUnits;
+#pragma unroll
+    for (int r = tid / kMmaCkvUnits; r < kMmaRows; r += kMmaThreads / kMmaCkvUnits) {
+      const bool ok = r < heads;
+      const T* src = ok ? qn + (h0 + r) * p.qn_stride_h + col * 8 : qn;
+      dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, col, kU), src, ok);
+    }
+    constexpr int kKpeUnits = kU - kMmaCkvUnits;
+    const int kc = tid % kKpeUnits;
+#pragma unroll
+    for (int r = tid / kKpeUnits; r < kMmaRows; r += kMmaThreads / kKpeUnits) {
+      const bool ok = r < heads;
+      const T* src = ok ? qp + (h0 + r) * p.qp_stride_h + kc * 8 : qp;
+      dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, kMmaCkvUnits + kc, kU), src, ok);
+    }
+  }
+
+  const int32_t* pages = p.kv_indices + p.kv_indptr[span.b];
+  // Byte offsets of tile `tile`'s tokens (0 at or past `stop`: their copies read nothing). A
+  // barrier separates it from the copies that read the cache before and after.
+  auto fill = [&](int tile) {
+    if (tile >= n_tiles || tid >= kMmaKvTile) return;
+    const int32_t t = begin + tile * kMmaKvTile + tid;
+    int64_t co = 0, ko = 0;
+    if (t < stop) {
+      uint32_t pg = 0, sl = 0;
+      page_size.divmod(static_cast<uint32_t>(t), pg, sl);
+      const int64_t id = pages[pg];
+      constexpr int64_t kBytes = sizeof(TKV);
+      co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
+      ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
+    }
+    c_off[tid] = co;
+    k_off[tid] = ko;
+  };
+  // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of rows
+  // tid / kCkvUS + kPass i and kpe unit tid % kKpeUS of row tid / kKpeUS (16-bit: every thread;
+  // fp8: the first 128); one commit group a tile (empty past the end). 16-bit stages are
+  // permuted tiles; fp8 stages keep rows in order (only mma_widen_tile reads them).
+  auto load = [&](int tile) {
+    if (tile < n_tiles) {
+      const int stage = tile % kStages;
+      uint4* st = kFp8 ? kv8_s + stage * kMmaKvTile * kUS : kv_s + stage * kMmaKvTile * kU;
+      const int32_t t0 = begin + tile * kMmaKvTile;
+      const auto* cb = static_cast<const unsigned char*>(p.ckv);
+      const auto* kb = static_cast<const unsigned char*>(p.kpe);
+      constexpr int kPass = kMmaThreads / kCkvUS;  // rows a pass: 4 (16-bit), 8 (fp8)
+      constexpr int kPer = kMmaKvTile / kPass;     // rows a thread: 8, 4
+      const int col = tid % kCkvUS, r0 = tid / kCkvUS;
+      int64_t co[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) co[i] = c_off[r0 + i * kPass];  // all before any copy
+      constexpr int kKpeUS = kUS - kCkvUS;                           // 8, 4
+      static_assert(kMmaKvTile * kKpeUS <= kMmaThreads, "one kpe unit a thread at most");
+      const int kr = tid / kKpeUS, kc = tid % kKpeUS;
+      const bool kpe_copier = kr < kMmaKvTile;  // fp8: threads 0-127
+      const int64_t ko = kpe_copier ? k_off[kr] : 0;
+      auto unit = [&](int r, int c) {
+        return kFp8 ? st + (r * kUS + c) : st + dev::permuted_offset(r, c, kU);
+      };
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int r = r0 + i * kPass;
+        dev::cp_async::copy16_zfill(unit(r, col), cb + (co[i] + static_cast<int64_t>(col) * 16),
+                                    t0 + r < stop);
+      }
+      if (kpe_copier) {
+        dev::cp_async::copy16_zfill(unit(kr, kCkvUS + kc),
+                                    kb + (ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
+      }
+    }
+    dev::cp_async::commit();
+  };
+
+  // Pipeline (prefill_kernel.cuh's): one commit group a tile, the first with Q; at the top of
+  // iteration `tile` groups 0 .. tile have landed (wait<kStages - 1>), and the barrier makes them
+  // visible; a stage is refilled only after the barrier that follows its last read; the offset
+  // cache is refilled after the barrier that follows the last copy that read it.
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    fill(s);
+    __syncthreads();
+    load(s);
+    __syncthreads();
+  }
+
+  float o[kMmaVoDims / 8][4];
+#pragma unroll
+  for (int n = 0; n < kMmaVoDims / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float c_n = p.sm_scale * p.ckv_scale * kLog2e, c_p = p.sm_scale * p.kpe_scale * kLog2e;
+  float* x_mine = x_s + warp * kMmaScoreFloats * kWarp + lane;
+  const float* x_other = x_s + (warp ^ kMmaWarpsQ) * kMmaScoreFloats * kWarp + lane;
+
+#pragma unroll 1
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    dev::cp_async::wait<kStages - 1>();
+    __syncthreads();  // ... and (fp8) every warp is done with the 16-bit tile
+    if constexpr (kFp8) {
+      // The stage widened into the 16-bit tile; the stage is then free for tile + kStages, whose
+      // copy overlaps this tile's math.
+      const uint4* st8 = kv8_s + (tile % kStages) * kMmaKvTile * kUS;
+      if (p.kv_dtype == DType::kFloat8E5M2) {
+        mma_widen_tile<T, __NV_E5M2>(kv_s, st8, tid);
+      } else {
+        mma_widen_tile<T, __NV_E4M3>(kv_s, st8, tid);
+      }
+      fill(tile + kStages);
+      __syncthreads();
+      load(tile + kStages);
+    } else {
+      fill(tile + kStages);
+    }
+    if (group_on) {
+      const uint32_t kv_addr =
+          dev::cp_async::smem_addr(kv_s + (kFp8 ? 0 : tile % kStages) * kMmaKvTile * kU);
+      const prefill::FragLane ql = prefill::prefill_q_frag_lane(lane),
+                              kl = prefill::prefill_k_frag_lane(lane),
+                              vl = prefill::prefill_v_frag_lane(lane);
+      const uint32_t qa =
+          dev::permuted_lane_base(dev::cp_async::smem_addr(q_s), wq * 16 + ql.row, ql.c, kU);
+      const uint32_t ka = dev::permuted_lane_base(kv_addr, kl.row, kl.c, kU);
+      // Whole swizzle groups: the base moves by a plain offset (mla_mma_vo_dim_begin).
+      const uint32_t va = dev::permuted_lane_base(kv_addr, vl.row, vl.c, kU) +
+                          static_cast<uint32_t>(mla_mma_vo_dim_begin(wd)) * 2u;
+
+      // This warp's half of q.k for all 32 tokens: sn over ckv dims, sp over kpe dims.
+      float sn[kMmaKvTile / 8][4], sp[kMmaKvTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sn[n][e] = sp[n][e] = 0.0f;
+      }
+      auto qk_step = [&](int kk, float(&acc)[kMmaKvTile / 8][4]) {
+        uint32_t a[4];
+        dev::mma::ldmatrix_x4(a, dev::permuted_frag_addr(qa, 0, kk * 2, kU));
+#pragma unroll
+        for (int nk = 0; nk < kMmaKvTile / 16; ++nk) {
+          uint32_t b[4];
+          dev::mma::ldmatrix_x4(b, dev::permuted_frag_addr(ka, nk * 16, kk * 2, kU));
+          dev::mma::mma_m16n8k16<T>(acc[2 * nk], a, b);
+          dev::mma::mma_m16n8k16<T>(acc[2 * nk + 1], a, b + 2);
+        }
+      };
+      // Warp-uniform branch; each side's steps are compile-time constants (the fragment
+      // addresses fold to an XOR and an immediate).
+      if (wd == 0) {
+#pragma unroll
+        for (int kk = mla_mma_qk_step_begin(0); kk < mla_mma_qk_step_begin(1); ++kk)
+          qk_step(kk, sn);
+      } else {
+#pragma unroll
+        for (int kk = mla_mma_qk_step_begin(1); kk < kMmaKStepsNope; ++kk) qk_step(kk, sn);
+#pragma unroll
+        for (int kk = kMmaKStepsNope; kk < kMmaKSteps; ++kk) qk_step(kk, sp);
+      }
+      // This half's part of the logits (log2 units), handed to the other warp and added to its
+      // part: mine + other on one side, other + mine on the other, the same sum.
+      float s[kMmaKvTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] = wd == 0 ? c_n * sn[n][e] : fmaf(c_p, sp[n][e], c_n * sn[n][e]);
+          x_mine[(n * 4 + e) * kWarp] = s[n][e];
+        }
+      }
+      row_group_barrier(wq);
+      const int32_t t0 = begin + tile * kMmaKvTile;
+      const bool tail = t0 + kMmaKvTile > stop;  // block-uniform
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] += x_other[(n * 4 + e) * kWarp];
+          // A token past the end weighs exactly 0 (its row is zero-filled, 0 * 0 adds nothing).
+          if (tail && t0 + n * 8 + tid4 * 2 + (e & 1) >= stop) s[n][e] = -INFINITY;
+        }
+      }
+      // Online softmax, base 2, as the FA2 prefill kernel's (rescale only when a row's maximum
+      // moves: the factor would otherwise be exactly 1).
+      float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tmax[e >> 1] = fmaxf(tmax[e >> 1], s[n][e]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+        tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+      }
+      if (__any_sync(0xffffffffu, tmax[0] > m[0] || tmax[1] > m[1])) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m[r], tmax[r]);
+          const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[r] - m_new);
+          m[r] = m_new;
+          l[r] *= factor;
+#pragma unroll
+          for (int n = 0; n < kMmaVoDims / 8; ++n) {
+            o[n][2 * r] *= factor;
+            o[n][2 * r + 1] *= factor;
+          }
+        }
+      }
+      const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = dev::exp2_ftz(s[n][e] - m_sub[e >> 1]);
+        l[0] += s[n][0] + s[n][1];
+        l[1] += s[n][2] + s[n][3];
+      }
+      // O += P V over this warp's 256 dims: the S accumulators of token blocks 2j, 2j + 1 are
+      // the A operand of token step j; the ckv dims of the tile's rows through the transposing
+      // ldmatrix give the B operands of two 8-wide dim blocks.
+#pragma unroll
+      for (int j = 0; j < kMmaKvTile / 16; ++j) {
+        uint32_t a[4];
+        a[0] = mma_pack2<T>(s[2 * j][0], s[2 * j][1]);
+        a[1] = mma_pack2<T>(s[2 * j][2], s[2 * j][3]);
+        a[2] = mma_pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
+        a[3] = mma_pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+        for (int nd = 0; nd < kMmaVoDims / 16; ++nd) {
+          uint32_t b[4];
+          dev::mma::ldmatrix_x4_trans(b, dev::permuted_frag_addr(va, j * 16, nd * 2, kU));
+          dev::mma::mma_m16n8k16<T>(o[2 * nd], a, b);
+          dev::mma::mma_m16n8k16<T>(o[2 * nd + 1], a, b + 2);
+        }
+      }
+    }
+    if constexpr (!kFp8) {
+      __syncthreads();  // every warp is done with this stage (fp8: the next top barrier)
+      load(tile + kStages);
+    }
+  }
+  dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
+  if (!group_on) return;     // no barrier below
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int hr = wq * 16 + gid + 8 * r;  // the row's head within the block
+    if (hr >= heads) continue;
+    const int h = h0 + hr;
+    const int dim0 = mla_mma_vo_dim_begin(wd) + tid4 * 2;
+    if (part_o == nullptr) {
+      // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
+      const bool empty = lr == 0.0f;
+      const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / lr;
+      T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + dim0;
+#pragma unroll
+      for (int n = 0; n < kMmaVoDims / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + n * 8) =
+            mma_pack2<T>(empty ? 0.0f : o[n][2 * r] * f, empty ? 0.0f : o[n][2 * r + 1] * f);
+      }
+      if (p.lse != nullptr && wd == 0 && tid4 == 0) {
+        float v = empty ? -INFINITY : m[r] + log2f(lr);
+        if (p.lse_base_e) v *= kLn2;
+        p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
+      }
+    } else {
+      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + row) * p.num_heads + h;
+      float* dst = part_o + state * kMmaCkv + dim0;
+#pragma unroll
+      for (int n = 0; n < kMmaVoDims / 8; ++n) {
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      }
+      if (wd == 0 && tid4 == 0) {
+        part_ml[2 * state] = m[r];
+        part_ml[2 * state + 1] = lr;
+      }
+    }
+  }
+}
+
 // ---- split merge ----------------------------------------------------------------------------
 
 // Grid (rows, heads), 128 threads: combines the splits' states (m in log2 units, l, the
@@ -669,6 +1059,18 @@ bool decode_kernel_takes(const MlaAttentionParams& p) {
          stride16(p.ckv_stride_token, ks, slots) && stride16(p.kpe_stride_page, ks, true) &&
          stride16(p.kpe_stride_token, ks, slots) && stride16(p.o_stride_n, os, rows) &&
          stride16(p.o_stride_h, os, heads);
+}
+
+// Whether mla_decode_mma_kernel takes `p` on a device with `stages` (mla_mma_stages) to give it:
+// decode_kernel_takes' shape and alignment, with an fp16 or bf16 query and output of one type and
+// a cache of that type or fp8 (mla_mma_dtypes; fp8 queries and other output dtypes stay on the
+// CUDA cores). FLASHINFER_MLA_TENSOR_CORES=0 sends every call to the CUDA-core kernels (to time or
+// check one against the other on a GPU; read at each call).
+bool mma_kernel_takes(const MlaAttentionParams& p, int stages) {
+  if (stages == 0 || !decode_kernel_takes(p)) return false;
+  if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
+  const char* e = std::getenv("FLASHINFER_MLA_TENSOR_CORES");
+  return e == nullptr || std::string(e) != "0";
 }
 
 void check(const char* what, cudaError_t err) {
@@ -842,18 +1244,24 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  const bool dec = decode_kernel_takes(p);
-  // Warps per block, and heads per block (a head group).
-  const int warps =
-      dec ? std::min(kDecMaxWarps, (p.num_heads + kDecHeadsPerWarp - 1) / kDecHeadsPerWarp)
-          : heads_per_block(p);
-  const int block_heads = dec ? warps * kDecHeadsPerWarp : warps;
-  const int64_t groups = (p.num_heads + block_heads - 1) / block_heads;
-  const int64_t blocks = int64_t{p.rows} * groups;
-  int dev = 0, sms = 1;
+  int dev = 0, sms = 1, smem_optin = 0;
   check("cudaGetDevice", cudaGetDevice(&dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  check("cudaDeviceGetAttribute",
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3FN || p.kv_dtype == DType::kFloat8E5M2;
+  const int stages = mla::mla_mma_stages(static_cast<std::size_t>(smem_optin), fp8_cache);
+  const bool mma = mma_kernel_takes(p, stages);
+  const bool dec = !mma && decode_kernel_takes(p);
+  // Warps per block, and heads per block (a head group).
+  const int warps =
+      mma   ? mla::kMmaWarps
+      : dec ? std::min(kDecMaxWarps, (p.num_heads + kDecHeadsPerWarp - 1) / kDecHeadsPerWarp)
+            : heads_per_block(p);
+  const int block_heads = mma ? mla::kMmaRows : dec ? warps * kDecHeadsPerWarp : warps;
+  const int64_t groups = (p.num_heads + block_heads - 1) / block_heads;
+  const int64_t blocks = int64_t{p.rows} * groups;
   // Split the KV axis when the (row, head group) blocks would fill fewer than two waves.
   const int64_t max_kv = std::max<int64_t>(p.max_kv_len, 1);
   int64_t splits = 1;
@@ -863,11 +1271,12 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     const int64_t per_split = int64_t{p.rows} * p.num_heads * (p.dim_ckv + 2) * 4;
     splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMaxScratch / per_split));
   }
-  // chunk <= max_kv < 2^31; with splits, a multiple of both kernels' tile (kTile == kDecTokens)
-  // and no split starting at or past max_kv.
+  // chunk <= max_kv < 2^31; with splits, a multiple of the kernel's tile (kTile == kDecTokens;
+  // the tensor-core kernel's is twice that) and no split starting at or past max_kv.
+  const int64_t tile = mma ? mla::kMmaKvTile : kTile;
   int64_t chunk = max_kv;
   if (splits > 1) {
-    chunk = ((max_kv + splits - 1) / splits + kTile - 1) / kTile * kTile;
+    chunk = ((max_kv + splits - 1) / splits + tile - 1) / tile * tile;
     splits = (max_kv + chunk - 1) / chunk;  // no split left with nothing in any row
   }
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups),
@@ -884,7 +1293,26 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     part_ml = part_o + states * p.dim_ckv;
   }
   cudaError_t err = cudaSuccess;
-  if (dec) {
+  if (mma) {
+    const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
+    const std::size_t smem = mla::mla_mma_smem_bytes(stages, fp8_cache);
+    const auto launch = [&]<class T, class TKV>() {
+      err = stages == 3 ? try_launch_kernel(mla_decode_mma_kernel<T, TKV, 3>, grid, block, smem, s,
+                                            enable_pdl, p, page_size, static_cast<int32_t>(chunk),
+                                            part_o, part_ml)
+                        : try_launch_kernel(mla_decode_mma_kernel<T, TKV, 2>, grid, block, smem, s,
+                                            enable_pdl, p, page_size, static_cast<int32_t>(chunk),
+                                            part_o, part_ml);
+    };
+    dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "mla_attention", "q_nope",
+                                                      [&]<class T>() {
+                                                        if (fp8_cache) {
+                                                          launch.template operator()<T, uint8_t>();
+                                                        } else {
+                                                          launch.template operator()<T, T>();
+                                                        }
+                                                      });
+  } else if (dec) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = dec_smem_bytes(dtype_size(p.kv_dtype));
     dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN, kFloat8E5M2>(

@@ -89,16 +89,7 @@ __device__ __forceinline__ void widen_tile(uint4* dst, const uint4* src, int tid
 #pragma unroll
   for (int i = tid; i < kRows * kUnits8; i += kPrefillThreads) {
     const int r = i / kUnits8, c = i % kUnits8;
-    const uint4 x = src[i];
-    const uint2 e0 = dev::fp8x4_widen<T, kKind>(x.x), e1 = dev::fp8x4_widen<T, kKind>(x.y);
-    const uint2 e2 = dev::fp8x4_widen<T, kKind>(x.z), e3 = dev::fp8x4_widen<T, kKind>(x.w);
-    const uint4 lo = make_uint4(e0.x, e0.y, e1.x, e1.y), hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
-    // A 16-byte store is served 8 threads at a time; at D >= 128 those 8 share a row and units
-    // 2c ^ (r % 8) hit bank groups {0, 2, 4, 6} twice. Threads with bit 2 of c set store their
-    // pair in the other order, so each phase covers all 8 groups once (2-way -> conflict-free).
-    const bool swap = ((c >> 2) & 1) != 0;
-    dst[dev::permuted_offset(r, 2 * c + (swap ? 1 : 0), kUnits16)] = swap ? hi : lo;
-    dst[dev::permuted_offset(r, 2 * c + (swap ? 0 : 1), kUnits16)] = swap ? lo : hi;
+    dev::fp8_unit_widen_store<T, kKind>(dst, src[i], r, c, kUnits16);
   }
 }
 

@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/device/host_device.h"
+#include "kernels/cuda/device/permuted_smem.cuh"
 
 namespace flashinfer::kernels::cuda::dev {
 
@@ -107,5 +108,25 @@ FLASHINFER_HD uint2 fp8x4_widen(uint32_t x) {
   r.y = w[1];
   return r;
 }
+
+#if defined(__CUDACC__)
+/// One 16-byte unit of fp8 values (16, element 0 in the low byte), unit `c` of a stored row `r`,
+/// widened into units 2c and 2c + 1 of row r of a permuted 16-bit tile (permuted_smem.cuh) whose
+/// rows hold `units16` units: the widening pass of the fp8 K/V tiles (FA2 prefill, MLA decode).
+/// A 16-byte store is served 8 threads at a time; with consecutive c in one row, units 2c ^ (r %
+/// 8) hit bank groups {0, 2, 4, 6} twice, so threads with bit 2 of c set store their pair in the
+/// other order and each phase covers all 8 groups once (2-way -> conflict-free).
+template <class T, __nv_fp8_interpretation_t kKind>
+__device__ __forceinline__ void fp8_unit_widen_store(uint4* dst, uint4 x, int r, int c,
+                                                     uint32_t units16) {
+  const uint2 e0 = fp8x4_widen<T, kKind>(x.x), e1 = fp8x4_widen<T, kKind>(x.y);
+  const uint2 e2 = fp8x4_widen<T, kKind>(x.z), e3 = fp8x4_widen<T, kKind>(x.w);
+  const uint4 lo = make_uint4(e0.x, e0.y, e1.x, e1.y), hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
+  const bool swap = ((c >> 2) & 1) != 0;
+  const auto ur = static_cast<uint32_t>(r), uc = static_cast<uint32_t>(2 * c);
+  dst[permuted_offset(ur, uc + (swap ? 1u : 0u), units16)] = swap ? hi : lo;
+  dst[permuted_offset(ur, uc + (swap ? 0u : 1u), units16)] = swap ? lo : hi;
+}
+#endif
 
 }  // namespace flashinfer::kernels::cuda::dev

@@ -1,0 +1,82 @@
+// The shape of the tensor-core MLA decode kernel (mla_decode_mma_kernel in mla_cuda.cu), as plain
+// constexpr arithmetic shared by the kernel, its launcher and the CPU tests
+// (tests/api/test_mla_shape.cpp).
+//
+// DeepSeek's latent attention has one KV "head" shared by every query head: a block takes one
+// query row and 64 of its heads as the 64 rows of an m16n8k16 tile stack, and each 32-token tile
+// of the latent cache (ckv 512 + kpe 64 dims, one 576-dim row a token) is the K operand of q.k and,
+// its first 512 dims, the V operand of P.V, copied to shared memory once for all 64 heads. The
+// output accumulator of 64 rows x 512 dims is too large for one warp's 16 rows (256 floats a
+// thread), so 8 warps split it as 4 row groups x 2 halves of the dims (128 floats a thread), as
+// upstream's Hopper MLA kernel splits it between two warpgroups. The two warps of a row group
+// need the same scores: each computes q.k over half of the 576 dims for all 32 tokens (18 of the
+// 36 k-steps, so each Q element is read from shared memory once a tile), and they add their
+// halves through shared memory. IEEE addition is commutative, so both warps hold the same
+// logits bit for bit, and from them the same maxima, probabilities and sums: each then needs only
+// its own half of the dims of P.V.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels::cuda::mla {
+
+constexpr int kMmaCkv = 512, kMmaKpe = 64, kMmaDim = kMmaCkv + kMmaKpe;  // dims
+constexpr int kMmaUnits = kMmaDim / 8;     // 16-byte units of a 16-bit row: 72
+constexpr int kMmaCkvUnits = kMmaCkv / 8;  // 64: a row's ckv part, then 8 units of kpe
+constexpr int kMmaRows = 64;               // query heads of a block
+constexpr int kMmaWarpsQ = 4, kMmaWarpsD = 2;
+constexpr int kMmaWarps = kMmaWarpsQ * kMmaWarpsD;
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaKvTile = 32;                           // cache tokens per tile
+constexpr int kMmaKSteps = kMmaDim / 16;                 // 16-dim steps of q.k: 36
+constexpr int kMmaKStepsNope = kMmaCkv / 16;             // of which the ckv part: 32
+constexpr int kMmaKStepsWarp = kMmaKSteps / kMmaWarpsD;  // a warp's share: 18
+constexpr int kMmaVoDims = kMmaCkv / kMmaWarpsD;         // output dims of a warp: 256
+constexpr int kMmaScoreFloats = kMmaKvTile / 8 * 4;      // a thread's S fragment floats: 16
+static_assert(kMmaKSteps % kMmaWarpsD == 0, "the warps of a row group split q.k evenly");
+static_assert(kMmaWarpsD == 2, "a row group's two warps exchange halves (warp ^ kMmaWarpsQ)");
+
+/// The first of the k-steps (16 dims each) of q.k that warp half `wd` (0 or 1) takes: 0 and 18.
+/// Half 1's share holds the whole kpe part (steps 32-35), which it accumulates apart: the ckv and
+/// kpe sums take different scales (ckv_scale, kpe_scale).
+FLASHINFER_HD constexpr int mla_mma_qk_step_begin(int wd) { return wd * kMmaKStepsWarp; }
+
+/// The first output dim of warp half `wd`: a whole number of 8-unit swizzle groups (32 units), so
+/// the lane's V fragment base moves by a plain offset (permuted_advance_col_groups).
+FLASHINFER_HD constexpr int mla_mma_vo_dim_begin(int wd) { return wd * kMmaVoDims; }
+
+/// Dynamic shared memory of a block with `stages` K/V stages: Q (64 rows), the stages (32 rows
+/// each, 576 16-bit dims, permuted), the score exchange (16 floats a lane of each warp) and the
+/// byte offsets of one tile's ckv and kpe rows. An fp8 cache (`fp8`) has its stages as stored
+/// (576 bytes a row, in order) and one 16-bit tile that each stage is widened into.
+FLASHINFER_HD constexpr std::size_t mla_mma_smem_bytes(int stages, bool fp8 = false) {
+  const std::size_t tile16 = std::size_t{16} * kMmaUnits * kMmaKvTile;
+  const std::size_t kv = fp8 ? tile16 + static_cast<std::size_t>(stages) * tile16 / 2
+                             : static_cast<std::size_t>(stages) * tile16;
+  return std::size_t{16} * kMmaUnits * kMmaRows + kv +
+         std::size_t{4} * kMmaWarps * kMmaScoreFloats * 32 + std::size_t{2} * 8 * kMmaKvTile;
+}
+
+/// K/V stages for a device whose blocks may take `max_smem_optin` bytes of shared memory: 3 where
+/// they fit (sm_90: 227 KiB), else 2 (sm_80: 163 KiB), else 0: the kernel does not fit (sm_86,
+/// sm_89: 99 KiB), and the CUDA-core kernel takes the call.
+FLASHINFER_HD constexpr int mla_mma_stages(std::size_t max_smem_optin, bool fp8 = false) {
+  return mla_mma_smem_bytes(3, fp8) <= max_smem_optin   ? 3
+         : mla_mma_smem_bytes(2, fp8) <= max_smem_optin ? 2
+                                                        : 0;
+}
+
+/// Whether the kernel serves a call with these dtypes: a query of fp16 or bf16 (the MMA's operand
+/// type), the output of the same type, and a cache of that type or fp8 (e4m3 or e5m2, widened to
+/// it in shared memory: exact). fp8 queries and other output dtypes stay on the CUDA-core
+/// kernels. Host-side.
+constexpr bool mla_mma_dtypes(DType q, DType kv, DType o) {
+  return (q == DType::kFloat16 || q == DType::kBFloat16) && o == q &&
+         (kv == q || kv == DType::kFloat8E4M3FN || kv == DType::kFloat8E5M2);
+}
+
+}  // namespace flashinfer::kernels::cuda::mla

@@ -1,0 +1,184 @@
+// The tensor-core MLA decode kernel's host-checkable decisions (src/kernels/cuda/mla_shape.h), on
+// the CPU: its shared memory and the stages each device gets, and its fragment addressing run
+// through the emulated ldmatrix / mma.sync (tests/util/mma_emulation.h): the two warps of a row
+// group split q.k over the 576 dims (ckv and kpe sums apart) and P.V over the 512 output dims,
+// reading V as the first 512 dims of the same permuted 72-unit rows that K is read from.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/device/permuted_smem.cuh"
+#include "kernels/cuda/mla_shape.h"
+#include "kernels/cuda/prefill_shape.h"
+#include "util/mma_emulation.h"
+
+namespace flashinfer::kernels::cuda::mla {
+namespace {
+
+using testing::mma_emu::Frag4;
+using testing::mma_emu::half_of;
+using testing::mma_emu::ldmatrix_x4;
+using testing::mma_emu::mma;
+using testing::mma_emu::Pair;
+using testing::mma_emu::Smem;
+using Acc = std::array<std::array<double, 4>, 32>;  // one 16x8 accumulator fragment, [lane][e]
+
+TEST(MlaShape, SharedMemoryAndStagesPerDevice) {
+  // Q 64 rows + stages of 32 rows, 1152 bytes each; the score exchange (8 warps x 16 floats x 32
+  // lanes); one tile's ckv and kpe byte offsets.
+  EXPECT_EQ(mla_mma_smem_bytes(2), 1152u * (64 + 64) + 16384 + 512);  // 164352
+  EXPECT_EQ(mla_mma_smem_bytes(3), 1152u * (64 + 96) + 16384 + 512);  // 201216
+  // fp8 caches: the stages as stored (half the bytes) and one 16-bit tile to widen them into.
+  EXPECT_EQ(mla_mma_smem_bytes(2, true), 1152u * (64 + 32) + 576u * 64 + 16384 + 512);  // 164352
+  EXPECT_EQ(mla_mma_smem_bytes(3, true), 1152u * (64 + 32) + 576u * 96 + 16384 + 512);  // 182784
+  EXPECT_EQ(mla_mma_stages(232448, true), 3);
+  EXPECT_EQ(mla_mma_stages(166912, true), 2);
+  EXPECT_EQ(mla_mma_stages(101376, true), 0);
+  EXPECT_EQ(mla_mma_stages(232448), 3);  // sm_90: 227 KiB a block
+  EXPECT_EQ(mla_mma_stages(166912), 2);  // sm_80: 163 KiB
+  EXPECT_EQ(mla_mma_stages(101376), 0);  // sm_86 / sm_89: 99 KiB, the CUDA-core kernel
+  EXPECT_EQ(mla_mma_stages(164352), 2);
+  EXPECT_EQ(mla_mma_stages(164351), 0);
+  EXPECT_EQ(kMmaThreads, 256);
+  EXPECT_EQ(kMmaUnits, 72);
+  EXPECT_TRUE(dev::permuted_layout_ok(kMmaUnits));  // 72 units: 9 whole swizzle groups
+}
+
+TEST(MlaShape, TensorCoresForSixteenBitQueriesAndSixteenBitOrFp8Caches) {
+  constexpr DType f16 = DType::kFloat16, bf16 = DType::kBFloat16, f32 = DType::kFloat32,
+                  e4m3 = DType::kFloat8E4M3FN, e5m2 = DType::kFloat8E5M2;
+  EXPECT_TRUE(mla_mma_dtypes(bf16, bf16, bf16));
+  EXPECT_TRUE(mla_mma_dtypes(f16, f16, f16));
+  EXPECT_TRUE(mla_mma_dtypes(bf16, e4m3, bf16));  // fp8 caches: widened in shared memory
+  EXPECT_TRUE(mla_mma_dtypes(f16, e5m2, f16));
+  EXPECT_FALSE(mla_mma_dtypes(e4m3, e4m3, bf16));  // fp8 query (trtllm's): the CUDA-core kernel
+  EXPECT_FALSE(mla_mma_dtypes(f16, bf16, f16));
+  EXPECT_FALSE(mla_mma_dtypes(bf16, bf16, f32));
+  EXPECT_FALSE(mla_mma_dtypes(bf16, e4m3, f16));
+  EXPECT_FALSE(mla_mma_dtypes(f32, f32, f32));
+}
+
+TEST(MlaShape, WarpHalvesSplitTheStepsAndDims) {
+  EXPECT_EQ(mla_mma_qk_step_begin(0), 0);
+  EXPECT_EQ(mla_mma_qk_step_begin(1), 18);
+  EXPECT_EQ(mla_mma_qk_step_begin(1) + kMmaKStepsWarp, kMmaKSteps);
+  // Half 1 holds every kpe step (its own accumulator); half 0 none.
+  EXPECT_LT(mla_mma_qk_step_begin(1), kMmaKStepsNope);
+  EXPECT_EQ(mla_mma_vo_dim_begin(0), 0);
+  EXPECT_EQ(mla_mma_vo_dim_begin(1), 256);
+  // Whole 8-unit swizzle groups: a plain byte offset of the lane base.
+  EXPECT_EQ(mla_mma_vo_dim_begin(1) / 8 % 8, 0);
+}
+
+// Small integers (exact in every type here): Q (head, dim), the cache row (token, dim), P (head,
+// token).
+double qv(int r, int c) { return static_cast<double>((r * 3 + c * 5) % 7 - 3); }
+double cv(int t, int c) { return static_cast<double>((t * 5 + c * 3) % 9 - 4); }
+double pv(int r, int t) { return static_cast<double>((r + 2 * t) % 4 - 1); }
+
+// The kernel's addressing for warp (wq, wd) of a block: q.k over its k-steps into sn (ckv) and sp
+// (kpe), then P.V over its output dims, against plain sums.
+TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) {
+  const uint32_t q_base = 0, kv_base = 128 * 576;  // 128-byte aligned, disjoint (Q: 73728 bytes)
+  const uint32_t U = kMmaUnits;
+  Smem s;
+  for (int r = 0; r < kMmaRows; ++r)
+    for (int c = 0; c < kMmaDim; ++c) s.put(q_base, r, c, U, qv(r, c));
+  for (int t = 0; t < kMmaKvTile; ++t)
+    for (int c = 0; c < kMmaDim; ++c) s.put(kv_base, t, c, U, cv(t, c));
+  auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even) {
+    std::array<uint32_t, 32> r{};
+    for (int l = 0; l < 32; ++l)
+      r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, kMmaUnits);
+    return r;
+  };
+  for (int wq = 0; wq < kMmaWarpsQ; ++wq) {
+    // Scores summed over both halves, and each half's O.
+    std::vector<Acc> nope(kMmaKvTile / 8, Acc{}), rope(kMmaKvTile / 8, Acc{});
+    int bad_o = 0, rope_in_half0 = 0;
+    for (int wd = 0; wd < kMmaWarpsD; ++wd) {
+      SCOPED_TRACE(::testing::Message() << "warp " << wd * kMmaWarpsQ + wq);
+      std::array<uint32_t, 32> qa{}, ka{}, va{};
+      for (int l = 0; l < 32; ++l) {
+        const auto ql = prefill::prefill_q_frag_lane(l), kl = prefill::prefill_k_frag_lane(l),
+                   vl = prefill::prefill_v_frag_lane(l);
+        qa[l] = dev::permuted_lane_base(q_base, wq * 16 + ql.row, ql.c, U);
+        ka[l] = dev::permuted_lane_base(kv_base, kl.row, kl.c, U);
+        va[l] = dev::permuted_lane_base(kv_base, vl.row, vl.c, U) +
+                static_cast<uint32_t>(mla_mma_vo_dim_begin(wd)) * 2u;
+      }
+      std::vector<Acc> sn(kMmaKvTile / 8, Acc{}), sp(kMmaKvTile / 8, Acc{});
+      const int kb = mla_mma_qk_step_begin(wd), ke = kb + kMmaKStepsWarp;
+      for (int kk = kb; kk < ke; ++kk) {
+        std::vector<Acc>& acc = kk < kMmaKStepsNope ? sn : sp;
+        const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2), false);
+        for (int nk = 0; nk < kMmaKvTile / 16; ++nk) {
+          const Frag4 b = ldmatrix_x4(s, at(ka, nk * 16, kk * 2), false);
+          mma(acc[2 * nk], a, half_of(b, 0));
+          mma(acc[2 * nk + 1], a, half_of(b, 2));
+        }
+      }
+      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+        for (int l = 0; l < 32; ++l) {
+          for (int e = 0; e < 4; ++e) {
+            nope[n][l][e] += sn[n][l][e];
+            rope[n][l][e] += sp[n][l][e];
+            if (wd == 0) rope_in_half0 += sp[n][l][e] != 0.0;
+          }
+        }
+      }
+      // O over this half's dims, P packed as the kernel packs its A operand.
+      std::vector<Acc> of(kMmaVoDims / 8, Acc{});
+      for (int j = 0; j < kMmaKvTile / 16; ++j) {
+        std::array<std::array<Pair, 4>, 32> a{};
+        for (int l = 0; l < 32; ++l) {
+          const int g = l / 4, t = l % 4;
+          auto p = [&](int blk, int e) {
+            return pv(wq * 16 + g + 8 * (e >> 1), blk * 8 + 2 * t + (e & 1));
+          };
+          a[l][0] = {p(2 * j, 0), p(2 * j, 1)};
+          a[l][1] = {p(2 * j, 2), p(2 * j, 3)};
+          a[l][2] = {p(2 * j + 1, 0), p(2 * j + 1, 1)};
+          a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
+        }
+        for (int nd = 0; nd < kMmaVoDims / 16; ++nd) {
+          const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2), true);
+          mma(of[2 * nd], a, half_of(b, 0));
+          mma(of[2 * nd + 1], a, half_of(b, 2));
+        }
+      }
+      for (int n = 0; n < kMmaVoDims / 8; ++n) {
+        for (int l = 0; l < 32; ++l) {
+          for (int e = 0; e < 4; ++e) {
+            const int row = wq * 16 + l / 4 + 8 * (e >> 1);
+            const int dim = mla_mma_vo_dim_begin(wd) + n * 8 + 2 * (l % 4) + (e & 1);
+            double want = 0;
+            for (int t = 0; t < kMmaKvTile; ++t) want += pv(row, t) * cv(t, dim);
+            bad_o += of[n][l][e] != want;
+          }
+        }
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "row group " << wq);
+    EXPECT_EQ(bad_o, 0) << "O elements wrong";
+    EXPECT_EQ(rope_in_half0, 0) << "half 0 took kpe steps";
+    int bad_s = 0;
+    for (int n = 0; n < kMmaKvTile / 8; ++n) {
+      for (int l = 0; l < 32; ++l) {
+        for (int e = 0; e < 4; ++e) {
+          const int row = wq * 16 + l / 4 + 8 * (e >> 1), tok = n * 8 + 2 * (l % 4) + (e & 1);
+          double want_n = 0, want_p = 0;
+          for (int c = 0; c < kMmaCkv; ++c) want_n += qv(row, c) * cv(tok, c);
+          for (int c = kMmaCkv; c < kMmaDim; ++c) want_p += qv(row, c) * cv(tok, c);
+          bad_s += nope[n][l][e] != want_n || rope[n][l][e] != want_p;
+        }
+      }
+    }
+    EXPECT_EQ(bad_s, 0) << "S elements wrong";
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::kernels::cuda::mla
