@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda/device/permuted_smem.cuh"
@@ -58,6 +59,48 @@ TEST(MlaShape, TensorCoresForSixteenBitQueriesAndSixteenBitOrFp8Caches) {
   EXPECT_FALSE(mla_mma_dtypes(bf16, bf16, f32));
   EXPECT_FALSE(mla_mma_dtypes(bf16, e4m3, f16));
   EXPECT_FALSE(mla_mma_dtypes(f32, f32, f32));
+}
+
+// Hand-worked plans on 132 SMs (an H100): the CUDA-core kernels aim at two waves, the tensor-core
+// kernel at one and never past it.
+TEST(MlaShape, KvSplitsFillTheGpuOnce) {
+  auto split = [](int64_t blocks, int64_t kv, bool mma, int64_t bytes = 1 << 20) {
+    const MlaSplit s = mla_kv_split(blocks, 132, kv, mma, mma ? 32 : 16, bytes);
+    return std::array<int64_t, 2>{s.splits, s.chunk};
+  };
+  using P = std::array<int64_t, 2>;
+  EXPECT_EQ(split(2, 5000, false), (P{20, 256}));   // by length: 20 chunks of >= 256 tokens
+  EXPECT_EQ(split(128, 2048, false), (P{3, 688}));  // ceil(264 / 128) = 3, chunk 683 -> 688
+  EXPECT_EQ(split(128, 2048, true), (P{1, 2048}));  // batch 64 x 128 heads: one wave, no split
+  EXPECT_EQ(split(32, 2048, true), (P{4, 512}));    // batch 16 x 128 heads: 128 blocks
+  EXPECT_EQ(split(2, 32768, true), (P{64, 512}));   // batch 1: 66 wanted, 64 at most
+  EXPECT_EQ(split(200, 8192, true), (P{1, 8192}));  // more than a wave already
+  EXPECT_EQ(split(2, 256, true), (P{1, 256}));      // too short to split
+  EXPECT_EQ(split(2, 0, true), (P{1, 1}));          // nothing visible anywhere
+  EXPECT_EQ(split(2, 32768, true, int64_t{1} << 27), (P{2, 16384}));  // the scratch's cap
+  EXPECT_EQ(split(1, 1000, true), (P{4, 256}));  // 1000 tokens: 4 chunks, the last short
+  // Any plan: the splits cover every token once, whole tiles, within the limits; the tensor-core
+  // kernel's grid stays within one wave when it splits.
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t blocks = 1 + static_cast<int64_t>(rng() % 400);
+    const int64_t kv = static_cast<int64_t>(rng() % 200000);
+    const bool mma = (rng() & 1) != 0;
+    const int64_t tile = mma ? 32 : 16;
+    const MlaSplit s = mla_kv_split(blocks, 132, kv, mma, tile, 1 + rng() % (1 << 24));
+    const int64_t len = kv < 1 ? 1 : kv;
+    ASSERT_GE(s.splits, 1);
+    ASSERT_LE(s.splits, kMlaMaxSplits);
+    ASSERT_GE(s.splits * s.chunk, len);
+    ASSERT_LT((s.splits - 1) * s.chunk, len);
+    if (s.splits > 1) {
+      ASSERT_EQ(s.chunk % tile, 0);
+      ASSERT_GE(s.chunk, kMlaMinChunk / 2);
+      if (mma) {
+        ASSERT_LE(blocks * s.splits, 132);
+      }
+    }
+  }
 }
 
 TEST(MlaShape, WarpHalvesSplitTheStepsAndDims) {

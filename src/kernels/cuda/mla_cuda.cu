@@ -44,12 +44,10 @@ namespace flashinfer::kernels::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kMaxHeadsPerBlock = 8;               // fallback: warps per block, one head each
-constexpr int kTile = 16;                          // fallback: cache tokens staged per step
-constexpr int kCkvPerLane = 16;                    // dim_ckv <= 32 * 16 = 512 (registers)
-constexpr int kMaxSplits = 64;                     // KV splits per row at most
-constexpr int64_t kMinChunk = 256;                 // tokens per split at least
-constexpr int64_t kMaxScratch = int64_t{1} << 28;  // bytes of split partials at most
+constexpr int kMaxHeadsPerBlock = 8;            // fallback: warps per block, one head each
+constexpr int kTile = 16;                       // fallback: cache tokens staged per step
+constexpr int kCkvPerLane = 16;                 // dim_ckv <= 32 * 16 = 512 (registers)
+constexpr int kMaxSplits = mla::kMlaMaxSplits;  // KV splits per row at most (mla_kv_split)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -1262,23 +1260,12 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   const int block_heads = mma ? mla::kMmaRows : dec ? warps * kDecHeadsPerWarp : warps;
   const int64_t groups = (p.num_heads + block_heads - 1) / block_heads;
   const int64_t blocks = int64_t{p.rows} * groups;
-  // Split the KV axis when the (row, head group) blocks would fill fewer than two waves.
-  const int64_t max_kv = std::max<int64_t>(p.max_kv_len, 1);
-  int64_t splits = 1;
-  if (blocks < 2 * int64_t{sms} && max_kv > kMinChunk) {
-    splits = std::min<int64_t>({(2 * int64_t{sms} + blocks - 1) / blocks,
-                                (max_kv + kMinChunk - 1) / kMinChunk, kMaxSplits});
-    const int64_t per_split = int64_t{p.rows} * p.num_heads * (p.dim_ckv + 2) * 4;
-    splits = std::max<int64_t>(1, std::min<int64_t>(splits, kMaxScratch / per_split));
-  }
-  // chunk <= max_kv < 2^31; with splits, a multiple of the kernel's tile (kTile == kDecTokens;
-  // the tensor-core kernel's is twice that) and no split starting at or past max_kv.
-  const int64_t tile = mma ? mla::kMmaKvTile : kTile;
-  int64_t chunk = max_kv;
-  if (splits > 1) {
-    chunk = ((max_kv + splits - 1) / splits + tile - 1) / tile * tile;
-    splits = (max_kv + chunk - 1) / chunk;  // no split left with nothing in any row
-  }
+  // chunk <= max_kv < 2^31, a multiple of the kernel's tile when split (kTile == kDecTokens for
+  // the CUDA-core kernels).
+  const mla::MlaSplit split =
+      mla::mla_kv_split(blocks, sms, p.max_kv_len, mma, mma ? mla::kMmaKvTile : kTile,
+                        int64_t{p.rows} * p.num_heads * (p.dim_ckv + 2) * 4);
+  const int64_t splits = split.splits, chunk = split.chunk;
   const dim3 grid(static_cast<unsigned>(p.rows), static_cast<unsigned>(groups),
                   static_cast<unsigned>(splits));
   const dim3 block(static_cast<unsigned>(warps * kWarp));

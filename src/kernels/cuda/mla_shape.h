@@ -70,6 +70,45 @@ FLASHINFER_HD constexpr int mla_mma_stages(std::size_t max_smem_optin, bool fp8 
                                                         : 0;
 }
 
+/// The KV split of a call's grid (every MLA kernel's; the launcher's plan). The CUDA-core kernels
+/// tile the cache in 16 tokens, this one in 32.
+constexpr int kMlaMaxSplits = 64;                     // splits a row at most (the merge's table)
+constexpr int64_t kMlaMinChunk = 256;                 // tokens a split at least
+constexpr int64_t kMlaMaxScratch = int64_t{1} << 28;  // bytes of split partials at most
+struct MlaSplit {
+  int64_t splits, chunk;  // split z takes tokens [z chunk, (z + 1) chunk) of each row
+};
+
+/// Splits the KV axis when `blocks` (row, head group) blocks would leave the `sms` SMs idle: the
+/// CUDA-core kernels (several blocks an SM) aim at two waves, rounding up; the tensor-core kernel
+/// (`one_per_sm`: one block an SM) splits only below one wave and never past it, rounding down
+/// (a split into more blocks than SMs adds waves and the merge: at batch 64 x 128 heads, 128
+/// blocks, 3 splits would write and reread 50 MB of partials). At least kMlaMinChunk tokens a
+/// split, at most kMlaMaxSplits, the partials (`bytes_per_split`) within kMlaMaxScratch; the
+/// chunk a multiple of the kernel's `tile`, and no split left that starts at or past max_kv.
+FLASHINFER_HD constexpr MlaSplit mla_kv_split(int64_t blocks, int64_t sms, int64_t max_kv,
+                                              bool one_per_sm, int64_t tile,
+                                              int64_t bytes_per_split) {
+  max_kv = max_kv < 1 ? 1 : max_kv;
+  int64_t splits = 1;
+  const bool idle = one_per_sm ? blocks < sms : blocks < 2 * sms;
+  if (idle && max_kv > kMlaMinChunk) {
+    splits = one_per_sm ? sms / blocks : (2 * sms + blocks - 1) / blocks;
+    const int64_t by_len = (max_kv + kMlaMinChunk - 1) / kMlaMinChunk;
+    splits = splits < by_len ? splits : by_len;
+    splits = splits < kMlaMaxSplits ? splits : kMlaMaxSplits;
+    const int64_t by_scratch = kMlaMaxScratch / bytes_per_split;
+    splits = splits < by_scratch ? splits : by_scratch;
+    splits = splits < 1 ? 1 : splits;
+  }
+  int64_t chunk = max_kv;
+  if (splits > 1) {
+    chunk = ((max_kv + splits - 1) / splits + tile - 1) / tile * tile;
+    splits = (max_kv + chunk - 1) / chunk;
+  }
+  return {splits, chunk};
+}
+
 /// Whether the kernel serves a call with these dtypes: a query of fp16 or bf16 (the MMA's operand
 /// type), the output of the same type, and a cache of that type or fp8 (e4m3 or e5m2, widened to
 /// it in shared memory: exact). fp8 queries and other output dtypes stay on the CUDA-core
