@@ -47,14 +47,17 @@ TEST(MlaShape, SharedMemoryAndStagesPerDevice) {
   EXPECT_TRUE(dev::permuted_layout_ok(kMmaUnits));  // 72 units: 9 whole swizzle groups
 }
 
-TEST(MlaShape, TensorCoresForSixteenBitQueriesAndSixteenBitOrFp8Caches) {
+TEST(MlaShape, TensorCoresForSixteenBitOrFp8QueriesAndCaches) {
   constexpr DType f16 = DType::kFloat16, bf16 = DType::kBFloat16, f32 = DType::kFloat32,
                   e4m3 = DType::kFloat8E4M3FN, e5m2 = DType::kFloat8E5M2;
   EXPECT_TRUE(mla_mma_dtypes(bf16, bf16, bf16));
   EXPECT_TRUE(mla_mma_dtypes(f16, f16, f16));
   EXPECT_TRUE(mla_mma_dtypes(bf16, e4m3, bf16));  // fp8 caches: widened in shared memory
   EXPECT_TRUE(mla_mma_dtypes(f16, e5m2, f16));
-  EXPECT_FALSE(mla_mma_dtypes(e4m3, e4m3, bf16));  // fp8 query (trtllm's): the CUDA-core kernel
+  EXPECT_TRUE(mla_mma_dtypes(e4m3, e4m3, bf16));  // trtllm's fp8 calls: the query widened
+  EXPECT_TRUE(mla_mma_dtypes(e4m3, e5m2, bf16));
+  EXPECT_FALSE(mla_mma_dtypes(e4m3, bf16, bf16));  // an fp8 query comes with an fp8 cache
+  EXPECT_FALSE(mla_mma_dtypes(e4m3, e4m3, f16));
   EXPECT_FALSE(mla_mma_dtypes(f16, bf16, f16));
   EXPECT_FALSE(mla_mma_dtypes(bf16, bf16, f32));
   EXPECT_FALSE(mla_mma_dtypes(bf16, e4m3, f16));

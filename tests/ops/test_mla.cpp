@@ -859,7 +859,8 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
 // (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200 in session 31: 128 heads (two head
 // groups), 80 (the second group a quarter full), 16 and 12 (idle row groups, a half-empty one),
 // long caches (split-KV and the merge), tails of a tile, an empty request, causal chunks, ckv /
-// kpe scales that differ (the two sums of q.k taken apart), and e4m3 / e5m2 caches.
+// kpe scales that differ (the two sums of q.k taken apart), e4m3 / e5m2 caches, and trtllm's fp8
+// queries.
 TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -927,6 +928,32 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
     EXPECT_TRUE(
         testing::all_close(got.lse.to(Device::cpu()), old.lse.to(Device::cpu()), {1e-4, 1e-4}));
     ++idx;
+  }
+  // trtllm's fp8 calls (e4m3 query and cache, bf16 output; MTP with q_len 2): the query widened to
+  // bf16 as the kernel reads it.
+  for (int64_t q_len : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << q_len);
+    const std::vector<int32_t> lens = {2000, 70, 1};
+    Latent l = make_latent(lens, 32, 512, 64, DType::kFloat8E4M3FN, 900 + q_len);
+    Tensor q =
+        testing::rand_tensor({3, q_len, 128, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);
+    auto call = [&](const Tensor& qq, const Tensor& kv, const Tensor& ws, const Tensor& bt,
+                    const Tensor& kl) {
+      return trtllm_batch_decode_with_kv_cache_mla(qq, kv, ws, 128, 512, 64, bt, kl, 2000, 0,
+                                                   std::nullopt, 0.05, 1.25);
+    };
+    const Tensor want = call(q, l.kv, workspace(), l.block_tables, l.kv_lens);
+    const Tensor qd = q.to(gpu), kvd = l.kv.to(gpu), ws = workspace().to(gpu);
+    const Tensor btd = l.block_tables.to(gpu), kld = l.kv_lens.to(gpu);
+    const Tensor got = call(qd, kvd, ws, btd, kld).to(Device::cpu());
+    Tensor old;
+    {
+      EnvGuard cuda_cores;
+      old = call(qd, kvd, ws, btd, kld).to(Device::cpu());
+    }
+    const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+    EXPECT_TRUE(testing::all_close(got, want, tol)) << "tensor cores against the CPU";
+    EXPECT_TRUE(testing::all_close(got, old, tol)) << "against the CUDA-core kernel";
   }
 }
 

@@ -598,12 +598,13 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // (ckv then kpe in one permuted 72-unit row) are copied with 16-byte cp.async in kStages stages;
 // the tile's byte offsets are looked up once, one token a thread, into shared memory. The split,
 // the partial states and the output rules are mla_decode_kernel's: m in log2 units, an empty row
-// 0 and LSE -inf, partials for mla_merge_kernel. T: the query's and the output's dtype (fp16 or
-// bf16), the MMA's operand type; TKV: the cache's, T or fp8 (uint8_t, e4m3 or e5m2 as p.kv_dtype
-// says). An fp8 tile is copied as stored (576 bytes a row, rows in order) and widened to T in
-// shared memory (exactly: device/fp8_widen.cuh) into the one 16-bit tile the warps read, as the
-// FA2 prefill kernel's fp8 blocks do; ckv_scale and kpe_scale are in the logits' factors and
-// ckv_scale in the output's, as the CPU reference applies them.
+// 0 and LSE -inf, partials for mla_merge_kernel. T: the output's dtype (fp16 or bf16), the MMA's
+// operand type; TQ: the query's, T or (bf16 output) fp8 (uint8_t: trtllm's e4m3 queries, widened
+// to T as they are read); TKV: the cache's, T or fp8 (uint8_t, e4m3 or e5m2 as p.kv_dtype says). An
+// fp8 tile is copied as stored (576 bytes a row, rows in order) and widened to T in shared memory
+// (exactly: device/fp8_widen.cuh) into the one 16-bit tile the warps read, as the FA2 prefill
+// kernel's fp8 blocks do; ckv_scale and kpe_scale are in the logits' factors and ckv_scale in the
+// output's, as the CPU reference applies them.
 
 // Two floats rounded to T and packed low-first (an A-operand register of P, an output pair).
 template <class T>
@@ -634,14 +635,16 @@ __device__ __forceinline__ void mma_widen_tile(uint4* dst, const uint4* src, int
   }
 }
 
-template <class T, class TKV, int kStages>
+template <class T, class TQ, class TKV, int kStages>
 __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     mla_decode_mma_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk,
                           float* part_o, float* part_ml) {
   using namespace mla;
   constexpr int kU = kMmaUnits;
-  constexpr bool kFp8 = sizeof(TKV) == 1;
-  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the query's dtype or fp8");
+  constexpr bool kFp8 = sizeof(TKV) == 1, kFp8Q = sizeof(TQ) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the MMA's type or fp8");
+  static_assert(kFp8Q ? kFp8 && std::is_same_v<T, __nv_bfloat16> : std::is_same_v<TQ, T>,
+                "an fp8 query (trtllm's e4m3) comes with an fp8 cache and a bf16 output");
   // 16-byte units of a stored row (fp8: 16 dims each) and of its ckv part.
   constexpr int kUS = kFp8 ? kU / 2 : kU, kCkvUS = kFp8 ? kMmaCkvUnits / 2 : kMmaCkvUnits;
   // The 16-bit tiles the warps read: one per stage, or one in all for fp8.
@@ -675,9 +678,11 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
 
   // Q: heads h0 .. h0 + 63 of the row, ckv dims in units 0-63, kpe in 64-71; rows past the last
-  // head are zeros (their scores are 0, never written). Thread tid copies unit tid % 64 of rows
-  // tid / 64 + 4 i, then kpe unit tid % 8 of rows tid / 8 + 32 i.
-  {
+  // head are zeros (their scores are 0, never written). 16-bit: thread tid copies unit tid % 64
+  // of rows tid / 64 + 4 i, then kpe unit tid % 8 of rows tid / 8 + 32 i (cp.async, in the first
+  // group). fp8 (TQ = uint8_t): 16-byte loads of 16 values, widened into the tile's two units
+  // (visible after the prologue's first barrier).
+  if constexpr (!kFp8Q) {
     const T* qn = static_cast<const T*>(p.q_nope) + row * p.qn_stride_n;
     const T* qp = static_cast<const T*>(p.q_pe) + row * p.qp_stride_n;
     const int col = tid % kMmaCkvUnits;
@@ -694,6 +699,28 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       const bool ok = r < heads;
       const T* src = ok ? qp + (h0 + r) * p.qp_stride_h + kc * 8 : qp;
       dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, kMmaCkvUnits + kc, kU), src, ok);
+    }
+  } else {
+    const auto* qn = static_cast<const uint8_t*>(p.q_nope) + row * p.qn_stride_n;
+    const auto* qp = static_cast<const uint8_t*>(p.q_pe) + row * p.qp_stride_n;
+    constexpr int kU8 = kU / 2, kCkv8 = kMmaCkvUnits / 2;  // 36 units a row, 32 of them ckv
+    const bool e5m2 = p.q_dtype == DType::kFloat8E5M2;
+#pragma unroll 1
+    for (int i = tid; i < kMmaRows * kU8; i += kMmaThreads) {
+      const int r = i / kU8, c = i % kU8;
+      if (r < heads) {
+        const uint8_t* src = c < kCkv8 ? qn + (h0 + r) * p.qn_stride_h + c * 16
+                                       : qp + (h0 + r) * p.qp_stride_h + (c - kCkv8) * 16;
+        const uint4 x = *reinterpret_cast<const uint4*>(src);
+        if (e5m2) {
+          dev::fp8_unit_widen_store<T, __NV_E5M2>(q_s, x, r, c, kU);
+        } else {
+          dev::fp8_unit_widen_store<T, __NV_E4M3>(q_s, x, r, c, kU);
+        }
+      } else {
+        q_s[dev::permuted_offset(r, 2 * c, kU)] = make_uint4(0, 0, 0, 0);
+        q_s[dev::permuted_offset(r, 2 * c + 1, kU)] = make_uint4(0, 0, 0, 0);
+      }
     }
   }
 
@@ -1283,22 +1310,24 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (mma) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = mla::mla_mma_smem_bytes(stages, fp8_cache);
-    const auto launch = [&]<class T, class TKV>() {
-      err = stages == 3 ? try_launch_kernel(mla_decode_mma_kernel<T, TKV, 3>, grid, block, smem, s,
-                                            enable_pdl, p, page_size, static_cast<int32_t>(chunk),
-                                            part_o, part_ml)
-                        : try_launch_kernel(mla_decode_mma_kernel<T, TKV, 2>, grid, block, smem, s,
-                                            enable_pdl, p, page_size, static_cast<int32_t>(chunk),
-                                            part_o, part_ml);
+    const auto launch = [&]<class T, class TQ, class TKV>() {
+      const auto kernel =
+          stages == 3 ? mla_decode_mma_kernel<T, TQ, TKV, 3> : mla_decode_mma_kernel<T, TQ, TKV, 2>;
+      err = try_launch_kernel(kernel, grid, block, smem, s, enable_pdl, p, page_size,
+                              static_cast<int32_t>(chunk), part_o, part_ml);
     };
-    dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.q_dtype, "mla_attention", "q_nope",
-                                                      [&]<class T>() {
-                                                        if (fp8_cache) {
-                                                          launch.template operator()<T, uint8_t>();
-                                                        } else {
-                                                          launch.template operator()<T, T>();
-                                                        }
-                                                      });
+    if (p.q_dtype == DType::kFloat8E4M3FN || p.q_dtype == DType::kFloat8E5M2) {
+      launch.template operator()<__nv_bfloat16, uint8_t, uint8_t>();  // mla_mma_dtypes
+    } else {
+      dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+          p.q_dtype, "mla_attention", "q_nope", [&]<class T>() {
+            if (fp8_cache) {
+              launch.template operator()<T, T, uint8_t>();
+            } else {
+              launch.template operator()<T, T, T>();
+            }
+          });
+    }
   } else if (dec) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = dec_smem_bytes(dtype_size(p.kv_dtype));

@@ -111,11 +111,13 @@ FLASHINFER_HD constexpr MlaSplit mla_kv_split(int64_t blocks, int64_t sms, int64
 
 /// Whether the kernel serves a call with these dtypes: a query of fp16 or bf16 (the MMA's operand
 /// type), the output of the same type, and a cache of that type or fp8 (e4m3 or e5m2, widened to
-/// it in shared memory: exact). fp8 queries and other output dtypes stay on the CUDA-core
-/// kernels. Host-side.
+/// it in shared memory: exact); or an fp8 query with an fp8 cache and a bf16 output (trtllm's and
+/// xqa's fp8 calls: the query widened to bf16 as it is read, exactly). fp32 queries or outputs
+/// stay on the CUDA-core kernels. Host-side.
 constexpr bool mla_mma_dtypes(DType q, DType kv, DType o) {
-  return (q == DType::kFloat16 || q == DType::kBFloat16) && o == q &&
-         (kv == q || kv == DType::kFloat8E4M3FN || kv == DType::kFloat8E5M2);
+  const auto fp8 = [](DType d) { return d == DType::kFloat8E4M3FN || d == DType::kFloat8E5M2; };
+  if (fp8(q)) return fp8(kv) && o == DType::kBFloat16;
+  return (q == DType::kFloat16 || q == DType::kBFloat16) && o == q && (kv == q || fp8(kv));
 }
 
 }  // namespace flashinfer::kernels::cuda::mla
