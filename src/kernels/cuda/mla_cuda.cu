@@ -864,13 +864,16 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
         for (int kk = kMmaKStepsNope; kk < kMmaKSteps; ++kk) qk_step(kk, sp);
       }
       // This half's part of the logits (log2 units), handed to the other warp and added to its
-      // part: mine + other on one side, other + mine on the other, the same sum.
+      // part: mine + other on one side, other + mine on the other, the same sum. The _rn
+      // intrinsics keep each step rounded on its own: a compiler that contracted the multiply
+      // with the later add into one FMA would round the two warps' sums differently.
       float s[kMmaKvTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kMmaKvTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[n][e] = wd == 0 ? c_n * sn[n][e] : fmaf(c_p, sp[n][e], c_n * sn[n][e]);
+          const float un = __fmul_rn(c_n, sn[n][e]);
+          s[n][e] = wd == 0 ? un : __fmaf_rn(c_p, sp[n][e], un);
           x_mine[(n * 4 + e) * kWarp] = s[n][e];
         }
       }
@@ -881,7 +884,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       for (int n = 0; n < kMmaKvTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[n][e] += x_other[(n * 4 + e) * kWarp];
+          s[n][e] = __fadd_rn(s[n][e], x_other[(n * 4 + e) * kWarp]);
           // A token past the end weighs exactly 0 (its row is zero-filled, 0 * 0 adds nothing).
           if (tail && t0 + n * 8 + tid4 * 2 + (e & 1) >= stop) s[n][e] = -INFINITY;
         }
@@ -1086,13 +1089,14 @@ bool decode_kernel_takes(const MlaAttentionParams& p) {
          stride16(p.o_stride_h, os, heads);
 }
 
-// Whether mla_decode_mma_kernel takes `p` on a device with `stages` (mla_mma_stages) to give it:
+// Whether mla_decode_mma_kernel takes `p` on a device of compute capability `cc_major`.x (8 or
+// more: ldmatrix, mma.sync and cp.async) with `stages` (mla_mma_stages) to give it:
 // decode_kernel_takes' shape and alignment, with an fp16 or bf16 query and output of one type and
 // a cache of that type or fp8 (mla_mma_dtypes; fp8 queries and other output dtypes stay on the
 // CUDA cores). FLASHINFER_MLA_TENSOR_CORES=0 sends every call to the CUDA-core kernels (to time or
 // check one against the other on a GPU; read at each call).
-bool mma_kernel_takes(const MlaAttentionParams& p, int stages) {
-  if (stages == 0 || !decode_kernel_takes(p)) return false;
+bool mma_kernel_takes(const MlaAttentionParams& p, int stages, int cc_major) {
+  if (cc_major < 8 || stages == 0 || !decode_kernel_takes(p)) return false;
   if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
   const char* e = std::getenv("FLASHINFER_MLA_TENSOR_CORES");
   return e == nullptr || std::string(e) != "0";
@@ -1269,15 +1273,17 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  int dev = 0, sms = 1, smem_optin = 0;
+  int dev = 0, sms = 1, smem_optin = 0, cc_major = 0;
   check("cudaGetDevice", cudaGetDevice(&dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  check("cudaDeviceGetAttribute",
+        cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
   const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3FN || p.kv_dtype == DType::kFloat8E5M2;
   const int stages = mla::mla_mma_stages(static_cast<std::size_t>(smem_optin), fp8_cache);
-  const bool mma = mma_kernel_takes(p, stages);
+  const bool mma = mma_kernel_takes(p, stages, cc_major);
   const bool dec = !mma && decode_kernel_takes(p);
   // Warps per block, and heads per block (a head group).
   const int warps =
