@@ -182,14 +182,19 @@ def bench(log, bench_csv, out_csv, phase_md, device):
     if os.path.exists(bench_csv):
         with open(bench_csv, newline="") as f:
             out = list(csv.DictReader(f))
-    # gpu-check writes each CSV row's call number to a side file (one per line, in row order).
-    ids = []
+    # gpu-check writes each CSV row's call number to a side file (one per line, in row order),
+    # followed by the row's environment where it set one (VAR=VALUE: shown after the routine).
+    ids, envs = [], []
     side = bench_csv + ".rows"
     if os.path.exists(side):
-        ids = [int(x.split()[0]) for x in open(side) if x.strip()]
+        for x in open(side):
+            if x.strip():
+                ids.append(int(x.split()[0]))
+                envs.append(" ".join(x.split()[1:]))
     table = []
     for i, r in enumerate(out):
         row_id = ids[i] if i < len(ids) else -1
+        env = envs[i] if i < len(envs) else ""
         be = r.get("backend", "")
         bw = frac.get((row_id, be))
         kind = "fp8" if "fp8" in r.get("routine", "") else "bf16"
@@ -197,7 +202,8 @@ def bench(log, bench_csv, out_csv, phase_md, device):
         flop_frac = ""
         if r["routine"] in ("mm_bf16", "bmm_bf16", "bmm_fp8", "mm_fp4") and be == "cuda" and peaks.get(kind):
             flop_frac = "%.3f" % (tf / peaks[kind])
-        table.append([r["routine"], be, r.get("median_time", ""), r.get("tflops", ""),
+        table.append([r["routine"] + (" [%s]" % env if env else ""), be, r.get("median_time", ""),
+                      r.get("tflops", ""),
                       r.get("tb_per_sec", ""), "" if bw is None else "%.3f" % bw, flop_frac,
                       r.get("refcheck", ""), r.get("repro_command", "")])
     with open(out_csv, "w", newline="") as f:
