@@ -591,9 +591,9 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // ---- tensor-core decode kernel (mla_shape.h) -----------------------------------------------
 //
 // Grid (rows, head groups of kMmaRows, splits), kMmaThreads threads: a block takes one query row
-// and up to 64 of its heads as the rows of the MMA tiles. Warp w = wd * 4 + wq holds heads
+// and up to 64 of its heads as the rows of the MMA tiles. Warp w = 2 wq + wd holds heads
 // 16 wq .. 16 wq + 15 of the block and output dims 256 wd .. 256 wd + 255; the two warps of a
-// row group (w and w ^ 4) compute q.k over their halves of the 576 dims and add them through
+// row group (w and w ^ 1) compute q.k over their halves of the 576 dims and add them through
 // shared memory (mla_shape.h says why both then hold the same logits). K/V tiles of 32 tokens
 // (ckv then kpe in one permuted 72-unit row) are copied with 16-byte cp.async in kStages stages;
 // the tile's byte offsets are looked up once, one token a thread, into shared memory. The split,
@@ -664,7 +664,10 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   int64_t* k_off = c_off + kMmaKvTile;  // byte offsets of the tile's ckv / kpe rows
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int wq = warp % kMmaWarpsQ, wd = warp / kMmaWarpsQ;
+  // A row group's warps are consecutive, hence on two of the SM's four schedulers (warp % 4): a
+  // call of 16 or 32 heads (one or two row groups busy) keeps two or four of them issuing, where
+  // w % 4 = wq put both warps of a group on one.
+  const int wq = warp / kMmaWarpsD, wd = warp % kMmaWarpsD;
   const int gid = lane >> 2, tid4 = lane & 3;
   const int64_t row = blockIdx.x;
   const int h0 = static_cast<int>(blockIdx.y) * kMmaRows;
@@ -799,7 +802,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float c_n = p.sm_scale * p.ckv_scale * kLog2e, c_p = p.sm_scale * p.kpe_scale * kLog2e;
   float* x_mine = x_s + warp * kMmaScoreFloats * kWarp + lane;
-  const float* x_other = x_s + (warp ^ kMmaWarpsQ) * kMmaScoreFloats * kWarp + lane;
+  const float* x_other = x_s + (warp ^ 1) * kMmaScoreFloats * kWarp + lane;
 
 #pragma unroll 1
   for (int tile = 0; tile < n_tiles; ++tile) {

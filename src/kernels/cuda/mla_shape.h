@@ -38,7 +38,8 @@ constexpr int kMmaKStepsWarp = kMmaKSteps / kMmaWarpsD;  // a warp's share: 18
 constexpr int kMmaVoDims = kMmaCkv / kMmaWarpsD;         // output dims of a warp: 256
 constexpr int kMmaScoreFloats = kMmaKvTile / 8 * 4;      // a thread's S fragment floats: 16
 static_assert(kMmaKSteps % kMmaWarpsD == 0, "the warps of a row group split q.k evenly");
-static_assert(kMmaWarpsD == 2, "a row group's two warps exchange halves (warp ^ kMmaWarpsQ)");
+static_assert(kMmaWarpsD == 2,
+              "a row group's two warps (2 wq, 2 wq + 1) exchange halves (warp ^ 1)");
 
 /// The first of the k-steps (16 dims each) of q.k that warp half `wd` (0 or 1) takes: 0 and 18.
 /// Half 1's share holds the whole kpe part (steps 32-35), which it accumulates apart: the ckv and
