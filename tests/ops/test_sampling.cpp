@@ -1245,11 +1245,29 @@ TEST(SamplingCuda, LongRowsWithExactSumsMatchCpuExactly) {
   const Device gpu = Device::cuda(0);
   const int64_t B = 6;
   auto same = [](const Tensor& a, const Tensor& b) { return ints(a) == ints(b); };
+  // A vocab of 128257 ends in a partial vector; `offset` rows start one element into rows one
+  // wider (a zero in front): unaligned, so the strided kernels take them.
+  struct Shape {
+    int64_t V;
+    bool offset;
+  };
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
-    for (int64_t V : {32000, 128256, 151936}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " vocab " + std::to_string(V));
-      const Tensor p = dyadic_probs(B, V, static_cast<uint64_t>(V) + 7, dt);
-      const Tensor pg = p.to(gpu);
+    for (Shape sh : {Shape{32000, false}, Shape{128256, false}, Shape{128257, false},
+                     Shape{151936, false}, Shape{32000, true}, Shape{128257, true}}) {
+      const int64_t V = sh.V;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " vocab " + std::to_string(V) +
+                   (sh.offset ? " offset by one" : ""));
+      Tensor p = dyadic_probs(B, V, static_cast<uint64_t>(V) + 7, dt);
+      if (sh.offset) {
+        const std::vector<double> v = p.to_double_vector();
+        std::vector<double> wide;
+        for (int64_t b = 0; b < B; ++b) {
+          wide.push_back(0.0);
+          wide.insert(wide.end(), v.begin() + b * V, v.begin() + (b + 1) * V);
+        }
+        p = Tensor::from_vector(wide, {B, V + 1}, dt).slice(1, 1, V + 1);
+      }
+      const Tensor pg = testing::to_keep_layout(p, gpu);
       for (int64_t seed : {3, 1234567}) {
         const int64_t off = 40;
         EXPECT_TRUE(same(sampling_from_probs(pg, std::nullopt, true, false, seed, off).samples,

@@ -52,7 +52,8 @@ struct Instance {
   using TileShape =
       cute::Shape<cute::_128, cute::_128, cute::Int<128 / static_cast<int>(sizeof(Elem))>>;
   // D = round_bf16(alpha * acc): no source operand (C is void), one rounding, as the other
-  // kernels; alpha from the device when given (every group reads alpha[0]).
+  // kernels; alpha from the device when given (every group reads alpha[0], or its own with one
+  // alpha per weight: the prep kernel's per-group pointer array).
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, Bf16,

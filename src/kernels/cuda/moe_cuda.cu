@@ -1364,8 +1364,9 @@ void launch_moe_fp8(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pd
 // unquantized route's permutation passes and gather (e4m3 rows), GEMM1 on the tensor-core grouped
 // GEMM (e4m3 widened exactly to fp16, fp32 accumulation, alpha fc1_dequant[e] on the fp32 sum,
 // one rounding to O: the CPU's round_O(acc * alpha)), the bias + activation + e4m3 cast, GEMM2
-// likewise with fc2_dequant[e], the finalize through the permutation. Only the order of each
-// GEMM's fp32 sum differs from the GEMV route.
+// likewise with fc2_dequant[e], the finalize through the permutation. Each GEMM's sum differs from
+// the GEMV route's in order, and on CUTLASS's FP8 wgmma also in its narrower accumulation inside a
+// 128-deep k tile (docs/MOE.md): below a bf16 ulp.
 template <class O>
 void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
   const char* op = "cutlass_fused_moe";

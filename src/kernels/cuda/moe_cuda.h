@@ -22,12 +22,14 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 /// cutlass_fused_moe's FP8 paths (FP8 per tensor, DeepSeek FP8 block scale; p.base.ws_* are
 /// ignored): the GEMV route, one block per (token, k) pair, the CPU reference's rounding points
 /// and its per-element arithmetic (kernels/moe_cutlass_fp8_rules.h), the intermediates in the
-/// stream's scratch (moe::moe_fp8_gemv_scratch; nothing allocated once it is large enough). The
-/// block-scale path runs on sm90 only, as upstream (kUnsupported naming
-/// use_deepseek_fp8_block_scale elsewhere). Counted as GEMV runs in cutlass_moe_cuda_stats.
+/// stream's scratch (moe::moe_fp8_gemv_scratch; nothing allocated once it is large enough); FP8
+/// per tensor takes the grouped route instead where moe::moe_use_grouped says (prefill-sized
+/// batches). The block-scale path runs on sm90 only, as upstream (kUnsupported naming
+/// use_deepseek_fp8_block_scale elsewhere). Counted in cutlass_moe_cuda_stats by the route taken.
 void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl);
 
-/// Tests: 0 lets cutlass_moe and trtllm_bf16_moe pick their route, 1 forces the GEMV kernels, 2
+/// Tests: 0 lets cutlass_moe, cutlass_moe_fp8 and trtllm_bf16_moe pick their route, 1 forces the
+/// GEMV kernels, 2
 /// the grouped route where eligible (moe::moe_use_grouped's `force`). Process-wide. The stats
 /// count both ops' routes and the scratch they share.
 void set_cutlass_moe_route(int force);

@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // every row (prefill_scale_folds) c max(s) rounds to the maximum of the rounded c s, so m and the
   // rescale factors are the same numbers; each exponent's argument is rounded once instead of
   // twice, so P, the sums and the LSE move in their last bits. Where c s overflows (|q.k| >
-  // FLT_MAX / c) m is +inf and every P of the row 0 (o 0, LSE -inf) where scaling first gave NaN.
+  // FLT_MAX / c) m is +inf and every P of the row 0; the epilogue writes NaN there, as scaling
+  // first gave.
   constexpr bool kFoldScale = !kSoftCap && !kAlibi;
   static_assert(!kAlibi || kVariant == kPrefillAlibi, "ALiBi is built alone");
   static_assert(DQK % 64 == 0 && DVO % 64 == 0, "rows must be whole 128-byte swizzle groups");
@@ -700,7 +701,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
       float lr = l[mq][r];
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      const bool nan_any = isnan(lr);
+      // m = +inf: a folded logit c q.k overflowed (finite q.k past FLT_MAX / c), so every P of the
+      // row is 0. Scaling first made that logit +inf and its softmax NaN (the CPU reference's,
+      // the other blocks'): NaN here too, so that a split's partial is not dropped as empty.
+      const bool nan_any = isnan(lr) || m[mq][r] == INFINITY;
       const int32_t pr = warp_row0 + mq * 16 + gid + 8 * r;
       if (pr >= rows) continue;
       // The row's query from its position (pos_of = pos_shift + query for a real row), not a

@@ -141,6 +141,10 @@ std::optional<StreamScratch> StreamScratchPool::acquire_impl(const char* op, int
       err = cudaMalloc(&fresh, grown);
     }
     if (prev != device) (void)cudaSetDevice(prev);
+    if (err == cudaErrorMemoryAllocation && decline_under_capture) {
+      (void)cudaGetLastError();  // the caller has a path without scratch: it takes that one
+      return std::nullopt;
+    }
     if (err != cudaSuccess) {
       FLASHINFER_FAIL(ErrorCode::kCuda, op, arg_, "cudaMalloc of ", grown, " bytes of ", what_,
                       " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));

@@ -26,6 +26,10 @@
 //   for the same reason, so a process that creates streams without bound should reuse them.
 //   Static destructors never free device memory either: they may run after the CUDA context is
 //   gone.
+// - Graphs captured on one stream hold the same scratch addresses, as graphs that share an
+//   upstream wrapper's workspace buffer do: they must replay one at a time (not concurrently on
+//   several streams, nor beside direct calls on the capture stream). docs/ARCHITECTURE.md says
+//   so to callers.
 #pragma once
 
 #include <cstddef>
@@ -115,7 +119,9 @@ class StreamScratchPool {
 
   /// As acquire, but while the stream is being captured a need its buffer does not cover (or a
   /// stream no call ran on before) gives nullopt, allocating nothing, instead of acquire's
-  /// kUnsupported error: for a caller with a path that needs no scratch, which it then takes.
+  /// kUnsupported error, and so does a growth the device has no memory for (after the tensor
+  /// cache gave its blocks back): for a caller with a path that needs no scratch, which it then
+  /// takes.
   std::optional<StreamScratch> try_acquire(const char* op, int device, void* stream,
                                            std::size_t bytes);
 
