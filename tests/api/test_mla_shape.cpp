@@ -106,6 +106,18 @@ TEST(MlaShape, KvSplitsFillTheGpuOnce) {
   }
 }
 
+TEST(MlaShape, RowsPackedForThirtyTwoHeadsOrFewer) {
+  EXPECT_EQ(mla_mma_pack(128), 1);
+  EXPECT_EQ(mla_mma_pack(64), 1);
+  EXPECT_EQ(mla_mma_pack(33), 1);
+  EXPECT_EQ(mla_mma_pack(32), 2);
+  EXPECT_EQ(mla_mma_pack(16), 4);  // DeepSeek at TP 8: MTP's 4 rows share a block
+  EXPECT_EQ(mla_mma_pack(12), 5);  // 60 of the 64 rows
+  EXPECT_EQ(mla_mma_pack(1), 64);
+  EXPECT_EQ(mla_mma_pack(0), 1);
+  for (int h = 1; h <= 200; ++h) EXPECT_LE(mla_mma_pack(h) * (h < kMmaRows ? h : kMmaRows), 64);
+}
+
 TEST(MlaShape, WarpHalvesSplitTheStepsAndDims) {
   EXPECT_EQ(mla_mma_qk_step_begin(0), 0);
   EXPECT_EQ(mla_mma_qk_step_begin(1), 18);

@@ -859,8 +859,8 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
 // (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200 in session 31: 128 heads (two head
 // groups), 80 (the second group a quarter full), 16 and 12 (idle row groups, a half-empty one),
 // long caches (split-KV and the merge), tails of a tile, an empty request, causal chunks, ckv /
-// kpe scales that differ (the two sums of q.k taken apart), e4m3 / e5m2 caches, and trtllm's fp8
-// queries.
+// kpe scales that differ (the two sums of q.k taken apart), query rows packed into a block (32
+// heads or fewer), e4m3 / e5m2 caches, and trtllm's fp8 queries.
 TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -878,6 +878,11 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
       {DType::kBFloat16, 80, 32, false, {1, 1, 1}, {700, 0, 95}, 0.75, 1.5},
       {DType::kBFloat16, 16, 1, false, {1, 2}, {5000, 3000}, 1.0, 1.0},
       {DType::kFloat16, 12, 8, true, {3, 1}, {31, 2047}, 1.25, 0.5},
+      // 32 heads or fewer: query rows of a request packed into a block (mla_mma_pack): causal
+      // chunks (4 rows of 16 heads, 2 of 32, 64 of one head), each row its own end.
+      {DType::kBFloat16, 16, 16, true, {37, 1}, {100, 20}, 1.0, 1.0},
+      {DType::kFloat16, 32, 8, true, {3, 3}, {700, 3}, 1.0, 1.0},
+      {DType::kBFloat16, 1, 4, true, {70}, {300}, 0.5, 2.0},
       // fp8 caches, widened to the query's type in shared memory.
       {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN},
       {DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2},
@@ -929,14 +934,18 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
         testing::all_close(got.lse.to(Device::cpu()), old.lse.to(Device::cpu()), {1e-4, 1e-4}));
     ++idx;
   }
-  // trtllm's fp8 calls (e4m3 query and cache, bf16 output; MTP with q_len 2): the query widened to
-  // bf16 as the kernel reads it.
-  for (int64_t q_len : {1, 2}) {
-    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << q_len);
+  // trtllm's fp8 calls (e4m3 query and cache, bf16 output; MTP with q_len 2, and 4 with 16 heads:
+  // one block for the 4 draft rows): the query widened to bf16 as the kernel reads it.
+  struct Fp8Case {
+    int64_t q_len, heads;
+  };
+  for (Fp8Case fc : {Fp8Case{1, 128}, Fp8Case{2, 128}, Fp8Case{4, 16}}) {
+    const int64_t q_len = fc.q_len, heads = fc.heads;
+    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << q_len << ", " << heads << " heads");
     const std::vector<int32_t> lens = {2000, 70, 1};
     Latent l = make_latent(lens, 32, 512, 64, DType::kFloat8E4M3FN, 900 + q_len);
     Tensor q =
-        testing::rand_tensor({3, q_len, 128, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);
+        testing::rand_tensor({3, q_len, heads, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);
     auto call = [&](const Tensor& qq, const Tensor& kv, const Tensor& ws, const Tensor& bt,
                     const Tensor& kl) {
       return trtllm_batch_decode_with_kv_cache_mla(qq, kv, ws, 128, 512, 64, bt, kl, 2000, 0,

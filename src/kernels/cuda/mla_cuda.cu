@@ -591,7 +591,9 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // ---- tensor-core decode kernel (mla_shape.h) -----------------------------------------------
 //
 // Grid (rows, head groups of kMmaRows, splits), kMmaThreads threads: a block takes one query row
-// and up to 64 of its heads as the rows of the MMA tiles. Warp w = 2 wq + wd holds heads
+// and up to 64 of its heads as the rows of the MMA tiles, or, for calls of 32 heads or fewer, the
+// heads of up to 64 / heads consecutive query rows of a request (mla_mma_pack; the block of the
+// pack's first row runs, the others return at once). Warp w = 2 wq + wd holds heads
 // 16 wq .. 16 wq + 15 of the block and output dims 256 wd .. 256 wd + 255; the two warps of a
 // row group (w and w ^ 1) compute q.k over their halves of the 576 dims and add them through
 // shared memory (mla_shape.h says why both then hold the same logits). K/V tiles of 32 tokens
@@ -665,55 +667,85 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   // A row group's warps are consecutive, hence on two of the SM's four schedulers (warp % 4): a
-  // call of 16 or 32 heads (one or two row groups busy) keeps two or four of them issuing, where
-  // w % 4 = wq put both warps of a group on one.
+  // block with 16 or 32 MMA rows in use (one or two row groups busy) keeps two or four of them
+  // issuing, where w % 4 = wq put both warps of a group on one.
   const int wq = warp / kMmaWarpsD, wd = warp % kMmaWarpsD;
   const int gid = lane >> 2, tid4 = lane & 3;
+  const int H = p.num_heads;
+  // Calls of 32 heads or fewer pack `pack` consecutive query rows of a request into the block's
+  // 64 MMA rows (mla_mma_pack: MTP and causal chunks share the cache tiles), the block of a pack's
+  // first row taking them; otherwise a block is one query row and 64 of its heads (blockIdx.y).
+  const int pack = mla_mma_pack(H);
   const int64_t row = blockIdx.x;
-  const int h0 = static_cast<int>(blockIdx.y) * kMmaRows;
-  const int heads = min(kMmaRows, p.num_heads - h0);  // >= 1
-  // A row group past the last head still copies and meets every block barrier.
-  const bool group_on = wq * 16 < heads;
-
   pdl_wait();
-  const SplitSpan span = split_span(p, row, chunk);
-  const int32_t begin = span.begin, stop = span.stop;
-  const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
+  int rows_here = 1;  // query rows of this block
+  if (pack > 1) {
+    const int32_t b = p.row_req[row];
+    const int64_t i = row - p.qo_indptr[b];
+    if (i % pack != 0) return;  // block-uniform, before any barrier: the pack's first row has it
+    rows_here = static_cast<int>(min(static_cast<int64_t>(pack), p.qo_indptr[b + 1] - row));
+  }
+  const int h0 = pack > 1 ? 0 : static_cast<int>(blockIdx.y) * kMmaRows;
+  const int n_valid = pack > 1 ? rows_here * H : min(kMmaRows, H - h0);  // MMA rows in use, >= 1
+  // MMA row m: query row row + m / H and head m % H when packed, else row and head h0 + m.
+  const auto qrow_of = [&](int m) -> int64_t { return pack > 1 ? row + m / H : row; };
+  const auto head_of = [&](int m) { return pack > 1 ? m % H : h0 + m; };
+  // A row group past the last MMA row in use still copies and meets every block barrier.
+  const bool group_on = wq * 16 < n_valid;
 
-  // Q: heads h0 .. h0 + 63 of the row, ckv dims in units 0-63, kpe in 64-71; rows past the last
-  // head are zeros (their scores are 0, never written). 16-bit: thread tid copies unit tid % 64
-  // of rows tid / 64 + 4 i, then kpe unit tid % 8 of rows tid / 8 + 32 i (cp.async, in the first
-  // group). fp8 (TQ = uint8_t): 16-byte loads of 16 values, widened into the tile's two units
-  // (visible after the prologue's first barrier).
+  // The tokens the split gives the block's rows: [begin, stop_r) for row r, stop growing with
+  // the row (a causal request's later queries see more; else all the same). The tiles run to the
+  // last row's stop; tiles past the first row's stop test each score against its row's.
+  const SplitSpan first = split_span(p, row, chunk);
+  const int32_t begin = first.begin, stop_first = first.stop;
+  const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;
+  const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
+  int32_t row_stop[2];  // this thread's two rows (gid and gid + 8 of its warp's 16)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int m = wq * 16 + gid + 8 * r;
+    row_stop[r] = pack > 1 && m < n_valid ? split_span(p, qrow_of(m), chunk).stop : stop_first;
+  }
+
+  // Q: MMA row m is head head_of(m) of query row qrow_of(m), ckv dims in units 0-63, kpe in
+  // 64-71; rows past the last in use are zeros (their scores are 0, never written). 16-bit: thread
+  // tid copies unit tid % 64 of rows tid / 64 + 4 i, then kpe unit tid % 8 of rows tid / 8 + 32 i
+  // (cp.async, in the first group). fp8 (TQ = uint8_t): 16-byte loads of 16 values, widened into
+  // the tile's two units (visible after the prologue's first barrier).
   if constexpr (!kFp8Q) {
-    const T* qn = static_cast<const T*>(p.q_nope) + row * p.qn_stride_n;
-    const T* qp = static_cast<const T*>(p.q_pe) + row * p.qp_stride_n;
+    const T* qn = static_cast<const T*>(p.q_nope);
+    const T* qp = static_cast<const T*>(p.q_pe);
     const int col = tid % kMmaCkvUnits;
 #pragma unroll
     for (int r = tid / kMmaCkvUnits; r < kMmaRows; r += kMmaThreads / kMmaCkvUnits) {
-      const bool ok = r < heads;
-      const T* src = ok ? qn + (h0 + r) * p.qn_stride_h + col * 8 : qn;
+      const bool ok = r < n_valid;
+      const T* src =
+          ok ? qn + qrow_of(r) * p.qn_stride_n + head_of(r) * p.qn_stride_h + col * 8 : qn;
       dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, col, kU), src, ok);
     }
     constexpr int kKpeUnits = kU - kMmaCkvUnits;
     const int kc = tid % kKpeUnits;
 #pragma unroll
     for (int r = tid / kKpeUnits; r < kMmaRows; r += kMmaThreads / kKpeUnits) {
-      const bool ok = r < heads;
-      const T* src = ok ? qp + (h0 + r) * p.qp_stride_h + kc * 8 : qp;
+      const bool ok = r < n_valid;
+      const T* src =
+          ok ? qp + qrow_of(r) * p.qp_stride_n + head_of(r) * p.qp_stride_h + kc * 8 : qp;
       dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, kMmaCkvUnits + kc, kU), src, ok);
     }
   } else {
-    const auto* qn = static_cast<const uint8_t*>(p.q_nope) + row * p.qn_stride_n;
-    const auto* qp = static_cast<const uint8_t*>(p.q_pe) + row * p.qp_stride_n;
+    const auto* qn = static_cast<const uint8_t*>(p.q_nope);
+    const auto* qp = static_cast<const uint8_t*>(p.q_pe);
     constexpr int kU8 = kU / 2, kCkv8 = kMmaCkvUnits / 2;  // 36 units a row, 32 of them ckv
     const bool e5m2 = p.q_dtype == DType::kFloat8E5M2;
 #pragma unroll 1
     for (int i = tid; i < kMmaRows * kU8; i += kMmaThreads) {
       const int r = i / kU8, c = i % kU8;
-      if (r < heads) {
-        const uint8_t* src = c < kCkv8 ? qn + (h0 + r) * p.qn_stride_h + c * 16
-                                       : qp + (h0 + r) * p.qp_stride_h + (c - kCkv8) * 16;
+      if (r < n_valid) {
+        const int64_t qr = qrow_of(r);
+        const int h = head_of(r);
+        const uint8_t* src = c < kCkv8
+                                 ? qn + qr * p.qn_stride_n + h * p.qn_stride_h + c * 16
+                                 : qp + qr * p.qp_stride_n + h * p.qp_stride_h + (c - kCkv8) * 16;
         const uint4 x = *reinterpret_cast<const uint4*>(src);
         if (e5m2) {
           dev::fp8_unit_widen_store<T, __NV_E5M2>(q_s, x, r, c, kU);
@@ -727,7 +759,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     }
   }
 
-  const int32_t* pages = p.kv_indices + p.kv_indptr[span.b];
+  const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
   // Byte offsets of tile `tile`'s tokens (0 at or past `stop`: their copies read nothing). A
   // barrier separates it from the copies that read the cache before and after.
   auto fill = [&](int tile) {
@@ -882,14 +914,15 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       }
       row_group_barrier(wq);
       const int32_t t0 = begin + tile * kMmaKvTile;
-      const bool tail = t0 + kMmaKvTile > stop;  // block-uniform
+      const bool tail = t0 + kMmaKvTile > stop_first;  // block-uniform
 #pragma unroll
       for (int n = 0; n < kMmaKvTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           s[n][e] = __fadd_rn(s[n][e], x_other[(n * 4 + e) * kWarp]);
-          // A token past the end weighs exactly 0 (its row is zero-filled, 0 * 0 adds nothing).
-          if (tail && t0 + n * 8 + tid4 * 2 + (e & 1) >= stop) s[n][e] = -INFINITY;
+          // A token past its row's end weighs exactly 0 (past the block's last stop the tile's
+          // row is zero-filled, so 0 * 0 adds nothing).
+          if (tail && t0 + n * 8 + tid4 * 2 + (e & 1) >= row_stop[e >> 1]) s[n][e] = -INFINITY;
         }
       }
       // Online softmax, base 2, as the FA2 prefill kernel's (rescale only when a row's maximum
@@ -959,15 +992,16 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     float lr = l[r];
     lr += __shfl_xor_sync(0xffffffffu, lr, 1);
     lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int hr = wq * 16 + gid + 8 * r;  // the row's head within the block
-    if (hr >= heads) continue;
-    const int h = h0 + hr;
+    const int mr = wq * 16 + gid + 8 * r;  // the MMA row
+    if (mr >= n_valid) continue;
+    const int64_t qr = qrow_of(mr);
+    const int h = head_of(mr);
     const int dim0 = mla_mma_vo_dim_begin(wd) + tid4 * 2;
     if (part_o == nullptr) {
       // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
       const bool empty = lr == 0.0f;
       const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / lr;
-      T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + dim0;
+      T* dst = static_cast<T*>(p.o) + qr * p.o_stride_n + h * p.o_stride_h + dim0;
 #pragma unroll
       for (int n = 0; n < kMmaVoDims / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dst + n * 8) =
@@ -976,10 +1010,10 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       if (p.lse != nullptr && wd == 0 && tid4 == 0) {
         float v = empty ? -INFINITY : m[r] + log2f(lr);
         if (p.lse_base_e) v *= kLn2;
-        p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
+        p.lse[qr * p.lse_stride_n + h * p.lse_stride_h] = v;
       }
     } else {
-      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + row) * p.num_heads + h;
+      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + qr) * p.num_heads + h;
       float* dst = part_o + state * kMmaCkv + dim0;
 #pragma unroll
       for (int n = 0; n < kMmaVoDims / 8; ++n) {
@@ -1294,8 +1328,11 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
       : dec ? std::min(kDecMaxWarps, (p.num_heads + kDecHeadsPerWarp - 1) / kDecHeadsPerWarp)
             : heads_per_block(p);
   const int block_heads = mma ? mla::kMmaRows : dec ? warps * kDecHeadsPerWarp : warps;
-  const int64_t groups = (p.num_heads + block_heads - 1) / block_heads;
-  const int64_t blocks = int64_t{p.rows} * groups;
+  // The tensor-core kernel packs query rows of calls of 32 heads or fewer (mla_mma_pack): one head
+  // group, and a block of work per pack (counted as if the requests' rows packed evenly).
+  const int pack = mma ? mla::mla_mma_pack(p.num_heads) : 1;
+  const int64_t groups = pack > 1 ? 1 : (p.num_heads + block_heads - 1) / block_heads;
+  const int64_t blocks = (int64_t{p.rows} + pack - 1) / pack * groups;
   // chunk <= max_kv < 2^31, a multiple of the kernel's tile when split (kTile == kDecTokens for
   // the CUDA-core kernels).
   const mla::MlaSplit split =

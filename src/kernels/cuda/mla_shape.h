@@ -46,6 +46,14 @@ static_assert(kMmaWarpsD == 2,
 /// kpe sums take different scales (ckv_scale, kpe_scale).
 FLASHINFER_HD constexpr int mla_mma_qk_step_begin(int wd) { return wd * kMmaKStepsWarp; }
 
+/// Query rows a block takes at once: calls of at most 32 heads fill the 64 MMA rows with the
+/// heads of 64 / num_heads consecutive query rows of one request (MTP's draft tokens, a causal
+/// chunk's queries), which then share every cache tile; larger head counts take one query row and
+/// 64 of its heads a block.
+FLASHINFER_HD constexpr int mla_mma_pack(int num_heads) {
+  return num_heads >= 1 && num_heads <= kMmaRows / 2 ? kMmaRows / num_heads : 1;
+}
+
 /// The first output dim of warp half `wd`: a whole number of 8-unit swizzle groups (32 units), so
 /// the lane's V fragment base moves by a plain offset (permuted_advance_col_groups).
 FLASHINFER_HD constexpr int mla_mma_vo_dim_begin(int wd) { return wd * kMmaVoDims; }
