@@ -942,7 +942,7 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
   for (Fp8Case fc : {Fp8Case{1, 128}, Fp8Case{2, 128}, Fp8Case{4, 16}}) {
     const int64_t q_len = fc.q_len, heads = fc.heads;
     SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << q_len << ", " << heads << " heads");
-    const std::vector<int32_t> lens = {2000, 70, 1};
+    const std::vector<int32_t> lens = {2000, 70, 4};  // a request holds at least its queries
     Latent l = make_latent(lens, 32, 512, 64, DType::kFloat8E4M3FN, 900 + q_len);
     Tensor q =
         testing::rand_tensor({3, q_len, heads, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);

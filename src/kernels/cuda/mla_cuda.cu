@@ -1329,10 +1329,14 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
             : heads_per_block(p);
   const int block_heads = mma ? mla::kMmaRows : dec ? warps * kDecHeadsPerWarp : warps;
   // The tensor-core kernel packs query rows of calls of 32 heads or fewer (mla_mma_pack): one head
-  // group, and a block of work per pack (counted as if the requests' rows packed evenly).
+  // group, and a block of work per pack. Packs stay within a request, so the blocks that work
+  // number sum_b ceil(qo_len_b / pack), at most (rows + batch (pack - 1)) / pack and at most rows
+  // (plain decode: rows): the bound, which errs toward fewer splits, never past one wave.
   const int pack = mma ? mla::mla_mma_pack(p.num_heads) : 1;
   const int64_t groups = pack > 1 ? 1 : (p.num_heads + block_heads - 1) / block_heads;
-  const int64_t blocks = (int64_t{p.rows} + pack - 1) / pack * groups;
+  const int64_t blocks =
+      pack > 1 ? std::min<int64_t>(p.rows, (int64_t{p.rows} + int64_t{p.batch} * (pack - 1)) / pack)
+               : int64_t{p.rows} * groups;
   // chunk <= max_kv < 2^31, a multiple of the kernel's tile when split (kTile == kDecTokens for
   // the CUDA-core kernels).
   const mla::MlaSplit split =
