@@ -762,14 +762,23 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
   // Byte offsets of tile `tile`'s tokens (0 at or past `stop`: their copies read nothing). A
   // barrier separates it from the copies that read the cache before and after.
-  auto fill = [&](int tile) {
+  // page_id: this thread's token's page (0 past the end), its one global load; fill_from writes
+  // the offsets from it. In the loop the id is loaded an iteration ahead (`next_id`), so the
+  // load's latency (an L2 trip per tile at page size 1) hides behind a tile's math instead of
+  // holding warp 0, and with it the block's next barrier.
+  auto page_id = [&](int tile) -> int32_t {
+    if (tile >= n_tiles || tid >= kMmaKvTile) return 0;
+    const int32_t t = begin + tile * kMmaKvTile + tid;
+    return t < stop ? pages[page_size.div(static_cast<uint32_t>(t))] : 0;
+  };
+  auto fill_from = [&](int tile, int32_t page) {
     if (tile >= n_tiles || tid >= kMmaKvTile) return;
     const int32_t t = begin + tile * kMmaKvTile + tid;
     int64_t co = 0, ko = 0;
     if (t < stop) {
       uint32_t pg = 0, sl = 0;
       page_size.divmod(static_cast<uint32_t>(t), pg, sl);
-      const int64_t id = pages[pg];
+      const int64_t id = page;
       constexpr int64_t kBytes = sizeof(TKV);
       co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
       ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
@@ -777,6 +786,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     c_off[tid] = co;
     k_off[tid] = ko;
   };
+  auto fill = [&](int tile) { fill_from(tile, page_id(tile)); };
   // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of rows
   // tid / kCkvUS + kPass i and kpe unit tid % kKpeUS of row tid / kKpeUS (16-bit: every thread;
   // fp8: the first 128); one commit group a tile (empty past the end). 16-bit stages are
@@ -836,6 +846,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   float* x_mine = x_s + warp * kMmaScoreFloats * kWarp + lane;
   const float* x_other = x_s + (warp ^ 1) * kMmaScoreFloats * kWarp + lane;
 
+  int32_t next_id = page_id(kStages);  // tile kStages's page, for the loop's first fill
 #pragma unroll 1
   for (int tile = 0; tile < n_tiles; ++tile) {
     dev::cp_async::wait<kStages - 1>();
@@ -849,11 +860,13 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       } else {
         mma_widen_tile<T, __NV_E4M3>(kv_s, st8, tid);
       }
-      fill(tile + kStages);
+      fill_from(tile + kStages, next_id);
+      next_id = page_id(tile + kStages + 1);
       __syncthreads();
       load(tile + kStages);
     } else {
-      fill(tile + kStages);
+      fill_from(tile + kStages, next_id);
+      next_id = page_id(tile + kStages + 1);
     }
     if (group_on) {
       const uint32_t kv_addr =
