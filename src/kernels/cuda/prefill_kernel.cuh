@@ -230,7 +230,18 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // a fill in flight together), 0 for keys at or past kv_hi (their copies are predicated off and
   // read nothing). A barrier must separate it from the copies that read the cache before and
   // after.
-  auto fill_offsets = [&](int tile) {
+  // page_of: this thread's token's page id (0 past kv_hi or beyond the cache), the fill's one
+  // global load; fill_from writes the offsets from it. The loop loads each id an iteration ahead
+  // (`next_page`), so the page table's latency (an L2 trip per tile at page size 1) hides behind
+  // a tile's math instead of holding the filling warps and the block's next barrier.
+  auto page_of = [&](int tile) -> int32_t {
+    if (tile >= num_tiles || tid >= kCache) return 0;
+    const int32_t t = kv_lo32 + tile * kKvTile + tid;
+    if (t >= kv_hi32) return 0;
+    const dev::KvRequestMap kv_map(p.kv, b, page_split());
+    return kv_map.page_id(static_cast<uint32_t>(t));
+  };
+  auto fill_from = [&](int tile, int32_t page) {
     if (tile >= num_tiles) return;
     // The request's map built again each fill (its page-table base reloaded, an L1 hit) rather
     // than held across the loop.
@@ -240,7 +251,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
       const int32_t t = kv_lo32 + tile * kKvTile + tid;
       int64_t ko = 0, vo = 0;
       if (t < kv_hi32) {
-        const int32_t id = kv_map.page_id(static_cast<uint32_t>(t));
+        const int32_t id = page;
         const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
         ko = (kv_map.k_offset(id, slot) + g * p.kv.k_stride_head) * kKvBytes;
         vo = (kv_map.v_offset(id, slot) + g * p.kv.v_stride_head) * kKvBytes;
@@ -249,6 +260,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
       v_off[tid] = vo;
     }
   };
+  auto fill_offsets = [&](int tile) { fill_from(tile, page_of(tile)); };
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kKvTile;
@@ -393,6 +405,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
     l[mq][0] = l[mq][1] = 0.0f;
   }
 
+  // The page ids of tile kPrefillStages, for the loop's first fill (blocks with the cache).
+  int32_t next_page = kCacheOffsets ? page_of(kPrefillStages) : 0;
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
     dev::cp_async::wait<kPrefillStages -
@@ -400,9 +414,12 @@ __global__ void __launch_bounds__(kPrefillThreads,
     __syncthreads();  // ... for every thread; and (fp8) every warp is done with the 16-bit tile
     const int stage = tile % kPrefillStages;
     // The offsets of tile + kPrefillStages, whose copy this iteration issues after its next
-    // barrier; the last copy that read the cache (tile + 1's) came before the barrier above. The
-    // page-table loads' latency then overlaps this tile's math in the block's other warps.
-    if constexpr (kCacheOffsets && !kFp8) fill_offsets(tile + kPrefillStages);
+    // barrier; the last copy that read the cache (tile + 1's) came before the barrier above. Their
+    // page ids were loaded an iteration ago; the next tile's load now.
+    if constexpr (kCacheOffsets && !kFp8) {
+      fill_from(tile + kPrefillStages, next_page);
+      next_page = page_of(tile + kPrefillStages + 1);
+    }
     if constexpr (kFp8) {
       // The fp8 stage widened into the 16-bit tile; the stage is then free for tile +
       // kPrefillStages, whose copy overlaps this tile's math.
@@ -415,7 +432,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
         detail::widen_tile<T, __NV_E4M3, DQK, kKvTile>(k_s, k8, tid);
         detail::widen_tile<T, __NV_E4M3, DVO, kKvTile>(v_s, v8, tid);
       }
-      if constexpr (kCacheOffsets) fill_offsets(tile + kPrefillStages);  // fp8: after widening
+      if constexpr (kCacheOffsets) {  // fp8: after widening
+        fill_from(tile + kPrefillStages, next_page);
+        next_page = page_of(tile + kPrefillStages + 1);
+      }
       __syncthreads();
       load_kv(tile + kPrefillStages);
     }
