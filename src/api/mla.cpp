@@ -15,6 +15,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/device_props.h"
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/mla_cpu.h"
@@ -606,8 +607,19 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
       [&] {
         const char* op = "BatchMLAPagedAttentionWrapper.__init__";
         api::check_defined(float_workspace_buffer, op, "float_workspace_buffer");
-        FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
-                              "backend", "\"", backend, "\" is not supported (\"auto\", \"fa2\")");
+        FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2" || backend == "fa3",
+                              ErrorCode::kUnsupported, op, "backend", "\"", backend,
+                              "\" is not supported (\"auto\", \"fa2\", \"fa3\")");
+        // "fa3" is upstream's Hopper kernel (built for sm90a only): the same attention, which
+        // this library runs with its own kernels (the CPU reference, or on CUDA the tensor-core
+        // MLA kernel where the call fits); on another GPU it is refused as upstream's cannot run.
+        const Device dev = float_workspace_buffer.device();
+        FLASHINFER_CHECK_CODE(
+            backend != "fa3" || !dev.is_cuda() || api::compute_capability(dev) / 10 == 9,
+            ErrorCode::kUnsupported, op, "backend",
+            "\"fa3\" runs on sm90 only (upstream builds it for sm90a); this device "
+            "is sm",
+            api::compute_capability(dev));
         s_->float_workspace = float_workspace_buffer;
         s_->device = float_workspace_buffer.device();
         s_->use_cuda_graph = use_cuda_graph;

@@ -390,6 +390,24 @@ TEST(BatchMLAPagedAttention, BadInput) {
                   "BatchMLAPagedAttentionWrapper.__init__", "backend");
 }
 
+// backend="fa3" (upstream's Hopper kernel; what "auto" picks on sm90) computes the same attention:
+// here the same kernels, so the same bits as "fa2"; a recording made with it replays.
+TEST(Mla, Fa3BackendRunsTheSameAttention) {
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 21);
+  const Tensor qn = testing::rand_tensor({3, 2, 32}, DType::kBFloat16, 22);
+  const Tensor qp = testing::rand_tensor({3, 2, 8}, DType::kBFloat16, 23);
+  auto run_with = [&](const std::string& backend) {
+    BatchMLAPagedAttentionWrapper w(workspace(), false, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, backend);
+    w.plan(int_tensor({0, 2, 3}), l.kv_indptr, l.kv_indices, l.kv_lens, 2, 32, 8, 2, true, 0.15,
+           DType::kBFloat16, DType::kBFloat16);
+    return w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true);
+  };
+  const AttentionOutput fa3 = run_with("fa3"), fa2 = run_with("fa2");
+  EXPECT_EQ(bytes_of(fa3.out), bytes_of(fa2.out));
+  EXPECT_EQ(bytes_of(fa3.lse), bytes_of(fa2.lse));
+}
+
 // ---- BatchDecodeMlaWithPagedKVCacheWrapper (flashinfer.decode, deprecated SM80 path) -------
 
 // The last-page lengths of requests of `lens` tokens.
