@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <filesystem>
 
+#include "api/device_props.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
@@ -982,6 +983,34 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
     EXPECT_TRUE(testing::all_close(got, want, tol)) << "tensor cores against the CPU";
     EXPECT_TRUE(testing::all_close(got, old, tol)) << "against the CUDA-core kernel";
   }
+}
+
+// backend="fa3" on a GPU: sm90 runs it (the same attention as "fa2", on the same kernels); any
+// other GPU refuses it by name, as upstream's sm90a-only build cannot run there.
+TEST(MlaCuda, Fa3BackendRunsOnHopperOnly) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const Tensor ws = workspace().to(gpu);
+  const auto make = [&](const std::string& backend) {
+    return std::make_unique<BatchMLAPagedAttentionWrapper>(ws, false, std::nullopt, std::nullopt,
+                                                           std::nullopt, std::nullopt, backend);
+  };
+  if (api::compute_capability(gpu) / 10 != 9) {
+    EXPECT_FI_ERROR(make("fa3"), "BatchMLAPagedAttentionWrapper.__init__", "backend");
+    return;
+  }
+  Latent l = make_latent({700, 40}, 16, 512, 64, DType::kBFloat16, 31);
+  const Tensor q = testing::rand_tensor({2, 128, 576}, DType::kBFloat16, 32, -1.0, 1.0);
+  const Tensor qn = testing::to_keep_layout(q.slice(2, 0, 512), gpu);
+  const Tensor qp = testing::to_keep_layout(q.slice(2, 512, 576), gpu);
+  const Tensor ckv = testing::to_keep_layout(l.ckv, gpu), kpe = testing::to_keep_layout(l.kpe, gpu);
+  auto run_with = [&](const std::string& backend) {
+    auto w = make(backend);
+    w->plan(int_tensor({0, 1, 2}).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
+            l.kv_lens.to(gpu), 128, 512, 64, 16, false, 0.07, DType::kBFloat16, DType::kBFloat16);
+    return w->run(qn, qp, ckv, kpe).out.to(Device::cpu());
+  };
+  EXPECT_EQ(bytes_of(run_with("fa3")), bytes_of(run_with("fa2")));
 }
 
 // ---- record and replay --------------------------------------------------------------------
