@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // Grid (rows, head groups of kMmaRows, splits), kMmaThreads threads: a block takes one query row
 // and up to 64 of its heads as the rows of the MMA tiles, or, for calls of 32 heads or fewer, the
 // heads of up to 64 / heads consecutive query rows of a request (mla_mma_pack; the block of the
-// pack's first row runs, the others return at once). Warp w = 2 wq + wd holds heads
+// pack's first row runs, the others return at once). Warp w = 2 wq + wd holds MMA rows
 // 16 wq .. 16 wq + 15 of the block and output dims 256 wd .. 256 wd + 255; the two warps of a
 // row group (w and w ^ 1) compute q.k over their halves of the 576 dims and add them through
 // shared memory (mla_shape.h says why both then hold the same logits). K/V tiles of 32 tokens
