@@ -598,7 +598,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // row group (w and w ^ 1) compute q.k over their halves of the 576 dims and add them through
 // shared memory (mla_shape.h says why both then hold the same logits). K/V tiles of 32 tokens
 // (ckv then kpe in one permuted 72-unit row) are copied with 16-byte cp.async in kStages stages;
-// the tile's byte offsets are looked up once, one token a thread, into shared memory. The split,
+// the tile's row addresses are looked up once, one token a thread, into shared memory. The split,
 // the partial states and the output rules are mla_decode_kernel's: m in log2 units, an empty row
 // 0 and LSE -inf, partials for mla_merge_kernel. T: the output's dtype (fp16 or bf16), the MMA's
 // operand type; TQ: the query's, T or (bf16 output) fp8 (uint8_t: trtllm's e4m3 queries, widened
@@ -656,6 +656,8 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   uint4* kv_s = q_s + kMmaRows * kU;                          // [kTiles16][kMmaKvTile][kU]
   // fp8 only: [kStages][kMmaKvTile][kUS], rows in order (only mma_widen_tile reads them).
   uint4* kv8_s = kv_s + kTiles16 * kMmaKvTile * kU;
+  // The score exchange: [warp][4][32] float4, a lane's 16 floats as 4 16-byte slots (each
+  // quarter-warp's stores one 128-byte line: conflict-free, 4 stores where 16 scalars were).
   float* x_s = reinterpret_cast<float*>(kv8_s + (kFp8 ? kStages * kMmaKvTile * kUS : 0));
   static_assert(mla_mma_smem_bytes(kStages, kFp8) ==
                     16u * (kMmaRows * kU + kTiles16 * kMmaKvTile * kU +
@@ -663,7 +665,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
                         4u * kMmaWarps * kMmaScoreFloats * kWarp + 16u * kMmaKvTile,
                 "the launcher's shared memory");
   int64_t* c_off = reinterpret_cast<int64_t*>(x_s + kMmaWarps * kMmaScoreFloats * kWarp);
-  int64_t* k_off = c_off + kMmaKvTile;  // byte offsets of the tile's ckv / kpe rows
+  // The global addresses of the tile's ckv / kpe rows (a copy's address is one add of its
+  // column's bytes).
+  int64_t* k_off = c_off + kMmaKvTile;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   // A row group's warps are consecutive, hence on two of the SM's four schedulers (warp % 4): a
@@ -760,8 +764,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   }
 
   const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
-  // Byte offsets of tile `tile`'s tokens (0 at or past `stop`: their copies read nothing). A
-  // barrier separates it from the copies that read the cache before and after.
+  // The row addresses of tile `tile`'s tokens (the bases themselves at or past `stop`: their
+  // copies read nothing). A barrier separates a fill from the copies that read the cache before
+  // and after.
   // page_id: this thread's token's page (0 past the end), its one global load; fill_from writes
   // the offsets from it. In the loop the id is loaded an iteration ahead (`next_id`), so the
   // load's latency (an L2 trip per tile at page size 1) hides behind a tile's math instead of
@@ -783,8 +788,8 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
       ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
     }
-    c_off[tid] = co;
-    k_off[tid] = ko;
+    c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
+    k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
   };
   auto fill = [&](int tile) { fill_from(tile, page_id(tile)); };
   // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of rows
@@ -796,8 +801,6 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       const int stage = tile % kStages;
       uint4* st = kFp8 ? kv8_s + stage * kMmaKvTile * kUS : kv_s + stage * kMmaKvTile * kU;
       const int32_t t0 = begin + tile * kMmaKvTile;
-      const auto* cb = static_cast<const unsigned char*>(p.ckv);
-      const auto* kb = static_cast<const unsigned char*>(p.kpe);
       constexpr int kPass = kMmaThreads / kCkvUS;  // rows a pass: 4 (16-bit), 8 (fp8)
       constexpr int kPer = kMmaKvTile / kPass;     // rows a thread: 8, 4
       const int col = tid % kCkvUS, r0 = tid / kCkvUS;
@@ -812,15 +815,36 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       auto unit = [&](int r, int c) {
         return kFp8 ? st + (r * kUS + c) : st + dev::permuted_offset(r, c, kU);
       };
+      if constexpr (!kFp8) {
+        // Row r0 + 4 i (r0 < 4) sits (r0 + 4 i) % 8 = r0 ^ 4 (i & 1) into its swizzle group, so
+        // its unit's byte address is the lane's base, bit 6 flipped for odd i, plus i whole
+        // 4-row steps: one base and immediates where permuted_offset cost 3 instructions a copy
+        // (the stage and the rows are 128-byte aligned, so the flip never carries).
+        static_assert(kPass == 4 && kPer % 2 == 0, "rows r0 + 4 i with r0 < 4");
+        const uint32_t a0 =
+            dev::cp_async::smem_addr(st) + static_cast<uint32_t>(r0 * kU * 16 + ((col ^ r0) * 16));
+        const uint32_t a1 = a0 ^ 64u;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int r = r0 + i * kPass;
-        dev::cp_async::copy16_zfill(unit(r, col), cb + (co[i] + static_cast<int64_t>(col) * 16),
-                                    t0 + r < stop);
+        for (int i = 0; i < kPer; ++i) {
+          const int r = r0 + i * kPass;
+          const uint32_t sa = ((i & 1) ? a1 : a0) + static_cast<uint32_t>(i * kPass * kU * 16);
+          dev::cp_async::copy16_zfill(
+              sa, reinterpret_cast<const void*>(co[i] + static_cast<int64_t>(col) * 16),
+              t0 + r < stop);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+          const int r = r0 + i * kPass;
+          dev::cp_async::copy16_zfill(
+              unit(r, col), reinterpret_cast<const void*>(co[i] + static_cast<int64_t>(col) * 16),
+              t0 + r < stop);
+        }
       }
       if (kpe_copier) {
-        dev::cp_async::copy16_zfill(unit(kr, kCkvUS + kc),
-                                    kb + (ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
+        dev::cp_async::copy16_zfill(
+            unit(kr, kCkvUS + kc),
+            reinterpret_cast<const void*>(ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
       }
     }
     dev::cp_async::commit();
@@ -843,8 +867,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   for (int n = 0; n < kMmaVoDims / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float c_n = p.sm_scale * p.ckv_scale * kLog2e, c_p = p.sm_scale * p.kpe_scale * kLog2e;
-  float* x_mine = x_s + warp * kMmaScoreFloats * kWarp + lane;
-  const float* x_other = x_s + (warp ^ 1) * kMmaScoreFloats * kWarp + lane;
+  float4* x_mine = reinterpret_cast<float4*>(x_s) + warp * (kMmaScoreFloats / 4) * kWarp + lane;
+  const float4* x_other =
+      reinterpret_cast<const float4*>(x_s) + (warp ^ 1) * (kMmaScoreFloats / 4) * kWarp + lane;
 
   int32_t next_id = page_id(kStages);  // tile kStages's page, for the loop's first fill
 #pragma unroll 1
@@ -922,20 +947,30 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
         for (int e = 0; e < 4; ++e) {
           const float un = __fmul_rn(c_n, sn[n][e]);
           s[n][e] = wd == 0 ? un : __fmaf_rn(c_p, sp[n][e], un);
-          x_mine[(n * 4 + e) * kWarp] = s[n][e];
         }
+        x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
       }
       row_group_barrier(wq);
       const int32_t t0 = begin + tile * kMmaKvTile;
       const bool tail = t0 + kMmaKvTile > stop_first;  // block-uniform
 #pragma unroll
       for (int n = 0; n < kMmaKvTile / 8; ++n) {
+        const float4 xo = x_other[n * kWarp];
+        s[n][0] = __fadd_rn(s[n][0], xo.x);
+        s[n][1] = __fadd_rn(s[n][1], xo.y);
+        s[n][2] = __fadd_rn(s[n][2], xo.z);
+        s[n][3] = __fadd_rn(s[n][3], xo.w);
+      }
+      // A token past its row's end weighs exactly 0 (past the block's last stop the tile's row is
+      // zero-filled, so 0 * 0 adds nothing). A branch: most tiles have no such token, and the
+      // test predicated on `tail` cost every tile about 40 instructions.
+      if (__builtin_expect(tail, 0)) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[n][e] = __fadd_rn(s[n][e], x_other[(n * 4 + e) * kWarp]);
-          // A token past its row's end weighs exactly 0 (past the block's last stop the tile's
-          // row is zero-filled, so 0 * 0 adds nothing).
-          if (tail && t0 + n * 8 + tid4 * 2 + (e & 1) >= row_stop[e >> 1]) s[n][e] = -INFINITY;
+        for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (t0 + n * 8 + tid4 * 2 + (e & 1) >= row_stop[e >> 1]) s[n][e] = -INFINITY;
+          }
         }
       }
       // Online softmax, base 2, as the FA2 prefill kernel's (rescale only when a row's maximum

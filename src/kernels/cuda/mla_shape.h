@@ -60,7 +60,7 @@ FLASHINFER_HD constexpr int mla_mma_vo_dim_begin(int wd) { return wd * kMmaVoDim
 
 /// Dynamic shared memory of a block with `stages` K/V stages: Q (64 rows), the stages (32 rows
 /// each, 576 16-bit dims, permuted), the score exchange (16 floats a lane of each warp) and the
-/// byte offsets of one tile's ckv and kpe rows. An fp8 cache (`fp8`) has its stages as stored
+/// addresses of one tile's ckv and kpe rows. An fp8 cache (`fp8`) has its stages as stored
 /// (576 bytes a row, in order) and one 16-bit tile that each stage is widened into.
 FLASHINFER_HD constexpr std::size_t mla_mma_smem_bytes(int stages, bool fp8 = false) {
   const std::size_t tile16 = std::size_t{16} * kMmaUnits * kMmaKvTile;

@@ -28,6 +28,21 @@ __device__ __forceinline__ void copy16_zfill(void* dst, const void* src, bool va
 #endif
 }
 
+/// copy16_zfill with the destination as a 32-bit shared-state-space address (smem_addr): for a
+/// copy loop that derives each row's address from one base by constant offsets.
+__device__ __forceinline__ void copy16_zfill(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_size)
+               : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)valid;
+  __trap();
+#endif
+}
+
 /// Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
