@@ -810,7 +810,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       constexpr int kKpeUS = kUS - kCkvUS;                           // 8, 4
       static_assert(kMmaKvTile * kKpeUS <= kMmaThreads, "one kpe unit a thread at most");
       const int kr = tid / kKpeUS, kc = tid % kKpeUS;
-      const bool kpe_copier = kr < kMmaKvTile;  // fp8: threads 0-127
+      // Every thread copies one kpe unit of a 16-bit tile (a constant: tid < kMmaThreads); of an
+      // fp8 tile, threads 0-127.
+      const bool kpe_copier = !kFp8 || kr < kMmaKvTile;
       const int64_t ko = kpe_copier ? k_off[kr] : 0;
       auto unit = [&](int r, int c) {
         return kFp8 ? st + (r * kUS + c) : st + dev::permuted_offset(r, c, kU);
@@ -906,13 +908,6 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       const uint32_t va = dev::permuted_lane_base(kv_addr, vl.row, vl.c, kU) +
                           static_cast<uint32_t>(mla_mma_vo_dim_begin(wd)) * 2u;
 
-      // This warp's half of q.k for all 32 tokens: sn over ckv dims, sp over kpe dims.
-      float sn[kMmaKvTile / 8][4], sp[kMmaKvTile / 8][4];
-#pragma unroll
-      for (int n = 0; n < kMmaKvTile / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sn[n][e] = sp[n][e] = 0.0f;
-      }
       auto qk_step = [&](int kk, float(&acc)[kMmaKvTile / 8][4]) {
         uint32_t a[4];
         dev::mma::ldmatrix_x4(a, dev::permuted_frag_addr(qa, 0, kk * 2, kU));
@@ -924,31 +919,45 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
           dev::mma::mma_m16n8k16<T>(acc[2 * nk + 1], a, b + 2);
         }
       };
-      // Warp-uniform branch; each side's steps are compile-time constants (the fragment
-      // addresses fold to an XOR and an immediate).
+      auto zero = [](float(&acc)[kMmaKvTile / 8][4]) {
+#pragma unroll
+        for (int n = 0; n < kMmaKvTile / 8; ++n)
+          acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      };
+      // This warp's half of q.k for all 32 tokens as its part of the logits (log2 units), handed
+      // to the other warp and added to its part: mine + other on one side, other + mine on the
+      // other, the same sum. The _rn intrinsics keep each step rounded on its own: a compiler
+      // that contracted the multiply with the later add into one FMA would round the two warps'
+      // sums differently. Warp-uniform branch; each side's steps are compile-time constants (the
+      // fragment addresses fold to an XOR and an immediate), and only half 1 has kpe steps (their
+      // own sum, sp: the ckv and kpe sums take different scales).
+      float s[kMmaKvTile / 8][4];
       if (wd == 0) {
+        float sn[kMmaKvTile / 8][4];
+        zero(sn);
 #pragma unroll
         for (int kk = mla_mma_qk_step_begin(0); kk < mla_mma_qk_step_begin(1); ++kk)
           qk_step(kk, sn);
+#pragma unroll
+        for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = __fmul_rn(c_n, sn[n][e]);
+          x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+        }
       } else {
+        float sn[kMmaKvTile / 8][4], sp[kMmaKvTile / 8][4];
+        zero(sn);
+        zero(sp);
 #pragma unroll
         for (int kk = mla_mma_qk_step_begin(1); kk < kMmaKStepsNope; ++kk) qk_step(kk, sn);
 #pragma unroll
         for (int kk = kMmaKStepsNope; kk < kMmaKSteps; ++kk) qk_step(kk, sp);
-      }
-      // This half's part of the logits (log2 units), handed to the other warp and added to its
-      // part: mine + other on one side, other + mine on the other, the same sum. The _rn
-      // intrinsics keep each step rounded on its own: a compiler that contracted the multiply
-      // with the later add into one FMA would round the two warps' sums differently.
-      float s[kMmaKvTile / 8][4];
 #pragma unroll
-      for (int n = 0; n < kMmaKvTile / 8; ++n) {
+        for (int n = 0; n < kMmaKvTile / 8; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float un = __fmul_rn(c_n, sn[n][e]);
-          s[n][e] = wd == 0 ? un : __fmaf_rn(c_p, sp[n][e], un);
+          for (int e = 0; e < 4; ++e) s[n][e] = __fmaf_rn(c_p, sp[n][e], __fmul_rn(c_n, sn[n][e]));
+          x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
         }
-        x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
       }
       row_group_barrier(wq);
       const int32_t t0 = begin + tile * kMmaKvTile;
