@@ -608,16 +608,6 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
 // kernel's fp8 blocks do; ckv_scale and kpe_scale are in the logits' factors and ckv_scale in the
 // output's, as the CPU reference applies them.
 
-// Two floats rounded to T and packed low-first (an A-operand register of P, an output pair).
-template <class T>
-__device__ __forceinline__ uint32_t mma_pack2(float lo, float hi) {
-  const T a = from_f32<T>(lo), b = from_f32<T>(hi);
-  uint16_t ua, ub;
-  memcpy(&ua, &a, 2);
-  memcpy(&ub, &b, 2);
-  return static_cast<uint32_t>(ua) | (static_cast<uint32_t>(ub) << 16);
-}
-
 // The row group's two warps (64 threads) meet here; barrier 0 is __syncthreads'.
 __device__ __forceinline__ void row_group_barrier(int wq) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wq), "r"(2 * kWarp) : "memory");
@@ -1023,10 +1013,10 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
 #pragma unroll
       for (int j = 0; j < kMmaKvTile / 16; ++j) {
         uint32_t a[4];
-        a[0] = mma_pack2<T>(s[2 * j][0], s[2 * j][1]);
-        a[1] = mma_pack2<T>(s[2 * j][2], s[2 * j][3]);
-        a[2] = mma_pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
-        a[3] = mma_pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
+        a[0] = dev::mma::pack2<T>(s[2 * j][0], s[2 * j][1]);
+        a[1] = dev::mma::pack2<T>(s[2 * j][2], s[2 * j][3]);
+        a[2] = dev::mma::pack2<T>(s[2 * j + 1][0], s[2 * j + 1][1]);
+        a[3] = dev::mma::pack2<T>(s[2 * j + 1][2], s[2 * j + 1][3]);
 #pragma unroll
         for (int nd = 0; nd < kMmaVoDims / 16; ++nd) {
           uint32_t b[4];
@@ -1062,7 +1052,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
 #pragma unroll
       for (int n = 0; n < kMmaVoDims / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dst + n * 8) =
-            mma_pack2<T>(empty ? 0.0f : o[n][2 * r] * f, empty ? 0.0f : o[n][2 * r + 1] * f);
+            dev::mma::pack2<T>(empty ? 0.0f : o[n][2 * r] * f, empty ? 0.0f : o[n][2 * r + 1] * f);
       }
       if (p.lse != nullptr && wd == 0 && tid4 == 0) {
         float v = empty ? -INFINITY : m[r] + log2f(lr);
@@ -1375,7 +1365,7 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-  const bool fp8_cache = p.kv_dtype == DType::kFloat8E4M3FN || p.kv_dtype == DType::kFloat8E5M2;
+  const bool fp8_cache = dtype_is_fp8(p.kv_dtype);
   const int stages = mla::mla_mma_stages(static_cast<std::size_t>(smem_optin), fp8_cache);
   const bool mma = mma_kernel_takes(p, stages, cc_major);
   const bool dec = !mma && decode_kernel_takes(p);
@@ -1423,7 +1413,7 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
       err = try_launch_kernel(kernel, grid, block, smem, s, enable_pdl, p, page_size,
                               static_cast<int32_t>(chunk), part_o, part_ml);
     };
-    if (p.q_dtype == DType::kFloat8E4M3FN || p.q_dtype == DType::kFloat8E5M2) {
+    if (dtype_is_fp8(p.q_dtype)) {
       launch.template operator()<__nv_bfloat16, uint8_t, uint8_t>();  // mla_mma_dtypes
     } else {
       dispatch_dtype<CudaElements, kFloat16, kBFloat16>(

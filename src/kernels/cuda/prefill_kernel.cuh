@@ -38,16 +38,6 @@ namespace flashinfer::kernels::cuda::prefill {
 
 namespace detail {
 
-__device__ __forceinline__ uint16_t bits16(__half x) { return __half_as_ushort(x); }
-__device__ __forceinline__ uint16_t bits16(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
-
-/// Two floats rounded to T and packed low-first (an A-operand register of P).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  return static_cast<uint32_t>(bits16(from_f32<T>(lo))) |
-         (static_cast<uint32_t>(bits16(from_f32<T>(hi))) << 16);
-}
-
 /// Issues the 16-byte copies of `rows` rows of `dim` elements into a permuted tile whose rows
 /// hold dim / 8 units; thread `tid` takes unit column tid % (dim / 8) of rows tid / (dim / 8),
 /// + kPrefillThreads / (dim / 8), ... `src(r)` is row r's global address, or nullptr for a
@@ -634,10 +624,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
         uint32_t a[kMmaQ][4];
 #pragma unroll
         for (int mq = 0; mq < kMmaQ; ++mq) {
-          a[mq][0] = detail::pack2<T>(s[mq][2 * j][0], s[mq][2 * j][1]);
-          a[mq][1] = detail::pack2<T>(s[mq][2 * j][2], s[mq][2 * j][3]);
-          a[mq][2] = detail::pack2<T>(s[mq][2 * j + 1][0], s[mq][2 * j + 1][1]);
-          a[mq][3] = detail::pack2<T>(s[mq][2 * j + 1][2], s[mq][2 * j + 1][3]);
+          a[mq][0] = dev::mma::pack2<T>(s[mq][2 * j][0], s[mq][2 * j][1]);
+          a[mq][1] = dev::mma::pack2<T>(s[mq][2 * j][2], s[mq][2 * j][3]);
+          a[mq][2] = dev::mma::pack2<T>(s[mq][2 * j + 1][0], s[mq][2 * j + 1][1]);
+          a[mq][3] = dev::mma::pack2<T>(s[mq][2 * j + 1][2], s[mq][2 * j + 1][3]);
         }
 #pragma unroll
         for (int nd = 0; nd < DVO / 16; ++nd) {
@@ -755,7 +745,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
 #pragma unroll
         for (int n = 0; n < DVO / 8; ++n) {
           *reinterpret_cast<uint32_t*>(dst + n * 8) =
-              detail::pack2<T>(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
+              dev::mma::pack2<T>(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
         }
         if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
       }

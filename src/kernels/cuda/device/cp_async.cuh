@@ -16,20 +16,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 /// Copies 16 bytes from global `src` to shared `dst` (both 16-byte aligned) when `valid`;
 /// otherwise fills `dst` with zeros and reads nothing (src-size 0), so a tile's tail past the
-/// last key holds zeros rather than stale data.
-__device__ __forceinline__ void copy16_zfill(void* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const int src_size = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_size)
-               : "memory");
-#else
-  *static_cast<uint4*>(dst) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-#endif
-}
-
-/// copy16_zfill with the destination as a 32-bit shared-state-space address (smem_addr): for a
-/// copy loop that derives each row's address from one base by constant offsets.
+/// last key holds zeros rather than stale data. `dst` as a 32-bit shared-state-space address
+/// (smem_addr): for a copy loop that derives each row's address from one base by constant
+/// offsets. sm_80+ only.
 __device__ __forceinline__ void copy16_zfill(uint32_t dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const int src_size = valid ? 16 : 0;
@@ -40,6 +29,15 @@ __device__ __forceinline__ void copy16_zfill(uint32_t dst, const void* src, bool
   (void)src;
   (void)valid;
   __trap();
+#endif
+}
+
+/// The same with `dst` a generic pointer; below sm_80 a plain load and store.
+__device__ __forceinline__ void copy16_zfill(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  copy16_zfill(smem_addr(dst), src, valid);
+#else
+  *static_cast<uint4*>(dst) = valid ? *static_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 #endif
 }
 

@@ -44,6 +44,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_
   ldmatrix_x4_trans(r, cp_async::smem_addr(smem_row));
 }
 
+/// Two floats rounded to T (__half or __nv_bfloat16) and packed low-first: an A-operand register
+/// built from fp32 accumulators (P of P.V), or a pair of outputs.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const T a = from_f32<T>(lo), b = from_f32<T>(hi);
+  uint16_t ua, ub;
+  if constexpr (::cuda::std::is_same_v<T, __half>) {
+    ua = __half_as_ushort(a);
+    ub = __half_as_ushort(b);
+  } else {
+    ua = __bfloat16_as_ushort(a);
+    ub = __bfloat16_as_ushort(b);
+  }
+  return static_cast<uint32_t>(ua) | (static_cast<uint32_t>(ub) << 16);
+}
+
 /// d += a * b for a 16x16 (row) by 16x8 (col) tile of T (__half or __nv_bfloat16), fp32 d.
 template <class T>
 __device__ __forceinline__ void mma_m16n8k16(float* d, const uint32_t* a, const uint32_t* b) {
