@@ -17,8 +17,8 @@ time) and the architecture, and reads it from there while they match: the ctest 
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`,
-`grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM, in builds that have it)
-only with --rule. A rule selects the kernels whose name (the bare function
+`grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
+`prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions, and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
@@ -197,10 +197,27 @@ RULES = {
             match="prefill",
             description="prefill attention: no spills, ldmatrix (LDSM), mma.sync (HMMA), "
             "128-bit cp.async (LDGSTS .128)",
+            # The Hopper kernel (wgmma, no ldmatrix) is the `prefill_sm90` rule's.
+            exclude=("prefill_sm90",),
             require=(
                 Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
                 Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
                 Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+            ),
+        ),
+        Rule(
+            name="prefill_sm90",
+            match="batch_prefill_sm90_kernel",
+            description="the Hopper prefill kernel (prefill_sm90_kernel.cuh): no spills, wgmma "
+            "(HGMMA) fed by 128-bit cp.async (LDGSTS .128), the proxy fence before the MMAs "
+            "read what the copies wrote (FENCE.VIEW.ASYNC.S)",
+            # Registered as a ctest only in builds with CUTLASS (the kernel needs its headers).
+            default=False,
+            require=(
+                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+                Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)",
+                     r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
             ),
         ),
         Rule(

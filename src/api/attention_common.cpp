@@ -778,6 +778,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     p.max_work_rows = std::max(p.max_work_rows, w.qo_end - w.qo_begin);
   }
   p.use_tensor_cores = !s.decode || s.use_tensor_cores;
+  p.prefill_fa2_only = s.backend == "fa2";
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
   if (s.plan.partial_rows_capacity > 0) {
     auto* ws = static_cast<float*>(s.float_workspace.data_ptr());
@@ -885,9 +886,27 @@ void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv
   s.logits_soft_cap = cap;
 }
 
+void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op) {
+  if (!fa3) {
+    FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
+                          "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
+    return;
+  }
+  FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2" || backend == "fa3",
+                        ErrorCode::kUnsupported, op, "backend", "\"", backend,
+                        "\" is not available (\"auto\", \"fa2\" or \"fa3\")");
+  // "fa3" is upstream's Hopper kernel (built for sm90a only); on another GPU it is refused, as
+  // upstream's cannot run there. The CPU runs every backend's attention (replay anywhere).
+  FLASHINFER_CHECK_CODE(
+      backend != "fa3" || !device.is_cuda() || compute_capability(device) / 10 == 9,
+      ErrorCode::kUnsupported, op, "backend",
+      "\"fa3\" runs on sm90 only (upstream builds it for sm90a); this device is sm",
+      backend == "fa3" && device.is_cuda() ? compute_capability(device) : 0);
+}
+
 void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
                   std::string_view kv_layout, bool use_cuda_graph, std::string_view backend,
-                  const std::optional<Value>& jit_args, const char* op) {
+                  const std::optional<Value>& jit_args, const char* op, bool fa3) {
   check_defined(float_workspace_buffer, op, "float_workspace_buffer");
   FLASHINFER_CHECK(float_workspace_buffer.is_contiguous(), op, "float_workspace_buffer",
                    "must be contiguous");
@@ -902,8 +921,7 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
   s.device = float_workspace_buffer.device();
   s.hnd = parse_kv_layout(kv_layout, op, "kv_layout");
   s.use_cuda_graph = use_cuda_graph;
-  FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
-                        "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
+  check_prefill_backend(backend, s.device, fa3, op);
   s.backend = std::string(backend);
   FLASHINFER_CHECK_CODE(!jit_args || jit_args->is_none(), ErrorCode::kUnsupported, op, "jit_args",
                         "JIT variants are not supported");

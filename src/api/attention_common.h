@@ -186,9 +186,16 @@ void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv
                    std::optional<double> logits_soft_cap, std::string_view pos_encoding_mode,
                    const char* op);
 /// The checks every wrapper constructor makes.
+/// `fa3`: the prefill wrappers, whose backend may also be "fa3" (check_prefill_backend).
 void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
                   std::string_view kv_layout, bool use_cuda_graph, std::string_view backend,
-                  const std::optional<Value>& jit_args, const char* op);
+                  const std::optional<Value>& jit_args, const char* op, bool fa3 = false);
+
+/// A prefill `backend`: "auto" (on sm_90 the Hopper kernel where a call fits it, as upstream's
+/// auto picks its fa3 there), "fa2" (the FA2 kernel always) or, where `fa3`, "fa3" (the Hopper
+/// kernel where the call fits it, the FA2 kernel otherwise: the same attention), refused by name
+/// on a CUDA device other than sm_90. kUnsupported naming `backend` otherwise.
+void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op);
 
 }  // namespace api
 }  // namespace flashinfer

@@ -88,8 +88,7 @@ AttentionOutput single_prefill_impl(
   api::check_dim(q, {3}, op, "q");
   api::check_dim(k, {3}, op, "k");
   api::check_dim(v, {3}, op, "v");
-  FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
-                        "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
+  api::check_prefill_backend(backend, q.device(), /*fa3=*/true, op);
   // NVFP4 (upstream: "a tuple of (k_scales, v_scales)"): k, v packed uint8 [.., head_dim / 2].
   const bool nvfp4 = kv_cache_sf.has_value();
   if (nvfp4) {
@@ -128,6 +127,7 @@ AttentionOutput single_prefill_impl(
   if (o_dtype) api::check_q_dtype(*o_dtype, op, "o_dtype");
   detail::WrapperState s;
   s.device = q.device();
+  s.backend = std::string(backend);
   api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2) * pack, q.dtype(), k.dtype(),
                      o_dtype, sm_scale, window_left, logits_soft_cap, "NONE", op);
   api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
@@ -210,14 +210,14 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
         // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
-        // *args. Upstream resolves backend "auto" before the JIT build; fa3 is fa2 here.
+        // *args. Upstream resolves backend "auto" before the JIT build.
         const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
         FLASHINFER_CHECK_CODE(sink || !jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported,
                               op, "jit_kwargs",
                               "JIT variants other than AttentionSink are not "
                               "supported");
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
-                          sink && backend == "fa3" ? "fa2" : backend, std::nullopt, op);
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                          std::nullopt, op, /*fa3=*/true);
         s_->sink_variant = sink;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
@@ -311,14 +311,14 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
         // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
-        // *args. Upstream resolves backend "auto" before the JIT build; fa3 is fa2 here.
+        // *args. Upstream resolves backend "auto" before the JIT build.
         const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
         FLASHINFER_CHECK_CODE(sink || !jit_kwargs || jit_kwargs->is_none(), ErrorCode::kUnsupported,
                               op, "jit_kwargs",
                               "JIT variants other than AttentionSink are not "
                               "supported");
-        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
-                          sink && backend == "fa3" ? "fa2" : backend, std::nullopt, op);
+        api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                          std::nullopt, op, /*fa3=*/true);
         s_->sink_variant = sink;
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, kv_indptr_buf,

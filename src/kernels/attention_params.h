@@ -117,6 +117,8 @@ struct AttentionParams {
   // CUDA: prefer the tensor-core (mma.sync) kernel when the dtypes allow it (prefill, or
   // decode with use_tensor_cores).
   bool use_tensor_cores = false;
+  // CUDA: backend "fa2": the FA2 kernel even where the Hopper kernel (prefill_sm90.h) fits.
+  bool prefill_fa2_only = false;
   const int32_t* merge_indptr = nullptr;
   const int32_t* merge_rows = nullptr;
   const int32_t* merge_out_row = nullptr;

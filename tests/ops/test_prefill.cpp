@@ -430,6 +430,43 @@ TEST(SinglePrefill, BadInput) {
                   op, "backend");
 }
 
+// backend="fa3" (upstream's Hopper kernel, what its "auto" picks on sm90) is the same attention:
+// on the CPU every backend runs the reference, byte for byte; other names are refused.
+TEST(BatchPrefillWrappers, Fa3BackendRunsTheSameAttention) {
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({40, 7, 200}, 16, 2, 64, DType::kBFloat16, false, true, 3, kd, vd);
+  const std::vector<int32_t> qo{0, 33, 40, 140};
+  Tensor q = Tensor::empty({140, 8, 64}, DType::kBFloat16).uniform_(4);
+  PrefillPlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.causal = true;
+  auto run_with = [&](const std::string& backend) {
+    BatchPrefillWithPagedKVCacheWrapper w(workspace(), "NHD", false, {}, {}, {}, {}, {}, {},
+                                          backend);
+    w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 8, 2, 64, 16, po);
+    return w.run(q, f.cache());
+  };
+  const Tensor fa3 = run_with("fa3").out, fa2 = run_with("fa2").out,
+               automatic = run_with("auto").out;
+  EXPECT_TRUE(testing::all_close(fa3, fa2, {0, 0}));
+  EXPECT_TRUE(testing::all_close(fa3, automatic, {0, 0}));
+  Tensor k = Tensor::empty({50, 2, 64}, DType::kBFloat16).uniform_(5);
+  Tensor qs = Tensor::empty({20, 8, 64}, DType::kBFloat16).uniform_(6);
+  auto single = [&](const std::string& backend) {
+    return single_prefill_with_kv_cache(qs, k, k, {}, {}, {}, {}, {}, {}, true, "NHD", "NONE",
+                                        false, {}, -1, {}, {}, {}, backend)
+        .out;
+  };
+  EXPECT_TRUE(testing::all_close(single("fa3"), single("fa2"), {0, 0}));
+  EXPECT_FI_ERROR(
+      BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", false, {}, {}, {}, {}, {}, {}, "fa4"),
+      "BatchPrefillWithPagedKVCacheWrapper.__init__", "backend");
+  EXPECT_FI_ERROR(
+      BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", false, {}, {}, {}, {}, "cutlass"),
+      "BatchPrefillWithRaggedKVCacheWrapper.__init__", "backend");
+}
+
 }  // namespace
 }  // namespace flashinfer
 

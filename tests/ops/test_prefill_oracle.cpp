@@ -24,6 +24,10 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include "oracle/attention_oracle.h"
 #endif
+#include "api/device_props.h"
+#if FLASHINFER_TEST_HAVE_CUTLASS
+#include "kernels/cuda/prefill_sm90.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -42,6 +46,7 @@ struct PrefillCase {
   bool alibi = false;  // pos_encoding_mode="ALIBI"
   bool sinks = false;  // one sink logit per qo head
   std::optional<int64_t> split;
+  std::string backend = "auto";  // the wrappers' backend ("fa2": never the Hopper kernel)
 
   std::string str() const {
     std::string q, k;
@@ -53,7 +58,7 @@ struct PrefillCase {
            " causal=" + std::to_string(causal) + " cap=" + std::to_string(soft_cap) +
            " window=" + std::to_string(window) + " mask=" + std::to_string(custom_mask) +
            " alibi=" + std::to_string(alibi) + " sinks=" + std::to_string(sinks) +
-           " split=" + std::to_string(split.value_or(0));
+           " split=" + std::to_string(split.value_or(0)) + " backend=" + backend;
   }
 };
 
@@ -101,7 +106,8 @@ Runs run_case(const PrefillCase& c) {
   if (c.page > 0) {
     f = testing::make_paged(c.kv_lens, c.page, c.hkv, c.dqk, c.dt, false, true, 11, kd, vd);
     run = [&](Device d) {
-      BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+      BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
+                                            false, {}, {}, {}, {}, {}, {}, c.backend);
       w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.dqk, c.page, po);
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
@@ -114,7 +120,8 @@ Runs run_case(const PrefillCase& c) {
     k = Tensor::empty({kv.back(), c.hkv, c.dqk}, c.dt).uniform_(6);
     v = Tensor::empty({kv.back(), c.hkv, c.dvo}, c.dt).uniform_(7);
     run = [&](Device d) {
-      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
+                                             false, {}, {}, {}, {}, c.backend);
       w.plan(int_tensor(qo), int_tensor(kv), c.hq, c.hkv, c.dqk, po);
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
@@ -228,6 +235,90 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
       expect_matches(c);
     }
   }
+}
+
+// The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
+// the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
+// MHA (128-row blocks from requests of 33+ queries), paged (page sizes 1, 5, 16) and ragged K/V,
+// causal right-aligned rows and not, key tails inside a 128-key tile, a window crossing tiles,
+// split-KV with the merge pass, sinks, a one-query request beside long ones (its blocks stay
+// 128 rows: the plan's largest work item sets the height). The launch counter says the Hopper
+// kernel ran for "fa3" and did not for "fa2".
+TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if !FLASHINFER_TEST_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS's headers: no Hopper kernel";
+#else
+  if (api::compute_capability(Device::cuda(0)) != 90) {
+    GTEST_SKIP() << "the Hopper kernel is sm_90a code";
+  }
+  auto check = [](PrefillCase c) {
+    SCOPED_TRACE(c.str());
+    const auto tol = testing::default_tolerance(c.dt);
+    c.backend = "fa3";
+    const uint64_t before = kernels::cuda::prefill_sm90_launches();
+    const Runs hopper = run_case(c);
+    EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before) << "the Hopper kernel did not run";
+    c.backend = "fa2";
+    const uint64_t before_fa2 = kernels::cuda::prefill_sm90_launches();
+    const Runs fa2 = run_case(c);
+    EXPECT_EQ(kernels::cuda::prefill_sm90_launches(), before_fa2) << "fa2 ran the Hopper kernel";
+    EXPECT_TRUE(testing::all_close(hopper.gpu.out, hopper.cpu.out, tol)) << "vs CPU";
+    EXPECT_TRUE(testing::all_close(hopper.gpu.lse, hopper.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+    EXPECT_TRUE(testing::all_close(hopper.gpu.out, fa2.gpu.out, tol)) << "vs the FA2 kernel";
+    EXPECT_TRUE(testing::all_close(hopper.gpu.lse, fa2.gpu.lse, {1e-3, 1e-4})) << "lse vs FA2";
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t page : {16, 1, 5, 0}) {
+      for (bool causal : {true, false}) {
+        for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+          PrefillCase c;
+          c.dt = dt;
+          c.page = page;
+          c.causal = causal;
+          c.split = split;
+          c.qo_lens = {200, 33, 1, 129};
+          c.kv_lens = {300, 33, 129, 1000};
+          check(c);
+        }
+      }
+    }
+    PrefillCase mha;  // 8:8, 300 queries: 300 packed rows, three 128-row blocks
+    mha.dt = dt;
+    mha.hq = mha.hkv = 8;
+    mha.qo_lens = {300, 40};
+    mha.kv_lens = {300, 555};
+    check(mha);
+    PrefillCase window;  // the window's first tiles and the causal edge both masked
+    window.dt = dt;
+    window.window = 200;
+    window.qo_lens = {300, 70};
+    window.kv_lens = {700, 70};
+    check(window);
+    window.causal = false;
+    check(window);
+    PrefillCase sinks;
+    sinks.dt = dt;
+    sinks.sinks = true;
+    check(sinks);
+    sinks.split = 2;
+    check(sinks);
+  }
+#endif
+}
+
+// backend="fa3" on a GPU: sm90 runs it; any other GPU refuses it by name, as upstream's
+// sm90a-only build cannot run there.
+TEST(PrefillKernelCuda, Fa3BackendIsRefusedOffHopper) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda(0);
+  if (api::compute_capability(g) / 10 == 9) GTEST_SKIP() << "an sm_90 device runs fa3";
+  const Tensor ws = Tensor::zeros({1 << 20}, DType::kUInt8, g);
+  EXPECT_FI_ERROR(
+      BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", false, {}, {}, {}, {}, {}, {}, "fa3"),
+      "BatchPrefillWithPagedKVCacheWrapper.__init__", "backend");
+  EXPECT_FI_ERROR(BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", false, {}, {}, {}, {}, "fa3"),
+                  "BatchPrefillWithRaggedKVCacheWrapper.__init__", "backend");
 }
 
 // ALiBi (the FA2 kernel's ALiBi instance) and attention sinks (folded into each final row, or by

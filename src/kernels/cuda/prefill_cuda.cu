@@ -1,7 +1,7 @@
-// Host side of the tensor-core prefill attention kernels: which requests they serve, the FA2
-// kernel (prefill_kernel.cuh; its instances in prefill_fa2_d*.cu, one source per head-dim pair)
-// for the built pairs, and the first-draft kernel (attention_prefill_kernel.cuh) through NVRTC for
-// the other head dims.
+// Host side of the tensor-core prefill attention kernels: which requests they serve, the Hopper
+// kernel (prefill_sm90.h: wgmma, sm_90, the calls it fits), the FA2 kernel (prefill_kernel.cuh; its
+// instances in prefill_fa2_d*.cu, one source per head-dim pair) for the built pairs, and the
+// first-draft kernel (attention_prefill_kernel.cuh) through NVRTC for the other head dims.
 #include <type_traits>
 
 #include "jit/attention_jit.h"
@@ -10,6 +10,9 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_shape.h"
+#if FLASHINFER_WITH_CUTLASS
+#include "kernels/cuda/prefill_sm90.h"
+#endif
 
 namespace flashinfer::kernels::cuda {
 
@@ -102,6 +105,10 @@ bool prefill_supported(const AttentionParams& p) {
 }
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {
+#if FLASHINFER_WITH_CUTLASS
+  // sm_90: the Hopper kernel (wgmma) where the call fits it (prefill_sm90.h), else the FA2 kernel.
+  if (prefill_sm90(p, stream, enable_pdl)) return;
+#endif
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
       p.q_dtype, "attention", "q", [&]<class T>() { dispatch_dims<T>(p, s, enable_pdl); });

@@ -1,0 +1,352 @@
+// The Hopper prefill attention kernel (docs/ATTENTION.md, "Hopper prefill"): the FA2 kernel's
+// work items, grid, page-offset cache, visibility rules and epilogue (prefill_kernel.cuh), with
+// the two matrix products on wgmma through CuTe (CUTLASS's headers, sm_90a only):
+//   - a block is two warpgroups over 128 packed (query, qo head) rows, 64 rows each;
+//   - Q (once) and each K/V tile of kv_tile keys are copied global -> shared memory with 16-byte
+//     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms, K/V in two stages, so the
+//     copy of tile i + 2 overlaps the math of tiles i and i + 1;
+//   - S = Q K^T is an SS wgmma (Q and K read through matrix descriptors), O += P V an RS wgmma
+//     (P from registers, V as the MN-major B operand: its tile is stored token by token, as the
+//     cache holds it), both m64nNk16 with fp32 accumulation; the accumulator of S is, value for
+//     value, the A operand of P V (the m64nNk16 accumulator's layout per 16 columns is the
+//     m64k16 A fragment's), so P is S rounded to 16 bits in place;
+//   - the online softmax in base 2 on the S accumulators (the scale folded into the exponent),
+//     rescaling skipped when no row of a warp has a new maximum; causal tiles above the diagonal
+//     never loaded and only edge tiles tested per element.
+// Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
+// proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
+// land and before the barrier the MMAs follow. Each stage is refilled only after every warpgroup
+// waited for its MMAs on it (wgmma.wait_group 0 before the loop's closing barrier). No mbarrier,
+// no warp specialization: the block's barriers are the FA2 kernel's.
+#pragma once
+
+#include "kernels/cuda/attention_cuda_common.cuh"
+#include "kernels/cuda/device/cp_async.cuh"
+#include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/mma.cuh"
+#include "kernels/cuda/device/paged_kv.cuh"
+#include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/prefill_shape.h"
+#include "kernels/cuda/prefill_sm90_shape.h"
+#include "kernels/cuda/prefill_sm90_traits.h"
+
+namespace flashinfer::kernels::cuda::prefill {
+
+template <class T, int D>
+__global__ void __launch_bounds__(kSm90Threads, 1) batch_prefill_sm90_kernel(AttentionParams p) {
+  using namespace cute;
+  using Tr = Sm90Prefill<T, D>;
+  using E = typename Tr::E;
+  constexpr int kN = Tr::kN;
+  constexpr int kUnits = D / 8;  // 16-byte units of a Q / K / V row
+  static_assert(kSm90Threads % kUnits == 0, "a thread keeps one unit column");
+  constexpr int kRowsPerPass = kSm90Threads / kUnits;
+  static_assert(kSm90CtaQ % kRowsPerPass == 0 && kN % kRowsPerPass == 0, "tile shapes");
+  constexpr int kCache = kN;  // the offsets of one tile's keys
+  static_assert(kCache <= kSm90Threads, "one key a thread fills the offsets");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The tiles at the swizzle's 1024-byte period (prefill_sm90_smem_bytes has the slack).
+  const uint32_t raw_addr = dev::cp_async::smem_addr(smem_raw);
+  unsigned char* smem =
+      smem_raw + ((kSm90SmemAlign - (raw_addr % kSm90SmemAlign)) % kSm90SmemAlign);
+  E* q_s = reinterpret_cast<E*>(smem);
+  E* k_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D));
+  E* v_s =
+      reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D) + kSm90Stages * prefill_sm90_kv_bytes(D));
+  int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D) +
+                                              2 * kSm90Stages * prefill_sm90_kv_bytes(D));
+  int64_t* v_off = k_off + kCache;
+  int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
+
+  const typename Tr::LayoutQ layout_q{};
+  const typename Tr::LayoutK layout_k{};
+  const typename Tr::LayoutVt layout_vt{};
+  Tensor sQ = make_tensor(make_smem_ptr(q_s), layout_q);
+  Tensor sK = make_tensor(make_smem_ptr(k_s), layout_k);
+  Tensor sVt = make_tensor(make_smem_ptr(v_s), layout_vt);
+
+  pdl_wait();
+  // The plan's last work item first, its KV heads along x (prefill_grid_slice: heaviest first).
+  const WorkItem w = p.work[p.num_work - 1 - static_cast<int32_t>(blockIdx.y)];
+  if (w.request < 0) return;  // padding block of a CUDA-graph grid
+  const int32_t g = blockIdx.x;
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  const int32_t rows = (w.qo_end - w.qo_begin) * group;
+  const int32_t row0 = blockIdx.z * kSm90CtaQ;
+  if (row0 >= rows) return;
+  const int32_t b = w.request;
+  const int64_t q_base = p.qo_indptr[b];
+  const int64_t qo_len = p.qo_indptr[b + 1] - q_base;
+  const int64_t kv_len = p.kv_lens[b];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tid4 = lane & 3;
+  const dev::FastDivmod group_div(static_cast<uint32_t>(group));
+
+  // Keys this block can see at all: causal caps the end, a sliding window the start.
+  const int32_t last_row = min(rows, row0 + kSm90CtaQ) - 1;
+  const int64_t pos_min = kv_len - qo_len + w.qo_begin + group_div.div(row0);
+  const int64_t pos_max = kv_len - qo_len + w.qo_begin + group_div.div(last_row);
+  int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
+  if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
+  if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
+  const int num_tiles = kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kN - 1) / kN) : 0;
+  const TileRange unmasked_tiles =
+      prefill_unmasked_tiles(kv_lo, kv_hi, kN, p.causal, pos_min, pos_max, p.window_left, false);
+
+  // This thread's unit column of every copied row, and the element offset of rows' first units.
+  const int col = tid % kUnits, r0 = tid / kUnits;
+
+  // Q tile: packed row r is query qo_begin + (row0 + r) / group, head g * group + its remainder.
+  {
+    const T* q = static_cast<const T*>(p.q);
+#pragma unroll
+    for (int r = r0; r < kSm90CtaQ; r += kRowsPerPass) {
+      const int32_t pr = row0 + r;
+      const bool ok = pr < rows;
+      uint32_t qi = 0, hh = 0;
+      group_div.divmod(static_cast<uint32_t>(ok ? pr : 0), qi, hh);
+      const T* src =
+          q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
+      dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sQ(r, col * 8)), ok ? src + col * 8 : q,
+                                  ok);
+    }
+  }
+
+  // The token -> (page, slot) split as the launcher built it (kv_page_div_*).
+  const auto page_split = [&] {
+    return dev::FastDivmod::from_parts(
+        prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size), p.kv_page_div_mul,
+        p.kv_page_div_shift);
+  };
+  const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
+  constexpr int64_t kKvBytes = 2;
+  // The offset cache, the FA2 kernel's way: page_of loads this thread's key's page id (an
+  // iteration ahead), fill_from writes the key's K and V byte offsets (the KV head's included).
+  auto page_of = [&](int tile) -> int32_t {
+    if (tile >= num_tiles || tid >= kCache) return 0;
+    const int32_t t = kv_lo32 + tile * kN + tid;
+    if (t >= kv_hi32) return 0;
+    const dev::KvRequestMap kv_map(p.kv, b, page_split());
+    return kv_map.page_id(static_cast<uint32_t>(t));
+  };
+  auto fill_from = [&](int tile, int32_t page) {
+    if (tile >= num_tiles || tid >= kCache) return;
+    const dev::KvRequestMap kv_map(p.kv, b, page_split());
+    const int32_t t = kv_lo32 + tile * kN + tid;
+    int64_t ko = 0, vo = 0;
+    if (t < kv_hi32) {
+      const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
+      ko = (kv_map.k_offset(page, slot) + g * p.kv.k_stride_head) * kKvBytes;
+      vo = (kv_map.v_offset(page, slot) + g * p.kv.v_stride_head) * kKvBytes;
+    }
+    k_off[tid] = ko;
+    v_off[tid] = vo;
+  };
+  // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `col` to (r, 8 col) of K and
+  // (8 col, r) of V^T; keys at or past kv_hi zero-filled (a stale S column would be masked, but a
+  // stale V row times P = 0 could still be NaN). A group is committed even past the end, which
+  // keeps the wait counts uniform.
+  auto load_kv = [&](int tile) {
+    if (tile < num_tiles) {
+      const int32_t t0 = kv_lo32 + tile * kN;
+      const int stage = tile % kSm90Stages;
+      const auto* kb = static_cast<const unsigned char*>(p.kv.k);
+      const auto* vb = static_cast<const unsigned char*>(p.kv.v);
+      const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
+      constexpr int kRowsPerThread = kN / kRowsPerPass;
+      int64_t kos[kRowsPerThread], vos[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        kos[i] = k_off[r0 + i * kRowsPerPass];
+        vos[i] = v_off[r0 + i * kRowsPerPass];
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = r0 + i * kRowsPerPass;
+        const bool ok = t0 + r < kv_hi32;
+        dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sK(r, col * 8, stage)),
+                                    kb + (kos[i] + col_bytes), ok);
+        dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sVt(col * 8, r, stage)),
+                                    vb + (vos[i] + col_bytes), ok);
+      }
+    }
+    dev::cp_async::commit();
+  };
+  if (tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
+  fill_from(0, page_of(0));
+  __syncthreads();
+  load_kv(0);  // the first group also carries Q
+  __syncthreads();
+  fill_from(1, page_of(1));
+  __syncthreads();
+  load_kv(1);
+
+  typename Tr::MmaS mma_s;
+  typename Tr::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(tid);
+  auto thr_o = mma_o.get_thread_slice(tid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);    // (MMA, 1, D / 16) descriptors
+  Tensor tSrK = thr_s.partition_fragment_B(sK);    // (MMA, 1, D / 16, stages)
+  Tensor tOrVt = thr_o.partition_fragment_B(sVt);  // (MMA, 1, kN / 16, stages)
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kSm90CtaQ>, Int<kN>>{});  // ((2,2,kN/8),1,1)
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kSm90CtaQ>, Int<D>>{});   // ((2,2,D/8),1,1)
+  Tensor tOrP = make_tensor<E>(typename Tr::LayoutP{});
+  static_assert(decltype(size(tSrS))::value == kN / 2 && decltype(size(tOrO))::value == D / 2,
+                "a thread's accumulators: 2 rows x (columns / 4)");
+  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value, "P is S");
+  // Accumulator value v of a thread: row gid + 8 ((v >> 1) & 1) of its warp's 16, column
+  // 8 (v >> 2) + 2 tid4 + (v & 1) (the m64nNk16 D fragment; tests/api/test_prefill_sm90_shape.cpp
+  // checks it against CuTe's partition of the block's coordinates).
+  const int32_t warp_row0 = row0 + warp * 16;  // warps 0-3: rows 0-63, warps 4-7: rows 64-127
+#pragma unroll
+  for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.0f;
+
+  const int32_t pos_shift = static_cast<int32_t>(kv_len - qo_len) + w.qo_begin;
+  int32_t pos_of[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int32_t pr = warp_row0 + gid + 8 * e;
+    pos_of[e] = pr < rows ? pos_shift + static_cast<int32_t>(group_div.div(pr)) : -1;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  int32_t next_page = page_of(kSm90Stages);
+#pragma unroll 1
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma
+    __syncthreads();                                                // ... for every thread
+    const int stage = tile % kSm90Stages;
+    // Offsets of tile + 2, copied after this iteration's closing barrier; the copy that last read
+    // the cache (tile + 1's) was issued before the barrier above.
+    fill_from(tile + kSm90Stages, next_page);
+    next_page = page_of(tile + kSm90Stages + 1);
+    const int32_t t0 = kv_lo32 + tile * kN;
+    const int2 range = *tile_range_s;
+    const bool unmasked = range.x <= tile && tile <= range.y;
+
+    // S = Q K^T over D / 16 k-steps, into a zeroed accumulator.
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+
+    if (!unmasked) {
+      // Keys as offsets d from the row's position, within [d_min, d_max] (the FA2 kernel's test).
+      const int32_t d_max = p.causal ? 0 : INT32_MAX;
+      const int32_t d_min = p.window_left >= 0 ? -p.window_left : INT32_MIN;
+#pragma unroll
+      for (int v = 0; v < size(tSrS); ++v) {
+        const int32_t kj = t0 + 8 * (v >> 2) + 2 * tid4 + (v & 1);
+        const int32_t d = kj - pos_of[(v >> 1) & 1];
+        const bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
+        if (!vis) tSrS(v) = -INFINITY;
+      }
+    }
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int v = 0; v < size(tSrS); ++v) tmax[(v >> 1) & 1] = fmaxf(tmax[(v >> 1) & 1], tSrS(v));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+      tmax[r] *= p.sm_scale_log2;  // -inf stays -inf (the scale is > 0: prefill_scale_folds)
+    }
+    // Rescaled only when a row of the warp has a new maximum (the FA2 kernel's skip: every factor
+    // would be exactly 1 otherwise).
+    if (__any_sync(0xffffffffu, tmax[0] > m[0] || tmax[1] > m[1])) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m[r], tmax[r]);
+        const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= factor;
+#pragma unroll
+        for (int v = 0; v < size(tOrO); ++v) {
+          if (((v >> 1) & 1) == r) tOrO(v) *= factor;
+        }
+      }
+    }
+    const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+    uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+#pragma unroll
+    for (int v = 0; v < size(tSrS); v += 2) {
+      const int r = (v >> 1) & 1;
+      const float p0 = dev::exp2_ftz(fmaf(tSrS(v), p.sm_scale_log2, -m_sub[r]));
+      const float p1 = dev::exp2_ftz(fmaf(tSrS(v + 1), p.sm_scale_log2, -m_sub[r]));
+      l[r] += p0 + p1;
+      p_pairs[v / 2] = dev::mma::pack2<T>(p0, p1);
+    }
+
+    // O += P V over kN / 16 k-steps (P's registers fenced like the accumulators: the compiler
+    // must not move their writes past the wgmma that reads them, nor reuse them before its wait).
+    warpgroup_fence_operand(tOrP);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();  // the stage is read: it may be refilled after the barrier below
+    warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP);
+
+    __syncthreads();
+    load_kv(tile + kSm90Stages);
+  }
+  dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
+
+  float out_scale = p.v_scale;
+  if (p.scale_v) out_scale *= p.scale_v[g];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    // m = +inf: a folded logit overflowed; NaN, as the FA2 kernel writes it.
+    const bool nan_any = isnan(lr) || m[r] == INFINITY;
+    const int32_t pr = warp_row0 + gid + 8 * r;
+    if (pr >= rows) continue;
+    const uint32_t qrel = static_cast<uint32_t>(pos_of[r] - pos_shift);
+    const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
+    const bool any = lr > 0.0f;
+    float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
+    float lse = nan_any ? NAN : (any ? m[r] + log2f(lr) : -INFINITY);
+    if (p.sinks != nullptr && w.partial_base < 0) {
+      float f = 1.0f;
+      lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
+      inv *= f;
+    }
+    if (w.partial_base >= 0) {
+      const int64_t prow = static_cast<int64_t>(w.partial_base) + qrel;
+      float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * D + tid4 * 2;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<float2*>(dst + n * 8) =
+            make_float2(tOrO(4 * n + 2 * r) * inv, tOrO(4 * n + 2 * r + 1) * inv);
+      }
+      if (tid4 == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
+    } else {
+      const int64_t row = q_base + w.qo_begin + qrel;
+      T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tid4 * 2;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + n * 8) =
+            dev::mma::pack2<T>(tOrO(4 * n + 2 * r) * inv, tOrO(4 * n + 2 * r + 1) * inv);
+      }
+      if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+    }
+  }
+  pdl_launch_dependents();
+}
+
+}  // namespace flashinfer::kernels::cuda::prefill

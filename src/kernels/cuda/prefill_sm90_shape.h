@@ -1,0 +1,63 @@
+// The shapes and the dispatch rule of the Hopper prefill kernel (prefill_sm90_kernel.cuh): plain
+// constexpr arithmetic shared by the kernel, its launcher and the CPU tests
+// (tests/api/test_prefill_sm90_shape.cpp).
+//
+// A block is two warpgroups (256 threads) over 128 packed query rows, 64 a warpgroup, as the
+// FA2 kernel's 128-row blocks are planned (same work items, same grid). S = Q K^T and O += P V are
+// wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared memory through matrix
+// descriptors (V as the MN-major B operand) and P from registers; every thread copies K/V tiles of
+// kv_tile keys with 16-byte cp.async into two stages in the 128-byte-swizzled layout the
+// descriptors name. One block an SM (the tiles take 160 KiB); the two warpgroups' MMAs and
+// softmax interleave on the SM's tensor and ALU pipes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels::cuda::prefill {
+
+constexpr int kSm90Warpgroups = 2;
+constexpr int kSm90Threads = kSm90Warpgroups * 128;
+constexpr int kSm90CtaQ = kSm90Warpgroups * 64;  // packed query rows of a block
+constexpr int kSm90Stages = 2;
+// Slack for aligning the tiles to the 1024-byte period of the 128-byte swizzle (the descriptors
+// address the swizzle by absolute shared-memory address bits).
+constexpr unsigned kSm90SmemAlign = 1024;
+
+/// The head dims with an instance (equal qk / vo dims).
+FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo) {
+  return dqk == dvo && dqk == 128;
+}
+
+/// Keys of a K/V tile.
+FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d) { return d == 128 ? 128 : 64; }
+
+/// Bytes of the 16-bit Q tile, and of one stage's K and V tiles.
+FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int d) {
+  return static_cast<unsigned>(kSm90CtaQ) * static_cast<unsigned>(d) * 2u;
+}
+FLASHINFER_HD constexpr unsigned prefill_sm90_kv_bytes(int d) {
+  return static_cast<unsigned>(prefill_sm90_kv_tile(d)) * static_cast<unsigned>(d) * 2u;
+}
+
+/// Dynamic shared memory of a block: Q, the K and V stages, the K/V byte offsets of one tile's
+/// tokens (two int64 a key), the unmasked tile range (16 bytes) and the alignment slack.
+FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d) {
+  return prefill_sm90_q_bytes(d) + 2u * kSm90Stages * prefill_sm90_kv_bytes(d) +
+         16u * static_cast<unsigned>(prefill_sm90_kv_tile(d)) + 16u + kSm90SmemAlign;
+}
+
+/// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), the
+/// plan's 128-row blocks, a built head dim, 16-bit K/V of q's dtype, none of the FA2 kernel's
+/// compile-time variants (soft cap, custom mask, ALiBi: `variant` 0), the scale folded into the
+/// exponent (prefill_scale_folds) and the block's shared memory within the device's opt-in limit.
+FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, int cta_rows, int dqk,
+                                               int dvo, bool kv_16bit_of_q, int variant,
+                                               bool scale_folds, long long smem_optin) {
+  return cc_major == 9 && cc_minor == 0 && cta_rows == kSm90CtaQ &&
+         prefill_sm90_dim_built(dqk, dvo) && kv_16bit_of_q && variant == 0 && scale_folds &&
+         smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk));
+}
+
+}  // namespace flashinfer::kernels::cuda::prefill

@@ -1,0 +1,60 @@
+// The CuTe types of the Hopper prefill kernel (prefill_sm90_kernel.cuh): its two tiled wgmma
+// MMAs and the swizzled shared-memory layouts of its tiles. Host-compilable (CUTLASS's headers and
+// the CUDA toolkit's fp16 / bf16 types), so that the CPU tests evaluate the same layouts the
+// kernel is compiled with (tests/api/test_prefill_sm90_shape.cpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+
+#include "kernels/cuda/prefill_sm90_shape.h"
+
+namespace flashinfer::kernels::cuda::prefill {
+
+template <class T>
+struct CuteElement;
+template <>
+struct CuteElement<__half> {
+  using type = cute::half_t;
+};
+template <>
+struct CuteElement<__nv_bfloat16> {
+  using type = cute::bfloat16_t;
+};
+
+/// The CuTe types of one instance: the two tiled MMAs (one m64 atom a warpgroup, stacked along
+/// the rows) and the shared-memory layouts of Q [128 x D], K [kv_tile x D x stages] (K-major,
+/// the B operand of S) and V^T [D x kv_tile x stages] (MN-major, the B operand of O: D
+/// contiguous within a key, i.e. V's rows as stored).
+template <class T, int D>
+struct Sm90Prefill {
+  using E = typename CuteElement<T>::type;
+  static constexpr int kN = prefill_sm90_kv_tile(D);
+  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kSm90Warpgroups>, cute::_1, cute::_1>>;
+  using MmaS = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E, E, float,
+                                 cute::Shape<cute::_64, cute::Int<kN>, cute::Int<D>>>(),
+      AtomLayout{}));
+  using MmaO = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      AtomLayout{}));
+  using LayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<E>{},
+                                               cute::Shape<cute::Int<kSm90CtaQ>, cute::Int<D>>{}));
+  using LayoutK = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_K_SW128_Atom<E>{},
+      cute::Shape<cute::Int<kN>, cute::Int<D>, cute::Int<kSm90Stages>>{}));
+  using LayoutVt = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_MN_SW128_Atom<E>{},
+      cute::Shape<cute::Int<D>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
+  // The A operand of O += P V: per thread the S accumulator's values in order, as 16-bit pairs
+  // (((2, 2, 2), 1, kN / 16): one m64k16 fragment per 16 keys).
+  using LayoutP = cute::Layout<
+      cute::Shape<cute::Shape<cute::_2, cute::_2, cute::_2>, cute::_1, cute::Int<kN / 16>>>;
+};
+
+}  // namespace flashinfer::kernels::cuda::prefill

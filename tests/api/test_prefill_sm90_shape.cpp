@@ -1,0 +1,183 @@
+// The Hopper prefill kernel's host-checkable decisions (src/kernels/cuda/prefill_sm90_shape.h)
+// and, where the build has CUTLASS's headers, the CuTe layouts it is built on
+// (prefill_sm90_kernel.cuh's Sm90Prefill), evaluated on the CPU: the accumulator coordinates the
+// kernel assumes for each thread's values (its masks, softmax rows and epilogue addresses), that P
+// written in place of S is the A operand of O += P V value for value, and that the kernel's
+// 16-byte copies into the swizzled tiles land where the descriptors read (each unit contiguous,
+// the layouts bijections, the stages disjoint).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "kernels/cuda/prefill_shape.h"
+#include "kernels/cuda/prefill_sm90_shape.h"
+
+#if FLASHINFER_TEST_HAVE_CUTE
+#include "kernels/cuda/prefill_sm90_traits.h"
+#endif
+
+namespace flashinfer::kernels::cuda::prefill {
+namespace {
+
+TEST(PrefillSm90Shape, DispatchRule) {
+  constexpr long long kH100Optin = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, sm_90
+  const unsigned smem = prefill_sm90_smem_bytes(128);
+  // Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB) + offsets 2 KiB + range + alignment slack.
+  EXPECT_EQ(smem, 32768u + 131072u + 2048u + 16u + 1024u);
+  EXPECT_LE(smem, static_cast<unsigned>(kH100Optin));
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, kH100Optin));
+  // sm_90a code runs on sm_90 only: not on an A100, an sm_89 part or Blackwell.
+  EXPECT_FALSE(prefill_sm90_fits(8, 0, 128, 128, 128, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(10, 0, 128, 128, 128, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 1, 128, 128, 128, true, 0, true, kH100Optin));
+  // The plan's 64- and 16-row blocks stay on the FA2 kernel.
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 64, 128, 128, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 16, 128, 128, true, 0, true, kH100Optin));
+  // Head dims: 128 only.
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 64, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
+  // fp8 K/V, the variants, scales that do not fold, too little shared memory.
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, false, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillCustomMask, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillAlibi, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, false, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem - 1));
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem));
+  // The FA2 kernel's plan gives 128-row blocks for long packed queries at head dim 128, so the
+  // calls the Hopper kernel serves are the ones planned for it.
+  EXPECT_EQ(prefill_cta_rows(8192 * 4, 128, 128, 0), kSm90CtaQ);
+  EXPECT_EQ(kSm90Threads, 256);
+  EXPECT_EQ(prefill_sm90_kv_tile(128), 128);
+}
+
+#if FLASHINFER_TEST_HAVE_CUTE
+
+// The kernel's fragment formula: value v of thread t sits at row 16 warp + lane / 4 +
+// 8 ((v >> 1) & 1), column 8 (v >> 2) + 2 (lane % 4) + (v & 1), warps 0-7 over the block's 128
+// rows (warpgroup 0: rows 0-63).
+int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
+int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
+
+template <class T, int D>
+void check_accumulators_and_p() {
+  using namespace cute;
+  using Tr = Sm90Prefill<T, D>;
+  constexpr int kN = Tr::kN;
+  typename Tr::MmaS mma_s;
+  typename Tr::MmaO mma_o;
+  for (int t = 0; t < kSm90Threads; ++t) {
+    auto thr_s = mma_s.get_thread_slice(t);
+    auto thr_o = mma_o.get_thread_slice(t);
+    Tensor cs = thr_s.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<kN>>{}));
+    Tensor co = thr_o.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<D>>{}));
+    ASSERT_EQ(int(size(cs)), kN / 2);
+    ASSERT_EQ(int(size(co)), D / 2);
+    for (int v = 0; v < int(size(cs)); ++v) {
+      ASSERT_EQ(int(get<0>(cs(v))), formula_row(t, v)) << "S thread " << t << " value " << v;
+      ASSERT_EQ(int(get<1>(cs(v))), formula_col(t, v)) << "S thread " << t << " value " << v;
+    }
+    for (int v = 0; v < int(size(co)); ++v) {
+      ASSERT_EQ(int(get<0>(co(v))), formula_row(t, v)) << "O thread " << t << " value " << v;
+      ASSERT_EQ(int(get<1>(co(v))), formula_col(t, v)) << "O thread " << t << " value " << v;
+    }
+    // S = Q K^T: each warpgroup's A operand (Q through descriptors) is its own 64 rows, every
+    // dim of them; its B operand every key of the tile.
+    Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<D>>{}));
+    std::set<std::pair<int, int>> q_seen;
+    for (int i = 0; i < int(size(qa)); ++i) {
+      const int row = get<0>(qa(i));
+      ASSERT_EQ(row / 64, t / 128) << "thread " << t << " reads another warpgroup's Q row";
+      q_seen.insert({row, int(get<1>(qa(i)))});
+    }
+    EXPECT_EQ(q_seen.size(), 64u * D) << "thread " << t;
+    Tensor kb = thr_s.partition_B(make_identity_tensor(Shape<Int<kN>, Int<D>>{}));
+    EXPECT_EQ(int(size(kb)), kN * D) << "thread " << t;
+    // O += P V reads A element (a, 0, k) of this thread from register LayoutP(a, 0, k), which the
+    // kernel filled with P of S value LayoutP(a, 0, k): both must name the same (row, key).
+    Tensor ca = thr_o.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<kN>>{}));
+    const typename Tr::LayoutP lp{};
+    ASSERT_EQ(int(size(ca)), int(size(lp)));
+    ASSERT_EQ(int(size<2>(ca)), kN / 16);
+    for (int a = 0; a < int(size<0>(ca)); ++a) {
+      for (int k = 0; k < int(size<2>(ca)); ++k) {
+        const int reg = lp(a, 0, k);
+        ASSERT_EQ(ca(a, 0, k), cs(reg)) << "thread " << t << " A value " << a << " step " << k;
+      }
+    }
+    // 16-bit pairs: the kernel packs values (2i, 2i + 1) into one register; the A operand's pairs
+    // are consecutive registers too.
+    for (int a = 0; a < int(size<0>(ca)); a += 2) {
+      for (int k = 0; k < int(size<2>(ca)); ++k) {
+        ASSERT_EQ(lp(a + 1, 0, k), lp(a, 0, k) + 1);
+        ASSERT_EQ(lp(a, 0, k) % 2, 0);
+      }
+    }
+  }
+}
+
+TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceBf16) {
+  check_accumulators_and_p<__nv_bfloat16, 128>();
+}
+TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceFp16) {
+  check_accumulators_and_p<__half, 128>();
+}
+
+// A layout's 16-byte units: every (row, 8 c) names 8 contiguous elements at a 16-byte boundary,
+// and the layout maps its coordinates one to one onto [0, size).
+template <class Layout, class Offset>
+void check_units(const Layout& layout, int rows, int cols, int stages, Offset offset) {
+  std::set<int> seen;
+  for (int s = 0; s < stages; ++s) {
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; c += 8) {
+        const int base = offset(layout, r, c, s);
+        ASSERT_EQ(base % 8, 0) << r << "," << c << "," << s;
+        for (int j = 0; j < 8; ++j) {
+          ASSERT_EQ(offset(layout, r, c + j, s), base + j) << r << "," << c + j << "," << s;
+          ASSERT_TRUE(seen.insert(base + j).second) << "element written twice";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), rows * cols * stages);
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), rows * cols * stages - 1);
+}
+
+TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
+  using Tr = Sm90Prefill<__nv_bfloat16, 128>;
+  constexpr int kN = Tr::kN;
+  // Q [128 rows x 128 dims]: the kernel writes (r, 8 col).
+  check_units(typename Tr::LayoutQ{}, kSm90CtaQ, 128, 1,
+              [](const auto& l, int r, int c, int) { return static_cast<int>(l(r, c)); });
+  // K [key x dim x stage]: (r, 8 col, stage).
+  check_units(typename Tr::LayoutK{}, kN, 128, kSm90Stages,
+              [](const auto& l, int r, int c, int s) { return static_cast<int>(l(r, c, s)); });
+  // V^T [dim x key x stage]: key r's unit col at (8 col, r, stage): dims contiguous in a key.
+  check_units(typename Tr::LayoutVt{}, kN, 128, kSm90Stages,
+              [](const auto& l, int r, int c, int s) { return static_cast<int>(l(c, r, s)); });
+  // Each stage is one contiguous block of kN x 128 elements (the byte sizes the kernel's carve-up
+  // of shared memory assumes: prefill_sm90_kv_bytes).
+  const typename Tr::LayoutK lk{};
+  const typename Tr::LayoutVt lv{};
+  for (int s = 0; s < kSm90Stages; ++s) {
+    int lo_k = 1 << 30, lo_v = 1 << 30;
+    for (int r = 0; r < kN; ++r) {
+      for (int c = 0; c < 128; ++c) {
+        lo_k = std::min(lo_k, static_cast<int>(lk(r, c, s)));
+        lo_v = std::min(lo_v, static_cast<int>(lv(c, r, s)));
+      }
+    }
+    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(128)));
+    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(128)));
+  }
+}
+
+#endif  // FLASHINFER_TEST_HAVE_CUTE
+
+}  // namespace
+}  // namespace flashinfer::kernels::cuda::prefill
