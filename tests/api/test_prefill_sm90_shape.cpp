@@ -35,8 +35,10 @@ TEST(PrefillSm90Shape, DispatchRule) {
   // The plan's 64- and 16-row blocks stay on the FA2 kernel.
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 64, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 16, 128, 128, true, 0, true, kH100Optin));
-  // Head dims: 128 only.
-  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 64, true, 0, true, kH100Optin));
+  // Head dims: 64 and 128.
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 64, 64, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 128, true, 0, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 96, 96, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
   // fp8 K/V, the variants, scales that do not fold, too little shared memory.
@@ -52,6 +54,19 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_EQ(prefill_cta_rows(8192 * 4, 128, 128, 0), kSm90CtaQ);
   EXPECT_EQ(kSm90Threads, 256);
   EXPECT_EQ(prefill_sm90_kv_tile(128), 128);
+  // Head dim 64: 64-key tiles and two blocks an SM (their tiles and the launch bounds' 128
+  // registers a thread), within the SM's 228 KiB and 64 K registers.
+  EXPECT_EQ(prefill_sm90_kv_tile(64), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(64), 16384u + 32768u + 1024u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_min_blocks(64), 2);
+  EXPECT_EQ(prefill_sm90_min_blocks(128), 1);
+  for (int d : {64, 128}) {
+    EXPECT_LE(
+        static_cast<long long>(prefill_sm90_min_blocks(d)) * (prefill_sm90_smem_bytes(d) + 1024u),
+        228 * 1024)
+        << d;
+    EXPECT_LE(prefill_sm90_min_blocks(d) * kSm90Threads * (d == 64 ? 128 : 255), 65536) << d;
+  }
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE
@@ -121,9 +136,11 @@ void check_accumulators_and_p() {
 
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceBf16) {
   check_accumulators_and_p<__nv_bfloat16, 128>();
+  check_accumulators_and_p<__nv_bfloat16, 64>();
 }
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceFp16) {
   check_accumulators_and_p<__half, 128>();
+  check_accumulators_and_p<__half, 64>();
 }
 
 // A layout's 16-byte units: every (row, 8 c) names 8 contiguous elements at a 16-byte boundary,
@@ -148,33 +165,41 @@ void check_units(const Layout& layout, int rows, int cols, int stages, Offset of
   EXPECT_EQ(*seen.rbegin(), rows * cols * stages - 1);
 }
 
-TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
-  using Tr = Sm90Prefill<__nv_bfloat16, 128>;
+template <int D>
+void check_tiles() {
+  using Tr = Sm90Prefill<__nv_bfloat16, D>;
   constexpr int kN = Tr::kN;
-  // Q [128 rows x 128 dims]: the kernel writes (r, 8 col).
-  check_units(typename Tr::LayoutQ{}, kSm90CtaQ, 128, 1,
+  // Q [128 rows x D dims]: the kernel writes (r, 8 col).
+  check_units(typename Tr::LayoutQ{}, kSm90CtaQ, D, 1,
               [](const auto& l, int r, int c, int) { return static_cast<int>(l(r, c)); });
   // K [key x dim x stage]: (r, 8 col, stage).
-  check_units(typename Tr::LayoutK{}, kN, 128, kSm90Stages,
+  check_units(typename Tr::LayoutK{}, kN, D, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(r, c, s)); });
   // V^T [dim x key x stage]: key r's unit col at (8 col, r, stage): dims contiguous in a key.
-  check_units(typename Tr::LayoutVt{}, kN, 128, kSm90Stages,
+  check_units(typename Tr::LayoutVt{}, kN, D, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(c, r, s)); });
-  // Each stage is one contiguous block of kN x 128 elements (the byte sizes the kernel's carve-up
+  // Each stage is one contiguous block of kN x D elements (the byte sizes the kernel's carve-up
   // of shared memory assumes: prefill_sm90_kv_bytes).
   const typename Tr::LayoutK lk{};
   const typename Tr::LayoutVt lv{};
   for (int s = 0; s < kSm90Stages; ++s) {
     int lo_k = 1 << 30, lo_v = 1 << 30;
     for (int r = 0; r < kN; ++r) {
-      for (int c = 0; c < 128; ++c) {
+      for (int c = 0; c < D; ++c) {
         lo_k = std::min(lo_k, static_cast<int>(lk(r, c, s)));
         lo_v = std::min(lo_v, static_cast<int>(lv(c, r, s)));
       }
     }
-    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(128)));
-    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(128)));
+    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
+    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
   }
+  EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::LayoutQ{})) * 2,
+            static_cast<int>(prefill_sm90_q_bytes(D)));
+}
+
+TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
+  check_tiles<128>();
+  check_tiles<64>();
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUTE

@@ -239,7 +239,8 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
 
 // The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
 // the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
-// MHA (128-row blocks from requests of 33+ queries), paged (page sizes 1, 5, 16) and ragged K/V,
+// MHA (128-row blocks from requests of 33+ queries), head dims 128 and 64, paged (page sizes 1,
+// 5, 16) and ragged K/V,
 // causal right-aligned rows and not, key tails inside a 128-key tile, a window crossing tiles,
 // split-KV with the merge pass, sinks, a one-query request beside long ones (its blocks stay
 // 128 rows: the plan's largest work item sets the height). The launch counter says the Hopper
@@ -274,6 +275,8 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
         for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
           PrefillCase c;
           c.dt = dt;
+          // Head dim 64 (64-key tiles) on a subset: its tiles' tails differ from 128's.
+          if (page == 5 || page == 0) c.dqk = c.dvo = 64;
           c.page = page;
           c.causal = causal;
           c.split = split;
@@ -283,12 +286,15 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
         }
       }
     }
-    PrefillCase mha;  // 8:8, 300 queries: 300 packed rows, three 128-row blocks
-    mha.dt = dt;
-    mha.hq = mha.hkv = 8;
-    mha.qo_lens = {300, 40};
-    mha.kv_lens = {300, 555};
-    check(mha);
+    for (int64_t d : {128, 64}) {
+      PrefillCase mha;  // 8:8, 300 queries: 300 packed rows, three 128-row blocks
+      mha.dt = dt;
+      mha.dqk = mha.dvo = d;
+      mha.hq = mha.hkv = 8;
+      mha.qo_lens = {300, 40};
+      mha.kv_lens = {300, 555};
+      check(mha);
+    }
     PrefillCase window;  // the window's first tiles and the causal edge both masked
     window.dt = dt;
     window.window = 200;

@@ -67,10 +67,13 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
     return false;
   }
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.q_dtype == DType::kBFloat16) {
-    launch_sm90<__nv_bfloat16, 128>(p, s, enable_pdl);
+  const bool bf16 = p.q_dtype == DType::kBFloat16;
+  if (p.head_dim_qk == 64) {
+    bf16 ? launch_sm90<__nv_bfloat16, 64>(p, s, enable_pdl)
+         : launch_sm90<__half, 64>(p, s, enable_pdl);
   } else {
-    launch_sm90<__half, 128>(p, s, enable_pdl);
+    bf16 ? launch_sm90<__nv_bfloat16, 128>(p, s, enable_pdl)
+         : launch_sm90<__half, 128>(p, s, enable_pdl);
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -33,7 +33,8 @@
 namespace flashinfer::kernels::cuda::prefill {
 
 template <class T, int D>
-__global__ void __launch_bounds__(kSm90Threads, 1) batch_prefill_sm90_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
+    batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
   using Tr = Sm90Prefill<T, D>;
   using E = typename Tr::E;

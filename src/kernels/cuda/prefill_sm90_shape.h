@@ -27,11 +27,15 @@ constexpr unsigned kSm90SmemAlign = 1024;
 
 /// The head dims with an instance (equal qk / vo dims).
 FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo) {
-  return dqk == dvo && dqk == 128;
+  return dqk == dvo && (dqk == 64 || dqk == 128);
 }
 
 /// Keys of a K/V tile.
 FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d) { return d == 128 ? 128 : 64; }
+
+/// Blocks an SM holds: two at head dim 64 (80 KiB of tiles each; registers capped at 128 a
+/// thread by the launch bounds), one at 128 (160 KiB).
+FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int d) { return d <= 64 ? 2 : 1; }
 
 /// Bytes of the 16-bit Q tile, and of one stage's K and V tiles.
 FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int d) {
