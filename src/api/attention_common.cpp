@@ -19,6 +19,7 @@
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cuda/prefill_shape.h"  // plain constexpr: the planner's tile rule on every build
+#include "kernels/cuda/prefill_sm90_shape.h"  // ditto: the Hopper kernel's blocks an SM
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/decode_cuda.h"
 #endif
@@ -450,7 +451,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   // Blocks the device runs at once. CUDA: the CUDA-core kernel's occupancy (from its registers
   // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs
-  // (tensor_core_max_grid). CPU: threads x 2.
+  // (tensor_core_max_grid), the Hopper kernel at head dim 128 1 x SMs. CPU: threads x 2.
   int64_t max_grid;
   // Smallest KV chunk in tokens: upstream's 128, except for the CUDA-core kernel on a GPU (below:
   // decode, and the prefill calls that fall back to it), whose 128-key blocks ran 20-25 us alone
@@ -480,6 +481,19 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // run-time fallbacks (sinks, alignment).
     const bool tc_scale = pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
                                                   s.scale_q.defined(), s.scale_k.defined());
+    // sm_90: the Hopper kernel takes the calls whose plan gives it its blocks (prefill_sm90.h:
+    // 128 packed rows, head dim 64 / 128, 16-bit K/V of q's dtype, no variant); its tiles leave
+    // room for prefill_sm90_min_blocks of them an SM (one at head dim 128), not two.
+    const int dqk = static_cast<int>(s.head_dim_qk), dvo = static_cast<int>(s.head_dim_vo);
+    const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
+    if ((!s.decode || s.use_tensor_cores) && s.backend != "fa2" &&
+        compute_capability(s.device) == 90 &&
+        pf::prefill_sm90_fits(
+            9, 0, pf::prefill_cta_rows(static_cast<int>(rows_per_tile) * group, dqk, dvo, variant),
+            dqk, dvo, q16 && s.kv_dtype == s.q_dtype && s.o_dtype == s.q_dtype, variant, tc_scale,
+            std::numeric_limits<long long>::max())) {
+      per_sm = pf::prefill_sm90_min_blocks(dqk);
+    }
     if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
