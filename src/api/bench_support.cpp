@@ -77,6 +77,11 @@ std::string op_backend(std::string_view fallback) {
 
 std::vector<std::string> wrapper_backends(std::string_view routine) {
   if (routine == "BatchDecodeWithPagedKVCacheWrapper.run") return {"fa2", "fa2_tc"};
+  // The prefill wrappers' `backend` ("auto" when none is named: the Hopper kernel on sm_90).
+  if (routine == "BatchPrefillWithPagedKVCacheWrapper.run" ||
+      routine == "BatchPrefillWithRaggedKVCacheWrapper.run") {
+    return {"fa2", "fa3", "auto"};
+  }
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include "api/attention_common.h"
 #include "api/attention_pos_encoding.h"
 #include "api/attention_sink.h"
+#include "api/bench_backend.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "flashinfer/ops/attention.h"
@@ -411,10 +412,13 @@ Tensor bench_qo_indptr(const BenchShape& s, Device dev, int64_t per) {
   return api::bench::int32_tensor(v, dev);
 }
 
+// `--backends cuda:fa2` / `cuda:fa3` / `cuda:auto` (upstream's benchmark names): the wrappers'
+// `backend`; "auto" when none is named.
 BenchCase bench_paged_prefill(const BenchShape& s, Device dev) {
   api::bench::BenchPages p = api::bench::bench_pages(s, dev);
   auto w = std::make_shared<BatchPrefillWithPagedKVCacheWrapper>(
-      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+      Tensor::empty({16 << 20}, DType::kUInt8, dev), "NHD", false, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, api::bench::op_backend("auto"));
   w->plan(bench_qo_indptr(s, dev, s.s_qo), p.indptr, p.indices, p.last_page_len, s.num_qo_heads,
           s.num_kv_heads, s.head_dim_qk, s.page_size, bench_plan_options(s));
   BenchCase c = api::bench::invoke_case(
@@ -428,7 +432,8 @@ BenchCase bench_paged_prefill(const BenchShape& s, Device dev) {
 
 BenchCase bench_ragged_prefill(const BenchShape& s, Device dev) {
   auto w = std::make_shared<BatchPrefillWithRaggedKVCacheWrapper>(
-      Tensor::empty({16 << 20}, DType::kUInt8, dev));
+      Tensor::empty({16 << 20}, DType::kUInt8, dev), "NHD", false, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, api::bench::op_backend("auto"));
   w->plan(bench_qo_indptr(s, dev, s.s_qo), bench_qo_indptr(s, dev, s.s_kv), s.num_qo_heads,
           s.num_kv_heads, s.head_dim_qk, bench_plan_options(s));
   const int64_t kv_rows = s.batch_size * s.s_kv;

@@ -340,6 +340,35 @@ TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
   EXPECT_NE(bad.out.find("fa2, fa2_tc"), std::string::npos) << bad.out;
 }
 
+// The prefill wrappers take their `backend` under upstream's benchmark names: fa2 (the FA2
+// kernel), fa3 (on sm_90 the Hopper kernel) and auto; on the CPU each runs the reference.
+TEST(Bench, PrefillWrappersTakeFa2Fa3AndAuto) {
+  for (const char* routine :
+       {"BatchPrefillWithPagedKVCacheWrapper.run", "BatchPrefillWithRaggedKVCacheWrapper.run"}) {
+    const std::string csv = testing::TempDir() + "bench_prefill_backends.csv";
+    std::remove(csv.c_str());
+    CliResult r = run_flashinfer(
+        std::string("bench --routine ") + routine +
+        " --batch_size 2 --s_qo 16 --s_kv 64 --num_qo_heads 8 --num_kv_heads 2 --head_dim_qk 64 "
+        "--head_dim_vo 64 --page_size 16 --causal --backends cpu:fa2 cpu:fa3 cpu:auto --refcheck "
+        "--num_iters 1 --dry_run_iters 0 --output_path " +
+        csv);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::vector<std::string> header;
+    const auto rows = read_csv(csv, &header);
+    ASSERT_EQ(rows.size(), 3u) << routine;
+    EXPECT_EQ(rows[0].at("backend"), "cpu:fa2");
+    EXPECT_EQ(rows[1].at("backend"), "cpu:fa3");
+    EXPECT_EQ(rows[2].at("backend"), "cpu:auto");
+    for (const auto& row : rows) EXPECT_EQ(row.at("refcheck"), "pass") << routine;
+    std::remove(csv.c_str());
+    CliResult bad = run_flashinfer(std::string("bench --routine ") + routine +
+                                   " --backends cpu:cutlass --num_iters 1");
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.out.find("fa2, fa3, auto"), std::string::npos) << bad.out;
+  }
+}
+
 // The hooks' view of --backends: the innermost scope's name, marked used when read.
 TEST(Bench, ScopedOpBackendNestsAndRecordsUse) {
   using flashinfer::api::bench::op_backend;
