@@ -195,6 +195,26 @@ void check_tiles() {
   }
   EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::LayoutQ{})) * 2,
             static_cast<int>(prefill_sm90_q_bytes(D)));
+  // The kernel addresses a thread's copies from its first unit (key r0 < rows_per_pass, unit
+  // column c) by constant steps: key r0 + i rows_per_pass of stage s is i steps and s stages
+  // away, for every key and unit of the tile.
+  constexpr int kRowsPerPass = kSm90Threads / (D / 8);
+  constexpr int kKStep = Tr::template k_step_bytes<kRowsPerPass>();
+  constexpr int kVStep = Tr::template v_step_bytes<kRowsPerPass>();
+  const int stage_bytes = static_cast<int>(prefill_sm90_kv_bytes(D));
+  for (int s = 0; s < kSm90Stages; ++s) {
+    for (int r = 0; r < kN; ++r) {
+      for (int c = 0; c < D; c += 8) {
+        const int r0 = r % kRowsPerPass, i = r / kRowsPerPass;
+        ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
+                  2 * static_cast<int>(lk(r0, c, 0)) + i * kKStep + s * stage_bytes)
+            << "K key " << r << " unit " << c / 8 << " stage " << s;
+        ASSERT_EQ(2 * static_cast<int>(lv(c, r, s)),
+                  2 * static_cast<int>(lv(c, r0, 0)) + i * kVStep + s * stage_bytes)
+            << "V key " << r << " unit " << c / 8 << " stage " << s;
+      }
+    }
+  }
 }
 
 TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {

@@ -148,6 +148,13 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   // (8 col, r) of V^T; keys at or past kv_hi zero-filled (a stale S column would be masked, but a
   // stale V row times P = 0 could still be NaN). A group is committed even past the end, which
   // keeps the wait counts uniform.
+  // This thread's first K and V^T units in stage 0; its others are constant steps away
+  // (Sm90Prefill::k_step_bytes / v_step_bytes, and a stage is prefill_sm90_kv_bytes further), so a
+  // copy's shared address is one add, not the layout's swizzle arithmetic again.
+  const uint32_t k_dst0 = dev::cp_async::smem_addr(&sK(r0, col * 8, 0));
+  const uint32_t v_dst0 = dev::cp_async::smem_addr(&sVt(col * 8, r0, 0));
+  constexpr uint32_t kKStep = static_cast<uint32_t>(Tr::template k_step_bytes<kRowsPerPass>());
+  constexpr uint32_t kVStep = static_cast<uint32_t>(Tr::template v_step_bytes<kRowsPerPass>());
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kN;
@@ -155,6 +162,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
       const auto* kb = static_cast<const unsigned char*>(p.kv.k);
       const auto* vb = static_cast<const unsigned char*>(p.kv.v);
       const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
+      const uint32_t stage_bytes = static_cast<uint32_t>(stage) * prefill_sm90_kv_bytes(D);
       constexpr int kRowsPerThread = kN / kRowsPerPass;
       int64_t kos[kRowsPerThread], vos[kRowsPerThread];
 #pragma unroll
@@ -166,10 +174,10 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int r = r0 + i * kRowsPerPass;
         const bool ok = t0 + r < kv_hi32;
-        dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sK(r, col * 8, stage)),
-                                    kb + (kos[i] + col_bytes), ok);
-        dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sVt(col * 8, r, stage)),
-                                    vb + (vos[i] + col_bytes), ok);
+        dev::cp_async::copy16_zfill(k_dst0 + stage_bytes + i * kKStep, kb + (kos[i] + col_bytes),
+                                    ok);
+        dev::cp_async::copy16_zfill(v_dst0 + stage_bytes + i * kVStep, vb + (vos[i] + col_bytes),
+                                    ok);
       }
     }
     dev::cp_async::commit();

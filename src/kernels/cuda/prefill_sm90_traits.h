@@ -51,6 +51,17 @@ struct Sm90Prefill {
   using LayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<E>{},
       cute::Shape<cute::Int<D>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
+  // Byte steps of the kernel's copies: `rows` keys further along K and along V^T's key mode (the
+  // swizzle's phase repeats every 8 keys, so for `rows` a multiple of 8 each step is one constant
+  // for every (key, unit): tests/api/test_prefill_sm90_shape.cpp checks it over the whole tile).
+  template <int rows>
+  static constexpr int k_step_bytes() {
+    return 2 * (static_cast<int>(LayoutK{}(rows, 0, 0)) - static_cast<int>(LayoutK{}(0, 0, 0)));
+  }
+  template <int rows>
+  static constexpr int v_step_bytes() {
+    return 2 * (static_cast<int>(LayoutVt{}(0, rows, 0)) - static_cast<int>(LayoutVt{}(0, 0, 0)));
+  }
   // The A operand of O += P V: per thread the S accumulator's values in order, as 16-bit pairs
   // (((2, 2, 2), 1, kN / 16): one m64k16 fragment per 16 keys).
   using LayoutP = cute::Layout<
