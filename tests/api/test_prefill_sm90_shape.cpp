@@ -41,9 +41,12 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 96, 96, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
-  // fp8 K/V, the variants, scales that do not fold, too little shared memory.
+  // The soft cap is built; fp8 K/V, a custom mask, ALiBi, scales that do not fold and too little
+  // shared memory are not.
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap, true, kH100Optin));
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap | kPrefillCustomMask,
+                                 true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, false, 0, true, kH100Optin));
-  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillCustomMask, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillAlibi, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, false, kH100Optin));

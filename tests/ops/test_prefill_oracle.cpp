@@ -242,9 +242,9 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
 // MHA (128-row blocks from requests of 33+ queries), head dims 128 and 64, paged (page sizes 1,
 // 5, 16) and ragged K/V,
 // causal right-aligned rows and not, key tails inside a 128-key tile, a window crossing tiles,
-// split-KV with the merge pass, sinks, a one-query request beside long ones (its blocks stay
-// 128 rows: the plan's largest work item sets the height). The launch counter says the Hopper
-// kernel ran for "fa3" and did not for "fa2".
+// split-KV with the merge pass, sinks, the soft cap, a one-query request beside long ones (its
+// blocks stay 128 rows: the plan's largest work item sets the height). The launch counter says the
+// Hopper kernel ran for "fa3" and did not for "fa2".
 TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if !FLASHINFER_TEST_HAVE_CUTLASS
@@ -309,6 +309,16 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     check(sinks);
     sinks.split = 2;
     check(sinks);
+    for (int64_t d : {128, 64}) {  // the soft-capped instances, with a window and split
+      PrefillCase cap;
+      cap.dt = dt;
+      cap.dqk = cap.dvo = d;
+      cap.soft_cap = 30.0;
+      check(cap);
+      cap.window = 100;
+      cap.split = 3;
+      check(cap);
+    }
   }
 #endif
 }

@@ -15,7 +15,7 @@ namespace {
 
 std::atomic<uint64_t> g_launches{0};
 
-template <class T, int D>
+template <class T, int D, bool kSoftCap>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
@@ -33,7 +33,7 @@ void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl)
     const dim3 grid(
         static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(slice.count),
         static_cast<unsigned>((max_rows + prefill::kSm90CtaQ - 1) / prefill::kSm90CtaQ));
-    launch_kernel("attention", prefill::batch_prefill_sm90_kernel<T, D>, grid,
+    launch_kernel("attention", prefill::batch_prefill_sm90_kernel<T, D, kSoftCap>, grid,
                   dim3(prefill::kSm90Threads), prefill::prefill_sm90_smem_bytes(D), stream,
                   enable_pdl, kp);
   }
@@ -68,12 +68,20 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   }
   auto s = static_cast<cudaStream_t>(stream);
   const bool bf16 = p.q_dtype == DType::kBFloat16;
+  const bool cap = variant == prefill::kPrefillSoftCap;
+  auto launch = [&]<int D>() {
+    if (bf16) {
+      cap ? launch_sm90<__nv_bfloat16, D, true>(p, s, enable_pdl)
+          : launch_sm90<__nv_bfloat16, D, false>(p, s, enable_pdl);
+    } else {
+      cap ? launch_sm90<__half, D, true>(p, s, enable_pdl)
+          : launch_sm90<__half, D, false>(p, s, enable_pdl);
+    }
+  };
   if (p.head_dim_qk == 64) {
-    bf16 ? launch_sm90<__nv_bfloat16, 64>(p, s, enable_pdl)
-         : launch_sm90<__half, 64>(p, s, enable_pdl);
+    launch.template operator()<64>();
   } else {
-    bf16 ? launch_sm90<__nv_bfloat16, 128>(p, s, enable_pdl)
-         : launch_sm90<__half, 128>(p, s, enable_pdl);
+    launch.template operator()<128>();
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -10,8 +10,9 @@
 //     cache holds it), both m64nNk16 with fp32 accumulation; the accumulator of S is, value for
 //     value, the A operand of P V (the m64nNk16 accumulator's layout per 16 columns is the
 //     m64k16 A fragment's), so P is S rounded to 16 bits in place;
-//   - the online softmax in base 2 on the S accumulators (the scale folded into the exponent),
-//     rescaling skipped when no row of a warp has a new maximum; causal tiles above the diagonal
+//   - the online softmax in base 2 on the S accumulators (the scale folded into the exponent;
+//     soft-capped blocks, kSoftCap, take the logits first, as the FA2 kernel's do), rescaling
+//     skipped when no row of a warp has a new maximum; causal tiles above the diagonal
 //     never loaded and only edge tiles tested per element.
 // Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
 // proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
@@ -32,7 +33,7 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, int D>
+template <class T, int D, bool kSoftCap>
 __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
@@ -248,6 +249,12 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
 
+    // Soft cap: the logits in log2 units now, as the FA2 kernel's soft-capped blocks compute them
+    // (logit_log2); the plain blocks keep q.k and fold the scale into the exponent.
+    if constexpr (kSoftCap) {
+#pragma unroll
+      for (int v = 0; v < size(tSrS); ++v) tSrS(v) = logit_log2(p, tSrS(v), p.sm_scale);
+    }
     if (!unmasked) {
       // Keys as offsets d from the row's position, within [d_min, d_max] (the FA2 kernel's test).
       const int32_t d_max = p.causal ? 0 : INT32_MAX;
@@ -267,7 +274,8 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     for (int r = 0; r < 2; ++r) {
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
       tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-      tmax[r] *= p.sm_scale_log2;  // -inf stays -inf (the scale is > 0: prefill_scale_folds)
+      // -inf stays -inf (the scale is > 0: prefill_scale_folds)
+      if constexpr (!kSoftCap) tmax[r] *= p.sm_scale_log2;
     }
     // Rescaled only when a row of the warp has a new maximum (the FA2 kernel's skip: every factor
     // would be exactly 1 otherwise).
@@ -289,8 +297,10 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
 #pragma unroll
     for (int v = 0; v < size(tSrS); v += 2) {
       const int r = (v >> 1) & 1;
-      const float p0 = dev::exp2_ftz(fmaf(tSrS(v), p.sm_scale_log2, -m_sub[r]));
-      const float p1 = dev::exp2_ftz(fmaf(tSrS(v + 1), p.sm_scale_log2, -m_sub[r]));
+      const float p0 =
+          dev::exp2_ftz(kSoftCap ? tSrS(v) - m_sub[r] : fmaf(tSrS(v), p.sm_scale_log2, -m_sub[r]));
+      const float p1 = dev::exp2_ftz(kSoftCap ? tSrS(v + 1) - m_sub[r]
+                                              : fmaf(tSrS(v + 1), p.sm_scale_log2, -m_sub[r]));
       l[r] += p0 + p1;
       p_pairs[v / 2] = dev::mma::pack2<T>(p0, p1);
     }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device/host_device.h"
+#include "kernels/cuda/prefill_shape.h"
 
 namespace flashinfer::kernels::cuda::prefill {
 
@@ -53,14 +54,16 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d) {
 }
 
 /// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), the
-/// plan's 128-row blocks, a built head dim, 16-bit K/V of q's dtype, none of the FA2 kernel's
-/// compile-time variants (soft cap, custom mask, ALiBi: `variant` 0), the scale folded into the
-/// exponent (prefill_scale_folds) and the block's shared memory within the device's opt-in limit.
+/// plan's 128-row blocks, a built head dim, 16-bit K/V of q's dtype, the plain or soft-capped
+/// variant (`variant` 0 or kPrefillSoftCap: no custom mask, no ALiBi), a scale that folds into the
+/// exponent (prefill_scale_folds: > 0, no per-head q / k scales) and the block's shared memory
+/// within the device's opt-in limit.
 FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, int cta_rows, int dqk,
                                                int dvo, bool kv_16bit_of_q, int variant,
                                                bool scale_folds, long long smem_optin) {
   return cc_major == 9 && cc_minor == 0 && cta_rows == kSm90CtaQ &&
-         prefill_sm90_dim_built(dqk, dvo) && kv_16bit_of_q && variant == 0 && scale_folds &&
+         prefill_sm90_dim_built(dqk, dvo) && kv_16bit_of_q &&
+         (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
          smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk));
 }
 
