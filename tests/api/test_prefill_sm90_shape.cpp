@@ -173,18 +173,18 @@ void check_tiles() {
   using Tr = Sm90Prefill<__nv_bfloat16, D>;
   constexpr int kN = Tr::kN;
   // Q [128 rows x D dims]: the kernel writes (r, 8 col).
-  check_units(typename Tr::LayoutQ{}, kSm90CtaQ, D, 1,
+  check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, D, 1,
               [](const auto& l, int r, int c, int) { return static_cast<int>(l(r, c)); });
   // K [key x dim x stage]: (r, 8 col, stage).
-  check_units(typename Tr::LayoutK{}, kN, D, kSm90Stages,
+  check_units(typename Tr::OffsetsK{}, kN, D, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(r, c, s)); });
   // V^T [dim x key x stage]: key r's unit col at (8 col, r, stage): dims contiguous in a key.
-  check_units(typename Tr::LayoutVt{}, kN, D, kSm90Stages,
+  check_units(typename Tr::OffsetsVt{}, kN, D, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(c, r, s)); });
   // Each stage is one contiguous block of kN x D elements (the byte sizes the kernel's carve-up
   // of shared memory assumes: prefill_sm90_kv_bytes).
-  const typename Tr::LayoutK lk{};
-  const typename Tr::LayoutVt lv{};
+  const typename Tr::OffsetsK lk{};
+  const typename Tr::OffsetsVt lv{};
   for (int s = 0; s < kSm90Stages; ++s) {
     int lo_k = 1 << 30, lo_v = 1 << 30;
     for (int r = 0; r < kN; ++r) {
@@ -196,8 +196,36 @@ void check_tiles() {
     EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
     EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
   }
-  EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::LayoutQ{})) * 2,
+  EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::OffsetsQ{})) * 2,
             static_cast<int>(prefill_sm90_q_bytes(D)));
+  // The hardware's 128-byte swizzle spelled out (the PTX ISA's canonical layouts): within a
+  // 1024-byte atom of 8 rows of 128 bytes, row i's 16-byte chunk j sits at chunk j ^ (i % 8). K
+  // (and Q) are K-major: rows are keys (queries), 64 dims an atom row, the keys' atoms stacked,
+  // then the next 64 dims. V^T is MN-major: an atom row is 64 dims of one key, 8 keys an atom,
+  // the dims' atoms side by side, then the next 8 keys.
+  auto sw = [](int row, int byte_in_row) {
+    return row * 128 + (((byte_in_row / 16) ^ (row % 8)) * 16) + byte_in_row % 16;
+  };
+  const typename Tr::OffsetsQ lq{};
+  for (int r = 0; r < kSm90CtaQ; ++r) {
+    for (int c = 0; c < D; ++c) {
+      ASSERT_EQ(2 * static_cast<int>(lq(r, c)), (c / 64) * kSm90CtaQ * 128 + sw(r, 2 * (c % 64)))
+          << "Q " << r << "," << c;
+    }
+  }
+  for (int s = 0; s < kSm90Stages; ++s) {
+    const int stage = s * static_cast<int>(prefill_sm90_kv_bytes(D));
+    for (int r = 0; r < kN; ++r) {
+      for (int c = 0; c < D; ++c) {
+        ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
+                  stage + (c / 64) * kN * 128 + sw(r, 2 * (c % 64)))
+            << "K " << r << "," << c << "," << s;
+        ASSERT_EQ(2 * static_cast<int>(lv(c, r, s)),
+                  stage + (r / 8) * (D / 64) * 1024 + (c / 64) * 1024 + sw(r % 8, 2 * (c % 64)))
+            << "V " << r << "," << c << "," << s;
+      }
+    }
+  }
   // The kernel addresses a thread's copies from its first unit (key r0 < rows_per_pass, unit
   // column c) by constant steps: key r0 + i rows_per_pass of stage s is i steps and s stages
   // away, for every key and unit of the tile.

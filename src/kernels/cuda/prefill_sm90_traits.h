@@ -51,16 +51,26 @@ struct Sm90Prefill {
   using LayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<E>{},
       cute::Shape<cute::Int<D>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
+  // The element offsets a tile's coordinates have in shared memory: the layouts above carry their
+  // swizzle as a flag of the shared-memory pointer, which applies it to byte addresses (the
+  // hardware's 128-byte swizzle, from a 1024-byte aligned base); evaluated without a pointer they
+  // would swizzle element offsets instead. These are the position-independent forms, the same
+  // function in element units (what the CPU tests evaluate).
+  using OffsetsQ = decltype(cute::as_position_independent_swizzle_layout(LayoutQ{}));
+  using OffsetsK = decltype(cute::as_position_independent_swizzle_layout(LayoutK{}));
+  using OffsetsVt = decltype(cute::as_position_independent_swizzle_layout(LayoutVt{}));
   // Byte steps of the kernel's copies: `rows` keys further along K and along V^T's key mode (the
   // swizzle's phase repeats every 8 keys, so for `rows` a multiple of 8 each step is one constant
   // for every (key, unit): tests/api/test_prefill_sm90_shape.cpp checks it over the whole tile).
   template <int rows>
   static constexpr int k_step_bytes() {
-    return 2 * (static_cast<int>(LayoutK{}(rows, 0, 0)) - static_cast<int>(LayoutK{}(0, 0, 0)));
+    static_assert(rows % 8 == 0, "a whole number of swizzle phases");
+    return 2 * (static_cast<int>(OffsetsK{}(rows, 0, 0)) - static_cast<int>(OffsetsK{}(0, 0, 0)));
   }
   template <int rows>
   static constexpr int v_step_bytes() {
-    return 2 * (static_cast<int>(LayoutVt{}(0, rows, 0)) - static_cast<int>(LayoutVt{}(0, 0, 0)));
+    static_assert(rows % 8 == 0, "a whole number of swizzle phases");
+    return 2 * (static_cast<int>(OffsetsVt{}(0, rows, 0)) - static_cast<int>(OffsetsVt{}(0, 0, 0)));
   }
   // The A operand of O += P V: per thread the S accumulator's values in order, as 16-bit pairs
   // (((2, 2, 2), 1, kN / 16): one m64k16 fragment per 16 keys).
