@@ -440,9 +440,23 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // Rows per work item: decode keeps a request's queries together; prefill picks upstream's
   // cta_tile_q from the average packed (GQA heads folded into rows) query length.
-  const int64_t rows_per_tile =
-      s.decode ? std::max<int64_t>(1, s.q_len_per_req)
-               : prefill_rows_per_tile(s.total_qo, s.batch, group, s.head_dim_vo);
+  int64_t rows_per_tile = s.decode
+                              ? std::max<int64_t>(1, s.q_len_per_req)
+                              : prefill_rows_per_tile(s.total_qo, s.batch, group, s.head_dim_vo);
+  const bool graph = s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only;
+  if (graph && !s.decode) {
+    // Under CUDA graphs the launch (kernel, block height, grid) is captured once and replayed
+    // after later plans: every plan keeps the first one's tile, chosen as upstream chooses it
+    // there, for the worst case of the first plan's token count (all of it in one request), and
+    // runs launch for that tile (run_planned), so the captured blocks cover any later work item.
+    // A later tile picked from its own lengths could be taller than the captured blocks, whose
+    // rows past them would go unwritten.
+    if (s.graph_batch < 0) {
+      s.graph_rows_per_tile = prefill_rows_per_tile(std::max<int64_t>(1, s.total_qo - s.batch + 1),
+                                                    1, group, s.head_dim_vo);
+    }
+    rows_per_tile = s.graph_rows_per_tile;
+  }
   const int64_t unit = s.paged ? s.page_size : 1;
   std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
   for (int32_t b = 0; b < s.batch; ++b) {
@@ -528,7 +542,6 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, chunk, unit);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
-  const bool graph = s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only;
   const int64_t have =
       s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes());
   auto partial_bytes = [&](int64_t rows) {
@@ -790,6 +803,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   p.num_work = static_cast<int32_t>(s.plan.work.size());
   for (const kernels::WorkItem& w : s.plan.work) {
     p.max_work_rows = std::max(p.max_work_rows, w.qo_end - w.qo_begin);
+  }
+  // Under CUDA graphs the launch is sized for the plan's tile, not this plan's items (build_plan).
+  if (s.use_cuda_graph && s.device.is_cuda()) {
+    p.max_work_rows = std::max(p.max_work_rows, s.plan.cta_tile_q);
   }
   p.use_tensor_cores = !s.decode || s.use_tensor_cores;
   p.prefill_fa2_only = s.backend == "fa2";

@@ -58,6 +58,7 @@ struct WrapperState {
   // rows) and the batch; later plans are padded to it (padding items have request -1) so the
   // kernels a graph captured keep reading valid plan arrays at the same addresses.
   int64_t graph_batch = -1, graph_work_cap = 0, graph_merge_cap = 0, graph_partial_cap = 0;
+  int64_t graph_rows_per_tile = 0;  // prefill under use_cuda_graph: the first plan's tile
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
   Tensor dev_ints, dev_mask, dev_mask_indptr;
   // Optional per-head factors of single_prefill (fp32, on the device): [Hq], [Hkv], [Hkv].

@@ -22,6 +22,8 @@
 #include "ops/attention_test_util.h"
 #include "util/test_util.h"
 #if FLASHINFER_TEST_HAVE_ORACLES
+#include <cuda_runtime.h>
+
 #include "oracle/attention_oracle.h"
 #endif
 #include "api/device_props.h"
@@ -322,6 +324,76 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
   }
 #endif
 }
+
+#if FLASHINFER_TEST_HAVE_ORACLES
+// use_cuda_graph: a prefill graph captured after one plan and replayed after re-plans with other
+// lengths (the same token count: the captured q) computes each new plan. Under graphs every plan
+// keeps the first one's tile, chosen for the worst case of its token count, and the captured
+// launch is sized for that tile, so a later request holding all the tokens still gets every row
+// computed. Head dim 128, 32:8 heads: the Hopper kernel on sm_90, the FA2 kernel elsewhere.
+TEST(PrefillKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128;
+  const std::vector<int32_t> kv{300, 700, 90};
+  const std::vector<std::vector<int32_t>> qo_lens{{1, 1, 62}, {62, 1, 1}, {21, 21, 22}};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(kv, page, hkv, d, DType::kBFloat16, false, true, 17, kd, vd);
+  Tensor q = Tensor::empty({64, hq, d}, DType::kBFloat16).uniform_(8);
+  PrefillPlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.causal = true;
+  auto indptr_of = [](const std::vector<int32_t>& l) {
+    std::vector<int32_t> p{0};
+    for (int32_t x : l) p.push_back(p.back() + x);
+    return int_tensor(p);
+  };
+  std::vector<AttentionOutput> ref;
+  for (const auto& l : qo_lens) {
+    BatchPrefillWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8));
+    cpu.plan(indptr_of(l), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    ref.push_back(cpu.run(q, f.cache(), ro));
+  }
+  BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                        /*use_cuda_graph=*/true);
+  const Tensor qd = q.to(g);
+  const PagedKVCache cache(testing::to_keep_layout(f.k_cache, g),
+                           testing::to_keep_layout(f.v_cache, g));
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  ro.out = Tensor::zeros({64, hq, d}, DType::kBFloat16, g);
+  ro.lse = Tensor::zeros({64, hq}, DType::kFloat32, g);
+  w.plan(indptr_of(qo_lens[0]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  void* before = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  w.run(qd, cache, ro);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  set_current_cuda_stream(before);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (std::size_t round = 0; round < 4; ++round) {
+    const std::size_t i = (round + 1) % qo_lens.size();
+    w.plan(indptr_of(qo_lens[i]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(
+        testing::all_close(*ro.out, ref[i].out, testing::default_tolerance(DType::kBFloat16)))
+        << "round " << round;
+    EXPECT_TRUE(testing::all_close(*ro.lse, ref[i].lse, {2e-3, 1e-3})) << "round " << round;
+  }
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+#endif
 
 // backend="fa3" on a GPU: sm90 runs it; any other GPU refuses it by name, as upstream's
 // sm90a-only build cannot run there.
