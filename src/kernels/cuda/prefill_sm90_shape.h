@@ -7,8 +7,9 @@
 // wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared memory through matrix
 // descriptors (V as the MN-major B operand) and P from registers; every thread copies K/V tiles of
 // kv_tile keys with 16-byte cp.async into two stages in the 128-byte-swizzled layout the
-// descriptors name. One block an SM (the tiles take 160 KiB); the two warpgroups' MMAs and
-// softmax interleave on the SM's tensor and ALU pipes.
+// descriptors name. One block an SM at head dim 128 (the tiles take 160 KiB), two at 64; the
+// tensor cores take the two warpgroups' products in turn, so one's softmax can overlap the other's
+// product, though the block's per-tile barriers line them up again.
 #pragma once
 
 #include <cstdint>
