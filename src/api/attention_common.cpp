@@ -435,14 +435,51 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
   return {v, v + plan.num_partial_rows * num_qo_heads * head_dim_vo};
 }
 
+namespace {
+
+// The planned call's compile-time variant bits of the tensor-core prefill kernels.
+int plan_variant(const detail::WrapperState& s) {
+  namespace pf = kernels::cuda::prefill;
+  return (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
+         (s.mask_indptr.empty() ? 0 : pf::kPrefillCustomMask) |
+         (s.pos_encoding == 2 ? pf::kPrefillAlibi : 0);
+}
+
+// Whether the Hopper prefill kernel (kernels/cuda/prefill_sm90.h) would take the call if its plan
+// had 128-row tiles: an sm_90 device, a backend other than "fa2", and the kernel's dims, dtypes,
+// variants and scale (prefill_sm90_fits). Its tiles are 128 rows at head dim 256 too, where the
+// FA2 kernel's plan would have 64.
+bool hopper_prefill_candidate(const detail::WrapperState& s) {
+#if FLASHINFER_WITH_CUDA
+  namespace pf = kernels::cuda::prefill;
+  if (!s.device.is_cuda() || (s.decode && !s.use_tensor_cores) || s.backend == "fa2") return false;
+  if (compute_capability(s.device) != 90) return false;
+  const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
+  return pf::prefill_sm90_fits(9, 0, pf::kSm90MinPackedRows, static_cast<int>(s.head_dim_qk),
+                               static_cast<int>(s.head_dim_vo),
+                               q16 && s.kv_dtype == s.q_dtype && s.o_dtype == s.q_dtype,
+                               plan_variant(s),
+                               pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
+                                                       s.scale_q.defined(), s.scale_k.defined()),
+                               std::numeric_limits<long long>::max());
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+}  // namespace
+
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
+  // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
+  const bool hopper = hopper_prefill_candidate(s);
+  const int32_t tile_dim_vo = hopper ? std::min<int32_t>(128, s.head_dim_vo) : s.head_dim_vo;
   // Rows per work item: decode keeps a request's queries together; prefill picks upstream's
   // cta_tile_q from the average packed (GQA heads folded into rows) query length.
-  int64_t rows_per_tile = s.decode
-                              ? std::max<int64_t>(1, s.q_len_per_req)
-                              : prefill_rows_per_tile(s.total_qo, s.batch, group, s.head_dim_vo);
+  int64_t rows_per_tile = s.decode ? std::max<int64_t>(1, s.q_len_per_req)
+                                   : prefill_rows_per_tile(s.total_qo, s.batch, group, tile_dim_vo);
   const bool graph = s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only;
   if (graph && !s.decode) {
     // Under CUDA graphs the launch (kernel, block height, grid) is captured once and replayed
@@ -453,7 +490,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // rows past them would go unwritten.
     if (s.graph_batch < 0) {
       s.graph_rows_per_tile = prefill_rows_per_tile(std::max<int64_t>(1, s.total_qo - s.batch + 1),
-                                                    1, group, s.head_dim_vo);
+                                                    1, group, tile_dim_vo);
     }
     rows_per_tile = s.graph_rows_per_tile;
   }
@@ -480,9 +517,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // The tensor-core kernels take what prefill_supported() takes: the FA2 kernel's head-dim
     // pairs (192/128 included) and equal dims, fp8 K/V only where the FA2 kernel has an fp8
     // instance (prefill_fp8_kv_built); the rest runs on the CUDA-core kernel.
-    const int variant = (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
-                        (s.mask_indptr.empty() ? 0 : pf::kPrefillCustomMask) |
-                        (s.pos_encoding == 2 ? pf::kPrefillAlibi : 0);
+    const int variant = plan_variant(s);
     const bool fp8_core = dtype_is_fp8(s.kv_dtype) &&
                           !pf::prefill_fp8_kv_built(static_cast<int>(s.head_dim_qk),
                                                     static_cast<int>(s.head_dim_vo), variant);
@@ -496,17 +531,10 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     const bool tc_scale = pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
                                                   s.scale_q.defined(), s.scale_k.defined());
     // sm_90: the Hopper kernel takes the calls whose plan gives it its blocks (prefill_sm90.h:
-    // 128 packed rows, head dim 64 / 128, 16-bit K/V of q's dtype, no variant); its tiles leave
-    // room for prefill_sm90_min_blocks of them an SM (one at head dim 128), not two.
-    const int dqk = static_cast<int>(s.head_dim_qk), dvo = static_cast<int>(s.head_dim_vo);
-    const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
-    if ((!s.decode || s.use_tensor_cores) && s.backend != "fa2" &&
-        compute_capability(s.device) == 90 &&
-        pf::prefill_sm90_fits(
-            9, 0, pf::prefill_cta_rows(static_cast<int>(rows_per_tile) * group, dqk, dvo, variant),
-            dqk, dvo, q16 && s.kv_dtype == s.q_dtype && s.o_dtype == s.q_dtype, variant, tc_scale,
-            std::numeric_limits<long long>::max())) {
-      per_sm = pf::prefill_sm90_min_blocks(dqk);
+    // more than 64 packed rows); its tiles leave room for prefill_sm90_min_blocks of them an SM
+    // (one at head dims 128 and 256), not two.
+    if (hopper && rows_per_tile * group >= pf::kSm90MinPackedRows) {
+      per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk));
     }
     if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;

@@ -32,14 +32,18 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(8, 0, 128, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(10, 0, 128, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 1, 128, 128, 128, true, 0, true, kH100Optin));
-  // The plan's 64- and 16-row blocks stay on the FA2 kernel.
+  // Work items of at most 64 packed rows (the plan's 64- and 16-row tiles) stay on the FA2
+  // kernel; more, up to the 128 of the plan's tall tiles, run here.
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 64, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 16, 128, 128, true, 0, true, kH100Optin));
-  // Head dims: 64 and 128.
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 65, 128, 128, true, 0, true, kH100Optin));
+  EXPECT_EQ(prefill_plan_cta_tile_q(64.5, 128), kSm90CtaQ);
+  EXPECT_EQ(prefill_plan_cta_tile_q(64.0, 128), 64);
+  // Head dims: 64, 128 and 256.
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 64, 64, true, 0, true, kH100Optin));
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 96, 96, true, 0, true, kH100Optin));
-  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
   // The soft cap is built; fp8 K/V, a custom mask, ALiBi, scales that do not fold and too little
   // shared memory are not.
@@ -52,9 +56,11 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, false, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem - 1));
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem));
-  // The FA2 kernel's plan gives 128-row blocks for long packed queries at head dim 128, so the
-  // calls the Hopper kernel serves are the ones planned for it.
-  EXPECT_EQ(prefill_cta_rows(8192 * 4, 128, 128, 0), kSm90CtaQ);
+  // Head dim 256: 64-key tiles, Q 64 KiB + 2 x (32 + 32) KiB, one block an SM.
+  EXPECT_EQ(prefill_sm90_kv_tile(256), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(256), 65536u + 131072u + 1024u + 16u + 1024u);
+  EXPECT_LE(prefill_sm90_smem_bytes(256), static_cast<unsigned>(kH100Optin));
+  EXPECT_EQ(prefill_sm90_min_blocks(256), 1);
   EXPECT_EQ(kSm90Threads, 256);
   EXPECT_EQ(prefill_sm90_kv_tile(128), 128);
   // Head dim 64: 64-key tiles and two blocks an SM (their tiles and the launch bounds' 128
@@ -140,10 +146,12 @@ void check_accumulators_and_p() {
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceBf16) {
   check_accumulators_and_p<__nv_bfloat16, 128>();
   check_accumulators_and_p<__nv_bfloat16, 64>();
+  check_accumulators_and_p<__nv_bfloat16, 256>();
 }
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceFp16) {
   check_accumulators_and_p<__half, 128>();
   check_accumulators_and_p<__half, 64>();
+  check_accumulators_and_p<__half, 256>();
 }
 
 // A layout's 16-byte units: every (row, 8 c) names 8 contiguous elements at a 16-byte boundary,
@@ -251,6 +259,7 @@ void check_tiles() {
 TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<128>();
   check_tiles<64>();
+  check_tiles<256>();
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUTE

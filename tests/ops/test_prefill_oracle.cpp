@@ -241,8 +241,8 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
 
 // The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
 // the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
-// MHA (128-row blocks from requests of 33+ queries), head dims 128 and 64, paged (page sizes 1,
-// 5, 16) and ragged K/V,
+// MHA (128-row blocks from requests of 33+ queries), head dims 128, 64 and 256, paged (page
+// sizes 1, 5, 16) and ragged K/V,
 // causal right-aligned rows and not, key tails inside a 128-key tile, a window crossing tiles,
 // split-KV with the merge pass, sinks, the soft cap, a one-query request beside long ones (its
 // blocks stay 128 rows: the plan's largest work item sets the height). The launch counter says the
@@ -288,7 +288,7 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
         }
       }
     }
-    for (int64_t d : {128, 64}) {
+    for (int64_t d : {128, 64, 256}) {
       PrefillCase mha;  // 8:8, 300 queries: 300 packed rows, three 128-row blocks
       mha.dt = dt;
       mha.dqk = mha.dvo = d;
@@ -297,6 +297,14 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
       mha.kv_lens = {300, 555};
       check(mha);
     }
+    PrefillCase d256;  // head dim 256 (the planner's 128-row tiles for it), GQA 4, paged
+    d256.dt = dt;
+    d256.dqk = d256.dvo = 256;
+    check(d256);
+    d256.page = 0;
+    d256.causal = false;
+    d256.split = 2;
+    check(d256);
     PrefillCase window;  // the window's first tiles and the causal edge both masked
     window.dt = dt;
     window.window = 200;
@@ -311,7 +319,7 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     check(sinks);
     sinks.split = 2;
     check(sinks);
-    for (int64_t d : {128, 64}) {  // the soft-capped instances, with a window and split
+    for (int64_t d : {128, 64, 256}) {  // the soft-capped instances, with a window and split
       PrefillCase cap;
       cap.dt = dt;
       cap.dqk = cap.dvo = d;

@@ -80,8 +80,10 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   };
   if (p.head_dim_qk == 64) {
     launch.template operator()<64>();
-  } else {
+  } else if (p.head_dim_qk == 128) {
     launch.template operator()<128>();
+  } else {
+    launch.template operator()<256>();
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -29,7 +29,7 @@ constexpr unsigned kSm90SmemAlign = 1024;
 
 /// The head dims with an instance (equal qk / vo dims).
 FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo) {
-  return dqk == dvo && (dqk == 64 || dqk == 128);
+  return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256);
 }
 
 /// Keys of a K/V tile.
@@ -54,15 +54,20 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d) {
          16u * static_cast<unsigned>(prefill_sm90_kv_tile(d)) + 16u + kSm90SmemAlign;
 }
 
-/// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), the
-/// plan's 128-row blocks, a built head dim, 16-bit K/V of q's dtype, the plain or soft-capped
-/// variant (`variant` 0 or kPrefillSoftCap: no custom mask, no ALiBi), a scale that folds into the
-/// exponent (prefill_scale_folds: > 0, no per-head q / k scales) and the block's shared memory
-/// within the device's opt-in limit.
-FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, int cta_rows, int dqk,
-                                               int dvo, bool kv_16bit_of_q, int variant,
+/// Packed rows (query x qo head of a GQA group) of a plan's largest work item above which the
+/// Hopper kernel takes it: the plan's 128-row tiles (prefill_plan_cta_tile_q, which the planner
+/// asks for head dim 128 also at 256 when the Hopper kernel serves the call).
+constexpr int kSm90MinPackedRows = 65;
+
+/// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), a
+/// plan's largest work item of more than 64 packed rows, a built head dim, 16-bit K/V of q's
+/// dtype, the plain or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no
+/// ALiBi), a scale that folds into the exponent (prefill_scale_folds: > 0, no per-head q / k
+/// scales) and the block's shared memory within the device's opt-in limit.
+FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, long long packed_rows,
+                                               int dqk, int dvo, bool kv_16bit_of_q, int variant,
                                                bool scale_folds, long long smem_optin) {
-  return cc_major == 9 && cc_minor == 0 && cta_rows == kSm90CtaQ &&
+  return cc_major == 9 && cc_minor == 0 && packed_rows >= kSm90MinPackedRows &&
          prefill_sm90_dim_built(dqk, dvo) && kv_16bit_of_q &&
          (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
          smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk));
