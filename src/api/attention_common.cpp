@@ -455,13 +455,14 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
   if (!s.device.is_cuda() || (s.decode && !s.use_tensor_cores) || s.backend == "fa2") return false;
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
-  return pf::prefill_sm90_fits(9, 0, pf::kSm90MinPackedRows, static_cast<int>(s.head_dim_qk),
-                               static_cast<int>(s.head_dim_vo),
-                               q16 && s.kv_dtype == s.q_dtype && s.o_dtype == s.q_dtype,
-                               plan_variant(s),
-                               pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
-                                                       s.scale_q.defined(), s.scale_k.defined()),
-                               std::numeric_limits<long long>::max());
+  return pf::prefill_sm90_fits(
+      9, 0, pf::kSm90MinPackedRows, static_cast<int>(s.head_dim_qk),
+      static_cast<int>(s.head_dim_vo),
+      q16 && (s.kv_dtype == s.q_dtype || dtype_is_fp8(s.kv_dtype)) && s.o_dtype == s.q_dtype,
+      plan_variant(s),
+      pf::prefill_scale_folds(static_cast<float>(s.sm_scale), s.scale_q.defined(),
+                              s.scale_k.defined()),
+      std::numeric_limits<long long>::max());
 #else
   (void)s;
   return false;

@@ -45,8 +45,8 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 96, 96, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
-  // The soft cap is built; fp8 K/V, a custom mask, ALiBi, scales that do not fold and too little
-  // shared memory are not.
+  // The soft cap and fp8 K/V (kv_ok: of q's dtype or fp8) are built; other K/V dtypes, a custom
+  // mask, ALiBi, scales that do not fold and too little shared memory are not.
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap | kPrefillCustomMask,
                                  true, kH100Optin));

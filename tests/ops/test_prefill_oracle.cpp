@@ -679,6 +679,73 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
   }
 }
 
+// The Hopper kernel over fp8 K/V (e4m3, e5m2: copied as stored, widened each tile into the 16-bit
+// tiles the wgmma read) against the FA2 kernel's fp8 path (backend "fa2") and the CPU reference:
+// head dims 64, 128 and 256, paged and ragged, causal and not, a soft cap with split KV.
+TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if !FLASHINFER_TEST_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS's headers: no Hopper kernel";
+#else
+  const Device g = Device::cuda();
+  if (api::compute_capability(g) != 90) GTEST_SKIP() << "the Hopper kernel is sm_90a code";
+  const std::vector<int32_t> qo_lens{200, 1, 70}, kv_lens{300, 40, 1000};
+  std::vector<int32_t> qo{0}, kvp{0};
+  for (std::size_t b = 0; b < qo_lens.size(); ++b) {
+    qo.push_back(qo.back() + qo_lens[b]);
+    kvp.push_back(kvp.back() + kv_lens[b]);
+  }
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType kv : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int64_t d : {64, 128, 256}) {
+        for (int variant = 0; variant < 3; ++variant) {  // causal; not; soft cap + split
+          Tensor q = Tensor::empty({qo.back(), 32, d}, dt).uniform_(5);
+          PrefillPlanOptions po;
+          po.q_data_type = dt;
+          po.kv_data_type = kv;
+          po.causal = variant != 1;
+          if (variant == 2) {
+            po.logits_soft_cap = 30.0;
+            po.fixed_split_size = 3;
+          }
+          const AttentionRunOptions ro = fp8_run_options(kv);
+          const Fp8Paged f = make_fp8_paged(kv_lens, 16, 8, d, kv, 17);
+          const Tensor k = random_fp8_codes({kvp.back(), 8, d}, kv, 23);
+          const Tensor v = random_fp8_codes({kvp.back(), 8, d}, kv, 29);
+          for (bool paged : {true, false}) {
+            SCOPED_TRACE(fp8_trace(
+                dt, kv, d,
+                std::string(paged ? "paged" : "ragged") + ", variant " + std::to_string(variant)));
+            auto run = [&](Device dev, const std::string& backend) {
+              if (paged) {
+                BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                      "NHD", false, {}, {}, {}, {}, {}, {},
+                                                      backend);
+                w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 32, 8, d, 16, po);
+                return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
+              }
+              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                     "NHD", false, {}, {}, {}, {}, backend);
+              w.plan(int_tensor(qo), int_tensor(kvp), 32, 8, d, po);
+              return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
+            };
+            const uint64_t before = kernels::cuda::prefill_sm90_launches();
+            const AttentionOutput hopper = run(g, "fa3");
+            EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before)
+                << "the Hopper kernel did not run";
+            const AttentionOutput fa2 = run(g, "fa2");
+            expect_fp8_close(hopper, run(Device::cpu(), "auto"), dt);
+            EXPECT_TRUE(testing::all_close(hopper.out, fa2.out, testing::default_tolerance(dt)))
+                << "vs the FA2 kernel";
+            EXPECT_TRUE(testing::all_close(hopper.lse, fa2.lse, {1e-3, 1e-4})) << "lse vs FA2";
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
 // use_tensor_cores=True decode over an fp8 cache: 16-row blocks whose warps split the keys (GQA
 // 4), 64-row blocks (GQA 32), a soft cap and split KV.
 TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {

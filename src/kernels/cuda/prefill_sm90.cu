@@ -15,7 +15,7 @@ namespace {
 
 std::atomic<uint64_t> g_launches{0};
 
-template <class T, int D, bool kSoftCap>
+template <class T, class TKV, int D, bool kSoftCap>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
@@ -33,7 +33,7 @@ void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl)
     const dim3 grid(
         static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(slice.count),
         static_cast<unsigned>((max_rows + prefill::kSm90CtaQ - 1) / prefill::kSm90CtaQ));
-    launch_kernel("attention", prefill::batch_prefill_sm90_kernel<T, D, kSoftCap>, grid,
+    launch_kernel("attention", prefill::batch_prefill_sm90_kernel<T, TKV, D, kSoftCap>, grid,
                   dim3(prefill::kSm90Threads), prefill::prefill_sm90_smem_bytes(D), stream,
                   enable_pdl, kp);
   }
@@ -47,7 +47,8 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
     return false;
   }
   const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
-  const bool kv_ok = q16 && p.kv.dtype == p.q_dtype && p.o_dtype == p.q_dtype;
+  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
+  const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype;
   const int variant = prefill_variant(p);
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int cta =
@@ -70,12 +71,19 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   const bool bf16 = p.q_dtype == DType::kBFloat16;
   const bool cap = variant == prefill::kPrefillSoftCap;
   auto launch = [&]<int D>() {
+    auto kinds = [&]<class T>() {
+      if (fp8) {
+        cap ? launch_sm90<T, uint8_t, D, true>(p, s, enable_pdl)
+            : launch_sm90<T, uint8_t, D, false>(p, s, enable_pdl);
+      } else {
+        cap ? launch_sm90<T, T, D, true>(p, s, enable_pdl)
+            : launch_sm90<T, T, D, false>(p, s, enable_pdl);
+      }
+    };
     if (bf16) {
-      cap ? launch_sm90<__nv_bfloat16, D, true>(p, s, enable_pdl)
-          : launch_sm90<__nv_bfloat16, D, false>(p, s, enable_pdl);
+      kinds.template operator()<__nv_bfloat16>();
     } else {
-      cap ? launch_sm90<__half, D, true>(p, s, enable_pdl)
-          : launch_sm90<__half, D, false>(p, s, enable_pdl);
+      kinds.template operator()<__half>();
     }
   };
   if (p.head_dim_qk == 64) {

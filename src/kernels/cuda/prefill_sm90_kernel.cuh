@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/fp8_widen.cuh"
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
@@ -33,7 +34,7 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, int D, bool kSoftCap>
+template <class T, class TKV, int D, bool kSoftCap>
 __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
@@ -52,10 +53,21 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   const uint32_t raw_addr = dev::cp_async::smem_addr(smem_raw);
   unsigned char* smem =
       smem_raw + ((kSm90SmemAlign - (raw_addr % kSm90SmemAlign)) % kSm90SmemAlign);
+  // fp8 K/V (TKV = uint8_t, e4m3 or e5m2 as p.kv.dtype says): the stages hold the tiles as
+  // stored (half the bytes), widened each tile into one 16-bit K and V^T tile, stage 0 of the
+  // layouts, which the MMAs read; the same bytes in all as the 16-bit blocks' two stages.
+  constexpr bool kFp8 = sizeof(TKV) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
+  constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
+  constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D), kKvBytes8 = kKvBytes16 / 2;
   E* q_s = reinterpret_cast<E*>(smem);
   E* k_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D));
-  E* v_s =
-      reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D) + kSm90Stages * prefill_sm90_kv_bytes(D));
+  E* v_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D) + kStages16 * kKvBytes16);
+  unsigned char* k8_s = smem + prefill_sm90_q_bytes(D) + 2 * kStages16 * kKvBytes16;
+  unsigned char* v8_s = k8_s + (kFp8 ? kSm90Stages * kKvBytes8 : 0);
+  static_assert(2 * kStages16 * kKvBytes16 + (kFp8 ? 2 * kSm90Stages * kKvBytes8 : 0) ==
+                    2 * kSm90Stages * kKvBytes16,
+                "fp8 blocks use the 16-bit blocks' shared memory");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D) +
                                               2 * kSm90Stages * prefill_sm90_kv_bytes(D));
   int64_t* v_off = k_off + kCache;
@@ -122,7 +134,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
         p.kv_page_div_shift);
   };
   const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
-  constexpr int64_t kKvBytes = 2;
+  constexpr int64_t kKvBytes = static_cast<int64_t>(sizeof(TKV));
   // The offset cache, the FA2 kernel's way: page_of loads this thread's key's page id (an
   // iteration ahead), fill_from writes the key's K and V byte offsets (the KV head's included).
   auto page_of = [&](int tile) -> int32_t {
@@ -146,34 +158,45 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     v_off[tid] = vo;
   };
   // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `col` to (r, 8 col) of K and
-  // (8 col, r) of V^T; keys at or past kv_hi zero-filled (a stale S column would be masked, but a
-  // stale V row times P = 0 could still be NaN). A group is committed even past the end, which
-  // keeps the wait counts uniform.
+  // (8 col, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
+  // past kv_hi zero-filled (a stale S column would be masked, but a stale V row times P = 0 could
+  // still be NaN). A group is committed even past the end, which keeps the wait counts uniform.
   // This thread's first K and V^T units in stage 0; its others are constant steps away
   // (Sm90Prefill::k_step_bytes / v_step_bytes, and a stage is prefill_sm90_kv_bytes further), so a
   // copy's shared address is one add, not the layout's swizzle arithmetic again.
-  const uint32_t k_dst0 = dev::cp_async::smem_addr(&sK(r0, col * 8, 0));
-  const uint32_t v_dst0 = dev::cp_async::smem_addr(&sVt(col * 8, r0, 0));
-  constexpr uint32_t kKStep = static_cast<uint32_t>(Tr::template k_step_bytes<kRowsPerPass>());
-  constexpr uint32_t kVStep = static_cast<uint32_t>(Tr::template v_step_bytes<kRowsPerPass>());
+  constexpr int kUnitsKv = D * static_cast<int>(sizeof(TKV)) / 16;  // 16-byte units a stored key
+  constexpr int kKvRowsPerPass = kSm90Threads / kUnitsKv;
+  static_assert(kSm90Threads % kUnitsKv == 0 && kN % kKvRowsPerPass == 0, "copy shape");
+  const int kv_col = tid % kUnitsKv, kv_r0 = tid / kUnitsKv;
+  const uint32_t k_dst0 = kFp8 ? dev::cp_async::smem_addr(k8_s + kv_r0 * D + kv_col * 16)
+                               : dev::cp_async::smem_addr(&sK(kv_r0, kv_col * 8, 0));
+  const uint32_t v_dst0 = kFp8 ? dev::cp_async::smem_addr(v8_s + kv_r0 * D + kv_col * 16)
+                               : dev::cp_async::smem_addr(&sVt(kv_col * 8, kv_r0, 0));
+  constexpr uint32_t kKStep =
+      kFp8 ? kKvRowsPerPass * D
+           : static_cast<uint32_t>(Tr::template k_step_bytes<kKvRowsPerPass>());
+  constexpr uint32_t kVStep =
+      kFp8 ? kKvRowsPerPass * D
+           : static_cast<uint32_t>(Tr::template v_step_bytes<kKvRowsPerPass>());
+  constexpr uint32_t kStageBytes = kFp8 ? kKvBytes8 : kKvBytes16;
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kN;
       const int stage = tile % kSm90Stages;
       const auto* kb = static_cast<const unsigned char*>(p.kv.k);
       const auto* vb = static_cast<const unsigned char*>(p.kv.v);
-      const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
-      const uint32_t stage_bytes = static_cast<uint32_t>(stage) * prefill_sm90_kv_bytes(D);
-      constexpr int kRowsPerThread = kN / kRowsPerPass;
+      const uint32_t col_bytes = static_cast<uint32_t>(kv_col) * 16u;
+      const uint32_t stage_bytes = static_cast<uint32_t>(stage) * kStageBytes;
+      constexpr int kRowsPerThread = kN / kKvRowsPerPass;
       int64_t kos[kRowsPerThread], vos[kRowsPerThread];
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
-        kos[i] = k_off[r0 + i * kRowsPerPass];
-        vos[i] = v_off[r0 + i * kRowsPerPass];
+        kos[i] = k_off[kv_r0 + i * kKvRowsPerPass];
+        vos[i] = v_off[kv_r0 + i * kKvRowsPerPass];
       }
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
-        const int r = r0 + i * kRowsPerPass;
+        const int r = kv_r0 + i * kKvRowsPerPass;
         const bool ok = t0 + r < kv_hi32;
         dev::cp_async::copy16_zfill(k_dst0 + stage_bytes + i * kKStep, kb + (kos[i] + col_bytes),
                                     ok);
@@ -182,6 +205,35 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
       }
     }
     dev::cp_async::commit();
+  };
+  // fp8: stage `stage`'s K and V units widened into the 16-bit K and V^T tiles (stage 0 of the
+  // layouts): unit c of key r (16 values) to (r, 16 c) and (r, 16 c + 8) of K, and to (16 c, r)
+  // and (16 c + 8, r) of V^T, exactly (device/fp8_widen.cuh).
+  auto widen = [&]<__nv_fp8_interpretation_t kKind>(int stage) {
+    if constexpr (kFp8) {
+      const auto* k8 = reinterpret_cast<const uint4*>(k8_s + stage * kKvBytes8);
+      const auto* v8 = reinterpret_cast<const uint4*>(v8_s + stage * kKvBytes8);
+      constexpr int kUnits8 = D / 16;
+      auto halves = [](uint4 x, uint4& lo, uint4& hi) {
+        const uint2 e0 = dev::fp8x4_widen<T, kKind>(x.x), e1 = dev::fp8x4_widen<T, kKind>(x.y);
+        const uint2 e2 = dev::fp8x4_widen<T, kKind>(x.z), e3 = dev::fp8x4_widen<T, kKind>(x.w);
+        lo = make_uint4(e0.x, e0.y, e1.x, e1.y);
+        hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
+      };
+#pragma unroll 4
+      for (int i = tid; i < kN * kUnits8; i += kSm90Threads) {
+        const int r = i / kUnits8, c = i % kUnits8;
+        uint4 lo, hi;
+        halves(k8[i], lo, hi);
+        *reinterpret_cast<uint4*>(&sK(r, 16 * c, 0)) = lo;
+        *reinterpret_cast<uint4*>(&sK(r, 16 * c + 8, 0)) = hi;
+        halves(v8[i], lo, hi);
+        *reinterpret_cast<uint4*>(&sVt(16 * c, r, 0)) = lo;
+        *reinterpret_cast<uint4*>(&sVt(16 * c + 8, r, 0)) = hi;
+      }
+    } else {
+      (void)stage;
+    }
   };
   if (tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
   fill_from(0, page_of(0));
@@ -225,13 +277,32 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
     dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma
-    __syncthreads();                                                // ... for every thread
     const int stage = tile % kSm90Stages;
-    // Offsets of tile + 2, copied after this iteration's closing barrier; the copy that last read
-    // the cache (tile + 1's) was issued before the barrier above.
-    fill_from(tile + kSm90Stages, next_page);
-    next_page = page_of(tile + kSm90Stages + 1);
+    if constexpr (kFp8) {
+      // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
+      // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
+      __syncthreads();
+      if (p.kv.dtype == DType::kFloat8E5M2) {
+        widen.template operator()<__NV_E5M2>(stage);
+      } else {
+        widen.template operator()<__NV_E4M3>(stage);
+      }
+      fill_from(tile + kSm90Stages, next_page);
+      next_page = page_of(tile + kSm90Stages + 1);
+      // The widened tiles (generic-proxy stores) and Q (cp.async) visible to wgmma, for every
+      // thread; the offsets of tile + 2 written before its copy below.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      load_kv(tile + kSm90Stages);
+    } else {
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma
+      __syncthreads();                                                // ... for every thread
+      // Offsets of tile + 2, copied after this iteration's closing barrier; the copy that last
+      // read the cache (tile + 1's) was issued before the barrier above.
+      fill_from(tile + kSm90Stages, next_page);
+      next_page = page_of(tile + kSm90Stages + 1);
+    }
+    const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tiles the MMAs read
     const int32_t t0 = kv_lo32 + tile * kN;
     const int2 range = *tile_range_s;
     const bool unmasked = range.x <= tile && tile <= range.y;
@@ -242,7 +313,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
+      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage16), tSrS);
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
@@ -312,15 +383,17 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
     warpgroup_arrive();
 #pragma unroll
     for (int k = 0; k < size<2>(tOrP); ++k) {
-      cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
+      cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage16), tOrO);
     }
     warpgroup_commit_batch();
     warpgroup_wait<0>();  // the stage is read: it may be refilled after the barrier below
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
 
-    __syncthreads();
-    load_kv(tile + kSm90Stages);
+    if constexpr (!kFp8) {
+      __syncthreads();
+      load_kv(tile + kSm90Stages);
+    }
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 

@@ -60,15 +60,16 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d) {
 constexpr int kSm90MinPackedRows = 65;
 
 /// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), a
-/// plan's largest work item of more than 64 packed rows, a built head dim, 16-bit K/V of q's
-/// dtype, the plain or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no
-/// ALiBi), a scale that folds into the exponent (prefill_scale_folds: > 0, no per-head q / k
-/// scales) and the block's shared memory within the device's opt-in limit.
+/// plan's largest work item of more than 64 packed rows, a built head dim, K/V of q's 16-bit
+/// dtype or fp8 (e4m3 / e5m2: `kv_ok`), the plain or soft-capped variant (`variant` 0 or
+/// kPrefillSoftCap: no custom mask, no ALiBi), a scale that folds into the exponent
+/// (prefill_scale_folds: > 0, no per-head q / k scales) and the block's shared memory within the
+/// device's opt-in limit.
 FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, long long packed_rows,
-                                               int dqk, int dvo, bool kv_16bit_of_q, int variant,
+                                               int dqk, int dvo, bool kv_ok, int variant,
                                                bool scale_folds, long long smem_optin) {
   return cc_major == 9 && cc_minor == 0 && packed_rows >= kSm90MinPackedRows &&
-         prefill_sm90_dim_built(dqk, dvo) && kv_16bit_of_q &&
+         prefill_sm90_dim_built(dqk, dvo) && kv_ok &&
          (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
          smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk));
 }
