@@ -438,7 +438,7 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
 namespace {
 
 // The planned call's compile-time variant bits of the tensor-core prefill kernels.
-int plan_variant(const detail::WrapperState& s) {
+[[maybe_unused]] int plan_variant(const detail::WrapperState& s) {
   namespace pf = kernels::cuda::prefill;
   return (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
          (s.mask_indptr.empty() ? 0 : pf::kPrefillCustomMask) |
