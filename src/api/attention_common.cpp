@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "api/attention_pos_encoding.h"
 #include "api/attention_sink.h"
@@ -439,10 +441,8 @@ namespace {
 
 // The planned call's compile-time variant bits of the tensor-core prefill kernels.
 [[maybe_unused]] int plan_variant(const detail::WrapperState& s) {
-  namespace pf = kernels::cuda::prefill;
-  return (s.logits_soft_cap > 0.0 ? pf::kPrefillSoftCap : 0) |
-         (s.mask_indptr.empty() ? 0 : pf::kPrefillCustomMask) |
-         (s.pos_encoding == 2 ? pf::kPrefillAlibi : 0);
+  return kernels::cuda::prefill::prefill_variant_bits(s.logits_soft_cap > 0.0,
+                                                      !s.mask_indptr.empty(), s.pos_encoding == 2);
 }
 
 // Whether the Hopper prefill kernel (kernels/cuda/prefill_sm90.h) would take the call if its plan
@@ -453,6 +453,11 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
 #if FLASHINFER_WITH_CUDA
   namespace pf = kernels::cuda::prefill;
   if (!s.device.is_cuda() || (s.decode && !s.use_tensor_cores) || s.backend == "fa2") return false;
+  // FLASHINFER_PREFILL_SM90=0 (kernels/cuda/prefill_sm90.h): the FA2 kernel's plans too, so that
+  // timing one kernel against the other compares like with like.
+  if (const char* e = std::getenv("FLASHINFER_PREFILL_SM90"); e && std::string_view(e) == "0") {
+    return false;
+  }
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
   return pf::prefill_sm90_fits(

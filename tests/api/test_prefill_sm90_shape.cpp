@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/prefill_shape.h"
+#include "kernels/cuda/prefill_sm90.h"
 #include "kernels/cuda/prefill_sm90_shape.h"
 
 #if FLASHINFER_TEST_HAVE_CUTE
@@ -76,6 +77,68 @@ TEST(PrefillSm90Shape, DispatchRule) {
         << d;
     EXPECT_LE(prefill_sm90_min_blocks(d) * kSm90Threads * (d == 64 ? 128 : 255), 65536) << d;
   }
+}
+
+// The launcher's own rule (prefill_sm90_takes) on calls' fields: every instance built is
+// reachable (head dims 64 / 128 / 256, 16-bit and fp8 K/V, plain and soft-capped: the soft-capped
+// calls, whose FA2 blocks are 64 rows, and head dim 256 included), and what it cannot run is not.
+TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
+  constexpr long long kOptin = 232448;
+  auto call = [](DType q, DType kv, int d) {
+    AttentionParams p;
+    p.q_dtype = q;
+    p.o_dtype = q;
+    p.kv.dtype = kv;
+    p.num_qo_heads = 32;
+    p.num_kv_heads = 8;
+    p.head_dim_qk = p.head_dim_vo = d;
+    p.max_work_rows = 32;  // 128 packed rows: the plan's tall tiles
+    p.sm_scale = 0.088f;
+    return p;
+  };
+  for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+    for (DType kv : {q, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      for (int d : {64, 128, 256}) {
+        for (bool cap : {false, true}) {
+          AttentionParams p = call(q, kv, d);
+          if (cap) p.logits_soft_cap = 30.0f;
+          EXPECT_TRUE(prefill_sm90_takes(p, 9, 0, kOptin))
+              << dtype_torch_name(q) << " " << dtype_torch_name(kv) << " d=" << d << " cap=" << cap;
+          EXPECT_FALSE(prefill_sm90_takes(p, 8, 0, kOptin));
+          EXPECT_FALSE(prefill_sm90_takes(p, 10, 0, kOptin));
+          p.prefill_fa2_only = true;  // backend="fa2"
+          EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+        }
+      }
+    }
+  }
+  AttentionParams p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  p.max_work_rows = 16;  // 64 packed rows: the plan's 64-row tiles stay on the FA2 kernel
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p.max_work_rows = 17;
+  EXPECT_TRUE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p.num_kv_heads = 32;  // MHA: 17 packed rows
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  const uint8_t mask_byte = 0;
+  const float slope = 0.5f, head_scale = 1.0f;
+  p.custom_mask = &mask_byte;
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  p.alibi_slopes = &slope;
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  p.scale_q = &head_scale;  // per-head scales: the scale does not fold
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  p.o_dtype = DType::kFloat16;
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kFloat16, 128);
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 192);
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p = call(DType::kBFloat16, DType::kBFloat16, 256);
+  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, prefill_sm90_smem_bytes(256) - 1));
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE

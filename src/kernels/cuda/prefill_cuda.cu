@@ -57,11 +57,8 @@ void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pd
 }  // namespace
 
 int prefill_variant(const AttentionParams& p) {
-  int v = 0;
-  if (p.logits_soft_cap > 0.0f) v |= prefill::kPrefillSoftCap;
-  if (p.custom_mask != nullptr) v |= prefill::kPrefillCustomMask;
-  if (p.alibi_slopes != nullptr) v |= prefill::kPrefillAlibi;
-  return v;
+  return prefill::prefill_variant_bits(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
+                                       p.alibi_slopes != nullptr);
 }
 
 bool prefill_supported(const AttentionParams& p) {

@@ -30,6 +30,13 @@ constexpr int kPrefillCustomMask = 2;
 /// with a soft cap or a custom mask it runs on the CUDA-core kernel.
 constexpr int kPrefillAlibi = 4;
 
+/// A call's variant bits: its soft cap, custom mask and ALiBi (the planner's and the launchers'
+/// one spelling).
+FLASHINFER_HD constexpr int prefill_variant_bits(bool soft_cap, bool custom_mask, bool alibi) {
+  return (soft_cap ? kPrefillSoftCap : 0) | (custom_mask ? kPrefillCustomMask : 0) |
+         (alibi ? kPrefillAlibi : 0);
+}
+
 /// Whether the FA2 kernel is built for this head-dim pair (ahead of time): equal dims 64, 128
 /// and 256, and DeepSeek's 192 / 128. Other multiples of 16 run on the first-draft tensor-core
 /// kernel through NVRTC.

@@ -46,15 +46,6 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (const char* e = std::getenv("FLASHINFER_PREFILL_SM90"); e && std::string_view(e) == "0") {
     return false;
   }
-  const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
-  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
-  const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype;
-  const int variant = prefill_variant(p);
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int cta =
-      prefill::prefill_cta_rows(p.max_work_rows * group, p.head_dim_qk, p.head_dim_vo, variant);
-  const bool folds =
-      prefill::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr);
   int device = 0, major = 0, minor = 0, optin = 0;
   FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
   FLASHINFER_CUDA_CALL("attention",
@@ -63,13 +54,11 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
                        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   FLASHINFER_CUDA_CALL(
       "attention", cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (!prefill::prefill_sm90_fits(major, minor, cta, p.head_dim_qk, p.head_dim_vo, kv_ok, variant,
-                                  folds, optin)) {
-    return false;
-  }
+  if (!prefill_sm90_takes(p, major, minor, optin)) return false;
+  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
+  const bool cap = p.logits_soft_cap > 0.0f;
   auto s = static_cast<cudaStream_t>(stream);
   const bool bf16 = p.q_dtype == DType::kBFloat16;
-  const bool cap = variant == prefill::kPrefillSoftCap;
   auto launch = [&]<int D>() {
     auto kinds = [&]<class T>() {
       if (fp8) {

@@ -17,8 +17,9 @@
 // Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
 // proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
 // land and before the barrier the MMAs follow. Each stage is refilled only after every warpgroup
-// waited for its MMAs on it (wgmma.wait_group 0 before the loop's closing barrier). No mbarrier,
-// no warp specialization: the block's barriers are the FA2 kernel's.
+// waited for its MMAs on it (wgmma.wait_group 0 before the loop's closing barrier; fp8 K/V: before
+// the next tile's first barrier, after which the stage's widened copy is what the MMAs read). No
+// mbarrier, no warp specialization: the block's barriers are the FA2 kernel's.
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
@@ -223,13 +224,18 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
 #pragma unroll 4
       for (int i = tid; i < kN * kUnits8; i += kSm90Threads) {
         const int r = i / kUnits8, c = i % kUnits8;
+        // The two halves of a unit go to neighbouring 16-byte chunks of one swizzled row; threads
+        // with bit 2 of c set store theirs in the other order, so each store instruction's
+        // 8-thread phases cover all 8 bank groups once (in unit order they met 2 ways at head
+        // dims 128 and 256: the FA2 kernel's fp8_unit_widen_store does the same).
+        const bool swap = ((c >> 2) & 1) != 0;
         uint4 lo, hi;
         halves(k8[i], lo, hi);
-        *reinterpret_cast<uint4*>(&sK(r, 16 * c, 0)) = lo;
-        *reinterpret_cast<uint4*>(&sK(r, 16 * c + 8, 0)) = hi;
+        *reinterpret_cast<uint4*>(&sK(r, 16 * c + (swap ? 8 : 0), 0)) = swap ? hi : lo;
+        *reinterpret_cast<uint4*>(&sK(r, 16 * c + (swap ? 0 : 8), 0)) = swap ? lo : hi;
         halves(v8[i], lo, hi);
-        *reinterpret_cast<uint4*>(&sVt(16 * c, r, 0)) = lo;
-        *reinterpret_cast<uint4*>(&sVt(16 * c + 8, r, 0)) = hi;
+        *reinterpret_cast<uint4*>(&sVt(16 * c + (swap ? 8 : 0), r, 0)) = swap ? hi : lo;
+        *reinterpret_cast<uint4*>(&sVt(16 * c + (swap ? 0 : 8), r, 0)) = swap ? lo : hi;
       }
     } else {
       (void)stage;
