@@ -33,9 +33,13 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(8, 0, 128, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(10, 0, 128, 128, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 1, 128, 128, 128, true, 0, true, kH100Optin));
-  // Work items of at most 64 packed rows (the plan's 64- and 16-row tiles) stay on the FA2
-  // kernel; more, up to the 128 of the plan's tall tiles, run here.
-  EXPECT_FALSE(prefill_sm90_fits(9, 0, 64, 128, 128, true, 0, true, kH100Optin));
+  // Work items of 17-64 packed rows (the plan's 64-row tiles) run in one-warpgroup blocks (not at
+  // head dim 256), more in tall ones; 16 and fewer (tensor-core decode) stay on the FA2 kernel.
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 64, 128, 128, true, 0, true, kH100Optin), 1);
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 17, 128, 128, true, 0, true, kH100Optin), 1);
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 17, 64, 64, true, 0, true, kH100Optin), 1);
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 65, 128, 128, true, 0, true, kH100Optin), 2);
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 64, 256, 256, true, 0, true, kH100Optin), 0);
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 16, 128, 128, true, 0, true, kH100Optin));
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 65, 128, 128, true, 0, true, kH100Optin));
   EXPECT_EQ(prefill_plan_cta_tile_q(64.5, 128), kSm90CtaQ);
@@ -77,9 +81,18 @@ TEST(PrefillSm90Shape, DispatchRule) {
         << d;
     EXPECT_LE(prefill_sm90_min_blocks(d) * kSm90Threads * (d == 64 ? 128 : 255), 65536) << d;
   }
+  // One-warpgroup blocks: 64-key tiles, two an SM at head dims 64 and 128.
+  EXPECT_EQ(prefill_sm90_kv_tile(128, 1), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(128, 1), 16384u + 65536u + 1024u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_min_blocks(128, 1), 2);
+  EXPECT_EQ(prefill_sm90_min_blocks(64, 1), 2);
+  EXPECT_FALSE(prefill_sm90_dim_built(256, 256, 1));
+  for (int d : {64, 128}) {
+    EXPECT_LE(2 * (prefill_sm90_smem_bytes(d, 1) + 1024u), 228u * 1024u) << d;
+  }
 }
 
-// The launcher's own rule (prefill_sm90_takes) on calls' fields: every instance built is
+// The launcher's own rule (prefill_sm90_block_warpgroups) on calls' fields: every instance built is
 // reachable (head dims 64 / 128 / 256, 16-bit and fp8 K/V, plain and soft-capped: the soft-capped
 // calls, whose FA2 blocks are 64 rows, and head dim 256 included), and what it cannot run is not.
 TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
@@ -102,43 +115,53 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
         for (bool cap : {false, true}) {
           AttentionParams p = call(q, kv, d);
           if (cap) p.logits_soft_cap = 30.0f;
-          EXPECT_TRUE(prefill_sm90_takes(p, 9, 0, kOptin))
+          EXPECT_TRUE(prefill_sm90_block_warpgroups(p, 9, 0, kOptin) == 2)
               << dtype_torch_name(q) << " " << dtype_torch_name(kv) << " d=" << d << " cap=" << cap;
-          EXPECT_FALSE(prefill_sm90_takes(p, 8, 0, kOptin));
-          EXPECT_FALSE(prefill_sm90_takes(p, 10, 0, kOptin));
+          EXPECT_EQ(prefill_sm90_block_warpgroups(p, 8, 0, kOptin), 0);
+          EXPECT_EQ(prefill_sm90_block_warpgroups(p, 10, 0, kOptin), 0);
+          if (d != 256) {  // a plan of 64-row tiles: one-warpgroup blocks
+            AttentionParams small = p;
+            small.max_work_rows = 16;
+            EXPECT_EQ(prefill_sm90_block_warpgroups(small, 9, 0, kOptin), 1) << d;
+          }
           p.prefill_fa2_only = true;  // backend="fa2"
-          EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+          EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
         }
       }
     }
   }
   AttentionParams p = call(DType::kBFloat16, DType::kBFloat16, 128);
-  p.max_work_rows = 16;  // 64 packed rows: the plan's 64-row tiles stay on the FA2 kernel
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  p.max_work_rows = 16;  // 64 packed rows: the plan's 64-row tiles, one-warpgroup blocks
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 1);
   p.max_work_rows = 17;
-  EXPECT_TRUE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 2);
+  p.max_work_rows = 4;  // 16 packed rows: the FA2 kernel's 16-row blocks
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+  p.max_work_rows = 17;
   p.num_kv_heads = 32;  // MHA: 17 packed rows
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 1);
+  p.head_dim_qk = p.head_dim_vo = 256;  // one-warpgroup blocks are not built at 256
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 128);
   const uint8_t mask_byte = 0;
   const float slope = 0.5f, head_scale = 1.0f;
   p.custom_mask = &mask_byte;
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 128);
   p.alibi_slopes = &slope;
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 128);
   p.scale_q = &head_scale;  // per-head scales: the scale does not fold
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 128);
   p.o_dtype = DType::kFloat16;
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kFloat16, 128);
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 192);
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, kOptin));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 256);
-  EXPECT_FALSE(prefill_sm90_takes(p, 9, 0, prefill_sm90_smem_bytes(256) - 1));
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(256) - 1), 0);
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE
@@ -149,10 +172,12 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
 int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
 int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
 
-template <class T, int D>
+template <class T, int D, int kWG = 2>
 void check_accumulators_and_p() {
   using namespace cute;
-  using Tr = Sm90Prefill<T, D>;
+  using Tr = Sm90Prefill<T, D, kWG>;
+  constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows and threads
+  constexpr int kSm90Threads = prefill_sm90_threads(kWG);
   constexpr int kN = Tr::kN;
   typename Tr::MmaS mma_s;
   typename Tr::MmaO mma_o;
@@ -210,11 +235,15 @@ TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceBf16) {
   check_accumulators_and_p<__nv_bfloat16, 128>();
   check_accumulators_and_p<__nv_bfloat16, 64>();
   check_accumulators_and_p<__nv_bfloat16, 256>();
+  check_accumulators_and_p<__nv_bfloat16, 128, 1>();
+  check_accumulators_and_p<__nv_bfloat16, 64, 1>();
 }
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceFp16) {
   check_accumulators_and_p<__half, 128>();
   check_accumulators_and_p<__half, 64>();
   check_accumulators_and_p<__half, 256>();
+  check_accumulators_and_p<__half, 128, 1>();
+  check_accumulators_and_p<__half, 64, 1>();
 }
 
 // A layout's 16-byte units: every (row, 8 c) names 8 contiguous elements at a 16-byte boundary,
@@ -239,9 +268,11 @@ void check_units(const Layout& layout, int rows, int cols, int stages, Offset of
   EXPECT_EQ(*seen.rbegin(), rows * cols * stages - 1);
 }
 
-template <int D>
+template <int D, int kWG = 2>
 void check_tiles() {
-  using Tr = Sm90Prefill<__nv_bfloat16, D>;
+  using Tr = Sm90Prefill<__nv_bfloat16, D, kWG>;
+  constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows and threads
+  constexpr int kSm90Threads = prefill_sm90_threads(kWG);
   constexpr int kN = Tr::kN;
   // Q [128 rows x D dims]: the kernel writes (r, 8 col).
   check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, D, 1,
@@ -264,11 +295,11 @@ void check_tiles() {
         lo_v = std::min(lo_v, static_cast<int>(lv(c, r, s)));
       }
     }
-    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
-    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D)));
+    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG)));
+    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG)));
   }
   EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::OffsetsQ{})) * 2,
-            static_cast<int>(prefill_sm90_q_bytes(D)));
+            static_cast<int>(prefill_sm90_q_bytes(D, kWG)));
   // The hardware's 128-byte swizzle spelled out (the PTX ISA's canonical layouts): within a
   // 1024-byte atom of 8 rows of 128 bytes, row i's 16-byte chunk j sits at chunk j ^ (i % 8). K
   // (and Q) are K-major: rows are keys (queries), 64 dims an atom row, the keys' atoms stacked,
@@ -285,7 +316,7 @@ void check_tiles() {
     }
   }
   for (int s = 0; s < kSm90Stages; ++s) {
-    const int stage = s * static_cast<int>(prefill_sm90_kv_bytes(D));
+    const int stage = s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG));
     for (int r = 0; r < kN; ++r) {
       for (int c = 0; c < D; ++c) {
         ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
@@ -303,7 +334,7 @@ void check_tiles() {
   constexpr int kRowsPerPass = kSm90Threads / (D / 8);
   constexpr int kKStep = Tr::template k_step_bytes<kRowsPerPass>();
   constexpr int kVStep = Tr::template v_step_bytes<kRowsPerPass>();
-  const int stage_bytes = static_cast<int>(prefill_sm90_kv_bytes(D));
+  const int stage_bytes = static_cast<int>(prefill_sm90_kv_bytes(D, kWG));
   for (int s = 0; s < kSm90Stages; ++s) {
     for (int r = 0; r < kN; ++r) {
       for (int c = 0; c < D; c += 8) {
@@ -323,6 +354,8 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<128>();
   check_tiles<64>();
   check_tiles<256>();
+  check_tiles<128, 1>();
+  check_tiles<64, 1>();
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUTE

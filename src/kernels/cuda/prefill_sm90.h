@@ -10,16 +10,17 @@
 
 namespace flashinfer::kernels::cuda {
 
-/// Whether the Hopper kernel takes `p` on a device of compute capability cc_major.cc_minor with
-/// `smem_optin` bytes of shared memory a block: not for backend "fa2" (p.prefill_fa2_only), else
-/// prefill::prefill_sm90_fits on the call's fields (an sm_90 device, a largest work item of more
-/// than 64 packed rows, head dims 64 / 128 / 256, fp16 / bf16 q and output with K/V of q's dtype or
-/// fp8, plain or soft-capped, a scale that folds into the exponent). Plain C++, so that the CPU
+/// The warpgroups of the Hopper block that runs `p` on a device of compute capability
+/// cc_major.cc_minor with `smem_optin` bytes of shared memory a block, 0 where none does: none for
+/// backend "fa2" (p.prefill_fa2_only), else prefill::prefill_sm90_warpgroups on the call's fields
+/// (an sm_90 device; a largest work item of more than 64 packed rows for two warpgroups, 17 to 64
+/// for one; head dims 64 / 128, and 256 for two; fp16 / bf16 q and output with K/V of q's dtype or
+/// fp8; plain or soft-capped; a scale that folds into the exponent). Plain C++, so that the CPU
 /// tests check the launcher's own rule (tests/api/test_prefill_sm90_shape.cpp).
-inline bool prefill_sm90_takes(const AttentionParams& p, int cc_major, int cc_minor,
-                               long long smem_optin) {
+inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major, int cc_minor,
+                                         long long smem_optin) {
   namespace pf = prefill;
-  if (p.prefill_fa2_only || p.num_kv_heads <= 0) return false;
+  if (p.prefill_fa2_only || p.num_kv_heads <= 0) return 0;
   const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype;
@@ -27,15 +28,15 @@ inline bool prefill_sm90_takes(const AttentionParams& p, int cc_major, int cc_mi
                                                p.alibi_slopes != nullptr);
   const long long packed_rows =
       static_cast<long long>(p.max_work_rows) * (p.num_qo_heads / p.num_kv_heads);
-  return pf::prefill_sm90_fits(
+  return pf::prefill_sm90_warpgroups(
       cc_major, cc_minor, packed_rows, p.head_dim_qk, p.head_dim_vo, kv_ok, variant,
       pf::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr), smem_optin);
 }
 
 /// Runs `p` on `stream` (a cudaStream_t) on the Hopper kernel and returns true, or returns false,
-/// having run nothing, when prefill_sm90_takes says no or FLASHINFER_PREFILL_SM90=0 is set (read at
-/// each call, to time or check it against the FA2 kernel on one GPU; the planner reads it too).
-/// The caller then runs the FA2 kernel. kCuda Error when the launch fails.
+/// having run nothing, when prefill_sm90_block_warpgroups says none or FLASHINFER_PREFILL_SM90=0 is
+/// set (read at each call, to time or check it against the FA2 kernel on one GPU; the planner reads
+/// it too). The caller then runs the FA2 kernel. kCuda Error when the launch fails.
 bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl);
 
 /// Calls prefill_sm90 has launched in this process (so that the tests can tell which kernel ran).

@@ -35,19 +35,21 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, class TKV, int D, bool kSoftCap>
-__global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
+template <class T, class TKV, int D, bool kSoftCap, int kWG>
+__global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_blocks(D, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
-  using Tr = Sm90Prefill<T, D>;
+  using Tr = Sm90Prefill<T, D, kWG>;
+  constexpr int kThreads = prefill_sm90_threads(kWG);  // kWG warpgroups
+  constexpr int kCtaQ = prefill_sm90_cta_q(kWG);       // 64 packed rows each
   using E = typename Tr::E;
   constexpr int kN = Tr::kN;
   constexpr int kUnits = D / 8;  // 16-byte units of a Q / K / V row
-  static_assert(kSm90Threads % kUnits == 0, "a thread keeps one unit column");
-  constexpr int kRowsPerPass = kSm90Threads / kUnits;
-  static_assert(kSm90CtaQ % kRowsPerPass == 0 && kN % kRowsPerPass == 0, "tile shapes");
+  static_assert(kThreads % kUnits == 0, "a thread keeps one unit column");
+  constexpr int kRowsPerPass = kThreads / kUnits;
+  static_assert(kCtaQ % kRowsPerPass == 0 && kN % kRowsPerPass == 0, "tile shapes");
   constexpr int kCache = kN;  // the offsets of one tile's keys
-  static_assert(kCache <= kSm90Threads, "one key a thread fills the offsets");
+  static_assert(kCache <= kThreads, "one key a thread fills the offsets");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The tiles at the swizzle's 1024-byte period (prefill_sm90_smem_bytes has the slack).
@@ -60,17 +62,17 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   constexpr bool kFp8 = sizeof(TKV) == 1;
   static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
   constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
-  constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D), kKvBytes8 = kKvBytes16 / 2;
+  constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D, kWG), kKvBytes8 = kKvBytes16 / 2;
   E* q_s = reinterpret_cast<E*>(smem);
-  E* k_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D));
-  E* v_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D) + kStages16 * kKvBytes16);
-  unsigned char* k8_s = smem + prefill_sm90_q_bytes(D) + 2 * kStages16 * kKvBytes16;
+  E* k_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D, kWG));
+  E* v_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D, kWG) + kStages16 * kKvBytes16);
+  unsigned char* k8_s = smem + prefill_sm90_q_bytes(D, kWG) + 2 * kStages16 * kKvBytes16;
   unsigned char* v8_s = k8_s + (kFp8 ? kSm90Stages * kKvBytes8 : 0);
   static_assert(2 * kStages16 * kKvBytes16 + (kFp8 ? 2 * kSm90Stages * kKvBytes8 : 0) ==
                     2 * kSm90Stages * kKvBytes16,
                 "fp8 blocks use the 16-bit blocks' shared memory");
-  int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D) +
-                                              2 * kSm90Stages * prefill_sm90_kv_bytes(D));
+  int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D, kWG) +
+                                              2 * kSm90Stages * prefill_sm90_kv_bytes(D, kWG));
   int64_t* v_off = k_off + kCache;
   int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
 
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   const int32_t g = blockIdx.x;
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
   const int32_t rows = (w.qo_end - w.qo_begin) * group;
-  const int32_t row0 = blockIdx.z * kSm90CtaQ;
+  const int32_t row0 = blockIdx.z * kCtaQ;
   if (row0 >= rows) return;
   const int32_t b = w.request;
   const int64_t q_base = p.qo_indptr[b];
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   const dev::FastDivmod group_div(static_cast<uint32_t>(group));
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
-  const int32_t last_row = min(rows, row0 + kSm90CtaQ) - 1;
+  const int32_t last_row = min(rows, row0 + kCtaQ) - 1;
   const int64_t pos_min = kv_len - qo_len + w.qo_begin + group_div.div(row0);
   const int64_t pos_max = kv_len - qo_len + w.qo_begin + group_div.div(last_row);
   int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   {
     const T* q = static_cast<const T*>(p.q);
 #pragma unroll
-    for (int r = r0; r < kSm90CtaQ; r += kRowsPerPass) {
+    for (int r = r0; r < kCtaQ; r += kRowsPerPass) {
       const int32_t pr = row0 + r;
       const bool ok = pr < rows;
       uint32_t qi = 0, hh = 0;
@@ -166,8 +168,8 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   // (Sm90Prefill::k_step_bytes / v_step_bytes, and a stage is prefill_sm90_kv_bytes further), so a
   // copy's shared address is one add, not the layout's swizzle arithmetic again.
   constexpr int kUnitsKv = D * static_cast<int>(sizeof(TKV)) / 16;  // 16-byte units a stored key
-  constexpr int kKvRowsPerPass = kSm90Threads / kUnitsKv;
-  static_assert(kSm90Threads % kUnitsKv == 0 && kN % kKvRowsPerPass == 0, "copy shape");
+  constexpr int kKvRowsPerPass = kThreads / kUnitsKv;
+  static_assert(kThreads % kUnitsKv == 0 && kN % kKvRowsPerPass == 0, "copy shape");
   const int kv_col = tid % kUnitsKv, kv_r0 = tid / kUnitsKv;
   const uint32_t k_dst0 = kFp8 ? dev::cp_async::smem_addr(k8_s + kv_r0 * D + kv_col * 16)
                                : dev::cp_async::smem_addr(&sK(kv_r0, kv_col * 8, 0));
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
         hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
       };
 #pragma unroll 4
-      for (int i = tid; i < kN * kUnits8; i += kSm90Threads) {
+      for (int i = tid; i < kN * kUnits8; i += kThreads) {
         const int r = i / kUnits8, c = i % kUnits8;
         // The two halves of a unit go to neighbouring 16-byte chunks of one swizzled row; threads
         // with bit 2 of c set store theirs in the other order, so each store instruction's
@@ -257,8 +259,8 @@ __global__ void __launch_bounds__(kSm90Threads, prefill_sm90_min_blocks(D))
   Tensor tSrQ = thr_s.partition_fragment_A(sQ);    // (MMA, 1, D / 16) descriptors
   Tensor tSrK = thr_s.partition_fragment_B(sK);    // (MMA, 1, D / 16, stages)
   Tensor tOrVt = thr_o.partition_fragment_B(sVt);  // (MMA, 1, kN / 16, stages)
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kSm90CtaQ>, Int<kN>>{});  // ((2,2,kN/8),1,1)
-  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kSm90CtaQ>, Int<D>>{});   // ((2,2,D/8),1,1)
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kCtaQ>, Int<kN>>{});  // ((2,2,kN/8),1,1)
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kCtaQ>, Int<D>>{});   // ((2,2,D/8),1,1)
   Tensor tOrP = make_tensor<E>(typename Tr::LayoutP{});
   static_assert(decltype(size(tSrS))::value == kN / 2 && decltype(size(tOrO))::value == D / 2,
                 "a thread's accumulators: 2 rows x (columns / 4)");

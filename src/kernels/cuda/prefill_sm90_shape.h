@@ -19,59 +19,88 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-constexpr int kSm90Warpgroups = 2;
+// Blocks of two warpgroups take work items of more than 64 packed rows (the plan's 128-row
+// tiles), blocks of one warpgroup (64 rows) those of 17 to 64 (its 64-row tiles); `wg` below is
+// the warpgroups of a block.
+constexpr int kSm90Warpgroups = 2;  // the tall blocks
 constexpr int kSm90Threads = kSm90Warpgroups * 128;
-constexpr int kSm90CtaQ = kSm90Warpgroups * 64;  // packed query rows of a block
+constexpr int kSm90CtaQ = kSm90Warpgroups * 64;  // packed query rows of a tall block
 constexpr int kSm90Stages = 2;
 // Slack for aligning the tiles to the 1024-byte period of the 128-byte swizzle (the descriptors
 // address the swizzle by absolute shared-memory address bits).
 constexpr unsigned kSm90SmemAlign = 1024;
 
-/// The head dims with an instance (equal qk / vo dims).
-FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo) {
-  return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256);
+FLASHINFER_HD constexpr int prefill_sm90_threads(int wg) { return 128 * wg; }
+FLASHINFER_HD constexpr int prefill_sm90_cta_q(int wg) { return 64 * wg; }
+
+/// The head dims with an instance (equal qk / vo dims): 64, 128 and 256 in tall blocks, 64 and
+/// 128 in one-warpgroup blocks (at 256 their 128 threads would copy 4 rows a pass, not whole
+/// 8-row swizzle phases, and one 160 KiB block of 4 warps an SM would idle the tensor cores).
+FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo, int wg = kSm90Warpgroups) {
+  return dqk == dvo && (dqk == 64 || dqk == 128 || (dqk == 256 && wg == 2));
 }
 
-/// Keys of a K/V tile.
-FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d) { return d == 128 ? 128 : 64; }
+/// Keys of a K/V tile: 128 in tall blocks at head dim 128, 64 otherwise.
+FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d, int wg = kSm90Warpgroups) {
+  return d == 128 && wg == 2 ? 128 : 64;
+}
 
-/// Blocks an SM holds: two at head dim 64 (80 KiB of tiles each; registers capped at 128 a
-/// thread by the launch bounds), one at 128 (160 KiB).
-FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int d) { return d <= 64 ? 2 : 1; }
+/// Blocks an SM holds: two at head dim 64 (tall: registers capped at 128 a thread by the launch
+/// bounds) and in one-warpgroup blocks at 128 (80 KiB of tiles each), one for tall blocks at 128
+/// and 256 (160 / 194 KiB).
+FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int d, int wg = kSm90Warpgroups) {
+  return d <= 64 || wg == 1 ? 2 : 1;
+}
 
 /// Bytes of the 16-bit Q tile, and of one stage's K and V tiles.
-FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int d) {
-  return static_cast<unsigned>(kSm90CtaQ) * static_cast<unsigned>(d) * 2u;
+FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int d, int wg = kSm90Warpgroups) {
+  return static_cast<unsigned>(prefill_sm90_cta_q(wg)) * static_cast<unsigned>(d) * 2u;
 }
-FLASHINFER_HD constexpr unsigned prefill_sm90_kv_bytes(int d) {
-  return static_cast<unsigned>(prefill_sm90_kv_tile(d)) * static_cast<unsigned>(d) * 2u;
+FLASHINFER_HD constexpr unsigned prefill_sm90_kv_bytes(int d, int wg = kSm90Warpgroups) {
+  return static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) * static_cast<unsigned>(d) * 2u;
 }
 
 /// Dynamic shared memory of a block: Q, the K and V stages, the K/V byte offsets of one tile's
 /// tokens (two int64 a key), the unmasked tile range (16 bytes) and the alignment slack.
-FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d) {
-  return prefill_sm90_q_bytes(d) + 2u * kSm90Stages * prefill_sm90_kv_bytes(d) +
-         16u * static_cast<unsigned>(prefill_sm90_kv_tile(d)) + 16u + kSm90SmemAlign;
+FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d, int wg = kSm90Warpgroups) {
+  return prefill_sm90_q_bytes(d, wg) + 2u * kSm90Stages * prefill_sm90_kv_bytes(d, wg) +
+         16u * static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) + 16u + kSm90SmemAlign;
 }
 
-/// Packed rows (query x qo head of a GQA group) of a plan's largest work item above which the
-/// Hopper kernel takes it: the plan's 128-row tiles (prefill_plan_cta_tile_q, which the planner
-/// asks for head dim 128 also at 256 when the Hopper kernel serves the call).
+/// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
+/// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
+/// prefill_plan_cta_tile_q, which the planner asks for head dim 128 also at 256 when the Hopper
+/// kernel serves the call), one-warpgroup blocks from 17 (its 64-row tiles; 16 and fewer are the
+/// FA2 kernel's 16-row blocks of tensor-core decode).
 constexpr int kSm90MinPackedRows = 65;
+constexpr int kSm90MinPackedRowsSmall = 17;
 
-/// Whether a call runs on the Hopper kernel: an sm_90 device (the kernel is sm_90a code), a
-/// plan's largest work item of more than 64 packed rows, a built head dim, K/V of q's 16-bit
-/// dtype or fp8 (e4m3 / e5m2: `kv_ok`), the plain or soft-capped variant (`variant` 0 or
-/// kPrefillSoftCap: no custom mask, no ALiBi), a scale that folds into the exponent
-/// (prefill_scale_folds: > 0, no per-head q / k scales) and the block's shared memory within the
-/// device's opt-in limit.
+/// The warpgroups of the Hopper block that runs a call, 0 where none does: an sm_90 device (the
+/// kernel is sm_90a code), a plan's largest work item of 17 or more packed rows (2 warpgroups
+/// above 64), a head dim built for that block, K/V of q's 16-bit dtype or fp8 (e4m3 / e5m2:
+/// `kv_ok`), the plain or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no
+/// ALiBi), a scale that folds into the exponent (prefill_scale_folds: > 0, no per-head q / k
+/// scales) and the block's shared memory within the device's opt-in limit.
+FLASHINFER_HD constexpr int prefill_sm90_warpgroups(int cc_major, int cc_minor,
+                                                    long long packed_rows, int dqk, int dvo,
+                                                    bool kv_ok, int variant, bool scale_folds,
+                                                    long long smem_optin) {
+  const int wg = packed_rows >= kSm90MinPackedRows        ? 2
+                 : packed_rows >= kSm90MinPackedRowsSmall ? 1
+                                                          : 0;
+  const bool ok = wg > 0 && cc_major == 9 && cc_minor == 0 &&
+                  prefill_sm90_dim_built(dqk, dvo, wg) && kv_ok &&
+                  (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
+                  smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk, wg));
+  return ok ? wg : 0;
+}
+
+/// Whether a call runs on a Hopper block (prefill_sm90_warpgroups > 0).
 FLASHINFER_HD constexpr bool prefill_sm90_fits(int cc_major, int cc_minor, long long packed_rows,
                                                int dqk, int dvo, bool kv_ok, int variant,
                                                bool scale_folds, long long smem_optin) {
-  return cc_major == 9 && cc_minor == 0 && packed_rows >= kSm90MinPackedRows &&
-         prefill_sm90_dim_built(dqk, dvo) && kv_ok &&
-         (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
-         smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk));
+  return prefill_sm90_warpgroups(cc_major, cc_minor, packed_rows, dqk, dvo, kv_ok, variant,
+                                 scale_folds, smem_optin) > 0;
 }
 
 }  // namespace flashinfer::kernels::cuda::prefill

@@ -27,14 +27,16 @@ struct CuteElement<__nv_bfloat16> {
 };
 
 /// The CuTe types of one instance: the two tiled MMAs (one m64 atom a warpgroup, stacked along
-/// the rows) and the shared-memory layouts of Q [128 x D], K [kv_tile x D x stages] (K-major,
+/// the rows; kWG of them) and the shared-memory layouts of Q [64 kWG x D], K [kv_tile x D x
+/// stages] (K-major,
 /// the B operand of S) and V^T [D x kv_tile x stages] (MN-major, the B operand of O: D
 /// contiguous within a key, i.e. V's rows as stored).
-template <class T, int D>
+template <class T, int D, int kWG = kSm90Warpgroups>
 struct Sm90Prefill {
   using E = typename CuteElement<T>::type;
-  static constexpr int kN = prefill_sm90_kv_tile(D);
-  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kSm90Warpgroups>, cute::_1, cute::_1>>;
+  static constexpr int kN = prefill_sm90_kv_tile(D, kWG);
+  static constexpr int kCtaQ = prefill_sm90_cta_q(kWG);
+  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kWG>, cute::_1, cute::_1>>;
   using MmaS = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E, E, float,
                                  cute::Shape<cute::_64, cute::Int<kN>, cute::Int<D>>>(),
@@ -44,7 +46,7 @@ struct Sm90Prefill {
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       AtomLayout{}));
   using LayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<E>{},
-                                               cute::Shape<cute::Int<kSm90CtaQ>, cute::Int<D>>{}));
+                                               cute::Shape<cute::Int<kCtaQ>, cute::Int<D>>{}));
   using LayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<E>{},
       cute::Shape<cute::Int<kN>, cute::Int<D>, cute::Int<kSm90Stages>>{}));
