@@ -446,9 +446,10 @@ namespace {
 }
 
 // Whether the Hopper prefill kernel (kernels/cuda/prefill_sm90.h) would take the call if its plan
-// had 128-row tiles: an sm_90 device, a backend other than "fa2", and the kernel's dims, dtypes,
-// variants and scale (prefill_sm90_fits). Its tiles are 128 rows at head dim 256 too, where the
-// FA2 kernel's plan would have 64.
+// had 128-row tiles (its tall blocks; a plan of 64-row tiles then gets its one-warpgroup blocks
+// where they are built): an sm_90 device, a backend other than "fa2", and the kernel's dims,
+// dtypes, variants and scale (prefill_sm90_fits). Its tiles are 128 rows at head dim 256 too, where
+// the FA2 kernel's plan would have 64.
 bool hopper_prefill_candidate(const detail::WrapperState& s) {
 #if FLASHINFER_WITH_CUDA
   namespace pf = kernels::cuda::prefill;
@@ -537,10 +538,17 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     const bool tc_scale = pf::prefill_scale_folds(static_cast<float>(s.sm_scale),
                                                   s.scale_q.defined(), s.scale_k.defined());
     // sm_90: the Hopper kernel takes the calls whose plan gives it its blocks (prefill_sm90.h:
-    // more than 64 packed rows); its tiles leave room for prefill_sm90_min_blocks of them an SM
-    // (one at head dims 128 and 256), not two.
-    if (hopper && rows_per_tile * group >= pf::kSm90MinPackedRows) {
-      per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk));
+    // tall ones for more than 64 packed rows, one-warpgroup ones for 17 to 64); its tiles leave
+    // room for prefill_sm90_min_blocks of them an SM (one tall block at head dims 128 and 256).
+    if (hopper) {
+      const int64_t packed = rows_per_tile * group;
+      const int wg = packed >= pf::kSm90MinPackedRows        ? 2
+                     : packed >= pf::kSm90MinPackedRowsSmall ? 1
+                                                             : 0;
+      if (wg > 0 && pf::prefill_sm90_dim_built(static_cast<int>(s.head_dim_qk),
+                                               static_cast<int>(s.head_dim_vo), wg)) {
+        per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk), wg);
+      }
     }
     if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;

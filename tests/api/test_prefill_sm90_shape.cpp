@@ -162,6 +162,10 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 256);
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(256) - 1), 0);
+  p = call(DType::kBFloat16, DType::kBFloat16, 128);
+  p.max_work_rows = 16;  // a one-warpgroup block's shared memory
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 1)), 1);
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 1) - 1), 0);
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE

@@ -255,13 +255,17 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
   if (api::compute_capability(Device::cuda(0)) != 90) {
     GTEST_SKIP() << "the Hopper kernel is sm_90a code";
   }
-  auto check = [](PrefillCase c) {
+  // small: the one-warpgroup blocks must be the ones that ran (they did not, or did, else).
+  auto check = [](PrefillCase c, bool small = false) {
     SCOPED_TRACE(c.str());
     const auto tol = testing::default_tolerance(c.dt);
     c.backend = "fa3";
     const uint64_t before = kernels::cuda::prefill_sm90_launches();
+    const uint64_t small_before = kernels::cuda::prefill_sm90_small_launches();
     const Runs hopper = run_case(c);
     EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before) << "the Hopper kernel did not run";
+    EXPECT_EQ(kernels::cuda::prefill_sm90_small_launches() > small_before, small)
+        << "one-warpgroup blocks ran: " << !small;
     c.backend = "fa2";
     const uint64_t before_fa2 = kernels::cuda::prefill_sm90_launches();
     const Runs fa2 = run_case(c);
@@ -306,16 +310,18 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
         small.causal = causal;
         small.qo_lens = {5, 16, 3, 9};
         small.kv_lens = {700, 16, 90, 1000};
-        check(small);
+        check(small, true);
         small.page = 1;
         small.split = 2;
         small.soft_cap = causal ? 0.0 : 30.0;
-        check(small);
+        small.window = causal ? 60 : -1;
+        small.sinks = !causal;
+        check(small, true);
         small.hq = small.hkv = 8;
         small.qo_lens = {40, 20, 64};
         small.kv_lens = {40, 333, 64};
         small.page = 0;
-        check(small);
+        check(small, true);
       }
     }
     PrefillCase d256;  // head dim 256 (the planner's 128-row tiles for it), GQA 4, paged
@@ -756,10 +762,13 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
               return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
             };
             const uint64_t before = kernels::cuda::prefill_sm90_launches();
+            const uint64_t small_before = kernels::cuda::prefill_sm90_small_launches();
             const AttentionOutput hopper = run(g, "fa3");
             if (variant != 3 || d != 256) {
               EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before)
                   << "the Hopper kernel did not run";
+              EXPECT_EQ(kernels::cuda::prefill_sm90_small_launches() > small_before, variant == 3)
+                  << "one-warpgroup blocks";
             }
             const AttentionOutput fa2 = run(g, "fa2");
             expect_fp8_close(hopper, run(Device::cpu(), "auto"), dt);

@@ -16,7 +16,7 @@ void prefill_sm90_small(const AttentionParams& p, cudaStream_t s, bool enable_pd
 
 namespace {
 
-std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_launches{0}, g_small_launches{0};
 
 }  // namespace
 
@@ -40,11 +40,13 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
     launch_sm90_block<2>(p, s, enable_pdl);
   } else {
     prefill_sm90_small(p, s, enable_pdl);
+    g_small_launches.fetch_add(1, std::memory_order_relaxed);
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 uint64_t prefill_sm90_launches() { return g_launches.load(std::memory_order_relaxed); }
+uint64_t prefill_sm90_small_launches() { return g_small_launches.load(std::memory_order_relaxed); }
 
 }  // namespace flashinfer::kernels::cuda

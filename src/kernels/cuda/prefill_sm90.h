@@ -41,5 +41,7 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl);
 
 /// Calls prefill_sm90 has launched in this process (so that the tests can tell which kernel ran).
 uint64_t prefill_sm90_launches();
+/// Of those, the calls that ran in one-warpgroup blocks.
+uint64_t prefill_sm90_small_launches();
 
 }  // namespace flashinfer::kernels::cuda

@@ -1,7 +1,8 @@
 // The Hopper prefill attention kernel (docs/ATTENTION.md, "Hopper prefill"): the FA2 kernel's
 // work items, grid, page-offset cache, visibility rules and epilogue (prefill_kernel.cuh), with
 // the two matrix products on wgmma through CuTe (CUTLASS's headers, sm_90a only):
-//   - a block is two warpgroups over 128 packed (query, qo head) rows, 64 rows each;
+//   - a block is kWG warpgroups (two over the plan's 128-row tiles, one over its 64-row tiles),
+//     64 packed (query, qo head) rows each;
 //   - Q (once) and each K/V tile of kv_tile keys are copied global -> shared memory with 16-byte
 //     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms, K/V in two stages, so the
 //     copy of tile i + 2 overlaps the math of tiles i and i + 1;
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // Accumulator value v of a thread: row gid + 8 ((v >> 1) & 1) of its warp's 16, column
   // 8 (v >> 2) + 2 tid4 + (v & 1) (the m64nNk16 D fragment; tests/api/test_prefill_sm90_shape.cpp
   // checks it against CuTe's partition of the block's coordinates).
-  const int32_t warp_row0 = row0 + warp * 16;  // warps 0-3: rows 0-63, warps 4-7: rows 64-127
+  const int32_t warp_row0 = row0 + warp * 16;  // warpgroup w's warps: rows 64 w .. 64 w + 63
 #pragma unroll
   for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.0f;
 

@@ -50,10 +50,13 @@ void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl
   };
   auto dims = [&]<class T>() {
     if (p.head_dim_qk == 64) return kinds.template operator()<T, 64>();
+    if (p.head_dim_qk == 128) return kinds.template operator()<T, 128>();
     if constexpr (kWG == 2) {
       if (p.head_dim_qk == 256) return kinds.template operator()<T, 256>();
     }
-    kinds.template operator()<T, 128>();
+    FLASHINFER_FAIL(ErrorCode::kInternal, "attention", "q",
+                    "no Hopper prefill instance for head dim ", p.head_dim_qk, " in blocks of ",
+                    kWG, " warpgroups");
   };
   if (p.q_dtype == DType::kBFloat16) {
     dims.template operator()<__nv_bfloat16>();

@@ -3,8 +3,9 @@
 // (tests/api/test_prefill_sm90_shape.cpp).
 //
 // A block is two warpgroups (256 threads) over 128 packed query rows, 64 a warpgroup, as the
-// FA2 kernel's 128-row blocks are planned (same work items, same grid; head dims 64, 128, 256). S =
-// Q K^T and O += P V are wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared
+// FA2 kernel's 128-row blocks are planned (same work items, same grid; head dims 64, 128, 256),
+// or one warpgroup over the plan's 64-row tiles (head dims 64, 128). S = Q K^T and O += P V are
+// wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared
 // memory through matrix descriptors (V as the MN-major B operand) and P from registers; every
 // thread copies K/V tiles of kv_tile keys with 16-byte cp.async into two stages in the
 // 128-byte-swizzled layout the descriptors name. One block an SM at head dim 128 (the tiles take

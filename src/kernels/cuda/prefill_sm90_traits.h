@@ -26,11 +26,10 @@ struct CuteElement<__nv_bfloat16> {
   using type = cute::bfloat16_t;
 };
 
-/// The CuTe types of one instance: the two tiled MMAs (one m64 atom a warpgroup, stacked along
-/// the rows; kWG of them) and the shared-memory layouts of Q [64 kWG x D], K [kv_tile x D x
-/// stages] (K-major,
-/// the B operand of S) and V^T [D x kv_tile x stages] (MN-major, the B operand of O: D
-/// contiguous within a key, i.e. V's rows as stored).
+/// The CuTe types of one instance: the two tiled MMAs (one m64 atom a warpgroup, kWG of them
+/// stacked along the rows) and the shared-memory layouts of Q [64 kWG x D], K [kv_tile x D x
+/// stages] (K-major, the B operand of S) and V^T [D x kv_tile x stages] (MN-major, the B operand
+/// of O: D contiguous within a key, i.e. V's rows as stored).
 template <class T, int D, int kWG = kSm90Warpgroups>
 struct Sm90Prefill {
   using E = typename CuteElement<T>::type;
