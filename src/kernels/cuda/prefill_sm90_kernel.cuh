@@ -4,8 +4,9 @@
 //   - a block is kWG warpgroups (two over the plan's 128-row tiles, one over its 64-row tiles),
 //     64 packed (query, qo head) rows each;
 //   - Q (once) and each K/V tile of kv_tile keys are copied global -> shared memory with 16-byte
-//     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms, K/V in two stages, so the
-//     copy of tile i + 2 overlaps the math of tiles i and i + 1;
+//     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms, K/V in two stages, so a
+//     tile's copy overlaps the math of the tile before it (fp8 K/V: copied as stored, widened
+//     each tile into one 16-bit K and V^T tile);
 //   - S = Q K^T is an SS wgmma (Q and K read through matrix descriptors), O += P V an RS wgmma
 //     (P from registers, V as the MN-major B operand: its tile is stored token by token, as the
 //     cache holds it), both m64nNk16 with fp32 accumulation; the accumulator of S is, value for
@@ -17,10 +18,12 @@
 //     never loaded and only edge tiles tested per element.
 // Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
 // proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
-// land and before the barrier the MMAs follow. Each stage is refilled only after every warpgroup
-// waited for its MMAs on it (wgmma.wait_group 0 before the loop's closing barrier; fp8 K/V: before
-// the next tile's first barrier, after which the stage's widened copy is what the MMAs read). No
-// mbarrier, no warp specialization: the block's barriers are the FA2 kernel's.
+// land (fp8: after it widened its units) and before the barrier the MMAs follow. A 16-bit stage is
+// refilled only after every warpgroup waited for its MMAs on it (wgmma.wait_group 0 before the
+// loop's closing barrier); with fp8 K/V an fp8 stage once every thread widened it (the tile's
+// second barrier), and the 16-bit tiles are rewritten only after the next tile's first barrier,
+// which each warpgroup reaches after waiting for its MMAs. No mbarrier, no warp specialization:
+// the block's barriers are the FA2 kernel's.
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
