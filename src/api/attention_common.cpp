@@ -509,7 +509,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   // Blocks the device runs at once. CUDA: the CUDA-core kernel's occupancy (from its registers
   // and the block shape's threads and shared memory) x SMs; the tensor-core kernel 2 x SMs
-  // (tensor_core_max_grid), the Hopper kernel at head dim 128 1 x SMs. CPU: threads x 2.
+  // (tensor_core_max_grid), the Hopper kernel's tall blocks at head dims 128 / 256 1 x SMs. CPU:
+  // threads x 2.
   int64_t max_grid;
   // Smallest KV chunk in tokens: upstream's 128, except for the CUDA-core kernel on a GPU (below:
   // decode, and the prefill calls that fall back to it), whose 128-key blocks ran 20-25 us alone
