@@ -25,8 +25,9 @@ namespace {
 TEST(PrefillSm90Shape, DispatchRule) {
   constexpr long long kH100Optin = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, sm_90
   const unsigned smem = prefill_sm90_smem_bytes(128);
-  // Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB) + offsets 2 KiB + range + alignment slack.
-  EXPECT_EQ(smem, 32768u + 131072u + 2048u + 16u + 1024u);
+  // Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB) + two buffers of offsets (2 x 2 KiB) + range +
+  // alignment slack.
+  EXPECT_EQ(smem, 32768u + 131072u + 4096u + 16u + 1024u);
   EXPECT_LE(smem, static_cast<unsigned>(kH100Optin));
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, kH100Optin));
   // sm_90a code runs on sm_90 only: not on an A100, an sm_89 part or Blackwell.
@@ -63,7 +64,7 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem));
   // Head dim 256: 64-key tiles, Q 64 KiB + 2 x (32 + 32) KiB, one block an SM.
   EXPECT_EQ(prefill_sm90_kv_tile(256), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(256), 65536u + 131072u + 1024u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_smem_bytes(256), 65536u + 131072u + 2048u + 16u + 1024u);
   EXPECT_LE(prefill_sm90_smem_bytes(256), static_cast<unsigned>(kH100Optin));
   EXPECT_EQ(prefill_sm90_min_blocks(256), 1);
   EXPECT_EQ(kSm90Threads, 256);
@@ -71,7 +72,7 @@ TEST(PrefillSm90Shape, DispatchRule) {
   // Head dim 64: 64-key tiles and two blocks an SM (their tiles and the launch bounds' 128
   // registers a thread), within the SM's 228 KiB and 64 K registers.
   EXPECT_EQ(prefill_sm90_kv_tile(64), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(64), 16384u + 32768u + 1024u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_smem_bytes(64), 16384u + 32768u + 2048u + 16u + 1024u);
   EXPECT_EQ(prefill_sm90_min_blocks(64), 2);
   EXPECT_EQ(prefill_sm90_min_blocks(128), 1);
   for (int d : {64, 128}) {
@@ -83,7 +84,7 @@ TEST(PrefillSm90Shape, DispatchRule) {
   }
   // One-warpgroup blocks: 64-key tiles, two an SM at head dims 64 and 128.
   EXPECT_EQ(prefill_sm90_kv_tile(128, 1), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(128, 1), 16384u + 65536u + 1024u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_smem_bytes(128, 1), 16384u + 65536u + 2048u + 16u + 1024u);
   EXPECT_EQ(prefill_sm90_min_blocks(128, 1), 2);
   EXPECT_EQ(prefill_sm90_min_blocks(64, 1), 2);
   EXPECT_FALSE(prefill_sm90_dim_built(256, 256, 1));

@@ -6,7 +6,7 @@
 //   - Q (once) and each K/V tile of kv_tile keys are copied global -> shared memory with 16-byte
 //     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms, K/V in two stages, so a
 //     tile's copy overlaps the math of the tile before it (fp8 K/V: copied as stored, widened
-//     each tile into one 16-bit K and V^T tile);
+//     each tile into one 16-bit K and V^T tile, two tiles ahead);
 //   - S = Q K^T is an SS wgmma (Q and K read through matrix descriptors), O += P V an RS wgmma
 //     (P from registers, V as the MN-major B operand: its tile is stored token by token, as the
 //     cache holds it), both m64nNk16 with fp32 accumulation; the accumulator of S is, value for
@@ -18,11 +18,13 @@
 //     never loaded and only edge tiles tested per element.
 // Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
 // proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
-// land (fp8: after it widened its units) and before the barrier the MMAs follow. A 16-bit stage is
-// refilled only after every warpgroup waited for its MMAs on it (wgmma.wait_group 0 before the
-// loop's closing barrier); with fp8 K/V an fp8 stage once every thread widened it (the tile's
-// second barrier), and the 16-bit tiles are rewritten only after the next tile's first barrier,
-// which each warpgroup reaches after waiting for its MMAs. No mbarrier, no warp specialization:
+// land (fp8: after it widened its units) and before the barrier the MMAs follow. 16-bit K/V: one
+// barrier a tile; past tile i's, every warpgroup has waited for its MMAs of tile i - 1, whose
+// stage then takes tile i + 1's copy, issued beside tile i's S product (the page offsets in two
+// buffers by tile parity, so that one tile's are written while the other's copy reads them).
+// fp8 K/V: an fp8 stage is refilled once every thread widened it (the tile's second barrier), and
+// the 16-bit tiles are rewritten only after the next tile's first barrier, which each warpgroup
+// reaches after waiting for its MMAs. No mbarrier, no warp specialization:
 // the block's barriers are the FA2 kernel's.
 #pragma once
 
@@ -77,8 +79,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
                 "fp8 blocks use the 16-bit blocks' shared memory");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D, kWG) +
                                               2 * kSm90Stages * prefill_sm90_kv_bytes(D, kWG));
-  int64_t* v_off = k_off + kCache;
-  int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
+  // Two buffers of offsets, by tile parity (the 16-bit loop fills a tile's while the copy of the
+  // tile before reads the other; fp8 uses buffer 0).
+  int64_t* v_off = k_off + 2 * kCache;
+  int2* tile_range_s = reinterpret_cast<int2*>(v_off + 2 * kCache);
 
   const typename Tr::LayoutQ layout_q{};
   const typename Tr::LayoutK layout_k{};
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     return kv_map.page_id(static_cast<uint32_t>(t));
   };
-  auto fill_from = [&](int tile, int32_t page) {
+  auto fill_from = [&](int tile, int32_t page, int buf) {
     if (tile >= num_tiles || tid >= kCache) return;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     const int32_t t = kv_lo32 + tile * kN + tid;
@@ -161,8 +165,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       ko = (kv_map.k_offset(page, slot) + g * p.kv.k_stride_head) * kKvBytes;
       vo = (kv_map.v_offset(page, slot) + g * p.kv.v_stride_head) * kKvBytes;
     }
-    k_off[tid] = ko;
-    v_off[tid] = vo;
+    k_off[buf * kCache + tid] = ko;
+    v_off[buf * kCache + tid] = vo;
   };
   // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `col` to (r, 8 col) of K and
   // (8 col, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       kFp8 ? kKvRowsPerPass * D
            : static_cast<uint32_t>(Tr::template v_step_bytes<kKvRowsPerPass>());
   constexpr uint32_t kStageBytes = kFp8 ? kKvBytes8 : kKvBytes16;
-  auto load_kv = [&](int tile) {
+  auto load_kv = [&](int tile, int buf) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kN;
       const int stage = tile % kSm90Stages;
@@ -198,8 +202,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       int64_t kos[kRowsPerThread], vos[kRowsPerThread];
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
-        kos[i] = k_off[kv_r0 + i * kKvRowsPerPass];
-        vos[i] = v_off[kv_r0 + i * kKvRowsPerPass];
+        kos[i] = k_off[buf * kCache + kv_r0 + i * kKvRowsPerPass];
+        vos[i] = v_off[buf * kCache + kv_r0 + i * kKvRowsPerPass];
       }
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
@@ -248,13 +252,22 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     }
   };
   if (tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
-  fill_from(0, page_of(0));
-  __syncthreads();
-  load_kv(0);  // the first group also carries Q
-  __syncthreads();
-  fill_from(1, page_of(1));
-  __syncthreads();
-  load_kv(1);
+  if constexpr (kFp8) {
+    // fp8: tiles 0 and 1 in flight before the loop (which widens a tile, then refills its stage).
+    fill_from(0, page_of(0), 0);
+    __syncthreads();
+    load_kv(0, 0);  // the first group also carries Q
+    __syncthreads();
+    fill_from(1, page_of(1), 0);
+    __syncthreads();
+    load_kv(1, 0);
+  } else {
+    // 16-bit: tile 0 in flight; each iteration issues the next tile's copy beside its S product.
+    fill_from(0, page_of(0), 0);
+    fill_from(1, page_of(1), 1);
+    __syncthreads();
+    load_kv(0, 0);  // the first group also carries Q
+  }
 
   typename Tr::MmaS mma_s;
   typename Tr::MmaO mma_o;
@@ -288,9 +301,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   int32_t next_page = page_of(kSm90Stages);
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
-    dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
     const int stage = tile % kSm90Stages;
     if constexpr (kFp8) {
+      dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
       // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
       // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
       __syncthreads();
@@ -299,19 +312,25 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       } else {
         widen.template operator()<__NV_E4M3>(stage);
       }
-      fill_from(tile + kSm90Stages, next_page);
+      fill_from(tile + kSm90Stages, next_page, 0);
       next_page = page_of(tile + kSm90Stages + 1);
       // The widened tiles (generic-proxy stores) and Q (cp.async) visible to wgmma, for every
       // thread; the offsets of tile + 2 written before its copy below.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();
-      load_kv(tile + kSm90Stages);
+      load_kv(tile + kSm90Stages, 0);
     } else {
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma
-      __syncthreads();                                                // ... for every thread
-      // Offsets of tile + 2, copied after this iteration's closing barrier; the copy that last
-      // read the cache (tile + 1's) was issued before the barrier above.
-      fill_from(tile + kSm90Stages, next_page);
+      // One barrier a tile. Only tile `tile`'s copy is in flight (issued in the iteration before,
+      // or the prologue, with Q): landed for this thread, visible to wgmma (the proxy fence), for
+      // every thread (the barrier). Past the barrier every warpgroup has also waited for its MMAs
+      // of tile - 1, so that tile's stage is free for tile + 1 (copied below, beside this tile's
+      // S product), and every thread has issued the copy of tile (which read offset buffer
+      // tile % 2), so that buffer takes tile + 2's offsets; tile + 1's, in the other buffer, were
+      // written before the barrier.
+      dev::cp_async::wait<0>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      fill_from(tile + kSm90Stages, next_page, tile % 2);
       next_page = page_of(tile + kSm90Stages + 1);
     }
     const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tiles the MMAs read
@@ -329,6 +348,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
+    // 16-bit: tile + 1's copy into the stage tile - 1 left, while the tensor cores work on S.
+    if constexpr (!kFp8) load_kv(tile + 1, (tile + 1) % 2);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
 
@@ -398,14 +419,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage16), tOrO);
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();  // the stage is read: it may be refilled after the barrier below
+    warpgroup_wait<0>();  // the stage is read: refilled after the next tile's barrier
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
-
-    if constexpr (!kFp8) {
-      __syncthreads();
-      load_kv(tile + kSm90Stages);
-    }
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 

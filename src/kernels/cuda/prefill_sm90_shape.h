@@ -61,11 +61,12 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_kv_bytes(int d, int wg = kSm90Warp
   return static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) * static_cast<unsigned>(d) * 2u;
 }
 
-/// Dynamic shared memory of a block: Q, the K and V stages, the K/V byte offsets of one tile's
-/// tokens (two int64 a key), the unmasked tile range (16 bytes) and the alignment slack.
+/// Dynamic shared memory of a block: Q, the K and V stages, two buffers of the K/V byte offsets
+/// of one tile's tokens (two int64 a key), the unmasked tile range (16 bytes) and the alignment
+/// slack.
 FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d, int wg = kSm90Warpgroups) {
   return prefill_sm90_q_bytes(d, wg) + 2u * kSm90Stages * prefill_sm90_kv_bytes(d, wg) +
-         16u * static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) + 16u + kSm90SmemAlign;
+         32u * static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) + 16u + kSm90SmemAlign;
 }
 
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
