@@ -48,7 +48,7 @@ FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d, int wg = kSm90Warpgroups
 
 /// Blocks an SM holds: two at head dim 64 (tall: registers capped at 128 a thread by the launch
 /// bounds) and in one-warpgroup blocks at 128 (80 KiB of tiles each), one for tall blocks at 128
-/// and 256 (160 / 194 KiB).
+/// and 256 (165 / 195 KiB).
 FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int d, int wg = kSm90Warpgroups) {
   return d <= 64 || wg == 1 ? 2 : 1;
 }
