@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/prefill_cuda.h"
+#include "kernels/cuda/prefill_grid_launch.cuh"
 #include "kernels/cuda/prefill_kernel.cuh"
 #include "kernels/occupancy.h"
 
@@ -13,27 +14,9 @@ namespace flashinfer::kernels::cuda {
 
 template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
 void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
-  AttentionParams kp = p;
-  kp.sm_scale_log2 = p.sm_scale * kLog2e;
-  const dev::FastDivmod split(
-      prefill::prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size));
-  kp.kv_page_div_mul = split.mul;
-  kp.kv_page_div_shift = split.shift;
-  // KV heads along x, work items from the plan's last along y, in slices of at most 65535 items
-  // (the last first): heaviest blocks first (prefill_grid_slice).
-  for (int i = 0;; ++i) {
-    const prefill::PrefillSlice slice = prefill::prefill_grid_slice(p.num_work, i);
-    if (slice.count == 0) break;
-    kp.work = p.work + slice.first;
-    kp.num_work = slice.count;
-    const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(slice.count),
-                    static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
-    launch_kernel("attention", prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, kVariant>,
-                  grid, dim3(prefill::kPrefillThreads),
-                  prefill::prefill_smem_bytes(kCtaQ, DQK, DVO), stream, enable_pdl, kp);
-  }
+  launch_prefill_grid(p, prefill::batch_prefill_kernel<T, TKV, DQK, DVO, kCtaQ, kVariant>, kCtaQ,
+                      prefill::kPrefillThreads, prefill::prefill_smem_bytes(kCtaQ, DQK, DVO),
+                      stream, enable_pdl);
 }
 
 // The block height from the packed rows of the largest work item (prefill_cta_rows); only the

@@ -1,36 +1,20 @@
 // Launch of the Hopper prefill kernel (prefill_sm90_kernel.cuh) for blocks of kWG warpgroups:
-// the grid and slices as the FA2 kernel's (prefill_fa2_launch.cuh), the instance from the call's
+// the FA2 kernel's grid and slices (prefill_grid_launch.cuh), the instance from the call's
 // dtypes, head dim and soft cap. Included by prefill_sm90.cu (tall blocks, and the dispatch) and
 // prefill_sm90_small.cu (one-warpgroup blocks), so that nvcc compiles the two sets in parallel.
 #pragma once
 
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/prefill_grid_launch.cuh"
 #include "kernels/cuda/prefill_sm90_kernel.cuh"
 
 namespace flashinfer::kernels::cuda {
 
 template <class T, class TKV, int D, bool kSoftCap, int kWG>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  constexpr int kCtaQ = prefill::prefill_sm90_cta_q(kWG);
-  const int32_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_rows = static_cast<int64_t>(p.max_work_rows) * group;
-  AttentionParams kp = p;
-  kp.sm_scale_log2 = p.sm_scale * kLog2e;
-  const dev::FastDivmod split(
-      prefill::prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size));
-  kp.kv_page_div_mul = split.mul;
-  kp.kv_page_div_shift = split.shift;
-  for (int i = 0;; ++i) {
-    const prefill::PrefillSlice slice = prefill::prefill_grid_slice(p.num_work, i);
-    if (slice.count == 0) break;
-    kp.work = p.work + slice.first;
-    kp.num_work = slice.count;
-    const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(slice.count),
-                    static_cast<unsigned>((max_rows + kCtaQ - 1) / kCtaQ));
-    launch_kernel("attention", prefill::batch_prefill_sm90_kernel<T, TKV, D, kSoftCap, kWG>, grid,
-                  dim3(prefill::prefill_sm90_threads(kWG)),
-                  prefill::prefill_sm90_smem_bytes(D, kWG), stream, enable_pdl, kp);
-  }
+  launch_prefill_grid(p, prefill::batch_prefill_sm90_kernel<T, TKV, D, kSoftCap, kWG>,
+                      prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_threads(kWG),
+                      prefill::prefill_sm90_smem_bytes(D, kWG), stream, enable_pdl);
 }
 
 /// The instance for p's q dtype (fp16 / bf16), K/V (q's dtype or fp8), head dim (64, 128; 256 in
