@@ -972,8 +972,8 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
           }
         }
       }
-      // Online softmax, base 2, as the FA2 prefill kernel's (rescale only when a row's maximum
-      // moves: the factor would otherwise be exactly 1).
+      // Online softmax, base 2, as the FA2 prefill kernel's (dev::rescale_on_new_max: rescale only
+      // when a row's maximum moves).
       float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int n = 0; n < kMmaKvTile / 8; ++n) {
@@ -985,20 +985,13 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
         tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
         tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
       }
-      if (__any_sync(0xffffffffu, tmax[0] > m[0] || tmax[1] > m[1])) {
+      dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float m_new = fmaxf(m[r], tmax[r]);
-          const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[r] - m_new);
-          m[r] = m_new;
-          l[r] *= factor;
-#pragma unroll
-          for (int n = 0; n < kMmaVoDims / 8; ++n) {
-            o[n][2 * r] *= factor;
-            o[n][2 * r + 1] *= factor;
-          }
+        for (int n = 0; n < kMmaVoDims / 8; ++n) {
+          o[n][2 * r] *= factor;
+          o[n][2 * r + 1] *= factor;
         }
-      }
+      });
       const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
 #pragma unroll
       for (int n = 0; n < kMmaKvTile / 8; ++n) {

@@ -32,6 +32,7 @@
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/prefill_epilogue.cuh"
 #include "kernels/cuda/prefill_shape.h"
 
 namespace flashinfer::kernels::cuda::prefill {
@@ -576,27 +577,15 @@ __global__ void __launch_bounds__(kPrefillThreads,
           tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
           if constexpr (kFoldScale) tmax[r] *= p.sm_scale_log2;  // -inf stays -inf (c > 0)
         }
-        // The state is rescaled only when a row of the warp has a new maximum. Otherwise every
-        // row's factor would be exactly 1 (2^0, or the -inf case's 1), so skipping it
-        // changes no bit; once a row's early keys set its maximum it seldom moves, and the
-        // DVO / 2 multiplies a thread spends per fragment are the largest non-MMA item of a
-        // tile. tmax is never NaN (fmaxf drops NaN scores; see above). The factors live only
-        // inside the branch: computed before the vote they cost the 128-row D 128 block a spill.
-        if (__any_sync(0xffffffffu, tmax[0] > m[mq][0] || tmax[1] > m[mq][1])) {
+        // The state rescaled only when a row of the warp has a new maximum
+        // (dev::rescale_on_new_max).
+        dev::rescale_on_new_max(m[mq], l[mq], tmax, [&](int r, float factor) {
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float m_new = fmaxf(m[mq][r], tmax[r]);
-            // m_new == -inf: nothing visible yet; keep the (zero) state, avoid -inf - -inf.
-            const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[mq][r] - m_new);
-            m[mq][r] = m_new;
-            l[mq][r] *= factor;
-#pragma unroll
-            for (int n = 0; n < DVO / 8; ++n) {
-              o[mq][n][2 * r] *= factor;
-              o[mq][n][2 * r + 1] *= factor;
-            }
+          for (int n = 0; n < DVO / 8; ++n) {
+            o[mq][n][2 * r] *= factor;
+            o[mq][n][2 * r + 1] *= factor;
           }
-        }
+        });
         // P = 2^(s - m), 0 for a hidden key. The test is per row, not per element: with m finite,
         // 2^(-inf - m) is already 0; only m = -inf (every key of the row hidden so far, or
         // -inf / NaN logits) needs another subtrahend, and 0 gives the same values there: 0 for
@@ -711,44 +700,14 @@ __global__ void __launch_bounds__(kPrefillThreads,
       float lr = l[mq][r];
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      // m = +inf: a folded logit c q.k overflowed (finite q.k past FLT_MAX / c), so every P of the
-      // row is 0. Scaling first made that logit +inf and its softmax NaN (the CPU reference's,
-      // the other blocks'): NaN here too, so that a split's partial is not dropped as empty.
-      const bool nan_any = isnan(lr) || m[mq][r] == INFINITY;
       const int32_t pr = warp_row0 + mq * 16 + gid + 8 * r;
       if (pr >= rows) continue;
       // The row's query from its position (pos_of = pos_shift + query for a real row), not a
       // second divmod of pr: the compiler kept that one's quotients live across the KV loop.
       const uint32_t qrel = static_cast<uint32_t>(pos_of[mq][r] - pos_shift);
       const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
-      const bool any = lr > 0.0f;
-      float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
-      float lse = nan_any ? NAN : (any ? m[mq][r] + log2f(lr) : -INFINITY);
-      // Sinks join once per row: here when the row is final, in the merge pass when it is split.
-      if (p.sinks != nullptr && w.partial_base < 0) {
-        float f = 1.0f;
-        lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
-        inv *= f;
-      }
-      if (w.partial_base >= 0) {
-        const int64_t prow = static_cast<int64_t>(w.partial_base) + qrel;
-        float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * DVO + tid4 * 2;
-#pragma unroll
-        for (int n = 0; n < DVO / 8; ++n) {
-          *reinterpret_cast<float2*>(dst + n * 8) =
-              make_float2(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
-        }
-        if (tid4 == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
-      } else {
-        const int64_t row = q_base + w.qo_begin + qrel;
-        T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tid4 * 2;
-#pragma unroll
-        for (int n = 0; n < DVO / 8; ++n) {
-          *reinterpret_cast<uint32_t*>(dst + n * 8) =
-              dev::mma::pack2<T>(o[mq][n][2 * r] * inv, o[mq][n][2 * r + 1] * inv);
-        }
-        if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
-      }
+      prefill_store_row<T, DVO>(p, w, q_base, qrel, h, m[mq][r], lr, out_scale, tid4,
+                                [&](int n, int c) { return o[mq][n][2 * r + c]; });
     }
   }
   pdl_launch_dependents();

@@ -35,6 +35,7 @@
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/prefill_epilogue.cuh"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/prefill_sm90_shape.h"
 #include "kernels/cuda/prefill_sm90_traits.h"
@@ -381,21 +382,13 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       // -inf stays -inf (the scale is > 0: prefill_scale_folds)
       if constexpr (!kSoftCap) tmax[r] *= p.sm_scale_log2;
     }
-    // Rescaled only when a row of the warp has a new maximum (the FA2 kernel's skip: every factor
-    // would be exactly 1 otherwise).
-    if (__any_sync(0xffffffffu, tmax[0] > m[0] || tmax[1] > m[1])) {
+    // Rescaled only when a row of the warp has a new maximum (dev::rescale_on_new_max).
+    dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m[r], tmax[r]);
-        const float factor = m_new == -INFINITY ? 1.0f : dev::exp2_ftz(m[r] - m_new);
-        m[r] = m_new;
-        l[r] *= factor;
-#pragma unroll
-        for (int v = 0; v < size(tOrO); ++v) {
-          if (((v >> 1) & 1) == r) tOrO(v) *= factor;
-        }
+      for (int v = 0; v < size(tOrO); ++v) {
+        if (((v >> 1) & 1) == r) tOrO(v) *= factor;
       }
-    }
+    });
     const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
     uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
 #pragma unroll
@@ -432,39 +425,12 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     float lr = l[r];
     lr += __shfl_xor_sync(0xffffffffu, lr, 1);
     lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    // m = +inf: a folded logit overflowed; NaN, as the FA2 kernel writes it.
-    const bool nan_any = isnan(lr) || m[r] == INFINITY;
     const int32_t pr = warp_row0 + gid + 8 * r;
     if (pr >= rows) continue;
     const uint32_t qrel = static_cast<uint32_t>(pos_of[r] - pos_shift);
     const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
-    const bool any = lr > 0.0f;
-    float inv = nan_any ? NAN : (any ? out_scale / lr : 0.0f);
-    float lse = nan_any ? NAN : (any ? m[r] + log2f(lr) : -INFINITY);
-    if (p.sinks != nullptr && w.partial_base < 0) {
-      float f = 1.0f;
-      lse = apply_sink(lse, p.sinks[h] * kLog2e, &f);
-      inv *= f;
-    }
-    if (w.partial_base >= 0) {
-      const int64_t prow = static_cast<int64_t>(w.partial_base) + qrel;
-      float* dst = p.tmp_v + (prow * p.num_qo_heads + h) * D + tid4 * 2;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<float2*>(dst + n * 8) =
-            make_float2(tOrO(4 * n + 2 * r) * inv, tOrO(4 * n + 2 * r + 1) * inv);
-      }
-      if (tid4 == 0) p.tmp_s[prow * p.num_qo_heads + h] = lse;
-    } else {
-      const int64_t row = q_base + w.qo_begin + qrel;
-      T* dst = static_cast<T*>(p.o) + row * p.o_stride_n + h * p.o_stride_h + tid4 * 2;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + n * 8) =
-            dev::mma::pack2<T>(tOrO(4 * n + 2 * r) * inv, tOrO(4 * n + 2 * r + 1) * inv);
-      }
-      if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
-    }
+    prefill_store_row<T, D>(p, w, q_base, qrel, h, m[r], lr, out_scale, tid4,
+                            [&](int n, int c) { return tOrO(4 * n + 2 * r + c); });
   }
   pdl_launch_dependents();
 }

@@ -55,6 +55,30 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+/// The online softmax's step for the two rows a thread holds of an m16 MMA fragment (rows gid and
+/// gid + 8; warp-collective): given the rows' maxima over a new tile, `tmax`, when a row of the
+/// warp has a new maximum, each row's running max m and sum l move to it and `rescale(r, factor)`
+/// scales row r's output accumulators by the same 2^(m_old - m_new) (1 for a row with nothing
+/// visible yet, avoiding -inf - -inf). When no row of the warp has one, every factor would be
+/// exactly 1 (2^0, or the -inf case's 1), so skipping the step changes no bit; once a row's early
+/// keys set its maximum it seldom moves, and the multiplies are the largest non-MMA item of a tile.
+/// tmax must not be NaN (fmaxf drops NaN scores). The factors exist only inside the branch (the
+/// FA2 kernel's 128-row head-dim-128 block spilled when they were computed before the vote).
+template <class Rescale>
+__device__ __forceinline__ void rescale_on_new_max(float (&m)[2], float (&l)[2],
+                                                   const float (&tmax)[2], Rescale rescale) {
+  if (__any_sync(0xffffffffu, tmax[0] > m[0] || tmax[1] > m[1])) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], tmax[r]);
+      const float factor = m_new == -INFINITY ? 1.0f : exp2_ftz(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= factor;
+      rescale(r, factor);
+    }
+  }
+}
 #endif
 
 /// Merges (m1, d1) and (m2, d2): m = max(m1, m2), d = d1 * scale1 + d2 * scale2 with
