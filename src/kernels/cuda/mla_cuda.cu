@@ -707,25 +707,21 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   // (cp.async, in the first group). fp8 (TQ = uint8_t): 16-byte loads of 16 values, widened into
   // the tile's two units (visible after the prologue's first barrier).
   if constexpr (!kFp8Q) {
-    const T* qn = static_cast<const T*>(p.q_nope);
-    const T* qp = static_cast<const T*>(p.q_pe);
-    const int col = tid % kMmaCkvUnits;
+    // One part of q's rows (q_nope: units 0-63; q_pe: 64-71): kUnits units a row from `base`
+    // with its row and head strides into the tile from unit `unit0` on.
+    auto copy_part = [&]<int kUnits>(const T* base, int64_t stride_n, int64_t stride_h, int unit0) {
+      const int col = tid % kUnits;
 #pragma unroll
-    for (int r = tid / kMmaCkvUnits; r < kMmaRows; r += kMmaThreads / kMmaCkvUnits) {
-      const bool ok = r < n_valid;
-      const T* src =
-          ok ? qn + qrow_of(r) * p.qn_stride_n + head_of(r) * p.qn_stride_h + col * 8 : qn;
-      dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, col, kU), src, ok);
-    }
-    constexpr int kKpeUnits = kU - kMmaCkvUnits;
-    const int kc = tid % kKpeUnits;
-#pragma unroll
-    for (int r = tid / kKpeUnits; r < kMmaRows; r += kMmaThreads / kKpeUnits) {
-      const bool ok = r < n_valid;
-      const T* src =
-          ok ? qp + qrow_of(r) * p.qp_stride_n + head_of(r) * p.qp_stride_h + kc * 8 : qp;
-      dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, kMmaCkvUnits + kc, kU), src, ok);
-    }
+      for (int r = tid / kUnits; r < kMmaRows; r += kMmaThreads / kUnits) {
+        const bool ok = r < n_valid;
+        const T* src = ok ? base + qrow_of(r) * stride_n + head_of(r) * stride_h + col * 8 : base;
+        dev::cp_async::copy16_zfill(q_s + dev::permuted_offset(r, unit0 + col, kU), src, ok);
+      }
+    };
+    copy_part.template operator()<kMmaCkvUnits>(static_cast<const T*>(p.q_nope), p.qn_stride_n,
+                                                p.qn_stride_h, 0);
+    copy_part.template operator()<kU - kMmaCkvUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
+                                                     p.qp_stride_h, kMmaCkvUnits);
   } else {
     const auto* qn = static_cast<const uint8_t*>(p.q_nope);
     const auto* qp = static_cast<const uint8_t*>(p.q_pe);
