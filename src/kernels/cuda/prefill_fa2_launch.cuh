@@ -41,14 +41,8 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
   if (cta == 128) {  // 64-row blocks where two 128-row ones do not fit an SM (A100, sm_86/89)
     // The device's own figures (any part, listed in DeviceLimits or not).
-    int device = 0, smem_per_sm = 0, reserved = 0;
-    FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
-    FLASHINFER_CUDA_CALL(
-        "attention",
-        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    FLASHINFER_CUDA_CALL(
-        "attention",
-        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    const int smem_per_sm = current_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+    const int reserved = current_device_attribute(cudaDevAttrReservedSharedMemoryPerBlock);
     if (!prefill::prefill_tall_blocks_fit(DQK, DVO, smem_per_sm, reserved)) cta = 64;
   }
   if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {

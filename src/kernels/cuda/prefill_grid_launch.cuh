@@ -10,6 +10,15 @@
 
 namespace flashinfer::kernels::cuda {
 
+/// Attribute `attr` of the current device, read at the call (the prefill launchers' block
+/// choices); kCuda Error naming the attention op when a query fails.
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
+  FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL("attention", cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
 /// Launches `kernel(kp)` for p's work items: KV heads along x, work items from the plan's last
 /// along y in slices of at most 65535 (the last first: heaviest blocks first,
 /// prefill_grid_slice), chunks of `cta_rows` packed rows along z; `threads` a block, `smem`

@@ -25,15 +25,10 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (const char* e = std::getenv("FLASHINFER_PREFILL_SM90"); e && std::string_view(e) == "0") {
     return false;
   }
-  int device = 0, major = 0, minor = 0, optin = 0;
-  FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL("attention",
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FLASHINFER_CUDA_CALL("attention",
-                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  FLASHINFER_CUDA_CALL(
-      "attention", cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int wg = prefill_sm90_block_warpgroups(p, major, minor, optin);
+  const int wg = prefill_sm90_block_warpgroups(
+      p, current_device_attribute(cudaDevAttrComputeCapabilityMajor),
+      current_device_attribute(cudaDevAttrComputeCapabilityMinor),
+      current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
   if (wg == 0) return false;
   auto s = static_cast<cudaStream_t>(stream);
   if (wg == 2) {
