@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "oracle/attention_oracle.h"
+#include "util/cuda_graph_util.h"
 #endif
 
 namespace flashinfer {
@@ -282,24 +283,15 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
     auto [indptr, indices, last] = table(lens[0]);
     w.plan(indptr, indices, last, hq, hkv, d, page, po);
   }
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  void* before = current_cuda_stream();
-  set_current_cuda_stream(stream);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
-  w.run(qd, cache, ro);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  set_current_cuda_stream(before);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
   for (int round = 0; round < 3; ++round) {
     const std::size_t i = static_cast<std::size_t>(round % 2 == 0 ? 1 : 0);
     auto [indptr, indices, last] = table(lens[i]);
     w.plan(indptr, indices, last, hq, hkv, d, page, po);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
     EXPECT_TRUE(
         testing::all_close(*ro.out, ref[i].out, testing::default_tolerance(DType::kBFloat16)))
         << "round " << round;
@@ -312,9 +304,9 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
                testing::int_tensor({16, 16, 16, 16, 16}), hq, hkv, d, page, po),
         "BatchDecodeWithPagedKVCacheWrapper.plan", "indptr");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
 }
 #endif
 

@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "oracle/attention_oracle.h"
+#include "util/cuda_graph_util.h"
 #endif
 #include "api/device_props.h"
 #if FLASHINFER_TEST_HAVE_CUTLASS
@@ -404,31 +405,22 @@ TEST(PrefillKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   ro.out = Tensor::zeros({64, hq, d}, DType::kBFloat16, g);
   ro.lse = Tensor::zeros({64, hq}, DType::kFloat32, g);
   w.plan(indptr_of(qo_lens[0]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  void* before = current_cuda_stream();
-  set_current_cuda_stream(stream);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
-  w.run(qd, cache, ro);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  set_current_cuda_stream(before);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
   for (std::size_t round = 0; round < 4; ++round) {
     const std::size_t i = (round + 1) % qo_lens.size();
     w.plan(indptr_of(qo_lens[i]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
     EXPECT_TRUE(
         testing::all_close(*ro.out, ref[i].out, testing::default_tolerance(DType::kBFloat16)))
         << "round " << round;
     EXPECT_TRUE(testing::all_close(*ro.lse, ref[i].lse, {2e-3, 1e-3})) << "round " << round;
   }
-  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
-  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(cudaGraphExecDestroy(graph.exec), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph.graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(graph.stream), cudaSuccess);
 }
 #endif
 

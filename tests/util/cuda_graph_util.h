@@ -1,11 +1,14 @@
-// CUDA-graph capture for the tests that check an op can be captured: needs the CUDA runtime
-// (targets with FLASHINFER_TEST_HAVE_CUDART, tests/CMakeLists.txt).
+// CUDA-graph capture for the tests that check an op can be captured or that a captured wrapper
+// computes a later plan: needs the CUDA runtime (targets with FLASHINFER_TEST_HAVE_CUDART or the
+// oracles, tests/CMakeLists.txt).
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <functional>
+
+#include "flashinfer/stream.h"
 
 namespace flashinfer::testing {
 
@@ -24,6 +27,29 @@ inline void capture_and_launch(cudaStream_t stream, cudaStreamCaptureMode mode,
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// A graph captured once and launched again after re-plans (the wrappers' use_cuda_graph tests):
+// the stream it was captured on and its executable form. The test destroys them.
+struct ReplayableGraph {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+// Captures what `call` queues into `g`: on a new stream, made the library's current stream for
+// the capture (relaxed mode), then instantiated. Call it under ASSERT_NO_FATAL_FAILURE: a CUDA
+// error fails the test here.
+inline void capture_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
+  ASSERT_EQ(cudaStreamCreate(&g.stream), cudaSuccess);
+  void* before = current_cuda_stream();
+  set_current_cuda_stream(g.stream);
+  ASSERT_EQ(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  call();
+  const cudaError_t ended = cudaStreamEndCapture(g.stream, &g.graph);
+  set_current_cuda_stream(before);
+  ASSERT_EQ(ended, cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&g.exec, g.graph, 0), cudaSuccess);
 }
 
 }  // namespace flashinfer::testing
