@@ -17,10 +17,12 @@ DROP_UNDER = ("flashinfer/data/csrc/", "flashinfer/experimental/", "flashinfer/m
 # Not headers: nothing upstream's JIT compiles or imports reads them.
 DROP_ALL = ("flashinfer/data/cutlass/examples/", "flashinfer/data/cutlass/python/",
             "flashinfer/data/cutlass/tools/", "flashinfer/data/cccl/python/")
+# But the fa3 (sm90) prefill JIT includes cutlass/util/*.h (cutlass_utils.cuh: command_line.h).
+KEEP = ("flashinfer/data/cutlass/tools/util/include/",)
 
 
 def dropped(name):
-    if name.startswith(DROP_ALL) and not name.endswith("/"):
+    if name.startswith(DROP_ALL) and not name.startswith(KEEP) and not name.endswith("/"):
         return True
     if name.endswith(".py") or name.endswith("/"):
         return False

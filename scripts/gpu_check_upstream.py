@@ -51,7 +51,11 @@ GRID_COLUMNS = ["batch", "kv_len", "qo_heads", "kv_heads", "page", "kv_dtype", "
 
 
 def first_line(e):
-    return (str(e).splitlines() or [type(e).__name__])[0][:300]
+    lines = str(e).splitlines() or [type(e).__name__]
+    # A failed JIT says "Ninja build failed. Ninja output:" first; the compiler's first error
+    # line is what says why (session 39: a header the stripped wheel lacked).
+    err = next((l.strip() for l in lines[1:] if "error" in l.lower() and "FAILED" not in l), "")
+    return (lines[0] + (" " + err if err and "ninja" in lines[0].lower() else ""))[:300]
 
 
 def make_timer(torch, dev, iters, warmup):

@@ -39,9 +39,10 @@ struct Case {
 };
 
 // Whether two device arrays of n values (bf16 bits, or fp32) agree within |a - b| <= tol (1 +
-// |a|), NaN where the other is NaN and infinities equal; prints the largest difference.
+// |a|) + abs_tol, NaN where the other is NaN and infinities equal; prints the largest difference.
 template <class E>
-static bool close_values(const void* a, const void* b, size_t n, float tol, const char* what) {
+static bool close_values(const void* a, const void* b, size_t n, float tol, const char* what,
+                         float abs_tol = 0.0f) {
   std::vector<E> ha(n), hb(n);
   CK(cudaMemcpy(ha.data(), a, n * sizeof(E), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(hb.data(), b, n * sizeof(E), cudaMemcpyDeviceToHost));
@@ -66,7 +67,7 @@ static bool close_values(const void* a, const void* b, size_t n, float tol, cons
     }
     const double d = std::fabs(static_cast<double>(x) - y);
     worst = std::max(worst, d);
-    bad += d <= tol * (1.0 + std::fabs(x)) ? 0 : 1;
+    bad += d <= tol * (1.0 + std::fabs(x)) + abs_tol ? 0 : 1;
   }
   printf("  %s: max |diff| %.3g%s\n", what, worst, bad ? "" : " (within tolerance)");
   if (bad) printf("  %s: %zu of %zu values outside tolerance %.3g\n", what, bad, n, tol);
@@ -247,6 +248,10 @@ bool run_case(const Case& c) {
   // instead of two) and, since session 35's ex2.approx.ftz, where a probability below 2^-126
   // (now 0) met a sum whose other terms are all 0.
   const bool same_tile = tile_old == tile_new;
+  // fp8 K/V here are random bytes: |v| up to 448 (e4m3's largest). Each kernel rounds P to bf16
+  // (2^-9 relative) at its own running maxima, so o may move by up to 2 * 2^-9 * 448 = 1.75
+  // beyond o's own rounding (seen on an H100, session 39: 2 in o, 0.456 in tmp_v, tile 32 -> 64).
+  const float v_abs = sizeof(TKV) == 1 ? 2.0f / 512.0f * 448.0f : 0.0f;
   const bool bitwise =
       c.split ? same_bytes(tv1, tv2, tvn * 4, "tmp_v") && same_bytes(ts1, ts2, tsn * 4, "tmp_s")
               : same_bytes(o1, o2, on * 2, "o") && same_bytes(l1, l2, ln * 4, "lse");
@@ -256,10 +261,11 @@ bool run_case(const Case& c) {
     // still says how far apart they are).
     if (!bitwise && !c.split) close_values<uint16_t>(o1, o2, on, 1.0f / 64, "o");
   } else if (!bitwise && !c.split) {
-    ok = close_values<uint16_t>(o1, o2, on, 1.0f / 64, "o") &
+    ok = close_values<uint16_t>(o1, o2, on, 1.0f / 64, "o", v_abs) &
          close_values<float>(l1, l2, ln, 1e-4f, "lse");
   } else if (!bitwise) {
-    ok = close_values<float>(tv1, tv2, tvn - static_cast<size_t>(c.hq) * DVO, 1.0f / 64, "tmp_v") &
+    ok = close_values<float>(tv1, tv2, tvn - static_cast<size_t>(c.hq) * DVO, 1.0f / 64, "tmp_v",
+                             v_abs) &
          close_values<float>(ts1, ts2, tsn - c.hq, 1e-4f, "tmp_s");
   }
   // NaN / -inf statistics (evidence the special paths ran).

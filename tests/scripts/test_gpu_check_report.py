@@ -485,6 +485,22 @@ class GpuCheckReport(unittest.TestCase):
             self.assertTrue(any(r["routine"] == rt and r["backend"] == be and
                                 (only is None or r["batch"] == str(only)) for r in rows), rt)
 
+    def test_upstream_error_names_the_jit_failure(self):
+        """A failed upstream JIT reports the compiler's first error, not only Ninja's header line
+        (session 39: the header alone hid a missing CUTLASS include); other errors keep their
+        first line."""
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import gpu_check_upstream as up
+        jit = RuntimeError("Ninja build failed. Ninja output:\n[1/3] nvcc -c a.cu\n"
+                           "FAILED: [code=1] a.cuda.o\n"
+                           "u.cuh:36:10: fatal error: cutlass/util/command_line.h: No such file\n"
+                           "compilation terminated.")
+        self.assertEqual(up.first_line(jit), "Ninja build failed. Ninja output: u.cuh:36:10: "
+                         "fatal error: cutlass/util/command_line.h: No such file")
+        self.assertEqual(up.first_line(ValueError("bad head_dim\nsome error later")),
+                         "bad head_dim")
+        self.assertEqual(up.first_line(ValueError("")), "ValueError")
+
     def test_torch_gemm_calls_do_the_planned_flops(self):
         """gpu_check_upstream.gemm_call on a shape-only stand-in for torch: every call's operand
         shapes agree and the calls' FLOPs sum to the plan's (the bench hook's) count."""
