@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -360,6 +361,67 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
       check(cap);
     }
   }
+#endif
+}
+
+// The ping-pong schedule (FLASHINFER_PREFILL_SM90_PINGPONG=1: the two warpgroups of a tall block
+// take turns at the tensor cores through named barriers) does the plain schedule's arithmetic in
+// another order of issue: the same bits, on every shape its instances take (head dims 128 and 256,
+// bf16 / fp16, plain / soft cap, causal / not, a window, split-KV, sinks, ragged K/V), and no hang
+// (each warpgroup waits for the other's turn). The launch counter says which schedule ran; fp8 K/V
+// and head dim 64 keep the plain one.
+TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if !FLASHINFER_TEST_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS's headers: no Hopper kernel";
+#else
+  if (api::compute_capability(Device::cuda(0)) != 90) {
+    GTEST_SKIP() << "the Hopper kernel is sm_90a code";
+  }
+  struct Restore {
+    ~Restore() { ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG"); }
+  } restore;
+  auto check = [](PrefillCase c, bool ping_pong_built) {
+    SCOPED_TRACE(c.str());
+    c.backend = "fa3";
+    ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+    const Runs plain = run_case(c);
+    ::setenv("FLASHINFER_PREFILL_SM90_PINGPONG", "1", 1);
+    const uint64_t before = kernels::cuda::prefill_sm90_ping_pong_launches();
+    const Runs ping_pong = run_case(c);
+    ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+    EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
+        << "the ping-pong schedule ran: " << !ping_pong_built;
+    EXPECT_TRUE(ping_pong.gpu.out.to_double_vector() == plain.gpu.out.to_double_vector())
+        << "out differs from the plain schedule's";
+    EXPECT_TRUE(ping_pong.gpu.lse.to_double_vector() == plain.gpu.lse.to_double_vector())
+        << "lse differs from the plain schedule's";
+    EXPECT_TRUE(
+        testing::all_close(ping_pong.gpu.out, ping_pong.cpu.out, testing::default_tolerance(c.dt)))
+        << "vs CPU";
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t d : {128, 256}) {
+      for (bool causal : {true, false}) {
+        PrefillCase c;
+        c.dt = dt;
+        c.dqk = c.dvo = d;
+        c.causal = causal;
+        c.qo_lens = {200, 33, 1, 129};
+        c.kv_lens = {300, 33, 129, 1000};
+        check(c, true);
+        c.page = causal ? 0 : 1;
+        c.split = 2;
+        c.soft_cap = causal ? 30.0 : 0.0;
+        c.window = causal ? -1 : 150;
+        c.sinks = !causal;
+        check(c, true);
+      }
+    }
+  }
+  PrefillCase d64;  // no ping-pong instance: two blocks an SM overlap each other already
+  d64.dqk = d64.dvo = 64;
+  check(d64, false);
 #endif
 }
 

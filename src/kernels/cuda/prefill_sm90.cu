@@ -16,7 +16,14 @@ void prefill_sm90_small(const AttentionParams& p, cudaStream_t s, bool enable_pd
 
 namespace {
 
-std::atomic<uint64_t> g_launches{0}, g_small_launches{0};
+std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0};
+
+// FLASHINFER_PREFILL_SM90_PINGPONG=1: the ping-pong schedule where it has an instance (opt-in
+// until a GPU has run and timed it against the plain one; read at each call).
+bool ping_pong_requested() {
+  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+  return e && std::string_view(e) == "1";
+}
 
 }  // namespace
 
@@ -32,7 +39,11 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (wg == 0) return false;
   auto s = static_cast<cudaStream_t>(stream);
   if (wg == 2) {
-    launch_sm90_block<2>(p, s, enable_pdl);
+    const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
+    const bool ping_pong =
+        ping_pong_requested() && prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, 2, fp8);
+    launch_sm90_block<2>(p, s, enable_pdl, ping_pong);
+    if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
   } else {
     prefill_sm90_small(p, s, enable_pdl);
     g_small_launches.fetch_add(1, std::memory_order_relaxed);
@@ -43,5 +54,8 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
 
 uint64_t prefill_sm90_launches() { return g_launches.load(std::memory_order_relaxed); }
 uint64_t prefill_sm90_small_launches() { return g_small_launches.load(std::memory_order_relaxed); }
+uint64_t prefill_sm90_ping_pong_launches() {
+  return g_ping_pong_launches.load(std::memory_order_relaxed);
+}
 
 }  // namespace flashinfer::kernels::cuda

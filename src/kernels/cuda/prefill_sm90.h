@@ -43,5 +43,8 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl);
 uint64_t prefill_sm90_launches();
 /// Of those, the calls that ran in one-warpgroup blocks.
 uint64_t prefill_sm90_small_launches();
+/// Of those, the calls that ran the ping-pong schedule (FLASHINFER_PREFILL_SM90_PINGPONG=1: the
+/// two warpgroups take turns at the tensor cores; the same bits as the plain schedule).
+uint64_t prefill_sm90_ping_pong_launches();
 
 }  // namespace flashinfer::kernels::cuda

@@ -42,7 +42,7 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, class TKV, int D, bool kSoftCap, int kWG>
+template <class T, class TKV, int D, bool kSoftCap, int kWG, bool kPingPong = false>
 __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_blocks(D, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
@@ -68,6 +68,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // layouts, which the MMAs read; the same bytes in all as the 16-bit blocks' two stages.
   constexpr bool kFp8 = sizeof(TKV) == 1;
   static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
+  static_assert(!kPingPong || (kWG == 2 && !kFp8), "ping-pong: two warpgroups, 16-bit K/V");
   constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
   constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D, kWG), kKvBytes8 = kKvBytes16 / 2;
   E* q_s = reinterpret_cast<E*>(smem);
@@ -298,6 +299,27 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+  // Ping-pong (kPingPong): the two warpgroups take turns at the tensor cores, so that one's softmax
+  // runs while the other's product does (without it both issue S together, wait together and
+  // leave the tensor cores idle through their softmax together: half the cycles on an H100).
+  // Named barriers 1 and 2 (bar.sync by the warpgroup whose turn it waits for, bar.arrive by the
+  // other; 256 threads each phase) order the issues: per tile warpgroup 0's S, 1's S, 0's P V,
+  // 1's P V. Warpgroup 1 passes the first turn before the loop and warpgroup 0 takes its last
+  // pass after it, so both barriers see as many arrivals as waits. Each warpgroup passes a turn
+  // only after taking its own, which the other passed: at most one phase of either barrier is
+  // ever open. The arithmetic is the plain schedule's: the same bits.
+  const uint32_t wg_index = static_cast<uint32_t>(tid) / 128u;
+  [[maybe_unused]] const uint32_t my_turn = 1u + wg_index, their_turn = 2u - wg_index;
+  auto take_turn = [&] {
+    if constexpr (kPingPong) asm volatile("bar.sync %0, 256;\n" ::"r"(my_turn) : "memory");
+  };
+  auto pass_turn = [&] {
+    if constexpr (kPingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(their_turn) : "memory");
+  };
+  if constexpr (kPingPong) {
+    if (wg_index == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  }
+
   int32_t next_page = page_of(kSm90Stages);
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -339,6 +361,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     const bool unmasked = range.x <= tile && tile <= range.y;
 
     // S = Q K^T over D / 16 k-steps, into a zeroed accumulator.
+    take_turn();
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -348,6 +371,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
+    pass_turn();
     // 16-bit: tile + 1's copy into the stage tile - 1 left, while the tensor cores work on S.
     if constexpr (!kFp8) load_kv(tile + 1, (tile + 1) % 2);
     warpgroup_wait<0>();
@@ -403,6 +427,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
 
     // O += P V over kN / 16 k-steps (P's registers fenced like the accumulators: the compiler
     // must not move their writes past the wgmma that reads them, nor reuse them before its wait).
+    take_turn();
     warpgroup_fence_operand(tOrP);
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
@@ -411,9 +436,13 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage16), tOrO);
     }
     warpgroup_commit_batch();
+    pass_turn();
     warpgroup_wait<0>();  // the stage is read: refilled after the next tile's barrier
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
+  }
+  if constexpr (kPingPong) {
+    if (wg_index == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");  // warpgroup 1's last pass
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 

@@ -10,20 +10,29 @@
 
 namespace flashinfer::kernels::cuda {
 
-template <class T, class TKV, int D, bool kSoftCap, int kWG>
+template <class T, class TKV, int D, bool kSoftCap, int kWG, bool kPingPong = false>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  launch_prefill_grid(p, prefill::batch_prefill_sm90_kernel<T, TKV, D, kSoftCap, kWG>,
+  launch_prefill_grid(p, prefill::batch_prefill_sm90_kernel<T, TKV, D, kSoftCap, kWG, kPingPong>,
                       prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_threads(kWG),
                       prefill::prefill_sm90_smem_bytes(D, kWG), stream, enable_pdl);
 }
 
 /// The instance for p's q dtype (fp16 / bf16), K/V (q's dtype or fp8), head dim (64, 128; 256 in
-/// tall blocks) and soft cap, in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so).
+/// tall blocks) and soft cap, in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so);
+/// `ping_pong`: the ping-pong schedule, where prefill_sm90_ping_pong_built says it has one.
 template <int kWG>
-void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl) {
+void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
+                       bool ping_pong = false) {
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool cap = p.logits_soft_cap > 0.0f;
   auto kinds = [&]<class T, int D>() {
+    if constexpr (prefill::prefill_sm90_ping_pong_built(D, kWG, false)) {
+      if (ping_pong && !fp8) {
+        cap ? launch_sm90<T, T, D, true, kWG, true>(p, s, enable_pdl)
+            : launch_sm90<T, T, D, false, kWG, true>(p, s, enable_pdl);
+        return;
+      }
+    }
     if (fp8) {
       cap ? launch_sm90<T, uint8_t, D, true, kWG>(p, s, enable_pdl)
           : launch_sm90<T, uint8_t, D, false, kWG>(p, s, enable_pdl);

@@ -69,6 +69,12 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d, int wg = kSm90Wa
          32u * static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) + 16u + kSm90SmemAlign;
 }
 
+/// Whether the ping-pong schedule (the two warpgroups take turns at the tensor cores:
+/// prefill_sm90_kernel.cuh) has an instance: 16-bit K/V in tall blocks at head dims 128 and 256,
+/// one block an SM (at 64 two blocks an SM already overlap each other's softmax and products).
+FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int d, int wg, bool fp8_kv) {
+  return (d == 128 || d == 256) && wg == 2 && !fp8_kv;
+}
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
 /// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
 /// prefill_plan_cta_tile_q, which the planner asks for head dim 128 also at 256 when the Hopper
