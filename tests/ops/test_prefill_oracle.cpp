@@ -53,6 +53,9 @@ struct PrefillCase {
   // The wrappers' backend: "fa2" keeps these cases on the FA2 kernel they were written for, on
   // sm_90 too (whose default is the Hopper kernel: the Hopper tests below name "fa3").
   std::string backend = "fa2";
+  // The float workspace (MiB): a split plan whose partials do not fit it runs unsplit, so a case
+  // meant to split must leave room (32 x (dvo + 1) x 4 bytes a partial row at 32 heads).
+  int64_t workspace_mib = 32;
 
   std::string str() const {
     std::string q, k;
@@ -72,6 +75,7 @@ bool mask_bit(int64_t i, int64_t j) { return i != 1 && ((i * 7 + j * 3) % 5) != 
 
 struct Runs {
   AttentionOutput cpu, gpu, core_oracle, mma_oracle;
+  bool gpu_split = false;  // the GPU plan split the keys (partials and the merge pass)
 };
 
 Runs run_case(const PrefillCase& c) {
@@ -106,15 +110,18 @@ Runs run_case(const PrefillCase& c) {
   for (int64_t h = 0; h < c.hq; ++h) sink_logits.push_back(0.25 * static_cast<double>(h % 7) - 0.5);
   const Tensor sinks_cpu = Tensor::from_vector(sink_logits, {c.hq}, DType::kFloat32);
   std::function<AttentionOutput(Device)> run;
+  bool gpu_split = false;
   std::vector<std::vector<double>> kd, vd;
   testing::PagedFixture f;
   Tensor k, v;
   if (c.page > 0) {
     f = testing::make_paged(c.kv_lens, c.page, c.hkv, c.dqk, c.dt, false, true, 11, kd, vd);
     run = [&](Device d) {
-      BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
-                                            false, {}, {}, {}, {}, {}, {}, c.backend);
+      BatchPrefillWithPagedKVCacheWrapper w(
+          Tensor::zeros({c.workspace_mib << 20}, DType::kUInt8, d), "NHD", false, {}, {}, {}, {},
+          {}, {}, c.backend);
       w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.dqk, c.page, po);
+      if (d.is_cuda()) gpu_split = w.split_kv();
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
       return w.run(q.to(d),
@@ -126,9 +133,11 @@ Runs run_case(const PrefillCase& c) {
     k = Tensor::empty({kv.back(), c.hkv, c.dqk}, c.dt).uniform_(6);
     v = Tensor::empty({kv.back(), c.hkv, c.dvo}, c.dt).uniform_(7);
     run = [&](Device d) {
-      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d), "NHD",
-                                             false, {}, {}, {}, {}, c.backend);
+      BatchPrefillWithRaggedKVCacheWrapper w(
+          Tensor::zeros({c.workspace_mib << 20}, DType::kUInt8, d), "NHD", false, {}, {}, {}, {},
+          c.backend);
       w.plan(int_tensor(qo), int_tensor(kv), c.hq, c.hkv, c.dqk, po);
+      if (d.is_cuda()) gpu_split = w.split_kv();
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
       return w.run(q.to(d), k.to(d), v.to(d), rd);
@@ -137,6 +146,7 @@ Runs run_case(const PrefillCase& c) {
   Runs r;
   r.cpu = run(Device::cpu());
   r.gpu = run(g);
+  r.gpu_split = gpu_split;
 #if FLASHINFER_TEST_HAVE_ORACLES
   // The oracles are the kernels of the H100 run, which took neither ALiBi nor sinks.
   if (c.alibi || c.sinks) return r;
@@ -264,10 +274,14 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     SCOPED_TRACE(c.str());
     const auto tol = testing::default_tolerance(c.dt);
     c.backend = "fa3";
+    c.workspace_mib = 256;  // room for every split case's partials: they must split (below)
     const uint64_t before = kernels::cuda::prefill_sm90_launches();
     const uint64_t small_before = kernels::cuda::prefill_sm90_small_launches();
     const Runs hopper = run_case(c);
     EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before) << "the Hopper kernel did not run";
+    if (c.split) {
+      EXPECT_TRUE(hopper.gpu_split) << "the plan ran unsplit";
+    }
     EXPECT_EQ(kernels::cuda::prefill_sm90_small_launches() > small_before, small)
         << "one-warpgroup blocks ran: " << !small;
     c.backend = "fa2";
@@ -282,7 +296,9 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     for (int64_t page : {16, 1, 5, 0}) {
       for (bool causal : {true, false}) {
-        for (std::optional<int64_t> split : {std::optional<int64_t>{}, {2}}) {
+        // Split: chunks of about 64 keys (fixed_split_size counts pages, or tokens when ragged).
+        const int64_t chunk = page > 0 ? std::max<int64_t>(1, 64 / page) : 64;
+        for (std::optional<int64_t> split : {std::optional<int64_t>{}, {chunk}}) {
           PrefillCase c;
           c.dt = dt;
           // Head dim 64 (64-key tiles) on a subset: its tiles' tails differ from 128's.
@@ -334,7 +350,7 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     check(d256);
     d256.page = 0;
     d256.causal = false;
-    d256.split = 2;
+    d256.split = 32;  // tokens (ragged)
     check(d256);
     PrefillCase window;  // the window's first tiles and the causal edge both masked
     window.dt = dt;
@@ -384,6 +400,7 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   auto check = [](PrefillCase c, bool ping_pong_built) {
     SCOPED_TRACE(c.str());
     c.backend = "fa3";
+    c.workspace_mib = 256;
     ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
     const Runs plain = run_case(c);
     ::setenv("FLASHINFER_PREFILL_SM90_PINGPONG", "1", 1);
@@ -392,6 +409,9 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
     ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
+    if (c.split) {
+      EXPECT_TRUE(ping_pong.gpu_split) << "the plan ran unsplit";
+    }
     EXPECT_TRUE(ping_pong.gpu.out.to_double_vector() == plain.gpu.out.to_double_vector())
         << "out differs from the plain schedule's";
     EXPECT_TRUE(ping_pong.gpu.lse.to_double_vector() == plain.gpu.lse.to_double_vector())
@@ -410,8 +430,11 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
         c.qo_lens = {200, 33, 1, 129};
         c.kv_lens = {300, 33, 129, 1000};
         check(c, true);
+        // 256-token chunks (ragged, or pages of 1): request 0's last chunk [256, 300) is beyond
+        // its first 32 queries (causal), and a window of 150 hides whole chunks from late rows:
+        // blocks with no tile, whose warpgroups still pass their turns before and after the loop.
         c.page = causal ? 0 : 1;
-        c.split = 2;
+        c.split = 256;
         c.soft_cap = causal ? 30.0 : 0.0;
         c.window = causal ? -1 : 150;
         c.sinks = !causal;
@@ -421,7 +444,9 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   }
   PrefillCase d64;  // no ping-pong instance: two blocks an SM overlap each other already
   d64.dqk = d64.dvo = 64;
+  const uint64_t hopper_before = kernels::cuda::prefill_sm90_launches();
   check(d64, false);
+  EXPECT_GT(kernels::cuda::prefill_sm90_launches(), hopper_before) << "not on the Hopper kernel";
 #endif
 }
 
