@@ -45,6 +45,7 @@ struct DecodeCase {
 
 struct Runs {
   AttentionOutput cpu, gpu, oracle;
+  bool gpu_split = false;  // the GPU plan split the keys (partials and the merge pass)
 };
 
 Runs run_case(const DecodeCase& c) {
@@ -64,9 +65,13 @@ Runs run_case(const DecodeCase& c) {
   AttentionRunOptions ro;
   ro.return_lse = true;
   if (c.sinks) ro.sinks = Tensor::empty({c.hq}, DType::kFloat32).uniform_(6);
+  bool gpu_split = false;
   auto run = [&](Device d) {
-    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d));
+    // 128 MiB: one-page chunks at page size 1 over 4100 keys are 5238 partial rows x 16.5 KB,
+    // more than 32 MiB, where the plan would run unsplit.
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({128 << 20}, DType::kUInt8, d));
     w.plan(f.indptr, f.indices, f.last_page_len, c.hq, c.hkv, c.d, c.page, po);
+    if (d.is_cuda()) gpu_split = w.split_kv();
     AttentionRunOptions r = ro;
     if (r.sinks) r.sinks = r.sinks->to(d);
     return w.run(
@@ -77,6 +82,7 @@ Runs run_case(const DecodeCase& c) {
   Runs r;
   r.cpu = run(Device::cpu());
   r.gpu = run(g);
+  r.gpu_split = gpu_split;
 #if FLASHINFER_TEST_HAVE_ORACLES
   {
     testing::ScopedAttentionOracle oracle;
@@ -89,6 +95,10 @@ Runs run_case(const DecodeCase& c) {
 void expect_matches(const DecodeCase& c) {
   SCOPED_TRACE(c.str());
   const Runs r = run_case(c);
+  // A fixed split whose partials do not fit the workspace runs unsplit, silently.
+  if (c.split) {
+    EXPECT_TRUE(r.gpu_split) << "the plan ran unsplit";
+  }
   const auto tol = testing::default_tolerance(c.q);
   EXPECT_TRUE(testing::all_close(r.gpu.out, r.cpu.out, tol)) << "vs CPU";
   EXPECT_TRUE(testing::all_close(r.gpu.lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
@@ -233,8 +243,9 @@ TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
 
 #if FLASHINFER_TEST_HAVE_ORACLES
 // use_cuda_graph: a graph captured after one plan, replayed after a re-plan with other lengths
-// (split one way, unsplit the other), computes the new plan. The padded grid, the padding
-// blocks' valid test and the fixed plan-array layout are what make this hold.
+// (split one way, unsplit the other: fixed 8-page chunks, then disable_split_kv, since on a
+// 132-SM device the planner's own rule splits both), computes the new plan. The padded grid, the
+// padding blocks' valid test and the fixed plan-array layout are what make this hold.
 TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -279,16 +290,28 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   ro.return_lse = true;
   ro.out = Tensor::zeros({4, hq, d}, DType::kBFloat16, g);
   ro.lse = Tensor::zeros({4, hq}, DType::kFloat32, g);
+  // Plan 0 splits (8-page chunks), plan 1 does not.
+  auto plan_options = [&](std::size_t i) {
+    BatchDecodeWithPagedKVCacheWrapper::PlanOptions o = po;
+    if (i == 0) {
+      o.fixed_split_size = 8;
+    } else {
+      o.disable_split_kv = true;
+    }
+    return o;
+  };
   {
     auto [indptr, indices, last] = table(lens[0]);
-    w.plan(indptr, indices, last, hq, hkv, d, page, po);
+    w.plan(indptr, indices, last, hq, hkv, d, page, plan_options(0));
+    EXPECT_TRUE(w.split_kv()) << "plan 0 ran unsplit";
   }
   testing::ReplayableGraph graph;
   ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
   for (int round = 0; round < 3; ++round) {
     const std::size_t i = static_cast<std::size_t>(round % 2 == 0 ? 1 : 0);
     auto [indptr, indices, last] = table(lens[i]);
-    w.plan(indptr, indices, last, hq, hkv, d, page, po);
+    w.plan(indptr, indices, last, hq, hkv, d, page, plan_options(i));
+    EXPECT_EQ(w.split_kv(), i == 0) << "round " << round;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);

@@ -165,6 +165,11 @@ Runs run_case(const PrefillCase& c) {
 void expect_matches(const PrefillCase& c) {
   SCOPED_TRACE(c.str());
   const Runs r = run_case(c);
+  // A fixed split whose partials do not fit the workspace runs unsplit, silently: each case that
+  // asks for one leaves room (workspace_mib) and checks that the keys were split.
+  if (c.split) {
+    EXPECT_TRUE(r.gpu_split) << "the plan ran unsplit";
+  }
   const auto tol = testing::default_tolerance(c.dt);
   EXPECT_TRUE(testing::all_close(r.gpu.out, r.cpu.out, tol)) << "vs CPU";
   EXPECT_TRUE(testing::all_close(r.gpu.lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
@@ -215,6 +220,7 @@ TEST(PrefillKernelCuda, PageSizesLengthsAndSplitsMatchCpuAndOracles) {
         // A one-key request, tile tails (31, 65), a query tile of exactly 128 packed rows.
         c.qo_lens = {1, 31, 32, 65, 7};
         c.kv_lens = {1, 31, 100, 65, 1000};
+        c.workspace_mib = 256;  // one-key chunks: 15386 partial rows x 16.5 KB
         expect_matches(c);
       }
     }
@@ -535,6 +541,7 @@ TEST(PrefillKernelCuda, AlibiAndSinksMatchCpu) {
       PrefillCase c;
       c.dqk = c.dvo = d;
       c.split = split;
+      c.workspace_mib = 64;  // 2068 partial rows x 16.5 KB at head dim 128
       c.alibi = true;
       expect_matches(c);
       c.alibi = false;
@@ -762,24 +769,38 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
           {
             SCOPED_TRACE(fp8_trace(dt, kv, d, "paged, " + std::to_string(sh.qo.back()) + " q"));
             const Fp8Paged f = make_fp8_paged(sh.kv, 16, sh.hkv, d, kv, 17);
+            bool split = false;
             auto run = [&](Device dev) {
               BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
               w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, sh.hq, sh.hkv, d, 16,
                      po);
+              if (dev.is_cuda()) split = w.split_kv();
               return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
             };
             expect_fp8_close(run(g), run(Device::cpu()), dt);
+            if (sh.split) {
+              EXPECT_TRUE(split) << "the plan ran unsplit";
+            }
           }
           {
             SCOPED_TRACE(fp8_trace(dt, kv, d, "ragged, " + std::to_string(sh.qo.back()) + " q"));
             const Tensor k = random_fp8_codes({kvp.back(), sh.hkv, d}, kv, 23);
             const Tensor v = random_fp8_codes({kvp.back(), sh.hkv, d}, kv, 29);
+            // fixed_split_size counts tokens here: the paged case's 3 pages of 16 (3 tokens a
+            // chunk would need 22775 partial rows, over the workspace: the plan would run unsplit).
+            PrefillPlanOptions pr = po;
+            if (pr.fixed_split_size) pr.fixed_split_size = *pr.fixed_split_size * 16;
+            bool split = false;
             auto run = [&](Device dev) {
               BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
-              w.plan(int_tensor(qo), int_tensor(kvp), sh.hq, sh.hkv, d, po);
+              w.plan(int_tensor(qo), int_tensor(kvp), sh.hq, sh.hkv, d, pr);
+              if (dev.is_cuda()) split = w.split_kv();
               return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
             };
             expect_fp8_close(run(g), run(Device::cpu()), dt);
+            if (sh.split) {
+              EXPECT_TRUE(split) << "the plan ran unsplit";
+            }
           }
         }
       }
@@ -829,22 +850,32 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
             SCOPED_TRACE(fp8_trace(
                 dt, kv, d,
                 std::string(paged ? "paged" : "ragged") + ", variant " + std::to_string(variant)));
+            // Variant 2 splits: 3 pages of 16, or 48 tokens when ragged; 2870 partial rows, up to
+            // 94 MB at head dim 256, so a 128 MiB workspace (in 32 MiB the plan ran unsplit).
+            PrefillPlanOptions pk = po;
+            if (!paged && pk.fixed_split_size) pk.fixed_split_size = *pk.fixed_split_size * 16;
+            bool split = false;
             auto run = [&](Device dev, const std::string& backend) {
               if (paged) {
-                BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
-                                                      "NHD", false, {}, {}, {}, {}, {}, {},
-                                                      backend);
-                w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 32, 8, d, 16, po);
+                BatchPrefillWithPagedKVCacheWrapper w(
+                    Tensor::zeros({128 << 20}, DType::kUInt8, dev), "NHD", false, {}, {}, {}, {},
+                    {}, {}, backend);
+                w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 32, 8, d, 16, pk);
+                if (dev.is_cuda()) split = w.split_kv();
                 return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
               }
-              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({128 << 20}, DType::kUInt8, dev),
                                                      "NHD", false, {}, {}, {}, {}, backend);
-              w.plan(int_tensor(qo), int_tensor(kvp), 32, 8, d, po);
+              w.plan(int_tensor(qo), int_tensor(kvp), 32, 8, d, pk);
+              if (dev.is_cuda()) split = w.split_kv();
               return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
             };
             const uint64_t before = kernels::cuda::prefill_sm90_launches();
             const uint64_t small_before = kernels::cuda::prefill_sm90_small_launches();
             const AttentionOutput hopper = run(g, "fa3");
+            if (variant == 2) {
+              EXPECT_TRUE(split) << "the plan ran unsplit";
+            }
             if (variant != 3 || d != 256) {
               EXPECT_GT(kernels::cuda::prefill_sm90_launches(), before)
                   << "the Hopper kernel did not run";
