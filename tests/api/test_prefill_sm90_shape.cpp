@@ -91,14 +91,13 @@ TEST(PrefillSm90Shape, DispatchRule) {
   for (int d : {64, 128}) {
     EXPECT_LE(2 * (prefill_sm90_smem_bytes(d, 1) + 1024u), 228u * 1024u) << d;
   }
-  // The ping-pong schedule: where a tall block is alone on its SM (head dims 128 and 256, the
-  // copies and tiles of 16-bit K/V); its named barriers take the block's 16 (ptxas reserves all
-  // for barrier ids in registers), which one block an SM can hold.
-  EXPECT_TRUE(prefill_sm90_ping_pong_built(128, 2, false));
-  EXPECT_TRUE(prefill_sm90_ping_pong_built(256, 2, false));
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(64, 2, false));   // two blocks an SM
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 1, false));  // one warpgroup
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 2, true));   // fp8: the widening loop
+  // The ping-pong schedule: where a tall block is alone on its SM (head dims 128 and 256); its
+  // named barriers take the block's 16 (ptxas reserves all for barrier ids in registers), which
+  // one block an SM can hold.
+  EXPECT_TRUE(prefill_sm90_ping_pong_built(128, 2));
+  EXPECT_TRUE(prefill_sm90_ping_pong_built(256, 2));
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(64, 2));   // two blocks an SM
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 1));  // one warpgroup
   for (int d : {128, 256}) EXPECT_EQ(prefill_sm90_min_blocks(d, 2), 1) << d;
 }
 

@@ -390,8 +390,8 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
 // take turns at the tensor cores through named barriers) does the plain schedule's arithmetic in
 // another order of issue: the same bits, on every shape its instances take (head dims 128 and 256,
 // bf16 / fp16, plain / soft cap, causal / not, a window, split-KV, sinks, ragged K/V), and no hang
-// (each warpgroup waits for the other's turn). The launch counter says which schedule ran; fp8 K/V
-// and head dim 64 keep the plain one.
+// (each warpgroup waits for the other's turn). The launch counter says which schedule ran; head
+// dim 64 keeps the plain one (fp8 K/V: HopperKernelFp8KvMatchesFa2KernelAndCpu).
 TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if !FLASHINFER_TEST_HAVE_CUTLASS
@@ -810,7 +810,8 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
 
 // The Hopper kernel over fp8 K/V (e4m3, e5m2: copied as stored, widened each tile into the 16-bit
 // tiles the wgmma read) against the FA2 kernel's fp8 path (backend "fa2") and the CPU reference:
-// head dims 64, 128 and 256, paged and ragged, causal and not, a soft cap with split KV.
+// head dims 64, 128 and 256, paged and ragged, causal and not, a soft cap with split KV; at 128
+// and 256 its ping-pong schedule too, bit for bit against the plain one.
 TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if !FLASHINFER_TEST_HAVE_CUTLASS
@@ -881,6 +882,19 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
                   << "the Hopper kernel did not run";
               EXPECT_EQ(kernels::cuda::prefill_sm90_small_launches() > small_before, variant == 3)
                   << "one-warpgroup blocks";
+            }
+            // The ping-pong schedule (tall blocks at head dims 128 and 256): the same bits.
+            if (variant != 3 && d != 64) {
+              ::setenv("FLASHINFER_PREFILL_SM90_PINGPONG", "1", 1);
+              const uint64_t pp_before = kernels::cuda::prefill_sm90_ping_pong_launches();
+              const AttentionOutput ping_pong = run(g, "fa3");
+              ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+              EXPECT_GT(kernels::cuda::prefill_sm90_ping_pong_launches(), pp_before)
+                  << "the ping-pong schedule did not run";
+              EXPECT_TRUE(ping_pong.out.to_double_vector() == hopper.out.to_double_vector())
+                  << "ping-pong out differs from the plain schedule's";
+              EXPECT_TRUE(ping_pong.lse.to_double_vector() == hopper.lse.to_double_vector())
+                  << "ping-pong lse differs from the plain schedule's";
             }
             const AttentionOutput fa2 = run(g, "fa2");
             expect_fp8_close(hopper, run(Device::cpu(), "auto"), dt);

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // layouts, which the MMAs read; the same bytes in all as the 16-bit blocks' two stages.
   constexpr bool kFp8 = sizeof(TKV) == 1;
   static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
-  static_assert(!kPingPong || (kWG == 2 && !kFp8), "ping-pong: two warpgroups, 16-bit K/V");
+  static_assert(!kPingPong || kWG == 2, "ping-pong: two warpgroups");
   constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
   constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D, kWG), kKvBytes8 = kKvBytes16 / 2;
   E* q_s = reinterpret_cast<E*>(smem);

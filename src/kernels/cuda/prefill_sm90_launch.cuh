@@ -26,10 +26,15 @@ void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool cap = p.logits_soft_cap > 0.0f;
   auto kinds = [&]<class T, int D>() {
-    if constexpr (prefill::prefill_sm90_ping_pong_built(D, kWG, false)) {
-      if (ping_pong && !fp8) {
-        cap ? launch_sm90<T, T, D, true, kWG, true>(p, s, enable_pdl)
-            : launch_sm90<T, T, D, false, kWG, true>(p, s, enable_pdl);
+    if constexpr (prefill::prefill_sm90_ping_pong_built(D, kWG)) {
+      if (ping_pong) {
+        if (fp8) {
+          cap ? launch_sm90<T, uint8_t, D, true, kWG, true>(p, s, enable_pdl)
+              : launch_sm90<T, uint8_t, D, false, kWG, true>(p, s, enable_pdl);
+        } else {
+          cap ? launch_sm90<T, T, D, true, kWG, true>(p, s, enable_pdl)
+              : launch_sm90<T, T, D, false, kWG, true>(p, s, enable_pdl);
+        }
         return;
       }
     }

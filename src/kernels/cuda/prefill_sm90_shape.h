@@ -70,10 +70,11 @@ FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d, int wg = kSm90Wa
 }
 
 /// Whether the ping-pong schedule (the two warpgroups take turns at the tensor cores:
-/// prefill_sm90_kernel.cuh) has an instance: 16-bit K/V in tall blocks at head dims 128 and 256,
-/// one block an SM (at 64 two blocks an SM already overlap each other's softmax and products).
-FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int d, int wg, bool fp8_kv) {
-  return (d == 128 || d == 256) && wg == 2 && !fp8_kv;
+/// prefill_sm90_kernel.cuh) has an instance: tall blocks at head dims 128 and 256, K/V of q's
+/// dtype or fp8, one block an SM (at 64 two blocks an SM already overlap each other's softmax and
+/// products).
+FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int d, int wg) {
+  return (d == 128 || d == 256) && wg == 2;
 }
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
 /// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
