@@ -400,19 +400,20 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   if (api::compute_capability(Device::cuda(0)) != 90) {
     GTEST_SKIP() << "the Hopper kernel is sm_90a code";
   }
-  struct Restore {
-    ~Restore() { ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG"); }
-  } restore;
   auto check = [](PrefillCase c, bool ping_pong_built) {
     SCOPED_TRACE(c.str());
     c.backend = "fa3";
     c.workspace_mib = 256;
-    ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
-    const Runs plain = run_case(c);
-    ::setenv("FLASHINFER_PREFILL_SM90_PINGPONG", "1", 1);
+    Runs plain, ping_pong;
+    {
+      const testing::ScopedEnv off("FLASHINFER_PREFILL_SM90_PINGPONG", nullptr);
+      plain = run_case(c);
+    }
     const uint64_t before = kernels::cuda::prefill_sm90_ping_pong_launches();
-    const Runs ping_pong = run_case(c);
-    ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+    {
+      const testing::ScopedEnv on("FLASHINFER_PREFILL_SM90_PINGPONG", "1");
+      ping_pong = run_case(c);
+    }
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
     if (c.split) {
@@ -873,7 +874,11 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
             };
             const uint64_t before = kernels::cuda::prefill_sm90_launches();
             const uint64_t small_before = kernels::cuda::prefill_sm90_small_launches();
-            const AttentionOutput hopper = run(g, "fa3");
+            AttentionOutput hopper;  // the plain schedule, whatever the run exported
+            {
+              const testing::ScopedEnv off("FLASHINFER_PREFILL_SM90_PINGPONG", nullptr);
+              hopper = run(g, "fa3");
+            }
             if (variant == 2) {
               EXPECT_TRUE(split) << "the plan ran unsplit";
             }
@@ -885,10 +890,12 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
             }
             // The ping-pong schedule (tall blocks at head dims 128 and 256): the same bits.
             if (variant != 3 && d != 64) {
-              ::setenv("FLASHINFER_PREFILL_SM90_PINGPONG", "1", 1);
               const uint64_t pp_before = kernels::cuda::prefill_sm90_ping_pong_launches();
-              const AttentionOutput ping_pong = run(g, "fa3");
-              ::unsetenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+              AttentionOutput ping_pong;
+              {
+                const testing::ScopedEnv on("FLASHINFER_PREFILL_SM90_PINGPONG", "1");
+                ping_pong = run(g, "fa3");
+              }
               EXPECT_GT(kernels::cuda::prefill_sm90_ping_pong_launches(), pp_before)
                   << "the ping-pong schedule did not run";
               EXPECT_TRUE(ping_pong.out.to_double_vector() == hopper.out.to_double_vector())

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,5 +116,30 @@ inline Tensor to_keep_layout(const Tensor& t, Device device) {
       EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
     }                                                             \
   } while (0)
+
+/// Sets (or, with nullptr, unsets) an environment variable for a scope and puts back what was
+/// there before, so that a test's switch neither leaks into later tests nor overrides what the
+/// run exported (e.g. gpu-run-packed's variant runs).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void set(const char* value) {
+    if (value) {
+      ::setenv(name_.c_str(), value, 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace flashinfer::testing
