@@ -317,7 +317,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     if constexpr (kPingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(their_turn) : "memory");
   };
   if constexpr (kPingPong) {
-    if (wg_index == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    // (barrier.arrive / barrier.sync: the non-.aligned forms, for a barrier instruction only one
+    // warpgroup executes; bar.* inside the loop are executed by every thread.)
+    if (wg_index == 1) asm volatile("barrier.arrive 1, 256;\n" ::: "memory");
   }
 
   int32_t next_page = page_of(kSm90Stages);
@@ -442,7 +444,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     warpgroup_fence_operand(tOrP);
   }
   if constexpr (kPingPong) {
-    if (wg_index == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");  // warpgroup 1's last pass
+    if (wg_index == 0)
+      asm volatile("barrier.sync 1, 256;\n" ::: "memory");  // warpgroup 1's last pass
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 
