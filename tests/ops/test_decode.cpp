@@ -441,6 +441,7 @@ TEST(BatchDecodeCuda, MatchesCpu) {
       BatchDecodeWithPagedKVCacheWrapper gpu(
           Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
       gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+      EXPECT_TRUE(gpu.split_kv()) << "the plan ran unsplit";
       AttentionOutput got =
           gpu.run(q.to(Device::cuda()),
                   PagedKVCache(testing::to_keep_layout(f.cache5, Device::cuda())), ro);
@@ -476,6 +477,7 @@ TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
       BatchDecodeWithPagedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, g), "HND",
                                              false, tensor_cores);
       gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
+      EXPECT_TRUE(gpu.split_kv()) << "the plan ran unsplit";
       AttentionOutput got = gpu.run(q.to(g),
                                     PagedKVCache(testing::to_keep_layout(f.k_cache, g),
                                                  testing::to_keep_layout(f.v_cache, g)),

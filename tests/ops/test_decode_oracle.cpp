@@ -188,15 +188,20 @@ TEST(DecodeKernelCuda, AlibiMatchesCpu) {
       po.fixed_split_size = split;
       AttentionRunOptions ro;
       ro.return_lse = true;
+      bool gpu_split = false;
       auto run = [&](Device d) {
         BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8, d));
         w.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
+        if (d.is_cuda()) gpu_split = w.split_kv();
         return w.run(q.to(d),
                      PagedKVCache(testing::to_keep_layout(f.k_cache, d),
                                   testing::to_keep_layout(f.v_cache, d)),
                      ro);
       };
       const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+      if (split) {
+        EXPECT_TRUE(gpu_split) << "the plan ran unsplit";
+      }
       EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kFloat16)))
           << "cap " << cap << " split " << split.value_or(0);
       EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}))

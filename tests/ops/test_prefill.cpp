@@ -510,8 +510,9 @@ TEST(BatchPrefillCuda, PagedMatchesCpu) {
 }
 
 // Single prefill with per-head scales, causal right-aligned (kv_len > qo_len), a window and a
-// soft cap: fp16 KV and fp8 e4m3 KV both run the FA2 tensor-core kernel (fp8 widened in shared
-// memory).
+// soft cap, fp16 KV and fp8 e4m3 KV: per-head q / k scales do not fold into the tensor-core
+// kernels' exponent (prefill_scale_folds), so both run on the CUDA-core kernel, whose path for
+// them this checks.
 TEST(SinglePrefillCuda, HeadScalesAndFp8KvMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -558,7 +559,7 @@ TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
   EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
 }
 
-// qk 192 / vo 128 (DeepSeek) on CUDA: the CUDA-core kernel, JIT-compiled for that pair.
+// qk 192 / vo 128 (DeepSeek) on CUDA: the FA2 kernel's 192 / 128 instance (ahead of time).
 TEST(BatchPrefillCuda, RaggedQk192Vo128MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const std::vector<int32_t> qo{0, 3, 40}, kv{0, 9, 90};

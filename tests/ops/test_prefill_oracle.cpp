@@ -500,7 +500,15 @@ TEST(PrefillKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   ro.lse = Tensor::zeros({64, hq}, DType::kFloat32, g);
   w.plan(indptr_of(qo_lens[0]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
   testing::ReplayableGraph graph;
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  const uint64_t hopper_before = kernels::cuda::prefill_sm90_launches();
+#endif
   ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  if (api::compute_capability(g) == 90) {
+    EXPECT_GT(kernels::cuda::prefill_sm90_launches(), hopper_before) << "not the Hopper kernel";
+  }
+#endif
   for (std::size_t round = 0; round < 4; ++round) {
     const std::size_t i = (round + 1) % qo_lens.size();
     w.plan(indptr_of(qo_lens[i]), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
@@ -561,7 +569,9 @@ TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     // 32:8 and 8:8 pack 4 and 1 rows a request (16-row blocks, the warps split the keys), 32:1
-    // packs 32 (64-row blocks); head dim 64 takes 32 keys a warp, 128 takes 16.
+    // packs 32 (64-row blocks); head dim 64 takes 32 keys a warp, 128 takes 16. Backend "fa2":
+    // on sm_90 "auto" gives 32:1 (17-64 packed rows) to the Hopper kernel's one-warpgroup blocks,
+    // which HopperKernelMatchesFa2KernelAndCpu covers; here the FA2 kernel's must run.
     for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {8, 8}, {32, 1}}) {
       const int64_t hq = heads.first, hkv = heads.second;  // the lambda below captures them
       for (int64_t hd : {128, 64})
@@ -571,6 +581,7 @@ TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
             SCOPED_TRACE(std::string(dtype_torch_name(dt)) + " heads " + std::to_string(hq) + ":" +
                          std::to_string(hkv) + " head_dim " + std::to_string(hd) + " cap " +
                          std::to_string(cap) + " split " + std::to_string(split.value_or(0)));
+            bool gpu_split = false;
             const std::vector<int32_t> lens{1, 17, 300, 64, 0};
             std::vector<std::vector<double>> kd, vd;
             testing::PagedFixture f =
@@ -584,14 +595,18 @@ TEST(PrefillKernelCuda, TensorCoreDecodeMatchesCpuAndOracle) {
             ro.return_lse = true;
             auto run = [&](Device d) {
               BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, d),
-                                                   "NHD", false, true);
+                                                   "NHD", false, true, {}, {}, {}, "fa2");
               w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, hd, 16, po);
+              if (d.is_cuda()) gpu_split = w.split_kv();
               return w.run(q.to(d),
                            PagedKVCache(testing::to_keep_layout(f.k_cache, d),
                                         testing::to_keep_layout(f.v_cache, d)),
                            ro);
             };
             const AttentionOutput ref = run(Device::cpu()), got = run(Device::cuda());
+            if (split) {
+              EXPECT_TRUE(gpu_split) << "the plan ran unsplit";
+            }
             EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
             EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
 #if FLASHINFER_TEST_HAVE_ORACLES
@@ -772,7 +787,8 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
             const Fp8Paged f = make_fp8_paged(sh.kv, 16, sh.hkv, d, kv, 17);
             bool split = false;
             auto run = [&](Device dev) {
-              BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
+              BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                    "NHD", false, {}, {}, {}, {}, {}, {}, "fa2");
               w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, sh.hq, sh.hkv, d, 16,
                      po);
               if (dev.is_cuda()) split = w.split_kv();
@@ -793,7 +809,8 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
             if (pr.fixed_split_size) pr.fixed_split_size = *pr.fixed_split_size * 16;
             bool split = false;
             auto run = [&](Device dev) {
-              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev));
+              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                     "NHD", false, {}, {}, {}, {}, "fa2");
               w.plan(int_tensor(qo), int_tensor(kvp), sh.hq, sh.hkv, d, pr);
               if (dev.is_cuda()) split = w.split_kv();
               return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
@@ -940,13 +957,19 @@ TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {
             po.fixed_split_size = split;
             if (cap > 0.0) po.logits_soft_cap = cap;
             const AttentionRunOptions ro = fp8_run_options(kv);
+            // "fa2": the FA2 kernel's fp8 blocks (on sm_90 "auto" hands 32:1 to the Hopper kernel).
+            bool gpu_split = false;
             auto run = [&](Device dev) {
               BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
-                                                   "NHD", false, true);
+                                                   "NHD", false, true, {}, {}, {}, "fa2");
               w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
+              if (dev.is_cuda()) gpu_split = w.split_kv();
               return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
             };
             expect_fp8_close(run(Device::cuda()), run(Device::cpu()), dt);
+            if (split) {
+              EXPECT_TRUE(gpu_split) << "the plan ran unsplit";
+            }
           }
         }
       }
