@@ -1076,6 +1076,12 @@ constexpr int64_t kEdgeRows = 700, kEdgeN = 200, kEdgeK = 200;
 
 TEST(GroupedMmBf16Cuda, TensorCoresExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+  // The mma.sync kernel's (on sm_90 CUTLASS would take the bf16-output calls:
+  // GroupedMmBf16Cuda.CutlassPathOnHopperMatchesCpuAndTheMmaKernel checks that one).
+  const testing::ScopedEnv mma_only("FLASHINFER_GROUPED_MM_CUTLASS", "0");
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+  const kernels::cuda::GroupedMmRoutes routes_before = kernels::cuda::grouped_mm_routes();
+#endif
   const Device d = Device::cuda(0);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1;
   const Tensor a = int_tensor({kEdgeRows, kEdgeK}, 4, DType::kBFloat16, 1);
@@ -1101,6 +1107,10 @@ TEST(GroupedMmBf16Cuda, TensorCoresExactOnIntegerOperands) {
   EXPECT_EQ(w[0], 7.0);                                         // row 0: in no group
   EXPECT_EQ(w[static_cast<std::size_t>(699 * 201 + 5)], 7.0);   // row 699: in no group
   EXPECT_EQ(w[static_cast<std::size_t>(10 * 201 + 200)], 7.0);  // column 200: outside out
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+  EXPECT_GT(kernels::cuda::grouped_mm_routes().mma, routes_before.mma) << "no mma.sync call";
+  EXPECT_EQ(kernels::cuda::grouped_mm_routes().cutlass, routes_before.cutlass) << "CUTLASS ran";
+#endif
 }
 
 // On CUDA m_indptr is read on the device only (no host check, as upstream): out-of-range and
@@ -1486,6 +1496,12 @@ TEST(SegmentGemmCuda, CutlassPathTakesBf16KMajorWeights) {
 // tile and d_in = 136 a partial k tile.
 TEST(SegmentGemmCuda, TensorCoresExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+  // The mma.sync kernel's (on sm_90 CUTLASS would take the bf16 k-major calls:
+  // SegmentGemmCuda.CutlassPathTakesBf16KMajorWeights checks that one).
+  const testing::ScopedEnv mma_only("FLASHINFER_GROUPED_MM_CUTLASS", "0");
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+  const kernels::cuda::GroupedMmRoutes routes_before = kernels::cuda::grouped_mm_routes();
+#endif
   const Device d = Device::cuda(0);
   SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
   SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
@@ -1509,6 +1525,10 @@ TEST(SegmentGemmCuda, TensorCoresExactOnIntegerOperands) {
       }
     }
   }
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+  EXPECT_GT(kernels::cuda::grouped_mm_routes().mma, routes_before.mma) << "no mma.sync call";
+  EXPECT_EQ(kernels::cuda::grouped_mm_routes().cutlass, routes_before.cutlass) << "CUTLASS ran";
+#endif
 }
 
 }  // namespace
