@@ -18,6 +18,7 @@
 
 #if FLASHINFER_TEST_HAVE_CUDNN
 #include "core/cuda_runtime.h"
+#include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/gemm_cudnn.h"
 #endif
 #if FLASHINFER_TEST_HAVE_CUDART
@@ -381,7 +382,8 @@ TEST(GemmCudnnCuda, MatchesCpu) {
 #if FLASHINFER_TEST_HAVE_CUDNN
 // 100 calls of one shape on one stream after the first: every call finds its graph (no graph
 // building, no plan) and nothing is allocated, neither by the cuDNN path (workspace) nor as
-// tensor storage. Covers bf16 out, fp16 out with a bias, bmm_bf16 and fp8.
+// tensor storage. Covers bf16 out, fp16 out with a bias, bmm_bf16 and fp8. None ran on cuBLASLt
+// (where a bf16 "cudnn" call goes when cuDNN declines it: graph_hits counts declined entries too).
 TEST(GemmCudnnCuda, CachedCallsAllocateNothing) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -408,9 +410,13 @@ TEST(GemmCudnnCuda, CachedCallsAllocateNothing) {
   run();
   const Tensor first_bf = out_bf.to(Device::cpu()), first_h = out_h.to(Device::cpu());
   const kernels::cuda::CudnnStats s0 = kernels::cuda::cudnn_stats();
+  const kernels::cuda::CublasLtStats lt0 = kernels::cuda::cublaslt_stats();
   const uint64_t mallocs0 = detail::cuda_device_malloc_count();
   for (int i = 0; i < 100; ++i) run();
   const kernels::cuda::CudnnStats s1 = kernels::cuda::cudnn_stats();
+  const kernels::cuda::CublasLtStats lt1 = kernels::cuda::cublaslt_stats();
+  EXPECT_EQ(lt1.plan_builds + lt1.plan_hits, lt0.plan_builds + lt0.plan_hits)
+      << "a \"cudnn\" call ran on cuBLASLt";
   EXPECT_EQ(s1.graph_builds, s0.graph_builds);
   EXPECT_EQ(s1.device_allocs, s0.device_allocs);
   EXPECT_EQ(s1.device_bytes, s0.device_bytes);
