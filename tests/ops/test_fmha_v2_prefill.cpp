@@ -769,10 +769,17 @@ TEST(TrtllmFmhaV2PrefillCuda, MatchesCpu) {
     Opts o = r.opt;
     if (!o.sinks.empty()) o.sinks.resize(r.H, 0.5);
     const AttentionOutput want = run(c, o);
-    const AttentionOutput got = run(on_device(c, gpu), o);
-    ASSERT_TRUE(got.out.device().is_cuda());
-    EXPECT_TRUE(
-        testing::all_close(got.out.to(Device::cpu()), want.out, testing::attention_tolerance(r.d)));
+    // Each row on the default kernel and on the FA2 kernel (FLASHINFER_PREFILL_SM90=0): on sm_90
+    // the Hopper kernel takes the rows it fits (row 0's 128-row blocks, row 4's 64), which
+    // would otherwise leave the FA2 kernel's block heights untested there.
+    for (const char* sm90 : {static_cast<const char*>(nullptr), "0"}) {
+      SCOPED_TRACE(sm90 ? "FLASHINFER_PREFILL_SM90=0" : "default kernel");
+      const testing::ScopedEnv env("FLASHINFER_PREFILL_SM90", sm90);
+      const AttentionOutput got = run(on_device(c, gpu), o);
+      ASSERT_TRUE(got.out.device().is_cuda());
+      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                     testing::attention_tolerance(r.d)));
+    }
     ++idx;
   }
 }

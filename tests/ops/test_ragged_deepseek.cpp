@@ -346,15 +346,23 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
     AttentionOutput want = trtllm_ragged_attention_deepseek(
         in.q, in.k, in.v, workspace(), in.seq_lens, max_q, max_kv, bmm1, bmm2, -1.0, B,
         c.window_left, in.cq, in.ckv, false, c.causal, true);
-    AttentionOutput got = trtllm_ragged_attention_deepseek(
-        testing::to_keep_layout(in.q, gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu),
-        in.seq_lens.to(gpu), max_q, max_kv, bmm1, bmm2, -1.0, B, c.window_left, in.cq.to(gpu),
-        in.ckv.to(gpu), std::nullopt, c.causal, true);
-    ASSERT_TRUE(got.out.device().is_cuda());
-    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
-                                   testing::attention_tolerance(want.out.dtype())));
-    // The FA2 kernel scales and sums in another order than the CPU (as in test_prefill_oracle).
-    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+    // The default kernel, then the FA2 kernel (FLASHINFER_PREFILL_SM90=0): on sm_90 the Hopper
+    // kernel takes the rows it fits (the 128-row MHA case), which would otherwise leave the FA2
+    // kernel's block heights untested there.
+    for (const char* sm90 : {static_cast<const char*>(nullptr), "0"}) {
+      SCOPED_TRACE(sm90 ? "FLASHINFER_PREFILL_SM90=0" : "default kernel");
+      const testing::ScopedEnv env("FLASHINFER_PREFILL_SM90", sm90);
+      AttentionOutput got = trtllm_ragged_attention_deepseek(
+          testing::to_keep_layout(in.q, gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu),
+          in.seq_lens.to(gpu), max_q, max_kv, bmm1, bmm2, -1.0, B, c.window_left, in.cq.to(gpu),
+          in.ckv.to(gpu), std::nullopt, c.causal, true);
+      ASSERT_TRUE(got.out.device().is_cuda());
+      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                     testing::attention_tolerance(want.out.dtype())));
+      // The tensor-core kernels scale and sum in another order than the CPU (as in
+      // test_prefill_oracle).
+      EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+    }
     ++idx;
   }
 }
