@@ -588,9 +588,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // Less the up to 15 bytes run() skips to the partials' 16-byte boundary (workspace_partials):
   // a plan that fit only without them would fail at run time instead of running unsplit.
   const int64_t have = std::max<int64_t>(
-      0, (s.workspace_cap >= 0 ? s.workspace_cap
-                               : static_cast<int64_t>(s.float_workspace.nbytes())) -
-             15);
+      0,
+      (s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes())) -
+          15);
   auto partial_bytes = [&](int64_t rows) {
     return rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
   };
