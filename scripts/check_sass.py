@@ -77,6 +77,18 @@ class Forbid:
 
 
 @dataclasses.dataclass(frozen=True)
+class AtMost:
+    """At most `ratio` instructions matching `pattern` per instruction matching `per` (checked
+    where the kernel has any of the latter): e.g. wgmma waits per wgmma, which ptxas raises to
+    one each when it serializes the pipeline (its C7513 / C7514 notes, shown only with -v)."""
+
+    label: str
+    pattern: str
+    per: str
+    ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Rule:
     name: str
     match: object  # a name substring, or a tuple of them (a kernel matching any is selected)
@@ -86,6 +98,7 @@ class Rule:
     forbid: tuple = ()
     no_local: bool = True
     default: bool = True
+    limits: tuple = ()  # AtMost
 
 
 # SASS spellings (cuobjdump 13, sm_80 and sm_90 alike):
@@ -219,6 +232,10 @@ RULES = {
                 Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)",
                      r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
             ),
+            # The kernels wait for their wgmma groups 2-5 times for 16-32 HGMMA; a serialized
+            # pipeline waits after every one (session 39 saw 24 for 24).
+            limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
+                           r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5),),
         ),
         Rule(
             name="mla_mma",
@@ -600,6 +617,12 @@ def check_kernel(k, rule, flags):
         bad = forms(k, fb.pattern)
         if bad:
             problems.append("forbidden %s: %s" % (fb.label, fmt_forms(bad)))
+    for lim in rule.limits:
+        num = sum(forms(k, lim.pattern).values())
+        den = sum(forms(k, lim.per).values())
+        if den and num > lim.ratio * den:
+            problems.append("too many %s: %d for %d (at most %g each)" % (lim.label, num, den,
+                                                                           lim.ratio))
     return (not problems), problems, notes
 
 

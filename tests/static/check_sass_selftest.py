@@ -228,6 +228,27 @@ class LongestRunTest(unittest.TestCase):
         self.assertEqual(self.run_of(["LDG.E.128", "BRA.U", "LDG.E.128", "LDG.E.128"]), 2)
 
 
+class AtMostTest(unittest.TestCase):
+    """The ratio limit (no compiling: a kernel stands in by its opcode list), as the
+    `prefill_sm90` rule uses it against a serialized wgmma pipeline."""
+
+    def problems(self, ops):
+        k = types.SimpleNamespace(opcodes=ops)
+        rule = check_sass.Rule(name="t", match="t", description="", no_local=False,
+                               limits=check_sass.RULES["prefill_sm90"].limits)
+        return check_sass.check_kernel(k, rule, set())[1]
+
+    def test_serialized_wgmma_fails_and_the_pipelined_kernel_passes(self):
+        hgmma = "HGMMA.64x128x16.F32.BF16"
+        pipelined = ["WARPGROUP.ARRIVE"] + [hgmma] * 16 + ["WARPGROUP.DEPBAR.LE"] * 2
+        self.assertEqual(self.problems(pipelined), [])
+        serialized = ["WARPGROUP.ARRIVE", hgmma, "WARPGROUP.DEPBAR.LE"] * 24
+        p = self.problems(serialized)
+        self.assertEqual(len(p), 1, p)
+        self.assertIn("24 for 24", p[0])
+        self.assertEqual(self.problems(["IMAD", "WARPGROUP.DEPBAR.LE"]), [])  # no HGMMA: not checked
+
+
 class RuleSelectionTest(unittest.TestCase):
     """Which kernel names a rule selects (no compiling: kernels stand in by their bare name)."""
 
