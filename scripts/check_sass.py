@@ -276,6 +276,10 @@ RULES = {
                 Need("HGMMA or QGMMA (wgmma)", r"^[HQ]GMMA(?:\.|$)"),
                 Need("UTMALDG (TMA load)", r"^UTMALDG(?:\.|$)"),
             ),
+            # 2 waits for 8 HGMMA (bf16), 5 for 8 QGMMA (fp8: its accumulator promotions); a
+            # serialized pipeline waits after each.
+            limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA / QGMMA: serialized wgmma",
+                           r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^[HQ]GMMA(?:\.|$)", 0.75),),
         ),
         Rule(
             name="moe_grouped",
