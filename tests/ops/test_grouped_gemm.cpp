@@ -1247,7 +1247,7 @@ TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
     return ran_expected_path(before, cutlass);
   };
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1;
   const Tensor a = int_tensor({kEdgeRows, kEdgeK}, 4, DType::kBFloat16, 31);
   const Tensor b = int_tensor({E, kEdgeN, kEdgeK}, 4, DType::kBFloat16, 32);
@@ -1280,10 +1280,12 @@ TEST(GroupedMmBf16Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   const Tensor got = grouped_mm_bf16(ad, bd, ipd);
   EXPECT_TRUE(ran(before));
   EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
-  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
   before = routes();
-  const Tensor mma = grouped_mm_bf16(ad, bd, ipd);
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  Tensor mma;
+  {
+    const testing::ScopedEnv mma_only("FLASHINFER_GROUPED_MM_CUTLASS", "0");
+    mma = grouped_mm_bf16(ad, bd, ipd);
+  }
   EXPECT_GT(routes().mma, before.mma);
   EXPECT_EQ(routes().cutlass, before.cutlass);
   EXPECT_TRUE(
@@ -1300,7 +1302,7 @@ TEST(GroupedMmBf16Cuda, CapturedCallsMatchCpuOnEitherPath) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
   const bool cutlass = cutlass_grouped_here(d);
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   const std::vector<int64_t> indptr = {0, 40, 40, 200, 328};
   const Tensor a = int_tensor({328, 256}, 3, DType::kBFloat16, 41);
   const Tensor b = int_tensor({4, 136, 256}, 3, DType::kBFloat16, 42);
@@ -1340,10 +1342,7 @@ TEST(GroupedMmFp8Cuda, TensorCoresExactOnIntegerOperandsWithAlpha) {
   if (api::compute_capability(Device::cuda(0)) < 89) {
     GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
   }
-  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
-  struct Restore {
-    ~Restore() { ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS"); }
-  } restore;
+  const testing::ScopedEnv mma_only("FLASHINFER_GROUPED_MM_CUTLASS", "0");
   const Device d = Device::cuda(0);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
   const Tensor a = int_tensor({kEdgeRows, k}, 8, DType::kFloat8E4M3FN, 5);
@@ -1408,7 +1407,7 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
     return ran_expected_path(before, cutlass);
   };
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
   const Tensor a = int_tensor({kEdgeRows, k}, 4, DType::kFloat8E4M3FN, 51);
   const Tensor b = int_tensor({E, kEdgeN, k}, 4, DType::kFloat8E4M3FN, 52);
@@ -1445,10 +1444,12 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   const Tensor got = grouped_mm_fp8(ad, bd, ipd, alpha_d);
   EXPECT_TRUE(ran(before));
   EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, kr));
-  ::setenv("FLASHINFER_GROUPED_MM_CUTLASS", "0", 1);
   before = routes();
-  const Tensor mma = grouped_mm_fp8(ad, bd, ipd, alpha_d);
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  Tensor mma;
+  {
+    const testing::ScopedEnv mma_only("FLASHINFER_GROUPED_MM_CUTLASS", "0");
+    mma = grouped_mm_fp8(ad, bd, ipd, alpha_d);
+  }
   EXPECT_GT(routes().mma, before.mma);
   EXPECT_EQ(routes().cutlass, before.cutlass);
   EXPECT_TRUE(
@@ -1463,7 +1464,7 @@ TEST(SegmentGemmCuda, CutlassPathTakesBf16KMajorWeights) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
   const bool cutlass = cutlass_grouped_here(d);
-  ::unsetenv("FLASHINFER_GROUPED_MM_CUTLASS");
+  const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   SegmentGEMMWrapper seg_cpu(Tensor::empty({1024}, DType::kUInt8));
   SegmentGEMMWrapper seg_gpu(Tensor::empty({1024}, DType::kUInt8, d));
   const int64_t cum = 420, d_in = 264, d_out = 136, W = 4;

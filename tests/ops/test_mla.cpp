@@ -906,9 +906,9 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
       {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN},
       {DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2},
   };
-  struct EnvGuard {  // the CUDA-core kernels for the calls made while it lives
-    EnvGuard() { ::setenv("FLASHINFER_MLA_TENSOR_CORES", "0", 1); }
-    ~EnvGuard() { ::unsetenv("FLASHINFER_MLA_TENSOR_CORES"); }
+  // The CUDA-core kernels for the calls made while it lives (what the run exported comes back).
+  struct EnvGuard : testing::ScopedEnv {
+    EnvGuard() : testing::ScopedEnv("FLASHINFER_MLA_TENSOR_CORES", "0") {}
   };
   int idx = 0;
   for (const Case& c : cases) {
