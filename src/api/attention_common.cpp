@@ -24,6 +24,7 @@
 #include "kernels/cuda/prefill_sm90_shape.h"  // ditto: the Hopper kernel's blocks an SM
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_sm90.h"
 #endif
 
 namespace flashinfer::api {
@@ -454,11 +455,7 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
 #if FLASHINFER_WITH_CUDA
   namespace pf = kernels::cuda::prefill;
   if (!s.device.is_cuda() || (s.decode && !s.use_tensor_cores) || s.backend == "fa2") return false;
-  // FLASHINFER_PREFILL_SM90=0 (kernels/cuda/prefill_sm90.h): the FA2 kernel's plans too, so that
-  // timing one kernel against the other compares like with like.
-  if (const char* e = std::getenv("FLASHINFER_PREFILL_SM90"); e && std::string_view(e) == "0") {
-    return false;
-  }
+  if (kernels::cuda::prefill_sm90_off_by_env()) return false;  // the FA2 kernel's plans too
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
   return pf::prefill_sm90_fits(

@@ -19,6 +19,7 @@
 #include "flashinfer/float_formats.h"
 #include "util/gguf_builder.h"
 #include "util/run_command.h"
+#include "util/test_util.h"
 
 namespace {
 
@@ -555,14 +556,13 @@ TEST(GgufModel, MatchesGgufPackageBitForBit) {
 }
 
 TEST(GgufModel, DefaultModelPathHonoursEnvironment) {
-  const char* old = std::getenv("FLASHINFER_MODEL_PATH");
-  const std::string saved = old ? old : "";
-  ::setenv("FLASHINFER_MODEL_PATH", "/x/y.gguf", 1);
-  EXPECT_EQ(flashinfer::gguf::default_model_path(), "/x/y.gguf");
-  ::unsetenv("FLASHINFER_MODEL_PATH");
+  {
+    const flashinfer::testing::ScopedEnv set("FLASHINFER_MODEL_PATH", "/x/y.gguf");
+    EXPECT_EQ(flashinfer::gguf::default_model_path(), "/x/y.gguf");
+  }
+  const flashinfer::testing::ScopedEnv unset("FLASHINFER_MODEL_PATH", nullptr);
   const std::string p = flashinfer::gguf::default_model_path();
   EXPECT_NE(p.find("/flashinfer-cpp/models/SmolLM2-135M-Instruct.Q4_1.gguf"), std::string::npos);
-  if (old) ::setenv("FLASHINFER_MODEL_PATH", saved.c_str(), 1);
 }
 
 }  // namespace

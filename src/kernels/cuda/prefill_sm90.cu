@@ -2,8 +2,6 @@
 // prefill_sm90.h) and the tall blocks' instances (prefill_sm90_launch.cuh). Compiled for sm_90a
 // only, with CUTLASS's headers (src/CMakeLists.txt, the flashinfer_cutlass target).
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_sm90.h"
@@ -18,20 +16,10 @@ namespace {
 
 std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0};
 
-// FLASHINFER_PREFILL_SM90_PINGPONG=1: the ping-pong schedule where it has an instance (opt-in
-// until a GPU has run and timed it against the plain one; read at each call).
-bool ping_pong_requested() {
-  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_PINGPONG");
-  return e && std::string_view(e) == "1";
-}
-
 }  // namespace
 
 bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
-  if (p.prefill_fa2_only) return false;
-  if (const char* e = std::getenv("FLASHINFER_PREFILL_SM90"); e && std::string_view(e) == "0") {
-    return false;
-  }
+  if (p.prefill_fa2_only || prefill_sm90_off_by_env()) return false;
   const int wg = prefill_sm90_block_warpgroups(
       p, current_device_attribute(cudaDevAttrComputeCapabilityMajor),
       current_device_attribute(cudaDevAttrComputeCapabilityMinor),
@@ -40,7 +28,7 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   if (wg == 2) {
     const bool ping_pong =
-        ping_pong_requested() && prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, 2);
+        prefill_sm90_ping_pong_by_env() && prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, 2);
     launch_sm90_block<2>(p, s, enable_pdl, ping_pong);
     if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
   } else {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/attention_params.h"
 #include "kernels/cuda/prefill_sm90_shape.h"
@@ -31,6 +33,21 @@ inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major,
   return pf::prefill_sm90_warpgroups(
       cc_major, cc_minor, packed_rows, p.head_dim_qk, p.head_dim_vo, kv_ok, variant,
       pf::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr), smem_optin);
+}
+
+/// FLASHINFER_PREFILL_SM90=0: every call on the FA2 kernel. Read at each call, by the launcher and
+/// by the planner (attention_common.cpp: the FA2 kernel's plans too), so that one GPU times or
+/// checks one kernel against the other like with like.
+inline bool prefill_sm90_off_by_env() {
+  const char* e = std::getenv("FLASHINFER_PREFILL_SM90");
+  return e && std::string_view(e) == "0";
+}
+
+/// FLASHINFER_PREFILL_SM90_PINGPONG=1: the ping-pong schedule where it has an instance (opt-in
+/// until a GPU has run and timed it against the plain one; read at each call).
+inline bool prefill_sm90_ping_pong_by_env() {
+  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_PINGPONG");
+  return e && std::string_view(e) == "1";
 }
 
 /// Runs `p` on `stream` (a cudaStream_t) on the Hopper kernel and returns true, or returns false,
