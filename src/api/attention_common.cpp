@@ -24,6 +24,7 @@
 #include "kernels/cuda/prefill_sm90_shape.h"  // ditto: the Hopper kernel's blocks an SM
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_sm90.h"
 #endif
 
@@ -454,7 +455,7 @@ namespace {
 bool hopper_prefill_candidate(const detail::WrapperState& s) {
 #if FLASHINFER_WITH_CUDA
   namespace pf = kernels::cuda::prefill;
-  if (!s.device.is_cuda() || (s.decode && !s.use_tensor_cores) || s.backend == "fa2") return false;
+  if (!s.device.is_cuda() || !detail::tensor_core_path(s) || s.backend == "fa2") return false;
   if (kernels::cuda::prefill_sm90_off_by_env()) return false;  // the FA2 kernel's plans too
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
@@ -474,8 +475,42 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
 
 }  // namespace
 
+bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off) {
+  if (!s.decode || s.use_tensor_cores || s.backend != "auto" || s.pos_encoding != 0 || env_off) {
+    return false;
+  }
+  const int64_t group = s.num_kv_heads > 0 ? s.num_qo_heads / s.num_kv_heads : 0;
+  return s.q_len_per_req * group >= kDecodeTensorCoreMinRows;
+}
+
+bool decode_tensor_cores_auto(const detail::WrapperState& s) {
+#if FLASHINFER_WITH_CUDA
+  if (!s.device.is_cuda() ||
+      !decode_tensor_cores_wanted(s, kernels::cuda::decode_tensor_cores_off_by_env())) {
+    return false;
+  }
+  // The FA2 kernel itself, not the first-draft one (JIT head dims) nor the CUDA-core fallbacks
+  // of batch_attention: what the plan's dtypes, dims, soft cap and scale ask of it. A run whose
+  // sinks or q_scale / k_scale the kernel does not take still falls back at run time, as
+  // use_tensor_cores=True calls do.
+  kernels::AttentionParams cfg;
+  cfg.q_dtype = s.q_dtype;
+  cfg.o_dtype = s.o_dtype;
+  cfg.kv.dtype = s.kv_dtype;
+  cfg.head_dim_qk = s.head_dim_qk;
+  cfg.head_dim_vo = s.head_dim_vo;
+  cfg.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
+  cfg.sm_scale = static_cast<float>(s.sm_scale);
+  return kernels::cuda::prefill_fa2_takes(cfg, s.device.index);
+#else
+  (void)s;
+  return false;
+#endif
+}
+
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
+  s.tensor_cores_auto = decode_tensor_cores_auto(s);
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
   const bool hopper = hopper_prefill_candidate(s);
@@ -548,7 +583,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
         per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk), wg);
       }
     }
-    if ((s.decode && !s.use_tensor_cores) || fp8_core || !tc_dims || !tc_scale) {
+    if (!detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;
       cfg.q_dtype = s.q_dtype;
       cfg.o_dtype = s.o_dtype;
@@ -852,7 +887,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   if (s.use_cuda_graph && s.device.is_cuda()) {
     p.max_work_rows = std::max(p.max_work_rows, s.plan.cta_tile_q);
   }
-  p.use_tensor_cores = !s.decode || s.use_tensor_cores;
+  p.use_tensor_cores = detail::tensor_core_path(s);
   p.prefill_fa2_only = s.backend == "fa2";
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
   if (s.plan.partial_rows_capacity > 0) {

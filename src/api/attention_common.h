@@ -28,6 +28,9 @@ struct WrapperState {
   bool hnd = false;
   bool use_cuda_graph = false;
   bool use_tensor_cores = false;
+  // build_plan: a decode call without use_tensor_cores that runs on the tensor-core kernel all
+  // the same (api::decode_tensor_cores_auto).
+  bool tensor_cores_auto = false;
   std::string backend = "auto";
   // Built with upstream's AttentionSink JIT variant (jit_args): run takes (sink, sm_scale)
   // through its *args (api/attention_sink.h).
@@ -74,6 +77,12 @@ struct WrapperState {
   double rope_scale = 1.0, rope_theta = 1e4;
   std::vector<float> alibi_slopes;
 };
+
+/// Whether the planned call runs on the tensor-core path (the prefill kernels): every prefill,
+/// decode with use_tensor_cores, and decode the planner put there (tensor_cores_auto).
+inline bool tensor_core_path(const WrapperState& s) {
+  return !s.decode || s.use_tensor_cores || s.tensor_cores_auto;
+}
 
 }  // namespace detail
 
@@ -130,6 +139,23 @@ int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64
 /// and prefill calls that fall back to it); upstream's 128 elsewhere (docs/ATTENTION.md,
 /// "Split-KV planner").
 inline constexpr int64_t kCudaCoreDecodeMinChunkTokens = 32;
+/// Packed rows a decode request holds (queries x GQA group) from which a call planned with
+/// use_tensor_cores=False runs on the tensor-core kernel on a GPU all the same
+/// (decode_tensor_cores_auto). Below it the CUDA-core kernel is not issue-bound; from it, each
+/// K/V element widened to fp32 feeds >= 4 FMAs a row group and the kernel reached 30-55 % of the
+/// HBM (H200, session 31) where the tensor-core path reached 83 % (H100, session 39). Upstream's
+/// block-sparse wrapper draws its own line between the two kernels at the same 4 (R * group).
+inline constexpr int64_t kDecodeTensorCoreMinRows = 4;
+/// The conditions of decode_tensor_cores_auto that need no device: a decode call planned with
+/// use_tensor_cores=False, backend "auto" (an explicit "fa2" keeps upstream's CUDA-core kernel),
+/// no position encoding inside attention (RoPE's rounding differs between the two kernels, as
+/// upstream's does), at least kDecodeTensorCoreMinRows packed rows a request, and not switched
+/// off (`env_off`: FLASHINFER_DECODE_TENSOR_CORES=0).
+bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off);
+/// Whether build_plan puts decode call s on the tensor-core kernel without use_tensor_cores:
+/// decode_tensor_cores_wanted on a CUDA device whose FA2 kernel takes the call's dtypes, head
+/// dims, variant and scale (docs/ATTENTION.md, "Decode on tensor cores").
+bool decode_tensor_cores_auto(const detail::WrapperState& s);
 /// Blocks the tensor-core (FA2) prefill kernel runs at once on `device`: the planner's max_grid
 /// for it (2 x SMs). 0 on a device without those kernels (CPU, or a build without CUDA).
 int64_t tensor_core_max_grid(Device device);

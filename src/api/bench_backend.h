@@ -37,8 +37,10 @@ std::string op_backend(std::string_view fallback);
 
 /// Backend names of upstream's flashinfer_benchmark.py that select a wrapper's own option rather
 /// than an op's `backend` argument, for the routines that have them: the decode wrapper's "fa2"
-/// (use_tensor_cores=False, the CUDA-core kernel) and "fa2_tc" (use_tensor_cores=True, the
-/// tensor-core prefill kernel with the GQA group packed into its rows). Empty for other routines.
+/// (use_tensor_cores=False: the CUDA-core kernel, or from 4 packed rows a request on a GPU the
+/// tensor-core kernel, api::decode_tensor_cores_auto; FLASHINFER_DECODE_TENSOR_CORES=0 keeps the
+/// CUDA-core kernel) and "fa2_tc" (use_tensor_cores=True, the tensor-core prefill kernel with the
+/// GQA group packed into its rows). Empty for other routines.
 std::vector<std::string> wrapper_backends(std::string_view routine);
 
 /// Operand width in bits that a routine's tensor-core work runs at, for "% of the dense peak":

@@ -261,7 +261,8 @@ BenchCase bench_batch_decode(const BenchShape& s, Device dev) {
   // would make plan() run unsplit (scripts/gpu-check compares with upstream on these shapes).
   const int64_t workspace = dev.is_cuda() ? int64_t{128} << 20 : int64_t{16} << 20;
   // `--backends cuda:fa2_tc` (upstream's benchmark name): use_tensor_cores=True; "fa2" (or none):
-  // the CUDA-core kernel.
+  // use_tensor_cores=False, as upstream's benchmark calls it (the CUDA-core kernel, or the
+  // tensor-core one where api::decode_tensor_cores_auto puts the call).
   const bool tensor_cores = api::bench::op_backend("fa2") == "fa2_tc";
   auto w = std::make_shared<BatchDecodeWithPagedKVCacheWrapper>(
       Tensor::empty({workspace}, DType::kUInt8, dev), "NHD", /*use_cuda_graph=*/false,

@@ -255,6 +255,50 @@ TEST(DecodeShape, OccupancyOfTheHeadlineBlockOnHopper) {
 
 std::vector<int64_t> rep(std::size_t n, int64_t v) { return std::vector<int64_t>(n, v); }
 
+// Which plain decode calls (use_tensor_cores=False) the planner sends to the tensor-core kernel on
+// a GPU, apart from what the device and the FA2 kernel take (api::decode_tensor_cores_auto): the
+// packed rows of a request (queries x group) from kDecodeTensorCoreMinRows = 4, backend "auto",
+// no position encoding inside attention, not switched off.
+TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
+  auto state = [](int32_t hq, int32_t hkv, int64_t q_len) {
+    detail::WrapperState s;
+    s.decode = true;
+    s.num_qo_heads = hq;
+    s.num_kv_heads = hkv;
+    s.q_len_per_req = q_len;
+    return s;
+  };
+  using api::decode_tensor_cores_wanted;
+  EXPECT_FALSE(decode_tensor_cores_wanted(state(32, 32, 1), false));  // MHA: CUDA cores
+  EXPECT_FALSE(decode_tensor_cores_wanted(state(32, 16, 1), false));  // group 2
+  EXPECT_TRUE(decode_tensor_cores_wanted(state(32, 8, 1), false));    // group 4: the headline
+  EXPECT_TRUE(decode_tensor_cores_wanted(state(64, 8, 1), false));
+  EXPECT_TRUE(decode_tensor_cores_wanted(state(32, 1, 1), false));
+  EXPECT_TRUE(decode_tensor_cores_wanted(state(32, 16, 2), false));   // 2 queries x group 2
+  EXPECT_FALSE(decode_tensor_cores_wanted(state(32, 32, 3), false));  // 3 packed rows
+  EXPECT_FALSE(decode_tensor_cores_wanted(state(32, 8, 1), true));    // env off
+  detail::WrapperState s = state(32, 8, 1);
+  s.backend = "fa2";  // upstream's CUDA-core kernel, asked for by name
+  EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  s = state(32, 8, 1);
+  s.pos_encoding = 2;  // ALiBi inside attention: the decode kernel's variant
+  EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  s = state(32, 8, 1);
+  s.use_tensor_cores = true;  // already there: nothing to decide
+  EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  s = state(32, 8, 1);
+  s.decode = false;  // prefill is on tensor cores anyway
+  EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  // The planned path: decode_tensor_cores_auto is false off a GPU, so a CPU wrapper's plain
+  // decode stays the CUDA-core form of the reference.
+  s = state(32, 8, 1);
+  s.device = Device::cpu();
+  EXPECT_FALSE(api::decode_tensor_cores_auto(s));
+  EXPECT_FALSE(detail::tensor_core_path(s));
+  s.tensor_cores_auto = true;
+  EXPECT_TRUE(detail::tensor_core_path(s));
+}
+
 TEST(PlanKvChunk, TableOfShapes) {
   using api::plan_kv_chunk;
   // Headline: batch 64, kv 2048 (128 pages of 16), 8 KV heads, max_grid 924. 512 blocks do not

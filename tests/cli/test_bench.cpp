@@ -312,9 +312,9 @@ TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
   }
 }
 
-// The decode wrapper takes upstream's benchmark names for its own option: fa2 (the CUDA-core
-// kernel) and fa2_tc (use_tensor_cores=True); both match the reference, one CSV row each; other
-// names are refused with the list.
+// The decode wrapper takes upstream's benchmark names for its own option: fa2
+// (use_tensor_cores=False) and fa2_tc (use_tensor_cores=True); both match the reference, one CSV
+// row each; other names are refused with the list.
 TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
   const std::string csv = testing::TempDir() + "bench_decode_tc.csv";
   std::remove(csv.c_str());

@@ -451,13 +451,15 @@ TEST(BatchDecodeCuda, MatchesCpu) {
   }
 }
 
-// Decode through both CUDA kernels (CUDA-core, and the tensor-core prefill kernel with
-// use_tensor_cores), with several causal queries per request, a window, a soft cap and forced
-// split-KV, against the CPU reference.
+// Decode through both CUDA kernels, with several causal queries per request, a window, a soft
+// cap and forced split-KV, against the CPU reference: the CUDA-core kernel (backend "fa2" keeps
+// it), the tensor-core prefill kernel with use_tensor_cores, and the library's own choice for
+// use_tensor_cores=False at group 4 (backend "auto": tensor cores, api::decode_tensor_cores_auto).
 TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
-  for (bool tensor_cores : {false, true}) {
+  for (auto [tensor_cores, backend] :
+       {std::pair<bool, const char*>{false, "fa2"}, {false, "auto"}, {true, "auto"}}) {
     for (int64_t q_len : {1, 3}) {
       std::vector<std::vector<double>> kd, vd;
       testing::PagedFixture f =
@@ -475,7 +477,7 @@ TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
       cpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
       AttentionOutput ref = cpu.run(q, f.cache(), ro);
       BatchDecodeWithPagedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, g), "HND",
-                                             false, tensor_cores);
+                                             false, tensor_cores, {}, {}, {}, backend);
       gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, 128, 16, po);
       EXPECT_TRUE(gpu.split_kv()) << "the plan ran unsplit";
       AttentionOutput got = gpu.run(q.to(g),
@@ -484,9 +486,9 @@ TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
                                     ro);
       EXPECT_TRUE(
           testing::all_close(got.out, ref.out, testing::default_tolerance(DType::kBFloat16)))
-          << "tensor_cores " << tensor_cores << " q_len " << q_len;
+          << "tensor_cores " << tensor_cores << " backend " << backend << " q_len " << q_len;
       EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}))
-          << "tensor_cores " << tensor_cores << " q_len " << q_len;
+          << "tensor_cores " << tensor_cores << " backend " << backend << " q_len " << q_len;
     }
   }
 }

@@ -17,6 +17,7 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/decode_cuda.h"
 #include "oracle/attention_oracle.h"
 #include "util/cuda_graph_util.h"
 #endif
@@ -44,9 +45,30 @@ struct DecodeCase {
 };
 
 struct Runs {
-  AttentionOutput cpu, gpu, oracle;
+  // gpu: the library's choice of kernel; gpu_core: FLASHINFER_DECODE_TENSOR_CORES=0, the
+  // CUDA-core kernel whatever the group.
+  AttentionOutput cpu, gpu, gpu_core, oracle;
   bool gpu_split = false;  // the GPU plan split the keys (partials and the merge pass)
+  // CUDA-core kernel launches (kernels::cuda::batch_decode_launches) of each GPU run.
+  uint64_t core_launches = 0, core_launches_forced = 0;
 };
+
+// CUDA-core kernel launches so far (0 in a build without CUDA, whose GPU cases skip).
+uint64_t core_launches() {
+#if FLASHINFER_TEST_HAVE_ORACLES
+  return kernels::cuda::batch_decode_launches();
+#else
+  return 0;
+#endif
+}
+
+// The packed rows of a request (queries x group) from which the library runs a plain decode on
+// tensor cores (api::kDecodeTensorCoreMinRows) where the FA2 kernel takes the call: 16-bit q,
+// built head dims, fp8 K/V plain or soft-capped only.
+bool expect_tensor_cores(const DecodeCase& c) {
+  const bool dims = c.d == 64 || c.d == 128 || c.d == 256;
+  return c.hq / c.hkv * c.q_len >= 4 && dims;
+}
 
 Runs run_case(const DecodeCase& c) {
   const Device g = Device::cuda();
@@ -81,8 +103,22 @@ Runs run_case(const DecodeCase& c) {
   };
   Runs r;
   r.cpu = run(Device::cpu());
-  r.gpu = run(g);
-  r.gpu_split = gpu_split;
+  {
+    const testing::ScopedEnv automatic("FLASHINFER_DECODE_TENSOR_CORES", nullptr);
+    const uint64_t before = core_launches();
+    r.gpu = run(g);
+    r.core_launches = core_launches() - before;
+    r.gpu_split = gpu_split;
+  }
+  {
+    const testing::ScopedEnv core("FLASHINFER_DECODE_TENSOR_CORES", "0");
+    const uint64_t before = core_launches();
+    r.gpu_core = run(g);
+    r.core_launches_forced = core_launches() - before;
+    if (c.split) {
+      EXPECT_TRUE(gpu_split) << "the CUDA-core plan ran unsplit";
+    }
+  }
 #if FLASHINFER_TEST_HAVE_ORACLES
   {
     testing::ScopedAttentionOracle oracle;
@@ -99,12 +135,28 @@ void expect_matches(const DecodeCase& c) {
   if (c.split) {
     EXPECT_TRUE(r.gpu_split) << "the plan ran unsplit";
   }
+  // Which kernel ran: the CUDA-core kernel when forced, and by default below
+  // kDecodeTensorCoreMinRows packed rows; the tensor-core kernel by default from there on where
+  // it takes the call (everything here but the JIT head dims; sinks too).
+  EXPECT_GT(r.core_launches_forced, 0u)
+      << "FLASHINFER_DECODE_TENSOR_CORES=0 ran no CUDA-core kernel";
+  if (expect_tensor_cores(c)) {
+    EXPECT_EQ(r.core_launches, 0u) << "a GQA decode stayed on the CUDA-core kernel";
+  } else {
+    EXPECT_GT(r.core_launches, 0u) << "the CUDA-core kernel did not run";
+  }
   const auto tol = testing::default_tolerance(c.q);
-  EXPECT_TRUE(testing::all_close(r.gpu.out, r.cpu.out, tol)) << "vs CPU";
-  EXPECT_TRUE(testing::all_close(r.gpu.lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+  for (const auto& [name, got] : {std::pair<const char*, const AttentionOutput*>{"default", &r.gpu},
+                                  {"CUDA-core", &r.gpu_core}}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(testing::all_close(got->out, r.cpu.out, tol)) << "vs CPU";
+    EXPECT_TRUE(testing::all_close(got->lse, r.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+    if (r.oracle.out.defined()) {
+      EXPECT_TRUE(testing::all_close(got->out, r.oracle.out, tol)) << "vs the oracle kernel";
+      EXPECT_TRUE(testing::all_close(got->lse, r.oracle.lse, {1e-3, 1e-4})) << "lse vs oracle";
+    }
+  }
   if (r.oracle.out.defined()) {
-    EXPECT_TRUE(testing::all_close(r.gpu.out, r.oracle.out, tol)) << "vs the oracle kernel";
-    EXPECT_TRUE(testing::all_close(r.gpu.lse, r.oracle.lse, {1e-3, 1e-4})) << "lse vs oracle";
     EXPECT_TRUE(testing::all_close(r.oracle.out, r.cpu.out, tol)) << "oracle vs CPU";
   }
 }
@@ -251,8 +303,7 @@ TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
 // (split one way, unsplit the other: fixed 8-page chunks, then disable_split_kv, since on a
 // 132-SM device the planner's own rule splits both), computes the new plan. The padded grid, the
 // padding blocks' valid test and the fixed plan-array layout are what make this hold.
-TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
-  FLASHINFER_SKIP_WITHOUT_CUDA();
+void check_graph_replay_after_replan() {
   const Device g = Device::cuda();
   const int64_t page = 16, hq = 32, hkv = 8, d = 128;
   const std::vector<int32_t> cap{4000, 5000, 900, 64};  // the cache holds the longest of both
@@ -335,6 +386,17 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   cudaGraphExecDestroy(graph.exec);
   cudaGraphDestroy(graph.graph);
   cudaStreamDestroy(graph.stream);
+}
+
+// Group 4: by default on tensor cores (the FA2 kernel's padded grid), and forced onto the
+// CUDA-core kernel.
+TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (const char* tc : {static_cast<const char*>(nullptr), "0"}) {
+    SCOPED_TRACE(tc ? "FLASHINFER_DECODE_TENSOR_CORES=0" : "default");
+    const testing::ScopedEnv env("FLASHINFER_DECODE_TENSOR_CORES", tc);
+    check_graph_replay_after_replan();
+  }
 }
 #endif
 

@@ -20,6 +20,7 @@ namespace {
 using decode::batch_decode_kernel;
 
 std::atomic<AttentionKernelOverride> g_override{nullptr};
+std::atomic<uint64_t> g_decode_launches{0};
 
 int kv_bytes(DType kv) { return static_cast<int>(dtype_size(kv)); }
 
@@ -240,6 +241,8 @@ int sm_count(int device) {
 
 void set_attention_kernel_override(AttentionKernelOverride f) { g_override.store(f); }
 
+uint64_t batch_decode_launches() { return g_decode_launches.load(std::memory_order_relaxed); }
+
 bool attention_rows_aligned(const AttentionParams& p) {
   const std::size_t qe = dtype_size(p.q_dtype), ke = dtype_size(p.kv.dtype);
   return rows_aligned16(p.q, {p.q_stride_n, p.q_stride_h}, qe) &&
@@ -259,6 +262,7 @@ void batch_attention(const AttentionParams& p, void* stream, bool enable_pdl) {
     batch_prefill(p, stream, enable_pdl);
   } else {
     check_alignment(p);
+    g_decode_launches.fetch_add(1, std::memory_order_relaxed);
     visit_decode_dtypes(p,
                         [&]<class TQ, class TKV>() { dispatch_dims<TQ, TKV>(p, s, enable_pdl); });
   }

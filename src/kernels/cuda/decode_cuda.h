@@ -4,6 +4,10 @@
 // launch fails.
 #pragma once
 
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
 #include "kernels/attention_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -27,6 +31,18 @@ int decode_variant(const AttentionParams& p);
 /// block shape's threads and shared memory (kernels/occupancy.h). The planner's max_grid is this
 /// times the SM count.
 int decode_blocks_per_sm(const AttentionParams& p, int device);
+
+/// FLASHINFER_DECODE_TENSOR_CORES=0: decode calls planned with use_tensor_cores=False stay on the
+/// CUDA-core kernel whatever their group (api::decode_tensor_cores_auto). Read at each plan, so
+/// that one GPU can time or check one kernel against the other.
+inline bool decode_tensor_cores_off_by_env() {
+  const char* e = std::getenv("FLASHINFER_DECODE_TENSOR_CORES");
+  return e != nullptr && std::string_view(e) == "0";
+}
+
+/// Launches of the CUDA-core kernel (batch_decode_kernel, AOT or JIT) by batch_attention since
+/// the process started: tests tell with it which kernel a call ran on.
+uint64_t batch_decode_launches();
 
 /// Test seam: while set, batch_attention runs `f` in place of its kernels (the merge pass still
 /// follows). The tests install the first-draft kernels, kept as oracles, this way.

@@ -61,7 +61,16 @@ int prefill_variant(const AttentionParams& p) {
                                        p.alibi_slopes != nullptr);
 }
 
-bool prefill_supported(const AttentionParams& p) {
+namespace {
+
+// Which tensor-core kernel takes p on `device`: fa2 when the FA2 kernel does (its built head-dim
+// pairs, blocks that fit the device), ok when one of them does (the FA2 kernel or the first-draft
+// kernel through NVRTC).
+struct PrefillRoute {
+  bool ok = false, fa2 = false;
+};
+
+PrefillRoute prefill_route(const AttentionParams& p, int device) {
   // fp8 K/V (e4m3 / e5m2): the FA2 kernel's fp8 instances only (below).
   const bool fp8_kv = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool dtype_ok = (p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16) &&
@@ -69,12 +78,11 @@ bool prefill_supported(const AttentionParams& p) {
   // The FA2 kernel for its built pairs (64/64, 128/128, 256/256, 192/128), the first-draft
   // kernel through NVRTC for any other equal multiple of 16 up to 256; the CUDA-core kernel
   // takes the rest.
-  int device = 0, major = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  int major = 0, optin = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
           cudaSuccess) {
-    return false;
+    return {};
   }
   // The FA2 kernel where its blocks fit the device's shared memory (sm_86 / sm_89 take 99 KiB a
   // block: not 192 / 128); the first-draft kernel otherwise.
@@ -98,7 +106,22 @@ bool prefill_supported(const AttentionParams& p) {
   // CUDA-core kernel (the first-draft kernel too, one rule for the tensor-core path).
   const bool scale_ok =
       prefill::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr);
-  return dtype_ok && dim_ok && sinks_ok && alibi_ok && fp8_ok && scale_ok && major >= 8;
+  PrefillRoute r;
+  r.ok = dtype_ok && dim_ok && sinks_ok && alibi_ok && fp8_ok && scale_ok && major >= 8;
+  r.fa2 = r.ok && fa2;
+  return r;
+}
+
+}  // namespace
+
+bool prefill_supported(const AttentionParams& p) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  return prefill_route(p, device).ok;
+}
+
+bool prefill_fa2_takes(const AttentionParams& p, int device) {
+  return prefill_route(p, device).fa2;
 }
 
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl) {

@@ -10,6 +10,11 @@
 namespace flashinfer::kernels::cuda {
 
 bool prefill_supported(const AttentionParams& p);
+/// Whether the FA2 kernel itself (not the first-draft kernel) takes p on `device`: its built
+/// head-dim pairs with blocks that fit the device's shared memory, and p's dtypes, variant,
+/// sinks and scale. The planner asks it for decode calls it may put on tensor cores
+/// (decode_tensor_cores_auto in api/attention_common.cpp) before any current device is set.
+bool prefill_fa2_takes(const AttentionParams& p, int device);
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl);
 
 /// The FA2 kernel's variant bits for p (kPrefillSoftCap, kPrefillCustomMask of prefill_shape.h).
