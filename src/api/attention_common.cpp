@@ -462,7 +462,9 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
   return pf::prefill_sm90_fits(
       9, 0, pf::kSm90MinPackedRows, static_cast<int>(s.head_dim_qk),
       static_cast<int>(s.head_dim_vo),
-      q16 && (s.kv_dtype == s.q_dtype || dtype_is_fp8(s.kv_dtype)) && s.o_dtype == s.q_dtype,
+      q16 && (s.kv_dtype == s.q_dtype || dtype_is_fp8(s.kv_dtype)) && s.o_dtype == s.q_dtype &&
+          pf::prefill_sm90_kv_built(static_cast<int>(s.head_dim_qk),
+                                    static_cast<int>(s.head_dim_vo), dtype_is_fp8(s.kv_dtype)),
       plan_variant(s),
       pf::prefill_scale_folds(static_cast<float>(s.sm_scale), s.scale_q.defined(),
                               s.scale_k.defined()),
@@ -476,11 +478,19 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
 }  // namespace
 
 bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off) {
-  if (!s.decode || s.use_tensor_cores || s.backend != "auto" || s.pos_encoding != 0 || env_off) {
-    return false;
-  }
+  // trtllm-gen: the decode wrapper runs this library's kernels for it, as for "auto".
+  const bool backend = s.backend == "auto" || s.backend == "trtllm-gen";
+  if (!s.decode || s.use_tensor_cores || !backend || s.pos_encoding != 0 || env_off) return false;
   const int64_t group = s.num_kv_heads > 0 ? s.num_qo_heads / s.num_kv_heads : 0;
-  return s.q_len_per_req * group >= kDecodeTensorCoreMinRows;
+  const int64_t packed = s.q_len_per_req * group;
+  if (packed < kDecodeTensorCoreMinRows) return false;
+  // Up to 16 packed rows the FA2 kernel's block is its 16-row one, which holds the group in one
+  // m16 fragment: head dims up to 192, plain or soft-capped (prefill_cta_rows). Elsewhere (head
+  // dim 256) it would be a 64-row block of 4 to 16 rows; the CUDA-core kernel keeps those.
+  namespace pf = kernels::cuda::prefill;
+  return packed > 16 ||
+         pf::prefill_cta_rows(static_cast<int>(packed), static_cast<int>(s.head_dim_qk),
+                              static_cast<int>(s.head_dim_vo), plan_variant(s)) == 16;
 }
 
 bool decode_tensor_cores_auto(const detail::WrapperState& s) {
@@ -510,7 +520,11 @@ bool decode_tensor_cores_auto(const detail::WrapperState& s) {
 
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
-  s.tensor_cores_auto = decode_tensor_cores_auto(s);
+  // Under CUDA graphs the first plan's choice holds (its kernel and grid were captured; a later
+  // plan for the CUDA-core kernel could need more work items than the captured grid).
+  if (!(s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only && s.graph_batch >= 0)) {
+    s.tensor_cores_auto = decode_tensor_cores_auto(s);
+  }
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
   const bool hopper = hopper_prefill_candidate(s);
@@ -572,7 +586,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
                                                   s.scale_q.defined(), s.scale_k.defined());
     // sm_90: the Hopper kernel takes the calls whose plan gives it its blocks (prefill_sm90.h:
     // tall ones for more than 64 packed rows, one-warpgroup ones for 17 to 64); its tiles leave
-    // room for prefill_sm90_min_blocks of them an SM (one tall block at head dims 128 and 256).
+    // room for prefill_sm90_min_blocks of them an SM (one tall block at head dims 128, 192 / 128
+    // and 256).
     if (hopper) {
       const int64_t packed = rows_per_tile * group;
       const int wg = packed >= pf::kSm90MinPackedRows        ? 2

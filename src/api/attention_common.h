@@ -147,10 +147,12 @@ inline constexpr int64_t kCudaCoreDecodeMinChunkTokens = 32;
 /// block-sparse wrapper draws its own line between the two kernels at the same 4 (R * group).
 inline constexpr int64_t kDecodeTensorCoreMinRows = 4;
 /// The conditions of decode_tensor_cores_auto that need no device: a decode call planned with
-/// use_tensor_cores=False, backend "auto" (an explicit "fa2" keeps upstream's CUDA-core kernel),
-/// no position encoding inside attention (RoPE's rounding differs between the two kernels, as
-/// upstream's does), at least kDecodeTensorCoreMinRows packed rows a request, and not switched
-/// off (`env_off`: FLASHINFER_DECODE_TENSOR_CORES=0).
+/// use_tensor_cores=False, backend "auto" or "trtllm-gen" (an explicit "fa2" keeps upstream's
+/// CUDA-core kernel), no position encoding inside attention (RoPE's rounding differs between the
+/// two kernels, as upstream's does), at least kDecodeTensorCoreMinRows packed rows a request, up
+/// to 16 of them only where the FA2 kernel's block for them is its 16-row one (head dims up to
+/// 192, plain or soft-capped: prefill_cta_rows), and not switched off (`env_off`:
+/// FLASHINFER_DECODE_TENSOR_CORES=0).
 bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off);
 /// Whether build_plan puts decode call s on the tensor-core kernel without use_tensor_cores:
 /// decode_tensor_cores_wanted on a CUDA device whose FA2 kernel takes the call's dtypes, head

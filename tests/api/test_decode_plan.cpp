@@ -266,6 +266,7 @@ TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
     s.num_qo_heads = hq;
     s.num_kv_heads = hkv;
     s.q_len_per_req = q_len;
+    s.head_dim_qk = s.head_dim_vo = 128;
     return s;
   };
   using api::decode_tensor_cores_wanted;
@@ -280,9 +281,23 @@ TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
   detail::WrapperState s = state(32, 8, 1);
   s.backend = "fa2";  // upstream's CUDA-core kernel, asked for by name
   EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  s.backend = "trtllm-gen";  // the decode wrapper runs this library's kernels for it
+  EXPECT_TRUE(decode_tensor_cores_wanted(s, false));
   s = state(32, 8, 1);
   s.pos_encoding = 2;  // ALiBi inside attention: the decode kernel's variant
   EXPECT_FALSE(decode_tensor_cores_wanted(s, false));
+  // The FA2 kernel's 16-row block holds up to 16 packed rows at head dims up to 192, plain or
+  // soft-capped; at 256 4 to 16 rows would take a 64-row block: the CUDA-core kernel keeps them.
+  for (int64_t d : {64, 128, 192, 256}) {
+    s = state(32, 8, 1);
+    s.head_dim_qk = s.head_dim_vo = d;
+    EXPECT_EQ(decode_tensor_cores_wanted(s, false), d <= 192) << d;
+    s.logits_soft_cap = 30.0;
+    EXPECT_EQ(decode_tensor_cores_wanted(s, false), d <= 192) << d;
+    s = state(64, 2, 1);  // 32 packed rows: a 64-row block (or the Hopper kernel's) at any dim
+    s.head_dim_qk = s.head_dim_vo = d;
+    EXPECT_TRUE(decode_tensor_cores_wanted(s, false)) << d;
+  }
   s = state(32, 8, 1);
   s.use_tensor_cores = true;  // already there: nothing to decide
   EXPECT_FALSE(decode_tensor_cores_wanted(s, false));

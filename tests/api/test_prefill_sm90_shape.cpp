@@ -24,7 +24,7 @@ namespace {
 
 TEST(PrefillSm90Shape, DispatchRule) {
   constexpr long long kH100Optin = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, sm_90
-  const unsigned smem = prefill_sm90_smem_bytes(128);
+  const unsigned smem = prefill_sm90_smem_bytes(128, 128);
   // Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB) + two buffers of offsets (2 x 2 KiB) + range +
   // alignment slack.
   EXPECT_EQ(smem, 32768u + 131072u + 4096u + 16u + 1024u);
@@ -50,7 +50,33 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 256, 256, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 64, 128, true, 0, true, kH100Optin));
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 96, 96, true, 0, true, kH100Optin));
-  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
+  // DeepSeek's qk 192 / vo 128 in tall blocks (16-bit K/V: the callers' kv_ok holds
+  // prefill_sm90_kv_built), not in one-warpgroup blocks.
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 192, 128, true, 0, true, kH100Optin));
+  EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 192, 128, true, kPrefillSoftCap, true, kH100Optin));
+  EXPECT_EQ(prefill_sm90_warpgroups(9, 0, 64, 192, 128, true, 0, true, kH100Optin), 0);
+  EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 192, true, 0, true, kH100Optin));
+  EXPECT_TRUE(prefill_sm90_kv_built(192, 128, false));
+  EXPECT_FALSE(prefill_sm90_kv_built(192, 128, true));
+  EXPECT_TRUE(prefill_sm90_kv_built(128, 128, true));
+  // 192 / 128: 128-key tiles (S and O 64 accumulators a thread each, as at 128), Q 48 KiB +
+  // 2 x (K 48 + V 32) KiB + offsets 4 KiB: 213 KiB, one block an SM.
+  EXPECT_EQ(prefill_sm90_kv_tile(192, 128), 128);
+  EXPECT_EQ(prefill_sm90_k_bytes(192, 128), 49152u);
+  EXPECT_EQ(prefill_sm90_v_bytes(192, 128), 32768u);
+  EXPECT_EQ(prefill_sm90_smem_bytes(192, 128), 49152u + 163840u + 4096u + 16u + 1024u);
+  EXPECT_LE(prefill_sm90_smem_bytes(192, 128), static_cast<unsigned>(kH100Optin));
+  EXPECT_EQ(prefill_sm90_min_blocks(192), 1);
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(192, 128, 2));
+  // Copies: a thread keeps whole unit columns of a row (one at 64 / 128 / 256; three of a
+  // 192-wide row, 8 threads a row), in blocks of 256 and 128 threads.
+  EXPECT_EQ(prefill_sm90_units_per_thread(8, 256), 1);
+  EXPECT_EQ(prefill_sm90_units_per_thread(16, 256), 1);
+  EXPECT_EQ(prefill_sm90_units_per_thread(32, 256), 1);
+  EXPECT_EQ(prefill_sm90_units_per_thread(24, 256), 3);
+  EXPECT_EQ(prefill_sm90_units_per_thread(16, 128), 1);
+  EXPECT_EQ(prefill_sm90_units_per_thread(12, 256), 3);  // fp8 192: 12 units, 4 threads a row
+  EXPECT_EQ(prefill_sm90_units_per_thread(5, 256), 5);
   // The soft cap and fp8 K/V (kv_ok: of q's dtype or fp8) are built; other K/V dtypes, a custom
   // mask, ALiBi, scales that do not fold and too little shared memory are not.
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, kPrefillSoftCap, true, kH100Optin));
@@ -63,41 +89,41 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem - 1));
   EXPECT_TRUE(prefill_sm90_fits(9, 0, 128, 128, 128, true, 0, true, smem));
   // Head dim 256: 64-key tiles, Q 64 KiB + 2 x (32 + 32) KiB, one block an SM.
-  EXPECT_EQ(prefill_sm90_kv_tile(256), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(256), 65536u + 131072u + 2048u + 16u + 1024u);
-  EXPECT_LE(prefill_sm90_smem_bytes(256), static_cast<unsigned>(kH100Optin));
+  EXPECT_EQ(prefill_sm90_kv_tile(256, 256), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(256, 256), 65536u + 131072u + 2048u + 16u + 1024u);
+  EXPECT_LE(prefill_sm90_smem_bytes(256, 256), static_cast<unsigned>(kH100Optin));
   EXPECT_EQ(prefill_sm90_min_blocks(256), 1);
   EXPECT_EQ(kSm90Threads, 256);
-  EXPECT_EQ(prefill_sm90_kv_tile(128), 128);
+  EXPECT_EQ(prefill_sm90_kv_tile(128, 128), 128);
   // Head dim 64: 64-key tiles and two blocks an SM (their tiles and the launch bounds' 128
   // registers a thread), within the SM's 228 KiB and 64 K registers.
-  EXPECT_EQ(prefill_sm90_kv_tile(64), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(64), 16384u + 32768u + 2048u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_kv_tile(64, 64), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(64, 64), 16384u + 32768u + 2048u + 16u + 1024u);
   EXPECT_EQ(prefill_sm90_min_blocks(64), 2);
   EXPECT_EQ(prefill_sm90_min_blocks(128), 1);
   for (int d : {64, 128}) {
-    EXPECT_LE(
-        static_cast<long long>(prefill_sm90_min_blocks(d)) * (prefill_sm90_smem_bytes(d) + 1024u),
-        228 * 1024)
+    EXPECT_LE(static_cast<long long>(prefill_sm90_min_blocks(d)) *
+                  (prefill_sm90_smem_bytes(d, d) + 1024u),
+              228 * 1024)
         << d;
     EXPECT_LE(prefill_sm90_min_blocks(d) * kSm90Threads * (d == 64 ? 128 : 255), 65536) << d;
   }
   // One-warpgroup blocks: 64-key tiles, two an SM at head dims 64 and 128.
-  EXPECT_EQ(prefill_sm90_kv_tile(128, 1), 64);
-  EXPECT_EQ(prefill_sm90_smem_bytes(128, 1), 16384u + 65536u + 2048u + 16u + 1024u);
+  EXPECT_EQ(prefill_sm90_kv_tile(128, 128, 1), 64);
+  EXPECT_EQ(prefill_sm90_smem_bytes(128, 128, 1), 16384u + 65536u + 2048u + 16u + 1024u);
   EXPECT_EQ(prefill_sm90_min_blocks(128, 1), 2);
   EXPECT_EQ(prefill_sm90_min_blocks(64, 1), 2);
   EXPECT_FALSE(prefill_sm90_dim_built(256, 256, 1));
   for (int d : {64, 128}) {
-    EXPECT_LE(2 * (prefill_sm90_smem_bytes(d, 1) + 1024u), 228u * 1024u) << d;
+    EXPECT_LE(2 * (prefill_sm90_smem_bytes(d, d, 1) + 1024u), 228u * 1024u) << d;
   }
   // The ping-pong schedule: where a tall block is alone on its SM (head dims 128 and 256); its
   // named barriers take the block's 16 (ptxas reserves all for barrier ids in registers), which
   // one block an SM can hold.
-  EXPECT_TRUE(prefill_sm90_ping_pong_built(128, 2));
-  EXPECT_TRUE(prefill_sm90_ping_pong_built(256, 2));
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(64, 2));   // two blocks an SM
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 1));  // one warpgroup
+  EXPECT_TRUE(prefill_sm90_ping_pong_built(128, 128, 2));
+  EXPECT_TRUE(prefill_sm90_ping_pong_built(256, 256, 2));
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(64, 64, 2));    // two blocks an SM
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 128, 1));  // one warpgroup
   for (int d : {128, 256}) EXPECT_EQ(prefill_sm90_min_blocks(d, 2), 1) << d;
 }
 
@@ -167,14 +193,33 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kFloat16, 128);
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+  p = call(DType::kBFloat16, DType::kBFloat16, 192);  // 192 / 192: not built
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+  // DeepSeek's 192 / 128: tall blocks, 16-bit K/V (either 16-bit dtype), plain or soft-capped;
+  // not fp8 K/V, not one-warpgroup blocks, not without its 213 KiB.
+  for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool cap : {false, true}) {
+      p = call(q, q, 192);
+      p.head_dim_vo = 128;
+      if (cap) p.logits_soft_cap = 30.0f;
+      EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 2) << cap;
+    }
+  }
+  p = call(DType::kBFloat16, DType::kFloat8E4M3FN, 192);
+  p.head_dim_vo = 128;
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 192);
+  p.head_dim_vo = 128;
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(192, 128)), 2);
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(192, 128) - 1), 0);
+  p.max_work_rows = 16;  // 64 packed rows
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 256);
-  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(256) - 1), 0);
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(256, 256) - 1), 0);
   p = call(DType::kBFloat16, DType::kBFloat16, 128);
   p.max_work_rows = 16;  // a one-warpgroup block's shared memory
-  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 1)), 1);
-  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 1) - 1), 0);
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 128, 1)), 1);
+  EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 128, 1) - 1), 0);
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE
@@ -185,10 +230,10 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
 int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
 int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
 
-template <class T, int D, int kWG = 2>
+template <class T, int DQK, int DVO = DQK, int kWG = 2>
 void check_accumulators_and_p() {
   using namespace cute;
-  using Tr = Sm90Prefill<T, D, kWG>;
+  using Tr = Sm90Prefill<T, DQK, DVO, kWG>;
   constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows and threads
   constexpr int kSm90Threads = prefill_sm90_threads(kWG);
   constexpr int kN = Tr::kN;
@@ -198,9 +243,9 @@ void check_accumulators_and_p() {
     auto thr_s = mma_s.get_thread_slice(t);
     auto thr_o = mma_o.get_thread_slice(t);
     Tensor cs = thr_s.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<kN>>{}));
-    Tensor co = thr_o.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<D>>{}));
+    Tensor co = thr_o.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<DVO>>{}));
     ASSERT_EQ(int(size(cs)), kN / 2);
-    ASSERT_EQ(int(size(co)), D / 2);
+    ASSERT_EQ(int(size(co)), DVO / 2);
     for (int v = 0; v < int(size(cs)); ++v) {
       ASSERT_EQ(int(get<0>(cs(v))), formula_row(t, v)) << "S thread " << t << " value " << v;
       ASSERT_EQ(int(get<1>(cs(v))), formula_col(t, v)) << "S thread " << t << " value " << v;
@@ -211,16 +256,16 @@ void check_accumulators_and_p() {
     }
     // S = Q K^T: each warpgroup's A operand (Q through descriptors) is its own 64 rows, every
     // dim of them; its B operand every key of the tile.
-    Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<D>>{}));
+    Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<DQK>>{}));
     std::set<std::pair<int, int>> q_seen;
     for (int i = 0; i < int(size(qa)); ++i) {
       const int row = get<0>(qa(i));
       ASSERT_EQ(row / 64, t / 128) << "thread " << t << " reads another warpgroup's Q row";
       q_seen.insert({row, int(get<1>(qa(i)))});
     }
-    EXPECT_EQ(q_seen.size(), 64u * D) << "thread " << t;
-    Tensor kb = thr_s.partition_B(make_identity_tensor(Shape<Int<kN>, Int<D>>{}));
-    EXPECT_EQ(int(size(kb)), kN * D) << "thread " << t;
+    EXPECT_EQ(q_seen.size(), 64u * DQK) << "thread " << t;
+    Tensor kb = thr_s.partition_B(make_identity_tensor(Shape<Int<kN>, Int<DQK>>{}));
+    EXPECT_EQ(int(size(kb)), kN * DQK) << "thread " << t;
     // O += P V reads A element (a, 0, k) of this thread from register LayoutP(a, 0, k), which the
     // kernel filled with P of S value LayoutP(a, 0, k): both must name the same (row, key).
     Tensor ca = thr_o.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<kN>>{}));
@@ -248,15 +293,17 @@ TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceBf16) {
   check_accumulators_and_p<__nv_bfloat16, 128>();
   check_accumulators_and_p<__nv_bfloat16, 64>();
   check_accumulators_and_p<__nv_bfloat16, 256>();
-  check_accumulators_and_p<__nv_bfloat16, 128, 1>();
-  check_accumulators_and_p<__nv_bfloat16, 64, 1>();
+  check_accumulators_and_p<__nv_bfloat16, 192, 128>();
+  check_accumulators_and_p<__nv_bfloat16, 128, 128, 1>();
+  check_accumulators_and_p<__nv_bfloat16, 64, 64, 1>();
 }
 TEST(PrefillSm90Shape, AccumulatorCoordinatesAndPInPlaceFp16) {
   check_accumulators_and_p<__half, 128>();
   check_accumulators_and_p<__half, 64>();
   check_accumulators_and_p<__half, 256>();
-  check_accumulators_and_p<__half, 128, 1>();
-  check_accumulators_and_p<__half, 64, 1>();
+  check_accumulators_and_p<__half, 192, 128>();
+  check_accumulators_and_p<__half, 128, 128, 1>();
+  check_accumulators_and_p<__half, 64, 64, 1>();
 }
 
 // A layout's 16-byte units: every (row, 8 c) names 8 contiguous elements at a 16-byte boundary,
@@ -281,38 +328,59 @@ void check_units(const Layout& layout, int rows, int cols, int stages, Offset of
   EXPECT_EQ(*seen.rbegin(), rows * cols * stages - 1);
 }
 
-template <int D, int kWG = 2>
+// Every (row, 16-byte unit) of a tile of `rows` x `units`, exactly once, over the threads of a
+// block that each keep `u` unit columns (col, col + units / u, ...) of rows r0, r0 + pass, ...
+// with col = tid % (units / u), r0 = tid / (units / u), pass = threads / (units / u): the
+// kernel's copy mapping (Q, K and V).
+void check_copy_cover(int rows, int units, int threads) {
+  const int u = prefill_sm90_units_per_thread(units, threads);
+  ASSERT_GT(u, 0);
+  const int cols = units / u, pass = threads / cols;
+  ASSERT_EQ(threads % cols, 0);
+  ASSERT_EQ(rows % pass, 0);
+  std::set<std::pair<int, int>> seen;
+  for (int tid = 0; tid < threads; ++tid) {
+    for (int r = tid / cols; r < rows; r += pass) {
+      for (int j = 0; j < u; ++j) {
+        ASSERT_TRUE(seen.insert({r, tid % cols + j * cols}).second) << "unit copied twice";
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), rows * units);
+}
+
+template <int DQK, int DVO = DQK, int kWG = 2>
 void check_tiles() {
-  using Tr = Sm90Prefill<__nv_bfloat16, D, kWG>;
+  using Tr = Sm90Prefill<__nv_bfloat16, DQK, DVO, kWG>;
   constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows and threads
   constexpr int kSm90Threads = prefill_sm90_threads(kWG);
   constexpr int kN = Tr::kN;
-  // Q [128 rows x D dims]: the kernel writes (r, 8 col).
-  check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, D, 1,
+  // Q [128 rows x DQK dims]: the kernel writes (r, 8 col).
+  check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, DQK, 1,
               [](const auto& l, int r, int c, int) { return static_cast<int>(l(r, c)); });
   // K [key x dim x stage]: (r, 8 col, stage).
-  check_units(typename Tr::OffsetsK{}, kN, D, kSm90Stages,
+  check_units(typename Tr::OffsetsK{}, kN, DQK, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(r, c, s)); });
   // V^T [dim x key x stage]: key r's unit col at (8 col, r, stage): dims contiguous in a key.
-  check_units(typename Tr::OffsetsVt{}, kN, D, kSm90Stages,
+  check_units(typename Tr::OffsetsVt{}, kN, DVO, kSm90Stages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(c, r, s)); });
-  // Each stage is one contiguous block of kN x D elements (the byte sizes the kernel's carve-up
-  // of shared memory assumes: prefill_sm90_kv_bytes).
+  // Each stage is one contiguous block of kN x DQK (K) or kN x DVO (V) elements (the byte sizes
+  // the kernel's carve-up of shared memory assumes: prefill_sm90_k_bytes / v_bytes).
   const typename Tr::OffsetsK lk{};
   const typename Tr::OffsetsVt lv{};
+  const int k_bytes = static_cast<int>(prefill_sm90_k_bytes(DQK, DVO, kWG));
+  const int v_bytes = static_cast<int>(prefill_sm90_v_bytes(DQK, DVO, kWG));
   for (int s = 0; s < kSm90Stages; ++s) {
     int lo_k = 1 << 30, lo_v = 1 << 30;
     for (int r = 0; r < kN; ++r) {
-      for (int c = 0; c < D; ++c) {
-        lo_k = std::min(lo_k, static_cast<int>(lk(r, c, s)));
-        lo_v = std::min(lo_v, static_cast<int>(lv(c, r, s)));
-      }
+      for (int c = 0; c < DQK; ++c) lo_k = std::min(lo_k, static_cast<int>(lk(r, c, s)));
+      for (int c = 0; c < DVO; ++c) lo_v = std::min(lo_v, static_cast<int>(lv(c, r, s)));
     }
-    EXPECT_EQ(lo_k * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG)));
-    EXPECT_EQ(lo_v * 2, s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG)));
+    EXPECT_EQ(lo_k * 2, s * k_bytes);
+    EXPECT_EQ(lo_v * 2, s * v_bytes);
   }
   EXPECT_EQ(static_cast<int>(cute::cosize(typename Tr::OffsetsQ{})) * 2,
-            static_cast<int>(prefill_sm90_q_bytes(D, kWG)));
+            static_cast<int>(prefill_sm90_q_bytes(DQK, kWG)));
   // The hardware's 128-byte swizzle spelled out (the PTX ISA's canonical layouts): within a
   // 1024-byte atom of 8 rows of 128 bytes, row i's 16-byte chunk j sits at chunk j ^ (i % 8). K
   // (and Q) are K-major: rows are keys (queries), 64 dims an atom row, the keys' atoms stacked,
@@ -323,41 +391,59 @@ void check_tiles() {
   };
   const typename Tr::OffsetsQ lq{};
   for (int r = 0; r < kSm90CtaQ; ++r) {
-    for (int c = 0; c < D; ++c) {
+    for (int c = 0; c < DQK; ++c) {
       ASSERT_EQ(2 * static_cast<int>(lq(r, c)), (c / 64) * kSm90CtaQ * 128 + sw(r, 2 * (c % 64)))
           << "Q " << r << "," << c;
     }
   }
   for (int s = 0; s < kSm90Stages; ++s) {
-    const int stage = s * static_cast<int>(prefill_sm90_kv_bytes(D, kWG));
     for (int r = 0; r < kN; ++r) {
-      for (int c = 0; c < D; ++c) {
+      for (int c = 0; c < DQK; ++c) {
         ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
-                  stage + (c / 64) * kN * 128 + sw(r, 2 * (c % 64)))
+                  s * k_bytes + (c / 64) * kN * 128 + sw(r, 2 * (c % 64)))
             << "K " << r << "," << c << "," << s;
-        ASSERT_EQ(2 * static_cast<int>(lv(c, r, s)),
-                  stage + (r / 8) * (D / 64) * 1024 + (c / 64) * 1024 + sw(r % 8, 2 * (c % 64)))
+      }
+      for (int c = 0; c < DVO; ++c) {
+        ASSERT_EQ(2 * static_cast<int>(lv(c, r, s)), s * v_bytes + (r / 8) * (DVO / 64) * 1024 +
+                                                         (c / 64) * 1024 + sw(r % 8, 2 * (c % 64)))
             << "V " << r << "," << c << "," << s;
       }
     }
   }
-  // The kernel addresses a thread's copies from its first unit (key r0 < rows_per_pass, unit
-  // column c) by constant steps: key r0 + i rows_per_pass of stage s is i steps and s stages
-  // away, for every key and unit of the tile.
-  constexpr int kRowsPerPass = kSm90Threads / (D / 8);
-  constexpr int kKStep = Tr::template k_step_bytes<kRowsPerPass>();
-  constexpr int kVStep = Tr::template v_step_bytes<kRowsPerPass>();
-  const int stage_bytes = static_cast<int>(prefill_sm90_kv_bytes(D, kWG));
+  // The kernel's copy mapping covers each tile once (Q, K, V), and it addresses a thread's copies
+  // from its first unit (key r0 < rows_per_pass, unit column c0) by constant steps: key r0 + i
+  // rows_per_pass, unit column c0 + j cols of stage s is i row steps, j column steps (K rows of
+  // several unit columns a thread: 192) and s stages away, for every key and unit of the tile.
+  check_copy_cover(kSm90CtaQ, DQK / 8, kSm90Threads);
+  check_copy_cover(kN, DQK / 8, kSm90Threads);
+  check_copy_cover(kN, DVO / 8, kSm90Threads);
+  constexpr int kKu = prefill_sm90_units_per_thread(DQK / 8, kSm90Threads);
+  static_assert(prefill_sm90_units_per_thread(DVO / 8, kSm90Threads) == 1, "V: one unit column");
+  constexpr int kKCols = DQK / 8 / kKu;
+  constexpr int kKRows = kSm90Threads / kKCols, kVRows = kSm90Threads / (DVO / 8);
+  constexpr int kKStep = Tr::template k_step_bytes<kKRows>();
+  constexpr int kVStep = Tr::template v_step_bytes<kVRows>();
+  constexpr int kKColStep = [] {
+    if constexpr (kKu > 1) {
+      return Tr::template k_col_step_bytes<kKCols * 8>();
+    } else {
+      return 0;
+    }
+  }();
   for (int s = 0; s < kSm90Stages; ++s) {
     for (int r = 0; r < kN; ++r) {
-      for (int c = 0; c < D; c += 8) {
-        const int r0 = r % kRowsPerPass, i = r / kRowsPerPass;
-        ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
-                  2 * static_cast<int>(lk(r0, c, 0)) + i * kKStep + s * stage_bytes)
-            << "K key " << r << " unit " << c / 8 << " stage " << s;
-        ASSERT_EQ(2 * static_cast<int>(lv(c, r, s)),
-                  2 * static_cast<int>(lv(c, r0, 0)) + i * kVStep + s * stage_bytes)
-            << "V key " << r << " unit " << c / 8 << " stage " << s;
+      for (int unit = 0; unit < DQK / 8; ++unit) {
+        const int r0 = r % kKRows, i = r / kKRows, c0 = unit % kKCols, j = unit / kKCols;
+        ASSERT_EQ(
+            2 * static_cast<int>(lk(r, 8 * unit, s)),
+            2 * static_cast<int>(lk(r0, 8 * c0, 0)) + i * kKStep + j * kKColStep + s * k_bytes)
+            << "K key " << r << " unit " << unit << " stage " << s;
+      }
+      for (int unit = 0; unit < DVO / 8; ++unit) {
+        const int r0 = r % kVRows, i = r / kVRows;
+        ASSERT_EQ(2 * static_cast<int>(lv(8 * unit, r, s)),
+                  2 * static_cast<int>(lv(8 * unit, r0, 0)) + i * kVStep + s * v_bytes)
+            << "V key " << r << " unit " << unit << " stage " << s;
       }
     }
   }
@@ -367,8 +453,9 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<128>();
   check_tiles<64>();
   check_tiles<256>();
-  check_tiles<128, 1>();
-  check_tiles<64, 1>();
+  check_tiles<192, 128>();
+  check_tiles<128, 128, 1>();
+  check_tiles<64, 64, 1>();
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUTE

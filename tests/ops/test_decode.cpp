@@ -421,32 +421,43 @@ TEST(SingleDecode, BadInput) {
 namespace flashinfer {
 namespace {
 
-// CUDA vs the CPU reference on the same inputs (skipped without a GPU).
+// The library's choice of decode kernel (group 4: tensor cores, api::decode_tensor_cores_auto)
+// and the CUDA-core kernel (FLASHINFER_DECODE_TENSOR_CORES=0), each in turn.
+constexpr const char* kDecodeKernels[] = {nullptr, "0"};
+std::string decode_kernel_name(const char* tc) {
+  return tc ? "FLASHINFER_DECODE_TENSOR_CORES=0" : "default";
+}
+
+// CUDA vs the CPU reference on the same inputs (skipped without a GPU), on both decode kernels.
 TEST(BatchDecodeCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t d : {64, 128, 256, 96, 80}) {  // 96, 80: JIT-compiled (docs/JIT.md)
-      std::vector<std::vector<double>> kd, vd;
-      testing::PagedFixture f =
-          testing::make_paged({1, 17, 300, 64}, 16, 2, d, dt, false, false, 3, kd, vd);
-      Tensor q = Tensor::empty({4, 8, d}, dt).uniform_(4);
-      BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
-      po.q_data_type = dt;
-      po.fixed_split_size = 4;  // exercise the merge pass
-      AttentionRunOptions ro;
-      ro.return_lse = true;
-      BatchDecodeWithPagedKVCacheWrapper cpu(workspace());
-      cpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
-      AttentionOutput ref = cpu.run(q, f.cache(), ro);
-      BatchDecodeWithPagedKVCacheWrapper gpu(
-          Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
-      gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
-      EXPECT_TRUE(gpu.split_kv()) << "the plan ran unsplit";
-      AttentionOutput got =
-          gpu.run(q.to(Device::cuda()),
-                  PagedKVCache(testing::to_keep_layout(f.cache5, Device::cuda())), ro);
-      EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
-      EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {1e-3, 1e-4}));
+  for (const char* tc : kDecodeKernels) {
+    SCOPED_TRACE(decode_kernel_name(tc));
+    const testing::ScopedEnv env("FLASHINFER_DECODE_TENSOR_CORES", tc);
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      for (int64_t d : {64, 128, 256, 96, 80}) {  // 96, 80: JIT-compiled (docs/JIT.md)
+        std::vector<std::vector<double>> kd, vd;
+        testing::PagedFixture f =
+            testing::make_paged({1, 17, 300, 64}, 16, 2, d, dt, false, false, 3, kd, vd);
+        Tensor q = Tensor::empty({4, 8, d}, dt).uniform_(4);
+        BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+        po.q_data_type = dt;
+        po.fixed_split_size = 4;  // exercise the merge pass
+        AttentionRunOptions ro;
+        ro.return_lse = true;
+        BatchDecodeWithPagedKVCacheWrapper cpu(workspace());
+        cpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+        AttentionOutput ref = cpu.run(q, f.cache(), ro);
+        BatchDecodeWithPagedKVCacheWrapper gpu(
+            Tensor::zeros({8 << 20}, DType::kUInt8, Device::cuda()));
+        gpu.plan(f.indptr, f.indices, f.last_page_len, 8, 2, d, 16, po);
+        EXPECT_TRUE(gpu.split_kv()) << "the plan ran unsplit";
+        AttentionOutput got =
+            gpu.run(q.to(Device::cuda()),
+                    PagedKVCache(testing::to_keep_layout(f.cache5, Device::cuda())), ro);
+        EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
+        EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {1e-3, 1e-4}));
+      }
     }
   }
 }
@@ -493,16 +504,21 @@ TEST(BatchDecodeCuda, TensorCoresAndMultiQueryMatchCpu) {
   }
 }
 
+// fp8 K/V with k_scale / v_scale, a window and a soft cap, on both decode kernels.
 TEST(SingleDecodeCuda, Fp8KvMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   Tensor q = Tensor::empty({8, 128}, DType::kFloat16).uniform_(1);
   Tensor k = Tensor::empty({77, 2, 128}, DType::kFloat8E4M3FN).uniform_(2);
   Tensor v = Tensor::empty({77, 2, 128}, DType::kFloat8E4M3FN).uniform_(3);
   Tensor ref = single_decode_with_kv_cache(q, k, v, "NHD", "NONE", false, {}, 0.5, 2.0, 20, 10.0);
-  Tensor got =
-      single_decode_with_kv_cache(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()),
-                                  "NHD", "NONE", false, {}, 0.5, 2.0, 20, 10.0);
-  EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+  for (const char* tc : kDecodeKernels) {
+    SCOPED_TRACE(decode_kernel_name(tc));
+    const testing::ScopedEnv env("FLASHINFER_DECODE_TENSOR_CORES", tc);
+    Tensor got = single_decode_with_kv_cache(q.to(Device::cuda()), k.to(Device::cuda()),
+                                             v.to(Device::cuda()), "NHD", "NONE", false, {}, 0.5,
+                                             2.0, 20, 10.0);
+    EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+  }
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (wg == 0) return false;
   auto s = static_cast<cudaStream_t>(stream);
   if (wg == 2) {
-    const bool ping_pong =
-        prefill_sm90_ping_pong_by_env() && prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, 2);
+    const bool ping_pong = prefill_sm90_ping_pong_by_env() &&
+                           prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, p.head_dim_vo, 2);
     launch_sm90_block<2>(p, s, enable_pdl, ping_pong);
     if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
   } else {

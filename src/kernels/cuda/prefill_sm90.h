@@ -16,16 +16,18 @@ namespace flashinfer::kernels::cuda {
 /// cc_major.cc_minor with `smem_optin` bytes of shared memory a block, 0 where none does: none for
 /// backend "fa2" (p.prefill_fa2_only), else prefill::prefill_sm90_warpgroups on the call's fields
 /// (an sm_90 device; a largest work item of more than 64 packed rows for two warpgroups, 17 to 64
-/// for one; head dims 64 / 128, and 256 for two; fp16 / bf16 q and output with K/V of q's dtype or
-/// fp8; plain or soft-capped; a scale that folds into the exponent). Plain C++, so that the CPU
-/// tests check the launcher's own rule (tests/api/test_prefill_sm90_shape.cpp).
+/// for one; head dims 64 / 128, and 256 and 192 / 128 for two; fp16 / bf16 q and output with K/V
+/// of q's dtype or fp8 (equal dims); plain or soft-capped; a scale that folds into the exponent).
+/// Plain C++, so that the CPU tests check the launcher's own rule
+/// (tests/api/test_prefill_sm90_shape.cpp).
 inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major, int cc_minor,
                                          long long smem_optin) {
   namespace pf = prefill;
   if (p.prefill_fa2_only || p.num_kv_heads <= 0) return 0;
   const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
-  const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype;
+  const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype &&
+                     pf::prefill_sm90_kv_built(p.head_dim_qk, p.head_dim_vo, fp8);
   const int variant = pf::prefill_variant_bits(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
                                                p.alibi_slopes != nullptr);
   const long long packed_rows =

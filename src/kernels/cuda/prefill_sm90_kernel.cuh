@@ -42,19 +42,23 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, class TKV, int D, bool kSoftCap, int kWG, bool kPingPong = false>
-__global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_blocks(D, kWG))
+template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false>
+__global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_blocks(DQK, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
-  using Tr = Sm90Prefill<T, D, kWG>;
+  using Tr = Sm90Prefill<T, DQK, DVO, kWG>;
   constexpr int kThreads = prefill_sm90_threads(kWG);  // kWG warpgroups
   constexpr int kCtaQ = prefill_sm90_cta_q(kWG);       // 64 packed rows each
   using E = typename Tr::E;
   constexpr int kN = Tr::kN;
-  constexpr int kUnits = D / 8;  // 16-byte units of a Q / K / V row
-  static_assert(kThreads % kUnits == 0, "a thread keeps one unit column");
-  constexpr int kRowsPerPass = kThreads / kUnits;
-  static_assert(kCtaQ % kRowsPerPass == 0 && kN % kRowsPerPass == 0, "tile shapes");
+  // A Q row's 16-byte units: each thread keeps kQu unit columns (col, col + kQCols, ...) of every
+  // row it copies (one at head dims 64 / 128 / 256; three of a 192-wide row, 8 threads a row).
+  constexpr int kUnits = DQK / 8;
+  constexpr int kQu = prefill_sm90_units_per_thread(kUnits, kThreads);
+  static_assert(kQu > 0, "a thread keeps whole unit columns");
+  constexpr int kQCols = kUnits / kQu;  // threads a Q row
+  constexpr int kRowsPerPass = kThreads / kQCols;
+  static_assert(kCtaQ % kRowsPerPass == 0, "tile shapes");
   constexpr int kCache = kN;  // the offsets of one tile's keys
   static_assert(kCache <= kThreads, "one key a thread fills the offsets");
 
@@ -68,19 +72,25 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // layouts, which the MMAs read; the same bytes in all as the 16-bit blocks' two stages.
   constexpr bool kFp8 = sizeof(TKV) == 1;
   static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
+  static_assert(prefill_sm90_kv_built(DQK, DVO, kFp8), "fp8 K/V at equal head dims only");
+  constexpr int D = DQK;  // fp8 (equal dims): the head dim of every widened row
   static_assert(!kPingPong || kWG == 2, "ping-pong: two warpgroups");
   constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
-  constexpr unsigned kKvBytes16 = prefill_sm90_kv_bytes(D, kWG), kKvBytes8 = kKvBytes16 / 2;
+  // One stage's 16-bit K and V tiles (equal at equal dims; fp8: half of it a stored tile).
+  constexpr unsigned kKBytes16 = prefill_sm90_k_bytes(DQK, DVO, kWG);
+  constexpr unsigned kVBytes16 = prefill_sm90_v_bytes(DQK, DVO, kWG);
+  constexpr unsigned kKvBytes16 = kKBytes16, kKvBytes8 = kKvBytes16 / 2;
+  constexpr unsigned kQBytes = prefill_sm90_q_bytes(DQK, kWG);
   E* q_s = reinterpret_cast<E*>(smem);
-  E* k_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D, kWG));
-  E* v_s = reinterpret_cast<E*>(smem + prefill_sm90_q_bytes(D, kWG) + kStages16 * kKvBytes16);
-  unsigned char* k8_s = smem + prefill_sm90_q_bytes(D, kWG) + 2 * kStages16 * kKvBytes16;
+  E* k_s = reinterpret_cast<E*>(smem + kQBytes);
+  E* v_s = reinterpret_cast<E*>(smem + kQBytes + kStages16 * kKBytes16);
+  unsigned char* k8_s = smem + kQBytes + kStages16 * (kKBytes16 + kVBytes16);
   unsigned char* v8_s = k8_s + (kFp8 ? kSm90Stages * kKvBytes8 : 0);
-  static_assert(2 * kStages16 * kKvBytes16 + (kFp8 ? 2 * kSm90Stages * kKvBytes8 : 0) ==
-                    2 * kSm90Stages * kKvBytes16,
+  static_assert(kStages16 * (kKBytes16 + kVBytes16) + (kFp8 ? 2 * kSm90Stages * kKvBytes8 : 0) ==
+                    kSm90Stages * (kKBytes16 + kVBytes16),
                 "fp8 blocks use the 16-bit blocks' shared memory");
-  int64_t* k_off = reinterpret_cast<int64_t*>(smem + prefill_sm90_q_bytes(D, kWG) +
-                                              2 * kSm90Stages * prefill_sm90_kv_bytes(D, kWG));
+  int64_t* k_off =
+      reinterpret_cast<int64_t*>(smem + kQBytes + kSm90Stages * (kKBytes16 + kVBytes16));
   // Two buffers of offsets, by tile parity (the 16-bit loop fills a tile's while the copy of the
   // tile before reads the other; fp8 uses buffer 0).
   int64_t* v_off = k_off + 2 * kCache;
@@ -121,8 +131,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   const TileRange unmasked_tiles =
       prefill_unmasked_tiles(kv_lo, kv_hi, kN, p.causal, pos_min, pos_max, p.window_left, false);
 
-  // This thread's unit column of every copied row, and the element offset of rows' first units.
-  const int col = tid % kUnits, r0 = tid / kUnits;
+  // This thread's first unit column of every copied Q row, and its first row.
+  const int col = tid % kQCols, r0 = tid / kQCols;
 
   // Q tile: packed row r is query qo_begin + (row0 + r) / group, head g * group + its remainder.
   {
@@ -135,8 +145,11 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       group_div.divmod(static_cast<uint32_t>(ok ? pr : 0), qi, hh);
       const T* src =
           q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
-      dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sQ(r, col * 8)), ok ? src + col * 8 : q,
-                                  ok);
+#pragma unroll
+      for (int u = 0; u < kQu; ++u) {
+        const int c = (col + u * kQCols) * 8;
+        dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sQ(r, c)), ok ? src + c : q, ok);
+      }
     }
   }
 
@@ -170,51 +183,73 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     k_off[buf * kCache + tid] = ko;
     v_off[buf * kCache + tid] = vo;
   };
-  // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `col` to (r, 8 col) of K and
-  // (8 col, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
+  // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `c` to (r, 8 c) of K and
+  // (8 c, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
   // past kv_hi zero-filled (a stale S column would be masked, but a stale V row times P = 0 could
   // still be NaN). A group is committed even past the end, which keeps the wait counts uniform.
-  // This thread's first K and V^T units in stage 0; its others are constant steps away
-  // (Sm90Prefill::k_step_bytes / v_step_bytes, and a stage is prefill_sm90_kv_bytes further), so a
+  // A thread keeps its unit columns of K (kKu of them: one, or three of a 192-wide row) and of V
+  // (one) for every key it copies. Its first K and V^T units in stage 0 are computed once; its
+  // others are constant steps away (Sm90Prefill::k_step_bytes / v_step_bytes along the keys,
+  // k_col_step_bytes along a K row, and a stage is prefill_sm90_k_bytes / v_bytes further), so a
   // copy's shared address is one add, not the layout's swizzle arithmetic again.
-  constexpr int kUnitsKv = D * static_cast<int>(sizeof(TKV)) / 16;  // 16-byte units a stored key
-  constexpr int kKvRowsPerPass = kThreads / kUnitsKv;
-  static_assert(kThreads % kUnitsKv == 0 && kN % kKvRowsPerPass == 0, "copy shape");
-  const int kv_col = tid % kUnitsKv, kv_r0 = tid / kUnitsKv;
-  const uint32_t k_dst0 = kFp8 ? dev::cp_async::smem_addr(k8_s + kv_r0 * D + kv_col * 16)
-                               : dev::cp_async::smem_addr(&sK(kv_r0, kv_col * 8, 0));
-  const uint32_t v_dst0 = kFp8 ? dev::cp_async::smem_addr(v8_s + kv_r0 * D + kv_col * 16)
-                               : dev::cp_async::smem_addr(&sVt(kv_col * 8, kv_r0, 0));
+  constexpr int kUnitsK = DQK * static_cast<int>(sizeof(TKV)) / 16;  // 16-byte units a stored key
+  constexpr int kUnitsV = DVO * static_cast<int>(sizeof(TKV)) / 16;
+  constexpr int kKu = prefill_sm90_units_per_thread(kUnitsK, kThreads);
+  static_assert(kKu > 0 && prefill_sm90_units_per_thread(kUnitsV, kThreads) == 1,
+                "K: whole unit columns a thread; V: one");
+  static_assert(!kFp8 || kKu == 1, "fp8 rows: one unit column a thread");
+  constexpr int kKCols = kUnitsK / kKu;  // threads a K row
+  constexpr int kKRowsPerPass = kThreads / kKCols, kVRowsPerPass = kThreads / kUnitsV;
+  static_assert(kN % kKRowsPerPass == 0 && kN % kVRowsPerPass == 0, "copy shape");
+  const int k_col = tid % kKCols, k_r0 = tid / kKCols;
+  const int v_col = tid % kUnitsV, v_r0 = tid / kUnitsV;
+  const uint32_t k_dst0 = kFp8 ? dev::cp_async::smem_addr(k8_s + k_r0 * D + k_col * 16)
+                               : dev::cp_async::smem_addr(&sK(k_r0, k_col * 8, 0));
+  const uint32_t v_dst0 = kFp8 ? dev::cp_async::smem_addr(v8_s + v_r0 * D + v_col * 16)
+                               : dev::cp_async::smem_addr(&sVt(v_col * 8, v_r0, 0));
   constexpr uint32_t kKStep =
-      kFp8 ? kKvRowsPerPass * D
-           : static_cast<uint32_t>(Tr::template k_step_bytes<kKvRowsPerPass>());
+      kFp8 ? kKRowsPerPass * D : static_cast<uint32_t>(Tr::template k_step_bytes<kKRowsPerPass>());
   constexpr uint32_t kVStep =
-      kFp8 ? kKvRowsPerPass * D
-           : static_cast<uint32_t>(Tr::template v_step_bytes<kKvRowsPerPass>());
-  constexpr uint32_t kStageBytes = kFp8 ? kKvBytes8 : kKvBytes16;
-  // One of K or V of tile `tile` (offsets `off`) into its stage tile % kSm90Stages. K's copies
-  // all issued before V's (not interleaved): half the offsets live at a time, which left the head
-  // dim 256 instances 10-27 registers more room (232-236 -> 209-222).
-  auto copy_rows = [&](int tile, const int64_t* off, const void* cache, uint32_t dst0,
-                       uint32_t step) {
+      kFp8 ? kVRowsPerPass * D : static_cast<uint32_t>(Tr::template v_step_bytes<kVRowsPerPass>());
+  constexpr uint32_t kKColStep = [] {
+    if constexpr (kKu > 1) {
+      return static_cast<uint32_t>(Tr::template k_col_step_bytes<kKCols * 8>());
+    } else {
+      return 0u;
+    }
+  }();
+  constexpr uint32_t kKStageBytes = kFp8 ? kKvBytes8 : kKBytes16;
+  constexpr uint32_t kVStageBytes = kFp8 ? kKvBytes8 : kVBytes16;
+  // One of K or V of tile `tile` (offsets `off`) into its stage tile % kSm90Stages: kRowsPass
+  // keys a pass, kU units a key from unit `c0` (kCols apart in the row, col_step bytes apart in
+  // shared memory). K's copies all issued before V's (not interleaved): half the offsets live at
+  // a time, which left the head dim 256 instances 10-27 registers more room (232-236 -> 209-222).
+  auto copy_rows = [&]<int kRowsPass, int kU, int kCols>(
+                       int tile, const int64_t* off, const void* cache, uint32_t dst0, int r0,
+                       int c0, uint32_t step, uint32_t col_step, uint32_t stage_bytes) {
     const int32_t t0 = kv_lo32 + tile * kN;
     const auto* base = static_cast<const unsigned char*>(cache);
-    const uint32_t col_bytes = static_cast<uint32_t>(kv_col) * 16u;
-    const uint32_t dst = dst0 + static_cast<uint32_t>(tile % kSm90Stages) * kStageBytes;
-    constexpr int kRowsPerThread = kN / kKvRowsPerPass;
+    const uint32_t dst = dst0 + static_cast<uint32_t>(tile % kSm90Stages) * stage_bytes;
+    constexpr int kRowsPerThread = kN / kRowsPass;
     int64_t os[kRowsPerThread];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) os[i] = off[kv_r0 + i * kKvRowsPerPass];
+    for (int i = 0; i < kRowsPerThread; ++i) os[i] = off[r0 + i * kRowsPass];
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const bool ok = t0 + kv_r0 + i * kKvRowsPerPass < kv_hi32;
-      dev::cp_async::copy16_zfill(dst + i * step, base + (os[i] + col_bytes), ok);
+      const bool ok = t0 + r0 + i * kRowsPass < kv_hi32;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const uint32_t col_bytes = static_cast<uint32_t>(c0 + u * kCols) * 16u;
+        dev::cp_async::copy16_zfill(dst + i * step + u * col_step, base + (os[i] + col_bytes), ok);
+      }
     }
   };
   auto load_kv = [&](int tile, int buf) {
     if (tile < num_tiles) {
-      copy_rows(tile, k_off + buf * kCache, p.kv.k, k_dst0, kKStep);
-      copy_rows(tile, v_off + buf * kCache, p.kv.v, v_dst0, kVStep);
+      copy_rows.template operator()<kKRowsPerPass, kKu, kKCols>(
+          tile, k_off + buf * kCache, p.kv.k, k_dst0, k_r0, k_col, kKStep, kKColStep, kKStageBytes);
+      copy_rows.template operator()<kVRowsPerPass, 1, kUnitsV>(
+          tile, v_off + buf * kCache, p.kv.v, v_dst0, v_r0, v_col, kVStep, 0u, kVStageBytes);
     }
     dev::cp_async::commit();
   };
@@ -274,13 +309,13 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   typename Tr::MmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(tid);
   auto thr_o = mma_o.get_thread_slice(tid);
-  Tensor tSrQ = thr_s.partition_fragment_A(sQ);    // (MMA, 1, D / 16) descriptors
-  Tensor tSrK = thr_s.partition_fragment_B(sK);    // (MMA, 1, D / 16, stages)
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);    // (MMA, 1, DQK / 16) descriptors
+  Tensor tSrK = thr_s.partition_fragment_B(sK);    // (MMA, 1, DQK / 16, stages)
   Tensor tOrVt = thr_o.partition_fragment_B(sVt);  // (MMA, 1, kN / 16, stages)
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kCtaQ>, Int<kN>>{});  // ((2,2,kN/8),1,1)
-  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kCtaQ>, Int<D>>{});   // ((2,2,D/8),1,1)
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kCtaQ>, Int<kN>>{});   // ((2,2,kN/8),1,1)
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kCtaQ>, Int<DVO>>{});  // ((2,2,DVO/8),1,1)
   Tensor tOrP = make_tensor<E>(typename Tr::LayoutP{});
-  static_assert(decltype(size(tSrS))::value == kN / 2 && decltype(size(tOrO))::value == D / 2,
+  static_assert(decltype(size(tSrS))::value == kN / 2 && decltype(size(tOrO))::value == DVO / 2,
                 "a thread's accumulators: 2 rows x (columns / 4)");
   static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value, "P is S");
   // Accumulator value v of a thread: row gid + 8 ((v >> 1) & 1) of its warp's 16, column
@@ -362,7 +397,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     const int2 range = *tile_range_s;
     const bool unmasked = range.x <= tile && tile <= range.y;
 
-    // S = Q K^T over D / 16 k-steps, into a zeroed accumulator.
+    // S = Q K^T over DQK / 16 k-steps, into a zeroed accumulator.
     take_turn();
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
@@ -460,8 +495,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     if (pr >= rows) continue;
     const uint32_t qrel = static_cast<uint32_t>(pos_of[r] - pos_shift);
     const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
-    prefill_store_row<T, D>(p, w, q_base, qrel, h, m[r], lr, out_scale, tid4,
-                            [&](int n, int c) { return tOrO(4 * n + 2 * r + c); });
+    prefill_store_row<T, DVO>(p, w, q_base, qrel, h, m[r], lr, out_scale, tid4,
+                              [&](int n, int c) { return tOrO(4 * n + 2 * r + c); });
   }
   pdl_launch_dependents();
 }

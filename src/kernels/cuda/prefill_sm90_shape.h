@@ -3,14 +3,14 @@
 // (tests/api/test_prefill_sm90_shape.cpp).
 //
 // A block is two warpgroups (256 threads) over 128 packed query rows, 64 a warpgroup, as the
-// FA2 kernel's 128-row blocks are planned (same work items, same grid; head dims 64, 128, 256),
-// or one warpgroup over the plan's 64-row tiles (head dims 64, 128). S = Q K^T and O += P V are
-// wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared
-// memory through matrix descriptors (V as the MN-major B operand) and P from registers; every
-// thread copies K/V tiles of kv_tile keys with 16-byte cp.async into two stages in the
-// 128-byte-swizzled layout the descriptors name. One block an SM at head dim 128 (the tiles take
-// 160 KiB), two at 64; the tensor cores take the two warpgroups' products in turn, so one's softmax
-// can overlap the other's product, though the block's per-tile barriers line them up again.
+// FA2 kernel's 128-row blocks are planned (same work items, same grid; head dims 64, 128, 256 and
+// DeepSeek's 192 / 128), or one warpgroup over the plan's 64-row tiles (head dims 64, 128). S = Q
+// K^T and O += P V are wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared memory
+// through matrix descriptors (V as the MN-major B operand) and P from registers; every thread
+// copies K/V tiles of kv_tile keys with 16-byte cp.async into two stages in the 128-byte-swizzled
+// layout the descriptors name. One block an SM at head dim 128 (the tiles take 160 KiB), two at 64;
+// the tensor cores take the two warpgroups' products in turn, so one's softmax can overlap the
+// other's product, though the block's per-tile barriers line them up again.
 #pragma once
 
 #include <cstdint>
@@ -34,47 +34,75 @@ constexpr unsigned kSm90SmemAlign = 1024;
 FLASHINFER_HD constexpr int prefill_sm90_threads(int wg) { return 128 * wg; }
 FLASHINFER_HD constexpr int prefill_sm90_cta_q(int wg) { return 64 * wg; }
 
-/// The head dims with an instance (equal qk / vo dims): 64, 128 and 256 in tall blocks, 64 and
-/// 128 in one-warpgroup blocks (at 256 their 128 threads would copy 4 rows a pass, not whole
-/// 8-row swizzle phases, and one 160 KiB block of 4 warps an SM would idle the tensor cores).
+/// The head-dim pairs with an instance: equal qk / vo dims 64, 128 and 256 in tall blocks, 64
+/// and 128 in one-warpgroup blocks (at 256 their 128 threads would copy 4 rows a pass, not whole
+/// 8-row swizzle phases, and one 160 KiB block of 4 warps an SM would idle the tensor cores), and
+/// DeepSeek's qk 192 / vo 128 in tall blocks (its prefill: trtllm_ragged_attention_deepseek, the
+/// fmha_v2 names, the ragged wrapper), with 16-bit K/V only (prefill_sm90_kv_built).
 FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo, int wg = kSm90Warpgroups) {
-  return dqk == dvo && (dqk == 64 || dqk == 128 || (dqk == 256 && wg == 2));
+  return (dqk == dvo && (dqk == 64 || dqk == 128 || (dqk == 256 && wg == 2))) ||
+         (dqk == 192 && dvo == 128 && wg == 2);
 }
 
-/// Keys of a K/V tile: 128 in tall blocks at head dim 128, 64 otherwise.
-FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int d, int wg = kSm90Warpgroups) {
-  return d == 128 && wg == 2 ? 128 : 64;
+/// Whether K/V of this kind have an instance at these head dims: 16-bit K/V at every built pair,
+/// fp8 at equal dims only (as the FA2 kernel, whose fp8 instances are equal dims too).
+FLASHINFER_HD constexpr bool prefill_sm90_kv_built(int dqk, int dvo, bool fp8_kv) {
+  return !fp8_kv || dqk == dvo;
+}
+
+/// Keys of a K/V tile: 128 in tall blocks whose O rows are 128 wide (head dims 128 and 192 / 128:
+/// S and O take 64 fp32 accumulators a thread each), 64 otherwise.
+FLASHINFER_HD constexpr int prefill_sm90_kv_tile(int dqk, int dvo, int wg = kSm90Warpgroups) {
+  return dvo == 128 && dqk <= 192 && wg == 2 ? 128 : 64;
 }
 
 /// Blocks an SM holds: two at head dim 64 (tall: registers capped at 128 a thread by the launch
-/// bounds) and in one-warpgroup blocks at 128 (80 KiB of tiles each), one for tall blocks at 128
-/// and 256 (165 / 195 KiB).
-FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int d, int wg = kSm90Warpgroups) {
-  return d <= 64 || wg == 1 ? 2 : 1;
+/// bounds) and in one-warpgroup blocks at 128 (80 KiB of tiles each), one for tall blocks at 128,
+/// 192 / 128 and 256 (165 / 213 / 195 KiB).
+FLASHINFER_HD constexpr int prefill_sm90_min_blocks(int dqk, int wg = kSm90Warpgroups) {
+  return dqk <= 64 || wg == 1 ? 2 : 1;
 }
 
-/// Bytes of the 16-bit Q tile, and of one stage's K and V tiles.
-FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int d, int wg = kSm90Warpgroups) {
-  return static_cast<unsigned>(prefill_sm90_cta_q(wg)) * static_cast<unsigned>(d) * 2u;
+/// Bytes of the 16-bit Q tile, and of one stage's K and V tiles (kv_tile keys of dqk and dvo).
+FLASHINFER_HD constexpr unsigned prefill_sm90_q_bytes(int dqk, int wg = kSm90Warpgroups) {
+  return static_cast<unsigned>(prefill_sm90_cta_q(wg)) * static_cast<unsigned>(dqk) * 2u;
 }
-FLASHINFER_HD constexpr unsigned prefill_sm90_kv_bytes(int d, int wg = kSm90Warpgroups) {
-  return static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) * static_cast<unsigned>(d) * 2u;
+FLASHINFER_HD constexpr unsigned prefill_sm90_k_bytes(int dqk, int dvo, int wg = kSm90Warpgroups) {
+  return static_cast<unsigned>(prefill_sm90_kv_tile(dqk, dvo, wg)) * static_cast<unsigned>(dqk) *
+         2u;
+}
+FLASHINFER_HD constexpr unsigned prefill_sm90_v_bytes(int dqk, int dvo, int wg = kSm90Warpgroups) {
+  return static_cast<unsigned>(prefill_sm90_kv_tile(dqk, dvo, wg)) * static_cast<unsigned>(dvo) *
+         2u;
 }
 
 /// Dynamic shared memory of a block: Q, the K and V stages, two buffers of the K/V byte offsets
 /// of one tile's tokens (two int64 a key), the unmasked tile range (16 bytes) and the alignment
 /// slack.
-FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int d, int wg = kSm90Warpgroups) {
-  return prefill_sm90_q_bytes(d, wg) + 2u * kSm90Stages * prefill_sm90_kv_bytes(d, wg) +
-         32u * static_cast<unsigned>(prefill_sm90_kv_tile(d, wg)) + 16u + kSm90SmemAlign;
+FLASHINFER_HD constexpr unsigned prefill_sm90_smem_bytes(int dqk, int dvo,
+                                                         int wg = kSm90Warpgroups) {
+  return prefill_sm90_q_bytes(dqk, wg) +
+         kSm90Stages * (prefill_sm90_k_bytes(dqk, dvo, wg) + prefill_sm90_v_bytes(dqk, dvo, wg)) +
+         32u * static_cast<unsigned>(prefill_sm90_kv_tile(dqk, dvo, wg)) + 16u + kSm90SmemAlign;
+}
+
+/// The 16-byte units of a row of `units` that each thread of a block of `threads` copies, so that
+/// every thread keeps its unit columns for every row: 1 where `threads` is a multiple of `units`
+/// (every built head dim but 192: 8, 16, 32 units), else the smallest divisor u of `units` with
+/// `threads` a multiple of units / u (192: 24 units, 3 a thread, 8 threads a row). 0 if none.
+FLASHINFER_HD constexpr int prefill_sm90_units_per_thread(int units, int threads) {
+  for (int u = 1; u <= units; ++u) {
+    if (units % u == 0 && threads % (units / u) == 0) return u;
+  }
+  return 0;
 }
 
 /// Whether the ping-pong schedule (the two warpgroups take turns at the tensor cores:
-/// prefill_sm90_kernel.cuh) has an instance: tall blocks at head dims 128 and 256, K/V of q's
-/// dtype or fp8, one block an SM (at 64 two blocks an SM already overlap each other's softmax and
-/// products).
-FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int d, int wg) {
-  return (d == 128 || d == 256) && wg == 2;
+/// prefill_sm90_kernel.cuh) has an instance: tall blocks at equal head dims 128 and 256, K/V of
+/// q's dtype or fp8, one block an SM (at 64 two blocks an SM already overlap each other's softmax
+/// and products; 192 / 128 has the plain schedule only).
+FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int dqk, int dvo, int wg) {
+  return dqk == dvo && (dqk == 128 || dqk == 256) && wg == 2;
 }
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
 /// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
@@ -86,10 +114,11 @@ constexpr int kSm90MinPackedRowsSmall = 17;
 
 /// The warpgroups of the Hopper block that runs a call, 0 where none does: an sm_90 device (the
 /// kernel is sm_90a code), a plan's largest work item of 17 or more packed rows (2 warpgroups
-/// above 64), a head dim built for that block, K/V of q's 16-bit dtype or fp8 (e4m3 / e5m2:
-/// `kv_ok`), the plain or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no
-/// ALiBi), a scale that folds into the exponent (prefill_scale_folds: > 0, no per-head q / k
-/// scales) and the block's shared memory within the device's opt-in limit.
+/// above 64), a head dim built for that block, K/V of q's 16-bit dtype or fp8 (e4m3 / e5m2) where
+/// an instance takes them (`kv_ok`: the caller's test, prefill_sm90_kv_built included), the plain
+/// or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no ALiBi), a scale that
+/// folds into the exponent (prefill_scale_folds: > 0, no per-head q / k scales) and the block's
+/// shared memory within the device's opt-in limit.
 FLASHINFER_HD constexpr int prefill_sm90_warpgroups(int cc_major, int cc_minor,
                                                     long long packed_rows, int dqk, int dvo,
                                                     bool kv_ok, int variant, bool scale_folds,
@@ -100,7 +129,7 @@ FLASHINFER_HD constexpr int prefill_sm90_warpgroups(int cc_major, int cc_minor,
   const bool ok = wg > 0 && cc_major == 9 && cc_minor == 0 &&
                   prefill_sm90_dim_built(dqk, dvo, wg) && kv_ok &&
                   (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
-                  smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk, wg));
+                  smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk, dvo, wg));
   return ok ? wg : 0;
 }
 

@@ -27,31 +27,31 @@ struct CuteElement<__nv_bfloat16> {
 };
 
 /// The CuTe types of one instance: the two tiled MMAs (one m64 atom a warpgroup, kWG of them
-/// stacked along the rows) and the shared-memory layouts of Q [64 kWG x D], K [kv_tile x D x
-/// stages] (K-major, the B operand of S) and V^T [D x kv_tile x stages] (MN-major, the B operand
-/// of O: D contiguous within a key, i.e. V's rows as stored).
-template <class T, int D, int kWG = kSm90Warpgroups>
+/// stacked along the rows) and the shared-memory layouts of Q [64 kWG x DQK], K [kv_tile x DQK x
+/// stages] (K-major, the B operand of S) and V^T [DVO x kv_tile x stages] (MN-major, the B
+/// operand of O: DVO contiguous within a key, i.e. V's rows as stored).
+template <class T, int DQK, int DVO, int kWG = kSm90Warpgroups>
 struct Sm90Prefill {
   using E = typename CuteElement<T>::type;
-  static constexpr int kN = prefill_sm90_kv_tile(D, kWG);
+  static constexpr int kN = prefill_sm90_kv_tile(DQK, DVO, kWG);
   static constexpr int kCtaQ = prefill_sm90_cta_q(kWG);
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kWG>, cute::_1, cute::_1>>;
   using MmaS = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E, E, float,
-                                 cute::Shape<cute::_64, cute::Int<kN>, cute::Int<D>>>(),
+                                 cute::Shape<cute::_64, cute::Int<kN>, cute::Int<DQK>>>(),
       AtomLayout{}));
   using MmaO = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<D>, cute::Int<kN>>,
+      cute::GMMA::rs_op_selector<E, E, float, cute::Shape<cute::_64, cute::Int<DVO>, cute::Int<kN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       AtomLayout{}));
   using LayoutQ = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<E>{},
-                                               cute::Shape<cute::Int<kCtaQ>, cute::Int<D>>{}));
+                                               cute::Shape<cute::Int<kCtaQ>, cute::Int<DQK>>{}));
   using LayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<E>{},
-      cute::Shape<cute::Int<kN>, cute::Int<D>, cute::Int<kSm90Stages>>{}));
+      cute::Shape<cute::Int<kN>, cute::Int<DQK>, cute::Int<kSm90Stages>>{}));
   using LayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<E>{},
-      cute::Shape<cute::Int<D>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
+      cute::Shape<cute::Int<DVO>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
   // The element offsets a tile's coordinates have in shared memory: the layouts above carry their
   // swizzle as a flag of the shared-memory pointer, which applies it to byte addresses (the
   // hardware's 128-byte swizzle, from a 1024-byte aligned base); evaluated without a pointer they
@@ -67,6 +67,13 @@ struct Sm90Prefill {
   static constexpr int k_step_bytes() {
     static_assert(rows % 8 == 0, "a whole number of swizzle phases");
     return 2 * (static_cast<int>(OffsetsK{}(rows, 0, 0)) - static_cast<int>(OffsetsK{}(0, 0, 0)));
+  }
+  // Byte step of `cols` elements along a K row (a multiple of the 64-element swizzle atom: the
+  // next atom over, the same swizzle phase; the 192-wide K rows' three unit columns a thread).
+  template <int cols>
+  static constexpr int k_col_step_bytes() {
+    static_assert(cols % 64 == 0, "whole swizzle atoms");
+    return 2 * (static_cast<int>(OffsetsK{}(0, cols, 0)) - static_cast<int>(OffsetsK{}(0, 0, 0)));
   }
   template <int rows>
   static constexpr int v_step_bytes() {
