@@ -605,6 +605,26 @@ def others(a):
     case("BatchPrefillWithPagedKVCacheWrapper.run", "b%d qo%d kv%d causal" % (PB, QO, PKV), prefill,
          4.0 * PB * H * vis * D, 2.0 * PB * PKV * HK * D * 2 + 4.0 * PB * QO * H * D)
 
+    # DeepSeek prefill: ragged K/V, 128 heads (MHA), qk 192 / vo 128, causal, backends fa2 and
+    # auto (FA3 on Hopper), as phase 5a's BatchPrefillWithRaggedKVCacheWrapper.run rows.
+    DQO, DH = (1024, 16) if a.quick else (4096, 128)
+
+    def deepseek(backend):
+        def build():
+            indptr = torch.tensor([0, DQO], dtype=torch.int32, device=dev)
+            w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend=backend)
+            w.plan(indptr, indptr, DH, DH, 192, head_dim_vo=128, causal=True,
+                   q_data_type=bf16, kv_data_type=bf16)
+            q, k, v = rnd(DQO, DH, 192), rnd(DQO, DH, 192), rnd(DQO, DH, 128)
+            return lambda: w.run(q, k, v)
+        return build
+
+    dvis = DQO * (DQO + 1) // 2
+    for be in ("fa2", "auto"):
+        case("BatchPrefillWithRaggedKVCacheWrapper.run",
+             "b1 qo%d kv%d h%d d192/128 causal %s" % (DQO, DQO, DH, be), deepseek(be),
+             2.0 * DH * dvis * (192 + 128), 2.0 * DQO * DH * (192 + 128) * 2 + 2.0 * DQO * DH * 320)
+
     # MLA decode (DeepSeek's 128 heads, ckv 512 + kpe 64, page 64), backends fa2 and auto (fa3
     # on Hopper), as phase 5a's BatchMLAPagedAttentionWrapper.run row.
     MB, MKV, MH, MP = (8, 1024, 128, 64) if a.quick else (64, 2048, 128, 64)

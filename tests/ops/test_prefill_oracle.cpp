@@ -261,8 +261,8 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
 
 // The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
 // the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
-// MHA (128-row blocks from requests of 33+ queries), head dims 128, 64 and 256, paged (page
-// sizes 1, 5, 16) and ragged K/V,
+// MHA (128-row blocks from requests of 33+ queries), head dims 128, 64, 256 and 192 / 128, paged
+// (page sizes 1, 5, 16) and ragged K/V,
 // causal right-aligned rows and not, key tails inside a 128-key tile, a window crossing tiles,
 // split-KV with the merge pass, sinks, the soft cap, a one-query request beside long ones (its
 // blocks stay 128 rows: the plan's largest work item sets the height). The launch counter says the
@@ -382,6 +382,41 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
       cap.split = 3;
       check(cap);
     }
+    // DeepSeek's qk 192 / vo 128 (tall blocks: K rows of 24 units, three a thread; V and O of
+    // 128), ragged K/V (paged caches share one head dim): GQA 4 and MHA, causal and not, split,
+    // the soft cap with a window, sinks.
+    for (bool causal : {true, false}) {
+      for (std::optional<int64_t> split : {std::optional<int64_t>{}, {64}}) {
+        PrefillCase ds;
+        ds.dt = dt;
+        ds.dqk = 192;
+        ds.dvo = 128;
+        ds.page = 0;
+        ds.causal = causal;
+        ds.split = split;
+        ds.qo_lens = {200, 33, 1, 129};
+        ds.kv_lens = {300, 33, 129, 1000};
+        check(ds);
+      }
+    }
+    PrefillCase ds;
+    ds.dt = dt;
+    ds.dqk = 192;
+    ds.dvo = 128;
+    ds.page = 0;
+    ds.hq = ds.hkv = 8;  // MHA, as DeepSeek's prefill
+    ds.qo_lens = {300, 40};
+    ds.kv_lens = {300, 555};
+    check(ds);
+    ds.hq = 32;
+    ds.soft_cap = 30.0;
+    ds.window = 100;
+    ds.split = 48;
+    check(ds);
+    ds.soft_cap = 0.0;
+    ds.window = -1;
+    ds.sinks = true;
+    check(ds);
   }
 #endif
 }
