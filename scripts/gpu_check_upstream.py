@@ -623,7 +623,7 @@ def others(a):
     for be in ("fa2", "auto"):
         case("BatchPrefillWithRaggedKVCacheWrapper.run",
              "b1 qo%d kv%d h%d d192/128 causal %s" % (DQO, DQO, DH, be), deepseek(be),
-             2.0 * DH * dvis * (192 + 128), 2.0 * DQO * DH * (192 + 128) * 2 + 2.0 * DQO * DH * 320)
+             2.0 * DH * dvis * (192 + 128), 2.0 * DQO * DH * (192 + 128) * 2)  # K V, then Q O
 
     # MLA decode (DeepSeek's 128 heads, ckv 512 + kpe 64, page 64), backends fa2 and auto (fa3
     # on Hopper), as phase 5a's BatchMLAPagedAttentionWrapper.run row.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string_view>
 
 #include "api/attention_pos_encoding.h"
@@ -406,13 +407,20 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
   }
   // The wrappers' rule for ragged KV (plan_kv_chunk over tokens, at least 128 a chunk), the chunk
   // then rounded up to whole K/V tiles of the FA2 block that runs the items, so that only a
-  // request's last chunk ends inside a tile. Rounding up only lowers the work-item count.
+  // request's last chunk ends inside a tile. Rounding up only lowers the work-item count. Items
+  // of more than 64 packed rows at the head dims of the Hopper kernel's tall blocks may run there
+  // (sm_90): whole tiles of its keys too (their least common multiple: the other kernel's tiles
+  // stay whole).
   int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
   if (chunk > 0) {
     namespace pf = kernels::cuda::prefill;
-    const int64_t tile = pf::prefill_kv_tile(
+    int64_t tile = pf::prefill_kv_tile(
         pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
         head_dim_vo);
+    if (int64_t{max_rows} * group >= pf::kSm90MinPackedRows &&
+        pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2)) {
+      tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(head_dim_qk, head_dim_vo, 2)});
+    }
     chunk = attention_common_ceil_div(chunk, tile) * tile;
   }
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);

@@ -496,6 +496,22 @@ TEST(OneShotPlan, SplitsLongKvOfFewQueriesByHand) {
     EXPECT_EQ(p.work.back().partial_base, 52 * 16);
     EXPECT_EQ(p.num_partial_rows, 53 * 16);
   }
+  {  // DeepSeek 192 / 128, MHA, batch 1 x qo 200 x kv 20000, 8 heads: two 128-query tiles, which
+     // the Hopper kernel's tall blocks take on sm_90 (128-key tiles) and the FA2 kernel's 64-row
+     // blocks elsewhere. Budget 264 / 8 = 33 items: 2 x ceil(20000 / c) <= 33 from c = 1250
+     // (16 chunks a tile), rounded up to whole 128-key tiles, 1280: still 16 chunks a tile, the
+     // last [19200, 20000).
+    const std::vector<int32_t> qo = {0, 200}, kv = {20000};
+    EXPECT_EQ(api::plan_kv_chunk({2}, {20000}, 8, 264, 128), 1250);
+    const kernels::AttentionPlan p =
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 8, 192, 128, 0, 264, max_rows);
+    EXPECT_EQ(max_rows, 128);
+    ASSERT_TRUE(p.split_kv);
+    EXPECT_EQ(p.kv_chunk_size, 1280);
+    ASSERT_EQ(p.work.size(), 32u);
+    EXPECT_EQ(p.work.back().kv_begin % 1280, 0);
+    EXPECT_EQ(p.work.back().kv_end, 20000);
+  }
   {  // A full device: 8 requests x 3 tiles x 16 heads = 384 blocks >= 264: no split.
     const std::vector<int32_t> qo = {0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400};
     const std::vector<int32_t> kv(8, 8192);
