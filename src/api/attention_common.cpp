@@ -597,7 +597,15 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // room for prefill_sm90_min_blocks of them an SM (one tall block at head dims 128, 192 / 128
     // and 256).
     if (hopper) {
-      const int64_t packed = rows_per_tile * group;
+      // The launcher picks the block from the largest work item's rows (max_work_rows; under CUDA
+      // graphs the plan's tile): a batch of requests shorter than the tile gets the block of
+      // their length, not the tile's.
+      int64_t item_rows = graph ? rows_per_tile : 0;
+      for (int32_t b = 0; b < s.batch && !graph; ++b) {
+        item_rows = std::max<int64_t>(
+            item_rows, std::min<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b], rows_per_tile));
+      }
+      const int64_t packed = item_rows * group;
       const int wg = packed >= pf::kSm90MinPackedRows        ? 2
                      : packed >= pf::kSm90MinPackedRowsSmall ? 1
                                                              : 0;

@@ -67,7 +67,8 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_EQ(prefill_sm90_smem_bytes(192, 128), 49152u + 163840u + 4096u + 16u + 1024u);
   EXPECT_LE(prefill_sm90_smem_bytes(192, 128), static_cast<unsigned>(kH100Optin));
   EXPECT_EQ(prefill_sm90_min_blocks(192), 1);
-  EXPECT_FALSE(prefill_sm90_ping_pong_built(192, 128, 2));
+  EXPECT_TRUE(prefill_sm90_ping_pong_built(192, 128, 2));
+  EXPECT_FALSE(prefill_sm90_ping_pong_built(192, 128, 1));
   // Copies: a thread keeps whole unit columns of a row (one at 64 / 128 / 256; three of a
   // 192-wide row, 8 threads a row), in blocks of 256 and 128 threads.
   EXPECT_EQ(prefill_sm90_units_per_thread(8, 256), 1);

@@ -423,7 +423,8 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
 
 // The ping-pong schedule (FLASHINFER_PREFILL_SM90_PINGPONG=1: the two warpgroups of a tall block
 // take turns at the tensor cores through named barriers) does the plain schedule's arithmetic in
-// another order of issue: the same bits, on every shape its instances take (head dims 128 and 256,
+// another order of issue: the same bits, on every shape its instances take (head dims 128, 256
+// and 192 / 128,
 // bf16 / fp16, plain / soft cap, causal / not, a window, split-KV, sinks, ragged K/V), and no hang
 // (each warpgroup waits for the other's turn). The launch counter says which schedule ran; head
 // dim 64 keeps the plain one (fp8 K/V: HopperKernelFp8KvMatchesFa2KernelAndCpu).
@@ -482,6 +483,24 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
         c.sinks = !causal;
         check(c, true);
       }
+    }
+    // DeepSeek's 192 / 128 (ragged: paged caches share one head dim): GQA 4 and MHA, causal and
+    // not, split with the soft cap, sinks.
+    for (bool causal : {true, false}) {
+      PrefillCase ds;
+      ds.dt = dt;
+      ds.dqk = 192;
+      ds.dvo = 128;
+      ds.page = 0;
+      ds.causal = causal;
+      ds.qo_lens = {200, 33, 1, 129};
+      ds.kv_lens = {300, 33, 129, 1000};
+      check(ds, true);
+      ds.hq = ds.hkv = 8;
+      ds.split = 256;
+      ds.soft_cap = causal ? 30.0 : 0.0;
+      ds.sinks = !causal;
+      check(ds, true);
     }
   }
   PrefillCase d64;  // no ping-pong instance: two blocks an SM overlap each other already

@@ -27,19 +27,22 @@ void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool cap = p.logits_soft_cap > 0.0f;
   auto kinds = [&]<class T>() {
+    constexpr bool kFp8Built = prefill::prefill_sm90_kv_built(DQK, DVO, true);
     if constexpr (prefill::prefill_sm90_ping_pong_built(DQK, DVO, kWG)) {
-      if (ping_pong) {
-        if (fp8) {
-          cap ? launch_sm90<T, uint8_t, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
-              : launch_sm90<T, uint8_t, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
-        } else {
-          cap ? launch_sm90<T, T, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
-              : launch_sm90<T, T, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
+      if (ping_pong && (kFp8Built || !fp8)) {  // fp8 without an instance: refused below
+        if constexpr (kFp8Built) {
+          if (fp8) {
+            cap ? launch_sm90<T, uint8_t, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
+                : launch_sm90<T, uint8_t, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
+            return;
+          }
         }
+        cap ? launch_sm90<T, T, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
+            : launch_sm90<T, T, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
         return;
       }
     }
-    if constexpr (prefill::prefill_sm90_kv_built(DQK, DVO, true)) {
+    if constexpr (kFp8Built) {
       if (fp8) {
         cap ? launch_sm90<T, uint8_t, DQK, DVO, true, kWG>(p, s, enable_pdl)
             : launch_sm90<T, uint8_t, DQK, DVO, false, kWG>(p, s, enable_pdl);
@@ -62,7 +65,7 @@ void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
 }
 
 /// The tall blocks' instances at head dims 192 / 128 (prefill_sm90_d192.cu).
-void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl);
+void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong);
 
 /// The instance for p's head dims (64, 128; 256 and 192 / 128 in tall blocks), dtypes and soft cap,
 /// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so).
@@ -74,7 +77,7 @@ void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl
   if (qk == 128 && vo == 128) return launch_sm90_dims<kWG, 128, 128>(p, s, enable_pdl, ping_pong);
   if constexpr (kWG == 2) {
     if (qk == 256 && vo == 256) return launch_sm90_dims<2, 256, 256>(p, s, enable_pdl, ping_pong);
-    if (qk == 192 && vo == 128) return launch_sm90_d192(p, s, enable_pdl);
+    if (qk == 192 && vo == 128) return launch_sm90_d192(p, s, enable_pdl, ping_pong);
   }
   FLASHINFER_FAIL(ErrorCode::kInternal, "attention", "q",
                   "no Hopper prefill instance for head dims ", qk, "/", vo, " in blocks of ", kWG,

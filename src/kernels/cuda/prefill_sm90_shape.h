@@ -98,11 +98,11 @@ FLASHINFER_HD constexpr int prefill_sm90_units_per_thread(int units, int threads
 }
 
 /// Whether the ping-pong schedule (the two warpgroups take turns at the tensor cores:
-/// prefill_sm90_kernel.cuh) has an instance: tall blocks at equal head dims 128 and 256, K/V of
-/// q's dtype or fp8, one block an SM (at 64 two blocks an SM already overlap each other's softmax
-/// and products; 192 / 128 has the plain schedule only).
+/// prefill_sm90_kernel.cuh) has an instance: tall blocks at head dims 128, 256 and 192 / 128, K/V
+/// of q's dtype or fp8 (where prefill_sm90_kv_built), one block an SM (at 64 two blocks an SM
+/// already overlap each other's softmax and products).
 FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int dqk, int dvo, int wg) {
-  return dqk == dvo && (dqk == 128 || dqk == 256) && wg == 2;
+  return ((dqk == dvo && (dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128)) && wg == 2;
 }
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
 /// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
