@@ -161,6 +161,31 @@ TEST(Cli, InfoReportsBuildAndDevices) {
   }
 }
 
+// With CUDA compiled in, info lists the kernels' switches and which of them this environment
+// sets: the flipping value says "in effect", another value is shown but keeps the default.
+TEST(Cli, InfoListsTheKernelSwitchesAndTheirValues) {
+  const std::string bin = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer info";
+  const auto plain =
+      run_command("env -u FLASHINFER_DECODE_TENSOR_CORES -u FLASHINFER_PREFILL_SM90 " + bin);
+  if (plain.out.find("CUDA compiled in: yes") == std::string::npos) {
+    EXPECT_EQ(plain.out.find("kernel switches"), std::string::npos) << plain.out;
+    GTEST_SKIP() << "no CUDA backend: no kernel switches";
+  }
+  EXPECT_NE(plain.out.find("FLASHINFER_DECODE_TENSOR_CORES=0: decode without use_tensor_cores on "
+                           "the CUDA-core kernel at every GQA group [unset]"),
+            std::string::npos)
+      << plain.out;
+  for (const char* name : {"FLASHINFER_PREFILL_SM90=0", "FLASHINFER_PREFILL_SM90_PINGPONG=1",
+                           "FLASHINFER_DECODE_ROWS_PER_THREAD=1", "FLASHINFER_MLA_TENSOR_CORES=0",
+                           "FLASHINFER_GROUPED_MM_CUTLASS=0"}) {
+    EXPECT_NE(plain.out.find(std::string("  ") + name + ": "), std::string::npos) << name;
+  }
+  const auto set = run_command("FLASHINFER_DECODE_TENSOR_CORES=0 FLASHINFER_PREFILL_SM90=1 " + bin);
+  EXPECT_NE(set.out.find("every GQA group [set to \"0\": in effect]"), std::string::npos)
+      << set.out;
+  EXPECT_NE(set.out.find("Hopper kernel (sm_90) [set to \"1\"]"), std::string::npos) << set.out;
+}
+
 TEST(Cli, InfoReportsTheHostCacheLimitFromTheEnvironment) {
   const std::string bin = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer info";
   EXPECT_NE(run_command("env -u FLASHINFER_HOST_CACHE_MB " + bin).out.find("limit 1024 MiB"),
