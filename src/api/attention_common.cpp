@@ -465,6 +465,7 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
   namespace pf = kernels::cuda::prefill;
   if (!s.device.is_cuda() || !detail::tensor_core_path(s) || s.backend == "fa2") return false;
   if (kernels::cuda::prefill_sm90_off_by_env()) return false;  // the FA2 kernel's plans too
+  if (!kernels::cuda::prefill_sm90_built()) return false;        // a build without CUTLASS
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
   return pf::prefill_sm90_fits(
@@ -613,6 +614,16 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
                                                static_cast<int>(s.head_dim_vo), wg)) {
         per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk), wg);
       }
+    }
+    // Decode on the FA2 kernel's 16-row blocks (tensor-core decode): chunks of one K/V tile at
+    // least (64 keys; 128 at head dim 64, as before), not prefill's 128. A block's partials are
+    // at most 16 rows, so small chunks cost little merge work, and short calls spread over more
+    // SMs, as the CUDA-core kernel's 32-token chunks did (1.4x-1.65x at batch 1 x kv 512 / 2048,
+    // H200, session 31). The budget (max_grid) still sets the chunk of calls that fill the device.
+    const int dqk = static_cast<int>(s.head_dim_qk), dvo = static_cast<int>(s.head_dim_vo);
+    if (s.decode && detail::tensor_core_path(s) &&
+        pf::prefill_cta_rows(static_cast<int>(rows_per_tile * group), dqk, dvo, variant) == 16) {
+      min_chunk_tokens = pf::prefill_kv_tile(16, dqk, dvo);
     }
     if (!detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;

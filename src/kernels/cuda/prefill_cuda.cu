@@ -120,6 +120,8 @@ bool prefill_supported(const AttentionParams& p) {
   return prefill_route(p, device).ok;
 }
 
+bool prefill_sm90_built() { return FLASHINFER_WITH_CUTLASS != 0; }
+
 bool prefill_fa2_takes(const AttentionParams& p, int device) {
   return prefill_route(p, device).fa2;
 }

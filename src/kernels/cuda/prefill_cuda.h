@@ -17,6 +17,10 @@ bool prefill_supported(const AttentionParams& p);
 bool prefill_fa2_takes(const AttentionParams& p, int device);
 void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl);
 
+/// Whether this build has the Hopper prefill kernel (CUTLASS's headers found: prefill_sm90.h);
+/// the planner sizes sm_90 plans for its blocks only then.
+bool prefill_sm90_built();
+
 /// The FA2 kernel's variant bits for p (kPrefillSoftCap, kPrefillCustomMask of prefill_shape.h).
 int prefill_variant(const AttentionParams& p);
 
