@@ -465,7 +465,7 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
   namespace pf = kernels::cuda::prefill;
   if (!s.device.is_cuda() || !detail::tensor_core_path(s) || s.backend == "fa2") return false;
   if (kernels::cuda::prefill_sm90_off_by_env()) return false;  // the FA2 kernel's plans too
-  if (!kernels::cuda::prefill_sm90_built()) return false;        // a build without CUTLASS
+  if (!kernels::cuda::prefill_sm90_built()) return false;      // a build without CUTLASS
   if (compute_capability(s.device) != 90) return false;
   const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
   return pf::prefill_sm90_fits(
