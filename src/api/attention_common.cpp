@@ -392,7 +392,7 @@ int64_t tensor_core_max_grid(Device device) {
 kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
                                      int32_t batch, int32_t group, int32_t num_kv_heads,
                                      int32_t head_dim_qk, int32_t head_dim_vo, int variant,
-                                     int64_t max_grid, int32_t& max_rows) {
+                                     int64_t max_grid, int32_t& max_rows, int64_t max_grid_tall) {
   max_rows = 0;
   if (batch <= 0) return {};
   const int64_t rows_per_tile =
@@ -411,9 +411,13 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
   // of more than 64 packed rows at the head dims of the Hopper kernel's tall blocks may run there
   // (sm_90): whole tiles of its keys too (their least common multiple: the other kernel's tiles
   // stay whole).
+  namespace pf = kernels::cuda::prefill;
+  // Items the Hopper kernel's tall blocks run: its budget (one block an SM at head dims >= 128).
+  if (max_grid > 0 && max_grid_tall > 0 && int64_t{max_rows} * group >= pf::kSm90MinPackedRows) {
+    max_grid = max_grid_tall;
+  }
   int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
   if (chunk > 0) {
-    namespace pf = kernels::cuda::prefill;
     int64_t tile = pf::prefill_kv_tile(
         pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
         head_dim_vo);

@@ -168,12 +168,15 @@ int64_t tensor_core_max_grid(Device device);
 /// the batch's average packed length); when those items do not fill max_grid blocks, each tile's
 /// keys are cut into chunks by the wrappers' rule for ragged KV (plan_kv_chunk over tokens, at
 /// least 128), rounded up to whole K/V tiles of the FA2 block that runs them (prefill_kv_tile of
-/// prefill_cta_rows with `variant`). max_grid <= 0: no split. `max_rows` receives the largest tile
+/// prefill_cta_rows with `variant`). max_grid <= 0: no split. `max_grid_tall` (> 0): the budget
+/// instead where the items (more than 64 packed rows) run in the Hopper kernel's tall blocks,
+/// fewer an SM (prefill_sm90_tall_blocks_per_sm x SMs). `max_rows` receives the largest tile
 /// (AttentionParams::max_work_rows). partial_rows_capacity = num_partial_rows.
 kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
                                      int32_t batch, int32_t group, int32_t num_kv_heads,
                                      int32_t head_dim_qk, int32_t head_dim_vo, int variant,
-                                     int64_t max_grid, int32_t& max_rows);
+                                     int64_t max_grid, int32_t& max_rows,
+                                     int64_t max_grid_tall = 0);
 /// Bytes of the fp32 partials of `plan` for num_qo_heads heads of head_dim_vo: tmp_v
 /// [rows, Hq, Dvo] then tmp_s [rows, Hq].
 inline int64_t plan_partial_bytes(const kernels::AttentionPlan& plan, int32_t num_qo_heads,

@@ -20,6 +20,7 @@
 #include "kernels/ragged_attention_params.h"
 #if FLASHINFER_WITH_CUDA
 #include "core/cuda_runtime.h"
+#include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/ragged_attention_cuda.h"
 #endif
 
@@ -72,9 +73,11 @@ void run_ragged_attention(kernels::RaggedAttentionParams p, Device device, const
     // Eligibility reads the current device's limits: the tensors' device, not the caller's.
     const flashinfer::detail::CudaDeviceScope on_device(device);
     if (p.batch > 0 && kernels::cuda::ragged_fa2_eligible(p)) {
+      const int tall = kernels::cuda::ragged_hopper_blocks_per_sm(p, device.index);
       plan = api::one_shot_plan(p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads,
                                 p.num_kv_heads, p.head_dim_qk, p.head_dim_vo, 0,
-                                api::tensor_core_max_grid(device), p.fa2_max_rows);
+                                api::tensor_core_max_grid(device), p.fa2_max_rows,
+                                tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)));
       work_at = all.size();
       all.resize(work_at + plan.work.size() * 6);
       std::memcpy(all.data() + work_at, plan.work.data(),

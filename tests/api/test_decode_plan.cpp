@@ -512,6 +512,23 @@ TEST(OneShotPlan, SplitsLongKvOfFewQueriesByHand) {
     EXPECT_EQ(p.work.back().kv_begin % 1280, 0);
     EXPECT_EQ(p.work.back().kv_end, 20000);
   }
+  {  // Chunked prefill of DeepSeek (MHA, 128 heads, 192 / 128): batch 1 x qo 100 x kv 8000, one
+     // 100-query tile x 128 heads = 128 blocks. The FA2 kernel's budget (264 = 2 an SM) splits
+     // the keys in two; the Hopper kernel's tall blocks (one an SM: 132) are a full wave already.
+    const std::vector<int32_t> qo = {0, 100}, kv = {8000};
+    EXPECT_TRUE(
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 128, 192, 128, 0, 264, max_rows).split_kv);
+    const kernels::AttentionPlan p =
+        api::one_shot_plan(qo.data(), kv.data(), 1, 1, 128, 192, 128, 0, 264, max_rows, 132);
+    EXPECT_EQ(max_rows, 100);
+    EXPECT_FALSE(p.split_kv);
+    EXPECT_EQ(p.work.size(), 1u);
+    // Items of 64 packed rows or fewer are not the tall blocks': their budget stays max_grid.
+    const std::vector<int32_t> short_qo = {0, 64};
+    EXPECT_TRUE(
+        api::one_shot_plan(short_qo.data(), kv.data(), 1, 1, 128, 192, 128, 0, 264, max_rows, 132)
+            .split_kv);
+  }
   {  // A full device: 8 requests x 3 tiles x 16 heads = 384 blocks >= 264: no split.
     const std::vector<int32_t> qo = {0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400};
     const std::vector<int32_t> kv(8, 8192);

@@ -122,6 +122,29 @@ bool prefill_supported(const AttentionParams& p) {
 
 bool prefill_sm90_built() { return FLASHINFER_WITH_CUTLASS != 0; }
 
+int prefill_sm90_tall_blocks_per_sm(const AttentionParams& p, int device) {
+#if FLASHINFER_WITH_CUTLASS
+  if (prefill_sm90_off_by_env() || p.num_kv_heads <= 0) return 0;
+  int major = 0, minor = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return 0;
+  }
+  AttentionParams tall = p;  // items of a full tall block's rows
+  const int32_t group = p.num_qo_heads / p.num_kv_heads;
+  tall.max_work_rows = (prefill::kSm90CtaQ + group - 1) / group;
+  return prefill_sm90_block_warpgroups(tall, major, minor, optin) == 2
+             ? prefill::prefill_sm90_min_blocks(p.head_dim_qk, 2)
+             : 0;
+#else
+  (void)p;
+  (void)device;
+  return 0;
+#endif
+}
+
 bool prefill_fa2_takes(const AttentionParams& p, int device) {
   return prefill_route(p, device).fa2;
 }

@@ -21,6 +21,12 @@ void batch_prefill(const AttentionParams& p, void* stream, bool enable_pdl);
 /// the planner sizes sm_90 plans for its blocks only then.
 bool prefill_sm90_built();
 
+/// Blocks an SM of the Hopper kernel's tall blocks where they would run `p`'s work items of more
+/// than 64 packed rows on `device` (prefill_sm90_block_warpgroups for such items, the switches
+/// included); 0 where they would not (another device, dims, dtypes or variant; a build without
+/// the kernel). For the one-shot plans' grid budget (api::one_shot_plan).
+int prefill_sm90_tall_blocks_per_sm(const AttentionParams& p, int device);
+
 /// The FA2 kernel's variant bits for p (kPrefillSoftCap, kPrefillCustomMask of prefill_shape.h).
 int prefill_variant(const AttentionParams& p);
 

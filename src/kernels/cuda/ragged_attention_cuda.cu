@@ -192,6 +192,10 @@ bool ragged_fa2_eligible(const RaggedAttentionParams& p) {
   return attention_rows_aligned(a) && prefill_supported(a);  // 16-bit dtypes, sm80+
 }
 
+int ragged_hopper_blocks_per_sm(const RaggedAttentionParams& p, int device) {
+  return prefill_sm90_tall_blocks_per_sm(as_attention(p), device);
+}
+
 const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
   if (p.head_dim_qk < 1 || p.head_dim_qk > kWarp * kPerLane || p.head_dim_vo < 1 ||
       p.head_dim_vo > kWarp * kPerLane) {

@@ -14,6 +14,10 @@ const char* ragged_attention_unsupported(const RaggedAttentionParams& p);
 /// only p's dtypes, dims, strides and data pointers.
 bool ragged_fa2_eligible(const RaggedAttentionParams& p);
 
+/// prefill_sm90_tall_blocks_per_sm for the FA2 path's call of `p` on `device`: blocks an SM of the
+/// Hopper kernel's tall blocks where they would run its items of more than 64 packed rows, else 0.
+int ragged_hopper_blocks_per_sm(const RaggedAttentionParams& p, int device);
+
 /// Every pointer of `p` (index arrays and row_req included) is device memory. With fa2_work set,
 /// the FA2 prefill kernel runs the work items; otherwise the warp-per-row kernel.
 void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_pdl);
