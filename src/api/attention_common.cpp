@@ -389,6 +389,18 @@ int64_t tensor_core_max_grid(Device device) {
   return 0;
 }
 
+int64_t hopper_tall_max_grid(const kernels::AttentionParams& a, Device device) {
+#if FLASHINFER_WITH_CUDA
+  if (device.is_cuda()) {
+    return kernels::cuda::prefill_sm90_tall_blocks_per_sm(a, device.index) *
+           static_cast<int64_t>(kernels::cuda::sm_count(device.index));
+  }
+#endif
+  (void)a;
+  (void)device;
+  return 0;
+}
+
 kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
                                      int32_t batch, int32_t group, int32_t num_kv_heads,
                                      int32_t head_dim_qk, int32_t head_dim_vo, int variant,
@@ -406,25 +418,22 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
       max_rows = static_cast<int32_t>(std::max<int64_t>(max_rows, std::min(qo_len, rows_per_tile)));
   }
   // The wrappers' rule for ragged KV (plan_kv_chunk over tokens, at least 128 a chunk), the chunk
-  // then rounded up to whole K/V tiles of the FA2 block that runs the items, so that only a
-  // request's last chunk ends inside a tile. Rounding up only lowers the work-item count. Items
-  // of more than 64 packed rows at the head dims of the Hopper kernel's tall blocks may run there
-  // (sm_90): whole tiles of its keys too (their least common multiple: the other kernel's tiles
-  // stay whole).
+  // then rounded up to whole K/V tiles of the block that runs the items (the FA2 kernel's, and
+  // the Hopper kernel's where `tall`: their least common multiple), so that only a request's last
+  // chunk ends inside a tile. Rounding up only lowers the work-item count.
   namespace pf = kernels::cuda::prefill;
-  // Items the Hopper kernel's tall blocks run: its budget (one block an SM at head dims >= 128).
-  if (max_grid > 0 && max_grid_tall > 0 && int64_t{max_rows} * group >= pf::kSm90MinPackedRows) {
-    max_grid = max_grid_tall;
-  }
+  // Items the Hopper kernel's tall blocks run (more than 64 packed rows, a variant it has: plain
+  // or soft-capped): its budget (one block an SM at head dims >= 128), and whole tiles of its keys.
+  const bool tall = max_grid_tall > 0 && int64_t{max_rows} * group >= pf::kSm90MinPackedRows &&
+                    (variant & ~pf::kPrefillSoftCap) == 0 &&
+                    pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
+  if (max_grid > 0 && tall) max_grid = max_grid_tall;
   int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
   if (chunk > 0) {
     int64_t tile = pf::prefill_kv_tile(
         pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
         head_dim_vo);
-    if (int64_t{max_rows} * group >= pf::kSm90MinPackedRows &&
-        pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2)) {
-      tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(head_dim_qk, head_dim_vo, 2)});
-    }
+    if (tall) tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(head_dim_qk, head_dim_vo, 2)});
     chunk = attention_common_ceil_div(chunk, tile) * tile;
   }
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
@@ -571,11 +580,12 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // (tensor_core_max_grid), the Hopper kernel's tall blocks at head dims 128 / 256 1 x SMs. CPU:
   // threads x 2.
   int64_t max_grid;
-  // Smallest KV chunk in tokens: upstream's 128, except for the CUDA-core kernel on a GPU (below:
+  // Smallest KV chunk in tokens: upstream's 128, except on a GPU for the CUDA-core kernel (below:
   // decode, and the prefill calls that fall back to it), whose 128-key blocks ran 20-25 us alone
-  // on an SM (H200, batch 1 x kv 512 / 2048: 0.57x-0.67x upstream) while 100 SMs idled; chunks
-  // of 32 spread such calls over the SMs. The budget (max_grid) still caps the chunks, so calls
-  // that fill the device do not change.
+  // on an SM (H200, batch 1 x kv 512 / 2048: 0.57x-0.67x upstream) while 100 SMs idled, so chunks
+  // of 32 spread such calls over the SMs; and for tensor-core decode, one K/V tile of its 16-row
+  // block (below). The budget (max_grid) still caps the chunks, so calls that fill the device do
+  // not change.
   int64_t min_chunk_tokens = 128;
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {
@@ -625,9 +635,12 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // SMs, as the CUDA-core kernel's 32-token chunks did (1.4x-1.65x at batch 1 x kv 512 / 2048,
     // H200, session 31). The budget (max_grid) still sets the chunk of calls that fill the device.
     const int dqk = static_cast<int>(s.head_dim_qk), dvo = static_cast<int>(s.head_dim_vo);
-    if (s.decode && detail::tensor_core_path(s) &&
+    if (s.decode && detail::tensor_core_path(s) && pf::prefill_dims_built(dqk, dvo) &&
         pf::prefill_cta_rows(static_cast<int>(rows_per_tile * group), dqk, dvo, variant) == 16) {
-      min_chunk_tokens = pf::prefill_kv_tile(16, dqk, dvo);
+      // Whole pages of at least a tile (the chunk is counted in pages below).
+      const int64_t unit_tokens = s.paged ? s.page_size : 1;
+      min_chunk_tokens =
+          attention_common_ceil_div(pf::prefill_kv_tile(16, dqk, dvo), unit_tokens) * unit_tokens;
     }
     if (!detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale) {
       kernels::AttentionParams cfg;

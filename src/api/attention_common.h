@@ -136,7 +136,8 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                       int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
 /// The wrappers' smallest KV chunk, in tokens, where the CUDA-core kernel runs on a GPU (decode,
-/// and prefill calls that fall back to it); upstream's 128 elsewhere (docs/ATTENTION.md,
+/// and prefill calls that fall back to it); one K/V tile of the 16-row block for tensor-core
+/// decode (64 keys, 128 at head dim 64); upstream's 128 elsewhere (docs/ATTENTION.md,
 /// "Split-KV planner").
 inline constexpr int64_t kCudaCoreDecodeMinChunkTokens = 32;
 /// Packed rows a decode request holds (queries x GQA group) from which a call planned with
@@ -177,6 +178,10 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
                                      int32_t head_dim_qk, int32_t head_dim_vo, int variant,
                                      int64_t max_grid, int32_t& max_rows,
                                      int64_t max_grid_tall = 0);
+/// one_shot_plan's `max_grid_tall` for call `a` on `device`: the Hopper kernel's tall blocks an SM
+/// where they would run its items of more than 64 packed rows (prefill_sm90_tall_blocks_per_sm)
+/// times the SMs; 0 where they would not (another device, a build without the kernel, a CPU).
+int64_t hopper_tall_max_grid(const kernels::AttentionParams& a, Device device);
 /// Bytes of the fp32 partials of `plan` for num_qo_heads heads of head_dim_vo: tmp_v
 /// [rows, Hq, Dvo] then tmp_s [rows, Hq].
 inline int64_t plan_partial_bytes(const kernels::AttentionPlan& plan, int32_t num_qo_heads,

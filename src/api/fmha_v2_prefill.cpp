@@ -25,7 +25,6 @@
 #include <tuple>
 
 #include "kernels/cuda/decode_cuda.h"
-#include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_shape.h"
 #endif
 
@@ -153,12 +152,13 @@ void fmha_v2_prefill_run_cuda(const kernels::FmhaV2PrefillParams& p, const api::
   // the partials in the caller's workspace, merged after the items (batch_attention).
   const int variant = (p.soft_cap > 0.0f ? kernels::cuda::prefill::kPrefillSoftCap : 0) |
                       (p.alibi_slopes != nullptr ? kernels::cuda::prefill::kPrefillAlibi : 0);
-  // The Hopper kernel's tall blocks, where they run the items, fit one an SM at head dims >= 128.
-  const int64_t tall = kernels::cuda::prefill_sm90_tall_blocks_per_sm(a, c.device.index) *
-                       static_cast<int64_t>(kernels::cuda::sm_count(c.device.index));
+  // The Hopper kernel's tall blocks, where they run the items, fit one an SM at head dims >= 128
+  // (one_shot_plan applies their budget only to the variants they have: not ALiBi, set on `a`
+  // further down).
   const kernels::AttentionPlan plan = api::one_shot_plan(
       p.cu_q, p.kv_lens, p.batch, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk,
-      p.head_dim_vo, variant, api::tensor_core_max_grid(c.device), a.max_work_rows, tall);
+      p.head_dim_vo, variant, api::tensor_core_max_grid(c.device), a.max_work_rows,
+      api::hopper_tall_max_grid(a, c.device));
   const std::vector<kernels::WorkItem>& work = plan.work;
   const std::size_t work_at = ints.size();
   ints.resize(work_at + work.size() * 6);

@@ -503,14 +503,26 @@ TEST(OneShotPlan, SplitsLongKvOfFewQueriesByHand) {
      // last [19200, 20000).
     const std::vector<int32_t> qo = {0, 200}, kv = {20000};
     EXPECT_EQ(api::plan_kv_chunk({2}, {20000}, 8, 264, 128), 1250);
-    const kernels::AttentionPlan p =
+    kernels::AttentionPlan p =
         api::one_shot_plan(qo.data(), kv.data(), 1, 1, 8, 192, 128, 0, 264, max_rows);
     EXPECT_EQ(max_rows, 128);
     ASSERT_TRUE(p.split_kv);
-    EXPECT_EQ(p.kv_chunk_size, 1280);
+    EXPECT_EQ(p.kv_chunk_size, 1280);  // the FA2 kernel's 64-key tiles
     ASSERT_EQ(p.work.size(), 32u);
     EXPECT_EQ(p.work.back().kv_begin % 1280, 0);
     EXPECT_EQ(p.work.back().kv_end, 20000);
+    // With the Hopper kernel's budget (132: one tall block an SM): 2 x ceil(20000 / c) <= 16 from
+    // c = 2500, rounded up to its 128-key tiles, 2560: 8 chunks a tile.
+    EXPECT_EQ(api::plan_kv_chunk({2}, {20000}, 8, 132, 128), 2500);
+    p = api::one_shot_plan(qo.data(), kv.data(), 1, 1, 8, 192, 128, 0, 264, max_rows, 132);
+    ASSERT_TRUE(p.split_kv);
+    EXPECT_EQ(p.kv_chunk_size, 2560);
+    EXPECT_EQ(p.work.size(), 16u);
+    // ALiBi (a variant the Hopper kernel does not have): the FA2 kernel's budget and tiles.
+    p = api::one_shot_plan(qo.data(), kv.data(), 1, 1, 8, 192, 128,
+                           kernels::cuda::prefill::kPrefillAlibi, 264, max_rows, 132);
+    EXPECT_EQ(p.kv_chunk_size, 1280);
+    EXPECT_EQ(p.work.size(), 32u);
   }
   {  // Chunked prefill of DeepSeek (MHA, 128 heads, 192 / 128): batch 1 x qo 100 x kv 8000, one
      // 100-query tile x 128 heads = 128 blocks. The FA2 kernel's budget (264 = 2 an SM) splits

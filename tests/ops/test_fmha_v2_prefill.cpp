@@ -851,10 +851,21 @@ TEST(TrtllmFmhaV2PrefillCuda, SplitKvMatchesCpu) {
     for (int32_t l : r.ql) cq.push_back(cq.back() + l);
     int32_t max_rows = 0;
     const int variant = r.opt.cap > 0 ? kernels::cuda::prefill::kPrefillSoftCap : 0;
+    // The call's fields the Hopper kernel's dispatch reads: its budget where its tall blocks run
+    // the items, as the API plans.
+    kernels::AttentionParams fields;
+    fields.q_dtype = fields.o_dtype = fields.kv.dtype = r.d;
+    fields.num_qo_heads = static_cast<int32_t>(r.H);
+    fields.num_kv_heads = static_cast<int32_t>(r.hkv);
+    fields.head_dim_qk = static_cast<int32_t>(r.D);
+    fields.head_dim_vo = static_cast<int32_t>(r.dv);
+    fields.logits_soft_cap = static_cast<float>(r.opt.cap);
+    fields.sm_scale = 0.05f;
     ASSERT_TRUE(api::one_shot_plan(cq.data(), r.kl.data(), static_cast<int32_t>(r.ql.size()),
                                    static_cast<int32_t>(r.H / r.hkv), static_cast<int32_t>(r.hkv),
                                    static_cast<int32_t>(r.D), static_cast<int32_t>(r.dv), variant,
-                                   api::tensor_core_max_grid(gpu), max_rows)
+                                   api::tensor_core_max_grid(gpu), max_rows,
+                                   api::hopper_tall_max_grid(fields, gpu))
                     .split_kv);  // the shape exercises the split
     const AttentionOutput want = run(c, r.opt);
     const AttentionOutput got = run(on_device(c, gpu), r.opt);

@@ -367,14 +367,29 @@ TEST(TrtllmRaggedDeepseekCuda, MatchesCpu) {
   }
 }
 
-// Whether the CUDA call of `c` splits its keys across blocks (the one-shot plan the API builds).
+// The call's fields the Hopper kernel's dispatch reads (dtypes, dims, heads, a scale that folds).
+kernels::AttentionParams attention_fields(const Case& c) {
+  kernels::AttentionParams a;
+  a.q_dtype = a.o_dtype = c.qk;
+  a.kv.dtype = c.qk;
+  a.num_qo_heads = static_cast<int32_t>(c.hq);
+  a.num_kv_heads = static_cast<int32_t>(c.hkv);
+  a.head_dim_qk = static_cast<int32_t>(c.dqk);
+  a.head_dim_vo = static_cast<int32_t>(c.dvo);
+  a.sm_scale = 0.05f;
+  return a;
+}
+
+// Whether the CUDA call of `c` splits its keys across blocks (the one-shot plan the API builds,
+// with the Hopper kernel's budget where its tall blocks run the items).
 bool plan_splits(const Case& c, const Inputs& in, Device gpu) {
   int32_t max_rows = 0;
   return api::one_shot_plan(in.cq_h.data(), c.kv_lens.data(),
                             static_cast<int32_t>(c.qo_lens.size()),
                             static_cast<int32_t>(c.hq / c.hkv), static_cast<int32_t>(c.hkv),
                             static_cast<int32_t>(c.dqk), static_cast<int32_t>(c.dvo), 0,
-                            api::tensor_core_max_grid(gpu), max_rows)
+                            api::tensor_core_max_grid(gpu), max_rows,
+                            api::hopper_tall_max_grid(attention_fields(c), gpu))
       .split_kv;
 }
 
@@ -470,8 +485,10 @@ TEST(TrtllmRaggedDeepseekCuda, FmhaV2DeepseekSplitKvMatchesCpu) {
   const Tensor v = testing::rand_tensor({1, S, H, 128}, DType::kBFloat16, 13, -1.0, 1.0);
   const std::vector<int32_t> cq = {0, static_cast<int32_t>(S)}, kl = {static_cast<int32_t>(S)};
   int32_t max_rows = 0;
+  const Case shape{DType::kBFloat16, DType::kBFloat16, 192, 128, H, H, true, -1, {}, {}};
   ASSERT_TRUE(api::one_shot_plan(cq.data(), kl.data(), 1, 1, static_cast<int32_t>(H), 192, 128, 0,
-                                 api::tensor_core_max_grid(gpu), max_rows)
+                                 api::tensor_core_max_grid(gpu), max_rows,
+                                 api::hopper_tall_max_grid(attention_fields(shape), gpu))
                   .split_kv);
   Tensor out = Tensor::zeros({1, S, H, 128}, DType::kBFloat16);
   AttentionOutput want = fmha_v2_prefill_deepseek(q, k, v, out, H, 192, S, 1.0, 0.07, 0.5, true);
