@@ -93,6 +93,15 @@ struct GroupedMmCudaParams {
   void* out = nullptr;  // [cum_m, n]
   DType out_dtype = DType::kBFloat16;
   int64_t out_stride_m = 0, out_stride_n = 1;
+  // DeepSeek's 128 x 128 block scales (grouped_mm_fp8_block_scaled; null: none): a's per row and
+  // 128-wide k block, a_block_scale[row * a_block_scale_stride + kb]; b's per (128-row n block, k
+  // block) of each weight, b_block_scale[w * b_block_scale_stride_e + (n / 128) * k_blocks + kb]
+  // with k_blocks = ceil(k / 128). Each k block's fp32 dot product joins the sum as
+  // moe_fp8_block_accumulate (kernels/moe_cutlass_fp8_rules.h) says.
+  const float* a_block_scale = nullptr;
+  int64_t a_block_scale_stride = 0;
+  const float* b_block_scale = nullptr;
+  int64_t b_block_scale_stride_e = 0;
   // Set by the tensor-core launcher: tile slots along grid y and n tiles along x, so the CTAs
   // launched together share one m tile (its a rows stay in L2) instead of one n tile.
   bool slots_along_y = false;

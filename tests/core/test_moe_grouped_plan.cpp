@@ -214,6 +214,27 @@ TEST(MoeGroupedPlan, ScratchLayout) {
 // cutlass_fused_moe's FP8 GEMV route: the GEMV pieces first; the block-scale path adds the
 // tokens' 1x128-quantized rows and scales (partial last blocks: ceil division) and the
 // activation's scales, each 256-byte aligned; the per-tensor path adds nothing.
+// The DeepSeek block-scale grouped route's scratch: the grouped pieces with e4m3 xs / h and bf16
+// g1 / y, then the 1x128 scales of xs and h, every piece 256-byte aligned and disjoint.
+TEST(MoeGroupedPlan, BlockScaleScratchLayout) {
+  // 48 pairs, 8 experts, hidden 7168 (56 blocks), inter 2048 (16 blocks), gated (gemm1_n 4096).
+  const auto s = moe_block_scale_scratch(48, 8, 7168, 2048, 4096);
+  const auto b = moe_grouped_scratch(48, 8, 7168, 2048, 4096, 1, 2, 2);
+  EXPECT_EQ(s.base.xs, b.xs);
+  EXPECT_EQ(s.base.g1 - s.base.xs, moe_align256(48 * 7168));        // e4m3 rows
+  EXPECT_EQ(s.base.h - s.base.g1, moe_align256(48 * 4096 * 2));     // bf16 GEMM1 rows
+  EXPECT_EQ(s.base.y - s.base.h, moe_align256(48 * 2048));          // e4m3 activations
+  EXPECT_EQ(s.base.bytes - s.base.y, moe_align256(48 * 7168 * 2));  // bf16 GEMM2 rows
+  EXPECT_EQ(s.x_scales, s.base.bytes);
+  EXPECT_EQ(s.h_scales - s.x_scales, moe_align256(48 * 56 * 4));
+  EXPECT_EQ(s.bytes - s.h_scales, moe_align256(48 * 16 * 4));
+  for (uint64_t at : {s.x_scales, s.h_scales, s.bytes}) EXPECT_EQ(at % 256, 0u);
+  // A hidden size not a multiple of 128: its last block counts (ceil).
+  const auto t = moe_block_scale_scratch(3, 2, 200, 160, 160);
+  EXPECT_EQ(t.h_scales - t.x_scales, moe_align256(3 * 2 * 4));
+  EXPECT_EQ(t.bytes - t.h_scales, moe_align256(3 * 2 * 4));
+}
+
 TEST(MoeGroupedPlan, Fp8GemvScratchLayout) {
   // 5 tokens, 7 pairs, hidden 200 (2 blocks), inter 160 (2 blocks), gated (gemm1_n 320).
   const MoeFp8GemvScratch b = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, true);

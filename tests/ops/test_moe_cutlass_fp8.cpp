@@ -761,10 +761,11 @@ Tensor run_cuda(const Fp8Case& c, const Fp8Inputs& g, int force = 0, bool* group
   return out;
 }
 
-// Whether the per-tensor grouped route takes the case (moe_grouped_plan.h: e4m3 rows of 16-byte
-// multiples; auto also needs two pairs per local expert, counted over every rank's experts).
+// Whether the grouped route takes the case, per tensor or block scale (moe_grouped_plan.h: e4m3
+// rows of 16-byte multiples; auto also needs two pairs per local expert, counted over every
+// rank's experts).
 bool grouped_route(const Fp8Case& c, int force) {
-  if (c.block || force == 1 || c.H % 16 != 0 || c.I % 16 != 0) return false;
+  if (force == 1 || c.H % 16 != 0 || c.I % 16 != 0) return false;
   return force == 2 || c.T * c.K >= 2 * c.E * c.ep_size;
 }
 
@@ -804,7 +805,9 @@ TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
   }
 }
 
-// On sm90 the block-scale path matches the CPU bit for bit; elsewhere the call is refused as
+// On sm90 the block-scale path matches the CPU bit for bit on both routes (the grouped one on the
+// block-scaled mma.sync GEMM, twice a call: never CUTLASS's, which has no block scales; H 200 is
+// not a multiple of 16, so that case stays on the GEMV route); elsewhere the call is refused as
 // upstream refuses it (kUnsupported naming the flag). Either way the case runs (gpu-check counts
 // a skipped CUDA case as a failure).
 TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperandsOrRefusedOffSm90) {
@@ -825,10 +828,17 @@ TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperandsOrRefusedOffSm90) {
   for (const Fp8Case& c : cuda_cases(true)) {
     const Fp8Inputs in = integer_inputs(c);
     const Tensor ref = run(c, in)[0];
-    bool grouped = true;
-    const Tensor got = run_cuda(c, to_cuda(in), 2, &grouped);
-    EXPECT_FALSE(grouped) << label(c);  // the block-scale path has only the GEMV route
-    EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c);
+    const Fp8Inputs g = to_cuda(in);
+    for (int force : {1, 2}) {
+      bool grouped = false;
+      const moe_cuda::GroupedMmRoutes r0 = moe_cuda::grouped_mm_routes();
+      const Tensor got = run_cuda(c, g, force, &grouped);
+      const moe_cuda::GroupedMmRoutes r1 = moe_cuda::grouped_mm_routes();
+      EXPECT_EQ(grouped, grouped_route(c, force)) << label(c) << ", force " << force;
+      EXPECT_EQ(r1.mma - r0.mma, grouped ? 2u : 0u) << label(c) << ", force " << force;
+      EXPECT_EQ(r1.cutlass, r0.cutlass) << label(c) << ", force " << force;
+      EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
+    }
     const auto r = ref.to_double_vector();
     EXPECT_GT(std::count_if(r.begin(), r.end(), [](double v) { return v != 0.0; }), c.H)
         << label(c);
@@ -868,8 +878,7 @@ TEST(MoeCudaFp8, RandomOperandsWithinBound) {
         if (c.swiglu_params) cf.act = ActivationType::SwigluBias;
         const Tensor ref = run(c, in)[0];
         const Fp8Inputs g = to_cuda(in);
-        for (int force : {1, 2}) {  // per tensor: both routes (H 64, I 32 are grouped-eligible)
-          if (block && force == 2) continue;
+        for (int force : {1, 2}) {  // both routes (H 64 / 256, I 32 / 128 / 160: grouped-eligible)
           bool grouped = false;
           const Tensor got = run_cuda(c, g, force, &grouped);
           EXPECT_EQ(grouped, force == 2) << label(c);
@@ -886,8 +895,8 @@ TEST(MoeCudaFp8, RandomOperandsWithinBound) {
 // route.
 TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  for (int route : {0, 1, 2}) {  // per tensor GEMV, per tensor grouped, block scale
-    const bool block = route == 2;
+  for (int route : {0, 1, 2, 3}) {  // per tensor GEMV, grouped; block scale GEMV, grouped
+    const bool block = route >= 2;
     if (block && !block_scale_runs_here()) continue;
     Fp8Case c;
     c.block = block;
@@ -896,14 +905,15 @@ TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {
     c.I = 128;
     const Fp8Inputs g = to_cuda(make_inputs(c));
     Tensor out = Tensor::empty({c.T, c.H}, c.out_dt, Device::cuda(0));
-    moe_cuda::set_cutlass_moe_route(route == 1 ? 2 : 1);
+    const bool grouped = route == 1 || route == 3;
+    moe_cuda::set_cutlass_moe_route(grouped ? 2 : 1);
     (void)run(c, g, out);
     const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
     for (int i = 0; i < 100; ++i) (void)run(c, g, out);
     const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
     moe_cuda::set_cutlass_moe_route(0);
     EXPECT_EQ(s1.scratch_allocs, s0.scratch_allocs) << route;
-    EXPECT_EQ(route == 1 ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u)
+    EXPECT_EQ(grouped ? s1.grouped_runs - s0.grouped_runs : s1.gemv_runs - s0.gemv_runs, 100u)
         << route;
   }
 }

@@ -20,6 +20,7 @@
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/grouped_gemm_cutlass.h"
 #include "kernels/cuda/grouped_gemm_shape.h"
+#include "kernels/moe_cutlass_fp8_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -143,9 +144,18 @@ __device__ __forceinline__ void store_pair(TO* dst, float v0, float v1) {
 // e4m3 or e5m2), converted to fp16 (T = __half) in shared memory. kBNMajor (16-bit only): b's
 // n stride is 1 (SegmentGEMMWrapper's row-major [d_in, d_out] weights), so its tile is stored
 // [k][n] and read through the transposing ldmatrix, as the prefill kernel reads V.
-template <class T, bool kFp8, bool kBNMajor, class TO>
-__global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCudaParams p) {
+// kBlockScale (fp8, k-major b): DeepSeek's 128 x 128 block scales (p.a_block_scale,
+// p.b_block_scale): the MMAs of each 128-wide k block (two k tiles) go to a second set of
+// accumulators, promoted into the sum at the block's end (moe_fp8_block_accumulate: the CPU
+// reference's and the GEMV route's arithmetic); the two sets take the registers of the second
+// block an SM, hence one.
+template <class T, bool kFp8, bool kBNMajor, class TO, bool kBlockScale = false>
+__global__ void __launch_bounds__(kGmmThreads, kBlockScale ? 1 : 2)
+    grouped_mma_kernel(GroupedMmCudaParams p) {
   static_assert(!(kFp8 && kBNMajor), "n-major B is for 16-bit operands");
+  static_assert(!kBlockScale || (kFp8 && !kBNMajor), "block scales: fp8, k-major B");
+  static_assert(!kBlockScale || (kGmmTileN == 128 && 2 * kGmmTileK == 128),
+                "a tile's columns are one 128-row n block of the weight; two k tiles a k block");
   extern __shared__ __align__(128) unsigned char smem[];  // 128: permuted_lane_base
   __shared__ TileInfo tile;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -246,14 +256,27 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
   // group's tile (MoE decode: a few rows an expert) skips the MMAs and A loads of its zero rows.
   const int m_frags = gmm_warp_m_frags(rows, wm);
   float acc[kMmaM][kMmaN][4];
+  // Block scales: the current k block's dot products (the MMAs' accumulators), promoted into acc
+  // at the block's end. Without them the MMAs accumulate into acc itself.
+  float part[kBlockScale ? kMmaM : 1][kBlockScale ? kMmaN : 1][4];
   FLASHINFER_UNROLL
   for (int mi = 0; mi < kMmaM; ++mi) {
     FLASHINFER_UNROLL
     for (int ni = 0; ni < kMmaN; ++ni) {
       FLASHINFER_UNROLL
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+      for (int c = 0; c < 4; ++c) {
+        acc[mi][ni][c] = 0.0f;
+        if constexpr (kBlockScale) part[mi][ni][c] = 0.0f;
+      }
     }
   }
+  auto mma_acc = [&](int mi, int ni) -> float(&)[4] {
+    if constexpr (kBlockScale) {
+      return part[mi][ni];
+    } else {
+      return acc[mi][ni];
+    }
+  };
 
   FLASHINFER_UNROLL
   for (int s = 0; s < kGmmStages - 1; ++s) {
@@ -299,8 +322,37 @@ __global__ void __launch_bounds__(kGmmThreads, 2) grouped_mma_kernel(GroupedMmCu
         FLASHINFER_UNROLL
         for (int mi = 0; mi < kMmaM; ++mi) {
           if (mi < m_frags) {
-            dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj], af[mi], bf);
-            dev::mma::mma_m16n8k16<T>(acc[mi][2 * nj + 1], af[mi], bf + 2);
+            dev::mma::mma_m16n8k16<T>(mma_acc(mi, 2 * nj), af[mi], bf);
+            dev::mma::mma_m16n8k16<T>(mma_acc(mi, 2 * nj + 1), af[mi], bf + 2);
+          }
+        }
+      }
+    }
+    if constexpr (kBlockScale) {
+      // The k block ends with its second k tile, or with k: promote its dot products with the
+      // row's a scale and the tile's weight block scale (a tile's 128 columns are one n block).
+      if ((kt & 1) == 1 || kt == ktiles - 1) {
+        const int64_t kb = kt / 2, k_blocks = (k + 127) / 128;
+        const float ws =
+            p.b_block_scale[tile.weight * p.b_block_scale_stride_e + (n0 / 128) * k_blocks + kb];
+        FLASHINFER_UNROLL
+        for (int mi = 0; mi < kMmaM; ++mi) {
+          if (mi >= m_frags) continue;
+          FLASHINFER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int r = wm * kGmmWarpTileM + mi * 16 + lane / 4 + 8 * h;
+            const float as =
+                r < rows ? p.a_block_scale[(row0 + r) * p.a_block_scale_stride + kb] : 0.0f;
+            FLASHINFER_UNROLL
+            for (int ni = 0; ni < kMmaN; ++ni) {
+              FLASHINFER_UNROLL
+              for (int c = 0; c < 2; ++c) {
+                float& pv = part[mi][ni][2 * h + c];
+                acc[mi][ni][2 * h + c] =
+                    moe_fp8_block_accumulate(acc[mi][ni][2 * h + c], as, ws, pv);
+                pv = 0.0f;
+              }
+            }
           }
         }
       }
@@ -401,7 +453,10 @@ void launch_mma(const GroupedMmCudaParams& params, MmaLayout layout, cudaStream_
           launch_kernel(op, grouped_mma_kernel<T, kFp8, kBNMajor, TO>, grid, dim3(kGmmThreads),
                         smem, s, false, p);
         };
-        if (fp8) {
+        if (p.a_block_scale != nullptr) {  // grouped_mm_fp8_block_scaled: e4m3, k-major b
+          launch_kernel(op, grouped_mma_kernel<__half, true, false, TO, true>, grid,
+                        dim3(kGmmThreads), smem, s, false, p);
+        } else if (fp8) {
           go.template operator()<__half, true, false>();
         } else if (p.in_dtype == DType::kFloat16) {
           if (n_major) {
@@ -478,6 +533,23 @@ void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream) {
 
 void segment_gemm(const GroupedMmCudaParams& p, void* stream) {
   launch_grouped(p, stream, "SegmentGEMMWrapper.run", "x");
+}
+
+bool grouped_mm_fp8_block_scaled_takes(const GroupedMmCudaParams& p) {
+  return p.in_dtype == DType::kFloat8E4M3FN && p.b_dtype == DType::kFloat8E4M3FN &&
+         mma_layout(p) == MmaLayout::kBKMajor;
+}
+
+void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream) {
+  const char* op = "cutlass_fused_moe";
+  FLASHINFER_CHECK_CODE(p.a_block_scale != nullptr && p.b_block_scale != nullptr &&
+                            p.alpha == nullptr && grouped_mm_fp8_block_scaled_takes(p),
+                        ErrorCode::kInternal, op, "input",
+                        "the block-scaled grouped GEMM takes e4m3 operands in the mma.sync "
+                        "kernel's layout, both block scales and no alpha");
+  if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
+  launch_mma(p, MmaLayout::kBKMajor, static_cast<cudaStream_t>(stream), op);
+  g_mma_runs.fetch_add(1, std::memory_order_relaxed);
 }
 
 GroupedMmRoutes grouped_mm_routes() {

@@ -29,6 +29,18 @@ void grouped_mm_fp8(const GroupedMmCudaParams& p, void* stream);
 /// weight_indices as b_index; errors name "SegmentGEMMWrapper.run" and "x".
 void segment_gemm(const GroupedMmCudaParams& p, void* stream);
 
+/// grouped_mm_fp8's kernel with DeepSeek's 128 x 128 block scales (p.a_block_scale,
+/// p.b_block_scale: cutlass_fused_moe's use_deepseek_fp8_block_scale on its grouped route): e4m3
+/// operands on the mma.sync kernel (k-major b), each 128-wide k block's fp32 dot product (two
+/// 64-wide k tiles; e4m3 widened exactly to fp16, mma.sync's fp32 accumulation) promoted into the
+/// sum as moe_fp8_block_accumulate(acc, a_scale, b_scale, part), one rounding to out_dtype; no
+/// alpha. Only where grouped_mm_fp8_block_scaled_takes(p) (the caller checks first); the
+/// CUTLASS path has no such promotion and is not tried.
+void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream);
+/// Whether grouped_mm_fp8_block_scaled can run p on the current device: e4m3 a and b, the
+/// mma.sync kernel's layout (16-byte aligned rows, unit k stride, k-major b), an sm80+ device.
+bool grouped_mm_fp8_block_scaled_takes(const GroupedMmCudaParams& p);
+
 /// How many calls each path of these three ran since the process started: CUTLASS's sm90
 /// grouped GEMM (on Hopper, grouped_gemm_cutlass.h), the mma.sync tensor-core
 /// kernel, the CUDA-core kernel. For the tests, which check that a path they mean to test ran.

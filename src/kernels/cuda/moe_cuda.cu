@@ -876,8 +876,10 @@ __device__ __forceinline__ float fp8_bias(const void* b, int64_t i) {
 // values load(j): one warp per 128-column block, amax by the warp's max tree (max is exact in
 // any order), values moe_e4m3_sat(v * quant) to q[j] (q may be the row load reads: each lane
 // rewrites only what it read, after the block's amax), the stored scales 1 / quant to ds.
-template <class Load>
-__device__ __forceinline__ void fp8_quantize_1x128(int64_t n, Load load, float* q, float* ds) {
+// store(j, v) receives the e4m3 value v of element j (an fp32 holding an e4m3 code's value).
+template <class Load, class Store>
+__device__ __forceinline__ void fp8_quantize_1x128_to(int64_t n, Load load, Store store,
+                                                      float* ds) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t b = warp; b * kMoeFp8Block < n; b += kWarps) {
     const int64_t j0 = b * kMoeFp8Block;
@@ -889,8 +891,13 @@ __device__ __forceinline__ void fp8_quantize_1x128(int64_t n, Load load, float* 
     }
     const float quant = moe_fp8_block_quant(amax);
     if (lane == 0) ds[b] = moe_fp8_block_dequant(quant);
-    for (int64_t j = j0 + lane; j < j1; j += 32) q[j] = moe_e4m3_sat(fp32_mul(load(j), quant));
+    for (int64_t j = j0 + lane; j < j1; j += 32) store(j, moe_e4m3_sat(fp32_mul(load(j), quant)));
   }
+}
+template <class Load>
+__device__ __forceinline__ void fp8_quantize_1x128(int64_t n, Load load, float* q, float* ds) {
+  fp8_quantize_1x128_to(
+      n, load, [&](int64_t j, float v) { q[j] = v; }, ds);
 }
 
 // Block scale: one block per token, its bf16 input row quantized 1x128 into xq / xs (the CPU
@@ -1004,6 +1011,51 @@ __global__ void cutlass_fp8_gemm2_kernel(CutlassMoeFp8Params p, const float* hs)
       H, I, [&](int64_t j) { return w2 + j * I; },
       [&](const uint8_t* wr, int64_t c) { return h[c] * fp8_at(wr, c); },
       [&](int64_t j, float acc) { y[j] = round_as<O>(fp32_mul(acc, alpha)); });
+}
+
+// DeepSeek block scale, grouped route: one block per (token, k) pair routed to a local expert, the
+// token's bf16 input row quantized 1x128 (cutlass_fp8_quantize_kernel's values) into the pair's
+// row of the expert-sorted e4m3 rows xs (row perm[pair]) and its scales into xss's row.
+__global__ void cutlass_fp8_block_gather_kernel(CutlassMoeFp8Params p, const int32_t* perm,
+                                                __nv_fp8_e4m3* xs, float* xss) {
+  pdl_wait();
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  if (local_expert(m, pair) < 0) return;
+  const int64_t t = pair / m.top_k, row = perm[pair], H = m.hidden;
+  const auto* x = static_cast<const __nv_bfloat16*>(m.input) + t * m.in_stride;
+  __nv_fp8_e4m3* xr = xs + row * H;
+  fp8_quantize_1x128_to(
+      H, [&](int64_t j) { return __bfloat162float(x[j]); },
+      [&](int64_t j, float v) { xr[j] = __nv_fp8_e4m3(v); },  // v is an e4m3 value: exact
+      xss + row * ((H + kMoeFp8Block - 1) / kMoeFp8Block));
+}
+
+// DeepSeek block scale, grouped route: one block per pair, its GEMM1 row (bf16, rounded by the
+// GEMM) plus the fc1 bias in fp32, the activation rounded to bf16, then quantized 1x128 into the
+// pair's e4m3 row of h and its scales: cutlass_fp8_gemm1_kernel's block-scale arithmetic.
+template <class O>
+__global__ void cutlass_fp8_block_activation_kernel(CutlassMoeFp8Params p, const int32_t* perm,
+                                                    const __nv_bfloat16* g1, __nv_fp8_e4m3* h,
+                                                    float* hss) {
+  const CutlassMoeParams& m = p.base;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t row = perm[pair], I = m.inter;
+  const bool gated = moe_act_is_gated(m.act);
+  const int64_t N1 = gated ? 2 * I : I;
+  const __nv_bfloat16* g = g1 + row * N1;
+  const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
+  auto act = [&](int64_t j) {
+    const float up = fp32_add(__bfloat162float(g[j]), fp8_bias<O>(b1, j));
+    const float gate = gated ? fp32_add(__bfloat162float(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
+    return bf16_round(activation_value(m, e, up, gate));
+  };
+  __nv_fp8_e4m3* hr = h + row * I;
+  fp8_quantize_1x128_to(
+      I, act, [&](int64_t j, float v) { hr[j] = __nv_fp8_e4m3(v); },
+      hss + row * ((I + kMoeFp8Block - 1) / kMoeFp8Block));
 }
 
 // FP8 per tensor, grouped route: one block per pair, the bias and activation of its GEMM1 row (O,
@@ -1390,6 +1442,73 @@ void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool e
   launch_kernel(op, cutlass_fp8_finalize_kernel<O, O>, dim3(static_cast<unsigned>(m.num_tokens)),
                 dim3(kThreads), 0, s, false, p, static_cast<const O*>(y), cperm);
 }
+
+// One block-scaled GEMM of the DeepSeek grouped route: out bf16 [pairs, n] = a [pairs, k] (e4m3,
+// 1x128 scales a_scales [pairs, ceil(k / 128)]) @ w[e]^T (e4m3 [E, n, k], 128 x 128 scales
+// w_scales [E, ceil(n / 128), ceil(k / 128)]) for each local expert's rows
+// (grouped_mm_fp8_block_scaled: moe_fp8_block_accumulate per k block, one bf16 rounding).
+void moe_block_grouped_gemm(const int32_t* indptr, int64_t E, int64_t pairs, const void* a,
+                            const float* a_scales, const void* w, const float* w_scales, int64_t n,
+                            int64_t k, void* out, cudaStream_t stream) {
+  GroupedMmCudaParams g;
+  g.in_dtype = g.b_dtype = DType::kFloat8E4M3FN;
+  g.m_indptr = indptr;
+  g.num_groups = E;
+  g.cum_m = pairs;
+  g.a = a;
+  g.a_stride_m = k;
+  g.b = w;
+  g.b_stride_e = n * k;
+  g.b_stride_n = k;
+  g.n = n;
+  g.k = k;
+  g.out = out;
+  g.out_dtype = DType::kBFloat16;
+  g.out_stride_m = n;
+  const int64_t kb = (k + kMoeFp8Block - 1) / kMoeFp8Block;
+  g.a_block_scale = a_scales;
+  g.a_block_scale_stride = kb;
+  g.b_block_scale = w_scales;
+  g.b_block_scale_stride_e = ((n + kMoeFp8Block - 1) / kMoeFp8Block) * kb;
+  grouped_mm_fp8_block_scaled(g, stream);
+}
+
+// DeepSeek FP8 block scale on the grouped route (moe::moe_use_grouped: prefill-sized batches):
+// the permutation (no gather), each pair's input quantized 1x128 into the expert-sorted e4m3 rows,
+// GEMM1 on the block-scaled grouped GEMM (bf16 out), the bias + activation (bf16) quantized 1x128,
+// GEMM2 likewise, the finalize through the permutation: the GEMV route's rounding points, each
+// GEMM's k blocks summed by mma.sync (e4m3 x e4m3 products exact in fp32) in another order.
+template <class O>
+void launch_moe_fp8_block_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.base;
+  const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
+  const int64_t H = m.hidden, I = m.inter, N1 = moe_act_is_gated(m.act) ? 2 * I : I;
+  const int64_t chunks = moe::moe_perm_chunks(pairs);
+  const moe::MoeBlockScaleScratch l = moe::moe_block_scale_scratch(pairs, E, H, I, N1);
+  const StreamScratch scratch = moe_scratch().acquire(op, s, l.bytes);  // to the last launch
+  char* base = static_cast<char*>(scratch.data());
+  const auto [counts, indptr, perm, xs, g1, h, y] =
+      moe_grouped_pieces<__nv_fp8_e4m3, __nv_bfloat16, __nv_fp8_e4m3, __nv_bfloat16>(base, l.base);
+  auto* x_scales = reinterpret_cast<float*>(base + l.x_scales);
+  auto* h_scales = reinterpret_cast<float*>(base + l.h_scales);
+  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const auto* cperm = static_cast<const int32_t*>(perm);
+  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, m, counts);
+  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
+                indptr);
+  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, m,
+                static_cast<const int32_t*>(counts), perm);
+  launch_kernel(op, cutlass_fp8_block_gather_kernel, pair_grid, dim3(kThreads), 0, s, false, p,
+                cperm, xs, x_scales);
+  moe_block_grouped_gemm(indptr, E, pairs, xs, x_scales, m.w1, p.w1_block_scale, N1, H, g1, s);
+  launch_kernel(op, cutlass_fp8_block_activation_kernel<O>, pair_grid, dim3(kThreads), 0, s, false,
+                p, cperm, static_cast<const __nv_bfloat16*>(g1), h, h_scales);
+  moe_block_grouped_gemm(indptr, E, pairs, h, h_scales, m.w2, p.w2_block_scale, H, I, y, s);
+  launch_kernel(op, cutlass_fp8_finalize_kernel<O, __nv_bfloat16>,
+                dim3(static_cast<unsigned>(m.num_tokens)), dim3(kThreads), 0, s, false, p,
+                static_cast<const __nv_bfloat16*>(y), cperm);
+}
 }  // namespace
 
 void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl) {
@@ -1407,20 +1526,23 @@ void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl
   FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
   if (m.num_tokens == 0) return;
-  // Per tensor, prefill-sized batches: the grouped route (block scale needs a scale per 128-wide
-  // K block inside the sum, which the grouped GEMM has not: it stays on the GEMV route).
-  const bool grouped =
-      !p.block_scale && moe::moe_use_grouped(route_query(m, op), g_force_route.load());
+  // Prefill-sized batches: the grouped route (block scale: its block-scaled GEMM, which promotes
+  // each 128-wide K block's sum with the two scales as the GEMV route does).
+  moe::MoeRouteQuery q = route_query(m, op);
+  q.elem_bytes = 1;  // the GEMMs' operands are e4m3 (block scale: the bf16 input quantized first)
+  const bool grouped = moe::moe_use_grouped(q, g_force_route.load());
   (grouped ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(m.out_dtype, op, "output_dtype",
-                                                    [&]<class O>() {
-                                                      if (grouped) {
-                                                        launch_moe_fp8_grouped<O>(p, s, enable_pdl);
-                                                      } else {
-                                                        launch_moe_fp8<O>(p, s, enable_pdl);
-                                                      }
-                                                    });
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+      m.out_dtype, op, "output_dtype", [&]<class O>() {
+        if (grouped && p.block_scale) {
+          launch_moe_fp8_block_grouped<O>(p, s, enable_pdl);
+        } else if (grouped) {
+          launch_moe_fp8_grouped<O>(p, s, enable_pdl);
+        } else {
+          launch_moe_fp8<O>(p, s, enable_pdl);
+        }
+      });
 }
 
 }  // namespace flashinfer::kernels::cuda

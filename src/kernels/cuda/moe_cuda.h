@@ -22,9 +22,12 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 /// cutlass_fused_moe's FP8 paths (FP8 per tensor, DeepSeek FP8 block scale; p.base.ws_* are
 /// ignored): the GEMV route, one block per (token, k) pair, the CPU reference's rounding points
 /// and its per-element arithmetic (kernels/moe_cutlass_fp8_rules.h), the intermediates in the
-/// stream's scratch (moe::moe_fp8_gemv_scratch; nothing allocated once it is large enough); FP8
-/// per tensor takes the grouped route instead where moe::moe_use_grouped says (prefill-sized
-/// batches). The block-scale path runs on sm90 only, as upstream (kUnsupported naming
+/// stream's scratch (moe::moe_fp8_gemv_scratch; nothing allocated once it is large enough). Both
+/// take the grouped route instead where moe::moe_use_grouped says (prefill-sized batches, e4m3
+/// rows of 16-byte multiples): per tensor on the grouped GEMM with one alpha per expert, block
+/// scale on its block-scaled form (grouped_mm_fp8_block_scaled: each 128-wide K block's sum
+/// promoted with the two scales, the GEMV route's rounding points; moe::moe_block_scale_scratch).
+/// The block-scale path runs on sm90 only, as upstream (kUnsupported naming
 /// use_deepseek_fp8_block_scale elsewhere). Counted in cutlass_moe_cuda_stats by the route taken.
 void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl);
 

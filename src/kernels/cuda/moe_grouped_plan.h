@@ -138,6 +138,25 @@ FLASHINFER_HD constexpr MoeGroupedScratch moe_grouped_scratch(int64_t pairs, int
   return s;
 }
 
+/// cutlass_fused_moe's DeepSeek FP8 block-scale grouped route: moe_grouped_scratch's pieces with
+/// e4m3 xs and h and bf16 g1 and y (`base`), then each row's 1x128 dequantization scales, fp32:
+/// xs's [pairs, ceil(hidden / 128)] and h's [pairs, ceil(inter / 128)]; 256-byte aligned.
+struct MoeBlockScaleScratch {
+  MoeGroupedScratch base;
+  uint64_t x_scales, h_scales, bytes;
+};
+FLASHINFER_HD constexpr MoeBlockScaleScratch moe_block_scale_scratch(int64_t pairs, int64_t experts,
+                                                                     int64_t hidden, int64_t inter,
+                                                                     int64_t gemm1_n) {
+  const uint64_t P = static_cast<uint64_t>(pairs);
+  MoeBlockScaleScratch s{};
+  s.base = moe_grouped_scratch(pairs, experts, hidden, inter, gemm1_n, 1, 2, 2);
+  s.x_scales = s.base.bytes;
+  s.h_scales = s.x_scales + moe_align256(P * static_cast<uint64_t>((hidden + 127) / 128) * 4);
+  s.bytes = s.h_scales + moe_align256(P * static_cast<uint64_t>((inter + 127) / 128) * 4);
+  return s;
+}
+
 /// The GEMV route's fp32 scratch when the caller passes none: g1 [pairs, gemm1_n], h [pairs,
 /// inter], y [pairs, hidden], 256-byte aligned pieces, in bytes.
 struct MoeGemvScratch {
