@@ -292,11 +292,14 @@ RULES = {
                 "bf16_moe_grouped_finalize_kernel",
                 "bf16_moe_permuted_out_kernel",
                 "cutlass_fp8_grouped_activation_kernel",
+                "cutlass_fp8_block_gather_kernel",
+                "cutlass_fp8_block_activation_kernel",
             ),
             description="the fused MoE's grouped route around the grouped GEMM (permutation "
             "passes, activation gather, bias + activation; trtllm_bf16_moe's activation, "
             "finalize and permuted output; cutlass_fused_moe FP8 per tensor's bias + activation "
-            "+ e4m3 cast): no spills",
+            "+ e4m3 cast; DeepSeek block scale's 1x128 quantizing gather and activation): no "
+            "spills",
         ),
     )
 }

@@ -32,9 +32,10 @@ constexpr KernelEntry<kernels::CutlassMoeFp8Params> kCutlassMoeFp8Kernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA: per tensor, batches of >= 2 pairs per local expert on the tensor-core grouped GEMM "
-     "(e4m3 operands, per-expert alpha); otherwise, and block scale (sm90 only), one block per "
-     "(token, expert) pair, warp dot products on the e4m3 codes",
+     "CUDA: batches of >= 2 pairs per local expert on the tensor-core grouped GEMM (e4m3 "
+     "operands; per tensor: per-expert alpha; block scale, sm90 only: each 128-wide K block "
+     "promoted with its scales); otherwise one block per (token, expert) pair, warp dot products "
+     "on the e4m3 codes",
      nullptr,
      [](const kernels::CutlassMoeFp8Params& p, const LaunchContext& c) {
        kernels::cuda::cutlass_moe_fp8(p, c.stream, c.enable_pdl);

@@ -211,9 +211,6 @@ TEST(MoeGroupedPlan, ScratchLayout) {
   EXPECT_EQ(g.bytes, 512u + 512u);  // 3 * 24 floats = 288 bytes
 }
 
-// cutlass_fused_moe's FP8 GEMV route: the GEMV pieces first; the block-scale path adds the
-// tokens' 1x128-quantized rows and scales (partial last blocks: ceil division) and the
-// activation's scales, each 256-byte aligned; the per-tensor path adds nothing.
 // The DeepSeek block-scale grouped route's scratch: the grouped pieces with e4m3 xs / h and bf16
 // g1 / y, then the 1x128 scales of xs and h, every piece 256-byte aligned and disjoint.
 TEST(MoeGroupedPlan, BlockScaleScratchLayout) {
@@ -235,6 +232,9 @@ TEST(MoeGroupedPlan, BlockScaleScratchLayout) {
   EXPECT_EQ(t.bytes - t.h_scales, moe_align256(3 * 2 * 4));
 }
 
+// cutlass_fused_moe's FP8 GEMV route: the GEMV pieces first; the block-scale path adds the
+// tokens' 1x128-quantized rows and scales (partial last blocks: ceil division) and the
+// activation's scales, each 256-byte aligned; the per-tensor path adds nothing.
 TEST(MoeGroupedPlan, Fp8GemvScratchLayout) {
   // 5 tokens, 7 pairs, hidden 200 (2 blocks), inter 160 (2 blocks), gated (gemm1_n 320).
   const MoeFp8GemvScratch b = moe_fp8_gemv_scratch(5, 7, 200, 160, 320, true);

@@ -34,8 +34,9 @@ void segment_gemm(const GroupedMmCudaParams& p, void* stream);
 /// operands on the mma.sync kernel (k-major b), each 128-wide k block's fp32 dot product (two
 /// 64-wide k tiles; e4m3 widened exactly to fp16, mma.sync's fp32 accumulation) promoted into the
 /// sum as moe_fp8_block_accumulate(acc, a_scale, b_scale, part), one rounding to out_dtype; no
-/// alpha. Only where grouped_mm_fp8_block_scaled_takes(p) (the caller checks first); the
-/// CUTLASS path has no such promotion and is not tried.
+/// alpha. Only where grouped_mm_fp8_block_scaled_takes(p), which cutlass_fused_moe's route rule
+/// (moe::moe_grouped_eligible with e4m3 operands) implies; kInternal otherwise. The CUTLASS path
+/// has no such promotion and is not tried.
 void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream);
 /// Whether grouped_mm_fp8_block_scaled can run p on the current device: e4m3 a and b, the
 /// mma.sync kernel's layout (16-byte aligned rows, unit k stride, k-major b), an sm80+ device.

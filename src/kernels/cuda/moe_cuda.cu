@@ -874,8 +874,9 @@ __device__ __forceinline__ float fp8_bias(const void* b, int64_t i) {
 
 // The 1x128 quantizer (upstream's scale_1x128_kernel, the CPU's quantize_1x128) of a row of n
 // values load(j): one warp per 128-column block, amax by the warp's max tree (max is exact in
-// any order), values moe_e4m3_sat(v * quant) to q[j] (q may be the row load reads: each lane
-// rewrites only what it read, after the block's amax), the stored scales 1 / quant to ds.
+// any order), values moe_e4m3_sat(v * quant) to store(j, value) (which may write the row load
+// reads: each lane rewrites only what it read, after the block's amax), the stored scales
+// 1 / quant to ds. fp8_quantize_1x128: into a float row q.
 // store(j, v) receives the e4m3 value v of element j (an fp32 holding an e4m3 code's value).
 template <class Load, class Store>
 __device__ __forceinline__ void fp8_quantize_1x128_to(int64_t n, Load load, Store store,

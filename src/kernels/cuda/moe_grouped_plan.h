@@ -63,14 +63,14 @@ FLASHINFER_HD void moe_expert_offsets(int32_t* counts, int64_t chunks, int64_t e
 struct MoeRouteQuery {
   int64_t pairs = 0, local_experts = 0, hidden = 0, inter = 0, gemm1_n = 0;
   int64_t ep_size = 1;      // expert-parallel ranks: about pairs / ep_size of the pairs are local
-  int64_t elem_bytes = 2;   // of the input dtype: bf16 / fp16 (2), or e4m3 (1: FP8 per tensor)
+  int64_t elem_bytes = 2;   // of the GEMMs' operands: bf16 / fp16 (2), or e4m3 (1: the FP8 paths)
   uint64_t w1 = 0, w2 = 0;  // weight addresses
   int sm_major = 0;
 };
 
 /// Whether the tensor-core grouped kernel takes both GEMMs (its own test, mma_layout in
 /// grouped_gemm_cuda.cu, then picks it rather than its CUDA-core fallback): 16-bit operands, or
-/// e4m3 ones (cutlass_fused_moe's FP8 per-tensor path, elem_bytes 1; the kernel widens them
+/// e4m3 ones (cutlass_fused_moe's FP8 paths, elem_bytes 1; the kernel widens them
 /// exactly to fp16), on sm80+; the weights' rows 16-byte aligned with unit k stride
 /// (grouped::gmm_operand_aligned:
 /// w1 [E, gemm1_n, hidden], w2 [E, hidden, inter], contiguous), which also covers the scratch
