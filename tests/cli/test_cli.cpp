@@ -177,7 +177,7 @@ TEST(Cli, InfoListsTheKernelSwitchesAndTheirValues) {
       << plain.out;
   for (const char* name : {"FLASHINFER_PREFILL_SM90=0", "FLASHINFER_PREFILL_SM90_PINGPONG=1",
                            "FLASHINFER_DECODE_ROWS_PER_THREAD=1", "FLASHINFER_MLA_TENSOR_CORES=0",
-                           "FLASHINFER_GROUPED_MM_CUTLASS=0"}) {
+                           "FLASHINFER_GROUPED_MM_CUTLASS=0", "FLASHINFER_MOE_GROUPED=0"}) {
     EXPECT_NE(plain.out.find(std::string("  ") + name + ": "), std::string::npos) << name;
   }
   const auto set = run_command("FLASHINFER_DECODE_TENSOR_CORES=0 FLASHINFER_PREFILL_SM90=1 " + bin);

@@ -891,6 +891,25 @@ TEST(MoeCudaFp8, RandomOperandsWithinBound) {
   }
 }
 
+// FLASHINFER_MOE_GROUPED=0 keeps a prefill-sized batch (16 pairs an expert) on the GEMV route,
+// which the default sends to the grouped one; both match the CPU bit for bit on integer operands.
+TEST(MoeCudaFp8, EnvironmentKeepsTheGemvRoute) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  Fp8Case c;
+  c.T = 64;
+  ASSERT_TRUE(grouped_route(c, 0));
+  const Fp8Inputs in = integer_inputs(c);
+  const Tensor ref = run(c, in)[0];
+  const Fp8Inputs g = to_cuda(in);
+  for (const char* v : {static_cast<const char*>(nullptr), "0"}) {
+    const testing::ScopedEnv env("FLASHINFER_MOE_GROUPED", v);
+    bool grouped = false;
+    const Tensor got = run_cuda(c, g, 0, &grouped);
+    EXPECT_EQ(grouped, v == nullptr) << (v ? "FLASHINFER_MOE_GROUPED=0" : "default");
+    EXPECT_TRUE(all_close(got, ref, {0, 0}));
+  }
+}
+
 // Once the stream's scratch is large enough, 100 calls of one shape allocate no scratch, on each
 // route.
 TEST(MoeCudaFp8, NoScratchAllocationOnceWarm) {

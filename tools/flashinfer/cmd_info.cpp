@@ -129,6 +129,8 @@ constexpr KernelSwitch kKernelSwitches[] = {
     {"FLASHINFER_MLA_TENSOR_CORES", "0", "MLA decode on the CUDA-core kernels"},
     {"FLASHINFER_GROUPED_MM_CUTLASS", "0",
      "grouped GEMMs on the mma.sync kernel, not CUTLASS's (sm_90)"},
+    {"FLASHINFER_MOE_GROUPED", "0",
+     "fused MoE (cutlass_fused_moe, trtllm_bf16_moe) on the GEMV route at every batch size"},
 };
 
 std::string kernel_switch_lines() {

@@ -8,6 +8,8 @@
 // same two routes (the grouped one for MajorK weights) with its own rounding points.
 #include <atomic>
 #include <cfloat>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/grouped_gemm_cuda.h"
@@ -328,6 +330,16 @@ __global__ void moe_activation_kernel(CutlassMoeParams p, const int32_t* perm, c
 // ---- scratch, route ---------------------------------------------------------------------------
 
 std::atomic<int> g_force_route{0};
+
+// The route a call may take: the tests' forced one (set_cutlass_moe_route), else
+// FLASHINFER_MOE_GROUPED=0 (read at each call) keeps every batch on the GEMV route, to time or
+// check one route against the other on one GPU; else the batch's own choice (0).
+int route_force() {
+  const int forced = g_force_route.load();
+  if (forced != 0) return forced;
+  const char* e = std::getenv("FLASHINFER_MOE_GROUPED");
+  return e != nullptr && std::string_view(e) == "0" ? 1 : 0;
+}
 std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0};
 
 // The stream's scratch (kernels/cuda/stream_scratch.h): the lease is held until the caller's
@@ -414,7 +426,7 @@ void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl)
   FLASHINFER_CHECK_CODE(pairs <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
   if constexpr (sizeof(T) == 2) {
-    if (moe::moe_use_grouped(route_query(p, op), g_force_route.load())) {
+    if (moe::moe_use_grouped(route_query(p, op), route_force())) {
       g_grouped_runs.fetch_add(1, std::memory_order_relaxed);
       launch_moe_grouped<T, O>(p, stream, enable_pdl);
       return;
@@ -1531,7 +1543,7 @@ void cutlass_moe_fp8(const CutlassMoeFp8Params& p, void* stream, bool enable_pdl
   // each 128-wide K block's sum with the two scales as the GEMV route does).
   moe::MoeRouteQuery q = route_query(m, op);
   q.elem_bytes = 1;  // the GEMMs' operands are e4m3 (block scale: the bf16 input quantized first)
-  const bool grouped = moe::moe_use_grouped(q, g_force_route.load());
+  const bool grouped = moe::moe_use_grouped(q, route_force());
   (grouped ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
@@ -1602,8 +1614,7 @@ void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
   moe::MoeRouteQuery rq = route_query(m, op);
   rq.ep_size = moe::moe_trtllm_ep_size(b.routing.num_experts, E);
-  const bool grouped =
-      moe::moe_trtllm_use_grouped(rq, p.w1_index, p.w2_index, g_force_route.load());
+  const bool grouped = moe::moe_trtllm_use_grouped(rq, p.w1_index, p.w2_index, route_force());
   // The routing's ids and weights, then the route's intermediates, in the stream's scratch
   // (nothing allocated once it is large enough); the lease is held to the last launch.
   const moe::MoeTrtllmScratch t = moe::moe_trtllm_scratch(pairs);
