@@ -37,6 +37,9 @@ struct BenchShape {
   int64_t m = 256, n = 256, k = 256;
   DType input_dtype = DType::kBFloat16;  // norm, activation, gemm, quantization inputs
   std::optional<DType> out_dtype;        // gemm output (default bf16)
+  // cutlass_fused_moe: DeepSeek's FP8 block scale (bf16 input quantized 1x128 inside, e4m3
+  // weights with 128 x 128 block scales), upstream's use_deepseek_fp8_block_scale
+  bool use_deepseek_fp8_block_scale = false;
   // norm / activation / sampling
   int64_t hidden_size = 4096;
   int64_t vocab_size = 32000;

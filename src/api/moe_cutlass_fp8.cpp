@@ -297,4 +297,36 @@ BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev) {
   return c;
 }
 
+BenchCase bench_cutlass_fused_moe_fp8_block(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType f8 = DType::kFloat8E4M3FN;
+  const auto cdiv = [](int64_t a) { return (a + kBlock - 1) / kBlock; };
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e0 = (t * 5) % E;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (E - 1)) % E);
+  }
+  using bench::random_tensor;
+  const uint64_t seed = s.random_seed;
+  // Block scales of a checkpoint's order of magnitude; the values only need to stay finite.
+  std::vector<Value> qs = {
+      Value(random_tensor({E, cdiv(2 * I), cdiv(H)}, DType::kFloat32, dev, seed + 4, 0.001, 0.002)),
+      Value(random_tensor({E, cdiv(H), cdiv(I)}, DType::kFloat32, dev, seed + 5, 0.001, 0.002))};
+  BenchCase c =
+      bench::invoke_case("cutlass_fused_moe",
+                         {Value(random_tensor({T, H}, DType::kBFloat16, dev, seed, -4.0, 4.0)),
+                          Value(bench::int32_tensor(ids, dev).view({T, K})),
+                          Value(random_tensor({T, K}, DType::kFloat32, dev, seed + 1, 0.0, 1.0)),
+                          Value(random_tensor({E, 2 * I, H}, f8, dev, seed + 2, -2.0, 2.0)),
+                          Value(random_tensor({E, H, I}, f8, dev, seed + 3, -2.0, 2.0)),
+                          Value(DType::kBFloat16), Value::list(std::move(qs))},
+                         {{"use_deepseek_fp8_block_scale", Value(true)}});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = bench::nbytes({T, H}, DType::kBFloat16) * 2 + bench::nbytes({E, 2 * I, H}, f8) +
+            bench::nbytes({E, H, I}, f8);
+  return c;
+}
+
 }  // namespace flashinfer::api

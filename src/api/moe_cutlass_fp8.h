@@ -23,5 +23,9 @@ std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c);
 /// `flashinfer bench cutlass_fused_moe` with an e4m3 input_dtype: the FP8 per-tensor path, m
 /// tokens, hidden_size, inter n, 8 experts, top-2, Swiglu, output out_dtype (default bf16).
 BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev);
+/// The bench hook's DeepSeek FP8 block-scale case (--use_deepseek_fp8_block_scale): bf16 input
+/// [m, hidden_size], 8 experts of inter n (SwiGLU: fc1 [8, 2n, hidden]), top-2, e4m3 weights with
+/// 128 x 128 block scales, bf16 output.
+BenchCase bench_cutlass_fused_moe_fp8_block(const BenchShape& s, Device dev);
 
 }  // namespace flashinfer::api

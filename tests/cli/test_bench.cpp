@@ -340,6 +340,40 @@ TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
   EXPECT_NE(bad.out.find("fa2, fa2_tc"), std::string::npos) << bad.out;
 }
 
+// --use_deepseek_fp8_block_scale: cutlass_fused_moe's DeepSeek FP8 block-scale path (bf16 input,
+// e4m3 weights with 128 x 128 block scales) matches the reference, and the row's repro command
+// names the flag (without it the same shape is the unquantized bf16 path).
+TEST(Bench, CutlassFusedMoeTakesTheDeepSeekBlockScalePath) {
+  const std::string csv = testing::TempDir() + "bench_moe_block.csv";
+  std::remove(csv.c_str());
+  CliResult r = run_flashinfer(
+      "bench --routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
+      "--use_deepseek_fp8_block_scale --backends cpu --refcheck --num_iters 1 --dry_run_iters 0 "
+      "--output_path " +
+      csv);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> header;
+  const auto rows = read_csv(csv, &header);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("refcheck"), "pass");
+  EXPECT_NE(rows[0].at("repro_command").find(" --use_deepseek_fp8_block_scale"), std::string::npos)
+      << rows[0].at("repro_command");
+  std::remove(csv.c_str());
+  // Its weights are e4m3 with block scales: a different call from the bf16 one (FLOPs alike).
+  const std::string plain = testing::TempDir() + "bench_moe_plain.csv";
+  std::remove(plain.c_str());
+  ASSERT_EQ(run_flashinfer("bench --routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
+                           "--backends cpu --num_iters 1 --dry_run_iters 0 --output_path " +
+                           plain)
+                .status,
+            0);
+  const auto prow = read_csv(plain, &header);
+  ASSERT_EQ(prow.size(), 1u);
+  EXPECT_EQ(prow[0].at("repro_command").find("use_deepseek_fp8_block_scale"), std::string::npos);
+  EXPECT_NE(prow[0].at("bytes"), rows[0].at("bytes"));
+  std::remove(plain.c_str());
+}
+
 // The prefill wrappers take their `backend` under upstream's benchmark names: fa2 (the FA2
 // kernel), fa3 (on sm_90 the Hopper kernel) and auto; on the CPU each runs the reference.
 TEST(Bench, PrefillWrappersTakeFa2Fa3AndAuto) {
