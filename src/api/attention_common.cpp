@@ -462,6 +462,22 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
 
 namespace {
 
+// The plan's fields the kernels' dispatch rules read (dtypes, heads, head dims, soft cap, scale),
+// as kernels::AttentionParams, for the planner to ask them which kernel and block a call gets.
+[[maybe_unused]] kernels::AttentionParams plan_kernel_config(const detail::WrapperState& s) {
+  kernels::AttentionParams cfg;
+  cfg.q_dtype = s.q_dtype;
+  cfg.o_dtype = s.o_dtype;
+  cfg.kv.dtype = s.kv_dtype;
+  cfg.num_qo_heads = s.num_qo_heads;
+  cfg.num_kv_heads = s.num_kv_heads;
+  cfg.head_dim_qk = s.head_dim_qk;
+  cfg.head_dim_vo = s.head_dim_vo;
+  cfg.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
+  cfg.sm_scale = static_cast<float>(s.sm_scale);
+  return cfg;
+}
+
 // The planned call's compile-time variant bits of the tensor-core prefill kernels.
 [[maybe_unused]] int plan_variant(const detail::WrapperState& s) {
   return kernels::cuda::prefill::prefill_variant_bits(s.logits_soft_cap > 0.0,
@@ -525,15 +541,7 @@ bool decode_tensor_cores_auto(const detail::WrapperState& s) {
   // of batch_attention: what the plan's dtypes, dims, soft cap and scale ask of it. A run whose
   // sinks or q_scale / k_scale the kernel does not take still falls back at run time, as
   // use_tensor_cores=True calls do.
-  kernels::AttentionParams cfg;
-  cfg.q_dtype = s.q_dtype;
-  cfg.o_dtype = s.o_dtype;
-  cfg.kv.dtype = s.kv_dtype;
-  cfg.head_dim_qk = s.head_dim_qk;
-  cfg.head_dim_vo = s.head_dim_vo;
-  cfg.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
-  cfg.sm_scale = static_cast<float>(s.sm_scale);
-  return kernels::cuda::prefill_fa2_takes(cfg, s.device.index);
+  return kernels::cuda::prefill_fa2_takes(plan_kernel_config(s), s.device.index);
 #else
   (void)s;
   return false;
@@ -643,16 +651,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
           attention_common_ceil_div(pf::prefill_kv_tile(16, dqk, dvo), unit_tokens) * unit_tokens;
     }
     if (!detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale) {
-      kernels::AttentionParams cfg;
-      cfg.q_dtype = s.q_dtype;
-      cfg.o_dtype = s.o_dtype;
-      cfg.kv.dtype = s.kv_dtype;
-      cfg.num_qo_heads = s.num_qo_heads;
-      cfg.num_kv_heads = s.num_kv_heads;
-      cfg.head_dim_qk = s.head_dim_qk;
-      cfg.head_dim_vo = s.head_dim_vo;
+      kernels::AttentionParams cfg = plan_kernel_config(s);
       cfg.max_work_rows = static_cast<int32_t>(rows_per_tile);
-      cfg.logits_soft_cap = static_cast<float>(s.logits_soft_cap);
       cfg.causal = s.causal;
       cfg.window_left = static_cast<int32_t>(s.window_left);
       per_sm = std::max(1, kernels::cuda::decode_blocks_per_sm(cfg, s.device.index));

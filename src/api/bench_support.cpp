@@ -188,6 +188,16 @@ Tensor int32_tensor(const std::vector<int64_t>& values, Device device) {
   return Tensor::from_vector(d, {static_cast<int64_t>(values.size())}, DType::kInt32).to(device);
 }
 
+Tensor moe_top2_ids(int64_t tokens, int64_t experts, Device device) {
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t e0 = (t * 5) % experts;
+    ids.push_back(e0);
+    ids.push_back((e0 + 1 + t % (experts - 1)) % experts);
+  }
+  return int32_tensor(ids, device).view({tokens, 2});
+}
+
 double nbytes(const Shape& shape, DType dtype) {
   double n = static_cast<double>(dtype_size(dtype));
   for (int64_t s : shape) n *= static_cast<double>(s);

@@ -20,6 +20,9 @@ Tensor random_tensor(const Shape& shape, DType dtype, Device device, uint64_t se
                      double low = -1.0, double high = 1.0);
 /// An int32 tensor holding `values` on `device`.
 Tensor int32_tensor(const std::vector<int64_t>& values, Device device);
+/// The fused-MoE benches' routing: int32 [tokens, 2] on `device`, token t to experts (5 t) % E
+/// and a second, different one of the E experts (E >= 2), so every expert gets tokens.
+Tensor moe_top2_ids(int64_t tokens, int64_t experts, Device device);
 /// Bytes of a tensor of this shape and dtype.
 double nbytes(const Shape& shape, DType dtype);
 

@@ -1001,13 +1001,7 @@ BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
   if (s.input_dtype == DType::kUInt8) return api::bench_cutlass_fused_moe_fp4(s, dev);  // NVFP4
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
   const DType dt = s.input_dtype;
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t e0 = (t * 5) % E;
-    ids.push_back(e0);
-    ids.push_back((e0 + 1 + t % (E - 1)) % E);
-  }
-  Tensor id_t = api::bench::int32_tensor(ids, dev).view({T, K});
+  Tensor id_t = api::bench::moe_top2_ids(T, E, dev);
   BenchCase c = api::bench::invoke_case(
       "cutlass_fused_moe",
       {Value(api::bench::random_tensor({T, H}, dt, dev, s.random_seed)), Value(id_t),

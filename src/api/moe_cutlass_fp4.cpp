@@ -485,12 +485,6 @@ BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
     }
     return t.to(dev);
   };
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t e0 = (t * 5) % E;
-    ids.push_back(e0);
-    ids.push_back((e0 + 1 + t % (E - 1)) % E);
-  }
   // e4m3 scale codes: 0x30.. (0.5 to 0.94) for the input, 0x20.. (0.125 to 0.23) for weights.
   const Shape s1{E, moe_cutlass_fp4_round_up(2 * I, 128), moe_cutlass_fp4_round_up(H / 16, 4) / 4};
   const Shape s2{E, moe_cutlass_fp4_round_up(H, 128), moe_cutlass_fp4_round_up(I / 16, 4) / 4};
@@ -500,8 +494,7 @@ BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
   const DType out_dt = s.out_dtype.value_or(DType::kBFloat16);
   BenchCase c = bench::invoke_case(
       "cutlass_fused_moe",
-      {Value(bytes({T, H / 2}, DType::kUInt8, 0, 255)),
-       Value(bench::int32_tensor(ids, dev).view({T, K})),
+      {Value(bytes({T, H / 2}, DType::kUInt8, 0, 255)), Value(bench::moe_top2_ids(T, E, dev)),
        Value(bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
        Value(bytes({E, 2 * I, H / 16}, DType::kInt64, 0, 255)),
        Value(bytes({E, H, I / 16}, DType::kInt64, 0, 255)), Value(out_dt),

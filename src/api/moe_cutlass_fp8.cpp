@@ -270,12 +270,6 @@ std::vector<Tensor> cutlass_fused_moe_fp8(const CutlassMoeCall& c) {
 BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev) {
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
   const DType f8 = DType::kFloat8E4M3FN, out = s.out_dtype.value_or(DType::kBFloat16);
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t e0 = (t * 5) % E;
-    ids.push_back(e0);
-    ids.push_back((e0 + 1 + t % (E - 1)) % E);
-  }
   using bench::random_tensor;
   const uint64_t seed = s.random_seed;
   // Scales of an fp8 checkpoint's order of magnitude; the values only need to stay finite.
@@ -285,7 +279,7 @@ BenchCase bench_cutlass_fused_moe_fp8(const BenchShape& s, Device dev) {
                            Value(random_tensor({}, DType::kFloat32, dev, seed + 7, 0.01, 0.02))};
   BenchCase c = bench::invoke_case(
       "cutlass_fused_moe", {Value(random_tensor({T, H}, f8, dev, seed, -4.0, 4.0)),
-                            Value(bench::int32_tensor(ids, dev).view({T, K})),
+                            Value(bench::moe_top2_ids(T, E, dev)),
                             Value(random_tensor({T, K}, DType::kFloat32, dev, seed + 1, 0.0, 1.0)),
                             Value(random_tensor({E, 2 * I, H}, f8, dev, seed + 2, -2.0, 2.0)),
                             Value(random_tensor({E, H, I}, f8, dev, seed + 3, -2.0, 2.0)),
@@ -301,12 +295,6 @@ BenchCase bench_cutlass_fused_moe_fp8_block(const BenchShape& s, Device dev) {
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
   const DType f8 = DType::kFloat8E4M3FN;
   const auto cdiv = [](int64_t a) { return (a + kBlock - 1) / kBlock; };
-  std::vector<int64_t> ids;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t e0 = (t * 5) % E;
-    ids.push_back(e0);
-    ids.push_back((e0 + 1 + t % (E - 1)) % E);
-  }
   using bench::random_tensor;
   const uint64_t seed = s.random_seed;
   // Block scales of a checkpoint's order of magnitude; the values only need to stay finite.
@@ -316,7 +304,7 @@ BenchCase bench_cutlass_fused_moe_fp8_block(const BenchShape& s, Device dev) {
   BenchCase c =
       bench::invoke_case("cutlass_fused_moe",
                          {Value(random_tensor({T, H}, DType::kBFloat16, dev, seed, -4.0, 4.0)),
-                          Value(bench::int32_tensor(ids, dev).view({T, K})),
+                          Value(bench::moe_top2_ids(T, E, dev)),
                           Value(random_tensor({T, K}, DType::kFloat32, dev, seed + 1, 0.0, 1.0)),
                           Value(random_tensor({E, 2 * I, H}, f8, dev, seed + 2, -2.0, 2.0)),
                           Value(random_tensor({E, H, I}, f8, dev, seed + 3, -2.0, 2.0)),

@@ -259,6 +259,20 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
   }
 }
 
+// DeepSeek's qk 192 / vo 128 over ragged K/V (paged caches share one head dim), GQA 4: a
+// one-query request beside longer ones, key tails inside a tile, long keys.
+[[maybe_unused]] PrefillCase deepseek_ragged_case(DType dt, bool causal) {
+  PrefillCase ds;
+  ds.dt = dt;
+  ds.dqk = 192;
+  ds.dvo = 128;
+  ds.page = 0;
+  ds.causal = causal;
+  ds.qo_lens = {200, 33, 1, 129};
+  ds.kv_lens = {300, 33, 129, 1000};
+  return ds;
+}
+
 // The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
 // the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
 // MHA (128-row blocks from requests of 33+ queries), head dims 128, 64, 256 and 192 / 128, paged
@@ -387,15 +401,8 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     // the soft cap with a window, sinks.
     for (bool causal : {true, false}) {
       for (std::optional<int64_t> split : {std::optional<int64_t>{}, {64}}) {
-        PrefillCase ds;
-        ds.dt = dt;
-        ds.dqk = 192;
-        ds.dvo = 128;
-        ds.page = 0;
-        ds.causal = causal;
+        PrefillCase ds = deepseek_ragged_case(dt, causal);
         ds.split = split;
-        ds.qo_lens = {200, 33, 1, 129};
-        ds.kv_lens = {300, 33, 129, 1000};
         check(ds);
       }
     }
@@ -487,14 +494,7 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
     // DeepSeek's 192 / 128 (ragged: paged caches share one head dim): GQA 4 and MHA, causal and
     // not, split with the soft cap, sinks.
     for (bool causal : {true, false}) {
-      PrefillCase ds;
-      ds.dt = dt;
-      ds.dqk = 192;
-      ds.dvo = 128;
-      ds.page = 0;
-      ds.causal = causal;
-      ds.qo_lens = {200, 33, 1, 129};
-      ds.kv_lens = {300, 33, 129, 1000};
+      PrefillCase ds = deepseek_ragged_case(dt, causal);
       check(ds, true);
       ds.hq = ds.hkv = 8;
       ds.split = 256;

@@ -267,20 +267,26 @@ __global__ void moe_gather_kernel(CutlassMoeParams p, const int32_t* perm, T* xs
   }
 }
 
-// The grouped routes' permutation on the device: pair counts per (chunk, expert), the expert
-// offsets, the stable scatter into `perm` (pair ids by expert) and the gather of the permuted
-// input rows into `xs`. The first launch waits on the previous kernel when `enable_pdl`.
-template <class T>
-void launch_moe_permutation(const char* op, const CutlassMoeParams& p, int64_t chunks,
-                            int32_t* counts, int32_t* indptr, int32_t* perm, T* xs, cudaStream_t s,
-                            bool enable_pdl) {
-  const int64_t pairs = p.num_tokens * p.top_k;
-  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+// The grouped routes' sort of the pairs by expert on the device: pair counts per (chunk,
+// expert), the expert offsets, the stable scatter into `perm` (pair ids by expert). The first
+// launch waits on the previous kernel when `enable_pdl`.
+void launch_moe_sort(const char* op, const CutlassMoeParams& p, int64_t chunks, int32_t* counts,
+                     int32_t* indptr, int32_t* perm, cudaStream_t s, bool enable_pdl) {
+  const dim3 chunk_grid(static_cast<unsigned>(chunks));
   launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, p, counts);
   launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks,
                 p.num_local_experts, counts, indptr);
   launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, p,
                 static_cast<const int32_t*>(counts), perm);
+}
+
+// The sort, then the gather of the permuted input rows into `xs`.
+template <class T>
+void launch_moe_permutation(const char* op, const CutlassMoeParams& p, int64_t chunks,
+                            int32_t* counts, int32_t* indptr, int32_t* perm, T* xs, cudaStream_t s,
+                            bool enable_pdl) {
+  launch_moe_sort(op, p, chunks, counts, indptr, perm, s, enable_pdl);
+  const dim3 pair_grid(static_cast<unsigned>(p.num_tokens * p.top_k));
   launch_kernel(op, moe_gather_kernel<T>, pair_grid, dim3(kThreads), 0, s, false, p,
                 static_cast<const int32_t*>(perm), xs);
 }
@@ -371,9 +377,9 @@ moe::MoeRouteQuery route_query(const CutlassMoeParams& p, const char* op) {
 // a [pairs, k] @ w[e]^T (times alpha[e] when given: device fp32 [E]) for the rows [indptr[e],
 // indptr[e + 1]) of each local expert e, w [E, n, k] contiguous. Rows past indptr[E] (pairs of no
 // local expert) are not written.
-void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t pairs,
-                      const void* a, const void* w, int64_t n, int64_t k, void* out,
-                      DType out_dtype, cudaStream_t stream, const float* alpha = nullptr) {
+GroupedMmCudaParams moe_grouped_params(DType in_dtype, const int32_t* indptr, int64_t E,
+                                       int64_t pairs, const void* a, const void* w, int64_t n,
+                                       int64_t k, void* out, DType out_dtype) {
   GroupedMmCudaParams g;
   g.in_dtype = g.b_dtype = in_dtype;
   g.m_indptr = indptr;
@@ -389,6 +395,13 @@ void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t 
   g.out = out;
   g.out_dtype = out_dtype;
   g.out_stride_m = n;
+  return g;
+}
+void moe_grouped_gemm(DType in_dtype, const int32_t* indptr, int64_t E, int64_t pairs,
+                      const void* a, const void* w, int64_t n, int64_t k, void* out,
+                      DType out_dtype, cudaStream_t stream, const float* alpha = nullptr) {
+  GroupedMmCudaParams g =
+      moe_grouped_params(in_dtype, indptr, E, pairs, a, w, n, k, out, out_dtype);
   g.alpha = alpha;
   g.alpha_per_weight = alpha != nullptr;
   grouped_mm_bf16(g, stream);
@@ -1463,21 +1476,8 @@ void launch_moe_fp8_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool e
 void moe_block_grouped_gemm(const int32_t* indptr, int64_t E, int64_t pairs, const void* a,
                             const float* a_scales, const void* w, const float* w_scales, int64_t n,
                             int64_t k, void* out, cudaStream_t stream) {
-  GroupedMmCudaParams g;
-  g.in_dtype = g.b_dtype = DType::kFloat8E4M3FN;
-  g.m_indptr = indptr;
-  g.num_groups = E;
-  g.cum_m = pairs;
-  g.a = a;
-  g.a_stride_m = k;
-  g.b = w;
-  g.b_stride_e = n * k;
-  g.b_stride_n = k;
-  g.n = n;
-  g.k = k;
-  g.out = out;
-  g.out_dtype = DType::kBFloat16;
-  g.out_stride_m = n;
+  GroupedMmCudaParams g =
+      moe_grouped_params(DType::kFloat8E4M3FN, indptr, E, pairs, a, w, n, k, out, DType::kBFloat16);
   const int64_t kb = (k + kMoeFp8Block - 1) / kMoeFp8Block;
   g.a_block_scale = a_scales;
   g.a_block_scale_stride = kb;
@@ -1505,13 +1505,9 @@ void launch_moe_fp8_block_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, 
       moe_grouped_pieces<__nv_fp8_e4m3, __nv_bfloat16, __nv_fp8_e4m3, __nv_bfloat16>(base, l.base);
   auto* x_scales = reinterpret_cast<float*>(base + l.x_scales);
   auto* h_scales = reinterpret_cast<float*>(base + l.h_scales);
-  const dim3 chunk_grid(static_cast<unsigned>(chunks)), pair_grid(static_cast<unsigned>(pairs));
+  const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
-  launch_kernel(op, moe_count_kernel, chunk_grid, dim3(kThreads), 0, s, enable_pdl, m, counts);
-  launch_kernel(op, moe_offsets_kernel, dim3(1), dim3(kThreads), 0, s, false, chunks, E, counts,
-                indptr);
-  launch_kernel(op, moe_scatter_kernel, chunk_grid, dim3(kThreads), 0, s, false, m,
-                static_cast<const int32_t*>(counts), perm);
+  launch_moe_sort(op, m, chunks, counts, indptr, perm, s, enable_pdl);
   launch_kernel(op, cutlass_fp8_block_gather_kernel, pair_grid, dim3(kThreads), 0, s, false, p,
                 cperm, xs, x_scales);
   moe_block_grouped_gemm(indptr, E, pairs, xs, x_scales, m.w1, p.w1_block_scale, N1, H, g1, s);
