@@ -901,11 +901,12 @@ __device__ __forceinline__ float fp8_bias(const void* b, int64_t i) {
 // values load(j): one warp per 128-column block, amax by the warp's max tree (max is exact in
 // any order), values moe_e4m3_sat(v * quant) to store(j, value) (which may write the row load
 // reads: each lane rewrites only what it read, after the block's amax), the stored scales
-// 1 / quant to ds. fp8_quantize_1x128: into a float row q.
-// store(j, v) receives the e4m3 value v of element j (an fp32 holding an e4m3 code's value).
-template <class Load, class Store>
-__device__ __forceinline__ void fp8_quantize_1x128_to(int64_t n, Load load, Store store,
-                                                      float* ds) {
+// 1 / quant to store_scale(b, scale) (fp8_quantize_1x128_to: to ds[b]). fp8_quantize_1x128:
+// into a float row q. store(j, v) receives the e4m3 value v of element j (an fp32 holding an e4m3
+// code's value).
+template <class Load, class Store, class ScaleStore>
+__device__ __forceinline__ void fp8_quantize_1x128_each(int64_t n, Load load, Store store,
+                                                        ScaleStore store_scale) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t b = warp; b * kMoeFp8Block < n; b += kWarps) {
     const int64_t j0 = b * kMoeFp8Block;
@@ -916,9 +917,14 @@ __device__ __forceinline__ void fp8_quantize_1x128_to(int64_t n, Load load, Stor
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     }
     const float quant = moe_fp8_block_quant(amax);
-    if (lane == 0) ds[b] = moe_fp8_block_dequant(quant);
+    if (lane == 0) store_scale(b, moe_fp8_block_dequant(quant));
     for (int64_t j = j0 + lane; j < j1; j += 32) store(j, moe_e4m3_sat(fp32_mul(load(j), quant)));
   }
+}
+template <class Load, class Store>
+__device__ __forceinline__ void fp8_quantize_1x128_to(int64_t n, Load load, Store store,
+                                                      float* ds) {
+  fp8_quantize_1x128_each(n, load, store, [&](int64_t b, float d) { ds[b] = d; });
 }
 template <class Load>
 __device__ __forceinline__ void fp8_quantize_1x128(int64_t n, Load load, float* q, float* ds) {
@@ -1039,22 +1045,38 @@ __global__ void cutlass_fp8_gemm2_kernel(CutlassMoeFp8Params p, const float* hs)
       [&](int64_t j, float acc) { y[j] = round_as<O>(fp32_mul(acc, alpha)); });
 }
 
-// DeepSeek block scale, grouped route: one block per (token, k) pair routed to a local expert, the
-// token's bf16 input row quantized 1x128 (cutlass_fp8_quantize_kernel's values) into the pair's
-// row of the expert-sorted e4m3 rows xs (row perm[pair]) and its scales into xss's row.
+// DeepSeek block scale, grouped route: one block per token, its bf16 input row quantized 1x128
+// once (cutlass_fp8_quantize_kernel's values) into the expert-sorted e4m3 rows xs of each of its
+// pairs routed to a local expert (row perm[pair]), the scales into those rows of xss. rows (dynamic
+// shared memory, top_k ints): the token's rows, -1 for a pair routed elsewhere.
 __global__ void cutlass_fp8_block_gather_kernel(CutlassMoeFp8Params p, const int32_t* perm,
                                                 __nv_fp8_e4m3* xs, float* xss) {
+  extern __shared__ int32_t rows[];
   pdl_wait();
   const CutlassMoeParams& m = p.base;
-  const int64_t pair = blockIdx.x;
-  if (local_expert(m, pair) < 0) return;
-  const int64_t t = pair / m.top_k, row = perm[pair], H = m.hidden;
+  const int64_t t = blockIdx.x, K = m.top_k, H = m.hidden;
+  const int64_t HB = (H + kMoeFp8Block - 1) / kMoeFp8Block;
+  bool any = false;
+  for (int64_t k = 0; k < K; ++k) any |= local_expert(m, t * K + k) >= 0;  // uniform in the block
+  if (!any) return;
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+    rows[k] = local_expert(m, t * K + k) >= 0 ? perm[t * K + k] : -1;
+  }
+  __syncthreads();
   const auto* x = static_cast<const __nv_bfloat16*>(m.input) + t * m.in_stride;
-  __nv_fp8_e4m3* xr = xs + row * H;
-  fp8_quantize_1x128_to(
+  fp8_quantize_1x128_each(
       H, [&](int64_t j) { return __bfloat162float(x[j]); },
-      [&](int64_t j, float v) { xr[j] = __nv_fp8_e4m3(v); },  // v is an e4m3 value: exact
-      xss + row * ((H + kMoeFp8Block - 1) / kMoeFp8Block));
+      [&](int64_t j, float v) {
+        const __nv_fp8_e4m3 c(v);  // v is an e4m3 value: exact
+        for (int64_t k = 0; k < K; ++k) {
+          if (rows[k] >= 0) xs[rows[k] * H + j] = c;
+        }
+      },
+      [&](int64_t b, float d) {
+        for (int64_t k = 0; k < K; ++k) {
+          if (rows[k] >= 0) xss[rows[k] * HB + b] = d;
+        }
+      });
 }
 
 // DeepSeek block scale, grouped route: one block per pair, its GEMM1 row (bf16, rounded by the
@@ -1508,8 +1530,9 @@ void launch_moe_fp8_block_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, 
   const dim3 pair_grid(static_cast<unsigned>(pairs));
   const auto* cperm = static_cast<const int32_t*>(perm);
   launch_moe_sort(op, m, chunks, counts, indptr, perm, s, enable_pdl);
-  launch_kernel(op, cutlass_fp8_block_gather_kernel, pair_grid, dim3(kThreads), 0, s, false, p,
-                cperm, xs, x_scales);
+  launch_kernel(op, cutlass_fp8_block_gather_kernel, dim3(static_cast<unsigned>(m.num_tokens)),
+                dim3(kThreads), static_cast<size_t>(m.top_k) * sizeof(int32_t), s, false, p, cperm,
+                xs, x_scales);
   moe_block_grouped_gemm(indptr, E, pairs, xs, x_scales, m.w1, p.w1_block_scale, N1, H, g1, s);
   launch_kernel(op, cutlass_fp8_block_activation_kernel<O>, pair_grid, dim3(kThreads), 0, s, false,
                 p, cperm, static_cast<const __nv_bfloat16*>(g1), h, h_scales);
