@@ -442,4 +442,46 @@ TEST(Bench, OperandWidthAndDensePeakRate) {
   EXPECT_EQ(dense_tensor_rate_vs_16bit(90, 0), 0.0);
 }
 
+// A row's repro_command starts with the kernel switches the bench ran with, so that it reruns the
+// same kernels (a value that is not a plain word single-quoted for the shell); none set, none
+// named.
+TEST(Bench, ReproCommandCarriesTheKernelSwitchesSet) {
+  const std::string csv = testing::TempDir() + "bench_switches.csv";
+  const std::string bench = std::string(FLASHINFER_TEST_BIN_DIR) +
+                            "/flashinfer bench --routine rmsnorm --batch_size 4 --hidden_size 64 "
+                            "--backends cpu --num_iters 1 --dry_run_iters 0 --output_path " +
+                            csv;
+  std::string unset = "env";
+  for (const auto& name :
+       {"FLASHINFER_PREFILL_SM90", "FLASHINFER_PREFILL_SM90_PINGPONG",
+        "FLASHINFER_DECODE_TENSOR_CORES", "FLASHINFER_DECODE_ROWS_PER_THREAD",
+        "FLASHINFER_MLA_TENSOR_CORES", "FLASHINFER_GROUPED_MM_CUTLASS", "FLASHINFER_MOE_GROUPED",
+        "FLASHINFER_CUDA_CACHING_ALLOCATOR", "FLASHINFER_CPU_ONEDNN", "FLASHINFER_CPU_BF16_DPBF16",
+        "FLASHINFER_CPU_FP8_DPBF16"}) {
+    unset += std::string(" -u ") + name;
+  }
+  std::vector<std::string> header;
+  std::remove(csv.c_str());
+  ASSERT_EQ(flashinfer::testing::run_command(unset + " " + bench).status, 0);
+  auto rows = read_csv(csv, &header);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("repro_command").rfind("flashinfer bench --routine rmsnorm ", 0), 0u)
+      << rows[0].at("repro_command");
+  std::remove(csv.c_str());
+  const auto r = flashinfer::testing::run_command(
+      unset + " FLASHINFER_DECODE_TENSOR_CORES=0 \"FLASHINFER_CPU_ONEDNN=it's off\" " + bench);
+  ASSERT_EQ(r.status, 0) << r.out;
+  rows = read_csv(csv, &header);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]
+                .at("repro_command")
+                .rfind("FLASHINFER_DECODE_TENSOR_CORES=0 "
+                       "FLASHINFER_CPU_ONEDNN='it'\\''s off' "
+                       "flashinfer bench --routine rmsnorm ",
+                       0),
+            0u)
+      << rows[0].at("repro_command");
+  std::remove(csv.c_str());
+}
+
 }  // namespace

@@ -2,11 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernel_switches.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "util/run_command.h"
 
@@ -167,9 +173,11 @@ TEST(Cli, InfoListsTheKernelSwitchesAndTheirValues) {
   const std::string bin = std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer info";
   const auto plain =
       run_command("env -u FLASHINFER_DECODE_TENSOR_CORES -u FLASHINFER_PREFILL_SM90 " + bin);
+  // The CPU kernels' switches in every build.
+  EXPECT_NE(plain.out.find("  FLASHINFER_CPU_ONEDNN=0: "), std::string::npos) << plain.out;
   if (plain.out.find("CUDA compiled in: yes") == std::string::npos) {
-    EXPECT_EQ(plain.out.find("kernel switches"), std::string::npos) << plain.out;
-    GTEST_SKIP() << "no CUDA backend: no kernel switches";
+    EXPECT_EQ(plain.out.find("FLASHINFER_DECODE_TENSOR_CORES"), std::string::npos) << plain.out;
+    GTEST_SKIP() << "no CUDA backend: no CUDA kernel switches";
   }
   EXPECT_NE(plain.out.find("FLASHINFER_DECODE_TENSOR_CORES=0: decode without use_tensor_cores on "
                            "the CUDA-core kernel at every GQA group [unset]"),
@@ -177,13 +185,57 @@ TEST(Cli, InfoListsTheKernelSwitchesAndTheirValues) {
       << plain.out;
   for (const char* name : {"FLASHINFER_PREFILL_SM90=0", "FLASHINFER_PREFILL_SM90_PINGPONG=1",
                            "FLASHINFER_DECODE_ROWS_PER_THREAD=1", "FLASHINFER_MLA_TENSOR_CORES=0",
-                           "FLASHINFER_GROUPED_MM_CUTLASS=0", "FLASHINFER_MOE_GROUPED=0"}) {
+                           "FLASHINFER_GROUPED_MM_CUTLASS=0", "FLASHINFER_MOE_GROUPED=0",
+                           "FLASHINFER_CUDA_CACHING_ALLOCATOR=0"}) {
     EXPECT_NE(plain.out.find(std::string("  ") + name + ": "), std::string::npos) << name;
   }
   const auto set = run_command("FLASHINFER_DECODE_TENSOR_CORES=0 FLASHINFER_PREFILL_SM90=1 " + bin);
   EXPECT_NE(set.out.find("every GQA group [set to \"0\": in effect]"), std::string::npos)
       << set.out;
   EXPECT_NE(set.out.find("Hopper kernel (sm_90) [set to \"1\"]"), std::string::npos) << set.out;
+}
+
+// The switch list is the sources' own: every FLASHINFER_* name the library, its headers or the CLI
+// reads is either a kernel switch or one of the known settings below (logging, recording, JIT,
+// paths, limits), and every switch is still read somewhere. A new variable that steers a kernel
+// must join kernel_switches.h, or bench rows made with it would not say so.
+TEST(Cli, KernelSwitchListMatchesTheVariablesTheSourcesRead) {
+  namespace fs = std::filesystem;
+  const std::set<std::string> settings = {
+      "FLASHINFER_LOGLEVEL",       "FLASHINFER_LOGDEST",     "FLASHINFER_HOST_CACHE_MB",
+      "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_MODEL_PATH",  "FLASHINFER_CUDA_ARCH_LIST",
+      "FLASHINFER_NVCC_THREADS",   "FLASHINFER_JIT_VERBOSE", "FLASHINFER_JIT_DEBUG",
+      "FLASHINFER_JIT_AOT_DIR",    "FLASHINFER_TRACE_DUMP",  "FLASHINFER_TRACE_DUMP_DIR"};
+  const std::regex name(R"re("(FLASHINFER_[A-Z0-9_]*[A-Z0-9])")re");
+  std::set<std::string> read;
+  for (const char* sub : {"src", "include", "tools"}) {
+    for (const auto& e :
+         fs::recursive_directory_iterator(fs::path(FLASHINFER_TEST_SOURCE_DIR) / sub)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu" && ext != ".cuh")) {
+        continue;
+      }
+      if (e.path().filename() == "kernel_switches.h") continue;  // the list itself
+      std::ifstream in(e.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string t = text.str();
+      for (std::sregex_iterator it(t.begin(), t.end(), name), end; it != end; ++it) {
+        read.insert((*it)[1].str());
+      }
+    }
+  }
+  std::set<std::string> switches;
+  for (const auto& k : flashinfer::cli::kKernelSwitches) switches.insert(k.name);
+  ASSERT_GE(read.size(), 10u) << "the scan found too few names: wrong source dir?";
+  for (const std::string& n : read) {
+    const bool recorder = n.rfind("FLASHINFER_DUMP_", 0) == 0;  // the Flight Recorder's settings
+    EXPECT_TRUE(switches.count(n) || settings.count(n) || recorder)
+        << n << " is read by the sources: a kernel switch (kernel_switches.h) or a setting?";
+  }
+  for (const std::string& n : switches) {
+    EXPECT_TRUE(read.count(n)) << n << " is listed as a switch but no source reads it";
+  }
 }
 
 TEST(Cli, InfoReportsTheHostCacheLimitFromTheEnvironment) {

@@ -20,6 +20,7 @@
 #include "flashinfer/op_decl.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/replay.h"
+#include "kernel_switches.h"
 
 namespace flashinfer::cli {
 
@@ -210,10 +211,12 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-// The command that reproduces this row (every shape flag spelled out).
+// The command that reproduces this row: the kernel switches this process ran with
+// (kernel_switches.h), then every shape flag spelled out.
 std::string repro_command(const BenchOptions& o, const std::string& backend) {
   const BenchShape& s = o.shape;
-  std::string r = "flashinfer bench --routine " + o.routine + " --backends " + backend;
+  std::string r = kernel_switch_env_prefix() + "flashinfer bench --routine " + o.routine +
+                  " --backends " + backend;
   auto add = [&r](const char* flag, const std::string& v) {
     r += std::string(" --") + flag + " " + v;
   };

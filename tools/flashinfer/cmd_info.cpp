@@ -11,6 +11,7 @@
 #include "flashinfer/device.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/version.h"
+#include "kernel_switches.h"
 #include "kernels/cpu/cpu_isa.h"
 
 namespace flashinfer::cli {
@@ -111,31 +112,12 @@ std::string cudnn_attention_line(const BuildInfo& b) {
          "library's kernels for the rest and where libcudnn cannot be opened)";
 }
 
-// The CUDA kernels' switches, each read from the environment by the code it steers, and the
-// value that flips it (any other value, or none, keeps the default). For A/B timings on one GPU
-// and for bug reports: the lines show what this process would run with.
-struct KernelSwitch {
-  const char* name;
-  const char* value;   // the value that changes the default
-  const char* effect;  // what it does then
-};
-constexpr KernelSwitch kKernelSwitches[] = {
-    {"FLASHINFER_PREFILL_SM90", "0", "prefill on the FA2 kernel, not the Hopper kernel (sm_90)"},
-    {"FLASHINFER_PREFILL_SM90_PINGPONG", "1",
-     "the Hopper prefill kernel's ping-pong schedule (tall blocks)"},
-    {"FLASHINFER_DECODE_TENSOR_CORES", "0",
-     "decode without use_tensor_cores on the CUDA-core kernel at every GQA group"},
-    {"FLASHINFER_DECODE_ROWS_PER_THREAD", "1", "one packed row a thread in the CUDA-core decode"},
-    {"FLASHINFER_MLA_TENSOR_CORES", "0", "MLA decode on the CUDA-core kernels"},
-    {"FLASHINFER_GROUPED_MM_CUTLASS", "0",
-     "grouped GEMMs on the mma.sync kernel, not CUTLASS's (sm_90)"},
-    {"FLASHINFER_MOE_GROUPED", "0",
-     "fused MoE (cutlass_fused_moe, trtllm_bf16_moe) on the GEMV route at every batch size"},
-};
-
-std::string kernel_switch_lines() {
+// The kernels' switches (kernel_switches.h) this build has, and their values in this process: for
+// A/B timings on one machine and for bug reports.
+std::string kernel_switch_lines(bool cuda) {
   std::string out = "kernel switches (environment; any other value keeps the default):\n";
   for (const KernelSwitch& k : kKernelSwitches) {
+    if (k.cuda && !cuda) continue;
     const char* v = std::getenv(k.name);
     const std::string now = v == nullptr ? "unset" : std::string("set to \"") + v + "\"";
     const bool on = v != nullptr && std::string_view(v) == k.value;
@@ -165,7 +147,7 @@ Command info_command() {
               }
               std::printf("%s\n", gemm_libraries_line(b).c_str());
               std::printf("%s\n", cudnn_attention_line(b).c_str());
-              if (b.cuda) std::printf("%s", kernel_switch_lines().c_str());
+              std::printf("%s", kernel_switch_lines(b.cuda).c_str());
               std::printf("%s\n", cpu_tier_line().c_str());
               std::printf("host cache: limit %zu MiB (FLASHINFER_HOST_CACHE_MB)\n",
                           host_cache_stats().limit_bytes >> 20);

@@ -1,0 +1,71 @@
+// The kernels' switches: environment variables, each read by the code it steers, that change which
+// kernel or route a call takes (never its contract). `flashinfer info` lists them with their values
+// in this process; `flashinfer bench` puts the ones set into each row's repro_command, so that the
+// command reruns the kernels that made the row. A switch added in src/ belongs here: the CLI tests
+// check the list against the names the sources read.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+namespace flashinfer::cli {
+
+struct KernelSwitch {
+  const char* name;
+  const char* value;   // the value that changes the default
+  const char* effect;  // what it does then
+  bool cuda;           // steers CUDA kernels (listed only by builds with CUDA)
+};
+
+inline constexpr KernelSwitch kKernelSwitches[] = {
+    {"FLASHINFER_PREFILL_SM90", "0", "prefill on the FA2 kernel, not the Hopper kernel (sm_90)",
+     true},
+    {"FLASHINFER_PREFILL_SM90_PINGPONG", "1",
+     "the Hopper prefill kernel's ping-pong schedule (tall blocks)", true},
+    {"FLASHINFER_DECODE_TENSOR_CORES", "0",
+     "decode without use_tensor_cores on the CUDA-core kernel at every GQA group", true},
+    {"FLASHINFER_DECODE_ROWS_PER_THREAD", "1", "one packed row a thread in the CUDA-core decode",
+     true},
+    {"FLASHINFER_MLA_TENSOR_CORES", "0", "MLA decode on the CUDA-core kernels", true},
+    {"FLASHINFER_GROUPED_MM_CUTLASS", "0",
+     "grouped GEMMs on the mma.sync kernel, not CUTLASS's (sm_90)", true},
+    {"FLASHINFER_MOE_GROUPED", "0",
+     "fused MoE (cutlass_fused_moe, trtllm_bf16_moe) on the GEMV route at every batch size", true},
+    {"FLASHINFER_CUDA_CACHING_ALLOCATOR", "0",
+     "every device tensor the library allocates a cudaMalloc / cudaFree (no cache)", true},
+    {"FLASHINFER_CPU_ONEDNN", "0", "the CPU's large GEMMs without oneDNN (OpenBLAS sgemm)", false},
+    {"FLASHINFER_CPU_BF16_DPBF16", "0",
+     "mm_bf16's large CPU GEMM without the AVX-512 BF16 FMA kernel (oneDNN's matmul)", false},
+    {"FLASHINFER_CPU_FP8_DPBF16", "0",
+     "mm_fp8's large CPU GEMM without the AVX-512 BF16 FMA kernel (oneDNN's matmul)", false},
+};
+
+/// The switches this environment sets (to any value), as a shell prefix: `NAME=value ` each, the
+/// value single-quoted where it holds anything but letters, digits and `._-`; empty when none.
+inline std::string kernel_switch_env_prefix() {
+  std::string out;
+  for (const KernelSwitch& k : kKernelSwitches) {
+    const char* v = std::getenv(k.name);
+    if (v == nullptr) continue;
+    const std::string_view s(v);
+    bool plain = !s.empty();
+    for (const char c : s) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+      plain = plain && ok;
+    }
+    std::string quoted;
+    if (plain) {
+      quoted = s;
+    } else {
+      quoted = "'";
+      for (const char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      quoted += "'";
+    }
+    out += std::string(k.name) + "=" + quoted + " ";
+  }
+  return out;
+}
+
+}  // namespace flashinfer::cli
