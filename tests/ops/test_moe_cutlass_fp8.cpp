@@ -671,10 +671,16 @@ std::vector<Fp8Case> cuda_cases(bool block) {
                                {4, 1, 3, 2, 12, 32, 160},
                                {2, 2, 1, 0, 6, 48, 40},
                                {8, 2, 2, 1, 150, 64, 32}};
-  const int64_t block_shapes[][7] = {
-      {8, 2, 2, 1, 9, 256, 128}, {3, 3, 1, 0, 5, 200, 160}, {4, 1, 3, 2, 12, 128, 288}};
+  // Block scale: H 200 (GEMV route: rows not of 16-byte multiples); H 144 (grouped route with a
+  // partial last k block in GEMM1 and the gather's scales, a partial n block in GEMM2); 150 rows
+  // an expert (a second 128-row m tile: the a scales of rows past the first tile).
+  const int64_t block_shapes[][7] = {{8, 2, 2, 1, 9, 256, 128},
+                                     {3, 3, 1, 0, 5, 200, 160},
+                                     {4, 1, 3, 2, 12, 128, 288},
+                                     {3, 3, 1, 0, 5, 144, 160},
+                                     {2, 2, 1, 0, 150, 128, 128}};
   int n = 0;
-  for (int i = 0; i < (block ? 3 : 5); ++i) {
+  for (int i = 0; i < 5; ++i) {
     const int64_t* s = block ? block_shapes[i] : shapes[i];
     for (ActivationType a : {ActivationType::Relu, ActivationType::Identity}) {
       for (DType out_dt : {DType::kBFloat16, DType::kFloat16}) {

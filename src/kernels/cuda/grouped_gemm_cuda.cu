@@ -13,6 +13,7 @@
 // grouped_mm_simple_kernel (any strides, the fallback and the tests' second opinion): one output
 // per thread, fp32 sum over k in order, one rounding.
 #include <atomic>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/device/mma.cuh"
@@ -259,6 +260,10 @@ __global__ void __launch_bounds__(kGmmThreads, kBlockScale ? 1 : 2)
   // Block scales: the current k block's dot products (the MMAs' accumulators), promoted into acc
   // at the block's end. Without them the MMAs accumulate into acc itself.
   float part[kBlockScale ? kMmaM : 1][kBlockScale ? kMmaN : 1][4];
+  // ... and the k block's scales: the weight block's and this thread's rows' (loaded with the
+  // block's first k tile, so that their latency hides under its MMAs, not after them).
+  [[maybe_unused]] float blk_ws = 0.0f;
+  [[maybe_unused]] float blk_as[kBlockScale ? kMmaM : 1][2];
   FLASHINFER_UNROLL
   for (int mi = 0; mi < kMmaM; ++mi) {
     FLASHINFER_UNROLL
@@ -292,6 +297,23 @@ __global__ void __launch_bounds__(kGmmThreads, kBlockScale ? 1 : 2)
       load_tile((kt + kGmmStages - 1) % kGmmStages, kt + kGmmStages - 1);  // into tile kt-1's
     }
     dev::cp_async::commit();
+    if constexpr (kBlockScale) {
+      if ((kt & 1) == 0) {  // a k block's first tile (128 columns: two k tiles)
+        const int64_t kb = kt / 2, k_blocks = (k + 127) / 128;
+        blk_ws =
+            p.b_block_scale[tile.weight * p.b_block_scale_stride_e + (n0 / 128) * k_blocks + kb];
+        FLASHINFER_UNROLL
+        for (int mi = 0; mi < kMmaM; ++mi) {
+          FLASHINFER_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const int r = wm * kGmmWarpTileM + mi * 16 + lane / 4 + 8 * h;
+            blk_as[mi][h] = mi < m_frags && r < rows
+                                ? p.a_block_scale[(row0 + r) * p.a_block_scale_stride + kb]
+                                : 0.0f;
+          }
+        }
+      }
+    }
     uint32_t stage_off = 0;
     if constexpr (kFp8) {
       convert_tile(st);
@@ -332,17 +354,12 @@ __global__ void __launch_bounds__(kGmmThreads, kBlockScale ? 1 : 2)
       // The k block ends with its second k tile, or with k: promote its dot products with the
       // row's a scale and the tile's weight block scale (a tile's 128 columns are one n block).
       if ((kt & 1) == 1 || kt == ktiles - 1) {
-        const int64_t kb = kt / 2, k_blocks = (k + 127) / 128;
-        const float ws =
-            p.b_block_scale[tile.weight * p.b_block_scale_stride_e + (n0 / 128) * k_blocks + kb];
         FLASHINFER_UNROLL
         for (int mi = 0; mi < kMmaM; ++mi) {
           if (mi >= m_frags) continue;
           FLASHINFER_UNROLL
           for (int h = 0; h < 2; ++h) {
-            const int r = wm * kGmmWarpTileM + mi * 16 + lane / 4 + 8 * h;
-            const float as =
-                r < rows ? p.a_block_scale[(row0 + r) * p.a_block_scale_stride + kb] : 0.0f;
+            const float as = blk_as[mi][h], ws = blk_ws;
             FLASHINFER_UNROLL
             for (int ni = 0; ni < kMmaN; ++ni) {
               FLASHINFER_UNROLL
@@ -454,8 +471,12 @@ void launch_mma(const GroupedMmCudaParams& params, MmaLayout layout, cudaStream_
                         smem, s, false, p);
         };
         if (p.a_block_scale != nullptr) {  // grouped_mm_fp8_block_scaled: e4m3, k-major b
-          launch_kernel(op, grouped_mma_kernel<__half, true, false, TO, true>, grid,
-                        dim3(kGmmThreads), smem, s, false, p);
+          // bf16 out only (grouped_mm_fp8_block_scaled_takes): DeepSeek's GEMMs write bf16, and
+          // each out type is another 232-register instance to compile.
+          if constexpr (std::is_same_v<TO, __nv_bfloat16>) {
+            launch_kernel(op, grouped_mma_kernel<__half, true, false, TO, true>, grid,
+                          dim3(kGmmThreads), smem, s, false, p);
+          }
         } else if (fp8) {
           go.template operator()<__half, true, false>();
         } else if (p.in_dtype == DType::kFloat16) {
@@ -537,7 +558,7 @@ void segment_gemm(const GroupedMmCudaParams& p, void* stream) {
 
 bool grouped_mm_fp8_block_scaled_takes(const GroupedMmCudaParams& p) {
   return p.in_dtype == DType::kFloat8E4M3FN && p.b_dtype == DType::kFloat8E4M3FN &&
-         mma_layout(p) == MmaLayout::kBKMajor;
+         p.out_dtype == DType::kBFloat16 && mma_layout(p) == MmaLayout::kBKMajor;
 }
 
 void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream) {

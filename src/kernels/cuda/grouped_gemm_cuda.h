@@ -33,13 +33,13 @@ void segment_gemm(const GroupedMmCudaParams& p, void* stream);
 /// p.b_block_scale: cutlass_fused_moe's use_deepseek_fp8_block_scale on its grouped route): e4m3
 /// operands on the mma.sync kernel (k-major b), each 128-wide k block's fp32 dot product (two
 /// 64-wide k tiles; e4m3 widened exactly to fp16, mma.sync's fp32 accumulation) promoted into the
-/// sum as moe_fp8_block_accumulate(acc, a_scale, b_scale, part), one rounding to out_dtype; no
-/// alpha. Only where grouped_mm_fp8_block_scaled_takes(p), which cutlass_fused_moe's route rule
-/// (moe::moe_grouped_eligible with e4m3 operands) implies; kInternal otherwise. The CUTLASS path
-/// has no such promotion and is not tried.
+/// sum as moe_fp8_block_accumulate(acc, a_scale, b_scale, part), one rounding to bf16 (the only
+/// out_dtype); no alpha. Only where grouped_mm_fp8_block_scaled_takes(p), which cutlass_fused_moe's
+/// route rule (moe::moe_grouped_eligible with e4m3 operands) implies; kInternal otherwise. The
+/// CUTLASS path has no such promotion and is not tried.
 void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream);
-/// Whether grouped_mm_fp8_block_scaled can run p on the current device: e4m3 a and b, the
-/// mma.sync kernel's layout (16-byte aligned rows, unit k stride, k-major b), an sm80+ device.
+/// Whether grouped_mm_fp8_block_scaled can run p on the current device: e4m3 a and b, bf16 out,
+/// the mma.sync kernel's layout (16-byte aligned rows, unit k stride, k-major b), an sm80+ device.
 bool grouped_mm_fp8_block_scaled_takes(const GroupedMmCudaParams& p);
 
 /// How many calls each path of these three ran since the process started: CUTLASS's sm90

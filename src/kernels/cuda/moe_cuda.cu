@@ -911,14 +911,26 @@ __device__ __forceinline__ void fp8_quantize_1x128_each(int64_t n, Load load, St
   for (int64_t b = warp; b * kMoeFp8Block < n; b += kWarps) {
     const int64_t j0 = b * kMoeFp8Block;
     const int64_t j1 = j0 + kMoeFp8Block < n ? j0 + kMoeFp8Block : n;
+    // A lane's values of the block (at most 4), loaded once: load may be an activation.
+    constexpr int kPerLane = kMoeFp8Block / 32;
+    float v[kPerLane];
     float amax = 0.0f;
-    for (int64_t j = j0 + lane; j < j1; j += 32) amax = fp32_abs_max(amax, load(j));
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t j = j0 + lane + 32 * i;
+      v[i] = j < j1 ? load(j) : 0.0f;
+      if (j < j1) amax = fp32_abs_max(amax, v[i]);
+    }
     for (int off = 16; off > 0; off >>= 1) {
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
     }
     const float quant = moe_fp8_block_quant(amax);
     if (lane == 0) store_scale(b, moe_fp8_block_dequant(quant));
-    for (int64_t j = j0 + lane; j < j1; j += 32) store(j, moe_e4m3_sat(fp32_mul(load(j), quant)));
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t j = j0 + lane + 32 * i;
+      if (j < j1) store(j, moe_e4m3_sat(fp32_mul(v[i], quant)));
+    }
   }
 }
 template <class Load, class Store>
@@ -1509,10 +1521,13 @@ void moe_block_grouped_gemm(const int32_t* indptr, int64_t E, int64_t pairs, con
 }
 
 // DeepSeek FP8 block scale on the grouped route (moe::moe_use_grouped: prefill-sized batches):
-// the permutation (no gather), each pair's input quantized 1x128 into the expert-sorted e4m3 rows,
-// GEMM1 on the block-scaled grouped GEMM (bf16 out), the bias + activation (bf16) quantized 1x128,
-// GEMM2 likewise, the finalize through the permutation: the GEMV route's rounding points, each
-// GEMM's k blocks summed by mma.sync (e4m3 x e4m3 products exact in fp32) in another order.
+// the permutation (no gather), each token's input quantized 1x128 once into its pairs' rows of the
+// expert-sorted e4m3 rows, GEMM1 on the block-scaled grouped GEMM (bf16 out), the bias +
+// activation (bf16) quantized 1x128, GEMM2 likewise, the finalize through the permutation: the
+// GEMV route's rounding points. Each k block's e4m3 x e4m3 products are exact in fp32, but
+// mma.sync sums them in its own order and with its own internal rounding (not a chain of IEEE
+// adds), so the route matches the GEMV route bit for bit only where those sums are exact (the
+// tests' integer operands).
 template <class O>
 void launch_moe_fp8_block_grouped(const CutlassMoeFp8Params& p, cudaStream_t s, bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
