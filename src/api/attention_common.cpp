@@ -287,6 +287,12 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
   s.causal = false;  // a custom mask overrides causal, as upstream
 }
 
+int64_t round_kv_chunk_to_tiles(int64_t chunk, int64_t unit, int64_t tile) {
+  if (chunk <= 0 || unit <= 0 || tile <= 0 || tile % unit != 0) return chunk;
+  const int64_t per_tile = tile / unit;  // units a tile
+  return (chunk + per_tile - 1) / per_tile * per_tile;
+}
+
 namespace {
 
 int64_t attention_common_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -434,7 +440,7 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
         pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
         head_dim_vo);
     if (tall) tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(head_dim_qk, head_dim_vo, 2)});
-    chunk = attention_common_ceil_div(chunk, tile) * tile;
+    chunk = round_kv_chunk_to_tiles(chunk, 1, tile);
   }
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
   plan.partial_rows_capacity = plan.num_partial_rows;
@@ -595,6 +601,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // block (below). The budget (max_grid) still caps the chunks, so calls that fill the device do
   // not change.
   int64_t min_chunk_tokens = 128;
+  int64_t chunk_tile = 0;  // tokens: the auto chunk is rounded up to whole tiles of it (prefill)
 #if FLASHINFER_WITH_CUDA
   if (s.device.is_cuda()) {
     int64_t per_sm = kTensorCoreBlocksPerSm;
@@ -619,6 +626,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // tall ones for more than 64 packed rows, one-warpgroup ones for 17 to 64); its tiles leave
     // room for prefill_sm90_min_blocks of them an SM (one tall block at head dims 128, 192 / 128
     // and 256).
+    int hopper_wg = 0;  // the Hopper kernel's warpgroups a block where its blocks run the plan
     if (hopper) {
       // The launcher picks the block from the largest work item's rows (max_work_rows; under CUDA
       // graphs the plan's tile): a batch of requests shorter than the tile gets the block of
@@ -635,6 +643,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       if (wg > 0 && pf::prefill_sm90_dim_built(static_cast<int>(s.head_dim_qk),
                                                static_cast<int>(s.head_dim_vo), wg)) {
         per_sm = pf::prefill_sm90_min_blocks(static_cast<int>(s.head_dim_qk), wg);
+        hopper_wg = wg;
       }
     }
     // Decode on the FA2 kernel's 16-row blocks (tensor-core decode): chunks of one K/V tile at
@@ -650,7 +659,18 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       min_chunk_tokens =
           attention_common_ceil_div(pf::prefill_kv_tile(16, dqk, dvo), unit_tokens) * unit_tokens;
     }
-    if (!detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale) {
+    const bool cuda_core = !detail::tensor_core_path(s) || fp8_core || !tc_dims || !tc_scale;
+    if (!s.decode && !cuda_core && pf::prefill_dims_built(dqk, dvo)) {
+      // Prefill on tensor cores: chunks of whole K/V tiles of the block that runs them (the FA2
+      // kernel's; with the Hopper kernel's, their least common multiple), as one_shot_plan's.
+      chunk_tile = pf::prefill_kv_tile(
+          pf::prefill_cta_rows(static_cast<int>(rows_per_tile * group), dqk, dvo, variant), dqk,
+          dvo);
+      if (hopper_wg > 0) {
+        chunk_tile = std::lcm(chunk_tile, int64_t{pf::prefill_sm90_kv_tile(dqk, dvo, hopper_wg)});
+      }
+    }
+    if (cuda_core) {
       kernels::AttentionParams cfg = plan_kernel_config(s);
       cfg.max_work_rows = static_cast<int32_t>(rows_per_tile);
       cfg.causal = s.causal;
@@ -673,6 +693,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   } else if (!disable_split_kv) {
     chunk = plan_kv_chunk(tiles, units, s.num_kv_heads, max_grid,
                           std::max<int64_t>(min_chunk_tokens / unit, 1));
+    chunk = round_kv_chunk_to_tiles(chunk, unit, chunk_tile);
   }
   s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, chunk, unit);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).

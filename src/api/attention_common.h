@@ -135,6 +135,13 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 /// split) when the unsplit work already fills max_grid or when no chunk adds work items.
 int64_t plan_kv_chunk(const std::vector<int64_t>& tiles, const std::vector<int64_t>& units,
                       int64_t num_kv_heads, int64_t max_grid, int64_t min_chunk);
+/// A split-KV chunk of `chunk` units (pages of `unit` tokens; unit 1: tokens) rounded up to whole
+/// K/V tiles of `tile` tokens, so that only a request's last chunk ends inside one of the
+/// tensor-core kernels' tiles (a tile cut by a chunk end costs a whole tile of MMAs). Unchanged
+/// when chunk is 0 (no split) or a unit does not divide the tile (page sizes other than powers of
+/// two: whole tiles would need chunks of lcm(unit, tile) tokens). Rounding up only lowers the
+/// work-item count, so a chunk that fit the grid budget still does.
+int64_t round_kv_chunk_to_tiles(int64_t chunk, int64_t unit, int64_t tile);
 /// The wrappers' smallest KV chunk, in tokens, where the CUDA-core kernel runs on a GPU (decode,
 /// and prefill calls that fall back to it); one K/V tile of the 16-row block for tensor-core
 /// decode (64 keys, 128 at head dim 64); upstream's 128 elsewhere (docs/ATTENTION.md,

@@ -314,6 +314,22 @@ TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
   EXPECT_TRUE(detail::tensor_core_path(s));
 }
 
+// Tensor-core prefill chunks in whole K/V tiles: pages of 16 to tiles of 128 keys (8 pages),
+// tokens to 64-key tiles; page sizes that do not divide the tile, and no split, stay as planned.
+TEST(PlanKvChunk, RoundedUpToWholeTiles) {
+  using api::round_kv_chunk_to_tiles;
+  EXPECT_EQ(round_kv_chunk_to_tiles(13, 16, 128), 16);  // 208 tokens -> 256
+  EXPECT_EQ(round_kv_chunk_to_tiles(8, 16, 128), 8);    // already 128 tokens
+  EXPECT_EQ(round_kv_chunk_to_tiles(17, 16, 128), 24);
+  EXPECT_EQ(round_kv_chunk_to_tiles(200, 1, 64), 256);  // ragged: tokens
+  EXPECT_EQ(round_kv_chunk_to_tiles(200, 1, 128), 256);
+  EXPECT_EQ(round_kv_chunk_to_tiles(3, 64, 128), 4);   // pages of 64: two a tile
+  EXPECT_EQ(round_kv_chunk_to_tiles(3, 256, 128), 3);  // a page holds whole tiles already
+  EXPECT_EQ(round_kv_chunk_to_tiles(7, 5, 128), 7);    // page 5 does not divide 128
+  EXPECT_EQ(round_kv_chunk_to_tiles(0, 16, 128), 0);   // no split
+  EXPECT_EQ(round_kv_chunk_to_tiles(13, 16, 0), 13);   // no tile: the CUDA-core kernel
+}
+
 TEST(PlanKvChunk, TableOfShapes) {
   using api::plan_kv_chunk;
   // Headline: batch 64, kv 2048 (128 pages of 16), 8 KV heads, max_grid 924. 512 blocks do not

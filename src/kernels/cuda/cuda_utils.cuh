@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "core/cuda_runtime.h"
@@ -39,17 +41,51 @@ inline cudaError_t malloc_async(void** p, std::size_t bytes, cudaStream_t s) {
   return cudaMallocAsync(p, bytes, s);
 }
 
+/// The dynamic shared memory limit `kernel` was raised to on the current device by an earlier
+/// launch (0 if none), and the record of a raise: cudaFuncSetAttribute is a driver call on every
+/// launch otherwise (a kernel's attribute stays set in the device's context, which this library
+/// never resets).
+class SmemLimits {
+ public:
+  static SmemLimits& instance() {
+    static SmemLimits s;
+    return s;
+  }
+  std::size_t get(const void* kernel, int device) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = limits_.find({kernel, device});
+    return it == limits_.end() ? 0 : it->second;
+  }
+  void raised(const void* kernel, int device, std::size_t smem) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t& v = limits_[{kernel, device}];
+    if (smem > v) v = smem;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<const void*, int>, std::size_t> limits_;
+};
+
 /// Launches `kernel` through cudaLaunchKernelEx with programmatic stream serialization set to
 /// `enable_pdl` (the kernel then overlaps the previous one's tail until its pdl_wait()). Raises
-/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB.
+/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB and
+/// above what an earlier launch raised it to on this device (SmemLimits).
 /// Returns the launch's own error, never an earlier one pending in the last-error slot.
 template <class... KArgs, class... Args>
 cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
                               cudaStream_t stream, bool enable_pdl, Args&&... args) {
   if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
+    const void* key = reinterpret_cast<const void*>(kernel);
+    if (SmemLimits::instance().get(key, device) < smem) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(smem));
+      if (err != cudaSuccess) return err;
+      SmemLimits::instance().raised(key, device, smem);
+    }
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;

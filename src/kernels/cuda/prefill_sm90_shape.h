@@ -8,9 +8,10 @@
 // K^T and O += P V are wgmma (m64nNk16, fp32 accumulation) with Q, K and V read from shared memory
 // through matrix descriptors (V as the MN-major B operand) and P from registers; every thread
 // copies K/V tiles of kv_tile keys with 16-byte cp.async into two stages in the 128-byte-swizzled
-// layout the descriptors name. One block an SM at head dim 128 (the tiles take 160 KiB), two at 64;
-// the tensor cores take the two warpgroups' products in turn, so one's softmax can overlap the
-// other's product, though the block's per-tile barriers line them up again.
+// layout the descriptors name. One block an SM at head dim 128 (its tiles take 160 KiB, 165 with
+// the offsets and slack), two at 64; the tensor cores take the two warpgroups' products in turn, so
+// one's softmax can overlap the other's product, though the block's per-tile barriers line them up
+// again.
 #pragma once
 
 #include <cstdint>
