@@ -50,6 +50,10 @@ struct PrefillCase {
   bool alibi = false;  // pos_encoding_mode="ALIBI"
   bool sinks = false;  // one sink logit per qo head
   std::optional<int64_t> split;
+  // Ragged only: q, and v, as strided views, DeepSeek's way: v the second half of each head's row
+  // of a fused [tokens, heads, 2 dvo] tensor (k_nope | v of the kv_b projection), q the first dqk
+  // of each head's row of a wider tensor (head strides 2 dvo and dqk + 64).
+  bool views = false;
   // The wrappers' backend: "fa2" keeps these cases on the FA2 kernel they were written for, on
   // sm_90 too (whose default is the Hopper kernel: the Hopper tests below name "fa3").
   std::string backend = "fa2";
@@ -67,7 +71,8 @@ struct PrefillCase {
            " causal=" + std::to_string(causal) + " cap=" + std::to_string(soft_cap) +
            " window=" + std::to_string(window) + " mask=" + std::to_string(custom_mask) +
            " alibi=" + std::to_string(alibi) + " sinks=" + std::to_string(sinks) +
-           " split=" + std::to_string(split.value_or(0)) + " backend=" + backend;
+           " split=" + std::to_string(split.value_or(0)) + " views=" + std::to_string(views) +
+           " backend=" + backend;
   }
 };
 
@@ -86,7 +91,12 @@ Runs run_case(const PrefillCase& c) {
     qo.push_back(qo.back() + c.qo_lens[b]);
     kv.push_back(kv.back() + c.kv_lens[b]);
   }
-  Tensor q = Tensor::empty({qo.back(), c.hq, c.dqk}, c.dt).uniform_(5);
+  Tensor q = c.views
+                 ? Tensor::empty({qo.back(), c.hq, c.dqk + 64}, c.dt).uniform_(5).slice(2, 0, c.dqk)
+                 : Tensor::empty({qo.back(), c.hq, c.dqk}, c.dt).uniform_(5);
+  auto to_dev = [&](const Tensor& t, Device d) {
+    return c.views ? testing::to_keep_layout(t, d) : t.to(d);
+  };
   PrefillPlanOptions po;
   po.q_data_type = c.dt;
   po.head_dim_vo = c.dvo;
@@ -124,14 +134,17 @@ Runs run_case(const PrefillCase& c) {
       if (d.is_cuda()) gpu_split = w.split_kv();
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
-      return w.run(q.to(d),
+      return w.run(to_dev(q, d),
                    PagedKVCache(testing::to_keep_layout(f.k_cache, d),
                                 testing::to_keep_layout(f.v_cache, d)),
                    rd);
     };
   } else {
     k = Tensor::empty({kv.back(), c.hkv, c.dqk}, c.dt).uniform_(6);
-    v = Tensor::empty({kv.back(), c.hkv, c.dvo}, c.dt).uniform_(7);
+    v = c.views ? Tensor::empty({kv.back(), c.hkv, 2 * c.dvo}, c.dt)
+                      .uniform_(7)
+                      .slice(2, c.dvo, 2 * c.dvo)
+                : Tensor::empty({kv.back(), c.hkv, c.dvo}, c.dt).uniform_(7);
     run = [&](Device d) {
       BatchPrefillWithRaggedKVCacheWrapper w(
           Tensor::zeros({c.workspace_mib << 20}, DType::kUInt8, d), "NHD", false, {}, {}, {}, {},
@@ -140,7 +153,7 @@ Runs run_case(const PrefillCase& c) {
       if (d.is_cuda()) gpu_split = w.split_kv();
       AttentionRunOptions rd = ro;
       if (c.sinks) rd.sinks = sinks_cpu.to(d);
-      return w.run(q.to(d), k.to(d), v.to(d), rd);
+      return w.run(to_dev(q, d), k.to(d), to_dev(v, d), rd);
     };
   }
   Runs r;
@@ -148,8 +161,9 @@ Runs run_case(const PrefillCase& c) {
   r.gpu = run(g);
   r.gpu_split = gpu_split;
 #if FLASHINFER_TEST_HAVE_ORACLES
-  // The oracles are the kernels of the H100 run, which took neither ALiBi nor sinks.
-  if (c.alibi || c.sinks) return r;
+  // The oracles are the kernels of the H100 run, which took neither ALiBi nor sinks (nor ran
+  // strided views).
+  if (c.alibi || c.sinks || c.views) return r;
   {
     testing::ScopedAttentionOracle oracle;
     r.core_oracle = run(g);
@@ -424,6 +438,14 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
     ds.window = -1;
     ds.sinks = true;
     check(ds);
+    // q and v as DeepSeek's strided views (head strides dqk + 64 and 256), unsplit and split at
+    // 48 tokens (chunk ends inside the 128-key tiles).
+    for (std::optional<int64_t> split : {std::optional<int64_t>{}, {48}}) {
+      PrefillCase views = deepseek_ragged_case(dt, true);
+      views.views = true;
+      views.split = split;
+      check(views);
+    }
   }
 #endif
 }
