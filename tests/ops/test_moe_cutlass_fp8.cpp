@@ -778,7 +778,11 @@ bool grouped_route(const Fp8Case& c, int force) {
 // On an sm_90 device of a build with CUTLASS the grouped route's two GEMMs run CUTLASS's e4m3
 // grouped GEMM where the output is bf16 (one alpha per expert,
 // kernels/cuda/grouped_gemm_cutlass.cuh), the mma.sync kernel for fp16: the route counters say
-// which.
+// which. CUTLASS's FP8 wgmma keeps about 14 significant bits inside a 128-deep k tile before
+// adding into fp32: GEMM1's sums here (|x w1| <= 4, at most 96 terms) stay exact, but GEMM2's a
+// operand is the e4m3 activation (codes from 2^-3 to 448), whose tile sums can lose low bits
+// before the bf16 rounding. So on that route the output is held to two bf16 ulps (and most
+// elements still bit for bit), everywhere else to the bit.
 TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if FLASHINFER_TEST_HAVE_CUTLASS
@@ -798,7 +802,19 @@ TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
       const bool on_cutlass = grouped && cutlass && c.out_dt == DType::kBFloat16;
       EXPECT_EQ(r1.cutlass - r0.cutlass, on_cutlass ? 2u : 0u) << label(c) << ", force " << force;
       EXPECT_EQ(grouped, grouped_route(c, force)) << label(c) << ", force " << force;
-      EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
+      if (!on_cutlass) {
+        EXPECT_TRUE(all_close(got, ref, {0, 0})) << label(c) << ", force " << force;
+        continue;
+      }
+      const auto gv = got.to_double_vector(), rv = ref.to_double_vector();
+      double scale = 0.0;
+      for (double v : rv) scale = std::max(scale, std::abs(v));
+      EXPECT_TRUE(all_close(got, ref, {std::ldexp(scale, -10), std::ldexp(1.0, -7)}))
+          << label(c) << ", force " << force;
+      std::size_t same = 0;
+      for (std::size_t i = 0; i < gv.size(); ++i) same += gv[i] == rv[i];
+      EXPECT_GE(2 * same, gv.size()) << label(c) << ", force " << force << ": " << same << " of "
+                                     << gv.size() << " bit for bit";
     }
     // Not all zero: the case exercises the GEMMs; token 0, routed to no local expert when there
     // are other ranks, is zero.

@@ -177,6 +177,10 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
   // One alpha for every group, or group i's from the array the prep kernel writes.
   if (per_weight) {
     args.epilogue.thread.alpha_ptr_array = g.alpha;
+    // Group l's alpha is element l of the array (stride 1 along the groups), as CUTLASS's grouped
+    // GEMM example sets it; CUTLASS 4.2 reads element l whatever the stride, but a version that
+    // refreshes the scalar only for a non-zero group stride would give every group group 0's.
+    args.epilogue.thread.dAlpha = {cute::_0{}, cute::_0{}, 1};
   } else {
     args.epilogue.thread.alpha_ptr = p.alpha;
   }
