@@ -23,7 +23,11 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/group_array_problem_shape.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/decode_cuda.h"
@@ -138,6 +142,36 @@ __global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m
   if (alpha_per_weight != nullptr) g.alpha[i] = alpha_per_weight + w;
 }
 
+/// Adapters CUTLASS accepted and initialized, by everything their arguments hold: the device (its
+/// SM count), the scratch's address (the per-group arrays and CUTLASS's workspace live there; the
+/// groups' shapes are on the device only, so n and k are not in them), the group count and the
+/// alpha (one pointer, or the arrays' per weight). A call that finds its adapter skips
+/// can_implement and initialize: TMA descriptor encoding, driver entry-point lookups and the
+/// kernel's shared-memory attribute on every call otherwise. Bounded: cleared past 256 entries.
+template <class Gemm>
+class AdapterCache {
+ public:
+  using Key = std::tuple<int, const void*, int64_t, const float*, bool>;
+  static AdapterCache& instance() {
+    static AdapterCache c;
+    return c;
+  }
+  std::shared_ptr<Gemm> find(const Key& k) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = map_.find(k);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  void put(const Key& k, std::shared_ptr<Gemm> g) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (map_.size() >= 256) map_.clear();
+    map_[k] = std::move(g);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, std::shared_ptr<Gemm>> map_;
+};
+
 /// Runs `p` (already found to fit, cutlass_grouped_misfit) on instance I. False, having queued
 /// nothing, when the stream's scratch cannot grow under a capture or CUTLASS declines.
 template <class Elem>
@@ -187,10 +221,17 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
 
   // Nothing is queued before CUTLASS has accepted the arguments (initialize reads only the
   // arrays' addresses, not their contents, which the prep kernel writes next): a refusal here
-  // leaves the call to the mma.sync kernel.
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
-  if (gemm.initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
+  // leaves the call to the mma.sync kernel. Arguments seen before reuse their adapter.
+  const typename AdapterCache<Gemm>::Key key{device, base, p.num_groups,
+                                             per_weight ? nullptr : p.alpha, per_weight};
+  std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
+  if (!gemm) {
+    auto fresh = std::make_shared<Gemm>();
+    if (fresh->can_implement(args) != cutlass::Status::kSuccess) return false;
+    if (fresh->initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
+    AdapterCache<Gemm>::instance().put(key, fresh);
+    gemm = std::move(fresh);
+  }
   constexpr int kPrepThreads = 128;
   const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
   cutlass_group_prep_kernel<I, Elem><<<blocks, kPrepThreads, 0, s>>>(
@@ -198,7 +239,7 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
       static_cast<const Elem*>(p.a), p.a_stride_m, static_cast<const Elem*>(p.b), p.b_stride_n,
       p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m, per_weight ? p.alpha : nullptr);
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  const cutlass::Status run = gemm.run(s);
+  const cutlass::Status run = gemm->run(s);
   FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
                         "CUTLASS grouped GEMM launch: ", cutlassGetStatusString(run));
   FLASHINFER_CUDA_CALL(op, cudaGetLastError());
