@@ -1245,29 +1245,43 @@ TEST(SamplingCuda, LongRowsWithExactSumsMatchCpuExactly) {
   const Device gpu = Device::cuda(0);
   const int64_t B = 6;
   auto same = [](const Tensor& a, const Tensor& b) { return ints(a) == ints(b); };
-  // A vocab of 128257 ends in a partial vector; `offset` rows start one element into rows one
-  // wider (a zero in front): unaligned, so the strided kernels take them.
+  // Layouts: contiguous rows (a vocab of 128257 has an odd row stride, so the one-element
+  // strided kernels take it); `padded` rows of V in rows of V + 7 (128264, a multiple of the
+  // vector width: the 128-bit kernels with a one-element last vector); `offset` rows one element
+  // into device rows one wider (the base is not 16-byte aligned, the row stride a multiple of 8:
+  // the strided kernels, by the base's alignment alone).
+  enum class Layout { kDense, kPadded, kOffset };
   struct Shape {
     int64_t V;
-    bool offset;
+    Layout layout;
   };
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
-    for (Shape sh : {Shape{32000, false}, Shape{128256, false}, Shape{128257, false},
-                     Shape{151936, false}, Shape{32000, true}, Shape{128257, true}}) {
+    for (Shape sh : {Shape{32000, Layout::kDense}, Shape{128256, Layout::kDense},
+                     Shape{128257, Layout::kDense}, Shape{151936, Layout::kDense},
+                     Shape{128257, Layout::kPadded}, Shape{32000, Layout::kOffset},
+                     Shape{151935, Layout::kOffset}}) {
       const int64_t V = sh.V;
       SCOPED_TRACE(std::string(dtype_name(dt)) + " vocab " + std::to_string(V) +
-                   (sh.offset ? " offset by one" : ""));
+                   (sh.layout == Layout::kPadded   ? " padded rows"
+                    : sh.layout == Layout::kOffset ? " offset by one"
+                                                   : ""));
       Tensor p = dyadic_probs(B, V, static_cast<uint64_t>(V) + 7, dt);
-      if (sh.offset) {
+      Tensor pg;
+      if (sh.layout == Layout::kDense) {
+        pg = p.to(gpu);
+      } else {
+        // Rows of W: a zero in front (offset), or V values then zeros (padded).
+        const int64_t W = sh.layout == Layout::kPadded ? V + 7 : V + 1;
+        const int64_t lead = sh.layout == Layout::kOffset ? 1 : 0;
         const std::vector<double> v = p.to_double_vector();
-        std::vector<double> wide;
+        std::vector<double> wide(static_cast<std::size_t>(B * W), 0.0);
         for (int64_t b = 0; b < B; ++b) {
-          wide.push_back(0.0);
-          wide.insert(wide.end(), v.begin() + b * V, v.begin() + (b + 1) * V);
+          std::copy(v.begin() + b * V, v.begin() + (b + 1) * V, wide.begin() + b * W + lead);
         }
-        p = Tensor::from_vector(wide, {B, V + 1}, dt).slice(1, 1, V + 1);
+        const Tensor whole = Tensor::from_vector(wide, {B, W}, dt);
+        p = whole.slice(1, lead, lead + V);
+        pg = whole.to(gpu).slice(1, lead, lead + V);  // sliced on the device: the base moves
       }
-      const Tensor pg = testing::to_keep_layout(p, gpu);
       for (int64_t seed : {3, 1234567}) {
         const int64_t off = 40;
         EXPECT_TRUE(same(sampling_from_probs(pg, std::nullopt, true, false, seed, off).samples,

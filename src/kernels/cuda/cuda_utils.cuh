@@ -41,10 +41,11 @@ inline cudaError_t malloc_async(void** p, std::size_t bytes, cudaStream_t s) {
   return cudaMallocAsync(p, bytes, s);
 }
 
-/// The dynamic shared memory limit `kernel` was raised to on the current device by an earlier
-/// launch (0 if none), and the record of a raise: cudaFuncSetAttribute is a driver call on every
-/// launch otherwise (a kernel's attribute stays set in the device's context, which this library
-/// never resets).
+/// The dynamic shared memory limit `kernel` was last set to on a device by a launch (0 if none),
+/// and the record of a setting: cudaFuncSetAttribute is a driver call on every launch otherwise
+/// (a kernel's attribute stays set in the device's context, which this library never resets). A
+/// launch sets the attribute to its own size whenever that differs from the last one, as it did
+/// on every launch before, so the limit the driver sees is the same.
 class SmemLimits {
  public:
   static SmemLimits& instance() {
@@ -56,10 +57,9 @@ class SmemLimits {
     const auto it = limits_.find({kernel, device});
     return it == limits_.end() ? 0 : it->second;
   }
-  void raised(const void* kernel, int device, std::size_t smem) {
+  void set(const void* kernel, int device, std::size_t smem) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    std::size_t& v = limits_[{kernel, device}];
-    if (smem > v) v = smem;
+    limits_[{kernel, device}] = smem;
   }
 
  private:
@@ -69,8 +69,8 @@ class SmemLimits {
 
 /// Launches `kernel` through cudaLaunchKernelEx with programmatic stream serialization set to
 /// `enable_pdl` (the kernel then overlaps the previous one's tail until its pdl_wait()). Raises
-/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB and
-/// above what an earlier launch raised it to on this device (SmemLimits).
+/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB and not
+/// what the last such launch on this device set it to (SmemLimits).
 /// Returns the launch's own error, never an earlier one pending in the last-error slot.
 template <class... KArgs, class... Args>
 cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
@@ -80,11 +80,11 @@ cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     const void* key = reinterpret_cast<const void*>(kernel);
-    if (SmemLimits::instance().get(key, device) < smem) {
+    if (SmemLimits::instance().get(key, device) != smem) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(smem));
       if (err != cudaSuccess) return err;
-      SmemLimits::instance().raised(key, device, smem);
+      SmemLimits::instance().set(key, device, smem);
     }
   }
   cudaLaunchConfig_t cfg = {};
