@@ -22,10 +22,12 @@ inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int cc) 
   const bool e4m3 = p.in_dtype == DType::kFloat8E4M3FN && p.b_dtype == DType::kFloat8E4M3FN;
   if (!bf16 && !e4m3) return "not bf16 x bf16 or e4m3 x e4m3 operands";
   if (p.out_dtype != DType::kBFloat16) return "not a bf16 output";
-  if (p.num_groups <= 0 || p.num_groups > 0x7fffffff || p.n <= 0 || p.k <= 0 || p.n > 0x7fffffff ||
-      p.k > 0x7fffffff || p.cum_m > 0x7fffffff) {
+  if (p.num_groups <= 0 || p.n <= 0 || p.k <= 0 || p.n > 0x7fffffff || p.k > 0x7fffffff ||
+      p.cum_m > 0x7fffffff) {
     return "a dimension outside int32";
   }
+  // CUTLASS's group scheduler walks the groups a warp at a time, adding 32 to an int32 index.
+  if (p.num_groups > (int64_t{1} << 30)) return "more than 2^30 groups";
   // 16-byte rows that do not overlap: TMA's global strides (multiples of 16 bytes; a zero or
   // negative row stride, a broadcast or flipped view, is left to the mma.sync kernel) and the
   // 16-byte operand alignment of the instances. A weight stride of 0 (one weight for every
