@@ -14,6 +14,7 @@
 
 #include "api/bench_backend.h"
 #include "flashinfer/flashinfer.h"
+#include "kernel_switches.h"
 #include "util/run_command.h"
 
 namespace {
@@ -452,14 +453,7 @@ TEST(Bench, ReproCommandCarriesTheKernelSwitchesSet) {
                             "--backends cpu --num_iters 1 --dry_run_iters 0 --output_path " +
                             csv;
   std::string unset = "env";
-  for (const auto& name :
-       {"FLASHINFER_PREFILL_SM90", "FLASHINFER_PREFILL_SM90_PINGPONG",
-        "FLASHINFER_DECODE_TENSOR_CORES", "FLASHINFER_DECODE_ROWS_PER_THREAD",
-        "FLASHINFER_MLA_TENSOR_CORES", "FLASHINFER_GROUPED_MM_CUTLASS", "FLASHINFER_MOE_GROUPED",
-        "FLASHINFER_CUDA_CACHING_ALLOCATOR", "FLASHINFER_CPU_ONEDNN", "FLASHINFER_CPU_BF16_DPBF16",
-        "FLASHINFER_CPU_FP8_DPBF16"}) {
-    unset += std::string(" -u ") + name;
-  }
+  for (const auto& k : flashinfer::cli::kKernelSwitches) unset += std::string(" -u ") + k.name;
   std::vector<std::string> header;
   std::remove(csv.c_str());
   ASSERT_EQ(flashinfer::testing::run_command(unset + " " + bench).status, 0);

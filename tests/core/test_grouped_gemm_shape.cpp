@@ -343,6 +343,7 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   EXPECT_TRUE(misfit([](auto& q) { q.out_stride_n = 2; }));
   EXPECT_TRUE(misfit([](auto& q) { q.num_groups = 0; }));
   EXPECT_TRUE(misfit([](auto& q) { q.num_groups = (int64_t{1} << 30) + 1; }));
+  EXPECT_FALSE(misfit([](auto& q) { q.num_groups = int64_t{1} << 30; }));
   EXPECT_TRUE(misfit([](auto& q) { q.cum_m = int64_t{1} << 31; }));
   // Broadcast (stride 0) or overlapping rows: the mma.sync kernel's.
   EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 0; }));

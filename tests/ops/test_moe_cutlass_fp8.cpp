@@ -602,8 +602,11 @@ Tensor routing_ids(const Fp8Case& c) {
 }
 
 // Integer operands whose every fp32 sum is exact and power-of-two scales (per tensor), or
-// (block scale) inputs whose 1x128 blocks each hold one 448 (so the quantizer's scale is 1) with
-// the weights zero in that column, GEMM1 rows at the start of each 128-wide block of inter zero
+// (block scale) inputs whose 1x128 blocks each hold one 448 2^-s, s in {0, 1, 2} by token and
+// block, the rest in [-1, 1] (the quantizer's scale 2^s: the codes the integers x 2^s, the
+// dequantization scale 2^-s, both exact; a row's scale differs from its neighbours', so a scale
+// read from the wrong row or block changes the output) with the weights zero in that column,
+// GEMM1 rows at the start of each 128-wide block of inter zero
 // and their fc1 bias 448 (the activation's blocks quantize with scale 1 too), power-of-two
 // block scales: the CPU reference and the CUDA kernels differ only in summation order, which
 // cannot change an exact sum, so they agree bit for bit. Non-gated activations only (the gated
@@ -631,7 +634,9 @@ Fp8Inputs integer_inputs(const Fp8Case& c) {
   std::vector<double> w1 = int_values(E * N1 * H, c.seed + 2, -1, 1);
   std::vector<double> b1 = in.b1->to_double_vector();
   for (int64_t t = 0; t < c.T; ++t) {
-    for (int64_t j = 0; j < H; j += 128) x[static_cast<size_t>(t * H + j)] = 448;
+    for (int64_t j = 0; j < H; j += 128) {
+      x[static_cast<size_t>(t * H + j)] = std::ldexp(448.0, -static_cast<int>((t + j / 128) % 3));
+    }
   }
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t n = 0; n < N1; ++n) {

@@ -1248,8 +1248,9 @@ TEST(SamplingCuda, LongRowsWithExactSumsMatchCpuExactly) {
   // Layouts: contiguous rows (a vocab of 128257 has an odd row stride, so the one-element
   // strided kernels take it); `padded` rows of V in rows of V + 7 (128264, a multiple of the
   // vector width: the 128-bit kernels with a one-element last vector); `offset` rows one element
-  // into device rows one wider (the base is not 16-byte aligned, the row stride a multiple of 8:
-  // the strided kernels, by the base's alignment alone).
+  // into device rows one wider (the base is not 16-byte aligned: the strided kernels; for 151935
+  // the row stride is a multiple of 8, so by the base's alignment alone). The elements outside
+  // the rows hold 0.25, which would change every sum a kernel that read them makes.
   enum class Layout { kDense, kPadded, kOffset };
   struct Shape {
     int64_t V;
@@ -1270,11 +1271,11 @@ TEST(SamplingCuda, LongRowsWithExactSumsMatchCpuExactly) {
       if (sh.layout == Layout::kDense) {
         pg = p.to(gpu);
       } else {
-        // Rows of W: a zero in front (offset), or V values then zeros (padded).
+        // Rows of W: one element in front (offset), or V values then 7 (padded).
         const int64_t W = sh.layout == Layout::kPadded ? V + 7 : V + 1;
         const int64_t lead = sh.layout == Layout::kOffset ? 1 : 0;
         const std::vector<double> v = p.to_double_vector();
-        std::vector<double> wide(static_cast<std::size_t>(B * W), 0.0);
+        std::vector<double> wide(static_cast<std::size_t>(B * W), 0.25);
         for (int64_t b = 0; b < B; ++b) {
           std::copy(v.begin() + b * V, v.begin() + (b + 1) * V, wide.begin() + b * W + lead);
         }

@@ -476,6 +476,9 @@ void launch_mma(const GroupedMmCudaParams& params, MmaLayout layout, cudaStream_
           if constexpr (std::is_same_v<TO, __nv_bfloat16>) {
             launch_kernel(op, grouped_mma_kernel<__half, true, false, TO, true>, grid,
                           dim3(kGmmThreads), smem, s, false, p);
+          } else {
+            FLASHINFER_FAIL(ErrorCode::kInternal, op, "out",
+                            "the block-scaled grouped GEMM writes bf16 only");
           }
         } else if (fp8) {
           go.template operator()<__half, true, false>();
