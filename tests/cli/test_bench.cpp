@@ -46,6 +46,28 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
   return rows;
 }
 
+// One `flashinfer bench` command line (`cmd`: an environment prefix allowed, then the binary and
+// its arguments) with its CSV written to a fresh file `name` in the test's temporary directory:
+// the command's result and the rows read back (the file removed after).
+struct CsvRun {
+  CliResult cli;
+  std::vector<std::map<std::string, std::string>> rows;
+};
+CsvRun bench_csv(const std::string& cmd, const std::string& name) {
+  const std::string csv = testing::TempDir() + name;
+  std::remove(csv.c_str());
+  CsvRun r;
+  r.cli = flashinfer::testing::run_command(cmd + " --output_path " + csv);
+  std::vector<std::string> header;
+  r.rows = read_csv(csv, &header);
+  std::remove(csv.c_str());
+  return r;
+}
+// The bench command line with `args`.
+std::string bench_cmd(const std::string& args) {
+  return std::string(FLASHINFER_TEST_BIN_DIR) + "/flashinfer bench " + args;
+}
+
 const std::regex kPerf(
     R"(\[PERF\] cpu +:: median time ([0-9.]+) ms; std ([0-9.]+) ms; achieved tflops ([0-9.]+) )"
     R"(TFLOPs/sec; achieved tb_per_sec ([0-9.]+) TB/sec)");
@@ -256,16 +278,14 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
 // --backends names an op backend of the GEMM routines (upstream's spelling; cpu:NAME calls the
 // CPU reference with it): one CSV row per name, the same FLOPs, each matching the reference.
 TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
-  const std::string csv = testing::TempDir() + "bench_op_backends.csv";
-  std::remove(csv.c_str());
-  CliResult r = run_flashinfer(
-      "bench --routine mm_bf16 --m 8 --n 32 --k 64 --backends cpu cpu:cudnn cpu:auto --refcheck"
-      " --num_iters 2 --dry_run_iters 0 --output_path " +
-      csv);
+  const CsvRun run = bench_csv(
+      bench_cmd("--routine mm_bf16 --m 8 --n 32 --k 64 --backends cpu cpu:cudnn cpu:auto --refcheck"
+                " --num_iters 2 --dry_run_iters 0"),
+      "bench_op_backends.csv");
+  const CliResult& r = run.cli;
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("[REFCHECK] cpu:cudnn :: 2 outputs match"), std::string::npos) << r.out;
-  std::vector<std::string> header;
-  const auto rows = read_csv(csv, &header);
+  const auto& rows = run.rows;
   ASSERT_EQ(rows.size(), 3u);
   const std::vector<std::string> want = {"cpu", "cpu:cudnn", "cpu:auto"};
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -274,7 +294,6 @@ TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
     EXPECT_EQ(rows[i].at("refcheck"), "pass");
     EXPECT_NE(rows[i].at("repro_command").find("--backends " + want[i] + " "), std::string::npos);
   }
-  std::remove(csv.c_str());
   // Each GEMM routine takes its op's names: bmm_fp8 cublas/cudnn, the grouped GEMMs cudnn.
   for (const std::string& args :
        {std::string("--routine bmm_fp8 --batch_size 2 --m 4 --n 32 --k 64 --backends cpu:cublas "
@@ -317,21 +336,18 @@ TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
 // (use_tensor_cores=False) and fa2_tc (use_tensor_cores=True); both match the reference, one CSV
 // row each; other names are refused with the list.
 TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
-  const std::string csv = testing::TempDir() + "bench_decode_tc.csv";
-  std::remove(csv.c_str());
-  CliResult r = run_flashinfer(
-      "bench --routine BatchDecodeWithPagedKVCacheWrapper.run --batch_size 2 --s_kv 64 "
-      "--num_qo_heads 8 --num_kv_heads 2 --head_dim_qk 64 --head_dim_vo 64 --page_size 16 "
-      "--backends cpu:fa2 cpu:fa2_tc --refcheck --num_iters 1 --dry_run_iters 0 --output_path " +
-      csv);
-  ASSERT_EQ(r.status, 0) << r.out;
-  std::vector<std::string> header;
-  const auto rows = read_csv(csv, &header);
+  const CsvRun run = bench_csv(
+      bench_cmd(
+          "--routine BatchDecodeWithPagedKVCacheWrapper.run --batch_size 2 --s_kv 64 "
+          "--num_qo_heads 8 --num_kv_heads 2 --head_dim_qk 64 --head_dim_vo 64 --page_size 16 "
+          "--backends cpu:fa2 cpu:fa2_tc --refcheck --num_iters 1 --dry_run_iters 0"),
+      "bench_decode_tc.csv");
+  ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+  const auto& rows = run.rows;
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].at("backend"), "cpu:fa2");
   EXPECT_EQ(rows[1].at("backend"), "cpu:fa2_tc");
   for (const auto& row : rows) EXPECT_EQ(row.at("refcheck"), "pass");
-  std::remove(csv.c_str());
   CliResult bad = run_flashinfer(
       "bench --routine BatchDecodeWithPagedKVCacheWrapper.run --backends cpu:cudnn --num_iters 1");
   EXPECT_NE(bad.status, 0);
@@ -345,34 +361,27 @@ TEST(Bench, DecodeWrapperTakesFa2AndFa2Tc) {
 // e4m3 weights with 128 x 128 block scales) matches the reference, and the row's repro command
 // names the flag (without it the same shape is the unquantized bf16 path).
 TEST(Bench, CutlassFusedMoeTakesTheDeepSeekBlockScalePath) {
-  const std::string csv = testing::TempDir() + "bench_moe_block.csv";
-  std::remove(csv.c_str());
-  CliResult r = run_flashinfer(
-      "bench --routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
-      "--use_deepseek_fp8_block_scale --backends cpu --refcheck --num_iters 1 --dry_run_iters 0 "
-      "--output_path " +
-      csv);
-  ASSERT_EQ(r.status, 0) << r.out;
-  std::vector<std::string> header;
-  const auto rows = read_csv(csv, &header);
+  const CsvRun run =
+      bench_csv(bench_cmd("--routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
+                          "--use_deepseek_fp8_block_scale --backends cpu --refcheck --num_iters 1 "
+                          "--dry_run_iters 0"),
+                "bench_moe_block.csv");
+  ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+  const auto& rows = run.rows;
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].at("refcheck"), "pass");
   EXPECT_NE(rows[0].at("repro_command").find(" --use_deepseek_fp8_block_scale"), std::string::npos)
       << rows[0].at("repro_command");
-  std::remove(csv.c_str());
   // Its weights are e4m3 with block scales: a different call from the bf16 one (FLOPs alike).
-  const std::string plain = testing::TempDir() + "bench_moe_plain.csv";
-  std::remove(plain.c_str());
-  ASSERT_EQ(run_flashinfer("bench --routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
-                           "--backends cpu --num_iters 1 --dry_run_iters 0 --output_path " +
-                           plain)
-                .status,
-            0);
-  const auto prow = read_csv(plain, &header);
+  const CsvRun plain =
+      bench_csv(bench_cmd("--routine cutlass_fused_moe --m 8 --hidden_size 256 --n 128 "
+                          "--backends cpu --num_iters 1 --dry_run_iters 0"),
+                "bench_moe_plain.csv");
+  ASSERT_EQ(plain.cli.status, 0);
+  const auto& prow = plain.rows;
   ASSERT_EQ(prow.size(), 1u);
   EXPECT_EQ(prow[0].at("repro_command").find("use_deepseek_fp8_block_scale"), std::string::npos);
   EXPECT_NE(prow[0].at("bytes"), rows[0].at("bytes"));
-  std::remove(plain.c_str());
 }
 
 // The prefill wrappers take their `backend` under upstream's benchmark names: fa2 (the FA2
@@ -380,23 +389,19 @@ TEST(Bench, CutlassFusedMoeTakesTheDeepSeekBlockScalePath) {
 TEST(Bench, PrefillWrappersTakeFa2Fa3AndAuto) {
   for (const char* routine :
        {"BatchPrefillWithPagedKVCacheWrapper.run", "BatchPrefillWithRaggedKVCacheWrapper.run"}) {
-    const std::string csv = testing::TempDir() + "bench_prefill_backends.csv";
-    std::remove(csv.c_str());
-    CliResult r = run_flashinfer(
-        std::string("bench --routine ") + routine +
-        " --batch_size 2 --s_qo 16 --s_kv 64 --num_qo_heads 8 --num_kv_heads 2 --head_dim_qk 64 "
-        "--head_dim_vo 64 --page_size 16 --causal --backends cpu:fa2 cpu:fa3 cpu:auto --refcheck "
-        "--num_iters 1 --dry_run_iters 0 --output_path " +
-        csv);
-    ASSERT_EQ(r.status, 0) << r.out;
-    std::vector<std::string> header;
-    const auto rows = read_csv(csv, &header);
+    const CsvRun run = bench_csv(
+        bench_cmd(std::string("--routine ") + routine +
+                  " --batch_size 2 --s_qo 16 --s_kv 64 --num_qo_heads 8 --num_kv_heads 2 "
+                  "--head_dim_qk 64 --head_dim_vo 64 --page_size 16 --causal --backends cpu:fa2 "
+                  "cpu:fa3 cpu:auto --refcheck --num_iters 1 --dry_run_iters 0"),
+        "bench_prefill_backends.csv");
+    ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+    const auto& rows = run.rows;
     ASSERT_EQ(rows.size(), 3u) << routine;
     EXPECT_EQ(rows[0].at("backend"), "cpu:fa2");
     EXPECT_EQ(rows[1].at("backend"), "cpu:fa3");
     EXPECT_EQ(rows[2].at("backend"), "cpu:auto");
     for (const auto& row : rows) EXPECT_EQ(row.at("refcheck"), "pass") << routine;
-    std::remove(csv.c_str());
     CliResult bad = run_flashinfer(std::string("bench --routine ") + routine +
                                    " --backends cpu:cutlass --num_iters 1");
     EXPECT_NE(bad.status, 0);
@@ -447,25 +452,21 @@ TEST(Bench, OperandWidthAndDensePeakRate) {
 // same kernels (a value that is not a plain word single-quoted for the shell); none set, none
 // named.
 TEST(Bench, ReproCommandCarriesTheKernelSwitchesSet) {
-  const std::string csv = testing::TempDir() + "bench_switches.csv";
-  const std::string bench = std::string(FLASHINFER_TEST_BIN_DIR) +
-                            "/flashinfer bench --routine rmsnorm --batch_size 4 --hidden_size 64 "
-                            "--backends cpu --num_iters 1 --dry_run_iters 0 --output_path " +
-                            csv;
+  const std::string bench = bench_cmd(
+      "--routine rmsnorm --batch_size 4 --hidden_size 64 --backends cpu --num_iters 1 "
+      "--dry_run_iters 0");
   std::string unset = "env";
   for (const auto& k : flashinfer::cli::kKernelSwitches) unset += std::string(" -u ") + k.name;
-  std::vector<std::string> header;
-  std::remove(csv.c_str());
-  ASSERT_EQ(flashinfer::testing::run_command(unset + " " + bench).status, 0);
-  auto rows = read_csv(csv, &header);
+  CsvRun run = bench_csv(unset + " " + bench, "bench_switches.csv");
+  ASSERT_EQ(run.cli.status, 0);
+  const auto& rows = run.rows;
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].at("repro_command").rfind("flashinfer bench --routine rmsnorm ", 0), 0u)
       << rows[0].at("repro_command");
-  std::remove(csv.c_str());
-  const auto r = flashinfer::testing::run_command(
-      unset + " FLASHINFER_DECODE_TENSOR_CORES=0 \"FLASHINFER_CPU_ONEDNN=it's off\" " + bench);
-  ASSERT_EQ(r.status, 0) << r.out;
-  rows = read_csv(csv, &header);
+  run = bench_csv(
+      unset + " FLASHINFER_DECODE_TENSOR_CORES=0 \"FLASHINFER_CPU_ONEDNN=it's off\" " + bench,
+      "bench_switches.csv");
+  ASSERT_EQ(run.cli.status, 0) << run.cli.out;
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0]
                 .at("repro_command")
@@ -475,7 +476,6 @@ TEST(Bench, ReproCommandCarriesTheKernelSwitchesSet) {
                        0),
             0u)
       << rows[0].at("repro_command");
-  std::remove(csv.c_str());
 }
 
 }  // namespace
