@@ -1091,6 +1091,19 @@ __global__ void cutlass_fp8_block_gather_kernel(CutlassMoeFp8Params p, const int
       });
 }
 
+// The grouped routes' bias + activation of element j of a pair's GEMM1 row g (its expert e's fc1
+// bias row b1, or null; gated: the gate I further), the bias added in fp32 as
+// cutlass_fp8_gemm1_kernel adds it.
+template <class O, class G>
+__device__ __forceinline__ float grouped_biased_activation(const CutlassMoeParams& m, int64_t e,
+                                                           const G* g, const void* b1, int64_t j) {
+  const int64_t I = m.inter;
+  const float up = fp32_add(to_f32(g[j]), fp8_bias<O>(b1, j));
+  const float gate =
+      moe_act_is_gated(m.act) ? fp32_add(to_f32(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
+  return activation_value(m, e, up, gate);
+}
+
 // DeepSeek block scale, grouped route: one block per pair, its GEMM1 row (bf16, rounded by the
 // GEMM) plus the fc1 bias in fp32, the activation rounded to bf16, then quantized 1x128 into the
 // pair's e4m3 row of h and its scales: cutlass_fp8_gemm1_kernel's block-scale arithmetic.
@@ -1103,15 +1116,10 @@ __global__ void cutlass_fp8_block_activation_kernel(CutlassMoeFp8Params p, const
   const int64_t e = local_expert(m, pair);
   if (e < 0) return;
   const int64_t row = perm[pair], I = m.inter;
-  const bool gated = moe_act_is_gated(m.act);
-  const int64_t N1 = gated ? 2 * I : I;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
   const __nv_bfloat16* g = g1 + row * N1;
   const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
-  auto act = [&](int64_t j) {
-    const float up = fp32_add(__bfloat162float(g[j]), fp8_bias<O>(b1, j));
-    const float gate = gated ? fp32_add(__bfloat162float(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
-    return bf16_round(activation_value(m, e, up, gate));
-  };
+  auto act = [&](int64_t j) { return bf16_round(grouped_biased_activation<O>(m, e, g, b1, j)); };
   __nv_fp8_e4m3* hr = h + row * I;
   fp8_quantize_1x128_to(
       I, act, [&](int64_t j, float v) { hr[j] = __nv_fp8_e4m3(v); },
@@ -1129,16 +1137,14 @@ __global__ void cutlass_fp8_grouped_activation_kernel(CutlassMoeFp8Params p, con
   const int64_t e = local_expert(m, pair);
   if (e < 0) return;
   const int64_t row = perm[pair], I = m.inter;
-  const bool gated = moe_act_is_gated(m.act);
-  const int64_t N1 = gated ? 2 * I : I;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * I : I;
   const O* g = g1 + row * N1;
   const void* b1 = m.b1 ? static_cast<const O*>(m.b1) + e * N1 : nullptr;
   const float q = p.fc2_quant[p.fc2_quant_per_expert ? e : 0];
   __nv_fp8_e4m3* hr = h + row * I;
   for (int64_t j = threadIdx.x; j < I; j += blockDim.x) {
-    const float up = fp32_add(to_f32(g[j]), fp8_bias<O>(b1, j));
-    const float gate = gated ? fp32_add(to_f32(g[I + j]), fp8_bias<O>(b1, I + j)) : 0.0f;
-    hr[j] = __nv_fp8_e4m3(fp32_mul(activation_value(m, e, up, gate), q));  // RNE, satfinite
+    // RNE, satfinite
+    hr[j] = __nv_fp8_e4m3(fp32_mul(grouped_biased_activation<O>(m, e, g, b1, j), q));
   }
 }
 
