@@ -287,15 +287,30 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
   s.causal = false;  // a custom mask overrides causal, as upstream
 }
 
-int64_t round_kv_chunk_to_tiles(int64_t chunk, int64_t unit, int64_t tile) {
-  if (chunk <= 0 || unit <= 0 || tile <= 0 || tile % unit != 0) return chunk;
-  const int64_t per_tile = tile / unit;  // units a tile
-  return (chunk + per_tile - 1) / per_tile * per_tile;
-}
-
 namespace {
 
 int64_t attention_common_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The keys of the K/V tile a tensor-core prefill chunk spans whole: the FA2 kernel's tile for
+// blocks of `packed_rows` rows and, where the Hopper kernel's blocks of `hopper_wg` warpgroups run
+// the plan (hopper_wg > 0), the least common multiple with the Hopper kernel's.
+int64_t prefill_chunk_tile(int64_t packed_rows, int dqk, int dvo, int variant, int hopper_wg) {
+  namespace pf = kernels::cuda::prefill;
+  int64_t tile = pf::prefill_kv_tile(
+      pf::prefill_cta_rows(static_cast<int>(packed_rows), dqk, dvo, variant), dqk, dvo);
+  if (hopper_wg > 0) tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(dqk, dvo, hopper_wg)});
+  return tile;
+}
+
+}  // namespace
+
+int64_t round_kv_chunk_to_tiles(int64_t chunk, int64_t unit, int64_t tile) {
+  if (chunk <= 0 || unit <= 0 || tile <= 0 || tile % unit != 0) return chunk;
+  const int64_t per_tile = tile / unit;  // units a tile
+  return attention_common_ceil_div(chunk, per_tile) * per_tile;
+}
+
+namespace {
 
 // Blocks of the tensor-core (FA2) prefill kernel an SM runs at once: its tiles are sized for two.
 constexpr int64_t kTensorCoreBlocksPerSm = 2;
@@ -435,13 +450,9 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
                     pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
   if (max_grid > 0 && tall) max_grid = max_grid_tall;
   int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
-  if (chunk > 0) {
-    int64_t tile = pf::prefill_kv_tile(
-        pf::prefill_cta_rows(max_rows * group, head_dim_qk, head_dim_vo, variant), head_dim_qk,
-        head_dim_vo);
-    if (tall) tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(head_dim_qk, head_dim_vo, 2)});
-    chunk = round_kv_chunk_to_tiles(chunk, 1, tile);
-  }
+  chunk = round_kv_chunk_to_tiles(chunk, 1,
+                                  prefill_chunk_tile(int64_t{max_rows} * group, head_dim_qk,
+                                                     head_dim_vo, variant, tall ? 2 : 0));
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
   plan.partial_rows_capacity = plan.num_partial_rows;
   return plan;
@@ -663,12 +674,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     if (!s.decode && !cuda_core && pf::prefill_dims_built(dqk, dvo)) {
       // Prefill on tensor cores: chunks of whole K/V tiles of the block that runs them (the FA2
       // kernel's; with the Hopper kernel's, their least common multiple), as one_shot_plan's.
-      chunk_tile = pf::prefill_kv_tile(
-          pf::prefill_cta_rows(static_cast<int>(rows_per_tile * group), dqk, dvo, variant), dqk,
-          dvo);
-      if (hopper_wg > 0) {
-        chunk_tile = std::lcm(chunk_tile, int64_t{pf::prefill_sm90_kv_tile(dqk, dvo, hopper_wg)});
-      }
+      chunk_tile = prefill_chunk_tile(rows_per_tile * group, dqk, dvo, variant, hopper_wg);
     }
     if (cuda_core) {
       kernels::AttentionParams cfg = plan_kernel_config(s);
