@@ -16,7 +16,7 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -300,6 +300,14 @@ RULES = {
             "finalize and permuted output; cutlass_fused_moe FP8 per tensor's bias + activation "
             "+ e4m3 cast; DeepSeek block scale's 1x128 quantizing gather and activation): no "
             "spills",
+        ),
+        Rule(
+            name="gdn",
+            match="gdn_recurrent_kernel",
+            description="the gated delta rule's recurrent kernel (gdn_cuda.cu; every io / state "
+            "dtype and row width): no spills (a state row stays in registers across the tokens), "
+            "the k sums as warp butterflies (SHFL.BFLY)",
+            require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
         ),
     )
 }

@@ -21,6 +21,7 @@
 #include "flashinfer/ops/dit_norm.h"
 #include "flashinfer/ops/fmha_v2.h"
 #include "flashinfer/ops/fmha_v2_prefill.h"
+#include "flashinfer/ops/gdn.h"
 #include "flashinfer/ops/gemm.h"
 #include "flashinfer/ops/gemm_bf16_fp4.h"
 #include "flashinfer/ops/gemm_fp8.h"

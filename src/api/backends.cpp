@@ -407,6 +407,19 @@ const std::map<std::string, Rule, std::less<>>& rules() {
                                      "@supported_compute_capability([100, 103, 107]) at 145) "
                                      "first, then mm_nvfp4_svdquant (196, the same list)"},
                     false, nullptr, "nvfp4_quantize_smooth", "cutlass"});
+    // Gated delta rule: CuTe-DSL kernels compiled for sm_{major}{minor}a with major >= 9 (no
+    // decorator; decode docstrings "Requires SM90+"); the prefill dispatches on the major.
+    for (const char* op : {"gated_delta_rule_decode_pretranspose", "gated_delta_rule_decode",
+                           "gated_delta_rule_mtp"}) {
+      add(op, {90, 100, 103, 107, 110, 120, 121},
+          "gdn_decode.py: CuTe-DSL kernels (gdn_kernels/) built for sm_{major}{minor}a only where "
+          "major >= 9 (device_target.py); docstrings \"Requires SM90+\"; its tests skip below "
+          "SM90");
+    }
+    add("chunk_gated_delta_rule", {90, 100, 103, 107, 120, 121},
+        "gdn_prefill.py: dispatch on the major: 9 (CuTe-DSL sm90), 10 (Blackwell, CUDA 13+), 12 "
+        "(sm120); any other: NotImplementedError(\"GDN prefill DSL kernel is unavailable\")",
+        false, "GDN prefill DSL kernel is unavailable");
     for (const char* op :
          {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
           "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {

@@ -48,6 +48,7 @@ void register_grouped_gemm_ops(OpRegistry& registry);
 void register_fmha_v2_prefill_ops(OpRegistry& registry);
 void register_attention_sink_ops(OpRegistry& registry);
 void register_xqa_ops(OpRegistry& registry);
+void register_gdn_ops(OpRegistry& registry);
 void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 
@@ -92,6 +93,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_fmha_v2_prefill_ops(registry);
   register_attention_sink_ops(registry);
   register_xqa_ops(registry);
+  register_gdn_ops(registry);
   register_rope_quantize_append_ops(registry);
   register_moe_b12x_ops(registry);
 }

@@ -1131,6 +1131,16 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
         "silu_and_mul_scaled_nvfp4_experts_quantize"}) {
     EXPECT_FALSE(cuda_expectation(op, "", 90).refused) << op;
   }
+  // Gated delta rule: Hopper and newer (CuTe-DSL kernels); the prefill names its own text.
+  for (const char* op : {"gated_delta_rule_decode_pretranspose", "gated_delta_rule_decode",
+                         "gated_delta_rule_mtp", "chunk_gated_delta_rule"}) {
+    EXPECT_FALSE(cuda_expectation(op, "", 90).refused) << op;
+    EXPECT_FALSE(cuda_expectation(op, "", 120).refused) << op;
+    EXPECT_TRUE(cuda_expectation(op, "", 80).refused) << op;
+  }
+  EXPECT_EQ(cuda_expectation("chunk_gated_delta_rule", "", 110).refusal,
+            "GDN prefill DSL kernel is unavailable");
+  EXPECT_FALSE(cuda_expectation("gated_delta_rule_mtp", "", 110).refused);
   // Its CUDA kernel serves sm100+ only: upstream raises its own text before Blackwell.
   EXPECT_EQ(cuda_expectation("mxfp8_grouped_quantize", "", 90).refusal,
             "mxfp8_grouped_quantize requires SM100 or newer");

@@ -1,0 +1,90 @@
+// Gated delta rule (GDN) linear attention of flashinfer.gdn_decode and flashinfer.gdn_prefill
+// (Qwen3-Next / Qwen3.5's linear-attention layers): the decode steps against a recurrent state
+// pool and the chunked prefill over packed sequences. CPU reference everywhere; CUDA kernels on
+// the GPUs upstream runs them on (sm90+). docs/LINEAR_ATTENTION.md gives the math, layouts and
+// index rules.
+//
+// Per state head h and token t, with S the K x V state (stored K-last: [.., V, K] element
+// [v, k] = S[k, v], except gated_delta_rule_decode's [.., K, V]):
+//   S = decay_t * S;  u = beta_t * (v_t - S^T k_t);  S += k_t u^T;  o_t = S^T q_t (times scale)
+#pragma once
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// Decode step(s) of T tokens per request. q, k [B, T, H, K] and v [B, T, HV, V] fp16 / bf16
+/// (HV a multiple of H); a, b [B, T, HV]; A_log [HV] fp32; dt_bias [HV] fp32 / bf16. decay =
+/// exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b); with use_qk_l2norm q and k are
+/// L2-normalized (eps 1e-6 inside the rsqrt); q is scaled by `scale` (default K^-0.5). The state
+/// is `state` [B, HV, V, K] (fp32 or bf16; updated in place) or, in pool mode, initial_state
+/// [pool, HV, V, K] read at initial_state_indices[b] and written at output_state_indices[b] (or
+/// the read slot). Output [B, T, HV, V] (bf16-rounded, in q's dtype unless `output` is given).
+/// Returns (output, state or initial_state).
+std::tuple<Tensor, Tensor> gated_delta_rule_decode_pretranspose(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> state,
+    const Tensor& A_log, const Tensor& a, const Tensor& dt_bias, const Tensor& b,
+    std::optional<double> scale = std::nullopt, std::optional<Tensor> output = std::nullopt,
+    bool use_qk_l2norm = true, std::optional<Tensor> initial_state = std::nullopt,
+    std::optional<Tensor> initial_state_indices = std::nullopt,
+    std::optional<Tensor> output_state_indices = std::nullopt);
+
+/// One decode step (T = 1) with the state K-major: fp32 [B, HV, K, V], updated in place.
+std::tuple<Tensor, Tensor> gated_delta_rule_decode(const Tensor& q, const Tensor& k,
+                                                   const Tensor& v, const Tensor& state,
+                                                   const Tensor& A_log, const Tensor& a,
+                                                   const Tensor& dt_bias, const Tensor& b,
+                                                   std::optional<double> scale = std::nullopt,
+                                                   std::optional<Tensor> output = std::nullopt,
+                                                   bool use_qk_l2norm = true);
+
+/// Multi-token (speculative verify) steps from an fp32 pool initial_state [pool, HV, V, K] read
+/// at initial_state_indices[b] (negative: the request is skipped). Each token's state goes to
+/// intermediate_states_buffer (fp32 [>= B, >= T, HV, V, K], contiguous) or to the pool at
+/// ssm_state_indices[b, t]; the final state to output_state_indices[b] (or the read slot) unless
+/// disable_state_update (None means True, upstream's default). Returns (output, initial_state).
+std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& initial_state,
+    const Tensor& initial_state_indices, const Tensor& A_log, const Tensor& a,
+    const Tensor& dt_bias, const Tensor& b, std::optional<double> scale = std::nullopt,
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> intermediate_states_buffer = std::nullopt,
+    std::optional<Tensor> ssm_state_indices = std::nullopt,
+    std::optional<bool> disable_state_update = std::nullopt, bool use_qk_l2norm = true,
+    std::optional<Tensor> output_state_indices = std::nullopt);
+
+/// chunk_gated_delta_rule's result: `output` [T, H, D], and `final_state` [N, H, D, D] fp32
+/// when output_final_state was set (recorded as upstream returns it: the tensor, or the pair).
+struct GdnPrefillOutput {
+  Tensor output;
+  Tensor final_state;
+  operator Tensor() const { return output; }  // NOLINT: implicit like upstream's return value
+};
+Value to_value(const GdnPrefillOutput& r);
+
+/// Prefill over packed sequences (cu_seqlens [N + 1], int32 / int64, required): q [T, Hq, D],
+/// k [T, Hk, D], v [T, Hv, D] fp16 / bf16 of one head size D, H = max(Hq, Hv) state heads (GQA:
+/// Hk == Hv, Hq a multiple; GVA: Hq == Hk, Hv a multiple). g (the decay itself, not its log) and
+/// beta fp32 [T, H], ones when None; scale (None or 0: D^-0.5) multiplies the output.
+/// initial_state / output_state fp32 [N, H, D, D] K-last, or pools indexed by state_indices [N].
+/// State checkpoints every checkpoint_every_n_tokens (a multiple of 64) tokens per sequence go
+/// to state_checkpoints[checkpoint_cu_starts[n] + j]. use_cp picks upstream's context-parallel
+/// kernel (the same recurrence; validated, not needed here).
+GdnPrefillOutput chunk_gated_delta_rule(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> g = std::nullopt,
+    std::optional<Tensor> beta = std::nullopt, std::optional<double> scale = std::nullopt,
+    std::optional<Tensor> initial_state = std::nullopt, bool output_final_state = false,
+    std::optional<Tensor> cu_seqlens = std::nullopt, bool use_qk_l2norm_in_kernel = false,
+    std::optional<Tensor> output = std::nullopt, std::optional<Tensor> output_state = std::nullopt,
+    std::optional<Tensor> state_checkpoints = std::nullopt,
+    std::optional<Tensor> checkpoint_cu_starts = std::nullopt,
+    int64_t checkpoint_every_n_tokens = 0, Value use_cp = Value(std::string("auto")),
+    std::optional<Tensor> state_indices = std::nullopt,
+    std::optional<int64_t> _cp_chunk_len = std::nullopt);
+
+}  // namespace flashinfer

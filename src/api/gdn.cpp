@@ -1,0 +1,839 @@
+// Gated delta rule ops (flashinfer.gdn_decode, flashinfer.gdn_prefill): declarations, checks,
+// dispatch, bench hooks. One recurrence (kernels/gdn_params.h) under all four; the ops differ in
+// the gates, the state layout and the index rules (docs/LINEAR_ATTENTION.md).
+#include "flashinfer/ops/gdn.h"
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "api/backends.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/ops/upstream_arch.h"
+#include "kernels/cpu/gdn_cpu.h"
+#include "kernels/gdn_params.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/gdn_cuda.h"
+#endif
+
+namespace flashinfer {
+
+template <>
+struct ReturnName<GdnPrefillOutput> {
+  static constexpr const char* value = "Tensor | tuple[Tensor, Tensor]";
+};
+
+Value to_value(const GdnPrefillOutput& r) {
+  if (!r.final_state.defined()) return Value(r.output);
+  return Value::tuple({Value(r.output), Value(r.final_state)});
+}
+
+namespace {
+
+using kernels::GdnGateRef;
+using kernels::GdnParams;
+using kernels::GdnStateRef;
+
+constexpr const char* kGdnDecodeModule = "flashinfer.gdn_decode";
+constexpr const char* kGdnPrefillModule = "flashinfer.gdn_prefill";
+
+#if FLASHINFER_WITH_CUDA
+// The CUDA kernel keeps a warp's K-slice of a state row in registers: up to 8 values a lane.
+api::Refusal cuda_supports(const GdnParams& p) {
+  if (p.K > kernels::cuda::kGdnMaxHeadDimK) {
+    return {"k", "head dim K above 256 (the CUDA kernel keeps a state row in registers)"};
+  }
+  return {};
+}
+#endif
+
+constexpr api::KernelEntry<GdnParams> kGdnKernels[] = {
+    {DeviceType::kCPU, "CPU reference: the token recurrence in fp32, (sequence, head) in parallel",
+     nullptr,
+     [](const GdnParams& p, const api::LaunchContext&) { kernels::cpu::gated_delta_rule(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: a warp per state row (sequence, head, v), the row in registers across tokens",
+     cuda_supports,
+     [](const GdnParams& p, const api::LaunchContext& c) {
+       kernels::cuda::gated_delta_rule(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+std::string_view tname(const Tensor& t) { return dtype_torch_name(t.dtype()); }
+
+void check_io(const Tensor& t, const Tensor& q, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kFloat16, DType::kBFloat16}, op, arg);
+  api::check_same_dtype(t, q, op, arg, "q");
+  api::check_same_device(t, q, op, arg, "q");
+  FLASHINFER_CHECK(t.numel() == 0 || t.stride(-1) == 1, op, arg,
+                   "must have stride 1 in the last (head) dimension, got ", t.stride(-1));
+}
+
+void check_index_vector(const Tensor& t, int64_t n, const Tensor& q, const char* op,
+                        const char* arg) {
+  api::check_dim(t, {1}, op, arg);
+  api::check_dtype_in(t, {DType::kInt32, DType::kInt64}, op, arg);
+  api::check_same_device(t, q, op, arg, "q");
+  FLASHINFER_CHECK(t.size(0) == n, op, arg, "expected shape [", n, "], got ",
+                   shape_to_string(t.shape()));
+}
+
+// Host values of an int32 / int64 tensor (CPU tensors only: CUDA kernels guard on the device).
+std::vector<int64_t> host_ints(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<int64_t> out(static_cast<size_t>(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    out[i] = c.dtype() == DType::kInt64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
+  }
+  return out;
+}
+
+// Every value of an index tensor below `slots` (and >= 0 unless negatives have a meaning).
+void check_slots(const Tensor& t, int64_t slots, bool negatives_allowed, const char* op,
+                 const char* arg) {
+  if (!t.device().is_cpu()) return;
+  const auto v = host_ints(t);
+  for (size_t i = 0; i < v.size(); ++i) {
+    FLASHINFER_CHECK(v[i] < slots && (negatives_allowed || v[i] >= 0), op, arg, "entry ", i, " is ",
+                     v[i], ", outside [", negatives_allowed ? "-inf" : "0", ", ", slots,
+                     ") (the state pool's slots)");
+  }
+}
+
+GdnStateRef state_ref(const Tensor& s, bool k_last) {
+  GdnStateRef r;
+  r.data = s.data_ptr();
+  r.dtype = s.dtype();
+  r.slots = s.size(0);
+  r.stride_slot = s.stride(0);
+  r.stride_head = s.stride(1);
+  r.stride_k = k_last ? s.stride(3) : s.stride(2);
+  r.stride_v = k_last ? s.stride(2) : s.stride(3);
+  return r;
+}
+
+GdnGateRef gate_ref(const Tensor& t, bool per_seq) {
+  GdnGateRef g;
+  g.data = t.data_ptr();
+  g.dtype = t.dtype();
+  if (per_seq) {
+    g.stride_seq = t.stride(0);
+    g.stride_tok = t.stride(1);
+    g.stride_head = t.stride(2);
+  } else {
+    g.stride_tok = t.stride(0);
+    g.stride_head = t.stride(1);
+  }
+  return g;
+}
+
+// A_log and dt_bias are read as [HV] arrays of unit stride.
+void check_unit_vectors(const Tensor& A_log, const Tensor& dt_bias, const char* op) {
+  FLASHINFER_CHECK(A_log.numel() <= 1 || A_log.stride(0) == 1, op, "A_log",
+                   "must be contiguous, got stride ", A_log.stride(0));
+  FLASHINFER_CHECK(dt_bias.numel() <= 1 || dt_bias.stride(0) == 1, op, "dt_bias",
+                   "must be contiguous, got stride ", dt_bias.stride(0));
+}
+
+// The decode ops' shared arguments: q, k [B, T, H, K], v [B, T, HV, V], a, b [B, T, HV], A_log
+// [HV] fp32, dt_bias [HV] fp32 / bf16; the output [B, T, HV, V] (given, or zeros of q's dtype).
+GdnParams decode_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& A_log, const Tensor& a, const Tensor& dt_bias,
+                        const Tensor& b, std::optional<double> scale, bool l2norm,
+                        std::optional<Tensor>& output) {
+  api::check_defined(q, op, "q");
+  api::check_dim(q, {4}, op, "q");
+  api::check_dtype_in(q, {DType::kFloat16, DType::kBFloat16}, op, "q");
+  check_io(q, q, op, "q");
+  check_io(k, q, op, "k");
+  api::check_shape_eq(k, q.shape(), op, "k");
+  check_io(v, q, op, "v");
+  api::check_dim(v, {4}, op, "v");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), K = q.size(3);
+  const int64_t HV = v.size(2), V = v.size(3);
+  FLASHINFER_CHECK(v.size(0) == B && v.size(1) == T, op, "v", "expected [", B, ", ", T,
+                   ", HV, V], got ", shape_to_string(v.shape()));
+  FLASHINFER_CHECK(H >= 1 && HV >= H && HV % H == 0, op, "v", "its head count (", HV,
+                   ") must be a positive multiple of q's (", H, ")");
+  FLASHINFER_CHECK(K >= 1 && V >= 1, op, "q", "head dims must be positive (K ", K, ", V ", V, ")");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{a, "a"}, {b, "b"}}) {
+    api::check_defined(t, op, name);
+    api::check_dtype_in(t, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, name);
+    api::check_shape_eq(t, {B, T, HV}, op, name);
+    api::check_same_device(t, q, op, name, "q");
+  }
+  api::check_defined(A_log, op, "A_log");
+  api::check_dtype_in(A_log, {DType::kFloat32}, op, "A_log");
+  api::check_shape_eq(A_log, {HV}, op, "A_log");
+  api::check_same_device(A_log, q, op, "A_log", "q");
+  api::check_defined(dt_bias, op, "dt_bias");
+  api::check_dtype_in(dt_bias, {DType::kFloat32, DType::kBFloat16}, op, "dt_bias");
+  api::check_shape_eq(dt_bias, {HV}, op, "dt_bias");
+  api::check_same_device(dt_bias, q, op, "dt_bias", "q");
+  if (output && output->defined()) {
+    api::check_dtype_in(*output, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op,
+                        "output");
+    api::check_shape_eq(*output, {B, T, HV, V}, op, "output");
+    api::check_same_device(*output, q, op, "output", "q");
+  } else {
+    output = Tensor::zeros({B, T, HV, V}, q.dtype(), q.device());
+  }
+
+  GdnParams p;
+  p.num_seqs = B;
+  p.T = T;
+  p.H = HV;
+  p.Hq = H;
+  p.Hk = H;
+  p.Hv = HV;
+  p.K = K;
+  p.V = V;
+  p.io_dtype = q.dtype();
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.q_stride_seq = q.stride(0), p.q_stride_tok = q.stride(1), p.q_stride_head = q.stride(2);
+  p.k_stride_seq = k.stride(0), p.k_stride_tok = k.stride(1), p.k_stride_head = k.stride(2);
+  p.v_stride_seq = v.stride(0), p.v_stride_tok = v.stride(1), p.v_stride_head = v.stride(2);
+  p.decode_gates = true;
+  p.a = gate_ref(a, true);
+  p.b = gate_ref(b, true);
+  check_unit_vectors(A_log, dt_bias, op);
+  p.A_log = A_log.data<float>();
+  p.dt_bias = dt_bias.data_ptr();
+  p.dt_bias_dtype = dt_bias.dtype();
+  p.l2norm = l2norm;
+  p.scale_output = false;
+  p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K)));
+  p.out = output->data_ptr();
+  p.out_dtype = output->dtype();
+  p.out_via_bf16 = true;  // upstream's kernels write bf16; the API casts
+  p.out_stride_seq = output->stride(0);
+  p.out_stride_tok = output->stride(1);
+  p.out_stride_head = output->stride(2);
+  FLASHINFER_CHECK(output->stride(3) == 1, op, "output",
+                   "must have stride 1 in the last dimension, got ", output->stride(3));
+  return p;
+}
+
+void check_state(const Tensor& s, const Shape& want, std::initializer_list<DType> dtypes,
+                 const Tensor& q, const char* op, const char* arg, const char* layout) {
+  api::check_defined(s, op, arg);
+  api::check_dim(s, {4}, op, arg);
+  api::check_dtype_in(s, dtypes, op, arg);
+  api::check_same_device(s, q, op, arg, "q");
+  FLASHINFER_CHECK(s.shape() == want, op, arg, "expected shape ", layout, " = ",
+                   shape_to_string(want), ", got ", shape_to_string(s.shape()));
+}
+
+std::tuple<Tensor, Tensor> pretranspose_impl(
+    const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& state,
+    const Tensor& A_log, const Tensor& a, const Tensor& dt_bias, const Tensor& b,
+    std::optional<double> scale, std::optional<Tensor> output, bool l2norm,
+    const std::optional<Tensor>& initial_state, const std::optional<Tensor>& read_idx,
+    const std::optional<Tensor>& write_idx) {
+  const char* op = "gated_delta_rule_decode_pretranspose";
+  GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output);
+  const bool pool = initial_state && initial_state->defined();
+  const bool has_idx = read_idx && read_idx->defined();
+  FLASHINFER_CHECK(pool == has_idx, op, pool ? "initial_state_indices" : "initial_state",
+                   "initial_state and initial_state_indices must be provided together");
+  FLASHINFER_CHECK(pool || (state && state->defined()), op, "state",
+                   "Either state or initial_state must be provided");
+  const bool has_write = write_idx && write_idx->defined();
+  FLASHINFER_CHECK(!has_write || pool, op, "output_state_indices",
+                   "output_state_indices can only be used with initial_state (pool mode)");
+  const int64_t B = p.num_seqs, T = p.T, HV = p.H;
+  const Tensor& s = pool ? *initial_state : *state;
+  const char* s_name = pool ? "initial_state" : "state";
+  check_state(s, {pool ? s.size(0) : B, HV, p.V, p.K}, {DType::kFloat32, DType::kBFloat16}, q, op,
+              s_name, pool ? "[pool_size, HV, V, K]" : "[B, HV, V, K]");
+  if (pool) {
+    FLASHINFER_CHECK(s.size(0) >= 1, op, "initial_state", "the state pool has no slots");
+    FLASHINFER_CHECK(s.stride(3) == 1, op, "initial_state",
+                     "must be K-contiguous (stride[-1] == 1) for pretranspose decode, got stride ",
+                     s.stride(3));
+  }
+  const bool bf16_state = s.dtype() == DType::kBFloat16;
+  FLASHINFER_CHECK(bf16_state || T == 1 || pool, op, "state", "fp32 state with T=", T,
+                   " > 1 requires pool mode (pass initial_state and initial_state_indices "
+                   "instead of state).");
+  p.state_in = p.state_out = state_ref(s, true);
+  if (pool) {
+    check_index_vector(*read_idx, B, q, op, "initial_state_indices");
+    check_slots(*read_idx, s.size(0), true, op, "initial_state_indices");
+    p.read_idx = read_idx->data_ptr();
+    p.read_idx_i64 = read_idx->dtype() == DType::kInt64;
+    FLASHINFER_CHECK(read_idx->stride(0) == 1 || B <= 1, op, "initial_state_indices",
+                     "must be contiguous");
+    if (has_write) {
+      check_index_vector(*write_idx, B, q, op, "output_state_indices");
+      check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
+      FLASHINFER_CHECK(write_idx->stride(0) == 1 || B <= 1, op, "output_state_indices",
+                       "must be contiguous");
+      p.write_idx = write_idx->data_ptr();
+      p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
+    }
+  }
+  // Upstream's paths: the bf16 state kernels send a negative index to slot 0 (the caller's
+  // null slot); the fp32 one-token kernel skips the request (zero output) and redirects a
+  // negative write to slot 0; fp32 with T > 1 runs the MTP kernel (skip; no write).
+  using kernels::GdnNegativeRead;
+  using kernels::GdnNegativeWrite;
+  if (bf16_state) {
+    p.negative_read = GdnNegativeRead::kSlotZero;
+    p.negative_write = GdnNegativeWrite::kSlotZero;
+  } else if (T == 1) {
+    p.negative_read = GdnNegativeRead::kSkipZeroOutput;
+    p.negative_write = GdnNegativeWrite::kSlotZero;
+  } else {
+    p.negative_read = GdnNegativeRead::kSkipKeepOutput;
+    p.negative_write = GdnNegativeWrite::kSkip;
+  }
+  p.write_final = true;
+  api::check_upstream_arch(op, "q", q.device());
+  api::launch(kGdnKernels, p, q.device(), op, "q");
+  return {*output, s};
+}
+
+std::tuple<Tensor, Tensor> decode_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& state, const Tensor& A_log, const Tensor& a,
+                                       const Tensor& dt_bias, const Tensor& b,
+                                       std::optional<double> scale, std::optional<Tensor> output,
+                                       bool l2norm) {
+  const char* op = "gated_delta_rule_decode";
+  api::check_defined(q, op, "q");
+  api::check_dim(q, {4}, op, "q");
+  FLASHINFER_CHECK(q.size(1) == 1, op, "q", "Decode only supports T=1, got T=", q.size(1));
+  GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output);
+  check_state(state, {p.num_seqs, p.H, p.K, p.V}, {DType::kFloat32}, q, op, "state",
+              "[B, HV, K, V]");
+  p.state_in = p.state_out = state_ref(state, false);
+  p.write_final = true;
+  api::check_upstream_arch(op, "q", q.device());
+  api::launch(kGdnKernels, p, q.device(), op, "q");
+  return {*output, state};
+}
+
+std::tuple<Tensor, Tensor> mtp_impl(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& initial_state,
+    const Tensor& read_idx, const Tensor& A_log, const Tensor& a, const Tensor& dt_bias,
+    const Tensor& b, std::optional<double> scale, std::optional<Tensor> output,
+    const std::optional<Tensor>& buffer, const std::optional<Tensor>& step_idx,
+    std::optional<bool> disable_state_update, bool l2norm, const std::optional<Tensor>& write_idx) {
+  const char* op = "gated_delta_rule_mtp";
+  GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output);
+  const int64_t B = p.num_seqs, T = p.T, HV = p.H;
+  const Tensor& s = initial_state;
+  api::check_defined(s, op, "initial_state");
+  api::check_dim(s, {4}, op, "initial_state");
+  FLASHINFER_CHECK(s.dtype() == DType::kFloat32, op, "initial_state",
+                   "initial_state must be float32, got ", tname(s));
+  check_state(s, {s.size(0), HV, p.V, p.K}, {DType::kFloat32}, q, op, "initial_state",
+              "[pool_size, HV, V, K]");
+  FLASHINFER_CHECK(s.size(0) >= 1, op, "initial_state", "the state pool has no slots");
+  p.state_in = p.state_out = state_ref(s, true);
+  check_index_vector(read_idx, B, q, op, "initial_state_indices");
+  FLASHINFER_CHECK(read_idx.stride(0) == 1 || B <= 1, op, "initial_state_indices",
+                   "must be contiguous");
+  check_slots(read_idx, s.size(0), true, op, "initial_state_indices");
+  p.read_idx = read_idx.data_ptr();
+  p.read_idx_i64 = read_idx.dtype() == DType::kInt64;
+  if (write_idx && write_idx->defined()) {
+    check_index_vector(*write_idx, B, q, op, "output_state_indices");
+    FLASHINFER_CHECK(write_idx->stride(0) == 1 || B <= 1, op, "output_state_indices",
+                     "must be contiguous");
+    check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
+    p.write_idx = write_idx->data_ptr();
+    p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
+  }
+  // Upstream's default is True (with a deprecation warning): the pool is not advanced.
+  const bool disable = disable_state_update.value_or(true);
+  const bool has_buf = buffer && buffer->defined();
+  const bool has_steps = step_idx && step_idx->defined();
+  FLASHINFER_CHECK(!(has_buf && has_steps), op, "ssm_state_indices",
+                   "ssm_state_indices and intermediate_states_buffer are mutually exclusive");
+  if (has_buf) {
+    const Tensor& ib = *buffer;
+    api::check_dim(ib, {5}, op, "intermediate_states_buffer");
+    FLASHINFER_CHECK(ib.dtype() == DType::kFloat32, op, "intermediate_states_buffer",
+                     "intermediate_states_buffer must be float32, got ", tname(ib));
+    api::check_same_device(ib, q, op, "intermediate_states_buffer", "q");
+    FLASHINFER_CHECK(ib.is_contiguous(), op, "intermediate_states_buffer",
+                     "intermediate_states_buffer must be contiguous");
+    FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
+                     "intermediate_states_buffer first dim (", ib.size(0),
+                     ") must be at least B=", B);
+    FLASHINFER_CHECK(ib.size(1) >= T, op, "intermediate_states_buffer",
+                     "intermediate_states_buffer second dimension (cache_steps=", ib.size(1),
+                     ") must be at least T=", T);
+    FLASHINFER_CHECK(ib.size(2) == HV && ib.size(3) == p.V && ib.size(4) == p.K, op,
+                     "intermediate_states_buffer", "expected [>= B, >= T, HV=", HV, ", V=", p.V,
+                     ", K=", p.K, "], got ", shape_to_string(ib.shape()));
+    p.intermediates = kernels::GdnIntermediates::kBuffer;
+    p.inter_buffer = static_cast<float*>(ib.data_ptr());
+  }
+  if (has_steps) {
+    const Tensor& si = *step_idx;
+    FLASHINFER_CHECK(!disable, op, "disable_state_update",
+                     "ssm_state_indices requires state writes; disable_state_update must be False");
+    FLASHINFER_CHECK(T >= 2, op, "ssm_state_indices",
+                     "ssm_state_indices requires T >= 2 (got T=", T, ")");
+    api::check_dim(si, {2}, op, "ssm_state_indices");
+    FLASHINFER_CHECK(si.dtype() == DType::kInt32, op, "ssm_state_indices",
+                     "ssm_state_indices must be int32, got ", tname(si));
+    api::check_same_device(si, q, op, "ssm_state_indices", "q");
+    api::check_shape_eq(si, {B, T}, op, "ssm_state_indices");
+    FLASHINFER_CHECK(si.is_contiguous(), op, "ssm_state_indices", "must be contiguous");
+    check_slots(si, s.size(0), true, op, "ssm_state_indices");
+    p.intermediates = kernels::GdnIntermediates::kPool;
+    p.step_slots = si.data<int32_t>();
+  }
+  p.negative_read = kernels::GdnNegativeRead::kSkipKeepOutput;
+  p.negative_write = kernels::GdnNegativeWrite::kSkip;
+  p.write_final = !disable;
+  api::check_upstream_arch(op, "q", q.device());
+  api::launch(kGdnKernels, p, q.device(), op, "q");
+  return {*output, s};
+}
+
+// ---- chunk_gated_delta_rule ---------------------------------------------------------------------
+
+void check_prefill_gate(const std::optional<Tensor>& t, int64_t T, int64_t H, const Tensor& q,
+                        const char* op, const char* arg) {
+  if (!t || !t->defined()) return;
+  api::check_dim(*t, {2}, op, arg);
+  FLASHINFER_CHECK(t->dtype() == DType::kFloat32, op, arg, arg,
+                   " must have dtype torch.float32, got ", tname(*t));
+  api::check_shape_eq(*t, {T, H}, op, arg);
+  api::check_same_device(*t, q, op, arg, "q");
+}
+
+GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const std::optional<Tensor>& g, const std::optional<Tensor>& beta,
+                              std::optional<double> scale,
+                              const std::optional<Tensor>& initial_state, bool output_final_state,
+                              const std::optional<Tensor>& cu_seqlens, bool l2norm,
+                              std::optional<Tensor> output, std::optional<Tensor> output_state,
+                              const std::optional<Tensor>& checkpoints,
+                              const std::optional<Tensor>& checkpoint_starts, int64_t every,
+                              const Value& use_cp, const std::optional<Tensor>& state_indices,
+                              std::optional<int64_t> cp_chunk_len) {
+  const char* op = "chunk_gated_delta_rule";
+  api::check_defined(q, op, "q");
+  api::check_dim(q, {3}, op, "q");
+  api::check_dtype_in(q, {DType::kFloat16, DType::kBFloat16}, op, "q");
+  check_io(q, q, op, "q");
+  check_io(k, q, op, "k");
+  check_io(v, q, op, "v");
+  api::check_dim(k, {3}, op, "k");
+  api::check_dim(v, {3}, op, "v");
+  const int64_t T = q.size(0), Hq = q.size(1), D = q.size(2);
+  const int64_t Hk = k.size(1), Hv = v.size(1);
+  FLASHINFER_CHECK(k.size(0) == T && v.size(0) == T, op, k.size(0) != T ? "k" : "v",
+                   "token count must equal q's (", T, ")");
+  FLASHINFER_CHECK(k.size(2) == D && v.size(2) == D, op, k.size(2) != D ? "k" : "v",
+                   "head size must equal q's (", D, "): one head size for q, k, v and the state");
+  FLASHINFER_CHECK(D >= 1 && Hq >= 1 && Hk >= 1 && Hv >= 1, op, "q",
+                   "head counts and head size must be positive");
+  const int64_t H = std::max(Hq, Hv);
+  if (Hq >= Hv) {  // GQA (or equal counts): Hk == Hv, Hq a multiple of them
+    FLASHINFER_CHECK(Hk == Hv && Hq % Hv == 0, op, "k",
+                     "with num_q_heads >= num_v_heads (GQA) num_k_heads must equal num_v_heads "
+                     "and divide num_q_heads; got q ",
+                     Hq, ", k ", Hk, ", v ", Hv);
+  } else {  // GVA: Hq == Hk, Hv a multiple of them
+    FLASHINFER_CHECK(Hk == Hq && Hv % Hq == 0, op, "k",
+                     "with num_v_heads > num_q_heads (GVA) num_k_heads must equal num_q_heads "
+                     "and divide num_v_heads; got q ",
+                     Hq, ", k ", Hk, ", v ", Hv);
+  }
+  check_prefill_gate(g, T, H, q, op, "g");
+  check_prefill_gate(beta, T, H, q, op, "beta");
+  FLASHINFER_CHECK(cu_seqlens && cu_seqlens->defined(), op, "cu_seqlens",
+                   "cu_seqlens is required for varlen mode");
+  const Tensor& cu = *cu_seqlens;
+  api::check_dim(cu, {1}, op, "cu_seqlens");
+  api::check_dtype_in(cu, {DType::kInt32, DType::kInt64}, op, "cu_seqlens");
+  api::check_same_device(cu, q, op, "cu_seqlens", "q");
+  FLASHINFER_CHECK(cu.size(0) >= 1, op, "cu_seqlens", "needs at least one entry ([N + 1])");
+  FLASHINFER_CHECK(cu.is_contiguous(), op, "cu_seqlens", "must be contiguous");
+  const int64_t N = cu.size(0) - 1;
+  std::vector<int64_t> cu_host;
+  if (cu.device().is_cpu()) {
+    cu_host = host_ints(cu);
+    for (int64_t n = 0; n < N; ++n) {
+      FLASHINFER_CHECK(cu_host[n] >= 0 && cu_host[n] <= cu_host[n + 1] && cu_host[n + 1] <= T, op,
+                       "cu_seqlens", "must be non-decreasing within [0, ", T, "], got entries ", n,
+                       ", ", n + 1, " = ", cu_host[n], ", ", cu_host[n + 1]);
+    }
+  }
+  // use_cp: upstream's context-parallel kernel computes the same recurrence (other rounding).
+  FLASHINFER_CHECK(use_cp.kind() == Value::Kind::kBool ||
+                       (use_cp.kind() == Value::Kind::kString && use_cp.as_string() == "auto"),
+                   op, "use_cp", "use_cp must be \"auto\", True, or False, got ", use_cp.repr());
+  if (use_cp.kind() == Value::Kind::kBool && use_cp.as_bool() && cp_chunk_len) {
+    FLASHINFER_CHECK(*cp_chunk_len > 0 && *cp_chunk_len % 64 == 0, op, "_cp_chunk_len",
+                     "cp_chunk_len must be a (positive) multiple of 64, got ", *cp_chunk_len);
+  }
+  // Checkpoints.
+  FLASHINFER_CHECK(every >= 0, op, "checkpoint_every_n_tokens",
+                   "checkpoint_every_n_tokens must be non-negative, got ", every);
+  const bool has_ckpt = checkpoints && checkpoints->defined();
+  const bool has_starts = checkpoint_starts && checkpoint_starts->defined();
+  if (every > 0) {
+    FLASHINFER_CHECK(every % 64 == 0, op, "checkpoint_every_n_tokens",
+                     "checkpoint_every_n_tokens must be a multiple of the chunk size (64), got ",
+                     every);
+    FLASHINFER_CHECK(has_ckpt && has_starts, op,
+                     has_ckpt ? "checkpoint_cu_starts" : "state_checkpoints",
+                     "state_checkpoints and checkpoint_cu_starts must both be provided when "
+                     "checkpoint_every_n_tokens > 0");
+  } else {
+    FLASHINFER_CHECK(!has_ckpt && !has_starts, op,
+                     has_ckpt ? "state_checkpoints" : "checkpoint_cu_starts",
+                     "state_checkpoints and checkpoint_cu_starts must be None when "
+                     "checkpoint_every_n_tokens == 0");
+  }
+  // States: compact [N, H, D, D] or pools indexed by state_indices.
+  const bool pooled = state_indices && state_indices->defined();
+  if (pooled) {
+    check_index_vector(*state_indices, N, q, op, "state_indices");
+    FLASHINFER_CHECK(state_indices->stride(0) == 1 || N <= 1, op, "state_indices",
+                     "must be contiguous");
+    FLASHINFER_CHECK(!output_final_state || (output_state && output_state->defined()), op,
+                     "output_state",
+                     "state_indices requires an explicit output_state pool sized like the state "
+                     "pool ([N_pool, H, V, K]); refusing to auto-allocate a compact [num_seqs, "
+                     "...] tensor that would be indexed out of bounds.");
+  }
+  const bool has_init = initial_state && initial_state->defined();
+  if (has_init) {
+    const Tensor& s = *initial_state;
+    api::check_dim(s, {4}, op, "initial_state");
+    check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "initial_state",
+                pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
+    if (pooled) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+  }
+  if (output_state && output_state->defined()) {
+    const Tensor& s = *output_state;
+    api::check_dim(s, {4}, op, "output_state");
+    check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "output_state",
+                pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
+    if (pooled) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+  } else if (!pooled) {
+    // Upstream's Hopper path allocates the final state and always writes it.
+    output_state = Tensor::zeros({N, H, D, D}, DType::kFloat32, q.device());
+  }
+  if (output && output->defined()) {
+    api::check_same_dtype(*output, q, op, "output", "q");
+    api::check_shape_eq(*output, {T, H, D}, op, "output");
+    api::check_same_device(*output, q, op, "output", "q");
+    FLASHINFER_CHECK(output->stride(2) == 1, op, "output",
+                     "must have stride 1 in the last dimension, got ", output->stride(2));
+  } else {
+    output = Tensor::zeros({T, H, D}, q.dtype(), q.device());
+  }
+
+  GdnParams p;
+  p.num_seqs = N;
+  p.cu_seqlens = cu.data_ptr();
+  p.cu_seqlens_i64 = cu.dtype() == DType::kInt64;
+  p.total_tokens = T;
+  p.H = H, p.Hq = Hq, p.Hk = Hk, p.Hv = Hv, p.K = D, p.V = D;
+  p.io_dtype = q.dtype();
+  p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr();
+  p.q_stride_tok = q.stride(0), p.q_stride_head = q.stride(1);
+  p.k_stride_tok = k.stride(0), p.k_stride_head = k.stride(1);
+  p.v_stride_tok = v.stride(0), p.v_stride_head = v.stride(1);
+  p.decode_gates = false;
+  if (g && g->defined()) p.g = gate_ref(*g, false);
+  if (beta && beta->defined()) p.beta = gate_ref(*beta, false);
+  p.l2norm = l2norm;
+  p.scale_output = true;
+  const double sc = (scale && *scale != 0.0) ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+  p.scale = static_cast<float>(sc);
+  p.out = output->data_ptr();
+  p.out_dtype = output->dtype();
+  p.out_stride_tok = output->stride(0);
+  p.out_stride_head = output->stride(1);
+  if (has_init) p.state_in = state_ref(*initial_state, true);
+  if (output_state && output_state->defined()) p.state_out = state_ref(*output_state, true);
+  p.write_final = p.state_out.data != nullptr;
+  if (pooled) {
+    p.read_idx = p.write_idx = state_indices->data_ptr();
+    p.read_idx_i64 = p.write_idx_i64 = state_indices->dtype() == DType::kInt64;
+  }
+  p.negative_read = kernels::GdnNegativeRead::kSkipKeepOutput;
+  p.negative_write = kernels::GdnNegativeWrite::kSkip;
+  if (every > 0) {
+    const Tensor& c = *checkpoints;
+    api::check_dim(c, {4}, op, "state_checkpoints");
+    FLASHINFER_CHECK(c.dtype() == DType::kFloat32, op, "state_checkpoints",
+                     "state_checkpoints must be float32, got ", tname(c));
+    FLASHINFER_CHECK(c.size(1) == H && c.size(2) == D && c.size(3) == D, op, "state_checkpoints",
+                     "state_checkpoints shape mismatch: expected [*, ", H, ", ", D, ", ", D,
+                     "], got ", shape_to_string(c.shape()));
+    api::check_same_device(c, q, op, "state_checkpoints", "q");
+    FLASHINFER_CHECK(c.is_contiguous(), op, "state_checkpoints", "must be contiguous");
+    const Tensor& cs = *checkpoint_starts;
+    api::check_dim(cs, {1}, op, "checkpoint_cu_starts");
+    api::check_dtype_in(cs, {DType::kInt32, DType::kInt64}, op, "checkpoint_cu_starts");
+    api::check_same_device(cs, q, op, "checkpoint_cu_starts", "q");
+    FLASHINFER_CHECK(cs.size(0) == N + 1, op, "checkpoint_cu_starts",
+                     "checkpoint_cu_starts must have ", N + 1, " elements, got ", cs.size(0));
+    FLASHINFER_CHECK(cs.is_contiguous(), op, "checkpoint_cu_starts", "must be contiguous");
+    if (cs.device().is_cpu()) {
+      const auto st = host_ints(cs);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t count = (cu_host[n + 1] - cu_host[n]) / every;
+        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] + count <= c.size(0)), op,
+                         "checkpoint_cu_starts", "sequence ", n, "'s ", count,
+                         " checkpoints from row ", st[n], " fall outside state_checkpoints' ",
+                         c.size(0), " rows");
+      }
+    }
+    p.checkpoint_every = every;
+    p.checkpoints = static_cast<float*>(c.data_ptr());
+    p.checkpoint_rows = c.size(0);
+    p.checkpoint_starts = cs.data_ptr();
+    p.checkpoint_starts_i64 = cs.dtype() == DType::kInt64;
+  }
+  api::check_upstream_arch(op, "q", q.device());
+  api::launch(kGdnKernels, p, q.device(), op, "q");
+  GdnPrefillOutput r;
+  r.output = *output;
+  if (output_final_state) r.final_state = *output_state;
+  return r;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> gated_delta_rule_decode_pretranspose(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> state,
+    const Tensor& A_log, const Tensor& a, const Tensor& dt_bias, const Tensor& b,
+    std::optional<double> scale, std::optional<Tensor> output, bool use_qk_l2norm,
+    std::optional<Tensor> initial_state, std::optional<Tensor> initial_state_indices,
+    std::optional<Tensor> output_state_indices) {
+  return call_op<&gated_delta_rule_decode_pretranspose>(
+      [&] {
+        return pretranspose_impl(q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm,
+                                 initial_state, initial_state_indices, output_state_indices);
+      },
+      q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm, initial_state,
+      initial_state_indices, output_state_indices);
+}
+
+std::tuple<Tensor, Tensor> gated_delta_rule_decode(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& state, const Tensor& A_log,
+    const Tensor& a, const Tensor& dt_bias, const Tensor& b, std::optional<double> scale,
+    std::optional<Tensor> output, bool use_qk_l2norm) {
+  return call_op<&gated_delta_rule_decode>(
+      [&] {
+        return decode_impl(q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm);
+      },
+      q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm);
+}
+
+std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& initial_state,
+    const Tensor& initial_state_indices, const Tensor& A_log, const Tensor& a,
+    const Tensor& dt_bias, const Tensor& b, std::optional<double> scale,
+    std::optional<Tensor> output, std::optional<Tensor> intermediate_states_buffer,
+    std::optional<Tensor> ssm_state_indices, std::optional<bool> disable_state_update,
+    bool use_qk_l2norm, std::optional<Tensor> output_state_indices) {
+  return call_op<&gated_delta_rule_mtp>(
+      [&] {
+        return mtp_impl(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale,
+                        output, intermediate_states_buffer, ssm_state_indices, disable_state_update,
+                        use_qk_l2norm, output_state_indices);
+      },
+      q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale, output,
+      intermediate_states_buffer, ssm_state_indices, disable_state_update, use_qk_l2norm,
+      output_state_indices);
+}
+
+GdnPrefillOutput chunk_gated_delta_rule(
+    const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> g,
+    std::optional<Tensor> beta, std::optional<double> scale, std::optional<Tensor> initial_state,
+    bool output_final_state, std::optional<Tensor> cu_seqlens, bool use_qk_l2norm_in_kernel,
+    std::optional<Tensor> output, std::optional<Tensor> output_state,
+    std::optional<Tensor> state_checkpoints, std::optional<Tensor> checkpoint_cu_starts,
+    int64_t checkpoint_every_n_tokens, Value use_cp, std::optional<Tensor> state_indices,
+    std::optional<int64_t> _cp_chunk_len) {
+  return call_op<&chunk_gated_delta_rule>(
+      [&] {
+        return prefill_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                            use_qk_l2norm_in_kernel, output, output_state, state_checkpoints,
+                            checkpoint_cu_starts, checkpoint_every_n_tokens, use_cp, state_indices,
+                            _cp_chunk_len);
+      },
+      q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+      use_qk_l2norm_in_kernel, output, output_state, state_checkpoints, checkpoint_cu_starts,
+      checkpoint_every_n_tokens, use_cp, state_indices, _cp_chunk_len);
+}
+
+namespace {
+
+// ---- bench hooks: GVA heads (HV = num_qo_heads v heads over num_kv_heads q/k heads), K = V =
+// head_dim_qk, bf16 inputs, fp32 states. ---------------------------------------------------------
+
+struct DecodeInputs {
+  std::vector<Value> args;
+  double bytes = 0.0, flops = 0.0;
+};
+
+DecodeInputs decode_inputs(const BenchShape& s, Device dev, int64_t T, bool k_major) {
+  const int64_t B = s.batch_size, H = s.num_kv_heads, HV = s.num_qo_heads;
+  const int64_t K = s.head_dim_qk, V = s.head_dim_qk;
+  const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  DecodeInputs in;
+  in.args = {Value(random_tensor({B, T, H, K}, dt, dev, seed)),
+             Value(random_tensor({B, T, H, K}, dt, dev, seed + 1)),
+             Value(random_tensor({B, T, HV, V}, dt, dev, seed + 2)),
+             Value(random_tensor(k_major ? Shape{B, HV, K, V} : Shape{B, HV, V, K}, DType::kFloat32,
+                                 dev, seed + 3, -0.5, 0.5)),
+             Value(random_tensor({HV}, DType::kFloat32, dev, seed + 4, -1.0, 0.5)),
+             Value(random_tensor({B, T, HV}, dt, dev, seed + 5)),
+             Value(random_tensor({HV}, DType::kFloat32, dev, seed + 6)),
+             Value(random_tensor({B, T, HV}, dt, dev, seed + 7, -2.0, 2.0))};
+  const double state = static_cast<double>(B * HV * K * V) * 4.0;
+  in.bytes = 2.0 * state + static_cast<double>(B * T * (2 * H * K + 2 * HV * V)) * 2.0;
+  in.flops = static_cast<double>(B * T * HV * K * V) * 8.0;
+  return in;
+}
+
+BenchCase bench_pretranspose(const BenchShape& s, Device dev) {
+  DecodeInputs in = decode_inputs(s, dev, 1, false);
+  BenchCase c = api::bench::invoke_case("gated_delta_rule_decode_pretranspose", in.args);
+  c.bytes = in.bytes;
+  c.flops = in.flops;
+  return c;
+}
+
+BenchCase bench_decode(const BenchShape& s, Device dev) {
+  DecodeInputs in = decode_inputs(s, dev, 1, true);
+  BenchCase c = api::bench::invoke_case("gated_delta_rule_decode", in.args);
+  c.bytes = in.bytes;
+  c.flops = in.flops;
+  return c;
+}
+
+// MTP: s_qo draft tokens per request, a pool of 2B slots read at odd slots, the final state
+// written back and every step's state to the buffer.
+BenchCase bench_mtp(const BenchShape& s, Device dev) {
+  const int64_t B = s.batch_size, T = std::max<int64_t>(1, s.s_qo), HV = s.num_qo_heads;
+  const int64_t K = s.head_dim_qk;
+  DecodeInputs in = decode_inputs(s, dev, T, false);
+  Tensor pool = api::bench::random_tensor({2 * B, HV, K, K}, DType::kFloat32, dev,
+                                          s.random_seed + 8, -0.5, 0.5);
+  std::vector<int64_t> idx;
+  for (int64_t b = 0; b < B; ++b) idx.push_back(2 * b + 1);
+  Tensor slots = api::bench::int32_tensor(idx, dev);
+  Tensor buffer = Tensor::zeros({B, T, HV, K, K}, DType::kFloat32, dev);
+  std::vector<Value> args = {in.args[0], in.args[1], in.args[2], Value(pool), Value(slots),
+                             in.args[4], in.args[5], in.args[6], in.args[7]};
+  BenchCase c = api::bench::invoke_case(
+      "gated_delta_rule_mtp", args,
+      {{"intermediate_states_buffer", Value(buffer)}, {"disable_state_update", Value(false)}});
+  c.bytes = in.bytes + static_cast<double>(B * T * HV * K * K) * 4.0;
+  c.flops = in.flops;
+  return c;
+}
+
+// Prefill: batch_size sequences of s_kv tokens (the last one shorter), GVA heads, decay in
+// (0.5, 1), beta in (0, 1), q and k normalized in the kernel, an initial state, final state out.
+BenchCase bench_prefill(const BenchShape& s, Device dev) {
+  const int64_t N = s.batch_size, L = std::max<int64_t>(1, s.s_kv);
+  const int64_t Hq = s.num_kv_heads, Hv = s.num_qo_heads, D = s.head_dim_qk;
+  const int64_t H = std::max(Hq, Hv);
+  std::vector<int64_t> cu = {0};
+  for (int64_t n = 0; n < N; ++n) cu.push_back(cu.back() + (n + 1 == N ? (L + 1) / 2 : L));
+  const int64_t T = cu.back();
+  const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  Tensor cu_t = api::bench::int32_tensor(cu, dev).to(DType::kInt64);
+  BenchCase c = api::bench::invoke_case(
+      "chunk_gated_delta_rule",
+      {Value(random_tensor({T, Hq, D}, dt, dev, seed)),
+       Value(random_tensor({T, Hq, D}, dt, dev, seed + 1)),
+       Value(random_tensor({T, Hv, D}, dt, dev, seed + 2)),
+       Value(random_tensor({T, H}, DType::kFloat32, dev, seed + 3, 0.5, 1.0)),
+       Value(random_tensor({T, H}, DType::kFloat32, dev, seed + 4, 0.0, 1.0))},
+      {{"initial_state",
+        Value(random_tensor({N, H, D, D}, DType::kFloat32, dev, seed + 5, -0.5, 0.5))},
+       {"output_final_state", Value(true)},
+       {"cu_seqlens", Value(cu_t)},
+       {"use_qk_l2norm_in_kernel", Value(true)}});
+  c.bytes = static_cast<double>(T * (2 * Hq + 2 * H) * D) * 2.0 +
+            static_cast<double>(2 * N * H * D * D) * 4.0;
+  c.flops = static_cast<double>(T * H * D * D) * 8.0;
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_gdn_ops(OpRegistry& r) {
+  declare<&gated_delta_rule_decode_pretranspose>(
+      r,
+      {.name = "gated_delta_rule_decode_pretranspose",
+       .module = kGdnDecodeModule,
+       .summary = "Gated delta rule decode against a K-last ([.., V, K]) state or state pool"},
+      "q", "k", "v", arg("state").mut().required(), "A_log", "a", "dt_bias", "b", "scale",
+      arg("output").mut(), arg("use_qk_l2norm", true), arg("initial_state").mut(),
+      "initial_state_indices", "output_state_indices");
+  declare<&gated_delta_rule_decode>(
+      r,
+      {.name = "gated_delta_rule_decode",
+       .module = kGdnDecodeModule,
+       .summary = "Gated delta rule decode step against a K-major ([B, HV, K, V]) fp32 state"},
+      "q", "k", "v", arg("state").mut(), "A_log", "a", "dt_bias", "b", "scale", arg("output").mut(),
+      arg("use_qk_l2norm", true));
+  declare<&gated_delta_rule_mtp>(
+      r,
+      {.name = "gated_delta_rule_mtp",
+       .module = kGdnDecodeModule,
+       .summary = "Gated delta rule multi-token verify steps from an fp32 state pool"},
+      "q", "k", "v", arg("initial_state").mut(), "initial_state_indices", "A_log", "a", "dt_bias",
+      "b", "scale", arg("output").mut(), arg("intermediate_states_buffer").mut(),
+      "ssm_state_indices", "disable_state_update", arg("use_qk_l2norm", true),
+      "output_state_indices");
+  declare<&chunk_gated_delta_rule>(
+      r,
+      {.name = "chunk_gated_delta_rule",
+       .module = kGdnPrefillModule,
+       .summary = "Gated delta rule prefill over packed sequences (Qwen3-Next linear attention)"},
+      "q", "k", "v", "g", "beta", "scale", "initial_state", arg("output_final_state", false),
+      "cu_seqlens", arg("use_qk_l2norm_in_kernel", false), arg("output").mut(),
+      // In place over the state pool (state_indices with output_state is initial_state), as
+      // upstream allows.
+      arg("output_state").mut().same_view_as("initial_state"), arg("state_checkpoints").mut(),
+      "checkpoint_cu_starts", arg("checkpoint_every_n_tokens", int64_t{0}),
+      arg("use_cp", Value(std::string("auto"))), "state_indices", "_cp_chunk_len");
+
+  for (const char* op : {"gated_delta_rule_decode_pretranspose", "gated_delta_rule_decode",
+                         "gated_delta_rule_mtp", "chunk_gated_delta_rule"}) {
+    api::register_backends(op, kGdnKernels);
+  }
+  register_bench_hook("gated_delta_rule_decode_pretranspose", bench_pretranspose);
+  register_bench_hook("gated_delta_rule_decode", bench_decode);
+  register_bench_hook("gated_delta_rule_mtp", bench_mtp);
+  register_bench_hook("chunk_gated_delta_rule", bench_prefill);
+}
+
+}  // namespace detail
+
+}  // namespace flashinfer

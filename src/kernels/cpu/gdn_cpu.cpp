@@ -1,0 +1,172 @@
+#include "kernels/cpu/gdn_cpu.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
+#include "kernels/gdn_rules.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+using elem_io::load_or_fp32;
+using elem_io::store_or_fp32;
+
+int64_t read_index(const void* p, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+float gate(const GdnGateRef& g, int64_t n, int64_t tok, int64_t h) {
+  return load_or_fp32(g.data, g.dtype, n * g.stride_seq + tok * g.stride_tok + h * g.stride_head);
+}
+
+// Element (k, v) of state head h in slot `slot`.
+int64_t state_offset(const GdnStateRef& s, int64_t slot, int64_t h, int64_t k, int64_t v) {
+  return slot * s.stride_slot + h * s.stride_head + k * s.stride_k + v * s.stride_v;
+}
+
+// fp32 state rows [V][K] stored to a state tensor (RNE for bf16).
+void store_state(const GdnStateRef& s, int64_t slot, int64_t h, const std::vector<float>& S,
+                 int64_t K, int64_t V) {
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t k = 0; k < K; ++k) {
+      store_or_fp32(s.data, s.dtype, state_offset(s, slot, h, k, v), S[v * K + k]);
+    }
+  }
+}
+
+// A row of K io values as fp32; with `norm`, times rsqrt(sum of squares + 1e-6) (and, for
+// `round_io`, rounded back to the io dtype as a separate normalization pass stores it).
+void load_row(const GdnParams& p, const void* base, int64_t off, bool norm, bool round_io,
+              std::vector<float>& out) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < p.K; ++i) {
+    out[i] = load_or_fp32(base, p.io_dtype, off + i);
+    ss += out[i] * out[i];
+  }
+  if (!norm) return;
+  const float inv = gdn::l2_inv_norm(ss);
+  for (int64_t i = 0; i < p.K; ++i) {
+    out[i] *= inv;
+    if (round_io) {
+      out[i] = p.io_dtype == DType::kFloat16
+                   ? half_bits_to_float(float_to_half_bits(out[i]))
+                   : bfloat16_bits_to_float(float_to_bfloat16_bits(out[i]));
+    }
+  }
+}
+
+void store_out(const GdnParams& p, int64_t off, float o) {
+  if (p.out_via_bf16) o = bfloat16_bits_to_float(float_to_bfloat16_bits(o));
+  store_or_fp32(p.out, p.out_dtype, off, o);
+}
+
+void run_head(const GdnParams& p, int64_t n, int64_t h) {
+  const int64_t K = p.K, V = p.V;
+  int64_t begin = 0, len = p.T;
+  if (p.cu_seqlens) {
+    begin = read_index(p.cu_seqlens, p.cu_seqlens_i64, n);
+    len = read_index(p.cu_seqlens, p.cu_seqlens_i64, n + 1) - begin;
+  }
+  const int64_t qh = gdn::source_head(h, p.Hq, p.H), kh = gdn::source_head(h, p.Hk, p.H);
+  const int64_t vh = gdn::source_head(h, p.Hv, p.H);
+  auto out_off = [&](int64_t t, int64_t v) {
+    return n * p.out_stride_seq + (begin + t) * p.out_stride_tok + h * p.out_stride_head + v;
+  };
+
+  // Slots: the read slot r (-1: no state read), the final write slot w (-1: none).
+  int64_t r = p.read_idx ? read_index(p.read_idx, p.read_idx_i64, n) : n;
+  bool skip = false;
+  if (r < 0) {
+    switch (p.negative_read) {
+      case GdnNegativeRead::kSkipZeroOutput:
+        for (int64_t t = 0; t < len; ++t) {
+          for (int64_t v = 0; v < V; ++v) store_out(p, out_off(t, v), 0.0f);
+        }
+        skip = true;
+        break;
+      case GdnNegativeRead::kSkipKeepOutput:
+        skip = true;
+        break;
+      case GdnNegativeRead::kSlotZero:
+        r = 0;
+        break;
+    }
+  }
+  if (skip || len <= 0) return;
+  int64_t w = p.write_idx ? read_index(p.write_idx, p.write_idx_i64, n) : r;
+  if (w < 0) w = p.negative_write == GdnNegativeWrite::kSlotZero ? 0 : -1;
+
+  std::vector<float> S(static_cast<size_t>(V * K), 0.0f);  // [v][k]
+  if (p.state_in.data) {
+    for (int64_t v = 0; v < V; ++v) {
+      for (int64_t k = 0; k < K; ++k) {
+        S[v * K + k] =
+            load_or_fp32(p.state_in.data, p.state_in.dtype, state_offset(p.state_in, r, h, k, v));
+      }
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(K)), kk(static_cast<size_t>(K));
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t tok = begin + t;
+    load_row(p, p.q, n * p.q_stride_seq + tok * p.q_stride_tok + qh * p.q_stride_head, p.l2norm,
+             !p.decode_gates, q);
+    load_row(p, p.k, n * p.k_stride_seq + tok * p.k_stride_tok + kh * p.k_stride_head, p.l2norm,
+             !p.decode_gates, kk);
+    if (!p.scale_output) {
+      for (int64_t i = 0; i < K; ++i) q[i] *= p.scale;
+    }
+    float decay = 1.0f, beta = 1.0f;
+    if (p.decode_gates) {
+      const float dtb = load_or_fp32(p.dt_bias, p.dt_bias_dtype, h);
+      decay = gdn::decode_decay(gate(p.a, n, tok, h), dtb, p.A_log[h]);
+      beta = gdn::decode_beta(gate(p.b, n, tok, h));
+    } else {
+      if (p.g.data) decay = gate(p.g, n, tok, h);
+      if (p.beta.data) beta = gate(p.beta, n, tok, h);
+    }
+    const int64_t v_off = n * p.v_stride_seq + tok * p.v_stride_tok + vh * p.v_stride_head;
+    for (int64_t v = 0; v < V; ++v) {
+      float* row = &S[v * K];
+      float pred = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        row[k] *= decay;
+        pred += row[k] * kk[k];
+      }
+      const float u = (load_or_fp32(p.v, p.io_dtype, v_off + v) - pred) * beta;
+      float o = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        row[k] += kk[k] * u;
+        o += row[k] * q[k];
+      }
+      store_out(p, out_off(t, v), p.scale_output ? o * p.scale : o);
+    }
+    if (p.intermediates == GdnIntermediates::kBuffer) {
+      float* dst = p.inter_buffer + ((n * p.T + t) * p.H + h) * V * K;
+      for (int64_t i = 0; i < V * K; ++i) dst[i] = S[i];
+    } else if (p.intermediates == GdnIntermediates::kPool) {
+      const int64_t slot = p.step_slots[n * p.T + t];
+      if (slot >= 0) store_state(p.state_out, slot, h, S, K, V);
+    }
+    if (p.checkpoint_every > 0 && (t + 1) % p.checkpoint_every == 0) {
+      const int64_t row = read_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) +
+                          (t + 1) / p.checkpoint_every - 1;
+      float* dst = p.checkpoints + (row * p.H + h) * V * K;
+      for (int64_t i = 0; i < V * K; ++i) dst[i] = S[i];
+    }
+  }
+  if (p.write_final && w >= 0 && p.state_out.data && p.intermediates != GdnIntermediates::kPool) {
+    store_state(p.state_out, w, h, S, K, V);
+  }
+}
+
+}  // namespace
+
+void gated_delta_rule(const GdnParams& p) {
+  const int64_t work = p.num_seqs * p.H;
+#pragma omp parallel for schedule(dynamic, 1) if (work > 1 && p.K * p.V >= 1024)
+  for (int64_t i = 0; i < work; ++i) run_head(p, i / p.H, i % p.H);
+}
+
+}  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,273 @@
+#include <cmath>
+
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/gdn_cuda.h"
+#include "kernels/gdn_rules.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // state rows (v) of one (sequence, head) per block
+
+__device__ __forceinline__ float load_any(const void* p, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kFloat16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::kBFloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_any(void* p, DType dt, int64_t i, float x) {
+  switch (dt) {
+    case DType::kFloat16:
+      static_cast<__half*>(p)[i] = __float2half_rn(x);
+      break;
+    case DType::kBFloat16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+      break;
+    default:
+      static_cast<float*>(p)[i] = x;
+  }
+}
+
+__device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+template <class IO>
+__device__ __forceinline__ float round_io(float x) {
+  return to_f32(from_f32<IO>(x));
+}
+
+__device__ __forceinline__ int64_t state_offset(const GdnStateRef& s, int64_t slot, int64_t h,
+                                                int64_t k, int64_t v) {
+  return slot * s.stride_slot + h * s.stride_head + k * s.stride_k + v * s.stride_v;
+}
+
+template <class ST, int KJ>
+__device__ __forceinline__ void store_row(const GdnStateRef& s, int64_t slot, int64_t h, int64_t v,
+                                          const float (&row)[KJ], int64_t K, int lane) {
+  ST* base = static_cast<ST*>(s.data);
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    const int64_t k = j * 32 + lane;
+    if (k < K) base[state_offset(s, slot, h, k, v)] = from_f32<ST>(row[j]);
+  }
+}
+
+template <int KJ>
+__device__ __forceinline__ void store_fp32_row(float* dst, const float (&row)[KJ], int64_t K,
+                                               int lane) {
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    const int64_t k = j * 32 + lane;
+    if (k < K) dst[k] = row[j];
+  }
+}
+
+// A q or k row (K values, lane-strided) as fp32: normalized and, for prefill, rounded back to the
+// io dtype as a separate normalization pass stores it.
+template <class IO, int KJ>
+__device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, bool round,
+                                        float (&x)[KJ], int lane) {
+  float ss = 0.0f;
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    const int64_t k = j * 32 + lane;
+    x[j] = k < K ? to_f32(base[k]) : 0.0f;
+    ss += x[j] * x[j];
+  }
+  if (!norm) return;
+  const float inv = gdn::l2_inv_norm(warp_reduce_sum(ss));
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    x[j] *= inv;
+    if (round) x[j] = round_io<IO>(x[j]);
+  }
+}
+
+template <class IO, class ST, int KJ>
+__global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p) {
+  pdl_wait();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  const int64_t n = blockIdx.x / vblocks;
+  const int64_t v = (blockIdx.x % vblocks) * kWarps + warp;
+  const int64_t h = blockIdx.y;
+  if (n >= p.num_seqs || v >= p.V) return;
+  const int64_t K = p.K;
+
+  int64_t begin = 0, len = p.T;
+  if (p.cu_seqlens) {
+    begin = load_index(p.cu_seqlens, p.cu_seqlens_i64, n);
+    const int64_t end = load_index(p.cu_seqlens, p.cu_seqlens_i64, n + 1);
+    if (begin < 0 || end < begin || end > p.total_tokens) return;  // the CPU path refuses these
+    len = end - begin;
+  }
+  auto out_off = [&](int64_t t) {
+    return n * p.out_stride_seq + (begin + t) * p.out_stride_tok + h * p.out_stride_head + v;
+  };
+  auto write_out = [&](int64_t t, float o) {
+    if (lane != 0) return;
+    if (p.out_via_bf16) o = __bfloat162float(__float2bfloat16_rn(o));
+    store_any(p.out, p.out_dtype, out_off(t), o);
+  };
+
+  int64_t r = p.read_idx ? load_index(p.read_idx, p.read_idx_i64, n) : n;
+  if (r < 0) {
+    if (p.negative_read == GdnNegativeRead::kSlotZero) {
+      r = 0;
+    } else {
+      if (p.negative_read == GdnNegativeRead::kSkipZeroOutput) {
+        for (int64_t t = 0; t < len; ++t) write_out(t, 0.0f);
+      }
+      return;
+    }
+  }
+  if (p.read_idx && p.state_in.data && r >= p.state_in.slots) {  // the CPU path refuses it
+    for (int64_t t = 0; t < len; ++t) write_out(t, __int_as_float(0x7fc00000));
+    return;
+  }
+  if (len <= 0) return;
+  int64_t w = p.write_idx ? load_index(p.write_idx, p.write_idx_i64, n) : r;
+  if (w < 0) w = p.negative_write == GdnNegativeWrite::kSlotZero ? 0 : -1;
+  if (w >= p.state_out.slots) w = -1;
+
+  float s[KJ];
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    const int64_t k = j * 32 + lane;
+    s[j] = 0.0f;
+    if (p.state_in.data && k < K) {
+      s[j] = to_f32(static_cast<const ST*>(p.state_in.data)[state_offset(p.state_in, r, h, k, v)]);
+    }
+  }
+  const int64_t qh = gdn::source_head(h, p.Hq, p.H), kh = gdn::source_head(h, p.Hk, p.H);
+  const int64_t vh = gdn::source_head(h, p.Hv, p.H);
+  const bool round = !p.decode_gates;
+  float A = 0.0f, dtb = 0.0f;
+  if (p.decode_gates) {
+    A = p.A_log[h];
+    dtb = load_any(p.dt_bias, p.dt_bias_dtype, h);
+  }
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t tok = begin + t;
+    float q[KJ], kk[KJ];
+    load_qk<IO, KJ>(static_cast<const IO*>(p.q) + n * p.q_stride_seq + tok * p.q_stride_tok +
+                        qh * p.q_stride_head,
+                    K, p.l2norm, round, q, lane);
+    load_qk<IO, KJ>(static_cast<const IO*>(p.k) + n * p.k_stride_seq + tok * p.k_stride_tok +
+                        kh * p.k_stride_head,
+                    K, p.l2norm, round, kk, lane);
+    if (!p.scale_output) {
+      FLASHINFER_UNROLL
+      for (int j = 0; j < KJ; ++j) q[j] *= p.scale;
+    }
+    float decay = 1.0f, beta = 1.0f;
+    if (p.decode_gates) {
+      const GdnGateRef& a = p.a;
+      const GdnGateRef& b = p.b;
+      decay = gdn::decode_decay(
+          load_any(a.data, a.dtype, n * a.stride_seq + tok * a.stride_tok + h * a.stride_head), dtb,
+          A);
+      beta = gdn::decode_beta(
+          load_any(b.data, b.dtype, n * b.stride_seq + tok * b.stride_tok + h * b.stride_head));
+    } else {
+      if (p.g.data) {
+        decay = static_cast<const float*>(p.g.data)[tok * p.g.stride_tok + h * p.g.stride_head];
+      }
+      if (p.beta.data) {
+        beta = static_cast<const float*>(
+            p.beta.data)[tok * p.beta.stride_tok + h * p.beta.stride_head];
+      }
+    }
+    const float vv = to_f32(static_cast<const IO*>(
+        p.v)[n * p.v_stride_seq + tok * p.v_stride_tok + vh * p.v_stride_head + v]);
+    float pred = 0.0f;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < KJ; ++j) {
+      s[j] *= decay;
+      pred += s[j] * kk[j];
+    }
+    const float u = (vv - warp_reduce_sum(pred)) * beta;
+    float o = 0.0f;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < KJ; ++j) {
+      s[j] += kk[j] * u;
+      o += s[j] * q[j];
+    }
+    o = warp_reduce_sum(o);
+    write_out(t, p.scale_output ? o * p.scale : o);
+    if (p.intermediates == GdnIntermediates::kBuffer) {
+      store_fp32_row<KJ>(p.inter_buffer + (((n * p.T + t) * p.H + h) * p.V + v) * K, s, K, lane);
+    } else if (p.intermediates == GdnIntermediates::kPool) {
+      const int64_t slot = p.step_slots[n * p.T + t];
+      if (slot >= 0 && slot < p.state_out.slots) {
+        store_row<ST, KJ>(p.state_out, slot, h, v, s, K, lane);
+      }
+    }
+    if (p.checkpoint_every > 0 && (t + 1) % p.checkpoint_every == 0) {
+      const int64_t row = load_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) +
+                          (t + 1) / p.checkpoint_every - 1;
+      if (row >= 0 && row < p.checkpoint_rows) {
+        store_fp32_row<KJ>(p.checkpoints + ((row * p.H + h) * p.V + v) * K, s, K, lane);
+      }
+    }
+  }
+  if (p.write_final && w >= 0 && p.state_out.data && p.intermediates != GdnIntermediates::kPool) {
+    store_row<ST, KJ>(p.state_out, w, h, v, s, K, lane);
+  }
+}
+
+template <class IO, class ST>
+void launch_typed(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
+  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  const dim3 grid(static_cast<unsigned>(p.num_seqs * vblocks), static_cast<unsigned>(p.H));
+  const dim3 block(kWarps * 32);
+  const int64_t kj = (p.K + 31) / 32;
+  if (kj <= 1) {
+    launch_kernel("gated_delta_rule", gdn_recurrent_kernel<IO, ST, 1>, grid, block, 0, stream,
+                  enable_pdl, p);
+  } else if (kj <= 2) {
+    launch_kernel("gated_delta_rule", gdn_recurrent_kernel<IO, ST, 2>, grid, block, 0, stream,
+                  enable_pdl, p);
+  } else if (kj <= 4) {
+    launch_kernel("gated_delta_rule", gdn_recurrent_kernel<IO, ST, 4>, grid, block, 0, stream,
+                  enable_pdl, p);
+  } else {
+    launch_kernel("gated_delta_rule", gdn_recurrent_kernel<IO, ST, 8>, grid, block, 0, stream,
+                  enable_pdl, p);
+  }
+}
+
+}  // namespace
+
+void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl) {
+  if (p.num_seqs == 0 || p.H == 0 || p.V == 0) return;
+  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  FLASHINFER_CHECK(p.num_seqs * vblocks <= 0x7fffffff && p.H <= 65535, "gated_delta_rule", "q",
+                   "grid too large: ", p.num_seqs, " sequences x ", p.H, " heads");
+  FLASHINFER_CHECK(p.K <= kGdnMaxHeadDimK, "gated_delta_rule", "k", "head dim ", p.K,
+                   " above the CUDA kernel's ", kGdnMaxHeadDimK);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const DType st = p.state_in.data ? p.state_in.dtype : p.state_out.dtype;
+  const bool st_bf16 = (p.state_in.data || p.state_out.data) && st == DType::kBFloat16;
+  if (p.io_dtype == DType::kFloat16) {
+    if (st_bf16) {
+      launch_typed<__half, __nv_bfloat16>(p, s, enable_pdl);
+    } else {
+      launch_typed<__half, float>(p, s, enable_pdl);
+    }
+  } else {
+    if (st_bf16) {
+      launch_typed<__nv_bfloat16, __nv_bfloat16>(p, s, enable_pdl);
+    } else {
+      launch_typed<__nv_bfloat16, float>(p, s, enable_pdl);
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

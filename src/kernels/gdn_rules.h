@@ -1,0 +1,31 @@
+// Private: the scalar steps of the gated delta rule shared by the CPU reference and the CUDA
+// kernels (plain C++ with FLASHINFER_HD, so both compile the same expressions), and the host-side
+// index rules of its ops.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels::gdn {
+
+/// Upstream's decode gates: softplus(x) = log(1 + exp(x)) for x <= 20, x above (torch's
+/// threshold; log1p keeps the small values log(1 + e) rounds away). decay = exp(-exp(A_log) *
+/// softplus(a + dt_bias)).
+FLASHINFER_HD float decode_decay(float a, float dt_bias, float A_log) {
+  const float x = a + dt_bias;
+  const float sp = x <= 20.0f ? log1pf(expf(x)) : x;
+  return expf(-expf(A_log) * sp);
+}
+
+/// beta = sigmoid(b).
+FLASHINFER_HD float decode_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
+
+/// The L2 normalization factor of a q or k row: rsqrt(sum of squares + 1e-6) (eps inside).
+FLASHINFER_HD float l2_inv_norm(float sum_sq) { return 1.0f / sqrtf(sum_sq + 1e-6f); }
+
+/// Head of q, k or v (H_x heads) serving state head h of H: repeat_interleave's h * H_x / H.
+FLASHINFER_HD int64_t source_head(int64_t h, int64_t H_x, int64_t H) { return h * H_x / H; }
+
+}  // namespace flashinfer::kernels::gdn

@@ -1,0 +1,757 @@
+// Gated delta rule ops (flashinfer.gdn_decode, flashinfer.gdn_prefill): an fp64 recurrence of
+// upstream's reference math, a hand-checked step, the index rules (pools, negative slots, write
+// slots, per-step states, checkpoints, zero-length sequences), equalities between the ops that
+// hold bit for bit on the CPU, bad inputs, declarations, record / replay, and CUDA against the
+// CPU when a GPU is visible.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+constexpr DType kBf = DType::kBFloat16;
+constexpr DType kF32 = DType::kFloat32;
+
+// ---- fp64 reference: S (K x V) per (sequence, head), decay first, delta on the decayed state,
+// output from the updated state (upstream's tests/gdn/reference_delta_rule.py math). -----------
+
+struct RefStep {
+  std::vector<double> q, k, v;  // K, K, V
+  double decay = 1.0, beta = 1.0;
+};
+
+// One token on S (K x V, row-major [k][v]); returns o (V).
+std::vector<double> ref_step(std::vector<double>& S, const RefStep& s, int64_t K, int64_t V) {
+  for (auto& x : S) x *= s.decay;
+  std::vector<double> o(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) {
+    double pred = 0.0;
+    for (int64_t k = 0; k < K; ++k) pred += S[k * V + v] * s.k[k];
+    const double u = (s.v[v] - pred) * s.beta;
+    for (int64_t k = 0; k < K; ++k) S[k * V + v] += s.k[k] * u;
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; ++k) acc += S[k * V + v] * s.q[k];
+    o[v] = acc;
+  }
+  return o;
+}
+
+std::vector<double> l2n(std::vector<double> x) {
+  double ss = 0.0;
+  for (double e : x) ss += e * e;
+  const double inv = 1.0 / std::sqrt(ss + 1e-6);
+  for (auto& e : x) e *= inv;
+  return x;
+}
+
+double softplus(double x) { return x <= 20.0 ? std::log1p(std::exp(x)) : x; }
+
+// Row i (length n) of a tensor viewed as [rows, n] (contiguous copies).
+std::vector<double> row(const std::vector<double>& all, int64_t i, int64_t n) {
+  return {all.begin() + i * n, all.begin() + (i + 1) * n};
+}
+
+double bf16_round(double x) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(x)));
+}
+
+// ---- decode inputs --------------------------------------------------------------------------
+
+struct DecodeIn {
+  int64_t B = 3, T = 1, H = 2, HV = 4, K = 32, V = 16;
+  Tensor q, k, v, A_log, a, dt_bias, b;
+};
+
+DecodeIn decode_inputs(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V,
+                       uint64_t seed, DType io = kBf) {
+  DecodeIn in;
+  in.B = B, in.T = T, in.H = H, in.HV = HV, in.K = K, in.V = V;
+  in.q = rand_tensor({B, T, H, K}, io, seed, -1.0, 1.0);
+  in.k = rand_tensor({B, T, H, K}, io, seed + 1, -1.0, 1.0);
+  in.v = rand_tensor({B, T, HV, V}, io, seed + 2, -1.0, 1.0);
+  in.A_log = rand_tensor({HV}, kF32, seed + 3, -1.0, 0.5);
+  in.a = rand_tensor({B, T, HV}, io, seed + 4, -1.0, 1.0);
+  in.dt_bias = rand_tensor({HV}, kF32, seed + 5, -0.5, 0.5);
+  in.b = rand_tensor({B, T, HV}, io, seed + 6, -2.0, 2.0);
+  return in;
+}
+
+// Expected outputs (bf16-rounded, [B, T, HV, V]) and final states (K-last [B, HV, V, K]) of the
+// decode math from K-last initial states state0 [B, HV, V, K].
+struct DecodeRef {
+  std::vector<double> out, state;
+};
+DecodeRef decode_reference(const DecodeIn& in, const std::vector<double>& state0, double scale,
+                           bool l2norm) {
+  const int64_t B = in.B, T = in.T, H = in.H, HV = in.HV, K = in.K, V = in.V;
+  const auto q = in.q.to_double_vector(), k = in.k.to_double_vector(), v = in.v.to_double_vector();
+  const auto A = in.A_log.to_double_vector(), a = in.a.to_double_vector();
+  const auto dtb = in.dt_bias.to_double_vector(), bb = in.b.to_double_vector();
+  DecodeRef r;
+  r.out.resize(static_cast<size_t>(B * T * HV * V));
+  r.state.resize(static_cast<size_t>(B * HV * V * K));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < HV; ++h) {
+      const int64_t qh = h / (HV / H);
+      std::vector<double> S(static_cast<size_t>(K * V));
+      for (int64_t vv = 0; vv < V; ++vv) {
+        for (int64_t kk = 0; kk < K; ++kk) {
+          S[kk * V + vv] = state0[((b * HV + h) * V + vv) * K + kk];
+        }
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        RefStep st;
+        st.q = row(q, (b * T + t) * H + qh, K);
+        st.k = row(k, (b * T + t) * H + qh, K);
+        if (l2norm) st.q = l2n(st.q), st.k = l2n(st.k);
+        for (auto& e : st.q) e *= scale;
+        st.v = row(v, (b * T + t) * HV + h, V);
+        const int64_t g = (b * T + t) * HV + h;
+        st.decay = std::exp(-std::exp(A[h]) * softplus(a[g] + dtb[h]));
+        st.beta = 1.0 / (1.0 + std::exp(-bb[g]));
+        const auto o = ref_step(S, st, K, V);
+        for (int64_t vv = 0; vv < V; ++vv) r.out[g * V + vv] = bf16_round(o[vv]);
+      }
+      for (int64_t vv = 0; vv < V; ++vv) {
+        for (int64_t kk = 0; kk < K; ++kk) {
+          r.state[((b * HV + h) * V + vv) * K + kk] = S[kk * V + vv];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// ---- decode: against the fp64 recurrence -----------------------------------------------------
+
+TEST(GdnDecode, PretransposeMatchesFp64Recurrence) {
+  for (bool l2norm : {true, false}) {
+    const DecodeIn in = decode_inputs(3, 1, 2, 4, 32, 16, 10);
+    Tensor state = rand_tensor({3, 4, 16, 32}, kF32, 20, -0.5, 0.5);
+    const auto s0 = state.to_double_vector();
+    const double scale = 1.0 / std::sqrt(32.0);
+    auto [out, st] =
+        gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, state, in.A_log, in.a, in.dt_bias,
+                                             in.b, std::nullopt, std::nullopt, l2norm);
+    const DecodeRef ref = decode_reference(in, s0, scale, l2norm);
+    EXPECT_EQ(out.dtype(), kBf);
+    EXPECT_EQ(out.shape(), (Shape{3, 1, 4, 16}));
+    EXPECT_EQ(st.data_ptr(), state.data_ptr()) << "the state is updated in place and returned";
+    // The output is rounded to bf16 once: within one bf16 ulp of the rounded fp64 value.
+    EXPECT_TRUE(all_close(out, ref.out, {1e-3, 8e-3})) << "l2norm " << l2norm;
+    EXPECT_TRUE(all_close(state, ref.state, {2e-5, 2e-5})) << "l2norm " << l2norm;
+  }
+}
+
+// One step by hand: K = V = 2, A_log = a = dt_bias = 0 (decay exp(-ln 2) = 0.5), b = 0 (beta
+// 0.5), k = q = (1, 0), v = (2, 4), scale 1, S = [[1, 2], [3, 4]] (S[k][v]).
+//   S *= 0.5 -> [[0.5, 1], [1.5, 2]]; pred = S^T k = (0.5, 1); u = (v - pred) * 0.5 = (0.75, 1.5)
+//   S += k u^T -> [[1.25, 2.5], [1.5, 2]]; o = S^T q = (1.25, 2.5).
+// With the L2 norm off the values are exact in fp32 and bf16.
+TEST(GdnDecode, HandCheckedStep) {
+  auto t = [](std::vector<double> v, Shape s, DType d) { return Tensor::from_vector(v, s, d); };
+  Tensor q = t({1, 0}, {1, 1, 1, 2}, kBf), k = t({1, 0}, {1, 1, 1, 2}, kBf);
+  Tensor v = t({2, 4}, {1, 1, 1, 2}, kBf);
+  // K-last [B, HV, V, K]: row v holds (S[0][v], S[1][v]).
+  Tensor state = t({1, 3, 2, 4}, {1, 1, 2, 2}, kF32);
+  Tensor zero1 = t({0}, {1}, kF32), zero3 = t({0}, {1, 1, 1}, kBf);
+  auto [out, st] = gated_delta_rule_decode_pretranspose(q, k, v, state, zero1, zero3, zero1, zero3,
+                                                        1.0, std::nullopt, false);
+  EXPECT_EQ(out.to_double_vector(), (std::vector<double>{1.25, 2.5}));
+  EXPECT_EQ(state.to_double_vector(), (std::vector<double>{1.25, 1.5, 2.5, 2.0}));
+  // The same step on the K-major state of gated_delta_rule_decode.
+  Tensor kmajor = t({1, 2, 3, 4}, {1, 1, 2, 2}, kF32);
+  auto [out2, st2] = gated_delta_rule_decode(q, k, v, kmajor, zero1, zero3, zero1, zero3, 1.0,
+                                             std::nullopt, false);
+  EXPECT_EQ(out2.to_double_vector(), (std::vector<double>{1.25, 2.5}));
+  EXPECT_EQ(kmajor.to_double_vector(), (std::vector<double>{1.25, 2.5, 1.5, 2.0}));
+}
+
+// gated_delta_rule_decode on a K-major state is the pretranspose op on its transpose, bit for bit
+// (the CPU reference runs the same operations through the other strides).
+TEST(GdnDecode, KMajorStateIsTheTransposeOfPretranspose) {
+  const DecodeIn in = decode_inputs(2, 1, 1, 2, 24, 40, 30, DType::kFloat16);
+  Tensor kmajor = rand_tensor({2, 2, 24, 40}, kF32, 31, -0.5, 0.5);
+  Tensor klast = kmajor.transpose(2, 3).contiguous();
+  auto [o1, s1] =
+      gated_delta_rule_decode(in.q, in.k, in.v, kmajor, in.A_log, in.a, in.dt_bias, in.b, 0.3);
+  auto [o2, s2] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, klast, in.A_log, in.a,
+                                                       in.dt_bias, in.b, 0.3);
+  EXPECT_EQ(o1.dtype(), DType::kFloat16) << "the output takes q's dtype";
+  EXPECT_TRUE(all_close(o1, o2, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(kmajor.transpose(2, 3), klast, {0.0, 0.0}));
+}
+
+// Pool mode: slot r = initial_state_indices[b] read, output_state_indices[b] (or r) written, the
+// other slots untouched; fp32 T = 1: a negative read skips the request with a zero output, a
+// negative write goes to slot 0.
+TEST(GdnDecode, PoolIndicesAndNegativeSlotsFp32) {
+  const DecodeIn in = decode_inputs(4, 1, 1, 2, 32, 8, 40);
+  Tensor pool = rand_tensor({6, 2, 8, 32}, kF32, 41, -0.5, 0.5);
+  const Tensor before = pool.clone();
+  Tensor read = Tensor::from_vector({4, -1, 1, 2}, {4}, DType::kInt32);
+  Tensor write = Tensor::from_vector({5, 3, 1, -1}, {4}, DType::kInt64);
+  auto [out, st] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                        in.a, in.dt_bias, in.b, std::nullopt,
+                                                        std::nullopt, true, pool, read, write);
+  EXPECT_EQ(st.data_ptr(), pool.data_ptr());
+  // The reference from the gathered slots.
+  const auto p0 = before.to_double_vector();
+  const int64_t slot = 2 * 8 * 32;
+  std::vector<double> gathered;
+  for (int64_t r : {4, 0, 1, 2}) {
+    gathered.insert(gathered.end(), p0.begin() + r * slot, p0.begin() + (r + 1) * slot);
+  }
+  const DecodeRef ref = decode_reference(in, gathered, 1.0 / std::sqrt(32.0), true);
+  const auto o = out.to_double_vector(), p = pool.to_double_vector();
+  const int64_t orow = 2 * 8;
+  for (int64_t b = 0; b < 4; ++b) {
+    for (int64_t i = 0; i < orow; ++i) {
+      if (b == 1) {
+        EXPECT_EQ(o[b * orow + i], 0.0) << "a skipped request's output is zero";
+      } else {
+        EXPECT_NEAR(o[b * orow + i], ref.out[b * orow + i],
+                    1e-3 + 8e-3 * std::fabs(ref.out[b * orow + i]));
+      }
+    }
+  }
+  // Written: slot 5 (from 4), slot 1 (in place), slot 0 (request 3's negative write, from 2).
+  // Untouched: 2, 3 (request 1 was skipped), 4.
+  auto expect_slot = [&](int64_t s, const std::vector<double>& want, int64_t from) {
+    for (int64_t i = 0; i < slot; ++i) {
+      ASSERT_NEAR(p[s * slot + i], want[from * slot + i], 2e-5) << "slot " << s;
+    }
+  };
+  expect_slot(5, ref.state, 0);
+  expect_slot(1, ref.state, 2);
+  expect_slot(0, ref.state, 3);
+  for (int64_t s : {2, 3, 4}) expect_slot(s, p0, s);
+}
+
+// bf16 state: a negative read index uses slot 0 (the caller's null slot), read and written.
+TEST(GdnDecode, Bf16StateNegativeIndexUsesSlotZero) {
+  const DecodeIn in = decode_inputs(2, 2, 1, 1, 32, 8, 50);
+  Tensor pool = rand_tensor({3, 1, 8, 32}, kBf, 51, -0.5, 0.5);
+  const auto p0 = pool.to_double_vector();
+  Tensor read = Tensor::from_vector({2, -1}, {2}, DType::kInt32);
+  auto [out, st] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                        in.a, in.dt_bias, in.b, std::nullopt,
+                                                        std::nullopt, true, pool, read);
+  const int64_t slot = 8 * 32;
+  std::vector<double> gathered(p0.begin() + 2 * slot, p0.begin() + 3 * slot);
+  gathered.insert(gathered.end(), p0.begin(), p0.begin() + slot);
+  const DecodeRef ref = decode_reference(in, gathered, 1.0 / std::sqrt(32.0), true);
+  EXPECT_TRUE(all_close(out, ref.out, {2e-3, 8e-3}));
+  // Both tokens run in fp32; the state is rounded to bf16 once, at the end.
+  const auto p = pool.to_double_vector();
+  for (int64_t i = 0; i < slot; ++i) {
+    EXPECT_NEAR(p[2 * slot + i], bf16_round(ref.state[i]), 1e-6 + 8e-3 * std::fabs(ref.state[i]));
+    EXPECT_NEAR(p[i], bf16_round(ref.state[slot + i]),
+                1e-6 + 8e-3 * std::fabs(ref.state[slot + i]));
+    EXPECT_EQ(p[slot + i], p0[slot + i]) << "slot 1 is untouched";
+  }
+}
+
+// ---- gated_delta_rule_mtp -----------------------------------------------------------------------
+
+// Two tokens at once equal two one-token steps (bit for bit: the same fp32 operations), and the
+// buffer holds the state after each token; disable_state_update (None: True) keeps the pool.
+TEST(GdnMtp, StepsBufferAndDisabledUpdate) {
+  const DecodeIn in = decode_inputs(2, 2, 2, 2, 32, 8, 60);
+  Tensor pool = rand_tensor({4, 2, 8, 32}, kF32, 61, -0.5, 0.5);
+  const Tensor before = pool.clone();
+  Tensor read = Tensor::from_vector({3, 1}, {2}, DType::kInt64);
+  Tensor buffer = Tensor::zeros({2, 2, 2, 8, 32}, kF32);
+  auto [out, st] = gated_delta_rule_mtp(in.q, in.k, in.v, pool, read, in.A_log, in.a, in.dt_bias,
+                                        in.b, std::nullopt, std::nullopt, buffer);
+  EXPECT_TRUE(all_close(pool, before, {0.0, 0.0})) << "disable_state_update defaults to True";
+  // The same tokens one at a time through the pretranspose op on a copy of the pool.
+  Tensor pool2 = before.clone();
+  std::vector<Tensor> outs;
+  for (int64_t t = 0; t < 2; ++t) {
+    auto step = [&](const Tensor& x) { return x.slice(1, t, t + 1).contiguous(); };
+    auto [o, s] = gated_delta_rule_decode_pretranspose(
+        step(in.q), step(in.k), step(in.v), std::nullopt, in.A_log, step(in.a), in.dt_bias,
+        step(in.b), std::nullopt, std::nullopt, true, pool2, read);
+    outs.push_back(o);
+    for (int64_t b = 0; b < 2; ++b) {
+      const int64_t slot = b == 0 ? 3 : 1;
+      EXPECT_TRUE(all_close(buffer.select(0, b).select(0, t), pool2.select(0, slot), {0.0, 0.0}))
+          << "buffer[" << b << ", " << t << "]";
+    }
+  }
+  for (int64_t t = 0; t < 2; ++t) {
+    EXPECT_TRUE(all_close(out.slice(1, t, t + 1), outs[t], {0.0, 0.0})) << "token " << t;
+  }
+  // With the update enabled the pool ends where the one-token steps ended.
+  Tensor pool3 = before.clone();
+  (void)gated_delta_rule_mtp(in.q, in.k, in.v, pool3, read, in.A_log, in.a, in.dt_bias, in.b,
+                             std::nullopt, std::nullopt, std::nullopt, std::nullopt, false);
+  EXPECT_TRUE(all_close(pool3, pool2, {0.0, 0.0}));
+}
+
+// ssm_state_indices: each token's state to its own pool slot, no final write-back; a negative
+// read index skips the request and leaves its output rows as they were.
+TEST(GdnMtp, StepSlotsAndSkippedRequest) {
+  const DecodeIn in = decode_inputs(2, 2, 1, 1, 32, 8, 70);
+  Tensor pool = rand_tensor({6, 1, 8, 32}, kF32, 71, -0.5, 0.5);
+  const Tensor before = pool.clone();
+  Tensor read = Tensor::from_vector({0, -1}, {2}, DType::kInt32);
+  Tensor steps = Tensor::from_vector({4, 5, 2, 3}, {2, 2}, DType::kInt32);
+  Tensor output = Tensor::full({2, 2, 1, 8}, 7.0, kBf);
+  auto [out, st] = gated_delta_rule_mtp(in.q, in.k, in.v, pool, read, in.A_log, in.a, in.dt_bias,
+                                        in.b, std::nullopt, output, std::nullopt, steps, false);
+  EXPECT_EQ(out.data_ptr(), output.data_ptr());
+  const auto o = out.to_double_vector();
+  for (int64_t i = 16; i < 32; ++i) EXPECT_EQ(o[i], 7.0) << "request 1 was skipped";
+  const std::vector<double> all0 = before.to_double_vector();
+  const std::vector<double> s0(all0.begin(), all0.begin() + 8 * 32);
+  DecodeIn one = in;
+  one.B = 1;
+  one.q = in.q.slice(0, 0, 1), one.k = in.k.slice(0, 0, 1), one.v = in.v.slice(0, 0, 1);
+  one.a = in.a.slice(0, 0, 1), one.b = in.b.slice(0, 0, 1);
+  one.T = 1;
+  DecodeIn first = one;
+  first.q = one.q.slice(1, 0, 1), first.k = one.k.slice(1, 0, 1), first.v = one.v.slice(1, 0, 1);
+  first.a = one.a.slice(1, 0, 1), first.b = one.b.slice(1, 0, 1);
+  const DecodeRef r1 = decode_reference(first, s0, 1.0 / std::sqrt(32.0), true);
+  one.T = 2;
+  const DecodeRef r2 = decode_reference(one, s0, 1.0 / std::sqrt(32.0), true);
+  EXPECT_TRUE(all_close(pool.select(0, 4).reshape({256}), r1.state, {2e-5, 2e-5}));
+  EXPECT_TRUE(all_close(pool.select(0, 5).reshape({256}), r2.state, {2e-5, 2e-5}));
+  for (int64_t s : {0, 1, 2, 3}) {
+    EXPECT_TRUE(all_close(pool.select(0, s), before.select(0, s), {0.0, 0.0})) << "slot " << s;
+  }
+}
+
+// ---- chunk_gated_delta_rule -------------------------------------------------------------------
+
+struct PrefillIn {
+  std::vector<int64_t> cu;
+  int64_t Hq = 2, Hk = 2, Hv = 4, D = 16;
+  Tensor q, k, v, g, beta, cu_t;
+};
+
+PrefillIn prefill_inputs(std::vector<int64_t> cu, int64_t Hq, int64_t Hk, int64_t Hv, int64_t D,
+                         uint64_t seed, DType io = kBf) {
+  PrefillIn in;
+  in.cu = cu;
+  in.Hq = Hq, in.Hk = Hk, in.Hv = Hv, in.D = D;
+  const int64_t T = cu.back(), H = std::max(Hq, Hv);
+  in.q = rand_tensor({T, Hq, D}, io, seed, -1.0, 1.0);
+  // k rows normalized by the caller, as upstream's tests and engines pass them.
+  Tensor k = rand_tensor({T, Hk, D}, kF32, seed + 1, -1.0, 1.0);
+  auto kv = k.to_double_vector();
+  for (int64_t r = 0; r < T * Hk; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < D; ++i) ss += kv[r * D + i] * kv[r * D + i];
+    for (int64_t i = 0; i < D; ++i) kv[r * D + i] /= std::sqrt(ss);
+  }
+  in.k = Tensor::from_vector(kv, {T, Hk, D}, io);
+  in.v = rand_tensor({T, Hv, D}, io, seed + 2, -1.0, 1.0);
+  in.g = rand_tensor({T, H}, kF32, seed + 3, 0.3, 1.0);
+  in.beta = rand_tensor({T, H}, kF32, seed + 4, 0.0, 1.0);
+  std::vector<double> c(cu.begin(), cu.end());
+  in.cu_t = Tensor::from_vector(c, {static_cast<int64_t>(cu.size())}, DType::kInt64);
+  return in;
+}
+
+// Expected output [T, H, D] (fp64, unrounded) and final states [N, H, V, K] from initial states
+// state0 [N, H, V, K] (empty: zeros). A zero-length sequence's final state is not written (left
+// at zero here: the op allocates output_state zeroed; upstream's row is untouched).
+struct PrefillRef {
+  std::vector<double> out, state;
+};
+PrefillRef prefill_reference(const PrefillIn& in, const std::vector<double>& state0, double scale,
+                             bool use_g, bool use_beta, bool l2norm = false) {
+  const int64_t H = std::max(in.Hq, in.Hv), D = in.D, N = static_cast<int64_t>(in.cu.size()) - 1;
+  const auto q = in.q.to_double_vector(), k = in.k.to_double_vector(), v = in.v.to_double_vector();
+  const auto g = in.g.to_double_vector(), be = in.beta.to_double_vector();
+  const DType io = in.q.dtype();
+  auto round_io = [&](std::vector<double> x) {
+    for (auto& e : x) {
+      e = io == kBf ? bf16_round(e) : half_bits_to_float(float_to_half_bits(static_cast<float>(e)));
+    }
+    return x;
+  };
+  PrefillRef r;
+  r.out.assign(static_cast<size_t>(in.cu.back() * H * D), 0.0);
+  r.state.assign(static_cast<size_t>(N * H * D * D), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    if (in.cu[n] == in.cu[n + 1]) continue;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t qh = h * in.Hq / H, kh = h * in.Hk / H, vh = h * in.Hv / H;
+      std::vector<double> S(static_cast<size_t>(D * D), 0.0);
+      if (!state0.empty()) {
+        for (int64_t vv = 0; vv < D; ++vv) {
+          for (int64_t kk = 0; kk < D; ++kk)
+            S[kk * D + vv] = state0[((n * H + h) * D + vv) * D + kk];
+        }
+      }
+      for (int64_t t = in.cu[n]; t < in.cu[n + 1]; ++t) {
+        RefStep st;
+        st.q = row(q, t * in.Hq + qh, D);
+        st.k = row(k, t * in.Hk + kh, D);
+        if (l2norm) st.q = round_io(l2n(st.q)), st.k = round_io(l2n(st.k));
+        st.v = row(v, t * in.Hv + vh, D);
+        st.decay = use_g ? g[t * H + h] : 1.0;
+        st.beta = use_beta ? be[t * H + h] : 1.0;
+        const auto o = ref_step(S, st, D, D);
+        for (int64_t vv = 0; vv < D; ++vv) r.out[(t * H + h) * D + vv] = o[vv] * scale;
+      }
+      for (int64_t vv = 0; vv < D; ++vv) {
+        for (int64_t kk = 0; kk < D; ++kk)
+          r.state[((n * H + h) * D + vv) * D + kk] = S[kk * D + vv];
+      }
+    }
+  }
+  return r;
+}
+
+TEST(GdnPrefill, MatchesFp64RecurrenceGvaAndGqa) {
+  struct Case {
+    int64_t Hq, Hk, Hv;
+    bool g, beta;
+    DType io;
+  };
+  for (const Case c : {Case{2, 2, 4, true, true, kBf}, Case{4, 2, 2, true, false, kBf},
+                       Case{1, 1, 1, false, true, DType::kFloat16}}) {
+    const PrefillIn in = prefill_inputs({0, 5, 5, 22}, c.Hq, c.Hk, c.Hv, 16, 80, c.io);
+    const int64_t H = std::max(c.Hq, c.Hv);
+    Tensor init = rand_tensor({3, H, 16, 16}, kF32, 81, -0.3, 0.3);
+    auto r = chunk_gated_delta_rule(in.q, in.k, in.v, c.g ? std::optional(in.g) : std::nullopt,
+                                    c.beta ? std::optional(in.beta) : std::nullopt, 0.0, init, true,
+                                    in.cu_t);
+    const PrefillRef ref =
+        prefill_reference(in, init.to_double_vector(), 0.25, c.g, c.beta);  // scale 0: 16^-0.5
+    EXPECT_EQ(r.output.dtype(), c.io);
+    EXPECT_EQ(r.output.shape(), (Shape{22, H, 16}));
+    ASSERT_TRUE(r.final_state.defined());
+    const double rt = c.io == kBf ? 8e-3 : 1e-3;
+    EXPECT_TRUE(all_close(r.output, ref.out, {1e-3, rt})) << c.Hq << ":" << c.Hv;
+    EXPECT_TRUE(all_close(r.final_state, ref.state, {1e-4, 1e-4})) << c.Hq << ":" << c.Hv;
+  }
+}
+
+// Without output_final_state the result is the output alone (one tensor, as upstream returns).
+TEST(GdnPrefill, ReturnsOutputAloneWithoutFinalState) {
+  const PrefillIn in = prefill_inputs({0, 7}, 1, 1, 1, 8, 90);
+  auto r = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt,
+                                  false, in.cu_t);
+  EXPECT_FALSE(r.final_state.defined());
+  EXPECT_TRUE(to_value(r).is_tensor());
+  const PrefillRef ref = prefill_reference(in, {}, 1.0 / std::sqrt(8.0), true, true);
+  EXPECT_TRUE(all_close(r.output, ref.out, {1e-3, 8e-3}));
+}
+
+// A zero-length sequence leaves its output_state row as it was; checkpoints hold the state after
+// every 64 tokens, equal bit for bit to the final state of a call on the prefix.
+TEST(GdnPrefill, ZeroLengthSequenceAndCheckpoints) {
+  const PrefillIn in = prefill_inputs({0, 130, 130, 194}, 1, 1, 2, 8, 100);
+  Tensor out_state = Tensor::full({3, 2, 8, 8}, 123.0, kF32);
+  Tensor ckpt = Tensor::zeros({3, 2, 8, 8}, kF32);
+  Tensor starts = Tensor::from_vector({0, 2, 2, 3}, {4}, DType::kInt64);
+  auto r = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, true,
+                                  in.cu_t, false, std::nullopt, out_state, ckpt, starts, 64);
+  EXPECT_EQ(r.final_state.data_ptr(), out_state.data_ptr());
+  for (double x : out_state.select(0, 1).to_double_vector()) EXPECT_EQ(x, 123.0);
+  // Prefix calls: sequence 0's first 64 and 128 tokens, sequence 2's 64 (all of it).
+  auto prefix_state = [&](int64_t start, int64_t len) {
+    const PrefillIn p = [&] {
+      PrefillIn x = in;
+      x.q = in.q.slice(0, start, start + len), x.k = in.k.slice(0, start, start + len);
+      x.v = in.v.slice(0, start, start + len), x.g = in.g.slice(0, start, start + len);
+      x.beta = in.beta.slice(0, start, start + len);
+      x.cu_t = Tensor::from_vector({0, static_cast<double>(len)}, {2}, DType::kInt64);
+      return x;
+    }();
+    return chunk_gated_delta_rule(p.q, p.k, p.v, p.g, p.beta, std::nullopt, std::nullopt, true,
+                                  p.cu_t)
+        .final_state.select(0, 0);
+  };
+  EXPECT_TRUE(all_close(ckpt.select(0, 0), prefix_state(0, 64), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(ckpt.select(0, 1), prefix_state(0, 128), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(ckpt.select(0, 2), prefix_state(130, 64), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(ckpt.select(0, 2), out_state.select(0, 2), {0.0, 0.0}))
+      << "a sequence of a multiple of 64 tokens: its last checkpoint is its final state";
+}
+
+// state_indices: pools read and written in place at each sequence's slot, equal bit for bit to
+// the packed call; the other slots untouched.
+TEST(GdnPrefill, StateIndicesPoolInPlaceEqualsPacked) {
+  const PrefillIn in = prefill_inputs({0, 9, 20}, 2, 2, 2, 8, 110);
+  Tensor packed_init = rand_tensor({2, 2, 8, 8}, kF32, 111, -0.3, 0.3);
+  auto packed = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, packed_init,
+                                       true, in.cu_t);
+  Tensor pool = rand_tensor({5, 2, 8, 8}, kF32, 112, -0.3, 0.3);
+  pool.select(0, 3).copy_(packed_init.select(0, 0));
+  pool.select(0, 1).copy_(packed_init.select(0, 1));
+  const Tensor before = pool.clone();
+  Tensor idx = Tensor::from_vector({3, 1}, {2}, DType::kInt32);
+  auto pooled = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, pool, true,
+                                       in.cu_t, false, std::nullopt, pool, std::nullopt,
+                                       std::nullopt, 0, Value(std::string("auto")), idx);
+  EXPECT_EQ(pooled.final_state.data_ptr(), pool.data_ptr());
+  EXPECT_TRUE(all_close(pooled.output, packed.output, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pool.select(0, 3), packed.final_state.select(0, 0), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pool.select(0, 1), packed.final_state.select(0, 1), {0.0, 0.0}));
+  for (int64_t s : {0, 2, 4}) {
+    EXPECT_TRUE(all_close(pool.select(0, s), before.select(0, s), {0.0, 0.0})) << "slot " << s;
+  }
+}
+
+// use_qk_l2norm_in_kernel: q and k normalized (rounded back to the io dtype) before the rule.
+TEST(GdnPrefill, QkNormalization) {
+  PrefillIn in = prefill_inputs({0, 12}, 1, 1, 1, 16, 120);
+  in.k = rand_tensor({12, 1, 16}, kBf, 121, -1.0, 1.0);  // not normalized by the caller
+  auto r = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true, in.cu_t,
+                                  true);
+  const PrefillRef ref = prefill_reference(in, {}, 1.0, true, true, true);
+  EXPECT_TRUE(all_close(r.output, ref.out, {1e-3, 8e-3}));
+  EXPECT_TRUE(all_close(r.final_state, ref.state, {1e-4, 1e-4}));
+}
+
+// ---- bad input ----------------------------------------------------------------------------------
+
+TEST(GdnBadInput, ErrorsNameOpAndArgument) {
+  const DecodeIn in = decode_inputs(2, 1, 1, 2, 16, 8, 130);
+  Tensor state = Tensor::zeros({2, 2, 8, 16}, kF32);
+  const char* op = "gated_delta_rule_decode_pretranspose";
+  auto pre = [&](const Tensor& q, const Tensor& v, std::optional<Tensor> st,
+                 std::optional<Tensor> init = std::nullopt,
+                 std::optional<Tensor> idx = std::nullopt,
+                 std::optional<Tensor> widx = std::nullopt, const Tensor* A_log = nullptr) {
+    return gated_delta_rule_decode_pretranspose(q, in.k, v, st, A_log ? *A_log : in.A_log, in.a,
+                                                in.dt_bias, in.b, std::nullopt, std::nullopt, true,
+                                                init, idx, widx);
+  };
+  EXPECT_FI_ERROR(pre(in.q.to(kF32), in.v, state), op, "q");
+  EXPECT_FI_ERROR(pre(in.q, in.v.to(DType::kFloat16), state), op, "v");
+  EXPECT_FI_ERROR(pre(in.q, in.v, std::nullopt), op, "state");
+  EXPECT_FI_ERROR(pre(in.q, in.v, Tensor::zeros({2, 2, 16, 8}, kF32)), op, "state");
+  Tensor pool = Tensor::zeros({3, 2, 8, 16}, kF32);
+  EXPECT_FI_ERROR(pre(in.q, in.v, std::nullopt, pool), op, "initial_state_indices");
+  EXPECT_FI_ERROR(
+      pre(in.q, in.v, std::nullopt, pool, Tensor::from_vector({0, 3}, {2}, DType::kInt32)), op,
+      "initial_state_indices");
+  EXPECT_FI_ERROR(pre(in.q, in.v, state, std::nullopt, std::nullopt,
+                      Tensor::from_vector({0, 1}, {2}, DType::kInt32)),
+                  op, "output_state_indices");
+  Tensor bad_a = Tensor::zeros({2}, DType::kFloat16);
+  EXPECT_FI_ERROR(pre(in.q, in.v, state, std::nullopt, std::nullopt, std::nullopt, &bad_a), op,
+                  "A_log");
+  // fp32 state with T > 1 needs pool mode, as upstream.
+  const DecodeIn in2 = decode_inputs(2, 2, 1, 2, 16, 8, 131);
+  EXPECT_FI_ERROR(gated_delta_rule_decode_pretranspose(in2.q, in2.k, in2.v, state, in2.A_log, in2.a,
+                                                       in2.dt_bias, in2.b),
+                  op, "state");
+  EXPECT_FI_ERROR(gated_delta_rule_decode(in2.q, in2.k, in2.v, Tensor::zeros({2, 2, 16, 8}, kF32),
+                                          in2.A_log, in2.a, in2.dt_bias, in2.b),
+                  "gated_delta_rule_decode", "q");
+  // mtp: fp32 pool only; ssm_state_indices needs the update enabled.
+  Tensor idx = Tensor::from_vector({0, 1}, {2}, DType::kInt32);
+  EXPECT_FI_ERROR(gated_delta_rule_mtp(in2.q, in2.k, in2.v, pool.to(kBf), idx, in2.A_log, in2.a,
+                                       in2.dt_bias, in2.b),
+                  "gated_delta_rule_mtp", "initial_state");
+  EXPECT_FI_ERROR(gated_delta_rule_mtp(in2.q, in2.k, in2.v, pool, idx, in2.A_log, in2.a,
+                                       in2.dt_bias, in2.b, std::nullopt, std::nullopt, std::nullopt,
+                                       Tensor::zeros({2, 2}, DType::kInt32)),
+                  "gated_delta_rule_mtp", "disable_state_update");
+  // Prefill.
+  const PrefillIn p = prefill_inputs({0, 4, 9}, 2, 2, 4, 8, 132);
+  const char* pop = "chunk_gated_delta_rule";
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(p.q, p.k, p.v), pop, "cu_seqlens");
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(p.q, p.k, p.v, p.g.to(kBf), std::nullopt, std::nullopt,
+                                         std::nullopt, false, p.cu_t),
+                  pop, "g");
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(p.q, p.k.slice(1, 0, 1), p.v, std::nullopt, std::nullopt,
+                                         std::nullopt, std::nullopt, false, p.cu_t),
+                  pop, "k");
+  EXPECT_FI_ERROR(
+      chunk_gated_delta_rule(p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                             false, Tensor::from_vector({0, 6, 4}, {3}, DType::kInt64)),
+      pop, "cu_seqlens");
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt,
+                                         std::nullopt, false, p.cu_t, false, std::nullopt,
+                                         std::nullopt, std::nullopt, std::nullopt, 32),
+                  pop, "checkpoint_every_n_tokens");
+  EXPECT_FI_ERROR(
+      chunk_gated_delta_rule(p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                             false, p.cu_t, false, std::nullopt, std::nullopt, std::nullopt,
+                             std::nullopt, 0, Value(std::string("always"))),
+      pop, "use_cp");
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(
+                      p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true,
+                      p.cu_t, false, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0,
+                      Value(std::string("auto")), Tensor::from_vector({0, 1}, {2}, DType::kInt32)),
+                  pop, "output_state");
+}
+
+TEST(GdnDecl, SignaturesModulesBackends) {
+  struct D {
+    const char* name;
+    const char* module;
+  };
+  for (const D d : {D{"gated_delta_rule_decode_pretranspose", "flashinfer.gdn_decode"},
+                    D{"gated_delta_rule_decode", "flashinfer.gdn_decode"},
+                    D{"gated_delta_rule_mtp", "flashinfer.gdn_decode"},
+                    D{"chunk_gated_delta_rule", "flashinfer.gdn_prefill"}}) {
+    const OpDecl* decl = OpRegistry::global().find(d.name);
+    ASSERT_NE(decl, nullptr) << d.name;
+    EXPECT_EQ(decl->module, d.module);
+    EXPECT_TRUE(op_has_backend(d.name, DeviceType::kCPU));
+    EXPECT_EQ(op_has_backend(d.name, DeviceType::kCUDA), cuda_compiled());
+  }
+  EXPECT_EQ(OpRegistry::global().find("chunk_gated_delta_rule")->signature(),
+            "(q, k, v, g=None, beta=None, scale=None, initial_state=None, "
+            "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, "
+            "output=None, output_state=None, state_checkpoints=None, checkpoint_cu_starts=None, "
+            "checkpoint_every_n_tokens=0, use_cp='auto', state_indices=None, _cp_chunk_len=None)");
+}
+
+// ---- record and replay --------------------------------------------------------------------------
+
+void run_every_op() {
+  const DecodeIn in = decode_inputs(2, 1, 1, 2, 16, 8, 140);
+  Tensor state = rand_tensor({2, 2, 8, 16}, kF32, 141, -0.5, 0.5);
+  (void)gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, state, in.A_log, in.a, in.dt_bias,
+                                             in.b);
+  Tensor kmajor = rand_tensor({2, 2, 16, 8}, kF32, 142, -0.5, 0.5);
+  (void)gated_delta_rule_decode(in.q, in.k, in.v, kmajor, in.A_log, in.a, in.dt_bias, in.b);
+  const DecodeIn in2 = decode_inputs(2, 2, 1, 2, 16, 8, 143);
+  Tensor pool = rand_tensor({3, 2, 8, 16}, kF32, 144, -0.5, 0.5);
+  Tensor buffer = Tensor::zeros({2, 2, 2, 8, 16}, kF32);
+  (void)gated_delta_rule_mtp(
+      in2.q, in2.k, in2.v, pool, Tensor::from_vector({2, 0}, {2}, DType::kInt32), in2.A_log, in2.a,
+      in2.dt_bias, in2.b, std::nullopt, std::nullopt, buffer, std::nullopt, false);
+  const PrefillIn p = prefill_inputs({0, 3, 10}, 1, 1, 2, 8, 145);
+  (void)chunk_gated_delta_rule(p.q, p.k, p.v, p.g, p.beta, std::nullopt, std::nullopt, true,
+                               p.cu_t);
+}
+
+TEST(GdnReplay, RecordAndReplay) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    run_every_op();
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 4u);
+  for (const auto& c : calls) EXPECT_TRUE(replays_identically(c)) << c.name;
+}
+
+TEST(GdnReplay, DumpReplayPasses) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_gdn_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  run_every_op();
+  recorder::stop();
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    ++n;
+    const replay::Result r = replay::replay_from_dump(e.path().string());
+    EXPECT_EQ(r.status, replay::Status::kPassed) << e.path() << ": " << r.error;
+  }
+  EXPECT_EQ(n, 4);
+  fs::remove_all(dir);
+}
+
+// ---- CUDA against the CPU -----------------------------------------------------------------------
+
+Tensor cuda(const Tensor& t) { return to_keep_layout(t, Device::cuda(0)); }
+
+TEST(GdnCuda, DecodeOpsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t K : {128, 96, 256}) {
+    const DecodeIn in = decode_inputs(5, 1, 2, 4, K, 64, 150 + K);
+    Tensor state = rand_tensor({5, 4, 64, K}, kF32, 151, -0.5, 0.5);
+    Tensor dstate = cuda(state);
+    auto [o_cpu, s_cpu] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, state, in.A_log,
+                                                               in.a, in.dt_bias, in.b);
+    auto [o_gpu, s_gpu] = gated_delta_rule_decode_pretranspose(cuda(in.q), cuda(in.k), cuda(in.v),
+                                                               dstate, cuda(in.A_log), cuda(in.a),
+                                                               cuda(in.dt_bias), cuda(in.b));
+    EXPECT_TRUE(all_close(o_gpu.to(Device::cpu()), o_cpu, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(dstate.to(Device::cpu()), state, {2e-5, 1e-4})) << K;
+    Tensor kmajor = rand_tensor({5, 4, K, 64}, kF32, 152, -0.5, 0.5);
+    Tensor dk = cuda(kmajor);
+    auto [o2c, s2c] =
+        gated_delta_rule_decode(in.q, in.k, in.v, kmajor, in.A_log, in.a, in.dt_bias, in.b);
+    auto [o2g, s2g] =
+        gated_delta_rule_decode(cuda(in.q), cuda(in.k), cuda(in.v), dk, cuda(in.A_log), cuda(in.a),
+                                cuda(in.dt_bias), cuda(in.b));
+    EXPECT_TRUE(all_close(o2g.to(Device::cpu()), o2c, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(dk.to(Device::cpu()), kmajor, {2e-5, 1e-4})) << K;
+  }
+  // bf16 pool with a negative index (slot 0), T = 3.
+  const DecodeIn in = decode_inputs(3, 3, 1, 2, 128, 32, 160, DType::kFloat16);
+  Tensor pool = rand_tensor({4, 2, 32, 128}, kBf, 161, -0.5, 0.5);
+  Tensor dpool = cuda(pool);
+  Tensor idx = Tensor::from_vector({3, -1, 2}, {3}, DType::kInt64);
+  auto [oc, sc] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                       in.a, in.dt_bias, in.b, std::nullopt,
+                                                       std::nullopt, true, pool, idx);
+  auto [og, sg] = gated_delta_rule_decode_pretranspose(
+      cuda(in.q), cuda(in.k), cuda(in.v), std::nullopt, cuda(in.A_log), cuda(in.a),
+      cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, true, dpool, cuda(idx));
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+  EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {1e-2, 1e-2}));
+}
+
+TEST(GdnCuda, MtpMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const DecodeIn in = decode_inputs(4, 3, 2, 4, 128, 128, 170);
+  Tensor pool = rand_tensor({6, 4, 128, 128}, kF32, 171, -0.5, 0.5);
+  Tensor dpool = cuda(pool);
+  Tensor idx = Tensor::from_vector({5, -1, 0, 2}, {4}, DType::kInt32);
+  Tensor widx = Tensor::from_vector({1, 3, -1, 4}, {4}, DType::kInt32);
+  Tensor buf = Tensor::zeros({4, 3, 4, 128, 128}, kF32), dbuf = cuda(buf);
+  auto [oc, sc] =
+      gated_delta_rule_mtp(in.q, in.k, in.v, pool, idx, in.A_log, in.a, in.dt_bias, in.b,
+                           std::nullopt, std::nullopt, buf, std::nullopt, false, true, widx);
+  auto [og, sg] =
+      gated_delta_rule_mtp(cuda(in.q), cuda(in.k), cuda(in.v), dpool, cuda(idx), cuda(in.A_log),
+                           cuda(in.a), cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt,
+                           dbuf, std::nullopt, false, true, cuda(widx));
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+  EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4}));
+  EXPECT_TRUE(all_close(dbuf.to(Device::cpu()), buf, {2e-5, 1e-4}));
+}
+
+TEST(GdnCuda, PrefillMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (const DType io : {kBf, DType::kFloat16}) {
+    const PrefillIn in = prefill_inputs({0, 70, 70, 200, 333}, 2, 2, 4, 128, 180, io);
+    Tensor init = rand_tensor({4, 4, 128, 128}, kF32, 181, -0.3, 0.3);
+    Tensor ckpt = Tensor::zeros({3, 4, 128, 128}, kF32), dckpt = cuda(ckpt);
+    Tensor starts = Tensor::from_vector({0, 1, 1, 3, 3}, {5}, DType::kInt32);
+    auto rc = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, init, true,
+                                     in.cu_t, true, std::nullopt, std::nullopt, ckpt, starts, 64);
+    auto rg = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                                     std::nullopt, cuda(init), true, cuda(in.cu_t), true,
+                                     std::nullopt, std::nullopt, dckpt, cuda(starts), 64);
+    const double rt = io == kBf ? 1.6e-2 : 2e-3;
+    EXPECT_TRUE(all_close(rg.output.to(Device::cpu()), rc.output, {2e-3, rt}));
+    EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, {1e-4, 1e-3}));
+    EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, {1e-4, 1e-3}));
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
