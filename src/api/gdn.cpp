@@ -148,7 +148,7 @@ void check_unit_vectors(const Tensor& A_log, const Tensor& dt_bias, const char* 
 GdnParams decode_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& A_log, const Tensor& a, const Tensor& dt_bias,
                         const Tensor& b, std::optional<double> scale, bool l2norm,
-                        std::optional<Tensor>& output) {
+                        std::optional<Tensor>& output, std::optional<DType> out_dtype = {}) {
   api::check_defined(q, op, "q");
   api::check_dim(q, {4}, op, "q");
   api::check_dtype_in(q, {DType::kFloat16, DType::kBFloat16}, op, "q");
@@ -184,7 +184,7 @@ GdnParams decode_params(const char* op, const Tensor& q, const Tensor& k, const 
     api::check_shape_eq(*output, {B, T, HV, V}, op, "output");
     api::check_same_device(*output, q, op, "output", "q");
   } else {
-    output = Tensor::zeros({B, T, HV, V}, q.dtype(), q.device());
+    output = Tensor::zeros({B, T, HV, V}, out_dtype.value_or(q.dtype()), q.device());
   }
 
   GdnParams p;
@@ -241,8 +241,13 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
     const std::optional<Tensor>& initial_state, const std::optional<Tensor>& read_idx,
     const std::optional<Tensor>& write_idx) {
   const char* op = "gated_delta_rule_decode_pretranspose";
-  GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output);
   const bool pool = initial_state && initial_state->defined();
+  // Upstream's bf16-state path returns its kernel's bf16 output as is (fp16 q included); the
+  // fp32 paths cast to q's dtype.
+  const std::optional<Tensor>& st_arg = pool ? initial_state : state;
+  const bool bf16_path = st_arg && st_arg->defined() && st_arg->dtype() == DType::kBFloat16;
+  GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output,
+                              bf16_path ? std::optional(DType::kBFloat16) : std::nullopt);
   const bool has_idx = read_idx && read_idx->defined();
   FLASHINFER_CHECK(pool == has_idx, op, pool ? "initial_state_indices" : "initial_state",
                    "initial_state and initial_state_indices must be provided together");
@@ -254,6 +259,7 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
   const int64_t B = p.num_seqs, T = p.T, HV = p.H;
   const Tensor& s = pool ? *initial_state : *state;
   const char* s_name = pool ? "initial_state" : "state";
+  api::check_dim(s, {4}, op, s_name);
   check_state(s, {pool ? s.size(0) : B, HV, p.V, p.K}, {DType::kFloat32, DType::kBFloat16}, q, op,
               s_name, pool ? "[pool_size, HV, V, K]" : "[B, HV, V, K]");
   if (pool) {
@@ -310,6 +316,8 @@ std::tuple<Tensor, Tensor> decode_impl(const Tensor& q, const Tensor& k, const T
                                        std::optional<double> scale, std::optional<Tensor> output,
                                        bool l2norm) {
   const char* op = "gated_delta_rule_decode";
+  api::check_defined(state, op, "state");
+  api::check_dim(state, {4}, op, "state");
   api::check_defined(q, op, "q");
   api::check_dim(q, {4}, op, "q");
   FLASHINFER_CHECK(q.size(1) == 1, op, "q", "Decode only supports T=1, got T=", q.size(1));
@@ -509,6 +517,13 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
     check_index_vector(*state_indices, N, q, op, "state_indices");
     FLASHINFER_CHECK(state_indices->stride(0) == 1 || N <= 1, op, "state_indices",
                      "must be contiguous");
+    if (state_indices->device().is_cpu()) {
+      const auto idx = host_ints(*state_indices);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        FLASHINFER_CHECK(idx[i] >= 0, op, "state_indices", "entry ", i, " is ", idx[i],
+                         ": state indices must be non-negative");
+      }
+    }
     FLASHINFER_CHECK(!output_final_state || (output_state && output_state->defined()), op,
                      "output_state",
                      "state_indices requires an explicit output_state pool sized like the state "
@@ -557,7 +572,10 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   p.decode_gates = false;
   if (g && g->defined()) p.g = gate_ref(*g, false);
   if (beta && beta->defined()) p.beta = gate_ref(*beta, false);
-  p.l2norm = l2norm;
+  // Accepted and ignored, as upstream's prefill kernels at the signatures' commit do (its tests
+  // pass True with q not normalized); engines normalize q and k themselves and pass False.
+  (void)l2norm;
+  p.l2norm = false;
   p.scale_output = true;
   const double sc = (scale && *scale != 0.0) ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
   p.scale = static_cast<float>(sc);
@@ -572,7 +590,8 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
     p.read_idx = p.write_idx = state_indices->data_ptr();
     p.read_idx_i64 = p.write_idx_i64 = state_indices->dtype() == DType::kInt64;
   }
-  p.negative_read = kernels::GdnNegativeRead::kSkipKeepOutput;
+  // A negative state index is an error here (refused on the host for CPU tensors).
+  p.negative_read = kernels::GdnNegativeRead::kInvalid;
   p.negative_write = kernels::GdnNegativeWrite::kSkip;
   if (every > 0) {
     const Tensor& c = *checkpoints;
@@ -595,7 +614,7 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
       const auto st = host_ints(cs);
       for (int64_t n = 0; n < N; ++n) {
         const int64_t count = (cu_host[n + 1] - cu_host[n]) / every;
-        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] + count <= c.size(0)), op,
+        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] <= c.size(0) - count), op,
                          "checkpoint_cu_starts", "sequence ", n, "'s ", count,
                          " checkpoints from row ", st[n], " fall outside state_checkpoints' ",
                          c.size(0), " rows");
@@ -751,32 +770,40 @@ BenchCase bench_mtp(const BenchShape& s, Device dev) {
   return c;
 }
 
-// Prefill: batch_size sequences of s_kv tokens (the last one shorter), GVA heads, decay in
-// (0.5, 1), beta in (0, 1), q and k normalized in the kernel, an initial state, final state out.
+// Prefill: batch_size sequences of s_kv tokens (the last one shorter), num_qo_heads value heads
+// over num_kv_heads query heads (GVA; GQA when there are more query heads), decay in (0.5, 1),
+// beta in (0, 1), k rows L2-normalized as engines pass them (the rule is stable then), an
+// initial state, the final state out.
 BenchCase bench_prefill(const BenchShape& s, Device dev) {
   const int64_t N = s.batch_size, L = std::max<int64_t>(1, s.s_kv);
   const int64_t Hq = s.num_kv_heads, Hv = s.num_qo_heads, D = s.head_dim_qk;
-  const int64_t H = std::max(Hq, Hv);
+  const int64_t H = std::max(Hq, Hv), Hk = Hq >= Hv ? Hv : Hq;
   std::vector<int64_t> cu = {0};
   for (int64_t n = 0; n < N; ++n) cu.push_back(cu.back() + (n + 1 == N ? (L + 1) / 2 : L));
   const int64_t T = cu.back();
   const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
   const uint64_t seed = s.random_seed;
   using api::bench::random_tensor;
+  Tensor k = random_tensor({T, Hk, D}, DType::kFloat32, Device::cpu(), seed + 1);
+  float* kp = k.data<float>();
+  for (int64_t r = 0; r < T * Hk; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(kp[r * D + i]) * kp[r * D + i];
+    const double inv = ss > 0.0 ? 1.0 / std::sqrt(ss) : 0.0;
+    for (int64_t i = 0; i < D; ++i) kp[r * D + i] = static_cast<float>(kp[r * D + i] * inv);
+  }
   Tensor cu_t = api::bench::int32_tensor(cu, dev).to(DType::kInt64);
   BenchCase c = api::bench::invoke_case(
       "chunk_gated_delta_rule",
-      {Value(random_tensor({T, Hq, D}, dt, dev, seed)),
-       Value(random_tensor({T, Hq, D}, dt, dev, seed + 1)),
+      {Value(random_tensor({T, Hq, D}, dt, dev, seed)), Value(k.to(dt).to(dev)),
        Value(random_tensor({T, Hv, D}, dt, dev, seed + 2)),
        Value(random_tensor({T, H}, DType::kFloat32, dev, seed + 3, 0.5, 1.0)),
        Value(random_tensor({T, H}, DType::kFloat32, dev, seed + 4, 0.0, 1.0))},
       {{"initial_state",
         Value(random_tensor({N, H, D, D}, DType::kFloat32, dev, seed + 5, -0.5, 0.5))},
        {"output_final_state", Value(true)},
-       {"cu_seqlens", Value(cu_t)},
-       {"use_qk_l2norm_in_kernel", Value(true)}});
-  c.bytes = static_cast<double>(T * (2 * Hq + 2 * H) * D) * 2.0 +
+       {"cu_seqlens", Value(cu_t)}});
+  c.bytes = static_cast<double>(T * (Hq + Hk + Hv + H) * D) * 2.0 +
             static_cast<double>(2 * N * H * D * D) * 4.0;
   c.flops = static_cast<double>(T * H * D * D) * 8.0;
   return c;

@@ -20,6 +20,7 @@ enum class GdnNegativeRead : uint8_t {
   kSkipZeroOutput,  // nothing read or written; the sequence's outputs are zeros
   kSkipKeepOutput,  // nothing read or written; the output rows are left as they are
   kSlotZero,        // slot 0 is read (and written back): the caller's null slot
+  kInvalid,         // an error the CPU path raises on the host; on CUDA: NaN outputs, no state
 };
 /// What a negative write slot means.
 enum class GdnNegativeWrite : uint8_t { kSlotZero, kSkip };
@@ -76,9 +77,8 @@ struct GdnParams {
   const void* dt_bias = nullptr;
   DType dt_bias_dtype = DType::kFloat32;
 
-  // q_hat = q * rsqrt(sum q^2 + 1e-6) (and k likewise) when l2norm; decode multiplies q_hat by
-  // scale, prefill the output (prefill's norm rounds q_hat and k_hat back to the io dtype first,
-  // as a separate normalization pass would).
+  // q_hat = q * rsqrt(sum q^2 + 1e-6) (and k likewise) when l2norm (decode only); decode
+  // multiplies q_hat by scale, prefill the output.
   bool l2norm = false;
   bool scale_output = false;
   float scale = 1.0f;

@@ -512,15 +512,39 @@ TEST(GdnPrefill, StateIndicesPoolInPlaceEqualsPacked) {
   }
 }
 
-// use_qk_l2norm_in_kernel: q and k normalized (rounded back to the io dtype) before the rule.
-TEST(GdnPrefill, QkNormalization) {
+// use_qk_l2norm_in_kernel is accepted and ignored, as upstream's prefill kernels at the
+// signatures' commit ignore it: the same bits with True and False, on q and k not normalized.
+TEST(GdnPrefill, QkNormalizationFlagIsIgnoredAsUpstream) {
   PrefillIn in = prefill_inputs({0, 12}, 1, 1, 1, 16, 120);
-  in.k = rand_tensor({12, 1, 16}, kBf, 121, -1.0, 1.0);  // not normalized by the caller
-  auto r = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true, in.cu_t,
-                                  true);
-  const PrefillRef ref = prefill_reference(in, {}, 1.0, true, true, true);
-  EXPECT_TRUE(all_close(r.output, ref.out, {1e-3, 8e-3}));
-  EXPECT_TRUE(all_close(r.final_state, ref.state, {1e-4, 1e-4}));
+  in.k = rand_tensor({12, 1, 16}, kBf, 121, -0.3, 0.3);  // not normalized by the caller
+  auto on = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true,
+                                   in.cu_t, true);
+  auto off = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true,
+                                    in.cu_t, false);
+  EXPECT_TRUE(all_close(on.output, off.output, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(on.final_state, off.final_state, {0.0, 0.0}));
+  const PrefillRef ref = prefill_reference(in, {}, 1.0, true, true);
+  EXPECT_TRUE(all_close(on.output, ref.out, {1e-3, 8e-3}));
+}
+
+// Padding sent to slot 0 by several requests (bf16 pool, all indices -1): the CPU reference
+// meets them in one order, so two identical calls give identical bits (upstream leaves it
+// undefined); fp16 q on the bf16-state path returns the kernel's bf16 output, as upstream.
+TEST(GdnDecode, SharedNullSlotIsDeterministicAndBf16PathOutputIsBf16) {
+  const DecodeIn in = decode_inputs(8, 1, 1, 4, 32, 8, 125, DType::kFloat16);
+  Tensor pool = rand_tensor({2, 4, 8, 32}, kBf, 126, -0.5, 0.5);
+  Tensor idx = Tensor::from_vector(std::vector<double>(8, -1.0), {8}, DType::kInt32);
+  Tensor p1 = pool.clone(), p2 = pool.clone();
+  auto [o1, s1] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                       in.a, in.dt_bias, in.b, std::nullopt,
+                                                       std::nullopt, true, p1, idx);
+  auto [o2, s2] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                       in.a, in.dt_bias, in.b, std::nullopt,
+                                                       std::nullopt, true, p2, idx);
+  EXPECT_EQ(o1.dtype(), kBf);
+  EXPECT_TRUE(all_close(o1, o2, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(p1, p2, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(p1.select(0, 1), pool.select(0, 1), {0.0, 0.0}));
 }
 
 // ---- bad input ----------------------------------------------------------------------------------
@@ -587,6 +611,32 @@ TEST(GdnBadInput, ErrorsNameOpAndArgument) {
                                          std::nullopt, false, p.cu_t, false, std::nullopt,
                                          std::nullopt, std::nullopt, std::nullopt, 32),
                   pop, "checkpoint_every_n_tokens");
+  {  // checkpoint rows past state_checkpoints, a start near INT64_MAX included (no wrap)
+    const PrefillIn lp = prefill_inputs({0, 64, 128}, 1, 1, 1, 8, 133);
+    Tensor ck = Tensor::zeros({2, 1, 8, 8}, kF32);
+    for (double start : {2.0, 9.2233720368547e18}) {
+      Tensor st = Tensor::from_vector({0, start, 2}, {3}, DType::kInt64);
+      EXPECT_FI_ERROR(chunk_gated_delta_rule(lp.q, lp.k, lp.v, std::nullopt, std::nullopt,
+                                             std::nullopt, std::nullopt, false, lp.cu_t, false,
+                                             std::nullopt, std::nullopt, ck, st, 64),
+                      pop, "checkpoint_cu_starts");
+    }
+  }
+  // A negative state index (no pools given: still an error, not a silent skip).
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(
+                      p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+                      p.cu_t, false, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0,
+                      Value(std::string("auto")), Tensor::from_vector({0, -1}, {2}, DType::kInt32)),
+                  pop, "state_indices");
+  // mtp step slots outside the pool.
+  EXPECT_FI_ERROR(
+      gated_delta_rule_mtp(in2.q, in2.k, in2.v, pool, idx, in2.A_log, in2.a, in2.dt_bias, in2.b,
+                           std::nullopt, std::nullopt, std::nullopt,
+                           Tensor::from_vector({0, 1, 2, 3}, {2, 2}, DType::kInt32), false),
+      "gated_delta_rule_mtp", "ssm_state_indices");
+  EXPECT_FI_ERROR(gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, Tensor::zeros({}, kF32),
+                                                       in.A_log, in.a, in.dt_bias, in.b),
+                  op, "state");
   EXPECT_FI_ERROR(
       chunk_gated_delta_rule(p.q, p.k, p.v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                              false, p.cu_t, false, std::nullopt, std::nullopt, std::nullopt,
@@ -739,8 +789,9 @@ TEST(GdnCuda, PrefillMatchesCpu) {
   for (const DType io : {kBf, DType::kFloat16}) {
     const PrefillIn in = prefill_inputs({0, 70, 70, 200, 333}, 2, 2, 4, 128, 180, io);
     Tensor init = rand_tensor({4, 4, 128, 128}, kF32, 181, -0.3, 0.3);
-    Tensor ckpt = Tensor::zeros({3, 4, 128, 128}, kF32), dckpt = cuda(ckpt);
-    Tensor starts = Tensor::from_vector({0, 1, 1, 3, 3}, {5}, DType::kInt32);
+    // Lengths 70, 0, 130, 133: 1, 0, 2 and 2 checkpoints of 64 tokens.
+    Tensor ckpt = Tensor::zeros({5, 4, 128, 128}, kF32), dckpt = cuda(ckpt);
+    Tensor starts = Tensor::from_vector({0, 1, 1, 3, 5}, {5}, DType::kInt32);
     auto rc = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, init, true,
                                      in.cu_t, true, std::nullopt, std::nullopt, ckpt, starts, 64);
     auto rg = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
@@ -750,6 +801,89 @@ TEST(GdnCuda, PrefillMatchesCpu) {
     EXPECT_TRUE(all_close(rg.output.to(Device::cpu()), rc.output, {2e-3, rt}));
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, {1e-4, 1e-3}));
     EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, {1e-4, 1e-3}));
+  }
+}
+
+// The paths and guards the cases above do not reach: small K (1 and 2 values a lane), the fp32
+// one-token pool (negative read: zero output; negative write: slot 0), per-step pool slots,
+// prefill GQA; and the device-side guards where the CPU raises: a read slot outside the pool
+// (NaN outputs, no state written), an invalid cu_seqlens range (the sequence skipped), a
+// negative state index in prefill (NaN outputs).
+TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t K : {16, 64}) {
+    const DecodeIn in = decode_inputs(4, 1, 1, 2, K, 8, 190 + K);
+    Tensor pool = rand_tensor({5, 2, 8, K}, kF32, 191, -0.5, 0.5), dpool = cuda(pool);
+    Tensor read = Tensor::from_vector({4, -1, 1, 2}, {4}, DType::kInt32);
+    Tensor write = Tensor::from_vector({3, 0, 1, -1}, {4}, DType::kInt32);
+    auto [oc, sc] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log,
+                                                         in.a, in.dt_bias, in.b, std::nullopt,
+                                                         std::nullopt, true, pool, read, write);
+    auto [og, sg] = gated_delta_rule_decode_pretranspose(
+        cuda(in.q), cuda(in.k), cuda(in.v), std::nullopt, cuda(in.A_log), cuda(in.a),
+        cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, true, dpool, cuda(read),
+        cuda(write));
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4})) << K;
+  }
+  {  // per-step pool slots
+    const DecodeIn in = decode_inputs(2, 2, 1, 1, 32, 8, 195);
+    Tensor pool = rand_tensor({6, 1, 8, 32}, kF32, 196, -0.5, 0.5), dpool = cuda(pool);
+    Tensor read = Tensor::from_vector({0, 1}, {2}, DType::kInt32);
+    Tensor steps = Tensor::from_vector({2, 3, -1, 5}, {2, 2}, DType::kInt32);
+    auto [oc, sc] =
+        gated_delta_rule_mtp(in.q, in.k, in.v, pool, read, in.A_log, in.a, in.dt_bias, in.b,
+                             std::nullopt, std::nullopt, std::nullopt, steps, false);
+    auto [og, sg] = gated_delta_rule_mtp(
+        cuda(in.q), cuda(in.k), cuda(in.v), dpool, cuda(read), cuda(in.A_log), cuda(in.a),
+        cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, std::nullopt, cuda(steps), false);
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+    EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4}));
+  }
+  {  // prefill GQA (4 q heads over 2 k / v heads)
+    const PrefillIn in = prefill_inputs({0, 40, 97}, 4, 2, 2, 64, 197);
+    auto rc = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt,
+                                     true, in.cu_t);
+    auto rg = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                                     std::nullopt, std::nullopt, true, cuda(in.cu_t));
+    EXPECT_TRUE(all_close(rg.output.to(Device::cpu()), rc.output, {2e-3, 1.6e-2}));
+    EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, {1e-4, 1e-3}));
+  }
+  auto all_nan = [](const Tensor& t) {
+    for (double x : t.to(Device::cpu()).to_double_vector()) {
+      if (!std::isnan(x)) return false;
+    }
+    return true;
+  };
+  {  // a read slot outside the pool: NaN outputs for that request, its slots untouched
+    const DecodeIn in = decode_inputs(2, 1, 1, 1, 32, 8, 198);
+    Tensor pool = rand_tensor({3, 1, 8, 32}, kF32, 199, -0.5, 0.5), dpool = cuda(pool);
+    Tensor read = Tensor::from_vector({7, 1}, {2}, DType::kInt32);
+    auto [og, sg] = gated_delta_rule_decode_pretranspose(
+        cuda(in.q), cuda(in.k), cuda(in.v), std::nullopt, cuda(in.A_log), cuda(in.a),
+        cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, true, dpool, cuda(read));
+    EXPECT_TRUE(all_nan(og.slice(0, 0, 1)));
+    EXPECT_FALSE(all_nan(og.slice(0, 1, 2)));
+    const Tensor after = dpool.to(Device::cpu());
+    for (int64_t s : {0, 2}) {
+      EXPECT_TRUE(all_close(after.select(0, s), pool.select(0, s), {0.0, 0.0})) << s;
+    }
+  }
+  {  // an invalid cu_seqlens range is skipped (its output rows stay zero); a negative state
+     // index writes NaN
+    const PrefillIn in = prefill_inputs({0, 4, 9}, 1, 1, 1, 16, 200);
+    Tensor bad_cu = Tensor::from_vector({0, 6, 4}, {3}, DType::kInt64);
+    auto r = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                                    std::nullopt, std::nullopt, false, cuda(bad_cu));
+    const auto o = r.output.to(Device::cpu()).to_double_vector();
+    for (int64_t i = 6 * 16; i < 9 * 16; ++i) EXPECT_EQ(o[i], 0.0);
+    Tensor pool = Tensor::zeros({2, 1, 16, 16}, kF32);
+    auto rn = chunk_gated_delta_rule(
+        cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta), std::nullopt, cuda(pool),
+        false, cuda(in.cu_t), false, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0,
+        Value(std::string("auto")), cuda(Tensor::from_vector({1, -1}, {2}, DType::kInt32)));
+    EXPECT_TRUE(all_nan(rn.output.slice(0, 4, 9)));
+    EXPECT_FALSE(all_nan(rn.output.slice(0, 0, 4)));
   }
 }
 

@@ -36,9 +36,8 @@ void store_state(const GdnStateRef& s, int64_t slot, int64_t h, const std::vecto
   }
 }
 
-// A row of K io values as fp32; with `norm`, times rsqrt(sum of squares + 1e-6) (and, for
-// `round_io`, rounded back to the io dtype as a separate normalization pass stores it).
-void load_row(const GdnParams& p, const void* base, int64_t off, bool norm, bool round_io,
+// A row of K io values as fp32; with `norm`, times rsqrt(sum of squares + 1e-6).
+void load_row(const GdnParams& p, const void* base, int64_t off, bool norm,
               std::vector<float>& out) {
   float ss = 0.0f;
   for (int64_t i = 0; i < p.K; ++i) {
@@ -47,14 +46,7 @@ void load_row(const GdnParams& p, const void* base, int64_t off, bool norm, bool
   }
   if (!norm) return;
   const float inv = gdn::l2_inv_norm(ss);
-  for (int64_t i = 0; i < p.K; ++i) {
-    out[i] *= inv;
-    if (round_io) {
-      out[i] = p.io_dtype == DType::kFloat16
-                   ? half_bits_to_float(float_to_half_bits(out[i]))
-                   : bfloat16_bits_to_float(float_to_bfloat16_bits(out[i]));
-    }
-  }
+  for (int64_t i = 0; i < p.K; ++i) out[i] *= inv;
 }
 
 void store_out(const GdnParams& p, int64_t off, float o) {
@@ -87,6 +79,7 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
         skip = true;
         break;
       case GdnNegativeRead::kSkipKeepOutput:
+      case GdnNegativeRead::kInvalid:  // refused by the API layer before it gets here
         skip = true;
         break;
       case GdnNegativeRead::kSlotZero:
@@ -110,10 +103,9 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
   std::vector<float> q(static_cast<size_t>(K)), kk(static_cast<size_t>(K));
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = begin + t;
-    load_row(p, p.q, n * p.q_stride_seq + tok * p.q_stride_tok + qh * p.q_stride_head, p.l2norm,
-             !p.decode_gates, q);
+    load_row(p, p.q, n * p.q_stride_seq + tok * p.q_stride_tok + qh * p.q_stride_head, p.l2norm, q);
     load_row(p, p.k, n * p.k_stride_seq + tok * p.k_stride_tok + kh * p.k_stride_head, p.l2norm,
-             !p.decode_gates, kk);
+             kk);
     if (!p.scale_output) {
       for (int64_t i = 0; i < K; ++i) q[i] *= p.scale;
     }
@@ -163,10 +155,14 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
 
 }  // namespace
 
+// Heads in parallel, the sequences of a head in order: requests that share a slot (padding sent
+// to slot 0, a write slot another request reads) then meet in one order, call after call, so the
+// reference stays deterministic where upstream's kernels leave the result undefined.
 void gated_delta_rule(const GdnParams& p) {
-  const int64_t work = p.num_seqs * p.H;
-#pragma omp parallel for schedule(dynamic, 1) if (work > 1 && p.K * p.V >= 1024)
-  for (int64_t i = 0; i < work; ++i) run_head(p, i / p.H, i % p.H);
+#pragma omp parallel for schedule(dynamic, 1) if (p.H > 1 && p.num_seqs * p.K * p.V >= 1024)
+  for (int64_t h = 0; h < p.H; ++h) {
+    for (int64_t n = 0; n < p.num_seqs; ++n) run_head(p, n, h);
+  }
 }
 
 }  // namespace flashinfer::kernels::cpu

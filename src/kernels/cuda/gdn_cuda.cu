@@ -37,11 +37,6 @@ __device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t i
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
 }
 
-template <class IO>
-__device__ __forceinline__ float round_io(float x) {
-  return to_f32(from_f32<IO>(x));
-}
-
 __device__ __forceinline__ int64_t state_offset(const GdnStateRef& s, int64_t slot, int64_t h,
                                                 int64_t k, int64_t v) {
   return slot * s.stride_slot + h * s.stride_head + k * s.stride_k + v * s.stride_v;
@@ -68,11 +63,10 @@ __device__ __forceinline__ void store_fp32_row(float* dst, const float (&row)[KJ
   }
 }
 
-// A q or k row (K values, lane-strided) as fp32: normalized and, for prefill, rounded back to the
-// io dtype as a separate normalization pass stores it.
+// A q or k row (K values, lane-strided) as fp32, normalized when `norm`.
 template <class IO, int KJ>
-__device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, bool round,
-                                        float (&x)[KJ], int lane) {
+__device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, float (&x)[KJ],
+                                        int lane) {
   float ss = 0.0f;
   FLASHINFER_UNROLL
   for (int j = 0; j < KJ; ++j) {
@@ -83,14 +77,13 @@ __device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, bo
   if (!norm) return;
   const float inv = gdn::l2_inv_norm(warp_reduce_sum(ss));
   FLASHINFER_UNROLL
-  for (int j = 0; j < KJ; ++j) {
-    x[j] *= inv;
-    if (round) x[j] = round_io<IO>(x[j]);
-  }
+  for (int j = 0; j < KJ; ++j) x[j] *= inv;
 }
 
 template <class IO, class ST, int KJ>
-__global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p) {
+// At least 4 blocks an SM: the register target ptxas picks then keeps every instance free of
+// spills (without it, the 4-values-a-lane instances spilled 4 bytes at 64 registers).
+__global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams p) {
   pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
@@ -116,10 +109,16 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p)
     store_any(p.out, p.out_dtype, out_off(t), o);
   };
 
+  // What the CPU path refuses on the host: a read slot outside the pool (or a negative one where
+  // that is invalid) writes NaN outputs and no state.
+  const float nan = __int_as_float(0x7fc00000);
   int64_t r = p.read_idx ? load_index(p.read_idx, p.read_idx_i64, n) : n;
   if (r < 0) {
     if (p.negative_read == GdnNegativeRead::kSlotZero) {
       r = 0;
+    } else if (p.negative_read == GdnNegativeRead::kInvalid) {
+      for (int64_t t = 0; t < len; ++t) write_out(t, nan);
+      return;
     } else {
       if (p.negative_read == GdnNegativeRead::kSkipZeroOutput) {
         for (int64_t t = 0; t < len; ++t) write_out(t, 0.0f);
@@ -127,8 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p)
       return;
     }
   }
-  if (p.read_idx && p.state_in.data && r >= p.state_in.slots) {  // the CPU path refuses it
-    for (int64_t t = 0; t < len; ++t) write_out(t, __int_as_float(0x7fc00000));
+  if (p.read_idx && p.state_in.data && r >= p.state_in.slots) {
+    for (int64_t t = 0; t < len; ++t) write_out(t, nan);
     return;
   }
   if (len <= 0) return;
@@ -147,7 +146,6 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p)
   }
   const int64_t qh = gdn::source_head(h, p.Hq, p.H), kh = gdn::source_head(h, p.Hk, p.H);
   const int64_t vh = gdn::source_head(h, p.Hv, p.H);
-  const bool round = !p.decode_gates;
   float A = 0.0f, dtb = 0.0f;
   if (p.decode_gates) {
     A = p.A_log[h];
@@ -158,10 +156,10 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p)
     float q[KJ], kk[KJ];
     load_qk<IO, KJ>(static_cast<const IO*>(p.q) + n * p.q_stride_seq + tok * p.q_stride_tok +
                         qh * p.q_stride_head,
-                    K, p.l2norm, round, q, lane);
+                    K, p.l2norm, q, lane);
     load_qk<IO, KJ>(static_cast<const IO*>(p.k) + n * p.k_stride_seq + tok * p.k_stride_tok +
                         kh * p.k_stride_head,
-                    K, p.l2norm, round, kk, lane);
+                    K, p.l2norm, kk, lane);
     if (!p.scale_output) {
       FLASHINFER_UNROLL
       for (int j = 0; j < KJ; ++j) q[j] *= p.scale;
@@ -210,10 +208,11 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(GdnParams p)
       }
     }
     if (p.checkpoint_every > 0 && (t + 1) % p.checkpoint_every == 0) {
-      const int64_t row = load_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) +
-                          (t + 1) / p.checkpoint_every - 1;
-      if (row >= 0 && row < p.checkpoint_rows) {
-        store_fp32_row<KJ>(p.checkpoints + ((row * p.H + h) * p.V + v) * K, s, K, lane);
+      // Row start + j, guarded without forming the sum (a start near INT64_MAX must not wrap).
+      const int64_t start = load_index(p.checkpoint_starts, p.checkpoint_starts_i64, n);
+      const int64_t j = (t + 1) / p.checkpoint_every - 1;
+      if (start >= 0 && start < p.checkpoint_rows - j) {
+        store_fp32_row<KJ>(p.checkpoints + (((start + j) * p.H + h) * p.V + v) * K, s, K, lane);
       }
     }
   }
