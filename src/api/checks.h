@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "core/view_overlap.h"
 #include "flashinfer/error.h"
@@ -73,6 +74,17 @@ inline void check_no_overlap(const Tensor& t, const Tensor& other, const char* o
                              const char* other_arg) {
   FLASHINFER_CHECK(!detail::views_overlap(t, other), op, arg, "must not overlap ", other_arg,
                    " in memory");
+}
+
+/// Exact integer values of an int32 / int64 tensor of any rank on any device, in logical order
+/// (a device tensor is copied to the host: for values the host must check or use).
+inline std::vector<int64_t> host_ints(const Tensor& t) {
+  const Tensor h = (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous();
+  std::vector<int64_t> v(static_cast<std::size_t>(h.numel()));
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    v[i] = h.dtype() == DType::kInt64 ? h.data<int64_t>()[i] : h.data<int32_t>()[i];
+  }
+  return v;
 }
 
 }  // namespace flashinfer::api

@@ -84,23 +84,14 @@ void check_index_vector(const Tensor& t, int64_t n, const Tensor& q, const char*
   api::check_same_device(t, q, op, arg, "q");
   FLASHINFER_CHECK(t.size(0) == n, op, arg, "expected shape [", n, "], got ",
                    shape_to_string(t.shape()));
-}
-
-// Host values of an int32 / int64 tensor (CPU tensors only: CUDA kernels guard on the device).
-std::vector<int64_t> host_ints(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  std::vector<int64_t> out(static_cast<size_t>(c.numel()));
-  for (int64_t i = 0; i < c.numel(); ++i) {
-    out[i] = c.dtype() == DType::kInt64 ? c.data<int64_t>()[i] : c.data<int32_t>()[i];
-  }
-  return out;
+  FLASHINFER_CHECK(t.stride(0) == 1 || n <= 1, op, arg, "must be contiguous");
 }
 
 // Every value of an index tensor below `slots` (and >= 0 unless negatives have a meaning).
 void check_slots(const Tensor& t, int64_t slots, bool negatives_allowed, const char* op,
                  const char* arg) {
   if (!t.device().is_cpu()) return;
-  const auto v = host_ints(t);
+  const auto v = api::host_ints(t);
   for (size_t i = 0; i < v.size(); ++i) {
     FLASHINFER_CHECK(v[i] < slots && (negatives_allowed || v[i] >= 0), op, arg, "entry ", i, " is ",
                      v[i], ", outside [", negatives_allowed ? "-inf" : "0", ", ", slots,
@@ -278,13 +269,9 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
     check_slots(*read_idx, s.size(0), true, op, "initial_state_indices");
     p.read_idx = read_idx->data_ptr();
     p.read_idx_i64 = read_idx->dtype() == DType::kInt64;
-    FLASHINFER_CHECK(read_idx->stride(0) == 1 || B <= 1, op, "initial_state_indices",
-                     "must be contiguous");
     if (has_write) {
       check_index_vector(*write_idx, B, q, op, "output_state_indices");
       check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
-      FLASHINFER_CHECK(write_idx->stride(0) == 1 || B <= 1, op, "output_state_indices",
-                       "must be contiguous");
       p.write_idx = write_idx->data_ptr();
       p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
     }
@@ -350,15 +337,11 @@ std::tuple<Tensor, Tensor> mtp_impl(
   FLASHINFER_CHECK(s.size(0) >= 1, op, "initial_state", "the state pool has no slots");
   p.state_in = p.state_out = state_ref(s, true);
   check_index_vector(read_idx, B, q, op, "initial_state_indices");
-  FLASHINFER_CHECK(read_idx.stride(0) == 1 || B <= 1, op, "initial_state_indices",
-                   "must be contiguous");
   check_slots(read_idx, s.size(0), true, op, "initial_state_indices");
   p.read_idx = read_idx.data_ptr();
   p.read_idx_i64 = read_idx.dtype() == DType::kInt64;
   if (write_idx && write_idx->defined()) {
     check_index_vector(*write_idx, B, q, op, "output_state_indices");
-    FLASHINFER_CHECK(write_idx->stride(0) == 1 || B <= 1, op, "output_state_indices",
-                     "must be contiguous");
     check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
     p.write_idx = write_idx->data_ptr();
     p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
@@ -477,7 +460,7 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   const int64_t N = cu.size(0) - 1;
   std::vector<int64_t> cu_host;
   if (cu.device().is_cpu()) {
-    cu_host = host_ints(cu);
+    cu_host = api::host_ints(cu);
     for (int64_t n = 0; n < N; ++n) {
       FLASHINFER_CHECK(cu_host[n] >= 0 && cu_host[n] <= cu_host[n + 1] && cu_host[n + 1] <= T, op,
                        "cu_seqlens", "must be non-decreasing within [0, ", T, "], got entries ", n,
@@ -515,10 +498,8 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   const bool pooled = state_indices && state_indices->defined();
   if (pooled) {
     check_index_vector(*state_indices, N, q, op, "state_indices");
-    FLASHINFER_CHECK(state_indices->stride(0) == 1 || N <= 1, op, "state_indices",
-                     "must be contiguous");
     if (state_indices->device().is_cpu()) {
-      const auto idx = host_ints(*state_indices);
+      const auto idx = api::host_ints(*state_indices);
       for (size_t i = 0; i < idx.size(); ++i) {
         FLASHINFER_CHECK(idx[i] >= 0, op, "state_indices", "entry ", i, " is ", idx[i],
                          ": state indices must be non-negative");
@@ -611,7 +592,7 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                      "checkpoint_cu_starts must have ", N + 1, " elements, got ", cs.size(0));
     FLASHINFER_CHECK(cs.is_contiguous(), op, "checkpoint_cu_starts", "must be contiguous");
     if (cs.device().is_cpu()) {
-      const auto st = host_ints(cs);
+      const auto st = api::host_ints(cs);
       for (int64_t n = 0; n < N; ++n) {
         const int64_t count = (cu_host[n + 1] - cu_host[n]) / every;
         FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] <= c.size(0) - count), op,
@@ -732,17 +713,10 @@ DecodeInputs decode_inputs(const BenchShape& s, Device dev, int64_t T, bool k_ma
   return in;
 }
 
-BenchCase bench_pretranspose(const BenchShape& s, Device dev) {
-  DecodeInputs in = decode_inputs(s, dev, 1, false);
-  BenchCase c = api::bench::invoke_case("gated_delta_rule_decode_pretranspose", in.args);
-  c.bytes = in.bytes;
-  c.flops = in.flops;
-  return c;
-}
-
-BenchCase bench_decode(const BenchShape& s, Device dev) {
-  DecodeInputs in = decode_inputs(s, dev, 1, true);
-  BenchCase c = api::bench::invoke_case("gated_delta_rule_decode", in.args);
+// One decode step on a K-last [B, HV, V, K] or a K-major [B, HV, K, V] state.
+BenchCase bench_one_step(const char* op, bool k_major, const BenchShape& s, Device dev) {
+  DecodeInputs in = decode_inputs(s, dev, 1, k_major);
+  BenchCase c = api::bench::invoke_case(op, in.args);
   c.bytes = in.bytes;
   c.flops = in.flops;
   return c;
@@ -855,8 +829,12 @@ void register_gdn_ops(OpRegistry& r) {
                          "gated_delta_rule_mtp", "chunk_gated_delta_rule"}) {
     api::register_backends(op, kGdnKernels);
   }
-  register_bench_hook("gated_delta_rule_decode_pretranspose", bench_pretranspose);
-  register_bench_hook("gated_delta_rule_decode", bench_decode);
+  register_bench_hook("gated_delta_rule_decode_pretranspose", [](const BenchShape& s, Device d) {
+    return bench_one_step("gated_delta_rule_decode_pretranspose", false, s, d);
+  });
+  register_bench_hook("gated_delta_rule_decode", [](const BenchShape& s, Device d) {
+    return bench_one_step("gated_delta_rule_decode", true, s, d);
+  });
   register_bench_hook("gated_delta_rule_mtp", bench_mtp);
   register_bench_hook("chunk_gated_delta_rule", bench_prefill);
 }

@@ -87,17 +87,6 @@ void check_row_tensor(const Tensor& t, int64_t len, bool allow_one, const Tensor
                    allow_one ? " (or 1)" : "", ", got shape ", shape_to_string(t.shape()));
 }
 
-// Exact integer values of a 1-D int32/int64 tensor on any device.
-std::vector<int64_t> host_ints(const Tensor& t) {
-  const Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
-  std::vector<int64_t> v(static_cast<std::size_t>(h.size(0)));
-  for (int64_t i = 0; i < h.size(0); ++i) {
-    v[i] = h.dtype() == DType::kInt64 ? h.data<int64_t>()[i * h.stride(0)]
-                                      : h.data<int32_t>()[i * h.stride(0)];
-  }
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Per-row arguments. The kernels read each row's values where they are (kernels/sampling_rules.h:
 // sampling_row): a scalar, or a 1-D tensor by pointer, dtype and stride. Shapes, dtypes, devices
@@ -140,7 +129,7 @@ SamplingRows base_rows(const Tensor& input, const std::optional<Tensor>& indices
   r.batch = idx.size(0);
   r.args.indices = tensor_arg(idx);
   if (idx.device().is_cpu()) {
-    const std::vector<int64_t> v = host_ints(idx);
+    const std::vector<int64_t> v = api::host_ints(idx);
     for (std::size_t i = 0; i < v.size(); ++i) {
       FLASHINFER_CHECK(v[i] >= 0 && v[i] < src_rows, op, "indices", "indices[", i, "] = ", v[i],
                        " is out of range [0, ", src_rows, ")");
@@ -160,7 +149,7 @@ void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const
                      "top_k");
     rows.args.top_k = tensor_arg(top_k.tensor());
     if (input.device().is_cpu()) {
-      const std::vector<int64_t> v = host_ints(top_k.tensor());
+      const std::vector<int64_t> v = api::host_ints(top_k.tensor());
       for (std::size_t i = 0; i < v.size(); ++i) check(i, v[i]);
     }
   } else {
@@ -664,7 +653,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
                      "expected an integer or a one-element tensor");
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
     const Tensor t = a.tensor().reshape({1});
-    if (t.device().is_cpu()) return int_arg(host_ints(t)[0]);
+    if (t.device().is_cpu()) return int_arg(api::host_ints(t)[0]);
     api::check_same_device(t, draft_probs, op, arg, "draft_probs");
     return tensor_arg(t);
   };
@@ -674,7 +663,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
                ids = draft_token_ids.contiguous();
   if (b * n > 0 && ids.device().is_cpu()) {
-    const std::vector<int64_t> host_ids = host_ints(ids.reshape({b * n}));
+    const std::vector<int64_t> host_ids = api::host_ints(ids.reshape({b * n}));
     for (int64_t i = 0; i < b * n; ++i) {
       const int64_t d = host_ids[static_cast<std::size_t>(i)];
       FLASHINFER_CHECK(d >= 0 && d < v, op, "draft_token_ids", "token ", d, " at [", i / n, ", ",

@@ -9,30 +9,6 @@ namespace {
 
 constexpr int kWarps = 4;  // state rows (v) of one (sequence, head) per block
 
-__device__ __forceinline__ float load_any(const void* p, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kFloat16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::kBFloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_any(void* p, DType dt, int64_t i, float x) {
-  switch (dt) {
-    case DType::kFloat16:
-      static_cast<__half*>(p)[i] = __float2half_rn(x);
-      break;
-    case DType::kBFloat16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
-      break;
-    default:
-      static_cast<float*>(p)[i] = x;
-  }
-}
-
 __device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t i) {
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
 }
@@ -106,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
   auto write_out = [&](int64_t t, float o) {
     if (lane != 0) return;
     if (p.out_via_bf16) o = __bfloat162float(__float2bfloat16_rn(o));
-    store_any(p.out, p.out_dtype, out_off(t), o);
+    store_any(p.out, out_off(t), p.out_dtype, o);
   };
 
   // What the CPU path refuses on the host: a read slot outside the pool (or a negative one where
@@ -149,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
   float A = 0.0f, dtb = 0.0f;
   if (p.decode_gates) {
     A = p.A_log[h];
-    dtb = load_any(p.dt_bias, p.dt_bias_dtype, h);
+    dtb = load_any(p.dt_bias, h, p.dt_bias_dtype);
   }
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = begin + t;
@@ -169,10 +145,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
       const GdnGateRef& a = p.a;
       const GdnGateRef& b = p.b;
       decay = gdn::decode_decay(
-          load_any(a.data, a.dtype, n * a.stride_seq + tok * a.stride_tok + h * a.stride_head), dtb,
+          load_any(a.data, n * a.stride_seq + tok * a.stride_tok + h * a.stride_head, a.dtype), dtb,
           A);
       beta = gdn::decode_beta(
-          load_any(b.data, b.dtype, n * b.stride_seq + tok * b.stride_tok + h * b.stride_head));
+          load_any(b.data, n * b.stride_seq + tok * b.stride_tok + h * b.stride_head, b.dtype));
     } else {
       if (p.g.data) {
         decay = static_cast<const float*>(p.g.data)[tok * p.g.stride_tok + h * p.g.stride_head];
