@@ -61,6 +61,22 @@ FLASHINFER_HD Philox4x32 philox4x32(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
+/// philox4x32 with a round count known only at run time (Triton's tl.randint takes n_rounds).
+FLASHINFER_HD Philox4x32 philox4x32_rounds(Philox4x32 ctr, uint32_t k0, uint32_t k1, int rounds) {
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0) {
+      k0 += kPhiloxWeyl0;
+      k1 += kPhiloxWeyl1;
+    }
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kPhiloxMul0, ctr.v[0], hi0, lo0);
+    philox_mulhilo(kPhiloxMul1, ctr.v[2], hi1, lo1);
+    const Philox4x32 next = {{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
+    ctr = next;
+  }
+  return ctr;
+}
+
 /// Block `block` (four 32-bit words) of subsequence `subsequence` of the stream keyed by `seed`.
 FLASHINFER_HD Philox4x32 philox_block(uint64_t seed, uint64_t subsequence, uint64_t block) {
   const Philox4x32 ctr = {{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
