@@ -16,7 +16,7 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -307,6 +307,21 @@ RULES = {
             description="the gated delta rule's recurrent kernel (gdn_cuda.cu; every io / state "
             "dtype and row width): no spills (a state row stays in registers across the tokens), "
             "the k sums as warp butterflies (SHFL.BFLY)",
+            require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
+        ),
+        Rule(
+            name="mhc",
+            match=("mhc_post_kernel", "mhc_pre_kernel"),
+            description="DeepSeek-V4's hyper-connection kernels (mhc_cuda.cu: mhc_post, "
+            "mhc_pre_big_fuse and its prenorm form): no spills, 128-bit global loads (LDG .128)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="ssu",
+            match="ssu_kernel",
+            description="the Mamba selective state update kernel (ssu_cuda.cu; every state dtype "
+            "and row width): no spills (a state row stays in registers across the tokens), the "
+            "dot with C as a warp butterfly (SHFL.BFLY)",
             require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
         ),
     )

@@ -49,6 +49,8 @@ void register_fmha_v2_prefill_ops(OpRegistry& registry);
 void register_attention_sink_ops(OpRegistry& registry);
 void register_xqa_ops(OpRegistry& registry);
 void register_gdn_ops(OpRegistry& registry);
+void register_mamba_ops(OpRegistry& registry);
+void register_mhc_ops(OpRegistry& registry);
 void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 
@@ -94,6 +96,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_attention_sink_ops(registry);
   register_xqa_ops(registry);
   register_gdn_ops(registry);
+  register_mamba_ops(registry);
+  register_mhc_ops(registry);
   register_rope_quantize_append_ops(registry);
   register_moe_b12x_ops(registry);
 }

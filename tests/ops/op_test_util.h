@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -13,6 +17,8 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "util/test_util.h"
 
 namespace flashinfer::testing {
@@ -178,6 +184,29 @@ inline ::testing::AssertionResult replays_identically(const RecordingObserver::C
     if (auto r = same_values(after[a], c.after[a]); !r) return r << " (argument " << a << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+/// Records `run`'s calls to a fresh dump folder (upstream's layout), replays each dump from disk
+/// and expects every replay to pass; returns how many dumps there were.
+inline int dump_replay_all(const std::string& tag, const std::function<void()>& run) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_" + tag + "_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  run();
+  recorder::stop();
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    ++n;
+    const replay::Result r = replay::replay_from_dump(e.path().string());
+    EXPECT_EQ(r.status, replay::Status::kPassed) << e.path() << ": " << r.error;
+  }
+  fs::remove_all(dir);
+  return n;
 }
 
 /// A CPU tensor of `dtype` with values uniform in [lo, hi), deterministic per seed.
