@@ -420,6 +420,16 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "gdn_prefill.py: dispatch on the major: 9 (CuTe-DSL sm90), 10 (Blackwell, CUDA 13+), 12 "
         "(sm120); any other: NotImplementedError(\"GDN prefill DSL kernel is unavailable\")",
         false, "GDN prefill DSL kernel is unavailable");
+    // Fused RMSNorm + FP4 quantization: CuTe-DSL kernels built on the E2M1 conversion
+    // instructions of sm_100a and newer (no decorator; the docstrings say "Requires SM100+
+    // (Blackwell) for FP4 quantization PTX intrinsics"; the tests skip below SM100).
+    for (const char* op : {"rmsnorm_fp4quant", "add_rmsnorm_fp4quant"}) {
+      add(op, {100, 103, 107, 110, 120, 121},
+          "cute_dsl/add_rmsnorm_fp4quant.py, cute_dsl/rmsnorm_fp4quant.py: no decorator; the "
+          "kernels use cvt.rn.satfinite.e2m1x2.f32 (sm_100a and newer); docstrings \"Requires "
+          "SM100+ (Blackwell) for FP4 quantization PTX intrinsics\"",
+          false, "Requires SM100+ (Blackwell) for FP4 quantization PTX intrinsics");
+    }
     for (const char* op :
          {"trtllm_fp4_block_scale_moe", "trtllm_fp4_block_scale_routed_moe",
           "trtllm_mxint4_block_scale_moe", "trtllm_mxint4_block_scale_routed_moe"}) {
