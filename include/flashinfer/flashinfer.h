@@ -38,6 +38,7 @@
 #include "flashinfer/ops/moe_routing.h"
 #include "flashinfer/ops/moe_weight_prep.h"
 #include "flashinfer/ops/norm.h"
+#include "flashinfer/ops/norm_fp4quant.h"
 #include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/page.h"
 #include "flashinfer/ops/pod.h"

@@ -3,6 +3,7 @@
 // and a bench hook. The update itself is kernels/ssu_params.h's (docs/LINEAR_ATTENTION.md).
 #include "flashinfer/ops/mamba.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -55,6 +56,29 @@ constexpr api::KernelEntry<SsuParams> kSsuKernels[] = {
 #endif
 };
 
+#if FLASHINFER_WITH_CUDA
+api::Refusal ckpt_cuda_supports(const kernels::CkptSsuParams& p) {
+  return ssu_cuda_supports(p.ssu);
+}
+#endif
+
+constexpr api::KernelEntry<kernels::CkptSsuParams> kCkptKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: the ring history replayed, then the new tokens, in fp32, heads in parallel",
+     nullptr,
+     [](const kernels::CkptSsuParams& p, const api::LaunchContext&) {
+       kernels::cpu::checkpointing_ssu(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: a warp per state row, the history and the new tokens through it in registers",
+     ckpt_cuda_supports,
+     [](const kernels::CkptSsuParams& p, const api::LaunchContext& c) {
+       kernels::cuda::checkpointing_ssu(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
 std::string_view ssu_tname(const Tensor& t) { return dtype_torch_name(t.dtype()); }
 
 bool given(const std::optional<Tensor>& t) { return t && t->defined(); }
@@ -62,7 +86,7 @@ bool given(const std::optional<Tensor>& t) { return t && t->defined(); }
 // Upstream passes dt, A, D and dt_bias broadcast (stride 0) along their trailing axes: one value
 // per head. Its own dumps hold them materialized, so any strides are taken and the value at index
 // 0 of those axes is read; on the CPU a tensor whose values differ along them is refused.
-void check_per_head(const Tensor& t, int trailing, const char* arg) {
+void check_per_head(const Tensor& t, int trailing, const char* arg, const char* op = kSsuOp) {
   if (!t.device().is_cpu() || t.numel() == 0) return;
   bool broadcast = true;
   for (int i = t.dim() - trailing; i < t.dim(); ++i)
@@ -73,18 +97,18 @@ void check_per_head(const Tensor& t, int trailing, const char* arg) {
   const std::vector<double> v = t.contiguous().to_double_vector();
   for (size_t i = 0; i < v.size(); ++i) {
     const double ref = v[(i / block) * block];
-    FLASHINFER_CHECK(v[i] == ref || (std::isnan(v[i]) && std::isnan(ref)), kSsuOp, arg, arg,
+    FLASHINFER_CHECK(v[i] == ref || (std::isnan(v[i]) && std::isnan(ref)), op, arg, arg,
                      " must hold one value per head (upstream broadcasts it with stride 0 along "
                      "its last ",
                      trailing, " dimension(s)); element ", i, " differs");
   }
 }
 
-void check_io_like(const Tensor& t, const Tensor& x, const char* arg) {
-  api::check_defined(t, kSsuOp, arg);
-  FLASHINFER_CHECK(t.dtype() == x.dtype(), kSsuOp, arg, arg, " must have the same dtype as x");
-  api::check_same_device(t, x, kSsuOp, arg, "x");
-  FLASHINFER_CHECK(t.numel() == 0 || t.stride(-1) == 1, kSsuOp, arg, arg,
+void check_io_like(const Tensor& t, const Tensor& x, const char* arg, const char* op = kSsuOp) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.dtype() == x.dtype(), op, arg, arg, " must have the same dtype as x");
+  api::check_same_device(t, x, op, arg, "x");
+  FLASHINFER_CHECK(t.numel() == 0 || t.stride(-1) == 1, op, arg, arg,
                    " must be contiguous in its last dimension, got stride ", t.stride(-1));
 }
 
@@ -557,6 +581,320 @@ Tensor ssu_impl(const Tensor& state_in, const Tensor& x_in, const Tensor& dt_in,
   return *out;
 }
 
+// ---- checkpointing_ssu
+// ---------------------------------------------------------------------------
+
+constexpr const char* kCkptOp = "checkpointing_ssu";
+
+Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cache,
+                 const Tensor& dt_cache, const Tensor& ring_start, const Tensor& pnat,
+                 const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
+                 const Tensor& C, const Tensor& out, const std::optional<Tensor>& D,
+                 const std::optional<Tensor>& z, const std::optional<Tensor>& dt_bias,
+                 bool dt_softplus, const std::optional<Tensor>& sbi, int64_t pad_slot_id,
+                 const std::optional<Tensor>& state_scale, const std::optional<Tensor>& rand_seed,
+                 int64_t philox_rounds, std::optional<int64_t> d_split,
+                 const std::optional<Tensor>& cu_seqlens, std::optional<int64_t> max_seqlen,
+                 const std::optional<Tensor>& cb_scaled, const std::optional<Tensor>& cumAdt_vec,
+                 const std::optional<Tensor>& cb_old, int64_t heads_per_cta,
+                 const std::string& algorithm) {
+  const char* op = kCkptOp;
+  pad_slot_id = static_cast<int32_t>(pad_slot_id);
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{state, "state"},
+                                {x_cache, "x_cache"},
+                                {B_cache, "B_cache"},
+                                {dt_cache, "dt_cache"},
+                                {ring_start, "ring_start"},
+                                {pnat, "prev_num_accepted_tokens"},
+                                {x, "x"},
+                                {dt, "dt"},
+                                {A, "A"},
+                                {B, "B"},
+                                {C, "C"},
+                                {out, "out"}}) {
+    api::check_defined(t, op, name);
+    api::check_same_device(t, x, op, name, "x");
+  }
+  // The state: f16 / bf16 / f32, or int8 / float8_e4m3fn with decode scales.
+  api::check_dim(state, {4}, op, "state");
+  api::check_dtype_in(
+      state,
+      {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kInt8, DType::kFloat8E4M3FN}, op,
+      "state");
+  const int64_t slots = state.size(0), nheads = state.size(1), dim = state.size(2),
+                dstate = state.size(3);
+  FLASHINFER_CHECK(nheads >= 1 && dim >= 1 && dstate >= 1, op, "state",
+                   "nheads, dim and dstate must be positive, got ", shape_to_string(state.shape()));
+  FLASHINFER_CHECK(state.stride(3) == 1 || dstate <= 1, op, "state",
+                   "state dim 3 (dstate) must have stride 1, got ", state.stride(3));
+  FLASHINFER_CHECK(state.stride(2) == dstate || dim <= 1, op, "state",
+                   "state dim 2 (dim) must be contiguous with dim 3, got stride ", state.stride(2),
+                   " expected ", dstate);
+  FLASHINFER_CHECK(state.stride(1) == dim * dstate || nheads <= 1, op, "state",
+                   "state dim 1 (nheads) must be contiguous with dim 2, got stride ",
+                   state.stride(1), " expected ", dim * dstate);
+  api::check_writable(state, op, "state");
+  const bool quantized = state.dtype() == DType::kInt8 || state.dtype() == DType::kFloat8E4M3FN;
+  FLASHINFER_CHECK(quantized == (state_scale && state_scale->defined()), op, "state_scale",
+                   quantized ? "Quantized state.dtype (int8/fp8_e4m3fn) requires a state_scale "
+                               "tensor of shape (state_cache_size, nheads, dim) and dtype float32"
+                             : "state_scale must be None for non-quantized state.dtype (allowed "
+                               "quantized dtypes: {int8, fp8_e4m3fn})");
+  if (quantized) {
+    const Tensor& sc = *state_scale;
+    FLASHINFER_CHECK(sc.dtype() == DType::kFloat32, op, "state_scale",
+                     "state_scale must be float32 (got ", ssu_tname(sc), ")");
+    FLASHINFER_CHECK(sc.shape() == Shape({slots, nheads, dim}), op, "state_scale",
+                     "state_scale shape mismatch: expected ", shape_to_string({slots, nheads, dim}),
+                     ", got ", shape_to_string(sc.shape()));
+    FLASHINFER_CHECK((sc.stride(2) == 1 || dim <= 1) && (sc.stride(1) == dim || nheads <= 1), op,
+                     "state_scale", "state_scale must have rows of dim contiguous values");
+    api::check_same_device(sc, x, op, "state_scale", "x");
+  }
+  // x, dt, B, C, z, out: [batch, T, heads, n], or [1, total_tokens, heads, n] with cu_seqlens.
+  api::check_dim(x, {4}, op, "x");
+  api::check_dtype_in(x, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, op, "x");
+  FLASHINFER_CHECK(x.stride(3) == 1 || dim <= 1, op, "x",
+                   "x must be contiguous in its last dimension");
+  const bool varlen = cu_seqlens && cu_seqlens->defined();
+  FLASHINFER_CHECK(varlen || !max_seqlen, op, "max_seqlen",
+                   "max_seqlen is only valid with cu_seqlens (varlen mode); for non-varlen the "
+                   "JIT key is taken from x.size(1)");
+  int64_t batch = x.size(0), T = x.size(1);
+  std::vector<int64_t> cu_host;
+  if (varlen) {
+    const Tensor& cu = *cu_seqlens;
+    FLASHINFER_CHECK(cu.dim() == 1 && cu.dtype() == DType::kInt32, op, "cu_seqlens",
+                     "cu_seqlens must be a 1D int32 tensor, got shape ",
+                     shape_to_string(cu.shape()), " dtype ", ssu_tname(cu));
+    FLASHINFER_CHECK(
+        cu.size(0) >= 2 && cu.is_contiguous(), op, "cu_seqlens",
+        "cu_seqlens must have shape (batch+1,) with batch >= 1, got size(0)=", cu.size(0));
+    FLASHINFER_CHECK(max_seqlen.has_value(), op, "max_seqlen",
+                     "varlen mode requires max_seqlen under the ring contract (RING_BUFFER_LEN = "
+                     "max_window + max_seqlen is otherwise ambiguous)");
+    FLASHINFER_CHECK(x.size(0) == 1, op, "x",
+                     "varlen mode: x must be (1, total_tokens, nheads, dim), got shape ",
+                     shape_to_string(x.shape()));
+    batch = cu.size(0) - 1;
+    T = *max_seqlen;
+    FLASHINFER_CHECK(T >= 1, op, "max_seqlen", "max_seqlen must be >= 1, got ", T);
+    if (cu.device().is_cpu()) {
+      cu_host = api::host_ints(cu);
+      for (int64_t b = 0; b < batch; ++b) {
+        FLASHINFER_CHECK(cu_host[b] >= 0 && cu_host[b] <= cu_host[b + 1] &&
+                             cu_host[b + 1] <= x.size(1) && cu_host[b + 1] - cu_host[b] <= T,
+                         op, "cu_seqlens", "sequence ", b, " = [", cu_host[b], ", ", cu_host[b + 1],
+                         ") must lie within [0, ", x.size(1), "] and hold at most max_seqlen (", T,
+                         ") tokens");
+      }
+    }
+  }
+  FLASHINFER_CHECK(x.size(2) == nheads && x.size(3) == dim, op, "x",
+                   "x must be (.., nheads=", nheads, ", dim=", dim, "), got ",
+                   shape_to_string(x.shape()));
+  api::check_shape_eq(dt, x.shape(), op, "dt");
+  api::check_dtype_in(dt, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, op, "dt");
+  check_per_head(dt, 1, "dt", op);
+  check_io_like(B, x, "B", op);
+  check_io_like(C, x, "C", op);
+  check_io_like(out, x, "out", op);
+  api::check_shape_eq(out, x.shape(), op, "out");
+  api::check_writable(out, op, "out");
+  api::check_dim(B, {4}, op, "B");
+  const int64_t ngroups = B.size(2);
+  FLASHINFER_CHECK(ngroups >= 1 && nheads % ngroups == 0, op, "B", "nheads (", nheads,
+                   ") must be divisible by ngroups (", ngroups, ")");
+  const Shape bc_shape = {x.size(0), x.size(1), ngroups, dstate};
+  api::check_shape_eq(B, bc_shape, op, "B");
+  api::check_shape_eq(C, bc_shape, op, "C");
+  api::check_dtype_in(A, {DType::kFloat32}, op, "A");
+  api::check_shape_eq(A, {nheads, dim, dstate}, op, "A");
+  check_per_head(A, 2, "A", op);
+  if (z && z->defined()) {
+    check_io_like(*z, x, "z", op);
+    api::check_shape_eq(*z, x.shape(), op, "z");
+  }
+  for (const auto& [t, name] :
+       {std::pair<const std::optional<Tensor>&, const char*>{D, "D"}, {dt_bias, "dt_bias"}}) {
+    if (!t || !t->defined()) continue;
+    api::check_dtype_in(*t, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, op, name);
+    api::check_shape_eq(*t, {nheads, dim}, op, name);
+    api::check_same_device(*t, x, op, name, "x");
+    check_per_head(*t, 1, name, op);
+  }
+  const bool has_D = D && D->defined(), has_bias = dt_bias && dt_bias->defined();
+  FLASHINFER_CHECK(!(has_D && has_bias) || D->dtype() == dt_bias->dtype(), op, "dt_bias",
+                   "D.dtype (", has_D ? ssu_tname(*D) : "", ") and dt_bias.dtype (",
+                   has_bias ? ssu_tname(*dt_bias) : "", ") must match");
+  // The ring: [cache, nheads, L, dim], [cache, ngroups, L, dstate], [cache, nheads, L] (fp32);
+  // ring_start and prev_num_accepted_tokens [cache] int32.
+  api::check_dim(x_cache, {4}, op, "x_cache");
+  FLASHINFER_CHECK(x_cache.dtype() == x.dtype(), op, "x_cache", "x_cache.dtype must match x.dtype");
+  const int64_t L = x_cache.size(2);
+  FLASHINFER_CHECK(x_cache.size(0) == slots && x_cache.size(1) == nheads && x_cache.size(3) == dim,
+                   op, "x_cache", "x_cache must be (state_cache_size=", slots, ", nheads=", nheads,
+                   ", L, dim=", dim, "), got ", shape_to_string(x_cache.shape()));
+  FLASHINFER_CHECK(x_cache.stride(3) == 1 || dim <= 1, op, "x_cache",
+                   "x_cache must be contiguous in its last dimension");
+  api::check_dim(B_cache, {4}, op, "B_cache");
+  FLASHINFER_CHECK(B_cache.dtype() == x.dtype(), op, "B_cache", "B_cache.dtype must match x.dtype");
+  FLASHINFER_CHECK(B_cache.shape() == Shape({slots, ngroups, L, dstate}), op, "B_cache",
+                   "B_cache must be ", shape_to_string({slots, ngroups, L, dstate}), ", got ",
+                   shape_to_string(B_cache.shape()));
+  FLASHINFER_CHECK(B_cache.stride(3) == 1 || dstate <= 1, op, "B_cache",
+                   "B_cache must be contiguous in its last dimension");
+  FLASHINFER_CHECK(dt_cache.dtype() == DType::kFloat32, op, "dt_cache", "dt_cache must be float32");
+  FLASHINFER_CHECK(dt_cache.shape() == Shape({slots, nheads, L}), op, "dt_cache",
+                   "dt_cache must be ", shape_to_string({slots, nheads, L}), ", got ",
+                   shape_to_string(dt_cache.shape()));
+  FLASHINFER_CHECK(dt_cache.stride(2) == 1 || L <= 1, op, "dt_cache",
+                   "dt_cache must be contiguous in its last dimension");
+  for (const Tensor* t : {&x_cache, &B_cache, &dt_cache}) api::check_writable(*t, op, "x_cache");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{ring_start, "ring_start"},
+                                {pnat, "prev_num_accepted_tokens"}}) {
+    FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, name,
+                     name == std::string("ring_start") ? "ring_start must be int32"
+                                                       : "prev_num_accepted must be int32");
+    FLASHINFER_CHECK(t.dim() == 1 && t.size(0) == slots && t.is_contiguous(), op, name, name,
+                     ".size(0) must equal state_cache_size=", slots, " (contiguous), got ",
+                     shape_to_string(t.shape()));
+  }
+  const int64_t W = L - T;
+  FLASHINFER_CHECK(W <= 16, op, "x_cache",
+                   "checkpointing_ssu supports at most 16 cache tokens (max_window), got ", W);
+  FLASHINFER_CHECK(T <= W, op, "x", "npredicted (T) must be <= max_window (W): T=", T, ", W=", W,
+                   " (ring_buffer_len=", L, ")");
+  // Indices: one slot a row (1-D).
+  if (sbi && sbi->defined()) {
+    FLASHINFER_CHECK(sbi->dim() == 1 && sbi->size(0) == batch, op, "state_batch_indices",
+                     "state_batch_indices.size(0)=", sbi->numel(), " must equal batch=", batch);
+    FLASHINFER_CHECK(sbi->dtype() == DType::kInt32 || sbi->dtype() == DType::kInt64, op,
+                     "state_batch_indices", "state_batch_indices must be int32 or int64");
+    FLASHINFER_CHECK(sbi->is_contiguous(), op, "state_batch_indices", "must be contiguous");
+    api::check_same_device(*sbi, x, op, "state_batch_indices", "x");
+  }
+  FLASHINFER_CHECK(slots >= 1, op, "state", "the state cache has no slots");
+  // Knobs that change no result: validated as upstream does.
+  FLASHINFER_CHECK(algorithm == "auto" || algorithm == "monolith" || algorithm == "two-kernel", op,
+                   "algorithm", "algorithm must be one of 'auto', 'monolith', 'two-kernel'; got ",
+                   algorithm);
+  const int scratch = (cb_scaled && cb_scaled->defined()) + (cumAdt_vec && cumAdt_vec->defined()) +
+                      (cb_old && cb_old->defined());
+  FLASHINFER_CHECK(scratch == 0 || scratch == 3, op, "cb_scaled",
+                   "cb_scaled, cumAdt_vec, and cb_old must be provided together (they make the "
+                   "two-kernel path available)");
+  FLASHINFER_CHECK(algorithm != "two-kernel" || scratch == 3, op, "algorithm",
+                   "algorithm='two-kernel' requires the cb_scaled/cumAdt_vec/cb_old/scratch trio "
+                   "(got none)");
+  if (d_split) {
+    FLASHINFER_CHECK(*d_split == 1 || *d_split == 2, op, "d_split",
+                     "d_split must be in {1, 2}, got ", *d_split);
+    FLASHINFER_CHECK(dim % *d_split == 0, op, "d_split", "dim=", dim,
+                     " must be divisible by d_split=", *d_split);
+  }
+  const int64_t hpg = nheads / ngroups;
+  FLASHINFER_CHECK(
+      heads_per_cta == 0 || (heads_per_cta > 0 && hpg % heads_per_cta == 0), op,
+      "precompute_heads_per_cta", "precompute_heads_per_cta=", heads_per_cta,
+      " must be 0 (heuristic) or a positive divisor of HEADS_PER_GROUP (nheads/ngroups=", hpg, ")");
+  int64_t seed_value = 0;
+  if (rand_seed && rand_seed->defined()) {
+    FLASHINFER_CHECK(rand_seed->numel() == 1, op, "rand_seed",
+                     "rand_seed must be single-element, got ", rand_seed->numel());
+    FLASHINFER_CHECK(rand_seed->dtype() == DType::kInt64, op, "rand_seed",
+                     "rand_seed must be int64, got ", ssu_tname(*rand_seed));
+    api::check_same_device(*rand_seed, x, op, "rand_seed", "x");
+    FLASHINFER_CHECK(philox_rounds > 0 && philox_rounds <= 64, op, "philox_rounds",
+                     "philox_rounds must be > 0 with rand_seed, got ", philox_rounds);
+    // Upstream rounds int8 / fp8 states stochastically too; that is not implemented here.
+    FLASHINFER_CHECK(!quantized, op, "rand_seed",
+                     "stochastic rounding of int8 / float8_e4m3fn states is not implemented in "
+                     "this library (fp16 states are)");
+    if (rand_seed->device().is_cpu()) seed_value = api::host_ints(*rand_seed)[0];
+  }
+  // Host checks of what the kernel reads per slot (CPU tensors; CUDA guards on the device).
+  if (x.device().is_cpu()) {
+    const auto rs = api::host_ints(ring_start), pn = api::host_ints(pnat);
+    const auto idx = sbi && sbi->defined() ? api::host_ints(*sbi) : std::vector<int64_t>{};
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t slot = idx.empty() ? b : idx[b];
+      if (slot == pad_slot_id) continue;
+      FLASHINFER_CHECK(slot >= 0 && slot < slots, op, "state_batch_indices", "row ", b, "'s slot ",
+                       slot, " is outside the state cache [0, ", slots, ") and not pad_slot_id");
+      FLASHINFER_CHECK(rs[slot] >= 0 && rs[slot] < L, op, "ring_start", "slot ", slot,
+                       "'s ring_start ", rs[slot], " is outside the ring [0, ", L, ")");
+      FLASHINFER_CHECK(pn[slot] >= 0 && pn[slot] <= W, op, "prev_num_accepted_tokens", "slot ",
+                       slot, "'s ", pn[slot], " history tokens exceed max_window ", W);
+    }
+  }
+
+  kernels::CkptSsuParams c;
+  SsuParams& p = c.ssu;
+  constexpr int mode = 1;  // [seq, tok, head, n] (varlen: one row of packed tokens)
+  p.num_seqs = batch;
+  p.T = T;
+  p.multi_token = true;
+  p.nheads = nheads, p.dim = dim, p.dstate = dstate, p.ngroups = ngroups;
+  p.io_dtype = x.dtype();
+  p.w_dtype = has_D ? D->dtype() : has_bias ? dt_bias->dtype() : DType::kFloat32;
+  p.x = io_ref(x, mode);
+  p.B = io_ref(B, mode);
+  p.C = io_ref(C, mode);
+  p.dt = io_ref(dt, mode);
+  if (z && z->defined()) p.z = io_ref(*z, mode);
+  const SsuIoRef o = io_ref(out, mode);
+  p.out = out.data_ptr();
+  p.out_seq = o.seq, p.out_tok = o.tok, p.out_head = o.head;
+  if (varlen) {  // packed tokens of one row
+    p.x.seq = p.B.seq = p.C.seq = p.dt.seq = p.z.seq = p.out_seq = 0;
+    p.cu_seqlens = cu_seqlens->data_ptr();
+    p.cu_seqlens_i64 = false;
+    p.total_tokens = x.size(1);
+  }
+  // dt's dtype may differ from D's: dt is read through its own dtype by a view of w_dtype only
+  // when they agree; otherwise a float copy.
+  Tensor dt_read = dt;
+  if (dt.dtype() != p.w_dtype) {
+    dt_read = dt.to(p.w_dtype);
+    p.dt = io_ref(dt_read, mode);
+    if (varlen) p.dt.seq = 0;
+  }
+  p.A = A.data<float>();
+  p.A_stride = A.stride(0);
+  if (has_D) p.D = D->data_ptr(), p.D_stride = D->stride(0);
+  if (has_bias) p.dt_bias = dt_bias->data_ptr(), p.dt_bias_stride = dt_bias->stride(0);
+  p.dt_softplus = dt_softplus;
+  p.state = state.data_ptr();
+  p.state_dtype = state.dtype();
+  p.slots = slots;
+  p.state_stride_slot = state.stride(0);
+  if (quantized) {
+    p.state_scale = static_cast<float*>(state_scale->data_ptr());
+    p.scale_stride_slot = state_scale->stride(0);
+  }
+  if (sbi && sbi->defined()) {
+    p.src_idx = sbi->data_ptr();
+    p.src_stride0 = 1;
+    p.idx_i64 = sbi->dtype() == DType::kInt64;
+  }
+  p.pad_slot_id = pad_slot_id;
+  if (rand_seed && rand_seed->defined() && state.dtype() == DType::kFloat16) {
+    p.rand_seed = rand_seed->device().is_cpu() ? &seed_value : rand_seed->data<int64_t>();
+    p.philox_rounds = static_cast<int>(philox_rounds);
+  }
+  c.L = L, c.W = W;
+  c.x_cache = x_cache.data_ptr();
+  c.xc_slot = x_cache.stride(0), c.xc_head = x_cache.stride(1), c.xc_row = x_cache.stride(2);
+  c.B_cache = B_cache.data_ptr();
+  c.bc_slot = B_cache.stride(0), c.bc_group = B_cache.stride(1), c.bc_row = B_cache.stride(2);
+  c.dt_cache = dt_cache.data<float>();
+  c.dc_slot = dt_cache.stride(0), c.dc_head = dt_cache.stride(1);
+  c.ring_start = ring_start.data<int32_t>();
+  c.pnat = pnat.data<int32_t>();
+  api::launch(kCkptKernels, c, x.device(), op, "x");
+  return out;
+}
 }  // namespace
 
 Tensor selective_state_update(
@@ -582,6 +920,33 @@ Tensor selective_state_update(
       state_scale, out, disable_state_update, intermediate_states_buffer,
       intermediate_state_indices, intermediate_state_scales, rand_seed, philox_rounds, cache_steps,
       algorithm, dst_state_batch_indices, cu_seqlens, num_accepted_tokens, backend);
+}
+
+Tensor checkpointing_ssu(const Tensor& state, const Tensor& x_cache, const Tensor& B_cache,
+                         const Tensor& dt_cache, const Tensor& ring_start,
+                         const Tensor& prev_num_accepted_tokens, const Tensor& x, const Tensor& dt,
+                         const Tensor& A, const Tensor& B, const Tensor& C, const Tensor& out,
+                         std::optional<Tensor> D, std::optional<Tensor> z,
+                         std::optional<Tensor> dt_bias, bool dt_softplus,
+                         std::optional<Tensor> state_batch_indices, int64_t pad_slot_id,
+                         std::optional<Tensor> state_scale, std::optional<Tensor> rand_seed,
+                         int64_t philox_rounds, std::optional<int64_t> d_split,
+                         std::optional<Tensor> cu_seqlens, std::optional<int64_t> max_seqlen,
+                         bool enable_pdl, std::optional<Tensor> cb_scaled,
+                         std::optional<Tensor> cumAdt_vec, std::optional<Tensor> cb_old,
+                         int64_t precompute_heads_per_cta, std::string algorithm) {
+  return call_op<&checkpointing_ssu>(
+      [&] {
+        return ckpt_impl(state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted_tokens, x,
+                         dt, A, B, C, out, D, z, dt_bias, dt_softplus, state_batch_indices,
+                         pad_slot_id, state_scale, rand_seed, philox_rounds, d_split, cu_seqlens,
+                         max_seqlen, cb_scaled, cumAdt_vec, cb_old, precompute_heads_per_cta,
+                         algorithm);
+      },
+      state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted_tokens, x, dt, A, B, C, out,
+      D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, state_scale, rand_seed,
+      philox_rounds, d_split, cu_seqlens, max_seqlen, enable_pdl, cb_scaled, cumAdt_vec, cb_old,
+      precompute_heads_per_cta, algorithm);
 }
 
 namespace {
@@ -623,6 +988,40 @@ BenchCase bench_ssu(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Bench: batch_size rows of s_qo (<= 8) new tokens, num_qo_heads heads of head_dim_qk rows and
+// head_dim_vo state columns, num_kv_heads groups, a ring of s_qo + 8 rows holding 5 history
+// tokens a slot (every call flushes: 5 + s_qo > 8 from s_qo = 4), bf16 io and state.
+BenchCase bench_ckpt(const BenchShape& s, Device dev) {
+  const int64_t Bn = s.batch_size, H = s.num_qo_heads, P = s.head_dim_qk, N = s.head_dim_vo;
+  const int64_t G = std::max<int64_t>(1, std::min(s.num_kv_heads, H));
+  const int64_t T = std::clamp<int64_t>(s.s_qo, 1, 8), L = T + 8;
+  const DType io = DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  Tensor dt_h = random_tensor({Bn, T, H, 1}, DType::kFloat32, dev, seed + 2, -1.0, 1.0);
+  Tensor A_h = random_tensor({H, 1, 1}, DType::kFloat32, dev, seed + 3, -1.5, -0.5);
+  std::vector<int64_t> starts(static_cast<size_t>(Bn)), hist(static_cast<size_t>(Bn), 5);
+  for (int64_t b = 0; b < Bn; ++b) starts[b] = (3 * b) % L;
+  BenchCase c = api::bench::invoke_case(
+      "checkpointing_ssu",
+      {Value(random_tensor({Bn, H, P, N}, io, dev, seed, -0.5, 0.5)),
+       Value(random_tensor({Bn, H, L, P}, io, dev, seed + 5)),
+       Value(random_tensor({Bn, G, L, N}, io, dev, seed + 6)),
+       Value(random_tensor({Bn, H, L}, DType::kFloat32, dev, seed + 7, 0.0, 1.0)),
+       Value(api::bench::int32_tensor(starts, dev)), Value(api::bench::int32_tensor(hist, dev)),
+       Value(random_tensor({Bn, T, H, P}, io, dev, seed + 1)),
+       Value(dt_h.as_strided({Bn, T, H, P}, {T * H, H, 1, 0}, 0)),
+       Value(A_h.as_strided({H, P, N}, {1, 0, 0}, 0)),
+       Value(random_tensor({Bn, T, G, N}, io, dev, seed + 8)),
+       Value(random_tensor({Bn, T, G, N}, io, dev, seed + 9)),
+       Value(Tensor::zeros({Bn, T, H, P}, io, dev))},
+      {{"dt_softplus", Value(true)}});
+  const double state_bytes = static_cast<double>(Bn * H * P * N) * 2.0;
+  c.bytes = 2.0 * state_bytes + static_cast<double>(Bn * L * (H * P + G * N)) * 2.0 +
+            static_cast<double>(Bn * T * (3 * H * P + 2 * G * N)) * 2.0;
+  c.flops = static_cast<double>(Bn * (5 + T) * H * P * N) * 5.0;
+  return c;
+}
 }  // namespace
 
 namespace detail {
@@ -641,6 +1040,25 @@ void register_mamba_ops(OpRegistry& r) {
       arg("philox_rounds", int64_t{10}), arg("cache_steps", int64_t{0}), arg("algorithm", "auto"),
       "dst_state_batch_indices", "cu_seqlens", "num_accepted_tokens", arg("backend", "auto"));
   api::register_backends("selective_state_update", kSsuKernels);
+  declare<&checkpointing_ssu>(
+      r,
+      {.name = "checkpointing_ssu",
+       .module = "flashinfer.mamba.checkpointing_ssu",
+       .summary = "Mamba-2 state update from a checkpoint and a ring of the tokens since "
+                  "(ReplaySSM)"},
+      arg("state").mut(), arg("x_cache").mut(), arg("B_cache").mut(), arg("dt_cache").mut(),
+      "ring_start", "prev_num_accepted_tokens", "x", "dt", "A", "B", "C", arg("out").mut(), "D",
+      "z", "dt_bias", arg("dt_softplus", false), "state_batch_indices",
+      arg("pad_slot_id", int64_t{-1}), arg("state_scale").mut(), "rand_seed",
+      arg("philox_rounds", int64_t{10}), "d_split", "cu_seqlens", "max_seqlen",
+      arg("enable_pdl", false),
+      // Upstream's scratch for its two-kernel split: written there, read by nothing after the
+      // call; not compared on replay.
+      "cb_scaled", "cumAdt_vec", "cb_old", arg("precompute_heads_per_cta", int64_t{0}),
+      arg("algorithm", "auto"));
+  api::register_backends("checkpointing_ssu", kCkptKernels);
+  register_bench_hook("checkpointing_ssu", bench_ckpt);
+
   register_bench_hook("selective_state_update", bench_ssu);
 }
 

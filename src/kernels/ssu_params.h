@@ -85,4 +85,25 @@ struct SsuParams {
   int philox_rounds = 0;
 };
 
+/// checkpointing_ssu (flashinfer.mamba.checkpointing_ssu, "ReplaySSM"): `state` is a checkpoint
+/// and a ring of L rows per slot holds the raw inputs of the tokens since (x per head, B per
+/// group, the processed dt per head), rows (ring_start + i) % L for i < pnat. Per row and head:
+/// the history is replayed into the checkpoint (H), the new tokens run from H for the outputs
+/// (the SSU recurrence, D, the z gate), H is stored only when pnat + n > W (a flush), and the
+/// new tokens are appended at rows (ring_start + pnat + t) % L. The fields of `ssu` serve as in
+/// selective_state_update (src_idx one slot a row, no dst / intermediates, pad rows skipped
+/// whole); D and dt_bias may be null (0).
+struct CkptSsuParams {
+  SsuParams ssu;
+  int64_t L = 0, W = 0;     // ring rows, window (L - T)
+  void* x_cache = nullptr;  // [cache, nheads, L, dim] of the io dtype
+  int64_t xc_slot = 0, xc_head = 0, xc_row = 0;
+  void* B_cache = nullptr;  // [cache, ngroups, L, dstate] of the io dtype
+  int64_t bc_slot = 0, bc_group = 0, bc_row = 0;
+  float* dt_cache = nullptr;  // [cache, nheads, L]
+  int64_t dc_slot = 0, dc_head = 0;
+  const int32_t* ring_start = nullptr;  // [cache]
+  const int32_t* pnat = nullptr;        // [cache]
+};
+
 }  // namespace flashinfer::kernels

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "flashinfer/dtype.h"
+#include "flashinfer/float_formats.h"
 #include "kernels/cuda/device/host_device.h"
 #include "kernels/philox.h"
 
@@ -24,6 +26,36 @@ FLASHINFER_HD float int16_encode(float amax) { return amax == 0.0f ? 1.0f : 3276
 /// One value encoded: clamped to +-32767, rounded to nearest-even.
 FLASHINFER_HD int16_t int16_quantize(float s, float encode) {
   return static_cast<int16_t>(rintf(fminf(fmaxf(s * encode, -32767.0f), 32767.0f)));
+}
+
+/// States stored with a per-row decode scale: int16 (selective_state_update), int8 and
+/// float8_e4m3fn (checkpointing_ssu). encode = QMAX / max|s| (1 for an all-zero row); stored
+/// values are s * encode clamped to +-QMAX and rounded to nearest-even (fp8: its nearest
+/// value, saturating).
+FLASHINFER_HD bool is_scaled(DType d) {
+  return d == DType::kInt16 || d == DType::kInt8 || d == DType::kFloat8E4M3FN;
+}
+FLASHINFER_HD float scaled_qmax(DType d) {
+  return d == DType::kInt16 ? 32767.0f : d == DType::kInt8 ? 127.0f : 448.0f;
+}
+FLASHINFER_HD float scaled_encode(DType d, float amax) {
+  return amax == 0.0f ? 1.0f : scaled_qmax(d) / amax;
+}
+FLASHINFER_HD void scaled_store(void* base, DType d, int64_t i, float s, float encode) {
+  const float q = fminf(fmaxf(s * encode, -scaled_qmax(d)), scaled_qmax(d));
+  if (d == DType::kInt16) {
+    static_cast<int16_t*>(base)[i] = static_cast<int16_t>(rintf(q));
+  } else if (d == DType::kInt8) {
+    static_cast<int8_t*>(base)[i] = static_cast<int8_t>(rintf(q));
+  } else {
+    static_cast<uint8_t*>(base)[i] = float_to_e4m3fn_bits(q, true);
+  }
+}
+FLASHINFER_HD float scaled_load(const void* base, DType d, int64_t i) {
+  if (d == DType::kInt16) return static_cast<float>(static_cast<const int16_t*>(base)[i]);
+  if (d == DType::kInt8) return static_cast<float>(static_cast<const int8_t*>(base)[i]);
+  return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(
+      static_cast<const uint8_t*>(base)[i]);
 }
 
 /// The 32-bit Philox word of stochastic rounding for the element pair (n & ~1) of a state row:

@@ -248,6 +248,10 @@ std::optional<std::string> output_param_target(const OpDecl& decl, const ParamDe
     if (has("result")) return "result";
     if (has("result[0]")) return "result[0]";
   }
+  if (decl.name == "rmsnorm_fp4quant" || decl.name == "add_rmsnorm_fp4quant") {
+    if (p.name == "y_fp4" && has("result[0]")) return "result[0]";
+    if (p.name == "block_scale" && has("result[1]")) return "result[1]";
+  }
   if (decl.name == "top_k_varlen") {
     if (p.name == "out_indices" && has("result[0]")) return "result[0]";
     if (p.name == "out_values" && has("result[1]")) return "result[1]";
@@ -1140,6 +1144,14 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   }
   EXPECT_EQ(cuda_expectation("chunk_gated_delta_rule", "", 110).refusal,
             "GDN prefill DSL kernel is unavailable");
+  // Fused RMSNorm + FP4 quantization: Blackwell's E2M1 instructions (CuTe-DSL kernels).
+  for (const char* op : {"rmsnorm_fp4quant", "add_rmsnorm_fp4quant"}) {
+    EXPECT_EQ(cuda_expectation(op, "", 90).refusal,
+              "Requires SM100+ (Blackwell) for FP4 quantization PTX intrinsics")
+        << op;
+    EXPECT_FALSE(cuda_expectation(op, "", 100).refused) << op;
+    EXPECT_FALSE(cuda_expectation(op, "", 120).refused) << op;
+  }
   EXPECT_FALSE(cuda_expectation("gated_delta_rule_mtp", "", 110).refused);
   // Its CUDA kernel serves sm100+ only: upstream raises its own text before Blackwell.
   EXPECT_EQ(cuda_expectation("mxfp8_grouped_quantize", "", 90).refusal,

@@ -782,5 +782,289 @@ TEST(SsuCuda, DeviceGuardsWhereTheCpuChecksOnTheHost) {
   EXPECT_EQ(ds.to(Device::cpu()).to_double_vector(), c.state.to_double_vector());
 }
 
+// ---- checkpointing_ssu
+// ---------------------------------------------------------------------------
+
+constexpr const char* kCkpt = "checkpointing_ssu";
+
+// A ring setup: slots, per-slot ring_start / history counts, T new tokens a row.
+struct Ring {
+  Ssu c;  // new tokens: c.x [batch, T, ...]; c.state the checkpoints
+  int64_t L = 0;
+  Tensor x_cache, B_cache, dt_cache, ring_start, pnat;
+};
+Ring make_ring(int64_t batch, int64_t T, int64_t L, int64_t slots, std::vector<double> starts,
+               std::vector<double> hist, uint64_t seed, DType state_dtype = kF32) {
+  Ring r;
+  r.c = make(batch, T, 4, 8, 32, 2, slots, seed, kBf, state_dtype);
+  r.L = L;
+  r.x_cache = rand_tensor({slots, 4, L, 8}, kBf, seed + 20);
+  r.B_cache = rand_tensor({slots, 2, L, 32}, kBf, seed + 21);
+  r.dt_cache = rand_tensor({slots, 4, L}, kF32, seed + 22, 0.0, 1.0);
+  r.ring_start = Tensor::from_vector(starts, {slots}, kI32);
+  r.pnat = Tensor::from_vector(hist, {slots}, kI32);
+  return r;
+}
+
+Tensor call_ckpt(Ring& r, const Tensor& out, std::optional<Tensor> sbi = std::nullopt,
+                 int64_t pad = -1, std::optional<Tensor> scale = std::nullopt) {
+  return checkpointing_ssu(r.c.state, r.x_cache, r.B_cache, r.dt_cache, r.ring_start, r.pnat, r.c.x,
+                           r.c.dt, r.c.A, r.c.B, r.c.C, out, r.c.D, r.c.z, r.c.bias, true, sbi, pad,
+                           scale);
+}
+
+// What checkpointing_ssu must give, from selective_state_update (bit for bit on the CPU): the
+// slot's history replayed as single tokens (processed dt, no bias, softplus or D), then the new
+// tokens from that state. Returns (outputs [T, heads, dim] of row b, the replayed state).
+std::pair<std::vector<double>, std::vector<double>> ckpt_by_ssu(const Ring& r, int64_t b,
+                                                                int64_t slot) {
+  const int64_t L = r.L, r0 = static_cast<int64_t>(r.ring_start.to_double_vector()[slot]),
+                pn = static_cast<int64_t>(r.pnat.to_double_vector()[slot]);
+  Tensor st = r.c.state.select(0, slot).unsqueeze(0).to(kF32).clone();  // not a view
+  Tensor zeros_D = per_head(Tensor::zeros({4}, kF32), {8});
+  for (int64_t i = 0; i < pn; ++i) {
+    const int64_t row = (r0 + i) % L;
+    Tensor x = r.x_cache.select(0, slot).select(1, row).unsqueeze(0);  // [1, 4, 8]
+    Tensor B = r.B_cache.select(0, slot).select(1, row).unsqueeze(0);  // [1, 2, 32]
+    Tensor dt = per_head(r.dt_cache.select(0, slot).select(1, row).unsqueeze(0).contiguous(), {8});
+    (void)selective_state_update(st, x, dt, r.c.A, B, B, zeros_D);
+  }
+  const auto H = st.to_double_vector();
+  Tensor out = selective_state_update(
+      st, r.c.x.select(0, b).unsqueeze(0), r.c.dt.select(0, b).unsqueeze(0), r.c.A,
+      r.c.B.select(0, b).unsqueeze(0), r.c.C.select(0, b).unsqueeze(0), r.c.D,
+      r.c.z.select(0, b).unsqueeze(0), r.c.bias, true);
+  return {out.to_double_vector(), H};
+}
+
+TEST(CkptSsu, ReplaysTheRingThenRunsTheNewTokensBitForBitAsSsu) {
+  // Slot 0: 5 history rows wrapping the ring (start 6 of 8), 2 new tokens: 7 > W = 6, a flush.
+  // Slot 1: 1 history row, no flush (state untouched). Ring length 8, T = 2.
+  Ring r = make_ring(2, 2, 8, 2, {6, 3}, {5, 1}, 300);
+  const Ring before{r.c,          r.L,   r.x_cache.clone(), r.B_cache.clone(), r.dt_cache.clone(),
+                    r.ring_start, r.pnat};
+  const Tensor state0 = r.c.state.clone();
+  const auto [o0, H0] = ckpt_by_ssu(r, 0, 0);
+  const auto [o1, H1] = ckpt_by_ssu(r, 1, 1);
+  Tensor out = Tensor::zeros({2, 2, 4, 8}, kBf);
+  EXPECT_EQ(call_ckpt(r, out).data_ptr(), out.data_ptr());
+  const auto ov = out.to_double_vector();
+  const size_t per_row = 2 * 4 * 8;
+  EXPECT_EQ(std::vector<double>(ov.begin(), ov.begin() + per_row), o0);
+  EXPECT_EQ(std::vector<double>(ov.begin() + per_row, ov.end()), o1);
+  EXPECT_EQ(slot_of(r.c.state, 0), H0);                  // flushed: the replayed checkpoint
+  EXPECT_EQ(slot_of(r.c.state, 1), slot_of(state0, 1));  // no flush: byte-identical
+  // The appends: slot 0's tokens at rows (6 + 5 + t) % 8 = 3, 4; slot 1's at 4, 5.
+  const auto dth = r.c.dt_h.to_double_vector(), bias = r.c.bias_h.to_double_vector();
+  for (const auto& [b, slot, first] : {std::tuple<int64_t, int64_t, int64_t>{0, 0, 3}, {1, 1, 4}}) {
+    for (int64_t t = 0; t < 2; ++t) {
+      const int64_t row = first + t;
+      EXPECT_EQ(r.x_cache.select(0, slot).select(1, row).contiguous().to_double_vector(),
+                r.c.x.select(0, b).select(0, t).contiguous().to_double_vector());
+      EXPECT_EQ(r.B_cache.select(0, slot).select(1, row).contiguous().to_double_vector(),
+                r.c.B.select(0, b).select(0, t).contiguous().to_double_vector());
+      for (int64_t h = 0; h < 4; ++h) {
+        const float v = kernels::ssu::softplus(static_cast<float>(dth[(b * 2 + t) * 4 + h]) +
+                                               static_cast<float>(bias[h]));
+        EXPECT_EQ(r.dt_cache.to_double_vector()[(slot * 4 + h) * 8 + row], v);
+      }
+    }
+  }
+  // Every other ring row is untouched.
+  const auto xc = r.x_cache.to_double_vector(), xb = before.x_cache.to_double_vector();
+  for (int64_t slot : {0, 1}) {
+    for (int64_t row = 0; row < 8; ++row) {
+      const bool appended = slot == 0 ? (row == 3 || row == 4) : (row == 4 || row == 5);
+      if (appended) continue;
+      for (int64_t h = 0; h < 4; ++h) {
+        for (int64_t d = 0; d < 8; ++d) {
+          const size_t i = static_cast<size_t>(((slot * 4 + h) * 8 + row) * 8 + d);
+          ASSERT_EQ(xc[i], xb[i]) << slot << " " << row;
+        }
+      }
+    }
+  }
+}
+
+TEST(CkptSsu, VarlenEqualsPerSequenceCallsAndPaddingSkipsTheRow) {
+  // Packed rows of 2 and 1 tokens (max_seqlen 2, ring 8: W = 6) through slots 2 and 0, then
+  // the same sequences one call each.
+  Ring r = make_ring(1, 3, 8, 3, {1, 0, 7}, {6, 0, 2}, 310);
+  const Tensor st0 = r.c.state.clone(), xc0 = r.x_cache.clone(), bc0 = r.B_cache.clone(),
+               dc0 = r.dt_cache.clone();
+  auto packed = [](const Tensor& t) { return t; };  // already [1, 3, ...]
+  Tensor out = Tensor::full({1, 3, 4, 8}, 7.0, kBf);
+  (void)checkpointing_ssu(r.c.state, r.x_cache, r.B_cache, r.dt_cache, r.ring_start, r.pnat,
+                          packed(r.c.x), r.c.dt, r.c.A, r.c.B, r.c.C, out, r.c.D, r.c.z, r.c.bias,
+                          true, idx({2, 0}), -1, std::nullopt, std::nullopt, 10, std::nullopt,
+                          idx({0, 2, 3}), 2);
+  std::vector<double> want;
+  Tensor st = st0.clone(), xc = xc0.clone(), bc = bc0.clone(), dc = dc0.clone();
+  for (const auto& [slot, t0, n] : {std::tuple<int64_t, int64_t, int64_t>{2, 0, 2}, {0, 2, 1}}) {
+    auto sl = [&](const Tensor& t) { return t.slice(1, t0, t0 + n); };
+    Tensor o = Tensor::zeros({1, n, 4, 8}, kBf);
+    // A non-varlen call of T = n needs a ring of L = W + n with the same W: ring length 8 - 2 + n.
+    // Both calls see W = 6, so the flush rule agrees (slot 2: 2 + 2 <= 6; slot 0: 6 + 1 > 6).
+    const int64_t L = 6 + n;
+    Tensor xcn = xc.slice(2, 0, L).contiguous(), bcn = bc.slice(2, 0, L).contiguous(),
+           dcn = dc.slice(2, 0, L).contiguous();
+    (void)checkpointing_ssu(st, xcn, bcn, dcn, r.ring_start.clone(), r.pnat, sl(r.c.x), sl(r.c.dt),
+                            r.c.A, sl(r.c.B), sl(r.c.C), o, r.c.D, sl(r.c.z), r.c.bias, true,
+                            idx({static_cast<double>(slot)}));
+    const auto ov = o.to_double_vector();
+    want.insert(want.end(), ov.begin(), ov.end());
+  }
+  EXPECT_EQ(out.to_double_vector(), want);
+  EXPECT_EQ(slot_of(r.c.state, 0), slot_of(st, 0));   // slot 0 flushed in both
+  EXPECT_EQ(slot_of(r.c.state, 2), slot_of(st0, 2));  // slot 2 did not
+  // Padding: the row is skipped whole (its outputs keep their values, nothing appended).
+  Ring q = make_ring(2, 1, 4, 2, {0, 0}, {1, 1}, 320);
+  const Tensor qx = q.x_cache.clone(), qs = q.c.state.clone();
+  Tensor qo = Tensor::full({2, 1, 4, 8}, 5.0, kBf);
+  (void)call_ckpt(q, qo, idx({1, 9}), 9);
+  const auto qv = qo.to_double_vector();
+  for (size_t i = 32; i < 64; ++i) EXPECT_EQ(qv[i], 5.0) << i;
+  EXPECT_EQ(slot_of(q.x_cache, 0), slot_of(qx, 0));
+  EXPECT_EQ(slot_of(q.c.state, 0), slot_of(qs, 0));
+}
+
+TEST(CkptSsu, EightBitStatesFlushWithTheirScales) {
+  for (DType dt : {DType::kInt8, DType::kFloat8E4M3FN}) {
+    Ring r = make_ring(1, 2, 8, 1, {0}, {6}, 330);
+    const double qmax = dt == DType::kInt8 ? 127.0 : 448.0;
+    // The checkpoint as 8-bit codes with scales, and its fp32 value for the reference.
+    Tensor scale = rand_tensor({1, 4, 8}, kF32, 331, 0.005, 0.01);
+    const auto sc = scale.to_double_vector();
+    std::vector<double> codes, vals;
+    const auto s0 = r.c.state.to_double_vector();
+    for (size_t i = 0; i < s0.size(); ++i) {
+      const double q =
+          dt == DType::kInt8
+              ? std::round(s0[i] * 100.0)
+              : e4m3fn_bits_to_float(float_to_e4m3fn_bits(static_cast<float>(s0[i] * 100.0), true));
+      codes.push_back(q);
+      vals.push_back(static_cast<float>(q) * static_cast<float>(sc[i / 32]));
+    }
+    Tensor q8 = Tensor::from_vector(codes, {1, 4, 8, 32}, dt);
+    r.c.state = Tensor::from_vector(vals, {1, 4, 8, 32}, kF32);
+    const auto [o_ref, H] = ckpt_by_ssu(r, 0, 0);
+    r.c.state = q8;
+    Tensor out = Tensor::zeros({1, 2, 4, 8}, kBf);
+    (void)call_ckpt(r, out, std::nullopt, -1, scale);
+    EXPECT_EQ(out.to_double_vector(), o_ref) << dtype_label(dt);  // outputs from fp32 H
+    const auto got = state_values(q8, scale), ns = scale.to_double_vector();
+    for (int64_t r8 = 0; r8 < 32; ++r8) {
+      double amax = 0.0;
+      for (int64_t n = 0; n < 32; ++n) amax = std::max(amax, std::fabs(H[r8 * 32 + n]));
+      EXPECT_NEAR(ns[r8], amax / qmax, amax / qmax * 1e-6) << r8;
+      for (int64_t n = 0; n < 32; ++n) {
+        ASSERT_NEAR(got[r8 * 32 + n], H[r8 * 32 + n],
+                    amax / qmax * (dt == DType::kInt8 ? 0.51 : 16.1))
+            << dtype_label(dt) << " " << r8 << " " << n;
+      }
+    }
+  }
+}
+
+TEST(CkptSsuBadInput, ErrorsNameOpAndArgument) {
+  Ring r = make_ring(2, 2, 8, 2, {0, 0}, {1, 1}, 340);
+  Tensor out = Tensor::zeros({2, 2, 4, 8}, kBf);
+  auto with = [&](Ring& q, std::optional<int64_t> d_split, std::string algorithm,
+                  std::optional<Tensor> seed = std::nullopt) {
+    return checkpointing_ssu(q.c.state, q.x_cache, q.B_cache, q.dt_cache, q.ring_start, q.pnat,
+                             q.c.x, q.c.dt, q.c.A, q.c.B, q.c.C, out, q.c.D, std::nullopt, q.c.bias,
+                             true, std::nullopt, -1, std::nullopt, seed, 10, d_split, std::nullopt,
+                             std::nullopt, false, std::nullopt, std::nullopt, std::nullopt, 0,
+                             algorithm);
+  };
+  EXPECT_NO_THROW(with(r, 1, "monolith"));
+  EXPECT_FI_ERROR(with(r, 3, "auto"), kCkpt, "d_split");
+  EXPECT_FI_ERROR(with(r, std::nullopt, "fast"), kCkpt, "algorithm");
+  EXPECT_FI_ERROR(with(r, std::nullopt, "two-kernel"), kCkpt, "algorithm");
+  Ring big = make_ring(2, 2, 20, 2, {0, 0}, {1, 1}, 341);  // W = 18 > 16
+  EXPECT_FI_ERROR(with(big, std::nullopt, "auto"), kCkpt, "x_cache");
+  Ring tight = make_ring(2, 2, 3, 2, {0, 0}, {0, 0}, 342);  // W = 1 < T
+  EXPECT_FI_ERROR(with(tight, std::nullopt, "auto"), kCkpt, "x");
+  Ring bad_start = make_ring(2, 2, 8, 2, {0, 8}, {1, 1}, 343);
+  EXPECT_FI_ERROR(with(bad_start, std::nullopt, "auto"), kCkpt, "ring_start");
+  Ring bad_hist = make_ring(2, 2, 8, 2, {0, 0}, {1, 7}, 344);  // W = 6
+  EXPECT_FI_ERROR(with(bad_hist, std::nullopt, "auto"), kCkpt, "prev_num_accepted_tokens");
+  Ring q8 = make_ring(2, 2, 8, 2, {0, 0}, {1, 1}, 345);
+  q8.c.state = Tensor::zeros({2, 4, 8, 32}, DType::kInt8);
+  EXPECT_FI_ERROR(with(q8, std::nullopt, "auto"), kCkpt, "state_scale");
+  Ring f16 = make_ring(2, 2, 8, 2, {0, 0}, {1, 1}, 346, DType::kFloat16);
+  EXPECT_NO_THROW(with(f16, std::nullopt, "auto", Tensor::from_vector({3}, {1}, DType::kInt64)));
+  EXPECT_FI_ERROR(checkpointing_ssu(r.c.state, r.x_cache, r.B_cache, r.dt_cache, r.ring_start,
+                                    r.pnat, r.c.x, r.c.dt, r.c.A, r.c.B, r.c.C, out, r.c.D,
+                                    std::nullopt, std::nullopt, false, std::nullopt, -1,
+                                    std::nullopt, std::nullopt, 10, std::nullopt, std::nullopt, 2),
+                  kCkpt, "max_seqlen");  // only with cu_seqlens
+}
+
+TEST(CkptSsuDecl, SignatureModule) {
+  const OpDecl* decl = OpRegistry::global().find(kCkpt);
+  ASSERT_NE(decl, nullptr);
+  EXPECT_EQ(decl->module, "flashinfer.mamba.checkpointing_ssu");
+  EXPECT_EQ(decl->signature(),
+            "(state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted_tokens, x, dt, A, "
+            "B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False, "
+            "state_batch_indices=None, pad_slot_id=-1, state_scale=None, rand_seed=None, "
+            "philox_rounds=10, d_split=None, cu_seqlens=None, max_seqlen=None, "
+            "enable_pdl=False, cb_scaled=None, cumAdt_vec=None, cb_old=None, "
+            "precompute_heads_per_cta=0, algorithm='auto')");
+}
+
+void run_ckpt_calls() {
+  Ring r = make_ring(2, 2, 8, 3, {6, 0, 2}, {5, 0, 3}, 350, DType::kFloat16);
+  Tensor out = Tensor::zeros({2, 2, 4, 8}, kBf);
+  (void)checkpointing_ssu(r.c.state, r.x_cache, r.B_cache, r.dt_cache, r.ring_start, r.pnat, r.c.x,
+                          r.c.dt, r.c.A, r.c.B, r.c.C, out, r.c.D, r.c.z, r.c.bias, true,
+                          idx({0, 2}), -1, std::nullopt,
+                          Tensor::from_vector({77}, {1}, DType::kInt64));
+}
+
+TEST(CkptSsuReplay, RecordAndReplay) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    run_ckpt_calls();
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(replays_identically(calls[0]));
+  EXPECT_EQ(dump_replay_all("ckpt", run_ckpt_calls), 1);
+}
+
+TEST(CkptSsuCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {kF32, kBf, DType::kInt8}) {
+    Ring r =
+        make_ring(3, 3, 12, 4, {10, 0, 5, 2}, {7, 2, 9, 0}, 360, dt == DType::kInt8 ? kF32 : dt);
+    std::optional<Tensor> scale;
+    if (dt == DType::kInt8) {
+      r.c.state = rand_tensor({4, 4, 8, 32}, DType::kInt8, 361, -120, 120);
+      scale = rand_tensor({4, 4, 8}, kF32, 362, 0.005, 0.01);
+    }
+    Ring g = r;
+    g.c.state = cuda(r.c.state);
+    g.x_cache = cuda(r.x_cache), g.B_cache = cuda(r.B_cache), g.dt_cache = cuda(r.dt_cache);
+    std::optional<Tensor> gscale = cuda(scale);
+    Tensor oc = Tensor::zeros({3, 3, 4, 8}, kBf), og = cuda(oc);
+    Tensor sbi = idx({3, 0, 2});
+    (void)call_ckpt(r, oc, sbi, -1, scale);
+    (void)checkpointing_ssu(g.c.state, g.x_cache, g.B_cache, g.dt_cache, cuda(r.ring_start),
+                            cuda(r.pnat), cuda(r.c.x), cuda(r.c.dt), cuda(r.c.A), cuda(r.c.B),
+                            cuda(r.c.C), og, cuda(r.c.D), cuda(r.c.z), cuda(r.c.bias), true,
+                            cuda(sbi), -1, gscale);
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 2e-2})) << dtype_label(dt);
+    EXPECT_TRUE(all_close(state_values(g.c.state, gscale), state_values(r.c.state, scale),
+                          dt == DType::kInt8 ? Tolerance{2e-2, 2e-2} : Tolerance{1e-2, 1e-2}))
+        << dtype_label(dt);
+    EXPECT_EQ(g.x_cache.to(Device::cpu()).to_double_vector(), r.x_cache.to_double_vector());
+    EXPECT_EQ(g.B_cache.to(Device::cpu()).to_double_vector(), r.B_cache.to_double_vector());
+    EXPECT_TRUE(all_close(g.dt_cache.to(Device::cpu()), r.dt_cache, {1e-6, 1e-5}));
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

@@ -44,4 +44,30 @@ Tensor selective_state_update(
     std::optional<Tensor> cu_seqlens = std::nullopt,
     std::optional<Tensor> num_accepted_tokens = std::nullopt, std::string backend = "auto");
 
+/// ReplaySSM: the update from a checkpoint `state` and a ring of the raw inputs of the tokens
+/// since (x_cache [cache, nheads, L, dim], B_cache [cache, ngroups, L, dstate] of x's dtype,
+/// dt_cache [cache, nheads, L] fp32 holding the processed dt; live rows (ring_start[s] + i) % L
+/// for i < prev_num_accepted_tokens[s], both int32 [cache] and only read). Per row (slot
+/// state_batch_indices[b], or b; pad_slot_id: skipped whole): the history replayed into the
+/// checkpoint, the T new tokens (x, dt, B, C, z, out [batch, T, ..], or [1, total_tokens, ..]
+/// with cu_seqlens and max_seqlen) run from it for `out`, the replayed state stored when pnat +
+/// n > L - T (a flush), the new tokens appended at rows (ring_start + pnat + t) % L. State f16 /
+/// bf16 / f32, or int8 / float8_e4m3fn with state_scale. d_split, enable_pdl, the scratch trio,
+/// precompute_heads_per_cta and algorithm tune upstream's kernels and are validated only.
+/// Returns out.
+Tensor checkpointing_ssu(
+    const Tensor& state, const Tensor& x_cache, const Tensor& B_cache, const Tensor& dt_cache,
+    const Tensor& ring_start, const Tensor& prev_num_accepted_tokens, const Tensor& x,
+    const Tensor& dt, const Tensor& A, const Tensor& B, const Tensor& C, const Tensor& out,
+    std::optional<Tensor> D = std::nullopt, std::optional<Tensor> z = std::nullopt,
+    std::optional<Tensor> dt_bias = std::nullopt, bool dt_softplus = false,
+    std::optional<Tensor> state_batch_indices = std::nullopt, int64_t pad_slot_id = -1,
+    std::optional<Tensor> state_scale = std::nullopt,
+    std::optional<Tensor> rand_seed = std::nullopt, int64_t philox_rounds = 10,
+    std::optional<int64_t> d_split = std::nullopt, std::optional<Tensor> cu_seqlens = std::nullopt,
+    std::optional<int64_t> max_seqlen = std::nullopt, bool enable_pdl = false,
+    std::optional<Tensor> cb_scaled = std::nullopt, std::optional<Tensor> cumAdt_vec = std::nullopt,
+    std::optional<Tensor> cb_old = std::nullopt, int64_t precompute_heads_per_cta = 0,
+    std::string algorithm = "auto");
+
 }  // namespace flashinfer

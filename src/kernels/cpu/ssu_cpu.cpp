@@ -1,7 +1,9 @@
 #include "kernels/cpu/ssu_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -24,12 +26,12 @@ float load_io(const SsuIoRef& r, DType dt, int64_t s, int64_t t, int64_t h, int6
 void store_row(const SsuParams& p, void* base, int64_t off, float* scale, const float* row,
                uint64_t sr_base) {
   const int64_t n_all = p.dstate;
-  if (p.state_dtype == DType::kInt16) {
+  if (ssu::is_scaled(p.state_dtype)) {
     float amax = 0.0f;
     for (int64_t n = 0; n < n_all; ++n) amax = std::fmax(amax, std::fabs(row[n]));
-    const float enc = ssu::int16_encode(amax);
-    auto* dst = static_cast<int16_t*>(base) + off;
-    for (int64_t n = 0; n < n_all; ++n) dst[n] = ssu::int16_quantize(row[n], enc);
+    const float enc = ssu::scaled_encode(p.state_dtype, amax);
+    for (int64_t n = 0; n < n_all; ++n)
+      ssu::scaled_store(base, p.state_dtype, off + n, row[n], enc);
     *scale = 1.0f / enc;
     return;
   }
@@ -76,8 +78,8 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
           p.state_scale ? p.state_scale[src * p.scale_stride_slot + h * dim + d] : 1.0f;
       for (int64_t n = 0; n < ds; ++n) {
         const int64_t i = base + d * ds + n;
-        S[d * ds + n] = p.state_dtype == DType::kInt16
-                            ? static_cast<float>(static_cast<const int16_t*>(p.state)[i]) * sc
+        S[d * ds + n] = ssu::is_scaled(p.state_dtype)
+                            ? ssu::scaled_load(p.state, p.state_dtype, i) * sc
                             : load_or_fp32(p.state, p.state_dtype, i);
       }
     }
@@ -93,7 +95,7 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
   };
 
   const float A = p.A[h * p.A_stride];
-  const float Dv = load_or_fp32(p.D, p.w_dtype, h * p.D_stride);
+  const float Dv = p.D ? load_or_fp32(p.D, p.w_dtype, h * p.D_stride) : 0.0f;
   const float bias = p.dt_bias ? load_or_fp32(p.dt_bias, p.w_dtype, h * p.dt_bias_stride) : 0.0f;
   std::vector<float> Bv(static_cast<size_t>(ds)), Cv(static_cast<size_t>(ds));
   for (int64_t t = 0; t < len; ++t) {
@@ -142,7 +144,107 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
   for (int64_t d = 0; d < dim; ++d) store_state(dst, d);
 }
 
+// checkpointing_ssu for one batch row and head (kernels/ssu_params.h, CkptSsuParams).
+void run_ckpt_head(const CkptSsuParams& c, int64_t b, int64_t h) {
+  const SsuParams& p = c.ssu;
+  const int64_t dim = p.dim, ds = p.dstate;
+  const int64_t slot = p.src_idx ? ssu::load_index(p.src_idx, p.idx_i64, b * p.src_stride0) : b;
+  if (slot == p.pad_slot_id) return;  // padding: nothing read, computed or written
+  int64_t begin = 0, len = p.T, seq = b;
+  if (p.cu_seqlens) {
+    begin = ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, b);
+    len = std::min(ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, b + 1) - begin, p.T);
+    seq = 0;
+  }
+  if (len <= 0) return;
+  const int64_t g = h / (p.nheads / p.ngroups);
+  const int64_t r0 = c.ring_start[slot], pn = c.pnat[slot];
+  const int64_t row_elems = dim * ds;
+  std::vector<float> S(static_cast<size_t>(row_elems));
+  const int64_t base = slot * p.state_stride_slot + h * row_elems;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float sc = p.state_scale ? p.state_scale[slot * p.scale_stride_slot + h * dim + d] : 1.0f;
+    for (int64_t n = 0; n < ds; ++n) {
+      const int64_t i = base + d * ds + n;
+      S[d * ds + n] = ssu::is_scaled(p.state_dtype)
+                          ? ssu::scaled_load(p.state, p.state_dtype, i) * sc
+                          : load_or_fp32(p.state, p.state_dtype, i);
+    }
+  }
+  const float A = p.A[h * p.A_stride];
+  // The history: the checkpoint advanced by the pnat ring rows (their dt already processed).
+  for (int64_t i = 0; i < pn; ++i) {
+    const int64_t row = (r0 + i) % c.L;
+    const float dt = c.dt_cache[slot * c.dc_slot + h * c.dc_head + row];
+    const float dA = std::exp(A * dt);
+    const int64_t xo = slot * c.xc_slot + h * c.xc_head + row * c.xc_row;
+    const int64_t bo = slot * c.bc_slot + g * c.bc_group + row * c.bc_row;
+    for (int64_t d = 0; d < dim; ++d) {
+      const float x = load_or_fp32(c.x_cache, p.io_dtype, xo + d);
+      for (int64_t n = 0; n < ds; ++n) {
+        float& v = S[d * ds + n];
+        v = v * dA + (load_or_fp32(c.B_cache, p.io_dtype, bo + n) * dt) * x;
+      }
+    }
+  }
+  // A flush stores the replayed state (not this call's tokens), rounded to the state dtype.
+  if (pn + len > c.W) {
+    for (int64_t d = 0; d < dim; ++d) {
+      float* scale =
+          p.state_scale ? p.state_scale + slot * p.scale_stride_slot + h * dim + d : nullptr;
+      store_row(p, p.state, slot * p.state_stride_slot + (h * dim + d) * ds, scale, &S[d * ds],
+                static_cast<uint64_t>(slot * p.state_stride_slot + (h * dim + d) * ds));
+    }
+  }
+  const float Dv = p.D ? load_or_fp32(p.D, p.w_dtype, h * p.D_stride) : 0.0f;
+  const float bias = p.dt_bias ? load_or_fp32(p.dt_bias, p.w_dtype, h * p.dt_bias_stride) : 0.0f;
+  const size_t esize = dtype_size(p.io_dtype);
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t tok = begin + t;
+    float dt = load_io(p.dt, p.w_dtype, seq, tok, h, 0) + bias;
+    if (p.dt_softplus) dt = ssu::softplus(dt);
+    const float dA = std::exp(A * dt);
+    for (int64_t d = 0; d < dim; ++d) {
+      const float x = load_io(p.x, p.io_dtype, seq, tok, h, d);
+      float y = Dv * x;
+      for (int64_t n = 0; n < ds; ++n) {
+        float& v = S[d * ds + n];
+        v = v * dA + (load_io(p.B, p.io_dtype, seq, tok, g, n) * dt) * x;
+        y += v * load_io(p.C, p.io_dtype, seq, tok, g, n);
+      }
+      if (p.z.data) y = ssu::gate(y, load_io(p.z, p.io_dtype, seq, tok, h, d));
+      store_or_fp32(p.out, p.io_dtype, seq * p.out_seq + tok * p.out_tok + h * p.out_head + d, y);
+    }
+    // The append: x (and, once per group, B) copied bit for bit, the processed dt.
+    const int64_t row = (r0 + pn + t) % c.L;
+    const auto* xs = static_cast<const char*>(p.x.data) +
+                     (seq * p.x.seq + tok * p.x.tok + h * p.x.head) * static_cast<int64_t>(esize);
+    std::memcpy(
+        static_cast<char*>(c.x_cache) +
+            (slot * c.xc_slot + h * c.xc_head + row * c.xc_row) * static_cast<int64_t>(esize),
+        xs, esize * static_cast<size_t>(dim));
+    c.dt_cache[slot * c.dc_slot + h * c.dc_head + row] = dt;
+    if (h % (p.nheads / p.ngroups) == 0) {
+      const auto* bs = static_cast<const char*>(p.B.data) +
+                       (seq * p.B.seq + tok * p.B.tok + g * p.B.head) * static_cast<int64_t>(esize);
+      std::memcpy(
+          static_cast<char*>(c.B_cache) +
+              (slot * c.bc_slot + g * c.bc_group + row * c.bc_row) * static_cast<int64_t>(esize),
+          bs, esize * static_cast<size_t>(ds));
+    }
+  }
+}
+
 }  // namespace
+
+void checkpointing_ssu(const CkptSsuParams& c) {
+  const SsuParams& p = c.ssu;
+#pragma omp parallel for schedule(dynamic, \
+                                  1) if (p.nheads > 1 && p.num_seqs * p.dim * p.dstate >= 4096)
+  for (int64_t h = 0; h < p.nheads; ++h) {
+    for (int64_t b = 0; b < p.num_seqs; ++b) run_ckpt_head(c, b, h);
+  }
+}
 
 void selective_state_update(const SsuParams& p) {
 #pragma omp parallel for schedule(dynamic, \

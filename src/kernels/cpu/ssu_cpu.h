@@ -10,4 +10,8 @@ namespace flashinfer::kernels::cpu {
 /// one order every call). The API layer has checked every index and range.
 void selective_state_update(const SsuParams& p);
 
+/// checkpointing_ssu (kernels/ssu_params.h, CkptSsuParams) in fp32: the history replayed and the
+/// new tokens run token by token, heads in parallel, the rows of a head in order.
+void checkpointing_ssu(const CkptSsuParams& c);
+
 }  // namespace flashinfer::kernels::cpu

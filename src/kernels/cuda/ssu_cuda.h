@@ -21,4 +21,12 @@ inline constexpr int64_t kSsuMaxDstate = 256;
 /// slots, intermediate entries and cu_seqlens ranges out of bounds are skipped.
 void selective_state_update(const SsuParams& p, void* stream, bool enable_pdl);
 
+/// kernels::cpu::checkpointing_ssu on the GPU: ssu_kernel's layout (a warp per state row), the
+/// ring history replayed through the row in registers (each history row's B in shared memory)
+/// before the new tokens; the ring appends and the flush store as the CPU's (same rounding of
+/// the same fp32 values). A slot outside the cache, a ring_start outside the ring or more
+/// history than the window (refused on the host for CPU tensors) writes NaN outputs and nothing
+/// else.
+void checkpointing_ssu(const CkptSsuParams& c, void* stream, bool enable_pdl);
+
 }  // namespace flashinfer::kernels::cuda
