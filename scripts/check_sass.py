@@ -303,10 +303,10 @@ RULES = {
         ),
         Rule(
             name="gdn",
-            match="gdn_recurrent_kernel",
-            description="the gated delta rule's recurrent kernel (gdn_cuda.cu; every io / state "
-            "dtype and row width): no spills (a state row stays in registers across the tokens), "
-            "the k sums as warp butterflies (SHFL.BFLY)",
+            match=("gdn_recurrent_kernel", "kda_recurrent_kernel"),
+            description="the gated delta rule's recurrent kernels (gdn_cuda.cu, every io / state "
+            "dtype and row width; kda_cuda.cu, Kimi delta attention): no spills (a state row "
+            "stays in registers across the tokens), the k sums as warp butterflies (SHFL.BFLY)",
             require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
         ),
         Rule(

@@ -27,6 +27,7 @@
 #include "flashinfer/ops/gemm_fp8.h"
 #include "flashinfer/ops/gguf_mm.h"
 #include "flashinfer/ops/grouped_gemm.h"
+#include "flashinfer/ops/kda.h"
 #include "flashinfer/ops/mamba.h"
 #include "flashinfer/ops/mhc.h"
 #include "flashinfer/ops/mla.h"

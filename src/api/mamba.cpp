@@ -667,6 +667,7 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
     FLASHINFER_CHECK(cu.dim() == 1 && cu.dtype() == DType::kInt32, op, "cu_seqlens",
                      "cu_seqlens must be a 1D int32 tensor, got shape ",
                      shape_to_string(cu.shape()), " dtype ", ssu_tname(cu));
+    api::check_same_device(cu, x, op, "cu_seqlens", "x");
     FLASHINFER_CHECK(
         cu.size(0) >= 2 && cu.is_contiguous(), op, "cu_seqlens",
         "cu_seqlens must have shape (batch+1,) with batch >= 1, got size(0)=", cu.size(0));
@@ -852,18 +853,22 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
     p.cu_seqlens_i64 = false;
     p.total_tokens = x.size(1);
   }
-  // dt's dtype may differ from D's: dt is read through its own dtype by a view of w_dtype only
-  // when they agree; otherwise a float copy.
+  // One weight dtype serves dt, D and dt_bias in the kernels: where dt's differs from D's /
+  // dt_bias's, all three are read as fp32 (exact widening; upstream widens each to fp32).
   Tensor dt_read = dt;
+  std::optional<Tensor> D_read = D, bias_read = dt_bias;
   if (dt.dtype() != p.w_dtype) {
-    dt_read = dt.to(p.w_dtype);
+    p.w_dtype = DType::kFloat32;
+    dt_read = dt.to(DType::kFloat32);
+    if (has_D) D_read = D->to(DType::kFloat32);
+    if (has_bias) bias_read = dt_bias->to(DType::kFloat32);
     p.dt = io_ref(dt_read, mode);
     if (varlen) p.dt.seq = 0;
   }
   p.A = A.data<float>();
   p.A_stride = A.stride(0);
-  if (has_D) p.D = D->data_ptr(), p.D_stride = D->stride(0);
-  if (has_bias) p.dt_bias = dt_bias->data_ptr(), p.dt_bias_stride = dt_bias->stride(0);
+  if (has_D) p.D = D_read->data_ptr(), p.D_stride = D_read->stride(0);
+  if (has_bias) p.dt_bias = bias_read->data_ptr(), p.dt_bias_stride = bias_read->stride(0);
   p.dt_softplus = dt_softplus;
   p.state = state.data_ptr();
   p.state_dtype = state.dtype();

@@ -870,8 +870,10 @@ TEST(CkptSsu, ReplaysTheRingThenRunsTheNewTokensBitForBitAsSsu) {
       }
     }
   }
-  // Every other ring row is untouched.
+  // Every other ring row is untouched (x, B and dt).
   const auto xc = r.x_cache.to_double_vector(), xb = before.x_cache.to_double_vector();
+  const auto bcv = r.B_cache.to_double_vector(), bbv = before.B_cache.to_double_vector();
+  const auto dcv = r.dt_cache.to_double_vector(), dbv = before.dt_cache.to_double_vector();
   for (int64_t slot : {0, 1}) {
     for (int64_t row = 0; row < 8; ++row) {
       const bool appended = slot == 0 ? (row == 3 || row == 4) : (row == 4 || row == 5);
@@ -880,6 +882,14 @@ TEST(CkptSsu, ReplaysTheRingThenRunsTheNewTokensBitForBitAsSsu) {
         for (int64_t d = 0; d < 8; ++d) {
           const size_t i = static_cast<size_t>(((slot * 4 + h) * 8 + row) * 8 + d);
           ASSERT_EQ(xc[i], xb[i]) << slot << " " << row;
+        }
+        const size_t di = static_cast<size_t>((slot * 4 + h) * 8 + row);
+        ASSERT_EQ(dcv[di], dbv[di]) << slot << " " << row;
+      }
+      for (int64_t gi = 0; gi < 2; ++gi) {
+        for (int64_t n = 0; n < 32; ++n) {
+          const size_t i = static_cast<size_t>(((slot * 2 + gi) * 8 + row) * 32 + n);
+          ASSERT_EQ(bcv[i], bbv[i]) << slot << " " << row;
         }
       }
     }
@@ -917,15 +927,29 @@ TEST(CkptSsu, VarlenEqualsPerSequenceCallsAndPaddingSkipsTheRow) {
   EXPECT_EQ(out.to_double_vector(), want);
   EXPECT_EQ(slot_of(r.c.state, 0), slot_of(st, 0));   // slot 0 flushed in both
   EXPECT_EQ(slot_of(r.c.state, 2), slot_of(st0, 2));  // slot 2 did not
-  // Padding: the row is skipped whole (its outputs keep their values, nothing appended).
+  // The appended rows of slot 2 (the same ring length in both calls): rows (1 + 6 + t) % 8.
+  for (int64_t row : {7, 0}) {
+    EXPECT_EQ(r.x_cache.select(0, 2).select(1, row).contiguous().to_double_vector(),
+              xc.select(0, 2).select(1, row).contiguous().to_double_vector())
+        << row;
+    EXPECT_EQ(r.B_cache.select(0, 2).select(1, row).contiguous().to_double_vector(),
+              bc.select(0, 2).select(1, row).contiguous().to_double_vector())
+        << row;
+  }
+  // Padding: the row is skipped whole (its outputs keep their values; its slot, a real one, and
+  // that slot's ring rows are untouched).
   Ring q = make_ring(2, 1, 4, 2, {0, 0}, {1, 1}, 320);
-  const Tensor qx = q.x_cache.clone(), qs = q.c.state.clone();
+  const Tensor qx = q.x_cache.clone(), qb = q.B_cache.clone(), qd = q.dt_cache.clone(),
+               qs = q.c.state.clone();
   Tensor qo = Tensor::full({2, 1, 4, 8}, 5.0, kBf);
-  (void)call_ckpt(q, qo, idx({1, 9}), 9);
+  (void)call_ckpt(q, qo, idx({1, 0}), 0);
   const auto qv = qo.to_double_vector();
   for (size_t i = 32; i < 64; ++i) EXPECT_EQ(qv[i], 5.0) << i;
   EXPECT_EQ(slot_of(q.x_cache, 0), slot_of(qx, 0));
+  EXPECT_EQ(slot_of(q.B_cache, 0), slot_of(qb, 0));
+  EXPECT_EQ(slot_of(q.dt_cache, 0), slot_of(qd, 0));
   EXPECT_EQ(slot_of(q.c.state, 0), slot_of(qs, 0));
+  EXPECT_NE(slot_of(q.x_cache, 1), slot_of(qx, 1));  // the real row appended
 }
 
 TEST(CkptSsu, EightBitStatesFlushWithTheirScales) {

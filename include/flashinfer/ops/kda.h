@@ -1,0 +1,54 @@
+// Kimi delta attention (KDA) of flashinfer.kda: the gated delta rule with one decay per key
+// channel (Kimi Linear's linear-attention layers, which vLLM and SGLang serve): decode, speculative
+// verification and prefill against a bf16 state pool. CPU reference everywhere; a CUDA kernel.
+// docs/LINEAR_ATTENTION.md ("Kimi delta attention") gives the math, layouts and index rules.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// recurrent_kda's result: (output, final_state or None), or with state checkpoints (output,
+/// final_state, state_checkpoints).
+struct KdaOutput {
+  Tensor output, final_state, state_checkpoints;
+};
+Value to_value(const KdaOutput& r);
+
+/// q, k [B, T, H, K] and v, g [B, T, HV, K] (K = V, 64 or 128), beta [B, T, HV], all bf16; [1,
+/// total_tokens, ..] with cu_seqlens [N + 1]. Per value head hv (query head hv / (HV / H)) and
+/// token: S[k, :] *= exp(a[k]); u = beta (v - S^T k^); S += k^ u^T; o = S^T q^ (bf16), with a = g
+/// (use_gate_in_kernel False), -exp(A_log) softplus(g + dt_bias), or lower_bound *
+/// sigmoid(exp(A_log) (g + dt_bias)); beta sigmoid'ed when beta_is_logit; q^ = q scale / |q|, k^ =
+/// k / |k| (eps 1e-6 inside the norms) with use_qk_l2norm_in_kernel. initial_state [slots, HV, V,
+/// K] bf16 (K contiguous) is read and updated in place at ssm_state_indices (negative: padding;
+/// python's wrap without cu_seqlens); num_spec_tokens S verifies 1 + S tokens a sequence, each
+/// writing its state to ssm_state_indices[n, t], the first read at column num_accepted_tokens[n] -
+/// 1; initial_state_source / initial_state_indices supply the first read instead. Several tokens
+/// a sequence without S: prefill (every token; state checkpoints every checkpoint_every_n_tokens).
+KdaOutput recurrent_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, std::optional<Tensor> A_log = std::nullopt,
+                        std::optional<Tensor> dt_bias = std::nullopt,
+                        std::optional<double> scale = std::nullopt,
+                        std::optional<Tensor> initial_state = std::nullopt,
+                        bool output_final_state = false, bool use_qk_l2norm_in_kernel = true,
+                        bool use_gate_in_kernel = false,
+                        std::optional<double> lower_bound = std::nullopt,
+                        std::optional<Tensor> cu_seqlens = std::nullopt,
+                        std::optional<Tensor> ssm_state_indices = std::nullopt,
+                        std::optional<int64_t> num_spec_tokens = std::nullopt,
+                        std::optional<Tensor> num_accepted_tokens = std::nullopt,
+                        std::optional<Tensor> output = std::nullopt,
+                        std::optional<Tensor> initial_state_source = std::nullopt,
+                        std::optional<Tensor> initial_state_indices = std::nullopt,
+                        bool beta_is_logit = false, std::optional<Tensor> seq_order = std::nullopt,
+                        std::optional<Value> prefill_workspace = std::nullopt,
+                        std::optional<Tensor> state_checkpoints = std::nullopt,
+                        std::optional<Tensor> checkpoint_cu_starts = std::nullopt,
+                        int64_t checkpoint_every_n_tokens = 0, std::string backend = "auto");
+
+}  // namespace flashinfer

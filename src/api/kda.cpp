@@ -1,0 +1,480 @@
+// flashinfer.kda.recurrent_kda: upstream's checks and messages, its layouts (dense, packed,
+// speculative, prefill), slot rules, returns, dispatch and a bench hook. The recurrence is
+// kernels/kda_params.h's (docs/LINEAR_ATTENTION.md, "Kimi delta attention").
+#include "flashinfer/ops/kda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "api/backends.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/kda_cpu.h"
+#include "kernels/kda_params.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/kda_cuda.h"
+#endif
+
+namespace flashinfer {
+
+template <>
+struct ReturnName<KdaOutput> {
+  static constexpr const char* value =
+      "tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor, Tensor]";
+};
+
+Value to_value(const KdaOutput& r) {
+  const Value fs = r.final_state.defined() ? Value(r.final_state) : Value();
+  if (r.state_checkpoints.defined()) {
+    return Value::tuple({Value(r.output), fs, Value(r.state_checkpoints)});
+  }
+  return Value::tuple({Value(r.output), fs});
+}
+
+namespace {
+
+using kernels::KdaIoRef;
+using kernels::KdaParams;
+
+constexpr const char* kKdaOp = "recurrent_kda";
+
+constexpr api::KernelEntry<KdaParams> kKdaKernels[] = {
+    {DeviceType::kCPU, "CPU reference: the token recurrence in fp32, value heads in parallel",
+     nullptr,
+     [](const KdaParams& p, const api::LaunchContext&) { kernels::cpu::recurrent_kda(p); }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: a warp per state row (sequence, value head, v), the row in registers", nullptr,
+     [](const KdaParams& p, const api::LaunchContext& c) {
+       kernels::cuda::recurrent_kda(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+KdaIoRef kda_io(const Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+std::vector<int64_t> ints_of(const Tensor& t) { return api::host_ints(t); }
+
+KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                   const Tensor& beta, const std::optional<Tensor>& A_log,
+                   const std::optional<Tensor>& dt_bias, std::optional<double> scale,
+                   std::optional<Tensor> initial_state, bool output_final_state, bool l2norm,
+                   bool gate_in_kernel, std::optional<double> lower_bound,
+                   const std::optional<Tensor>& cu_seqlens, std::optional<Tensor> ssm_idx,
+                   std::optional<int64_t> num_spec, const std::optional<Tensor>& num_accepted,
+                   std::optional<Tensor> output, const std::optional<Tensor>& source,
+                   const std::optional<Tensor>& source_idx, bool beta_is_logit,
+                   const std::optional<Tensor>& seq_order, const std::optional<Tensor>& checkpoints,
+                   const std::optional<Tensor>& cp_starts, int64_t cp_every,
+                   const std::string& backend) {
+  const char* op = kKdaOp;
+  auto given = [](const std::optional<Tensor>& t) { return t && t->defined(); };
+  FLASHINFER_CHECK(
+      backend == "auto" || backend == "cute-dsl" || backend == "cake" || backend == "vibecuda", op,
+      "backend", "backend must be 'auto', 'cute-dsl', 'cake', or 'vibecuda', got '", backend, "'");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
+                                {k, "k"},
+                                {v, "v"},
+                                {g, "g"},
+                                {beta, "beta"}}) {
+    api::check_defined(t, op, name);
+    FLASHINFER_CHECK(t.dtype() == DType::kBFloat16, op, name, name, " must be bfloat16, got ",
+                     dtype_torch_name(t.dtype()));
+    api::check_same_device(t, q, op, name, "q");
+    FLASHINFER_CHECK(t.numel() == 0 || t.stride(-1) == 1, op, name, name,
+                     " must be contiguous in its last dimension");
+  }
+  api::check_dim(q, {4}, op, "q");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), K = q.size(3);
+  api::check_dim(v, {4}, op, "v");
+  const int64_t HV = v.size(2), V = v.size(3);
+  FLASHINFER_CHECK(K == V, op, "v", "K must equal V, got K=", K, ", V=", V);
+  FLASHINFER_CHECK(K == 64 || K == 128, op, "q", "HEAD_DIM must be 64 or 128, got K=", K);
+  FLASHINFER_CHECK(H >= 1 && HV >= H && HV % H == 0, op, "v",
+                   "HV must be a positive multiple of H, got H=", H, ", HV=", HV);
+  api::check_shape_eq(k, q.shape(), op, "k");
+  api::check_shape_eq(v, {B, T, HV, V}, op, "v");
+  api::check_shape_eq(g, {B, T, HV, K}, op, "g");
+  api::check_shape_eq(beta, {B, T, HV}, op, "beta");
+  if (gate_in_kernel) {
+    FLASHINFER_CHECK(given(A_log), op, "A_log", "A_log is required when use_gate_in_kernel=True");
+  }
+  if (given(A_log)) {
+    FLASHINFER_CHECK(A_log->dtype() == DType::kFloat32, op, "A_log", "A_log must be float32, got ",
+                     dtype_torch_name(A_log->dtype()));
+    FLASHINFER_CHECK(A_log->numel() == H && A_log->is_contiguous(), op, "A_log",
+                     "A_log must hold one value per query head (", H, "), got ",
+                     shape_to_string(A_log->shape()));
+    api::check_same_device(*A_log, q, op, "A_log", "q");
+  }
+  if (given(dt_bias)) {
+    FLASHINFER_CHECK(dt_bias->dtype() == DType::kFloat32, op, "dt_bias",
+                     "dt_bias must be float32, got ", dtype_torch_name(dt_bias->dtype()));
+    FLASHINFER_CHECK(dt_bias->numel() == H * K && dt_bias->is_contiguous(), op, "dt_bias",
+                     "dt_bias must be [H*K] or [H, K] (", H * K, " values), got ",
+                     shape_to_string(dt_bias->shape()));
+    api::check_same_device(*dt_bias, q, op, "dt_bias", "q");
+  }
+  if (lower_bound) {
+    FLASHINFER_CHECK(gate_in_kernel, op, "lower_bound",
+                     "lower_bound requires use_gate_in_kernel=True");
+    FLASHINFER_CHECK(*lower_bound < 0.0, op, "lower_bound", "lower_bound must be negative");
+  }
+  const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K));
+  FLASHINFER_CHECK(std::isfinite(sc), op, "scale", "scale must be finite, got ", sc);
+  FLASHINFER_CHECK(given(source) == given(source_idx), op, "initial_state_indices",
+                   "initial_state_source and initial_state_indices must be provided together");
+
+  // Layout: packed (cu_seqlens), speculative (num_spec_tokens), dense.
+  const bool packed = given(cu_seqlens);
+  const bool spec = num_spec.has_value();
+  int64_t N = B, Tseq = T;
+  std::vector<int64_t> cu_host;
+  if (packed) {
+    FLASHINFER_CHECK(B == 1, op, "q", "Batch size must be 1 with cu_seqlens, got B=", B);
+    const Tensor& cu = *cu_seqlens;
+    api::check_dim(cu, {1}, op, "cu_seqlens");
+    api::check_dtype_in(cu, {DType::kInt32, DType::kInt64}, op, "cu_seqlens");
+    api::check_same_device(cu, q, op, "cu_seqlens", "q");
+    FLASHINFER_CHECK(cu.size(0) >= 1 && cu.is_contiguous(), op, "cu_seqlens",
+                     "cu_seqlens must be a contiguous [N + 1] vector");
+    N = cu.size(0) - 1;
+    if (cu.device().is_cpu()) {
+      cu_host = ints_of(cu);
+      for (int64_t n = 0; n < N; ++n) {
+        FLASHINFER_CHECK(cu_host[n] >= 0 && cu_host[n] <= cu_host[n + 1] && cu_host[n + 1] <= T, op,
+                         "cu_seqlens", "must be non-decreasing within [0, ", T, "], got entries ",
+                         n, ", ", n + 1, " = ", cu_host[n], ", ", cu_host[n + 1]);
+      }
+    }
+  }
+  Tensor q4 = q, k4 = k, v4 = v, g4 = g, b4 = beta;
+  if (spec) {
+    const int64_t S = *num_spec;
+    FLASHINFER_CHECK(S >= 1, op, "num_spec_tokens", "num_spec_tokens must be >= 1, got ", S,
+                     ". Use num_spec_tokens=None for standard decode.");
+    Tseq = 1 + S;
+    if (!packed) {  // the batched form: rows of 1 + S tokens
+      FLASHINFER_CHECK(T == Tseq, op, "q", "q.shape[1]=", T, " must equal 1+num_spec_tokens=", Tseq,
+                       " when cu_seqlens is not provided");
+      if (!given(ssm_idx)) {
+        std::vector<double> ids(static_cast<size_t>(B * Tseq));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<double>(i);
+        ssm_idx = Tensor::from_vector(ids, {B, Tseq}, DType::kInt32).to(q.device());
+        FLASHINFER_CHECK(given(initial_state) && initial_state->size(0) >= B * Tseq, op,
+                         "initial_state",
+                         "initial_state must have at least B*(1+num_spec_tokens) slots when "
+                         "batched spec decode auto-generates ssm_state_indices");
+      }
+    } else {
+      FLASHINFER_CHECK(given(ssm_idx), op, "ssm_state_indices",
+                       "ssm_state_indices is required when num_spec_tokens is set with cu_seqlens");
+    }
+    const Tensor& si = *ssm_idx;
+    FLASHINFER_CHECK(si.dim() == 2 && si.size(1) == Tseq, op, "ssm_state_indices",
+                     "ssm_state_indices must be 2D [N, ", Tseq, "] in spec mode, got shape ",
+                     shape_to_string(si.shape()));
+    FLASHINFER_CHECK(si.size(0) == N, op, "ssm_state_indices",
+                     "ssm_state_indices.shape[0]=", si.size(0), " must equal N=", N);
+  } else if (!packed) {
+    FLASHINFER_CHECK(T >= 1, op, "q", "q needs at least one token");
+  }
+  // The state pool.
+  if (given(initial_state)) {
+    const Tensor& st = *initial_state;
+    api::check_dim(st, {4}, op, "initial_state");
+    FLASHINFER_CHECK(st.dtype() == DType::kBFloat16, op, "initial_state",
+                     "initial_state must be bfloat16, got ", dtype_torch_name(st.dtype()));
+    FLASHINFER_CHECK(st.size(1) == HV && st.size(2) == V && st.size(3) == K, op, "initial_state",
+                     "initial_state must be [slots, HV=", HV, ", V=", V, ", K=", K, "], got ",
+                     shape_to_string(st.shape()));
+    FLASHINFER_CHECK(st.stride(3) == 1 && st.stride(2) == K && st.stride(1) == V * K, op,
+                     "initial_state", "initial_state must have compact [HV, V, K] slots");
+    FLASHINFER_CHECK(packed || spec || st.is_contiguous(), op, "initial_state",
+                     "non-contiguous initial_state requires cu_seqlens: without cu_seqlens the "
+                     "wrapper calls .contiguous() which copies the state, so in-place updates "
+                     "would be silently lost on the original tensor");
+    api::check_same_device(st, q, op, "initial_state", "q");
+    api::check_writable(st, op, "initial_state");
+  }
+  if (given(ssm_idx) && !spec) {
+    FLASHINFER_CHECK(ssm_idx->dim() == 1 && ssm_idx->size(0) >= N, op, "ssm_state_indices",
+                     "ssm_state_indices must be [N] (", N, ") outside spec mode, got shape ",
+                     shape_to_string(ssm_idx->shape()));
+  }
+  Tensor idx32;
+  if (given(ssm_idx)) {
+    api::check_dtype_in(*ssm_idx, {DType::kInt32, DType::kInt64}, op, "ssm_state_indices");
+    api::check_same_device(*ssm_idx, q, op, "ssm_state_indices", "q");
+    idx32 = ssm_idx->to(DType::kInt32).contiguous();  // upstream converts to int32
+  }
+  // Without a pool: zeros (dense: one slot a row; packed: max(index) + 1 slots).
+  if (!given(initial_state)) {
+    int64_t slots = N;
+    if (idx32.defined()) {
+      int64_t mx = -1;
+      for (int64_t s : ints_of(idx32)) mx = std::max(mx, s);
+      slots = std::max<int64_t>(mx + 1, spec ? 1 : 0);
+    }
+    initial_state =
+        Tensor::zeros({std::max<int64_t>(slots, 1), HV, V, K}, DType::kBFloat16, q.device());
+  }
+  const Tensor& pool = *initial_state;
+  const int64_t slots = pool.size(0);
+  FLASHINFER_CHECK(!(packed && spec) || slots >= 1, op, "initial_state",
+                   "initial_state must have at least 1 slot when cu_seqlens is used");
+  Tensor src_idx32;
+  if (given(source)) {
+    const Tensor& s = *source;
+    FLASHINFER_CHECK(s.dtype() == DType::kBFloat16, op, "initial_state_source",
+                     "initial_state_source must be bfloat16, got ", dtype_torch_name(s.dtype()));
+    FLASHINFER_CHECK(s.dim() == 4 && s.size(1) == HV && s.size(2) == V && s.size(3) == K, op,
+                     "initial_state_source",
+                     "initial_state_source must have trailing shape [HV, V, K], got ",
+                     shape_to_string(s.shape()));
+    FLASHINFER_CHECK(s.stride(3) == 1 && s.stride(2) == K && s.stride(1) == V * K, op,
+                     "initial_state_source", "initial_state_source must have compact slots");
+    api::check_same_device(s, q, op, "initial_state_source", "q");
+    FLASHINFER_CHECK(source_idx->dim() == 1, op, "initial_state_indices",
+                     "initial_state_indices must be 1D, got shape ",
+                     shape_to_string(source_idx->shape()));
+    FLASHINFER_CHECK(source_idx->size(0) >= N, op, "initial_state_indices",
+                     "initial_state_indices must contain one entry per sequence, got ",
+                     source_idx->size(0), " entries for N=", N);
+    api::check_same_device(*source_idx, q, op, "initial_state_indices", "q");
+    src_idx32 = source_idx->to(DType::kInt32).contiguous();
+  }
+  Tensor acc32;
+  if (given(num_accepted)) {
+    FLASHINFER_CHECK(num_accepted->dim() == 1 && num_accepted->size(0) >= N, op,
+                     "num_accepted_tokens", "num_accepted_tokens must be [N] (", N, ")");
+    api::check_same_device(*num_accepted, q, op, "num_accepted_tokens", "q");
+    acc32 = num_accepted->to(DType::kInt32).contiguous();
+  }
+  if (given(seq_order)) {
+    FLASHINFER_CHECK(seq_order->dim() == 1 && seq_order->size(0) == N, op, "seq_order",
+                     "seq_order must be a permutation of the N=", N, " sequences");
+  }
+  // Checkpoints: prefill only (upstream: its frozen SM100 prefill).
+  const bool prefill = !spec && (packed ? T > N : T > 1);
+  if (given(checkpoints) || cp_every != 0) {
+    FLASHINFER_CHECK(
+        prefill && given(checkpoints) && given(cp_starts) && cp_every > 0 && cp_every % 16 == 0, op,
+        "state_checkpoints",
+        "state checkpoints are supported only by eligible frozen SM100/SM103 "
+        "recurrent_kda prefill (a multi-token prefill, checkpoint_cu_starts, and "
+        "checkpoint_every_n_tokens a positive multiple of 16)");
+    const Tensor& c = *checkpoints;
+    FLASHINFER_CHECK(c.dtype() == DType::kBFloat16 && c.dim() == 4 && c.size(1) == HV &&
+                         c.size(2) == V && c.size(3) == K && c.is_contiguous(),
+                     op, "state_checkpoints",
+                     "state_checkpoints must be a contiguous bf16 [C, HV=", HV,
+                     ", V, K] tensor, got ", shape_to_string(c.shape()));
+    const Tensor& cs = *cp_starts;
+    FLASHINFER_CHECK(
+        cs.dtype() == DType::kInt64 && cs.dim() == 1 && cs.size(0) == N + 1 && cs.is_contiguous(),
+        op, "checkpoint_cu_starts", "checkpoint_cu_starts must be int64 [N + 1]");
+    api::check_same_device(c, q, op, "state_checkpoints", "q");
+    api::check_same_device(cs, q, op, "checkpoint_cu_starts", "q");
+    if (cs.device().is_cpu()) {
+      const auto st = ints_of(cs);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t len = packed ? (cu_host.empty() ? 0 : cu_host[n + 1] - cu_host[n]) : T;
+        const int64_t count = (len + cp_every - 1) / cp_every;
+        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] + count <= c.size(0)), op,
+                         "checkpoint_cu_starts", "sequence ", n, "'s ", count,
+                         " checkpoints from row ", st[n], " fall outside state_checkpoints' ",
+                         c.size(0), " rows");
+      }
+    }
+  }
+  // Host slot checks (CPU): every non-negative slot inside the pool.
+  if (q.device().is_cpu()) {
+    if (idx32.defined()) {
+      for (int64_t s : ints_of(idx32)) {
+        // Negative: padding (packed, speculative), or python's wrap (dense).
+        FLASHINFER_CHECK(s < slots && (packed || spec || s >= -slots), op, "ssm_state_indices",
+                         "slot ", s, " is outside the state pool of ", slots, " slots");
+      }
+    }
+    if (src_idx32.defined()) {
+      for (int64_t s : ints_of(src_idx32)) {
+        FLASHINFER_CHECK(s < source->size(0), op, "initial_state_indices", "slot ", s,
+                         " is outside initial_state_source's ", source->size(0), " slots");
+      }
+    }
+  }
+  // The output: the caller's when its shape, dtype and device fit, else a new one (upstream).
+  const Shape out_shape = {B, T, HV, V};
+  if (!(given(output) && output->shape() == out_shape && output->dtype() == DType::kBFloat16 &&
+        output->device() == q.device() && output->stride(-1) == 1)) {
+    output = Tensor::zeros(out_shape, DType::kBFloat16, q.device());
+  } else {
+    api::check_writable(*output, op, "output");
+    output->fill_(0.0);  // padded and inactive positions are zeros
+  }
+
+  KdaParams p;
+  p.num_seqs = packed ? N : B;
+  p.T = packed ? (spec ? Tseq : T) : T;
+  if (packed) {
+    p.cu_seqlens = cu_seqlens->data_ptr();
+    p.cu_seqlens_i64 = cu_seqlens->dtype() == DType::kInt64;
+    p.total_tokens = T;
+  }
+  p.H = H, p.HV = HV, p.K = K;
+  p.q = kda_io(q4), p.k = kda_io(k4), p.v = kda_io(v4), p.g = kda_io(g4);
+  p.beta = {b4.data_ptr(), b4.stride(0), b4.stride(1), b4.stride(2)};
+  p.gate = !gate_in_kernel ? kernels::KdaGate::kPrecomputed
+           : lower_bound   ? kernels::KdaGate::kLowerBound
+                           : kernels::KdaGate::kSoftplus;
+  p.lower_bound = lower_bound ? static_cast<float>(*lower_bound) : 0.0f;
+  if (gate_in_kernel) {
+    p.A_log = A_log->data<float>();
+    if (given(dt_bias)) p.dt_bias = dt_bias->data<float>();
+  }
+  p.beta_is_logit = beta_is_logit;
+  p.l2norm = l2norm;
+  p.scale = static_cast<float>(sc);
+  p.out = output->data_ptr();
+  p.out_seq = output->stride(0), p.out_tok = output->stride(1), p.out_head = output->stride(2);
+  p.state = pool.data_ptr();
+  p.state_dtype = DType::kBFloat16;
+  p.slots = slots;
+  p.state_stride_slot = pool.stride(0);
+  if (given(source)) {
+    p.source = source->data_ptr();
+    p.source_slots = source->size(0);
+    p.source_stride_slot = source->stride(0);
+    p.src_idx = src_idx32.data<int32_t>();
+  }
+  if (idx32.defined()) {
+    p.idx = idx32.data<int32_t>();
+    p.idx_cols = idx32.dim() == 2 ? idx32.size(1) : 1;
+    p.idx_stride0 = p.idx_cols;
+  }
+  p.wrap_negative = !packed && !spec;
+  p.spec = spec;
+  if (acc32.defined()) p.num_accepted = acc32.data<int32_t>();
+  if (given(checkpoints)) {
+    p.checkpoint_every = cp_every;
+    p.checkpoints = checkpoints->data_ptr();
+    p.checkpoint_rows = checkpoints->size(0);
+    p.checkpoint_starts = cp_starts->data<int64_t>();
+  }
+  api::launch(kKdaKernels, p, q.device(), op, "q");
+
+  KdaOutput r;
+  r.output = *output;
+  if (output_final_state) {
+    if (!packed && !spec && idx32.defined()) {
+      // Upstream gathers the rows' slots into a compact copy and scatters it back: the copy.
+      Tensor fs = Tensor::empty({B, HV, V, K}, DType::kBFloat16, q.device());
+      const auto ids = ints_of(idx32);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t s = ids[b] < 0 ? ids[b] + slots : ids[b];
+        Tensor row = fs.select(0, b);
+        row.copy_(pool.select(0, s));
+      }
+      r.final_state = fs;
+    } else {
+      r.final_state = pool;
+    }
+  }
+  if (given(checkpoints)) r.state_checkpoints = *checkpoints;
+  return r;
+}
+
+}  // namespace
+
+KdaOutput recurrent_kda(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+    std::optional<Tensor> A_log, std::optional<Tensor> dt_bias, std::optional<double> scale,
+    std::optional<Tensor> initial_state, bool output_final_state, bool use_qk_l2norm_in_kernel,
+    bool use_gate_in_kernel, std::optional<double> lower_bound, std::optional<Tensor> cu_seqlens,
+    std::optional<Tensor> ssm_state_indices, std::optional<int64_t> num_spec_tokens,
+    std::optional<Tensor> num_accepted_tokens, std::optional<Tensor> output,
+    std::optional<Tensor> initial_state_source, std::optional<Tensor> initial_state_indices,
+    bool beta_is_logit, std::optional<Tensor> seq_order, std::optional<Value> prefill_workspace,
+    std::optional<Tensor> state_checkpoints, std::optional<Tensor> checkpoint_cu_starts,
+    int64_t checkpoint_every_n_tokens, std::string backend) {
+  return call_op<&recurrent_kda>(
+      [&] {
+        return kda_impl(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
+                        use_qk_l2norm_in_kernel, use_gate_in_kernel, lower_bound, cu_seqlens,
+                        ssm_state_indices, num_spec_tokens, num_accepted_tokens, output,
+                        initial_state_source, initial_state_indices, beta_is_logit, seq_order,
+                        state_checkpoints, checkpoint_cu_starts, checkpoint_every_n_tokens,
+                        backend);
+      },
+      q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
+      use_qk_l2norm_in_kernel, use_gate_in_kernel, lower_bound, cu_seqlens, ssm_state_indices,
+      num_spec_tokens, num_accepted_tokens, output, initial_state_source, initial_state_indices,
+      beta_is_logit, seq_order, prefill_workspace, state_checkpoints, checkpoint_cu_starts,
+      checkpoint_every_n_tokens, backend);
+}
+
+namespace {
+
+// Bench: packed decode as SGLang runs it: batch_size sequences of one token, num_qo_heads value
+// heads over num_kv_heads query heads, K = V = head_dim_qk (64 or 128), the lower-bound gate
+// (-5), a pool of 2 * batch_size slots read at odd slots.
+BenchCase bench_kda(const BenchShape& s, Device dev) {
+  const int64_t N = s.batch_size, HV = s.num_qo_heads, H = std::max<int64_t>(1, s.num_kv_heads);
+  const int64_t K = s.head_dim_qk <= 64 ? 64 : 128;
+  const DType bf = DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  std::vector<int64_t> cu, idx;
+  for (int64_t n = 0; n <= N; ++n) cu.push_back(n);
+  for (int64_t n = 0; n < N; ++n) idx.push_back(2 * n + 1);
+  BenchCase c = api::bench::invoke_case(
+      kKdaOp,
+      {Value(random_tensor({1, N, H, K}, bf, dev, seed)),
+       Value(random_tensor({1, N, H, K}, bf, dev, seed + 1)),
+       Value(random_tensor({1, N, HV, K}, bf, dev, seed + 2)),
+       Value(random_tensor({1, N, HV, K}, bf, dev, seed + 3, -1.0, 1.0)),
+       Value(random_tensor({1, N, HV}, bf, dev, seed + 4, -2.0, 2.0))},
+      {{"A_log", Value(random_tensor({H}, DType::kFloat32, dev, seed + 5, -1.0, 0.5))},
+       {"dt_bias", Value(random_tensor({H * K}, DType::kFloat32, dev, seed + 6, -0.5, 0.5))},
+       {"initial_state", Value(random_tensor({2 * N, HV, K, K}, bf, dev, seed + 7, -0.1, 0.1))},
+       {"use_gate_in_kernel", Value(true)},
+       {"lower_bound", Value(-5.0)},
+       {"cu_seqlens", Value(api::bench::int32_tensor(cu, dev))},
+       {"ssm_state_indices", Value(api::bench::int32_tensor(idx, dev))},
+       {"beta_is_logit", Value(true)}});
+  c.bytes = static_cast<double>(N * HV * K * K) * 4.0 +
+            static_cast<double>(N * (2 * H * K + 3 * HV * K)) * 2.0;
+  c.flops = static_cast<double>(N * HV * K * K) * 8.0;
+  return c;
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_kda_ops(OpRegistry& r) {
+  declare<&recurrent_kda>(
+      r,
+      {.name = "recurrent_kda",
+       .module = "flashinfer.kda",
+       .summary = "Kimi delta attention: decode, speculative verify and prefill on a state pool"},
+      "q", "k", "v", "g", "beta", "A_log", "dt_bias", "scale", arg("initial_state").mut(),
+      arg("output_final_state", false), arg("use_qk_l2norm_in_kernel", true),
+      arg("use_gate_in_kernel", false), "lower_bound", "cu_seqlens", "ssm_state_indices",
+      "num_spec_tokens", "num_accepted_tokens", arg("output").mut(), "initial_state_source",
+      "initial_state_indices", arg("beta_is_logit", false), "seq_order", "prefill_workspace",
+      arg("state_checkpoints").mut(), "checkpoint_cu_starts",
+      arg("checkpoint_every_n_tokens", int64_t{0}), arg("backend", "auto").kw());
+  api::register_backends(kKdaOp, kKdaKernels);
+  register_bench_hook(kKdaOp, bench_kda);
+}
+
+}  // namespace detail
+
+}  // namespace flashinfer

@@ -1,0 +1,149 @@
+#include "kernels/cpu/kda_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
+#include "kernels/gdn_rules.h"
+#include "kernels/kda_rules.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+using elem_io::load_or_fp32;
+using elem_io::store_or_fp32;
+
+float at(const KdaIoRef& r, int64_t n, int64_t t, int64_t h, int64_t i) {
+  return bfloat16_bits_to_float(
+      static_cast<const uint16_t*>(r.data)[n * r.seq + t * r.tok + h * r.head + i]);
+}
+
+// State S[v][k] to / from a [slots, HV, V, K] pool slot.
+void load_state(const void* pool, DType dt, int64_t stride_slot, int64_t slot, int64_t hv,
+                int64_t K, std::vector<float>& S) {
+  const int64_t base = slot * stride_slot + hv * K * K;
+  for (int64_t i = 0; i < K * K; ++i) S[i] = load_or_fp32(pool, dt, base + i);
+}
+void store_state(void* pool, DType dt, int64_t stride_slot, int64_t slot, int64_t hv, int64_t K,
+                 const std::vector<float>& S) {
+  const int64_t base = slot * stride_slot + hv * K * K;
+  for (int64_t i = 0; i < K * K; ++i) store_or_fp32(pool, dt, base + i, S[i]);
+}
+
+void run_head(const KdaParams& p, int64_t n, int64_t hv) {
+  const int64_t K = p.K, h = gdn::source_head(hv, p.H, p.HV);
+  int64_t begin = 0, len = p.T, seq = n;
+  if (p.cu_seqlens) {
+    const auto cu = [&](int64_t i) {
+      return p.cu_seqlens_i64 ? static_cast<const int64_t*>(p.cu_seqlens)[i]
+                              : static_cast<const int32_t*>(p.cu_seqlens)[i];
+    };
+    begin = cu(n);
+    len = cu(n + 1) - begin;
+    if (p.spec) len = std::min(len, p.T);
+    seq = 0;
+  }
+  if (len <= 0) return;
+  auto out_at = [&](int64_t t, int64_t v) {
+    return seq * p.out_seq + (begin + t) * p.out_tok + hv * p.out_head + v;
+  };
+  auto zero_outputs = [&] {
+    for (int64_t t = 0; t < len; ++t) {
+      for (int64_t v = 0; v < K; ++v) store_or_fp32(p.out, DType::kBFloat16, out_at(t, v), 0.0f);
+    }
+  };
+  auto slot_at = [&](int64_t col) -> int64_t {
+    if (!p.idx) return n;
+    int64_t s = p.idx[n * p.idx_stride0 + col];
+    if (s < 0 && p.wrap_negative) s += p.slots;
+    return s;
+  };
+  std::vector<float> S(static_cast<size_t>(K * K), 0.0f);  // [v][k]
+  int64_t final_slot = -1;
+  if (p.spec) {
+    if (p.source) {
+      load_state(p.source, p.state_dtype, p.source_stride_slot, std::max(p.src_idx[n], 0), hv, K,
+                 S);
+    } else {
+      int64_t c = p.num_accepted ? p.num_accepted[n] - 1 : 0;
+      c = std::clamp<int64_t>(c, 0, p.T - 1);
+      load_state(p.state, p.state_dtype, p.state_stride_slot, std::max<int64_t>(slot_at(c), 0), hv,
+                 K, S);
+    }
+  } else {
+    final_slot = slot_at(0);
+    if (final_slot < 0) return zero_outputs();  // padding
+    if (p.source) {
+      load_state(p.source, p.state_dtype, p.source_stride_slot, std::max(p.src_idx[n], 0), hv, K,
+                 S);
+    } else if (p.state) {
+      load_state(p.state, p.state_dtype, p.state_stride_slot, final_slot, hv, K, S);
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(K)), kk(static_cast<size_t>(K)),
+      dk(static_cast<size_t>(K));
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t tok = begin + t;
+    if (p.checkpoint_every > 0 && t % p.checkpoint_every == 0) {
+      const int64_t row = p.checkpoint_starts[n] + t / p.checkpoint_every;
+      store_state(p.checkpoints, p.state_dtype, p.HV * K * K, row, hv, K, S);
+    }
+    int64_t w = -1;
+    if (p.spec) {
+      w = slot_at(t);
+      if (w < 0) {  // an inactive token: zero output, S unchanged
+        for (int64_t v = 0; v < K; ++v) store_or_fp32(p.out, DType::kBFloat16, out_at(t, v), 0.0f);
+        continue;
+      }
+    }
+    float sq = 0.0f, sk = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      q[i] = at(p.q, seq, tok, h, i);
+      kk[i] = at(p.k, seq, tok, h, i);
+      sq += q[i] * q[i];
+      sk += kk[i] * kk[i];
+      const float bias = p.dt_bias ? p.dt_bias[h * K + i] : 0.0f;
+      dk[i] = kda::decay(p.gate, at(p.g, seq, tok, hv, i), p.A_log ? p.A_log[h] : 0.0f, bias,
+                         p.lower_bound);
+    }
+    const float qn = p.l2norm ? gdn::l2_inv_norm(sq) : 1.0f;
+    const float kn = p.l2norm ? gdn::l2_inv_norm(sk) : 1.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      q[i] = q[i] * p.scale * qn;
+      kk[i] *= kn;
+    }
+    float beta = at(p.beta, seq, tok, hv, 0);
+    if (p.beta_is_logit) beta = kda::sigmoid(beta);
+    for (int64_t v = 0; v < K; ++v) {
+      float* row = &S[v * K];
+      float pred = 0.0f;
+      for (int64_t i = 0; i < K; ++i) {
+        row[i] *= dk[i];
+        pred += row[i] * kk[i];
+      }
+      const float u = beta * (at(p.v, seq, tok, hv, v) - pred);
+      float o = 0.0f;
+      for (int64_t i = 0; i < K; ++i) {
+        row[i] += kk[i] * u;
+        o += row[i] * q[i];
+      }
+      store_or_fp32(p.out, DType::kBFloat16, out_at(t, v), o);
+    }
+    if (p.spec && p.state) store_state(p.state, p.state_dtype, p.state_stride_slot, w, hv, K, S);
+  }
+  if (!p.spec && p.state)
+    store_state(p.state, p.state_dtype, p.state_stride_slot, final_slot, hv, K, S);
+}
+
+}  // namespace
+
+void recurrent_kda(const KdaParams& p) {
+#pragma omp parallel for schedule(dynamic, 1) if (p.HV > 1 && p.num_seqs * p.K * p.K >= 4096)
+  for (int64_t hv = 0; hv < p.HV; ++hv) {
+    for (int64_t n = 0; n < p.num_seqs; ++n) run_head(p, n, hv);
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

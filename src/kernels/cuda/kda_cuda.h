@@ -1,0 +1,15 @@
+// CUDA launcher of Kimi delta attention (flashinfer.kda.recurrent_kda). Plain C++ header.
+#pragma once
+
+#include "kernels/kda_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+/// kernels::cpu::recurrent_kda on the GPU: a warp per state row (sequence, value head, v) with
+/// the row's K values in registers (K <= 128: 4 a lane) across the tokens, the per-channel decays
+/// computed by each lane for its channels, sums over k as warp butterflies (another order than
+/// the CPU's). Slots outside the pool (checked on the host for CPU tensors) read zeros and are
+/// not written; invalid cu_seqlens ranges are skipped.
+void recurrent_kda(const KdaParams& p, void* stream, bool enable_pdl);
+
+}  // namespace flashinfer::kernels::cuda
