@@ -420,6 +420,12 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "gdn_prefill.py: dispatch on the major: 9 (CuTe-DSL sm90), 10 (Blackwell, CUDA 13+), 12 "
         "(sm120); any other: NotImplementedError(\"GDN prefill DSL kernel is unavailable\")",
         false, "GDN prefill DSL kernel is unavailable");
+    // packed_kda_decode: a frozen Cake module compiled for sm_100a / 103a / 107a only
+    // (cake_packed_kda_decode.py, _target_for_device).
+    add("packed_kda_decode", {100, 103, 107},
+        "kda_kernels/cake_packed_kda_decode.py: _target_for_device takes compute capability "
+        "10.0, 10.3 or 10.7 and raises otherwise",
+        false, "packed KDA T=1 requires compute capability 10.0, 10.3 or 10.7 in the SM100 family");
     // Fused RMSNorm + FP4 quantization: CuTe-DSL kernels built on the E2M1 conversion
     // instructions of sm_100a and newer (no decorator; the docstrings say "Requires SM100+
     // (Blackwell) for FP4 quantization PTX intrinsics"; the tests skip below SM100).

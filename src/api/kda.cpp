@@ -56,6 +56,20 @@ constexpr api::KernelEntry<KdaParams> kKdaKernels[] = {
 #endif
 };
 
+constexpr api::KernelEntry<kernels::FusedKdaParams> kFusedKdaKernels[] = {
+    {DeviceType::kCPU, "CPU reference: conv, the KDA step and the gated RMSNorm in fp32", nullptr,
+     [](const kernels::FusedKdaParams& p, const api::LaunchContext&) {
+       kernels::cpu::fused_kda_decode(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: a block per (row, head), a warp per quarter of the rows",
+     nullptr,
+     [](const kernels::FusedKdaParams& p, const api::LaunchContext& c) {
+       kernels::cuda::fused_kda_decode(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
 KdaIoRef kda_io(const Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
 
 std::vector<int64_t> ints_of(const Tensor& t) { return api::host_ints(t); }
@@ -390,6 +404,215 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   return r;
 }
 
+// ---- fused_kda_decode, packed_kda_decode (flashinfer.kda_decode) -------------------------------
+
+void need(bool ok, const char* op, const char* arg, const std::string& text) {
+  FLASHINFER_CHECK(ok, op, arg, text);
+}
+
+void need_dtype(const Tensor& t, DType d, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.dtype() == d, op, arg, arg, " must have dtype ", dtype_torch_name(d), ", got ",
+                   dtype_torch_name(t.dtype()));
+}
+
+Tensor fused_impl(const Tensor& x, const Tensor& weight, const Tensor& conv_state,
+                  const Tensor& raw_gate, const Tensor& raw_beta, const Tensor& A_log,
+                  const Tensor& dt_bias, const Tensor& idx, const Tensor& state,
+                  const Tensor& output_gate, const Tensor& norm_weight,
+                  std::optional<double> lower_bound, double norm_eps,
+                  std::optional<Tensor> output) {
+  const char* op = "fused_kda_decode";
+  constexpr int64_t D = 128;
+  need_dtype(x, DType::kBFloat16, op, "x");
+  need(x.dim() == 2 && x.size(1) % (3 * D) == 0, op, "x",
+       "x must have shape [num_rows, 3 * num_heads * 128]");
+  const int64_t R = x.size(0), H = x.size(1) / (3 * D);
+  need(R >= 1, op, "x", "x must contain at least one decode row");
+  need(H == 12 || H == 24 || H == 32 || H == 48 || H == 96, op, "x",
+       "num_heads must be one of (12, 24, 32, 48, 96), got " + std::to_string(H));
+  need(x.stride(1) == 1, op, "x", "x must be contiguous in its channel dimension");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{weight, "weight"},
+                                {conv_state, "conv_state"},
+                                {raw_gate, "raw_gate"},
+                                {raw_beta, "raw_beta"},
+                                {A_log, "A_log"},
+                                {dt_bias, "dt_bias"},
+                                {idx, "state_indices"},
+                                {state, "state"},
+                                {output_gate, "output_gate"},
+                                {norm_weight, "norm_weight"}}) {
+    api::check_defined(t, op, name);
+    FLASHINFER_CHECK(t.device() == x.device(), op, name, name, " must be on the same device as x");
+  }
+  const int64_t C = 3 * H * D;
+  need_dtype(weight, DType::kFloat32, op, "weight");
+  need(weight.shape() == Shape({3, 4, H * D}) && weight.is_contiguous(), op, "weight",
+       "weight must be contiguous with shape [3, 4, H * 128]");
+  need_dtype(conv_state, DType::kBFloat16, op, "conv_state");
+  // Upstream takes the SD layout only (channels contiguous, history entries 3 H 128 apart); any
+  // layout is read through its strides here (a dump or a snapshot may hold it compacted).
+  need(conv_state.dim() == 3 && conv_state.size(1) == C && conv_state.size(2) == 3, op,
+       "conv_state",
+       "conv_state must have shape [slots, 3 * H * 128, 3] and use the SD cache layout");
+  need_dtype(raw_gate, DType::kBFloat16, op, "raw_gate");
+  need(raw_gate.shape() == Shape({1, R, H, D}), op, "raw_gate",
+       "raw_gate must have shape [1, num_rows, H, 128]");
+  need(raw_gate.is_contiguous(), op, "raw_gate", "raw_gate must be contiguous");
+  need_dtype(raw_beta, DType::kBFloat16, op, "raw_beta");
+  need(raw_beta.shape() == Shape({1, R, H}) && raw_beta.stride(2) == 1, op, "raw_beta",
+       "raw_beta must have shape [1, num_rows, H]");
+  need_dtype(A_log, DType::kFloat32, op, "A_log");
+  need(A_log.shape() == Shape({H}) && A_log.is_contiguous(), op, "A_log",
+       "A_log must be contiguous with shape [H]");
+  need_dtype(dt_bias, DType::kFloat32, op, "dt_bias");
+  need(dt_bias.shape() == Shape({H * D}) && dt_bias.is_contiguous(), op, "dt_bias",
+       "dt_bias must be contiguous with shape [H * 128]");
+  need_dtype(idx, DType::kInt32, op, "state_indices");
+  need(idx.shape() == Shape({R}) && idx.is_contiguous(), op, "state_indices",
+       "state_indices must be contiguous with shape [num_rows]");
+  api::check_defined(state, op, "state");
+  FLASHINFER_CHECK(state.dtype() == DType::kFloat32 || state.dtype() == DType::kBFloat16, op,
+                   "state", "state must have dtype (torch.float32, torch.bfloat16), got ",
+                   dtype_torch_name(state.dtype()));
+  need(state.dim() == 4 && state.size(1) == H && state.size(2) == D && state.size(3) == D &&
+           state.stride(3) == 1 && state.stride(2) == D && state.stride(1) == D * D &&
+           state.stride(0) >= H * D * D,
+       op, "state", "state must have shape [slots, H, 128, 128] with contiguous slot contents");
+  need(state.size(0) == conv_state.size(0), op, "state",
+       "conv_state and state must have the same number of cache slots");
+  need_dtype(output_gate, DType::kBFloat16, op, "output_gate");
+  const bool og3 = output_gate.shape() == Shape({R, H, D});
+  need(og3 || output_gate.shape() == Shape({1, R, H, D}), op, "output_gate",
+       "output_gate must have shape [num_rows, H, 128] or [1, num_rows, H, 128]");
+  need(output_gate.stride(-1) == 1 && output_gate.stride(-2) == D, op, "output_gate",
+       "output_gate must have contiguous head rows");
+  need_dtype(norm_weight, DType::kFloat32, op, "norm_weight");
+  need(norm_weight.shape() == Shape({D}) && norm_weight.is_contiguous(), op, "norm_weight",
+       "norm_weight must be contiguous with shape [128]");
+  if (lower_bound) need(*lower_bound < 0.0, op, "lower_bound", "lower_bound must be negative");
+  need(norm_eps >= 0.0, op, "norm_eps", "norm_eps must be non-negative");
+  if (output && output->defined()) {
+    FLASHINFER_CHECK(output->device() == x.device(), op, "output",
+                     "output must be on the same device as x");
+    need(output->dtype() == DType::kBFloat16 && output->shape() == Shape({1, R, H, D}) &&
+             output->is_contiguous(),
+         op, "output", "output must be contiguous with shape [1, num_rows, H, 128]");
+    api::check_writable(*output, op, "output");
+  } else {
+    output = Tensor::empty({1, R, H, D}, DType::kBFloat16, x.device());
+  }
+  api::check_writable(conv_state, op, "conv_state");
+  api::check_writable(state, op, "state");
+  if (idx.device().is_cpu()) {
+    for (int64_t sl : api::host_ints(idx)) {
+      FLASHINFER_CHECK(sl < state.size(0), op, "state_indices", "slot ", sl,
+                       " is outside the cache's ", state.size(0), " slots");
+    }
+  }
+  kernels::FusedKdaParams p;
+  p.R = R, p.H = H;
+  p.x = x.data_ptr(), p.x_row = x.stride(0);
+  p.weight = weight.data<float>();
+  p.conv_state = conv_state.data_ptr(), p.cs_slot = conv_state.stride(0);
+  p.cs_chan = conv_state.stride(1), p.cs_hist = conv_state.stride(2);
+  p.raw_gate = raw_gate.data_ptr();
+  p.raw_beta = raw_beta.data_ptr(), p.b_row = raw_beta.stride(1), p.b_head = raw_beta.stride(2);
+  p.A_log = A_log.data<float>(), p.dt_bias = dt_bias.data<float>();
+  p.idx = idx.data<int32_t>();
+  p.state = state.data_ptr(), p.state_dtype = state.dtype();
+  p.slots = state.size(0), p.state_slot = state.stride(0);
+  p.out_gate = output_gate.data_ptr();
+  p.og_row = og3 ? output_gate.stride(0) : output_gate.stride(1);
+  p.norm_weight = norm_weight.data<float>();
+  p.has_lower_bound = lower_bound.has_value();
+  p.lower_bound = lower_bound ? static_cast<float>(*lower_bound) : 0.0f;
+  p.norm_eps = static_cast<float>(norm_eps);
+  p.out = output->data_ptr();
+  api::launch(kFusedKdaKernels, p, x.device(), op, "x");
+  return *output;
+}
+
+Tensor packed_impl(const Tensor& mixed, const Tensor& raw_gate, const Tensor& raw_beta,
+                   const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
+                   const Tensor& idx, std::optional<Tensor> output) {
+  const char* op = "packed_kda_decode";
+  constexpr int64_t H = 12, D = 128;
+  api::check_defined(mixed, op, "mixed_qkv");
+  need(mixed.dim() == 2 && mixed.size(1) == 3 * H * D && mixed.dtype() == DType::kBFloat16 &&
+           mixed.stride(1) == 1,
+       op, "mixed_qkv", "mixed_qkv must have shape [B, 4608]");
+  const int64_t B = mixed.size(0);
+  need(
+      B >= 1 && B <= 65535, op, "mixed_qkv",
+      "packed KDA T=1 batch must be in the CUDA grid.y range [1, 65535], got " + std::to_string(B));
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{raw_gate, "raw_gate"},
+                                {raw_beta, "raw_beta"},
+                                {A_log, "A_log"},
+                                {dt_bias, "dt_bias"},
+                                {state, "state"},
+                                {idx, "state_indices"}}) {
+    api::check_defined(t, op, name);
+    api::check_same_device(t, mixed, op, name, "mixed_qkv");
+  }
+  need(raw_gate.dtype() == DType::kBFloat16 && raw_gate.shape() == Shape({B, H * D}) &&
+           raw_gate.stride(1) == 1,
+       op, "raw_gate", "raw_gate must be bf16 [B, 1536] with a contiguous last dimension");
+  need(raw_beta.dtype() == DType::kBFloat16 && raw_beta.shape() == Shape({B, H}), op, "raw_beta",
+       "raw_beta must be bf16 [B, 12]");
+  need(A_log.dtype() == DType::kFloat32 && A_log.shape() == Shape({H}) && A_log.is_contiguous(), op,
+       "A_log", "A_log must be contiguous fp32 [12]");
+  need(dt_bias.dtype() == DType::kFloat32 && dt_bias.shape() == Shape({H * D}) &&
+           dt_bias.is_contiguous(),
+       op, "dt_bias", "dt_bias must be contiguous fp32 [1536]");
+  need(state.dtype() == DType::kBFloat16 && state.dim() == 4 && state.size(1) == H &&
+           state.size(2) == D && state.size(3) == D && state.stride(3) == 1 &&
+           state.stride(2) == D && state.stride(1) == D * D,
+       op, "state", "state must be bf16 [N, 12, 128, 128] with compact slots");
+  need(idx.dtype() == DType::kInt32 && idx.shape() == Shape({B}) && idx.is_contiguous(), op,
+       "state_indices", "state_indices must be contiguous int32 [B]");
+  api::check_writable(state, op, "state");
+  if (output && output->defined()) {
+    need(output->dtype() == DType::kBFloat16 && output->shape() == Shape({B, 1, H, D}) &&
+             output->is_contiguous(),
+         op, "output", "output must be contiguous with shape [B,1,12,128]");
+    api::check_same_device(*output, mixed, op, "output", "mixed_qkv");
+    api::check_writable(*output, op, "output");
+    output->fill_(0.0);  // inactive rows are zeros
+  } else {
+    output = Tensor::zeros({B, 1, H, D}, DType::kBFloat16, mixed.device());
+  }
+  if (idx.device().is_cpu()) {
+    for (int64_t sl : api::host_ints(idx)) {
+      FLASHINFER_CHECK(sl < state.size(0), op, "state_indices", "slot ", sl,
+                       " is outside the state's ", state.size(0), " slots");
+    }
+  }
+  api::check_upstream_arch(op, "mixed_qkv", mixed.device());
+  // The KDA step with packed_kda_decode's fixed parameters: q, k, v the three thirds of each
+  // row, the lower-bound gate at -5, logit betas, L2 norms, scale 128^-0.5.
+  KdaParams p;
+  p.num_seqs = B, p.T = 1, p.H = H, p.HV = H, p.K = D;
+  const auto* base = static_cast<const char*>(mixed.data_ptr());
+  const int64_t row = mixed.stride(0);
+  p.q = {base, row, 0, D};
+  p.k = {base + H * D * 2, row, 0, D};
+  p.v = {base + 2 * H * D * 2, row, 0, D};
+  p.g = {raw_gate.data_ptr(), raw_gate.stride(0), 0, D};
+  p.beta = {raw_beta.data_ptr(), raw_beta.stride(0), 0, raw_beta.stride(1)};
+  p.gate = kernels::KdaGate::kLowerBound;
+  p.lower_bound = -5.0f;
+  p.A_log = A_log.data<float>(), p.dt_bias = dt_bias.data<float>();
+  p.beta_is_logit = true, p.l2norm = true;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  p.out = output->data_ptr();
+  p.out_seq = output->stride(0), p.out_tok = output->stride(1), p.out_head = output->stride(2);
+  p.state = state.data_ptr(), p.state_dtype = DType::kBFloat16;
+  p.slots = state.size(0), p.state_stride_slot = state.stride(0);
+  p.idx = idx.data<int32_t>();  // negative: an inactive row (zeros, nothing stored)
+  api::launch(kKdaKernels, p, mixed.device(), op, "mixed_qkv");
+  return *output;
+}
 }  // namespace
 
 KdaOutput recurrent_kda(
@@ -417,6 +640,32 @@ KdaOutput recurrent_kda(
       num_spec_tokens, num_accepted_tokens, output, initial_state_source, initial_state_indices,
       beta_is_logit, seq_order, prefill_workspace, state_checkpoints, checkpoint_cu_starts,
       checkpoint_every_n_tokens, backend);
+}
+
+Tensor fused_kda_decode(const Tensor& x, const Tensor& weight, const Tensor& conv_state,
+                        const Tensor& raw_gate, const Tensor& raw_beta, const Tensor& A_log,
+                        const Tensor& dt_bias, const Tensor& state_indices, const Tensor& state,
+                        const Tensor& output_gate, const Tensor& norm_weight,
+                        std::optional<double> lower_bound, double norm_eps,
+                        std::optional<Tensor> output) {
+  return call_op<&fused_kda_decode>(
+      [&] {
+        return fused_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
+                          state, output_gate, norm_weight, lower_bound, norm_eps, output);
+      },
+      x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
+      norm_weight, lower_bound, norm_eps, output);
+}
+
+Tensor packed_kda_decode(const Tensor& mixed_qkv, const Tensor& raw_gate, const Tensor& raw_beta,
+                         const Tensor& A_log, const Tensor& dt_bias, const Tensor& state,
+                         const Tensor& state_indices, std::optional<Tensor> output) {
+  return call_op<&packed_kda_decode>(
+      [&] {
+        return packed_impl(mixed_qkv, raw_gate, raw_beta, A_log, dt_bias, state, state_indices,
+                           output);
+      },
+      mixed_qkv, raw_gate, raw_beta, A_log, dt_bias, state, state_indices, output);
 }
 
 namespace {
@@ -454,6 +703,61 @@ BenchCase bench_kda(const BenchShape& s, Device dev) {
   return c;
 }
 
+// fused_kda_decode: batch_size rows, num_qo_heads heads (one of 12, 24, 32, 48, 96), an fp32
+// state pool of 2 * batch_size + 1 slots (slot 0 the null slot) read at odd slots.
+BenchCase bench_fused_kda(const BenchShape& s, Device dev) {
+  const int64_t R = s.batch_size, D = 128;
+  int64_t H = 12;
+  for (int64_t c : {12, 24, 32, 48, 96}) {
+    if (c <= s.num_qo_heads) H = c;
+  }
+  const int64_t C = 3 * H * D, slots = 2 * R + 1;
+  const DType bf = DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  std::vector<int64_t> idx;
+  for (int64_t r = 0; r < R; ++r) idx.push_back(2 * r + 1);
+  Tensor cs = random_tensor({slots, 3, C}, bf, dev, seed + 2, -1.0, 1.0).transpose(1, 2);
+  BenchCase c = api::bench::invoke_case(
+      "fused_kda_decode",
+      {Value(random_tensor({R, C}, bf, dev, seed)),
+       Value(random_tensor({3, 4, H * D}, DType::kFloat32, dev, seed + 1, -0.5, 0.5)), Value(cs),
+       Value(random_tensor({1, R, H, D}, bf, dev, seed + 3, -1.0, 1.0)),
+       Value(random_tensor({1, R, H}, bf, dev, seed + 4, -2.0, 2.0)),
+       Value(random_tensor({H}, DType::kFloat32, dev, seed + 5, -1.0, 0.5)),
+       Value(random_tensor({H * D}, DType::kFloat32, dev, seed + 6, -0.5, 0.5)),
+       Value(api::bench::int32_tensor(idx, dev)),
+       Value(random_tensor({slots, H, D, D}, DType::kFloat32, dev, seed + 7, -0.1, 0.1)),
+       Value(random_tensor({R, H, D}, bf, dev, seed + 8)),
+       Value(random_tensor({D}, DType::kFloat32, dev, seed + 9, 0.5, 1.5))});
+  c.bytes = static_cast<double>(R * H * D * D) * 8.0 + static_cast<double>(R * C) * 2.0 * 5.0;
+  c.flops = static_cast<double>(R * H * D * D) * 8.0;
+  return c;
+}
+
+// packed_kda_decode: batch_size rows of its fixed shape (12 heads of 128), rows 6144 elements
+// apart as upstream's tests pad them, a pool of 2 * batch_size slots read at odd slots.
+BenchCase bench_packed_kda(const BenchShape& s, Device dev) {
+  const int64_t B = s.batch_size, H = 12, D = 128;
+  const DType bf = DType::kBFloat16;
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  std::vector<int64_t> idx;
+  for (int64_t b = 0; b < B; ++b) idx.push_back(2 * b + 1);
+  Tensor rows = random_tensor({B, 6144}, bf, dev, seed, -1.0, 1.0);
+  BenchCase c = api::bench::invoke_case(
+      "packed_kda_decode",
+      {Value(rows.slice(1, 0, 3 * H * D)),
+       Value(random_tensor({B, H * D}, bf, dev, seed + 1, -1.0, 1.0)),
+       Value(random_tensor({B, H}, bf, dev, seed + 2, -2.0, 2.0)),
+       Value(random_tensor({H}, DType::kFloat32, dev, seed + 3, -1.0, 0.5)),
+       Value(random_tensor({H * D}, DType::kFloat32, dev, seed + 4, -0.5, 0.5)),
+       Value(random_tensor({2 * B, H, D, D}, bf, dev, seed + 5, -0.1, 0.1)),
+       Value(api::bench::int32_tensor(idx, dev))});
+  c.bytes = static_cast<double>(B * H * D * D) * 4.0 + static_cast<double>(B * 5 * H * D) * 2.0;
+  c.flops = static_cast<double>(B * H * D * D) * 8.0;
+  return c;
+}
 }  // namespace
 
 namespace detail {
@@ -472,6 +776,26 @@ void register_kda_ops(OpRegistry& r) {
       arg("state_checkpoints").mut(), "checkpoint_cu_starts",
       arg("checkpoint_every_n_tokens", int64_t{0}), arg("backend", "auto").kw());
   api::register_backends(kKdaOp, kKdaKernels);
+  declare<&fused_kda_decode>(
+      r,
+      {.name = "fused_kda_decode",
+       .module = "flashinfer.kda_decode",
+       .summary = "Kimi delta attention decode fused with its conv and gated RMSNorm"},
+      "x", "weight", arg("conv_state").mut(), "raw_gate", "raw_beta", "A_log", "dt_bias",
+      "state_indices", arg("state").mut(), "output_gate", "norm_weight", arg("lower_bound", -5.0),
+      arg("norm_eps", 1e-5), arg("output").mut());
+  declare<&packed_kda_decode>(
+      r,
+      {.name = "packed_kda_decode",
+       .module = "flashinfer.kda_decode",
+       .summary = "Kimi delta attention decode of packed q | k | v rows (12 heads of 128)"},
+      "mixed_qkv", "raw_gate", "raw_beta", "A_log", "dt_bias", arg("state").mut(), "state_indices",
+      arg("output").mut());
+  api::register_backends("fused_kda_decode", kFusedKdaKernels);
+  api::register_backends("packed_kda_decode", kKdaKernels);
+  register_bench_hook("fused_kda_decode", bench_fused_kda);
+  register_bench_hook("packed_kda_decode", bench_packed_kda);
+
   register_bench_hook(kKdaOp, bench_kda);
 }
 

@@ -73,4 +73,36 @@ struct KdaParams {
   const int64_t* checkpoint_starts = nullptr;
 };
 
+/// fused_kda_decode (flashinfer.kda_decode): one token a row r, equal heads H, head dim 128.
+/// Per row (slot s = idx[r]; s <= 0: a null row, zero output, no cache written) and head h: the
+/// width-4 causal depthwise conv of the q / k / v channels (history conv_state[s, c, 0..2],
+/// oldest first, then x; fp32 fused multiply-adds) and SiLU, rounded to bf16; the history
+/// shifted to [h1, h2, x]; the KDA step (L2 norms, scale 128^-0.5, the lower-bound or softplus
+/// gate, beta = sigmoid(raw_beta)) on the fp32 / bf16 state; o rounded to bf16; then the gated
+/// RMSNorm y = o * rsqrt(mean(o^2) + norm_eps) * norm_weight * sigmoid(output_gate), bf16.
+struct FusedKdaParams {
+  int64_t R = 0, H = 0;
+  static constexpr int64_t kDim = 128;
+  const void* x = nullptr;  // bf16 [R, 3 H 128], unit channel stride
+  int64_t x_row = 0;
+  const float* weight = nullptr;  // [3, 4, H 128]
+  void* conv_state = nullptr;  // bf16; element (s, c, j) at s * cs_slot + c * cs_chan + j * cs_hist
+  int64_t cs_slot = 0, cs_chan = 1, cs_hist = 0;
+  const void* raw_gate = nullptr;  // bf16 [R, H, 128] contiguous
+  const void* raw_beta = nullptr;  // bf16 [R, H]: (r, h) at r * b_row + h * b_head
+  int64_t b_row = 0, b_head = 1;
+  const float* A_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [H 128]
+  const int32_t* idx = nullptr;    // [R]
+  void* state = nullptr;           // [slots, H, 128, 128] fp32 / bf16, K contiguous
+  DType state_dtype = DType::kFloat32;
+  int64_t slots = 0, state_slot = 0;
+  const void* out_gate = nullptr;  // bf16; (r, h, k) at r * og_row + h * 128 + k
+  int64_t og_row = 0;
+  const float* norm_weight = nullptr;  // [128]
+  bool has_lower_bound = true;
+  float lower_bound = -5.0f, norm_eps = 1e-5f;
+  void* out = nullptr;  // bf16 [R, H, 128] contiguous
+};
+
 }  // namespace flashinfer::kernels

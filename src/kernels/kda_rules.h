@@ -23,4 +23,15 @@ FLASHINFER_HD float decay(KdaGate mode, float g, float a_log, float bias, float 
   return expf(lower_bound * sigmoid(expf(a_log) * x));
 }
 
+/// fused_kda_decode's conv + SiLU of one channel: acc = h0 w0 + h1 w1 + h2 w2 + x w3 (fused
+/// multiply-adds from h0 w0), then acc * sigmoid(acc) (the caller rounds it to bf16).
+FLASHINFER_HD float conv_silu(float h0, float h1, float h2, float x, float w0, float w1, float w2,
+                              float w3) {
+  float acc = h0 * w0;
+  acc = fmaf(h1, w1, acc);
+  acc = fmaf(h2, w2, acc);
+  acc = fmaf(x, w3, acc);
+  return acc * sigmoid(acc);
+}
+
 }  // namespace flashinfer::kernels::kda

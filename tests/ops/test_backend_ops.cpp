@@ -1144,6 +1144,10 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   }
   EXPECT_EQ(cuda_expectation("chunk_gated_delta_rule", "", 110).refusal,
             "GDN prefill DSL kernel is unavailable");
+  EXPECT_EQ(cuda_expectation("packed_kda_decode", "", 90).refusal,
+            "packed KDA T=1 requires compute capability 10.0, 10.3 or 10.7 in the SM100 family");
+  EXPECT_FALSE(cuda_expectation("packed_kda_decode", "", 103).refused);
+  EXPECT_TRUE(cuda_expectation("packed_kda_decode", "", 120).refused);
   // Fused RMSNorm + FP4 quantization: Blackwell's E2M1 instructions (CuTe-DSL kernels).
   for (const char* op : {"rmsnorm_fp4quant", "add_rmsnorm_fp4quant"}) {
     EXPECT_EQ(cuda_expectation(op, "", 90).refusal,

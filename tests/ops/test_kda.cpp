@@ -404,5 +404,215 @@ TEST(KdaCuda, DecodeSpecAndPrefillMatchCpu) {
   }
 }
 
+// ---- fused_kda_decode, packed_kda_decode --------------------------------------------------------
+
+struct Fused {
+  int64_t R = 3, H = 12, slots = 4;
+  Tensor x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, idx, state, out_gate, norm_w;
+};
+Fused make_fused(int64_t R, std::vector<double> idx, DType state_dtype, uint64_t seed) {
+  Fused f;
+  f.R = R;
+  const int64_t H = 12, D = 128, C = 3 * H * D;
+  f.x = rand_tensor({R, C}, kBf, seed, -1.0, 1.0);
+  f.weight = rand_tensor({3, 4, H * D}, kF32, seed + 1, -0.5, 0.5);
+  f.conv_state = rand_tensor({f.slots, 3, C}, kBf, seed + 2, -1.0, 1.0).transpose(1, 2);
+  f.raw_gate = rand_tensor({1, R, H, D}, kBf, seed + 3, -1.0, 1.0);
+  f.raw_beta = rand_tensor({1, R, H}, kBf, seed + 4, -2.0, 2.0);
+  f.A_log = rand_tensor({H}, kF32, seed + 5, -1.0, 0.5);
+  f.dt_bias = rand_tensor({H * D}, kF32, seed + 6, -0.5, 0.5);
+  f.idx = ints(idx);
+  f.state = rand_tensor({f.slots, H, D, D}, state_dtype, seed + 7, -0.1, 0.1);
+  f.out_gate = rand_tensor({R, H, D}, kBf, seed + 8);
+  f.norm_w = rand_tensor({D}, kF32, seed + 9, 0.5, 1.5);
+  return f;
+}
+
+double bf(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+
+TEST(KdaFused, MatchesFp64WithItsRoundingPointsAndNullRows) {
+  for (const bool softplus : {false, true}) {
+    Fused f = make_fused(3, {2, 0, 1}, kF32, 90 + softplus);
+    const int64_t H = 12, D = 128, C = 3 * H * D;
+    const Tensor cs0 = f.conv_state.contiguous(), st0 = f.state.clone();
+    Tensor out = fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log,
+                                  f.dt_bias, f.idx, f.state, f.out_gate, f.norm_w,
+                                  softplus ? std::nullopt : std::optional<double>(-5.0), 1e-5);
+    EXPECT_EQ(out.shape(), (Shape{1, 3, 12, 128}));
+    const auto ov = out.to_double_vector(), xv = f.x.to_double_vector(),
+               wv = f.weight.to_double_vector(), cv = cs0.to_double_vector(),
+               gv = f.raw_gate.to_double_vector(), bv = f.raw_beta.to_double_vector(),
+               al = f.A_log.to_double_vector(), db = f.dt_bias.to_double_vector(),
+               og = f.out_gate.to_double_vector(), nw = f.norm_w.to_double_vector();
+    const int64_t slot_of[3] = {2, 0, 1};
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t h : {0, 7}) {
+        std::vector<double> got(ov.begin() + (r * H + h) * D, ov.begin() + (r * H + h + 1) * D);
+        if (slot_of[r] == 0) {  // the null row
+          EXPECT_EQ(got, std::vector<double>(D, 0.0));
+          continue;
+        }
+        const int64_t s = slot_of[r];
+        // cs0 is [slots, C, 3] contiguous (history j of channel c at (s * C + c) * 3 + j).
+        std::vector<double> m(3 * D);
+        for (int64_t which = 0; which < 3; ++which) {
+          for (int64_t i = 0; i < D; ++i) {
+            const int64_t c = which * H * D + h * D + i;
+            double acc = xv[r * C + c] * wv[(which * 4 + 3) * H * D + h * D + i];
+            for (int64_t j = 0; j < 3; ++j) {
+              acc += cv[(s * C + c) * 3 + j] * wv[(which * 4 + j) * H * D + h * D + i];
+            }
+            m[which * D + i] = bf(acc / (1.0 + std::exp(-acc)));
+          }
+        }
+        double sq = 0, sk = 0;
+        for (int64_t i = 0; i < D; ++i) sq += m[i] * m[i], sk += m[D + i] * m[D + i];
+        std::vector<double> S = slot_state(st0.select(1, h).unsqueeze(1), s, 0);  // [K][V]
+        const double beta = 1.0 / (1.0 + std::exp(-bv[r * H + h]));
+        std::vector<double> q(D), k(D), d(D), o(D);
+        for (int64_t i = 0; i < D; ++i) {
+          q[i] = m[i] / std::sqrt(sq + 1e-6) / std::sqrt(128.0);
+          k[i] = m[D + i] / std::sqrt(sk + 1e-6);
+          const double xg = gv[(r * H + h) * D + i] + db[h * D + i], A = std::exp(al[h]);
+          const double a = softplus ? -A * (xg > 20 ? xg : std::log1p(std::exp(xg)))
+                                    : -5.0 / (1.0 + std::exp(-A * xg));
+          d[i] = std::exp(a);
+        }
+        for (int64_t v = 0; v < D; ++v) {
+          double pred = 0;
+          for (int64_t i = 0; i < D; ++i) S[i * D + v] *= d[i], pred += S[i * D + v] * k[i];
+          const double u = beta * (m[2 * D + v] - pred);
+          double acc = 0;
+          for (int64_t i = 0; i < D; ++i) S[i * D + v] += k[i] * u, acc += S[i * D + v] * q[i];
+          o[v] = bf(acc);
+        }
+        double ss = 0;
+        for (double e : o) ss += e * e;
+        const double rstd = 1.0 / std::sqrt(ss / D + 1e-5);
+        std::vector<double> want(D);
+        for (int64_t i = 0; i < D; ++i) {
+          want[i] = o[i] * rstd * nw[i] / (1.0 + std::exp(-og[(r * H + h) * D + i]));
+        }
+        EXPECT_TRUE(all_close(got, want, {2e-2, 3e-2})) << r << " " << h;
+        EXPECT_TRUE(all_close(transposed(slot_state(f.state.select(1, h).unsqueeze(1), s, 0), D),
+                              transposed(S, D), {2e-3, 3e-2}))
+            << r << " " << h;
+      }
+    }
+    // The conv history shifted exactly for live rows ([h1, h2, x]); the null row's slot 0 and
+    // slot 3 untouched.
+    const auto cn = f.conv_state.contiguous().to_double_vector();
+    for (int64_t r : {0, 2}) {
+      const int64_t s = slot_of[r];
+      for (int64_t c = 0; c < C; c += 97) {
+        EXPECT_EQ(cn[(s * C + c) * 3 + 0], cv[(s * C + c) * 3 + 1]);
+        EXPECT_EQ(cn[(s * C + c) * 3 + 1], cv[(s * C + c) * 3 + 2]);
+        EXPECT_EQ(cn[(s * C + c) * 3 + 2], xv[r * C + c]);
+      }
+    }
+    for (int64_t s : {0, 3}) {
+      for (int64_t i = 0; i < C * 3; ++i) ASSERT_EQ(cn[s * C * 3 + i], cv[s * C * 3 + i]) << s;
+      EXPECT_EQ(f.state.select(0, s).contiguous().to_double_vector(),
+                st0.select(0, s).contiguous().to_double_vector());
+    }
+  }
+}
+
+TEST(KdaPacked, IsRecurrentKdaWithItsFixedParameters) {
+  const int64_t B = 3, H = 12, D = 128;
+  Tensor rows = rand_tensor({B, 6144}, kBf, 100, -1.0, 1.0);
+  Tensor mixed = rows.slice(1, 0, 3 * H * D);
+  Tensor gate = rand_tensor({B, H * D}, kBf, 101, -1.0, 1.0);
+  Tensor beta = rand_tensor({B, H}, kBf, 102, -2.0, 2.0);
+  Tensor A_log = rand_tensor({H}, kF32, 103, -1.0, 0.5), dt_bias = rand_tensor({H * D}, kF32, 104);
+  Tensor pool = rand_tensor({4, H, D, D}, kBf, 105, -0.1, 0.1);
+  Tensor pool2 = pool.clone();
+  Tensor idx = ints({3, -1, 0});
+  Tensor out = packed_kda_decode(mixed, gate, beta, A_log, dt_bias, pool, idx);
+  EXPECT_EQ(out.shape(), (Shape{B, 1, H, D}));
+  auto part = [&](int64_t i) {
+    return mixed.slice(1, i * H * D, (i + 1) * H * D).reshape({1, B, H, D});
+  };
+  auto [o2, fs, cp] = recurrent_kda(part(0), part(1), part(2), gate.reshape({1, B, H, D}),
+                                    beta.reshape({1, B, H}), A_log, dt_bias, std::nullopt, pool2,
+                                    false, true, true, -5.0, ints({0, 1, 2, 3}), idx, std::nullopt,
+                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, true);
+  EXPECT_EQ(out.to_double_vector(), o2.to_double_vector());
+  EXPECT_EQ(pool.to_double_vector(), pool2.to_double_vector());
+  const auto ov = out.to_double_vector();
+  for (int64_t i = H * D; i < 2 * H * D; ++i) ASSERT_EQ(ov[i], 0.0);  // the inactive row
+  EXPECT_FI_ERROR(packed_kda_decode(rows.slice(1, 0, 4000), gate, beta, A_log, dt_bias, pool, idx),
+                  "packed_kda_decode", "mixed_qkv");
+}
+
+TEST(KdaFusedBadInput, ErrorsNameOpAndArgument) {
+  Fused f = make_fused(2, {1, 2}, kF32, 110);
+  auto call = [&](const Tensor& x, std::optional<double> lb, double eps = 1e-5) {
+    return fused_kda_decode(x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log, f.dt_bias,
+                            f.idx, f.state, f.out_gate, f.norm_w, lb, eps);
+  };
+  const char* op = "fused_kda_decode";
+  EXPECT_FI_ERROR(call(f.x.slice(1, 0, 100), -5.0), op, "x");
+  EXPECT_FI_ERROR(call(f.x, 0.0), op, "lower_bound");
+  EXPECT_FI_ERROR(call(f.x, -5.0, -1.0), op, "norm_eps");
+  EXPECT_FI_ERROR(
+      fused_kda_decode(f.x, f.weight, f.conv_state.slice(2, 0, 2), f.raw_gate, f.raw_beta, f.A_log,
+                       f.dt_bias, f.idx, f.state, f.out_gate, f.norm_w),
+      op, "conv_state");  // two history entries
+  // A compact [slots, C, 3] history (as a snapshot holds it) gives the SD layout's results.
+  Fused g = make_fused(2, {1, 2}, kF32, 111);
+  Tensor compact = g.conv_state.contiguous(), st2 = g.state.clone();
+  Tensor o1 = fused_kda_decode(g.x, g.weight, g.conv_state, g.raw_gate, g.raw_beta, g.A_log,
+                               g.dt_bias, g.idx, g.state, g.out_gate, g.norm_w);
+  Tensor o2 = fused_kda_decode(g.x, g.weight, compact, g.raw_gate, g.raw_beta, g.A_log, g.dt_bias,
+                               g.idx, st2, g.out_gate, g.norm_w);
+  EXPECT_EQ(o1.to_double_vector(), o2.to_double_vector());
+  EXPECT_EQ(g.conv_state.contiguous().to_double_vector(), compact.to_double_vector());
+  EXPECT_FI_ERROR(fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log,
+                                   f.dt_bias, ints({1, 4}), f.state, f.out_gate, f.norm_w),
+                  op, "state_indices");
+  EXPECT_FI_ERROR(
+      fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log, f.dt_bias,
+                       f.idx, f.state.to(DType::kFloat16), f.out_gate, f.norm_w),
+      op, "state");
+}
+
+void run_fused_calls() {
+  Fused f = make_fused(2, {1, -1}, kBf, 120);
+  (void)fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log, f.dt_bias,
+                         f.idx, f.state, f.out_gate, f.norm_w);
+}
+
+TEST(KdaFusedReplay, RecordAndReplay) {
+  std::vector<RecordingObserver::Call> calls;
+  {
+    RecordingScope scope;
+    run_fused_calls();
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(replays_identically(calls[0]));
+  EXPECT_EQ(dump_replay_all("fused_kda", run_fused_calls), 1);
+}
+
+TEST(KdaCuda, FusedMatchesCpuPackedRefusedBeforeSm100) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType st : {kF32, kBf}) {
+    Fused f = make_fused(3, {2, 0, 3}, st, 130);
+    Tensor dcs = cuda(f.conv_state), dst = cuda(f.state);
+    Tensor oc = fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log,
+                                 f.dt_bias, f.idx, f.state, f.out_gate, f.norm_w);
+    Tensor og = fused_kda_decode(cuda(f.x), cuda(f.weight), dcs, cuda(f.raw_gate), cuda(f.raw_beta),
+                                 cuda(f.A_log), cuda(f.dt_bias), cuda(f.idx), dst, cuda(f.out_gate),
+                                 cuda(f.norm_w));
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 3e-2}));
+    EXPECT_EQ(dcs.to(Device::cpu()).contiguous().to_double_vector(),
+              f.conv_state.contiguous().to_double_vector());
+    EXPECT_TRUE(all_close(dst.to(Device::cpu()), f.state, {2e-3, 3e-2}));
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing

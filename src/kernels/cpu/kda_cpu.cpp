@@ -1,6 +1,7 @@
 #include "kernels/cpu/kda_cpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -137,7 +138,91 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
     store_state(p.state, p.state_dtype, p.state_stride_slot, final_slot, hv, K, S);
 }
 
+float bf16r(float x) { return bfloat16_bits_to_float(float_to_bfloat16_bits(x)); }
+
+void fused_row_head(const FusedKdaParams& p, int64_t r, int64_t h) {
+  constexpr int64_t D = FusedKdaParams::kDim;
+  auto* out = static_cast<uint16_t*>(p.out) + (r * p.H + h) * D;
+  const int64_t s = p.idx[r];
+  if (s <= 0) {  // a null row (slot 0 is the null slot): zeros, nothing stored
+    for (int64_t i = 0; i < D; ++i) out[i] = 0;
+    return;
+  }
+  const auto* x = static_cast<const uint16_t*>(p.x) + r * p.x_row;
+  auto* cs = static_cast<uint16_t*>(p.conv_state) + s * p.cs_slot;
+  std::vector<float> m(static_cast<size_t>(3 * D));  // q, k, v after conv + SiLU (bf16 values)
+  for (int64_t which = 0; which < 3; ++which) {
+    for (int64_t i = 0; i < D; ++i) {
+      const int64_t c = which * p.H * D + h * D + i;
+      const float* w = p.weight + which * 4 * p.H * D + h * D + i;
+      uint16_t* hist = cs + c * p.cs_chan;
+      const int64_t j1 = p.cs_hist, j2 = 2 * p.cs_hist;
+      const float h0 = bfloat16_bits_to_float(hist[0]), h1 = bfloat16_bits_to_float(hist[j1]),
+                  h2 = bfloat16_bits_to_float(hist[j2]);
+      const float xv = bfloat16_bits_to_float(x[c]);
+      m[which * D + i] =
+          bf16r(kda::conv_silu(h0, h1, h2, xv, w[0], w[p.H * D], w[2 * p.H * D], w[3 * p.H * D]));
+      hist[0] = hist[j1];
+      hist[j1] = hist[j2];
+      hist[j2] = x[c];
+    }
+  }
+  float sq = 0.0f, sk = 0.0f;
+  for (int64_t i = 0; i < D; ++i) {
+    sq += m[i] * m[i];
+    sk += m[D + i] * m[D + i];
+  }
+  const float qn = gdn::l2_inv_norm(sq) * (1.0f / std::sqrt(static_cast<float>(D)));
+  const float kn = gdn::l2_inv_norm(sk);
+  std::vector<float> q(static_cast<size_t>(D)), k(static_cast<size_t>(D)),
+      dk(static_cast<size_t>(D));
+  const auto* gate = static_cast<const uint16_t*>(p.raw_gate) + (r * p.H + h) * D;
+  for (int64_t i = 0; i < D; ++i) {
+    q[i] = m[i] * qn;
+    k[i] = m[D + i] * kn;
+    dk[i] = kda::decay(p.has_lower_bound ? KdaGate::kLowerBound : KdaGate::kSoftplus,
+                       bfloat16_bits_to_float(gate[i]), p.A_log[h], p.dt_bias[h * D + i],
+                       p.lower_bound);
+  }
+  const float beta = kda::sigmoid(
+      bfloat16_bits_to_float(static_cast<const uint16_t*>(p.raw_beta)[r * p.b_row + h * p.b_head]));
+  std::vector<float> S(static_cast<size_t>(D * D)), o(static_cast<size_t>(D));
+  load_state(p.state, p.state_dtype, p.state_slot, s, h, D, S);
+  for (int64_t v = 0; v < D; ++v) {
+    float* row = &S[v * D];
+    float pred = 0.0f;
+    for (int64_t i = 0; i < D; ++i) {
+      row[i] *= dk[i];
+      pred += row[i] * k[i];
+    }
+    const float u = beta * (m[2 * D + v] - pred);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < D; ++i) {
+      row[i] += k[i] * u;
+      acc += row[i] * q[i];
+    }
+    o[v] = bf16r(acc);
+  }
+  store_state(p.state, p.state_dtype, p.state_slot, s, h, D, S);
+  float ss = 0.0f;
+  for (int64_t i = 0; i < D; ++i) ss += o[i] * o[i];
+  const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(D) + p.norm_eps);
+  const auto* og = static_cast<const uint16_t*>(p.out_gate) + r * p.og_row + h * D;
+  for (int64_t i = 0; i < D; ++i) {
+    const float y = o[i] * rstd * p.norm_weight[i] * kda::sigmoid(bfloat16_bits_to_float(og[i]));
+    out[i] = float_to_bfloat16_bits(y);
+  }
+}
+
 }  // namespace
+
+void fused_kda_decode(const FusedKdaParams& p) {
+  // Heads in parallel, rows in order (rows sharing a slot meet in one order).
+#pragma omp parallel for schedule(dynamic, 1) if (p.H > 1 && p.R >= 2)
+  for (int64_t h = 0; h < p.H; ++h) {
+    for (int64_t r = 0; r < p.R; ++r) fused_row_head(p, r, h);
+  }
+}
 
 void recurrent_kda(const KdaParams& p) {
 #pragma omp parallel for schedule(dynamic, 1) if (p.HV > 1 && p.num_seqs * p.K * p.K >= 4096)

@@ -9,4 +9,8 @@ namespace flashinfer::kernels::cpu {
 /// heads in parallel, the sequences of a head in order. The API layer has checked every index.
 void recurrent_kda(const KdaParams& p);
 
+/// fused_kda_decode (kernels/kda_params.h, FusedKdaParams) in fp32 with its bf16 rounding
+/// points; heads in parallel, rows in order.
+void fused_kda_decode(const FusedKdaParams& p);
+
 }  // namespace flashinfer::kernels::cpu

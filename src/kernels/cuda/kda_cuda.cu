@@ -159,7 +159,106 @@ __global__ void __launch_bounds__(kWarps * 32) kda_recurrent_kernel(KdaParams p)
   }
 }
 
+constexpr int kFusedThreads = 128;  // one thread a channel of the head (head dim 128)
+
+// fused_kda_decode: a block per (row, head). The conv of the head's 3 x 128 channels (a thread
+// per channel of each of q, k, v) into shared memory, then each warp runs a quarter of the
+// state rows with the row's 128 values in registers (4 a lane), then the gated RMSNorm over the
+// 128 outputs.
+template <class ST>
+__global__ void __launch_bounds__(kFusedThreads) fused_kda_kernel(FusedKdaParams p) {
+  pdl_wait();
+  constexpr int D = 128, KJ = 4;
+  __shared__ float sm[3 * D];
+  __shared__ float so[D];
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x, h = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + (r * p.H + h) * D;
+  const int64_t s = p.idx[r];
+  if (s <= 0 || s >= p.slots) {  // a null row (a slot past the pool: refused on the CPU path)
+    out[tid] = __float2bfloat16_rn(0.0f);
+    return;
+  }
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x) + r * p.x_row;
+  auto* cs = static_cast<__nv_bfloat16*>(p.conv_state) + s * p.cs_slot;
+  for (int which = 0; which < 3; ++which) {
+    const int64_t c = which * p.H * D + h * D + tid;
+    const float* w = p.weight + which * 4 * p.H * D + h * D + tid;
+    __nv_bfloat16* hist = cs + c * p.cs_chan;
+    const __nv_bfloat16 h1 = hist[p.cs_hist], h2 = hist[2 * p.cs_hist], xv = x[c];
+    const float m =
+        kda::conv_silu(__bfloat162float(hist[0]), __bfloat162float(h1), __bfloat162float(h2),
+                       __bfloat162float(xv), w[0], w[p.H * D], w[2 * p.H * D], w[3 * p.H * D]);
+    sm[which * D + tid] = __bfloat162float(__float2bfloat16_rn(m));
+    hist[0] = h1;
+    hist[p.cs_hist] = h2;
+    hist[2 * p.cs_hist] = xv;
+  }
+  __syncthreads();
+  float q[KJ], k[KJ], dk[KJ], sq = 0.0f, sk = 0.0f;
+  const auto* gate = static_cast<const __nv_bfloat16*>(p.raw_gate) + (r * p.H + h) * D;
+  const float a_log = p.A_log[h];
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) {
+    const int i = j * 32 + lane;
+    q[j] = sm[i];
+    k[j] = sm[D + i];
+    sq += q[j] * q[j];
+    sk += k[j] * k[j];
+    dk[j] = kda::decay(p.has_lower_bound ? KdaGate::kLowerBound : KdaGate::kSoftplus,
+                       __bfloat162float(gate[i]), a_log, p.dt_bias[h * D + i], p.lower_bound);
+  }
+  const float qn = gdn::l2_inv_norm(warp_reduce_sum(sq)) * (1.0f / sqrtf(static_cast<float>(D)));
+  const float kn = gdn::l2_inv_norm(warp_reduce_sum(sk));
+  FLASHINFER_UNROLL
+  for (int j = 0; j < KJ; ++j) q[j] *= qn, k[j] *= kn;
+  const float beta = kda::sigmoid(
+      __bfloat162float(static_cast<const __nv_bfloat16*>(p.raw_beta)[r * p.b_row + h * p.b_head]));
+  for (int v = warp; v < D; v += kFusedThreads / 32) {
+    ST* row = static_cast<ST*>(p.state) + s * p.state_slot + (h * D + v) * D;
+    float S[KJ], pred = 0.0f;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < KJ; ++j) {
+      S[j] = to_f32(row[j * 32 + lane]) * dk[j];
+      pred += S[j] * k[j];
+    }
+    const float u = beta * (sm[2 * D + v] - warp_reduce_sum(pred));
+    float o = 0.0f;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < KJ; ++j) {
+      S[j] += k[j] * u;
+      o += S[j] * q[j];
+      row[j * 32 + lane] = from_f32<ST>(S[j]);
+    }
+    o = warp_reduce_sum(o);
+    if (lane == 0) so[v] = __bfloat162float(__float2bfloat16_rn(o));
+  }
+  __syncthreads();
+  const float ov = so[tid];
+  const float ss = block_reduce_sum(ov * ov, red);
+  const float rstd = 1.0f / sqrtf(ss / static_cast<float>(D) + p.norm_eps);
+  const float og =
+      __bfloat162float(static_cast<const __nv_bfloat16*>(p.out_gate)[r * p.og_row + h * D + tid]);
+  out[tid] = __float2bfloat16_rn(ov * rstd * p.norm_weight[tid] * kda::sigmoid(og));
+}
+
 }  // namespace
+
+void fused_kda_decode(const FusedKdaParams& p, void* stream, bool enable_pdl) {
+  if (p.R == 0 || p.H == 0) return;
+  FLASHINFER_CHECK(p.R <= 0x7fffffff && p.H <= 65535, "fused_kda_decode", "x",
+                   "grid too large: ", p.R, " rows x ", p.H, " heads");
+  const dim3 grid(static_cast<unsigned>(p.R), static_cast<unsigned>(p.H));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.state_dtype == DType::kBFloat16) {
+    launch_kernel("fused_kda_decode", fused_kda_kernel<__nv_bfloat16>, grid, dim3(kFusedThreads), 0,
+                  s, enable_pdl, p);
+  } else {
+    launch_kernel("fused_kda_decode", fused_kda_kernel<float>, grid, dim3(kFusedThreads), 0, s,
+                  enable_pdl, p);
+  }
+}
 
 void recurrent_kda(const KdaParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.HV == 0) return;

@@ -12,4 +12,10 @@ namespace flashinfer::kernels::cuda {
 /// not written; invalid cu_seqlens ranges are skipped.
 void recurrent_kda(const KdaParams& p, void* stream, bool enable_pdl);
 
+/// kernels::cpu::fused_kda_decode on the GPU: a block per (row, head): the conv of the head's
+/// channels into shared memory, a warp per quarter of the state rows (in registers), the gated
+/// RMSNorm as a block reduction. The same bf16 rounding points as the CPU; sums in another
+/// order. A slot past the pool (refused on the host for CPU tensors) is a null row.
+void fused_kda_decode(const FusedKdaParams& p, void* stream, bool enable_pdl);
+
 }  // namespace flashinfer::kernels::cuda
