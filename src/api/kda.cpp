@@ -118,19 +118,21 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   if (gate_in_kernel) {
     FLASHINFER_CHECK(given(A_log), op, "A_log", "A_log is required when use_gate_in_kernel=True");
   }
+  // A_log and dt_bias are read only with the gate in the kernel (upstream checks their dtypes
+  // either way).
   if (given(A_log)) {
     FLASHINFER_CHECK(A_log->dtype() == DType::kFloat32, op, "A_log", "A_log must be float32, got ",
                      dtype_torch_name(A_log->dtype()));
-    FLASHINFER_CHECK(A_log->numel() == H && A_log->is_contiguous(), op, "A_log",
-                     "A_log must hold one value per query head (", H, "), got ",
+    FLASHINFER_CHECK(!gate_in_kernel || (A_log->numel() == H && A_log->is_contiguous()), op,
+                     "A_log", "A_log must hold one value per query head (", H, "), got ",
                      shape_to_string(A_log->shape()));
     api::check_same_device(*A_log, q, op, "A_log", "q");
   }
   if (given(dt_bias)) {
     FLASHINFER_CHECK(dt_bias->dtype() == DType::kFloat32, op, "dt_bias",
                      "dt_bias must be float32, got ", dtype_torch_name(dt_bias->dtype()));
-    FLASHINFER_CHECK(dt_bias->numel() == H * K && dt_bias->is_contiguous(), op, "dt_bias",
-                     "dt_bias must be [H*K] or [H, K] (", H * K, " values), got ",
+    FLASHINFER_CHECK(!gate_in_kernel || (dt_bias->numel() == H * K && dt_bias->is_contiguous()), op,
+                     "dt_bias", "dt_bias must be [H*K] or [H, K] (", H * K, " values), got ",
                      shape_to_string(dt_bias->shape()));
     api::check_same_device(*dt_bias, q, op, "dt_bias", "q");
   }
@@ -209,7 +211,9 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                      shape_to_string(st.shape()));
     FLASHINFER_CHECK(st.stride(3) == 1 && st.stride(2) == K && st.stride(1) == V * K, op,
                      "initial_state", "initial_state must have compact [HV, V, K] slots");
-    FLASHINFER_CHECK(packed || spec || st.is_contiguous(), op, "initial_state",
+    // Dense rows without indices read and write row b of the state itself (upstream copies a
+    // non-contiguous one); with indices upstream gathers and scatters, any slot stride.
+    FLASHINFER_CHECK(packed || spec || given(ssm_idx) || st.is_contiguous(), op, "initial_state",
                      "non-contiguous initial_state requires cu_seqlens: without cu_seqlens the "
                      "wrapper calls .contiguous() which copies the state, so in-place updates "
                      "would be silently lost on the original tensor");
@@ -240,8 +244,13 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
   const Tensor& pool = *initial_state;
   const int64_t slots = pool.size(0);
-  FLASHINFER_CHECK(!(packed && spec) || slots >= 1, op, "initial_state",
+  FLASHINFER_CHECK(!spec || slots >= 1, op, "initial_state",
                    "initial_state must have at least 1 slot when cu_seqlens is used");
+  // Without indices sequence n is slot n.
+  FLASHINFER_CHECK(spec || given(ssm_idx) || slots >= N, op, "initial_state", "initial_state has ",
+                   slots, " slots for ", N,
+                   " sequences (without ssm_state_indices sequence n is "
+                   "slot n)");
   Tensor src_idx32;
   if (given(source)) {
     const Tensor& s = *source;
@@ -254,6 +263,8 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     FLASHINFER_CHECK(s.stride(3) == 1 && s.stride(2) == K && s.stride(1) == V * K, op,
                      "initial_state_source", "initial_state_source must have compact slots");
     api::check_same_device(s, q, op, "initial_state_source", "q");
+    FLASHINFER_CHECK(s.size(0) >= 1, op, "initial_state_source",
+                     "initial_state_source has no slots");
     FLASHINFER_CHECK(source_idx->dim() == 1, op, "initial_state_indices",
                      "initial_state_indices must be 1D, got shape ",
                      shape_to_string(source_idx->shape()));
@@ -312,8 +323,9 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     if (idx32.defined()) {
       for (int64_t s : ints_of(idx32)) {
         // Negative: padding (packed, speculative), or python's wrap (dense).
-        FLASHINFER_CHECK(s < slots && (packed || spec || s >= -slots), op, "ssm_state_indices",
-                         "slot ", s, " is outside the state pool of ", slots, " slots");
+        FLASHINFER_CHECK(s < slots && (packed || spec || backend == "cake" || s >= -slots), op,
+                         "ssm_state_indices", "slot ", s, " is outside the state pool of ", slots,
+                         " slots");
       }
     }
     if (src_idx32.defined()) {
@@ -372,7 +384,9 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     p.idx_cols = idx32.dim() == 2 ? idx32.size(1) : 1;
     p.idx_stride0 = p.idx_cols;
   }
-  p.wrap_negative = !packed && !spec;
+  // Dense rows index like python (-1: the last slot), except for backend "cake", whose frozen
+  // kernel SGLang calls with -1 as CUDA-graph padding.
+  p.wrap_negative = !packed && !spec && backend != "cake";
   p.spec = spec;
   if (acc32.defined()) p.num_accepted = acc32.data<int32_t>();
   if (given(checkpoints)) {
@@ -388,10 +402,13 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   if (output_final_state) {
     if (!packed && !spec && idx32.defined()) {
       // Upstream gathers the rows' slots into a compact copy and scatters it back: the copy.
-      Tensor fs = Tensor::empty({B, HV, V, K}, DType::kBFloat16, q.device());
+      Tensor fs = Tensor::zeros({B, HV, V, K}, DType::kBFloat16, q.device());
       const auto ids = ints_of(idx32);
       for (int64_t b = 0; b < B; ++b) {
-        const int64_t s = ids[b] < 0 ? ids[b] + slots : ids[b];
+        const int64_t s = ids[b] < 0 && backend != "cake" ? ids[b] + slots : ids[b];
+        FLASHINFER_CHECK(s >= -1 && s < slots, op, "ssm_state_indices", "row ", b, "'s slot ",
+                         ids[b], " is outside the state pool of ", slots, " slots");
+        if (s < 0) continue;  // a padded row (cake): its final_state row stays unset
         Tensor row = fs.select(0, b);
         row.copy_(pool.select(0, s));
       }

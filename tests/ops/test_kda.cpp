@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/device_props.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/float_formats.h"
 #include "ops/op_test_util.h"
@@ -186,8 +187,7 @@ TEST(KdaSpec, PerTokenStatesAcceptedColumnAndInactiveTokens) {
   Tensor pool = rand_tensor({8, 2, 64, 64}, kBf, 41, -0.2, 0.2);
   const Tensor pool0 = pool.clone();
   Tensor idx = ints({3, 2, 1, 7, -1, 0}, {2, 3});
-  // Write slots 4, 5, 6 for sequence 0 instead of its read slots: a separate table would be
-  // needed upstream too; here the read column of sequence 0 is idx[0, 1] = 2.
+  // Sequence 0 reads column 1 (slot 2) and writes its tokens' states to slots 3, 2, 1.
   auto [out, fs, cp] =
       recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt, pool,
                     false, true, false, std::nullopt, ints({0, 3, 6}), idx, 2, ints({2, 1}));
@@ -327,6 +327,28 @@ TEST(KdaBadInput, ErrorsNameOpAndArgument) {
                     false, true, false, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                     std::nullopt, std::nullopt, pool.clone()),
       kOp, "initial_state_indices");
+}
+
+TEST(KdaDecode, UndersizedPoolRefusedAndCakePaddingIsPadding) {
+  const In in = make(4, 1, 1, 2, 64, 63);
+  Tensor big = Tensor::zeros({4, 2, 64, 64}, kBf);
+  Tensor small = big.slice(0, 0, 1);  // one slot for four rows without indices
+  EXPECT_FI_ERROR(recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt,
+                                std::nullopt, small),
+                  kOp, "initial_state");
+  // backend "cake" (SGLang's dense decode): -1 is padding, not the last slot.
+  Tensor pool = rand_tensor({3, 2, 64, 64}, kBf, 64, -0.2, 0.2);
+  const Tensor pool0 = pool.clone();
+  auto [out, fs, cp] =
+      recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt, pool,
+                    true, true, false, std::nullopt, std::nullopt, ints({0, -1, 1, 2}),
+                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, "cake");
+  const auto ov = out.to_double_vector();
+  for (int64_t i = 128; i < 256; ++i) ASSERT_EQ(ov[i], 0.0) << i;  // row 1
+  EXPECT_NE(pool.select(0, 2).contiguous().to_double_vector(),
+            pool0.select(0, 2).contiguous().to_double_vector());  // row 3's own slot
+  EXPECT_EQ(fs.select(0, 1).contiguous().to_double_vector(), std::vector<double>(2 * 64 * 64, 0.0));
 }
 
 TEST(KdaDecl, SignatureModule) {
@@ -611,6 +633,54 @@ TEST(KdaCuda, FusedMatchesCpuPackedRefusedBeforeSm100) {
     EXPECT_EQ(dcs.to(Device::cpu()).contiguous().to_double_vector(),
               f.conv_state.contiguous().to_double_vector());
     EXPECT_TRUE(all_close(dst.to(Device::cpu()), f.state, {2e-3, 3e-2}));
+  }
+  if (api::compute_capability(Device::cuda(0)) < 100) {
+    Tensor mixed = cuda(rand_tensor({2, 4608}, kBf, 131));
+    EXPECT_FI_ERROR(
+        packed_kda_decode(mixed, cuda(rand_tensor({2, 1536}, kBf, 132)),
+                          cuda(rand_tensor({2, 12}, kBf, 133)), cuda(rand_tensor({12}, kF32, 134)),
+                          cuda(rand_tensor({1536}, kF32, 135)),
+                          cuda(Tensor::zeros({3, 12, 128, 128}, kBf)), cuda(ints({1, 2}))),
+        "packed_kda_decode", "mixed_qkv");
+  }
+}
+
+TEST(KdaCuda, CheckpointsSourcePoolAcceptedColumnsAndGateFormsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  // Prefill with checkpoints, the softplus gate, L2 off.
+  const In in = make(1, 40, 2, 4, 64, 140);
+  Tensor pool = rand_tensor({2, 4, 64, 64}, kBf, 141, -0.2, 0.2), dpool = cuda(pool);
+  Tensor cps = Tensor::zeros({4, 4, 64, 64}, kBf), dcps = cuda(cps);
+  Tensor starts = Tensor::from_vector({0, 2, 4}, {3}, DType::kInt64);
+  auto [oc, fc, cc] = recurrent_kda(
+      in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt, pool, false, false, true,
+      std::nullopt, ints({0, 17, 40}), ints({1, 0}), std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, cps, starts, 16);
+  auto [og, fg, cg] = recurrent_kda(
+      cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta), cuda(in.A_log),
+      cuda(in.dt_bias), std::nullopt, dpool, false, false, true, std::nullopt,
+      cuda(ints({0, 17, 40})), cuda(ints({1, 0})), std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, dcps, cuda(starts), 16);
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 2e-2}));
+  EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-2, 2e-2}));
+  EXPECT_TRUE(all_close(dcps.to(Device::cpu()), cps, {2e-2, 2e-2}));
+  // Speculative from a source pool, then from accepted-token columns (precomputed gate).
+  const In sp = make(1, 6, 2, 4, 64, 150);
+  Tensor spool = rand_tensor({7, 4, 64, 64}, kBf, 151, -0.2, 0.2), dspool = cuda(spool);
+  Tensor src = rand_tensor({2, 4, 64, 64}, kBf, 152, -0.2, 0.2);
+  Tensor sidx = ints({1, 2, 3, 4, -1, 6}, {2, 3});
+  for (const bool from_source : {true, false}) {
+    std::optional<Tensor> s_c, s_g, i_c, i_g;
+    if (from_source) s_c = src, s_g = cuda(src), i_c = ints({1, 0}), i_g = cuda(ints({1, 0}));
+    auto [o1, f1, c1] = recurrent_kda(
+        sp.q, sp.k, sp.v, sp.g, sp.beta, std::nullopt, std::nullopt, std::nullopt, spool, false,
+        true, false, std::nullopt, ints({0, 3, 6}), sidx, 2, ints({3, 9}), std::nullopt, s_c, i_c);
+    auto [o2, f2, c2] = recurrent_kda(cuda(sp.q), cuda(sp.k), cuda(sp.v), cuda(sp.g), cuda(sp.beta),
+                                      std::nullopt, std::nullopt, std::nullopt, dspool, false, true,
+                                      false, std::nullopt, cuda(ints({0, 3, 6})), cuda(sidx), 2,
+                                      cuda(ints({3, 9})), std::nullopt, s_g, i_g);
+    EXPECT_TRUE(all_close(o2.to(Device::cpu()), o1, {2e-2, 2e-2})) << from_source;
+    EXPECT_TRUE(all_close(dspool.to(Device::cpu()), spool, {2e-2, 2e-2})) << from_source;
   }
 }
 
