@@ -700,8 +700,8 @@ TEST(SsuCuda, StochasticRoundingFollowsTheSeed) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   Tensor seed = Tensor::from_vector({20261127}, {1}, DType::kInt64);
   // STP at 2, 4 and 8 values a lane, and MTP's fp16 intermediate states (T = 0: STP).
-  for (const auto& [T, dstate] :
-       {std::pair<int64_t, int64_t>{0, 64}, {0, 128}, {0, 256}, {3, 128}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{0, 64}, {0, 128}, {0, 256}, {3, 128}}) {
+    const int64_t T = shape.first, dstate = shape.second;  // lambdas below capture them
     Ssu c = make(4, T, 4, 32, dstate, 2, 4, 230 + dstate, kBf, DType::kFloat16);
     auto run = [&](bool gpu) {
       Tensor st = gpu ? cuda(c.state) : c.state.clone();
@@ -910,8 +910,10 @@ TEST(CkptSsu, VarlenEqualsPerSequenceCallsAndPaddingSkipsTheRow) {
                           idx({0, 2, 3}), 2);
   std::vector<double> want;
   Tensor st = st0.clone(), xc = xc0.clone(), bc = bc0.clone(), dc = dc0.clone();
-  for (const auto& [slot, t0, n] : {std::tuple<int64_t, int64_t, int64_t>{2, 0, 2}, {0, 2, 1}}) {
-    auto sl = [&](const Tensor& t) { return t.slice(1, t0, t0 + n); };
+  for (const auto& seq : {std::tuple<int64_t, int64_t, int64_t>{2, 0, 2}, {0, 2, 1}}) {
+    const auto [slot, t0, n] = seq;
+    const int64_t first = t0, count = n;  // captured by the lambda (not the bindings)
+    auto sl = [&](const Tensor& t) { return t.slice(1, first, first + count); };
     Tensor o = Tensor::zeros({1, n, 4, 8}, kBf);
     // A non-varlen call of T = n needs a ring of L = W + n with the same W: ring length 8 - 2 + n.
     // Both calls see W = 6, so the flush rule agrees (slot 2: 2 + 2 <= 6; slot 0: 6 + 1 > 6).
