@@ -16,6 +16,7 @@
 #include "flashinfer/ops/attention_sink.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/batch_attention.h"
+#include "flashinfer/ops/bsa_attn.h"
 #include "flashinfer/ops/cascade.h"
 #include "flashinfer/ops/cascade_wrappers.h"
 #include "flashinfer/ops/dit_norm.h"

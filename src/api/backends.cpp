@@ -420,6 +420,11 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "gdn_prefill.py: dispatch on the major: 9 (CuTe-DSL sm90), 10 (Blackwell, CUDA 13+), 12 "
         "(sm120); any other: NotImplementedError(\"GDN prefill DSL kernel is unavailable\")",
         false, "GDN prefill DSL kernel is unavailable");
+    // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
+    add("bsa_attn_sm120_blk64_fwd", {120, 121},
+        "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "
+        "torch.cuda.get_device_capability()[0] == 12",
+        false, "bsa_attn_sm120_blk64_fwd (sm120_blk64) only supports SM120/SM121");
     // packed_kda_decode: a frozen Cake module compiled for sm_100a / 103a / 107a only
     // (cake_packed_kda_decode.py, _target_for_device).
     add("packed_kda_decode", {100, 103, 107},

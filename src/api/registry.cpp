@@ -53,6 +53,7 @@ void register_mamba_ops(OpRegistry& registry);
 void register_mhc_ops(OpRegistry& registry);
 void register_norm_fp4quant_ops(OpRegistry& registry);
 void register_kda_ops(OpRegistry& registry);
+void register_bsa_ops(OpRegistry& registry);
 void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 
@@ -102,6 +103,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_mhc_ops(registry);
   register_norm_fp4quant_ops(registry);
   register_kda_ops(registry);
+  register_bsa_ops(registry);
   register_rope_quantize_append_ops(registry);
   register_moe_b12x_ops(registry);
 }

@@ -1144,6 +1144,9 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   }
   EXPECT_EQ(cuda_expectation("chunk_gated_delta_rule", "", 110).refusal,
             "GDN prefill DSL kernel is unavailable");
+  EXPECT_EQ(cuda_expectation("bsa_attn_sm120_blk64_fwd", "", 90).refusal,
+            "bsa_attn_sm120_blk64_fwd (sm120_blk64) only supports SM120/SM121");
+  EXPECT_FALSE(cuda_expectation("bsa_attn_sm120_blk64_fwd", "", 121).refused);
   EXPECT_EQ(cuda_expectation("packed_kda_decode", "", 90).refusal,
             "packed KDA T=1 requires compute capability 10.0, 10.3 or 10.7 in the SM100 family");
   EXPECT_FALSE(cuda_expectation("packed_kda_decode", "", 103).refused);
