@@ -202,9 +202,11 @@ namespace {
 // Bench: batch_size x s_qo queries and s_kv keys, num_qo_heads over num_kv_heads, bf16, each
 // query block attending to a quarter of the key blocks (at least one), SGLang's video shape.
 BenchCase bench_bsa(const BenchShape& s, Device dev) {
-  const int64_t B = s.batch_size, Sq = s.s_qo, Sk = s.s_kv, Hq = s.num_qo_heads;
+  const int64_t B = s.batch_size, Sq = s.s_qo, Sk = std::max<int64_t>(1, s.s_kv);
+  const int64_t Hq = s.num_qo_heads;
   const int64_t Hkv = std::max<int64_t>(1, s.num_kv_heads);
-  const int64_t NQ = (Sq + 63) / 64, NK = (Sk + 63) / 64, W = std::max<int64_t>(1, NK / 4);
+  const int64_t NQ = (Sq + 63) / 64, NK = std::max<int64_t>(1, (Sk + 63) / 64);
+  const int64_t W = std::max<int64_t>(1, NK / 4);
   using api::bench::random_tensor;
   std::vector<int64_t> idx;
   for (int64_t i = 0; i < B * Hq * NQ; ++i) {

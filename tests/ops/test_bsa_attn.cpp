@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "api/device_props.h"
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cuda/bsa_cuda.h"
+#endif
 #include "flashinfer/flashinfer.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -83,7 +86,9 @@ TEST(BsaAttn, HandCheckedRow) {
   const double e = std::exp(1.0);
   EXPECT_NEAR(r.out.to_double_vector()[5], e / (e + 1.0), 4e-3);
   EXPECT_NEAR(r.lse.to_double_vector()[0], std::log(e + 1.0), 1e-6);
-  EXPECT_TRUE(r.return_lse);
+  const Value rv = to_value(r);  // what a Python caller gets: (out, lse)
+  ASSERT_EQ(rv.items().size(), 2u);
+  EXPECT_TRUE(rv.items()[1].is_tensor());
 }
 
 TEST(BsaAttn, MatchesFp64WithDuplicatesGqaAndBlockSizeModes) {
@@ -151,8 +156,9 @@ TEST(BsaAttn, ReturnsCallerBuffersAndBlockSparseNum) {
   auto r = bsa_attn_sm120_blk64_fwd(q, k, v, i32({1, 0, 1, 0}, {1, 2, 1, 2}), 1, std::nullopt,
                                     std::nullopt, std::nullopt, false, out, lse);
   EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
-  EXPECT_FALSE(r.return_lse);
-  EXPECT_NE(lse.to_double_vector()[0], 0.0);  // written although not returned
+  EXPECT_EQ(r.lse.data_ptr(), lse.data_ptr());
+  EXPECT_TRUE(to_value(r).items()[1].is_none());  // (out, None) without return_lse
+  EXPECT_NE(lse.to_double_vector()[0], 0.0);      // written although not returned
   const RowRef want = ref_row(q, k, v, 0, 5, 1, block_keys({1}, {64}), 1.0 / std::sqrt(128.0));
   const auto ov = out.to_double_vector();
   std::vector<double> got(ov.begin() + (5 * H + 1) * 128, ov.begin() + (5 * H + 2) * 128);
@@ -225,6 +231,57 @@ TEST(BsaAttnCuda, Sm120MatchesCpuElsewhereRefusedByName) {
   EXPECT_TRUE(all_close(g.out.to(Device::cpu()), c.out, {1e-2, 1e-2}));
   EXPECT_TRUE(all_close(g.lse.to(Device::cpu()), c.lse, {1e-4, 1e-4}));
 }
+
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// The kernel itself, below the API's SM120 rule: it uses no SM120-only instruction, so any GPU
+// runs it (the lent H100s / H200s included) against the CPU reference, counts, duplicates and
+// all three block_sizes modes.
+TEST(BsaAttnCuda, KernelMatchesCpuOnAnyGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t B = 2, Sq = 70, Sk = 150, Hq = 4, Hkv = 2, NQ = 2, NK = 3, W = 3;
+  Tensor q = rand_tensor({B, Sq, Hq, 128}, kBf, 50), k = rand_tensor({B, Sk, Hkv, 128}, kBf, 51);
+  Tensor v = rand_tensor({B, Sk, Hkv, 128}, kBf, 52);
+  std::vector<double> idx, nums;
+  for (int64_t i = 0; i < B * Hq * NQ; ++i) {
+    idx.insert(idx.end(), {static_cast<double>(i % 3), 0.0, static_cast<double>((i + 1) % 3)});
+    nums.push_back(static_cast<double>(i % 4));
+  }
+  Tensor index = i32(idx, {B, Hq, NQ, W}), counts = i32(nums, {B, Hq, NQ});
+  for (int mode = 0; mode <= 3; ++mode) {
+    std::optional<Tensor> sizes;
+    if (mode == 1) sizes = i32({64, 40, 64}, {NK});
+    if (mode == 2) sizes = i32({64, 64, 22, 10, 64, 22}, {B, NK});
+    if (mode == 3) {
+      std::vector<double> sz;
+      for (int64_t i = 0; i < B * Hq * NK; ++i)
+        sz.push_back(static_cast<double>(5 + (i * 13) % 60));
+      sizes = i32(sz, {B, Hq, NK});
+    }
+    const BsaOutput c = bsa_attn_sm120_blk64_fwd(q, k, v, index, 1, sizes, counts, 0.07, true);
+    Tensor dq = cuda(q), dk = cuda(k), dv = cuda(v), di = cuda(index), dn = cuda(counts);
+    Tensor ds = sizes ? cuda(*sizes) : Tensor();
+    Tensor dout = Tensor::zeros({B, Sq, Hq, 128}, kBf, Device::cuda(0));
+    Tensor dlse = Tensor::zeros({B, Hq, Sq}, DType::kFloat32, Device::cuda(0));
+    kernels::BsaParams p;
+    p.B = B, p.Sq = Sq, p.Sk = Sk, p.Hq = Hq, p.Hkv = Hkv, p.NQ = NQ, p.NK = NK, p.W = W;
+    p.dtype = kBf;
+    p.q = dq.data_ptr(), p.k = dk.data_ptr(), p.v = dv.data_ptr();
+    for (int i = 0; i < 3; ++i) {
+      p.q_s[i] = dq.stride(i), p.k_s[i] = dk.stride(i), p.v_s[i] = dv.stride(i);
+      p.out_s[i] = dout.stride(i), p.lse_s[i] = dlse.stride(i);
+    }
+    p.index = di.data<int32_t>();
+    p.nums = dn.data<int32_t>();
+    if (sizes) p.block_sizes = ds.data<int32_t>(), p.block_sizes_mode = mode;
+    p.scale = 0.07f;
+    p.out = dout.data_ptr();
+    p.lse = dlse.data<float>();
+    kernels::cuda::bsa_attn_blk64_fwd(p, nullptr, false);
+    EXPECT_TRUE(all_close(dout.to(Device::cpu()), c.out, {1e-2, 1e-2})) << mode;
+    EXPECT_TRUE(all_close(dlse.to(Device::cpu()), c.lse, {1e-4, 1e-4})) << mode;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer::testing
