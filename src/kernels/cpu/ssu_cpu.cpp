@@ -49,14 +49,72 @@ void store_row(const SsuParams& p, void* base, int64_t off, float* scale, const 
 
 bool valid_slot(const SsuParams& p, int64_t slot) { return slot >= 0 && slot < p.slots; }
 
+// Sequence s's tokens: [begin, begin + len) of row `seq` (varlen: the packed row 0, at most T).
+struct SeqRange {
+  int64_t begin = 0, len = 0, seq = 0;
+};
+SeqRange seq_range(const SsuParams& p, int64_t s) {
+  if (!p.cu_seqlens) return {0, p.T, s};
+  const int64_t begin = ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, s);
+  return {begin, std::min(ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, s + 1) - begin, p.T), 0};
+}
+
+// Head h's [dim, dstate] state of `slot` in fp32 (scaled states times their row scales).
+void load_slot(const SsuParams& p, int64_t slot, int64_t h, std::vector<float>& S) {
+  const int64_t dim = p.dim, ds = p.dstate, base = slot * p.state_stride_slot + h * dim * ds;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float sc = p.state_scale ? p.state_scale[slot * p.scale_stride_slot + h * dim + d] : 1.0f;
+    for (int64_t n = 0; n < ds; ++n) {
+      const int64_t i = base + d * ds + n;
+      S[d * ds + n] = ssu::is_scaled(p.state_dtype)
+                          ? ssu::scaled_load(p.state, p.state_dtype, i) * sc
+                          : load_or_fp32(p.state, p.state_dtype, i);
+    }
+  }
+}
+
+// S stored to head h of `slot` (and its row scales), stochastic bits keyed by read slot `src`.
+void store_slot(const SsuParams& p, int64_t slot, int64_t src, int64_t h,
+                const std::vector<float>& S) {
+  const int64_t dim = p.dim, ds = p.dstate;
+  for (int64_t d = 0; d < dim; ++d) {
+    float* scale =
+        p.state_scale ? p.state_scale + slot * p.scale_stride_slot + h * dim + d : nullptr;
+    store_row(p, p.state, slot * p.state_stride_slot + (h * dim + d) * ds, scale, &S[d * ds],
+              static_cast<uint64_t>(src * p.state_stride_slot + (h * dim + d) * ds));
+  }
+}
+
+// One token of head h (group g) on S: the update and the gated output row. Returns the token's
+// processed dt. Bv / Cv are scratch rows of dstate.
+float token_step(const SsuParams& p, int64_t seq, int64_t tok, int64_t h, int64_t g, float A,
+                 float Dv, float bias, std::vector<float>& S, std::vector<float>& Bv,
+                 std::vector<float>& Cv) {
+  const int64_t ds = p.dstate;
+  float dt = load_io(p.dt, p.w_dtype, seq, tok, h, 0) + bias;
+  if (p.dt_softplus) dt = ssu::softplus(dt);
+  const float dA = std::exp(A * dt);
+  for (int64_t n = 0; n < ds; ++n) {
+    Bv[n] = load_io(p.B, p.io_dtype, seq, tok, g, n);
+    Cv[n] = load_io(p.C, p.io_dtype, seq, tok, g, n);
+  }
+  for (int64_t d = 0; d < p.dim; ++d) {
+    const float x = load_io(p.x, p.io_dtype, seq, tok, h, d);
+    float* row = &S[d * ds];
+    float y = Dv * x;
+    for (int64_t n = 0; n < ds; ++n) {
+      row[n] = row[n] * dA + (Bv[n] * dt) * x;
+      y += row[n] * Cv[n];
+    }
+    if (p.z.data) y = ssu::gate(y, load_io(p.z, p.io_dtype, seq, tok, h, d));
+    store_or_fp32(p.out, p.io_dtype, seq * p.out_seq + tok * p.out_tok + h * p.out_head + d, y);
+  }
+  return dt;
+}
+
 void run_head(const SsuParams& p, int64_t s, int64_t h) {
   const int64_t dim = p.dim, ds = p.dstate;
-  int64_t begin = 0, len = p.T, seq = s;
-  if (p.cu_seqlens) {
-    begin = ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, s);
-    len = std::min(ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, s + 1) - begin, p.T);
-    seq = 0;
-  }
+  const auto [begin, len, seq] = seq_range(p, s);
   if (len <= 0) return;
   int64_t init = 0;
   if (p.num_accepted) {
@@ -67,31 +125,12 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
                 : s;
   const bool pad = src == p.pad_slot_id;
   const int64_t g = h / (p.nheads / p.ngroups);
-  const int64_t row_elems = dim * ds;
 
   // The head's [dim, dstate] state in fp32 (zeros for padding).
-  std::vector<float> S(static_cast<size_t>(row_elems), 0.0f);
-  if (!pad) {
-    const int64_t base = src * p.state_stride_slot + h * row_elems;
-    for (int64_t d = 0; d < dim; ++d) {
-      const float sc =
-          p.state_scale ? p.state_scale[src * p.scale_stride_slot + h * dim + d] : 1.0f;
-      for (int64_t n = 0; n < ds; ++n) {
-        const int64_t i = base + d * ds + n;
-        S[d * ds + n] = ssu::is_scaled(p.state_dtype)
-                            ? ssu::scaled_load(p.state, p.state_dtype, i) * sc
-                            : load_or_fp32(p.state, p.state_dtype, i);
-      }
-    }
-  }
+  std::vector<float> S(static_cast<size_t>(dim * ds), 0.0f);
+  if (!pad) load_slot(p, src, h, S);
   auto sr_base = [&](int64_t d) {
     return static_cast<uint64_t>(src * p.state_stride_slot + (h * dim + d) * ds);
-  };
-  auto store_state = [&](int64_t slot, int64_t d) {
-    float* scale =
-        p.state_scale ? p.state_scale + slot * p.scale_stride_slot + h * dim + d : nullptr;
-    store_row(p, p.state, slot * p.state_stride_slot + (h * dim + d) * ds, scale, &S[d * ds],
-              sr_base(d));
   };
 
   const float A = p.A[h * p.A_stride];
@@ -99,32 +138,12 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
   const float bias = p.dt_bias ? load_or_fp32(p.dt_bias, p.w_dtype, h * p.dt_bias_stride) : 0.0f;
   std::vector<float> Bv(static_cast<size_t>(ds)), Cv(static_cast<size_t>(ds));
   for (int64_t t = 0; t < len; ++t) {
-    const int64_t tok = begin + t;
-    float dt = load_io(p.dt, p.w_dtype, seq, tok, h, 0) + bias;
-    if (p.dt_softplus) dt = ssu::softplus(dt);
-    const float dA = std::exp(A * dt);
-    for (int64_t n = 0; n < ds; ++n) {
-      Bv[n] = load_io(p.B, p.io_dtype, seq, tok, g, n);
-      Cv[n] = load_io(p.C, p.io_dtype, seq, tok, g, n);
-    }
-    for (int64_t d = 0; d < dim; ++d) {
-      const float x = load_io(p.x, p.io_dtype, seq, tok, h, d);
-      float* row = &S[d * ds];
-      float y = Dv * x;
-      for (int64_t n = 0; n < ds; ++n) {
-        row[n] = row[n] * dA + (Bv[n] * dt) * x;
-        y += row[n] * Cv[n];
-      }
-      if (p.z.data) y = ssu::gate(y, load_io(p.z, p.io_dtype, seq, tok, h, d));
-      store_or_fp32(p.out, p.io_dtype, seq * p.out_seq + tok * p.out_tok + h * p.out_head + d, y);
-    }
+    (void)token_step(p, seq, begin + t, h, g, A, Dv, bias, S, Bv, Cv);
     if (!p.multi_token || pad) continue;
     if (p.dst_idx) {
       const int64_t dst =
           ssu::load_index(p.dst_idx, p.idx_i64, s * p.dst_stride0 + t * p.dst_stride1);
-      if (dst != p.pad_slot_id && valid_slot(p, dst)) {
-        for (int64_t d = 0; d < dim; ++d) store_state(dst, d);
-      }
+      if (dst != p.pad_slot_id && valid_slot(p, dst)) store_slot(p, dst, src, h, S);
     } else if (p.inter) {
       const int64_t e = p.inter_idx ? ssu::load_index(p.inter_idx, p.idx_i64, s) : src;
       if (e < 0 || e >= p.inter_entries || t >= p.inter_steps) continue;
@@ -141,7 +160,7 @@ void run_head(const SsuParams& p, int64_t s, int64_t h) {
   const int64_t dst =
       !p.multi_token && p.dst_idx ? ssu::load_index(p.dst_idx, p.idx_i64, s * p.dst_stride0) : src;
   if (dst == p.pad_slot_id || !valid_slot(p, dst)) return;
-  for (int64_t d = 0; d < dim; ++d) store_state(dst, d);
+  store_slot(p, dst, src, h, S);
 }
 
 // checkpointing_ssu for one batch row and head (kernels/ssu_params.h, CkptSsuParams).
@@ -150,27 +169,12 @@ void run_ckpt_head(const CkptSsuParams& c, int64_t b, int64_t h) {
   const int64_t dim = p.dim, ds = p.dstate;
   const int64_t slot = p.src_idx ? ssu::load_index(p.src_idx, p.idx_i64, b * p.src_stride0) : b;
   if (slot == p.pad_slot_id) return;  // padding: nothing read, computed or written
-  int64_t begin = 0, len = p.T, seq = b;
-  if (p.cu_seqlens) {
-    begin = ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, b);
-    len = std::min(ssu::load_index(p.cu_seqlens, p.cu_seqlens_i64, b + 1) - begin, p.T);
-    seq = 0;
-  }
+  const auto [begin, len, seq] = seq_range(p, b);
   if (len <= 0) return;
   const int64_t g = h / (p.nheads / p.ngroups);
   const int64_t r0 = c.ring_start[slot], pn = c.pnat[slot];
-  const int64_t row_elems = dim * ds;
-  std::vector<float> S(static_cast<size_t>(row_elems));
-  const int64_t base = slot * p.state_stride_slot + h * row_elems;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float sc = p.state_scale ? p.state_scale[slot * p.scale_stride_slot + h * dim + d] : 1.0f;
-    for (int64_t n = 0; n < ds; ++n) {
-      const int64_t i = base + d * ds + n;
-      S[d * ds + n] = ssu::is_scaled(p.state_dtype)
-                          ? ssu::scaled_load(p.state, p.state_dtype, i) * sc
-                          : load_or_fp32(p.state, p.state_dtype, i);
-    }
-  }
+  std::vector<float> S(static_cast<size_t>(dim * ds));
+  load_slot(p, slot, h, S);
   const float A = p.A[h * p.A_stride];
   // The history: the checkpoint advanced by the pnat ring rows (their dt already processed).
   for (int64_t i = 0; i < pn; ++i) {
@@ -188,33 +192,14 @@ void run_ckpt_head(const CkptSsuParams& c, int64_t b, int64_t h) {
     }
   }
   // A flush stores the replayed state (not this call's tokens), rounded to the state dtype.
-  if (pn + len > c.W) {
-    for (int64_t d = 0; d < dim; ++d) {
-      float* scale =
-          p.state_scale ? p.state_scale + slot * p.scale_stride_slot + h * dim + d : nullptr;
-      store_row(p, p.state, slot * p.state_stride_slot + (h * dim + d) * ds, scale, &S[d * ds],
-                static_cast<uint64_t>(slot * p.state_stride_slot + (h * dim + d) * ds));
-    }
-  }
+  if (pn + len > c.W) store_slot(p, slot, slot, h, S);
   const float Dv = p.D ? load_or_fp32(p.D, p.w_dtype, h * p.D_stride) : 0.0f;
   const float bias = p.dt_bias ? load_or_fp32(p.dt_bias, p.w_dtype, h * p.dt_bias_stride) : 0.0f;
   const size_t esize = dtype_size(p.io_dtype);
+  std::vector<float> Bv(static_cast<size_t>(ds)), Cv(static_cast<size_t>(ds));
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = begin + t;
-    float dt = load_io(p.dt, p.w_dtype, seq, tok, h, 0) + bias;
-    if (p.dt_softplus) dt = ssu::softplus(dt);
-    const float dA = std::exp(A * dt);
-    for (int64_t d = 0; d < dim; ++d) {
-      const float x = load_io(p.x, p.io_dtype, seq, tok, h, d);
-      float y = Dv * x;
-      for (int64_t n = 0; n < ds; ++n) {
-        float& v = S[d * ds + n];
-        v = v * dA + (load_io(p.B, p.io_dtype, seq, tok, g, n) * dt) * x;
-        y += v * load_io(p.C, p.io_dtype, seq, tok, g, n);
-      }
-      if (p.z.data) y = ssu::gate(y, load_io(p.z, p.io_dtype, seq, tok, h, d));
-      store_or_fp32(p.out, p.io_dtype, seq * p.out_seq + tok * p.out_tok + h * p.out_head + d, y);
-    }
+    const float dt = token_step(p, seq, tok, h, g, A, Dv, bias, S, Bv, Cv);
     // The append: x (and, once per group, B) copied bit for bit, the processed dt.
     const int64_t row = (r0 + pn + t) % c.L;
     const auto* xs = static_cast<const char*>(p.x.data) +

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/device/vec.cuh"
@@ -389,101 +390,91 @@ bool aligned16(const void* ptr, int64_t elems_a, int64_t elems_b, int64_t elem_b
          (elems_b * elem_bytes) % 16 == 0;
 }
 
-template <class ST>
-void launch_typed(const SsuParams& p, cudaStream_t stream, bool enable_pdl) {
+// Both kernels' grid (a block per sequence and 8 rows, by head), after the limits they share.
+dim3 ssu_grid(const SsuParams& p, const char* op) {
   const int64_t rblocks = (p.dim + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>(p.num_seqs * rblocks), static_cast<unsigned>(p.nheads));
-  const dim3 block(kRows * 32);
-  const int64_t sz = static_cast<int64_t>(sizeof(ST));
-  const bool state_vec = aligned16(p.state, p.state_stride_slot, p.dstate, sz);
-  const bool inter_vec = p.inter && aligned16(p.inter, p.dstate, p.dstate, sz);
-  const int64_t per_lane = (p.dstate + 31) / 32;
+  FLASHINFER_CHECK(p.num_seqs * rblocks <= 0x7fffffff && p.nheads <= 65535, op, "x",
+                   "grid too large: ", p.num_seqs, " sequences x ", p.nheads, " heads");
+  FLASHINFER_CHECK(p.dstate <= kSsuMaxDstate, op, "state", "dstate ", p.dstate,
+                   " above the CUDA kernel's ", kSsuMaxDstate);
+  return dim3(static_cast<unsigned>(p.num_seqs * rblocks), static_cast<unsigned>(p.nheads));
+}
+
+// f(std::integral_constant<int, E>) with E = 2, 4 or 8 state values a lane for dstate.
+template <class F>
+void with_values_a_lane(int64_t dstate, F&& f) {
+  const int64_t per_lane = (dstate + 31) / 32;
   if (per_lane <= 2) {
-    launch_kernel("selective_state_update", ssu_kernel<ST, 2>, grid, block, 0, stream, enable_pdl,
-                  p, state_vec, inter_vec);
+    f(std::integral_constant<int, 2>{});
   } else if (per_lane <= 4) {
-    launch_kernel("selective_state_update", ssu_kernel<ST, 4>, grid, block, 0, stream, enable_pdl,
-                  p, state_vec, inter_vec);
+    f(std::integral_constant<int, 4>{});
   } else {
-    launch_kernel("selective_state_update", ssu_kernel<ST, 8>, grid, block, 0, stream, enable_pdl,
-                  p, state_vec, inter_vec);
+    f(std::integral_constant<int, 8>{});
   }
 }
 
 template <class ST>
-void launch_ckpt_typed(const CkptSsuParams& c, cudaStream_t stream, bool enable_pdl) {
+void launch_typed(const SsuParams& p, dim3 grid, cudaStream_t stream, bool enable_pdl) {
+  const int64_t sz = static_cast<int64_t>(sizeof(ST));
+  const bool state_vec = aligned16(p.state, p.state_stride_slot, p.dstate, sz);
+  const bool inter_vec = p.inter && aligned16(p.inter, p.dstate, p.dstate, sz);
+  with_values_a_lane(p.dstate, [&](auto e) {
+    launch_kernel("selective_state_update", ssu_kernel<ST, decltype(e)::value>, grid,
+                  dim3(kRows * 32), 0, stream, enable_pdl, p, state_vec, inter_vec);
+  });
+}
+
+template <class ST>
+void launch_ckpt_typed(const CkptSsuParams& c, dim3 grid, cudaStream_t stream, bool enable_pdl) {
   const SsuParams& p = c.ssu;
-  const int64_t rblocks = (p.dim + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>(p.num_seqs * rblocks), static_cast<unsigned>(p.nheads));
-  const dim3 block(kRows * 32);
   const bool state_vec = aligned16(p.state, p.state_stride_slot, p.dstate, sizeof(ST));
-  const int64_t per_lane = (p.dstate + 31) / 32;
-  if (per_lane <= 2) {
-    launch_kernel("checkpointing_ssu", ckpt_ssu_kernel<ST, 2>, grid, block, 0, stream, enable_pdl,
-                  c, state_vec);
-  } else if (per_lane <= 4) {
-    launch_kernel("checkpointing_ssu", ckpt_ssu_kernel<ST, 4>, grid, block, 0, stream, enable_pdl,
-                  c, state_vec);
-  } else {
-    launch_kernel("checkpointing_ssu", ckpt_ssu_kernel<ST, 8>, grid, block, 0, stream, enable_pdl,
-                  c, state_vec);
-  }
+  with_values_a_lane(p.dstate, [&](auto e) {
+    launch_kernel("checkpointing_ssu", ckpt_ssu_kernel<ST, decltype(e)::value>, grid,
+                  dim3(kRows * 32), 0, stream, enable_pdl, c, state_vec);
+  });
 }
 }  // namespace
 
 void selective_state_update(const SsuParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.nheads == 0 || p.dim == 0) return;
-  const int64_t rblocks = (p.dim + kRows - 1) / kRows;
-  FLASHINFER_CHECK(p.num_seqs * rblocks <= 0x7fffffff && p.nheads <= 65535,
-                   "selective_state_update", "x", "grid too large: ", p.num_seqs, " sequences x ",
-                   p.nheads, " heads");
-  FLASHINFER_CHECK(p.dstate <= kSsuMaxDstate, "selective_state_update", "state", "dstate ",
-                   p.dstate, " above the CUDA kernel's ", kSsuMaxDstate);
+  const dim3 grid = ssu_grid(p, "selective_state_update");
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.state_dtype) {
     case DType::kFloat16:
-      launch_typed<__half>(p, s, enable_pdl);
+      launch_typed<__half>(p, grid, s, enable_pdl);
       break;
     case DType::kBFloat16:
-      launch_typed<__nv_bfloat16>(p, s, enable_pdl);
+      launch_typed<__nv_bfloat16>(p, grid, s, enable_pdl);
       break;
     case DType::kInt16:
-      launch_typed<int16_t>(p, s, enable_pdl);
+      launch_typed<int16_t>(p, grid, s, enable_pdl);
       break;
     default:
-      launch_typed<float>(p, s, enable_pdl);
+      launch_typed<float>(p, grid, s, enable_pdl);
       break;
   }
 }
 
-}  // namespace flashinfer::kernels::cuda
-
-namespace flashinfer::kernels::cuda {
-
 void checkpointing_ssu(const CkptSsuParams& c, void* stream, bool enable_pdl) {
   const SsuParams& p = c.ssu;
   if (p.num_seqs == 0 || p.nheads == 0 || p.dim == 0) return;
-  const int64_t rblocks = (p.dim + kRows - 1) / kRows;
-  FLASHINFER_CHECK(p.num_seqs * rblocks <= 0x7fffffff && p.nheads <= 65535, "checkpointing_ssu",
-                   "x", "grid too large: ", p.num_seqs, " rows x ", p.nheads, " heads");
-  FLASHINFER_CHECK(p.dstate <= kSsuMaxDstate, "checkpointing_ssu", "state", "dstate ", p.dstate,
-                   " above the CUDA kernel's ", kSsuMaxDstate);
+  const dim3 grid = ssu_grid(p, "checkpointing_ssu");
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.state_dtype) {
     case DType::kFloat16:
-      launch_ckpt_typed<__half>(c, s, enable_pdl);
+      launch_ckpt_typed<__half>(c, grid, s, enable_pdl);
       break;
     case DType::kBFloat16:
-      launch_ckpt_typed<__nv_bfloat16>(c, s, enable_pdl);
+      launch_ckpt_typed<__nv_bfloat16>(c, grid, s, enable_pdl);
       break;
     case DType::kInt8:
-      launch_ckpt_typed<int8_t>(c, s, enable_pdl);
+      launch_ckpt_typed<int8_t>(c, grid, s, enable_pdl);
       break;
     case DType::kFloat8E4M3FN:
-      launch_ckpt_typed<uint8_t>(c, s, enable_pdl);
+      launch_ckpt_typed<uint8_t>(c, grid, s, enable_pdl);
       break;
     default:
-      launch_ckpt_typed<float>(c, s, enable_pdl);
+      launch_ckpt_typed<float>(c, grid, s, enable_pdl);
       break;
   }
 }
