@@ -72,8 +72,6 @@ constexpr api::KernelEntry<kernels::FusedKdaParams> kFusedKdaKernels[] = {
 
 KdaIoRef kda_io(const Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
 
-std::vector<int64_t> ints_of(const Tensor& t) { return api::host_ints(t); }
-
 KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                    const Tensor& beta, const std::optional<Tensor>& A_log,
                    const std::optional<Tensor>& dt_bias, std::optional<double> scale,
@@ -161,7 +159,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                      "cu_seqlens must be a contiguous [N + 1] vector");
     N = cu.size(0) - 1;
     if (cu.device().is_cpu()) {
-      cu_host = ints_of(cu);
+      cu_host = api::host_ints(cu);
       for (int64_t n = 0; n < N; ++n) {
         FLASHINFER_CHECK(cu_host[n] >= 0 && cu_host[n] <= cu_host[n + 1] && cu_host[n + 1] <= T, op,
                          "cu_seqlens", "must be non-decreasing within [0, ", T, "], got entries ",
@@ -236,7 +234,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     int64_t slots = N;
     if (idx32.defined()) {
       int64_t mx = -1;
-      for (int64_t s : ints_of(idx32)) mx = std::max(mx, s);
+      for (int64_t s : api::host_ints(idx32)) mx = std::max(mx, s);
       slots = std::max<int64_t>(mx + 1, spec ? 1 : 0);
     }
     initial_state =
@@ -307,7 +305,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     api::check_same_device(c, q, op, "state_checkpoints", "q");
     api::check_same_device(cs, q, op, "checkpoint_cu_starts", "q");
     if (cs.device().is_cpu()) {
-      const auto st = ints_of(cs);
+      const auto st = api::host_ints(cs);
       for (int64_t n = 0; n < N; ++n) {
         const int64_t len = packed ? (cu_host.empty() ? 0 : cu_host[n + 1] - cu_host[n]) : T;
         const int64_t count = (len + cp_every - 1) / cp_every;
@@ -321,7 +319,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   // Host slot checks (CPU): every non-negative slot inside the pool.
   if (q.device().is_cpu()) {
     if (idx32.defined()) {
-      for (int64_t s : ints_of(idx32)) {
+      for (int64_t s : api::host_ints(idx32)) {
         // Negative: padding (packed, speculative), or python's wrap (dense).
         FLASHINFER_CHECK(s < slots && (packed || spec || backend == "cake" || s >= -slots), op,
                          "ssm_state_indices", "slot ", s, " is outside the state pool of ", slots,
@@ -329,7 +327,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       }
     }
     if (src_idx32.defined()) {
-      for (int64_t s : ints_of(src_idx32)) {
+      for (int64_t s : api::host_ints(src_idx32)) {
         FLASHINFER_CHECK(s < source->size(0), op, "initial_state_indices", "slot ", s,
                          " is outside initial_state_source's ", source->size(0), " slots");
       }
@@ -403,7 +401,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     if (!packed && !spec && idx32.defined()) {
       // Upstream gathers the rows' slots into a compact copy and scatters it back: the copy.
       Tensor fs = Tensor::zeros({B, HV, V, K}, DType::kBFloat16, q.device());
-      const auto ids = ints_of(idx32);
+      const auto ids = api::host_ints(idx32);
       for (int64_t b = 0; b < B; ++b) {
         const int64_t s = ids[b] < 0 && backend != "cake" ? ids[b] + slots : ids[b];
         FLASHINFER_CHECK(s >= -1 && s < slots, op, "ssm_state_indices", "row ", b, "'s slot ",
@@ -423,10 +421,6 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 // ---- fused_kda_decode, packed_kda_decode (flashinfer.kda_decode) -------------------------------
 
-void need(bool ok, const char* op, const char* arg, const std::string& text) {
-  FLASHINFER_CHECK(ok, op, arg, text);
-}
-
 void need_dtype(const Tensor& t, DType d, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   FLASHINFER_CHECK(t.dtype() == d, op, arg, arg, " must have dtype ", dtype_torch_name(d), ", got ",
@@ -442,13 +436,13 @@ Tensor fused_impl(const Tensor& x, const Tensor& weight, const Tensor& conv_stat
   const char* op = "fused_kda_decode";
   constexpr int64_t D = 128;
   need_dtype(x, DType::kBFloat16, op, "x");
-  need(x.dim() == 2 && x.size(1) % (3 * D) == 0, op, "x",
-       "x must have shape [num_rows, 3 * num_heads * 128]");
+  FLASHINFER_CHECK(x.dim() == 2 && x.size(1) % (3 * D) == 0, op, "x",
+                   "x must have shape [num_rows, 3 * num_heads * 128]");
   const int64_t R = x.size(0), H = x.size(1) / (3 * D);
-  need(R >= 1, op, "x", "x must contain at least one decode row");
-  need(H == 12 || H == 24 || H == 32 || H == 48 || H == 96, op, "x",
-       "num_heads must be one of (12, 24, 32, 48, 96), got " + std::to_string(H));
-  need(x.stride(1) == 1, op, "x", "x must be contiguous in its channel dimension");
+  FLASHINFER_CHECK(R >= 1, op, "x", "x must contain at least one decode row");
+  FLASHINFER_CHECK(H == 12 || H == 24 || H == 32 || H == 48 || H == 96, op, "x",
+                   "num_heads must be one of (12, 24, 32, 48, 96), got " + std::to_string(H));
+  FLASHINFER_CHECK(x.stride(1) == 1, op, "x", "x must be contiguous in its channel dimension");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{weight, "weight"},
                                 {conv_state, "conv_state"},
                                 {raw_gate, "raw_gate"},
@@ -464,57 +458,59 @@ Tensor fused_impl(const Tensor& x, const Tensor& weight, const Tensor& conv_stat
   }
   const int64_t C = 3 * H * D;
   need_dtype(weight, DType::kFloat32, op, "weight");
-  need(weight.shape() == Shape({3, 4, H * D}) && weight.is_contiguous(), op, "weight",
-       "weight must be contiguous with shape [3, 4, H * 128]");
+  FLASHINFER_CHECK(weight.shape() == Shape({3, 4, H * D}) && weight.is_contiguous(), op, "weight",
+                   "weight must be contiguous with shape [3, 4, H * 128]");
   need_dtype(conv_state, DType::kBFloat16, op, "conv_state");
   // Upstream takes the SD layout only (channels contiguous, history entries 3 H 128 apart); any
   // layout is read through its strides here (a dump or a snapshot may hold it compacted).
-  need(conv_state.dim() == 3 && conv_state.size(1) == C && conv_state.size(2) == 3, op,
-       "conv_state",
-       "conv_state must have shape [slots, 3 * H * 128, 3] and use the SD cache layout");
+  FLASHINFER_CHECK(
+      conv_state.dim() == 3 && conv_state.size(1) == C && conv_state.size(2) == 3, op, "conv_state",
+      "conv_state must have shape [slots, 3 * H * 128, 3] and use the SD cache layout");
   need_dtype(raw_gate, DType::kBFloat16, op, "raw_gate");
-  need(raw_gate.shape() == Shape({1, R, H, D}), op, "raw_gate",
-       "raw_gate must have shape [1, num_rows, H, 128]");
-  need(raw_gate.is_contiguous(), op, "raw_gate", "raw_gate must be contiguous");
+  FLASHINFER_CHECK(raw_gate.shape() == Shape({1, R, H, D}), op, "raw_gate",
+                   "raw_gate must have shape [1, num_rows, H, 128]");
+  FLASHINFER_CHECK(raw_gate.is_contiguous(), op, "raw_gate", "raw_gate must be contiguous");
   need_dtype(raw_beta, DType::kBFloat16, op, "raw_beta");
-  need(raw_beta.shape() == Shape({1, R, H}) && raw_beta.stride(2) == 1, op, "raw_beta",
-       "raw_beta must have shape [1, num_rows, H]");
+  FLASHINFER_CHECK(raw_beta.shape() == Shape({1, R, H}) && raw_beta.stride(2) == 1, op, "raw_beta",
+                   "raw_beta must have shape [1, num_rows, H]");
   need_dtype(A_log, DType::kFloat32, op, "A_log");
-  need(A_log.shape() == Shape({H}) && A_log.is_contiguous(), op, "A_log",
-       "A_log must be contiguous with shape [H]");
+  FLASHINFER_CHECK(A_log.shape() == Shape({H}) && A_log.is_contiguous(), op, "A_log",
+                   "A_log must be contiguous with shape [H]");
   need_dtype(dt_bias, DType::kFloat32, op, "dt_bias");
-  need(dt_bias.shape() == Shape({H * D}) && dt_bias.is_contiguous(), op, "dt_bias",
-       "dt_bias must be contiguous with shape [H * 128]");
+  FLASHINFER_CHECK(dt_bias.shape() == Shape({H * D}) && dt_bias.is_contiguous(), op, "dt_bias",
+                   "dt_bias must be contiguous with shape [H * 128]");
   need_dtype(idx, DType::kInt32, op, "state_indices");
-  need(idx.shape() == Shape({R}) && idx.is_contiguous(), op, "state_indices",
-       "state_indices must be contiguous with shape [num_rows]");
+  FLASHINFER_CHECK(idx.shape() == Shape({R}) && idx.is_contiguous(), op, "state_indices",
+                   "state_indices must be contiguous with shape [num_rows]");
   api::check_defined(state, op, "state");
   FLASHINFER_CHECK(state.dtype() == DType::kFloat32 || state.dtype() == DType::kBFloat16, op,
                    "state", "state must have dtype (torch.float32, torch.bfloat16), got ",
                    dtype_torch_name(state.dtype()));
-  need(state.dim() == 4 && state.size(1) == H && state.size(2) == D && state.size(3) == D &&
-           state.stride(3) == 1 && state.stride(2) == D && state.stride(1) == D * D &&
-           state.stride(0) >= H * D * D,
-       op, "state", "state must have shape [slots, H, 128, 128] with contiguous slot contents");
-  need(state.size(0) == conv_state.size(0), op, "state",
-       "conv_state and state must have the same number of cache slots");
+  FLASHINFER_CHECK(state.dim() == 4 && state.size(1) == H && state.size(2) == D &&
+                       state.size(3) == D && state.stride(3) == 1 && state.stride(2) == D &&
+                       state.stride(1) == D * D && state.stride(0) >= H * D * D,
+                   op, "state",
+                   "state must have shape [slots, H, 128, 128] with contiguous slot contents");
+  FLASHINFER_CHECK(state.size(0) == conv_state.size(0), op, "state",
+                   "conv_state and state must have the same number of cache slots");
   need_dtype(output_gate, DType::kBFloat16, op, "output_gate");
   const bool og3 = output_gate.shape() == Shape({R, H, D});
-  need(og3 || output_gate.shape() == Shape({1, R, H, D}), op, "output_gate",
-       "output_gate must have shape [num_rows, H, 128] or [1, num_rows, H, 128]");
-  need(output_gate.stride(-1) == 1 && output_gate.stride(-2) == D, op, "output_gate",
-       "output_gate must have contiguous head rows");
+  FLASHINFER_CHECK(og3 || output_gate.shape() == Shape({1, R, H, D}), op, "output_gate",
+                   "output_gate must have shape [num_rows, H, 128] or [1, num_rows, H, 128]");
+  FLASHINFER_CHECK(output_gate.stride(-1) == 1 && output_gate.stride(-2) == D, op, "output_gate",
+                   "output_gate must have contiguous head rows");
   need_dtype(norm_weight, DType::kFloat32, op, "norm_weight");
-  need(norm_weight.shape() == Shape({D}) && norm_weight.is_contiguous(), op, "norm_weight",
-       "norm_weight must be contiguous with shape [128]");
-  if (lower_bound) need(*lower_bound < 0.0, op, "lower_bound", "lower_bound must be negative");
-  need(norm_eps >= 0.0, op, "norm_eps", "norm_eps must be non-negative");
+  FLASHINFER_CHECK(norm_weight.shape() == Shape({D}) && norm_weight.is_contiguous(), op,
+                   "norm_weight", "norm_weight must be contiguous with shape [128]");
+  if (lower_bound)
+    FLASHINFER_CHECK(*lower_bound < 0.0, op, "lower_bound", "lower_bound must be negative");
+  FLASHINFER_CHECK(norm_eps >= 0.0, op, "norm_eps", "norm_eps must be non-negative");
   if (output && output->defined()) {
     FLASHINFER_CHECK(output->device() == x.device(), op, "output",
                      "output must be on the same device as x");
-    need(output->dtype() == DType::kBFloat16 && output->shape() == Shape({1, R, H, D}) &&
-             output->is_contiguous(),
-         op, "output", "output must be contiguous with shape [1, num_rows, H, 128]");
+    FLASHINFER_CHECK(output->dtype() == DType::kBFloat16 &&
+                         output->shape() == Shape({1, R, H, D}) && output->is_contiguous(),
+                     op, "output", "output must be contiguous with shape [1, num_rows, H, 128]");
     api::check_writable(*output, op, "output");
   } else {
     output = Tensor::empty({1, R, H, D}, DType::kBFloat16, x.device());
@@ -556,11 +552,11 @@ Tensor packed_impl(const Tensor& mixed, const Tensor& raw_gate, const Tensor& ra
   const char* op = "packed_kda_decode";
   constexpr int64_t H = 12, D = 128;
   api::check_defined(mixed, op, "mixed_qkv");
-  need(mixed.dim() == 2 && mixed.size(1) == 3 * H * D && mixed.dtype() == DType::kBFloat16 &&
-           mixed.stride(1) == 1,
-       op, "mixed_qkv", "mixed_qkv must have shape [B, 4608]");
+  FLASHINFER_CHECK(mixed.dim() == 2 && mixed.size(1) == 3 * H * D &&
+                       mixed.dtype() == DType::kBFloat16 && mixed.stride(1) == 1,
+                   op, "mixed_qkv", "mixed_qkv must have shape [B, 4608]");
   const int64_t B = mixed.size(0);
-  need(
+  FLASHINFER_CHECK(
       B >= 1 && B <= 65535, op, "mixed_qkv",
       "packed KDA T=1 batch must be in the CUDA grid.y range [1, 65535], got " + std::to_string(B));
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{raw_gate, "raw_gate"},
@@ -572,27 +568,29 @@ Tensor packed_impl(const Tensor& mixed, const Tensor& raw_gate, const Tensor& ra
     api::check_defined(t, op, name);
     api::check_same_device(t, mixed, op, name, "mixed_qkv");
   }
-  need(raw_gate.dtype() == DType::kBFloat16 && raw_gate.shape() == Shape({B, H * D}) &&
-           raw_gate.stride(1) == 1,
-       op, "raw_gate", "raw_gate must be bf16 [B, 1536] with a contiguous last dimension");
-  need(raw_beta.dtype() == DType::kBFloat16 && raw_beta.shape() == Shape({B, H}), op, "raw_beta",
-       "raw_beta must be bf16 [B, 12]");
-  need(A_log.dtype() == DType::kFloat32 && A_log.shape() == Shape({H}) && A_log.is_contiguous(), op,
-       "A_log", "A_log must be contiguous fp32 [12]");
-  need(dt_bias.dtype() == DType::kFloat32 && dt_bias.shape() == Shape({H * D}) &&
-           dt_bias.is_contiguous(),
-       op, "dt_bias", "dt_bias must be contiguous fp32 [1536]");
-  need(state.dtype() == DType::kBFloat16 && state.dim() == 4 && state.size(1) == H &&
-           state.size(2) == D && state.size(3) == D && state.stride(3) == 1 &&
-           state.stride(2) == D && state.stride(1) == D * D,
-       op, "state", "state must be bf16 [N, 12, 128, 128] with compact slots");
-  need(idx.dtype() == DType::kInt32 && idx.shape() == Shape({B}) && idx.is_contiguous(), op,
-       "state_indices", "state_indices must be contiguous int32 [B]");
+  FLASHINFER_CHECK(raw_gate.dtype() == DType::kBFloat16 && raw_gate.shape() == Shape({B, H * D}) &&
+                       raw_gate.stride(1) == 1,
+                   op, "raw_gate",
+                   "raw_gate must be bf16 [B, 1536] with a contiguous last dimension");
+  FLASHINFER_CHECK(raw_beta.dtype() == DType::kBFloat16 && raw_beta.shape() == Shape({B, H}), op,
+                   "raw_beta", "raw_beta must be bf16 [B, 12]");
+  FLASHINFER_CHECK(
+      A_log.dtype() == DType::kFloat32 && A_log.shape() == Shape({H}) && A_log.is_contiguous(), op,
+      "A_log", "A_log must be contiguous fp32 [12]");
+  FLASHINFER_CHECK(dt_bias.dtype() == DType::kFloat32 && dt_bias.shape() == Shape({H * D}) &&
+                       dt_bias.is_contiguous(),
+                   op, "dt_bias", "dt_bias must be contiguous fp32 [1536]");
+  FLASHINFER_CHECK(state.dtype() == DType::kBFloat16 && state.dim() == 4 && state.size(1) == H &&
+                       state.size(2) == D && state.size(3) == D && state.stride(3) == 1 &&
+                       state.stride(2) == D && state.stride(1) == D * D,
+                   op, "state", "state must be bf16 [N, 12, 128, 128] with compact slots");
+  FLASHINFER_CHECK(idx.dtype() == DType::kInt32 && idx.shape() == Shape({B}) && idx.is_contiguous(),
+                   op, "state_indices", "state_indices must be contiguous int32 [B]");
   api::check_writable(state, op, "state");
   if (output && output->defined()) {
-    need(output->dtype() == DType::kBFloat16 && output->shape() == Shape({B, 1, H, D}) &&
-             output->is_contiguous(),
-         op, "output", "output must be contiguous with shape [B,1,12,128]");
+    FLASHINFER_CHECK(output->dtype() == DType::kBFloat16 &&
+                         output->shape() == Shape({B, 1, H, D}) && output->is_contiguous(),
+                     op, "output", "output must be contiguous with shape [B,1,12,128]");
     api::check_same_device(*output, mixed, op, "output", "mixed_qkv");
     api::check_writable(*output, op, "output");
     output->fill_(0.0);  // inactive rows are zeros
