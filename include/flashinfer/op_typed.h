@@ -102,6 +102,33 @@ struct ArgTraits<Value> {  // taken as recorded (a jit_args list, a (K, V) pair)
   static constexpr ParamKind kind = ParamKind::kAny;
   static Value get(const CallArgs& a, std::size_t i) { return a[i]; }
 };
+/// An API object passed or returned by shared pointer (a workspace that a function creates and
+/// later calls take): None for nullptr; an owning reference otherwise.
+template <class T>
+requires std::is_base_of_v<ApiObject, T> Value to_value(const std::shared_ptr<T>& p) {
+  if (!p) return Value();
+  ObjectRef ref;
+  ref.type = std::string(p->class_name());
+  ref.repr = p->repr();
+  ref.id = p->object_id();
+  ref.object = std::static_pointer_cast<ApiObject>(p);
+  return Value(std::move(ref));
+}
+template <class T>
+requires std::is_base_of_v<ApiObject, T>
+struct ArgTraits<std::shared_ptr<T>> {
+  static constexpr ParamKind kind = ParamKind::kObject;
+  static constexpr bool optional = true;  // nullptr is None
+  static std::shared_ptr<T> get(const CallArgs& a, std::size_t i) {
+    if (a[i].is_none()) return nullptr;
+    auto* p = &a.object_as<T>(i);
+    const ObjectRef& ref = a[i].as_object();
+    // An owning reference shares ownership; a borrowed one (a live call's argument) does not.
+    return ref.object ? std::shared_ptr<T>(ref.object, p)
+                      : std::shared_ptr<T>(std::shared_ptr<T>{}, p);
+  }
+};
+
 namespace detail {
 template <class T>
 struct TypeNameOf {
@@ -232,7 +259,8 @@ struct Arg {
   ParamKind kind = ParamKind::kAny;
   bool kind_set = false;
   bool no_default = false;
-  const char* in_place_of = nullptr;  // see same_view_as()
+  const char* in_place_of = nullptr;       // see same_view_as()
+  const char* in_place_of_also = nullptr;  // a second input it may be (same_view_as twice)
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -253,10 +281,11 @@ struct Arg {
   }
   /// A written parameter that may be exactly the input `input` (the same view: address, shape,
   /// strides and dtype), for an op whose upstream use writes its result over its input. Any
-  /// other overlap with `input` is still refused. Each use says why in a comment.
+  /// other overlap with `input` is still refused. Each use says why in a comment. Given twice,
+  /// the parameter may be either input.
   constexpr Arg same_view_as(const char* input) const {
     Arg a = *this;
-    a.in_place_of = input;
+    (a.in_place_of ? a.in_place_of_also : a.in_place_of) = input;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -500,6 +529,7 @@ inline std::vector<std::pair<std::string, std::string>>& pending_same_view() {
 template <class T, class D>
 void apply_arg(ParamDecl& p, const Arg<D>& a) {
   if (a.in_place_of) pending_same_view().emplace_back(a.name, a.in_place_of);
+  if (a.in_place_of_also) pending_same_view().emplace_back(a.name, a.in_place_of_also);
   if constexpr (!std::is_void_v<D>) {
     static_assert(std::is_constructible_v<T, D> ||
                       (std::is_same_v<T, DType> || std::is_same_v<T, std::optional<DType>>),

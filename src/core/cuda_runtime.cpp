@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string_view>
 #include <vector>
@@ -345,6 +346,68 @@ std::string cuda_runtime_version() {
   return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
 }
 
+void* cuda_ipc_malloc(std::size_t nbytes, int device, unsigned char handle[64]) {
+  DeviceGuard g(device);
+  void* p = nullptr;
+  check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
+  cudaIpcMemHandle_t h{};
+  if (cudaError_t e = cudaMemset(p, 0, nbytes); e != cudaSuccess) {
+    cudaFree(p);
+    check(e, "cudaMemset");
+  }
+  if (cudaError_t e = cudaIpcGetMemHandle(&h, p); e != cudaSuccess) {
+    cudaFree(p);
+    check(e, "cudaIpcGetMemHandle");
+  }
+  static_assert(sizeof(h) == 64);
+  std::memcpy(handle, &h, 64);
+  return p;
+}
+
+void cuda_ipc_free(void* ptr, int device) noexcept {
+  if (!ptr) return;
+  int prev = -1;
+  if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device);
+  cudaFree(ptr);
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+}
+
+void* cuda_ipc_open(const unsigned char handle[64], int device) {
+  DeviceGuard g(device);
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle, 64);
+  void* p = nullptr;
+  check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+  return p;
+}
+
+void cuda_ipc_close(void* ptr, int device) noexcept {
+  if (!ptr) return;
+  int prev = -1;
+  if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device);
+  cudaIpcCloseMemHandle(ptr);
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+}
+
+void cuda_enable_peer_access(int device, int peer) {
+  if (device == peer) return;
+  int can = 0;
+  check(cudaDeviceCanAccessPeer(&can, device, peer), "cudaDeviceCanAccessPeer");
+  if (!can) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "cuda_enable_peer_access", "", "cuda:", device,
+                    " cannot access the memory of cuda:", peer, " (no peer access between them)");
+  }
+  DeviceGuard g(device);
+  const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    return;
+  }
+  check(e, "cudaDeviceEnablePeerAccess");
+}
+
+int cuda_sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
+
 #else  // !FLASHINFER_WITH_CUDA
 
 namespace {
@@ -382,6 +445,12 @@ bool cuda_current_stream_capturing() { return false; }
 void cuda_device_synchronize(int) {}
 std::string cuda_runtime_version() { return ""; }
 
+void* cuda_ipc_malloc(std::size_t, int, unsigned char*) { no_cuda("cuda_ipc_malloc"); }
+void cuda_ipc_free(void*, int) noexcept {}
+void* cuda_ipc_open(const unsigned char*, int) { no_cuda("cuda_ipc_open"); }
+void cuda_ipc_close(void*, int) noexcept {}
+void cuda_enable_peer_access(int, int) { no_cuda("cuda_enable_peer_access"); }
+int cuda_sm_count(int) { no_cuda("cuda_sm_count"); }
 #endif
 
 }  // namespace detail

@@ -70,6 +70,19 @@ bool cuda_current_stream_capturing();
 /// Whether a Storage on a CUDA device was ever made in this process: until one is, no tensor
 /// is a CUDA tensor (the recorders' capture check skips its walk over the arguments).
 bool cuda_storage_made();
+/// Memory shared with other processes (the collective ops' peer buffers): `nbytes` of device
+/// memory from cudaMalloc itself (IPC handles name whole allocations, so not the caching
+/// allocator), zero-filled, and its cudaIpcMemHandle's 64 bytes in `handle`.
+void* cuda_ipc_malloc(std::size_t nbytes, int device, unsigned char handle[64]);
+void cuda_ipc_free(void* ptr, int device) noexcept;
+/// Another process's allocation by its handle, mapped into this process on `device`.
+void* cuda_ipc_open(const unsigned char handle[64], int device);
+void cuda_ipc_close(void* ptr, int device) noexcept;
+/// Lets kernels on `device` read and write `peer`'s memory (cudaDeviceEnablePeerAccess; already
+/// enabled is fine). Throws flashinfer::Error(kUnsupported) when the devices cannot.
+void cuda_enable_peer_access(int device, int peer);
+/// The device's number of SMs.
+int cuda_sm_count(int device);
 /// cudaDeviceSynchronize on `device` (no-op without the CUDA backend).
 void cuda_device_synchronize(int device);
 /// While alive, `device` is the current CUDA device when it is a CUDA device (the previous one

@@ -175,6 +175,11 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "host-side sizing (no kernel): test_trtllm_attention checks it against plan"},
       {"BatchPrefillWithPagedKVCacheWrapper.workspace_size",
        "host-side sizing (no kernel): test_trtllm_attention checks it against plan"},
+      {"create_allreduce_fusion_workspace",
+       "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"allreduce_fusion",
+       "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
+       "CPU and CUDA"},
       {"is_gated_activation",
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
       {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},

@@ -1,0 +1,127 @@
+// Collective communication of flashinfer.comm: the unified all-reduce fusion
+// (create_allreduce_fusion_workspace, allreduce_fusion: the sum over a tensor-parallel group
+// fused with the residual add, RMSNorm and quantization that follow it). The ranks meet through
+// a comm::CommBackend (flashinfer/comm.h); the data moves through buffers every rank maps.
+// CPU reference and CUDA kernel. docs/COMM.md gives the math and the replay of recordings
+// made by every rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "flashinfer/comm.h"
+#include "flashinfer/dtype.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// flashinfer.comm.AllReduceFusionPattern (upstream's int constants).
+namespace AllReduceFusionPattern {
+inline constexpr int64_t kAllReduce = 0;
+inline constexpr int64_t kARResidualRMSNorm = 1;
+inline constexpr int64_t kARResidualRMSNormFP8Quant = 2;
+inline constexpr int64_t kARResidualRMSNormFP4Quant = 3;
+inline constexpr int64_t kARResidualRMSNormOutFP8Quant = 4;
+inline constexpr int64_t kARResidualRMSNormOutFP4Quant = 5;
+inline constexpr int64_t kMoEReductionARResidualRMSNorm = 6;
+inline constexpr int64_t kMoEFinalizeARResidualRMSNorm = 7;
+inline constexpr int64_t kARResidualRMSNormPerTokenGroupFP8PackedQuant = 8;
+inline constexpr int64_t kARResidualRMSNormOutPerTokenGroupFP8PackedQuant = 9;
+inline constexpr int64_t kARResidualRMSNormDynamicFP8Quant = 10;
+inline constexpr int64_t kARResidualRMSNormOutDynamicFP8Quant = 11;
+}  // namespace AllReduceFusionPattern
+
+/// flashinfer.comm.QuantizationSFLayout: where NVFP4 scale bytes go.
+namespace QuantizationSFLayout {
+inline constexpr int64_t SWIZZLED_128x4 = 0;
+inline constexpr int64_t SWIZZLED_8x4 = 1;
+inline constexpr int64_t LINEAR = 2;
+}  // namespace QuantizationSFLayout
+
+/// The "trtllm" workspace of create_allreduce_fusion_workspace: this rank's place in the group,
+/// the sizes it was made for, and the peer buffers (on comm_backend->device()) every rank maps.
+/// Destroying it is the caller's collective business, as upstream's destroy(): no rank may still
+/// be in a call on it.
+class TRTLLMAllReduceFusionWorkspace : public ApiObject {
+ public:
+  struct Impl;
+  explicit TRTLLMAllReduceFusionWorkspace(std::shared_ptr<Impl> impl);
+  ~TRTLLMAllReduceFusionWorkspace() override;
+
+  int64_t world_size() const;
+  int64_t rank() const;
+  std::string backend() const { return "trtllm"; }
+  int64_t max_token_num() const;
+  int64_t hidden_dim() const;
+  /// Whether calls of num_tokens x hidden_dim fit (upstream's metadata check: the group size,
+  /// T * H against max_token_num * hidden_dim, fp32 buffers for fp32 inputs only).
+  bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
+                                 DType dtype, std::optional<bool> use_oneshot = std::nullopt) const;
+  /// Releases the buffers (idempotent); later calls on the workspace are refused.
+  void destroy();
+  Device device() const;
+  Impl& impl() const { return *impl_; }
+
+  std::string_view class_name() const override { return "TRTLLMAllReduceFusionWorkspace"; }
+  std::string_view module_name() const override { return "flashinfer.comm.allreduce"; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Collective: every rank of comm_backend's group calls it with the same sizes. backend "auto"
+/// or "trtllm" (the NVLink-multicast "mnnvl" backend is refused: not implemented here, and
+/// "auto" picks it upstream only where every rank has multicast). world_size / rank default to
+/// the backend's and must agree with it; max_token_num, hidden_dim and dtype (fp16, bf16, fp32)
+/// size the buffers. comm_backend is required (upstream's None means torch.distributed's
+/// group, which C++ does not have); gpus_per_node, force_oneshot_support and group are
+/// upstream's MNNVL settings and change nothing here.
+std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspace(
+    std::string backend = "auto", std::optional<int64_t> world_size = std::nullopt,
+    std::optional<int64_t> rank = std::nullopt, std::optional<int64_t> max_token_num = std::nullopt,
+    std::optional<int64_t> hidden_dim = std::nullopt, std::optional<DType> dtype = std::nullopt,
+    std::optional<int64_t> gpus_per_node = std::nullopt,
+    std::shared_ptr<comm::CommBackend> comm_backend = nullptr, bool force_oneshot_support = false,
+    std::optional<Value> group = std::nullopt);
+
+/// Collective: every rank calls it with its own input [T, H] (fp16, bf16 or fp32; the same T
+/// and H everywhere). s = the ranks' inputs summed in rank order (fp32_acc: one fp32
+/// accumulator, else each partial sum rounded to the dtype; the one-shot path reads -0 as +0).
+/// Then by pattern (AllReduceFusionPattern):
+///   0: output = s.
+///   1..5, 8..11: residual_out = dtype(s + residual_in); y = dtype(residual_out * rsqrt(
+///     mean(residual_out^2) + rms_eps) * (weight_bias + rms_gamma)); norm_out = y (1, 4, 5,
+///     9, 11); quant_out from y: 2 / 4 FP8 e4m3 [T, H] = sat(y / scale_factor); 3 / 5 NVFP4
+///     [T, H/2] with e4m3 block scales in scale_out (layout_code, scale_factor the global
+///     scale); 8 / 9 FP8 with a power-of-two scale per block_quant_group_size elements packed
+///     four exponent bytes an int32 in scale_out [T, ceil(G/4)] (strides 1, round_up(T, 4));
+///     10 / 11 FP8 with a per-token scale max(amax / 448, 2^-9 / 448) in scale_out [T, 1] fp32.
+/// Returns norm_out if given, else quant_out if given, else output (allocated when None).
+/// Patterns 6 and 7 (the MoE reductions) are refused (not implemented). use_oneshot None:
+/// one-shot while T * H * 2 * W * itemsize <= {2: 512, 4: 64, 8: 42} MiB; two-shot needs
+/// T > W. launch_with_pdl and trigger_completion_at_end only order the CUDA launch.
+Tensor allreduce_fusion(
+    const Tensor& input, std::shared_ptr<TRTLLMAllReduceFusionWorkspace> workspace, int64_t pattern,
+    bool launch_with_pdl = false, bool trigger_completion_at_end = true,
+    std::optional<Tensor> output = std::nullopt, std::optional<Tensor> residual_out = std::nullopt,
+    std::optional<Tensor> norm_out = std::nullopt, std::optional<Tensor> quant_out = std::nullopt,
+    std::optional<Tensor> scale_out = std::nullopt,
+    std::optional<Tensor> residual_in = std::nullopt,
+    std::optional<Tensor> rms_gamma = std::nullopt, double rms_eps = 1e-6,
+    std::optional<Value> scale_factor = std::nullopt,
+    std::optional<int64_t> layout_code = std::nullopt,
+    std::optional<bool> use_oneshot = std::nullopt, bool fp32_acc = false,
+    std::optional<Value> moe_reduction_device_num_experts = std::nullopt,
+    std::optional<Tensor> moe_reduction_scale_input = std::nullopt,
+    std::optional<Tensor> moe_reduction_active_experts_token_input = std::nullopt,
+    std::optional<Tensor> moe_reduction_token_input = std::nullopt,
+    std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt,
+    std::optional<Tensor> expert_scale_factor = std::nullopt,
+    std::optional<Tensor> shared_expert_output = std::nullopt,
+    std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
+
+}  // namespace flashinfer

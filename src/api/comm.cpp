@@ -1,0 +1,496 @@
+// flashinfer.comm.allreduce: create_allreduce_fusion_workspace and allreduce_fusion. Upstream's
+// checks and messages, the workspace's peer buffers (core/peer_memory.h), and the dispatch: on
+// the CPU the API exchanges the inputs through the peer buffers between two barriers and the
+// reference sums them; on CUDA one kernel copies, signals, waits and sums (docs/COMM.md).
+#include "flashinfer/ops/comm.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "api/backends.h"
+#include "api/checks.h"
+#include "api/device_props.h"
+#include "api/kernel_table.h"
+#include "core/cuda_runtime.h"
+#include "core/peer_memory.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/comm_params.h"
+#include "kernels/comm_rules.h"
+#include "kernels/cpu/comm_cpu.h"
+#include "kernels/quantization_params.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/comm_cuda.h"
+#endif
+
+namespace flashinfer {
+
+struct TRTLLMAllReduceFusionWorkspace::Impl {
+  int64_t world_size = 0, rank = 0, max_token_num = 0, hidden_dim = 0;
+  bool fp32 = false;  // buffers of fp32 elements (upstream's use_fp32_lamport)
+  std::shared_ptr<comm::CommBackend> comm;
+  std::unique_ptr<detail::PeerMemory> mem;
+  bool destroyed = false;
+};
+
+namespace {
+
+using kernels::AllReduceFusionParams;
+using kernels::ArBufferLayout;
+
+constexpr const char* kAllreduceModule = "flashinfer.comm.allreduce";
+
+constexpr api::KernelEntry<AllReduceFusionParams> kAllreduceKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: the inputs exchanged through shared buffers between two barriers, summed "
+     "in rank order",
+     nullptr,
+     [](const AllReduceFusionParams& p, const api::LaunchContext&) {
+       kernels::cpu::allreduce_fusion(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: each block copies its rows to its buffer, signals every peer's flag and sums "
+     "the peers' rows in rank order (peer memory by CUDA IPC or peer access)",
+     nullptr,
+     [](const AllReduceFusionParams& p, const api::LaunchContext& c) {
+       kernels::cuda::allreduce_fusion(p, c.stream, c.enable_pdl,
+                                       detail::cuda_sm_count(c.device.index));
+     }},
+#endif
+};
+
+int64_t elem_bytes_of(bool fp32) { return fp32 ? 4 : 2; }
+
+std::string pattern_name(int64_t p) {
+  static const char* names[] = {"kAllReduce",
+                                "kARResidualRMSNorm",
+                                "kARResidualRMSNormFP8Quant",
+                                "kARResidualRMSNormFP4Quant",
+                                "kARResidualRMSNormOutFP8Quant",
+                                "kARResidualRMSNormOutFP4Quant",
+                                "kMoEReductionARResidualRMSNorm",
+                                "kMoEFinalizeARResidualRMSNorm",
+                                "kARResidualRMSNormPerTokenGroupFP8PackedQuant",
+                                "kARResidualRMSNormOutPerTokenGroupFP8PackedQuant",
+                                "kARResidualRMSNormDynamicFP8Quant",
+                                "kARResidualRMSNormOutDynamicFP8Quant"};
+  return p >= 0 && p < 12 ? names[p] : std::to_string(p);
+}
+
+std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
+    const std::string& backend, std::optional<int64_t> world_size, std::optional<int64_t> rank,
+    std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
+    std::optional<DType> dtype, const std::shared_ptr<comm::CommBackend>& comm) {
+  const char* op = "create_allreduce_fusion_workspace";
+  if (backend != "auto" && backend != "trtllm" && backend != "mnnvl") {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "backend", "Unknown backend: ", backend);
+  }
+  FLASHINFER_CHECK_CODE(backend != "mnnvl", ErrorCode::kUnsupported, op, "backend",
+                        "the 'mnnvl' backend (NVLink multicast memory) is not implemented in "
+                        "flashinfer-cpp; use backend='trtllm' or 'auto'");
+  FLASHINFER_CHECK(comm != nullptr, op, "comm_backend",
+                   "a CommBackend is required (upstream's None means torch.distributed's group, "
+                   "which C++ does not have)");
+  const int64_t w = world_size.value_or(comm->Get_size());
+  const int64_t r = rank.value_or(comm->Get_rank());
+  FLASHINFER_CHECK(w == comm->Get_size(), op, "world_size", "world_size ", w,
+                   " does not match the comm_backend's size ", comm->Get_size());
+  FLASHINFER_CHECK(r == comm->Get_rank(), op, "rank", "rank ", r,
+                   " does not match the comm_backend's rank ", comm->Get_rank());
+  // "auto": trtllm qualifies up to 16 ranks; mnnvl would need every rank's multicast support.
+  FLASHINFER_CHECK(backend != "auto" || w <= 16, op, "backend", "No suitable backend found. ");
+  FLASHINFER_CHECK(max_token_num.has_value() && *max_token_num > 0, op, "max_token_num",
+                   "must be a positive token count, got ",
+                   max_token_num ? std::to_string(*max_token_num) : std::string("None"));
+  FLASHINFER_CHECK(hidden_dim.has_value() && *hidden_dim > 0, op, "hidden_dim",
+                   "must be a positive size, got ",
+                   hidden_dim ? std::to_string(*hidden_dim) : std::string("None"));
+  auto impl = std::make_shared<TRTLLMAllReduceFusionWorkspace::Impl>();
+  impl->world_size = w;
+  impl->rank = r;
+  impl->max_token_num = *max_token_num;
+  impl->hidden_dim = *hidden_dim;
+  impl->fp32 = dtype && *dtype == DType::kFloat32;
+  impl->comm = comm;
+  const int64_t elems = *max_token_num * *hidden_dim;
+  FLASHINFER_CHECK(elems <= (int64_t{1} << 34), op, "max_token_num", "max_token_num ",
+                   *max_token_num, " x hidden_dim ", *hidden_dim, " is too large");
+  impl->mem = std::make_unique<detail::PeerMemory>(
+      *comm, static_cast<std::size_t>(ArBufferLayout::bytes(elems, elem_bytes_of(impl->fp32))), op);
+  return std::make_shared<TRTLLMAllReduceFusionWorkspace>(std::move(impl));
+}
+
+// The tensor arguments allreduce_fusion takes, by name.
+struct ArArgs {
+  const Tensor& input;
+  const std::optional<Tensor>&output, &residual_out, &norm_out, &quant_out, &scale_out,
+      &residual_in, &rms_gamma;
+  const std::optional<Value>& scale_factor;
+};
+
+const Tensor& need(const std::optional<Tensor>& t, const char* name, int64_t pattern,
+                   const char* op) {
+  FLASHINFER_CHECK(t.has_value() && t->defined(), op, name, name, " is required for pattern ",
+                   pattern_name(pattern), " (", pattern, ")");
+  return *t;
+}
+
+bool use_oneshot_rule(std::optional<bool> use_oneshot, int64_t T, int64_t H, int64_t W,
+                      int64_t itemsize, const char* op) {
+  if (use_oneshot) return *use_oneshot;
+  // Upstream's table (B200 measurements): one-shot up to this many MiB of T * H * 2 * W * itemsize.
+  const double mb = static_cast<double>(T) * static_cast<double>(H) * 2.0 * static_cast<double>(W) *
+                    static_cast<double>(itemsize) / 1048576.0;
+  const double limit = W == 2 ? 512.0 : W == 4 ? 64.0 : W == 8 ? 42.0 : -1.0;
+  FLASHINFER_CHECK(limit > 0, op, "use_oneshot",
+                   "use_oneshot=None has no size rule for world_size ", W,
+                   " (upstream's table covers 2, 4 and 8 ranks): pass use_oneshot");
+  return mb <= limit;
+}
+
+Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64_t pattern,
+                      bool launch_with_pdl, double rms_eps, std::optional<int64_t> layout_code,
+                      std::optional<bool> use_oneshot, bool fp32_acc,
+                      std::optional<int64_t> group_size, double weight_bias, bool moe_args) {
+  const char* op = "allreduce_fusion";
+  FLASHINFER_CHECK(ws != nullptr, op, "workspace",
+                   "expected a TRTLLMAllReduceFusionWorkspace, got None");
+  auto& w = ws->impl();
+  FLASHINFER_CHECK(!w.destroyed, op, "workspace", "the workspace was destroyed");
+  FLASHINFER_CHECK(pattern >= 0 && pattern <= 11, op, "pattern", "unknown fusion pattern ", pattern,
+                   " (AllReduceFusionPattern has 0 to 11)");
+  FLASHINFER_CHECK_CODE(pattern != 6 && pattern != 7 && !moe_args, ErrorCode::kUnsupported, op,
+                        "pattern",
+                        "the MoE reduction patterns (6 kMoEReductionARResidualRMSNorm, 7 "
+                        "kMoEFinalizeARResidualRMSNorm) and their moe_* / expert arguments are "
+                        "not implemented in flashinfer-cpp");
+  const Tensor& x = a.input;
+  api::check_defined(x, op, "input");
+  FLASHINFER_CHECK(x.dim() == 2, op, "input", "input must be 2-D [token_num, hidden_dim], got ",
+                   shape_to_string(x.shape()));
+  const DType dt = x.dtype();
+  FLASHINFER_CHECK_CODE(dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32,
+                        ErrorCode::kUnsupported, op, "input",
+                        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_ALLREDUCE. (got ",
+                        dtype_torch_name(dt), ")");
+  const int64_t T = x.size(0), H = x.size(1), W = w.world_size;
+  const Device dev = x.device();
+  FLASHINFER_CHECK(dev == ws->device(), op, "input", "input is on ", dev.str(),
+                   " but the workspace's buffers are on ", ws->device().str());
+  // Every tensor but scale_out and rms_gamma must be contiguous (upstream's words).
+  auto contiguous = [&](const Tensor& t, const char* name) {
+    FLASHINFER_CHECK(t.is_contiguous(), op, name, name, " must be contiguous");
+  };
+  contiguous(x, "input");
+  for (const auto& [t, name] : {std::pair{&a.output, "output"},
+                                {&a.residual_out, "residual_out"},
+                                {&a.norm_out, "norm_out"},
+                                {&a.quant_out, "quant_out"},
+                                {&a.residual_in, "residual_in"}}) {
+    if (*t && (*t)->defined()) {
+      contiguous(**t, name);
+      api::check_same_device(**t, x, op, name, "input");
+    }
+  }
+  // The workspace's metadata check.
+  std::string why;
+  if (T * H > w.max_token_num * w.hidden_dim) {
+    why += "\n  - token_num (" + std::to_string(T) + ") * hidden_dim (" + std::to_string(H) +
+           ") exceeds workspace max_token_num (" + std::to_string(w.max_token_num) +
+           ") * hidden_dim (" + std::to_string(w.hidden_dim) +
+           "). This may cause Illegal Memory Access.";
+  }
+  if ((dt == DType::kFloat32) != w.fp32) {
+    why += std::string("\n  - use_fp32_lamport (") + (w.fp32 ? "True" : "False") +
+           ") does not match allreduce_in.dtype (" + std::string(dtype_torch_name(dt)) + ")";
+  }
+  FLASHINFER_CHECK(why.empty(), op, "workspace", "Workspace validation failed:", why);
+  FLASHINFER_CHECK_CODE(W == 2 || W == 4 || W == 8 || W == 16, ErrorCode::kUnsupported, op,
+                        "workspace",
+                        "allreduce_fusion_kernel: unsupported ranks number! Supported ranks: 2, "
+                        "4, 8, 16.");
+  const int64_t itemsize = dtype_size(dt);
+  FLASHINFER_CHECK(H % (16 / itemsize) == 0, op, "input", "params.hidden_dim % VEC_SIZE != 0 ",
+                   "(hidden_dim ", H, ", VEC_SIZE ", 16 / itemsize, ")");
+  const bool oneshot = use_oneshot_rule(use_oneshot, T, H, W, itemsize, op);
+  FLASHINFER_CHECK(oneshot || T > W, op, "input", "sequence length should be larger than tp_size",
+                   " (token_num ", T, ", tp_size ", W, ")");
+
+  const kernels::ArPattern pat = kernels::ar_pattern(static_cast<int>(pattern));
+  AllReduceFusionParams p;
+  p.world_size = static_cast<int>(W);
+  p.rank = static_cast<int>(w.rank);
+  p.tokens = T;
+  p.hidden = H;
+  p.dtype = dt;
+  p.pattern = static_cast<int>(pattern);
+  p.fp32_acc = fp32_acc && dt != DType::kFloat32;
+  p.oneshot = oneshot;
+  p.input = x.data_ptr();
+  p.eps = static_cast<float>(rms_eps);
+  p.weight_bias = static_cast<float>(weight_bias);
+  auto check_like_input = [&](const Tensor& t, const char* name) {
+    api::check_shape_eq(t, x.shape(), op, name);
+    api::check_same_dtype(t, x, op, name, "input");
+  };
+  Tensor output;
+  if (pat.allreduce_out) {
+    if (a.output && a.output->defined()) {
+      output = *a.output;
+      check_like_input(output, "output");
+    } else {
+      output = Tensor::empty(x.shape(), dt, dev);
+    }
+    p.output = output.data_ptr();
+  } else {
+    const Tensor& res_in = need(a.residual_in, "residual_in", pattern, op);
+    const Tensor& res_out = need(a.residual_out, "residual_out", pattern, op);
+    const Tensor& gamma = need(a.rms_gamma, "rms_gamma", pattern, op);
+    check_like_input(res_in, "residual_in");
+    check_like_input(res_out, "residual_out");
+    api::check_same_device(gamma, x, op, "rms_gamma", "input");
+    api::check_shape_eq(gamma, {H}, op, "rms_gamma");
+    api::check_same_dtype(gamma, x, op, "rms_gamma", "input");
+    FLASHINFER_CHECK(gamma.is_contiguous(), op, "rms_gamma", "rms_gamma must be contiguous");
+    p.residual_in = res_in.data_ptr();
+    p.residual_out = res_out.data_ptr();
+    p.gamma = gamma.data_ptr();
+    if (pat.norm_out) {
+      const Tensor& n = need(a.norm_out, "norm_out", pattern, op);
+      check_like_input(n, "norm_out");
+      p.norm_out = n.data_ptr();
+    }
+  }
+  Tensor scale_holder;
+  if (pat.quant != 0) {
+    const Tensor& q = need(a.quant_out, "quant_out", pattern, op);
+    const bool fp4 = pat.quant == 2;
+    if (fp4) {
+      FLASHINFER_CHECK_CODE(dt != DType::kFloat32, ErrorCode::kUnsupported, op, "input",
+                            pattern == 3 ? "FP4Quant" : "OutFP4Quant",
+                            " pattern cannot work with DType=float");
+      FLASHINFER_CHECK(H % 16 == 0, op, "input", "NVFP4 quantization needs hidden_dim % 16 == 0, ",
+                       "got ", H);
+      api::check_shape_eq(q, {T, H / 2}, op, "quant_out");
+      FLASHINFER_CHECK(dtype_size(q.dtype()) == 1, op, "quant_out",
+                       "quant_out must hold one byte an element pair (uint8), got ",
+                       dtype_torch_name(q.dtype()));
+    } else {
+      api::check_shape_eq(q, {T, H}, op, "quant_out");
+      FLASHINFER_CHECK(q.dtype() == DType::kFloat8E4M3FN, op, "quant_out",
+                       "quant_out dtype must be torch.float8_e4m3fn, got ",
+                       dtype_torch_name(q.dtype()));
+    }
+    p.quant_out = q.data_ptr();
+    if (pat.quant == 1 || pat.quant == 2) {
+      FLASHINFER_CHECK(a.scale_factor && !a.scale_factor->is_none(), op, "scale_factor",
+                       "scale_factor is required for pattern ", pattern_name(pattern), " (",
+                       pattern, ")");
+      const Value& sf = *a.scale_factor;
+      if (sf.is_tensor()) {
+        const Tensor& st = sf.as_tensor();
+        FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
+        scale_holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
+      } else {
+        scale_holder = Tensor::full({1}, sf.as_float(), DType::kFloat32, dev);
+      }
+      p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+    }
+    if (pat.quant >= 2) {
+      const Tensor& s = need(a.scale_out, "scale_out", pattern, op);
+      api::check_same_device(s, x, op, "scale_out", "input");
+      if (pat.quant == 2) {
+        const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
+        FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ",
+                         layout, " (QuantizationSFLayout: 0, 1 or 2)");
+        FLASHINFER_CHECK_CODE(layout != QuantizationSFLayout::SWIZZLED_8x4, ErrorCode::kUnsupported,
+                              op, "layout_code",
+                              "SWIZZLED_8x4 scale layout: upstream's kernel writes no scales for "
+                              "it; use SWIZZLED_128x4 or LINEAR");
+        const auto code = static_cast<kernels::SfLayoutCode>(layout);
+        const int64_t need_bytes = kernels::sf_buffer_size(code, T, H / 16);
+        const auto have_bytes = static_cast<int64_t>(s.numel() * dtype_size(s.dtype()));
+        FLASHINFER_CHECK(s.is_contiguous() && have_bytes >= need_bytes, op, "scale_out",
+                         "scale_out must be a contiguous buffer of at least ", need_bytes,
+                         " bytes for ", T, " tokens x ", H / 16, " scales in this layout, got ",
+                         have_bytes);
+        p.layout_code = static_cast<int>(layout);
+      } else if (pat.quant == 3) {
+        FLASHINFER_CHECK(group_size.has_value(), op, "block_quant_group_size",
+                         "block_quant_group_size is required for pattern: ", pattern);
+        FLASHINFER_CHECK(*group_size > 0, op, "block_quant_group_size",
+                         "block_quant_group_size must be > 0, got ", *group_size);
+        FLASHINFER_CHECK(H % *group_size == 0, op, "block_quant_group_size",
+                         "hidden_dim must be divisible by block_quant_group_size, got ", H, " and ",
+                         *group_size);
+        const int64_t words = (H / *group_size + 3) / 4, t_stride = (T + 3) / 4 * 4;
+        FLASHINFER_CHECK(s.shape() == Shape({T, words}), op, "scale_out",
+                         "scale_out shape must be ", shape_to_string({T, words}), ", got ",
+                         shape_to_string(s.shape()));
+        FLASHINFER_CHECK(T == 0 || s.strides() == Shape({1, t_stride}) || words == 1, op,
+                         "scale_out", "scale_out stride must be (1, ", t_stride, "), got ",
+                         shape_to_string(s.strides()));
+        FLASHINFER_CHECK(s.dtype() == DType::kInt32, op, "scale_out",
+                         "scale_out dtype must be torch.int32, got ", dtype_torch_name(s.dtype()));
+        p.group_size = *group_size;
+        p.scale_t_stride = words == 1 ? T : s.stride(1);
+      } else {
+        FLASHINFER_CHECK(
+            s.dtype() == DType::kFloat32 && s.is_contiguous() && s.shape() == Shape({T, 1}), op,
+            "scale_out", "scale_out must be a contiguous float32 [", T, ", 1] tensor, got ",
+            dtype_torch_name(s.dtype()), " ", shape_to_string(s.shape()));
+      }
+      p.scale_out = s.data_ptr();
+    }
+  }
+  if (dev.is_cuda() && pat.quant == 2) {
+    const int cc = api::compute_capability(dev);
+    FLASHINFER_CHECK_CODE(cc >= 100, ErrorCode::kUnsupported, op, "pattern",
+                          "the NVFP4 patterns need SM100+ (upstream's FP4 conversion is "
+                          "Blackwell-only; compute capability ",
+                          cc, " here)");
+  }
+  const auto& mem = *w.mem;
+  const int64_t stride =
+      ArBufferLayout::slot_stride(w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32));
+  for (int64_t r = 0; r < W; ++r) {
+    auto* base = static_cast<char*>(mem.peer(r));
+    p.peer_buf[r] = base;
+    p.peer_in[r] = base + ArBufferLayout::kSlotsOffset;
+  }
+  p.slot_stride = stride;
+  if (dev.is_cpu()) {
+    // The exchange: this rank's rows into its slot, a barrier, the sums, a barrier (so no rank
+    // overwrites its slot while another still reads it).
+    if (T * H > 0) {
+      std::memcpy(static_cast<char*>(mem.local()) + ArBufferLayout::kSlotsOffset, x.data_ptr(),
+                  static_cast<std::size_t>(T * H * itemsize));
+    }
+    w.comm->barrier();
+    api::launch(kAllreduceKernels, p, dev, op, "input");
+    w.comm->barrier();
+  } else {
+    api::launch(kAllreduceKernels, p, dev, op, "input", launch_with_pdl);
+  }
+  if (a.norm_out && a.norm_out->defined()) return *a.norm_out;
+  if (a.quant_out && a.quant_out->defined()) return *a.quant_out;
+  if (output.defined()) return output;
+  return a.output ? *a.output : Tensor();
+}
+
+}  // namespace
+
+TRTLLMAllReduceFusionWorkspace::TRTLLMAllReduceFusionWorkspace(std::shared_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+TRTLLMAllReduceFusionWorkspace::~TRTLLMAllReduceFusionWorkspace() = default;
+int64_t TRTLLMAllReduceFusionWorkspace::world_size() const { return impl_->world_size; }
+int64_t TRTLLMAllReduceFusionWorkspace::rank() const { return impl_->rank; }
+int64_t TRTLLMAllReduceFusionWorkspace::max_token_num() const { return impl_->max_token_num; }
+int64_t TRTLLMAllReduceFusionWorkspace::hidden_dim() const { return impl_->hidden_dim; }
+Device TRTLLMAllReduceFusionWorkspace::device() const { return impl_->comm->device(); }
+
+bool TRTLLMAllReduceFusionWorkspace::is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens,
+                                                               int64_t hidden_dim, DType dtype,
+                                                               std::optional<bool>) const {
+  return !impl_->destroyed && tp_size == impl_->world_size &&
+         num_tokens * hidden_dim <= impl_->max_token_num * impl_->hidden_dim &&
+         (dtype == DType::kFloat32) == impl_->fp32;
+}
+
+void TRTLLMAllReduceFusionWorkspace::destroy() {
+  impl_->mem.reset();
+  impl_->destroyed = true;
+}
+
+std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspace(
+    std::string backend, std::optional<int64_t> world_size, std::optional<int64_t> rank,
+    std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
+    std::optional<DType> dtype, std::optional<int64_t> gpus_per_node,
+    std::shared_ptr<comm::CommBackend> comm_backend, bool force_oneshot_support,
+    std::optional<Value> group) {
+  return call_op<&create_allreduce_fusion_workspace>(
+      [&] {
+        return create_impl(backend, world_size, rank, max_token_num, hidden_dim, dtype,
+                           comm_backend);
+      },
+      backend, world_size, rank, max_token_num, hidden_dim, dtype, gpus_per_node, comm_backend,
+      force_oneshot_support, group);
+}
+
+Tensor allreduce_fusion(const Tensor& input,
+                        std::shared_ptr<TRTLLMAllReduceFusionWorkspace> workspace, int64_t pattern,
+                        bool launch_with_pdl, bool trigger_completion_at_end,
+                        std::optional<Tensor> output, std::optional<Tensor> residual_out,
+                        std::optional<Tensor> norm_out, std::optional<Tensor> quant_out,
+                        std::optional<Tensor> scale_out, std::optional<Tensor> residual_in,
+                        std::optional<Tensor> rms_gamma, double rms_eps,
+                        std::optional<Value> scale_factor, std::optional<int64_t> layout_code,
+                        std::optional<bool> use_oneshot, bool fp32_acc,
+                        std::optional<Value> moe_reduction_device_num_experts,
+                        std::optional<Tensor> moe_reduction_scale_input,
+                        std::optional<Tensor> moe_reduction_active_experts_token_input,
+                        std::optional<Tensor> moe_reduction_token_input,
+                        std::optional<Tensor> expanded_idx_to_permuted_idx,
+                        std::optional<Tensor> expert_scale_factor,
+                        std::optional<Tensor> shared_expert_output,
+                        std::optional<int64_t> block_quant_group_size, double weight_bias) {
+  return call_op<&allreduce_fusion>(
+      [&] {
+        const bool moe_args =
+            (moe_reduction_device_num_experts && !moe_reduction_device_num_experts->is_none()) ||
+            moe_reduction_scale_input || moe_reduction_active_experts_token_input ||
+            moe_reduction_token_input || expanded_idx_to_permuted_idx || expert_scale_factor ||
+            shared_expert_output;
+        const ArArgs a{input,     output,      residual_out, norm_out,    quant_out,
+                       scale_out, residual_in, rms_gamma,    scale_factor};
+        return allreduce_impl(a, workspace.get(), pattern, launch_with_pdl, rms_eps, layout_code,
+                              use_oneshot, fp32_acc, block_quant_group_size, weight_bias, moe_args);
+      },
+      input, workspace, pattern, launch_with_pdl, trigger_completion_at_end, output, residual_out,
+      norm_out, quant_out, scale_out, residual_in, rms_gamma, rms_eps, scale_factor, layout_code,
+      use_oneshot, fp32_acc, moe_reduction_device_num_experts, moe_reduction_scale_input,
+      moe_reduction_active_experts_token_input, moe_reduction_token_input,
+      expanded_idx_to_permuted_idx, expert_scale_factor, shared_expert_output,
+      block_quant_group_size, weight_bias);
+}
+
+namespace detail {
+
+void register_comm_ops(OpRegistry& r) {
+  declare<&create_allreduce_fusion_workspace>(
+      r,
+      {.name = "create_allreduce_fusion_workspace",
+       .module = kAllreduceModule,
+       .summary =
+           "Collective: a rank's all-reduce fusion workspace (peer buffers every rank maps)"},
+      arg("backend", std::string("auto")), arg("world_size"), arg("rank"), arg("max_token_num"),
+      arg("hidden_dim"), arg("dtype"), arg("gpus_per_node"), arg("comm_backend"),
+      arg("force_oneshot_support", false), arg("group"));
+  declare<&allreduce_fusion>(
+      r,
+      {.name = "allreduce_fusion",
+       .module = kAllreduceModule,
+       .summary =
+           "Collective: sum over the group fused with residual add, RMSNorm and quantization"},
+      "input", arg("workspace").required(), "pattern", arg("launch_with_pdl", false),
+      arg("trigger_completion_at_end", true), arg("output").mut(),
+      // vLLM writes the new residual over residual_in (or over input when it passes zeros as
+      // residual_in) and the norm over input: each element is read before it is written.
+      arg("residual_out").mut().same_view_as("residual_in").same_view_as("input"),
+      arg("norm_out").mut().same_view_as("input"), arg("quant_out").mut(), arg("scale_out").mut(),
+      arg("residual_in"), arg("rms_gamma"), arg("rms_eps", 1e-6), arg("scale_factor"),
+      arg("layout_code"), arg("use_oneshot"), arg("fp32_acc", false),
+      arg("moe_reduction_device_num_experts"), arg("moe_reduction_scale_input"),
+      arg("moe_reduction_active_experts_token_input"), arg("moe_reduction_token_input"),
+      arg("expanded_idx_to_permuted_idx"), arg("expert_scale_factor"), arg("shared_expert_output"),
+      arg("block_quant_group_size"), arg("weight_bias", 0.0));
+  api::register_backends("allreduce_fusion", kAllreduceKernels);
+}
+
+}  // namespace detail
+
+}  // namespace flashinfer

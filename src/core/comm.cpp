@@ -1,0 +1,154 @@
+// ThreadGroup: the ranks of a communication group as threads of one process. One rendezvous
+// (mutex, condition variable, generation counter) serves allgather and barrier; a rank whose
+// body threw aborts the group, so the others leave their collectives at once instead of waiting
+// for the timeout.
+#include "flashinfer/comm.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "flashinfer/error.h"
+
+namespace flashinfer::comm {
+
+struct ThreadGroup::State {
+  int64_t size = 0;
+  std::vector<Device> devices;
+  std::chrono::milliseconds timeout{0};
+  std::mutex m;
+  std::condition_variable cv;
+  uint64_t generation = 0;
+  int64_t arrived = 0;
+  bool aborted = false;
+  std::vector<std::string> slots;     // this round's contributions
+  std::vector<std::string> gathered;  // the last completed round's
+
+  std::vector<std::string> rendezvous(int64_t rank, std::string_view bytes, const char* what) {
+    std::unique_lock<std::mutex> lk(m);
+    if (aborted) {
+      FLASHINFER_FAIL(ErrorCode::kInternal, what, "", "the thread group was aborted: rank ", rank,
+                      " left its collective because another rank failed");
+    }
+    const uint64_t gen = generation;
+    slots[static_cast<std::size_t>(rank)] = std::string(bytes);
+    if (++arrived == size) {
+      gathered = slots;
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+      return gathered;
+    }
+    if (!cv.wait_for(lk, timeout, [&] { return generation != gen || aborted; })) {
+      aborted = true;
+      cv.notify_all();
+      FLASHINFER_FAIL(ErrorCode::kInternal, what, "", "rank ", rank, " waited ", timeout.count(),
+                      " ms for the other ranks of its thread group (", arrived, " of ", size,
+                      " arrived)");
+    }
+    if (generation == gen) {
+      FLASHINFER_FAIL(ErrorCode::kInternal, what, "", "the thread group was aborted: rank ", rank,
+                      " left its collective because another rank failed");
+    }
+    // A later round cannot complete (and overwrite `gathered`) before this rank joins it.
+    return gathered;
+  }
+
+  void abort() {
+    std::lock_guard<std::mutex> lk(m);
+    aborted = true;
+    cv.notify_all();
+  }
+};
+
+namespace {
+
+class ThreadBackend final : public CommBackend {
+ public:
+  ThreadBackend(std::shared_ptr<ThreadGroup::State> s, int64_t rank)
+      : s_(std::move(s)), rank_(rank) {}
+  int64_t Get_rank() const override { return rank_; }
+  int64_t Get_size() const override { return s_->size; }
+  std::vector<std::string> allgather(std::string_view bytes) override {
+    return s_->rendezvous(rank_, bytes, "CommBackend.allgather");
+  }
+  void barrier() override { (void)s_->rendezvous(rank_, {}, "CommBackend.barrier"); }
+  Device device() const override { return s_->devices[static_cast<std::size_t>(rank_)]; }
+  std::string_view class_name() const override { return "ThreadCommBackend"; }
+  std::string_view module_name() const override { return "flashinfer.comm"; }
+
+ private:
+  std::shared_ptr<ThreadGroup::State> s_;
+  int64_t rank_;
+};
+
+}  // namespace
+
+ThreadGroup::ThreadGroup(int64_t size, Device device, std::chrono::milliseconds timeout)
+    : ThreadGroup(
+          std::vector<Device>(static_cast<std::size_t>(std::clamp<int64_t>(size, 0, 1025)), device),
+          timeout) {}
+
+ThreadGroup::ThreadGroup(std::vector<Device> devices, std::chrono::milliseconds timeout)
+    : state_(std::make_shared<State>()) {
+  const auto size = static_cast<int64_t>(devices.size());
+  FLASHINFER_CHECK(size >= 1 && size <= 1024, "ThreadGroup", "size", "must be in [1, 1024], got ",
+                   size);
+  state_->size = size;
+  state_->devices = std::move(devices);
+  state_->timeout = timeout;
+  state_->slots.resize(static_cast<std::size_t>(size));
+}
+
+ThreadGroup::~ThreadGroup() = default;
+
+int64_t ThreadGroup::size() const { return state_->size; }
+
+std::shared_ptr<CommBackend> ThreadGroup::backend(int64_t rank) const {
+  FLASHINFER_CHECK(rank >= 0 && rank < state_->size, "ThreadGroup.backend", "rank",
+                   "must be in [0, ", state_->size, "), got ", rank);
+  return std::make_shared<ThreadBackend>(state_, rank);
+}
+
+void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
+  const auto n = static_cast<std::size_t>(state_->size);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(static_cast<int64_t>(r));
+      } catch (...) {
+        errors[r] = std::current_exception();
+        state_->abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // The first failure by rank; an "aborted" error is only reported when nothing else failed.
+  std::exception_ptr first, aborted;
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      const bool is_abort = std::string(err.what()).find("was aborted") != std::string::npos;
+      if (is_abort && !aborted) aborted = e;
+      if (!is_abort && !first) first = e;
+    } catch (...) {
+      if (!first) first = e;
+    }
+  }
+  if (first || aborted) {
+    // The group stays aborted: its collectives are out of step with each other now.
+    std::rethrow_exception(first ? first : aborted);
+  }
+}
+
+}  // namespace flashinfer::comm

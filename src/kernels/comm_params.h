@@ -1,0 +1,65 @@
+// Private: what the all-reduce fusion kernels receive (flashinfer.comm.allreduce_fusion), and
+// the layout of a workspace's peer buffer. docs/COMM.md.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels {
+
+/// A peer buffer: a flag table every other rank writes into, this rank's per-block call
+/// counters, then two data slots of max_token_num x hidden_dim elements (calls alternate
+/// between them, so a rank may start call k + 1 while a slower peer still reads call k).
+struct ArBufferLayout {
+  static constexpr int kMaxRanks = 16;
+  static constexpr int kMaxBlocks = 256;
+  /// flags[r * kMaxBlocks + b]: the last call whose block b rank r has published here (uint32).
+  static constexpr int64_t kFlagsOffset = 0;
+  /// counters[b]: the calls block b of this rank has made (uint32).
+  static constexpr int64_t kCountersOffset = int64_t{kMaxRanks} * kMaxBlocks * 4;
+  static constexpr int64_t kSlotsOffset = 32768;
+  static_assert(kCountersOffset + kMaxBlocks * 4 <= kSlotsOffset);
+  /// Bytes of a buffer for `elems` elements of `elem_bytes` a slot.
+  static constexpr int64_t bytes(int64_t elems, int64_t elem_bytes) {
+    return kSlotsOffset + 2 * ((elems * elem_bytes + 255) / 256 * 256);
+  }
+  static constexpr int64_t slot_stride(int64_t elems, int64_t elem_bytes) {
+    return (elems * elem_bytes + 255) / 256 * 256;
+  }
+};
+
+/// One rank's call. Pointers are this rank's (CPU: host; CUDA: device). Outputs not written by
+/// the pattern are null.
+struct AllReduceFusionParams {
+  static constexpr int kMaxRanks = ArBufferLayout::kMaxRanks;
+  int world_size = 0, rank = 0;
+  int64_t tokens = 0, hidden = 0;
+  DType dtype = DType::kBFloat16;
+  int pattern = 0;
+  bool fp32_acc = false;
+  bool oneshot = true;  // the one-shot path: an input -0 is summed as +0
+  /// CPU: rank r's input rows [tokens, hidden], contiguous (its copy in the peer buffers).
+  const void* peer_in[kMaxRanks] = {};
+  /// CUDA: rank r's peer buffer (ArBufferLayout) as this rank addresses it; slot_stride bytes a
+  /// slot. The kernel copies `input` into its own slot.
+  void* peer_buf[kMaxRanks] = {};
+  int64_t slot_stride = 0;
+  const void* input = nullptr;
+
+  void* output = nullptr;        // pattern 0: s
+  void* residual_out = nullptr;  // dtype(s + residual_in)
+  void* norm_out = nullptr;      // y
+  void* quant_out = nullptr;     // fp8 [T, H] or packed e2m1 [T, H / 2]
+  void* scale_out = nullptr;     // NVFP4 bytes, group exponents (int32) or per-token fp32
+  const void* residual_in = nullptr;
+  const void* gamma = nullptr;  // [H], the input's dtype
+  float eps = 1e-6f;
+  float weight_bias = 0.0f;
+  const float* scale_factor = nullptr;  // fp32 [1] on the call's device (patterns 2-5)
+  int layout_code = 0;                  // NVFP4 scale layout (SfLayoutCode)
+  int64_t group_size = 0;               // patterns 8 / 9
+  int64_t scale_t_stride = 0;           // patterns 8 / 9: round_up(T, 4)
+};
+
+}  // namespace flashinfer::kernels

@@ -1,0 +1,105 @@
+// Private: the arithmetic of allreduce_fusion's epilogue that the CPU reference
+// (src/kernels/cpu/comm_cpu.cpp) and the CUDA kernel (src/kernels/cuda/comm_cuda.cu) share,
+// each fp32 step rounded once (kernels/fp32_rules.h). Unit-tested on the CPU
+// (tests/ops/test_comm.cpp, CommRules.*). docs/COMM.md.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/float_formats.h"
+#include "kernels/fp32_rules.h"
+#include "kernels/nvfp4_rules.h"
+
+namespace flashinfer::kernels {
+
+/// The patterns' stages (upstream's FusionPatternTraits).
+struct ArPattern {
+  bool allreduce_out, residual, norm_out;
+  int quant;  // 0 none, 1 FP8 static, 2 NVFP4, 3 FP8 per token-group, 4 FP8 per token
+};
+FLASHINFER_HD ArPattern ar_pattern(int p) {
+  switch (p) {
+    case 0:
+      return {true, false, false, 0};
+    case 1:
+      return {false, true, true, 0};
+    case 2:
+      return {false, true, false, 1};
+    case 3:
+      return {false, true, false, 2};
+    case 4:
+      return {false, true, true, 1};
+    case 5:
+      return {false, true, true, 2};
+    case 8:
+      return {false, true, false, 3};
+    case 9:
+      return {false, true, true, 3};
+    case 10:
+      return {false, true, false, 4};
+    default:  // 11
+      return {false, true, true, 4};
+  }
+}
+
+/// A rank's input value as the sum reads it: the one-shot path turns -0 into +0 (upstream's -0
+/// marks a value not yet arrived).
+FLASHINFER_HD float ar_input(float v, bool oneshot) {
+  return oneshot && f32_to_bits(v) == 0x80000000u ? 0.0f : v;
+}
+
+/// FP8 e4m3 with a static dequant scale: sat(y * (1 / scale)).
+FLASHINFER_HD uint8_t ar_fp8_static(float y, float scale) {
+  return float_to_e4m3fn_bits(fp32_mul(y, fp32_div(1.0f, scale)), true);
+}
+
+/// sat(clamp(y / s)) for the dynamic and group scales.
+FLASHINFER_HD uint8_t ar_fp8_scaled(float y, float s) {
+  float q = fp32_div(y, s);
+  q = q > 448.0f ? 448.0f : q < -448.0f ? -448.0f : q;
+  return float_to_e4m3fn_bits(q, true);
+}
+
+/// Patterns 10 / 11: the token's scale max(amax / 448, 2^-9 / 448).
+FLASHINFER_HD float ar_token_scale(float amax) {
+  const float s = fp32_div(amax, 448.0f);
+  const float lo = fp32_div(0.001953125f, 448.0f);
+  return s > lo ? s : lo;
+}
+
+/// Patterns 8 / 9: max(amax / 448, 1e-10) rounded up to a power of two (UE8M0); the code is its
+/// exponent byte.
+FLASHINFER_HD float ar_group_scale(float amax, uint8_t* code) {
+  float s = fp32_div(amax, 448.0f);
+  s = s > 1e-10f ? s : 1e-10f;
+  uint32_t b = f32_to_bits(s);
+  if ((b & 0x7FFFFFu) != 0) b = (b & 0xFF800000u) + 0x800000u;
+  *code = static_cast<uint8_t>(b >> 23);
+  return f32_from_bits(b);
+}
+
+/// Patterns 3 / 5: one NVFP4 block of 16 values with the global scale gs (multiplied):
+/// sf = e4m3_sat(gs * (amax * (1/6))), q_i = e2m1(v_i * (1 / (sf * (1 / gs)))), zero codes for
+/// a zero scale.
+FLASHINFER_HD Nvfp4Block ar_nvfp4_block(const float* v, float gs) {
+  Nvfp4Block b;
+  const float amax = nvfp4_block_amax(v);
+  b.sf = float_to_e4m3fn_bits(fp32_mul(gs, fp32_mul(amax, fp32_div(1.0f, 6.0f))), true);
+  const float sf = e4m3_code_to_float(b.sf);
+  const float os = sf != 0.0f ? fp32_div(1.0f, fp32_mul(sf, fp32_div(1.0f, gs))) : 0.0f;
+  FLASHINFER_UNROLL
+  for (int t = 0; t < kNvfp4Block / 2; ++t) {
+    const uint8_t lo = float_to_e2m1_bits(fp32_mul(v[2 * t], os));
+    const uint8_t hi = float_to_e2m1_bits(fp32_mul(v[2 * t + 1], os));
+    b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
+  }
+  return b;
+}
+
+/// Patterns 8 / 9: the int32 word of scale_out holding group g's exponent byte of token t
+/// (strides (1, round_up(T, 4)) over [T, ceil(G / 4)]), and the byte within it.
+FLASHINFER_HD int64_t ar_group_scale_word(int64_t t, int64_t g, int64_t t_stride) {
+  return (g / 4) * t_stride + t;
+}
+
+}  // namespace flashinfer::kernels

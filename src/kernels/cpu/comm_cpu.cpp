@@ -1,0 +1,122 @@
+#include "kernels/cpu/comm_cpu.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/comm_rules.h"
+#include "kernels/cpu/elem_io.h"
+#include "kernels/quantization_params.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+// v rounded to the dtype (nearest even; fp32 unchanged).
+float round_to(DType dt, float v) {
+  switch (dt) {
+    case DType::kFloat16:
+      return half_bits_to_float(float_to_half_bits(v));
+    case DType::kBFloat16:
+      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+    default:
+      return v;
+  }
+}
+
+}  // namespace
+
+void allreduce_fusion(const AllReduceFusionParams& p) {
+  using elem_io::load_or_fp32;
+  using elem_io::store_or_fp32;
+  const int64_t T = p.tokens, H = p.hidden;
+  const ArPattern pat = ar_pattern(p.pattern);
+  const DType dt = p.dtype;
+  const float scale = p.scale_factor ? *p.scale_factor : 1.0f;
+#pragma omp parallel for schedule(static) if (T * H * p.world_size >= 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> r(static_cast<std::size_t>(H)), y(static_cast<std::size_t>(H));
+    for (int64_t j = 0; j < H; ++j) {
+      const int64_t i = t * H + j;
+      // Rank order; fp32_acc keeps one fp32 sum, otherwise each partial sum is rounded to the
+      // dtype (a store and a load of it), as upstream's vector add.
+      float s = ar_input(load_or_fp32(p.peer_in[0], dt, i), p.oneshot);
+      for (int k = 1; k < p.world_size; ++k) {
+        s = fp32_add(s, ar_input(load_or_fp32(p.peer_in[k], dt, i), p.oneshot));
+        if (!p.fp32_acc) s = round_to(dt, s);
+      }
+      s = round_to(dt, s);  // fp32_acc: the one rounding of the sum
+      if (pat.allreduce_out) {
+        store_or_fp32(p.output, dt, i, s);
+        continue;
+      }
+      // residual_out may be residual_in or input: read before written, element by element.
+      const float v = fp32_add(s, load_or_fp32(p.residual_in, dt, i));
+      store_or_fp32(p.residual_out, dt, i, v);
+      r[static_cast<std::size_t>(j)] = load_or_fp32(p.residual_out, dt, i);
+    }
+    if (pat.allreduce_out) continue;
+    float ss = 0.0f;
+    for (int64_t j = 0; j < H; ++j) ss = fp32_add(ss, fp32_mul(r[j], r[j]));
+    const float inv =
+        fp32_div(1.0f, std::sqrt(fp32_add(fp32_div(ss, static_cast<float>(H)), p.eps)));
+    for (int64_t j = 0; j < H; ++j) {
+      const float g = fp32_add(p.weight_bias, load_or_fp32(p.gamma, dt, j));
+      const float yv = round_to(dt, fp32_mul(fp32_mul(r[j], inv), g));
+      y[static_cast<std::size_t>(j)] = yv;
+      if (pat.norm_out) store_or_fp32(p.norm_out, dt, t * H + j, yv);
+    }
+    auto* q8 = static_cast<uint8_t*>(p.quant_out);
+    switch (pat.quant) {
+      case 1:
+        for (int64_t j = 0; j < H; ++j) q8[t * H + j] = ar_fp8_static(y[j], scale);
+        break;
+      case 2: {
+        const int64_t nb = H / kNvfp4Block;
+        auto* sf = static_cast<uint8_t*>(p.scale_out);
+        for (int64_t b = 0; b < nb; ++b) {
+          const Nvfp4Block blk = ar_nvfp4_block(&y[b * kNvfp4Block], scale);
+          for (int k = 0; k < kNvfp4Block / 2; ++k) {
+            q8[t * (H / 2) + b * (kNvfp4Block / 2) + k] =
+                static_cast<uint8_t>(blk.packed >> (8 * k));
+          }
+          sf[sf_offset(static_cast<SfLayoutCode>(p.layout_code), t, b, nb)] = blk.sf;
+        }
+        break;
+      }
+      case 3: {
+        const int64_t G = H / p.group_size, words = (G + 3) / 4;
+        auto* sw = static_cast<int32_t*>(p.scale_out);
+        std::vector<uint8_t> codes(static_cast<std::size_t>(words * 4), 0);  // padding bytes 0
+        for (int64_t g = 0; g < G; ++g) {
+          float amax = 0.0f;
+          for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
+            amax = fp32_abs_max(amax, y[j]);
+          }
+          const float s = ar_group_scale(amax, &codes[static_cast<std::size_t>(g)]);
+          for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
+            q8[t * H + j] = ar_fp8_scaled(y[j], s);
+          }
+        }
+        for (int64_t w = 0; w < words; ++w) {
+          uint32_t word = 0;
+          for (int k = 0; k < 4; ++k) word |= static_cast<uint32_t>(codes[w * 4 + k]) << (8 * k);
+          sw[ar_group_scale_word(t, w * 4, p.scale_t_stride)] = static_cast<int32_t>(word);
+        }
+        break;
+      }
+      case 4: {
+        float amax = 0.0f;
+        for (int64_t j = 0; j < H; ++j) amax = fp32_abs_max(amax, y[j]);
+        const float s = ar_token_scale(amax);
+        static_cast<float*>(p.scale_out)[t] = s;
+        for (int64_t j = 0; j < H; ++j) q8[t * H + j] = ar_fp8_scaled(y[j], s);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,210 @@
+#include <cstdint>
+
+#include "kernels/comm_rules.h"
+#include "kernels/cuda/comm_cuda.h"
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/quantization_params.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+
+// One element of a peer's slot, read around the L1 (another device or process wrote it since
+// this SM last looked: the slot is reused every second call).
+template <class T>
+__device__ __forceinline__ float load_peer(const T* p);
+template <>
+__device__ __forceinline__ float load_peer<float>(const float* p) {
+  return __ldcg(p);
+}
+template <>
+__device__ __forceinline__ float load_peer<__half>(const __half* p) {
+  return __half2float(__ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+template <>
+__device__ __forceinline__ float load_peer<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+
+template <class T>
+__device__ __forceinline__ float round_t(float v) {
+  return to_f32(from_f32<T>(v));
+}
+
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float block_reduce_max(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = fp32_abs_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < nwarps ? scratch[threadIdx.x] : 0.0f;
+  if (warp == 0) {
+    for (int o = 16; o > 0; o >>= 1) v = fp32_abs_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  if (threadIdx.x == 0) scratch[0] = v;
+  __syncthreads();
+  v = scratch[0];
+  __syncthreads();
+  return v;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFusionParams p) {
+  __shared__ uint32_t seq_s;
+  __shared__ float scratch[32];
+  pdl_wait();
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const int64_t T_ = p.tokens, H = p.hidden;
+  auto* own = static_cast<char*>(p.peer_buf[p.rank]);
+  if (tid == 0) {
+    auto* counters = reinterpret_cast<uint32_t*>(own + ArBufferLayout::kCountersOffset);
+    seq_s = counters[b] + 1;  // only this block of this rank touches counters[b]
+    counters[b] = seq_s;
+  }
+  __syncthreads();
+  const uint32_t seq = seq_s;
+  const int64_t slot = ArBufferLayout::kSlotsOffset + static_cast<int64_t>(seq & 1) * p.slot_stride;
+  // 1. This block's rows of the input into this rank's slot.
+  const T* in = static_cast<const T*>(p.input);
+  T* mine = reinterpret_cast<T*>(own + slot);
+  for (int64_t t = b; t < T_; t += gridDim.x) {
+    for (int64_t j = tid; j < H; j += blockDim.x) mine[t * H + j] = in[t * H + j];
+  }
+  __threadfence_system();
+  __syncthreads();
+  // 2. Publish the call to every peer (flag row = this rank), then wait for every peer's.
+  if (tid < p.world_size) {
+    auto* flags = reinterpret_cast<uint32_t*>(static_cast<char*>(p.peer_buf[tid]) +
+                                              ArBufferLayout::kFlagsOffset);
+    store_release_sys(flags + p.rank * ArBufferLayout::kMaxBlocks + b, seq);
+    const auto* my_flags = reinterpret_cast<const uint32_t*>(own + ArBufferLayout::kFlagsOffset);
+    // A peer may already be one call ahead (it only waits for this rank's signal of that call).
+    while (static_cast<int32_t>(load_acquire_sys(my_flags + tid * ArBufferLayout::kMaxBlocks + b) -
+                                seq) < 0) {
+    }
+  }
+  __syncthreads();
+  // 3. The sums and the epilogue, a row at a time.
+  const ArPattern pat = ar_pattern(p.pattern);
+  const float scale = p.scale_factor ? *p.scale_factor : 1.0f;
+  for (int64_t t = b; t < T_; t += gridDim.x) {
+    float ss = 0.0f;
+    for (int64_t j = tid; j < H; j += blockDim.x) {
+      const int64_t i = t * H + j;
+      float s = ar_input(
+          load_peer(reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[0]) + slot) + i),
+          p.oneshot);
+      for (int k = 1; k < p.world_size; ++k) {
+        const T* src = reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[k]) + slot);
+        s = fp32_add(s, ar_input(load_peer(src + i), p.oneshot));
+        if (!p.fp32_acc) s = round_t<T>(s);
+      }
+      s = round_t<T>(s);
+      if (pat.allreduce_out) {
+        static_cast<T*>(p.output)[i] = from_f32<T>(s);
+        continue;
+      }
+      const float v = round_t<T>(fp32_add(s, to_f32(static_cast<const T*>(p.residual_in)[i])));
+      static_cast<T*>(p.residual_out)[i] = from_f32<T>(v);
+      ss += v * v;
+    }
+    if (pat.allreduce_out) continue;
+    ss = block_reduce_sum(ss, scratch);  // also orders the residual_out stores before the reads
+    const float inv = fp32_div(1.0f, sqrtf(fp32_add(fp32_div(ss, static_cast<float>(H)), p.eps)));
+    const T* r = static_cast<const T*>(p.residual_out) + t * H;
+    const T* gamma = static_cast<const T*>(p.gamma);
+    auto y_at = [&](int64_t j) {
+      return round_t<T>(
+          fp32_mul(fp32_mul(to_f32(r[j]), inv), fp32_add(p.weight_bias, to_f32(gamma[j]))));
+    };
+    auto* q8 = static_cast<uint8_t*>(p.quant_out);
+    float amax = 0.0f;
+    for (int64_t j = tid; j < H; j += blockDim.x) {
+      const float y = y_at(j);
+      if (pat.norm_out) static_cast<T*>(p.norm_out)[t * H + j] = from_f32<T>(y);
+      if (pat.quant == 1) q8[t * H + j] = ar_fp8_static(y, scale);
+      amax = fp32_abs_max(amax, y);
+    }
+    if (pat.quant == 4) {
+      amax = block_reduce_max(amax, scratch);
+      const float s = ar_token_scale(amax);
+      if (tid == 0) static_cast<float*>(p.scale_out)[t] = s;
+      for (int64_t j = tid; j < H; j += blockDim.x) q8[t * H + j] = ar_fp8_scaled(y_at(j), s);
+    } else if (pat.quant == 2) {
+      const int64_t nb = H / kNvfp4Block;
+      for (int64_t blk = tid; blk < nb; blk += blockDim.x) {
+        float v[kNvfp4Block];
+        for (int e = 0; e < kNvfp4Block; ++e) v[e] = y_at(blk * kNvfp4Block + e);
+        const Nvfp4Block q = ar_nvfp4_block(v, scale);
+        for (int k = 0; k < kNvfp4Block / 2; ++k) {
+          q8[t * (H / 2) + blk * (kNvfp4Block / 2) + k] = static_cast<uint8_t>(q.packed >> (8 * k));
+        }
+        static_cast<uint8_t*>(
+            p.scale_out)[sf_offset(static_cast<SfLayoutCode>(p.layout_code), t, blk, nb)] = q.sf;
+      }
+    } else if (pat.quant == 3) {
+      const int64_t G = H / p.group_size, words = (G + 3) / 4;
+      for (int64_t w = tid; w < words; w += blockDim.x) {
+        uint32_t word = 0;
+        for (int k = 0; k < 4; ++k) {
+          const int64_t g = w * 4 + k;
+          if (g >= G) break;  // padding bytes stay 0
+          float gmax = 0.0f;
+          for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
+            gmax = fp32_abs_max(gmax, y_at(j));
+          }
+          uint8_t code = 0;
+          const float s = ar_group_scale(gmax, &code);
+          for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
+            q8[t * H + j] = ar_fp8_scaled(y_at(j), s);
+          }
+          word |= static_cast<uint32_t>(code) << (8 * k);
+        }
+        static_cast<int32_t*>(p.scale_out)[ar_group_scale_word(t, w * 4, p.scale_t_stride)] =
+            static_cast<int32_t>(word);
+      }
+    }
+    __syncthreads();  // scratch and the row's residual_out before the next row
+  }
+}
+
+}  // namespace
+
+int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count) {
+  int64_t g = sm_count / (world_size > 0 ? world_size : 1);
+  if (g > tokens) g = tokens;
+  if (g > ArBufferLayout::kMaxBlocks) g = ArBufferLayout::kMaxBlocks;
+  return static_cast<int>(g < 1 ? 1 : g);
+}
+
+void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_pdl, int sm_count) {
+  const dim3 grid(allreduce_fusion_blocks(p.tokens, p.world_size, sm_count));
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (p.dtype) {
+    case DType::kFloat16:
+      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<__half>, grid, dim3(kThreads), 0, s,
+                    enable_pdl, p);
+      break;
+    case DType::kBFloat16:
+      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<__nv_bfloat16>, grid,
+                    dim3(kThreads), 0, s, enable_pdl, p);
+      break;
+    default:
+      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<float>, grid, dim3(kThreads), 0, s,
+                    enable_pdl, p);
+      break;
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,20 @@
+// CUDA launcher of allreduce_fusion (flashinfer.comm). Plain C++ header: callable from the API
+// layer. Throws flashinfer::Error(kCuda) when a launch fails.
+#pragma once
+
+#include "kernels/comm_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+/// One rank's call: a grid of the same size on every rank (from the token count, the group size
+/// and the SM count), each block copying its token rows into this rank's slot, publishing the
+/// call in every peer's flag table, waiting for every peer's, then summing the peers' rows in
+/// rank order and running the pattern's epilogue (kernels/comm_rules.h, the CPU reference's
+/// steps; the RMSNorm's sum of squares is a block reduction, a different order than the CPU's).
+void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_pdl, int sm_count);
+
+/// The grid: blocks such that every rank's blocks fit on the device at once even when all
+/// ranks share one GPU (each block waits for the same block of every peer).
+int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count);
+
+}  // namespace flashinfer::kernels::cuda

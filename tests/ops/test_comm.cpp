@@ -1,0 +1,552 @@
+// flashinfer.comm's all-reduce fusion with ranks as threads (comm::ThreadGroup): the shared
+// arithmetic rules by hand; the thread group's collectives and failure; peer memory; the sum in
+// rank order (both accumulation modes, hand-checked bf16 cases where the order shows), every
+// implemented pattern against its formula, the aliasing vLLM uses, the return rule, upstream's
+// refusals; CUDA against the CPU when a GPU is visible (all ranks on one device).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/peer_memory.h"
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/float_formats.h"
+#include "kernels/comm_rules.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace P = AllReduceFusionPattern;
+
+constexpr DType kBf = DType::kBFloat16;
+constexpr DType kF16 = DType::kFloat16;
+constexpr DType kF32 = DType::kFloat32;
+
+float bf16r(double v) {
+  return bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v)));
+}
+float round_dt(DType dt, double v) {
+  if (dt == kBf) return bf16r(v);
+  if (dt == kF16) return half_bits_to_float(float_to_half_bits(static_cast<float>(v)));
+  return static_cast<float>(v);
+}
+
+// ---- the shared rules ----------------------------------------------------------------------
+
+TEST(CommRules, GroupScaleRoundsUpToAPowerOfTwo) {
+  uint8_t code = 0;
+  EXPECT_EQ(kernels::ar_group_scale(448.0f, &code), 1.0f);  // exactly 1: no rounding
+  EXPECT_EQ(code, 127);
+  EXPECT_EQ(kernels::ar_group_scale(500.0f, &code), 2.0f);  // 1.116 up to 2
+  EXPECT_EQ(code, 128);
+  EXPECT_EQ(kernels::ar_group_scale(0.0f, &code), std::ldexp(1.0f, -33));  // 1e-10 up to 2^-33
+  EXPECT_EQ(code, 127 - 33);
+}
+
+TEST(CommRules, TokenScaleHasUpstreamsFloor) {
+  EXPECT_EQ(kernels::ar_token_scale(0.0f), 0.001953125f / 448.0f);
+  EXPECT_EQ(kernels::ar_token_scale(896.0f), 2.0f);
+  EXPECT_EQ(kernels::ar_fp8_scaled(900.0f, 1.0f), 0x7E);  // clamped to 448
+  EXPECT_EQ(kernels::ar_fp8_scaled(-3.0f, 2.0f), float_to_e4m3fn_bits(-1.5f));
+  EXPECT_EQ(kernels::ar_fp8_static(3.0f, 0.5f), float_to_e4m3fn_bits(6.0f));  // divides the scale
+}
+
+TEST(CommRules, OneShotReadsMinusZeroAsPlusZero) {
+  EXPECT_EQ(std::signbit(kernels::ar_input(-0.0f, true)), false);
+  EXPECT_EQ(std::signbit(kernels::ar_input(-0.0f, false)), true);
+  EXPECT_EQ(kernels::ar_input(-1.5f, true), -1.5f);
+}
+
+TEST(CommRules, Nvfp4BlockByHand) {
+  // amax 6, global scale 1: sf = e4m3(6 / 6) = 1.0; values divide by 1 and round to e2m1.
+  float v[16] = {6, -6, 3, 1.5, 0.5, 0, 1, 2, 4, -4, 0.25, 0.75, 5, -2, 1, 0};
+  const kernels::Nvfp4Block b = kernels::ar_nvfp4_block(v, 1.0f);
+  EXPECT_EQ(e4m3fn_bits_to_float(b.sf), 1.0f);
+  EXPECT_EQ(b.packed & 0xFF, pack_e2m1x2(float_to_e2m1_bits(6.0f), float_to_e2m1_bits(-6.0f)));
+  // global scale 2: sf = e4m3(2 * 1) = 2, the values scale by 1 / (2 * (1 / 2)) = 1.
+  const kernels::Nvfp4Block c = kernels::ar_nvfp4_block(v, 2.0f);
+  EXPECT_EQ(e4m3fn_bits_to_float(c.sf), 2.0f);
+  EXPECT_EQ(c.packed, b.packed);
+  float z[16] = {};
+  EXPECT_EQ(kernels::ar_nvfp4_block(z, 1.0f).packed, 0u);
+}
+
+// ---- the thread group and peer memory ---------------------------------------------------------
+
+TEST(ThreadGroup, AllgatherIsInRankOrderAndBarriersHold) {
+  comm::ThreadGroup g(4);
+  std::atomic<int> before{0};
+  std::vector<std::vector<std::string>> got(4);
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    EXPECT_EQ(b->Get_rank(), r);
+    EXPECT_EQ(b->Get_size(), 4);
+    before.fetch_add(1);
+    b->barrier();
+    EXPECT_EQ(before.load(), 4);  // nobody passes the barrier early
+    got[r] = b->allgather("rank" + std::to_string(r));
+    got[r] = b->allgather("again" + std::to_string(r) + got[r][3]);
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(got[r].size(), 4u);
+    EXPECT_EQ(got[r][2], "again2rank3");
+  }
+}
+
+TEST(ThreadGroup, AFailedRankAbortsTheOthersInsteadOfHanging) {
+  comm::ThreadGroup g(3, Device::cpu(), 60000ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    g.run([&](int64_t r) {
+      if (r == 1) throw Error(ErrorCode::kInvalidArgument, "probe", "x", "rank 1 failed");
+      g.backend(r)->barrier();
+    });
+    FAIL() << "expected the rank's error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 failed"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+}
+
+TEST(ThreadGroup, TimesOutWhenARankNeverComes) {
+  comm::ThreadGroup g(2, Device::cpu(), 200ms);
+  auto b0 = g.backend(0);
+  EXPECT_THROW(b0->barrier(), Error);  // rank 1 never calls it
+}
+
+TEST(PeerMemory, EveryRankSeesTheOthersWrites) {
+  comm::ThreadGroup g(3);
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    detail::PeerMemory m(*b, 64, "test");
+    EXPECT_EQ(static_cast<const int*>(m.local())[0], 0);  // zero-filled
+    static_cast<int*>(m.local())[0] = 100 + static_cast<int>(r);
+    b->barrier();
+    for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(static_cast<const int*>(m.peer(p))[0], 100 + p);
+    b->barrier();
+  });
+}
+
+// ---- allreduce_fusion on the CPU -------------------------------------------------------------
+
+struct Rank {
+  Tensor input, residual_in, gamma;
+};
+
+// Runs `body(rank, workspace)` on W threads with a workspace each (CPU or `dev`).
+void with_group(
+    int64_t W, int64_t max_tokens, int64_t H, DType dt,
+    const std::function<void(int64_t, std::shared_ptr<TRTLLMAllReduceFusionWorkspace>)>& body,
+    Device dev = Device::cpu()) {
+  comm::ThreadGroup g(W, dev);
+  g.run([&](int64_t r) {
+    auto ws = create_allreduce_fusion_workspace("trtllm", W, r, max_tokens, H, dt, std::nullopt,
+                                                g.backend(r));
+    body(r, ws);
+  });
+}
+
+TEST(AllreduceFusion, SumIsInRankOrderWithBothAccumulations) {
+  // Ranks hold 1, 2^-8, 2^-8, 0. bf16 keeps 8 significant bits: 1 + 2^-8 rounds back to 1 (a
+  // tie, to even) at every partial sum, so the rounded sums stay 1; one fp32 accumulator gives
+  // 1 + 2^-7, which bf16 holds.
+  const float tiny = std::ldexp(1.0f, -8);
+  for (bool fp32_acc : {false, true}) {
+    std::vector<Tensor> out(4);
+    with_group(4, 4, 8, kBf, [&](int64_t r, auto ws) {
+      Tensor x = Tensor::full({2, 8}, r == 0 ? 1.0 : r == 3 ? 0.0 : tiny, kBf);
+      out[r] = allreduce_fusion(x, ws, P::kAllReduce, false, true, std::nullopt, std::nullopt,
+                                std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                std::nullopt, 1e-6, std::nullopt, std::nullopt, true, fp32_acc);
+    });
+    for (int r = 0; r < 4; ++r) {
+      for (double v : out[r].to_double_vector()) EXPECT_EQ(v, fp32_acc ? 1.0 + 2 * tiny : 1.0);
+    }
+  }
+}
+
+TEST(AllreduceFusion, AllReduceIsExactOnIntegersForEveryGroupSize) {
+  for (int64_t W : {2, 4, 8}) {
+    for (DType dt : {kF32, kBf, kF16}) {
+      const int64_t T = 5, H = 16;
+      std::vector<Tensor> in(W), out(W);
+      for (int64_t r = 0; r < W; ++r) {
+        in[r] = Tensor::empty({T, H}, dt);
+        std::vector<double> v(T * H);
+        for (int64_t i = 0; i < T * H; ++i) v[i] = static_cast<double>((i * 7 + r * 3) % 11) - 5;
+        in[r] = Tensor::from_vector(v, {T, H}, dt);
+      }
+      with_group(W, T, H, dt,
+                 [&](int64_t r, auto ws) { out[r] = allreduce_fusion(in[r], ws, P::kAllReduce); });
+      for (int64_t i = 0; i < T * H; ++i) {
+        double want = 0;
+        for (int64_t r = 0; r < W; ++r) want += in[r].to_double_vector()[i];
+        for (int64_t r = 0; r < W; ++r) {
+          ASSERT_EQ(out[r].to_double_vector()[i], want) << W << " ranks, " << dtype_name(dt);
+        }
+      }
+    }
+  }
+}
+
+// Per token: residual_out = dt(s + residual_in), y = dt(r * rsqrt(mean(r^2) + eps) * (wb + g)),
+// with fp64 for the norm's sum (within the dtype's rounding of y).
+struct NormRef {
+  std::vector<double> residual, y;
+};
+NormRef norm_reference(const std::vector<double>& s, const Tensor& res_in, const Tensor& gamma,
+                       int64_t T, int64_t H, DType dt, double eps, double wb) {
+  NormRef o;
+  const auto ri = res_in.to_double_vector(), g = gamma.to_double_vector();
+  o.residual.resize(T * H);
+  o.y.resize(T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      o.residual[t * H + j] = round_dt(dt, s[t * H + j] + ri[t * H + j]);
+      ss += o.residual[t * H + j] * o.residual[t * H + j];
+    }
+    const double inv = 1.0 / std::sqrt(ss / H + eps);
+    for (int64_t j = 0; j < H; ++j) o.y[t * H + j] = o.residual[t * H + j] * inv * (wb + g[j]);
+  }
+  return o;
+}
+
+struct Fixture {
+  int64_t W, T, H;
+  DType dt;
+  std::vector<Tensor> in, res;
+  Tensor gamma;
+  std::vector<double> sum;  // the rank-order sum (fp32_acc), rounded to dt
+};
+Fixture fixture(int64_t W, int64_t T, int64_t H, DType dt, uint64_t seed) {
+  Fixture f{W, T, H, dt, {}, {}, {}, {}};
+  for (int64_t r = 0; r < W; ++r) {
+    f.in.push_back(rand_tensor({T, H}, dt, seed + r, -1, 1));
+    f.res.push_back(rand_tensor({T, H}, dt, seed + 100 + r, -1, 1));
+  }
+  f.gamma = rand_tensor({H}, dt, seed + 999, 0.5, 1.5);
+  f.sum.assign(T * H, 0.0);
+  for (int64_t i = 0; i < T * H; ++i) {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < W; ++r) acc += static_cast<float>(f.in[r].to_double_vector()[i]);
+    f.sum[i] = round_dt(dt, acc);
+  }
+  return f;
+}
+
+TEST(AllreduceFusion, ResidualRmsNormMatchesTheFormula) {
+  for (DType dt : {kBf, kF32}) {
+    for (double wb : {0.0, 1.0}) {
+      const Fixture f = fixture(4, 6, 64, dt, 7);
+      std::vector<Tensor> res_out(4), norm(4), ret(4);
+      with_group(4, 8, 64, dt, [&](int64_t r, auto ws) {
+        res_out[r] = Tensor::empty({6, 64}, dt);
+        norm[r] = Tensor::empty({6, 64}, dt);
+        ret[r] = allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt,
+                                  res_out[r], norm[r], std::nullopt, std::nullopt, f.res[r],
+                                  f.gamma, 1e-5, std::nullopt, std::nullopt, true, true,
+                                  std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                  std::nullopt, std::nullopt, std::nullopt, std::nullopt, wb);
+      });
+      for (int64_t r = 0; r < 4; ++r) {
+        const NormRef ref = norm_reference(f.sum, f.res[r], f.gamma, 6, 64, dt, 1e-5, wb);
+        EXPECT_EQ(ret[r].data_ptr(), norm[r].data_ptr());  // norm_out is returned
+        const auto ro = res_out[r].to_double_vector(), y = norm[r].to_double_vector();
+        for (int64_t i = 0; i < 6 * 64; ++i) {
+          ASSERT_EQ(ro[i], ref.residual[i]) << i;
+          ASSERT_NEAR(y[i], ref.y[i], (dt == kBf ? 8e-3 : 1e-5) * std::max(1.0, std::abs(ref.y[i])))
+              << i;
+        }
+      }
+    }
+  }
+}
+
+// Every quant pattern against the norm output of pattern 1 (the same y), quantized here.
+TEST(AllreduceFusion, QuantPatternsQuantizeTheNormOutput) {
+  const int64_t W = 2, T = 5, H = 256;
+  Fixture f = fixture(W, T, H, kBf, 21);
+  f.res[1] = f.res[0];  // the same residual on both ranks: the same y everywhere
+  auto run = [&](int64_t pattern, std::vector<Tensor>& norm, std::vector<Tensor>& q,
+                 std::vector<Tensor>& sc, std::optional<Value> scale, std::optional<int64_t> layout,
+                 std::optional<int64_t> group) {
+    with_group(W, T, H, kBf, [&](int64_t r, auto ws) {
+      Tensor res_out = Tensor::empty({T, H}, kBf);
+      allreduce_fusion(f.in[r], ws, pattern, false, true, std::nullopt, res_out,
+                       norm.empty() ? std::nullopt : std::optional<Tensor>(norm[r]),
+                       q.empty() ? std::nullopt : std::optional<Tensor>(q[r]),
+                       sc.empty() ? std::nullopt : std::optional<Tensor>(sc[r]), f.res[r], f.gamma,
+                       1e-6, scale, layout, std::nullopt, false, std::nullopt, std::nullopt,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, group);
+    });
+  };
+  std::vector<Tensor> y(W), none;
+  for (auto& t : y) t = Tensor::empty({T, H}, kBf);
+  run(P::kARResidualRMSNorm, y, none, none, std::nullopt, std::nullopt, std::nullopt);
+  const auto yv = y[0].to_double_vector();
+  EXPECT_EQ(yv, y[1].to_double_vector());  // every rank computes the same bits
+
+  {  // 4: norm_out and FP8 with the static dequant scale 0.5 (values divided by it)
+    std::vector<Tensor> n(W), q(W);
+    for (int64_t r = 0; r < W; ++r) {
+      n[r] = Tensor::empty({T, H}, kBf);
+      q[r] = Tensor::empty({T, H}, DType::kFloat8E4M3FN);
+    }
+    run(P::kARResidualRMSNormOutFP8Quant, n, q, none, Value(0.5), std::nullopt, std::nullopt);
+    EXPECT_EQ(n[1].to_double_vector(), yv);
+    const auto* qb = static_cast<const uint8_t*>(q[1].data_ptr());
+    for (int64_t i = 0; i < T * H; ++i) {
+      ASSERT_EQ(qb[i], float_to_e4m3fn_bits(static_cast<float>(yv[i]) * 2.0f, true)) << i;
+    }
+  }
+  {  // 10: per-token scale max(amax / 448, 2^-9 / 448) in scale_out [T, 1]
+    std::vector<Tensor> q(W), sc(W), nn;
+    for (int64_t r = 0; r < W; ++r) {
+      q[r] = Tensor::empty({T, H}, DType::kFloat8E4M3FN);
+      sc[r] = Tensor::empty({T, 1}, kF32);
+    }
+    run(P::kARResidualRMSNormDynamicFP8Quant, nn, q, sc, std::nullopt, std::nullopt, std::nullopt);
+    const auto* qb = static_cast<const uint8_t*>(q[0].data_ptr());
+    for (int64_t t = 0; t < T; ++t) {
+      float amax = 0;
+      for (int64_t j = 0; j < H; ++j)
+        amax = std::max(amax, std::abs(static_cast<float>(yv[t * H + j])));
+      const float s = std::max(amax / 448.0f, 0.001953125f / 448.0f);
+      ASSERT_EQ(static_cast<const float*>(sc[0].data_ptr())[t], s);
+      for (int64_t j = 0; j < H; ++j) {
+        ASSERT_EQ(qb[t * H + j], float_to_e4m3fn_bits(static_cast<float>(yv[t * H + j]) / s, true));
+      }
+    }
+  }
+  {  // 8: groups of 64 (4 groups: one int32 of exponents a token), column-major [T, 1]
+    std::vector<Tensor> q(W), sc(W), nn;
+    for (int64_t r = 0; r < W; ++r) {
+      q[r] = Tensor::empty({T, H}, DType::kFloat8E4M3FN);
+      sc[r] = Tensor::empty({T, 1}, DType::kInt32);
+    }
+    run(P::kARResidualRMSNormPerTokenGroupFP8PackedQuant, nn, q, sc, std::nullopt, std::nullopt,
+        int64_t{64});
+    const auto* qb = static_cast<const uint8_t*>(q[0].data_ptr());
+    for (int64_t t = 0; t < T; ++t) {
+      const auto word = static_cast<uint32_t>(static_cast<const int32_t*>(sc[0].data_ptr())[t]);
+      for (int64_t g = 0; g < 4; ++g) {
+        float amax = 0;
+        for (int64_t j = g * 64; j < g * 64 + 64; ++j) {
+          amax = std::max(amax, std::abs(static_cast<float>(yv[t * H + j])));
+        }
+        const float s = std::exp2(std::ceil(std::log2(std::max(amax / 448.0f, 1e-10f))));
+        ASSERT_EQ((word >> (8 * g)) & 0xFF, static_cast<uint32_t>(std::ilogb(s) + 127)) << t;
+        for (int64_t j = g * 64; j < g * 64 + 64; ++j) {
+          ASSERT_EQ(qb[t * H + j],
+                    float_to_e4m3fn_bits(static_cast<float>(yv[t * H + j]) / s, true));
+        }
+      }
+    }
+  }
+  {  // 3: NVFP4 with a linear scale layout and the global scale 4
+    std::vector<Tensor> q(W), sc(W), nn;
+    for (int64_t r = 0; r < W; ++r) {
+      q[r] = Tensor::empty({T, H / 2}, DType::kUInt8);
+      sc[r] = Tensor::empty({T * H / 16}, DType::kUInt8);
+    }
+    run(P::kARResidualRMSNormFP4Quant, nn, q, sc, Value(4.0), QuantizationSFLayout::LINEAR,
+        std::nullopt);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t b = 0; b < H / 16; ++b) {
+        float v[16];
+        for (int e = 0; e < 16; ++e) v[e] = static_cast<float>(yv[t * H + b * 16 + e]);
+        const kernels::Nvfp4Block blk = kernels::ar_nvfp4_block(v, 4.0f);
+        ASSERT_EQ(static_cast<const uint8_t*>(sc[1].data_ptr())[t * (H / 16) + b], blk.sf);
+        uint64_t packed = 0;
+        std::memcpy(&packed, static_cast<const uint8_t*>(q[1].data_ptr()) + t * (H / 2) + b * 8, 8);
+        ASSERT_EQ(packed, blk.packed);
+      }
+    }
+  }
+}
+
+TEST(AllreduceFusion, OutputsMayBeTheInputsAsVllmPassesThem) {
+  const Fixture f = fixture(2, 4, 32, kBf, 3);
+  std::vector<Tensor> want_res(2), want_y(2), got_res(2), got_y(2);
+  with_group(2, 4, 32, kBf, [&](int64_t r, auto ws) {
+    want_res[r] = Tensor::empty({4, 32}, kBf);
+    want_y[r] = Tensor::empty({4, 32}, kBf);
+    allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt, want_res[r],
+                     want_y[r], std::nullopt, std::nullopt, f.res[r], f.gamma);
+    // norm_out = input, residual_out = residual_in (vLLM's in-place form).
+    got_y[r] = f.in[r].clone();
+    got_res[r] = f.res[r].clone();
+    allreduce_fusion(got_y[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt, got_res[r],
+                     got_y[r], std::nullopt, std::nullopt, got_res[r], f.gamma);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got_res[r].to_double_vector(), want_res[r].to_double_vector());
+    EXPECT_EQ(got_y[r].to_double_vector(), want_y[r].to_double_vector());
+  }
+}
+
+TEST(AllreduceFusion, RefusesWhatUpstreamRefuses) {
+  const Fixture f = fixture(2, 4, 32, kBf, 5);
+  std::vector<std::string> errors(2);
+  with_group(2, 4, 32, kBf, [&](int64_t r, auto ws) {
+    auto msg = [&](const std::function<void()>& fn) -> std::string {
+      try {
+        fn();
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    const Tensor& x = f.in[r];
+    auto contains = [&](const std::string& m, const char* what) {
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+    };
+    contains(msg([&] { allreduce_fusion(x, ws, 6); }), "not implemented");
+    contains(msg([&] { allreduce_fusion(x, ws, 12); }), "unknown fusion pattern");
+    contains(msg([&] { allreduce_fusion(x, ws, P::kARResidualRMSNorm); }),
+             "residual_in is required");
+    contains(msg([&] {
+               allreduce_fusion(Tensor::zeros({8, 32}, kBf), ws, 0);
+             }),
+             "exceeds workspace max_token_num");
+    contains(msg([&] { allreduce_fusion(x.to(kF32), ws, 0); }), "use_fp32_lamport");
+    contains(msg([&] {
+               allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0, false, true, std::nullopt,
+                                std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                std::nullopt, std::nullopt, 1e-6, std::nullopt, std::nullopt,
+                                false);
+             }),
+             "sequence length should be larger than tp_size");
+    contains(msg([&] {
+               allreduce_fusion(x.reshape({32, 4}).slice(1, 0, 2), ws, 0);
+             }),
+             "must be contiguous");
+    contains(msg([&] { allreduce_fusion(Tensor::zeros({2, 12}, kBf), ws, 0); }), "VEC_SIZE");
+    contains(msg([&] { allreduce_fusion(x, nullptr, 0); }), "workspace");
+    errors[r] = "checked";
+  });
+  EXPECT_EQ(errors[0], "checked");
+  comm::ThreadGroup g(2);
+  auto b = g.backend(0);
+  auto expect_error = [&](const std::function<void()>& fn, const char* what) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(
+      [&] { create_allreduce_fusion_workspace("nccl", 2, 0, 4, 32, kBf, std::nullopt, b); },
+      "Unknown backend: nccl");
+  expect_error(
+      [&] { create_allreduce_fusion_workspace("mnnvl", 2, 0, 4, 32, kBf, std::nullopt, b); },
+      "mnnvl");
+  expect_error([&] { create_allreduce_fusion_workspace("auto", 2, 0, 4, 32, kBf); },
+               "CommBackend is required");
+  expect_error(
+      [&] { create_allreduce_fusion_workspace("auto", 4, 0, 4, 32, kBf, std::nullopt, b); },
+      "world_size 4 does not match");
+  expect_error(
+      [&] { create_allreduce_fusion_workspace("auto", 2, 1, 4, 32, kBf, std::nullopt, b); },
+      "rank 1 does not match");
+  // A one-rank group: creation works, the call is refused as upstream's kernel refuses it.
+  comm::ThreadGroup one(1);
+  auto ws = create_allreduce_fusion_workspace("auto", std::nullopt, std::nullopt, 4, 32, kBf,
+                                              std::nullopt, one.backend(0));
+  EXPECT_EQ(ws->world_size(), 1);
+  EXPECT_TRUE(ws->is_buffer_size_sufficient(1, 2, 64, kBf));
+  EXPECT_FALSE(ws->is_buffer_size_sufficient(1, 8, 32, kBf));
+  expect_error(
+      [&] {
+        allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0);
+      },
+      "unsupported ranks number");
+  ws->destroy();
+  expect_error([&] { allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0); }, "destroyed");
+}
+
+TEST(AllreduceFusion, DeclaredAsUpstream) {
+  const OpDecl* d = OpRegistry::global().find("allreduce_fusion");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->module, "flashinfer.comm.allreduce");
+  EXPECT_EQ(d->params.size(), 26u);
+  EXPECT_EQ(d->params.back().name, "weight_bias");
+  const OpDecl* c = OpRegistry::global().find("create_allreduce_fusion_workspace");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->params.size(), 10u);
+}
+
+// ---- CUDA: every rank a thread on one GPU, against the CPU -----------------------------------
+
+TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t pattern :
+       {P::kAllReduce, P::kARResidualRMSNorm, P::kARResidualRMSNormOutFP8Quant,
+        P::kARResidualRMSNormDynamicFP8Quant, P::kARResidualRMSNormPerTokenGroupFP8PackedQuant}) {
+    for (bool oneshot : {true, false}) {
+      const int64_t W = 2, T = 37, H = 512;
+      const Fixture f = fixture(W, T, H, kBf, 40 + pattern);
+      auto run_on = [&](Device dev) {
+        std::vector<std::vector<double>> outs(W);
+        with_group(
+            W, 64, H, kBf,
+            [&](int64_t r, auto ws) {
+              Tensor x = f.in[r].to(dev), res = f.res[r].to(dev), g = f.gamma.to(dev);
+              Tensor res_out = Tensor::zeros({T, H}, kBf, dev),
+                     norm = Tensor::zeros({T, H}, kBf, dev);
+              Tensor q = Tensor::zeros({T, H}, DType::kFloat8E4M3FN, dev);
+              Tensor sc = pattern == 10 ? Tensor::zeros({T, 1}, kF32, dev)
+                                        : Tensor::zeros({T, H / 128 / 4 > 0 ? H / 128 / 4 : 1},
+                                                        DType::kInt32, dev);
+              const bool n = pattern == 1 || pattern == 4;
+              const bool qz = pattern >= 2;
+              const bool s = pattern == 8 || pattern == 10;
+              Tensor ret = allreduce_fusion(
+                  x, ws, pattern, false, true, std::nullopt,
+                  pattern ? std::optional(res_out) : std::nullopt,
+                  n ? std::optional(norm) : std::nullopt, qz ? std::optional(q) : std::nullopt,
+                  s ? std::optional(sc) : std::nullopt, pattern ? std::optional(res) : std::nullopt,
+                  pattern ? std::optional(g) : std::nullopt, 1e-6,
+                  pattern == 4 ? std::optional<Value>(Value(0.25)) : std::nullopt, std::nullopt,
+                  oneshot, true, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                  std::nullopt, std::nullopt, std::nullopt,
+                  pattern == 8 ? std::optional<int64_t>(128) : std::nullopt);
+              std::vector<double>& o = outs[r];
+              for (const Tensor& t : {ret, res_out, norm, q, sc}) {
+                const auto v = t.to(Device::cpu()).to(kF32).to_double_vector();
+                o.insert(o.end(), v.begin(), v.end());
+              }
+            },
+            dev);
+        return outs;
+      };
+      const auto cpu = run_on(Device::cpu());
+      const auto gpu = run_on(Device::cuda(0));
+      for (int64_t r = 0; r < W; ++r) {
+        ASSERT_EQ(cpu[r].size(), gpu[r].size());
+        int64_t diff = 0;
+        for (std::size_t i = 0; i < cpu[r].size(); ++i) {
+          // bf16 y may differ by one rounding of the norm's sum order: allow rare 1-ulp drifts.
+          if (cpu[r][i] != gpu[r][i]) ++diff;
+        }
+        EXPECT_LE(diff, static_cast<int64_t>(cpu[r].size() / 100))
+            << "pattern " << pattern << " rank " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
