@@ -4,6 +4,7 @@
 // reference sums them; on CUDA one kernel copies, signals, waits and sums (docs/COMM.md).
 #include "flashinfer/ops/comm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "kernels/comm_rules.h"
 #include "kernels/cpu/comm_cpu.h"
 #include "kernels/quantization_params.h"
+#include "replay/collective_replay.h"
 
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/comm_cuda.h"
@@ -489,6 +491,29 @@ void register_comm_ops(OpRegistry& r) {
       arg("expanded_idx_to_permuted_idx"), arg("expert_scale_factor"), arg("shared_expert_output"),
       arg("block_quant_group_size"), arg("weight_bias", 0.0));
   api::register_backends("allreduce_fusion", kAllreduceKernels);
+  static constexpr api::BackendSummary kWorkspaceBackends[] = {
+    {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "device buffers shared by CUDA IPC handles or peer access"},
+#endif
+  };
+  api::register_backends("create_allreduce_fusion_workspace", kWorkspaceBackends);
+  // Replay runs every rank's recorded call together, each with a workspace made for it here.
+  CollectiveSpec spec;
+  spec.op = "allreduce_fusion";
+  spec.workspace_param = 1;
+  spec.creator = "create_allreduce_fusion_workspace";
+  spec.creator_world_param = 1;
+  spec.creator_rank_param = 2;
+  spec.creator_comm_param = 7;
+  spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
+                           const std::vector<Value>& args) {
+    const Tensor& x = args.at(0).as_tensor();
+    return to_value(create_allreduce_fusion_workspace(
+        "trtllm", c->Get_size(), c->Get_rank(), std::max<int64_t>(1, x.size(0)),
+        std::max<int64_t>(1, x.size(1)), x.dtype(), std::nullopt, c));
+  };
+  register_collective(std::move(spec));
 }
 
 }  // namespace detail

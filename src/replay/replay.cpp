@@ -23,6 +23,7 @@
 #include "formats/reader_limits.h"
 #include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
+#include "replay/collective_replay.h"
 #include "replay/result_comparators.h"
 
 namespace flashinfer::replay {
@@ -467,7 +468,14 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
       r.status = Status::kNotRun;
       return r;
     }
-    {
+    if (const detail::CollectiveSpec* coll = detail::collective_spec(r.function_name)) {
+      // A collective: every rank's recorded call runs with it (replay/collective_replay.h).
+      std::string coll_note;
+      invoking = true;
+      r.result = detail::replay_collective(*coll, *decl, dump_dir, r.args, r.ran_on, &coll_note);
+      invoking = false;
+      r.note += (r.note.empty() ? "" : "; ") + coll_note;
+    } else {
       ScopedUnobserved quiet;  // replaying must not log or record the calls again
       invoking = true;
       r.result = decl->invoke(CallArgs(*decl, r.args));

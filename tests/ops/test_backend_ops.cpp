@@ -1438,6 +1438,9 @@ TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
       if (decl->params[i].mutated) written_params.push_back(i);
     }
     if (written_params.empty()) continue;
+    // A collective needs every rank of a group to build a call: tests/ops/test_comm.cpp checks
+    // its refusals with the ranks as threads (AllreduceFusion.RefusesAliasedWrites).
+    if (decl->name == "allreduce_fusion") continue;
     SCOPED_TRACE(decl->name);
     ASSERT_NE(hook_of(decl->name), nullptr)
         << decl->name << " writes a tensor argument but has no case to build a valid call from";

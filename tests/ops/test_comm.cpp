@@ -9,11 +9,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/peer_memory.h"
 #include "flashinfer/flashinfer.h"
@@ -477,6 +485,24 @@ TEST(AllreduceFusion, RefusesWhatUpstreamRefuses) {
   expect_error([&] { allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0); }, "destroyed");
 }
 
+TEST(AllreduceFusion, RefusesAliasedWrites) {
+  const Fixture f = fixture(2, 4, 32, kBf, 9);
+  std::vector<std::string> what(2);
+  with_group(2, 4, 32, kBf, [&](int64_t r, auto ws) {
+    Tensor res = f.res[r].clone();
+    Tensor both = Tensor::empty({8, 32}, kBf);
+    try {
+      // norm_out overlapping residual_in without being it: refused before anything runs.
+      allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt,
+                       both.slice(0, 0, 4), both.slice(0, 2, 6), std::nullopt, std::nullopt, res,
+                       f.gamma);
+    } catch (const Error& e) {
+      what[r] = e.what();
+    }
+  });
+  for (const auto& w : what) EXPECT_NE(w.find("overlap"), std::string::npos) << w;
+}
+
 TEST(AllreduceFusion, DeclaredAsUpstream) {
   const OpDecl* d = OpRegistry::global().find("allreduce_fusion");
   ASSERT_NE(d, nullptr);
@@ -486,6 +512,158 @@ TEST(AllreduceFusion, DeclaredAsUpstream) {
   const OpDecl* c = OpRegistry::global().find("create_allreduce_fusion_workspace");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->params.size(), 10u);
+}
+
+// ---- recording every rank, replaying each call with its peers --------------------------------
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(AllreduceFusionReplay, EveryRanksCallsReplayTogether) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_comm_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  const Fixture f = fixture(2, 4, 64, kBf, 11);
+  std::string rank1_workspace;
+  with_group(2, 8, 64, kBf, [&](int64_t r, auto ws) {
+    if (r == 1) rank1_workspace = ws->repr();
+    allreduce_fusion(f.in[r], ws, P::kAllReduce);
+    Tensor res = f.res[r].clone(), y = Tensor::empty({4, 64}, kBf);
+    allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt, res, y,
+                     std::nullopt, std::nullopt, res, f.gamma, 1e-6, std::nullopt, std::nullopt,
+                     true, true);
+  });
+  recorder::stop();
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 6u);  // two creations and four calls
+  int collectives = 0;
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+    if (r.function_name == "allreduce_fusion") ++collectives;
+  }
+  EXPECT_EQ(collectives, 4);
+  // A recording missing a rank says so instead of replaying one rank alone: rank 1's creation
+  // and calls (every record naming its workspace) taken out.
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string text = read_text_file((e.path() / "metadata.jsonl").string());
+    if (text.find(rank1_workspace) != std::string::npos) fs::remove_all(e.path());
+  }
+  int refused = 0;
+  for (const replay::Result& r : replay::replay_sequence(dir.string())) {
+    EXPECT_NE(r.status, replay::Status::kPassed) << r.function_name;
+    EXPECT_NE(r.error.find("needs the same call of every rank"), std::string::npos) << r.error;
+    ++refused;
+  }
+  EXPECT_EQ(refused, 3);  // rank 0's creation and its two calls
+  fs::remove_all(dir);
+}
+
+// ---- ranks in processes of their own ----------------------------------------------------------
+
+// A CommBackend over files in a shared directory (test-only): allgather round n writes
+// "<n>_<rank>" atomically and waits for every rank's.
+class FileBackend final : public comm::CommBackend {
+ public:
+  FileBackend(std::string dir, int64_t rank, int64_t size)
+      : dir_(std::move(dir)), rank_(rank), size_(size) {}
+  int64_t Get_rank() const override { return rank_; }
+  int64_t Get_size() const override { return size_; }
+  std::vector<std::string> allgather(std::string_view bytes) override {
+    namespace fs = std::filesystem;
+    const std::string base = dir_ + "/" + std::to_string(round_++) + "_";
+    {
+      std::ofstream out(base + std::to_string(rank_) + ".tmp", std::ios::binary);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    fs::rename(base + std::to_string(rank_) + ".tmp", base + std::to_string(rank_));
+    std::vector<std::string> all(static_cast<std::size_t>(size_));
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int64_t r = 0; r < size_; ++r) {
+      const std::string f = base + std::to_string(r);
+      while (!fs::exists(f)) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw Error(ErrorCode::kInternal, "FileBackend", "",
+                      "rank " + std::to_string(r) + " never came");
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      all[static_cast<std::size_t>(r)] = read_text_file(f);
+    }
+    return all;
+  }
+  void barrier() override { (void)allgather({}); }
+  std::string_view class_name() const override { return "FileBackend"; }
+
+ private:
+  std::string dir_;
+  int64_t rank_, size_, round_ = 0;
+};
+
+// One rank's part: a workspace and two calls, recorded into `dump`.
+void multi_process_rank(int64_t rank, const std::string& rendezvous, const std::string& dump) {
+  const Fixture f = fixture(2, 4, 64, kBf, 17);
+  recorder::Config cfg;
+  cfg.dump_dir = dump;
+  recorder::start(cfg, [](const std::string&) {});
+  auto backend = std::make_shared<FileBackend>(rendezvous, rank, 2);
+  auto ws = create_allreduce_fusion_workspace("trtllm", 2, rank, 8, 64, kBf, std::nullopt, backend);
+  allreduce_fusion(f.in[rank], ws, P::kAllReduce);
+  Tensor res = f.res[rank].clone(), y = Tensor::empty({4, 64}, kBf);
+  allreduce_fusion(f.in[rank], ws, P::kARResidualRMSNorm, false, true, std::nullopt, res, y,
+                   std::nullopt, std::nullopt, res, f.gamma);
+  backend->barrier();  // neither rank unmaps the other's buffer while it is still in a call
+  recorder::stop();
+}
+
+// The second process's entry: runs only when the test below starts this binary for it.
+TEST(AllreduceFusionMultiProcess, SecondRank) {
+  const char* rv = std::getenv("FI_COMM_TEST_RENDEZVOUS");
+  const char* dump = std::getenv("FI_COMM_TEST_DUMP");
+  if (!rv || !dump) GTEST_SKIP() << "started by AllreduceFusionMultiProcess.RecordAndReplay";
+  multi_process_rank(1, rv, dump);
+}
+
+TEST(AllreduceFusionMultiProcess, RecordAndReplay) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("fi_comm_mp_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "rv");
+  const std::string rv = (tmp / "rv").string(), dump = (tmp / "dump").string();
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "FI_COMM_TEST_RENDEZVOUS='" + rv + "' FI_COMM_TEST_DUMP='" + dump +
+                          "' '" + self +
+                          "' --gtest_filter=AllreduceFusionMultiProcess.SecondRank > '" +
+                          (tmp / "rank1.log").string() + "' 2>&1 &";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  multi_process_rank(0, rv, dump);
+  // The other process's records are complete once its four call directories are.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  auto complete = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dump)) {
+      n += read_text_file((e.path() / "metadata.jsonl").string()).find("completed") !=
+                   std::string::npos
+               ? 1
+               : 0;
+    }
+    return n;
+  };
+  while (complete() < 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(complete(), 6) << read_text_file((tmp / "rank1.log").string());
+  const std::vector<replay::Result> rs = replay::replay_sequence(dump);
+  ASSERT_EQ(rs.size(), 6u);
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+  }
+  fs::remove_all(tmp);
 }
 
 // ---- CUDA: every rank a thread on one GPU, against the CPU -----------------------------------

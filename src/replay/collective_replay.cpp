@@ -1,0 +1,315 @@
+#include "replay/collective_replay.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "flashinfer/api_call.h"
+#include "flashinfer/error.h"
+#include "flashinfer/op_typed.h"
+#include "flashinfer/replay.h"
+#include "recorder/dump_schema.h"
+
+namespace flashinfer::detail {
+namespace {
+
+namespace fs = std::filesystem;
+namespace schema = flashinfer::dump_schema;
+using Json = nlohmann::ordered_json;
+
+std::map<std::string, CollectiveSpec, std::less<>>& specs() {
+  static std::map<std::string, CollectiveSpec, std::less<>> m;
+  return m;
+}
+std::mutex& specs_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// One rank's calls on one workspace.
+struct Stream {
+  int64_t pid = 0;
+  std::string repr;
+  std::optional<int64_t> world, rank;
+  std::string creator_dir;  // empty: made before the recording began
+  std::vector<std::string> calls;
+};
+
+// The per-process, per-function call number of a call directory ("..._call0042": 42), or -1.
+int64_t call_number(const std::string& dir) {
+  const std::string name = fs::path(dir).filename().string();
+  const auto at = name.rfind("_call");
+  if (at == std::string::npos || at + 5 >= name.size()) return -1;
+  const std::string digits = name.substr(at + 5);
+  if (digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
+// The streams of one op under one recording root, in the order their workspaces were made.
+struct Index {
+  std::size_t entries = 0;  // call directories seen (the index is rebuilt when this changes)
+  std::vector<Stream> streams;
+  std::map<std::string, std::size_t> stream_of_call;
+};
+
+std::optional<int64_t> json_int(const Json& j) {
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_object() && j.contains("value") && j["value"].is_number_integer()) {
+    return j["value"].get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+// The recorded argument of parameter `index` (named `name`): arg_<i> or kwarg_<name>.
+const Json* recorded_arg(const Json& im, std::size_t index, const std::string& name) {
+  const std::string a = schema::arg_key(index), k = std::string(schema::kKwargPrefix) + name;
+  if (im.contains(a)) return &im[a];
+  if (im.contains(k)) return &im[k];
+  return nullptr;
+}
+
+std::string repr_of(const Json* j) {
+  return j && j->is_object() && j->contains(std::string(schema::kRepr))
+             ? (*j)[std::string(schema::kRepr)].get<std::string>()
+             : std::string();
+}
+
+Index build_index(const std::string& root, const std::string& op, const CollectiveSpec& spec,
+                  const OpDecl& decl) {
+  Index ix;
+  const std::vector<std::string> dirs = replay::list_calls(root);
+  ix.entries = dirs.size();
+  const OpDecl* creator = OpRegistry::global().find(spec.creator);
+  std::map<std::pair<int64_t, std::string>, std::size_t> current;  // (pid, repr) -> stream
+  for (const std::string& d : dirs) {
+    Json rec;
+    try {
+      rec = Json::parse(replay::read_metadata((fs::path(d) / schema::kMetadataFile).string()).json);
+    } catch (const std::exception&) {
+      continue;  // an unreadable record: its own replay reports it
+    }
+    const std::string fn = rec.value(std::string(schema::kFunctionName), std::string());
+    const int64_t pid = rec.value(std::string(schema::kProcessId), int64_t{0});
+    const std::string im_key(schema::kInputMetadata), om_key(schema::kOutputMetadata);
+    const Json im = rec.contains(im_key) ? rec[im_key] : Json::object();
+    if (fn == spec.creator && creator) {
+      const Json om = rec.contains(om_key) ? rec[om_key] : Json::object();
+      const std::string result(schema::kResult);
+      Stream s;
+      s.pid = pid;
+      s.repr = repr_of(om.contains(result) ? &om[result] : nullptr);
+      if (s.repr.empty()) continue;  // the call failed: no workspace
+      const auto& ps = creator->params;
+      if (const Json* w =
+              recorded_arg(im, spec.creator_world_param, ps.at(spec.creator_world_param).name)) {
+        s.world = json_int(*w);
+      }
+      if (const Json* r =
+              recorded_arg(im, spec.creator_rank_param, ps.at(spec.creator_rank_param).name)) {
+        s.rank = json_int(*r);
+      }
+      s.creator_dir = fs::path(d).lexically_normal().string();
+      current[{pid, s.repr}] = ix.streams.size();
+      ix.stream_of_call[s.creator_dir] = ix.streams.size();
+      ix.streams.push_back(std::move(s));
+    } else if (fn == op) {
+      const std::string repr = repr_of(
+          recorded_arg(im, spec.workspace_param, decl.params.at(spec.workspace_param).name));
+      auto it = current.find({pid, repr});
+      if (it == current.end()) {
+        // Made before the recording began: a stream of unknown rank.
+        Stream s;
+        s.pid = pid;
+        s.repr = repr;
+        it = current.emplace(std::make_pair(pid, repr), ix.streams.size()).first;
+        ix.streams.push_back(std::move(s));
+      }
+      ix.streams[it->second].calls.push_back(fs::path(d).lexically_normal().string());
+      ix.stream_of_call[fs::path(d).lexically_normal().string()] = it->second;
+    }
+  }
+  return ix;
+}
+
+const Index& index_for(const std::string& root, const std::string& op, const CollectiveSpec& spec,
+                       const OpDecl& decl) {
+  static std::mutex m;
+  static std::map<std::pair<std::string, std::string>, Index> cache;
+  const std::lock_guard<std::mutex> lock(m);
+  std::size_t entries = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) entries += e.is_directory() ? 1 : 0;
+  Index& ix = cache[{root, op}];
+  if (ix.entries == 0 || ix.entries != entries) {
+    ix = build_index(root, op, spec, decl);
+    ix.entries = entries;
+  }
+  return ix;
+}
+
+}  // namespace
+
+void register_collective(CollectiveSpec spec) {
+  const std::lock_guard<std::mutex> lock(specs_mutex());
+  specs()[spec.creator] = spec;
+  specs()[spec.op] = std::move(spec);
+}
+
+const CollectiveSpec* collective_spec(std::string_view op) {
+  const std::lock_guard<std::mutex> lock(specs_mutex());
+  auto it = specs().find(op);
+  return it == specs().end() ? nullptr : &it->second;
+}
+
+Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const std::string& dump_dir,
+                        std::vector<Value>& args, Device device, std::string* note) {
+  const std::string op = spec.op;
+  const bool creating = decl.name == spec.creator;
+  const OpDecl* op_decl = creating ? OpRegistry::global().find(op) : &decl;
+  FLASHINFER_CHECK(op_decl != nullptr, "replay", "", op, " is not declared");
+  const fs::path dir = fs::path(dump_dir).lexically_normal();
+  const std::string root = (dir.has_filename() ? dir : dir.parent_path()).parent_path().string();
+  const Index& ix = index_for(root, op, spec, *op_decl);
+  auto self = ix.stream_of_call.find(dir.string());
+  if (self == ix.stream_of_call.end()) {
+    FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", op,
+                    " is a collective: its call could not be placed among the recording's calls "
+                    "of ",
+                    op, " under ", root);
+  }
+  const Stream& mine = ix.streams[self->second];
+  // The creator's call is its stream's call 0; the op's calls count from 1.
+  const std::size_t k =
+      creating
+          ? 0
+          : static_cast<std::size_t>(std::find(mine.calls.begin(), mine.calls.end(), dir.string()) -
+                                     mine.calls.begin()) +
+                1;
+  // Which call of another rank's stream meets this one. Ranks in processes of their own number
+  // their calls of the op alike (every rank makes the same calls in the same order), so the
+  // call number in the directory name matches them even where a recording lost some calls (ring
+  // mode); ranks sharing a process share that counter, and their streams match by position.
+  bool by_number = false;
+  const int64_t my_number = call_number(dir.string());
+  auto call_of = [&](const Stream* s) -> std::string {
+    if (k == 0) return s->creator_dir;
+    if (by_number) {
+      for (const std::string& c : s->calls) {
+        if (call_number(c) == my_number) return c;
+      }
+      return std::string();
+    }
+    return s->calls.size() >= k ? s->calls[k - 1] : std::string();
+  };
+  // The group: streams of the same world size, one per rank. Streams whose rank was not
+  // recorded take ranks in the order their processes' ids and workspaces sort.
+  std::vector<const Stream*> same;
+  for (const Stream& s : ix.streams) {
+    if (s.world == mine.world && s.rank.has_value() == mine.rank.has_value()) same.push_back(&s);
+  }
+  int64_t world = mine.world.value_or(static_cast<int64_t>(same.size()));
+  std::vector<const Stream*> group(static_cast<std::size_t>(std::max<int64_t>(world, 0)), nullptr);
+  int64_t my_rank = -1;
+  if (mine.rank) {
+    // The j-th stream of this rank meets the j-th stream of every other rank.
+    std::size_t j = 0;
+    for (const Stream* s : same) {
+      if (s == &mine) break;
+      j += s->rank == mine.rank ? 1 : 0;
+    }
+    std::map<int64_t, std::size_t> seen;
+    for (const Stream* s : same) {
+      const int64_t r = *s->rank;
+      if (r < 0 || r >= world) continue;
+      if (seen[r]++ == j) group[static_cast<std::size_t>(r)] = s;
+    }
+    my_rank = *mine.rank;
+  } else {
+    std::vector<const Stream*> sorted = same;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const Stream* a, const Stream* b) { return a->pid < b->pid; });
+    for (std::size_t r = 0; r < sorted.size() && r < group.size(); ++r) group[r] = sorted[r];
+    my_rank = static_cast<int64_t>(std::find(sorted.begin(), sorted.end(), &mine) - sorted.begin());
+  }
+  {
+    std::set<int64_t> pids;
+    bool all = true;
+    for (const Stream* s : group) {
+      if (!s) {
+        all = false;
+        break;
+      }
+      pids.insert(s->pid);
+    }
+    by_number = all && my_number >= 0 && pids.size() == group.size() && group.size() > 1;
+  }
+  std::string missing;
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    if (!group[r] || call_of(group[r]).empty()) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  if (world < 1 || !missing.empty()) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", op, " is a collective of ", world,
+                    " ranks: replaying call ", k, " of rank ", my_rank,
+                    " needs the same call of every rank, and the recording has none for rank(s) ",
+                    missing.empty() ? std::string("?") : missing,
+                    " (record every rank into one dump directory)");
+  }
+  // Every rank's arguments, rebuilt on the replay device; this rank's are the caller's.
+  std::vector<std::vector<Value>> all(group.size());
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    if (static_cast<int64_t>(r) == my_rank) continue;
+    replay::Options o;
+    o.device = device;
+    o.run = false;
+    replay::Result peer = replay::replay_from_dump(call_of(group[r]), o);
+    if (peer.status == replay::Status::kError) {
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "rank ", r, "'s call ", k, " of ",
+                      decl.name, " (", call_of(group[r]), ") could not be rebuilt: ", peer.error);
+    }
+    all[r] = std::move(peer.args);
+  }
+  comm::ThreadGroup g(static_cast<int64_t>(group.size()), device);
+  Value result;
+  // The workspaces outlive every rank's call: a rank that returned first must not free the
+  // memory a slower peer still reads.
+  std::vector<Value> workspaces(group.size());
+  g.run([&](int64_t r) {
+    ScopedUnobserved quiet;  // per thread: the replayed calls are not logged or recorded again
+    const auto i = static_cast<std::size_t>(r);
+    std::vector<Value>& a = r == my_rank ? args : all[i];
+    if (creating) {
+      a.at(spec.creator_comm_param) = to_value(g.backend(r));
+    } else {
+      workspaces[i] = spec.make_workspace(g.backend(r), a);
+      a.at(spec.workspace_param) = workspaces[i];
+    }
+    Value v = decl.invoke(CallArgs(decl, a));
+    if (device.is_cuda()) cuda_device_synchronize(device.index);
+    if (r == my_rank) result = std::move(v);
+  });
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    (static_cast<int64_t>(r) == my_rank ? args : all[r])
+        .at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
+  }
+  workspaces.clear();
+  if (note) {
+    *note = "a collective: replayed with the recorded calls of all " +
+            std::to_string(group.size()) + " ranks (this is rank " + std::to_string(my_rank) +
+            (creating ? std::string(", its workspace's creation")
+                      : ", call " + std::to_string(k) + " on its workspace") +
+            "), each rank a thread on " + device.str();
+  }
+  return result;
+}
+
+}  // namespace flashinfer::detail

@@ -1,0 +1,50 @@
+// Replaying a collective (allreduce_fusion): one rank's recorded call cannot be recomputed from
+// its own inputs, so replay finds the same call of every other rank in the recording, runs all
+// of them as threads of one comm::ThreadGroup on the replay device, and keeps this rank's
+// result. Which recorded calls form a group: each rank's calls on one workspace are a stream
+// (the workspace's repr, within its process, from the call that created it); the creating call's
+// recorded world_size and rank place the stream in its group; the k-th call of one stream meets
+// the k-th call of the others. docs/COMM.md, "Replay".
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flashinfer/comm.h"
+#include "flashinfer/device.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer::detail {
+
+struct CollectiveSpec {
+  std::string op;                   // the collective op (its calls take the workspace)
+  std::size_t workspace_param = 1;  // the workspace among the op's bound arguments
+  std::string creator;              // the function whose result is the workspace
+  std::size_t creator_world_param = 1, creator_rank_param = 2;  // in the creator's arguments
+  std::size_t creator_comm_param = 7;  // the creator's CommBackend, replaced by the replay's
+  /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
+  /// arguments `args` (bound to the op's parameters).
+  std::function<Value(const std::shared_ptr<comm::CommBackend>& comm,
+                      const std::vector<Value>& args)>
+      make_workspace;
+};
+
+/// Registers spec.op and spec.creator (whose calls are collective too: replaying one makes every
+/// rank's workspace of that group together).
+void register_collective(CollectiveSpec spec);
+/// The spec registered for `op` (the collective or its creator), or null.
+const CollectiveSpec* collective_spec(std::string_view op);
+
+/// Runs the group of recorded calls that `dump_dir` belongs to, every rank in a thread on
+/// `device`, this call with `args` (so its written arguments are the ones replay compares);
+/// returns this call's result and says in `note` which calls ran with it. Throws
+/// flashinfer::Error naming what is missing (a rank not recorded, too few calls).
+Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const std::string& dump_dir,
+                        std::vector<Value>& args, Device device, std::string* note);
+
+}  // namespace flashinfer::detail
