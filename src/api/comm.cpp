@@ -38,6 +38,9 @@ struct TRTLLMAllReduceFusionWorkspace::Impl {
   bool destroyed = false;
 };
 
+using PcieInit = Init<PcieIpcAllReduceWorkspace, std::shared_ptr<comm::CommBackend>, int64_t, DType,
+                      int64_t, std::optional<Value>, std::optional<Value>, std::optional<Value>>;
+
 namespace {
 
 using kernels::AllReduceFusionParams;
@@ -124,6 +127,32 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
   impl->mem = std::make_unique<detail::PeerMemory>(
       *comm, static_cast<std::size_t>(ArBufferLayout::bytes(elems, elem_bytes_of(impl->fp32))), op);
   return std::make_shared<TRTLLMAllReduceFusionWorkspace>(std::move(impl));
+}
+
+// One rank's part of a call: the peer buffers into `p`, then on the CPU this rank's rows into its
+// slot, a barrier, the sums, a barrier (so no rank overwrites its slot while another still reads
+// it); on CUDA the kernel does all of it (flags in the buffers).
+void run_exchange(const detail::PeerMemory& mem, comm::CommBackend& comm, int64_t slot_elems,
+                  int64_t elem_bytes, AllReduceFusionParams& p, Device dev, const char* op,
+                  const char* arg, bool enable_pdl) {
+  for (int64_t r = 0; r < p.world_size; ++r) {
+    auto* base = static_cast<char*>(mem.peer(r));
+    p.peer_buf[r] = base;
+    p.peer_in[r] = base + ArBufferLayout::kSlotsOffset;
+  }
+  p.slot_stride = ArBufferLayout::slot_stride(slot_elems, elem_bytes);
+  if (dev.is_cpu()) {
+    const int64_t bytes = p.tokens * p.hidden * dtype_size(p.dtype);
+    if (bytes > 0) {
+      std::memcpy(static_cast<char*>(mem.local()) + ArBufferLayout::kSlotsOffset, p.input,
+                  static_cast<std::size_t>(bytes));
+    }
+    comm.barrier();
+    api::launch(kAllreduceKernels, p, dev, op, arg);
+    comm.barrier();
+  } else {
+    api::launch(kAllreduceKernels, p, dev, op, arg, enable_pdl);
+  }
 }
 
 // The tensor arguments allreduce_fusion takes, by name.
@@ -356,28 +385,8 @@ Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64
                           "Blackwell-only; compute capability ",
                           cc, " here)");
   }
-  const auto& mem = *w.mem;
-  const int64_t stride =
-      ArBufferLayout::slot_stride(w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32));
-  for (int64_t r = 0; r < W; ++r) {
-    auto* base = static_cast<char*>(mem.peer(r));
-    p.peer_buf[r] = base;
-    p.peer_in[r] = base + ArBufferLayout::kSlotsOffset;
-  }
-  p.slot_stride = stride;
-  if (dev.is_cpu()) {
-    // The exchange: this rank's rows into its slot, a barrier, the sums, a barrier (so no rank
-    // overwrites its slot while another still reads it).
-    if (T * H > 0) {
-      std::memcpy(static_cast<char*>(mem.local()) + ArBufferLayout::kSlotsOffset, x.data_ptr(),
-                  static_cast<std::size_t>(T * H * itemsize));
-    }
-    w.comm->barrier();
-    api::launch(kAllreduceKernels, p, dev, op, "input");
-    w.comm->barrier();
-  } else {
-    api::launch(kAllreduceKernels, p, dev, op, "input", launch_with_pdl);
-  }
+  run_exchange(*w.mem, *w.comm, w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32), p, dev, op,
+               "input", launch_with_pdl);
   if (a.norm_out && a.norm_out->defined()) return *a.norm_out;
   if (a.quant_out && a.quant_out->defined()) return *a.quant_out;
   if (output.defined()) return output;
@@ -460,6 +469,242 @@ Tensor allreduce_fusion(const Tensor& input,
       block_quant_group_size, weight_bias);
 }
 
+// ---- PcieIpcAllReduceWorkspace ------------------------------------------------------------------
+
+struct PcieIpcAllReduceWorkspace::Impl {
+  int64_t world_size = 0, rank = 0, max_numel = 0, max_blocks = 0;
+  DType dtype = DType::kBFloat16;
+  std::shared_ptr<comm::CommBackend> comm;
+  std::unique_ptr<detail::PeerMemory> mem;
+  bool destroyed = false;
+};
+
+namespace {
+
+constexpr const char* kPcieModule = "flashinfer.comm.pcie_ipc_ar";
+
+// upstream's IpcVariant.
+enum class IpcVariant : int64_t { kUnstaged = 0, kStaged, kStagedRing, kFlatStaged };
+
+struct IpcConfig {
+  int64_t blocks = 0, threads = 0, variant = 0;
+};
+
+// The integer after `key=` in upstream's dataclass repr ("variant=<IpcVariant.STAGED: 1>"
+// gives 1).
+std::optional<int64_t> repr_field(const std::string& repr, const std::string& key) {
+  auto at = repr.find(key + "=");
+  if (at == std::string::npos) return std::nullopt;
+  at += key.size() + 1;
+  const auto end = repr.find_first_of(",)", at);
+  std::string v = repr.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  if (const auto colon = v.rfind(':'); colon != std::string::npos) v = v.substr(colon + 1);
+  v.erase(std::remove_if(v.begin(), v.end(), [](char c) { return c == ' ' || c == '>'; }), v.end());
+  if (v.empty() || v.size() > 12 || v.find_first_not_of("-0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(v);
+}
+
+int64_t config_int(const Value& x, const char* name, const char* op) {
+  if (x.kind() == Value::Kind::kEnum) {
+    const std::string& v = x.as_enum().value;
+    FLASHINFER_CHECK(
+        !v.empty() && v.size() < 12 && v.find_first_not_of("-0123456789") == std::string::npos, op,
+        "config", "config.", name, " must be an int, got ", x.repr());
+    return std::stoll(v);
+  }
+  FLASHINFER_CHECK(x.kind() == Value::Kind::kInt, op, "config", "config.", name,
+                   " must be an int, got ", x.repr());
+  return x.as_int();
+}
+
+IpcConfig parse_config(const Value& v, const char* op) {
+  IpcConfig c;
+  if (v.is_sequence()) {
+    FLASHINFER_CHECK(v.items().size() == 3, op, "config",
+                     "config must be (blocks, threads, variant), got ", v.repr());
+    c.blocks = config_int(v.items()[0], "blocks", op);
+    c.threads = config_int(v.items()[1], "threads", op);
+    c.variant = config_int(v.items()[2], "variant", op);
+    return c;
+  }
+  if (v.kind() == Value::Kind::kDict) {
+    int found = 0;
+    for (const auto& [k, x] : v.dict_items()) {
+      const std::string key = k.kind() == Value::Kind::kString ? k.as_string() : "";
+      if (key == "blocks") c.blocks = config_int(x, "blocks", op), ++found;
+      if (key == "threads") c.threads = config_int(x, "threads", op), ++found;
+      if (key == "variant") c.variant = config_int(x, "variant", op), ++found;
+    }
+    FLASHINFER_CHECK(found == 3, op, "config", "config needs blocks, threads and variant, got ",
+                     v.repr());
+    return c;
+  }
+  if (v.kind() == Value::Kind::kObject) {  // a recorded IpcLaunchConfig: its repr
+    const std::string& repr = v.as_object().repr;
+    const auto b = repr_field(repr, "blocks"), t = repr_field(repr, "threads"),
+               r = repr_field(repr, "variant");
+    FLASHINFER_CHECK(b && t && r, op, "config", "cannot read blocks, threads and variant from ",
+                     repr);
+    return {*b, *t, *r};
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "config",
+                  "config must be None, (blocks, threads, variant) or an IpcLaunchConfig, got ",
+                  v.repr());
+}
+
+bool pcie_supports(const PcieIpcAllReduceWorkspace::Impl& w, const Tensor& inp) {
+  return !w.destroyed && inp.defined() &&
+         (inp.dtype() == DType::kBFloat16 || inp.dtype() == DType::kFloat16) &&
+         inp.is_contiguous() && inp.dim() >= 1 && inp.numel() <= w.max_numel &&
+         inp.numel() % 8 == 0 && inp.numel() >= 8 * w.world_size;
+}
+
+// The longest row of at most 4096 elements that divides n (n % 8 == 0): the kernels' rows.
+int64_t pcie_row(int64_t n) {
+  for (int64_t h = 4096; h > 8; h /= 2) {
+    if (n % h == 0) return h;
+  }
+  return 8;
+}
+
+IpcConfig resolve_config(const PcieIpcAllReduceWorkspace::Impl& w, const Tensor& inp,
+                         const std::optional<Value>& config, const char* op) {
+  const int64_t W = w.world_size;
+  IpcConfig c;
+  if (!config || config->is_none()) {
+    FLASHINFER_CHECK(pcie_supports(w, inp), op, "inp", "unsupported shape ",
+                     shape_to_string(inp.shape()), " dtype ", dtype_torch_name(inp.dtype()), " at ",
+                     W, " ranks; check supports() first");
+    // Upstream's untuned seed policy (only the variant changes the arithmetic).
+    const int64_t payload = inp.numel() * 2;
+    c.variant = W == 2                 ? int64_t(IpcVariant::kUnstaged)
+                : payload >= 32 * 1024 ? int64_t(IpcVariant::kStagedRing)
+                : W == 4               ? int64_t(IpcVariant::kStaged)
+                                       : int64_t(IpcVariant::kUnstaged);
+    c.threads = W == 2 ? 128 : 256;
+    c.blocks = 1;
+    return c;
+  }
+  c = parse_config(*config, op);
+  FLASHINFER_CHECK(c.blocks > 0 && c.blocks <= w.max_blocks, op, "config", "blocks must be in (0, ",
+                   w.max_blocks, "], got ", c.blocks);
+  FLASHINFER_CHECK(c.threads > 0 && c.threads <= 1024 && c.threads >= W, op, "config",
+                   "threads must be in (0, 1024] and >= the world size, got ", c.threads);
+  FLASHINFER_CHECK(c.variant >= 0 && c.variant < 6, op, "config", "unknown variant ", c.variant);
+  FLASHINFER_CHECK_CODE(c.variant <= 3, ErrorCode::kUnsupported, op, "config",
+                        "the copy-engine variants (4, 5) are not implemented in flashinfer-cpp");
+  FLASHINFER_CHECK(W != 2 || c.variant <= 1, op, "config",
+                   "2 ranks take only the UNSTAGED and STAGED variants");
+  FLASHINFER_CHECK(c.variant != int64_t(IpcVariant::kFlatStaged) || W == 8, op, "config",
+                   "FLAT_STAGED needs 8 ranks");
+  FLASHINFER_CHECK(W != 8 || c.variant != int64_t(IpcVariant::kStaged) || c.blocks % 4 == 0, op,
+                   "config", "8 ranks STAGED need blocks % 4 == 0, got ", c.blocks);
+  return c;
+}
+
+}  // namespace
+
+PcieIpcAllReduceWorkspace::PcieIpcAllReduceWorkspace(std::shared_ptr<comm::CommBackend> group,
+                                                     int64_t max_numel, DType dtype,
+                                                     int64_t max_blocks,
+                                                     std::optional<Value> profile,
+                                                     std::optional<Value> tune_batches,
+                                                     std::optional<Value> tune_cache) {
+  call_init<PcieInit>(
+      [&] {
+        const char* op = "PcieIpcAllReduceWorkspace.__init__";
+        FLASHINFER_CHECK(group != nullptr, op, "group",
+                         "a CommBackend is required (upstream's group is a torch ProcessGroup)");
+        const int64_t w = group->Get_size();
+        FLASHINFER_CHECK(w == 2 || w == 4 || w == 8, op, "group", "world size ", w,
+                         " unsupported; expected one of (2, 4, 8)");
+        FLASHINFER_CHECK(dtype == DType::kBFloat16 || dtype == DType::kFloat16, op, "dtype",
+                         "dtype ", dtype_torch_name(dtype),
+                         " unsupported; expected one of (torch.bfloat16, torch.float16)");
+        FLASHINFER_CHECK(max_numel > 0 && max_numel % 8 == 0, op, "max_numel",
+                         "max_numel must be a positive multiple of 8 for ", dtype_torch_name(dtype),
+                         ", got ", max_numel);
+        FLASHINFER_CHECK(max_blocks > 0, op, "max_blocks", "max_blocks must be positive");
+        auto impl = std::make_shared<Impl>();
+        impl->world_size = w;
+        impl->rank = group->Get_rank();
+        impl->max_numel = max_numel;
+        impl->max_blocks = max_blocks;
+        impl->dtype = dtype;
+        impl->comm = group;
+        impl->mem = std::make_unique<detail::PeerMemory>(
+            *group, static_cast<std::size_t>(ArBufferLayout::bytes(max_numel, 2)), op);
+        impl_ = std::move(impl);
+      },
+      *this, group, max_numel, dtype, max_blocks, profile, tune_batches, tune_cache);
+}
+
+PcieIpcAllReduceWorkspace::~PcieIpcAllReduceWorkspace() = default;
+int64_t PcieIpcAllReduceWorkspace::world_size() const { return impl_->world_size; }
+int64_t PcieIpcAllReduceWorkspace::rank() const { return impl_->rank; }
+bool PcieIpcAllReduceWorkspace::supports(const Tensor& inp) const {
+  return pcie_supports(*impl_, inp);
+}
+void PcieIpcAllReduceWorkspace::destroy() {
+  impl_->mem.reset();
+  impl_->destroyed = true;
+}
+
+Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Tensor> out,
+                                             std::optional<Value> config, bool enable_pdl) {
+  return call_op<&PcieIpcAllReduceWorkspace::all_reduce>(
+      [&] {
+        const char* op = "PcieIpcAllReduceWorkspace.all_reduce";
+        Impl& w = *impl_;
+        FLASHINFER_CHECK(!w.destroyed, op, "self", "the workspace was destroyed");
+        FLASHINFER_CHECK_CODE(!enable_pdl, ErrorCode::kUnsupported, op, "enable_pdl",
+                              "enable_pdl is not supported yet: in the TP8 block kernel the "
+                              "launch-completion trigger precedes the island ack and barrier "
+                              "flag stores");
+        api::check_defined(inp, op, "inp");
+        const Device dev = inp.device();
+        FLASHINFER_CHECK(dev == w.comm->device(), op, "inp", "inp is on ", dev.str(),
+                         " but the workspace's buffers are on ", w.comm->device().str());
+        const IpcConfig c = resolve_config(w, inp, config, op);
+        const int64_t n = inp.numel();
+        FLASHINFER_CHECK(inp.is_contiguous(), op, "inp", "inp must be contiguous");
+        FLASHINFER_CHECK(inp.dtype() == DType::kBFloat16 || inp.dtype() == DType::kFloat16, op,
+                         "inp", "inp must be bfloat16 or float16, got ",
+                         dtype_torch_name(inp.dtype()));
+        FLASHINFER_CHECK(n <= w.max_numel, op, "inp", "payload exceeds the workspace capacity (", n,
+                         " > ", w.max_numel, " elements)");
+        FLASHINFER_CHECK(n % 8 == 0, op, "inp", "numel must be a multiple of 8, got ", n);
+        Tensor o;
+        if (out && out->defined()) {
+          o = *out;
+          api::check_same_device(o, inp, op, "out", "inp");
+          FLASHINFER_CHECK(o.is_contiguous(), op, "out", "out must be contiguous");
+          api::check_same_dtype(o, inp, op, "out", "inp");
+          FLASHINFER_CHECK(o.numel() == n, op, "out", "out has ", o.numel(), " elements, inp ", n);
+        } else {
+          o = Tensor::empty(inp.shape(), inp.dtype(), dev);
+        }
+        AllReduceFusionParams p;
+        p.world_size = static_cast<int>(w.world_size);
+        p.rank = static_cast<int>(w.rank);
+        p.hidden = pcie_row(n);
+        p.tokens = n / p.hidden;
+        p.dtype = inp.dtype();
+        p.pattern = 0;
+        p.fp32_acc = false;
+        p.oneshot = false;
+        p.island8 = w.world_size == 8 && (c.variant == int64_t(IpcVariant::kStaged) ||
+                                          c.variant == int64_t(IpcVariant::kStagedRing));
+        p.input = inp.data_ptr();
+        p.output = o.data_ptr();
+        run_exchange(*w.mem, *w.comm, w.max_numel, 2, p, dev, op, "inp", false);
+        return o;
+      },
+      *this, inp, out, config, enable_pdl);
+}
+
 namespace detail {
 
 void register_comm_ops(OpRegistry& r) {
@@ -514,6 +759,41 @@ void register_comm_ops(OpRegistry& r) {
         std::max<int64_t>(1, x.size(1)), x.dtype(), std::nullopt, c));
   };
   register_collective(std::move(spec));
+
+  declare_init<PcieInit>(
+      r,
+      {.name = "PcieIpcAllReduceWorkspace.__init__",
+       .module = kPcieModule,
+       .summary = "Collective: a rank's PCIe all-reduce workspace (peer buffers every rank maps)"},
+      arg("group").required(), "max_numel", arg("dtype", DType::kBFloat16),
+      arg("max_blocks", int64_t{128}), arg("profile"), arg("tune_batches"), arg("tune_cache"));
+  declare<&PcieIpcAllReduceWorkspace::all_reduce>(
+      r,
+      {.name = "PcieIpcAllReduceWorkspace.all_reduce",
+       .module = kPcieModule,
+       .summary = "Collective: the sum of every rank's tensor, in the 16-bit dtype"},
+      "inp", arg("out").mut().kw(), arg("config").kw(), arg("enable_pdl", false).kw());
+  api::register_backends("PcieIpcAllReduceWorkspace.all_reduce", kAllreduceKernels);
+  static constexpr api::BackendSummary kPcieWorkspaceBackends[] = {
+    {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "device buffers shared by CUDA IPC handles or peer access"},
+#endif
+  };
+  api::register_backends("PcieIpcAllReduceWorkspace.__init__", kPcieWorkspaceBackends);
+  CollectiveSpec pcie;
+  pcie.op = "PcieIpcAllReduceWorkspace.all_reduce";
+  pcie.workspace_param = 0;  // self
+  pcie.creator = "PcieIpcAllReduceWorkspace.__init__";
+  pcie.creator_comm_param = 1;  // group (self is 0)
+  pcie.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
+                           const std::vector<Value>& args) {
+    const Tensor& x = args.at(1).as_tensor();
+    const int64_t n = std::max<int64_t>(x.numel(), 8 * c->Get_size());
+    const DType dt = x.dtype() == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+    return to_value(std::make_shared<PcieIpcAllReduceWorkspace>(c, (n + 7) / 8 * 8, dt));
+  };
+  register_collective(std::move(pcie));
 }
 
 }  // namespace detail

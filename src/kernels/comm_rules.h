@@ -48,6 +48,27 @@ FLASHINFER_HD float ar_input(float v, bool oneshot) {
   return oneshot && f32_to_bits(v) == 0x80000000u ? 0.0f : v;
 }
 
+/// The sum over the ranks of one element: load(k) is rank k's value, round(v) rounds to the
+/// dtype. Rank order, each partial sum rounded (fp32_acc: one fp32 sum, rounded by the caller);
+/// island8 (8 ranks, PcieIpcAllReduceWorkspace's island kernels): ((v0+v1)+(v2+v3)) +
+/// ((v4+v5)+(v6+v7)), each sum rounded.
+template <class Load, class Round>
+FLASHINFER_HD float ar_rank_sum(int world_size, bool fp32_acc, bool island8, bool oneshot,
+                                const Load& load, const Round& round) {
+  if (island8) {
+    auto add = [&](float a, float b) { return round(fp32_add(a, b)); };
+    auto in = [&](int k) { return ar_input(load(k), oneshot); };
+    return add(add(add(in(0), in(1)), add(in(2), in(3))),
+               add(add(in(4), in(5)), add(in(6), in(7))));
+  }
+  float s = ar_input(load(0), oneshot);
+  for (int k = 1; k < world_size; ++k) {
+    s = fp32_add(s, ar_input(load(k), oneshot));
+    if (!fp32_acc) s = round(s);
+  }
+  return round(s);
+}
+
 /// FP8 e4m3 with a static dequant scale: sat(y * (1 / scale)).
 FLASHINFER_HD uint8_t ar_fp8_static(float y, float scale) {
   return float_to_e4m3fn_bits(fp32_mul(y, fp32_div(1.0f, scale)), true);

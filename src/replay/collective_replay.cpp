@@ -105,16 +105,18 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
       const std::string result(schema::kResult);
       Stream s;
       s.pid = pid;
-      s.repr = repr_of(om.contains(result) ? &om[result] : nullptr);
+      // A constructor's object is its self (arg_0); a function's, its result.
+      s.repr = creator->is_constructor() ? repr_of(recorded_arg(im, 0, "self"))
+                                         : repr_of(om.contains(result) ? &om[result] : nullptr);
       if (s.repr.empty()) continue;  // the call failed: no workspace
       const auto& ps = creator->params;
-      if (const Json* w =
-              recorded_arg(im, spec.creator_world_param, ps.at(spec.creator_world_param).name)) {
-        s.world = json_int(*w);
+      if (spec.creator_world_param) {
+        const std::size_t i = *spec.creator_world_param;
+        if (const Json* w = recorded_arg(im, i, ps.at(i).name)) s.world = json_int(*w);
       }
-      if (const Json* r =
-              recorded_arg(im, spec.creator_rank_param, ps.at(spec.creator_rank_param).name)) {
-        s.rank = json_int(*r);
+      if (spec.creator_rank_param) {
+        const std::size_t i = *spec.creator_rank_param;
+        if (const Json* r = recorded_arg(im, i, ps.at(i).name)) s.rank = json_int(*r);
       }
       s.creator_dir = fs::path(d).lexically_normal().string();
       current[{pid, s.repr}] = ix.streams.size();

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,9 @@ struct CollectiveSpec {
   std::string op;                   // the collective op (its calls take the workspace)
   std::size_t workspace_param = 1;  // the workspace among the op's bound arguments
   std::string creator;              // the function whose result is the workspace
-  std::size_t creator_world_param = 1, creator_rank_param = 2;  // in the creator's arguments
+  // The group size and rank among the creator's arguments (nullopt: not recorded; streams then
+  // take ranks in process-id order, then in the order their workspaces were made).
+  std::optional<std::size_t> creator_world_param, creator_rank_param;
   std::size_t creator_comm_param = 7;  // the creator's CommBackend, replaced by the replay's
   /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
   /// arguments `args` (bound to the op's parameters).

@@ -448,7 +448,9 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
     if (rec.contains(self_id_key) && rec[self_id_key].is_number()) {
       self_key = {rec.value(std::string(schema::kProcessId), int64_t{0}),
                   rec[self_id_key].get<uint64_t>()};
-      if (!decl->is_constructor()) {
+      // A collective's method brings its own workspace (replay/collective_replay.h): upstream
+      // records no __init__ of PcieIpcAllReduceWorkspace.
+      if (!decl->is_constructor() && !detail::collective_spec(r.function_name)) {
         ObjectRegistry* reg = o.registry;
         auto it = reg ? reg->find(self_key) : ObjectRegistry::iterator();
         if (!reg || it == reg->end()) {

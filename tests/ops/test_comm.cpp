@@ -564,6 +564,122 @@ TEST(AllreduceFusionReplay, EveryRanksCallsReplayTogether) {
   fs::remove_all(dir);
 }
 
+// ---- PcieIpcAllReduceWorkspace ------------------------------------------------------------------
+
+// Every rank's all_reduce of `vals[r]` (a [2, 16] tensor filled with it) with `config`.
+std::vector<double> pcie_sums(int64_t W, const std::vector<double>& vals,
+                              std::optional<Value> config, DType dt = kBf) {
+  comm::ThreadGroup g(W);
+  std::vector<double> got(static_cast<std::size_t>(W));
+  g.run([&](int64_t r) {
+    PcieIpcAllReduceWorkspace ws(g.backend(r), 64, dt);
+    EXPECT_EQ(ws.rank(), r);
+    Tensor out = ws.all_reduce(Tensor::full({2, 16}, vals[r], dt), std::nullopt, config);
+    const auto v = out.to_double_vector();
+    for (double x : v) EXPECT_EQ(x, v[0]);
+    got[r] = v[0];
+  });
+  return got;
+}
+
+TEST(PcieIpcAllReduce, SumsInRankOrderOrByIslandsAsTheVariantDoes) {
+  const double t = std::ldexp(1.0, -8);
+  // 4 ranks, sequential, each partial sum rounded to bf16: 1 + t is a tie and stays 1.
+  for (double v : pcie_sums(4, {1, t, t, 0}, std::nullopt)) EXPECT_EQ(v, 1.0);
+  // 8 ranks: ((1 + 0) + (t + t)) keeps 2t = 2^-7, the sequential sum loses each t.
+  const std::vector<double> eight = {1, 0, t, t, 0, 0, 0, 0};
+  for (double v : pcie_sums(8, eight, Value::tuple({Value(16), Value(256), Value(0)}))) {
+    EXPECT_EQ(v, 1.0);  // UNSTAGED: sequential
+  }
+  for (double v : pcie_sums(8, eight, Value::tuple({Value(4), Value(256), Value(1)}))) {
+    EXPECT_EQ(v, 1.0 + 2 * t);  // STAGED: islands
+  }
+  // Upstream's recorded config (its repr) says the same.
+  ObjectRef ring;
+  ring.type = "IpcLaunchConfig";
+  ring.repr = "IpcLaunchConfig(blocks=2, threads=256, variant=<IpcVariant.STAGED_RING: 2>)";
+  for (double v : pcie_sums(8, eight, Value(ring))) EXPECT_EQ(v, 1.0 + 2 * t);
+  for (double v : pcie_sums(2, {3, -5}, std::nullopt, kF16)) EXPECT_EQ(v, -2.0);
+}
+
+TEST(PcieIpcAllReduce, RefusesWhatUpstreamRefuses) {
+  auto expect_error = [&](const std::function<void()>& fn, const char* what) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error, expected " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  comm::ThreadGroup three(3);
+  expect_error([&] { PcieIpcAllReduceWorkspace(three.backend(0), 64); }, "world size 3");
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    if (r == 0) {
+      expect_error([&] { PcieIpcAllReduceWorkspace(b, 60); }, "multiple of 8");
+      expect_error([&] { PcieIpcAllReduceWorkspace(b, 64, kF32); }, "unsupported");
+    }
+    b->barrier();
+    PcieIpcAllReduceWorkspace ws(b, 64);
+    const Tensor x = Tensor::zeros({4, 8}, kBf);
+    EXPECT_TRUE(ws.supports(x));
+    EXPECT_FALSE(ws.supports(Tensor::zeros({8}, kBf)));  // fewer than 8 elements a rank
+    expect_error([&] { ws.all_reduce(x, std::nullopt, std::nullopt, true); }, "enable_pdl");
+    expect_error([&] { ws.all_reduce(Tensor::zeros({8}, kBf)); }, "check supports() first");
+    expect_error(
+        [&] {
+          ws.all_reduce(Tensor::zeros({16, 8}, kBf), std::nullopt,
+                        Value::tuple({Value(1), Value(128), Value(0)}));
+        },
+        "payload exceeds the workspace capacity");
+    expect_error(
+        [&] {
+          ws.all_reduce(x, std::nullopt, Value::tuple({Value(1), Value(128), Value(2)}));
+        },
+        "only the UNSTAGED and STAGED");
+    expect_error(
+        [&] {
+          ws.all_reduce(x, std::nullopt, Value::tuple({Value(1), Value(128), Value(4)}));
+        },
+        "not implemented");
+    expect_error(
+        [&] {
+          ws.all_reduce(x, std::nullopt, Value::tuple({Value(0), Value(128), Value(0)}));
+        },
+        "blocks must be in");
+    expect_error([&] { ws.all_reduce(x, Tensor::zeros({4, 8}, kF16)); }, "does not match");
+    b->barrier();
+    ws.destroy();
+    expect_error([&] { ws.all_reduce(x); }, "destroyed");
+  });
+}
+
+TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_pcie_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  comm::ThreadGroup g(4);
+  g.run([&](int64_t r) {
+    PcieIpcAllReduceWorkspace ws(g.backend(r), 256);
+    ws.all_reduce(rand_tensor({4, 32}, kBf, 50 + r));
+    Tensor out = Tensor::empty({128}, kBf);
+    ws.all_reduce(rand_tensor({128}, kBf, 60 + r), out);
+    g.backend(r)->barrier();
+  });
+  recorder::stop();
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 12u);  // four constructions, eight calls
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- ranks in processes of their own ----------------------------------------------------------
 
 // A CommBackend over files in a shared directory (test-only): allgather round n writes
@@ -722,6 +838,30 @@ TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
         EXPECT_LE(diff, static_cast<int64_t>(cpu[r].size() / 100))
             << "pattern " << pattern << " rank " << r;
       }
+    }
+  }
+}
+
+TEST(PcieIpcAllReduceCuda, MatchesCpuOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t W : {2, 4, 8}) {
+    for (int64_t variant : {0, 1}) {
+      if (W == 8 && variant == 1) continue;  // STAGED at 8 ranks needs blocks % 4
+      auto run_on = [&](Device dev) {
+        comm::ThreadGroup g(W, dev);
+        std::vector<std::vector<double>> got(W);
+        g.run([&](int64_t r) {
+          PcieIpcAllReduceWorkspace ws(g.backend(r), 1 << 16);
+          Tensor x = rand_tensor({3, 4096}, kBf, 70 + r).to(dev);
+          Tensor out =
+              ws.all_reduce(x, std::nullopt, Value::tuple({Value(4), Value(256), Value(variant)}));
+          got[r] = out.to(Device::cpu()).to_double_vector();
+          g.backend(r)->barrier();
+        });
+        return got;
+      };
+      const auto cpu = run_on(Device::cpu()), gpu = run_on(Device::cuda(0));
+      for (int64_t r = 0; r < W; ++r) EXPECT_EQ(cpu[r], gpu[r]) << W << " ranks";
     }
   }
 }

@@ -124,4 +124,45 @@ Tensor allreduce_fusion(
     std::optional<Tensor> shared_expert_output = std::nullopt,
     std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
 
+/// flashinfer.comm.pcie_ipc_ar.PcieIpcAllReduceWorkspace: a plain all-reduce for PCIe-only
+/// nodes (SGLang and vLLM call all_reduce on it). The constructor is collective (every rank
+/// with the same arguments): 2, 4 or 8 ranks, bf16 or fp16 (one workspace serves both: only the
+/// element size binds), max_numel a positive multiple of 8, max_blocks > 0. profile,
+/// tune_batches and tune_cache only steer upstream's launch tuning (and the topology label);
+/// nothing here depends on them.
+class PcieIpcAllReduceWorkspace : public ApiObject {
+ public:
+  struct Impl;
+  PcieIpcAllReduceWorkspace(std::shared_ptr<comm::CommBackend> group, int64_t max_numel,
+                            DType dtype = DType::kBFloat16, int64_t max_blocks = 128,
+                            std::optional<Value> profile = std::nullopt,
+                            std::optional<Value> tune_batches = std::nullopt,
+                            std::optional<Value> tune_cache = std::nullopt);
+  ~PcieIpcAllReduceWorkspace() override;
+  PcieIpcAllReduceWorkspace(const PcieIpcAllReduceWorkspace&) = delete;
+  PcieIpcAllReduceWorkspace& operator=(const PcieIpcAllReduceWorkspace&) = delete;
+
+  /// Collective: out = the sum of every rank's inp (same shape everywhere), in the ranks'
+  /// 16-bit dtype, each partial sum rounded: rank order 0..W-1, except 8 ranks on the island
+  /// variants (STAGED, STAGED_RING: ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7))). config: None
+  /// (upstream's untuned choice: islands at 8 ranks from 32 KiB on), or (blocks, threads,
+  /// variant) as a tuple, a dict or upstream's IpcLaunchConfig repr; variants 0-3 (UNSTAGED,
+  /// STAGED, STAGED_RING, FLAT_STAGED). enable_pdl=True is refused as upstream refuses it.
+  /// Returns out (allocated when None).
+  Tensor all_reduce(const Tensor& inp, std::optional<Tensor> out = std::nullopt,
+                    std::optional<Value> config = std::nullopt, bool enable_pdl = false);
+  /// Whether all_reduce takes `inp` with config None (upstream's supports()).
+  bool supports(const Tensor& inp) const;
+  int64_t world_size() const;
+  int64_t rank() const;
+  /// Releases the buffers (idempotent); later calls are refused.
+  void destroy();
+
+  std::string_view class_name() const override { return "PcieIpcAllReduceWorkspace"; }
+  std::string_view module_name() const override { return "flashinfer.comm.pcie_ipc_ar"; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
 }  // namespace flashinfer

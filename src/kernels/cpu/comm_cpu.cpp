@@ -38,14 +38,10 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
     std::vector<float> r(static_cast<std::size_t>(H)), y(static_cast<std::size_t>(H));
     for (int64_t j = 0; j < H; ++j) {
       const int64_t i = t * H + j;
-      // Rank order; fp32_acc keeps one fp32 sum, otherwise each partial sum is rounded to the
-      // dtype (a store and a load of it), as upstream's vector add.
-      float s = ar_input(load_or_fp32(p.peer_in[0], dt, i), p.oneshot);
-      for (int k = 1; k < p.world_size; ++k) {
-        s = fp32_add(s, ar_input(load_or_fp32(p.peer_in[k], dt, i), p.oneshot));
-        if (!p.fp32_acc) s = round_to(dt, s);
-      }
-      s = round_to(dt, s);  // fp32_acc: the one rounding of the sum
+      const float s = ar_rank_sum(
+          p.world_size, p.fp32_acc, p.island8, p.oneshot,
+          [&](int k) { return load_or_fp32(p.peer_in[k], dt, i); },
+          [&](float v) { return round_to(dt, v); });
       if (pat.allreduce_out) {
         store_or_fp32(p.output, dt, i, s);
         continue;

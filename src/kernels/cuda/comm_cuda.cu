@@ -102,15 +102,13 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
     float ss = 0.0f;
     for (int64_t j = tid; j < H; j += blockDim.x) {
       const int64_t i = t * H + j;
-      float s = ar_input(
-          load_peer(reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[0]) + slot) + i),
-          p.oneshot);
-      for (int k = 1; k < p.world_size; ++k) {
-        const T* src = reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[k]) + slot);
-        s = fp32_add(s, ar_input(load_peer(src + i), p.oneshot));
-        if (!p.fp32_acc) s = round_t<T>(s);
-      }
-      s = round_t<T>(s);
+      const float s = ar_rank_sum(
+          p.world_size, p.fp32_acc, p.island8, p.oneshot,
+          [&](int k) {
+            return load_peer(
+                reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[k]) + slot) + i);
+          },
+          [](float v) { return round_t<T>(v); });
       if (pat.allreduce_out) {
         static_cast<T*>(p.output)[i] = from_f32<T>(s);
         continue;
