@@ -705,6 +705,73 @@ Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Te
       *this, inp, out, config, enable_pdl);
 }
 
+// ---- MoE all-to-all sizes -----------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kMoeA2aModule = "flashinfer.comm.trtllm_moe_alltoall";
+constexpr int64_t kMoeA2aMaxTopK = 22;
+
+int64_t pad128(int64_t v) { return (v + 127) / 128 * 128; }
+
+// Upstream's aux region: flag value, local token counter, send and receive counters, then
+// (each 128-byte aligned) dispatch and combine completion flags, the top_k target ranks and
+// send indices (22 slots a token), the EPLB statistics; the payloads start at its aligned end.
+int64_t moe_a2a_aux_size(int64_t ep, int64_t max_tokens, int64_t eplb_experts) {
+  int64_t off = 8 + 8 * ep;
+  for (const int64_t region : {4 * ep, 4 * ep, max_tokens * kMoeA2aMaxTopK * 4,
+                               max_tokens * kMoeA2aMaxTopK * 4, ep * eplb_experts * 4}) {
+    off = pad128(off) + region;
+  }
+  return pad128(off);
+}
+
+void check_non_negative(int64_t v, const char* op, const char* arg) {
+  FLASHINFER_CHECK(v >= 0, op, arg, arg, " must be non-negative, got ", v);
+}
+
+}  // namespace
+
+int64_t moe_a2a_get_workspace_size_per_rank(int64_t ep_size, int64_t max_num_tokens,
+                                            int64_t total_dispatch_payload_size_per_token,
+                                            int64_t combine_payload_size_per_token,
+                                            int64_t eplb_stats_num_experts) {
+  return call_op<&moe_a2a_get_workspace_size_per_rank>(
+      [&] {
+        const char* op = "moe_a2a_get_workspace_size_per_rank";
+        FLASHINFER_CHECK(ep_size > 0, op, "ep_size", "ep_size must be positive, got ", ep_size);
+        check_non_negative(max_num_tokens, op, "max_num_tokens");
+        check_non_negative(total_dispatch_payload_size_per_token, op,
+                           "total_dispatch_payload_size_per_token");
+        check_non_negative(combine_payload_size_per_token, op, "combine_payload_size_per_token");
+        check_non_negative(eplb_stats_num_experts, op, "eplb_stats_num_experts");
+        return moe_a2a_aux_size(ep_size, max_num_tokens, eplb_stats_num_experts) +
+               pad128(ep_size * max_num_tokens * total_dispatch_payload_size_per_token) +
+               pad128(ep_size * max_num_tokens * combine_payload_size_per_token);
+      },
+      ep_size, max_num_tokens, total_dispatch_payload_size_per_token,
+      combine_payload_size_per_token, eplb_stats_num_experts);
+}
+
+int64_t moe_alltoall_get_moe_workspace_size_per_rank(int64_t ep_size, int64_t top_k,
+                                                     int64_t max_num_tokens, int64_t hidden_size,
+                                                     int64_t extra_payload_bytes_per_token,
+                                                     int64_t eplb_stats_num_experts) {
+  return call_op<&moe_alltoall_get_moe_workspace_size_per_rank>(
+      [&] {
+        const char* op = "MoeAlltoAll.get_moe_workspace_size_per_rank";
+        check_non_negative(top_k, op, "top_k");
+        check_non_negative(hidden_size, op, "hidden_size");
+        check_non_negative(extra_payload_bytes_per_token, op, "extra_payload_bytes_per_token");
+        // 16-bit hidden states, int32 expert ids and fp32 scales a token.
+        return moe_a2a_get_workspace_size_per_rank(
+            ep_size, max_num_tokens, hidden_size * 2 + top_k * 8 + extra_payload_bytes_per_token,
+            hidden_size * 2, eplb_stats_num_experts);
+      },
+      ep_size, top_k, max_num_tokens, hidden_size, extra_payload_bytes_per_token,
+      eplb_stats_num_experts);
+}
+
 namespace detail {
 
 void register_comm_ops(OpRegistry& r) {
@@ -759,6 +826,24 @@ void register_comm_ops(OpRegistry& r) {
         std::max<int64_t>(1, x.size(1)), x.dtype(), std::nullopt, c));
   };
   register_collective(std::move(spec));
+
+  declare<&moe_a2a_get_workspace_size_per_rank>(
+      r,
+      {.name = "moe_a2a_get_workspace_size_per_rank",
+       .module = kMoeA2aModule,
+       .summary = "Bytes of one rank's MoE all-to-all workspace (host-side sizing)"},
+      "ep_size", "max_num_tokens", "total_dispatch_payload_size_per_token",
+      "combine_payload_size_per_token", arg("eplb_stats_num_experts", int64_t{0}));
+  declare<&moe_alltoall_get_moe_workspace_size_per_rank>(
+      r,
+      {.name = "MoeAlltoAll.get_moe_workspace_size_per_rank",
+       .module = kMoeA2aModule,
+       .summary = "Bytes of one rank's MoeAlltoAll workspace for 16-bit hidden states"},
+      "ep_size", "top_k", "max_num_tokens", "hidden_size",
+      arg("extra_payload_bytes_per_token", int64_t{0}), arg("eplb_stats_num_experts", int64_t{0}));
+  static constexpr api::BackendSummary kHostSizing[] = {{DeviceType::kCPU, "host-side sizing"}};
+  api::register_backends("moe_a2a_get_workspace_size_per_rank", kHostSizing);
+  api::register_backends("MoeAlltoAll.get_moe_workspace_size_per_rank", kHostSizing);
 
   declare_init<PcieInit>(
       r,

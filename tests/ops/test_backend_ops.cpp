@@ -182,6 +182,10 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"PcieIpcAllReduceWorkspace.all_reduce",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},
+      {"moe_a2a_get_workspace_size_per_rank",
+       "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
+      {"MoeAlltoAll.get_moe_workspace_size_per_rank",
+       "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
       {"allreduce_fusion",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},

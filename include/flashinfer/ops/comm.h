@@ -124,6 +124,23 @@ Tensor allreduce_fusion(
     std::optional<Tensor> shared_expert_output = std::nullopt,
     std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
 
+/// flashinfer.comm.trtllm_moe_alltoall: the bytes one rank's MoE all-to-all workspace needs:
+/// pad128(aux) + pad128(ep * max_num_tokens * dispatch bytes a token) + pad128(ep *
+/// max_num_tokens * combine bytes a token), aux being upstream's counters, flags, the top_k
+/// routing tables (22 slots a token) and the EPLB statistics, each region 128-byte aligned.
+int64_t moe_a2a_get_workspace_size_per_rank(int64_t ep_size, int64_t max_num_tokens,
+                                            int64_t total_dispatch_payload_size_per_token,
+                                            int64_t combine_payload_size_per_token,
+                                            int64_t eplb_stats_num_experts = 0);
+
+/// MoeAlltoAll.get_moe_workspace_size_per_rank (a static method): the size above for 16-bit
+/// hidden states with int32 expert ids and fp32 scales: dispatch hidden * 2 + top_k * 8 + extra
+/// bytes a token, combine hidden * 2.
+int64_t moe_alltoall_get_moe_workspace_size_per_rank(int64_t ep_size, int64_t top_k,
+                                                     int64_t max_num_tokens, int64_t hidden_size,
+                                                     int64_t extra_payload_bytes_per_token = 0,
+                                                     int64_t eplb_stats_num_experts = 0);
+
 /// flashinfer.comm.pcie_ipc_ar.PcieIpcAllReduceWorkspace: a plain all-reduce for PCIe-only
 /// nodes (SGLang and vLLM call all_reduce on it). The constructor is collective (every rank
 /// with the same arguments): 2, 4 or 8 ranks, bf16 or fp16 (one workspace serves both: only the
