@@ -4,11 +4,14 @@
 // reference sums them; on CUDA one kernel copies, signals, waits and sums (docs/COMM.md).
 #include "flashinfer/ops/comm.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "api/backends.h"
@@ -772,6 +775,253 @@ int64_t moe_alltoall_get_moe_workspace_size_per_rank(int64_t ep_size, int64_t to
       eplb_stats_num_experts);
 }
 
+// ---- Decode context-parallel all-to-all ---------------------------------------------------------
+
+namespace {
+
+constexpr const char* kDcpModule = "flashinfer.comm.dcp_alltoall";
+constexpr int64_t kDcpFifoBytes = 4 * 128 * 1024;  // upstream's FIFO: 4 entries of 128 KiB
+constexpr int64_t kDcpInfoBytes = 256;             // its head / tail records
+
+constexpr api::KernelEntry<kernels::DcpA2aParams> kDcpKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: each rank's inputs into its row, its call published and every peer's "
+     "awaited (atomics), the outputs gathered from the peers' rows",
+     nullptr,
+     [](const kernels::DcpA2aParams& p, const api::LaunchContext&) {
+       kernels::cpu::decode_cp_a2a_alltoall(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernels: put (all blocks), publish and await (one thread, system-scope release / "
+     "acquire), gather (all blocks)",
+     nullptr,
+     [](const kernels::DcpA2aParams& p, const api::LaunchContext& c) {
+       kernels::cuda::decode_cp_a2a_alltoall(p, c.stream, c.enable_pdl,
+                                             detail::cuda_sm_count(c.device.index));
+     }},
+#endif
+};
+
+// Workspaces made by decode_cp_a2a_allocate_mnnvl_workspace, by address, until every rank of
+// the group has taken its view (then the views keep the memory).
+struct SharedWorkspaces {
+  std::mutex m;
+  std::map<uint64_t, std::pair<Tensor, int64_t>> pending;  // address -> (tensor, views left)
+};
+SharedWorkspaces& shared_workspaces() {
+  static SharedWorkspaces s;
+  return s;
+}
+
+int64_t dcp_row_bytes(int64_t cp_size, int sm_count) {
+  const int64_t groups = (cp_size + 7) / 8;
+  const int64_t channels = std::max<int64_t>(1, sm_count / (2 * groups));
+  return channels * cp_size * (kDcpFifoBytes + 2 * kDcpInfoBytes);
+}
+
+int visible_sm_count() {
+  return detail::cuda_runtime_device_count() > 0 ? detail::cuda_sm_count(0) : 0;
+}
+
+void check_dcp_workspace(const Tensor& ws, int64_t cp_size, const char* op) {
+  api::check_defined(ws, op, "workspace");
+  FLASHINFER_CHECK(ws.dtype() == DType::kInt64, op, "workspace", "workspace must be int64, got ",
+                   dtype_torch_name(ws.dtype()));
+  FLASHINFER_CHECK(ws.dim() == 2, op, "workspace", "workspace must be 2D");
+  FLASHINFER_CHECK(ws.size(0) == cp_size, op, "workspace",
+                   "workspace first dim must equal cp_size");
+  FLASHINFER_CHECK(ws.stride(1) == 1 && ws.stride(0) >= ws.size(1), op, "workspace",
+                   "workspace rows must be dense, got strides ", shape_to_string(ws.strides()));
+}
+
+}  // namespace
+
+Mapping::Mapping(int64_t world_size_, int64_t rank_, int64_t gpus_per_node_, int64_t cp_size_,
+                 int64_t tp_size_, int64_t pp_size_)
+    : world_size(world_size_),
+      rank(rank_),
+      gpus_per_node(gpus_per_node_),
+      cp_size(cp_size_),
+      tp_size(tp_size_),
+      pp_size(pp_size_) {
+  const char* op = "Mapping";
+  FLASHINFER_CHECK(tp_size > 0 && cp_size > 0 && pp_size > 0, op, "tp_size",
+                   "tp_size, cp_size and pp_size must be positive");
+  FLASHINFER_CHECK(world_size == tp_size * cp_size * pp_size, op, "world_size", "world_size ",
+                   world_size, " != tp_size * cp_size * pp_size (", tp_size * cp_size * pp_size,
+                   ")");
+  FLASHINFER_CHECK(rank >= 0 && rank < world_size, op, "rank",
+                   "Rank should be an integer between 0 and ", world_size - 1, ", but got ", rank,
+                   ".");
+}
+
+int64_t decode_cp_a2a_workspace_size(int64_t cp_size) {
+  return call_op<&decode_cp_a2a_workspace_size>(
+      [&] {
+        FLASHINFER_CHECK(cp_size >= 1, "decode_cp_a2a_workspace_size", "cp_size",
+                         "cp_size must be positive, got ", cp_size);
+        return dcp_row_bytes(cp_size, visible_sm_count());
+      },
+      cp_size);
+}
+
+Tensor decode_cp_a2a_allocate_mnnvl_workspace(std::shared_ptr<Mapping> mapping,
+                                              std::shared_ptr<MnnvlConfig> mnnvl_config) {
+  return call_op<&decode_cp_a2a_allocate_mnnvl_workspace>(
+      [&] {
+        const char* op = "decode_cp_a2a_allocate_mnnvl_workspace";
+        FLASHINFER_CHECK(mapping != nullptr, op, "mapping", "a Mapping is required");
+        FLASHINFER_CHECK(mnnvl_config && mnnvl_config->comm_backend, op, "mnnvl_config",
+                         "an MnnvlConfig with a comm_backend is required (upstream's default is "
+                         "MPI's world, which C++ does not have)");
+        comm::CommBackend& c = *mnnvl_config->comm_backend;
+        const int64_t cp = mapping->cp_size, r = mapping->cp_rank();
+        FLASHINFER_CHECK(c.Get_size() == cp && c.Get_rank() == r, op, "mnnvl_config",
+                         "the comm_backend is rank ", c.Get_rank(), " of ", c.Get_size(),
+                         ", the mapping's CP rank ", r, " of ", cp,
+                         ": pass the CP group's backend");
+        const Device dev = c.device();
+        const int64_t row_bytes =
+            dcp_row_bytes(cp, dev.is_cuda() ? detail::cuda_sm_count(dev.index) : 0);
+        const int64_t row = (row_bytes + 7) / 8;
+        // One address space over the ranks: rank 0 makes it, every rank views it (upstream maps
+        // MNNVL fabric memory; here the ranks must share a process).
+        Tensor ws;
+        std::string mine(sizeof(uint64_t) * 3, '\0');
+        uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
+        if (r == 0) {
+          ws = Tensor::zeros({cp, row}, DType::kInt64, dev);
+          fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
+          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+          shared_workspaces().pending[fields[1]] = {ws, cp - 1};
+        }
+        fields[2] = static_cast<uint64_t>(dev.index);
+        std::memcpy(mine.data(), fields, sizeof(fields));
+        const std::vector<std::string> all = c.allgather(mine);
+        uint64_t root[3];
+        std::memcpy(root, all.at(0).data(), sizeof(root));
+        bool one_process = true;
+        for (const std::string& b : all) {
+          uint64_t f[3];
+          std::memcpy(f, b.data(), sizeof(f));
+          one_process = one_process && f[0] == root[0];
+        }
+        FLASHINFER_CHECK_CODE(one_process, ErrorCode::kUnsupported, op, "mapping",
+                              "the CP ranks are in several processes: one address space over "
+                              "them needs MNNVL fabric memory, which flashinfer-cpp does not "
+                              "implement (run the ranks as threads of one process)");
+        if (r != 0) {
+          if (dev.is_cuda()) {
+            detail::cuda_enable_peer_access(dev.index, static_cast<int>(root[2]));
+          }
+          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+          auto& pending = shared_workspaces().pending;
+          auto it = pending.find(root[1]);
+          FLASHINFER_CHECK_CODE(it != pending.end(), ErrorCode::kInternal, op, "mapping",
+                                "rank 0's workspace is gone");
+          ws = it->second.first;
+          if (--it->second.second == 0) pending.erase(it);
+        } else if (cp == 1) {
+          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+          shared_workspaces().pending.erase(fields[1]);
+        }
+        c.barrier();
+        return ws;
+      },
+      mapping, mnnvl_config);
+}
+
+void decode_cp_a2a_init_workspace(const Tensor& workspace, int64_t cp_rank, int64_t cp_size) {
+  call_op<&decode_cp_a2a_init_workspace>(
+      [&] {
+        const char* op = "decode_cp_a2a_init_workspace";
+        check_dcp_workspace(workspace, cp_size, op);
+        FLASHINFER_CHECK(cp_rank >= 0 && cp_rank < cp_size, op, "cp_rank",
+                         "cp_rank must be in [0, cp_size)");
+        Tensor row = workspace.select(0, cp_rank);  // this rank's row only
+        row.fill_(0.0);
+        if (workspace.device().is_cuda()) detail::cuda_device_synchronize(workspace.device().index);
+      },
+      workspace, cp_rank, cp_size);
+}
+
+std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
+                                                  const Tensor& softmax_stats,
+                                                  const Tensor& workspace, int64_t cp_rank,
+                                                  int64_t cp_size, std::optional<bool> enable_pdl) {
+  return call_op<&decode_cp_a2a_alltoall>(
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "decode_cp_a2a_alltoall";
+        api::check_defined(partial_o, op, "partial_o");
+        api::check_defined(softmax_stats, op, "softmax_stats");
+        FLASHINFER_CHECK(
+            partial_o.dtype() == DType::kFloat16 || partial_o.dtype() == DType::kBFloat16, op,
+            "partial_o", "partial_o must be half or bfloat16");
+        FLASHINFER_CHECK(softmax_stats.dtype() == DType::kFloat32, op, "softmax_stats",
+                         "softmax_stats must be float32, got ",
+                         dtype_torch_name(softmax_stats.dtype()));
+        FLASHINFER_CHECK(partial_o.dim() >= 2, op, "partial_o",
+                         "partial_o must have at least 2 dimensions");
+        FLASHINFER_CHECK(softmax_stats.dim() >= 2, op, "softmax_stats",
+                         "softmax_stats must have at least 2 dimensions");
+        FLASHINFER_CHECK(partial_o.dim() == softmax_stats.dim(), op, "softmax_stats",
+                         "partial_o and softmax_stats must have same number of dimensions");
+        FLASHINFER_CHECK(partial_o.size(-2) == cp_size, op, "partial_o",
+                         "partial_o second-to-last dim must equal cp_size");
+        FLASHINFER_CHECK(softmax_stats.size(-2) == cp_size, op, "softmax_stats",
+                         "softmax_stats second-to-last dim must equal cp_size");
+        const int64_t S = softmax_stats.size(-1), D = partial_o.size(-1);
+        FLASHINFER_CHECK(S >= 2 && S % 2 == 0, op, "softmax_stats",
+                         "softmax_stats last dim must be even and >= 2");
+        for (int64_t d = 0; d + 2 < partial_o.dim(); ++d) {
+          FLASHINFER_CHECK(partial_o.size(d) == softmax_stats.size(d), op, "softmax_stats",
+                           "batch dimensions must match");
+        }
+        FLASHINFER_CHECK(D * 2 % 16 == 0, op, "partial_o",
+                         "partial_o last dim must be 16-byte aligned");
+        FLASHINFER_CHECK(partial_o.is_contiguous(), op, "partial_o",
+                         "partial_o must be contiguous");
+        FLASHINFER_CHECK(softmax_stats.is_contiguous(), op, "softmax_stats",
+                         "softmax_stats must be contiguous");
+        check_dcp_workspace(workspace, cp_size, op);
+        FLASHINFER_CHECK(cp_rank >= 0 && cp_rank < cp_size, op, "cp_rank",
+                         "cp_rank must be in [0, cp_size)");
+        const Device dev = partial_o.device();
+        api::check_same_device(softmax_stats, partial_o, op, "softmax_stats", "partial_o");
+        FLASHINFER_CHECK(
+            workspace.device() == dev || (workspace.device().is_cuda() && dev.is_cuda()), op,
+            "workspace", "workspace is on ", workspace.device().str(), ", partial_o on ",
+            dev.str());
+        Tensor o_out = Tensor::empty(partial_o.shape(), partial_o.dtype(), dev);
+        Tensor s_out = Tensor::empty(softmax_stats.shape(), DType::kFloat32, dev);
+        kernels::DcpA2aParams p;
+        p.cp_rank = static_cast<int>(cp_rank);
+        p.cp_size = static_cast<int>(cp_size);
+        p.entries = partial_o.numel() / std::max<int64_t>(1, cp_size * D);
+        p.D = D;
+        p.S = S;
+        p.dtype = partial_o.dtype();
+        if (p.entries == 0 || cp_size == 0) return {o_out, s_out};
+        p.o_in = partial_o.data_ptr();
+        p.stats_in = static_cast<const float*>(softmax_stats.data_ptr());
+        p.o_out = o_out.data_ptr();
+        p.stats_out = static_cast<float*>(s_out.data_ptr());
+        p.workspace = static_cast<char*>(workspace.select(0, 0).data_ptr());
+        p.row_stride = workspace.stride(0) * 8;
+        const int64_t row_bytes = workspace.size(1) * 8;
+        p.slot_bytes = (row_bytes - kernels::DcpA2aParams::kSlotsOffset) / 2 / 16 * 16;
+        FLASHINFER_CHECK_CODE(p.bytes_needed() <= p.slot_bytes, ErrorCode::kUnsupported, op,
+                              "partial_o", "this exchange needs ", p.bytes_needed(),
+                              " bytes of a workspace row's slot, which holds ", p.slot_bytes,
+                              " (flashinfer-cpp exchanges whole inputs, upstream streams them "
+                              "through FIFOs): split the call");
+        api::launch(kDcpKernels, p, dev, op, "partial_o", enable_pdl);
+        return {o_out, s_out};
+      },
+      partial_o, softmax_stats, workspace, cp_rank, cp_size, enable_pdl);
+}
+
 namespace detail {
 
 void register_comm_ops(OpRegistry& r) {
@@ -844,6 +1094,56 @@ void register_comm_ops(OpRegistry& r) {
   static constexpr api::BackendSummary kHostSizing[] = {{DeviceType::kCPU, "host-side sizing"}};
   api::register_backends("moe_a2a_get_workspace_size_per_rank", kHostSizing);
   api::register_backends("MoeAlltoAll.get_moe_workspace_size_per_rank", kHostSizing);
+
+  declare<&decode_cp_a2a_workspace_size>(
+      r,
+      {.name = "decode_cp_a2a_workspace_size",
+       .module = kDcpModule,
+       .summary = "Bytes of one rank's decode-CP all-to-all workspace row (host-side sizing)"},
+      "cp_size");
+  declare<&decode_cp_a2a_allocate_mnnvl_workspace>(
+      r,
+      {.name = "decode_cp_a2a_allocate_mnnvl_workspace",
+       .module = kDcpModule,
+       .summary = "Collective: the decode-CP workspace, one address space over the CP ranks",
+       .unwritten_results = {"result"},
+       .unwritten_reason = "the workspace's bytes are the exchange's scratch"},
+      arg("mapping").required(), arg("mnnvl_config").kw());
+  declare<&decode_cp_a2a_init_workspace>(
+      r,
+      {.name = "decode_cp_a2a_init_workspace",
+       .module = kDcpModule,
+       .summary = "Resets this rank's row of the decode-CP workspace"},
+      "workspace", "cp_rank", "cp_size");
+  declare<&decode_cp_a2a_alltoall>(
+      r,
+      {.name = "decode_cp_a2a_alltoall",
+       .module = kDcpModule,
+       .summary = "Collective: partial outputs and softmax stats transposed over the CP ranks"},
+      "partial_o", "softmax_stats", "workspace", "cp_rank", "cp_size", arg("enable_pdl"));
+  static constexpr api::BackendSummary kDcpAlloc[] = {
+    {DeviceType::kCPU, "one host tensor every rank of the process views"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "one device tensor every rank of the process views (peer access)"},
+#endif
+  };
+  api::register_backends("decode_cp_a2a_workspace_size", kHostSizing);
+  api::register_backends("decode_cp_a2a_allocate_mnnvl_workspace", kDcpAlloc);
+  api::register_backends("decode_cp_a2a_init_workspace", kDcpAlloc);
+  api::register_backends("decode_cp_a2a_alltoall", kDcpKernels);
+  CollectiveSpec dcp;
+  dcp.op = "decode_cp_a2a_alltoall";
+  dcp.workspace_param = 2;
+  dcp.rank_param = 3;
+  dcp.world_param = 4;
+  dcp.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c, const std::vector<Value>&) {
+    auto m = std::make_shared<Mapping>(c->Get_size(), c->Get_rank(), 8, c->Get_size());
+    Tensor ws = decode_cp_a2a_allocate_mnnvl_workspace(m, std::make_shared<MnnvlConfig>(c));
+    decode_cp_a2a_init_workspace(ws, c->Get_rank(), c->Get_size());
+    c->barrier();
+    return Value(ws);
+  };
+  register_collective(std::move(dcp));
 
   declare_init<PcieInit>(
       r,

@@ -63,4 +63,27 @@ struct AllReduceFusionParams {
   int64_t scale_t_stride = 0;           // patterns 8 / 9: round_up(T, 4)
 };
 
+/// decode_cp_a2a_alltoall: the workspace [cp_size, row] (bytes from row r * row_stride are rank
+/// r's) holds at its start this rank's call counter and the last call it published, then two
+/// data slots of slot_bytes (calls alternate between them, as the all-reduce's).
+struct DcpA2aParams {
+  static constexpr int64_t kSeqOffset = 0;     // uint32: this rank's calls
+  static constexpr int64_t kFlagOffset = 128;  // uint32: the last call whose data is in place
+  static constexpr int64_t kSlotsOffset = 256;
+  int cp_rank = 0, cp_size = 0;
+  int64_t entries = 0, D = 0, S = 0;
+  DType dtype = DType::kBFloat16;  // partial_o's
+  const void* o_in = nullptr;
+  const float* stats_in = nullptr;
+  void* o_out = nullptr;
+  float* stats_out = nullptr;
+  char* workspace = nullptr;
+  int64_t row_stride = 0;  // bytes between ranks' rows
+  int64_t slot_bytes = 0;
+  /// Bytes of one rank's partial_o in a slot (the stats follow, 16-byte aligned).
+  constexpr int64_t o_bytes() const { return entries * cp_size * D * 2; }
+  constexpr int64_t stats_offset() const { return (o_bytes() + 15) / 16 * 16; }
+  constexpr int64_t bytes_needed() const { return stats_offset() + entries * cp_size * S * 4; }
+};
+
 }  // namespace flashinfer::kernels

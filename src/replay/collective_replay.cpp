@@ -123,14 +123,32 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
       ix.stream_of_call[s.creator_dir] = ix.streams.size();
       ix.streams.push_back(std::move(s));
     } else if (fn == op) {
-      const std::string repr = repr_of(
-          recorded_arg(im, spec.workspace_param, decl.params.at(spec.workspace_param).name));
+      // The stream: by the op's own rank argument where it has one (its workspace is a tensor),
+      // else by its workspace object.
+      std::optional<int64_t> rank, world;
+      std::string repr;
+      if (spec.rank_param && spec.world_param) {
+        if (const Json* j =
+                recorded_arg(im, *spec.rank_param, decl.params.at(*spec.rank_param).name)) {
+          rank = json_int(*j);
+        }
+        if (const Json* j =
+                recorded_arg(im, *spec.world_param, decl.params.at(*spec.world_param).name)) {
+          world = json_int(*j);
+        }
+        repr = "rank " + (rank ? std::to_string(*rank) : std::string("?"));
+      } else {
+        repr = repr_of(
+            recorded_arg(im, spec.workspace_param, decl.params.at(spec.workspace_param).name));
+      }
       auto it = current.find({pid, repr});
       if (it == current.end()) {
-        // Made before the recording began: a stream of unknown rank.
+        // Made before the recording began (or keyed by the op's rank): no creation call.
         Stream s;
         s.pid = pid;
         s.repr = repr;
+        s.rank = rank;
+        s.world = world;
         it = current.emplace(std::make_pair(pid, repr), ix.streams.size()).first;
         ix.streams.push_back(std::move(s));
       }
@@ -161,7 +179,7 @@ const Index& index_for(const std::string& root, const std::string& op, const Col
 
 void register_collective(CollectiveSpec spec) {
   const std::lock_guard<std::mutex> lock(specs_mutex());
-  specs()[spec.creator] = spec;
+  if (!spec.creator.empty()) specs()[spec.creator] = spec;
   specs()[spec.op] = std::move(spec);
 }
 

@@ -30,6 +30,9 @@ struct CollectiveSpec {
   // take ranks in process-id order, then in the order their workspaces were made).
   std::optional<std::size_t> creator_world_param, creator_rank_param;
   std::size_t creator_comm_param = 7;  // the creator's CommBackend, replaced by the replay's
+  // The op's own rank and group-size arguments, where it has them (decode_cp_a2a_alltoall):
+  // streams are then keyed by (process, rank), with no creation call.
+  std::optional<std::size_t> rank_param, world_param;
   /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
   /// arguments `args` (bound to the op's parameters).
   std::function<Value(const std::shared_ptr<comm::CommBackend>& comm,

@@ -186,6 +186,16 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
       {"MoeAlltoAll.get_moe_workspace_size_per_rank",
        "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
+      {"decode_cp_a2a_workspace_size",
+       "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
+      {"decode_cp_a2a_allocate_mnnvl_workspace",
+       "a collective (every CP rank must call it): tests/ops/test_comm.cpp runs the ranks as "
+       "threads"},
+      {"decode_cp_a2a_init_workspace",
+       "part of the collective set-up: tests/ops/test_comm.cpp runs it on every rank's row"},
+      {"decode_cp_a2a_alltoall",
+       "a collective (every CP rank must call it): tests/ops/test_comm.cpp runs the ranks as "
+       "threads, CPU and CUDA"},
       {"allreduce_fusion",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},

@@ -700,6 +700,146 @@ TEST(MoeA2aWorkspaceSize, UpstreamsLayoutByHand) {
   EXPECT_THROW(moe_a2a_get_workspace_size_per_rank(8, -1, 272, 256), Error);
 }
 
+// ---- decode context-parallel all-to-all --------------------------------------------------------
+
+TEST(DecodeCpA2a, WorkspaceSizeIsUpstreamsFormula) {
+  // channels = max(1, SMs / (2 * ceil(cp / 8))); each holds cp FIFOs of 512 KiB and two 256-byte
+  // records a peer.
+  const int64_t sms = cuda_available() ? 0 : 1;  // without a GPU: one channel
+  if (sms == 1) {
+    EXPECT_EQ(decode_cp_a2a_workspace_size(4), 4 * (524288 + 512));
+    EXPECT_EQ(decode_cp_a2a_workspace_size(16), 16 * (524288 + 512));
+  }
+  EXPECT_THROW(decode_cp_a2a_workspace_size(0), Error);
+}
+
+// Every rank's (partial_o, stats) of shape [3, 2, cp, D] / [3, 2, cp, S], filled from `seed`.
+struct DcpIn {
+  Tensor o, stats;
+};
+DcpIn dcp_input(int64_t cp, int64_t D, int64_t S, int64_t r, uint64_t seed, Device dev) {
+  return {rand_tensor({3, 2, cp, D}, kBf, seed + r).to(dev),
+          rand_tensor({3, 2, cp, S}, kF32, seed + 100 + r).to(dev)};
+}
+
+void dcp_exchange(int64_t cp, int64_t D, int64_t S, Device dev, int rounds) {
+  comm::ThreadGroup g(cp, dev);
+  std::vector<std::vector<DcpIn>> in(rounds, std::vector<DcpIn>(cp)),
+      out(rounds, std::vector<DcpIn>(cp));
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    auto mapping = std::make_shared<Mapping>(cp, r, 8, cp);
+    Tensor ws = decode_cp_a2a_allocate_mnnvl_workspace(mapping, std::make_shared<MnnvlConfig>(b));
+    EXPECT_EQ(ws.size(0), cp);
+    decode_cp_a2a_init_workspace(ws, r, cp);
+    b->barrier();
+    for (int k = 0; k < rounds; ++k) {  // the workspace serves call after call
+      in[k][r] = dcp_input(cp, D, S, r, 1000 * k, dev);
+      auto [o, st] = decode_cp_a2a_alltoall(in[k][r].o, in[k][r].stats, ws, r, cp);
+      out[k][r] = {o.to(Device::cpu()), st.to(Device::cpu())};
+    }
+    b->barrier();
+  });
+  for (int k = 0; k < rounds; ++k) {
+    for (int64_t r = 0; r < cp; ++r) {
+      for (int64_t p = 0; p < cp; ++p) {
+        // out_r[.., p, :] == in_p[.., r, :], bit for bit.
+        EXPECT_EQ(out[k][r].o.select(2, p).contiguous().to_double_vector(),
+                  in[k][p].o.to(Device::cpu()).select(2, r).contiguous().to_double_vector());
+        EXPECT_EQ(out[k][r].stats.select(2, p).contiguous().to_double_vector(),
+                  in[k][p].stats.to(Device::cpu()).select(2, r).contiguous().to_double_vector());
+      }
+    }
+  }
+}
+
+TEST(DecodeCpA2a, TransposesOverTheRanksBitForBit) {
+  dcp_exchange(4, 16, 2, Device::cpu(), 3);
+  dcp_exchange(2, 64, 4, Device::cpu(), 2);
+  dcp_exchange(1, 8, 2, Device::cpu(), 1);
+}
+
+TEST(DecodeCpA2a, RefusesWhatUpstreamRefuses) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    Tensor ws = decode_cp_a2a_allocate_mnnvl_workspace(std::make_shared<Mapping>(2, r, 8, 2),
+                                                       std::make_shared<MnnvlConfig>(b));
+    decode_cp_a2a_init_workspace(ws, r, 2);
+    b->barrier();
+    auto expect_error = [&](const std::function<void()>& fn, const char* what) {
+      try {
+        fn();
+        ADD_FAILURE() << "no error, expected " << what;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
+    };
+    const Tensor o = Tensor::zeros({3, 2, 16}, kBf), st = Tensor::zeros({3, 2, 2}, kF32);
+    expect_error([&] { decode_cp_a2a_alltoall(o.to(kF32), st, ws, r, 2); }, "half or bfloat16");
+    expect_error(
+        [&] {
+          decode_cp_a2a_alltoall(o, Tensor::zeros({3, 2, 3}, kF32), ws, r, 2);
+        },
+        "even and >= 2");
+    expect_error(
+        [&] {
+          decode_cp_a2a_alltoall(o, Tensor::zeros({4, 2, 2}, kF32), ws, r, 2);
+        },
+        "batch dimensions must match");
+    expect_error(
+        [&] {
+          decode_cp_a2a_alltoall(Tensor::zeros({3, 2, 4}, kBf), st, ws, r, 2);
+        },
+        "16-byte aligned");
+    expect_error([&] { decode_cp_a2a_alltoall(o, st, ws, r, 3); }, "second-to-last dim");
+    expect_error([&] { decode_cp_a2a_alltoall(o, st, ws, 2, 2); }, "cp_rank must be in");
+    expect_error([&] { decode_cp_a2a_alltoall(o, st, ws.to(DType::kInt32), r, 2); }, "int64");
+    expect_error([&] { decode_cp_a2a_init_workspace(ws, 5, 2); }, "cp_rank must be in");
+    expect_error(
+        [&] {
+          decode_cp_a2a_allocate_mnnvl_workspace(std::make_shared<Mapping>(2, r, 8, 2), nullptr);
+        },
+        "MnnvlConfig");
+  });
+  EXPECT_THROW(Mapping(4, 0, 8, 2, 1, 1), Error);  // 4 != 2 * 1 * 1
+  const Mapping m(8, 5, 8, 2, 2, 2);               // tp 2, cp 2, pp 2: rank 5 = pp 1, cp 0, tp 1
+  EXPECT_EQ(m.tp_rank(), 1);
+  EXPECT_EQ(m.cp_rank(), 0);
+  EXPECT_EQ(m.pp_rank(), 1);
+}
+
+TEST(DecodeCpA2a, RecordedRanksReplayTogether) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_dcp_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  comm::ThreadGroup g(2);
+  std::vector<Tensor> workspaces(2);
+  g.run([&](int64_t r) {
+    workspaces[r] = decode_cp_a2a_allocate_mnnvl_workspace(
+        std::make_shared<Mapping>(2, r, 8, 2), std::make_shared<MnnvlConfig>(g.backend(r)));
+    decode_cp_a2a_init_workspace(workspaces[r], r, 2);
+    g.backend(r)->barrier();
+  });
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  g.run([&](int64_t r) {
+    for (int k = 0; k < 2; ++k) {
+      const DcpIn in = dcp_input(2, 16, 2, r, 77 + k, Device::cpu());
+      decode_cp_a2a_alltoall(in.o, in.stats, workspaces[r], r, 2);
+    }
+  });
+  recorder::stop();
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 4u);
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- ranks in processes of their own ----------------------------------------------------------
 
 // A CommBackend over files in a shared directory (test-only): allgather round n writes
@@ -884,6 +1024,12 @@ TEST(PcieIpcAllReduceCuda, MatchesCpuOnOneGpu) {
       for (int64_t r = 0; r < W; ++r) EXPECT_EQ(cpu[r], gpu[r]) << W << " ranks";
     }
   }
+}
+
+TEST(DecodeCpA2aCuda, TransposesOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  dcp_exchange(4, 16, 2, Device::cuda(0), 3);
+  dcp_exchange(2, 512, 2, Device::cuda(0), 2);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "flashinfer/comm.h"
 #include "flashinfer/dtype.h"
@@ -123,6 +125,58 @@ Tensor allreduce_fusion(
     std::optional<Tensor> expert_scale_factor = std::nullopt,
     std::optional<Tensor> shared_expert_output = std::nullopt,
     std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
+
+/// flashinfer.comm.mapping.Mapping: a rank's place in a TP x CP x PP grid (the fields the comm
+/// ops read). tp_rank = rank % tp_size, cp_rank = rank % (tp_size * cp_size) / tp_size,
+/// pp_rank = rank / (tp_size * cp_size).
+class Mapping : public ApiObject {
+ public:
+  explicit Mapping(int64_t world_size = 1, int64_t rank = 0, int64_t gpus_per_node = 8,
+                   int64_t cp_size = 1, int64_t tp_size = 1, int64_t pp_size = 1);
+  int64_t world_size, rank, gpus_per_node, cp_size, tp_size, pp_size;
+  int64_t tp_rank() const { return rank % tp_size; }
+  int64_t cp_rank() const { return rank % (tp_size * cp_size) / tp_size; }
+  int64_t pp_rank() const { return rank / (tp_size * cp_size); }
+  std::string_view class_name() const override { return "Mapping"; }
+  std::string_view module_name() const override { return "flashinfer.comm.mapping"; }
+};
+
+/// flashinfer.comm.mnnvl.MnnvlConfig: the CommBackend a workspace allocation exchanges through.
+class MnnvlConfig : public ApiObject {
+ public:
+  explicit MnnvlConfig(std::shared_ptr<comm::CommBackend> comm_backend = nullptr)
+      : comm_backend(std::move(comm_backend)) {}
+  std::shared_ptr<comm::CommBackend> comm_backend;
+  std::string_view class_name() const override { return "MnnvlConfig"; }
+  std::string_view module_name() const override { return "flashinfer.comm.mnnvl"; }
+};
+
+/// flashinfer.comm.dcp_alltoall (decode context parallelism: each rank's partial attention
+/// output and softmax statistics for the heads every other rank owns).
+/// Bytes of one rank's workspace row: upstream's maxCh * cp_size * (512 KiB + 512), maxCh =
+/// max(1, SMs / (2 * ceil(cp_size / 8))) of the current CUDA device (cuda:0 here; 1 channel
+/// where no GPU is visible).
+int64_t decode_cp_a2a_workspace_size(int64_t cp_size);
+
+/// Collective over mapping.cp_size ranks (mnnvl_config->comm_backend, required in C++): an int64
+/// [cp_size, row] tensor every rank sees whole, row r being rank r's memory (upstream: MNNVL
+/// fabric memory). Here the ranks must share a process (threads, on one device or on devices
+/// with peer access): one address space over several processes is refused (not implemented).
+Tensor decode_cp_a2a_allocate_mnnvl_workspace(std::shared_ptr<Mapping> mapping,
+                                              std::shared_ptr<MnnvlConfig> mnnvl_config = nullptr);
+
+/// Resets this rank's row (every rank, then a barrier, before the first exchange).
+void decode_cp_a2a_init_workspace(const Tensor& workspace, int64_t cp_rank, int64_t cp_size);
+
+/// Collective: partial_o [..., cp_size, D] (fp16 / bf16, D * 2 bytes a multiple of 16) and
+/// softmax_stats [..., cp_size, S] (fp32, S even, >= 2) with the same leading dims. Returns new
+/// tensors of the same shapes where slot [..., p, :] holds rank p's input slot [..., cp_rank, :]
+/// (a transpose over the ranks, bit for bit). enable_pdl only orders the CUDA launch.
+std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
+                                                  const Tensor& softmax_stats,
+                                                  const Tensor& workspace, int64_t cp_rank,
+                                                  int64_t cp_size,
+                                                  std::optional<bool> enable_pdl = std::nullopt);
 
 /// flashinfer.comm.trtllm_moe_alltoall: the bytes one rank's MoE all-to-all workspace needs:
 /// pad128(aux) + pad128(ep * max_num_tokens * dispatch bytes a token) + pad128(ep *

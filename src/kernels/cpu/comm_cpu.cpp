@@ -1,10 +1,14 @@
 #include "kernels/cpu/comm_cpu.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "flashinfer/error.h"
 #include "kernels/comm_rules.h"
 #include "kernels/cpu/elem_io.h"
 #include "kernels/quantization_params.h"
@@ -111,6 +115,44 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
       }
       default:
         break;
+    }
+  }
+}
+
+void decode_cp_a2a_alltoall(const DcpA2aParams& p) {
+  char* mine = p.workspace + p.cp_rank * p.row_stride;
+  std::atomic_ref<uint32_t> seq_ref(*reinterpret_cast<uint32_t*>(mine + DcpA2aParams::kSeqOffset));
+  const uint32_t seq = seq_ref.load(std::memory_order_relaxed) + 1;
+  seq_ref.store(seq, std::memory_order_relaxed);
+  const int64_t slot = DcpA2aParams::kSlotsOffset + static_cast<int64_t>(seq & 1) * p.slot_bytes;
+  std::memcpy(mine + slot, p.o_in, static_cast<std::size_t>(p.o_bytes()));
+  std::memcpy(mine + slot + p.stats_offset(), p.stats_in,
+              static_cast<std::size_t>(p.entries * p.cp_size * p.S * 4));
+  std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(mine + DcpA2aParams::kFlagOffset))
+      .store(seq, std::memory_order_release);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  for (int r = 0; r < p.cp_size; ++r) {
+    std::atomic_ref<uint32_t> flag(
+        *reinterpret_cast<uint32_t*>(p.workspace + r * p.row_stride + DcpA2aParams::kFlagOffset));
+    // A peer may be a call ahead already (it waits only for this rank's call).
+    while (static_cast<int32_t>(flag.load(std::memory_order_acquire) - seq) < 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        FLASHINFER_FAIL(ErrorCode::kInternal, "decode_cp_a2a_alltoall", "workspace", "rank ",
+                        p.cp_rank, " waited two minutes for rank ", r,
+                        "'s call (did every rank call it, after init and a barrier?)");
+      }
+      std::this_thread::yield();
+    }
+  }
+  const int64_t row_o = p.D * 2, row_s = p.S * 4;
+  for (int64_t e = 0; e < p.entries; ++e) {
+    for (int r = 0; r < p.cp_size; ++r) {
+      const char* src = p.workspace + r * p.row_stride + slot;
+      const int64_t at = e * p.cp_size + p.cp_rank, to = e * p.cp_size + r;
+      std::memcpy(static_cast<char*>(p.o_out) + to * row_o, src + at * row_o,
+                  static_cast<std::size_t>(row_o));
+      std::memcpy(reinterpret_cast<char*>(p.stats_out) + to * row_s,
+                  src + p.stats_offset() + at * row_s, static_cast<std::size_t>(row_s));
     }
   }
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/comm_rules.h"
@@ -177,6 +178,73 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
   }
 }
 
+// decode_cp_a2a_alltoall, step 1: this rank's partial_o and stats into its slot of the call
+// about to be made (the counter still holds the last one).
+__global__ void dcp_a2a_put_kernel(DcpA2aParams p) {
+  pdl_wait();
+  char* mine = p.workspace + p.cp_rank * p.row_stride;
+  const uint32_t seq = *reinterpret_cast<const uint32_t*>(mine + DcpA2aParams::kSeqOffset) + 1;
+  char* slot = mine + DcpA2aParams::kSlotsOffset + static_cast<int64_t>(seq & 1) * p.slot_bytes;
+  const int64_t o_words = p.o_bytes() / 4, s_words = p.entries * p.cp_size * p.S;
+  const auto* o = static_cast<const uint32_t*>(p.o_in);
+  const auto* st = reinterpret_cast<const uint32_t*>(p.stats_in);
+  auto* dst_o = reinterpret_cast<uint32_t*>(slot);
+  auto* dst_s = reinterpret_cast<uint32_t*>(slot + p.stats_offset());
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < o_words;
+       i += stride) {
+    dst_o[i] = o[i];
+  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s_words;
+       i += stride) {
+    dst_s[i] = st[i];
+  }
+  __threadfence_system();  // the peers read these from other devices
+}
+
+// Step 2 (one thread): the call made and published, every peer's awaited.
+__global__ void dcp_a2a_sync_kernel(DcpA2aParams p) {
+  char* mine = p.workspace + p.cp_rank * p.row_stride;
+  auto* counter = reinterpret_cast<uint32_t*>(mine + DcpA2aParams::kSeqOffset);
+  const uint32_t seq = *counter + 1;
+  *counter = seq;
+  __threadfence_system();
+  store_release_sys(reinterpret_cast<uint32_t*>(mine + DcpA2aParams::kFlagOffset), seq);
+  for (int r = 0; r < p.cp_size; ++r) {
+    const auto* flag = reinterpret_cast<const uint32_t*>(p.workspace + r * p.row_stride +
+                                                         DcpA2aParams::kFlagOffset);
+    // A peer may be a call ahead already (it waits only for this rank's call).
+    while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
+    }
+  }
+}
+
+// Step 3: slot [e, r, :] of the outputs from rank r's slot [e, cp_rank, :].
+__global__ void dcp_a2a_get_kernel(DcpA2aParams p) {
+  const uint32_t seq = *reinterpret_cast<const uint32_t*>(p.workspace + p.cp_rank * p.row_stride +
+                                                          DcpA2aParams::kSeqOffset);
+  const int64_t slot = DcpA2aParams::kSlotsOffset + static_cast<int64_t>(seq & 1) * p.slot_bytes;
+  const int64_t o_words = p.D / 2, s_words = p.S;  // a row's 4-byte words
+  const int64_t rows = p.entries * p.cp_size;
+  const int64_t total = rows * (o_words + s_words);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t row = i / (o_words + s_words), w = i % (o_words + s_words);
+    const int64_t e = row / p.cp_size, r = row % p.cp_size;
+    const char* src = p.workspace + r * p.row_stride + slot;
+    const int64_t at = e * p.cp_size + p.cp_rank;
+    if (w < o_words) {
+      static_cast<uint32_t*>(p.o_out)[row * o_words + w] =
+          __ldcg(reinterpret_cast<const unsigned int*>(src) + at * o_words + w);
+    } else {
+      reinterpret_cast<uint32_t*>(p.stats_out)[row * s_words + (w - o_words)] =
+          __ldcg(reinterpret_cast<const unsigned int*>(src + p.stats_offset()) + at * s_words +
+                 (w - o_words));
+    }
+  }
+}
+
 }  // namespace
 
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count) {
@@ -203,6 +271,18 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
                     enable_pdl, p);
       break;
   }
+}
+
+void decode_cp_a2a_alltoall(const DcpA2aParams& p, void* stream, bool enable_pdl, int sm_count) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t words = p.entries * p.cp_size * (p.D / 2 + p.S);
+  const int blocks = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>((words + 255) / 256, static_cast<int64_t>(sm_count) * 4)));
+  launch_kernel("decode_cp_a2a_alltoall", dcp_a2a_put_kernel, dim3(blocks), dim3(256), 0, s,
+                enable_pdl, p);
+  launch_kernel("decode_cp_a2a_alltoall", dcp_a2a_sync_kernel, dim3(1), dim3(1), 0, s, false, p);
+  launch_kernel("decode_cp_a2a_alltoall", dcp_a2a_get_kernel, dim3(blocks), dim3(256), 0, s, false,
+                p);
 }
 
 }  // namespace flashinfer::kernels::cuda

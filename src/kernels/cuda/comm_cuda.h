@@ -17,4 +17,9 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
 /// ranks share one GPU (each block waits for the same block of every peer).
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count);
 
+/// decode_cp_a2a_alltoall: three launches on the stream: this rank's inputs into its slot (all
+/// blocks), the call published and every peer's awaited (one thread, release / acquire at
+/// system scope), the outputs gathered from the peers' rows (all blocks, loads around the L1).
+void decode_cp_a2a_alltoall(const DcpA2aParams& p, void* stream, bool enable_pdl, int sm_count);
+
 }  // namespace flashinfer::kernels::cuda
