@@ -55,9 +55,11 @@ class ThreadGroup {
   int64_t size() const;
   std::shared_ptr<CommBackend> backend(int64_t rank) const;
 
-  /// Runs body(rank) on `size` threads, one per rank, and waits for all of them. The first
-  /// exception a rank throws is rethrown here (after every thread has finished; a rank blocked in
-  /// a collective its failed peer will never join gives up after the timeout).
+  /// Runs body(rank) on `size` threads, one per rank, and waits for all of them. A rank on a
+  /// CUDA device runs with a stream of its own current (one per device and rank, kept for the
+  /// process: ranks sharing a GPU must not serialize on one stream), synchronized at the end. The
+  /// first exception a rank throws is rethrown here (after every thread has finished; a rank
+  /// blocked in a collective its failed peer will never join gives up after the timeout).
   void run(const std::function<void(int64_t rank)>& body) const;
 
   struct State;

@@ -892,6 +892,8 @@ Tensor decode_cp_a2a_allocate_mnnvl_workspace(std::shared_ptr<Mapping> mapping,
         uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
         if (r == 0) {
           ws = Tensor::zeros({cp, row}, DType::kInt64, dev);
+          // The zeros are in place before any rank (each on its own stream) writes its row.
+          if (dev.is_cuda()) detail::cuda_device_synchronize(dev.index);
           fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
           const std::lock_guard<std::mutex> lock(shared_workspaces().m);
           shared_workspaces().pending[fields[1]] = {ws, cp - 1};

@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
+#include "flashinfer/stream.h"
 
 namespace flashinfer::comm {
 
@@ -67,6 +70,17 @@ struct ThreadGroup::State {
 };
 
 namespace {
+
+// Rank r's stream on a device, made on first use and kept for the process (tensors made on it
+// may outlive the group: their cached memory belongs to the stream).
+void* rank_stream(int device, int64_t rank) {
+  static std::mutex m;
+  static std::map<std::pair<int, int64_t>, void*> streams;
+  const std::lock_guard<std::mutex> lock(m);
+  void*& s = streams[{device, rank}];
+  if (!s) s = detail::cuda_stream_create_nonblocking(device);
+  return s;
+}
 
 class ThreadBackend final : public CommBackend {
  public:
@@ -122,12 +136,22 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
   threads.reserve(n);
   for (std::size_t r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      void* stream = nullptr;
+      const Device dev = state_->devices[r];
       try {
+        // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
+        // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
+        if (dev.is_cuda()) {
+          stream = rank_stream(dev.index, static_cast<int64_t>(r));
+          set_current_cuda_stream(stream);
+        }
         body(static_cast<int64_t>(r));
+        if (stream) detail::cuda_stream_synchronize(stream, dev.index);
       } catch (...) {
         errors[r] = std::current_exception();
         state_->abort();
       }
+      if (stream) set_current_cuda_stream(nullptr);
     });
   }
   for (auto& t : threads) t.join();

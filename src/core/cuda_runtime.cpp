@@ -408,6 +408,18 @@ void cuda_enable_peer_access(int device, int peer) {
 
 int cuda_sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
+void* cuda_stream_create_nonblocking(int device) {
+  DeviceGuard g(device);
+  cudaStream_t st = nullptr;
+  check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return st;
+}
+
+void cuda_stream_synchronize(void* stream, int device) {
+  DeviceGuard g(device);
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
 #else  // !FLASHINFER_WITH_CUDA
 
 namespace {
@@ -451,6 +463,8 @@ void* cuda_ipc_open(const unsigned char*, int) { no_cuda("cuda_ipc_open"); }
 void cuda_ipc_close(void*, int) noexcept {}
 void cuda_enable_peer_access(int, int) { no_cuda("cuda_enable_peer_access"); }
 int cuda_sm_count(int) { no_cuda("cuda_sm_count"); }
+void* cuda_stream_create_nonblocking(int) { no_cuda("cuda_stream_create_nonblocking"); }
+void cuda_stream_synchronize(void*, int) { no_cuda("cuda_stream_synchronize"); }
 #endif
 
 }  // namespace detail

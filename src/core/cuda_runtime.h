@@ -83,6 +83,12 @@ void cuda_ipc_close(void* ptr, int device) noexcept;
 void cuda_enable_peer_access(int device, int peer);
 /// The device's number of SMs.
 int cuda_sm_count(int device);
+/// A stream of its own on `device` that does not synchronize with the legacy default stream
+/// (cudaStreamNonBlocking): ranks sharing a GPU each run on one, so one rank's kernel waiting for
+/// another's is not serialized behind it.
+void* cuda_stream_create_nonblocking(int device);
+/// cudaStreamSynchronize.
+void cuda_stream_synchronize(void* stream, int device);
 /// cudaDeviceSynchronize on `device` (no-op without the CUDA backend).
 void cuda_device_synchronize(int device);
 /// While alive, `device` is the current CUDA device when it is a CUDA device (the previous one

@@ -43,6 +43,22 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   return v;
 }
 
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Waits until *flag has reached call `seq` (a peer may be one call ahead). A peer that never
+// comes traps the kernel after 20 s (an error the launcher's caller sees), as upstream's
+// kernels do, instead of hanging the GPU.
+__device__ __forceinline__ void wait_for_call(const uint32_t* flag, uint32_t seq) {
+  const uint64_t start = global_ns();
+  while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
+    if (global_ns() - start > 20000000000ull) __trap();
+  }
+}
+
 __device__ __forceinline__ float block_reduce_max(float v, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) v = fp32_abs_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -90,10 +106,7 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
                                               ArBufferLayout::kFlagsOffset);
     store_release_sys(flags + p.rank * ArBufferLayout::kMaxBlocks + b, seq);
     const auto* my_flags = reinterpret_cast<const uint32_t*>(own + ArBufferLayout::kFlagsOffset);
-    // A peer may already be one call ahead (it only waits for this rank's signal of that call).
-    while (static_cast<int32_t>(load_acquire_sys(my_flags + tid * ArBufferLayout::kMaxBlocks + b) -
-                                seq) < 0) {
-    }
+    wait_for_call(my_flags + tid * ArBufferLayout::kMaxBlocks + b, seq);
   }
   __syncthreads();
   // 3. The sums and the epilogue, a row at a time.
@@ -213,9 +226,7 @@ __global__ void dcp_a2a_sync_kernel(DcpA2aParams p) {
   for (int r = 0; r < p.cp_size; ++r) {
     const auto* flag = reinterpret_cast<const uint32_t*>(p.workspace + r * p.row_stride +
                                                          DcpA2aParams::kFlagOffset);
-    // A peer may be a call ahead already (it waits only for this rank's call).
-    while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
-    }
+    wait_for_call(flag, seq);
   }
 }
 
