@@ -16,7 +16,7 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -315,6 +315,19 @@ RULES = {
             description="DeepSeek-V4's hyper-connection kernels (mhc_cuda.cu: mhc_post, "
             "mhc_pre_big_fuse and its prenorm form): no spills, 128-bit global loads (LDG .128)",
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="comm",
+            match=("allreduce_fusion_kernel", "dcp_a2a_sync_kernel"),
+            description="the collectives' synchronizing kernels (comm_cuda.cu: allreduce_fusion "
+            "and the PCIe all-reduce, the decode-CP all-to-all's publish-and-wait): no spills, "
+            "the call published by a system-scope release (STG.E.STRONG.SYS after a MEMBAR.*.SYS) "
+            "and the peers' calls read by system-scope acquires (LDG.E.STRONG.SYS)",
+            require=(
+                Need("MEMBAR .SYS (system-scope fence)", r"^MEMBAR" + _MOD + r"\.SYS(?:\.|$)"),
+                Need("STG.E.STRONG.SYS (system-scope flag store)", r"^STG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
+                Need("LDG.E.STRONG.SYS (system-scope flag load)", r"^LDG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
+            ),
         ),
         Rule(
             name="ssu",
