@@ -4,7 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -71,10 +73,31 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
   if (device_.is_cuda()) {
     local_ = cuda_ipc_malloc(bytes_, device_.index, mine.cuda_handle);
   } else {
-    // Zero-filled by ftruncate. Unlinked once every rank has mapped it (below).
-    shm = shm_name_for(rank_);
-    local_ = map_shm(shm.c_str(), bytes_, true, op);
-    std::strncpy(mine.shm_name, shm.c_str(), sizeof(mine.shm_name) - 1);
+    // Host memory: POSIX shared memory only where a peer is in another process (a container's
+    // /dev/shm is small, and a mapping past its size faults on first touch); plain zeroed memory
+    // where every rank shares this process.
+    const int64_t pid = ::getpid();
+    const std::vector<std::string> pids =
+        comm.allgather(std::string_view(reinterpret_cast<const char*>(&pid), sizeof(pid)));
+    bool alone = true;
+    for (const std::string& b : pids) {
+      int64_t q = 0;
+      std::memcpy(&q, b.data(), std::min(b.size(), sizeof(q)));
+      alone = alone && q == pid;
+    }
+    if (alone) {
+      local_ = std::calloc(bytes_, 1);
+      if (!local_) {
+        FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "out of memory for ", bytes_,
+                        " bytes of peer buffer");
+      }
+      heap_ = true;
+    } else {
+      // Zero-filled by ftruncate. Unlinked once every rank has mapped it (below).
+      shm = shm_name_for(rank_);
+      local_ = map_shm(shm.c_str(), bytes_, true, op);
+      std::strncpy(mine.shm_name, shm.c_str(), sizeof(mine.shm_name) - 1);
+    }
   }
   mine.address = reinterpret_cast<uintptr_t>(local_);
   peers_.assign(static_cast<std::size_t>(n), nullptr);
@@ -123,11 +146,7 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
         ::munmap(peers_[i], bytes_);
       }
     }
-    if (device_.is_cuda()) {
-      cuda_ipc_free(local_, device_.index);
-    } else {
-      ::munmap(local_, bytes_);
-    }
+    release_local();
     throw;
   }
   if (!shm.empty()) ::shm_unlink(shm.c_str());  // the mappings keep the memory
@@ -142,11 +161,18 @@ PeerMemory::~PeerMemory() {
       ::munmap(peers_[i], bytes_);
     }
   }
+  release_local();
+}
+
+void PeerMemory::release_local() noexcept {
   if (device_.is_cuda()) {
     cuda_ipc_free(local_, device_.index);
+  } else if (heap_) {
+    std::free(local_);
   } else {
     ::munmap(local_, bytes_);
   }
+  local_ = nullptr;
 }
 
 }  // namespace flashinfer::detail

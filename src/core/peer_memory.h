@@ -42,6 +42,8 @@ class PeerMemory {
   void* local_ = nullptr;
   std::vector<void*> peers_;
   std::vector<bool> mapped_;  // peers_[r] was mapped here (another process's memory)
+  bool heap_ = false;         // host memory from calloc (every rank in this process)
+  void release_local() noexcept;
 };
 
 }  // namespace flashinfer::detail
