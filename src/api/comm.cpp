@@ -21,6 +21,7 @@
 #include "core/cuda_runtime.h"
 #include "core/peer_memory.h"
 #include "flashinfer/op_typed.h"
+#include "flashinfer/stream.h"
 #include "kernels/comm_params.h"
 #include "kernels/comm_rules.h"
 #include "kernels/cpu/comm_cpu.h"
@@ -130,6 +131,14 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
   impl->mem = std::make_unique<detail::PeerMemory>(
       *comm, static_cast<std::size_t>(ArBufferLayout::bytes(elems, elem_bytes_of(impl->fp32))), op);
   return std::make_shared<TRTLLMAllReduceFusionWorkspace>(std::move(impl));
+}
+
+// destroy(): collective, as upstream's: this rank's work done, then every rank's (a barrier),
+// then the buffers go (a peer may still have been reading this rank's).
+void release_collectively(comm::CommBackend& comm, std::unique_ptr<detail::PeerMemory>& mem) {
+  if (mem && mem->device().is_cuda()) detail::cuda_device_synchronize(mem->device().index);
+  comm.barrier();
+  mem.reset();
 }
 
 // One rank's part of a call: the peer buffers into `p`, then on the CPU this rank's rows into its
@@ -365,8 +374,11 @@ Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64
         FLASHINFER_CHECK(s.shape() == Shape({T, words}), op, "scale_out",
                          "scale_out shape must be ", shape_to_string({T, words}), ", got ",
                          shape_to_string(s.shape()));
-        FLASHINFER_CHECK(T == 0 || s.strides() == Shape({1, t_stride}) || words == 1, op,
-                         "scale_out", "scale_out stride must be (1, ", t_stride, "), got ",
+        FLASHINFER_CHECK(T <= 1 || s.stride(0) == 1, op, "scale_out",
+                         "scale_out stride must be (1, ", t_stride, "), got ",
+                         shape_to_string(s.strides()));
+        FLASHINFER_CHECK(words == 1 || s.stride(1) == t_stride, op, "scale_out",
+                         "scale_out stride must be (1, ", t_stride, "), got ",
                          shape_to_string(s.strides()));
         FLASHINFER_CHECK(s.dtype() == DType::kInt32, op, "scale_out",
                          "scale_out dtype must be torch.int32, got ", dtype_torch_name(s.dtype()));
@@ -416,7 +428,8 @@ bool TRTLLMAllReduceFusionWorkspace::is_buffer_size_sufficient(int64_t tp_size, 
 }
 
 void TRTLLMAllReduceFusionWorkspace::destroy() {
-  impl_->mem.reset();
+  if (impl_->destroyed) return;
+  release_collectively(*impl_->comm, impl_->mem);
   impl_->destroyed = true;
 }
 
@@ -651,7 +664,8 @@ bool PcieIpcAllReduceWorkspace::supports(const Tensor& inp) const {
   return pcie_supports(*impl_, inp);
 }
 void PcieIpcAllReduceWorkspace::destroy() {
-  impl_->mem.reset();
+  if (impl_->destroyed) return;
+  release_collectively(*impl_->comm, impl_->mem);
   impl_->destroyed = true;
 }
 
@@ -698,8 +712,8 @@ Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Te
         p.pattern = 0;
         p.fp32_acc = false;
         p.oneshot = false;
-        p.island8 = w.world_size == 8 && (c.variant == int64_t(IpcVariant::kStaged) ||
-                                          c.variant == int64_t(IpcVariant::kStagedRing));
+        // At 8 ranks every variant but FLAT_STAGED is upstream's 4 + 4 island kernel.
+        p.island8 = w.world_size == 8 && c.variant != int64_t(IpcVariant::kFlatStaged);
         p.input = inp.data_ptr();
         p.output = o.data_ptr();
         run_exchange(*w.mem, *w.comm, w.max_numel, 2, p, dev, op, "inp", false);
@@ -824,6 +838,23 @@ int visible_sm_count() {
   return detail::cuda_runtime_device_count() > 0 ? detail::cuda_sm_count(0) : 0;
 }
 
+// Where the exchange of `ws` lives: past its elements in its storage when the allocation above
+// made it (rows of the same size after the tensor's), else in the tensor's own rows.
+struct DcpExchange {
+  char* base;
+  int64_t row_stride, row_bytes;
+};
+DcpExchange dcp_exchange_of(const Tensor& ws) {
+  const int64_t rows = ws.size(0), row_bytes = ws.size(1) * 8;
+  const auto& st = ws.storage();
+  if (ws.is_contiguous() && ws.storage_offset() == 0 && st &&
+      st->nbytes() >= static_cast<std::size_t>(2 * rows * row_bytes)) {
+    return {static_cast<char*>(ws.data_ptr()) + rows * row_bytes, row_bytes, row_bytes};
+  }
+  return {static_cast<char*>(ws.data_ptr()), (rows == 1 ? ws.size(1) : ws.stride(0)) * 8,
+          row_bytes};
+}
+
 void check_dcp_workspace(const Tensor& ws, int64_t cp_size, const char* op) {
   api::check_defined(ws, op, "workspace");
   FLASHINFER_CHECK(ws.dtype() == DType::kInt64, op, "workspace", "workspace must be int64, got ",
@@ -831,8 +862,9 @@ void check_dcp_workspace(const Tensor& ws, int64_t cp_size, const char* op) {
   FLASHINFER_CHECK(ws.dim() == 2, op, "workspace", "workspace must be 2D");
   FLASHINFER_CHECK(ws.size(0) == cp_size, op, "workspace",
                    "workspace first dim must equal cp_size");
-  FLASHINFER_CHECK(ws.stride(1) == 1 && ws.stride(0) >= ws.size(1), op, "workspace",
-                   "workspace rows must be dense, got strides ", shape_to_string(ws.strides()));
+  FLASHINFER_CHECK(ws.stride(1) == 1 && (ws.size(0) == 1 || ws.stride(0) >= ws.size(1)), op,
+                   "workspace", "workspace rows must be dense, got strides ",
+                   shape_to_string(ws.strides()));
 }
 
 }  // namespace
@@ -891,7 +923,12 @@ Tensor decode_cp_a2a_allocate_mnnvl_workspace(std::shared_ptr<Mapping> mapping,
         std::string mine(sizeof(uint64_t) * 3, '\0');
         uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
         if (r == 0) {
-          ws = Tensor::zeros({cp, row}, DType::kInt64, dev);
+          // The exchange's flags and slots live past the tensor's elements, in the same
+          // storage: the tensor's bytes never change after this, so a recorder writing them
+          // while peers exchange (threads of this process) writes consistent data.
+          ws = Tensor::zeros({2 * cp * row}, DType::kInt64, dev)
+                   .slice(0, 0, cp * row)
+                   .view({cp, row});
           // The zeros are in place before any rank (each on its own stream) writes its row.
           if (dev.is_cuda()) detail::cuda_device_synchronize(dev.index);
           fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
@@ -941,9 +978,20 @@ void decode_cp_a2a_init_workspace(const Tensor& workspace, int64_t cp_rank, int6
         check_dcp_workspace(workspace, cp_size, op);
         FLASHINFER_CHECK(cp_rank >= 0 && cp_rank < cp_size, op, "cp_rank",
                          "cp_rank must be in [0, cp_size)");
-        Tensor row = workspace.select(0, cp_rank);  // this rank's row only
-        row.fill_(0.0);
-        if (workspace.device().is_cuda()) detail::cuda_device_synchronize(workspace.device().index);
+        // This rank's row only (of the exchange area where the allocation made one).
+        const DcpExchange ex = dcp_exchange_of(workspace);
+        if (ex.base == static_cast<char*>(workspace.data_ptr())) {
+          Tensor row = workspace.select(0, cp_rank);
+          row.fill_(0.0);
+        } else {
+          Tensor::from_storage(workspace.storage(), {ex.row_bytes / 8}, {1},
+                               workspace.size(0) * workspace.size(1) + cp_rank * (ex.row_bytes / 8),
+                               DType::kInt64)
+              .fill_(0.0);
+        }
+        if (workspace.device().is_cuda()) {
+          detail::cuda_stream_synchronize(current_cuda_stream(), workspace.device().index);
+        }
       },
       workspace, cp_rank, cp_size);
 }
@@ -1009,9 +1057,10 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
         p.stats_in = static_cast<const float*>(softmax_stats.data_ptr());
         p.o_out = o_out.data_ptr();
         p.stats_out = static_cast<float*>(s_out.data_ptr());
-        p.workspace = static_cast<char*>(workspace.select(0, 0).data_ptr());
-        p.row_stride = workspace.stride(0) * 8;
-        const int64_t row_bytes = workspace.size(1) * 8;
+        const DcpExchange ex = dcp_exchange_of(workspace);
+        p.workspace = ex.base;
+        p.row_stride = ex.row_stride;
+        const int64_t row_bytes = ex.row_bytes;
         p.slot_bytes = (row_bytes - kernels::DcpA2aParams::kSlotsOffset) / 2 / 16 * 16;
         FLASHINFER_CHECK_CODE(p.bytes_needed() <= p.slot_bytes, ErrorCode::kUnsupported, op,
                               "partial_o", "this exchange needs ", p.bytes_needed(),
@@ -1159,7 +1208,9 @@ void register_comm_ops(OpRegistry& r) {
       {.name = "PcieIpcAllReduceWorkspace.all_reduce",
        .module = kPcieModule,
        .summary = "Collective: the sum of every rank's tensor, in the 16-bit dtype"},
-      "inp", arg("out").mut().kw(), arg("config").kw(), arg("enable_pdl", false).kw());
+      // out may be inp (the copy-engine variants, which refuse it upstream, are not here).
+      "inp", arg("out").mut().same_view_as("inp").kw(), arg("config").kw(),
+      arg("enable_pdl", false).kw());
   api::register_backends("PcieIpcAllReduceWorkspace.all_reduce", kAllreduceKernels);
   static constexpr api::BackendSummary kPcieWorkspaceBackends[] = {
     {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},

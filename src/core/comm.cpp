@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -71,15 +72,42 @@ struct ThreadGroup::State {
 
 namespace {
 
-// Rank r's stream on a device, made on first use and kept for the process (tensors made on it
-// may outlive the group: their cached memory belongs to the stream).
-void* rank_stream(int device, int64_t rank) {
-  static std::mutex m;
-  static std::map<std::pair<int, int64_t>, void*> streams;
-  const std::lock_guard<std::mutex> lock(m);
-  void*& s = streams[{device, rank}];
-  if (!s) s = detail::cuda_stream_create_nonblocking(device);
+// Streams for CUDA ranks: a set per concurrently running group (sets are reused by later
+// groups, never destroyed: tensors made on a stream may outlive the group, and their cached
+// memory belongs to the stream). Two groups running at once on one GPU must not share a rank's
+// stream: their collectives would queue behind each other's and wait forever.
+struct StreamSets {
+  std::mutex m;
+  std::vector<bool> in_use;
+  std::map<std::tuple<std::size_t, int, int64_t>, void*> streams;  // (set, device, rank)
+};
+StreamSets& stream_sets() {
+  static StreamSets s;
   return s;
+}
+std::size_t acquire_stream_set() {
+  StreamSets& s = stream_sets();
+  const std::lock_guard<std::mutex> lock(s.m);
+  for (std::size_t i = 0; i < s.in_use.size(); ++i) {
+    if (!s.in_use[i]) {
+      s.in_use[i] = true;
+      return i;
+    }
+  }
+  s.in_use.push_back(true);
+  return s.in_use.size() - 1;
+}
+void release_stream_set(std::size_t set) {
+  StreamSets& s = stream_sets();
+  const std::lock_guard<std::mutex> lock(s.m);
+  s.in_use[set] = false;
+}
+void* rank_stream(std::size_t set, int device, int64_t rank) {
+  StreamSets& s = stream_sets();
+  const std::lock_guard<std::mutex> lock(s.m);
+  void*& st = s.streams[{set, device, rank}];
+  if (!st) st = detail::cuda_stream_create_nonblocking(device);
+  return st;
 }
 
 class ThreadBackend final : public CommBackend {
@@ -131,6 +159,9 @@ std::shared_ptr<CommBackend> ThreadGroup::backend(int64_t rank) const {
 
 void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
   const auto n = static_cast<std::size_t>(state_->size);
+  bool any_cuda = false;
+  for (const Device& d : state_->devices) any_cuda = any_cuda || d.is_cuda();
+  const std::size_t set = any_cuda ? acquire_stream_set() : 0;
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   threads.reserve(n);
@@ -142,7 +173,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
         // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
         // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
         if (dev.is_cuda()) {
-          stream = rank_stream(dev.index, static_cast<int64_t>(r));
+          stream = rank_stream(set, dev.index, static_cast<int64_t>(r));
           set_current_cuda_stream(stream);
         }
         body(static_cast<int64_t>(r));
@@ -155,6 +186,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
     });
   }
   for (auto& t : threads) t.join();
+  if (any_cuda) release_stream_set(set);
   // The first failure by rank; an "aborted" error is only reported when nothing else failed.
   std::exception_ptr first, aborted;
   for (const auto& e : errors) {

@@ -351,7 +351,9 @@ void* cuda_ipc_malloc(std::size_t nbytes, int device, unsigned char handle[64]) 
   void* p = nullptr;
   check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
   cudaIpcMemHandle_t h{};
-  if (cudaError_t e = cudaMemset(p, 0, nbytes); e != cudaSuccess) {
+  // Zeroed before any peer (on its own stream, or in another process) writes a flag into it.
+  if (cudaError_t e = cudaMemset(p, 0, nbytes);
+      e != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) {
     cudaFree(p);
     check(e, "cudaMemset");
   }

@@ -63,7 +63,8 @@ class TRTLLMAllReduceFusionWorkspace : public ApiObject {
   /// T * H against max_token_num * hidden_dim, fp32 buffers for fp32 inputs only).
   bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
                                  DType dtype, std::optional<bool> use_oneshot = std::nullopt) const;
-  /// Releases the buffers (idempotent); later calls on the workspace are refused.
+  /// Collective (every rank calls it, as upstream's): this rank's work synchronized, a barrier,
+  /// then the buffers released (idempotent); later calls on the workspace are refused.
   void destroy();
   Device device() const;
   Impl& impl() const { return *impl_; }
@@ -214,9 +215,9 @@ class PcieIpcAllReduceWorkspace : public ApiObject {
   PcieIpcAllReduceWorkspace& operator=(const PcieIpcAllReduceWorkspace&) = delete;
 
   /// Collective: out = the sum of every rank's inp (same shape everywhere), in the ranks'
-  /// 16-bit dtype, each partial sum rounded: rank order 0..W-1, except 8 ranks on the island
-  /// variants (STAGED, STAGED_RING: ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7))). config: None
-  /// (upstream's untuned choice: islands at 8 ranks from 32 KiB on), or (blocks, threads,
+  /// 16-bit dtype, each partial sum rounded: rank order 0..W-1, except 8 ranks on every variant
+  /// but FLAT_STAGED (upstream's 4 + 4 island kernels: ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7))).
+  /// config: None (upstream's untuned choice), or (blocks, threads,
   /// variant) as a tuple, a dict or upstream's IpcLaunchConfig repr; variants 0-3 (UNSTAGED,
   /// STAGED, STAGED_RING, FLAT_STAGED). enable_pdl=True is refused as upstream refuses it.
   /// Returns out (allocated when None).
@@ -226,7 +227,8 @@ class PcieIpcAllReduceWorkspace : public ApiObject {
   bool supports(const Tensor& inp) const;
   int64_t world_size() const;
   int64_t rank() const;
-  /// Releases the buffers (idempotent); later calls are refused.
+  /// Collective (every rank calls it, as upstream's): this rank's work synchronized, a barrier,
+  /// then the buffers released (idempotent); later calls are refused.
   void destroy();
 
   std::string_view class_name() const override { return "PcieIpcAllReduceWorkspace"; }

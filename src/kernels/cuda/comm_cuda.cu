@@ -50,12 +50,12 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 
 // Waits until *flag has reached call `seq` (a peer may be one call ahead). A peer that never
-// comes traps the kernel after 20 s (an error the launcher's caller sees), as upstream's
-// kernels do, instead of hanging the GPU.
+// comes traps the kernel after 100 s (an error the launcher's caller sees; it ends the CUDA
+// context), as upstream's kernels trap, instead of hanging the GPU.
 __device__ __forceinline__ void wait_for_call(const uint32_t* flag, uint32_t seq) {
   const uint64_t start = global_ns();
   while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
-    if (global_ns() - start > 20000000000ull) __trap();
+    if (global_ns() - start > 100000000000ull) __trap();
   }
 }
 
@@ -259,8 +259,13 @@ __global__ void dcp_a2a_get_kernel(DcpA2aParams p) {
 }  // namespace
 
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count) {
+  // The same grid for every call on a workspace, whatever its token count: each block numbers
+  // the calls it makes, and its slot is that number's parity, so every block must take part in
+  // every call (blocks without rows only synchronize). Then a block reaching call k + 2 knows
+  // each peer's same block published call k + 1, which that peer's kernel starts only after its
+  // whole call-k kernel (every block's reads of call k) is done.
+  (void)tokens;
   int64_t g = sm_count / (world_size > 0 ? world_size : 1);
-  if (g > tokens) g = tokens;
   if (g > ArBufferLayout::kMaxBlocks) g = ArBufferLayout::kMaxBlocks;
   return static_cast<int>(g < 1 ? 1 : g);
 }

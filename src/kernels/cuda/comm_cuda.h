@@ -13,8 +13,9 @@ namespace flashinfer::kernels::cuda {
 /// steps; the RMSNorm's sum of squares is a block reduction, a different order than the CPU's).
 void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_pdl, int sm_count);
 
-/// The grid: blocks such that every rank's blocks fit on the device at once even when all
-/// ranks share one GPU (each block waits for the same block of every peer).
+/// The grid: the same for every call (its blocks' slots follow their call counts), small enough
+/// that every rank's blocks fit on the device at once even when all ranks share one GPU (each
+/// block waits for the same block of every peer).
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count);
 
 /// decode_cp_a2a_alltoall: three launches on the stream: this rank's inputs into its slot (all
