@@ -138,21 +138,15 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
     comm.barrier();  // every rank has mapped every allocation
   } catch (...) {
     if (!shm.empty()) ::shm_unlink(shm.c_str());
-    for (std::size_t i = 0; i < peers_.size(); ++i) {
-      if (!mapped_[i]) continue;
-      if (device_.is_cuda()) {
-        cuda_ipc_close(peers_[i], device_.index);
-      } else {
-        ::munmap(peers_[i], bytes_);
-      }
-    }
-    release_local();
+    release();
     throw;
   }
   if (!shm.empty()) ::shm_unlink(shm.c_str());  // the mappings keep the memory
 }
 
-PeerMemory::~PeerMemory() {
+PeerMemory::~PeerMemory() { release(); }
+
+void PeerMemory::release() noexcept {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!mapped_[i]) continue;
     if (device_.is_cuda()) {
@@ -161,10 +155,6 @@ PeerMemory::~PeerMemory() {
       ::munmap(peers_[i], bytes_);
     }
   }
-  release_local();
-}
-
-void PeerMemory::release_local() noexcept {
   if (device_.is_cuda()) {
     cuda_ipc_free(local_, device_.index);
   } else if (heap_) {

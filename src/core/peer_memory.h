@@ -43,7 +43,7 @@ class PeerMemory {
   std::vector<void*> peers_;
   std::vector<bool> mapped_;  // peers_[r] was mapped here (another process's memory)
   bool heap_ = false;         // host memory from calloc (every rank in this process)
-  void release_local() noexcept;
+  void release() noexcept;    // unmaps the peers' allocations, frees this rank's
 };
 
 }  // namespace flashinfer::detail

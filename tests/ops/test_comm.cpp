@@ -49,6 +49,16 @@ float round_dt(DType dt, double v) {
   return static_cast<float>(v);
 }
 
+// `fn` throws a flashinfer::Error whose message holds `what`.
+void expect_error(const std::function<void()>& fn, const char* what) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error, expected " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 // ---- the shared rules ----------------------------------------------------------------------
 
 TEST(CommRules, GroupScaleRoundsUpToAPowerOfTwo) {
@@ -408,53 +418,36 @@ TEST(AllreduceFusion, RefusesWhatUpstreamRefuses) {
   const Fixture f = fixture(2, 4, 32, kBf, 5);
   std::vector<std::string> errors(2);
   with_group(2, 4, 32, kBf, [&](int64_t r, auto ws) {
-    auto msg = [&](const std::function<void()>& fn) -> std::string {
-      try {
-        fn();
-      } catch (const Error& e) {
-        return e.what();
-      }
-      return "no error";
-    };
     const Tensor& x = f.in[r];
-    auto contains = [&](const std::string& m, const char* what) {
-      EXPECT_NE(m.find(what), std::string::npos) << m;
-    };
-    contains(msg([&] { allreduce_fusion(x, ws, 6); }), "not implemented");
-    contains(msg([&] { allreduce_fusion(x, ws, 12); }), "unknown fusion pattern");
-    contains(msg([&] { allreduce_fusion(x, ws, P::kARResidualRMSNorm); }),
-             "residual_in is required");
-    contains(msg([&] {
-               allreduce_fusion(Tensor::zeros({8, 32}, kBf), ws, 0);
-             }),
-             "exceeds workspace max_token_num");
-    contains(msg([&] { allreduce_fusion(x.to(kF32), ws, 0); }), "use_fp32_lamport");
-    contains(msg([&] {
-               allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0, false, true, std::nullopt,
-                                std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                std::nullopt, std::nullopt, 1e-6, std::nullopt, std::nullopt,
-                                false);
-             }),
-             "sequence length should be larger than tp_size");
-    contains(msg([&] {
-               allreduce_fusion(x.reshape({32, 4}).slice(1, 0, 2), ws, 0);
-             }),
-             "must be contiguous");
-    contains(msg([&] { allreduce_fusion(Tensor::zeros({2, 12}, kBf), ws, 0); }), "VEC_SIZE");
-    contains(msg([&] { allreduce_fusion(x, nullptr, 0); }), "workspace");
+    expect_error([&] { allreduce_fusion(x, ws, 6); }, "not implemented");
+    expect_error([&] { allreduce_fusion(x, ws, 12); }, "unknown fusion pattern");
+    expect_error([&] { allreduce_fusion(x, ws, P::kARResidualRMSNorm); },
+                 "residual_in is required");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({8, 32}, kBf), ws, 0);
+        },
+        "exceeds workspace max_token_num");
+    expect_error([&] { allreduce_fusion(x.to(kF32), ws, 0); }, "use_fp32_lamport");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({2, 32}, kBf), ws, 0, false, true, std::nullopt,
+                           std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, 1e-6, std::nullopt, std::nullopt, false);
+        },
+        "sequence length should be larger than tp_size");
+    expect_error(
+        [&] {
+          allreduce_fusion(x.reshape({32, 4}).slice(1, 0, 2), ws, 0);
+        },
+        "must be contiguous");
+    expect_error([&] { allreduce_fusion(Tensor::zeros({2, 12}, kBf), ws, 0); }, "VEC_SIZE");
+    expect_error([&] { allreduce_fusion(x, nullptr, 0); }, "workspace");
     errors[r] = "checked";
   });
   EXPECT_EQ(errors[0], "checked");
   comm::ThreadGroup g(2);
   auto b = g.backend(0);
-  auto expect_error = [&](const std::function<void()>& fn, const char* what) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   expect_error(
       [&] { create_allreduce_fusion_workspace("nccl", 2, 0, 4, 32, kBf, std::nullopt, b); },
       "Unknown backend: nccl");
@@ -615,14 +608,6 @@ TEST(PcieIpcAllReduce, SumsInRankOrderOrByIslandsAsTheVariantDoes) {
 }
 
 TEST(PcieIpcAllReduce, RefusesWhatUpstreamRefuses) {
-  auto expect_error = [&](const std::function<void()>& fn, const char* what) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error, expected " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   comm::ThreadGroup three(3);
   expect_error([&] { PcieIpcAllReduceWorkspace(three.backend(0), 64); }, "world size 3");
   comm::ThreadGroup g(2);
@@ -779,14 +764,6 @@ TEST(DecodeCpA2a, RefusesWhatUpstreamRefuses) {
                                                        std::make_shared<MnnvlConfig>(b));
     decode_cp_a2a_init_workspace(ws, r, 2);
     b->barrier();
-    auto expect_error = [&](const std::function<void()>& fn, const char* what) {
-      try {
-        fn();
-        ADD_FAILURE() << "no error, expected " << what;
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-      }
-    };
     const Tensor o = Tensor::zeros({3, 2, 16}, kBf), st = Tensor::zeros({3, 2, 2}, kF32);
     expect_error([&] { decode_cp_a2a_alltoall(o.to(kF32), st, ws, r, 2); }, "half or bfloat16");
     expect_error(

@@ -14,24 +14,9 @@
 #include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cpu {
-namespace {
-
-// v rounded to the dtype (nearest even; fp32 unchanged).
-float round_to(DType dt, float v) {
-  switch (dt) {
-    case DType::kFloat16:
-      return half_bits_to_float(float_to_half_bits(v));
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
-    default:
-      return v;
-  }
-}
-
-}  // namespace
-
 void allreduce_fusion(const AllReduceFusionParams& p) {
   using elem_io::load_or_fp32;
+  using elem_io::round_to;
   using elem_io::store_or_fp32;
   const int64_t T = p.tokens, H = p.hidden;
   const ArPattern pat = ar_pattern(p.pattern);

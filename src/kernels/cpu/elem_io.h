@@ -59,6 +59,19 @@ inline bool encode(void* base, DType dt, int64_t i, float v) {
   }
 }
 
+/// The value a buffer of `dt` holds for v: fp16 and bf16 round to nearest even, anything else
+/// keeps v (fp32).
+inline float round_to(DType dt, float v) {
+  switch (dt) {
+    case DType::kFloat16:
+      return half_bits_to_float(float_to_half_bits(v));
+    case DType::kBFloat16:
+      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+    default:
+      return v;
+  }
+}
+
 /// decode, reading any other dtype as fp32: for kernels whose API layer admits float formats only.
 inline float load_or_fp32(const void* base, DType dt, int64_t i) {
   if (const auto v = decode(base, dt, i)) return *v;

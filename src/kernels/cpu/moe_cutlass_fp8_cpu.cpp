@@ -32,18 +32,6 @@ void store_f(void* base, DType dt, int64_t i, float v) {
   elem_io::store_strict(base, dt, i, v, "cutlass_fused_moe");
 }
 
-// The value a buffer of `dt` holds for v (RNE).
-float round_to(DType dt, float v) {
-  switch (dt) {
-    case DType::kFloat16:
-      return half_bits_to_float(float_to_half_bits(v));
-    case DType::kBFloat16:
-      return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
-    default:
-      return v;
-  }
-}
-
 int64_t expert_id(const CutlassMoeParams& p, int64_t t, int64_t k) {
   const int64_t i = t * p.experts_stride + k;
   return p.experts_dtype == DType::kInt64 ? static_cast<const int64_t*>(p.experts)[i]
@@ -286,7 +274,7 @@ void block_scale(const CutlassMoeFp8Params& fp, const Grouping& g) {
     float* c = g1.data() + r0 * N1;
     block_gemm(xa.data() + r0 * H, xs.data() + r0 * HB, w.data(), fp.w1_block_scale + e * N1B * HB,
                c, n, N1, H);
-    for (int64_t i = 0; i < n * N1; ++i) c[i] = round_to(DType::kBFloat16, c[i]);
+    for (int64_t i = 0; i < n * N1; ++i) c[i] = elem_io::round_to(DType::kBFloat16, c[i]);
   }
   std::vector<float> ha(static_cast<size_t>(rows * I)), hs(static_cast<size_t>(rows * IB));
 #pragma omp parallel if (rows * N1 >= kParallelMin)
@@ -297,7 +285,7 @@ void block_scale(const CutlassMoeFp8Params& fp, const Grouping& g) {
       const int64_t e = g.local[static_cast<size_t>(g.row_pair[static_cast<size_t>(r)])];
       gemm1_row_with_bias(fp, g1.data(), DType::kFloat32, r, e, N1, gf.data());
       moe_activation_row(p, e, gf.data(), hf.data());
-      for (auto& v : hf) v = round_to(DType::kBFloat16, v);
+      for (auto& v : hf) v = elem_io::round_to(DType::kBFloat16, v);
       quantize_1x128(hf.data(), I, ha.data() + r * I, hs.data() + r * IB);
     }
   }
@@ -310,7 +298,7 @@ void block_scale(const CutlassMoeFp8Params& fp, const Grouping& g) {
     float* c = y.data() + r0 * H;
     block_gemm(ha.data() + r0 * I, hs.data() + r0 * IB, w.data(), fp.w2_block_scale + e * HB * IB,
                c, n, H, I);
-    for (int64_t i = 0; i < n * H; ++i) c[i] = round_to(DType::kBFloat16, c[i]);
+    for (int64_t i = 0; i < n * H; ++i) c[i] = elem_io::round_to(DType::kBFloat16, c[i]);
   }
   finalize(fp, g, y.data(), DType::kFloat32);
 }
