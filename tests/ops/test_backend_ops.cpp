@@ -61,6 +61,7 @@
 #include "flashinfer/ops/upstream_arch.h"
 #include "jit/jit.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "replay/collective_replay.h"
 
 namespace flashinfer::testing {
 namespace {
@@ -1459,9 +1460,7 @@ TEST(WrittenArguments, EveryOpRefusesAliasedAndBroadcastWrites) {
     if (written_params.empty()) continue;
     // A collective needs every rank of a group to build a call: tests/ops/test_comm.cpp checks
     // its refusals with the ranks as threads (AllreduceFusion.RefusesAliasedWrites).
-    if (decl->name == "allreduce_fusion" || decl->name == "PcieIpcAllReduceWorkspace.all_reduce") {
-      continue;
-    }
+    if (detail::collective_spec(decl->name)) continue;
     SCOPED_TRACE(decl->name);
     ASSERT_NE(hook_of(decl->name), nullptr)
         << decl->name << " writes a tensor argument but has no case to build a valid call from";
