@@ -34,6 +34,9 @@ class CommBackend : public ApiObject {
   /// The device this rank's collectives run on: upstream takes torch's current CUDA device; a
   /// C++ caller says it here (the workspaces allocate their buffers on it).
   virtual Device device() const { return Device::cpu(); }
+  /// What every backend of one group shares (MoeAlltoAll's workspace cache shares workspaces
+  /// within a group only); by default the backend itself.
+  virtual const void* group_id() const { return this; }
 
   std::string_view module_name() const override { return "flashinfer.comm.mnnvl"; }
 };

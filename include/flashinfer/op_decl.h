@@ -151,7 +151,8 @@ class ApiObject {
   uint64_t object_id() const { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)); }
   /// "<flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper object at 0x7f4f8d343150>": the
   /// address is object_id() in hex.
-  std::string repr() const;
+  /// A class may say more (Mapping: its fields, as upstream's repr does).
+  virtual std::string repr() const;
 
  protected:
   // Each constructor enters the object in a process-wide set of live objects and the destructor

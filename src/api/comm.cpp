@@ -16,6 +16,7 @@
 
 #include "api/backends.h"
 #include "api/checks.h"
+#include "api/comm_shared.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
 #include "core/cuda_runtime.h"
@@ -722,73 +723,6 @@ Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Te
       *this, inp, out, config, enable_pdl);
 }
 
-// ---- MoE all-to-all sizes -----------------------------------------------------------------------
-
-namespace {
-
-constexpr const char* kMoeA2aModule = "flashinfer.comm.trtllm_moe_alltoall";
-constexpr int64_t kMoeA2aMaxTopK = 22;
-
-int64_t pad128(int64_t v) { return (v + 127) / 128 * 128; }
-
-// Upstream's aux region: flag value, local token counter, send and receive counters, then
-// (each 128-byte aligned) dispatch and combine completion flags, the top_k target ranks and
-// send indices (22 slots a token), the EPLB statistics; the payloads start at its aligned end.
-int64_t moe_a2a_aux_size(int64_t ep, int64_t max_tokens, int64_t eplb_experts) {
-  int64_t off = 8 + 8 * ep;
-  for (const int64_t region : {4 * ep, 4 * ep, max_tokens * kMoeA2aMaxTopK * 4,
-                               max_tokens * kMoeA2aMaxTopK * 4, ep * eplb_experts * 4}) {
-    off = pad128(off) + region;
-  }
-  return pad128(off);
-}
-
-void check_non_negative(int64_t v, const char* op, const char* arg) {
-  FLASHINFER_CHECK(v >= 0, op, arg, arg, " must be non-negative, got ", v);
-}
-
-}  // namespace
-
-int64_t moe_a2a_get_workspace_size_per_rank(int64_t ep_size, int64_t max_num_tokens,
-                                            int64_t total_dispatch_payload_size_per_token,
-                                            int64_t combine_payload_size_per_token,
-                                            int64_t eplb_stats_num_experts) {
-  return call_op<&moe_a2a_get_workspace_size_per_rank>(
-      [&] {
-        const char* op = "moe_a2a_get_workspace_size_per_rank";
-        FLASHINFER_CHECK(ep_size > 0, op, "ep_size", "ep_size must be positive, got ", ep_size);
-        check_non_negative(max_num_tokens, op, "max_num_tokens");
-        check_non_negative(total_dispatch_payload_size_per_token, op,
-                           "total_dispatch_payload_size_per_token");
-        check_non_negative(combine_payload_size_per_token, op, "combine_payload_size_per_token");
-        check_non_negative(eplb_stats_num_experts, op, "eplb_stats_num_experts");
-        return moe_a2a_aux_size(ep_size, max_num_tokens, eplb_stats_num_experts) +
-               pad128(ep_size * max_num_tokens * total_dispatch_payload_size_per_token) +
-               pad128(ep_size * max_num_tokens * combine_payload_size_per_token);
-      },
-      ep_size, max_num_tokens, total_dispatch_payload_size_per_token,
-      combine_payload_size_per_token, eplb_stats_num_experts);
-}
-
-int64_t moe_alltoall_get_moe_workspace_size_per_rank(int64_t ep_size, int64_t top_k,
-                                                     int64_t max_num_tokens, int64_t hidden_size,
-                                                     int64_t extra_payload_bytes_per_token,
-                                                     int64_t eplb_stats_num_experts) {
-  return call_op<&moe_alltoall_get_moe_workspace_size_per_rank>(
-      [&] {
-        const char* op = "MoeAlltoAll.get_moe_workspace_size_per_rank";
-        check_non_negative(top_k, op, "top_k");
-        check_non_negative(hidden_size, op, "hidden_size");
-        check_non_negative(extra_payload_bytes_per_token, op, "extra_payload_bytes_per_token");
-        // 16-bit hidden states, int32 expert ids and fp32 scales a token.
-        return moe_a2a_get_workspace_size_per_rank(
-            ep_size, max_num_tokens, hidden_size * 2 + top_k * 8 + extra_payload_bytes_per_token,
-            hidden_size * 2, eplb_stats_num_experts);
-      },
-      ep_size, top_k, max_num_tokens, hidden_size, extra_payload_bytes_per_token,
-      eplb_stats_num_experts);
-}
-
 // ---- Decode context-parallel all-to-all ---------------------------------------------------------
 
 namespace {
@@ -869,14 +803,76 @@ void check_dcp_workspace(const Tensor& ws, int64_t cp_size, const char* op) {
 
 }  // namespace
 
+namespace detail {
+
+Tensor group_shared_rows(comm::CommBackend& c, int64_t rows, int64_t row_elems, DType dtype,
+                         int64_t storage_factor, const char* op, const char* arg) {
+  const Device dev = c.device();
+  const int64_t r = c.Get_rank();
+  // One address space over the ranks: rank 0 makes it, every rank views it (upstream maps
+  // MNNVL fabric memory; here the ranks must share a process).
+  Tensor ws;
+  std::string mine(sizeof(uint64_t) * 3, '\0');
+  uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
+  if (r == 0) {
+    ws = Tensor::zeros({storage_factor * rows * row_elems}, dtype, dev)
+             .slice(0, 0, rows * row_elems)
+             .view({rows, row_elems});
+    // The zeros are in place before any rank (each on its own stream) writes its row.
+    if (dev.is_cuda()) cuda_device_synchronize(dev.index);
+    fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
+    const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+    shared_workspaces().pending[fields[1]] = {ws, c.Get_size() - 1};
+  }
+  fields[2] = static_cast<uint64_t>(dev.index);
+  std::memcpy(mine.data(), fields, sizeof(fields));
+  const std::vector<std::string> all = c.allgather(mine);
+  uint64_t root[3];
+  std::memcpy(root, all.at(0).data(), sizeof(root));
+  bool one_process = true;
+  for (const std::string& b : all) {
+    uint64_t f[3];
+    std::memcpy(f, b.data(), sizeof(f));
+    one_process = one_process && f[0] == root[0];
+  }
+  if (!one_process && r == 0) {
+    const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+    shared_workspaces().pending.erase(fields[1]);
+  }
+  FLASHINFER_CHECK_CODE(one_process, ErrorCode::kUnsupported, op, arg,
+                        "the ranks are in several processes: one address space over them needs "
+                        "MNNVL fabric memory, which flashinfer-cpp does not implement (run the "
+                        "ranks as threads of one process)");
+  if (r != 0) {
+    if (dev.is_cuda()) cuda_enable_peer_access(dev.index, static_cast<int>(root[2]));
+    const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+    auto& pending = shared_workspaces().pending;
+    auto it = pending.find(root[1]);
+    FLASHINFER_CHECK_CODE(it != pending.end(), ErrorCode::kInternal, op, arg,
+                          "rank 0's workspace is gone");
+    ws = it->second.first;
+    if (--it->second.second == 0) pending.erase(it);
+  } else if (c.Get_size() == 1) {
+    const std::lock_guard<std::mutex> lock(shared_workspaces().m);
+    shared_workspaces().pending.erase(fields[1]);
+  }
+  return ws;
+}
+
+}  // namespace detail
+
 Mapping::Mapping(int64_t world_size_, int64_t rank_, int64_t gpus_per_node_, int64_t cp_size_,
-                 int64_t tp_size_, int64_t pp_size_)
+                 int64_t tp_size_, int64_t pp_size_, int64_t moe_cluster_size_,
+                 int64_t moe_tp_size_, int64_t moe_ep_size_)
     : world_size(world_size_),
       rank(rank_),
       gpus_per_node(gpus_per_node_),
       cp_size(cp_size_),
       tp_size(tp_size_),
-      pp_size(pp_size_) {
+      pp_size(pp_size_),
+      moe_cluster_size(moe_cluster_size_ == -1 ? 1 : moe_cluster_size_),
+      moe_tp_size(moe_tp_size_),
+      moe_ep_size(moe_ep_size_) {
   const char* op = "Mapping";
   FLASHINFER_CHECK(tp_size > 0 && cp_size > 0 && pp_size > 0, op, "tp_size",
                    "tp_size, cp_size and pp_size must be positive");
@@ -886,6 +882,35 @@ Mapping::Mapping(int64_t world_size_, int64_t rank_, int64_t gpus_per_node_, int
   FLASHINFER_CHECK(rank >= 0 && rank < world_size, op, "rank",
                    "Rank should be an integer between 0 and ", world_size - 1, ", but got ", rank,
                    ".");
+  FLASHINFER_CHECK(moe_cluster_size > 0 && (moe_tp_size == -1 || moe_tp_size > 0) &&
+                       (moe_ep_size == -1 || moe_ep_size > 0),
+                   op, "moe_ep_size",
+                   "moe_cluster_size, moe_tp_size and moe_ep_size must be "
+                   "positive or -1");
+  // The unset MoE sizes take what the TP group leaves (upstream's derivation).
+  if (moe_tp_size == -1 && moe_ep_size == -1) {
+    moe_tp_size = tp_size / moe_cluster_size;
+    moe_ep_size = 1;
+  } else if (moe_tp_size == -1) {
+    moe_tp_size = tp_size / (moe_ep_size * moe_cluster_size);
+  } else if (moe_ep_size == -1) {
+    moe_ep_size = tp_size / (moe_tp_size * moe_cluster_size);
+  }
+  FLASHINFER_CHECK(
+      moe_tp_size > 0 && moe_ep_size > 0 && moe_tp_size * moe_ep_size * moe_cluster_size == tp_size,
+      op, "moe_ep_size",
+      "tp_size must equal to moe_tp_size * moe_ep_size * moe_cluster_size, but got ", tp_size,
+      " != ", moe_tp_size, " * ", moe_ep_size, " * ", moe_cluster_size);
+}
+
+std::string Mapping::repr() const {
+  return "Mapping(world_size=" + std::to_string(world_size) + ", rank=" + std::to_string(rank) +
+         ", gpus_per_node=" + std::to_string(gpus_per_node) +
+         ", cp_size=" + std::to_string(cp_size) + ", tp_size=" + std::to_string(tp_size) +
+         ", pp_size=" + std::to_string(pp_size) +
+         ", moe_cluster_size=" + std::to_string(moe_cluster_size) +
+         ", moe_tp_size=" + std::to_string(moe_tp_size) +
+         ", moe_ep_size=" + std::to_string(moe_ep_size) + ")";
 }
 
 int64_t decode_cp_a2a_workspace_size(int64_t cp_size) {
@@ -916,55 +941,11 @@ Tensor decode_cp_a2a_allocate_mnnvl_workspace(std::shared_ptr<Mapping> mapping,
         const Device dev = c.device();
         const int64_t row_bytes =
             dcp_row_bytes(cp, dev.is_cuda() ? detail::cuda_sm_count(dev.index) : 0);
-        const int64_t row = (row_bytes + 7) / 8;
-        // One address space over the ranks: rank 0 makes it, every rank views it (upstream maps
-        // MNNVL fabric memory; here the ranks must share a process).
-        Tensor ws;
-        std::string mine(sizeof(uint64_t) * 3, '\0');
-        uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
-        if (r == 0) {
-          // The exchange's flags and slots live past the tensor's elements, in the same
-          // storage: the tensor's bytes never change after this, so a recorder writing them
-          // while peers exchange (threads of this process) writes consistent data.
-          ws = Tensor::zeros({2 * cp * row}, DType::kInt64, dev)
-                   .slice(0, 0, cp * row)
-                   .view({cp, row});
-          // The zeros are in place before any rank (each on its own stream) writes its row.
-          if (dev.is_cuda()) detail::cuda_device_synchronize(dev.index);
-          fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
-          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
-          shared_workspaces().pending[fields[1]] = {ws, cp - 1};
-        }
-        fields[2] = static_cast<uint64_t>(dev.index);
-        std::memcpy(mine.data(), fields, sizeof(fields));
-        const std::vector<std::string> all = c.allgather(mine);
-        uint64_t root[3];
-        std::memcpy(root, all.at(0).data(), sizeof(root));
-        bool one_process = true;
-        for (const std::string& b : all) {
-          uint64_t f[3];
-          std::memcpy(f, b.data(), sizeof(f));
-          one_process = one_process && f[0] == root[0];
-        }
-        FLASHINFER_CHECK_CODE(one_process, ErrorCode::kUnsupported, op, "mapping",
-                              "the CP ranks are in several processes: one address space over "
-                              "them needs MNNVL fabric memory, which flashinfer-cpp does not "
-                              "implement (run the ranks as threads of one process)");
-        if (r != 0) {
-          if (dev.is_cuda()) {
-            detail::cuda_enable_peer_access(dev.index, static_cast<int>(root[2]));
-          }
-          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
-          auto& pending = shared_workspaces().pending;
-          auto it = pending.find(root[1]);
-          FLASHINFER_CHECK_CODE(it != pending.end(), ErrorCode::kInternal, op, "mapping",
-                                "rank 0's workspace is gone");
-          ws = it->second.first;
-          if (--it->second.second == 0) pending.erase(it);
-        } else if (cp == 1) {
-          const std::lock_guard<std::mutex> lock(shared_workspaces().m);
-          shared_workspaces().pending.erase(fields[1]);
-        }
+        // The exchange's flags and slots live past the tensor's elements, in the same storage:
+        // the tensor's bytes never change after this, so a recorder writing them while peers
+        // exchange (threads of this process) writes consistent data.
+        Tensor ws =
+            detail::group_shared_rows(c, cp, (row_bytes + 7) / 8, DType::kInt64, 2, op, "mapping");
         c.barrier();
         return ws;
       },
@@ -1120,7 +1101,7 @@ void register_comm_ops(OpRegistry& r) {
   spec.creator_rank_param = 2;
   spec.creator_comm_param = 7;
   spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
-                           const std::vector<Value>& args) {
+                           const std::vector<Value>& args, const std::vector<Value>*) {
     const Tensor& x = args.at(0).as_tensor();
     return to_value(create_allreduce_fusion_workspace(
         "trtllm", c->Get_size(), c->Get_rank(), std::max<int64_t>(1, x.size(0)),
@@ -1128,24 +1109,7 @@ void register_comm_ops(OpRegistry& r) {
   };
   register_collective(std::move(spec));
 
-  declare<&moe_a2a_get_workspace_size_per_rank>(
-      r,
-      {.name = "moe_a2a_get_workspace_size_per_rank",
-       .module = kMoeA2aModule,
-       .summary = "Bytes of one rank's MoE all-to-all workspace (host-side sizing)"},
-      "ep_size", "max_num_tokens", "total_dispatch_payload_size_per_token",
-      "combine_payload_size_per_token", arg("eplb_stats_num_experts", int64_t{0}));
-  declare<&moe_alltoall_get_moe_workspace_size_per_rank>(
-      r,
-      {.name = "MoeAlltoAll.get_moe_workspace_size_per_rank",
-       .module = kMoeA2aModule,
-       .summary = "Bytes of one rank's MoeAlltoAll workspace for 16-bit hidden states"},
-      "ep_size", "top_k", "max_num_tokens", "hidden_size",
-      arg("extra_payload_bytes_per_token", int64_t{0}), arg("eplb_stats_num_experts", int64_t{0}));
   static constexpr api::BackendSummary kHostSizing[] = {{DeviceType::kCPU, "host-side sizing"}};
-  api::register_backends("moe_a2a_get_workspace_size_per_rank", kHostSizing);
-  api::register_backends("MoeAlltoAll.get_moe_workspace_size_per_rank", kHostSizing);
-
   declare<&decode_cp_a2a_workspace_size>(
       r,
       {.name = "decode_cp_a2a_workspace_size",
@@ -1187,7 +1151,8 @@ void register_comm_ops(OpRegistry& r) {
   dcp.workspace_param = 2;
   dcp.rank_param = 3;
   dcp.world_param = 4;
-  dcp.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c, const std::vector<Value>&) {
+  dcp.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c, const std::vector<Value>&,
+                          const std::vector<Value>*) {
     auto m = std::make_shared<Mapping>(c->Get_size(), c->Get_rank(), 8, c->Get_size());
     Tensor ws = decode_cp_a2a_allocate_mnnvl_workspace(m, std::make_shared<MnnvlConfig>(c));
     decode_cp_a2a_init_workspace(ws, c->Get_rank(), c->Get_size());
@@ -1225,7 +1190,7 @@ void register_comm_ops(OpRegistry& r) {
   pcie.creator = "PcieIpcAllReduceWorkspace.__init__";
   pcie.creator_comm_param = 1;  // group (self is 0)
   pcie.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
-                           const std::vector<Value>& args) {
+                           const std::vector<Value>& args, const std::vector<Value>*) {
     const Tensor& x = args.at(1).as_tensor();
     const int64_t n = std::max<int64_t>(x.numel(), 8 * c->Get_size());
     const DType dt = x.dtype() == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;

@@ -121,6 +121,7 @@ class ThreadBackend final : public CommBackend {
   }
   void barrier() override { (void)s_->rendezvous(rank_, {}, "CommBackend.barrier"); }
   Device device() const override { return s_->devices[static_cast<std::size_t>(rank_)]; }
+  const void* group_id() const override { return s_.get(); }
   std::string_view class_name() const override { return "ThreadCommBackend"; }
   std::string_view module_name() const override { return "flashinfer.comm"; }
 

@@ -1,6 +1,7 @@
 #include "replay/collective_replay.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -41,6 +42,7 @@ struct Stream {
   std::optional<int64_t> world, rank;
   std::string creator_dir;  // empty: made before the recording began
   std::vector<std::string> calls;
+  std::vector<std::string> functions;  // calls[i]'s function (op or one of spec.also)
 };
 
 // The per-process, per-function call number of a call directory ("..._call0042": 42), or -1.
@@ -82,6 +84,23 @@ std::string repr_of(const Json* j) {
              : std::string();
 }
 
+// The integer after "key=" in a repr such as "Mapping(world_size=4, rank=1, ...)".
+std::optional<int64_t> repr_int(const std::string& repr, const std::string& key) {
+  for (std::size_t at = repr.find(key + "="); at != std::string::npos;
+       at = repr.find(key + "=", at + 1)) {
+    if (at > 0 && repr[at - 1] != '(' && repr[at - 1] != ' ') continue;  // "ep_rank=" for "rank="
+    const std::size_t v = at + key.size() + 1;
+    std::size_t end = v;
+    while (end < repr.size() && (std::isdigit(static_cast<unsigned char>(repr[end])) != 0 ||
+                                 (end == v && repr[end] == '-'))) {
+      ++end;
+    }
+    if (end == v) return std::nullopt;
+    return std::stoll(repr.substr(v, end - v));
+  }
+  return std::nullopt;
+}
+
 Index build_index(const std::string& root, const std::string& op, const CollectiveSpec& spec,
                   const OpDecl& decl) {
   Index ix;
@@ -118,11 +137,21 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         const std::size_t i = *spec.creator_rank_param;
         if (const Json* r = recorded_arg(im, i, ps.at(i).name)) s.rank = json_int(*r);
       }
+      if (spec.creator_mapping_param) {
+        const std::size_t i = *spec.creator_mapping_param;
+        const std::string m = repr_of(recorded_arg(im, i, ps.at(i).name));
+        const auto ep = repr_int(m, "moe_ep_size"), tp = repr_int(m, "tp_size"),
+                   rank = repr_int(m, "rank");
+        if (ep && tp && rank && *ep > 0 && *tp > 0) {
+          s.world = *ep;
+          s.rank = *rank % *tp % *ep;
+        }
+      }
       s.creator_dir = fs::path(d).lexically_normal().string();
       current[{pid, s.repr}] = ix.streams.size();
       ix.stream_of_call[s.creator_dir] = ix.streams.size();
       ix.streams.push_back(std::move(s));
-    } else if (fn == op) {
+    } else if (fn == op || std::find(spec.also.begin(), spec.also.end(), fn) != spec.also.end()) {
       // The stream: by the op's own rank argument where it has one (its workspace is a tensor),
       // else by its workspace object.
       std::optional<int64_t> rank, world;
@@ -153,6 +182,7 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         ix.streams.push_back(std::move(s));
       }
       ix.streams[it->second].calls.push_back(fs::path(d).lexically_normal().string());
+      ix.streams[it->second].functions.push_back(fn);
       ix.stream_of_call[fs::path(d).lexically_normal().string()] = it->second;
     }
   }
@@ -180,6 +210,7 @@ const Index& index_for(const std::string& root, const std::string& op, const Col
 void register_collective(CollectiveSpec spec) {
   const std::lock_guard<std::mutex> lock(specs_mutex());
   if (!spec.creator.empty()) specs()[spec.creator] = spec;
+  for (const std::string& f : spec.also) specs()[f] = spec;
   specs()[spec.op] = std::move(spec);
 }
 
@@ -193,7 +224,7 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
                         std::vector<Value>& args, Device device, std::string* note) {
   const std::string op = spec.op;
   const bool creating = decl.name == spec.creator;
-  const OpDecl* op_decl = creating ? OpRegistry::global().find(op) : &decl;
+  const OpDecl* op_decl = decl.name == op ? &decl : OpRegistry::global().find(op);
   FLASHINFER_CHECK(op_decl != nullptr, "replay", "", op, " is not declared");
   const fs::path dir = fs::path(dump_dir).lexically_normal();
   const std::string root = (dir.has_filename() ? dir : dir.parent_path()).parent_path().string();
@@ -219,15 +250,20 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
   // mode); ranks sharing a process share that counter, and their streams match by position.
   bool by_number = false;
   const int64_t my_number = call_number(dir.string());
+  // The position of call k in a stream (calls.size(): none).
+  auto index_of = [&](const Stream* s) -> std::size_t {
+    if (by_number) {
+      for (std::size_t i = 0; i < s->calls.size(); ++i) {
+        if (s->functions[i] == decl.name && call_number(s->calls[i]) == my_number) return i;
+      }
+      return s->calls.size();
+    }
+    return s->calls.size() >= k ? k - 1 : s->calls.size();
+  };
   auto call_of = [&](const Stream* s) -> std::string {
     if (k == 0) return s->creator_dir;
-    if (by_number) {
-      for (const std::string& c : s->calls) {
-        if (call_number(c) == my_number) return c;
-      }
-      return std::string();
-    }
-    return s->calls.size() >= k ? s->calls[k - 1] : std::string();
+    const std::size_t i = index_of(s);
+    return i < s->calls.size() && s->functions[i] == decl.name ? s->calls[i] : std::string();
   };
   // The group: streams of the same world size, one per rank. Streams whose rank was not
   // recorded take ranks in the order their processes' ids and workspaces sort.
@@ -284,19 +320,41 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
                     missing.empty() ? std::string("?") : missing,
                     " (record every rank into one dump directory)");
   }
-  // Every rank's arguments, rebuilt on the replay device; this rank's are the caller's.
-  std::vector<std::vector<Value>> all(group.size());
-  for (std::size_t r = 0; r < group.size(); ++r) {
-    if (static_cast<int64_t>(r) == my_rank) continue;
+  // A recorded call's arguments, rebuilt on the replay device.
+  auto rebuild = [&](const std::string& call, std::size_t r, const std::string& what) {
     replay::Options o;
     o.device = device;
     o.run = false;
-    replay::Result peer = replay::replay_from_dump(call_of(group[r]), o);
+    replay::Result peer = replay::replay_from_dump(call, o);
     if (peer.status == replay::Status::kError) {
-      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "rank ", r, "'s call ", k, " of ",
-                      decl.name, " (", call_of(group[r]), ") could not be rebuilt: ", peer.error);
+      FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "rank ", r, "'s ", what, " (", call,
+                      ") could not be rebuilt: ", peer.error);
     }
-    all[r] = std::move(peer.args);
+    return std::move(peer.args);
+  };
+  // Every rank's arguments; this rank's are the caller's.
+  std::vector<std::vector<Value>> all(group.size());
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    if (static_cast<int64_t>(r) == my_rank) continue;
+    all[r] = rebuild(call_of(group[r]), r, "call " + std::to_string(k) + " of " + decl.name);
+  }
+  // Each rank's creation (the workspace's sizes) and the call whose state this one needs.
+  std::vector<std::optional<std::vector<Value>>> created(group.size());
+  std::vector<std::optional<std::vector<Value>>> before(group.size());
+  const std::string pre = !creating && spec.prelude ? spec.prelude(decl.name) : std::string();
+  const OpDecl* pre_decl = pre.empty() ? nullptr : OpRegistry::global().find(pre);
+  for (std::size_t r = 0; r < group.size() && !creating; ++r) {
+    const Stream* s = group[r];
+    if (!s->creator_dir.empty()) created[r] = rebuild(s->creator_dir, r, "creation");
+    if (!pre_decl) continue;
+    const std::size_t at = index_of(s);
+    std::size_t j = at;
+    while (j > 0 && s->functions[j - 1] != pre) --j;
+    if (j == 0) {
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", decl.name, " of rank ", r,
+                      " needs the ", pre, " call before it, and the recording has none");
+    }
+    before[r] = rebuild(s->calls[j - 1], r, pre);
   }
   comm::ThreadGroup g(static_cast<int64_t>(group.size()), device);
   Value result;
@@ -307,26 +365,43 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
     ScopedUnobserved quiet;  // per thread: the replayed calls are not logged or recorded again
     const auto i = static_cast<std::size_t>(r);
     std::vector<Value>& a = r == my_rank ? args : all[i];
+    const std::shared_ptr<comm::CommBackend> b = g.backend(r);
     if (creating) {
-      a.at(spec.creator_comm_param) = to_value(g.backend(r));
+      if (spec.prepare_creator) {
+        spec.prepare_creator(a, b);
+      } else {
+        a.at(spec.creator_comm_param) = to_value(b);
+      }
     } else {
-      workspaces[i] = spec.make_workspace(g.backend(r), a);
+      if (created[i] && spec.prepare_creator) spec.prepare_creator(*created[i], b);
+      workspaces[i] = spec.make_workspace(b, a, created[i] ? &*created[i] : nullptr);
+      if (before[i]) {
+        std::vector<Value>& pa = *before[i];
+        pa.at(spec.workspace_param) = workspaces[i];
+        if (spec.adjust_args) spec.adjust_args(pre, pa, b);
+        pre_decl->invoke(CallArgs(*pre_decl, pa));
+        pa.at(spec.workspace_param) = Value();
+      }
       a.at(spec.workspace_param) = workspaces[i];
+      if (spec.adjust_args) spec.adjust_args(decl.name, a, b);
     }
     Value v = decl.invoke(CallArgs(decl, a));
     if (device.is_cuda()) cuda_device_synchronize(device.index);
     if (r == my_rank) result = std::move(v);
   });
   for (std::size_t r = 0; r < group.size(); ++r) {
-    (static_cast<int64_t>(r) == my_rank ? args : all[r])
-        .at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
+    if (!creating || !spec.prepare_creator) {
+      (static_cast<int64_t>(r) == my_rank ? args : all[r])
+          .at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
+    }
   }
   workspaces.clear();
   if (note) {
     *note = "a collective: replayed with the recorded calls of all " +
             std::to_string(group.size()) + " ranks (this is rank " + std::to_string(my_rank) +
             (creating ? std::string(", its workspace's creation")
-                      : ", call " + std::to_string(k) + " on its workspace") +
+                      : ", call " + std::to_string(k) + " on its workspace" +
+                            (pre.empty() ? std::string() : " after its " + pre)) +
             "), each rank a thread on " + device.str();
   }
   return result;

@@ -29,19 +29,38 @@ struct CollectiveSpec {
   // The group size and rank among the creator's arguments (nullopt: not recorded; streams then
   // take ranks in process-id order, then in the order their workspaces were made).
   std::optional<std::size_t> creator_world_param, creator_rank_param;
+  // A Mapping among the creator's arguments (its repr's fields): the group is its MoE EP group
+  // (moe_ep_size ranks), the rank its moe_ep_rank.
+  std::optional<std::size_t> creator_mapping_param;
   std::size_t creator_comm_param = 7;  // the creator's CommBackend, replaced by the replay's
   // The op's own rank and group-size arguments, where it has them (decode_cp_a2a_alltoall):
   // streams are then keyed by (process, rank), with no creation call.
   std::optional<std::size_t> rank_param, world_param;
   /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
-  /// arguments `args` (bound to the op's parameters).
+  /// arguments `args` (bound to the op's parameters); `creator_args` are the rank's recorded
+  /// creation's (bound, prepared as below), null when the recording has none.
   std::function<Value(const std::shared_ptr<comm::CommBackend>& comm,
-                      const std::vector<Value>& args)>
+                      const std::vector<Value>& args, const std::vector<Value>* creator_args)>
       make_workspace;
+  /// Puts the replay group's backend into a creation's arguments (unset: the argument at
+  /// creator_comm_param becomes the backend).
+  std::function<void(std::vector<Value>& args, const std::shared_ptr<comm::CommBackend>& comm)>
+      prepare_creator;
+  /// Other functions whose calls on the same workspace join op's streams (MoeAlltoAll's combine
+  /// after its dispatch): the k-th call of a rank, whichever of them, meets every rank's k-th.
+  std::vector<std::string> also;
+  /// The function whose latest call before a call of `function` must run first on the fresh
+  /// workspace (the state it leaves: combine needs its dispatch), or "".
+  std::function<std::string(std::string_view function)> prelude;
+  /// Adapts a call's rebuilt arguments to the replay workspace (a payload recorded as a view of
+  /// the recording's workspace, a backend argument), or unset.
+  std::function<void(std::string_view function, std::vector<Value>& args,
+                     const std::shared_ptr<comm::CommBackend>& comm)>
+      adjust_args;
 };
 
-/// Registers spec.op and spec.creator (whose calls are collective too: replaying one makes every
-/// rank's workspace of that group together).
+/// Registers spec.op, spec.also and spec.creator (whose calls are collective too: replaying one
+/// makes every rank's workspace of that group together).
 void register_collective(CollectiveSpec spec);
 /// The spec registered for `op` (the collective or its creator), or null.
 const CollectiveSpec* collective_spec(std::string_view op);

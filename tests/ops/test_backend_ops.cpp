@@ -184,9 +184,26 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},
       {"moe_a2a_get_workspace_size_per_rank",
-       "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
+       "host-side sizing (no tensors, no kernel): tests/ops/test_moe_alltoall.cpp checks it by "
+       "hand"},
       {"MoeAlltoAll.get_moe_workspace_size_per_rank",
-       "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
+       "host-side sizing (no tensors, no kernel): tests/ops/test_moe_alltoall.cpp checks it by "
+       "hand"},
+      {"MoeAlltoAll.__init__",
+       "a collective (every EP rank must call it): tests/ops/test_moe_alltoall.cpp runs the ranks "
+       "as threads"},
+      {"MoeAlltoAll.dispatch",
+       "a collective (every EP rank must call it): tests/ops/test_moe_alltoall.cpp runs the ranks "
+       "as threads, CPU and CUDA"},
+      {"MoeAlltoAll.combine",
+       "a collective (every EP rank must call it): tests/ops/test_moe_alltoall.cpp runs the ranks "
+       "as threads, CPU and CUDA"},
+      {"MoeAlltoAll.get_combine_payload_tensor_in_workspace",
+       "a view of the workspace after a collective dispatch: tests/ops/test_moe_alltoall.cpp"},
+      {"MoeAlltoAll.checkpoint_prepare",
+       "a collective (barriers): tests/ops/test_moe_alltoall.cpp runs the ranks as threads"},
+      {"MoeAlltoAll.checkpoint_restore",
+       "a collective (barriers): tests/ops/test_moe_alltoall.cpp runs the ranks as threads"},
       {"decode_cp_a2a_workspace_size",
        "host-side sizing (no tensors, no kernel): tests/ops/test_comm.cpp checks it by hand"},
       {"decode_cp_a2a_allocate_mnnvl_workspace",

@@ -680,23 +680,6 @@ TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
 // ---- MoE all-to-all sizes
 // ------------------------------------------------------------------------
 
-TEST(MoeA2aWorkspaceSize, UpstreamsLayoutByHand) {
-  // ep 8, 10 tokens, hidden 128, top_k 2, 16-bit: aux = 8 + 64 -> 128, + 32 -> 256, + 32 -> 384,
-  // + 880 -> 1280, + 880 -> 2176 (no EPLB); dispatch 80 * (256 + 8 + 8) = 21760; combine
-  // 80 * 256 = 20480.
-  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(8, 10, 272, 256), 2176 + 21760 + 20480);
-  EXPECT_EQ(moe_alltoall_get_moe_workspace_size_per_rank(8, 2, 10, 128), 44416);
-  // EPLB statistics add ep * experts * 4 bytes to aux (2176 + 8 * 64 * 4 = 4224).
-  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(8, 10, 272, 256, 64), 4224 + 21760 + 20480);
-  // 1 rank, 1 token: aux 16 -> 128, + 4 -> 256, + 4 -> 384, + 88 -> 512, + 88 -> 640; payloads
-  // padded to 128 bytes (3 and 1 byte).
-  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(1, 1, 3, 1), 640 + 128 + 128);
-  EXPECT_EQ(moe_alltoall_get_moe_workspace_size_per_rank(4, 8, 256, 7168, 16),
-            moe_a2a_get_workspace_size_per_rank(4, 256, 7168 * 2 + 64 + 16, 7168 * 2));
-  EXPECT_THROW(moe_a2a_get_workspace_size_per_rank(0, 10, 272, 256), Error);
-  EXPECT_THROW(moe_a2a_get_workspace_size_per_rank(8, -1, 272, 256), Error);
-}
-
 // ---- decode context-parallel all-to-all --------------------------------------------------------
 
 TEST(DecodeCpA2a, WorkspaceSizeIsUpstreamsFormula) {

@@ -12,10 +12,12 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "flashinfer/comm.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/quantization.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -127,17 +129,28 @@ Tensor allreduce_fusion(
     std::optional<Tensor> shared_expert_output = std::nullopt,
     std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
 
-/// flashinfer.comm.mapping.Mapping: a rank's place in a TP x CP x PP grid (the fields the comm
-/// ops read). tp_rank = rank % tp_size, cp_rank = rank % (tp_size * cp_size) / tp_size,
-/// pp_rank = rank / (tp_size * cp_size).
+/// flashinfer.comm.mapping.Mapping: a rank's place in a TP x CP x PP grid and, within its TP
+/// group, in the MoE's TP x EP x cluster split (the fields the comm ops read). tp_rank = rank %
+/// tp_size, cp_rank = rank % (tp_size * cp_size) / tp_size, pp_rank = rank / (tp_size *
+/// cp_size); moe_ep_rank = tp_rank % moe_ep_size. moe_cluster_size -1 means 1; moe_tp_size and
+/// moe_ep_size -1 are derived so that moe_tp_size * moe_ep_size * moe_cluster_size == tp_size
+/// (both -1: moe_ep_size 1).
 class Mapping : public ApiObject {
  public:
   explicit Mapping(int64_t world_size = 1, int64_t rank = 0, int64_t gpus_per_node = 8,
-                   int64_t cp_size = 1, int64_t tp_size = 1, int64_t pp_size = 1);
+                   int64_t cp_size = 1, int64_t tp_size = 1, int64_t pp_size = 1,
+                   int64_t moe_cluster_size = -1, int64_t moe_tp_size = -1,
+                   int64_t moe_ep_size = -1);
   int64_t world_size, rank, gpus_per_node, cp_size, tp_size, pp_size;
+  int64_t moe_cluster_size, moe_tp_size, moe_ep_size;
   int64_t tp_rank() const { return rank % tp_size; }
   int64_t cp_rank() const { return rank % (tp_size * cp_size) / tp_size; }
   int64_t pp_rank() const { return rank / (tp_size * cp_size); }
+  int64_t moe_ep_rank() const { return tp_rank() % moe_ep_size; }
+  int64_t moe_tp_rank() const { return tp_rank() / (moe_ep_size * moe_cluster_size); }
+  /// "Mapping(world_size=4, rank=1, gpus_per_node=8, cp_size=1, tp_size=4, pp_size=1,
+  /// moe_cluster_size=1, moe_tp_size=1, moe_ep_size=4)": a recording keeps each rank's place.
+  std::string repr() const override;
   std::string_view class_name() const override { return "Mapping"; }
   std::string_view module_name() const override { return "flashinfer.comm.mapping"; }
 };
@@ -195,6 +208,91 @@ int64_t moe_alltoall_get_moe_workspace_size_per_rank(int64_t ep_size, int64_t to
                                                      int64_t max_num_tokens, int64_t hidden_size,
                                                      int64_t extra_payload_bytes_per_token = 0,
                                                      int64_t eplb_stats_num_experts = 0);
+
+/// flashinfer.comm.trtllm_moe_alltoall.MoeAlltoAll: expert-parallel token exchange. dispatch
+/// sends each local token to every rank that owns one of its top_k experts (the experts split
+/// over the ranks in contiguous blocks); combine brings each rank's result for the tokens it
+/// received back and sums it per token. Every rank of mapping's MoE EP group constructs one with
+/// the same arguments and calls dispatch and combine in turn (collectives). Here the ranks must
+/// share a process (threads: ranks in several processes need MNNVL fabric memory, refused by
+/// name). Instances of one rank with equal sizes on one comm_backend share a workspace, as
+/// upstream's workspace cache. backend "trtllm" (upstream's "cake" needs Blackwell: refused).
+class MoeAlltoAll : public ApiObject {
+ public:
+  struct Impl;
+  MoeAlltoAll(std::shared_ptr<Mapping> mapping, int64_t max_num_tokens, int64_t top_k,
+              int64_t num_experts, std::optional<int64_t> workspace_size_per_rank = std::nullopt,
+              std::optional<int64_t> hidden_size = std::nullopt,
+              std::shared_ptr<MnnvlConfig> mnnvl_config = nullptr,
+              int64_t eplb_stats_num_experts = 0, bool enable_rank_mask = false,
+              std::string backend = "trtllm");
+  ~MoeAlltoAll() override;
+  MoeAlltoAll(const MoeAlltoAll&) = delete;
+  MoeAlltoAll& operator=(const MoeAlltoAll&) = delete;
+
+  /// Collective. token_selected_experts [T, top_k] int32 and 1..6 payloads [T, ...] (any dtype,
+  /// contiguous) on the workspace's device, T <= runtime_max_tokens_per_rank <= max_num_tokens.
+  /// Returns, per payload, a view [ep_size, runtime_max, row] of this rank's workspace: rows
+  /// [s, 0, n_s) are the n_s tokens rank s sent here, in rank s's token order (upstream's order
+  /// is its atomics'); later rows keep older bytes. A token reaches a rank once (its lowest slot
+  /// routed there), ids outside [0, num_experts) and ranks off active_rank_mask (a CPU uint64
+  /// [1] bit mask) reach none. invalid_token_expert_id: the received ids payload
+  /// (expert_id_payload_index, int32 [T, top_k]) gets it in every slot of the rows past n_s.
+  /// eplb_local_stats (int32 [eplb_stats_num_experts]) reaches every rank:
+  /// eplb_gathered_stats() row s is rank s's. The views stay valid until the next dispatch.
+  std::vector<Tensor> dispatch(const Tensor& token_selected_experts,
+                               const std::vector<Tensor>& input_payloads,
+                               int64_t runtime_max_tokens_per_rank,
+                               std::optional<int64_t> invalid_token_expert_id = std::nullopt,
+                               std::optional<int64_t> expert_id_payload_index = std::nullopt,
+                               std::optional<Tensor> eplb_local_stats = std::nullopt,
+                               std::optional<Tensor> active_rank_mask = std::nullopt);
+
+  /// Collective, after dispatch. payload [ep_size, runtime_max, H] (fp16, bf16, fp32 or fp8
+  /// e4m3): row [s, i] is this rank's (already weighted) result for the i-th token it received
+  /// from rank s. Returns [T, H]: per local token, the rows its ranks hold for it summed in fp32
+  /// in upstream's fixed order over the top_k slots, rounded once to the payload's dtype
+  /// (use_low_precision: rows cast to fp8 e4m3 first, output bf16). payload_in_workspace: the
+  /// payload is get_combine_payload_tensor_in_workspace's view. output: written and returned.
+  /// Quantized outputs (output_scales) are refused: upstream runs them on SM100+ only, and
+  /// flashinfer-cpp does not implement them.
+  Tensor combine(const Tensor& payload, int64_t runtime_max_tokens_per_rank,
+                 bool payload_in_workspace = false,
+                 std::optional<DType> output_dtype = std::nullopt,
+                 std::optional<Tensor> output_scales = std::nullopt,
+                 double output_scalar_scale = 1.0, SfLayout sf_layout = SfLayout::layout_linear,
+                 std::optional<Tensor> output = std::nullopt, bool use_low_precision = false,
+                 std::optional<Tensor> active_rank_mask = std::nullopt);
+
+  /// After dispatch: a [ep_size, runtime_max, hidden_size] view of dtype on this rank's combine
+  /// region, for the experts to write into before combine(..., payload_in_workspace=True).
+  Tensor get_combine_payload_tensor_in_workspace(int64_t runtime_max_tokens_per_rank,
+                                                 int64_t hidden_size, DType dtype);
+
+  /// Collective, while idle: this rank's work synchronized, then the workspace's handles marked
+  /// unmapped (every call but checkpoint_restore refused until then). Idempotent. The memory
+  /// stays allocated at its addresses (upstream releases the physical pages; flashinfer-cpp's
+  /// in-process workspace keeps them).
+  void checkpoint_prepare();
+  /// Collective: adopts comm_backend (same rank and size as before), zeroes this rank's row as
+  /// a new workspace's, checks the layout did not change, barrier; back to idle. Idempotent.
+  void checkpoint_restore(std::shared_ptr<comm::CommBackend> comm_backend);
+
+  /// The last dispatch's gathered EPLB statistics (int32 [ep_size, eplb_stats_num_experts]), or
+  /// nullopt (no stats passed, or combined since).
+  std::optional<Tensor> eplb_gathered_stats() const;
+  /// The workspace [ep_size, workspace_size_per_rank] (uint8; row r is rank r's) and upstream's
+  /// metainfo (CPU int64 [10], the byte offsets of a row's fields).
+  Tensor workspace() const;
+  Tensor metainfo() const;
+  int64_t ep_rank() const;
+  int64_t ep_size() const;
+  std::string_view class_name() const override { return "MoeAlltoAll"; }
+  std::string_view module_name() const override { return "flashinfer.comm.trtllm_moe_alltoall"; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
 
 /// flashinfer.comm.pcie_ipc_ar.PcieIpcAllReduceWorkspace: a plain all-reduce for PCIe-only
 /// nodes (SGLang and vLLM call all_reduce on it). The constructor is collective (every rank

@@ -1,0 +1,34 @@
+// Private: the flag protocol the collectives' CUDA kernels share (comm_cuda.cu,
+// moe_a2a_cuda.cu): system-scope release stores and acquire loads, and a bounded wait.
+#pragma once
+
+#include <cstdint>
+
+namespace flashinfer::kernels::cuda {
+
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Waits until *flag has reached call `seq` (a peer may be one call ahead). A peer that never
+// comes traps the kernel after 100 s (an error the launcher's caller sees; it ends the CUDA
+// context), as upstream's kernels trap, instead of hanging the GPU.
+__device__ __forceinline__ void wait_for_call(const uint32_t* flag, uint32_t seq) {
+  const uint64_t start = global_ns();
+  while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
+    if (global_ns() - start > 100000000000ull) __trap();
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda

@@ -1,0 +1,569 @@
+// flashinfer.comm.trtllm_moe_alltoall (MoeAlltoAll) with ranks as threads (comm::ThreadGroup):
+// the expert split and the combine's sum order by hand; the workspace sizes by hand; dispatch
+// delivering each token once to each rank that owns one of its experts, in token order, with
+// the counts, sanitized ids and EPLB statistics; combine summing each token's ranks' results
+// against the formula (exact on integers), through the workspace and in low precision; the rank
+// mask; checkpointing; upstream's refusals; the recorded ranks replayed together; CUDA against
+// the CPU when a GPU is visible (all ranks on one device).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "flashinfer/flashinfer.h"
+#include "flashinfer/float_formats.h"
+#include "kernels/moe_a2a_params.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+constexpr DType kBf = DType::kBFloat16;
+
+void expect_error(const std::function<void()>& fn, const char* what) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error, expected " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+// ---- rules by hand ---------------------------------------------------------------------------
+
+TEST(MoeA2aRules, ExpertsSplitInContiguousBlocks) {
+  using kernels::moe_a2a_target_rank;
+  // 10 experts on 4 ranks: 3, 3, 2, 2.
+  const int want[10] = {0, 0, 0, 1, 1, 1, 2, 2, 3, 3};
+  for (int e = 0; e < 10; ++e) EXPECT_EQ(moe_a2a_target_rank(e, 10, 4), want[e]) << e;
+  // 8 on 4: 2 each.
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(moe_a2a_target_rank(e, 8, 4), e / 2);
+  EXPECT_EQ(moe_a2a_target_rank(6, 7, 3), 2);  // 3, 2, 2
+  EXPECT_EQ(moe_a2a_target_rank(2, 7, 3), 0);
+  EXPECT_EQ(moe_a2a_target_rank(3, 7, 3), 1);
+}
+
+TEST(MoeA2aRules, CombineSumsInUpstreamsFixedOrder) {
+  using kernels::moe_a2a_tree_sum;
+  auto of = [](std::vector<float> v) {
+    return [v](int k) { return v[static_cast<std::size_t>(k)]; };
+  };
+  // top_k 4 pairwise: (1e8 + 1) + (-1e8 + 1) = 1e8 - 1e8 = 0; left to right would give 1.
+  EXPECT_EQ(moe_a2a_tree_sum(4, of({1e8f, 1.0f, -1e8f, 1.0f})), 0.0f);
+  // top_k 12 left to right: ((1e8 + 1) - 1e8) + 1 + 0... = 1.
+  std::vector<float> v12(12, 0.0f);
+  v12[0] = 1e8f;
+  v12[1] = 1.0f;
+  v12[2] = -1e8f;
+  v12[3] = 1.0f;
+  EXPECT_EQ(moe_a2a_tree_sum(12, of(v12)), 1.0f);
+  // Random values against the trees written out (10 and 22 are not plain balanced trees).
+  std::vector<float> a(22);
+  uint32_t x = 12345;
+  for (float& f : a) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(static_cast<int32_t>(x >> 8)) * 1.37e-3f;
+  }
+  auto P = [&](int i) { return a[i] + a[i + 1]; };
+  const float t10 = ((P(0) + P(2)) + (P(4) + P(6))) + P(8);
+  EXPECT_EQ(moe_a2a_tree_sum(10, of(a)), t10);
+  const float t6 = (P(0) + P(2)) + P(4);
+  EXPECT_EQ(moe_a2a_tree_sum(6, of(a)), t6);
+  auto Q = [&](int i) { return P(i) + P(i + 2); };
+  const float t22 = ((Q(0) + Q(4)) + (Q(8) + Q(12))) + (Q(16) + P(20));
+  EXPECT_EQ(moe_a2a_tree_sum(22, of(a)), t22);
+  const float t16 = ((Q(0) + Q(4)) + (Q(8) + Q(12)));
+  EXPECT_EQ(moe_a2a_tree_sum(16, of(a)), t16);
+  float l18 = a[0];
+  for (int k = 1; k < 18; ++k) l18 = l18 + a[k];
+  EXPECT_EQ(moe_a2a_tree_sum(18, of(a)), l18);
+  // -0 survives alone; a skipped slot (+0) turns it into +0.
+  EXPECT_TRUE(std::signbit(moe_a2a_tree_sum(1, of({-0.0f}))));
+  EXPECT_FALSE(std::signbit(moe_a2a_tree_sum(2, of({-0.0f, 0.0f}))));
+  for (int k : {1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 22})
+    EXPECT_TRUE(kernels::moe_a2a_top_k_supported(k));
+  for (int k : {3, 5, 7, 20}) EXPECT_FALSE(kernels::moe_a2a_top_k_supported(k));
+}
+
+TEST(MoeA2aWorkspaceSize, UpstreamsLayoutByHand) {
+  // ep 8, 10 tokens, hidden 128, top_k 2, 16-bit: aux = 8 + 64 -> 128, + 32 -> 256, + 32 -> 384,
+  // + 880 -> 1280, + 880 -> 2176 (no EPLB); dispatch 80 * (256 + 8 + 8) = 21760; combine
+  // 80 * 256 = 20480.
+  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(8, 10, 272, 256), 2176 + 21760 + 20480);
+  EXPECT_EQ(moe_alltoall_get_moe_workspace_size_per_rank(8, 2, 10, 128), 44416);
+  // EPLB statistics add ep * experts * 4 bytes to aux (2176 + 8 * 64 * 4 = 4224).
+  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(8, 10, 272, 256, 64), 4224 + 21760 + 20480);
+  // 1 rank, 1 token: aux 16 -> 128, + 4 -> 256, + 4 -> 384, + 88 -> 512, + 88 -> 640; payloads
+  // padded to 128 bytes (3 and 1 byte).
+  EXPECT_EQ(moe_a2a_get_workspace_size_per_rank(1, 1, 3, 1), 640 + 128 + 128);
+  EXPECT_EQ(moe_alltoall_get_moe_workspace_size_per_rank(4, 8, 256, 7168, 16),
+            moe_a2a_get_workspace_size_per_rank(4, 256, 7168 * 2 + 64 + 16, 7168 * 2));
+  EXPECT_THROW(moe_a2a_get_workspace_size_per_rank(0, 10, 272, 256), Error);
+  EXPECT_THROW(moe_a2a_get_workspace_size_per_rank(8, -1, 272, 256), Error);
+  // The metainfo's offsets (upstream's order) for ep 8, 10 tokens: 0, 4, 8, 40, 128, 256, 384,
+  // 1280, 2176, 2176.
+  const auto l = kernels::MoeA2aLayout::make(8, 10, 0);
+  const int64_t want[10] = {0, 4, 8, 40, 128, 256, 384, 1280, 2176, 2176};
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(l.field(i), want[i]) << i;
+}
+
+TEST(MoeA2aMapping, MoeSizesDeriveFromTheTpGroup) {
+  Mapping m(8, 5, 8, 1, 8, 1, -1, -1, 8);  // SGLang's: tp_size = moe_ep_size = ep
+  EXPECT_EQ(m.moe_tp_size, 1);
+  EXPECT_EQ(m.moe_ep_rank(), 5);
+  Mapping d(4, 3, 8, 1, 4);  // neither given: moe_tp = tp, moe_ep = 1
+  EXPECT_EQ(d.moe_tp_size, 4);
+  EXPECT_EQ(d.moe_ep_size, 1);
+  EXPECT_EQ(d.moe_ep_rank(), 0);
+  Mapping e(8, 6, 8, 1, 8, 1, -1, 2, -1);  // moe_tp 2: moe_ep 4
+  EXPECT_EQ(e.moe_ep_size, 4);
+  EXPECT_EQ(e.moe_ep_rank(), 2);
+  EXPECT_EQ(e.moe_tp_rank(), 1);
+  expect_error([] { Mapping(8, 0, 8, 1, 8, 1, -1, 3, 2); }, "tp_size must equal to moe_tp_size");
+  EXPECT_NE(m.repr().find("rank=5, "), std::string::npos) << m.repr();
+}
+
+// ---- end to end, ranks as threads ------------------------------------------------------------
+
+// t * f (on the CPU, back on t's device, t's dtype).
+Tensor scaled(const Tensor& t, double f) {
+  std::vector<double> v = t.to(Device::cpu()).to_double_vector();
+  for (double& x : v) x *= f;
+  return Tensor::from_vector(v, t.shape(), t.dtype()).to(t.device());
+}
+
+std::shared_ptr<MoeAlltoAll> make_a2a(const std::shared_ptr<comm::CommBackend>& b,
+                                      int64_t max_tokens, int64_t top_k, int64_t experts,
+                                      int64_t hidden, int64_t eplb = 0, bool mask = false) {
+  const int64_t w = b->Get_size();
+  return std::make_shared<MoeAlltoAll>(
+      std::make_shared<Mapping>(w, b->Get_rank(), 8, 1, w, 1, -1, -1, w), max_tokens, top_k,
+      experts, std::nullopt, hidden, std::make_shared<MnnvlConfig>(b), eplb, mask);
+}
+
+// Rank r's tokens: T_r = 3 + 2r (rank 1 of 4 has none), hidden values small integers (exact in
+// bf16 and in every sum), experts from a fixed pattern with duplicate ranks.
+struct RankInput {
+  Tensor experts, hidden, scales;
+};
+RankInput rank_input(int64_t r, int64_t T, int64_t K, int64_t E, int64_t H, Device dev) {
+  std::vector<double> ex, hv, sc;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) ex.push_back(static_cast<double>((t * 7 + k * 3 + r * 5) % E));
+    for (int64_t h = 0; h < H; ++h)
+      hv.push_back(static_cast<double>((r * 13 + t * 5 + h) % 17 - 8));
+    for (int64_t k = 0; k < K; ++k) sc.push_back(0.25 * static_cast<double>(k + 1));
+  }
+  return {Tensor::from_vector(ex, {T, K}, DType::kInt32).to(dev),
+          Tensor::from_vector(hv, {T, H}, kBf).to(dev),
+          Tensor::from_vector(sc, {T, K}, DType::kFloat32).to(dev)};
+}
+
+// The ranks token t of rank r goes to (distinct, in slot order), on `ep` ranks.
+std::vector<int64_t> targets_of(const RankInput& in, int64_t t, int64_t E, int64_t ep) {
+  const std::vector<double> ex = in.experts.to(Device::cpu()).to_double_vector();
+  const int64_t K = in.experts.size(1);
+  std::vector<int64_t> out;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t rank = kernels::moe_a2a_target_rank(static_cast<int>(ex[t * K + k]),
+                                                      static_cast<int>(E), static_cast<int>(ep));
+    if (std::find(out.begin(), out.end(), rank) == out.end()) out.push_back(rank);
+  }
+  return out;
+}
+
+int64_t tokens_of(int64_t ep, int64_t r) { return ep == 4 && r == 1 ? 0 : 3 + 2 * r; }
+
+void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in_workspace,
+                int rounds) {
+  comm::ThreadGroup g(ep, dev);
+  const int64_t rmax = 16;
+  std::vector<std::vector<RankInput>> in(rounds, std::vector<RankInput>(ep));
+  std::vector<std::vector<std::vector<Tensor>>> recv(rounds, std::vector<std::vector<Tensor>>(ep));
+  std::vector<std::vector<Tensor>> out(rounds, std::vector<Tensor>(ep));
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), rmax, K, E, H);
+    for (int k = 0; k < rounds; ++k) {
+      const int64_t T = tokens_of(ep, r) + (k % 2 == 1 ? -1 : 0) * (tokens_of(ep, r) > 0 ? 1 : 0);
+      in[k][r] = rank_input(r + 10 * k, T, K, E, H, dev);
+      const std::vector<Tensor> got =
+          a2a->dispatch(in[k][r].experts, {in[k][r].hidden, in[k][r].experts, in[k][r].scales},
+                        rmax, int64_t{-1}, int64_t{1});
+      ASSERT_EQ(got.size(), 3u);
+      for (const Tensor& x : got) recv[k][r].push_back(x.to(Device::cpu()).clone());
+      // "Experts": this rank's result for each received token is its hidden row times (r + 1).
+      Tensor payload = in_workspace ? a2a->get_combine_payload_tensor_in_workspace(rmax, H, kBf)
+                                    : Tensor::zeros({ep, rmax, H}, kBf, dev);
+      Tensor h = got[0].to(Device::cpu()).to(DType::kFloat32);
+      std::vector<double> hv = h.to_double_vector();
+      for (double& v : hv) v *= static_cast<double>(r + 1);
+      payload.copy_(Tensor::from_vector(hv, {ep, rmax, H}, kBf).to(dev));
+      out[k][r] = a2a->combine(payload, rmax, in_workspace).to(Device::cpu());
+    }
+  });
+  for (int k = 0; k < rounds; ++k) {
+    for (int64_t R = 0; R < ep; ++R) {
+      for (int64_t S = 0; S < ep; ++S) {
+        // Rank S's tokens that go to R, in token order, are R's rows [S, 0..n).
+        const RankInput& src = in[k][S];
+        const int64_t T = src.experts.size(0);
+        const std::vector<double> hs = src.hidden.to(Device::cpu()).to_double_vector();
+        const std::vector<double> es = src.experts.to(Device::cpu()).to_double_vector();
+        const std::vector<double> rh = recv[k][R][0].to_double_vector();
+        const std::vector<double> ri = recv[k][R][1].to_double_vector();
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          const auto tg = targets_of(src, t, E, ep);
+          if (std::find(tg.begin(), tg.end(), R) == tg.end()) continue;
+          for (int64_t h = 0; h < H; ++h) {
+            ASSERT_EQ(rh[(S * rmax + n) * H + h], hs[t * H + h])
+                << "round " << k << " R " << R << " S " << S;
+          }
+          for (int64_t j = 0; j < K; ++j) EXPECT_EQ(ri[(S * rmax + n) * K + j], es[t * K + j]);
+          ++n;
+        }
+        // Rows past the count: the ids sanitized to -1.
+        for (int64_t i = n; i < rmax; ++i) {
+          for (int64_t j = 0; j < K; ++j) ASSERT_EQ(ri[(S * rmax + i) * K + j], -1.0);
+        }
+      }
+      // Combine: token t of R gets sum over its distinct ranks q of (q + 1) * x_t.
+      const RankInput& mine = in[k][R];
+      const int64_t T = mine.experts.size(0);
+      ASSERT_EQ(out[k][R].shape(), (Shape{T, H}));
+      const std::vector<double> hs = mine.hidden.to(Device::cpu()).to_double_vector();
+      const std::vector<double> o = out[k][R].to_double_vector();
+      for (int64_t t = 0; t < T; ++t) {
+        double f = 0;
+        for (int64_t q : targets_of(mine, t, E, ep)) f += static_cast<double>(q + 1);
+        for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o[t * H + h], f * hs[t * H + h]) << t << "," << h;
+      }
+    }
+  }
+}
+
+TEST(MoeAlltoAll, DispatchAndCombineFollowTheRouting) {
+  round_trip(4, 2, 8, 16, Device::cpu(), false, 3);
+  round_trip(2, 4, 6, 24, Device::cpu(), false, 2);
+  round_trip(3, 8, 7, 8, Device::cpu(), false, 1);
+  round_trip(1, 1, 1, 8, Device::cpu(), false, 1);
+}
+
+TEST(MoeAlltoAll, CombinesFromThePayloadInTheWorkspace) {
+  round_trip(4, 2, 8, 16, Device::cpu(), true, 2);
+}
+
+TEST(MoeAlltoAll, LowPrecisionCastsRowsToE4m3AndWritesBf16) {
+  comm::ThreadGroup g(2);
+  std::vector<Tensor> out(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 4, 2, 2, 4);
+    // Token 0 of each rank goes to both ranks (experts 0 and 1).
+    Tensor ex = Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32);
+    Tensor x = Tensor::from_vector({1, 2, 3, 4}, {1, 4}, kBf);
+    a2a->dispatch(ex, {x}, 4);
+    // Rank r's rows: 0.3 (bf16 0.30078125, e4m3 0.3125), 500 (saturates to 448), 17 (a tie
+    // between 16 and 18: even, 16), -1 - r.
+    std::vector<double> pv(2 * 4 * 4, 0.0);
+    for (int s = 0; s < 2; ++s) {
+      const double row[4] = {0.3, 500.0, 17.0, -1.0 - r};
+      for (int h = 0; h < 4; ++h) pv[(s * 4 + 0) * 4 + h] = row[h];
+    }
+    out[r] = a2a->combine(Tensor::from_vector(pv, {2, 4, 4}, kBf), 4, false, std::nullopt,
+                          std::nullopt, 1.0, SfLayout::layout_linear, std::nullopt, true);
+  });
+  auto e4 = [](double v) {
+    return static_cast<double>(e4m3fn_bits_to_float(float_to_e4m3fn_bits(
+        bfloat16_bits_to_float(float_to_bfloat16_bits(static_cast<float>(v))), true)));
+  };
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(out[r].dtype(), kBf);
+    const std::vector<double> o = out[r].to_double_vector();
+    EXPECT_EQ(e4(0.3), 0.3125);
+    EXPECT_EQ(e4(17.0), 16.0);
+    EXPECT_EQ(o[0], 0.625);
+    EXPECT_EQ(o[1], 896.0);
+    EXPECT_EQ(o[2], 32.0);
+    EXPECT_EQ(o[3], e4(-1.0) + e4(-2.0));
+  }
+}
+
+TEST(MoeAlltoAll, EplbStatisticsReachEveryRank) {
+  comm::ThreadGroup g(3);
+  std::vector<Tensor> stats(3);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 4, 1, 3, 8, 5);
+    Tensor local = Tensor::from_vector({r * 10.0, r * 10.0 + 1, 2, 3, r + 0.0}, {5}, DType::kInt32);
+    a2a->dispatch(Tensor::from_vector({static_cast<double>(r)}, {1, 1}, DType::kInt32),
+                  {Tensor::zeros({1, 8}, kBf)}, 4, std::nullopt, std::nullopt, local);
+    ASSERT_TRUE(a2a->eplb_gathered_stats().has_value());
+    stats[r] = a2a->eplb_gathered_stats()->clone();
+    a2a->combine(Tensor::zeros({3, 4, 8}, kBf), 4);
+    EXPECT_FALSE(a2a->eplb_gathered_stats().has_value());
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(stats[r].shape(), (Shape{3, 5}));
+    const std::vector<double> v = stats[r].to_double_vector();
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(v[s * 5 + 0], s * 10.0);
+      EXPECT_EQ(v[s * 5 + 4], s + 0.0);
+    }
+  }
+}
+
+TEST(MoeAlltoAll, RankMaskDropsTokensToInactiveRanks) {
+  // Rank 2 of 3 is down: ranks 0 and 1 exchange with mask 0b011; tokens for rank 2 go nowhere.
+  comm::ThreadGroup g(3);
+  std::vector<Tensor> out(2);
+  std::vector<std::vector<Tensor>> recv(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 4, 2, 3, 4, 0, true);
+    if (r == 2) return;
+    Tensor mask = Tensor::from_vector({3.0}, {1}, DType::kInt64);
+    // Token 0 to ranks {0, 2}, token 1 to {1, 2}.
+    Tensor ex = Tensor::from_vector({0, 2, 1, 2}, {2, 2}, DType::kInt32);
+    Tensor x = Tensor::from_vector({1, 1, 1, 1, 2, 2, 2, 2}, {2, 4}, kBf);
+    auto got = a2a->dispatch(ex, {x}, 4, std::nullopt, std::nullopt, std::nullopt, mask);
+    recv[r] = {got[0].clone()};
+    Tensor p = got[0].clone();
+    out[r] = a2a->combine(p, 4, false, std::nullopt, std::nullopt, 1.0, SfLayout::layout_linear,
+                          std::nullopt, false, mask);
+  });
+  for (int r = 0; r < 2; ++r) {
+    // Each rank gets one token of each live source: token r.
+    const std::vector<double> v = recv[r][0].to_double_vector();
+    EXPECT_EQ(v[(0 * 4 + 0) * 4], r + 1.0);
+    EXPECT_EQ(v[(1 * 4 + 0) * 4], r + 1.0);
+    // Combine: token t went to rank t only (rank 2 dropped): its own row back.
+    const std::vector<double> o = out[r].to_double_vector();
+    EXPECT_EQ(o[0], 1.0);
+    EXPECT_EQ(o[4], 2.0);
+  }
+}
+
+TEST(MoeAlltoAll, InstancesOfEqualSizesShareAWorkspace) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto a = make_a2a(g.backend(r), 8, 2, 4, 16);
+    auto b = make_a2a(g.backend(r), 8, 2, 4, 16);
+    auto c = make_a2a(g.backend(r), 8, 2, 4, 32);
+    EXPECT_EQ(a->workspace().data_ptr(), b->workspace().data_ptr());
+    EXPECT_NE(a->workspace().data_ptr(), c->workspace().data_ptr());
+    EXPECT_EQ(a->workspace().size(0), 2);
+    EXPECT_EQ(a->workspace().size(1), moe_alltoall_get_moe_workspace_size_per_rank(2, 2, 8, 16));
+    const std::vector<double> meta = a->metainfo().to_double_vector();
+    ASSERT_EQ(meta.size(), 10u);
+    EXPECT_EQ(meta[9], static_cast<double>(kernels::MoeA2aLayout::make(2, 8, 0).payload_data));
+  });
+}
+
+TEST(MoeAlltoAll, CheckpointUnmapsUntilRestored) {
+  comm::ThreadGroup g(2);
+  comm::ThreadGroup other(3);
+  std::vector<Tensor> out(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 4, 1, 2, 4);
+    Tensor ex = Tensor::from_vector({static_cast<double>(1 - r)}, {1, 1}, DType::kInt32);
+    Tensor x = Tensor::full({1, 4}, r + 1.0, kBf);
+    a2a->dispatch(ex, {x}, 4);
+    expect_error([&] { a2a->checkpoint_prepare(); }, "during an active all-to-all phase");
+    a2a->combine(Tensor::zeros({2, 4, 4}, kBf), 4);
+    a2a->checkpoint_prepare();
+    a2a->checkpoint_prepare();  // idempotent
+    expect_error([&] { a2a->dispatch(ex, {x}, 4); }, "MNNVL handles are unmapped");
+    expect_error([&] { a2a->checkpoint_restore(other.backend(r)); }, "rank/size");
+    a2a->checkpoint_restore(g.backend(r));
+    auto got = a2a->dispatch(ex, {x}, 4);
+    out[r] = a2a->combine(scaled(got[0], 2.0), 4);
+  });
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(out[r].to_double_vector(), std::vector<double>(4, 2.0 * (r + 1)));
+}
+
+TEST(MoeAlltoAll, RefusesWhatUpstreamRefuses) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto b = g.backend(r);
+    auto mapping = std::make_shared<Mapping>(2, r, 8, 1, 2, 1, -1, -1, 2);
+    auto cfg = std::make_shared<MnnvlConfig>(b);
+    expect_error([&] { MoeAlltoAll(mapping, 4, 0, 4, std::nullopt, 8, cfg); },
+                 "top_k must be a positive int");
+    expect_error([&] { MoeAlltoAll(mapping, 4, 2, 0, std::nullopt, 8, cfg); },
+                 "num_experts must be a positive int");
+    expect_error([&] { MoeAlltoAll(mapping, 4, 2, 4, std::nullopt, std::nullopt, cfg); },
+                 "hidden_size must be provided");
+    expect_error([&] { MoeAlltoAll(mapping, 4, 2, 4, std::nullopt, 8, cfg, 0, false, "cake"); },
+                 "cake");
+    expect_error([&] { MoeAlltoAll(mapping, 4, 2, 4, std::nullopt, 8, cfg, 0, false, "nccl"); },
+                 "Unknown MoE all-to-all backend");
+    expect_error([&] { MoeAlltoAll(mapping, 4, 2, 4, std::nullopt, 8, nullptr); }, "comm_backend");
+    auto a2a = make_a2a(b, 4, 2, 4, 8);
+    Tensor ex = Tensor::from_vector({0, 3}, {1, 2}, DType::kInt32);
+    Tensor x = Tensor::zeros({1, 8}, kBf);
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4);
+        },
+        "combine called before successful dispatch");
+    expect_error([&] { a2a->get_combine_payload_tensor_in_workspace(4, 8, kBf); },
+                 "called before successful dispatch");
+    expect_error([&] { a2a->dispatch(ex, {x}, 5); }, "exceeds max_num_tokens");
+    expect_error([&] { a2a->dispatch(ex, {}, 4); }, "At least one payload is required");
+    expect_error([&] { a2a->dispatch(ex, {x, x, x, x, x, x, x}, 4); }, "Too many payloads: 7 > 6");
+    expect_error([&] { a2a->dispatch(ex.to(DType::kInt64), {x}, 4); }, "must be int32");
+    expect_error(
+        [&] {
+          a2a->dispatch(Tensor::zeros({1, 3}, DType::kInt32), {x}, 4);
+        },
+        "token_selected_experts shape mismatch");
+    expect_error(
+        [&] {
+          a2a->dispatch(ex, {Tensor::zeros({2, 8}, kBf)}, 4);
+        },
+        "first dim must equal local_num_tokens");
+    expect_error([&] { a2a->dispatch(ex, {Tensor::zeros({1, 2, 4}, kBf)}, 4); }, "must be 2D");
+    expect_error(
+        [&] {
+          a2a->dispatch(ex, {Tensor::zeros({1, 999}, kBf)}, 4);
+        },
+        "workspace size per rank insufficient");
+    // 2 ranks x 3 rows of 1 byte put the next payload at an offset of 6: not fp32-aligned.
+    expect_error(
+        [&] {
+          a2a->dispatch(
+              ex, {Tensor::zeros({1, 1}, DType::kUInt8), Tensor::zeros({1, 2}, DType::kFloat32)},
+              3);
+        },
+        "Misaligned payload buffer 1");
+    expect_error([&] { a2a->dispatch(ex, {x}, 4, int64_t{-1}); },
+                 "expert_id_payload_index required");
+    expect_error(
+        [&] {
+          a2a->dispatch(ex, {x}, 4, std::nullopt, std::nullopt, Tensor::zeros({4}, DType::kInt32));
+        },
+        "eplb_stats_num_experts=0");
+    expect_error(
+        [&] {
+          a2a->dispatch(ex, {x}, 4, std::nullopt, std::nullopt, std::nullopt,
+                        Tensor::from_vector({3.0}, {1}, DType::kInt64));
+        },
+        "enable_rank_mask=True");
+    a2a->dispatch(ex, {x}, 4);
+    expect_error([&] { a2a->dispatch(ex, {x}, 4); }, "dispatch called twice without combine");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, DType::kInt32), 4);
+        },
+        "Unsupported dtype for MoE combine");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 3, 8}, kBf), 4);
+        },
+        "payload must be [ep_size, runtime_max_tokens_per_rank, hidden]");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4, true);
+        },
+        "tensor pointer mismatch");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4, false, DType::kFloat16);
+        },
+        "output_dtype without output_scales must match payload dtype");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4, false, std::nullopt,
+                       Tensor::zeros({8}, DType::kUInt8));
+        },
+        "not implemented");
+    expect_error(
+        [&] {
+          a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4, false, std::nullopt, std::nullopt, 1.0,
+                       SfLayout::layout_linear, Tensor::zeros({2, 8}, kBf));
+        },
+        "output must be [1, 8]");
+    // The refused calls changed nothing: this combine still pairs with the dispatch above.
+    a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4);
+  });
+  // top_k 3 dispatches (upstream's dispatch takes it) but does not combine.
+  comm::ThreadGroup one(1);
+  one.run([&](int64_t) {
+    auto a2a = make_a2a(one.backend(0), 4, 3, 4, 8);
+    a2a->dispatch(Tensor::zeros({1, 3}, DType::kInt32), {Tensor::zeros({1, 8}, kBf)}, 4);
+    expect_error([&] { a2a->combine(Tensor::zeros({1, 4, 8}, kBf), 4); }, "Unsupported top_k: 3");
+  });
+}
+
+TEST(MoeAlltoAll, DeclaredAsUpstream) {
+  for (const char* name :
+       {"MoeAlltoAll.dispatch", "MoeAlltoAll.combine",
+        "MoeAlltoAll.get_combine_payload_tensor_in_workspace", "MoeAlltoAll.checkpoint_prepare",
+        "MoeAlltoAll.checkpoint_restore", "MoeAlltoAll.__init__"}) {
+    const OpDecl* d = OpRegistry::global().find(name);
+    ASSERT_NE(d, nullptr) << name;
+    EXPECT_EQ(d->module, "flashinfer.comm.trtllm_moe_alltoall") << name;
+  }
+}
+
+// ---- replay ----------------------------------------------------------------------------------
+
+TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_a2a_rec_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
+    for (int k = 0; k < 2; ++k) {
+      const RankInput in = rank_input(r + k, 3 + r - k, 2, 4, 8, Device::cpu());
+      auto got = a2a->dispatch(in.experts, {in.hidden, in.experts}, 8, int64_t{4}, int64_t{1});
+      Tensor payload = a2a->get_combine_payload_tensor_in_workspace(8, 8, kBf);
+      payload.copy_(scaled(got[0], static_cast<double>(r + 2)));
+      a2a->combine(payload, 8, true);
+    }
+  });
+  recorder::stop();
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  // Per rank: __init__, then 2 x (dispatch, get_combine_payload..., combine).
+  ASSERT_EQ(rs.size(), 14u);
+  int dispatches = 0;
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed)
+        << r.function_name << ": " << r.error << " " << r.note;
+    if (r.function_name == "MoeAlltoAll.dispatch") {
+      ++dispatches;
+      EXPECT_NE(r.note.find("as a set"), std::string::npos) << r.note;
+    }
+    if (r.function_name == "MoeAlltoAll.combine") {
+      EXPECT_NE(r.note.find("after its MoeAlltoAll.dispatch"), std::string::npos) << r.note;
+    }
+  }
+  EXPECT_EQ(dispatches, 4);
+  fs::remove_all(dir);
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------
+
+TEST(MoeAlltoAllCuda, MatchesTheFormulaOnOneGpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  round_trip(4, 2, 8, 16, Device::cuda(0), false, 3);
+  round_trip(2, 8, 6, 264, Device::cuda(0), true, 2);
+  round_trip(3, 4, 7, 8, Device::cuda(0), false, 1);
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
