@@ -737,6 +737,32 @@ Tensor stack_rows(const Tensor& t, const std::vector<int64_t>& order) {
   return out;
 }
 
+// The counts of rows each source sent, read from the workspace behind a dispatch's first output
+// (nullopt: not a live MoeAlltoAll receive region).
+std::optional<std::vector<int64_t>> received_counts(const Tensor& first) {
+  const std::lock_guard<std::mutex> lock(moe_a2a_detail::receive_regions().m);
+  const auto& m = moe_a2a_detail::receive_regions().by_address;
+  auto it = m.find(first.data_ptr());
+  if (it == m.end()) return std::nullopt;
+  const std::shared_ptr<Storage> st = it->second.storage.lock();
+  if (!st || st != first.storage()) return std::nullopt;
+  const Tensor c =
+      Tensor::from_storage(st, {it->second.ep}, {1}, it->second.counts_at, DType::kInt32);
+  std::vector<int64_t> counts;
+  for (double v : c.to(Device::cpu()).to_double_vector()) counts.push_back(static_cast<int64_t>(v));
+  return counts;
+}
+
+// Row r's bytes over every payload ([ep, rmax, cols] tensors on the CPU, contiguous).
+std::string row_key(const std::vector<Tensor>& payloads, int64_t r) {
+  std::string b;
+  for (const Tensor& t : payloads) {
+    const auto rb = static_cast<std::size_t>(t.size(2)) * dtype_size(t.dtype());
+    b.append(static_cast<const char*>(t.data_ptr()) + static_cast<std::size_t>(r) * rb, rb);
+  }
+  return b;
+}
+
 // MoeAlltoAll.dispatch's outputs: per source, the rows it sent (this side's counts), compared as
 // a set (each side's rows sorted by their bytes over every payload: upstream numbers them in its
 // atomics' order, this library in token order); rows past the counts keep whatever an earlier
@@ -746,19 +772,9 @@ bool compare_moe_a2a_dispatch(const std::map<std::string, Tensor>& actual,
                               detail::ResultCheck& out) {
   auto first = actual.find("result__0");
   if (first == actual.end()) return false;
-  std::vector<int64_t> counts;
-  {
-    const std::lock_guard<std::mutex> lock(moe_a2a_detail::receive_regions().m);
-    const auto& m = moe_a2a_detail::receive_regions().by_address;
-    auto it = m.find(first->second.data_ptr());
-    if (it == m.end()) return false;
-    const std::shared_ptr<Storage> st = it->second.storage.lock();
-    if (!st || st != first->second.storage()) return false;
-    const Tensor c =
-        Tensor::from_storage(st, {it->second.ep}, {1}, it->second.counts_at, DType::kInt32);
-    for (double v : c.to(Device::cpu()).to_double_vector())
-      counts.push_back(static_cast<int64_t>(v));
-  }
+  const std::optional<std::vector<int64_t>> got_counts = received_counts(first->second);
+  if (!got_counts) return false;
+  const std::vector<int64_t>& counts = *got_counts;
   std::vector<std::pair<std::string, Tensor>> act, rec;
   for (std::size_t i = 0;; ++i) {
     const std::string key = "result__" + std::to_string(i);
@@ -793,14 +809,9 @@ bool compare_moe_a2a_dispatch(const std::map<std::string, Tensor>& actual,
     for (int64_t s = 0; s < ep; ++s) {
       std::vector<int64_t> mine;
       for (int64_t i = 0; i < std::min(counts[s], rmax); ++i) mine.push_back(s * rmax + i);
-      auto bytes = [&](int64_t r) {
-        std::string b;
-        for (const auto& [k, t] : side) {
-          const auto rb = static_cast<std::size_t>(t.size(2)) * dtype_size(t.dtype());
-          b.append(static_cast<const char*>(t.data_ptr()) + static_cast<std::size_t>(r) * rb, rb);
-        }
-        return b;
-      };
+      std::vector<Tensor> ts;
+      for (const auto& kv : side) ts.push_back(kv.second);
+      auto bytes = [&](int64_t r) { return row_key(ts, r); };
       std::stable_sort(mine.begin(), mine.end(),
                        [&](int64_t x, int64_t y) { return bytes(x) < bytes(y); });
       rows.insert(rows.end(), mine.begin(), mine.end());
@@ -819,6 +830,55 @@ bool compare_moe_a2a_dispatch(const std::map<std::string, Tensor>& actual,
       "by its atomics); " +
       std::to_string(past) + " rows a payload past the counts not compared (older bytes)";
   return true;
+}
+
+// A recorded combine's payload, its rows moved from the recorded dispatch's order to the order the
+// replayed dispatch gave them: recorded row [s, j] holds the result for the token whose received
+// rows (every payload) are the recorded dispatch's [s, j]; that token is at [s, pi(j)] here.
+// Unchanged where the rows do not pair up (the dispatch diverged: its own replay says so).
+void permute_combine_payload(std::vector<Value>& a, const Value& got,
+                             const NamedTensors& recorded) {
+  if (!got.is_sequence() || got.items().empty() || !got.items()[0].is_tensor()) return;
+  const std::optional<std::vector<int64_t>> counts = received_counts(got.items()[0].as_tensor());
+  if (!counts || !a.at(1).is_tensor()) return;
+  std::vector<Tensor> ours, theirs;
+  for (std::size_t i = 0; i < got.items().size(); ++i) {
+    const std::string key = "result__" + std::to_string(i);
+    const Tensor* e = nullptr;
+    for (const auto& [k, t] : recorded) {
+      if (k == key) e = &t;
+    }
+    const Tensor& o = got.items()[i].as_tensor();
+    if (!e || e->shape() != o.shape()) return;
+    ours.push_back(o.to(Device::cpu()).contiguous());
+    theirs.push_back(e->to(Device::cpu()).contiguous());
+  }
+  const Tensor payload = a.at(1).as_tensor();
+  if (payload.dim() != 3 || payload.size(0) != ours[0].size(0) ||
+      payload.size(1) != ours[0].size(1)) {
+    return;
+  }
+  const int64_t ep = ours[0].size(0), rmax = ours[0].size(1);
+  const Tensor src = payload.to(Device::cpu()).contiguous();
+  Tensor dst = src.clone();
+  const auto rb = static_cast<std::size_t>(payload.size(2)) * dtype_size(payload.dtype());
+  bool moved = false;
+  for (int64_t s = 0; s < ep; ++s) {
+    std::multimap<std::string, int64_t> here;
+    const int64_t n = std::min((*counts)[static_cast<std::size_t>(s)], rmax);
+    for (int64_t i = 0; i < n; ++i) here.emplace(row_key(ours, s * rmax + i), s * rmax + i);
+    for (int64_t j = 0; j < n; ++j) {
+      auto it = here.find(row_key(theirs, s * rmax + j));
+      if (it == here.end()) return;
+      std::memcpy(
+          static_cast<char*>(dst.data_ptr()) + static_cast<std::size_t>(it->second) * rb,
+          static_cast<const char*>(src.data_ptr()) + static_cast<std::size_t>(s * rmax + j) * rb,
+          rb);
+      moved = moved || it->second != s * rmax + j;
+      here.erase(it);
+    }
+  }
+  if (moved) a.at(1) = Value(dst.to(payload.device()));
 }
 
 }  // namespace
@@ -943,6 +1003,10 @@ void register_moe_alltoall_ops(OpRegistry& r) {
     }
     if (fn == "MoeAlltoAll.checkpoint_restore") return "MoeAlltoAll.checkpoint_prepare";
     return std::string();
+  };
+  spec.after_prelude = [](std::string_view fn, std::vector<Value>& a, const Value& got,
+                          const NamedTensors& recorded) {
+    if (fn == "MoeAlltoAll.combine") permute_combine_payload(a, got, recorded);
   };
   spec.adjust_args = [](std::string_view fn, std::vector<Value>& a,
                         const std::shared_ptr<comm::CommBackend>& c) {

@@ -330,22 +330,23 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
       FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "", "rank ", r, "'s ", what, " (", call,
                       ") could not be rebuilt: ", peer.error);
     }
-    return std::move(peer.args);
+    return peer;
   };
   // Every rank's arguments; this rank's are the caller's.
   std::vector<std::vector<Value>> all(group.size());
   for (std::size_t r = 0; r < group.size(); ++r) {
     if (static_cast<int64_t>(r) == my_rank) continue;
-    all[r] = rebuild(call_of(group[r]), r, "call " + std::to_string(k) + " of " + decl.name);
+    all[r] = rebuild(call_of(group[r]), r, "call " + std::to_string(k) + " of " + decl.name).args;
   }
   // Each rank's creation (the workspace's sizes) and the call whose state this one needs.
   std::vector<std::optional<std::vector<Value>>> created(group.size());
   std::vector<std::optional<std::vector<Value>>> before(group.size());
+  std::vector<NamedTensors> before_recorded(group.size());
   const std::string pre = !creating && spec.prelude ? spec.prelude(decl.name) : std::string();
   const OpDecl* pre_decl = pre.empty() ? nullptr : OpRegistry::global().find(pre);
   for (std::size_t r = 0; r < group.size() && !creating; ++r) {
     const Stream* s = group[r];
-    if (!s->creator_dir.empty()) created[r] = rebuild(s->creator_dir, r, "creation");
+    if (!s->creator_dir.empty()) created[r] = rebuild(s->creator_dir, r, "creation").args;
     if (!pre_decl) continue;
     const std::size_t at = index_of(s);
     std::size_t j = at;
@@ -354,7 +355,9 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
       FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", decl.name, " of rank ", r,
                       " needs the ", pre, " call before it, and the recording has none");
     }
-    before[r] = rebuild(s->calls[j - 1], r, pre);
+    replay::Result p = rebuild(s->calls[j - 1], r, pre);
+    before[r] = std::move(p.args);
+    before_recorded[r] = std::move(p.expected);
   }
   comm::ThreadGroup g(static_cast<int64_t>(group.size()), device);
   Value result;
@@ -379,8 +382,10 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
         std::vector<Value>& pa = *before[i];
         pa.at(spec.workspace_param) = workspaces[i];
         if (spec.adjust_args) spec.adjust_args(pre, pa, b);
-        pre_decl->invoke(CallArgs(*pre_decl, pa));
+        const Value got = pre_decl->invoke(CallArgs(*pre_decl, pa));
         pa.at(spec.workspace_param) = Value();
+        if (device.is_cuda()) cuda_device_synchronize(device.index);
+        if (spec.after_prelude) spec.after_prelude(decl.name, a, got, before_recorded[i]);
       }
       a.at(spec.workspace_param) = workspaces[i];
       if (spec.adjust_args) spec.adjust_args(decl.name, a, b);

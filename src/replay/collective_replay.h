@@ -18,6 +18,7 @@
 #include "flashinfer/comm.h"
 #include "flashinfer/device.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/tensor_io.h"
 #include "flashinfer/value.h"
 
 namespace flashinfer::detail {
@@ -52,6 +53,12 @@ struct CollectiveSpec {
   /// The function whose latest call before a call of `function` must run first on the fresh
   /// workspace (the state it leaves: combine needs its dispatch), or "".
   std::function<std::string(std::string_view function)> prelude;
+  /// After the prelude ran on the fresh workspace (its result `got`, its recorded outputs
+  /// `recorded`): adapts the call's arguments to what the prelude made here (MoeAlltoAll's
+  /// combine payload, whose rows follow the recorded dispatch's row order), or unset.
+  std::function<void(std::string_view function, std::vector<Value>& args, const Value& got,
+                     const NamedTensors& recorded)>
+      after_prelude;
   /// Adapts a call's rebuilt arguments to the replay workspace (a payload recorded as a view of
   /// the recording's workspace, a backend argument), or unset.
   std::function<void(std::string_view function, std::vector<Value>& args,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -20,8 +21,11 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/float_formats.h"
+#include "flashinfer/tensor_io.h"
 #include "kernels/moe_a2a_params.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -553,6 +557,79 @@ TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
     }
   }
   EXPECT_EQ(dispatches, 4);
+  fs::remove_all(dir);
+}
+
+// Upstream numbers a source's rows in its atomics' order: a recording of it has the rows of a
+// dispatch (and the combine payload that follows) in another order than token order. Made here by
+// swapping two rows of one source in a recorded dispatch's outputs and in the payload of the
+// combine after it; the replay compares the dispatch as a set and moves the payload's rows back.
+TEST(MoeAlltoAllReplay, RowsInAnotherOrderReplayAsUpstreamsWould) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_a2a_perm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
+    // Every token to both ranks (experts 0 and 3); distinct rows.
+    std::vector<double> ex, hv;
+    for (int t = 0; t < 4; ++t) {
+      ex.insert(ex.end(), {0.0, 3.0});
+      for (int h = 0; h < 8; ++h) hv.push_back(r * 40 + t * 8 + h);
+    }
+    auto got = a2a->dispatch(Tensor::from_vector(ex, {4, 2}, DType::kInt32),
+                             {Tensor::from_vector(hv, {4, 8}, kBf)}, 8);
+    // Each rank's result depends on the row: (r + 2) * x + row index within the source.
+    std::vector<double> pv = got[0].to(Device::cpu()).to_double_vector();
+    for (std::size_t i = 0; i < pv.size(); ++i)
+      pv[i] = pv[i] * (r + 2) + static_cast<double>(i / 8 % 8);
+    a2a->combine(Tensor::from_vector(pv, {2, 8, 8}, kBf), 8);
+  });
+  recorder::stop();
+  // Per object: its dispatch's and its combine's directories.
+  std::map<uint64_t, std::pair<std::string, std::string>> calls;
+  for (const std::string& d : replay::list_calls(dir.string())) {
+    const auto meta = nlohmann::json::parse(
+        replay::read_metadata((fs::path(d) / "metadata.jsonl").string()).json);
+    const std::string fn = meta.value("function_name", std::string());
+    if (!meta.contains("self_id")) continue;
+    const uint64_t self = meta["self_id"].get<uint64_t>();
+    if (fn == "MoeAlltoAll.dispatch") calls[self].first = d;
+    if (fn == "MoeAlltoAll.combine") calls[self].second = d;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  auto swap_rows = [](Tensor t, int64_t a, int64_t b) {  // rows a, b of source 1, [ep, rmax, n]
+    Tensor c = t.contiguous().clone();
+    const auto rb = static_cast<std::size_t>(c.size(2)) * c.element_size();
+    char* base = static_cast<char*>(c.data_ptr()) + static_cast<std::size_t>(c.size(1)) * rb;
+    std::vector<char> tmp(rb);
+    std::memcpy(tmp.data(), base + a * rb, rb);
+    std::memcpy(base + a * rb, base + b * rb, rb);
+    std::memcpy(base + b * rb, tmp.data(), rb);
+    return c;
+  };
+  for (const auto& [self, dc] : calls) {
+    ASSERT_FALSE(dc.first.empty());
+    ASSERT_FALSE(dc.second.empty());
+    NamedTensors out = load_torch((fs::path(dc.first) / "outputs.pt").string());
+    for (auto& [k, t] : out) t = swap_rows(t, 0, 2);
+    save_torch((fs::path(dc.first) / "outputs.pt").string(), out);
+    NamedTensors in = load_torch((fs::path(dc.second) / "inputs.pt").string());
+    ASSERT_FALSE(in.empty());
+    for (auto& [k, t] : in) {
+      if (t.dim() == 3) t = swap_rows(t, 0, 2);
+    }
+    save_torch((fs::path(dc.second) / "inputs.pt").string(), in);
+  }
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 6u);
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed)
+        << r.function_name << ": " << r.error << " " << r.note;
+  }
   fs::remove_all(dir);
 }
 
