@@ -155,6 +155,17 @@ void a2a_check_non_negative(int64_t v, const char* op, const char* arg) {
 
 int64_t a2a_workspace_size(int64_t ep, int64_t max_tokens, int64_t dispatch_bytes,
                            int64_t combine_bytes, int64_t eplb_experts) {
+  // A size past 2^62 bytes is no workspace anyone allocates; refused before it overflows.
+  int64_t rows = 0, bytes = 0, sum = 0, eplb = 0;
+  const bool overflow = __builtin_mul_overflow(ep, max_tokens, &rows) ||
+                        __builtin_add_overflow(dispatch_bytes, combine_bytes, &sum) ||
+                        __builtin_add_overflow(sum, int64_t{2 * 22 * 4 + 1024}, &sum) ||
+                        __builtin_mul_overflow(rows, sum, &bytes) ||
+                        __builtin_mul_overflow(ep, eplb_experts, &eplb) ||
+                        __builtin_mul_overflow(eplb, int64_t{4}, &eplb) ||
+                        __builtin_add_overflow(bytes, eplb, &bytes) || bytes > (int64_t{1} << 62);
+  FLASHINFER_CHECK(!overflow, "moe_a2a_get_workspace_size_per_rank", "max_num_tokens",
+                   "a workspace this large overflows 64-bit byte counts");
   return MoeA2aLayout::make(ep, max_tokens, eplb_experts).payload_data +
          MoeA2aLayout::align128(ep * max_tokens * dispatch_bytes) +
          MoeA2aLayout::align128(ep * max_tokens * combine_bytes);
@@ -190,10 +201,10 @@ uint64_t a2a_read_mask(const std::optional<Tensor>& mask, bool enabled, int64_t 
   }
   FLASHINFER_CHECK(enabled, op, "active_rank_mask",
                    "active_rank_mask requires enable_rank_mask=True");
-  FLASHINFER_CHECK(mask->device().is_cpu() && mask->numel() == 1 &&
+  FLASHINFER_CHECK(mask->device().is_cpu() && mask->nbytes() == 8 &&
                        (mask->dtype() == DType::kInt64 || mask->dtype() == DType::kUInt8),
                    op, "active_rank_mask",
-                   "active_rank_mask must be a CPU 64-bit tensor with one element");
+                   "active_rank_mask must be a CPU 64-bit mask (int64 [1], or uint8 [8])");
   uint64_t bits = 0;
   std::memcpy(&bits, mask->contiguous().data_ptr(),
               std::min<std::size_t>(8, static_cast<std::size_t>(mask->nbytes())));
@@ -211,7 +222,16 @@ struct MoeAlltoAll::Impl {
   bool unmapped = false;
   bool dispatched = false;  // upstream's phase "dispatched" (else "idle")
   int64_t local_num_tokens = 0, combine_offset = 0;
+  int64_t dispatch_rmax = 0;  // the dispatch's runtime_max_tokens_per_rank (rows a source has)
   std::optional<Tensor> eplb_gathered;
+
+  // Combine reads rows [s, slot] of the dispatch's row count: another count would read other
+  // sources' rows (upstream does not check it; SGLang passes the same value to both).
+  void check_rmax(int64_t rmax, const char* op) const {
+    FLASHINFER_CHECK(rmax == dispatch_rmax, op, "runtime_max_tokens_per_rank",
+                     "runtime_max_tokens_per_rank ", rmax, " differs from the dispatch's ",
+                     dispatch_rmax);
+  }
 
   void check_mapped(const char* op) const {
     FLASHINFER_CHECK(!unmapped, op, "self",
@@ -278,8 +298,11 @@ MoeAlltoAll::MoeAlltoAll(std::shared_ptr<Mapping> mapping, int64_t max_num_token
           auto it = workspace_cache().entries.find(key);
           if (it != workspace_cache().entries.end()) found = it->second.lock();
         }
-        // Every rank hits or misses alike (the same calls on every rank): a miss allocates
-        // together.
+        // Hit or miss is the group's decision: a rank whose instances all died lost its entry
+        // while a peer kept one, and a workspace is allocated by every rank together.
+        for (const std::string& v : c->allgather(found ? "1" : "0")) {
+          if (v != "1") found.reset();
+        }
         if (!found) {
           auto w = std::make_shared<SharedWorkspace>();
           w->comm = c;
@@ -373,6 +396,8 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
         FLASHINFER_CHECK(im.num_experts >= ep, op, "self", "num_experts must be >= ep_size");
         FLASHINFER_CHECK(im.top_k > 0 && im.top_k <= MoeA2aLayout::kMaxTopK, op, "self",
                          "top_k must be in (0, ", MoeA2aLayout::kMaxTopK, "]");
+        FLASHINFER_CHECK(kernels::moe_a2a_top_k_supported(static_cast<int>(im.top_k)), op, "self",
+                         "Unsupported top_k: ", im.top_k);
         // Upstream leaves this to the caller (SGLang asserts it); more tokens than rows would
         // write past a source's rows.
         FLASHINFER_CHECK(T <= rmax, op, "token_selected_experts", "local_num_tokens ", T,
@@ -462,6 +487,7 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
           api::launch(kSanitizeKernels, s, dev, op, "invalid_token_expert_id");
         }
         im.local_num_tokens = T;
+        im.dispatch_rmax = rmax;
         im.combine_offset = MoeA2aLayout::align128(off);
         im.eplb_gathered.reset();
         if (eplb_local_stats) {
@@ -487,8 +513,7 @@ Tensor MoeAlltoAll::get_combine_payload_tensor_in_workspace(int64_t runtime_max_
                          "get_combine_payload_tensor_in_workspace called before successful "
                          "dispatch");
         const int64_t rmax = runtime_max_tokens_per_rank;
-        FLASHINFER_CHECK(rmax > 0 && rmax <= im.max_num_tokens, op, "runtime_max_tokens_per_rank",
-                         "runtime_max_tokens_per_rank must be in [1, max_num_tokens]");
+        im.check_rmax(rmax, op);
         a2a_check_non_negative(hidden_size, op, "hidden_size");
         const auto es = static_cast<int64_t>(dtype_size(dtype));
         const int64_t bytes = w.ep_size * rmax * hidden_size * es;
@@ -523,6 +548,7 @@ Tensor MoeAlltoAll::combine(const Tensor& payload, int64_t runtime_max_tokens_pe
         FLASHINFER_CHECK(!active_rank_mask || im.enable_rank_mask, op, "active_rank_mask",
                          "active_rank_mask requires the instance to have been constructed with "
                          "enable_rank_mask=True");
+        im.check_rmax(rmax, op);
         const Device dev = im.device();
         api::check_defined(payload, op, "payload");
         FLASHINFER_CHECK(payload.device() == dev, op, "payload",
@@ -970,6 +996,7 @@ void register_moe_alltoall_ops(OpRegistry& r) {
   spec.op = "MoeAlltoAll.dispatch";
   spec.also = {"MoeAlltoAll.combine", "MoeAlltoAll.get_combine_payload_tensor_in_workspace",
                "MoeAlltoAll.checkpoint_prepare", "MoeAlltoAll.checkpoint_restore"};
+  spec.local = {"MoeAlltoAll.get_combine_payload_tensor_in_workspace"};
   spec.workspace_param = 0;  // self
   spec.creator = "MoeAlltoAll.__init__";
   spec.creator_mapping_param = 1;

@@ -63,6 +63,14 @@ FLASHINFER_A2A_HD constexpr int moe_a2a_target_rank(int e, int E, int ep) {
   return rem + (e - rem * (base + 1)) / base;
 }
 
+/// The rank a slot with expert id e goes to, as upstream's kernel computes it (C division:
+/// ids in (-E / ep, 0) land on rank 0, as upstream's do), or -1 where that rank is outside
+/// [0, ep) (upstream writes out of bounds there).
+FLASHINFER_A2A_HD constexpr int moe_a2a_slot_rank(int e, int E, int ep) {
+  const int r = moe_a2a_target_rank(e, E, ep);
+  return r >= 0 && r < ep ? r : -1;
+}
+
 /// Whether the combine supports top_k (its sum has a fixed order for these only).
 FLASHINFER_A2A_HD constexpr bool moe_a2a_top_k_supported(int k) {
   return k == 1 || k == 2 || k == 4 || k == 6 || k == 8 || k == 10 || k == 12 || k == 14 ||

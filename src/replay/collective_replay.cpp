@@ -17,6 +17,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/replay.h"
+#include "flashinfer/stream.h"
 #include "recorder/dump_schema.h"
 
 namespace flashinfer::detail {
@@ -40,6 +41,7 @@ struct Stream {
   int64_t pid = 0;
   std::string repr;
   std::optional<int64_t> world, rank;
+  int64_t group = 0;        // which group of that size (a Mapping's MoE EP group; else 0)
   std::string creator_dir;  // empty: made before the recording began
   std::vector<std::string> calls;
   std::vector<std::string> functions;  // calls[i]'s function (op or one of spec.also)
@@ -145,6 +147,9 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         if (ep && tp && rank && *ep > 0 && *tp > 0) {
           s.world = *ep;
           s.rank = *rank % *tp % *ep;
+          // The EP groups: one per (PP / CP position, TP rank / ep) (several when moe_tp_size or
+          // the cluster size exceed 1).
+          s.group = *rank / *tp * (*tp / *ep) + *rank % *tp / *ep;
         }
       }
       s.creator_dir = fs::path(d).lexically_normal().string();
@@ -237,39 +242,63 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
                     op, " under ", root);
   }
   const Stream& mine = ix.streams[self->second];
-  // The creator's call is its stream's call 0; the op's calls count from 1.
-  const std::size_t k =
-      creating
-          ? 0
-          : static_cast<std::size_t>(std::find(mine.calls.begin(), mine.calls.end(), dir.string()) -
-                                     mine.calls.begin()) +
-                1;
-  // Which call of another rank's stream meets this one. Ranks in processes of their own number
-  // their calls of the op alike (every rank makes the same calls in the same order), so the
-  // call number in the directory name matches them even where a recording lost some calls (ring
-  // mode); ranks sharing a process share that counter, and their streams match by position.
-  bool by_number = false;
-  const int64_t my_number = call_number(dir.string());
-  // The position of call k in a stream (calls.size(): none).
-  auto index_of = [&](const Stream* s) -> std::size_t {
-    if (by_number) {
-      for (std::size_t i = 0; i < s->calls.size(); ++i) {
-        if (s->functions[i] == decl.name && call_number(s->calls[i]) == my_number) return i;
-      }
-      return s->calls.size();
+  const std::string pre = !creating && spec.prelude ? spec.prelude(decl.name) : std::string();
+  const OpDecl* pre_decl = pre.empty() ? nullptr : OpRegistry::global().find(pre);
+  // A local function (spec.local) meets the other ranks through the call whose state it needs:
+  // they replay only that, this rank that and then the call.
+  const bool local = !creating && pre_decl &&
+                     std::find(spec.local.begin(), spec.local.end(), decl.name) != spec.local.end();
+  const std::size_t my_pos = static_cast<std::size_t>(
+      std::find(mine.calls.begin(), mine.calls.end(), dir.string()) - mine.calls.begin());
+  std::string match_fn = decl.name, match_dir = dir.string();
+  if (local) {
+    std::size_t j = std::min(my_pos, mine.calls.size());
+    while (j > 0 && mine.functions[j - 1] != pre) --j;
+    if (j == 0) {
+      FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", decl.name, " needs the ", pre,
+                      " call before it, and the recording has none");
     }
-    return s->calls.size() >= k ? k - 1 : s->calls.size();
+    match_fn = pre;
+    match_dir = mine.calls[j - 1];
+  }
+  // The calls meet by function: the k-th call of match_fn in one rank's stream meets the k-th in
+  // every other rank's (a creator's call is its stream's call 0).
+  std::size_t k = 0;
+  if (!creating) {
+    for (std::size_t i = 0; i < mine.calls.size(); ++i) {
+      if (mine.functions[i] != match_fn) continue;
+      ++k;
+      if (mine.calls[i] == match_dir) break;
+    }
+  }
+  // Ranks in processes of their own number their calls of a function alike (every rank makes
+  // the same calls in the same order), so the call number in the directory name matches them
+  // even where a recording lost some calls (ring mode); ranks sharing a process share that
+  // counter, and their streams match by ordinal.
+  bool by_number = false;
+  const int64_t my_number = call_number(match_dir);
+  // The position of the matching call in a stream (calls.size(): none).
+  auto index_of = [&](const Stream* s) -> std::size_t {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < s->calls.size(); ++i) {
+      if (s->functions[i] != match_fn) continue;
+      if (by_number ? call_number(s->calls[i]) == my_number : ++n == k) return i;
+    }
+    return s->calls.size();
   };
   auto call_of = [&](const Stream* s) -> std::string {
-    if (k == 0) return s->creator_dir;
+    if (creating) return s->creator_dir;
     const std::size_t i = index_of(s);
-    return i < s->calls.size() && s->functions[i] == decl.name ? s->calls[i] : std::string();
+    return i < s->calls.size() ? s->calls[i] : std::string();
   };
   // The group: streams of the same world size, one per rank. Streams whose rank was not
   // recorded take ranks in the order their processes' ids and workspaces sort.
   std::vector<const Stream*> same;
   for (const Stream& s : ix.streams) {
-    if (s.world == mine.world && s.rank.has_value() == mine.rank.has_value()) same.push_back(&s);
+    if (s.world == mine.world && s.group == mine.group &&
+        s.rank.has_value() == mine.rank.has_value()) {
+      same.push_back(&s);
+    }
   }
   int64_t world = mine.world.value_or(static_cast<int64_t>(same.size()));
   std::vector<const Stream*> group(static_cast<std::size_t>(std::max<int64_t>(world, 0)), nullptr);
@@ -314,8 +343,8 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
     }
   }
   if (world < 1 || !missing.empty()) {
-    FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", op, " is a collective of ", world,
-                    " ranks: replaying call ", k, " of rank ", my_rank,
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", decl.name, " is a collective of ", world,
+                    " ranks: replaying call ", k, " of ", match_fn, " of rank ", my_rank,
                     " needs the same call of every rank, and the recording has none for rank(s) ",
                     missing.empty() ? std::string("?") : missing,
                     " (record every rank into one dump directory)");
@@ -334,7 +363,7 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
   };
   // Every rank's arguments; this rank's are the caller's.
   std::vector<std::vector<Value>> all(group.size());
-  for (std::size_t r = 0; r < group.size(); ++r) {
+  for (std::size_t r = 0; r < group.size() && !local; ++r) {
     if (static_cast<int64_t>(r) == my_rank) continue;
     all[r] = rebuild(call_of(group[r]), r, "call " + std::to_string(k) + " of " + decl.name).args;
   }
@@ -342,14 +371,13 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
   std::vector<std::optional<std::vector<Value>>> created(group.size());
   std::vector<std::optional<std::vector<Value>>> before(group.size());
   std::vector<NamedTensors> before_recorded(group.size());
-  const std::string pre = !creating && spec.prelude ? spec.prelude(decl.name) : std::string();
-  const OpDecl* pre_decl = pre.empty() ? nullptr : OpRegistry::global().find(pre);
   for (std::size_t r = 0; r < group.size() && !creating; ++r) {
     const Stream* s = group[r];
     if (!s->creator_dir.empty()) created[r] = rebuild(s->creator_dir, r, "creation").args;
     if (!pre_decl) continue;
     const std::size_t at = index_of(s);
-    std::size_t j = at;
+    // A local call's match is its prelude itself.
+    std::size_t j = local ? at + 1 : at;
     while (j > 0 && s->functions[j - 1] != pre) --j;
     if (j == 0) {
       FLASHINFER_FAIL(ErrorCode::kUnsupported, "replay", "", decl.name, " of rank ", r,
@@ -384,20 +412,23 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
         if (spec.adjust_args) spec.adjust_args(pre, pa, b);
         const Value got = pre_decl->invoke(CallArgs(*pre_decl, pa));
         pa.at(spec.workspace_param) = Value();
-        if (device.is_cuda()) cuda_device_synchronize(device.index);
+        // This rank's stream only: a device-wide wait would also wait for a peer's kernel
+        // spinning on this rank's next call.
+        if (device.is_cuda()) cuda_stream_synchronize(current_cuda_stream(), device.index);
+        if (local && r != my_rank) return;  // the peers of a local call replay its prelude only
         if (spec.after_prelude) spec.after_prelude(decl.name, a, got, before_recorded[i]);
       }
       a.at(spec.workspace_param) = workspaces[i];
       if (spec.adjust_args) spec.adjust_args(decl.name, a, b);
     }
     Value v = decl.invoke(CallArgs(decl, a));
-    if (device.is_cuda()) cuda_device_synchronize(device.index);
+    if (device.is_cuda()) cuda_stream_synchronize(current_cuda_stream(), device.index);
     if (r == my_rank) result = std::move(v);
   });
   for (std::size_t r = 0; r < group.size(); ++r) {
-    if (!creating || !spec.prepare_creator) {
-      (static_cast<int64_t>(r) == my_rank ? args : all[r])
-          .at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
+    std::vector<Value>& a = static_cast<int64_t>(r) == my_rank ? args : all[r];
+    if ((!creating || !spec.prepare_creator) && !a.empty()) {
+      a.at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
     }
   }
   workspaces.clear();
@@ -405,8 +436,11 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
     *note = "a collective: replayed with the recorded calls of all " +
             std::to_string(group.size()) + " ranks (this is rank " + std::to_string(my_rank) +
             (creating ? std::string(", its workspace's creation")
-                      : ", call " + std::to_string(k) + " on its workspace" +
-                            (pre.empty() ? std::string() : " after its " + pre)) +
+                      : (local ? ", its " + decl.name + " after call " + std::to_string(k) +
+                                     " of " + match_fn + ", which every rank replayed"
+                               : ", call " + std::to_string(k) + " of " + decl.name +
+                                     " on its workspace" +
+                                     (pre.empty() ? std::string() : " after its " + pre))) +
             "), each rank a thread on " + device.str();
   }
   return result;

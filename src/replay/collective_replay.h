@@ -50,6 +50,9 @@ struct CollectiveSpec {
   /// Other functions whose calls on the same workspace join op's streams (MoeAlltoAll's combine
   /// after its dispatch): the k-th call of a rank, whichever of them, meets every rank's k-th.
   std::vector<std::string> also;
+  /// Functions of `also` that are not collective themselves (a view of the workspace): a call
+  /// replays after its prelude, which every rank's matching prelude call joins.
+  std::vector<std::string> local;
   /// The function whose latest call before a call of `function` must run first on the fresh
   /// workspace (the state it leaves: combine needs its dispatch), or "".
   std::function<std::string(std::string_view function)> prelude;

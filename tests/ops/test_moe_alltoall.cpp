@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -192,13 +193,17 @@ int64_t tokens_of(int64_t ep, int64_t r) { return ep == 4 && r == 1 ? 0 : 3 + 2 
 void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in_workspace,
                 int rounds) {
   comm::ThreadGroup g(ep, dev);
-  const int64_t rmax = 16;
+  // The rows a source has change from call to call (SGLang's runtime_max follows the batch):
+  // the regions move, and a fast rank's next dispatch must not overwrite rows a slow rank still
+  // sums.
+  auto rmax_of = [](int k) -> int64_t { return k % 2 == 0 ? 10 : 16; };
   std::vector<std::vector<RankInput>> in(rounds, std::vector<RankInput>(ep));
   std::vector<std::vector<std::vector<Tensor>>> recv(rounds, std::vector<std::vector<Tensor>>(ep));
   std::vector<std::vector<Tensor>> out(rounds, std::vector<Tensor>(ep));
   g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), rmax, K, E, H);
+    auto a2a = make_a2a(g.backend(r), 16, K, E, H);
     for (int k = 0; k < rounds; ++k) {
+      const int64_t rmax = rmax_of(k);
       const int64_t T = tokens_of(ep, r) + (k % 2 == 1 ? -1 : 0) * (tokens_of(ep, r) > 0 ? 1 : 0);
       in[k][r] = rank_input(r + 10 * k, T, K, E, H, dev);
       const std::vector<Tensor> got =
@@ -217,6 +222,7 @@ void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in
     }
   });
   for (int k = 0; k < rounds; ++k) {
+    const int64_t rmax = rmax_of(k);
     for (int64_t R = 0; R < ep; ++R) {
       for (int64_t S = 0; S < ep; ++S) {
         // Rank S's tokens that go to R, in token order, are R's rows [S, 0..n).
@@ -331,15 +337,24 @@ TEST(MoeAlltoAll, RankMaskDropsTokensToInactiveRanks) {
   comm::ThreadGroup g(3);
   std::vector<Tensor> out(2);
   std::vector<std::vector<Tensor>> recv(2);
+  std::vector<Tensor> dead_ids(2);
   g.run([&](int64_t r) {
     auto a2a = make_a2a(g.backend(r), 4, 2, 3, 4, 0, true);
+    // A round with every rank first: rank 2 sends rows (and counts) to the others.
+    const Tensor all = Tensor::from_vector({7.0}, {1}, DType::kInt64);
+    const Tensor ex0 = Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32);
+    auto first = a2a->dispatch(ex0, {Tensor::zeros({1, 4}, kBf), ex0}, 4, std::nullopt,
+                               std::nullopt, std::nullopt, all);
+    a2a->combine(first[0].clone(), 4, false, std::nullopt, std::nullopt, 1.0,
+                 SfLayout::layout_linear, std::nullopt, false, all);
     if (r == 2) return;
     Tensor mask = Tensor::from_vector({3.0}, {1}, DType::kInt64);
     // Token 0 to ranks {0, 2}, token 1 to {1, 2}.
     Tensor ex = Tensor::from_vector({0, 2, 1, 2}, {2, 2}, DType::kInt32);
     Tensor x = Tensor::from_vector({1, 1, 1, 1, 2, 2, 2, 2}, {2, 4}, kBf);
-    auto got = a2a->dispatch(ex, {x}, 4, std::nullopt, std::nullopt, std::nullopt, mask);
+    auto got = a2a->dispatch(ex, {x, ex}, 4, int64_t{-1}, int64_t{1}, std::nullopt, mask);
     recv[r] = {got[0].clone()};
+    dead_ids[r] = got[1].clone();
     Tensor p = got[0].clone();
     out[r] = a2a->combine(p, 4, false, std::nullopt, std::nullopt, 1.0, SfLayout::layout_linear,
                           std::nullopt, false, mask);
@@ -353,6 +368,9 @@ TEST(MoeAlltoAll, RankMaskDropsTokensToInactiveRanks) {
     const std::vector<double> o = out[r].to_double_vector();
     EXPECT_EQ(o[0], 1.0);
     EXPECT_EQ(o[4], 2.0);
+    // The dead rank's rows from the first round count no more: its ids are all padding now.
+    const std::vector<double> ids = dead_ids[r].to_double_vector();
+    for (int i = 0; i < 4 * 2; ++i) EXPECT_EQ(ids[2 * 4 * 2 + i], -1.0) << i;
   }
 }
 
@@ -370,6 +388,27 @@ TEST(MoeAlltoAll, InstancesOfEqualSizesShareAWorkspace) {
     ASSERT_EQ(meta.size(), 10u);
     EXPECT_EQ(meta[9], static_cast<double>(kernels::MoeA2aLayout::make(2, 8, 0).payload_data));
   });
+}
+
+TEST(MoeAlltoAll, ACacheMissOnOneRankMakesEveryRankAllocate) {
+  // Rank 1 drops its only instance (its cache entry dies), rank 0 keeps one: the next
+  // construction must still allocate on both (together), not hang rank 1 alone.
+  comm::ThreadGroup g(2, Device::cpu(), std::chrono::milliseconds(20000));
+  std::vector<void*> old_ws(2), new_ws(2);
+  std::vector<Tensor> out(2);
+  g.run([&](int64_t r) {
+    auto a = make_a2a(g.backend(r), 4, 1, 2, 4);
+    old_ws[r] = a->workspace().data_ptr();
+    if (r == 1) a.reset();
+    auto b = make_a2a(g.backend(r), 4, 1, 2, 4);
+    new_ws[r] = b->workspace().data_ptr();
+    auto got = b->dispatch(Tensor::from_vector({static_cast<double>(1 - r)}, {1, 1}, DType::kInt32),
+                           {Tensor::full({1, 4}, r + 1.0, kBf)}, 4);
+    out[r] = b->combine(got[0].clone(), 4);
+  });
+  EXPECT_NE(new_ws[0], old_ws[0]);
+  EXPECT_EQ(new_ws[0], new_ws[1]);  // one allocation the group views
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(out[r].to_double_vector(), std::vector<double>(4, r + 1.0));
 }
 
 TEST(MoeAlltoAll, CheckpointUnmapsUntilRestored) {
@@ -477,6 +516,13 @@ TEST(MoeAlltoAll, RefusesWhatUpstreamRefuses) {
         "payload must be [ep_size, runtime_max_tokens_per_rank, hidden]");
     expect_error(
         [&] {
+          a2a->combine(Tensor::zeros({2, 3, 8}, kBf), 3);
+        },
+        "differs from the dispatch's 4");
+    expect_error([&] { a2a->get_combine_payload_tensor_in_workspace(2, 8, kBf); },
+                 "differs from the dispatch's 4");
+    expect_error(
+        [&] {
           a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4, true);
         },
         "tensor pointer mismatch");
@@ -500,12 +546,15 @@ TEST(MoeAlltoAll, RefusesWhatUpstreamRefuses) {
     // The refused calls changed nothing: this combine still pairs with the dispatch above.
     a2a->combine(Tensor::zeros({2, 4, 8}, kBf), 4);
   });
-  // top_k 3 dispatches (upstream's dispatch takes it) but does not combine.
+  // top_k 3: upstream's kernels have no fixed order for it; dispatch refuses it already.
   comm::ThreadGroup one(1);
   one.run([&](int64_t) {
     auto a2a = make_a2a(one.backend(0), 4, 3, 4, 8);
-    a2a->dispatch(Tensor::zeros({1, 3}, DType::kInt32), {Tensor::zeros({1, 8}, kBf)}, 4);
-    expect_error([&] { a2a->combine(Tensor::zeros({1, 4, 8}, kBf), 4); }, "Unsupported top_k: 3");
+    expect_error(
+        [&] {
+          a2a->dispatch(Tensor::zeros({1, 3}, DType::kInt32), {Tensor::zeros({1, 8}, kBf)}, 4);
+        },
+        "Unsupported top_k: 3");
   });
 }
 
@@ -535,15 +584,18 @@ TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
     for (int k = 0; k < 2; ++k) {
       const RankInput in = rank_input(r + k, 3 + r - k, 2, 4, 8, Device::cpu());
       auto got = a2a->dispatch(in.experts, {in.hidden, in.experts}, 8, int64_t{4}, int64_t{1});
-      Tensor payload = a2a->get_combine_payload_tensor_in_workspace(8, 8, kBf);
+      // The payload view is a local call: rank 1 uses it in the second round only.
+      const bool view = r == 0 || k == 1;
+      Tensor payload = view ? a2a->get_combine_payload_tensor_in_workspace(8, 8, kBf)
+                            : Tensor::zeros({2, 8, 8}, kBf);
       payload.copy_(scaled(got[0], static_cast<double>(r + 2)));
-      a2a->combine(payload, 8, true);
+      a2a->combine(payload, 8, view);
     }
   });
   recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
-  // Per rank: __init__, then 2 x (dispatch, get_combine_payload..., combine).
-  ASSERT_EQ(rs.size(), 14u);
+  // Rank 0: __init__, then 2 x (dispatch, get_combine_payload..., combine); rank 1 one view less.
+  ASSERT_EQ(rs.size(), 13u);
   int dispatches = 0;
   for (const replay::Result& r : rs) {
     EXPECT_EQ(r.status, replay::Status::kPassed)

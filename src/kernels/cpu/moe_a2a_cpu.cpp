@@ -24,15 +24,20 @@ uint32_t next_flag(char* mine, const MoeA2aLayout& l) {
   return flag;
 }
 
-// Publishes `flag` in slot `rank` of every active peer's flag array at `flags`, then waits for
-// every active peer's in this rank's (a peer may already be a call ahead).
+// Publishes `flag` in slot `rank` of every active peer's flag array at `flags`.
 template <class P>
-void publish_and_wait(const P& p, int64_t flags, uint32_t flag, const char* op) {
+void publish(const P& p, int64_t flags, uint32_t flag) {
   for (int t = 0; t < p.ep_size; ++t) {
     if (!p.is_active(t)) continue;
     std::atomic_ref<uint32_t>(u32_at(p.row(t), flags + 4 * p.ep_rank))
         .store(flag, std::memory_order_release);
   }
+}
+
+// Waits until every active peer's slot of this rank's flag array at `flags` has reached `flag`
+// (a peer may be a step ahead: a combine's done value follows its call value).
+template <class P>
+void wait_for(const P& p, int64_t flags, uint32_t flag, const char* op) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   char* mine = p.row(p.ep_rank);
   for (int s = 0; s < p.ep_size; ++s) {
@@ -49,12 +54,22 @@ void publish_and_wait(const P& p, int64_t flags, uint32_t flag, const char* op) 
   }
 }
 
+template <class P>
+void publish_and_wait(const P& p, int64_t flags, uint32_t flag, const char* op) {
+  publish(p, flags, flag);
+  wait_for(p, flags, flag, op);
+}
+
 }  // namespace
 
 void moe_a2a_dispatch(const MoeA2aDispatchParams& p) {
   const MoeA2aLayout& l = p.layout;
   char* mine = p.row(p.ep_rank);
   const uint32_t flag = next_flag(mine, l);
+  // Every active rank has finished summing the previous combine (it published `flag` as its
+  // done value): its reads of the combine regions, which this dispatch's rows may overlap when
+  // the regions grow, are over.
+  if (flag > 1) wait_for(p, l.combine_flags, flag, "MoeAlltoAll.dispatch");
   int32_t* send = i32_at(mine, l.send_counters);
   std::fill(send, send + p.ep_size, 0);
   // Sources that take no part send nothing (the active ones overwrite their counts).
@@ -67,16 +82,15 @@ void moe_a2a_dispatch(const MoeA2aDispatchParams& p) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int k = 0; k < K; ++k) {
       const int32_t e = p.experts[t * K + k];
-      int target =
-          e >= 0 && e < p.num_experts ? moe_a2a_target_rank(e, p.num_experts, p.ep_size) : -1;
+      int target = moe_a2a_slot_rank(e, p.num_experts, p.ep_size);
       // A token reaches a rank once: the lowest slot routed there sends.
       for (int j = 0; j < k && target >= 0; ++j) {
         if (targets[t * K + j] == target) target = -1;
       }
       if (target >= 0 && !p.is_active(target)) target = -1;
       if (target < 0) {
-        // A duplicate (the rank's first slot holds its target), an id out of [0, num_experts)
-        // or an inactive rank: nothing sent.
+        // A duplicate (the rank's first slot holds its target), an id whose rank is outside
+        // [0, ep_size) or an inactive rank: nothing sent.
         targets[t * K + k] = -1;
         slots[t * K + k] = -1;
         continue;
@@ -146,6 +160,8 @@ void moe_a2a_combine(const MoeA2aCombineParams& p) {
       elem_io::store_or_fp32(p.out, p.out_dtype, t * H + h, s);
     }
   }
+  // Done reading the peers' combine regions: the next dispatch may overwrite them.
+  publish(p, l.combine_flags, flag + 1);
 }
 
 void moe_a2a_sanitize_expert_ids(const MoeA2aSanitizeParams& p) {

@@ -27,13 +27,21 @@ __device__ __forceinline__ uint32_t* u32(char* row, int64_t off) {
 __global__ void __launch_bounds__(kRouteThreads) moe_a2a_route_kernel(MoeA2aDispatchParams p) {
   __shared__ int32_t warp_count[kWarps][MoeA2aLayout::kMaxRanks];
   __shared__ int32_t carry[MoeA2aLayout::kMaxRanks];
+  __shared__ uint32_t flag;
   const MoeA2aLayout& l = p.layout;
   char* mine = p.row(p.ep_rank);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) *u32(mine, l.flag_val) += 1;
+  if (tid == 0) {
+    flag = *u32(mine, l.flag_val) + 1;
+    *u32(mine, l.flag_val) = flag;
+  }
+  __syncthreads();
   if (tid < p.ep_size) {
     carry[tid] = 0;
     if (!p.is_active(tid)) i32(mine, l.recv_counters)[tid] = 0;
+    // Every active rank is done summing the previous combine (its done value is this call's
+    // number) before any row of this dispatch moves: the regions may overlap when they grow.
+    if (flag > 1 && p.is_active(tid)) wait_for_call(u32(mine, l.combine_flags + 4 * tid), flag);
   }
   int32_t* targets = i32(mine, l.topk_target_ranks);
   int32_t* slots = i32(mine, l.topk_send_indices);
@@ -46,8 +54,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_a2a_route_kernel(MoeA2aDisp
     if (t < p.tokens) {
       for (int k = 0; k < K; ++k) {
         const int32_t e = p.experts[t * K + k];
-        int target =
-            e >= 0 && e < p.num_experts ? moe_a2a_target_rank(e, p.num_experts, p.ep_size) : -1;
+        int target = moe_a2a_slot_rank(e, p.num_experts, p.ep_size);
         if (target >= 0 && (((sends >> target) & 1u) != 0 || !p.is_active(target))) target = -1;
         if (target >= 0) sends |= uint64_t{1} << target;
         targets[t * K + k] = target;
@@ -228,6 +235,18 @@ __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
   }
 }
 
+// One block: this rank is done reading the peers' combine regions (its done value, the call's
+// number + 1, in every active peer's slot).
+__global__ void moe_a2a_combine_done_kernel(MoeA2aCombineParams p) {
+  char* mine = p.row(p.ep_rank);
+  const uint32_t flag = *u32(mine, p.layout.flag_val);
+  __threadfence_system();
+  const int j = threadIdx.x;
+  if (j < p.ep_size && p.is_active(j)) {
+    store_release_sys(u32(p.row(j), p.layout.combine_flags + 4 * p.ep_rank), flag + 1);
+  }
+}
+
 __global__ void moe_a2a_sanitize_kernel(MoeA2aSanitizeParams p) {
   const auto* recv = reinterpret_cast<const int32_t*>(p.row + p.layout.recv_counters);
   const int64_t n = p.ep_size * p.runtime_max * p.top_k;
@@ -286,6 +305,8 @@ void moe_a2a_combine(const MoeA2aCombineParams& p, void* stream) {
         FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "unsupported top_k ", p.top_k);
     }
   }
+  launch_kernel(op, moe_a2a_combine_done_kernel, dim3(1), dim3(MoeA2aLayout::kMaxRanks), 0, s,
+                false, p);
 }
 
 void moe_a2a_sanitize_expert_ids(const MoeA2aSanitizeParams& p, void* stream) {
