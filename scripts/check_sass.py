@@ -16,7 +16,7 @@ architecture it names (about 15 s for the library, which also holds sm_80 code).
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
 one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -330,6 +330,16 @@ RULES = {
                 Need("STG.E.STRONG.SYS (system-scope flag store)", r"^STG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
                 Need("LDG.E.STRONG.SYS (system-scope flag load)", r"^LDG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
             ),
+        ),
+        Rule(
+            name="moe_a2a",
+            match=("moe_a2a_combine_sum_kernel", "moe_a2a_copy_kernel",
+                   "moe_a2a_combine_prepare_kernel"),
+            description="the MoE all-to-all's data kernels (moe_a2a_cuda.cu: the combine's sum "
+            "for every top_k and region dtype, the dispatch's row copy, the combine's staging): "
+            "no spills, 128-bit global loads (LDG .128: the peers' rows a slot at 16 bytes, the "
+            "copies where aligned)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
             name="ssu",

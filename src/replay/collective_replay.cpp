@@ -60,6 +60,7 @@ int64_t call_number(const std::string& dir) {
 // The streams of one op under one recording root, in the order their workspaces were made.
 struct Index {
   std::size_t entries = 0;  // call directories seen (the index is rebuilt when this changes)
+  fs::file_time_type root_mtime{};  // the root's modification time when they were counted
   std::vector<Stream> streams;
   std::map<std::string, std::size_t> stream_of_call;
 };
@@ -199,14 +200,19 @@ const Index& index_for(const std::string& root, const std::string& op, const Col
   static std::mutex m;
   static std::map<std::pair<std::string, std::string>, Index> cache;
   const std::lock_guard<std::mutex> lock(m);
-  std::size_t entries = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) entries += e.is_directory() ? 1 : 0;
   Index& ix = cache[{root, op}];
+  // Adding or removing a call directory changes the root's modification time: only then are the
+  // entries counted again (a replay of N calls would otherwise list the root N times).
+  std::error_code ec;
+  const fs::file_time_type mtime = fs::last_write_time(root, ec);
+  if (!ec && ix.entries != 0 && mtime == ix.root_mtime) return ix;
+  std::size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(root, ec)) entries += e.is_directory() ? 1 : 0;
   if (ix.entries == 0 || ix.entries != entries) {
     ix = build_index(root, op, spec, decl);
     ix.entries = entries;
   }
+  ix.root_mtime = mtime;
   return ix;
 }
 

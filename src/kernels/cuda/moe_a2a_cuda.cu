@@ -8,7 +8,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kRouteThreads = 1024;  // 32 warps: the route kernel's tile of tokens
+constexpr int kRouteThreads = 512;  // 16 warps: the route kernel's tile of tokens
 constexpr int kWarps = kRouteThreads / 32;
 constexpr int kCopyThreads = 256;
 
@@ -19,7 +19,26 @@ __device__ __forceinline__ uint32_t* u32(char* row, int64_t off) {
   return reinterpret_cast<uint32_t*>(row + off);
 }
 
-// Route (one block): flag_val counted, every token's targets (-1: a duplicate of a lower slot's
+// Begin (one block): the call counted in flag_val; sources that take no part sent nothing; every
+// active rank done summing the previous combine (its done value is this call's number) before
+// any row of this dispatch moves: the regions may overlap when they grow.
+__global__ void moe_a2a_dispatch_begin_kernel(MoeA2aDispatchParams p) {
+  __shared__ uint32_t flag;
+  const MoeA2aLayout& l = p.layout;
+  char* mine = p.row(p.ep_rank);
+  const int j = threadIdx.x;
+  if (j == 0) {
+    flag = *u32(mine, l.flag_val) + 1;
+    *u32(mine, l.flag_val) = flag;
+  }
+  __syncthreads();
+  if (j < p.ep_size) {
+    if (!p.is_active(j)) i32(mine, l.recv_counters)[j] = 0;
+    if (flag > 1 && p.is_active(j)) wait_for_call(u32(mine, l.combine_flags + 4 * j), flag);
+  }
+}
+
+// Route (one block): every token's targets (-1: a duplicate of a lower slot's
 // rank, an id out of range, an inactive rank) and its row on each target, numbered in token
 // order: within a warp by ballots over the ranks, across warps and tiles by per-warp counts and a
 // running carry in shared memory. The tables go to this rank's row, the totals to
@@ -27,22 +46,10 @@ __device__ __forceinline__ uint32_t* u32(char* row, int64_t off) {
 __global__ void __launch_bounds__(kRouteThreads) moe_a2a_route_kernel(MoeA2aDispatchParams p) {
   __shared__ int32_t warp_count[kWarps][MoeA2aLayout::kMaxRanks];
   __shared__ int32_t carry[MoeA2aLayout::kMaxRanks];
-  __shared__ uint32_t flag;
   const MoeA2aLayout& l = p.layout;
   char* mine = p.row(p.ep_rank);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) {
-    flag = *u32(mine, l.flag_val) + 1;
-    *u32(mine, l.flag_val) = flag;
-  }
-  __syncthreads();
-  if (tid < p.ep_size) {
-    carry[tid] = 0;
-    if (!p.is_active(tid)) i32(mine, l.recv_counters)[tid] = 0;
-    // Every active rank is done summing the previous combine (its done value is this call's
-    // number) before any row of this dispatch moves: the regions may overlap when they grow.
-    if (flag > 1 && p.is_active(tid)) wait_for_call(u32(mine, l.combine_flags + 4 * tid), flag);
-  }
+  if (tid < p.ep_size) carry[tid] = 0;
   int32_t* targets = i32(mine, l.topk_target_ranks);
   int32_t* slots = i32(mine, l.topk_send_indices);
   const int K = p.top_k;
@@ -179,7 +186,7 @@ __global__ void moe_a2a_combine_prepare_kernel(MoeA2aCombineParams p) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int s = static_cast<int>(row / p.runtime_max);
     const int64_t i = row % p.runtime_max;
-    if (!p.is_active(s) || i >= recv[s]) continue;
+    if (!p.is_active(s) || i >= __ldcg(recv + s)) continue;  // peers wrote the counts
     char* dst = mine + p.combine_offset + row * p.region_row_bytes();
     if (p.region_dtype == p.payload_dtype) {
       copy_row(dst, static_cast<const char*>(p.payload) + row * p.region_row_bytes(),
@@ -212,8 +219,11 @@ __global__ void moe_a2a_combine_signal_kernel(MoeA2aCombineParams p) {
 }
 
 // A block a token: each slot that sent reads its rank's row for the token; the slots summed in
-// fp32 in moe_a2a_tree_sum's order (+0 for the others), rounded once.
-template <int K>
+// fp32 in moe_a2a_tree_sum's order (+0 for the others), rounded once. T is the region's element
+// type: rows whose bytes are a multiple of 16 are read 16 bytes a slot at a time (a slot that
+// sent nothing reads as zero bytes, which decode to +0 in every region dtype), others an element
+// at a time.
+template <int K, class T>
 __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
   __shared__ const char* src[MoeA2aLayout::kMaxTopK];
   const int64_t t = blockIdx.x;
@@ -228,10 +238,50 @@ __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
                  : nullptr;
   }
   __syncthreads();
-  for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) {
-    const float s = moe_a2a_tree_sum_fixed<K>(
-        [&](int k) { return src[k] ? load_cg(src[k], h, p.region_dtype) : 0.0f; });
-    store_any(p.out, t * p.hidden + h, p.out_dtype, s);
+  const int64_t rb = p.region_row_bytes();
+  if (rb % 16 != 0) {
+    for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) {
+      const float s = moe_a2a_tree_sum_fixed<K>(
+          [&](int k) { return src[k] ? load_cg(src[k], h, p.region_dtype) : 0.0f; });
+      store_any(p.out, t * p.hidden + h, p.out_dtype, s);
+    }
+    return;
+  }
+  constexpr int kPer = 16 / sizeof(T);  // elements in 16 bytes
+  for (int64_t c = threadIdx.x; c < rb / 16; c += blockDim.x) {
+    uint4 w[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      w[k] = src[k] ? __ldcg(reinterpret_cast<const uint4*>(src[k]) + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const float s = moe_a2a_tree_sum_fixed<K>([&](int k) {
+        T v[kPer];
+        memcpy(v, &w[k], 16);
+        return to_f32(v[e]);
+      });
+      store_any(p.out, t * p.hidden + c * kPer + e, p.out_dtype, s);
+    }
+  }
+}
+
+template <int K>
+void launch_combine_sum(const MoeA2aCombineParams& p, cudaStream_t s, const char* op) {
+  const dim3 grid(static_cast<unsigned>(p.tokens)), block(kCopyThreads);
+  switch (p.region_dtype) {
+    case DType::kFloat16:
+      launch_kernel(op, moe_a2a_combine_sum_kernel<K, __half>, grid, block, 0, s, false, p);
+      break;
+    case DType::kBFloat16:
+      launch_kernel(op, moe_a2a_combine_sum_kernel<K, __nv_bfloat16>, grid, block, 0, s, false, p);
+      break;
+    case DType::kFloat8E4M3FN:
+      launch_kernel(op, moe_a2a_combine_sum_kernel<K, __nv_fp8_e4m3>, grid, block, 0, s, false, p);
+      break;
+    default:
+      launch_kernel(op, moe_a2a_combine_sum_kernel<K, float>, grid, block, 0, s, false, p);
+      break;
   }
 }
 
@@ -253,7 +303,7 @@ __global__ void moe_a2a_sanitize_kernel(MoeA2aSanitizeParams p) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / p.top_k;
-    if (row % p.runtime_max >= recv[row / p.runtime_max]) p.ids[i] = p.invalid_id;
+    if (row % p.runtime_max >= __ldcg(recv + row / p.runtime_max)) p.ids[i] = p.invalid_id;
   }
 }
 
@@ -262,6 +312,8 @@ __global__ void moe_a2a_sanitize_kernel(MoeA2aSanitizeParams p) {
 void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const char* op = "MoeAlltoAll.dispatch";
+  launch_kernel(op, moe_a2a_dispatch_begin_kernel, dim3(1), dim3(MoeA2aLayout::kMaxRanks), 0, s,
+                false, p);
   launch_kernel(op, moe_a2a_route_kernel, dim3(1), dim3(kRouteThreads), 0, s, false, p);
   if (p.tokens > 0) {
     launch_kernel(op, moe_a2a_copy_kernel, dim3(static_cast<unsigned>(p.tokens)),
@@ -283,24 +335,40 @@ void moe_a2a_combine(const MoeA2aCombineParams& p, void* stream) {
   launch_kernel(op, moe_a2a_combine_signal_kernel, dim3(1), dim3(MoeA2aLayout::kMaxRanks), 0, s,
                 false, p);
   if (p.tokens > 0) {
-    const dim3 grid(static_cast<unsigned>(p.tokens)), block(kCopyThreads);
     switch (p.top_k) {  // the API admits these only (moe_a2a_top_k_supported)
-#define FLASHINFER_A2A_SUM(K)                                                      \
-  case K:                                                                          \
-    launch_kernel(op, moe_a2a_combine_sum_kernel<K>, grid, block, 0, s, false, p); \
-    break;
-      FLASHINFER_A2A_SUM(1)
-      FLASHINFER_A2A_SUM(2)
-      FLASHINFER_A2A_SUM(4)
-      FLASHINFER_A2A_SUM(6)
-      FLASHINFER_A2A_SUM(8)
-      FLASHINFER_A2A_SUM(10)
-      FLASHINFER_A2A_SUM(12)
-      FLASHINFER_A2A_SUM(14)
-      FLASHINFER_A2A_SUM(16)
-      FLASHINFER_A2A_SUM(18)
-      FLASHINFER_A2A_SUM(22)
-#undef FLASHINFER_A2A_SUM
+      case 1:
+        launch_combine_sum<1>(p, s, op);
+        break;
+      case 2:
+        launch_combine_sum<2>(p, s, op);
+        break;
+      case 4:
+        launch_combine_sum<4>(p, s, op);
+        break;
+      case 6:
+        launch_combine_sum<6>(p, s, op);
+        break;
+      case 8:
+        launch_combine_sum<8>(p, s, op);
+        break;
+      case 10:
+        launch_combine_sum<10>(p, s, op);
+        break;
+      case 12:
+        launch_combine_sum<12>(p, s, op);
+        break;
+      case 14:
+        launch_combine_sum<14>(p, s, op);
+        break;
+      case 16:
+        launch_combine_sum<16>(p, s, op);
+        break;
+      case 18:
+        launch_combine_sum<18>(p, s, op);
+        break;
+      case 22:
+        launch_combine_sum<22>(p, s, op);
+        break;
       default:
         FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "unsupported top_k ", p.top_k);
     }

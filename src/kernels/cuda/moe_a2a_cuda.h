@@ -6,16 +6,18 @@
 
 namespace flashinfer::kernels::cuda {
 
-/// Three launches on the stream: routing (one block: each token's target ranks, duplicates and
-/// inactive ranks dropped, its row on each target numbered in token order by warp ballots and a
+/// Four launches on the stream: the call numbered and every active peer's done value from the
+/// previous combine awaited (one block), routing (one block: each token's target ranks, duplicates
+/// and inactive ranks dropped, its row on each target numbered in token order by warp ballots and a
 /// block-wide carry), the rows copied into the targets' receive regions (a block a token), the
 /// counts and EPLB statistics written to every active peer, the call published (release, system
 /// scope) and every active peer's awaited (one block; a trap after 100 s).
 void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream);
 
-/// Three launches: the payload's valid rows into this rank's combine region (cast to fp8 e4m3
-/// for low precision), the call published and awaited (one block), then a block a token summing
-/// its slots' rows from the peers' regions (loads around the L1) in moe_a2a_tree_sum's order.
+/// Four launches: the payload's valid rows into this rank's combine region (cast to fp8 e4m3
+/// for low precision), the call published and awaited (one block), a block a token summing its
+/// slots' rows from the peers' regions (16-byte loads around the L1) in moe_a2a_tree_sum's
+/// order, then this rank's done value published (one block).
 void moe_a2a_combine(const MoeA2aCombineParams& p, void* stream);
 
 /// Rows past each source's count: every slot invalid_id (a thread a slot).
