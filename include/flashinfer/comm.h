@@ -41,6 +41,11 @@ class CommBackend : public ApiObject {
   std::string_view module_name() const override { return "flashinfer.comm.mnnvl"; }
 };
 
+/// Whether the comm::ThreadGroup whose rank this thread runs has been aborted (a rank failed);
+/// false on any other thread. The CPU collectives' waits poll it, so a failed rank ends its
+/// peers' waits at once instead of after their timeouts.
+bool this_thread_group_aborted();
+
 /// Ranks that are threads of this process, rank r on devices[r] (one device for all: several
 /// ranks may share a GPU, each on its own stream). backend(r) is rank r's CommBackend; a
 /// collective that waits longer than `timeout` for the other ranks throws flashinfer::Error

@@ -5,6 +5,7 @@
 #include "flashinfer/comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -21,6 +22,11 @@
 
 namespace flashinfer::comm {
 
+namespace {
+// The abort flag of the group whose rank this thread runs (ThreadGroup::run), else null.
+thread_local const std::atomic<bool>* t_group_aborted = nullptr;
+}  // namespace
+
 struct ThreadGroup::State {
   int64_t size = 0;
   std::vector<Device> devices;
@@ -30,8 +36,9 @@ struct ThreadGroup::State {
   uint64_t generation = 0;
   int64_t arrived = 0;
   bool aborted = false;
-  std::vector<std::string> slots;     // this round's contributions
-  std::vector<std::string> gathered;  // the last completed round's
+  std::atomic<bool> aborted_flag{false};  // `aborted`, for waits outside the mutex
+  std::vector<std::string> slots;         // this round's contributions
+  std::vector<std::string> gathered;      // the last completed round's
 
   std::vector<std::string> rendezvous(int64_t rank, std::string_view bytes, const char* what) {
     std::unique_lock<std::mutex> lk(m);
@@ -50,6 +57,7 @@ struct ThreadGroup::State {
     }
     if (!cv.wait_for(lk, timeout, [&] { return generation != gen || aborted; })) {
       aborted = true;
+      aborted_flag.store(true, std::memory_order_release);
       cv.notify_all();
       FLASHINFER_FAIL(ErrorCode::kInternal, what, "", "rank ", rank, " waited ", timeout.count(),
                       " ms for the other ranks of its thread group (", arrived, " of ", size,
@@ -66,6 +74,7 @@ struct ThreadGroup::State {
   void abort() {
     std::lock_guard<std::mutex> lk(m);
     aborted = true;
+    aborted_flag.store(true, std::memory_order_release);
     cv.notify_all();
   }
 };
@@ -152,6 +161,10 @@ ThreadGroup::~ThreadGroup() = default;
 
 int64_t ThreadGroup::size() const { return state_->size; }
 
+bool this_thread_group_aborted() {
+  return t_group_aborted != nullptr && t_group_aborted->load(std::memory_order_acquire);
+}
+
 std::shared_ptr<CommBackend> ThreadGroup::backend(int64_t rank) const {
   FLASHINFER_CHECK(rank >= 0 && rank < state_->size, "ThreadGroup.backend", "rank",
                    "must be in [0, ", state_->size, "), got ", rank);
@@ -170,6 +183,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
     threads.emplace_back([&, r] {
       void* stream = nullptr;
       const Device dev = state_->devices[r];
+      t_group_aborted = &state_->aborted_flag;
       try {
         // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
         // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
@@ -184,6 +198,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
         state_->abort();
       }
       if (stream) set_current_cuda_stream(nullptr);
+      t_group_aborted = nullptr;
     });
   }
   for (auto& t : threads) t.join();

@@ -411,6 +411,25 @@ TEST(MoeAlltoAll, ACacheMissOnOneRankMakesEveryRankAllocate) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(out[r].to_double_vector(), std::vector<double>(4, r + 1.0));
 }
 
+TEST(MoeAlltoAll, AFailedRankEndsItsPeersWaitAtOnce) {
+  comm::ThreadGroup g(2, Device::cpu(), std::chrono::milliseconds(60000));
+  std::vector<std::shared_ptr<MoeAlltoAll>> a2a(2);
+  g.run([&](int64_t r) { a2a[r] = make_a2a(g.backend(r), 4, 1, 2, 4); });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    g.run([&](int64_t r) {
+      if (r == 0) throw Error(ErrorCode::kInvalidArgument, "test", "", "rank 0 fails first");
+      // Rank 1 waits for rank 0's call, which never comes: the group's abort ends the wait.
+      a2a[r]->dispatch(Tensor::from_vector({0.0}, {1, 1}, DType::kInt32),
+                       {Tensor::zeros({1, 4}, kBf)}, 4);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 fails first"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(MoeAlltoAll, CheckpointUnmapsUntilRestored) {
   comm::ThreadGroup g(2);
   comm::ThreadGroup other(3);

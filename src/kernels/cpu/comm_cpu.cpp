@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "flashinfer/comm.h"
 #include "flashinfer/error.h"
 #include "kernels/comm_rules.h"
 #include "kernels/cpu/elem_io.h"
@@ -121,6 +122,11 @@ void decode_cp_a2a_alltoall(const DcpA2aParams& p) {
         *reinterpret_cast<uint32_t*>(p.workspace + r * p.row_stride + DcpA2aParams::kFlagOffset));
     // A peer may be a call ahead already (it waits only for this rank's call).
     while (static_cast<int32_t>(flag.load(std::memory_order_acquire) - seq) < 0) {
+      if (comm::this_thread_group_aborted()) {
+        FLASHINFER_FAIL(ErrorCode::kInternal, "decode_cp_a2a_alltoall", "workspace",
+                        "the thread group was aborted: rank ", p.cp_rank,
+                        " left its wait because another rank failed");
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         FLASHINFER_FAIL(ErrorCode::kInternal, "decode_cp_a2a_alltoall", "workspace", "rank ",
                         p.cp_rank, " waited two minutes for rank ", r,

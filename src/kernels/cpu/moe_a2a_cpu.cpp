@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "flashinfer/comm.h"
 #include "flashinfer/error.h"
 #include "kernels/cpu/elem_io.h"
 
@@ -44,6 +45,10 @@ void wait_for(const P& p, int64_t flags, uint32_t flag, const char* op) {
     if (!p.is_active(s)) continue;
     std::atomic_ref<uint32_t> f(u32_at(mine, flags + 4 * s));
     while (static_cast<int32_t>(f.load(std::memory_order_acquire) - flag) < 0) {
+      if (comm::this_thread_group_aborted()) {
+        FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "the thread group was aborted: rank ",
+                        p.ep_rank, " left its wait because another rank failed");
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "rank ", p.ep_rank,
                         " waited two minutes for rank ", s,
