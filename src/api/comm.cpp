@@ -19,6 +19,7 @@
 #include "api/comm_shared.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
+#include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
 #include "core/peer_memory.h"
 #include "flashinfer/op_typed.h"
@@ -164,6 +165,7 @@ void run_exchange(const detail::PeerMemory& mem, comm::CommBackend& comm, int64_
     api::launch(kAllreduceKernels, p, dev, op, arg);
     comm.barrier();
   } else {
+    p.abort = detail::thread_group_abort_word();
     api::launch(kAllreduceKernels, p, dev, op, arg, enable_pdl);
   }
 }
@@ -1048,6 +1050,7 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
                               " bytes of a workspace row's slot, which holds ", p.slot_bytes,
                               " (flashinfer-cpp exchanges whole inputs, upstream streams them "
                               "through FIFOs): split the call");
+        p.abort = detail::thread_group_abort_word();
         api::launch(kDcpKernels, p, dev, op, "partial_o", enable_pdl);
         return {o_out, s_out};
       },

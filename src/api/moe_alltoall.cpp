@@ -3,6 +3,7 @@
 // workspace every rank of the group views (api/comm_shared.h), upstream's workspace cache, and
 // the dispatch to the CPU reference or the CUDA kernels. docs/COMM.md, "MoE all-to-all".
 #include <algorithm>
+#include <atomic>
 #include <compare>
 #include <cstring>
 #include <map>
@@ -17,6 +18,7 @@
 #include "api/comm_shared.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
+#include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/comm.h"
@@ -48,6 +50,9 @@ struct SharedWorkspace {
   Tensor metainfo;                          // CPU int64 [10]
   MoeA2aLayout layout;
   int64_t ep_rank = 0, ep_size = 0, size_per_rank = 0, max_tokens = 0, eplb_experts = 0;
+  // The instance between its dispatch and its combine (the flags belong to the workspace: another
+  // instance's dispatch then would wait for a combine that never comes).
+  mutable std::atomic<const void*> dispatched_by{nullptr};
   char* row(int64_t r) const { return static_cast<char*>(rows.data_ptr()) + r * size_per_rank; }
   const void* receive_address() const { return row(ep_rank) + layout.payload_data; }
 };
@@ -333,7 +338,13 @@ MoeAlltoAll::MoeAlltoAll(std::shared_ptr<Mapping> mapping, int64_t max_num_token
       mnnvl_config, eplb_stats_num_experts, enable_rank_mask, backend);
 }
 
-MoeAlltoAll::~MoeAlltoAll() = default;
+MoeAlltoAll::~MoeAlltoAll() {
+  // An instance that dies between its dispatch and its combine leaves the workspace to others.
+  if (impl_ && impl_->ws) {
+    const void* mine = impl_.get();
+    impl_->ws->dispatched_by.compare_exchange_strong(mine, nullptr);
+  }
+}
 
 int64_t MoeAlltoAll::ep_rank() const { return impl_->ws->ep_rank; }
 int64_t MoeAlltoAll::ep_size() const { return impl_->ws->ep_size; }
@@ -355,6 +366,9 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
         const SharedWorkspace& w = *im.ws;
         im.check_mapped(op);
         FLASHINFER_CHECK(!im.dispatched, op, "self", "dispatch called twice without combine");
+        FLASHINFER_CHECK(w.dispatched_by.load() == nullptr, op, "self",
+                         "another MoeAlltoAll on this workspace (instances of equal sizes share "
+                         "one) is between its dispatch and its combine");
         const int64_t rmax = runtime_max_tokens_per_rank;
         FLASHINFER_CHECK(rmax <= im.max_num_tokens, op, "runtime_max_tokens_per_rank",
                          "runtime_max_tokens_per_rank exceeds max_num_tokens");
@@ -460,6 +474,7 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
         }
         p.workspace = static_cast<char*>(w.rows.data_ptr());
         p.rank_stride = w.size_per_rank;
+        p.abort = detail::thread_group_abort_word();
         api::launch(kDispatchKernels, p, dev, op, "token_selected_experts");
         // Views of this rank's receive regions.
         std::vector<Tensor> out;
@@ -495,6 +510,7 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
                                                   (base + w.layout.eplb_stats) / 4, DType::kInt32);
         }
         im.dispatched = true;
+        w.dispatched_by.store(&im);
         return out;
       },
       *this, token_selected_experts, input_payloads, runtime_max_tokens_per_rank,
@@ -648,8 +664,10 @@ Tensor MoeAlltoAll::combine(const Tensor& payload, int64_t runtime_max_tokens_pe
         p.active = a2a_read_mask(active_rank_mask, im.enable_rank_mask, w.ep_rank, op);
         FLASHINFER_CHECK_CODE((at + p.combine_offset) % re == 0, ErrorCode::kInternal, op,
                               "payload", "the combine region is misaligned");
+        p.abort = detail::thread_group_abort_word();
         api::launch(kCombineKernels, p, dev, op, "payload");
         im.dispatched = false;
+        w.dispatched_by.store(nullptr);
         im.eplb_gathered.reset();
         return out;
       },

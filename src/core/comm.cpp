@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
@@ -23,8 +25,10 @@
 namespace flashinfer::comm {
 
 namespace {
-// The abort flag of the group whose rank this thread runs (ThreadGroup::run), else null.
+// The abort flag of the group whose rank this thread runs (ThreadGroup::run), else null; its
+// abort word's device address where the group has CUDA ranks.
 thread_local const std::atomic<bool>* t_group_aborted = nullptr;
+thread_local const uint32_t* t_abort_word = nullptr;
 }  // namespace
 
 struct ThreadGroup::State {
@@ -37,8 +41,21 @@ struct ThreadGroup::State {
   int64_t arrived = 0;
   bool aborted = false;
   std::atomic<bool> aborted_flag{false};  // `aborted`, for waits outside the mutex
-  std::vector<std::string> slots;         // this round's contributions
-  std::vector<std::string> gathered;      // the last completed round's
+  // Mapped host memory the CUDA ranks' kernels poll (core/comm_abort.h), made by the first run
+  // with a CUDA rank.
+  uint32_t* abort_host = nullptr;
+  const uint32_t* abort_device = nullptr;
+
+  ~State() {
+    if (abort_host) detail::cuda_pinned_free(abort_host);
+  }
+  void mark_aborted() {
+    aborted = true;
+    aborted_flag.store(true, std::memory_order_release);
+    if (abort_host) std::atomic_ref<uint32_t>(*abort_host).store(1, std::memory_order_release);
+  }
+  std::vector<std::string> slots;     // this round's contributions
+  std::vector<std::string> gathered;  // the last completed round's
 
   std::vector<std::string> rendezvous(int64_t rank, std::string_view bytes, const char* what) {
     std::unique_lock<std::mutex> lk(m);
@@ -56,8 +73,7 @@ struct ThreadGroup::State {
       return gathered;
     }
     if (!cv.wait_for(lk, timeout, [&] { return generation != gen || aborted; })) {
-      aborted = true;
-      aborted_flag.store(true, std::memory_order_release);
+      mark_aborted();
       cv.notify_all();
       FLASHINFER_FAIL(ErrorCode::kInternal, what, "", "rank ", rank, " waited ", timeout.count(),
                       " ms for the other ranks of its thread group (", arrived, " of ", size,
@@ -73,8 +89,7 @@ struct ThreadGroup::State {
 
   void abort() {
     std::lock_guard<std::mutex> lk(m);
-    aborted = true;
-    aborted_flag.store(true, std::memory_order_release);
+    mark_aborted();
     cv.notify_all();
   }
 };
@@ -151,6 +166,22 @@ ThreadGroup::ThreadGroup(std::vector<Device> devices, std::chrono::milliseconds 
   const auto size = static_cast<int64_t>(devices.size());
   FLASHINFER_CHECK(size >= 1 && size <= 1024, "ThreadGroup", "size", "must be in [1, 1024], got ",
                    size);
+  // Each CUDA rank waits for its peers in a kernel: ranks sharing a GPU need a hardware queue
+  // each, or a waiting kernel can hold back the peer kernel it waits for (a deadlock).
+  std::map<int, int64_t> per_device;
+  for (const Device& d : devices) per_device[d.is_cuda() ? d.index : -1] += 1;
+  int64_t queues = 8;  // CUDA's default for CUDA_DEVICE_MAX_CONNECTIONS
+  if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {
+    queues = std::clamp<int64_t>(std::atoll(env), 1, 32);
+  }
+  for (const auto& [index, n] : per_device) {
+    FLASHINFER_CHECK_CODE(index < 0 || n <= queues, ErrorCode::kUnsupported, "ThreadGroup",
+                          "devices", n, " ranks share cuda:", index, ", more than its ", queues,
+                          " hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): a rank's kernel "
+                          "waiting for a peer could hold back the peer's kernels. Set "
+                          "CUDA_DEVICE_MAX_CONNECTIONS (at most 32) before CUDA starts, or "
+                          "spread the ranks over devices");
+  }
   state_->size = size;
   state_->devices = std::move(devices);
   state_->timeout = timeout;
@@ -160,6 +191,14 @@ ThreadGroup::ThreadGroup(std::vector<Device> devices, std::chrono::milliseconds 
 ThreadGroup::~ThreadGroup() = default;
 
 int64_t ThreadGroup::size() const { return state_->size; }
+
+}  // namespace flashinfer::comm
+
+namespace flashinfer::detail {
+const uint32_t* thread_group_abort_word() { return comm::t_abort_word; }
+}  // namespace flashinfer::detail
+
+namespace flashinfer::comm {
 
 bool this_thread_group_aborted() {
   return t_group_aborted != nullptr && t_group_aborted->load(std::memory_order_acquire);
@@ -176,6 +215,15 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
   bool any_cuda = false;
   for (const Device& d : state_->devices) any_cuda = any_cuda || d.is_cuda();
   const std::size_t set = any_cuda ? acquire_stream_set() : 0;
+  if (any_cuda) {
+    const std::lock_guard<std::mutex> lk(state_->m);
+    if (!state_->abort_host) {
+      void* dev = nullptr;
+      state_->abort_host = static_cast<uint32_t*>(detail::cuda_mapped_alloc(4, &dev));
+      state_->abort_device = static_cast<const uint32_t*>(dev);
+      if (state_->aborted) std::atomic_ref<uint32_t>(*state_->abort_host).store(1);
+    }
+  }
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   threads.reserve(n);
@@ -184,6 +232,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
       void* stream = nullptr;
       const Device dev = state_->devices[r];
       t_group_aborted = &state_->aborted_flag;
+      t_abort_word = state_->abort_device;
       try {
         // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
         // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
@@ -199,6 +248,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
       }
       if (stream) set_current_cuda_stream(nullptr);
       t_group_aborted = nullptr;
+      t_abort_word = nullptr;
     });
   }
   for (auto& t : threads) t.join();

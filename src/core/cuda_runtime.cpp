@@ -265,6 +265,19 @@ void* cuda_pinned_alloc(std::size_t nbytes) {
 
 void cuda_pinned_free(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
 
+void* cuda_mapped_alloc(std::size_t nbytes, void** device_ptr) {
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, nbytes == 0 ? 1 : nbytes, cudaHostAllocMapped | cudaHostAllocPortable),
+        "cudaHostAlloc");
+  std::memset(p, 0, nbytes == 0 ? 1 : nbytes);
+  const cudaError_t e = cudaHostGetDevicePointer(device_ptr, p, 0);
+  if (e != cudaSuccess) {
+    (void)cudaFreeHost(p);
+    check(e, "cudaHostGetDevicePointer");
+  }
+  return p;
+}
+
 void* cuda_copy_to_host_async(void* dst, const void* src, std::size_t nbytes, int device) {
   DeviceGuard g(device);
   auto stream = static_cast<cudaStream_t>(current_cuda_stream());
@@ -448,6 +461,7 @@ double cuda_peak_memory_bandwidth(int) { no_cuda("cuda_peak_memory_bandwidth"); 
 double cuda_peak_tensor_flops_16bit(int) { no_cuda("cuda_peak_tensor_flops_16bit"); }
 void* cuda_pinned_alloc(std::size_t) { no_cuda("cuda_pinned_alloc"); }
 void cuda_pinned_free(void*) noexcept {}
+void* cuda_mapped_alloc(std::size_t, void**) { no_cuda("cuda_mapped_alloc"); }
 void* cuda_copy_to_host_async(void*, const void*, std::size_t, int) {
   no_cuda("cuda_copy_to_host_async");
 }

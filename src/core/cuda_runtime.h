@@ -37,6 +37,10 @@ void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
 /// asynchronously; freed with cuda_pinned_free.
 void* cuda_pinned_alloc(std::size_t nbytes);
 void cuda_pinned_free(void* ptr) noexcept;
+/// Page-locked host memory mapped into every device's address space (cudaHostAllocMapped |
+/// cudaHostAllocPortable), zeroed; *device_ptr is its address for kernels. Freed with
+/// cuda_pinned_free.
+void* cuda_mapped_alloc(std::size_t nbytes, void** device_ptr);
 /// Enqueues a device-to-host copy of `nbytes` on the current stream (current_cuda_stream())
 /// and returns an event recorded after it (wait with cuda_event_wait, then cuda_event_destroy).
 void* cuda_copy_to_host_async(void* dst, const void* src, std::size_t nbytes, int device);

@@ -61,6 +61,7 @@ struct AllReduceFusionParams {
   int layout_code = 0;                  // NVFP4 scale layout (SfLayoutCode)
   int64_t group_size = 0;               // patterns 8 / 9
   int64_t scale_t_stride = 0;           // patterns 8 / 9: round_up(T, 4)
+  const uint32_t* abort = nullptr;      // CUDA: the group's abort word (core/comm_abort.h)
 };
 
 /// decode_cp_a2a_alltoall: the workspace [cp_size, row] (bytes from row r * row_stride are rank
@@ -80,6 +81,7 @@ struct DcpA2aParams {
   char* workspace = nullptr;
   int64_t row_stride = 0;  // bytes between ranks' rows
   int64_t slot_bytes = 0;
+  const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h)
   /// Bytes of one rank's partial_o in a slot (the stats follow, 16-byte aligned).
   constexpr int64_t o_bytes() const { return entries * cp_size * D * 2; }
   constexpr int64_t stats_offset() const { return (o_bytes() + 15) / 16 * 16; }

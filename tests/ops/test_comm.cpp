@@ -121,6 +121,16 @@ TEST(ThreadGroup, AllgatherIsInRankOrderAndBarriersHold) {
   }
 }
 
+TEST(ThreadGroup, RefusesMoreRanksOnAGpuThanItHasQueues) {
+  // Needs no GPU: the devices are only counted. CUDA_DEVICE_MAX_CONNECTIONS unset: 8 queues.
+  if (std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") != nullptr) GTEST_SKIP() << "queues set";
+  EXPECT_NO_THROW(comm::ThreadGroup(8, Device::cuda(0)));
+  expect_error([] { comm::ThreadGroup(9, Device::cuda(0)); }, "9 ranks share cuda:0");
+  std::vector<Device> spread;
+  for (int i = 0; i < 12; ++i) spread.push_back(Device::cuda(i % 2));
+  EXPECT_NO_THROW(comm::ThreadGroup{spread});
+}
+
 TEST(ThreadGroup, AFailedRankAbortsTheOthersInsteadOfHanging) {
   comm::ThreadGroup g(3, Device::cpu(), 60000ms);
   const auto t0 = std::chrono::steady_clock::now();

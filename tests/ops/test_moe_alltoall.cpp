@@ -150,11 +150,18 @@ Tensor scaled(const Tensor& t, double f) {
 
 std::shared_ptr<MoeAlltoAll> make_a2a(const std::shared_ptr<comm::CommBackend>& b,
                                       int64_t max_tokens, int64_t top_k, int64_t experts,
-                                      int64_t hidden, int64_t eplb = 0, bool mask = false) {
+                                      int64_t hidden, int64_t eplb = 0, bool mask = false,
+                                      int64_t extra_bytes = 0) {
   const int64_t w = b->Get_size();
+  // extra_bytes: a workspace_size_per_rank past upstream's size (8: rows off 16-byte alignment).
+  const std::optional<int64_t> size =
+      extra_bytes == 0 ? std::nullopt
+                       : std::optional<int64_t>(moe_alltoall_get_moe_workspace_size_per_rank(
+                                                    w, top_k, max_tokens, hidden, 0, eplb) +
+                                                extra_bytes);
   return std::make_shared<MoeAlltoAll>(
       std::make_shared<Mapping>(w, b->Get_rank(), 8, 1, w, 1, -1, -1, w), max_tokens, top_k,
-      experts, std::nullopt, hidden, std::make_shared<MnnvlConfig>(b), eplb, mask);
+      experts, size, hidden, std::make_shared<MnnvlConfig>(b), eplb, mask);
 }
 
 // Rank r's tokens: T_r = 3 + 2r (rank 1 of 4 has none), hidden values small integers (exact in
@@ -191,7 +198,7 @@ std::vector<int64_t> targets_of(const RankInput& in, int64_t t, int64_t E, int64
 int64_t tokens_of(int64_t ep, int64_t r) { return ep == 4 && r == 1 ? 0 : 3 + 2 * r; }
 
 void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in_workspace,
-                int rounds) {
+                int rounds, int64_t extra_bytes = 0) {
   comm::ThreadGroup g(ep, dev);
   // The rows a source has change from call to call (SGLang's runtime_max follows the batch):
   // the regions move, and a fast rank's next dispatch must not overwrite rows a slow rank still
@@ -201,7 +208,7 @@ void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in
   std::vector<std::vector<std::vector<Tensor>>> recv(rounds, std::vector<std::vector<Tensor>>(ep));
   std::vector<std::vector<Tensor>> out(rounds, std::vector<Tensor>(ep));
   g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), 16, K, E, H);
+    auto a2a = make_a2a(g.backend(r), 16, K, E, H, 0, false, extra_bytes);
     for (int k = 0; k < rounds; ++k) {
       const int64_t rmax = rmax_of(k);
       const int64_t T = tokens_of(ep, r) + (k % 2 == 1 ? -1 : 0) * (tokens_of(ep, r) > 0 ? 1 : 0);
@@ -272,6 +279,7 @@ TEST(MoeAlltoAll, DispatchAndCombineFollowTheRouting) {
 
 TEST(MoeAlltoAll, CombinesFromThePayloadInTheWorkspace) {
   round_trip(4, 2, 8, 16, Device::cpu(), true, 2);
+  round_trip(2, 2, 4, 8, Device::cpu(), true, 2, 8);  // rank rows off 16-byte alignment
 }
 
 TEST(MoeAlltoAll, LowPrecisionCastsRowsToE4m3AndWritesBf16) {
@@ -409,6 +417,23 @@ TEST(MoeAlltoAll, ACacheMissOnOneRankMakesEveryRankAllocate) {
   EXPECT_NE(new_ws[0], old_ws[0]);
   EXPECT_EQ(new_ws[0], new_ws[1]);  // one allocation the group views
   for (int r = 0; r < 2; ++r) EXPECT_EQ(out[r].to_double_vector(), std::vector<double>(4, r + 1.0));
+}
+
+TEST(MoeAlltoAll, InstancesSharingAWorkspaceTakeTurns) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto a = make_a2a(g.backend(r), 4, 1, 2, 4);
+    auto b = make_a2a(g.backend(r), 4, 1, 2, 4);
+    ASSERT_EQ(a->workspace().data_ptr(), b->workspace().data_ptr());
+    const Tensor ex = Tensor::from_vector({static_cast<double>(r)}, {1, 1}, DType::kInt32);
+    const Tensor x = Tensor::full({1, 4}, r + 1.0, kBf);
+    auto got = a->dispatch(ex, {x}, 4);
+    // b's dispatch would wait for a combine of a's that has not come: refused, nothing moved.
+    expect_error([&] { b->dispatch(ex, {x}, 4); }, "between its dispatch and its combine");
+    a->combine(got[0].clone(), 4);
+    got = b->dispatch(ex, {x}, 4);
+    EXPECT_EQ(b->combine(got[0].clone(), 4).to_double_vector(), std::vector<double>(4, r + 1.0));
+  });
 }
 
 TEST(MoeAlltoAll, AFailedRankEndsItsPeersWaitAtOnce) {
@@ -711,6 +736,10 @@ TEST(MoeAlltoAllCuda, MatchesTheFormulaOnOneGpu) {
   round_trip(4, 2, 8, 16, Device::cuda(0), false, 3);
   round_trip(2, 8, 6, 264, Device::cuda(0), true, 2);
   round_trip(3, 4, 7, 8, Device::cuda(0), false, 1);
+  round_trip(2, 2, 4, 12, Device::cuda(0), false, 2);  // 24-byte rows: the element-wise sum
+  // Rank rows 8 bytes off 16-byte alignment: the element-wise sum again (16-byte loads would
+  // fault).
+  round_trip(2, 2, 4, 8, Device::cuda(0), false, 2, 8);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
                                               ArBufferLayout::kFlagsOffset);
     store_release_sys(flags + p.rank * ArBufferLayout::kMaxBlocks + b, seq);
     const auto* my_flags = reinterpret_cast<const uint32_t*>(own + ArBufferLayout::kFlagsOffset);
-    wait_for_call(my_flags + tid * ArBufferLayout::kMaxBlocks + b, seq);
+    wait_for_call(my_flags + tid * ArBufferLayout::kMaxBlocks + b, seq, p.abort);
   }
   __syncthreads();
   // 3. The sums and the epilogue, a row at a time.
@@ -202,7 +202,7 @@ __global__ void dcp_a2a_sync_kernel(DcpA2aParams p) {
   for (int r = 0; r < p.cp_size; ++r) {
     const auto* flag = reinterpret_cast<const uint32_t*>(p.workspace + r * p.row_stride +
                                                          DcpA2aParams::kFlagOffset);
-    wait_for_call(flag, seq);
+    wait_for_call(flag, seq, p.abort);
   }
 }
 

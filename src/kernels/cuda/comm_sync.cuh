@@ -21,12 +21,17 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// Waits until *flag has reached call `seq` (a peer may be one call ahead). A peer that never
-// comes traps the kernel after 100 s (an error the launcher's caller sees; it ends the CUDA
-// context), as upstream's kernels trap, instead of hanging the GPU.
-__device__ __forceinline__ void wait_for_call(const uint32_t* flag, uint32_t seq) {
+// Waits until *flag has reached call `seq` (a peer may be one call ahead). `abort` (mapped host
+// memory, core/comm_abort.h; may be null) set means the ranks' group failed: the wait ends and
+// the kernel finishes on whatever it holds (its results are not used), so one rank's failure
+// does not trap the context the ranks share. A peer that never comes traps the kernel after
+// 100 s (an error the launcher's caller sees; it ends the CUDA context), as upstream's kernels
+// trap, instead of hanging the GPU.
+__device__ __forceinline__ void wait_for_call(const uint32_t* flag, uint32_t seq,
+                                              const uint32_t* abort) {
   const uint64_t start = global_ns();
   while (static_cast<int32_t>(load_acquire_sys(flag) - seq) < 0) {
+    if (abort != nullptr && load_acquire_sys(abort) != 0) return;
     if (global_ns() - start > 100000000000ull) __trap();
   }
 }

@@ -34,7 +34,8 @@ __global__ void moe_a2a_dispatch_begin_kernel(MoeA2aDispatchParams p) {
   __syncthreads();
   if (j < p.ep_size) {
     if (!p.is_active(j)) i32(mine, l.recv_counters)[j] = 0;
-    if (flag > 1 && p.is_active(j)) wait_for_call(u32(mine, l.combine_flags + 4 * j), flag);
+    if (flag > 1 && p.is_active(j))
+      wait_for_call(u32(mine, l.combine_flags + 4 * j), flag, p.abort);
   }
 }
 
@@ -155,7 +156,8 @@ __global__ void moe_a2a_dispatch_signal_kernel(MoeA2aDispatchParams p) {
   if (j < p.ep_size && p.is_active(j)) {
     store_release_sys(u32(p.row(j), l.dispatch_flags + 4 * p.ep_rank), flag);
   }
-  if (j < p.ep_size && p.is_active(j)) wait_for_call(u32(mine, l.dispatch_flags + 4 * j), flag);
+  if (j < p.ep_size && p.is_active(j))
+    wait_for_call(u32(mine, l.dispatch_flags + 4 * j), flag, p.abort);
 }
 
 __device__ __forceinline__ float load_cg(const char* base, int64_t i, DType d) {
@@ -214,13 +216,13 @@ __global__ void moe_a2a_combine_signal_kernel(MoeA2aCombineParams p) {
   const int j = threadIdx.x;
   if (j < p.ep_size && p.is_active(j)) {
     store_release_sys(u32(p.row(j), p.layout.combine_flags + 4 * p.ep_rank), flag);
-    wait_for_call(u32(mine, p.layout.combine_flags + 4 * j), flag);
+    wait_for_call(u32(mine, p.layout.combine_flags + 4 * j), flag, p.abort);
   }
 }
 
 // A block a token: each slot that sent reads its rank's row for the token; the slots summed in
 // fp32 in moe_a2a_tree_sum's order (+0 for the others), rounded once. T is the region's element
-// type: rows whose bytes are a multiple of 16 are read 16 bytes a slot at a time (a slot that
+// type: 16-byte aligned rows are read 16 bytes a slot at a time (a slot that
 // sent nothing reads as zero bytes, which decode to +0 in every region dtype), others an element
 // at a time.
 template <int K, class T>
@@ -239,7 +241,12 @@ __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
   }
   __syncthreads();
   const int64_t rb = p.region_row_bytes();
-  if (rb % 16 != 0) {
+  // Every slot's row starts 16-byte aligned only if the rank rows, the region and the row size
+  // all are (workspace_size_per_rank need only be a multiple of 8).
+  const auto align = reinterpret_cast<uintptr_t>(p.workspace) |
+                     static_cast<uintptr_t>(p.rank_stride) |
+                     static_cast<uintptr_t>(p.combine_offset) | static_cast<uintptr_t>(rb);
+  if ((align & 15u) != 0) {
     for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) {
       const float s = moe_a2a_tree_sum_fixed<K>(
           [&](int k) { return src[k] ? load_cg(src[k], h, p.region_dtype) : 0.0f; });
