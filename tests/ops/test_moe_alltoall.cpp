@@ -169,7 +169,8 @@ std::shared_ptr<MoeAlltoAll> make_a2a(const std::shared_ptr<comm::CommBackend>& 
 struct RankInput {
   Tensor experts, hidden, scales;
 };
-RankInput rank_input(int64_t r, int64_t T, int64_t K, int64_t E, int64_t H, Device dev) {
+RankInput rank_input(int64_t r, int64_t T, int64_t K, int64_t E, int64_t H, Device dev,
+                     DType dt = kBf) {
   std::vector<double> ex, hv, sc;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) ex.push_back(static_cast<double>((t * 7 + k * 3 + r * 5) % E));
@@ -178,7 +179,7 @@ RankInput rank_input(int64_t r, int64_t T, int64_t K, int64_t E, int64_t H, Devi
     for (int64_t k = 0; k < K; ++k) sc.push_back(0.25 * static_cast<double>(k + 1));
   }
   return {Tensor::from_vector(ex, {T, K}, DType::kInt32).to(dev),
-          Tensor::from_vector(hv, {T, H}, kBf).to(dev),
+          Tensor::from_vector(hv, {T, H}, dt).to(dev),
           Tensor::from_vector(sc, {T, K}, DType::kFloat32).to(dev)};
 }
 
@@ -198,7 +199,9 @@ std::vector<int64_t> targets_of(const RankInput& in, int64_t t, int64_t E, int64
 int64_t tokens_of(int64_t ep, int64_t r) { return ep == 4 && r == 1 ? 0 : 3 + 2 * r; }
 
 void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in_workspace,
-                int rounds, int64_t extra_bytes = 0) {
+                int rounds, int64_t extra_bytes = 0, DType dt = kBf) {
+  // fp32 hidden states need twice upstream's 16-bit rows, dispatch and combine.
+  if (dtype_size(dt) > 2) extra_bytes += ep * 16 * H * 4;
   comm::ThreadGroup g(ep, dev);
   // The rows a source has change from call to call (SGLang's runtime_max follows the batch):
   // the regions move, and a fast rank's next dispatch must not overwrite rows a slow rank still
@@ -212,19 +215,19 @@ void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in
     for (int k = 0; k < rounds; ++k) {
       const int64_t rmax = rmax_of(k);
       const int64_t T = tokens_of(ep, r) + (k % 2 == 1 ? -1 : 0) * (tokens_of(ep, r) > 0 ? 1 : 0);
-      in[k][r] = rank_input(r + 10 * k, T, K, E, H, dev);
+      in[k][r] = rank_input(r + 10 * k, T, K, E, H, dev, dt);
       const std::vector<Tensor> got =
           a2a->dispatch(in[k][r].experts, {in[k][r].hidden, in[k][r].experts, in[k][r].scales},
                         rmax, int64_t{-1}, int64_t{1});
       ASSERT_EQ(got.size(), 3u);
       for (const Tensor& x : got) recv[k][r].push_back(x.to(Device::cpu()).clone());
       // "Experts": this rank's result for each received token is its hidden row times (r + 1).
-      Tensor payload = in_workspace ? a2a->get_combine_payload_tensor_in_workspace(rmax, H, kBf)
-                                    : Tensor::zeros({ep, rmax, H}, kBf, dev);
+      Tensor payload = in_workspace ? a2a->get_combine_payload_tensor_in_workspace(rmax, H, dt)
+                                    : Tensor::zeros({ep, rmax, H}, dt, dev);
       Tensor h = got[0].to(Device::cpu()).to(DType::kFloat32);
       std::vector<double> hv = h.to_double_vector();
       for (double& v : hv) v *= static_cast<double>(r + 1);
-      payload.copy_(Tensor::from_vector(hv, {ep, rmax, H}, kBf).to(dev));
+      payload.copy_(Tensor::from_vector(hv, {ep, rmax, H}, dt).to(dev));
       out[k][r] = a2a->combine(payload, rmax, in_workspace).to(Device::cpu());
     }
   });
@@ -275,6 +278,33 @@ TEST(MoeAlltoAll, DispatchAndCombineFollowTheRouting) {
   round_trip(2, 4, 6, 24, Device::cpu(), false, 2);
   round_trip(3, 8, 7, 8, Device::cpu(), false, 1);
   round_trip(1, 1, 1, 8, Device::cpu(), false, 1);
+}
+
+TEST(MoeAlltoAll, EveryPayloadDtypeSumsExactly) {
+  round_trip(4, 2, 8, 16, Device::cpu(), false, 2, 0, DType::kFloat16);
+  round_trip(3, 4, 6, 8, Device::cpu(), true, 2, 0, DType::kFloat32);
+}
+
+TEST(MoeAlltoAll, ExpertIdsMapToRanksAsUpstreamsDivisionDoes) {
+  // 4 experts on 2 ranks (2 each): -1 / 2 is 0 in C (rank 0, as upstream's kernel sends it);
+  // 4 / 2 = 2 and -3 / 2 = -1 are no rank (upstream would write out of bounds): dropped.
+  comm::ThreadGroup g(2);
+  std::vector<Tensor> recv(2);
+  g.run([&](int64_t r) {
+    auto a2a = make_a2a(g.backend(r), 4, 1, 4, 4);
+    const Tensor ex = Tensor::from_vector({-1.0, 4.0, -3.0, 3.0}, {4, 1}, DType::kInt32);
+    const Tensor x =
+        Tensor::from_vector({1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4}, {4, 4}, kBf);
+    auto got = a2a->dispatch(ex, {x}, 4);
+    recv[r] = got[0].clone();
+    a2a->combine(got[0].clone(), 4);
+  });
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<double> v = recv[r].to_double_vector();  // [2, 4, 4]
+    // Rank 0 gets token 0 (id -1) of each source, rank 1 token 3 (id 3); nothing else arrives.
+    EXPECT_EQ(v[(0 * 4 + 0) * 4], r == 0 ? 1.0 : 4.0);
+    EXPECT_EQ(v[(1 * 4 + 0) * 4], r == 0 ? 1.0 : 4.0);
+  }
 }
 
 TEST(MoeAlltoAll, CombinesFromThePayloadInTheWorkspace) {
@@ -635,11 +665,14 @@ TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
       payload.copy_(scaled(got[0], static_cast<double>(r + 2)));
       a2a->combine(payload, 8, view);
     }
+    a2a->checkpoint_prepare();
+    a2a->checkpoint_restore(g.backend(r));
   });
   recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
-  // Rank 0: __init__, then 2 x (dispatch, get_combine_payload..., combine); rank 1 one view less.
-  ASSERT_EQ(rs.size(), 13u);
+  // Rank 0: __init__, 2 x (dispatch, get_combine_payload..., combine), the checkpoint's two
+  // calls; rank 1 one view less.
+  ASSERT_EQ(rs.size(), 17u);
   int dispatches = 0;
   for (const replay::Result& r : rs) {
     EXPECT_EQ(r.status, replay::Status::kPassed)
@@ -650,6 +683,10 @@ TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
     }
     if (r.function_name == "MoeAlltoAll.combine") {
       EXPECT_NE(r.note.find("after its MoeAlltoAll.dispatch"), std::string::npos) << r.note;
+    }
+    if (r.function_name == "MoeAlltoAll.checkpoint_restore") {
+      EXPECT_NE(r.note.find("after its MoeAlltoAll.checkpoint_prepare"), std::string::npos)
+          << r.note;
     }
   }
   EXPECT_EQ(dispatches, 4);
