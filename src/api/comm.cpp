@@ -42,6 +42,7 @@ struct TRTLLMAllReduceFusionWorkspace::Impl {
   std::shared_ptr<comm::CommBackend> comm;
   std::unique_ptr<detail::PeerMemory> mem;
   bool destroyed = false;
+  bool unmapped = false;  // between checkpoint_prepare and checkpoint_restore
 };
 
 using PcieInit = Init<PcieIpcAllReduceWorkspace, std::shared_ptr<comm::CommBackend>, int64_t, DType,
@@ -207,6 +208,8 @@ Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64
                    "expected a TRTLLMAllReduceFusionWorkspace, got None");
   auto& w = ws->impl();
   FLASHINFER_CHECK(!w.destroyed, op, "workspace", "the workspace was destroyed");
+  FLASHINFER_CHECK(!w.unmapped, op, "workspace",
+                   "TRT-LLM symmetric-memory handles are not attached");
   FLASHINFER_CHECK(pattern >= 0 && pattern <= 11, op, "pattern", "unknown fusion pattern ", pattern,
                    " (AllReduceFusionPattern has 0 to 11)");
   FLASHINFER_CHECK_CODE(pattern != 6 && pattern != 7 && !moe_args, ErrorCode::kUnsupported, op,
@@ -428,6 +431,57 @@ bool TRTLLMAllReduceFusionWorkspace::is_buffer_size_sufficient(int64_t tp_size, 
   return !impl_->destroyed && tp_size == impl_->world_size &&
          num_tokens * hidden_dim <= impl_->max_token_num * impl_->hidden_dim &&
          (dtype == DType::kFloat32) == impl_->fp32;
+}
+
+void TRTLLMAllReduceFusionWorkspace::checkpoint_prepare() {
+  call_op<&TRTLLMAllReduceFusionWorkspace::checkpoint_prepare>(
+      [&] {
+        Impl& w = *impl_;
+        FLASHINFER_CHECK(!w.destroyed, "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", "self",
+                         "the workspace was destroyed");
+        if (w.unmapped) return;
+        // Every rank's work on the buffers is done before any rank lets them go.
+        const Device dev = w.comm->device();
+        if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
+        w.comm->barrier();
+        w.unmapped = true;
+        w.comm->barrier();
+      },
+      *this);
+}
+
+void TRTLLMAllReduceFusionWorkspace::checkpoint_restore(
+    std::shared_ptr<comm::CommBackend> comm_backend) {
+  call_op<&TRTLLMAllReduceFusionWorkspace::checkpoint_restore>(
+      [&] {
+        const char* op = "TRTLLMAllReduceFusionWorkspace.checkpoint_restore";
+        Impl& w = *impl_;
+        FLASHINFER_CHECK(!w.destroyed, op, "self", "the workspace was destroyed");
+        if (!w.unmapped) return;
+        FLASHINFER_CHECK(comm_backend != nullptr, op, "comm_backend", "a CommBackend is required");
+        FLASHINFER_CHECK(
+            comm_backend->Get_rank() == w.rank && comm_backend->Get_size() == w.world_size, op,
+            "comm_backend",
+            "the communicator must keep the workspace's rank and "
+            "world size: rank/size ",
+            comm_backend->Get_rank(), "/", comm_backend->Get_size(), " != ", w.rank, "/",
+            w.world_size);
+        // The protocol starts over, as upstream re-initializes it: this rank's flag table and
+        // call counters zeroed (every rank does its own, then a barrier); the data slots keep
+        // whatever they hold (upstream's are undefined after a restore).
+        const Device dev = comm_backend->device();
+        if (dev.is_cuda()) {
+          detail::cuda_memset_async(
+              w.mem->local(), 0, static_cast<std::size_t>(ArBufferLayout::kSlotsOffset), dev.index);
+          detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
+        } else {
+          std::memset(w.mem->local(), 0, static_cast<std::size_t>(ArBufferLayout::kSlotsOffset));
+        }
+        w.comm = std::move(comm_backend);
+        w.comm->barrier();
+        w.unmapped = false;
+      },
+      *this, comm_backend);
 }
 
 void TRTLLMAllReduceFusionWorkspace::destroy() {
@@ -1088,6 +1142,16 @@ void register_comm_ops(OpRegistry& r) {
       arg("expanded_idx_to_permuted_idx"), arg("expert_scale_factor"), arg("shared_expert_output"),
       arg("block_quant_group_size"), arg("weight_bias", 0.0));
   api::register_backends("allreduce_fusion", kAllreduceKernels);
+  declare<&TRTLLMAllReduceFusionWorkspace::checkpoint_prepare>(
+      r, {.name = "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare",
+          .module = kAllreduceModule,
+          .summary = "Collective: the workspace's buffers detached while idle"});
+  declare<&TRTLLMAllReduceFusionWorkspace::checkpoint_restore>(
+      r,
+      {.name = "TRTLLMAllReduceFusionWorkspace.checkpoint_restore",
+       .module = kAllreduceModule,
+       .summary = "Collective: the buffers attached again, the flag protocol restarted"},
+      arg("comm_backend").required());
   static constexpr api::BackendSummary kWorkspaceBackends[] = {
     {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},
 #if FLASHINFER_WITH_CUDA
@@ -1103,14 +1167,41 @@ void register_comm_ops(OpRegistry& r) {
   spec.creator_world_param = 1;
   spec.creator_rank_param = 2;
   spec.creator_comm_param = 7;
+  // The checkpoint methods join the workspace's stream (restore after its prepare).
+  spec.also = {"TRTLLMAllReduceFusionWorkspace.checkpoint_prepare",
+               "TRTLLMAllReduceFusionWorkspace.checkpoint_restore"};
+  spec.workspace_params = {{"TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", 0},
+                           {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore", 0}};
+  spec.prelude = [](std::string_view fn) -> std::string {
+    return fn == "TRTLLMAllReduceFusionWorkspace.checkpoint_restore"
+               ? "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare"
+               : std::string();
+  };
+  spec.adjust_args = [](std::string_view fn, std::vector<Value>& a,
+                        const std::shared_ptr<comm::CommBackend>& c) {
+    if (fn == "TRTLLMAllReduceFusionWorkspace.checkpoint_restore") a.at(1) = to_value(c);
+  };
   spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
-                           const std::vector<Value>& args, const std::vector<Value>*) {
+                           const std::vector<Value>& args, const std::vector<Value>* made) {
+    // The recorded sizes where the creation was recorded, else the call's input's.
+    if (made && made->size() > 5 && !made->at(3).is_none() && !made->at(4).is_none()) {
+      const std::vector<Value>& m = *made;
+      return to_value(create_allreduce_fusion_workspace(
+          "trtllm", c->Get_size(), c->Get_rank(), m.at(3).as_int(), m.at(4).as_int(),
+          m.at(5).is_none() ? std::nullopt : std::optional<DType>(m.at(5).as_dtype()), std::nullopt,
+          c));
+    }
+    FLASHINFER_CHECK_CODE(args.at(0).is_tensor(), ErrorCode::kUnsupported, "replay", "",
+                          "a TRTLLMAllReduceFusionWorkspace checkpoint replays with the "
+                          "workspace's recorded creation, and the recording has none");
     const Tensor& x = args.at(0).as_tensor();
     return to_value(create_allreduce_fusion_workspace(
         "trtllm", c->Get_size(), c->Get_rank(), std::max<int64_t>(1, x.size(0)),
         std::max<int64_t>(1, x.size(1)), x.dtype(), std::nullopt, c));
   };
   register_collective(std::move(spec));
+  api::register_backends("TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", kWorkspaceBackends);
+  api::register_backends("TRTLLMAllReduceFusionWorkspace.checkpoint_restore", kWorkspaceBackends);
 
   static constexpr api::BackendSummary kHostSizing[] = {{DeviceType::kCPU, "host-side sizing"}};
   declare<&decode_cp_a2a_workspace_size>(

@@ -173,8 +173,10 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         }
         repr = "rank " + (rank ? std::to_string(*rank) : std::string("?"));
       } else {
-        repr = repr_of(
-            recorded_arg(im, spec.workspace_param, decl.params.at(spec.workspace_param).name));
+        repr = repr_of(recorded_arg(im, spec.workspace_param_of(fn),
+                                    spec.workspace_param_of(fn) == 0
+                                        ? std::string("self")
+                                        : decl.params.at(spec.workspace_param_of(fn)).name));
       }
       auto it = current.find({pid, repr});
       if (it == current.end()) {
@@ -414,17 +416,17 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
       workspaces[i] = spec.make_workspace(b, a, created[i] ? &*created[i] : nullptr);
       if (before[i]) {
         std::vector<Value>& pa = *before[i];
-        pa.at(spec.workspace_param) = workspaces[i];
+        pa.at(spec.workspace_param_of(pre)) = workspaces[i];
         if (spec.adjust_args) spec.adjust_args(pre, pa, b);
         const Value got = pre_decl->invoke(CallArgs(*pre_decl, pa));
-        pa.at(spec.workspace_param) = Value();
+        pa.at(spec.workspace_param_of(pre)) = Value();
         // This rank's stream only: a device-wide wait would also wait for a peer's kernel
         // spinning on this rank's next call.
         if (device.is_cuda()) cuda_stream_synchronize(current_cuda_stream(), device.index);
         if (local && r != my_rank) return;  // the peers of a local call replay its prelude only
         if (spec.after_prelude) spec.after_prelude(decl.name, a, got, before_recorded[i]);
       }
-      a.at(spec.workspace_param) = workspaces[i];
+      a.at(spec.workspace_param_of(decl.name)) = workspaces[i];
       if (spec.adjust_args) spec.adjust_args(decl.name, a, b);
     }
     Value v = decl.invoke(CallArgs(decl, a));
@@ -434,7 +436,7 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
   for (std::size_t r = 0; r < group.size(); ++r) {
     std::vector<Value>& a = static_cast<int64_t>(r) == my_rank ? args : all[r];
     if ((!creating || !spec.prepare_creator) && !a.empty()) {
-      a.at(creating ? spec.creator_comm_param : spec.workspace_param) = Value();
+      a.at(creating ? spec.creator_comm_param : spec.workspace_param_of(decl.name)) = Value();
     }
   }
   workspaces.clear();

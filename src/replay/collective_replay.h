@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,7 +27,13 @@ namespace flashinfer::detail {
 struct CollectiveSpec {
   std::string op;                   // the collective op (its calls take the workspace)
   std::size_t workspace_param = 1;  // the workspace among the op's bound arguments
-  std::string creator;              // the function whose result is the workspace
+  // Functions of `also` whose workspace sits elsewhere (a method's self, 0).
+  std::map<std::string, std::size_t, std::less<>> workspace_params;
+  std::size_t workspace_param_of(std::string_view fn) const {
+    auto it = workspace_params.find(fn);
+    return it == workspace_params.end() ? workspace_param : it->second;
+  }
+  std::string creator;  // the function whose result is the workspace
   // The group size and rank among the creator's arguments (nullopt: not recorded; streams then
   // take ranks in process-id order, then in the order their workspaces were made).
   std::optional<std::size_t> creator_world_param, creator_rank_param;

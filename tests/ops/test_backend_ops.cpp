@@ -217,6 +217,10 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"allreduce_fusion",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},
+      {"TRTLLMAllReduceFusionWorkspace.checkpoint_prepare",
+       "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore",
+       "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
       {"is_gated_activation",
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
       {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},

@@ -567,6 +567,53 @@ TEST(AllreduceFusionReplay, EveryRanksCallsReplayTogether) {
   fs::remove_all(dir);
 }
 
+TEST(AllreduceFusion, CheckpointDetachesTheWorkspaceUntilRestored) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_comm_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  comm::ThreadGroup g(2);
+  const Fixture f = fixture(2, 4, 64, kBf, 13);
+  std::vector<Tensor> before(2), after(2);
+  std::vector<std::shared_ptr<TRTLLMAllReduceFusionWorkspace>> ws(2);
+  g.run([&](int64_t r) {
+    ws[r] =
+        create_allreduce_fusion_workspace("trtllm", 2, r, 8, 64, kBf, std::nullopt, g.backend(r));
+    before[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
+    ws[r]->checkpoint_prepare();
+    ws[r]->checkpoint_prepare();  // idempotent
+    ws[r]->checkpoint_restore(g.backend(r));
+    after[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
+  });
+  recorder::stop();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(after[r].to_double_vector(), before[r].to_double_vector());
+  // Detached, the workspace refuses calls; a communicator of another size cannot restore it.
+  comm::ThreadGroup other(3);
+  g.run([&](int64_t r) {
+    ws[r]->checkpoint_prepare();
+    expect_error([&] { allreduce_fusion(f.in[r], ws[r], P::kAllReduce); },
+                 "TRT-LLM symmetric-memory handles are not attached");
+    expect_error([&] { ws[r]->checkpoint_restore(other.backend(r)); }, "/3 != ");
+    ws[r]->checkpoint_restore(g.backend(r));
+    EXPECT_EQ(allreduce_fusion(f.in[r], ws[r], P::kAllReduce).to_double_vector(),
+              before[r].to_double_vector());
+  });
+  // Replayed: each rank's checkpoint calls with every rank's (restore after its prepare).
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 12u);  // per rank: creation, call, prepare twice, restore, call
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    if (r.function_name == "TRTLLMAllReduceFusionWorkspace.checkpoint_restore") {
+      EXPECT_NE(r.note.find("after its TRTLLMAllReduceFusionWorkspace.checkpoint_prepare"),
+                std::string::npos)
+          << r.note;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // ---- PcieIpcAllReduceWorkspace ------------------------------------------------------------------
 
 // Every rank's all_reduce of `vals[r]` (a [2, 16] tensor filled with it) with `config`.

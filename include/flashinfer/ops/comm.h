@@ -68,6 +68,14 @@ class TRTLLMAllReduceFusionWorkspace : public ApiObject {
   /// Collective (every rank calls it, as upstream's): this rank's work synchronized, a barrier,
   /// then the buffers released (idempotent); later calls on the workspace are refused.
   void destroy();
+  /// Collective: this rank's work synchronized, a barrier, the buffers marked detached
+  /// (allreduce_fusion refuses them until checkpoint_restore), a barrier. Idempotent. Upstream
+  /// releases the physical memory and keeps the addresses; here the memory stays allocated.
+  void checkpoint_prepare();
+  /// Collective: adopts comm_backend (the workspace's rank and world size), restarts the flag
+  /// protocol (each rank's flags and call counters zeroed; the data slots undefined, as
+  /// upstream's), a barrier. Idempotent.
+  void checkpoint_restore(std::shared_ptr<comm::CommBackend> comm_backend);
   Device device() const;
   Impl& impl() const { return *impl_; }
 
