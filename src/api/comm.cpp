@@ -1271,13 +1271,8 @@ void register_comm_ops(OpRegistry& r) {
       "inp", arg("out").mut().same_view_as("inp").kw(), arg("config").kw(),
       arg("enable_pdl", false).kw());
   api::register_backends("PcieIpcAllReduceWorkspace.all_reduce", kAllreduceKernels);
-  static constexpr api::BackendSummary kPcieWorkspaceBackends[] = {
-    {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},
-#if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "device buffers shared by CUDA IPC handles or peer access"},
-#endif
-  };
-  api::register_backends("PcieIpcAllReduceWorkspace.__init__", kPcieWorkspaceBackends);
+  // The same peer buffers as the fusion workspace's.
+  api::register_backends("PcieIpcAllReduceWorkspace.__init__", kWorkspaceBackends);
   CollectiveSpec pcie;
   pcie.op = "PcieIpcAllReduceWorkspace.all_reduce";
   pcie.workspace_param = 0;  // self

@@ -186,9 +186,9 @@ inline ::testing::AssertionResult replays_identically(const RecordingObserver::C
   return ::testing::AssertionSuccess();
 }
 
-/// Records `run`'s calls to a fresh dump folder (upstream's layout), replays each dump from disk
-/// and expects every replay to pass; returns how many dumps there were.
-inline int dump_replay_all(const std::string& tag, const std::function<void()>& run) {
+/// Records `run`'s calls to a fresh dump folder (upstream's layout) under the temp directory,
+/// "fi_<tag>_rec_<pid>", and returns it; the caller replays and removes it.
+inline std::filesystem::path record_dump(const std::string& tag, const std::function<void()>& run) {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::temp_directory_path() / ("fi_" + tag + "_rec_" + std::to_string(::getpid()));
@@ -198,6 +198,14 @@ inline int dump_replay_all(const std::string& tag, const std::function<void()>& 
   recorder::start(cfg, [](const std::string&) {});
   run();
   recorder::stop();
+  return dir;
+}
+
+/// Records `run`'s calls to a fresh dump folder (record_dump), replays each dump from disk and
+/// expects every replay to pass; returns how many dumps there were.
+inline int dump_replay_all(const std::string& tag, const std::function<void()>& run) {
+  namespace fs = std::filesystem;
+  const fs::path dir = record_dump(tag, run);
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (!e.is_directory()) continue;

@@ -526,22 +526,18 @@ std::string read_text_file(const std::string& path) {
 
 TEST(AllreduceFusionReplay, EveryRanksCallsReplayTogether) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_comm_rec_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
   const Fixture f = fixture(2, 4, 64, kBf, 11);
   std::string rank1_workspace;
-  with_group(2, 8, 64, kBf, [&](int64_t r, auto ws) {
-    if (r == 1) rank1_workspace = ws->repr();
-    allreduce_fusion(f.in[r], ws, P::kAllReduce);
-    Tensor res = f.res[r].clone(), y = Tensor::empty({4, 64}, kBf);
-    allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt, res, y,
-                     std::nullopt, std::nullopt, res, f.gamma, 1e-6, std::nullopt, std::nullopt,
-                     true, true);
+  const fs::path dir = record_dump("comm", [&] {
+    with_group(2, 8, 64, kBf, [&](int64_t r, auto ws) {
+      if (r == 1) rank1_workspace = ws->repr();
+      allreduce_fusion(f.in[r], ws, P::kAllReduce);
+      Tensor res = f.res[r].clone(), y = Tensor::empty({4, 64}, kBf);
+      allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt, res, y,
+                       std::nullopt, std::nullopt, res, f.gamma, 1e-6, std::nullopt, std::nullopt,
+                       true, true);
+    });
   });
-  recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
   ASSERT_EQ(rs.size(), 6u);  // two creations and four calls
   int collectives = 0;
@@ -569,25 +565,21 @@ TEST(AllreduceFusionReplay, EveryRanksCallsReplayTogether) {
 
 TEST(AllreduceFusion, CheckpointDetachesTheWorkspaceUntilRestored) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_comm_ckpt_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
   comm::ThreadGroup g(2);
   const Fixture f = fixture(2, 4, 64, kBf, 13);
   std::vector<Tensor> before(2), after(2);
   std::vector<std::shared_ptr<TRTLLMAllReduceFusionWorkspace>> ws(2);
-  g.run([&](int64_t r) {
-    ws[r] =
-        create_allreduce_fusion_workspace("trtllm", 2, r, 8, 64, kBf, std::nullopt, g.backend(r));
-    before[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
-    ws[r]->checkpoint_prepare();
-    ws[r]->checkpoint_prepare();  // idempotent
-    ws[r]->checkpoint_restore(g.backend(r));
-    after[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
+  const fs::path dir = record_dump("comm_ckpt", [&] {
+    g.run([&](int64_t r) {
+      ws[r] =
+          create_allreduce_fusion_workspace("trtllm", 2, r, 8, 64, kBf, std::nullopt, g.backend(r));
+      before[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
+      ws[r]->checkpoint_prepare();
+      ws[r]->checkpoint_prepare();  // idempotent
+      ws[r]->checkpoint_restore(g.backend(r));
+      after[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
+    });
   });
-  recorder::stop();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(after[r].to_double_vector(), before[r].to_double_vector());
   // Detached, the workspace refuses calls; a communicator of another size cannot restore it.
   comm::ThreadGroup other(3);
@@ -711,20 +703,16 @@ TEST(PcieIpcAllReduce, RefusesWhatUpstreamRefuses) {
 
 TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_pcie_rec_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
   comm::ThreadGroup g(4);
-  g.run([&](int64_t r) {
-    PcieIpcAllReduceWorkspace ws(g.backend(r), 256);
-    ws.all_reduce(rand_tensor({4, 32}, kBf, 50 + r));
-    Tensor out = Tensor::empty({128}, kBf);
-    ws.all_reduce(rand_tensor({128}, kBf, 60 + r), out);
-    g.backend(r)->barrier();
+  const fs::path dir = record_dump("pcie", [&] {
+    g.run([&](int64_t r) {
+      PcieIpcAllReduceWorkspace ws(g.backend(r), 256);
+      ws.all_reduce(rand_tensor({4, 32}, kBf, 50 + r));
+      Tensor out = Tensor::empty({128}, kBf);
+      ws.all_reduce(rand_tensor({128}, kBf, 60 + r), out);
+      g.backend(r)->barrier();
+    });
   });
-  recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
   ASSERT_EQ(rs.size(), 12u);  // four constructions, eight calls
   for (const replay::Result& r : rs) {
@@ -840,8 +828,6 @@ TEST(DecodeCpA2a, RefusesWhatUpstreamRefuses) {
 
 TEST(DecodeCpA2a, RecordedRanksReplayTogether) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_dcp_rec_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
   comm::ThreadGroup g(2);
   std::vector<Tensor> workspaces(2);
   g.run([&](int64_t r) {
@@ -850,16 +836,14 @@ TEST(DecodeCpA2a, RecordedRanksReplayTogether) {
     decode_cp_a2a_init_workspace(workspaces[r], r, 2);
     g.backend(r)->barrier();
   });
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
-  g.run([&](int64_t r) {
-    for (int k = 0; k < 2; ++k) {
-      const DcpIn in = dcp_input(2, 16, 2, r, 77 + k, Device::cpu());
-      decode_cp_a2a_alltoall(in.o, in.stats, workspaces[r], r, 2);
-    }
+  const fs::path dir = record_dump("dcp", [&] {
+    g.run([&](int64_t r) {
+      for (int k = 0; k < 2; ++k) {
+        const DcpIn in = dcp_input(2, 16, 2, r, 77 + k, Device::cpu());
+        decode_cp_a2a_alltoall(in.o, in.stats, workspaces[r], r, 2);
+      }
+    });
   });
-  recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
   ASSERT_EQ(rs.size(), 4u);
   for (const replay::Result& r : rs) {

@@ -647,28 +647,24 @@ TEST(MoeAlltoAll, DeclaredAsUpstream) {
 
 TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_a2a_rec_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
   comm::ThreadGroup g(2);
-  g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
-    for (int k = 0; k < 2; ++k) {
-      const RankInput in = rank_input(r + k, 3 + r - k, 2, 4, 8, Device::cpu());
-      auto got = a2a->dispatch(in.experts, {in.hidden, in.experts}, 8, int64_t{4}, int64_t{1});
-      // The payload view is a local call: rank 1 uses it in the second round only.
-      const bool view = r == 0 || k == 1;
-      Tensor payload = view ? a2a->get_combine_payload_tensor_in_workspace(8, 8, kBf)
-                            : Tensor::zeros({2, 8, 8}, kBf);
-      payload.copy_(scaled(got[0], static_cast<double>(r + 2)));
-      a2a->combine(payload, 8, view);
-    }
-    a2a->checkpoint_prepare();
-    a2a->checkpoint_restore(g.backend(r));
+  const fs::path dir = record_dump("a2a", [&] {
+    g.run([&](int64_t r) {
+      auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
+      for (int k = 0; k < 2; ++k) {
+        const RankInput in = rank_input(r + k, 3 + r - k, 2, 4, 8, Device::cpu());
+        auto got = a2a->dispatch(in.experts, {in.hidden, in.experts}, 8, int64_t{4}, int64_t{1});
+        // The payload view is a local call: rank 1 uses it in the second round only.
+        const bool view = r == 0 || k == 1;
+        Tensor payload = view ? a2a->get_combine_payload_tensor_in_workspace(8, 8, kBf)
+                              : Tensor::zeros({2, 8, 8}, kBf);
+        payload.copy_(scaled(got[0], static_cast<double>(r + 2)));
+        a2a->combine(payload, 8, view);
+      }
+      a2a->checkpoint_prepare();
+      a2a->checkpoint_restore(g.backend(r));
+    });
   });
-  recorder::stop();
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
   // Rank 0: __init__, 2 x (dispatch, get_combine_payload..., combine), the checkpoint's two
   // calls; rank 1 one view less.
@@ -699,29 +695,25 @@ TEST(MoeAlltoAllReplay, RecordedRanksReplayTogether) {
 // combine after it; the replay compares the dispatch as a set and moves the payload's rows back.
 TEST(MoeAlltoAllReplay, RowsInAnotherOrderReplayAsUpstreamsWould) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fi_a2a_perm_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  recorder::Config cfg;
-  cfg.dump_dir = dir.string();
-  recorder::start(cfg, [](const std::string&) {});
   comm::ThreadGroup g(2);
-  g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
-    // Every token to both ranks (experts 0 and 3); distinct rows.
-    std::vector<double> ex, hv;
-    for (int t = 0; t < 4; ++t) {
-      ex.insert(ex.end(), {0.0, 3.0});
-      for (int h = 0; h < 8; ++h) hv.push_back(r * 40 + t * 8 + h);
-    }
-    auto got = a2a->dispatch(Tensor::from_vector(ex, {4, 2}, DType::kInt32),
-                             {Tensor::from_vector(hv, {4, 8}, kBf)}, 8);
-    // Each rank's result depends on the row: (r + 2) * x + row index within the source.
-    std::vector<double> pv = got[0].to(Device::cpu()).to_double_vector();
-    for (std::size_t i = 0; i < pv.size(); ++i)
-      pv[i] = pv[i] * (r + 2) + static_cast<double>(i / 8 % 8);
-    a2a->combine(Tensor::from_vector(pv, {2, 8, 8}, kBf), 8);
+  const fs::path dir = record_dump("a2a_perm", [&] {
+    g.run([&](int64_t r) {
+      auto a2a = make_a2a(g.backend(r), 8, 2, 4, 8);
+      // Every token to both ranks (experts 0 and 3); distinct rows.
+      std::vector<double> ex, hv;
+      for (int t = 0; t < 4; ++t) {
+        ex.insert(ex.end(), {0.0, 3.0});
+        for (int h = 0; h < 8; ++h) hv.push_back(r * 40 + t * 8 + h);
+      }
+      auto got = a2a->dispatch(Tensor::from_vector(ex, {4, 2}, DType::kInt32),
+                               {Tensor::from_vector(hv, {4, 8}, kBf)}, 8);
+      // Each rank's result depends on the row: (r + 2) * x + row index within the source.
+      std::vector<double> pv = got[0].to(Device::cpu()).to_double_vector();
+      for (std::size_t i = 0; i < pv.size(); ++i)
+        pv[i] = pv[i] * (r + 2) + static_cast<double>(i / 8 % 8);
+      a2a->combine(Tensor::from_vector(pv, {2, 8, 8}, kBf), 8);
+    });
   });
-  recorder::stop();
   // Per object: its dispatch's and its combine's directories.
   std::map<uint64_t, std::pair<std::string, std::string>> calls;
   for (const std::string& d : replay::list_calls(dir.string())) {

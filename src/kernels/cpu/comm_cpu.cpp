@@ -1,16 +1,14 @@
 #include "kernels/cpu/comm_cpu.h"
 
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
-#include "flashinfer/comm.h"
 #include "flashinfer/error.h"
 #include "kernels/comm_rules.h"
+#include "kernels/cpu/comm_wait.h"
 #include "kernels/cpu/elem_io.h"
 #include "kernels/quantization_params.h"
 
@@ -116,24 +114,13 @@ void decode_cp_a2a_alltoall(const DcpA2aParams& p) {
               static_cast<std::size_t>(p.entries * p.cp_size * p.S * 4));
   std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(mine + DcpA2aParams::kFlagOffset))
       .store(seq, std::memory_order_release);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  const auto deadline = peer_wait_deadline();
   for (int r = 0; r < p.cp_size; ++r) {
-    std::atomic_ref<uint32_t> flag(
-        *reinterpret_cast<uint32_t*>(p.workspace + r * p.row_stride + DcpA2aParams::kFlagOffset));
     // A peer may be a call ahead already (it waits only for this rank's call).
-    while (static_cast<int32_t>(flag.load(std::memory_order_acquire) - seq) < 0) {
-      if (comm::this_thread_group_aborted()) {
-        FLASHINFER_FAIL(ErrorCode::kInternal, "decode_cp_a2a_alltoall", "workspace",
-                        "the thread group was aborted: rank ", p.cp_rank,
-                        " left its wait because another rank failed");
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        FLASHINFER_FAIL(ErrorCode::kInternal, "decode_cp_a2a_alltoall", "workspace", "rank ",
-                        p.cp_rank, " waited two minutes for rank ", r,
-                        "'s call (did every rank call it, after init and a barrier?)");
-      }
-      std::this_thread::yield();
-    }
+    wait_for_peer_flag(
+        *reinterpret_cast<uint32_t*>(p.workspace + r * p.row_stride + DcpA2aParams::kFlagOffset),
+        seq, deadline, "decode_cp_a2a_alltoall", "workspace", p.cp_rank, r,
+        "'s call (did every rank call it, after init and a barrier?)");
   }
   const int64_t row_o = p.D * 2, row_s = p.S * 4;
   for (int64_t e = 0; e < p.entries; ++e) {

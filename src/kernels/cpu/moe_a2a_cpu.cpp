@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 
-#include "flashinfer/comm.h"
 #include "flashinfer/error.h"
+#include "kernels/cpu/comm_wait.h"
 #include "kernels/cpu/elem_io.h"
 
 namespace flashinfer::kernels::cpu {
@@ -39,23 +37,12 @@ void publish(const P& p, int64_t flags, uint32_t flag) {
 // (a peer may be a step ahead: a combine's done value follows its call value).
 template <class P>
 void wait_for(const P& p, int64_t flags, uint32_t flag, const char* op) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  const auto deadline = peer_wait_deadline();
   char* mine = p.row(p.ep_rank);
   for (int s = 0; s < p.ep_size; ++s) {
     if (!p.is_active(s)) continue;
-    std::atomic_ref<uint32_t> f(u32_at(mine, flags + 4 * s));
-    while (static_cast<int32_t>(f.load(std::memory_order_acquire) - flag) < 0) {
-      if (comm::this_thread_group_aborted()) {
-        FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "the thread group was aborted: rank ",
-                        p.ep_rank, " left its wait because another rank failed");
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "rank ", p.ep_rank,
-                        " waited two minutes for rank ", s,
-                        " (did every active rank make the same calls?)");
-      }
-      std::this_thread::yield();
-    }
+    wait_for_peer_flag(u32_at(mine, flags + 4 * s), flag, deadline, op, "", p.ep_rank, s,
+                       " (did every active rank make the same calls?)");
   }
 }
 

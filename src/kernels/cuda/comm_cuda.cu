@@ -13,23 +13,6 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// One element of a peer's slot, read around the L1 (another device or process wrote it since
-// this SM last looked: the slot is reused every second call).
-template <class T>
-__device__ __forceinline__ float load_peer(const T* p);
-template <>
-__device__ __forceinline__ float load_peer<float>(const float* p) {
-  return __ldcg(p);
-}
-template <>
-__device__ __forceinline__ float load_peer<__half>(const __half* p) {
-  return __half2float(__ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p))));
-}
-template <>
-__device__ __forceinline__ float load_peer<__nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
-}
-
 template <class T>
 __device__ __forceinline__ float round_t(float v) {
   return to_f32(from_f32<T>(v));

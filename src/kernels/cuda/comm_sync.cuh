@@ -2,9 +2,36 @@
 // moe_a2a_cuda.cu): system-scope release stores and acquire loads, and a bounded wait.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 namespace flashinfer::kernels::cuda {
+
+// One element a peer wrote, read around the L1 (another device or process wrote it since this SM
+// last looked: the memory is reused call after call).
+template <class T>
+__device__ __forceinline__ float load_peer(const T* p);
+template <>
+__device__ __forceinline__ float load_peer<float>(const float* p) {
+  return __ldcg(p);
+}
+template <>
+__device__ __forceinline__ float load_peer<__half>(const __half* p) {
+  return __half2float(__ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+template <>
+__device__ __forceinline__ float load_peer<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p))));
+}
+template <>
+__device__ __forceinline__ float load_peer<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p) {
+  __nv_fp8_e4m3 v;
+  v.__x = static_cast<__nv_fp8_storage_t>(__ldcg(reinterpret_cast<const unsigned char*>(p)));
+  return static_cast<float>(v);
+}
 
 __device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");

@@ -155,27 +155,7 @@ __global__ void moe_a2a_dispatch_signal_kernel(MoeA2aDispatchParams p) {
   const uint32_t flag = *u32(mine, l.flag_val);
   if (j < p.ep_size && p.is_active(j)) {
     store_release_sys(u32(p.row(j), l.dispatch_flags + 4 * p.ep_rank), flag);
-  }
-  if (j < p.ep_size && p.is_active(j))
     wait_for_call(u32(mine, l.dispatch_flags + 4 * j), flag, p.abort);
-}
-
-__device__ __forceinline__ float load_cg(const char* base, int64_t i, DType d) {
-  switch (d) {
-    case DType::kFloat16:
-      return __half2float(
-          __ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(base) + i)));
-    case DType::kBFloat16:
-      return __bfloat162float(
-          __ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(base) + i)));
-    case DType::kFloat8E4M3FN: {
-      __nv_fp8_e4m3 v;
-      v.__x =
-          static_cast<__nv_fp8_storage_t>(__ldcg(reinterpret_cast<const unsigned char*>(base) + i));
-      return static_cast<float>(v);
-    }
-    default:
-      return __ldcg(reinterpret_cast<const float*>(base) + i);
   }
 }
 
@@ -249,7 +229,7 @@ __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
   if ((align & 15u) != 0) {
     for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) {
       const float s = moe_a2a_tree_sum_fixed<K>(
-          [&](int k) { return src[k] ? load_cg(src[k], h, p.region_dtype) : 0.0f; });
+          [&](int k) { return src[k] ? load_peer(reinterpret_cast<const T*>(src[k]) + h) : 0.0f; });
       store_any(p.out, t * p.hidden + h, p.out_dtype, s);
     }
     return;
