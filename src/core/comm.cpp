@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -148,6 +149,14 @@ class ThreadBackend final : public CommBackend {
   const void* group_id() const override { return s_.get(); }
   std::string_view class_name() const override { return "ThreadCommBackend"; }
   std::string_view module_name() const override { return "flashinfer.comm"; }
+  // Rank and size in the repr: a recording of ranks that share a process places each rank's
+  // calls by them (its workspaces' addresses do not order the ranks).
+  std::string repr() const override {
+    char group[24];
+    std::snprintf(group, sizeof(group), "%p", static_cast<const void*>(s_.get()));
+    return "ThreadCommBackend(rank=" + std::to_string(rank_) +
+           ", size=" + std::to_string(s_->size) + ", group=" + group + ")";
+  }
 
  private:
   std::shared_ptr<ThreadGroup::State> s_;

@@ -59,7 +59,7 @@ int64_t call_number(const std::string& dir) {
 
 // The streams of one op under one recording root, in the order their workspaces were made.
 struct Index {
-  std::size_t entries = 0;  // call directories seen (the index is rebuilt when this changes)
+  std::size_t entries = 0;          // call directories seen
   fs::file_time_type root_mtime{};  // the root's modification time when they were counted
   std::vector<Stream> streams;
   std::map<std::string, std::size_t> stream_of_call;
@@ -153,6 +153,19 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
           s.group = *rank / *tp * (*tp / *ep) + *rank % *tp / *ep;
         }
       }
+      if (!s.rank) {
+        // A backend that says its rank and size (ThreadCommBackend(rank=1, size=4, ...)); a
+        // torch ProcessGroup's repr does not, and its ranks are processes of their own.
+        const std::size_t i = spec.creator_comm_param;
+        if (i < ps.size()) {
+          const std::string c = repr_of(recorded_arg(im, i, ps.at(i).name));
+          const auto rank = repr_int(c, "rank"), size = repr_int(c, "size");
+          if (rank && size && *size > 0 && *rank >= 0 && *rank < *size) {
+            s.rank = rank;
+            s.world = size;
+          }
+        }
+      }
       s.creator_dir = fs::path(d).lexically_normal().string();
       current[{pid, s.repr}] = ix.streams.size();
       ix.stream_of_call[s.creator_dir] = ix.streams.size();
@@ -203,17 +216,14 @@ const Index& index_for(const std::string& root, const std::string& op, const Col
   static std::map<std::pair<std::string, std::string>, Index> cache;
   const std::lock_guard<std::mutex> lock(m);
   Index& ix = cache[{root, op}];
-  // Adding or removing a call directory changes the root's modification time: only then are the
-  // entries counted again (a replay of N calls would otherwise list the root N times).
+  // Adding or removing a call directory changes the root's modification time: only then is the
+  // index built again (a replay of N calls would otherwise read the root's records N times). A
+  // changed root is read again even when it holds as many calls as before: a ring recording
+  // replaces its oldest calls, and a folder removed and recorded again has new ones.
   std::error_code ec;
   const fs::file_time_type mtime = fs::last_write_time(root, ec);
   if (!ec && ix.entries != 0 && mtime == ix.root_mtime) return ix;
-  std::size_t entries = 0;
-  for (const auto& e : fs::directory_iterator(root, ec)) entries += e.is_directory() ? 1 : 0;
-  if (ix.entries == 0 || ix.entries != entries) {
-    ix = build_index(root, op, spec, decl);
-    ix.entries = entries;
-  }
+  ix = build_index(root, op, spec, decl);
   ix.root_mtime = mtime;
   return ix;
 }

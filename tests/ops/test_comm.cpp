@@ -706,6 +706,9 @@ TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
   comm::ThreadGroup g(4);
   const fs::path dir = record_dump("pcie", [&] {
     g.run([&](int64_t r) {
+      // The higher ranks make their workspaces first: the recording's order of creation is not
+      // the ranks' order, and the replay must place each rank by its backend's rank.
+      std::this_thread::sleep_for(std::chrono::milliseconds(15 * (3 - r)));
       PcieIpcAllReduceWorkspace ws(g.backend(r), 256);
       ws.all_reduce(rand_tensor({4, 32}, kBf, 50 + r));
       Tensor out = Tensor::empty({128}, kBf);
@@ -717,6 +720,15 @@ TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
   ASSERT_EQ(rs.size(), 12u);  // four constructions, eight calls
   for (const replay::Result& r : rs) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    // The recorded group says "ThreadCommBackend(rank=N, ..."; the replay names its rank.
+    const std::string key = "ThreadCommBackend(rank=";
+    const auto at = r.metadata_json.find(key);
+    if (r.function_name == "PcieIpcAllReduceWorkspace.__init__") {
+      ASSERT_NE(at, std::string::npos) << r.metadata_json;
+      const char rank = r.metadata_json[at + key.size()];
+      EXPECT_NE(r.note.find(std::string("this is rank ") + rank + ","), std::string::npos)
+          << r.note;
+    }
     EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
   }
   fs::remove_all(dir);
