@@ -3,15 +3,20 @@
 // the gates, the state layout and the index rules (docs/LINEAR_ATTENTION.md).
 #include "flashinfer/ops/gdn.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/device_props.h"
 #include "api/kernel_table.h"
+#include "flashinfer/device.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/upstream_arch.h"
 #include "kernels/cpu/gdn_cpu.h"
@@ -62,6 +67,25 @@ constexpr api::KernelEntry<GdnParams> kGdnKernels[] = {
      cuda_supports,
      [](const GdnParams& p, const api::LaunchContext& c) {
        kernels::cuda::gated_delta_rule(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
+constexpr api::KernelEntry<kernels::GdnFusedPrologueParams> kGdnFusedPrologueKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: the b/a GEMV (sums in order), the conv rows from the pool as it was, then "
+     "each slot's last window written back",
+     nullptr,
+     [](const kernels::GdnFusedPrologueParams& p, const api::LaunchContext&) {
+       kernels::cpu::gdn_fused_decode_prologue(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernels: the b/a GEMV (a block per request and 32 columns), the conv outputs and the "
+     "window write-back (a thread per request and channel); then the gated delta rule's kernel",
+     nullptr,
+     [](const kernels::GdnFusedPrologueParams& p, const api::LaunchContext& c) {
+       kernels::cuda::gdn_fused_decode_prologue(p, c.stream, c.enable_pdl);
      }},
 #endif
 };
@@ -683,6 +707,254 @@ GdnPrefillOutput chunk_gated_delta_rule(
 
 namespace {
 
+constexpr const char* kGdnFusedModule = "flashinfer.gdn_kernels.experimental.gdn_fused_decode";
+
+void check_bf16(const Tensor& t, const Tensor& ref, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  api::check_dtype_in(t, {DType::kBFloat16}, op, arg);
+  api::check_same_device(t, ref, op, arg, "hidden_states");
+}
+
+std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
+    const Tensor& hidden_states, const Tensor& w_ba, const Tensor& mixed_qkv,
+    const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& conv_state,
+    const Tensor& A_log, const Tensor& dt_bias, std::optional<double> scale,
+    const Tensor& ssm_state, const Tensor& state_indices, bool l2norm, std::optional<Tensor> out) {
+  const char* op = "gdn_fused_decode_step";
+  const Tensor& hs = hidden_states;
+  check_bf16(hs, hs, op, "hidden_states");
+  api::check_dim(hs, {2}, op, "hidden_states");
+  FLASHINFER_CHECK(hs.stride(1) == 1 || hs.size(1) <= 1, op, "hidden_states",
+                   "must have stride 1 in the hidden dimension, got ", hs.stride(1));
+  const int64_t B = hs.size(0), hidden = hs.size(1);
+  api::check_defined(A_log, op, "A_log");
+  api::check_dim(A_log, {1}, op, "A_log");
+  const int64_t HV = A_log.size(0);
+  api::check_defined(ssm_state, op, "ssm_state");
+  api::check_dim(ssm_state, {4}, op, "ssm_state");
+  const int64_t D = ssm_state.size(3);
+  FLASHINFER_CHECK(HV >= 1 && D >= 1, op, "A_log", "needs at least one value head (HV ", HV,
+                   ") and a positive head dim (D ", D, ")");
+  check_bf16(w_ba, hs, op, "w_ba");
+  api::check_shape_eq(w_ba, {hidden, 2 * HV}, op, "w_ba");
+  check_bf16(mixed_qkv, hs, op, "mixed_qkv");
+  api::check_dim(mixed_qkv, {2}, op, "mixed_qkv");
+  FLASHINFER_CHECK(mixed_qkv.size(0) == B, op, "mixed_qkv", "expected ", B, " rows, got ",
+                   mixed_qkv.size(0));
+  const int64_t qkv_dim = mixed_qkv.size(1);
+  // qkv_dim = (2 * H_q + HV) * D: upstream's h_q = (qkv_dim - HV * D) // (2 * D).
+  const int64_t rest = qkv_dim - HV * D;
+  FLASHINFER_CHECK(rest > 0 && rest % (2 * D) == 0, op, "mixed_qkv", "qkv_dim ", qkv_dim,
+                   " is not (2 * H_q + HV) * D with HV ", HV, ", D ", D, " and H_q >= 1");
+  const int64_t Hq = rest / (2 * D);
+  FLASHINFER_CHECK(HV % Hq == 0, op, "A_log", "the value heads (", HV,
+                   ") must be a multiple of the q / k heads (", Hq, ")");
+  check_bf16(conv_weight, hs, op, "conv_weight");
+  api::check_dim(conv_weight, {2}, op, "conv_weight");
+  FLASHINFER_CHECK(conv_weight.size(0) == qkv_dim && conv_weight.size(1) >= 1, op, "conv_weight",
+                   "expected [", qkv_dim, ", width], got ", shape_to_string(conv_weight.shape()));
+  const int64_t W = conv_weight.size(1);
+  check_bf16(conv_bias, hs, op, "conv_bias");
+  api::check_shape_eq(conv_bias, {qkv_dim}, op, "conv_bias");
+  check_bf16(conv_state, hs, op, "conv_state");
+  api::check_dim(conv_state, {3}, op, "conv_state");
+  FLASHINFER_CHECK(
+      conv_state.size(0) >= 1 && conv_state.size(1) == qkv_dim && conv_state.size(2) == W - 1, op,
+      "conv_state", "expected the logical view [pool, ", qkv_dim, ", ", W - 1,
+      "] (width - 1 = ", W - 1, " steps), got ", shape_to_string(conv_state.shape()));
+  api::check_writable(conv_state, op, "conv_state");
+  api::check_dtype_in(A_log, {DType::kFloat32}, op, "A_log");
+  api::check_same_device(A_log, hs, op, "A_log", "hidden_states");
+  api::check_defined(dt_bias, op, "dt_bias");
+  api::check_dtype_in(dt_bias, {DType::kBFloat16, DType::kFloat32}, op, "dt_bias");
+  api::check_shape_eq(dt_bias, {HV}, op, "dt_bias");
+  api::check_same_device(dt_bias, hs, op, "dt_bias", "hidden_states");
+  check_unit_vectors(A_log, dt_bias, op);
+  api::check_dtype_in(ssm_state, {DType::kFloat32}, op, "ssm_state");
+  api::check_same_device(ssm_state, hs, op, "ssm_state", "hidden_states");
+  const int64_t P = ssm_state.size(0);
+  FLASHINFER_CHECK(P >= 1 && ssm_state.size(1) == HV && ssm_state.size(2) == D, op, "ssm_state",
+                   "expected [pool, HV, V, K] = [pool, ", HV, ", ", D, ", ", D, "], got ",
+                   shape_to_string(ssm_state.shape()));
+  FLASHINFER_CHECK(ssm_state.stride(3) == 1, op, "ssm_state",
+                   "must be K-contiguous (stride[-1] == 1), got stride ", ssm_state.stride(3));
+  api::check_writable(ssm_state, op, "ssm_state");
+  FLASHINFER_CHECK(conv_state.size(0) == P, op, "conv_state", "its pool has ", conv_state.size(0),
+                   " slots but ssm_state's has ", P, " (state_indices index both)");
+  check_index_vector(state_indices, B, hs, op, "state_indices");
+  check_slots(state_indices, P, false, op, "state_indices");
+  if (out && out->defined()) {
+    check_bf16(*out, hs, op, "out");
+    api::check_shape_eq(*out, {B, 1, HV, D}, op, "out");
+    FLASHINFER_CHECK(out->is_contiguous(), op, "out", "must be contiguous (dense)");
+  } else {
+    out = Tensor::empty({B, 1, HV, D}, DType::kBFloat16, hs.device());
+  }
+  api::check_no_overlap(conv_state, ssm_state, op, "conv_state", "ssm_state");
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&hs, "hidden_states"},
+                                {&w_ba, "w_ba"},
+                                {&mixed_qkv, "mixed_qkv"},
+                                {&conv_weight, "conv_weight"},
+                                {&conv_bias, "conv_bias"}}) {
+    api::check_no_overlap(conv_state, *t, op, "conv_state", name);
+    api::check_no_overlap(*out, *t, op, "out", name);
+  }
+  api::check_no_overlap(*out, conv_state, op, "out", "conv_state");
+  api::check_no_overlap(*out, ssm_state, op, "out", "ssm_state");
+
+  // The prologue: ba and the conv output to scratch rows.
+  Tensor ba = Tensor::empty({B, 2 * HV}, DType::kBFloat16, hs.device());
+  Tensor conv_out = Tensor::empty({B, qkv_dim}, DType::kBFloat16, hs.device());
+  kernels::GdnFusedPrologueParams pp;
+  pp.B = B, pp.hidden = hidden, pp.n_ba = 2 * HV, pp.qkv_dim = qkv_dim, pp.width = W;
+  auto bits = [](const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); };
+  pp.hidden_states = bits(hs);
+  pp.hs_stride_b = hs.stride(0);
+  pp.w_ba = bits(w_ba);
+  pp.w_stride_i = w_ba.stride(0), pp.w_stride_j = w_ba.stride(1);
+  pp.mixed_qkv = bits(mixed_qkv);
+  pp.x_stride_b = mixed_qkv.stride(0), pp.x_stride_c = mixed_qkv.stride(1);
+  pp.conv_weight = bits(conv_weight);
+  pp.cw_stride_c = conv_weight.stride(0), pp.cw_stride_j = conv_weight.stride(1);
+  pp.conv_bias = bits(conv_bias);
+  pp.cb_stride = conv_bias.stride(0);
+  pp.conv_state = static_cast<uint16_t*>(conv_state.data_ptr());
+  pp.pool = P;
+  pp.cs_stride_p = conv_state.stride(0), pp.cs_stride_c = conv_state.stride(1);
+  pp.cs_stride_t = conv_state.stride(2);
+  pp.state_indices = state_indices.data_ptr();
+  pp.indices_i64 = state_indices.dtype() == DType::kInt64;
+  pp.ba = static_cast<uint16_t*>(ba.data_ptr());
+  pp.conv_out = static_cast<uint16_t*>(conv_out.data_ptr());
+  if (B == 0) return {*out, conv_state, ssm_state};
+  api::launch(kGdnFusedPrologueKernels, pp, hs.device(), op, "hidden_states");
+
+  // The recurrence: q, k, v heads of conv_out's rows, b and a the halves of ba's.
+  GdnParams p;
+  p.num_seqs = B;
+  p.T = 1;
+  p.H = HV, p.Hq = Hq, p.Hk = Hq, p.Hv = HV, p.K = D, p.V = D;
+  p.io_dtype = DType::kBFloat16;
+  const auto* co = static_cast<const uint16_t*>(conv_out.data_ptr());
+  p.q = co;
+  p.k = co + Hq * D;
+  p.v = co + 2 * Hq * D;
+  p.q_stride_seq = p.k_stride_seq = p.v_stride_seq = qkv_dim;
+  p.q_stride_tok = p.k_stride_tok = p.v_stride_tok = qkv_dim;
+  p.q_stride_head = p.k_stride_head = p.v_stride_head = D;
+  p.decode_gates = true;
+  const auto* bap = static_cast<const uint16_t*>(ba.data_ptr());
+  p.b = {bap, DType::kBFloat16, 2 * HV, 2 * HV, 1};
+  p.a = {bap + HV, DType::kBFloat16, 2 * HV, 2 * HV, 1};
+  p.A_log = A_log.data<float>();
+  p.dt_bias = dt_bias.data_ptr();
+  p.dt_bias_dtype = dt_bias.dtype();
+  p.l2norm = l2norm;
+  // Upstream scales the output (scale * q . S), not q; None and 0 both mean D^-0.5.
+  p.scale_output = true;
+  p.scale =
+      static_cast<float>(scale && *scale != 0.0 ? *scale : 1.0 / std::sqrt(static_cast<double>(D)));
+  p.out = out->data_ptr();
+  p.out_dtype = DType::kBFloat16;
+  p.out_via_bf16 = true;
+  p.out_stride_seq = p.out_stride_tok = HV * D;
+  p.out_stride_head = D;
+  p.state_in = p.state_out = state_ref(ssm_state, true);
+  p.read_idx = state_indices.data_ptr();
+  p.read_idx_i64 = state_indices.dtype() == DType::kInt64;
+  p.negative_read = kernels::GdnNegativeRead::kInvalid;  // checked on the host when it can be
+  p.negative_write = kernels::GdnNegativeWrite::kSkip;
+  p.write_final = true;
+  api::launch(kGdnKernels, p, hs.device(), op, "hidden_states");
+  return {*out, conv_state, ssm_state};
+}
+
+// Upstream's registry of specialized kernels (gdn_fused_decode_registry.json): (compute
+// capability, batch, hidden, n_ba, qkv_dim, h_q, hv, d, conv width, conv state length), each
+// with an "SD" conv pool.
+struct FusedGeometry {
+  int64_t hidden, n_ba, qkv_dim, h_q, hv, d, width, state_len, max_batch;
+};
+constexpr FusedGeometry kFusedRegistry[] = {
+    {5120, 96, 10240, 16, 48, 128, 4, 3, 8},  // Qwen3.6-27B: batches 1, 2, 4, 8
+    {2048, 64, 8192, 16, 32, 128, 4, 3, 4},   // Qwen3.6-35B-A3B: batches 1, 2, 4
+};
+
+// The probe's device: None (CUDA device 0), an index, "cuda[:N]" or a recorded torch.device
+// ("device(type='cuda', index=1)"); nullopt for anything that is not a CUDA device.
+std::optional<int> probe_device(const std::optional<Value>& device) {
+  if (!device || device->is_none()) return 0;
+  if (device->kind() == Value::Kind::kInt) return static_cast<int>(device->as_int());
+  std::string text;
+  if (device->kind() == Value::Kind::kString) text = device->as_string();
+  if (device->kind() == Value::Kind::kObject) {
+    const std::string& r = device->as_object().repr;
+    if (r.find("type='cuda'") == std::string::npos) return std::nullopt;
+    const auto at = r.find("index=");
+    if (at == std::string::npos) return 0;
+    text = "cuda:" + r.substr(at + 6, r.find_first_of(",)", at) - at - 6);
+  }
+  try {
+    const Device d = Device::parse(text);
+    if (d.is_cuda()) return d.index;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
+bool fused_supported_impl(int64_t batch, int64_t hidden, int64_t n_ba, int64_t qkv_dim, int64_t h_q,
+                          int64_t hv, int64_t d, int64_t width, int64_t state_len,
+                          const std::optional<Value>& device, const std::string& layout) {
+  if (layout != "SD" && layout != "DS") return false;
+  const std::optional<int> index = probe_device(device);
+  if (!index || *index < 0 || *index >= cuda_device_count()) return false;
+  const int cc = api::compute_capability(Device::cuda(*index));
+  if (cc != 120 && cc != 121) return false;
+  if (layout != "SD" || (batch & (batch - 1)) != 0 || batch < 1) return false;  // 1, 2, 4, 8
+  for (const FusedGeometry& g : kFusedRegistry) {
+    if (g.hidden == hidden && g.n_ba == n_ba && g.qkv_dim == qkv_dim && g.h_q == h_q &&
+        g.hv == hv && g.d == d && g.width == width && g.state_len == state_len &&
+        batch <= g.max_batch) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> gdn_fused_decode_step(
+    const Tensor& hidden_states, const Tensor& w_ba, const Tensor& mixed_qkv,
+    const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& conv_state,
+    const Tensor& A_log, const Tensor& dt_bias, std::optional<double> scale,
+    const Tensor& ssm_state, const Tensor& state_indices, bool use_qk_l2norm,
+    std::optional<Tensor> out) {
+  return call_op<&gdn_fused_decode_step>(
+      [&] {
+        return fused_decode_impl(hidden_states, w_ba, mixed_qkv, conv_weight, conv_bias, conv_state,
+                                 A_log, dt_bias, scale, ssm_state, state_indices, use_qk_l2norm,
+                                 out);
+      },
+      hidden_states, w_ba, mixed_qkv, conv_weight, conv_bias, conv_state, A_log, dt_bias, scale,
+      ssm_state, state_indices, use_qk_l2norm, out);
+}
+
+bool gdn_fused_decode_step_supported(int64_t batch_size, int64_t hidden_size, int64_t n_ba,
+                                     int64_t qkv_dim, int64_t num_qk_heads, int64_t num_v_heads,
+                                     int64_t head_dim, int64_t conv_width, int64_t conv_state_len,
+                                     std::optional<Value> device, std::string conv_state_layout) {
+  return call_op<&gdn_fused_decode_step_supported>(
+      [&] {
+        return fused_supported_impl(batch_size, hidden_size, n_ba, qkv_dim, num_qk_heads,
+                                    num_v_heads, head_dim, conv_width, conv_state_len, device,
+                                    conv_state_layout);
+      },
+      batch_size, hidden_size, n_ba, qkv_dim, num_qk_heads, num_v_heads, head_dim, conv_width,
+      conv_state_len, device, conv_state_layout);
+}
+
+namespace {
+
 // ---- bench hooks: GVA heads (HV = num_qo_heads v heads over num_kv_heads q/k heads), K = V =
 // head_dim_qk, bf16 inputs, fp32 states. ---------------------------------------------------------
 
@@ -783,6 +1055,41 @@ BenchCase bench_prefill(const BenchShape& s, Device dev) {
   return c;
 }
 
+// The fused decode step at a Qwen3.6-style geometry: HV = num_qo_heads value heads over H_q =
+// num_kv_heads q / k heads of head_dim_qk, hidden = 16 * HV * D / 3 rounded to 256 (5120 at 48
+// x 128), conv width 4, pools of 2B slots read at odd slots, bf16 in, fp32 ssm state.
+BenchCase bench_fused_step(const BenchShape& s, Device dev) {
+  const int64_t B = s.batch_size, HV = s.num_qo_heads, Hq = s.num_kv_heads, D = s.head_dim_qk;
+  const int64_t qkv = (2 * Hq + HV) * D, W = 4, P = 2 * B;
+  const int64_t hidden = std::max<int64_t>(256, (HV * D * 16 / 3 + 255) / 256 * 256);
+  const uint64_t seed = s.random_seed;
+  using api::bench::random_tensor;
+  const DType bf = DType::kBFloat16;
+  std::vector<int64_t> idx;
+  for (int64_t b = 0; b < B; ++b) idx.push_back(2 * b + 1);
+  const double scale_w = 1.0 / std::sqrt(static_cast<double>(hidden));
+  std::vector<Value> args = {
+      Value(random_tensor({B, hidden}, bf, dev, seed)),
+      Value(random_tensor({hidden, 2 * HV}, bf, dev, seed + 1, -scale_w, scale_w)),
+      Value(random_tensor({B, qkv}, bf, dev, seed + 2)),
+      Value(random_tensor({qkv, W}, bf, dev, seed + 3, -0.5, 0.5)),
+      Value(random_tensor({qkv}, bf, dev, seed + 4, -0.1, 0.1)),
+      Value(random_tensor({P, W - 1, qkv}, bf, dev, seed + 5).transpose(1, 2)),  // SD pool
+      Value(random_tensor({HV}, DType::kFloat32, dev, seed + 6, -1.0, 0.5)),
+      Value(random_tensor({HV}, bf, dev, seed + 7)),
+      Value(),
+      Value(random_tensor({P, HV, D, D}, DType::kFloat32, dev, seed + 8, -0.5, 0.5)),
+      Value(api::bench::int32_tensor(idx, dev))};
+  BenchCase c = api::bench::invoke_case("gdn_fused_decode_step", args);
+  c.bytes = static_cast<double>(hidden * 2 * HV + B * (hidden + 2 * qkv + 2 * (W - 1) * qkv) +
+                                qkv * (W + 1) + B * HV * D) *
+                2.0 +
+            static_cast<double>(2 * B * HV * D * D) * 4.0;
+  c.flops = static_cast<double>(B) *
+            (2.0 * hidden * 2 * HV + 2.0 * W * qkv + 8.0 * static_cast<double>(HV * D * D));
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -825,6 +1132,29 @@ void register_gdn_ops(OpRegistry& r) {
       "checkpoint_cu_starts", arg("checkpoint_every_n_tokens", int64_t{0}),
       arg("use_cp", Value(std::string("auto"))), "state_indices", "_cp_chunk_len");
 
+  declare<&gdn_fused_decode_step>(
+      r,
+      {.name = "gdn_fused_decode_step",
+       .module = kGdnFusedModule,
+       .summary = "One GDN decode step fused: b/a GEMV, conv1d update, q/k/v split, gated delta "
+                  "rule over paged conv / ssm state pools"},
+      "hidden_states", "w_ba", "mixed_qkv", "conv_weight", "conv_bias", arg("conv_state").mut(),
+      "A_log", "dt_bias", arg("scale").required(), arg("ssm_state").mut(), "state_indices",
+      arg("use_qk_l2norm", true), arg("out").mut());
+  declare<&gdn_fused_decode_step_supported>(
+      r,
+      {.name = "gdn_fused_decode_step_supported",
+       .module = kGdnFusedModule,
+       .summary = "Whether upstream serves a fused GDN decode geometry with a specialized kernel"},
+      "batch_size", arg("hidden_size", int64_t{5120}), arg("n_ba", int64_t{96}),
+      arg("qkv_dim", int64_t{10240}), arg("num_qk_heads", int64_t{16}),
+      arg("num_v_heads", int64_t{48}), arg("head_dim", int64_t{128}), arg("conv_width", int64_t{4}),
+      arg("conv_state_len", int64_t{3}), "device", arg("conv_state_layout", std::string("SD")));
+  api::register_backends("gdn_fused_decode_step", kGdnFusedPrologueKernels);
+  static constexpr api::BackendSummary kProbe[] = {
+      {DeviceType::kCPU, "host-side probe: upstream's registry and the device's capability"}};
+  api::register_backends("gdn_fused_decode_step_supported", kProbe);
+  register_bench_hook("gdn_fused_decode_step", bench_fused_step);
   for (const char* op : {"gated_delta_rule_decode_pretranspose", "gated_delta_rule_decode",
                          "gated_delta_rule_mtp", "chunk_gated_delta_rule"}) {
     api::register_backends(op, kGdnKernels);

@@ -22,6 +22,9 @@ FLASHINFER_HD float decode_decay(float a, float dt_bias, float A_log) {
 /// beta = sigmoid(b).
 FLASHINFER_HD float decode_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
 
+/// The fused decode step's conv activation: silu(y) = y * sigmoid(y).
+FLASHINFER_HD float conv_silu(float y) { return y * (1.0f / (1.0f + expf(-y))); }
+
 /// The L2 normalization factor of a q or k row: rsqrt(sum of squares + 1e-6) (eps inside).
 FLASHINFER_HD float l2_inv_norm(float sum_sq) { return 1.0f / sqrtf(sum_sq + 1e-6f); }
 

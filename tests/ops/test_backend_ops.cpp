@@ -221,6 +221,9 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
       {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore",
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"gdn_fused_decode_step_supported",
+       "a host-side routing probe on sizes and the device: no tensors, no backend "
+       "(tests/ops/test_gdn_fused.cpp)"},
       {"is_gated_activation",
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
       {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},

@@ -87,4 +87,36 @@ GdnPrefillOutput chunk_gated_delta_rule(
     std::optional<Tensor> state_indices = std::nullopt,
     std::optional<int64_t> _cp_chunk_len = std::nullopt);
 
+/// One decode step of a GDN layer with the serving chain around it fused
+/// (flashinfer.gdn_kernels.experimental.gdn_fused_decode; upstream's composable path is the
+/// specification, docs/LINEAR_ATTENTION.md "Fused decode step"): ba = bf16(hidden_states @ w_ba)
+/// (fp32 sums; b = ba[:, :HV], a = ba[:, HV:]); the depthwise causal conv1d update (silu, fp32,
+/// bf16 out) of mixed_qkv over the conv-state pool rows at state_indices, which shift left and
+/// take the raw input; q / k / v split from the conv output ((2 * H_q + HV) * D channels); the
+/// gated delta rule (qk L2 norm when use_qk_l2norm) on the fp32 K-last pool ssm_state [P, HV, V,
+/// K] in place, the output times `scale` (None or 0: D^-0.5). hidden_states [B, hidden], w_ba
+/// [hidden, 2 * HV], mixed_qkv [B, qkv_dim], conv_weight [qkv_dim, W], conv_bias [qkv_dim],
+/// conv_state the logical [P, qkv_dim, W - 1] view (an SD pool's transpose or a DS pool), dt_bias
+/// all bf16; A_log [HV] fp32; state_indices [B] int32 / int64 in [0, P). Returns (output [B, 1,
+/// HV, V] bf16 (`out` when given), conv_state, ssm_state).
+std::tuple<Tensor, Tensor, Tensor> gdn_fused_decode_step(
+    const Tensor& hidden_states, const Tensor& w_ba, const Tensor& mixed_qkv,
+    const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& conv_state,
+    const Tensor& A_log, const Tensor& dt_bias, std::optional<double> scale,
+    const Tensor& ssm_state, const Tensor& state_indices, bool use_qk_l2norm = true,
+    std::optional<Tensor> out = std::nullopt);
+
+/// Upstream's routing probe: true when upstream serves this geometry with a specialized kernel on
+/// `device` (None: CUDA device 0; an index, "cuda:N" or a torch.device): the rows of its
+/// registry (compute capability 12.0 / 12.1; Qwen3.6-27B's and Qwen3.6-35B-A3B's layers at
+/// decode batches 1-8 / 1-4, an "SD" conv pool). The answer is upstream's so that engines route
+/// as with upstream and recorded probes replay; this library's fused step runs everywhere.
+bool gdn_fused_decode_step_supported(int64_t batch_size, int64_t hidden_size = 5120,
+                                     int64_t n_ba = 96, int64_t qkv_dim = 10240,
+                                     int64_t num_qk_heads = 16, int64_t num_v_heads = 48,
+                                     int64_t head_dim = 128, int64_t conv_width = 4,
+                                     int64_t conv_state_len = 3,
+                                     std::optional<Value> device = std::nullopt,
+                                     std::string conv_state_layout = "SD");
+
 }  // namespace flashinfer

@@ -1,6 +1,7 @@
 #include "kernels/cpu/gdn_cpu.h"
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
@@ -162,6 +163,49 @@ void gated_delta_rule(const GdnParams& p) {
 #pragma omp parallel for schedule(dynamic, 1) if (p.H > 1 && p.num_seqs * p.K * p.V >= 1024)
   for (int64_t h = 0; h < p.H; ++h) {
     for (int64_t n = 0; n < p.num_seqs; ++n) run_head(p, n, h);
+  }
+}
+
+void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p) {
+  auto f = [](uint16_t bits) { return bfloat16_bits_to_float(bits); };
+  auto bf = [](float x) { return float_to_bfloat16_bits(x); };
+#pragma omp parallel for if (p.B * p.hidden * p.n_ba >= (1 << 16))
+  for (int64_t b = 0; b < p.B; ++b) {
+    const uint16_t* x = p.hidden_states + b * p.hs_stride_b;
+    for (int64_t j = 0; j < p.n_ba; ++j) {
+      float acc = 0.0f;
+      for (int64_t i = 0; i < p.hidden; ++i) {
+        acc += f(x[i]) * f(p.w_ba[i * p.w_stride_i + j * p.w_stride_j]);
+      }
+      p.ba[b * p.n_ba + j] = bf(acc);
+    }
+  }
+  const int64_t S = p.width - 1;  // the state's time steps
+  // Every output from the pool as it was (upstream gathers the rows before it writes any).
+#pragma omp parallel for if (p.B * p.qkv_dim >= (1 << 14))
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t slot = read_index(p.state_indices, p.indices_i64, b);
+    for (int64_t c = 0; c < p.qkv_dim; ++c) {
+      const uint16_t* st = p.conv_state + slot * p.cs_stride_p + c * p.cs_stride_c;
+      float y = 0.0f;
+      for (int64_t j = 0; j < S; ++j)
+        y += f(st[j * p.cs_stride_t]) * f(p.conv_weight[c * p.cw_stride_c + j * p.cw_stride_j]);
+      y += f(p.mixed_qkv[b * p.x_stride_b + c * p.x_stride_c]) *
+           f(p.conv_weight[c * p.cw_stride_c + S * p.cw_stride_j]);
+      y += f(p.conv_bias[c * p.cb_stride]);
+      p.conv_out[b * p.qkv_dim + c] = bf(gdn::conv_silu(y));
+    }
+  }
+  // Then the windows: a slot's row gets its last request's window, shifted from the row as it
+  // was (index_copy_ of windows gathered before the call wrote anything).
+  std::map<int64_t, int64_t> last;  // slot -> its last request
+  for (int64_t b = 0; b < p.B; ++b) last[read_index(p.state_indices, p.indices_i64, b)] = b;
+  for (const auto& [slot, b] : last) {
+    for (int64_t c = 0; c < p.qkv_dim; ++c) {
+      uint16_t* st = p.conv_state + slot * p.cs_stride_p + c * p.cs_stride_c;
+      for (int64_t j = 0; j + 1 < S; ++j) st[j * p.cs_stride_t] = st[(j + 1) * p.cs_stride_t];
+      if (S > 0) st[(S - 1) * p.cs_stride_t] = p.mixed_qkv[b * p.x_stride_b + c * p.x_stride_c];
+    }
   }
 }
 

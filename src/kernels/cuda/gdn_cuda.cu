@@ -218,7 +218,109 @@ void launch_typed(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
   }
 }
 
+// ---- the fused decode step's prologue (kernels/gdn_fused_params.h) ----
+
+constexpr int kBaCols = 32, kBaSlices = 8;  // GEMV block: 32 columns x 8 slices of the hidden dim
+
+__device__ __forceinline__ float bf16f(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+__device__ __forceinline__ uint16_t f2bf16(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+// ba[b, j] = bf16(sum_i hidden[b, i] * w_ba[i, j]): lane = column (consecutive columns read
+// consecutive addresses when w_ba is row-major), slice y sums i = y, y + 8, ...; the eight
+// partials are added in slice order.
+__global__ void __launch_bounds__(kBaCols* kBaSlices)
+    gdn_fused_ba_kernel(const GdnFusedPrologueParams p) {
+  pdl_wait();
+  __shared__ float part[kBaSlices][kBaCols];
+  const int64_t b = blockIdx.y;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kBaCols + threadIdx.x;
+  const uint16_t* x = p.hidden_states + b * p.hs_stride_b;
+  float acc = 0.0f;
+  if (j < p.n_ba) {
+    const uint16_t* w = p.w_ba + j * p.w_stride_j;
+    for (int64_t i = threadIdx.y; i < p.hidden; i += kBaSlices) {
+      acc += bf16f(x[i]) * bf16f(w[i * p.w_stride_i]);
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < p.n_ba) {
+    float sum = part[0][threadIdx.x];
+    FLASHINFER_UNROLL
+    for (int y = 1; y < kBaSlices; ++y) sum += part[y][threadIdx.x];
+    p.ba[b * p.n_ba + j] = f2bf16(sum);
+  }
+}
+
+__device__ __forceinline__ bool slot_ok(const GdnFusedPrologueParams& p, int64_t slot) {
+  return slot >= 0 && slot < p.pool;
+}
+
+// conv_out[b, c] from the pool's row as it is before the call (this kernel only reads it).
+__global__ void __launch_bounds__(256) gdn_fused_conv_kernel(const GdnFusedPrologueParams p) {
+  pdl_wait();
+  const int64_t b = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.qkv_dim) return;
+  const int64_t slot = load_index(p.state_indices, p.indices_i64, b);
+  if (!slot_ok(p, slot)) {
+    p.conv_out[b * p.qkv_dim + c] = 0x7fc0;  // NaN: the recurrence writes NaN outputs
+    return;
+  }
+  const int64_t S = p.width - 1;
+  const uint16_t* st = p.conv_state + slot * p.cs_stride_p + c * p.cs_stride_c;
+  const uint16_t* w = p.conv_weight + c * p.cw_stride_c;
+  float y = 0.0f;
+  for (int64_t t = 0; t < S; ++t) y += bf16f(st[t * p.cs_stride_t]) * bf16f(w[t * p.cw_stride_j]);
+  y += bf16f(p.mixed_qkv[b * p.x_stride_b + c * p.x_stride_c]) * bf16f(w[S * p.cw_stride_j]);
+  y += bf16f(p.conv_bias[c * p.cb_stride]);
+  p.conv_out[b * p.qkv_dim + c] = f2bf16(gdn::conv_silu(y));
+}
+
+// The window write-back, after every read (stream order): each (slot, channel) is written by
+// one thread only, that of the slot's last request, from the row as it was.
+__global__ void __launch_bounds__(256) gdn_fused_window_kernel(const GdnFusedPrologueParams p) {
+  pdl_wait();
+  const int64_t b = blockIdx.y;
+  const int64_t slot = load_index(p.state_indices, p.indices_i64, b);
+  int later = 0;  // a later request shares the slot
+  for (int64_t r = b + 1 + threadIdx.x; r < p.B; r += blockDim.x) {
+    later |= load_index(p.state_indices, p.indices_i64, r) == slot ? 1 : 0;
+  }
+  if (__syncthreads_or(later) != 0 || !slot_ok(p, slot)) return;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.qkv_dim) return;
+  const int64_t S = p.width - 1;
+  uint16_t* st = p.conv_state + slot * p.cs_stride_p + c * p.cs_stride_c;
+  for (int64_t t = 0; t + 1 < S; ++t) st[t * p.cs_stride_t] = st[(t + 1) * p.cs_stride_t];
+  if (S > 0) st[(S - 1) * p.cs_stride_t] = p.mixed_qkv[b * p.x_stride_b + c * p.x_stride_c];
+}
+
 }  // namespace
+
+void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p, void* stream, bool enable_pdl) {
+  if (p.B == 0) return;
+  FLASHINFER_CHECK(p.B <= 65535, "gdn_fused_decode_step", "hidden_states",
+                   "batch above 65535 (the kernels' grid rows)");
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.n_ba > 0) {
+    const dim3 grid(static_cast<unsigned>((p.n_ba + kBaCols - 1) / kBaCols),
+                    static_cast<unsigned>(p.B));
+    launch_kernel("gdn_fused_decode_step", gdn_fused_ba_kernel, grid, dim3(kBaCols, kBaSlices), 0,
+                  s, enable_pdl, p);
+  }
+  if (p.qkv_dim > 0) {
+    const dim3 grid(static_cast<unsigned>((p.qkv_dim + 255) / 256), static_cast<unsigned>(p.B));
+    launch_kernel("gdn_fused_decode_step", gdn_fused_conv_kernel, grid, dim3(256), 0, s, enable_pdl,
+                  p);
+    launch_kernel("gdn_fused_decode_step", gdn_fused_window_kernel, grid, dim3(256), 0, s,
+                  enable_pdl, p);
+  }
+}
 
 void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.H == 0 || p.V == 0) return;

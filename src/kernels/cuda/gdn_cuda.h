@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/gdn_fused_params.h"
 #include "kernels/gdn_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -19,5 +20,13 @@ inline constexpr int64_t kGdnMaxHeadDimK = 256;
 /// a read slot outside the pool writes NaN outputs and no state, and out-of-range write slots,
 /// step slots and checkpoint rows are not written.
 void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl);
+
+/// kernels::cpu::gdn_fused_decode_prologue on the GPU, three kernels: the b/a GEMV (a block per
+/// request and 32 columns, 8 slices of the hidden dim a column summed in a fixed order, so
+/// results agree with the CPU's to fp32 rounding), the conv outputs (a thread per request and
+/// channel, the pool only read) and the window write-back (the same threads; a request whose
+/// slot a later request shares writes nothing, so the last one's window wins as on the CPU). A
+/// request whose slot is outside the pool gets a NaN conv row and leaves the pool alone.
+void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p, void* stream, bool enable_pdl);
 
 }  // namespace flashinfer::kernels::cuda
