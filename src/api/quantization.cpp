@@ -465,6 +465,189 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
       input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
 }
 
+// ---- the CuTe-DSL entry points ------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kMxfp4CuteModule = "flashinfer.quantization.kernels.mxfp4_quantize";
+constexpr const char* kMxfp8CuteModule = "flashinfer.quantization.kernels.mxfp8_quantize";
+constexpr const char* kNvfp4CuteModule = "flashinfer.quantization.kernels.nvfp4_quantize";
+
+SfLayoutCode cute_layout(int64_t sf_layout, const char* op) {
+  FLASHINFER_CHECK(sf_layout >= 0 && sf_layout <= 2, op, "sf_layout",
+                   "sf_layout must be one of (0, 1, 2), got ", sf_layout);
+  return static_cast<SfLayoutCode>(sf_layout);
+}
+
+// [..., K] as [M, K] (upstream flattens the leading dims and returns 2-D outputs).
+Tensor cute_rows(const Tensor& input, const char* op) {
+  api::check_defined(input, op, "input");
+  FLASHINFER_CHECK(input.dim() >= 1, op, "input", "expected a tensor of rank >= 1, got a scalar");
+  return input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+}
+
+// A float or a one-element tensor as fp32 on `device` (a scalar becomes a one-element tensor).
+Tensor cute_scale(const Value& v, Device device, const char* op, const char* arg) {
+  if (v.is_tensor()) return fp32_scalar(v.as_tensor(), device, op, arg);
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kFloat || v.kind() == Value::Kind::kInt, op, arg,
+                   "expected a float or a one-element tensor, got ", v.repr());
+  return Tensor::full(
+      {1}, v.kind() == Value::Kind::kFloat ? v.as_float() : static_cast<double>(v.as_int()),
+      DType::kFloat32, device);
+}
+
+// The FP4 entry points: rows x [M, K], blocks of `vec`, the scale buffer shaped as upstream
+// reshapes it ([M, K/vec] linear, else [padded rows, round_up(K/vec, 4)]).
+struct CuteFp4 {
+  Tensor q, sf;
+  kernels::Fp4QuantizeParams p;
+};
+CuteFp4 cute_fp4_outputs(const Tensor& x, int64_t vec, SfLayoutCode code) {
+  const int64_t m = x.size(0), k = x.size(1), cols = k / vec;
+  CuteFp4 r;
+  r.q = Tensor::empty({m, k / 2}, DType::kUInt8, x.device());
+  const int64_t size = kernels::sf_buffer_size(code, m, cols);
+  const int64_t cols4 = quantization_round_up(cols, 4);
+  r.sf = Tensor::empty(
+      code == SfLayoutCode::kLinear || m == 0 ? Shape{m, cols} : Shape{size / cols4, cols4},
+      DType::kUInt8, x.device());
+  r.p = api::quantize_params<kernels::Fp4QuantizeParams>(x, r.q, r.sf, code);
+  r.p.sf_vec_size = static_cast<int>(vec);
+  r.p.cute_dsl_zero = true;
+  return r;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> mxfp4_quantize_cute_dsl(const Tensor& input, int64_t sf_layout,
+                                                   std::optional<bool> enable_pdl) {
+  return call_op<&mxfp4_quantize_cute_dsl>(
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "mxfp4_quantize_cute_dsl";
+        const SfLayoutCode code = cute_layout(sf_layout, op);
+        const Tensor x = cute_rows(input, op);
+        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16, op, "input",
+                         "Input dtype must be float16 or bfloat16, got ",
+                         dtype_torch_name(x.dtype()));
+        FLASHINFER_CHECK(x.size(1) % 32 == 0, op, "input", "K (", x.size(1),
+                         ") must be divisible by MXFP4_SF_VEC_SIZE=32");
+        CuteFp4 r = cute_fp4_outputs(x, 32, code);
+        r.p.ue8m0 = true;
+        if (x.size(0) > 0)
+          api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+        return {r.q, r.sf};
+      },
+      input, sf_layout, enable_pdl);
+}
+
+std::tuple<Tensor, Tensor> nvfp4_quantize_cute_dsl(const Tensor& input, const Value& global_scale,
+                                                   int64_t sf_layout,
+                                                   std::optional<bool> enable_pdl) {
+  return call_op<&nvfp4_quantize_cute_dsl>(
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "nvfp4_quantize_cute_dsl";
+        const SfLayoutCode code = cute_layout(sf_layout, op);
+        const Tensor x = cute_rows(input, op);
+        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
+                             x.dtype() == DType::kFloat8E4M3FN,
+                         op, "input",
+                         "Input dtype must be one of (torch.float16, torch.bfloat16, "
+                         "torch.float8_e4m3fn), got ",
+                         dtype_torch_name(x.dtype()));
+        FLASHINFER_CHECK_CODE(x.dtype() != DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op,
+                              "input",
+                              "float8_e4m3fn input (upstream first rescales it into half by 6 / "
+                              "global_scale) is not implemented in flashinfer-cpp");
+        FLASHINFER_CHECK(x.size(1) % 16 == 0, op, "input", "K (", x.size(1),
+                         ") must be divisible by NVFP4_SF_VEC_SIZE=16");
+        const Tensor gs = cute_scale(global_scale, x.device(), op, "global_scale");
+        CuteFp4 r = cute_fp4_outputs(x, 16, code);
+        r.p.global_scale = gs.data<float>();
+        if (x.size(0) > 0)
+          api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+        return {r.q, r.sf};
+      },
+      input, global_scale, sf_layout, enable_pdl);
+}
+
+std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
+    const Tensor& input, const Value& global_scale_inv, int64_t sf_layout,
+    std::optional<bool> enable_pdl) {
+  return call_op<&nvfp4_quantize_per_token_cute_dsl>(
+      [&]() -> std::tuple<Tensor, Tensor, Tensor> {
+        const char* op = "nvfp4_quantize_per_token_cute_dsl";
+        const SfLayoutCode code = cute_layout(sf_layout, op);
+        api::check_defined(input, op, "input");
+        FLASHINFER_CHECK(input.dim() == 2, op, "input",
+                         "Per-token NVFP4 quantization expects a 2D input");
+        FLASHINFER_CHECK(input.dtype() == DType::kFloat16 || input.dtype() == DType::kBFloat16, op,
+                         "input",
+                         "Per-token NVFP4 input dtype must be one of (torch.float16, "
+                         "torch.bfloat16), got ",
+                         dtype_torch_name(input.dtype()));
+        FLASHINFER_CHECK(input.size(1) % 16 == 0, op, "input", "K (", input.size(1),
+                         ") must be divisible by NVFP4_SF_VEC_SIZE=16");
+        CuteFp4 r = cute_fp4_outputs(input, 16, code);
+        Tensor scale = Tensor::empty({input.size(0)}, DType::kFloat32, input.device());
+        Tensor gsi;
+        if (global_scale_inv.is_tensor()) {
+          gsi = fp32_scalar(global_scale_inv.as_tensor(), input.device(), op, "global_scale_inv");
+          r.p.per_token_gsi = gsi.data<float>();
+        } else {
+          FLASHINFER_CHECK(global_scale_inv.kind() == Value::Kind::kFloat ||
+                               global_scale_inv.kind() == Value::Kind::kInt,
+                           op, "global_scale_inv", "expected a float or a one-element tensor, got ",
+                           global_scale_inv.repr());
+          r.p.per_token_gsi_value =
+              static_cast<float>(global_scale_inv.kind() == Value::Kind::kFloat
+                                     ? global_scale_inv.as_float()
+                                     : static_cast<double>(global_scale_inv.as_int()));
+        }
+        r.p.per_token_scale = scale.data<float>();
+        if (input.size(0) > 0) {
+          api::launch(kFp4QuantizeKernels, r.p, input.device(), op, "input", enable_pdl);
+        }
+        return {r.q, r.sf, scale};
+      },
+      input, global_scale_inv, sf_layout, enable_pdl);
+}
+
+std::tuple<Tensor, Tensor> mxfp8_quantize_cute_dsl(const Tensor& input, bool is_sf_swizzled_layout,
+                                                   int64_t alignment,
+                                                   std::optional<bool> enable_pdl,
+                                                   bool is_sf_8x4_layout) {
+  return call_op<&mxfp8_quantize_cute_dsl>(
+      [&]() -> std::tuple<Tensor, Tensor> {
+        const char* op = "mxfp8_quantize_cute_dsl";
+        const Tensor x = cute_rows(input, op);
+        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
+                             x.dtype() == DType::kFloat32,
+                         op, "input", "Input dtype must be float16, bfloat16, or float32, got ",
+                         dtype_torch_name(x.dtype()));
+        FLASHINFER_CHECK(alignment > 0 && alignment % 32 == 0, op, "alignment",
+                         "alignment must be divisible by SF_VEC_SIZE=32");
+        const int64_t m = x.size(0), k = x.size(1);
+        FLASHINFER_CHECK(k % 32 == 0, op, "input", "K (", k,
+                         ") must be divisible by SF_VEC_SIZE=32");
+        const int64_t padded_k = quantization_round_up(k, alignment);
+        Tensor xp = x;
+        if (padded_k > k) {  // zero columns: their blocks quantize to 0 with scale code 0
+          xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
+          xp.slice(1, 0, k).copy_(x);
+        }
+        const SfLayoutCode code = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
+                                  : is_sf_8x4_layout     ? SfLayoutCode::k8x4
+                                                         : SfLayoutCode::k128x4;
+        Tensor q = Tensor::empty({m, padded_k}, DType::kFloat8E4M3FN, x.device());
+        Tensor sf = Tensor::empty({m == 0 ? 0 : kernels::sf_buffer_size(code, m, padded_k / 32)},
+                                  DType::kUInt8, x.device());
+        const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(xp, q, sf, code);
+        if (m > 0) api::launch(kMxfp8QuantizeKernels, p, x.device(), op, "input", enable_pdl);
+        return {q, sf};
+      },
+      input, is_sf_swizzled_layout, alignment, enable_pdl, is_sf_8x4_layout);
+}
+
 namespace {
 
 // Bench hooks: input [m, k] in input_dtype (bf16 by default). Bytes: the input read once, the
@@ -601,6 +784,36 @@ void register_quantization_ops(OpRegistry& r) {
     api::register_backends(op, kFp4QuantizeKernels);
   }
   api::register_backends("mxfp8_quantize", kMxfp8QuantizeKernels);
+  declare<&mxfp4_quantize_cute_dsl>(
+      r,
+      {.name = "mxfp4_quantize_cute_dsl",
+       .module = kMxfp4CuteModule,
+       .summary = "MXFP4 quantization, upstream's CuTe-DSL entry point (2-D outputs, zero rule)"},
+      "input", arg("sf_layout", int64_t{0}), "enable_pdl");
+  declare<&mxfp8_quantize_cute_dsl>(
+      r,
+      {.name = "mxfp8_quantize_cute_dsl",
+       .module = kMxfp8CuteModule,
+       .summary = "MXFP8 quantization, upstream's CuTe-DSL entry point (fp32 input, K padding)"},
+      "input", arg("is_sf_swizzled_layout", true), arg("alignment", int64_t{32}), "enable_pdl",
+      arg("is_sf_8x4_layout", false));
+  declare<&nvfp4_quantize_cute_dsl>(
+      r,
+      {.name = "nvfp4_quantize_cute_dsl",
+       .module = kNvfp4CuteModule,
+       .summary = "NVFP4 quantization, upstream's CuTe-DSL entry point (2-D outputs, zero rule)"},
+      "input", "global_scale", arg("sf_layout", int64_t{0}), "enable_pdl");
+  declare<&nvfp4_quantize_per_token_cute_dsl>(
+      r,
+      {.name = "nvfp4_quantize_per_token_cute_dsl",
+       .module = kNvfp4CuteModule,
+       .summary = "Per-token NVFP4 quantization: a scale per row, upstream's CuTe-DSL entry point"},
+      "input", "global_scale_inv", arg("sf_layout", int64_t{0}), "enable_pdl");
+  for (const char* op : {"mxfp4_quantize_cute_dsl", "nvfp4_quantize_cute_dsl",
+                         "nvfp4_quantize_per_token_cute_dsl"}) {
+    api::register_backends(op, kFp4QuantizeKernels);
+  }
+  api::register_backends("mxfp8_quantize_cute_dsl", kMxfp8QuantizeKernels);
   api::register_backends("block_scale_interleave", kBlockScaleInterleaveKernels);
   for (const char* op :
        {"mxfp4_dequantize", "e2m1_and_ufp8sf_scale_to_float", "mxfp8_dequantize_host"}) {
@@ -621,6 +834,27 @@ void register_quantization_ops(OpRegistry& r) {
     return bench_quantize(s, d, "mxfp8_quantize", 8.0, 32);
   });
   register_bench_hook("mxfp8_dequantize_host", bench_mxfp8_dequantize);
+  register_bench_hook("mxfp4_quantize_cute_dsl", [](const BenchShape& s, Device d) {
+    return bench_quantize(s, d, "mxfp4_quantize_cute_dsl", 4.0, 32);
+  });
+  register_bench_hook("mxfp8_quantize_cute_dsl", [](const BenchShape& s, Device d) {
+    return bench_quantize(s, d, "mxfp8_quantize_cute_dsl", 8.0, 32);
+  });
+  register_bench_hook("nvfp4_quantize_cute_dsl", [](const BenchShape& s, Device d) {
+    BenchCase c = api::bench::invoke_case("nvfp4_quantize_cute_dsl",
+                                          {Value(bench_input(s, d)), Value(448.0 * 6.0 / 4.0)});
+    const double n = static_cast<double>(s.m * s.k);
+    c.bytes = api::bench::nbytes({s.m, s.k}, s.input_dtype) + n / 2.0 + n / 16.0;
+    return c;
+  });
+  register_bench_hook("nvfp4_quantize_per_token_cute_dsl", [](const BenchShape& s, Device d) {
+    BenchCase c = api::bench::invoke_case("nvfp4_quantize_per_token_cute_dsl",
+                                          {Value(bench_input(s, d)), Value(1.0 / (448.0 * 6.0))});
+    const double n = static_cast<double>(s.m * s.k);
+    c.bytes = api::bench::nbytes({s.m, s.k}, s.input_dtype) + n / 2.0 + n / 16.0 +
+              4.0 * static_cast<double>(s.m);
+    return c;
+  });
 }
 }  // namespace detail
 

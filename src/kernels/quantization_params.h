@@ -104,7 +104,28 @@ struct Fp4QuantizeParams {
   int sf_vec_size = 16;
   bool ue8m0 = false;
   SfLayoutCode layout = SfLayoutCode::k128x4;
+  // The CuTe-DSL entry points' zero rule (*_quantize_cute_dsl): a block whose decoded scale is 0
+  // (an e4m3 scale that rounds to 0; ue8m0 code 0) gets e2m1(x * 0), signed zeros, where the
+  // other paths give code 0 (NVFP4) or divide by 2^-127 (MXFP4).
+  bool cute_dsl_zero = false;
+  // Per-token NVFP4 (nvfp4_quantize_per_token_cute_dsl), when per_token_scale is set: row r's
+  // scale is row_amax * gsi (0 for a zero row), written to per_token_scale[r], and its blocks
+  // are quantized with the global scale 1 / that (FLT_MAX for a zero row). gsi is the fp32 at
+  // per_token_gsi (on the input's device) or, when that is null, per_token_gsi_value.
+  float* per_token_scale = nullptr;
+  const float* per_token_gsi = nullptr;
+  float per_token_gsi_value = 0.0f;
 };
+
+/// The per-token rule above: (row scale, the rows' global scale) from the row's amax.
+struct PerTokenScales {
+  float scale, encode;
+};
+FLASHINFER_HD PerTokenScales nvfp4_per_token_scales(float row_amax, float gsi) {
+  if (row_amax == 0.0f) return {0.0f, 3.402823466e38f};
+  const float scale = row_amax * gsi;
+  return {scale, 1.0f / scale};
+}
 
 /// MXFP8 quantization of an [m, k] matrix: e4m3 values + ue8m0 scales of blocks of 32.
 struct Mxfp8QuantizeParams {

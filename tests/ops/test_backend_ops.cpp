@@ -137,7 +137,8 @@ const std::vector<Variant>& variants() {
          s.random_seed = 11;
        },
        {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize", "mxfp4_dequantize",
-        "mxfp8_dequantize_host", "e2m1_and_ufp8sf_scale_to_float"}},
+        "mxfp8_dequantize_host", "e2m1_and_ufp8sf_scale_to_float", "mxfp4_quantize_cute_dsl",
+        "nvfp4_quantize_cute_dsl", "nvfp4_quantize_per_token_cute_dsl"}},
   };
   return v;
 }

@@ -120,4 +120,40 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
                              bool is_sf_swizzled_layout = true,
                              std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
 
+// ---- The CuTe-DSL entry points (flashinfer.quantization.kernels.*; upstream's SM100 kernels) ----
+// Each flattens the leading dims to M rows (outputs 2-D), takes sf_layout as an int (0 = 128x4,
+// 1 = 8x4, 2 = linear) and has upstream's zero rule: a block whose decoded scale is 0 (e4m3
+// rounding to 0; ue8m0 code 0) gets e2m1(x * 0), signed zeros. Otherwise the arithmetic is the
+// one above. Run on the CPU and on CUDA (any arch here; upstream's need SM100-class ptxas).
+// docs/GEMM_AND_QUANTIZATION.md, "CuTe-DSL quantizers".
+
+/// MXFP4 of fp16 / bf16 input [..., K], K % 32 == 0. Returns (uint8 [M, K/2], uint8 sf [M, K/32]
+/// linear or [round_up(M, 128 or 8), round_up(K/32, 4)] swizzled).
+std::tuple<Tensor, Tensor> mxfp4_quantize_cute_dsl(const Tensor& input, int64_t sf_layout = 0,
+                                                   std::optional<bool> enable_pdl = std::nullopt);
+
+/// MXFP8 of fp16 / bf16 / fp32 input [..., K], K % 32 == 0, padded with zero columns to
+/// round_up(K, alignment) (alignment a multiple of 32). Returns (float8_e4m3fn [M, padded_K],
+/// uint8 sf 1-D: 128x4, or 8x4 with is_sf_8x4_layout, or linear when not swizzled).
+std::tuple<Tensor, Tensor> mxfp8_quantize_cute_dsl(const Tensor& input,
+                                                   bool is_sf_swizzled_layout = true,
+                                                   int64_t alignment = 32,
+                                                   std::optional<bool> enable_pdl = std::nullopt,
+                                                   bool is_sf_8x4_layout = false);
+
+/// NVFP4 of fp16 / bf16 input [..., K], K % 16 == 0, with the encode scale global_scale (a float
+/// or a one-element tensor). Returns (uint8 [M, K/2], uint8 e4m3 sf, shaped as MXFP4's with
+/// K/16 columns). float8_e4m3fn input, which upstream takes, is refused (not implemented).
+std::tuple<Tensor, Tensor> nvfp4_quantize_cute_dsl(const Tensor& input, const Value& global_scale,
+                                                   int64_t sf_layout = 0,
+                                                   std::optional<bool> enable_pdl = std::nullopt);
+
+/// Per-token NVFP4 of a 2-D fp16 / bf16 input [M, K]: row r's scale is amax_r * global_scale_inv
+/// (a float or a one-element tensor; 0 for a zero row) and its blocks are NVFP4 with the encode
+/// scale 1 / that (FLT_MAX for a zero row). Returns (uint8 [M, K/2], uint8 e4m3 sf,
+/// float32 per_token_scale [M]): x ~= e2m1 * sf * per_token_scale.
+std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
+    const Tensor& input, const Value& global_scale_inv, int64_t sf_layout = 0,
+    std::optional<bool> enable_pdl = std::nullopt);
+
 }  // namespace flashinfer

@@ -22,6 +22,7 @@ namespace {
 inline float load(const Half* p) { return p->to_float(); }
 inline float load(const BFloat16* p) { return p->to_float(); }
 inline float load(const Float8E4M3FN* p) { return p->to_float(); }
+inline float load(const float* p) { return *p; }
 
 // The row kernels are written once with fixed block sizes and unit-stride scratch so the
 // compiler vectorizes them, and instantiated three times: for the baseline target (SSE2), and
@@ -76,7 +77,9 @@ template <class T, int kVec>
     p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = sf_code;
     // Codes first (a straight loop the compiler vectorizes), then the nibble packing.
     uint8_t c[kVec];
-    if (p.ue8m0) {
+    if (p.cute_dsl_zero && (p.ue8m0 ? sf_code == 0 : sf_val == 0.0f)) {
+      for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] * 0.0f);
+    } else if (p.ue8m0) {
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] / sf_val);
     } else if (sf_val != 0.0f) {
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits((v[i] * gs) / sf_val);
@@ -177,7 +180,25 @@ void fp4_rows(const Fp4QuantizeParams& p, float gs, CpuIsa isa) {
 #else
   (void)isa;
 #endif
-  for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) { fn(p, gs, r0, r1); });
+  if (!p.per_token_scale) {
+    for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) { fn(p, gs, r0, r1); });
+    return;
+  }
+  // Per token: each row's amax (NaN ignored, as the blocks') sets its own global scale.
+  const float gsi = p.per_token_gsi ? *p.per_token_gsi : p.per_token_gsi_value;
+  for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < p.k; ++i) {
+        const float a = std::fabs(load(x + i * p.in_stride_k));
+        amax = a > amax ? a : amax;
+      }
+      const PerTokenScales s = nvfp4_per_token_scales(amax, gsi);
+      p.per_token_scale[r] = s.scale;
+      fn(p, s.encode, r, r + 1);
+    }
+  });
 }
 
 template <class T>
@@ -210,8 +231,8 @@ void fp4_quantize_with(const Fp4QuantizeParams& p, CpuIsa isa) {
 void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, CpuIsa isa) {
   isa = std::min(isa, detected_cpu_isa());
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
-  dispatch_dtype<CpuElements, kFloat16, kBFloat16>(p.in_dtype, "mxfp8_quantize", "input",
-                                                   [&]<class T>() { mxfp8_rows<T>(p, isa); });
+  dispatch_dtype<CpuElements, kFloat16, kBFloat16, kFloat32>(
+      p.in_dtype, "mxfp8_quantize", "input", [&]<class T>() { mxfp8_rows<T>(p, isa); });
 }
 
 void block_dequantize(const BlockDequantizeParams& p) {

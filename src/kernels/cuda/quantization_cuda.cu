@@ -12,6 +12,7 @@ constexpr int kQuantThreads = 128;  // threads per block of the vector (grid-str
 // Element loads, exact to fp32. FP8 inputs decode through the same formula as the CPU table.
 __device__ __forceinline__ float load_elem(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ float load_elem(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load_elem(const float* p) { return *p; }
 __device__ __forceinline__ float load_elem(const __nv_fp8_e4m3* p) {
   return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(p->__x);
 }
@@ -27,22 +28,26 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t code) {
 struct Fp4Scale {
   uint8_t code;
   float sf;
+  bool zero;  // the CuTe-DSL zero rule applies: the codes are e2m1(v * 0)
 };
 __device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p) {
   const float gs = p.global_scale ? *p.global_scale : 1.0f;
   return p.global_scale_inversed ? __fdiv_rn(1.0f, gs) : gs;
 }
-__device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0) {
+// cute_zero: Fp4QuantizeParams::cute_dsl_zero (a zero decoded scale, ue8m0 code 0 included).
+__device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0, bool cute_zero) {
   if (ue8m0) {
     const uint8_t code = ue8m0_round_up(__fdiv_rn(amax, 6.0f));
-    return {code, ue8m0_to_float(code)};
+    return {code, ue8m0_to_float(code), cute_zero && code == 0};
   }
   const uint8_t code = float_to_e4m3fn_bits(__fdiv_rn(__fmul_rn(gs, amax), 6.0f), true);
-  return {code, e4m3_to_float(code)};
+  const float sf = e4m3_to_float(code);
+  return {code, sf, cute_zero && sf == 0.0f};
 }
-__device__ __forceinline__ uint8_t fp4_code(float v, float gs, float sf, bool ue8m0) {
-  if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, sf));
-  return float_to_e2m1_bits(sf != 0.0f ? __fdiv_rn(__fmul_rn(v, gs), sf) : 0.0f);
+__device__ __forceinline__ uint8_t fp4_code(float v, float gs, const Fp4Scale& s, bool ue8m0) {
+  if (s.zero) return float_to_e2m1_bits(__fmul_rn(v, 0.0f));
+  if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, s.sf));
+  return float_to_e2m1_bits(s.sf != 0.0f ? __fdiv_rn(__fmul_rn(v, gs), s.sf) : 0.0f);
 }
 
 // N elements of T from a 16-byte aligned, unit-stride block: every 16-byte load is issued before
@@ -95,12 +100,12 @@ __global__ void fp4_quantize_strided_kernel(Fp4QuantizeParams p) {
     // register array would live in local memory.
     float amax = 0.0f;
     for (int i = 0; i < vec; ++i) amax = fmaxf(amax, fabsf(load_elem(x + i * p.in_stride_k)));
-    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0);
+    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0, p.cute_dsl_zero);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
     uint8_t* q = p.out + r * (p.k / 2) + b * vec / 2;
     for (int i = 0; i < vec; i += 2) {
-      q[i / 2] = pack_e2m1x2(fp4_code(load_elem(x + i * p.in_stride_k), gs, s.sf, p.ue8m0),
-                             fp4_code(load_elem(x + (i + 1) * p.in_stride_k), gs, s.sf, p.ue8m0));
+      q[i / 2] = pack_e2m1x2(fp4_code(load_elem(x + i * p.in_stride_k), gs, s, p.ue8m0),
+                             fp4_code(load_elem(x + (i + 1) * p.in_stride_k), gs, s, p.ue8m0));
     }
   }
   pdl_launch_dependents();
@@ -123,17 +128,83 @@ __global__ void __launch_bounds__(kQuantThreads) fp4_quantize_kernel(Fp4Quantize
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0);
+    const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0, p.cute_dsl_zero);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
     uint8_t q[VEC / 2];
 #pragma unroll
     for (int i = 0; i < VEC; i += 2) {
-      q[i / 2] =
-          pack_e2m1x2(fp4_code(v[i], gs, s.sf, p.ue8m0), fp4_code(v[i + 1], gs, s.sf, p.ue8m0));
+      q[i / 2] = pack_e2m1x2(fp4_code(v[i], gs, s, p.ue8m0), fp4_code(v[i + 1], gs, s, p.ue8m0));
     }
     store_bytes(p.out + r * (p.k / 2) + b * (VEC / 2), q);
   }
   pdl_launch_dependents();
+}
+
+// Per-token NVFP4 (Fp4QuantizeParams::per_token_scale): one block a row, as upstream's. The row's
+// amax (NaN ignored, like the blocks') by a block reduction, its scales
+// (nvfp4_per_token_scales), then the row's 16-element blocks by the threads in turn (the second
+// pass reads the row again, from L1 / L2). VEC: unit-stride rows on 16-byte boundaries, loaded
+// 16 bytes at a time (the strided form, named apart for the SASS rule, loads elements).
+constexpr int kPerTokenThreads = 128;
+template <class T, bool VEC>
+__device__ __forceinline__ void per_token_block(const Fp4QuantizeParams& p, const T* x, int64_t b,
+                                                float* v) {
+  if constexpr (VEC) {
+    load_block<T, 16>(x + b * 16, v);
+  } else {
+    FLASHINFER_UNROLL
+    for (int i = 0; i < 16; ++i) v[i] = load_elem(x + (b * 16 + i) * p.in_stride_k);
+  }
+}
+template <class T, bool VEC>
+__device__ __forceinline__ void nvfp4_per_token_row(const Fp4QuantizeParams& p) {
+  pdl_wait();
+  __shared__ float part[kPerTokenThreads / 32];
+  const int64_t r = blockIdx.x;
+  const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m;
+  const int64_t sf_cols = p.k / 16;
+  float v[16];
+  float amax = 0.0f;
+  for (int64_t b = threadIdx.x; b < sf_cols; b += blockDim.x) {
+    per_token_block<T, VEC>(p, x, b, v);
+    FLASHINFER_UNROLL
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  }
+  FLASHINFER_UNROLL
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = part[0];
+  FLASHINFER_UNROLL
+  for (int w = 1; w < kPerTokenThreads / 32; ++w) amax = fmaxf(amax, part[w]);
+  const float gsi = p.per_token_gsi ? *p.per_token_gsi : p.per_token_gsi_value;
+  const PerTokenScales sc = nvfp4_per_token_scales(amax, gsi);
+  if (threadIdx.x == 0) p.per_token_scale[r] = sc.scale;
+  for (int64_t b = threadIdx.x; b < sf_cols; b += blockDim.x) {
+    per_token_block<T, VEC>(p, x, b, v);
+    float bmax = 0.0f;
+    FLASHINFER_UNROLL
+    for (int i = 0; i < 16; ++i) bmax = fmaxf(bmax, fabsf(v[i]));
+    const Fp4Scale s = fp4_scale(bmax, sc.encode, false, p.cute_dsl_zero);
+    p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
+    uint8_t q[8];
+    FLASHINFER_UNROLL
+    for (int i = 0; i < 16; i += 2) {
+      q[i / 2] =
+          pack_e2m1x2(fp4_code(v[i], sc.encode, s, false), fp4_code(v[i + 1], sc.encode, s, false));
+    }
+    store_bytes(p.out + r * (p.k / 2) + b * 8, q);
+  }
+  pdl_launch_dependents();
+}
+template <class T>
+__global__ void __launch_bounds__(kPerTokenThreads) nvfp4_per_token_kernel(Fp4QuantizeParams p) {
+  nvfp4_per_token_row<T, true>(p);
+}
+template <class T>
+__global__ void __launch_bounds__(kPerTokenThreads)
+    nvfp4_per_token_strided_kernel(Fp4QuantizeParams p) {
+  nvfp4_per_token_row<T, false>(p);
 }
 
 template <class T>
@@ -231,6 +302,18 @@ void fp4_quantize(const Fp4QuantizeParams& p, void* stream, bool enable_pdl) {
   // Padding of the swizzled layouts must read as zero.
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / p.sf_vec_size);
+  if (p.per_token_scale) {
+    FLASHINFER_CHECK(p.sf_vec_size == 16 && p.m <= 0x7fffffff, op, "input",
+                     "per-token NVFP4 takes blocks of 16 and at most 2^31 - 1 rows");
+    if (p.m == 0) return;
+    dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.in_dtype, op, "input", [&]<class T>() {
+      const bool vec =
+          quant_vectorizable(p.input, p.m, p.in_stride_m, p.in_stride_k, sizeof(T), p.out);
+      launch_kernel(op, vec ? nvfp4_per_token_kernel<T> : nvfp4_per_token_strided_kernel<T>,
+                    dim3(static_cast<unsigned>(p.m)), dim3(kPerTokenThreads), 0, s, enable_pdl, p);
+    });
+    return;
+  }
   dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
       p.in_dtype, op, "input", [&]<class T>() {
         const bool vec =
@@ -251,13 +334,14 @@ void mxfp8_quantize(const Mxfp8QuantizeParams& p, void* stream, bool enable_pdl)
   const char* op = "mxfp8_quantize";
   FLASHINFER_CUDA_CALL(op, cudaMemsetAsync(p.sf, 0, static_cast<size_t>(p.sf_size), s));
   const int64_t n = p.m * (p.k / 32);
-  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(p.in_dtype, op, "input", [&]<class T>() {
-    if (quant_vectorizable(p.input, p.m, p.in_stride_m, p.in_stride_k, sizeof(T), p.out)) {
-      launch_resident(op, mxfp8_quantize_kernel<T>, p, n, s, enable_pdl);
-    } else {
-      launch(op, mxfp8_quantize_strided_kernel<T>, p, n, s, enable_pdl);
-    }
-  });
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat32>(
+      p.in_dtype, op, "input", [&]<class T>() {
+        if (quant_vectorizable(p.input, p.m, p.in_stride_m, p.in_stride_k, sizeof(T), p.out)) {
+          launch_resident(op, mxfp8_quantize_kernel<T>, p, n, s, enable_pdl);
+        } else {
+          launch(op, mxfp8_quantize_strided_kernel<T>, p, n, s, enable_pdl);
+        }
+      });
 }
 
 void block_scale_interleave(const BlockScaleInterleaveParams& p, void* stream) {

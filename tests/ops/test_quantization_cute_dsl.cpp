@@ -1,0 +1,265 @@
+// The CuTe-DSL quantizer entry points (flashinfer.quantization.kernels.*): where their scales are
+// non-zero they equal the CUDA-path ops byte for byte (mxfp4_quantize, nvfp4_quantize,
+// mxfp8_quantize); their own rules checked by hand: 2-D outputs of flattened rows, the zero rule
+// (a zero decoded scale gives e2m1(x * 0): signed zeros), fp32 MXFP8 input and K padding, the
+// per-token scales; bad input by name; record / replay; CUDA against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "flashinfer/flashinfer.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
+
+namespace flashinfer::testing {
+namespace {
+
+constexpr DType kBf = DType::kBFloat16;
+
+std::vector<uint8_t> bytes(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
+}
+
+Tensor scalar(double v) { return Tensor::from_vector({v}, {1}, DType::kFloat32); }
+
+// Values in [-4, 4) away from zero: every block's scale is a normal e4m3 / ue8m0 > 0.
+Tensor input(Shape shape, DType dt, uint64_t seed) {
+  Tensor t = rand_tensor(shape, DType::kFloat32, seed, 0.25, 4.0);
+  Tensor sign = rand_tensor(shape, DType::kFloat32, seed + 1, -1.0, 1.0);
+  float* v = t.data<float>();
+  const float* s = sign.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = s[i] < 0 ? -v[i] : v[i];
+  return t.to(dt);
+}
+
+TEST(Mxfp4QuantizeCuteDsl, EqualsMxfp4QuantizeWhereScalesAreNonZero) {
+  const Tensor x = input({2, 3, 64}, kBf, 1);  // leading dims flattened: 6 rows
+  for (int64_t layout : {0, 1, 2}) {
+    auto [q, sf] = mxfp4_quantize_cute_dsl(x, layout);
+    auto [q2, sf2] =
+        mxfp4_quantize(x.reshape({6, 64}), "cuda", std::nullopt, static_cast<SfLayout>(layout));
+    EXPECT_EQ(q.shape(), (Shape{6, 32}));
+    EXPECT_EQ(sf.shape(), layout == 0   ? (Shape{128, 4})
+                          : layout == 1 ? (Shape{8, 4})
+                                        : (Shape{6, 2}));
+    EXPECT_EQ(bytes(q), bytes(q2)) << layout;
+    EXPECT_EQ(bytes(sf), bytes(sf2)) << layout;
+  }
+}
+
+// A block whose scale code is 0 (amax / 6 at most 2^-127): upstream's CuTe-DSL kernel multiplies
+// by an inverse scale of 0 (codes +0 / -0: 0x0 / 0x8), where mxfp4_quantize divides by 2^-127:
+// 2e-38 / 2^-127 = 3.4, code 5 (3.0).
+TEST(Mxfp4QuantizeCuteDsl, ZeroScaleCodeGivesSignedZeros) {
+  std::vector<double> v(64);
+  for (int i = 0; i < 32; ++i) v[i] = (i % 2 ? -1.0 : 1.0) * 2e-38;  // block 0: code 0
+  for (int i = 32; i < 64; ++i) v[i] = 0.5 * ((i % 7) - 3);          // block 1: amax 1.5
+  const Tensor x = Tensor::from_vector(v, {1, 64}, DType::kFloat32).to(kBf);
+  auto [q, sf] = mxfp4_quantize_cute_dsl(x, 2);
+  auto [q2, sf2] = mxfp4_quantize(x, "cuda", std::nullopt, SfLayout::layout_linear);
+  const auto b = bytes(q), b2 = bytes(q2);
+  EXPECT_EQ(bytes(sf)[0], 0);
+  for (int t = 0; t < 16; ++t) EXPECT_EQ(b[t], 0x80) << t;  // +0 low nibble, -0 high nibble
+  EXPECT_EQ(b2[0], 0xD5);                                   // the CUDA path's: 3.0 and -3.0
+  for (int t = 16; t < 32; ++t) EXPECT_EQ(b[t], b2[t]) << t;
+  EXPECT_EQ(bytes(sf), bytes(sf2));
+}
+
+TEST(Nvfp4QuantizeCuteDsl, EqualsNvfp4QuantizeWhereScalesAreNonZero) {
+  const Tensor x = input({5, 48}, DType::kFloat16, 3);
+  const double gs = 448.0 * 6.0 / 4.0;
+  for (int64_t layout : {0, 1, 2}) {
+    auto [q, sf] = nvfp4_quantize_cute_dsl(x, Value(gs), layout);
+    auto [qt, sft] = nvfp4_quantize_cute_dsl(x, Value(scalar(gs)), layout);
+    auto [q2, sf2] = nvfp4_quantize(x, scalar(gs), static_cast<SfLayout>(layout));
+    EXPECT_EQ(bytes(q), bytes(q2)) << layout;
+    EXPECT_EQ(bytes(sf), bytes(sf2)) << layout;
+    EXPECT_EQ(sf.shape(), sf2.shape());
+    EXPECT_EQ(bytes(qt), bytes(q));
+    EXPECT_EQ(bytes(sft), bytes(sf));
+  }
+}
+
+// gs * amax / 6 below e4m3's smallest subnormal half (2^-10): the scale byte is 0 on both paths;
+// the CuTe-DSL one writes e2m1(x * 0), so negative values give 0x8 where nvfp4_quantize gives 0.
+TEST(Nvfp4QuantizeCuteDsl, ZeroDecodedScaleGivesSignedZeros) {
+  std::vector<double> v(32, 0.0);
+  for (int i = 0; i < 16; ++i) v[i] = -0.001;  // gs 1: 0.001 / 6 < 2^-10
+  for (int i = 16; i < 32; ++i) v[i] = i % 2 ? 3.0 : -1.5;
+  const Tensor x = Tensor::from_vector(v, {1, 32}, kBf);
+  auto [q, sf] = nvfp4_quantize_cute_dsl(x, Value(1.0), 2);
+  auto [q2, sf2] = nvfp4_quantize(x, scalar(1.0), SfLayout::layout_linear);
+  EXPECT_EQ(bytes(sf), bytes(sf2));
+  EXPECT_EQ(bytes(sf)[0], 0);
+  for (int t = 0; t < 8; ++t) {
+    EXPECT_EQ(bytes(q)[t], 0x88) << t;
+    EXPECT_EQ(bytes(q2)[t], 0x00) << t;
+  }
+  for (int t = 8; t < 16; ++t) EXPECT_EQ(bytes(q)[t], bytes(q2)[t]);
+}
+
+// Per token: row r's scale is amax_r * gsi and its blocks are NVFP4 with the encode scale
+// 1 / that: the same bytes as nvfp4_quantize_cute_dsl of the row with that global scale. A zero
+// row has scale 0, zero scale bytes and zero codes.
+TEST(Nvfp4QuantizePerTokenCuteDsl, RowScalesAndBlocks) {
+  Tensor x = input({4, 64}, kBf, 5);
+  auto* xv = static_cast<uint16_t*>(x.data_ptr());
+  for (int i = 0; i < 64; ++i) xv[2 * 64 + i] = 0;  // row 2 is zero
+  const float gsi = 1.0f / (448.0f * 6.0f);
+  auto [q, sf, scale] = nvfp4_quantize_per_token_cute_dsl(x, Value(static_cast<double>(gsi)), 2);
+  ASSERT_EQ(scale.shape(), (Shape{4}));
+  EXPECT_EQ(scale.dtype(), DType::kFloat32);
+  const auto qb = bytes(q), sb = bytes(sf);
+  for (int64_t r = 0; r < 4; ++r) {
+    const Tensor row = x.slice(0, r, r + 1);
+    float amax = 0.0f;
+    for (double e : row.to_double_vector()) amax = std::max(amax, static_cast<float>(std::fabs(e)));
+    const float expect = amax == 0.0f ? 0.0f : amax * gsi;
+    EXPECT_EQ(scale.data<float>()[r], expect) << r;
+    if (amax == 0.0f) {
+      for (int t = 0; t < 32; ++t) EXPECT_EQ(qb[r * 32 + t], 0) << t;
+      for (int t = 0; t < 4; ++t) EXPECT_EQ(sb[r * 4 + t], 0) << t;
+      continue;
+    }
+    auto [qr, sfr] = nvfp4_quantize_cute_dsl(row, Value(static_cast<double>(1.0f / expect)), 2);
+    const auto qrb = bytes(qr), srb = bytes(sfr);
+    for (int t = 0; t < 32; ++t) EXPECT_EQ(qb[r * 32 + t], qrb[t]) << r << " " << t;
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(sb[r * 4 + t], srb[t]) << r << " " << t;
+  }
+  // The inverse scale as a tensor: the same bytes; the swizzled layouts place the same scales.
+  auto [q3, sf3, scale3] = nvfp4_quantize_per_token_cute_dsl(x, Value(scalar(gsi)), 2);
+  EXPECT_EQ(bytes(q3), qb);
+  EXPECT_EQ(bytes(scale3), bytes(scale));
+  auto [q4, sf4, scale4] = nvfp4_quantize_per_token_cute_dsl(x, Value(static_cast<double>(gsi)));
+  EXPECT_EQ(sf4.shape(), (Shape{128, 4}));
+  EXPECT_EQ(bytes(q4), qb);
+  EXPECT_EQ(bytes(sf4)[sf_layout_offset(SfLayout::layout_128x4, 3, 2, 4)], sb[3 * 4 + 2]);
+}
+
+TEST(Mxfp8QuantizeCuteDsl, EqualsMxfp8QuantizeAndPadsK) {
+  const Tensor x = input({3, 96}, kBf, 7);
+  auto [q, sf] = mxfp8_quantize_cute_dsl(x);
+  auto [q2, sf2] = mxfp8_quantize(x);
+  EXPECT_EQ(q.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(bytes(q), bytes(q2));
+  EXPECT_EQ(bytes(sf), bytes(sf2));
+  EXPECT_EQ(sf.dim(), 1);
+  // fp32 input holding the same bf16 values: the same bytes.
+  auto [qf, sff] = mxfp8_quantize_cute_dsl(x.to(DType::kFloat32), false);
+  auto [ql, sfl] = mxfp8_quantize(x, false);
+  EXPECT_EQ(bytes(qf), bytes(ql));
+  EXPECT_EQ(bytes(sff), bytes(sfl));
+  // alignment 64: K 96 -> 128, the padding block all zero with scale code 0.
+  auto [qp, sfp] = mxfp8_quantize_cute_dsl(x, false, 64);
+  ASSERT_EQ(qp.shape(), (Shape{3, 128}));
+  ASSERT_EQ(sfp.shape(), (Shape{12}));
+  const auto qpb = bytes(qp), sfpb = bytes(sfp), qlb = bytes(ql), sflb = bytes(sfl);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 128; ++c) {
+      EXPECT_EQ(qpb[r * 128 + c], c < 96 ? qlb[r * 96 + c] : 0) << r << " " << c;
+    }
+    for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(sfpb[r * 4 + b], b < 3 ? sflb[r * 3 + b] : 0);
+  }
+  // 8x4 on the CPU too (the CUDA-path op refuses it there, as upstream's host kernel does).
+  auto [q8, sf8] = mxfp8_quantize_cute_dsl(x.reshape({1, 3, 96}), true, 32, std::nullopt, true);
+  EXPECT_EQ(q8.shape(), (Shape{3, 96}));
+  EXPECT_EQ(sf8.numel(), 8 * 4);
+  EXPECT_EQ(bytes(q8), bytes(q2));
+}
+
+TEST(QuantizeCuteDsl, EmptyInputGivesEmptyOutputs) {
+  const Tensor x = Tensor::empty({0, 64}, kBf);
+  auto [q, sf] = mxfp4_quantize_cute_dsl(x);
+  EXPECT_EQ(q.shape(), (Shape{0, 32}));
+  EXPECT_EQ(sf.numel(), 0);
+  auto [q8, sf8] = mxfp8_quantize_cute_dsl(x);
+  EXPECT_EQ(q8.shape(), (Shape{0, 64}));
+  EXPECT_EQ(sf8.numel(), 0);
+  auto [qn, sfn, sc] = nvfp4_quantize_per_token_cute_dsl(x, Value(1.0));
+  EXPECT_EQ(sc.numel(), 0);
+}
+
+TEST(QuantizeCuteDsl, BadInputNamesOpAndArgument) {
+  const Tensor x = input({2, 64}, kBf, 9);
+  EXPECT_FI_ERROR(mxfp4_quantize_cute_dsl(x, 3), "mxfp4_quantize_cute_dsl", "sf_layout");
+  EXPECT_FI_ERROR(mxfp4_quantize_cute_dsl(x.to(DType::kFloat32)), "mxfp4_quantize_cute_dsl",
+                  "input");
+  EXPECT_FI_ERROR(mxfp4_quantize_cute_dsl(input({2, 48}, kBf, 1)), "mxfp4_quantize_cute_dsl",
+                  "input");
+  EXPECT_FI_ERROR(nvfp4_quantize_cute_dsl(input({2, 40}, kBf, 1), Value(1.0)),
+                  "nvfp4_quantize_cute_dsl", "input");
+  EXPECT_FI_ERROR(nvfp4_quantize_cute_dsl(x, Value(std::string("one"))), "nvfp4_quantize_cute_dsl",
+                  "global_scale");
+  EXPECT_FI_ERROR(nvfp4_quantize_cute_dsl(x.to(DType::kFloat8E4M3FN), Value(1.0)),
+                  "nvfp4_quantize_cute_dsl", "input");
+  EXPECT_FI_ERROR(nvfp4_quantize_per_token_cute_dsl(x.reshape({1, 2, 64}), Value(1.0)),
+                  "nvfp4_quantize_per_token_cute_dsl", "input");
+  EXPECT_FI_ERROR(nvfp4_quantize_per_token_cute_dsl(
+                      x, Value(Tensor::from_vector({1.0, 2.0}, {2}, DType::kFloat32))),
+                  "nvfp4_quantize_per_token_cute_dsl", "global_scale_inv");
+  EXPECT_FI_ERROR(mxfp8_quantize_cute_dsl(x, true, 48), "mxfp8_quantize_cute_dsl", "alignment");
+  EXPECT_FI_ERROR(mxfp8_quantize_cute_dsl(input({2, 40}, kBf, 1)), "mxfp8_quantize_cute_dsl",
+                  "input");
+}
+
+TEST(QuantizeCuteDslReplay, DumpsReplay) {
+  const int n = dump_replay_all("qcute", [] {
+    const Tensor x = input({3, 64}, kBf, 11);
+    (void)mxfp4_quantize_cute_dsl(x, 1);
+    (void)mxfp8_quantize_cute_dsl(x, true, 64);
+    (void)nvfp4_quantize_cute_dsl(x, Value(scalar(200.0)));
+    (void)nvfp4_quantize_per_token_cute_dsl(x, Value(1.0 / 2688.0), 0);
+  });
+  EXPECT_EQ(n, 4);
+}
+
+// ---- CUDA: the same bytes as the CPU ------------------------------------------------------------
+
+TEST(QuantizeCuteDslCuda, MatchesCpuBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda(0);
+  for (DType dt : {kBf, DType::kFloat16}) {
+    Tensor x = input({130, 256}, dt, 13);
+    // Tiny blocks (zero scales) and a zero row among them.
+    auto* xv = static_cast<uint16_t*>(x.data_ptr());
+    for (int i = 0; i < 32; ++i) xv[5 * 256 + i] = 0x8001;  // -smallest subnormal
+    for (int i = 0; i < 256; ++i) xv[7 * 256 + i] = 0;
+    const Tensor xg = x.to(g);
+    for (int64_t layout : {0, 1, 2}) {
+      auto [qc, sfc] = mxfp4_quantize_cute_dsl(x, layout);
+      auto [qg, sfg] = mxfp4_quantize_cute_dsl(xg, layout);
+      EXPECT_EQ(bytes(qg), bytes(qc)) << layout;
+      EXPECT_EQ(bytes(sfg), bytes(sfc)) << layout;
+      auto [nc, nsc] = nvfp4_quantize_cute_dsl(x, Value(700.0), layout);
+      auto [ng, nsg] = nvfp4_quantize_cute_dsl(xg, Value(scalar(700.0).to(g)), layout);
+      EXPECT_EQ(bytes(ng), bytes(nc)) << layout;
+      EXPECT_EQ(bytes(nsg), bytes(nsc)) << layout;
+      auto [pc, psc, sc] = nvfp4_quantize_per_token_cute_dsl(x, Value(1.0 / 2688.0), layout);
+      auto [pg, psg, sg] = nvfp4_quantize_per_token_cute_dsl(xg, Value(1.0 / 2688.0), layout);
+      EXPECT_EQ(bytes(pg), bytes(pc)) << layout;
+      EXPECT_EQ(bytes(psg), bytes(psc)) << layout;
+      EXPECT_EQ(bytes(sg), bytes(sc)) << layout;
+    }
+    for (bool swz : {true, false}) {
+      auto [mc, msc] = mxfp8_quantize_cute_dsl(x.to(DType::kFloat32), swz, 64);
+      auto [mg, msg] = mxfp8_quantize_cute_dsl(xg.to(DType::kFloat32), swz, 64);
+      EXPECT_EQ(bytes(mg), bytes(mc)) << swz;
+      EXPECT_EQ(bytes(msg), bytes(msc)) << swz;
+    }
+  }
+  // A strided view (the element-load kernels) on the per-token path.
+  const Tensor wide = input({16, 512}, kBf, 17);
+  const Tensor view = wide.slice(1, 0, 256);
+  auto [pc, psc, sc] = nvfp4_quantize_per_token_cute_dsl(view, Value(1.0 / 2688.0));
+  auto [pg, psg, sg] =
+      nvfp4_quantize_per_token_cute_dsl(to_keep_layout(view, g), Value(1.0 / 2688.0));
+  EXPECT_EQ(bytes(pg), bytes(pc));
+  EXPECT_EQ(bytes(sg), bytes(sc));
+}
+
+}  // namespace
+}  // namespace flashinfer::testing
