@@ -241,6 +241,130 @@ int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols) {
 
 // ---- public ops --------------------------------------------------------------------------------
 
+// ---- the CuTe-DSL entry points ------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kMxfp4CuteModule = "flashinfer.quantization.kernels.mxfp4_quantize";
+constexpr const char* kMxfp8CuteModule = "flashinfer.quantization.kernels.mxfp8_quantize";
+constexpr const char* kNvfp4CuteModule = "flashinfer.quantization.kernels.nvfp4_quantize";
+
+SfLayoutCode cute_layout(int64_t sf_layout, const char* op) {
+  FLASHINFER_CHECK(sf_layout >= 0 && sf_layout <= 2, op, "sf_layout",
+                   "sf_layout must be one of (0, 1, 2), got ", sf_layout);
+  return static_cast<SfLayoutCode>(sf_layout);
+}
+
+// [..., K] as [M, K] (upstream flattens the leading dims and returns 2-D outputs).
+Tensor cute_rows(const Tensor& input, const char* op) {
+  api::check_defined(input, op, "input");
+  FLASHINFER_CHECK(input.dim() >= 1, op, "input", "expected a tensor of rank >= 1, got a scalar");
+  return input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+}
+
+// A float or a one-element tensor as fp32 on `device` (a scalar becomes a one-element tensor).
+Tensor cute_scale(const Value& v, Device device, const char* op, const char* arg) {
+  if (v.is_tensor()) return fp32_scalar(v.as_tensor(), device, op, arg);
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kFloat || v.kind() == Value::Kind::kInt, op, arg,
+                   "expected a float or a one-element tensor, got ", v.repr());
+  return Tensor::full(
+      {1}, v.kind() == Value::Kind::kFloat ? v.as_float() : static_cast<double>(v.as_int()),
+      DType::kFloat32, device);
+}
+
+// The FP4 entry points: rows x [M, K], blocks of `vec`, the scale buffer shaped as upstream
+// reshapes it ([M, K/vec] linear, else [padded rows, round_up(K/vec, 4)]).
+struct CuteFp4 {
+  Tensor q, sf;
+  kernels::Fp4QuantizeParams p;
+};
+CuteFp4 cute_fp4_outputs(const Tensor& x, int64_t vec, SfLayoutCode code) {
+  const int64_t m = x.size(0), k = x.size(1), cols = k / vec;
+  CuteFp4 r;
+  r.q = Tensor::empty({m, k / 2}, DType::kUInt8, x.device());
+  const int64_t size = kernels::sf_buffer_size(code, m, cols);
+  const int64_t cols4 = quantization_round_up(cols, 4);
+  r.sf = Tensor::empty(
+      code == SfLayoutCode::kLinear || m == 0 ? Shape{m, cols} : Shape{size / cols4, cols4},
+      DType::kUInt8, x.device());
+  r.p = api::quantize_params<kernels::Fp4QuantizeParams>(x, r.q, r.sf, code);
+  r.p.sf_vec_size = static_cast<int>(vec);
+  r.p.cute_dsl_zero = true;
+  return r;
+}
+
+}  // namespace
+
+namespace {
+
+std::tuple<Tensor, Tensor> mxfp4_cute_impl(const char* op, const Tensor& input, int64_t sf_layout,
+                                           std::optional<bool> enable_pdl) {
+  const SfLayoutCode code = cute_layout(sf_layout, op);
+  const Tensor x = cute_rows(input, op);
+  FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16, op, "input",
+                   "Input dtype must be float16 or bfloat16, got ", dtype_torch_name(x.dtype()));
+  FLASHINFER_CHECK(x.size(1) % 32 == 0, op, "input", "K (", x.size(1),
+                   ") must be divisible by MXFP4_SF_VEC_SIZE=32");
+  CuteFp4 r = cute_fp4_outputs(x, 32, code);
+  r.p.ue8m0 = true;
+  if (x.size(0) > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+  return {r.q, r.sf};
+}
+
+std::tuple<Tensor, Tensor> nvfp4_cute_impl(const char* op, const Tensor& input,
+                                           const Value& global_scale, int64_t sf_layout,
+                                           std::optional<bool> enable_pdl) {
+  const SfLayoutCode code = cute_layout(sf_layout, op);
+  const Tensor x = cute_rows(input, op);
+  FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
+                       x.dtype() == DType::kFloat8E4M3FN,
+                   op, "input",
+                   "Input dtype must be one of (torch.float16, torch.bfloat16, "
+                   "torch.float8_e4m3fn), got ",
+                   dtype_torch_name(x.dtype()));
+  FLASHINFER_CHECK_CODE(x.dtype() != DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op, "input",
+                        "float8_e4m3fn input (upstream first rescales it into half by 6 / "
+                        "global_scale) is not implemented in flashinfer-cpp");
+  FLASHINFER_CHECK(x.size(1) % 16 == 0, op, "input", "K (", x.size(1),
+                   ") must be divisible by NVFP4_SF_VEC_SIZE=16");
+  const Tensor gs = cute_scale(global_scale, x.device(), op, "global_scale");
+  CuteFp4 r = cute_fp4_outputs(x, 16, code);
+  r.p.global_scale = gs.data<float>();
+  if (x.size(0) > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+  return {r.q, r.sf};
+}
+
+std::tuple<Tensor, Tensor> mxfp8_cute_impl(const char* op, const Tensor& input,
+                                           bool is_sf_swizzled_layout, int64_t alignment,
+                                           std::optional<bool> enable_pdl, bool is_sf_8x4_layout) {
+  const Tensor x = cute_rows(input, op);
+  FLASHINFER_CHECK(
+      x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 || x.dtype() == DType::kFloat32,
+      op, "input", "Input dtype must be float16, bfloat16, or float32, got ",
+      dtype_torch_name(x.dtype()));
+  FLASHINFER_CHECK(alignment > 0 && alignment % 32 == 0, op, "alignment",
+                   "alignment must be divisible by SF_VEC_SIZE=32");
+  const int64_t m = x.size(0), k = x.size(1);
+  FLASHINFER_CHECK(k % 32 == 0, op, "input", "K (", k, ") must be divisible by SF_VEC_SIZE=32");
+  const int64_t padded_k = quantization_round_up(k, alignment);
+  Tensor xp = x;
+  if (padded_k > k) {  // zero columns: their blocks quantize to 0 with scale code 0
+    xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
+    xp.slice(1, 0, k).copy_(x);
+  }
+  const SfLayoutCode code = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
+                            : is_sf_8x4_layout     ? SfLayoutCode::k8x4
+                                                   : SfLayoutCode::k128x4;
+  Tensor q = Tensor::empty({m, padded_k}, DType::kFloat8E4M3FN, x.device());
+  Tensor sf = Tensor::empty({m == 0 ? 0 : kernels::sf_buffer_size(code, m, padded_k / 32)},
+                            DType::kUInt8, x.device());
+  const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(xp, q, sf, code);
+  if (m > 0) api::launch(kMxfp8QuantizeKernels, p, x.device(), op, "input", enable_pdl);
+  return {q, sf};
+}
+
+}  // namespace
+
 std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tensor> global_scale,
                                         int64_t sf_vec_size, bool sf_use_ue8m0,
                                         bool is_sf_swizzled_layout, bool is_sf_8x4_layout,
@@ -254,6 +378,21 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
         const SfLayout layout = !is_sf_swizzled_layout ? SfLayout::layout_linear
                                 : is_sf_8x4_layout     ? SfLayout::layout_8x4
                                                        : SfLayout::layout_128x4;
+        if (backend == "cute-dsl") {
+          // Upstream's routing: NVFP4 (16, e4m3) or MXFP4 (32, ue8m0) to the CuTe-DSL entry
+          // points (2-D outputs, their zero rule); is_global_scale_inversed is not passed on.
+          if (sf_vec_size == 16 && !sf_use_ue8m0) {
+            FLASHINFER_CHECK(global_scale && global_scale->defined(), op, "global_scale",
+                             "the CuTe-DSL NVFP4 path needs a global_scale");
+            return nvfp4_cute_impl(op, input, Value(*global_scale), static_cast<int64_t>(layout),
+                                   enable_pdl);
+          }
+          FLASHINFER_CHECK(sf_vec_size == 32 && sf_use_ue8m0, op, "sf_vec_size",
+                           "CuTe-DSL backend does not support sf_vec_size=", sf_vec_size,
+                           " with sf_use_ue8m0=", sf_use_ue8m0 ? "True" : "False",
+                           ". Supported: (16, False) for NVFP4, (32, True) for MXFP4");
+          return mxfp4_cute_impl(op, input, static_cast<int64_t>(layout), enable_pdl);
+        }
         return fp4_quantize_impl(op, input, global_scale, sf_vec_size, sf_use_ue8m0, layout,
                                  is_global_scale_inversed, enable_pdl);
       },
@@ -278,7 +417,14 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
         FLASHINFER_CHECK(!expanded_idx_to_permuted_idx || !expanded_idx_to_permuted_idx->defined(),
                          op, "expanded_idx_to_permuted_idx",
                          "is only supported with per_token_activation=True");
+        const bool cute = backend == "cute-dsl";
+        FLASHINFER_CHECK(!cute || sf_vec_size == 16, op, "sf_vec_size",
+                         "CuTe-DSL backend only supports sf_vec_size=16, got ", sf_vec_size);
         if (!do_shuffle) {
+          if (cute) {
+            return nvfp4_cute_impl(op, a, Value(a_global_sf), static_cast<int64_t>(sfLayout),
+                                   enable_pdl);
+          }
           return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
                                    enable_pdl);
         }
@@ -297,8 +443,11 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
                          "of 4 * sf_vec_size (shuffle_matrix_sf_a's 128-row blocks of 4 scale "
                          "columns), got shape ",
                          shape_to_string(a.shape()));
-        auto [q, sf] = fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false,
-                                         SfLayout::layout_linear, false, enable_pdl);
+        auto [q, sf] =
+            cute ? nvfp4_cute_impl(op, a, Value(a_global_sf),
+                                   static_cast<int64_t>(SfLayout::layout_linear), enable_pdl)
+                 : fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false,
+                                     SfLayout::layout_linear, false, enable_pdl);
         Tensor sf_shuffled = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
         return std::tuple<Tensor, Tensor>{shuffle_matrix_a(q, 128), sf_shuffled};
       },
@@ -313,6 +462,9 @@ std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view back
         const char* op = "mxfp4_quantize";
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
+        if (backend == "cute-dsl") {
+          return mxfp4_cute_impl(op, a, static_cast<int64_t>(sfLayout), enable_pdl);
+        }
         api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, "a");
         return fp4_quantize_impl(op, a, std::nullopt, 32, true, sfLayout, false, enable_pdl);
       },
@@ -408,11 +560,15 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const char* op = "mxfp8_quantize";
         api::check_defined(input, op, "input");
         api::check_backend(op, backend, input.device());
-        FLASHINFER_CHECK(alignment == 32, op, "alignment", "must be the MXFP8 block size 32, got ",
-                         alignment);
         const SfLayout layout = sf_swizzle_layout       ? *sf_swizzle_layout
                                 : is_sf_swizzled_layout ? SfLayout::layout_128x4
                                                         : SfLayout::layout_linear;
+        if (backend == "cute-dsl") {  // upstream: sf_swizzle_layout overrides the boolean
+          return mxfp8_cute_impl(op, input, layout != SfLayout::layout_linear, alignment,
+                                 enable_pdl, layout == SfLayout::layout_8x4);
+        }
+        FLASHINFER_CHECK(alignment == 32, op, "alignment", "must be the MXFP8 block size 32, got ",
+                         alignment);
         FLASHINFER_CHECK(!(input.device().is_cpu() && layout == SfLayout::layout_8x4), op,
                          "sf_swizzle_layout",
                          "SfLayout.layout_8x4 is not supported for mxfp8 quantization on CPU");
@@ -465,111 +621,6 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
       input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
 }
 
-// ---- the CuTe-DSL entry points ------------------------------------------------------------------
-
-namespace {
-
-constexpr const char* kMxfp4CuteModule = "flashinfer.quantization.kernels.mxfp4_quantize";
-constexpr const char* kMxfp8CuteModule = "flashinfer.quantization.kernels.mxfp8_quantize";
-constexpr const char* kNvfp4CuteModule = "flashinfer.quantization.kernels.nvfp4_quantize";
-
-SfLayoutCode cute_layout(int64_t sf_layout, const char* op) {
-  FLASHINFER_CHECK(sf_layout >= 0 && sf_layout <= 2, op, "sf_layout",
-                   "sf_layout must be one of (0, 1, 2), got ", sf_layout);
-  return static_cast<SfLayoutCode>(sf_layout);
-}
-
-// [..., K] as [M, K] (upstream flattens the leading dims and returns 2-D outputs).
-Tensor cute_rows(const Tensor& input, const char* op) {
-  api::check_defined(input, op, "input");
-  FLASHINFER_CHECK(input.dim() >= 1, op, "input", "expected a tensor of rank >= 1, got a scalar");
-  return input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
-}
-
-// A float or a one-element tensor as fp32 on `device` (a scalar becomes a one-element tensor).
-Tensor cute_scale(const Value& v, Device device, const char* op, const char* arg) {
-  if (v.is_tensor()) return fp32_scalar(v.as_tensor(), device, op, arg);
-  FLASHINFER_CHECK(v.kind() == Value::Kind::kFloat || v.kind() == Value::Kind::kInt, op, arg,
-                   "expected a float or a one-element tensor, got ", v.repr());
-  return Tensor::full(
-      {1}, v.kind() == Value::Kind::kFloat ? v.as_float() : static_cast<double>(v.as_int()),
-      DType::kFloat32, device);
-}
-
-// The FP4 entry points: rows x [M, K], blocks of `vec`, the scale buffer shaped as upstream
-// reshapes it ([M, K/vec] linear, else [padded rows, round_up(K/vec, 4)]).
-struct CuteFp4 {
-  Tensor q, sf;
-  kernels::Fp4QuantizeParams p;
-};
-CuteFp4 cute_fp4_outputs(const Tensor& x, int64_t vec, SfLayoutCode code) {
-  const int64_t m = x.size(0), k = x.size(1), cols = k / vec;
-  CuteFp4 r;
-  r.q = Tensor::empty({m, k / 2}, DType::kUInt8, x.device());
-  const int64_t size = kernels::sf_buffer_size(code, m, cols);
-  const int64_t cols4 = quantization_round_up(cols, 4);
-  r.sf = Tensor::empty(
-      code == SfLayoutCode::kLinear || m == 0 ? Shape{m, cols} : Shape{size / cols4, cols4},
-      DType::kUInt8, x.device());
-  r.p = api::quantize_params<kernels::Fp4QuantizeParams>(x, r.q, r.sf, code);
-  r.p.sf_vec_size = static_cast<int>(vec);
-  r.p.cute_dsl_zero = true;
-  return r;
-}
-
-}  // namespace
-
-std::tuple<Tensor, Tensor> mxfp4_quantize_cute_dsl(const Tensor& input, int64_t sf_layout,
-                                                   std::optional<bool> enable_pdl) {
-  return call_op<&mxfp4_quantize_cute_dsl>(
-      [&]() -> std::tuple<Tensor, Tensor> {
-        const char* op = "mxfp4_quantize_cute_dsl";
-        const SfLayoutCode code = cute_layout(sf_layout, op);
-        const Tensor x = cute_rows(input, op);
-        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16, op, "input",
-                         "Input dtype must be float16 or bfloat16, got ",
-                         dtype_torch_name(x.dtype()));
-        FLASHINFER_CHECK(x.size(1) % 32 == 0, op, "input", "K (", x.size(1),
-                         ") must be divisible by MXFP4_SF_VEC_SIZE=32");
-        CuteFp4 r = cute_fp4_outputs(x, 32, code);
-        r.p.ue8m0 = true;
-        if (x.size(0) > 0)
-          api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
-        return {r.q, r.sf};
-      },
-      input, sf_layout, enable_pdl);
-}
-
-std::tuple<Tensor, Tensor> nvfp4_quantize_cute_dsl(const Tensor& input, const Value& global_scale,
-                                                   int64_t sf_layout,
-                                                   std::optional<bool> enable_pdl) {
-  return call_op<&nvfp4_quantize_cute_dsl>(
-      [&]() -> std::tuple<Tensor, Tensor> {
-        const char* op = "nvfp4_quantize_cute_dsl";
-        const SfLayoutCode code = cute_layout(sf_layout, op);
-        const Tensor x = cute_rows(input, op);
-        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
-                             x.dtype() == DType::kFloat8E4M3FN,
-                         op, "input",
-                         "Input dtype must be one of (torch.float16, torch.bfloat16, "
-                         "torch.float8_e4m3fn), got ",
-                         dtype_torch_name(x.dtype()));
-        FLASHINFER_CHECK_CODE(x.dtype() != DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op,
-                              "input",
-                              "float8_e4m3fn input (upstream first rescales it into half by 6 / "
-                              "global_scale) is not implemented in flashinfer-cpp");
-        FLASHINFER_CHECK(x.size(1) % 16 == 0, op, "input", "K (", x.size(1),
-                         ") must be divisible by NVFP4_SF_VEC_SIZE=16");
-        const Tensor gs = cute_scale(global_scale, x.device(), op, "global_scale");
-        CuteFp4 r = cute_fp4_outputs(x, 16, code);
-        r.p.global_scale = gs.data<float>();
-        if (x.size(0) > 0)
-          api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
-        return {r.q, r.sf};
-      },
-      input, global_scale, sf_layout, enable_pdl);
-}
-
 std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
     const Tensor& input, const Value& global_scale_inv, int64_t sf_layout,
     std::optional<bool> enable_pdl) {
@@ -612,38 +663,32 @@ std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
       input, global_scale_inv, sf_layout, enable_pdl);
 }
 
+std::tuple<Tensor, Tensor> mxfp4_quantize_cute_dsl(const Tensor& input, int64_t sf_layout,
+                                                   std::optional<bool> enable_pdl) {
+  return call_op<&mxfp4_quantize_cute_dsl>(
+      [&] { return mxfp4_cute_impl("mxfp4_quantize_cute_dsl", input, sf_layout, enable_pdl); },
+      input, sf_layout, enable_pdl);
+}
+
+std::tuple<Tensor, Tensor> nvfp4_quantize_cute_dsl(const Tensor& input, const Value& global_scale,
+                                                   int64_t sf_layout,
+                                                   std::optional<bool> enable_pdl) {
+  return call_op<&nvfp4_quantize_cute_dsl>(
+      [&] {
+        return nvfp4_cute_impl("nvfp4_quantize_cute_dsl", input, global_scale, sf_layout,
+                               enable_pdl);
+      },
+      input, global_scale, sf_layout, enable_pdl);
+}
+
 std::tuple<Tensor, Tensor> mxfp8_quantize_cute_dsl(const Tensor& input, bool is_sf_swizzled_layout,
                                                    int64_t alignment,
                                                    std::optional<bool> enable_pdl,
                                                    bool is_sf_8x4_layout) {
   return call_op<&mxfp8_quantize_cute_dsl>(
-      [&]() -> std::tuple<Tensor, Tensor> {
-        const char* op = "mxfp8_quantize_cute_dsl";
-        const Tensor x = cute_rows(input, op);
-        FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
-                             x.dtype() == DType::kFloat32,
-                         op, "input", "Input dtype must be float16, bfloat16, or float32, got ",
-                         dtype_torch_name(x.dtype()));
-        FLASHINFER_CHECK(alignment > 0 && alignment % 32 == 0, op, "alignment",
-                         "alignment must be divisible by SF_VEC_SIZE=32");
-        const int64_t m = x.size(0), k = x.size(1);
-        FLASHINFER_CHECK(k % 32 == 0, op, "input", "K (", k,
-                         ") must be divisible by SF_VEC_SIZE=32");
-        const int64_t padded_k = quantization_round_up(k, alignment);
-        Tensor xp = x;
-        if (padded_k > k) {  // zero columns: their blocks quantize to 0 with scale code 0
-          xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
-          xp.slice(1, 0, k).copy_(x);
-        }
-        const SfLayoutCode code = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
-                                  : is_sf_8x4_layout     ? SfLayoutCode::k8x4
-                                                         : SfLayoutCode::k128x4;
-        Tensor q = Tensor::empty({m, padded_k}, DType::kFloat8E4M3FN, x.device());
-        Tensor sf = Tensor::empty({m == 0 ? 0 : kernels::sf_buffer_size(code, m, padded_k / 32)},
-                                  DType::kUInt8, x.device());
-        const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(xp, q, sf, code);
-        if (m > 0) api::launch(kMxfp8QuantizeKernels, p, x.device(), op, "input", enable_pdl);
-        return {q, sf};
+      [&] {
+        return mxfp8_cute_impl("mxfp8_quantize_cute_dsl", input, is_sf_swizzled_layout, alignment,
+                               enable_pdl, is_sf_8x4_layout);
       },
       input, is_sf_swizzled_layout, alignment, enable_pdl, is_sf_8x4_layout);
 }

@@ -171,6 +171,45 @@ TEST(Mxfp8QuantizeCuteDsl, EqualsMxfp8QuantizeAndPadsK) {
   EXPECT_EQ(bytes(q8), bytes(q2));
 }
 
+// The public quantizers with backend="cute-dsl" run the CuTe-DSL entry points, as upstream routes
+// them: the same bytes and shapes.
+TEST(QuantizeCuteDsl, PublicQuantizersRouteTheBackend) {
+  const Tensor x = input({2, 3, 64}, kBf, 19);
+  const Tensor gs = scalar(300.0);
+  auto [a, as] = fp4_quantize(x, gs, 16, false, true, false, false, std::nullopt, "cute-dsl");
+  auto [b, bs] = nvfp4_quantize_cute_dsl(x, Value(gs), 0);
+  EXPECT_EQ(a.shape(), (Shape{6, 32}));  // 2-D, where the "cuda" backend keeps [2, 3, 32]
+  EXPECT_EQ(bytes(a), bytes(b));
+  EXPECT_EQ(bytes(as), bytes(bs));
+  auto [c, cs] =
+      fp4_quantize(x, std::nullopt, 32, true, false, false, false, std::nullopt, "cute-dsl");
+  auto [d, ds] = mxfp4_quantize_cute_dsl(x, 2);
+  EXPECT_EQ(bytes(c), bytes(d));
+  EXPECT_EQ(bytes(cs), bytes(ds));
+  auto [e, es] = mxfp4_quantize(x, "cute-dsl", std::nullopt, SfLayout::layout_8x4);
+  auto [f, fs] = mxfp4_quantize_cute_dsl(x, 1);
+  EXPECT_EQ(bytes(e), bytes(f));
+  EXPECT_EQ(bytes(es), bytes(fs));
+  auto [g, gss] =
+      nvfp4_quantize(x, gs, SfLayout::layout_linear, false, 16, std::nullopt, "cute-dsl");
+  auto [h, hs] = nvfp4_quantize_cute_dsl(x, Value(gs), 2);
+  EXPECT_EQ(bytes(g), bytes(h));
+  EXPECT_EQ(bytes(gss), bytes(hs));
+  auto [i, is] = mxfp8_quantize(x, true, 64, std::nullopt, "cute-dsl", SfLayout::layout_8x4);
+  auto [j, js] = mxfp8_quantize_cute_dsl(x, true, 64, std::nullopt, true);
+  EXPECT_EQ(i.shape(), (Shape{6, 64}));
+  EXPECT_EQ(bytes(i), bytes(j));
+  EXPECT_EQ(bytes(is), bytes(js));
+  EXPECT_FI_ERROR(fp4_quantize(x, gs, 32, false, true, false, false, std::nullopt, "cute-dsl"),
+                  "fp4_quantize", "sf_vec_size");
+  EXPECT_FI_ERROR(
+      fp4_quantize(x, std::nullopt, 16, false, true, false, false, std::nullopt, "cute-dsl"),
+      "fp4_quantize", "global_scale");
+  EXPECT_FI_ERROR(
+      nvfp4_quantize(x, gs, SfLayout::layout_128x4, false, 32, std::nullopt, "cute-dsl"),
+      "nvfp4_quantize", "sf_vec_size");
+}
+
 TEST(QuantizeCuteDsl, EmptyInputGivesEmptyOutputs) {
   const Tensor x = Tensor::empty({0, 64}, kBf);
   auto [q, sf] = mxfp4_quantize_cute_dsl(x);

@@ -54,8 +54,11 @@ int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
 ///                 holds 1/gs.
 /// Returns (x_q uint8 [..., K/2], sf uint8): sf is [round_up(M, 128 or 8), round_up(K/vec, 4)]
 /// for the swizzled layouts (is_sf_8x4_layout picks 8x4) and [M, K/vec] for the linear one.
-/// `backend`: "cuda" (upstream also has "cute-dsl", not available here); CPU tensors run the
-/// CPU reference. Runs on input's device, on the current CUDA stream.
+/// `backend`: "cuda", or "cute-dsl" for upstream's CuTe-DSL entry points' semantics
+/// (nvfp4_quantize_cute_dsl / mxfp4_quantize_cute_dsl below: 2-D outputs, their zero rule;
+/// is_global_scale_inversed is not passed on, as upstream). mxfp4_quantize, nvfp4_quantize and
+/// mxfp8_quantize route "cute-dsl" the same way. CPU tensors run the CPU reference. Runs on
+/// input's device, on the current CUDA stream.
 std::tuple<Tensor, Tensor> fp4_quantize(
     const Tensor& input, std::optional<Tensor> global_scale = std::nullopt,
     int64_t sf_vec_size = 16, bool sf_use_ue8m0 = false, bool is_sf_swizzled_layout = true,
