@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -802,6 +803,13 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   api::check_no_overlap(*out, conv_state, op, "out", "conv_state");
   api::check_no_overlap(*out, ssm_state, op, "out", "ssm_state");
 
+#if FLASHINFER_WITH_CUDA
+  // Refused before the prologue shifts the conv pool in place.
+  FLASHINFER_CHECK_CODE(!hs.device().is_cuda() || D <= kernels::cuda::kGdnMaxHeadDimK,
+                        ErrorCode::kUnsupported, op, "ssm_state", "head dim ", D,
+                        " above the CUDA kernel's ", kernels::cuda::kGdnMaxHeadDimK,
+                        " (it keeps a state row in registers)");
+#endif
   // The prologue: ba and the conv output to scratch rows.
   Tensor ba = Tensor::empty({B, 2 * HV}, DType::kBFloat16, hs.device());
   Tensor conv_out = Tensor::empty({B, qkv_dim}, DType::kBFloat16, hs.device());
@@ -862,6 +870,26 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   p.state_in = p.state_out = state_ref(ssm_state, true);
   p.read_idx = state_indices.data_ptr();
   p.read_idx_i64 = state_indices.dtype() == DType::kInt64;
+  // Upstream gathers every request's state before it writes any: requests sharing a slot all
+  // start from the slot's state as it was, and the last one's state is written. The recurrence
+  // reads and writes a slot per request in order, so on the CPU (indices on the host) such
+  // calls read from a gathered copy. On CUDA sharing a slot is undefined, as upstream's kernels
+  // leave it (engines never share a slot between live requests).
+  Tensor gathered;
+  if (hs.device().is_cpu()) {
+    const std::vector<int64_t> slots = api::host_ints(state_indices);
+    if (std::set<int64_t>(slots.begin(), slots.end()).size() != slots.size()) {
+      gathered = Tensor::empty({B, HV, D, D}, DType::kFloat32);
+      for (int64_t b = 0; b < B; ++b) {
+        gathered.select(0, b).copy_(ssm_state.select(0, slots[static_cast<size_t>(b)]));
+      }
+      p.state_in = state_ref(gathered, true);  // request b reads row b
+      p.read_idx = nullptr;
+      p.write_idx = state_indices.data_ptr();
+      p.write_idx_i64 = p.read_idx_i64;
+      p.read_idx_i64 = false;
+    }
+  }
   p.negative_read = kernels::GdnNegativeRead::kInvalid;  // checked on the host when it can be
   p.negative_write = kernels::GdnNegativeWrite::kSkip;
   p.write_final = true;
@@ -884,7 +912,11 @@ constexpr FusedGeometry kFusedRegistry[] = {
 // ("device(type='cuda', index=1)"); nullopt for anything that is not a CUDA device.
 std::optional<int> probe_device(const std::optional<Value>& device) {
   if (!device || device->is_none()) return 0;
-  if (device->kind() == Value::Kind::kInt) return static_cast<int>(device->as_int());
+  if (device->kind() == Value::Kind::kInt) {
+    const int64_t i = device->as_int();
+    if (i < 0 || i > 1024) return std::nullopt;
+    return static_cast<int>(i);
+  }
   std::string text;
   if (device->kind() == Value::Kind::kString) text = device->as_string();
   if (device->kind() == Value::Kind::kObject) {
@@ -910,7 +942,7 @@ bool fused_supported_impl(int64_t batch, int64_t hidden, int64_t n_ba, int64_t q
   if (!index || *index < 0 || *index >= cuda_device_count()) return false;
   const int cc = api::compute_capability(Device::cuda(*index));
   if (cc != 120 && cc != 121) return false;
-  if (layout != "SD" || (batch & (batch - 1)) != 0 || batch < 1) return false;  // 1, 2, 4, 8
+  if (layout != "SD" || batch < 1 || (batch & (batch - 1)) != 0) return false;  // 1, 2, 4, 8
   for (const FusedGeometry& g : kFusedRegistry) {
     if (g.hidden == hidden && g.n_ba == n_ba && g.qkv_dim == qkv_dim && g.h_q == h_q &&
         g.hv == hv && g.d == d && g.width == width && g.state_len == state_len &&

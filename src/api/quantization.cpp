@@ -255,10 +255,11 @@ SfLayoutCode cute_layout(int64_t sf_layout, const char* op) {
   return static_cast<SfLayoutCode>(sf_layout);
 }
 
-// [..., K] as [M, K] (upstream flattens the leading dims and returns 2-D outputs).
-Tensor cute_rows(const Tensor& input, const char* op) {
-  api::check_defined(input, op, "input");
-  FLASHINFER_CHECK(input.dim() >= 1, op, "input", "expected a tensor of rank >= 1, got a scalar");
+// [..., K] as [M, K] (upstream flattens the leading dims and returns 2-D outputs). `arg`: the
+// input's name in the caller ("input", or "a" for the public quantizers routed here).
+Tensor cute_rows(const Tensor& input, const char* op, const char* arg = "input") {
+  api::check_defined(input, op, arg);
+  FLASHINFER_CHECK(input.dim() >= 1, op, arg, "expected a tensor of rank >= 1, got a scalar");
   return input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
 }
 
@@ -273,7 +274,8 @@ Tensor cute_scale(const Value& v, Device device, const char* op, const char* arg
 }
 
 // The FP4 entry points: rows x [M, K], blocks of `vec`, the scale buffer shaped as upstream
-// reshapes it ([M, K/vec] linear, else [padded rows, round_up(K/vec, 4)]).
+// reshapes it ([M, K/vec] linear, else [padded rows, round_up(K/vec, 4)]; an empty input, M or
+// K zero, gives empty outputs of the unpadded shape, as upstream's).
 struct CuteFp4 {
   Tensor q, sf;
   kernels::Fp4QuantizeParams p;
@@ -282,10 +284,11 @@ CuteFp4 cute_fp4_outputs(const Tensor& x, int64_t vec, SfLayoutCode code) {
   const int64_t m = x.size(0), k = x.size(1), cols = k / vec;
   CuteFp4 r;
   r.q = Tensor::empty({m, k / 2}, DType::kUInt8, x.device());
-  const int64_t size = kernels::sf_buffer_size(code, m, cols);
+  const bool empty = m == 0 || cols == 0;
+  const int64_t size = empty ? 0 : kernels::sf_buffer_size(code, m, cols);
   const int64_t cols4 = quantization_round_up(cols, 4);
   r.sf = Tensor::empty(
-      code == SfLayoutCode::kLinear || m == 0 ? Shape{m, cols} : Shape{size / cols4, cols4},
+      code == SfLayoutCode::kLinear || empty ? Shape{m, cols} : Shape{size / cols4, cols4},
       DType::kUInt8, x.device());
   r.p = api::quantize_params<kernels::Fp4QuantizeParams>(x, r.q, r.sf, code);
   r.p.sf_vec_size = static_cast<int>(vec);
@@ -297,40 +300,41 @@ CuteFp4 cute_fp4_outputs(const Tensor& x, int64_t vec, SfLayoutCode code) {
 
 namespace {
 
-std::tuple<Tensor, Tensor> mxfp4_cute_impl(const char* op, const Tensor& input, int64_t sf_layout,
-                                           std::optional<bool> enable_pdl) {
+std::tuple<Tensor, Tensor> mxfp4_cute_impl(const char* op, const char* in_arg, const Tensor& input,
+                                           int64_t sf_layout, std::optional<bool> enable_pdl) {
   const SfLayoutCode code = cute_layout(sf_layout, op);
-  const Tensor x = cute_rows(input, op);
-  FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16, op, "input",
+  const Tensor x = cute_rows(input, op, in_arg);
+  FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16, op, in_arg,
                    "Input dtype must be float16 or bfloat16, got ", dtype_torch_name(x.dtype()));
-  FLASHINFER_CHECK(x.size(1) % 32 == 0, op, "input", "K (", x.size(1),
+  FLASHINFER_CHECK(x.size(1) % 32 == 0, op, in_arg, "K (", x.size(1),
                    ") must be divisible by MXFP4_SF_VEC_SIZE=32");
   CuteFp4 r = cute_fp4_outputs(x, 32, code);
   r.p.ue8m0 = true;
-  if (x.size(0) > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+  if (x.numel() > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, in_arg, enable_pdl);
   return {r.q, r.sf};
 }
 
-std::tuple<Tensor, Tensor> nvfp4_cute_impl(const char* op, const Tensor& input,
-                                           const Value& global_scale, int64_t sf_layout,
-                                           std::optional<bool> enable_pdl) {
+// gs_arg: the global scale's name in the caller.
+std::tuple<Tensor, Tensor> nvfp4_cute_impl(const char* op, const char* in_arg, const char* gs_arg,
+                                           const Tensor& input, const Value& global_scale,
+                                           int64_t sf_layout, std::optional<bool> enable_pdl) {
   const SfLayoutCode code = cute_layout(sf_layout, op);
-  const Tensor x = cute_rows(input, op);
+  const Tensor x = cute_rows(input, op, in_arg);
   FLASHINFER_CHECK(x.dtype() == DType::kFloat16 || x.dtype() == DType::kBFloat16 ||
                        x.dtype() == DType::kFloat8E4M3FN,
-                   op, "input",
+                   op, in_arg,
                    "Input dtype must be one of (torch.float16, torch.bfloat16, "
                    "torch.float8_e4m3fn), got ",
                    dtype_torch_name(x.dtype()));
-  FLASHINFER_CHECK_CODE(x.dtype() != DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op, "input",
+  FLASHINFER_CHECK_CODE(x.dtype() != DType::kFloat8E4M3FN, ErrorCode::kUnsupported, op, in_arg,
                         "float8_e4m3fn input (upstream first rescales it into half by 6 / "
                         "global_scale) is not implemented in flashinfer-cpp");
-  FLASHINFER_CHECK(x.size(1) % 16 == 0, op, "input", "K (", x.size(1),
+  FLASHINFER_CHECK(x.size(1) % 16 == 0, op, in_arg, "K (", x.size(1),
                    ") must be divisible by NVFP4_SF_VEC_SIZE=16");
-  const Tensor gs = cute_scale(global_scale, x.device(), op, "global_scale");
+  const Tensor gs = cute_scale(global_scale, x.device(), op, gs_arg);
   CuteFp4 r = cute_fp4_outputs(x, 16, code);
   r.p.global_scale = gs.data<float>();
-  if (x.size(0) > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, "input", enable_pdl);
+  if (x.numel() > 0) api::launch(kFp4QuantizeKernels, r.p, x.device(), op, in_arg, enable_pdl);
   return {r.q, r.sf};
 }
 
@@ -359,7 +363,9 @@ std::tuple<Tensor, Tensor> mxfp8_cute_impl(const char* op, const Tensor& input,
   Tensor sf = Tensor::empty({m == 0 ? 0 : kernels::sf_buffer_size(code, m, padded_k / 32)},
                             DType::kUInt8, x.device());
   const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(xp, q, sf, code);
-  if (m > 0) api::launch(kMxfp8QuantizeKernels, p, x.device(), op, "input", enable_pdl);
+  if (m > 0 && k > 0) {
+    api::launch(kMxfp8QuantizeKernels, p, x.device(), op, "input", enable_pdl);
+  }
   return {q, sf};
 }
 
@@ -384,14 +390,14 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
           if (sf_vec_size == 16 && !sf_use_ue8m0) {
             FLASHINFER_CHECK(global_scale && global_scale->defined(), op, "global_scale",
                              "the CuTe-DSL NVFP4 path needs a global_scale");
-            return nvfp4_cute_impl(op, input, Value(*global_scale), static_cast<int64_t>(layout),
-                                   enable_pdl);
+            return nvfp4_cute_impl(op, "input", "global_scale", input, Value(*global_scale),
+                                   static_cast<int64_t>(layout), enable_pdl);
           }
           FLASHINFER_CHECK(sf_vec_size == 32 && sf_use_ue8m0, op, "sf_vec_size",
                            "CuTe-DSL backend does not support sf_vec_size=", sf_vec_size,
                            " with sf_use_ue8m0=", sf_use_ue8m0 ? "True" : "False",
                            ". Supported: (16, False) for NVFP4, (32, True) for MXFP4");
-          return mxfp4_cute_impl(op, input, static_cast<int64_t>(layout), enable_pdl);
+          return mxfp4_cute_impl(op, "input", input, static_cast<int64_t>(layout), enable_pdl);
         }
         return fp4_quantize_impl(op, input, global_scale, sf_vec_size, sf_use_ue8m0, layout,
                                  is_global_scale_inversed, enable_pdl);
@@ -422,8 +428,8 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
                          "CuTe-DSL backend only supports sf_vec_size=16, got ", sf_vec_size);
         if (!do_shuffle) {
           if (cute) {
-            return nvfp4_cute_impl(op, a, Value(a_global_sf), static_cast<int64_t>(sfLayout),
-                                   enable_pdl);
+            return nvfp4_cute_impl(op, "a", "a_global_sf", a, Value(a_global_sf),
+                                   static_cast<int64_t>(sfLayout), enable_pdl);
           }
           return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
                                    enable_pdl);
@@ -444,7 +450,7 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
                          "columns), got shape ",
                          shape_to_string(a.shape()));
         auto [q, sf] =
-            cute ? nvfp4_cute_impl(op, a, Value(a_global_sf),
+            cute ? nvfp4_cute_impl(op, "a", "a_global_sf", a, Value(a_global_sf),
                                    static_cast<int64_t>(SfLayout::layout_linear), enable_pdl)
                  : fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false,
                                      SfLayout::layout_linear, false, enable_pdl);
@@ -463,7 +469,7 @@ std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view back
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
         if (backend == "cute-dsl") {
-          return mxfp4_cute_impl(op, a, static_cast<int64_t>(sfLayout), enable_pdl);
+          return mxfp4_cute_impl(op, "a", a, static_cast<int64_t>(sfLayout), enable_pdl);
         }
         api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, "a");
         return fp4_quantize_impl(op, a, std::nullopt, 32, true, sfLayout, false, enable_pdl);
@@ -666,7 +672,9 @@ std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
 std::tuple<Tensor, Tensor> mxfp4_quantize_cute_dsl(const Tensor& input, int64_t sf_layout,
                                                    std::optional<bool> enable_pdl) {
   return call_op<&mxfp4_quantize_cute_dsl>(
-      [&] { return mxfp4_cute_impl("mxfp4_quantize_cute_dsl", input, sf_layout, enable_pdl); },
+      [&] {
+        return mxfp4_cute_impl("mxfp4_quantize_cute_dsl", "input", input, sf_layout, enable_pdl);
+      },
       input, sf_layout, enable_pdl);
 }
 
@@ -675,8 +683,8 @@ std::tuple<Tensor, Tensor> nvfp4_quantize_cute_dsl(const Tensor& input, const Va
                                                    std::optional<bool> enable_pdl) {
   return call_op<&nvfp4_quantize_cute_dsl>(
       [&] {
-        return nvfp4_cute_impl("nvfp4_quantize_cute_dsl", input, global_scale, sf_layout,
-                               enable_pdl);
+        return nvfp4_cute_impl("nvfp4_quantize_cute_dsl", "input", "global_scale", input,
+                               global_scale, sf_layout, enable_pdl);
       },
       input, global_scale, sf_layout, enable_pdl);
 }

@@ -111,6 +111,7 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
   ix.entries = dirs.size();
   const OpDecl* creator = OpRegistry::global().find(spec.creator);
   std::map<std::pair<int64_t, std::string>, std::size_t> current;  // (pid, repr) -> stream
+  std::map<std::pair<int64_t, std::string>, std::size_t> groups;   // (pid, group token) -> id
   for (const std::string& d : dirs) {
     Json rec;
     try {
@@ -163,6 +164,13 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
           if (rank && size && *size > 0 && *rank >= 0 && *rank < *size) {
             s.rank = rank;
             s.world = size;
+            // Its group ("group=0x..."): two groups of one size recorded in one process keep
+            // their ranks apart.
+            if (const auto at = c.find("group="); at != std::string::npos) {
+              const std::string token = c.substr(at + 6, c.find_first_of(",)", at) - at - 6);
+              s.group = static_cast<int64_t>(
+                  groups.emplace(std::make_pair(pid, token), groups.size() + 1).first->second);
+            }
           }
         }
       }

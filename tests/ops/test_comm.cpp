@@ -734,6 +734,34 @@ TEST(PcieIpcAllReduce, RecordedRanksReplayTogether) {
   fs::remove_all(dir);
 }
 
+// Two groups of one size recorded in one process, their workspaces made in the order A0, B0, B1,
+// A1: the replay keeps each group's ranks together (by the backends' group in their repr), so
+// every call replays with its own group's inputs.
+TEST(PcieIpcAllReduce, TwoGroupsOfOneSizeReplayApart) {
+  namespace fs = std::filesystem;
+  comm::ThreadGroup a(2), b(2);
+  const fs::path dir = record_dump("pcie2", [&] {
+    auto run_group = [](comm::ThreadGroup& g, int64_t first_ms, int64_t second_ms, uint64_t seed) {
+      g.run([&](int64_t r) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(r == 0 ? first_ms : second_ms));
+        PcieIpcAllReduceWorkspace ws(g.backend(r), 64);
+        ws.all_reduce(rand_tensor({64}, kBf, seed + static_cast<uint64_t>(r)));
+        g.backend(r)->barrier();
+      });
+    };
+    std::thread ta([&] { run_group(a, 0, 60, 70); });
+    std::thread tb([&] { run_group(b, 20, 40, 80); });
+    ta.join();
+    tb.join();
+  });
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 8u);
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- MoE all-to-all sizes
 // ------------------------------------------------------------------------
 

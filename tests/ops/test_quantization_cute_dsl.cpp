@@ -208,9 +208,28 @@ TEST(QuantizeCuteDsl, PublicQuantizersRouteTheBackend) {
   EXPECT_FI_ERROR(
       nvfp4_quantize(x, gs, SfLayout::layout_128x4, false, 32, std::nullopt, "cute-dsl"),
       "nvfp4_quantize", "sf_vec_size");
+  // Routed calls name their own arguments.
+  EXPECT_FI_ERROR(mxfp4_quantize(input({2, 48}, kBf, 1), "cute-dsl"), "mxfp4_quantize", "a");
+  EXPECT_FI_ERROR(nvfp4_quantize(x, Tensor::from_vector({1.0, 2.0}, {2}, DType::kFloat32),
+                                 SfLayout::layout_128x4, false, 16, std::nullopt, "cute-dsl"),
+                  "nvfp4_quantize", "a_global_sf");
 }
 
 TEST(QuantizeCuteDsl, EmptyInputGivesEmptyOutputs) {
+  // K = 0: empty outputs of the unpadded shape, for every layout.
+  const Tensor k0 = Tensor::empty({2, 0}, kBf);
+  for (int64_t layout : {0, 1, 2}) {
+    auto [q0, sf0] = mxfp4_quantize_cute_dsl(k0, layout);
+    EXPECT_EQ(q0.shape(), (Shape{2, 0}));
+    EXPECT_EQ(sf0.shape(), (Shape{2, 0}));
+    auto [n0, nsf0] = nvfp4_quantize_cute_dsl(k0, Value(1.0), layout);
+    EXPECT_EQ(nsf0.shape(), (Shape{2, 0}));
+    auto [p0, psf0, ps0] = nvfp4_quantize_per_token_cute_dsl(k0, Value(1.0), layout);
+    EXPECT_EQ(ps0.to_double_vector(), (std::vector<double>{0.0, 0.0}));
+  }
+  auto [m0, msf0] = mxfp8_quantize_cute_dsl(k0);
+  EXPECT_EQ(m0.shape(), (Shape{2, 0}));
+  EXPECT_EQ(msf0.numel(), 0);
   const Tensor x = Tensor::empty({0, 64}, kBf);
   auto [q, sf] = mxfp4_quantize_cute_dsl(x);
   EXPECT_EQ(q.shape(), (Shape{0, 32}));
@@ -290,12 +309,13 @@ TEST(QuantizeCuteDslCuda, MatchesCpuBitForBit) {
       EXPECT_EQ(bytes(msg), bytes(msc)) << swz;
     }
   }
-  // A strided view (the element-load kernels) on the per-token path.
+  // Rows starting off 16-byte boundaries (the element-load kernel) on the per-token path, the
+  // inverse scale as a device tensor.
   const Tensor wide = input({16, 512}, kBf, 17);
-  const Tensor view = wide.slice(1, 0, 256);
+  const Tensor view = wide.slice(1, 1, 257);
   auto [pc, psc, sc] = nvfp4_quantize_per_token_cute_dsl(view, Value(1.0 / 2688.0));
   auto [pg, psg, sg] =
-      nvfp4_quantize_per_token_cute_dsl(to_keep_layout(view, g), Value(1.0 / 2688.0));
+      nvfp4_quantize_per_token_cute_dsl(to_keep_layout(view, g), Value(scalar(1.0 / 2688.0).to(g)));
   EXPECT_EQ(bytes(pg), bytes(pc));
   EXPECT_EQ(bytes(sg), bytes(sc));
 }
