@@ -423,6 +423,16 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "gdn_prefill.py: dispatch on the major: 9 (CuTe-DSL sm90), 10 (Blackwell, CUDA 13+), 12 "
         "(sm120); any other: NotImplementedError(\"GDN prefill DSL kernel is unavailable\")",
         false, "GDN prefill DSL kernel is unavailable");
+    // MiniMax sparse attention's selection: CuTe-DSL kernels for SM12x only
+    // (msa_ops/sparse_topk_select.py, proxy_score.py: is_sm12x_supported, then RuntimeError).
+    add("msa_topk_select", {120, 121},
+        "msa_ops/sparse_topk_select.py: RuntimeError unless is_sm12x_supported(device) "
+        "(compute capability 12.0 / 12.1, CUDA >= 12.8)",
+        false, "msa_topk_select requires SM120 or SM121 (Blackwell) and CUDA >= 12.8");
+    add("msa_proxy_score", {120, 121},
+        "msa_ops/proxy_score.py: RuntimeError unless is_sm12x_supported(device) (compute "
+        "capability 12.0 / 12.1, CUDA >= 12.8)",
+        false, "msa_proxy_score requires SM120 or SM121 and CUDA >= 12.8");
     // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
     add("bsa_attn_sm120_blk64_fwd", {120, 121},
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "

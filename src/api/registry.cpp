@@ -58,6 +58,7 @@ void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 void register_comm_ops(OpRegistry& registry);
 void register_moe_alltoall_ops(OpRegistry& registry);
+void register_msa_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -110,6 +111,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_moe_b12x_ops(registry);
   register_comm_ops(registry);
   register_moe_alltoall_ops(registry);
+  register_msa_ops(registry);
 }
 
 }  // namespace flashinfer::detail

@@ -1,0 +1,351 @@
+// MiniMax sparse attention's selection ops (flashinfer.msa_ops): declarations, upstream's checks
+// and messages, dispatch (CPU references; upstream runs them on SM120 / SM121 only), bench hooks.
+// Facts: docs/upstream-facts/msa_ops.md.
+#include "flashinfer/ops/msa.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "api/backends.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/msa_cpu.h"
+#include "kernels/msa_params.h"
+
+namespace flashinfer {
+namespace {
+
+using kernels::kMsaTile;
+using kernels::kMsaTopk;
+
+constexpr const char* kTopkModule = "flashinfer.msa_ops.sparse_topk_select";
+constexpr const char* kProxyModule = "flashinfer.msa_ops.proxy_score";
+
+constexpr api::KernelEntry<kernels::MsaTopkParams> kTopkKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: upstream's count-rank rule per (query, head), queries in parallel", nullptr,
+     [](const kernels::MsaTopkParams& p, const api::LaunchContext&) {
+       kernels::cpu::msa_topk_select(p);
+     }},
+};
+constexpr api::KernelEntry<kernels::MsaProxyParams> kProxyKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: per-tile maxima of fp32 q . k sums (head dim in order), queries and heads "
+     "in parallel",
+     nullptr,
+     [](const kernels::MsaProxyParams& p, const api::LaunchContext&) {
+       kernels::cpu::msa_proxy_score(p);
+     }},
+};
+
+// The values of a small int32 index tensor on the host (checked by the callers' rules).
+std::vector<int64_t> ints(const Tensor& t) { return api::host_ints(t); }
+
+void check_int32_vector(const Tensor& t, const char* op, const char* arg) {
+  api::check_dim(t, {1}, op, arg);
+  api::check_dtype_in(t, {DType::kInt32}, op, arg);
+}
+
+Tensor topk_impl(const Tensor& max_score, int64_t topk, const std::optional<Value>& nvp_v,
+                 std::optional<Tensor> output, int64_t fb, int64_t fe) {
+  const char* op = "msa_topk_select";
+  api::check_defined(max_score, op, "max_score");
+  api::check_upstream_arch(op, "max_score", max_score.device());
+  FLASHINFER_CHECK(max_score.dtype() == DType::kFloat32, op, "max_score",
+                   "max_score must be float32, got ", dtype_torch_name(max_score.dtype()));
+  FLASHINFER_CHECK(max_score.is_contiguous(), op, "max_score", "max_score must be contiguous");
+  FLASHINFER_CHECK(max_score.dim() == 3, op, "max_score",
+                   "max_score must be 3D (num_qo_heads, max_k_tiles, total_qo_len), got ",
+                   max_score.dim(), "D");
+  FLASHINFER_CHECK(topk == kMsaTopk, op, "topk", "topk must be 16, got ", topk);
+  const int64_t H = max_score.size(0), P = max_score.size(1), S = max_score.size(2);
+  FLASHINFER_CHECK(fb >= 0 && fe >= 0, op, "force_begin_blocks",
+                   "force_begin_blocks / force_end_blocks must be >= 0");
+  FLASHINFER_CHECK(fb + fe <= topk, op, "force_begin_blocks",
+                   "force_begin_blocks + force_end_blocks (", fb, " + ", fe, ") must be <= topk (",
+                   topk, ")");
+  kernels::MsaTopkParams p;
+  Tensor nvp_host;
+  if (nvp_v && nvp_v->is_tensor()) {
+    const Tensor& t = nvp_v->as_tensor();
+    FLASHINFER_CHECK(t.dim() == 1 && t.dtype() == DType::kInt32, op, "num_valid_pages",
+                     "num_valid_pages tensor must be 1D int32");
+    FLASHINFER_CHECK(t.size(0) == S, op, "num_valid_pages",
+                     "num_valid_pages tensor must have total_qo_len (", S, ") entries, got ",
+                     t.size(0));
+    FLASHINFER_CHECK(t.is_contiguous(), op, "num_valid_pages",
+                     "num_valid_pages tensor must be contiguous");
+    FLASHINFER_CHECK(t.device() == max_score.device(), op, "num_valid_pages",
+                     "num_valid_pages must be on max_score's device");
+    nvp_host = t.to(Device::cpu()).contiguous();
+    p.nvp = nvp_host.data<int32_t>();
+  } else {
+    int64_t n = P;
+    if (nvp_v && !nvp_v->is_none()) {
+      FLASHINFER_CHECK(nvp_v->kind() == Value::Kind::kInt, op, "num_valid_pages",
+                       "num_valid_pages must be an int or an int32 tensor, got ", nvp_v->repr());
+      n = nvp_v->as_int();
+    }
+    FLASHINFER_CHECK(n > 0 && n <= P, op, "num_valid_pages",
+                     "num_valid_pages must be in (0, max_k_tiles=", P, "], got ", n);
+    FLASHINFER_CHECK(fb + fe <= n, op, "force_begin_blocks",
+                     "force_begin_blocks + force_end_blocks (", fb, " + ", fe,
+                     ") must be <= num_valid_pages (", n, ")");
+    p.nvp_value = n;
+  }
+  if (output && output->defined()) {
+    FLASHINFER_CHECK(output->shape() == (Shape{S, H, topk}), op, "output", "output shape must be (",
+                     S, ", ", H, ", ", topk, "), got ", shape_to_string(output->shape()));
+    FLASHINFER_CHECK(output->dtype() == DType::kInt32, op, "output", "output must be int32, got ",
+                     dtype_torch_name(output->dtype()));
+    api::check_same_device(*output, max_score, op, "output", "max_score");
+  } else {
+    output = Tensor::empty({S, H, topk}, DType::kInt32, max_score.device());
+  }
+  // The kernel writes a dense [S, H, 16] buffer; a strided `output` receives a copy.
+  Tensor dense = output->is_contiguous()
+                     ? *output
+                     : Tensor::empty({S, H, topk}, DType::kInt32, max_score.device());
+  p.scores = max_score.data<float>();
+  p.H = H, p.P = P, p.S = S;
+  p.force_begin = fb, p.force_end = fe;
+  p.out = dense.data<int32_t>();
+  api::launch(kTopkKernels, p, max_score.device(), op, "max_score");
+  if (!output->is_contiguous()) output->copy_(dense);
+  return *output;
+}
+
+Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
+                  const std::optional<Tensor>& cu_seqlens_k,
+                  const std::optional<Tensor>& page_table, const std::optional<Tensor>& seqused_k,
+                  bool causal, std::optional<int64_t> max_seqlen_q,
+                  std::optional<int64_t> max_k_tiles, std::optional<Tensor> output,
+                  bool reduce_heads, const std::optional<Value>& q_offset) {
+  const char* op = "msa_proxy_score";
+  api::check_defined(q, op, "q");
+  api::check_upstream_arch(op, "q", q.device());
+  FLASHINFER_CHECK(q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat16, op, "q",
+                   "q must be bf16 or fp16, got ", dtype_torch_name(q.dtype()));
+  api::check_dim(q, {3}, op, "q");
+  FLASHINFER_CHECK(q.size(2) == kMsaTile, op, "q", "head_dim must be 128, got ", q.size(2));
+  FLASHINFER_CHECK(q.stride(2) == 1, op, "q", "must have stride 1 in the head dim");
+  api::check_defined(k, op, "k");
+  const bool paged = page_table && page_table->defined();
+  const int64_t Hq = q.size(1), Hkv = k.dim() >= 2 ? k.size(1) : 0;
+  FLASHINFER_CHECK(Hkv > 0 && Hq % Hkv == 0, op, "k",
+                   "num_qo_heads must be a multiple of num_kv_heads");
+  FLASHINFER_CHECK(k.dtype() == q.dtype() || k.dtype() == DType::kFloat8E4M3FN, op, "k",
+                   "k dtype must match q (or be float8_e4m3fn)");
+  api::check_same_device(k, q, op, "k", "q");
+  FLASHINFER_CHECK(k.stride(-1) == 1, op, "k", "must have stride 1 in the head dim");
+  check_int32_vector(cu_seqlens_q, op, "cu_seqlens_q");
+  api::check_same_device(cu_seqlens_q, q, op, "cu_seqlens_q", "q");
+  kernels::MsaProxyParams p;
+  std::vector<int64_t> cu_q = ints(cu_seqlens_q), cu_k, used, pages;
+  int64_t B = 0, max_sk = 0;
+  if (paged) {
+    FLASHINFER_CHECK(seqused_k && seqused_k->defined(), op, "seqused_k",
+                     "paged proxy requires seqused_k");
+    FLASHINFER_CHECK(k.dim() == 4 && k.size(2) == kMsaTile && k.size(3) == kMsaTile, op, "k",
+                     "paged k must be (num_pages, num_kv_heads, 128, 128)");
+    check_int32_vector(*seqused_k, op, "seqused_k");
+    api::check_dim(*page_table, {2}, op, "page_table");
+    api::check_dtype_in(*page_table, {DType::kInt32}, op, "page_table");
+    B = seqused_k->size(0);
+    FLASHINFER_CHECK(page_table->size(0) == B, op, "page_table", "expected ", B,
+                     " rows (one per request), got ", page_table->size(0));
+    used = ints(*seqused_k);
+    pages = ints(page_table->contiguous());
+    const int64_t width = page_table->size(1);
+    for (int64_t b = 0; b < B; ++b) {
+      FLASHINFER_CHECK(used[b] >= 0 && used[b] <= width * kMsaTile, op, "seqused_k", "entry ", b,
+                       " is ", used[b], ", outside [0, ", width * kMsaTile,
+                       "] (the page table's pages of 128 keys)");
+      for (int64_t t = 0; t * kMsaTile < used[b]; ++t) {
+        const int64_t pg = pages[b * width + t];
+        FLASHINFER_CHECK(pg >= 0 && pg < k.size(0), op, "page_table", "entry (", b, ", ", t,
+                         ") is ", pg, ", outside the ", k.size(0), " pages of k");
+      }
+      max_sk = std::max(max_sk, used[b]);
+    }
+    p.page_stride = width;
+    p.k_stride_page = k.stride(0), p.k_stride_h = k.stride(1), p.k_stride_row = k.stride(2);
+  } else {
+    FLASHINFER_CHECK(cu_seqlens_k && cu_seqlens_k->defined(), op, "cu_seqlens_k",
+                     "flat proxy requires cu_seqlens_k");
+    FLASHINFER_CHECK(k.dim() == 3 && k.size(2) == kMsaTile, op, "k",
+                     "flat k must be (total_k, num_kv_heads, head_dim)");
+    check_int32_vector(*cu_seqlens_k, op, "cu_seqlens_k");
+    cu_k = ints(*cu_seqlens_k);
+    B = static_cast<int64_t>(cu_k.size()) - 1;
+    FLASHINFER_CHECK(B >= 0 && cu_k[0] >= 0, op, "cu_seqlens_k", "must start at a row >= 0");
+    for (int64_t b = 0; b < B; ++b) {
+      FLASHINFER_CHECK(cu_k[b + 1] >= cu_k[b] && cu_k[b + 1] <= k.size(0), op, "cu_seqlens_k",
+                       "must be non-decreasing and within k's ", k.size(0), " rows");
+      max_sk = std::max(max_sk, cu_k[b + 1] - cu_k[b]);
+    }
+    p.k_stride_row = k.stride(0), p.k_stride_h = k.stride(1);
+  }
+  FLASHINFER_CHECK(static_cast<int64_t>(cu_q.size()) == B + 1, op, "cu_seqlens_q", "expected ",
+                   B + 1, " entries (batch ", B, "), got ", cu_q.size());
+  const int64_t total_q = q.size(0);
+  int64_t max_sq = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    FLASHINFER_CHECK(cu_q[b] >= 0 && cu_q[b + 1] >= cu_q[b] && cu_q[b + 1] <= total_q, op,
+                     "cu_seqlens_q", "must be non-decreasing and within q's ", total_q, " rows");
+    max_sq = std::max(max_sq, cu_q[b + 1] - cu_q[b]);
+  }
+  std::vector<int64_t> offs;
+  if (q_offset && !q_offset->is_none()) {
+    if (q_offset->is_tensor()) {
+      FLASHINFER_CHECK(q_offset->as_tensor().dtype() == DType::kInt32, op, "q_offset",
+                       "q_offset must be int32");
+      offs = ints(q_offset->as_tensor());
+      FLASHINFER_CHECK(static_cast<int64_t>(offs.size()) >= B, op, "q_offset", "expected ", B,
+                       " entries, got ", offs.size());
+    } else {
+      FLASHINFER_CHECK(q_offset->kind() == Value::Kind::kInt, op, "q_offset",
+                       "q_offset must be an int or an int32 tensor, got ", q_offset->repr());
+      p.q_offset_scalar = true;
+      p.q_offset_value = q_offset->as_int();
+    }
+  }
+  const int64_t H_out = reduce_heads ? 1 : Hq;
+  if (!max_k_tiles && output && output->defined() && output->dim() == 3) {
+    max_k_tiles = output->size(1);
+  }
+  const int64_t tiles = max_k_tiles.value_or((max_sk + kMsaTile - 1) / kMsaTile);
+  FLASHINFER_CHECK(tiles >= 0, op, "max_k_tiles", "must be >= 0, got ", tiles);
+  if (output && output->defined()) {
+    FLASHINFER_CHECK(output->shape() == (Shape{H_out, tiles, total_q}), op, "output",
+                     "output must be (", H_out, ", ", tiles, ", ", total_q, ")");
+    FLASHINFER_CHECK(output->dtype() == DType::kFloat32, op, "output", "output must be float32");
+    api::check_same_device(*output, q, op, "output", "q");
+  } else {
+    output = Tensor::empty({H_out, tiles, total_q}, DType::kFloat32, q.device());
+  }
+  Tensor dense = output->is_contiguous()
+                     ? *output
+                     : Tensor::empty({H_out, tiles, total_q}, DType::kFloat32, q.device());
+  // Index vectors as int32 host copies the kernel reads.
+  auto i32 = [](const std::vector<int64_t>& v) {
+    std::vector<int32_t> r(v.begin(), v.end());
+    return r;
+  };
+  const std::vector<int32_t> cu_q32 = i32(cu_q), cu_k32 = i32(cu_k), used32 = i32(used),
+                             pages32 = i32(pages), offs32 = i32(offs);
+  p.q = q.data_ptr(), p.q_dtype = q.dtype();
+  p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
+  p.k = k.data_ptr(), p.k_dtype = k.dtype();
+  p.Hq = Hq, p.Hkv = Hkv, p.B = B, p.total_q = total_q, p.tiles = tiles;
+  p.max_seqlen_q = max_seqlen_q.value_or(max_sq);
+  p.cu_q = cu_q32.data();
+  p.cu_k = paged ? nullptr : cu_k32.data();
+  p.page_table = paged ? pages32.data() : nullptr;
+  p.seqused_k = paged ? used32.data() : nullptr;
+  p.q_offset = offs32.empty() ? nullptr : offs32.data();
+  p.causal = causal;
+  p.reduce_heads = reduce_heads;
+  p.out = dense.data<float>();
+  api::launch(kProxyKernels, p, q.device(), op, "q");
+  if (!output->is_contiguous()) output->copy_(dense);
+  return *output;
+}
+
+// ---- bench hooks
+// ---------------------------------------------------------------------------------
+
+// The proxy scores of batch_size requests of s_qo queries (num_qo_heads over num_kv_heads heads,
+// head dim 128) against s_kv keys each, causal, flat keys.
+BenchCase bench_proxy(const BenchShape& s, Device dev) {
+  const int64_t B = s.batch_size, sq = std::max<int64_t>(1, s.s_qo),
+                sk = std::max<int64_t>(1, s.s_kv);
+  std::vector<int64_t> cq = {0}, ck = {0};
+  for (int64_t b = 0; b < B; ++b) {
+    cq.push_back(cq.back() + sq);
+    ck.push_back(ck.back() + sk);
+  }
+  using api::bench::random_tensor;
+  const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  BenchCase c = api::bench::invoke_case(
+      "msa_proxy_score",
+      {Value(random_tensor({B * sq, s.num_qo_heads, kMsaTile}, dt, dev, s.random_seed)),
+       Value(random_tensor({B * sk, s.num_kv_heads, kMsaTile}, dt, dev, s.random_seed + 1)),
+       Value(api::bench::int32_tensor(cq, dev)), Value(api::bench::int32_tensor(ck, dev))});
+  c.bytes = static_cast<double>(B * (sq * s.num_qo_heads + sk * s.num_kv_heads) * kMsaTile) * 2.0;
+  c.flops = 2.0 * static_cast<double>(B * sq * s.num_qo_heads * sk * kMsaTile);
+  return c;
+}
+
+// The selection over the scores of batch_size * s_qo queries, num_qo_heads heads and
+// ceil(s_kv / 128) tiles (at least 16).
+BenchCase bench_topk(const BenchShape& s, Device dev) {
+  const int64_t S = s.batch_size * std::max<int64_t>(1, s.s_qo);
+  const int64_t P = std::max<int64_t>(16, (s.s_kv + kMsaTile - 1) / kMsaTile);
+  BenchCase c = api::bench::invoke_case(
+      "msa_topk_select", {Value(api::bench::random_tensor({s.num_qo_heads, P, S}, DType::kFloat32,
+                                                          dev, s.random_seed)),
+                          Value(int64_t{16})});
+  c.bytes = static_cast<double>(s.num_qo_heads * P * S) * 4.0 +
+            static_cast<double>(S * s.num_qo_heads * 16) * 4.0;
+  return c;
+}
+
+}  // namespace
+
+Tensor msa_topk_select(const Tensor& max_score, int64_t topk, std::optional<Value> num_valid_pages,
+                       std::optional<Tensor> output, int64_t force_begin_blocks,
+                       int64_t force_end_blocks) {
+  return call_op<&msa_topk_select>(
+      [&] {
+        return topk_impl(max_score, topk, num_valid_pages, output, force_begin_blocks,
+                         force_end_blocks);
+      },
+      max_score, topk, num_valid_pages, output, force_begin_blocks, force_end_blocks);
+}
+
+Tensor msa_proxy_score(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
+                       std::optional<Tensor> cu_seqlens_k, std::optional<Tensor> page_table,
+                       std::optional<Tensor> seqused_k, bool causal,
+                       std::optional<int64_t> max_seqlen_q, std::optional<int64_t> max_k_tiles,
+                       std::optional<Tensor> output, bool reduce_heads,
+                       std::optional<Value> q_offset) {
+  return call_op<&msa_proxy_score>(
+      [&] {
+        return proxy_impl(q, k, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, causal,
+                          max_seqlen_q, max_k_tiles, output, reduce_heads, q_offset);
+      },
+      q, k, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, causal, max_seqlen_q, max_k_tiles,
+      output, reduce_heads, q_offset);
+}
+
+namespace detail {
+
+void register_msa_ops(OpRegistry& r) {
+  declare<&msa_topk_select>(
+      r,
+      {.name = "msa_topk_select",
+       .module = kTopkModule,
+       .summary = "MiniMax sparse attention: the top-16 KV tiles per query and head"},
+      "max_score", "topk", "num_valid_pages", arg("output").mut(),
+      arg("force_begin_blocks", int64_t{0}), arg("force_end_blocks", int64_t{0}));
+  declare<&msa_proxy_score>(
+      r,
+      {.name = "msa_proxy_score",
+       .module = kProxyModule,
+       .summary = "MiniMax sparse attention: per-KV-tile maxima of the unscaled q . k logits"},
+      "q", "k", "cu_seqlens_q", "cu_seqlens_k", arg("page_table").kw(), arg("seqused_k").kw(),
+      arg("causal", true).kw(), arg("max_seqlen_q").kw(), arg("max_k_tiles").kw(),
+      arg("output").mut().kw(), arg("reduce_heads", false).kw(), arg("q_offset").kw());
+  api::register_backends("msa_topk_select", kTopkKernels);
+  api::register_backends("msa_proxy_score", kProxyKernels);
+  register_bench_hook("msa_proxy_score", bench_proxy);
+  register_bench_hook("msa_topk_select", bench_topk);
+}
+
+}  // namespace detail
+
+}  // namespace flashinfer

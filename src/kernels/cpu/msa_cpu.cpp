@@ -1,0 +1,99 @@
+#include "kernels/cpu/msa_cpu.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/elem_io.h"
+
+namespace flashinfer::kernels::cpu {
+namespace {
+
+// Upstream's ranking key: ascending key = descending score, a total order over the float bits
+// (+NaN, +inf, positives descending, +0, -0, negatives towards -inf, -NaN).
+uint32_t score_key(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return (b >> 31) == 0 ? (~b) & 0x7FFFFFFFu : b;
+}
+
+}  // namespace
+
+void msa_topk_select(const MsaTopkParams& p) {
+#pragma omp parallel for schedule(static) if (p.S * p.H * p.P >= (1 << 14))
+  for (int64_t s = 0; s < p.S; ++s) {
+    std::vector<std::pair<uint32_t, int64_t>> middle;
+    std::vector<int32_t> picked;
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t n = p.nvp ? std::clamp<int64_t>(p.nvp[s], 0, p.P) : p.nvp_value;
+      const int64_t fb = std::min(p.force_begin, n);
+      const int64_t fe = std::min(p.force_end, n - fb);
+      const int64_t target = kMsaTopk - fb - fe;
+      picked.clear();
+      for (int64_t b = 0; b < fb; ++b) picked.push_back(static_cast<int32_t>(b));
+      for (int64_t b = n - fe; b < n; ++b) picked.push_back(static_cast<int32_t>(b));
+      middle.clear();
+      for (int64_t b = fb; b < n - fe; ++b) {
+        middle.emplace_back(score_key(p.scores[(h * p.P + b) * p.S + s]), b);
+      }
+      // (key, tile) ascending: the better score first, ties to the lower tile.
+      const auto take = std::min<int64_t>(target, static_cast<int64_t>(middle.size()));
+      std::partial_sort(middle.begin(), middle.begin() + take, middle.end());
+      for (int64_t i = 0; i < take; ++i) picked.push_back(static_cast<int32_t>(middle[i].second));
+      std::sort(picked.begin(), picked.end());
+      int32_t* o = p.out + (s * p.H + h) * kMsaTopk;
+      for (int64_t i = 0; i < kMsaTopk; ++i) {
+        o[i] = i < static_cast<int64_t>(picked.size()) ? picked[i] : -1;
+      }
+    }
+  }
+}
+
+void msa_proxy_score(const MsaProxyParams& p) {
+  const int64_t G = p.Hq / p.Hkv, H_out = p.reduce_heads ? 1 : p.Hq;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::fill(p.out, p.out + H_out * p.tiles * p.total_q, ninf);
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t q0 = p.cu_q[b], sq = p.cu_q[b + 1] - q0;
+    const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.seqused_k[b];
+    const int64_t off = p.q_offset_scalar ? p.q_offset_value : p.q_offset ? p.q_offset[b] : sk - sq;
+    auto key_ptr = [&](int64_t j, int64_t kh) -> int64_t {  // element offset of key j, head kh
+      if (p.cu_k) return (p.cu_k[b] + j) * p.k_stride_row + kh * p.k_stride_h;
+      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
+      return page * p.k_stride_page + kh * p.k_stride_h + (j % kMsaTile) * p.k_stride_row;
+    };
+    const int64_t rows = std::min(sq, p.max_seqlen_q);
+#pragma omp parallel for collapse(2) schedule(static) if (rows * p.Hq * sk >= (1 << 12))
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t h = 0; h < p.Hq; ++h) {
+        float qv[kMsaTile];
+        const int64_t qo = (q0 + i) * p.q_stride_t + h * p.q_stride_h;
+        for (int64_t d = 0; d < kMsaTile; ++d)
+          qv[d] = elem_io::load_or_fp32(p.q, p.q_dtype, qo + d);
+        const int64_t limit = p.causal ? std::min(i + off + 1, sk) : sk;
+        for (int64_t t = 0; t < p.tiles; ++t) {
+          const int64_t j1 = std::min(limit, (t + 1) * kMsaTile);
+          float best = ninf;
+          for (int64_t j = t * kMsaTile; j < j1; ++j) {
+            const int64_t ko = key_ptr(j, h / G);
+            float acc = 0.0f;
+            for (int64_t d = 0; d < kMsaTile; ++d) {
+              acc += qv[d] * elem_io::load_or_fp32(p.k, p.k_dtype, ko + d);
+            }
+            best = std::max(best, acc);
+          }
+          float& o = p.out[((p.reduce_heads ? 0 : h) * p.tiles + t) * p.total_q + q0 + i];
+          if (p.reduce_heads) {
+#pragma omp critical(msa_proxy_reduce)
+            o = std::max(o, best);
+          } else {
+            o = best;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cpu

@@ -1,0 +1,48 @@
+// Private: what the MiniMax sparse attention selection kernels receive (flashinfer.msa_ops;
+// docs/upstream-facts/msa_ops.md). The API layer has checked shapes, dtypes and indices.
+#pragma once
+
+#include <cstdint>
+
+#include "flashinfer/dtype.h"
+
+namespace flashinfer::kernels {
+
+inline constexpr int64_t kMsaTile = 128;  // keys a tile (and a page), the head dim
+inline constexpr int64_t kMsaTopk = 16;
+
+/// msa_topk_select: scores fp32 [H, P, S] contiguous; out int32 [S, H, 16] contiguous.
+struct MsaTopkParams {
+  const float* scores = nullptr;
+  int64_t H = 0, P = 0, S = 0;
+  const int32_t* nvp = nullptr;  // [S] per query, clamped to [0, P]; null: nvp_value
+  int64_t nvp_value = 0;
+  int64_t force_begin = 0, force_end = 0;
+  int32_t* out = nullptr;
+};
+
+/// msa_proxy_score. Batches b < B: queries [cu_q[b], cu_q[b + 1]), seqlen_k[b] keys at offset
+/// q_off[b]; key j of batch b is row k_row(b, j) of k ([rows, Hkv, 128], strides in elements).
+struct MsaProxyParams {
+  const void* q = nullptr;
+  DType q_dtype = DType::kBFloat16;
+  int64_t q_stride_t = 0, q_stride_h = 0;
+  const void* k = nullptr;
+  DType k_dtype = DType::kBFloat16;
+  int64_t k_stride_row = 0, k_stride_h = 0;  // flat: a row is a token; paged: a page row
+  int64_t k_stride_page = 0;                 // paged: a page (k_stride_row within it)
+  int64_t Hq = 0, Hkv = 0, B = 0, total_q = 0, tiles = 0, max_seqlen_q = 0;
+  const int32_t* cu_q = nullptr;        // [B + 1]
+  const int32_t* cu_k = nullptr;        // flat: [B + 1]; null when paged
+  const int32_t* page_table = nullptr;  // paged: [B, page_stride]
+  int64_t page_stride = 0;
+  const int32_t* seqused_k = nullptr;  // paged: [B]
+  const int32_t* q_offset = nullptr;   // [B], or null: q_offset_value / bottom-right
+  bool q_offset_scalar = false;
+  int64_t q_offset_value = 0;
+  bool causal = true;
+  bool reduce_heads = false;
+  float* out = nullptr;  // [H_out, tiles, total_q] contiguous
+};
+
+}  // namespace flashinfer::kernels
