@@ -433,6 +433,14 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "msa_ops/proxy_score.py: RuntimeError unless is_sm12x_supported(device) (compute "
         "capability 12.0 / 12.1, CUDA >= 12.8)",
         false, "msa_proxy_score requires SM120 or SM121 and CUDA >= 12.8");
+    add("msa_sparse_attention", {120, 121},
+        "msa_ops/sparse_prefill.py: RuntimeError unless is_sm12x_supported(device) (compute "
+        "capability 12.0 / 12.1, CUDA >= 12.8)",
+        false, "msa_sparse_attention requires SM120 or SM121 (Blackwell) and CUDA >= 12.8");
+    add("msa_sparse_decode_attention", {120, 121},
+        "msa_ops/sparse_decode.py: RuntimeError unless is_sm12x_supported(device) (compute "
+        "capability 12.0 / 12.1, CUDA >= 12.8)",
+        false, "msa_sparse_decode_attention requires SM120 or SM121 and CUDA >= 12.8");
     // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
     add("bsa_attn_sm120_blk64_fwd", {120, 121},
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "

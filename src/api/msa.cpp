@@ -4,6 +4,7 @@
 #include "flashinfer/ops/msa.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,19 @@
 #include "kernels/msa_params.h"
 
 namespace flashinfer {
+
+template <>
+struct ReturnName<MsaAttentionOutput> {
+  static constexpr const char* value =
+      "Tensor | tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]";
+};
+
+Value to_value(const MsaAttentionOutput& r) {
+  if (r.lse_t.defined()) return Value::tuple({Value(r.out), Value(r.lse), Value(r.lse_t)});
+  if (r.lse.defined()) return Value::tuple({Value(r.out), Value(r.lse)});
+  return Value(r.out);
+}
+
 namespace {
 
 using kernels::kMsaTile;
@@ -23,6 +37,8 @@ using kernels::kMsaTopk;
 
 constexpr const char* kTopkModule = "flashinfer.msa_ops.sparse_topk_select";
 constexpr const char* kProxyModule = "flashinfer.msa_ops.proxy_score";
+constexpr const char* kPrefillModule = "flashinfer.msa_ops.sparse_prefill";
+constexpr const char* kDecodeModule = "flashinfer.msa_ops.sparse_decode";
 
 constexpr api::KernelEntry<kernels::MsaTopkParams> kTopkKernels[] = {
     {DeviceType::kCPU,
@@ -38,6 +54,16 @@ constexpr api::KernelEntry<kernels::MsaProxyParams> kProxyKernels[] = {
      nullptr,
      [](const kernels::MsaProxyParams& p, const api::LaunchContext&) {
        kernels::cpu::msa_proxy_score(p);
+     }},
+};
+
+constexpr api::KernelEntry<kernels::MsaAttnParams> kAttnKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: per (query, head) the listed tiles' visible keys, fp32 q . k sums, the "
+     "softmax in fp64, rounded once",
+     nullptr,
+     [](const kernels::MsaAttnParams& p, const api::LaunchContext&) {
+       kernels::cpu::msa_sparse_attention(p);
      }},
 };
 
@@ -255,8 +281,277 @@ Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
   return *output;
 }
 
-// ---- bench hooks
-// ---------------------------------------------------------------------------------
+// The keys both sparse attention ops read: flat (cu_k) or paged (page_table, seqused_k), checked
+// on the host; fills p's key fields (the vectors it points into live in the result).
+struct MsaKeys {
+  std::vector<int32_t> cu_k, pages, used;
+};
+MsaKeys attn_keys(const char* op, const Tensor& k, const std::optional<Tensor>& cu_seqlens_k,
+                  const std::optional<Tensor>& page_table, const std::optional<Tensor>& seqused_k,
+                  int64_t B, kernels::MsaAttnParams& p) {
+  MsaKeys r;
+  auto i32 = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
+  const bool paged = page_table && page_table->defined();
+  if (paged) {
+    api::check_dim(*page_table, {2}, op, "page_table");
+    FLASHINFER_CHECK(page_table->dtype() == DType::kInt32 && page_table->size(0) == B, op,
+                     "page_table", "page_table must be int32 of shape (batch, max_pages)");
+    r.pages = i32(ints(page_table->contiguous()));
+    p.page_stride = page_table->size(1);
+    p.kv_stride_page = k.stride(0), p.kv_stride_h = k.stride(1), p.kv_stride_row = k.stride(2);
+  } else {
+    p.kv_stride_row = k.stride(0), p.kv_stride_h = k.stride(1);
+  }
+  std::vector<int64_t> lens(static_cast<size_t>(B));
+  if (cu_seqlens_k && cu_seqlens_k->defined()) {  // wins over seqused_k, as upstream's
+    check_int32_vector(*cu_seqlens_k, op, "cu_seqlens_k");
+    FLASHINFER_CHECK(cu_seqlens_k->size(0) == B + 1, op, "cu_seqlens_k",
+                     "cu_seqlens_k must have batch_size + 1 entries");
+    r.cu_k = i32(ints(*cu_seqlens_k));
+    for (int64_t b = 0; b < B; ++b) {
+      FLASHINFER_CHECK(
+          r.cu_k[b] >= 0 && r.cu_k[b + 1] >= r.cu_k[b] && (paged || r.cu_k[b + 1] <= k.size(0)), op,
+          "cu_seqlens_k", "must be non-decreasing and within k's rows");
+      lens[b] = r.cu_k[b + 1] - r.cu_k[b];
+    }
+    if (paged) r.used = std::vector<int32_t>(lens.begin(), lens.end());
+  } else {
+    FLASHINFER_CHECK(seqused_k && seqused_k->defined(), op, "seqused_k",
+                     "seqused_k must be given with page_table");
+    check_int32_vector(*seqused_k, op, "seqused_k");
+    FLASHINFER_CHECK(seqused_k->size(0) == B, op, "seqused_k", "seqused_k must have batch_size (",
+                     B, ") entries");
+    r.used = i32(ints(*seqused_k));
+    for (int64_t b = 0; b < B; ++b) lens[b] = r.used[b];
+  }
+  if (paged) {
+    for (int64_t b = 0; b < B; ++b) {
+      FLASHINFER_CHECK(lens[b] >= 0 && lens[b] <= p.page_stride * kMsaTile, op, "seqused_k",
+                       "request ", b, " has ", lens[b], " keys, more than its ", p.page_stride,
+                       " pages of 128 hold");
+      for (int64_t t = 0; t * kMsaTile < lens[b]; ++t) {
+        const int64_t pg = r.pages[b * p.page_stride + t];
+        FLASHINFER_CHECK(pg >= 0 && pg < k.size(0), op, "page_table", "entry (", b, ", ", t,
+                         ") is ", pg, ", outside the ", k.size(0), " pages of k");
+      }
+    }
+  }
+  return r;
+}
+
+// Points p at the key vectors of `keys` (after the MsaKeys has its final address).
+void attn_bind_keys(const MsaKeys& keys, bool paged, kernels::MsaAttnParams& p) {
+  p.cu_k = paged ? nullptr : keys.cu_k.data();
+  p.page_table = paged ? keys.pages.data() : nullptr;
+  p.seqused_k = paged ? keys.used.data() : nullptr;
+}
+
+// q_offset: None, an int, or an int32 tensor of at least B entries.
+std::vector<int32_t> attn_offsets(const char* op, const std::optional<Value>& q_offset, int64_t B,
+                                  kernels::MsaAttnParams& p) {
+  std::vector<int32_t> offs;
+  if (!q_offset || q_offset->is_none()) return offs;
+  if (q_offset->is_tensor()) {
+    FLASHINFER_CHECK(q_offset->as_tensor().dtype() == DType::kInt32, op, "q_offset",
+                     "q_offset must be int32");
+    for (int64_t v : ints(q_offset->as_tensor())) offs.push_back(static_cast<int32_t>(v));
+    FLASHINFER_CHECK(static_cast<int64_t>(offs.size()) >= B, op, "q_offset", "expected ", B,
+                     " entries, got ", offs.size());
+    return offs;
+  }
+  FLASHINFER_CHECK(q_offset->kind() == Value::Kind::kInt, op, "q_offset",
+                   "q_offset must be an int or an int32 tensor, got ", q_offset->repr());
+  p.q_offset_scalar = true;
+  p.q_offset_value = q_offset->as_int();
+  return offs;
+}
+
+// The checks both ops share on k / v and the fp8 / NVFP4 rules; q's compute dtype `cdt`.
+void attn_kv_checks(const char* op, const Tensor& q, DType cdt, const Tensor& k, const Tensor& v,
+                    bool paged, const std::optional<Tensor>& k_scale,
+                    const std::optional<Tensor>& v_scale) {
+  api::check_defined(k, op, "k");
+  api::check_defined(v, op, "v");
+  FLASHINFER_CHECK_CODE(k.dtype() != DType::kUInt8 && v.dtype() != DType::kUInt8 &&
+                            !(k_scale && k_scale->defined()) && !(v_scale && v_scale->defined()),
+                        ErrorCode::kUnsupported, op, "k",
+                        "NVFP4 K/V (packed uint8 with k_scale / v_scale) is not implemented in "
+                        "flashinfer-cpp");
+  if (k.dtype() == DType::kFloat8E4M3FN || v.dtype() == DType::kFloat8E4M3FN) {
+    FLASHINFER_CHECK(k.dtype() == v.dtype(), op, "v", "k and v must both be float8_e4m3fn");
+  } else {
+    FLASHINFER_CHECK(k.dtype() == cdt, op, "k", "k/v dtype must match q (or be fp8/packed NVFP4)");
+  }
+  if (paged) {
+    FLASHINFER_CHECK(k.dim() == 4 && k.size(2) == kMsaTile && k.size(3) == kMsaTile, op, "k",
+                     "paged k/v must be (num_pages, num_kv_heads, 128, 128), got ",
+                     shape_to_string(k.shape()));
+  } else {
+    FLASHINFER_CHECK(k.dim() == 3 && k.size(2) == kMsaTile, op, "k",
+                     "flat k/v must be (total_k, num_kv_heads, head_dim)");
+  }
+  FLASHINFER_CHECK(v.shape() == k.shape() && v.dtype() == k.dtype(), op, "v",
+                   "v must have the same shape and dtype as k");
+  FLASHINFER_CHECK(v.strides() == k.strides(), op, "v", "v must have k's strides");
+  api::check_same_device(k, q, op, "k", "q");
+  api::check_same_device(v, q, op, "v", "q");
+  FLASHINFER_CHECK(k.stride(-1) == 1, op, "k", "k must have stride 1 in the head dim");
+  FLASHINFER_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, op, "k",
+                   "num_qo_heads must be a multiple of num_kv_heads");
+}
+
+MsaAttentionOutput attn_run(const char* op, const Tensor& q, DType cdt, const Tensor& k,
+                            const Tensor& v, const Tensor& q2k, kernels::MsaAttnParams& p,
+                            std::optional<double> softmax_scale,
+                            std::optional<double> v_global_scale, bool want_lse, bool want_lse_t,
+                            double temperature) {
+  const int64_t total_q = q.size(0), Hq = q.size(1);
+  MsaAttentionOutput r;
+  r.out = Tensor::empty({total_q, Hq, kMsaTile}, cdt, q.device());
+  if (want_lse || want_lse_t) r.lse = Tensor::empty({total_q, Hq}, DType::kFloat32, q.device());
+  if (want_lse_t) r.lse_t = Tensor::empty({total_q, Hq}, DType::kFloat32, q.device());
+  p.q = q.data_ptr(), p.q_dtype = q.dtype();
+  p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
+  p.k = k.data_ptr(), p.v = v.data_ptr(), p.kv_dtype = k.dtype();
+  p.Hq = Hq, p.Hkv = k.size(1), p.total_q = total_q, p.topk = q2k.size(2);
+  p.q2k = q2k.data<int32_t>();
+  // k_global_scale scales NVFP4 keys only (refused above); v_global_scale every output.
+  p.scale = static_cast<float>(softmax_scale.value_or(1.0 / std::sqrt(128.0)));
+  p.v_global_scale = static_cast<float>(v_global_scale.value_or(1.0));
+  p.out = r.out.data_ptr(), p.out_dtype = cdt;
+  p.lse = r.lse.defined() ? r.lse.data<float>() : nullptr;
+  p.lse_t = r.lse_t.defined() ? r.lse_t.data<float>() : nullptr;
+  p.temperature = static_cast<float>(temperature);
+  api::launch(kAttnKernels, p, q.device(), op, "q");
+  return r;
+}
+
+MsaAttentionOutput prefill_impl(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k,
+    const Tensor& cu_seqlens_q, const std::optional<Tensor>& cu_seqlens_k, bool causal,
+    std::optional<double> softmax_scale, const std::optional<Tensor>& page_table,
+    const std::optional<Tensor>& seqused_k, bool return_lse, const std::optional<Tensor>& k_scale,
+    const std::optional<Tensor>& v_scale, std::optional<double> v_global_scale,
+    const std::optional<Value>& q_offset, bool return_lse_t, double temperature) {
+  const char* op = "msa_sparse_attention";
+  api::check_defined(q, op, "q");
+  api::check_upstream_arch(op, "q", q.device());
+  FLASHINFER_CHECK(q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat16, op, "q",
+                   "q must be bf16/fp16, got ", dtype_torch_name(q.dtype()));
+  FLASHINFER_CHECK(q.dim() == 3, op, "q", "q must be 3D (total_q, num_qo_heads, head_dim)");
+  FLASHINFER_CHECK(q.size(2) == kMsaTile, op, "q", "head_dim must be 128, got ", q.size(2));
+  FLASHINFER_CHECK(q.is_contiguous(), op, "q", "q must be contiguous");
+  api::check_defined(q2k, op, "q2k_indices");
+  FLASHINFER_CHECK(q2k.dtype() == DType::kInt32 && q2k.dim() == 3, op, "q2k_indices",
+                   "q2k_indices must be int32 of shape (Hkv, total_q, topk)");
+  FLASHINFER_CHECK(q2k.is_contiguous(), op, "q2k_indices", "q2k_indices must be contiguous");
+  const bool paged = page_table && page_table->defined();
+  attn_kv_checks(op, q, q.dtype(), k, v, paged, k_scale, v_scale);
+  if (!paged) {
+    FLASHINFER_CHECK(cu_seqlens_k && cu_seqlens_k->defined(), op, "cu_seqlens_k",
+                     "cu_seqlens_k is required for the non-paged path");
+  } else {
+    FLASHINFER_CHECK(
+        (seqused_k && seqused_k->defined()) || (cu_seqlens_k && cu_seqlens_k->defined()), op,
+        "seqused_k", "paged KV requires seqused_k");
+  }
+  // Upstream checks the dtype and rank only; rows past the tensor would be read out of bounds.
+  FLASHINFER_CHECK(q2k.size(0) == k.size(1) && q2k.size(1) == q.size(0), op, "q2k_indices",
+                   "q2k_indices must be int32 of shape (Hkv, total_q, topk)");
+  const int64_t topk = q2k.size(2);
+  FLASHINFER_CHECK(topk == 4 || topk == 8 || topk == 16 || topk == 32, op, "q2k_indices",
+                   "topk must be 4, 8, 16, or 32, got ", topk);
+  const int64_t G = q.size(1) / k.size(1);
+  FLASHINFER_CHECK(G >= 1 && G <= 128 && (G & (G - 1)) == 0, op, "q",
+                   "union path needs group_size dividing 32/64/128 with <= 32 tokens/tile, got "
+                   "group_size ",
+                   G);
+  check_int32_vector(cu_seqlens_q, op, "cu_seqlens_q");
+  const std::vector<int64_t> cq = ints(cu_seqlens_q);
+  const int64_t B = static_cast<int64_t>(cq.size()) - 1;
+  FLASHINFER_CHECK(B >= 0, op, "cu_seqlens_q", "needs at least one entry");
+  for (int64_t b = 0; b < B; ++b) {
+    FLASHINFER_CHECK(cq[b] >= 0 && cq[b + 1] >= cq[b] && cq[b + 1] <= q.size(0), op, "cu_seqlens_q",
+                     "must be non-decreasing and within q's ", q.size(0), " rows");
+  }
+  kernels::MsaAttnParams p;
+  const std::vector<int32_t> cq32(cq.begin(), cq.end());
+  p.cu_q = cq32.data();
+  p.B = B;
+  const MsaKeys keys = attn_keys(op, k, cu_seqlens_k, page_table, seqused_k, B, p);
+  attn_bind_keys(keys, paged, p);
+  const std::vector<int32_t> offs = attn_offsets(op, q_offset, B, p);
+  p.q_offset = offs.empty() ? nullptr : offs.data();
+  p.causal = causal;
+  return attn_run(op, q, q.dtype(), k, v, q2k, p, softmax_scale, v_global_scale, return_lse,
+                  return_lse_t, temperature);
+}
+
+MsaAttentionOutput decode_impl(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k,
+    const std::optional<Tensor>& page_table, const std::optional<Tensor>& seqused_k,
+    const std::optional<Tensor>& cu_seqlens_k, int64_t seqlen_q, bool causal,
+    std::optional<double> softmax_scale, bool return_lse, const std::optional<Tensor>& k_scale,
+    const std::optional<Tensor>& v_scale, std::optional<double> v_global_scale,
+    const std::optional<Value>& q_offset, std::optional<DType> partial_dtype) {
+  const char* op = "msa_sparse_decode_attention";
+  api::check_defined(q, op, "q");
+  api::check_upstream_arch(op, "q", q.device());
+  FLASHINFER_CHECK(q.dim() == 3, op, "q", "q must be 3D (total_q, num_qo_heads, head_dim)");
+  FLASHINFER_CHECK(seqlen_q > 0, op, "seqlen_q", "seqlen_q must be positive, got ", seqlen_q);
+  const int64_t total_q = q.size(0);
+  FLASHINFER_CHECK(total_q % seqlen_q == 0, op, "q", "q rows (", total_q,
+                   ") must be batch_size * seqlen_q (", seqlen_q, ")");
+  const int64_t B = total_q / seqlen_q;
+  FLASHINFER_CHECK(q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat16 ||
+                       q.dtype() == DType::kFloat8E4M3FN,
+                   op, "q", "q must be bf16/fp16/fp8_e4m3, got ", dtype_torch_name(q.dtype()));
+  FLASHINFER_CHECK(q.size(2) == kMsaTile, op, "q", "head_dim must be 128, got ", q.size(2));
+  FLASHINFER_CHECK(q.stride(2) == 1, op, "q", "q must have stride 1 in the head dim");
+  const DType cdt = q.dtype() == DType::kFloat8E4M3FN ? DType::kBFloat16 : q.dtype();
+  api::check_defined(k, op, "k");
+  FLASHINFER_CHECK(k.dim() >= 2 && k.size(1) >= 1 && q.size(1) % k.size(1) == 0, op, "k",
+                   "num_qo_heads must be a multiple of num_kv_heads");
+  const int64_t G = q.size(1) / k.size(1);
+  FLASHINFER_CHECK(G <= 16, op, "q", "GQA group size ", G, " must be <= 16 for decode");
+  api::check_defined(q2k, op, "q2k_indices");
+  FLASHINFER_CHECK(q2k.dim() == 3 && q2k.dtype() == DType::kInt32 && q2k.size(0) == k.size(1) &&
+                       q2k.size(1) == total_q,
+                   op, "q2k_indices", "q2k_indices must be int32 (num_kv_heads, total_q, topk)");
+  FLASHINFER_CHECK(q2k.is_contiguous(), op, "q2k_indices", "q2k_indices must be contiguous");
+  FLASHINFER_CHECK(q2k.size(2) > 0, op, "q2k_indices",
+                   "q2k_indices topk dimension must be positive");
+  const bool paged = page_table && page_table->defined();
+  attn_kv_checks(op, q, cdt, k, v, paged, k_scale, v_scale);
+  if (paged) {
+    FLASHINFER_CHECK(seqused_k && seqused_k->defined(), op, "seqused_k",
+                     "paged decode requires seqused_k");
+  } else {
+    FLASHINFER_CHECK(cu_seqlens_k && cu_seqlens_k->defined(), op, "cu_seqlens_k",
+                     "flat decode requires cu_seqlens_k");
+  }
+  if (partial_dtype) {
+    FLASHINFER_CHECK(
+        *partial_dtype == DType::kFloat32 || *partial_dtype == DType::kBFloat16 ||
+            *partial_dtype == DType::kFloat16 || *partial_dtype == DType::kFloat8E4M3FN,
+        op, "partial_dtype", "unsupported partial_dtype ", dtype_torch_name(*partial_dtype));
+  }
+  kernels::MsaAttnParams p;
+  std::vector<int32_t> cq;
+  for (int64_t b = 0; b <= B; ++b) cq.push_back(static_cast<int32_t>(b * seqlen_q));
+  p.cu_q = cq.data();
+  p.B = B;
+  // Paged decode takes its lengths from seqused_k (cu_seqlens_k is the flat path's).
+  const MsaKeys keys =
+      attn_keys(op, k, paged ? std::nullopt : cu_seqlens_k, page_table, seqused_k, B, p);
+  attn_bind_keys(keys, paged, p);
+  const std::vector<int32_t> offs = attn_offsets(op, q_offset, B, p);
+  p.q_offset = offs.empty() ? nullptr : offs.data();
+  p.causal = causal;
+  return attn_run(op, q, cdt, k, v, q2k, p, softmax_scale, v_global_scale, return_lse, false, 1.0);
+}
+
+// ---- bench hooks ----
 
 // The proxy scores of batch_size requests of s_qo queries (num_qo_heads over num_kv_heads heads,
 // head dim 128) against s_kv keys each, causal, flat keys.
@@ -294,6 +589,67 @@ BenchCase bench_topk(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Sparse attention: batch_size requests of s_qo queries over s_kv keys, each query attending its
+// request's last tiles (16 for the prefill, 4 for the decode), causal.
+std::vector<Value> bench_attn_args(const BenchShape& s, Device dev, int64_t sq, int64_t topk,
+                                   std::vector<int64_t>& cq, std::vector<int64_t>& ck) {
+  const int64_t B = s.batch_size, sk = std::max<int64_t>(1, s.s_kv);
+  const int64_t tiles = (sk + kMsaTile - 1) / kMsaTile;
+  cq = {0}, ck = {0};
+  for (int64_t b = 0; b < B; ++b) {
+    cq.push_back(cq.back() + sq);
+    ck.push_back(ck.back() + sk);
+  }
+  std::vector<int64_t> idx;
+  for (int64_t h = 0; h < s.num_kv_heads; ++h) {
+    for (int64_t r = 0; r < B * sq; ++r) {
+      for (int64_t e = 0; e < topk; ++e) idx.push_back(e < tiles ? tiles - 1 - e : -1);
+    }
+  }
+  using api::bench::random_tensor;
+  const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  Tensor q2k = api::bench::int32_tensor(idx, dev).reshape({s.num_kv_heads, B * sq, topk});
+  return {Value(random_tensor({B * sq, s.num_qo_heads, kMsaTile}, dt, dev, s.random_seed)),
+          Value(random_tensor({B * sk, s.num_kv_heads, kMsaTile}, dt, dev, s.random_seed + 1)),
+          Value(random_tensor({B * sk, s.num_kv_heads, kMsaTile}, dt, dev, s.random_seed + 2)),
+          Value(q2k)};
+}
+
+// Bytes: q and out once, each row's listed tiles of K and V (up to topk tiles of 128 keys).
+double attn_bytes(const BenchShape& s, int64_t sq, int64_t topk) {
+  const double rows = static_cast<double>(s.batch_size * sq);
+  const double tiles = std::min<double>(
+      static_cast<double>(topk),
+      std::ceil(static_cast<double>(std::max<int64_t>(1, s.s_kv)) / static_cast<double>(kMsaTile)));
+  return rows * static_cast<double>(s.num_qo_heads * kMsaTile) * 2.0 * 2.0 +
+         rows * static_cast<double>(s.num_kv_heads) * tiles * kMsaTile * kMsaTile * 2.0 * 2.0;
+}
+
+BenchCase bench_sparse_prefill(const BenchShape& s, Device dev) {
+  std::vector<int64_t> cq, ck;
+  const int64_t sq = std::max<int64_t>(1, s.s_qo);
+  std::vector<Value> a = bench_attn_args(s, dev, sq, 16, cq, ck);
+  a.push_back(Value(api::bench::int32_tensor(cq, dev)));
+  a.push_back(Value(api::bench::int32_tensor(ck, dev)));
+  BenchCase c = api::bench::invoke_case("msa_sparse_attention", a, {{"causal", Value(true)}});
+  c.bytes = attn_bytes(s, sq, 16);
+  c.flops =
+      4.0 * static_cast<double>(s.batch_size * sq * s.num_qo_heads * 16 * kMsaTile * kMsaTile);
+  return c;
+}
+
+BenchCase bench_sparse_decode(const BenchShape& s, Device dev) {
+  std::vector<int64_t> cq, ck;
+  const int64_t sq = std::max<int64_t>(1, s.s_qo);
+  std::vector<Value> a = bench_attn_args(s, dev, sq, 4, cq, ck);
+  BenchCase c = api::bench::invoke_case(
+      "msa_sparse_decode_attention", a,
+      {{"cu_seqlens_k", Value(api::bench::int32_tensor(ck, dev))}, {"seqlen_q", Value(sq)}});
+  c.bytes = attn_bytes(s, sq, 4);
+  c.flops = 4.0 * static_cast<double>(s.batch_size * sq * s.num_qo_heads * 4 * kMsaTile * kMsaTile);
+  return c;
+}
+
 }  // namespace
 
 Tensor msa_topk_select(const Tensor& max_score, int64_t topk, std::optional<Value> num_valid_pages,
@@ -322,9 +678,72 @@ Tensor msa_proxy_score(const Tensor& q, const Tensor& k, const Tensor& cu_seqlen
       output, reduce_heads, q_offset);
 }
 
+MsaAttentionOutput msa_sparse_attention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k_indices,
+    const Tensor& cu_seqlens_q, std::optional<Tensor> cu_seqlens_k, bool causal,
+    std::optional<double> softmax_scale, std::optional<Tensor> page_table,
+    std::optional<Tensor> seqused_k, bool return_softmax_lse, std::optional<Tensor> k_scale,
+    std::optional<Tensor> v_scale, std::optional<double> k_global_scale,
+    std::optional<double> v_global_scale, std::optional<Value> q_offset,
+    bool return_temperature_lse, double lse_temperature_scale) {
+  return call_op<&msa_sparse_attention>(
+      [&] {
+        return prefill_impl(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, causal, softmax_scale,
+                            page_table, seqused_k, return_softmax_lse, k_scale, v_scale,
+                            v_global_scale, q_offset, return_temperature_lse,
+                            lse_temperature_scale);
+      },
+      q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, causal, softmax_scale, page_table,
+      seqused_k, return_softmax_lse, k_scale, v_scale, k_global_scale, v_global_scale, q_offset,
+      return_temperature_lse, lse_temperature_scale);
+}
+
+MsaAttentionOutput msa_sparse_decode_attention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k_indices,
+    std::optional<Tensor> page_table, std::optional<Tensor> seqused_k,
+    std::optional<Tensor> cu_seqlens_k, int64_t seqlen_q, bool causal,
+    std::optional<double> softmax_scale, bool return_softmax_lse, std::optional<Tensor> k_scale,
+    std::optional<Tensor> v_scale, std::optional<double> k_global_scale,
+    std::optional<double> v_global_scale, std::optional<Value> q_offset,
+    std::optional<DType> partial_dtype, std::optional<bool> force_fused) {
+  return call_op<&msa_sparse_decode_attention>(
+      [&] {
+        return decode_impl(q, k, v, q2k_indices, page_table, seqused_k, cu_seqlens_k, seqlen_q,
+                           causal, softmax_scale, return_softmax_lse, k_scale, v_scale,
+                           v_global_scale, q_offset, partial_dtype);
+      },
+      q, k, v, q2k_indices, page_table, seqused_k, cu_seqlens_k, seqlen_q, causal, softmax_scale,
+      return_softmax_lse, k_scale, v_scale, k_global_scale, v_global_scale, q_offset, partial_dtype,
+      force_fused);
+}
+
 namespace detail {
 
 void register_msa_ops(OpRegistry& r) {
+  declare<&msa_sparse_attention>(
+      r,
+      {.name = "msa_sparse_attention",
+       .module = kPrefillModule,
+       .summary = "MiniMax sparse prefill attention over the KV tiles each query selected"},
+      "q", "k", "v", "q2k_indices", "cu_seqlens_q", "cu_seqlens_k", arg("causal", false),
+      "softmax_scale", "page_table", "seqused_k", arg("return_softmax_lse", false), "k_scale",
+      "v_scale", "k_global_scale", "v_global_scale", "q_offset",
+      arg("return_temperature_lse", false), arg("lse_temperature_scale", 1.0));
+  declare<&msa_sparse_decode_attention>(
+      r,
+      {.name = "msa_sparse_decode_attention",
+       .module = kDecodeModule,
+       .summary = "MiniMax sparse decode attention over the KV tiles each query selected"},
+      "q", "k", "v", "q2k_indices", arg("page_table").kw(), arg("seqused_k").kw(),
+      arg("cu_seqlens_k").kw(), arg("seqlen_q", int64_t{1}).kw(), arg("causal", true).kw(),
+      arg("softmax_scale").kw(), arg("return_softmax_lse", false).kw(), arg("k_scale").kw(),
+      arg("v_scale").kw(), arg("k_global_scale").kw(), arg("v_global_scale").kw(),
+      arg("q_offset").kw(), arg("partial_dtype").kw(), arg("force_fused").kw());
+  api::register_backends("msa_sparse_attention", kAttnKernels);
+  api::register_backends("msa_sparse_decode_attention", kAttnKernels);
+  register_bench_hook("msa_sparse_attention", bench_sparse_prefill);
+  register_bench_hook("msa_sparse_decode_attention", bench_sparse_decode);
+
   declare<&msa_topk_select>(
       r,
       {.name = "msa_topk_select",

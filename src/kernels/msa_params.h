@@ -46,3 +46,38 @@ struct MsaProxyParams {
 };
 
 }  // namespace flashinfer::kernels
+
+namespace flashinfer::kernels {
+
+/// msa_sparse_attention / msa_sparse_decode_attention: each query row qi of batch b (rows
+/// [cu_q[b], cu_q[b + 1]), local index i) and head h attends the keys of the tiles listed in
+/// q2k[h / G, qi, :] up to the first negative entry (duplicates count again, as upstream's kernel),
+/// keys j < seqlen_k with, when causal, j <= off + i.
+struct MsaAttnParams {
+  const void* q = nullptr;
+  DType q_dtype = DType::kBFloat16;
+  int64_t q_stride_t = 0, q_stride_h = 0;
+  const void *k = nullptr, *v = nullptr;
+  DType kv_dtype = DType::kBFloat16;
+  int64_t kv_stride_row = 0, kv_stride_h = 0, kv_stride_page = 0;  // as MsaProxyParams
+  int64_t Hq = 0, Hkv = 0, B = 0, total_q = 0, topk = 0;
+  const int32_t* q2k = nullptr;  // [Hkv, total_q, topk] contiguous
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_k = nullptr;  // flat, or null (paged)
+  const int32_t* page_table = nullptr;
+  int64_t page_stride = 0;
+  const int32_t* seqused_k = nullptr;
+  const int32_t* q_offset = nullptr;  // [B] or null
+  bool q_offset_scalar = false;
+  int64_t q_offset_value = 0;
+  bool causal = false;
+  float scale = 0.0f;
+  float v_global_scale = 1.0f;
+  void* out = nullptr;  // [total_q, Hq, 128] of out_dtype, contiguous
+  DType out_dtype = DType::kBFloat16;
+  float* lse = nullptr;    // [total_q, Hq] natural log, or null
+  float* lse_t = nullptr;  // [total_q, Hq] of temperature * scores, or null
+  float temperature = 1.0f;
+};
+
+}  // namespace flashinfer::kernels

@@ -263,6 +263,173 @@ TEST(MsaProxyScore, BadInputNamesOpAndArgument) {
       op, "q_offset");
 }
 
+// ---- msa_sparse_attention / msa_sparse_decode_attention ----------------------------------------
+
+struct AttnRef {
+  std::vector<double> out, lse, lse_t;  // [total_q, Hq, 128], [total_q, Hq]
+};
+
+// fp64: each (row, head) attends the listed tiles' visible keys (a repeated tile again), softmax
+// of scale * q . k; empty: 0 and -inf.
+AttnRef attn_ref(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k,
+                 const std::vector<int64_t>& sq, const std::vector<int64_t>& sk, bool causal,
+                 double scale, double T, double vg) {
+  const int64_t total_q = q.size(0), Hq = q.size(1), Hkv = k.size(1), topk = q2k.size(2);
+  const auto qv = q.to_double_vector(), kv = k.to_double_vector(), vv = v.to_double_vector();
+  const auto idx = ints(q2k);
+  AttnRef r;
+  r.out.assign(static_cast<size_t>(total_q * Hq * 128), 0.0);
+  r.lse.assign(static_cast<size_t>(total_q * Hq), -kInf);
+  r.lse_t = r.lse;
+  int64_t q0 = 0, k0 = 0;
+  for (size_t b = 0; b < sq.size(); ++b) {
+    for (int64_t i = 0; i < sq[b]; ++i) {
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t qi = q0 + i, kh = h / (Hq / Hkv);
+        const int64_t limit = causal ? std::min(sk[b], sk[b] - sq[b] + i + 1) : sk[b];
+        std::vector<int64_t> keys;
+        for (int64_t e = 0; e < topk; ++e) {
+          const int64_t t = idx[(kh * total_q + qi) * topk + e];
+          if (t < 0) break;
+          for (int64_t j = t * 128; j < std::min(limit, (t + 1) * 128); ++j) keys.push_back(j);
+        }
+        if (keys.empty()) continue;
+        std::vector<double> sc;
+        for (int64_t j : keys) {
+          double acc = 0.0;
+          for (int64_t d = 0; d < 128; ++d) {
+            acc += qv[(qi * Hq + h) * 128 + d] * kv[((k0 + j) * Hkv + kh) * 128 + d];
+          }
+          sc.push_back(scale * acc);
+        }
+        const double m = *std::max_element(sc.begin(), sc.end());
+        double sum = 0.0, sum_t = 0.0;
+        for (double x : sc) sum += std::exp(x - m), sum_t += std::exp(T * x - T * m);
+        for (size_t n = 0; n < keys.size(); ++n) {
+          const double w = std::exp(sc[n] - m) / sum;
+          for (int64_t d = 0; d < 128; ++d) {
+            r.out[(qi * Hq + h) * 128 + d] += vg * w * vv[((k0 + keys[n]) * Hkv + kh) * 128 + d];
+          }
+        }
+        r.lse[qi * Hq + h] = m + std::log(sum);
+        r.lse_t[qi * Hq + h] = T * m + std::log(sum_t);
+      }
+    }
+    q0 += sq[b];
+    k0 += sk[b];
+  }
+  return r;
+}
+
+TEST(MsaSparseAttention, MatchesAnFp64SoftmaxOverTheListedTiles) {
+  // Request 0: 3 queries over 300 keys; request 1: 2 over 130. 4 q heads over 2 kv heads, topk 4.
+  // Lists: ascending, -1 tails, a repeated tile (counted twice), a tile past the keys (nothing),
+  // and for request 1's first row on kv head 1 nothing at all (0 and -inf).
+  const std::vector<int64_t> sq = {3, 2}, sk = {300, 130};
+  const Tensor q = rand_tensor({5, 4, 128}, kBf, 61, -1.0, 1.0);
+  const Tensor k = rand_tensor({430, 2, 128}, kBf, 62, -1.0, 1.0);
+  const Tensor v = rand_tensor({430, 2, 128}, kBf, 63, -1.0, 1.0);
+  const std::vector<double> lists = {
+      // kv head 0: rows 0..4
+      0, 2, -1, -1, 1, 1, 2, -1, 0, 1, 2, 5, 0, 1, -1, -1, 1, -1, -1, -1,
+      // kv head 1
+      2, -1, -1, -1, 0, -1, -1, -1, 1, 2, -1, -1, -1, -1, -1, -1, 0, 1, -1, -1};
+  const Tensor q2k = Tensor::from_vector(lists, {2, 5, 4}, kI32);
+  const Tensor cq = i32({0, 3, 5}), ck = i32({0, 300, 430});
+  for (bool causal : {false, true}) {
+    const MsaAttentionOutput r = msa_sparse_attention(
+        q, k, v, q2k, cq, ck, causal, 0.1, std::nullopt, std::nullopt, true, std::nullopt,
+        std::nullopt, std::nullopt, 0.5, std::nullopt, true, 0.7);
+    const AttnRef ref = attn_ref(q, k, v, q2k, sq, sk, causal, 0.1, 0.7, 0.5);
+    ASSERT_TRUE(r.lse.defined() && r.lse_t.defined());
+    EXPECT_EQ(r.out.dtype(), kBf);
+    EXPECT_TRUE(all_close(r.out, ref.out, default_tolerance(kBf))) << causal;
+    EXPECT_TRUE(all_close(r.lse, ref.lse, {1e-5, 1e-5})) << causal;
+    EXPECT_TRUE(all_close(r.lse_t, ref.lse_t, {1e-5, 1e-5})) << causal;
+  }
+  // Empty: request 1's first row on kv head 1 (q heads 2, 3): zeros and -inf.
+  const MsaAttentionOutput e = msa_sparse_attention(q, k, v, q2k, cq, ck, false, std::nullopt,
+                                                    std::nullopt, std::nullopt, true);
+  EXPECT_FALSE(e.lse_t.defined());
+  EXPECT_EQ(e.lse.to_double_vector()[3 * 4 + 2], -kInf);
+  for (double x : e.out.select(0, 3).select(0, 2).to_double_vector()) EXPECT_EQ(x, 0.0);
+  // Paged: the same keys and values in pages of 128 give the same bits.
+  Tensor kp = Tensor::zeros({6, 2, 128, 128}, kBf), vp = Tensor::zeros({6, 2, 128, 128}, kBf);
+  const std::vector<std::vector<int64_t>> table = {{3, 0, 5}, {1, 4, 0}};
+  int64_t k0 = 0;
+  for (size_t b = 0; b < 2; ++b) {
+    for (int64_t j = 0; j < sk[b]; ++j) {
+      kp.select(0, table[b][j / 128]).select(1, j % 128).copy_(k.select(0, k0 + j));
+      vp.select(0, table[b][j / 128]).select(1, j % 128).copy_(v.select(0, k0 + j));
+    }
+    k0 += sk[b];
+  }
+  const Tensor pt = Tensor::from_vector({3, 0, 5, 1, 4, 0}, {2, 3}, kI32);
+  const MsaAttentionOutput pg = msa_sparse_attention(q, kp, vp, q2k, cq, std::nullopt, true,
+                                                     std::nullopt, pt, i32({300, 130}), true);
+  const MsaAttentionOutput fl = msa_sparse_attention(q, k, v, q2k, cq, ck, true, std::nullopt,
+                                                     std::nullopt, std::nullopt, true);
+  EXPECT_TRUE(all_close(pg.out, fl.out, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pg.lse, fl.lse, {0.0, 0.0}));
+}
+
+// Decode is the prefill rule with every request's rows right-aligned and causal by default: the
+// same bits as msa_sparse_attention on those rows; an fp8 q computes and returns bf16.
+TEST(MsaSparseDecodeAttention, IsThePrefillRuleOnRightAlignedRows) {
+  const Tensor q = rand_tensor({4, 2, 128}, kBf, 71, -1.0, 1.0);  // 2 requests x 2 rows
+  const Tensor k = rand_tensor({400, 1, 128}, kBf, 72, -1.0, 1.0);
+  const Tensor v = rand_tensor({400, 1, 128}, kBf, 73, -1.0, 1.0);
+  const Tensor q2k =
+      Tensor::from_vector({0, 1, 0, 1, 0, 1, 0, 1}, {1, 4, 2}, kI32);  // topk 2 is fine here
+  const Tensor ck = i32({0, 200, 400});
+  const MsaAttentionOutput d = msa_sparse_decode_attention(q, k, v, q2k, std::nullopt, std::nullopt,
+                                                           ck, 2, true, std::nullopt, true);
+  const Tensor q2k4 = Tensor::from_vector({0, 1, -1, -1, 0, 1, -1, -1, 0, 1, -1, -1, 0, 1, -1, -1},
+                                          {1, 4, 4}, kI32);
+  const MsaAttentionOutput p = msa_sparse_attention(q, k, v, q2k4, i32({0, 2, 4}), ck, true,
+                                                    std::nullopt, std::nullopt, std::nullopt, true);
+  EXPECT_TRUE(all_close(d.out, p.out, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(d.lse, p.lse, {0.0, 0.0}));
+  const Tensor q8 = q.to(DType::kFloat8E4M3FN);
+  const MsaAttentionOutput d8 =
+      msa_sparse_decode_attention(q8, k, v, q2k, std::nullopt, std::nullopt, ck, 2);
+  EXPECT_EQ(d8.out.dtype(), kBf);
+  EXPECT_FALSE(d8.lse.defined());
+  const MsaAttentionOutput db =
+      msa_sparse_decode_attention(q8.to(kBf), k, v, q2k, std::nullopt, std::nullopt, ck, 2);
+  EXPECT_TRUE(all_close(d8.out, db.out, {0.0, 0.0}));
+}
+
+TEST(MsaSparseAttention, BadInputNamesOpAndArgument) {
+  const char* op = "msa_sparse_attention";
+  const Tensor q = rand_tensor({2, 2, 128}, kBf, 81);
+  const Tensor k = rand_tensor({128, 1, 128}, kBf, 82);
+  const Tensor q2k = Tensor::full({1, 2, 4}, 0.0, kI32);
+  const Tensor cq = i32({0, 2}), ck = i32({0, 128});
+  EXPECT_FI_ERROR(msa_sparse_attention(q.to(kF32), k, k, q2k, cq, ck), op, "q");
+  EXPECT_FI_ERROR(msa_sparse_attention(q, k, k, Tensor::full({1, 2, 5}, 0.0, kI32), cq, ck), op,
+                  "q2k_indices");
+  EXPECT_FI_ERROR(msa_sparse_attention(q, k, k, Tensor::full({1, 3, 4}, 0.0, kI32), cq, ck), op,
+                  "q2k_indices");
+  EXPECT_FI_ERROR(msa_sparse_attention(q, k, k, q2k, cq), op, "cu_seqlens_k");
+  EXPECT_FI_ERROR(msa_sparse_attention(q, k, k.to(DType::kFloat16), q2k, cq, ck), op, "v");
+  EXPECT_FI_ERROR(msa_sparse_attention(q, k.to(DType::kUInt8), k.to(DType::kUInt8), q2k, cq, ck),
+                  op, "k");
+  const char* dop = "msa_sparse_decode_attention";
+  EXPECT_FI_ERROR(msa_sparse_decode_attention(q, k, k, q2k, std::nullopt, std::nullopt, ck, 3), dop,
+                  "q");
+  EXPECT_FI_ERROR(msa_sparse_decode_attention(rand_tensor({1, 32, 128}, kBf, 1), k, k,
+                                              Tensor::full({1, 1, 4}, 0.0, kI32), std::nullopt,
+                                              std::nullopt, i32({0, 128})),
+                  dop, "q");
+  EXPECT_FI_ERROR(msa_sparse_decode_attention(q, k, k, q2k), dop, "cu_seqlens_k");
+  EXPECT_FI_ERROR(
+      msa_sparse_decode_attention(q, k, k, q2k, std::nullopt, std::nullopt, i32({0, 64, 128}), 1,
+                                  true, std::nullopt, false, std::nullopt, std::nullopt,
+                                  std::nullopt, std::nullopt, std::nullopt, DType::kInt32),
+      dop, "partial_dtype");
+}
+
 TEST(MsaReplay, DumpsReplay) {
   const int n = dump_replay_all("msa", [] {
     const Tensor q = rand_tensor({3, 2, 128}, kBf, 41);
@@ -270,8 +437,15 @@ TEST(MsaReplay, DumpsReplay) {
     const Tensor s = msa_proxy_score(q, k, i32({0, 3}), i32({0, 260}), std::nullopt, std::nullopt,
                                      true, std::nullopt, int64_t{16});
     (void)msa_topk_select(s, 16, Value(int64_t{3}));
+    const Tensor v = rand_tensor({260, 1, 128}, kBf, 43);
+    const Tensor q2k =
+        Tensor::from_vector({0, 2, -1, -1, 1, -1, -1, -1, 2, 0, 1, -1}, {1, 3, 4}, kI32);
+    (void)msa_sparse_attention(q, k, v, q2k, i32({0, 3}), i32({0, 260}), true, std::nullopt,
+                               std::nullopt, std::nullopt, true);
+    (void)msa_sparse_decode_attention(q, k, v, q2k, std::nullopt, std::nullopt,
+                                      i32({0, 100, 180, 260}));
   });
-  EXPECT_EQ(n, 2);
+  EXPECT_EQ(n, 4);
 }
 
 // Upstream runs these on SM120 / SM121 only and refuses other GPUs by name; this library has no

@@ -40,4 +40,50 @@ Tensor msa_proxy_score(const Tensor& q, const Tensor& k, const Tensor& cu_seqlen
                        std::optional<Tensor> output = std::nullopt, bool reduce_heads = false,
                        std::optional<Value> q_offset = std::nullopt);
 
+/// The sparse attention ops' result, recorded as upstream returns it: `out` alone, (out, lse) with
+/// return_softmax_lse, or (out, lse, lse_t) with return_temperature_lse.
+struct MsaAttentionOutput {
+  Tensor out, lse, lse_t;
+  operator Tensor() const { return out; }  // NOLINT: implicit like upstream's return value
+};
+Value to_value(const MsaAttentionOutput& r);
+
+/// Sparse prefill attention over the KV tiles each query selected: row qi (of request b, local
+/// i) and head h attend the keys of tiles q2k_indices[h / G, qi, :] (int32 [Hkv, total_q,
+/// topk], topk in {4, 8, 16, 32}; the list ends at its first negative entry; a repeated tile
+/// counts again), keys j < seqlen_k and, when causal, j <= off + i (off = q_offset[b] or
+/// seqlen_k - seqlen_q). Scores softmax_scale (default 128^-0.5) * q . k; out = softmax . v (times
+/// v_global_scale), q's dtype [total_q, Hq, 128]; no visible key: 0 and lse -inf. lse natural
+/// log, fp32 [total_q, Hq]; lse_t = ln sum exp(lse_temperature_scale * score). q bf16 / fp16;
+/// k, v of q's dtype or float8_e4m3fn (NVFP4 K/V: refused, not implemented), flat with
+/// cu_seqlens_k or pages of 128 with page_table and seqused_k (cu_seqlens_k wins when both).
+MsaAttentionOutput msa_sparse_attention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k_indices,
+    const Tensor& cu_seqlens_q, std::optional<Tensor> cu_seqlens_k = std::nullopt,
+    bool causal = false, std::optional<double> softmax_scale = std::nullopt,
+    std::optional<Tensor> page_table = std::nullopt, std::optional<Tensor> seqused_k = std::nullopt,
+    bool return_softmax_lse = false, std::optional<Tensor> k_scale = std::nullopt,
+    std::optional<Tensor> v_scale = std::nullopt,
+    std::optional<double> k_global_scale = std::nullopt,
+    std::optional<double> v_global_scale = std::nullopt,
+    std::optional<Value> q_offset = std::nullopt, bool return_temperature_lse = false,
+    double lse_temperature_scale = 1.0);
+
+/// Sparse decode attention: B requests of seqlen_q query rows each (q [B * seqlen_q, Hq, 128] bf16
+/// / fp16 / float8_e4m3fn, fp8 computing and returning bf16), the same rule as msa_sparse_attention
+/// with causal on by default and the rows right-aligned to each request's keys; flat keys need
+/// cu_seqlens_k, paged ones page_table and seqused_k. Returns out, or (out, lse) with
+/// return_softmax_lse. partial_dtype and force_fused choose upstream's split schedule (validated;
+/// the result here is the unsplit one).
+MsaAttentionOutput msa_sparse_decode_attention(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q2k_indices,
+    std::optional<Tensor> page_table = std::nullopt, std::optional<Tensor> seqused_k = std::nullopt,
+    std::optional<Tensor> cu_seqlens_k = std::nullopt, int64_t seqlen_q = 1, bool causal = true,
+    std::optional<double> softmax_scale = std::nullopt, bool return_softmax_lse = false,
+    std::optional<Tensor> k_scale = std::nullopt, std::optional<Tensor> v_scale = std::nullopt,
+    std::optional<double> k_global_scale = std::nullopt,
+    std::optional<double> v_global_scale = std::nullopt,
+    std::optional<Value> q_offset = std::nullopt, std::optional<DType> partial_dtype = std::nullopt,
+    std::optional<bool> force_fused = std::nullopt);
+
 }  // namespace flashinfer

@@ -1,6 +1,7 @@
 #include "kernels/cpu/msa_cpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -91,6 +92,70 @@ void msa_proxy_score(const MsaProxyParams& p) {
             o = best;
           }
         }
+      }
+    }
+  }
+}
+
+void msa_sparse_attention(const MsaAttnParams& p) {
+  const int64_t G = p.Hq / p.Hkv;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t q0 = p.cu_q[b], sq = p.cu_q[b + 1] - q0;
+    const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.seqused_k[b];
+    const int64_t off = p.q_offset_scalar ? p.q_offset_value : p.q_offset ? p.q_offset[b] : sk - sq;
+    auto row_of = [&](int64_t j, int64_t kh) -> int64_t {  // element offset of key / value j
+      if (p.cu_k) return (p.cu_k[b] + j) * p.kv_stride_row + kh * p.kv_stride_h;
+      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
+      return page * p.kv_stride_page + kh * p.kv_stride_h + (j % kMsaTile) * p.kv_stride_row;
+    };
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (sq * p.Hq >= 4)
+    for (int64_t i = 0; i < sq; ++i) {
+      for (int64_t h = 0; h < p.Hq; ++h) {
+        const int64_t qi = q0 + i, kh = h / G;
+        float qv[kMsaTile];
+        for (int64_t d = 0; d < kMsaTile; ++d) {
+          qv[d] = elem_io::load_or_fp32(p.q, p.q_dtype, qi * p.q_stride_t + h * p.q_stride_h + d);
+        }
+        const int64_t limit = p.causal ? std::min(sk, off + i + 1) : sk;
+        std::vector<int64_t> keys;
+        std::vector<double> s;
+        const int32_t* list = p.q2k + (kh * p.total_q + qi) * p.topk;
+        for (int64_t e = 0; e < p.topk && list[e] >= 0; ++e) {
+          for (int64_t j = list[e] * kMsaTile; j < std::min(limit, (list[e] + 1) * kMsaTile); ++j) {
+            const int64_t ko = row_of(j, kh);
+            float acc = 0.0f;
+            for (int64_t d = 0; d < kMsaTile; ++d) {
+              acc += qv[d] * elem_io::load_or_fp32(p.k, p.kv_dtype, ko + d);
+            }
+            keys.push_back(j);
+            s.push_back(static_cast<double>(p.scale) * acc);
+          }
+        }
+        double acc_o[kMsaTile] = {};
+        double lse = ninf, lse_t = ninf;
+        if (!keys.empty()) {
+          const double m = *std::max_element(s.begin(), s.end());
+          double sum = 0.0, sum_t = 0.0;
+          for (size_t n = 0; n < keys.size(); ++n) {
+            const double w = std::exp(s[n] - m);
+            sum += w;
+            sum_t += std::exp(p.temperature * (s[n] - m));
+            const int64_t vo = row_of(keys[n], kh);
+            for (int64_t d = 0; d < kMsaTile; ++d) {
+              acc_o[d] += w * elem_io::load_or_fp32(p.v, p.kv_dtype, vo + d);
+            }
+          }
+          for (double& x : acc_o) x = x / sum * p.v_global_scale;
+          lse = m + std::log(sum);
+          lse_t = p.temperature * m + std::log(sum_t);
+        }
+        for (int64_t d = 0; d < kMsaTile; ++d) {
+          elem_io::store_or_fp32(p.out, p.out_dtype, (qi * p.Hq + h) * kMsaTile + d,
+                                 static_cast<float>(acc_o[d]));
+        }
+        if (p.lse) p.lse[qi * p.Hq + h] = static_cast<float>(lse);
+        if (p.lse_t) p.lse_t[qi * p.Hq + h] = static_cast<float>(lse_t);
       }
     }
   }

@@ -13,4 +13,8 @@ void msa_topk_select(const MsaTopkParams& p);
 /// where a tile has no visible key; with reduce_heads the max over the heads.
 void msa_proxy_score(const MsaProxyParams& p);
 
+/// Sparse attention over the listed tiles: the softmax in fp64 (scores scale * q . k in fp32
+/// sums), out = sum p_j v_j times v_global_scale, rounded once; an empty set gives 0 and -inf.
+void msa_sparse_attention(const MsaAttnParams& p);
+
 }  // namespace flashinfer::kernels::cpu
