@@ -433,6 +433,10 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "msa_ops/proxy_score.py: RuntimeError unless is_sm12x_supported(device) (compute "
         "capability 12.0 / 12.1, CUDA >= 12.8)",
         false, "msa_proxy_score requires SM120 or SM121 and CUDA >= 12.8");
+    add("msa_proxy_score_fp4", {120, 121},
+        "msa_ops/proxy_score.py: RuntimeError unless is_sm12x_supported(device) (compute "
+        "capability 12.0 / 12.1, CUDA >= 12.8)",
+        false, "msa_proxy_score_fp4 requires SM120 or SM121 and CUDA >= 12.8");
     add("msa_sparse_attention", {120, 121},
         "msa_ops/sparse_prefill.py: RuntimeError unless is_sm12x_supported(device) (compute "
         "capability 12.0 / 12.1, CUDA >= 12.8)",

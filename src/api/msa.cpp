@@ -15,6 +15,7 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/msa_cpu.h"
 #include "kernels/msa_params.h"
+#include "kernels/quantization_params.h"
 
 namespace flashinfer {
 
@@ -144,29 +145,51 @@ Tensor topk_impl(const Tensor& max_score, int64_t topk, const std::optional<Valu
   return *output;
 }
 
-Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
+// msa_proxy_score_fp4's extras: the scale buffers and the two (inverse) global scales.
+struct Fp4Proxy {
+  const Tensor& q_scale;
+  const Tensor& k_scale;
+  double q_global, k_global;
+};
+
+Tensor proxy_impl(const Fp4Proxy* fp4, const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
                   const std::optional<Tensor>& cu_seqlens_k,
                   const std::optional<Tensor>& page_table, const std::optional<Tensor>& seqused_k,
                   bool causal, std::optional<int64_t> max_seqlen_q,
                   std::optional<int64_t> max_k_tiles, std::optional<Tensor> output,
                   bool reduce_heads, const std::optional<Value>& q_offset) {
-  const char* op = "msa_proxy_score";
-  api::check_defined(q, op, "q");
-  api::check_upstream_arch(op, "q", q.device());
-  FLASHINFER_CHECK(q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat16, op, "q",
-                   "q must be bf16 or fp16, got ", dtype_torch_name(q.dtype()));
-  api::check_dim(q, {3}, op, "q");
-  FLASHINFER_CHECK(q.size(2) == kMsaTile, op, "q", "head_dim must be 128, got ", q.size(2));
-  FLASHINFER_CHECK(q.stride(2) == 1, op, "q", "must have stride 1 in the head dim");
-  api::check_defined(k, op, "k");
+  const char* op = fp4 ? "msa_proxy_score_fp4" : "msa_proxy_score";
+  const char* q_arg = fp4 ? "q_fp4" : "q";
+  const char* k_arg = fp4 ? "k_fp4" : "k";
+  const int64_t row = fp4 ? kMsaTile / 2 : kMsaTile;  // elements of a head row (packed: bytes)
+  api::check_defined(q, op, q_arg);
+  api::check_upstream_arch(op, q_arg, q.device());
+  api::check_defined(k, op, k_arg);
+  if (fp4) {
+    FLASHINFER_CHECK(q.dtype() == DType::kUInt8 && k.dtype() == DType::kUInt8, op, q_arg,
+                     "q_fp4/k_fp4 must be packed uint8 (e2m1x2)");
+    api::check_defined(fp4->q_scale, op, "q_scale");
+    api::check_defined(fp4->k_scale, op, "k_scale");
+    FLASHINFER_CHECK(fp4->q_scale.dtype() == DType::kUInt8 && fp4->k_scale.dtype() == DType::kUInt8,
+                     op, "q_scale", "q_scale/k_scale must be uint8 (e4m3 bytes)");
+    api::check_dim(q, {3}, op, q_arg);
+    FLASHINFER_CHECK(q.size(2) == row, op, q_arg, "q_fp4 last dim must be 64 (head_dim/2), got ",
+                     q.size(2));
+  } else {
+    FLASHINFER_CHECK(q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat16, op, "q",
+                     "q must be bf16 or fp16, got ", dtype_torch_name(q.dtype()));
+    api::check_dim(q, {3}, op, "q");
+    FLASHINFER_CHECK(q.size(2) == kMsaTile, op, "q", "head_dim must be 128, got ", q.size(2));
+  }
+  FLASHINFER_CHECK(q.stride(2) == 1, op, q_arg, "must have stride 1 in the head dim");
   const bool paged = page_table && page_table->defined();
   const int64_t Hq = q.size(1), Hkv = k.dim() >= 2 ? k.size(1) : 0;
-  FLASHINFER_CHECK(Hkv > 0 && Hq % Hkv == 0, op, "k",
+  FLASHINFER_CHECK(Hkv > 0 && Hq % Hkv == 0, op, k_arg,
                    "num_qo_heads must be a multiple of num_kv_heads");
-  FLASHINFER_CHECK(k.dtype() == q.dtype() || k.dtype() == DType::kFloat8E4M3FN, op, "k",
+  FLASHINFER_CHECK(fp4 || k.dtype() == q.dtype() || k.dtype() == DType::kFloat8E4M3FN, op, "k",
                    "k dtype must match q (or be float8_e4m3fn)");
-  api::check_same_device(k, q, op, "k", "q");
-  FLASHINFER_CHECK(k.stride(-1) == 1, op, "k", "must have stride 1 in the head dim");
+  api::check_same_device(k, q, op, k_arg, q_arg);
+  FLASHINFER_CHECK(k.stride(-1) == 1, op, k_arg, "must have stride 1 in the head dim");
   check_int32_vector(cu_seqlens_q, op, "cu_seqlens_q");
   api::check_same_device(cu_seqlens_q, q, op, "cu_seqlens_q", "q");
   kernels::MsaProxyParams p;
@@ -175,8 +198,9 @@ Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
   if (paged) {
     FLASHINFER_CHECK(seqused_k && seqused_k->defined(), op, "seqused_k",
                      "paged proxy requires seqused_k");
-    FLASHINFER_CHECK(k.dim() == 4 && k.size(2) == kMsaTile && k.size(3) == kMsaTile, op, "k",
-                     "paged k must be (num_pages, num_kv_heads, 128, 128)");
+    FLASHINFER_CHECK(k.dim() == 4 && k.size(2) == kMsaTile && k.size(3) == row, op, k_arg,
+                     fp4 ? "paged k_fp4 must be (num_pages, num_kv_heads, 128, 64)"
+                         : "paged k must be (num_pages, num_kv_heads, 128, 128)");
     check_int32_vector(*seqused_k, op, "seqused_k");
     api::check_dim(*page_table, {2}, op, "page_table");
     api::check_dtype_in(*page_table, {DType::kInt32}, op, "page_table");
@@ -202,8 +226,9 @@ Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
   } else {
     FLASHINFER_CHECK(cu_seqlens_k && cu_seqlens_k->defined(), op, "cu_seqlens_k",
                      "flat proxy requires cu_seqlens_k");
-    FLASHINFER_CHECK(k.dim() == 3 && k.size(2) == kMsaTile, op, "k",
-                     "flat k must be (total_k, num_kv_heads, head_dim)");
+    FLASHINFER_CHECK(k.dim() == 3 && k.size(2) == row, op, k_arg,
+                     fp4 ? "flat k_fp4 must be (total_k, num_kv_heads, 64)"
+                         : "flat k must be (total_k, num_kv_heads, head_dim)");
     check_int32_vector(*cu_seqlens_k, op, "cu_seqlens_k");
     cu_k = ints(*cu_seqlens_k);
     B = static_cast<int64_t>(cu_k.size()) - 1;
@@ -276,7 +301,29 @@ Tensor proxy_impl(const Tensor& q, const Tensor& k, const Tensor& cu_seqlens_q,
   p.causal = causal;
   p.reduce_heads = reduce_heads;
   p.out = dense.data<float>();
-  api::launch(kProxyKernels, p, q.device(), op, "q");
+  Tensor q_sf, k_sf;
+  if (fp4) {
+    // The scale buffers must hold the 128x4 layout of every row the kernel can read (upstream
+    // does not check; an undersized buffer would be read out of bounds).
+    auto sf_bytes = [](int64_t rows) {
+      return kernels::sf_buffer_size(kernels::SfLayoutCode::k128x4, rows, kMsaTile / 16);
+    };
+    const int64_t q_rows = total_q * Hq,
+                  k_rows = paged ? k.size(0) * Hkv * kMsaTile : k.size(0) * Hkv;
+    q_sf = fp4->q_scale.contiguous().reshape({-1});
+    k_sf = fp4->k_scale.contiguous().reshape({-1});
+    FLASHINFER_CHECK(q_sf.numel() >= sf_bytes(q_rows), op, "q_scale", "holds ", q_sf.numel(),
+                     " bytes; the 128x4 scales of ", q_rows, " rows take ", sf_bytes(q_rows));
+    FLASHINFER_CHECK(k_sf.numel() >= sf_bytes(k_rows), op, "k_scale", "holds ", k_sf.numel(),
+                     " bytes; the 128x4 scales of ", k_rows, " rows take ", sf_bytes(k_rows));
+    api::check_same_device(q_sf, q, op, "q_scale", q_arg);
+    api::check_same_device(k_sf, q, op, "k_scale", q_arg);
+    p.fp4 = true;
+    p.q_sf = q_sf.data<uint8_t>();
+    p.k_sf = k_sf.data<uint8_t>();
+    p.fp4_global = static_cast<float>(fp4->q_global * fp4->k_global);
+  }
+  api::launch(kProxyKernels, p, q.device(), op, q_arg);
   if (!output->is_contiguous()) output->copy_(dense);
   return *output;
 }
@@ -575,6 +622,43 @@ BenchCase bench_proxy(const BenchShape& s, Device dev) {
   return c;
 }
 
+// msa_proxy_score's shape on NVFP4 operands: packed bytes and e4m3 scales in [0.5, 2] drawn from
+// the seed.
+BenchCase bench_proxy_fp4(const BenchShape& s, Device dev) {
+  const int64_t B = s.batch_size, sq = std::max<int64_t>(1, s.s_qo),
+                sk = std::max<int64_t>(1, s.s_kv);
+  std::vector<int64_t> cq = {0}, ck = {0};
+  for (int64_t b = 0; b < B; ++b) {
+    cq.push_back(cq.back() + sq);
+    ck.push_back(ck.back() + sk);
+  }
+  uint64_t state = s.random_seed * 2654435761u + 1;
+  auto bytes = [&](Shape shape, int lo, int span) {
+    Tensor t = Tensor::empty(std::move(shape), DType::kUInt8);
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      p[i] =
+          static_cast<uint8_t>(lo + static_cast<int>((state >> 33) % static_cast<uint64_t>(span)));
+    }
+    return t.to(dev);
+  };
+  auto sf_rows = [](int64_t rows) {
+    return kernels::sf_buffer_size(kernels::SfLayoutCode::k128x4, rows, kMsaTile / 16);
+  };
+  const int64_t qr = B * sq * s.num_qo_heads, kr = B * sk * s.num_kv_heads;
+  BenchCase c = api::bench::invoke_case(
+      "msa_proxy_score_fp4",
+      {Value(bytes({B * sq, s.num_qo_heads, kMsaTile / 2}, 0, 256)),
+       Value(bytes({B * sk, s.num_kv_heads, kMsaTile / 2}, 0, 256)),
+       Value(bytes({sf_rows(qr)}, 0x30, 16)), Value(bytes({sf_rows(kr)}, 0x30, 16)), Value(0.01),
+       Value(0.02), Value(api::bench::int32_tensor(cq, dev)),
+       Value(api::bench::int32_tensor(ck, dev))});
+  c.bytes = static_cast<double>(qr + kr) * (kMsaTile / 2 + kMsaTile / 16);
+  c.flops = 2.0 * static_cast<double>(B * sq * s.num_qo_heads * sk * kMsaTile);
+  return c;
+}
+
 // The selection over the scores of batch_size * s_qo queries, num_qo_heads heads and
 // ceil(s_kv / 128) tiles (at least 16).
 BenchCase bench_topk(const BenchShape& s, Device dev) {
@@ -671,7 +755,7 @@ Tensor msa_proxy_score(const Tensor& q, const Tensor& k, const Tensor& cu_seqlen
                        std::optional<Value> q_offset) {
   return call_op<&msa_proxy_score>(
       [&] {
-        return proxy_impl(q, k, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, causal,
+        return proxy_impl(nullptr, q, k, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, causal,
                           max_seqlen_q, max_k_tiles, output, reduce_heads, q_offset);
       },
       q, k, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, causal, max_seqlen_q, max_k_tiles,
@@ -717,9 +801,37 @@ MsaAttentionOutput msa_sparse_decode_attention(
       force_fused);
 }
 
+Tensor msa_proxy_score_fp4(const Tensor& q_fp4, const Tensor& k_fp4, const Tensor& q_scale,
+                           const Tensor& k_scale, double q_global_scale, double k_global_scale,
+                           const Tensor& cu_seqlens_q, std::optional<Tensor> cu_seqlens_k,
+                           std::optional<Tensor> page_table, std::optional<Tensor> seqused_k,
+                           bool causal, std::optional<int64_t> max_seqlen_q,
+                           std::optional<int64_t> max_k_tiles, std::optional<Tensor> output,
+                           bool reduce_heads, std::optional<Value> q_offset) {
+  return call_op<&msa_proxy_score_fp4>(
+      [&] {
+        const Fp4Proxy fp4{q_scale, k_scale, q_global_scale, k_global_scale};
+        return proxy_impl(&fp4, q_fp4, k_fp4, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
+                          causal, max_seqlen_q, max_k_tiles, output, reduce_heads, q_offset);
+      },
+      q_fp4, k_fp4, q_scale, k_scale, q_global_scale, k_global_scale, cu_seqlens_q, cu_seqlens_k,
+      page_table, seqused_k, causal, max_seqlen_q, max_k_tiles, output, reduce_heads, q_offset);
+}
+
 namespace detail {
 
 void register_msa_ops(OpRegistry& r) {
+  declare<&msa_proxy_score_fp4>(
+      r,
+      {.name = "msa_proxy_score_fp4",
+       .module = kProxyModule,
+       .summary = "MiniMax sparse attention: per-KV-tile maxima of NVFP4 q . k logits"},
+      "q_fp4", "k_fp4", "q_scale", "k_scale", "q_global_scale", "k_global_scale", "cu_seqlens_q",
+      "cu_seqlens_k", arg("page_table").kw(), arg("seqused_k").kw(), arg("causal", true).kw(),
+      arg("max_seqlen_q").kw(), arg("max_k_tiles").kw(), arg("output").mut().kw(),
+      arg("reduce_heads", false).kw(), arg("q_offset").kw());
+  api::register_backends("msa_proxy_score_fp4", kProxyKernels);
+  register_bench_hook("msa_proxy_score_fp4", bench_proxy_fp4);
   declare<&msa_sparse_attention>(
       r,
       {.name = "msa_sparse_attention",

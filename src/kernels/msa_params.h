@@ -43,6 +43,14 @@ struct MsaProxyParams {
   bool causal = true;
   bool reduce_heads = false;
   float* out = nullptr;  // [H_out, tiles, total_q] contiguous
+  // msa_proxy_score_fp4: q and k are packed e2m1 bytes (64 a row, strides in bytes) with e4m3
+  // scales per 16 elements in the 128x4 layout of 8 columns (rows: q token * Hq + head; flat k
+  // token * Hkv + kv head; paged k (page * Hkv + kv head) * 128 + row); each tile maximum is
+  // multiplied by fp4_global (q_global_scale * k_global_scale).
+  bool fp4 = false;
+  const uint8_t* q_sf = nullptr;
+  const uint8_t* k_sf = nullptr;
+  float fp4_global = 1.0f;
 };
 
 }  // namespace flashinfer::kernels

@@ -235,6 +235,55 @@ TEST(MsaProxyScore, ReduceHeadsFp8KeysTilesAndOutput) {
   EXPECT_TRUE(all_close(f8, per_head, {0.0, 0.0}));
 }
 
+// NVFP4 operands: the scores of the dequantized values (e2m1 x e4m3, exact in bf16) times the two
+// global scales, bit for bit, flat and paged (scale rows token * Hkv + head; (page * Hkv + head)
+// * 128 + row).
+TEST(MsaProxyScoreFp4, IsTheProxyScoreOfTheDequantizedValues) {
+  auto quant = [](const Tensor& rows, double gs) {  // [M, 128] -> (fp4 [M, 64], 128x4 scales)
+    auto [q, sf] = nvfp4_quantize_cute_dsl(rows, Value(gs), 0);
+    const Tensor deq = e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, true);
+    return std::make_tuple(q, sf, deq.to(kBf));
+  };
+  const Tensor qf = rand_tensor({6 * 2, 128}, kBf, 91, -3.0, 3.0);
+  const Tensor kf = rand_tensor({300 * 1, 128}, kBf, 92, -3.0, 3.0);
+  const double gq = 400.0, gk = 250.0;
+  auto [q4, qsf, qd] = quant(qf, gq);
+  auto [k4, ksf, kd] = quant(kf, gk);
+  const Tensor cq = i32({0, 4, 6}), ck = i32({0, 200, 300});
+  const Tensor f4 = msa_proxy_score_fp4(q4.reshape({6, 2, 64}), k4.reshape({300, 1, 64}), qsf, ksf,
+                                        1.0 / gq, 1.0 / gk, cq, ck);
+  const Tensor ref = msa_proxy_score(qd.reshape({6, 2, 128}), kd.reshape({300, 1, 128}), cq, ck);
+  const float g = static_cast<float>((1.0 / gq) * (1.0 / gk));
+  const auto fv = f4.to_double_vector(), rv = ref.to_double_vector();
+  ASSERT_EQ(fv.size(), rv.size());
+  for (size_t i = 0; i < fv.size(); ++i) {
+    EXPECT_EQ(fv[i], static_cast<double>(static_cast<float>(rv[i]) * g)) << i;
+  }
+  // Paged: 3 pages of 128 rows, request 0 in pages 2, 0; request 1 in page 1.
+  const Tensor kp = rand_tensor({3 * 128, 128}, kBf, 93, -3.0, 3.0);
+  auto [kp4, kpsf, kpd] = quant(kp, gk);
+  const Tensor pt = Tensor::from_vector({2, 0, 1, 0}, {2, 2}, kI32);
+  const Tensor pf4 =
+      msa_proxy_score_fp4(q4.reshape({6, 2, 64}), kp4.reshape({3, 1, 128, 64}), qsf, kpsf, 1.0 / gq,
+                          1.0 / gk, cq, std::nullopt, pt, i32({200, 100}));
+  const Tensor pref = msa_proxy_score(qd.reshape({6, 2, 128}), kpd.reshape({3, 1, 128, 128}), cq,
+                                      std::nullopt, pt, i32({200, 100}));
+  const auto pv = pf4.to_double_vector(), prv = pref.to_double_vector();
+  for (size_t i = 0; i < pv.size(); ++i) {
+    EXPECT_EQ(pv[i], static_cast<double>(static_cast<float>(prv[i]) * g)) << i;
+  }
+  const char* op = "msa_proxy_score_fp4";
+  EXPECT_FI_ERROR(msa_proxy_score_fp4(qd.reshape({6, 2, 128}), k4.reshape({300, 1, 64}), qsf, ksf,
+                                      1.0, 1.0, cq, ck),
+                  op, "q_fp4");
+  EXPECT_FI_ERROR(msa_proxy_score_fp4(q4.reshape({6, 2, 64}), k4.reshape({300, 1, 64}),
+                                      qsf.slice(0, 0, 1), ksf, 1.0, 1.0, cq, ck),
+                  op, "q_scale");
+  EXPECT_FI_ERROR(msa_proxy_score_fp4(q4.reshape({6, 2, 64}), k4.reshape({150, 1, 128}), qsf, ksf,
+                                      1.0, 1.0, cq, ck),
+                  op, "k_fp4");
+}
+
 TEST(MsaProxyScore, BadInputNamesOpAndArgument) {
   const char* op = "msa_proxy_score";
   const Tensor q = rand_tensor({2, 2, 128}, kBf, 31);

@@ -40,6 +40,23 @@ Tensor msa_proxy_score(const Tensor& q, const Tensor& k, const Tensor& cu_seqlen
                        std::optional<Tensor> output = std::nullopt, bool reduce_heads = false,
                        std::optional<Value> q_offset = std::nullopt);
 
+/// msa_proxy_score on NVFP4 q and k: q_fp4 uint8 [total_q, Hq, 64] and k_fp4 [total_k, Hkv, 64]
+/// (or pages [pages, Hkv, 128, 64]) of packed e2m1 (element 2i in the low nibble), q_scale /
+/// k_scale uint8 e4m3 block scales (16 elements each) in the 128x4 layout of 8 columns (rows: q
+/// token * Hq + head; flat k token * Hkv + kv head; paged k (page * Hkv + kv head) * 128 + row),
+/// q_global_scale / k_global_scale the dequantization multipliers (1 / the quantizer's global
+/// scales), applied to each tile's maximum as upstream's kernel does.
+Tensor msa_proxy_score_fp4(const Tensor& q_fp4, const Tensor& k_fp4, const Tensor& q_scale,
+                           const Tensor& k_scale, double q_global_scale, double k_global_scale,
+                           const Tensor& cu_seqlens_q,
+                           std::optional<Tensor> cu_seqlens_k = std::nullopt,
+                           std::optional<Tensor> page_table = std::nullopt,
+                           std::optional<Tensor> seqused_k = std::nullopt, bool causal = true,
+                           std::optional<int64_t> max_seqlen_q = std::nullopt,
+                           std::optional<int64_t> max_k_tiles = std::nullopt,
+                           std::optional<Tensor> output = std::nullopt, bool reduce_heads = false,
+                           std::optional<Value> q_offset = std::nullopt);
+
 /// The sparse attention ops' result, recorded as upstream returns it: `out` alone, (out, lse) with
 /// return_softmax_lse, or (out, lse, lse_t) with return_temperature_lse.
 struct MsaAttentionOutput {

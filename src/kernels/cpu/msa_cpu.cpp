@@ -6,7 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include "flashinfer/float_formats.h"
 #include "kernels/cpu/elem_io.h"
+#include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -64,26 +66,45 @@ void msa_proxy_score(const MsaProxyParams& p) {
       const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
       return page * p.k_stride_page + kh * p.k_stride_h + (j % kMsaTile) * p.k_stride_row;
     };
+    auto key_sf_row = [&](int64_t j, int64_t kh) -> int64_t {  // fp4: key j's scale row
+      if (p.cu_k) return (p.cu_k[b] + j) * p.Hkv + kh;
+      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
+      return (page * p.Hkv + kh) * kMsaTile + j % kMsaTile;
+    };
+    // 128 values of a row: decoded elements, or (fp4) e2m1 codes times their block's e4m3 scale.
+    auto load_row = [&](const void* base, DType dt, int64_t off, const uint8_t* sf, int64_t row,
+                        float* out) {
+      if (!p.fp4) {
+        for (int64_t d = 0; d < kMsaTile; ++d) out[d] = elem_io::load_or_fp32(base, dt, off + d);
+        return;
+      }
+      const auto* bytes = static_cast<const uint8_t*>(base) + off;
+      for (int64_t d = 0; d < kMsaTile; ++d) {
+        const uint8_t byte = bytes[d / 2];
+        const float e = e2m1_bits_to_float(d % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
+        out[d] = e * e4m3fn_bits_to_float(
+                         sf[sf_offset(SfLayoutCode::k128x4, row, d / 16, kMsaTile / 16)]);
+      }
+    };
     const int64_t rows = std::min(sq, p.max_seqlen_q);
 #pragma omp parallel for collapse(2) schedule(static) if (rows * p.Hq * sk >= (1 << 12))
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t h = 0; h < p.Hq; ++h) {
-        float qv[kMsaTile];
-        const int64_t qo = (q0 + i) * p.q_stride_t + h * p.q_stride_h;
-        for (int64_t d = 0; d < kMsaTile; ++d)
-          qv[d] = elem_io::load_or_fp32(p.q, p.q_dtype, qo + d);
+        float qv[kMsaTile], kv[kMsaTile];
+        load_row(p.q, p.q_dtype, (q0 + i) * p.q_stride_t + h * p.q_stride_h, p.q_sf,
+                 (q0 + i) * p.Hq + h, qv);
         const int64_t limit = p.causal ? std::min(i + off + 1, sk) : sk;
         for (int64_t t = 0; t < p.tiles; ++t) {
           const int64_t j1 = std::min(limit, (t + 1) * kMsaTile);
           float best = ninf;
           for (int64_t j = t * kMsaTile; j < j1; ++j) {
-            const int64_t ko = key_ptr(j, h / G);
+            load_row(p.k, p.k_dtype, key_ptr(j, h / G), p.k_sf, p.fp4 ? key_sf_row(j, h / G) : 0,
+                     kv);
             float acc = 0.0f;
-            for (int64_t d = 0; d < kMsaTile; ++d) {
-              acc += qv[d] * elem_io::load_or_fp32(p.k, p.k_dtype, ko + d);
-            }
+            for (int64_t d = 0; d < kMsaTile; ++d) acc += qv[d] * kv[d];
             best = std::max(best, acc);
           }
+          if (p.fp4) best *= p.fp4_global;  // upstream scales the tile result when it stores it
           float& o = p.out[((p.reduce_heads ? 0 : h) * p.tiles + t) * p.total_q + q0 + i];
           if (p.reduce_heads) {
 #pragma omp critical(msa_proxy_reduce)
