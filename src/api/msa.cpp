@@ -71,6 +71,33 @@ constexpr api::KernelEntry<kernels::MsaAttnParams> kAttnKernels[] = {
 // The values of a small int32 index tensor on the host (checked by the callers' rules).
 std::vector<int64_t> ints(const Tensor& t) { return api::host_ints(t); }
 
+// Index vectors as the int32 host copies the kernels read.
+std::vector<int32_t> to_i32(const std::vector<int64_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+// q_offset: None, an int (set in p), or an int32 tensor of at least B entries (returned), for
+// the proxy and the attention params alike.
+template <class Params>
+std::vector<int32_t> q_offsets(const char* op, const std::optional<Value>& q_offset, int64_t B,
+                               Params& p) {
+  std::vector<int32_t> offs;
+  if (!q_offset || q_offset->is_none()) return offs;
+  if (q_offset->is_tensor()) {
+    FLASHINFER_CHECK(q_offset->as_tensor().dtype() == DType::kInt32, op, "q_offset",
+                     "q_offset must be int32");
+    offs = to_i32(ints(q_offset->as_tensor()));
+    FLASHINFER_CHECK(static_cast<int64_t>(offs.size()) >= B, op, "q_offset", "expected ", B,
+                     " entries, got ", offs.size());
+    return offs;
+  }
+  FLASHINFER_CHECK(q_offset->kind() == Value::Kind::kInt, op, "q_offset",
+                   "q_offset must be an int or an int32 tensor, got ", q_offset->repr());
+  p.q_offset_scalar = true;
+  p.q_offset_value = q_offset->as_int();
+  return offs;
+}
+
 void check_int32_vector(const Tensor& t, const char* op, const char* arg) {
   api::check_dim(t, {1}, op, arg);
   api::check_dtype_in(t, {DType::kInt32}, op, arg);
@@ -249,21 +276,7 @@ Tensor proxy_impl(const Fp4Proxy* fp4, const Tensor& q, const Tensor& k, const T
                      "cu_seqlens_q", "must be non-decreasing and within q's ", total_q, " rows");
     max_sq = std::max(max_sq, cu_q[b + 1] - cu_q[b]);
   }
-  std::vector<int64_t> offs;
-  if (q_offset && !q_offset->is_none()) {
-    if (q_offset->is_tensor()) {
-      FLASHINFER_CHECK(q_offset->as_tensor().dtype() == DType::kInt32, op, "q_offset",
-                       "q_offset must be int32");
-      offs = ints(q_offset->as_tensor());
-      FLASHINFER_CHECK(static_cast<int64_t>(offs.size()) >= B, op, "q_offset", "expected ", B,
-                       " entries, got ", offs.size());
-    } else {
-      FLASHINFER_CHECK(q_offset->kind() == Value::Kind::kInt, op, "q_offset",
-                       "q_offset must be an int or an int32 tensor, got ", q_offset->repr());
-      p.q_offset_scalar = true;
-      p.q_offset_value = q_offset->as_int();
-    }
-  }
+  const std::vector<int32_t> offs = q_offsets(op, q_offset, B, p);
   const int64_t H_out = reduce_heads ? 1 : Hq;
   if (!max_k_tiles && output && output->defined() && output->dim() == 3) {
     max_k_tiles = output->size(1);
@@ -281,13 +294,8 @@ Tensor proxy_impl(const Fp4Proxy* fp4, const Tensor& q, const Tensor& k, const T
   Tensor dense = output->is_contiguous()
                      ? *output
                      : Tensor::empty({H_out, tiles, total_q}, DType::kFloat32, q.device());
-  // Index vectors as int32 host copies the kernel reads.
-  auto i32 = [](const std::vector<int64_t>& v) {
-    std::vector<int32_t> r(v.begin(), v.end());
-    return r;
-  };
-  const std::vector<int32_t> cu_q32 = i32(cu_q), cu_k32 = i32(cu_k), used32 = i32(used),
-                             pages32 = i32(pages), offs32 = i32(offs);
+  const std::vector<int32_t> cu_q32 = to_i32(cu_q), cu_k32 = to_i32(cu_k), used32 = to_i32(used),
+                             pages32 = to_i32(pages);
   p.q = q.data_ptr(), p.q_dtype = q.dtype();
   p.q_stride_t = q.stride(0), p.q_stride_h = q.stride(1);
   p.k = k.data_ptr(), p.k_dtype = k.dtype();
@@ -297,7 +305,7 @@ Tensor proxy_impl(const Fp4Proxy* fp4, const Tensor& q, const Tensor& k, const T
   p.cu_k = paged ? nullptr : cu_k32.data();
   p.page_table = paged ? pages32.data() : nullptr;
   p.seqused_k = paged ? used32.data() : nullptr;
-  p.q_offset = offs32.empty() ? nullptr : offs32.data();
+  p.q_offset = offs.empty() ? nullptr : offs.data();
   p.causal = causal;
   p.reduce_heads = reduce_heads;
   p.out = dense.data<float>();
@@ -337,13 +345,12 @@ MsaKeys attn_keys(const char* op, const Tensor& k, const std::optional<Tensor>& 
                   const std::optional<Tensor>& page_table, const std::optional<Tensor>& seqused_k,
                   int64_t B, kernels::MsaAttnParams& p) {
   MsaKeys r;
-  auto i32 = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
   const bool paged = page_table && page_table->defined();
   if (paged) {
     api::check_dim(*page_table, {2}, op, "page_table");
     FLASHINFER_CHECK(page_table->dtype() == DType::kInt32 && page_table->size(0) == B, op,
                      "page_table", "page_table must be int32 of shape (batch, max_pages)");
-    r.pages = i32(ints(page_table->contiguous()));
+    r.pages = to_i32(ints(page_table->contiguous()));
     p.page_stride = page_table->size(1);
     p.kv_stride_page = k.stride(0), p.kv_stride_h = k.stride(1), p.kv_stride_row = k.stride(2);
   } else {
@@ -354,7 +361,7 @@ MsaKeys attn_keys(const char* op, const Tensor& k, const std::optional<Tensor>& 
     check_int32_vector(*cu_seqlens_k, op, "cu_seqlens_k");
     FLASHINFER_CHECK(cu_seqlens_k->size(0) == B + 1, op, "cu_seqlens_k",
                      "cu_seqlens_k must have batch_size + 1 entries");
-    r.cu_k = i32(ints(*cu_seqlens_k));
+    r.cu_k = to_i32(ints(*cu_seqlens_k));
     for (int64_t b = 0; b < B; ++b) {
       FLASHINFER_CHECK(
           r.cu_k[b] >= 0 && r.cu_k[b + 1] >= r.cu_k[b] && (paged || r.cu_k[b + 1] <= k.size(0)), op,
@@ -368,7 +375,7 @@ MsaKeys attn_keys(const char* op, const Tensor& k, const std::optional<Tensor>& 
     check_int32_vector(*seqused_k, op, "seqused_k");
     FLASHINFER_CHECK(seqused_k->size(0) == B, op, "seqused_k", "seqused_k must have batch_size (",
                      B, ") entries");
-    r.used = i32(ints(*seqused_k));
+    r.used = to_i32(ints(*seqused_k));
     for (int64_t b = 0; b < B; ++b) lens[b] = r.used[b];
   }
   if (paged) {
@@ -391,26 +398,6 @@ void attn_bind_keys(const MsaKeys& keys, bool paged, kernels::MsaAttnParams& p) 
   p.cu_k = paged ? nullptr : keys.cu_k.data();
   p.page_table = paged ? keys.pages.data() : nullptr;
   p.seqused_k = paged ? keys.used.data() : nullptr;
-}
-
-// q_offset: None, an int, or an int32 tensor of at least B entries.
-std::vector<int32_t> attn_offsets(const char* op, const std::optional<Value>& q_offset, int64_t B,
-                                  kernels::MsaAttnParams& p) {
-  std::vector<int32_t> offs;
-  if (!q_offset || q_offset->is_none()) return offs;
-  if (q_offset->is_tensor()) {
-    FLASHINFER_CHECK(q_offset->as_tensor().dtype() == DType::kInt32, op, "q_offset",
-                     "q_offset must be int32");
-    for (int64_t v : ints(q_offset->as_tensor())) offs.push_back(static_cast<int32_t>(v));
-    FLASHINFER_CHECK(static_cast<int64_t>(offs.size()) >= B, op, "q_offset", "expected ", B,
-                     " entries, got ", offs.size());
-    return offs;
-  }
-  FLASHINFER_CHECK(q_offset->kind() == Value::Kind::kInt, op, "q_offset",
-                   "q_offset must be an int or an int32 tensor, got ", q_offset->repr());
-  p.q_offset_scalar = true;
-  p.q_offset_value = q_offset->as_int();
-  return offs;
 }
 
 // The checks both ops share on k / v and the fp8 / NVFP4 rules; q's compute dtype `cdt`.
@@ -527,7 +514,7 @@ MsaAttentionOutput prefill_impl(
   p.B = B;
   const MsaKeys keys = attn_keys(op, k, cu_seqlens_k, page_table, seqused_k, B, p);
   attn_bind_keys(keys, paged, p);
-  const std::vector<int32_t> offs = attn_offsets(op, q_offset, B, p);
+  const std::vector<int32_t> offs = q_offsets(op, q_offset, B, p);
   p.q_offset = offs.empty() ? nullptr : offs.data();
   p.causal = causal;
   return attn_run(op, q, q.dtype(), k, v, q2k, p, softmax_scale, v_global_scale, return_lse,
@@ -592,7 +579,7 @@ MsaAttentionOutput decode_impl(
   const MsaKeys keys =
       attn_keys(op, k, paged ? std::nullopt : cu_seqlens_k, page_table, seqused_k, B, p);
   attn_bind_keys(keys, paged, p);
-  const std::vector<int32_t> offs = attn_offsets(op, q_offset, B, p);
+  const std::vector<int32_t> offs = q_offsets(op, q_offset, B, p);
   p.q_offset = offs.empty() ? nullptr : offs.data();
   p.causal = causal;
   return attn_run(op, q, cdt, k, v, q2k, p, softmax_scale, v_global_scale, return_lse, false, 1.0);

@@ -188,21 +188,20 @@ TEST(GdnFusedDecode, ConvRowsShiftAndSharedSlotsKeepTheLastWindow) {
   }
   // Requests 0 and 2 share slot 2 and read the same old row: request 0's output equals that of a
   // call that has request 0 alone.
-  FusedIn alone = fresh_pools(in);
-  alone.B = 1;
-  alone.hs = in.hs.slice(0, 0, 1);
-  alone.x = in.x.slice(0, 0, 1);
-  alone.idx = in.idx.slice(0, 0, 1);
-  auto [o1, conv1, ssm1] = run(alone);
+  // Request r of `in` alone, on fresh copies of the pools.
+  auto only = [&](int64_t r) {
+    FusedIn one = fresh_pools(in);
+    one.B = 1;
+    one.hs = in.hs.slice(0, r, r + 1);
+    one.x = in.x.slice(0, r, r + 1);
+    one.idx = in.idx.slice(0, r, r + 1);
+    return run(one);
+  };
+  auto [o1, conv1, ssm1] = only(0);
   EXPECT_TRUE(all_close(o.slice(0, 0, 1), o1, {0.0, 0.0}));
   // So does request 2 (from the slot's state as it was, not request 0's), and the slot keeps
   // the last request's state.
-  FusedIn last = fresh_pools(in);
-  last.B = 1;
-  last.hs = in.hs.slice(0, 2, 3);
-  last.x = in.x.slice(0, 2, 3);
-  last.idx = in.idx.slice(0, 2, 3);
-  auto [o2, conv2, ssm2] = run(last);
+  auto [o2, conv2, ssm2] = only(2);
   EXPECT_TRUE(all_close(o.slice(0, 2, 3), o2, {0.0, 0.0}));
   EXPECT_TRUE(all_close(ssm.select(0, 2), ssm2.select(0, 2), {0.0, 0.0}));
   EXPECT_TRUE(all_close(conv.select(0, 2), conv2.select(0, 2), {0.0, 0.0}));

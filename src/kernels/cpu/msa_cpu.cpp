@@ -21,6 +21,28 @@ uint32_t score_key(float x) {
   return (b >> 31) == 0 ? (~b) & 0x7FFFFFFFu : b;
 }
 
+// Request b's rows and keys, shared by the proxy and the attention params: its first query row q0,
+// seqlen_q, seqlen_k, and the position of its first query (q_offset or bottom-right).
+struct MsaBatch {
+  int64_t q0, sq, sk, off;
+};
+template <class P>
+MsaBatch batch_of(const P& p, int64_t b) {
+  const int64_t q0 = p.cu_q[b], sq = p.cu_q[b + 1] - q0;
+  const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.seqused_k[b];
+  return {q0, sq, sk, p.q_offset_scalar ? p.q_offset_value : p.q_offset ? p.q_offset[b] : sk - sq};
+}
+
+// The element offset of key j of request b, kv head kh: a flat row from cu_k, or row j % 128 of
+// page page_table[b, j / 128] (strides of the key tensor: row, head, page).
+template <class P>
+int64_t key_offset(const P& p, int64_t b, int64_t j, int64_t kh, int64_t s_row, int64_t s_h,
+                   int64_t s_page) {
+  if (p.cu_k) return (p.cu_k[b] + j) * s_row + kh * s_h;
+  const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
+  return page * s_page + kh * s_h + (j % kMsaTile) * s_row;
+}
+
 }  // namespace
 
 void msa_topk_select(const MsaTopkParams& p) {
@@ -58,18 +80,15 @@ void msa_proxy_score(const MsaProxyParams& p) {
   const float ninf = -std::numeric_limits<float>::infinity();
   std::fill(p.out, p.out + H_out * p.tiles * p.total_q, ninf);
   for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t q0 = p.cu_q[b], sq = p.cu_q[b + 1] - q0;
-    const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.seqused_k[b];
-    const int64_t off = p.q_offset_scalar ? p.q_offset_value : p.q_offset ? p.q_offset[b] : sk - sq;
-    auto key_ptr = [&](int64_t j, int64_t kh) -> int64_t {  // element offset of key j, head kh
-      if (p.cu_k) return (p.cu_k[b] + j) * p.k_stride_row + kh * p.k_stride_h;
-      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
-      return page * p.k_stride_page + kh * p.k_stride_h + (j % kMsaTile) * p.k_stride_row;
+    const MsaBatch bt = batch_of(p, b);  // named: OpenMP regions cannot use structured bindings
+    const int64_t q0 = bt.q0, sq = bt.sq, sk = bt.sk, off = bt.off;
+    auto key_ptr = [&](int64_t j, int64_t kh) {
+      return key_offset(p, b, j, kh, p.k_stride_row, p.k_stride_h, p.k_stride_page);
     };
-    auto key_sf_row = [&](int64_t j, int64_t kh) -> int64_t {  // fp4: key j's scale row
-      if (p.cu_k) return (p.cu_k[b] + j) * p.Hkv + kh;
-      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
-      return (page * p.Hkv + kh) * kMsaTile + j % kMsaTile;
+    // fp4: key j's scale row, token * Hkv + head (flat) or (page * Hkv + head) * 128 + row: the
+    // element offset of a [rows, Hkv, 1] (flat) or [pages, Hkv, 128, 1] (paged) tensor.
+    auto key_sf_row = [&](int64_t j, int64_t kh) {
+      return key_offset(p, b, j, kh, p.cu_k ? p.Hkv : 1, p.cu_k ? 1 : kMsaTile, p.Hkv * kMsaTile);
     };
     // 128 values of a row: decoded elements, or (fp4) e2m1 codes times their block's e4m3 scale.
     auto load_row = [&](const void* base, DType dt, int64_t off, const uint8_t* sf, int64_t row,
@@ -122,13 +141,10 @@ void msa_sparse_attention(const MsaAttnParams& p) {
   const int64_t G = p.Hq / p.Hkv;
   const double ninf = -std::numeric_limits<double>::infinity();
   for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t q0 = p.cu_q[b], sq = p.cu_q[b + 1] - q0;
-    const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.seqused_k[b];
-    const int64_t off = p.q_offset_scalar ? p.q_offset_value : p.q_offset ? p.q_offset[b] : sk - sq;
-    auto row_of = [&](int64_t j, int64_t kh) -> int64_t {  // element offset of key / value j
-      if (p.cu_k) return (p.cu_k[b] + j) * p.kv_stride_row + kh * p.kv_stride_h;
-      const int64_t page = p.page_table[b * p.page_stride + j / kMsaTile];
-      return page * p.kv_stride_page + kh * p.kv_stride_h + (j % kMsaTile) * p.kv_stride_row;
+    const MsaBatch bt = batch_of(p, b);  // named: OpenMP regions cannot use structured bindings
+    const int64_t q0 = bt.q0, sq = bt.sq, sk = bt.sk, off = bt.off;
+    auto row_of = [&](int64_t j, int64_t kh) {  // key j's offset, and value j's
+      return key_offset(p, b, j, kh, p.kv_stride_row, p.kv_stride_h, p.kv_stride_page);
     };
 #pragma omp parallel for collapse(2) schedule(dynamic, 4) if (sq * p.Hq >= 4)
     for (int64_t i = 0; i < sq; ++i) {
