@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "api/device_props.h"
@@ -375,8 +376,10 @@ TEST(GdnFusedDecodeCuda, MatchesCpu) {
     bool ds;
   };
   // Qwen3.6-35B-A3B's layer at batch 3 (SD pool), a small GQA one with a DS pool, D 64 with a
-  // hidden size that is not a multiple of the GEMV's slices. (Requests sharing a slot are
-  // undefined on CUDA, as upstream's kernels leave them.)
+  // hidden size that is not a multiple of the GEMV's slices; the last case shares slot 2 between
+  // requests 0 and 2. Only the conv pool is defined there on CUDA (the window kernel lets the
+  // slot's last request write); the recurrence's state rows, and so the outputs, are written by
+  // both requests in no set order, as upstream's kernels leave them: not compared.
   for (const Case& k :
        {Case{3, 2048, 16, 32, 128, 4, {3, 0, 1}, false},
         Case{5, 64, 2, 4, 16, 8, {7, 2, 4, 0, 5}, true}, Case{2, 203, 1, 3, 64, 3, {1, 2}, false},
@@ -386,8 +389,10 @@ TEST(GdnFusedDecodeCuda, MatchesCpu) {
     const FusedIn g = on_cuda(fresh_pools(in));
     auto [oc, cc, sc] = run(c);
     auto [og, cg, sg] = run(g);
-    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 2e-2})) << k.D;
+    const bool shared = std::set<int64_t>(k.slots.begin(), k.slots.end()).size() < k.slots.size();
     EXPECT_TRUE(all_close(cg.to(Device::cpu()), cc, {0.0, 0.0})) << k.D;  // copies: exact
+    if (shared) continue;
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 2e-2})) << k.D;
     EXPECT_TRUE(all_close(sg.to(Device::cpu()), sc, {1e-3, 1e-3})) << k.D;
   }
   {  // D 512 is refused before the conv pool is shifted
