@@ -53,6 +53,26 @@ struct SharedWorkspace {
   // The instance between its dispatch and its combine (the flags belong to the workspace: another
   // instance's dispatch then would wait for a combine that never comes).
   mutable std::atomic<const void*> dispatched_by{nullptr};
+  // The stream of this rank's latest dispatch / combine: the destructor waits for it, so this
+  // rank's kernels are done before its reference to the rows goes (the last reference returns
+  // the allocation to the cache, where another tensor may get it while a peer's queued sum or
+  // flag store would still reach it).
+  mutable std::atomic<void*> last_stream{nullptr};
+  mutable std::atomic<bool> launched{false};
+  SharedWorkspace() = default;
+  SharedWorkspace(const SharedWorkspace&) = delete;
+  SharedWorkspace& operator=(const SharedWorkspace&) = delete;
+  ~SharedWorkspace() {
+    if (!launched.load() || !rows.defined() || !rows.device().is_cuda()) return;
+    try {
+      detail::cuda_stream_synchronize(last_stream.load(), rows.device().index);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor reports nothing
+    }
+  }
+  void note_launch() const {
+    last_stream.store(current_cuda_stream());
+    launched.store(true);
+  }
   char* row(int64_t r) const { return static_cast<char*>(rows.data_ptr()) + r * size_per_rank; }
   const void* receive_address() const { return row(ep_rank) + layout.payload_data; }
 };
@@ -475,6 +495,7 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
         p.workspace = static_cast<char*>(w.rows.data_ptr());
         p.rank_stride = w.size_per_rank;
         p.abort = detail::thread_group_abort_word();
+        im.ws->note_launch();
         api::launch(kDispatchKernels, p, dev, op, "token_selected_experts");
         // Views of this rank's receive regions.
         std::vector<Tensor> out;
@@ -665,6 +686,7 @@ Tensor MoeAlltoAll::combine(const Tensor& payload, int64_t runtime_max_tokens_pe
         FLASHINFER_CHECK_CODE((at + p.combine_offset) % re == 0, ErrorCode::kInternal, op,
                               "payload", "the combine region is misaligned");
         p.abort = detail::thread_group_abort_word();
+        im.ws->note_launch();
         api::launch(kCombineKernels, p, dev, op, "payload");
         im.dispatched = false;
         w.dispatched_by.store(nullptr);

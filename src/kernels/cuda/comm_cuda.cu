@@ -107,16 +107,22 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
       if (pat.quant == 1) q8[t * H + j] = ar_fp8_static(y, scale);
       amax = fp32_abs_max(amax, y);
     }
+    // The passes below read y back. With norm_out they read it from there (exactly y: y is
+    // rounded to T): norm_out may be residual_out itself, whose values the loop above replaced.
+    // Those passes read other threads' elements, so the row is complete first.
+    const T* nrow = pat.norm_out ? static_cast<const T*>(p.norm_out) + t * H : nullptr;
+    if (pat.norm_out && pat.quant != 0) __syncthreads();
+    auto y_back = [&](int64_t j) { return nrow ? to_f32(nrow[j]) : y_at(j); };
     if (pat.quant == 4) {
       amax = block_reduce_max(amax, scratch);
       const float s = ar_token_scale(amax);
       if (tid == 0) static_cast<float*>(p.scale_out)[t] = s;
-      for (int64_t j = tid; j < H; j += blockDim.x) q8[t * H + j] = ar_fp8_scaled(y_at(j), s);
+      for (int64_t j = tid; j < H; j += blockDim.x) q8[t * H + j] = ar_fp8_scaled(y_back(j), s);
     } else if (pat.quant == 2) {
       const int64_t nb = H / kNvfp4Block;
       for (int64_t blk = tid; blk < nb; blk += blockDim.x) {
         float v[kNvfp4Block];
-        for (int e = 0; e < kNvfp4Block; ++e) v[e] = y_at(blk * kNvfp4Block + e);
+        for (int e = 0; e < kNvfp4Block; ++e) v[e] = y_back(blk * kNvfp4Block + e);
         const Nvfp4Block q = ar_nvfp4_block(v, scale);
         for (int k = 0; k < kNvfp4Block / 2; ++k) {
           q8[t * (H / 2) + blk * (kNvfp4Block / 2) + k] = static_cast<uint8_t>(q.packed >> (8 * k));
@@ -133,12 +139,12 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
           if (g >= G) break;  // padding bytes stay 0
           float gmax = 0.0f;
           for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
-            gmax = fp32_abs_max(gmax, y_at(j));
+            gmax = fp32_abs_max(gmax, y_back(j));
           }
           uint8_t code = 0;
           const float s = ar_group_scale(gmax, &code);
           for (int64_t j = g * p.group_size; j < (g + 1) * p.group_size; ++j) {
-            q8[t * H + j] = ar_fp8_scaled(y_at(j), s);
+            q8[t * H + j] = ar_fp8_scaled(y_back(j), s);
           }
           word |= static_cast<uint32_t>(code) << (8 * k);
         }
