@@ -107,9 +107,9 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
       if (pat.quant == 1) q8[t * H + j] = ar_fp8_static(y, scale);
       amax = fp32_abs_max(amax, y);
     }
-    // The passes below read y back. With norm_out they read it from there (exactly y: y is
-    // rounded to T): norm_out may be residual_out itself, whose values the loop above replaced.
-    // Those passes read other threads' elements, so the row is complete first.
+    // The passes below read y back. With norm_out they load it from there (exactly y: y is
+    // rounded to T) instead of recomputing it from residual_out and gamma; they read other
+    // threads' elements, so the row is complete first.
     const T* nrow = pat.norm_out ? static_cast<const T*>(p.norm_out) + t * H : nullptr;
     if (pat.norm_out && pat.quant != 0) __syncthreads();
     auto y_back = [&](int64_t j) { return nrow ? to_f32(nrow[j]) : y_at(j); };
