@@ -445,6 +445,50 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "msa_ops/sparse_decode.py: RuntimeError unless is_sm12x_supported(device) (compute "
         "capability 12.0 / 12.1, CUDA >= 12.8)",
         false, "msa_sparse_decode_attention requires SM120 or SM121 and CUDA >= 12.8");
+    // Task-scheduled attention (attention/prims_ts/*.py): CuTe-DSL tcgen05 kernels; each module
+    // checks the capability by hand (no decorator) and raises NotImplementedError elsewhere. The
+    // decode module of the signatures' commit also takes SM107 (Rubin); the others SM100 / SM103.
+    // The wrappers' plans (no case) refuse by their one-shot form's rule (check_upstream_arch_as).
+    for (const char* op : {"prims_ts_batch_decode_with_kv_cache",
+                           "batch_decode_with_paged_kv_cache", "BatchDecodePagedTSWrapper.run"}) {
+      add(op, {100, 103, 107},
+          "attention/prims_ts/decode.py: _validate_runtime_device, _SUPPORTED_COMPUTE_CAPABILITIES "
+          "((10, 0), (10, 3), (10, 7)), else NotImplementedError",
+          false, "attention-ts decode requires an SM100a/B200, SM103a/B300 or SM107a/Rubin GPU");
+    }
+    for (const char* op :
+         {"prims_ts_batch_decode_with_kv_cache_mla", "batch_decode_mla_with_paged_kv_cache",
+          "BatchMLADecodePagedTSWrapper.run", "block_sparse_attention",
+          "block_sparse_attention_with_paged_kv_cache", "BlockSparseTSWrapper.run",
+          "BlockSparsePagedTSWrapper.run"}) {
+      add(op, sm100,
+          "attention/prims_ts/mla_decode.py, block_sparse.py: the decode module's device check "
+          "(_resolve_cuda_device), compute capability (10, 0) or (10, 3), else "
+          "NotImplementedError",
+          false, "attention-ts decode requires an SM100a/B200 or SM103a/B300 GPU");
+    }
+    for (const char* op : {"batch_prefill", "batch_prefill_with_paged_kv_cache",
+                           "BatchPrefillTSWrapper.run", "BatchPrefillPagedTSWrapper.run"}) {
+      add(op, sm100,
+          "attention/prims_ts/context.py: _validate_device, compute capability (10, 0) or "
+          "(10, 3), else NotImplementedError",
+          false, "attention-ts context requires an SM100a/B200 or SM103a/B300 GPU");
+    }
+    // The CuTe-DSL attention wrappers (cute_dsl/attention/wrappers/*.py): no capability check
+    // of their own; their kernels are tcgen05 / TMEM ones that the DSL compiles for sm_100a /
+    // 103a / 110a only (elsewhere the compile fails; upstream's tests skip below SM100). The
+    // plans (no case) refuse by their class's run rule (check_upstream_arch_as).
+    for (const char* op : {"BatchDecodeCuteDSLWrapper.run", "BatchDecodePagedCuteDSLWrapper.run",
+                           "BatchPrefillCuteDSLWrapper.run", "BatchPrefillCuteDSLWrapper.run_paged",
+                           "BatchMLADecodeCuteDSLWrapper.run"}) {
+      add(op, {100, 103, 110},
+          "cute_dsl/attention/wrappers/*.py: no decorator or check; tcgen05 / TMEM kernels "
+          "(SM100 family), which the CuTe DSL does not compile elsewhere; tests skip unless "
+          "is_sm100a_supported",
+          false,
+          "cute-dsl attention kernels require a Blackwell GPU with tcgen05 (SM100 / SM103 / "
+          "SM110)");
+    }
     // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
     add("bsa_attn_sm120_blk64_fwd", {120, 121},
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "
@@ -528,13 +572,17 @@ std::string upstream_backend_refusal(std::string_view op, std::string_view backe
 namespace api {
 
 void check_upstream_arch(const char* op, const char* arg, Device device) {
+  check_upstream_arch_as(op, op, arg, device);
+}
+
+void check_upstream_arch_as(const char* rule_op, const char* op, const char* arg, Device device) {
   if (!device.is_cuda()) return;
-  const Rule* r = find_rule(op);
+  const Rule* r = find_rule(rule_op);
   if (!r) return;
   const int cc = compute_capability(device);
   if (in_list(r->rule.ccs, cc)) return;
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, upstream_refusal(op, cc), " (", device.str(),
-                  "; upstream runs it on compute capability ", cc_list(r->rule.ccs),
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, upstream_refusal(rule_op, cc), " (",
+                  device.str(), "; upstream runs it on compute capability ", cc_list(r->rule.ccs),
                   " only; the CPU reference runs it anywhere)");
 }
 

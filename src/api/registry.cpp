@@ -59,6 +59,8 @@ void register_moe_b12x_ops(OpRegistry& registry);
 void register_comm_ops(OpRegistry& registry);
 void register_moe_alltoall_ops(OpRegistry& registry);
 void register_msa_ops(OpRegistry& registry);
+void register_prims_ts_ops(OpRegistry& registry);
+void register_cute_dsl_attention_ops(OpRegistry& registry);
 
 void register_builtin_ops(OpRegistry& registry) {
   register_norm_ops(registry);
@@ -112,6 +114,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_comm_ops(registry);
   register_moe_alltoall_ops(registry);
   register_msa_ops(registry);
+  register_prims_ts_ops(registry);
+  register_cute_dsl_attention_ops(registry);
 }
 
 }  // namespace flashinfer::detail
