@@ -258,6 +258,7 @@ Tensor decode_run(CuteDslPlan& s, const Tensor& q4, const Tensor& k, const Tenso
   if (lse && lse->defined()) {
     FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse",
                      "lse must be float32 (LSE is log2-base); got ", tn(lse->dtype()));
+    api::check_same_device(*lse, q4, op, "lse", "q");
     FLASHINFER_CHECK(lse->numel() == b * ql * s.Hq && lse->is_contiguous(), op, "lse", "lse shape ",
                      shape_to_string(lse->shape()), " must equal (b, s_q, h_q)");
     p.lse = lse->data<float>(), p.lse_row_stride = s.Hq, p.lse_head_stride = 1, p.lse_log2 = true;
@@ -388,7 +389,10 @@ void BatchDecodePagedCuteDSLWrapper::plan(const Tensor& indptr, const Tensor& in
                            l);
           longest = std::max(longest, l);
         }
-        const int64_t max_kv = o.max_kv_len.value_or(longest);
+        // Upstream reads the longest length back only from CPU seq_lens (no sync for device ones:
+        // their bound is 2^31 - 1, which only moves the split choice).
+        const int64_t max_kv = o.max_kv_len.value_or(
+            seq_lens.device().is_cpu() ? longest : int64_t{std::numeric_limits<int32_t>::max()});
         FLASHINFER_CHECK(longest <= max_kv, op, "max_kv_len", "max_kv_len (", max_kv,
                          ") is below the longest seq_lens entry (", longest, ")");
         decode_plan(s, B, max_kv, num_qo_heads, num_kv_heads, head_dim, o.q_data_type,
@@ -701,6 +705,7 @@ AttentionOutput prefill_run(const CuteDslPlan& s, const Tensor& q, const Tensor&
       api::check_shape_eq(l, {s.total_q, s.Hq}, op, "lse");
       FLASHINFER_CHECK(l.dtype() == DType::kFloat32 && l.is_contiguous(), op, "lse",
                        "lse must be a contiguous float32 tensor");
+      api::check_same_device(l, q, op, "lse", "q");
     } else {
       l = Tensor::empty({s.total_q, s.Hq}, DType::kFloat32, q.device());
     }
@@ -809,10 +814,18 @@ void BatchMLADecodeCuteDSLWrapper::plan(int64_t kv_lora_rank, int64_t qk_rope_he
                               "transform_output) are not implemented in flashinfer-cpp");
         const DType od =
             out_dtype.value_or(q_dtype == DType::kFloat8E4M3FN ? DType::kBFloat16 : q_dtype);
+        // Blame the first parameter the kernel's can_implement rejects.
+        const char* bad = kv_lora_rank != kMlaL       ? "kv_lora_rank"
+                          : qk_rope_head_dim != kMlaR ? "qk_rope_head_dim"
+                          : !mla_can_implement(kMlaL, kMlaR, q_dtype, od, 32, 128, 1, 1)
+                              ? (out_dtype ? "out_dtype" : "q_dtype")
+                          : !mla_can_implement(kMlaL, kMlaR, q_dtype, od, page_size, 128, 1, 1)
+                              ? "page_size"
+                              : "num_heads";
         FLASHINFER_CHECK(
             mla_can_implement(kv_lora_rank, qk_rope_head_dim, q_dtype, od, page_size, num_heads, 1,
                               1),
-            op, "num_heads",
+            op, bad,
             "cute_dsl_mla_decode: unsupported configuration (q_len=1, num_heads=", num_heads,
             ", page_size=", page_size, ", in_dtype=", tn(q_dtype), ", out_dtype=", tn(od), ")");
         CuteDslPlan s;
@@ -860,6 +873,7 @@ Tensor BatchMLADecodeCuteDSLWrapper::run(const Tensor& q, const Tensor& kv_cache
                          "] with contiguous features, got ", shape_to_string(c.shape()));
         api::check_same_device(c, q, op, "kv_cache", "q");
         const int64_t B = q.size(0), ql = q.size(1), H = q.size(2);
+        FLASHINFER_CHECK(B >= 1, op, "q", "q must hold at least one request");
         FLASHINFER_CHECK(H == s.num_heads, op, "q", "q has ", H, " heads, the plan ", s.num_heads);
         FLASHINFER_CHECK(ql >= 1 && ql <= 4, op, "q",
                          "cute_dsl_mla_decode: unsupported "
@@ -905,6 +919,7 @@ Tensor BatchMLADecodeCuteDSLWrapper::run(const Tensor& q, const Tensor& kv_cache
           api::check_shape_eq(o, os, op, "out");
           FLASHINFER_CHECK(o.dtype() == s.o_dtype, op, "out", "out.dtype=", tn(o.dtype()),
                            " does not match the planned out_dtype=", tn(s.o_dtype));
+          api::check_same_device(o, q, op, "out", "q");
         } else {
           o = Tensor::empty(os, s.o_dtype, q.device());
         }

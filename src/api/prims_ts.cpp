@@ -281,36 +281,49 @@ void run_reference(const TsPlan& s, TsAttentionParams& p, Device dev, const char
 
 // ---- decode ------------------------------------------------------------------------------------
 
+// The parameters a geometry check blames: a plan's own, or the tensors (and out_dtype) a one-shot
+// or standalone form reads the geometry from.
+struct GeoArgs {
+  const char *heads, *head_dim, *page, *q_dtype, *kv_dtype, *o_dtype;
+};
+constexpr GeoArgs kDecodePlanArgs{"num_qo_heads", "head_dim",     "page_size",
+                                  "q_data_type",  "kv_data_type", "o_data_type"};
+constexpr GeoArgs kDecodeOneShotArgs{"q", "paged_kv_cache", "paged_kv_cache",
+                                     "q", "paged_kv_cache", "out_dtype"};
+constexpr GeoArgs kStandaloneArgs{"query", "kv_cache", "kv_cache",
+                                  "query", "kv_cache", "out_dtype"};
+constexpr GeoArgs kMlaPlanArgs{"num_heads",   "page_size",    "page_size",
+                               "q_data_type", "kv_data_type", "o_data_type"};
+
 void decode_geometry(TsPlan& s, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_size, DType q,
                      DType kv, DType o, std::string_view mask, int64_t window_left,
-                     const char* op) {
-  FLASHINFER_CHECK(Hq > 0 && Hkv > 0, op, "num_qo_heads",
-                   "q batch size and head count must be positive");
-  FLASHINFER_CHECK(Hq % Hkv == 0, op, "num_qo_heads",
+                     const GeoArgs& a, const char* op) {
+  FLASHINFER_CHECK(Hq > 0 && Hkv > 0, op, a.heads, "q batch size and head count must be positive");
+  FLASHINFER_CHECK(Hq % Hkv == 0, op, a.heads,
                    "num_qo_heads must be divisible by num_kv_heads, got ", Hq, " and ", Hkv);
-  FLASHINFER_CHECK_CODE(Hq / Hkv <= 32, ErrorCode::kUnsupported, op, "num_qo_heads",
+  FLASHINFER_CHECK_CODE(Hq / Hkv <= 32, ErrorCode::kUnsupported, op, a.heads,
                         "attention-ts decode requires 1 <= Hq/Hkv <= 32, got ", Hq / Hkv);
-  FLASHINFER_CHECK_CODE(D == 64 || D == 128 || D == 256, ErrorCode::kUnsupported, op, "head_dim",
+  FLASHINFER_CHECK_CODE(D == 64 || D == 128 || D == 256, ErrorCode::kUnsupported, op, a.head_dim,
                         "attention-ts decode requires head_dim in (64, 128, 256), got ", D);
   FLASHINFER_CHECK_CODE(page_size == 16 || page_size == 32 || page_size == 64 || page_size == 128,
-                        ErrorCode::kUnsupported, op, "page_size",
+                        ErrorCode::kUnsupported, op, a.page,
                         "attention-ts decode requires page_size in (16, 32, 64, 128), got ",
                         page_size);
-  for (DType d : {q, kv}) {
+  for (const auto& [d, arg] : {std::pair<DType, const char*>{q, a.q_dtype}, {kv, a.kv_dtype}}) {
     FLASHINFER_CHECK_CODE(
         d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat8E4M3FN,
-        ErrorCode::kUnsupported, op, "q_data_type",
+        ErrorCode::kUnsupported, op, arg,
         "attention-ts decode supports torch.float16, torch.bfloat16, and torch.float8_e4m3fn; "
         "got ",
         dt(d));
   }
-  FLASHINFER_CHECK_CODE(q == kv, ErrorCode::kUnsupported, op, "kv_data_type",
+  FLASHINFER_CHECK_CODE(q == kv, ErrorCode::kUnsupported, op, a.kv_dtype,
                         "attention-ts decode requires Q, K, and V to use the same dtype; got Q ",
                         dt(q), " and K/V ", dt(kv));
   const bool ok = (q == DType::kFloat16 && o == DType::kFloat16) ||
                   (q == DType::kBFloat16 && o == DType::kBFloat16) ||
                   (q == DType::kFloat8E4M3FN && (o == DType::kFloat16 || o == q));
-  FLASHINFER_CHECK_CODE(ok, ErrorCode::kUnsupported, op, "o_data_type",
+  FLASHINFER_CHECK_CODE(ok, ErrorCode::kUnsupported, op, a.o_dtype,
                         "attention-ts decode supports FP16->FP16, BF16->BF16, FP8-E4M3->FP16, "
                         "and FP8-E4M3->FP8-E4M3; got ",
                         dt(q), "->", dt(o));
@@ -444,7 +457,7 @@ Tensor prims_ts_batch_decode_with_kv_cache(
         TsPlan s;
         const DType o_dt = out_dtype.value_or(out && out->defined() ? out->dtype() : query.dtype());
         decode_geometry(s, query.size(-2), k.size(1), k.size(3), k.size(2), query.dtype(),
-                        k.dtype(), o_dt, mask_type, window_left, op);
+                        k.dtype(), o_dt, mask_type, window_left, kStandaloneArgs, op);
         FLASHINFER_CHECK(max_seq_len > 0 && max_seq_len <= kInt32Max - 255, op, "max_seq_len",
                          "max_seq_len must be in [1, 2147483392], got ", max_seq_len);
         const auto sl = ints1d(seq_lens, op, "seq_lens");
@@ -509,7 +522,7 @@ void BatchDecodePagedTSWrapper::plan(const Tensor& paged_kv_indptr, const Tensor
         s.kv_layout = s_->kv_layout;
         decode_geometry(s, num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type,
                         kv_data_type.value_or(q_data_type), o_data_type.value_or(q_data_type),
-                        mask_type, window_left, op);
+                        mask_type, window_left, kDecodePlanArgs, op);
         decode_csr(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, max_kv_len, op);
         decode_q_layout(s, seq_len_q, qo_indptr, max_seq_len_q, op);
         check_causal(s, op,
@@ -551,7 +564,7 @@ Tensor batch_decode_with_paged_kv_cache(
         TsPlan s;
         const DType o_dt = out_dtype.value_or(out && out->defined() ? out->dtype() : q.dtype());
         decode_geometry(s, q.size(-2), k.size(1), k.size(3), k.size(2), q.dtype(), q.dtype(), o_dt,
-                        mask_type, window_left, op);
+                        mask_type, window_left, kDecodeOneShotArgs, op);
         decode_csr(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, std::nullopt, op);
         decode_q_layout(s, seq_len_q, qo_indptr, max_seq_len_q, op);
         check_causal(s, op,
@@ -572,24 +585,24 @@ namespace {
 constexpr int64_t kLatent = 512, kRope = 64, kMlaDim = kLatent + kRope;
 
 void mla_geometry(TsPlan& s, int64_t H, int64_t lora, int64_t rope, int64_t page_size, DType q,
-                  DType kv, DType o, std::string_view mask, const char* op) {
+                  DType kv, DType o, std::string_view mask, const GeoArgs& a, const char* op) {
   FLASHINFER_CHECK_CODE(lora == kLatent && rope == kRope, ErrorCode::kUnsupported, op,
                         "kv_lora_rank",
                         "attention-ts MLA decode currently requires kv_lora_rank=512 and "
                         "qk_rope_head_dim=64; got ",
                         lora, " and ", rope);
-  FLASHINFER_CHECK(H > 0, op, "num_heads", "num_heads must be positive");
-  FLASHINFER_CHECK_CODE(q == kv, ErrorCode::kUnsupported, op, "kv_data_type",
+  FLASHINFER_CHECK(H > 0, op, a.heads, "num_heads must be positive");
+  FLASHINFER_CHECK_CODE(q == kv, ErrorCode::kUnsupported, op, a.kv_dtype,
                         "attention-ts MLA decode requires query and KV cache to use the same "
                         "dtype; got ",
                         dt(q), " and ", dt(kv));
   FLASHINFER_CHECK_CODE(q == DType::kBFloat16 || q == DType::kFloat8E4M3FN, ErrorCode::kUnsupported,
-                        op, "q_data_type",
+                        op, a.q_dtype,
                         "attention-ts MLA decode supports BF16 and FP8-E4M3 input; got ", dt(q));
-  FLASHINFER_CHECK_CODE(o == DType::kBFloat16, ErrorCode::kUnsupported, op, "out_dtype",
+  FLASHINFER_CHECK_CODE(o == DType::kBFloat16, ErrorCode::kUnsupported, op, a.o_dtype,
                         "attention-ts MLA decode currently supports BF16 output only; got ", dt(o));
   FLASHINFER_CHECK_CODE(page_size == 16 || page_size == 32 || page_size == 64 || page_size == 128,
-                        ErrorCode::kUnsupported, op, "page_size",
+                        ErrorCode::kUnsupported, op, a.page,
                         "attention-ts decode requires page_size in (16, 32, 64, 128), got ",
                         page_size);
   s.causal = causal_of(mask, op, false);
@@ -599,7 +612,7 @@ void mla_geometry(TsPlan& s, int64_t H, int64_t lora, int64_t rope, int64_t page
 
 // The block table [B, max_pages] int32 and seq_lens [B] int32: each request's pages are its row.
 void mla_tables(TsPlan& s, const Tensor& block_tables, const Tensor& seq_lens,
-                std::optional<int64_t> max_kv_len, const char* op) {
+                std::optional<int64_t> max_kv_len, const char* bound_arg, const char* op) {
   api::check_defined(block_tables, op, "block_tables");
   FLASHINFER_CHECK(block_tables.dim() == 2, op, "block_tables",
                    "block_tables must be rank 2, got rank ", block_tables.dim());
@@ -618,7 +631,7 @@ void mla_tables(TsPlan& s, const Tensor& block_tables, const Tensor& seq_lens,
     longest = std::max(longest, sl[b]);
   }
   const int64_t bound = max_kv_len.value_or(longest);
-  FLASHINFER_CHECK(longest <= bound, op, "max_kv_len",
+  FLASHINFER_CHECK(longest <= bound, op, bound_arg,
                    "planned KV metadata contains a request longer than max_kv_len (", bound,
                    "): got ", longest);
   const int64_t cols = block_tables.size(1), need = (bound + s.page_size - 1) / s.page_size;
@@ -735,9 +748,9 @@ Tensor prims_ts_batch_decode_with_kv_cache_mla(
         check_workspace_dtype(workspace_buffer, op);
         TsPlan s;
         mla_geometry(s, query.size(-2), kv_lora_rank, qk_rope_head_dim, kv_page_size(kv_cache, op),
-                     query.dtype(), kv_cache.dtype(), out_dtype, mask_type, op);
+                     query.dtype(), kv_cache.dtype(), out_dtype, mask_type, kStandaloneArgs, op);
         FLASHINFER_CHECK(max_seq_len > 0, op, "max_seq_len", "max_seq_len must be positive");
-        mla_tables(s, block_tables, seq_lens, max_seq_len, op);
+        mla_tables(s, block_tables, seq_lens, max_seq_len, "max_seq_len", op);
         const bool packed = qo_indptr && qo_indptr->defined();
         FLASHINFER_CHECK(!packed || max_seq_len_q, op, "max_seq_len_q",
                          "max_seq_len_q is required when qo_indptr selects packed query");
@@ -772,8 +785,8 @@ void BatchMLADecodePagedTSWrapper::plan(const Tensor& block_tables, const Tensor
         const char* op = "BatchMLADecodePagedTSWrapper.plan";
         TsPlan s;
         mla_geometry(s, num_heads, kv_lora_rank, qk_rope_head_dim, page_size, q_data_type,
-                     kv_data_type.value_or(q_data_type), o_data_type, mask_type, op);
-        mla_tables(s, block_tables, seq_lens, max_kv_len, op);
+                     kv_data_type.value_or(q_data_type), o_data_type, mask_type, kMlaPlanArgs, op);
+        mla_tables(s, block_tables, seq_lens, max_kv_len, "max_kv_len", op);
         mla_q_layout(s, seq_len_q, qo_indptr, max_seq_len_q, op);
         mla_check_causal(s, op);
         s.device = block_tables.device();
@@ -808,8 +821,8 @@ Tensor batch_decode_mla_with_paged_kv_cache(
         need_rank34(query, op, "query");
         TsPlan s;
         mla_geometry(s, query.size(-2), kv_lora_rank, qk_rope_head_dim, kv_page_size(kv_cache, op),
-                     query.dtype(), kv_cache.dtype(), out_dtype, mask_type, op);
-        mla_tables(s, block_tables, seq_lens, max_kv_len, op);
+                     query.dtype(), kv_cache.dtype(), out_dtype, mask_type, kStandaloneArgs, op);
+        mla_tables(s, block_tables, seq_lens, max_kv_len, "max_kv_len", op);
         const bool packed = qo_indptr && qo_indptr->defined();
         mla_q_layout(
             s, packed ? std::nullopt : std::optional<int64_t>(query.dim() == 4 ? query.size(1) : 1),
@@ -826,18 +839,19 @@ Tensor batch_decode_mla_with_paged_kv_cache(
 
 namespace {
 
+// kn / vn: the K and V arguments' names ("k" / "v", or the paged "k_cache" / "v_cache").
 void context_geometry(TsPlan& s, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dk, DType q, DType k,
                       DType v, std::optional<DType> o, std::string_view mask, int64_t window_left,
-                      const char* op) {
-  for (DType d : {q, k, v}) {
+                      const char* kn, const char* vn, const char* op) {
+  for (const auto& [d, arg] : {std::pair<DType, const char*>{q, "q"}, {k, kn}, {v, vn}}) {
     FLASHINFER_CHECK_CODE(
         d == DType::kFloat16 || d == DType::kBFloat16 || d == DType::kFloat8E4M3FN,
-        ErrorCode::kUnsupported, op, "q",
+        ErrorCode::kUnsupported, op, arg,
         "attention-ts context supports torch.float16, torch.bfloat16, and "
         "torch.float8_e4m3fn; got ",
         dt(d));
   }
-  FLASHINFER_CHECK_CODE(q == k && q == v, ErrorCode::kUnsupported, op, "k",
+  FLASHINFER_CHECK_CODE(q == k && q == v, ErrorCode::kUnsupported, op, q != k ? kn : vn,
                         "attention-ts context requires Q, K, and V to use the same dtype; got Q ",
                         dt(q), ", K ", dt(k), ", and V ", dt(v));
   const DType od = o.value_or(q);
@@ -847,12 +861,12 @@ void context_geometry(TsPlan& s, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dk,
       "attention-ts context supports torch.float16, torch.bfloat16, and torch.float8_e4m3fn; "
       "got ",
       dt(od));
-  FLASHINFER_CHECK(D == Dk, op, "k", "Q and K/V head dimensions must match; got Q ", D, " and K/V ",
+  FLASHINFER_CHECK(D == Dk, op, kn, "Q and K/V head dimensions must match; got Q ", D, " and K/V ",
                    Dk);
   FLASHINFER_CHECK_CODE(D == 128 || D == 256, ErrorCode::kUnsupported, op, "q",
                         "attention-ts context supports head_dim in (128, 256); got ", D);
   FLASHINFER_CHECK(Hq > 0 && Hkv > 0, op, "q", "Q and KV head counts must be positive");
-  FLASHINFER_CHECK(Hq % Hkv == 0, op, "k",
+  FLASHINFER_CHECK(Hq % Hkv == 0, op, kn,
                    "the Q head count must be divisible by the KV head count; got ", Hq, " and ",
                    Hkv);
   s.causal = causal_of(mask, op, true);
@@ -1023,7 +1037,7 @@ TsPlan paged_context_plan(const Tensor& q, const Tensor& kc, const Tensor& vc,
   FLASHINFER_CHECK(kc.size(2) == page_size, op, "k_cache",
                    "K/V cache page extent must equal page_size=", page_size, "; got ", kc.size(2));
   context_geometry(s, q.size(1), kc.size(1), q.size(2), kc.size(3), q.dtype(), kc.dtype(),
-                   vc.dtype(), out_dtype, mask, window_left, op);
+                   vc.dtype(), out_dtype, mask, window_left, "k_cache", "v_cache", op);
   FLASHINFER_CHECK_CODE(mask != "variable_window", ErrorCode::kUnsupported, op, "mask_type",
                         "mask_type='variable_window' is not supported for paged context");
   const auto qo = context_indptr(qo_indptr, q.size(0), op, "qo_indptr");
@@ -1069,7 +1083,7 @@ TsPlan context_plan(const Tensor& q, const Tensor& k, const Tensor& v,
   need_rank34(k, op, "k");
   need_rank34(v, op, "v");
   context_geometry(s, q.size(-2), k.size(-2), q.size(-1), k.size(-1), q.dtype(), k.dtype(),
-                   v.dtype(), out_dtype, mask, window_left, op);
+                   v.dtype(), out_dtype, mask, window_left, "k", "v", op);
   FLASHINFER_CHECK_CODE(mask != "variable_window", ErrorCode::kUnsupported, op, "mask_type",
                         "mask_type='variable_window' is not implemented in flashinfer-cpp");
   context_layout(s, q, k, v, qo_indptr, kv_indptr, op);
@@ -1202,22 +1216,29 @@ namespace {
 
 // The static profile: head_dim 128, fp16 / bf16 throughout, a power-of-two GQA ratio up to 32, a
 // Q block some row-pure Q tile covers, a supported KV block.
+// The parameters a static-profile check blames: a plan's own, or the tensors a one-shot form
+// reads the profile from.
+struct SparseArgs {
+  const char *head_dim, *q_dtype, *kv_dtype, *o_dtype, *heads, *sq, *skv;
+};
+constexpr SparseArgs kSparsePlanArgs{"head_dim",     "q_data_type", "kv_data_type", "o_data_type",
+                                     "num_qo_heads", "seq_len_q",   "seq_len_kv"};
+constexpr SparseArgs kSparseFlatArgs{"q", "q", "k", "out", "q", "q", "k"};
+constexpr SparseArgs kSparsePagedArgs{"q", "q", "paged_kv_cache", "out", "q", "q", "seq_len_kv"};
+
 void sparse_geometry(TsPlan& s, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv, int64_t D,
                      int64_t qbs, int64_t kvbs, int64_t max_blocks, std::string_view mask, DType q,
-                     DType kv, DType o, const char* op) {
-  FLASHINFER_CHECK(D == 128, op, "head_dim", "block-sparse requires head_dim=128");
-  FLASHINFER_CHECK(q == kv && q == o, op, "kv_data_type",
+                     DType kv, DType o, const SparseArgs& a, const char* op) {
+  FLASHINFER_CHECK(D == 128, op, a.head_dim, "block-sparse requires head_dim=128");
+  FLASHINFER_CHECK(q == kv && q == o, op, q != kv ? a.kv_dtype : a.o_dtype,
                    "block-sparse requires matching Q, K/V, and output dtypes");
   FLASHINFER_CHECK_CODE(q == DType::kFloat16 || q == DType::kBFloat16, ErrorCode::kUnsupported, op,
-                        "q_data_type",
-                        "block-sparse supports only torch.float16 and torch.bfloat16");
-  FLASHINFER_CHECK(Hq > 0 && Hkv > 0 && Hq % Hkv == 0, op, "num_qo_heads",
+                        a.q_dtype, "block-sparse supports only torch.float16 and torch.bfloat16");
+  FLASHINFER_CHECK(Hq > 0 && Hkv > 0 && Hq % Hkv == 0, op, a.heads,
                    "num_qo_heads must be divisible by num_kv_heads");
   const int64_t r = Hq / Hkv;
-  FLASHINFER_CHECK(r <= 32, op, "num_qo_heads",
-                   "block-sparse supports at most 32 Q heads per KV head");
-  FLASHINFER_CHECK((r & (r - 1)) == 0, op, "num_qo_heads",
-                   "Q heads per KV head must be a power of two");
+  FLASHINFER_CHECK(r <= 32, op, a.heads, "block-sparse supports at most 32 Q heads per KV head");
+  FLASHINFER_CHECK((r & (r - 1)) == 0, op, a.heads, "Q heads per KV head must be a power of two");
   FLASHINFER_CHECK(qbs > 0 && qbs <= kInt32Max, op, "q_block_size",
                    "q_block_size must be a positive Python integer, got ", qbs);
   // A Q tile of t rows is row-pure when it holds whole q blocks of the GQA group. (Upstream also
@@ -1231,7 +1252,8 @@ void sparse_geometry(TsPlan& s, int64_t Sq, int64_t Skv, int64_t Hq, int64_t Hkv
                    "kv_block_size must be 8, 16, 32, or a positive multiple of 64");
   FLASHINFER_CHECK(kvbs <= kInt32Max, op, "kv_block_size",
                    "kv_block_size must fit in signed int32");
-  FLASHINFER_CHECK(Sq > 0 && Skv > 0, op, "seq_len_q", "seq_len_q and seq_len_kv must be positive");
+  FLASHINFER_CHECK(Sq > 0, op, a.sq, "seq_len_q must be positive");
+  FLASHINFER_CHECK(Skv > 0, op, a.skv, "seq_len_kv must be positive");
   s.causal = causal_of(mask, op, false);
   FLASHINFER_CHECK(!s.causal || Sq <= Skv, op, "mask_type",
                    "causal block-sparse requires seq_len_q <= seq_len_kv");
@@ -1296,6 +1318,8 @@ Bsr load_bsr(const TsPlan& s, const Tensor& block_indptr, const Tensor& block_in
 // The largest row of a BSR (the one-shot functions' max_blocks_per_row).
 int64_t largest_row(const Tensor& block_indptr, const char* op) {
   api::check_defined(block_indptr, op, "block_indptr");
+  FLASHINFER_CHECK(block_indptr.dtype() == DType::kInt32, op, "block_indptr",
+                   "block_indptr must have dtype torch.int32");
   FLASHINFER_CHECK(block_indptr.dim() == 3 && block_indptr.size(2) >= 2, op, "block_indptr",
                    "block_indptr must be [B, Hkv, num_q_blocks + 1], got ",
                    shape_to_string(block_indptr.shape()));
@@ -1465,7 +1489,8 @@ void BlockSparseTSWrapper::plan(int64_t batch_size, int64_t seq_len_q, int64_t s
         TsPlan s;
         sparse_geometry(s, seq_len_q, seq_len_kv, num_qo_heads, num_kv_heads, head_dim,
                         q_block_size, kv_block_size, max_blocks_per_row, mask_type, q_data_type,
-                        kv_data_type.value_or(q_data_type), o_data_type.value_or(q_data_type), op);
+                        kv_data_type.value_or(q_data_type), o_data_type.value_or(q_data_type),
+                        kSparsePlanArgs, op);
         FLASHINFER_CHECK(batch_size > 0, op, "batch_size", "batch_size must be positive");
         s.batch = batch_size;
         s.use_kv_valid_bits = use_kv_valid_bits;
@@ -1516,7 +1541,8 @@ void BlockSparsePagedTSWrapper::plan(const Tensor& paged_kv_indptr, int64_t seq_
         TsPlan s;
         sparse_geometry(s, seq_len_q, seq_len_kv, num_qo_heads, num_kv_heads, head_dim,
                         q_block_size, kv_block_size, max_blocks_per_row, mask_type, q_data_type,
-                        kv_data_type.value_or(q_data_type), o_data_type.value_or(q_data_type), op);
+                        kv_data_type.value_or(q_data_type), o_data_type.value_or(q_data_type),
+                        kSparsePlanArgs, op);
         s.use_kv_valid_bits = use_kv_valid_bits;
         paged_sparse_lengths(s, paged_kv_indptr, seq_lens_kv, page_size, op);
         s.device = paged_kv_indptr.device();
@@ -1583,7 +1609,8 @@ Tensor block_sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                             std::max<int64_t>(kv_block_size, 1);
         sparse_geometry(s, q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), q_block_size,
                         kv_block_size, std::min(largest_row(block_indptr, op), nkb), mask_type,
-                        q.dtype(), k.dtype(), out && out->defined() ? out->dtype() : q.dtype(), op);
+                        q.dtype(), k.dtype(), out && out->defined() ? out->dtype() : q.dtype(),
+                        kSparseFlatArgs, op);
         s.batch = q.size(0);
         s.use_kv_valid_bits = kv_valid_bits && kv_valid_bits->defined();
         contiguous_pages(s);
@@ -1617,7 +1644,8 @@ Tensor block_sparse_attention_with_paged_kv_cache(
                             std::max<int64_t>(kv_block_size, 1);
         sparse_geometry(s, q.size(1), seq_len_kv, q.size(2), k.size(1), q.size(3), q_block_size,
                         kv_block_size, std::min(largest_row(block_indptr, op), nkb), mask_type,
-                        q.dtype(), k.dtype(), out && out->defined() ? out->dtype() : q.dtype(), op);
+                        q.dtype(), k.dtype(), out && out->defined() ? out->dtype() : q.dtype(),
+                        kSparsePagedArgs, op);
         s.use_kv_valid_bits = kv_valid_bits && kv_valid_bits->defined();
         paged_sparse_lengths(s, paged_kv_indptr, seq_lens_kv, k.size(2), op);
         FLASHINFER_CHECK(s.batch == q.size(0), op, "paged_kv_indptr",

@@ -327,8 +327,9 @@ TEST(CuteDslMla, MatchesFp64WithTheLatentAsValues) {
   }
   EXPECT_TRUE(near(o.to_double_vector(), want, 1e-2));
   const char* op = "BatchMLADecodeCuteDSLWrapper.plan";
-  EXPECT_FI_ERROR(w.plan(512, 64, H, 1), op, "num_heads");  // upstream's default page_size 1
-  EXPECT_FI_ERROR(w.plan(256, 64, H, P), op, "num_heads");
+  EXPECT_FI_ERROR(w.plan(512, 64, H, 1), op, "page_size");  // upstream's default page_size 1
+  EXPECT_FI_ERROR(w.plan(256, 64, H, P), op, "kv_lora_rank");
+  EXPECT_FI_ERROR(w.plan(512, 64, 256, P), op, "num_heads");
   // Fewer than 128 heads need an unsplit KV (split 18 here).
   w.plan(512, 64, 16, P);
   EXPECT_FI_ERROR(

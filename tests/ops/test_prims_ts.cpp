@@ -223,9 +223,9 @@ TEST(PrimsTsDecode, RefusesWhatUpstreamRefuses) {
   EXPECT_FI_ERROR((void)call(q, d.cache, "dense", 3, "HND"), op, "window_left");  // needs causal
   const Tensor c96 = rand_tensor({3, 2, 2, 16, 96}, kBf, 5);
   EXPECT_FI_ERROR((void)call(rand_tensor({1, 4, 96}, kBf, 6), c96, "dense", -1, "HND"), op,
-                  "head_dim");
+                  "paged_kv_cache");
   const Tensor c8 = rand_tensor({3, 2, 2, 8, 64}, kBf, 5);
-  EXPECT_FI_ERROR((void)call(q, c8, "dense", -1, "HND"), op, "page_size");
+  EXPECT_FI_ERROR((void)call(q, c8, "dense", -1, "HND"), op, "paged_kv_cache");
   // q and the cache in different dtypes (the one-shot plans K/V in q's dtype, as upstream's);
   // an NHD-strided view passed as HND.
   EXPECT_FI_ERROR((void)call(q.to(kF16), d.cache, "dense", -1, "HND"), op, "paged_kv_cache");
@@ -239,6 +239,11 @@ TEST(PrimsTsDecode, RefusesWhatUpstreamRefuses) {
                   "BatchDecodePagedTSWrapper.plan", "mask_type");
   EXPECT_FI_ERROR(w.plan(i32({0, 1}), i32({0}), i32({17}), 4, 2, 64, 16),
                   "BatchDecodePagedTSWrapper.plan", "paged_kv_last_page_len");
+  EXPECT_FI_ERROR(w.plan(i32({0, 1}), i32({0}), i32({5}), 4, 2, 96, 16),
+                  "BatchDecodePagedTSWrapper.plan", "head_dim");
+  EXPECT_FI_ERROR(w.plan(i32({0, 1}), i32({0}), i32({5}), 4, 2, 64, 16, 1, std::nullopt,
+                         std::nullopt, kF16, DType::kFloat32),
+                  "BatchDecodePagedTSWrapper.plan", "kv_data_type");
   w.plan(i32({0, 2}), i32({0, 9}), i32({4}), 4, 2, 64, 16, 1, std::nullopt, std::nullopt, kBf);
   EXPECT_FI_ERROR((void)w.run(q, d.cache), "BatchDecodePagedTSWrapper.run", "paged_kv_indices");
   try {
@@ -314,7 +319,7 @@ TEST(PrimsTsMla, MatchesFp64WithTheLatentAsValues) {
                                                              std::nullopt, 256),
                   op, "kv_lora_rank");
   EXPECT_FI_ERROR((void)batch_decode_mla_with_paged_kv_cache(q1.to(kF16), cache.to(kF16), bt, sl),
-                  op, "q_data_type");
+                  op, "query");
   EXPECT_FI_ERROR((void)batch_decode_mla_with_paged_kv_cache(
                       q1, cache, bt, sl, std::nullopt, std::nullopt, 512, 64, "causal",
                       std::nullopt, 1.0, 1.0, std::nullopt, kF16),
