@@ -34,6 +34,7 @@ struct ParamDecl {
   bool in_kwargs = false;              // keyword-only, taken through upstream's **kwargs: accepted
                                        // by keyword but absent from the signature text
   std::string type_name;               // enum class or object class, for kEnum / kObject
+  std::string within;  // written, it may lie inside this input's span (op_typed.h, Arg::within)
 
   ParamDecl() = default;
   ParamDecl(std::string n, ParamKind k) : name(std::move(n)), kind(k) {}

@@ -261,6 +261,7 @@ struct Arg {
   bool no_default = false;
   const char* in_place_of = nullptr;       // see same_view_as()
   const char* in_place_of_also = nullptr;  // a second input it may be (same_view_as twice)
+  const char* inside_of = nullptr;         // see within()
 
   constexpr Arg mut() const {
     Arg a = *this;
@@ -286,6 +287,14 @@ struct Arg {
   constexpr Arg same_view_as(const char* input) const {
     Arg a = *this;
     (a.in_place_of ? a.in_place_of_also : a.in_place_of) = input;
+    return a;
+  }
+  /// A written parameter that may be a view lying inside the input `input`'s span (the ids a
+  /// MoE all-to-all received are a view of its workspace, which the op also takes). Overlap with
+  /// any other argument is still refused.
+  constexpr Arg within(const char* input) const {
+    Arg a = *this;
+    a.inside_of = input;
     return a;
   }
   constexpr Arg type(const char* t) const {
@@ -448,6 +457,7 @@ struct WritePlan {
   bool any_written = false;      // some parameter is marked mutated
   std::vector<int> field_param;  // options-struct field k: its parameter index, -1 if not taken
   std::vector<std::pair<int, int>> same_view;  // (written, input) that may be one view
+  std::vector<std::pair<int, int>> inside;     // (written, input) it may lie inside (within())
 };
 
 /// The registered declaration of each op key (set when the op is declared).
@@ -525,11 +535,20 @@ inline std::vector<std::pair<std::string, std::string>>& pending_same_view() {
   thread_local std::vector<std::pair<std::string, std::string>> v;
   return v;
 }
+// The within() marks likewise.
+inline std::vector<std::pair<std::string, std::string>>& pending_inside() {
+  thread_local std::vector<std::pair<std::string, std::string>> v;
+  return v;
+}
 
 template <class T, class D>
 void apply_arg(ParamDecl& p, const Arg<D>& a) {
   if (a.in_place_of) pending_same_view().emplace_back(a.name, a.in_place_of);
   if (a.in_place_of_also) pending_same_view().emplace_back(a.name, a.in_place_of_also);
+  if (a.inside_of) {
+    pending_inside().emplace_back(a.name, a.inside_of);
+    p.within = a.inside_of;
+  }
   if constexpr (!std::is_void_v<D>) {
     static_assert(std::is_constructible_v<T, D> ||
                       (std::is_same_v<T, DType> || std::is_same_v<T, std::optional<DType>>),
@@ -756,6 +775,7 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
 
   OpDecl d;
   pending_same_view().clear();
+  pending_inside().clear();
   d.name = spec.name;
   d.module = spec.module;
   d.summary = spec.summary ? spec.summary : "";
@@ -830,6 +850,13 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
                        "declare", w, "op '", stored.name,
                        "': same_view_as() needs a written parameter and an existing input");
       plan->same_view.emplace_back(wi, ii);
+    }
+    for (const auto& [w, in] : pending_inside()) {
+      const int wi = stored.param_index(w), ii = stored.param_index(in);
+      FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
+                       "declare", w, "op '", stored.name,
+                       "': within() needs a written parameter and an existing input");
+      plan->inside.emplace_back(wi, ii);
     }
     DeclSlot<Key>::plan.store(plan, std::memory_order_release);
   }

@@ -1,6 +1,8 @@
 // The gate's written-argument check (include/flashinfer/op_typed.h, call_op): one check, derived
 // from the declarations' .mut() marks, for every op.
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/view_overlap.h"
@@ -34,6 +36,28 @@ void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std
     }
     return false;
   };
+  // Written tensor i lies inside input j's span, where the declaration allows that (within()).
+  auto allowed_inside = [&](std::size_t i, std::size_t j) {
+    const Tensor& a = *tensors[i].tensor;
+    const Tensor& b = *tensors[j].tensor;
+    for (const auto& [w, in] : plan.inside) {
+      if (w != tensors[i].param || in != tensors[j].param || a.device() != b.device()) continue;
+      auto span = [](const Tensor& t) {
+        int64_t hi = 0;
+        for (int64_t d = 0; d < t.dim(); ++d) {
+          if (t.size(d) == 0) return std::pair<intptr_t, intptr_t>{0, 0};
+          hi += (t.size(d) - 1) * t.stride(d);
+        }
+        const auto at = reinterpret_cast<intptr_t>(t.data_ptr());
+        const auto es = static_cast<intptr_t>(t.element_size());
+        return std::pair<intptr_t, intptr_t>{at, at + static_cast<intptr_t>(hi) * es + es};
+      };
+      const auto [a0, a1] = span(a);
+      const auto [b0, b1] = span(b);
+      if (a0 >= b0 && a1 <= b1) return true;
+    }
+    return false;
+  };
   auto written = [&](std::size_t i) {
     return decl.params[static_cast<std::size_t>(tensors[i].param)].mutated;
   };
@@ -48,7 +72,10 @@ void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std
     for (std::size_t j = 0; j < n; ++j) {
       // Two written tensors are compared once, and the error names the later one.
       if (j == i || (j > i && written(j))) continue;
-      if (!views_overlap(w, *tensors[j].tensor) || allowed_same_view(i, j)) continue;
+      if (!views_overlap(w, *tensors[j].tensor) || allowed_same_view(i, j) ||
+          allowed_inside(i, j)) {
+        continue;
+      }
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, decl.name, arg_name(decl, tensors[i]),
                       "is written and must not overlap ", written(j) ? "the written " : "",
                       "argument '", arg_name(decl, tensors[j]), "' in memory (", w.describe(),

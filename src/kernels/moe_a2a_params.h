@@ -157,8 +157,9 @@ struct MoeA2aDispatchParams {
   MoeA2aLayout layout;
   const int32_t* eplb_local = nullptr;  // [eplb_count], or null
   int64_t eplb_count = 0, eplb_experts = 0;
-  uint64_t active = ~uint64_t{0};   // bit r: rank r takes part
-  const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h)
+  uint64_t active = ~uint64_t{0};           // bit r: rank r takes part
+  const uint32_t* abort = nullptr;          // CUDA: the group's abort word (core/comm_abort.h)
+  const char* op = "MoeAlltoAll.dispatch";  // the API call (host: a wait's timeout names it)
 
   FLASHINFER_A2A_HD constexpr bool is_active(int r) const { return ((active >> r) & 1u) != 0; }
   FLASHINFER_A2A_HD char* row(int r) const { return workspace + r * rank_stride; }
@@ -181,7 +182,8 @@ struct MoeA2aCombineParams {
   MoeA2aLayout layout;
   int64_t combine_offset = 0;
   uint64_t active = ~uint64_t{0};
-  const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h)
+  const uint32_t* abort = nullptr;         // CUDA: the group's abort word (core/comm_abort.h)
+  const char* op = "MoeAlltoAll.combine";  // the API call (host: a wait's timeout names it)
 
   FLASHINFER_A2A_HD constexpr bool is_active(int r) const { return ((active >> r) & 1u) != 0; }
   FLASHINFER_A2A_HD char* row(int r) const { return workspace + r * rank_stride; }

@@ -1,4 +1,5 @@
-// flashinfer.comm.trtllm_moe_alltoall (MoeAlltoAll) with ranks as threads (comm::ThreadGroup):
+// flashinfer.comm.trtllm_moe_alltoall (MoeAlltoAll and the moe_a2a_* functions beneath it) with
+// ranks as threads (comm::ThreadGroup):
 // the expert split and the combine's sum order by hand; the workspace sizes by hand; dispatch
 // delivering each token once to each rank that owns one of its experts, in token order, with
 // the counts, sanitized ids and EPLB statistics; combine summing each token's ranks' results
@@ -198,11 +199,56 @@ std::vector<int64_t> targets_of(const RankInput& in, int64_t t, int64_t E, int64
 
 int64_t tokens_of(int64_t ep, int64_t r) { return ep == 4 && r == 1 ? 0 : 3 + 2 * r; }
 
+// One rank's exchange: MoeAlltoAll's methods, or the module functions on one workspace every
+// rank passes (moe_a2a_initialize, then a barrier), the ids sanitized by their own call.
+struct RankA2a {
+  std::shared_ptr<MoeAlltoAll> cls;
+  Tensor ws, meta;
+  int64_t r = 0, ep = 0, K = 0, E = 0, tokens = 0, offset = 0;
+
+  RankA2a(const std::shared_ptr<comm::CommBackend>& b, const Tensor& shared, int64_t max_tokens,
+          int64_t top_k, int64_t experts, int64_t hidden, int64_t extra_bytes)
+      : ws(shared), r(b->Get_rank()), ep(b->Get_size()), K(top_k), E(experts) {
+    if (!shared.defined()) {
+      cls = make_a2a(b, max_tokens, top_k, experts, hidden, 0, false, extra_bytes);
+      return;
+    }
+    meta = moe_a2a_initialize(ws, r, ep, max_tokens);
+    b->barrier();
+  }
+  std::vector<Tensor> dispatch(const Tensor& ex, const std::vector<Tensor>& payloads, int64_t rmax,
+                               int64_t ids_index) {
+    if (cls) return cls->dispatch(ex, payloads, rmax, int64_t{-1}, ids_index);
+    auto [recv, off, eplb] = moe_a2a_dispatch(ex, payloads, ws, meta, rmax, r, ep, K, E);
+    EXPECT_FALSE(eplb.has_value());
+    moe_a2a_sanitize_expert_ids(recv[static_cast<std::size_t>(ids_index)], ws, meta, r, -1);
+    tokens = ex.size(0);
+    offset = off;
+    return recv;
+  }
+  Tensor payload_in_workspace(int64_t rmax, int64_t H, DType dt) {
+    if (cls) return cls->get_combine_payload_tensor_in_workspace(rmax, H, dt);
+    const int64_t start = r * ws.size(1) + offset;
+    return moe_a2a_wrap_payload_tensor_in_workspace(
+        ws, {ep, rmax}, start, start + ep * rmax * H * static_cast<int64_t>(dtype_size(dt)), dt);
+  }
+  Tensor combine(const Tensor& payload, int64_t rmax, bool in_workspace) {
+    if (cls) return cls->combine(payload, rmax, in_workspace);
+    return moe_a2a_combine(payload, tokens, ws, meta, rmax, r, ep, K, offset, in_workspace);
+  }
+};
+
+// module: the module functions on one shared workspace instead of MoeAlltoAll.
 void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in_workspace,
-                int rounds, int64_t extra_bytes = 0, DType dt = kBf) {
+                int rounds, int64_t extra_bytes = 0, DType dt = kBf, bool module = false) {
   // fp32 hidden states need twice upstream's 16-bit rows, dispatch and combine.
   if (dtype_size(dt) > 2) extra_bytes += ep * 16 * H * 4;
   comm::ThreadGroup g(ep, dev);
+  const Tensor shared =
+      module ? Tensor::zeros(
+                   {ep, moe_alltoall_get_moe_workspace_size_per_rank(ep, K, 16, H) + extra_bytes},
+                   DType::kUInt8, dev)
+             : Tensor();
   // The rows a source has change from call to call (SGLang's runtime_max follows the batch):
   // the regions move, and a fast rank's next dispatch must not overwrite rows a slow rank still
   // sums.
@@ -211,24 +257,23 @@ void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in
   std::vector<std::vector<std::vector<Tensor>>> recv(rounds, std::vector<std::vector<Tensor>>(ep));
   std::vector<std::vector<Tensor>> out(rounds, std::vector<Tensor>(ep));
   g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), 16, K, E, H, 0, false, extra_bytes);
+    RankA2a a2a(g.backend(r), shared, 16, K, E, H, extra_bytes);
     for (int k = 0; k < rounds; ++k) {
       const int64_t rmax = rmax_of(k);
       const int64_t T = tokens_of(ep, r) + (k % 2 == 1 ? -1 : 0) * (tokens_of(ep, r) > 0 ? 1 : 0);
       in[k][r] = rank_input(r + 10 * k, T, K, E, H, dev, dt);
-      const std::vector<Tensor> got =
-          a2a->dispatch(in[k][r].experts, {in[k][r].hidden, in[k][r].experts, in[k][r].scales},
-                        rmax, int64_t{-1}, int64_t{1});
+      const std::vector<Tensor> got = a2a.dispatch(
+          in[k][r].experts, {in[k][r].hidden, in[k][r].experts, in[k][r].scales}, rmax, 1);
       ASSERT_EQ(got.size(), 3u);
       for (const Tensor& x : got) recv[k][r].push_back(x.to(Device::cpu()).clone());
       // "Experts": this rank's result for each received token is its hidden row times (r + 1).
-      Tensor payload = in_workspace ? a2a->get_combine_payload_tensor_in_workspace(rmax, H, dt)
+      Tensor payload = in_workspace ? a2a.payload_in_workspace(rmax, H, dt)
                                     : Tensor::zeros({ep, rmax, H}, dt, dev);
       Tensor h = got[0].to(Device::cpu()).to(DType::kFloat32);
       std::vector<double> hv = h.to_double_vector();
       for (double& v : hv) v *= static_cast<double>(r + 1);
       payload.copy_(Tensor::from_vector(hv, {ep, rmax, H}, dt).to(dev));
-      out[k][r] = a2a->combine(payload, rmax, in_workspace).to(Device::cpu());
+      out[k][r] = a2a.combine(payload, rmax, in_workspace).to(Device::cpu());
     }
   });
   for (int k = 0; k < rounds; ++k) {
@@ -351,7 +396,8 @@ TEST(MoeAlltoAll, EplbStatisticsReachEveryRank) {
   comm::ThreadGroup g(3);
   std::vector<Tensor> stats(3);
   g.run([&](int64_t r) {
-    auto a2a = make_a2a(g.backend(r), 4, 1, 3, 8, 5);
+    // 5 statistics a rank: num_experts at least that many (upstream's dispatch requires it).
+    auto a2a = make_a2a(g.backend(r), 4, 1, 6, 8, 5);
     Tensor local = Tensor::from_vector({r * 10.0, r * 10.0 + 1, 2, 3, r + 0.0}, {5}, DType::kInt32);
     a2a->dispatch(Tensor::from_vector({static_cast<double>(r)}, {1, 1}, DType::kInt32),
                   {Tensor::zeros({1, 8}, kBf)}, 4, std::nullopt, std::nullopt, local);
@@ -636,11 +682,242 @@ TEST(MoeAlltoAll, DeclaredAsUpstream) {
   for (const char* name :
        {"MoeAlltoAll.dispatch", "MoeAlltoAll.combine",
         "MoeAlltoAll.get_combine_payload_tensor_in_workspace", "MoeAlltoAll.checkpoint_prepare",
-        "MoeAlltoAll.checkpoint_restore", "MoeAlltoAll.__init__"}) {
+        "MoeAlltoAll.checkpoint_restore", "MoeAlltoAll.__init__", "moe_a2a_initialize",
+        "moe_a2a_wrap_payload_tensor_in_workspace", "moe_a2a_dispatch", "moe_a2a_combine",
+        "moe_a2a_sanitize_expert_ids"}) {
     const OpDecl* d = OpRegistry::global().find(name);
     ASSERT_NE(d, nullptr) << name;
     EXPECT_EQ(d->module, "flashinfer.comm.trtllm_moe_alltoall") << name;
   }
+}
+
+// ---- the module functions (moe_a2a_*) on a workspace the caller holds ---------------------
+
+TEST(MoeA2aModule, RoundTripsAsMoeAlltoAllDoes) {
+  round_trip(4, 2, 8, 16, Device::cpu(), false, 3, 0, kBf, true);
+  round_trip(3, 4, 6, 8, Device::cpu(), true, 2, 0, DType::kFloat32, true);
+  round_trip(2, 2, 4, 8, Device::cpu(), true, 2, 8, kBf, true);  // rows off 16-byte alignment
+  round_trip(1, 1, 1, 8, Device::cpu(), false, 1, 0, kBf, true);
+}
+
+TEST(MoeA2aModule, InitializeZeroesItsRowAndReturnsUpstreamsOffsets) {
+  // ep 8, 10 tokens (the worked example of MoeA2aWorkspaceSize): counters at 8 and 40, the flag
+  // arrays and the 22-slot tables 128-byte aligned, no EPLB region, payloads at 2176.
+  Tensor ws = Tensor::full({8, 44416}, 7.0, DType::kUInt8);
+  const Tensor meta = moe_a2a_initialize(ws, 3, 8, 10);
+  EXPECT_TRUE(meta.device().is_cpu());
+  EXPECT_EQ(meta.dtype(), DType::kInt64);
+  EXPECT_EQ(meta.to_double_vector(),
+            (std::vector<double>{0, 4, 8, 40, 128, 256, 384, 1280, 2176, 2176}));
+  for (int64_t r : {2, 3, 4}) {
+    const std::vector<double> row = ws.select(0, r).to_double_vector();
+    EXPECT_EQ(std::count(row.begin(), row.end(), r == 3 ? 0.0 : 7.0), 44416) << r;
+  }
+  // 5 EPLB statistics a rank: 8 * 5 * 4 = 160 bytes, the payloads at align128(2176 + 160).
+  EXPECT_EQ(moe_a2a_initialize(ws, 0, 8, 10, 5).to_double_vector()[9], 2432.0);
+}
+
+TEST(MoeA2aModule, DispatchReturnsTheCombineOffsetAndTheGatheredStatistics) {
+  comm::ThreadGroup g(2);
+  const int64_t ep = 2, K = 2, E = 4, H = 8, max_tokens = 4, eplb = 3;
+  // Dispatch rows: H bf16 + K int32; combine rows H bf16.
+  const int64_t size =
+      moe_a2a_get_workspace_size_per_rank(ep, max_tokens, H * 2 + K * 4, H * 2, eplb);
+  const Tensor ws = Tensor::zeros({ep, size}, DType::kUInt8);
+  std::vector<int64_t> offsets(2);
+  std::vector<Tensor> stats(2), stats_short(2);
+  g.run([&](int64_t r) {
+    const Tensor meta = moe_a2a_initialize(ws, r, ep, max_tokens, eplb);
+    g.backend(r)->barrier();
+    const int64_t payload_data = static_cast<int64_t>(meta.to_double_vector()[9]);
+    for (int round = 0; round < 2; ++round) {
+      const RankInput in = rank_input(r, 3, K, E, H, Device::cpu());
+      // The reserved 3 statistics, then 2: the gathered rows follow the count passed.
+      const int64_t n = round == 0 ? 3 : 2;
+      std::vector<double> sv;
+      for (int64_t i = 0; i < n; ++i) sv.push_back(static_cast<double>(r * 10 + i + round));
+      auto [recv, off, gathered] =
+          moe_a2a_dispatch(in.experts, {in.hidden, in.experts}, ws, meta, 4, r, ep, K, E,
+                           std::nullopt, Tensor::from_vector(sv, {n}, DType::kInt32));
+      // align128(PAYLOAD_DATA + ep * runtime_max * (H * 2 + K * 4)).
+      EXPECT_EQ(off, (payload_data + ep * 4 * (H * 2 + K * 4) + 127) / 128 * 128);
+      offsets[r] = off;
+      ASSERT_TRUE(gathered.has_value());
+      (round == 0 ? stats : stats_short)[r] = gathered->clone();
+      moe_a2a_combine(Tensor::zeros({ep, 4, H}, kBf), 3, ws, meta, 4, r, ep, K, off);
+    }
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(stats[r].shape(), (Shape{2, 3}));
+    EXPECT_EQ(stats[r].to_double_vector(), (std::vector<double>{0, 1, 2, 10, 11, 12}));
+    EXPECT_EQ(stats_short[r].shape(), (Shape{2, 2}));
+    EXPECT_EQ(stats_short[r].to_double_vector(), (std::vector<double>{1, 2, 11, 12}));
+  }
+}
+
+TEST(MoeA2aModule, WrapViewsOneRanksBytes) {
+  std::vector<double> bytes(128);
+  for (int i = 0; i < 128; ++i) bytes[i] = i;
+  const Tensor ws = Tensor::from_vector(bytes, {2, 64}, DType::kUInt8);
+  // Bytes 72..87: rank 1's bytes 8..23, as int32 [2, 2] (little-endian).
+  Tensor v = moe_a2a_wrap_payload_tensor_in_workspace(ws, {2}, 72, 88, DType::kInt32);
+  EXPECT_EQ(v.shape(), (Shape{2, 2}));
+  EXPECT_EQ(v.data_ptr(), static_cast<const char*>(ws.data_ptr()) + 72);
+  EXPECT_EQ(v.to_double_vector()[0], 72.0 + 73.0 * 256 + 74.0 * 65536 + 75.0 * 16777216);
+  // A view: writes reach the workspace.
+  v.fill_(0.0);
+  EXPECT_EQ(ws.select(0, 1).to_double_vector()[8], 0.0);
+  // A 1-D workspace is one row.
+  const Tensor flat = Tensor::from_vector(bytes, {128}, DType::kUInt8);
+  EXPECT_EQ(moe_a2a_wrap_payload_tensor_in_workspace(flat, {}, 0, 128, DType::kInt64).shape(),
+            (Shape{16}));
+  // Upstream's two checks: the length, then the end within the start's row.
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {}, 0, 70, kBf); },
+               "slice_end - slice_start must belong to a single rank");
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {}, 60, 70, kBf); },
+               "slice must fall within the workspace size per rank");
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {}, 72, 75, DType::kInt32); },
+               "not a whole number of torch.int32 elements");
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {2}, 72, 84, DType::kInt32); },
+               "is invalid for input of size 3");
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {}, 73, 77, DType::kInt32); },
+               "not a multiple of");
+  expect_error([&] { moe_a2a_wrap_payload_tensor_in_workspace(ws, {}, 128, 130, kBf); },
+               "outside the workspace");
+  expect_error(
+      [&] {
+        moe_a2a_wrap_payload_tensor_in_workspace(Tensor::zeros({2, 2, 2}, DType::kUInt8), {}, 0, 2,
+                                                 kBf);
+      },
+      "workspace must be shape [ep_size, size_per_rank]");
+}
+
+TEST(MoeA2aModule, RefusesWhatWouldLeaveTheWorkspace) {
+  const int64_t ep = 2, K = 2, E = 4, H = 8;
+  const int64_t size = moe_alltoall_get_moe_workspace_size_per_rank(ep, K, 4, H);
+  const Tensor ws = Tensor::zeros({ep, size}, DType::kUInt8);
+  // Rank 0 alone: every refusal comes before the exchange.
+  const Tensor meta = moe_a2a_initialize(ws, 0, ep, 4);
+  const RankInput in = rank_input(0, 3, K, E, H, Device::cpu());
+  auto dispatch = [&](const Tensor& w, const Tensor& m, int64_t rank, const Tensor& ex) {
+    moe_a2a_dispatch(ex, {in.hidden}, w, m, 8, rank, ep, K, E);
+  };
+  expect_error([&] { dispatch(ws, meta, 2, in.experts); }, "epRank out of range");
+  expect_error(
+      [&] {
+        dispatch(Tensor::zeros({ep, size / 4}, DType::kInt32), meta, 0, in.experts);
+      },
+      "Inconsistency of Tensor type: workspace");
+  expect_error([&] { moe_a2a_dispatch(in.experts, {in.hidden}, ws, meta, 8, 0, 3, K, E); },
+               "workspace first dim must equal ep_size");
+  expect_error([&] { moe_a2a_dispatch(in.experts, {in.hidden}, ws, meta, 8, 0, 65, K, E); },
+               "epSize must be in the range (0, 64]");
+  Tensor bad = meta.clone();
+  static_cast<int64_t*>(bad.data_ptr())[7] += 8;  // the second table moved
+  expect_error([&] { dispatch(ws, bad, 0, in.experts); }, "metainfo is not moe_a2a_initialize's");
+  expect_error([&] { dispatch(ws, meta.to(DType::kFloat64), 0, in.experts); },
+               "metainfo must be int64 [10]");
+  // Initialized for 4 tokens: 5 would write past the top_k tables.
+  const RankInput five = rank_input(0, 5, K, E, H, Device::cpu());
+  expect_error([&] { moe_a2a_dispatch(five.experts, {five.hidden}, ws, meta, 8, 0, ep, K, E); },
+               "exceeds the max_num_tokens the workspace was initialized for (4)");
+  // The layout of 64 tokens does not fit this workspace.
+  const Tensor big = moe_a2a_initialize(Tensor::zeros({ep, 8}, DType::kUInt8), 0, ep, 64);
+  expect_error([&] { dispatch(ws, big, 0, in.experts); }, "workspace size per rank insufficient");
+  const int64_t pd = static_cast<int64_t>(meta.to_double_vector()[9]);
+  const Tensor payload = Tensor::zeros({ep, 4, H}, kBf);
+  expect_error([&] { moe_a2a_combine(payload, 5, ws, meta, 4, 0, ep, K, pd); },
+               "local_num_tokens 5 must be in [0, 4]");
+  expect_error([&] { moe_a2a_combine(payload, 3, ws, meta, 4, 0, ep, K, pd - 128); },
+               "combine_payload_offset");
+  expect_error([&] { moe_a2a_combine(payload, 3, ws, meta, 4, 0, ep, K, pd + 1); },
+               "not a multiple of the payload's element size 2");
+  expect_error([&] { moe_a2a_combine(payload, 3, ws, meta, 4, 0, ep, 3, pd); },
+               "Unsupported top_k: 3");
+  expect_error([&] { moe_a2a_combine(payload, 3, ws, meta, 4, 0, ep, K, size); },
+               "workspace insufficient for combine payload region");
+  expect_error(
+      [&] {
+        moe_a2a_sanitize_expert_ids(Tensor::zeros({ep, 4}, DType::kInt32), ws, meta, 0, -1);
+      },
+      "expert_ids must be [ep_size, runtime_max_tokens_per_rank, top_k]");
+  expect_error(
+      [&] {
+        moe_a2a_sanitize_expert_ids(Tensor::zeros({3, 4, K}, DType::kInt32), ws, meta, 0, -1);
+      },
+      "expert_ids must be [ep_size");
+  expect_error([&] { moe_a2a_initialize(ws, -1, ep, 4); }, "epRank out of range");
+  expect_error([&] { moe_a2a_initialize(ws, 0, ep, 4, -1); },
+               "eplb_stats_num_experts must be non-negative");
+  // The statistics a rank's slot holds: 128 bytes over 2 ranks (3 reserved, padded) are 16.
+  const Tensor ws3 = Tensor::zeros(
+      {ep, moe_a2a_get_workspace_size_per_rank(ep, 4, H * 2, H * 2, 3)}, DType::kUInt8);
+  const Tensor meta3 = moe_a2a_initialize(ws3, 0, ep, 4, 3);
+  expect_error(
+      [&] {
+        moe_a2a_dispatch(in.experts, {in.hidden}, ws3, meta3, 8, 0, ep, K, 32, std::nullopt,
+                         Tensor::zeros({17}, DType::kInt32));
+      },
+      "eplb_local_stats size (17) exceeds the eplb_stats_num_experts reserved");
+  expect_error(
+      [&] {
+        moe_a2a_dispatch(in.experts, {in.hidden}, ws3, meta3, 8, 0, ep, K, E, std::nullopt,
+                         Tensor::zeros({5}, DType::kInt32));
+      },
+      "eplb_local_stats size must be <= num_experts");
+  // Errors name the module function.
+  try {
+    dispatch(ws, meta, 2, in.experts);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_a2a_dispatch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeA2aModuleReplay, RecordedRanksReplayTogether) {
+  namespace fs = std::filesystem;
+  comm::ThreadGroup g(2);
+  const int64_t ep = 2, K = 2, E = 4, H = 8;
+  const Tensor ws =
+      Tensor::zeros({ep, moe_alltoall_get_moe_workspace_size_per_rank(ep, K, 8, H)}, DType::kUInt8);
+  const fs::path dir = record_dump("a2a_module", [&] {
+    g.run([&](int64_t r) {
+      const Tensor meta = moe_a2a_initialize(ws, r, ep, 8);
+      g.backend(r)->barrier();
+      for (int k = 0; k < 2; ++k) {
+        const RankInput in = rank_input(r + k, 3 + r - k, K, E, H, Device::cpu());
+        auto [recv, off, eplb] =
+            moe_a2a_dispatch(in.experts, {in.hidden, in.experts}, ws, meta, 8, r, ep, K, E);
+        moe_a2a_sanitize_expert_ids(recv[1], ws, meta, r, 4);
+        // Rank 1 combines from the workspace in the second round only.
+        const bool view = r == 0 || k == 1;
+        const int64_t start = r * ws.size(1) + off;
+        Tensor payload = view ? moe_a2a_wrap_payload_tensor_in_workspace(
+                                    ws, {ep, 8}, start, start + ep * 8 * H * 2, kBf)
+                              : Tensor::zeros({ep, 8, H}, kBf);
+        payload.copy_(scaled(recv[0], static_cast<double>(r + 2)));
+        moe_a2a_combine(payload, in.experts.size(0), ws, meta, 8, r, ep, K, off, view);
+      }
+    });
+  });
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  // Rank 0: initialize, 2 x (dispatch, sanitize, wrap, combine); rank 1 one wrap less.
+  ASSERT_EQ(rs.size(), 17u);
+  int dispatches = 0, combines = 0;
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed)
+        << r.function_name << ": " << r.error << " " << r.note;
+    if (r.function_name == "moe_a2a_dispatch") {
+      ++dispatches;
+      EXPECT_NE(r.note.find("as a set"), std::string::npos) << r.note;
+    }
+    if (r.function_name == "moe_a2a_combine") {
+      ++combines;
+      EXPECT_NE(r.note.find("after its moe_a2a_dispatch"), std::string::npos) << r.note;
+    }
+  }
+  EXPECT_EQ(dispatches, 4);
+  EXPECT_EQ(combines, 4);
+  fs::remove_all(dir);
 }
 
 // ---- replay ----------------------------------------------------------------------------------
@@ -766,6 +1043,7 @@ TEST(MoeAlltoAllCuda, MatchesTheFormulaOnOneGpu) {
   round_trip(2, 8, 6, 264, Device::cuda(0), true, 2);
   round_trip(3, 4, 7, 8, Device::cuda(0), false, 1);
   round_trip(2, 2, 4, 12, Device::cuda(0), false, 2);  // 24-byte rows: the element-wise sum
+  round_trip(3, 4, 7, 8, Device::cuda(0), true, 2, 0, kBf, true);  // the module functions
   // Rank rows 8 bytes off 16-byte alignment: the element-wise sum again (16-byte loads would
   // fault).
   round_trip(2, 2, 4, 8, Device::cuda(0), false, 2, 8);

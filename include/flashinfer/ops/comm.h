@@ -209,6 +209,66 @@ int64_t moe_a2a_get_workspace_size_per_rank(int64_t ep_size, int64_t max_num_tok
                                             int64_t combine_payload_size_per_token,
                                             int64_t eplb_stats_num_experts = 0);
 
+// The functions beneath MoeAlltoAll, on a workspace the caller holds: uint8 [ep_size,
+// size_per_rank] (contiguous, rows 8-byte aligned), row r being rank r's, the same storage on
+// every rank. Here the ranks are threads of one process passing one tensor (MoeAlltoAll's
+// workspace(), or any tensor they share; CUDA ranks on several devices need peer access). Every
+// rank makes the same calls: moe_a2a_initialize, then a barrier (initialize has none), then
+// dispatch and combine in turn (collectives). The metainfo is moe_a2a_initialize's.
+
+/// Zeroes this rank's row (only) and returns the metainfo: CPU int64 [10], upstream's byte
+/// offsets of a row's fields for ep_size ranks, max_num_tokens local tokens and
+/// eplb_stats_num_experts statistics.
+Tensor moe_a2a_initialize(const Tensor& workspace, int64_t ep_rank, int64_t ep_size,
+                          int64_t max_num_tokens, int64_t eplb_stats_num_experts = 0);
+
+/// A view of dtype, shape leading_shape + [-1], of the workspace's bytes [slice_start,
+/// slice_end): offsets into the flattened workspace (rank slice_start / size_per_rank), one
+/// rank's row only. A 1-D workspace is one row.
+Tensor moe_a2a_wrap_payload_tensor_in_workspace(const Tensor& workspace,
+                                                const std::vector<int64_t>& leading_shape,
+                                                int64_t slice_start, int64_t slice_end,
+                                                DType dtype);
+
+/// Collective: MoeAlltoAll.dispatch on the caller's workspace (no sanitizing here: see
+/// moe_a2a_sanitize_expert_ids). Returns per payload the [ep_size, runtime_max, cols] view of
+/// this rank's receive region, the combine payload offset (bytes from a row's start, for
+/// moe_a2a_combine), and with eplb_local_stats (int32 [n], n <= num_experts and the count
+/// initialize reserved) the gathered statistics int32 [ep_size, n], row s being rank s's.
+/// local tokens <= runtime_max_tokens_per_rank and <= initialize's max_num_tokens (upstream
+/// leaves both to the caller).
+std::tuple<std::vector<Tensor>, int64_t, std::optional<Tensor>> moe_a2a_dispatch(
+    const Tensor& token_selected_experts, const std::vector<Tensor>& input_payloads,
+    const Tensor& workspace, const Tensor& metainfo, int64_t runtime_max_tokens_per_rank,
+    int64_t ep_rank, int64_t ep_size, int64_t top_k, int64_t num_experts,
+    std::optional<bool> enable_pdl = std::nullopt,
+    std::optional<Tensor> eplb_local_stats = std::nullopt, bool enable_rank_mask = false,
+    std::optional<Tensor> active_rank_mask = std::nullopt);
+
+/// Collective, after this rank's dispatch with the same runtime_max and top_k: MoeAlltoAll.combine
+/// for its local_num_tokens tokens (the dispatch's) and combine_payload_offset (the dispatch's;
+/// payload_in_workspace: the payload is wrap(workspace, [ep_size, runtime_max], row start +
+/// offset, ...)). Returns [local_num_tokens, hidden].
+Tensor moe_a2a_combine(const Tensor& payload, int64_t local_num_tokens, const Tensor& workspace,
+                       const Tensor& metainfo, int64_t runtime_max_tokens_per_rank, int64_t ep_rank,
+                       int64_t ep_size, int64_t top_k, int64_t combine_payload_offset,
+                       bool payload_in_workspace = false,
+                       std::optional<DType> output_dtype = std::nullopt,
+                       std::optional<Tensor> output_scales = std::nullopt,
+                       double output_scalar_scale = 1.0,
+                       SfLayout sf_layout = SfLayout::layout_linear,
+                       std::optional<Tensor> output = std::nullopt, bool use_low_precision = false,
+                       std::optional<bool> enable_pdl = std::nullopt, bool enable_rank_mask = false,
+                       std::optional<Tensor> active_rank_mask = std::nullopt);
+
+/// In place, after this rank's dispatch: expert_ids (int32 [ep_size, runtime_max, top_k], the
+/// received copy of an ids payload) gets invalid_expert_id in every slot of each row past the
+/// count its source sent. Valid rows keep their global ids (upstream's kernel, whatever its
+/// docstring says).
+void moe_a2a_sanitize_expert_ids(const Tensor& expert_ids, const Tensor& workspace,
+                                 const Tensor& metainfo, int64_t ep_rank, int64_t invalid_expert_id,
+                                 std::optional<bool> enable_pdl = std::nullopt);
+
 /// MoeAlltoAll.get_moe_workspace_size_per_rank (a static method): the size above for 16-bit
 /// hidden states with int32 expert ids and fp32 scales: dispatch hidden * 2 + top_k * 8 + extra
 /// bytes a token, combine hidden * 2.

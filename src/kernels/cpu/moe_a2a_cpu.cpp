@@ -61,7 +61,7 @@ void moe_a2a_dispatch(const MoeA2aDispatchParams& p) {
   // Every active rank has finished summing the previous combine (it published `flag` as its
   // done value): its reads of the combine regions, which this dispatch's rows may overlap when
   // the regions grow, are over.
-  if (flag > 1) wait_for(p, l.combine_flags, flag, "MoeAlltoAll.dispatch");
+  if (flag > 1) wait_for(p, l.combine_flags, flag, p.op);
   int32_t* send = i32_at(mine, l.send_counters);
   std::fill(send, send + p.ep_size, 0);
   // Sources that take no part send nothing (the active ones overwrite their counts).
@@ -106,7 +106,7 @@ void moe_a2a_dispatch(const MoeA2aDispatchParams& p) {
                   static_cast<std::size_t>(p.eplb_count) * 4);
     }
   }
-  publish_and_wait(p, l.dispatch_flags, flag, "MoeAlltoAll.dispatch");
+  publish_and_wait(p, l.dispatch_flags, flag, p.op);
 }
 
 void moe_a2a_combine(const MoeA2aCombineParams& p) {
@@ -133,7 +133,7 @@ void moe_a2a_combine(const MoeA2aCombineParams& p) {
       }
     }
   }
-  publish_and_wait(p, l.combine_flags, flag, "MoeAlltoAll.combine");
+  publish_and_wait(p, l.combine_flags, flag, p.op);
   const int32_t* targets = i32_at(mine, l.topk_target_ranks);
   const int32_t* slots = i32_at(mine, l.topk_send_indices);
   const int K = p.top_k;
@@ -141,7 +141,10 @@ void moe_a2a_combine(const MoeA2aCombineParams& p) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int k = 0; k < K; ++k) {
       const int32_t target = targets[t * K + k], slot = slots[t * K + k];
-      src[k] = slot >= 0 && target >= 0 && p.is_active(target)
+      // A table left by no dispatch, or read with another runtime_max (the module functions
+      // take both from the caller), names no row outside the regions.
+      src[k] = slot >= 0 && slot < p.runtime_max && target >= 0 && target < p.ep_size &&
+                       p.is_active(target)
                    ? p.row(target) + p.combine_offset + (p.ep_rank * p.runtime_max + slot) * rb
                    : nullptr;
     }

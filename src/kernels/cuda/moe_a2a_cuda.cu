@@ -214,7 +214,8 @@ __global__ void moe_a2a_combine_sum_kernel(MoeA2aCombineParams p) {
     const int k = threadIdx.x;
     const int32_t r = i32(mine, p.layout.topk_target_ranks)[t * p.top_k + k];
     const int32_t slot = i32(mine, p.layout.topk_send_indices)[t * p.top_k + k];
-    src[k] = slot >= 0 && r >= 0 && p.is_active(r)
+    // As the CPU reference: a table no dispatch left names no row outside the regions.
+    src[k] = slot >= 0 && slot < p.runtime_max && r >= 0 && r < p.ep_size && p.is_active(r)
                  ? p.row(r) + p.combine_offset +
                        (p.ep_rank * p.runtime_max + slot) * p.region_row_bytes()
                  : nullptr;
