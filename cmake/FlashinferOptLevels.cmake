@@ -18,8 +18,10 @@
 #                        list), after FLASHINFER_TEST_OPT
 #
 # AUTO: in Release, -O2 for the glue, -O1 for the op layer and the tests; in the sanitized build the
-# glue and the op layer keep the build type's flags (-O1), the tests take -O0 and the loop-heavy
-# tests -O1; otherwise (Debug) nothing: the build type's flags. The sanitized build was tried with
+# glue keeps the build type's flags (-O1), the op layer and the tests take -O0 and the loop-heavy
+# tests -O1; otherwise (Debug) nothing: the build type's flags. The sanitized op layer at -O0
+# (session 48): its unity batches are most of that build's library time (api_batch_6: 67 s at
+# -O1, 27 s at -O0, clang with ASan), and the op layer's own code is per-call glue. The sanitized build was tried with
 # -O0 for glue and tests (session 26): it compiled much faster cold (its api sources 2-3x), but its
 # tests ran 2.5x slower (test_backend_ops' CPU cases 245 s against 96 s: the glue's time). With -O0
 # for the test sources alone (session 27) their objects took 546 CPU-s instead of 1117 (clang, ASan)
@@ -50,7 +52,7 @@ function(_flashinfer_resolve_opt out value sanitized release)
 endfunction()
 
 _flashinfer_resolve_opt(FLASHINFER_GLUE_OPT_FLAGS "${FLASHINFER_GLUE_OPT}" "" "-O2")
-_flashinfer_resolve_opt(FLASHINFER_OP_OPT_FLAGS "${FLASHINFER_OP_OPT}" "" "-O1")
+_flashinfer_resolve_opt(FLASHINFER_OP_OPT_FLAGS "${FLASHINFER_OP_OPT}" "-O0" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_OPT_FLAGS "${FLASHINFER_TEST_OPT}" "-O0" "-O1")
 _flashinfer_resolve_opt(FLASHINFER_TEST_LOOP_OPT_FLAGS "${FLASHINFER_TEST_LOOP_OPT}" "-O1" "")
 message(STATUS "flashinfer: glue sources '${FLASHINFER_GLUE_OPT_FLAGS}', op layer and CLI "

@@ -14,7 +14,8 @@ an sm_90a image counts as sm_90): `cuobjdump -lelf` lists the images, `cuobjdump
 architecture it names (about 15 s for the library, which also holds sm_80 code).
 --sass-cache FILE keeps that text in FILE under a line naming the binary (path, size, modification
 time) and the architecture, and reads it from there while they match: the ctest rule tests share
-one cuobjdump run (the `static_sass_dump` fixture writes it), which is most of their time.
+one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kept in FILE.pickle
+(the text of the library is hundreds of MB: parsing it was most of a rule's time).
 
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
@@ -45,6 +46,7 @@ import glob
 import importlib.util
 import io
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -493,10 +495,29 @@ def cached_cuobjdump(cuobjdump, binary, arch, cache):
     anew (to a temporary name, then renamed, so that a concurrent reader sees a whole file)."""
     st = os.stat(binary)
     key = "# check_sass cache: %s %d %d %s\n" % (os.path.abspath(binary), st.st_size, st.st_mtime_ns, arch)
+    # The parsed and demangled kernels beside the text (pickle, same key): parsing the library's
+    # text (hundreds of MB) took each ctest rule case about 7 s of its 8.
+    parsed = cache + ".pickle"
+    try:
+        with open(parsed, "rb") as f:
+            got = pickle.load(f)
+        if got[0] == key:
+            return got[1]
+    except (OSError, EOFError, pickle.UnpicklingError, IndexError, TypeError, AttributeError):
+        pass
+
+    def keep(kernels):
+        name_kernels(kernels)
+        tmp = "%s.%d.tmp" % (parsed, os.getpid())
+        with open(tmp, "wb") as f:
+            pickle.dump((key, kernels), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, parsed)
+        return kernels
+
     try:
         with open(cache, errors="replace") as f:
             if f.readline() == key:
-                return parse_cuobjdump(f)
+                return keep(parse_cuobjdump(f))
     except OSError:
         pass
     cmd = [cuobjdump, "-sass", "-res-usage", "-arch", arch, binary]
@@ -510,7 +531,7 @@ def cached_cuobjdump(cuobjdump, binary, arch, cache):
         f.write(key)
         f.write(p.stdout)
     os.replace(tmp, cache)
-    return parse_cuobjdump(io.StringIO(p.stdout))
+    return keep(parse_cuobjdump(io.StringIO(p.stdout)))
 
 
 def run_cuobjdump(cuobjdump, binary, arch=None):
@@ -571,6 +592,15 @@ def _name_start(demangled):
 def base_name(demangled):
     """`void ns::k<128, (E)0>(P)` -> `k`."""
     return _name_start(demangled)[1] or demangled
+
+
+def name_kernels(kernels):
+    """Fills each kernel's demangled name and bare name (once: a cached parse keeps them)."""
+    todo = [k for k in kernels if not k.name]
+    names = demangle(sorted(set(k.mangled for k in todo)))
+    for k in todo:
+        k.name = names.get(k.mangled, k.mangled)
+        k.base = base_name(k.name)
 
 
 def short_name(demangled, width=80):
@@ -775,10 +805,7 @@ def main(argv=None):
     if not kernels:
         print("check_sass: %s holds %s images but no kernel in them" % (a.binary, a.arch))
         return EXIT_FAIL
-    names = demangle(sorted(set(k.mangled for k in kernels)))
-    for k in kernels:
-        k.name = names.get(k.mangled, k.mangled)
-        k.base = base_name(k.name)
+    name_kernels(kernels)
     print("check_sass: %s, %s SASS (%s), %d kernels, cuobjdump %s" % (
         a.binary, a.arch, ", ".join(sorted(set(k.arch for k in kernels))), len(kernels), cuobjdump))
 

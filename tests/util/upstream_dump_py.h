@@ -251,8 +251,12 @@ inline bool run_upstream_dump_script(const std::string& tag, const std::string& 
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / (tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  return run_dump_script(dir, std::string(kTorchSavePy) + kUpstreamDumpRestPy + body, dir,
-                         expected_calls, results);
+  // Appended in place: gcc 12's -Warray-bounds misreads `std::string(a) + b` (a temporary's
+  // move) inlined here when the test's headers come from the precompiled header.
+  std::string script(kTorchSavePy);
+  script += kUpstreamDumpRestPy;
+  script += body;
+  return run_dump_script(dir, script, dir, expected_calls, results);
 }
 
 }  // namespace flashinfer::testing
