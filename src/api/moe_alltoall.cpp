@@ -21,6 +21,7 @@
 #include "api/kernel_table.h"
 #include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
+#include "core/view_overlap.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/comm.h"
@@ -176,6 +177,10 @@ constexpr api::KernelEntry<MoeA2aSanitizeParams> kSanitizeKernels[] = {
 #endif
 };
 
+// The most tokens (max_num_tokens, runtime_max_tokens_per_rank) a workspace is laid out for:
+// the layout's and the regions' byte offsets then stay far from 64-bit overflow.
+constexpr int64_t kA2aMaxTokens = int64_t{1} << 40;
+
 void a2a_check_non_negative(int64_t v, const char* op, const char* arg) {
   FLASHINFER_CHECK(v >= 0, op, arg, arg, " must be non-negative, got ", v);
 }
@@ -248,6 +253,8 @@ struct A2aRows {
   int64_t ep_rank = 0, ep_size = 0, size_per_rank = 0;
   MoeA2aLayout layout;
   int64_t token_capacity = 0;  // local tokens the top_k tables hold
+  // MoeAlltoAll's workspace, told of each launch (its destructor waits for the latest), or null.
+  const moe_a2a_detail::SharedWorkspace* owner = nullptr;
   char* row(int64_t r) const { return static_cast<char*>(rows.data_ptr()) + r * size_per_rank; }
   Device device() const { return rows.device(); }
   // The first element of row r's byte `at` in the storage's units of `es` bytes.
@@ -265,6 +272,7 @@ A2aRows rows_of(const SharedWorkspace& w) {
   r.size_per_rank = w.size_per_rank;
   r.layout = w.layout;
   r.token_capacity = w.max_tokens;
+  r.owner = &w;
   return r;
 }
 
@@ -302,7 +310,14 @@ A2aDispatched a2a_dispatch(const A2aRows& w, const Tensor& ex, const std::vector
                    "ep_size must be in (0, ", MoeA2aLayout::kMaxRanks, "]");
   FLASHINFER_CHECK(rmax > 0, op, "runtime_max_tokens_per_rank",
                    "runtime_max_tokens_per_rank must be positive");
+  // Bounds that keep every row offset (ep * rmax * row bytes) and the kernels' int expert ids
+  // exact; far past any workspace.
+  FLASHINFER_CHECK(rmax <= kA2aMaxTokens, op, "runtime_max_tokens_per_rank",
+                   "runtime_max_tokens_per_rank ", rmax, " is too large (at most ", kA2aMaxTokens,
+                   ")");
   FLASHINFER_CHECK(num_experts >= ep, op, own("num_experts"), "num_experts must be >= ep_size");
+  FLASHINFER_CHECK(num_experts <= INT32_MAX, op, own("num_experts"),
+                   "num_experts must fit in int32");
   FLASHINFER_CHECK(top_k > 0 && top_k <= MoeA2aLayout::kMaxTopK, op, own("top_k"),
                    "top_k must be in (0, ", MoeA2aLayout::kMaxTopK, "]");
   FLASHINFER_CHECK(kernels::moe_a2a_top_k_supported(static_cast<int>(top_k)), op, own("top_k"),
@@ -375,6 +390,7 @@ A2aDispatched a2a_dispatch(const A2aRows& w, const Tensor& ex, const std::vector
   p.rank_stride = w.size_per_rank;
   p.abort = detail::thread_group_abort_word();
   p.op = op;
+  if (w.owner) w.owner->note_launch();
   api::launch(kDispatchKernels, p, dev, op, "token_selected_experts", enable_pdl);
   A2aDispatched d;
   const auto& st = w.rows.storage();
@@ -409,6 +425,7 @@ void a2a_sanitize(const A2aRows& w, const Tensor& ids, int64_t invalid_id,
   s.invalid_id = static_cast<int32_t>(invalid_id);
   s.row = w.row(w.ep_rank);
   s.layout = w.layout;
+  s.op = op;
   api::launch(kSanitizeKernels, s, w.device(), op, arg, enable_pdl);
 }
 
@@ -430,6 +447,8 @@ Tensor a2a_combine(const A2aRows& w, const Tensor& payload, const A2aCombineArgs
                    const char* op) {
   const Device dev = w.device();
   const int64_t rmax = a.rmax;
+  FLASHINFER_CHECK(rmax > 0 && rmax <= kA2aMaxTokens, op, "runtime_max_tokens_per_rank",
+                   "runtime_max_tokens_per_rank must be in [1, ", kA2aMaxTokens, "], got ", rmax);
   api::check_defined(payload, op, "payload");
   FLASHINFER_CHECK(payload.device() == dev, op, "payload",
                    "payload must be on the workspace's device ", dev.str(), ", got ",
@@ -520,6 +539,7 @@ Tensor a2a_combine(const A2aRows& w, const Tensor& payload, const A2aCombineArgs
       ErrorCode::kInternal, op, "payload", "the combine region is misaligned");
   p.abort = detail::thread_group_abort_word();
   p.op = op;
+  if (w.owner) w.owner->note_launch();
   api::launch(kCombineKernels, p, dev, op, "payload", a.enable_pdl);
   return out;
 }
@@ -572,6 +592,11 @@ MoeAlltoAll::MoeAlltoAll(std::shared_ptr<Mapping> mapping, int64_t max_num_token
         FLASHINFER_CHECK(num_experts > 0, op, "num_experts", "num_experts must be a positive int");
         a2a_check_non_negative(max_num_tokens, op, "max_num_tokens");
         a2a_check_non_negative(eplb_stats_num_experts, op, "eplb_stats_num_experts");
+        // The layout's offsets exact (a given workspace_size_per_rank bounds nothing else).
+        FLASHINFER_CHECK(max_num_tokens <= kA2aMaxTokens, op, "max_num_tokens", "max_num_tokens ",
+                         max_num_tokens, " is too large (at most ", kA2aMaxTokens, ")");
+        FLASHINFER_CHECK(eplb_stats_num_experts <= INT32_MAX, op, "eplb_stats_num_experts",
+                         "eplb_stats_num_experts must fit in int32");
         FLASHINFER_CHECK(mnnvl_config && mnnvl_config->comm_backend, op, "mnnvl_config",
                          "an MnnvlConfig with a comm_backend is required (upstream's default is "
                          "MPI's world, which C++ does not have)");
@@ -700,13 +725,13 @@ std::vector<Tensor> MoeAlltoAll::dispatch(const Tensor& token_selected_experts,
           FLASHINFER_CHECK(*ids_index >= 0 && *ids_index < np, op, "expert_id_payload_index",
                            "expert_id_payload_index ", *ids_index, " out of range [0, ", np, ")");
           const Tensor& ids = input_payloads[static_cast<std::size_t>(*ids_index)];
-          api::check_defined(ids, op, "input_payloads");
+          const std::string ids_arg = "input_payloads[" + std::to_string(*ids_index) + "]";
+          api::check_defined(ids, op, ids_arg.c_str());
           FLASHINFER_CHECK(ids.dtype() == DType::kInt32, op, "expert_id_payload_index",
                            "expert_ids must be int32");
         }
         const uint64_t active = a2a_read_mask(active_rank_mask, im.enable_rank_mask, w.ep_rank, op);
         const A2aRows rows = rows_of(w);
-        im.ws->note_launch();
         A2aDispatched d = a2a_dispatch(rows, token_selected_experts, input_payloads, rmax, im.top_k,
                                        im.num_experts, eplb_local_stats, active, std::nullopt, op,
                                        /*method=*/true);
@@ -790,7 +815,6 @@ Tensor MoeAlltoAll::combine(const Tensor& payload, int64_t runtime_max_tokens_pe
         // Upstream's scalar scale and layout apply to the quantized outputs only (refused).
         (void)output_scalar_scale;
         (void)sf_layout;
-        im.ws->note_launch();
         Tensor out = a2a_combine(rows_of(w), payload, a, op);
         im.dispatched = false;
         w.dispatched_by.store(nullptr);
@@ -933,6 +957,14 @@ A2aRows a2a_rows_from(const Tensor& ws, const Tensor& metainfo, int64_t ep_rank,
                    "] (moe_a2a_initialize's)");
   const Tensor m = metainfo.contiguous();
   const auto* f = static_cast<const int64_t*>(m.data_ptr());
+  // Offsets in order inside the row first: what is derived from them below cannot overflow.
+  bool ordered = f[0] >= 0;
+  for (int i = 1; i < MoeA2aLayout::kFields; ++i) ordered = ordered && f[i - 1] <= f[i];
+  FLASHINFER_CHECK(f[MoeA2aLayout::kFields - 1] <= ws.size(1), op, "workspace",
+                   "workspace size per rank insufficient, need at least ",
+                   f[MoeA2aLayout::kFields - 1], " bytes but has ", ws.size(1));
+  FLASHINFER_CHECK(ordered, op, "metainfo", "metainfo is not moe_a2a_initialize's for ep_size ",
+                   ep_size, " (its offsets are not in order)");
   const MoeA2aLayout l0 = MoeA2aLayout::make(ep_size, 0, 0);
   const int64_t table = f[7] - f[6], eplb = f[9] - f[8];
   const int64_t tokens =
@@ -945,9 +977,6 @@ A2aRows a2a_rows_from(const Tensor& ws, const Tensor& metainfo, int64_t ep_rank,
   }
   FLASHINFER_CHECK(same, op, "metainfo", "metainfo is not moe_a2a_initialize's for ep_size ",
                    ep_size, " (its offsets are not upstream's layout)");
-  FLASHINFER_CHECK(f[9] <= ws.size(1), op, "workspace",
-                   "workspace size per rank insufficient, need at least ", f[9], " bytes but has ",
-                   ws.size(1));
   A2aRows r;
   r.rows = ws;
   r.ep_rank = ep_rank;
@@ -980,9 +1009,10 @@ Tensor moe_a2a_initialize(const Tensor& workspace, int64_t ep_rank, int64_t ep_s
         FLASHINFER_CHECK(eplb_stats_num_experts >= 0, op, "eplb_stats_num_experts",
                          "eplb_stats_num_experts must be non-negative");
         // The layout's offsets stay far below 2^62 for any workspace that exists.
-        FLASHINFER_CHECK(
-            max_num_tokens <= (int64_t{1} << 40) && eplb_stats_num_experts <= (int64_t{1} << 40),
-            op, "max_num_tokens", "max_num_tokens or eplb_stats_num_experts too large");
+        FLASHINFER_CHECK(max_num_tokens <= kA2aMaxTokens, op, "max_num_tokens", "max_num_tokens ",
+                         max_num_tokens, " is too large (at most ", kA2aMaxTokens, ")");
+        FLASHINFER_CHECK(eplb_stats_num_experts <= INT32_MAX, op, "eplb_stats_num_experts",
+                         "eplb_stats_num_experts must fit in int32");
         workspace.select(0, ep_rank).fill_(0.0);
         const Device dev = workspace.device();
         if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
@@ -1149,6 +1179,16 @@ void moe_a2a_sanitize_expert_ids(const Tensor& expert_ids, const Tensor& workspa
                          ep, ", got ", shape_to_string(expert_ids.shape()));
         FLASHINFER_CHECK(invalid_expert_id >= INT32_MIN && invalid_expert_id <= INT32_MAX, op,
                          "invalid_expert_id", "invalid_expert_id must fit in int32");
+        // Ids inside the workspace (its received copy) lie in this rank's payload area: over
+        // the counters the kernel reads, the write would race its own reads.
+        if (detail::views_overlap(expert_ids, workspace)) {
+          const char* lo = w.row(ep_rank) + w.layout.payload_data;
+          const char* hi = w.row(ep_rank) + w.size_per_rank;
+          const auto* at = static_cast<const char*>(expert_ids.data_ptr());
+          FLASHINFER_CHECK(at >= lo && at + expert_ids.nbytes() <= hi, op, "expert_ids",
+                           "expert_ids inside the workspace must lie in this rank's payload "
+                           "area (its received ids), not over its counters and flags");
+        }
         a2a_sanitize(w, expert_ids, invalid_expert_id, enable_pdl, op, "expert_ids");
       },
       expert_ids, workspace, metainfo, ep_rank, invalid_expert_id, enable_pdl);

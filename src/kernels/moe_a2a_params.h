@@ -202,6 +202,7 @@ struct MoeA2aSanitizeParams {
   int32_t invalid_id = -1;
   const char* row = nullptr;  // this rank's workspace row
   MoeA2aLayout layout;
+  const char* op = "MoeAlltoAll.dispatch";  // the API call (host: a launch error names it)
 };
 
 }  // namespace flashinfer::kernels

@@ -193,6 +193,13 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
           world = json_int(*j);
         }
         repr = "rank " + (rank ? std::to_string(*rank) : std::string("?"));
+        // Workspaces of one rank told apart by their shapes (a recorded tensor has no address:
+        // SGLang's namespaces of MoE all-to-all workspaces differ in size).
+        const std::size_t wp = spec.workspace_param_of(fn);
+        if (const Json* w = recorded_arg(im, wp, decl.params.at(wp).name);
+            w && w->is_object() && w->contains(std::string(schema::kShape))) {
+          repr += ", workspace " + (*w)[std::string(schema::kShape)].dump();
+        }
       } else {
         repr = repr_of(recorded_arg(im, spec.workspace_param_of(fn),
                                     spec.workspace_param_of(fn) == 0

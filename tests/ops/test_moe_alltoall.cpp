@@ -865,9 +865,31 @@ TEST(MoeA2aModule, RefusesWhatWouldLeaveTheWorkspace) {
                          Tensor::zeros({5}, DType::kInt32));
       },
       "eplb_local_stats size must be <= num_experts");
+  // Sizes whose offsets would overflow, a metainfo out of order, ids over the counters.
+  expect_error(
+      [&] { moe_a2a_dispatch(in.experts, {in.hidden}, ws, meta, int64_t{1} << 62, 0, ep, K, E); },
+      "runtime_max_tokens_per_rank 4611686018427387904 is too large");
+  expect_error(
+      [&] {
+        moe_a2a_dispatch(in.experts, {in.hidden}, ws, meta, 8, 0, ep, K, (int64_t{1} << 32) + 1);
+      },
+      "num_experts must fit in int32");
+  Tensor unordered = meta.clone();
+  static_cast<int64_t*>(unordered.data_ptr())[7] = -(int64_t{1} << 62);
+  expect_error([&] { dispatch(ws, unordered, 0, in.experts); }, "its offsets are not in order");
+  expect_error(
+      [&] {
+        const Tensor over_counters =
+            moe_a2a_wrap_payload_tensor_in_workspace(ws, {ep, 4}, 0, ep * 4 * K * 4, DType::kInt32);
+        moe_a2a_sanitize_expert_ids(over_counters, ws, meta, 0, -1);
+      },
+      "must lie in this rank's payload area");
+  expect_error([&] { moe_a2a_initialize(ws, 0, ep, (int64_t{1} << 40) + 1); },
+               "is too large (at most 1099511627776)");
   // Errors name the module function.
   try {
     dispatch(ws, meta, 2, in.experts);
+    ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("moe_a2a_dispatch"), std::string::npos) << e.what();
   }

@@ -299,7 +299,7 @@ __global__ void moe_a2a_sanitize_kernel(MoeA2aSanitizeParams p) {
 
 void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const char* op = "MoeAlltoAll.dispatch";
+  const char* op = p.op;
   launch_kernel(op, moe_a2a_dispatch_begin_kernel, dim3(1), dim3(MoeA2aLayout::kMaxRanks), 0, s,
                 false, p);
   launch_kernel(op, moe_a2a_route_kernel, dim3(1), dim3(kRouteThreads), 0, s, false, p);
@@ -313,7 +313,7 @@ void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream) {
 
 void moe_a2a_combine(const MoeA2aCombineParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const char* op = "MoeAlltoAll.combine";
+  const char* op = p.op;
   if (p.payload) {
     const int64_t rows = p.ep_size * p.runtime_max;
     launch_kernel(op, moe_a2a_combine_prepare_kernel,
@@ -369,7 +369,7 @@ void moe_a2a_sanitize_expert_ids(const MoeA2aSanitizeParams& p, void* stream) {
   const int64_t n = p.ep_size * p.runtime_max * p.top_k;
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024));
-  launch_kernel("MoeAlltoAll.dispatch", moe_a2a_sanitize_kernel, dim3(blocks), dim3(256), 0,
+  launch_kernel(p.op, moe_a2a_sanitize_kernel, dim3(blocks), dim3(256), 0,
                 static_cast<cudaStream_t>(stream), false, p);
 }
 
