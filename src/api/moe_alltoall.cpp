@@ -77,7 +77,6 @@ struct SharedWorkspace {
     launched.store(true);
   }
   char* row(int64_t r) const { return static_cast<char*>(rows.data_ptr()) + r * size_per_rank; }
-  const void* receive_address() const { return row(ep_rank) + layout.payload_data; }
 };
 
 // Replay's comparator finds a dispatch's counts through its first output's address (an
@@ -211,16 +210,22 @@ int64_t moe_workspace_size(int64_t ep, int64_t top_k, int64_t max_tokens, int64_
 }
 
 // moe_a2a_initialize: this rank's row zeroed, its metainfo built.
+// Row `rank` of `rows` zeroed (the stream synchronized, as upstream's op does) and the metainfo
+// of layout `l` (CPU int64 [10]): what MoeAlltoAll and moe_a2a_initialize both do.
+Tensor zero_row_and_metainfo(const Tensor& rows, int64_t rank, const MoeA2aLayout& l) {
+  rows.select(0, rank).fill_(0.0);
+  const Device dev = rows.device();
+  if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
+  std::vector<double> f(MoeA2aLayout::kFields);
+  for (int i = 0; i < MoeA2aLayout::kFields; ++i) f[i] = static_cast<double>(l.field(i));
+  return Tensor::from_vector(f, {MoeA2aLayout::kFields}, DType::kInt64);
+}
+
 Tensor a2a_initialize_row(const SharedWorkspace& w, const char* op) {
   FLASHINFER_CHECK(w.layout.payload_data <= w.size_per_rank, op, "workspace_size_per_rank",
                    "workspace size per rank insufficient, need at least ", w.layout.payload_data,
                    " bytes but has ", w.size_per_rank);
-  w.rows.select(0, w.ep_rank).fill_(0.0);
-  const Device dev = w.rows.device();
-  if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
-  std::vector<double> f(MoeA2aLayout::kFields);
-  for (int i = 0; i < MoeA2aLayout::kFields; ++i) f[i] = static_cast<double>(w.layout.field(i));
-  return Tensor::from_vector(f, {MoeA2aLayout::kFields}, DType::kInt64);
+  return zero_row_and_metainfo(w.rows, w.ep_rank, w.layout);
 }
 
 // An active_rank_mask: a CPU int64 [1] bit mask (upstream's torch.uint64) marking this rank.
@@ -274,6 +279,17 @@ A2aRows rows_of(const SharedWorkspace& w) {
   r.token_capacity = w.max_tokens;
   r.owner = &w;
   return r;
+}
+
+// Replay's comparator finds a dispatch's counts through its first view's address: this rank's
+// receive regions start at the payload area (MoeAlltoAll registers its workspace once, a module
+// dispatch its workspace on each call).
+void note_receive_region(const A2aRows& w) {
+  const std::lock_guard<std::mutex> lock(moe_a2a_detail::receive_regions().m);
+  auto& m = moe_a2a_detail::receive_regions().by_address;
+  if (m.size() > 64) std::erase_if(m, [](const auto& e) { return e.second.storage.expired(); });
+  m[w.row(w.ep_rank) + w.layout.payload_data] = {
+      w.rows.storage(), w.storage_index(w.ep_rank, w.layout.recv_counters, 4), w.ep_size};
 }
 
 struct A2aDispatched {
@@ -650,14 +666,7 @@ MoeAlltoAll::MoeAlltoAll(std::shared_ptr<Mapping> mapping, int64_t max_num_token
           w->layout = MoeA2aLayout::make(ep, max_num_tokens, eplb_stats_num_experts);
           w->rows = detail::group_shared_rows(*c, ep, size, DType::kUInt8, 1, op, "mnnvl_config");
           w->metainfo = a2a_initialize_row(*w, op);
-          {
-            const std::lock_guard<std::mutex> lock(moe_a2a_detail::receive_regions().m);
-            auto& m = moe_a2a_detail::receive_regions().by_address;
-            std::erase_if(m, [](const auto& e) { return e.second.storage.expired(); });
-            m[w->receive_address()] = {
-                w->rows.storage(),
-                (w->rows.storage_offset() + r * size + w->layout.recv_counters) / 4, ep};
-          }
+          note_receive_region(rows_of(*w));
           c->barrier();
           const std::lock_guard<std::mutex> lock(workspace_cache().m);
           workspace_cache().entries[key] = w;
@@ -971,10 +980,8 @@ A2aRows a2a_rows_from(const Tensor& ws, const Tensor& metainfo, int64_t ep_rank,
       table >= 0 && f[6] == l0.topk_target_ranks ? table / (4 * MoeA2aLayout::kMaxTopK) : -1;
   const int64_t experts = eplb >= 0 ? eplb / (4 * ep_size) : -1;
   bool same = tokens >= 0 && experts >= 0;
-  if (same) {
-    const MoeA2aLayout l = MoeA2aLayout::make(ep_size, tokens, experts);
-    for (int i = 0; i < MoeA2aLayout::kFields; ++i) same = same && l.field(i) == f[i];
-  }
+  const MoeA2aLayout l = same ? MoeA2aLayout::make(ep_size, tokens, experts) : MoeA2aLayout();
+  for (int i = 0; same && i < MoeA2aLayout::kFields; ++i) same = l.field(i) == f[i];
   FLASHINFER_CHECK(same, op, "metainfo", "metainfo is not moe_a2a_initialize's for ep_size ",
                    ep_size, " (its offsets are not upstream's layout)");
   A2aRows r;
@@ -982,18 +989,9 @@ A2aRows a2a_rows_from(const Tensor& ws, const Tensor& metainfo, int64_t ep_rank,
   r.ep_rank = ep_rank;
   r.ep_size = ep_size;
   r.size_per_rank = ws.size(1);
-  r.layout = MoeA2aLayout::make(ep_size, tokens, experts);
+  r.layout = l;
   r.token_capacity = tokens;
   return r;
-}
-
-// Replay finds a module dispatch's counts through its first view's address, as MoeAlltoAll's.
-void note_receive_region(const A2aRows& w) {
-  const std::lock_guard<std::mutex> lock(moe_a2a_detail::receive_regions().m);
-  auto& m = moe_a2a_detail::receive_regions().by_address;
-  if (m.size() > 64) std::erase_if(m, [](const auto& e) { return e.second.storage.expired(); });
-  m[w.row(w.ep_rank) + w.layout.payload_data] = {
-      w.rows.storage(), w.storage_index(w.ep_rank, w.layout.recv_counters, 4), w.ep_size};
 }
 
 }  // namespace
@@ -1013,13 +1011,9 @@ Tensor moe_a2a_initialize(const Tensor& workspace, int64_t ep_rank, int64_t ep_s
                          max_num_tokens, " is too large (at most ", kA2aMaxTokens, ")");
         FLASHINFER_CHECK(eplb_stats_num_experts <= INT32_MAX, op, "eplb_stats_num_experts",
                          "eplb_stats_num_experts must fit in int32");
-        workspace.select(0, ep_rank).fill_(0.0);
-        const Device dev = workspace.device();
-        if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
-        const MoeA2aLayout l = MoeA2aLayout::make(ep_size, max_num_tokens, eplb_stats_num_experts);
-        std::vector<double> f(MoeA2aLayout::kFields);
-        for (int i = 0; i < MoeA2aLayout::kFields; ++i) f[i] = static_cast<double>(l.field(i));
-        return Tensor::from_vector(f, {MoeA2aLayout::kFields}, DType::kInt64);
+        return zero_row_and_metainfo(
+            workspace, ep_rank,
+            MoeA2aLayout::make(ep_size, max_num_tokens, eplb_stats_num_experts));
       },
       workspace, ep_rank, ep_size, max_num_tokens, eplb_stats_num_experts);
 }

@@ -2,9 +2,9 @@
 // from the declarations' .mut() marks, for every op.
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "core/strided.h"
 #include "core/view_overlap.h"
 #include "flashinfer/error.h"
 #include "flashinfer/op_typed.h"
@@ -36,25 +36,19 @@ void check_written_tensors(const WritePlan& plan, const CallTensor* tensors, std
     }
     return false;
   };
-  // Written tensor i lies inside input j's span, where the declaration allows that (within()).
+  // Written tensor i lies inside input j's span of one storage, where the declaration allows
+  // that (within()).
   auto allowed_inside = [&](std::size_t i, std::size_t j) {
     const Tensor& a = *tensors[i].tensor;
     const Tensor& b = *tensors[j].tensor;
     for (const auto& [w, in] : plan.inside) {
-      if (w != tensors[i].param || in != tensors[j].param || a.device() != b.device()) continue;
-      auto span = [](const Tensor& t) {
-        int64_t hi = 0;
-        for (int64_t d = 0; d < t.dim(); ++d) {
-          if (t.size(d) == 0) return std::pair<intptr_t, intptr_t>{0, 0};
-          hi += (t.size(d) - 1) * t.stride(d);
-        }
-        const auto at = reinterpret_cast<intptr_t>(t.data_ptr());
-        const auto es = static_cast<intptr_t>(t.element_size());
-        return std::pair<intptr_t, intptr_t>{at, at + static_cast<intptr_t>(hi) * es + es};
-      };
-      const auto [a0, a1] = span(a);
-      const auto [b0, b1] = span(b);
-      if (a0 >= b0 && a1 <= b1) return true;
+      if (w != tensors[i].param || in != tensors[j].param || a.storage() != b.storage()) continue;
+      // Byte ranges: the two may differ in dtype (int32 ids in a uint8 workspace).
+      const auto [a0, a1] = covered_span(a.shape(), a.strides(), a.storage_offset());
+      const auto [b0, b1] = covered_span(b.shape(), b.strides(), b.storage_offset());
+      const auto ea = static_cast<int64_t>(a.element_size());
+      const auto eb = static_cast<int64_t>(b.element_size());
+      if (a0 * ea >= b0 * eb && a1 * ea <= b1 * eb) return true;
     }
     return false;
   };
