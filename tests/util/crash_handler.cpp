@@ -405,4 +405,13 @@ bool crash_handler_symbolizes() { return g_symbolize && g_addr2line[0] != '\0'; 
 
 void crash_handler_set_symbolize(bool on) { g_symbolize = on; }
 
+namespace {
+volatile sig_atomic_t g_skip_leak_check = 0;
+}  // namespace
+
+void skip_leak_check_at_exit() { g_skip_leak_check = 1; }
+
 }  // namespace flashinfer::test
+
+// LeakSanitizer asks this hook when it checks, at exit (a program without LSan never calls it).
+extern "C" int __lsan_is_turned_off() { return flashinfer::test::g_skip_leak_check; }
