@@ -494,6 +494,16 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "
         "torch.cuda.get_device_capability()[0] == 12",
         false, "bsa_attn_sm120_blk64_fwd (sm120_blk64) only supports SM120/SM121");
+    // The SM100 siblings: blk128 asserts arch // 10 in (10, 11) of the current device, blk64
+    // raises unless q's device is (10, 0) or (10, 3) (its extension is built for sm_100a).
+    add("bsa_attn_sm100_blk128_fwd", {100, 101, 103, 107, 110},
+        "cute_dsl/sparse/bsa_attn_sm100_blk128.py: AssertionError unless arch // 10 in (10, 11) "
+        "(torch.cuda.get_device_capability() of the current device)",
+        false, "bsa_attn_sm100_blk128_fwd (sm100_blk128) only supports SM100/SM110");
+    add("bsa_attn_sm100_blk64_fwd", {100, 103},
+        "cute_dsl/sparse/bsa_attn_sm100_blk64.py: RuntimeError unless "
+        "get_device_capability(q.device) in ((10, 0), (10, 3))",
+        false, "bsa_attn_sm100_blk64_fwd only supports SM100/SM103");
     // packed_kda_decode: a frozen Cake module compiled for sm_100a / 103a / 107a only
     // (cake_packed_kda_decode.py, _target_for_device).
     add("packed_kda_decode", {100, 103, 107},

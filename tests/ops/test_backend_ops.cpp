@@ -1284,6 +1284,13 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_EQ(cuda_expectation("bsa_attn_sm120_blk64_fwd", "", 90).refusal,
             "bsa_attn_sm120_blk64_fwd (sm120_blk64) only supports SM120/SM121");
   EXPECT_FALSE(cuda_expectation("bsa_attn_sm120_blk64_fwd", "", 121).refused);
+  EXPECT_EQ(cuda_expectation("bsa_attn_sm100_blk128_fwd", "", 90).refusal,
+            "bsa_attn_sm100_blk128_fwd (sm100_blk128) only supports SM100/SM110");
+  EXPECT_FALSE(cuda_expectation("bsa_attn_sm100_blk128_fwd", "", 110).refused);
+  EXPECT_TRUE(cuda_expectation("bsa_attn_sm100_blk128_fwd", "", 120).refused);
+  EXPECT_EQ(cuda_expectation("bsa_attn_sm100_blk64_fwd", "", 110).refusal,
+            "bsa_attn_sm100_blk64_fwd only supports SM100/SM103");
+  EXPECT_FALSE(cuda_expectation("bsa_attn_sm100_blk64_fwd", "", 103).refused);
   EXPECT_EQ(cuda_expectation("packed_kda_decode", "", 90).refusal,
             "packed KDA T=1 requires compute capability 10.0, 10.3 or 10.7 in the SM100 family");
   EXPECT_FALSE(cuda_expectation("packed_kda_decode", "", 103).refused);

@@ -13,21 +13,11 @@ namespace {
 using elem_io::load_or_fp32;
 using elem_io::store_or_fp32;
 
-// Valid keys of block j for row (b, h).
-int64_t valid_keys(const BsaParams& p, int64_t b, int64_t h, int64_t j) {
-  if (!p.block_sizes) return j == p.NK - 1 ? p.Sk - (p.NK - 1) * BsaParams::kBlock : 64;
-  const int64_t at = p.block_sizes_mode == 1   ? j
-                     : p.block_sizes_mode == 2 ? b * p.NK + j
-                                               : (b * p.Hq + h) * p.NK + j;
-  return p.block_sizes[at];
-}
-
 void run_row(const BsaParams& p, int64_t b, int64_t h, int64_t r) {
-  constexpr int64_t D = BsaParams::kDim, BLK = BsaParams::kBlock;
-  const int64_t hk = h / (p.Hq / p.Hkv), qt = r / BLK;
-  const int64_t row_meta = (b * p.Hq + h) * p.NQ + qt;
+  const int64_t D = p.dim, BLK = p.block;
+  const int64_t hk = h / (p.Hq / p.Hkv), row_meta = bsa_meta_row(p, b, h, r);
   const int64_t n = p.nums ? p.nums[row_meta] : p.block_sparse_num;
-  float q[D];
+  float q[BsaParams::kMaxDim];
   for (int64_t d = 0; d < D; ++d) {
     q[d] = load_or_fp32(p.q, p.dtype, b * p.q_s[0] + r * p.q_s[1] + h * p.q_s[2] + d);
   }
@@ -35,7 +25,7 @@ void run_row(const BsaParams& p, int64_t b, int64_t h, int64_t r) {
   std::vector<int64_t> keys;
   for (int64_t slot = n - 1; slot >= 0; --slot) {
     const int64_t j = p.index[row_meta * p.W + slot];
-    const int64_t vb = std::min<int64_t>(valid_keys(p, b, h, j), BLK);
+    const int64_t vb = bsa_valid_keys(p, b, h, j);
     for (int64_t t = 0; t < vb; ++t) keys.push_back(j * BLK + t);
   }
   std::vector<float> s(keys.size());
@@ -49,7 +39,7 @@ void run_row(const BsaParams& p, int64_t b, int64_t h, int64_t r) {
     s[i] = acc * p.scale;
     m = std::fmax(m, s[i]);
   }
-  float o[D] = {};
+  float o[BsaParams::kMaxDim] = {};
   float l = 0.0f;
   if (!keys.empty() && std::isfinite(m)) {
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -65,13 +55,15 @@ void run_row(const BsaParams& p, int64_t b, int64_t h, int64_t r) {
     store_or_fp32(p.out, p.dtype, b * p.out_s[0] + r * p.out_s[1] + h * p.out_s[2] + d,
                   empty ? 0.0f : o[d] / l);
   }
-  p.lse[b * p.lse_s[0] + h * p.lse_s[1] + r * p.lse_s[2]] =
-      empty ? -std::numeric_limits<float>::infinity() : m + std::log(l);
+  if (p.lse) {
+    p.lse[b * p.lse_s[0] + h * p.lse_s[1] + r * p.lse_s[2]] =
+        empty ? -std::numeric_limits<float>::infinity() : m + std::log(l);
+  }
 }
 
 }  // namespace
 
-void bsa_attn_blk64_fwd(const BsaParams& p) {
+void bsa_attn_fwd(const BsaParams& p) {
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (p.B * p.Hq > 1)
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t h = 0; h < p.Hq; ++h) {
