@@ -496,9 +496,12 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         false, "bsa_attn_sm120_blk64_fwd (sm120_blk64) only supports SM120/SM121");
     // The SM100 siblings: blk128 asserts arch // 10 in (10, 11) of the current device, blk64
     // raises unless q's device is (10, 0) or (10, 3) (its extension is built for sm_100a).
-    add("bsa_attn_sm100_blk128_fwd", {100, 101, 103, 107, 110},
+    // blk128's assert lets any 10.x / 11.x through, but its CuTe-DSL kernel compiles for sm_100*,
+    // sm_103* and sm_110* only ("Only SM 10.x and 11.x are supported" for the others).
+    add("bsa_attn_sm100_blk128_fwd", {100, 103, 110},
         "cute_dsl/sparse/bsa_attn_sm100_blk128.py: AssertionError unless arch // 10 in (10, 11) "
-        "(torch.cuda.get_device_capability() of the current device)",
+        "(torch.cuda.get_device_capability() of the current device); the DSL targets sm_100*, "
+        "sm_103*, sm_110*",
         false, "bsa_attn_sm100_blk128_fwd (sm100_blk128) only supports SM100/SM110");
     add("bsa_attn_sm100_blk64_fwd", {100, 103},
         "cute_dsl/sparse/bsa_attn_sm100_blk64.py: RuntimeError unless "

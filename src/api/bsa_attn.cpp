@@ -244,6 +244,8 @@ BsaOutput bsa128_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                    "inputs must be float16 or bfloat16");
   FLASHINFER_CHECK(k_in.dtype() == q_in.dtype() && v_in.dtype() == q_in.dtype(), op,
                    k_in.dtype() != q_in.dtype() ? "k" : "v", "inputs must have the same dtype");
+  // Where upstream's arch assert comes: after the dtypes, before the heads and the metadata.
+  api::check_upstream_arch(op, "q", q_in.device());
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   const int64_t B = q.size(0), Sq = q.size(1), Hq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(2);
@@ -284,6 +286,9 @@ BsaOutput bsa128_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                    ", W >= 1]", pack ? " (packed GQA)" : "", ", got ",
                    shape_to_string(index.shape()));
   p.W = index.size(3);
+  // Upstream reads past the row (undefined); checked on every device (no data needed).
+  FLASHINFER_CHECK(has_nums || bsn <= p.W, op, "block_sparse_num", "block_sparse_num=", bsn,
+                   " exceeds the index's W=", p.W);
   if (has_nums) api::check_shape_eq(*nums, {B, Hm, NM}, op, "q2k_block_nums");
   if (has_sizes) check_sizes_1d(op, *block_sizes, q, p.NK);
   const Tensor idx = index.contiguous();
@@ -321,7 +326,6 @@ BsaOutput bsa128_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
   if (has_nums) p.nums = nums_c.data<int32_t>();
   if (has_sizes) p.block_sizes = sizes_c.data<int32_t>(), p.block_sizes_mode = 1;
   p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)));
-  api::check_upstream_arch(op, "q", q.device());
   api::launch(kBsaKernels, p, q.device(), op, "q");
   BsaOutput r;
   r.out = *out;
@@ -330,12 +334,14 @@ BsaOutput bsa128_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
   return r;
 }
 
-BsaOutput bsa64_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& index,
-                     int64_t bsn, const std::optional<Tensor>& block_sizes,
+BsaOutput bsa64_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                     const Tensor& index, int64_t bsn, const std::optional<Tensor>& block_sizes,
                      const std::optional<Tensor>& nums, std::optional<double> scale,
                      bool return_lse, std::optional<Tensor> out, std::optional<Tensor> lse) {
   const char* op = kBsa64Op;
-  check_qkv(op, q, k, v, index);
+  check_qkv(op, q_in, k_in, v_in, index);
+  // Upstream copies each with .contiguous() (the kernels read unit-stride head dims).
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   FLASHINFER_CHECK(q.dtype() == DType::kBFloat16, op, "q", "blk64 kernel only supports bfloat16");
   FLASHINFER_CHECK(k.dtype() == DType::kBFloat16 && v.dtype() == DType::kBFloat16, op,
                    k.dtype() != DType::kBFloat16 ? "k" : "v",

@@ -324,6 +324,40 @@ TEST(BsaAttnSm100Blk128, PackedGqaMetadataMatchesFp64) {
   };
   // Packed blocks of 64 tokens x 2 heads: rows on both sides of each boundary.
   expect_rows(q, k, v, r.out, &r.lse, 0.09, {0, 1, 63, 64, 65, 127, 128, 149}, keys_of, "packed");
+  // Upstream's wrapper builds packed metadata by repeating each 128-token block's list g times
+  // along the packed blocks: lists L[b][hk][qb] given packed (row (b, hk, mb) = L[b][hk][mb / 2])
+  // and per query head (row (b, h, qb) = L[b][h / 2][qb], pack_gqa=False) attend alike.
+  {
+    const int64_t NQ = 2;
+    std::vector<double> packed, per_head, packed_n, per_head_n;
+    auto list = [&](int64_t b, int64_t hk, int64_t qb) {
+      const int64_t i = (b * Hkv + hk) * NQ + qb;
+      return std::vector<double>{static_cast<double>(i % NK), static_cast<double>((i + 1) % NK),
+                                 2.0};
+    };
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t hk = 0; hk < Hkv; ++hk) {
+        for (int64_t mb = 0; mb < NM; ++mb) {
+          const auto l = list(b, hk, mb / 2);
+          packed.insert(packed.end(), l.begin(), l.end());
+          packed_n.push_back(static_cast<double>(1 + (b + hk + mb / 2) % 3));
+        }
+      }
+      for (int64_t h = 0; h < Hq; ++h) {
+        for (int64_t qb = 0; qb < NQ; ++qb) {
+          const auto l = list(b, h / 2, qb);
+          per_head.insert(per_head.end(), l.begin(), l.end());
+          per_head_n.push_back(static_cast<double>(1 + (b + h / 2 + qb) % 3));
+        }
+      }
+    }
+    auto a = bsa_attn_sm100_blk128_fwd(q, k, v, i32(packed, {B, Hkv, NM, W}), 2, std::nullopt,
+                                       i32(packed_n, {B, Hkv, NM}), true, 0.09, std::nullopt, true);
+    auto c = bsa_attn_sm100_blk128_fwd(q, k, v, i32(per_head, {B, Hq, NQ, W}), 2, std::nullopt,
+                                       i32(per_head_n, {B, Hq, NQ}), true, 0.09, false, true);
+    EXPECT_EQ(a.out.to_double_vector(), c.out.to_double_vector());
+    EXPECT_EQ(a.lse.to_double_vector(), c.lse.to_double_vector());
+  }
   // The same call with per-query-head metadata is refused: its shape is not the packed one.
   EXPECT_FI_ERROR(bsa_attn_sm100_blk128_fwd(
                       q, k, v, i32(std::vector<double>(B * Hq * 2 * W, 0), {B, Hq, 2, W}), 2),
@@ -377,7 +411,15 @@ TEST(BsaAttnSm100Blk128, ReturnsAndEmptyRows) {
   EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
   EXPECT_EQ(r.lse.data_ptr(), lse.data_ptr());
   EXPECT_TRUE(to_value(r).items()[1].is_tensor());
-  EXPECT_NE(lse.to_double_vector()[0], 0.0);
+  const auto fresh = bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, std::nullopt, std::nullopt, true,
+                                               std::nullopt, std::nullopt, true);
+  EXPECT_EQ(lse.to_double_vector(), fresh.lse.to_double_vector());
+  EXPECT_EQ(out.to_double_vector(), fresh.out.to_double_vector());
+  // Strided head dims (upstream's maybe_contiguous copy): the same result.
+  Tensor qt = rand_tensor({B, Sq, D, H}, kBf, 80).transpose(2, 3);
+  EXPECT_NE(qt.stride(-1), 1);
+  EXPECT_EQ(bsa_attn_sm100_blk128_fwd(qt, k, v, index, 2).out.to_double_vector(),
+            bsa_attn_sm100_blk128_fwd(qt.contiguous(), k, v, index, 2).out.to_double_vector());
   // Counts 0 and -1 are empty rows where allowed, refused otherwise.
   Tensor counts = i32({0, -1}, {1, 2, 1});
   r = bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, std::nullopt, counts, true, std::nullopt,
@@ -476,6 +518,10 @@ TEST(BsaAttnSm100Blk64, OutIsCopiedLseOnlyWithReturnLse) {
                                out, lse);
   EXPECT_EQ(r.lse.data_ptr(), lse.data_ptr());
   EXPECT_EQ(lse.to_double_vector(), fresh.lse.to_double_vector());
+  // Strided inputs are copied contiguous first, as upstream does: the same result.
+  Tensor kt = rand_tensor({B, Sk, 128, H}, kBf, 111).transpose(2, 3);
+  EXPECT_EQ(bsa_attn_sm100_blk64_fwd(q, kt, v, index, 1).out.to_double_vector(),
+            bsa_attn_sm100_blk64_fwd(q, kt.contiguous(), v, index, 1).out.to_double_vector());
 }
 
 TEST(BsaAttnSm100Blk64BadInput, ErrorsNameOpAndArgument) {
