@@ -584,15 +584,18 @@ TEST(BsaAttnSm100Cuda, RefusedByNameBelowSm100) {
 
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 // Runs the CUDA kernel itself on device copies of the call's tensors (`p` holds the geometry:
-// block, dim, tail_mask, pack_g, op) and compares with the CPU call's result `c`.
+// block, dim, tail_mask, pack_g, op) and compares with the CPU call's result `c` (its lse only
+// when it has one: the kernel's null-lse path otherwise). k and v of one batch are broadcast.
 void expect_kernel_matches(kernels::BsaParams p, const Tensor& q, const Tensor& k, const Tensor& v,
                            const Tensor& index, const Tensor& counts,
                            const std::optional<Tensor>& sizes, int mode, float scale,
                            const BsaOutput& c, const std::string& what) {
-  Tensor dq = cuda(q), dk = cuda(k), dv = cuda(v), di = cuda(index), dn = cuda(counts);
+  Tensor dq = cuda(q), dk = cuda(k), dv = cuda(v), di = cuda(index);
+  Tensor dn = counts.defined() ? cuda(counts) : Tensor();
   Tensor ds = sizes ? cuda(*sizes) : Tensor();
   Tensor dout = Tensor::zeros(c.out.shape(), q.dtype(), Device::cuda(0));
-  Tensor dlse = Tensor::zeros(c.lse.shape(), DType::kFloat32, Device::cuda(0));
+  Tensor dlse =
+      c.lse.defined() ? Tensor::zeros(c.lse.shape(), DType::kFloat32, Device::cuda(0)) : Tensor();
   p.B = q.size(0), p.Sq = q.size(1), p.Hq = q.size(2), p.Sk = k.size(1), p.Hkv = k.size(2);
   p.NQ = (p.Sq + p.block - 1) / p.block, p.NK = (p.Sk + p.block - 1) / p.block;
   p.W = index.size(3);
@@ -600,41 +603,67 @@ void expect_kernel_matches(kernels::BsaParams p, const Tensor& q, const Tensor& 
   p.q = dq.data_ptr(), p.k = dk.data_ptr(), p.v = dv.data_ptr();
   for (int i = 0; i < 3; ++i) {
     p.q_s[i] = dq.stride(i), p.k_s[i] = dk.stride(i), p.v_s[i] = dv.stride(i);
-    p.out_s[i] = dout.stride(i), p.lse_s[i] = dlse.stride(i);
+    p.out_s[i] = dout.stride(i);
+    if (dlse.defined()) p.lse_s[i] = dlse.stride(i);
   }
+  if (k.size(0) == 1) p.k_s[0] = 0, p.v_s[0] = 0;
   p.index = di.data<int32_t>();
-  p.nums = dn.data<int32_t>();
+  p.nums = counts.defined() ? dn.data<int32_t>() : nullptr;
   if (sizes) p.block_sizes = ds.data<int32_t>(), p.block_sizes_mode = mode;
   p.scale = scale;
   p.out = dout.data_ptr();
-  p.lse = dlse.data<float>();
+  p.lse = dlse.defined() ? dlse.data<float>() : nullptr;
   kernels::cuda::bsa_attn_fwd(p, nullptr, false);
   EXPECT_TRUE(all_close(dout.to(Device::cpu()), c.out, {1e-2, 1e-2})) << what;
-  EXPECT_TRUE(all_close(dlse.to(Device::cpu()), c.lse, {1e-4, 1e-4})) << what;
+  if (dlse.defined()) {
+    EXPECT_TRUE(all_close(dlse.to(Device::cpu()), c.lse, {1e-4, 1e-4})) << what;
+  }
+}
+
+// The SM100 blk64 call's parameters on the kernel itself, on any GPU: one batch and one head of
+// keys broadcast (MQA), uniform W == block_sparse_num, no tail mask, no lse written.
+TEST(BsaAttnCuda, KernelMatchesCpuForSm100Blk64OnAnyGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t B = 2, Sq = 70, Sk = 150, H = 4, NQ = 2, NK = 3;
+  Tensor q = rand_tensor({B, Sq, H, 128}, kBf, 160), k = rand_tensor({1, Sk, 1, 128}, kBf, 161);
+  Tensor v = rand_tensor({1, Sk, 1, 128}, kBf, 162);
+  std::vector<double> idx;
+  for (int64_t i = 0; i < B * H * NQ; ++i) {
+    idx.insert(idx.end(), {static_cast<double>(i % NK), static_cast<double>((i + 2) % NK)});
+  }
+  Tensor index = i32(idx, {B, H, NQ, 2});
+  const BsaOutput c = bsa_attn_sm100_blk64_fwd(q, k, v, index, 2, std::nullopt, std::nullopt, 0.08);
+  ASSERT_FALSE(c.lse.defined());
+  kernels::BsaParams p;
+  p.op = kOp64, p.block = 64, p.dim = 128, p.tail_mask = false, p.block_sparse_num = 2;
+  expect_kernel_matches(p, q, k, v, index, Tensor(), std::nullopt, 0, 0.08f, c, "blk64");
 }
 
 // The SM100 blk128 call's parameters on the kernel itself, on any GPU: head dim 96, 128-token
 // blocks, packed GQA metadata, no tail mask (keys past Sk as zero keys), block_sizes [NK].
 TEST(BsaAttnCuda, KernelMatchesCpuForSm100Blk128OnAnyGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  const int64_t B = 2, Sq = 150, Sk = 300, Hq = 4, Hkv = 2, D = 96, NM = 3, W = 3, NK = 3;
-  Tensor q = rand_tensor({B, Sq, Hq, D}, DType::kFloat16, 150);
-  Tensor k = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 151);
-  Tensor v = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 152);
-  std::vector<double> idx, nums;
-  for (int64_t i = 0; i < B * Hkv * NM; ++i) {
-    idx.insert(idx.end(), {static_cast<double>(i % NK), 2.0, static_cast<double>(i % NK)});
-    nums.push_back(static_cast<double>(i % 4));
-  }
-  Tensor index = i32(idx, {B, Hkv, NM, W}), counts = i32(nums, {B, Hkv, NM});
-  for (bool sizes : {false, true}) {
-    std::optional<Tensor> bs;
-    if (sizes) bs = i32({128, 70, 128}, {NK});
-    const BsaOutput c =
-        bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, bs, counts, true, 0.09, std::nullopt, true);
-    kernels::BsaParams p;
-    p.op = kOp128, p.block = 128, p.dim = D, p.tail_mask = false, p.pack_g = Hq / Hkv;
-    expect_kernel_matches(p, q, k, v, index, counts, bs, 1, 0.09f, c, sizes ? "sizes" : "none");
+  for (const int64_t D : {64, 96}) {
+    const int64_t B = 2, Sq = 150, Sk = 300, Hq = 4, Hkv = 2, NM = 3, W = 3, NK = 3;
+    Tensor q = rand_tensor({B, Sq, Hq, D}, DType::kFloat16, 150);
+    Tensor k = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 151);
+    Tensor v = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 152);
+    std::vector<double> idx, nums;
+    for (int64_t i = 0; i < B * Hkv * NM; ++i) {
+      idx.insert(idx.end(), {static_cast<double>(i % NK), 2.0, static_cast<double>(i % NK)});
+      nums.push_back(static_cast<double>(i % 4));
+    }
+    Tensor index = i32(idx, {B, Hkv, NM, W}), counts = i32(nums, {B, Hkv, NM});
+    for (bool sizes : {false, true}) {
+      std::optional<Tensor> bs;
+      if (sizes) bs = i32({128, 70, 128}, {NK});
+      const BsaOutput c =
+          bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, bs, counts, true, 0.09, std::nullopt, true);
+      kernels::BsaParams p;
+      p.op = kOp128, p.block = 128, p.dim = D, p.tail_mask = false, p.pack_g = Hq / Hkv;
+      expect_kernel_matches(p, q, k, v, index, counts, bs, 1, 0.09f, c,
+                            "D " + std::to_string(D) + (sizes ? " sizes" : " none"));
+    }
   }
 }
 
