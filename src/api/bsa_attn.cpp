@@ -104,27 +104,45 @@ Tensor unit_last(const Tensor& t) {
   return t.numel() == 0 || t.stride(-1) == 1 ? t : t.contiguous();
 }
 
-BsaOutput bsa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& index,
-                   int64_t bsn, const std::optional<Tensor>& block_sizes,
-                   const std::optional<Tensor>& nums, std::optional<double> scale, bool return_lse,
-                   std::optional<Tensor> out, std::optional<Tensor> lse) {
-  const char* op = kBsaOp;
+// The checks every forward starts with: q, k, v and the index defined, q, k, v 4-D on q's device.
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& index) {
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
                                 {k, "k"},
                                 {v, "v"},
                                 {index, "q2k_block_index"}}) {
     api::check_defined(t, op, name);
   }
-  FLASHINFER_CHECK(q.dtype() == DType::kFloat16 || q.dtype() == DType::kBFloat16, op, "q",
-                   "bsa_attn_sm120_blk64_fwd only supports fp16/bf16");
-  FLASHINFER_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
-                   k.dtype() != q.dtype() ? "k" : "v", "q, k, v must have the same dtype");
-  api::check_same_device(k, q, op, "k", "q");
-  api::check_same_device(v, q, op, "v", "q");
   for (const auto& [t, name] :
        {std::pair<const Tensor&, const char*>{q, "q"}, {k, "k"}, {v, "v"}}) {
     api::check_dim(t, {4}, op, name);
   }
+  api::check_same_device(k, q, op, "k", "q");
+  api::check_same_device(v, q, op, "v", "q");
+}
+
+// A caller's out or lse: `dtype`, `shape`, on q's device, writable, and where `strided_text` is
+// given, unit stride in its last dimension (the kernels write through it).
+void check_given_output(const char* op, const Tensor& t, const char* arg, DType dtype,
+                        const char* dtype_text, const Shape& shape, const Tensor& q,
+                        const char* strided_text) {
+  FLASHINFER_CHECK(t.dtype() == dtype, op, arg, dtype_text);
+  api::check_shape_eq(t, shape, op, arg);
+  api::check_same_device(t, q, op, arg, "q");
+  if (strided_text) FLASHINFER_CHECK(t.numel() == 0 || t.stride(-1) == 1, op, arg, strided_text);
+  api::check_writable(t, op, arg);
+}
+
+BsaOutput bsa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& index,
+                   int64_t bsn, const std::optional<Tensor>& block_sizes,
+                   const std::optional<Tensor>& nums, std::optional<double> scale, bool return_lse,
+                   std::optional<Tensor> out, std::optional<Tensor> lse) {
+  const char* op = kBsaOp;
+  check_qkv(op, q, k, v, index);
+  FLASHINFER_CHECK(q.dtype() == DType::kFloat16 || q.dtype() == DType::kBFloat16, op, "q",
+                   "bsa_attn_sm120_blk64_fwd only supports fp16/bf16");
+  FLASHINFER_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), op,
+                   k.dtype() != q.dtype() ? "k" : "v", "q, k, v must have the same dtype");
   FLASHINFER_CHECK(q.size(3) == 128, op, "q", "sm120_blk64 requires head_dim=128, got ", q.size(3));
   FLASHINFER_CHECK(v.size(3) == 128, op, "v", "sm120_blk64 requires head_dim_v=128, got ",
                    v.size(3));
@@ -178,20 +196,14 @@ BsaOutput bsa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   p.block_sparse_num = bsn;
   check_rows_cpu(op, p, idx, nums_c, 0, "is negative");
   if (out && out->defined()) {
-    FLASHINFER_CHECK(out->dtype() == q.dtype(), op, "out", "out must have q's dtype");
-    api::check_shape_eq(*out, {B, Sq, Hq, 128}, op, "out");
-    api::check_same_device(*out, q, op, "out", "q");
-    FLASHINFER_CHECK(out->numel() == 0 || out->stride(-1) == 1, op, "out",
-                     "out must be contiguous in its last dimension");
-    api::check_writable(*out, op, "out");
+    check_given_output(op, *out, "out", q.dtype(), "out must have q's dtype", {B, Sq, Hq, 128}, q,
+                       "out must be contiguous in its last dimension");
   } else {
     out = Tensor::empty({B, Sq, Hq, 128}, q.dtype(), q.device());
   }
   if (lse && lse->defined()) {
-    FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse", "lse must be float32");
-    api::check_shape_eq(*lse, {B, Hq, Sq}, op, "lse");
-    api::check_same_device(*lse, q, op, "lse", "q");
-    api::check_writable(*lse, op, "lse");
+    check_given_output(op, *lse, "lse", DType::kFloat32, "lse must be float32", {B, Hq, Sq}, q,
+                       nullptr);
   } else {
     lse = Tensor::empty({B, Hq, Sq}, DType::kFloat32, q.device());
   }
@@ -207,23 +219,6 @@ BsaOutput bsa_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   r.lse = *lse;
   r.return_lse = return_lse;
   return r;
-}
-
-// The checks the SM100 forwards share: q, k, v defined, 4-D, on q's device.
-void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& index) {
-  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
-                                {k, "k"},
-                                {v, "v"},
-                                {index, "q2k_block_index"}}) {
-    api::check_defined(t, op, name);
-  }
-  for (const auto& [t, name] :
-       {std::pair<const Tensor&, const char*>{q, "q"}, {k, "k"}, {v, "v"}}) {
-    api::check_dim(t, {4}, op, name);
-  }
-  api::check_same_device(k, q, op, "k", "q");
-  api::check_same_device(v, q, op, "v", "q");
 }
 
 // block_sizes for the SM100 forwards: 1-D [NK] int32 (indexed by the block id alone).
@@ -300,24 +295,16 @@ BsaOutput bsa128_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                  has_nums && allow_empty ? std::numeric_limits<int64_t>::min() : 1,
                  "is below 1 with allow_empty_block_nums=False");
   if (out && out->defined()) {
-    FLASHINFER_CHECK(out->dtype() == q.dtype(), op, "out", "out must have q's dtype");
-    api::check_shape_eq(*out, {B, Sq, Hq, D}, op, "out");
-    api::check_same_device(*out, q, op, "out", "q");
-    FLASHINFER_CHECK(out->numel() == 0 || out->stride(-1) == 1, op, "out",
-                     "out must be contiguous in its last dimension");
-    api::check_writable(*out, op, "out");
+    check_given_output(op, *out, "out", q.dtype(), "out must have q's dtype", {B, Sq, Hq, D}, q,
+                       "out must be contiguous in its last dimension");
   } else {
     out = Tensor::empty({B, Sq, Hq, D}, q.dtype(), q.device());
   }
   // An lse is written and returned where the caller passed one, or allocated for return_lse.
   const bool want_lse = (lse && lse->defined()) || return_lse;
   if (lse && lse->defined()) {
-    FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse", "lse must be float32");
-    api::check_shape_eq(*lse, {B, Hq, Sq}, op, "lse");
-    api::check_same_device(*lse, q, op, "lse", "q");
-    FLASHINFER_CHECK(lse->numel() == 0 || lse->stride(-1) == 1, op, "lse",
-                     "lse must be contiguous along seqlen");
-    api::check_writable(*lse, op, "lse");
+    check_given_output(op, *lse, "lse", DType::kFloat32, "lse must be float32", {B, Hq, Sq}, q,
+                       "lse must be contiguous along seqlen");
   } else if (return_lse) {
     lse = Tensor::empty({B, Hq, Sq}, DType::kFloat32, q.device());
   }
@@ -391,17 +378,13 @@ BsaOutput bsa64_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
   // (upstream's copy_ would also convert dtypes: here they must be the kernel's), the lse only
   // with return_lse (left as it was otherwise).
   if (out && out->defined()) {
-    api::check_shape_eq(*out, {B, Sq, H, 128}, op, "out");
-    api::check_same_device(*out, q, op, "out", "q");
-    FLASHINFER_CHECK(out->dtype() == DType::kBFloat16, op, "out", "out must be bfloat16");
-    api::check_writable(*out, op, "out");
+    check_given_output(op, *out, "out", DType::kBFloat16, "out must be bfloat16", {B, Sq, H, 128},
+                       q, nullptr);
   }
   const bool user_lse = return_lse && lse && lse->defined();
   if (user_lse) {
-    api::check_shape_eq(*lse, {B, H, Sq}, op, "lse");
-    api::check_same_device(*lse, q, op, "lse", "q");
-    FLASHINFER_CHECK(lse->dtype() == DType::kFloat32, op, "lse", "lse must be float32");
-    api::check_writable(*lse, op, "lse");
+    check_given_output(op, *lse, "lse", DType::kFloat32, "lse must be float32", {B, H, Sq}, q,
+                       nullptr);
   }
   Tensor o = Tensor::empty({B, Sq, H, 128}, DType::kBFloat16, q.device());
   Tensor l = Tensor::empty({B, H, Sq}, DType::kFloat32, q.device());

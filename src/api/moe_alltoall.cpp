@@ -209,7 +209,6 @@ int64_t moe_workspace_size(int64_t ep, int64_t top_k, int64_t max_tokens, int64_
                             eplb_experts);
 }
 
-// moe_a2a_initialize: this rank's row zeroed, its metainfo built.
 // Row `rank` of `rows` zeroed (the stream synchronized, as upstream's op does) and the metainfo
 // of layout `l` (CPU int64 [10]): what MoeAlltoAll and moe_a2a_initialize both do.
 Tensor zero_row_and_metainfo(const Tensor& rows, int64_t rank, const MoeA2aLayout& l) {
@@ -221,6 +220,7 @@ Tensor zero_row_and_metainfo(const Tensor& rows, int64_t rank, const MoeA2aLayou
   return Tensor::from_vector(f, {MoeA2aLayout::kFields}, DType::kInt64);
 }
 
+// MoeAlltoAll's initialization: this rank's row zeroed, its metainfo built.
 Tensor a2a_initialize_row(const SharedWorkspace& w, const char* op) {
   FLASHINFER_CHECK(w.layout.payload_data <= w.size_per_rank, op, "workspace_size_per_rank",
                    "workspace size per rank insufficient, need at least ", w.layout.payload_data,

@@ -298,20 +298,36 @@ TEST(BsaAttnSm100Blk128, HandCheckedZeroKeysAndDuplicates) {
   EXPECT_NEAR(r.lse.to_double_vector()[0], 1.0 + std::log(2.0), 1e-6);
 }
 
-TEST(BsaAttnSm100Blk128, PackedGqaMetadataMatchesFp64) {
-  // GQA 2 packs (the default): metadata per KV head over packed rows r * 2 + h % 2, in 128-row
-  // blocks: [B, Hkv, ceil(2 * 150 / 128) = 3, W]. Counts 0 (empty: zeros, -inf), 1, 2, 3 (odd
-  // counts are exact), duplicates; Sk 300: the last block's 84 keys past Sk are zero keys.
-  const int64_t B = 2, Sq = 150, Sk = 300, Hq = 4, Hkv = 2, D = 64, NM = 3, W = 3, NK = 3;
-  Tensor q = rand_tensor({B, Sq, Hq, D}, DType::kFloat16, 60);
-  Tensor k = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 61);
-  Tensor v = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 62);
+// GQA 2 packs (blk128's default): metadata per KV head over packed rows r * 2 + h % 2, in
+// 128-row blocks: [B, Hkv, ceil(2 * 150 / 128) = 3, W]. Counts 0 (empty: zeros, -inf), 1, 2, 3
+// (odd counts are exact), duplicates; Sk 300: the last block's 84 keys past Sk are zero keys.
+struct PackedCase {
+  static constexpr int64_t B = 2, Sq = 150, Sk = 300, Hq = 4, Hkv = 2, NM = 3, W = 3, NK = 3;
+  Tensor q, k, v, index, counts;
   std::vector<double> idx, nums;
-  for (int64_t i = 0; i < B * Hkv * NM; ++i) {
-    idx.insert(idx.end(), {static_cast<double>(i % NK), 2.0, static_cast<double>(i % NK)});
-    nums.push_back(static_cast<double>(i % 4));
+};
+PackedCase packed_case(int64_t D, uint64_t seed) {
+  using P = PackedCase;
+  PackedCase c;
+  c.q = rand_tensor({P::B, P::Sq, P::Hq, D}, DType::kFloat16, seed);
+  c.k = rand_tensor({P::B, P::Sk, P::Hkv, D}, DType::kFloat16, seed + 1);
+  c.v = rand_tensor({P::B, P::Sk, P::Hkv, D}, DType::kFloat16, seed + 2);
+  for (int64_t i = 0; i < P::B * P::Hkv * P::NM; ++i) {
+    c.idx.insert(c.idx.end(),
+                 {static_cast<double>(i % P::NK), 2.0, static_cast<double>(i % P::NK)});
+    c.nums.push_back(static_cast<double>(i % 4));
   }
-  Tensor index = i32(idx, {B, Hkv, NM, W}), counts = i32(nums, {B, Hkv, NM});
+  c.index = i32(c.idx, {P::B, P::Hkv, P::NM, P::W});
+  c.counts = i32(c.nums, {P::B, P::Hkv, P::NM});
+  return c;
+}
+
+TEST(BsaAttnSm100Blk128, PackedGqaMetadataMatchesFp64) {
+  constexpr int64_t B = PackedCase::B, Hq = PackedCase::Hq, Hkv = PackedCase::Hkv;
+  constexpr int64_t NM = PackedCase::NM, W = PackedCase::W, NK = PackedCase::NK;
+  const PackedCase pc = packed_case(64, 60);
+  const Tensor &q = pc.q, &k = pc.k, &v = pc.v, &index = pc.index, &counts = pc.counts;
+  const std::vector<double>&idx = pc.idx, &nums = pc.nums;
   auto r = bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, std::nullopt, counts, true, 0.09,
                                      std::nullopt, true);
   auto keys_of = [&](int64_t b, int64_t t, int64_t h) {
@@ -644,23 +660,16 @@ TEST(BsaAttnCuda, KernelMatchesCpuForSm100Blk64OnAnyGpu) {
 TEST(BsaAttnCuda, KernelMatchesCpuForSm100Blk128OnAnyGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (const int64_t D : {64, 96}) {
-    const int64_t B = 2, Sq = 150, Sk = 300, Hq = 4, Hkv = 2, NM = 3, W = 3, NK = 3;
-    Tensor q = rand_tensor({B, Sq, Hq, D}, DType::kFloat16, 150);
-    Tensor k = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 151);
-    Tensor v = rand_tensor({B, Sk, Hkv, D}, DType::kFloat16, 152);
-    std::vector<double> idx, nums;
-    for (int64_t i = 0; i < B * Hkv * NM; ++i) {
-      idx.insert(idx.end(), {static_cast<double>(i % NK), 2.0, static_cast<double>(i % NK)});
-      nums.push_back(static_cast<double>(i % 4));
-    }
-    Tensor index = i32(idx, {B, Hkv, NM, W}), counts = i32(nums, {B, Hkv, NM});
+    const PackedCase pc = packed_case(D, 150);
+    const Tensor &q = pc.q, &k = pc.k, &v = pc.v, &index = pc.index, &counts = pc.counts;
     for (bool sizes : {false, true}) {
       std::optional<Tensor> bs;
-      if (sizes) bs = i32({128, 70, 128}, {NK});
+      if (sizes) bs = i32({128, 70, 128}, {PackedCase::NK});
       const BsaOutput c =
           bsa_attn_sm100_blk128_fwd(q, k, v, index, 2, bs, counts, true, 0.09, std::nullopt, true);
       kernels::BsaParams p;
-      p.op = kOp128, p.block = 128, p.dim = D, p.tail_mask = false, p.pack_g = Hq / Hkv;
+      p.op = kOp128, p.block = 128, p.dim = D, p.tail_mask = false;
+      p.pack_g = PackedCase::Hq / PackedCase::Hkv;
       expect_kernel_matches(p, q, k, v, index, counts, bs, 1, 0.09f, c,
                             "D " + std::to_string(D) + (sizes ? " sizes" : " none"));
     }
