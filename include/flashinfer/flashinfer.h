@@ -42,6 +42,7 @@
 #include "flashinfer/ops/moe_quant.h"
 #include "flashinfer/ops/moe_routing.h"
 #include "flashinfer/ops/moe_weight_prep.h"
+#include "flashinfer/ops/monomoe.h"
 #include "flashinfer/ops/msa.h"
 #include "flashinfer/ops/norm.h"
 #include "flashinfer/ops/norm_fp4quant.h"

@@ -673,7 +673,7 @@ std::vector<Value> pack_call(const OpDecl& d, const A&... args) {
   using Args = typename KeyOf<Key>::Args;
   std::vector<Value> out;
   out.reserve(d.params.size());
-  auto one = [&](const auto& x) {
+  [[maybe_unused]] auto one = [&](const auto& x) {  // unused by ops without parameters
     using X = Plain<decltype(x)>;
     if constexpr (OptionsStruct<X> && LastIsOptions<Args>::value) {
       const WritePlan* plan = DeclSlot<Key>::plan.load(std::memory_order_acquire);

@@ -507,6 +507,12 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "cute_dsl/sparse/bsa_attn_sm100_blk64.py: RuntimeError unless "
         "get_device_capability(q.device) in ((10, 0), (10, 3))",
         false, "bsa_attn_sm100_blk64_fwd only supports SM100/SM103");
+    // MonoMoE: one JIT module built for sm_90a only (jit/monomoe.py), and
+    // @backend_requirement(common_check=...) with supported compute capability 90 on mono_moe
+    // ("mono_moe does not support compute capability {cc}; supported compute capabilities: [90]").
+    add("mono_moe", {90},
+        "fused_moe/monomoe.py: @backend_requirement on mono_moe, compute capability 90 only "
+        "(the module is compiled for sm_90a: wgmma, TMA)");
     // packed_kda_decode: a frozen Cake module compiled for sm_100a / 103a / 107a only
     // (cake_packed_kda_decode.py, _target_for_device).
     add("packed_kda_decode", {100, 103, 107},

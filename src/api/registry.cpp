@@ -54,6 +54,7 @@ void register_mhc_ops(OpRegistry& registry);
 void register_norm_fp4quant_ops(OpRegistry& registry);
 void register_kda_ops(OpRegistry& registry);
 void register_bsa_ops(OpRegistry& registry);
+void register_monomoe_ops(OpRegistry& registry);
 void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 void register_comm_ops(OpRegistry& registry);
@@ -109,6 +110,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_norm_fp4quant_ops(registry);
   register_kda_ops(registry);
   register_bsa_ops(registry);
+  register_monomoe_ops(registry);
   register_rope_quantize_append_ops(registry);
   register_moe_b12x_ops(registry);
   register_comm_ops(registry);

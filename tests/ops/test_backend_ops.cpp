@@ -299,6 +299,12 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "(tests/ops/test_gdn_fused.cpp)"},
       {"is_gated_activation",
        "a host-side predicate on an enum: no tensors, no backend (tests/ops/test_moe.cpp)"},
+      {"has_monomoe", "a host-side query: no tensors, no kernel (tests/ops/test_monomoe.cpp)"},
+      {"get_scratchpad_size_bytes",
+       "a host-side constant: no tensors, no kernel (tests/ops/test_monomoe.cpp checks it)"},
+      {"alloc_scratchpad",
+       "an allocation from a device argument (no tensor to build a case on): "
+       "tests/ops/test_monomoe.cpp checks its size and zeros"},
       {"BatchMLAPagedAttentionWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchMLAPagedAttentionWrapper.plan", "the run case plans before it runs"},
       {"MultiLevelCascadeAttentionWrapper.__init__", "the run case constructs the wrapper"},
