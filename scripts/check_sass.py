@@ -312,6 +312,22 @@ RULES = {
             require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
         ),
         Rule(
+            name="monomoe",
+            match=("monomoe_up_kernel", "monomoe_down_kernel"),
+            description="MonoMoE's projection kernels (monomoe_cuda.cu: up projection, down "
+            "projection and combine; not monomoe_route_quant_kernel, whose one thread a token "
+            "keeps the routing's 32 lane sums and chosen-expert mask in a 160-byte frame): no "
+            "spills, the exact integer dot products as warp butterflies (SHFL.BFLY)",
+            require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
+        ),
+        Rule(
+            name="monomoe_down",
+            match=("monomoe_down_kernel",),
+            description="MonoMoE's down projection (monomoe_down_kernel): each expert's weight row "
+            "read 16 bytes a lane (LDG .128)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
             name="mhc",
             match=("mhc_post_kernel", "mhc_pre_kernel"),
             description="DeepSeek-V4's hyper-connection kernels (mhc_cuda.cu: mhc_post, "
