@@ -61,6 +61,7 @@
 #include "flashinfer/ops/sparse.h"
 #include "flashinfer/ops/svdquant.h"
 #include "flashinfer/ops/topk.h"
+#include "flashinfer/ops/ulysses.h"
 #include "flashinfer/ops/xqa.h"
 #include "flashinfer/stream.h"
 #include "flashinfer/tensor.h"

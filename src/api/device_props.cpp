@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
+#include <string>
 
 #include "core/cuda_runtime.h"
+#include "flashinfer/error.h"
 
 namespace flashinfer::api {
 
@@ -25,6 +27,32 @@ bool resolve_enable_pdl(const bool* requested, Device device) {
   if (!device.is_cuda()) return false;
   const bool supported = compute_capability(device) >= 90;
   return requested ? (*requested && supported) : supported;
+}
+
+// torch.device(...) as a recorded value, a "cuda[:N]" / "cpu" string or a CUDA index.
+Device device_arg(const std::optional<Value>& v, const char* op) {
+  FLASHINFER_CHECK(v && !v->is_none(), op, "device", "device is required");
+  if (v->kind() == Value::Kind::kInt) {
+    FLASHINFER_CHECK(v->as_int() >= 0, op, "device", "device index ", v->as_int(), " is negative");
+    return Device::cuda(static_cast<int>(v->as_int()));
+  }
+  std::string text;
+  if (v->kind() == Value::Kind::kString) text = v->as_string();
+  if (v->kind() == Value::Kind::kObject) {
+    const std::string& r = v->as_object().repr;
+    if (r.find("type='cpu'") != std::string::npos) {
+      text = "cpu";
+    } else if (r.find("type='cuda'") != std::string::npos) {
+      const auto at = r.find("index=");
+      text = at == std::string::npos
+                 ? "cuda"
+                 : "cuda:" + r.substr(at + 6, r.find_first_of(",)", at) - at - 6);
+    }
+  }
+  FLASHINFER_CHECK(!text.empty(), op, "device",
+                   "expected a device ('cpu', 'cuda', 'cuda:N', an "
+                   "index or a torch.device)");
+  return Device::parse(text);
 }
 
 }  // namespace flashinfer::api

@@ -12,6 +12,7 @@
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/device_props.h"
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/monomoe_cpu.h"
@@ -177,32 +178,6 @@ Tensor mono_moe_impl(const Tensor& x, const Tensor& logits, const Tensor& wu, co
   return o;
 }
 
-// torch.device(...) as a recorded value, a "cuda[:N]" / "cpu" string or a CUDA index.
-Device device_arg(const std::optional<Value>& v, const char* op) {
-  FLASHINFER_CHECK(v && !v->is_none(), op, "device", "device is required");
-  if (v->kind() == Value::Kind::kInt) {
-    FLASHINFER_CHECK(v->as_int() >= 0, op, "device", "device index ", v->as_int(), " is negative");
-    return Device::cuda(static_cast<int>(v->as_int()));
-  }
-  std::string text;
-  if (v->kind() == Value::Kind::kString) text = v->as_string();
-  if (v->kind() == Value::Kind::kObject) {
-    const std::string& r = v->as_object().repr;
-    if (r.find("type='cpu'") != std::string::npos) {
-      text = "cpu";
-    } else if (r.find("type='cuda'") != std::string::npos) {
-      const auto at = r.find("index=");
-      text = at == std::string::npos
-                 ? "cuda"
-                 : "cuda:" + r.substr(at + 6, r.find_first_of(",)", at) - at - 6);
-    }
-  }
-  FLASHINFER_CHECK(!text.empty(), op, "device",
-                   "expected a device ('cpu', 'cuda', 'cuda:N', an "
-                   "index or a torch.device)");
-  return Device::parse(text);
-}
-
 }  // namespace
 
 bool has_monomoe() {
@@ -217,7 +192,7 @@ Tensor alloc_scratchpad(const std::optional<Value>& device) {
   return call_op<&alloc_scratchpad>(
       [&] {
         return Tensor::zeros({kernels::kMonoMoeUpstreamScratchBytes}, DType::kUInt8,
-                             device_arg(device, "alloc_scratchpad"));
+                             api::device_arg(device, "alloc_scratchpad"));
       },
       device);
 }

@@ -242,6 +242,15 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads"},
       {"PcieIpcAllReduceWorkspace.__init__",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"UlyssesCommunicator.__init__",
+       "a collective (every rank must call it): tests/ops/test_ulysses.cpp runs the ranks as "
+       "threads"},
+      {"UlyssesCommunicator.scatter_heads",
+       "a collective (every rank must call it): tests/ops/test_ulysses.cpp runs the ranks as "
+       "threads, CPU and CUDA"},
+      {"UlyssesCommunicator.gather_heads",
+       "a collective (every rank must call it): tests/ops/test_ulysses.cpp runs the ranks as "
+       "threads, CPU and CUDA"},
       {"PcieIpcAllReduceWorkspace.all_reduce",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},

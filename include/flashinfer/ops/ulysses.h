@@ -1,0 +1,63 @@
+// flashinfer.comm.ulysses: the all-to-all of Ulysses context parallelism (docs/COMM.md, "Ulysses
+// all-to-all"). Attention over a sequence sharded across W ranks trades the sequence shards for
+// head slices before attention and back after it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "flashinfer/comm.h"
+#include "flashinfer/dtype.h"
+#include "flashinfer/op_decl.h"
+#include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer {
+
+/// flashinfer.comm.ulysses.UlyssesCommunicator. The constructor is collective: every rank of
+/// `group` calls it with the same max_elems, dtype (float16, bfloat16 or float32) and backend
+/// ("auto", "nvlink" or "nccl"); device None means the group's device. Each rank gets a staging
+/// buffer of max_elems elements and a signal block that every rank maps (peer memory); with one
+/// rank nothing is allocated. backend(): "nvlink" (upstream's fused push kernel) for 2, 4, 6 or 8
+/// ranks, else "nccl" with fallback_reason() saying why ("auto"; forced "nvlink" raises). Both
+/// move the data through the peer buffers here, bit-identical as upstream's backends are.
+class UlyssesCommunicator : public ApiObject {
+ public:
+  struct Impl;
+  UlyssesCommunicator(std::shared_ptr<comm::CommBackend> group, int64_t max_elems, DType dtype,
+                      std::string backend = "auto", std::optional<Value> device = std::nullopt);
+  ~UlyssesCommunicator() override;
+  UlyssesCommunicator(const UlyssesCommunicator&) = delete;
+  UlyssesCommunicator& operator=(const UlyssesCommunicator&) = delete;
+
+  /// Collective: x [B, S_local, H, D] (contiguous, the communicator's dtype and device, numel <=
+  /// max_elems, H % W == 0) -> [B, S_local * W, H / W, D]: rank r gets heads [r * H / W, (r + 1)
+  /// * H / W) of every rank's shard, the shards in rank order. One rank: x itself.
+  Tensor scatter_heads(const Tensor& x);
+  /// Collective, the inverse: x [B, S_global, H_local, D] (S_global % W == 0) ->
+  /// [B, S_global / W, H_local * W, D]: sequence block r of every rank's head slice, the slices in
+  /// rank order. One rank: x itself.
+  Tensor gather_heads(const Tensor& x);
+  /// Collective while buffers are held (every rank calls it): this rank's work synchronized, a
+  /// barrier, the buffers released. Idempotent; later collectives are refused.
+  void close();
+
+  const std::string& backend() const;
+  /// Why the backend is "nccl" when "nccl" was not requested; nullopt otherwise.
+  const std::optional<std::string>& fallback_reason() const;
+  int64_t world_size() const;
+  int64_t rank() const;
+  int64_t max_elems() const;
+  DType dtype() const;
+  Device device() const;
+
+  std::string_view class_name() const override { return "UlyssesCommunicator"; }
+  std::string_view module_name() const override { return "flashinfer.comm.ulysses"; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace flashinfer
