@@ -116,15 +116,20 @@ std::string by_rank(const std::vector<std::string>& v) {
 }
 
 // The communicator's device: None is the group's; otherwise it must be the group's (the peer
-// buffers live there).
+// buffers live there). What is wrong goes to `problem`, checked jointly with the config: a
+// rank's bad device fails every rank instead of leaving its peers in the allgather.
 Device resolve_device(const std::optional<Value>& device, const comm::CommBackend& group,
-                      const char* op) {
+                      const char* op, std::string& problem) {
   if (!device || device->is_none()) return group.device();
-  const Device d = api::device_arg(device, op);
-  FLASHINFER_CHECK(d == group.device(), op, "device", "device ", d.str(),
-                   " is not the group's device ", group.device().str(),
-                   " (the ranks' buffers are allocated there)");
-  return d;
+  try {
+    const Device d = api::device_arg(device, op);
+    if (d == group.device()) return d;
+    problem = "device " + d.str() + " is not the group's device " + group.device().str() +
+              " (the ranks' buffers are allocated there)";
+  } catch (const Error& e) {
+    problem = "invalid device " + device->repr() + ": " + e.detail();
+  }
+  return group.device();
 }
 
 // Upstream's backend decision for this build: the fused push design takes 2, 4, 6 or 8 ranks.
@@ -217,16 +222,28 @@ UlyssesCommunicator::UlyssesCommunicator(std::shared_ptr<comm::CommBackend> grou
         impl->rank = group->Get_rank();
         impl->comm = group;
         const int64_t W = impl->world_size;
+        // One signal block has 8 ranks' slots (upstream's, whose fused kernel takes at most 8;
+        // its NCCL path, which takes more, is not here). W is the same on every rank: all raise
+        // here, before any collective.
+        FLASHINFER_CHECK_CODE(W <= UlyssesSignal::kMaxRanks, ErrorCode::kUnsupported, op, "group",
+                              "world size ", W,
+                              ": flashinfer-cpp's Ulysses exchange takes at most 8 ranks "
+                              "(upstream's NCCL path, which takes more, is not here)");
         // The config is checked jointly, as upstream does: every rank learns every rank's
         // problems, and all raise alike.
-        const Device dev = resolve_device(device, *group, op);
-        const std::string mine = config_problems(max_elems, dtype);
+        std::string mine = config_problems(max_elems, dtype), device_problem;
+        const Device dev = resolve_device(device, *group, op, device_problem);
+        if (!device_problem.empty()) mine += (mine.empty() ? "" : "; ") + device_problem;
+        auto one_line = [](std::string t) {  // the gathered record is one field a line
+          std::replace(t.begin(), t.end(), '\n', ' ');
+          return t;
+        };
         std::ostringstream cfg;
         cfg << (mine.empty() ? "ok" : "bad") << '\n'
-            << mine << '\n'
+            << one_line(mine) << '\n'
             << max_elems << '\n'
             << py_dtype(dtype) << '\n'
-            << backend;
+            << one_line(backend);
         const std::vector<std::string> all =
             W > 1 ? group->allgather(cfg.str()) : std::vector<std::string>{cfg.str()};
         std::vector<std::string> problems, configs, backends;
@@ -244,7 +261,7 @@ UlyssesCommunicator::UlyssesCommunicator(std::shared_ptr<comm::CommBackend> grou
         }
         FLASHINFER_CHECK(std::all_of(problems.begin(), problems.end(),
                                      [](const std::string& s) { return s.empty(); }),
-                         op, "max_elems",
+                         op, "config",
                          "invalid UlyssesCommunicator config by rank: ", by_rank(problems));
         if (std::adjacent_find(configs.begin(), configs.end(), std::not_equal_to<>()) !=
             configs.end()) {
@@ -280,13 +297,12 @@ UlyssesCommunicator::UlyssesCommunicator(std::shared_ptr<comm::CommBackend> grou
         decide_backend(*impl, backend, op);
         if (W > 1) {
           // Each rank's buffer: its staging area (max_elems elements, 256-byte aligned), then
-          // its signal block. Zero-filled by PeerMemory; the barrier after it orders every
+          // its signal block. Zero-filled by PeerMemory, whose closing barrier orders every
           // rank's zeroing before any peer's first signal.
           impl->staging_bytes =
               (max_elems * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
           impl->mem = std::make_unique<detail::PeerMemory>(
               *group, static_cast<std::size_t>(impl->staging_bytes + UlyssesSignal::kBytes), op);
-          group->barrier();
         }
         impl_ = std::move(impl);
       },
@@ -392,15 +408,20 @@ void register_ulysses_ops(OpRegistry& r) {
     a.at(1) = to_value(c);
     a.at(5) = Value();  // the recording's device: the replay's group says where
   };
+  // The recorded dtype, backend and capacity where the construction was recorded (a dtype or
+  // capacity refusal the recording saw happens again), the capacity cut to the call's size when
+  // the call fits (W staging areas on one replay device, not the engine's maximum).
   spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
                            const std::vector<Value>& args, const std::vector<Value>* made) {
     const Tensor& x = args.at(1).as_tensor();
-    int64_t max_elems = x.numel();
+    int64_t max_elems = std::max<int64_t>(1, x.numel());
     DType dt = x.dtype();
     std::string backend = "auto";
     if (made && made->size() > 4) {
-      if (made->at(2).kind() == Value::Kind::kInt)
-        max_elems = std::max(max_elems, made->at(2).as_int());
+      if (made->at(2).kind() == Value::Kind::kInt) {
+        max_elems = std::min(max_elems, made->at(2).as_int());
+      }
+      if (made->at(3).kind() == Value::Kind::kDType) dt = made->at(3).as_dtype();
       if (made->at(4).kind() == Value::Kind::kString) backend = made->at(4).as_string();
     }
     return to_value(std::make_shared<UlyssesCommunicator>(c, max_elems, dt, backend));

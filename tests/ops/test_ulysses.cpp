@@ -226,9 +226,20 @@ TEST(Ulysses, RefusesBadConfigsOnEveryRank) {
                  "{0: 'magic', 1: 'magic'}");
     expect_error([&] { UlyssesCommunicator(b, 64, kBf, r == 0 ? "auto" : "nccl"); },
                  "inconsistent backend requests across ranks: ['auto', 'nccl']");
-    expect_error([&] { UlyssesCommunicator(b, 64, kBf, "auto", Value("cuda:3")); },
-                 "is not the group's device");
+    // A device problem on one rank fails every rank (no rank is left in the allgather).
+    expect_error(
+        [&] { UlyssesCommunicator(b, 64, kBf, "auto", r == 1 ? Value("cuda:3") : Value()); },
+        "by rank: {1: 'device cuda:3 is not the group's device cpu");
+    expect_error([&] { UlyssesCommunicator(b, 64, kBf, "auto", r == 0 ? Value("tpu") : Value()); },
+                 "by rank: {0: 'invalid device 'tpu': ");
     expect_error([&] { UlyssesCommunicator(nullptr, 64, kBf); }, "a CommBackend is required");
+  });
+  // One signal block holds 8 ranks: a larger group is refused on every rank, before any
+  // collective.
+  comm::ThreadGroup nine(9);
+  nine.run([&](int64_t r) {
+    expect_error([&] { UlyssesCommunicator(nine.backend(r), 64, kBf, "nccl"); },
+                 "world size 9: flashinfer-cpp's Ulysses exchange takes at most 8 ranks");
   });
 }
 
@@ -318,7 +329,7 @@ TEST(Ulysses, RecordedRanksReplayTogether) {
 
 TEST(UlyssesCuda, MatchesCpuOnOneGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  for (int64_t W : {2, 4, 8}) {
+  for (int64_t W : {2, 3, 4, 6, 8}) {
     for (DType dt : {kBf, kF32}) {
       for (int64_t D : {3, 64}) {  // scalar rows, 16-byte vector rows
         const Shape x_shape{2, 5, 2 * W, D};

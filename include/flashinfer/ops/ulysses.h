@@ -18,10 +18,11 @@ namespace flashinfer {
 
 /// flashinfer.comm.ulysses.UlyssesCommunicator. The constructor is collective: every rank of
 /// `group` calls it with the same max_elems, dtype (float16, bfloat16 or float32) and backend
-/// ("auto", "nvlink" or "nccl"); device None means the group's device. Each rank gets a staging
-/// buffer of max_elems elements and a signal block that every rank maps (peer memory); with one
-/// rank nothing is allocated. backend(): "nvlink" (upstream's fused push kernel) for 2, 4, 6 or 8
-/// ranks, else "nccl" with fallback_reason() saying why ("auto"; forced "nvlink" raises). Both
+/// ("auto", "nvlink" or "nccl"); device None means the group's device; at most 8 ranks (one
+/// signal block's slots: upstream's NCCL path, which takes more, is not here). Each rank gets a
+/// staging buffer of max_elems elements and a signal block that every rank maps (peer memory); with
+/// one rank nothing is allocated. backend(): "nvlink" (upstream's fused push kernel) for 2, 4, 6 or
+/// 8 ranks, else "nccl" with fallback_reason() saying why ("auto"; forced "nvlink" raises). Both
 /// move the data through the peer buffers here, bit-identical as upstream's backends are.
 class UlyssesCommunicator : public ApiObject {
  public:
@@ -41,7 +42,10 @@ class UlyssesCommunicator : public ApiObject {
   /// rank order. One rank: x itself.
   Tensor gather_heads(const Tensor& x);
   /// Collective while buffers are held (every rank calls it): this rank's work synchronized, a
-  /// barrier, the buffers released. Idempotent; later collectives are refused.
+  /// barrier, the buffers released. Idempotent; later collectives are refused. Call it before
+  /// the communicator goes: the destructor releases this rank's buffers without waiting for the
+  /// peers. A rank's calls must come on one stream (its next call's kernel must follow its
+  /// previous copy-out), as upstream's.
   void close();
 
   const std::string& backend() const;
