@@ -27,6 +27,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/comm_rules.h"
+#include "ops/comm_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -47,16 +48,6 @@ float round_dt(DType dt, double v) {
   if (dt == kBf) return bf16r(v);
   if (dt == kF16) return half_bits_to_float(float_to_half_bits(static_cast<float>(v)));
   return static_cast<float>(v);
-}
-
-// `fn` throws a flashinfer::Error whose message holds `what`.
-void expect_error(const std::function<void()>& fn, const char* what) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error, expected " << what;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
 }
 
 // ---- the shared rules ----------------------------------------------------------------------

@@ -29,6 +29,7 @@
 #include "flashinfer/float_formats.h"
 #include "flashinfer/tensor_io.h"
 #include "kernels/moe_a2a_params.h"
+#include "ops/comm_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -36,15 +37,6 @@ namespace flashinfer::testing {
 namespace {
 
 constexpr DType kBf = DType::kBFloat16;
-
-void expect_error(const std::function<void()>& fn, const char* what) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error, expected " << what;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
 
 // ---- rules by hand ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/ops/ulysses.h"
+#include "ops/comm_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -24,15 +25,6 @@ namespace {
 constexpr DType kBf = DType::kBFloat16;
 constexpr DType kF16 = DType::kFloat16;
 constexpr DType kF32 = DType::kFloat32;
-
-void expect_error(const std::function<void()>& fn, const std::string& what) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error, expected " << what;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
 
 // Every element distinct: the bits of rank r's tensor are a function of (r, index), so a
 // misplaced element shows. 16-bit dtypes take raw patterns (NaNs included: the exchange moves
