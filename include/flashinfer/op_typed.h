@@ -214,10 +214,16 @@ constexpr std::size_t aggregate_arity() {
 
 }  // namespace detail
 
-/// The tuple of OptionField of `S`.
+/// The tuple of OptionField of `S`. The field list's completeness is checked here, where the
+/// op layer uses it, rather than beside every FLASHINFER_OPTION_FIELDS: counting an aggregate's
+/// members instantiates a requires-expression per member, and the header's users (every test
+/// source) paid for it in each translation unit.
 template <OptionsStruct S>
 constexpr auto option_fields() {
-  return flashinfer_option_fields(std::type_identity<S>{});
+  constexpr auto fields = flashinfer_option_fields(std::type_identity<S>{});
+  static_assert(std::tuple_size_v<decltype(fields)> == detail::aggregate_arity<S>(),
+                "FLASHINFER_OPTION_FIELDS(S, ...) must list every member of S");
+  return fields;
 }
 
 // FLASHINFER_OPTION_FIELDS(S, a, b, c): S's keyword fields, in upstream's order.
@@ -231,17 +237,20 @@ constexpr auto option_fields() {
 #define FLASHINFER_OPT_EXPAND1(...) __VA_ARGS__
 #define FLASHINFER_OPT_EACH(S, ...) \
   __VA_OPT__(FLASHINFER_OPT_EXPAND(FLASHINFER_OPT_EACH_STEP(S, __VA_ARGS__)))
-#define FLASHINFER_OPT_EACH_STEP(S, f, ...)               \
-  std::make_tuple(::flashinfer::option_field(#f, &S::f)), \
-      __VA_OPT__(FLASHINFER_OPT_EACH_AGAIN FLASHINFER_OPT_PARENS(S, __VA_ARGS__))
+#define FLASHINFER_OPT_EACH_STEP(S, f, ...) \
+  ::flashinfer::option_field(#f, &S::f)     \
+      __VA_OPT__(, FLASHINFER_OPT_EACH_AGAIN FLASHINFER_OPT_PARENS(S, __VA_ARGS__))
 #define FLASHINFER_OPT_EACH_AGAIN() FLASHINFER_OPT_EACH_STEP
-#define FLASHINFER_OPTION_FIELDS(S, ...)                                                          \
-  inline constexpr auto flashinfer_option_fields(std::type_identity<S>) {                         \
-    return std::tuple_cat(FLASHINFER_OPT_EACH(S, __VA_ARGS__) std::tuple<>());                    \
-  }                                                                                               \
-  static_assert(std::tuple_size_v<decltype(flashinfer_option_fields(std::type_identity<S>{}))> == \
-                    ::flashinfer::detail::aggregate_arity<S>(),                                   \
-                "FLASHINFER_OPTION_FIELDS(" #S ", ...) must list every member of " #S)
+// A template, so that the tuple (one std::make_tuple of the fields) is instantiated only where
+// the op layer reads the list, not in every includer of the header: an std::tuple_cat of
+// one-element tuples here cost each includer of the attention header about 3 s of compile
+// (clang -ftime-trace of a test source, session 52).
+#define FLASHINFER_OPTION_FIELDS(S, ...)                                            \
+  template <std::same_as<S> FlashinferOptionsT>                                     \
+  constexpr auto flashinfer_option_fields(std::type_identity<FlashinferOptionsT>) { \
+    return std::make_tuple(FLASHINFER_OPT_EACH(FlashinferOptionsT, __VA_ARGS__));   \
+  }                                                                                 \
+  static_assert(true, "FLASHINFER_OPTION_FIELDS(" #S ", ...) takes a semicolon")
 
 // ---- Parameter specs: upstream's names, defaults and flags --------------------------------------
 

@@ -9,6 +9,18 @@
 
 namespace flashinfer {
 
+Value::Value() noexcept = default;
+Value::Value(std::nullopt_t) noexcept {}
+Value::Value(bool v) noexcept : v_(v) {}
+Value::Value(IntTag, int64_t v) noexcept : v_(v) {}
+Value::Value(FloatTag, double v) noexcept : v_(v) {}
+Value::Value(const char* v) : v_(std::string(v)) {}
+Value::Value(std::string v) : v_(std::move(v)) {}
+Value::Value(std::string_view v) : v_(std::string(v)) {}
+Value::Value(DType v) noexcept : v_(v) {}
+Value::Value(EnumValue v) : v_(std::move(v)) {}
+Value::Value(ObjectRef v) : v_(std::move(v)) {}
+
 Value::Value(Tensor v) {
   if (v.defined()) v_ = std::move(v);
 }
@@ -31,6 +43,10 @@ Value& Value::operator=(const Value& other) {
   if (this != &other) *this = Value(other);  // the copy constructor makes a borrowed one owning
   return *this;
 }
+
+Value::Value(Value&&) noexcept = default;
+Value& Value::operator=(Value&&) noexcept = default;
+Value::~Value() = default;
 
 Value Value::list(Items items) {
   Value v;
