@@ -769,6 +769,49 @@ struct Invoker<Init<C, A...>> {
   }
 };
 
+// declare_key's work that does not depend on the op, out of line (src/calls/declare.cpp): an
+// op's instance of declare_key is then little more than a call per parameter. With the whole
+// body inline, every op's instance carried it (a fifth of the op layer's code, session 53).
+OpDecl begin_decl(const OpSpec& spec, const char* default_returns, bool is_method);
+const OpDecl& finish_decl(OpRegistry& registry, OpDecl&& d, const OpDecl*& slot_decl,
+                          std::atomic<const WritePlan*>& slot_plan,
+                          const std::vector<const char*>* field_names);
+
+// One named parameter of type T from its spec; instantiated per (T, spec type), not per op.
+template <class T, class D>
+[[gnu::noinline]] void append_param(OpDecl& d, const Arg<D>& a) {
+  ParamDecl p = param_decl_for<T>(a.name);
+  apply_arg<T>(p, a);
+  d.params.push_back(std::move(p));
+}
+template <class T>
+[[gnu::noinline]] void append_param(OpDecl& d, const char* name) {
+  append_param<T>(d, arg(name));
+}
+
+// The specs after the named parameters: OnlyFields{...} and field overrides.
+inline void find_only_fields(const std::vector<const char*>*& only, const OnlyFields& o) {
+  only = &o.names;
+}
+template <class X>
+void find_only_fields(const std::vector<const char*>*&, const X&) {}
+inline void apply_option_spec(OpDecl&, const OnlyFields&) {}
+template <class D>
+void apply_option_spec(OpDecl& d, const Arg<D>& a) {
+  apply_field_override(d, a);
+}
+
+// The names of S's fields, in order.
+template <class S>
+const std::vector<const char*>* option_field_names() {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> v;
+    for_each_field<S>([&](const auto& fld) { v.push_back(fld.name); });
+    return v;
+  }();
+  return &names;
+}
+
 template <class Key, class... Specs>
 const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&... specs) {
   using Info = KeyOf<Key>;
@@ -782,59 +825,27 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
   static_assert(has_options || n_specs == n_named,
                 "declare: more names than the function has parameters");
 
-  OpDecl d;
-  pending_same_view().clear();
-  pending_inside().clear();
-  d.name = spec.name;
-  d.module = spec.module;
-  d.summary = spec.summary ? spec.summary : "";
-  d.returns = spec.returns ? spec.returns : ReturnName<typename Info::Ret>::value;
-  if (spec.var_positional) d.var_positional = spec.var_positional;
-  if (spec.var_keyword) d.var_keyword = spec.var_keyword;
-  d.unwritten_results = spec.unwritten_results;
-  if (spec.unwritten_reason) d.unwritten_reason = spec.unwritten_reason;
-  if constexpr (!std::is_void_v<typename Info::Class>) {
-    const std::string name = spec.name;
-    d.class_name = name.substr(0, name.rfind('.'));
-    d.params.push_back(ParamDecl("self", ParamKind::kObject).type(d.class_name));
-  }
-  auto spec_tuple = std::forward_as_tuple(specs...);
+  OpDecl d = begin_decl(spec, ReturnName<typename Info::Ret>::value,
+                        !std::is_void_v<typename Info::Class>);
+  const auto spec_tuple = std::forward_as_tuple(specs...);
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (
-        [&] {
-          using T = std::tuple_element_t<I, Args>;
-          const auto a = as_arg(std::get<I>(spec_tuple));
-          ParamDecl p = param_decl_for<T>(a.name);
-          apply_arg<T>(p, a);
-          d.params.push_back(std::move(p));
-        }(),
-        ...);
+    (append_param<std::tuple_element_t<I, Args>>(d, std::get<I>(spec_tuple)), ...);
   }
   (std::make_index_sequence<n_named>{});
+  const std::vector<const char*>* field_names = nullptr;
   if constexpr (has_options) {
     using S = std::tuple_element_t<n_named, Args>;
     const std::vector<const char*>* only = nullptr;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            using X = Plain<std::tuple_element_t<n_named + J, std::tuple<Specs...>>>;
-            if constexpr (std::is_same_v<X, OnlyFields>)
-              only = &std::get<n_named + J>(spec_tuple).names;
-          }(),
-          ...);
+      (find_only_fields(only, std::get<n_named + J>(spec_tuple)), ...);
     }
     (std::make_index_sequence<n_specs - n_named>{});
     add_option_params<S>(d, only, spec.var_keyword != nullptr, spec.options_keyword_only);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            using X = Plain<std::tuple_element_t<n_named + J, std::tuple<Specs...>>>;
-            if constexpr (IsArg<X>::value)
-              apply_field_override(d, std::get<n_named + J>(spec_tuple));
-          }(),
-          ...);
+      (apply_option_spec(d, std::get<n_named + J>(spec_tuple)), ...);
     }
     (std::make_index_sequence<n_specs - n_named>{});
+    field_names = option_field_names<S>();
   }
   // Every default must rebuild into its parameter's type (caught at registration).
   constexpr std::size_t off = std::is_void_v<typename Info::Class> ? 0 : 1;
@@ -843,33 +854,7 @@ const OpDecl& declare_key(OpRegistry& registry, const OpSpec& spec, const Specs&
   }
   (std::make_index_sequence<n_named>{});
   d.invoke = [](const CallArgs& a) -> Value { return Invoker<Key>::run(a); };
-  const OpDecl& stored = registry.add(std::move(d));
-  if (!DeclSlot<Key>::decl) {
-    DeclSlot<Key>::decl = &stored;
-    auto* plan = new WritePlan();  // one per op, for the life of the process
-    plan->decl = &stored;
-    for (const ParamDecl& p : stored.params) plan->any_written = plan->any_written || p.mutated;
-    if constexpr (has_options) {
-      for_each_field<std::tuple_element_t<n_named, Args>>(
-          [&](const auto& fld) { plan->field_param.push_back(stored.param_index(fld.name)); });
-    }
-    for (const auto& [w, in] : pending_same_view()) {
-      const int wi = stored.param_index(w), ii = stored.param_index(in);
-      FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
-                       "declare", w, "op '", stored.name,
-                       "': same_view_as() needs a written parameter and an existing input");
-      plan->same_view.emplace_back(wi, ii);
-    }
-    for (const auto& [w, in] : pending_inside()) {
-      const int wi = stored.param_index(w), ii = stored.param_index(in);
-      FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
-                       "declare", w, "op '", stored.name,
-                       "': within() needs a written parameter and an existing input");
-      plan->inside.emplace_back(wi, ii);
-    }
-    DeclSlot<Key>::plan.store(plan, std::memory_order_release);
-  }
-  return stored;
+  return finish_decl(registry, std::move(d), DeclSlot<Key>::decl, DeclSlot<Key>::plan, field_names);
 }
 
 template <class Key>

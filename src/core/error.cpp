@@ -57,5 +57,17 @@ void throw_error(ErrorCode code, const char* file, int line, std::string_view op
   throw Error(code, std::string(op), std::string(arg), detail, file, line);
 }
 
+void write_fail_cstr(std::ostream& os, const void* value) {
+  const char* s = static_cast<const char*>(value);
+  os << (s ? s : "(null)");
+}
+
+void fail_with(ErrorCode code, const char* file, int line, std::string_view op,
+               std::string_view arg, const FailPart* parts, std::size_t n) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < n; ++i) parts[i].write(os, parts[i].value);
+  throw_error(code, file, line, op, arg, os.str());
+}
+
 }  // namespace detail
 }  // namespace flashinfer

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <ostream>
+#include <string>
+#include <string_view>
 
 #include "flashinfer/flashinfer.h"
 #include "util/test_util.h"
@@ -237,6 +240,41 @@ TEST(OpDecl, ErrorsPropagateAndAreObserved) {
   ASSERT_EQ(rec->calls.size(), 1u);
   EXPECT_FALSE(rec->calls[0].ended);
   EXPECT_NE(rec->calls[0].error.find("needs float32"), std::string::npos);
+}
+
+namespace shown {
+struct Shown {
+  int v;
+};
+std::ostream& operator<<(std::ostream& os, const Shown& x) { return os << "Shown(" << x.v << ")"; }
+}  // namespace shown
+
+// A failed check's message is its parts streamed in order: literals, C strings (a null one
+// printed as "(null)"), std::string, string_view, integers, floating point, and any type with an
+// operator<<.
+TEST(OpDecl, CheckMessagesStreamEveryPartInOrder) {
+  const std::string s = "str";
+  const std::string_view sv = "view";
+  const char* cstr = "cstr";
+  const char* null_cstr = nullptr;
+  char buffer[8] = "buf";
+  try {
+    FLASHINFER_CHECK(false, "the_op", "the_arg", "lit ", s, ' ', sv, ' ', cstr, ' ', null_cstr, ' ',
+                     buffer, ' ', 42, ' ', -7L, ' ', 2.5, ' ', std::size_t{3}, ' ', true, ' ',
+                     shown::Shown{5});
+    FAIL() << "no error";
+  } catch (const flashinfer::Error& e) {
+    EXPECT_EQ(e.code(), flashinfer::ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.op(), "the_op");
+    EXPECT_EQ(e.arg(), "the_arg");
+    EXPECT_EQ(e.detail(), "lit str view cstr (null) buf 42 -7 2.5 3 1 Shown(5)");
+  }
+  try {
+    FLASHINFER_FAIL(flashinfer::ErrorCode::kUnsupported, "op2", "");
+  } catch (const flashinfer::Error& e) {
+    EXPECT_EQ(e.code(), flashinfer::ErrorCode::kUnsupported);
+    EXPECT_EQ(e.detail(), "");
+  }
 }
 
 TEST(OpDecl, WrapperMethodsShareAStableObjectId) {
