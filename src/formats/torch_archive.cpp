@@ -1,9 +1,12 @@
 #include "formats/torch_archive.h"
 
-#include <sys/uio.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <new>
+#include <vector>
 
 #include "formats/pickle_writer.h"
 #include "formats/zip_writer.h"
@@ -246,60 +249,119 @@ bool write_archive_layout(int fd, const ArchivePlan& layout,
   return true;
 }
 
-bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept {
-  for (const ArchivePlan::Piece& p : plan.pieces) {
-    if (p.n_patches) return write_archive_plan(fd, plan);  // patched bytes: written run by run
+namespace {
+
+// An archive of at most this many bytes is copied whole and written with one write(2).
+constexpr uint64_t kCopiedArchive = uint64_t{4} << 20;
+// A larger one goes through a buffer of this size.
+constexpr std::size_t kStreamChunk = std::size_t{1} << 20;
+
+// Each piece's offset from the archive's start, in `off`; false on a size that does not add up.
+bool piece_offsets(const ArchivePlan& plan, std::vector<uint64_t>& off) {
+  off.resize(plan.pieces.size());
+  uint64_t at = 0;
+  for (std::size_t i = 0; i < plan.pieces.size(); ++i) {
+    off[i] = at;
+    at += plan.pieces[i].size;
   }
+  return at == plan.size;
+}
+
+bool pwrite_all(int fd, const uint8_t* p, uint64_t n, off_t at) noexcept {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, static_cast<std::size_t>(n), at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<uint64_t>(w);
+    at += static_cast<off_t>(w);
+  }
+  return true;
+}
+
+// The whole archive copied into one buffer: the data first, each entry's CRC then taken from
+// the copy, the headers last.
+bool write_copied_archive(int fd, ArchivePlan& plan, const std::vector<uint64_t>& off) {
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(static_cast<std::size_t>(plan.size));
   for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
-    const ArchivePlan::Piece& p = plan.pieces[slot.piece];
-    const uint32_t crc = zip_crc32(p.data, static_cast<std::size_t>(p.size));
+    uint8_t* dst = buf.data() + off[slot.piece];
+    const uint8_t* begin = dst;
+    for_each_run(plan.pieces[slot.piece], [&](const uint8_t* b, uint64_t n) {
+      std::copy(b, b + n, dst);
+      dst += n;
+      return true;
+    });
+    const uint32_t crc = zip_crc32(begin, static_cast<std::size_t>(dst - begin));
     put_u32(plan.header, slot.local_at, crc);
     put_u32(plan.header, slot.central_at, crc);
   }
-  // Up to kMax pieces per writev(2) (consecutive header pieces coalesced, as above); a short
-  // write resumes where it stopped.
-  constexpr int kMax = 64;
-  iovec iov[kMax];
-  int n = 0;
-  const auto flush = [&]() noexcept {
-    int at = 0;
-    while (at < n) {
-      const ssize_t w = ::writev(fd, iov + at, n - at);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      auto left = static_cast<std::size_t>(w);
-      while (at < n && left >= iov[at].iov_len) left -= iov[at++].iov_len;
-      if (at < n) {
-        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + left;
-        iov[at].iov_len -= left;
-      }
-    }
-    n = 0;
-    return true;
-  };
-  std::size_t i = 0;
-  while (i < plan.pieces.size()) {
+  for (std::size_t i = 0; i < plan.pieces.size(); ++i) {
     const ArchivePlan::Piece& p = plan.pieces[i];
-    const void* base = p.data;
-    uint64_t size = p.size;
-    ++i;
-    if (!base) {
-      base = plan.header.data() + p.at;
-      while (i < plan.pieces.size() && !plan.pieces[i].data && plan.pieces[i].at == p.at + size) {
-        size += plan.pieces[i].size;
-        ++i;
-      }
-    }
-    // Pieces over 1 GiB in several entries (writev's total must stay below SSIZE_MAX).
-    while (size > 0) {
-      const uint64_t chunk = size > (uint64_t{1} << 30) ? (uint64_t{1} << 30) : size;
-      if (n == kMax && !flush()) return false;
-      iov[n++] = {const_cast<void*>(base), static_cast<std::size_t>(chunk)};
-      base = static_cast<const char*>(base) + chunk;
-      size -= chunk;
+    if (!p.data) {
+      std::copy(plan.header.data() + p.at, plan.header.data() + p.at + p.size, buf.data() + off[i]);
     }
   }
-  return flush();
+  const bool ok = write_all(fd, buf.data(), plan.size);
+  if (buf.capacity() > kCopiedArchive) std::vector<uint8_t>().swap(buf);  // an O_APPEND giant
+  return ok;
+}
+
+// A large archive at the file's offset: each entry's bytes through a buffer (CRC and write both
+// from it) with pwrite(2), then the headers with the CRCs filled in; the file offset is left at
+// the archive's end.
+bool write_streamed_archive(int fd, ArchivePlan& plan, const std::vector<uint64_t>& off) {
+  const off_t base = ::lseek(fd, 0, SEEK_CUR);
+  if (base < 0) return false;
+  std::vector<uint8_t> chunk(kStreamChunk);
+  for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
+    uint32_t crc = 0;
+    off_t at = base + static_cast<off_t>(off[slot.piece]);
+    const bool ok = for_each_run(plan.pieces[slot.piece], [&](const uint8_t* b, uint64_t n) {
+      while (n > 0) {
+        const std::size_t k = n < kStreamChunk ? static_cast<std::size_t>(n) : kStreamChunk;
+        std::copy(b, b + k, chunk.data());
+        crc = zip_crc32_update(crc, chunk.data(), k);
+        if (!pwrite_all(fd, chunk.data(), k, at)) return false;
+        b += k;
+        n -= k;
+        at += static_cast<off_t>(k);
+      }
+      return true;
+    });
+    if (!ok) return false;
+    put_u32(plan.header, slot.local_at, crc);
+    put_u32(plan.header, slot.central_at, crc);
+  }
+  for (std::size_t i = 0; i < plan.pieces.size(); ++i) {
+    const ArchivePlan::Piece& p = plan.pieces[i];
+    if (!p.data && p.size &&
+        !pwrite_all(fd, plan.header.data() + p.at, p.size, base + static_cast<off_t>(off[i]))) {
+      return false;
+    }
+  }
+  return ::lseek(fd, base + static_cast<off_t>(plan.size), SEEK_SET) >= 0;
+}
+
+}  // namespace
+
+bool write_archive_copied(int fd, ArchivePlan& plan) noexcept {
+  // A tensor's bytes may change while it is written (a peer rank writing into a workspace both
+  // share, session 53): the CRC in the file must be that of the bytes in the file, so both are
+  // taken from one copy. CRC then write(2) from the tensor itself left a mismatch, and
+  // load_torch refuses the archive.
+  try {
+    std::vector<uint64_t> off;
+    if (!piece_offsets(plan, off)) return write_archive_plan(fd, plan);
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (plan.size <= kCopiedArchive || (flags >= 0 && (flags & O_APPEND))) {
+      return write_copied_archive(fd, plan, off);
+    }
+    return write_streamed_archive(fd, plan, off);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return false;
+  }
 }
 
 }  // namespace flashinfer::formats

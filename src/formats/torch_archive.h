@@ -100,8 +100,12 @@ bool write_archive_plan(int fd, ArchivePlan& plan) noexcept;
 bool write_archive_layout(int fd, const ArchivePlan& layout,
                           const ArchivePlan::Piece* data) noexcept;
 
-/// The same with writev(2): a small archive is one system call (record-everything mode writes
-/// two per call on its critical path).
-bool writev_archive_plan(int fd, ArchivePlan& plan) noexcept;
+/// The same, for the recorder: each entry's CRC and its bytes in the file come from one copy of
+/// the tensor's bytes, so a tensor another thread writes into while it is saved gives a valid
+/// archive (of some mix of the old and new bytes). An archive of up to 4 MiB is copied whole and
+/// is one write(2) (record-everything mode writes two per call on its critical path); a larger
+/// one goes through a 1 MiB buffer with pwrite(2) at the file's offset (copied whole when the file
+/// is O_APPEND). Not async-signal-safe (it allocates).
+bool write_archive_copied(int fd, ArchivePlan& plan) noexcept;
 
 }  // namespace flashinfer::formats

@@ -148,8 +148,10 @@ namespace {
 
 // save_torch's archive, written to an open (empty) file and closed: the layout comes from a
 // per-thread cache (the same op records the same names, dtypes, shapes and strides call after
-// call; pickling them and laying out the zip headers was a sixth of the call's CPU time), the
-// tensor bytes are pointed at, and a small archive is one writev(2).
+// call; pickling them and laying out the zip headers was a sixth of the call's CPU time), and the
+// tensor bytes go through one copy (each entry's CRC and its bytes in the file from the same
+// copy, so a tensor written by another thread meanwhile still gives a valid archive): a small
+// archive is one write(2).
 void write_torch_fd(Fd& fd, const std::string& path, std::string_view stem, const NamedTensors& t) {
   thread_local std::unordered_map<std::string, formats::ArchivePlan> cache;
   std::string key(stem);
@@ -195,7 +197,7 @@ void write_torch_fd(Fd& fd, const std::string& path, std::string_view stem, cons
   for (std::size_t i = 0; i < plan.crc_slots.size(); ++i) {
     plan.pieces[plan.crc_slots[i].piece].data = data[i];
   }
-  const bool ok = formats::writev_archive_plan(fd.fd, plan);
+  const bool ok = formats::write_archive_copied(fd.fd, plan);
   const int err = errno;
   for (const auto& slot : plan.crc_slots) plan.pieces[slot.piece].data = nullptr;
   fd.reset();

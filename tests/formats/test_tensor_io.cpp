@@ -1,20 +1,26 @@
 // save_torch / save_safetensors: byte-level structure checked here, and the files loaded back
 // by Debian's python3-torch (torch.load(..., weights_only=True)) and, when installed, the
 // safetensors package.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/tensor_io.h"
 #include "formats/pickle_writer.h"
 #include "formats/reader_limits.h"
+#include "formats/torch_archive.h"
 #include "formats/zip_writer.h"
 #include "recorder/python_json.h"
 #include "util/remove_at_exit.h"
@@ -80,6 +86,65 @@ TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
                                              "inputs/version"}));
   const size_t data0 = z.find(std::string("\0\0\x80\x3f\0\0\0\x40", 8));  // 1.0f, 2.0f
   EXPECT_NE(data0, std::string::npos);
+}
+
+// The recorder's archive writer (formats::write_archive_copied): byte for byte save_torch's file
+// when nothing else writes the tensor, and a valid archive (every CRC that of the bytes in the
+// file) when another thread writes into it throughout, as a peer rank writes a workspace both
+// share. Computing the CRC from the tensor and then writing the tensor left a CRC mismatch that
+// load_torch refuses (MoeA2aModuleReplay.RecordedRanksReplayTogether failed 1 run in 20).
+TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
+  // 64 KiB: copied whole, one write(2); 6 MiB: streamed through a buffer with pwrite(2).
+  for (const int64_t n : {int64_t{16} << 10, int64_t{6} << 20}) {
+    for (const bool append : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + " bytes" + (append ? ", O_APPEND" : ""));
+      Tensor x = Tensor::zeros({n}, DType::kUInt8);
+      auto* bytes = static_cast<uint8_t*>(x.data_ptr());
+      for (int64_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+      const Tensor small = Tensor::from_vector({1.5, -2.0}, {2}, DType::kFloat32);
+      const std::vector<formats::TorchItem> items = {{"x", DType::kUInt8, {n}, {1}, 0, n},
+                                                     {"small", DType::kFloat32, {2}, {1}, 0, 2}};
+      formats::ArchivePlan plan =
+          formats::plan_torch_archive("arch", items, {x.data_ptr(), small.data_ptr()});
+      const auto write = [&](const fs::path& p) {
+        const int fd =
+            ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | (append ? O_APPEND : 0), 0644);
+        ASSERT_GE(fd, 0);
+        EXPECT_TRUE(formats::write_archive_copied(fd, plan));
+        EXPECT_EQ(::lseek(fd, 0, SEEK_CUR), static_cast<off_t>(plan.size));
+        ::close(fd);
+      };
+      // Quiet: save_torch's bytes.
+      const fs::path quiet = scratch("arch.pt"), ref = scratch("ref/arch.pt");
+      fs::create_directories(ref.parent_path());
+      write(quiet);
+      save_torch(ref.string(), {{"x", x}, {"small", small}});
+      EXPECT_EQ(read_file(quiet), read_file(ref));
+      // Written meanwhile: every byte of x changes again and again while the archive is written.
+      struct Writer {  // stopped and joined however the loop below ends
+        std::atomic<bool> stop{false};
+        std::thread t;
+        ~Writer() {
+          stop = true;
+          t.join();
+        }
+      } writer;
+      writer.t = std::thread([&] {
+        for (uint8_t v = 1; !writer.stop.load(std::memory_order_relaxed); ++v) {
+          for (int64_t i = 0; i < n; i += 61) __atomic_store_n(&bytes[i], v, __ATOMIC_RELAXED);
+        }
+      });
+      for (int k = 0; k < 6; ++k) {
+        const fs::path busy = scratch("busy" + std::to_string(k) + ".pt");
+        write(busy);
+        NamedTensors back;
+        ASSERT_NO_THROW(back = load_torch(busy.string()));  // a CRC mismatch throws
+        ASSERT_EQ(back.size(), 2u);
+        EXPECT_EQ(back[0].second.numel(), n);
+        EXPECT_EQ(back[1].second.to_double_vector(), (std::vector<double>{1.5, -2.0}));
+      }
+    }
+  }
 }
 
 TEST(SaveSafetensors, HeaderIsAlignedAndTiled) {
