@@ -1,12 +1,32 @@
 // The part of an op's declaration (include/flashinfer/op_typed.h, declare_key) that does not
 // depend on the op's C++ types: its header fields, and its registration with its write plan.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/error.h"
 #include "flashinfer/op_typed.h"
 
 namespace flashinfer::detail {
+
+namespace {
+
+// The (written, input) parameter indices of a declaration's same_view_as() or within() marks.
+std::vector<std::pair<int, int>> written_input_pairs(
+    const OpDecl& stored, const std::vector<std::pair<std::string, std::string>>& marks,
+    const char* mark) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& [w, in] : marks) {
+    const int wi = stored.param_index(w), ii = stored.param_index(in);
+    FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
+                     "declare", w, "op '", stored.name, "': ", mark,
+                     " needs a written parameter and an existing input");
+    out.emplace_back(wi, ii);
+  }
+  return out;
+}
+
+}  // namespace
 
 OpDecl begin_decl(const OpSpec& spec, const char* default_returns, bool is_method) {
   OpDecl d;
@@ -40,20 +60,8 @@ const OpDecl& finish_decl(OpRegistry& registry, OpDecl&& d, const OpDecl*& slot_
   if (field_names) {
     for (const char* n : *field_names) plan->field_param.push_back(stored.param_index(n));
   }
-  for (const auto& [w, in] : pending_same_view()) {
-    const int wi = stored.param_index(w), ii = stored.param_index(in);
-    FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
-                     "declare", w, "op '", stored.name,
-                     "': same_view_as() needs a written parameter and an existing input");
-    plan->same_view.emplace_back(wi, ii);
-  }
-  for (const auto& [w, in] : pending_inside()) {
-    const int wi = stored.param_index(w), ii = stored.param_index(in);
-    FLASHINFER_CHECK(wi >= 0 && ii >= 0 && stored.params[static_cast<std::size_t>(wi)].mutated,
-                     "declare", w, "op '", stored.name,
-                     "': within() needs a written parameter and an existing input");
-    plan->inside.emplace_back(wi, ii);
-  }
+  plan->same_view = written_input_pairs(stored, pending_same_view(), "same_view_as()");
+  plan->inside = written_input_pairs(stored, pending_inside(), "within()");
   slot_plan.store(plan, std::memory_order_release);
   return stored;
 }

@@ -353,10 +353,10 @@ bool write_archive_copied(int fd, ArchivePlan& plan) noexcept {
   try {
     std::vector<uint64_t> off;
     if (!piece_offsets(plan, off)) return write_archive_plan(fd, plan);
+    if (plan.size <= kCopiedArchive) return write_copied_archive(fd, plan, off);
+    // pwrite(2) ignores its offset on an O_APPEND file (Linux): a large archive is copied whole.
     const int flags = ::fcntl(fd, F_GETFL);
-    if (plan.size <= kCopiedArchive || (flags >= 0 && (flags & O_APPEND))) {
-      return write_copied_archive(fd, plan, off);
-    }
+    if (flags >= 0 && (flags & O_APPEND)) return write_copied_archive(fd, plan, off);
     return write_streamed_archive(fd, plan, off);
   } catch (const std::bad_alloc&) {
     errno = ENOMEM;
