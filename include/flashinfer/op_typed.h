@@ -517,17 +517,6 @@ constexpr std::size_t named_arity() {
 }
 
 template <class T>
-struct IsArg : std::false_type {};
-template <class D>
-struct IsArg<Arg<D>> : std::true_type {};
-
-template <class D>
-Arg<D> as_arg(const Arg<D>& a) {
-  return a;
-}
-inline Arg<void> as_arg(const char* name) { return arg(name); }
-
-template <class T>
 ParamDecl param_decl_for(const std::string& name) {
   ParamDecl p(name, ArgTraits<T>::kind);
   if constexpr (requires { ArgTraits<T>::optional; }) {

@@ -324,6 +324,17 @@ const std::map<std::string, Rule, std::less<>>& rules() {
     add("cute_dsl_fused_moe_nvfp4", sm100,
         "fused_moe/cute_dsl/fused_moe.py: @supported_compute_capability([100, 103]) (later "
         "versions [100, 103, 107])");
+    // fused_moe_mxfp8_mxfp4.py: the decorator only records [100, 103]; the call fails past
+    // validation elsewhere (GEMM1: "Blockscaled contiguous gather grouped GEMM requires SM10x
+    // family", SM107 lacking its Rubin tactic fields), so SM100 / SM103 run it.
+    for (const char* op : {"cute_dsl_fused_moe_mxfp8_mxfp4", "CuteDslMxfp8Mxfp4MoEWrapper.run"}) {
+      add(op, sm100,
+          "fused_moe/cute_dsl/fused_moe_mxfp8_mxfp4.py: @supported_compute_capability([100, "
+          "103]); GEMM1's wrapper raises ValueError unless the major is 10, and SM107 without "
+          "Rubin tactic fields",
+          false,
+          "Blockscaled contiguous gather grouped GEMM requires SM10x family (SM100 / SM103)");
+    }
     add("CuteDslMoEWrapper.run", sm100,
         "fused_moe/cute_dsl/fused_moe.py: CuteDslMoEWrapper.__init__ "
         "@supported_compute_capability([100, 103])");
@@ -489,6 +500,15 @@ const std::map<std::string, Rule, std::less<>>& rules() {
           "cute-dsl attention kernels require a Blackwell GPU with tcgen05 (SM100 / SM103 / "
           "SM110)");
     }
+    // nvfp4_attention_sm120.py: @supported_compute_capability([120]) records metadata only; its
+    // JIT module is compiled for sm_120a alone, and fwd's binding gates on major 12, minor 0.
+    add("nvfp4_attention_sm120_quantize_qkv", {120},
+        "nvfp4_attention_sm120.py: @supported_compute_capability([120]); the JIT module "
+        "(jit/nvfp4_attention_sm120.py) is built for sm_120a only");
+    add("nvfp4_attention_sm120_fwd", {120},
+        "csrc/nvfp4_attention_sm120/nvfp4_attention_sm120_binding.cu: compute capability "
+        "12.0 exactly, else an error",
+        false, "NVFP4 attention SM120 kernel requires compute capability 12.0");
     // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
     add("bsa_attn_sm120_blk64_fwd", {120, 121},
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "

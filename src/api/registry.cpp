@@ -54,6 +54,8 @@ void register_mhc_ops(OpRegistry& registry);
 void register_norm_fp4quant_ops(OpRegistry& registry);
 void register_kda_ops(OpRegistry& registry);
 void register_bsa_ops(OpRegistry& registry);
+void register_moe_cute_mxfp8_mxfp4_ops(OpRegistry& registry);
+void register_nvfp4_attention_sm120_ops(OpRegistry& registry);
 void register_monomoe_ops(OpRegistry& registry);
 void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
@@ -111,6 +113,8 @@ void register_builtin_ops(OpRegistry& registry) {
   register_norm_fp4quant_ops(registry);
   register_kda_ops(registry);
   register_bsa_ops(registry);
+  register_moe_cute_mxfp8_mxfp4_ops(registry);
+  register_nvfp4_attention_sm120_ops(registry);
   register_monomoe_ops(registry);
   register_rope_quantize_append_ops(registry);
   register_moe_b12x_ops(registry);

@@ -345,6 +345,7 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"BatchAttentionWithAttentionSinkWrapper.plan", "the run case plans before it runs"},
       {"B12xMoEWrapper.__init__", "the run case constructs the wrapper"},
       {"CuteDslMoEWrapper.__init__", "the run case constructs the wrapper"},
+      {"CuteDslMxfp8Mxfp4MoEWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchDecodeMlaWithPagedKVCacheWrapper.__init__", "the run case constructs the wrapper"},
       {"BatchDecodeMlaWithPagedKVCacheWrapper.plan", "the run case plans before it runs"},
   };
@@ -394,7 +395,8 @@ std::optional<std::string> output_param_target(const OpDecl& decl, const ParamDe
     if (has("result[0]")) return "result[0]";
   }
   if (p.name == "lse" && has("result[1]")) return "result[1]";
-  if (p.name == "output") {  // the MoE ops
+  if (p.name == "moe_output" && has("result")) return "result";  // the CuTe-DSL MoE functions
+  if (p.name == "output") {                                      // the MoE ops
     if (has("result")) return "result";
     if (has("result[0]")) return "result[0]";
   }
@@ -1320,6 +1322,16 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_EQ(cuda_expectation("bsa_attn_sm100_blk64_fwd", "", 110).refusal,
             "bsa_attn_sm100_blk64_fwd only supports SM100/SM103");
   EXPECT_FALSE(cuda_expectation("bsa_attn_sm100_blk64_fwd", "", 103).refused);
+  EXPECT_EQ(cuda_expectation("nvfp4_attention_sm120_fwd", "", 90).refusal,
+            "NVFP4 attention SM120 kernel requires compute capability 12.0");
+  EXPECT_TRUE(cuda_expectation("nvfp4_attention_sm120_fwd", "", 121).refused);
+  EXPECT_FALSE(cuda_expectation("nvfp4_attention_sm120_fwd", "", 120).refused);
+  EXPECT_TRUE(cuda_expectation("nvfp4_attention_sm120_quantize_qkv", "", 90).refused);
+  EXPECT_FALSE(cuda_expectation("nvfp4_attention_sm120_quantize_qkv", "", 120).refused);
+  EXPECT_EQ(cuda_expectation("cute_dsl_fused_moe_mxfp8_mxfp4", "", 90).refusal,
+            "Blockscaled contiguous gather grouped GEMM requires SM10x family (SM100 / SM103)");
+  EXPECT_TRUE(cuda_expectation("CuteDslMxfp8Mxfp4MoEWrapper.run", "", 120).refused);
+  EXPECT_FALSE(cuda_expectation("CuteDslMxfp8Mxfp4MoEWrapper.run", "", 103).refused);
   EXPECT_EQ(cuda_expectation("packed_kda_decode", "", 90).refusal,
             "packed KDA T=1 requires compute capability 10.0, 10.3 or 10.7 in the SM100 family");
   EXPECT_FALSE(cuda_expectation("packed_kda_decode", "", 103).refused);
@@ -1469,7 +1481,7 @@ TEST(BackendOpsCoverage, RefusedWrapperMethodsKeepTheirSelfAlive) {
                          "BatchPrefillCuteDSLWrapper.run", "BatchPrefillCuteDSLWrapper.run_paged",
                          "BatchPrefillPagedTSWrapper.run", "BatchPrefillTSWrapper.run",
                          "BlockSparsePagedTSWrapper.run", "BlockSparseTSWrapper.run",
-                         "CuteDslMoEWrapper.run"}));
+                         "CuteDslMoEWrapper.run", "CuteDslMxfp8Mxfp4MoEWrapper.run"}));
 }
 
 TEST(BackendOpsCoverage, CudaExpectationReadsTheCasesBackend) {

@@ -2,11 +2,14 @@
 // cute_dsl_fused_moe_nvfp4): a hand-checked golden of GEMM1's MXFP8 epilogue (the ue8m0 scale
 // rounded up), fp64 formulas (Swiglu with and without parameters, Relu2, expert parallelism), bad
 // input naming the argument, in-memory record/replay. Sources: docs/MOE.md ("CuTe-DSL w4a8").
+// Also the same MoE under upstream's fused_moe_mxfp8_mxfp4 names (cute_dsl_fused_moe_mxfp8_mxfp4,
+// CuteDslMxfp8Mxfp4MoEWrapper) with that module's validation and tactics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -328,6 +331,154 @@ TEST(CuteDslW4a8, RecordReplay) {
   ASSERT_TRUE(calls[0].error.empty()) << calls[0].error;
   EXPECT_NO_THROW((void)replay(calls[0]));
   EXPECT_TRUE(replays_identically(calls[1]));
+}
+
+// ---- cute_dsl_fused_moe_mxfp8_mxfp4 / CuteDslMxfp8Mxfp4MoEWrapper (the same MoE under the names
+// of upstream's fused_moe_mxfp8_mxfp4 module, with its own validation) ----
+
+CuteDslMxfp8Mxfp4MoEWrapper make_mixed(const W4a8Case& c, int64_t act = 3, double alpha = 1.0,
+                                       double beta = 0.0, double limit = kFltMax) {
+  return CuteDslMxfp8Mxfp4MoEWrapper(c.E, c.K, c.H, c.I, std::nullopt, c.local, c.offset, false,
+                                     "cpu", true, act, alpha, beta, limit);
+}
+
+TEST(CuteDslMxfp8Mxfp4, MatchesFormulaAndTheW4a8Wrapper) {
+  struct Variant {
+    const char* name;
+    bool gated;
+    int64_t offset, local;
+    double alpha, beta, limit;
+  };
+  for (const Variant& v :
+       {Variant{"swiglu", true, 0, 8, 1.0, 0.0, kFltMax},
+        Variant{"swiglu with parameters, EP rank 1", true, 4, 4, 1.702, 1.0, 3.0},
+        Variant{"relu2, EP rank 0", false, 0, 4, 1.0, 0.0, kFltMax}}) {
+    SCOPED_TRACE(v.name);
+    W4a8Case c;
+    c.gated = v.gated;
+    c.offset = v.offset;
+    c.local = v.local;
+    c.make(77);
+    const int64_t act = v.gated ? 3 : 6;
+    const auto expect = c.expected(v.alpha, v.beta, v.limit);
+    EXPECT_GT(max_abs(expect), 0.1);
+    const Tensor s1 = c.s1_t(), s2 = c.s2_t();
+    const Tensor f = cute_dsl_fused_moe_mxfp8_mxfp4(
+        c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1), c.w2_t(), s2,
+        c.alpha(c.a2), c.E, c.K, c.local, c.offset, std::nullopt, std::nullopt, std::nullopt, true,
+        act, v.alpha, v.beta, v.limit);
+    EXPECT_EQ(f.dtype(), DType::kBFloat16);
+    EXPECT_TRUE(all_close(f, expect, default_tolerance(DType::kBFloat16)));
+    // Tokens whose experts are all remote get zero rows (routing (t + 3k) % 8, local 4).
+    CuteDslMxfp8Mxfp4MoEWrapper w = make_mixed(c, act, v.alpha, v.beta, v.limit);
+    const Tensor r = w.run(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1),
+                           c.w2_t(), s2, c.alpha(c.a2));
+    EXPECT_TRUE(all_close(r, f.to_double_vector(), {0.0, 0.0}));
+    CuteDslMoEWrapper w4a8 = make_wrapper(c, act, v.alpha, v.beta, v.limit);
+    const Tensor ref = w4a8.run(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1),
+                                std::nullopt, c.w2_t(), s2, c.alpha(c.a2));
+    EXPECT_TRUE(all_close(f, ref.to_double_vector(), {0.0, 0.0}));
+  }
+}
+
+// moe_output is written and returned (a stale value in it does not survive); a tactic from
+// upstream's list changes nothing.
+TEST(CuteDslMxfp8Mxfp4, MoeOutputAndTactic) {
+  W4a8Case c;
+  c.offset = 4;  // some tokens route only to remote experts: their rows must be zeroed
+  c.local = 4;
+  c.make(78);
+  const Tensor s1 = c.s1_t(), s2 = c.s2_t();
+  Tensor out = Tensor::full({c.T, c.H}, 7.0, DType::kBFloat16);
+  const Value tactic = Value::tuple(
+      {Value(int64_t{256}),
+       Value::tuple({Value::tuple({Value(int64_t{256}), Value(int64_t{128})}),
+                     Value::tuple({Value(int64_t{2}), Value(int64_t{1})}), Value(false)}),
+       Value::tuple({Value::tuple({Value(int64_t{256}), Value(int64_t{192})}),
+                     Value::tuple({Value(int64_t{2}), Value(int64_t{2})}), Value(false)})});
+  const Tensor r = cute_dsl_fused_moe_mxfp8_mxfp4(
+      c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1), c.w2_t(), s2,
+      c.alpha(c.a2), c.E, c.K, c.local, c.offset, out, std::nullopt, tactic);
+  EXPECT_EQ(r.data_ptr(), out.data_ptr());
+  EXPECT_TRUE(all_close(out, c.expected(), default_tolerance(DType::kBFloat16)));
+  CuteDslMxfp8Mxfp4MoEWrapper w = make_mixed(c);
+  const Tensor plain = w.run(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1),
+                             c.w2_t(), s2, c.alpha(c.a2), Value(int64_t{-1}));
+  EXPECT_TRUE(all_close(plain, out.to_double_vector(), {0.0, 0.0}));
+}
+
+TEST(CuteDslMxfp8Mxfp4, BadInputNamesTheArgument) {
+  W4a8Case c;
+  c.make(79);
+  const char* fn = "cute_dsl_fused_moe_mxfp8_mxfp4";
+  const Tensor x = c.x_t(), xs = c.xs_t(), ids = c.ids_t(), rw = c.rw_t(), w1 = c.w1_t(),
+               s1 = c.s1_t(), w2 = c.w2_t(), s2 = c.s2_t(), a1 = c.alpha(c.a1), a2 = c.alpha(c.a2);
+  auto call = [&](const Tensor& xx, const Tensor& xss, const Tensor& rww, const Tensor& ss1,
+                  const Tensor& ww2, std::optional<Value> tactic, int64_t act, int64_t offset) {
+    return cute_dsl_fused_moe_mxfp8_mxfp4(xx, xss, ids, rww, w1, ss1, a1, ww2, s2, a2, c.E, c.K,
+                                          std::nullopt, offset, std::nullopt, std::nullopt,
+                                          std::move(tactic), true, act);
+  };
+  // upstream's test: bf16 routing weights (TypeError naming token_final_scales) and contiguous
+  // weight scales (ValueError "MMA scale strides").
+  EXPECT_FI_ERROR(call(x, xs, rw.to(DType::kBFloat16), s1, w2, std::nullopt, 3, 0), fn,
+                  "token_final_scales");
+  try {
+    call(x, xs, rw, s1.contiguous(), w2, std::nullopt, 3, 0);
+    ADD_FAILURE() << "contiguous weight scales were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), "w1_weight_sf");
+    EXPECT_NE(std::string(e.what()).find("MMA scale strides"), std::string::npos) << e.what();
+  }
+  EXPECT_FI_ERROR(call(x.to(DType::kBFloat16), xs, rw, s1, w2, std::nullopt, 3, 0), fn, "x");
+  EXPECT_FI_ERROR(
+      call(x, Tensor::zeros({c.T, c.H / 16}, DType::kUInt8), rw, s1, w2, std::nullopt, 3, 0), fn,
+      "x_sf");
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, Tensor::zeros({8, 128}, DType::kUInt8), std::nullopt, 3, 0),
+                  fn, "w2_weight");
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, w2, std::nullopt, 5, 0), fn, "activation_type");
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, w2, std::nullopt, 3, 1), fn, "local_expert_offset");
+  // [128, 96] is no GEMM1 tile upstream has; a 2-sequence is no tactic.
+  const Value bad = Value::tuple(
+      {Value(int64_t{128}),
+       Value::list({Value::list({Value(int64_t{128}), Value(int64_t{96})}),
+                    Value::list({Value(int64_t{1}), Value(int64_t{1})}), Value(false)}),
+       Value::list({Value::list({Value(int64_t{128}), Value(int64_t{128})}),
+                    Value::list({Value(int64_t{1}), Value(int64_t{1})}), Value(false)})});
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, w2, bad, 3, 0), fn, "tactic");
+  EXPECT_FI_ERROR(
+      call(x, xs, rw, s1, w2, Value::tuple({Value(int64_t{128}), Value(int64_t{1})}), 3, 0), fn,
+      "tactic");
+  // The wrapper: hidden size against its own, sizes not multiples of 128 at construction.
+  CuteDslMxfp8Mxfp4MoEWrapper w(c.E, c.K, 256, c.I, std::nullopt, std::nullopt, 0, false, "cpu");
+  EXPECT_FI_ERROR(w.run(x, xs, ids, rw, w1, s1, a1, w2, s2, a2), "CuteDslMxfp8Mxfp4MoEWrapper.run",
+                  "x");
+  EXPECT_FI_ERROR(CuteDslMxfp8Mxfp4MoEWrapper(8, 2, 192, 128),
+                  "CuteDslMxfp8Mxfp4MoEWrapper.__init__", "hidden_size");
+  EXPECT_FI_ERROR(CuteDslMxfp8Mxfp4MoEWrapper(8, 9, 128, 128),
+                  "CuteDslMxfp8Mxfp4MoEWrapper.__init__", "top_k");
+}
+
+// Recorded to disk (the weight scales keep their MMA-view strides there) and replayed as a
+// session (the wrapper's run on the object its recorded __init__ rebuilds).
+TEST(CuteDslMxfp8Mxfp4, RecordedCallsReplayFromDisk) {
+  W4a8Case c;
+  c.offset = 4;
+  c.local = 4;
+  c.make(80);
+  const Tensor s1 = c.s1_t(), s2 = c.s2_t();
+  const std::filesystem::path dir = record_dump("mxfp8_mxfp4", [&] {
+    (void)cute_dsl_fused_moe_mxfp8_mxfp4(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1,
+                                         c.alpha(c.a1), c.w2_t(), s2, c.alpha(c.a2), c.E, c.K,
+                                         c.local, c.offset);
+    CuteDslMxfp8Mxfp4MoEWrapper w = make_mixed(c);
+    (void)w.run(c.x_t(), c.xs_t(), c.ids_t(), c.rw_t(), c.w1_t(), s1, c.alpha(c.a1), c.w2_t(), s2,
+                c.alpha(c.a2));
+  });
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(rs.size(), 3u);
+  for (const replay::Result& r : rs) EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
 }
 
 }  // namespace
