@@ -17,7 +17,7 @@ time) and the architecture, and reads it from there while they match: the ctest 
 one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kept in FILE.pickle
 (the text of the library is hundreds of MB: parsing it was most of a rule's time).
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `moe_a2a`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -164,9 +164,16 @@ RULES = {
             description="NVFP4 quantizers (silu-and-mul rows, paged cache quantize and append, "
             "abs-max): no spills, 128-bit global loads (LDG .128)",
             # The element-load fallbacks for unaligned or strided rows (nvfp4_*_strided_kernel)
-            # have no wide load by design.
-            exclude=("strided",),
+            # have no wide load by design; the SM120 attention's kernels have their own rule.
+            exclude=("strided", "nvfp4_attn_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
+            name="nvfp4_attn",
+            match="nvfp4_attn_",
+            description="the SM120 NVFP4 attention's reference-grade kernels "
+            "(nvfp4_attention_cuda.cu: means, correction, quantize, forward; element loads by "
+            "design): no spills",
         ),
         Rule(
             name="rowops",
