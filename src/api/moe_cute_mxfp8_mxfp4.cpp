@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/backends.h"
@@ -30,8 +31,8 @@ constexpr const char* kMixedRun = "CuteDslMxfp8Mxfp4MoEWrapper.run";
 void check_mixed_activation(const char* op, int64_t act) {
   FLASHINFER_CHECK(act == 3 || act == 6 || act == 8, op, "activation_type",
                    "Unsupported activation_type ", act,
-                   "; expected ActivationType.Swiglu, ActivationType.Relu2 or "
-                   "ActivationType.GegluTanh");
+                   "; expected ActivationType.Swiglu, ActivationType.GegluTanh or "
+                   "ActivationType.Relu2");
 }
 
 // _validate_mixed_configuration.
@@ -69,20 +70,24 @@ void check_mma_scales(const char* op, const Tensor& s, const char* arg, int64_t 
                    shape_to_string(Shape(want)), ", got ", shape_to_string(Shape(got)));
 }
 
-// canonicalize_mxfp8_mxfp4_tactic: None or -1 (the default), else (tile_size, ((tile, n1),
-// (tile / 128, 1), False), ((tile, n2), (tile / 128, cn), False)) from the 32 the kernels have.
-// A tactic chooses tiles only: the result does not depend on it.
-void check_tactic(const char* op, const std::optional<Value>& tactic) {
+// canonicalize_mxfp8_mxfp4_tactic: None (the autotuner's choice), -1 where the runner takes it
+// (the wrapper's run: the default tactic; the function canonicalizes it first and refuses it),
+// else exactly (tile_size, ((tile, n1), (tile / 128, 1), False), ((tile, n2), (tile / 128, cn),
+// False)) from the 32 the kernels have. A tactic chooses tiles only: the result does not depend
+// on it.
+void check_tactic(const char* op, const std::optional<Value>& tactic, bool minus_one_ok) {
   if (!tactic || tactic->is_none()) return;
-  if (tactic->kind() == Value::Kind::kInt && tactic->as_int() == -1) return;
+  if (minus_one_ok && tactic->kind() == Value::Kind::kInt && tactic->as_int() == -1) return;
   FLASHINFER_CHECK(tactic->is_sequence() && tactic->items().size() == 3, op, "tactic",
                    "tactic must be (tile_size, gemm1_tactic, gemm2_tactic)");
-  auto ints = [](const Value& v, std::vector<int64_t>& out) {
-    if (v.kind() == Value::Kind::kInt) {
+  // A pair of ints (tile or cluster shape), or with pair false the tile size alone.
+  auto ints = [](const Value& v, std::vector<int64_t>& out, bool pair = true) {
+    if (!pair) {
+      if (v.kind() != Value::Kind::kInt) return false;
       out.push_back(v.as_int());
       return true;
     }
-    if (!v.is_sequence()) return false;
+    if (!v.is_sequence() || v.items().size() != 2) return false;
     for (const Value& i : v.items()) {
       if (i.kind() != Value::Kind::kInt) return false;
       out.push_back(i.as_int());
@@ -98,7 +103,7 @@ void check_tactic(const char* op, const std::optional<Value>& tactic) {
   };
   const auto& it = tactic->items();
   std::vector<int64_t> tile, g1, g2;
-  bool ok = ints(it[0], tile) && tile.size() == 1 && gemm(it[1], g1) && gemm(it[2], g2);
+  bool ok = ints(it[0], tile, false) && gemm(it[1], g1) && gemm(it[2], g2);
   if (ok) {
     const int64_t t = tile[0], cm = t / 128;
     ok = (t == 128 || t == 256) && g1[0] == t && (g1[1] == 128 || g1[1] == 256) && g1[2] == cm &&
@@ -199,9 +204,13 @@ Tensor mixed_impl(const char* op, const MixedProblem& m, const Tensor& x, const 
                   const Tensor& a1, const Tensor& w2, const Tensor& w2_sf, const Tensor& a2,
                   const std::optional<Tensor>& out, const std::optional<Value>& tactic) {
   validate_inputs(op, m, x, x_sf, ids, scales, w1, w1_sf, a1, w2, w2_sf, a2, out);
-  check_tactic(op, tactic);
+  check_tactic(op, tactic, /*minus_one_ok=*/op == std::string_view(kMixedRun));
   // Upstream's kernels exist for SM100 / SM103 only (GEMM1's "requires SM10x family").
   api::check_upstream_arch(op, "x", x.device());
+  // There, no CUDA kernel here: refused, so a replay on the GPU falls back to the CPU.
+  FLASHINFER_CHECK_CODE(x.device().is_cpu(), ErrorCode::kUnsupported, op, "x",
+                        "the MXFP8 x MXFP4 fused MoE has a CPU reference only (no CUDA kernel "
+                        "here)");
   // moe_output is zeroed, then accumulated into (the w4a8 path writes every row).
   return moe_cute::cute_w4a8_impl(op, x, x_sf, ids, scales, w1, w1_sf, a1, std::nullopt, w2, w2_sf,
                                   a2, m.num_experts, m.top_k, m.local, m.offset, DType::kBFloat16,
@@ -231,7 +240,7 @@ Tensor cute_dsl_fused_moe_mxfp8_mxfp4(const Tensor& x, const Tensor& x_sf,
         check_mixed_activation(kMixedFn, activation_type);
         MixedProblem m;
         m.num_experts = num_experts, m.top_k = top_k, m.offset = local_expert_offset;
-        m.local = num_local_experts && *num_local_experts != 0 ? *num_local_experts : num_experts;
+        m.local = num_local_experts.value_or(num_experts);  // 0 is refused, as upstream
         m.act = activation_type, m.alpha = swiglu_alpha, m.beta = swiglu_beta,
         m.limit = swiglu_limit;
         return mixed_impl(kMixedFn, m, x, x_sf, token_selected_experts, token_final_scales,
@@ -256,8 +265,7 @@ CuteDslMxfp8Mxfp4MoEWrapper::CuteDslMxfp8Mxfp4MoEWrapper(
         FLASHINFER_CHECK(device == "cpu" || device.rfind("cuda", 0) == 0, kMixedInit, "device",
                          "CuteDslMxfp8Mxfp4MoEWrapper requires a CUDA device, got \"", device,
                          "\"");
-        const int64_t local =
-            num_local_experts && *num_local_experts != 0 ? *num_local_experts : num_experts;
+        const int64_t local = num_local_experts.value_or(num_experts);
         check_configuration(kMixedInit, num_experts, top_k, local, local_expert_offset, hidden_size,
                             intermediate_size);
         // max_num_tokens is accepted and ignored (deprecated upstream), as use_cuda_graph

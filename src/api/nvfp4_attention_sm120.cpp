@@ -226,6 +226,12 @@ Nvfp4AttentionOutput nvfp4_fwd_impl(const Tensor& qf, const Tensor& kf, const Te
   const double scale = sm_scale        ? *sm_scale
                        : softmax_scale ? *softmax_scale
                                        : std::pow(static_cast<double>(D), -0.5);
+  // The kernels take the scale in fp32.
+  FLASHINFER_CHECK(std::isfinite(scale) && std::fabs(scale) <= 3.4028234663852886e38, op,
+                   sm_scale ? "sm_scale" : "softmax_scale",
+                   "the softmax scale must be finite in "
+                   "fp32, got ",
+                   scale);
   const Device dev = qf.device();
   if (out && out->defined()) {
     check_nvfp4_contiguous(op, *out, "out");

@@ -449,6 +449,20 @@ TEST(CuteDslMxfp8Mxfp4, BadInputNamesTheArgument) {
   EXPECT_FI_ERROR(
       call(x, xs, rw, s1, w2, Value::tuple({Value(int64_t{128}), Value(int64_t{1})}), 3, 0), fn,
       "tactic");
+  // The function canonicalizes -1 and refuses it (only the wrapper's runner takes it); a tile
+  // pair flattened into three numbers is no tactic either.
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, w2, Value(int64_t{-1}), 3, 0), fn, "tactic");
+  const Value flat = Value::tuple(
+      {Value(int64_t{128}),
+       Value::tuple({Value::tuple({Value(int64_t{128}), Value(int64_t{128}), Value(int64_t{1})}),
+                     Value(int64_t{1}), Value(false)}),
+       Value::tuple({Value::tuple({Value(int64_t{128}), Value(int64_t{128})}),
+                     Value::tuple({Value(int64_t{1}), Value(int64_t{1})}), Value(false)})});
+  EXPECT_FI_ERROR(call(x, xs, rw, s1, w2, flat, 3, 0), fn, "tactic");
+  // num_local_experts=0 is not None: "must be positive".
+  EXPECT_FI_ERROR(
+      cute_dsl_fused_moe_mxfp8_mxfp4(x, xs, ids, rw, w1, s1, a1, w2, s2, a2, c.E, c.K, int64_t{0}),
+      fn, "num_local_experts");
   // The wrapper: hidden size against its own, sizes not multiples of 128 at construction.
   CuteDslMxfp8Mxfp4MoEWrapper w(c.E, c.K, 256, c.I, std::nullopt, std::nullopt, 0, false, "cpu");
   EXPECT_FI_ERROR(w.run(x, xs, ids, rw, w1, s1, a1, w2, s2, a2), "CuteDslMxfp8Mxfp4MoEWrapper.run",

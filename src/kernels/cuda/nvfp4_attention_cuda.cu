@@ -17,6 +17,11 @@ constexpr int kMaxDim = 128;
 constexpr const char* kQuantOp = "nvfp4_attention_sm120_quantize_qkv";
 constexpr const char* kFwdOp = "nvfp4_attention_sm120_fwd";
 
+// The (batch, head) of a block whose grid is (work, H, B).
+__device__ __forceinline__ int64_t head_index() {
+  return static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+}
+
 __device__ __forceinline__ int64_t groups_of(const Nvfp4AttnQuantParams& p) {
   return p.per_block_mean ? p.S_pad / kNvfp4AttnTile : 1;
 }
@@ -55,7 +60,7 @@ __device__ __forceinline__ float centred_k(const Nvfp4AttnQuantParams& p, int64_
 // qk_correction[g, j]: a thread per key j, the products exact in fp64, summed over d in order.
 __global__ void __launch_bounds__(kThreads) nvfp4_attn_correction_kernel(Nvfp4AttnQuantParams p) {
   pdl_wait();
-  const int64_t bh = blockIdx.y, Sp = p.S_pad, D = p.D, groups = groups_of(p);
+  const int64_t bh = head_index(), Sp = p.S_pad, D = p.D, groups = groups_of(p);
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= Sp) return;
   for (int64_t g = 0; g < groups; ++g) {
@@ -71,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_attn_correction_kernel(Nvfp4At
 // One block of 16 values a thread: Q's rows, K's stored rows (token permuted), V^T's rows.
 __global__ void __launch_bounds__(kThreads) nvfp4_attn_quantize_kernel(Nvfp4AttnQuantParams p) {
   pdl_wait();
-  const int64_t bh = blockIdx.y, S = p.S, Sp = p.S_pad, D = p.D, groups = groups_of(p);
+  const int64_t bh = head_index(), S = p.S, Sp = p.S_pad, D = p.D, groups = groups_of(p);
   const int64_t per_tensor = Sp * D / kNvfp4AttnBlock;
   const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (u >= 3 * per_tensor) return;
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32) nvfp4_attn_fwd_kernel(Nvfp4Att
   __shared__ float sh_s[kFwdWarps][kNvfp4AttnTile];
   __shared__ float sh_p[kFwdWarps][kNvfp4AttnTile];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kFwdWarps + warp, bh = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kFwdWarps + warp, bh = head_index();
   if (i >= p.S) return;  // the warp's row: no block-wide barrier follows
   const int64_t S = p.S, D = p.D, codes = S * D / 2, sfs = S * D / kNvfp4AttnBlock;
   const uint8_t *qp = p.q_fp4 + bh * codes, *kp = p.k_fp4 + bh * codes,
@@ -204,7 +209,11 @@ __global__ void __launch_bounds__(kFwdWarps * 32) nvfp4_attn_fwd_kernel(Nvfp4Att
   const float inv = empty ? 0.0f : fp32_div(1.0f, sum);
   for (int u = 0; u < kMaxDim / 32; ++u) {
     const int64_t d = lane + 32 * u;
-    if (d < D) store_any(p.out, (bh * S + i) * D + d, p.out_dtype, fp32_mul(o[u], inv));
+    if (d >= D) continue;
+    // The host's encoders (a NaN keeps the CPU's bits too: CUDA's conversions write 0x7FFF).
+    const float y = fp32_mul(o[u], inv);
+    static_cast<uint16_t*>(p.out)[(bh * S + i) * D + d] =
+        p.out_dtype == DType::kFloat16 ? float_to_half_bits(y) : float_to_bfloat16_bits(y);
   }
   if (lane == 0) {
     p.lse[bh * S + i] = empty ? kInf
@@ -225,15 +234,15 @@ void nvfp4_attention_quantize_qkv(const Nvfp4AttnQuantParams& p, void* stream, b
   const int64_t heads = p.B * p.H;
   if (heads == 0 || p.S_pad == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  const unsigned h = grid_dim(heads, kQuantOp, 65535);
+  const unsigned h = grid_dim(p.H, kQuantOp, 65535), b = grid_dim(p.B, kQuantOp, 65535);
   launch_kernel(kQuantOp, nvfp4_attn_means_kernel, dim3(grid_dim(heads, kQuantOp, 0x7fffffff)),
                 dim3(kThreads), 0, s, enable_pdl, p);
   launch_kernel(kQuantOp, nvfp4_attn_correction_kernel,
-                dim3(grid_dim((p.S_pad + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h),
+                dim3(grid_dim((p.S_pad + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h, b),
                 dim3(kThreads), 0, s, enable_pdl, p);
   const int64_t units = 3 * p.S_pad * p.D / kNvfp4AttnBlock;
   launch_kernel(kQuantOp, nvfp4_attn_quantize_kernel,
-                dim3(grid_dim((units + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h),
+                dim3(grid_dim((units + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h, b),
                 dim3(kThreads), 0, s, enable_pdl, p);
 }
 
@@ -242,7 +251,7 @@ void nvfp4_attention_fwd(const Nvfp4AttnFwdParams& p, void* stream, bool enable_
   if (heads == 0 || p.S == 0) return;
   FLASHINFER_CHECK(p.D <= kMaxDim, kFwdOp, "q_fp4", "head_dim ", p.D, " exceeds ", kMaxDim);
   const dim3 grid(grid_dim((p.S + kFwdWarps - 1) / kFwdWarps, kFwdOp, 0x7fffffff),
-                  grid_dim(heads, kFwdOp, 65535));
+                  grid_dim(p.H, kFwdOp, 65535), grid_dim(p.B, kFwdOp, 65535));
   launch_kernel(kFwdOp, nvfp4_attn_fwd_kernel, grid, dim3(kFwdWarps * 32), 0,
                 static_cast<cudaStream_t>(stream), enable_pdl, p);
 }
