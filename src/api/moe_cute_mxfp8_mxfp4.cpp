@@ -63,11 +63,9 @@ void check_mma_scales(const char* op, const Tensor& s, const char* arg, int64_t 
   const Shape shape{32, 4, mt, 4, kt, E};
   FLASHINFER_CHECK(s.shape() == shape, op, arg, arg, " must have MMA scale shape ",
                    shape_to_string(shape), ", got ", shape_to_string(s.shape()));
-  const std::vector<int64_t> want{16, 4, kt * 512, 1, 512, mt * kt * 512};
-  std::vector<int64_t> got;
-  for (int64_t d = 0; d < s.dim(); ++d) got.push_back(s.stride(d));
-  FLASHINFER_CHECK(got == want, op, arg, arg, " must use MMA scale strides ",
-                   shape_to_string(Shape(want)), ", got ", shape_to_string(Shape(got)));
+  const Shape want{16, 4, kt * 512, 1, 512, mt * kt * 512};
+  FLASHINFER_CHECK(s.strides() == want, op, arg, arg, " must use MMA scale strides ",
+                   shape_to_string(want), ", got ", shape_to_string(s.strides()));
 }
 
 // canonicalize_mxfp8_mxfp4_tactic: None (the autotuner's choice), -1 where the runner takes it

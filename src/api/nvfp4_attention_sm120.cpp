@@ -6,7 +6,6 @@
 #include "flashinfer/ops/nvfp4_attention_sm120.h"
 
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -90,19 +89,11 @@ constexpr api::KernelEntry<Nvfp4AttnFwdParams> kFwdKernels[] = {
 #endif
 };
 
-std::string nvfp4_strides_text(const Tensor& t) {
-  std::ostringstream os;
-  os << '(';
-  for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.stride(d);
-  os << (t.dim() == 1 ? ",)" : ")");
-  return os.str();
-}
-
 // _check_cuda_contiguous without its device half: contiguous, as the kernels read it.
 void check_nvfp4_contiguous(const char* op, const Tensor& t, const char* name) {
   api::check_defined(t, op, name);
   FLASHINFER_CHECK(t.is_contiguous(), op, name, name,
-                   " must be contiguous, got stride=", nvfp4_strides_text(t));
+                   " must be contiguous, got stride=", shape_to_string(t.strides()));
 }
 
 void check_nvfp4_same_device(const char* op, const Tensor& t, const char* name, const Tensor& ref,
@@ -139,6 +130,7 @@ Nvfp4AttentionQkv nvfp4_quantize_impl(const Tensor& q, const Tensor& k, const Te
   // Upstream's module is built for sm_120a alone.
   api::check_upstream_arch(op, "q", q.device());
   const int64_t Sp = (S + kNvfp4AttnTile - 1) / kNvfp4AttnTile * kNvfp4AttnTile;
+  const int64_t groups = kernels::nvfp4_attn_groups(Sp, per_block_mean);
   const Device dev = q.device();
   Nvfp4AttentionQkv r;
   r.q_fp4 = Tensor::empty({B, H, Sp, D / 2}, DType::kUInt8, dev);
@@ -147,8 +139,7 @@ Nvfp4AttentionQkv nvfp4_quantize_impl(const Tensor& q, const Tensor& k, const Te
   r.q_scale = Tensor::empty({B, H, Sp, D / kNvfp4AttnBlock}, DType::kFloat8E4M3FN, dev);
   r.k_scale = Tensor::empty({B, H, Sp, D / kNvfp4AttnBlock}, DType::kFloat8E4M3FN, dev);
   r.v_scale_t = Tensor::empty({B, H, D, Sp / kNvfp4AttnBlock}, DType::kFloat8E4M3FN, dev);
-  r.qk_correction =
-      Tensor::empty({B, H, per_block_mean ? Sp / kNvfp4AttnTile : 1, Sp}, DType::kFloat32, dev);
+  r.qk_correction = Tensor::empty({B, H, groups, Sp}, DType::kFloat32, dev);
   Nvfp4AttnQuantParams p;
   p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.dtype = q.dtype();
   p.B = B, p.H = H, p.S = S, p.S_pad = Sp, p.D = D, p.per_block_mean = per_block_mean;
@@ -161,7 +152,6 @@ Nvfp4AttentionQkv nvfp4_quantize_impl(const Tensor& q, const Tensor& k, const Te
   p.qk_correction = r.qk_correction.data<float>();
   Tensor means;  // the CUDA kernels' scratch: K's means, then Q's
   if (dev.is_cuda()) {
-    const int64_t groups = per_block_mean ? Sp / kNvfp4AttnTile : 1;
     means = Tensor::empty({B * H * D * (1 + groups)}, DType::kFloat32, dev);
     p.k_mean = means.data<float>();
     p.q_mean = p.k_mean + B * H * D;
@@ -215,7 +205,7 @@ Nvfp4AttentionOutput nvfp4_fwd_impl(const Tensor& qf, const Tensor& kf, const Te
   check_nvfp4_shape(op, vs, "v_scale_t", {B, H, D, S / kNvfp4AttnBlock});
   FLASHINFER_CHECK(corr.dim() == 4 && corr.size(0) == B && corr.size(1) == H, op, "qk_correction",
                    "qk_correction must have shape [batch, num_heads, seq_len_s, seq_len]");
-  const int64_t rows = per_block_mean ? S / kNvfp4AttnTile : 1;
+  const int64_t rows = kernels::nvfp4_attn_groups(S, per_block_mean);
   FLASHINFER_CHECK(corr.size(2) == rows, op, "qk_correction",
                    "qk_correction must have one row per 128-token block (", rows, "), got ",
                    corr.size(2));
@@ -229,9 +219,7 @@ Nvfp4AttentionOutput nvfp4_fwd_impl(const Tensor& qf, const Tensor& kf, const Te
   // The kernels take the scale in fp32.
   FLASHINFER_CHECK(std::isfinite(scale) && std::fabs(scale) <= 3.4028234663852886e38, op,
                    sm_scale ? "sm_scale" : "softmax_scale",
-                   "the softmax scale must be finite in "
-                   "fp32, got ",
-                   scale);
+                   "the softmax scale must be finite in fp32, got ", scale);
   const Device dev = qf.device();
   if (out && out->defined()) {
     check_nvfp4_contiguous(op, *out, "out");
@@ -299,34 +287,36 @@ Nvfp4AttentionOutput nvfp4_attention_sm120_fwd(
 namespace {
 
 // batch_size x num_qo_heads heads of s_qo tokens, head dim 64 or 128 (head_dim_qk rounded),
-// q_dtype inputs; the forward runs on quantize_qkv's outputs (made once, outside the timing).
-Nvfp4AttentionQkv bench_nvfp4_attn_inputs(const BenchShape& s, Device dev, int64_t& D) {
-  D = s.head_dim_qk <= 64 ? 64 : 128;
+// q_dtype inputs q, k, v; the forward runs on quantize_qkv's outputs (made once, outside the
+// timing).
+struct Nvfp4AttnBenchInputs {
+  int64_t D = 0;
+  Tensor q, k, v;
+};
+Nvfp4AttnBenchInputs bench_nvfp4_attn_inputs(const BenchShape& s, Device dev) {
+  Nvfp4AttnBenchInputs in;
+  in.D = s.head_dim_qk <= 64 ? 64 : 128;
   const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
-  const Shape shape{s.batch_size, s.num_qo_heads, s.s_qo, D};
+  const Shape shape{s.batch_size, s.num_qo_heads, s.s_qo, in.D};
   using api::bench::random_tensor;
-  return nvfp4_attention_sm120_quantize_qkv(random_tensor(shape, dt, dev, s.random_seed),
-                                            random_tensor(shape, dt, dev, s.random_seed + 1),
-                                            random_tensor(shape, dt, dev, s.random_seed + 2));
+  in.q = random_tensor(shape, dt, dev, s.random_seed);
+  in.k = random_tensor(shape, dt, dev, s.random_seed + 1);
+  in.v = random_tensor(shape, dt, dev, s.random_seed + 2);
+  return in;
 }
 
 BenchCase bench_nvfp4_attn_quantize(const BenchShape& s, Device dev) {
-  const int64_t D = s.head_dim_qk <= 64 ? 64 : 128;
-  const DType dt = s.q_dtype == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
-  const Shape shape{s.batch_size, s.num_qo_heads, s.s_qo, D};
-  using api::bench::random_tensor;
-  BenchCase c =
-      api::bench::invoke_case(kQuantOp, {Value(random_tensor(shape, dt, dev, s.random_seed)),
-                                         Value(random_tensor(shape, dt, dev, s.random_seed + 1)),
-                                         Value(random_tensor(shape, dt, dev, s.random_seed + 2))});
-  const double n = static_cast<double>(s.batch_size * s.num_qo_heads * s.s_qo * D);
+  const Nvfp4AttnBenchInputs in = bench_nvfp4_attn_inputs(s, dev);
+  BenchCase c = api::bench::invoke_case(kQuantOp, {Value(in.q), Value(in.k), Value(in.v)});
+  const double n = static_cast<double>(in.q.numel());
   c.bytes = n * 3.0 * 2.0 + n * 3.0 * (0.5 + 1.0 / 16.0);
   return c;
 }
 
 BenchCase bench_nvfp4_attn_fwd(const BenchShape& s, Device dev) {
-  int64_t D = 0;
-  const Nvfp4AttentionQkv qkv = bench_nvfp4_attn_inputs(s, dev, D);
+  const Nvfp4AttnBenchInputs in = bench_nvfp4_attn_inputs(s, dev);
+  const int64_t D = in.D;
+  const Nvfp4AttentionQkv qkv = nvfp4_attention_sm120_quantize_qkv(in.q, in.k, in.v);
   BenchCase c = api::bench::invoke_case(
       kFwdOp,
       {Value(qkv.q_fp4), Value(qkv.k_fp4), Value(qkv.v_fp4_t), Value(qkv.q_scale),

@@ -52,6 +52,15 @@ struct Nvfp4AttnFwdParams {
   float* lse = nullptr;  // [B, H, S] contiguous
 };
 
+/// Rows of qk_correction (and Q's means): one per 128-token block, or one.
+FLASHINFER_HD int64_t nvfp4_attn_groups(int64_t s_pad, bool per_block_mean) {
+  return per_block_mean ? s_pad / kNvfp4AttnTile : 1;
+}
+/// The correction row (and Q mean) of query row i.
+FLASHINFER_HD int64_t nvfp4_attn_group_of(int64_t i, bool per_block_mean) {
+  return per_block_mean ? i / kNvfp4AttnTile : 0;
+}
+
 /// Byte offset of scale (row, col) in one head's [rows, ncols] scale matrix (ncols a multiple of
 /// 4, rows of 64): each 64-row chunk is cut into 256-byte atoms of 4 columns, the row's low 4 bits
 /// picking 16 bytes, its next 2 bits 4 of them.

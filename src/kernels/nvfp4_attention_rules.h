@@ -10,21 +10,13 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/fp32_rules.h"
 #include "kernels/nvfp4_attention_params.h"
+#include "kernels/nvfp4_rules.h"  // e4m3_code_to_float, e2m1_code_to_float
 
 namespace flashinfer::kernels {
 
 /// ln(448 * 6): P is kept in [0, 2688] so that a block's largest value has the e4m3 scale 448
 /// and the e2m1 code 6.
 inline constexpr float kNvfp4AttnLnPRange = 7.896552562713623f;
-
-// Decoded arithmetically: device code cannot read float_formats.h's decode tables (host
-// arrays; nvcc compiles such a read to nothing useful, silently).
-FLASHINFER_HD float nvfp4_attn_e4m3(uint8_t code) {
-  return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(code);
-}
-FLASHINFER_HD float nvfp4_attn_e2m1(uint8_t code) {
-  return detail::DecodeMinifloat<2, 1, detail::Specials::kNone>(code & 0xFu);
-}
 
 /// quantize_qkv's block of 16 values x[i * stride] (SageAttention's quantizer): sf =
 /// e4m3_satfinite(amax / 6), codes e2m1(x * (1 / sf)) (all 0 where sf is 0; saturating, so a
@@ -33,7 +25,7 @@ FLASHINFER_HD uint8_t nvfp4_attn_quantize_block(const float* x, int64_t stride, 
   float amax = 0.0f;
   for (int64_t i = 0; i < kNvfp4AttnBlock; ++i) amax = fp32_abs_max(amax, x[i * stride]);
   const uint8_t sf = float_to_e4m3fn_bits(fp32_div(amax, 6.0f), /*saturate=*/true);
-  const float sfd = nvfp4_attn_e4m3(sf);
+  const float sfd = e4m3_code_to_float(sf);
   const float inv = sfd == 0.0f ? 0.0f : fp32_div(1.0f, sfd);
   for (int64_t i = 0; i < kNvfp4AttnBlock; ++i) {
     codes[i] = float_to_e2m1_bits(fp32_mul(x[i * stride], inv));
@@ -44,8 +36,8 @@ FLASHINFER_HD uint8_t nvfp4_attn_quantize_block(const float* x, int64_t stride, 
 /// Element c of a packed FP4 row times its scale (e2m1 x e4m3: exact in fp32).
 FLASHINFER_HD float nvfp4_attn_decode(const uint8_t* row, uint8_t scale, int64_t c) {
   const uint8_t byte = row[c / 2];
-  return fp32_mul(nvfp4_attn_e2m1(c % 2 ? e2m1x2_high(byte) : e2m1x2_low(byte)),
-                  nvfp4_attn_e4m3(scale));
+  return fp32_mul(e2m1_code_to_float(c % 2 ? e2m1x2_high(byte) : e2m1x2_low(byte)),
+                  e4m3_code_to_float(scale));
 }
 
 /// A score's P before quantization: 2688 e^(sm_scale (s - m)), m the row's running max (finite).
@@ -66,10 +58,10 @@ FLASHINFER_HD void nvfp4_attn_quantize_p(const float* p, float* pq) {
   float bmax = 0.0f;
   for (int i = 0; i < kNvfp4AttnBlock; ++i) bmax = p[i] > bmax ? p[i] : bmax;
   const float sfp = fp32_div(bmax, 6.0f);
-  const float sfd = nvfp4_attn_e4m3(float_to_e4m3fn_bits(sfp, /*saturate=*/true));
+  const float sfd = e4m3_code_to_float(float_to_e4m3fn_bits(sfp, /*saturate=*/true));
   const float div = sfp > 1e-8f ? sfp : 1e-8f;
   for (int i = 0; i < kNvfp4AttnBlock; ++i) {
-    pq[i] = fp32_mul(nvfp4_attn_e2m1(float_to_e2m1_bits(fp32_div(p[i], div))), sfd);
+    pq[i] = fp32_mul(e2m1_code_to_float(float_to_e2m1_bits(fp32_div(p[i], div))), sfd);
   }
 }
 

@@ -25,8 +25,14 @@ struct Nvfp4Block {
   uint8_t sf = 0;
 };
 
+// Decoded arithmetically: device code cannot read float_formats.h's decode tables (host arrays;
+// nvcc compiles such a read to nothing useful, silently).
 FLASHINFER_HD float e4m3_code_to_float(uint8_t code) {
   return detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(code);
+}
+/// An e2m1 code's value (the low 4 bits).
+FLASHINFER_HD float e2m1_code_to_float(uint8_t code) {
+  return detail::DecodeMinifloat<2, 1, detail::Specials::kNone>(code & 0xFu);
 }
 
 /// max |v[i]| over the block, NaN ignored (fmax's rule; the maximum is order-independent).

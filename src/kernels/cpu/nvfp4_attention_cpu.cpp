@@ -58,7 +58,7 @@ void quantize_head(const Nvfp4AttnQuantParams& p, int64_t bh) {
   }
   // Q centred after padding: per 128-token block (the last block's mean counts its zero rows)
   // or over all S_pad rows.
-  const int64_t groups = p.per_block_mean ? Sp / kNvfp4AttnTile : 1;
+  const int64_t groups = nvfp4_attn_groups(Sp, p.per_block_mean);
   const int64_t per = p.per_block_mean ? kNvfp4AttnTile : Sp;
   std::vector<float> qm(static_cast<size_t>(groups * D), 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
@@ -121,14 +121,14 @@ void fwd_head(const Nvfp4AttnFwdParams& p, int64_t bh) {
   for (int64_t d = 0; d < D; ++d) {
     for (int64_t s = 0; s < S; ++s) vt[static_cast<size_t>(d * S + s)] = decode(vp, vs, d, s, S);
   }
-  const int64_t groups = p.per_block_mean ? S / kNvfp4AttnTile : 1;
+  const int64_t groups = nvfp4_attn_groups(S, p.per_block_mean);
   const float* corr = p.qk_correction + bh * groups * S;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float sc[kNvfp4AttnTile], pt[kNvfp4AttnTile], pq[kNvfp4AttnTile];
   std::vector<float> o(static_cast<size_t>(D));
   for (int64_t i = 0; i < S; ++i) {
     const float* qi = q.data() + i * D;
-    const float* ci = corr + (p.per_block_mean ? i / kNvfp4AttnTile : 0) * S;
+    const float* ci = corr + nvfp4_attn_group_of(i, p.per_block_mean) * S;
     const int64_t tiles = p.causal ? i / kNvfp4AttnTile + 1 : S / kNvfp4AttnTile;
     std::fill(o.begin(), o.end(), 0.0f);
     float m = -kInf, sum = 0.0f;

@@ -23,7 +23,7 @@ __device__ __forceinline__ int64_t head_index() {
 }
 
 __device__ __forceinline__ int64_t groups_of(const Nvfp4AttnQuantParams& p) {
-  return p.per_block_mean ? p.S_pad / kNvfp4AttnTile : 1;
+  return nvfp4_attn_groups(p.S_pad, p.per_block_mean);
 }
 
 // K's mean over its S tokens and Q's per group (the padded rows' zeros added too, as the CPU
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_attn_quantize_kernel(Nvfp4Attn
     packed = (which == 0 ? p.q_fp4 : p.k_fp4) + bh * Sp * D / 2;
     scales = (which == 0 ? p.q_scale : p.k_scale) + bh * per_tensor;
     if (which == 0) {
-      const int64_t g = p.per_block_mean ? row / kNvfp4AttnTile : 0;
+      const int64_t g = nvfp4_attn_group_of(row, p.per_block_mean);
       const float* qm = p.q_mean + (bh * groups + g) * D;
       for (int i = 0; i < kNvfp4AttnBlock; ++i) {
         const int64_t d = col * kNvfp4AttnBlock + i;
@@ -141,9 +141,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32) nvfp4_attn_fwd_kernel(Nvfp4Att
     q[d] = nvfp4_attn_decode(qp + i * (D / 2), qs[nvfp4_attn_sf_offset(i, d / 16, dcols)], d);
   }
   __syncwarp();
-  const int64_t groups = p.per_block_mean ? S / kNvfp4AttnTile : 1;
-  const float* ci =
-      p.qk_correction + (bh * groups + (p.per_block_mean ? i / kNvfp4AttnTile : 0)) * S;
+  const int64_t groups = nvfp4_attn_groups(S, p.per_block_mean);
+  const float* ci = p.qk_correction + (bh * groups + nvfp4_attn_group_of(i, p.per_block_mean)) * S;
   const int64_t tiles = p.causal ? i / kNvfp4AttnTile + 1 : S / kNvfp4AttnTile;
   const float kInf = __int_as_float(0x7f800000);
   float o[kMaxDim / 32] = {0.0f, 0.0f, 0.0f, 0.0f};

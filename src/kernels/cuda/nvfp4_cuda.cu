@@ -35,9 +35,8 @@ __global__ void kv_dequantize_kernel(Nvfp4KvParams p) {
   const int64_t r = idx / p.k, c = idx % p.k;
   const uint8_t byte = p.fp4[r * p.fp4_stride_m + c / 2];
   const uint8_t code = c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte);
-  const float e = detail::DecodeMinifloat<2, 1, detail::Specials::kNone>(code);
-  const float s =
-      detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(p.sf[r * p.sf_stride_m + c / 16]);
+  const float e = e2m1_code_to_float(code);
+  const float s = e4m3_code_to_float(p.sf[r * p.sf_stride_m + c / 16]);
   const float y = __fmul_rn(__fmul_rn(e, s), p.global_scale);
   static_cast<Bits*>(const_cast<void*>(p.values))[r * p.value_stride_m + c] = Encode(y);
 }
@@ -61,9 +60,9 @@ __global__ void paged_dequantize_kernel(Nvfp4PagedDequantParams p, int kv, int64
   const int64_t entry = t % p.page_size;
   const uint8_t byte = p.cache[kv][page * cs[0] + entry * cs[1] + h * cs[2] + (d / 2) * cs[3]];
   const uint8_t code = d % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte);
-  const float e = detail::DecodeMinifloat<2, 1, detail::Specials::kNone>(code);
-  const float s = detail::DecodeMinifloat<4, 3, detail::Specials::kFiniteNan>(
-      p.sf[kv][page * ss[0] + entry * ss[1] + h * ss[2] + (d / 16) * ss[3]]);
+  const float e = e2m1_code_to_float(code);
+  const float s =
+      e4m3_code_to_float(p.sf[kv][page * ss[0] + entry * ss[1] + h * ss[2] + (d / 16) * ss[3]]);
   static_cast<uint16_t*>(p.out[kv])[b * os[0] + t * os[1] + h * os[2] + d * os[3]] =
       Encode(__fmul_rn(__fmul_rn(e, s), p.scale[kv]));
 }
