@@ -55,6 +55,7 @@
 #include "flashinfer/ops/qk_norm_rope.h"
 #include "flashinfer/ops/quant8.h"
 #include "flashinfer/ops/quantization.h"
+#include "flashinfer/ops/quantized_allreduce.h"
 #include "flashinfer/ops/ragged_deepseek.h"
 #include "flashinfer/ops/rope.h"
 #include "flashinfer/ops/rope_quantize.h"

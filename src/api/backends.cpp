@@ -303,6 +303,7 @@ struct Rule {
   const char* own_text = nullptr;            // upstream's own fixed error text, where it has one
   const char* refused_by = nullptr;          // the op whose backend refusal upstream raises
   const char* refused_by_backend = nullptr;  // and the backend it calls that op with
+  const char* major_text = nullptr;          // upstream's text, then "SM{major}0"
 };
 
 const std::map<std::string, Rule, std::less<>>& rules() {
@@ -509,6 +510,14 @@ const std::map<std::string, Rule, std::less<>>& rules() {
         "csrc/nvfp4_attention_sm120/nvfp4_attention_sm120_binding.cu: compute capability "
         "12.0 exactly, else an error",
         false, "NVFP4 attention SM120 kernel requires compute capability 12.0");
+    // quantized_all_reduce: a RuntimeError below major 9, the major in its text.
+    r->emplace("quantized_all_reduce",
+               Rule{UpstreamArchRule{"quantized_all_reduce",
+                                     {90, 100, 103, 107, 110, 120, 121},
+                                     "comm/quantized_allreduce.py: RuntimeError when "
+                                     "torch.cuda.get_device_capability(inp.device)[0] < 9"},
+                    false, nullptr, nullptr, nullptr,
+                    "quantized_all_reduce requires SM90+ (Hopper or later), got SM"});
     // bsa_attn_sm120_blk64_fwd: its wrapper raises unless the major is 12.
     add("bsa_attn_sm120_blk64_fwd", {120, 121},
         "cute_dsl/sparse/bsa_attn_sm120.py: RuntimeError unless "
@@ -588,6 +597,7 @@ std::string upstream_refusal(std::string_view op, int cc) {
   const Rule* r = find_rule(op);
   if (!r || in_list(r->rule.ccs, cc)) return "";
   if (r->own_text) return r->own_text;
+  if (r->major_text) return r->major_text + std::to_string(cc / 10) + "0";
   if (r->masked_gemm_text) {
     return "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM" +
            std::to_string(cc / 10) + std::to_string(cc % 10);

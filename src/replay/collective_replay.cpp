@@ -112,6 +112,20 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
   const OpDecl* creator = OpRegistry::global().find(spec.creator);
   std::map<std::pair<int64_t, std::string>, std::size_t> current;  // (pid, repr) -> stream
   std::map<std::pair<int64_t, std::string>, std::size_t> groups;   // (pid, group token) -> id
+  // A backend that says its rank and size (ThreadCommBackend(rank=1, size=4, group=0x...))
+  // places its stream; a torch ProcessGroup's repr does not, and its ranks are processes of
+  // their own. The group token keeps two groups of one size recorded in one process apart.
+  auto place_by_backend = [&groups](Stream& s, const std::string& c) {
+    const auto rank = repr_int(c, "rank"), size = repr_int(c, "size");
+    if (!rank || !size || *size <= 0 || *rank < 0 || *rank >= *size) return;
+    s.rank = rank;
+    s.world = size;
+    if (const auto at = c.find("group="); at != std::string::npos) {
+      const std::string token = c.substr(at + 6, c.find_first_of(",)", at) - at - 6);
+      s.group = static_cast<int64_t>(
+          groups.emplace(std::make_pair(s.pid, token), groups.size() + 1).first->second);
+    }
+  };
   for (const std::string& d : dirs) {
     Json rec;
     try {
@@ -155,24 +169,8 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         }
       }
       if (!s.rank) {
-        // A backend that says its rank and size (ThreadCommBackend(rank=1, size=4, ...)); a
-        // torch ProcessGroup's repr does not, and its ranks are processes of their own.
         const std::size_t i = spec.creator_comm_param;
-        if (i < ps.size()) {
-          const std::string c = repr_of(recorded_arg(im, i, ps.at(i).name));
-          const auto rank = repr_int(c, "rank"), size = repr_int(c, "size");
-          if (rank && size && *size > 0 && *rank >= 0 && *rank < *size) {
-            s.rank = rank;
-            s.world = size;
-            // Its group ("group=0x..."): two groups of one size recorded in one process keep
-            // their ranks apart.
-            if (const auto at = c.find("group="); at != std::string::npos) {
-              const std::string token = c.substr(at + 6, c.find_first_of(",)", at) - at - 6);
-              s.group = static_cast<int64_t>(
-                  groups.emplace(std::make_pair(pid, token), groups.size() + 1).first->second);
-            }
-          }
-        }
+        if (i < ps.size()) place_by_backend(s, repr_of(recorded_arg(im, i, ps.at(i).name)));
       }
       s.creator_dir = fs::path(d).lexically_normal().string();
       current[{pid, s.repr}] = ix.streams.size();
@@ -214,6 +212,7 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         s.repr = repr;
         s.rank = rank;
         s.world = world;
+        if (spec.workspace_is_backend && !s.rank) place_by_backend(s, repr);
         it = current.emplace(std::make_pair(pid, repr), ix.streams.size()).first;
         ix.streams.push_back(std::move(s));
       }

@@ -44,6 +44,10 @@ struct CollectiveSpec {
   // The op's own rank and group-size arguments, where it has them (decode_cp_a2a_alltoall):
   // streams are then keyed by (process, rank), with no creation call.
   std::optional<std::size_t> rank_param, world_param;
+  /// The op's workspace argument is the group's CommBackend itself (quantized_all_reduce): a
+  /// stream is a rank's calls with one backend, placed by the rank, size and group its repr
+  /// says (ThreadCommBackend's), else by process id; no creation call.
+  bool workspace_is_backend = false;
   /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
   /// arguments `args` (bound to the op's parameters); `creator_args` are the rank's recorded
   /// creation's (bound, prepared as below), null when the recording has none.

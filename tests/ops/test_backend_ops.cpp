@@ -1292,6 +1292,12 @@ TEST(BackendOpsCoverage, CudaExpectationFollowsUpstreamArchitectures) {
   EXPECT_EQ(cuda_expectation("grouped_gemm_nt_masked", "", 90).refusal,
             "Masked grouped GEMM is only supported on SM100+ (Blackwell/Rubin), got SM90");
   EXPECT_TRUE(cuda_expectation("grouped_gemm_nt_masked", "", 110).refused);
+  EXPECT_EQ(cuda_expectation("quantized_all_reduce", "", 80).refusal,
+            "quantized_all_reduce requires SM90+ (Hopper or later), got SM80");
+  EXPECT_EQ(cuda_expectation("quantized_all_reduce", "", 86).refusal,
+            "quantized_all_reduce requires SM90+ (Hopper or later), got SM80");
+  EXPECT_FALSE(cuda_expectation("quantized_all_reduce", "", 90).refused);
+  EXPECT_FALSE(cuda_expectation("quantized_all_reduce", "", 120).refused);
   EXPECT_FALSE(cuda_expectation("grouped_gemm_nt_masked", "", 107).refused);
   EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 100).refused);  // Hopper only
   EXPECT_TRUE(cuda_expectation("fp8_blockscale_gemm_sm90", "", 80).refused);

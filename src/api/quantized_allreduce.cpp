@@ -1,0 +1,299 @@
+// flashinfer.comm.quantized_allreduce: quantized_all_reduce. Upstream's checks, messages and
+// defaults; the peer buffers (core/peer_memory.h) kept per group as upstream keeps its symmetric
+// memory; the dispatch: on the CPU the ranks exchange their bf16 inputs through the buffers
+// between two barriers and each computes its output from all of them (the reference,
+// kernels/cpu/quantized_allreduce_cpu.cpp); on CUDA one kernel does upstream's three phases
+// (kernels/cuda/quantized_allreduce_cuda.cu). docs/COMM.md, "Quantized all-reduce".
+#include "flashinfer/ops/quantized_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/backends.h"
+#include "api/bench_support.h"
+#include "api/checks.h"
+#include "api/kernel_table.h"
+#include "core/comm_abort.h"
+#include "core/cuda_runtime.h"
+#include "core/peer_memory.h"
+#include "flashinfer/bench.h"
+#include "flashinfer/op_typed.h"
+#include "kernels/cpu/quantized_allreduce_cpu.h"
+#include "kernels/quantized_allreduce_params.h"
+#include "replay/collective_replay.h"
+
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/quantized_allreduce_cuda.h"
+#endif
+
+namespace flashinfer {
+namespace {
+
+using kernels::QarBufferLayout;
+using kernels::QuantizedAllReduceParams;
+
+constexpr const char* kQarModule = "flashinfer.comm.quantized_allreduce";
+constexpr const char* kQarOp = "quantized_all_reduce";
+
+constexpr api::KernelEntry<QuantizedAllReduceParams> kQarKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: the bf16 inputs exchanged through shared buffers between two barriers; "
+     "each rank quantizes every rank's groups, sums its own stripes and requantizes the others "
+     "as their owners do",
+     nullptr,
+     [](const QuantizedAllReduceParams& p, const api::LaunchContext&) {
+       std::vector<const uint16_t*> in;
+       for (int r = 0; r < p.world_size; ++r) {
+         in.push_back(reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.peer_buf[r]) +
+                                                        QarBufferLayout::kSlotOffset));
+       }
+       kernels::cpu::quantized_all_reduce(in, p.numel, p.rank, p.scale_group, p.block_size,
+                                          p.output);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernel: upstream's two-shot design (FP8 and group scales into this rank's buffer, the "
+     "own stripe reduced from every peer's and requantized, the others read from their owners; "
+     "per-block flags at system scope between the phases)",
+     nullptr,
+     [](const QuantizedAllReduceParams& p, const api::LaunchContext& c) {
+       kernels::cuda::quantized_all_reduce(p, c.stream, detail::cuda_sm_count(c.device.index));
+     }},
+#endif
+};
+
+// upstream's _select_params: by numel only.
+struct QarDefaults {
+  int64_t block_size, max_num_blocks;
+  bool p2p_phase3;
+};
+QarDefaults qar_defaults(int64_t n) {
+  const int64_t blocks = n <= 32768 ? 24 : (n <= 524288 ? 48 : 132);
+  return {n <= 33554432 ? 4096 : 16384, blocks, n >= 16 * 1024 * 1024};
+}
+
+bool qar_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// A shape as upstream's message prints it: torch.Size([8, 8]).
+std::string qar_torch_size(const Shape& s) {
+  std::string out = "torch.Size([";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "])";
+}
+
+// The peer buffers, one per (group, rank, device), kept between calls like upstream's symmetric
+// buffer (one per scale group, device and group name, re-allocated when a larger call comes),
+// at most kQarCacheEntries of them, the least recently used dropped first.
+struct QarKey {
+  const void* group;
+  int64_t rank;
+  int device_type, device_index;
+  auto operator<=>(const QarKey&) const = default;
+};
+struct QarEntry {
+  std::shared_ptr<detail::PeerMemory> mem;
+  int64_t world = 0;
+  uint64_t used = 0;
+};
+struct QarCache {
+  std::mutex m;
+  std::map<QarKey, QarEntry> entries;
+  uint64_t clock = 0;
+};
+QarCache& qar_cache() {
+  static auto* c = new QarCache;  // never destroyed: device memory outlives no CUDA context
+  return *c;
+}
+constexpr std::size_t kQarCacheEntries = 32;
+
+// A peer buffer dropped from the cache: a CUDA one after this rank's work on its device is done
+// (the last kernel's final barrier means no peer reads it after that).
+void qar_drop(std::shared_ptr<detail::PeerMemory> mem) {
+  if (mem && mem.use_count() == 1 && mem->device().is_cuda()) {
+    detail::cuda_device_synchronize(mem->device().index);
+  }
+}
+
+std::shared_ptr<detail::PeerMemory> qar_buffer(comm::CommBackend& c, int64_t bytes) {
+  const Device dev = c.device();
+  const QarKey key{c.group_id(), c.Get_rank(), static_cast<int>(dev.type), dev.index};
+  const int64_t W = c.Get_size();
+  QarCache& cache = qar_cache();
+  std::shared_ptr<detail::PeerMemory> found;
+  {
+    const std::lock_guard<std::mutex> lock(cache.m);
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end() && it->second.world == W &&
+        it->second.mem->bytes() >= static_cast<std::size_t>(bytes)) {
+      found = it->second.mem;
+      it->second.used = ++cache.clock;
+    }
+  }
+  // Hit or miss is the group's decision: a rank whose entry was dropped must not meet peers that
+  // kept theirs, and a buffer is allocated by every rank together.
+  for (const std::string& v : c.allgather(found ? "1" : "0")) {
+    if (v != "1") found.reset();
+  }
+  if (found) return found;
+  auto mem = std::make_shared<detail::PeerMemory>(c, static_cast<std::size_t>(bytes), kQarOp);
+  std::vector<std::shared_ptr<detail::PeerMemory>> dropped;
+  {
+    const std::lock_guard<std::mutex> lock(cache.m);
+    QarEntry& e = cache.entries[key];
+    dropped.push_back(std::move(e.mem));
+    e = {mem, W, ++cache.clock};
+    while (cache.entries.size() > kQarCacheEntries) {
+      auto oldest = cache.entries.end();
+      for (auto it = cache.entries.begin(); it != cache.entries.end(); ++it) {
+        if (!(it->first == key) &&
+            (oldest == cache.entries.end() || it->second.used < oldest->second.used)) {
+          oldest = it;
+        }
+      }
+      dropped.push_back(std::move(oldest->second.mem));
+      cache.entries.erase(oldest);
+    }
+  }
+  for (auto& d : dropped) qar_drop(std::move(d));
+  return mem;
+}
+
+Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& group,
+                int64_t scale_group, std::optional<int64_t> block_size,
+                std::optional<int64_t> num_warps, std::optional<int64_t> max_num_blocks,
+                const std::optional<Tensor>& output) {
+  const char* op = kQarOp;
+  api::check_defined(inp, op, "inp");
+  FLASHINFER_CHECK(inp.dtype() == DType::kBFloat16, op, "inp", "Expected bfloat16, got ",
+                   dtype_torch_name(inp.dtype()));
+  FLASHINFER_CHECK(inp.is_contiguous(), op, "inp", "Input tensor must be contiguous");
+  const int64_t n = inp.numel();
+  const bool has_out = output && output->defined();
+  if (n == 0) return has_out ? *output : Tensor::empty(inp.shape(), inp.dtype(), inp.device());
+  FLASHINFER_CHECK(group != nullptr, op, "group",
+                   "a CommBackend is required (upstream's group is a torch ProcessGroup)");
+  const int64_t W = group->Get_size();
+  FLASHINFER_CHECK(n % 8 == 0, op, "inp", "numel must be divisible by 8, got ", n);
+  const Device dev = inp.device();
+  api::check_upstream_arch(op, "inp", dev);
+  const QarDefaults d = qar_defaults(n);
+  int64_t bs = block_size.value_or(d.block_size);
+  const int64_t blocks = max_num_blocks.value_or(d.max_num_blocks);
+  const int64_t warps = num_warps.value_or(16);
+  FLASHINFER_CHECK(scale_group > 0, op, "scale_group", "scale_group must be positive, got ",
+                   scale_group);
+  const int64_t sg = std::min(scale_group, n);
+  bs = std::max(std::min(bs, n), sg);
+  FLASHINFER_CHECK(bs % sg == 0, op, "block_size", "block_size (", bs,
+                   ") must be divisible by scale_group (", sg, ")");
+  FLASHINFER_CHECK(bs % W == 0, op, "block_size", "block_size (", bs,
+                   ") must be divisible by world_size (", W, ")");
+  // Upstream's Triton kernel takes tl.arange over both and launches num_warps warps: other
+  // values fail to compile there.
+  FLASHINFER_CHECK_CODE(qar_power_of_two(sg) && qar_power_of_two(bs), ErrorCode::kUnsupported, op,
+                        "scale_group", "scale_group (", sg, ") and block_size (", bs,
+                        ") must be powers of two (upstream's Triton kernel cannot compile "
+                        "others)");
+  FLASHINFER_CHECK(qar_power_of_two(warps) && warps <= 32, op, "num_warps",
+                   "num_warps must be a power of two up to 32, got ", warps);
+  FLASHINFER_CHECK(blocks > 0, op, "max_num_blocks", "max_num_blocks must be positive, got ",
+                   blocks);
+  FLASHINFER_CHECK_CODE(W <= QarBufferLayout::kMaxRanks, ErrorCode::kUnsupported, op, "group",
+                        "at most ", QarBufferLayout::kMaxRanks, " ranks, got ", W);
+  Tensor out;
+  if (has_out) {
+    out = *output;
+    FLASHINFER_CHECK(out.shape() == inp.shape(), op, "output", "output shape ",
+                     qar_torch_size(out.shape()), " must match input shape ",
+                     qar_torch_size(inp.shape()));
+    FLASHINFER_CHECK(out.dtype() == inp.dtype(), op, "output", "output dtype ",
+                     dtype_torch_name(out.dtype()), " must match input dtype ",
+                     dtype_torch_name(inp.dtype()));
+    FLASHINFER_CHECK(out.is_contiguous(), op, "output", "Output tensor must be contiguous");
+    api::check_same_device(out, inp, op, "output", "inp");
+  } else {
+    out = Tensor::empty(inp.shape(), inp.dtype(), dev);
+  }
+  // Upstream allocates on inp's device; the buffers here are on the group's.
+  FLASHINFER_CHECK(dev == group->device(), op, "inp", "inp is on ", dev.str(),
+                   " but the group's buffers are on ", group->device().str(),
+                   " (its CommBackend's device())");
+  const std::shared_ptr<detail::PeerMemory> mem = qar_buffer(*group, QarBufferLayout::bytes(n, sg));
+  QuantizedAllReduceParams p;
+  p.world_size = static_cast<int>(W);
+  p.rank = static_cast<int>(group->Get_rank());
+  p.numel = n;
+  p.scale_group = sg;
+  p.block_size = bs;
+  p.max_blocks = static_cast<int>(std::min<int64_t>(blocks, QarBufferLayout::kMaxBlocks));
+  for (int64_t r = 0; r < W; ++r) p.peer_buf[r] = mem->peer(r);
+  p.input = static_cast<const uint16_t*>(inp.data_ptr());
+  p.output = static_cast<uint16_t*>(out.data_ptr());
+  if (dev.is_cpu()) {
+    std::memcpy(static_cast<char*>(mem->local()) + QarBufferLayout::kSlotOffset, inp.data_ptr(),
+                static_cast<std::size_t>(n) * 2);
+    group->barrier();
+    api::launch(kQarKernels, p, dev, op, "inp");
+    group->barrier();  // no rank overwrites its input while another still reads it
+  } else {
+    p.abort = detail::thread_group_abort_word();
+    api::launch(kQarKernels, p, dev, op, "inp");
+  }
+  return out;
+}
+
+// `flashinfer bench` and the backend cases: one rank (a group of one, on the case's device), so
+// the call runs alone; m x hidden_size bf16. Bytes: the input read, the output written.
+BenchCase bench_quantized_all_reduce(const BenchShape& s, Device dev) {
+  const comm::ThreadGroup group(1, dev);
+  Tensor x = Tensor::empty({s.m, s.hidden_size}, DType::kBFloat16);
+  x.uniform_(s.random_seed, -2.0, 2.0);
+  BenchCase c = api::bench::invoke_case(kQarOp, {Value(x.to(dev)), to_value(group.backend(0))});
+  c.description = std::to_string(s.m) + " x " + std::to_string(s.hidden_size) + " bf16, 1 rank";
+  c.bytes = 2.0 * api::bench::nbytes(x.shape(), DType::kBFloat16);
+  return c;
+}
+
+}  // namespace
+
+Tensor quantized_all_reduce(const Tensor& inp, std::shared_ptr<comm::CommBackend> group,
+                            int64_t scale_group, std::optional<int64_t> block_size,
+                            std::optional<int64_t> num_warps, std::optional<int64_t> max_num_blocks,
+                            std::optional<bool> p2p_phase3, std::optional<Tensor> output) {
+  return call_op<&quantized_all_reduce>(
+      [&] {
+        return qar_impl(inp, group, scale_group, block_size, num_warps, max_num_blocks, output);
+      },
+      inp, group, scale_group, block_size, num_warps, max_num_blocks, p2p_phase3, output);
+}
+
+namespace detail {
+
+void register_quantized_allreduce_ops(OpRegistry& r) {
+  declare<&quantized_all_reduce>(
+      r,
+      {.name = "quantized_all_reduce",
+       .module = kQarModule,
+       .summary = "Collective: the sum over the group with FP8 per-group transfers (two-shot)"},
+      "inp", arg("group").required(), arg("scale_group", kQuantizedAllReduceScaleGroupDefault).kw(),
+      arg("block_size").kw(), arg("num_warps").kw(), arg("max_num_blocks").kw(),
+      arg("p2p_phase3").kw(), arg("output").mut().same_view_as("inp").kw());
+  api::register_backends("quantized_all_reduce", kQarKernels);
+  register_bench_hook(kQarOp, bench_quantized_all_reduce);
+  // Replay runs every rank's recorded call together; each rank's group is the replay's.
+  CollectiveSpec spec;
+  spec.op = "quantized_all_reduce";
+  spec.workspace_param = 1;  // the group
+  spec.workspace_is_backend = true;
+  spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c, const std::vector<Value>&,
+                           const std::vector<Value>*) { return to_value(c); };
+  register_collective(std::move(spec));
+}
+
+}  // namespace detail
+}  // namespace flashinfer

@@ -1,0 +1,22 @@
+// CUDA launcher of quantized_all_reduce (flashinfer.comm.quantized_allreduce). Plain C++
+// header: callable from the API layer. Throws flashinfer::Error(kCuda) when a launch fails.
+#pragma once
+
+#include "kernels/quantized_allreduce_params.h"
+
+namespace flashinfer::kernels::cuda {
+
+/// One rank's call, upstream's two-shot design in one kernel: each block quantizes its strides'
+/// groups into this rank's buffer, meets the same block of every peer (flags at system scope),
+/// reduces this rank's stripe of each stride from every peer's FP8 and requantizes it, meets
+/// them again, fills the other stripes from their owners' requantized FP8, and meets them a
+/// third time (so no peer still reads this rank's buffer when the next call writes it).
+void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream, int sm_count);
+
+/// The grid: one block per stride of block_size * world_size elements, at most max_blocks,
+/// ArBufferLayout::kMaxBlocks, and the SM count over the group size (every rank's blocks must
+/// be resident at once when the ranks share a GPU: each block waits for its peers').
+int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_size, int max_blocks,
+                                int sm_count);
+
+}  // namespace flashinfer::kernels::cuda
