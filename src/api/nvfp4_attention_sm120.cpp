@@ -150,12 +150,6 @@ Nvfp4AttentionQkv nvfp4_quantize_impl(const Tensor& q, const Tensor& k, const Te
   p.k_scale = static_cast<uint8_t*>(r.k_scale.data_ptr());
   p.v_scale_t = static_cast<uint8_t*>(r.v_scale_t.data_ptr());
   p.qk_correction = r.qk_correction.data<float>();
-  Tensor means;  // the CUDA kernels' scratch: K's means, then Q's
-  if (dev.is_cuda()) {
-    means = Tensor::empty({B * H * D * (1 + groups)}, DType::kFloat32, dev);
-    p.k_mean = means.data<float>();
-    p.q_mean = p.k_mean + B * H * D;
-  }
   if (B * H > 0 && Sp > 0) api::launch(kQuantKernels, p, dev, op, "q");
   return r;
 }

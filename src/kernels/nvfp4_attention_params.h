@@ -30,7 +30,8 @@ struct Nvfp4AttnQuantParams {
   uint8_t* k_scale = nullptr;      // [B, H, S_pad, D/16]
   uint8_t* v_scale_t = nullptr;    // [B, H, D, S_pad/16]
   float* qk_correction = nullptr;  // [B, H, S_pad/128 or 1, S_pad]
-  // The CUDA kernels' scratch: K's means [B, H, D] and Q's [B, H, S_pad/128 or 1, D].
+  // The CUDA kernels' scratch, set by their launcher (the stream's): K's means [B, H, D] and
+  // Q's [B, H, S_pad/128 or 1, D].
   float* k_mean = nullptr;
   float* q_mean = nullptr;
 };

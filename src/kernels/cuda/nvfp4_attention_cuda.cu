@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/nvfp4_attention_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 #include "kernels/nvfp4_attention_rules.h"
 
 namespace flashinfer::kernels::cuda {
@@ -229,9 +230,20 @@ unsigned grid_dim(int64_t n, const char* op, int64_t limit) {
 
 }  // namespace
 
-void nvfp4_attention_quantize_qkv(const Nvfp4AttnQuantParams& p, void* stream, bool enable_pdl) {
-  const int64_t heads = p.B * p.H;
-  if (heads == 0 || p.S_pad == 0) return;
+void nvfp4_attention_quantize_qkv(const Nvfp4AttnQuantParams& in, void* stream, bool enable_pdl) {
+  const int64_t heads = in.B * in.H;
+  if (heads == 0 || in.S_pad == 0) return;
+  // The means live in the stream's scratch, leased until the three launches are queued: a
+  // temporary tensor would go back to the allocator while they still run, and a CUDA graph
+  // captured over the call would keep its address.
+  static StreamScratchPool pool("means scratch");
+  const int64_t k_means = heads * in.D,
+                q_means = heads * in.D * nvfp4_attn_groups(in.S_pad, in.per_block_mean);
+  const StreamScratch scratch =
+      pool.acquire(kQuantOp, stream, static_cast<std::size_t>(k_means + q_means) * sizeof(float));
+  Nvfp4AttnQuantParams p = in;
+  p.k_mean = static_cast<float*>(scratch.data());
+  p.q_mean = p.k_mean + k_means;
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned h = grid_dim(p.H, kQuantOp, 65535), b = grid_dim(p.B, kQuantOp, 65535);
   launch_kernel(kQuantOp, nvfp4_attn_means_kernel, dim3(grid_dim(heads, kQuantOp, 0x7fffffff)),

@@ -9,8 +9,9 @@
 namespace flashinfer::kernels::cuda {
 
 /// Three launches: the means (a thread per (head, d), fp64 sums in token order), the correction
-/// (a thread per key) and the quantization (a thread per block of 16 values). p.k_mean and
-/// p.q_mean are device scratch of [B H D] and [B H groups D] floats.
+/// (a thread per key) and the quantization (a thread per block of 16 values). The means ([B H D]
+/// and [B H groups D] floats) are the stream's scratch (stream_scratch.h); p.k_mean and p.q_mean
+/// are set here.
 void nvfp4_attention_quantize_qkv(const Nvfp4AttnQuantParams& p, void* stream, bool enable_pdl);
 
 /// A warp per query row: each tile's scores a lane per key (exact fp64 dot products), the row
