@@ -6,6 +6,8 @@
 // (kernels/cuda/quantized_allreduce_cuda.cu). docs/COMM.md, "Quantized all-reduce".
 #include "flashinfer/ops/quantized_allreduce.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -19,6 +21,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "core/comm_abort.h"
+#include "core/comm_lifetime.h"
 #include "core/cuda_runtime.h"
 #include "core/peer_memory.h"
 #include "flashinfer/bench.h"
@@ -62,7 +65,7 @@ constexpr api::KernelEntry<QuantizedAllReduceParams> kQarKernels[] = {
      "per-block flags at system scope between the phases)",
      nullptr,
      [](const QuantizedAllReduceParams& p, const api::LaunchContext& c) {
-       kernels::cuda::quantized_all_reduce(p, c.stream, detail::cuda_sm_count(c.device.index));
+       kernels::cuda::quantized_all_reduce(p, c.stream);
      }},
 #endif
 };
@@ -87,8 +90,9 @@ std::string qar_torch_size(const Shape& s) {
 }
 
 // The peer buffers, one per (group, rank, device), kept between calls like upstream's symmetric
-// buffer (one per scale group, device and group name, re-allocated when a larger call comes),
-// at most kQarCacheEntries of them, the least recently used dropped first.
+// buffer (one per scale group, device and group name, re-allocated when a larger call comes).
+// A ThreadGroup's entries go once the group is gone; other backends' stay, as upstream's do
+// until reset().
 struct QarKey {
   const void* group;
   int64_t rank;
@@ -98,69 +102,99 @@ struct QarKey {
 struct QarEntry {
   std::shared_ptr<detail::PeerMemory> mem;
   int64_t world = 0;
-  uint64_t used = 0;
+  int grid_cap = 0;  // the group's agreed grid limit (CUDA)
+  std::weak_ptr<const void> lifetime;
+  bool mortal = false;  // lifetime says when the group is gone
 };
 struct QarCache {
   std::mutex m;
   std::map<QarKey, QarEntry> entries;
-  uint64_t clock = 0;
 };
 QarCache& qar_cache() {
   static auto* c = new QarCache;  // never destroyed: device memory outlives no CUDA context
   return *c;
 }
-constexpr std::size_t kQarCacheEntries = 32;
 
-// A peer buffer dropped from the cache: a CUDA one after this rank's work on its device is done
-// (the last kernel's final barrier means no peer reads it after that).
-void qar_drop(std::shared_ptr<detail::PeerMemory> mem) {
-  if (mem && mem.use_count() == 1 && mem->device().is_cuda()) {
-    detail::cuda_device_synchronize(mem->device().index);
+// Peer buffers no longer wanted: a CUDA one once this rank's work on its device is done (its
+// last kernel's final barrier means no peer reads it after that).
+void qar_release(std::vector<std::shared_ptr<detail::PeerMemory>>& dropped) {
+  for (auto& d : dropped) {
+    if (d && d.use_count() == 1 && d->device().is_cuda()) {
+      detail::cuda_device_synchronize(d->device().index);
+    }
+    d.reset();
   }
 }
 
-std::shared_ptr<detail::PeerMemory> qar_buffer(comm::CommBackend& c, int64_t bytes) {
+struct QarBuffer {
+  std::shared_ptr<detail::PeerMemory> mem;
+  int grid_cap = 0;
+};
+
+QarBuffer qar_buffer(comm::CommBackend& c, int64_t bytes) {
   const Device dev = c.device();
   const QarKey key{c.group_id(), c.Get_rank(), static_cast<int>(dev.type), dev.index};
   const int64_t W = c.Get_size();
   QarCache& cache = qar_cache();
-  std::shared_ptr<detail::PeerMemory> found;
+  QarBuffer found;
   {
     const std::lock_guard<std::mutex> lock(cache.m);
     auto it = cache.entries.find(key);
     if (it != cache.entries.end() && it->second.world == W &&
-        it->second.mem->bytes() >= static_cast<std::size_t>(bytes)) {
-      found = it->second.mem;
-      it->second.used = ++cache.clock;
+        it->second.mem->bytes() >= static_cast<std::size_t>(bytes) &&
+        !(it->second.mortal && it->second.lifetime.expired())) {
+      found = {it->second.mem, it->second.grid_cap};
     }
   }
-  // Hit or miss is the group's decision: a rank whose entry was dropped must not meet peers that
-  // kept theirs, and a buffer is allocated by every rank together.
-  for (const std::string& v : c.allgather(found ? "1" : "0")) {
-    if (v != "1") found.reset();
+  // Hit or miss is the group's decision (a buffer is allocated by every rank together), made
+  // with what each rank says of its device: its process, its device and its SM count, from which
+  // every rank computes the same grid limit (every rank's blocks resident at once, also where
+  // ranks share a GPU; ranks of other processes on one GPU are not seen).
+  const int sms = dev.is_cuda() ? detail::cuda_sm_count(dev.index) : 0;
+  const std::string mine = std::string(found.mem ? "1" : "0") + " " +
+                           std::to_string(static_cast<long long>(::getpid())) + " " + dev.str() +
+                           " " + std::to_string(sms);
+  const std::vector<std::string> all = c.allgather(mine);
+  bool hit = true;
+  int cap = QarBufferLayout::kMaxBlocks;
+  for (const std::string& v : all) {
+    hit = hit && v.rfind("1 ", 0) == 0;
+    const std::string where = v.substr(2, v.rfind(' ') - 2);
+    const int64_t shared = std::count_if(all.begin(), all.end(), [&](const std::string& u) {
+      return u.substr(2, u.rfind(' ') - 2) == where;
+    });
+    const int sm = std::stoi(v.substr(v.rfind(' ') + 1));
+    cap = std::min<int>(cap, static_cast<int>(std::max<int64_t>(1, sm / shared)));
   }
-  if (found) return found;
-  auto mem = std::make_shared<detail::PeerMemory>(c, static_cast<std::size_t>(bytes), kQarOp);
+  if (hit) return found;
+  // Every rank is here, so no kernel of this group is still to be launched: this rank's old
+  // buffer and the buffers of groups that are gone can go before the new one is made (after it,
+  // a peer may already be launching on the new one while a free here waits on the device).
   std::vector<std::shared_ptr<detail::PeerMemory>> dropped;
   {
     const std::lock_guard<std::mutex> lock(cache.m);
-    QarEntry& e = cache.entries[key];
-    dropped.push_back(std::move(e.mem));
-    e = {mem, W, ++cache.clock};
-    while (cache.entries.size() > kQarCacheEntries) {
-      auto oldest = cache.entries.end();
-      for (auto it = cache.entries.begin(); it != cache.entries.end(); ++it) {
-        if (!(it->first == key) &&
-            (oldest == cache.entries.end() || it->second.used < oldest->second.used)) {
-          oldest = it;
-        }
+    for (auto it = cache.entries.begin(); it != cache.entries.end();) {
+      if (it->first == key || (it->second.mortal && it->second.lifetime.expired())) {
+        dropped.push_back(std::move(it->second.mem));
+        it = cache.entries.erase(it);
+      } else {
+        ++it;
       }
-      dropped.push_back(std::move(oldest->second.mem));
-      cache.entries.erase(oldest);
     }
   }
-  for (auto& d : dropped) qar_drop(std::move(d));
-  return mem;
+  found.mem.reset();
+  qar_release(dropped);
+  QarEntry e;
+  e.mem = std::make_shared<detail::PeerMemory>(c, static_cast<std::size_t>(bytes), kQarOp);
+  e.world = W;
+  e.grid_cap = dev.is_cuda() ? cap : 0;
+  e.lifetime = detail::group_lifetime(c);
+  e.mortal = !e.lifetime.expired();
+  {
+    const std::lock_guard<std::mutex> lock(cache.m);
+    cache.entries[key] = e;
+  }
+  return {e.mem, e.grid_cap};
 }
 
 Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& group,
@@ -193,18 +227,6 @@ Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& gro
                    ") must be divisible by scale_group (", sg, ")");
   FLASHINFER_CHECK(bs % W == 0, op, "block_size", "block_size (", bs,
                    ") must be divisible by world_size (", W, ")");
-  // Upstream's Triton kernel takes tl.arange over both and launches num_warps warps: other
-  // values fail to compile there.
-  FLASHINFER_CHECK_CODE(qar_power_of_two(sg) && qar_power_of_two(bs), ErrorCode::kUnsupported, op,
-                        "scale_group", "scale_group (", sg, ") and block_size (", bs,
-                        ") must be powers of two (upstream's Triton kernel cannot compile "
-                        "others)");
-  FLASHINFER_CHECK(qar_power_of_two(warps) && warps <= 32, op, "num_warps",
-                   "num_warps must be a power of two up to 32, got ", warps);
-  FLASHINFER_CHECK(blocks > 0, op, "max_num_blocks", "max_num_blocks must be positive, got ",
-                   blocks);
-  FLASHINFER_CHECK_CODE(W <= QarBufferLayout::kMaxRanks, ErrorCode::kUnsupported, op, "group",
-                        "at most ", QarBufferLayout::kMaxRanks, " ranks, got ", W);
   Tensor out;
   if (has_out) {
     out = *output;
@@ -219,18 +241,32 @@ Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& gro
   } else {
     out = Tensor::empty(inp.shape(), inp.dtype(), dev);
   }
+  // Past upstream's own checks: its Triton kernel takes tl.arange over scale_group and
+  // block_size and launches num_warps warps (other values fail to compile there), and an empty
+  // grid would leave the output unwritten.
+  FLASHINFER_CHECK_CODE(qar_power_of_two(sg) && qar_power_of_two(bs), ErrorCode::kUnsupported, op,
+                        "scale_group", "scale_group (", sg, ") and block_size (", bs,
+                        ") must be powers of two (upstream's Triton kernel cannot compile "
+                        "others)");
+  FLASHINFER_CHECK(qar_power_of_two(warps) && warps <= 32, op, "num_warps",
+                   "num_warps must be a power of two up to 32, got ", warps);
+  FLASHINFER_CHECK(blocks > 0, op, "max_num_blocks", "max_num_blocks must be positive, got ",
+                   blocks);
+  FLASHINFER_CHECK_CODE(W <= QarBufferLayout::kMaxRanks, ErrorCode::kUnsupported, op, "group",
+                        "at most ", QarBufferLayout::kMaxRanks, " ranks, got ", W);
   // Upstream allocates on inp's device; the buffers here are on the group's.
   FLASHINFER_CHECK(dev == group->device(), op, "inp", "inp is on ", dev.str(),
                    " but the group's buffers are on ", group->device().str(),
                    " (its CommBackend's device())");
-  const std::shared_ptr<detail::PeerMemory> mem = qar_buffer(*group, QarBufferLayout::bytes(n, sg));
+  const QarBuffer buf = qar_buffer(*group, QarBufferLayout::bytes(n, sg));
+  const std::shared_ptr<detail::PeerMemory>& mem = buf.mem;
   QuantizedAllReduceParams p;
   p.world_size = static_cast<int>(W);
   p.rank = static_cast<int>(group->Get_rank());
   p.numel = n;
   p.scale_group = sg;
   p.block_size = bs;
-  p.max_blocks = static_cast<int>(std::min<int64_t>(blocks, QarBufferLayout::kMaxBlocks));
+  p.max_blocks = static_cast<int>(std::min<int64_t>(blocks, std::max(1, buf.grid_cap)));
   for (int64_t r = 0; r < W; ++r) p.peer_buf[r] = mem->peer(r);
   p.input = static_cast<const uint16_t*>(inp.data_ptr());
   p.output = static_cast<uint16_t*>(out.data_ptr());

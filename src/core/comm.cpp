@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/comm_abort.h"
+#include "core/comm_lifetime.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
@@ -147,6 +148,7 @@ class ThreadBackend final : public CommBackend {
   void barrier() override { (void)s_->rendezvous(rank_, {}, "CommBackend.barrier"); }
   Device device() const override { return s_->devices[static_cast<std::size_t>(rank_)]; }
   const void* group_id() const override { return s_.get(); }
+  std::shared_ptr<const void> state() const { return s_; }
   std::string_view class_name() const override { return "ThreadCommBackend"; }
   std::string_view module_name() const override { return "flashinfer.comm"; }
   // Rank and size in the repr: a recording of ranks that share a process places each rank's
@@ -205,6 +207,10 @@ int64_t ThreadGroup::size() const { return state_->size; }
 
 namespace flashinfer::detail {
 const uint32_t* thread_group_abort_word() { return comm::t_abort_word; }
+std::weak_ptr<const void> group_lifetime(const comm::CommBackend& c) {
+  const auto* t = dynamic_cast<const comm::ThreadBackend*>(&c);
+  return t ? t->state() : std::weak_ptr<const void>();
+}
 }  // namespace flashinfer::detail
 
 namespace flashinfer::comm {

@@ -36,20 +36,34 @@ Tensor bf16_of(const std::vector<double>& v) {
 }
 
 TEST(QuantizedAllReduceRules, ScalesQuantizeAndAccumulateByHand) {
+  // Triton's fp32 `/` is div.full.f32: amax * RN(1/448) and 448 * rcp(amax) on sm_90.
+  const float rcp448 = k::f32_from_bits(0x3B124925u);
+  EXPECT_EQ(rcp448, 1.0f / 448.0f);
   const k::QarScales one = k::qar_scales(448.0f);
   EXPECT_EQ(one.inv, 1.0f);
   EXPECT_EQ(one.quant, 1.0f);
   const k::QarScales floor = k::qar_scales(0.0f);  // all zeros: the 1e-12 floor
-  EXPECT_EQ(floor.inv, 1e-12f / 448.0f);
-  EXPECT_EQ(floor.quant, 448.0f / 1e-12f);
-  EXPECT_EQ(k::qar_scales(672.0f).inv, 1.5f);
-  EXPECT_EQ(k::qar_scales(672.0f).quant, 448.0f / 672.0f);
+  EXPECT_EQ(floor.inv, 1e-12f * rcp448);
+  EXPECT_EQ(floor.quant, (1.0f / 1e-12f) * 448.0f);
+  // 672 * RN(1/448) is 1.50000007, one place above 1.5 (IEEE 672 / 448 is 1.5 exactly).
+  EXPECT_EQ(k::qar_scales(672.0f).inv, k::f32_from_bits(0x3FC00001u));
+  EXPECT_EQ(k::qar_scales(3.0f).inv, 3.0f * rcp448);
+  EXPECT_EQ(k::qar_scales(672.0f).quant, (1.0f / 672.0f) * 448.0f);
+  // Above 2^126 both sides are scaled by 1/4: 112 * RN(1 / (amax / 4)); infinity gives 0.
+  const float big = 3.0e38f;
+  EXPECT_EQ(k::qar_scales(big).quant, (1.0f / (big * 0.25f)) * 112.0f);
+  EXPECT_EQ(k::qar_scales(std::numeric_limits<float>::infinity()).quant, 0.0f);
   EXPECT_EQ(k::qar_quantize(1.0f, 1.0f), 0x38);
   EXPECT_EQ(k::qar_quantize(8.5f, 1.0f), 0x50);      // a tie: to 8, the even code
   EXPECT_EQ(k::qar_quantize(500.0f, 1.0f), 0x7E);    // clamped to 448
   EXPECT_EQ(k::qar_quantize(-1000.0f, 1.0f), 0xFE);  // clamped to -448
-  // Triton's clamp without NaN propagation: maxnum(NaN, -448) is -448.
-  EXPECT_EQ(k::qar_quantize(std::numeric_limits<float>::quiet_NaN(), 1.0f), 0xFE);
+  // Triton's symmetric clamp on sm_90 is min.xorsign.abs: a (positive canonical) NaN is +448.
+  EXPECT_EQ(k::qar_quantize(std::numeric_limits<float>::quiet_NaN(), 1.0f), 0x7E);
+  EXPECT_EQ(k::qar_quantize(std::numeric_limits<float>::infinity(), 0.0f), 0x7E);  // inf * 0
+  // A NaN sum is bf16 0x7FFF, as cvt.rn.bf16.f32 writes it.
+  EXPECT_EQ(k::qar_to_bf16(std::numeric_limits<float>::quiet_NaN()), 0x7FFF);
+  EXPECT_EQ(k::qar_to_bf16(-std::numeric_limits<float>::quiet_NaN()), 0x7FFF);
+  EXPECT_EQ(k::qar_to_bf16(1.00390625f), 0x3F80);  // a tie, to even
   // One rounding: (-(1.125 + 2^-23)) + 1.125 * (1 + 2^-23) is 2^-26 exactly; rounding the
   // product first would give 0.
   const float inv = 1.0f + std::ldexp(1.0f, -23);
@@ -63,14 +77,15 @@ TEST(QuantizedAllReduceRules, ScalesQuantizeAndAccumulateByHand) {
 
 std::vector<std::vector<double>> run_ranks(const std::vector<Tensor>& in, Device dev,
                                            int64_t scale_group, std::optional<int64_t> block,
-                                           bool in_place = false) {
+                                           bool in_place = false,
+                                           std::optional<int64_t> max_blocks = std::nullopt) {
   const auto W = static_cast<int64_t>(in.size());
   comm::ThreadGroup g(W, dev);
   std::vector<std::vector<double>> got(in.size());
   g.run([&](int64_t r) {
     Tensor x = in_place ? in[r].to(dev).clone() : in[r].to(dev);
     Tensor out =
-        quantized_all_reduce(x, g.backend(r), scale_group, block, std::nullopt, std::nullopt,
+        quantized_all_reduce(x, g.backend(r), scale_group, block, std::nullopt, max_blocks,
                              std::nullopt, in_place ? std::optional<Tensor>(x) : std::nullopt);
     if (in_place) {
       EXPECT_EQ(out.data_ptr(), x.data_ptr());
@@ -87,17 +102,38 @@ TEST(QuantizedAllReduce, TwoRanksByHand) {
       bf16_of({448, 1, 1, 1, 1, 1, 1, 1, 448, 0.1, 0, 0, 0, 0, 0, 0})};
   const auto got = run_ranks(in, Device::cpu(), 8, 8);
   // Group 0 (scale 1 on both ranks: exact) sums to 896, 17, 3, 1.5, -2, 7, 1, 11; rank 0 keeps
-  // it, rank 1 gets it requantized at scale 896 / 448 = 2, where 17 / 2 = 8.5 ties to 8.
+  // it, rank 1 gets it requantized at scale 896 * RN(1/448) = 2, where 17 / 2 = 8.5 ties to 8.
   // Group 1: rank 0's scale is 224 / 448 (3.3 -> bf16 3.296875 -> 6.59375 -> e4m3 6.5 -> 3.25),
   // rank 1's is 1 (0.1 -> bf16 0.10009765625 -> e4m3 0.1015625); the sum 3.3515625 is 3.34375 in
-  // bf16 for its owner, rank 1; rank 0 gets it at scale 672 / 448 = 1.5: 2.234375 -> 2.25 ->
-  // 3.375.
+  // bf16 for its owner, rank 1; rank 0 gets it at scale 672 * RN(1/448) = 1.5 + 2^-23:
+  // 2.234375 -> 2.25 -> 3.37500027 -> bf16 3.375.
   const std::vector<double> r0 = {896, 17, 3, 1.5, -2, 7, 1, 11, 672, 3.375, 0, 0, 0, 0, 0, 0};
   const std::vector<double> r1 = {896, 16, 3, 1.5, -2, 7, 1, 11, 672, 3.34375, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(got[0], r0);
   EXPECT_EQ(got[1], r1);
   // In place (output is inp), as the custom op allows.
   EXPECT_EQ(run_ranks(in, Device::cpu(), 8, 8, true), got);
+}
+
+// An infinity makes its group's quant scale 448 * rcp(inf) = 0 and its dequant scale infinite:
+// the infinity's code is the clamp's +448 for NaN (inf * 0), the others' 0, and 0 * inf is NaN.
+TEST(QuantizedAllReduce, AnInfinityPoisonsItsGroupAsUpstreamsKernelDoes) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Tensor> in = {bf16_of({inf, 1, 2, 3, 4, 5, 6, 7}),
+                                  bf16_of({1, 1, 1, 1, 1, 1, 1, 1})};
+  comm::ThreadGroup g(2);
+  std::vector<std::vector<uint16_t>> bits(2);
+  g.run([&](int64_t r) {
+    const Tensor out = quantized_all_reduce(in[r], g.backend(r), 8, 8);
+    const auto* p = static_cast<const uint16_t*>(out.data_ptr());
+    bits[r].assign(p, p + 8);
+  });
+  // Rank 0 owns the group: inf, then NaN (bf16 0x7FFF) where 0 * inf was added.
+  EXPECT_EQ(bits[0][0], 0x7F80);
+  for (int j = 1; j < 8; ++j) EXPECT_EQ(bits[0][j], 0x7FFF) << j;
+  // Rank 1 gets the requantized group: amax inf (the max skips NaN), every product NaN or
+  // inf * 0, so every code +448, and 448 * inf.
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(bits[1][j], 0x7F80) << j;
 }
 
 // What rank `rank` receives, from the formula: per group, every rank's input quantized, summed
@@ -135,6 +171,15 @@ std::vector<Tensor> rand_inputs(int64_t W, int64_t n, uint64_t seed) {
   std::vector<Tensor> in;
   for (int64_t r = 0; r < W; ++r) in.push_back(rand_tensor({n / 8, 8}, kBf, seed + r, -3.0, 3.0));
   return in;
+}
+
+// One rank, groups of 4 (below a 16-byte vector), stripes raised to the group size.
+TEST(QuantizedAllReduce, OneRankAndSmallGroups) {
+  const auto in = rand_inputs(1, 64, 450);
+  EXPECT_EQ(run_ranks(in, Device::cpu(), 4, 2)[0], expected(in, 0, 4, 4));
+  const auto two = rand_inputs(2, 64, 460);
+  const auto got = run_ranks(two, Device::cpu(), 4, 8);
+  for (int64_t r = 0; r < 2; ++r) EXPECT_EQ(got[r], expected(two, r, 4, 8));
 }
 
 TEST(QuantizedAllReduce, EveryRankGetsTheFormulaWithUpstreamsDefaults) {
@@ -280,6 +325,44 @@ TEST(QuantizedAllReduceCuda, MatchesCpuBitForBit) {
     for (int64_t r = 0; r < c.W; ++r) EXPECT_EQ(cpu[r], gpu[r]) << c.W << " ranks, n " << c.n;
     // Again in place, on the buffers the first call left.
     EXPECT_EQ(run_ranks(in, Device::cuda(0), c.sg, c.bs, true), cpu);
+    // One block for every stride.
+    EXPECT_EQ(run_ranks(in, Device::cuda(0), c.sg, c.bs, false, 1), cpu);
+  }
+}
+
+// One group on the GPU through calls of changing sizes (grids of 1 to 6 blocks, buffers grown
+// while the group lives) and block limits, each against the formula.
+TEST(QuantizedAllReduceCuda, CallsOfChangingSizesOnOneGroup) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  comm::ThreadGroup g(4, Device::cuda(0));
+  struct Call {
+    int64_t n, sg, bs;
+    std::optional<int64_t> max_blocks;
+  };
+  const std::vector<Call> calls = {{4096, 256, 1024, std::nullopt},
+                                   {24576, 256, 1024, std::nullopt},
+                                   {8192, 64, 512, 2},
+                                   {4096, 256, 1024, 1},
+                                   {65536, 128, 4096, std::nullopt},
+                                   {24576, 256, 1024, 3}};
+  std::vector<std::vector<Tensor>> ins;
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    ins.push_back(rand_inputs(4, calls[i].n, 800 + 10 * i));
+  std::vector<std::vector<std::vector<double>>> got(calls.size(),
+                                                    std::vector<std::vector<double>>(4));
+  g.run([&](int64_t r) {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const Call& c = calls[i];
+      got[i][r] = quantized_all_reduce(ins[i][r].to(Device::cuda(0)), g.backend(r), c.sg, c.bs,
+                                       std::nullopt, c.max_blocks)
+                      .to(Device::cpu())
+                      .to_double_vector();
+    }
+  });
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    for (int64_t r = 0; r < 4; ++r) {
+      EXPECT_EQ(got[i][r], expected(ins[i], r, calls[i].sg, calls[i].bs)) << "call " << i;
+    }
   }
 }
 

@@ -29,7 +29,7 @@ void quantized_all_reduce(const std::vector<const uint16_t*>& inputs, int64_t n,
     }
     if (qar_owner(g0, block_size, W) == rank) {
       for (int64_t j = 0; j < len; ++j) {
-        out[g0 + j] = float_to_bfloat16_bits(acc[static_cast<std::size_t>(j)]);
+        out[g0 + j] = qar_to_bf16(acc[static_cast<std::size_t>(j)]);
       }
       continue;
     }

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) reinterpret_cast<float*>(mine + o_sout)[g] = s.inv;
       for (int64_t j = lane; j < len; j += 32) {
         const float acc = qar_sum(p, g0 + j, g, o_sin, o_din);
-        p.output[g0 + j] = float_to_bfloat16_bits(acc);
+        p.output[g0 + j] = qar_to_bf16(acc);
         reinterpret_cast<uint8_t*>(mine + o_dout)[g0 + j] = qar_quantize(acc, s.quant);
       }
     }
@@ -133,18 +133,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_size, int max_blocks,
-                                int sm_count) {
+int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_size, int max_blocks) {
   const int64_t strides = (numel + block_size * world_size - 1) / (block_size * world_size);
   int64_t g = std::min<int64_t>(strides, max_blocks);
   g = std::min<int64_t>(g, L::kMaxBlocks);
-  g = std::min<int64_t>(g, sm_count / (world_size > 0 ? world_size : 1));
   return static_cast<int>(g < 1 ? 1 : g);
 }
 
-void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream, int sm_count) {
-  const dim3 grid(
-      quantized_all_reduce_blocks(p.numel, p.block_size, p.world_size, p.max_blocks, sm_count));
+void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream) {
+  const dim3 grid(quantized_all_reduce_blocks(p.numel, p.block_size, p.world_size, p.max_blocks));
   launch_kernel("quantized_all_reduce", quantized_all_reduce_kernel, grid, dim3(kThreads), 0,
                 static_cast<cudaStream_t>(stream), false, p);
 }

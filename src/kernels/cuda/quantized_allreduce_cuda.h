@@ -11,12 +11,13 @@ namespace flashinfer::kernels::cuda {
 /// reduces this rank's stripe of each stride from every peer's FP8 and requantizes it, meets
 /// them again, fills the other stripes from their owners' requantized FP8, and meets them a
 /// third time (so no peer still reads this rank's buffer when the next call writes it).
-void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream, int sm_count);
+void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream);
 
-/// The grid: one block per stride of block_size * world_size elements, at most max_blocks,
-/// ArBufferLayout::kMaxBlocks, and the SM count over the group size (every rank's blocks must
-/// be resident at once when the ranks share a GPU: each block waits for its peers').
-int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_size, int max_blocks,
-                                int sm_count);
+/// The grid: one block per stride of block_size * world_size elements, at most p.max_blocks
+/// (max_num_blocks capped by the limit the group agreed on: every rank's blocks resident at once,
+/// also where ranks share a GPU, since each block waits for its peers') and
+/// ArBufferLayout::kMaxBlocks. The same on every rank: each block meets the same block of every
+/// peer.
+int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_size, int max_blocks);
 
 }  // namespace flashinfer::kernels::cuda
