@@ -17,7 +17,7 @@ time) and the architecture, and reads it from there while they match: the ctest 
 one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kept in FILE.pickle
 (the text of the library is hundreds of MB: parsing it was most of a rule's time).
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `moe_a2a`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -345,7 +345,8 @@ RULES = {
             name="comm",
             match=("allreduce_fusion_kernel", "dcp_a2a_sync_kernel",
                    "moe_a2a_dispatch_signal_kernel", "moe_a2a_combine_signal_kernel",
-                   "ulysses_a2a_kernel", "quantized_all_reduce_kernel"),
+                   "ulysses_a2a_kernel", "quantized_all_reduce_kernel",
+                   "quantized_all_reduce_x8_kernel"),
             description="the collectives' synchronizing kernels (comm_cuda.cu: allreduce_fusion "
             "and the PCIe all-reduce, the decode-CP all-to-all's publish-and-wait; "
             "moe_a2a_cuda.cu: the MoE all-to-all's dispatch and combine signals; ulysses_cuda.cu: "
@@ -358,6 +359,14 @@ RULES = {
                 Need("STG.E.STRONG.SYS (system-scope flag store)", r"^STG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
                 Need("LDG.E.STRONG.SYS (system-scope flag load)", r"^LDG" + _MOD + r"\.STRONG\.SYS(?:\.|$)"),
             ),
+        ),
+        Rule(
+            name="quantized_ar",
+            match="quantized_all_reduce_x8_kernel",
+            description="the quantized all-reduce's 16-byte-lane kernel (quantized_allreduce_cuda.cu: "
+            "groups a whole number of 8 elements, 16-byte aligned tensors): no spills, 128-bit "
+            "global loads of the bf16 input (LDG .128)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
             name="moe_a2a",

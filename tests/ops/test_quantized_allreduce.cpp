@@ -330,6 +330,24 @@ TEST(QuantizedAllReduceCuda, MatchesCpuBitForBit) {
   }
 }
 
+// Groups below 8 elements and tensors off a 16-byte boundary take the element-wise kernel.
+TEST(QuantizedAllReduceCuda, ElementWiseKernelMatchesTheFormula) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const auto small = rand_inputs(2, 64, 880);
+  const auto got = run_ranks(small, Device::cuda(0), 4, 8);
+  for (int64_t r = 0; r < 2; ++r) EXPECT_EQ(got[r], expected(small, r, 4, 8));
+  comm::ThreadGroup g(2, Device::cuda(0));
+  const auto in = rand_inputs(2, 4096, 890);
+  std::vector<std::vector<double>> off(2);
+  g.run([&](int64_t r) {
+    const Tensor big = Tensor::zeros({4096 + 8}, kBf).to(Device::cuda(0));
+    Tensor x = big.slice(0, 1, 4097);  // 2 bytes past the allocation's alignment
+    x.copy_(in[r].reshape({4096}).to(Device::cuda(0)));
+    off[r] = quantized_all_reduce(x, g.backend(r), 256, 1024).to(Device::cpu()).to_double_vector();
+  });
+  for (int64_t r = 0; r < 2; ++r) EXPECT_EQ(off[r], expected(in, r, 256, 1024));
+}
+
 // One group on the GPU through calls of changing sizes (grids of 1 to 6 blocks, buffers grown
 // while the group lives) and block limits, each against the formula.
 TEST(QuantizedAllReduceCuda, CallsOfChangingSizesOnOneGroup) {
