@@ -365,8 +365,9 @@ RULES = {
             match="quantized_all_reduce_x8_kernel",
             description="the quantized all-reduce's 16-byte-lane kernel (quantized_allreduce_cuda.cu: "
             "groups a whole number of 8 elements, 16-byte aligned tensors): no spills, 128-bit "
-            "global loads of the bf16 input (LDG .128)",
-            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+            "global loads of the bf16 input and stores of the output (LDG .128, STG .128)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),
+                     Need("STG .128 (16-byte store)", r"^STG" + _MOD + r"\.128(?:\.|$)")),
         ),
         Rule(
             name="moe_a2a",

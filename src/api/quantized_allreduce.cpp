@@ -6,14 +6,13 @@
 // (kernels/cuda/quantized_allreduce_cuda.cu). docs/COMM.md, "Quantized all-reduce".
 #include "flashinfer/ops/quantized_allreduce.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/backends.h"
@@ -23,6 +22,7 @@
 #include "core/comm_abort.h"
 #include "core/comm_lifetime.h"
 #include "core/cuda_runtime.h"
+#include "core/device_location.h"
 #include "core/peer_memory.h"
 #include "flashinfer/bench.h"
 #include "flashinfer/op_typed.h"
@@ -90,9 +90,8 @@ std::string qar_torch_size(const Shape& s) {
 }
 
 // The peer buffers, one per (group, rank, device), kept between calls like upstream's symmetric
-// buffer (one per scale group, device and group name, re-allocated when a larger call comes).
-// A ThreadGroup's entries go once the group is gone; other backends' stay, as upstream's do
-// until reset().
+// buffer (one per scale group, device and group name, made anew when a larger call comes). They
+// live as long as the group: a ThreadGroup's state, or the caller's backend object.
 struct QarKey {
   const void* group;
   int64_t rank;
@@ -101,10 +100,12 @@ struct QarKey {
 };
 struct QarEntry {
   std::shared_ptr<detail::PeerMemory> mem;
+  // Outgrown buffers, kept until the group is gone: freeing CUDA memory waits for the whole
+  // device, where another group's kernel may be waiting for this very thread.
+  std::vector<std::shared_ptr<detail::PeerMemory>> retired;
   int64_t world = 0;
   int grid_cap = 0;  // the group's agreed grid limit (CUDA)
   std::weak_ptr<const void> lifetime;
-  bool mortal = false;  // lifetime says when the group is gone
 };
 struct QarCache {
   std::mutex m;
@@ -115,81 +116,76 @@ QarCache& qar_cache() {
   return *c;
 }
 
-// Peer buffers no longer wanted: a CUDA one once this rank's work on its device is done (its
-// last kernel's final barrier means no peer reads it after that).
-void qar_release(std::vector<std::shared_ptr<detail::PeerMemory>>& dropped) {
-  for (auto& d : dropped) {
-    if (d && d.use_count() == 1 && d->device().is_cuda()) {
-      detail::cuda_device_synchronize(d->device().index);
-    }
-    d.reset();
-  }
-}
-
 struct QarBuffer {
   std::shared_ptr<detail::PeerMemory> mem;
   int grid_cap = 0;
 };
 
-QarBuffer qar_buffer(comm::CommBackend& c, int64_t bytes) {
+QarBuffer qar_buffer(const std::shared_ptr<comm::CommBackend>& group, int64_t bytes) {
+  comm::CommBackend& c = *group;
   const Device dev = c.device();
   const QarKey key{c.group_id(), c.Get_rank(), static_cast<int>(dev.type), dev.index};
   const int64_t W = c.Get_size();
   QarCache& cache = qar_cache();
   QarBuffer found;
+  std::vector<std::shared_ptr<detail::PeerMemory>> retired;
   {
     const std::lock_guard<std::mutex> lock(cache.m);
     auto it = cache.entries.find(key);
-    if (it != cache.entries.end() && it->second.world == W &&
-        it->second.mem->bytes() >= static_cast<std::size_t>(bytes) &&
-        !(it->second.mortal && it->second.lifetime.expired())) {
-      found = {it->second.mem, it->second.grid_cap};
+    if (it != cache.entries.end() && !it->second.lifetime.expired() && it->second.world == W) {
+      if (it->second.mem->bytes() >= static_cast<std::size_t>(bytes)) {
+        found = {it->second.mem, it->second.grid_cap};
+      }
     }
   }
   // Hit or miss is the group's decision (a buffer is allocated by every rank together), made
-  // with what each rank says of its device: its process, its device and its SM count, from which
-  // every rank computes the same grid limit (every rank's blocks resident at once, also where
-  // ranks share a GPU; ranks of other processes on one GPU are not seen).
+  // with where each rank's device is (host and PCI bus), from which every rank computes the same
+  // grid limit: every rank's blocks resident at once where ranks share a GPU.
   const int sms = dev.is_cuda() ? detail::cuda_sm_count(dev.index) : 0;
-  const std::string mine = std::string(found.mem ? "1" : "0") + " " +
-                           std::to_string(static_cast<long long>(::getpid())) + " " + dev.str() +
-                           " " + std::to_string(sms);
+  const std::string mine = std::string(found.mem ? "1" : "0") + " " + std::to_string(sms) + " " +
+                           detail::device_location(dev);
   const std::vector<std::string> all = c.allgather(mine);
   bool hit = true;
   int cap = QarBufferLayout::kMaxBlocks;
+  auto location = [](const std::string& v) { return v.substr(v.find(' ', 2) + 1); };
   for (const std::string& v : all) {
     hit = hit && v.rfind("1 ", 0) == 0;
-    const std::string where = v.substr(2, v.rfind(' ') - 2);
-    const int64_t shared = std::count_if(all.begin(), all.end(), [&](const std::string& u) {
-      return u.substr(2, u.rfind(' ') - 2) == where;
-    });
-    const int sm = std::stoi(v.substr(v.rfind(' ') + 1));
+    const int64_t shared = std::count_if(
+        all.begin(), all.end(), [&](const std::string& u) { return location(u) == location(v); });
+    const int sm = std::stoi(v.substr(2, v.find(' ', 2) - 2));
     cap = std::min<int>(cap, static_cast<int>(std::max<int64_t>(1, sm / shared)));
   }
   if (hit) return found;
-  // Every rank is here, so no kernel of this group is still to be launched: this rank's old
-  // buffer and the buffers of groups that are gone can go before the new one is made (after it,
-  // a peer may already be launching on the new one while a free here waits on the device).
-  std::vector<std::shared_ptr<detail::PeerMemory>> dropped;
+  // The buffers of groups that are gone are freed on a thread of their own (a CUDA free waits
+  // for the device); this group's outgrown one is kept with the group.
+  std::vector<std::shared_ptr<detail::PeerMemory>> dead;
   {
     const std::lock_guard<std::mutex> lock(cache.m);
     for (auto it = cache.entries.begin(); it != cache.entries.end();) {
-      if (it->first == key || (it->second.mortal && it->second.lifetime.expired())) {
-        dropped.push_back(std::move(it->second.mem));
+      if (it->second.lifetime.expired()) {
+        dead.push_back(std::move(it->second.mem));
+        for (auto& r : it->second.retired) dead.push_back(std::move(r));
         it = cache.entries.erase(it);
       } else {
+        if (it->first == key) {
+          retired = std::move(it->second.retired);
+          retired.push_back(std::move(it->second.mem));
+        }
         ++it;
       }
     }
   }
   found.mem.reset();
-  qar_release(dropped);
+  if (!dead.empty()) std::thread([d = std::move(dead)]() mutable { d.clear(); }).detach();
   QarEntry e;
   e.mem = std::make_shared<detail::PeerMemory>(c, static_cast<std::size_t>(bytes), kQarOp);
+  e.retired = std::move(retired);
   e.world = W;
   e.grid_cap = dev.is_cuda() ? cap : 0;
+  // A ThreadGroup's state; for another backend, the backend object the caller passes (one
+  // made anew for every call gets buffers anew).
   e.lifetime = detail::group_lifetime(c);
-  e.mortal = !e.lifetime.expired();
+  if (e.lifetime.expired()) e.lifetime = std::weak_ptr<const void>(group);
   {
     const std::lock_guard<std::mutex> lock(cache.m);
     cache.entries[key] = e;
@@ -258,7 +254,7 @@ Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& gro
   FLASHINFER_CHECK(dev == group->device(), op, "inp", "inp is on ", dev.str(),
                    " but the group's buffers are on ", group->device().str(),
                    " (its CommBackend's device())");
-  const QarBuffer buf = qar_buffer(*group, QarBufferLayout::bytes(n, sg));
+  const QarBuffer buf = qar_buffer(group, QarBufferLayout::bytes(n, sg));
   const std::shared_ptr<detail::PeerMemory>& mem = buf.mem;
   QuantizedAllReduceParams p;
   p.world_size = static_cast<int>(W);

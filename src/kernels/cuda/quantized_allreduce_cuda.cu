@@ -63,7 +63,7 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const uint16_t (&v)[V]
     u.y = v[2] | static_cast<uint32_t>(v[3]) << 16;
     u.z = v[4] | static_cast<uint32_t>(v[5]) << 16;
     u.w = v[6] | static_cast<uint32_t>(v[7]) << 16;
-    *reinterpret_cast<uint4*>(dst) = u;
+    __stcg(reinterpret_cast<uint4*>(dst), u);  // one 16-byte store (a plain one was split)
   } else {
     dst[0] = v[0];
   }
