@@ -114,9 +114,39 @@ __device__ __forceinline__ void qar_sum(const QuantizedAllReduceParams& p, int64
   }
 }
 
-// Each phase takes a group a warp, a lane V consecutive elements a step of 32 V; a lane's first
-// step stays in registers between the group's amax and its stores (all of it for groups of up
-// to 32 V elements), later steps are read again.
+// One group's quantization by a warp: fill(j, v) gives a lane's V values at j, twice (for the
+// group's amax, then for emit(j, v, scales)); a lane's first step stays in registers between
+// the two, so groups of up to 32 V elements are filled once. Returns the group's scales.
+template <int V, class Fill, class Emit>
+__device__ __forceinline__ QarScales qar_group(int64_t first, int64_t len, const Fill& fill,
+                                               const Emit& emit) {
+  constexpr int64_t kStep = 32 * V;
+  float v0[V];
+  float m = 0.0f;
+  for (int64_t j = first; j < len; j += kStep) {
+    float v[V];
+    fill(j, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      m = fp32_abs_max(m, v[e]);
+      if (j == first) v0[e] = v[e];
+    }
+  }
+  const QarScales sc = qar_scales(warp_abs_max(m));
+  for (int64_t j = first; j < len; j += kStep) {
+    float v[V];
+    if (j == first) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[e] = v0[e];
+    } else {
+      fill(j, v);
+    }
+    emit(j, v, sc);
+  }
+  return sc;
+}
+
+// Each phase takes a group a warp, a lane V consecutive elements a step of 32 V (qar_group).
 template <int V>
 __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
   __shared__ uint32_t base_s;
@@ -146,32 +176,15 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
     const int64_t end = s0 + stride < n ? s0 + stride : n;
     for (int64_t g0 = s0 + warp * sg; g0 < end; g0 += kWarps * sg) {
       const int64_t len = sg < n - g0 ? sg : n - g0;
-      float x0[V];
-      float m = 0.0f;
-      for (int64_t j = first; j < len; j += kStep) {
-        float x[V];
-        load_input<V>(p.input + g0 + j, x);
+      const QarScales sc = qar_group<V>(
+          first, len, [&](int64_t j, float(&x)[V]) { load_input<V>(p.input + g0 + j, x); },
+          [&](int64_t j, const float(&x)[V], const QarScales& q) {
+            uint8_t c[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          m = fp32_abs_max(m, x[e]);
-          if (j == first) x0[e] = x[e];
-        }
-      }
-      const QarScales sc = qar_scales(warp_abs_max(m));
+            for (int e = 0; e < V; ++e) c[e] = qar_quantize(x[e], q.quant);
+            store_codes<V>(din + g0 + j, c);
+          });
       if (lane == 0) reinterpret_cast<float*>(mine + o_sin)[g0 / sg] = sc.inv;
-      for (int64_t j = first; j < len; j += kStep) {
-        float x[V];
-        if (j == first) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) x[e] = x0[e];
-        } else {
-          load_input<V>(p.input + g0 + j, x);
-        }
-        uint8_t c[V];
-#pragma unroll
-        for (int e = 0; e < V; ++e) c[e] = qar_quantize(x[e], sc.quant);
-        store_codes<V>(din + g0 + j, c);
-      }
     }
   }
   qar_barrier(p, b, base + 1u);
@@ -181,37 +194,20 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
     const int64_t st = s0 + p.rank * B, end = st + B < n ? st + B : n;
     for (int64_t g0 = st + warp * sg; g0 < end; g0 += kWarps * sg) {
       const int64_t len = sg < n - g0 ? sg : n - g0, g = g0 / sg;
-      float a0[V];
-      float m = 0.0f;
-      for (int64_t j = first; j < len; j += kStep) {
-        float a[V];
-        qar_sum<V>(p, g0 + j, g, o_sin, o_din, a);
+      const QarScales sc = qar_group<V>(
+          first, len, [&](int64_t j, float(&a)[V]) { qar_sum<V>(p, g0 + j, g, o_sin, o_din, a); },
+          [&](int64_t j, const float(&a)[V], const QarScales& q) {
+            uint16_t o[V];
+            uint8_t c[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          m = fp32_abs_max(m, a[e]);
-          if (j == first) a0[e] = a[e];
-        }
-      }
-      const QarScales sc = qar_scales(warp_abs_max(m));
+            for (int e = 0; e < V; ++e) {
+              o[e] = qar_to_bf16(a[e]);
+              c[e] = qar_quantize(a[e], q.quant);
+            }
+            store_bf16<V>(p.output + g0 + j, o);
+            store_codes<V>(dout + g0 + j, c);
+          });
       if (lane == 0) reinterpret_cast<float*>(mine + o_sout)[g] = sc.inv;
-      for (int64_t j = first; j < len; j += kStep) {
-        float a[V];
-        if (j == first) {
-#pragma unroll
-          for (int e = 0; e < V; ++e) a[e] = a0[e];
-        } else {
-          qar_sum<V>(p, g0 + j, g, o_sin, o_din, a);
-        }
-        uint16_t o[V];
-        uint8_t c[V];
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          o[e] = qar_to_bf16(a[e]);
-          c[e] = qar_quantize(a[e], sc.quant);
-        }
-        store_bf16<V>(p.output + g0 + j, o);
-        store_codes<V>(dout + g0 + j, c);
-      }
     }
   }
   qar_barrier(p, b, base + 2u);
