@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -60,8 +63,7 @@ constexpr api::KernelEntry<UlyssesA2aParams> kUlyssesKernels[] = {
      "staging buffers, a second barrier, the staging buffer copied out",
      nullptr,
      [](const UlyssesA2aParams& p, const api::LaunchContext&) {
-       kernels::cpu::ulysses_a2a(p, p.mode == 0 ? "UlyssesCommunicator.scatter_heads"
-                                                : "UlyssesCommunicator.gather_heads");
+       kernels::cpu::ulysses_a2a(p, p.op);
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
@@ -196,6 +198,7 @@ Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const c
   p.elem_bytes = static_cast<int>(dtype_size(x.dtype()));
   p.inp = x.data_ptr();
   p.out = out.data_ptr();
+  p.op = op;
   for (int64_t r = 0; r < W; ++r) {
     auto* base = static_cast<char*>(w.mem->peer(r));
     p.peer_out[r] = base;
@@ -364,6 +367,260 @@ int64_t UlyssesCommunicator::max_elems() const { return impl_->max_elems; }
 DType UlyssesCommunicator::dtype() const { return impl_->dtype; }
 Device UlyssesCommunicator::device() const { return impl_->device; }
 
+// ---- The raw entry points: init_ulysses_a2a, ulysses_a2a, dispose_ulysses_a2a ----
+
+namespace {
+
+// What init_ulysses_a2a makes: upstream's UlyssesA2A (the rank, the size and every rank's
+// addresses) and where this rank's buffers are, which decides the kernels that may use them.
+struct UlyssesA2aHandle {
+  int rank = 0, world_size = 0;
+  void* out[UlyssesSignal::kMaxRanks] = {};
+  void* signal[UlyssesSignal::kMaxRanks] = {};
+  Device device = Device::cpu();
+};
+
+// The live handles by the value init_ulysses_a2a returned (the object's address, as upstream's
+// handle is): a disposed or made-up handle is refused by name instead of being dereferenced, and
+// a call holds its handle while a concurrent dispose forgets it.
+struct RawUlyssesHandles {
+  std::mutex m;
+  std::map<int64_t, std::shared_ptr<UlyssesA2aHandle>> live;
+};
+RawUlyssesHandles& raw_handles() {
+  static auto* t = new RawUlyssesHandles;  // never destroyed: a handle may outlive main's statics
+  return *t;
+}
+
+std::shared_ptr<UlyssesA2aHandle> raw_find(int64_t fa) {
+  RawUlyssesHandles& t = raw_handles();
+  const std::lock_guard<std::mutex> lock(t.m);
+  auto it = t.live.find(fa);
+  return it == t.live.end() ? nullptr : it->second;
+}
+
+std::string raw_memory_name(int device) {
+  return device < 0 ? std::string("host memory")
+                    : "device memory (cuda:" + std::to_string(device) + ")";
+}
+
+// init_ulysses_a2a's checks (upstream's Python ones, then its C++ ones, in order), the kind of
+// memory every address names, this rank's signal block zeroed; returns the registered handle.
+int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t>& signal_ptrs,
+                 int64_t rank, int64_t W, bool full_nvlink, const char* op) {
+  FLASHINFER_CHECK(W == 2 || W == 4 || W == 6 || W == 8, op, "world_size",
+                   "ulysses a2a only supports world size in (2, 4, 6, 8), got ", W);
+  FLASHINFER_CHECK(full_nvlink, op, "full_nvlink",
+                   "full_nvlink=False is not supported: the fused kernel pushes over all-pairs "
+                   "NVLink P2P and has no non-P2P path. Use UlyssesCommunicator(backend='auto') "
+                   "for topology-aware NCCL fallback instead.");
+  FLASHINFER_CHECK(rank >= 0 && rank < W, op, "rank", "invalid rank passed in (rank ", rank,
+                   ", world_size ", W, ")");
+  FLASHINFER_CHECK(static_cast<int64_t>(out_ptrs.size()) == W, op, "out_ipc_ptrs",
+                   "out_ipc_ptrs size must equal world_size (", out_ptrs.size(), " != ", W, ")");
+  FLASHINFER_CHECK(static_cast<int64_t>(signal_ptrs.size()) == W, op, "signal_ipc_ptrs",
+                   "signal_ipc_ptrs size must equal world_size (", signal_ptrs.size(), " != ", W,
+                   ")");
+  auto h = std::make_shared<UlyssesA2aHandle>();
+  h->rank = static_cast<int>(rank);
+  h->world_size = static_cast<int>(W);
+  // Every address in the memory this rank's staging buffer is in: a host address handed to the
+  // CUDA kernel (or a device one to the CPU reference) would fault, not raise.
+  const int own = detail::cuda_pointer_device(reinterpret_cast<void*>(out_ptrs[rank]));
+  auto take = [&](const std::vector<int64_t>& ptrs, const char* name, void** into) {
+    for (int64_t i = 0; i < W; ++i) {
+      const int64_t a = ptrs[static_cast<std::size_t>(i)];
+      FLASHINFER_CHECK(a != 0, op, name, name, "[", i, "] is 0 (no buffer)");
+      void* p = reinterpret_cast<void*>(a);
+      const int dev = detail::cuda_pointer_device(p);
+      FLASHINFER_CHECK((dev < 0) == (own < 0), op, name, name, "[", i, "] is ",
+                       raw_memory_name(dev), ", but this rank's staging buffer out_ipc_ptrs[", rank,
+                       "] is ", raw_memory_name(own),
+                       ": every buffer of a handle must be in one kind of memory");
+      into[i] = p;
+    }
+  };
+  take(out_ptrs, "out_ipc_ptrs", h->out);
+  take(signal_ptrs, "signal_ipc_ptrs", h->signal);
+  void* mine = h->signal[rank];
+  if (own < 0) {
+    std::memset(mine, 0, static_cast<std::size_t>(UlyssesSignal::kBytes));
+  } else {
+    const int sig_dev = detail::cuda_pointer_device(mine);
+    FLASHINFER_CHECK(sig_dev == own, op, "signal_ipc_ptrs", "signal_ipc_ptrs[", rank, "] is ",
+                     raw_memory_name(sig_dev), ", not on this rank's device cuda:", own);
+    h->device = Device::cuda(own);
+    // Upstream's cudaMemset and the device-wide wait its Python wrapper adds: the counters are
+    // zero before init returns (the caller's group barrier then orders them before any peer's
+    // first signal).
+    detail::cuda_memset_async(mine, 0, static_cast<std::size_t>(UlyssesSignal::kBytes), own);
+    detail::cuda_device_synchronize(own);
+  }
+  const auto fa = static_cast<int64_t>(reinterpret_cast<intptr_t>(h.get()));
+  RawUlyssesHandles& t = raw_handles();
+  const std::lock_guard<std::mutex> lock(t.m);
+  t.live[fa] = std::move(h);
+  return fa;
+}
+
+// "(2, 8, 4, 64)" for the geometry arguments.
+std::string raw_tuple(std::initializer_list<int64_t> v) {
+  std::string s = "(";
+  for (int64_t x : v) s += (s.size() > 1 ? ", " : "") + std::to_string(x);
+  return s + ")";
+}
+
+void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_t S_local,
+             int64_t H, int64_t D, int64_t mode, const char* op) {
+  // Upstream's Python checks, in order (its "must be a CUDA tensor" is the handle's memory here:
+  // the CPU reference takes host buffers).
+  FLASHINFER_CHECK(fa != 0, op, "fa",
+                   "fa must be a nonzero handle returned by init_ulysses_a2a, got 0");
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&inp, "inp"}, {&out, "out"}}) {
+    api::check_defined(*t, op, name);
+    FLASHINFER_CHECK(t->is_contiguous(), op, name, name, " must be contiguous");
+    FLASHINFER_CHECK(t->dim() == 4, op, name, name, " must be 4-D, got shape ",
+                     shape_tuple(t->shape()));
+  }
+  FLASHINFER_CHECK(inp.device() == out.device(), op, "out", "inp is on ", inp.device().str(),
+                   " but out is on ", out.device().str());
+  FLASHINFER_CHECK(inp.dtype() == out.dtype(), op, "out", "inp dtype ", py_dtype(inp.dtype()),
+                   " != out dtype ", py_dtype(out.dtype()));
+  const DType dt = inp.dtype();
+  FLASHINFER_CHECK(dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32, op,
+                   "inp", "dtype must be float16/bfloat16/float32, got ", py_dtype(dt));
+  FLASHINFER_CHECK(mode == 0 || mode == 1, op, "mode", "mode must be 0 or 1, got ", mode);
+  const std::string local = raw_tuple({B, S_local, H, D});
+  FLASHINFER_CHECK(std::min({B, S_local, H, D}) > 0, op, "B",
+                   "B/S_local/H/D must be positive, got ", local);
+  const Tensor& checked = mode == 0 ? inp : out;
+  const Tensor& other = mode == 0 ? out : inp;
+  const char* checked_name = mode == 0 ? "inp" : "out";
+  const char* other_name = mode == 0 ? "out" : "inp";
+  FLASHINFER_CHECK(checked.shape() == Shape({B, S_local, H, D}), op, checked_name, checked_name,
+                   " shape ", shape_tuple(checked.shape()),
+                   " does not match [B, S_local, H, D] = ", local, " for mode ", mode);
+  FLASHINFER_CHECK(other.size(0) == B && other.size(3) == D && other.numel() == checked.numel(), op,
+                   other_name, other_name, " shape ", shape_tuple(other.shape()),
+                   " is inconsistent with [B, S_local, H, D] = ", local,
+                   " (batch/D dims and total size must match)");
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&inp, "inp"}, {&out, "out"}}) {
+    FLASHINFER_CHECK(t->numel() <= kUlyssesInt32Max, op, name, name, " has ", t->numel(),
+                     " elements, exceeding the int32 index range 2147483647 supported by the "
+                     "ulysses_a2a kernel");
+  }
+  // Upstream dereferences the handle here; a handle that is not live is refused instead.
+  const std::shared_ptr<UlyssesA2aHandle> h = raw_find(fa);
+  FLASHINFER_CHECK(h != nullptr, op, "fa", "fa ", fa,
+                   " is not a live handle of init_ulysses_a2a (disposed, or never returned by it)");
+  FLASHINFER_CHECK(
+      h->device.is_cuda() ? inp.device() == h->device : !inp.device().is_cuda(), op, "inp",
+      "inp is on ", inp.device().str(), ", but the handle's buffers are ",
+      h->device.is_cuda() ? "device memory (" + h->device.str() + ")" : std::string("host memory"));
+  // Upstream's C++ checks (only the handle knows W).
+  const int64_t W = h->world_size;
+  FLASHINFER_CHECK(H % W == 0, op, "H", "global head count must be divisible by world size (H ", H,
+                   ", world size ", W, ")");
+  const Shape global{B, W * S_local, H / W, D};
+  FLASHINFER_CHECK(other.shape() == global, op, other_name,
+                   "the [B, S_global, H_local, D] operand of mode ", mode, " has shape ",
+                   shape_tuple(other.shape()), ", expected ", shape_tuple(global));
+  UlyssesA2aParams p;
+  p.world_size = h->world_size;
+  p.rank = h->rank;
+  p.mode = static_cast<int>(mode);
+  p.B = B;
+  p.S_local = S_local;
+  p.H = H;
+  p.D = D;
+  p.elem_bytes = static_cast<int>(dtype_size(dt));
+  p.inp = inp.data_ptr();
+  p.out = out.data_ptr();
+  p.op = op;
+  for (int r = 0; r < h->world_size; ++r) {
+    p.peer_out[r] = h->out[r];
+    p.peer_signal[r] = h->signal[r];
+  }
+  if (inp.device().is_cuda()) p.abort = detail::thread_group_abort_word();
+  api::launch(kUlyssesKernels, p, inp.device(), op, "inp");
+}
+
+// Replay's buffers for one rank of a raw stream: a group's peer memory laid out as the
+// communicator's ([staging | signal] a rank), and the handle over it that make_workspace hands
+// the call (none for a replayed init, whose own result is the handle). Going, it disposes every
+// live handle over its memory first.
+class UlyssesA2aReplayBuffers : public ApiObject {
+ public:
+  UlyssesA2aReplayBuffers(comm::CommBackend& group, int64_t staging_bytes, bool with_handle)
+      : staging_((std::max<int64_t>(staging_bytes, 16) + 255) / 256 * 256),
+        mem_(group, static_cast<std::size_t>(staging_ + UlyssesSignal::kBytes),
+             "ulysses_a2a (replay)") {
+    if (with_handle) {
+      handle_ = raw_init(out_ptrs(), signal_ptrs(), mem_.rank(), mem_.world_size(), true,
+                         "ulysses_a2a (replay)");
+    }
+  }
+  ~UlyssesA2aReplayBuffers() override {
+    RawUlyssesHandles& t = raw_handles();
+    const std::lock_guard<std::mutex> lock(t.m);
+    for (auto it = t.live.begin(); it != t.live.end();) {
+      it = it->second->out[it->second->rank] == mem_.local() ? t.live.erase(it) : std::next(it);
+    }
+  }
+  std::vector<int64_t> out_ptrs() const {
+    std::vector<int64_t> v;
+    for (void* p : mem_.peers()) v.push_back(static_cast<int64_t>(reinterpret_cast<intptr_t>(p)));
+    return v;
+  }
+  std::vector<int64_t> signal_ptrs() const {
+    std::vector<int64_t> v = out_ptrs();
+    for (int64_t& a : v) a += staging_;
+    return v;
+  }
+  int64_t handle() const { return handle_; }
+  std::string_view class_name() const override { return "UlyssesA2aReplayBuffers"; }
+  std::string_view module_name() const override { return "flashinfer.comm.ulysses"; }
+
+ private:
+  int64_t staging_;
+  detail::PeerMemory mem_;
+  int64_t handle_ = 0;
+};
+
+}  // namespace
+
+int64_t init_ulysses_a2a(const std::vector<int64_t>& out_ipc_ptrs,
+                         const std::vector<int64_t>& signal_ipc_ptrs, int64_t rank,
+                         int64_t world_size, bool full_nvlink) {
+  return call_op<&init_ulysses_a2a>(
+      [&] {
+        return raw_init(out_ipc_ptrs, signal_ipc_ptrs, rank, world_size, full_nvlink,
+                        "init_ulysses_a2a");
+      },
+      out_ipc_ptrs, signal_ipc_ptrs, rank, world_size, full_nvlink);
+}
+
+void dispose_ulysses_a2a(int64_t fa) {
+  call_op<&dispose_ulysses_a2a>(
+      [&] {
+        if (fa == 0) return;  // upstream deletes a null pointer: nothing
+        RawUlyssesHandles& t = raw_handles();
+        const std::lock_guard<std::mutex> lock(t.m);
+        FLASHINFER_CHECK(t.live.erase(fa) == 1, "dispose_ulysses_a2a", "fa", "fa ", fa,
+                         " is not a live handle of init_ulysses_a2a (disposed already, or never "
+                         "returned by it)");
+      },
+      fa);
+}
+
+void ulysses_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_t S_local,
+                 int64_t H, int64_t D, int64_t mode) {
+  call_op<&ulysses_a2a>([&] { raw_a2a(fa, inp, out, B, S_local, H, D, mode, "ulysses_a2a"); }, fa,
+                        inp, out, B, S_local, H, D, mode);
+}
+
 namespace detail {
 
 void register_ulysses_ops(OpRegistry& r) {
@@ -427,6 +684,65 @@ void register_ulysses_ops(OpRegistry& r) {
     return to_value(std::make_shared<UlyssesCommunicator>(c, max_elems, dt, backend));
   };
   register_collective(std::move(spec));
+
+  declare<&init_ulysses_a2a>(
+      r,
+      {.name = "init_ulysses_a2a",
+       .module = kUlyssesModule,
+       .summary = "A handle over every rank's staging and signal buffers (raw Ulysses API)"},
+      "out_ipc_ptrs", "signal_ipc_ptrs", "rank", "world_size", "full_nvlink");
+  declare<&dispose_ulysses_a2a>(
+      r,
+      {.name = "dispose_ulysses_a2a",
+       .module = kUlyssesModule,
+       .summary = "Forgets a handle of init_ulysses_a2a (frees no buffer)"},
+      "fa");
+  declare<&ulysses_a2a>(r,
+                        {.name = "ulysses_a2a",
+                         .module = kUlyssesModule,
+                         .summary = "Collective: the Ulysses all-to-all through a raw handle's "
+                                    "buffers into out (mode 0 scatter, 1 gather)"},
+                        "fa", "inp", arg("out").mut(), "B", "S_local", "H", "D", "mode");
+  static constexpr api::BackendSummary kUlyssesRawHandle[] = {
+    {DeviceType::kCPU, "host buffers every rank of the process addresses"},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "device buffers (CUDA IPC or peer access); this rank's signal zeroed"},
+#endif
+  };
+  api::register_backends("init_ulysses_a2a", kUlyssesRawHandle);
+  api::register_backends("dispose_ulysses_a2a", kUlyssesRawHandle);
+  api::register_backends("ulysses_a2a", kUlyssesKernels);
+  // Replay: a raw stream is a rank's calls on one handle, placed by its init's rank and
+  // world_size. The recorded addresses mean nothing here, so every rank of the replay gets
+  // fresh peer buffers: a replayed init gets their addresses in place of the recorded ones, a
+  // call or dispose a handle made over buffers that fit its out (the recorded fa swapped for
+  // it). The buffers and their handles go when every rank's call returned.
+  CollectiveSpec raw;
+  raw.op = "ulysses_a2a";
+  raw.also = {"dispose_ulysses_a2a"};
+  raw.workspace_param = 0;  // fa
+  raw.creator = "init_ulysses_a2a";
+  raw.creator_rank_param = 2;
+  raw.creator_world_param = 3;
+  raw.creator_workspace = [](std::vector<Value>& a, const std::shared_ptr<comm::CommBackend>& c) {
+    auto buffers = std::make_shared<UlyssesA2aReplayBuffers>(*c, 0, false);
+    a.at(0) = to_value(buffers->out_ptrs());
+    a.at(1) = to_value(buffers->signal_ptrs());
+    return to_value(buffers);
+  };
+  raw.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
+                          const std::vector<Value>& args, const std::vector<Value>*) {
+    const int64_t bytes =
+        args.size() > 2 && args[2].is_tensor() ? args[2].as_tensor().nbytes() : int64_t{0};
+    return to_value(std::make_shared<UlyssesA2aReplayBuffers>(*c, bytes, true));
+  };
+  raw.adjust_args = [](std::string_view, std::vector<Value>& a,
+                       const std::shared_ptr<comm::CommBackend>&) {
+    if (a.at(0).kind() != Value::Kind::kObject) return;
+    const auto* b = dynamic_cast<const UlyssesA2aReplayBuffers*>(a.at(0).as_object().get());
+    if (b) a.at(0) = Value(b->handle());
+  };
+  register_collective(std::move(raw));
 }
 
 }  // namespace detail

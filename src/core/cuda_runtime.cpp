@@ -423,6 +423,16 @@ void cuda_enable_peer_access(int device, int peer) {
 
 int cuda_sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
+int cuda_pointer_device(const void* ptr) noexcept {
+  if (!ptr || cuda_runtime_device_count() == 0) return -1;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown address is host memory; leave no sticky error
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
+}
+
 void* cuda_stream_create_nonblocking(int device) {
   DeviceGuard g(device);
   cudaStream_t st = nullptr;
@@ -479,6 +489,7 @@ void* cuda_ipc_open(const unsigned char*, int) { no_cuda("cuda_ipc_open"); }
 void cuda_ipc_close(void*, int) noexcept {}
 void cuda_enable_peer_access(int, int) { no_cuda("cuda_enable_peer_access"); }
 int cuda_sm_count(int) { no_cuda("cuda_sm_count"); }
+int cuda_pointer_device(const void*) noexcept { return -1; }
 void* cuda_stream_create_nonblocking(int) { no_cuda("cuda_stream_create_nonblocking"); }
 void cuda_stream_synchronize(void*, int) { no_cuda("cuda_stream_synchronize"); }
 #endif

@@ -87,6 +87,10 @@ void cuda_ipc_close(void* ptr, int device) noexcept;
 void cuda_enable_peer_access(int device, int peer);
 /// The device's number of SMs.
 int cuda_sm_count(int device);
+/// Where an address the caller passed as an integer points: the CUDA device of device or managed
+/// memory, -1 for host memory (pinned included) or an address the runtime does not know; -1
+/// without the CUDA backend or a GPU.
+int cuda_pointer_device(const void* ptr) noexcept;
 /// A stream of its own on `device` that does not synchronize with the legacy default stream
 /// (cudaStreamNonBlocking): ranks sharing a GPU each run on one, so one rank's kernel waiting for
 /// another's is not serialized behind it.

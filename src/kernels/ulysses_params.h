@@ -47,6 +47,7 @@ struct UlyssesA2aParams {
   void* peer_out[UlyssesSignal::kMaxRanks] = {};     // every rank's staging buffer
   void* peer_signal[UlyssesSignal::kMaxRanks] = {};  // every rank's UlyssesSignal
   const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h), or null
+  const char* op = "ulysses_a2a";   // the caller, named in the CPU reference's wait errors
 
   FLASHINFER_HD int64_t h_local() const { return H / world_size; }
   /// Elements of one pushed row.

@@ -87,6 +87,16 @@ std::string repr_of(const Json* j) {
              : std::string();
 }
 
+// What names a workspace in a record: an object's repr, or an opaque integer handle's value
+// (init_ulysses_a2a's result, ulysses_a2a's fa; 0 is no handle).
+std::string workspace_key(const Json* j) {
+  std::string r = repr_of(j);
+  if (r.empty() && j && j->is_number_integer() && j->get<int64_t>() != 0) {
+    r = "handle " + std::to_string(j->get<int64_t>());
+  }
+  return r;
+}
+
 // The integer after "key=" in a repr such as "Mapping(world_size=4, rank=1, ...)".
 std::optional<int64_t> repr_int(const std::string& repr, const std::string& key) {
   for (std::size_t at = repr.find(key + "="); at != std::string::npos;
@@ -143,8 +153,9 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
       Stream s;
       s.pid = pid;
       // A constructor's object is its self (arg_0); a function's, its result.
-      s.repr = creator->is_constructor() ? repr_of(recorded_arg(im, 0, "self"))
-                                         : repr_of(om.contains(result) ? &om[result] : nullptr);
+      s.repr = creator->is_constructor()
+                   ? repr_of(recorded_arg(im, 0, "self"))
+                   : workspace_key(om.contains(result) ? &om[result] : nullptr);
       if (s.repr.empty()) continue;  // the call failed: no workspace
       const auto& ps = creator->params;
       if (spec.creator_world_param) {
@@ -199,10 +210,12 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
           repr += ", workspace " + (*w)[std::string(schema::kShape)].dump();
         }
       } else {
-        repr = repr_of(recorded_arg(im, spec.workspace_param_of(fn),
-                                    spec.workspace_param_of(fn) == 0
-                                        ? std::string("self")
-                                        : decl.params.at(spec.workspace_param_of(fn)).name));
+        // The parameter's name in the function's own declaration (a free function's first
+        // parameter is not `self`).
+        const std::size_t wp = spec.workspace_param_of(fn);
+        const OpDecl* fd = fn == decl.name ? &decl : OpRegistry::global().find(fn);
+        repr = workspace_key(recorded_arg(
+            im, wp, fd && wp < fd->params.size() ? fd->params[wp].name : std::string("self")));
       }
       auto it = current.find({pid, repr});
       if (it == current.end()) {
@@ -430,7 +443,9 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
     std::vector<Value>& a = r == my_rank ? args : all[i];
     const std::shared_ptr<comm::CommBackend> b = g.backend(r);
     if (creating) {
-      if (spec.prepare_creator) {
+      if (spec.creator_workspace) {
+        workspaces[i] = spec.creator_workspace(a, b);
+      } else if (spec.prepare_creator) {
         spec.prepare_creator(a, b);
       } else {
         a.at(spec.creator_comm_param) = to_value(b);
@@ -459,7 +474,7 @@ Value replay_collective(const CollectiveSpec& spec, const OpDecl& decl, const st
   });
   for (std::size_t r = 0; r < group.size(); ++r) {
     std::vector<Value>& a = static_cast<int64_t>(r) == my_rank ? args : all[r];
-    if ((!creating || !spec.prepare_creator) && !a.empty()) {
+    if ((!creating || (!spec.prepare_creator && !spec.creator_workspace)) && !a.empty()) {
       a.at(creating ? spec.creator_comm_param : spec.workspace_param_of(decl.name)) = Value();
     }
   }

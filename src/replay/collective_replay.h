@@ -58,6 +58,11 @@ struct CollectiveSpec {
   /// creator_comm_param becomes the backend).
   std::function<void(std::vector<Value>& args, const std::shared_ptr<comm::CommBackend>& comm)>
       prepare_creator;
+  /// A creation whose arguments name memory (init_ulysses_a2a's addresses): makes that memory
+  /// for one rank of the replay group, puts it into `args` and returns what owns it, kept until
+  /// every rank's creation returned. Set, it stands in for prepare_creator.
+  std::function<Value(std::vector<Value>& args, const std::shared_ptr<comm::CommBackend>& comm)>
+      creator_workspace;
   /// Other functions whose calls on the same workspace join op's streams (MoeAlltoAll's combine
   /// after its dispatch): the k-th call of a rank, whichever of them, meets every rank's k-th.
   std::vector<std::string> also;

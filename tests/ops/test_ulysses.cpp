@@ -1,10 +1,12 @@
-// flashinfer.comm.ulysses's UlyssesCommunicator with ranks as threads (comm::ThreadGroup):
+// flashinfer.comm.ulysses's UlyssesCommunicator and its raw entry points (init_ulysses_a2a,
+// ulysses_a2a, dispose_ulysses_a2a) with ranks as threads (comm::ThreadGroup):
 // scatter_heads and gather_heads against upstream's index formulas bit for bit (every dtype, 2-8
 // ranks and the unsupported sizes), the round trip, one rank's pass-through, the backend
 // decision, upstream's refusals and messages, recording and replay of every rank's calls, and
 // CUDA against the CPU when a GPU is visible (all ranks on one device).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/ops/ulysses.h"
+#include "kernels/ulysses_params.h"
 #include "ops/comm_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -331,6 +334,269 @@ TEST(UlyssesCuda, MatchesCpuOnOneGpu) {
       }
     }
   }
+}
+
+// ---- The raw entry points: init_ulysses_a2a / ulysses_a2a / dispose_ulysses_a2a ----
+
+int64_t addr(const Tensor& t) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr()));
+}
+
+// Each rank's buffers as a caller of the raw API makes them: a staging buffer of `staging_bytes`
+// and a signal block filled with garbage (init must zero this rank's), on `dev`; every rank's
+// addresses gathered before any init.
+struct RawBuffers {
+  std::vector<Tensor> staging, signal;
+  std::vector<int64_t> out_ptrs, signal_ptrs;
+  RawBuffers(int64_t W, int64_t staging_bytes, Device dev) {
+    for (int64_t r = 0; r < W; ++r) {
+      staging.push_back(Tensor::zeros({staging_bytes}, DType::kUInt8, dev));
+      Tensor sig = Tensor::empty({kernels::UlyssesSignal::kBytes}, DType::kUInt8);
+      std::memset(sig.data_ptr(), 0xA5, static_cast<std::size_t>(sig.nbytes()));
+      signal.push_back(sig.to(dev));
+      out_ptrs.push_back(addr(staging.back()));
+      signal_ptrs.push_back(addr(signal.back()));
+    }
+  }
+};
+
+// Every rank: init, a group barrier (upstream's rule), mode 0 on a pattern, mode 1 on a second
+// pattern, twice (the second pass reuses the signals), dispose.
+RunResult run_raw(int64_t W, const Shape& x_shape, DType dt, Device dev) {
+  comm::ThreadGroup g(W, dev);
+  const int64_t numel = x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3];
+  RawBuffers bufs(W, numel * static_cast<int64_t>(dtype_size(dt)), dev);
+  RunResult res;
+  res.xs.resize(W);
+  res.ys.resize(W);
+  res.gs.resize(W);
+  res.os.resize(W);
+  const int64_t B = x_shape[0], S = x_shape[1], H = x_shape[2], D = x_shape[3];
+  const Shape g_shape{B, S * W, H / W, D};
+  g.run([&](int64_t r) {
+    const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, r, W, true);
+    EXPECT_NE(fa, 0);
+    g.backend(r)->barrier();
+    res.xs[r] = pattern(x_shape, dt, r);
+    res.gs[r] = pattern(g_shape, dt, 100 + r);
+    for (int i = 0; i < 2; ++i) {
+      Tensor y = Tensor::empty(g_shape, dt, dev), o = Tensor::empty(x_shape, dt, dev);
+      ulysses_a2a(fa, res.xs[r].to(dev), y, B, S, H, D, 0);
+      ulysses_a2a(fa, res.gs[r].to(dev), o, B, S, H, D, 1);
+      res.ys[r] = y.to(Device::cpu());
+      res.os[r] = o.to(Device::cpu());
+    }
+    g.backend(r)->barrier();  // no peer pushes into this rank's buffers any more
+    dispose_ulysses_a2a(fa);
+  });
+  return res;
+}
+
+TEST(UlyssesRaw, MovesRowsByUpstreamsFormulas) {
+  for (int64_t W : {2, 4, 6, 8}) {
+    for (DType dt : {kBf, kF16, kF32}) {
+      for (int64_t D : {3, 8}) {  // upstream's scalar path (1, 5, 8, 3) and a vector one
+        const RunResult res = run_raw(W, {2, 5, 2 * W, D}, dt, Device::cpu());
+        expect_scatter(res.xs, res.ys);
+        expect_gather(res.gs, res.os);
+      }
+    }
+  }
+}
+
+TEST(UlyssesRaw, ScatterThenGatherGivesBackTheInput) {
+  const int64_t W = 2, B = 1, S = 8, H = 8, D = 128;  // upstream's (1, 8, 8, 128)
+  comm::ThreadGroup g(W);
+  RawBuffers bufs(W, B * S * H * D * 2, Device::cpu());
+  g.run([&](int64_t r) {
+    const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, r, W, true);
+    g.backend(r)->barrier();
+    const Tensor x = rand_tensor({B, S, H, D}, kBf, 1234 + static_cast<uint64_t>(r));
+    Tensor y = Tensor::empty({B, S * W, H / W, D}, kBf), back = Tensor::empty({B, S, H, D}, kBf);
+    ulysses_a2a(fa, x, y, B, S, H, D, 0);
+    ulysses_a2a(fa, y, back, B, S, H, D, 1);
+    EXPECT_EQ(std::memcmp(back.data_ptr(), x.data_ptr(), static_cast<std::size_t>(x.nbytes())), 0);
+    g.backend(r)->barrier();
+    dispose_ulysses_a2a(fa);
+  });
+}
+
+TEST(UlyssesRaw, InitZeroesOnlyThisRanksSignalAndRefusesLikeUpstream) {
+  RawBuffers bufs(2, 64, Device::cpu());
+  const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, 1, 2, true);
+  auto bytes_are = [](const Tensor& t, int v) {
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    return std::all_of(p, p + t.nbytes(), [v](uint8_t b) { return b == v; });
+  };
+  EXPECT_TRUE(bytes_are(bufs.signal[1], 0));
+  EXPECT_TRUE(bytes_are(bufs.signal[0], 0xA5));  // a peer's block is its owner's to zero
+  dispose_ulysses_a2a(fa);
+  const auto& o = bufs.out_ptrs;
+  const auto& s = bufs.signal_ptrs;
+  expect_error([&] { init_ulysses_a2a(o, s, 0, 3, true); },
+               "ulysses a2a only supports world size in (2, 4, 6, 8), got 3");
+  expect_error([&] { init_ulysses_a2a(o, s, 0, 16, true); }, "got 16");
+  expect_error([&] { init_ulysses_a2a(o, s, 0, 2, false); },
+               "full_nvlink=False is not supported: the fused kernel pushes over all-pairs NVLink "
+               "P2P and has no non-P2P path.");
+  expect_error([&] { init_ulysses_a2a(o, s, 2, 2, true); }, "invalid rank passed in");
+  expect_error([&] { init_ulysses_a2a(o, s, -1, 2, true); }, "invalid rank passed in");
+  expect_error([&] { init_ulysses_a2a({o[0]}, s, 0, 2, true); },
+               "out_ipc_ptrs size must equal world_size");
+  expect_error(
+      [&] {
+        init_ulysses_a2a(o, {s[0], s[1], s[1], s[0]}, 0, 2, true);
+      },
+      "signal_ipc_ptrs size must equal world_size");
+  expect_error(
+      [&] {
+        init_ulysses_a2a({o[0], 0}, s, 0, 2, true);
+      },
+      "out_ipc_ptrs[1] is 0 (no buffer)");
+  expect_error(
+      [&] {
+        init_ulysses_a2a(o, {0, s[1]}, 1, 2, true);
+      },
+      "signal_ipc_ptrs[0] is 0 (no buffer)");
+}
+
+TEST(UlyssesRaw, CallRefusesLikeUpstreamBeforeAnyExchange) {
+  // Every refusal comes before the barrier: one thread holds a 2-rank handle.
+  RawBuffers bufs(2, 4096, Device::cpu());
+  const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, 0, 2, true);
+  const Tensor x = pattern({1, 2, 4, 8}, kBf, 0);
+  Tensor y = Tensor::empty({1, 4, 2, 8}, kBf);
+  expect_error([&] { ulysses_a2a(0, x, y, 1, 2, 4, 8, 0); },
+               "fa must be a nonzero handle returned by init_ulysses_a2a, got 0");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, pattern({1, 4, 2, 8}, kBf, 0).transpose(1, 2), y, 1, 2, 4, 8, 0);
+      },
+      "inp must be contiguous");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, x, Tensor::empty({4, 2, 8}, kBf), 1, 2, 4, 8, 0);
+      },
+      "out must be 4-D, got shape (4, 2, 8)");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, x, Tensor::empty({1, 4, 2, 8}, kF16), 1, 2, 4, 8, 0);
+      },
+      "inp dtype torch.bfloat16 != out dtype torch.float16");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, Tensor::zeros({1, 2, 4, 8}, DType::kInt32),
+                    Tensor::zeros({1, 4, 2, 8}, DType::kInt32), 1, 2, 4, 8, 0);
+      },
+      "dtype must be float16/bfloat16/float32, got torch.int32");
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 2, 4, 8, 2); }, "mode must be 0 or 1, got 2");
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 0, 4, 8, 0); },
+               "B/S_local/H/D must be positive, got (1, 0, 4, 8)");
+  expect_error(
+      [&] { ulysses_a2a(fa, x, y, 1, 1, 8, 8, 0); },
+      "inp shape (1, 2, 4, 8) does not match [B, S_local, H, D] = (1, 1, 8, 8) for mode 0");
+  expect_error(
+      [&] { ulysses_a2a(fa, y, x, 1, 1, 8, 8, 1); },
+      "out shape (1, 2, 4, 8) does not match [B, S_local, H, D] = (1, 1, 8, 8) for mode 1");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, x, Tensor::empty({1, 4, 2, 4}, kBf), 1, 2, 4, 8, 0);
+      },
+      "out shape (1, 4, 2, 4) is inconsistent with [B, S_local, H, D] = (1, 2, 4, 8) "
+      "(batch/D dims and total size must match)");
+  // Past upstream's Python checks: the handle's world size decides.
+  expect_error([&] { ulysses_a2a(fa + 8, x, y, 1, 2, 4, 8, 0); },
+               "is not a live handle of init_ulysses_a2a");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, pattern({1, 2, 3, 8}, kBf, 0), Tensor::empty({1, 2, 3, 8}, kBf), 1, 2, 3, 8,
+                    0);
+      },
+      "global head count must be divisible by world size");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, x, Tensor::empty({1, 2, 4, 8}, kBf), 1, 2, 4, 8, 0);
+      },
+      "the [B, S_global, H_local, D] operand of mode 0 has shape (1, 2, 4, 8), expected "
+      "(1, 4, 2, 8)");
+  dispose_ulysses_a2a(0);  // upstream deletes a null pointer: nothing
+  dispose_ulysses_a2a(fa);
+  expect_error([&] { dispose_ulysses_a2a(fa); }, "is not a live handle of init_ulysses_a2a");
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 2, 4, 8, 0); },
+               "is not a live handle of init_ulysses_a2a (disposed, or never returned by it)");
+}
+
+TEST(UlyssesRaw, DeclaredAsUpstream) {
+  const OpRegistry& reg = OpRegistry::global();
+  ASSERT_NE(reg.find("init_ulysses_a2a"), nullptr);
+  EXPECT_EQ(reg.find("init_ulysses_a2a")->module, "flashinfer.comm.ulysses");
+  EXPECT_EQ(reg.find("init_ulysses_a2a")->signature(),
+            "(out_ipc_ptrs, signal_ipc_ptrs, rank, world_size, full_nvlink)");
+  EXPECT_EQ(reg.find("dispose_ulysses_a2a")->signature(), "(fa)");
+  const OpDecl* a2a = reg.find("ulysses_a2a");
+  ASSERT_NE(a2a, nullptr);
+  EXPECT_EQ(a2a->signature(), "(fa, inp, out, B, S_local, H, D, mode)");
+  EXPECT_TRUE(a2a->params.at(2).mutated);
+}
+
+TEST(UlyssesRaw, RecordedRanksReplayTogetherOnFreshBuffers) {
+  namespace fs = std::filesystem;
+  const int64_t W = 2;
+  comm::ThreadGroup g(W);
+  RawBuffers bufs(W, 2 * 3 * 4 * 8 * 2, Device::cpu());
+  const fs::path dir = record_dump("ulysses_raw", [&] {
+    g.run([&](int64_t r) {
+      const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, r, W, true);
+      g.backend(r)->barrier();
+      Tensor y = Tensor::empty({2, 6, 2, 8}, kBf), back = Tensor::empty({2, 3, 4, 8}, kBf);
+      ulysses_a2a(fa, rand_tensor({2, 3, 4, 8}, kBf, 10 + static_cast<uint64_t>(r)), y, 2, 3, 4, 8,
+                  0);
+      ulysses_a2a(fa, y, back, 2, 3, 4, 8, 1);
+      g.backend(r)->barrier();
+      dispose_ulysses_a2a(fa);
+    });
+  });
+  // The recorded buffers are gone before the replay: it must not need them.
+  bufs = RawBuffers(1, 16, Device::cpu());
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  ASSERT_EQ(rs.size(), 8u);  // per rank: init, two calls, dispose
+  int compared = 0;
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+    compared += static_cast<int>(r.comparisons.size());
+  }
+  EXPECT_EQ(compared, 4);  // every call's out, against what it wrote when recorded
+  fs::remove_all(dir);
+}
+
+TEST(UlyssesRawCuda, MatchesFormulasOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t W : {2, 4, 8}) {
+    for (DType dt : {kBf, kF32}) {
+      for (int64_t D : {3, 64}) {  // scalar rows, 16-byte vector rows
+        const RunResult gpu = run_raw(W, {2, 5, 2 * W, D}, dt, Device::cuda(0));
+        expect_scatter(gpu.xs, gpu.ys);
+        expect_gather(gpu.gs, gpu.os);
+      }
+    }
+  }
+  // Host buffers are not for the kernel: refused by name, before any exchange.
+  RawBuffers host(2, 4096, Device::cpu());
+  const int64_t fa = init_ulysses_a2a(host.out_ptrs, host.signal_ptrs, 0, 2, true);
+  const Tensor x = pattern({1, 2, 4, 8}, kBf, 0).to(Device::cuda(0));
+  Tensor y = Tensor::empty({1, 4, 2, 8}, kBf, Device::cuda(0));
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 2, 4, 8, 0); },
+               "inp is on cuda:0, but the handle's buffers are host memory");
+  dispose_ulysses_a2a(fa);
+  // Nor device memory mixed with host memory in one handle.
+  RawBuffers dev(2, 4096, Device::cuda(0));
+  expect_error(
+      [&] {
+        init_ulysses_a2a({host.out_ptrs[0], dev.out_ptrs[1]}, host.signal_ptrs, 0, 2, true);
+      },
+      "out_ipc_ptrs[1] is device memory (cuda:0), but this rank's staging buffer "
+      "out_ipc_ptrs[0] is host memory");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "flashinfer/comm.h"
 #include "flashinfer/dtype.h"
@@ -63,5 +64,33 @@ class UlyssesCommunicator : public ApiObject {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+/// flashinfer.comm.ulysses.init_ulysses_a2a, the raw entry point under UlyssesCommunicator:
+/// a handle over buffers the caller made and shared. out_ipc_ptrs[i] / signal_ipc_ptrs[i] are
+/// rank i's output staging buffer (at least as large as any call's output, unchecked as
+/// upstream's) and its 3456-byte signal block (vLLM's custom all-reduce Signal), as this rank
+/// addresses them: device memory (CUDA IPC or peer access), or host memory every rank of the
+/// process reaches (the CPU reference). rank in [0, world_size), world_size 2, 4, 6 or 8,
+/// full_nvlink true (upstream has no other path). Zeroes this rank's signal block and waits for
+/// it; every rank must then pass a group barrier before the first ulysses_a2a. Returns an opaque
+/// nonzero handle for ulysses_a2a and dispose_ulysses_a2a. The handle owns nothing.
+int64_t init_ulysses_a2a(const std::vector<int64_t>& out_ipc_ptrs,
+                         const std::vector<int64_t>& signal_ipc_ptrs, int64_t rank,
+                         int64_t world_size, bool full_nvlink);
+
+/// flashinfer.comm.ulysses.dispose_ulysses_a2a: forgets the handle (0 is a no-op, as upstream's
+/// delete of null); frees no buffer. A handle that is not live (disposed, never returned) is an
+/// Error here where upstream's is undefined behaviour.
+void dispose_ulysses_a2a(int64_t fa);
+
+/// flashinfer.comm.ulysses.ulysses_a2a. Collective over the handle's ranks, each with the same
+/// geometry in the same order. mode 0 (scatter): inp [B, S_local, H, D] -> out [B, S_local * W,
+/// H / W, D]; mode 1 (gather): inp [B, S_local * W, H / W, D] -> out [B, S_local, H, D]; H is
+/// the global head count. inp and out: contiguous, one dtype (float16, bfloat16, float32), in
+/// the kind of memory the handle's buffers are (the CPU, or CUDA). out is written: this rank's
+/// rows pass through every rank's staging buffer, then its own is copied into out. One call a
+/// handle in flight, as upstream's.
+void ulysses_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_t S_local,
+                 int64_t H, int64_t D, int64_t mode);
 
 }  // namespace flashinfer
