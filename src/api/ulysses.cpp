@@ -380,12 +380,14 @@ struct UlyssesA2aHandle {
   Device device = Device::cpu();
 };
 
-// The live handles by the value init_ulysses_a2a returned (the object's address, as upstream's
-// handle is): a disposed or made-up handle is refused by name instead of being dereferenced, and
-// a call holds its handle while a concurrent dispose forgets it.
+// The live handles by the value init_ulysses_a2a returned: a disposed or made-up handle is
+// refused by name instead of being dereferenced, and a call holds its handle while a concurrent
+// dispose forgets it. Upstream's handle is the object's address, which a later init may get
+// again; these values are never reused in a process, so a stale handle is always refused.
 struct RawUlyssesHandles {
   std::mutex m;
   std::map<int64_t, std::shared_ptr<UlyssesA2aHandle>> live;
+  int64_t next = 0x5a5a0000;  // opaque and nonzero, unlike a count from 1 or an address
 };
 RawUlyssesHandles& raw_handles() {
   static auto* t = new RawUlyssesHandles;  // never destroyed: a handle may outlive main's statics
@@ -456,9 +458,10 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
     detail::cuda_memset_async(mine, 0, static_cast<std::size_t>(UlyssesSignal::kBytes), own);
     detail::cuda_device_synchronize(own);
   }
-  const auto fa = static_cast<int64_t>(reinterpret_cast<intptr_t>(h.get()));
   RawUlyssesHandles& t = raw_handles();
   const std::lock_guard<std::mutex> lock(t.m);
+  const int64_t fa = t.next;
+  t.next += 16;
   t.live[fa] = std::move(h);
   return fa;
 }
@@ -560,6 +563,9 @@ class UlyssesA2aReplayBuffers : public ApiObject {
     if (with_handle) {
       handle_ = raw_init(out_ptrs(), signal_ptrs(), mem_.rank(), mem_.world_size(), true,
                          "ulysses_a2a (replay)");
+      // Upstream's rule after init: a group barrier, so no rank signals a peer whose init is
+      // still zeroing its signal block.
+      group.barrier();
     }
   }
   ~UlyssesA2aReplayBuffers() override {

@@ -251,6 +251,13 @@ const std::map<std::string, std::string>& covered_elsewhere() {
       {"UlyssesCommunicator.gather_heads",
        "a collective (every rank must call it): tests/ops/test_ulysses.cpp runs the ranks as "
        "threads, CPU and CUDA"},
+      {"init_ulysses_a2a",
+       "takes every rank's buffer addresses: tests/ops/test_ulysses.cpp (UlyssesRaw) makes them "
+       "and runs the ranks as threads"},
+      {"dispose_ulysses_a2a", "forgets a handle of init_ulysses_a2a: tests/ops/test_ulysses.cpp"},
+      {"ulysses_a2a",
+       "a collective over a raw handle (every rank must call it): tests/ops/test_ulysses.cpp runs "
+       "the ranks as threads, CPU and CUDA"},
       {"PcieIpcAllReduceWorkspace.all_reduce",
        "a collective (every rank must call it): tests/ops/test_comm.cpp runs the ranks as threads, "
        "CPU and CUDA"},

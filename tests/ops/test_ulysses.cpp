@@ -524,6 +524,11 @@ TEST(UlyssesRaw, CallRefusesLikeUpstreamBeforeAnyExchange) {
   expect_error([&] { dispose_ulysses_a2a(fa); }, "is not a live handle of init_ulysses_a2a");
   expect_error([&] { ulysses_a2a(fa, x, y, 1, 2, 4, 8, 0); },
                "is not a live handle of init_ulysses_a2a (disposed, or never returned by it)");
+  // A later handle over the same buffers is a new value: the stale one stays refused.
+  const int64_t again = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, 0, 2, true);
+  EXPECT_NE(again, fa);
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 2, 4, 8, 0); }, "is not a live handle");
+  dispose_ulysses_a2a(again);
 }
 
 TEST(UlyssesRaw, DeclaredAsUpstream) {
