@@ -21,7 +21,9 @@
 #include "api/kernel_table.h"
 #include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
+#include "core/device_location.h"
 #include "core/peer_memory.h"
+#include "core/process_identity.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/comm_params.h"
@@ -43,6 +45,7 @@ struct TRTLLMAllReduceFusionWorkspace::Impl {
   std::unique_ptr<detail::PeerMemory> mem;
   bool destroyed = false;
   bool unmapped = false;  // between checkpoint_prepare and checkpoint_restore
+  int blocks = 0;         // the CUDA grid the group agreed on (0 on the CPU)
 };
 
 using PcieInit = Init<PcieIpcAllReduceWorkspace, std::shared_ptr<comm::CommBackend>, int64_t, DType,
@@ -133,6 +136,9 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
                    *max_token_num, " x hidden_dim ", *hidden_dim, " is too large");
   impl->mem = std::make_unique<detail::PeerMemory>(
       *comm, static_cast<std::size_t>(ArBufferLayout::bytes(elems, elem_bytes_of(impl->fp32))), op);
+  // Every call launches this grid on every rank (each block pairs with the peers' same block):
+  // the group's whole GPUs where ranks have GPUs of their own, a share where they share one.
+  impl->blocks = detail::agreed_grid_cap(*comm, ArBufferLayout::kMaxBlocks);
   return std::make_shared<TRTLLMAllReduceFusionWorkspace>(std::move(impl));
 }
 
@@ -406,6 +412,7 @@ Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64
                           "Blackwell-only; compute capability ",
                           cc, " here)");
   }
+  p.blocks = w.blocks;
   run_exchange(*w.mem, *w.comm, w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32), p, dev, op,
                "input", launch_with_pdl);
   if (a.norm_out && a.norm_out->defined()) return *a.norm_out;
@@ -550,6 +557,7 @@ struct PcieIpcAllReduceWorkspace::Impl {
   std::shared_ptr<comm::CommBackend> comm;
   std::unique_ptr<detail::PeerMemory> mem;
   bool destroyed = false;
+  int blocks = 0;  // the CUDA grid the group agreed on (0 on the CPU)
 };
 
 namespace {
@@ -709,6 +717,7 @@ PcieIpcAllReduceWorkspace::PcieIpcAllReduceWorkspace(std::shared_ptr<comm::CommB
         impl->comm = group;
         impl->mem = std::make_unique<detail::PeerMemory>(
             *group, static_cast<std::size_t>(ArBufferLayout::bytes(max_numel, 2)), op);
+        impl->blocks = detail::agreed_grid_cap(*group, ArBufferLayout::kMaxBlocks);
         impl_ = std::move(impl);
       },
       *this, group, max_numel, dtype, max_blocks, profile, tune_batches, tune_cache);
@@ -773,6 +782,7 @@ Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Te
         p.island8 = w.world_size == 8 && c.variant != int64_t(IpcVariant::kFlatStaged);
         p.input = inp.data_ptr();
         p.output = o.data_ptr();
+        p.blocks = static_cast<int>(w.blocks);
         run_exchange(*w.mem, *w.comm, w.max_numel, 2, p, dev, op, "inp", false);
         return o;
       },
@@ -868,8 +878,11 @@ Tensor group_shared_rows(comm::CommBackend& c, int64_t rows, int64_t row_elems, 
   // One address space over the ranks: rank 0 makes it, every rank views it (upstream maps
   // MNNVL fabric memory; here the ranks must share a process).
   Tensor ws;
-  std::string mine(sizeof(uint64_t) * 3, '\0');
-  uint64_t fields[3] = {static_cast<uint64_t>(::getpid()), 0, 0};
+  // Fields: the process (pid and nonce: containers' processes may share pids), rank 0's
+  // address, the device.
+  std::string mine(sizeof(uint64_t) * 4, '\0');
+  const detail::ProcessIdentity me = detail::this_process();
+  uint64_t fields[4] = {static_cast<uint64_t>(me.pid), 0, 0, me.nonce};
   if (r == 0) {
     ws = Tensor::zeros({storage_factor * rows * row_elems}, dtype, dev)
              .slice(0, 0, rows * row_elems)
@@ -883,13 +896,13 @@ Tensor group_shared_rows(comm::CommBackend& c, int64_t rows, int64_t row_elems, 
   fields[2] = static_cast<uint64_t>(dev.index);
   std::memcpy(mine.data(), fields, sizeof(fields));
   const std::vector<std::string> all = c.allgather(mine);
-  uint64_t root[3];
+  uint64_t root[4];
   std::memcpy(root, all.at(0).data(), sizeof(root));
   bool one_process = true;
   for (const std::string& b : all) {
-    uint64_t f[3];
+    uint64_t f[4];
     std::memcpy(f, b.data(), sizeof(f));
-    one_process = one_process && f[0] == root[0];
+    one_process = one_process && f[0] == root[0] && f[3] == root[3];
   }
   if (!one_process && r == 0) {
     const std::lock_guard<std::mutex> lock(shared_workspaces().m);

@@ -141,20 +141,15 @@ QarBuffer qar_buffer(const std::shared_ptr<comm::CommBackend>& group, int64_t by
   // Hit or miss is the group's decision (a buffer is allocated by every rank together), made
   // with where each rank's device is (host and PCI bus), from which every rank computes the same
   // grid limit: every rank's blocks resident at once where ranks share a GPU.
-  const int sms = dev.is_cuda() ? detail::cuda_sm_count(dev.index) : 0;
-  const std::string mine = std::string(found.mem ? "1" : "0") + " " + std::to_string(sms) + " " +
-                           detail::device_location(dev);
+  const std::string mine = std::string(found.mem ? "1" : "0") + " " + detail::grid_record(dev);
   const std::vector<std::string> all = c.allgather(mine);
   bool hit = true;
-  int cap = QarBufferLayout::kMaxBlocks;
-  auto location = [](const std::string& v) { return v.substr(v.find(' ', 2) + 1); };
+  std::vector<std::string> records;
   for (const std::string& v : all) {
     hit = hit && v.rfind("1 ", 0) == 0;
-    const int64_t shared = std::count_if(
-        all.begin(), all.end(), [&](const std::string& u) { return location(u) == location(v); });
-    const int sm = std::stoi(v.substr(2, v.find(' ', 2) - 2));
-    cap = std::min<int>(cap, static_cast<int>(std::max<int64_t>(1, sm / shared)));
+    records.push_back(v.substr(2));
   }
+  const int cap = detail::group_grid_cap(records, QarBufferLayout::kMaxBlocks);
   if (hit) return found;
   // The buffers of groups that are gone are freed on a thread of their own (a CUDA free waits
   // for the device); this group's outgrown one is kept with the group.

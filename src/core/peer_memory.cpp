@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "core/process_identity.h"
 #include "flashinfer/error.h"
 
 namespace flashinfer::detail {
@@ -19,18 +20,18 @@ namespace {
 
 // What a rank tells the others about its allocation.
 struct Record {
-  int64_t pid = 0;
+  ProcessIdentity process;  // not the pid alone: containers' processes may share pids
   int32_t device_type = 0;
   int32_t device_index = 0;
   uint64_t address = 0;
   uint64_t bytes = 0;
   unsigned char cuda_handle[64] = {};
-  char shm_name[64] = {};
+  char shm_name[96] = {};
 };
 
 std::string shm_name_for(int64_t rank) {
   static std::atomic<uint64_t> counter{0};
-  return "/flashinfer_peer_" + std::to_string(::getpid()) + "_" + std::to_string(rank) + "_" +
+  return "/flashinfer_peer_" + process_tag() + "_" + std::to_string(rank) + "_" +
          std::to_string(counter.fetch_add(1));
 }
 
@@ -65,7 +66,7 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
   FLASHINFER_CHECK(n >= 1 && rank_ >= 0 && rank_ < n, op, "comm_backend", "rank ", rank_,
                    " of a group of ", n);
   Record mine;
-  mine.pid = ::getpid();
+  mine.process = this_process();
   mine.device_type = static_cast<int32_t>(device_.type);
   mine.device_index = device_.index;
   mine.bytes = bytes_;
@@ -76,14 +77,14 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
     // Host memory: POSIX shared memory only where a peer is in another process (a container's
     // /dev/shm is small, and a mapping past its size faults on first touch); plain zeroed memory
     // where every rank shares this process.
-    const int64_t pid = ::getpid();
-    const std::vector<std::string> pids =
-        comm.allgather(std::string_view(reinterpret_cast<const char*>(&pid), sizeof(pid)));
+    const ProcessIdentity me = this_process();
+    const std::vector<std::string> procs =
+        comm.allgather(std::string_view(reinterpret_cast<const char*>(&me), sizeof(me)));
     bool alone = true;
-    for (const std::string& b : pids) {
-      int64_t q = 0;
+    for (const std::string& b : procs) {
+      ProcessIdentity q;
       std::memcpy(&q, b.data(), std::min(b.size(), sizeof(q)));
-      alone = alone && q == pid;
+      alone = alone && b.size() == sizeof(q) && q == me;
     }
     if (alone) {
       local_ = std::calloc(bytes_, 1);
@@ -123,7 +124,7 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
       const auto i = static_cast<std::size_t>(r);
       if (r == rank_) {
         peers_[i] = local_;
-      } else if (rec.pid == mine.pid) {
+      } else if (rec.process == mine.process) {
         if (device_.is_cuda()) cuda_enable_peer_access(device_.index, rec.device_index);
         peers_[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(rec.address));
       } else if (device_.is_cuda()) {

@@ -62,6 +62,9 @@ struct AllReduceFusionParams {
   int64_t group_size = 0;               // patterns 8 / 9
   int64_t scale_t_stride = 0;           // patterns 8 / 9: round_up(T, 4)
   const uint32_t* abort = nullptr;      // CUDA: the group's abort word (core/comm_abort.h)
+  /// CUDA: the grid every rank of the workspace's group launches, agreed when the workspace was
+  /// made (core/device_location.h, agreed_grid_cap); 0: the SM count over the world size.
+  int blocks = 0;
 };
 
 /// decode_cp_a2a_alltoall: the workspace [cp_size, row] (bytes from row r * row_stride are rank

@@ -21,9 +21,12 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/device_location.h"
 #include "core/peer_memory.h"
+#include "core/process_identity.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/comm_rules.h"
@@ -154,6 +157,49 @@ TEST(PeerMemory, EveryRankSeesTheOthersWrites) {
     for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(static_cast<const int*>(m.peer(p))[0], 100 + p);
     b->barrier();
   });
+}
+
+TEST(ProcessIdentity, StableHereAndNewInAForkedChild) {
+  const detail::ProcessIdentity me = detail::this_process();
+  EXPECT_EQ(me.pid, static_cast<int64_t>(::getpid()));
+  EXPECT_NE(me.nonce, 0u);
+  EXPECT_EQ(detail::this_process(), me);
+  // A forked child is another process even where its pid repeats one elsewhere (containers).
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const detail::ProcessIdentity c = detail::this_process();
+    const auto ignored = ::write(fds[1], &c, sizeof(c));
+    (void)ignored;
+    ::_exit(0);
+  }
+  detail::ProcessIdentity got;
+  ASSERT_EQ(::read(fds[0], &got, sizeof(got)), static_cast<ssize_t>(sizeof(got)));
+  ::waitpid(child, nullptr, 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_EQ(got.pid, static_cast<int64_t>(child));
+  EXPECT_NE(got.nonce, me.nonce);
+  const std::string tag = detail::process_tag();
+  EXPECT_EQ(tag.substr(0, tag.find('_')), std::to_string(::getpid()));
+  EXPECT_EQ(tag.size() - tag.find('_') - 1, 16u);  // the nonce in 16 hex digits
+}
+
+TEST(GridCap, EveryRankGetsTheSmallestShareOfItsGpu) {
+  // "<SMs> <host>/<PCI bus>" per rank, as detail::grid_record writes them.
+  EXPECT_EQ(detail::group_grid_cap({"132 h/0000:1A:00.0", "132 h/0000:1B:00.0"}, 256), 132);
+  EXPECT_EQ(detail::group_grid_cap({"132 h/0000:1A:00.0", "132 h/0000:1A:00.0"}, 256), 66);
+  // Two ranks share one GPU, a third has its own, smaller one: the smallest share for all.
+  EXPECT_EQ(detail::group_grid_cap({"132 h/A", "132 h/A", "78 h/B"}, 256), 66);
+  EXPECT_EQ(detail::group_grid_cap({"132 h/A", "132 h/A", "60 h/B"}, 256), 60);
+  // The same bus on two hosts is two GPUs.
+  EXPECT_EQ(detail::group_grid_cap({"132 h1/A", "132 h2/A"}, 256), 132);
+  EXPECT_EQ(detail::group_grid_cap({"300 h/A"}, 256), 256);
+  EXPECT_EQ(detail::group_grid_cap({"4 h/A", "4 h/A", "4 h/A", "4 h/A", "4 h/A", "4 h/A"}, 256), 1);
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) { EXPECT_EQ(detail::agreed_grid_cap(*g.backend(r), 256), 0); });  // CPU
 }
 
 // ---- allreduce_fusion on the CPU -------------------------------------------------------------

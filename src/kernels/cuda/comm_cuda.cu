@@ -236,7 +236,8 @@ int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count) {
 }
 
 void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_pdl, int sm_count) {
-  const dim3 grid(allreduce_fusion_blocks(p.tokens, p.world_size, sm_count));
+  const dim3 grid(p.blocks > 0 ? std::min(p.blocks, ArBufferLayout::kMaxBlocks)
+                               : allreduce_fusion_blocks(p.tokens, p.world_size, sm_count));
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {
     case DType::kFloat16:
