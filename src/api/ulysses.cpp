@@ -24,6 +24,7 @@
 #include "core/cuda_runtime.h"
 #include "core/peer_memory.h"
 #include "flashinfer/op_typed.h"
+#include "flashinfer/stream.h"
 #include "kernels/cpu/ulysses_cpu.h"
 #include "kernels/ulysses_params.h"
 #include "replay/collective_replay.h"
@@ -452,11 +453,12 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
     FLASHINFER_CHECK(sig_dev == own, op, "signal_ipc_ptrs", "signal_ipc_ptrs[", rank, "] is ",
                      raw_memory_name(sig_dev), ", not on this rank's device cuda:", own);
     h->device = Device::cuda(own);
-    // Upstream's cudaMemset and the device-wide wait its Python wrapper adds: the counters are
-    // zero before init returns (the caller's group barrier then orders them before any peer's
-    // first signal).
+    // Upstream's cudaMemset and the wait its Python wrapper adds: the counters are zero before
+    // init returns (the caller's group barrier then orders them before any peer's first
+    // signal). The wait is for this stream, not upstream's whole device: another group's kernel
+    // on the GPU may be spinning on a rank that is waiting here.
     detail::cuda_memset_async(mine, 0, static_cast<std::size_t>(UlyssesSignal::kBytes), own);
-    detail::cuda_device_synchronize(own);
+    detail::cuda_stream_synchronize(current_cuda_stream(), own);
   }
   RawUlyssesHandles& t = raw_handles();
   const std::lock_guard<std::mutex> lock(t.m);

@@ -364,11 +364,17 @@ void* cuda_ipc_malloc(std::size_t nbytes, int device, unsigned char handle[64]) 
   void* p = nullptr;
   check(cudaMalloc(&p, nbytes == 0 ? 1 : nbytes), "cudaMalloc");
   cudaIpcMemHandle_t h{};
-  // Zeroed before any peer (on its own stream, or in another process) writes a flag into it.
-  if (cudaError_t e = cudaMemset(p, 0, nbytes);
-      e != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) {
+  // Zeroed before any peer (on its own stream, or in another process) writes a flag into it:
+  // on a stream of its own, waited for alone. A device-wide wait would also wait for another
+  // group's kernel spinning on a rank that is itself waiting here (groups interleaved on a GPU).
+  cudaStream_t st = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemsetAsync(p, 0, nbytes, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  if (st) cudaStreamDestroy(st);
+  if (e != cudaSuccess) {
     cudaFree(p);
-    check(e, "cudaMemset");
+    check(e, "cudaMemsetAsync");
   }
   if (cudaError_t e = cudaIpcGetMemHandle(&h, p); e != cudaSuccess) {
     cudaFree(p);
