@@ -1516,29 +1516,27 @@ void add_moe(std::vector<Template>& v) {
                                         "num_fp4_intermediate_blocks"},
                                  el = {"num_local_experts"};
   const std::vector<Io> fp4_inputs = {
-      T("routing_logits", {"seq_len", "num_experts"}),
-      T("routing_bias", {"num_experts"}).opt(),
+      T("routing_logits", {"seq_len", "num_experts"}), T("routing_bias", {"num_experts"}).opt(),
       T("hidden_states", hs).synth("uint8").init(packed(hs)),
+      // Upstream's optional inputs name no dtype: a call's own, or "unknown" when absent.
       T("hidden_states_scale", hss)
           .opt()
-          .dt("float8_e4m3fn")
+          .synth("float8_e4m3fn")
           .init(scales(hss, "hidden_states_scale", "0.5")),
       T("gemm1_weights", w1).synth("uint8").init(packed(w1)),
       T("gemm1_weights_scale", w1s)
           .synth("float8_e4m3fn")
           .init(scales(w1s, "gemm1_weights_scale", "0.05")),
-      T("gemm1_bias", {"num_local_experts", "gemm1_out_size"}).opt(),
-      T("gemm1_alpha", el).opt(),
-      T("gemm1_beta", el).opt(),
-      T("gemm1_clamp_limit", el).opt(),
+      T("gemm1_bias", {"num_local_experts", "gemm1_out_size"}).opt(), T("gemm1_alpha", el).opt(),
+      T("gemm1_beta", el).opt(), T("gemm1_clamp_limit", el).opt(),
       T("gemm2_weights", w2).synth("uint8").init(packed(w2)),
       T("gemm2_weights_scale", w2s)
           .synth("float8_e4m3fn")
           .init(scales(w2s, "gemm2_weights_scale", "0.05")),
       T("gemm2_bias", {"num_local_experts", "hidden_size"}).opt(),
-      T("output1_scale_scalar", el).opt().dt("float32"),
-      T("output1_scale_gate_scalar", el).opt().dt("float32"),
-      T("output2_scale_scalar", el).opt().dt("float32"),
+      T("output1_scale_scalar", el).opt().synth("float32"),
+      T("output1_scale_gate_scalar", el).opt().synth("float32"),
+      T("output2_scale_scalar", el).opt().synth("float32"),
       S("local_expert_offset", "int32").init("0"),
       S("routed_scaling_factor", "float32").opt().init("1.0")};
 
@@ -1698,7 +1696,11 @@ void add_moe(std::vector<Template>& v) {
                  .tags = {"status:experimental", "quantization:nvfp4"},
                  .reference = ref4,
                  .select_param = "routing_method_type",
-                 .select_values = {x.type}});
+                 .select_values = {x.type},
+                 // Upstream's definition has no shared-expert rows and no activation axis
+                 // (its reference is SwiGLU): other calls are not written.
+                 .only_when = {{"num_fused_shared_experts", {0}},
+                               {"activation_type", {3}}}});  // ActivationType::Swiglu
   }
 }
 
@@ -1957,8 +1959,8 @@ def run(paged_k_cache, paged_v_cache, k_scales, v_scales, block_tables, seq_lens
                     T("output_v", vout)
                         .init("torch.zeros((batch_size, max_seq_len, num_heads, "
                               "v_head_dim), device=device).to({dtype:output_v})")},
-         .outputs = {T("output_k", kout).like("output_k").writes("output_k"),
-                     T("output_v", vout).like("output_v").writes("output_v")},
+         // Written in place, but upstream's outputs name no parameter ("param").
+         .outputs = {T("output_k", kout).like("output_k"), T("output_v", vout).like("output_v")},
          .constraints = {"k_head_dim == k_packed_dim * 2", "v_head_dim == v_packed_dim * 2",
                          "k_head_dim == k_scale_dim * 16", "v_head_dim == v_scale_dim * 16",
                          "block_table_stride * page_size >= max_seq_len", "scalar == 1"},

@@ -322,6 +322,12 @@ const Template* find_template(std::string_view op, const Args& args) {
   auto it = template_index().find(op);
   if (it == template_index().end()) return nullptr;
   for (const Template* t : it->second) {
+    const bool outside =
+        std::any_of(t->only_when.begin(), t->only_when.end(), [&](const Template::OnlyWhen& w) {
+          const int64_t x = scalar_of(args, w.param).value_or(w.values.front());
+          return std::find(w.values.begin(), w.values.end(), x) == w.values.end();
+        });
+    if (outside) continue;
     if (t->select_param.empty()) return t;
     if (!t->positive_param.empty() && scalar_of(args, t->positive_param).value_or(0) <= 0) {
       continue;

@@ -132,6 +132,14 @@ struct Template {
   // absent argument counts as `select_string_default`).
   std::vector<std::string> select_strings{};
   std::string select_string_default{};
+  // And only when each of these integer arguments is one of its values (absent or None: the
+  // first). Upstream's template models only those calls (the NVFP4 MoE: no shared experts,
+  // SwiGLU); a call outside them gets no definition rather than one that misnames it.
+  struct OnlyWhen {
+    std::string param;
+    std::vector<int64_t> values;
+  };
+  std::vector<OnlyWhen> only_when{};
 };
 
 /// The table (src/trace/templates.cpp): built once, never destroyed.

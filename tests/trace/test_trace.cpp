@@ -1663,6 +1663,47 @@ TEST(Trace, SelectedTemplates) {
       want.at(0));
 }
 
+// Upstream's NVFP4 MoE definitions model its example's calls only: no fused shared experts and
+// SwiGLU (their names have no axis for either). Other calls get no definition rather than one that
+// misnames them; absent optional scales are "unknown", as upstream writes an input it gives no
+// dtype.
+TEST(Trace, Fp4MoeOnlyForTheCallsItsDefinitionModels) {
+  const fi::OpDecl* d = fi::OpRegistry::global().find("trtllm_fp4_block_scale_moe");
+  ASSERT_NE(d, nullptr);
+  const auto base =
+      upstream_calls().at("moe_fp4_block_scale_default_routing_topk8_e32_h7168_i2048");
+  const auto with = [&](const std::string& param, Value v) {
+    std::vector<Value> a = base.args();
+    a.at(static_cast<std::size_t>(d->param_index(param))) = std::move(v);
+    return a;
+  };
+  const std::string name = "moe_fp4_block_scale_default_routing_topk8_e32_h7168_i2048";
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, base.args()).value_or("none"), name);
+  EXPECT_EQ(fi::trace::definition_name_for_call(*d, with("activation_type", Value(int64_t{3})))
+                .value_or("none"),
+            name);
+  EXPECT_FALSE(
+      fi::trace::definition_for_call(*d, with("num_fused_shared_experts", Value(int64_t{1})))
+          .has_value());
+  EXPECT_FALSE(
+      fi::trace::definition_for_call(*d, with("activation_type", Value(int64_t{0}))).has_value());
+  const Json j =
+      Json::parse(definition("trtllm_fp4_block_scale_moe", with("hidden_states_scale", Value())));
+  EXPECT_EQ(j.at("inputs").at("hidden_states_scale").at("dtype"), "unknown");
+  EXPECT_EQ(j.at("inputs").at("output1_scale_scalar").at("dtype"), "float32");  // the call's
+  EXPECT_EQ(
+      Json::parse(definition("trtllm_fp4_block_scale_moe", with("output1_scale_scalar", Value())))
+          .at("inputs")
+          .at("output1_scale_scalar")
+          .at("dtype"),
+      "unknown");
+  // nvfp4_kv_dequantize_paged writes its outputs in place, and upstream's name no parameter.
+  const auto kv = upstream_calls().at("nvfp4_kv_dequantize_paged_h2_dk64_dv128_ps4");
+  const Json k = Json::parse(definition(kv.op, kv.args()));
+  EXPECT_FALSE(k.at("outputs").at("output_k").contains("param"));
+  EXPECT_FALSE(k.at("outputs").at("output_v").contains("param"));
+}
+
 // Templates chosen by a string argument: mm_bf16_fp4's backend (a backend no template takes
 // writes nothing), nvfp4_kv_dequantize_paged's kv_layout (None counts as its default, "NHD").
 TEST(Trace, StringSelectedTemplates) {
