@@ -4,6 +4,9 @@
 // CUDA one kernel does it with upstream's signal protocol (docs/COMM.md, "Ulysses all-to-all").
 #include "flashinfer/ops/ulysses.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
 #include "core/peer_memory.h"
+#include "core/process_identity.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/ulysses_cpu.h"
@@ -388,8 +392,17 @@ struct UlyssesA2aHandle {
 struct RawUlyssesHandles {
   std::mutex m;
   std::map<int64_t, std::shared_ptr<UlyssesA2aHandle>> live;
-  int64_t next = 0x5a5a0000;  // opaque and nonzero, unlike a count from 1 or an address
+  int64_t next = 0;  // the next handle (drawn at the first init)
 };
+
+// Whether [p, p + n) is mapped in this process (mincore fails with ENOMEM on an unmapped page).
+bool raw_host_mapped(const void* p, std::size_t n) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
+  std::vector<unsigned char> v((end - a + page - 1) / page);
+  return ::mincore(reinterpret_cast<void*>(a), end - a, v.data()) == 0;
+}
 RawUlyssesHandles& raw_handles() {
   static auto* t = new RawUlyssesHandles;  // never destroyed: a handle may outlive main's statics
   return *t;
@@ -427,26 +440,47 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
   auto h = std::make_shared<UlyssesA2aHandle>();
   h->rank = static_cast<int>(rank);
   h->world_size = static_cast<int>(W);
+  for (const auto& [ptrs, name] :
+       {std::pair<const std::vector<int64_t>*, const char*>{&out_ptrs, "out_ipc_ptrs"},
+        {&signal_ptrs, "signal_ipc_ptrs"}}) {
+    for (int64_t i = 0; i < W; ++i) {
+      FLASHINFER_CHECK((*ptrs)[static_cast<std::size_t>(i)] != 0, op, name, name, "[", i,
+                       "] is 0 (no buffer)");
+    }
+  }
   // Every address in the memory this rank's staging buffer is in: a host address handed to the
-  // CUDA kernel (or a device one to the CPU reference) would fault, not raise.
+  // CUDA kernel (or a device one to the CPU reference) would fault, not raise. Device memory of
+  // another GPU of this process is reached by peer access, enabled here (refused by name where
+  // the GPUs cannot).
   const int own = detail::cuda_pointer_device(reinterpret_cast<void*>(out_ptrs[rank]));
   auto take = [&](const std::vector<int64_t>& ptrs, const char* name, void** into) {
     for (int64_t i = 0; i < W; ++i) {
       const int64_t a = ptrs[static_cast<std::size_t>(i)];
-      FLASHINFER_CHECK(a != 0, op, name, name, "[", i, "] is 0 (no buffer)");
       void* p = reinterpret_cast<void*>(a);
       const int dev = detail::cuda_pointer_device(p);
       FLASHINFER_CHECK((dev < 0) == (own < 0), op, name, name, "[", i, "] is ",
                        raw_memory_name(dev), ", but this rank's staging buffer out_ipc_ptrs[", rank,
                        "] is ", raw_memory_name(own),
                        ": every buffer of a handle must be in one kind of memory");
+      if (dev >= 0 && dev != own) detail::cuda_enable_peer_access(own, dev);
       into[i] = p;
     }
   };
   take(out_ptrs, "out_ipc_ptrs", h->out);
   take(signal_ptrs, "signal_ipc_ptrs", h->signal);
+  // The barrier's counters are 32-bit words, read and written atomically.
+  for (int64_t i = 0; i < W; ++i) {
+    FLASHINFER_CHECK(signal_ptrs[static_cast<std::size_t>(i)] % 4 == 0, op, "signal_ipc_ptrs",
+                     "signal_ipc_ptrs[", i, "] is not 4-byte aligned");
+  }
   void* mine = h->signal[rank];
   if (own < 0) {
+    // The one write init makes: refused by name where the block is not mapped memory (a freed
+    // or made-up address), which upstream's cudaMemset would also refuse.
+    FLASHINFER_CHECK(raw_host_mapped(mine, static_cast<std::size_t>(UlyssesSignal::kBytes)), op,
+                     "signal_ipc_ptrs", "signal_ipc_ptrs[", rank,
+                     "] is not mapped memory of this process (", UlyssesSignal::kBytes,
+                     " bytes from it)");
     std::memset(mine, 0, static_cast<std::size_t>(UlyssesSignal::kBytes));
   } else {
     const int sig_dev = detail::cuda_pointer_device(mine);
@@ -462,6 +496,12 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
   }
   RawUlyssesHandles& t = raw_handles();
   const std::lock_guard<std::mutex> lock(t.m);
+  if (t.next == 0) {
+    // From this process's nonce: recordings key a rank's calls by (pid, handle), and processes in
+    // containers may share a pid; positive, nonzero, 16 apart.
+    t.next =
+        static_cast<int64_t>((detail::this_process().nonce >> 8) & 0x3fffffffffff0000ull) | 0x10000;
+  }
   const int64_t fa = t.next;
   t.next += 16;
   t.live[fa] = std::move(h);
@@ -566,11 +606,18 @@ class UlyssesA2aReplayBuffers : public ApiObject {
       handle_ = raw_init(out_ptrs(), signal_ptrs(), mem_.rank(), mem_.world_size(), true,
                          "ulysses_a2a (replay)");
       // Upstream's rule after init: a group barrier, so no rank signals a peer whose init is
-      // still zeroing its signal block.
-      group.barrier();
+      // still zeroing its signal block. A failed barrier leaves no handle over freed memory.
+      try {
+        group.barrier();
+      } catch (...) {
+        forget_handles();
+        throw;
+      }
     }
   }
-  ~UlyssesA2aReplayBuffers() override {
+  ~UlyssesA2aReplayBuffers() override { forget_handles(); }
+  // Disposes every live handle over this memory (the replayed init's, or this one's).
+  void forget_handles() noexcept {
     RawUlyssesHandles& t = raw_handles();
     const std::lock_guard<std::mutex> lock(t.m);
     for (auto it = t.live.begin(); it != t.live.end();) {
@@ -743,6 +790,11 @@ void register_ulysses_ops(OpRegistry& r) {
     const int64_t bytes =
         args.size() > 2 && args[2].is_tensor() ? args[2].as_tensor().nbytes() : int64_t{0};
     return to_value(std::make_shared<UlyssesA2aReplayBuffers>(*c, bytes, true));
+  };
+  // A null handle involves no peer: dispose_ulysses_a2a(0) does nothing, ulysses_a2a(0, ...) is
+  // refused before any exchange.
+  raw.runs_alone = [](std::string_view, const std::vector<Value>& a) {
+    return !a.empty() && a[0].kind() == Value::Kind::kInt && a[0].as_int() == 0;
   };
   raw.adjust_args = [](std::string_view, std::vector<Value>& a,
                        const std::shared_ptr<comm::CommBackend>&) {

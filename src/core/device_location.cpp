@@ -15,19 +15,30 @@
 namespace flashinfer::detail {
 
 std::string device_location(Device device) {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  std::string where = std::string(host) + "/";
-  if (!device.is_cuda()) return where + "cpu";
+  if (!device.is_cuda()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    return std::string(host) + "/cpu";
+  }
 #if FLASHINFER_WITH_CUDA
-  char bus[64] = {};
-  const cudaError_t e = cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device.index);
+  // The GPU's UUID: one physical GPU (or MIG instance) has one, seen alike from every process
+  // and container on its host (a host name differs between containers sharing a GPU through
+  // MPS; a PCI bus id repeats on other hosts).
+  cudaDeviceProp prop{};
+  const cudaError_t e = cudaGetDeviceProperties(&prop, device.index);
   FLASHINFER_CHECK_CODE(e == cudaSuccess, ErrorCode::kCuda, "device_location", "device",
-                        "cudaDeviceGetPCIBusId failed for ", device.str(), ": ",
+                        "cudaGetDeviceProperties failed for ", device.str(), ": ",
                         cudaGetErrorString(e));
-  return where + bus;
+  std::string where = "GPU-";
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+    where += hex[b >> 4];
+    where += hex[b & 15];
+  }
+  return where;
 #else
-  return where + device.str();
+  return device.str();
 #endif
 }
 

@@ -1,7 +1,7 @@
-// Private: where a device is, as one string every process on a machine spells alike (the host
-// name, then "cpu" or the GPU's PCI bus id), so that ranks of a group can tell which of them
-// share a GPU, in one process or several; and from it the grid limit the collectives' kernels
-// agree on (quantized_all_reduce, allreduce_fusion, PcieIpcAllReduceWorkspace.all_reduce).
+// Private: where a device is, as one string every process spells alike (a GPU's UUID; the host
+// name and "cpu" for the CPU), so that ranks of a group can tell which of them share a GPU, in
+// one process or several; and from it the grid limit the collectives' kernels agree on
+// (quantized_all_reduce, allreduce_fusion, PcieIpcAllReduceWorkspace.all_reduce).
 #pragma once
 
 #include <string>

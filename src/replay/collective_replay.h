@@ -63,6 +63,9 @@ struct CollectiveSpec {
   /// every rank's creation returned. Set, it stands in for prepare_creator.
   std::function<Value(std::vector<Value>& args, const std::shared_ptr<comm::CommBackend>& comm)>
       creator_workspace;
+  /// A call that involves no other rank (dispose_ulysses_a2a(0), a call refused before any
+  /// exchange for its null handle): replayed alone, as an ordinary call. Unset: none.
+  std::function<bool(std::string_view function, const std::vector<Value>& args)> runs_alone;
   /// Other functions whose calls on the same workspace join op's streams (MoeAlltoAll's combine
   /// after its dispatch): the k-th call of a rank, whichever of them, meets every rank's k-th.
   std::vector<std::string> also;

@@ -470,7 +470,9 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
       r.status = Status::kNotRun;
       return r;
     }
-    if (const detail::CollectiveSpec* coll = detail::collective_spec(r.function_name)) {
+    const detail::CollectiveSpec* coll = detail::collective_spec(r.function_name);
+    if (coll && coll->runs_alone && coll->runs_alone(r.function_name, r.args)) coll = nullptr;
+    if (coll) {
       // A collective: every rank's recorded call runs with it (replay/collective_replay.h).
       std::string coll_note;
       invoking = true;

@@ -458,6 +458,18 @@ TEST(UlyssesRaw, InitZeroesOnlyThisRanksSignalAndRefusesLikeUpstream) {
         init_ulysses_a2a(o, {0, s[1]}, 1, 2, true);
       },
       "signal_ipc_ptrs[0] is 0 (no buffer)");
+  expect_error(
+      [&] {
+        init_ulysses_a2a(o, {s[0], s[1] + 2}, 0, 2, true);
+      },
+      "signal_ipc_ptrs[1] is not 4-byte aligned");
+  // The block init writes must be memory of this process: an unmapped address is refused, not
+  // written (upstream's cudaMemset refuses it too).
+  expect_error(
+      [&] {
+        init_ulysses_a2a(o, {s[0], 0x10}, 1, 2, true);
+      },
+      "signal_ipc_ptrs[1] is not mapped memory of this process");
 }
 
 TEST(UlyssesRaw, CallRefusesLikeUpstreamBeforeAnyExchange) {
@@ -559,24 +571,37 @@ TEST(UlyssesRaw, RecordedRanksReplayTogetherOnFreshBuffers) {
       ulysses_a2a(fa, y, back, 2, 3, 4, 8, 1);
       g.backend(r)->barrier();
       dispose_ulysses_a2a(fa);
+      if (r == 0) dispose_ulysses_a2a(0);  // no handle, no peer: replays alone
     });
   });
   // The recorded buffers are gone before the replay: it must not need them.
   bufs = RawBuffers(1, 16, Device::cpu());
   const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
-  ASSERT_EQ(rs.size(), 8u);  // per rank: init, two calls, dispose
-  int compared = 0;
+  ASSERT_EQ(rs.size(), 9u);  // per rank: init, two calls, dispose; and the null dispose
+  int compared = 0, alone = 0;
   for (const replay::Result& r : rs) {
     EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
-    EXPECT_NE(r.note.find("a collective"), std::string::npos) << r.note;
+    alone += r.note.find("a collective") == std::string::npos ? 1 : 0;
     compared += static_cast<int>(r.comparisons.size());
   }
+  EXPECT_EQ(alone, 1);
   EXPECT_EQ(compared, 4);  // every call's out, against what it wrote when recorded
   fs::remove_all(dir);
 }
 
 TEST(UlyssesRawCuda, MatchesFormulasOnOneGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+  {
+    // init zeroes this rank's device signal block and only it.
+    RawBuffers b(2, 64, Device::cuda(0));
+    const int64_t fa = init_ulysses_a2a(b.out_ptrs, b.signal_ptrs, 1, 2, true);
+    const Tensor mine = b.signal[1].to(Device::cpu()), peer = b.signal[0].to(Device::cpu());
+    const auto* m = static_cast<const uint8_t*>(mine.data_ptr());
+    const auto* p = static_cast<const uint8_t*>(peer.data_ptr());
+    EXPECT_TRUE(std::all_of(m, m + mine.nbytes(), [](uint8_t v) { return v == 0; }));
+    EXPECT_TRUE(std::all_of(p, p + peer.nbytes(), [](uint8_t v) { return v == 0xA5; }));
+    dispose_ulysses_a2a(fa);
+  }
   for (int64_t W : {2, 4, 8}) {
     for (DType dt : {kBf, kF32}) {
       for (int64_t D : {3, 64}) {  // scalar rows, 16-byte vector rows
