@@ -531,6 +531,24 @@ TEST(UlyssesRaw, CallRefusesLikeUpstreamBeforeAnyExchange) {
       },
       "the [B, S_global, H_local, D] operand of mode 0 has shape (1, 2, 4, 8), expected "
       "(1, 4, 2, 8)");
+  // Two faults at once: upstream's first check names its own.
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, pattern({1, 4, 2, 8}, kBf, 0).transpose(1, 2), Tensor::empty({8}, kF16), 1,
+                    2, 4, 8, 5);
+      },
+      "inp must be contiguous");
+  expect_error(
+      [&] {
+        ulysses_a2a(fa, x, Tensor::empty({1, 4, 2, 8}, kF16), 1, 0, 4, 8, 5);
+      },
+      "inp dtype torch.bfloat16 != out dtype torch.float16");
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 0, 4, 8, 5); }, "mode must be 0 or 1, got 5");
+  expect_error([&] { ulysses_a2a(fa, x, y, 1, 0, 3, 8, 0); }, "must be positive, got (1, 0, 3, 8)");
+  expect_error([&] { init_ulysses_a2a({}, {}, 7, 3, false); }, "world size in (2, 4, 6, 8), got 3");
+  expect_error([&] { init_ulysses_a2a({}, {}, 7, 2, false); }, "full_nvlink=False");
+  expect_error([&] { init_ulysses_a2a({}, {}, 7, 2, true); }, "invalid rank passed in");
+  expect_error([&] { init_ulysses_a2a({}, {0}, 0, 2, true); }, "out_ipc_ptrs size must equal");
   dispose_ulysses_a2a(0);  // upstream deletes a null pointer: nothing
   dispose_ulysses_a2a(fa);
   expect_error([&] { dispose_ulysses_a2a(fa); }, "is not a live handle of init_ulysses_a2a");
