@@ -887,8 +887,10 @@ Tensor group_shared_rows(comm::CommBackend& c, int64_t rows, int64_t row_elems, 
     ws = Tensor::zeros({storage_factor * rows * row_elems}, dtype, dev)
              .slice(0, 0, rows * row_elems)
              .view({rows, row_elems});
-    // The zeros are in place before any rank (each on its own stream) writes its row.
-    if (dev.is_cuda()) cuda_device_synchronize(dev.index);
+    // The zeros (made on this thread's stream) are in place before any rank (each on its own
+    // stream) writes its row. A wait for this stream alone: a device-wide one would also wait
+    // for another group's kernel spinning on a rank that waits here.
+    if (dev.is_cuda()) cuda_stream_synchronize(current_cuda_stream(), dev.index);
     fields[1] = reinterpret_cast<uintptr_t>(ws.data_ptr());
     const std::lock_guard<std::mutex> lock(shared_workspaces().m);
     shared_workspaces().pending[fields[1]] = {ws, c.Get_size() - 1};
