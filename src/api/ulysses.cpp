@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -182,6 +181,18 @@ void check_operand(const UlyssesCommunicator::Impl& w, const Tensor& x, const ch
                    " (which is capped at the int32 index range 2147483647)");
 }
 
+// Both APIs' last step: the operands into `p` (its geometry and every rank's buffers already
+// set), then the kernel table.
+void launch_ulysses_exchange(UlyssesA2aParams& p, const Tensor& inp, const Tensor& out,
+                             const char* op, const char* arg) {
+  p.elem_bytes = static_cast<int>(dtype_size(inp.dtype()));
+  p.inp = inp.data_ptr();
+  p.out = out.data_ptr();
+  p.op = op;
+  if (inp.device().is_cuda()) p.abort = detail::thread_group_abort_word();
+  api::launch(kUlyssesKernels, p, inp.device(), op, arg);
+}
+
 Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const char* op) {
   const int64_t W = w.world_size;
   UlyssesA2aParams p;
@@ -200,17 +211,12 @@ Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const c
     p.H = x.size(2) * W;
     out = Tensor::empty({p.B, p.S_local, p.H, p.D}, x.dtype(), x.device());
   }
-  p.elem_bytes = static_cast<int>(dtype_size(x.dtype()));
-  p.inp = x.data_ptr();
-  p.out = out.data_ptr();
-  p.op = op;
   for (int64_t r = 0; r < W; ++r) {
     auto* base = static_cast<char*>(w.mem->peer(r));
     p.peer_out[r] = base;
     p.peer_signal[r] = base + w.staging_bytes;
   }
-  if (x.device().is_cuda()) p.abort = detail::thread_group_abort_word();
-  api::launch(kUlyssesKernels, p, x.device(), op, "x");
+  launch_ulysses_exchange(p, x, out, op, "x");
   return out;
 }
 
@@ -508,13 +514,6 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
   return fa;
 }
 
-// "(2, 8, 4, 64)" for the geometry arguments.
-std::string raw_tuple(std::initializer_list<int64_t> v) {
-  std::string s = "(";
-  for (int64_t x : v) s += (s.size() > 1 ? ", " : "") + std::to_string(x);
-  return s + ")";
-}
-
 void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_t S_local,
              int64_t H, int64_t D, int64_t mode, const char* op) {
   // Upstream's Python checks, in order (its "must be a CUDA tensor" is the handle's memory here:
@@ -536,16 +535,17 @@ void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_
   FLASHINFER_CHECK(dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32, op,
                    "inp", "dtype must be float16/bfloat16/float32, got ", py_dtype(dt));
   FLASHINFER_CHECK(mode == 0 || mode == 1, op, "mode", "mode must be 0 or 1, got ", mode);
-  const std::string local = raw_tuple({B, S_local, H, D});
+  const Shape local_shape{B, S_local, H, D};
+  const std::string local = shape_tuple(local_shape);
   FLASHINFER_CHECK(std::min({B, S_local, H, D}) > 0, op, "B",
                    "B/S_local/H/D must be positive, got ", local);
   const Tensor& checked = mode == 0 ? inp : out;
   const Tensor& other = mode == 0 ? out : inp;
   const char* checked_name = mode == 0 ? "inp" : "out";
   const char* other_name = mode == 0 ? "out" : "inp";
-  FLASHINFER_CHECK(checked.shape() == Shape({B, S_local, H, D}), op, checked_name, checked_name,
-                   " shape ", shape_tuple(checked.shape()),
-                   " does not match [B, S_local, H, D] = ", local, " for mode ", mode);
+  FLASHINFER_CHECK(checked.shape() == local_shape, op, checked_name, checked_name, " shape ",
+                   shape_tuple(checked.shape()), " does not match [B, S_local, H, D] = ", local,
+                   " for mode ", mode);
   FLASHINFER_CHECK(other.size(0) == B && other.size(3) == D && other.numel() == checked.numel(), op,
                    other_name, other_name, " shape ", shape_tuple(other.shape()),
                    " is inconsistent with [B, S_local, H, D] = ", local,
@@ -560,10 +560,9 @@ void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_
   const std::shared_ptr<UlyssesA2aHandle> h = raw_find(fa);
   FLASHINFER_CHECK(h != nullptr, op, "fa", "fa ", fa,
                    " is not a live handle of init_ulysses_a2a (disposed, or never returned by it)");
-  FLASHINFER_CHECK(
-      h->device.is_cuda() ? inp.device() == h->device : !inp.device().is_cuda(), op, "inp",
-      "inp is on ", inp.device().str(), ", but the handle's buffers are ",
-      h->device.is_cuda() ? "device memory (" + h->device.str() + ")" : std::string("host memory"));
+  FLASHINFER_CHECK(h->device.is_cuda() ? inp.device() == h->device : !inp.device().is_cuda(), op,
+                   "inp", "inp is on ", inp.device().str(), ", but the handle's buffers are ",
+                   raw_memory_name(h->device.is_cuda() ? h->device.index : -1));
   // Upstream's C++ checks (only the handle knows W).
   const int64_t W = h->world_size;
   FLASHINFER_CHECK(H % W == 0, op, "H", "global head count must be divisible by world size (H ", H,
@@ -580,16 +579,11 @@ void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_
   p.S_local = S_local;
   p.H = H;
   p.D = D;
-  p.elem_bytes = static_cast<int>(dtype_size(dt));
-  p.inp = inp.data_ptr();
-  p.out = out.data_ptr();
-  p.op = op;
   for (int r = 0; r < h->world_size; ++r) {
     p.peer_out[r] = h->out[r];
     p.peer_signal[r] = h->signal[r];
   }
-  if (inp.device().is_cuda()) p.abort = detail::thread_group_abort_word();
-  api::launch(kUlyssesKernels, p, inp.device(), op, "inp");
+  launch_ulysses_exchange(p, inp, out, op, "inp");
 }
 
 // Replay's buffers for one rank of a raw stream: a group's peer memory laid out as the
