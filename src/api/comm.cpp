@@ -782,7 +782,7 @@ Tensor PcieIpcAllReduceWorkspace::all_reduce(const Tensor& inp, std::optional<Te
         p.island8 = w.world_size == 8 && c.variant != int64_t(IpcVariant::kFlatStaged);
         p.input = inp.data_ptr();
         p.output = o.data_ptr();
-        p.blocks = static_cast<int>(w.blocks);
+        p.blocks = w.blocks;
         run_exchange(*w.mem, *w.comm, w.max_numel, 2, p, dev, op, "inp", false);
         return o;
       },

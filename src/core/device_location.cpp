@@ -64,10 +64,13 @@ int group_grid_cap(const std::vector<std::string>& records, int cap) {
 }
 
 int agreed_grid_cap(comm::CommBackend& comm, int cap) {
+  // Every rank's device is of one kind (the peer buffers made before refuse a mix): a CPU group
+  // skips the allgather on every rank alike.
   const Device dev = comm.device();
-  std::vector<std::string> all = comm.Get_size() > 1 ? comm.allgather(grid_record(dev))
-                                                     : std::vector<std::string>{grid_record(dev)};
-  return dev.is_cuda() ? group_grid_cap(all, cap) : 0;
+  if (!dev.is_cuda()) return 0;
+  const std::string mine = grid_record(dev);
+  return group_grid_cap(comm.Get_size() > 1 ? comm.allgather(mine) : std::vector<std::string>{mine},
+                        cap);
 }
 
 }  // namespace flashinfer::detail

@@ -26,8 +26,9 @@ std::string grid_record(Device device);
 /// number, which a grid that pairs each block with the peers' same block needs.
 int group_grid_cap(const std::vector<std::string>& records, int cap);
 
-/// Collective (every rank of `comm` calls it): group_grid_cap over the ranks' records; 0 for a
-/// group on the CPU.
+/// Collective (every rank of `comm` calls it, after peer buffers that refuse a mix of device
+/// kinds): group_grid_cap over the ranks' records; 0 for a group on the CPU, without an
+/// allgather.
 int agreed_grid_cap(comm::CommBackend& comm, int cap);
 
 }  // namespace flashinfer::detail
