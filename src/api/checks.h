@@ -14,6 +14,13 @@
 
 namespace flashinfer::api {
 
+/// A shape as torch prints it in upstream's messages: torch.Size([8, 8]).
+inline std::string torch_size_string(const Shape& s) {
+  std::string out = "torch.Size([";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "])";
+}
+
 inline void check_defined(const Tensor& t, const char* op, const char* arg) {
   FLASHINFER_CHECK(t.defined(), op, arg, "undefined tensor");
 }

@@ -48,6 +48,17 @@ struct TRTLLMAllReduceFusionWorkspace::Impl {
   int blocks = 0;         // the CUDA grid the group agreed on (0 on the CPU)
 };
 
+struct MNNVLAllReduceFusionWorkspace::Impl {
+  int64_t world_size = 0;         // the mapping's (upstream's world_size attribute)
+  int64_t tp_size = 0, rank = 0;  // the group the calls sum over; rank is the TP rank
+  int64_t buffer_size_bytes = 0;  // each of upstream's three buffers
+  std::shared_ptr<comm::CommBackend> comm;
+  std::unique_ptr<detail::PeerMemory> mem;
+  bool destroyed = false;
+  bool unmapped = false;  // between checkpoint_prepare and checkpoint_restore
+  int blocks = 0;         // the CUDA grid the group agreed on (0 on the CPU)
+};
+
 using PcieInit = Init<PcieIpcAllReduceWorkspace, std::shared_ptr<comm::CommBackend>, int64_t, DType,
                       int64_t, std::optional<Value>, std::optional<Value>, std::optional<Value>>;
 
@@ -57,6 +68,7 @@ using kernels::AllReduceFusionParams;
 using kernels::ArBufferLayout;
 
 constexpr const char* kAllreduceModule = "flashinfer.comm.allreduce";
+constexpr const char* kMnnvlModule = "flashinfer.comm.trtllm_mnnvl_ar";
 
 constexpr api::KernelEntry<AllReduceFusionParams> kAllreduceKernels[] = {
     {DeviceType::kCPU,
@@ -96,17 +108,44 @@ std::string pattern_name(int64_t p) {
   return p >= 0 && p < 12 ? names[p] : std::to_string(p);
 }
 
-std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
+// Upstream's MNNVL sizes: the one-shot threshold (bytes of T * H * tp * itemsize), the signal
+// pad after the three buffers, and the allocation granularity (cuMemCreate's 2 MiB here; a
+// multicast granularity upstream may round larger).
+constexpr int64_t kMnnvlOneShotBytes = 64 * 1024 * 8 * 2;
+constexpr int64_t kMnnvlSignalPad = 2048;
+constexpr int64_t kMnnvlGranularity = int64_t{2} << 20;
+
+int64_t round_up_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+int64_t mnnvl_required(int64_t tp, int64_t T, int64_t H, int64_t e, int64_t strategy) {
+  if (strategy == MNNVLAllreduceFusionStrategy::AUTO) {
+    strategy = T * H * tp * e <= kMnnvlOneShotBytes ? MNNVLAllreduceFusionStrategy::ONESHOT
+                                                    : MNNVLAllreduceFusionStrategy::TWOSHOT;
+  }
+  // Anything but ONESHOT sizes for two-shot, as upstream's.
+  return strategy == MNNVLAllreduceFusionStrategy::ONESHOT ? T * H * tp * e
+                                                           : 2 * ((T + tp - 1) / tp) * tp * H * e;
+}
+
+// upstream's all_ranks_support_mnnvl: every rank's GPU has NVLink multicast (a collective; CPU
+// ranks have none).
+bool every_rank_has_multicast(comm::CommBackend& comm) {
+  const Device dev = comm.device();
+  const bool local = dev.is_cuda() && detail::cuda_multicast_supported(dev.index);
+  if (comm.Get_size() <= 1) return local;
+  const std::vector<std::string> votes = comm.allgather(local ? "1" : "0");
+  return std::all_of(votes.begin(), votes.end(), [](const std::string& v) { return v == "1"; });
+}
+
+std::shared_ptr<AllReduceFusionWorkspace> create_impl(
     const std::string& backend, std::optional<int64_t> world_size, std::optional<int64_t> rank,
     std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
-    std::optional<DType> dtype, const std::shared_ptr<comm::CommBackend>& comm) {
+    std::optional<DType> dtype, const std::shared_ptr<comm::CommBackend>& comm,
+    bool force_oneshot_support) {
   const char* op = "create_allreduce_fusion_workspace";
   if (backend != "auto" && backend != "trtllm" && backend != "mnnvl") {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "backend", "Unknown backend: ", backend);
   }
-  FLASHINFER_CHECK_CODE(backend != "mnnvl", ErrorCode::kUnsupported, op, "backend",
-                        "the 'mnnvl' backend (NVLink multicast memory) is not implemented in "
-                        "flashinfer-cpp; use backend='trtllm' or 'auto'");
   FLASHINFER_CHECK(comm != nullptr, op, "comm_backend",
                    "a CommBackend is required (upstream's None means torch.distributed's group, "
                    "which C++ does not have)");
@@ -116,8 +155,28 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
                    " does not match the comm_backend's size ", comm->Get_size());
   FLASHINFER_CHECK(r == comm->Get_rank(), op, "rank", "rank ", r,
                    " does not match the comm_backend's rank ", comm->Get_rank());
-  // "auto": trtllm qualifies up to 16 ranks; mnnvl would need every rank's multicast support.
-  FLASHINFER_CHECK(backend != "auto" || w <= 16, op, "backend", "No suitable backend found. ");
+  // "auto": mnnvl wins where every rank has multicast (even on one node), else trtllm up to 16
+  // ranks.
+  bool mnnvl = backend == "mnnvl";
+  if (backend == "auto") {
+    mnnvl = every_rank_has_multicast(*comm);
+    FLASHINFER_CHECK(mnnvl || w <= 16, op, "backend", "No suitable backend found. ");
+  }
+  if (mnnvl) {
+    auto mapping = std::make_shared<Mapping>(w, r, 8, 1, w);
+    std::optional<int64_t> bytes;
+    if (force_oneshot_support) {
+      FLASHINFER_CHECK(max_token_num && hidden_dim, op,
+                       max_token_num ? "hidden_dim" : "max_token_num",
+                       "force_oneshot_support needs max_token_num and hidden_dim");
+      // Upstream's element size of dtype None is torch's default dtype's (float32).
+      bytes = MNNVLAllReduceFusionWorkspace::get_required_buffer_size_bytes(
+          w, *max_token_num, *hidden_dim, dtype.value_or(DType::kFloat32),
+          MNNVLAllreduceFusionStrategy::ONESHOT);
+    }
+    return std::make_shared<MNNVLAllReduceFusionWorkspace>(mapping, max_token_num, hidden_dim,
+                                                           dtype, bytes, comm);
+  }
   FLASHINFER_CHECK(max_token_num.has_value() && *max_token_num > 0, op, "max_token_num",
                    "must be a positive token count, got ",
                    max_token_num ? std::to_string(*max_token_num) : std::string("None"));
@@ -142,12 +201,106 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_impl(
   return std::make_shared<TRTLLMAllReduceFusionWorkspace>(std::move(impl));
 }
 
+// MNNVLAllReduceFusionWorkspace's constructor: upstream's sizes and checks, then the peer
+// buffers (three of upstream's buffer size fit in ArBufferLayout's two slots of one).
+std::shared_ptr<MNNVLAllReduceFusionWorkspace::Impl> make_mnnvl_impl(
+    const std::shared_ptr<Mapping>& mapping, std::optional<int64_t> max_num_tokens,
+    std::optional<int64_t> hidden_dim, std::optional<DType> dtype,
+    std::optional<int64_t> buffer_size_in_bytes, const std::shared_ptr<comm::CommBackend>& comm) {
+  const char* op = "MNNVLAllReduceFusionWorkspace";
+  FLASHINFER_CHECK(mapping != nullptr, op, "mapping", "a Mapping is required");
+  const int64_t tp = mapping->tp_size;
+  int64_t req = 0;
+  if (buffer_size_in_bytes) {
+    FLASHINFER_CHECK(*buffer_size_in_bytes > 0, op, "buffer_size_in_bytes",
+                     "must be positive, got ", *buffer_size_in_bytes);
+    req = *buffer_size_in_bytes;
+  } else {
+    FLASHINFER_CHECK(max_num_tokens && hidden_dim && dtype, op,
+                     !max_num_tokens ? "max_num_tokens"
+                     : !hidden_dim   ? "hidden_dim"
+                                     : "dtype",
+                     "max_num_tokens, hidden_dim, and dtype must be provided if "
+                     "buffer_size_in_bytes is not provided.");
+    FLASHINFER_CHECK(*max_num_tokens > 0, op, "max_num_tokens", "must be positive, got ",
+                     *max_num_tokens);
+    FLASHINFER_CHECK(*hidden_dim > 0, op, "hidden_dim", "must be positive, got ", *hidden_dim);
+    FLASHINFER_CHECK(*max_num_tokens <= (int64_t{1} << 32) && *hidden_dim <= (int64_t{1} << 24), op,
+                     "max_num_tokens", "max_num_tokens ", *max_num_tokens, " x hidden_dim ",
+                     *hidden_dim, " is too large");
+    const int64_t e = dtype_size(*dtype), T = *max_num_tokens, H = *hidden_dim;
+    const int64_t t1 = std::min(kMnnvlOneShotBytes / (tp * e * H), T);
+    req = std::max(t1 * H * tp * e, 2 * ((T + tp - 1) / tp) * tp * H * e);
+  }
+  req = round_up_to(req, 32);
+  FLASHINFER_CHECK(comm != nullptr, op, "comm_backend",
+                   "a CommBackend is required (upstream's None means MPI's COMM_WORLD, which "
+                   "flashinfer-cpp does not have)");
+  FLASHINFER_CHECK(req <= int64_t{0xFFFFFFFF}, op, "buffer_size_in_bytes",
+                   "The buffer size in bytes ", req,
+                   " is greater than the maximum supported size (UINT32_MAX).");
+  FLASHINFER_CHECK(comm->Get_size() == tp && comm->Get_rank() == mapping->tp_rank(), op,
+                   "comm_backend", "the comm_backend's rank/size ", comm->Get_rank(), "/",
+                   comm->Get_size(), " is not the mapping's TP rank/size ", mapping->tp_rank(), "/",
+                   tp);
+  auto impl = std::make_shared<MNNVLAllReduceFusionWorkspace::Impl>();
+  impl->world_size = mapping->world_size;
+  impl->tp_size = tp;
+  impl->rank = mapping->tp_rank();
+  const int64_t alloc = round_up_to(3 * req + kMnnvlSignalPad, kMnnvlGranularity);
+  impl->buffer_size_bytes = (alloc - kMnnvlSignalPad) / 3 / 32 * 32;
+  impl->comm = comm;
+  impl->mem = std::make_unique<detail::PeerMemory>(
+      *comm, static_cast<std::size_t>(ArBufferLayout::bytes(impl->buffer_size_bytes, 1)), op);
+  impl->blocks = detail::agreed_grid_cap(*comm, ArBufferLayout::kMaxBlocks);
+  return impl;
+}
+
 // destroy(): collective, as upstream's: this rank's work done, then every rank's (a barrier),
 // then the buffers go (a peer may still have been reading this rank's).
 void release_collectively(comm::CommBackend& comm, std::unique_ptr<detail::PeerMemory>& mem) {
   if (mem && mem->device().is_cuda()) detail::cuda_device_synchronize(mem->device().index);
   comm.barrier();
   mem.reset();
+}
+
+// checkpoint_prepare of either workspace: this rank's work synchronized and every rank's (a
+// barrier) before the handles go, then a barrier; nothing (no collective) while detached.
+void detach_collectively(const char* op, bool destroyed, bool& unmapped, comm::CommBackend& comm) {
+  FLASHINFER_CHECK(!destroyed, op, "self", "the workspace was destroyed");
+  if (unmapped) return;
+  const Device dev = comm.device();
+  if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
+  comm.barrier();
+  unmapped = true;
+  comm.barrier();
+}
+
+// checkpoint_restore of either workspace: the new backend keeps the rank and size; the exchange
+// starts over, as upstream re-initializes its protocol: this rank's flag table and call
+// counters zeroed (every rank does its own, then a barrier); the data slots keep whatever they
+// hold (upstream's are undefined after a restore). Nothing (no collective) while attached.
+void reattach_collectively(const char* op, bool destroyed, bool& unmapped, int64_t rank,
+                           int64_t size, const detail::PeerMemory& mem,
+                           std::shared_ptr<comm::CommBackend>& comm,
+                           std::shared_ptr<comm::CommBackend> next) {
+  FLASHINFER_CHECK(!destroyed, op, "self", "the workspace was destroyed");
+  if (!unmapped) return;
+  FLASHINFER_CHECK(next != nullptr, op, "comm_backend", "a CommBackend is required");
+  FLASHINFER_CHECK(next->Get_rank() == rank && next->Get_size() == size, op, "comm_backend",
+                   "the communicator must keep the workspace's rank and world size: rank/size ",
+                   next->Get_rank(), "/", next->Get_size(), " != ", rank, "/", size);
+  const Device dev = next->device();
+  const auto bytes = static_cast<std::size_t>(ArBufferLayout::kSlotsOffset);
+  if (dev.is_cuda()) {
+    detail::cuda_memset_async(mem.local(), 0, bytes, dev.index);
+    detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
+  } else {
+    std::memset(mem.local(), 0, bytes);
+  }
+  comm = std::move(next);
+  comm->barrier();
+  unmapped = false;
 }
 
 // One rank's part of a call: the peer buffers into `p`, then on the CPU this rank's rows into its
@@ -205,13 +358,267 @@ bool use_oneshot_rule(std::optional<bool> use_oneshot, int64_t T, int64_t H, int
   return mb <= limit;
 }
 
-Tensor allreduce_impl(const ArArgs& a, TRTLLMAllReduceFusionWorkspace* ws, int64_t pattern,
+// allreduce_fusion on an MNNVL workspace: upstream's checks in its order (the unified API's,
+// then its helpers', then its C++ ones), outputs allocated where upstream allocates them, and
+// the MNNVL arithmetic (AllReduceFusionParams::mnnvl) on the same exchange.
+Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, int64_t pattern,
+                            bool launch_with_pdl, double rms_eps,
+                            std::optional<int64_t> layout_code, std::optional<bool> use_oneshot,
+                            double weight_bias) {
+  const char* op = "allreduce_fusion";
+  auto& w = ws.impl();
+  FLASHINFER_CHECK(!w.destroyed, op, "workspace", "the workspace was destroyed");
+  const bool known = pattern == 0 || pattern == 1 || pattern == 2 || pattern == 3 || pattern == 4 ||
+                     pattern == 5 || pattern == 10 || pattern == 11;
+  FLASHINFER_CHECK(known, op, "pattern", "MNNVL AllReduce+RMS fusion does not support pattern ",
+                   pattern, ". Please try the TRTLLM backend instead.");
+  const kernels::ArPattern pat = kernels::ar_pattern(static_cast<int>(pattern));
+  const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
+  FLASHINFER_CHECK(pat.quant == 0 || layout != QuantizationSFLayout::SWIZZLED_8x4, op,
+                   "layout_code",
+                   "MNNVL quantization fusion supports SWIZZLED_128x4 or LINEAR scale layouts, "
+                   "not SWIZZLED_8x4");
+  const Tensor& x = a.input;
+  api::check_defined(x, op, "input");
+  auto given = [](const std::optional<Tensor>& t) { return t && t->defined(); };
+  if (pat.quant == 0 && !pat.allreduce_out) {
+    FLASHINFER_CHECK(given(a.residual_in), op, "residual_in",
+                     "MNNVL AllReduce+RMS fusion requires residual_in");
+    FLASHINFER_CHECK(given(a.rms_gamma), op, "rms_gamma",
+                     "MNNVL AllReduce+RMS fusion requires rms_gamma");
+  } else if (pat.quant != 0) {
+    FLASHINFER_CHECK(given(a.residual_in), op, "residual_in",
+                     "MNNVL quantized AllReduce+RMS fusion requires residual_in");
+    FLASHINFER_CHECK(given(a.rms_gamma), op, "rms_gamma",
+                     "MNNVL quantized AllReduce+RMS fusion requires rms_gamma");
+    if (pat.quant == 4) {  // upstream allocates none of the dynamic FP8 outputs
+      for (const auto& [t, name] : {std::pair{&a.residual_out, "residual_out"},
+                                    {&a.quant_out, "quant_out"},
+                                    {&a.scale_out, "scale_out"},
+                                    {&a.norm_out, "norm_out"}}) {
+        if (std::string_view(name) == "norm_out" && !pat.norm_out) continue;
+        FLASHINFER_CHECK(given(*t), op, name, "MNNVL dynamic FP8 AllReduce+RMS fusion requires ",
+                         name);
+      }
+    }
+  }
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  // The outputs the pattern writes, allocated where the caller passed None.
+  auto or_new = [&](const std::optional<Tensor>& t, const Shape& shape, DType d) {
+    return given(t) ? *t : Tensor::empty(shape, d, dev);
+  };
+  const bool two_d = x.dim() == 2;
+  const int64_t T = two_d ? x.size(0) : 0, H = two_d ? x.size(1) : 0;
+  Tensor output, residual_out, norm_out, quant_out, scale_out;
+  if (pat.allreduce_out) {
+    output = or_new(a.output, x.shape(), dt);
+  } else {
+    residual_out = or_new(a.residual_out, x.shape(), dt);
+    if (pat.norm_out) norm_out = or_new(a.norm_out, x.shape(), dt);
+  }
+  if (pat.quant == 1 || pat.quant == 4) {
+    quant_out = or_new(a.quant_out, x.shape(), DType::kFloat8E4M3FN);
+  } else if (pat.quant == 2) {
+    quant_out = or_new(a.quant_out, {T, H / 2}, DType::kUInt8);
+    scale_out = given(a.scale_out)
+                    ? *a.scale_out
+                    : Tensor::empty({kernels::sf_buffer_size(static_cast<kernels::SfLayoutCode>(
+                                                                 std::clamp<int64_t>(layout, 0, 2)),
+                                                             T, H / 16)},
+                                    DType::kUInt8, dev);
+  }
+  if (pat.quant == 4) scale_out = *a.scale_out;
+  // The helpers' checks.
+  auto two_d_check = [&](const Tensor& t, const char* what, const char* name) {
+    FLASHINFER_CHECK(t.dim() == 2, op, name, "The ", what, " tensor must be 2D, got ", t.dim(),
+                     "D. The shape is ", api::torch_size_string(t.shape()), ".");
+  };
+  two_d_check(x, "input", "input");
+  if (output.defined()) two_d_check(output, "output", "output");
+  if (!pat.allreduce_out) {
+    two_d_check(*a.residual_in, "residual input", "residual_in");
+    two_d_check(residual_out, "residual output", "residual_out");
+    FLASHINFER_CHECK(a.rms_gamma->numel() == H, op, "rms_gamma",
+                     "The gamma tensor must have the same number of elements as the hidden "
+                     "dimension, got ",
+                     a.rms_gamma->numel(), " elements but expected ", H, " elements.");
+  }
+  FLASHINFER_CHECK(!w.unmapped, op, "workspace", "MNNVL handles are not attached");
+  const int64_t W = w.tp_size, e = dtype_size(dt);
+  const bool oneshot = use_oneshot ? *use_oneshot : T * H * W * e <= kMnnvlOneShotBytes;
+  const int64_t required = mnnvl_required(
+      W, T, H, e,
+      oneshot ? MNNVLAllreduceFusionStrategy::ONESHOT : MNNVLAllreduceFusionStrategy::TWOSHOT);
+  FLASHINFER_CHECK(required <= w.buffer_size_bytes, op, "workspace",
+                   "The buffer size in the given workspace is insufficient for the given problem "
+                   "size. Buffer: ",
+                   w.buffer_size_bytes, " bytes, Required: ", required, " bytes.");
+  // The C++ side's checks.
+  FLASHINFER_CHECK_CODE(dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32,
+                        ErrorCode::kUnsupported, op, "input",
+                        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_MNNVL_ALLREDUCE. (got ",
+                        dtype_torch_name(dt), ")");
+  FLASHINFER_CHECK(H % (16 / e) == 0, op, "input", "token_dim must be divisible by ", 16 / e);
+  FLASHINFER_CHECK(W >= 2 && W <= 64, op, "workspace", "nranks must be between 2 and 64, got ", W);
+  const bool pow2 = W == 2 || W == 4 || W == 8 || W == 16 || W == 32 || W == 64;
+  if (oneshot) {
+    FLASHINFER_CHECK(pow2, op, "workspace", "MNNVL AllReduce: unsupported world_size ", W,
+                     ". Supported sizes: {2, 4, 8, 16, 32, 64}");
+  } else {
+    FLASHINFER_CHECK(pow2, op, "workspace", "[MNNVL AllReduceTwoShot] Unsupported world_size", W,
+                     ". Supported sizes: {2, 4, 8, 16, 32, 64}");
+  }
+  const int64_t max_hidden = 1024 * 8 * (16 / e);  // 1024 threads x 8 CTAs of 16-byte packets
+  if (oneshot) {
+    FLASHINFER_CHECK(H <= max_hidden, op, "input", "Hidden Dimension ", H,
+                     " exceeds the maximum supported hidden dimension (", max_hidden, ")");
+  } else if (!pat.allreduce_out) {
+    FLASHINFER_CHECK(H <= max_hidden, op, "input",
+                     "[MNNVL AllReduceTwoShotRMSNorm] Unsupported hidden dimension ", H);
+  }
+  auto same_shape = [&](const Tensor& t, const char* name) {
+    FLASHINFER_CHECK(t.dim() == 2 && t.size(0) == T && t.size(1) == H, op, name, name,
+                     " shape mismatch: expected (", T, ", ", H, ") but got (", t.size(0), ", ",
+                     t.size(1), ")");
+  };
+  if (output.defined()) same_shape(output, "output");
+  if (!pat.allreduce_out) {
+    same_shape(*a.residual_in, "residual_in");
+    same_shape(residual_out, "residual_out");
+    FLASHINFER_CHECK(a.rms_gamma->dim() == 1, op, "rms_gamma",
+                     "gamma must have the same shape as token dimension (", H, ") but got (",
+                     shape_to_string(a.rms_gamma->shape()), ")");
+  }
+  if (pat.quant == 2) {
+    FLASHINFER_CHECK_CODE(dt != DType::kFloat32, ErrorCode::kUnsupported, op, "input",
+                          "MNNVL NVFP4 quantization requires fp16 or bf16 input.");
+    FLASHINFER_CHECK(H % 16 == 0, op, "input", "NVFP4 quantization needs hidden_dim % 16 == 0, ",
+                     "got ", H);
+  }
+  // flashinfer-cpp's own: what upstream leaves unchecked and its kernels would misread.
+  FLASHINFER_CHECK_CODE(W <= ArBufferLayout::kMaxRanks, ErrorCode::kUnsupported, op, "workspace",
+                        "MNNVL groups of more than ", ArBufferLayout::kMaxRanks,
+                        " ranks are not implemented in flashinfer-cpp (", W, " ranks)");
+  FLASHINFER_CHECK(dev == ws.device(), op, "input", "input is on ", dev.str(),
+                   " but the workspace's buffers are on ", ws.device().str());
+  auto like_input = [&](const Tensor& t, const char* name, bool same_dtype) {
+    api::check_same_device(t, x, op, name, "input");
+    FLASHINFER_CHECK(t.is_contiguous(), op, name, name, " must be contiguous");
+    if (same_dtype) api::check_same_dtype(t, x, op, name, "input");
+  };
+  like_input(x, "input", true);
+  if (output.defined()) like_input(output, "output", true);
+  if (!pat.allreduce_out) {
+    like_input(*a.residual_in, "residual_in", true);
+    like_input(residual_out, "residual_out", true);
+    like_input(*a.rms_gamma, "rms_gamma", true);
+    if (norm_out.defined()) {
+      like_input(norm_out, "norm_out", true);
+      same_shape(norm_out, "norm_out");
+    }
+  }
+  if (pat.quant != 0) {
+    like_input(quant_out, "quant_out", false);
+    if (pat.quant == 2) {
+      api::check_shape_eq(quant_out, {T, H / 2}, op, "quant_out");
+      FLASHINFER_CHECK(dtype_size(quant_out.dtype()) == 1, op, "quant_out",
+                       "quant_out must hold one byte an element pair (uint8), got ",
+                       dtype_torch_name(quant_out.dtype()));
+    } else {
+      api::check_shape_eq(quant_out, {T, H}, op, "quant_out");
+      FLASHINFER_CHECK(quant_out.dtype() == DType::kFloat8E4M3FN, op, "quant_out",
+                       "quant_out dtype must be torch.float8_e4m3fn, got ",
+                       dtype_torch_name(quant_out.dtype()));
+    }
+  }
+  if (pat.quant == 2) {
+    like_input(scale_out, "scale_out", false);
+    FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ", layout,
+                     " (QuantizationSFLayout: 0, 1 or 2)");
+    const int64_t need_bytes =
+        kernels::sf_buffer_size(static_cast<kernels::SfLayoutCode>(layout), T, H / 16);
+    const auto have = static_cast<int64_t>(scale_out.numel() * dtype_size(scale_out.dtype()));
+    FLASHINFER_CHECK(have >= need_bytes, op, "scale_out", "scale_out must hold at least ",
+                     need_bytes, " bytes for ", T, " tokens x ", H / 16,
+                     " scales in this layout, got ", have);
+  } else if (pat.quant == 4) {
+    like_input(scale_out, "scale_out", false);
+    FLASHINFER_CHECK(scale_out.dtype() == DType::kFloat32 && scale_out.numel() == T, op,
+                     "scale_out", "scale_out must be a float32 tensor of ", T,
+                     " per-token scales, got ", dtype_torch_name(scale_out.dtype()), " ",
+                     shape_to_string(scale_out.shape()));
+  }
+  if (dev.is_cuda()) {
+    const int cc = api::compute_capability(dev);
+    // Upstream's JIT module targets SM 9.x and 10.x only.
+    FLASHINFER_CHECK_CODE(cc / 10 == 9 || cc / 10 == 10, ErrorCode::kUnsupported, op, "workspace",
+                          "the MNNVL all-reduce kernels are built for SM 9.x and 10.x only "
+                          "(upstream's JIT module); compute capability ",
+                          cc, " here");
+    FLASHINFER_CHECK_CODE(pat.quant != 2 || cc >= 100, ErrorCode::kUnsupported, op, "pattern",
+                          "the NVFP4 patterns need SM100+ (upstream's FP4 conversion is "
+                          "Blackwell-only; compute capability ",
+                          cc, " here)");
+  }
+  AllReduceFusionParams p;
+  p.world_size = static_cast<int>(W);
+  p.rank = static_cast<int>(w.rank);
+  p.tokens = T;
+  p.hidden = H;
+  p.dtype = dt;
+  p.pattern = static_cast<int>(pattern);
+  p.mnnvl = true;
+  p.oneshot = oneshot;
+  p.input = x.data_ptr();
+  p.eps = static_cast<float>(rms_eps);
+  p.weight_bias = static_cast<float>(weight_bias);
+  p.output = output.defined() ? output.data_ptr() : nullptr;
+  Tensor scale_holder;
+  if (!pat.allreduce_out) {
+    p.residual_in = a.residual_in->data_ptr();
+    p.residual_out = residual_out.data_ptr();
+    p.gamma = a.rms_gamma->data_ptr();
+    p.norm_out = pat.norm_out ? norm_out.data_ptr() : nullptr;
+  }
+  if (pat.quant != 0) {
+    p.quant_out = quant_out.data_ptr();
+    if (scale_out.defined()) p.scale_out = scale_out.data_ptr();
+    if (pat.quant == 1 || pat.quant == 2) {
+      // None is 1.0 (upstream's static scale default).
+      const Value sf = a.scale_factor ? *a.scale_factor : Value();
+      if (sf.is_tensor()) {
+        const Tensor& st = sf.as_tensor();
+        FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
+        scale_holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
+      } else {
+        scale_holder = Tensor::full({1}, sf.is_none() ? 1.0 : sf.as_float(), DType::kFloat32, dev);
+      }
+      p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+    }
+    p.layout_code = static_cast<int>(layout);
+  }
+  p.blocks = w.blocks;
+  run_exchange(*w.mem, *w.comm, w.buffer_size_bytes, 1, p, dev, op, "input", launch_with_pdl);
+  if (pat.allreduce_out) return output;
+  if (pat.quant == 0) return norm_out;
+  return quant_out;
+}
+
+Tensor allreduce_impl(const ArArgs& a, AllReduceFusionWorkspace* base, int64_t pattern,
                       bool launch_with_pdl, double rms_eps, std::optional<int64_t> layout_code,
                       std::optional<bool> use_oneshot, bool fp32_acc,
                       std::optional<int64_t> group_size, double weight_bias, bool moe_args) {
   const char* op = "allreduce_fusion";
+  FLASHINFER_CHECK(base != nullptr, op, "workspace",
+                   "expected an AllReduceFusionWorkspace, got None");
+  if (auto* m = dynamic_cast<MNNVLAllReduceFusionWorkspace*>(base)) {
+    return mnnvl_allreduce_impl(a, *m, pattern, launch_with_pdl, rms_eps, layout_code, use_oneshot,
+                                weight_bias);
+  }
+  auto* ws = dynamic_cast<TRTLLMAllReduceFusionWorkspace*>(base);
   FLASHINFER_CHECK(ws != nullptr, op, "workspace",
-                   "expected a TRTLLMAllReduceFusionWorkspace, got None");
+                   "Unsupported workspace type: ", base->class_name());
   auto& w = ws->impl();
   FLASHINFER_CHECK(!w.destroyed, op, "workspace", "the workspace was destroyed");
   FLASHINFER_CHECK(!w.unmapped, op, "workspace",
@@ -444,15 +851,8 @@ void TRTLLMAllReduceFusionWorkspace::checkpoint_prepare() {
   call_op<&TRTLLMAllReduceFusionWorkspace::checkpoint_prepare>(
       [&] {
         Impl& w = *impl_;
-        FLASHINFER_CHECK(!w.destroyed, "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", "self",
-                         "the workspace was destroyed");
-        if (w.unmapped) return;
-        // Every rank's work on the buffers is done before any rank lets them go.
-        const Device dev = w.comm->device();
-        if (dev.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
-        w.comm->barrier();
-        w.unmapped = true;
-        w.comm->barrier();
+        detach_collectively("TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", w.destroyed,
+                            w.unmapped, *w.comm);
       },
       *this);
 }
@@ -461,32 +861,9 @@ void TRTLLMAllReduceFusionWorkspace::checkpoint_restore(
     std::shared_ptr<comm::CommBackend> comm_backend) {
   call_op<&TRTLLMAllReduceFusionWorkspace::checkpoint_restore>(
       [&] {
-        const char* op = "TRTLLMAllReduceFusionWorkspace.checkpoint_restore";
         Impl& w = *impl_;
-        FLASHINFER_CHECK(!w.destroyed, op, "self", "the workspace was destroyed");
-        if (!w.unmapped) return;
-        FLASHINFER_CHECK(comm_backend != nullptr, op, "comm_backend", "a CommBackend is required");
-        FLASHINFER_CHECK(
-            comm_backend->Get_rank() == w.rank && comm_backend->Get_size() == w.world_size, op,
-            "comm_backend",
-            "the communicator must keep the workspace's rank and "
-            "world size: rank/size ",
-            comm_backend->Get_rank(), "/", comm_backend->Get_size(), " != ", w.rank, "/",
-            w.world_size);
-        // The protocol starts over, as upstream re-initializes it: this rank's flag table and
-        // call counters zeroed (every rank does its own, then a barrier); the data slots keep
-        // whatever they hold (upstream's are undefined after a restore).
-        const Device dev = comm_backend->device();
-        if (dev.is_cuda()) {
-          detail::cuda_memset_async(
-              w.mem->local(), 0, static_cast<std::size_t>(ArBufferLayout::kSlotsOffset), dev.index);
-          detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
-        } else {
-          std::memset(w.mem->local(), 0, static_cast<std::size_t>(ArBufferLayout::kSlotsOffset));
-        }
-        w.comm = std::move(comm_backend);
-        w.comm->barrier();
-        w.unmapped = false;
+        reattach_collectively("TRTLLMAllReduceFusionWorkspace.checkpoint_restore", w.destroyed,
+                              w.unmapped, w.rank, w.world_size, *w.mem, w.comm, comm_backend);
       },
       *this, comm_backend);
 }
@@ -497,7 +874,66 @@ void TRTLLMAllReduceFusionWorkspace::destroy() {
   impl_->destroyed = true;
 }
 
-std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspace(
+MNNVLAllReduceFusionWorkspace::MNNVLAllReduceFusionWorkspace(
+    std::shared_ptr<Mapping> mapping, std::optional<int64_t> max_num_tokens,
+    std::optional<int64_t> hidden_dim, std::optional<DType> dtype,
+    std::optional<int64_t> buffer_size_in_bytes, std::shared_ptr<comm::CommBackend> comm_backend)
+    : impl_(make_mnnvl_impl(mapping, max_num_tokens, hidden_dim, dtype, buffer_size_in_bytes,
+                            comm_backend)) {}
+MNNVLAllReduceFusionWorkspace::~MNNVLAllReduceFusionWorkspace() = default;
+int64_t MNNVLAllReduceFusionWorkspace::world_size() const { return impl_->world_size; }
+int64_t MNNVLAllReduceFusionWorkspace::rank() const { return impl_->rank; }
+int64_t MNNVLAllReduceFusionWorkspace::buffer_size_bytes() const {
+  return impl_->buffer_size_bytes;
+}
+int64_t MNNVLAllReduceFusionWorkspace::workspace_size_bytes() const {
+  return 3 * impl_->buffer_size_bytes;
+}
+Device MNNVLAllReduceFusionWorkspace::device() const { return impl_->comm->device(); }
+
+int64_t MNNVLAllReduceFusionWorkspace::get_required_buffer_size_bytes(
+    int64_t tp_size, int64_t num_tokens, int64_t hidden_dim, DType dtype, int64_t strategy) {
+  return mnnvl_required(tp_size, num_tokens, hidden_dim, dtype_size(dtype), strategy);
+}
+
+bool MNNVLAllReduceFusionWorkspace::is_buffer_size_sufficient(
+    int64_t tp_size, int64_t num_tokens, int64_t hidden_dim, DType dtype,
+    std::optional<bool> use_oneshot) const {
+  const int64_t strategy = !use_oneshot   ? MNNVLAllreduceFusionStrategy::AUTO
+                           : *use_oneshot ? MNNVLAllreduceFusionStrategy::ONESHOT
+                                          : MNNVLAllreduceFusionStrategy::TWOSHOT;
+  return get_required_buffer_size_bytes(tp_size, num_tokens, hidden_dim, dtype, strategy) <=
+         impl_->buffer_size_bytes;
+}
+
+void MNNVLAllReduceFusionWorkspace::destroy() {
+  if (impl_->destroyed) return;
+  release_collectively(*impl_->comm, impl_->mem);
+  impl_->destroyed = true;
+}
+
+void MNNVLAllReduceFusionWorkspace::checkpoint_prepare() {
+  call_op<&MNNVLAllReduceFusionWorkspace::checkpoint_prepare>(
+      [&] {
+        Impl& w = *impl_;
+        detach_collectively("MNNVLAllReduceFusionWorkspace.checkpoint_prepare", w.destroyed,
+                            w.unmapped, *w.comm);
+      },
+      *this);
+}
+
+void MNNVLAllReduceFusionWorkspace::checkpoint_restore(
+    std::shared_ptr<comm::CommBackend> comm_backend) {
+  call_op<&MNNVLAllReduceFusionWorkspace::checkpoint_restore>(
+      [&] {
+        Impl& w = *impl_;
+        reattach_collectively("MNNVLAllReduceFusionWorkspace.checkpoint_restore", w.destroyed,
+                              w.unmapped, w.rank, w.tp_size, *w.mem, w.comm, comm_backend);
+      },
+      *this, comm_backend);
+}
+
+std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
     std::string backend, std::optional<int64_t> world_size, std::optional<int64_t> rank,
     std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
     std::optional<DType> dtype, std::optional<int64_t> gpus_per_node,
@@ -506,15 +942,14 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspac
   return call_op<&create_allreduce_fusion_workspace>(
       [&] {
         return create_impl(backend, world_size, rank, max_token_num, hidden_dim, dtype,
-                           comm_backend);
+                           comm_backend, force_oneshot_support);
       },
       backend, world_size, rank, max_token_num, hidden_dim, dtype, gpus_per_node, comm_backend,
       force_oneshot_support, group);
 }
 
-Tensor allreduce_fusion(const Tensor& input,
-                        std::shared_ptr<TRTLLMAllReduceFusionWorkspace> workspace, int64_t pattern,
-                        bool launch_with_pdl, bool trigger_completion_at_end,
+Tensor allreduce_fusion(const Tensor& input, std::shared_ptr<AllReduceFusionWorkspace> workspace,
+                        int64_t pattern, bool launch_with_pdl, bool trigger_completion_at_end,
                         std::optional<Tensor> output, std::optional<Tensor> residual_out,
                         std::optional<Tensor> norm_out, std::optional<Tensor> quant_out,
                         std::optional<Tensor> scale_out, std::optional<Tensor> residual_in,
@@ -1167,6 +1602,16 @@ void register_comm_ops(OpRegistry& r) {
        .module = kAllreduceModule,
        .summary = "Collective: the buffers attached again, the flag protocol restarted"},
       arg("comm_backend").required());
+  declare<&MNNVLAllReduceFusionWorkspace::checkpoint_prepare>(
+      r, {.name = "MNNVLAllReduceFusionWorkspace.checkpoint_prepare",
+          .module = kMnnvlModule,
+          .summary = "Collective: the MNNVL workspace's handles detached while idle"});
+  declare<&MNNVLAllReduceFusionWorkspace::checkpoint_restore>(
+      r,
+      {.name = "MNNVLAllReduceFusionWorkspace.checkpoint_restore",
+       .module = kMnnvlModule,
+       .summary = "Collective: the MNNVL handles attached again, the exchange restarted"},
+      arg("comm_backend").required());
   static constexpr api::BackendSummary kWorkspaceBackends[] = {
     {DeviceType::kCPU, "host buffers in POSIX shared memory, addresses exchanged once"},
 #if FLASHINFER_WITH_CUDA
@@ -1183,40 +1628,80 @@ void register_comm_ops(OpRegistry& r) {
   spec.creator_rank_param = 2;
   spec.creator_comm_param = 7;
   // The checkpoint methods join the workspace's stream (restore after its prepare).
-  spec.also = {"TRTLLMAllReduceFusionWorkspace.checkpoint_prepare",
-               "TRTLLMAllReduceFusionWorkspace.checkpoint_restore"};
-  spec.workspace_params = {{"TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", 0},
-                           {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore", 0}};
+  for (const char* cls : {"TRTLLMAllReduceFusionWorkspace", "MNNVLAllReduceFusionWorkspace"}) {
+    const std::string prepare = std::string(cls) + ".checkpoint_prepare";
+    spec.also.push_back(prepare);
+    spec.also.push_back(std::string(cls) + ".checkpoint_restore");
+    spec.workspace_params[prepare] = 0;
+    spec.workspace_params[std::string(cls) + ".checkpoint_restore"] = 0;
+  }
   spec.prelude = [](std::string_view fn) -> std::string {
-    return fn == "TRTLLMAllReduceFusionWorkspace.checkpoint_restore"
-               ? "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare"
-               : std::string();
+    constexpr std::string_view restore = ".checkpoint_restore";
+    if (fn.size() <= restore.size() || !fn.ends_with(restore)) return std::string();
+    return std::string(fn.substr(0, fn.size() - restore.size())) + ".checkpoint_prepare";
   };
   spec.adjust_args = [](std::string_view fn, std::vector<Value>& a,
                         const std::shared_ptr<comm::CommBackend>& c) {
-    if (fn == "TRTLLMAllReduceFusionWorkspace.checkpoint_restore") a.at(1) = to_value(c);
+    if (fn.ends_with(".checkpoint_restore")) a.at(1) = to_value(c);
   };
   spec.make_workspace = [](const std::shared_ptr<comm::CommBackend>& c,
                            const std::vector<Value>& args, const std::vector<Value>* made) {
+    // The recorded backend: an MNNVL workspace among the call's arguments (an "auto" creation
+    // picks it where every GPU has multicast) or an explicit "mnnvl" creation.
+    bool mnnvl = made && !made->empty() && made->at(0).kind() == Value::Kind::kString &&
+                 made->at(0).as_string() == "mnnvl";
+    for (const Value& v : args) {
+      if (v.kind() == Value::Kind::kObject &&
+          (v.as_object().type == "MNNVLAllReduceFusionWorkspace" ||
+           v.as_object().repr.find("MNNVLAllReduceFusionWorkspace object") != std::string::npos)) {
+        mnnvl = true;
+      }
+    }
     // The recorded sizes where the creation was recorded, else the call's input's.
+    std::optional<int64_t> tokens, hidden;
+    std::optional<DType> dtype;
     if (made && made->size() > 5 && !made->at(3).is_none() && !made->at(4).is_none()) {
       const std::vector<Value>& m = *made;
-      return to_value(create_allreduce_fusion_workspace(
-          "trtllm", c->Get_size(), c->Get_rank(), m.at(3).as_int(), m.at(4).as_int(),
-          m.at(5).is_none() ? std::nullopt : std::optional<DType>(m.at(5).as_dtype()), std::nullopt,
-          c));
+      tokens = m.at(3).as_int();
+      hidden = m.at(4).as_int();
+      if (!m.at(5).is_none()) dtype = m.at(5).as_dtype();
+    } else {
+      FLASHINFER_CHECK_CODE(args.at(0).is_tensor(), ErrorCode::kUnsupported, "replay", "",
+                            "an all-reduce workspace checkpoint replays with the workspace's "
+                            "recorded creation, and the recording has none");
+      const Tensor& x = args.at(0).as_tensor();
+      tokens = std::max<int64_t>(1, x.size(0));
+      hidden = std::max<int64_t>(1, x.size(1));
+      dtype = x.dtype();
     }
-    FLASHINFER_CHECK_CODE(args.at(0).is_tensor(), ErrorCode::kUnsupported, "replay", "",
-                          "a TRTLLMAllReduceFusionWorkspace checkpoint replays with the "
-                          "workspace's recorded creation, and the recording has none");
-    const Tensor& x = args.at(0).as_tensor();
-    return to_value(create_allreduce_fusion_workspace(
-        "trtllm", c->Get_size(), c->Get_rank(), std::max<int64_t>(1, x.size(0)),
-        std::max<int64_t>(1, x.size(1)), x.dtype(), std::nullopt, c));
+    if (!mnnvl) {
+      return to_value(create_allreduce_fusion_workspace("trtllm", c->Get_size(), c->Get_rank(),
+                                                        tokens, hidden, dtype, std::nullopt, c));
+    }
+    // Upstream's buffers are rounded to its allocation granularity, which may exceed this
+    // library's: the replay's fits the recorded call in either strategy as well.
+    const int64_t W = c->Get_size();
+    const DType dt = dtype.value_or(DType::kFloat32);
+    int64_t bytes =
+        mnnvl_required(W, *tokens, *hidden, dtype_size(dt), MNNVLAllreduceFusionStrategy::TWOSHOT);
+    bytes = std::max(bytes, mnnvl_required(W, *tokens, *hidden, dtype_size(dt),
+                                           MNNVLAllreduceFusionStrategy::ONESHOT));
+    if (args.at(0).is_tensor() && args.at(0).as_tensor().dim() == 2) {
+      const Tensor& x = args.at(0).as_tensor();
+      for (int64_t st :
+           {MNNVLAllreduceFusionStrategy::ONESHOT, MNNVLAllreduceFusionStrategy::TWOSHOT}) {
+        bytes = std::max(bytes, mnnvl_required(W, x.size(0), x.size(1), dtype_size(x.dtype()), st));
+      }
+    }
+    auto mapping = std::make_shared<Mapping>(W, c->Get_rank(), 8, 1, W);
+    return to_value(std::make_shared<MNNVLAllReduceFusionWorkspace>(
+        mapping, std::nullopt, std::nullopt, std::nullopt, bytes, c));
   };
   register_collective(std::move(spec));
   api::register_backends("TRTLLMAllReduceFusionWorkspace.checkpoint_prepare", kWorkspaceBackends);
   api::register_backends("TRTLLMAllReduceFusionWorkspace.checkpoint_restore", kWorkspaceBackends);
+  api::register_backends("MNNVLAllReduceFusionWorkspace.checkpoint_prepare", kWorkspaceBackends);
+  api::register_backends("MNNVLAllReduceFusionWorkspace.checkpoint_restore", kWorkspaceBackends);
 
   static constexpr api::BackendSummary kHostSizing[] = {{DeviceType::kCPU, "host-side sizing"}};
   declare<&decode_cp_a2a_workspace_size>(

@@ -82,13 +82,6 @@ QarDefaults qar_defaults(int64_t n) {
 
 bool qar_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// A shape as upstream's message prints it: torch.Size([8, 8]).
-std::string qar_torch_size(const Shape& s) {
-  std::string out = "torch.Size([";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "])";
-}
-
 // The peer buffers, one per (group, rank, device), kept between calls like upstream's symmetric
 // buffer (one per scale group, device and group name, made anew when a larger call comes). They
 // live as long as the group: a ThreadGroup's state, or the caller's backend object.
@@ -222,8 +215,8 @@ Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& gro
   if (has_out) {
     out = *output;
     FLASHINFER_CHECK(out.shape() == inp.shape(), op, "output", "output shape ",
-                     qar_torch_size(out.shape()), " must match input shape ",
-                     qar_torch_size(inp.shape()));
+                     api::torch_size_string(out.shape()), " must match input shape ",
+                     api::torch_size_string(inp.shape()));
     FLASHINFER_CHECK(out.dtype() == inp.dtype(), op, "output", "output dtype ",
                      dtype_torch_name(out.dtype()), " must match input dtype ",
                      dtype_torch_name(inp.dtype()));

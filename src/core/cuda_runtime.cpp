@@ -429,6 +429,16 @@ void cuda_enable_peer_access(int device, int peer) {
 
 int cuda_sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
+bool cuda_multicast_supported(int device) noexcept {
+  int v = 0;
+  // 132 is the driver's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (cudaDevAttrReserved132).
+  if (cudaDeviceGetAttribute(&v, static_cast<cudaDeviceAttr>(132), device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return v != 0;
+}
+
 int cuda_pointer_device(const void* ptr) noexcept {
   if (!ptr || cuda_runtime_device_count() == 0) return -1;
   cudaPointerAttributes a{};
@@ -495,6 +505,7 @@ void* cuda_ipc_open(const unsigned char*, int) { no_cuda("cuda_ipc_open"); }
 void cuda_ipc_close(void*, int) noexcept {}
 void cuda_enable_peer_access(int, int) { no_cuda("cuda_enable_peer_access"); }
 int cuda_sm_count(int) { no_cuda("cuda_sm_count"); }
+bool cuda_multicast_supported(int) noexcept { return false; }
 int cuda_pointer_device(const void*) noexcept { return -1; }
 void* cuda_stream_create_nonblocking(int) { no_cuda("cuda_stream_create_nonblocking"); }
 void cuda_stream_synchronize(void*, int) { no_cuda("cuda_stream_synchronize"); }

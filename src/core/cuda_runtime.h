@@ -87,6 +87,9 @@ void cuda_ipc_close(void* ptr, int device) noexcept;
 void cuda_enable_peer_access(int device, int peer);
 /// The device's number of SMs.
 int cuda_sm_count(int device);
+/// Whether the device supports NVLink multicast (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, which
+/// the runtime's enum keeps as a reserved value); false on any error or without the CUDA backend.
+bool cuda_multicast_supported(int device) noexcept;
 /// Where an address the caller passed as an integer points: the CUDA device of device or managed
 /// memory, -1 for host memory (pinned included) or an address the runtime does not know; -1
 /// without the CUDA backend or a GPU.

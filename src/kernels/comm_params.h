@@ -40,6 +40,7 @@ struct AllReduceFusionParams {
   bool fp32_acc = false;
   bool oneshot = true;   // the one-shot path: an input -0 is summed as +0
   bool island8 = false;  // 8 ranks summed as two islands of 4 (kernels/comm_rules.h)
+  bool mnnvl = false;    // the MNNVL kernels' arithmetic (kernels/comm_rules.h, mnnvl_*)
   /// CPU: rank r's input rows [tokens, hidden], contiguous (its copy in the peer buffers).
   const void* peer_in[kMaxRanks] = {};
   /// CUDA: rank r's peer buffer (ArBufferLayout) as this rank addresses it; slot_stride bytes a

@@ -69,6 +69,51 @@ FLASHINFER_HD float ar_rank_sum(int world_size, bool fp32_acc, bool island8, boo
   return round(s);
 }
 
+// ---- MNNVL (MNNVLAllReduceFusionWorkspace): upstream's trtllm_mnnvl_allreduce kernels, built
+// with -use_fast_math (fp32 subnormals flushed to sign-preserving zero in the sum).
+
+/// An fp32 value as an FTZ instruction reads or writes it.
+FLASHINFER_HD float mnnvl_ftz(float v) {
+  const uint32_t b = f32_to_bits(v);
+  return (b & 0x7F800000u) == 0 ? f32_from_bits(b & 0x80000000u) : v;
+}
+
+/// The sum over the ranks of one element (load(k): rank k's value as fp32, round(v): to the
+/// dtype). Every -0 input is +0 (upstream's -0 marks an empty slot); one fp32 sum from 0 in rank
+/// order, in chunks (one-shot: 8 ranks above 8, two-shot: 16) whose sums are added in order;
+/// rounded once; the two-shot owner turns a -0 result into +0 (a one-shot -0 comes only from a
+/// negative sum flushed or rounded to zero).
+template <class Load, class Round>
+FLASHINFER_HD float mnnvl_rank_sum(int world_size, bool oneshot, const Load& load,
+                                   const Round& round) {
+  const int chunk =
+      oneshot ? (world_size > 8 ? 8 : world_size) : (world_size > 16 ? 16 : world_size);
+  float total = 0.0f;
+  for (int c = 0; c < world_size; c += chunk) {
+    float s = 0.0f;
+    for (int k = c; k < c + chunk && k < world_size; ++k) {
+      s = mnnvl_ftz(fp32_add(s, mnnvl_ftz(ar_input(load(k), true))));
+    }
+    total = c == 0 ? s : mnnvl_ftz(fp32_add(total, s));
+  }
+  const float v = round(total);
+  return !oneshot && f32_to_bits(v) == 0x80000000u ? 0.0f : v;
+}
+
+/// One term of the norm's sum of squares: one-shot rounds the square to the dtype first.
+template <class Round>
+FLASHINFER_HD float mnnvl_square(float r, bool oneshot, const Round& round) {
+  const float sq = mnnvl_ftz(fp32_mul(r, r));
+  return oneshot ? round(sq) : sq;
+}
+
+/// The norm before its rounding to the dtype: one-shot (r * inv) * (wb + g), two-shot
+/// ((wb + g) * r) * inv.
+FLASHINFER_HD float mnnvl_norm(float r, float inv, float g, float wb, bool oneshot) {
+  const float w = fp32_add(wb, g);
+  return oneshot ? fp32_mul(fp32_mul(r, inv), w) : fp32_mul(fp32_mul(w, r), inv);
+}
+
 /// FP8 e4m3 with a static dequant scale: sat(y * (1 / scale)).
 FLASHINFER_HD uint8_t ar_fp8_static(float y, float scale) {
   return float_to_e4m3fn_bits(fp32_mul(y, fp32_div(1.0f, scale)), true);

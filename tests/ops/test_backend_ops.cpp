@@ -310,6 +310,12 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
       {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore",
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"MNNVLAllReduceFusionWorkspace.checkpoint_prepare",
+       "a collective (barriers): tests/ops/test_comm.cpp (MnnvlAllreduce) runs the ranks as "
+       "threads"},
+      {"MNNVLAllReduceFusionWorkspace.checkpoint_restore",
+       "a collective (barriers): tests/ops/test_comm.cpp (MnnvlAllreduce) runs the ranks as "
+       "threads"},
       {"gdn_fused_decode_step_supported",
        "a host-side routing probe on sizes and the device: no tensors, no backend "
        "(tests/ops/test_gdn_fused.cpp)"},

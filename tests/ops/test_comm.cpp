@@ -209,10 +209,9 @@ struct Rank {
 };
 
 // Runs `body(rank, workspace)` on W threads with a workspace each (CPU or `dev`).
-void with_group(
-    int64_t W, int64_t max_tokens, int64_t H, DType dt,
-    const std::function<void(int64_t, std::shared_ptr<TRTLLMAllReduceFusionWorkspace>)>& body,
-    Device dev = Device::cpu()) {
+void with_group(int64_t W, int64_t max_tokens, int64_t H, DType dt,
+                const std::function<void(int64_t, std::shared_ptr<AllReduceFusionWorkspace>)>& body,
+                Device dev = Device::cpu()) {
   comm::ThreadGroup g(W, dev);
   g.run([&](int64_t r) {
     auto ws = create_allreduce_fusion_workspace("trtllm", W, r, max_tokens, H, dt, std::nullopt,
@@ -500,9 +499,6 @@ TEST(AllreduceFusion, RefusesWhatUpstreamRefuses) {
   expect_error(
       [&] { create_allreduce_fusion_workspace("nccl", 2, 0, 4, 32, kBf, std::nullopt, b); },
       "Unknown backend: nccl");
-  expect_error(
-      [&] { create_allreduce_fusion_workspace("mnnvl", 2, 0, 4, 32, kBf, std::nullopt, b); },
-      "mnnvl");
   expect_error([&] { create_allreduce_fusion_workspace("auto", 2, 0, 4, 32, kBf); },
                "CommBackend is required");
   expect_error(
@@ -610,8 +606,9 @@ TEST(AllreduceFusion, CheckpointDetachesTheWorkspaceUntilRestored) {
   std::vector<std::shared_ptr<TRTLLMAllReduceFusionWorkspace>> ws(2);
   const fs::path dir = record_dump("comm_ckpt", [&] {
     g.run([&](int64_t r) {
-      ws[r] =
-          create_allreduce_fusion_workspace("trtllm", 2, r, 8, 64, kBf, std::nullopt, g.backend(r));
+      ws[r] = std::dynamic_pointer_cast<TRTLLMAllReduceFusionWorkspace>(
+          create_allreduce_fusion_workspace("trtllm", 2, r, 8, 64, kBf, std::nullopt,
+                                            g.backend(r)));
       before[r] = allreduce_fusion(f.in[r], ws[r], P::kAllReduce);
       ws[r]->checkpoint_prepare();
       ws[r]->checkpoint_prepare();  // idempotent
@@ -642,6 +639,460 @@ TEST(AllreduceFusion, CheckpointDetachesTheWorkspaceUntilRestored) {
           << r.note;
     }
   }
+  fs::remove_all(dir);
+}
+
+// ---- MNNVL all-reduce (MNNVLAllReduceFusionWorkspace)
+// --------------------------------------------
+
+TEST(CommRules, MnnvlSumChunksByEightInOneShotAboveEightRanks) {
+  // 16 fp32 ranks: 2^24 then fifteen 1s. One sequential sum loses every 1 (2^24 + 1 rounds back
+  // to 2^24, a tie to even); one-shot's two chunks of 8 keep the second chunk's 8.
+  auto load = [](int k) { return k == 0 ? 16777216.0f : 1.0f; };
+  auto same = [](float v) { return v; };
+  EXPECT_EQ(kernels::mnnvl_rank_sum(16, true, load, same), 16777224.0f);
+  EXPECT_EQ(kernels::mnnvl_rank_sum(16, false, load, same), 16777216.0f);
+  // 8 ranks: one chunk either way.
+  EXPECT_EQ(kernels::mnnvl_rank_sum(8, true, load, same), 16777216.0f);
+}
+
+TEST(CommRules, MnnvlSumReadsMinusZeroAsPlusZeroAndFlushesSubnormals) {
+  auto same = [](float v) { return v; };
+  auto neg_zero = [](int) { return -0.0f; };
+  for (bool oneshot : {true, false}) {
+    EXPECT_FALSE(std::signbit(kernels::mnnvl_rank_sum(4, oneshot, neg_zero, same))) << oneshot;
+  }
+  // A subnormal input counts as zero (FTZ): 1 + 2^-130 is 1, and 2^-130 alone is 0.
+  const float sub = std::ldexp(1.0f, -130);
+  EXPECT_EQ(kernels::mnnvl_rank_sum(
+                2, true, [&](int k) { return k ? sub : 0.0f; }, same),
+            0.0f);
+  EXPECT_EQ(kernels::mnnvl_ftz(-sub), 0.0f);
+  EXPECT_TRUE(std::signbit(kernels::mnnvl_ftz(-sub)));
+  // -1.5 * 2^-126 + 2^-126 is a negative subnormal, flushed to -0: one-shot keeps it, two-shot
+  // turns the -0 result into +0.
+  const float m = std::ldexp(1.0f, -126);
+  auto tiny_sum = [&](int k) { return k ? m : -1.5f * m; };
+  EXPECT_TRUE(std::signbit(kernels::mnnvl_rank_sum(2, true, tiny_sum, same)));
+  EXPECT_EQ(kernels::mnnvl_rank_sum(2, true, tiny_sum, same), 0.0f);
+  EXPECT_FALSE(std::signbit(kernels::mnnvl_rank_sum(2, false, tiny_sum, same)));
+}
+
+TEST(CommRules, MnnvlNormAssociatesAsEachStrategy) {
+  // One-shot rounds the square to the dtype first; two-shot squares in fp32.
+  auto bf = [](float v) { return bf16r(v); };
+  const float r = 1.0f + std::ldexp(1.0f, -7);  // 1 + 2^-7: its square needs 15 bits
+  EXPECT_EQ(kernels::mnnvl_square(r, false, bf), r * r);
+  EXPECT_EQ(kernels::mnnvl_square(r, true, bf), bf16r(r * r));
+  EXPECT_NE(r * r, bf16r(r * r));
+  // (r * inv) * w against ((w) * r) * inv, each product rounded to fp32.
+  const float rr = 1.1f, inv = 0.3f, g = 0.7f;
+  EXPECT_EQ(kernels::mnnvl_norm(rr, inv, g, 0.0f, true), (rr * inv) * g);
+  EXPECT_EQ(kernels::mnnvl_norm(rr, inv, g, 0.0f, false), (g * rr) * inv);
+  EXPECT_EQ(kernels::mnnvl_norm(rr, inv, g, 1.0f, true), (rr * inv) * (1.0f + g));
+}
+
+// Runs `body(rank, workspace)` on W threads with an "mnnvl" workspace each.
+void with_mnnvl_group(
+    int64_t W, int64_t max_tokens, int64_t H, DType dt,
+    const std::function<void(int64_t, std::shared_ptr<AllReduceFusionWorkspace>)>& body,
+    Device dev = Device::cpu()) {
+  comm::ThreadGroup g(W, dev);
+  g.run([&](int64_t r) {
+    auto ws = create_allreduce_fusion_workspace("mnnvl", W, r, max_tokens, H, dt, std::nullopt,
+                                                g.backend(r));
+    EXPECT_EQ(ws->backend(), "mnnvl");
+    body(r, ws);
+  });
+}
+
+TEST(MnnvlAllreduce, WorkspaceSizesAreUpstreams) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    // W 2, T 4, H 32, bf16: one-shot 4 * 32 * 2 * 2 = 512 bytes, two-shot 2 * 2 * 2 * 32 * 2 =
+    // 512; three buffers and the 2 KiB pad in 2 MiB: (2097152 - 2048) / 3 = 698368 bytes each.
+    auto ws = std::dynamic_pointer_cast<MNNVLAllReduceFusionWorkspace>(
+        create_allreduce_fusion_workspace("mnnvl", 2, r, 4, 32, kBf, std::nullopt, g.backend(r)));
+    ASSERT_NE(ws, nullptr);
+    EXPECT_EQ(ws->class_name(), "MNNVLAllReduceFusionWorkspace");
+    EXPECT_EQ(ws->rank(), r);
+    EXPECT_EQ(ws->world_size(), 2);
+    EXPECT_EQ(ws->buffer_size_bytes(), 698368);
+    EXPECT_EQ(ws->workspace_size_bytes(), 3 * 698368);
+    // A request past 2 MiB: 2 * 65536 * 2 * 2048 * 2 = 1 GiB two-shot; 3 GiB + 2 KiB rounded up
+    // to 2 MiB, less the pad, over 3, down to 32.
+    using M = MNNVLAllReduceFusionWorkspace;
+    EXPECT_EQ(M::get_required_buffer_size_bytes(2, 131072, 2048, kBf,
+                                                MNNVLAllreduceFusionStrategy::TWOSHOT),
+              int64_t{1} << 30);
+    // Upstream's required sizes: one-shot T * H * tp * e, two-shot 2 * ceil(T / tp) * tp * H * e,
+    // AUTO one-shot up to 2^20 bytes of T * H * tp * e.
+    EXPECT_EQ(
+        M::get_required_buffer_size_bytes(2, 5, 32, kBf, MNNVLAllreduceFusionStrategy::ONESHOT),
+        640);
+    EXPECT_EQ(
+        M::get_required_buffer_size_bytes(2, 5, 32, kBf, MNNVLAllreduceFusionStrategy::TWOSHOT),
+        768);
+    EXPECT_EQ(M::get_required_buffer_size_bytes(8, 16, 4096, kBf), 16 * 4096 * 8 * 2);
+    EXPECT_EQ(M::get_required_buffer_size_bytes(8, 17, 4096, kBf), 2 * 3 * 8 * 4096 * 2);
+    EXPECT_TRUE(ws->is_buffer_size_sufficient(2, 5, 32, kBf));
+    EXPECT_FALSE(ws->is_buffer_size_sufficient(2, 5000, 4096, kBf));
+    ws->destroy();
+    ws->destroy();  // idempotent
+    // force_oneshot_support sizes for one-shot at max_token_num: 64 * 4096 * 2 * 2 = 1 MiB.
+    auto big =
+        std::dynamic_pointer_cast<MNNVLAllReduceFusionWorkspace>(create_allreduce_fusion_workspace(
+            "mnnvl", 2, r, 64, 4096, kBf, std::nullopt, g.backend(r), true));
+    EXPECT_EQ(big->buffer_size_bytes(), (4194304 - 2048) / 3 / 32 * 32);  // 3 MiB + 2 KiB -> 4
+    big->destroy();
+  });
+  // Refused before any rank meets: no sizes, a buffer past UINT32_MAX, another group's size.
+  comm::ThreadGroup one(1);
+  auto m = std::make_shared<Mapping>(1, 0, 8, 1, 1);
+  expect_error(
+      [&] { MNNVLAllReduceFusionWorkspace(m, 4, 32, std::nullopt, std::nullopt, one.backend(0)); },
+      "max_num_tokens, hidden_dim, and dtype must be provided if buffer_size_in_bytes is not "
+      "provided.");
+  expect_error(
+      [&] {
+        MNNVLAllReduceFusionWorkspace(m, std::nullopt, std::nullopt, std::nullopt, int64_t{1} << 32,
+                                      one.backend(0));
+      },
+      "The buffer size in bytes 4294967296 is greater than the maximum supported size "
+      "(UINT32_MAX).");
+  auto m2 = std::make_shared<Mapping>(2, 0, 8, 1, 2);
+  expect_error([&] { MNNVLAllReduceFusionWorkspace(m2, 4, 32, kBf, std::nullopt, one.backend(0)); },
+               "is not the mapping's TP rank/size 0/2");
+  // "auto" on CPU ranks: no multicast anywhere, so trtllm (upstream's vote).
+  auto ws = create_allreduce_fusion_workspace("auto", std::nullopt, std::nullopt, 4, 32, kBf,
+                                              std::nullopt, one.backend(0));
+  EXPECT_EQ(ws->backend(), "trtllm");
+}
+
+// The MNNVL sum of every rank's input in fp32 from 0 (-0 as +0), rounded once.
+std::vector<double> mnnvl_sum(const std::vector<Tensor>& in, DType dt) {
+  std::vector<std::vector<double>> v;
+  for (const Tensor& t : in) v.push_back(t.to_double_vector());
+  std::vector<double> s(v[0].size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    float acc = 0.0f;
+    for (const auto& r : v) acc += static_cast<float>(r[i]);
+    s[i] = round_dt(dt, acc);
+  }
+  return s;
+}
+
+TEST(MnnvlAllreduce, SumsInFp32OnceWhateverTheStrategy) {
+  // Ranks hold 1, 2^-8, 2^-8, 0: MNNVL's fp32 sum keeps 1 + 2^-7, which bf16 holds (the
+  // trtllm backend without fp32_acc rounds every partial sum back to 1). -0 everywhere sums to
+  // +0 (trtllm's two-shot keeps -0).
+  const float tiny = std::ldexp(1.0f, -8);
+  for (bool oneshot : {true, false}) {
+    std::vector<Tensor> out(4), zero(4);
+    with_mnnvl_group(4, 8, 8, kBf, [&](int64_t r, auto ws) {
+      Tensor x = Tensor::full({8, 8}, r == 0 ? 1.0 : r == 3 ? 0.0 : tiny, kBf);
+      out[r] = allreduce_fusion(x, ws, P::kAllReduce, false, true, std::nullopt, std::nullopt,
+                                std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                std::nullopt, 1e-6, std::nullopt, std::nullopt, oneshot);
+      zero[r] =
+          allreduce_fusion(Tensor::full({8, 8}, -0.0, kBf), ws, P::kAllReduce, false, true,
+                           std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, std::nullopt, 1e-6, std::nullopt, std::nullopt, oneshot);
+    });
+    for (int r = 0; r < 4; ++r) {
+      for (double v : out[r].to_double_vector()) EXPECT_EQ(v, 1.0 + 2 * tiny) << oneshot;
+      for (double v : zero[r].to_double_vector()) EXPECT_FALSE(std::signbit(v)) << oneshot;
+    }
+  }
+  // Random inputs in every dtype at 2 and 4 ranks, odd token counts (two-shot pads them).
+  for (int64_t W : {2, 4}) {
+    for (DType dt : {kBf, kF16, kF32}) {
+      for (bool oneshot : {true, false}) {
+        const Fixture f = fixture(W, 7, 64, dt, 31 + W);
+        std::vector<Tensor> out(W);
+        with_mnnvl_group(W, 7, 64, dt, [&](int64_t r, auto ws) {
+          out[r] =
+              allreduce_fusion(f.in[r], ws, P::kAllReduce, false, true, std::nullopt, std::nullopt,
+                               std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                               1e-6, std::nullopt, std::nullopt, oneshot);
+        });
+        const std::vector<double> want = mnnvl_sum(f.in, dt);
+        for (int64_t r = 0; r < W; ++r) {
+          ASSERT_EQ(out[r].to_double_vector(), want) << W << " ranks, " << dtype_name(dt);
+        }
+      }
+    }
+  }
+}
+
+TEST(MnnvlAllreduce, ResidualRmsNormMatchesTheFormula) {
+  for (DType dt : {kBf, kF16, kF32}) {
+    for (bool oneshot : {true, false}) {
+      for (double wb : {0.0, 1.0}) {
+        const Fixture f = fixture(2, 6, 128, dt, 77);
+        std::vector<Tensor> res_out(2), norm(2), ret(2), alloc(2);
+        with_mnnvl_group(2, 8, 128, dt, [&](int64_t r, auto ws) {
+          res_out[r] = Tensor::empty({6, 128}, dt);
+          norm[r] = Tensor::empty({6, 128}, dt);
+          ret[r] = allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt,
+                                    res_out[r], norm[r], std::nullopt, std::nullopt, f.res[r],
+                                    f.gamma, 1e-5, std::nullopt, std::nullopt, oneshot, false,
+                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, wb);
+          // None outputs: upstream allocates residual_out and norm_out, returns norm_out.
+          alloc[r] = allreduce_fusion(f.in[r], ws, P::kARResidualRMSNorm, false, true, std::nullopt,
+                                      std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                      f.res[r], f.gamma, 1e-5, std::nullopt, std::nullopt, oneshot,
+                                      false, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, wb);
+        });
+        const std::vector<double> s = mnnvl_sum(f.in, dt);
+        for (int64_t r = 0; r < 2; ++r) {
+          const NormRef ref = norm_reference(s, f.res[r], f.gamma, 6, 128, dt, 1e-5, wb);
+          EXPECT_EQ(ret[r].data_ptr(), norm[r].data_ptr());
+          EXPECT_EQ(alloc[r].to_double_vector(), norm[r].to_double_vector());
+          const auto ro = res_out[r].to_double_vector(), y = norm[r].to_double_vector();
+          const double tol = dt == kF32 ? 1e-5 : dt == kF16 ? 2e-3 : 8e-3;
+          for (int64_t i = 0; i < 6 * 128; ++i) {
+            ASSERT_EQ(ro[i], ref.residual[i]) << i;
+            ASSERT_NEAR(y[i], ref.y[i], tol * std::max(1.0, std::abs(ref.y[i]))) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MnnvlAllreduce, QuantPatternsQuantizeTheNorm) {
+  const int64_t W = 2, T = 5, H = 256;
+  const Fixture f = fixture(W, T, H, kBf, 91);
+  for (bool oneshot : {true, false}) {
+    std::vector<Tensor> norm(W), q_static(W), q_dyn(W), sc(W), ret(W), q_default(W);
+    with_mnnvl_group(W, 8, H, kBf, [&](int64_t r, auto ws) {
+      Tensor res = Tensor::empty({T, H}, kBf);
+      norm[r] = Tensor::empty({T, H}, kBf);
+      // Pattern 4: static FP8 of the norm with scale 0.5, norm_out written too.
+      q_static[r] = allreduce_fusion(f.in[r], ws, P::kARResidualRMSNormOutFP8Quant, false, true,
+                                     std::nullopt, res, norm[r], std::nullopt, std::nullopt,
+                                     f.res[r], f.gamma, 1e-6, Value(0.5), std::nullopt, oneshot);
+      // Pattern 2 with scale_factor None: upstream's 1.0; quant_out allocated and returned.
+      q_default[r] =
+          allreduce_fusion(f.in[r], ws, P::kARResidualRMSNormFP8Quant, false, true, std::nullopt,
+                           std::nullopt, std::nullopt, std::nullopt, std::nullopt, f.res[r],
+                           f.gamma, 1e-6, std::nullopt, std::nullopt, oneshot);
+      // Pattern 11: per-token FP8 (every output required).
+      q_dyn[r] = Tensor::empty({T, H}, DType::kFloat8E4M3FN);
+      sc[r] = Tensor::empty({T, 1}, kF32);
+      ret[r] = allreduce_fusion(f.in[r], ws, P::kARResidualRMSNormOutDynamicFP8Quant, false, true,
+                                std::nullopt, Tensor::empty({T, H}, kBf),
+                                Tensor::empty({T, H}, kBf), q_dyn[r], sc[r], f.res[r], f.gamma,
+                                1e-6, std::nullopt, std::nullopt, oneshot);
+    });
+    for (int64_t r = 0; r < W; ++r) {
+      EXPECT_EQ(ret[r].data_ptr(), q_dyn[r].data_ptr());  // quant_out is returned
+      const auto y = norm[r].to_double_vector();
+      const auto qs = q_static[r].to(kF32).to_double_vector();
+      const auto qd = q_default[r].to(kF32).to_double_vector();
+      const auto qy = q_dyn[r].to(kF32).to_double_vector();
+      const auto s = sc[r].to_double_vector();
+      for (int64_t t = 0; t < T; ++t) {
+        float amax = 0.0f;
+        for (int64_t j = 0; j < H; ++j)
+          amax = std::max(amax, std::abs(static_cast<float>(y[t * H + j])));
+        const float want_s = kernels::ar_token_scale(amax);
+        // Two-shot scales the fp32 norm, whose amax may sit an ulp of bf16 off the rounded one.
+        if (oneshot) {
+          EXPECT_EQ(s[t], want_s) << t;
+        } else {
+          EXPECT_NEAR(s[t], want_s, want_s * 1e-2) << t;
+        }
+        for (int64_t j = 0; j < H; ++j) {
+          const int64_t i = t * H + j;
+          const float yv = static_cast<float>(y[i]);
+          EXPECT_EQ(qs[i], kernels::e4m3_code_to_float(kernels::ar_fp8_static(yv, 0.5f))) << i;
+          EXPECT_EQ(qd[i], kernels::e4m3_code_to_float(kernels::ar_fp8_static(yv, 1.0f))) << i;
+          if (oneshot) {
+            EXPECT_EQ(qy[i], kernels::e4m3_code_to_float(kernels::ar_fp8_scaled(yv, want_s))) << i;
+          } else {
+            EXPECT_NEAR(qy[i], yv / s[t], std::abs(yv / s[t]) * 0.07 + 1e-3) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MnnvlAllreduce, RefusesWhatUpstreamRefusesInItsOrder) {
+  const Fixture f = fixture(2, 4, 32, kBf, 5);
+  std::vector<std::string> checked(2);
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto ws =
+        create_allreduce_fusion_workspace("mnnvl", 2, r, 4, 32, kBf, std::nullopt, g.backend(r));
+    const Tensor& x = f.in[r];
+    const std::optional<Tensor> none;
+    expect_error([&] { allreduce_fusion(x, ws, 8); },
+                 "MNNVL AllReduce+RMS fusion does not support pattern 8. Please try the TRTLLM "
+                 "backend instead.");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, P::kARResidualRMSNormFP4Quant, false, true, none, none, none,
+                           none, none, f.res[r], f.gamma, 1e-6, std::nullopt,
+                           QuantizationSFLayout::SWIZZLED_8x4);
+        },
+        "MNNVL quantization fusion supports SWIZZLED_128x4 or LINEAR scale layouts, not "
+        "SWIZZLED_8x4");
+    // The unified API's required arguments come before the helpers' shape checks.
+    expect_error(
+        [&] {
+          allreduce_fusion(x.reshape({1, 4, 32}), ws, P::kARResidualRMSNorm);
+        },
+        "MNNVL AllReduce+RMS fusion requires residual_in");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, P::kARResidualRMSNormFP8Quant, false, true, none, none, none,
+                           none, none, f.res[r]);
+        },
+        "MNNVL quantized AllReduce+RMS fusion requires rms_gamma");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, P::kARResidualRMSNormDynamicFP8Quant, false, true, none, none,
+                           none, none, none, f.res[r], f.gamma);
+        },
+        "requires residual_out");
+    expect_error(
+        [&] {
+          allreduce_fusion(x.reshape({1, 4, 32}), ws, P::kAllReduce);
+        },
+        "The input tensor must be 2D, got 3D. The shape is torch.Size([1, 4, 32]).");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, P::kARResidualRMSNorm, false, true, none, none, none, none, none,
+                           f.res[r], f.gamma.slice(0, 0, 16));
+        },
+        "The gamma tensor must have the same number of elements as the hidden dimension, got 16 "
+        "elements but expected 32 elements.");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({8192, 32}, kBf), ws, P::kAllReduce);
+        },
+        "The buffer size in the given workspace is insufficient for the given problem "
+        "size. Buffer: 698368 bytes, Required: 1048576 bytes.");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({4, 12}, kBf), ws, P::kAllReduce);
+        },
+        "token_dim must be divisible by 8");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({4, 32}, DType::kInt32), ws, 0);
+        },
+        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_MNNVL_ALLREDUCE.");
+    expect_error(
+        [&] {
+          allreduce_fusion(x.to(kF32), ws, P::kARResidualRMSNormFP4Quant, false, true, none, none,
+                           none, none, none, f.res[r].to(kF32), f.gamma.to(kF32));
+        },
+        "MNNVL NVFP4 quantization requires fp16 or bf16 input.");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, P::kAllReduce, false, true, Tensor::empty({4, 16}, kBf));
+        },
+        "output shape mismatch: expected (4, 32) but got (4, 16)");
+    expect_error(
+        [&] {
+          allreduce_fusion(x.reshape({32, 4}).transpose(0, 1), ws, 0);
+        },
+        "must be contiguous");
+    // Detached, a call is refused after the argument checks and before the size check.
+    auto* m = dynamic_cast<MNNVLAllReduceFusionWorkspace*>(ws.get());
+    m->checkpoint_prepare();
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({4096, 32}, kBf), ws, 0);
+        },
+        "MNNVL handles are not attached");
+    expect_error([&] { allreduce_fusion(x.reshape({1, 4, 32}), ws, 0); }, "must be 2D");
+    m->checkpoint_restore(g.backend(r));
+    EXPECT_EQ(allreduce_fusion(x, ws, P::kAllReduce).dim(), 2);
+    checked[r] = "checked";
+  });
+  EXPECT_EQ(checked[0], "checked");
+  // Group sizes the kernels lack: one rank, six ranks.
+  comm::ThreadGroup one(1);
+  auto ws1 =
+      create_allreduce_fusion_workspace("mnnvl", 1, 0, 4, 32, kBf, std::nullopt, one.backend(0));
+  expect_error(
+      [&] {
+        allreduce_fusion(Tensor::zeros({4, 32}, kBf), ws1, 0);
+      },
+      "nranks must be between 2 and 64, got 1");
+  comm::ThreadGroup six(6);
+  six.run([&](int64_t r) {
+    auto ws =
+        create_allreduce_fusion_workspace("mnnvl", 6, r, 4, 32, kBf, std::nullopt, six.backend(r));
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({4, 32}, kBf), ws, 0);
+        },
+        "MNNVL AllReduce: unsupported world_size 6. Supported sizes: {2, 4, 8, 16, 32, 64}");
+    expect_error(
+        [&] {
+          allreduce_fusion(Tensor::zeros({4, 32}, kBf), ws, 0, false, true, std::nullopt,
+                           std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, 1e-6, std::nullopt, std::nullopt, false);
+        },
+        "[MNNVL AllReduceTwoShot] Unsupported world_size6.");
+  });
+}
+
+TEST(MnnvlAllreduce, CheckpointsAndCallsReplayAsTheRecordedBackend) {
+  namespace fs = std::filesystem;
+  // Inputs whose trtllm sum (partial sums rounded) differs from MNNVL's (one fp32 sum): a replay
+  // on the wrong backend would diverge.
+  const float tiny = std::ldexp(1.0f, -8);
+  std::vector<Tensor> in(4);
+  for (int r = 0; r < 4; ++r)
+    in[r] = Tensor::full({4, 32}, r == 0 ? 1.0 : r == 3 ? 0.0 : tiny, kBf);
+  comm::ThreadGroup g(4);
+  std::vector<std::shared_ptr<AllReduceFusionWorkspace>> made_before(4);
+  // Workspaces made before the recording began: replay knows them by their class alone.
+  g.run([&](int64_t r) {
+    made_before[r] =
+        create_allreduce_fusion_workspace("mnnvl", 4, r, 8, 32, kBf, std::nullopt, g.backend(r));
+  });
+  std::vector<Tensor> sums(4);
+  const fs::path dir = record_dump("mnnvl_ckpt", [&] {
+    g.run([&](int64_t r) {
+      auto ws = std::dynamic_pointer_cast<MNNVLAllReduceFusionWorkspace>(
+          create_allreduce_fusion_workspace("mnnvl", 4, r, 8, 32, kBf, std::nullopt, g.backend(r)));
+      sums[r] = allreduce_fusion(in[r], ws, P::kAllReduce);
+      ws->checkpoint_prepare();
+      ws->checkpoint_prepare();  // a no-op, no collective
+      ws->checkpoint_restore(g.backend(r));
+      ws->checkpoint_restore(g.backend(r));  // a no-op
+      EXPECT_EQ(allreduce_fusion(in[r], ws, P::kAllReduce).to_double_vector(),
+                sums[r].to_double_vector());
+      allreduce_fusion(in[r], made_before[r], P::kAllReduce, false, true, std::nullopt,
+                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       std::nullopt, 1e-6, std::nullopt, std::nullopt, false);
+    });
+  });
+  for (double v : sums[0].to_double_vector()) ASSERT_EQ(v, 1.0 + 2 * tiny);
+  const std::vector<replay::Result> rs = replay::replay_sequence(dir.string());
+  // Per rank: creation, call, prepare twice, restore twice, two calls.
+  ASSERT_EQ(rs.size(), 32u);
+  int restores = 0;
+  for (const replay::Result& r : rs) {
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.function_name << ": " << r.error;
+    if (r.function_name == "MNNVLAllReduceFusionWorkspace.checkpoint_restore") {
+      ++restores;
+      EXPECT_NE(r.note.find("after its MNNVLAllReduceFusionWorkspace.checkpoint_prepare"),
+                std::string::npos)
+          << r.note;
+    }
+  }
+  EXPECT_EQ(restores, 8);
   fs::remove_all(dir);
 }
 
@@ -1036,73 +1487,66 @@ TEST(AllreduceFusionMultiProcess, RecordAndReplay) {
 
 // ---- CUDA: every rank a thread on one GPU, against the CPU -----------------------------------
 
-TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
-  FLASHINFER_SKIP_WITHOUT_CUDA();
-  // Calls of several shapes on one workspace a rank (the kernel's per-block call counters and
-  // its two slots), every implemented pattern but NVFP4 (sm100+), one-shot and two-shot.
-  struct Shape2 {
-    int64_t T, H;
-  };
-  const Shape2 shapes[] = {{37, 512}, {5, 1024}, {64, 256}, {3, 512}, {40, 768}};
+// Calls of several shapes and patterns on one workspace of `backend` a rank, 2 ranks as threads
+// on `dev`: outs[rank][call] = {the sum (pattern 0) or norm_out, residual_out, quant_out,
+// scale_out} as doubles. Per-token-group scales (8 / 9) only where they fit one int32 word.
+using ArOuts = std::vector<std::vector<std::vector<std::vector<double>>>>;
+ArOuts run_patterns(const std::string& backend, bool oneshot, const std::vector<int64_t>& patterns,
+                    const std::vector<std::pair<int64_t, int64_t>>& shapes, uint64_t seed,
+                    Device dev) {
+  const int64_t W = 2;
+  ArOuts outs(W);
+  comm::ThreadGroup grp(W, dev);
+  grp.run([&](int64_t r) {
+    auto ws = create_allreduce_fusion_workspace(backend, W, r, 64, 1024, kBf, std::nullopt,
+                                                grp.backend(r));
+    int call = 0;
+    for (int64_t pattern : patterns) {
+      for (const auto& [T, H] : shapes) {
+        if (backend == "trtllm" && !oneshot && T <= W) continue;  // trtllm's two-shot: T > W
+        const int64_t words = (H / 128 + 3) / 4;
+        if ((pattern == 8 || pattern == 9) && words > 1) continue;  // simple scale strides
+        const Fixture f = fixture(W, T, H, kBf, seed + pattern * 7 + call++);
+        Tensor x = f.in[r].to(dev), res = f.res[r].to(dev), g = f.gamma.to(dev);
+        Tensor res_out = Tensor::zeros({T, H}, kBf, dev);
+        Tensor norm = Tensor::zeros({T, H}, kBf, dev);
+        Tensor q = Tensor::zeros({T, H}, DType::kFloat8E4M3FN, dev);
+        Tensor sc = pattern == 10 || pattern == 11 ? Tensor::zeros({T, 1}, kF32, dev)
+                                                   : Tensor::zeros({T, words}, DType::kInt32, dev);
+        const bool n = pattern == 1 || pattern == 4 || pattern == 9 || pattern == 11;
+        const bool qz = pattern >= 2, s = pattern >= 8;
+        Tensor ret = allreduce_fusion(
+            x, ws, pattern, false, true, std::nullopt,
+            pattern ? std::optional(res_out) : std::nullopt, n ? std::optional(norm) : std::nullopt,
+            qz ? std::optional(q) : std::nullopt, s ? std::optional(sc) : std::nullopt,
+            pattern ? std::optional(res) : std::nullopt, pattern ? std::optional(g) : std::nullopt,
+            1e-6, pattern == 2 || pattern == 4 ? std::optional<Value>(Value(0.25)) : std::nullopt,
+            std::nullopt, oneshot, true, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+            std::nullopt, std::nullopt, std::nullopt,
+            pattern == 8 || pattern == 9 ? std::optional<int64_t>(128) : std::nullopt);
+        std::vector<std::vector<double>> o;
+        for (const Tensor& t : {pattern == 0 ? ret : norm, res_out, q, sc}) {
+          o.push_back(t.to(Device::cpu()).to(kF32).to_double_vector());
+        }
+        outs[r].push_back(std::move(o));
+      }
+    }
+  });
+  return outs;
+}
+
+// The sum (pattern 0) and residual_out bit for bit; y and what is quantized from it may differ
+// by the RMSNorm's sum-of-squares order: a rare ulp, flipping a rare code.
+void expect_gpu_matches_cpu(const std::string& backend, const std::vector<int64_t>& patterns,
+                            uint64_t seed) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {37, 512}, {5, 1024}, {64, 256}, {3, 512}, {40, 768}};
   for (bool oneshot : {true, false}) {
-    const int64_t W = 2;
-    // outputs[rank][call][k]: the sum or norm (0), residual_out (1), quant (2), scale_out (3).
-    using Outs = std::vector<std::vector<std::vector<std::vector<double>>>>;
-    auto run_on = [&](Device dev) {
-      Outs outs(W);
-      with_group(
-          W, 64, 1024, kBf,
-          [&](int64_t r, auto ws) {
-            int call = 0;
-            for (int64_t pattern :
-                 {P::kAllReduce, P::kARResidualRMSNorm, P::kARResidualRMSNormFP8Quant,
-                  P::kARResidualRMSNormOutFP8Quant, P::kARResidualRMSNormDynamicFP8Quant,
-                  P::kARResidualRMSNormPerTokenGroupFP8PackedQuant,
-                  P::kARResidualRMSNormOutPerTokenGroupFP8PackedQuant,
-                  P::kARResidualRMSNormOutDynamicFP8Quant}) {
-              for (const Shape2& sh : shapes) {
-                if (!oneshot && sh.T <= W) continue;  // two-shot needs T > W
-                const Fixture f = fixture(W, sh.T, sh.H, kBf, 40 + pattern * 7 + call++);
-                const int64_t T = sh.T, H = sh.H;
-                Tensor x = f.in[r].to(dev), res = f.res[r].to(dev), g = f.gamma.to(dev);
-                Tensor res_out = Tensor::zeros({T, H}, kBf, dev);
-                Tensor norm = Tensor::zeros({T, H}, kBf, dev);
-                Tensor q = Tensor::zeros({T, H}, DType::kFloat8E4M3FN, dev);
-                const int64_t words = (H / 128 + 3) / 4;
-                Tensor sc = pattern == 10 || pattern == 11
-                                ? Tensor::zeros({T, 1}, kF32, dev)
-                                : Tensor::zeros({T, words}, DType::kInt32, dev);
-                const bool n = pattern == 1 || pattern == 4 || pattern == 9 || pattern == 11;
-                const bool qz = pattern >= 2, s = pattern >= 8;
-                if ((pattern == 8 || pattern == 9) && words > 1) continue;  // simple scale strides
-                Tensor ret = allreduce_fusion(
-                    x, ws, pattern, false, true, std::nullopt,
-                    pattern ? std::optional(res_out) : std::nullopt,
-                    n ? std::optional(norm) : std::nullopt, qz ? std::optional(q) : std::nullopt,
-                    s ? std::optional(sc) : std::nullopt,
-                    pattern ? std::optional(res) : std::nullopt,
-                    pattern ? std::optional(g) : std::nullopt, 1e-6,
-                    pattern == 2 || pattern == 4 ? std::optional<Value>(Value(0.25)) : std::nullopt,
-                    std::nullopt, oneshot, true, std::nullopt, std::nullopt, std::nullopt,
-                    std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                    pattern == 8 || pattern == 9 ? std::optional<int64_t>(128) : std::nullopt);
-                std::vector<std::vector<double>> o;
-                for (const Tensor& t : {pattern == 0 ? ret : norm, res_out, q, sc}) {
-                  o.push_back(t.to(Device::cpu()).to(kF32).to_double_vector());
-                }
-                outs[r].push_back(std::move(o));
-              }
-            }
-          },
-          dev);
-      return outs;
-    };
-    const Outs cpu = run_on(Device::cpu()), gpu = run_on(Device::cuda(0));
-    for (int64_t r = 0; r < W; ++r) {
+    const ArOuts cpu = run_patterns(backend, oneshot, patterns, shapes, seed, Device::cpu());
+    const ArOuts gpu = run_patterns(backend, oneshot, patterns, shapes, seed, Device::cuda(0));
+    for (std::size_t r = 0; r < cpu.size(); ++r) {
       ASSERT_EQ(cpu[r].size(), gpu[r].size());
       for (std::size_t c = 0; c < cpu[r].size(); ++c) {
-        // The sum (pattern 0) and residual_out are exact; y and what is quantized from it may
-        // differ by the RMSNorm's sum-of-squares order: a rare ulp, flipping a rare code.
         EXPECT_EQ(cpu[r][c][1], gpu[r][c][1]) << "residual_out, rank " << r << ", call " << c;
         for (int k : {0, 2, 3}) {
           int64_t diff = 0;
@@ -1110,11 +1554,38 @@ TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
             diff += cpu[r][c][k][i] != gpu[r][c][k][i] ? 1 : 0;
           }
           EXPECT_LE(diff, static_cast<int64_t>(cpu[r][c][k].size() / 100 + 1))
-              << "output " << k << ", rank " << r << ", call " << c;
+              << backend << ", output " << k << ", rank " << r << ", call " << c;
         }
       }
     }
+    // Pattern 0 comes first: its sums are exact.
+    for (std::size_t r = 0; r < cpu.size() && patterns.front() == 0; ++r) {
+      EXPECT_EQ(cpu[r][0][0], gpu[r][0][0]) << backend << ", the sum, rank " << r;
+    }
   }
+}
+
+TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  // Every implemented pattern but NVFP4 (sm100+), one-shot and two-shot, on one workspace a rank
+  // (the kernel's per-block call counters and its two slots).
+  expect_gpu_matches_cpu("trtllm",
+                         {P::kAllReduce, P::kARResidualRMSNorm, P::kARResidualRMSNormFP8Quant,
+                          P::kARResidualRMSNormOutFP8Quant, P::kARResidualRMSNormDynamicFP8Quant,
+                          P::kARResidualRMSNormPerTokenGroupFP8PackedQuant,
+                          P::kARResidualRMSNormOutPerTokenGroupFP8PackedQuant,
+                          P::kARResidualRMSNormOutDynamicFP8Quant},
+                         40);
+}
+
+TEST(MnnvlAllreduceCuda, MatchesCpuOnOneGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  // The MNNVL arithmetic on the same kernel: its patterns but NVFP4, both strategies.
+  expect_gpu_matches_cpu("mnnvl",
+                         {P::kAllReduce, P::kARResidualRMSNorm, P::kARResidualRMSNormFP8Quant,
+                          P::kARResidualRMSNormOutFP8Quant, P::kARResidualRMSNormDynamicFP8Quant,
+                          P::kARResidualRMSNormOutDynamicFP8Quant},
+                         50);
 }
 
 TEST(PcieIpcAllReduceCuda, MatchesCpuOnOneGpu) {

@@ -46,28 +46,53 @@ inline constexpr int64_t SWIZZLED_8x4 = 1;
 inline constexpr int64_t LINEAR = 2;
 }  // namespace QuantizationSFLayout
 
+class Mapping;
+
+/// flashinfer.comm.trtllm_mnnvl_ar.MNNVLAllreduceFusionStrategy (upstream's enum values).
+namespace MNNVLAllreduceFusionStrategy {
+inline constexpr int64_t ONESHOT = 0;
+inline constexpr int64_t TWOSHOT = 1;
+inline constexpr int64_t AUTO = 99;
+}  // namespace MNNVLAllreduceFusionStrategy
+
+/// flashinfer.comm.workspace_base.AllReduceFusionWorkspace: what create_allreduce_fusion_workspace
+/// returns and allreduce_fusion takes, a "trtllm" or an "mnnvl" workspace. Destroying one is the
+/// caller's collective business, as upstream's destroy(): no rank may still be in a call on it.
+class AllReduceFusionWorkspace : public ApiObject {
+ public:
+  virtual int64_t world_size() const = 0;
+  virtual int64_t rank() const = 0;
+  virtual std::string backend() const = 0;
+  /// Whether calls of num_tokens x hidden_dim in dtype fit (use_oneshot: the strategy, None as
+  /// the call's own choice would make it).
+  virtual bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
+                                         DType dtype,
+                                         std::optional<bool> use_oneshot = std::nullopt) const = 0;
+  /// Collective (every rank calls it, as upstream's): this rank's work synchronized, a barrier,
+  /// then the buffers released (idempotent); later calls on the workspace are refused.
+  virtual void destroy() = 0;
+  virtual Device device() const = 0;
+};
+
 /// The "trtllm" workspace of create_allreduce_fusion_workspace: this rank's place in the group,
 /// the sizes it was made for, and the peer buffers (on comm_backend->device()) every rank maps.
-/// Destroying it is the caller's collective business, as upstream's destroy(): no rank may still
-/// be in a call on it.
-class TRTLLMAllReduceFusionWorkspace : public ApiObject {
+class TRTLLMAllReduceFusionWorkspace : public AllReduceFusionWorkspace {
  public:
   struct Impl;
   explicit TRTLLMAllReduceFusionWorkspace(std::shared_ptr<Impl> impl);
   ~TRTLLMAllReduceFusionWorkspace() override;
 
-  int64_t world_size() const;
-  int64_t rank() const;
-  std::string backend() const { return "trtllm"; }
+  int64_t world_size() const override;
+  int64_t rank() const override;
+  std::string backend() const override { return "trtllm"; }
   int64_t max_token_num() const;
   int64_t hidden_dim() const;
-  /// Whether calls of num_tokens x hidden_dim fit (upstream's metadata check: the group size,
-  /// T * H against max_token_num * hidden_dim, fp32 buffers for fp32 inputs only).
+  /// Upstream's metadata check: the group size, T * H against max_token_num * hidden_dim, fp32
+  /// buffers for fp32 inputs only.
   bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
-                                 DType dtype, std::optional<bool> use_oneshot = std::nullopt) const;
-  /// Collective (every rank calls it, as upstream's): this rank's work synchronized, a barrier,
-  /// then the buffers released (idempotent); later calls on the workspace are refused.
-  void destroy();
+                                 DType dtype,
+                                 std::optional<bool> use_oneshot = std::nullopt) const override;
+  void destroy() override;
   /// Collective: this rank's work synchronized, a barrier, the buffers marked detached
   /// (allreduce_fusion refuses them until checkpoint_restore), a barrier. Idempotent. Upstream
   /// releases the physical memory and keeps the addresses; here the memory stays allocated.
@@ -76,7 +101,7 @@ class TRTLLMAllReduceFusionWorkspace : public ApiObject {
   /// protocol (each rank's flags and call counters zeroed; the data slots undefined, as
   /// upstream's), a barrier. Idempotent.
   void checkpoint_restore(std::shared_ptr<comm::CommBackend> comm_backend);
-  Device device() const;
+  Device device() const override;
   Impl& impl() const { return *impl_; }
 
   std::string_view class_name() const override { return "TRTLLMAllReduceFusionWorkspace"; }
@@ -86,14 +111,73 @@ class TRTLLMAllReduceFusionWorkspace : public ApiObject {
   std::shared_ptr<Impl> impl_;
 };
 
-/// Collective: every rank of comm_backend's group calls it with the same sizes. backend "auto"
-/// or "trtllm" (the NVLink-multicast "mnnvl" backend is refused: not implemented here, and
-/// "auto" picks it upstream only where every rank has multicast). world_size / rank default to
-/// the backend's and must agree with it; max_token_num, hidden_dim and dtype (fp16, bf16, fp32)
-/// size the buffers. comm_backend is required (upstream's None means torch.distributed's
-/// group, which C++ does not have); gpus_per_node, force_oneshot_support and group are
-/// upstream's MNNVL settings and change nothing here.
-std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspace(
+/// The "mnnvl" workspace (flashinfer.comm.trtllm_mnnvl_ar): upstream's NVLink-multicast
+/// all-reduce, whose kernels sum every rank's fp32 values in rank order from 0 and round once
+/// (docs/COMM.md, "MNNVL all-reduce"). Upstream maps one multicast buffer over the group; here
+/// the same per-rank buffers are peer memory (CUDA IPC, peer access, or host shared memory for
+/// the CPU reference), so no multicast is needed. Sized in bytes, not for a dtype.
+class MNNVLAllReduceFusionWorkspace : public AllReduceFusionWorkspace {
+ public:
+  struct Impl;
+  /// Upstream's constructor (collective over mapping's TP group, through comm_backend, which
+  /// C++ requires: upstream's None is MPI's world). buffer_size_in_bytes None: the larger of the
+  /// one-shot size at min(2^20 / (tp * itemsize * H), max_num_tokens) tokens and the two-shot
+  /// size at max_num_tokens (all three then required); rounded up to 32, at most 2^32 - 1. The
+  /// usable size (buffer_size_bytes) is what the allocation, rounded up to 2 MiB with upstream's
+  /// 2 KiB signal pad, holds for each of three buffers.
+  MNNVLAllReduceFusionWorkspace(std::shared_ptr<Mapping> mapping,
+                                std::optional<int64_t> max_num_tokens = std::nullopt,
+                                std::optional<int64_t> hidden_dim = std::nullopt,
+                                std::optional<DType> dtype = std::nullopt,
+                                std::optional<int64_t> buffer_size_in_bytes = std::nullopt,
+                                std::shared_ptr<comm::CommBackend> comm_backend = nullptr);
+  ~MNNVLAllReduceFusionWorkspace() override;
+  MNNVLAllReduceFusionWorkspace(const MNNVLAllReduceFusionWorkspace&) = delete;
+  MNNVLAllReduceFusionWorkspace& operator=(const MNNVLAllReduceFusionWorkspace&) = delete;
+
+  /// The TP group's size and this rank's place in it.
+  int64_t world_size() const override;
+  int64_t rank() const override;
+  std::string backend() const override { return "mnnvl"; }
+  int64_t buffer_size_bytes() const;
+  int64_t workspace_size_bytes() const;  // 3 * buffer_size_bytes, as upstream's
+  /// Bytes a call needs: one-shot T * H * tp * itemsize, two-shot 2 * ceil(T / tp) * tp * H *
+  /// itemsize; AUTO picks one-shot while T * H * tp * itemsize <= 2^20.
+  static int64_t get_required_buffer_size_bytes(
+      int64_t tp_size, int64_t num_tokens, int64_t hidden_dim, DType dtype,
+      int64_t strategy = MNNVLAllreduceFusionStrategy::AUTO);
+  /// required <= buffer_size_bytes (use_oneshot None: AUTO, true: ONESHOT, false: TWOSHOT).
+  bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
+                                 DType dtype,
+                                 std::optional<bool> use_oneshot = std::nullopt) const override;
+  void destroy() override;
+  /// Collective: this rank's work synchronized, a barrier, the handles marked detached
+  /// (allreduce_fusion refuses them with upstream's "MNNVL handles are not attached"), a
+  /// barrier. A no-op while detached. Upstream releases the physical memory and keeps the
+  /// addresses; here the memory stays allocated.
+  void checkpoint_prepare();
+  /// Collective: adopts comm_backend (the workspace's rank and world size), restarts the
+  /// exchange protocol as a new workspace's, a barrier. A no-op while attached.
+  void checkpoint_restore(std::shared_ptr<comm::CommBackend> comm_backend);
+  Device device() const override;
+  Impl& impl() const { return *impl_; }
+
+  std::string_view class_name() const override { return "MNNVLAllReduceFusionWorkspace"; }
+  std::string_view module_name() const override { return "flashinfer.comm.trtllm_mnnvl_ar"; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Collective: every rank of comm_backend's group calls it with the same sizes. backend:
+/// "trtllm"; "mnnvl" (an MNNVLAllReduceFusionWorkspace: force_oneshot_support sizes it for
+/// one-shot calls of max_token_num tokens, else upstream's default size); "auto": mnnvl when every
+/// rank's GPU reports NVLink multicast (upstream's vote; CPU ranks have none), else trtllm up to
+/// 16 ranks. world_size / rank default to the backend's and must agree with it; max_token_num,
+/// hidden_dim and dtype (fp16, bf16, fp32) size the buffers. comm_backend is required (upstream's
+/// None means torch.distributed's group, which C++ does not have); gpus_per_node and group change
+/// nothing here.
+std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
     std::string backend = "auto", std::optional<int64_t> world_size = std::nullopt,
     std::optional<int64_t> rank = std::nullopt, std::optional<int64_t> max_token_num = std::nullopt,
     std::optional<int64_t> hidden_dim = std::nullopt, std::optional<DType> dtype = std::nullopt,
@@ -117,8 +201,18 @@ std::shared_ptr<TRTLLMAllReduceFusionWorkspace> create_allreduce_fusion_workspac
 /// Patterns 6 and 7 (the MoE reductions) are refused (not implemented). use_oneshot None:
 /// one-shot while T * H * 2 * W * itemsize <= {2: 512, 4: 64, 8: 42} MiB; two-shot needs
 /// T > W. launch_with_pdl and trigger_completion_at_end only order the CUDA launch.
+/// On an MNNVLAllReduceFusionWorkspace, upstream's MNNVL kernels' arithmetic instead: patterns
+/// 0-5, 10 and 11; every input -0 read as +0, s one fp32 sum from 0 in rank order (one-shot: in
+/// chunks of 8 ranks above 8; two-shot: of 16), rounded once (two-shot: a -0 result is +0);
+/// fp32 subnormals flushed to zero in the sum (upstream's -use_fast_math); residual_out =
+/// dtype(s + residual_in); the norm's squares rounded to the dtype in one-shot, fp32 in two-shot;
+/// y = dtype((r * inv) * (wb + g)) one-shot, dtype(((wb + g) * r) * inv) two-shot; patterns 10 /
+/// 11 scale the fp32 norm in two-shot. fp32_acc and the MoE and group arguments are ignored; the
+/// outputs a pattern writes are allocated when None; it returns output (0), norm_out (1) or
+/// quant_out. use_oneshot None: one-shot while T * H * W * itemsize <= 2^20. Sizes are checked
+/// against buffer_size_bytes.
 Tensor allreduce_fusion(
-    const Tensor& input, std::shared_ptr<TRTLLMAllReduceFusionWorkspace> workspace, int64_t pattern,
+    const Tensor& input, std::shared_ptr<AllReduceFusionWorkspace> workspace, int64_t pattern,
     bool launch_with_pdl = false, bool trigger_completion_at_end = true,
     std::optional<Tensor> output = std::nullopt, std::optional<Tensor> residual_out = std::nullopt,
     std::optional<Tensor> norm_out = std::nullopt, std::optional<Tensor> quant_out = std::nullopt,

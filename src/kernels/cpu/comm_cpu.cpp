@@ -26,10 +26,11 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
     std::vector<float> r(static_cast<std::size_t>(H)), y(static_cast<std::size_t>(H));
     for (int64_t j = 0; j < H; ++j) {
       const int64_t i = t * H + j;
-      const float s = ar_rank_sum(
-          p.world_size, p.fp32_acc, p.island8, p.oneshot,
-          [&](int k) { return load_or_fp32(p.peer_in[k], dt, i); },
-          [&](float v) { return round_to(dt, v); });
+      auto load = [&](int k) { return load_or_fp32(p.peer_in[k], dt, i); };
+      auto round = [&](float v) { return round_to(dt, v); };
+      const float s =
+          p.mnnvl ? mnnvl_rank_sum(p.world_size, p.oneshot, load, round)
+                  : ar_rank_sum(p.world_size, p.fp32_acc, p.island8, p.oneshot, load, round);
       if (pat.allreduce_out) {
         store_or_fp32(p.output, dt, i, s);
         continue;
@@ -41,13 +42,21 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
     }
     if (pat.allreduce_out) continue;
     float ss = 0.0f;
-    for (int64_t j = 0; j < H; ++j) ss = fp32_add(ss, fp32_mul(r[j], r[j]));
+    auto round = [&](float v) { return round_to(dt, v); };
+    for (int64_t j = 0; j < H; ++j) {
+      ss = p.mnnvl ? mnnvl_ftz(fp32_add(ss, mnnvl_square(r[j], p.oneshot, round)))
+                   : fp32_add(ss, fp32_mul(r[j], r[j]));
+    }
     const float inv =
         fp32_div(1.0f, std::sqrt(fp32_add(fp32_div(ss, static_cast<float>(H)), p.eps)));
+    // MNNVL's two-shot per-token FP8 scales the fp32 norm; everything else quantizes y.
+    const bool quant_fp32 = p.mnnvl && !p.oneshot && pat.quant == 4;
     for (int64_t j = 0; j < H; ++j) {
-      const float g = fp32_add(p.weight_bias, load_or_fp32(p.gamma, dt, j));
-      const float yv = round_to(dt, fp32_mul(fp32_mul(r[j], inv), g));
-      y[static_cast<std::size_t>(j)] = yv;
+      const float gj = load_or_fp32(p.gamma, dt, j);
+      const float yf = p.mnnvl ? mnnvl_norm(r[j], inv, gj, p.weight_bias, p.oneshot)
+                               : fp32_mul(fp32_mul(r[j], inv), fp32_add(p.weight_bias, gj));
+      const float yv = round_to(dt, yf);
+      y[static_cast<std::size_t>(j)] = quant_fp32 ? yf : yv;
       if (pat.norm_out) store_or_fp32(p.norm_out, dt, t * H + j, yv);
     }
     auto* q8 = static_cast<uint8_t*>(p.quant_out);

@@ -35,8 +35,10 @@ __device__ __forceinline__ float block_reduce_max(float v, float* scratch) {
   return v;
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFusionParams p) {
+// kMnnvl: the MNNVL kernels' arithmetic (AllReduceFusionParams::mnnvl) as its own instance, so
+// neither variant carries the other's registers.
+template <class T, bool kMnnvl>
+__global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduceFusionParams p) {
   __shared__ uint32_t seq_s;
   __shared__ float scratch[32];
   pdl_wait();
@@ -75,44 +77,53 @@ __global__ void __launch_bounds__(kThreads) allreduce_fusion_kernel(AllReduceFus
     float ss = 0.0f;
     for (int64_t j = tid; j < H; j += blockDim.x) {
       const int64_t i = t * H + j;
-      const float s = ar_rank_sum(
-          p.world_size, p.fp32_acc, p.island8, p.oneshot,
-          [&](int k) {
-            return load_peer(
-                reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[k]) + slot) + i);
-          },
-          [](float v) { return round_t<T>(v); });
+      auto load = [&](int k) {
+        return load_peer(
+            reinterpret_cast<const T*>(static_cast<const char*>(p.peer_buf[k]) + slot) + i);
+      };
+      auto round = [](float v) { return round_t<T>(v); };
+      const float s =
+          kMnnvl ? mnnvl_rank_sum(p.world_size, p.oneshot, load, round)
+                 : ar_rank_sum(p.world_size, p.fp32_acc, p.island8, p.oneshot, load, round);
       if (pat.allreduce_out) {
         static_cast<T*>(p.output)[i] = from_f32<T>(s);
         continue;
       }
       const float v = round_t<T>(fp32_add(s, to_f32(static_cast<const T*>(p.residual_in)[i])));
       static_cast<T*>(p.residual_out)[i] = from_f32<T>(v);
-      ss += v * v;
+      ss = kMnnvl ? mnnvl_ftz(fp32_add(ss, mnnvl_square(v, p.oneshot, round)))
+                  : fp32_add(ss, fp32_mul(v, v));
     }
     if (pat.allreduce_out) continue;
     ss = block_reduce_sum(ss, scratch);  // also orders the residual_out stores before the reads
     const float inv = fp32_div(1.0f, sqrtf(fp32_add(fp32_div(ss, static_cast<float>(H)), p.eps)));
     const T* r = static_cast<const T*>(p.residual_out) + t * H;
     const T* gamma = static_cast<const T*>(p.gamma);
-    auto y_at = [&](int64_t j) {
-      return round_t<T>(
-          fp32_mul(fp32_mul(to_f32(r[j]), inv), fp32_add(p.weight_bias, to_f32(gamma[j]))));
+    // The norm before its rounding to T (MNNVL's two-shot per-token FP8 quantizes it as is).
+    auto yf_at = [&](int64_t j) {
+      const float g = to_f32(gamma[j]), rj = to_f32(r[j]);
+      return kMnnvl ? mnnvl_norm(rj, inv, g, p.weight_bias, p.oneshot)
+                    : fp32_mul(fp32_mul(rj, inv), fp32_add(p.weight_bias, g));
     };
+    auto y_at = [&](int64_t j) { return round_t<T>(yf_at(j)); };
+    const bool quant_fp32 = kMnnvl && !p.oneshot && pat.quant == 4;
     auto* q8 = static_cast<uint8_t*>(p.quant_out);
     float amax = 0.0f;
     for (int64_t j = tid; j < H; j += blockDim.x) {
-      const float y = y_at(j);
+      const float yf = yf_at(j), y = round_t<T>(yf);
       if (pat.norm_out) static_cast<T*>(p.norm_out)[t * H + j] = from_f32<T>(y);
       if (pat.quant == 1) q8[t * H + j] = ar_fp8_static(y, scale);
-      amax = fp32_abs_max(amax, y);
+      amax = fp32_abs_max(amax, quant_fp32 ? yf : y);
     }
     // The passes below read y back. With norm_out they load it from there (exactly y: y is
     // rounded to T) instead of recomputing it from residual_out and gamma; they read other
     // threads' elements, so the row is complete first.
-    const T* nrow = pat.norm_out ? static_cast<const T*>(p.norm_out) + t * H : nullptr;
+    const T* nrow =
+        pat.norm_out && !quant_fp32 ? static_cast<const T*>(p.norm_out) + t * H : nullptr;
     if (pat.norm_out && pat.quant != 0) __syncthreads();
-    auto y_back = [&](int64_t j) { return nrow ? to_f32(nrow[j]) : y_at(j); };
+    auto y_back = [&](int64_t j) {
+      return quant_fp32 ? yf_at(j) : nrow ? to_f32(nrow[j]) : y_at(j);
+    };
     if (pat.quant == 4) {
       amax = block_reduce_max(amax, scratch);
       const float s = ar_token_scale(amax);
@@ -239,18 +250,21 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
   const dim3 grid(p.blocks > 0 ? std::min(p.blocks, ArBufferLayout::kMaxBlocks)
                                : allreduce_fusion_blocks(p.tokens, p.world_size, sm_count));
   const auto s = static_cast<cudaStream_t>(stream);
+  auto launch = [&](auto kernel) {
+    launch_kernel("allreduce_fusion", kernel, grid, dim3(kThreads), 0, s, enable_pdl, p);
+  };
   switch (p.dtype) {
     case DType::kFloat16:
-      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<__half>, grid, dim3(kThreads), 0, s,
-                    enable_pdl, p);
+      p.mnnvl ? launch(allreduce_fusion_kernel<__half, true>)
+              : launch(allreduce_fusion_kernel<__half, false>);
       break;
     case DType::kBFloat16:
-      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<__nv_bfloat16>, grid,
-                    dim3(kThreads), 0, s, enable_pdl, p);
+      p.mnnvl ? launch(allreduce_fusion_kernel<__nv_bfloat16, true>)
+              : launch(allreduce_fusion_kernel<__nv_bfloat16, false>);
       break;
     default:
-      launch_kernel("allreduce_fusion", allreduce_fusion_kernel<float>, grid, dim3(kThreads), 0, s,
-                    enable_pdl, p);
+      p.mnnvl ? launch(allreduce_fusion_kernel<float, true>)
+              : launch(allreduce_fusion_kernel<float, false>);
       break;
   }
 }
