@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,14 +118,29 @@ constexpr int64_t kMnnvlGranularity = int64_t{2} << 20;
 
 int64_t round_up_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// Sizes past this are all refused (UINT32_MAX) the same way: products saturate at it instead of
+// overflowing.
+constexpr int64_t kMnnvlSizeCap = int64_t{1} << 40;
+
+int64_t mnnvl_product(std::initializer_list<int64_t> factors) {
+  int64_t v = 1;
+  for (int64_t f : factors) {
+    f = std::max<int64_t>(f, 0);
+    v = f != 0 && v > kMnnvlSizeCap / f ? kMnnvlSizeCap : std::min(v * f, kMnnvlSizeCap);
+  }
+  return v;
+}
+
 int64_t mnnvl_required(int64_t tp, int64_t T, int64_t H, int64_t e, int64_t strategy) {
   if (strategy == MNNVLAllreduceFusionStrategy::AUTO) {
-    strategy = T * H * tp * e <= kMnnvlOneShotBytes ? MNNVLAllreduceFusionStrategy::ONESHOT
-                                                    : MNNVLAllreduceFusionStrategy::TWOSHOT;
+    strategy = mnnvl_product({T, H, tp, e}) <= kMnnvlOneShotBytes
+                   ? MNNVLAllreduceFusionStrategy::ONESHOT
+                   : MNNVLAllreduceFusionStrategy::TWOSHOT;
   }
   // Anything but ONESHOT sizes for two-shot, as upstream's.
-  return strategy == MNNVLAllreduceFusionStrategy::ONESHOT ? T * H * tp * e
-                                                           : 2 * ((T + tp - 1) / tp) * tp * H * e;
+  return strategy == MNNVLAllreduceFusionStrategy::ONESHOT
+             ? mnnvl_product({T, H, tp, e})
+             : mnnvl_product({2, tp > 0 ? (T + tp - 1) / tp : 0, tp, H, e});
 }
 
 // upstream's all_ranks_support_mnnvl: every rank's GPU has NVLink multicast (a collective; CPU
@@ -141,7 +157,7 @@ std::shared_ptr<AllReduceFusionWorkspace> create_impl(
     const std::string& backend, std::optional<int64_t> world_size, std::optional<int64_t> rank,
     std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
     std::optional<DType> dtype, const std::shared_ptr<comm::CommBackend>& comm,
-    bool force_oneshot_support) {
+    bool force_oneshot_support, std::optional<int64_t> gpus_per_node) {
   const char* op = "create_allreduce_fusion_workspace";
   if (backend != "auto" && backend != "trtllm" && backend != "mnnvl") {
     FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "backend", "Unknown backend: ", backend);
@@ -163,7 +179,10 @@ std::shared_ptr<AllReduceFusionWorkspace> create_impl(
     FLASHINFER_CHECK(mnnvl || w <= 16, op, "backend", "No suitable backend found. ");
   }
   if (mnnvl) {
-    auto mapping = std::make_shared<Mapping>(w, r, 8, 1, w);
+    // Upstream's gpus_per_node None: min(visible GPUs, world_size); it places nothing here.
+    const int64_t gpn = gpus_per_node.value_or(
+        std::max<int64_t>(1, std::min<int64_t>(detail::cuda_runtime_device_count(), w)));
+    auto mapping = std::make_shared<Mapping>(w, r, gpn, 1, w);
     std::optional<int64_t> bytes;
     if (force_oneshot_support) {
       FLASHINFER_CHECK(max_token_num && hidden_dim, op,
@@ -212,9 +231,9 @@ std::shared_ptr<MNNVLAllReduceFusionWorkspace::Impl> make_mnnvl_impl(
   const int64_t tp = mapping->tp_size;
   int64_t req = 0;
   if (buffer_size_in_bytes) {
-    FLASHINFER_CHECK(*buffer_size_in_bytes > 0, op, "buffer_size_in_bytes",
-                     "must be positive, got ", *buffer_size_in_bytes);
-    req = *buffer_size_in_bytes;
+    FLASHINFER_CHECK(*buffer_size_in_bytes >= 0, op, "buffer_size_in_bytes",
+                     "must not be negative, got ", *buffer_size_in_bytes);
+    req = std::min(*buffer_size_in_bytes, kMnnvlSizeCap);
   } else {
     FLASHINFER_CHECK(max_num_tokens && hidden_dim && dtype, op,
                      !max_num_tokens ? "max_num_tokens"
@@ -222,15 +241,14 @@ std::shared_ptr<MNNVLAllReduceFusionWorkspace::Impl> make_mnnvl_impl(
                                      : "dtype",
                      "max_num_tokens, hidden_dim, and dtype must be provided if "
                      "buffer_size_in_bytes is not provided.");
-    FLASHINFER_CHECK(*max_num_tokens > 0, op, "max_num_tokens", "must be positive, got ",
+    // Upstream divides by hidden_dim (0: ZeroDivisionError); 0 tokens size nothing.
+    FLASHINFER_CHECK(*max_num_tokens >= 0, op, "max_num_tokens", "must not be negative, got ",
                      *max_num_tokens);
     FLASHINFER_CHECK(*hidden_dim > 0, op, "hidden_dim", "must be positive, got ", *hidden_dim);
-    FLASHINFER_CHECK(*max_num_tokens <= (int64_t{1} << 32) && *hidden_dim <= (int64_t{1} << 24), op,
-                     "max_num_tokens", "max_num_tokens ", *max_num_tokens, " x hidden_dim ",
-                     *hidden_dim, " is too large");
     const int64_t e = dtype_size(*dtype), T = *max_num_tokens, H = *hidden_dim;
     const int64_t t1 = std::min(kMnnvlOneShotBytes / (tp * e * H), T);
-    req = std::max(t1 * H * tp * e, 2 * ((T + tp - 1) / tp) * tp * H * e);
+    req = std::max(mnnvl_required(tp, t1, H, e, MNNVLAllreduceFusionStrategy::ONESHOT),
+                   mnnvl_required(tp, T, H, e, MNNVLAllreduceFusionStrategy::TWOSHOT));
   }
   req = round_up_to(req, 32);
   FLASHINFER_CHECK(comm != nullptr, op, "comm_backend",
@@ -457,8 +475,7 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
   // The C++ side's checks.
   FLASHINFER_CHECK_CODE(dt == DType::kFloat16 || dt == DType::kBFloat16 || dt == DType::kFloat32,
                         ErrorCode::kUnsupported, op, "input",
-                        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_MNNVL_ALLREDUCE. (got ",
-                        dtype_torch_name(dt), ")");
+                        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_MNNVL_ALLREDUCE.");
   FLASHINFER_CHECK(H % (16 / e) == 0, op, "input", "token_dim must be divisible by ", 16 / e);
   FLASHINFER_CHECK(W >= 2 && W <= 64, op, "workspace", "nranks must be between 2 and 64, got ", W);
   const bool pow2 = W == 2 || W == 4 || W == 8 || W == 16 || W == 32 || W == 64;
@@ -486,9 +503,10 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
   if (!pat.allreduce_out) {
     same_shape(*a.residual_in, "residual_in");
     same_shape(residual_out, "residual_out");
-    FLASHINFER_CHECK(a.rms_gamma->dim() == 1, op, "rms_gamma",
-                     "gamma must have the same shape as token dimension (", H, ") but got (",
-                     shape_to_string(a.rms_gamma->shape()), ")");
+    const int64_t g0 = a.rms_gamma->dim() > 0 ? a.rms_gamma->size(0) : 1;
+    FLASHINFER_CHECK(g0 == H, op, "rms_gamma",
+                     "gamma must have the same shape as token dimension (", H, ") but got (", g0,
+                     ")");
   }
   if (pat.quant == 2) {
     FLASHINFER_CHECK_CODE(dt != DType::kFloat32, ErrorCode::kUnsupported, op, "input",
@@ -899,9 +917,15 @@ int64_t MNNVLAllReduceFusionWorkspace::get_required_buffer_size_bytes(
 bool MNNVLAllReduceFusionWorkspace::is_buffer_size_sufficient(
     int64_t tp_size, int64_t num_tokens, int64_t hidden_dim, DType dtype,
     std::optional<bool> use_oneshot) const {
-  const int64_t strategy = !use_oneshot   ? MNNVLAllreduceFusionStrategy::AUTO
-                           : *use_oneshot ? MNNVLAllreduceFusionStrategy::ONESHOT
-                                          : MNNVLAllreduceFusionStrategy::TWOSHOT;
+  return is_buffer_size_sufficient(tp_size, num_tokens, hidden_dim, dtype,
+                                   !use_oneshot   ? MNNVLAllreduceFusionStrategy::AUTO
+                                   : *use_oneshot ? MNNVLAllreduceFusionStrategy::ONESHOT
+                                                  : MNNVLAllreduceFusionStrategy::TWOSHOT);
+}
+
+bool MNNVLAllReduceFusionWorkspace::is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens,
+                                                              int64_t hidden_dim, DType dtype,
+                                                              int64_t strategy) const {
   return get_required_buffer_size_bytes(tp_size, num_tokens, hidden_dim, dtype, strategy) <=
          impl_->buffer_size_bytes;
 }
@@ -942,7 +966,7 @@ std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
   return call_op<&create_allreduce_fusion_workspace>(
       [&] {
         return create_impl(backend, world_size, rank, max_token_num, hidden_dim, dtype,
-                           comm_backend, force_oneshot_support);
+                           comm_backend, force_oneshot_support, gpus_per_node);
       },
       backend, world_size, rank, max_token_num, hidden_dim, dtype, gpus_per_node, comm_backend,
       force_oneshot_support, group);
@@ -1666,9 +1690,10 @@ void register_comm_ops(OpRegistry& r) {
       hidden = m.at(4).as_int();
       if (!m.at(5).is_none()) dtype = m.at(5).as_dtype();
     } else {
-      FLASHINFER_CHECK_CODE(args.at(0).is_tensor(), ErrorCode::kUnsupported, "replay", "",
-                            "an all-reduce workspace checkpoint replays with the workspace's "
-                            "recorded creation, and the recording has none");
+      FLASHINFER_CHECK_CODE(args.at(0).is_tensor() && args.at(0).as_tensor().dim() == 2,
+                            ErrorCode::kUnsupported, "replay", "",
+                            "an all-reduce workspace replays with its recorded creation or a 2-D "
+                            "input's sizes, and the recording has neither");
       const Tensor& x = args.at(0).as_tensor();
       tokens = std::max<int64_t>(1, x.size(0));
       hidden = std::max<int64_t>(1, x.size(1));

@@ -430,13 +430,21 @@ void cuda_enable_peer_access(int device, int peer) {
 int cuda_sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
 bool cuda_multicast_supported(int device) noexcept {
-  int v = 0;
-  // 132 is the driver's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED (cudaDevAttrReserved132).
-  if (cudaDeviceGetAttribute(&v, static_cast<cudaDeviceAttr>(132), device) != cudaSuccess) {
+  // The driver's cuDeviceGetAttribute through the runtime's entry-point lookup (no link to
+  // libcuda); 132 is CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, and a CUdevice is the ordinal.
+  using GetAttribute = int (*)(int*, int, int);
+  // cudaGetDeviceCount initializes the driver (cuInit) before its entry point is called.
+  if (device < 0 || device >= cuda_runtime_device_count()) return false;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
     (void)cudaGetLastError();
     return false;
   }
-  return v != 0;
+  int v = 0;
+  return reinterpret_cast<GetAttribute>(fn)(&v, 132, device) == 0 && v != 0;
 }
 
 int cuda_pointer_device(const void* ptr) noexcept {

@@ -135,7 +135,8 @@ class MNNVLAllReduceFusionWorkspace : public AllReduceFusionWorkspace {
   MNNVLAllReduceFusionWorkspace(const MNNVLAllReduceFusionWorkspace&) = delete;
   MNNVLAllReduceFusionWorkspace& operator=(const MNNVLAllReduceFusionWorkspace&) = delete;
 
-  /// The TP group's size and this rank's place in it.
+  /// The mapping's world size (upstream's world_size attribute) and this rank's place in the TP
+  /// group the calls sum over.
   int64_t world_size() const override;
   int64_t rank() const override;
   std::string backend() const override { return "mnnvl"; }
@@ -146,18 +147,25 @@ class MNNVLAllReduceFusionWorkspace : public AllReduceFusionWorkspace {
   static int64_t get_required_buffer_size_bytes(
       int64_t tp_size, int64_t num_tokens, int64_t hidden_dim, DType dtype,
       int64_t strategy = MNNVLAllreduceFusionStrategy::AUTO);
-  /// required <= buffer_size_bytes (use_oneshot None: AUTO, true: ONESHOT, false: TWOSHOT).
+  /// required <= buffer_size_bytes for upstream's strategy (MNNVLAllreduceFusionStrategy; any
+  /// value but ONESHOT and AUTO sizes for two-shot, as upstream's).
+  bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
+                                 DType dtype, int64_t strategy) const;
+  /// The base's form: use_oneshot None is AUTO, true ONESHOT, false TWOSHOT.
   bool is_buffer_size_sufficient(int64_t tp_size, int64_t num_tokens, int64_t hidden_dim,
                                  DType dtype,
                                  std::optional<bool> use_oneshot = std::nullopt) const override;
+  /// Collective here (a barrier before the memory goes, so no peer still reads it), where
+  /// upstream's only drops its references: a rank destroying alone waits for its peers.
   void destroy() override;
   /// Collective: this rank's work synchronized, a barrier, the handles marked detached
   /// (allreduce_fusion refuses them with upstream's "MNNVL handles are not attached"), a
   /// barrier. A no-op while detached. Upstream releases the physical memory and keeps the
   /// addresses; here the memory stays allocated.
   void checkpoint_prepare();
-  /// Collective: adopts comm_backend (the workspace's rank and world size), restarts the
-  /// exchange protocol as a new workspace's, a barrier. A no-op while attached.
+  /// Collective: adopts comm_backend, restarts the exchange protocol as a new workspace's, a
+  /// barrier. A no-op while attached. The backend must keep the workspace's rank and size
+  /// (upstream's docstring asks it; here it is checked).
   void checkpoint_restore(std::shared_ptr<comm::CommBackend> comm_backend);
   Device device() const override;
   Impl& impl() const { return *impl_; }
