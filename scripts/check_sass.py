@@ -346,9 +346,10 @@ RULES = {
             match=("allreduce_fusion_kernel", "dcp_a2a_sync_kernel",
                    "moe_a2a_dispatch_signal_kernel", "moe_a2a_combine_signal_kernel",
                    "ulysses_a2a_kernel", "quantized_all_reduce_kernel",
-                   "quantized_all_reduce_x8_kernel"),
+                   "quantized_all_reduce_x8_kernel", "mixed_comm_sync_kernel"),
             description="the collectives' synchronizing kernels (comm_cuda.cu: allreduce_fusion "
             "and the PCIe all-reduce, the decode-CP all-to-all's publish-and-wait; "
+            "mixed_comm_cuda.cu: run_mixed_comm's publish-and-wait; "
             "moe_a2a_cuda.cu: the MoE all-to-all's dispatch and combine signals; ulysses_cuda.cu: "
             "the Ulysses all-to-all's barriers around its pushes; quantized_allreduce_cuda.cu: "
             "the quantized all-reduce's three per-block barriers): no spills, "

@@ -34,6 +34,7 @@
 #include "flashinfer/ops/kda.h"
 #include "flashinfer/ops/mamba.h"
 #include "flashinfer/ops/mhc.h"
+#include "flashinfer/ops/mixed_comm.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/ops/moe_b12x.h"

@@ -61,6 +61,7 @@ void register_rope_quantize_append_ops(OpRegistry& registry);
 void register_moe_b12x_ops(OpRegistry& registry);
 void register_comm_ops(OpRegistry& registry);
 void register_quantized_allreduce_ops(OpRegistry& registry);
+void register_mixed_comm_ops(OpRegistry& registry);
 void register_ulysses_ops(OpRegistry& registry);
 void register_moe_alltoall_ops(OpRegistry& registry);
 void register_msa_ops(OpRegistry& registry);
@@ -121,6 +122,7 @@ void register_builtin_ops(OpRegistry& registry) {
   register_moe_b12x_ops(registry);
   register_comm_ops(registry);
   register_quantized_allreduce_ops(registry);
+  register_mixed_comm_ops(registry);
   register_ulysses_ops(registry);
   register_moe_alltoall_ops(registry);
   register_msa_ops(registry);

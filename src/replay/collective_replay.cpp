@@ -225,7 +225,9 @@ Index build_index(const std::string& root, const std::string& op, const Collecti
         s.repr = repr;
         s.rank = rank;
         s.world = world;
-        if (spec.workspace_is_backend && !s.rank) place_by_backend(s, repr);
+        if ((spec.workspace_is_backend || spec.place_by_workspace_repr) && !s.rank) {
+          place_by_backend(s, repr);
+        }
         it = current.emplace(std::make_pair(pid, repr), ix.streams.size()).first;
         ix.streams.push_back(std::move(s));
       }

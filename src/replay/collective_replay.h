@@ -48,6 +48,10 @@ struct CollectiveSpec {
   /// stream is a rank's calls with one backend, placed by the rank, size and group its repr
   /// says (ThreadCommBackend's), else by process id; no creation call.
   bool workspace_is_backend = false;
+  /// The workspace object's repr places its stream as a backend's does (rank=, size=, group=:
+  /// MixedCommHandler's); a workspace without a creation call and without those fields is
+  /// placed by process id.
+  bool place_by_workspace_repr = false;
   /// A workspace for one rank of the replay, on `comm`'s device, fit for that rank's recorded
   /// arguments `args` (bound to the op's parameters); `creator_args` are the rank's recorded
   /// creation's (bound, prepared as below), null when the recording has none.

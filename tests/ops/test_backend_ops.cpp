@@ -310,6 +310,14 @@ const std::map<std::string, std::string>& covered_elsewhere() {
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
       {"TRTLLMAllReduceFusionWorkspace.checkpoint_restore",
        "a collective (barriers): tests/ops/test_comm.cpp runs the ranks as threads"},
+      {"run_mixed_comm",
+       "a collective of 2 or more ranks (a handler needs a node of 2, 4 or 8): "
+       "tests/ops/test_mixed_comm.cpp runs the ranks as threads, CPU and CUDA, and checks the "
+       "compute-capability refusal off 90 / 100"},
+      {"MixedCommHandler.checkpoint_prepare",
+       "a collective (barriers): tests/ops/test_mixed_comm.cpp runs the ranks as threads"},
+      {"MixedCommHandler.checkpoint_restore",
+       "a collective (barriers): tests/ops/test_mixed_comm.cpp runs the ranks as threads"},
       {"MNNVLAllReduceFusionWorkspace.checkpoint_prepare",
        "a collective (barriers): tests/ops/test_comm.cpp (MnnvlAllreduce) runs the ranks as "
        "threads"},
