@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -179,6 +180,7 @@ struct MixedCommHandler::Impl {
   std::shared_ptr<comm::CommBackend> comm;       // null while detached, as upstream drops it
   std::shared_ptr<comm::CommBackend> init_comm;  // the creation's group (upstream's NCCL groups)
   std::unique_ptr<detail::PeerMemory> mem;
+  std::vector<std::unique_ptr<detail::PeerMemory>> retired;  // outgrown, kept until shutdown
   int64_t slot_bytes = 0;
   bool mapped = true;
   bool running = true;
@@ -201,16 +203,17 @@ MixedCommHandler::MixedCommHandler(
   FLASHINFER_CHECK(comm_backend != nullptr, op, "comm_backend",
                    "a CommBackend over the world's ranks is required (upstream's is "
                    "torch.distributed's, which C++ does not have)");
-  auto impl = std::make_shared<Impl>(
-      ParallelInfo(world_rank, world_size, local_rank, local_size, inter_rank, inter_size,
-                   local_tp_size, local_dp_size, inter_tp_size, inter_dp_size),
-      dtype, device);
-  const ParallelInfo& pi = impl->info;
+  // upstream's order: local_size and dtype, then ParallelInfo's asserts.
   mc_require(local_size > 1, "local_size",
              "local_size must be > 1, got " + std::to_string(local_size));
   FLASHINFER_CHECK_CODE(
       dtype == DType::kFloat16 || dtype == DType::kBFloat16, ErrorCode::kUnsupported, op, "dtype",
       "only torch.float16 and torch.bfloat16 are supported, got ", dtype_torch_name(dtype));
+  auto impl = std::make_shared<Impl>(
+      ParallelInfo(world_rank, world_size, local_rank, local_size, inter_rank, inter_size,
+                   local_tp_size, local_dp_size, inter_tp_size, inter_dp_size),
+      dtype, device);
+  const ParallelInfo& pi = impl->info;
   const int64_t sms = device.is_cuda() ? detail::cuda_sm_count(device.index) : 0;
   const int64_t grid = grid_size.value_or(sms > 0 ? sms : 1);
   mc_require(grid > 0, "grid_size", "grid_size must be positive, got " + std::to_string(grid));
@@ -268,7 +271,15 @@ MixedCommHandler::MixedCommHandler(
   impl_ = std::move(impl);
 }
 
-MixedCommHandler::~MixedCommHandler() = default;
+MixedCommHandler::~MixedCommHandler() {
+  // Without shutdown(): a peer's kernel on this GPU may still read this rank's buffer.
+  if (impl_ && impl_->running && impl_->device.is_cuda()) {
+    try {
+      detail::cuda_device_synchronize(impl_->device.index);
+    } catch (...) {  // a destructor must not throw; the memory goes regardless
+    }
+  }
+}
 const ParallelInfo& MixedCommHandler::para_info() const { return impl_->info; }
 DType MixedCommHandler::dtype() const { return impl_->dtype; }
 Device MixedCommHandler::device() const { return impl_->device; }
@@ -354,21 +365,27 @@ void MixedCommHandler::shutdown() {
   // modes run through them while detached too, so the creation's group meets then.
   (w.mapped && w.comm ? *w.comm : *w.init_comm).barrier();
   w.mem.reset();
+  w.retired.clear();
   w.running = false;
 }
 
 namespace {
 
-// The call's agreement, through the group's backend: every rank's op, mode, sizes and dtype
-// must match (a mismatch is refused on every rank alike instead of hanging the exchange), and
-// the buffers grow together when the call needs more.
+// The call's agreement, through the group's backend: every rank's op, mode and sizes must match,
+// and no rank may have refused the call (`refusal`: this rank's): either is refused on every rank
+// alike instead of hanging the exchange. The buffers grow together when the call needs more
+// (the old ones kept until shutdown: a captured CUDA graph may still name them).
 void mc_agree_and_fit(MixedCommHandler::Impl& w, comm::CommBackend& c, MixedCommOp op,
-                      MixedCommMode mode, int64_t n_in, int64_t n_out) {
-  const std::string mine = std::to_string(static_cast<int>(op)) + "/" +
-                           std::to_string(static_cast<int>(mode)) + "/" + std::to_string(n_in) +
-                           "/" + std::to_string(n_out);
+                      MixedCommMode mode, int64_t n_in, int64_t n_out, const std::string* refusal) {
+  const std::string mine = refusal ? "!" + *refusal
+                                   : std::to_string(static_cast<int>(op)) + "/" +
+                                         std::to_string(static_cast<int>(mode)) + "/" +
+                                         std::to_string(n_in) + "/" + std::to_string(n_out);
   const std::vector<std::string> all = c.allgather(mine);
+  if (refusal) return;  // this rank throws its own
   for (std::size_t r = 0; r < all.size(); ++r) {
+    FLASHINFER_CHECK(all[r].empty() || all[r][0] != '!', kMixedCommRunOp, "x_in", "rank ", r,
+                     " refused the call: ", all[r].substr(1));
     FLASHINFER_CHECK(all[r] == mine, kMixedCommRunOp, "x_in",
                      "every rank must call run_mixed_comm with the same op, mode and sizes: rank ",
                      c.Get_rank(), " has op/mode/x_in elements/x_out elements ", mine, ", rank ", r,
@@ -380,7 +397,7 @@ void mc_agree_and_fit(MixedCommHandler::Impl& w, comm::CommBackend& c, MixedComm
   // too before any buffer goes (a peer's may still read this rank's).
   if (w.device.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
   c.barrier();
-  w.mem.reset();
+  w.retired.push_back(std::move(w.mem));
   w.slot_bytes = std::max(need, 2 * w.slot_bytes);
   w.mem = std::make_unique<detail::PeerMemory>(
       c, static_cast<std::size_t>(MixedCommParams::kSlotsOffset + 2 * w.slot_bytes),
@@ -393,82 +410,98 @@ Tensor mixed_comm_run(MixedCommOp op, MixedCommHandler* handler, const Tensor& x
   const char* o = kMixedCommRunOp;
   FLASHINFER_CHECK(handler != nullptr, o, "handler", "expected a MixedCommHandler, got None");
   MixedCommHandler::Impl& w = handler->impl();
-  api::check_defined(x_in, o, "x_in");
-  if (x_in.device().is_cuda()) {
-    // upstream's @backend_requirement common check: compute capability 90 or 100 exactly.
-    const int cc = api::compute_capability(x_in.device());
-    FLASHINFER_CHECK_CODE(cc == 90 || cc == 100, ErrorCode::kUnsupported, o, "x_in",
-                          "run_mixed_comm does not support compute capability ", cc,
-                          "; supported compute capabilities: [90, 100]");
-  }
   FLASHINFER_CHECK(w.running, o, "handler", "the handler was shut down");
-  const ParallelInfo& pi = w.info;
-  // upstream's _common_check, in its order and words.
-  FLASHINFER_CHECK(std::find(w.ops.begin(), w.ops.end(), op) != w.ops.end(), o, "op",
-                   "Invalid op: ", mixed_comm_op_name(op));
-  FLASHINFER_CHECK(
-      !mode_arg || std::find(w.modes.begin(), w.modes.end(), *mode_arg) != w.modes.end(), o, "mode",
-      "Invalid mode: ", mixed_comm_mode_name(*mode_arg));
-  FLASHINFER_CHECK(x_in.dim() >= 2, o, "x_in", "x_in.ndim should be at least 2");
-  FLASHINFER_CHECK(x_in.dtype() == w.dtype, o, "x_in", "x_in.dtype should be ",
-                   dtype_torch_name(w.dtype));
-  FLASHINFER_CHECK(x_in.device() == w.device, o, "x_in", "x_in.device should be ", w.device.str());
-  const int64_t dp = pi.dp_size();
-  if (mc_reduce_scatter(op)) {
-    FLASHINFER_CHECK(x_in.size(0) % dp == 0, o, "x_in",
-                     "x_in.shape[0] should be divisible by dp_size");
-  }
-  const int64_t rows_out = mc_reduce_scatter(op)          ? x_in.size(0) / dp
-                           : op == MixedCommOp::ALLREDUCE ? x_in.size(0)
-                                                          : x_in.size(0) * dp;
-  if (x_out_arg && x_out_arg->defined()) {
-    const Tensor& x = *x_out_arg;
-    FLASHINFER_CHECK(x.dim() == x_in.dim(), o, "x_out", "x_out.ndim should be equal to x_in.ndim");
-    FLASHINFER_CHECK(x.dtype() == x_in.dtype(), o, "x_out",
-                     "x_out.dtype should be equal to x_in.dtype");
-    FLASHINFER_CHECK(x.device() == x_in.device(), o, "x_out",
-                     "x_out.device should be equal to x_in.device");
-    bool rest = true;
-    for (int64_t d = 1; d < x_in.dim(); ++d) rest = rest && x.size(d) == x_in.size(d);
-    FLASHINFER_CHECK(rest, o, "x_out", "x_out.shape[1:] should be equal to x_in.shape[1:]");
-    if (mc_reduce_scatter(op)) {
-      FLASHINFER_CHECK(x.size(0) * dp == x_in.size(0), o, "x_out",
-                       "x_out.shape[0] * dp_size should be equal to x_in.shape[0]");
-    } else {
-      FLASHINFER_CHECK(x.size(0) == x_in.size(0) * dp, o, "x_out",
-                       "x_out.shape[0] should be equal to x_in.shape[0] * dp_size");
-    }
-  }
-  // Mode None: AUTOTUNE with use_autotune, else NCCL_TP_DP where valid, else NCCL_ONE.
-  MixedCommMode mode = mode_arg.value_or(w.use_autotune   ? MixedCommMode::AUTOTUNE
-                                         : pi.use_mixed() ? MixedCommMode::NCCL_TP_DP
-                                                          : MixedCommMode::NCCL_ONE);
-  if (mode == MixedCommMode::AUTOTUNE) mode = handler->select_autotune_mode(op, x_in);
-  const bool fused = mc_fused(mode);
-  Shape out_shape = x_in.shape();
-  out_shape[0] = rows_out;
-  Tensor x_out = x_out_arg && x_out_arg->defined()
-                     ? *x_out_arg
-                     : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
-  if (fused) {
-    // upstream's C++ checks of the fused kernels.
-    FLASHINFER_CHECK(x_out.is_contiguous(), o, "x_out", "x_out must be contiguous");
-    FLASHINFER_CHECK(x_in.is_contiguous(), o, "x_in", "x_in must be contiguous");
-    const int64_t num_elems_all = mc_reduce_scatter(op) ? x_out.numel() : x_in.numel();
-    FLASHINFER_CHECK(num_elems_all % 8 == 0, o, "x_in", "num_elems_all must be divisible by 8");
-    // Where upstream's host code would divide by zero.
-    FLASHINFER_CHECK(num_elems_all > 0, o, "x_in", "empty tensors are refused (upstream divides ",
-                     "by a zero step count)");
-    FLASHINFER_CHECK(w.mapped, o, "handler",
-                     "the handler is detached (checkpoint_prepare): the fused modes need "
-                     "checkpoint_restore first (upstream's would fault on the released memory)");
-  }
   // The NCCL modes run on the creation's group while detached, as upstream's process groups.
   comm::CommBackend& c = w.mapped ? *w.comm : *w.init_comm;
-  const Tensor in = x_in.contiguous();
-  const bool direct = x_out.is_contiguous();
-  Tensor out = direct ? x_out : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
-  mc_agree_and_fit(w, c, op, mode, in.numel(), out.numel());
+  const ParallelInfo& pi = w.info;
+  MixedCommMode mode{};
+  Tensor x_out, in, out;
+  Shape out_shape;
+  // Every check of this rank, its refusal told to the peers in the agreement below (a refusal
+  // on one rank only would leave them waiting there).
+  std::exception_ptr refused;
+  std::string refusal;
+  try {
+    api::check_defined(x_in, o, "x_in");
+    if (x_in.device().is_cuda()) {
+      // upstream's @backend_requirement common check: compute capability 90 or 100 exactly.
+      const int cc = api::compute_capability(x_in.device());
+      FLASHINFER_CHECK_CODE(cc == 90 || cc == 100, ErrorCode::kUnsupported, o, "x_in",
+                            "run_mixed_comm does not support compute capability ", cc,
+                            "; supported compute capabilities: [90, 100]");
+    }
+    // upstream's _common_check, in its order and words.
+    FLASHINFER_CHECK(std::find(w.ops.begin(), w.ops.end(), op) != w.ops.end(), o, "op",
+                     "Invalid op: ", mixed_comm_op_name(op));
+    FLASHINFER_CHECK(
+        !mode_arg || std::find(w.modes.begin(), w.modes.end(), *mode_arg) != w.modes.end(), o,
+        "mode", "Invalid mode: ", mixed_comm_mode_name(*mode_arg));
+    FLASHINFER_CHECK(x_in.dim() >= 2, o, "x_in", "x_in.ndim should be at least 2");
+    FLASHINFER_CHECK(x_in.dtype() == w.dtype, o, "x_in", "x_in.dtype should be ",
+                     dtype_torch_name(w.dtype));
+    FLASHINFER_CHECK(x_in.device() == w.device, o, "x_in", "x_in.device should be ",
+                     w.device.str());
+    const int64_t dp = pi.dp_size();
+    if (mc_reduce_scatter(op)) {
+      FLASHINFER_CHECK(x_in.size(0) % dp == 0, o, "x_in",
+                       "x_in.shape[0] should be divisible by dp_size");
+    }
+    const int64_t rows_out = mc_reduce_scatter(op)          ? x_in.size(0) / dp
+                             : op == MixedCommOp::ALLREDUCE ? x_in.size(0)
+                                                            : x_in.size(0) * dp;
+    if (x_out_arg && x_out_arg->defined()) {
+      const Tensor& x = *x_out_arg;
+      FLASHINFER_CHECK(x.dim() == x_in.dim(), o, "x_out",
+                       "x_out.ndim should be equal to x_in.ndim");
+      FLASHINFER_CHECK(x.dtype() == x_in.dtype(), o, "x_out",
+                       "x_out.dtype should be equal to x_in.dtype");
+      FLASHINFER_CHECK(x.device() == x_in.device(), o, "x_out",
+                       "x_out.device should be equal to x_in.device");
+      bool rest = true;
+      for (int64_t d = 1; d < x_in.dim(); ++d) rest = rest && x.size(d) == x_in.size(d);
+      FLASHINFER_CHECK(rest, o, "x_out", "x_out.shape[1:] should be equal to x_in.shape[1:]");
+      if (mc_reduce_scatter(op)) {
+        FLASHINFER_CHECK(x.size(0) * dp == x_in.size(0), o, "x_out",
+                         "x_out.shape[0] * dp_size should be equal to x_in.shape[0]");
+      } else {
+        FLASHINFER_CHECK(x.size(0) == x_in.size(0) * dp, o, "x_out",
+                         "x_out.shape[0] should be equal to x_in.shape[0] * dp_size");
+      }
+    }
+    // Mode None: AUTOTUNE with use_autotune, else NCCL_TP_DP where valid, else NCCL_ONE.
+    mode = mode_arg.value_or(w.use_autotune   ? MixedCommMode::AUTOTUNE
+                             : pi.use_mixed() ? MixedCommMode::NCCL_TP_DP
+                                              : MixedCommMode::NCCL_ONE);
+    if (mode == MixedCommMode::AUTOTUNE) mode = handler->select_autotune_mode(op, x_in);
+    const bool fused = mc_fused(mode);
+    out_shape = x_in.shape();
+    out_shape[0] = rows_out;
+    x_out = x_out_arg && x_out_arg->defined()
+                ? *x_out_arg
+                : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
+    if (fused) {
+      // upstream's C++ checks of the fused kernels.
+      FLASHINFER_CHECK(x_out.is_contiguous(), o, "x_out", "x_out must be contiguous");
+      FLASHINFER_CHECK(x_in.is_contiguous(), o, "x_in", "x_in must be contiguous");
+      const int64_t num_elems_all = mc_reduce_scatter(op) ? x_out.numel() : x_in.numel();
+      FLASHINFER_CHECK(num_elems_all % 8 == 0, o, "x_in", "num_elems_all must be divisible by 8");
+      // Where upstream's host code would divide by zero.
+      FLASHINFER_CHECK(num_elems_all > 0, o, "x_in", "empty tensors are refused (upstream divides ",
+                       "by a zero step count)");
+      FLASHINFER_CHECK(w.mapped, o, "handler",
+                       "the handler is detached (checkpoint_prepare): the fused modes need "
+                       "checkpoint_restore first (upstream's would fault on the released memory)");
+    }
+    in = x_in.contiguous();
+    out = x_out.is_contiguous() ? x_out : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
+  } catch (const std::exception& e) {
+    refused = std::current_exception();
+    refusal = e.what();
+  }
+  mc_agree_and_fit(w, c, op, mode, in.defined() ? in.numel() : 0, out.defined() ? out.numel() : 0,
+                   refused ? &refusal : nullptr);
+  if (refused) std::rethrow_exception(refused);
+  const bool direct = out.data_ptr() == x_out.data_ptr();
   if (out.numel() == 0) return x_out;
   MixedCommParams p;
   p.op = static_cast<int>(op);
@@ -486,6 +519,8 @@ Tensor mixed_comm_run(MixedCommOp op, MixedCommHandler* handler, const Tensor& x
   p.slot_bytes = w.slot_bytes;
   p.abort = w.device.is_cuda() ? detail::thread_group_abort_word() : nullptr;
   api::launch(kMixedCommKernels, p, x_in.device(), o, "x_in");
+  // On the CPU no rank returns (and may free its buffer) while a peer still reads it.
+  if (!w.device.is_cuda()) c.barrier();
   if (!direct) x_out.copy_(out);
   return x_out;
 }
@@ -567,7 +602,14 @@ void register_mixed_comm_ops(OpRegistry& r) {
       const auto from = at + key.size() + 1;
       return repr.substr(from, repr.find_first_of(",)", from) - from);
     };
-    if (const auto t = field("local_tp_size")) ltp = std::stoll(*t);
+    if (const auto t = field("local_tp_size")) {
+      try {
+        ltp = std::stoll(*t);
+      } catch (const std::exception&) {
+        FLASHINFER_FAIL(ErrorCode::kFormat, "replay", "",
+                        "a MixedCommHandler repr with a malformed local_tp_size: ", repr);
+      }
+    }
     if (const auto d = field("dtype"))
       dtype = *d == "torch.float16" ? DType::kFloat16 : DType::kBFloat16;
     if (const auto u = field("use_autotune")) use_autotune = *u == "True";
@@ -588,6 +630,11 @@ void register_mixed_comm_ops(OpRegistry& r) {
           if (dp > 0 && L % dp == 0) ltp = L / dp;
         }
       }
+    }
+    // A checkpoint call moves no data: any split and dtype replay it.
+    if (args.size() <= 2 && !ltp) {
+      ltp = L;
+      if (!dtype) dtype = DType::kBFloat16;
     }
     FLASHINFER_CHECK_CODE(ltp.has_value() && dtype.has_value(), ErrorCode::kUnsupported, "replay",
                           "",

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -203,6 +204,14 @@ std::vector<Tensor> order_inputs(int64_t rows, int64_t cols) {
 
 double first(const Tensor& t) { return t.to_double_vector().at(0); }
 
+// A 16-bit tensor's bit patterns (-0 and +0 differ).
+std::vector<uint16_t> bits16(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  std::vector<uint16_t> b(static_cast<std::size_t>(c.numel()));
+  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size() * 2);
+  return b;
+}
+
 TEST(MixedComm, SumOrdersWorkedOutByHand) {
   const std::vector<Tensor> in = order_inputs(4, 8);
   // Reduce-scatter over 4 DP ranks. In rank order: ((2^24 + 1) - 2^24) + 1 = 1 everywhere.
@@ -264,7 +273,8 @@ TEST(MixedComm, MinusZeroPairsAsUpstreamsBuffersPassThem) {
   EXPECT_FALSE(sign(ag[0], 0));
   EXPECT_FALSE(sign(ag[0], 1));
   EXPECT_TRUE(sign(ag[0], 2));
-  EXPECT_FALSE(sign(ag[0], 8 + 4));  // rank 1's +0s
+  EXPECT_FALSE(sign(ag[1], 4));  // rank 0's (-0, -0) at 4, 5 gathered as +0
+  EXPECT_FALSE(sign(ag[1], 5));
   const auto ag_nccl = run_all(2, 1, Op::ALLGATHER, Mode::NCCL_ONE, in);
   EXPECT_TRUE(sign(ag_nccl[1], 0));
   EXPECT_TRUE(sign(ag_nccl[1], 1));
@@ -281,6 +291,32 @@ TEST(MixedComm, MinusZeroPairsAsUpstreamsBuffersPassThem) {
   const auto nccl = run_all(2, 2, Op::ALLREDUCE, Mode::NCCL_ONE, in);
   EXPECT_TRUE(sign(nccl[0], 0));
   EXPECT_TRUE(sign(nccl[0], 1));
+  // Reduce-scatter over 2 DP ranks, rank 0's block (elements 0-7). WAITS_UC takes its own term
+  // as given and the peer's through the buffer: element 0 (own (-0, -0) pair, the peer's -0
+  // beside 1) stays -0 + -0 = -0; element 2 (own -0 beside 1, the peer's (-0, -0) pair) is
+  // -0 + (+0) = +0. WAITS_MC sums both as given: -0 at both.
+  auto rs_in = [](int64_t r) {
+    return filled(2, 8, [r](int64_t i) {
+      if (i == 0) return -0.0;
+      if (i == 1) return r == 0 ? -0.0 : 1.0;
+      if (i == 2) return -0.0;
+      if (i == 3) return r == 0 ? 1.0 : -0.0;
+      return 3.0;
+    });
+  };
+  const std::vector<Tensor> rs = {rs_in(0), rs_in(1)};
+  const auto uc = run_all(2, 1, Op::REDUCESCATTER, Mode::FUSED_OPT_WAITS_UC, rs);
+  EXPECT_TRUE(sign(uc[0], 0));
+  EXPECT_FALSE(sign(uc[0], 2));
+  const auto mc = run_all(2, 1, Op::REDUCESCATTER, Mode::FUSED_OPT_WAITS_MC, rs);
+  EXPECT_TRUE(sign(mc[0], 0));
+  EXPECT_TRUE(sign(mc[0], 2));
+  // BYTES1_UC all-reduce reads every term through the buffers (the chunk owner's own term, as
+  // given upstream, depends on the GPU's partition), then passes the result once more: rank 0's
+  // lone -0 at 2 with rank 1's -0 at 2 sums to -0, kept (its partner is 1 + 1 = 2).
+  const auto b1 = run_all(2, 2, Op::ALLREDUCE, Mode::FUSED_OPT_BYTES1_UC, in);
+  EXPECT_FALSE(sign(b1[0], 0));
+  EXPECT_TRUE(sign(b1[0], 2));
 }
 
 TEST(MixedComm, RefusesWhatUpstreamRefusesInItsOrder) {
@@ -289,6 +325,22 @@ TEST(MixedComm, RefusesWhatUpstreamRefusesInItsOrder) {
     auto h = handler(g, r, 1, kBf, false);  // DP only
     const Tensor x = Tensor::zeros({4, 8}, kBf);
     expect_error([&] { run_mixed_comm(Op::ALLREDUCE, h, x); }, "Invalid op: ALLREDUCE");
+    // Two faults at once: upstream's first check names the call's.
+    expect_error(
+        [&] {
+          run_mixed_comm(Op::ALLREDUCE, h, Tensor::zeros({8}, kF16), std::nullopt, Mode::AUTOTUNE);
+        },
+        "Invalid op: ALLREDUCE");
+    expect_error(
+        [&] {
+          run_mixed_comm(Op::REDUCESCATTER, h, Tensor::zeros({3, 8}, kF16));
+        },
+        "x_in.dtype should be torch.bfloat16");
+    expect_error(
+        [&] {
+          run_mixed_comm(Op::ALLGATHER, h, x, Tensor::zeros({8, 4}, kF16));
+        },
+        "x_out.dtype should be equal to x_in.dtype");
     expect_error([&] { run_mixed_comm(Op::ALLGATHER, h, x, std::nullopt, Mode::AUTOTUNE); },
                  "Invalid mode: AUTOTUNE");
     expect_error(
@@ -359,6 +411,40 @@ TEST(MixedComm, RefusesWhatUpstreamRefusesInItsOrder) {
                          Mode::NCCL_ONE);
         },
         "every rank must call run_mixed_comm with the same op, mode and sizes");
+  });
+}
+
+TEST(MixedComm, ModeNoneResolvesAsUpstreams) {
+  // With use_autotune: AUTOTUNE, here WAITS_UC (the reduce-scatter's own-block-first order, hand
+  // values of SumOrdersWorkedOutByHand); without: NCCL_TP_DP where valid, else NCCL_ONE.
+  const std::vector<Tensor> in = order_inputs(4, 8);
+  auto run_none = [&](int64_t ltp, Op op, bool use_autotune) {
+    comm::ThreadGroup g(4);
+    std::vector<double> got(4);
+    g.run([&](int64_t r) {
+      auto h = handler(g, r, ltp, kBf, use_autotune);
+      got[r] = first(run_mixed_comm(op, h, in[r]));
+    });
+    return got;
+  };
+  EXPECT_EQ(run_none(1, Op::REDUCESCATTER, true), (std::vector<double>{1, 0, 2, 2}));
+  EXPECT_EQ(run_none(1, Op::REDUCESCATTER, false), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(run_none(2, Op::REDUCESCATTER_ALLREDUCE, false), (std::vector<double>{2, 2, 2, 2}));
+  EXPECT_EQ(run_none(2, Op::REDUCESCATTER_ALLREDUCE, true), (std::vector<double>{2, 2, 1, 1}));
+}
+
+// A refusal on one rank only is every rank's refusal (no rank is left waiting for it).
+TEST(MixedComm, OneRanksRefusalReachesEveryRank) {
+  comm::ThreadGroup g(2);
+  g.run([&](int64_t r) {
+    auto h = handler(g, r, 2);
+    const Tensor x = r == 0 ? Tensor::zeros({2, 8}, kBf) : Tensor::zeros({2, 3}, kBf);
+    expect_error(
+        [&] { run_mixed_comm(Op::ALLREDUCE, h, x, std::nullopt, Mode::FUSED_OPT_WAITS_UC); },
+        r == 0 ? "rank 1 refused the call: " : "num_elems_all must be divisible by 8");
+    // The handler still works after it.
+    EXPECT_EQ(run_mixed_comm(Op::ALLREDUCE, h, Tensor::full({2, 8}, 1.0, kBf)).to_double_vector(),
+              std::vector<double>(16, 2.0));
   });
 }
 
@@ -465,8 +551,11 @@ TEST(MixedCommCuda, MatchesCpuBitForBit) {
         for (int64_t r = 0; r < L; ++r) {
           Tensor t = testing::rand_tensor({rows, cols}, kF32, 100 + r + L * 10, -1, 1);
           std::vector<double> v = t.to_double_vector();
-          for (std::size_t i = 0; i < v.size(); ++i)
+          for (std::size_t i = 0; i < v.size(); ++i) {
             v[i] = std::ldexp(v[i], static_cast<int>(i % 9));
+            // (-0, -0) pairs and lone -0s, on some ranks: the pair rule's cases.
+            if (i % 14 < 2 && (r + static_cast<int64_t>(i)) % 3 == 0) v[i] = -0.0;
+          }
           in.push_back(Tensor::from_vector(v, {rows, cols}, dt));
         }
         comm::ThreadGroup probe(L);
@@ -484,7 +573,8 @@ TEST(MixedCommCuda, MatchesCpuBitForBit) {
             const auto cpu = run_all(L, ltp, op, m, in, dt);
             const auto gpu = run_all(L, ltp, op, m, in, dt, Device::cuda(0));
             for (int64_t r = 0; r < L; ++r) {
-              EXPECT_EQ(cpu[r].to_double_vector(), gpu[r].to_double_vector())
+              // Bit patterns: -0 and +0 differ.
+              EXPECT_EQ(bits16(cpu[r]), bits16(gpu[r]))
                   << dtype_name(dt) << ", " << L << " ranks, ltp " << ltp << ", "
                   << mixed_comm_op_name(op) << ", " << mixed_comm_mode_name(m) << ", rank " << r;
             }

@@ -152,12 +152,12 @@ class MixedCommHandler : public ApiObject {
 ///   ALLREDUCE_ALLGATHER (mixed)  [dp * n, ...]  block k = the sum over the TP ranks of DP rank k
 ///   REDUCESCATTER_ALLREDUCE      [n / dp, ...]  the sum over all ranks of block dp_rank
 /// Sums are fp32, rounded once to the dtype (NCCL_TP_DP's reduce-scatter + all-reduce: twice), in
-/// upstream's fused kernels' order where it is fixed (WAITS: rank order; the unicast
-/// reduce-scatters: this rank's own block first, then the others descending) and in rank order
-/// otherwise. Fused modes turn an aligned pair of -0 elements into +0 where upstream's buffers
-/// do (its "not yet written" mark); NCCL modes do not. mode None: AUTOTUNE with use_autotune,
-/// else NCCL_TP_DP when valid, else NCCL_ONE. Fused modes need contiguous tensors and a
-/// multiple of 8 elements; empty inputs are refused. Compute capability 9.0 or 10.0 on CUDA.
+/// upstream's fused kernels' order where it is fixed (docs/COMM.md: rank order, the unicast
+/// reduce-scatter's own block first, the DP groups descending for REDUCESCATTER_ALLREDUCE) and
+/// in rank order otherwise. Fused modes turn an aligned pair of -0 elements into +0 where
+/// upstream's buffers do (its "not yet written" mark); NCCL modes do not. mode None: AUTOTUNE with
+/// use_autotune, else NCCL_TP_DP when valid, else NCCL_ONE. Fused modes need contiguous tensors and
+/// a multiple of 8 elements; empty inputs are refused. Compute capability 9.0 or 10.0 on CUDA.
 Tensor run_mixed_comm(MixedCommOp op, std::shared_ptr<MixedCommHandler> handler, const Tensor& x_in,
                       std::optional<Tensor> x_out = std::nullopt,
                       std::optional<MixedCommMode> mode = std::nullopt);
