@@ -91,6 +91,19 @@ constexpr api::KernelEntry<AllReduceFusionParams> kAllreduceKernels[] = {
 #endif
 };
 
+constexpr api::KernelEntry<kernels::MoeLocalParams> kMoeLocalKernels[] = {
+    {DeviceType::kCPU, "CPU reference: each rank's MoE local value, every step rounded", nullptr,
+     [](const kernels::MoeLocalParams& p, const api::LaunchContext&) {
+       kernels::cpu::moe_local_value(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: each rank's MoE local value, one element a thread", nullptr,
+     [](const kernels::MoeLocalParams& p, const api::LaunchContext& c) {
+       kernels::cuda::moe_local_value(p, c.stream, detail::cuda_sm_count(c.device.index));
+     }},
+#endif
+};
+
 int64_t elem_bytes_of(bool fp32) { return fp32 ? 4 : 2; }
 
 std::string pattern_name(int64_t p) {
@@ -354,6 +367,13 @@ struct ArArgs {
   const std::optional<Tensor>&output, &residual_out, &norm_out, &quant_out, &scale_out,
       &residual_in, &rms_gamma;
   const std::optional<Value>& scale_factor;
+};
+
+// allreduce_fusion's MoE arguments (patterns 6 and 7).
+struct MoeArgs {
+  const std::optional<Value>& device_num_experts;
+  const std::optional<Tensor>&scale_input, &active_experts_token_input, &token_input,
+      &expanded_idx_to_permuted_idx, &expert_scale_factor, &shared_expert_output;
 };
 
 const Tensor& need(const std::optional<Tensor>& t, const char* name, int64_t pattern,
@@ -623,10 +643,231 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
   return quant_out;
 }
 
-Tensor allreduce_impl(const ArArgs& a, AllReduceFusionWorkspace* base, int64_t pattern,
-                      bool launch_with_pdl, double rms_eps, std::optional<int64_t> layout_code,
-                      std::optional<bool> use_oneshot, bool fp32_acc,
-                      std::optional<int64_t> group_size, double weight_bias, bool moe_args) {
+// allreduce_fusion's MoE patterns on the TRT-LLM workspace (docs/COMM.md, "The MoE patterns"):
+// upstream's helpers' checks in their order and words, each rank's local value (the expert
+// reduction or the finalize gather, kernels/comm_rules.h) as the exchanged input, then the
+// one-shot rank sum with every partial sum rounded and pattern 1's (5's with NVFP4) epilogue.
+Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusionWorkspace& ws,
+                          int64_t pattern, bool launch_with_pdl, double rms_eps,
+                          std::optional<int64_t> layout_code, double weight_bias) {
+  const char* op = "allreduce_fusion";
+  auto& w = ws.impl();
+  auto given = [](const std::optional<Tensor>& t) { return t && t->defined(); };
+  const bool six = pattern == 6;
+  const std::string suffix = six ? " is required for kMoEReductionARResidualRMSNorm pattern"
+                                 : " is required for kMoEFinalizeARResidualRMSNorm pattern";
+  auto required = [&](bool ok, const char* name) { FLASHINFER_CHECK(ok, op, name, name, suffix); };
+  if (six) {
+    required(m.device_num_experts && !m.device_num_experts->is_none(),
+             "moe_reduction_device_num_experts");
+    required(given(m.scale_input), "moe_reduction_scale_input");
+    required(given(m.active_experts_token_input), "moe_reduction_active_experts_token_input");
+    required(given(m.token_input), "moe_reduction_token_input");
+    required(given(a.residual_in), "residual_in");
+    required(given(a.rms_gamma), "rms_gamma");
+  } else {
+    required(given(m.expanded_idx_to_permuted_idx), "expanded_idx_to_permuted_idx");
+    required(given(a.residual_in), "residual_in");
+    required(given(a.rms_gamma), "rms_gamma");
+  }
+  const Tensor& res_in = *a.residual_in;
+  const Tensor& gamma = *a.rms_gamma;
+  const Device dev = res_in.device();
+  FLASHINFER_CHECK(res_in.dim() >= 1, op, "residual_in", "residual_in must have a hidden dim");
+  const int64_t H = res_in.size(res_in.dim() - 1);
+  const int64_t Tk = H > 0 ? res_in.numel() / H : 0;
+  const int64_t W = w.world_size;
+  // The helpers' size check (2 bytes an element in pattern 6, the residual's in pattern 7).
+  const int64_t comm_bytes =
+      six ? m.token_input->numel() * 2 * W : res_in.numel() * dtype_size(res_in.dtype()) * W;
+  constexpr int64_t kMaxCommSize = 2145386496;  // 2^31 - 2^21
+  FLASHINFER_CHECK(comm_bytes <= kMaxCommSize, op, "input", "required_lamport_comm_size ",
+                   comm_bytes, " is greater than MAX_COMM_SIZE ", kMaxCommSize,
+                   ". Cannot use oneshot in this case.");
+  const DType dt = six ? m.active_experts_token_input->dtype() : res_in.dtype();
+  FLASHINFER_CHECK_CODE(dt == DType::kFloat16 || dt == DType::kBFloat16, ErrorCode::kUnsupported,
+                        op, "input", "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_ALLREDUCE.");
+  FLASHINFER_CHECK_CODE(W == 2 || W == 4 || W == 8 || W == 16, ErrorCode::kUnsupported, op,
+                        "workspace", "Unsupported n_ranks");
+  // The kernels' checks.
+  FLASHINFER_CHECK(H > 0 && res_in.numel() % H == 0, op, "residual_in",
+                   "size must be a multiple of hidden_dim");
+  FLASHINFER_CHECK(H % 8 == 0, op, "residual_in",
+                   six ? "hidden_dim * sizeof(T) must be a multiple of kBytesPerAccess"
+                       : "hidden_dim must be a multiple of VEC_SIZE");
+  if (six) {
+    FLASHINFER_CHECK(
+        given(a.output) || given(a.residual_out) || given(a.norm_out) || given(a.quant_out), op,
+        "norm_out",
+        "at least one of moe_allreduce_out, residual_out, norm_out, quant_out must be "
+        "set");
+  } else {
+    FLASHINFER_CHECK(m.expanded_idx_to_permuted_idx->dtype() == DType::kInt32, op,
+                     "expanded_idx_to_permuted_idx", "expanded_idx_to_permuted_idx must be int32");
+  }
+  // flashinfer-cpp's own: what upstream leaves to the caller and its kernels would misread.
+  FLASHINFER_CHECK(dev == ws.device(), op, "residual_in", "residual_in is on ", dev.str(),
+                   " but the workspace's buffers are on ", ws.device().str());
+  FLASHINFER_CHECK(!w.fp32, op, "workspace",
+                   "the MoE patterns run 16-bit data: the workspace was made for float32");
+  FLASHINFER_CHECK(Tk * H <= w.max_token_num * w.hidden_dim, op, "workspace", "token_num (", Tk,
+                   ") * hidden_dim (", H, ") exceeds the workspace's max_token_num (",
+                   w.max_token_num, ") * hidden_dim (", w.hidden_dim, ")");
+  auto like = [&](const Tensor& t, const char* name, const Shape& shape, DType d) {
+    api::check_same_device(t, res_in, op, name, "residual_in");
+    FLASHINFER_CHECK(t.is_contiguous(), op, name, name, " must be contiguous");
+    api::check_shape_eq(t, shape, op, name);
+    FLASHINFER_CHECK(t.dtype() == d, op, name, name, " must be ", dtype_torch_name(d), ", got ",
+                     dtype_torch_name(t.dtype()));
+  };
+  like(res_in, "residual_in", {Tk, H}, dt);
+  like(gamma, "rms_gamma", {H}, dt);
+  // upstream's kernel writes norm_out whatever the caller gave (a null write in pattern 6).
+  FLASHINFER_CHECK(!six || given(a.norm_out), op, "norm_out",
+                   "norm_out is required: upstream's kernel always writes it (a None norm_out "
+                   "would be written through a null pointer)");
+  Tensor norm_out = given(a.norm_out) ? *a.norm_out : Tensor::empty({Tk, H}, dt, dev);
+  Tensor residual_out = given(a.residual_out) ? *a.residual_out : Tensor::empty({Tk, H}, dt, dev);
+  like(norm_out, "norm_out", {Tk, H}, dt);
+  like(residual_out, "residual_out", {Tk, H}, dt);
+  kernels::MoeLocalParams lp;
+  lp.pattern = static_cast<int>(pattern);
+  lp.dtype = dt;
+  lp.tokens = Tk;
+  lp.hidden = H;
+  Tensor local = Tensor::empty({Tk, H}, dt, dev);
+  lp.out = local.data_ptr();
+  if (six) {
+    const Value& ne = *m.device_num_experts;
+    FLASHINFER_CHECK(
+        ne.kind() == Value::Kind::kInt && ne.as_int() >= 0, op, "moe_reduction_device_num_experts",
+        "moe_reduction_device_num_experts must be a non-negative int, got ", ne.repr());
+    const int64_t E = ne.as_int();
+    like(*m.active_experts_token_input, "moe_reduction_active_experts_token_input", {E, Tk, H}, dt);
+    like(*m.token_input, "moe_reduction_token_input", {Tk, H}, dt);
+    const Tensor& sc = *m.scale_input;
+    api::check_same_device(sc, res_in, op, "moe_reduction_scale_input", "residual_in");
+    FLASHINFER_CHECK(sc.dtype() == DType::kFloat32 && sc.is_contiguous() && sc.numel() >= E * Tk,
+                     op, "moe_reduction_scale_input",
+                     "moe_reduction_scale_input must be a contiguous float32 tensor of at least ",
+                     E * Tk, " values (read expert-major, [num_experts, token_num]), got ",
+                     dtype_torch_name(sc.dtype()), " ", shape_to_string(sc.shape()));
+    lp.experts = E;
+    lp.active = m.active_experts_token_input->data_ptr();
+    lp.scale = static_cast<const float*>(sc.data_ptr());
+    lp.token = m.token_input->data_ptr();
+  } else {
+    const Tensor& idx = *m.expanded_idx_to_permuted_idx;
+    const Tensor& in = a.input;
+    api::check_defined(in, op, "input");
+    FLASHINFER_CHECK(in.dim() == 2 && in.size(1) == H, op, "input",
+                     "input must be the permuted expert output [rows, ", H, "], got ",
+                     shape_to_string(in.shape()));
+    like(in, "input", in.shape(), dt);
+    FLASHINFER_CHECK(idx.dim() == 2 && idx.size(0) == Tk, op, "expanded_idx_to_permuted_idx",
+                     "expanded_idx_to_permuted_idx must be [", Tk, ", top_k], got ",
+                     shape_to_string(idx.shape()));
+    like(idx, "expanded_idx_to_permuted_idx", idx.shape(), DType::kInt32);
+    const int64_t K = idx.size(1);
+    // upstream reads the rows unchecked; here every index is -1 or a row of input.
+    const std::vector<double> iv = idx.to(Device::cpu()).to_double_vector();
+    for (double v : iv) {
+      FLASHINFER_CHECK(v == -1 || (v >= 0 && v < static_cast<double>(in.size(0))), op,
+                       "expanded_idx_to_permuted_idx", "index ", static_cast<int64_t>(v),
+                       " is neither -1 nor a row of input (", in.size(0), " rows)");
+    }
+    lp.top_k = K;
+    lp.input = in.data_ptr();
+    lp.index = static_cast<const int32_t*>(idx.data_ptr());
+    if (given(m.expert_scale_factor)) {
+      // upstream reads the scales in the data's dtype.
+      like(*m.expert_scale_factor, "expert_scale_factor", {Tk, K}, dt);
+      lp.expert_scale = m.expert_scale_factor->data_ptr();
+    }
+    if (given(m.shared_expert_output)) {
+      like(*m.shared_expert_output, "shared_expert_output", {Tk, H}, dt);
+      lp.shared = m.shared_expert_output->data_ptr();
+    }
+  }
+  // NVFP4: pattern 6 only (upstream's pattern 7 leaves its global scale uninitialized).
+  const bool quant = given(a.quant_out);
+  Tensor scale_holder;
+  AllReduceFusionParams p;
+  if (quant) {
+    FLASHINFER_CHECK_CODE(six, ErrorCode::kUnsupported, op, "quant_out",
+                          "NVFP4 output of kMoEFinalizeARResidualRMSNorm: upstream's binding "
+                          "leaves its global scale uninitialized; not implemented");
+    const Tensor& q = *a.quant_out;
+    const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
+    FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ", layout,
+                     " (QuantizationSFLayout: 0, 1 or 2)");
+    FLASHINFER_CHECK_CODE(layout != QuantizationSFLayout::SWIZZLED_8x4, ErrorCode::kUnsupported, op,
+                          "layout_code",
+                          "SWIZZLED_8x4 scale layout: upstream's kernel writes no scales for it; "
+                          "use SWIZZLED_128x4 or LINEAR");
+    FLASHINFER_CHECK(H % 16 == 0, op, "input", "NVFP4 quantization needs hidden_dim % 16 == 0, ",
+                     "got ", H);
+    api::check_same_device(q, res_in, op, "quant_out", "residual_in");
+    api::check_shape_eq(q, {Tk, H / 2}, op, "quant_out");
+    FLASHINFER_CHECK(q.is_contiguous() && dtype_size(q.dtype()) == 1, op, "quant_out",
+                     "quant_out must be a contiguous byte tensor [", Tk, ", ", H / 2, "]");
+    FLASHINFER_CHECK(given(a.scale_out), op, "scale_out", "scale_out is required with quant_out");
+    const Tensor& s = *a.scale_out;
+    api::check_same_device(s, res_in, op, "scale_out", "residual_in");
+    const auto code = static_cast<kernels::SfLayoutCode>(layout);
+    const int64_t need_bytes = kernels::sf_buffer_size(code, Tk, H / 16);
+    const auto have_bytes = static_cast<int64_t>(s.numel() * dtype_size(s.dtype()));
+    FLASHINFER_CHECK(s.is_contiguous() && have_bytes >= need_bytes, op, "scale_out",
+                     "scale_out must be a contiguous buffer of at least ", need_bytes, " bytes");
+    if (dev.is_cuda()) {
+      const int cc = api::compute_capability(dev);
+      FLASHINFER_CHECK_CODE(cc >= 100, ErrorCode::kUnsupported, op, "quant_out",
+                            "the NVFP4 output needs SM100+ (upstream's kernel writes zeros below "
+                            "it; compute capability ",
+                            cc, " here)");
+    }
+    // A Python int or float is the global scale; anything else is 1.0, as upstream's.
+    const double gs = a.scale_factor && !a.scale_factor->is_none() &&
+                              (a.scale_factor->kind() == Value::Kind::kFloat ||
+                               a.scale_factor->kind() == Value::Kind::kInt)
+                          ? a.scale_factor->as_float()
+                          : 1.0;
+    scale_holder = Tensor::full({1}, gs, DType::kFloat32, dev);
+    p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+    p.quant_out = q.data_ptr();
+    p.scale_out = s.data_ptr();
+    p.layout_code = static_cast<int>(layout);
+  }
+  if (six && given(a.output)) {
+    like(*a.output, "output", {Tk, H}, dt);
+    p.sum_out = a.output->data_ptr();
+  }
+  api::launch(kMoeLocalKernels, lp, dev, op, "input");
+  p.world_size = static_cast<int>(W);
+  p.rank = static_cast<int>(w.rank);
+  p.tokens = Tk;
+  p.hidden = H;
+  p.dtype = dt;
+  p.pattern = quant ? 5 : 1;  // residual, norm (and NVFP4): pattern 1's / 5's epilogue
+  p.fp32_acc = false;         // every partial sum rounded: upstream's MoE kernels have no option
+  p.oneshot = true;           // -0 sent as +0
+  p.input = local.data_ptr();
+  p.residual_in = res_in.data_ptr();
+  p.residual_out = residual_out.data_ptr();
+  p.norm_out = norm_out.data_ptr();
+  p.gamma = gamma.data_ptr();
+  p.eps = static_cast<float>(rms_eps);
+  p.weight_bias = static_cast<float>(weight_bias);
+  p.blocks = w.blocks;
+  run_exchange(*w.mem, *w.comm, w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32), p, dev, op,
+               "input", launch_with_pdl);
+  return norm_out;
+}
+
+Tensor allreduce_impl(const ArArgs& a, const MoeArgs& moe, AllReduceFusionWorkspace* base,
+                      int64_t pattern, bool launch_with_pdl, double rms_eps,
+                      std::optional<int64_t> layout_code, std::optional<bool> use_oneshot,
+                      bool fp32_acc, std::optional<int64_t> group_size, double weight_bias) {
   const char* op = "allreduce_fusion";
   FLASHINFER_CHECK(base != nullptr, op, "workspace",
                    "expected an AllReduceFusionWorkspace, got None");
@@ -643,11 +884,12 @@ Tensor allreduce_impl(const ArArgs& a, AllReduceFusionWorkspace* base, int64_t p
                    "TRT-LLM symmetric-memory handles are not attached");
   FLASHINFER_CHECK(pattern >= 0 && pattern <= 11, op, "pattern", "unknown fusion pattern ", pattern,
                    " (AllReduceFusionPattern has 0 to 11)");
-  FLASHINFER_CHECK_CODE(pattern != 6 && pattern != 7 && !moe_args, ErrorCode::kUnsupported, op,
-                        "pattern",
-                        "the MoE reduction patterns (6 kMoEReductionARResidualRMSNorm, 7 "
-                        "kMoEFinalizeARResidualRMSNorm) and their moe_* / expert arguments are "
-                        "not implemented in flashinfer-cpp");
+  // The MoE patterns go their own way before the standard path's checks, as upstream's; their
+  // arguments are ignored by the other patterns.
+  if (pattern == 6 || pattern == 7) {
+    return moe_allreduce_impl(a, moe, *ws, pattern, launch_with_pdl, rms_eps, layout_code,
+                              weight_bias);
+  }
   const Tensor& x = a.input;
   api::check_defined(x, op, "input");
   FLASHINFER_CHECK(x.dim() == 2, op, "input", "input must be 2-D [token_num, hidden_dim], got ",
@@ -990,15 +1232,18 @@ Tensor allreduce_fusion(const Tensor& input, std::shared_ptr<AllReduceFusionWork
                         std::optional<int64_t> block_quant_group_size, double weight_bias) {
   return call_op<&allreduce_fusion>(
       [&] {
-        const bool moe_args =
-            (moe_reduction_device_num_experts && !moe_reduction_device_num_experts->is_none()) ||
-            moe_reduction_scale_input || moe_reduction_active_experts_token_input ||
-            moe_reduction_token_input || expanded_idx_to_permuted_idx || expert_scale_factor ||
-            shared_expert_output;
         const ArArgs a{input,     output,      residual_out, norm_out,    quant_out,
                        scale_out, residual_in, rms_gamma,    scale_factor};
-        return allreduce_impl(a, workspace.get(), pattern, launch_with_pdl, rms_eps, layout_code,
-                              use_oneshot, fp32_acc, block_quant_group_size, weight_bias, moe_args);
+        const MoeArgs moe{moe_reduction_device_num_experts,
+                          moe_reduction_scale_input,
+                          moe_reduction_active_experts_token_input,
+                          moe_reduction_token_input,
+                          expanded_idx_to_permuted_idx,
+                          expert_scale_factor,
+                          shared_expert_output};
+        return allreduce_impl(a, moe, workspace.get(), pattern, launch_with_pdl, rms_eps,
+                              layout_code, use_oneshot, fp32_acc, block_quant_group_size,
+                              weight_bias);
       },
       input, workspace, pattern, launch_with_pdl, trigger_completion_at_end, output, residual_out,
       norm_out, quant_out, scale_out, residual_in, rms_gamma, rms_eps, scale_factor, layout_code,

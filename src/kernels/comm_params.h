@@ -50,6 +50,7 @@ struct AllReduceFusionParams {
   const void* input = nullptr;
 
   void* output = nullptr;        // pattern 0: s
+  void* sum_out = nullptr;       // the MoE reduction pattern's moe_allreduce_out: s as well
   void* residual_out = nullptr;  // dtype(s + residual_in)
   void* norm_out = nullptr;      // y
   void* quant_out = nullptr;     // fp8 [T, H] or packed e2m1 [T, H / 2]
@@ -66,6 +67,27 @@ struct AllReduceFusionParams {
   /// CUDA: the grid every rank of the workspace's group launches, agreed when the workspace was
   /// made (core/device_location.h, agreed_grid_cap); 0: the SM count over the world size.
   int blocks = 0;
+};
+
+/// allreduce_fusion's MoE patterns: this rank's local value [Tk, H] (the dtype) before the rank
+/// sum (kernels/comm_rules.h, ar_moe_*_value).
+struct MoeLocalParams {
+  int pattern = 6;  // 6: the expert reduction, 7: the finalize gather
+  DType dtype = DType::kBFloat16;
+  int64_t tokens = 0, hidden = 0;
+  void* out = nullptr;
+  // Pattern 6: active [E, Tk, H], scale fp32 [E, Tk], token [Tk, H].
+  int64_t experts = 0;
+  const void* active = nullptr;
+  const float* scale = nullptr;
+  const void* token = nullptr;
+  // Pattern 7: input [rows, H], index int32 [Tk, K], scale [Tk, K] (the dtype) or null, shared
+  // [Tk, H] or null.
+  int64_t top_k = 0;
+  const void* input = nullptr;
+  const int32_t* index = nullptr;
+  const void* expert_scale = nullptr;
+  const void* shared = nullptr;
 };
 
 /// decode_cp_a2a_alltoall: the workspace [cp_size, row] (bytes from row r * row_stride are rank

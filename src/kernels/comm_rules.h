@@ -69,6 +69,41 @@ FLASHINFER_HD float ar_rank_sum(int world_size, bool fp32_acc, bool island8, boo
   return round(s);
 }
 
+// ---- allreduce_fusion's MoE patterns (TRT-LLM workspace): each rank's local value before the
+// rank sum, every step rounded to the dtype as upstream's kernels (16-bit adds and products).
+
+/// Pattern 6 (kMoEReductionARResidualRMSNorm), element (t, h): a = +0; per expert e in order,
+/// a = T(a + T(active[e, t, h] * scale[e * Tk + t])) (scale fp32, expert-major); then
+/// a = T(a + token_input[t, h]). active(e) and token() load fp32 values, round rounds to T.
+template <class Active, class Scale, class Token, class Round>
+FLASHINFER_HD float ar_moe_reduction_value(int64_t experts, const Active& active,
+                                           const Scale& scale, const Token& token,
+                                           const Round& round) {
+  float a = 0.0f;
+  for (int64_t e = 0; e < experts; ++e) {
+    a = round(fp32_add(a, round(fp32_mul(active(e), scale(e)))));
+  }
+  return round(fp32_add(a, token()));
+}
+
+/// Pattern 7 (kMoEFinalizeARResidualRMSNorm), element (t, h): a = +0; per slot k in order whose
+/// index is not -1, a = T(a + T(input[idx, h] * scale[t, k])) (a = T(a + input[idx, h]) without
+/// scales); then a = T(a + shared[t, h]) when there is a shared expert output.
+template <class Index, class Input, class Scale, class Shared, class Round>
+FLASHINFER_HD float ar_moe_finalize_value(int64_t top_k, bool has_scale, bool has_shared,
+                                          const Index& index, const Input& input,
+                                          const Scale& scale, const Shared& shared,
+                                          const Round& round) {
+  float a = 0.0f;
+  for (int64_t k = 0; k < top_k; ++k) {
+    const int64_t j = index(k);
+    if (j == -1) continue;
+    const float v = has_scale ? round(fp32_mul(input(j), scale(k))) : input(j);
+    a = round(fp32_add(a, v));
+  }
+  return has_shared ? round(fp32_add(a, shared())) : a;
+}
+
 // ---- MNNVL (MNNVLAllReduceFusionWorkspace): upstream's trtllm_mnnvl_allreduce kernels, built
 // with -use_fast_math (fp32 subnormals flushed to sign-preserving zero in the sum).
 

@@ -468,7 +468,9 @@ TEST(AllreduceFusion, RefusesWhatUpstreamRefuses) {
   std::vector<std::string> errors(2);
   with_group(2, 4, 32, kBf, [&](int64_t r, auto ws) {
     const Tensor& x = f.in[r];
-    expect_error([&] { allreduce_fusion(x, ws, 6); }, "not implemented");
+    expect_error([&] { allreduce_fusion(x, ws, 6); },
+                 "moe_reduction_device_num_experts is required for "
+                 "kMoEReductionARResidualRMSNorm pattern");
     expect_error([&] { allreduce_fusion(x, ws, 12); }, "unknown fusion pattern");
     expect_error([&] { allreduce_fusion(x, ws, P::kARResidualRMSNorm); },
                  "residual_in is required");
@@ -641,6 +643,220 @@ TEST(AllreduceFusion, CheckpointDetachesTheWorkspaceUntilRestored) {
     }
   }
   fs::remove_all(dir);
+}
+
+// ---- allreduce_fusion's MoE patterns (6, 7) on the TRT-LLM workspace -------------------------
+
+// Pattern 6 by hand: every step rounded to bf16. Rank 0's three experts give 1, 2^-8, 2^-8 (scale
+// 1): a = 1, then 1 + 2^-8 rounds back to 1 (a tie, to even) twice, where one fp32 sum would keep
+// 1 + 2^-7 (a bf16 value); rank 1 gives 0. token_input 0: the ranks' sum 1.
+TEST(AllreduceMoe, ReductionRoundsEveryStepByHand) {
+  const int64_t E = 3, Tk = 2, H = 16;
+  std::vector<Tensor> out(2), norm(2), res_out(2);
+  Tensor gamma = Tensor::full({H}, 1.0, kBf);
+  with_group(2, 4, H, kBf, [&](int64_t r, auto ws) {
+    std::vector<double> act(E * Tk * H);
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t i = 0; i < Tk * H; ++i) {
+        act[e * Tk * H + i] = r == 1 ? 0.0 : e == 0 ? 1.0 : std::ldexp(1.0, -8);
+      }
+    }
+    Tensor active = Tensor::from_vector(act, {E, Tk, H}, kBf);
+    Tensor scale = Tensor::full({E, Tk}, 1.0, kF32);
+    Tensor token = Tensor::full({Tk, H}, 0.0, kBf);
+    out[r] = Tensor::empty({Tk, H}, kBf);
+    norm[r] = Tensor::empty({Tk, H}, kBf);
+    res_out[r] = Tensor::empty({Tk, H}, kBf);
+    Tensor ret = allreduce_fusion(
+        token, ws, P::kMoEReductionARResidualRMSNorm, false, true, out[r], res_out[r], norm[r],
+        std::nullopt, std::nullopt, Tensor::full({Tk, H}, 1.0, kBf), gamma, 1e-6, std::nullopt,
+        std::nullopt, std::nullopt, false, Value(E), scale, active, token);
+    EXPECT_EQ(ret.data_ptr(), norm[r].data_ptr());
+  });
+  for (int r = 0; r < 2; ++r) {
+    for (double v : out[r].to_double_vector()) ASSERT_EQ(v, 1.0);
+    for (double v : res_out[r].to_double_vector()) ASSERT_EQ(v, 2.0);  // 1 + residual 1
+    for (double v : norm[r].to_double_vector()) ASSERT_EQ(v, 1.0);     // r / rms(r) = 1
+  }
+}
+
+// Pattern 6 on random data against the formula: the local value with every step rounded, the
+// rank sum with every partial sum rounded, residual exact, the norm within a bf16 ulp of fp64.
+TEST(AllreduceMoe, ReductionMatchesTheFormula) {
+  const int64_t W = 4, E = 3, Tk = 5, H = 64;
+  std::vector<Tensor> act(W), sc(W), tok(W), res(W), out(W), norm(W), res_out(W);
+  for (int64_t r = 0; r < W; ++r) {
+    act[r] = rand_tensor({E, Tk, H}, kBf, 300 + r, -2, 2);
+    sc[r] = rand_tensor({E, Tk}, kF32, 400 + r, 0, 1);
+    tok[r] = rand_tensor({Tk, H}, kBf, 500 + r, -1, 1);
+    res[r] = rand_tensor({Tk, H}, kBf, 600 + r, -1, 1);
+  }
+  const Tensor gamma = rand_tensor({H}, kBf, 700, 0.5, 1.5);
+  with_group(W, 8, H, kBf, [&](int64_t r, auto ws) {
+    out[r] = Tensor::empty({Tk, H}, kBf);
+    norm[r] = Tensor::empty({Tk, H}, kBf);
+    res_out[r] = Tensor::empty({Tk, H}, kBf);
+    allreduce_fusion(tok[r], ws, P::kMoEReductionARResidualRMSNorm, false, true, out[r], res_out[r],
+                     norm[r], std::nullopt, std::nullopt, res[r], gamma, 1e-6, std::nullopt,
+                     std::nullopt, std::nullopt, true, Value(E), sc[r], act[r], tok[r]);
+  });
+  std::vector<std::vector<double>> local(W);
+  for (int64_t r = 0; r < W; ++r) {
+    const auto a = act[r].to_double_vector(), s = sc[r].to_double_vector(),
+               t = tok[r].to_double_vector();
+    for (int64_t i = 0; i < Tk * H; ++i) {
+      const int64_t ti = i / H;
+      float acc = 0.0f;
+      for (int64_t e = 0; e < E; ++e) {
+        acc = bf16r(acc + bf16r(static_cast<float>(a[e * Tk * H + i]) *
+                                static_cast<float>(s[e * Tk + ti])));
+      }
+      local[r].push_back(bf16r(acc + static_cast<float>(t[i])));
+    }
+  }
+  std::vector<double> sum(Tk * H);
+  for (int64_t i = 0; i < Tk * H; ++i) {
+    float s = static_cast<float>(local[0][i]);
+    for (int64_t r = 1; r < W; ++r) s = bf16r(s + static_cast<float>(local[r][i]));
+    sum[i] = s;
+  }
+  for (int64_t r = 0; r < W; ++r) {
+    ASSERT_EQ(out[r].to_double_vector(), sum) << r;
+    const NormRef ref = norm_reference(sum, res[r], gamma, Tk, H, kBf, 1e-6, 0.0);
+    const auto ro = res_out[r].to_double_vector(), y = norm[r].to_double_vector();
+    for (int64_t i = 0; i < Tk * H; ++i) {
+      ASSERT_EQ(ro[i], ref.residual[i]) << i;
+      ASSERT_NEAR(y[i], ref.y[i], 8e-3 * std::max(1.0, std::abs(ref.y[i]))) << i;
+    }
+  }
+}
+
+// Pattern 7 against the formula: rows gathered by index (-1 skipped, a duplicate added twice),
+// each times its scale and rounded, every add rounded, the shared expert output last; then the
+// rank sum. norm_out and residual_out allocated when None; norm_out returned.
+TEST(AllreduceMoe, FinalizeMatchesTheFormula) {
+  const int64_t W = 2, Tk = 3, K = 3, H = 32, rows = 7;
+  const std::vector<double> idx_v = {0, 3, -1, 6, 6, 2, -1, -1, -1};
+  std::vector<Tensor> in(W), sc(W), sh(W), res(W), ret(W);
+  for (int64_t r = 0; r < W; ++r) {
+    in[r] = rand_tensor({rows, H}, kBf, 800 + r, -2, 2);
+    sc[r] = rand_tensor({Tk, K}, kBf, 810 + r, 0, 1);
+    sh[r] = rand_tensor({Tk, H}, kBf, 820 + r, -1, 1);
+    res[r] = rand_tensor({Tk, H}, kBf, 830 + r, -1, 1);
+  }
+  const Tensor idx = Tensor::from_vector(idx_v, {Tk, K}, DType::kInt32);
+  const Tensor gamma = rand_tensor({H}, kBf, 840, 0.5, 1.5);
+  with_group(W, 8, H, kBf, [&](int64_t r, auto ws) {
+    ret[r] =
+        allreduce_fusion(in[r], ws, P::kMoEFinalizeARResidualRMSNorm, false, true, std::nullopt,
+                         std::nullopt, std::nullopt, std::nullopt, std::nullopt, res[r], gamma,
+                         1e-6, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+                         std::nullopt, std::nullopt, std::nullopt, idx, sc[r], sh[r]);
+  });
+  std::vector<std::vector<double>> local(W);
+  for (int64_t r = 0; r < W; ++r) {
+    const auto x = in[r].to_double_vector(), s = sc[r].to_double_vector(),
+               h = sh[r].to_double_vector();
+    for (int64_t t = 0; t < Tk; ++t) {
+      for (int64_t j = 0; j < H; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const auto row = static_cast<int64_t>(idx_v[t * K + k]);
+          if (row == -1) continue;
+          acc = bf16r(acc +
+                      bf16r(static_cast<float>(x[row * H + j]) * static_cast<float>(s[t * K + k])));
+        }
+        local[r].push_back(bf16r(acc + static_cast<float>(h[t * H + j])));
+      }
+    }
+  }
+  std::vector<double> sum(Tk * H);
+  for (int64_t i = 0; i < Tk * H; ++i) sum[i] = bf16r(local[0][i] + local[1][i]);
+  for (int64_t r = 0; r < W; ++r) {
+    const NormRef ref = norm_reference(sum, res[r], gamma, Tk, H, kBf, 1e-6, 0.0);
+    const auto y = ret[r].to_double_vector();
+    ASSERT_EQ(ret[r].shape(), Shape({Tk, H}));
+    for (int64_t i = 0; i < Tk * H; ++i) {
+      ASSERT_NEAR(y[i], ref.y[i], 8e-3 * std::max(1.0, std::abs(ref.y[i]))) << i;
+    }
+  }
+}
+
+TEST(AllreduceMoe, RefusesWhatUpstreamRefusesInItsOrder) {
+  const int64_t Tk = 2, H = 16;
+  with_group(2, 4, H, kBf, [&](int64_t r, auto ws) {
+    (void)r;
+    const Tensor x = Tensor::zeros({Tk, H}, kBf), g = Tensor::full({H}, 1.0, kBf);
+    const Tensor act = Tensor::zeros({1, Tk, H}, kBf), sc = Tensor::full({1, Tk}, 1.0, kF32);
+    const std::optional<Tensor> none;
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 6, false, true, none, none, x, none, none, none, none, 1e-6,
+                           std::nullopt, std::nullopt, std::nullopt, false, Value(1), sc, act);
+        },
+        "moe_reduction_token_input is required for kMoEReductionARResidualRMSNorm pattern");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 6, false, true, none, none, none, none, none, x, g, 1e-6,
+                           std::nullopt, std::nullopt, std::nullopt, false, Value(1), sc, act, x);
+        },
+        "at least one of moe_allreduce_out, residual_out, norm_out, quant_out must be set");
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 6, false, true, Tensor::zeros({Tk, H}, kBf), none, none, none,
+                           none, x, g, 1e-6, std::nullopt, std::nullopt, std::nullopt, false,
+                           Value(1), sc, act, x);
+        },
+        "norm_out is required: upstream's kernel always writes it");
+    expect_error(
+        [&] { allreduce_fusion(x, ws, 7, false, true, none, none, none, none, none, x, g); },
+        "expanded_idx_to_permuted_idx is required for kMoEFinalizeARResidualRMSNorm pattern");
+    const Tensor idx64 = Tensor::zeros({Tk, 1}, DType::kInt64);
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 7, false, true, none, none, none, none, none, x, g, 1e-6,
+                           std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, none,
+                           none, none, idx64);
+        },
+        "expanded_idx_to_permuted_idx must be int32");
+    const Tensor bad = Tensor::from_vector({0, 9}, {Tk, 1}, DType::kInt32);
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 7, false, true, none, none, none, none, none, x, g, 1e-6,
+                           std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, none,
+                           none, none, bad);
+        },
+        "index 9 is neither -1 nor a row of input (2 rows)");
+    const Tensor ok_idx = Tensor::from_vector({0, 1}, {Tk, 1}, DType::kInt32);
+    expect_error(
+        [&] {
+          allreduce_fusion(
+              x, ws, 7, false, true, none, none, none, Tensor::zeros({Tk, H / 2}, DType::kUInt8),
+              Tensor::zeros({512}, DType::kUInt8), x, g, 1e-6, std::nullopt, std::nullopt,
+              std::nullopt, false, std::nullopt, none, none, none, ok_idx);
+        },
+        "NVFP4 output of kMoEFinalizeARResidualRMSNorm");
+    expect_error(
+        [&] {
+          allreduce_fusion(x.to(kF16), ws, 7, false, true, none, none, none, none, none,
+                           x.to(DType::kFloat32), g, 1e-6, std::nullopt, std::nullopt, std::nullopt,
+                           false, std::nullopt, none, none, none, ok_idx);
+        },
+        "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_ALLREDUCE.");
+  });
+  // Three ranks: upstream's kernels have 2, 4, 8 and 16.
+  with_group(3, 4, H, kBf, [&](int64_t, auto ws) {
+    const Tensor x = Tensor::zeros({Tk, H}, kBf), g = Tensor::full({H}, 1.0, kBf);
+    const Tensor idx = Tensor::from_vector({0, 1}, {Tk, 1}, DType::kInt32);
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 7, false, true, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, std::nullopt, x, g, 1e-6, std::nullopt, std::nullopt,
+                           std::nullopt, false, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, idx);
+        },
+        "Unsupported n_ranks");
+  });
 }
 
 // ---- MNNVL all-reduce (MNNVLAllReduceFusionWorkspace)

@@ -206,19 +206,20 @@ std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
 ///     four exponent bytes an int32 in scale_out [T, ceil(G/4)] (strides 1, round_up(T, 4));
 ///     10 / 11 FP8 with a per-token scale max(amax / 448, 2^-9 / 448) in scale_out [T, 1] fp32.
 /// Returns norm_out if given, else quant_out if given, else output (allocated when None).
-/// Patterns 6 and 7 (the MoE reductions) are refused (not implemented). use_oneshot None:
-/// one-shot while T * H * 2 * W * itemsize <= {2: 512, 4: 64, 8: 42} MiB; two-shot needs
-/// T > W. launch_with_pdl and trigger_completion_at_end only order the CUDA launch.
-/// On an MNNVLAllReduceFusionWorkspace, upstream's MNNVL kernels' arithmetic instead: patterns
-/// 0-5, 10 and 11; every input -0 read as +0, s one fp32 sum from 0 in rank order (one-shot: in
-/// chunks of 8 ranks above 8; two-shot: of 16), rounded once (two-shot: a -0 result is +0);
-/// fp32 subnormals flushed to zero in the sum (upstream's -use_fast_math); residual_out =
-/// dtype(s + residual_in); the norm's squares rounded to the dtype in one-shot, fp32 in two-shot;
-/// y = dtype((r * inv) * (wb + g)) one-shot, dtype(((wb + g) * r) * inv) two-shot; patterns 10 /
-/// 11 scale the fp32 norm in two-shot. fp32_acc and the MoE and group arguments are ignored; the
-/// outputs a pattern writes are allocated when None; it returns output (0), norm_out (1) or
-/// quant_out. use_oneshot None: one-shot while T * H * W * itemsize <= 2^20. Sizes are checked
-/// against buffer_size_bytes.
+/// Patterns 6 and 7 (the MoE reduction and finalize fusions, one-shot, 16-bit): each rank's local
+/// value from the moe_* / expert arguments, every step rounded, then the rank sum with every
+/// partial sum rounded and pattern 1's epilogue (docs/COMM.md, "The MoE patterns"). use_oneshot
+/// None: one-shot while T * H * 2 * W * itemsize <= {2: 512, 4: 64, 8: 42} MiB; two-shot needs T >
+/// W. launch_with_pdl and trigger_completion_at_end only order the CUDA launch. On an
+/// MNNVLAllReduceFusionWorkspace, upstream's MNNVL kernels' arithmetic instead: patterns 0-5, 10
+/// and 11; every input -0 read as +0, s one fp32 sum from 0 in rank order (one-shot: in chunks of 8
+/// ranks above 8; two-shot: of 16), rounded once (two-shot: a -0 result is +0); fp32 subnormals
+/// flushed to zero in the sum (upstream's -use_fast_math); residual_out = dtype(s + residual_in);
+/// the norm's squares rounded to the dtype in one-shot, fp32 in two-shot; y = dtype((r * inv) * (wb
+/// + g)) one-shot, dtype(((wb + g) * r) * inv) two-shot; patterns 10 / 11 scale the fp32 norm in
+/// two-shot. fp32_acc and the MoE and group arguments are ignored; the outputs a pattern writes are
+/// allocated when None; it returns output (0), norm_out (1) or quant_out. use_oneshot None:
+/// one-shot while T * H * W * itemsize <= 2^20. Sizes are checked against buffer_size_bytes.
 Tensor allreduce_fusion(
     const Tensor& input, std::shared_ptr<AllReduceFusionWorkspace> workspace, int64_t pattern,
     bool launch_with_pdl = false, bool trigger_completion_at_end = true,

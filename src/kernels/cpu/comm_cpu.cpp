@@ -35,6 +35,7 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
         store_or_fp32(p.output, dt, i, s);
         continue;
       }
+      if (p.sum_out) store_or_fp32(p.sum_out, dt, i, s);
       // residual_out may be residual_in or input: read before written, element by element.
       const float v = fp32_add(s, load_or_fp32(p.residual_in, dt, i));
       store_or_fp32(p.residual_out, dt, i, v);
@@ -108,6 +109,35 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
       }
       default:
         break;
+    }
+  }
+}
+
+void moe_local_value(const MoeLocalParams& p) {
+  using elem_io::load_or_fp32;
+  using elem_io::round_to;
+  using elem_io::store_or_fp32;
+  const DType dt = p.dtype;
+  const int64_t T = p.tokens, H = p.hidden;
+  auto round = [&](float v) { return round_to(dt, v); };
+#pragma omp parallel for schedule(static) if (T * H >= 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float v;
+      if (p.pattern == 6) {
+        v = ar_moe_reduction_value(
+            p.experts, [&](int64_t e) { return load_or_fp32(p.active, dt, (e * T + t) * H + h); },
+            [&](int64_t e) { return p.scale[e * T + t]; },
+            [&] { return load_or_fp32(p.token, dt, t * H + h); }, round);
+      } else {
+        v = ar_moe_finalize_value(
+            p.top_k, p.expert_scale != nullptr, p.shared != nullptr,
+            [&](int64_t k) { return static_cast<int64_t>(p.index[t * p.top_k + k]); },
+            [&](int64_t j) { return load_or_fp32(p.input, dt, j * H + h); },
+            [&](int64_t k) { return load_or_fp32(p.expert_scale, dt, t * p.top_k + k); },
+            [&] { return load_or_fp32(p.shared, dt, t * H + h); }, round);
+      }
+      store_or_fp32(p.out, dt, t * H + h, v);
     }
   }
 }

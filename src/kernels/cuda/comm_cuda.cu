@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduce
         static_cast<T*>(p.output)[i] = from_f32<T>(s);
         continue;
       }
+      if (p.sum_out) static_cast<T*>(p.sum_out)[i] = from_f32<T>(s);
       const float v = round_t<T>(fp32_add(s, to_f32(static_cast<const T*>(p.residual_in)[i])));
       static_cast<T*>(p.residual_out)[i] = from_f32<T>(v);
       ss = kMnnvl ? mnnvl_ftz(fp32_add(ss, mnnvl_square(v, p.oneshot, round)))
@@ -164,6 +165,36 @@ __global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduce
       }
     }
     __syncthreads();  // scratch and the row's residual_out before the next row
+  }
+}
+
+// allreduce_fusion's MoE patterns: this rank's local value, one element a thread, the CPU's
+// arithmetic (kernels/comm_rules.h).
+template <class T>
+__global__ void moe_local_value_kernel(MoeLocalParams p) {
+  const int64_t n = p.tokens * p.hidden, H = p.hidden, Tk = p.tokens;
+  auto round = [](float v) { return round_t<T>(v); };
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / H, h = i % H;
+    float v;
+    if (p.pattern == 6) {
+      const T* active = static_cast<const T*>(p.active);
+      v = ar_moe_reduction_value(
+          p.experts, [&](int64_t e) { return to_f32(active[(e * Tk + t) * H + h]); },
+          [&](int64_t e) { return p.scale[e * Tk + t]; },
+          [&] { return to_f32(static_cast<const T*>(p.token)[i]); }, round);
+    } else {
+      const T* in = static_cast<const T*>(p.input);
+      const T* sc = static_cast<const T*>(p.expert_scale);
+      v = ar_moe_finalize_value(
+          p.top_k, sc != nullptr, p.shared != nullptr,
+          [&](int64_t k) { return static_cast<int64_t>(p.index[t * p.top_k + k]); },
+          [&](int64_t j) { return to_f32(in[j * H + h]); },
+          [&](int64_t k) { return to_f32(sc[t * p.top_k + k]); },
+          [&] { return to_f32(static_cast<const T*>(p.shared)[i]); }, round);
+    }
+    static_cast<T*>(p.out)[i] = from_f32<T>(v);
   }
 }
 
@@ -266,6 +297,20 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
       p.mnnvl ? launch(allreduce_fusion_kernel<float, true>)
               : launch(allreduce_fusion_kernel<float, false>);
       break;
+  }
+}
+
+void moe_local_value(const MoeLocalParams& p, void* stream, int sm_count) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t n = p.tokens * p.hidden;
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(
+      1, std::min<int64_t>((n + 255) / 256, static_cast<int64_t>(sm_count) * 8))));
+  if (p.dtype == DType::kFloat16) {
+    launch_kernel("allreduce_fusion", moe_local_value_kernel<__half>, grid, dim3(256), 0, s, false,
+                  p);
+  } else {
+    launch_kernel("allreduce_fusion", moe_local_value_kernel<__nv_bfloat16>, grid, dim3(256), 0, s,
+                  false, p);
   }
 }
 

@@ -18,6 +18,9 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
 /// block waits for the same block of every peer).
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count);
 
+/// allreduce_fusion's MoE patterns 6 / 7: this rank's local value, one element a thread.
+void moe_local_value(const MoeLocalParams& p, void* stream, int sm_count);
+
 /// decode_cp_a2a_alltoall: three launches on the stream: this rank's inputs into its slot (all
 /// blocks), the call published and every peer's awaited (one thread, release / acquire at
 /// system scope), the outputs gathered from the peers' rows (all blocks, loads around the L1).
