@@ -684,6 +684,13 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
   FLASHINFER_CHECK(comm_bytes <= kMaxCommSize, op, "input", "required_lamport_comm_size ",
                    comm_bytes, " is greater than MAX_COMM_SIZE ", kMaxCommSize,
                    ". Cannot use oneshot in this case.");
+  if (!six) {
+    // The binding's checks, before its dtype dispatch.
+    FLASHINFER_CHECK(a.input.defined(), op, "input",
+                     "allreduce_in, expanded_idx_to_permuted_idx and top_k must be set");
+    FLASHINFER_CHECK(m.expanded_idx_to_permuted_idx->dtype() == DType::kInt32, op,
+                     "expanded_idx_to_permuted_idx", "expanded_idx_to_permuted_idx must be int32");
+  }
   const DType dt = six ? m.active_experts_token_input->dtype() : res_in.dtype();
   FLASHINFER_CHECK_CODE(dt == DType::kFloat16 || dt == DType::kBFloat16, ErrorCode::kUnsupported,
                         op, "input", "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_ALLREDUCE.");
@@ -701,9 +708,19 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
         "norm_out",
         "at least one of moe_allreduce_out, residual_out, norm_out, quant_out must be "
         "set");
-  } else {
-    FLASHINFER_CHECK(m.expanded_idx_to_permuted_idx->dtype() == DType::kInt32, op,
-                     "expanded_idx_to_permuted_idx", "expanded_idx_to_permuted_idx must be int32");
+  }
+  {
+    // The launch: a cluster of up to 8 blocks a token, warps = ceil(H / 256) of 16-byte lanes.
+    const int64_t warps = (H + 255) / 256;
+    int64_t cluster = 1;
+    for (int64_t c : {8, 4, 2}) {
+      if (warps % c == 0) {
+        cluster = c;
+        break;
+      }
+    }
+    FLASHINFER_CHECK(warps / cluster * 32 <= 1024, op, "residual_in",
+                     "block_size <= 1024 && cluster_size > 0");
   }
   // flashinfer-cpp's own: what upstream leaves to the caller and its kernels would misread.
   FLASHINFER_CHECK(dev == ws.device(), op, "residual_in", "residual_in is on ", dev.str(),
@@ -727,6 +744,7 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
                    "norm_out is required: upstream's kernel always writes it (a None norm_out "
                    "would be written through a null pointer)");
   Tensor norm_out = given(a.norm_out) ? *a.norm_out : Tensor::empty({Tk, H}, dt, dev);
+  // Pattern 6 without residual_out: scratch for the epilogue (upstream's kernel skips the store).
   Tensor residual_out = given(a.residual_out) ? *a.residual_out : Tensor::empty({Tk, H}, dt, dev);
   like(norm_out, "norm_out", {Tk, H}, dt);
   like(residual_out, "residual_out", {Tk, H}, dt);
@@ -759,7 +777,6 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
   } else {
     const Tensor& idx = *m.expanded_idx_to_permuted_idx;
     const Tensor& in = a.input;
-    api::check_defined(in, op, "input");
     FLASHINFER_CHECK(in.dim() == 2 && in.size(1) == H, op, "input",
                      "input must be the permuted expert output [rows, ", H, "], got ",
                      shape_to_string(in.shape()));

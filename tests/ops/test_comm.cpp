@@ -737,7 +737,7 @@ TEST(AllreduceMoe, ReductionMatchesTheFormula) {
 TEST(AllreduceMoe, FinalizeMatchesTheFormula) {
   const int64_t W = 2, Tk = 3, K = 3, H = 32, rows = 7;
   const std::vector<double> idx_v = {0, 3, -1, 6, 6, 2, -1, -1, -1};
-  std::vector<Tensor> in(W), sc(W), sh(W), res(W), ret(W);
+  std::vector<Tensor> in(W), sc(W), sh(W), res(W), ret(W), res_out(W);
   for (int64_t r = 0; r < W; ++r) {
     in[r] = rand_tensor({rows, H}, kBf, 800 + r, -2, 2);
     sc[r] = rand_tensor({Tk, K}, kBf, 810 + r, 0, 1);
@@ -747,10 +747,11 @@ TEST(AllreduceMoe, FinalizeMatchesTheFormula) {
   const Tensor idx = Tensor::from_vector(idx_v, {Tk, K}, DType::kInt32);
   const Tensor gamma = rand_tensor({H}, kBf, 840, 0.5, 1.5);
   with_group(W, 8, H, kBf, [&](int64_t r, auto ws) {
+    res_out[r] = Tensor::empty({Tk, H}, kBf);
     ret[r] =
         allreduce_fusion(in[r], ws, P::kMoEFinalizeARResidualRMSNorm, false, true, std::nullopt,
-                         std::nullopt, std::nullopt, std::nullopt, std::nullopt, res[r], gamma,
-                         1e-6, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+                         res_out[r], std::nullopt, std::nullopt, std::nullopt, res[r], gamma, 1e-6,
+                         std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
                          std::nullopt, std::nullopt, std::nullopt, idx, sc[r], sh[r]);
   });
   std::vector<std::vector<double>> local(W);
@@ -774,9 +775,10 @@ TEST(AllreduceMoe, FinalizeMatchesTheFormula) {
   for (int64_t i = 0; i < Tk * H; ++i) sum[i] = bf16r(local[0][i] + local[1][i]);
   for (int64_t r = 0; r < W; ++r) {
     const NormRef ref = norm_reference(sum, res[r], gamma, Tk, H, kBf, 1e-6, 0.0);
-    const auto y = ret[r].to_double_vector();
+    const auto y = ret[r].to_double_vector(), ro = res_out[r].to_double_vector();
     ASSERT_EQ(ret[r].shape(), Shape({Tk, H}));
     for (int64_t i = 0; i < Tk * H; ++i) {
+      ASSERT_EQ(ro[i], ref.residual[i]) << i;  // the local values and the sum, every bit
       ASSERT_NEAR(y[i], ref.y[i], 8e-3 * std::max(1.0, std::abs(ref.y[i]))) << i;
     }
   }
@@ -819,6 +821,24 @@ TEST(AllreduceMoe, RefusesWhatUpstreamRefusesInItsOrder) {
                            none, none, idx64);
         },
         "expanded_idx_to_permuted_idx must be int32");
+    // Two faults at once: the binding's int32 check comes before the dtype's.
+    expect_error(
+        [&] {
+          allreduce_fusion(x, ws, 7, false, true, none, none, none, none, none,
+                           x.to(DType::kFloat32), g, 1e-6, std::nullopt, std::nullopt, std::nullopt,
+                           false, std::nullopt, none, none, none, idx64);
+        },
+        "expanded_idx_to_permuted_idx must be int32");
+    // Past the launch's 1024-thread block: H = 8448 is 33 warps, no cluster divides them.
+    expect_error(
+        [&] {
+          const Tensor big = Tensor::zeros({1, 8448}, kBf);
+          allreduce_fusion(big, ws, 7, false, true, none, none, none, none, none, big,
+                           Tensor::full({8448}, 1.0, kBf), 1e-6, std::nullopt, std::nullopt,
+                           std::nullopt, false, std::nullopt, none, none, none,
+                           Tensor::from_vector({0}, {1, 1}, DType::kInt32));
+        },
+        "block_size <= 1024 && cluster_size > 0");
     const Tensor bad = Tensor::from_vector({0, 9}, {Tk, 1}, DType::kInt32);
     expect_error(
         [&] {

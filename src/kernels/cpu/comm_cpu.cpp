@@ -35,9 +35,10 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
         store_or_fp32(p.output, dt, i, s);
         continue;
       }
+      // residual_out (and the MoE sum_out) may be residual_in or input: read before written.
+      const float ri = load_or_fp32(p.residual_in, dt, i);
       if (p.sum_out) store_or_fp32(p.sum_out, dt, i, s);
-      // residual_out may be residual_in or input: read before written, element by element.
-      const float v = fp32_add(s, load_or_fp32(p.residual_in, dt, i));
+      const float v = fp32_add(s, ri);
       store_or_fp32(p.residual_out, dt, i, v);
       r[static_cast<std::size_t>(j)] = load_or_fp32(p.residual_out, dt, i);
     }

@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduce
         static_cast<T*>(p.output)[i] = from_f32<T>(s);
         continue;
       }
+      const float ri = to_f32(static_cast<const T*>(p.residual_in)[i]);  // before any store
       if (p.sum_out) static_cast<T*>(p.sum_out)[i] = from_f32<T>(s);
-      const float v = round_t<T>(fp32_add(s, to_f32(static_cast<const T*>(p.residual_in)[i])));
+      const float v = round_t<T>(fp32_add(s, ri));
       static_cast<T*>(p.residual_out)[i] = from_f32<T>(v);
       ss = kMnnvl ? mnnvl_ftz(fp32_add(ss, mnnvl_square(v, p.oneshot, round)))
                   : fp32_add(ss, fp32_mul(v, v));
