@@ -321,14 +321,7 @@ void reattach_collectively(const char* op, bool destroyed, bool& unmapped, int64
   FLASHINFER_CHECK(next->Get_rank() == rank && next->Get_size() == size, op, "comm_backend",
                    "the communicator must keep the workspace's rank and world size: rank/size ",
                    next->Get_rank(), "/", next->Get_size(), " != ", rank, "/", size);
-  const Device dev = next->device();
-  const auto bytes = static_cast<std::size_t>(ArBufferLayout::kSlotsOffset);
-  if (dev.is_cuda()) {
-    detail::cuda_memset_async(mem.local(), 0, bytes, dev.index);
-    detail::cuda_stream_synchronize(current_cuda_stream(), dev.index);
-  } else {
-    std::memset(mem.local(), 0, bytes);
-  }
+  mem.zero_local(static_cast<std::size_t>(ArBufferLayout::kSlotsOffset));
   comm = std::move(next);
   comm->barrier();
   unmapped = false;
@@ -381,6 +374,50 @@ const Tensor& need(const std::optional<Tensor>& t, const char* name, int64_t pat
   FLASHINFER_CHECK(t.has_value() && t->defined(), op, name, name, " is required for pattern ",
                    pattern_name(pattern), " (", pattern, ")");
   return *t;
+}
+
+// The NVFP4 outputs' scale layout: layout_code (None: SWIZZLED_128x4), SWIZZLED_8x4 refused
+// (upstream's kernels write no scales for it).
+int64_t nvfp4_layout(std::optional<int64_t> layout_code, const char* op) {
+  const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
+  FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ", layout,
+                   " (QuantizationSFLayout: 0, 1 or 2)");
+  FLASHINFER_CHECK_CODE(layout != QuantizationSFLayout::SWIZZLED_8x4, ErrorCode::kUnsupported, op,
+                        "layout_code",
+                        "SWIZZLED_8x4 scale layout: upstream's kernel writes no scales for it; "
+                        "use SWIZZLED_128x4 or LINEAR");
+  return layout;
+}
+
+// scale_out holds the layout's bytes for T tokens x H / 16 block scales, contiguous.
+void check_nvfp4_scale_out(const Tensor& s, int64_t layout, int64_t T, int64_t H, const char* op) {
+  const int64_t need_bytes =
+      kernels::sf_buffer_size(static_cast<kernels::SfLayoutCode>(layout), T, H / 16);
+  const auto have_bytes = static_cast<int64_t>(s.numel() * dtype_size(s.dtype()));
+  FLASHINFER_CHECK(s.is_contiguous() && have_bytes >= need_bytes, op, "scale_out",
+                   "scale_out must be a contiguous buffer of at least ", need_bytes, " bytes for ",
+                   T, " tokens x ", H / 16, " scales in this layout, got ", have_bytes);
+}
+
+// NVFP4 on CUDA needs SM100+: "the NVFP4 <what> SM100+ (<below>; compute capability N here)",
+// `below` saying what upstream does on older GPUs.
+void check_nvfp4_arch(Device dev, const char* op, const char* arg, const char* what,
+                      const char* below) {
+  if (!dev.is_cuda()) return;
+  const int cc = api::compute_capability(dev);
+  FLASHINFER_CHECK_CODE(cc >= 100, ErrorCode::kUnsupported, op, arg, "the NVFP4 ", what,
+                        " SM100+ (", below, "; compute capability ", cc, " here)");
+}
+
+// A scale_factor on `dev` as fp32 [1], read there by the kernels: a tensor's first element, a
+// number, None as 1.0.
+Tensor scale_on_device(const Value& sf, Device dev, const char* op) {
+  if (sf.is_tensor()) {
+    const Tensor& st = sf.as_tensor();
+    FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
+    return st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
+  }
+  return Tensor::full({1}, sf.is_none() ? 1.0 : sf.as_float(), DType::kFloat32, dev);
 }
 
 bool use_oneshot_rule(std::optional<bool> use_oneshot, int64_t T, int64_t H, int64_t W,
@@ -572,14 +609,8 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
   }
   if (pat.quant == 2) {
     like_input(scale_out, "scale_out", false);
-    FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ", layout,
-                     " (QuantizationSFLayout: 0, 1 or 2)");
-    const int64_t need_bytes =
-        kernels::sf_buffer_size(static_cast<kernels::SfLayoutCode>(layout), T, H / 16);
-    const auto have = static_cast<int64_t>(scale_out.numel() * dtype_size(scale_out.dtype()));
-    FLASHINFER_CHECK(have >= need_bytes, op, "scale_out", "scale_out must hold at least ",
-                     need_bytes, " bytes for ", T, " tokens x ", H / 16,
-                     " scales in this layout, got ", have);
+    nvfp4_layout(layout_code, op);  // the range (SWIZZLED_8x4 was refused above)
+    check_nvfp4_scale_out(scale_out, layout, T, H, op);
   } else if (pat.quant == 4) {
     like_input(scale_out, "scale_out", false);
     FLASHINFER_CHECK(scale_out.dtype() == DType::kFloat32 && scale_out.numel() == T, op,
@@ -594,10 +625,10 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
                           "the MNNVL all-reduce kernels are built for SM 9.x and 10.x only "
                           "(upstream's JIT module); compute capability ",
                           cc, " here");
-    FLASHINFER_CHECK_CODE(pat.quant != 2 || cc >= 100, ErrorCode::kUnsupported, op, "pattern",
-                          "the NVFP4 patterns need SM100+ (upstream's FP4 conversion is "
-                          "Blackwell-only; compute capability ",
-                          cc, " here)");
+  }
+  if (pat.quant == 2) {
+    check_nvfp4_arch(dev, op, "pattern", "patterns need",
+                     "upstream's FP4 conversion is Blackwell-only");
   }
   AllReduceFusionParams p;
   p.world_size = static_cast<int>(W);
@@ -624,14 +655,7 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
     if (scale_out.defined()) p.scale_out = scale_out.data_ptr();
     if (pat.quant == 1 || pat.quant == 2) {
       // None is 1.0 (upstream's static scale default).
-      const Value sf = a.scale_factor ? *a.scale_factor : Value();
-      if (sf.is_tensor()) {
-        const Tensor& st = sf.as_tensor();
-        FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
-        scale_holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
-      } else {
-        scale_holder = Tensor::full({1}, sf.is_none() ? 1.0 : sf.as_float(), DType::kFloat32, dev);
-      }
+      scale_holder = scale_on_device(a.scale_factor ? *a.scale_factor : Value(), dev, op);
       p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
     }
     p.layout_code = static_cast<int>(layout);
@@ -815,13 +839,7 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
                           "NVFP4 output of kMoEFinalizeARResidualRMSNorm: upstream's binding "
                           "leaves its global scale uninitialized; not implemented");
     const Tensor& q = *a.quant_out;
-    const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
-    FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ", layout,
-                     " (QuantizationSFLayout: 0, 1 or 2)");
-    FLASHINFER_CHECK_CODE(layout != QuantizationSFLayout::SWIZZLED_8x4, ErrorCode::kUnsupported, op,
-                          "layout_code",
-                          "SWIZZLED_8x4 scale layout: upstream's kernel writes no scales for it; "
-                          "use SWIZZLED_128x4 or LINEAR");
+    const int64_t layout = nvfp4_layout(layout_code, op);
     FLASHINFER_CHECK(H % 16 == 0, op, "input", "NVFP4 quantization needs hidden_dim % 16 == 0, ",
                      "got ", H);
     api::check_same_device(q, res_in, op, "quant_out", "residual_in");
@@ -831,25 +849,16 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
     FLASHINFER_CHECK(given(a.scale_out), op, "scale_out", "scale_out is required with quant_out");
     const Tensor& s = *a.scale_out;
     api::check_same_device(s, res_in, op, "scale_out", "residual_in");
-    const auto code = static_cast<kernels::SfLayoutCode>(layout);
-    const int64_t need_bytes = kernels::sf_buffer_size(code, Tk, H / 16);
-    const auto have_bytes = static_cast<int64_t>(s.numel() * dtype_size(s.dtype()));
-    FLASHINFER_CHECK(s.is_contiguous() && have_bytes >= need_bytes, op, "scale_out",
-                     "scale_out must be a contiguous buffer of at least ", need_bytes, " bytes");
-    if (dev.is_cuda()) {
-      const int cc = api::compute_capability(dev);
-      FLASHINFER_CHECK_CODE(cc >= 100, ErrorCode::kUnsupported, op, "quant_out",
-                            "the NVFP4 output needs SM100+ (upstream's kernel writes zeros below "
-                            "it; compute capability ",
-                            cc, " here)");
-    }
+    check_nvfp4_scale_out(s, layout, Tk, H, op);
+    check_nvfp4_arch(dev, op, "quant_out", "output needs",
+                     "upstream's kernel writes zeros below it");
     // A Python int or float is the global scale; anything else is 1.0, as upstream's.
     const double gs = a.scale_factor && !a.scale_factor->is_none() &&
                               (a.scale_factor->kind() == Value::Kind::kFloat ||
                                a.scale_factor->kind() == Value::Kind::kInt)
                           ? a.scale_factor->as_float()
                           : 1.0;
-    scale_holder = Tensor::full({1}, gs, DType::kFloat32, dev);
+    scale_holder = scale_on_device(Value(gs), dev, op);
     p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
     p.quant_out = q.data_ptr();
     p.scale_out = s.data_ptr();
@@ -1029,34 +1038,15 @@ Tensor allreduce_impl(const ArArgs& a, const MoeArgs& moe, AllReduceFusionWorksp
       FLASHINFER_CHECK(a.scale_factor && !a.scale_factor->is_none(), op, "scale_factor",
                        "scale_factor is required for pattern ", pattern_name(pattern), " (",
                        pattern, ")");
-      const Value& sf = *a.scale_factor;
-      if (sf.is_tensor()) {
-        const Tensor& st = sf.as_tensor();
-        FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
-        scale_holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
-      } else {
-        scale_holder = Tensor::full({1}, sf.as_float(), DType::kFloat32, dev);
-      }
+      scale_holder = scale_on_device(*a.scale_factor, dev, op);
       p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
     }
     if (pat.quant >= 2) {
       const Tensor& s = need(a.scale_out, "scale_out", pattern, op);
       api::check_same_device(s, x, op, "scale_out", "input");
       if (pat.quant == 2) {
-        const int64_t layout = layout_code.value_or(QuantizationSFLayout::SWIZZLED_128x4);
-        FLASHINFER_CHECK(layout >= 0 && layout <= 2, op, "layout_code", "unknown layout_code ",
-                         layout, " (QuantizationSFLayout: 0, 1 or 2)");
-        FLASHINFER_CHECK_CODE(layout != QuantizationSFLayout::SWIZZLED_8x4, ErrorCode::kUnsupported,
-                              op, "layout_code",
-                              "SWIZZLED_8x4 scale layout: upstream's kernel writes no scales for "
-                              "it; use SWIZZLED_128x4 or LINEAR");
-        const auto code = static_cast<kernels::SfLayoutCode>(layout);
-        const int64_t need_bytes = kernels::sf_buffer_size(code, T, H / 16);
-        const auto have_bytes = static_cast<int64_t>(s.numel() * dtype_size(s.dtype()));
-        FLASHINFER_CHECK(s.is_contiguous() && have_bytes >= need_bytes, op, "scale_out",
-                         "scale_out must be a contiguous buffer of at least ", need_bytes,
-                         " bytes for ", T, " tokens x ", H / 16, " scales in this layout, got ",
-                         have_bytes);
+        const int64_t layout = nvfp4_layout(layout_code, op);
+        check_nvfp4_scale_out(s, layout, T, H, op);
         p.layout_code = static_cast<int>(layout);
       } else if (pat.quant == 3) {
         FLASHINFER_CHECK(group_size.has_value(), op, "block_quant_group_size",
@@ -1089,12 +1079,9 @@ Tensor allreduce_impl(const ArArgs& a, const MoeArgs& moe, AllReduceFusionWorksp
       p.scale_out = s.data_ptr();
     }
   }
-  if (dev.is_cuda() && pat.quant == 2) {
-    const int cc = api::compute_capability(dev);
-    FLASHINFER_CHECK_CODE(cc >= 100, ErrorCode::kUnsupported, op, "pattern",
-                          "the NVFP4 patterns need SM100+ (upstream's FP4 conversion is "
-                          "Blackwell-only; compute capability ",
-                          cc, " here)");
+  if (pat.quant == 2) {
+    check_nvfp4_arch(dev, op, "pattern", "patterns need",
+                     "upstream's FP4 conversion is Blackwell-only");
   }
   p.blocks = w.blocks;
   run_exchange(*w.mem, *w.comm, w.max_token_num * w.hidden_dim, elem_bytes_of(w.fp32), p, dev, op,

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -342,13 +341,7 @@ void MixedCommHandler::checkpoint_restore(std::shared_ptr<comm::CommBackend> com
           detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
         }
         comm_backend->barrier();
-        const auto bytes = static_cast<std::size_t>(MixedCommParams::kSlotsOffset);
-        if (w.device.is_cuda()) {
-          detail::cuda_memset_async(w.mem->local(), 0, bytes, w.device.index);
-          detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
-        } else {
-          std::memset(w.mem->local(), 0, bytes);
-        }
+        w.mem->zero_local(static_cast<std::size_t>(MixedCommParams::kSlotsOffset));
         comm_backend->barrier();
         w.comm = std::move(comm_backend);
         w.mapped = true;

@@ -14,6 +14,7 @@
 #include "core/cuda_runtime.h"
 #include "core/process_identity.h"
 #include "flashinfer/error.h"
+#include "flashinfer/stream.h"
 
 namespace flashinfer::detail {
 namespace {
@@ -146,6 +147,15 @@ PeerMemory::PeerMemory(comm::CommBackend& comm, std::size_t bytes, const char* o
 }
 
 PeerMemory::~PeerMemory() { release(); }
+
+void PeerMemory::zero_local(std::size_t bytes) const {
+  if (device_.is_cuda()) {
+    cuda_memset_async(local_, 0, bytes, device_.index);
+    cuda_stream_synchronize(current_cuda_stream(), device_.index);
+  } else {
+    std::memset(local_, 0, bytes);
+  }
+}
 
 void PeerMemory::release() noexcept {
   for (std::size_t i = 0; i < peers_.size(); ++i) {

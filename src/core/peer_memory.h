@@ -34,6 +34,9 @@ class PeerMemory {
   /// Rank r's allocation, as this rank addresses it (local() for r == rank()).
   void* peer(int64_t r) const { return peers_.at(static_cast<std::size_t>(r)); }
   const std::vector<void*>& peers() const { return peers_; }
+  /// Zeroes the first `bytes` of this rank's allocation and waits for it (CUDA: on the current
+  /// stream only; a device-wide wait could wait for a peer's kernel spinning on this rank).
+  void zero_local(std::size_t bytes) const;
 
  private:
   Device device_;
