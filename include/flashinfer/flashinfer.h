@@ -14,6 +14,7 @@
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/activation.h"
 #include "flashinfer/ops/attention.h"
+#include "flashinfer/ops/attention_jit_module.h"
 #include "flashinfer/ops/attention_sink.h"
 #include "flashinfer/ops/backends.h"
 #include "flashinfer/ops/batch_attention.h"

@@ -75,6 +75,9 @@ struct WrapperState {
   // 2 ALIBI (slopes per qo head, on the host: the CPU backend alone runs these modes).
   int32_t pos_encoding = 0;
   double rope_scale = 1.0, rope_theta = 1e4;
+  // A raw JIT module's RoPE reciprocals as its caller passed them (0: 1 / rope_scale and
+  // 1 / rope_theta), so the kernel reads upstream's exact float.
+  double rope_rcp_scale = 0, rope_rcp_theta = 0;
   std::vector<float> alibi_slopes;
 };
 

@@ -77,8 +77,10 @@ bool run_with_pos_encoding(const detail::WrapperState& s, const kernels::Attenti
                         "ROPE_LLAMA / ALIBI inside attention run on the CPU only");
   kernels::cpu::PosEncoding pe;
   pe.mode = s.pos_encoding;
-  pe.rope_rcp_scale = static_cast<float>(1.0 / s.rope_scale);
-  pe.rope_rcp_theta = static_cast<float>(1.0 / s.rope_theta);
+  pe.rope_rcp_scale =
+      static_cast<float>(s.rope_rcp_scale > 0 ? s.rope_rcp_scale : 1.0 / s.rope_scale);
+  pe.rope_rcp_theta =
+      static_cast<float>(s.rope_rcp_theta > 0 ? s.rope_rcp_theta : 1.0 / s.rope_theta);
   pe.alibi_slopes = s.alibi_slopes.empty() ? nullptr : s.alibi_slopes.data();
   kernels::cpu::batch_attention(p, pe);
   return true;

@@ -5,6 +5,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_jit_module.h"
 #include "api/attention_pos_encoding.h"
 #include "api/bench_backend.h"
 #include "api/bench_support.h"
@@ -39,8 +40,9 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
                                    std::optional<double> logits_soft_cap,
                                    std::optional<double> sm_scale, bool use_tensor_cores,
                                    std::optional<double> rope_scale,
-                                   std::optional<double> rope_theta, bool return_lse) {
-  const char* op = "single_decode_with_kv_cache";
+                                   std::optional<double> rope_theta, bool return_lse,
+                                   const api::JitModuleCall* jit = nullptr) {
+  const char* op = jit ? jit->op : "single_decode_with_kv_cache";
   api::check_defined(q, op, "q");
   api::check_defined(k, op, "k");
   api::check_defined(v, op, "v");
@@ -75,6 +77,7 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
   s.decode = true;
   s.use_tensor_cores = use_tensor_cores;
   api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
+  if (jit) api::apply_jit_module_call(s, *jit);
   s.batch = 1;
   const auto kv_len = static_cast<int32_t>(kn.size(0));
   s.qo_indptr = {0, 1};
@@ -110,6 +113,34 @@ AttentionOutput single_decode_with_kv_cache(
       },
       q, k, v, kv_layout, pos_encoding_mode, use_tensor_cores, q_scale, k_scale, v_scale,
       window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, return_lse);
+}
+
+Tensor single_decode_with_kv_cache_with_jit_module(
+    const std::shared_ptr<AttentionJitModule>& jit_module, const Tensor& q, const Tensor& k,
+    const Tensor& v, Value args, std::string_view kv_layout, int64_t window_left, bool return_lse) {
+  return call_op<&single_decode_with_kv_cache_with_jit_module>(
+      [&] {
+        const char* op = "single_decode_with_kv_cache_with_jit_module";
+        FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
+        api::check_defined(q, op, "q");
+        api::check_defined(k, op, "k");
+        api::check_defined(v, op, "v");
+        api::check_dim(q, {2}, op, "q");
+        api::check_dim(k, {3}, op, "k");
+        api::check_dim(v, {3}, op, "v");
+        const api::ModuleArgs m =
+            api::read_module_args(*jit_module, AttentionJitModule::Kind::kSingleDecode, args, q, k,
+                                  v, q.size(0), window_left, 0, op);
+        // Upstream computes the LSE into a buffer of its own and returns o alone.
+        return api::with_module_arg_names([&] {
+          return single_decode_impl(q, k, v, kv_layout, m.pos_encoding_mode, std::nullopt,
+                                    std::nullopt, std::nullopt, m.window_left, m.logits_soft_cap,
+                                    m.sm_scale, false, std::nullopt, std::nullopt, return_lse,
+                                    &m.call)
+              .out;
+        });
+      },
+      jit_module, q, k, v, args, kv_layout, window_left, return_lse);
 }
 
 // ---- BatchDecodeWithPagedKVCacheWrapper ------------------------------------------------------
@@ -297,6 +328,27 @@ BenchCase bench_single_decode(const BenchShape& s, Device dev) {
   return c;
 }
 
+// The standard module single_decode_with_kv_cache runs for the shape, with its raw arguments.
+BenchCase bench_single_decode_jit(const BenchShape& s, Device dev) {
+  const Shape kv{s.s_kv, s.num_kv_heads, s.head_dim_qk};
+  const auto module = gen_single_decode_module(s.q_dtype, s.kv_dtype, s.q_dtype, s.head_dim_qk,
+                                               s.head_dim_qk, 0, false, false)
+                          .build_and_load();
+  BenchCase c = api::bench::invoke_case(
+      "single_decode_with_kv_cache_with_jit_module",
+      {to_value(module),
+       Value(api::bench::random_tensor({s.num_qo_heads, s.head_dim_qk}, s.q_dtype, dev,
+                                       s.random_seed)),
+       Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 1)),
+       Value(api::bench::random_tensor(kv, s.kv_dtype, dev, s.random_seed + 2)), Value(),
+       Value(0.0), Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk))), Value(1.0),
+       Value(1e-4)});
+  c.flops =
+      api::bench::attention_flops(1, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_qk, false);
+  c.bytes = bench_attention_bytes(s, 1, s.s_kv);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -358,8 +410,18 @@ void register_decode_ops(OpRegistry& r) {
   api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.__init__");
   api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.plan");
   api::register_attention_backends("single_decode_with_kv_cache");
+  declare<&single_decode_with_kv_cache_with_jit_module>(
+      r,
+      {.name = "single_decode_with_kv_cache_with_jit_module",
+       .module = kDecodeModule,
+       .summary = "Decode attention of one request through a compiled module's raw run",
+       .var_positional = "args"},
+      "jit_module", "q", "k", "v", arg("args", Value::tuple({})).kw(), arg("kv_layout", "NHD").kw(),
+      arg("window_left", -1).kw(), arg("return_lse", false).kw());
+  api::register_attention_backends("single_decode_with_kv_cache_with_jit_module");
   api::register_attention_backends("BatchDecodeWithPagedKVCacheWrapper.run");
   register_bench_hook("single_decode_with_kv_cache", bench_single_decode);
+  register_bench_hook("single_decode_with_kv_cache_with_jit_module", bench_single_decode_jit);
   register_bench_hook("BatchDecodeWithPagedKVCacheWrapper.run", bench_batch_decode);
 }
 }  // namespace detail

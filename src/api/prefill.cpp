@@ -4,6 +4,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_jit_module.h"
 #include "api/attention_pos_encoding.h"
 #include "api/attention_sink.h"
 #include "api/bench_backend.h"
@@ -81,8 +82,8 @@ AttentionOutput single_prefill_impl(
     std::optional<double> logits_soft_cap, std::optional<double> rope_scale,
     std::optional<double> rope_theta, std::string_view backend, bool return_lse,
     const std::optional<PagedKVCache>& kv_cache_sf, std::optional<double> k_scale,
-    std::optional<double> v_scale) {
-  const char* op = "single_prefill_with_kv_cache";
+    std::optional<double> v_scale, const api::JitModuleCall* jit = nullptr) {
+  const char* op = jit ? jit->op : "single_prefill_with_kv_cache";
   api::check_defined(q, op, "q");
   api::check_defined(k, op, "k");
   api::check_defined(v, op, "v");
@@ -132,6 +133,7 @@ AttentionOutput single_prefill_impl(
   api::plan_settings(s, q.size(1), kn.size(1), q.size(2), vn.size(2) * pack, q.dtype(), k.dtype(),
                      o_dtype, sm_scale, window_left, logits_soft_cap, "NONE", op);
   api::plan_pos_encoding(s, pos_encoding_mode, rope_scale, rope_theta, op);
+  if (jit) api::apply_jit_module_call(s, *jit);
   s.paged = false;
   s.batch = 1;
   const auto qo_len = static_cast<int32_t>(q.size(0));
@@ -186,6 +188,34 @@ AttentionOutput single_prefill_with_kv_cache(
       q, k, v, scale_q, scale_k, scale_v, o_dtype, custom_mask, packed_custom_mask, causal,
       kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
       rope_scale, rope_theta, backend, return_lse, kv_cache_sf, k_scale, v_scale);
+}
+
+AttentionOutput single_prefill_with_kv_cache_with_jit_module(
+    const std::shared_ptr<AttentionJitModule>& jit_module, const Tensor& q, const Tensor& k,
+    const Tensor& v, Value args, std::string_view kv_layout, int64_t mask_mode, int64_t window_left,
+    bool return_lse) {
+  return call_op<&single_prefill_with_kv_cache_with_jit_module>(
+      [&] {
+        const char* op = "single_prefill_with_kv_cache_with_jit_module";
+        FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
+        api::check_defined(q, op, "q");
+        api::check_defined(k, op, "k");
+        api::check_defined(v, op, "v");
+        api::check_dim(q, {3}, op, "q");
+        api::check_dim(k, {3}, op, "k");
+        api::check_dim(v, {3}, op, "v");
+        const api::ModuleArgs m =
+            api::read_module_args(*jit_module, AttentionJitModule::Kind::kSinglePrefill, args, q, k,
+                                  v, q.size(1), window_left, mask_mode, op);
+        return api::with_module_arg_names([&] {
+          return single_prefill_impl(
+              q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+              m.packed_custom_mask, /*causal=*/mask_mode == 1, kv_layout, m.pos_encoding_mode,
+              m.sm_scale, m.window_left, m.logits_soft_cap, std::nullopt, std::nullopt, "fa2",
+              return_lse, std::nullopt, std::nullopt, std::nullopt, &m.call);
+        });
+      },
+      jit_module, q, k, v, args, kv_layout, mask_mode, window_left, return_lse);
 }
 
 std::pair<Tensor, Tensor> single_prefill_with_kv_cache_return_lse(
@@ -465,6 +495,28 @@ BenchCase bench_single_prefill(const BenchShape& s, Device dev) {
   return c;
 }
 
+// The standard fa2 module single_prefill_with_kv_cache runs for the shape, causal by mask_mode.
+BenchCase bench_single_prefill_jit(const BenchShape& s, Device dev) {
+  const auto module =
+      gen_single_prefill_module("fa2", s.q_dtype, s.kv_dtype, s.q_dtype, s.head_dim_qk,
+                                s.head_dim_vo, 0, false, false, false)
+          .build_and_load();
+  BenchCase c = api::bench::invoke_case(
+      "single_prefill_with_kv_cache_with_jit_module",
+      {to_value(module), Value(bench_q(s, dev, s.s_qo)),
+       Value(api::bench::random_tensor({s.s_kv, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype, dev,
+                                       s.random_seed + 1)),
+       Value(api::bench::random_tensor({s.s_kv, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype, dev,
+                                       s.random_seed + 2)),
+       Value(), Value(), Value(), Value(), Value(0.0),
+       Value(1.0 / std::sqrt(static_cast<double>(s.head_dim_qk))), Value(1.0), Value(1e-4)},
+      {{"mask_mode", Value(int64_t{s.causal ? 1 : 0})}});
+  c.flops = api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk,
+                                        s.head_dim_vo, s.causal);
+  c.bytes = api::bench::bench_attention_bytes(s, s.s_qo, s.s_kv);
+  return c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -583,9 +635,20 @@ void register_prefill_ops(OpRegistry& r) {
   api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.__init__");
   api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.plan");
   api::register_attention_backends("single_prefill_with_kv_cache");
+  declare<&single_prefill_with_kv_cache_with_jit_module>(
+      r,
+      {.name = "single_prefill_with_kv_cache_with_jit_module",
+       .module = kPrefillModule,
+       .summary = "Prefill attention of one request through a compiled module's raw run",
+       .var_positional = "args"},
+      "jit_module", "q", "k", "v", arg("args", Value::tuple({})).kw(), arg("kv_layout", "NHD").kw(),
+      arg("mask_mode", int64_t{0}).kw(), arg("window_left", -1).kw(),
+      arg("return_lse", false).kw());
+  api::register_attention_backends("single_prefill_with_kv_cache_with_jit_module");
   api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.run");
   api::register_attention_backends("BatchPrefillWithRaggedKVCacheWrapper.run");
   register_bench_hook("single_prefill_with_kv_cache", bench_single_prefill);
+  register_bench_hook("single_prefill_with_kv_cache_with_jit_module", bench_single_prefill_jit);
   register_bench_hook("BatchPrefillWithPagedKVCacheWrapper.run", bench_paged_prefill);
   register_bench_hook("BatchPrefillWithRaggedKVCacheWrapper.run", bench_ragged_prefill);
 }
