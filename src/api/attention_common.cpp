@@ -96,6 +96,16 @@ void check_head_dim(int64_t head_dim, const char* op, const char* arg) {
                         " is not supported (a multiple of 16 up to 256)");
 }
 
+void check_single_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_dim,
+                      const char* op) {
+  check_defined(q, op, "q");
+  check_defined(k, op, "k");
+  check_defined(v, op, "v");
+  check_dim(q, {q_dim}, op, "q");
+  check_dim(k, {3}, op, "k");
+  check_dim(v, {3}, op, "v");
+}
+
 void check_pos_encoding(std::string_view mode, const char* op) {
   if (mode == "NONE") return;
   if (mode == "ROPE_LLAMA" || mode == "ALIBI") {

@@ -102,6 +102,10 @@ bool parse_kv_layout(std::string_view layout, const char* op, const char* arg);
 void check_heads(int64_t num_qo_heads, int64_t num_kv_heads, const char* op, const char* qo_arg,
                  const char* kv_arg);
 void check_head_dim(int64_t head_dim, const char* op, const char* arg);
+/// Single decode / prefill's q, k, v (and their module forms'): defined, q of rank `q_dim`
+/// (2 for decode, 3 for prefill), k and v of rank 3.
+void check_single_qkv(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_dim,
+                      const char* op);
 /// Only "NONE": RoPE is applied by the rope ops before attention.
 void check_pos_encoding(std::string_view mode, const char* op);
 /// A page table: checks indptr/indices/last_page_len and returns per-request lengths.

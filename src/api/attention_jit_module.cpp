@@ -10,17 +10,9 @@
 
 namespace flashinfer {
 
-namespace {
+namespace api {
 
-using JmKind = AttentionJitModule::Kind;
-
-const char* jm_gen_name(JmKind k) {
-  return k == JmKind::kSingleDecode ? "gen_single_decode_module" : "gen_single_prefill_module";
-}
-
-// Upstream's filename_safe_dtype_map (flashinfer.jit.utils), for the dtypes this library has;
-// nullptr where the map has no entry (float32 among them: upstream's uri cannot name it).
-const char* jm_uri_dtype(DType d) {
+const char* filename_safe_dtype(DType d) {
   switch (d) {
     case DType::kFloat16:
       return "f16";
@@ -43,10 +35,20 @@ const char* jm_uri_dtype(DType d) {
   }
 }
 
+}  // namespace api
+
+namespace {
+
+using JmKind = AttentionJitModule::Kind;
+
+const char* jm_gen_name(JmKind k) {
+  return k == JmKind::kSingleDecode ? "gen_single_decode_module" : "gen_single_prefill_module";
+}
+
 std::optional<DType> jm_dtype_from_uri(std::string_view s) {
   for (DType d : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2,
                   DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64}) {
-    if (s == jm_uri_dtype(d)) return d;
+    if (s == api::filename_safe_dtype(d)) return d;
   }
   return std::nullopt;
 }
@@ -65,7 +67,7 @@ void jm_check_params(const AttentionJitModule::Params& p) {
   const std::pair<const char*, DType> dtypes[] = {
       {"dtype_q", p.dtype_q}, {"dtype_kv", p.dtype_kv}, {"dtype_o", p.dtype_o}};
   for (const auto& [name, d] : dtypes) {
-    FLASHINFER_CHECK(jm_uri_dtype(d) != nullptr, op, name, dtype_torch_name(d),
+    FLASHINFER_CHECK(api::filename_safe_dtype(d) != nullptr, op, name, dtype_torch_name(d),
                      " has no name in upstream's module uri (filename_safe_dtype_map)");
   }
   FLASHINFER_CHECK_CODE(p.dtype_q == DType::kFloat16 || p.dtype_q == DType::kBFloat16,
@@ -86,11 +88,12 @@ void jm_check_params(const AttentionJitModule::Params& p) {
 std::string jm_make_uri(const AttentionJitModule::Params& p) {
   const bool decode = p.kind == JmKind::kSingleDecode;
   std::string u = decode ? "single_decode_with_kv_cache" : "single_prefill_with_kv_cache";
-  u += std::string("_dtype_q_") + jm_uri_dtype(p.dtype_q) + "_dtype_kv_" +
-       jm_uri_dtype(p.dtype_kv) + "_dtype_o_" + jm_uri_dtype(p.dtype_o) + "_head_dim_qk_" +
-       std::to_string(p.head_dim_qk) + "_head_dim_vo_" + std::to_string(p.head_dim_vo) +
-       "_posenc_" + std::to_string(p.pos_encoding_mode) + "_use_swa_" +
-       jm_py_bool(p.use_sliding_window) + "_use_logits_cap_" + jm_py_bool(p.use_logits_soft_cap);
+  u += std::string("_dtype_q_") + api::filename_safe_dtype(p.dtype_q) + "_dtype_kv_" +
+       api::filename_safe_dtype(p.dtype_kv) + "_dtype_o_" + api::filename_safe_dtype(p.dtype_o) +
+       "_head_dim_qk_" + std::to_string(p.head_dim_qk) + "_head_dim_vo_" +
+       std::to_string(p.head_dim_vo) + "_posenc_" + std::to_string(p.pos_encoding_mode) +
+       "_use_swa_" + jm_py_bool(p.use_sliding_window) + "_use_logits_cap_" +
+       jm_py_bool(p.use_logits_soft_cap);
   if (!decode) {
     u += std::string("_f16qk_") + jm_py_bool(p.use_fp16_qk_reduction);
     if (p.backend == "fa3") u += "_sm90";
@@ -179,41 +182,41 @@ std::shared_ptr<AttentionJitModule> JitSpec::build_and_load() const {
   return m;
 }
 
+namespace {
+// Both gen functions: the parameters checked, the uri built.
+JitSpec jm_spec(JmKind kind, std::string_view backend, DType dtype_q, DType dtype_kv, DType dtype_o,
+                int64_t head_dim_qk, int64_t head_dim_vo, int64_t pos_encoding_mode,
+                bool use_sliding_window, bool use_logits_soft_cap, bool use_fp16_qk_reduction) {
+  const AttentionJitModule::Params p{.kind = kind,
+                                     .backend = std::string(backend),
+                                     .dtype_q = dtype_q,
+                                     .dtype_kv = dtype_kv,
+                                     .dtype_o = dtype_o,
+                                     .head_dim_qk = head_dim_qk,
+                                     .head_dim_vo = head_dim_vo,
+                                     .pos_encoding_mode = pos_encoding_mode,
+                                     .use_sliding_window = use_sliding_window,
+                                     .use_logits_soft_cap = use_logits_soft_cap,
+                                     .use_fp16_qk_reduction = use_fp16_qk_reduction};
+  jm_check_params(p);
+  return JitSpec{jm_make_uri(p), p};
+}
+}  // namespace
+
 JitSpec gen_single_decode_module(DType dtype_q, DType dtype_kv, DType dtype_o, int64_t head_dim_qk,
                                  int64_t head_dim_vo, int64_t pos_encoding_mode,
                                  bool use_sliding_window, bool use_logits_soft_cap) {
-  AttentionJitModule::Params p;
-  p.kind = JmKind::kSingleDecode;
-  p.dtype_q = dtype_q;
-  p.dtype_kv = dtype_kv;
-  p.dtype_o = dtype_o;
-  p.head_dim_qk = head_dim_qk;
-  p.head_dim_vo = head_dim_vo;
-  p.pos_encoding_mode = pos_encoding_mode;
-  p.use_sliding_window = use_sliding_window;
-  p.use_logits_soft_cap = use_logits_soft_cap;
-  jm_check_params(p);
-  return JitSpec{jm_make_uri(p), p};
+  return jm_spec(JmKind::kSingleDecode, "fa2", dtype_q, dtype_kv, dtype_o, head_dim_qk, head_dim_vo,
+                 pos_encoding_mode, use_sliding_window, use_logits_soft_cap, false);
 }
 
 JitSpec gen_single_prefill_module(std::string_view backend, DType dtype_q, DType dtype_kv,
                                   DType dtype_o, int64_t head_dim_qk, int64_t head_dim_vo,
                                   int64_t pos_encoding_mode, bool use_sliding_window,
                                   bool use_logits_soft_cap, bool use_fp16_qk_reduction) {
-  AttentionJitModule::Params p;
-  p.kind = JmKind::kSinglePrefill;
-  p.backend = std::string(backend);
-  p.dtype_q = dtype_q;
-  p.dtype_kv = dtype_kv;
-  p.dtype_o = dtype_o;
-  p.head_dim_qk = head_dim_qk;
-  p.head_dim_vo = head_dim_vo;
-  p.pos_encoding_mode = pos_encoding_mode;
-  p.use_sliding_window = use_sliding_window;
-  p.use_logits_soft_cap = use_logits_soft_cap;
-  p.use_fp16_qk_reduction = use_fp16_qk_reduction;
-  jm_check_params(p);
-  return JitSpec{jm_make_uri(p), p};
+  return jm_spec(JmKind::kSinglePrefill, backend, dtype_q, dtype_kv, dtype_o, head_dim_qk,
+                 head_dim_vo, pos_encoding_mode, use_sliding_window, use_logits_soft_cap,
+                 use_fp16_qk_reduction);
 }
 
 std::shared_ptr<AttentionJitModule> ArgTraits<std::shared_ptr<AttentionJitModule>>::get(

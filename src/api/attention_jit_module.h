@@ -12,6 +12,11 @@
 
 namespace flashinfer::api {
 
+/// Upstream's filename_safe_dtype_map (flashinfer.jit.utils), the dtype names of its modules'
+/// uris, for the dtypes this library has; nullptr where the map has no entry (float32 among
+/// them: upstream's uris cannot name it).
+const char* filename_safe_dtype(DType d);
+
 /// A module call as the decode / prefill code runs it: the op it runs for (named in every
 /// error), the module's ALiBi slopes and RoPE reciprocals as the caller passed them.
 struct JitModuleCall {

@@ -8,6 +8,7 @@
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
+#include "api/attention_jit_module.h"
 #include "api/attention_sink.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
@@ -28,21 +29,6 @@ using SinkInit =
 void check_variant(const std::optional<Value>& jit_args, const std::optional<Value>& jit_kwargs) {
   FLASHINFER_CHECK(api::attention_sink_variant(jit_args, jit_kwargs, kInitOp), kInitOp, "jit_args",
                    "must be the AttentionSink variant's argument list, got None");
-}
-
-const char* short_dtype(DType d) {
-  switch (d) {
-    case DType::kFloat16:
-      return "f16";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat8E4M3FN:
-      return "e4m3";
-    case DType::kFloat8E5M2:
-      return "e5m2";
-    default:
-      return "f32";
-  }
 }
 
 BenchCase bench_sink_run(const BenchShape& s, Device dev) {
@@ -114,7 +100,9 @@ BatchAttentionWithAttentionSinkWrapper::create(Tensor float_workspace_buffer, st
                    kInitOp, "pos_encoding_mode", "unknown mode '", pos_encoding_mode, "'");
   const int64_t pe = pos_encoding_mode == "NONE" ? 0 : pos_encoding_mode == "ROPE_LLAMA" ? 1 : 2;
   const std::string resolved = backend == "auto" ? "fa2" : backend;
-  const std::string uri = std::string("batch_prefill_attention_sink_") + short_dtype(q_data_type) +
+  // float32 (the CPU reference's) has no name in upstream's map; "f32" keeps such a uri legible.
+  const char* q_name = api::filename_safe_dtype(q_data_type);
+  const std::string uri = std::string("batch_prefill_attention_sink_") + (q_name ? q_name : "f32") +
                           "_swa_" + (window_left >= 0 ? "True" : "False") + "_" + resolved;
   Value args = Value::list(
       {Value(uri), Value(q_data_type), Value(kv_data_type), Value(q_data_type),

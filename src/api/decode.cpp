@@ -43,12 +43,7 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
                                    std::optional<double> rope_theta, bool return_lse,
                                    const api::JitModuleCall* jit = nullptr) {
   const char* op = jit ? jit->op : "single_decode_with_kv_cache";
-  api::check_defined(q, op, "q");
-  api::check_defined(k, op, "k");
-  api::check_defined(v, op, "v");
-  api::check_dim(q, {2}, op, "q");
-  api::check_dim(k, {3}, op, "k");
-  api::check_dim(v, {3}, op, "v");
+  api::check_single_qkv(q, k, v, 2, op);
   const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
   const Tensor kn = hnd ? k.transpose(0, 1) : k;  // [kv_len, Hkv, D] views
   const Tensor vn = hnd ? v.transpose(0, 1) : v;
@@ -122,12 +117,7 @@ Tensor single_decode_with_kv_cache_with_jit_module(
       [&] {
         const char* op = "single_decode_with_kv_cache_with_jit_module";
         FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
-        api::check_defined(q, op, "q");
-        api::check_defined(k, op, "k");
-        api::check_defined(v, op, "v");
-        api::check_dim(q, {2}, op, "q");
-        api::check_dim(k, {3}, op, "k");
-        api::check_dim(v, {3}, op, "v");
+        api::check_single_qkv(q, k, v, 2, op);
         const api::ModuleArgs m =
             api::read_module_args(*jit_module, AttentionJitModule::Kind::kSingleDecode, args, q, k,
                                   v, q.size(0), window_left, 0, op);

@@ -84,12 +84,7 @@ AttentionOutput single_prefill_impl(
     const std::optional<PagedKVCache>& kv_cache_sf, std::optional<double> k_scale,
     std::optional<double> v_scale, const api::JitModuleCall* jit = nullptr) {
   const char* op = jit ? jit->op : "single_prefill_with_kv_cache";
-  api::check_defined(q, op, "q");
-  api::check_defined(k, op, "k");
-  api::check_defined(v, op, "v");
-  api::check_dim(q, {3}, op, "q");
-  api::check_dim(k, {3}, op, "k");
-  api::check_dim(v, {3}, op, "v");
+  api::check_single_qkv(q, k, v, 3, op);
   api::check_prefill_backend(backend, q.device(), /*fa3=*/true, op);
   // NVFP4 (upstream: "a tuple of (k_scales, v_scales)"): k, v packed uint8 [.., head_dim / 2].
   const bool nvfp4 = kv_cache_sf.has_value();
@@ -198,12 +193,7 @@ AttentionOutput single_prefill_with_kv_cache_with_jit_module(
       [&] {
         const char* op = "single_prefill_with_kv_cache_with_jit_module";
         FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
-        api::check_defined(q, op, "q");
-        api::check_defined(k, op, "k");
-        api::check_defined(v, op, "v");
-        api::check_dim(q, {3}, op, "q");
-        api::check_dim(k, {3}, op, "k");
-        api::check_dim(v, {3}, op, "v");
+        api::check_single_qkv(q, k, v, 3, op);
         const api::ModuleArgs m =
             api::read_module_args(*jit_module, AttentionJitModule::Kind::kSinglePrefill, args, q, k,
                                   v, q.size(1), window_left, mask_mode, op);
