@@ -24,7 +24,9 @@
 #include "kernels/gdn_params.h"
 
 #if FLASHINFER_WITH_CUDA
+#include "flashinfer/stream.h"
 #include "kernels/cuda/gdn_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 #endif
 
 namespace flashinfer {
@@ -550,8 +552,10 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
     check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "output_state",
                 pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
     if (pooled) check_slots(*state_indices, s.size(0), false, op, "state_indices");
-  } else if (!pooled) {
-    // Upstream's Hopper path allocates the final state and always writes it.
+  } else if (!pooled && output_final_state) {
+    // Upstream's Hopper path allocates the final state and always writes it; a state nobody
+    // receives is not made here (on CUDA it would be a temporary freed at return, which a CUDA
+    // graph capturing the call refuses).
     output_state = Tensor::zeros({N, H, D, D}, DType::kFloat32, q.device());
   }
   if (output && output->defined()) {
@@ -803,16 +807,39 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   api::check_no_overlap(*out, conv_state, op, "out", "conv_state");
   api::check_no_overlap(*out, ssm_state, op, "out", "ssm_state");
 
+  // The prologue: ba and the conv output to scratch rows. On CUDA they are the stream's scratch
+  // (kernels/cuda/stream_scratch.h), never freed: a CUDA graph capturing this call addresses
+  // them on every replay, where temporary tensors would be freed at return (cudaFree, which a
+  // capture refuses).
+  Tensor ba, conv_out;
+  uint16_t *ba_rows = nullptr, *conv_rows = nullptr;
 #if FLASHINFER_WITH_CUDA
-  // Refused before the prologue shifts the conv pool in place.
-  FLASHINFER_CHECK_CODE(!hs.device().is_cuda() || D <= kernels::cuda::kGdnMaxHeadDimK,
-                        ErrorCode::kUnsupported, op, "ssm_state", "head dim ", D,
-                        " above the CUDA kernel's ", kernels::cuda::kGdnMaxHeadDimK,
-                        " (it keeps a state row in registers)");
+  std::optional<kernels::cuda::StreamScratch> scratch;  // held until both launches are queued
+  if (hs.device().is_cuda()) {
+    // Refused before the prologue shifts the conv pool in place.
+    FLASHINFER_CHECK_CODE(D <= kernels::cuda::kGdnMaxHeadDimK, ErrorCode::kUnsupported, op,
+                          "ssm_state", "head dim ", D, " above the CUDA kernel's ",
+                          kernels::cuda::kGdnMaxHeadDimK, " (it keeps a state row in registers)");
+    FLASHINFER_CHECK_CODE(B <= 65535 && HV <= 65535, ErrorCode::kUnsupported, op, "hidden_states",
+                          "batch ", B, " and ", HV,
+                          " value heads: the CUDA kernels take at most 65535 of each (grid rows)");
+    static kernels::cuda::StreamScratchPool pool("GDN fused-step scratch");
+    const std::size_t ba_bytes = static_cast<std::size_t>(B * 2 * HV) * 2;
+    const std::size_t conv_bytes = static_cast<std::size_t>(B * qkv_dim) * 2;
+    const std::size_t conv_at = (ba_bytes + 255) / 256 * 256;
+    if (B > 0) {
+      scratch = pool.acquire(op, hs.device().index, current_cuda_stream(), conv_at + conv_bytes);
+      ba_rows = static_cast<uint16_t*>(scratch->data());
+      conv_rows = reinterpret_cast<uint16_t*>(static_cast<char*>(scratch->data()) + conv_at);
+    }
+  }
 #endif
-  // The prologue: ba and the conv output to scratch rows.
-  Tensor ba = Tensor::empty({B, 2 * HV}, DType::kBFloat16, hs.device());
-  Tensor conv_out = Tensor::empty({B, qkv_dim}, DType::kBFloat16, hs.device());
+  if (!hs.device().is_cuda()) {
+    ba = Tensor::empty({B, 2 * HV}, DType::kBFloat16, hs.device());
+    conv_out = Tensor::empty({B, qkv_dim}, DType::kBFloat16, hs.device());
+    ba_rows = static_cast<uint16_t*>(ba.data_ptr());
+    conv_rows = static_cast<uint16_t*>(conv_out.data_ptr());
+  }
   kernels::GdnFusedPrologueParams pp;
   pp.B = B, pp.hidden = hidden, pp.n_ba = 2 * HV, pp.qkv_dim = qkv_dim, pp.width = W;
   auto bits = [](const Tensor& t) { return static_cast<const uint16_t*>(t.data_ptr()); };
@@ -832,8 +859,8 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   pp.cs_stride_t = conv_state.stride(2);
   pp.state_indices = state_indices.data_ptr();
   pp.indices_i64 = state_indices.dtype() == DType::kInt64;
-  pp.ba = static_cast<uint16_t*>(ba.data_ptr());
-  pp.conv_out = static_cast<uint16_t*>(conv_out.data_ptr());
+  pp.ba = ba_rows;
+  pp.conv_out = conv_rows;
   if (B == 0) return {*out, conv_state, ssm_state};
   api::launch(kGdnFusedPrologueKernels, pp, hs.device(), op, "hidden_states");
 
@@ -843,7 +870,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   p.T = 1;
   p.H = HV, p.Hq = Hq, p.Hk = Hq, p.Hv = HV, p.K = D, p.V = D;
   p.io_dtype = DType::kBFloat16;
-  const auto* co = static_cast<const uint16_t*>(conv_out.data_ptr());
+  const uint16_t* co = conv_rows;
   p.q = co;
   p.k = co + Hq * D;
   p.v = co + 2 * Hq * D;
@@ -851,7 +878,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   p.q_stride_tok = p.k_stride_tok = p.v_stride_tok = qkv_dim;
   p.q_stride_head = p.k_stride_head = p.v_stride_head = D;
   p.decode_gates = true;
-  const auto* bap = static_cast<const uint16_t*>(ba.data_ptr());
+  const uint16_t* bap = ba_rows;
   p.b = {bap, DType::kBFloat16, 2 * HV, 2 * HV, 1};
   p.a = {bap + HV, DType::kBFloat16, 2 * HV, 2 * HV, 1};
   p.A_log = A_log.data<float>();

@@ -515,7 +515,7 @@ Tensor ssu_impl(const Tensor& state_in, const Tensor& x_in, const Tensor& dt_in,
   p.multi_token = mode != 0;
   p.nheads = nheads, p.dim = dim, p.dstate = dstate, p.ngroups = ngroups;
   p.io_dtype = x.dtype();
-  p.w_dtype = dt.dtype();
+  p.dt_dtype = p.w_dtype = dt.dtype();
   p.x = io_ref(x, mode);
   p.B = io_ref(B, mode);
   p.C = io_ref(C, mode);
@@ -838,6 +838,7 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
   p.multi_token = true;
   p.nheads = nheads, p.dim = dim, p.dstate = dstate, p.ngroups = ngroups;
   p.io_dtype = x.dtype();
+  p.dt_dtype = dt.dtype();
   p.w_dtype = has_D ? D->dtype() : has_bias ? dt_bias->dtype() : DType::kFloat32;
   p.x = io_ref(x, mode);
   p.B = io_ref(B, mode);
@@ -853,22 +854,10 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
     p.cu_seqlens_i64 = false;
     p.total_tokens = x.size(1);
   }
-  // One weight dtype serves dt, D and dt_bias in the kernels: where dt's differs from D's /
-  // dt_bias's, all three are read as fp32 (exact widening; upstream widens each to fp32).
-  Tensor dt_read = dt;
-  std::optional<Tensor> D_read = D, bias_read = dt_bias;
-  if (dt.dtype() != p.w_dtype) {
-    p.w_dtype = DType::kFloat32;
-    dt_read = dt.to(DType::kFloat32);
-    if (has_D) D_read = D->to(DType::kFloat32);
-    if (has_bias) bias_read = dt_bias->to(DType::kFloat32);
-    p.dt = io_ref(dt_read, mode);
-    if (varlen) p.dt.seq = 0;
-  }
   p.A = A.data<float>();
   p.A_stride = A.stride(0);
-  if (has_D) p.D = D_read->data_ptr(), p.D_stride = D_read->stride(0);
-  if (has_bias) p.dt_bias = bias_read->data_ptr(), p.dt_bias_stride = bias_read->stride(0);
+  if (has_D) p.D = D->data_ptr(), p.D_stride = D->stride(0);
+  if (has_bias) p.dt_bias = dt_bias->data_ptr(), p.dt_bias_stride = dt_bias->stride(0);
   p.dt_softplus = dt_softplus;
   p.state = state.data_ptr();
   p.state_dtype = state.dtype();

@@ -35,9 +35,11 @@ struct SsuParams {
 
   int64_t nheads = 0, dim = 0, dstate = 0, ngroups = 1;
 
-  // x, B, C, z, out of io_dtype (fp16 / bf16 / fp32); dt, D, dt_bias of w_dtype; A fp32. dt is
-  // read at index 0 of its (broadcast) dim axis; A, D, dt_bias at [h * stride].
-  DType io_dtype = DType::kBFloat16, w_dtype = DType::kFloat32;
+  // x, B, C, z, out of io_dtype (fp16 / bf16 / fp32); dt of dt_dtype; D, dt_bias of w_dtype;
+  // A fp32. dt is read at index 0 of its (broadcast) dim axis; A, D, dt_bias at [h * stride].
+  // dt's dtype is its own: checkpointing_ssu takes a bf16 dt beside fp32 D / dt_bias (each read
+  // as fp32, as upstream's kernel widens them).
+  DType io_dtype = DType::kBFloat16, dt_dtype = DType::kFloat32, w_dtype = DType::kFloat32;
   SsuIoRef x, B, C, z, dt;
   void* out = nullptr;
   int64_t out_seq = 0, out_tok = 0, out_head = 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -719,7 +720,7 @@ TEST(GdnCuda, DecodeOpsMatchCpu) {
     auto [o_gpu, s_gpu] = gated_delta_rule_decode_pretranspose(cuda(in.q), cuda(in.k), cuda(in.v),
                                                                dstate, cuda(in.A_log), cuda(in.a),
                                                                cuda(in.dt_bias), cuda(in.b));
-    EXPECT_TRUE(all_close(o_gpu.to(Device::cpu()), o_cpu, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(o_gpu.to(Device::cpu()), o_cpu, {1e-4, 8e-3})) << K;
     EXPECT_TRUE(all_close(dstate.to(Device::cpu()), state, {2e-5, 1e-4})) << K;
     Tensor kmajor = rand_tensor({5, 4, K, 64}, kF32, 152, -0.5, 0.5);
     Tensor dk = cuda(kmajor);
@@ -728,7 +729,7 @@ TEST(GdnCuda, DecodeOpsMatchCpu) {
     auto [o2g, s2g] =
         gated_delta_rule_decode(cuda(in.q), cuda(in.k), cuda(in.v), dk, cuda(in.A_log), cuda(in.a),
                                 cuda(in.dt_bias), cuda(in.b));
-    EXPECT_TRUE(all_close(o2g.to(Device::cpu()), o2c, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(o2g.to(Device::cpu()), o2c, {1e-4, 8e-3})) << K;
     EXPECT_TRUE(all_close(dk.to(Device::cpu()), kmajor, {2e-5, 1e-4})) << K;
   }
   // bf16 pool with a negative index (slot 0), T = 3.
@@ -742,7 +743,7 @@ TEST(GdnCuda, DecodeOpsMatchCpu) {
   auto [og, sg] = gated_delta_rule_decode_pretranspose(
       cuda(in.q), cuda(in.k), cuda(in.v), std::nullopt, cuda(in.A_log), cuda(in.a),
       cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, true, dpool, cuda(idx));
-  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-4, 8e-3}));
   EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {1e-2, 1e-2}));
 }
 
@@ -761,7 +762,7 @@ TEST(GdnCuda, MtpMatchesCpu) {
       gated_delta_rule_mtp(cuda(in.q), cuda(in.k), cuda(in.v), dpool, cuda(idx), cuda(in.A_log),
                            cuda(in.a), cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt,
                            dbuf, std::nullopt, false, true, cuda(widx));
-  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-4, 8e-3}));
   EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4}));
   EXPECT_TRUE(all_close(dbuf.to(Device::cpu()), buf, {2e-5, 1e-4}));
 }
@@ -805,7 +806,7 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
         cuda(in.q), cuda(in.k), cuda(in.v), std::nullopt, cuda(in.A_log), cuda(in.a),
         cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, true, dpool, cuda(read),
         cuda(write));
-    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3})) << K;
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-4, 8e-3})) << K;
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4})) << K;
   }
   {  // per-step pool slots
@@ -819,7 +820,7 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
     auto [og, sg] = gated_delta_rule_mtp(
         cuda(in.q), cuda(in.k), cuda(in.v), dpool, cuda(read), cuda(in.A_log), cuda(in.a),
         cuda(in.dt_bias), cuda(in.b), std::nullopt, std::nullopt, std::nullopt, cuda(steps), false);
-    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-3, 8e-3}));
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-4, 8e-3}));
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4}));
   }
   {  // prefill GQA (4 q heads over 2 k / v heads)
@@ -866,6 +867,36 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
         Value(std::string("auto")), cuda(Tensor::from_vector({1, -1}, {2}, DType::kInt32)));
     EXPECT_TRUE(all_nan(rn.output.slice(0, 4, 9)));
     EXPECT_FALSE(all_nan(rn.output.slice(0, 0, 4)));
+    // No initial state, an output pool of 2 slots and a state index of 5 (the CPU refuses it):
+    // NaN outputs there too, not outputs from a zero state with the write dropped.
+    Tensor out_pool = cuda(Tensor::zeros({2, 1, 16, 16}, kF32));
+    auto ro = chunk_gated_delta_rule(
+        cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta), std::nullopt, std::nullopt,
+        true, cuda(in.cu_t), false, std::nullopt, out_pool, std::nullopt, std::nullopt, 0,
+        Value(std::string("auto")), cuda(Tensor::from_vector({0, 5}, {2}, DType::kInt32)));
+    EXPECT_TRUE(all_nan(ro.output.slice(0, 4, 9)));
+    EXPECT_FALSE(all_nan(ro.output.slice(0, 0, 4)));
+  }
+  {  // K 16 (lanes past K in every warp): an inf value gives inf outputs, as on the CPU
+    // q, k positive: every state entry of the row becomes +inf and so does each output, where an
+    // inf times a padding lane's 0 would make the warp's sum NaN.
+    PrefillIn in = prefill_inputs({0, 1}, 1, 1, 1, 16, 201);
+    in.q = in.q.clone(), in.k = in.k.clone(), in.v = in.v.clone();
+    in.q.fill_(0.5);
+    in.k.fill_(0.25);
+    in.v.fill_(std::numeric_limits<double>::infinity());
+    in.beta = in.beta.clone();
+    in.beta.fill_(0.5);
+    auto rc = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt,
+                                     false, in.cu_t);
+    auto rg = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                                     std::nullopt, std::nullopt, false, cuda(in.cu_t));
+    const auto c = rc.output.to_double_vector(), g = rg.output.to(Device::cpu()).to_double_vector();
+    ASSERT_EQ(c.size(), g.size());
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      EXPECT_TRUE(std::isinf(c[i]) && c[i] > 0) << i;  // the CPU reference: +inf
+      EXPECT_EQ(g[i], c[i]) << i;
+    }
   }
 }
 

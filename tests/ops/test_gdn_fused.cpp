@@ -17,6 +17,10 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -392,7 +396,7 @@ TEST(GdnFusedDecodeCuda, MatchesCpu) {
     const bool shared = std::set<int64_t>(k.slots.begin(), k.slots.end()).size() < k.slots.size();
     EXPECT_TRUE(all_close(cg.to(Device::cpu()), cc, {0.0, 0.0})) << k.D;  // copies: exact
     if (shared) continue;
-    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {2e-2, 2e-2})) << k.D;
+    EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-3, 1.6e-2})) << k.D;
     EXPECT_TRUE(all_close(sg.to(Device::cpu()), sc, {1e-3, 1e-3})) << k.D;
   }
   {  // D 512 is refused before the conv pool is shifted
@@ -414,6 +418,32 @@ TEST(GdnFusedDecodeCuda, MatchesCpu) {
     EXPECT_TRUE(all_close(sg.to(Device::cpu()).select(0, s), in.ssm.select(0, s), {0.0, 0.0}));
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// An engine captures its decode step into a CUDA graph (global mode, torch's default): the
+// step's intermediates (ba, the conv rows) come from the stream's scratch, so nothing is freed
+// during the capture, and the graph gives the eager step's outputs and pools.
+TEST(GdnFusedDecodeCuda, CapturesIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const FusedIn in = fused_inputs(3, 256, 2, 4, 64, 4, {3, 0, 1}, 97);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  const FusedIn eager = on_cuda(fresh_pools(in));
+  auto [oe, ce, se] = run(eager);  // also grows the stream's scratch before the capture
+  const FusedIn graphed = on_cuda(fresh_pools(in));
+  Tensor og = Tensor::zeros(oe.shape(), oe.dtype(), Device::cuda(0));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeGlobal,
+                                             [&] { (void)run(graphed, std::nullopt, og); }));
+  set_current_cuda_stream(prev);
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oe.to(Device::cpu()), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(graphed.conv.to(Device::cpu()), ce.to(Device::cpu()), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(graphed.ssm.to(Device::cpu()), se.to(Device::cpu()), {0.0, 0.0}));
+  cudaStreamDestroy(stream);
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer::testing

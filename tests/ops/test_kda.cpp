@@ -413,15 +413,17 @@ TEST(KdaCuda, DecodeSpecAndPrefillMatchCpu) {
     };
     const Tensor c1 = run(pool, false, ints({0, 1, 2, 3, 4, 5}), ints({5, -1, 0, 2, 3}), {});
     const Tensor g1 = run(dpool, true, ints({0, 1, 2, 3, 4, 5}), ints({5, -1, 0, 2, 3}), {});
-    EXPECT_TRUE(all_close(g1, c1, {1e-2, 1e-2})) << K;
+    // Outputs here are about 1e-2 in size: an atol of 1e-3 (fp32 summation order only) is what
+    // tells a wrong state row or decay index apart.
+    EXPECT_TRUE(all_close(g1, c1, {1e-3, 1e-2})) << K;
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {1e-2, 1e-2})) << K;
     const Tensor c2 = run(pool, false, ints({0, 5}), ints({1, 2, 3, -1, 4}, {1, 5}), 4);
     const Tensor g2 = run(dpool, true, ints({0, 5}), ints({1, 2, 3, -1, 4}, {1, 5}), 4);
-    EXPECT_TRUE(all_close(g2, c2, {1e-2, 1e-2})) << K;
+    EXPECT_TRUE(all_close(g2, c2, {1e-3, 1e-2})) << K;
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {1e-2, 1e-2})) << K;
     const Tensor c3 = run(pool, false, ints({0, 2, 5}), ints({0, 4}), {});
     const Tensor g3 = run(dpool, true, ints({0, 2, 5}), ints({0, 4}), {});
-    EXPECT_TRUE(all_close(g3, c3, {1e-2, 1e-2})) << K;
+    EXPECT_TRUE(all_close(g3, c3, {1e-3, 1e-2})) << K;
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {1e-2, 1e-2})) << K;
   }
 }

@@ -1071,12 +1071,16 @@ TEST(CkptSsuCuda, MatchesCpu) {
       r.c.state = rand_tensor({4, 4, 8, 32}, DType::kInt8, 361, -120, 120);
       scale = rand_tensor({4, 4, 8}, kF32, 362, 0.005, 0.01);
     }
+    // A bf16 dt beside fp32 D and dt_bias (upstream: dt of any dtype, widened in the kernel):
+    // read in its own dtype, with no host round trip (the call stays capturable).
+    if (dt == kBf) r.c.dt = r.c.dt.to(kBf);
     Ring g = r;
     g.c.state = cuda(r.c.state);
     g.x_cache = cuda(r.x_cache), g.B_cache = cuda(r.B_cache), g.dt_cache = cuda(r.dt_cache);
     std::optional<Tensor> gscale = cuda(scale);
     Tensor oc = Tensor::zeros({3, 3, 4, 8}, kBf), og = cuda(oc);
-    Tensor sbi = idx({3, 0, 2});
+    // Slot 1 keeps its 2-token history (no flush), slots 0 and 2 flush.
+    Tensor sbi = idx({1, 0, 2});
     (void)call_ckpt(r, oc, sbi, -1, scale);
     (void)checkpointing_ssu(g.c.state, g.x_cache, g.B_cache, g.dt_cache, cuda(r.ring_start),
                             cuda(r.pnat), cuda(r.c.x), cuda(r.c.dt), cuda(r.c.A), cuda(r.c.B),

@@ -91,7 +91,7 @@ float token_step(const SsuParams& p, int64_t seq, int64_t tok, int64_t h, int64_
                  float Dv, float bias, std::vector<float>& S, std::vector<float>& Bv,
                  std::vector<float>& Cv) {
   const int64_t ds = p.dstate;
-  float dt = load_io(p.dt, p.w_dtype, seq, tok, h, 0) + bias;
+  float dt = load_io(p.dt, p.dt_dtype, seq, tok, h, 0) + bias;
   if (p.dt_softplus) dt = ssu::softplus(dt);
   const float dA = std::exp(A * dt);
   for (int64_t n = 0; n < ds; ++n) {

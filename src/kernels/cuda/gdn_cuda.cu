@@ -102,7 +102,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
       return;
     }
   }
-  if (p.read_idx && p.state_in.data && r >= p.state_in.slots) {
+  // A read slot outside the pool read, or (written back to the same slot) outside the pool
+  // written: the CPU refuses both on the host; here NaN outputs say so.
+  if (p.read_idx && ((p.state_in.data && r >= p.state_in.slots) ||
+                     (!p.write_idx && p.state_out.data && r >= p.state_out.slots))) {
     for (int64_t t = 0; t < len; ++t) write_out(t, nan);
     return;
   }
@@ -160,17 +163,18 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
     }
     const float vv = to_f32(static_cast<const IO*>(
         p.v)[n * p.v_stride_seq + tok * p.v_stride_tok + vh * p.v_stride_head + v]);
+    // Lanes past K keep s = 0 (an inf u or decay times their 0 would be NaN in the sums).
     float pred = 0.0f;
     FLASHINFER_UNROLL
     for (int j = 0; j < KJ; ++j) {
-      s[j] *= decay;
+      if (j * 32 + lane < K) s[j] *= decay;
       pred += s[j] * kk[j];
     }
     const float u = (vv - warp_reduce_sum(pred)) * beta;
     float o = 0.0f;
     FLASHINFER_UNROLL
     for (int j = 0; j < KJ; ++j) {
-      s[j] += kk[j] * u;
+      if (j * 32 + lane < K) s[j] += kk[j] * u;
       o += s[j] * q[j];
     }
     o = warp_reduce_sum(o);

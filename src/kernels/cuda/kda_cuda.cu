@@ -263,6 +263,10 @@ void fused_kda_decode(const FusedKdaParams& p, void* stream, bool enable_pdl) {
 void recurrent_kda(const KdaParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.HV == 0) return;
   FLASHINFER_CHECK(p.K == 64 || p.K == 128, "recurrent_kda", "q", "HEAD_DIM must be 64 or 128");
+  // The kernel is instantiated for bf16 pools (what the API admits); another dtype would be read
+  // as bf16 bits.
+  FLASHINFER_CHECK(p.state_dtype == DType::kBFloat16, "recurrent_kda", "initial_state",
+                   "must be bfloat16 on CUDA, got ", dtype_torch_name(p.state_dtype));
   const int64_t vblocks = (p.K + kWarps - 1) / kWarps;
   FLASHINFER_CHECK(p.num_seqs * vblocks <= 0x7fffffff && p.HV <= 65535, "recurrent_kda", "q",
                    "grid too large: ", p.num_seqs, " sequences x ", p.HV, " heads");

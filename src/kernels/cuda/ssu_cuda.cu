@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kRows * 32)
     __syncthreads();
     if (!row) continue;
     float dt =
-        load_any(p.dt.data, seq * p.dt.seq + tok * p.dt.tok + h * p.dt.head, p.w_dtype) + bias;
+        load_any(p.dt.data, seq * p.dt.seq + tok * p.dt.tok + h * p.dt.head, p.dt_dtype) + bias;
     if (p.dt_softplus) dt = ssu::softplus(dt);
     const float dA = expf(A * dt);
     const float x =
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kRows * 32, 2) ckpt_ssu_kernel(CkptSsuParams c
     }
     __syncthreads();
     float dt =
-        load_any(p.dt.data, seq * p.dt.seq + tok * p.dt.tok + h * p.dt.head, p.w_dtype) + bias;
+        load_any(p.dt.data, seq * p.dt.seq + tok * p.dt.tok + h * p.dt.head, p.dt_dtype) + bias;
     if (p.dt_softplus) dt = ssu::softplus(dt);
     if (group_leader) {  // B appended once per group (values of the io dtype: exact)
       for (int64_t k = threadIdx.x; k < ds; k += blockDim.x) {
