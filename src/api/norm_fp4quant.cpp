@@ -62,7 +62,8 @@ NormFp4QuantOutput norm_fp4_impl(const char* op, const Tensor& input, const Tens
                                  const std::optional<Tensor>& global_scale, double eps, int64_t bs,
                                  const std::optional<std::string>& scale_format, bool swizzled,
                                  bool both, std::optional<Tensor> unswizzled,
-                                 const std::optional<Tensor>& y_out) {
+                                 const std::optional<Tensor>& y_out,
+                                 std::optional<bool> enable_pdl) {
   api::check_defined(input, op, "input");
   api::check_dim(input, {2, 3}, op, "input");
   api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, op, "input");
@@ -180,7 +181,7 @@ NormFp4QuantOutput norm_fp4_impl(const char* op, const Tensor& input, const Tens
     // zeroed: every byte of the result is then defined, call after call.
     block_scale->view({block_scale->numel()}).slice(0, 0, swz_bytes).fill_(0.0);
   }
-  api::launch(kNormFp4Kernels, p, dev, op, "input");
+  api::launch(kNormFp4Kernels, p, dev, op, "input", enable_pdl);
   if (residual && res_work.data_ptr() != residual->data_ptr()) {
     Tensor dst = *residual;
     dst.copy_(res_work);  // the in-place update upstream loses on a non-contiguous residual
@@ -206,7 +207,7 @@ NormFp4QuantOutput rmsnorm_fp4quant(const Tensor& input, const Tensor& weight,
       [&] {
         return norm_fp4_impl("rmsnorm_fp4quant", input, nullptr, weight, y_fp4, block_scale,
                              global_scale, eps, block_size, scale_format, is_sf_swizzled_layout,
-                             false, std::nullopt, std::nullopt);
+                             false, std::nullopt, std::nullopt, enable_pdl);
       },
       input, weight, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
       is_sf_swizzled_layout, enable_pdl);
@@ -222,7 +223,7 @@ NormFp4QuantOutput add_rmsnorm_fp4quant(
       [&] {
         return norm_fp4_impl("add_rmsnorm_fp4quant", input, &residual, weight, y_fp4, block_scale,
                              global_scale, eps, block_size, scale_format, is_sf_swizzled_layout,
-                             output_both_sf_layouts, block_scale_unswizzled, y_out);
+                             output_both_sf_layouts, block_scale_unswizzled, y_out, enable_pdl);
       },
       input, residual, weight, y_fp4, block_scale, global_scale, eps, block_size, scale_format,
       is_sf_swizzled_layout, output_both_sf_layouts, block_scale_unswizzled, enable_pdl, y_out);

@@ -17,6 +17,11 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "flashinfer/stream.h"
+#include "kernels/cuda/norm_fp4quant_cuda.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -275,6 +280,56 @@ TEST(NormFp4QuantCuda, BlackwellMatchesCpuElsewhereRefusedByName) {
     EXPECT_GT(same * 1000, a.size() * 999) << bs;  // rstd may differ in its last bit
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// The kernel itself on any GPU (the ops refuse below compute capability 10.0, as upstream, so on
+// the Hopper machines this is what runs it): add_rmsnorm_fp4quant's parameters with both scale
+// layouts and y_out, 130 rows (swizzle padding), e4m3 scales at block 16 and ue8m0 at block 32,
+// against the CPU op byte for byte (a code may differ where rstd differs in its last bit).
+TEST(NormFp4QuantCuda, KernelMatchesCpuOnAnyGpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t M = 130, H = 256;
+  Tensor x = rand_tensor({M, H}, kBf, 80), r = rand_tensor({M, H}, kBf, 81);
+  Tensor w = rand_tensor({H}, kBf, 82);
+  Tensor gs = Tensor::full({1}, 40.0, kF32);
+  auto mostly_equal = [](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    if (a.size() != b.size()) return false;
+    size_t same = 0;
+    for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+    return same * 1000 >= a.size() * 999;
+  };
+  for (int bs : {16, 32}) {
+    Tensor rc = r.clone(), yc = Tensor::zeros({M, H}, kBf);
+    const NormFp4QuantOutput c =
+        add_rmsnorm_fp4quant(x, rc, w, std::nullopt, std::nullopt, gs, 1e-6, bs, std::nullopt, true,
+                             true, std::nullopt, std::nullopt, yc);
+    Tensor dx = cuda(x), dr = cuda(r), dw = cuda(w), dgs = cuda(gs);
+    Tensor dq = Tensor::zeros({M, H / 2}, DType::kUInt8, Device::cuda(0));
+    Tensor dsf = Tensor::zeros({c.block_scale.numel()}, DType::kUInt8, Device::cuda(0));
+    Tensor dlin = Tensor::zeros({M * (H / bs)}, DType::kUInt8, Device::cuda(0));
+    Tensor dy = Tensor::zeros({M, H}, kBf, Device::cuda(0));
+    kernels::NormFp4Params p;
+    p.M = M, p.H = H, p.block_size = bs, p.dtype = kBf;
+    p.input = dx.data_ptr(), p.in_stride = H;
+    p.residual = dr.data_ptr(), p.res_stride = H;
+    p.weight = dw.data_ptr();
+    p.global_scale = dgs.data<float>();
+    p.eps = 1e-6f;
+    p.ue8m0 = bs == 32;
+    p.y_fp4 = static_cast<uint8_t*>(dq.data_ptr());
+    p.sf = static_cast<uint8_t*>(dsf.data_ptr());
+    p.sf_layout = kernels::SfLayoutCode::k128x4;
+    p.sf_linear = static_cast<uint8_t*>(dlin.data_ptr());
+    p.y_out = dy.data_ptr();
+    kernels::cuda::rmsnorm_fp4quant(p, current_cuda_stream(), false);
+    EXPECT_EQ(dr.to(Device::cpu()).to_double_vector(), rc.to_double_vector()) << bs;
+    EXPECT_TRUE(all_close(dy.to(Device::cpu()), yc, {0.0, 8e-3})) << bs;
+    EXPECT_TRUE(mostly_equal(bytes(dq.to(Device::cpu())), bytes(c.y_fp4))) << bs;
+    EXPECT_TRUE(mostly_equal(bytes(dsf.to(Device::cpu())), bytes(c.block_scale))) << bs;
+    EXPECT_TRUE(mostly_equal(bytes(dlin.to(Device::cpu())), bytes(c.block_scale_unswizzled))) << bs;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer::testing

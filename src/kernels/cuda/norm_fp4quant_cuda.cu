@@ -49,11 +49,12 @@ __global__ void __launch_bounds__(kThreads) norm_fp4quant_kernel(NormFp4Params p
 
 void rmsnorm_fp4quant(const NormFp4Params& p, void* stream, bool enable_pdl) {
   if (p.M == 0) return;
-  FLASHINFER_CHECK(p.M <= 0x7fffffff, "rmsnorm_fp4quant", "input", "too many rows: ", p.M);
+  const char* op = p.residual ? "add_rmsnorm_fp4quant" : "rmsnorm_fp4quant";
+  FLASHINFER_CHECK(p.M <= 0x7fffffff, op, "input", "too many rows: ", p.M);
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(p.M));
   const auto launch = [&](auto kernel) {
-    launch_kernel("rmsnorm_fp4quant", kernel, grid, dim3(kThreads), 0, s, enable_pdl, p);
+    launch_kernel(op, kernel, grid, dim3(kThreads), 0, s, enable_pdl, p);
   };
   const bool half = p.dtype == DType::kFloat16;
   if (p.block_size == 16) {
