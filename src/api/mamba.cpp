@@ -597,7 +597,7 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
                  const std::optional<Tensor>& cu_seqlens, std::optional<int64_t> max_seqlen,
                  const std::optional<Tensor>& cb_scaled, const std::optional<Tensor>& cumAdt_vec,
                  const std::optional<Tensor>& cb_old, int64_t heads_per_cta,
-                 const std::string& algorithm) {
+                 const std::string& algorithm, bool enable_pdl) {
   const char* op = kCkptOp;
   pad_slot_id = static_cast<int32_t>(pad_slot_id);
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{state, "state"},
@@ -886,7 +886,7 @@ Tensor ckpt_impl(const Tensor& state, const Tensor& x_cache, const Tensor& B_cac
   c.dc_slot = dt_cache.stride(0), c.dc_head = dt_cache.stride(1);
   c.ring_start = ring_start.data<int32_t>();
   c.pnat = pnat.data<int32_t>();
-  api::launch(kCkptKernels, c, x.device(), op, "x");
+  api::launch(kCkptKernels, c, x.device(), op, "x", enable_pdl);
   return out;
 }
 }  // namespace
@@ -935,7 +935,7 @@ Tensor checkpointing_ssu(const Tensor& state, const Tensor& x_cache, const Tenso
                          dt, A, B, C, out, D, z, dt_bias, dt_softplus, state_batch_indices,
                          pad_slot_id, state_scale, rand_seed, philox_rounds, d_split, cu_seqlens,
                          max_seqlen, cb_scaled, cumAdt_vec, cb_old, precompute_heads_per_cta,
-                         algorithm);
+                         algorithm, enable_pdl);
       },
       state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted_tokens, x, dt, A, B, C, out,
       D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, state_scale, rand_seed,
