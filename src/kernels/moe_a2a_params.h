@@ -92,6 +92,15 @@ FLASHINFER_A2A_HD inline float moe_a2a_pairwise(const float (&a)[N]) {
   }
 }
 
+/// The call number after `f` in flag_val's count (a dispatch's or combine's, and the done value a
+/// combine publishes for the next dispatch): f + 1, but 0xFFFFFFFF is followed by 2. 0 (nothing
+/// yet) and 1 (the first dispatch, which waits for no combine) then never come back: after 2^32
+/// calls a dispatch numbered 1 would skip its wait for the peers' previous combine. The jump is
+/// the same on every rank, and the waits compare wrap-safely.
+FLASHINFER_A2A_HD inline uint32_t moe_a2a_next_flag(uint32_t f) {
+  return f == 0xFFFFFFFFu ? 2u : f + 1u;
+}
+
 /// The combine's sum over K slots of a token, in fp32, in upstream's fixed order: pairwise for
 /// top_k 2, 4, 6, 8, 10, 16 and 22 ((a0 + a1) + (a2 + a3), then those pairs pairwise, an odd
 /// value carried up: 10 is ((P01 + P23) + (P45 + P67)) + P89), left to right from a0 for 1, 12,

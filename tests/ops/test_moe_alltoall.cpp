@@ -747,6 +747,61 @@ TEST(MoeA2aModule, DispatchReturnsTheCombineOffsetAndTheGatheredStatistics) {
   }
 }
 
+// flag_val counts calls in 32 bits: past 0xFFFFFFFF the count goes on at 2, never 0 or 1 (a
+// dispatch numbered 1 is the first one and waits for no combine). The rows seeded as after the
+// combine numbered 0xFFFFFFFD; three rounds run through the wrap with every combine right, and
+// each rank's count ends at 5 (a plain + 1 would give 3).
+TEST(MoeA2aModule, CallCountGoesOnPastTheWrapWithoutReachingOne) {
+  EXPECT_EQ(kernels::moe_a2a_next_flag(0), 1u);
+  EXPECT_EQ(kernels::moe_a2a_next_flag(41), 42u);
+  EXPECT_EQ(kernels::moe_a2a_next_flag(0xFFFFFFFEu), 0xFFFFFFFFu);
+  EXPECT_EQ(kernels::moe_a2a_next_flag(0xFFFFFFFFu), 2u);
+  comm::ThreadGroup g(2);
+  const int64_t ep = 2, K = 2, E = 4, H = 8, max_tokens = 4;
+  const int64_t size = moe_a2a_get_workspace_size_per_rank(ep, max_tokens, H * 2 + K * 4, H * 2);
+  const Tensor ws = Tensor::zeros({ep, size}, DType::kUInt8);
+  std::vector<std::vector<Tensor>> out(3, std::vector<Tensor>(ep));
+  std::vector<RankInput> in(ep);
+  g.run([&](int64_t r) {
+    const Tensor meta = moe_a2a_initialize(ws, r, ep, max_tokens);
+    const std::vector<double> m = meta.to_double_vector();
+    auto* row = static_cast<uint8_t*>(ws.select(0, r).data_ptr());
+    auto word = [&](double at, int64_t j) {
+      return reinterpret_cast<uint32_t*>(row + static_cast<int64_t>(at) + 4 * j);
+    };
+    const uint32_t c = 0xFFFFFFFDu;  // the last combine's number
+    *word(m[0], 0) = c;
+    for (int64_t j = 0; j < ep; ++j) {
+      *word(m[4], j) = c - 1;                          // the dispatch before it
+      *word(m[5], j) = kernels::moe_a2a_next_flag(c);  // its done value
+    }
+    g.backend(r)->barrier();
+    in[r] = rank_input(r, 3, K, E, H, Device::cpu());
+    for (int round = 0; round < 3; ++round) {
+      auto [recv, off, gathered] =
+          moe_a2a_dispatch(in[r].experts, {in[r].hidden, in[r].experts}, ws, meta, 4, r, ep, K, E);
+      std::vector<double> hv = recv[0].to(DType::kFloat32).to_double_vector();
+      for (double& v : hv) v *= static_cast<double>(r + 1);
+      out[round][r] =
+          moe_a2a_combine(Tensor::from_vector(hv, {ep, 4, H}, kBf), 3, ws, meta, 4, r, ep, K, off);
+    }
+    EXPECT_EQ(*word(m[0], 0), 5u) << r;
+  });
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t r = 0; r < ep; ++r) {
+      const std::vector<double> hs = in[r].hidden.to_double_vector();
+      const std::vector<double> o = out[round][r].to_double_vector();
+      for (int64_t t = 0; t < 3; ++t) {
+        double f = 0;
+        for (int64_t q : targets_of(in[r], t, E, ep)) f += static_cast<double>(q + 1);
+        for (int64_t h = 0; h < H; ++h) {
+          ASSERT_EQ(o[t * H + h], f * hs[t * H + h]) << round << " " << r << " " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(MoeA2aModule, WrapViewsOneRanksBytes) {
   std::vector<double> bytes(128);
   for (int i = 0; i < 128; ++i) bytes[i] = i;

@@ -18,7 +18,7 @@ int32_t* i32_at(char* row, int64_t off) { return reinterpret_cast<int32_t*>(row 
 // This rank's next call number (dispatches and combines count alike on every rank).
 uint32_t next_flag(char* mine, const MoeA2aLayout& l) {
   std::atomic_ref<uint32_t> fv(u32_at(mine, l.flag_val));
-  const uint32_t flag = fv.load(std::memory_order_relaxed) + 1;
+  const uint32_t flag = moe_a2a_next_flag(fv.load(std::memory_order_relaxed));
   fv.store(flag, std::memory_order_relaxed);
   return flag;
 }
@@ -156,7 +156,7 @@ void moe_a2a_combine(const MoeA2aCombineParams& p) {
     }
   }
   // Done reading the peers' combine regions: the next dispatch may overwrite them.
-  publish(p, l.combine_flags, flag + 1);
+  publish(p, l.combine_flags, moe_a2a_next_flag(flag));
 }
 
 void moe_a2a_sanitize_expert_ids(const MoeA2aSanitizeParams& p) {

@@ -28,7 +28,7 @@ __global__ void moe_a2a_dispatch_begin_kernel(MoeA2aDispatchParams p) {
   char* mine = p.row(p.ep_rank);
   const int j = threadIdx.x;
   if (j == 0) {
-    flag = *u32(mine, l.flag_val) + 1;
+    flag = moe_a2a_next_flag(*u32(mine, l.flag_val));
     *u32(mine, l.flag_val) = flag;
   }
   __syncthreads();
@@ -188,7 +188,7 @@ __global__ void moe_a2a_combine_signal_kernel(MoeA2aCombineParams p) {
   __shared__ uint32_t flag;
   char* mine = p.row(p.ep_rank);
   if (threadIdx.x == 0) {
-    flag = *u32(mine, p.layout.flag_val) + 1;
+    flag = moe_a2a_next_flag(*u32(mine, p.layout.flag_val));
     *u32(mine, p.layout.flag_val) = flag;
   }
   __threadfence_system();
@@ -281,7 +281,8 @@ __global__ void moe_a2a_combine_done_kernel(MoeA2aCombineParams p) {
   __threadfence_system();
   const int j = threadIdx.x;
   if (j < p.ep_size && p.is_active(j)) {
-    store_release_sys(u32(p.row(j), p.layout.combine_flags + 4 * p.ep_rank), flag + 1);
+    store_release_sys(u32(p.row(j), p.layout.combine_flags + 4 * p.ep_rank),
+                      moe_a2a_next_flag(flag));
   }
 }
 
