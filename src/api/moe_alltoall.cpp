@@ -499,6 +499,17 @@ Tensor a2a_combine(const A2aRows& w, const Tensor& payload, const A2aCombineArgs
     FLASHINFER_CHECK_CODE(!a.use_low_precision, ErrorCode::kUnsupported, op, "use_low_precision",
                           "use_low_precision with payload_in_workspace is not implemented in "
                           "flashinfer-cpp");
+  } else if (a.use_low_precision) {
+    // The fp8 rows are packed into this rank's combine region while the payload's wider rows are
+    // read: a payload lying in that region (the workspace tensor, payload_in_workspace False) would
+    // be overwritten before it is read, by other blocks and within a row on CUDA.
+    const Tensor mine =
+        w.rows.select(0, w.ep_rank).slice(0, a.combine_offset, a.combine_offset + need);
+    FLASHINFER_CHECK_CODE(!detail::views_overlap(payload, mine), ErrorCode::kUnsupported, op,
+                          "payload",
+                          "lies in this rank's combine region of the workspace, which the "
+                          "low-precision combine overwrites with its fp8 rows: pass a payload "
+                          "tensor outside the workspace");
   }
   if (a.output_scales && a.output_scales->has_value()) {
     if (dev.is_cuda() && api::compute_capability(dev) < 100) {
