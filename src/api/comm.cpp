@@ -409,15 +409,19 @@ void check_nvfp4_arch(Device dev, const char* op, const char* arg, const char* w
                         " SM100+ (", below, "; compute capability ", cc, " here)");
 }
 
-// A scale_factor on `dev` as fp32 [1], read there by the kernels: a tensor's first element, a
-// number, None as 1.0.
-Tensor scale_on_device(const Value& sf, Device dev, const char* op) {
+// The kernels' scale: a tensor's first element as fp32 [1] on `dev` (kept alive in `holder`; no
+// copy for vLLM's fp32 device scale), or a number (None: 1.0) by value in the parameters.
+void set_scale(kernels::AllReduceFusionParams& p, const Value& sf, Device dev, const char* op,
+               Tensor& holder) {
   if (sf.is_tensor()) {
     const Tensor& st = sf.as_tensor();
     FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
-    return st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
+    holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
+    p.scale_factor = static_cast<const float*>(holder.data_ptr());
+    return;
   }
-  return Tensor::full({1}, sf.is_none() ? 1.0 : sf.as_float(), DType::kFloat32, dev);
+  p.scale_factor = nullptr;
+  p.scale_value = static_cast<float>(sf.is_none() ? 1.0 : sf.as_float());
 }
 
 bool use_oneshot_rule(std::optional<bool> use_oneshot, int64_t T, int64_t H, int64_t W,
@@ -655,8 +659,7 @@ Tensor mnnvl_allreduce_impl(const ArArgs& a, MNNVLAllReduceFusionWorkspace& ws, 
     if (scale_out.defined()) p.scale_out = scale_out.data_ptr();
     if (pat.quant == 1 || pat.quant == 2) {
       // None is 1.0 (upstream's static scale default).
-      scale_holder = scale_on_device(a.scale_factor ? *a.scale_factor : Value(), dev, op);
-      p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+      set_scale(p, a.scale_factor ? *a.scale_factor : Value(), dev, op, scale_holder);
     }
     p.layout_code = static_cast<int>(layout);
   }
@@ -858,8 +861,7 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
                                a.scale_factor->kind() == Value::Kind::kInt)
                           ? a.scale_factor->as_float()
                           : 1.0;
-    scale_holder = scale_on_device(Value(gs), dev, op);
-    p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+    set_scale(p, Value(gs), dev, op, scale_holder);
     p.quant_out = q.data_ptr();
     p.scale_out = s.data_ptr();
     p.layout_code = static_cast<int>(layout);
@@ -1038,8 +1040,7 @@ Tensor allreduce_impl(const ArArgs& a, const MoeArgs& moe, AllReduceFusionWorksp
       FLASHINFER_CHECK(a.scale_factor && !a.scale_factor->is_none(), op, "scale_factor",
                        "scale_factor is required for pattern ", pattern_name(pattern), " (",
                        pattern, ")");
-      scale_holder = scale_on_device(*a.scale_factor, dev, op);
-      p.scale_factor = static_cast<const float*>(scale_holder.data_ptr());
+      set_scale(p, *a.scale_factor, dev, op, scale_holder);
     }
     if (pat.quant >= 2) {
       const Tensor& s = need(a.scale_out, "scale_out", pattern, op);
@@ -1792,6 +1793,14 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
                          "partial_o last dim must be 16-byte aligned");
         FLASHINFER_CHECK(partial_o.is_contiguous(), op, "partial_o",
                          "partial_o must be contiguous");
+        // The CUDA kernel copies 4-byte words: a 16-bit view starting at an odd element would
+        // be a misaligned access (a fault that ends the CUDA context).
+        FLASHINFER_CHECK_CODE(
+            !partial_o.device().is_cuda() ||
+                reinterpret_cast<std::uintptr_t>(partial_o.data_ptr()) % 4 == 0,
+            ErrorCode::kUnsupported, op, "partial_o",
+            "starts at an address that is not 4-byte aligned (a view from an odd element); the "
+            "CUDA kernel copies 4-byte words");
         FLASHINFER_CHECK(softmax_stats.is_contiguous(), op, "softmax_stats",
                          "softmax_stats must be contiguous");
         check_dcp_workspace(workspace, cp_size, op);

@@ -128,10 +128,31 @@ void release_stream_set(std::size_t set) {
   const std::lock_guard<std::mutex> lock(s.m);
   s.in_use[set] = false;
 }
-void* rank_stream(std::size_t set, int device, int64_t rank) {
+// The hardware queues a GPU's streams are spread over (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set
+// before CUDA starts).
+int64_t hardware_queues() {
+  int64_t queues = 8;
+  if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {
+    queues = std::clamp<int64_t>(std::atoll(env), 1, 32);
+  }
+  return queues;
+}
+
+// The stream of the `slot`-th rank of a group on `device` (slots count the group's ranks on that
+// device, at most hardware_queues()). A set's streams on a device are all created at once, one
+// after another: streams take the hardware queues in turn as they are created, so these land on
+// distinct queues. Created one by one as ranks first ran, with other streams (a peer buffer's
+// zeroing, a later, larger group's new ranks) created in between, two ranks could share a queue,
+// and a kernel waiting for its peer would then hold back that peer's kernel: a deadlock.
+void* rank_stream(std::size_t set, int device, int64_t slot) {
   StreamSets& s = stream_sets();
   const std::lock_guard<std::mutex> lock(s.m);
-  void*& st = s.streams[{set, device, rank}];
+  if (!s.streams.count({set, device, 0})) {
+    for (int64_t k = 0; k < hardware_queues(); ++k) {
+      s.streams[{set, device, k}] = detail::cuda_stream_create_nonblocking(device);
+    }
+  }
+  void*& st = s.streams[{set, device, slot}];  // past the batch only if the variable changed
   if (!st) st = detail::cuda_stream_create_nonblocking(device);
   return st;
 }
@@ -181,10 +202,7 @@ ThreadGroup::ThreadGroup(std::vector<Device> devices, std::chrono::milliseconds 
   // each, or a waiting kernel can hold back the peer kernel it waits for (a deadlock).
   std::map<int, int64_t> per_device;
   for (const Device& d : devices) per_device[d.is_cuda() ? d.index : -1] += 1;
-  int64_t queues = 8;  // CUDA's default for CUDA_DEVICE_MAX_CONNECTIONS
-  if (const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {
-    queues = std::clamp<int64_t>(std::atoll(env), 1, 32);
-  }
+  const int64_t queues = hardware_queues();
   for (const auto& [index, n] : per_device) {
     FLASHINFER_CHECK_CODE(index < 0 || n <= queues, ErrorCode::kUnsupported, "ThreadGroup",
                           "devices", n, " ranks share cuda:", index, ", more than its ", queues,
@@ -239,6 +257,12 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
       if (state_->aborted) std::atomic_ref<uint32_t>(*state_->abort_host).store(1);
     }
   }
+  // Each CUDA rank's slot among the group's ranks on its device (rank_stream).
+  std::vector<int64_t> slot(n, 0);
+  std::map<int, int64_t> on_device;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (state_->devices[r].is_cuda()) slot[r] = on_device[state_->devices[r].index]++;
+  }
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   threads.reserve(n);
@@ -252,7 +276,7 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
         // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
         // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
         if (dev.is_cuda()) {
-          stream = rank_stream(set, dev.index, static_cast<int64_t>(r));
+          stream = rank_stream(set, dev.index, slot[r]);
           set_current_cuda_stream(stream);
         }
         body(static_cast<int64_t>(r));

@@ -59,11 +59,15 @@ struct AllReduceFusionParams {
   const void* gamma = nullptr;  // [H], the input's dtype
   float eps = 1e-6f;
   float weight_bias = 0.0f;
-  const float* scale_factor = nullptr;  // fp32 [1] on the call's device (patterns 2-5)
-  int layout_code = 0;                  // NVFP4 scale layout (SfLayoutCode)
-  int64_t group_size = 0;               // patterns 8 / 9
-  int64_t scale_t_stride = 0;           // patterns 8 / 9: round_up(T, 4)
-  const uint32_t* abort = nullptr;      // CUDA: the group's abort word (core/comm_abort.h)
+  // Patterns 2-5: a tensor scale as fp32 [1] on the call's device, else (a number, None) the
+  // value itself: passed by value, no device copy (a synchronizing copy per call, which a CUDA
+  // graph capture refuses).
+  const float* scale_factor = nullptr;
+  float scale_value = 1.0f;
+  int layout_code = 0;              // NVFP4 scale layout (SfLayoutCode)
+  int64_t group_size = 0;           // patterns 8 / 9
+  int64_t scale_t_stride = 0;       // patterns 8 / 9: round_up(T, 4)
+  const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h)
   /// CUDA: the grid every rank of the workspace's group launches, agreed when the workspace was
   /// made (core/device_location.h, agreed_grid_cap); 0: the SM count over the world size.
   int blocks = 0;

@@ -20,7 +20,7 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
   const int64_t T = p.tokens, H = p.hidden;
   const ArPattern pat = ar_pattern(p.pattern);
   const DType dt = p.dtype;
-  const float scale = p.scale_factor ? *p.scale_factor : 1.0f;
+  const float scale = p.scale_factor ? *p.scale_factor : p.scale_value;
 #pragma omp parallel for schedule(static) if (T * H * p.world_size >= 65536)
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> r(static_cast<std::size_t>(H)), y(static_cast<std::size_t>(H));

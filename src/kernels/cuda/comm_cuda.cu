@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduce
   __syncthreads();
   // 3. The sums and the epilogue, a row at a time.
   const ArPattern pat = ar_pattern(p.pattern);
-  const float scale = p.scale_factor ? *p.scale_factor : 1.0f;
+  const float scale = p.scale_factor ? *p.scale_factor : p.scale_value;
   for (int64_t t = b; t < T_; t += gridDim.x) {
     float ss = 0.0f;
     for (int64_t j = tid; j < H; j += blockDim.x) {
