@@ -57,6 +57,17 @@ FLASHINFER_HD bool mixed_comm_final_pair(const MixedCommParams& p) {
          p.op != MixedCommParams::kAllGather && p.op != MixedCommParams::kReduceScatter;
 }
 
+/// One step of a sum: fp32_add, with a NaN result the positive canonical NaN on both backends
+/// (the device's add gives it; the host's keeps an operand's sign, and x86's inf + -inf is -NaN),
+/// so the rounded output's bits agree.
+FLASHINFER_HD float mixed_comm_add(float a, float b) {
+  const float s = fp32_add(a, b);
+#if !defined(__CUDA_ARCH__)
+  if (s != s) return f32_from_bits(0x7FFFFFFFu);
+#endif
+  return s;
+}
+
 /// Output element i before any final pair rule: bits(r, e) reads rank r's x_in element e (16-bit
 /// pattern), to_f widens a pattern to fp32, round rounds fp32 to the dtype (nearest even). Sums
 /// start at their first term and add in fp32.
@@ -77,7 +88,7 @@ FLASHINFER_HD uint16_t mixed_comm_value(const MixedCommParams& p, int64_t i, con
       // inputs in the switch, NCCL as given.
       const bool buf = waits || p.mode == P::kBytes1Uc;
       float acc = term(0, i, buf);
-      for (int r = 1; r < p.size; ++r) acc = fp32_add(acc, term(r, i, buf));
+      for (int r = 1; r < p.size; ++r) acc = mixed_comm_add(acc, term(r, i, buf));
       return round(acc);
     }
     case P::kAllGather: {
@@ -91,11 +102,11 @@ FLASHINFER_HD uint16_t mixed_comm_value(const MixedCommParams& p, int64_t i, con
         // This rank's own block first, as given, then the peers' descending from rank - 1.
         float acc = term(p.rank, e, false);
         for (int k = 1; k < p.size; ++k)
-          acc = fp32_add(acc, term((p.rank - k + p.size) % p.size, e, true));
+          acc = mixed_comm_add(acc, term((p.rank - k + p.size) % p.size, e, true));
         return round(acc);
       }
       float acc = term(0, e, false);
-      for (int r = 1; r < p.size; ++r) acc = fp32_add(acc, term(r, e, false));
+      for (int r = 1; r < p.size; ++r) acc = mixed_comm_add(acc, term(r, e, false));
       return round(acc);
     }
     case P::kAllReduceAllGather: {
@@ -103,7 +114,7 @@ FLASHINFER_HD uint16_t mixed_comm_value(const MixedCommParams& p, int64_t i, con
       const int64_t e = i % p.n_in;
       const bool buf = waits || p.mode == P::kBytes1Uc;
       float acc = term(d * p.ltp, e, buf);
-      for (int t = 1; t < p.ltp; ++t) acc = fp32_add(acc, term(t + d * p.ltp, e, buf));
+      for (int t = 1; t < p.ltp; ++t) acc = mixed_comm_add(acc, term(t + d * p.ltp, e, buf));
       return round(acc);
     }
     default: {  // kRsAllReduce: block dp_rank of every rank
@@ -115,9 +126,9 @@ FLASHINFER_HD uint16_t mixed_comm_value(const MixedCommParams& p, int64_t i, con
         for (int t = 0; t < p.ltp; ++t) {
           float inner = term(t, e, false);
           for (int dd = 1; dd < p.ldp; ++dd)
-            inner = fp32_add(inner, term(t + dd * p.ltp, e, false));
+            inner = mixed_comm_add(inner, term(t + dd * p.ltp, e, false));
           const float s = to_f(round(inner));
-          outer = t == 0 ? s : fp32_add(outer, s);
+          outer = t == 0 ? s : mixed_comm_add(outer, s);
         }
         return round(outer);
       }
@@ -129,14 +140,14 @@ FLASHINFER_HD uint16_t mixed_comm_value(const MixedCommParams& p, int64_t i, con
           const int dd = (d - k + p.ldp) % p.ldp;
           for (int t = 0; t < p.ltp; ++t) {
             const float v = term(t + dd * p.ltp, e, true);
-            acc = first ? v : fp32_add(acc, v);
+            acc = first ? v : mixed_comm_add(acc, v);
             first = false;
           }
         }
         return round(acc);
       }
       float acc = term(0, e, false);
-      for (int r = 1; r < p.size; ++r) acc = fp32_add(acc, term(r, e, false));
+      for (int r = 1; r < p.size; ++r) acc = mixed_comm_add(acc, term(r, e, false));
       return round(acc);
     }
   }

@@ -1793,14 +1793,13 @@ TEST(AllreduceFusionMultiProcess, RecordAndReplay) {
 
 // ---- CUDA: every rank a thread on one GPU, against the CPU -----------------------------------
 
-// Calls of several shapes and patterns on one workspace of `backend` a rank, 2 ranks as threads
+// Calls of several shapes and patterns on one workspace of `backend` a rank, W ranks as threads
 // on `dev`: outs[rank][call] = {the sum (pattern 0) or norm_out, residual_out, quant_out,
 // scale_out} as doubles. Per-token-group scales (8 / 9) only where they fit one int32 word.
 using ArOuts = std::vector<std::vector<std::vector<std::vector<double>>>>;
 ArOuts run_patterns(const std::string& backend, bool oneshot, const std::vector<int64_t>& patterns,
                     const std::vector<std::pair<int64_t, int64_t>>& shapes, uint64_t seed,
-                    Device dev) {
-  const int64_t W = 2;
+                    Device dev, int64_t W = 2, bool fp32_acc = true) {
   ArOuts outs(W);
   comm::ThreadGroup grp(W, dev);
   grp.run([&](int64_t r) {
@@ -1827,7 +1826,7 @@ ArOuts run_patterns(const std::string& backend, bool oneshot, const std::vector<
             qz ? std::optional(q) : std::nullopt, s ? std::optional(sc) : std::nullopt,
             pattern ? std::optional(res) : std::nullopt, pattern ? std::optional(g) : std::nullopt,
             1e-6, pattern == 2 || pattern == 4 ? std::optional<Value>(Value(0.25)) : std::nullopt,
-            std::nullopt, oneshot, true, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+            std::nullopt, oneshot, fp32_acc, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
             std::nullopt, std::nullopt, std::nullopt,
             pattern == 8 || pattern == 9 ? std::optional<int64_t>(128) : std::nullopt);
         std::vector<std::vector<double>> o;
@@ -1882,6 +1881,33 @@ TEST(AllreduceFusionCuda, MatchesCpuOnOneGpu) {
                           P::kARResidualRMSNormOutPerTokenGroupFP8PackedQuant,
                           P::kARResidualRMSNormOutDynamicFP8Quant},
                          40);
+}
+
+// Beyond two ranks the rank sum has an order and, without fp32_acc, rounding points: the sums
+// and residual_out at 4 and 8 ranks, with and without fp32 accumulation, bit for bit.
+TEST(AllreduceFusionCuda, FourAndEightRanksSumInTheCpusOrder) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, 512}, {9, 1024}};
+  for (int64_t W : {4, 8}) {
+    for (bool fp32_acc : {true, false}) {
+      for (bool oneshot : {true, false}) {
+        const std::vector<int64_t> patterns = {P::kAllReduce, P::kARResidualRMSNorm};
+        const ArOuts cpu =
+            run_patterns("trtllm", oneshot, patterns, shapes, 70, Device::cpu(), W, fp32_acc);
+        const ArOuts gpu =
+            run_patterns("trtllm", oneshot, patterns, shapes, 70, Device::cuda(0), W, fp32_acc);
+        for (std::size_t r = 0; r < cpu.size(); ++r) {
+          ASSERT_EQ(cpu[r].size(), gpu[r].size());
+          for (std::size_t c = 0; c < cpu[r].size(); ++c) {
+            const std::size_t k = c < shapes.size() ? 0 : 1;  // the sum, then residual_out
+            EXPECT_EQ(cpu[r][c][k], gpu[r][c][k])
+                << "W " << W << ", fp32_acc " << fp32_acc << ", oneshot " << oneshot << ", rank "
+                << r << ", call " << c;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(MnnvlAllreduceCuda, MatchesCpuOnOneGpu) {

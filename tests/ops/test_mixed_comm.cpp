@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -317,6 +318,30 @@ TEST(MixedComm, MinusZeroPairsAsUpstreamsBuffersPassThem) {
   const auto b1 = run_all(2, 2, Op::ALLREDUCE, Mode::FUSED_OPT_BYTES1_UC, in);
   EXPECT_FALSE(sign(b1[0], 0));
   EXPECT_TRUE(sign(b1[0], 2));
+}
+
+// A sum that is NaN (inf + -inf, or a negative NaN among the terms) is the positive canonical
+// NaN, as upstream's device adds give it: bf16 0x7FC0 here, whatever the host's add gave
+// (x86's inf + -inf is -NaN). Terms that are not summed keep their bits (the all-gather).
+TEST(MixedComm, NanSumsAreThePositiveCanonicalNan) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Element 0: +inf and -inf; element 1: -NaN and 1; the rest finite.
+  std::vector<Tensor> in = {filled(2, 8, [&](int64_t i) { return i == 0 ? inf : 1.0; }),
+                            filled(2, 8, [&](int64_t i) {
+                              return i == 0 ? -inf : i == 1 ? -nan : 2.0;
+                            })};
+  auto bits = [](const Tensor& t, int64_t i) {
+    return static_cast<const uint16_t*>(t.contiguous().data_ptr())[i];
+  };
+  for (Mode m : {Mode::FUSED_OPT_WAITS_UC, Mode::NCCL_ONE}) {
+    const auto out = run_all(2, 2, Op::ALLREDUCE, m, in);
+    for (const Tensor& o : out) {
+      EXPECT_EQ(bits(o, 0), 0x7FC0) << static_cast<int>(m);
+      EXPECT_EQ(bits(o, 1), 0x7FC0) << static_cast<int>(m);
+      EXPECT_EQ(o.to_double_vector()[2], 3.0);
+    }
+  }
 }
 
 TEST(MixedComm, RefusesWhatUpstreamRefusesInItsOrder) {
