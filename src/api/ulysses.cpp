@@ -15,6 +15,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "api/kernel_table.h"
 #include "core/comm_abort.h"
 #include "core/cuda_runtime.h"
+#include "core/device_location.h"
 #include "core/peer_memory.h"
 #include "core/process_identity.h"
 #include "flashinfer/op_typed.h"
@@ -47,6 +49,7 @@ struct UlyssesCommunicator::Impl {
   std::shared_ptr<comm::CommBackend> comm;
   std::unique_ptr<detail::PeerMemory> mem;  // [staging | signal] per rank; null for one rank
   int64_t staging_bytes = 0;                // the signal block's offset in a rank's buffer
+  int max_blocks = kernels::UlyssesSignal::kMaxBlocks;  // the group's agreed grid cap (CUDA)
   bool closed = false;
 };
 
@@ -216,6 +219,7 @@ Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const c
     p.peer_out[r] = base;
     p.peer_signal[r] = base + w.staging_bytes;
   }
+  p.max_blocks = w.max_blocks;
   launch_ulysses_exchange(p, x, out, op, "x");
   return out;
 }
@@ -317,6 +321,9 @@ UlyssesCommunicator::UlyssesCommunicator(std::shared_ptr<comm::CommBackend> grou
               (max_elems * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
           impl->mem = std::make_unique<detail::PeerMemory>(
               *group, static_cast<std::size_t>(impl->staging_bytes + UlyssesSignal::kBytes), op);
+          if (dev.is_cuda()) {
+            impl->max_blocks = detail::agreed_grid_cap(*group, UlyssesSignal::kMaxBlocks);
+          }
         }
         impl_ = std::move(impl);
       },
@@ -361,9 +368,19 @@ void UlyssesCommunicator::close() {
   Impl& w = *impl_;
   if (w.closed) return;
   if (w.mem) {
-    if (w.device.is_cuda()) detail::cuda_device_synchronize(w.device.index);
+    // This rank's calls come on one stream: waiting for it (not the whole device, where another
+    // group's kernel may spin on a rank that waits here) ends this rank's pushes; the barrier
+    // then ends every peer's. The free (cudaFree waits for the whole device too) runs on a
+    // thread of its own, as quantized all-reduce's retired buffers do.
+    if (w.device.is_cuda()) {
+      detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
+    }
     w.comm->barrier();  // a peer may still be pushing into this rank's buffer
-    w.mem.reset();
+    if (w.device.is_cuda()) {
+      std::thread([m = std::move(w.mem)]() mutable { m.reset(); }).detach();
+    } else {
+      w.mem.reset();
+    }
   }
   w.closed = true;
 }
@@ -389,6 +406,7 @@ struct UlyssesA2aHandle {
   void* out[UlyssesSignal::kMaxRanks] = {};
   void* signal[UlyssesSignal::kMaxRanks] = {};
   Device device = Device::cpu();
+  int max_blocks = UlyssesSignal::kMaxBlocks;  // CUDA: SMs / the handle's ranks on this GPU
 };
 
 // The live handles by the value init_ulysses_a2a returned: a disposed or made-up handle is
@@ -493,6 +511,15 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
     FLASHINFER_CHECK(sig_dev == own, op, "signal_ipc_ptrs", "signal_ipc_ptrs[", rank, "] is ",
                      raw_memory_name(sig_dev), ", not on this rank's device cuda:", own);
     h->device = Device::cuda(own);
+    // The grid every rank's blocks fit in at once: the SMs over the handle's ranks whose staging
+    // buffers are on this GPU (ranks as threads of one process share it; ranks on GPUs of their
+    // own get the whole GPU). The same on every rank where the GPUs are alike.
+    int on_this_gpu = 0;
+    for (int64_t i = 0; i < W; ++i) {
+      on_this_gpu += detail::cuda_pointer_device(h->out[i]) == own ? 1 : 0;
+    }
+    h->max_blocks = std::clamp(detail::cuda_sm_count(own) / std::max(on_this_gpu, 1), 1,
+                               static_cast<int>(UlyssesSignal::kMaxBlocks));
     // Upstream's cudaMemset and the wait its Python wrapper adds: the counters are zero before
     // init returns (the caller's group barrier then orders them before any peer's first
     // signal). The wait is for this stream, not upstream's whole device: another group's kernel
@@ -579,6 +606,7 @@ void raw_a2a(int64_t fa, const Tensor& inp, const Tensor& out, int64_t B, int64_
   p.S_local = S_local;
   p.H = H;
   p.D = D;
+  p.max_blocks = h->max_blocks;
   for (int r = 0; r < h->world_size; ++r) {
     p.peer_out[r] = h->out[r];
     p.peer_signal[r] = h->signal[r];

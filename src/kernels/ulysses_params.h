@@ -48,6 +48,9 @@ struct UlyssesA2aParams {
   void* peer_signal[UlyssesSignal::kMaxRanks] = {};  // every rank's UlyssesSignal
   const uint32_t* abort = nullptr;  // CUDA: the group's abort word (core/comm_abort.h), or null
   const char* op = "ulysses_a2a";   // the caller, named in the CPU reference's wait errors
+  // The group's agreed grid cap: every rank's blocks wait on the peers' same blocks, so all of
+  // them must be resident at once, also where ranks share a GPU (core/device_location.h).
+  int max_blocks = UlyssesSignal::kMaxBlocks;
 
   FLASHINFER_HD int64_t h_local() const { return H / world_size; }
   /// Elements of one pushed row.
@@ -73,12 +76,13 @@ struct UlyssesA2aParams {
     if (mode == 0) return (b * S_local * world_size + int64_t{rank} * S_local + s) * row_elems();
     return ((b * S_local + s) * H + int64_t{rank} * h_local()) * D;
   }
-  /// The CUDA kernel's grid (upstream's): one block per row up to 36.
+  /// The CUDA kernel's grid (upstream's): one block per row up to 36, and up to max_blocks.
   FLASHINFER_HD int blocks() const {
+    const int cap = max_blocks < 1                           ? 1
+                    : max_blocks > UlyssesSignal::kMaxBlocks ? UlyssesSignal::kMaxBlocks
+                                                             : max_blocks;
     const int64_t r = rows();
-    return r < 1                           ? 1
-           : r > UlyssesSignal::kMaxBlocks ? UlyssesSignal::kMaxBlocks
-                                           : static_cast<int>(r);
+    return r < 1 ? 1 : r > cap ? cap : static_cast<int>(r);
   }
 };
 

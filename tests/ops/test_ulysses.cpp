@@ -112,10 +112,12 @@ RunResult run_group(int64_t W, const Shape& x_shape, DType dt, Device dev,
   g.run([&](int64_t r) {
     const int64_t numel = x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3];
     UlyssesCommunicator c(g.backend(r), numel, dt, backend);
-    res.xs[r] = pattern(x_shape, dt, r);
-    res.gs[r] = pattern(g_shape, dt, 100 + r);
-    // Twice, so the second call reuses the staging buffers and signals of the first.
+    // Twice, so the second call reuses the staging buffers and signals of the first; the first
+    // moves other values, so a copy-out that read the staging buffer before the peers' pushes
+    // landed would show the first call's rows.
     for (int i = 0; i < 2; ++i) {
+      res.xs[r] = pattern(x_shape, dt, i == 0 ? 500 + r : r);
+      res.gs[r] = pattern(g_shape, dt, i == 0 ? 600 + r : 100 + r);
       res.ys[r] = c.scatter_heads(res.xs[r].to(dev)).to(Device::cpu());
       res.os[r] = c.gather_heads(res.gs[r].to(dev)).to(Device::cpu());
     }
@@ -377,9 +379,9 @@ RunResult run_raw(int64_t W, const Shape& x_shape, DType dt, Device dev) {
     const int64_t fa = init_ulysses_a2a(bufs.out_ptrs, bufs.signal_ptrs, r, W, true);
     EXPECT_NE(fa, 0);
     g.backend(r)->barrier();
-    res.xs[r] = pattern(x_shape, dt, r);
-    res.gs[r] = pattern(g_shape, dt, 100 + r);
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2; ++i) {  // the first call moves other values (run_group says why)
+      res.xs[r] = pattern(x_shape, dt, i == 0 ? 500 + r : r);
+      res.gs[r] = pattern(g_shape, dt, i == 0 ? 600 + r : 100 + r);
       Tensor y = Tensor::empty(g_shape, dt, dev), o = Tensor::empty(x_shape, dt, dev);
       ulysses_a2a(fa, res.xs[r].to(dev), y, B, S, H, D, 0);
       ulysses_a2a(fa, res.gs[r].to(dev), o, B, S, H, D, 1);
