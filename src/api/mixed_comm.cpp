@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -271,12 +272,16 @@ MixedCommHandler::MixedCommHandler(
 }
 
 MixedCommHandler::~MixedCommHandler() {
-  // Without shutdown(): a peer's kernel on this GPU may still read this rank's buffer.
+  // Without shutdown() no barrier says the peers are done: a peer whose get kernel is not even
+  // queued yet (its host thread descheduled), or runs on another GPU, may still read this rank's
+  // buffer, which a device wait cannot cover. So on CUDA the buffers are kept for the process's
+  // life instead of freed (shutdown() frees them after its barrier).
   if (impl_ && impl_->running && impl_->device.is_cuda()) {
-    try {
-      detail::cuda_device_synchronize(impl_->device.index);
-    } catch (...) {  // a destructor must not throw; the memory goes regardless
-    }
+    static std::mutex m;
+    static auto* kept = new std::vector<std::unique_ptr<detail::PeerMemory>>();  // never freed
+    const std::lock_guard<std::mutex> lock(m);
+    kept->push_back(std::move(impl_->mem));
+    for (auto& r : impl_->retired) kept->push_back(std::move(r));
   }
 }
 const ParallelInfo& MixedCommHandler::para_info() const { return impl_->info; }

@@ -323,7 +323,8 @@ TEST(QuantizedAllReduceCuda, MatchesCpuBitForBit) {
     const auto cpu = run_ranks(in, Device::cpu(), c.sg, c.bs);
     const auto gpu = run_ranks(in, Device::cuda(0), c.sg, c.bs);
     for (int64_t r = 0; r < c.W; ++r) EXPECT_EQ(cpu[r], gpu[r]) << c.W << " ranks, n " << c.n;
-    // Again in place, on the buffers the first call left.
+    // Again in place (a new group: fresh buffers; reuse and growth are
+    // CallsOfChangingSizesOnOneGroup's).
     EXPECT_EQ(run_ranks(in, Device::cuda(0), c.sg, c.bs, true), cpu);
     // One block for every stride.
     EXPECT_EQ(run_ranks(in, Device::cuda(0), c.sg, c.bs, false, 1), cpu);
