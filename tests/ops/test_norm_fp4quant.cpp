@@ -254,6 +254,15 @@ TEST(NormFp4QuantReplay, DumpReplayPasses) {
 
 Tensor cuda(const Tensor& t) { return to_keep_layout(t, Device::cuda(0)); }
 
+// At least 99.9 % of the bytes equal: rstd may differ from the CPU's in its last bit, which can
+// move a code across a rounding boundary.
+bool mostly_equal(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return false;
+  size_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  return same * 1000 >= a.size() * 999;
+}
+
 TEST(NormFp4QuantCuda, BlackwellMatchesCpuElsewhereRefusedByName) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const int64_t M = 33, H = 2048;
@@ -274,10 +283,8 @@ TEST(NormFp4QuantCuda, BlackwellMatchesCpuElsewhereRefusedByName) {
     auto [qg, sg, ug, bg] = add_rmsnorm_fp4quant(cuda(x), rg, cuda(w), std::nullopt, std::nullopt,
                                                  cuda(gs), 1e-6, bs, std::nullopt, true);
     EXPECT_EQ(rg.to(Device::cpu()).to_double_vector(), rc.to_double_vector());
-    const auto a = bytes(qc), b = bytes(qg);
-    size_t same = 0;
-    for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-    EXPECT_GT(same * 1000, a.size() * 999) << bs;  // rstd may differ in its last bit
+    EXPECT_TRUE(mostly_equal(bytes(qc), bytes(qg))) << bs;
+    EXPECT_TRUE(mostly_equal(bytes(sc), bytes(sg))) << bs;  // the scales too
   }
 }
 
@@ -292,12 +299,6 @@ TEST(NormFp4QuantCuda, KernelMatchesCpuOnAnyGpu) {
   Tensor x = rand_tensor({M, H}, kBf, 80), r = rand_tensor({M, H}, kBf, 81);
   Tensor w = rand_tensor({H}, kBf, 82);
   Tensor gs = Tensor::full({1}, 40.0, kF32);
-  auto mostly_equal = [](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-    if (a.size() != b.size()) return false;
-    size_t same = 0;
-    for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-    return same * 1000 >= a.size() * 999;
-  };
   for (int bs : {16, 32}) {
     Tensor rc = r.clone(), yc = Tensor::zeros({M, H}, kBf);
     const NormFp4QuantOutput c =
