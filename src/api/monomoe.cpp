@@ -19,7 +19,10 @@
 #include "kernels/monomoe_params.h"
 
 #if FLASHINFER_WITH_CUDA
+#include "core/cuda_runtime.h"
+#include "flashinfer/stream.h"
 #include "kernels/cuda/monomoe_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 #endif
 
 namespace flashinfer {
@@ -136,6 +139,9 @@ Tensor mono_moe_impl(const Tensor& x, const Tensor& logits, const Tensor& wu, co
     o = Tensor::empty({M, P::kK}, DType::kBFloat16, x.device());
   }
   Tensor scratch;
+#if FLASHINFER_WITH_CUDA
+  std::optional<kernels::cuda::StreamScratch> lease;  // held until the kernels are queued
+#endif
   if (x.device().is_cuda()) {  // the CPU reference needs no scratchpad
     if (has_scratch) {
       FLASHINFER_CHECK(
@@ -145,7 +151,16 @@ Tensor mono_moe_impl(const Tensor& x, const Tensor& logits, const Tensor& wu, co
           kernels::kMonoMoeUpstreamScratchBytes, ")");
       scratch = aligned(*scratchpad);
     } else {
-      scratch = Tensor::zeros({kernels::kMonoMoeUpstreamScratchBytes}, DType::kUInt8, x.device());
+#if FLASHINFER_WITH_CUDA
+      // The stream's scratch, zeroed on the stream (upstream allocates a zeroed scratchpad): a
+      // temporary tensor would be freed at return, which a CUDA graph capturing the call refuses.
+      static kernels::cuda::StreamScratchPool pool("MonoMoE scratchpad", "scratchpad");
+      const auto bytes = static_cast<std::size_t>(kernels::kMonoMoeUpstreamScratchBytes);
+      lease = pool.acquire(kOp, x.device().index, current_cuda_stream(), bytes);
+      detail::cuda_memset_async(lease->data(), 0, bytes, x.device().index);
+      scratch = Tensor::from_blob(lease->data(), {kernels::kMonoMoeUpstreamScratchBytes}, {1},
+                                  DType::kUInt8, x.device());
+#endif
     }
   }
   const bool cuda = x.device().is_cuda();
