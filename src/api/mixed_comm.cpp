@@ -391,6 +391,13 @@ void mc_agree_and_fit(MixedCommHandler::Impl& w, comm::CommBackend& c, MixedComm
   }
   const int64_t need = (n_in * 2 + 255) / 256 * 256;
   if (need <= w.slot_bytes) return;
+  // Growing waits for the stream and allocates, which a capture refuses (as the per-stream
+  // scratch does: a call of this size first runs once outside the capture).
+  FLASHINFER_CHECK_CODE(!(w.device.is_cuda() && detail::cuda_current_stream_capturing()),
+                        ErrorCode::kUnsupported, kMixedCommRunOp, "x_in", "the call needs ", need,
+                        " bytes a slot, the buffers have ", w.slot_bytes,
+                        ", and the stream is being captured into a CUDA graph: run a call of "
+                        "this size once before capturing");
   // Every rank is past its previous call (the allgather above); on CUDA its kernels are done
   // too before any buffer goes (a peer's may still read this rank's).
   if (w.device.is_cuda()) detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
