@@ -272,13 +272,16 @@ std::optional<Tensor> jm_tensor(const Value& x, std::size_t i, const char* what,
 
 }  // namespace
 
-ModuleArgs read_module_args(const AttentionJitModule& m, AttentionJitModule::Kind kind,
-                            const Value& args, const Tensor& q, const Tensor& k, const Tensor& v,
-                            int64_t num_qo_heads, int64_t window_left, int64_t mask_mode,
-                            const char* op) {
-  const AttentionJitModule::Params& p = m.params();
+ModuleArgs read_module_args(const std::shared_ptr<AttentionJitModule>& m,
+                            AttentionJitModule::Kind kind, const Value& args, const Tensor& q,
+                            const Tensor& k, const Tensor& v, int64_t window_left,
+                            int64_t mask_mode, const char* op) {
+  FLASHINFER_CHECK(m != nullptr, op, "jit_module", "must be a module, got None");
   const bool decode = kind == JmKind::kSingleDecode;
-  FLASHINFER_CHECK(p.kind == kind, op, "jit_module", m.uri(), " is a ",
+  check_single_qkv(q, k, v, decode ? 2 : 3, op);
+  const int64_t num_qo_heads = q.size(decode ? 0 : 1);  // decode q [H, D], prefill [qo, H, D]
+  const AttentionJitModule::Params& p = m->params();
+  FLASHINFER_CHECK(p.kind == kind, op, "jit_module", m->uri(), " is a ",
                    decode ? "prefill" : "decode", " module");
   // Upstream's run reads the memory as the module's types and sizes whatever the tensors are.
   FLASHINFER_CHECK(q.dtype() == p.dtype_q, op, "q", "dtype ", dtype_torch_name(q.dtype()),

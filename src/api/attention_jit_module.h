@@ -36,13 +36,13 @@ struct ModuleArgs {
   std::optional<Tensor> packed_custom_mask;  // prefill, mask_mode 2
 };
 
-/// Checks that `m` is a module of `kind` built for q / k / v (dtypes, head dims: upstream would
-/// reinterpret the memory instead) and reads `args` by its flags. q, k, v are defined and of the
-/// op's ranks; num_qo_heads is q's head count.
-ModuleArgs read_module_args(const AttentionJitModule& m, AttentionJitModule::Kind kind,
-                            const Value& args, const Tensor& q, const Tensor& k, const Tensor& v,
-                            int64_t num_qo_heads, int64_t window_left, int64_t mask_mode,
-                            const char* op);
+/// Checks that `m` is a module (not None) of `kind` and that q / k / v are the op's tensors
+/// (check_single_qkv) built for it (dtypes, head dims: upstream would reinterpret the memory
+/// instead), then reads `args` by its flags.
+ModuleArgs read_module_args(const std::shared_ptr<AttentionJitModule>& m,
+                            AttentionJitModule::Kind kind, const Value& args, const Tensor& q,
+                            const Tensor& k, const Tensor& v, int64_t window_left,
+                            int64_t mask_mode, const char* op);
 
 /// After plan_pos_encoding: the caller's slopes and reciprocals in place of the defaults.
 void apply_jit_module_call(detail::WrapperState& s, const JitModuleCall& c);

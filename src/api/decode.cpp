@@ -116,11 +116,8 @@ Tensor single_decode_with_kv_cache_with_jit_module(
   return call_op<&single_decode_with_kv_cache_with_jit_module>(
       [&] {
         const char* op = "single_decode_with_kv_cache_with_jit_module";
-        FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
-        api::check_single_qkv(q, k, v, 2, op);
-        const api::ModuleArgs m =
-            api::read_module_args(*jit_module, AttentionJitModule::Kind::kSingleDecode, args, q, k,
-                                  v, q.size(0), window_left, 0, op);
+        const api::ModuleArgs m = api::read_module_args(
+            jit_module, AttentionJitModule::Kind::kSingleDecode, args, q, k, v, window_left, 0, op);
         // Upstream computes the LSE into a buffer of its own and returns o alone.
         return api::with_module_arg_names([&] {
           return single_decode_impl(q, k, v, kv_layout, m.pos_encoding_mode, std::nullopt,

@@ -192,11 +192,9 @@ AttentionOutput single_prefill_with_kv_cache_with_jit_module(
   return call_op<&single_prefill_with_kv_cache_with_jit_module>(
       [&] {
         const char* op = "single_prefill_with_kv_cache_with_jit_module";
-        FLASHINFER_CHECK(jit_module != nullptr, op, "jit_module", "must be a module, got None");
-        api::check_single_qkv(q, k, v, 3, op);
         const api::ModuleArgs m =
-            api::read_module_args(*jit_module, AttentionJitModule::Kind::kSinglePrefill, args, q, k,
-                                  v, q.size(1), window_left, mask_mode, op);
+            api::read_module_args(jit_module, AttentionJitModule::Kind::kSinglePrefill, args, q, k,
+                                  v, window_left, mask_mode, op);
         return api::with_module_arg_names([&] {
           return single_prefill_impl(
               q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,

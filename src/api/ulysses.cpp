@@ -477,7 +477,9 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
   // another GPU of this process is reached by peer access, enabled here (refused by name where
   // the GPUs cannot).
   const int own = detail::cuda_pointer_device(reinterpret_cast<void*>(out_ptrs[rank]));
+  // Returns how many of the buffers are on this rank's GPU.
   auto take = [&](const std::vector<int64_t>& ptrs, const char* name, void** into) {
+    int on_own = 0;
     for (int64_t i = 0; i < W; ++i) {
       const int64_t a = ptrs[static_cast<std::size_t>(i)];
       void* p = reinterpret_cast<void*>(a);
@@ -487,11 +489,13 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
                        "] is ", raw_memory_name(own),
                        ": every buffer of a handle must be in one kind of memory");
       if (dev >= 0 && dev != own) detail::cuda_enable_peer_access(own, dev);
+      on_own += own >= 0 && dev == own ? 1 : 0;
       into[i] = p;
     }
+    return on_own;
   };
-  take(out_ptrs, "out_ipc_ptrs", h->out);
-  take(signal_ptrs, "signal_ipc_ptrs", h->signal);
+  const int on_this_gpu = take(out_ptrs, "out_ipc_ptrs", h->out);
+  (void)take(signal_ptrs, "signal_ipc_ptrs", h->signal);
   // The barrier's counters are 32-bit words, read and written atomically.
   for (int64_t i = 0; i < W; ++i) {
     FLASHINFER_CHECK(signal_ptrs[static_cast<std::size_t>(i)] % 4 == 0, op, "signal_ipc_ptrs",
@@ -514,10 +518,6 @@ int64_t raw_init(const std::vector<int64_t>& out_ptrs, const std::vector<int64_t
     // The grid every rank's blocks fit in at once: the SMs over the handle's ranks whose staging
     // buffers are on this GPU (ranks as threads of one process share it; ranks on GPUs of their
     // own get the whole GPU). The same on every rank where the GPUs are alike.
-    int on_this_gpu = 0;
-    for (int64_t i = 0; i < W; ++i) {
-      on_this_gpu += detail::cuda_pointer_device(h->out[i]) == own ? 1 : 0;
-    }
     h->max_blocks = std::clamp(detail::cuda_sm_count(own) / std::max(on_this_gpu, 1), 1,
                                static_cast<int>(UlyssesSignal::kMaxBlocks));
     // Upstream's cudaMemset and the wait its Python wrapper adds: the counters are zero before

@@ -148,7 +148,8 @@ void* rank_stream(std::size_t set, int device, int64_t slot) {
   StreamSets& s = stream_sets();
   const std::lock_guard<std::mutex> lock(s.m);
   if (!s.streams.count({set, device, 0})) {
-    for (int64_t k = 0; k < hardware_queues(); ++k) {
+    const int64_t queues = hardware_queues();
+    for (int64_t k = 0; k < queues; ++k) {
       s.streams[{set, device, k}] = detail::cuda_stream_create_nonblocking(device);
     }
   }
