@@ -35,6 +35,7 @@
 
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/comm_cuda.h"
+#include "kernels/cuda/stream_scratch.h"
 #endif
 
 namespace flashinfer {
@@ -416,6 +417,15 @@ void set_scale(kernels::AllReduceFusionParams& p, const Value& sf, Device dev, c
   if (sf.is_tensor()) {
     const Tensor& st = sf.as_tensor();
     FLASHINFER_CHECK(st.numel() >= 1, op, "scale_factor", "scale_factor is empty");
+    // A scale of another dtype or device is converted through a copy, which waits for the
+    // stream: a CUDA graph capture refuses that (vLLM's fp32 device scale needs none).
+    FLASHINFER_CHECK_CODE(
+        !(dev.is_cuda() && (st.dtype() != DType::kFloat32 || st.device() != dev) &&
+          detail::cuda_current_stream_capturing()),
+        ErrorCode::kUnsupported, op, "scale_factor", "scale_factor is ",
+        dtype_torch_name(st.dtype()), " on ", st.device().str(), ": converting it to float32 on ",
+        dev.str(), " is a copy that a CUDA graph capture refuses; pass a float32 tensor on ",
+        dev.str(), " or a number");
     holder = st.reshape({-1}).slice(0, 0, 1).to(DType::kFloat32).to(dev).contiguous();
     p.scale_factor = static_cast<const float*>(holder.data_ptr());
     return;
@@ -771,16 +781,40 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
                    "norm_out is required: upstream's kernel always writes it (a None norm_out "
                    "would be written through a null pointer)");
   Tensor norm_out = given(a.norm_out) ? *a.norm_out : Tensor::empty({Tk, H}, dt, dev);
-  // Pattern 6 without residual_out: scratch for the epilogue (upstream's kernel skips the store).
-  Tensor residual_out = given(a.residual_out) ? *a.residual_out : Tensor::empty({Tk, H}, dt, dev);
   like(norm_out, "norm_out", {Tk, H}, dt);
-  like(residual_out, "residual_out", {Tk, H}, dt);
+  if (given(a.residual_out)) like(*a.residual_out, "residual_out", {Tk, H}, dt);
+  // The call's temporaries: this rank's local value (the exchanged input) and, without
+  // residual_out, the epilogue's (upstream's kernel skips that store). On CUDA they are the
+  // stream's scratch, never freed: a CUDA graph capturing the call addresses them on every
+  // replay, and a tensor freed at return would be a cudaFree during the capture, which ends it.
+  // The lease is held until the kernels are queued.
+  Tensor local, residual_out;
+#if FLASHINFER_WITH_CUDA
+  std::optional<kernels::cuda::StreamScratch> lease;
+  const int64_t temp_bytes = Tk * H * static_cast<int64_t>(dtype_size(dt));
+  const int64_t temp_at = (temp_bytes + 255) / 256 * 256;
+  if (dev.is_cuda() && temp_bytes > 0) {
+    static kernels::cuda::StreamScratchPool pool("allreduce_fusion MoE scratch");
+    lease = pool.acquire(op, dev.index, current_cuda_stream(),
+                         static_cast<std::size_t>(temp_at * (given(a.residual_out) ? 1 : 2)));
+    char* base = static_cast<char*>(lease->data());
+    local = Tensor::from_blob(base, {Tk, H}, {H, 1}, dt, dev);
+    if (!given(a.residual_out)) {
+      residual_out = Tensor::from_blob(base + temp_at, {Tk, H}, {H, 1}, dt, dev);
+    }
+  }
+#endif
+  if (!local.defined()) local = Tensor::empty({Tk, H}, dt, dev);
+  if (given(a.residual_out)) {
+    residual_out = *a.residual_out;
+  } else if (!residual_out.defined()) {
+    residual_out = Tensor::empty({Tk, H}, dt, dev);
+  }
   kernels::MoeLocalParams lp;
   lp.pattern = static_cast<int>(pattern);
   lp.dtype = dt;
   lp.tokens = Tk;
   lp.hidden = H;
-  Tensor local = Tensor::empty({Tk, H}, dt, dev);
   lp.out = local.data_ptr();
   if (six) {
     const Value& ne = *m.device_num_experts;
@@ -813,14 +847,20 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
                      shape_to_string(idx.shape()));
     like(idx, "expanded_idx_to_permuted_idx", idx.shape(), DType::kInt32);
     const int64_t K = idx.size(1);
-    // upstream reads the rows unchecked; here every index is -1 or a row of input.
-    const std::vector<double> iv = idx.to(Device::cpu()).to_double_vector();
-    for (double v : iv) {
-      FLASHINFER_CHECK(v == -1 || (v >= 0 && v < static_cast<double>(in.size(0))), op,
-                       "expanded_idx_to_permuted_idx", "index ", static_cast<int64_t>(v),
-                       " is neither -1 nor a row of input (", in.size(0), " rows)");
+    // upstream reads the rows unchecked; here every index is -1 or a row of input. While the
+    // stream is being captured into a CUDA graph the indices cannot be read back (a copy to the
+    // host waits for the stream, which a capture refuses): then the kernel reads no row outside
+    // input and gives NaN for a token with such an index (kernels/comm_rules.h).
+    if (!(dev.is_cuda() && detail::cuda_current_stream_capturing())) {
+      const std::vector<double> iv = idx.to(Device::cpu()).to_double_vector();
+      for (double v : iv) {
+        FLASHINFER_CHECK(v == -1 || (v >= 0 && v < static_cast<double>(in.size(0))), op,
+                         "expanded_idx_to_permuted_idx", "index ", static_cast<int64_t>(v),
+                         " is neither -1 nor a row of input (", in.size(0), " rows)");
+      }
     }
     lp.top_k = K;
+    lp.rows = in.size(0);
     lp.input = in.data_ptr();
     lp.index = static_cast<const int32_t*>(idx.data_ptr());
     if (given(m.expert_scale_factor)) {

@@ -87,7 +87,7 @@ struct MoeLocalParams {
   const void* token = nullptr;
   // Pattern 7: input [rows, H], index int32 [Tk, K], scale [Tk, K] (the dtype) or null, shared
   // [Tk, H] or null.
-  int64_t top_k = 0;
+  int64_t top_k = 0, rows = 0;
   const void* input = nullptr;
   const int32_t* index = nullptr;
   const void* expert_scale = nullptr;

@@ -88,16 +88,19 @@ FLASHINFER_HD float ar_moe_reduction_value(int64_t experts, const Active& active
 
 /// Pattern 7 (kMoEFinalizeARResidualRMSNorm), element (t, h): a = +0; per slot k in order whose
 /// index is not -1, a = T(a + T(input[idx, h] * scale[t, k])) (a = T(a + input[idx, h]) without
-/// scales); then a = T(a + shared[t, h]) when there is a shared expert output.
+/// scales); then a = T(a + shared[t, h]) when there is a shared expert output. An index that is
+/// neither -1 nor one of input's `rows` is never read: the value is NaN (the API refuses such
+/// indices by name except while a CUDA graph is captured, when it cannot read them back).
 template <class Index, class Input, class Scale, class Shared, class Round>
-FLASHINFER_HD float ar_moe_finalize_value(int64_t top_k, bool has_scale, bool has_shared,
-                                          const Index& index, const Input& input,
+FLASHINFER_HD float ar_moe_finalize_value(int64_t top_k, int64_t rows, bool has_scale,
+                                          bool has_shared, const Index& index, const Input& input,
                                           const Scale& scale, const Shared& shared,
                                           const Round& round) {
   float a = 0.0f;
   for (int64_t k = 0; k < top_k; ++k) {
     const int64_t j = index(k);
     if (j == -1) continue;
+    if (j < 0 || j >= rows) return f32_from_bits(0x7FC00000u);
     const float v = has_scale ? round(fp32_mul(input(j), scale(k))) : input(j);
     a = round(fp32_add(a, v));
   }

@@ -35,6 +35,10 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
+
 namespace flashinfer::testing {
 namespace {
 
@@ -95,6 +99,22 @@ TEST(CommRules, Nvfp4BlockByHand) {
 }
 
 // ---- the thread group and peer memory ---------------------------------------------------------
+
+// Pattern 7's gather reads no row outside input: an index that is neither -1 nor a row gives
+// NaN (reached only on CUDA while a graph is captured; the API refuses it by name otherwise).
+TEST(CommRules, FinalizeGivesNanForAnIndexOutsideInput) {
+  const float rows_v[3] = {1.0f, 2.0f, 4.0f};
+  auto value = [&](std::vector<int64_t> idx) {
+    return kernels::ar_moe_finalize_value(
+        static_cast<int64_t>(idx.size()), 3, false, false, [&](int64_t k) { return idx[k]; },
+        [&](int64_t j) { return rows_v[j]; }, [](int64_t) { return 1.0f; }, [] { return 0.0f; },
+        [](float v) { return v; });
+  };
+  EXPECT_EQ(value({0, -1, 2}), 5.0f);
+  EXPECT_EQ(value({2, 2}), 8.0f);  // a duplicate adds twice
+  for (int64_t out : {int64_t{3}, int64_t{-2}, int64_t{1} << 40})
+    EXPECT_TRUE(std::isnan(value({0, out}))) << out;
+}
 
 TEST(ThreadGroup, AllgatherIsInRankOrderAndBarriersHold) {
   comm::ThreadGroup g(4);
@@ -1958,6 +1978,111 @@ TEST(PcieIpcAllReduceCuda, MatchesCpuOnOneGpu) {
     }
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// The MoE patterns' inputs of one rank and the calls (6 then 7) writing the given outputs:
+// {pattern 6's sum, residual_out, norm_out, pattern 7's residual_out, norm_out}.
+struct MoeRankIn {
+  Tensor act, sc, tok, in, esc, sh, res, gamma, idx;
+};
+constexpr int64_t kMoeE = 3, kMoeTk = 5, kMoeH = 256, kMoeRows = 9, kMoeK = 3;
+const std::vector<double> kMoeIdx = {0, 3, -1, 6, 6, 2, -1, -1, -1, 8, 1, 4, 5, 7, 0};
+
+MoeRankIn moe_rank_in(int64_t r, Device dev) {
+  MoeRankIn x;
+  x.act = rand_tensor({kMoeE, kMoeTk, kMoeH}, kBf, 900 + r, -2, 2).to(dev);
+  x.sc = rand_tensor({kMoeE, kMoeTk}, kF32, 910 + r, 0, 1).to(dev);
+  x.tok = rand_tensor({kMoeTk, kMoeH}, kBf, 920 + r, -1, 1).to(dev);
+  x.in = rand_tensor({kMoeRows, kMoeH}, kBf, 930 + r, -2, 2).to(dev);
+  x.esc = rand_tensor({kMoeTk, kMoeK}, kBf, 940 + r, 0, 1).to(dev);
+  x.sh = rand_tensor({kMoeTk, kMoeH}, kBf, 950 + r, -1, 1).to(dev);
+  x.res = rand_tensor({kMoeTk, kMoeH}, kBf, 960 + r, -1, 1).to(dev);
+  x.gamma = rand_tensor({kMoeH}, kBf, 970, 0.5, 1.5).to(dev);
+  x.idx = Tensor::from_vector(kMoeIdx, {kMoeTk, kMoeK}, DType::kInt32).to(dev);
+  return x;
+}
+
+std::vector<Tensor> moe_outputs(Device dev) {
+  std::vector<Tensor> o;
+  for (int k = 0; k < 5; ++k) o.push_back(Tensor::zeros({kMoeTk, kMoeH}, kBf, dev));
+  return o;
+}
+
+void moe_calls(const MoeRankIn& x, const Tensor& idx,
+               const std::shared_ptr<AllReduceFusionWorkspace>& ws, std::vector<Tensor>& o) {
+  allreduce_fusion(x.tok, ws, P::kMoEReductionARResidualRMSNorm, false, true, o[0], o[1], o[2],
+                   std::nullopt, std::nullopt, x.res, x.gamma, 1e-6, std::nullopt, std::nullopt,
+                   std::nullopt, false, Value(kMoeE), x.sc, x.act, x.tok);
+  allreduce_fusion(x.in, ws, P::kMoEFinalizeARResidualRMSNorm, false, true, std::nullopt, o[3],
+                   o[4], std::nullopt, std::nullopt, x.res, x.gamma, 1e-6, std::nullopt,
+                   std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, std::nullopt,
+                   std::nullopt, idx, x.esc, x.sh);
+}
+
+std::vector<std::vector<double>> moe_host(const std::vector<Tensor>& o) {
+  std::vector<std::vector<double>> h;
+  for (const Tensor& t : o) h.push_back(t.to(Device::cpu()).to_double_vector());
+  return h;
+}
+
+// Patterns 6 and 7 on CUDA, every rank a thread on one GPU: eager against the CPU (the sum and
+// residual_out bit for bit, the norm up to its sum-of-squares order), then the same calls
+// captured into a CUDA graph on each rank's stream give the eager bits (the local values live in
+// the stream's scratch, and pattern 7's indices are not read back while capturing). A captured
+// index outside input gives its token NaN on every rank and leaves the other tokens' bits.
+TEST(AllreduceMoeCuda, MatchesCpuAndCapturesIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const int64_t W = 2;
+  const Device gpu = Device::cuda(0);
+  std::vector<std::vector<std::vector<double>>> cpu(W), eager(W), graphed(W), bad(W);
+  with_group(W, 8, kMoeH, kBf, [&](int64_t r, auto ws) {
+    const MoeRankIn x = moe_rank_in(r, Device::cpu());
+    std::vector<Tensor> o = moe_outputs(Device::cpu());
+    moe_calls(x, x.idx, ws, o);
+    cpu[r] = moe_host(o);
+  });
+  with_group(
+      W, 8, kMoeH, kBf,
+      [&](int64_t r, auto ws) {
+        const MoeRankIn x = moe_rank_in(r, gpu);
+        std::vector<double> bad_v = kMoeIdx;
+        bad_v[1 * kMoeK] = kMoeRows;  // token 1, first slot: one row past input
+        const Tensor bad_idx = Tensor::from_vector(bad_v, {kMoeTk, kMoeK}, DType::kInt32).to(gpu);
+        auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+        std::vector<Tensor> e = moe_outputs(gpu), g = moe_outputs(gpu), b = moe_outputs(gpu);
+        moe_calls(x, x.idx, ws, e);  // also grows the stream's scratch before the captures
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeThreadLocal,
+                                                   [&] { moe_calls(x, x.idx, ws, g); }));
+        ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeThreadLocal,
+                                                   [&] { moe_calls(x, bad_idx, ws, b); }));
+        eager[r] = moe_host(e);
+        graphed[r] = moe_host(g);
+        bad[r] = moe_host(b);
+      },
+      gpu);
+  for (int64_t r = 0; r < W; ++r) {
+    for (int k : {0, 1, 3}) EXPECT_EQ(cpu[r][k], eager[r][k]) << "output " << k << ", rank " << r;
+    for (int k : {2, 4}) {
+      for (std::size_t i = 0; i < cpu[r][k].size(); ++i) {
+        ASSERT_NEAR(cpu[r][k][i], eager[r][k][i], 8e-3 * std::max(1.0, std::abs(cpu[r][k][i])))
+            << "norm_out " << k << ", rank " << r << ", element " << i;
+      }
+    }
+    for (int k = 0; k < 5; ++k) EXPECT_EQ(eager[r][k], graphed[r][k]) << "output " << k;
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(eager[r][k], bad[r][k]) << "pattern 6, output " << k;
+    for (int k : {3, 4}) {
+      for (int64_t i = 0; i < kMoeTk * kMoeH; ++i) {
+        if (i / kMoeH == 1) {
+          ASSERT_TRUE(std::isnan(bad[r][k][i])) << "output " << k << ", element " << i;
+        } else {
+          ASSERT_EQ(bad[r][k][i], eager[r][k][i]) << "output " << k << ", element " << i;
+        }
+      }
+    }
+  }
+}
+#endif
 
 TEST(DecodeCpA2aCuda, TransposesOnOneGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();

@@ -132,7 +132,7 @@ void moe_local_value(const MoeLocalParams& p) {
             [&] { return load_or_fp32(p.token, dt, t * H + h); }, round);
       } else {
         v = ar_moe_finalize_value(
-            p.top_k, p.expert_scale != nullptr, p.shared != nullptr,
+            p.top_k, p.rows, p.expert_scale != nullptr, p.shared != nullptr,
             [&](int64_t k) { return static_cast<int64_t>(p.index[t * p.top_k + k]); },
             [&](int64_t j) { return load_or_fp32(p.input, dt, j * H + h); },
             [&](int64_t k) { return load_or_fp32(p.expert_scale, dt, t * p.top_k + k); },

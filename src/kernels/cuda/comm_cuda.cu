@@ -189,7 +189,7 @@ __global__ void moe_local_value_kernel(MoeLocalParams p) {
       const T* in = static_cast<const T*>(p.input);
       const T* sc = static_cast<const T*>(p.expert_scale);
       v = ar_moe_finalize_value(
-          p.top_k, sc != nullptr, p.shared != nullptr,
+          p.top_k, p.rows, sc != nullptr, p.shared != nullptr,
           [&](int64_t k) { return static_cast<int64_t>(p.index[t * p.top_k + k]); },
           [&](int64_t j) { return to_f32(in[j * H + h]); },
           [&](int64_t k) { return to_f32(sc[t * p.top_k + k]); },
