@@ -575,13 +575,13 @@ bool decode_tensor_cores_auto(const detail::WrapperState& s) {
 #endif
 }
 
+bool decode_route_held(const detail::WrapperState& s) {
+  return s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only && s.graph_batch >= 0;
+}
+
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
-  // Under CUDA graphs the first plan's choice holds (its kernel and grid were captured; a later
-  // plan for the CUDA-core kernel could need more work items than the captured grid).
-  if (!(s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only && s.graph_batch >= 0)) {
-    s.tensor_cores_auto = decode_tensor_cores_auto(s);
-  }
+  if (!decode_route_held(s)) s.tensor_cores_auto = decode_tensor_cores_auto(s);
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
   const bool hopper = hopper_prefill_candidate(s);
@@ -713,8 +713,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   }
   s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, chunk, unit);
   // Partials must fit the float workspace; otherwise run unsplit (same numbers, less parallel).
-  // Less the up to 15 bytes run() skips to the partials' 16-byte boundary (workspace_partials):
-  // a plan that fit only without them would fail at run time instead of running unsplit.
+  // Less the up to 15 bytes run() skips to the partials' 16-byte boundary (run_planned_options,
+  // workspace_partials): a plan that fit only without them would fail at run time instead of
+  // running unsplit.
   const int64_t have = std::max<int64_t>(
       0,
       (s.workspace_cap >= 0 ? s.workspace_cap : static_cast<int64_t>(s.float_workspace.nbytes())) -
@@ -987,7 +988,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   p.prefill_fa2_only = s.backend == "fa2";
   p.num_merge = static_cast<int32_t>(s.plan.merge_out_row.size());
   if (s.plan.partial_rows_capacity > 0) {
-    auto* ws = static_cast<float*>(s.float_workspace.data_ptr());
+    // From the workspace's first 16-byte boundary (the CUDA kernels' vector stores; the plan
+    // kept 15 bytes for the skip): a workspace view at 4, 8 or 12 bytes past one is accepted.
+    const auto addr = reinterpret_cast<std::uintptr_t>(s.float_workspace.data_ptr());
+    auto* ws = reinterpret_cast<float*>(addr + (16 - addr % 16) % 16);
     p.tmp_v = ws;
     p.tmp_s = ws + s.plan.partial_rows_capacity * s.num_qo_heads * s.head_dim_vo;
   }

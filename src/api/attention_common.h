@@ -173,6 +173,11 @@ bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off);
 /// decode_tensor_cores_wanted on a CUDA device whose FA2 kernel takes the call's dtypes, head
 /// dims, variant and scale (docs/ATTENTION.md, "Decode on tensor cores").
 bool decode_tensor_cores_auto(const detail::WrapperState& s);
+/// Whether a plan of s keeps the route (tensor cores or CUDA cores) of the wrapper's first plan
+/// instead of deciding again: under CUDA graphs on a GPU once that first plan sized the grid
+/// (its kernel and grid were captured; a later plan for the CUDA-core kernel could need more
+/// work items than the captured grid holds, or its larger max_grid).
+bool decode_route_held(const detail::WrapperState& s);
 /// Blocks the tensor-core (FA2) prefill kernel runs at once on `device`: the planner's max_grid
 /// for it (2 x SMs). 0 on a device without those kernels (CPU, or a build without CUDA).
 int64_t tensor_core_max_grid(Device device);

@@ -80,6 +80,13 @@ FLASHINFER_HD float nvfp4_attn_accumulate(float o, double tile_sum) {
   return static_cast<float>(static_cast<double>(o) + tile_sum);
 }
 
+/// A NaN as the device's fp32 arithmetic makes it (0x7FFFFFFF): x86's operations make the
+/// negative default NaN and keep its bits through later ones, and the encoders keep a NaN's
+/// sign, so the CPU's NaN outputs and corrections would differ from the GPU's in their bits.
+FLASHINFER_HD float nvfp4_attn_canonical_nan(float x) {
+  return x != x ? f32_from_bits(0x7FFFFFFFu) : x;
+}
+
 /// The input dtype's rounding (quantize_qkv's centring runs in fp16 / bf16).
 FLASHINFER_HD float nvfp4_attn_round(DType dt, float v) {
   return dt == DType::kFloat16 ? half_bits_to_float(float_to_half_bits(v))

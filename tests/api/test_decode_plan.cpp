@@ -259,6 +259,27 @@ std::vector<int64_t> rep(std::size_t n, int64_t v) { return std::vector<int64_t>
 // a GPU, apart from what the device and the FA2 kernel take (api::decode_tensor_cores_auto): the
 // packed rows of a request (queries x group) from kDecodeTensorCoreMinRows = 4, backend "auto",
 // no position encoding inside attention, not switched off.
+// Under CUDA graphs the first plan's route holds for every later plan of the wrapper (the
+// grid and kernel were captured), whatever FLASHINFER_DECODE_TENSOR_CORES says by then; eager
+// wrappers, CPU wrappers and the sizing pass decide again.
+TEST(DecodeTensorCores, CudaGraphWrappersKeepTheFirstPlansRoute) {
+  detail::WrapperState s;
+  s.decode = true;
+  s.device = Device::cuda(0);
+  s.use_cuda_graph = true;
+  EXPECT_FALSE(api::decode_route_held(s));  // the first plan decides
+  s.graph_batch = 8;                        // ... and sized the captured grid
+  EXPECT_TRUE(api::decode_route_held(s));
+  s.sizing_only = true;
+  EXPECT_FALSE(api::decode_route_held(s));
+  s.sizing_only = false;
+  s.use_cuda_graph = false;
+  EXPECT_FALSE(api::decode_route_held(s));
+  s.use_cuda_graph = true;
+  s.device = Device::cpu();
+  EXPECT_FALSE(api::decode_route_held(s));
+}
+
 TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
   auto state = [](int32_t hq, int32_t hkv, int64_t q_len) {
     detail::WrapperState s;

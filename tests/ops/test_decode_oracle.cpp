@@ -309,7 +309,10 @@ TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
 // (split one way, unsplit the other: fixed 8-page chunks, then disable_split_kv, since on a
 // 132-SM device the planner's own rule splits both), computes the new plan. The padded grid, the
 // padding blocks' valid test and the fixed plan-array layout are what make this hold.
-void check_graph_replay_after_replan() {
+// `later_env`: FLASHINFER_DECODE_TENSOR_CORES for the re-plans after the capture (nullptr:
+// unchanged): the first plan's route must hold (api::decode_route_held), so the replays still
+// match and no plain-decode kernel launch is asked for on a route the graph does not hold.
+void check_graph_replay_after_replan(const char* later_env = nullptr) {
   const Device g = Device::cuda();
   const int64_t page = 16, hq = 32, hkv = 8, d = 128;
   const std::vector<int32_t> cap{4000, 5000, 900, 64};  // the cache holds the longest of both
@@ -369,6 +372,8 @@ void check_graph_replay_after_replan() {
   }
   testing::ReplayableGraph graph;
   ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
+  std::optional<testing::ScopedEnv> switched;
+  if (later_env) switched.emplace("FLASHINFER_DECODE_TENSOR_CORES", later_env);
   for (int round = 0; round < 3; ++round) {
     const std::size_t i = static_cast<std::size_t>(round % 2 == 0 ? 1 : 0);
     auto [indptr, indices, last] = table(lens[i]);
@@ -381,6 +386,16 @@ void check_graph_replay_after_replan() {
         testing::all_close(*ro.out, ref[i].out, testing::default_tolerance(DType::kBFloat16)))
         << "round " << round;
     EXPECT_TRUE(testing::all_close(*ro.lse, ref[i].lse, {2e-3, 1e-3})) << "round " << round;
+  }
+  if (later_env) {
+    // An eager run of the last plan: the first plan's route (tensor cores at group 4 by
+    // default) still, so no CUDA-core launch, and the CPU's numbers.
+    const uint64_t before = core_launches();
+    w.run(qd, cache, ro);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(core_launches(), before) << "a re-plan changed the captured wrapper's kernel";
+    EXPECT_TRUE(
+        testing::all_close(*ro.out, ref[1].out, testing::default_tolerance(DType::kBFloat16)));
   }
   // A batch larger than the first plan's does not fit the captured grid.
   {
@@ -403,6 +418,9 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
     const testing::ScopedEnv env("FLASHINFER_DECODE_TENSOR_CORES", tc);
     check_graph_replay_after_replan();
   }
+  // Captured on tensor cores (the default at group 4), re-planned with the switch off.
+  const testing::ScopedEnv automatic("FLASHINFER_DECODE_TENSOR_CORES", nullptr);
+  check_graph_replay_after_replan("0");
 }
 #endif
 

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -369,8 +371,11 @@ TEST(Nvfp4AttentionSm120, RecordedCallsReplayFromDisk) {
 
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 // The kernels themselves on any GPU (the ops refuse every GPU but compute capability 12.0): the
-// seven quantized tensors and the forward's out must be the CPU reference's bits, the lse its
-// value to the last place of the logarithm (the device's log and the host's may differ there).
+// seven quantized tensors and the forward's out must be the CPU reference's bytes (NaNs, -0 and
+// the two e4m3 zeros included), the lse its value to the last place of the logarithm (the
+// device's log and the host's may differ there). The last case's large sm_scale drives P's
+// exponents to the flush and the clamps, and its output is fp16; the one before it has infinite
+// and huge inputs (non-finite corrections and lse; a NaN is the device's on both sides).
 TEST(Nvfp4AttentionCuda, KernelsMatchCpuBitForBitOnAnyGpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
@@ -378,20 +383,44 @@ TEST(Nvfp4AttentionCuda, KernelsMatchCpuBitForBitOnAnyGpu) {
     DType dt;
     int64_t S, D;
     bool per_block_mean, causal;
+    double sm_scale = 0.0;  // 0: D^-0.5
+    DType out_dtype = DType::kBFloat16;
+    bool non_finite = false;
+  };
+  // The bytes of a GPU tensor against a CPU one.
+  auto same_bytes = [](const Tensor& gpu_t, const Tensor& cpu_t) {
+    const Tensor h = gpu_t.to(Device::cpu()).contiguous(), c = cpu_t.contiguous();
+    return h.nbytes() == c.nbytes() && std::memcmp(h.data_ptr(), c.data_ptr(), h.nbytes()) == 0;
   };
   for (const Case& c :
        {Case{DType::kBFloat16, 200, 64, true, false}, Case{DType::kFloat16, 256, 128, false, true},
-        Case{DType::kBFloat16, 130, 128, true, true}}) {
-    SCOPED_TRACE(::testing::Message() << "S " << c.S << " D " << c.D);
+        Case{DType::kBFloat16, 130, 128, true, true},
+        Case{DType::kBFloat16, 128, 64, true, false, 0.0, DType::kBFloat16, true},
+        Case{DType::kFloat16, 256, 64, false, true, 8.0, DType::kFloat16}}) {
+    SCOPED_TRACE(::testing::Message() << "S " << c.S << " D " << c.D << " sm_scale " << c.sm_scale
+                                      << (c.non_finite ? " non-finite" : ""));
     const int64_t B = 2, H = 2, S = c.S, D = c.D, Sp = (S + 127) / 128 * 128;
-    const int64_t groups = c.per_block_mean ? Sp / 128 : 1;
-    const Tensor q = rand_tensor({B, H, S, D}, c.dt, 21, -3.0, 3.0);
+    Tensor q = rand_tensor({B, H, S, D}, c.dt, 21, -3.0, 3.0);
     const Tensor k = rand_tensor({B, H, S, D}, c.dt, 22, -3.0, 3.0);
-    const Tensor v = rand_tensor({B, H, S, D}, c.dt, 23, -3.0, 3.0);
+    Tensor v = rand_tensor({B, H, S, D}, c.dt, 23, -3.0, 3.0);
+    if (c.non_finite) {
+      // Batch 0 head 0: an infinite query and value element; batch 1 head 1: queries near
+      // 3e19, past the e4m3 scales' range (on the CPU: 128 infinite corrections and lse).
+      std::vector<double> qv = q.to_double_vector(), vv = v.to_double_vector();
+      qv[static_cast<std::size_t>(5 * D + 3)] = std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < S * D; ++i) {
+        qv[static_cast<std::size_t>((3 * S * D) + i)] *= 1e19;
+      }
+      vv[static_cast<std::size_t>(7 * D)] = -std::numeric_limits<double>::infinity();
+      q = Tensor::from_vector(qv, q.shape(), c.dt);
+      v = Tensor::from_vector(vv, v.shape(), c.dt);
+    }
+    const std::optional<double> scale =
+        c.sm_scale != 0.0 ? std::optional<double>(c.sm_scale) : std::nullopt;
     const Nvfp4AttentionQkv r = nvfp4_attention_sm120_quantize_qkv(q, k, v, c.per_block_mean);
-    const Nvfp4AttentionOutput o =
-        nvfp4_attention_sm120_fwd(r.q_fp4, r.k_fp4, r.v_fp4_t, r.q_scale, r.k_scale, r.v_scale_t,
-                                  r.qk_correction, std::nullopt, c.causal, c.per_block_mean);
+    const Nvfp4AttentionOutput o = nvfp4_attention_sm120_fwd(
+        r.q_fp4, r.k_fp4, r.v_fp4_t, r.q_scale, r.k_scale, r.v_scale_t, r.qk_correction, scale,
+        c.causal, c.per_block_mean, std::nullopt, std::nullopt, c.out_dtype);
     const Tensor dq = q.to(gpu), dk = k.to(gpu), dv = v.to(gpu);
     Nvfp4AttentionQkv g;
     g.q_fp4 = Tensor::zeros(r.q_fp4.shape(), DType::kUInt8, gpu);
@@ -401,7 +430,6 @@ TEST(Nvfp4AttentionCuda, KernelsMatchCpuBitForBitOnAnyGpu) {
     g.k_scale = Tensor::zeros(r.k_scale.shape(), DType::kFloat8E4M3FN, gpu);
     g.v_scale_t = Tensor::zeros(r.v_scale_t.shape(), DType::kFloat8E4M3FN, gpu);
     g.qk_correction = Tensor::zeros(r.qk_correction.shape(), DType::kFloat32, gpu);
-    Tensor means = Tensor::zeros({B * H * D * (1 + groups)}, DType::kFloat32, gpu);
     kernels::Nvfp4AttnQuantParams qp;
     qp.q = dq.data_ptr(), qp.k = dk.data_ptr(), qp.v = dv.data_ptr(), qp.dtype = c.dt;
     qp.B = B, qp.H = H, qp.S = S, qp.S_pad = Sp, qp.D = D, qp.per_block_mean = c.per_block_mean;
@@ -412,16 +440,16 @@ TEST(Nvfp4AttentionCuda, KernelsMatchCpuBitForBitOnAnyGpu) {
     qp.k_scale = static_cast<uint8_t*>(g.k_scale.data_ptr());
     qp.v_scale_t = static_cast<uint8_t*>(g.v_scale_t.data_ptr());
     qp.qk_correction = g.qk_correction.data<float>();
-    qp.k_mean = means.data<float>(), qp.q_mean = qp.k_mean + B * H * D;
+    // (The means: the launcher's own stream scratch.)
     kernels::cuda::nvfp4_attention_quantize_qkv(qp, nullptr, false);
-    EXPECT_TRUE(all_close(g.q_fp4.to(Device::cpu()), r.q_fp4, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.k_fp4.to(Device::cpu()), r.k_fp4, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.v_fp4_t.to(Device::cpu()), r.v_fp4_t, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.q_scale.to(Device::cpu()), r.q_scale, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.k_scale.to(Device::cpu()), r.k_scale, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.v_scale_t.to(Device::cpu()), r.v_scale_t, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(g.qk_correction.to(Device::cpu()), r.qk_correction, {0.0, 0.0}));
-    Tensor out = Tensor::zeros(o.out.shape(), DType::kBFloat16, gpu);
+    EXPECT_TRUE(same_bytes(g.q_fp4, r.q_fp4));
+    EXPECT_TRUE(same_bytes(g.k_fp4, r.k_fp4));
+    EXPECT_TRUE(same_bytes(g.v_fp4_t, r.v_fp4_t));
+    EXPECT_TRUE(same_bytes(g.q_scale, r.q_scale));
+    EXPECT_TRUE(same_bytes(g.k_scale, r.k_scale));
+    EXPECT_TRUE(same_bytes(g.v_scale_t, r.v_scale_t));
+    EXPECT_TRUE(same_bytes(g.qk_correction, r.qk_correction));
+    Tensor out = Tensor::zeros(o.out.shape(), c.out_dtype, gpu);
     Tensor lse = Tensor::zeros(o.lse.shape(), DType::kFloat32, gpu);
     kernels::Nvfp4AttnFwdParams fp;
     fp.q_fp4 = static_cast<const uint8_t*>(g.q_fp4.data_ptr());
@@ -433,10 +461,11 @@ TEST(Nvfp4AttentionCuda, KernelsMatchCpuBitForBitOnAnyGpu) {
     fp.qk_correction = g.qk_correction.data<float>();
     fp.B = B, fp.H = H, fp.S = Sp, fp.D = D, fp.causal = c.causal;
     fp.per_block_mean = c.per_block_mean;
-    fp.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    fp.out = out.data_ptr(), fp.out_dtype = DType::kBFloat16, fp.lse = lse.data<float>();
+    fp.sm_scale = c.sm_scale != 0.0 ? static_cast<float>(c.sm_scale)
+                                    : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    fp.out = out.data_ptr(), fp.out_dtype = c.out_dtype, fp.lse = lse.data<float>();
     kernels::cuda::nvfp4_attention_fwd(fp, nullptr, false);
-    EXPECT_TRUE(all_close(out.to(Device::cpu()), o.out, {0.0, 0.0}));
+    EXPECT_TRUE(same_bytes(out, o.out));
     EXPECT_TRUE(all_close(lse.to(Device::cpu()), o.lse, {1e-6, 1e-6}));
   }
 }

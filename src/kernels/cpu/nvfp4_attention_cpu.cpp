@@ -84,7 +84,7 @@ void quantize_head(const Nvfp4AttnQuantParams& p, int64_t bh) {
         acc += static_cast<double>(qm[static_cast<size_t>(g * D + d)]) *
                static_cast<double>(k[static_cast<size_t>(j * D + d)]);
       }
-      corr[g * Sp + j] = static_cast<float>(acc);
+      corr[g * Sp + j] = nvfp4_attn_canonical_nan(static_cast<float>(acc));
     }
   }
   const int64_t codes = Sp * D / 2, sfs = Sp * D / kNvfp4AttnBlock;
@@ -173,7 +173,7 @@ void fwd_head(const Nvfp4AttnFwdParams& p, int64_t bh) {
     const float inv = empty ? 0.0f : fp32_div(1.0f, sum);
     for (int64_t d = 0; d < D; ++d) {
       elem_io::store_or_fp32(p.out, p.out_dtype, (bh * S + i) * D + d,
-                             fp32_mul(o[static_cast<size_t>(d)], inv));
+                             nvfp4_attn_canonical_nan(fp32_mul(o[static_cast<size_t>(d)], inv)));
     }
     // ln sum_j exp(sm_scale s_j): the 2688 of P's range taken back out.
     p.lse[bh * S + i] = empty ? kInf

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_attn_correction_kernel(Nvfp4At
     for (int64_t d = 0; d < D; ++d) {
       acc += static_cast<double>(qm[d]) * static_cast<double>(centred_k(p, bh, j, d));
     }
-    p.qk_correction[(bh * groups + g) * Sp + j] = static_cast<float>(acc);
+    p.qk_correction[(bh * groups + g) * Sp + j] = nvfp4_attn_canonical_nan(static_cast<float>(acc));
   }
 }
 
@@ -210,8 +210,8 @@ __global__ void __launch_bounds__(kFwdWarps * 32) nvfp4_attn_fwd_kernel(Nvfp4Att
   for (int u = 0; u < kMaxDim / 32; ++u) {
     const int64_t d = lane + 32 * u;
     if (d >= D) continue;
-    // The host's encoders (a NaN keeps the CPU's bits too: CUDA's conversions write 0x7FFF).
-    const float y = fp32_mul(o[u], inv);
+    // The host's encoders, on the device's NaN (nvfp4_attn_canonical_nan), as the CPU's.
+    const float y = nvfp4_attn_canonical_nan(fp32_mul(o[u], inv));
     static_cast<uint16_t*>(p.out)[(bh * S + i) * D + d] =
         p.out_dtype == DType::kFloat16 ? float_to_half_bits(y) : float_to_bfloat16_bits(y);
   }
