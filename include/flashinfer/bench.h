@@ -77,4 +77,38 @@ std::vector<std::string> bench_routines();
 std::vector<double> bench_time_ms(const BenchCase& c, Device device, int dry_run_iters,
                                   int num_iters, bool flush_l2 = true);
 
+/// How a CUDA case is timed, as upstream's bench_gpu_time (the CPU's steady clock ignores it).
+struct BenchTiming {
+  /// Every timed call reads cold memory: eagerly the L2 is flushed before each iteration; in a
+  /// CUDA graph the calls rotate through copies of the inputs (bench_rotation_count).
+  bool cold_l2 = true;
+  /// Capture iters_within_graph calls into one CUDA graph and time its replays (upstream's
+  /// default; --no_cuda_graph turns it off): the launch overhead amortized.
+  bool cuda_graph = true;
+  int iters_within_graph = 10;
+};
+
+/// Times and how they were taken.
+struct BenchTimes {
+  std::vector<double> ms;  // per call
+  /// "cuda_graph" (each time a replay's over its calls), "cuda_events" or "steady_clock".
+  std::string method;
+  int64_t input_copies = 1;  // the copies a CUDA graph's calls rotated through
+  /// Why a CUDA graph was asked for and not used (the calls could not be captured: they
+  /// allocate, synchronize or copy through the host), "" otherwise.
+  std::string note;
+};
+
+/// Copies of a call's inputs a CUDA graph rotates through so that no call finds the previous
+/// ones' data in the L2 (upstream's calculate_rotation_count): 1 when one call's bytes are at
+/// least 5 x the L2, else max(2, ceil(5 x L2 / bytes) + 1); 1 for no bytes.
+int64_t bench_rotation_count(double bytes, int64_t l2_bytes);
+
+/// Times `first` on `device` as `timing` asks. A CUDA graph's input copies are more cases from
+/// `make` (same shape, same values, their own memory); when the calls cannot be captured they
+/// are timed with CUDA events instead, and `note` says why. The arguments are checked as by
+/// bench_time_ms.
+BenchTimes bench_time(const BenchCase& first, const std::function<BenchCase()>& make, Device device,
+                      int dry_run_iters, int num_iters, const BenchTiming& timing);
+
 }  // namespace flashinfer

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -369,6 +370,62 @@ std::vector<double> bench_time_ms(const BenchCase& c, Device device, int dry_run
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   return times;
+}
+
+int64_t bench_rotation_count(double bytes, int64_t l2_bytes) {
+  if (!(bytes > 0.0)) return 1;
+  const double safe = 5.0 * static_cast<double>(l2_bytes);
+  if (bytes >= safe) return 1;
+  return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(safe / bytes)) + 1);
+}
+
+BenchTimes bench_time(const BenchCase& first, const std::function<BenchCase()>& make, Device device,
+                      int dry_run_iters, int num_iters, const BenchTiming& timing) {
+  BenchTimes out;
+  if (!device.is_cuda() || !timing.cuda_graph) {
+    out.ms = bench_time_ms(first, device, dry_run_iters, num_iters, timing.cold_l2);
+    out.method = device.is_cuda() ? "cuda_events" : "steady_clock";
+    return out;
+  }
+  FLASHINFER_CHECK(first.run != nullptr, "bench", "case", "has nothing to run");
+  FLASHINFER_CHECK(num_iters > 0, "bench", "num_iters", "must be positive, got ", num_iters);
+  FLASHINFER_CHECK(dry_run_iters >= 0, "bench", "dry_run_iters", "must be >= 0, got ",
+                   dry_run_iters);
+  FLASHINFER_CHECK(timing.iters_within_graph > 0, "bench", "iters_within_graph",
+                   "must be positive, got ", timing.iters_within_graph);
+#if FLASHINFER_WITH_CUDA
+  if (cuda_device_count() == 0) {
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, "bench", "backends",
+                    "cuda was asked for but no CUDA device is present");
+  }
+  // Cold reads in a graph: the calls rotate through copies of the inputs (more copies than
+  // calls in the graph would never be read).
+  const int64_t copies =
+      timing.cold_l2
+          ? std::min<int64_t>(bench_rotation_count(first.bytes, kernels::cuda::l2_cache_bytes()),
+                              timing.iters_within_graph)
+          : 1;
+  std::vector<BenchCase> more;
+  for (int64_t i = 1; i < copies && make; ++i) more.push_back(make());
+  std::vector<std::function<void()>> fns{first.run};
+  for (const BenchCase& c : more) fns.push_back(c.run);
+  std::string why;
+  if (auto t = kernels::cuda::graph_times_ms(fns, dry_run_iters, num_iters,
+                                             timing.iters_within_graph, &why)) {
+    out.ms = std::move(*t);
+    out.method = "cuda_graph";
+    out.input_copies = static_cast<int64_t>(fns.size());
+    return out;
+  }
+  out.note = "the calls could not be captured into a CUDA graph (" + why + ")";
+  out.ms = bench_time_ms(first, device, dry_run_iters, num_iters, timing.cold_l2);
+  out.method = "cuda_events";
+  return out;
+#else
+  (void)make;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, "bench", "backends",
+                  "cuda was asked for but this build has no CUDA backend");
+#endif
 }
 
 }  // namespace flashinfer

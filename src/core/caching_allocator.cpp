@@ -35,7 +35,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
       return p;
     }
   }
-  void* p = ops_.malloc(size);
+  void* p = capture && holds_ > 0 ? ops_.malloc_in_capture(size) : ops_.malloc(size);
   if (p == nullptr && !cached_.empty() && !capture) {
     free_cached_locked();
     p = ops_.malloc(size);
@@ -64,6 +64,11 @@ void CachingAllocator::release(void* p) noexcept {
   Block b = it->second;
   live_.erase(it);
   live_bytes_ -= b.size;
+  if (b.uncached && holds_ > 0) {  // a graph captured under the hold may still write it
+    held_.emplace_back(p, b.size);
+    held_bytes_ += b.size;
+    return;
+  }
   if (!b.uncached && !ops_.capturing(b.stream)) b.event = ops_.record_event(b.stream);
   if (b.event == nullptr) {  // captured, or the event could not be recorded: no reuse
     ops_.free(p);
@@ -86,6 +91,24 @@ void CachingAllocator::free_cached_locked() noexcept {
   cached_bytes_ = 0;
 }
 
+void CachingAllocator::begin_capture_hold() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++holds_;
+}
+
+void CachingAllocator::end_capture_hold() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (holds_ > 0) --holds_;
+  if (holds_ > 0 || held_.empty()) return;
+  ops_.synchronize();
+  for (const auto& [p, size] : held_) {
+    ops_.free(p);
+    ++device_frees_;
+  }
+  held_.clear();
+  held_bytes_ = 0;
+}
+
 void CachingAllocator::empty_cache() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   free_cached_locked();
@@ -100,6 +123,8 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   s.live_bytes = live_bytes_;
   s.device_mallocs = device_mallocs_;
   s.device_frees = device_frees_;
+  s.held_blocks = held_.size();
+  s.held_bytes = held_bytes_;
   return s;
 }
 

@@ -24,6 +24,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace flashinfer::detail {
 
@@ -34,6 +36,10 @@ class CachingAllocatorOps {
   /// Device memory of exactly `nbytes`, or nullptr when the device is out of memory (other
   /// failures throw).
   virtual void* malloc(std::size_t nbytes) = 0;
+  /// As malloc, while this thread's stream is being captured and a capture hold is on: the
+  /// CUDA side lets the allocation run in relaxed capture mode (a thread-local or global
+  /// capture otherwise refuses it, as PyTorch's allocator does for its graph pools).
+  virtual void* malloc_in_capture(std::size_t nbytes) { return malloc(nbytes); }
   virtual void free(void* p) noexcept = 0;
   /// Whether `stream` is being captured into a graph now.
   virtual bool capturing(void* stream) noexcept = 0;
@@ -70,10 +76,20 @@ class CachingAllocator {
   /// Frees every cached block (after synchronizing the device).
   void empty_cache() noexcept;
 
+  /// A capture hold (counted; flashinfer bench's CUDA-graph timing takes one around its capture
+  /// and replays): while one is on, blocks allocated during a capture are made by
+  /// malloc_in_capture, and those released are kept instead of freed, because the graph
+  /// addresses them on every replay; the last end_capture_hold frees them (after synchronizing
+  /// the device), when the graph is gone. Without a hold a capture's blocks go back to the
+  /// device when released, as with plain cudaMalloc / cudaFree.
+  void begin_capture_hold();
+  void end_capture_hold() noexcept;
+
   struct Stats {
     std::size_t cached_blocks = 0, cached_bytes = 0;  // in the cache, free
     std::size_t live_blocks = 0, live_bytes = 0;      // handed out
     uint64_t device_mallocs = 0, device_frees = 0;    // calls of ops.malloc / ops.free
+    std::size_t held_blocks = 0, held_bytes = 0;      // released under a capture hold
   };
   Stats stats() const;
 
@@ -91,7 +107,9 @@ class CachingAllocator {
   mutable std::mutex mu_;
   std::multimap<std::size_t, std::pair<void*, Block>> cached_;  // by size
   std::unordered_map<void*, Block> live_;
-  std::size_t cached_bytes_ = 0, live_bytes_ = 0;
+  std::vector<std::pair<void*, std::size_t>> held_;  // released under a capture hold
+  int holds_ = 0;
+  std::size_t cached_bytes_ = 0, live_bytes_ = 0, held_bytes_ = 0;
   uint64_t device_mallocs_ = 0, device_frees_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/caching_allocator.h"
+#include "core/capture_hold.h"
 
 #include "flashinfer/device.h"
 #include "flashinfer/error.h"
@@ -83,6 +84,21 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
       return nullptr;
     }
     check(err, "cudaMalloc");
+    return p;
+  }
+  void* malloc_in_capture(std::size_t nbytes) override {
+    // PyTorch's allocator does the same for its graph pools: the allocation is not a stream
+    // operation, and the block outlives the graph (the capture hold keeps it).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+    void* p = nullptr;
+    try {
+      p = malloc(nbytes);
+    } catch (...) {
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      throw;
+    }
+    check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
     return p;
   }
   // Failures of the calls below are the allocator's own and are handled here; each is cleared
@@ -225,6 +241,16 @@ void cuda_device_free(void* ptr, int device) noexcept {
 
 void cuda_empty_cache(int device) {
   if (CachingAllocator* cache = device_cache(device)) cache->empty_cache();
+}
+
+bool cuda_begin_capture_hold(int device) {
+  CachingAllocator* cache = device_cache(device);
+  if (cache) cache->begin_capture_hold();
+  return cache != nullptr;
+}
+
+void cuda_end_capture_hold(int device) noexcept {
+  if (CachingAllocator* cache = device_cache(device)) cache->end_capture_hold();
 }
 
 void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
@@ -483,6 +509,8 @@ void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
 uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}
 void cuda_empty_cache(int) {}
+bool cuda_begin_capture_hold(int) { return false; }
+void cuda_end_capture_hold(int) noexcept {}
 void cuda_memset_async(void*, int, std::size_t, int) { no_cuda("cuda_memset_async"); }
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
 void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,

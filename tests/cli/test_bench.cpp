@@ -16,6 +16,7 @@
 #include "flashinfer/flashinfer.h"
 #include "kernel_switches.h"
 #include "util/run_command.h"
+#include "util/test_util.h"
 
 namespace {
 
@@ -476,6 +477,138 @@ TEST(Bench, ReproCommandCarriesTheKernelSwitchesSet) {
                        0),
             0u)
       << rows[0].at("repro_command");
+}
+
+// upstream's general flags: --case_tag and --generate_repro_command reach the CSV and the log,
+// --no_cuda_graph and --use_cupti are taken and recorded (the CPU's steady clock either way, and
+// no CUPTI warning without a CUDA backend); the printed command reruns the case; a testlist line
+// of upstream's form carries them; a CSV written under other columns is refused, not appended to.
+TEST(Bench, UpstreamsGeneralFlagsAreTakenAndRecorded) {
+  const std::string args =
+      "--routine rmsnorm --batch_size 4 --hidden_size 64 --backends cpu --num_iters 2 "
+      "--dry_run_iters 0";
+  CsvRun run = bench_csv(bench_cmd(args + " --no_cuda_graph --use_cupti --case_tag 'llama 8b' "
+                                          "--generate_repro_command"),
+                         "bench_general.csv");
+  ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+  ASSERT_EQ(run.rows.size(), 1u);
+  const auto row = run.rows[0];
+  EXPECT_EQ(row.at("case_tag"), "llama 8b");
+  EXPECT_EQ(row.at("no_cuda_graph"), "True");
+  EXPECT_EQ(row.at("use_cupti"), "True");
+  EXPECT_EQ(row.at("timing"), "steady_clock");
+  const std::string repro = row.at("repro_command");
+  EXPECT_NE(repro.find(" --no_cuda_graph --use_cupti --case_tag 'llama 8b'"), std::string::npos)
+      << repro;
+  EXPECT_NE(run.cli.out.find(
+                "[INFO] To reproduce this test case, run the following command: " + repro + "\n"),
+            std::string::npos)
+      << run.cli.out;
+  EXPECT_EQ(run.cli.out.find("CUPTI"), std::string::npos) << run.cli.out;
+  ASSERT_EQ(repro.rfind("flashinfer bench ", 0), 0u);
+  const CsvRun again =
+      bench_csv(std::string(FLASHINFER_TEST_BIN_DIR) + "/" + repro, "bench_general_again.csv");
+  ASSERT_EQ(again.cli.status, 0) << again.cli.out;
+  ASSERT_EQ(again.rows.size(), 1u);
+  EXPECT_EQ(again.rows[0].at("case_tag"), "llama 8b");
+  EXPECT_EQ(again.rows[0].at("repro_command"), repro);
+
+  // Defaults: no tag, graphs on (the CPU ignores them), no CUPTI.
+  run = bench_csv(bench_cmd(args), "bench_general.csv");
+  ASSERT_EQ(run.rows.size(), 1u);
+  EXPECT_EQ(run.rows[0].at("case_tag"), "");
+  EXPECT_EQ(run.rows[0].at("no_cuda_graph"), "False");
+  EXPECT_EQ(run.rows[0].at("use_cupti"), "False");
+  EXPECT_EQ(run.cli.out.find("To reproduce"), std::string::npos);
+
+  const std::string list = testing::TempDir() + "bench_general.testlist";
+  std::ofstream(list) << "--routine rmsnorm --batch_size 4 --hidden_size 64 --no_cuda_graph "
+                         "--case_tag tagged_line\n";
+  run = bench_csv(bench_cmd("--testlist " + list + " --backends cpu --num_iters 1"),
+                  "bench_general.csv");
+  ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+  ASSERT_EQ(run.rows.size(), 1u);
+  EXPECT_EQ(run.rows[0].at("case_tag"), "tagged_line");
+  std::filesystem::remove(list);
+
+  const std::string old = testing::TempDir() + "bench_general_old.csv";
+  std::ofstream(old) << "routine,median_time,std_time\nrmsnorm,1.0,0.0\n";
+  const CliResult refused =
+      flashinfer::testing::run_command(bench_cmd(args + " --output_path " + old));
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.out.find("output_path"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("other columns"), std::string::npos) << refused.out;
+  std::ifstream in(old);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "routine,median_time,std_time\nrmsnorm,1.0,0.0\n");  // nothing appended
+  std::filesystem::remove(old);
+}
+
+// upstream's calculate_rotation_count: no copies once a call's bytes are 5 L2s, else enough that
+// 5 L2s of other data pass between two uses of one copy, and at least 2.
+TEST(Bench, RotationCountIsUpstreamsFormula) {
+  const int64_t l2 = 50 << 20;  // an H100's
+  EXPECT_EQ(flashinfer::bench_rotation_count(0.0, l2), 1);
+  EXPECT_EQ(flashinfer::bench_rotation_count(5.0 * l2, l2), 1);
+  EXPECT_EQ(flashinfer::bench_rotation_count(6.0 * l2, l2), 1);
+  EXPECT_EQ(flashinfer::bench_rotation_count(4.0 * l2, l2), 3);  // ceil(1.25) + 1
+  EXPECT_EQ(flashinfer::bench_rotation_count(2.5 * l2, l2), 3);  // ceil(2) + 1
+  EXPECT_EQ(flashinfer::bench_rotation_count(1 << 20, l2), 251);
+  EXPECT_EQ(flashinfer::bench_rotation_count(5.0 * l2 - 1, l2), 3);
+  EXPECT_EQ(flashinfer::bench_rotation_count(1e12, 0), 1);
+}
+
+// On a GPU: CUDA-graph timing (the default) captures 10 calls, rotating through input copies
+// for a cold L2, and gives positive per-call times; rmsnorm's calls (a fresh result tensor each,
+// kept by the allocator's capture hold) capture. For the other routines the graph may be
+// refused (a call that synchronizes): then the times are events' and the note says why, which
+// this prints for the record.
+TEST(BenchCuda, CudaGraphTimingCapturesTheCallsAndRotatesInputCopies) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  using flashinfer::BenchCase;
+  using flashinfer::BenchShape;
+  using flashinfer::BenchTimes;
+  using flashinfer::BenchTiming;
+  const flashinfer::Device gpu = flashinfer::Device::cuda(0);
+  for (const char* routine : {"rmsnorm", "silu_and_mul", "BatchDecodeWithPagedKVCacheWrapper.run",
+                              "mm_bf16", "top_k_top_p_sampling_from_probs"}) {
+    SCOPED_TRACE(routine);
+    const flashinfer::BenchHook* hook = flashinfer::find_bench_hook(routine);
+    ASSERT_NE(hook, nullptr);
+    BenchShape shape;
+    shape.batch_size = 4;
+    shape.hidden_size = 256;
+    shape.m = shape.n = shape.k = 128;
+    shape.vocab_size = 1024;
+    const BenchCase first = (*hook)(shape, gpu);
+    int made = 0;
+    auto make = [&] {
+      ++made;
+      return (*hook)(shape, gpu);
+    };
+    BenchTiming timing;
+    const BenchTimes t = flashinfer::bench_time(first, make, gpu, 2, 5, timing);
+    std::printf("  %s: %s, %lld input copies%s%s\n", routine, t.method.c_str(),
+                static_cast<long long>(t.input_copies), t.note.empty() ? "" : "; ", t.note.c_str());
+    ASSERT_EQ(t.ms.size(), 5u);
+    for (double ms : t.ms) EXPECT_GT(ms, 0.0);
+    if (t.method == "cuda_graph") {
+      EXPECT_TRUE(t.note.empty());
+      EXPECT_EQ(t.input_copies, made + 1);  // the first case and the copies made
+      EXPECT_LE(t.input_copies, 10);        // no more copies than calls in the graph
+    } else {
+      EXPECT_EQ(t.method, "cuda_events");
+      EXPECT_FALSE(t.note.empty());
+    }
+    if (std::string(routine) == "rmsnorm") {
+      EXPECT_EQ(t.method, "cuda_graph") << t.note;
+      EXPECT_GE(t.input_copies, 2);  // a few KB a call: far below 5 L2s
+    }
+    timing.cuda_graph = false;  // --no_cuda_graph
+    const BenchTimes e = flashinfer::bench_time(first, make, gpu, 1, 3, timing);
+    EXPECT_EQ(e.method, "cuda_events");
+    EXPECT_EQ(e.ms.size(), 3u);
+  }
 }
 
 }  // namespace

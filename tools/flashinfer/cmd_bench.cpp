@@ -38,6 +38,10 @@ struct BenchOptions {
   bool allow_output_mismatch = false;
   bool verbose = false;
   bool no_cold_l2 = false;
+  bool no_cuda_graph = false;  // CUDA: time each call eagerly, not a CUDA graph's replays
+  bool use_cupti = false;      // upstream's CUPTI timing: not built here (a warning, then events)
+  bool generate_repro_command = false;
+  std::string case_tag;
   std::string output_path;
   std::string testlist;
   std::string q_dtype = "bfloat16", kv_dtype = "bfloat16", input_dtype = "bfloat16", out_dtype;
@@ -203,7 +207,7 @@ constexpr const char* kCsvHeader =
     "routine,median_time,std_time,tflops,tb_per_sec,backend,resolved_backend,batch_size,s_qo,"
     "s_kv,num_qo_heads,num_kv_heads,head_dim_qk,head_dim_vo,page_size,q_dtype,kv_dtype,causal,m,"
     "n,k,input_dtype,out_dtype,hidden_size,vocab_size,top_k,top_p,num_iters,dry_run_iters,"
-    "random_seed,flops,bytes,refcheck,repro_command";
+    "random_seed,flops,bytes,refcheck,no_cuda_graph,use_cupti,case_tag,timing,repro_command";
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -246,11 +250,16 @@ std::string repro_command(const BenchOptions& o, const std::string& backend) {
   add("dry_run_iters", i(o.dry_run_iters));
   add("random_seed", std::to_string(s.random_seed));
   if (o.refcheck) r += " --refcheck";
+  if (o.no_cold_l2) r += " --no_cold_l2";
+  if (o.no_cuda_graph) r += " --no_cuda_graph";
+  if (o.use_cupti) r += " --use_cupti";
+  if (!o.case_tag.empty()) add("case_tag", shell_quote(o.case_tag));
   return r;
 }
 
 std::string csv_row(const BenchOptions& o, const std::string& backend, double med, double sd,
-                    double tflops, double tbps, const BenchCase& c, const std::string& refcheck) {
+                    double tflops, double tbps, const BenchCase& c, const std::string& refcheck,
+                    const std::string& timing) {
   const BenchShape& s = o.shape;
   auto i = [](int64_t v) { return std::to_string(v); };
   std::vector<std::string> cols = {o.routine,
@@ -286,6 +295,10 @@ std::string csv_row(const BenchOptions& o, const std::string& backend, double me
                                    fmt("%.0f", c.flops),
                                    fmt("%.0f", c.bytes),
                                    refcheck,
+                                   o.no_cuda_graph ? "True" : "False",
+                                   o.use_cupti ? "True" : "False",
+                                   o.case_tag,
+                                   timing,
                                    repro_command(o, backend)};
   std::string line;
   for (std::size_t k = 0; k < cols.size(); ++k) {
@@ -467,11 +480,42 @@ int run_bench(BenchOptions o) {
       FLASHINFER_FAIL(ErrorCode::kIo, "bench", "output_path", "cannot open '", o.output_path,
                       "' for writing");
     }
-    if (fresh) std::fprintf(csv, "%s\n", kCsvHeader);
+    if (fresh) {
+      std::fprintf(csv, "%s\n", kCsvHeader);
+    } else {
+      // Rows appended under another column set would be read as the wrong columns.
+      std::ifstream existing(o.output_path);
+      std::string header;
+      std::getline(existing, header);
+      if (!header.empty() && header.back() == '\r') header.pop_back();
+      if (header != kCsvHeader) {
+        std::fclose(csv);
+        FLASHINFER_FAIL(ErrorCode::kInvalidArgument, "bench", "output_path", "'", o.output_path,
+                        "' has other columns (an older flashinfer bench wrote it): write to a "
+                        "new file");
+      }
+    }
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv_closer(
       csv, [](std::FILE* f) { return f ? std::fclose(f) : 0; });
 
+  if (o.generate_repro_command) {
+    std::string labels;
+    for (const RunBackend& b : backends) labels += (labels.empty() ? "" : " ") + b.label;
+    std::printf("[INFO] To reproduce this test case, run the following command: %s\n",
+                repro_command(o, labels).c_str());
+  }
+  const bool any_cuda = std::any_of(backends.begin(), backends.end(),
+                                    [](const RunBackend& b) { return b.dev.is_cuda(); });
+  if (o.use_cupti && any_cuda) {
+    // upstream's words when its CUPTI package is missing; this library has no CUPTI timing.
+    std::printf(
+        "[WARNING] CUPTI timing is not built into flashinfer-cpp. Falling back to CUDA events "
+        "for benchmarking.\n");
+  }
+  BenchTiming timing;
+  timing.cold_l2 = !o.no_cold_l2;
+  timing.cuda_graph = !o.no_cuda_graph;
   for (std::size_t bi = 0; bi < backends.size(); ++bi) {
     const std::string& name = backends[bi].label;
     const Device dev = backends[bi].dev;
@@ -488,8 +532,18 @@ int run_bench(BenchOptions o) {
       std::printf("[INFO] %s on %s: %.6g FLOPs, %.6g bytes per iteration\n", o.routine.c_str(),
                   name.c_str(), c.flops, c.bytes);
     }
-    const std::vector<double> t =
-        bench_time_ms(c, dev, o.dry_run_iters, o.num_iters, !o.no_cold_l2);
+    const std::string op_backend = backends[bi].op_backend;
+    const BenchTimes bt = bench_time(
+        c, [&o, dev, op_backend] { return make_case(o, dev, op_backend); }, dev, o.dry_run_iters,
+        o.num_iters, timing);
+    if (!bt.note.empty()) {
+      std::printf("[WARNING] %-8s:: %s; timed with CUDA events instead\n", name.c_str(),
+                  bt.note.c_str());
+    } else if (o.verbose && bt.method == "cuda_graph") {
+      std::printf("[INFO] %-8s:: timed as a CUDA graph of %d calls over %lld input copies\n",
+                  name.c_str(), timing.iters_within_graph, static_cast<long long>(bt.input_copies));
+    }
+    const std::vector<double>& t = bt.ms;
     const double med = median(t), sd = stddev(t);
     const double secs = med * 1e-3;
     const double tflops = secs > 0 ? c.flops / secs / 1e12 : 0.0;
@@ -533,7 +587,7 @@ int run_bench(BenchOptions o) {
     }
     if (csv) {
       const std::string ref = o.refcheck ? refstatus[bi] : "";
-      std::fprintf(csv, "%s\n", csv_row(o, name, med, sd, tflops, tbps, c, ref).c_str());
+      std::fprintf(csv, "%s\n", csv_row(o, name, med, sd, tflops, tbps, c, ref, bt.method).c_str());
     }
   }
   std::fflush(stdout);
@@ -561,7 +615,15 @@ void add_bench_options(Args& app, BenchOptions& o) {
   app.add_flag("--allow_output_mismatch", o.allow_output_mismatch,
                "Time even when refcheck finds a mismatch");
   app.add_flag("-v,--verbose", o.verbose, "Print FLOP and byte counts and refcheck details");
-  app.add_flag("--no_cold_l2", o.no_cold_l2, "CUDA: do not flush the L2 between iterations");
+  app.add_flag("--no_cold_l2", o.no_cold_l2,
+               "CUDA: no cold L2 (no flush between eager iterations, no input copies in a graph)");
+  app.add_flag("--no_cuda_graph", o.no_cuda_graph,
+               "CUDA: time each call with events instead of replays of a CUDA graph of 10 calls");
+  app.add_flag("--use_cupti", o.use_cupti,
+               "upstream's CUPTI timing: not built here (a warning; the timing stays as above)");
+  app.add_option("--case_tag", o.case_tag, "A tag for the case, in the CSV's case_tag column");
+  app.add_flag("--generate_repro_command", o.generate_repro_command,
+               "Print the command that reproduces the case (the CSV always holds it)");
   app.add_option("--output_path", o.output_path, "Append one CSV row per backend to this file");
   app.add_option("--testlist", o.testlist,
                  "Run each line of this file as the flags of one bench (on top of these flags), "

@@ -41,29 +41,29 @@ inline constexpr KernelSwitch kKernelSwitches[] = {
      "mm_fp8's large CPU GEMM without the AVX-512 BF16 FMA kernel (oneDNN's matmul)", false},
 };
 
+/// `s` as one shell word: as it is when it holds only letters, digits and `._-`, else
+/// single-quoted (a quote inside as '\'').
+inline std::string shell_quote(std::string_view s) {
+  bool plain = !s.empty();
+  for (const char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    plain = plain && ok;
+  }
+  if (plain) return std::string(s);
+  std::string quoted = "'";
+  for (const char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 /// The switches this environment sets (to any value), as a shell prefix: `NAME=value ` each, the
-/// value single-quoted where it holds anything but letters, digits and `._-`; empty when none.
+/// value quoted by shell_quote; empty when none.
 inline std::string kernel_switch_env_prefix() {
   std::string out;
   for (const KernelSwitch& k : kKernelSwitches) {
     const char* v = std::getenv(k.name);
     if (v == nullptr) continue;
-    const std::string_view s(v);
-    bool plain = !s.empty();
-    for (const char c : s) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '.' || c == '_' || c == '-';
-      plain = plain && ok;
-    }
-    std::string quoted;
-    if (plain) {
-      quoted = s;
-    } else {
-      quoted = "'";
-      for (const char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-      quoted += "'";
-    }
-    out += std::string(k.name) + "=" + quoted + " ";
+    out += std::string(k.name) + "=" + shell_quote(v) + " ";
   }
   return out;
 }

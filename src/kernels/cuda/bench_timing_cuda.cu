@@ -1,8 +1,11 @@
 // CUDA-event timing with an L2 flush between iterations (see bench_timing_cuda.h).
 #include "kernels/cuda/bench_timing_cuda.h"
 
+#include <exception>
 #include <memory>
 
+#include "core/capture_hold.h"
+#include "flashinfer/stream.h"
 #include "kernels/cuda/cuda_utils.cuh"
 
 namespace flashinfer::kernels::cuda {
@@ -29,7 +32,93 @@ __global__ void bench_host_lead_kernel(long long cycles) {
   }
 }
 
+// What a graph timing made, released on every path (the library's stream restored first).
+struct GraphResources {
+  cudaStream_t stream = nullptr;
+  void* previous = nullptr;  // the library's current stream before
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<cudaEvent_t> events;
+  int held_device = -1;  // the allocator's capture hold, ended once the graph is gone
+  ~GraphResources() {
+    set_current_cuda_stream(previous);
+    if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (stream) cudaStreamDestroy(stream);
+    if (held_device >= 0) detail::cuda_end_capture_hold(held_device);
+  }
+};
+
 }  // namespace
+
+int64_t l2_cache_bytes() {
+  int device = 0, l2_bytes = 0;
+  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL(kOp, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  return l2_bytes;
+}
+
+std::optional<std::vector<double>> graph_times_ms(const std::vector<std::function<void()>>& fns,
+                                                  int dry_run_iters, int num_iters,
+                                                  int iters_within_graph, std::string* why) {
+  FLASHINFER_CHECK(!fns.empty() && iters_within_graph > 0, kOp, "iters_within_graph",
+                   "a CUDA graph needs at least one call");
+  GraphResources r;
+  r.previous = current_cuda_stream();
+  // Capture needs a stream other than the legacy default one; the ops launch on the current one.
+  FLASHINFER_CUDA_CALL(kOp, cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  set_current_cuda_stream(r.stream);
+  for (const auto& fn : fns) fn();
+  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  // The calls' results are fresh tensors: under the hold the allocator may make them during the
+  // capture and keeps them, released or not, until the graph is destroyed (as torch's graph pool).
+  int device = 0;
+  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
+  if (detail::cuda_begin_capture_hold(device)) r.held_device = device;
+  FLASHINFER_CUDA_CALL(kOp, cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+  std::string failure;
+  try {
+    for (int i = 0; i < iters_within_graph; ++i) fns[static_cast<std::size_t>(i) % fns.size()]();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  const cudaError_t ended = cudaStreamEndCapture(r.stream, &r.graph);
+  (void)cudaGetLastError();  // a failed capture's error is not sticky: clear it
+  if (failure.empty() && (ended != cudaSuccess || r.graph == nullptr)) {
+    failure = std::string("the capture ended with ") + cudaGetErrorString(ended);
+  }
+  if (failure.empty() && cudaGraphInstantiate(&r.exec, r.graph, 0) != cudaSuccess) {
+    failure =
+        std::string("instantiating the graph failed: ") + cudaGetErrorString(cudaGetLastError());
+  }
+  if (!failure.empty()) {
+    if (why) *why = failure;
+    return std::nullopt;
+  }
+  for (int i = 0; i < dry_run_iters; ++i) {
+    FLASHINFER_CUDA_CALL(kOp, cudaGraphLaunch(r.exec, r.stream));
+  }
+  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  // Every replay between its own two events, one synchronization at the end (as upstream).
+  r.events.assign(2 * static_cast<std::size_t>(num_iters), nullptr);
+  for (cudaEvent_t& e : r.events) FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&e));
+  for (int i = 0; i < num_iters; ++i) {
+    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.events[2 * i], r.stream));
+    FLASHINFER_CUDA_CALL(kOp, cudaGraphLaunch(r.exec, r.stream));
+    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.events[2 * i + 1], r.stream));
+  }
+  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  std::vector<double> times;
+  times.reserve(static_cast<std::size_t>(num_iters));
+  for (int i = 0; i < num_iters; ++i) {
+    float ms = 0.0f;
+    FLASHINFER_CUDA_CALL(kOp, cudaEventElapsedTime(&ms, r.events[2 * i], r.events[2 * i + 1]));
+    times.push_back(static_cast<double>(ms) / iters_within_graph);
+  }
+  return times;
+}
 
 std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_iters,
                                    int num_iters, bool flush_l2, void* stream) {

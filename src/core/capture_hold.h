@@ -1,0 +1,17 @@
+// A capture hold on the CUDA tensor allocator (core/caching_allocator.h, begin_capture_hold):
+// for code that captures its own calls into a CUDA graph and knows when the graph is gone
+// (flashinfer bench's CUDA-graph timing). Apart from core/cuda_runtime.h, which every CUDA
+// source includes.
+#pragma once
+
+namespace flashinfer::detail {
+
+/// Takes a hold on the device's block cache: blocks a capture allocates are made (in relaxed
+/// capture mode) and kept, released or not, until the last hold ends, for a CUDA graph that
+/// addresses them. False (nothing held) without the cache (FLASHINFER_CUDA_CACHING_ALLOCATOR=0)
+/// or the CUDA backend.
+bool cuda_begin_capture_hold(int device);
+/// Ends a hold; the last one frees the kept blocks (after synchronizing the device).
+void cuda_end_capture_hold(int device) noexcept;
+
+}  // namespace flashinfer::detail
