@@ -22,6 +22,7 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/gguf.h"
 #include "flashinfer/gguf_tokenizer.h"
+#include "flashinfer/recorder.h"
 
 namespace {
 
@@ -186,7 +187,11 @@ int main(int argc, char** argv) {
                  r.decode_seconds > 0 ? r.decoded_tokens / r.decode_seconds : 0.0);
   } catch (const std::exception& e) {
     std::cerr << "chat: " << e.what() << "\n";
+    flashinfer::recorder::stop();
     return 1;
   }
+  // A recording's exit dump (FLASHINFER_DUMP_RING with the exit trigger) written now, while the
+  // CUDA runtime is still up: at exit it could run after the runtime's teardown.
+  flashinfer::recorder::stop();
   return 0;
 }

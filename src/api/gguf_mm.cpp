@@ -1,9 +1,12 @@
 // mm_gguf (module flashinfer_cpp.gguf): GEMM on GGUF-quantized weight rows. An op of ours, not
 // upstream's (FlashInfer has no GGML block formats), declared like the others so it is logged,
 // recorded and replayed; tests/api/data/conformance-allowlist.tsv says why it is not upstream.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "api/bench_support.h"
@@ -13,6 +16,7 @@
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/gguf_mm.h"
 #include "kernels/cpu/gguf_mm_cpu.h"
+#include "replay/result_comparators.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/gguf_cuda.h"
 #endif
@@ -139,6 +143,118 @@ BenchCase bench_mm_gguf(const BenchShape& s, Device dev) {
   return c;
 }
 
+// Replay's comparison of mm_gguf's result (replay/result_comparators.h): two correct kernels
+// differ by how they sum each dot product (the GPU's fp32 order; the CPU's AVX-512 VNNI path
+// splits the activations into two int8 parts, about 16 bits of each block's largest value), by
+// more than replay's fp32 tolerance where terms cancel. An element passes within replay's own
+// tolerance or within the bound of those differences, from the recorded inputs:
+//   2 (k + 2) 2^-24 sum_k |a w|  (two fp32 orders of k terms)
+//   + 2^-14 sum_blocks max|a_block| (|d| sum|q| + 32 |m|)  (the int8 split's residue, at most
+//     2^-15 of a block's largest activation an element, with a factor 2 of margin)
+//   + 2 ulp of out_dtype at the value (each side's final rounding).
+// Both terms are worst cases (a few units in the 4th digit of sum |a w| at k = 576); a wrong
+// kernel (a term lost, a block misread) misses by the size of a product, far outside them.
+bool compare_mm_gguf(const std::vector<Value>& args, const std::map<std::string, Tensor>& actual,
+                     const NamedTensors& expected, const detail::CompareFn& compare,
+                     detail::ResultCheck& out) {
+  const std::string key = "result";
+  const Tensor* e = nullptr;
+  for (const auto& [k, t] : expected) {
+    if (k == key) e = &t;
+  }
+  const auto it = actual.find(key);
+  if (e == nullptr || it == actual.end() || args.size() < 3 || !args[0].is_tensor() ||
+      !args[1].is_tensor() || args[2].kind() != Value::Kind::kString) {
+    return false;
+  }
+  replay::TensorComparison c = compare(key, it->second, *e);
+  out.note =
+      "mm_gguf: elements outside the replay's tolerance checked against the bound of its "
+      "sums' orders (src/api/gguf_mm.cpp)";
+  if (c.match || !c.problem.empty()) {
+    out.comparisons.push_back(c);
+    return true;
+  }
+  const Tensor a = args[0].as_tensor().to(Device::cpu()).to(DType::kFloat32).contiguous();
+  const Tensor b = args[1].as_tensor().to(Device::cpu()).contiguous();
+  const kernels::GgmlQuantType type = gguf_mm_parse_quant_type(args[2].as_string());
+  const Tensor got = it->second.to(Device::cpu()).to(DType::kFloat32).contiguous();
+  const Tensor want = e->to(Device::cpu()).to(DType::kFloat32).contiguous();
+  const int64_t m = a.dim() == 2 ? a.size(0) : 0, k = a.dim() == 2 ? a.size(1) : 0;
+  const int64_t n = b.dim() == 2 ? b.size(0) : 0, blocks = k / 32;
+  if (m * n != got.numel() || m * n != want.numel() || blocks * 32 != k) {
+    out.comparisons.push_back(c);
+    return true;
+  }
+  const int64_t bb = kernels::ggml_block_bytes(type);
+  const double out_ulp = std::ldexp(1.0, e->dtype() == DType::kBFloat16  ? -7
+                                         : e->dtype() == DType::kFloat16 ? -10
+                                                                         : -23);
+  const float* av = a.data<float>();
+  const float* gv = got.data<float>();
+  const float* wv = want.data<float>();
+  const auto* bv = static_cast<const uint8_t*>(b.data_ptr());
+  std::vector<float> w(static_cast<std::size_t>(k));
+  std::vector<double> split(static_cast<std::size_t>(blocks));  // |d| sum|q| + 32 |m| a block
+  std::vector<double> amax(static_cast<std::size_t>(m * blocks));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t q = 0; q < blocks; ++q) {
+      double mx = 0.0;
+      for (int64_t t = 0; t < 32; ++t) mx = std::max(mx, std::fabs(double(av[i * k + q * 32 + t])));
+      amax[static_cast<std::size_t>(i * blocks + q)] = mx;
+    }
+  }
+  int64_t bad = 0, first = -1;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = bv + j * blocks * bb;
+    kernels::cpu::gguf_dequantize_row(type, row, blocks, w.data());
+    for (int64_t q = 0; q < blocks; ++q) {
+      const uint8_t* blk = row + q * bb;
+      uint16_t dh = 0, mh = 0;
+      std::memcpy(&dh, blk, 2);
+      double qs = 0.0, mabs = 0.0;
+      if (type == kernels::GgmlQuantType::kQ4_1) {
+        std::memcpy(&mh, blk + 2, 2);
+        for (int64_t t = 0; t < 16; ++t) qs += (blk[4 + t] & 0xF) + (blk[4 + t] >> 4);
+        mabs = std::fabs(double(half_bits_to_float(mh)));
+      } else {
+        for (int64_t t = 0; t < 32; ++t) qs += std::abs(static_cast<int8_t>(blk[2 + t]));
+      }
+      split[static_cast<std::size_t>(q)] =
+          std::fabs(double(half_bits_to_float(dh))) * qs + 32 * mabs;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t at = i * n + j;
+      const double g = gv[at], x = wv[at];
+      if (std::isnan(g) || std::isnan(x)) {
+        if (std::isnan(g) != std::isnan(x)) {
+          ++bad;
+          if (first < 0) first = at;
+        }
+        continue;
+      }
+      const double diff = std::fabs(g - x);
+      if (diff <= c.atol + c.rtol * std::fabs(x)) continue;
+      double mag = 0.0, cut = 0.0;
+      for (int64_t t = 0; t < k; ++t) mag += std::fabs(double(av[i * k + t]) * double(w[t]));
+      for (int64_t q = 0; q < blocks; ++q) {
+        cut += amax[static_cast<std::size_t>(i * blocks + q)] * split[static_cast<std::size_t>(q)];
+      }
+      const double bound = 2.0 * double(k + 2) * std::ldexp(mag, -24) + std::ldexp(cut, -14) +
+                           2.0 * out_ulp * std::fabs(x) + c.atol;
+      if (!(diff <= bound)) {
+        ++bad;
+        if (first < 0) first = at;
+      }
+    }
+  }
+  c.mismatches = bad;
+  c.first_mismatch = first;
+  c.match = bad == 0;
+  out.comparisons.push_back(c);
+  return true;
+}
+
 }  // namespace
 
 Tensor mm_gguf(const Tensor& a, const Tensor& b, std::string_view quant_type,
@@ -157,6 +273,7 @@ void register_gguf_mm_ops(OpRegistry& r) {
                     "a", "b", "quant_type", arg("out").mut(), arg("out_dtype", DType::kBFloat16));
   api::register_backends(kGgufMmOp, kGgufMmKernels);
   register_bench_hook(kGgufMmOp, bench_mm_gguf);
+  register_result_comparator_with_args(kGgufMmOp, compare_mm_gguf);
 }
 }  // namespace detail
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -37,6 +38,7 @@
 #include "core/strided.h"
 #include "flashinfer/error.h"
 #include "flashinfer/ops/page.h"
+#include "flashinfer/recorder.h"
 #include "formats/torch_archive.h"
 #include "recorder/call_extensions.h"
 #include "recorder/dump_schema.h"
@@ -1714,6 +1716,11 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
     }
     if (!blob) {
       if (cuda) {
+        // The exit dump awaits these copies and reads page-locked memory: it must run before the
+        // CUDA runtime's teardown, which the runtime registered with atexit at its first use,
+        // before this copy; a stop registered now runs earlier (atexit runs in reverse order).
+        static std::once_flag exit_before_cuda;
+        std::call_once(exit_before_cuda, [] { std::atexit([] { flashinfer::recorder::stop(); }); });
         // Copied on the call's stream into page-locked memory; the copy is awaited only when
         // a dump is written.
         blob = std::allocate_shared<Blob>(RingAlloc<Blob>{}, n, true, held_, pool_);

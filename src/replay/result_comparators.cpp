@@ -10,6 +10,7 @@ namespace {
 struct Comparators {
   std::mutex mu;
   std::map<std::string, ResultComparator, std::less<>> by_op;
+  std::map<std::string, ResultComparatorWithArgs, std::less<>> with_args;
 };
 
 Comparators& comparators() {
@@ -77,6 +78,19 @@ const ResultComparator* result_comparator(std::string_view op) {
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.by_op.find(op);
   return it == c.by_op.end() ? nullptr : &it->second;
+}
+
+void register_result_comparator_with_args(const std::string& op, ResultComparatorWithArgs fn) {
+  Comparators& c = comparators();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.with_args[op] = std::move(fn);
+}
+
+const ResultComparatorWithArgs* result_comparator_with_args(std::string_view op) {
+  Comparators& c = comparators();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.with_args.find(op);
+  return it == c.with_args.end() ? nullptr : &it->second;
 }
 
 bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gguf_mm_cpu.h"
 #include "ops/op_test_util.h"
+#include "replay/result_comparators.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -523,6 +525,82 @@ TEST(MmGguf, RecordedCallsReplayIdentically) {
   const OpDecl* d = OpRegistry::global().find("mm_gguf");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->module, "flashinfer_cpp.gguf");
+}
+
+// Replay's comparator for mm_gguf (src/api/gguf_mm.cpp): a result summed in another order (the
+// scalar tier against the one this machine picks, with its int8 split where it has VNNI: what a
+// GPU recording replayed on the CPU meets) passes; a result off by half of one product (a term
+// a wrong kernel lost or misread) fails, with the count of such elements. Also through a dump
+// recorded on the scalar tier and replayed on the machine's own.
+TEST(MmGguf, ReplayComparatorTakesAnotherSumOrderButNotAWrongValue) {
+  const int64_t m = 1, n = 96, k = 576;
+  for (bool q4 : {true, false}) {
+    SCOPED_TRACE(q4 ? "Q4_1" : "Q8_0");
+    const std::vector<uint8_t> rows = random_rows(n, k, q4, q4 ? 61 : 62);
+    const Tensor b = bytes_tensor(rows, n);
+    const Tensor a = testing::rand_tensor({m, k}, DType::kFloat32, 63, -3.0, 3.0);
+    const char* type = q4 ? "Q4_1" : "Q8_0";
+    Tensor exact;
+    {
+      const Int8PathOff off;
+      kernels::cpu::set_cpu_isa_cap(kernels::cpu::CpuIsa::kScalar);
+      exact = mm_gguf(a, b, type, std::nullopt, DType::kFloat32);
+      kernels::cpu::set_cpu_isa_cap(kernels::cpu::CpuIsa::kAvx512);
+    }
+    const Tensor fast = mm_gguf(a, b, type, std::nullopt, DType::kFloat32);
+    const auto* cmp = detail::result_comparator_with_args("mm_gguf");
+    ASSERT_NE(cmp, nullptr);
+    const std::vector<Value> args = {Value(a), Value(b), Value(std::string(type)), Value(),
+                                     Value(DType::kFloat32)};
+    const detail::CompareFn compare = [](const std::string& key, const Tensor& x, const Tensor& y) {
+      return replay::compare_tensors(key, x, y);
+    };
+    auto check = [&](const Tensor& actual, const Tensor& expected) {
+      detail::ResultCheck out;
+      EXPECT_TRUE((*cmp)(args, {{"result", actual}}, {{"result", expected}}, compare, out));
+      EXPECT_FALSE(out.note.empty());
+      EXPECT_EQ(out.comparisons.size(), 1u);
+      return out.comparisons.empty() ? replay::TensorComparison{} : out.comparisons[0];
+    };
+    EXPECT_TRUE(check(fast, exact).match);
+    EXPECT_TRUE(check(exact, fast).match);
+    // Two elements off by half their largest product: both found.
+    std::vector<double> off = exact.to_double_vector();
+    const std::vector<double> av = a.to_double_vector();
+    const std::vector<double> w = dequant_fp64(rows, n, k, q4);
+    for (int64_t j : {int64_t{5}, int64_t{77}}) {
+      double big = 0.0;
+      for (int64_t t = 0; t < k; ++t) big = std::max(big, std::fabs(av[t] * w[j * k + t]));
+      off[static_cast<std::size_t>(j)] += 0.5 * big;
+    }
+    const replay::TensorComparison c =
+        check(Tensor::from_vector(off, {m, n}, DType::kFloat32), fast);
+    EXPECT_FALSE(c.match);
+    EXPECT_EQ(c.mismatches, 2);
+    EXPECT_EQ(c.first_mismatch, 5);
+  }
+  // Recorded on the scalar tier, replayed from disk on this machine's own.
+  const std::vector<uint8_t> rows = random_rows(n, k, true, 64);
+  const Tensor b = bytes_tensor(rows, n);
+  const Tensor a = testing::rand_tensor({m, k}, DType::kFloat32, 65, -3.0, 3.0);
+  namespace fs = std::filesystem;
+  fs::path dir;
+  {
+    const Int8PathOff off;
+    kernels::cpu::set_cpu_isa_cap(kernels::cpu::CpuIsa::kScalar);
+    dir = testing::record_dump("gguf_order",
+                               [&] { mm_gguf(a, b, "Q4_1", std::nullopt, DType::kFloat32); });
+    kernels::cpu::set_cpu_isa_cap(kernels::cpu::CpuIsa::kAvx512);
+  }
+  int replayed = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    ++replayed;
+    const replay::Result r = replay::replay_from_dump(e.path().string());
+    EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  }
+  EXPECT_EQ(replayed, 1);
+  fs::remove_all(dir);
 }
 
 // ---- CUDA (skipped without a device; compiled, never run on this project's CI machines) ----
