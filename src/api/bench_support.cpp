@@ -406,7 +406,11 @@ BenchTimes bench_time(const BenchCase& first, const std::function<BenchCase()>& 
                               timing.iters_within_graph)
           : 1;
   std::vector<BenchCase> more;
-  for (int64_t i = 1; i < copies && make; ++i) more.push_back(make());
+  try {
+    for (int64_t i = 1; i < copies && make; ++i) more.push_back(make());
+  } catch (const std::exception&) {
+    // Out of memory for another copy, say: the graph rotates through the copies there are.
+  }
   std::vector<std::function<void()>> fns{first.run};
   for (const BenchCase& c : more) fns.push_back(c.run);
   std::string why;

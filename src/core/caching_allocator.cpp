@@ -64,7 +64,10 @@ void CachingAllocator::release(void* p) noexcept {
   Block b = it->second;
   live_.erase(it);
   live_bytes_ -= b.size;
-  if (b.uncached && holds_ > 0) {  // a graph captured under the hold may still write it
+  // Under a hold, a block the capture made, or one released while its stream is captured (a
+  // cudaFree then would end the capture), stays until the hold ends: a graph captured under the
+  // hold may still write it.
+  if (holds_ > 0 && (b.uncached || ops_.capturing(b.stream))) {
     held_.emplace_back(p, b.size);
     held_bytes_ += b.size;
     return;
@@ -97,16 +100,20 @@ void CachingAllocator::begin_capture_hold() {
 }
 
 void CachingAllocator::end_capture_hold() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (holds_ > 0) --holds_;
-  if (holds_ > 0 || held_.empty()) return;
-  ops_.synchronize();
-  for (const auto& [p, size] : held_) {
-    ops_.free(p);
-    ++device_frees_;
+  std::vector<std::pair<void*, std::size_t>> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (holds_ > 0) --holds_;
+    if (holds_ > 0 || held_.empty()) return;
+    kept.swap(held_);
+    held_bytes_ = 0;
   }
-  held_.clear();
-  held_bytes_ = 0;
+  // Synchronized and freed outside the lock: other threads' allocations need not wait for the
+  // device (one of them may be what a running kernel waits for: a collective's peer).
+  ops_.synchronize();
+  for (const auto& [p, size] : kept) ops_.free(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  device_frees_ += kept.size();
 }
 
 void CachingAllocator::empty_cache() noexcept {

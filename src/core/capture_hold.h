@@ -4,6 +4,8 @@
 // source includes.
 #pragma once
 
+#include <cstdint>
+
 namespace flashinfer::detail {
 
 /// Takes a hold on the device's block cache: blocks a capture allocates are made (in relaxed
@@ -13,5 +15,11 @@ namespace flashinfer::detail {
 bool cuda_begin_capture_hold(int device);
 /// Ends a hold; the last one frees the kept blocks (after synchronizing the device).
 void cuda_end_capture_hold(int device) noexcept;
+
+/// Counts the calls that, their stream being captured, ran another kernel than their backend's
+/// (the cuDNN paths decline a capture and the op takes its own kernel): a CUDA-graph timing that
+/// sees the count move would time that kernel under the backend's name.
+void note_capture_decline() noexcept;
+uint64_t capture_declines() noexcept;
 
 }  // namespace flashinfer::detail

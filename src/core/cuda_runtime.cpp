@@ -243,6 +243,13 @@ void cuda_empty_cache(int device) {
   if (CachingAllocator* cache = device_cache(device)) cache->empty_cache();
 }
 
+namespace {
+std::atomic<uint64_t> g_capture_declines{0};
+}  // namespace
+
+void note_capture_decline() noexcept { g_capture_declines.fetch_add(1, std::memory_order_relaxed); }
+uint64_t capture_declines() noexcept { return g_capture_declines.load(std::memory_order_relaxed); }
+
 bool cuda_begin_capture_hold(int device) {
   CachingAllocator* cache = device_cache(device);
   if (cache) cache->begin_capture_hold();

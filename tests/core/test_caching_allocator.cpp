@@ -186,13 +186,15 @@ TEST(CachingAllocator, CaptureBypassesTheCache) {
 }
 
 // Under a capture hold (flashinfer bench's CUDA-graph timing), blocks a capture makes come from
-// malloc_in_capture and those released are kept, not freed, until the last hold ends (after a
-// synchronize): the graph writes them on every replay. Blocks from before the capture behave
-// as without the hold, and so does a capture after the hold.
+// malloc_in_capture, and those released, like blocks released while their stream is captured (a
+// cudaFree then would end the capture), are kept, not freed, until the last hold ends (after a
+// synchronize): the graph writes them on every replay. Another stream's blocks are cached as
+// ever, and a capture after the hold behaves as without one.
 TEST(CachingAllocator, CaptureHoldKeepsTheCapturesBlocksUntilItEnds) {
   FakeDevice dev;
   CachingAllocator a(dev);
   void* before = a.allocate(4096, kS1);
+  void* other = a.allocate(4096, kS2);
   a.begin_capture_hold();
   a.begin_capture_hold();  // counted
   dev.captured_streams.insert(kS1);
@@ -203,18 +205,22 @@ TEST(CachingAllocator, CaptureHoldKeepsTheCapturesBlocksUntilItEnds) {
   a.release(second);
   void* still_live = a.allocate(512, kS1);
   EXPECT_EQ(dev.mallocs_in_capture, 3);
-  a.release(before);  // made before the capture: freed as without the hold
-  EXPECT_EQ(dev.frees, (std::vector<void*>{before}));
+  a.release(before);  // made before the capture, released while its stream is captured
+  a.release(other);   // another stream, not captured: to the cache with its event
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(a.stats().cached_blocks, 1u);
   dev.captured_streams.clear();
-  EXPECT_EQ(a.stats().held_blocks, 2u);
-  EXPECT_EQ(a.stats().held_bytes, 2 * CachingAllocator::round_size(8192));
+  EXPECT_EQ(a.stats().held_blocks, 3u);
+  EXPECT_EQ(a.stats().held_bytes,
+            2 * CachingAllocator::round_size(8192) + CachingAllocator::round_size(4096));
   a.end_capture_hold();  // one hold is still on
-  EXPECT_EQ(dev.frees.size(), 1u);
+  EXPECT_TRUE(dev.frees.empty());
   const int syncs = dev.syncs;
   a.end_capture_hold();
   EXPECT_EQ(dev.syncs, syncs + 1);  // the graph's work done before its blocks go
-  EXPECT_EQ(dev.frees, (std::vector<void*>{before, first, second}));
+  EXPECT_EQ(dev.frees, (std::vector<void*>{first, second, before}));
   EXPECT_EQ(a.stats().held_blocks, 0u);
+  EXPECT_EQ(a.stats().device_frees, 3u);
   a.release(still_live);  // live through the hold, released after it: to the device
   EXPECT_EQ(dev.frees.back(), still_live);
   dev.captured_streams.insert(kS1);

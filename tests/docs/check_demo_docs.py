@@ -22,6 +22,9 @@ import sys
 def demo_facts(script):
     facts = {}
     m = re.search(r"\bFLASHINFER_DUMP_RING=(\d+)", script)
+    if m is None and re.search(r'\bFLASHINFER_DUMP_RING="\$ring"', script):
+        # The size in a variable: its first assignment is the CPU's (the README's demo).
+        m = re.search(r"^ring=(\d+)$", script, re.M)
     facts["ring"] = int(m.group(1)) if m else 0
     m = re.search(r"\bFLASHINFER_DUMP_TRIGGER=([\w,]+)", script)
     facts["triggers"] = m.group(1).split(",") if m else []

@@ -4,6 +4,7 @@
 // workspace_buffer (or the stream's own, grown once), and nothing allocated per call once warm
 // beyond the outputs. Compiled with g++ (it includes the cuDNN frontend, ~20 s); its one kernel
 // (the statistics to base 2) is in attention_cudnn_lse.cu.
+#include "core/capture_hold.h"
 #include "kernels/cuda/cudnn_runtime.h"
 
 #include <atomic>
@@ -200,7 +201,10 @@ bool cudnn_sdpa(const CudnnSdpaCall& c, void* stream, const char* op) {
   const auto s = static_cast<cudaStream_t>(stream);
   // The index arrays are copied from pageable host memory, which a captured graph could not
   // replay.
-  if (dnn_rt::capturing(op, s)) return false;
+  if (dnn_rt::capturing(op, s)) {
+    ::flashinfer::detail::note_capture_decline();
+    return false;
+  }
   const dnn::SdpaProblem& p = c.problem;
   const dnn::SdpaIndexLayout layout = dnn::sdpa_index_layout(p);
   thread_local std::vector<int32_t> ints;  // reused: a warm call allocates nothing here

@@ -2,6 +2,7 @@
 #include "kernels/cuda/bench_timing_cuda.h"
 
 #include <exception>
+#include <map>
 #include <memory>
 
 #include "core/capture_hold.h"
@@ -32,10 +33,20 @@ __global__ void bench_host_lead_kernel(long long cycles) {
   }
 }
 
+// The stream graph timings capture on, one a device and host thread, made once and never
+// destroyed: the library keeps state per stream (scratch, a cuBLASLt workspace, a cuDNN handle)
+// for the stream's life and never frees it, and tensors made on a stream name it when released.
+cudaStream_t bench_stream(int device) {
+  thread_local std::map<int, cudaStream_t> streams;
+  cudaStream_t& s = streams[device];
+  if (s == nullptr) FLASHINFER_CUDA_CALL(kOp, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 // What a graph timing made, released on every path (the library's stream restored first).
 struct GraphResources {
-  cudaStream_t stream = nullptr;
-  void* previous = nullptr;  // the library's current stream before
+  cudaStream_t stream = nullptr;  // bench_stream's: not destroyed here
+  void* previous = nullptr;       // the library's current stream before
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   std::vector<cudaEvent_t> events;
@@ -46,8 +57,7 @@ struct GraphResources {
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
-    if (stream) cudaStreamDestroy(stream);
-    if (held_device >= 0) detail::cuda_end_capture_hold(held_device);
+    if (held_device >= 0) ::flashinfer::detail::cuda_end_capture_hold(held_device);
   }
 };
 
@@ -67,16 +77,19 @@ std::optional<std::vector<double>> graph_times_ms(const std::vector<std::functio
                    "a CUDA graph needs at least one call");
   GraphResources r;
   r.previous = current_cuda_stream();
+  int device = 0;
+  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
+  // The cases were built on the previous stream, which a non-blocking stream does not wait for.
+  FLASHINFER_CUDA_CALL(kOp, cudaDeviceSynchronize());
   // Capture needs a stream other than the legacy default one; the ops launch on the current one.
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  r.stream = bench_stream(device);
   set_current_cuda_stream(r.stream);
   for (const auto& fn : fns) fn();
   FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
   // The calls' results are fresh tensors: under the hold the allocator may make them during the
   // capture and keeps them, released or not, until the graph is destroyed (as torch's graph pool).
-  int device = 0;
-  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
-  if (detail::cuda_begin_capture_hold(device)) r.held_device = device;
+  if (::flashinfer::detail::cuda_begin_capture_hold(device)) r.held_device = device;
+  const uint64_t declines = ::flashinfer::detail::capture_declines();
   FLASHINFER_CUDA_CALL(kOp, cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
   std::string failure;
   try {
@@ -89,6 +102,11 @@ std::optional<std::vector<double>> graph_times_ms(const std::vector<std::functio
   if (failure.empty() && (ended != cudaSuccess || r.graph == nullptr)) {
     failure = std::string("the capture ended with ") + cudaGetErrorString(ended);
   }
+  if (failure.empty() && ::flashinfer::detail::capture_declines() != declines) {
+    failure =
+        "a call ran another kernel than its backend's while captured (cuDNN declines a "
+        "capture): the graph would time that kernel";
+  }
   if (failure.empty() && cudaGraphInstantiate(&r.exec, r.graph, 0) != cudaSuccess) {
     failure =
         std::string("instantiating the graph failed: ") + cudaGetErrorString(cudaGetLastError());
@@ -97,6 +115,8 @@ std::optional<std::vector<double>> graph_times_ms(const std::vector<std::functio
     if (why) *why = failure;
     return std::nullopt;
   }
+  // The graph's upload to the device, outside the timed replays even with no dry run.
+  FLASHINFER_CUDA_CALL(kOp, cudaGraphUpload(r.exec, r.stream));
   for (int i = 0; i < dry_run_iters; ++i) {
     FLASHINFER_CUDA_CALL(kOp, cudaGraphLaunch(r.exec, r.stream));
   }

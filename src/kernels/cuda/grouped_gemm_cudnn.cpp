@@ -3,6 +3,7 @@
 // problem cuDNN declines is remembered too), cuDNN's workspace in the stream's persistent
 // scratch, nothing allocated per call once warm. Compiled with g++ (it includes the cuDNN
 // frontend); it launches no kernel of its own.
+#include "core/capture_hold.h"
 #include "kernels/cuda/cudnn_runtime.h"
 
 #include <atomic>
@@ -139,7 +140,10 @@ bool cudnn_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op
   const auto s = static_cast<cudaStream_t>(stream);
   // A first call on a stream creates its handle and may build a graph, neither of which a
   // capture allows; a captured call runs the grouped kernel (simplest to keep consistent).
-  if (dnn_rt::capturing(op, s)) return false;
+  if (dnn_rt::capturing(op, s)) {
+    ::flashinfer::detail::note_capture_decline();
+    return false;
+  }
   int device = 0;
   cuda_check(op, cudaGetDevice(&device), "cudaGetDevice");
   const dnn::MoeGraphKey key = dnn::make_moe_key(device, p);
