@@ -183,6 +183,19 @@ TEST(DecodeKernelCuda, BlockShapesAndDtypesMatchCpuAndOracle) {
   }
 }
 
+// SmolLM2-135M's decode, the GPU demo's shape (docs/CHAT.md): fp16, 9 query heads over 3 KV
+// heads (group 3: the CUDA-core kernel), head dim 64, page 16.
+TEST(DecodeKernelCuda, TheDemoModelsShapeMatchesCpuAndOracle) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  DecodeCase c;
+  c.q = c.kv = DType::kFloat16;
+  c.d = 64;
+  c.hq = 9;
+  c.hkv = 3;
+  c.page = 16;
+  expect_matches(c);
+}
+
 TEST(DecodeKernelCuda, PageSizesLengthsAndSplitsMatchCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (int64_t page : {1, 16, 5}) {

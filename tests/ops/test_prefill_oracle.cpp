@@ -346,6 +346,20 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
         }
       }
     }
+    {
+      // SmolLM2-135M's prefill, the GPU demo's (docs/CHAT.md): 9 query heads over 3 KV heads
+      // (group 3), head dim 64, page 16, causal, one prompt of 37 tokens: 111 packed rows.
+      PrefillCase smol;
+      smol.dt = dt;
+      smol.dqk = smol.dvo = 64;
+      smol.hq = 9;
+      smol.hkv = 3;
+      smol.page = 16;
+      smol.causal = true;
+      smol.qo_lens = {37};
+      smol.kv_lens = {37};
+      check(smol);
+    }
     for (int64_t d : {128, 64, 256}) {
       PrefillCase mha;  // 8:8, 300 queries: 300 packed rows, three 128-row blocks
       mha.dt = dt;
