@@ -756,14 +756,27 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     pl.merge_rows.resize(static_cast<std::size_t>(s.graph_partial_cap), 0);
   }
 
-  s.dev_mask = Tensor();
-  s.dev_mask_indptr = Tensor();
-  s.dev_alibi = Tensor();
-  if (s.device.is_cuda() && !s.sizing_only && s.pos_encoding == 2) {
+  // The device copies a re-plan refills in place when they are large enough, as dev_ints below:
+  // a CUDA graph captured earlier holds their addresses in its kernels' arguments (a new buffer
+  // each plan left the graph reading the freed one).
+  auto refill = [&](Tensor& dev, const Tensor& host) {
+    if (dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= host.numel()) {
+      dev.slice(0, 0, host.numel()).copy_(host);
+    } else {
+      dev = host.to(s.device);
+    }
+  };
+  const bool on_device = s.device.is_cuda() && !s.sizing_only;
+  if (on_device && s.pos_encoding == 2) {
     const std::vector<double> slopes(s.alibi_slopes.begin(), s.alibi_slopes.end());
-    s.dev_alibi =
-        Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32)
-            .to(s.device);
+    refill(s.dev_alibi,
+           Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32));
+  } else {
+    s.dev_alibi = Tensor();
+  }
+  if (!on_device || s.mask_indptr.empty()) {
+    s.dev_mask = Tensor();
+    s.dev_mask_indptr = Tensor();
   }
   if (s.device.is_cuda() && !s.sizing_only) {
     std::vector<int32_t> all;
@@ -797,10 +810,10 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
       Tensor hm = Tensor::zeros({4 * words}, DType::kUInt8);
       std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());
-      s.dev_mask = hm.to(s.device);
+      refill(s.dev_mask, hm);
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
       std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
-      s.dev_mask_indptr = hi.to(s.device);
+      refill(s.dev_mask_indptr, hi);
     }
   }
   s.planned = true;

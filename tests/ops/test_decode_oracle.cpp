@@ -281,7 +281,9 @@ TEST(DecodeKernelCuda, AlibiMatchesCpu) {
 // not whole 16-byte units, so the block-wide copy loop runs.
 TEST(DecodeKernelCuda, JitHeadDimsMatchCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  for (int64_t d : {96, 80, 48}) {
+  // 32: two rows a thread on the CUDA-core kernel (group 4), the one 16-bit JIT dim that takes
+  // them.
+  for (int64_t d : {96, 80, 48, 32}) {
     DecodeCase c;
     c.d = d;
     c.split = 2;
@@ -325,7 +327,9 @@ TEST(DecodeKernelCuda, MisalignedQueryViewMatchesCpu) {
 // `later_env`: FLASHINFER_DECODE_TENSOR_CORES for the re-plans after the capture (nullptr:
 // unchanged): the first plan's route must hold (api::decode_route_held), so the replays still
 // match and no plain-decode kernel launch is asked for on a route the graph does not hold.
-void check_graph_replay_after_replan(const char* later_env = nullptr) {
+// `alibi`: the plans with pos_encoding_mode "ALIBI" (the slopes' device copy is refilled in
+// place by a re-plan: the graph holds its address).
+void check_graph_replay_after_replan(const char* later_env = nullptr, bool alibi = false) {
   const Device g = Device::cuda();
   const int64_t page = 16, hq = 32, hkv = 8, d = 128;
   const std::vector<int32_t> cap{4000, 5000, 900, 64};  // the cache holds the longest of both
@@ -349,6 +353,7 @@ void check_graph_replay_after_replan(const char* later_env = nullptr) {
   Tensor q = Tensor::empty({4, hq, d}, DType::kBFloat16).uniform_(3);
   BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
   po.q_data_type = DType::kBFloat16;
+  if (alibi) po.pos_encoding_mode = "ALIBI";
   std::vector<AttentionOutput> ref;
   for (const auto& l : lens) {
     BatchDecodeWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8));
@@ -384,6 +389,12 @@ void check_graph_replay_after_replan(const char* later_env = nullptr) {
     EXPECT_TRUE(w.split_kv()) << "plan 0 ran unsplit";
   }
   testing::ReplayableGraph graph;
+  if (alibi) {
+    // As engines warm up before capturing: ALiBi's kernel comes from the JIT, compiled and
+    // loaded at its first run.
+    w.run(qd, cache, ro);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
   ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
   std::optional<testing::ScopedEnv> switched;
   if (later_env) switched.emplace("FLASHINFER_DECODE_TENSOR_CORES", later_env);
@@ -434,6 +445,11 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   // Captured on tensor cores (the default at group 4), re-planned with the switch off.
   const testing::ScopedEnv automatic("FLASHINFER_DECODE_TENSOR_CORES", nullptr);
   check_graph_replay_after_replan("0");
+  // ALiBi (the CUDA-core kernel's variant): the re-plans keep the slopes' address.
+  {
+    SCOPED_TRACE("ALiBi");
+    check_graph_replay_after_replan(nullptr, true);
+  }
 }
 #endif
 

@@ -200,8 +200,9 @@ int decode_variant(const AttentionParams& p) {
 int decode_blocks_per_sm(const AttentionParams& p, int device) {
   const DecodeBlockShape s = shape_of(p);
   // JIT instances: an estimate (the AOT ones have the same body; two rows a thread take more,
-  // and with fp8 K/V more again: ptxas gives the AOT fp8 two-row instances 167-168).
-  int regs = s.rows_per_thread == 2 ? (kv_bytes(p.kv.dtype) == 1 ? 168 : 96) : 64;
+  // and with fp8 K/V more again: ptxas gives the AOT fp8 two-row instances 167-168, and NVRTC's
+  // one-row JIT instances 80 (session 59), where 64 planned a block an SM more than fits).
+  int regs = s.rows_per_thread == 2 ? (kv_bytes(p.kv.dtype) == 1 ? 168 : 96) : 80;
   const int variant = decode_variant(p);
   if (variant < decode::kDecodeAlibi && p.head_dim_qk == p.head_dim_vo &&
       (p.head_dim_qk == 64 || p.head_dim_qk == 128 || p.head_dim_qk == 256) &&
