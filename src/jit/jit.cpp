@@ -414,7 +414,18 @@ CompiledModule build(const ModuleSpec& spec, const Arch& arch, const JitConfig& 
   }
   // Compiled under the entry's lock, so concurrent processes (and threads: flock is per open
   // file description) compile it once; a peer may have published it while we waited.
-  FileLock lock(lock_path(config.cache_root, arch, uri));
+  std::optional<FileLock> lock;
+  try {
+    lock.emplace(lock_path(config.cache_root, arch, uri));
+  } catch (const Error& e) {
+    // A cache that cannot be written (a read-only home, a full disk) costs the cache, not the
+    // call: the module is compiled for this process alone.
+    log_line(config, std::string("JIT cache not writable (") + e.what() + "): compiling " + uri +
+                         " without caching it");
+    CompiledModule m = compile(spec, arch, config);
+    m.from = CompiledModule::From::kCompiled;
+    return m;
+  }
   if (auto m = read_entry(dir, uri, spec.kernels, &problem)) {
     m->from = CompiledModule::From::kCache;
     return *m;

@@ -299,6 +299,26 @@ TEST(JitCache, MissThenHitThenInvalidation) {
   EXPECT_EQ(jit::build(tiny_spec(), kSm80, c).from, CompiledModule::From::kCompiled);
 }
 
+// A cache that cannot be written (here its root lies under a regular file, which even root
+// cannot make a directory of) costs the cache, not the call: the module is compiled for the
+// process with one line saying so, and compiled again next time.
+TEST(JitCache, AnUnwritableCacheCompilesWithoutCachingAndSaysSo) {
+  SKIP_WITHOUT_NVRTC();
+  TempDir tmp("unwritable");
+  const fs::path file = tmp.path / "a_file";
+  std::ofstream(file) << "not a directory";
+  auto cap = make_config(file);
+  const uint64_t n0 = jit::compile_count();
+  const CompiledModule a = jit::build(tiny_spec(), kSm80, cap->config);
+  EXPECT_EQ(a.from, CompiledModule::From::kCompiled);
+  EXPECT_FALSE(a.cubin.empty());
+  EXPECT_TRUE(a.dir.empty());
+  ASSERT_EQ(cap->lines.size(), 1u);
+  EXPECT_NE(cap->lines[0].find("JIT cache not writable"), std::string::npos) << cap->lines[0];
+  EXPECT_EQ(jit::build(tiny_spec(), kSm80, cap->config).from, CompiledModule::From::kCompiled);
+  EXPECT_EQ(jit::compile_count(), n0 + 2);
+}
+
 TEST(JitCache, CorruptEntryIsRebuiltWithAWarning) {
   SKIP_WITHOUT_NVRTC();
   TempDir tmp("corrupt");
