@@ -518,11 +518,8 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
       detail::ResultCheck custom;
       const detail::CompareFn compare_fn = [&](const std::string& k, const Tensor& a,
                                                const Tensor& e) { return compare(k, a, e, o); };
-      const detail::ResultComparator* cmp = detail::result_comparator(r.function_name);
-      const detail::ResultComparatorWithArgs* cmp_args =
-          detail::result_comparator_with_args(r.function_name);
-      if ((cmp && (*cmp)(actual, r.expected, compare_fn, custom)) ||
-          (!cmp && cmp_args && (*cmp_args)(r.args, actual, r.expected, compare_fn, custom))) {
+      const detail::ResultComparatorWithArgs* cmp = detail::result_comparator(r.function_name);
+      if (cmp && (*cmp)(r.args, actual, r.expected, compare_fn, custom)) {
         r.comparisons.insert(r.comparisons.end(), custom.comparisons.begin(),
                              custom.comparisons.end());
         r.skipped_outputs.insert(r.skipped_outputs.end(), custom.skipped.begin(),

@@ -9,8 +9,7 @@ namespace {
 
 struct Comparators {
   std::mutex mu;
-  std::map<std::string, ResultComparator, std::less<>> by_op;
-  std::map<std::string, ResultComparatorWithArgs, std::less<>> with_args;
+  std::map<std::string, ResultComparatorWithArgs, std::less<>> by_op;
 };
 
 Comparators& comparators() {
@@ -66,31 +65,25 @@ std::vector<int64_t> as_indices(const Tensor& t) {
 
 }  // namespace
 
-void register_result_comparator(const std::string& op, ResultComparator fn) {
+void register_result_comparator_with_args(const std::string& op, ResultComparatorWithArgs fn) {
   Comparators& c = comparators();
   std::lock_guard<std::mutex> lock(c.mu);
   c.by_op[op] = std::move(fn);
 }
 
+void register_result_comparator(const std::string& op, ResultComparator fn) {
+  register_result_comparator_with_args(
+      op, [fn = std::move(fn)](const std::vector<Value>&, const std::map<std::string, Tensor>& a,
+                               const NamedTensors& e, const CompareFn& cmp,
+                               ResultCheck& out) { return fn(a, e, cmp, out); });
+}
+
 // Entries are registered with the ops and never removed, so the pointers stay valid.
-const ResultComparator* result_comparator(std::string_view op) {
+const ResultComparatorWithArgs* result_comparator(std::string_view op) {
   Comparators& c = comparators();
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.by_op.find(op);
   return it == c.by_op.end() ? nullptr : &it->second;
-}
-
-void register_result_comparator_with_args(const std::string& op, ResultComparatorWithArgs fn) {
-  Comparators& c = comparators();
-  std::lock_guard<std::mutex> lock(c.mu);
-  c.with_args[op] = std::move(fn);
-}
-
-const ResultComparatorWithArgs* result_comparator_with_args(std::string_view op) {
-  Comparators& c = comparators();
-  std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.with_args.find(op);
-  return it == c.with_args.end() ? nullptr : &it->second;
 }
 
 bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,

@@ -36,19 +36,18 @@ using ResultComparator =
     std::function<bool(const std::map<std::string, Tensor>& actual, const NamedTensors& expected,
                        const CompareFn& compare, ResultCheck& out)>;
 
-void register_result_comparator(const std::string& op, ResultComparator fn);
-/// The comparator registered for `op`, or null.
-const ResultComparator* result_comparator(std::string_view op);
-
 /// As ResultComparator, also given the replayed call's arguments (bound to the declaration's
 /// parameters, as they are after the call): for an op whose outputs' tolerance follows from its
 /// inputs (mm_gguf: the CPU's and the GPU's sums of one dot product differ within a bound of
-/// the products' magnitudes).
+/// the products' magnitudes). The one form the registry keeps.
 using ResultComparatorWithArgs =
     std::function<bool(const std::vector<Value>& args, const std::map<std::string, Tensor>& actual,
                        const NamedTensors& expected, const CompareFn& compare, ResultCheck& out)>;
+
+void register_result_comparator(const std::string& op, ResultComparator fn);
 void register_result_comparator_with_args(const std::string& op, ResultComparatorWithArgs fn);
-const ResultComparatorWithArgs* result_comparator_with_args(std::string_view op);
+/// The comparator registered for `op` (either form), or null.
+const ResultComparatorWithArgs* result_comparator(std::string_view op);
 
 /// The trtllm MoE ops' comparator (do_finalize=False): rows of the permuted outputs
 /// (result__0, and result__3 when present) are compared through each side's own
