@@ -756,15 +756,15 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     pl.merge_rows.resize(static_cast<std::size_t>(s.graph_partial_cap), 0);
   }
 
-  // The device copies a re-plan refills in place when they are large enough, as dev_ints below:
-  // a CUDA graph captured earlier holds their addresses in its kernels' arguments (a new buffer
-  // each plan left the graph reading the freed one).
-  auto refill = [&](Tensor& dev, const Tensor& host) {
-    if (dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= host.numel()) {
-      dev.slice(0, 0, host.numel()).copy_(host);
-    } else {
-      dev = host.to(s.device);
+  // The device copies a re-plan refills in place when they are large enough: a CUDA graph
+  // captured earlier holds their addresses in its kernels' arguments (a new buffer each plan left
+  // the graph reading the freed one). A new buffer holds at least `capacity` elements.
+  auto refill = [&](Tensor& dev, const Tensor& host, int64_t capacity = 0) {
+    const int64_t n = host.numel();
+    if (!dev.defined() || dev.dtype() != host.dtype() || dev.numel() < n) {
+      dev = Tensor::empty({std::max(n, capacity)}, host.dtype(), s.device);
     }
+    dev.slice(0, 0, n).copy_(host);
   };
   const bool on_device = s.device.is_cuda() && !s.sizing_only;
   if (on_device && s.pos_encoding == 2) {
@@ -778,7 +778,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     s.dev_mask = Tensor();
     s.dev_mask_indptr = Tensor();
   }
-  if (s.device.is_cuda() && !s.sizing_only) {
+  if (on_device) {
     std::vector<int32_t> all;
     auto append = [&](int idx, const int32_t* p, std::size_t n) {
       s.dev_off[idx] = static_cast<int64_t>(all.size());
@@ -797,14 +797,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
-    // Re-plans reuse the device buffer when it is large enough, so its address stays put.
-    const auto n = static_cast<int64_t>(all.size());
-    if (s.dev_ints.defined() && s.dev_ints.numel() >= n) {
-      s.dev_ints.slice(0, 0, n).copy_(h);
-    } else {
-      s.dev_ints = Tensor::empty({std::max<int64_t>(n, 1 << 16)}, DType::kInt32, s.device);
-      s.dev_ints.slice(0, 0, n).copy_(h);
-    }
+    refill(s.dev_ints, h, 1 << 16);
     if (!s.mask_indptr.empty()) {
       // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);

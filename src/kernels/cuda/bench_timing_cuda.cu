@@ -144,11 +144,8 @@ std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_
                                    int num_iters, bool flush_l2, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   TimingResources r;
-  int device = 0, l2_bytes = 0;
-  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL(kOp, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
   // Twice the L2 size, so no line of the previous iteration's working set survives the memset.
-  const size_t flush_bytes = flush_l2 ? 2 * static_cast<size_t>(l2_bytes) : 0;
+  const size_t flush_bytes = flush_l2 ? 2 * static_cast<size_t>(l2_cache_bytes()) : 0;
   if (flush_bytes > 0) FLASHINFER_CUDA_CALL(kOp, cudaMalloc(&r.flush, flush_bytes));
   FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&r.start));
   FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&r.stop));
