@@ -17,7 +17,7 @@ time) and the architecture, and reads it from there while they match: the ctest 
 one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kept in FILE.pickle
 (the text of the library is hundreds of MB: parsing it was most of a rule's time).
 
-Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
+Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `gdn_chunked`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
 `prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
@@ -317,6 +317,23 @@ RULES = {
             "dtype and row width; kda_cuda.cu, Kimi delta attention): no spills (a state row "
             "stays in registers across the tokens), the k sums as warp butterflies (SHFL.BFLY)",
             require=(Need("SHFL.BFLY (warp butterfly reduction)", r"^SHFL\.BFLY(?:\.|$)"),),
+        ),
+        Rule(
+            name="gdn_chunked",
+            match="gdn_chunked_prefill_kernel",
+            description="the gated delta rule's chunked prefill (gdn_chunk_cuda.cu, every io dtype "
+            "and head dim): no spills (the state's fp32 tiles stay in registers across the "
+            "chunks), ldmatrix (LDSM, also transposed: LDSM .MT88), mma.sync (HMMA), 128-bit "
+            "cp.async (LDGSTS .128) of the Q / K / V tiles, 128-bit output stores (STG .128); "
+            "no 16-bit global loads (q, k, v arrive by cp.async only)",
+            require=(
+                Need("LDSM (ldmatrix)", r"^LDSM(?:\.|$)"),
+                Need("LDSM .MT88 (ldmatrix .trans)", r"^LDSM" + _MOD + r"\.MT88(?:\.|$)"),
+                Need("HMMA (mma.sync)", r"^HMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+                Need("STG .128 (16-byte store)", r"^STG" + _MOD + r"\.128(?:\.|$)"),
+            ),
+            forbid=(Forbid("16-bit global load", LOAD_16),),
         ),
         Rule(
             name="monomoe",

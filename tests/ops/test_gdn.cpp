@@ -15,8 +15,12 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cuda/gdn_cuda.h"
+#endif
 #include "flashinfer/replay.h"
 #include "ops/op_test_util.h"
+#include "util/gdn_chunk_emulation.h"
 #include "util/test_util.h"
 
 namespace flashinfer::testing {
@@ -709,6 +713,15 @@ TEST(GdnReplay, DumpReplayPasses) { EXPECT_EQ(dump_replay_all("gdn", run_every_o
 
 Tensor cuda(const Tensor& t) { return to_keep_layout(t, Device::cuda(0)); }
 
+// Calls the chunked prefill kernel took so far (0 in a build without CUDA, whose GPU cases skip).
+uint64_t chunked_launches() {
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS && FLASHINFER_WITH_CUDA
+  return kernels::cuda::gdn_chunked_launches();
+#else
+  return 0;
+#endif
+}
+
 TEST(GdnCuda, DecodeOpsMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (int64_t K : {128, 96, 256}) {
@@ -767,8 +780,12 @@ TEST(GdnCuda, MtpMatchesCpu) {
   EXPECT_TRUE(all_close(dbuf.to(Device::cpu()), buf, {2e-5, 1e-4}));
 }
 
+// The recurrent kernel (FLASHINFER_GDN_CHUNKED=0; the chunked kernel takes head dim 128 by
+// default): agreement to fp32 rounding.
 TEST(GdnCuda, PrefillMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+  const ScopedEnv recurrent("FLASHINFER_GDN_CHUNKED", "0");
+  const uint64_t chunked_before = chunked_launches();
   for (const DType io : {kBf, DType::kFloat16}) {
     const PrefillIn in = prefill_inputs({0, 70, 70, 200, 333}, 2, 2, 4, 128, 180, io);
     Tensor init = rand_tensor({4, 4, 128, 128}, kF32, 181, -0.3, 0.3);
@@ -785,6 +802,7 @@ TEST(GdnCuda, PrefillMatchesCpu) {
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, {1e-4, 1e-3}));
     EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, {1e-4, 1e-3}));
   }
+  EXPECT_EQ(chunked_launches(), chunked_before);
 }
 
 // The paths and guards the cases above do not reach: small K (1 and 2 values a lane), the fp32
@@ -823,7 +841,8 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
     EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-4, 8e-3}));
     EXPECT_TRUE(all_close(dpool.to(Device::cpu()), pool, {2e-5, 1e-4}));
   }
-  {  // prefill GQA (4 q heads over 2 k / v heads)
+  {  // prefill GQA (4 q heads over 2 k / v heads), on the recurrent kernel
+    const ScopedEnv recurrent("FLASHINFER_GDN_CHUNKED", "0");
     const PrefillIn in = prefill_inputs({0, 40, 97}, 4, 2, 2, 64, 197);
     auto rc = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt,
                                      true, in.cu_t);
@@ -897,6 +916,101 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
       EXPECT_TRUE(std::isinf(c[i]) && c[i] > 0) << i;  // the CPU reference: +inf
       EXPECT_EQ(g[i], c[i]) << i;
     }
+  }
+}
+
+// The chunked tensor-core kernel (gdn_chunk_cuda.cu) against the CPU's recurrence at upstream's
+// test tolerances (bf16 out 1e-2 / 1e-2, state 5e-3 / 1e-3; fp16 2e-3 / 1e-3, 1e-3 / 1e-4) and
+// against its CPU emulation (tests/util/gdn_chunk_emulation.h, the same rounding points) at the
+// same: outputs, final states and checkpoints, on the cases whose emulation
+// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then a pool with
+// state indices (bit for bit the packed call), the NaN rows of a negative index, and
+// FLASHINFER_GDN_CHUNKED=0.
+TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (const auto& c : gdn_chunk_emu::cuda_cases()) {
+    gdn_chunk_emu::Problem pb =
+        gdn_chunk_emu::make_problem(c.cu, c.Hq, c.Hk, c.Hv, c.D, c.seed, true);
+    pb.every = 64;
+    const DType io = c.bf16 ? kBf : DType::kFloat16;
+    const int64_t T = pb.cu.back(), H = pb.heads(), D = pb.D;
+    const int64_t N = static_cast<int64_t>(pb.cu.size()) - 1;
+    const Tensor q = Tensor::from_vector(pb.q, {T, pb.Hq, D}, io);
+    const Tensor k = Tensor::from_vector(pb.k, {T, pb.Hk, D}, io);
+    const Tensor v = Tensor::from_vector(pb.v, {T, pb.Hv, D}, io);
+    pb.q = q.to_double_vector(), pb.k = k.to_double_vector(), pb.v = v.to_double_vector();
+    const Tensor g = Tensor::from_vector(pb.g, {T, H}, kF32);
+    const Tensor beta = Tensor::from_vector(pb.beta, {T, H}, kF32);
+    const Tensor init = Tensor::from_vector(pb.state0, {N, H, D, D}, kF32);
+    std::vector<double> cu_v(pb.cu.begin(), pb.cu.end()), starts_v{0};
+    for (int64_t n = 0; n < N; ++n) {
+      starts_v.push_back(starts_v.back() + static_cast<double>((pb.cu[n + 1] - pb.cu[n]) / 64));
+    }
+    const int64_t rows = static_cast<int64_t>(starts_v.back());
+    const Tensor cu = Tensor::from_vector(cu_v, {N + 1}, DType::kInt64);
+    const Tensor starts = Tensor::from_vector(starts_v, {N + 1}, DType::kInt64);
+    Tensor ckpt = Tensor::zeros({rows, H, D, D}, kF32), dckpt = cuda(ckpt);
+    auto rc = chunk_gated_delta_rule(q, k, v, g, beta, std::nullopt, init, true, cu, false,
+                                     std::nullopt, std::nullopt, ckpt, starts, 64);
+    const uint64_t before = chunked_launches();
+    auto rg = chunk_gated_delta_rule(cuda(q), cuda(k), cuda(v), cuda(g), cuda(beta), std::nullopt,
+                                     cuda(init), true, cuda(cu), false, std::nullopt, std::nullopt,
+                                     dckpt, cuda(starts), 64);
+    EXPECT_EQ(chunked_launches(), before + 1) << c.seed;
+    const auto emu = gdn_chunk_emu::run<float>(pb, [io](float x) {
+      return io == kBf ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
+                       : half_bits_to_float(float_to_half_bits(x));
+    });
+    const Tolerance out_tol = c.bf16 ? Tolerance{1e-2, 1e-2} : Tolerance{2e-3, 1e-3};
+    const Tolerance st_tol = c.bf16 ? Tolerance{5e-3, 1e-3} : Tolerance{1e-3, 1e-4};
+    const Tensor out = rg.output.to(Device::cpu());
+    EXPECT_TRUE(all_close(out, rc.output, out_tol)) << c.seed;
+    EXPECT_TRUE(all_close(out, emu.out, out_tol)) << c.seed << " (emulation)";
+    EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, st_tol)) << c.seed;
+    EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), emu.state, st_tol)) << c.seed;
+    EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, st_tol)) << c.seed;
+  }
+  // A pool read and written in place at state_indices: bit for bit the packed call on the GPU.
+  const PrefillIn in = prefill_inputs({0, 9, 150}, 2, 2, 2, 128, 310);
+  Tensor packed_init = rand_tensor({2, 2, 128, 128}, kF32, 311, -0.1, 0.1);
+  auto packed =
+      chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                             std::nullopt, cuda(packed_init), true, cuda(in.cu_t));
+  Tensor pool = rand_tensor({4, 2, 128, 128}, kF32, 312, -0.1, 0.1);
+  pool.select(0, 3).copy_(packed_init.select(0, 0));
+  pool.select(0, 1).copy_(packed_init.select(0, 1));
+  Tensor dpool = cuda(pool);
+  const Tensor idx = cuda(Tensor::from_vector({3, 1}, {2}, DType::kInt32));
+  auto pooled =
+      chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                             std::nullopt, dpool, true, cuda(in.cu_t), false, std::nullopt, dpool,
+                             std::nullopt, std::nullopt, 0, Value(std::string("auto")), idx);
+  EXPECT_TRUE(
+      all_close(pooled.output.to(Device::cpu()), packed.output.to(Device::cpu()), {0.0, 0.0}));
+  const Tensor after = dpool.to(Device::cpu()), fin = packed.final_state.to(Device::cpu());
+  EXPECT_TRUE(all_close(after.select(0, 3), fin.select(0, 0), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(after.select(0, 1), fin.select(0, 1), {0.0, 0.0}));
+  for (int64_t sl : {0, 2}) {
+    EXPECT_TRUE(all_close(after.select(0, sl), pool.select(0, sl), {0.0, 0.0})) << sl;
+  }
+  // A negative state index: that sequence's rows NaN, the other's not.
+  const uint64_t before = chunked_launches();
+  auto rn = chunk_gated_delta_rule(
+      cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta), std::nullopt, dpool, false,
+      cuda(in.cu_t), false, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0,
+      Value(std::string("auto")), cuda(Tensor::from_vector({1, -1}, {2}, DType::kInt32)));
+  EXPECT_EQ(chunked_launches(), before + 1);
+  for (double x : rn.output.slice(0, 9, 150).to(Device::cpu()).to_double_vector()) {
+    ASSERT_TRUE(std::isnan(x));
+  }
+  for (double x : rn.output.slice(0, 0, 9).to(Device::cpu()).to_double_vector()) {
+    ASSERT_FALSE(std::isnan(x));
+  }
+  {
+    const ScopedEnv recurrent("FLASHINFER_GDN_CHUNKED", "0");
+    chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                           std::nullopt, std::nullopt, false, cuda(in.cu_t));
+    EXPECT_EQ(chunked_launches(), before + 1);
   }
 }
 

@@ -328,6 +328,7 @@ void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p, void* stream, bo
 
 void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.H == 0 || p.V == 0) return;
+  if (gated_delta_rule_chunked(p, stream, enable_pdl)) return;
   const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
   FLASHINFER_CHECK(p.num_seqs * vblocks <= 0x7fffffff && p.H <= 65535, "gated_delta_rule", "q",
                    "grid too large: ", p.num_seqs, " sequences x ", p.H, " heads");

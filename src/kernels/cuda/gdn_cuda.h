@@ -19,7 +19,20 @@ inline constexpr int64_t kGdnMaxHeadDimK = 256;
 /// guarded here on the device instead: a sequence whose cu_seqlens range is invalid is skipped,
 /// a read slot outside the pool writes NaN outputs and no state, and out-of-range write slots,
 /// step slots and checkpoint rows are not written.
+/// chunk_gated_delta_rule's calls go to the chunked tensor-core kernel first
+/// (gated_delta_rule_chunked), the rest to the recurrent one.
 void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl);
+
+/// The prefill in upstream's chunked (WY) form on tensor cores (gdn_chunk_cuda.cu): runs the call
+/// and returns true when gdn_chunk_shape.h's chunked_refusal takes it (K = V = 64 or 128, fp16 /
+/// bf16, aligned rows, sm_80+; FLASHINFER_GDN_CHUNKED=0 refuses every call), else false having
+/// run nothing. Results agree with the CPU's recurrence to upstream's tolerances (operands are
+/// rounded to the io dtype where they enter an MMA), not to fp32 rounding.
+bool gated_delta_rule_chunked(const GdnParams& p, void* stream, bool enable_pdl);
+
+/// Calls gated_delta_rule_chunked took since the process started (tests tell with it which
+/// kernel ran).
+uint64_t gdn_chunked_launches();
 
 /// kernels::cpu::gdn_fused_decode_prologue on the GPU, three kernels: the b/a GEMV (a block per
 /// request and 32 columns, 8 slices of the hidden dim a column summed in a fixed order, so
