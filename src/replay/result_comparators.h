@@ -27,6 +27,12 @@ struct ResultCheck {
   std::vector<replay::TensorComparison> comparisons;
   std::vector<std::string> skipped;
   std::string note;
+  /// Optional: a second look at an argument the call wrote (named by its parameter) whose
+  /// default comparison failed without a problem (shape, dtype), as the comparator judges its
+  /// results (chunk_gated_delta_rule's state pools and checkpoints). May set c.match.
+  std::function<void(std::string_view param, const Tensor& actual, const Tensor& expected,
+                     replay::TensorComparison& c)>
+      recheck_mutated;
 };
 
 /// Compares the replayed outputs `actual` (keyed as the recorder keys them: result,

@@ -19,6 +19,7 @@
 #include "kernels/cuda/gdn_cuda.h"
 #endif
 #include "flashinfer/replay.h"
+#include "flashinfer/tensor_io.h"
 #include "ops/op_test_util.h"
 #include "util/gdn_chunk_emulation.h"
 #include "util/test_util.h"
@@ -708,6 +709,82 @@ TEST(GdnReplay, RecordAndReplay) {
 }
 
 TEST(GdnReplay, DumpReplayPasses) { EXPECT_EQ(dump_replay_all("gdn", run_every_op), 4); }
+
+// A recording as a GPU makes it (the chunked form's outputs, states and checkpoints: the CPU
+// emulation of the chunked kernel stands in for the GPU) replays on the CPU: its fp32 states are
+// outside replay's fp32 tolerance of the CPU's recurrence, within upstream's test tolerance for
+// bf16, which chunk_gated_delta_rule's comparator allows; a state element off by 0.05 still
+// fails, in the returned state and in a written output_state pool alike.
+TEST(GdnReplay, ChunkedFormStatesReplayWithinUpstreamToleranceOnly) {
+  namespace fs = std::filesystem;
+  gdn_chunk_emu::Problem pb = gdn_chunk_emu::make_problem({0, 100, 230}, 1, 1, 2, 64, 400, true);
+  pb.every = 64;
+  const int64_t T = 230, H = 2, D = 64, N = 2, rows = 3;  // 1 + 2 checkpoints
+  const Tensor q = Tensor::from_vector(pb.q, {T, 1, D}, kBf);
+  const Tensor k = Tensor::from_vector(pb.k, {T, 1, D}, kBf);
+  const Tensor v = Tensor::from_vector(pb.v, {T, 2, D}, kBf);
+  pb.q = q.to_double_vector(), pb.k = k.to_double_vector(), pb.v = v.to_double_vector();
+  const Tensor g = Tensor::from_vector(pb.g, {T, H}, kF32);
+  const Tensor beta = Tensor::from_vector(pb.beta, {T, H}, kF32);
+  const Tensor init = Tensor::from_vector(pb.state0, {N, H, D, D}, kF32);
+  const Tensor cu = Tensor::from_vector({0, 100, 230}, {3}, DType::kInt64);
+  const Tensor starts = Tensor::from_vector({0, 1, 3}, {3}, DType::kInt64);
+  const auto emu = gdn_chunk_emu::run<float>(
+      pb, [](float x) { return bfloat16_bits_to_float(float_to_bfloat16_bits(x)); });
+  const Tensor emu_state = Tensor::from_vector(emu.state, {N, H, D, D}, kF32);
+  const Tensor emu_ckpt = Tensor::from_vector(emu.ckpt, {rows, H, D, D}, kF32);
+  const fs::path dir = record_dump("gdn_chunked_states", [&] {
+    Tensor out_state = Tensor::zeros({N, H, D, D}, kF32), ckpt = Tensor::zeros({rows, H, D, D}, kF32);
+    const auto r = chunk_gated_delta_rule(q, k, v, g, beta, std::nullopt, init, true, cu, false,
+                                          std::nullopt, out_state, ckpt, starts, 64);
+    // Replay's fp32 tolerance alone would refuse the chunked form's states.
+    EXPECT_FALSE(replay::compare_tensors("s", emu_state, r.final_state).match);
+  });
+  std::vector<fs::path> calls;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) calls.push_back(e.path());
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  // The recorded outputs (outputs.pt: the returned output and final state) and written
+  // arguments (mutated.pt: output, output_state, state_checkpoints) as the GPU would have written
+  // them; `bump` adds 0.05 to one state element in the file named by `which`.
+  const std::string files[2] = {(calls[0] / "outputs.pt").string(),
+                                (calls[0] / "mutated.pt").string()};
+  const NamedTensors recorded[2] = {load_torch(files[0]), load_torch(files[1])};
+  auto rewrite = [&](int which) {
+    int states = 0, ckpts = 0;
+    for (int f = 0; f < 2; ++f) {
+      NamedTensors t;
+      for (const auto& [key, x] : recorded[f]) {
+        Tensor y = x;
+        if (x.dtype() == kBf) y = Tensor::from_vector(emu.out, x.shape(), kBf);
+        if (x.dtype() == kF32 && x.size(0) == N) {
+          ++states;
+          std::vector<double> st = emu.state;
+          if (which == f) st[777] += 0.05;
+          y = Tensor::from_vector(st, x.shape(), kF32);
+        }
+        if (x.dtype() == kF32 && x.size(0) == rows) ++ckpts, y = emu_ckpt;
+        t.emplace_back(key, y);
+      }
+      save_torch(files[f], t);
+    }
+    EXPECT_EQ(states, 2) << "the returned final state and the written output_state";
+    EXPECT_EQ(ckpts, 1);
+    return replay::replay_from_dump(calls[0].string());
+  };
+  const replay::Result ok = rewrite(-1);
+  EXPECT_EQ(ok.status, replay::Status::kPassed) << ok.error << " " << ok.note;
+  EXPECT_NE(ok.note.find("upstream's test tolerance"), std::string::npos) << ok.note;
+  for (const int which : {0, 1}) {
+    const replay::Result bad = rewrite(which);
+    EXPECT_EQ(bad.status, replay::Status::kMismatch) << which;
+    int64_t mismatched = 0;
+    for (const auto& c : bad.comparisons) mismatched += c.mismatches;
+    EXPECT_EQ(mismatched, 1) << which;
+  }
+  fs::remove_all(dir);
+}
 
 // ---- CUDA against the CPU -----------------------------------------------------------------------
 
