@@ -67,7 +67,9 @@ constexpr api::KernelEntry<GdnParams> kGdnKernels[] = {
      [](const GdnParams& p, const api::LaunchContext&) { kernels::cpu::gated_delta_rule(p); }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA kernel: a warp per state row (sequence, head, v), the row in registers across tokens",
+     "CUDA kernels: chunk_gated_delta_rule at head dims 64 / 128 in 64-token chunks on tensor "
+     "cores (the chunked WY form, the state in registers); the rest a warp per state row "
+     "(sequence, head, v), the row in registers across tokens",
      cuda_supports,
      [](const GdnParams& p, const api::LaunchContext& c) {
        kernels::cuda::gated_delta_rule(p, c.stream, c.enable_pdl);

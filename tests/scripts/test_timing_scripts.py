@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The GPU timing scripts' commands, checked without a GPU: scripts/decode-kernels,
-prefill-schedules, prefill-profile and moe-routes print their `flashinfer bench` commands with
+prefill-schedules, prefill-profile, moe-routes and gdn-prefill-kernels print their `flashinfer bench` commands with
 --dry-run; every routine they name must be one `flashinfer bench --list` has and every flag one
 `flashinfer bench --help` lists, so that a GPU run (minutes of lent device time) never ends on
 a typo. Also: the script exits 0 and prints commands at all.
@@ -12,7 +12,8 @@ import re
 import subprocess
 import sys
 
-SCRIPTS = ["decode-kernels", "prefill-schedules", "prefill-profile", "moe-routes"]
+SCRIPTS = ["decode-kernels", "prefill-schedules", "prefill-profile", "moe-routes",
+           "gdn-prefill-kernels"]
 
 
 def main():
