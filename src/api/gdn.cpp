@@ -1217,10 +1217,12 @@ bool compare_chunk_gdn(const std::vector<Value>& args, const std::map<std::strin
       widen_state_comparison(c, a, e, io);
     }
   };
-  out.note = std::string("chunk_gated_delta_rule: fp32 states within replay's tolerance or "
-                         "upstream's test tolerance for ") +
-             (io == DType::kBFloat16 ? "bf16 (atol 5e-3, rtol 1e-3)" : "fp16 (atol 1e-3, rtol 1e-4)") +
-             ", as a GPU's chunked form rounds its operands to the io dtype";
+  out.note =
+      std::string(
+          "chunk_gated_delta_rule: fp32 states within replay's tolerance or "
+          "upstream's test tolerance for ") +
+      (io == DType::kBFloat16 ? "bf16 (atol 5e-3, rtol 1e-3)" : "fp16 (atol 1e-3, rtol 1e-4)") +
+      ", as a GPU's chunked form rounds its operands to the io dtype";
   return true;
 }
 

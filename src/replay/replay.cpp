@@ -574,8 +574,8 @@ Result replay_once(const std::string& dump_dir, const Options& o, bool* refused)
         }
         TensorComparison m = compare("mutated " + k, v->as_tensor(), e, o);
         if (!m.match && m.problem.empty() && custom.recheck_mutated) {
-          custom.recheck_mutated(decl->params[static_cast<std::size_t>(i)].name, v->as_tensor(),
-                                 e, m);
+          custom.recheck_mutated(decl->params[static_cast<std::size_t>(i)].name, v->as_tensor(), e,
+                                 m);
         }
         r.comparisons.push_back(m);
       }

@@ -362,9 +362,7 @@ TEST(GdnChunk, Fp64ChunkedFormEqualsTheRecurrence) {
 // the kernel's arithmetic meets; checkpoints included.
 TEST(GdnChunk, CudaTestCasesEmulatedWithinUpstreamTolerances) {
   for (const auto& c : gdn_chunk_emu::cuda_cases()) {
-    gdn_chunk_emu::Problem pb =
-        gdn_chunk_emu::make_problem(c.cu, c.Hq, c.Hk, c.Hv, c.D, c.seed, true);
-    pb.every = 64;
+    gdn_chunk_emu::Problem pb = gdn_chunk_emu::cuda_problem(c);
     const DType io = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
     auto to_io = [io](float x) {
       return io == DType::kBFloat16 ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
@@ -438,6 +436,10 @@ TEST(GdnChunkShape, WhichCallsTakeTheChunkedKernel) {
   EXPECT_TRUE(refused(
       [](kernels::GdnParams& x) { x.state_in.data = buf, x.state_in.dtype = DType::kBFloat16; }));
   EXPECT_TRUE(refused([](kernels::GdnParams& x) { x.out_dtype = DType::kFloat32; }));
+  alignas(8) static float ck[4];
+  EXPECT_FALSE(refused([](kernels::GdnParams& x) { x.checkpoint_every = 64, x.checkpoints = ck; }));
+  EXPECT_TRUE(
+      refused([](kernels::GdnParams& x) { x.checkpoint_every = 64, x.checkpoints = ck + 1; }));
   {
     ScopedEnv off("FLASHINFER_GDN_CHUNKED", "0");
     EXPECT_STREQ(gs::chunked_refusal(p, 9, 232448), "FLASHINFER_GDN_CHUNKED=0");

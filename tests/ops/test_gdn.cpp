@@ -734,7 +734,8 @@ TEST(GdnReplay, ChunkedFormStatesReplayWithinUpstreamToleranceOnly) {
   const Tensor emu_state = Tensor::from_vector(emu.state, {N, H, D, D}, kF32);
   const Tensor emu_ckpt = Tensor::from_vector(emu.ckpt, {rows, H, D, D}, kF32);
   const fs::path dir = record_dump("gdn_chunked_states", [&] {
-    Tensor out_state = Tensor::zeros({N, H, D, D}, kF32), ckpt = Tensor::zeros({rows, H, D, D}, kF32);
+    Tensor out_state = Tensor::zeros({N, H, D, D}, kF32),
+           ckpt = Tensor::zeros({rows, H, D, D}, kF32);
     const auto r = chunk_gated_delta_rule(q, k, v, g, beta, std::nullopt, init, true, cu, false,
                                           std::nullopt, out_state, ckpt, starts, 64);
     // Replay's fp32 tolerance alone would refuse the chunked form's states.
@@ -1006,9 +1007,7 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
 TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (const auto& c : gdn_chunk_emu::cuda_cases()) {
-    gdn_chunk_emu::Problem pb =
-        gdn_chunk_emu::make_problem(c.cu, c.Hq, c.Hk, c.Hv, c.D, c.seed, true);
-    pb.every = 64;
+    gdn_chunk_emu::Problem pb = gdn_chunk_emu::cuda_problem(c);
     const DType io = c.bf16 ? kBf : DType::kFloat16;
     const int64_t T = pb.cu.back(), H = pb.heads(), D = pb.D;
     const int64_t N = static_cast<int64_t>(pb.cu.size()) - 1;

@@ -76,19 +76,34 @@ inline Problem make_problem(std::vector<int64_t> cu, int64_t Hq, int64_t Hk, int
 
 /// The cases GdnCuda.ChunkedPrefillMatchesCpuAtUpstreamTolerances runs on a GPU, and
 /// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances on the CPU with the kernel's rounding:
-/// lengths of partial, whole and several chunks and an empty sequence, GVA and GQA heads, head
-/// dims 128 and 64, bf16 and fp16; upstream's inputs, an initial state, checkpoints every 64.
+/// lengths of one token, partial, whole and several chunks and an empty sequence, GVA and GQA
+/// heads, head dims 128 and 64, bf16 and fp16, an initial state, checkpoints every 64; upstream's
+/// inputs, and (`upstream` false) inputs whose initial state lasts (0.3 U(-1, 1), gates >= 0.3:
+/// a state read wrongly shows in the outputs) with a zero and a negative gate.
 struct CudaCase {
   std::vector<int64_t> cu;
   int64_t Hq, Hk, Hv, D;
   bool bf16;
   uint64_t seed;
+  bool upstream = true;
 };
 inline std::vector<CudaCase> cuda_cases() {
   return {{{0, 70, 70, 200, 333}, 2, 2, 4, 128, true, 300},
           {{0, 70, 70, 200, 333}, 2, 2, 4, 128, false, 301},
           {{0, 1, 64, 129, 193}, 4, 2, 2, 64, true, 302},
-          {{0, 1, 64, 129, 193}, 1, 1, 1, 64, false, 303}};
+          {{0, 1, 64, 129, 193}, 1, 1, 1, 64, false, 303},
+          {{0, 1, 150, 333}, 2, 2, 4, 128, true, 304, false},
+          {{0, 1, 150, 333}, 1, 1, 2, 128, false, 305, false}};
+}
+inline Problem cuda_problem(const CudaCase& c) {
+  Problem pb = make_problem(c.cu, c.Hq, c.Hk, c.Hv, c.D, c.seed, c.upstream);
+  pb.every = 64;
+  if (!c.upstream) {
+    const int64_t H = pb.heads(), T = pb.cu.back();
+    pb.g[5 * H + 0] = 0.0;             // the state before token 5 lost (head 0)
+    pb.g[(T / 2) * H + H - 1] = -0.5;  // a negative gate (the last head)
+  }
+  return pb;
 }
 
 /// Runs the chunked form with scalar Real, `round_io` applied where the kernel rounds an MMA
@@ -150,7 +165,7 @@ Result run(const Problem& pb, Round round_io) {
           gam[t] = gc::decay_ratio(run_g, run_c, Real(0), 0);
         }
         for (int t = 0; t < B; ++t) {
-          tail[t] = t < C ? gc::decay_ratio(G[B - 1], cnt[B - 1], G[t], cnt[t]) : Real(0);
+          tail[t] = t < C ? gc::decay_ratio(G[C - 1], cnt[C - 1], G[t], cnt[t]) : Real(0);
         }
         // L (fp32) and M' (io).
         std::vector<Real> L(B * B), M(B * B), X(B * B, Real(0)), Tm(B * B);

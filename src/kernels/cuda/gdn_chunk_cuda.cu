@@ -195,9 +195,11 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
       }
       lg[1] += __shfl_sync(0xffffffffu, lg[0], 31);
       cn[1] += __shfl_sync(0xffffffffu, cn[0], 31);
-      // Token 63's sums are token C - 1's (the gates past C are 1).
-      const float g_last = __shfl_sync(0xffffffffu, lg[1], 31);
-      const int c_last = __shfl_sync(0xffffffffu, cn[1], 31);
+      // Token C - 1's sums, from the lane and half that hold them (token 63's add the same
+      // values in another order: its last bit may differ).
+      const int last = C - 1;
+      const float g_last = __shfl_sync(0xffffffffu, last < 32 ? lg[0] : lg[1], last & 31);
+      const int c_last = __shfl_sync(0xffffffffu, last < 32 ? cn[0] : cn[1], last & 31);
       FLASHINFER_UNROLL
       for (int half = 0; half < 2; ++half) {
         const int t = lane + 32 * half;
@@ -443,6 +445,8 @@ void launch_chunked(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
 }  // namespace
 
 bool gated_delta_rule_chunked(const GdnParams& p, void* stream, bool enable_pdl) {
+  // The decode ops (every step of every layer) leave before the device queries.
+  if (p.decode_gates || p.cu_seqlens == nullptr) return false;
   int dev = 0, cc_major = 0, smem_optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

@@ -111,7 +111,8 @@ inline bool aligned16(const void* ptr, int64_t a, int64_t b, std::size_t elem) {
 /// Why the chunked kernel does not take a gated-delta-rule call (nullptr: it does). It takes the
 /// prefill (chunk_gated_delta_rule: gates g / beta, scale on the output, no per-step states) at
 /// K = V = 64 or 128, fp16 / bf16 in and out, fp32 states, 16-byte aligned q / k / v / output
-/// rows (cp.async and 16-byte stores), on sm_80+ with room for its shared memory.
+/// rows (cp.async and 16-byte stores) and 8-byte aligned checkpoints, on sm_80+ with room for
+/// its shared memory.
 inline const char* chunked_refusal(const GdnParams& p, int cc_major, long long smem_optin) {
   if (p.decode_gates || p.l2norm || !p.scale_output || p.out_via_bf16 || p.cu_seqlens == nullptr) {
     return "not a prefill call";
@@ -136,6 +137,9 @@ inline const char* chunked_refusal(const GdnParams& p, int cc_major, long long s
       !aligned16(p.v, p.v_stride_tok, p.v_stride_head, 2) ||
       !aligned16(p.out, p.out_stride_tok, p.out_stride_head, 2)) {
     return "rows not 16-byte aligned";
+  }
+  if (p.checkpoint_every > 0 && reinterpret_cast<uintptr_t>(p.checkpoints) % 8 != 0) {
+    return "checkpoints not 8-byte aligned";  // stored as float2
   }
   if (cc_major < 8) return "below sm_80 (mma.sync, ldmatrix, cp.async)";
   if (smem_optin < static_cast<long long>(layout(static_cast<int>(p.K)).bytes)) {
