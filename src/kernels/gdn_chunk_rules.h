@@ -91,32 +91,62 @@ FLASHINFER_HD void inverse_block_column(const T* L, int ld, int b, int c, T (&x)
   }
 }
 
-/// The block merge, first half: W = sum_{m=j}^{i-1} L_{i,m} X_{m,j} (16 x 16 blocks, i > j),
-/// entry (r, c). X's blocks X_{m,j} with m - j < i - j must be final.
+/// Four consecutive values at p (16-byte aligned on the device, where they are one load).
 template <class T>
-FLASHINFER_HD T merge_sum(const T* L, const T* X, int ld, int i, int j, int r, int c) {
-  T acc = T(0);
-  for (int m = j; m < i; ++m) {
-    const T* l = L + (kSub * i + r) * ld + kSub * m;
-    const T* x = X + (kSub * m) * ld + kSub * j + c;
-    FLASHINFER_UNROLL
-    for (int p = 0; p < kSub; ++p) acc = fma_t(l[p], x[p * ld], acc);
+FLASHINFER_HD void load4(const T* p, T (&v)[4]) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else {
+    for (int q = 0; q < 4; ++q) v[q] = p[q];
   }
-  return acc;
+#else
+  for (int q = 0; q < 4; ++q) v[q] = p[q];
+#endif
 }
 
-/// Second half: X_{i,j} = -X_{i,i} W, entry (r, c) (W row-major 16 x 16; X_{i,i} lower
-/// triangular, so p runs to r).
+/// The block merge, first half: W = sum_{m=j}^{i-1} L_{i,m} X_{m,j} (16 x 16 blocks, i > j),
+/// row r, columns c0..c0 + 3 (c0 a multiple of 4): each entry's sum in m, p order, the four
+/// sharing each L load. X's blocks X_{m,j} with m - j < i - j must be final.
 template <class T>
-FLASHINFER_HD T merge_block(const T* X, int ld, const T* W, int i, int r, int c) {
+FLASHINFER_HD void merge_sum4(const T* L, const T* X, int ld, int i, int j, int r, int c0,
+                              T (&out)[4]) {
+  T acc[4] = {T(0), T(0), T(0), T(0)};
+  for (int m = j; m < i; ++m) {
+    const T* l = L + (kSub * i + r) * ld + kSub * m;
+    const T* x = X + (kSub * m) * ld + kSub * j + c0;
+    // Not unrolled in full: 16 loads of 16 bytes in flight would cost registers the state holds.
+    for (int p = 0; p < kSub; ++p) {
+      T xv[4];
+      load4(x + p * ld, xv);
+      const T a = l[p];
+      FLASHINFER_UNROLL
+      for (int q = 0; q < 4; ++q) acc[q] = fma_t(a, xv[q], acc[q]);
+    }
+  }
+  for (int q = 0; q < 4; ++q) out[q] = acc[q];
+}
+
+/// Second half: X_{i,j} = -X_{i,i} W, row r, columns c0..c0 + 3 (W row-major 16 x 16; X_{i,i}
+/// lower triangular, so p runs to r).
+template <class T>
+FLASHINFER_HD void merge_block4(const T* X, int ld, const T* W, int i, int r, int c0, T (&out)[4]) {
   const T* x = X + (kSub * i + r) * ld + kSub * i;
-  T acc = T(0);
-  for (int p = 0; p <= r; ++p) acc = fma_t(x[p], W[p * kSub + c], acc);
-  return -acc;
+  T acc[4] = {T(0), T(0), T(0), T(0)};
+  for (int p = 0; p <= r; ++p) {
+    T w[4];
+    load4(W + p * kSub + c0, w);
+    const T a = x[p];
+    FLASHINFER_UNROLL
+    for (int q = 0; q < 4; ++q) acc[q] = fma_t(a, w[q], acc[q]);
+  }
+  for (int q = 0; q < 4; ++q) out[q] = -acc[q];
 }
 
 /// The merges' schedule: level d (1..3) has 4 - d blocks (i, j = i - d); a level needs the ones
-/// before it. Block e of a level: j = e, i = e + d.
+/// before it. Block e of a level: j = e, i = e + d; a block is 64 quads (16 rows x 4 groups of
+/// 4 columns).
 FLASHINFER_HD constexpr int merge_blocks(int d) { return kSubs - d; }
 
 }  // namespace flashinfer::kernels::gdn_chunk

@@ -249,13 +249,16 @@ TEST(GdnChunkRules, InverseInTheKernelsOrderInvertsIPlusL) {
     }
   }
   for (int d = 1; d < gc::kSubs; ++d) {
-    for (int e = 0; e < gc::merge_blocks(d) * 256; ++e) {
-      W[e] = gc::merge_sum(L.data(), X.data(), ld, e / 256 + d, e / 256, (e / 16) % 16, e % 16);
+    for (int e = 0; e < gc::merge_blocks(d) * 64; ++e) {
+      float w4[4];
+      gc::merge_sum4(L.data(), X.data(), ld, e / 64 + d, e / 64, (e / 4) % 16, 4 * (e % 4), w4);
+      for (int q = 0; q < 4; ++q) W[(e / 64) * 256 + ((e / 4) % 16) * 16 + 4 * (e % 4) + q] = w4[q];
     }
-    for (int e = 0; e < gc::merge_blocks(d) * 256; ++e) {
-      const int j = e / 256, r = (e / 16) % 16, c = e % 16;
-      X[(16 * (j + d) + r) * ld + 16 * j + c] =
-          gc::merge_block(X.data(), ld, W.data() + j * 256, j + d, r, c);
+    for (int e = 0; e < gc::merge_blocks(d) * 64; ++e) {
+      const int j = e / 64, r = (e / 4) % 16, c0 = 4 * (e % 4);
+      float x4[4];
+      gc::merge_block4(X.data(), ld, W.data() + j * 256, j + d, r, c0, x4);
+      for (int q = 0; q < 4; ++q) X[(16 * (j + d) + r) * ld + 16 * j + c0 + q] = x4[q];
     }
   }
   // Against fp64 forward substitution, and (I + L) X = I.

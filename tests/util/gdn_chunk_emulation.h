@@ -189,14 +189,18 @@ Result run(const Problem& pb, Round round_io) {
         }
         for (int d = 1; d < gc::kSubs; ++d) {
           std::vector<Real> W(static_cast<size_t>(gc::merge_blocks(d) * 256));
-          for (int e = 0; e < gc::merge_blocks(d) * 256; ++e) {
-            const int j = e / 256, r = (e / 16) % 16, c = e % 16;
-            W[e] = gc::merge_sum(L.data(), X.data(), ld, j + d, j, r, c);
+          for (int e = 0; e < gc::merge_blocks(d) * 64; ++e) {
+            const int j = e / 64, r = (e / 4) % 16, c0 = 4 * (e % 4);
+            Real w4[4];
+            gc::merge_sum4(L.data(), X.data(), ld, j + d, j, r, c0, w4);
+            for (int q = 0; q < 4; ++q) W[j * 256 + r * 16 + c0 + q] = w4[q];
           }
-          for (int e = 0; e < gc::merge_blocks(d) * 256; ++e) {
-            const int j = e / 256, r = (e / 16) % 16, c = e % 16;
-            X[(gc::kSub * (j + d) + r) * ld + gc::kSub * j + c] =
-                gc::merge_block(X.data(), ld, W.data() + j * 256, j + d, r, c);
+          for (int e = 0; e < gc::merge_blocks(d) * 64; ++e) {
+            const int j = e / 64, r = (e / 4) % 16, c0 = 4 * (e % 4);
+            Real x4[4];
+            gc::merge_block4(X.data(), ld, W.data() + j * 256, j + d, r, c0, x4);
+            for (int q = 0; q < 4; ++q)
+              X[(gc::kSub * (j + d) + r) * ld + gc::kSub * j + c0 + q] = x4[q];
           }
         }
         for (int s = 0; s < B; ++s) {

@@ -150,21 +150,31 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     const int C = static_cast<int>(len - c0 < gc::kChunk ? len - c0 : gc::kChunk);
     const int64_t tok0 = begin + c0;
 
-    // The chunk's Q, K rows and V slice; rows past C zero-filled.
+    // The chunk's Q, K rows and V slice; rows past C zero-filled. A thread copies one 16-byte
+    // unit column, stepping down the rows: one source pointer a tensor, advanced by whole row
+    // steps (per-row addresses precomputed for every step cost the state's registers).
     {
-      constexpr int kUnits = KD / 8;
-      for (int i = tid; i < gc::kChunk * kUnits; i += gs::kThreads) {
-        const int t = i / kUnits, u = i % kUnits;
+      constexpr int kUnits = KD / 8, kStep = gs::kThreads / kUnits;
+      const int u = tid % kUnits, t0 = tid / kUnits;
+      const IO* qs = qg + (tok0 + t0) * p.q_stride_tok + 8 * u;
+      const IO* ks = kg + (tok0 + t0) * p.k_stride_tok + 8 * u;
+      FLASHINFER_UNROLL
+      for (int t = t0; t < gc::kChunk; t += kStep) {
         const bool ok = t < C;
-        const int64_t tok = tok0 + (ok ? t : 0);
-        cpa::copy16_zfill(q_base + 2u * (t * kQld + 8 * u), qg + tok * p.q_stride_tok + 8 * u, ok);
-        cpa::copy16_zfill(k_base + 2u * (t * kQld + 8 * u), kg + tok * p.k_stride_tok + 8 * u, ok);
+        const uint32_t off = 2u * (t * kQld + 8 * u);
+        cpa::copy16_zfill(q_base + off, ok ? qs : qg, ok);
+        cpa::copy16_zfill(k_base + off, ok ? ks : kg, ok);
+        qs += kStep * p.q_stride_tok;
+        ks += kStep * p.k_stride_tok;
       }
-      for (int i = tid; i < gc::kChunk * (gs::kSlice / 8); i += gs::kThreads) {
-        const int t = i / (gs::kSlice / 8), u = i % (gs::kSlice / 8);
+      constexpr int kVUnits = gs::kSlice / 8, kVStep = gs::kThreads / kVUnits;
+      const int vu = tid % kVUnits, vt0 = tid / kVUnits;
+      const IO* vs = vg + (tok0 + vt0) * p.v_stride_tok + 8 * vu;
+      FLASHINFER_UNROLL
+      for (int t = vt0; t < gc::kChunk; t += kVStep) {
         const bool ok = t < C;
-        const int64_t tok = tok0 + (ok ? t : 0);
-        cpa::copy16_zfill(v_base + 2u * (t * kSld + 8 * u), vg + tok * p.v_stride_tok + 8 * u, ok);
+        cpa::copy16_zfill(v_base + 2u * (t * kSld + 8 * vu), ok ? vs : vg, ok);
+        vs += kVStep * p.v_stride_tok;
       }
       cpa::commit();
     }
@@ -233,13 +243,18 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         for (int hv = 0; hv < 2; ++hv) {
           const int sr = 16 * warp + gs::acc_row(lane, 2 * hv);
           const int t0 = 8 * nt + gs::acc_col(lane, 0);
+          float ratio[2];
+          FLASHINFER_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int t = t0 + e;
+            ratio[e] = sr >= t ? gc::decay_ratio(Gs[sr], Cs[sr], Gs[t], Cs[t]) : 0.0f;
+          }
           float x[2];
           FLASHINFER_UNROLL
           for (int e = 0; e < 2; ++e) {
             const int t = t0 + e;
-            const float ratio = sr >= t ? gc::decay_ratio(Gs[sr], Cs[sr], Gs[t], Cs[t]) : 0.0f;
-            x[e] = which == 0 ? gc::kkt_entry(sr, t, C, Bs[sr], ratio, acc[nt][2 * hv + e])
-                              : gc::qkt_entry(sr, t, C, p.scale, ratio, acc[nt][2 * hv + e]);
+            x[e] = which == 0 ? gc::kkt_entry(sr, t, C, Bs[sr], ratio[e], acc[nt][2 * hv + e])
+                              : gc::qkt_entry(sr, t, C, p.scale, ratio[e], acc[nt][2 * hv + e]);
           }
           if (which == 0) {
             *reinterpret_cast<float2*>(Lf + sr * kFld + t0) = make_float2(x[0], x[1]);
@@ -261,16 +276,23 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     }
     __syncthreads();
     for (int d = 1; d < gc::kSubs; ++d) {
-      const int count = gc::merge_blocks(d) * gc::kSub * gc::kSub;
-      for (int e = tid; e < count; e += gs::kThreads) {
-        const int j = e / 256, rr = (e / 16) % 16, cc = e % 16;
-        Wf[e] = gc::merge_sum(Lf, Xf, kFld, j + d, j, rr, cc);
+      // A thread a quad (row rr, columns c0..c0 + 3): its lanes read 8 rows of L and one
+      // 16-byte piece of X a step, broadcast to the rows.
+      const int quads = gc::merge_blocks(d) * 64;
+      for (int e = tid; e < quads; e += gs::kThreads) {
+        const int j = e / 64, rr = (e / 4) % 16, c0 = 4 * (e % 4);
+        float w4[4];
+        gc::merge_sum4(Lf, Xf, kFld, j + d, j, rr, c0, w4);
+        *reinterpret_cast<float4*>(Wf + j * 256 + rr * 16 + c0) =
+            make_float4(w4[0], w4[1], w4[2], w4[3]);
       }
       __syncthreads();
-      for (int e = tid; e < count; e += gs::kThreads) {
-        const int j = e / 256, rr = (e / 16) % 16, cc = e % 16, i = j + d;
-        Xf[(gc::kSub * i + rr) * kFld + gc::kSub * j + cc] =
-            gc::merge_block(Xf, kFld, Wf + j * 256, i, rr, cc);
+      for (int e = tid; e < quads; e += gs::kThreads) {
+        const int j = e / 64, rr = (e / 4) % 16, c0 = 4 * (e % 4), i = j + d;
+        float x4[4];
+        gc::merge_block4(Xf, kFld, Wf + j * 256, i, rr, c0, x4);
+        *reinterpret_cast<float4*>(Xf + (gc::kSub * i + rr) * kFld + gc::kSub * j + c0) =
+            make_float4(x4[0], x4[1], x4[2], x4[3]);
       }
       __syncthreads();
     }
@@ -385,12 +407,16 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
       }
     }
     __syncthreads();
-    // The chunk's outputs, 16 bytes a thread per step.
-    for (int i = tid; i < gc::kChunk * (gs::kSlice / 8); i += gs::kThreads) {
-      const int t = i / (gs::kSlice / 8), u = i % (gs::kSlice / 8);
-      if (t < C) {
-        *reinterpret_cast<uint4*>(out + (tok0 + t) * p.out_stride_tok + 8 * u) =
-            *reinterpret_cast<const uint4*>(Vs + t * kSld + 8 * u);
+    // The chunk's outputs, 16 bytes a thread per step, down one unit column as the copies.
+    {
+      constexpr int kVUnits = gs::kSlice / 8, kVStep = gs::kThreads / kVUnits;
+      const int vu = tid % kVUnits, vt0 = tid / kVUnits;
+      IO* dst = out + (tok0 + vt0) * p.out_stride_tok + 8 * vu;
+      for (int t = vt0; t < gc::kChunk; t += kVStep) {
+        if (t < C) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(Vs + t * kSld + 8 * vu);
+        }
+        dst += kVStep * p.out_stride_tok;
       }
     }
     // A checkpoint after every checkpoint_every tokens (a multiple of 64: a chunk's end).
