@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device/host_device.h"
 
@@ -95,7 +96,7 @@ FLASHINFER_HD void inverse_block_column(const T* L, int ld, int b, int c, T (&x)
 template <class T>
 FLASHINFER_HD void load4(const T* p, T (&v)[4]) {
 #ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (std::is_same_v<T, float>) {
     const float4 f = *reinterpret_cast<const float4*>(p);
     v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
   } else {

@@ -80,6 +80,9 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
   constexpr gs::Layout kL = gs::layout(KD);
   constexpr int kQld = gs::io_ld(KD), kSld = gs::io_ld(gc::kChunk), kFld = gs::kFloatLd;
   constexpr int kSlices = KD / gs::kSlice, kKs = KD / 16, kNt = KD / 8;
+  // The 16-byte shared-memory accesses: every region and fp32 row a multiple of 16 bytes.
+  static_assert(kL.w % 16 == 0 && kL.x % 16 == 0 && kL.l % 16 == 0 && kL.v % 16 == 0 &&
+                gs::kFloatLd % 4 == 0 && (kQld * 2) % 16 == 0 && (kSld * 2) % 16 == 0);
   extern __shared__ __align__(16) unsigned char smem[];
   IO* const Qs = reinterpret_cast<IO*>(smem + kL.q);
   IO* const Ks = reinterpret_cast<IO*>(smem + kL.k);
@@ -151,10 +154,13 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     const int64_t tok0 = begin + c0;
 
     // The chunk's Q, K rows and V slice; rows past C zero-filled. A thread copies one 16-byte
-    // unit column, stepping down the rows: one source pointer a tensor, advanced by whole row
-    // steps (per-row addresses precomputed for every step cost the state's registers).
+    // unit column, stepping a source pointer a tensor down the rows (per-row addresses
+    // precomputed for every step cost the state's registers: ptxas spilled); a row past C reads
+    // nothing, the head's base standing in as its source. (In a sequence's last chunk the
+    // pointers step past the tensor's end without being read there.)
     {
       constexpr int kUnits = KD / 8, kStep = gs::kThreads / kUnits;
+      static_assert(gs::kThreads % kUnits == 0 && gc::kChunk % kStep == 0);
       const int u = tid % kUnits, t0 = tid / kUnits;
       const IO* qs = qg + (tok0 + t0) * p.q_stride_tok + 8 * u;
       const IO* ks = kg + (tok0 + t0) * p.k_stride_tok + 8 * u;
@@ -168,6 +174,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         ks += kStep * p.k_stride_tok;
       }
       constexpr int kVUnits = gs::kSlice / 8, kVStep = gs::kThreads / kVUnits;
+      static_assert(gs::kThreads % kVUnits == 0 && gc::kChunk % kVStep == 0);
       const int vu = tid % kVUnits, vt0 = tid / kVUnits;
       const IO* vs = vg + (tok0 + vt0) * p.v_stride_tok + 8 * vu;
       FLASHINFER_UNROLL
