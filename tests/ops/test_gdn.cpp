@@ -1001,8 +1001,9 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
 // test tolerances (bf16 out 1e-2 / 1e-2, state 5e-3 / 1e-3; fp16 2e-3 / 1e-3, 1e-3 / 1e-4) and
 // against its CPU emulation (tests/util/gdn_chunk_emulation.h, the same rounding points) at the
 // same: outputs, final states and checkpoints, on the cases whose emulation
-// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then a pool with
-// state indices (bit for bit the packed call), the NaN rows of a negative index, and
+// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then strided
+// views of a fused projection and a wider output buffer (bit for bit the contiguous call), a
+// pool with state indices (bit for bit the packed call), the NaN rows of a negative index, and
 // FLASHINFER_GDN_CHUNKED=0.
 TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
@@ -1045,6 +1046,31 @@ TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, st_tol)) << c.seed;
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), emu.state, st_tol)) << c.seed;
     EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, st_tol)) << c.seed;
+  }
+  {
+    // As the engines pass them: q, k and v heads of one fused projection row (token stride
+    // (2 + 2 + 4) x 128), the output a view into a wider buffer. The chunked kernel takes the
+    // views (no copy) and gives the bits of the contiguous call.
+    const PrefillIn in = prefill_inputs({0, 100, 230}, 2, 2, 4, 128, 320);
+    Tensor fused = cuda(Tensor::zeros({230, 8, 128}, kBf));
+    fused.slice(1, 0, 2).copy_(cuda(in.q));
+    fused.slice(1, 2, 4).copy_(cuda(in.k));
+    fused.slice(1, 4, 8).copy_(cuda(in.v));
+    Tensor wide = cuda(Tensor::zeros({230, 5, 128}, kBf));
+    const Tensor init = cuda(rand_tensor({2, 4, 128, 128}, kF32, 321, -0.3, 0.3));
+    auto contiguous =
+        chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                               std::nullopt, init, true, cuda(in.cu_t));
+    const uint64_t before = chunked_launches();
+    auto views = chunk_gated_delta_rule(
+        fused.slice(1, 0, 2), fused.slice(1, 2, 4), fused.slice(1, 4, 8), cuda(in.g), cuda(in.beta),
+        std::nullopt, init, true, cuda(in.cu_t), false, wide.slice(1, 1, 5));
+    EXPECT_EQ(chunked_launches(), before + 1);
+    EXPECT_TRUE(all_close(wide.slice(1, 1, 5).to(Device::cpu()),
+                          contiguous.output.to(Device::cpu()), {0.0, 0.0}));
+    EXPECT_TRUE(all_close(views.final_state.to(Device::cpu()),
+                          contiguous.final_state.to(Device::cpu()), {0.0, 0.0}));
+    for (double x : wide.slice(1, 0, 1).to(Device::cpu()).to_double_vector()) ASSERT_EQ(x, 0.0);
   }
   // A pool read and written in place at state_indices: bit for bit the packed call on the GPU.
   const PrefillIn in = prefill_inputs({0, 9, 150}, 2, 2, 2, 128, 310);
