@@ -455,7 +455,13 @@ std::optional<double> float_tolerance(DType d) {
 // Deliberate per-op deviations from the table above, each with its reason. Key: "op" or
 // "op:output".
 const std::map<std::string, double>& op_tolerance_overrides() {
-  static const std::map<std::string, double> m = {};
+  static const std::map<std::string, double> m = {
+      // The final state (fp32): the CUDA chunked kernel rounds its MMA operands to the io dtype
+      // (bf16 in the bench case), as upstream's kernels do; upstream's own test holds bf16
+      // states to 5e-3 (docs/LINEAR_ATTENTION.md, "The chunked prefill kernel"). Its emulation
+      // on this case's inputs differs from the CPU by about 1e-3.
+      {"chunk_gated_delta_rule:result[1]", 5e-3},
+  };
   return m;
 }
 
