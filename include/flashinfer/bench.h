@@ -15,6 +15,7 @@
 #include "flashinfer/device.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/tensor_io.h"
+#include "flashinfer/value.h"
 
 namespace flashinfer {
 
@@ -55,6 +56,9 @@ struct BenchCase {
   std::function<void()> run;
   /// The tensors to compare across backends after one run(): result and mutated arguments.
   std::function<NamedTensors()> outputs;
+  /// The call's arguments (bound to the op's parameters) where the case calls a declared op:
+  /// refcheck hands them to the op's replay comparator, if it has one. Empty otherwise.
+  std::function<std::vector<Value>()> args;
   double flops = 0.0;  // per iteration
   double bytes = 0.0;  // per iteration, each input and output counted once
 };

@@ -15,6 +15,7 @@
 #include "core/element.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
+#include "replay/result_comparators.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/bench_timing_cuda.h"
 #endif
@@ -262,6 +263,7 @@ BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
     kept->keep(std::move(*last));
     *last = std::move(result);
   };
+  c.args = [args] { return args->values(); };
   c.outputs = [decl, args, last, kept] {
     kept->release();
     NamedTensors out;
@@ -333,6 +335,62 @@ double bench_attention_bytes(const BenchShape& s, int64_t q_rows, int64_t kv_row
          nbytes({kv_rows, s.num_kv_heads, s.head_dim_qk}, s.kv_dtype) +
          nbytes({kv_rows, s.num_kv_heads, s.head_dim_vo}, s.kv_dtype) +
          nbytes({q_rows, s.num_qo_heads, s.head_dim_vo}, s.q_dtype);
+}
+
+// Refcheck's comparison of one backend's outputs with the CPU reference's, output by output (as
+// `expected` lists them): replay's element-wise comparison, or, for an op with a replay
+// comparator (replay/result_comparators.h), that comparator's judgment of the results and its
+// second look at written arguments (chunk_gated_delta_rule's fp32 states, mm_gguf's sums), so a
+// kernel that two correct implementations may differ from by more than the fp32 tolerance is
+// not reported as a mismatch.
+std::vector<replay::TensorComparison> judge_outputs(const std::string& routine, const BenchCase& c,
+                                                    const NamedTensors& actual,
+                                                    const NamedTensors& expected) {
+  std::vector<replay::TensorComparison> out(expected.size());
+  for (std::size_t t = 0; t < expected.size(); ++t) {
+    if (t < actual.size()) {
+      out[t] = replay::compare_tensors(expected[t].first, actual[t].second, expected[t].second);
+    }
+  }
+  const detail::ResultComparatorWithArgs* cmp = detail::result_comparator(routine);
+  if (cmp == nullptr || !c.args) return out;
+  // Results are named "result" or "result[i]" (replay: "result", "result__i"), written
+  // arguments by their parameter ("name" or "name[j]").
+  std::map<std::string, Tensor> got;
+  NamedTensors want;
+  std::vector<std::size_t> where;  // expected index of each result handed to the comparator
+  for (std::size_t t = 0; t < expected.size() && t < actual.size(); ++t) {
+    const std::string& name = expected[t].first;
+    if (name != "result" && name.rfind("result[", 0) != 0) continue;
+    std::string key = name == "result" ? name : "result__" + name.substr(7, name.size() - 8);
+    got[key] = actual[t].second;
+    want.emplace_back(key, expected[t].second);
+    where.push_back(t);
+  }
+  const detail::CompareFn compare = [](const std::string& k, const Tensor& a, const Tensor& e) {
+    return replay::compare_tensors(k, a, e);
+  };
+  detail::ResultCheck check;
+  if (!(*cmp)(c.args(), got, want, compare, check)) return out;
+  for (const replay::TensorComparison& r : check.comparisons) {
+    for (std::size_t w = 0; w < want.size(); ++w) {
+      if (want[w].first == r.key) {
+        out[where[w]] = r;
+        out[where[w]].key = expected[where[w]].first;
+      }
+    }
+  }
+  if (check.recheck_mutated) {
+    for (std::size_t t = 0; t < expected.size() && t < actual.size(); ++t) {
+      const std::string& name = expected[t].first;
+      if (name == "result" || name.rfind("result[", 0) == 0) continue;
+      if (!out[t].match && out[t].problem.empty()) {
+        check.recheck_mutated(name.substr(0, name.find('[')), actual[t].second, expected[t].second,
+                              out[t]);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace api::bench

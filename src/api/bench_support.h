@@ -7,6 +7,7 @@
 
 #include "flashinfer/bench.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/replay.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -31,6 +32,14 @@ double nbytes(const Shape& shape, DType dtype);
 /// ("result", or "result[i]") and the mutated tensor arguments, copied to the host.
 BenchCase invoke_case(const std::string& name, std::vector<Value> positional,
                       std::vector<std::pair<std::string, Value>> keyword = {});
+
+/// Refcheck's comparison of one backend's outputs (`actual`, in the order of `expected`, the CPU
+/// reference's) output by output: replay's element-wise comparison, or for an op with a replay
+/// comparator (replay/result_comparators.h; given the case's args) that comparator's judgment of
+/// the results and its second look at written arguments.
+std::vector<replay::TensorComparison> judge_outputs(const std::string& routine, const BenchCase& c,
+                                                    const NamedTensors& actual,
+                                                    const NamedTensors& expected);
 
 /// Upstream's attention FLOPs for one request: 2*qo*kv*Hq*(Dqk+Dvo), or with causal (the
 /// right-aligned trapezoid) (2*kv - qo)*qo*Hq*(Dqk+Dvo).

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "api/bench_support.h"
+#include "flashinfer/bench.h"
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
@@ -785,6 +787,41 @@ TEST(GdnReplay, ChunkedFormStatesReplayWithinUpstreamToleranceOnly) {
     EXPECT_EQ(mismatched, 1) << which;
   }
   fs::remove_all(dir);
+}
+
+// `flashinfer bench --refcheck` judges a backend's outputs as replay does: the final state
+// (fp32) of a GPU's chunked form passes within upstream's bf16 state tolerance, where replay's
+// plain fp32 comparison would call it a mismatch; a state element off by 0.05 still fails.
+TEST(GdnBench, RefcheckJudgesStatesByTheOpsComparator) {
+  BenchShape shape;
+  shape.batch_size = 2, shape.s_kv = 80, shape.num_qo_heads = 4, shape.num_kv_heads = 2;
+  const BenchHook* hook = find_bench_hook("chunk_gated_delta_rule");
+  ASSERT_NE(hook, nullptr);
+  BenchCase c = (*hook)(shape, Device::cpu());
+  c.run();
+  const NamedTensors expected = c.outputs();
+  ASSERT_EQ(expected.size(), 2u);
+  ASSERT_EQ(expected[1].first, "result[1]");
+  auto nudged = [&](double by) {
+    NamedTensors a = expected;
+    std::vector<double> st = a[1].second.to_double_vector();
+    st[17] += by;
+    a[1].second = Tensor::from_vector(st, a[1].second.shape(), kF32);
+    return a;
+  };
+  const NamedTensors close = nudged(1e-3);
+  EXPECT_FALSE(replay::compare_tensors("s", close[1].second, expected[1].second).match);
+  auto judged = api::bench::judge_outputs("chunk_gated_delta_rule", c, close, expected);
+  ASSERT_EQ(judged.size(), 2u);
+  EXPECT_TRUE(judged[0].match && judged[1].match);
+  EXPECT_EQ(judged[1].key, "result[1]");
+  judged = api::bench::judge_outputs("chunk_gated_delta_rule", c, nudged(0.05), expected);
+  EXPECT_TRUE(judged[0].match);
+  EXPECT_FALSE(judged[1].match);
+  EXPECT_EQ(judged[1].mismatches, 1);
+  // An op without a comparator: replay's comparison alone.
+  judged = api::bench::judge_outputs("rmsnorm", c, close, expected);
+  EXPECT_FALSE(judged[1].match);
 }
 
 // ---- CUDA against the CPU -----------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/bench_backend.h"
+#include "api/bench_support.h"
 #include "commands.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/bench.h"
@@ -430,12 +431,11 @@ int run_bench(BenchOptions o) {
       BenchCase c = make_case(o, backends[bi].dev, backends[bi].op_backend);
       c.run();
       const NamedTensors actual = c.outputs();
+      const std::vector<replay::TensorComparison> judged =
+          api::bench::judge_outputs(o.routine, c, actual, expected);
       int64_t bad = 0;
       for (std::size_t t = 0; t < expected.size(); ++t) {
-        const replay::TensorComparison cmp =
-            t < actual.size()
-                ? replay::compare_tensors(expected[t].first, actual[t].second, expected[t].second)
-                : replay::TensorComparison{};
+        const replay::TensorComparison cmp = judged[t];
         if (cmp.match) {
           if (o.verbose) {
             std::printf("[REFCHECK] %s %s: %lld elements match (max abs error %.3g)\n",
