@@ -31,22 +31,42 @@ using Acc = std::array<std::array<double, 4>, 32>;  // a 16 x 8 accumulator tile
 
 TEST(GdnChunkShape, LayoutFitsSm80AndSm90WithConflictFreeRows) {
   const gs::Layout a = gs::layout(128), b = gs::layout(64);
-  EXPECT_EQ(a.bytes, 98560u);  // Q, K 2 x 17408; V, M', T 3 x 9216; L, X 2 x 17408; 5 x 256
-  EXPECT_EQ(b.bytes, 82176u);
+  // A stage: Q, K 2 x 17408, V 9216, raw gates 512; then M', T 2 x 9216, L, X 2 x 17408, 5 x 256.
+  EXPECT_EQ(a.stage, 44544u);
+  EXPECT_EQ(a.bytes, 99072u);
+  EXPECT_EQ(b.bytes, 82688u);
   EXPECT_LE(a.bytes, 101376u);  // fits 99 KiB a block (sm_86 / 89), so 2 blocks on sm_90
-  for (const gs::Layout& s : {a, b}) {
-    for (uint32_t off :
-         {s.q, s.k, s.v, s.m, s.t, s.l, s.x, s.w, s.g, s.counts, s.beta, s.gamma, s.tail}) {
+  // Two stages: one more stage, one block an SM; within sm_80's 163 KiB.
+  EXPECT_EQ(gs::layout(128, 2).bytes, 99072u + 44544u);
+  EXPECT_LE(gs::layout(128, 2).bytes, 166912u);
+  EXPECT_EQ(gs::layout(64, 2).bytes, 82688u + 28160u);
+  for (const gs::Layout& s : {a, b, gs::layout(128, 2), gs::layout(64, 2)}) {
+    for (uint32_t off : {s.q, s.k, s.v, s.alpha_raw, s.beta_raw, s.stage, s.m, s.t, s.l, s.x, s.w,
+                         s.g, s.counts, s.beta, s.gamma, s.tail}) {
       EXPECT_EQ(off % 16, 0u);
     }
     EXPECT_EQ(s.w, s.t);  // the merges' W lives in T's place, T written after the last merge
     EXPECT_GE(s.l - s.t, 3u * 256 * 4);
+    EXPECT_GE(s.m, s.stage);  // the stages before everything shared by them
   }
+  EXPECT_EQ(gs::layout(128, 2).m, 2 * gs::layout(128).stage);
   // 16-bit rows 16 bytes past a multiple of 128: an ldmatrix's 8 rows hit 8 bank groups.
   for (int cols : {64, 128}) EXPECT_EQ(gs::io_ld(cols) * 2 % 128, 16) << cols;
   EXPECT_EQ(gs::kFloatLd * 4 % 128, 16);
   EXPECT_EQ(gs::kThreads, 128);
   EXPECT_EQ(gs::kSlice, 64);
+}
+
+// Two copy stages where every block has an SM and the device gives a block their shared
+// memory; else one (two blocks an SM overlap each other's copies on sm_90).
+TEST(GdnChunkShape, CopyStagesForAGrid) {
+  EXPECT_EQ(gs::stages_for(128, 64, 132, 232448), 2);  // one sequence, 32 heads: 64 blocks
+  EXPECT_EQ(gs::stages_for(128, 132, 132, 232448), 2);
+  EXPECT_EQ(gs::stages_for(128, 133, 132, 232448), 1);  // past one wave
+  EXPECT_EQ(gs::stages_for(128, 64, 108, 166912), 2);   // sm_80: 163 KiB
+  EXPECT_EQ(gs::stages_for(128, 64, 84, 101376), 1);    // sm_86: 99 KiB, one stage
+  EXPECT_EQ(gs::stages_for(64, 8, 84, 101376), 1);      // 110848 bytes for two stages at 64
+  EXPECT_EQ(gs::stages_for(64, 8, 84, 110848), 2);
 }
 
 // Emulated shared memory holding matrices at the kernel's padded leading dimensions.
@@ -420,7 +440,7 @@ TEST(GdnChunkShape, WhichCallsTakeTheChunkedKernel) {
   p.q_stride_head = p.k_stride_head = p.v_stride_head = p.out_stride_head = 128;
   EXPECT_EQ(gs::chunked_refusal(p, 9, 232448), nullptr);
   EXPECT_EQ(gs::chunked_refusal(p, 8, 101376), nullptr);  // sm_86 / 89: 99 KiB is enough
-  EXPECT_NE(gs::chunked_refusal(p, 8, 98559), nullptr);
+  EXPECT_NE(gs::chunked_refusal(p, 8, 99071), nullptr);
   EXPECT_NE(gs::chunked_refusal(p, 7, 232448), nullptr);
   auto refused = [&](auto edit) {
     kernels::GdnParams x = p;

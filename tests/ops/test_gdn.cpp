@@ -1038,7 +1038,8 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
 // test tolerances (bf16 out 1e-2 / 1e-2, state 5e-3 / 1e-3; fp16 2e-3 / 1e-3, 1e-3 / 1e-4) and
 // against its CPU emulation (tests/util/gdn_chunk_emulation.h, the same rounding points) at the
 // same: outputs, final states and checkpoints, on the cases whose emulation
-// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then strided
+// GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then one copy
+// stage against two (bit for bit) and a grid past one wave, strided
 // views of a fused projection and a wider output buffer (bit for bit the contiguous call), a
 // pool with state indices (bit for bit the packed call), the NaN rows of a negative index, and
 // FLASHINFER_GDN_CHUNKED=0.
@@ -1083,6 +1084,31 @@ TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, st_tol)) << c.seed;
     EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), emu.state, st_tol)) << c.seed;
     EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, st_tol)) << c.seed;
+  }
+  {
+    // One copy stage and two (FLASHINFER_GDN_CHUNK_STAGES): the same arithmetic, the same bits;
+    // a grid of 400 blocks (past one wave) on its own choice, which is one stage.
+    const PrefillIn in = prefill_inputs({0, 70, 200, 333}, 2, 2, 4, 128, 330);
+    const Tensor init = cuda(rand_tensor({3, 4, 128, 128}, kF32, 331, -0.3, 0.3));
+    auto run = [&](const char* stages) {
+      const ScopedEnv env("FLASHINFER_GDN_CHUNK_STAGES", stages);
+      auto r = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
+                                      std::nullopt, init, true, cuda(in.cu_t));
+      return std::pair{r.output.to(Device::cpu()), r.final_state.to(Device::cpu())};
+    };
+    const auto one = run("1"), two = run("2");
+    EXPECT_TRUE(all_close(one.first, two.first, {0.0, 0.0}));
+    EXPECT_TRUE(all_close(one.second, two.second, {0.0, 0.0}));
+    std::vector<int64_t> cu{0};
+    for (int i = 0; i < 100; ++i) cu.push_back(cu.back() + 17 + (i * 7) % 60);
+    const PrefillIn many = prefill_inputs(cu, 2, 2, 2, 128, 332);  // 100 x 2 heads x 2 slices
+    auto rc = chunk_gated_delta_rule(many.q, many.k, many.v, many.g, many.beta, std::nullopt,
+                                     std::nullopt, true, many.cu_t);
+    auto rg =
+        chunk_gated_delta_rule(cuda(many.q), cuda(many.k), cuda(many.v), cuda(many.g),
+                               cuda(many.beta), std::nullopt, std::nullopt, true, cuda(many.cu_t));
+    EXPECT_TRUE(all_close(rg.output.to(Device::cpu()), rc.output, {1e-2, 1e-2}));
+    EXPECT_TRUE(all_close(rg.final_state.to(Device::cpu()), rc.final_state, {5e-3, 1e-3}));
   }
   {
     // As the engines pass them: q, k and v heads of one fused projection row (token stride

@@ -30,6 +30,8 @@ inline constexpr KernelSwitch kKernelSwitches[] = {
     {"FLASHINFER_MLA_TENSOR_CORES", "0", "MLA decode on the CUDA-core kernels", true},
     {"FLASHINFER_GDN_CHUNKED", "0",
      "chunk_gated_delta_rule on the recurrent kernel, not the chunked tensor-core one", true},
+    {"FLASHINFER_GDN_CHUNK_STAGES", "1",
+     "the chunked GDN kernel with one copy stage (2: two) whatever the grid", true},
     {"FLASHINFER_GROUPED_MM_CUTLASS", "0",
      "grouped GEMMs on the mma.sync kernel, not CUTLASS's (sm_90)", true},
     {"FLASHINFER_MOE_GROUPED", "0",

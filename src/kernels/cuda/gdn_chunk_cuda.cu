@@ -35,6 +35,21 @@ __device__ __forceinline__ int64_t chunk_index(const void* p, bool i64, int64_t 
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
 }
 
+// 4 bytes global -> shared by cp.async (.ca: .cg takes 16 only), zero-filled and reading nothing
+// when !valid. sm_80+.
+__device__ __forceinline__ void copy4_zfill(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)valid;
+  __trap();
+#endif
+}
+
 template <class IO>
 __device__ __forceinline__ float lo_f32(uint32_t r) {
   if constexpr (::cuda::std::is_same_v<IO, __half>) {
@@ -74,14 +89,15 @@ __device__ __forceinline__ void mma_b_rows(float (&c)[N][4], const uint32_t (&a)
   mma::mma_m16n8k16<IO>(c[2 * p + 1], a, b + 2);
 }
 
-template <class IO, int KD>
+template <class IO, int KD, int kStages>
 __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(const GdnParams p) {
   pdl_wait();
-  constexpr gs::Layout kL = gs::layout(KD);
+  constexpr gs::Layout kL = gs::layout(KD, kStages);
   constexpr int kQld = gs::io_ld(KD), kSld = gs::io_ld(gc::kChunk), kFld = gs::kFloatLd;
   constexpr int kSlices = KD / gs::kSlice, kKs = KD / 16, kNt = KD / 8;
   // The 16-byte shared-memory accesses: every region and fp32 row a multiple of 16 bytes.
   static_assert(kL.w % 16 == 0 && kL.x % 16 == 0 && kL.l % 16 == 0 && kL.v % 16 == 0 &&
+                kL.stage % 16 == 0 && kL.alpha_raw % 16 == 0 && kL.beta_raw % 16 == 0 &&
                 gs::kFloatLd % 4 == 0 && (kQld * 2) % 16 == 0 && (kSld * 2) % 16 == 0);
   extern __shared__ __align__(16) unsigned char smem[];
   IO* const Qs = reinterpret_cast<IO*>(smem + kL.q);
@@ -100,6 +116,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
   const uint32_t q_base = cpa::smem_addr(Qs), k_base = cpa::smem_addr(Ks);
   const uint32_t v_base = cpa::smem_addr(Vs), m_base = cpa::smem_addr(Ms);
   const uint32_t t_base = cpa::smem_addr(Ts);
+  const uint32_t raw_base = cpa::smem_addr(smem + kL.alpha_raw);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t slice = blockIdx.x % kSlices;
@@ -149,55 +166,91 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
   const float* const gate_g = static_cast<const float*>(p.g.data);
   const float* const gate_b = static_cast<const float*>(p.beta.data);
 
-  for (int64_t c0 = 0; c0 < len; c0 += gc::kChunk) {
+  // The copies of the chunk from token c0 of the sequence into copy stage `st`: its Q, K rows and
+  // V slice (rows past the sequence zero-filled) and its raw gates. A thread copies one 16-byte
+  // unit column, stepping a source pointer a tensor down the rows (per-row addresses
+  // precomputed for every step cost the state's registers: ptxas spilled); a row past the
+  // sequence reads nothing, the head's base standing in as its source. (In a sequence's last
+  // chunk the pointers step past the tensor's end without being read there.)
+  auto issue = [&](int64_t c0, int st) {
     const int C = static_cast<int>(len - c0 < gc::kChunk ? len - c0 : gc::kChunk);
     const int64_t tok0 = begin + c0;
-
-    // The chunk's Q, K rows and V slice; rows past C zero-filled. A thread copies one 16-byte
-    // unit column, stepping a source pointer a tensor down the rows (per-row addresses
-    // precomputed for every step cost the state's registers: ptxas spilled); a row past C reads
-    // nothing, the head's base standing in as its source. (In a sequence's last chunk the
-    // pointers step past the tensor's end without being read there.)
-    {
-      constexpr int kUnits = KD / 8, kStep = gs::kThreads / kUnits;
-      static_assert(gs::kThreads % kUnits == 0 && gc::kChunk % kStep == 0);
-      const int u = tid % kUnits, t0 = tid / kUnits;
-      const IO* qs = qg + (tok0 + t0) * p.q_stride_tok + 8 * u;
-      const IO* ks = kg + (tok0 + t0) * p.k_stride_tok + 8 * u;
-      FLASHINFER_UNROLL
-      for (int t = t0; t < gc::kChunk; t += kStep) {
-        const bool ok = t < C;
-        const uint32_t off = 2u * (t * kQld + 8 * u);
-        cpa::copy16_zfill(q_base + off, ok ? qs : qg, ok);
-        cpa::copy16_zfill(k_base + off, ok ? ks : kg, ok);
-        qs += kStep * p.q_stride_tok;
-        ks += kStep * p.k_stride_tok;
-      }
-      constexpr int kVUnits = gs::kSlice / 8, kVStep = gs::kThreads / kVUnits;
-      static_assert(gs::kThreads % kVUnits == 0 && gc::kChunk % kVStep == 0);
-      const int vu = tid % kVUnits, vt0 = tid / kVUnits;
-      const IO* vs = vg + (tok0 + vt0) * p.v_stride_tok + 8 * vu;
-      FLASHINFER_UNROLL
-      for (int t = vt0; t < gc::kChunk; t += kVStep) {
-        const bool ok = t < C;
-        cpa::copy16_zfill(v_base + 2u * (t * kSld + 8 * vu), ok ? vs : vg, ok);
-        vs += kVStep * p.v_stride_tok;
-      }
-      cpa::commit();
+    const uint32_t so = static_cast<uint32_t>(st) * kL.stage;
+    constexpr int kUnits = KD / 8, kStep = gs::kThreads / kUnits;
+    static_assert(gs::kThreads % kUnits == 0 && gc::kChunk % kStep == 0);
+    const int u = tid % kUnits, t0 = tid / kUnits;
+    const IO* qs = qg + (tok0 + t0) * p.q_stride_tok + 8 * u;
+    const IO* ks = kg + (tok0 + t0) * p.k_stride_tok + 8 * u;
+    FLASHINFER_UNROLL
+    for (int t = t0; t < gc::kChunk; t += kStep) {
+      const bool ok = t < C;
+      const uint32_t off = so + 2u * (t * kQld + 8 * u);
+      cpa::copy16_zfill(q_base + off, ok ? qs : qg, ok);
+      cpa::copy16_zfill(k_base + off, ok ? ks : kg, ok);
+      qs += kStep * p.q_stride_tok;
+      ks += kStep * p.k_stride_tok;
     }
+    constexpr int kVUnits = gs::kSlice / 8, kVStep = gs::kThreads / kVUnits;
+    static_assert(gs::kThreads % kVUnits == 0 && gc::kChunk % kVStep == 0);
+    const int vu = tid % kVUnits, vt0 = tid / kVUnits;
+    const IO* vs = vg + (tok0 + vt0) * p.v_stride_tok + 8 * vu;
+    FLASHINFER_UNROLL
+    for (int t = vt0; t < gc::kChunk; t += kVStep) {
+      const bool ok = t < C;
+      cpa::copy16_zfill(v_base + so + 2u * (t * kSld + 8 * vu), ok ? vs : vg, ok);
+      vs += kVStep * p.v_stride_tok;
+    }
+    // Raw gates: threads 0..63 alpha, 64..127 beta of token tid % 64 (absent tensors and tokens
+    // past the sequence read nothing; the scan below substitutes for them).
+    static_assert(gs::kThreads == 2 * gc::kChunk);
+    const int gt = tid % gc::kChunk;
+    const bool is_alpha = tid < gc::kChunk;
+    const float* gp = is_alpha ? gate_g : gate_b;
+    const bool gok = gp != nullptr && gt < C;
+    const int64_t goff = is_alpha ? (tok0 + gt) * p.g.stride_tok + h * p.g.stride_head
+                                  : (tok0 + gt) * p.beta.stride_tok + h * p.beta.stride_head;
+    copy4_zfill(raw_base + so + (is_alpha ? 0u : kL.beta_raw - kL.alpha_raw) + 4u * gt,
+                gok ? static_cast<const void*>(gp + goff) : static_cast<const void*>(qg), gok);
+  };
+
+  int st = 0;  // the copy stage of the chunk at c0
+  if constexpr (kStages == 2) {
+    issue(0, 0);
+    cpa::commit();
+  }
+  for (int64_t c0 = 0; c0 < len; c0 += gc::kChunk, st ^= kStages - 1) {
+    const int C = static_cast<int>(len - c0 < gc::kChunk ? len - c0 : gc::kChunk);
+    const int64_t tok0 = begin + c0;
+    if constexpr (kStages == 2) {
+      // The next chunk's copies into the other stage (its last reader, the chunk before this
+      // one, passed the barrier that ends its iteration), then this chunk's: at most the next
+      // chunk's group left in flight. The last chunk commits an empty group.
+      if (c0 + gc::kChunk < len) issue(c0 + gc::kChunk, st ^ 1);
+      cpa::commit();
+      cpa::wait<1>();
+    } else {
+      issue(c0, 0);
+      cpa::commit();
+      cpa::wait<0>();
+    }
+    __syncthreads();
+    const uint32_t so = static_cast<uint32_t>(st) * kL.stage;
+    const uint32_t qb = q_base + so, kb = k_base + so, vb = v_base + so;
+    IO* const Vst = Vs + so / 2;
     // Gates (warp 0): the inclusive sums of log|alpha| and the zero / negative counts, by two
     // warp scans of 32 tokens; past C, alpha 1 and beta 0 (those tokens change nothing).
     if (warp == 0) {
+      const float* const ar = reinterpret_cast<const float*>(smem + kL.alpha_raw + so);
+      const float* const br = reinterpret_cast<const float*>(smem + kL.beta_raw + so);
       float lg[2], be[2];
       int cn[2];
       FLASHINFER_UNROLL
       for (int half = 0; half < 2; ++half) {
         const int t = lane + 32 * half;
-        const int64_t tok = tok0 + t;
         float alpha = 1.0f, beta = 0.0f;
         if (t < C) {
-          alpha = gate_g ? gate_g[tok * p.g.stride_tok + h * p.g.stride_head] : 1.0f;
-          beta = gate_b ? gate_b[tok * p.beta.stride_tok + h * p.beta.stride_head] : 1.0f;
+          alpha = gate_g ? ar[t] : 1.0f;
+          beta = gate_b ? br[t] : 1.0f;
         }
         const gc::GateTerm<float> term = gc::gate_term(alpha);
         lg[half] = term.log_abs;
@@ -227,7 +280,6 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         Tail[t] = t < C ? gc::decay_ratio(g_last, c_last, lg[half], cn[half]) : 0.0f;
       }
     }
-    cpa::wait<0>();
     __syncthreads();
 
     // KK = K K^T, then QK = Q K^T (one at a time: 32 accumulators, not 64, next to the state),
@@ -238,11 +290,10 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
       FLASHINFER_UNROLL
       for (int ks = 0; ks < kKs; ++ks) {
         uint32_t a[4];
-        mma::ldmatrix_x4(
-            a, (which == 0 ? k_base : q_base) +
-                   2u * ((16 * warp + gs::a_row(lane)) * kQld + 16 * ks + gs::a_col(lane)));
+        mma::ldmatrix_x4(a, (which == 0 ? kb : qb) + 2u * ((16 * warp + gs::a_row(lane)) * kQld +
+                                                           16 * ks + gs::a_col(lane)));
         FLASHINFER_UNROLL
-        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(acc, a, k_base, kQld, 16 * pp, ks, pp, lane);
+        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(acc, a, kb, kQld, 16 * pp, ks, pp, lane);
       }
       FLASHINFER_UNROLL
       for (int nt = 0; nt < 8; ++nt) {
@@ -321,13 +372,13 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         uint32_t a[4];
         acc_to_a<IO>(s, ks, a);
         FLASHINFER_UNROLL
-        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(pa, a, k_base, kQld, 16 * pp, ks, pp, lane);
+        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(pa, a, kb, kQld, 16 * pp, ks, pp, lane);
       }
       FLASHINFER_UNROLL
       for (int kt = 0; kt < 4; ++kt) {
         uint32_t vf[4];
         mma::ldmatrix_x4_trans(
-            vf, v_base + 2u * ((16 * kt + gs::at_row(lane)) * kSld + 16 * warp + gs::at_col(lane)));
+            vf, vb + 2u * ((16 * kt + gs::at_row(lane)) * kSld + 16 * warp + gs::at_col(lane)));
         FLASHINFER_UNROLL
         for (int i = 0; i < 4; ++i) {
           const int nt = gs::a_from_acc_tile(kt, i), e0 = gs::a_from_acc_elem(i);
@@ -370,7 +421,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         uint32_t a[4];
         acc_to_a<IO>(s, ks, a);
         FLASHINFER_UNROLL
-        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(oa, a, q_base, kQld, 16 * pp, ks, pp, lane);
+        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(oa, a, qb, kQld, 16 * pp, ks, pp, lane);
       }
       FLASHINFER_UNROLL
       for (int nt = 0; nt < 8; ++nt) {
@@ -388,7 +439,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
       for (int nt = 0; nt < 8; ++nt) {
         FLASHINFER_UNROLL
         for (int e = 0; e < 4; ++e) {
-          Vs[(8 * nt + gs::acc_col(lane, e)) * kSld + 16 * warp + gs::acc_row(lane, e)] =
+          Vst[(8 * nt + gs::acc_col(lane, e)) * kSld + 16 * warp + gs::acc_row(lane, e)] =
               from_f32<IO>(oa[nt][e]);
         }
       }
@@ -407,7 +458,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         for (int pp = 0; pp < kKs; ++pp) {
           uint32_t b[4];
           mma::ldmatrix_x4_trans(
-              b, k_base + 2u * ((16 * kt + gs::bt_row(lane)) * kQld + 16 * pp + gs::bt_col(lane)));
+              b, kb + 2u * ((16 * kt + gs::bt_row(lane)) * kQld + 16 * pp + gs::bt_col(lane)));
           mma::mma_m16n8k16<IO>(s[2 * pp], us[kt], b);
           mma::mma_m16n8k16<IO>(s[2 * pp + 1], us[kt], b + 2);
         }
@@ -421,7 +472,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
       IO* dst = out + (tok0 + vt0) * p.out_stride_tok + 8 * vu;
       for (int t = vt0; t < gc::kChunk; t += kVStep) {
         if (t < C) {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(Vs + t * kSld + 8 * vu);
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(Vst + t * kSld + 8 * vu);
         }
         dst += kVStep * p.out_stride_tok;
       }
@@ -465,14 +516,19 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
 }
 
 template <class IO, int KD>
-void launch_chunked(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
+void launch_chunked(const GdnParams& p, cudaStream_t stream, bool enable_pdl, int stages) {
   constexpr int kSlices = KD / gs::kSlice;
   const int64_t blocks = p.num_seqs * p.H * kSlices;
   FLASHINFER_CHECK(blocks <= 0x7fffffff, "chunk_gated_delta_rule", "q",
                    "grid too large: ", p.num_seqs, " sequences x ", p.H, " heads");
-  launch_kernel("chunk_gated_delta_rule", gdn_chunked_prefill_kernel<IO, KD>,
-                dim3(static_cast<unsigned>(blocks)), dim3(gs::kThreads), gs::layout(KD).bytes,
-                stream, enable_pdl, p);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(gs::kThreads);
+  if (stages == 2) {
+    launch_kernel("chunk_gated_delta_rule", gdn_chunked_prefill_kernel<IO, KD, 2>, grid, block,
+                  gs::layout(KD, 2).bytes, stream, enable_pdl, p);
+  } else {
+    launch_kernel("chunk_gated_delta_rule", gdn_chunked_prefill_kernel<IO, KD, 1>, grid, block,
+                  gs::layout(KD, 1).bytes, stream, enable_pdl, p);
+  }
 }
 
 }  // namespace
@@ -480,11 +536,12 @@ void launch_chunked(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
 bool gated_delta_rule_chunked(const GdnParams& p, void* stream, bool enable_pdl) {
   // The decode ops (every step of every layer) leave before the device queries.
   if (p.decode_gates || p.cu_seqlens == nullptr) return false;
-  int dev = 0, cc_major = 0, smem_optin = 0;
+  int dev = 0, cc_major = 0, smem_optin = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess) {
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     return false;
   }
   if (gs::chunked_refusal(p, cc_major, smem_optin) != nullptr) return false;
@@ -492,12 +549,17 @@ bool gated_delta_rule_chunked(const GdnParams& p, void* stream, bool enable_pdl)
   if (p.num_seqs == 0 || p.H == 0) return true;
   const auto s = static_cast<cudaStream_t>(stream);
   const bool f16 = p.io_dtype == DType::kFloat16;
-  if (p.K == 64) {
-    f16 ? launch_chunked<__half, 64>(p, s, enable_pdl)
-        : launch_chunked<__nv_bfloat16, 64>(p, s, enable_pdl);
+  const int kd = static_cast<int>(p.K);
+  int stages = gs::stages_for(kd, p.num_seqs * p.H * (kd / gs::kSlice), sms, smem_optin);
+  if (const int forced = gs::stages_by_env(); forced != 0) {
+    stages = forced == 2 && smem_optin >= static_cast<int>(gs::layout(kd, 2).bytes) ? 2 : 1;
+  }
+  if (kd == 64) {
+    f16 ? launch_chunked<__half, 64>(p, s, enable_pdl, stages)
+        : launch_chunked<__nv_bfloat16, 64>(p, s, enable_pdl, stages);
   } else {
-    f16 ? launch_chunked<__half, 128>(p, s, enable_pdl)
-        : launch_chunked<__nv_bfloat16, 128>(p, s, enable_pdl);
+    f16 ? launch_chunked<__half, 128>(p, s, enable_pdl, stages)
+        : launch_chunked<__nv_bfloat16, 128>(p, s, enable_pdl, stages);
   }
   return true;
 }

@@ -32,23 +32,28 @@ inline constexpr int kFloatLd = kChunk + 4;  // fp32 64 x 64 tiles (L, X): rows 
 /// Leading dimension (elements) of a 16-bit tile with `cols` columns.
 FLASHINFER_HD constexpr int io_ld(int cols) { return cols + kPad; }
 
-/// Byte offsets of the kernel's shared memory for head dim kd (K = V = kd): Q and K chunk tiles
-/// [64][kd], the V slice [64 tokens][64] (then the output's staging), the masked scaled Q K^T
-/// (M') and T = (I + L)^-1 diag(beta) [64][64] in the io dtype; L and X = (I + L)^-1 in fp32; the
-/// merges' W (3 blocks of 16 x 16 fp32) in T's place (T is written after the last merge); per
-/// token: G (fp32 log sums), the packed gate counts, beta, gamma_t (the decay from the chunk's
-/// entry) and Gamma_{C-1,t} (to its end; 0 past C).
+/// Byte offsets of the kernel's shared memory for head dim kd (K = V = kd) and `stages` copy
+/// stages (1 or 2): per stage, the Q and K chunk tiles [64][kd], the V slice [64 tokens][64]
+/// (then the output's staging) and the chunk's raw gates (alpha, beta: 64 fp32 each), the stages
+/// `stage` bytes apart from q on; then the masked scaled Q K^T (M') and T = (I + L)^-1 diag(beta)
+/// [64][64] in the io dtype; L and X = (I + L)^-1 in fp32; the merges' W (3 blocks of 16 x 16
+/// fp32) in T's place (T is written after the last merge); per token: G (fp32 log sums), the
+/// packed gate counts, beta, gamma_t (the decay from the chunk's entry) and Gamma_{C-1,t} (to
+/// its end; 0 past C).
 struct Layout {
-  uint32_t q, k, v, m, t, l, x, w, g, counts, beta, gamma, tail, bytes;
+  uint32_t q, k, v, alpha_raw, beta_raw, stage, m, t, l, x, w, g, counts, beta, gamma, tail, bytes;
 };
-FLASHINFER_HD constexpr Layout layout(int kd) {
+FLASHINFER_HD constexpr Layout layout(int kd, int stages = 1) {
   const uint32_t qk = kChunk * io_ld(kd) * 2, sq = kChunk * io_ld(kChunk) * 2;
   const uint32_t f = kChunk * kFloatLd * 4, vec = kChunk * 4;
   Layout s{};
   s.q = 0;
   s.k = s.q + qk;
   s.v = s.k + qk;
-  s.m = s.v + sq;
+  s.alpha_raw = s.v + sq;
+  s.beta_raw = s.alpha_raw + vec;
+  s.stage = s.beta_raw + vec;
+  s.m = s.stage * static_cast<uint32_t>(stages);
   s.t = s.m + sq;
   s.l = s.t + sq;
   s.x = s.l + f;
@@ -60,6 +65,24 @@ FLASHINFER_HD constexpr Layout layout(int kd) {
   s.tail = s.gamma + vec;
   s.bytes = s.tail + vec;
   return s;
+}
+
+/// Copy stages for a launch of `blocks` blocks on `sms` SMs: 2 (the next chunk's copies under
+/// this chunk's products) where every block has an SM of its own (two stages leave room for one
+/// block an SM) and the device gives a block that much shared memory, else 1 (two blocks an SM
+/// on sm_90 overlap one's copies with the other's products).
+FLASHINFER_HD constexpr int stages_for(int kd, long long blocks, int sms, long long smem_optin) {
+  return blocks <= sms && smem_optin >= static_cast<long long>(layout(kd, 2).bytes) ? 2 : 1;
+}
+
+/// FLASHINFER_GDN_CHUNK_STAGES=1 or 2: that many copy stages whatever the grid (2 only where the
+/// shared memory allows), so that one GPU can compare the two forms bit for bit (the same
+/// arithmetic) and time them; 0 otherwise.
+inline int stages_by_env() {
+  const char* e = std::getenv("FLASHINFER_GDN_CHUNK_STAGES");
+  if (e == nullptr) return 0;
+  const std::string_view v(e);
+  return v == "1" ? 1 : v == "2" ? 2 : 0;
 }
 
 // ---- fragments (PTX ISA layouts of mma.m16n8k16 and ldmatrix.x4) -----------------------------
