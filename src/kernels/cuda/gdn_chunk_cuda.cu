@@ -494,7 +494,9 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
         }
       }
     }
-    __syncthreads();  // the next chunk's copies and gates overwrite what this one read
+    // The next copies into this stage (one stage: at the next iteration's top; two: the one after)
+    // overwrite what this chunk read, the store loop's reads of the staging included.
+    __syncthreads();
   }
   // The write slot is read here, not kept in registers across the chunks.
   int64_t w = p.write_idx  ? chunk_index(p.write_idx, p.write_idx_i64, n)
