@@ -1090,15 +1090,19 @@ TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
     // a grid of 400 blocks (past one wave) on its own choice, which is one stage.
     const PrefillIn in = prefill_inputs({0, 70, 200, 333}, 2, 2, 4, 128, 330);
     const Tensor init = cuda(rand_tensor({3, 4, 128, 128}, kF32, 331, -0.3, 0.3));
-    auto run = [&](const char* stages) {
-      const ScopedEnv env("FLASHINFER_GDN_CHUNK_STAGES", stages);
-      auto r = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
-                                      std::nullopt, init, true, cuda(in.cu_t));
-      return std::pair{r.output.to(Device::cpu()), r.final_state.to(Device::cpu())};
-    };
-    const auto one = run("1"), two = run("2");
-    EXPECT_TRUE(all_close(one.first, two.first, {0.0, 0.0}));
-    EXPECT_TRUE(all_close(one.second, two.second, {0.0, 0.0}));
+    for (const bool gates : {true, false}) {  // without g and beta: alpha = beta = 1
+      auto run = [&](const char* stages) {
+        const ScopedEnv env("FLASHINFER_GDN_CHUNK_STAGES", stages);
+        auto r = chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v),
+                                        gates ? std::optional(cuda(in.g)) : std::nullopt,
+                                        gates ? std::optional(cuda(in.beta)) : std::nullopt,
+                                        std::nullopt, init, true, cuda(in.cu_t));
+        return std::pair{r.output.to(Device::cpu()), r.final_state.to(Device::cpu())};
+      };
+      const auto one = run("1"), two = run("2");
+      EXPECT_TRUE(all_close(one.first, two.first, {0.0, 0.0})) << gates;
+      EXPECT_TRUE(all_close(one.second, two.second, {0.0, 0.0})) << gates;
+    }
     std::vector<int64_t> cu{0};
     for (int i = 0; i < 100; ++i) cu.push_back(cu.back() + 17 + (i * 7) % 60);
     const PrefillIn many = prefill_inputs(cu, 2, 2, 2, 128, 332);  // 100 x 2 heads x 2 slices
