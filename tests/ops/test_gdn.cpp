@@ -824,6 +824,37 @@ TEST(GdnBench, RefcheckJudgesStatesByTheOpsComparator) {
   EXPECT_FALSE(judged[1].match);
 }
 
+// The same for a written argument (an output_state pool), through the comparator's second look.
+TEST(GdnBench, RefcheckJudgesAWrittenStatePoolByTheOpsComparator) {
+  const PrefillIn in = prefill_inputs({0, 40}, 1, 1, 1, 16, 410);
+  Tensor pool = Tensor::zeros({1, 1, 16, 16}, kF32);
+  BenchCase c =
+      api::bench::invoke_case("chunk_gated_delta_rule",
+                              {Value(in.q), Value(in.k), Value(in.v), Value(in.g), Value(in.beta)},
+                              {{"output_final_state", Value(true)},
+                               {"cu_seqlens", Value(in.cu_t)},
+                               {"output_state", Value(pool)}});
+  c.run();
+  const NamedTensors expected = c.outputs();
+  std::size_t at = expected.size();
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (expected[i].first == "output_state") at = i;
+  }
+  ASSERT_LT(at, expected.size());
+  auto nudged = [&](double by) {
+    NamedTensors a = expected;
+    std::vector<double> st = a[at].second.to_double_vector();
+    st[3] += by;
+    a[at].second = Tensor::from_vector(st, a[at].second.shape(), kF32);
+    return a;
+  };
+  EXPECT_TRUE(
+      api::bench::judge_outputs("chunk_gated_delta_rule", c, nudged(1e-3), expected)[at].match);
+  const auto bad = api::bench::judge_outputs("chunk_gated_delta_rule", c, nudged(0.05), expected);
+  EXPECT_FALSE(bad[at].match);
+  EXPECT_EQ(bad[at].mismatches, 1);
+}
+
 // ---- CUDA against the CPU -----------------------------------------------------------------------
 
 Tensor cuda(const Tensor& t) { return to_keep_layout(t, Device::cuda(0)); }
