@@ -387,10 +387,7 @@ TEST(GdnChunk, CudaTestCasesEmulatedWithinUpstreamTolerances) {
   for (const auto& c : gdn_chunk_emu::cuda_cases()) {
     gdn_chunk_emu::Problem pb = gdn_chunk_emu::cuda_problem(c);
     const DType io = c.bf16 ? DType::kBFloat16 : DType::kFloat16;
-    auto to_io = [io](float x) {
-      return io == DType::kBFloat16 ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
-                                    : half_bits_to_float(float_to_half_bits(x));
-    };
+    auto to_io = [io](float x) { return gdn_chunk_emu::round_to_io(io, x); };
     for (auto* xs : {&pb.q, &pb.k, &pb.v}) {
       for (auto& x : *xs) x = to_io(static_cast<float>(x));
     }

@@ -1103,10 +1103,8 @@ TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
                                      cuda(init), true, cuda(cu), false, std::nullopt, std::nullopt,
                                      dckpt, cuda(starts), 64);
     EXPECT_EQ(chunked_launches(), before + 1) << c.seed;
-    const auto emu = gdn_chunk_emu::run<float>(pb, [io](float x) {
-      return io == kBf ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
-                       : half_bits_to_float(float_to_half_bits(x));
-    });
+    const auto emu =
+        gdn_chunk_emu::run<float>(pb, [io](float x) { return gdn_chunk_emu::round_to_io(io, x); });
     const Tolerance out_tol = c.bf16 ? Tolerance{1e-2, 1e-2} : Tolerance{2e-3, 1e-3};
     const Tolerance st_tol = c.bf16 ? Tolerance{5e-3, 1e-3} : Tolerance{1e-3, 1e-4};
     const Tensor out = rg.output.to(Device::cpu());

@@ -13,11 +13,20 @@
 #include <random>
 #include <vector>
 
+#include "flashinfer/dtype.h"
+#include "flashinfer/float_formats.h"
 #include "kernels/gdn_chunk_rules.h"
 
 namespace flashinfer::testing::gdn_chunk_emu {
 
 namespace gc = kernels::gdn_chunk;
+
+/// x rounded to the io dtype (bf16 or fp16, to nearest even), as the kernel rounds its MMA
+/// operands: the `round_io` of run<float>.
+inline float round_to_io(DType io, float x) {
+  return io == DType::kBFloat16 ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
+                                : half_bits_to_float(float_to_half_bits(x));
+}
 
 struct Problem {
   int64_t Hq = 1, Hk = 1, Hv = 1, D = 64;  // K = V = D

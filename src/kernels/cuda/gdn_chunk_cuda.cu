@@ -89,6 +89,21 @@ __device__ __forceinline__ void mma_b_rows(float (&c)[N][4], const uint32_t (&a)
   mma::mma_m16n8k16<IO>(c[2 * p + 1], a, b + 2);
 }
 
+/// c (this warp's 16 state rows x the chunk's 64 tokens) = S X^T for X the 64 rows of the tile at
+/// `base` (stored [token][k], row stride ld): the state as A operands (rounded to the io dtype),
+/// KS k-steps of 16. P = S K^T and S Q^T.
+template <class IO, int KS, int NT>
+__device__ __forceinline__ void state_times_rows(float (&c)[8][4], const float (&s)[NT][4],
+                                                 uint32_t base, int ld, int lane) {
+  FLASHINFER_UNROLL
+  for (int ks = 0; ks < KS; ++ks) {
+    uint32_t a[4];
+    acc_to_a<IO>(s, ks, a);
+    FLASHINFER_UNROLL
+    for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(c, a, base, ld, 16 * pp, ks, pp, lane);
+  }
+}
+
 template <class IO, int KD, int kStages>
 __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(const GdnParams p) {
   pdl_wait();
@@ -367,13 +382,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     uint32_t ra[4][4];
     {
       float pa[8][4] = {};
-      FLASHINFER_UNROLL
-      for (int ks = 0; ks < kKs; ++ks) {
-        uint32_t a[4];
-        acc_to_a<IO>(s, ks, a);
-        FLASHINFER_UNROLL
-        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(pa, a, kb, kQld, 16 * pp, ks, pp, lane);
-      }
+      state_times_rows<IO, kKs>(pa, s, kb, kQld, lane);
       FLASHINFER_UNROLL
       for (int kt = 0; kt < 4; ++kt) {
         uint32_t vf[4];
@@ -416,13 +425,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     // warp only).
     {
       float oa[8][4] = {};
-      FLASHINFER_UNROLL
-      for (int ks = 0; ks < kKs; ++ks) {
-        uint32_t a[4];
-        acc_to_a<IO>(s, ks, a);
-        FLASHINFER_UNROLL
-        for (int pp = 0; pp < 4; ++pp) mma_b_rows<IO>(oa, a, qb, kQld, 16 * pp, ks, pp, lane);
-      }
+      state_times_rows<IO, kKs>(oa, s, qb, kQld, lane);
       FLASHINFER_UNROLL
       for (int nt = 0; nt < 8; ++nt) {
         FLASHINFER_UNROLL
