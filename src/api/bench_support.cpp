@@ -346,48 +346,48 @@ double bench_attention_bytes(const BenchShape& s, int64_t q_rows, int64_t kv_row
 std::vector<replay::TensorComparison> judge_outputs(const std::string& routine, const BenchCase& c,
                                                     const NamedTensors& actual,
                                                     const NamedTensors& expected) {
-  std::vector<replay::TensorComparison> out(expected.size());
-  for (std::size_t t = 0; t < expected.size(); ++t) {
-    if (t < actual.size()) {
-      out[t] = replay::compare_tensors(expected[t].first, actual[t].second, expected[t].second);
-    }
-  }
-  const detail::ResultComparatorWithArgs* cmp = detail::result_comparator(routine);
-  if (cmp == nullptr || !c.args) return out;
   // Results are named "result" or "result[i]" (replay: "result", "result__i"), written
   // arguments by their parameter ("name" or "name[j]").
-  std::map<std::string, Tensor> got;
-  NamedTensors want;
-  std::vector<std::size_t> where;  // expected index of each result handed to the comparator
-  for (std::size_t t = 0; t < expected.size() && t < actual.size(); ++t) {
-    const std::string& name = expected[t].first;
-    if (name != "result" && name.rfind("result[", 0) != 0) continue;
-    std::string key = name == "result" ? name : "result__" + name.substr(7, name.size() - 8);
-    got[key] = actual[t].second;
-    want.emplace_back(key, expected[t].second);
-    where.push_back(t);
-  }
-  const detail::CompareFn compare = [](const std::string& k, const Tensor& a, const Tensor& e) {
-    return replay::compare_tensors(k, a, e);
-  };
+  auto is_result = [](const std::string& n) { return n == "result" || n.rfind("result[", 0) == 0; };
+  const std::size_t n = std::min(expected.size(), actual.size());
+  std::vector<replay::TensorComparison> out(expected.size());
+  std::vector<bool> judged(expected.size(), false);  // by the op's comparator
   detail::ResultCheck check;
-  if (!(*cmp)(c.args(), got, want, compare, check)) return out;
-  for (const replay::TensorComparison& r : check.comparisons) {
-    for (std::size_t w = 0; w < want.size(); ++w) {
-      if (want[w].first == r.key) {
+  bool custom = false;
+  if (const detail::ResultComparatorWithArgs* cmp = detail::result_comparator(routine);
+      cmp != nullptr && c.args) {
+    std::map<std::string, Tensor> got;
+    NamedTensors want;
+    std::vector<std::size_t> where;  // expected index of each result handed to the comparator
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::string& name = expected[t].first;
+      if (!is_result(name)) continue;
+      std::string key = name == "result" ? name : "result__" + name.substr(7, name.size() - 8);
+      got[key] = actual[t].second;
+      want.emplace_back(key, expected[t].second);
+      where.push_back(t);
+    }
+    const detail::CompareFn compare = [](const std::string& k, const Tensor& a, const Tensor& e) {
+      return replay::compare_tensors(k, a, e);
+    };
+    custom = (*cmp)(c.args(), got, want, compare, check);
+    for (std::size_t w = 0; custom && w < want.size(); ++w) {
+      for (const replay::TensorComparison& r : check.comparisons) {
+        if (r.key != want[w].first) continue;
         out[where[w]] = r;
         out[where[w]].key = expected[where[w]].first;
+        judged[where[w]] = true;
       }
     }
   }
-  if (check.recheck_mutated) {
-    for (std::size_t t = 0; t < expected.size() && t < actual.size(); ++t) {
+  for (std::size_t t = 0; t < n; ++t) {
+    if (judged[t]) continue;
+    out[t] = replay::compare_tensors(expected[t].first, actual[t].second, expected[t].second);
+    if (custom && check.recheck_mutated && !is_result(expected[t].first) && !out[t].match &&
+        out[t].problem.empty()) {
       const std::string& name = expected[t].first;
-      if (name == "result" || name.rfind("result[", 0) == 0) continue;
-      if (!out[t].match && out[t].problem.empty()) {
-        check.recheck_mutated(name.substr(0, name.find('[')), actual[t].second, expected[t].second,
-                              out[t]);
-      }
+      check.recheck_mutated(name.substr(0, name.find('[')), actual[t].second, expected[t].second,
+                            out[t]);
     }
   }
   return out;
