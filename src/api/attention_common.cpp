@@ -150,6 +150,61 @@ AppendTargets load_append_targets(detail::WrapperState& s, const Tensor& batch_i
   return t;
 }
 
+void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
+                              const Tensor& positions, const Tensor& kv_indices,
+                              const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                              int64_t num_pages, int64_t page_size, int64_t nnz, const char* op) {
+  kernels::AppendTable& t = a.table;
+  t.num_pages = num_pages;
+  if (kv_indptr.device().is_cpu()) {
+    a.targets = load_append_targets(a.host, batch_indices, positions, kv_indices, kv_indptr,
+                                    kv_last_page_len, num_pages, page_size, nnz, op);
+    const detail::WrapperState& s = a.host;
+    const auto batch = static_cast<int64_t>(s.kv_lens.size());
+    a.last_page_len.assign(static_cast<std::size_t>(batch), 0);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
+      if (pages > 0)
+        a.last_page_len[b] = static_cast<int32_t>(s.kv_lens[b] - (pages - 1) * page_size);
+    }
+    t.kv_indptr = s.kv_indptr.data();  // rebased to 0, with kv_indices sliced to match
+    t.kv_indices = s.kv_indices.data();
+    t.kv_last_page_len = a.last_page_len.data();
+    t.batch_indices = a.targets.batch_indices.data();
+    t.positions = a.targets.positions.data();
+    t.batch = batch;
+    t.num_indices = static_cast<int64_t>(s.kv_indices.size());
+    t.page_size = static_cast<int32_t>(page_size);
+    return;
+  }
+  FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
+                   "must be in [1, 2^20], got ", page_size);
+  auto dense = [&](const Tensor& x, const char* arg, int64_t expected_len) -> const int32_t* {
+    check_defined(x, op, arg);
+    check_dim(x, {1}, op, arg);
+    FLASHINFER_CHECK(x.dtype() == DType::kInt32, op, arg, "expected an int32 tensor, got ",
+                     dtype_torch_name(x.dtype()));
+    FLASHINFER_CHECK(x.device() == kv_indptr.device(), op, arg, "is on ", x.device().str(),
+                     " but kv_indptr is on ", kv_indptr.device().str());
+    if (expected_len >= 0) {
+      FLASHINFER_CHECK(x.size(0) == expected_len, op, arg, "expected ", expected_len,
+                       " elements, got ", x.size(0));
+    }
+    a.dense.push_back(x.contiguous());
+    return a.dense.back().numel() > 0 ? a.dense.back().data<const int32_t>() : nullptr;
+  };
+  a.dense.reserve(5);
+  t.kv_indptr = dense(kv_indptr, "kv_indptr", -1);
+  FLASHINFER_CHECK(kv_indptr.size(0) >= 1, op, "kv_indptr", "needs batch_size + 1 >= 1 elements");
+  t.batch = kv_indptr.size(0) - 1;
+  t.kv_indices = dense(kv_indices, "kv_indices", -1);
+  t.num_indices = kv_indices.size(0);
+  t.kv_last_page_len = dense(kv_last_page_len, "kv_last_page_len", t.batch);
+  t.batch_indices = dense(batch_indices, "batch_indices", nnz);
+  t.positions = dense(positions, "positions", nnz);
+  t.page_size = static_cast<int32_t>(page_size);
+}
+
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
                      const char* indptr_arg, const char* indices_arg, const char* last_arg) {

@@ -13,6 +13,7 @@
 #include "flashinfer/ops/attention.h"
 #include "flashinfer/tensor.h"
 #include "kernels/attention_params.h"
+#include "kernels/page_append_params.h"
 
 namespace flashinfer {
 namespace detail {
@@ -129,6 +130,24 @@ AppendTargets load_append_targets(detail::WrapperState& s, const Tensor& batch_i
                                   const Tensor& kv_indptr, const Tensor& kv_last_page_len,
                                   int64_t num_pages, int64_t page_size, int64_t nnz,
                                   const char* op);
+/// The index arrays of an append as its kernel reads them (kernels::AppendTable). On the CPU,
+/// load_append_targets checks them on the host (a bad call is refused by name) and the table
+/// points at the checked copies in `host` / `targets`. On a device only their dtypes, ranks and
+/// lengths are checked, as upstream does: the table points at the tensors themselves (a dense copy
+/// on the device where one is strided), no element is read on the host, nothing is synchronized,
+/// and the kernel refuses a bad row itself (kernels::append_slot). The table points into this
+/// object: keep it alive across the launch.
+struct AppendIndexArrays {
+  detail::WrapperState host;
+  AppendTargets targets;
+  std::vector<int32_t> last_page_len;  // CPU: request b's last page length (0: no pages)
+  std::vector<Tensor> dense;           // device: the tensors the table points at
+  kernels::AppendTable table;
+};
+void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
+                              const Tensor& positions, const Tensor& kv_indices,
+                              const Tensor& kv_indptr, const Tensor& kv_last_page_len,
+                              int64_t num_pages, int64_t page_size, int64_t nnz, const char* op);
 /// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
                                             const char* arg);

@@ -90,7 +90,10 @@ constexpr api::KernelEntry<kernels::MlaAppendParams> kMlaAppendKernels[] = {
        kernels::cpu::append_paged_mla_kv_cache(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: row copies, block per appended row", nullptr,
+    {DeviceType::kCUDA,
+     "CUDA kernel: row copies, a warp (16-byte copies) or a block per appended row, index arrays "
+     "read on the device (rows whose target is outside the page table are not written)",
+     nullptr,
      [](const kernels::MlaAppendParams& p, const api::LaunchContext& c) {
        kernels::cuda::append_paged_mla_kv_cache(p, c.stream);
      }},
@@ -164,12 +167,9 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
     api::check_defined(*t, op, arg);
     api::check_same_device(*t, ckv, op, arg, "ckv_cache");
   }
-  detail::WrapperState s;
-  const api::AppendTargets targets =
-      api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len,
-                               ckv.size(0), ckv.size(1), nnz, op);
-  const std::vector<int32_t>& bi = targets.batch_indices;
-  const std::vector<int32_t>& pos = targets.positions;
+  api::AppendIndexArrays idx;
+  api::load_append_index_arrays(idx, batch_indices, positions, kv_indices, kv_indptr,
+                                kv_last_page_len, ckv.size(0), ckv.size(1), nnz, op);
   if (nnz == 0) return;
   kernels::MlaAppendParams p;
   p.append_ckv = append_ckv.data_ptr();
@@ -182,30 +182,11 @@ void append_mla_impl(const Tensor& append_ckv, const Tensor& append_kpe,
   p.ckv_stride_token = ckv.stride(1);
   p.kpe_stride_page = kpe.stride(0);
   p.kpe_stride_token = kpe.stride(1);
-  p.kv_indptr = s.kv_indptr.data();
-  p.kv_indices = s.kv_indices.data();
-  p.page_size = static_cast<int32_t>(ckv.size(1));
-  p.batch_indices = bi.data();
-  p.positions = pos.data();
+  p.table = idx.table;
   p.nnz = nnz;
   p.dim_ckv = ckv.size(2);
   p.dim_kpe = kpe.size(2);
   p.elem_size = static_cast<int64_t>(ckv.element_size());
-  Tensor dev_ints;  // the index arrays on the cache's device (CUDA)
-  if (ckv.device().is_cuda()) {
-    std::vector<int32_t> all(s.kv_indptr);
-    all.insert(all.end(), s.kv_indices.begin(), s.kv_indices.end());
-    all.insert(all.end(), bi.begin(), bi.end());
-    all.insert(all.end(), pos.begin(), pos.end());
-    Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
-    std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
-    dev_ints = h.to(ckv.device());
-    const auto* base = dev_ints.data<const int32_t>();
-    p.kv_indptr = base;
-    p.kv_indices = base + s.kv_indptr.size();
-    p.batch_indices = p.kv_indices + s.kv_indices.size();
-    p.positions = p.batch_indices + bi.size();
-  }
   api::launch(kMlaAppendKernels, p, ckv.device(), op, "ckv_cache");
 }
 

@@ -38,48 +38,25 @@ Tensor page_host_int32(const std::vector<int32_t>& v) {
   return t;
 }
 
-// What each backend of the append receives: the kernel parameters less the index arrays, and the
-// validated host copies of those arrays. The CPU reads the copies in place; CUDA uploads them,
-// so the kernel reads exactly what was checked.
-struct AppendLaunch {
-  kernels::AppendParams p;
-  const std::vector<int32_t>* kv_indptr;
-  const std::vector<int32_t>* kv_indices;
-  const std::vector<int32_t>* batch_indices;
-  const std::vector<int32_t>* positions;
-};
-
-// The backends of the append kernel (src/api/kernel_table.h).
-constexpr api::KernelEntry<AppendLaunch> kPageAppendKernels[] = {
+// The backends of the append kernel (src/api/kernel_table.h). The parameters' index table
+// points at host copies checked on the host (CPU) or at the device tensors themselves (CUDA:
+// api::load_append_index_arrays).
+constexpr api::KernelEntry<kernels::AppendParams> kPageAppendKernels[] = {
     {DeviceType::kCPU, "CPU reference: row copies, OpenMP over appended rows", nullptr,
-     [](const AppendLaunch& l, const api::LaunchContext&) {
-       kernels::AppendParams p = l.p;
-       p.cache.kv_indptr = l.kv_indptr->data();
-       p.cache.kv_indices = l.kv_indices->data();
-       p.batch_indices = l.batch_indices->data();
-       p.positions = l.positions->data();
+     [](const kernels::AppendParams& p, const api::LaunchContext&) {
        kernels::cpu::append_paged_kv_cache(p);
      }},
 #if FLASHINFER_WITH_CUDA
     // The kernel moves 1-, 2- or 4-byte elements; the CPU reference copies any width.
-    {DeviceType::kCUDA, "CUDA kernel: one block per appended row, indices uploaded",
-     [](const AppendLaunch& l) {
-       return l.p.elem_size == 1 || l.p.elem_size == 2 || l.p.elem_size == 4
+    {DeviceType::kCUDA,
+     "CUDA kernel: one block per appended row, index arrays read on the device (rows whose "
+     "target is outside the page table are not written)",
+     [](const kernels::AppendParams& p) {
+       return p.elem_size == 1 || p.elem_size == 2 || p.elem_size == 4
                   ? api::Refusal{}
                   : api::Refusal{nullptr, "the CUDA kernel moves 1-, 2- or 4-byte elements only"};
      },
-     [](const AppendLaunch& l, const api::LaunchContext& c) {
-       const Tensor dptr = page_host_int32(*l.kv_indptr).to(c.device);
-       const Tensor didx =
-           page_host_int32(l.kv_indices->empty() ? std::vector<int32_t>{0} : *l.kv_indices)
-               .to(c.device);
-       const Tensor dbi = page_host_int32(*l.batch_indices).to(c.device);
-       const Tensor dpos = page_host_int32(*l.positions).to(c.device);
-       kernels::AppendParams p = l.p;
-       p.cache.kv_indptr = dptr.data<const int32_t>();
-       p.cache.kv_indices = didx.data<const int32_t>();
-       p.batch_indices = dbi.data<const int32_t>();
-       p.positions = dpos.data<const int32_t>();
+     [](const kernels::AppendParams& p, const api::LaunchContext& c) {
        kernels::cuda::append_paged_kv_cache(p, c.stream);
      }},
 #endif
@@ -156,12 +133,6 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
                    " rows, append_key has ", nnz);
   FLASHINFER_CHECK(k.size(3) == v.size(3), op, "paged_kv_cache",
                    "k and v head dims differ (not supported by append)");
-  detail::WrapperState s;
-  const api::AppendTargets targets =
-      api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr, kv_last_page_len,
-                               k.size(0), k.size(1), nnz, op);
-  const std::vector<int32_t>& bi = targets.batch_indices;
-  const std::vector<int32_t>& pos = targets.positions;
   for (const auto* t : {&batch_indices, &positions, &kv_indices, &kv_indptr, &kv_last_page_len}) {
     FLASHINFER_CHECK(t->device() == k.device(), op,
                      t == &batch_indices ? "batch_indices"
@@ -171,33 +142,31 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
                                          : "kv_last_page_len",
                      "is on ", t->device().str(), " but paged_kv_cache is on ", k.device().str());
   }
+  api::AppendIndexArrays idx;
+  api::load_append_index_arrays(idx, batch_indices, positions, kv_indices, kv_indptr,
+                                kv_last_page_len, k.size(0), k.size(1), nnz, op);
   if (nnz == 0) return;
-  AppendLaunch l{.p = {},
-                 .kv_indptr = &s.kv_indptr,
-                 .kv_indices = &s.kv_indices,
-                 .batch_indices = &bi,
-                 .positions = &pos};
-  kernels::AppendParams& p = l.p;
+  kernels::AppendParams p;
+  p.table = idx.table;
   p.append_key = append_key.data_ptr();
   p.append_value = append_value.data_ptr();
   p.ak_stride_n = append_key.stride(0);
   p.ak_stride_h = append_key.stride(1);
   p.av_stride_n = append_value.stride(0);
   p.av_stride_h = append_value.stride(1);
-  p.cache.k_stride_page = k.stride(0);
-  p.cache.k_stride_token = k.stride(1);
-  p.cache.k_stride_head = k.stride(2);
-  p.cache.v_stride_page = v.stride(0);
-  p.cache.v_stride_token = v.stride(1);
-  p.cache.v_stride_head = v.stride(2);
-  p.cache.page_size = static_cast<int32_t>(k.size(1));
+  p.k_stride_page = k.stride(0);
+  p.k_stride_token = k.stride(1);
+  p.k_stride_head = k.stride(2);
+  p.v_stride_page = v.stride(0);
+  p.v_stride_token = v.stride(1);
+  p.v_stride_head = v.stride(2);
   p.k_out = k.data_ptr();
   p.v_out = v.data_ptr();
   p.elem_size = static_cast<int64_t>(k.element_size());
   p.nnz = nnz;
   p.num_heads = k.size(2);
   p.head_dim = k.size(3);
-  api::launch(kPageAppendKernels, l, k.device(), op, "paged_kv_cache");
+  api::launch(kPageAppendKernels, p, k.device(), op, "paged_kv_cache");
 }
 
 }  // namespace

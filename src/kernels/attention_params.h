@@ -146,19 +146,4 @@ struct MergeParams {
   int64_t seq = 0, num_states = 0, num_heads = 0, head_dim = 0;
 };
 
-/// append_paged_kv_cache: row i of append_key/value goes to request batch_indices[i] at
-/// position positions[i] (validated on the host before launch).
-struct AppendParams {
-  const void* append_key = nullptr;
-  const void* append_value = nullptr;
-  int64_t ak_stride_n = 0, ak_stride_h = 0, av_stride_n = 0, av_stride_h = 0;
-  KvAddressing cache;     // strides and page table of the cache
-  void* k_out = nullptr;  // the cache's K and V storage (written)
-  void* v_out = nullptr;
-  int64_t elem_size = 2;  // bytes per element (append rows and cache share the dtype)
-  const int32_t* batch_indices = nullptr;
-  const int32_t* positions = nullptr;
-  int64_t nnz = 0, num_heads = 0, head_dim = 0;
-};
-
 }  // namespace flashinfer::kernels

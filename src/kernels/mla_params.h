@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/page_append_params.h"
 
 namespace flashinfer::kernels {
 
@@ -52,7 +53,7 @@ struct MlaAttentionParams {
 };
 
 /// append_paged_mla_kv_cache: row i goes to request batch_indices[i], position positions[i]
-/// (validated on the host before launch).
+/// (kernels/page_append_params.h).
 struct MlaAppendParams {
   const void* append_ckv = nullptr;
   const void* append_kpe = nullptr;
@@ -60,11 +61,7 @@ struct MlaAppendParams {
   void* ckv = nullptr;
   void* kpe = nullptr;
   int64_t ckv_stride_page = 0, ckv_stride_token = 0, kpe_stride_page = 0, kpe_stride_token = 0;
-  const int32_t* kv_indptr = nullptr;
-  const int32_t* kv_indices = nullptr;
-  int32_t page_size = 1;
-  const int32_t* batch_indices = nullptr;
-  const int32_t* positions = nullptr;
+  AppendTable table;  // row i goes to token append_slot(table, i) of both caches
   int64_t nnz = 0, dim_ckv = 0, dim_kpe = 0;
   int64_t elem_size = 2;  // bytes per element (rows and caches share the dtype)
 };

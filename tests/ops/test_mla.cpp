@@ -25,6 +25,9 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -746,6 +749,62 @@ TEST(MlaCuda, AppendVectorAndElementCopiesMatchCpu) {
     append_paged_mla_kv_cache(ac, ak, b, ps, ckv, kpe, idx, indptr, last);
     EXPECT_EQ(bytes_of(ckv_g.to(Device::cpu())), bytes_of(ckv));
     EXPECT_EQ(bytes_of(kpe_g.to(Device::cpu())), bytes_of(kpe));
+  }
+}
+
+// The index arrays stay on the device (kernels/page_append_params.h): rows outside the page
+// table (a request out of range, a position past its request's length, a request with no pages)
+// are not written, the others land where the CPU puts them, bit for bit, on both copy kernels;
+// the call synchronizes nothing, so a CUDA graph captures it in global mode.
+TEST(MlaCuda, AppendReadsTheIndexArraysOnTheDevice) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device g = Device::cuda(0);
+  // Page size 4, 10 pages; indptr starts at 2; request 1 has no pages; lengths 7, 0, 10.
+  const std::vector<int32_t> indptr{2, 4, 4, 7}, indices{99, 99, 3, 5, 0, 8, 1, 99}, last{3, 0, 2};
+  const std::vector<int32_t> bi{0, 2, -1, 0, 1, 2, 3, 0, 2};
+  const std::vector<int32_t> pos{0, 9, 0, 7, 0, 3, 0, 6, 10};
+  const std::vector<int64_t> kept{0, 1, 5, 7};
+  const auto nnz = static_cast<int64_t>(bi.size());
+  for (const int64_t dc : {512, 24}) {  // 16-byte copies (a warp a row), element copies
+    SCOPED_TRACE(dc);
+    const int64_t dk = dc / 8;
+    const Tensor ac = testing::rand_tensor({nnz, dc}, DType::kBFloat16, 31, 0.5, 1.5);
+    const Tensor ak = testing::rand_tensor({nnz, dk}, DType::kBFloat16, 32, 0.5, 1.5);
+    Tensor ac_kept = Tensor::empty({4, dc}, DType::kBFloat16);
+    Tensor ak_kept = Tensor::empty({4, dk}, DType::kBFloat16);
+    std::vector<int32_t> kept_bi, kept_pos;
+    for (std::size_t j = 0; j < kept.size(); ++j) {
+      ac_kept.select(0, static_cast<int64_t>(j)).copy_(ac.select(0, kept[j]));
+      ak_kept.select(0, static_cast<int64_t>(j)).copy_(ak.select(0, kept[j]));
+      kept_bi.push_back(bi[kept[j]]);
+      kept_pos.push_back(pos[kept[j]]);
+    }
+    Tensor ckv = testing::rand_tensor({10, 4, dc}, DType::kBFloat16, 33, -1.0, 1.0);
+    Tensor kpe = testing::rand_tensor({10, 4, dk}, DType::kBFloat16, 34, -1.0, 1.0);
+    const Tensor ckv0 = ckv.clone(), kpe0 = kpe.clone();
+    append_paged_mla_kv_cache(ac_kept, ak_kept, int_tensor(kept_bi), int_tensor(kept_pos), ckv, kpe,
+                              int_tensor(indices), int_tensor(indptr), int_tensor(last));
+    const Tensor ac_g = ac.to(g), ak_g = ak.to(g), bi_g = int_tensor(bi).to(g),
+                 pos_g = int_tensor(pos).to(g), idx_g = int_tensor(indices).to(g),
+                 ip_g = int_tensor(indptr).to(g), last_g = int_tensor(last).to(g);
+    Tensor ckv_g = ckv0.to(g), kpe_g = kpe0.to(g);
+    append_paged_mla_kv_cache(ac_g, ak_g, bi_g, pos_g, ckv_g, kpe_g, idx_g, ip_g, last_g);
+    EXPECT_EQ(bytes_of(ckv_g.to(Device::cpu())), bytes_of(ckv));
+    EXPECT_EQ(bytes_of(kpe_g.to(Device::cpu())), bytes_of(kpe));
+#if FLASHINFER_TEST_HAVE_CUDART
+    Tensor ckv_c = ckv0.to(g), kpe_c = kpe0.to(g);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    void* const prev = current_cuda_stream();
+    set_current_cuda_stream(stream);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+      append_paged_mla_kv_cache(ac_g, ak_g, bi_g, pos_g, ckv_c, kpe_c, idx_g, ip_g, last_g);
+    }));
+    set_current_cuda_stream(prev);
+    cudaStreamDestroy(stream);
+    EXPECT_EQ(bytes_of(ckv_c.to(Device::cpu())), bytes_of(ckv));
+    EXPECT_EQ(bytes_of(kpe_c.to(Device::cpu())), bytes_of(kpe));
+#endif
   }
 }
 

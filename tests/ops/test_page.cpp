@@ -2,9 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "flashinfer/bench.h"
+#include "kernels/page_append_params.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -171,6 +175,115 @@ TEST(AppendPagedKvCache, BadInput) {
                   op, "paged_kv_cache");
 }
 
+// A page table with the corners append_slot must get right: indptr starting above 0 (a slice of
+// a bigger batch's), a request with no pages, entries outside the table's slice that are not
+// page ids at all (99), and last pages part full. Page size 4, 10 pages.
+struct SlotTable {
+  std::vector<int32_t> indptr{2, 4, 4, 7};
+  std::vector<int32_t> indices{99, 99, 3, 5, 0, 8, 1, 99};
+  std::vector<int32_t> last{3, 0, 2};  // lengths 7, 0, 10
+  kernels::AppendTable table(const int32_t* bi, const int32_t* pos) const {
+    kernels::AppendTable t;
+    t.kv_indptr = indptr.data();
+    t.kv_indices = indices.data();
+    t.kv_last_page_len = last.data();
+    t.batch_indices = bi;
+    t.positions = pos;
+    t.batch = static_cast<int64_t>(last.size());
+    t.num_indices = static_cast<int64_t>(indices.size());
+    t.num_pages = 10;
+    t.page_size = 4;
+    return t;
+  }
+};
+
+kernels::AppendSlot slot_of(const SlotTable& st, int32_t b, int32_t pos) {
+  return kernels::append_slot(st.table(&b, &pos), 0);
+}
+
+// The CUDA kernels read the index arrays on the device and skip the rows append_slot refuses;
+// the CPU checks them on the host. On a valid table the two agree row by row: the CPU op writes
+// a one-row append exactly where append_slot says, and refuses exactly the rows it refuses.
+TEST(AppendSlot, AgreesWithTheHostChecksRowByRow) {
+  const SlotTable st;
+  EXPECT_EQ(slot_of(st, 0, 0).page, 3);
+  EXPECT_EQ(slot_of(st, 0, 6).page, 5);
+  EXPECT_EQ(slot_of(st, 0, 6).entry, 2);
+  EXPECT_EQ(slot_of(st, 2, 9).page, 1);
+  EXPECT_EQ(slot_of(st, 2, 9).entry, 1);
+  const int64_t H = 1, D = 8;
+  int checked_rows = 0, refused_rows = 0;
+  for (int32_t b = -1; b <= 3; ++b) {
+    for (int32_t pos = -1; pos <= 11; ++pos) {
+      SCOPED_TRACE(::testing::Message() << "request " << b << ", position " << pos);
+      const kernels::AppendSlot s = slot_of(st, b, pos);
+      Tensor kc = Tensor::zeros({10, 4, H, D}, DType::kFloat16);
+      Tensor vc = Tensor::zeros({10, 4, H, D}, DType::kFloat16);
+      Tensor row = Tensor::full({1, H, D}, 2.0, DType::kFloat16);
+      auto call = [&] {
+        append_paged_kv_cache(row, row, int_tensor({b}), int_tensor({pos}), PagedKVCache(kc, vc),
+                              int_tensor(st.indices), int_tensor(st.indptr), int_tensor(st.last));
+      };
+      if (s.page < 0) {
+        EXPECT_THROW(call(), Error);
+        ++refused_rows;
+        continue;
+      }
+      call();
+      const auto k = kc.to_double_vector();
+      for (int64_t page = 0; page < 10; ++page) {
+        for (int64_t e = 0; e < 4; ++e) {
+          const double want = page == s.page && e == s.entry ? 2.0 : 0.0;
+          EXPECT_EQ(k[static_cast<std::size_t>((page * 4 + e) * D)], want) << page << ", " << e;
+        }
+      }
+      ++checked_rows;
+    }
+  }
+  EXPECT_EQ(checked_rows, 17);  // the 7 + 10 positions of requests 0 and 2
+  EXPECT_EQ(refused_rows, 5 * 13 - 17);
+}
+
+// Each fault the host refuses by name, planted in request 0's part of the table, makes
+// append_slot refuse the rows of request 0 it touches (positions [lo, hi)) and no others, while
+// the CPU op refuses the whole call.
+TEST(AppendSlot, RefusesTheRowsAFaultTouchesOnly) {
+  struct Fault {
+    const char* what;
+    void (*plant)(SlotTable&);
+    int32_t lo, hi;   // request 0's positions refused
+    const char* arg;  // the argument the CPU op names
+  };
+  const Fault faults[] = {
+      {"last page empty", [](SlotTable& t) { t.last[0] = 0; }, 0, 7, "kv_last_page_len"},
+      {"last page past page_size", [](SlotTable& t) { t.last[0] = 5; }, 0, 7, "kv_last_page_len"},
+      {"first page id past the cache", [](SlotTable& t) { t.indices[2] = 10; }, 0, 4, "kv_indices"},
+      {"second page id negative", [](SlotTable& t) { t.indices[3] = -1; }, 4, 7, "kv_indices"},
+      {"indptr decreasing", [](SlotTable& t) { t.indptr[1] = 1; }, 0, 7, "kv_indptr"},
+      {"indptr below 0", [](SlotTable& t) { t.indptr[0] = -1; }, 0, 7, "kv_indptr"},
+  };
+  for (const Fault& f : faults) {
+    SCOPED_TRACE(f.what);
+    SlotTable st;
+    f.plant(st);
+    for (int32_t pos = 0; pos < 7; ++pos) {
+      EXPECT_EQ(slot_of(st, 0, pos).page < 0, pos >= f.lo && pos < f.hi) << "position " << pos;
+    }
+    for (int32_t pos = 0; pos < 10; ++pos) EXPECT_GE(slot_of(st, 2, pos).page, 0) << pos;
+    Tensor kc = Tensor::zeros({10, 4, 1, 8}, DType::kFloat16);
+    Tensor row = Tensor::zeros({1, 1, 8}, DType::kFloat16);
+    EXPECT_FI_ERROR(append_paged_kv_cache(row, row, int_tensor({2}), int_tensor({0}),
+                                          PagedKVCache(kc, kc.clone()), int_tensor(st.indices),
+                                          int_tensor(st.indptr), int_tensor(st.last)),
+                    "append_paged_kv_cache", f.arg);
+  }
+  // indptr past the end of kv_indices: request 2's rows refused.
+  SlotTable st;
+  st.indices.resize(6);
+  EXPECT_LT(slot_of(st, 2, 0).page, 0);
+  EXPECT_EQ(slot_of(st, 0, 0).page, 3);
+}
+
 TEST(PagedKVCache, ValueRoundTrip) {
   Tensor a = Tensor::zeros({2, 4, 1, 64}, DType::kFloat16);
   Tensor b = Tensor::zeros({2, 4, 1, 64}, DType::kFloat16);
@@ -310,6 +423,76 @@ TEST(AppendPagedKvCacheCuda, VectorAndElementCopiesMatchCpu) {
     EXPECT_EQ(kg.to_double_vector(), f.k_cache.to_double_vector());
     EXPECT_EQ(vg.to_double_vector(), f.v_cache.to_double_vector());
   }
+}
+
+// Rows of `src` at `rows`, as a new contiguous tensor on the CPU.
+Tensor take_rows(const Tensor& src, const std::vector<int64_t>& rows) {
+  Shape shape = src.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty(shape, src.dtype());
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    out.select(0, static_cast<int64_t>(j)).copy_(src.select(0, rows[j]));
+  }
+  return out;
+}
+
+// On CUDA the index arrays stay on the device (kernels/page_append_params.h): the rows the host
+// checks would refuse are not written, the others land where the CPU puts them, bit for bit. The
+// call reads nothing back and allocates nothing, so a CUDA graph captures it in global mode
+// (which refuses any call that synchronizes); a strided index tensor is copied dense on the
+// device first.
+TEST(AppendPagedKvCacheCuda, IndexArraysStayOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const SlotTable st;
+  const std::vector<int32_t> bi{0, 2, -1, 0, 1, 2, 3, 0, 2};
+  const std::vector<int32_t> pos{0, 9, 0, 7, 0, 3, 0, 6, 10};
+  std::vector<int64_t> kept;
+  for (std::size_t i = 0; i < bi.size(); ++i) {
+    if (slot_of(st, bi[i], pos[i]).page >= 0) kept.push_back(static_cast<int64_t>(i));
+  }
+  ASSERT_EQ(kept, (std::vector<int64_t>{0, 1, 5, 7}));
+  const auto nnz = static_cast<int64_t>(bi.size());
+  const int64_t H = 2, D = 64;
+  const Tensor k = Tensor::empty({nnz, H, D}, DType::kBFloat16).uniform_(21);
+  const Tensor v = Tensor::empty({nnz, H, D}, DType::kBFloat16).uniform_(22);
+  // The CPU, given the kept rows only.
+  std::vector<int32_t> kept_bi, kept_pos;
+  for (int64_t i : kept) kept_bi.push_back(bi[i]), kept_pos.push_back(pos[i]);
+  Tensor kc = Tensor::empty({10, 4, H, D}, DType::kBFloat16).uniform_(23);
+  Tensor vc = Tensor::empty({10, 4, H, D}, DType::kBFloat16).uniform_(24);
+  const Tensor kc0 = kc.clone(), vc0 = vc.clone();
+  append_paged_kv_cache(take_rows(k, kept), take_rows(v, kept), int_tensor(kept_bi),
+                        int_tensor(kept_pos), PagedKVCache(kc, vc), int_tensor(st.indices),
+                        int_tensor(st.indptr), int_tensor(st.last));
+  const Tensor kg_in = k.to(g), vg_in = v.to(g), bi_g = int_tensor(bi).to(g),
+               idx_g = int_tensor(st.indices).to(g), ip_g = int_tensor(st.indptr).to(g),
+               last_g = int_tensor(st.last).to(g);
+  // positions as every other element of a longer device tensor: a strided index tensor.
+  std::vector<int32_t> pos2;
+  for (int32_t p : pos) pos2.push_back(p), pos2.push_back(-7);
+  const Tensor pos_strided = int_tensor(pos2).to(g).slice(0, 0, 2 * nnz, 2);
+  for (const Tensor& pos_g : {int_tensor(pos).to(g), pos_strided}) {
+    Tensor kg = kc0.to(g), vg = vc0.to(g);
+    append_paged_kv_cache(kg_in, vg_in, bi_g, pos_g, PagedKVCache(kg, vg), idx_g, ip_g, last_g);
+    EXPECT_EQ(kg.to_double_vector(), kc.to_double_vector());
+    EXPECT_EQ(vg.to_double_vector(), vc.to_double_vector());
+  }
+#if FLASHINFER_TEST_HAVE_CUDART
+  const Tensor pos_g = int_tensor(pos).to(g);
+  Tensor kg = kc0.to(g), vg = vc0.to(g);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+    append_paged_kv_cache(kg_in, vg_in, bi_g, pos_g, PagedKVCache(kg, vg), idx_g, ip_g, last_g);
+  }));
+  set_current_cuda_stream(prev);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(kg.to_double_vector(), kc.to_double_vector());
+  EXPECT_EQ(vg.to_double_vector(), vc.to_double_vector());
+#endif
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ few tiny kernels with nvcc into a temporary folder and checks the checker's verd
   sm80      the good kernel built for sm_80 only                         -> skipped (77)
   grouped   four 128-bit loads issued before any is used                 -> passes `sampling`
             (ldg128, one load, fails it: the rule asks for 4 in a row)
+  generic   16-byte copies through pointers that may be null (LD.E.128 /   -> fails `rowops`
+            ST.E.128: not provably global)
+  global    the same copy, the refused row returning before the pointers  -> passes `rowops`
 plus a library with no kernel named `decode`, the rule table's other rule (`prefill`), and which
 names the `rowops` rule (several substrings) selects.
 No GPU is needed: only nvcc and cuobjdump (scripts/bootstrap installs PyPI's).
@@ -103,6 +106,29 @@ extern "C" __global__ void attention_core_kernel(const float* k, float* out) {
 }
 """
 
+# The pattern session 61 found in the paged appends: a helper that returns null pointers for a
+# refused row makes every copy through them generic. Returning first keeps them global.
+GENERIC = r"""
+struct Row { const uint4* a; uint4* c; };
+__device__ __forceinline__ Row row_of(const uint4* in, uint4* out, int i, int n) {
+  if (i < 0 || i >= n) return {};
+  return {in + i * 64, out + i * 64};
+}
+extern "C" __global__ void generic_append_kernel(const uint4* in, uint4* out, const int* idx, int n) {
+  const Row r = row_of(in, out, idx[blockIdx.x], n);
+  if (r.c == nullptr) return;
+  r.c[threadIdx.x] = r.a[threadIdx.x];
+}
+"""
+
+GLOBAL = r"""
+extern "C" __global__ void global_append_kernel(const uint4* in, uint4* out, const int* idx, int n) {
+  const int i = idx[blockIdx.x];
+  if (i < 0 || i >= n) return;
+  out[i * 64 + threadIdx.x] = in[i * 64 + threadIdx.x];
+}
+"""
+
 # name -> (source, extra nvcc flags)
 CASES = {
     "good": (GOOD, []),
@@ -111,6 +137,8 @@ CASES = {
     "ldg128": (LDG128, []),
     "grouped": (GROUPED, []),
     "nodecode": (NO_DECODE, []),
+    "generic": (GENERIC, []),
+    "global": (GLOBAL, []),
     "sm80": (GOOD, ["-gencode", "arch=compute_80,code=sm_80"]),
 }
 
@@ -182,6 +210,15 @@ class CheckSassSelfTest(unittest.TestCase):
         rc, out = self.check("ldg128", "--rule", "sampling", "--match", "ldg128")
         self.assertEqual(rc, 1, out)
         self.assertIn("at most 1 in a row", out)
+
+    def test_generic_16_byte_accesses_fail_rowops(self):
+        rc, out = self.check("generic", "--rule", "rowops")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("forbidden 16-byte generic load or store: ", out)
+        self.assertIn("ST.E.128", out)
+        rc, out = self.check("global", "--rule", "rowops")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("LDG.E.128", out)
 
     def test_no_matching_kernel_fails(self):
         rc, out = self.check("nodecode", "--rule", "decode")

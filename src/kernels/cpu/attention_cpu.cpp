@@ -488,14 +488,15 @@ void append_paged_kv_cache(const AppendParams& p) {
   const std::size_t row_bytes = static_cast<std::size_t>(p.head_dim * es);
 #pragma omp parallel for schedule(static) if (p.nnz * p.num_heads * p.head_dim >= (1 << 16))
   for (int64_t i = 0; i < p.nnz; ++i) {
-    const int32_t b = p.batch_indices[i];
-    const int64_t t = p.positions[i];
-    const int64_t ko = kv_token_offset(p.cache, b, t, false);
-    const int64_t vo = kv_token_offset(p.cache, b, t, true);
+    // The host checked the table (api::load_append_targets): every row has its slot.
+    const AppendSlot s = append_slot(p.table, i);
+    if (s.page < 0) continue;
+    const int64_t ko = s.page * p.k_stride_page + s.entry * p.k_stride_token;
+    const int64_t vo = s.page * p.v_stride_page + s.entry * p.v_stride_token;
     for (int64_t h = 0; h < p.num_heads; ++h) {
-      std::memcpy(ck + (ko + h * p.cache.k_stride_head) * es,
+      std::memcpy(ck + (ko + h * p.k_stride_head) * es,
                   ak + (i * p.ak_stride_n + h * p.ak_stride_h) * es, row_bytes);
-      std::memcpy(cv + (vo + h * p.cache.v_stride_head) * es,
+      std::memcpy(cv + (vo + h * p.v_stride_head) * es,
                   av + (i * p.av_stride_n + h * p.av_stride_h) * es, row_bytes);
     }
   }

@@ -130,10 +130,10 @@ void append_paged_mla_kv_cache(const MlaAppendParams& p) {
   const int64_t es = p.elem_size;
 #pragma omp parallel for schedule(static) if (p.nnz * (p.dim_ckv + p.dim_kpe) * es > (1 << 20))
   for (int64_t i = 0; i < p.nnz; ++i) {
-    const int32_t b = p.batch_indices[i];
-    const int64_t t = p.positions[i];
-    const int64_t page = p.kv_indices[p.kv_indptr[b] + t / p.page_size];
-    const int64_t slot = t % p.page_size;
+    // The host checked the table (api::load_append_targets): every row has its slot.
+    const AppendSlot s = append_slot(p.table, i);
+    if (s.page < 0) continue;
+    const int64_t page = s.page, slot = s.entry;
     std::memcpy(
         static_cast<char*>(p.ckv) + (page * p.ckv_stride_page + slot * p.ckv_stride_token) * es,
         static_cast<const char*>(p.append_ckv) + i * p.ackv_stride_n * es,

@@ -47,32 +47,33 @@ __global__ void merge_states_kernel(MergeParams p) {
 }
 
 // Block per appended row; threads copy (head, dim) elements of K and V. The copy moves bits
-// only, so elements of the right width stand for any dtype.
+// only, so elements of the right width stand for any dtype. The index arrays are read here, on
+// the device (kernels/page_append_params.h): a row append_slot refuses is not written.
+// The kernels return before forming the pointers of a refused row: pointers that may be null
+// would be generic, not global, and the copies LD / ST rather than LDG / STG.
 template <class T>
 struct AppendRow {
   const T *ak, *av;  // the appended row's K and V
   T *ck, *cv;        // its token's K and V in the cache
 };
 
-// Block i's rows: appended row i, written to token positions[i] of request batch_indices[i].
 template <class T>
-__device__ __forceinline__ AppendRow<T> append_row(const AppendParams& p) {
-  const int64_t i = blockIdx.x;
-  const int32_t b = p.batch_indices[i];
-  const int64_t t = p.positions[i];
+__device__ __forceinline__ AppendRow<T> append_row(const AppendParams& p, int64_t i, AppendSlot s) {
   return {static_cast<const T*>(p.append_key) + i * p.ak_stride_n,
           static_cast<const T*>(p.append_value) + i * p.av_stride_n,
-          static_cast<T*>(p.k_out) + kv_offset(p.cache, b, t, false),
-          static_cast<T*>(p.v_out) + kv_offset(p.cache, b, t, true)};
+          static_cast<T*>(p.k_out) + s.page * p.k_stride_page + s.entry * p.k_stride_token,
+          static_cast<T*>(p.v_out) + s.page * p.v_stride_page + s.entry * p.v_stride_token};
 }
 
 template <class T>
 __global__ void append_strided_kernel(AppendParams p) {
-  const auto [ak, av, ck, cv] = append_row<T>(p);
+  const AppendSlot s = append_slot(p.table, blockIdx.x);
+  if (s.page < 0) return;
+  const auto [ak, av, ck, cv] = append_row<T>(p, blockIdx.x, s);
   for (int64_t e = threadIdx.x; e < p.num_heads * p.head_dim; e += blockDim.x) {
     const int64_t h = e / p.head_dim, d = e % p.head_dim;
-    ck[h * p.cache.k_stride_head + d] = ak[h * p.ak_stride_h + d];
-    cv[h * p.cache.v_stride_head + d] = av[h * p.av_stride_h + d];
+    ck[h * p.k_stride_head + d] = ak[h * p.ak_stride_h + d];
+    cv[h * p.v_stride_head + d] = av[h * p.av_stride_h + d];
   }
 }
 
@@ -82,32 +83,32 @@ __global__ void append_strided_kernel(AppendParams p) {
 template <class T>
 __global__ void append_kernel(AppendParams p) {
   constexpr int64_t V = 16 / sizeof(T);
-  const auto [ak, av, ck, cv] = append_row<T>(p);
+  const AppendSlot s = append_slot(p.table, blockIdx.x);
+  if (s.page < 0) return;
+  const auto [ak, av, ck, cv] = append_row<T>(p, blockIdx.x, s);
   const int64_t chunks = p.head_dim / V;
   for (int64_t e = threadIdx.x; e < p.num_heads * chunks; e += blockDim.x) {
     const int64_t h = e / chunks, d = e % chunks * V;
-    *reinterpret_cast<uint4*>(ck + h * p.cache.k_stride_head + d) =
+    *reinterpret_cast<uint4*>(ck + h * p.k_stride_head + d) =
         *reinterpret_cast<const uint4*>(ak + h * p.ak_stride_h + d);
-    *reinterpret_cast<uint4*>(cv + h * p.cache.v_stride_head + d) =
+    *reinterpret_cast<uint4*>(cv + h * p.v_stride_head + d) =
         *reinterpret_cast<const uint4*>(av + h * p.av_stride_h + d);
   }
 }
 
 // Whether every K/V row start of an append is 16-byte aligned and head_dim fills whole 16-byte
-// chunks (elements of `elem` bytes). The page stride counts only for a paged cache.
+// chunks (elements of `elem` bytes).
 bool append_vectorizable(const AppendParams& p) {
   const int64_t elem = p.elem_size;
   auto ok = [elem](const void* ptr, int64_t stride) {
     return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (stride * elem) % 16 == 0;
   };
-  const KvAddressing& c = p.cache;
-  const bool paged = c.kv_indices != nullptr;
   return (p.head_dim * elem) % 16 == 0 && ok(p.append_key, p.ak_stride_n) &&
          ok(p.append_key, p.ak_stride_h) && ok(p.append_value, p.av_stride_n) &&
-         ok(p.append_value, p.av_stride_h) && ok(p.k_out, c.k_stride_token) &&
-         ok(p.k_out, c.k_stride_head) && ok(p.k_out, paged ? c.k_stride_page : 0) &&
-         ok(p.v_out, c.v_stride_token) && ok(p.v_out, c.v_stride_head) &&
-         ok(p.v_out, paged ? c.v_stride_page : 0);
+         ok(p.append_value, p.av_stride_h) && ok(p.k_out, p.k_stride_token) &&
+         ok(p.k_out, p.k_stride_head) && ok(p.k_out, p.k_stride_page) &&
+         ok(p.v_out, p.v_stride_token) && ok(p.v_out, p.v_stride_head) &&
+         ok(p.v_out, p.v_stride_page);
 }
 
 template <class T>

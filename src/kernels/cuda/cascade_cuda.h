@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/attention_params.h"
+#include "kernels/page_append_params.h"
 
 namespace flashinfer::kernels::cuda {
 

@@ -1191,12 +1191,13 @@ struct MlaAppendRow {
   E* c;
   E* k;
 };
+// Row i's source and target rows, at the slot append_slot gave it (the index arrays are read
+// on the device: kernels/page_append_params.h). The kernels skip a refused row before calling
+// this: pointers that may be null would be generic, and the copies LD / ST, not LDG / STG.
 template <class E>
-__device__ __forceinline__ MlaAppendRow<E> mla_append_row(const MlaAppendParams& p, int64_t i) {
-  const int32_t b = p.batch_indices[i];
-  const int64_t t = p.positions[i];
-  const int64_t page = p.kv_indices[p.kv_indptr[b] + t / p.page_size];
-  const int64_t slot = t % p.page_size;
+__device__ __forceinline__ MlaAppendRow<E> mla_append_row(const MlaAppendParams& p, int64_t i,
+                                                          AppendSlot s) {
+  const int64_t page = s.page, slot = s.entry;
   return {static_cast<const E*>(p.append_ckv) + i * p.ackv_stride_n,
           static_cast<const E*>(p.append_kpe) + i * p.akpe_stride_n,
           static_cast<E*>(p.ckv) + page * p.ckv_stride_page + slot * p.ckv_stride_token,
@@ -1207,7 +1208,9 @@ __device__ __forceinline__ MlaAppendRow<E> mla_append_row(const MlaAppendParams&
 // form for rows that are not 16-byte aligned or not whole 16-byte chunks.
 template <class E>
 __global__ void append_mla_strided_kernel(MlaAppendParams p) {
-  const MlaAppendRow<E> r = mla_append_row<E>(p, blockIdx.x);
+  const AppendSlot s = append_slot(p.table, blockIdx.x);
+  if (s.page < 0) return;
+  const MlaAppendRow<E> r = mla_append_row<E>(p, blockIdx.x, s);
   for (int64_t d = threadIdx.x; d < p.dim_ckv; d += blockDim.x) r.c[d] = r.ac[d];
   for (int64_t d = threadIdx.x; d < p.dim_kpe; d += blockDim.x) r.k[d] = r.ak[d];
 }
@@ -1227,7 +1230,9 @@ __global__ void __launch_bounds__(kAppendWarps * 32) append_mla_kernel(MlaAppend
   const int64_t n = nc + p.dim_kpe * static_cast<int64_t>(sizeof(E)) / 16;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kAppendWarps + threadIdx.x / 32; i < p.nnz;
        i += static_cast<int64_t>(gridDim.x) * kAppendWarps) {
-    const MlaAppendRow<E> r = mla_append_row<E>(p, i);
+    const AppendSlot s = append_slot(p.table, i);
+    if (s.page < 0) continue;  // the whole warp: one row a warp
+    const MlaAppendRow<E> r = mla_append_row<E>(p, i, s);
     const auto* ac = reinterpret_cast<const uint4*>(r.ac);
     const auto* ak = reinterpret_cast<const uint4*>(r.ak);
     auto* c = reinterpret_cast<uint4*>(r.c);
@@ -1271,8 +1276,9 @@ bool append_mla_vectorizable(const MlaAppendParams& p) {
          aligned16(p.append_ckv) && aligned16(p.append_kpe) && aligned16(p.ckv) &&
          aligned16(p.kpe) && stride16(p.ackv_stride_n, e, p.nnz > 1) &&
          stride16(p.akpe_stride_n, e, p.nnz > 1) && stride16(p.ckv_stride_page, e, true) &&
-         stride16(p.kpe_stride_page, e, true) && stride16(p.ckv_stride_token, e, p.page_size > 1) &&
-         stride16(p.kpe_stride_token, e, p.page_size > 1);
+         stride16(p.kpe_stride_page, e, true) &&
+         stride16(p.ckv_stride_token, e, p.table.page_size > 1) &&
+         stride16(p.kpe_stride_token, e, p.table.page_size > 1);
 }
 
 template <class F>

@@ -1,0 +1,78 @@
+// Private: the parameters of append_paged_kv_cache's kernels, and where an appended row goes in a
+// paged KV cache: append_slot, shared by the CPU references and the CUDA kernels of
+// append_paged_kv_cache and append_paged_mla_kv_cache (plain C++ with FLASHINFER_HD, so both
+// compile the same expressions and the CPU tests check the device's rule).
+//
+// Upstream's append kernels read the index arrays on the device and trust them. On the CPU this
+// library checks them on the host and refuses a bad call by name (api::load_append_targets). On
+// CUDA the arrays stay on the device, as upstream's do (no copy to the host, no synchronization,
+// nothing allocated: a CUDA graph can capture the call), and append_slot refuses, row by row, what
+// the host checks would refuse for that row: such a row is not written.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels {
+
+/// The page table of an append and the rows' targets, as the op receives them (int32, dense).
+/// kv_indptr may start above 0 (vLLM passes a slice of the whole batch's); kv_indices is the
+/// whole tensor, so request b's pages are kv_indices[kv_indptr[b] .. kv_indptr[b + 1]).
+struct AppendTable {
+  const int32_t* kv_indptr = nullptr;         // [batch + 1]
+  const int32_t* kv_indices = nullptr;        // [num_indices]
+  const int32_t* kv_last_page_len = nullptr;  // [batch]
+  const int32_t* batch_indices = nullptr;     // [nnz]
+  const int32_t* positions = nullptr;         // [nnz]
+  int64_t batch = 0, num_indices = 0;
+  int64_t num_pages = 0;  // pages the cache holds
+  int32_t page_size = 1;
+};
+
+/// Row i's target: entry `entry` of physical page `page`; page < 0 when the row is refused.
+struct AppendSlot {
+  int64_t page = -1;
+  int32_t entry = 0;
+};
+
+/// Upstream's addressing: request b = batch_indices[i], position t = positions[i], page
+/// kv_indices[kv_indptr[b] + t / page_size], entry t % page_size. Refused (page -1) where the
+/// host checks refuse this row: b outside [0, batch); request b's indptr pair decreasing, below 0
+/// or past kv_indices; t outside [0, length of request b), the length being (pages - 1) *
+/// page_size + kv_last_page_len[b] with kv_last_page_len[b] in [1, page_size] (a request with no
+/// pages has none); the page id outside [0, num_pages).
+FLASHINFER_HD AppendSlot append_slot(const AppendTable& t, int64_t i) {
+  AppendSlot s;
+  const int32_t b = t.batch_indices[i];
+  if (b < 0 || b >= t.batch) return s;
+  const int64_t lo = t.kv_indptr[b], hi = t.kv_indptr[b + 1];
+  if (lo < 0 || hi <= lo || hi > t.num_indices) return s;
+  const int32_t last = t.kv_last_page_len[b];
+  if (last < 1 || last > t.page_size) return s;
+  const int64_t len = (hi - lo - 1) * t.page_size + last;
+  const int64_t pos = t.positions[i];
+  if (pos < 0 || pos >= len) return s;
+  const int64_t page = t.kv_indices[lo + pos / t.page_size];
+  if (page < 0 || page >= t.num_pages) return s;
+  s.page = page;
+  s.entry = static_cast<int32_t>(pos % t.page_size);
+  return s;
+}
+
+/// append_paged_kv_cache: row i of append_key / append_value (every head) goes to the K / V
+/// cache token append_slot(table, i).
+struct AppendParams {
+  const void* append_key = nullptr;
+  const void* append_value = nullptr;
+  int64_t ak_stride_n = 0, ak_stride_h = 0, av_stride_n = 0, av_stride_h = 0;
+  void* k_out = nullptr;  // the cache's K and V storage (written)
+  void* v_out = nullptr;
+  int64_t k_stride_page = 0, k_stride_token = 0, k_stride_head = 0;
+  int64_t v_stride_page = 0, v_stride_token = 0, v_stride_head = 0;
+  AppendTable table;
+  int64_t elem_size = 2;  // bytes per element (append rows and cache share the dtype)
+  int64_t nnz = 0, num_heads = 0, head_dim = 0;
+};
+
+}  // namespace flashinfer::kernels
