@@ -117,13 +117,26 @@ LDGSTS_128 = r"^LDGSTS" + _MOD + r"\.128(?:\.|$)"
 LDG_128 = r"^LDG" + _MOD + r"\.128(?:\.|$)"
 LOAD_16 = r"^(?:LDG|LD)" + _MOD + r"\.(?:U16|S16)(?:\.|$)"
 LOAD_8 = r"^(?:LDG|LD)" + _MOD + r"\.(?:U8|S8)(?:\.|$)"
-# A 16-byte access through a generic address (LD.E.128 / ST.E.128): ptxas could not prove the
-# pointer global (e.g. one that may be null), and every such access pays the address-space check.
-GENERIC_128 = r"^(?:LD|ST)" + _MOD + r"\.128(?:\.|$)"
+# An access through a generic address (LD.E, ST.E, any width): the compiler could not tell the
+# pointer's space (one that may be null, one chosen between shared and global memory at run time,
+# the address of a CuTe tensor element), so each access resolves it at run time, and a shared
+# access misses the LDS / STS forms.
+GENERIC = r"^(?:LD|ST)\.E(?:\.|$)"
 
 RULES = {
     r.name: r
     for r in (
+        Rule(
+            name="generic",
+            match="",
+            description="every kernel of this library (not CUTLASS's device_kernel): no load or "
+            "store through a generic address (LD.E / ST.E)",
+            # Spills and stack frames are each family's rule's business (some fallbacks keep a
+            # frame by design).
+            exclude=("device_kernel",),
+            forbid=(Forbid("generic load or store", GENERIC),),
+            no_local=False,
+        ),
         Rule(
             name="decode",
             match="decode",
@@ -189,8 +202,7 @@ RULES = {
                 "rope_kernel",
             ),
             description="row ops (rmsnorm, fused_add_rmsnorm, layernorm, act_and_mul, paged KV "
-            "append, MLA paged KV append, RoPE): no spills, 128-bit global loads (LDG .128), no "
-            "128-bit generic loads or stores",
+            "append, MLA paged KV append, RoPE): no spills, 128-bit global loads (LDG .128)",
             # The element-load fallbacks for unaligned or strided rows (*_strided_kernel) have no
             # wide load by design; kernels of other families that share a substring are left to
             # their own rules (nvfp4_append_kernel) or not checked yet (dit_layernorm_kernel,
@@ -199,7 +211,6 @@ RULES = {
             # local-memory array in the kernel).
             exclude=("strided", "nvfp4_", "dit_", "paged_fp8_", "qk_norm_"),
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
-            forbid=(Forbid("16-byte generic load or store", GENERIC_128),),
         ),
         Rule(
             name="quant",

@@ -274,14 +274,22 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
         // with bit 2 of c set store theirs in the other order, so each store instruction's
         // 8-thread phases cover all 8 bank groups once (in unit order they met 2 ways at head
         // dims 128 and 256: the FA2 kernel's fp8_unit_widen_store does the same).
+        // The stores offset k_s / v_s by the layouts' (swizzled) index: the address of a CuTe
+        // tensor element is a generic pointer, and stores through it were ST.E.128, not STS.128.
         const bool swap = ((c >> 2) & 1) != 0;
+        auto st_k = [&](int col, uint4 x) {
+          *reinterpret_cast<uint4*>(k_s + layout_k(r, col, 0)) = x;
+        };
+        auto st_vt = [&](int row, uint4 x) {
+          *reinterpret_cast<uint4*>(v_s + layout_vt(row, r, 0)) = x;
+        };
         uint4 lo, hi;
         halves(k8[i], lo, hi);
-        *reinterpret_cast<uint4*>(&sK(r, 16 * c + (swap ? 8 : 0), 0)) = swap ? hi : lo;
-        *reinterpret_cast<uint4*>(&sK(r, 16 * c + (swap ? 0 : 8), 0)) = swap ? lo : hi;
+        st_k(16 * c + (swap ? 8 : 0), swap ? hi : lo);
+        st_k(16 * c + (swap ? 0 : 8), swap ? lo : hi);
         halves(v8[i], lo, hi);
-        *reinterpret_cast<uint4*>(&sVt(16 * c + (swap ? 8 : 0), r, 0)) = swap ? hi : lo;
-        *reinterpret_cast<uint4*>(&sVt(16 * c + (swap ? 0 : 8), r, 0)) = swap ? lo : hi;
+        st_vt(16 * c + (swap ? 8 : 0), swap ? hi : lo);
+        st_vt(16 * c + (swap ? 0 : 8), swap ? lo : hi);
       }
     } else {
       (void)stage;

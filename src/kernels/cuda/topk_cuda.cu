@@ -175,15 +175,23 @@ __global__ void __launch_bounds__(kThreads) topk_sort_kernel(TopKParams p) {
     for (int64_t j = threadIdx.x; j < k; j += kThreads) pairs[j] = src[j];
     __syncthreads();
   }
-  const unsigned long long* a = in_smem ? pairs : src;
   const int64_t start = p.row_starts ? p.row_starts[r] : 0;
   const T* x = static_cast<const T*>(p.input) + r * p.in_stride_row + start * p.in_stride_col;
-  for (int64_t j = threadIdx.x; j < k; j += kThreads) {
-    const unsigned long long me = a[j];
-    int64_t rank = 0;
-    for (int64_t t = 0; t < k; ++t) rank += a[t] > me;
-    const int64_t idx = static_cast<int64_t>(0xFFFFFFFFull - (me & 0xFFFFFFFFull));
-    write_slot(p, r, rank, idx, x);
+  // One loop a memory space: through `in_smem ? pairs : src` every read of the k^2 comparisons
+  // was a generic LD.E.64, not LDS.64 (or LDG.E.64 from the scratch).
+  auto rank_all = [&](const unsigned long long* a) {
+    for (int64_t j = threadIdx.x; j < k; j += kThreads) {
+      const unsigned long long me = a[j];
+      int64_t rank = 0;
+      for (int64_t t = 0; t < k; ++t) rank += a[t] > me;
+      const int64_t idx = static_cast<int64_t>(0xFFFFFFFFull - (me & 0xFFFFFFFFull));
+      write_slot(p, r, rank, idx, x);
+    }
+  };
+  if (in_smem) {
+    rank_all(pairs);
+  } else {
+    rank_all(src);
   }
 }
 
