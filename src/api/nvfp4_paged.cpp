@@ -37,8 +37,11 @@ constexpr KernelEntry<kernels::Nvfp4PagedAppendParams> kNvfp4PagedAppendKernels[
        kernels::cpu::nvfp4_paged_append(p);
      }},
 #if FLASHINFER_WITH_CUDA
-    // page / entry are device copies of the host arrays checked here (run_append).
-    {DeviceType::kCUDA, "CUDA kernel: one thread per (token, head, K/V, block of 16)", nullptr,
+    // The index arrays and tensor scales are read on the device (kernels/nvfp4_params.h).
+    {DeviceType::kCUDA,
+     "CUDA kernel: one thread per (token, head, K/V, block of 16), index arrays read on the device "
+     "(tokens whose target is outside the cache are not written)",
+     nullptr,
      [](const kernels::Nvfp4PagedAppendParams& p, const LaunchContext& c) {
        kernels::cuda::nvfp4_paged_append(p, c.stream, c.enable_pdl);
      }},
@@ -176,22 +179,35 @@ AppendCaches append_caches(const PagedKVCache& cache, const PagedKVCache& sf,
   return c;
 }
 
-void run_append(const AppendCaches& c, const Tensor& key, const Tensor& value,
-                const std::vector<int64_t>& page, const std::vector<int64_t>& entry, float ks,
-                float vs, const char* op) {
-  kernels::Nvfp4PagedAppendParams p;
+// Sets a global decode scale of the append: a number, a one-element fp32 host tensor (read
+// here) or a one-element fp32 tensor on the cache's device, which the kernel reads (no copy to
+// the host; the kernel writes nothing for a value that is not positive and finite).
+void append_scale(const ScalarOrTensor<double>& s, const Device& dev, float& value,
+                  const float*& on_device, const char* op, const char* arg) {
+  if (s.is_tensor() && !s.tensor().device().is_cpu()) {
+    const Tensor& t = s.tensor();
+    FLASHINFER_CHECK(t.numel() == 1, op, arg, "must have exactly one element, got ", t.numel());
+    api::check_dtype_in(t, {DType::kFloat32}, op, arg);
+    FLASHINFER_CHECK(t.device() == dev, op, arg, "is on ", t.device().str(),
+                     " but the cache is on ", dev.str());
+    on_device = t.data<const float>();
+    return;
+  }
+  value = decode_scale(s, op, arg);
+}
+
+// Launches the append of key / value (rows [0, p.nnz)) with p's targets and scales set.
+void run_append(kernels::Nvfp4PagedAppendParams p, const AppendCaches& c, const Tensor& key,
+                const Tensor& value, const char* op) {
   p.key = key.data_ptr();
   p.value = value.data_ptr();
   p.dtype = key.dtype();
-  p.nnz = static_cast<int64_t>(page.size());
   p.heads = key.size(1);
   p.head_dim = key.size(2);
   p.k_stride_n = key.stride(0);
   p.k_stride_h = key.stride(1);
   p.v_stride_n = value.stride(0);
   p.v_stride_h = value.stride(1);
-  p.page = page.data();
-  p.entry = entry.data();
   p.k_cache = static_cast<uint8_t*>(c.k.data_ptr());
   p.v_cache = static_cast<uint8_t*>(c.v.data_ptr());
   p.k_sf = static_cast<uint8_t*>(c.ks.data_ptr());
@@ -204,18 +220,6 @@ void run_append(const AppendCaches& c, const Tensor& key, const Tensor& value,
   }
   FLASHINFER_CHECK(c.ks.stride(3) == 1 && c.vs.stride(3) == 1, op, "kv_cache_sf",
                    "the scale axis must be contiguous");
-  p.k_scale = ks;
-  p.v_scale = vs;
-  // A CUDA kernel reads the (checked) targets from device memory: one [2, nnz] copy, kept alive
-  // past the launch (freeing it synchronizes).
-  Tensor targets;
-  if (c.k.device().is_cuda()) {
-    std::vector<double> flat(page.begin(), page.end());
-    flat.insert(flat.end(), entry.begin(), entry.end());
-    targets = Tensor::from_vector(flat, {2, p.nnz}, DType::kInt64).to(c.k.device());
-    p.page = targets.data<int64_t>();
-    p.entry = p.page + p.nnz;
-  }
   api::launch(kNvfp4PagedAppendKernels, p, c.k.device(), op, "paged_kv_cache");
 }
 
@@ -413,25 +417,21 @@ void nvfp4_quantize_append_paged_kv_cache(const Tensor& append_key, const Tensor
         const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
         const AppendCaches c =
             append_caches(paged_kv_cache, kv_cache_sf, append_key, append_value, hnd, op);
-        const float ks = decode_scale(k_scale, op, "k_scale");
-        const float vs = decode_scale(v_scale, op, "v_scale");
+        kernels::Nvfp4PagedAppendParams p;
+        p.k_scale = decode_scale(k_scale, op, "k_scale");
+        p.v_scale = decode_scale(v_scale, op, "v_scale");
         const int64_t nnz = append_key.size(0);
         FLASHINFER_CHECK(append_value.size(0) == nnz, op, "append_value", "has ",
                          append_value.size(0), " rows, append_key has ", nnz);
-        detail::WrapperState s;
-        const int64_t page_size = c.k.size(1);
-        const api::AppendTargets t =
-            api::load_append_targets(s, batch_indices, positions, kv_indices, kv_indptr,
-                                     kv_last_page_len, c.k.size(0), page_size, nnz, op);
-        std::vector<int64_t> page(static_cast<size_t>(nnz)), entry(page.size());
-        for (int64_t i = 0; i < nnz; ++i) {
-          const int64_t flat =
-              static_cast<int64_t>(s.kv_indptr[t.batch_indices[i]]) * page_size + t.positions[i];
-          page[i] = s.kv_indices[flat / page_size];
-          entry[i] = flat % page_size;
-        }
+        api::check_same_device(kv_indptr, c.k, op, "kv_indptr", "paged_kv_cache");
+        // Checked on the host for the CPU, read on the device for CUDA (api/attention_common.h).
+        api::AppendIndexArrays idx;
+        api::load_append_index_arrays(idx, batch_indices, positions, kv_indices, kv_indptr,
+                                      kv_last_page_len, c.k.size(0), c.k.size(1), nnz, op);
         if (nnz == 0) return;
-        run_append(c, append_key, append_value, page, entry, ks, vs, op);
+        p.nnz = nnz;
+        p.table = idx.table;
+        run_append(p, c, append_key, append_value, op);
       },
       append_key, append_value, batch_indices, positions, paged_kv_cache, kv_cache_sf, kv_indices,
       kv_indptr, kv_last_page_len, k_scale, v_scale, kv_layout);
@@ -447,25 +447,29 @@ void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
         const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
         const AppendCaches c =
             append_caches(paged_kv_cache, kv_cache_sf, append_key, append_value, hnd, op);
+        api::check_defined(slot_mapping, op, "slot_mapping");
         api::check_dim(slot_mapping, {1}, op, "slot_mapping");
-        const std::vector<int64_t> slots = host_indices(slot_mapping, op, "slot_mapping");
-        const auto nnz = static_cast<int64_t>(slots.size());
+        api::check_dtype_in(slot_mapping, {DType::kInt32, DType::kInt64}, op, "slot_mapping");
+        api::check_same_device(slot_mapping, c.k, op, "slot_mapping", "paged_kv_cache");
+        const int64_t nnz = slot_mapping.size(0);
         FLASHINFER_CHECK(append_key.size(0) >= nnz && append_value.size(0) >= nnz, op,
                          append_key.size(0) < nnz ? "append_key" : "append_value",
                          "append_key and append_value must have at least slot_mapping.shape[0] (",
                          nnz, ") rows");
-        const float ks = decode_scale(k_scale, op, "k_scale");
-        const float vs = decode_scale(v_scale, op, "v_scale");
-        const int64_t page_size = c.k.size(1), slots_total = c.k.size(0) * page_size;
-        std::vector<int64_t> page(static_cast<size_t>(nnz)), entry(page.size());
-        for (int64_t i = 0; i < nnz; ++i) {
-          // Negative slots are padding; slots past the cache are skipped, as upstream's kernel.
-          const bool skip = slots[i] < 0 || slots[i] >= slots_total;
-          page[i] = skip ? -1 : slots[i] / page_size;
-          entry[i] = skip ? 0 : slots[i] % page_size;
-        }
+        kernels::Nvfp4PagedAppendParams p;
+        append_scale(k_scale, c.k.device(), p.k_scale, p.k_scale_ptr, op, "k_scale");
+        append_scale(v_scale, c.k.device(), p.v_scale, p.v_scale_ptr, op, "v_scale");
         if (nnz == 0) return;
-        run_append(c, append_key, append_value, page, entry, ks, vs, op);
+        // Read where they are (on the device for CUDA: no copy to the host); a strided tensor
+        // is copied dense first. Negative slots are padding and slots past the cache are
+        // skipped, as upstream's kernel does (kernels::nvfp4_append_target).
+        const Tensor slots = slot_mapping.contiguous();
+        p.slot_mapping = slots.data_ptr();
+        p.slot_i64 = slots.dtype() == DType::kInt64;
+        p.page_size = c.k.size(1);
+        p.slots_total = c.k.size(0) * c.k.size(1);
+        p.nnz = nnz;
+        run_append(p, c, append_key, append_value, op);
       },
       append_key, append_value, slot_mapping, paged_kv_cache, kv_cache_sf, k_scale, v_scale,
       kv_layout);

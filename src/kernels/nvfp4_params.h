@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/page_append_params.h"
 
 namespace flashinfer::kernels {
 
@@ -79,17 +80,21 @@ struct AbsMaxParams {
 };
 
 /// NVFP4 quantize-and-append into a paged cache (flashinfer.page's nvfp4 appends): token i of
-/// append_key/value goes to (page[i], entry[i]) of every head; page[i] < 0 skips the token.
-/// Strides in elements (the caches are bytes: uint8 data, e4m3 scales; the last axis of each is
-/// contiguous). page and entry are host arrays for the CPU, device arrays for CUDA.
+/// append_key/value goes to nvfp4_append_target(p, i) of every head; a token without one is
+/// skipped. Strides in elements (the caches are bytes: uint8 data, e4m3 scales; the last axis of
+/// each is contiguous). The index arrays are host memory for the CPU, device memory for CUDA (read
+/// there, as upstream's kernels read them: kernels/page_append_params.h).
 struct Nvfp4PagedAppendParams {
   const void* key = nullptr;
   const void* value = nullptr;
   DType dtype = DType::kBFloat16;
   int64_t nnz = 0, heads = 0, head_dim = 0;
   int64_t k_stride_n = 0, k_stride_h = 0, v_stride_n = 0, v_stride_h = 0;
-  const int64_t* page = nullptr;
-  const int64_t* entry = nullptr;
+  // The targets: slot_mapping[i] (int64 or int32 [nnz]) where set, else append_slot(table, i).
+  const void* slot_mapping = nullptr;
+  bool slot_i64 = true;
+  int64_t page_size = 1, slots_total = 0;  // slots: page slot / page_size, entry slot % page_size
+  AppendTable table;
   uint8_t* k_cache = nullptr;
   uint8_t* v_cache = nullptr;
   uint8_t* k_sf = nullptr;
@@ -97,7 +102,28 @@ struct Nvfp4PagedAppendParams {
   int64_t kc_stride[3] = {}, vc_stride[3] = {};  // page, entry, head
   int64_t ks_stride[3] = {}, vs_stride[3] = {};
   float k_scale = 1.0f, v_scale = 1.0f;
+  // The global decode scales as one-element fp32 device tensors, where the call passed those
+  // (read by the kernel: no copy to the host); null: k_scale / v_scale.
+  const float* k_scale_ptr = nullptr;
+  const float* v_scale_ptr = nullptr;
 };
+
+/// Token i's target. Slot mapping (upstream's rule): a negative slot is padding and a slot past
+/// the cache (>= slots_total) is skipped. Page table: kernels::append_slot.
+FLASHINFER_HD AppendSlot nvfp4_append_target(const Nvfp4PagedAppendParams& p, int64_t i) {
+  if (p.slot_mapping == nullptr) return append_slot(p.table, i);
+  const int64_t slot = p.slot_i64 ? static_cast<const int64_t*>(p.slot_mapping)[i]
+                                  : static_cast<const int32_t*>(p.slot_mapping)[i];
+  AppendSlot s;
+  if (slot < 0 || slot >= p.slots_total) return s;
+  s.page = slot / p.page_size;
+  s.entry = static_cast<int32_t>(slot % p.page_size);
+  return s;
+}
+
+/// A global decode scale the kernels take: positive and finite (the host refuses others by name;
+/// a device tensor's value is checked by the kernel, which then writes nothing).
+FLASHINFER_HD bool nvfp4_append_scale_ok(float s) { return s > 0.0f && s <= 3.4028235e38f; }
 
 /// Paged NVFP4 dequantization into dense [batch, max_seq_len, H, D] outputs: token t < seq_lens[b]
 /// of request b is read from page block_table[b][t / page_size], entry t % page_size.

@@ -15,6 +15,9 @@
 #include "flashinfer/flashinfer.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -945,16 +948,89 @@ TEST(Nvfp4OpsCuda, QuantizeAppendPagedKvCacheMatchesCpu) {
         EXPECT_EQ(bytes(host(dks)), bytes(ks));
         EXPECT_EQ(bytes(host(dvs)), bytes(vs));
 
-        EXPECT_FI_ERROR(
-            nvfp4_quantize_append_paged_kv_cache(
-                dkey, dval, dv(i32({0, 0, 0, 1, 1})), dv(i32({3, 4, 5, 1, 2})),
-                PagedKVCache(view(dkc), view(dvc)), PagedKVCache(view(dks), view(dvs)),
-                dv(i32({3, 9, 0})), dv(i32({0, 2, 3})), dv(i32({2, 3})), 0.02, 0.03, layout),
-            "nvfp4_quantize_append_paged_kv_cache", "kv_indices");
+        // The index arrays are read on the device (kernels::append_slot): page 9 is past the
+        // 4-page cache, so request 0's positions 4 and 5 are not written (the CPU refuses the
+        // call by name); rows 0, 3 and 4 land as the CPU puts them.
+        EXPECT_FI_ERROR(nvfp4_quantize_append_paged_kv_cache(
+                            key, val, i32({0, 0, 0, 1, 1}), i32({3, 4, 5, 1, 2}),
+                            PagedKVCache(view(kc), view(vc)), PagedKVCache(view(ks), view(vs)),
+                            i32({3, 9, 0}), i32({0, 2, 3}), i32({2, 3}), 0.02, 0.03, layout),
+                        "nvfp4_quantize_append_paged_kv_cache", "kv_indices");
+        const std::vector<int64_t> kept{0, 3, 4};
+        Tensor key_kept = Tensor::empty({3, h, d}, dt), val_kept = Tensor::empty({3, h, d}, dt);
+        for (int64_t j = 0; j < 3; ++j) {
+          key_kept.select(0, j).copy_(key.select(0, kept[j]));
+          val_kept.select(0, j).copy_(val.select(0, kept[j]));
+        }
+        nvfp4_quantize_append_paged_kv_cache(key_kept, val_kept, i32({0, 1, 1}), i32({3, 1, 2}),
+                                             PagedKVCache(view(kc), view(vc)),
+                                             PagedKVCache(view(ks), view(vs)), i32({3, 1, 0}),
+                                             i32({0, 2, 3}), i32({2, 3}), 0.07, 0.01, layout);
+        nvfp4_quantize_append_paged_kv_cache(
+            dkey, dval, dv(i32({0, 0, 0, 1, 1})), dv(i32({3, 4, 5, 1, 2})),
+            PagedKVCache(view(dkc), view(dvc)), PagedKVCache(view(dks), view(dvs)),
+            dv(i32({3, 9, 0})), dv(i32({0, 2, 3})), dv(i32({2, 3})), 0.07, 0.01, layout);
         EXPECT_EQ(bytes(host(dkc)), bytes(kc));
+        EXPECT_EQ(bytes(host(dvc)), bytes(vc));
+        EXPECT_EQ(bytes(host(dks)), bytes(ks));
+        EXPECT_EQ(bytes(host(dvs)), bytes(vs));
+
+        // A device scale that is not positive and finite: the CPU refuses it by name, the kernel
+        // (which reads it on the device) writes nothing.
+        const Tensor dkc_before = host(dkc), dks_before = host(dks);
+        nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+            dkey, dval, dv(slots), PagedKVCache(view(dkc), view(dvc)),
+            PagedKVCache(view(dks), view(dvs)), dv(f32({std::nan("")})), 0.04, layout);
+        EXPECT_EQ(bytes(host(dkc)), bytes(dkc_before));
+        EXPECT_EQ(bytes(host(dks)), bytes(dks_before));
+        EXPECT_FI_ERROR(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+                            key, val, slots, PagedKVCache(view(kc), view(vc)),
+                            PagedKVCache(view(ks), view(vs)), f32({std::nan("")}), 0.04, layout),
+                        "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", "k_scale");
       }
     }
   }
+}
+
+// vLLM's decode step appends through the slot-mapping form inside a CUDA graph: the slots and the
+// tensor scales are read on the device, so the call captures in global mode (which refuses any
+// synchronizing call) and the graph writes what the eager call writes. int32 slots this time.
+TEST(Nvfp4OpsCuda, SlotMappingAppendCapturesIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if FLASHINFER_TEST_HAVE_CUDART
+  const Device dev = Device::cuda(0);
+  const int64_t pages = 4, ps = 4, h = 2, d = 32, nnz = 4;
+  const Tensor key = rand_tensor({nnz, h, d}, DType::kBFloat16, 7, -4, 4).to(dev);
+  const Tensor val = rand_tensor({nnz, h, d}, DType::kBFloat16, 8, -4, 4).to(dev);
+  const Tensor slots = i32({5, -1, 11, 16}).to(dev);
+  const Tensor kscale = f32({0.05}).to(dev), vscale = f32({0.04}).to(dev);
+  auto caches = [&] {
+    return std::vector<Tensor>{Tensor::zeros({pages, ps, h, d / 2}, DType::kUInt8, dev),
+                               Tensor::zeros({pages, ps, h, d / 2}, DType::kUInt8, dev),
+                               Tensor::zeros({pages, ps, h, d / 16}, DType::kFloat8E4M3FN, dev),
+                               Tensor::zeros({pages, ps, h, d / 16}, DType::kFloat8E4M3FN, dev)};
+  };
+  auto call = [&](std::vector<Tensor>& c) {
+    nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+        key, val, slots, PagedKVCache(c[0], c[1]), PagedKVCache(c[2], c[3]), kscale, vscale, "NHD");
+  };
+  std::vector<Tensor> eager = caches(), graph = caches();
+  call(eager);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* const prev = current_cuda_stream();
+  set_current_cuda_stream(stream);
+  ASSERT_NO_FATAL_FAILURE(
+      testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] { call(graph); }));
+  set_current_cuda_stream(prev);
+  cudaStreamDestroy(stream);
+  for (std::size_t j = 0; j < eager.size(); ++j) {
+    EXPECT_EQ(bytes(host(graph[j])), bytes(host(eager[j]))) << j;
+  }
+  EXPECT_NE(bytes(host(eager[0])), bytes(host(caches()[0])));  // something was written
+#else
+  GTEST_SKIP() << "built without the CUDA runtime for the tests";
+#endif
 }
 
 // ---- the masked grouped quantizers on CUDA ----------------------------------------------------

@@ -144,7 +144,8 @@ template <class T>
 void paged_append_typed(const Nvfp4PagedAppendParams& p) {
 #pragma omp parallel for schedule(static) if (p.nnz * p.heads * p.head_dim >= (1 << 15))
   for (int64_t i = 0; i < p.nnz; ++i) {
-    if (p.page[i] < 0) continue;
+    const AppendSlot t = nvfp4_append_target(p, i);
+    if (t.page < 0) continue;
     for (int64_t h = 0; h < p.heads; ++h) {
       for (int kv = 0; kv < 2; ++kv) {
         const T* x = static_cast<const T*>(kv == 0 ? p.key : p.value) +
@@ -153,9 +154,8 @@ void paged_append_typed(const Nvfp4PagedAppendParams& p) {
         const int64_t* cs = kv == 0 ? p.kc_stride : p.vc_stride;
         const int64_t* ss = kv == 0 ? p.ks_stride : p.vs_stride;
         uint8_t* q =
-            (kv == 0 ? p.k_cache : p.v_cache) + p.page[i] * cs[0] + p.entry[i] * cs[1] + h * cs[2];
-        uint8_t* sf =
-            (kv == 0 ? p.k_sf : p.v_sf) + p.page[i] * ss[0] + p.entry[i] * ss[1] + h * ss[2];
+            (kv == 0 ? p.k_cache : p.v_cache) + t.page * cs[0] + t.entry * cs[1] + h * cs[2];
+        uint8_t* sf = (kv == 0 ? p.k_sf : p.v_sf) + t.page * ss[0] + t.entry * ss[1] + h * ss[2];
         for (int64_t b = 0; b < p.head_dim / 16; ++b) {
           append_block(x + b * 16, kv == 0 ? p.k_scale : p.v_scale, q + b * 8, sf + b);
         }

@@ -137,24 +137,28 @@ __device__ __forceinline__ void silu_mul_rows_body(const SiluMulParams& p) {
 }
 
 // One thread per (K/V, token, head, block of 16); K/V slowest, so neighbours read neighbouring
-// blocks of a row. Skipped tokens (page < 0) write nothing.
+// blocks of a row. The index arrays and device scales are read here (nvfp4_append_target);
+// tokens without a target, or whose scale is not positive and finite, write nothing.
 template <class T, bool kVec>
 __device__ __forceinline__ void paged_append_body(const Nvfp4PagedAppendParams& p) {
   pdl_wait();
+  const float k_scale = p.k_scale_ptr ? *p.k_scale_ptr : p.k_scale;
+  const float v_scale = p.v_scale_ptr ? *p.v_scale_ptr : p.v_scale;
   const int64_t nb = p.head_dim / kNvfp4Block, n = 2 * p.nnz * p.heads * nb;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = idx % nb, h = idx / nb % p.heads, i = idx / nb / p.heads % p.nnz;
     const bool is_v = idx / nb / p.heads >= p.nnz;
-    const int64_t page = p.page[i];
-    if (page < 0) continue;
-    const int64_t entry = p.entry[i];
+    if (!nvfp4_append_scale_ok(is_v ? v_scale : k_scale)) continue;
+    const AppendSlot t = nvfp4_append_target(p, i);
+    if (t.page < 0) continue;
+    const int64_t page = t.page, entry = t.entry;
     const T* x = static_cast<const T*>(is_v ? p.value : p.key) +
                  i * (is_v ? p.v_stride_n : p.k_stride_n) +
                  h * (is_v ? p.v_stride_h : p.k_stride_h) + b * kNvfp4Block;
     float v[kNvfp4Block];
     load16<T, kVec>(x, 1, v);
-    const Nvfp4Block blk = nvfp4_append_block(v, is_v ? p.v_scale : p.k_scale);
+    const Nvfp4Block blk = nvfp4_append_block(v, is_v ? v_scale : k_scale);
     const int64_t* cs = is_v ? p.vc_stride : p.kc_stride;
     const int64_t* ss = is_v ? p.vs_stride : p.ks_stride;
     store_packed<kVec>(
