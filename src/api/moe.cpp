@@ -450,6 +450,11 @@ void fused_topk_deepseek_impl(const Tensor& scores, const Tensor& bias, int64_t 
                    "must be in [1, n_group=", n_group, "], got ", topk_group);
   FLASHINFER_CHECK(topk_group * n_group >= topk, op, "topk_group", "topk_group * n_group (",
                    topk_group * n_group, ") must be >= topk (", topk, ")");
+  // Not upstream's check (it has the one above): the kept groups must hold topk experts, or the
+  // selection runs out of candidates (upstream's kernels then index expert -1).
+  FLASHINFER_CHECK(topk_group * (E / n_group) >= topk, op, "topk_group",
+                   "the kept groups hold topk_group * num_experts / n_group = ",
+                   topk_group * (E / n_group), " experts, fewer than topk (", topk, ")");
   // Upstream's kernel limits, kept so a call accepted here is one upstream accepts.
   if (n_group > 1) {
     FLASHINFER_CHECK(E / n_group <= 32, op, "n_group", "num_experts / n_group (", E / n_group,

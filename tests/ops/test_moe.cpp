@@ -867,6 +867,11 @@ TEST(FusedTopkDeepseek, BadInput) {
   EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 0, 1, 8, 1.0, v, i), op, "n_group");
   EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 9, 8, 1.0, v, i), op, "topk_group");
   EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 4, 1, 8, 1.0, v, i), op, "topk_group");  // 4 < 8
+  // Upstream's check passes (1 * 8 >= 8) but the one kept group holds a single expert: refused
+  // (the selection would run out of candidates and index expert -1).
+  EXPECT_FI_ERROR(fused_topk_deepseek(rand_tensor({4, 8}, DType::kFloat32, 3),
+                                      rand_tensor({8}, DType::kFloat32, 4), 8, 1, 8, 1.0, v, i),
+                  op, "topk_group");
   EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 9, 1.0, Tensor::zeros({4, 9}, DType::kFloat32),
                                       Tensor::zeros({4, 9}, DType::kInt32)),
                   op, "topk");
