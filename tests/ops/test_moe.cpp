@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -19,12 +20,17 @@
 #include <string>
 #include <vector>
 
+#include <random>
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "kernels/deepseek_routing_rules.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_writer.h"
+#if FLASHINFER_TEST_HAVE_ORACLES
+#include "oracle/moe_routing_oracle.h"
+#endif
 
 #if FLASHINFER_TEST_HAVE_CUDART
 #include <random>
@@ -895,6 +901,299 @@ TEST(FusedTopkDeepseek, BadInput) {
   EXPECT_FI_ERROR(fused_topk_deepseek(s, b, 8, 4, 8, 1.0, v, i, true, std::nullopt, "x"), op,
                   "backend");
 }
+
+// ---- fused_topk_deepseek's warp-per-token CUDA kernel, checked on the CPU ----------------------
+
+namespace dr = kernels::deepseek_routing;
+
+// A multiset of floats with NaN, infinities and many ties.
+std::vector<float> tricky_values(std::mt19937& rng, int n, bool with_nan) {
+  const float levels[] = {-INFINITY, -1.0f, -0.5f, 0.0f, 0.25f, 0.5f, 1.0f, INFINITY};
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    const unsigned r = rng() % 20;
+    x = r < 8 ? levels[r] : std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    if (with_nan && rng() % 9 == 0) x = NAN;
+  }
+  return v;
+}
+
+// The reference's loop for a group score (kernels/cpu/moe_cpu.cpp), bit for bit.
+dr::Top2 sequential_top2(const std::vector<float>& v) {
+  dr::Top2 t{-INFINITY, -INFINITY};
+  for (float x : v) dr::top2_push(t, x);
+  return t;
+}
+
+bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+// Pairs kept by 32 lanes (values dealt round-robin, as experts are) and merged by the kernel's
+// butterfly give the reference's pair, in any order of the values.
+TEST(DeepSeekRoutingRules, LanePairsMergeToTheSequentialTopTwo) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 70);
+    const std::vector<float> v = tricky_values(rng, n, trial % 2 == 0);
+    std::vector<dr::Top2> lane(32, dr::Top2{-INFINITY, -INFINITY});
+    for (int i = 0; i < n; ++i) dr::top2_push(lane[static_cast<size_t>(i % 32)], v[i]);
+    for (int o = 16; o > 0; o >>= 1) {
+      std::vector<dr::Top2> next(32);
+      for (int l = 0; l < 32; ++l) next[l] = dr::top2_merge(lane[l], lane[l ^ o]);
+      lane = next;
+    }
+    const dr::Top2 want = sequential_top2(v);
+    for (int l = 0; l < 32; ++l) {
+      ASSERT_TRUE(same_bits(lane[l].m1, want.m1) && same_bits(lane[l].m2, want.m2))
+          << "trial " << trial << " lane " << l;
+    }
+  }
+}
+
+// The kernel's argmax (kernels/cuda/moe_cuda.cu, dsr_warp_pick) emulated lane by lane: each
+// lane's best by pick_better and its first candidate, the first candidate taken outright when
+// its value is NaN, else the butterfly. Returns the winner (-1: none) and its payload.
+int32_t emulate_warp_pick(const std::vector<float>& v, const std::vector<int32_t>& idx,
+                          const std::vector<float>& s, const std::vector<int32_t>& first,
+                          const std::vector<float>& first_v, const std::vector<float>& first_s,
+                          float& s_out) {
+  bool any_nan_first = false;
+  for (int l = 0; l < 32; ++l) {
+    any_nan_first |= first[l] != INT32_MAX && std::isnan(first_v[l]);
+  }
+  if (any_nan_first) {
+    int32_t f = INT32_MAX;
+    for (int l = 0; l < 32; ++l) f = std::min(f, first[l]);
+    const int owner = f & 31;
+    if (std::isnan(first_v[owner])) {
+      s_out = first_s[owner];
+      return f;
+    }
+  }
+  std::vector<float> cv = v, cs = s;
+  std::vector<int32_t> ci = idx;
+  for (int o = 16; o > 0; o >>= 1) {
+    std::vector<float> nv = cv, ns = cs;
+    std::vector<int32_t> ni = ci;
+    for (int l = 0; l < 32; ++l) {
+      const int m = l ^ o;
+      if (ci[m] >= 0 && (ci[l] < 0 || dr::pick_better(cv[m], ci[m], cv[l], ci[l]))) {
+        nv[l] = cv[m];
+        ni[l] = ci[m];
+        ns[l] = cs[m];
+      }
+    }
+    cv = nv, ci = ni, cs = ns;
+  }
+  s_out = cs[0];
+  return ci[0];
+}
+
+// The reference's argmax over candidates in ascending index (values v[i] where cand[i]).
+int32_t sequential_argmax(const std::vector<float>& v, const std::vector<char>& cand) {
+  int32_t best = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(v.size()); ++i) {
+    if (cand[i] && (best < 0 || v[i] > v[best])) best = i;
+  }
+  return best;
+}
+
+// The warp's argmax picks the reference loop's candidate: candidates dealt to lanes as experts
+// are (index i on lane i % 32), values with NaN (first candidate or not), infinities and ties.
+TEST(DeepSeekRoutingRules, WarpArgmaxPicksTheSequentialLoopsCandidate) {
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 300);
+    const std::vector<float> v = tricky_values(rng, n, trial % 3 != 0);
+    std::vector<char> cand(static_cast<size_t>(n));
+    for (auto& c : cand) c = rng() % 4 != 0;
+    cand[rng() % n] = 1;
+    std::vector<float> lv(32, 0.0f), ls(32, 0.0f), fv(32, 0.0f), fs(32, 0.0f);
+    std::vector<int32_t> li(32, -1), lf(32, INT32_MAX);
+    for (int i = 0; i < n; ++i) {  // each lane in ascending index, as the kernel's j loop
+      if (!cand[i]) continue;
+      const int l = i % 32;
+      if (lf[l] == INT32_MAX) lf[l] = i, fv[l] = v[i], fs[l] = static_cast<float>(i);
+      if (li[l] < 0 || dr::pick_better(v[i], i, lv[l], li[l])) {
+        lv[l] = v[i], li[l] = i, ls[l] = static_cast<float>(i);
+      }
+    }
+    float s_out = -1.0f;
+    const int32_t got = emulate_warp_pick(lv, li, ls, lf, fv, fs, s_out);
+    const int32_t want = sequential_argmax(v, cand);
+    ASSERT_EQ(got, want) << "trial " << trial;
+    ASSERT_EQ(s_out, static_cast<float>(want)) << "the payload travels with the winner";
+  }
+}
+
+// The whole kernel emulated on the CPU (its steps in order, with the helpers it uses) picks the
+// CPU reference's experts and weights bit for bit, on DeepSeek-V3's shape, 384 experts in one
+// group (upstream's check then allows topk 1), 1024 experts in 32 groups (the largest the limits
+// allow) and small shapes; scores with ties, NaN and infinities.
+TEST(DeepSeekRoutingRules, EmulatedKernelMatchesTheReferenceBitForBit) {
+  struct Cfg {
+    int E, G, TG, K;
+  };
+  std::mt19937 rng(7);
+  for (const Cfg& c : {Cfg{256, 8, 4, 8}, Cfg{384, 1, 1, 1}, Cfg{1024, 32, 4, 8}, Cfg{64, 4, 2, 6},
+                       Cfg{8, 8, 3, 2}, Cfg{40, 2, 2, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "E " << c.E << " G " << c.G);
+    const int T = 24, per = c.E / c.G;
+    std::vector<double> sc, bi;
+    for (int t = 0; t < T; ++t) {
+      for (float x : tricky_values(rng, c.E, t % 4 == 3)) sc.push_back(x);
+    }
+    for (int e = 0; e < c.E; ++e) bi.push_back(static_cast<double>((rng() % 5) * 0.125f));
+    Tensor scores = Tensor::from_vector(sc, {T, c.E}, DType::kFloat32);
+    Tensor bias = Tensor::from_vector(bi, {c.E}, DType::kFloat32);
+    Tensor vals = Tensor::zeros({T, c.K}, DType::kFloat32);
+    Tensor idx = Tensor::zeros({T, c.K}, DType::kInt32);
+    fused_topk_deepseek(scores, bias, c.G, c.TG, c.K, 1.5, vals, idx);
+    const auto want_i = idx.to_double_vector();
+    const std::vector<float> want_v = [&] {
+      std::vector<float> out(static_cast<size_t>(T * c.K));
+      std::memcpy(out.data(), vals.data_ptr(), out.size() * sizeof(float));
+      return out;
+    }();
+    for (int t = 0; t < T; ++t) {
+      // Lane l's registers: experts l + 32 j (the kernel's sg / bv, the reference's expressions).
+      std::vector<float> sg(static_cast<size_t>(c.E)), bv(sg.size());
+      for (int e = 0; e < c.E; ++e) {
+        const float x = static_cast<float>(sc[static_cast<size_t>(t * c.E + e)]);
+        sg[e] = 1.0f / (1.0f + std::exp(-x));
+        bv[e] = sg[e] + static_cast<float>(bi[e]);
+      }
+      uint32_t kept = c.G == 1 ? 1u : 0u;
+      if (c.G > 1) {
+        std::vector<float> gscore(32, 0.0f);
+        for (int g = 0; g < c.G; ++g) {
+          std::vector<dr::Top2> lane(32, dr::Top2{-INFINITY, -INFINITY});
+          for (int e = g * per; e < (g + 1) * per; ++e) dr::top2_push(lane[e % 32], bv[e]);
+          for (int o = 16; o > 0; o >>= 1) {
+            std::vector<dr::Top2> next(32);
+            for (int l = 0; l < 32; ++l) next[l] = dr::top2_merge(lane[l], lane[l ^ o]);
+            lane = next;
+          }
+          gscore[g] = per >= 2 ? lane[g].m1 + lane[g].m2 : lane[g].m1;
+        }
+        for (int i = 0; i < c.TG; ++i) {
+          std::vector<float> zero(32, 0.0f);
+          std::vector<int32_t> li(32), lf(32);
+          for (int l = 0; l < 32; ++l) {
+            const bool cand = l < c.G && !((kept >> l) & 1u);
+            li[l] = cand ? l : -1;
+            lf[l] = cand ? l : INT32_MAX;
+          }
+          float unused;
+          const int32_t best = emulate_warp_pick(gscore, li, zero, lf, gscore, zero, unused);
+          ASSERT_GE(best, 0);
+          kept |= 1u << best;
+        }
+      }
+      std::vector<char> open(static_cast<size_t>(c.E));
+      for (int e = 0; e < c.E; ++e) open[e] = (kept >> (e / per)) & 1u;
+      float sum = 0.0f;
+      std::vector<int32_t> sel;
+      std::vector<float> sel_s;
+      for (int i = 0; i < c.K; ++i) {
+        std::vector<float> lv(32, 0.0f), ls(32, 0.0f), fv(32, 0.0f), fs(32, 0.0f);
+        std::vector<int32_t> li(32, -1), lf(32, INT32_MAX);
+        for (int e = 0; e < c.E; ++e) {
+          if (!open[e]) continue;
+          const int l = e % 32;
+          if (lf[l] == INT32_MAX) lf[l] = e, fv[l] = bv[e], fs[l] = sg[e];
+          if (li[l] < 0 || dr::pick_better(bv[e], e, lv[l], li[l])) {
+            lv[l] = bv[e], li[l] = e, ls[l] = sg[e];
+          }
+        }
+        float s = 0.0f;
+        const int32_t best = emulate_warp_pick(lv, li, ls, lf, fv, fs, s);
+        ASSERT_GE(best, 0);
+        open[best] = 0;
+        sum += s;
+        sel.push_back(best);
+        sel_s.push_back(s);
+      }
+      const float denom = sum + 1e-20f;
+      for (int i = 0; i < c.K; ++i) {
+        const size_t k = static_cast<size_t>(t * c.K + i);
+        ASSERT_EQ(sel[i], static_cast<int32_t>(want_i[k])) << "token " << t << " pick " << i;
+        const float w = sel_s[i] / denom * 1.5f;
+        ASSERT_TRUE(same_bits(w, want_v[k]) || (std::isnan(w) && std::isnan(want_v[k])))
+            << "token " << t << " pick " << i << ": " << w << " vs " << want_v[k];
+      }
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_ORACLES
+// On the GPU: the warp-per-token kernel against the thread-per-token kernel it replaced (the
+// oracle; the same expressions, so the same floats) bit for bit, indices, weights and the replay
+// ids, on the shapes above, every dtype of the scores / bias / weights, rows with ties, NaN and
+// infinities, and more tokens than one block's 4 warps. (Against the CPU, test_backend_ops'
+// case: the host's exp may differ from the device's in the last bit.)
+TEST(FusedTopkDeepseekCuda, WarpKernelMatchesTheThreadKernelOracleBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda(0);
+  struct Cfg {
+    int E, G, TG, K;
+  };
+  std::mt19937 rng(8);
+  for (const Cfg& c : {Cfg{256, 8, 4, 8}, Cfg{384, 1, 1, 1}, Cfg{1024, 32, 4, 8}, Cfg{64, 4, 2, 6},
+                       Cfg{8, 8, 3, 2}}) {
+    for (DType dt : kDTypes) {
+      SCOPED_TRACE(::testing::Message() << "E " << c.E << " " << dtype_torch_name(dt));
+      const int T = 37;
+      std::vector<double> sc;
+      for (int t = 0; t < T; ++t) {
+        for (float x : tricky_values(rng, c.E, t % 5 == 4)) sc.push_back(x);
+      }
+      const Tensor scores = Tensor::from_vector(sc, {T, c.E}, DType::kFloat32).to(dt).to(g);
+      const Tensor bias = rand_tensor({c.E}, dt, 9, -0.25, 0.25).to(g);
+      auto run = [&](bool oracle) {
+        Tensor vals = Tensor::full({T, c.K}, -7.0, dt, g);
+        Tensor idx = Tensor::full({T, c.K}, -7.0, DType::kInt32, g);
+        Tensor rep = Tensor::full({T, c.K}, -7.0, DType::kInt16, g);
+        if (!oracle) {
+          fused_topk_deepseek(scores, bias, c.G, c.TG, c.K, 2.5, vals, idx, false, rep);
+        } else {
+          kernels::DeepSeekRoutingParams p;
+          p.scores = scores.data_ptr();
+          p.scores_dtype = dt;
+          p.scores_stride = c.E;
+          p.bias = bias.data_ptr();
+          p.bias_dtype = dt;
+          p.topk_values = vals.data_ptr();
+          p.values_dtype = dt;
+          p.values_stride = c.K;
+          p.topk_indices = idx.data<int32_t>();
+          p.indices_stride = c.K;
+          p.replay_out = rep.data<int16_t>();
+          p.replay_stride = c.K;
+          p.num_tokens = T;
+          p.num_experts = c.E;
+          p.n_group = c.G;
+          p.topk_group = c.TG;
+          p.topk = c.K;
+          p.routed_scaling_factor = 2.5f;
+          oracle_deepseek_routing(p, current_cuda_stream());
+        }
+        return std::vector<Tensor>{vals.to(Device::cpu()), idx.to(Device::cpu()),
+                                   rep.to(Device::cpu())};
+      };
+      const auto got = run(false), want = run(true);
+      for (size_t j = 0; j < got.size(); ++j) {
+        ASSERT_EQ(got[j].numel(), want[j].numel());
+        EXPECT_EQ(std::memcmp(got[j].data_ptr(), want[j].data_ptr(),
+                              static_cast<size_t>(got[j].numel()) * got[j].element_size()),
+                  0)
+            << "output " << j;
+      }
+    }
+  }
+}
+#endif
 
 // ---- hash_topk ---------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/moe_grouped_plan.h"
 #include "kernels/cuda/stream_scratch.h"
+#include "kernels/deepseek_routing_rules.h"
 #include "kernels/moe_cutlass_fp8_rules.h"
 
 namespace flashinfer::kernels::cuda {
@@ -466,67 +467,145 @@ void launch_moe(const CutlassMoeParams& p, cudaStream_t stream, bool enable_pdl)
                 static_cast<const int32_t*>(nullptr));
 }
 
-// One thread per token; the same selection loops as the CPU reference (groups are at most 32).
+// fused_topk_deepseek: a warp a token, kDsrWarps tokens a block. Lane l holds experts l, l + 32,
+// ... (at most kDsrPerLane: num_experts <= 1024, which the op's limits keep) in registers, their
+// sigmoids and biased scores computed once (the reference recomputes nothing either: the same
+// expressions, so the same floats). Each group's two largest biased scores are merged across the
+// warp, lane g keeps group g's score, and the kept groups and then the experts are picked by
+// warp argmaxes that pick what the reference's sequential loops pick (kernels/
+// deepseek_routing_rules.h: NaN, infinities and ties too). The earlier form, a thread a token
+// rereading the scores and recomputing every sigmoid in each of its topk passes, is the test
+// oracle (tests/oracle/moe_routing_oracle.cu).
+constexpr int kDsrWarps = 4;
+constexpr int kDsrPerLane = 32;
+
+// The reference's argmax over the warp's candidates: lane-local best (v, idx, payload s) and the
+// lane's first candidate (lowest index; INT32_MAX for none) with its value and payload. Returns
+// the winner's index (-1: no candidate) and its payload, the same on every lane.
+__device__ __forceinline__ int32_t dsr_warp_pick(float v, int32_t idx, float s, int32_t first,
+                                                 float first_v, float first_s, float& s_out) {
+  namespace dr = deepseek_routing;
+  // The first candidate wins outright when its value is NaN.
+  if (__any_sync(0xffffffffu, first != INT32_MAX && first_v != first_v)) {
+    int32_t f = first;
+    for (int o = 16; o > 0; o >>= 1) f = min(f, __shfl_xor_sync(0xffffffffu, f, o));
+    const int owner = f & 31;
+    const float fv = __shfl_sync(0xffffffffu, first_v, owner);
+    const float fs = __shfl_sync(0xffffffffu, first_s, owner);
+    if (fv != fv) {
+      s_out = fs;
+      return f;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    const float os = __shfl_xor_sync(0xffffffffu, s, o);
+    if (oi >= 0 && (idx < 0 || dr::pick_better(ov, oi, v, idx))) {
+      v = ov;
+      idx = oi;
+      s = os;
+    }
+  }
+  s_out = s;
+  return idx;
+}
+
 template <class S, class B, class V>
-__global__ void deepseek_routing_kernel(DeepSeekRoutingParams p) {
+__global__ void __launch_bounds__(kDsrWarps * 32) deepseek_routing_kernel(DeepSeekRoutingParams p) {
+  namespace dr = deepseek_routing;
   pdl_wait();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= p.num_tokens) return;
-  const int64_t E = p.num_experts, G = p.n_group, per_group = E / G;
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kDsrWarps + threadIdx.x / 32;
+  if (t >= p.num_tokens) return;  // the whole warp
+  const int E = static_cast<int>(p.num_experts), G = static_cast<int>(p.n_group);
+  const int per_group = E / G;
   const S* sc = static_cast<const S*>(p.scores) + t * p.scores_stride;
   const B* bias = static_cast<const B*>(p.bias);
-  auto sig = [&](int64_t e) { return 1.0f / (1.0f + expf(-to_f32(sc[e]))); };
-  auto biased = [&](int64_t e) { return sig(e) + to_f32(bias[e * p.bias_stride]); };
-  bool kept[32];
-  float gscore[32];
-  for (int64_t g = 0; g < G; ++g) {
-    kept[g] = G == 1;
-    float m1 = -INFINITY, m2 = -INFINITY;
-    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
-      const float v = biased(e);
-      if (v > m1) {
-        m2 = m1;
-        m1 = v;
-      } else if (v > m2) {
-        m2 = v;
-      }
+  float sg[kDsrPerLane], bv[kDsrPerLane];
+  uint32_t present = 0;  // bit j: expert lane + 32 j exists
+  FLASHINFER_UNROLL
+  for (int j = 0; j < kDsrPerLane; ++j) {
+    const int e = j * 32 + lane;
+    sg[j] = 0.0f;
+    bv[j] = 0.0f;
+    if (e < E) {
+      sg[j] = 1.0f / (1.0f + expf(-to_f32(sc[e])));
+      bv[j] = sg[j] + to_f32(bias[static_cast<int64_t>(e) * p.bias_stride]);
+      present |= 1u << j;
     }
-    gscore[g] = per_group >= 2 ? m1 + m2 : m1;
   }
+  // Groups: lane g scores group g; the kept ones as a mask (bit g).
+  uint32_t kept = G == 1 ? 1u : 0u;
   if (G > 1) {
+    float gscore = 0.0f;
+    for (int g = 0; g < G; ++g) {
+      dr::Top2 top{-INFINITY, -INFINITY};
+      const int lo = g * per_group, hi = lo + per_group;
+      FLASHINFER_UNROLL
+      for (int j = 0; j < kDsrPerLane; ++j) {
+        const int e = j * 32 + lane;
+        if (e >= lo && e < hi) dr::top2_push(top, bv[j]);
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const dr::Top2 other{__shfl_xor_sync(0xffffffffu, top.m1, o),
+                             __shfl_xor_sync(0xffffffffu, top.m2, o)};
+        top = dr::top2_merge(top, other);
+      }
+      if (lane == g) gscore = per_group >= 2 ? top.m1 + top.m2 : top.m1;
+    }
     for (int64_t i = 0; i < p.topk_group; ++i) {
-      int64_t best = -1;
-      for (int64_t g = 0; g < G; ++g) {
-        if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-      }
-      kept[best] = true;
+      const bool cand = lane < G && !((kept >> lane) & 1u);
+      float unused;
+      const int32_t best = dsr_warp_pick(gscore, cand ? lane : -1, 0.0f, cand ? lane : INT32_MAX,
+                                         gscore, 0.0f, unused);
+      kept |= 1u << best;  // best >= 0: topk_group <= n_group leaves a candidate
     }
   }
-  int64_t sel[8];
-  float sum = 0.0f;
+  // This lane's experts in kept groups (bit j).
+  uint32_t open = 0;
+  FLASHINFER_UNROLL
+  for (int j = 0; j < kDsrPerLane; ++j) {
+    const int e = j * 32 + lane;
+    if (((present >> j) & 1u) && ((kept >> (e / per_group)) & 1u)) open |= 1u << j;
+  }
+  // Experts: topk argmaxes over the open ones (the op refuses calls whose kept groups hold fewer
+  // than topk experts). Lane i keeps the i-th pick.
+  int32_t my_sel = 0;
+  float my_s = 0.0f, sum = 0.0f;
   for (int64_t i = 0; i < p.topk; ++i) {
-    int64_t best = -1;
-    float best_v = 0.0f;
-    for (int64_t e = 0; e < E; ++e) {
-      if (!kept[e / per_group]) continue;
-      bool taken = false;
-      for (int64_t q = 0; q < i; ++q) taken |= sel[q] == e;
-      if (taken) continue;
-      const float v = biased(e);
-      if (best < 0 || v > best_v) {
-        best = e;
-        best_v = v;
+    float v = 0.0f, s = 0.0f, first_v = 0.0f, first_s = 0.0f;
+    int32_t idx = -1, first = INT32_MAX;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < kDsrPerLane; ++j) {
+      if (!((open >> j) & 1u)) continue;
+      const int32_t e = j * 32 + lane;
+      if (first == INT32_MAX) {  // ascending e: the lane's first candidate
+        first = e;
+        first_v = bv[j];
+        first_s = sg[j];
+      }
+      if (idx < 0 || dr::pick_better(bv[j], e, v, idx)) {
+        v = bv[j];
+        idx = e;
+        s = sg[j];
       }
     }
-    sel[i] = best;
-    sum += sig(best);
+    float best_s;
+    const int32_t best = dsr_warp_pick(v, idx, s, first, first_v, first_s, best_s);
+    if ((best & 31) == lane) open &= ~(1u << (best >> 5));
+    sum += best_s;
+    if (lane == i) {
+      my_sel = best;
+      my_s = best_s;
+    }
   }
-  const float denom = sum + 1e-20f;
-  V* vals = static_cast<V*>(p.topk_values) + t * p.values_stride;
-  for (int64_t i = 0; i < p.topk; ++i) {
-    vals[i] = from_f32<V>(sig(sel[i]) / denom * p.routed_scaling_factor);
-    p.topk_indices[t * p.indices_stride + i] = static_cast<int32_t>(sel[i]);
-    if (p.replay_out) p.replay_out[t * p.replay_stride + i] = static_cast<int16_t>(sel[i]);
+  if (lane < p.topk) {
+    const float denom = sum + 1e-20f;
+    V* vals = static_cast<V*>(p.topk_values) + t * p.values_stride;
+    vals[lane] = from_f32<V>(my_s / denom * p.routed_scaling_factor);
+    p.topk_indices[t * p.indices_stride + lane] = my_sel;
+    if (p.replay_out) p.replay_out[t * p.replay_stride + lane] = static_cast<int16_t>(my_sel);
   }
   pdl_launch_dependents();
 }
@@ -1377,7 +1456,11 @@ CutlassMoeCudaStats cutlass_moe_cuda_stats() {
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl) {
   if (p.num_tokens == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  const unsigned blocks = static_cast<unsigned>((p.num_tokens + 127) / 128);
+  FLASHINFER_CHECK_CODE(p.num_experts <= 32 * kDsrPerLane && p.n_group <= 32 && p.topk <= 32,
+                        ErrorCode::kUnsupported, "fused_topk_deepseek", "scores",
+                        "the CUDA kernel takes at most ", 32 * kDsrPerLane,
+                        " experts and 32 groups");
+  const unsigned blocks = static_cast<unsigned>((p.num_tokens + kDsrWarps - 1) / kDsrWarps);
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.scores_dtype, "fused_topk_deepseek", "scores", [&]<class S>() {
         dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
@@ -1385,7 +1468,7 @@ void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_
               dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
                   p.values_dtype, "fused_topk_deepseek", "topk_values", [&]<class V>() {
                     launch_kernel("fused_topk_deepseek", deepseek_routing_kernel<S, B, V>,
-                                  dim3(blocks), dim3(128), 0, s, enable_pdl, p);
+                                  dim3(blocks), dim3(kDsrWarps * 32), 0, s, enable_pdl, p);
                   });
             });
       });
