@@ -40,14 +40,21 @@ struct MlaWrapperState {
   DType q_dtype = DType::kBFloat16, kv_dtype = DType::kBFloat16;
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_lens;
   int64_t max_page_id = -1;
-  // The index arrays on the device a CUDA run uses (uploaded by the first run after a plan):
-  // qo_indptr, kv_indptr, kv_lens, kv_indices, row_req at the offsets dev_off.
+  // The index arrays on the device a CUDA run uses: qo_indptr, kv_indptr, kv_lens, row_req, the
+  // largest kv_lens entry (one int) and kv_indices, at the offsets dev_off (kv_indices last).
+  // Uploaded by the first run after a plan, or in CUDA-graph mode by the plan itself.
   Tensor dev_ints;
   bool dev_ints_current = false;
-  int64_t dev_off[5] = {};
+  int64_t dev_off[6] = {};
   // BatchDecodeMlaWithPagedKVCacheWrapper in CUDA-graph mode: the batch size fixed at __init__
   // and the room of its page-index buffer (upstream's plan checks both).
   int64_t fixed_batch = 0, indices_capacity = 0;
+  // CUDA-graph mode on a CUDA device (both wrappers): the first plan fixes the batch, the query
+  // rows and dev_ints' layout, kv_indices getting graph_indices_cap entries (the constructor's
+  // page-index buffer, else the first plan's pages); every plan then rewrites dev_ints in place,
+  // so a graph captured around run() reads the latest plan: its kernels take the chunk from the
+  // device's largest length (MlaAttentionParams::max_kv_dev) and their splits from the grid.
+  int64_t graph_batch = -1, graph_rows = -1, graph_indices_cap = 0;
 };
 
 }  // namespace detail
@@ -246,8 +253,15 @@ struct MlaRun {
   float ckv_scale = 1.0f, kpe_scale = 1.0f, out_scale = 1.0f;
 };
 
+bool graph_mode(const detail::MlaWrapperState& s) { return s.use_cuda_graph && s.device.is_cuda(); }
+
+int32_t max_kv_len(const detail::MlaWrapperState& s) {
+  return s.kv_lens.empty() ? 0 : *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
+}
+
 // Puts the plan's index arrays (and the row -> request map) on `dev`, once per plan and device;
-// a re-plan reuses the buffer when it is large enough.
+// a re-plan reuses the buffer when it is large enough (in CUDA-graph mode it always is, and the
+// offsets never move: graph_plan).
 void upload_indices(detail::MlaWrapperState& s, Device dev) {
   if (s.dev_ints_current && s.dev_ints.defined() && s.dev_ints.device() == dev) return;
   std::vector<int32_t> all;
@@ -262,17 +276,46 @@ void upload_indices(detail::MlaWrapperState& s, Device dev) {
   append(0, s.qo_indptr);
   append(1, s.kv_indptr);
   append(2, s.kv_lens);
-  append(3, s.kv_indices);
   append(4, row_req);
+  append(5, {max_kv_len(s)});
+  // kv_indices last: the arrays before it have sizes the graph mode fixes.
+  append(3, s.kv_indices);
   all.push_back(0);  // never empty
   const auto n = static_cast<int64_t>(all.size());
+  const int64_t capacity = graph_mode(s) ? s.dev_off[3] + s.graph_indices_cap + 1 : n;
   Tensor h = Tensor::empty({n}, DType::kInt32);
   std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
   if (!s.dev_ints.defined() || s.dev_ints.device() != dev || s.dev_ints.numel() < n) {
-    s.dev_ints = Tensor::empty({n}, DType::kInt32, dev);
+    s.dev_ints = Tensor::empty({std::max(n, capacity)}, DType::kInt32, dev);
   }
   s.dev_ints.slice(0, 0, n).copy_(h);
   s.dev_ints_current = true;
+}
+
+// The end of both wrappers' plan() in CUDA-graph mode on a CUDA device: the first plan fixes the
+// batch, the query rows and the page-index room; every plan uploads its arrays here, in place, as
+// upstream's plan copies into the constructor's buffers (a graph replayed after a re-plan reads
+// them; run() is not called then).
+void graph_plan(detail::MlaWrapperState& s, const char* op, const char* batch_arg,
+                const char* indices_arg) {
+  if (!graph_mode(s)) return;
+  const int64_t rows = s.qo_indptr.back();
+  const auto pages = static_cast<int64_t>(s.kv_indices.size());
+  if (s.graph_batch < 0) {
+    s.graph_batch = s.batch;
+    s.graph_rows = rows;
+    if (s.graph_indices_cap == 0) s.graph_indices_cap = std::max<int64_t>(pages, 1);
+  }
+  FLASHINFER_CHECK(s.batch == s.graph_batch, op, batch_arg,
+                   "under use_cuda_graph the batch size is fixed by the first plan (",
+                   s.graph_batch, "), got ", s.batch);
+  FLASHINFER_CHECK(rows == s.graph_rows, op, "qo_indptr",
+                   "under use_cuda_graph the query rows are fixed by the first plan (",
+                   s.graph_rows, "), got ", rows);
+  FLASHINFER_CHECK(pages <= s.graph_indices_cap, op, indices_arg, "has ", pages,
+                   " page ids; under use_cuda_graph a plan holds at most ", s.graph_indices_cap,
+                   " (the constructor's page-index buffer, else the first plan's pages)");
+  upload_indices(s, s.device);
 }
 
 AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
@@ -388,7 +431,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     p.out_scale = r.out_scale;
     p.causal = s.causal;
     p.rows = static_cast<int32_t>(rows);
-    p.max_kv_len = s.kv_lens.empty() ? 0 : *std::max_element(s.kv_lens.begin(), s.kv_lens.end());
+    p.max_kv_len = max_kv_len(s);
     if (r.q_nope.device().is_cuda()) {
       // The kernel reads the index arrays on its device.
       upload_indices(s, r.q_nope.device());
@@ -398,6 +441,13 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
       p.kv_lens = base + s.dev_off[2];
       p.kv_indices = base + s.dev_off[3];
       p.row_req = base + s.dev_off[4];
+      if (graph_mode(s)) {
+        // The splits for the longest request the page room allows; the chunk from the plan's
+        // longest, on the device.
+        p.max_kv_dev = base + s.dev_off[5];
+        p.max_kv_len = static_cast<int32_t>(std::min<int64_t>(s.graph_indices_cap * s.page_size,
+                                                              std::numeric_limits<int32_t>::max()));
+      }
     }
     api::launch(kMlaKernels, p, r.q_nope.device(), op, r.qn_arg);
   }
@@ -605,6 +655,11 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
         s_->device = float_workspace_buffer.device();
         s_->use_cuda_graph = use_cuda_graph;
         s_->backend = backend;
+        // Under use_cuda_graph upstream's plan copies into these buffers; here the page-index
+        // buffer's size bounds every plan's pages (graph_plan), the others are not needed.
+        if (use_cuda_graph && kv_indices && kv_indices->defined()) {
+          s_->graph_indices_cap = kv_indices->numel();
+        }
       },
       *this, float_workspace_buffer, use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr,
       backend);
@@ -670,6 +725,7 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
         }
         s.batch = static_cast<int32_t>(batch);
         s.dev_ints_current = false;
+        graph_plan(s, op, "qo_indptr", "kv_indices");
         s.planned = true;
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
@@ -796,6 +852,8 @@ void BatchDecodeMlaWithPagedKVCacheWrapper::plan(
         s.kv_dtype = data_type;
         s.dim_kpe = 0;  // q_pe's, at run
         s.dev_ints_current = false;
+        s.graph_indices_cap = s.indices_capacity;
+        graph_plan(s, op, "last_page_len", "indices");
         s.planned = true;
       },
       *this, indptr, indices, last_page_len, num_qo_heads, head_dim_compressed_kv, page_size,

@@ -106,6 +106,32 @@ TEST(MlaShape, KvSplitsFillTheGpuOnce) {
   }
 }
 
+// Under a CUDA graph the grid's splits are fixed at capture (mla_kv_split for the longest
+// request the page room allows) and each kernel takes its chunk from the latest plan's longest
+// request (mla_split_chunk on the device): every later plan's tokens are covered by the captured
+// splits, in whole tiles, and a plan with nothing visible gets chunks that cover nothing.
+TEST(MlaShape, CapturedSplitsCoverEveryLaterPlan) {
+  std::mt19937 rng(4);
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t blocks = 1 + static_cast<int64_t>(rng() % 300);
+    const bool mma = (rng() & 1) != 0;
+    const int64_t tile = mma ? 32 : 16;
+    const int64_t bound = 1 + static_cast<int64_t>(rng() % 2000000);
+    const MlaSplit captured = mla_kv_split(blocks, 132, bound, mma, tile, 1 << 16);
+    const int64_t later = static_cast<int64_t>(rng() % (bound + 1));
+    const int64_t chunk = mla_split_chunk(later, captured.splits, tile);
+    ASSERT_GE(chunk, 1);
+    ASSERT_GE(captured.splits * chunk, later) << "bound " << bound << " later " << later;
+    if (captured.splits > 1) {
+      ASSERT_EQ(chunk % tile, 0);
+    }
+  }
+  // The host's own chunk is the same function.
+  EXPECT_EQ(mla_kv_split(2, 132, 5000, false, 16, 1 << 20).chunk, mla_split_chunk(5000, 20, 16));
+  EXPECT_EQ(mla_split_chunk(0, 8, 32), 32);  // at least one token's range
+  EXPECT_EQ(mla_split_chunk(700, 1, 32), 700);
+}
+
 TEST(MlaShape, RowsPackedForThirtyTwoHeadsOrFewer) {
   EXPECT_EQ(mla_mma_pack(128), 1);
   EXPECT_EQ(mla_mma_pack(64), 1);

@@ -891,6 +891,133 @@ TEST(MlaCuda, DecodeWrapperMatchesCpu) {
   EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
 }
 
+#if FLASHINFER_TEST_HAVE_CUDART
+// Both MLA wrappers with use_cuda_graph=True, as engines decode DeepSeek: plan, capture run() in
+// a graph, then re-plan with other lengths (longer than at capture, an empty request) and only
+// replay the graph. Each replay must compute the latest plan: the plan uploads its arrays in place
+// and the kernels take their KV chunk from the plan's longest request on the device (before,
+// run() uploaded the arrays, so a replay read the captured plan's, and its splits covered only
+// the captured lengths). A plan of another batch size, or with more pages than the page-index
+// buffer holds, is refused by name.
+TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device g = Device::cuda(0);
+  const int64_t P = 64, H = 16, dc = 512, dk = 64;
+  const std::vector<int32_t> cap{3000, 200, 64, 1500};
+  const Latent l = make_latent(cap, P, dc, dk, DType::kBFloat16, 71);
+  const std::vector<std::vector<int32_t>> lens{
+      {40, 200, 1, 64}, {3000, 3, 50, 1500}, {0, 200, 64, 1}};
+  struct Table {
+    Tensor indptr, indices, kv_lens, last;
+  };
+  auto table = [&](const std::vector<int32_t>& n) {
+    std::vector<int32_t> indptr{0}, indices, last;
+    for (std::size_t b = 0; b < n.size(); ++b) {
+      const auto pages = static_cast<int32_t>((n[b] + P - 1) / P);
+      for (int32_t i = 0; i < pages; ++i)
+        indices.push_back(l.pages[b][static_cast<std::size_t>(i)]);
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+      last.push_back(pages == 0 ? 0 : n[b] - (pages - 1) * static_cast<int32_t>(P));
+    }
+    return Table{int_tensor(indptr), int_tensor(indices), int_tensor(n), int_tensor(last)};
+  };
+  int64_t room = 0;
+  for (int32_t n : cap) room += (n + P - 1) / P;
+  const Tensor q = testing::rand_tensor({4, H, dc + dk}, DType::kBFloat16, 72, -1.0, 1.0);
+  const Tensor qn = q.slice(2, 0, dc), qp = q.slice(2, dc, dc + dk);
+  const Tensor qn_d = testing::to_keep_layout(qn, g), qp_d = testing::to_keep_layout(qp, g);
+  const Tensor ckv_d = testing::to_keep_layout(l.ckv, g), kpe_d = testing::to_keep_layout(l.kpe, g);
+  const Tensor qo = int_tensor({0, 1, 2, 3, 4});
+  const double sm_scale = 0.05;
+  Tensor out = Tensor::zeros({4, H, dc}, DType::kBFloat16, g);
+  Tensor lse = Tensor::zeros({4, H}, DType::kFloat32, g);
+  for (const bool paged_wrapper : {true, false}) {
+    SCOPED_TRACE(paged_wrapper ? "BatchMLAPagedAttentionWrapper"
+                               : "BatchDecodeMlaWithPagedKVCacheWrapper");
+    std::vector<AttentionOutput> ref;
+    for (const auto& n : lens) {
+      const Table t = table(n);
+      if (paged_wrapper) {
+        BatchMLAPagedAttentionWrapper cpu(workspace());
+        cpu.plan(qo, t.indptr, t.indices, t.kv_lens, H, dc, dk, P, false, sm_scale,
+                 DType::kBFloat16, DType::kBFloat16);
+        ref.push_back(cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true));
+      } else {
+        BatchDecodeMlaWithPagedKVCacheWrapper cpu(workspace());
+        cpu.plan(t.indptr, t.indices, t.last, H, dc, P, sm_scale);
+        ref.push_back(cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, std::nullopt,
+                              std::nullopt, std::nullopt, true));
+      }
+    }
+    std::unique_ptr<BatchMLAPagedAttentionWrapper> pw;
+    std::unique_ptr<BatchDecodeMlaWithPagedKVCacheWrapper> dw;
+    if (paged_wrapper) {
+      pw = std::make_unique<BatchMLAPagedAttentionWrapper>(
+          workspace().to(g), true, Tensor::zeros({5}, DType::kInt32, g),
+          Tensor::zeros({5}, DType::kInt32, g), Tensor::zeros({room}, DType::kInt32, g),
+          Tensor::zeros({4}, DType::kInt32, g));
+    } else {
+      dw = std::make_unique<BatchDecodeMlaWithPagedKVCacheWrapper>(
+          workspace().to(g), true, false, Tensor::zeros({5}, DType::kInt32, g),
+          Tensor::zeros({room}, DType::kInt32, g), Tensor::zeros({4}, DType::kInt32, g));
+    }
+    auto plan = [&](const Table& t) {
+      if (pw) {
+        pw->plan(qo.to(g), t.indptr.to(g), t.indices.to(g), t.kv_lens.to(g), H, dc, dk, P, false,
+                 sm_scale, DType::kBFloat16, DType::kBFloat16);
+      } else {
+        dw->plan(t.indptr.to(g), t.indices.to(g), t.last.to(g), H, dc, P, sm_scale);
+      }
+    };
+    auto run = [&] {
+      if (pw) {
+        pw->run(qn_d, qp_d, ckv_d, kpe_d, out, lse, true);
+      } else {
+        dw->run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, std::nullopt, out, lse, true);
+      }
+    };
+    plan(table(lens[0]));
+    run();  // as engines warm up before capturing
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, run));
+    for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{0}, std::size_t{1}}) {
+      SCOPED_TRACE(::testing::Message() << "plan " << i);
+      out.fill_(0.0);
+      plan(table(lens[i]));
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+      EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), ref[i].out,
+                                     testing::attention_tolerance(DType::kBFloat16)));
+      EXPECT_TRUE(testing::all_close(lse.to(Device::cpu()), ref[i].lse, {1e-4, 1e-4}));
+    }
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
+    // Another batch size; more pages than the page-index buffer holds.
+    const Table three = table({40, 200, 1});
+    const Table wide = table({3000, 200, 64, 1500});
+    if (pw) {
+      EXPECT_FI_ERROR(pw->plan(int_tensor({0, 1, 2, 3}).to(g), three.indptr.to(g),
+                               three.indices.to(g), three.kv_lens.to(g), H, dc, dk, P, false,
+                               sm_scale, DType::kBFloat16, DType::kBFloat16),
+                      "BatchMLAPagedAttentionWrapper.plan", "qo_indptr");
+      Tensor more = Tensor::zeros({room + 1}, DType::kInt32);
+      more.slice(0, 0, room).copy_(wide.indices);
+      Tensor more_ptr = int_tensor({0, 47, 51, 52, static_cast<int32_t>(room + 1)});
+      EXPECT_FI_ERROR(
+          pw->plan(qo.to(g), more_ptr.to(g), more.to(g), int_tensor({3000, 200, 64, 1500}).to(g), H,
+                   dc, dk, P, false, sm_scale, DType::kBFloat16, DType::kBFloat16),
+          "BatchMLAPagedAttentionWrapper.plan", "kv_indices");
+    } else {
+      EXPECT_FI_ERROR(
+          dw->plan(three.indptr.to(g), three.indices.to(g), three.last.to(g), H, dc, P, sm_scale),
+          "BatchDecodeMlaWithPagedKVCacheWrapper.plan", "last_page_len");
+    }
+  }
+}
+#endif
+
 TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);

@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
   const int h = static_cast<int>(blockIdx.y) * G + warp;
   const bool head_ok = h < p.num_heads;
   pdl_wait();
+  if (p.max_kv_dev != nullptr) chunk = mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kTile);
   const RowSpan span = row_span(p, row);
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
   const int64_t stop = min(span.end, begin + chunk);
@@ -440,6 +441,9 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   const bool warp_on = h0 < p.num_heads;
 
   pdl_wait();
+  if (p.max_kv_dev != nullptr) {
+    chunk = static_cast<int32_t>(mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kDecTokens));
+  }
   const SplitSpan span = split_span(p, row, chunk);
   const int32_t begin = span.begin, stop = span.stop;
   const int n_iter = stop > begin ? (stop - begin + kDecTokens - 1) / kDecTokens : 0;
@@ -690,6 +694,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   // The tokens the split gives the block's rows: [begin, stop_r) for row r, stop growing with
   // the row (a causal request's later queries see more; else all the same). The tiles run to the
   // last row's stop; tiles past the first row's stop test each score against its row's.
+  if (p.max_kv_dev != nullptr) {
+    chunk = static_cast<int32_t>(mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, mla::kMmaKvTile));
+  }
   const SplitSpan first = split_span(p, row, chunk);
   const int32_t begin = first.begin, stop_first = first.stop;
   const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;

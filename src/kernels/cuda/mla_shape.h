@@ -88,6 +88,14 @@ struct MlaSplit {
   int64_t splits, chunk;  // split z takes tokens [z chunk, (z + 1) chunk) of each row
 };
 
+/// The chunk of `splits` splits covering max_kv tokens (at least 1): the whole range for one
+/// split, else a multiple of the kernel's `tile` with splits * chunk >= max_kv. The kernels
+/// compute it themselves from a device value under a CUDA graph (MlaAttentionParams::max_kv_dev).
+FLASHINFER_HD constexpr int64_t mla_split_chunk(int64_t max_kv, int64_t splits, int64_t tile) {
+  max_kv = max_kv < 1 ? 1 : max_kv;
+  return splits > 1 ? ((max_kv + splits - 1) / splits + tile - 1) / tile * tile : max_kv;
+}
+
 /// Splits the KV axis when `blocks` (row, head group) blocks would leave the `sms` SMs idle: the
 /// CUDA-core kernels (several blocks an SM) aim at two waves, rounding up; the tensor-core kernel
 /// (`one_per_sm`: one block an SM) splits only below one wave and never past it, rounding down
@@ -110,11 +118,8 @@ FLASHINFER_HD constexpr MlaSplit mla_kv_split(int64_t blocks, int64_t sms, int64
     splits = splits < by_scratch ? splits : by_scratch;
     splits = splits < 1 ? 1 : splits;
   }
-  int64_t chunk = max_kv;
-  if (splits > 1) {
-    chunk = ((max_kv + splits - 1) / splits + tile - 1) / tile * tile;
-    splits = (max_kv + chunk - 1) / chunk;
-  }
+  const int64_t chunk = mla_split_chunk(max_kv, splits, tile);
+  if (splits > 1) splits = (max_kv + chunk - 1) / chunk;
   return {splits, chunk};
 }
 
