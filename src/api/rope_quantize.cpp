@@ -68,11 +68,10 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
                    "must be [", nnz, mla ? "" : ", Hk", ", ", rd, "], got ",
                    shape_to_string(k_rope.shape()));
   api::check_same_dtype(k_rope, q_rope, op, "k_rope", "q_rope");
-  // Absent nope parts are zero-width, as upstream makes them.
-  const Tensor q_nope = q_nope_arg ? *q_nope_arg : Tensor::empty({nnz, hq, 0}, in, q_rope.device());
-  const Tensor k_nope = k_nope_arg ? *k_nope_arg
-                        : mla      ? Tensor::empty({nnz, 0}, in, q_rope.device())
-                                   : Tensor::empty({nnz, hk, 0}, in, q_rope.device());
+  // Absent nope parts are zero-width, as upstream makes them: empty views of the rope parts (no
+  // allocation, which a CUDA graph capturing the call would refuse).
+  const Tensor q_nope = q_nope_arg ? *q_nope_arg : q_rope.slice(2, 0, 0);
+  const Tensor k_nope = k_nope_arg ? *k_nope_arg : k_rope.slice(k_rope.dim() - 1, 0, 0);
   api::check_defined(q_nope, op, "q_nope");
   api::check_defined(k_nope, op, "k_nope");
   FLASHINFER_CHECK(q_nope.dim() == 3 && q_nope.size(0) == nnz && q_nope.size(1) == hq, op, "q_nope",
@@ -99,8 +98,10 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
                    "pos_ids", "must be int32 or int64, got ", dtype_torch_name(pos_ids.dtype()));
   FLASHINFER_CHECK(pos_ids.size(0) == nnz, op, "pos_ids", "has ", pos_ids.size(0),
                    " elements, expected nnz=", nnz);
-  if (nnz > 0) {
-    const std::vector<double> pos = pos_ids.to(Device::cpu()).to_double_vector();
+  // Host positions are checked here; device ones are read by the kernel only (no copy to the
+  // host, no synchronization), which writes NaN for the rope parts of a token outside the cache.
+  if (nnz > 0 && pos_ids.device().is_cpu()) {
+    const std::vector<double> pos = pos_ids.to_double_vector();
     for (std::size_t t = 0; t < pos.size(); ++t) {
       FLASHINFER_CHECK(pos[t] >= 0 && pos[t] < static_cast<double>(cos_sin_cache.size(0)), op,
                        "pos_ids", "element ", t, " (", static_cast<int64_t>(pos[t]),
@@ -140,6 +141,9 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
         if (outs[j]) api::check_no_overlap(o, *outs[j], op, out_names[i], out_names[j]);
       }
       res[i] = o;
+    } else if (ins[i]->numel() == 0 && i >= 2 && res[i - 2].defined()) {
+      // A zero-width nope output: an empty view of its rope part's (no allocation).
+      res[i] = res[i - 2].slice(res[i - 2].dim() - 1, 0, 0).view(ins[i]->shape());
     } else {
       res[i] = Tensor::empty(ins[i]->shape(), qd, q_rope.device());
     }
@@ -167,6 +171,7 @@ Outs rope_quantize_impl(const char* op, const Tensor& q_rope, const Tensor& k_ro
   p.cos_sin_stride = cos_sin_cache.stride(0);
   p.pos = pos_ids.data_ptr();
   p.pos_int64 = pos_ids.dtype() == DType::kInt64;
+  p.max_pos = cos_sin_cache.size(0);
   p.interleave = !is_neox;
   if (nnz > 0) api::launch(kRopeQuantizeKernels, p, q_rope.device(), op, "q_rope", enable_pdl);
   return {res[0], res[1], res[2], res[3]};

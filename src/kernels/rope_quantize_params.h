@@ -29,8 +29,11 @@ struct RopeQuantizeParams {
   int64_t nnz = 0;
   const float* cos_sin = nullptr;  // [max_pos, rope_dim]
   int64_t cos_sin_stride = 0;
-  const void* pos = nullptr;  // [nnz] int32 or int64 (validated on the host)
+  // [nnz] int32 or int64: host positions are validated on the host; on a device the kernel
+  // writes NaN for the rope parts of a token outside [0, max_pos).
+  const void* pos = nullptr;
   bool pos_int64 = false;
+  int64_t max_pos = 0;  // rows of cos_sin
   bool interleave = false;
 };
 

@@ -243,5 +243,48 @@ TEST(RopeQuantizeFp8Cuda, BitExactWithCpu) {
   }
 }
 
+// Device positions are read by the kernel only (no copy to the host, no synchronization): a
+// token outside the cos/sin cache gets NaN in its rope parts, where the CPU refuses the call by
+// name; every other token and every nope part has the CPU's codes. Without nope parts the
+// zero-width outputs are empty views (nothing allocated, which a CUDA graph would refuse).
+TEST(RopeQuantizeFp8Cuda, DevicePositionsOutsideTheCacheGiveNaN) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const DType q8 = DType::kFloat8E4M3FN;
+  Tensor q = testing::rand_tensor({6, 4, 64}, DType::kBFloat16, 11, -3, 3);
+  Tensor k = testing::rand_tensor({6, 2, 64}, DType::kBFloat16, 12, -3, 3);
+  Tensor qn = testing::rand_tensor({6, 4, 32}, DType::kBFloat16, 13, -3, 3);
+  Tensor kn = testing::rand_tensor({6, 2, 32}, DType::kBFloat16, 14, -3, 3);
+  Tensor cs = testing::rand_tensor({100, 64}, DType::kFloat32, 15);
+  const Tensor bad = int_tensor({3, -1, 50, 100, 99, 0});
+  const Tensor good = int_tensor({3, 0, 50, 0, 99, 0});  // tokens 1 and 3 at position 0
+  EXPECT_FI_ERROR(rope_quantize_fp8(q, k, qn, kn, cs, bad, true, q8), "rope_quantize_fp8",
+                  "pos_ids");
+  const auto want = rope_quantize_fp8(q, k, qn, kn, cs, good, true, q8);
+  const auto got = rope_quantize_fp8(q.to(gpu), k.to(gpu), qn.to(gpu), kn.to(gpu), cs.to(gpu),
+                                     bad.to(gpu), true, q8);
+  EXPECT_EQ(codes(std::get<2>(got)), codes(std::get<2>(want)));
+  EXPECT_EQ(codes(std::get<3>(got)), codes(std::get<3>(want)));
+  for (const auto& [g, w] : {std::pair{std::get<0>(got), std::get<0>(want)},
+                             std::pair{std::get<1>(got), std::get<1>(want)}}) {
+    const auto gc = codes(g), wc = codes(w);
+    const auto per_token = gc.size() / 6;
+    for (std::size_t i = 0; i < gc.size(); ++i) {
+      const std::size_t t = i / per_token;
+      if (t == 1 || t == 3) {
+        EXPECT_TRUE(std::isnan(decode(gc[i], q8))) << "token " << t;
+      } else {
+        EXPECT_EQ(gc[i], wc[i]) << "token " << t;
+      }
+    }
+  }
+  const auto bare = rope_quantize_fp8(q.to(gpu), k.to(gpu), std::nullopt, std::nullopt, cs.to(gpu),
+                                      good.to(gpu), true, q8);
+  EXPECT_EQ(std::get<2>(bare).shape(), (Shape{6, 4, 0}));
+  EXPECT_EQ(std::get<3>(bare).shape(), (Shape{6, 2, 0}));
+  EXPECT_EQ(codes(std::get<0>(bare)), codes(std::get<0>(want)));
+  EXPECT_EQ(codes(std::get<1>(bare)), codes(std::get<1>(want)));
+}
+
 }  // namespace
 }  // namespace flashinfer

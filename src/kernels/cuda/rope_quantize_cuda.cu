@@ -20,7 +20,8 @@ __global__ void rope_quantize_kernel(RopeQuantizeParams p) {
     if (part.rope) {
       const int64_t pos = p.pos_int64 ? static_cast<const int64_t*>(p.pos)[t]
                                       : static_cast<const int32_t*>(p.pos)[t];
-      const float* cs = p.cos_sin + pos * p.cos_sin_stride;
+      const bool pos_ok = pos >= 0 && pos < p.max_pos;  // else NaN: the host would refuse
+      const float* cs = p.cos_sin + (pos_ok ? pos : 0) * p.cos_sin_stride;
       const int64_t half = part.dim / 2;
       const int64_t j = p.interleave ? i / 2 : (i < half ? i : i - half);
       const float c = cs[j], s = cs[half + j];
@@ -35,6 +36,7 @@ __global__ void rope_quantize_kernel(RopeQuantizeParams p) {
       }
       const float a = __fmul_rn(y, c), b = __fmul_rn(other, s);
       y = minus ? __fsub_rn(a, b) : __fadd_rn(a, b);
+      if (!pos_ok) y = __int_as_float(0x7fc00000);
     }
     // __nv_fp8_* from float: round to nearest even, saturating to the finite range (NaN stays).
     const F8 q(__fmul_rn(y, part.scale));
