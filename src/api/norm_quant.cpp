@@ -36,13 +36,14 @@ constexpr api::KernelEntry<kernels::NormQuantParams> kNormQuantKernels[] = {
 #endif
 };
 
-// The scale as one fp32 on `device` (upstream's _normalize_scale_tensor: a float becomes a
-// tensor; a tensor is taken as fp32).
+// The scale as one fp32 on `device` (upstream's _normalize_scale_tensor: a tensor is taken as
+// fp32); an undefined tensor for a number, which the kernels take by value (set_scale): upstream
+// makes a device tensor of it, which copies to the device and synchronizes on every call.
 Tensor norm_quant_scale_tensor(const ScalarOrTensor<double>& scale, Device device, const char* op) {
   if (!scale.is_tensor()) {
     FLASHINFER_CHECK(std::isfinite(scale.scalar()) && scale.scalar() != 0.0, op, "scale",
                      "must be finite and non-zero, got ", scale.scalar());
-    return Tensor::full({1}, scale.scalar(), DType::kFloat32, Device::cpu()).to(device);
+    return Tensor();
   }
   const Tensor& t = scale.tensor();
   FLASHINFER_CHECK(t.numel() == 1, op, "scale", "expected a one-element tensor, got shape ",
@@ -74,7 +75,7 @@ void norm_quant_check_eps(double eps, const char* op) {
 }
 
 kernels::NormQuantParams base(const Tensor& out, const Tensor& input, const Tensor& scale,
-                              double eps) {
+                              const ScalarOrTensor<double>& scale_arg, double eps) {
   kernels::NormQuantParams p;
   p.input = input.data_ptr();
   p.out = out.data_ptr();
@@ -87,7 +88,8 @@ kernels::NormQuantParams base(const Tensor& out, const Tensor& input, const Tens
   p.out_stride_b = out.stride(0);
   p.out_stride_d = out.stride(1);
   p.eps = static_cast<float>(eps);
-  p.scale = scale.data<float>();
+  p.scale = scale.defined() ? scale.data<float>() : nullptr;
+  if (!scale_arg.is_tensor()) p.scale_value = static_cast<float>(scale_arg.scalar());
   return p;
 }
 
@@ -108,7 +110,7 @@ void rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& we
   rms_weight(weight, input, op);
   norm_quant_check_eps(eps, op);
   const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
-  kernels::NormQuantParams p = base(out, input, s, eps);
+  kernels::NormQuantParams p = base(out, input, s, scale, eps);
   p.kind = kernels::NormQuantKind::kRms;
   p.weight = weight.data_ptr();
   p.weight_stride = weight.stride(0);
@@ -132,7 +134,7 @@ void fused_add_rmsnorm_quant_impl(const Tensor& out, const Tensor& input, const 
   api::check_no_overlap(weight, residual, op, "weight", "residual");
   norm_quant_check_eps(eps, op);
   const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
-  kernels::NormQuantParams p = base(out, input, s, eps);
+  kernels::NormQuantParams p = base(out, input, s, scale, eps);
   p.kind = kernels::NormQuantKind::kFusedAddRms;
   p.residual = residual.data_ptr();
   p.res_stride_b = residual.stride(0);
@@ -156,7 +158,7 @@ void layernorm_quant_impl(const Tensor& out, const Tensor& input, const Tensor& 
   }
   norm_quant_check_eps(eps, op);
   const Tensor s = norm_quant_scale_tensor(scale, input.device(), op);
-  kernels::NormQuantParams p = base(out, input, s, eps);
+  kernels::NormQuantParams p = base(out, input, s, scale, eps);
   p.kind = kernels::NormQuantKind::kLayer;
   p.weight = gemma.data_ptr();
   p.weight_stride = gemma.stride(0);

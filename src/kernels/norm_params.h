@@ -91,7 +91,10 @@ struct NormQuantParams {
   int64_t out_stride_b = 0, out_stride_d = 1;
   int64_t weight_stride = 1, beta_stride = 1;
   float eps = 1e-6f;
-  const float* scale = nullptr;  // one fp32 on the input's device
+  // One fp32 on the input's device (a tensor scale), else scale_value (a number: no upload, so
+  // nothing synchronizes and a CUDA graph can capture the call).
+  const float* scale = nullptr;
+  float scale_value = 1.0f;
   // kRmsSilu NVFP4: e4m3 [batch, hidden / 16] (out is [batch, hidden / 2] packed pairs, its
   // strides in bytes-sized elements).
   uint8_t* block_scale = nullptr;

@@ -118,7 +118,7 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
 }  // namespace
 
 void norm_quant(const NormQuantParams& p) {
-  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
+  const float inv_scale = 1.0f / (p.scale ? *p.scale : p.scale_value);
   dispatch_dtype<CpuElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "norm_quant", "input", [&]<class T>() {
 #pragma omp parallel if (p.batch * p.hidden >= (1 << 16))

@@ -32,7 +32,7 @@ __device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* 
   const int64_t b = blockIdx.x;
   const int64_t n = p.hidden;
   const T* in = static_cast<const T*>(p.input) + b * p.in_stride_b;
-  const float inv_scale = p.scale ? 1.0f / *p.scale : 1.0f;
+  const float inv_scale = 1.0f / (p.scale ? *p.scale : p.scale_value);
   const bool e4m3 = p.out_dtype == DType::kFloat8E4M3FN;
   uint8_t* out = static_cast<uint8_t*>(p.out) + b * p.out_stride_b;
   const bool fused = p.kind == NormQuantKind::kFusedAddRms;
