@@ -42,7 +42,8 @@ struct MlaWrapperState {
   int64_t max_page_id = -1;
   // The index arrays on the device a CUDA run uses: qo_indptr, kv_indptr, kv_lens, row_req, the
   // largest kv_lens entry (one int) and kv_indices, at the offsets dev_off (kv_indices last).
-  // Uploaded by the first run after a plan, or in CUDA-graph mode by the plan itself.
+  // Uploaded by the wrappers' plan() on a CUDA device, else by the first run (the trtllm / xqa
+  // MLA entry points plan inside run).
   Tensor dev_ints;
   bool dev_ints_current = false;
   int64_t dev_off[6] = {};
@@ -261,7 +262,7 @@ int32_t max_kv_len(const detail::MlaWrapperState& s) {
 
 // Puts the plan's index arrays (and the row -> request map) on `dev`, once per plan and device;
 // a re-plan reuses the buffer when it is large enough (in CUDA-graph mode it always is, and the
-// offsets never move: graph_plan).
+// offsets never move: plan_upload).
 void upload_indices(detail::MlaWrapperState& s, Device dev) {
   if (s.dev_ints_current && s.dev_ints.defined() && s.dev_ints.device() == dev) return;
   std::vector<int32_t> all;
@@ -292,13 +293,17 @@ void upload_indices(detail::MlaWrapperState& s, Device dev) {
   s.dev_ints_current = true;
 }
 
-// The end of both wrappers' plan() in CUDA-graph mode on a CUDA device: the first plan fixes the
-// batch, the query rows and the page-index room; every plan uploads its arrays here, in place, as
-// upstream's plan copies into the constructor's buffers (a graph replayed after a re-plan reads
-// them; run() is not called then).
-void graph_plan(detail::MlaWrapperState& s, const char* op, const char* batch_arg,
-                const char* indices_arg) {
-  if (!graph_mode(s)) return;
+// The end of both wrappers' plan() on a CUDA device: the plan's arrays go to the device here, as
+// upstream's plan copies them (run() then makes no copy and no synchronization). In CUDA-graph
+// mode the first plan fixes the batch, the query rows and the page-index room, and every plan
+// uploads in place (a graph replayed after a re-plan reads the arrays; run() is not called then).
+void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_arg,
+                 const char* indices_arg) {
+  if (!s.device.is_cuda()) return;
+  if (!graph_mode(s)) {
+    upload_indices(s, s.device);
+    return;
+  }
   const int64_t rows = s.qo_indptr.back();
   const auto pages = static_cast<int64_t>(s.kv_indices.size());
   if (s.graph_batch < 0) {
@@ -656,7 +661,7 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
         s_->use_cuda_graph = use_cuda_graph;
         s_->backend = backend;
         // Under use_cuda_graph upstream's plan copies into these buffers; here the page-index
-        // buffer's size bounds every plan's pages (graph_plan), the others are not needed.
+        // buffer's size bounds every plan's pages (plan_upload), the others are not needed.
         if (use_cuda_graph && kv_indices && kv_indices->defined()) {
           s_->graph_indices_cap = kv_indices->numel();
         }
@@ -725,7 +730,7 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
         }
         s.batch = static_cast<int32_t>(batch);
         s.dev_ints_current = false;
-        graph_plan(s, op, "qo_indptr", "kv_indices");
+        plan_upload(s, op, "qo_indptr", "kv_indices");
         s.planned = true;
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
@@ -853,7 +858,7 @@ void BatchDecodeMlaWithPagedKVCacheWrapper::plan(
         s.dim_kpe = 0;  // q_pe's, at run
         s.dev_ints_current = false;
         s.graph_indices_cap = s.indices_capacity;
-        graph_plan(s, op, "last_page_len", "indices");
+        plan_upload(s, op, "last_page_len", "indices");
         s.planned = true;
       },
       *this, indptr, indices, last_page_len, num_qo_heads, head_dim_compressed_kv, page_size,

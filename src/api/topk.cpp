@@ -13,6 +13,10 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/topk_cpu.h"
 #if FLASHINFER_WITH_CUDA
+#include <optional>
+
+#include "flashinfer/stream.h"
+#include "kernels/cuda/stream_scratch.h"
 #include "kernels/cuda/topk_cuda.h"
 #endif
 
@@ -119,12 +123,18 @@ kernels::TopKParams base_params(const Tensor& input, int64_t k, TopKTieBreak tie
 
 void run(const kernels::TopKParams& p, const Tensor& input, const char* op) {
   TopKLaunch l{p, op};
-  // The CUDA kernel sorts through a device scratch buffer (kept alive across the launch).
-  Tensor scratch;
-  if (p.sorted && input.device().is_cuda()) {
-    scratch = Tensor::empty({2 * p.rows * p.k}, DType::kInt64, input.device());
-    l.p.sort_scratch = scratch.data_ptr();
+#if FLASHINFER_WITH_CUDA
+  // The CUDA kernel sorts through the stream's scratch (kernels/cuda/stream_scratch.h), held
+  // until the launches are queued and never freed: a temporary tensor was allocated and freed on
+  // every call, which a CUDA graph capturing the call refuses.
+  std::optional<kernels::cuda::StreamScratch> scratch;
+  if (p.sorted && input.device().is_cuda() && p.rows > 0) {
+    static kernels::cuda::StreamScratchPool pool("top_k sort scratch");
+    scratch = pool.acquire(op, input.device().index, current_cuda_stream(),
+                           static_cast<std::size_t>(2 * p.rows * p.k) * sizeof(int64_t));
+    l.p.sort_scratch = scratch->data();
   }
+#endif
   api::launch(kTopKKernels, l, input.device(), op, "input");
 }
 
