@@ -56,6 +56,15 @@ struct MlaWrapperState {
   // so a graph captured around run() reads the latest plan: its kernels take the chunk from the
   // device's largest length (MlaAttentionParams::max_kv_dev) and their splits from the grid.
   int64_t graph_batch = -1, graph_rows = -1, graph_indices_cap = 0;
+  // What else a captured graph holds from the first plan (a re-plan may not change it: a page
+  // size read by kernels built for another would index past the page lists), and the pages of
+  // the cache the last run read (later plans' page ids are checked against it: run() is not
+  // called before a replay). -1: no run yet.
+  int32_t graph_page_size = 0, graph_heads = 0, graph_dim_ckv = 0;
+  bool graph_causal = false;
+  double graph_sm_scale = 0.0;
+  DType graph_q_dtype = DType::kBFloat16, graph_kv_dtype = DType::kBFloat16;
+  int64_t graph_cache_pages = -1;
 };
 
 }  // namespace detail
@@ -306,20 +315,45 @@ void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_a
   }
   const int64_t rows = s.qo_indptr.back();
   const auto pages = static_cast<int64_t>(s.kv_indices.size());
-  if (s.graph_batch < 0) {
+  // The first plan's values, fixed only once it is accepted (a refused first plan fixes nothing).
+  const bool first = s.graph_batch < 0;
+  const int64_t cap =
+      first && s.graph_indices_cap == 0 ? std::max<int64_t>(pages, 1) : s.graph_indices_cap;
+  if (!first) {
+    FLASHINFER_CHECK(s.batch == s.graph_batch, op, batch_arg,
+                     "under use_cuda_graph the batch size is fixed by the first plan (",
+                     s.graph_batch, "), got ", s.batch);
+    FLASHINFER_CHECK(rows == s.graph_rows, op, "qo_indptr",
+                     "under use_cuda_graph the query rows are fixed by the first plan (",
+                     s.graph_rows, "), got ", rows);
+    FLASHINFER_CHECK(s.page_size == s.graph_page_size, op, "page_size",
+                     "under use_cuda_graph the page size is fixed by the first plan (",
+                     s.graph_page_size, "), got ", s.page_size);
+    FLASHINFER_CHECK(s.num_heads == s.graph_heads && s.dim_ckv == s.graph_dim_ckv &&
+                         s.causal == s.graph_causal && s.sm_scale == s.graph_sm_scale &&
+                         s.q_dtype == s.graph_q_dtype && s.kv_dtype == s.graph_kv_dtype,
+                     op, "self",
+                     "under use_cuda_graph the heads, head dims, dtypes, causal and sm_scale are "
+                     "fixed by the first plan (a captured graph holds them)");
+  }
+  FLASHINFER_CHECK(pages <= cap, op, indices_arg, "has ", pages,
+                   " page ids; under use_cuda_graph a plan holds at most ", cap,
+                   " (the constructor's page-index buffer, else the first plan's pages)");
+  FLASHINFER_CHECK(s.graph_cache_pages < 0 || s.max_page_id < s.graph_cache_pages, op, indices_arg,
+                   "refers to page ", s.max_page_id, " but the cache the last run read has ",
+                   s.graph_cache_pages, " pages (a graph replays against it)");
+  if (first) {
     s.graph_batch = s.batch;
     s.graph_rows = rows;
-    if (s.graph_indices_cap == 0) s.graph_indices_cap = std::max<int64_t>(pages, 1);
+    s.graph_indices_cap = cap;
+    s.graph_page_size = s.page_size;
+    s.graph_heads = s.num_heads;
+    s.graph_dim_ckv = s.dim_ckv;
+    s.graph_causal = s.causal;
+    s.graph_sm_scale = s.sm_scale;
+    s.graph_q_dtype = s.q_dtype;
+    s.graph_kv_dtype = s.kv_dtype;
   }
-  FLASHINFER_CHECK(s.batch == s.graph_batch, op, batch_arg,
-                   "under use_cuda_graph the batch size is fixed by the first plan (",
-                   s.graph_batch, "), got ", s.batch);
-  FLASHINFER_CHECK(rows == s.graph_rows, op, "qo_indptr",
-                   "under use_cuda_graph the query rows are fixed by the first plan (",
-                   s.graph_rows, "), got ", rows);
-  FLASHINFER_CHECK(pages <= s.graph_indices_cap, op, indices_arg, "has ", pages,
-                   " page ids; under use_cuda_graph a plan holds at most ", s.graph_indices_cap,
-                   " (the constructor's page-index buffer, else the first plan's pages)");
   upload_indices(s, s.device);
 }
 
@@ -345,6 +379,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
                    "], got ", shape_to_string(r.kpe.shape()));
   FLASHINFER_CHECK(s.max_page_id < r.ckv.size(0), op, r.ckv_arg, "has ", r.ckv.size(0),
                    " pages but the page table refers to page ", s.max_page_id);
+  if (graph_mode(s)) s.graph_cache_pages = r.ckv.size(0);
   FLASHINFER_CHECK(r.q_nope.dtype() == s.q_dtype, op, r.qn_arg, "dtype ",
                    dtype_torch_name(r.q_nope.dtype()), " is not the planned ",
                    dtype_torch_name(s.q_dtype));

@@ -994,25 +994,40 @@ TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
     cudaGraphExecDestroy(graph.exec);
     cudaGraphDestroy(graph.graph);
     cudaStreamDestroy(graph.stream);
-    // Another batch size; more pages than the page-index buffer holds.
+    // Another batch size; more pages than the page-index buffer holds; another page size (the
+    // captured kernels would read the page lists with the first one's) or sm_scale.
     const Table three = table({40, 200, 1});
     const Table wide = table({3000, 200, 64, 1500});
+    const Table small = table({16, 30, 1, 20});  // one page each: valid at page size 32 too
     if (pw) {
+      const char* op = "BatchMLAPagedAttentionWrapper.plan";
       EXPECT_FI_ERROR(pw->plan(int_tensor({0, 1, 2, 3}).to(g), three.indptr.to(g),
                                three.indices.to(g), three.kv_lens.to(g), H, dc, dk, P, false,
                                sm_scale, DType::kBFloat16, DType::kBFloat16),
-                      "BatchMLAPagedAttentionWrapper.plan", "qo_indptr");
+                      op, "qo_indptr");
       Tensor more = Tensor::zeros({room + 1}, DType::kInt32);
       more.slice(0, 0, room).copy_(wide.indices);
       Tensor more_ptr = int_tensor({0, 47, 51, 52, static_cast<int32_t>(room + 1)});
       EXPECT_FI_ERROR(
           pw->plan(qo.to(g), more_ptr.to(g), more.to(g), int_tensor({3000, 200, 64, 1500}).to(g), H,
                    dc, dk, P, false, sm_scale, DType::kBFloat16, DType::kBFloat16),
-          "BatchMLAPagedAttentionWrapper.plan", "kv_indices");
+          op, "kv_indices");
+      EXPECT_FI_ERROR(
+          pw->plan(qo.to(g), small.indptr.to(g), small.indices.to(g), small.kv_lens.to(g), H, dc,
+                   dk, P / 2, false, sm_scale, DType::kBFloat16, DType::kBFloat16),
+          op, "page_size");
+      EXPECT_FI_ERROR(
+          pw->plan(qo.to(g), small.indptr.to(g), small.indices.to(g), small.kv_lens.to(g), H, dc,
+                   dk, P, false, 2 * sm_scale, DType::kBFloat16, DType::kBFloat16),
+          op, "self");
     } else {
+      const char* op = "BatchDecodeMlaWithPagedKVCacheWrapper.plan";
       EXPECT_FI_ERROR(
           dw->plan(three.indptr.to(g), three.indices.to(g), three.last.to(g), H, dc, P, sm_scale),
-          "BatchDecodeMlaWithPagedKVCacheWrapper.plan", "last_page_len");
+          op, "last_page_len");
+      EXPECT_FI_ERROR(dw->plan(small.indptr.to(g), small.indices.to(g), small.last.to(g), H, dc,
+                               P / 2, sm_scale),
+                      op, "page_size");
     }
   }
 }

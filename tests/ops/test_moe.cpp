@@ -1044,7 +1044,12 @@ TEST(DeepSeekRoutingRules, EmulatedKernelMatchesTheReferenceBitForBit) {
     for (int t = 0; t < T; ++t) {
       for (float x : tricky_values(rng, c.E, t % 4 == 3)) sc.push_back(x);
     }
-    for (int e = 0; e < c.E; ++e) bi.push_back(static_cast<double>((rng() % 5) * 0.125f));
+    // Bias multiples of 1/8 with an infinity now and then (infinite biased scores, and an
+    // inf + -inf group score: NaN).
+    for (int e = 0; e < c.E; ++e) {
+      const unsigned r = rng() % 40;
+      bi.push_back(r == 0 ? INFINITY : r == 1 ? -INFINITY : static_cast<double>((r % 5) * 0.125f));
+    }
     Tensor scores = Tensor::from_vector(sc, {T, c.E}, DType::kFloat32);
     Tensor bias = Tensor::from_vector(bi, {c.E}, DType::kFloat32);
     Tensor vals = Tensor::zeros({T, c.K}, DType::kFloat32);

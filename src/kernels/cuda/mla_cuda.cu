@@ -82,9 +82,11 @@ __device__ __forceinline__ RowSpan row_span(const MlaAttentionParams& p, int64_t
 }
 
 // The tokens of `row` that KV split blockIdx.z takes: [begin, stop) of the row's visible range,
-// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: begin < max_kv_len < 2^31 (the
-// launcher leaves no split past the longest request) and stop <= kv_len. stop <= begin: nothing
-// to do. b: the row's request.
+// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: eager, begin < max_kv_len < 2^31 (the
+// launcher leaves no split past the longest request); under a CUDA graph splits past the plan's
+// longest are normal, and (splits - 1) * chunk stays below 2^31 (mla_split_chunk of a length
+// below 2^31). stop <= kv_len; stop <= begin: nothing to do (an empty state the merge ignores).
+// b: the row's request.
 struct SplitSpan {
   int32_t b, begin, stop;
 };
