@@ -418,4 +418,29 @@ TEST(TopK, RecordAndReplay) {
 }
 
 }  // namespace
+// top_k(sorted=True) on CUDA: the sort kernel ranks the selected (score, index) keys in the
+// stream's scratch, from shared memory up to 6144 keys a row and from global memory past that
+// (one loop a memory space since session 61); values and indices must be the CPU's, in order,
+// ties included (16-bit scores collide). test_backend_ops' top_k case runs sorted=False only.
+TEST(TopKCuda, SortedMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda(0);
+  struct Case {
+    int64_t rows, cols, k;
+    DType dt;
+  };
+  for (const Case& c : {Case{3, 1000, 1, DType::kFloat32}, Case{5, 4096, 64, DType::kBFloat16},
+                        Case{2, 9000, 6144, DType::kFloat16}, Case{2, 9000, 7000, DType::kFloat32},
+                        Case{1, 20000, 8192, DType::kBFloat16}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.cols << ", k " << c.k);
+    const Tensor x = testing::rand_tensor({c.rows, c.cols}, c.dt, 17 + c.k, -4.0, 4.0);
+    const auto [vc, ic] = top_k(x, c.k, true);
+    for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the stream's scratch
+      const auto [vg, ig] = top_k(x.to(g), c.k, true);
+      EXPECT_EQ(ig.to(Device::cpu()).to_double_vector(), ic.to_double_vector());
+      EXPECT_EQ(vg.to(Device::cpu()).to_double_vector(), vc.to_double_vector());
+    }
+  }
+}
+
 }  // namespace flashinfer::testing
