@@ -47,8 +47,9 @@ constexpr KernelEntry<kernels::AttentionParams> kAttentionKernels[] = {
 };
 void register_attention_backends(std::string_view op) { register_backends(op, kAttentionKernels); }
 
-std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
-                                   int64_t expected_len) {
+// A 1-D int32 index tensor of `expected_len` elements (any length when negative).
+static void check_index_tensor(const Tensor& t, const char* op, const char* arg,
+                               int64_t expected_len) {
   check_defined(t, op, arg);
   check_dim(t, {1}, op, arg);
   FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, arg, "expected an int32 tensor, got ",
@@ -57,6 +58,11 @@ std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* 
     FLASHINFER_CHECK(t.size(0) == expected_len, op, arg, "expected ", expected_len,
                      " elements, got ", t.size(0));
   }
+}
+
+std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
+                                   int64_t expected_len) {
+  check_index_tensor(t, op, arg, expected_len);
   const Tensor h = t.to(Device::cpu()).contiguous();
   std::vector<int32_t> v(static_cast<std::size_t>(h.numel()));
   if (!v.empty()) std::memcpy(v.data(), h.data_ptr(), v.size() * sizeof(int32_t));
@@ -180,16 +186,9 @@ void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
                    "must be in [1, 2^20], got ", page_size);
   auto dense = [&](const Tensor& x, const char* arg, int64_t expected_len) -> const int32_t* {
-    check_defined(x, op, arg);
-    check_dim(x, {1}, op, arg);
-    FLASHINFER_CHECK(x.dtype() == DType::kInt32, op, arg, "expected an int32 tensor, got ",
-                     dtype_torch_name(x.dtype()));
+    check_index_tensor(x, op, arg, expected_len);
     FLASHINFER_CHECK(x.device() == kv_indptr.device(), op, arg, "is on ", x.device().str(),
                      " but kv_indptr is on ", kv_indptr.device().str());
-    if (expected_len >= 0) {
-      FLASHINFER_CHECK(x.size(0) == expected_len, op, arg, "expected ", expected_len,
-                       " elements, got ", x.size(0));
-    }
     a.dense.push_back(x.contiguous());
     return a.dense.back().numel() > 0 ? a.dense.back().data<const int32_t>() : nullptr;
   };

@@ -37,8 +37,8 @@ constexpr api::KernelEntry<kernels::NormQuantParams> kNormQuantKernels[] = {
 };
 
 // The scale as one fp32 on `device` (upstream's _normalize_scale_tensor: a tensor is taken as
-// fp32); an undefined tensor for a number, which the kernels take by value (set_scale): upstream
-// makes a device tensor of it, which copies to the device and synchronizes on every call.
+// fp32); an undefined tensor for a number, which base() passes by value (upstream makes a device
+// tensor of it, which copies to the device and synchronizes on every call).
 Tensor norm_quant_scale_tensor(const ScalarOrTensor<double>& scale, Device device, const char* op) {
   if (!scale.is_tensor()) {
     FLASHINFER_CHECK(std::isfinite(scale.scalar()) && scale.scalar() != 0.0, op, "scale",

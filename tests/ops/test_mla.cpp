@@ -793,15 +793,9 @@ TEST(MlaCuda, AppendReadsTheIndexArraysOnTheDevice) {
     EXPECT_EQ(bytes_of(kpe_g.to(Device::cpu())), bytes_of(kpe));
 #if FLASHINFER_TEST_HAVE_CUDART
     Tensor ckv_c = ckv0.to(g), kpe_c = kpe0.to(g);
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    void* const prev = current_cuda_stream();
-    set_current_cuda_stream(stream);
-    ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+    ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] {
       append_paged_mla_kv_cache(ac_g, ak_g, bi_g, pos_g, ckv_c, kpe_c, idx_g, ip_g, last_g);
     }));
-    set_current_cuda_stream(prev);
-    cudaStreamDestroy(stream);
     EXPECT_EQ(bytes_of(ckv_c.to(Device::cpu())), bytes_of(ckv));
     EXPECT_EQ(bytes_of(kpe_c.to(Device::cpu())), bytes_of(kpe));
 #endif

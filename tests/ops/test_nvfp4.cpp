@@ -1016,14 +1016,7 @@ TEST(Nvfp4OpsCuda, SlotMappingAppendCapturesIntoAGraph) {
   };
   std::vector<Tensor> eager = caches(), graph = caches();
   call(eager);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* const prev = current_cuda_stream();
-  set_current_cuda_stream(stream);
-  ASSERT_NO_FATAL_FAILURE(
-      testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] { call(graph); }));
-  set_current_cuda_stream(prev);
-  cudaStreamDestroy(stream);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] { call(graph); }));
   for (std::size_t j = 0; j < eager.size(); ++j) {
     EXPECT_EQ(bytes(host(graph[j])), bytes(host(eager[j]))) << j;
   }

@@ -481,15 +481,9 @@ TEST(AppendPagedKvCacheCuda, IndexArraysStayOnTheDevice) {
 #if FLASHINFER_TEST_HAVE_CUDART
   const Tensor pos_g = int_tensor(pos).to(g);
   Tensor kg = kc0.to(g), vg = vc0.to(g);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* const prev = current_cuda_stream();
-  set_current_cuda_stream(stream);
-  ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+  ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] {
     append_paged_kv_cache(kg_in, vg_in, bi_g, pos_g, PagedKVCache(kg, vg), idx_g, ip_g, last_g);
   }));
-  set_current_cuda_stream(prev);
-  cudaStreamDestroy(stream);
   EXPECT_EQ(kg.to_double_vector(), kc.to_double_vector());
   EXPECT_EQ(vg.to_double_vector(), vc.to_double_vector());
 #endif

@@ -29,6 +29,25 @@ inline void capture_and_launch(cudaStream_t stream, cudaStreamCaptureMode mode,
   cudaGraphDestroy(graph);
 }
 
+// capture_and_launch in global mode (any synchronizing call inside fails the capture) on a new
+// non-blocking stream made the library's current stream for the capture; the previous current
+// stream comes back and the stream is destroyed however the capture ends. Call it under
+// ASSERT_NO_FATAL_FAILURE.
+inline void capture_on_own_stream(const std::function<void()>& call) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct Restore {
+    void* prev;
+    cudaStream_t stream;
+    ~Restore() {
+      set_current_cuda_stream(prev);
+      cudaStreamDestroy(stream);
+    }
+  } restore{current_cuda_stream(), stream};
+  set_current_cuda_stream(stream);
+  capture_and_launch(stream, cudaStreamCaptureModeGlobal, call);
+}
+
 // A graph captured once and launched again after re-plans (the wrappers' use_cuda_graph tests):
 // the stream it was captured on and its executable form. The test destroys them.
 struct ReplayableGraph {

@@ -35,21 +35,6 @@ __device__ __forceinline__ int64_t chunk_index(const void* p, bool i64, int64_t 
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
 }
 
-// 4 bytes global -> shared by cp.async (.ca: .cg takes 16 only), zero-filled and reading nothing
-// when !valid. sm_80+.
-__device__ __forceinline__ void copy4_zfill(uint32_t dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
-#else
-  (void)dst;
-  (void)src;
-  (void)valid;
-  __trap();
-#endif
-}
-
 template <class IO>
 __device__ __forceinline__ float lo_f32(uint32_t r) {
   if constexpr (::cuda::std::is_same_v<IO, __half>) {
@@ -224,8 +209,8 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     const bool gok = gp != nullptr && gt < C;
     const int64_t goff = is_alpha ? (tok0 + gt) * p.g.stride_tok + h * p.g.stride_head
                                   : (tok0 + gt) * p.beta.stride_tok + h * p.beta.stride_head;
-    copy4_zfill(raw_base + so + (is_alpha ? 0u : kL.beta_raw - kL.alpha_raw) + 4u * gt,
-                gok ? static_cast<const void*>(gp + goff) : static_cast<const void*>(qg), gok);
+    cpa::copy4_zfill(raw_base + so + (is_alpha ? 0u : kL.beta_raw - kL.alpha_raw) + 4u * gt,
+                     gok ? static_cast<const void*>(gp + goff) : static_cast<const void*>(qg), gok);
   };
 
   int st = 0;  // the copy stage of the chunk at c0

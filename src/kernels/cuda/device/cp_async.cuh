@@ -41,6 +41,21 @@ __device__ __forceinline__ void copy16_zfill(void* dst, const void* src, bool va
 #endif
 }
 
+/// As copy16_zfill for 4 bytes (both 4-byte aligned): cp.async.ca (.cg takes 16 bytes only), for
+/// per-token scalars that travel with a tile (the chunked GDN prefill's gates). sm_80+ only.
+__device__ __forceinline__ void copy4_zfill(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)valid;
+  __trap();
+#endif
+}
+
 /// Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
