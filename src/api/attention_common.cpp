@@ -24,6 +24,7 @@
 #include "kernels/cuda/prefill_shape.h"  // plain constexpr: the planner's tile rule on every build
 #include "kernels/cuda/prefill_sm90_shape.h"  // ditto: the Hopper kernel's blocks an SM
 #if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/block_table_plan_cuda.h"
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_sm90.h"
@@ -46,6 +47,17 @@ constexpr KernelEntry<kernels::AttentionParams> kAttentionKernels[] = {
 #endif
 };
 void register_attention_backends(std::string_view op) { register_backends(op, kAttentionKernels); }
+
+#if FLASHINFER_WITH_CUDA
+// The device-side plan of the block-table decode calls (build_block_table_plan), on CUDA only:
+// the CPU plans on the host.
+constexpr KernelEntry<kernels::BlockTablePlan> kBlockTablePlanKernels[] = {
+    {DeviceType::kCUDA, "CUDA kernel: one block per request", nullptr,
+     [](const kernels::BlockTablePlan& p, const LaunchContext& c) {
+       kernels::cuda::block_table_plan(p, c.stream);
+     }},
+};
+#endif
 
 // A 1-D int32 index tensor of `expected_len` elements (any length when negative).
 static void check_index_tensor(const Tensor& t, const char* op, const char* arg,
@@ -820,7 +832,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     }
     dev.slice(0, 0, n).copy_(host);
   };
-  const bool on_device = s.device.is_cuda() && !s.sizing_only;
+  // A device-side plan (build_block_table_plan) is filled on the device by run().
+  const bool on_device = s.device.is_cuda() && !s.sizing_only && !s.block_plan;
   if (on_device && s.pos_encoding == 2) {
     const std::vector<double> slopes(s.alibi_slopes.begin(), s.alibi_slopes.end());
     refill(s.dev_alibi,
@@ -864,6 +877,73 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     }
   }
   s.planned = true;
+}
+
+void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
+                            int64_t num_pages, int64_t max_seq_len, const char* op) {
+  FLASHINFER_CHECK_CODE(s.device.is_cuda() && !s.use_cuda_graph && s.paged, ErrorCode::kInternal,
+                        op, "", "a device-side plan for a CPU, graph or ragged state");
+  const int32_t batch = s.batch;
+  const int32_t q_len = batch > 0 ? s.qo_indptr[1] - s.qo_indptr[0] : 1;
+  kernels::BlockTablePlan bp;
+  bp.seq_lens = seq_lens.data<const int32_t>();
+  bp.seq_lens_stride = seq_lens.stride(0);
+  bp.block_tables = table.numel() > 0 ? table.data<const int32_t>() : nullptr;
+  bp.table_stride = table.size(0) > 1 ? table.stride(0) : table.size(1);
+  bp.max_blocks = static_cast<int32_t>(table.size(1));
+  bp.num_pages = num_pages;
+  bp.page_size = s.page_size;
+  bp.batch = batch;
+  bp.q_len = q_len;
+  bp.max_seq_len = static_cast<int32_t>(max_seq_len);
+  bp.causal = s.causal;
+  s.block_plan = bp;  // build_plan copies nothing to the device
+  s.block_plan_table = table;
+  build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
+
+  kernels::AttentionPlan& pl = s.plan;
+  const int32_t tile_rows = std::max<int32_t>(1, pl.cta_tile_q);
+  const int64_t tiles = (q_len + tile_rows - 1) / tile_rows;
+  const int64_t items = static_cast<int64_t>(pl.work.size());
+  const int64_t chunks = batch > 0 ? items / (batch * tiles) : 1;
+  // The worst-case partition build_plan made is the layout the rules reproduce (every request as
+  // long, so as many items each); anything else is a bug here.
+  FLASHINFER_CHECK_CODE(
+      batch == 0 || (chunks >= 1 && items == batch * tiles * chunks &&
+                     (chunks == 1 ? !pl.split_kv
+                                  : pl.split_kv && pl.num_partial_rows == batch * q_len * chunks &&
+                                        static_cast<int64_t>(pl.merge_out_row.size()) ==
+                                            int64_t{batch} * q_len)),
+      ErrorCode::kInternal, op, "", "the worst-case plan is not the device plan's layout");
+  bp.tile_rows = tile_rows;
+  bp.num_chunks = static_cast<int32_t>(chunks);
+  bp.chunk_tokens = pl.split_kv ? pl.kv_chunk_size : 0;
+  if (pl.split_kv) {
+    // One more partial row: the empty state the idle chunks' merge entries name.
+    bp.empty_row = static_cast<int32_t>(pl.num_partial_rows);
+    pl.partial_rows_capacity = pl.num_partial_rows + 1;
+    const int64_t floats = pl.partial_rows_capacity * s.num_qo_heads * (s.head_dim_vo + 1);
+    s.float_workspace = Tensor::empty({floats}, DType::kFloat32, s.device);
+  } else {
+    pl.partial_rows_capacity = 0;
+    s.float_workspace = Tensor();
+  }
+  s.block_plan = bp;
+  // The arrays in run_planned_options' layout, filled by the plan kernel (kv_indices: the table).
+  int64_t n = 0;
+  auto place = [&](int idx, int64_t count) {
+    s.dev_off[idx] = n;
+    n += count;
+  };
+  place(0, int64_t{batch} + 1);
+  place(1, int64_t{batch} + 1);
+  place(3, batch);
+  place(4, items * 6);
+  place(5, static_cast<int64_t>(pl.merge_indptr.size()));
+  place(6, static_cast<int64_t>(pl.merge_rows.size()));
+  place(7, static_cast<int64_t>(pl.merge_out_row.size()));
+  s.dev_off[2] = n;
+  s.dev_ints = Tensor::empty({n + 1}, DType::kInt32, s.device);
 }
 
 namespace {
@@ -1088,6 +1168,34 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     }
   }
   if (s.dev_alibi.defined()) p.alibi_slopes = s.dev_alibi.data<const float>();
+  if (s.block_plan) {
+    // The plan on the device: its kernel fills the arrays above (and writes the NaN rows of the
+    // requests it refuses) before the attention kernels read them; pages come from the table.
+    kernels::BlockTablePlan bp = *s.block_plan;
+    p.kv.kv_indices = bp.block_tables;
+    int32_t* base = s.dev_ints.data<int32_t>();
+    bp.qo_indptr = base + s.dev_off[0];
+    bp.kv_indptr = base + s.dev_off[1];
+    bp.kv_lens = base + s.dev_off[3];
+    bp.work = reinterpret_cast<kernels::WorkItem*>(base + s.dev_off[4]);
+    bp.merge_indptr = base + s.dev_off[5];
+    bp.merge_rows = base + s.dev_off[6];
+    bp.merge_out_row = base + s.dev_off[7];
+    bp.tmp_v = p.tmp_v;
+    bp.tmp_s = p.tmp_s;
+    bp.o = p.o;
+    bp.o_dtype = p.o_dtype;
+    bp.o_stride_n = p.o_stride_n;
+    bp.o_stride_h = p.o_stride_h;
+    bp.lse = p.lse;
+    bp.lse_stride_n = p.lse_stride_n;
+    bp.lse_stride_h = p.lse_stride_h;
+    bp.num_qo_heads = p.num_qo_heads;
+    bp.head_dim_vo = p.head_dim_vo;
+#if FLASHINFER_WITH_CUDA
+    launch(kBlockTablePlanKernels, bp, s.device, op, "seq_lens");
+#endif
+  }
   // RoPE / ALiBi inside attention: the CPU reference computes them (ALiBi on CUDA: the decode
   // kernel's variant).
   if (!api::run_with_pos_encoding(s, p, op)) {

@@ -13,6 +13,7 @@
 #include "flashinfer/ops/attention.h"
 #include "flashinfer/tensor.h"
 #include "kernels/attention_params.h"
+#include "kernels/block_table_plan.h"
 #include "kernels/page_append_params.h"
 
 namespace flashinfer {
@@ -80,6 +81,11 @@ struct WrapperState {
   // 1 / rope_theta), so the kernel reads upstream's exact float.
   double rope_rcp_scale = 0, rope_rcp_theta = 0;
   std::vector<float> alibi_slopes;
+  // A block-table decode call planned on the device (api::build_block_table_plan): the plan
+  // kernel's inputs; run() points its outputs at dev_ints and launches it before the attention
+  // kernels, which read the block table in place (block_plan->block_tables).
+  std::optional<kernels::BlockTablePlan> block_plan;
+  Tensor block_plan_table;  // keeps the table block_plan reads alive
 };
 
 /// Whether the planned call runs on the tensor-core path (the prefill kernels): every prefill,
@@ -239,6 +245,15 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op);
+/// The device-side plan of a block-table decode call (kernels/block_table_plan.h), for `s` set up
+/// as a host plan would be (dims, dtypes, qo_indptr of q_len queries a request) but with every
+/// request max_seq_len long (kv_lens, kv_indptr, no kv_indices): build_plan sizes the grid for that
+/// worst case and copies nothing; the plan arrays and the split-KV partials (one more row, the
+/// empty state) are allocated on the device, and run() fills the arrays from `seq_lens` (int32
+/// [>= batch]) and `table` (int32 [>= batch, max_blocks], its rows dense) before the attention
+/// kernels. Nothing is read on the host and nothing synchronizes: a CUDA graph captures the call.
+void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
+                            int64_t num_pages, int64_t max_seq_len, const char* op);
 /// For workspace_size(): a copy of the wrapper's constructor state, planning on the host only
 /// (no device copies) and not limited by the float workspace.
 detail::WrapperState sizing_state(const detail::WrapperState& s);

@@ -80,7 +80,12 @@ struct BlockCall {
   const Tensor* workspace_buffer;
   const Tensor* block_tables;
   std::vector<int32_t> qo_indptr;  // [batch + 1]
-  std::vector<int32_t> kv_lens;    // [batch]
+  std::vector<int32_t> kv_lens;    // [batch] (host plans)
+  // A CUDA call of q_len queries a request (no mask, no NVFP4 cache) plans on the device
+  // (kernels/block_table_plan.h): seq_lens stays there, kv_lens stays empty, and the host plans
+  // the grid for max_seq_len.
+  const Tensor* seq_lens = nullptr;
+  int64_t max_seq_len = 0;
   bool causal = false;
   bool hnd = true;
   double bmm1 = 1.0, out_scale = 1.0;
@@ -315,11 +320,10 @@ AttentionOutput run_block_call(BlockCall& c) {
   api::check_dim(bt, {2}, op, "block_tables");
   FLASHINFER_CHECK(bt.dtype() == DType::kInt32, op, "block_tables", "expected int32, got ",
                    dtype_torch_name(bt.dtype()));
-  const auto batch = static_cast<int64_t>(c.kv_lens.size());
+  const bool device_plan = c.seq_lens != nullptr;
+  const auto batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
   FLASHINFER_CHECK(bt.size(0) >= batch, op, "block_tables", "has ", bt.size(0),
                    " rows for a batch of ", batch);
-  const Tensor bth = bt.to(Device::cpu()).contiguous();
-  const auto* table = static_cast<const int32_t*>(bth.data_ptr());
   const int64_t max_blocks = bt.size(1);
 
   detail::WrapperState s;
@@ -341,34 +345,67 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.page_size = static_cast<int32_t>(page_size);
   s.batch = static_cast<int32_t>(batch);
   s.qo_indptr = c.qo_indptr;
-  s.kv_lens = c.kv_lens;
   s.causal = c.causal;
   s.nvfp4_v_linear = c.sf_v_linear;
   s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
   s.max_page_id = -1;
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t len = c.kv_lens[b];
-    const int64_t blocks = (len + page_size - 1) / page_size;
-    FLASHINFER_CHECK(blocks <= max_blocks, op, "block_tables", "request ", b, " has ", len,
-                     " tokens, ", blocks, " blocks, but the table has ", max_blocks, " columns");
-    for (int64_t i = 0; i < blocks; ++i) {
-      const int32_t page = table[b * max_blocks + i];
-      FLASHINFER_CHECK(page >= 0 && page < num_pages, op, "block_tables", "entry [", b, ", ", i,
-                       "] = ", page, " is outside the cache's ", num_pages, " pages");
-      s.kv_indices.push_back(page);
-      s.max_page_id = std::max<int64_t>(s.max_page_id, page);
+  Tensor table_dev;                // device plans: the block table the kernels read in place
+  Tensor bth;                      // host plans: the block table on the host
+  const int32_t* table = nullptr;  // its elements
+  if (device_plan) {
+    const Tensor& sl = *c.seq_lens;
+    api::check_defined(sl, op, "seq_lens");
+    api::check_dim(sl, {1}, op, "seq_lens");
+    FLASHINFER_CHECK(sl.dtype() == DType::kInt32, op, "seq_lens", "expected int32, got ",
+                     dtype_torch_name(sl.dtype()));
+    FLASHINFER_CHECK(sl.size(0) >= batch, op, "seq_lens", "has ", sl.size(0),
+                     " elements for a batch of ", batch);
+    api::check_same_device(sl, q, op, "seq_lens", "query");
+    api::check_same_device(bt, q, op, "block_tables", "query");
+    FLASHINFER_CHECK(c.max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
+                     "must fit int32, got ", c.max_seq_len);
+    table_dev = bt.size(1) <= 1 || bt.stride(1) == 1 ? bt : bt.contiguous();
+    FLASHINFER_CHECK(batch * std::max<int64_t>(table_dev.stride(0), max_blocks) <=
+                         std::numeric_limits<int32_t>::max(),
+                     op, "block_tables", "a row offset past the int32 range");
+    // The grid of the worst case: every request max_seq_len long (or as long as its table row).
+    const int64_t worst = std::min(c.max_seq_len, max_blocks * page_size);
+    const int64_t worst_blocks = (worst + page_size - 1) / page_size;
+    s.kv_lens.assign(static_cast<std::size_t>(batch), static_cast<int32_t>(worst));
+    for (int64_t b = 0; b < batch; ++b) {
+      s.kv_indptr[b + 1] = static_cast<int32_t>((b + 1) * worst_blocks);
     }
-    s.kv_indptr[b + 1] = static_cast<int32_t>(s.kv_indices.size());
-    s.total_kv += len;
+    s.total_kv = batch * worst;
+  } else {
+    FLASHINFER_CHECK(static_cast<int64_t>(c.kv_lens.size()) == batch, op, "seq_lens",
+                     "host-side bug: ", c.kv_lens.size(), " lengths for a batch of ", batch);
+    bth = bt.to(Device::cpu()).contiguous();
+    table = static_cast<const int32_t*>(bth.data_ptr());
+    s.kv_lens = c.kv_lens;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t len = c.kv_lens[b];
+      const int64_t blocks = (len + page_size - 1) / page_size;
+      FLASHINFER_CHECK(blocks <= max_blocks, op, "block_tables", "request ", b, " has ", len,
+                       " tokens, ", blocks, " blocks, but the table has ", max_blocks, " columns");
+      for (int64_t i = 0; i < blocks; ++i) {
+        const int32_t page = table[b * max_blocks + i];
+        FLASHINFER_CHECK(page >= 0 && page < num_pages, op, "block_tables", "entry [", b, ", ", i,
+                         "] = ", page, " is outside the cache's ", num_pages, " pages");
+        s.kv_indices.push_back(page);
+        s.max_page_id = std::max<int64_t>(s.max_page_id, page);
+      }
+      s.kv_indptr[b + 1] = static_cast<int32_t>(s.kv_indices.size());
+      s.total_kv += len;
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
+      FLASHINFER_CHECK(!c.causal || qo_len <= c.kv_lens[b], op, "seq_lens", "request ", b, " has ",
+                       qo_len, " queries but only ", c.kv_lens[b], " keys");
+    }
   }
   s.total_qo = s.qo_indptr.back();
   FLASHINFER_CHECK(q.size(0) == s.total_qo, op, "query", "has ", q.size(0), " rows, expected ",
                    s.total_qo);
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
-    FLASHINFER_CHECK(!c.causal || qo_len <= c.kv_lens[b], op, "seq_lens", "request ", b, " has ",
-                     qo_len, " queries but only ", c.kv_lens[b], " keys");
-  }
 #if FLASHINFER_WITH_CUDNN
   if (c.cudnn) {
     if (std::optional<AttentionOutput> r = run_cudnn(c, k, v, table, max_blocks, od)) return *r;
@@ -385,10 +422,14 @@ AttentionOutput run_block_call(BlockCall& c) {
   // Split-KV partials go to scratch of our own (at most 64 MiB), allocated after planning:
   // workspace_buffer is the caller's and stays untouched, so it replays as an input.
   s.workspace_cap = int64_t{64} << 20;
-  api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
-  if (s.plan.num_partial_rows > 0) {
-    const int64_t floats = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1);
-    s.float_workspace = Tensor::empty({floats}, DType::kFloat32, s.device);
+  if (device_plan) {
+    api::build_block_table_plan(s, *c.seq_lens, table_dev, num_pages, c.max_seq_len, op);
+  } else {
+    api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
+    if (s.plan.num_partial_rows > 0) {
+      const int64_t floats = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1);
+      s.float_workspace = Tensor::empty({floats}, DType::kFloat32, s.device);
+    }
   }
 
   AttentionRunOptions o;
@@ -408,6 +449,16 @@ AttentionOutput run_block_call(BlockCall& c) {
     o.kv_cache_sf = PagedKVCache::from_value(*c.kv_cache_sf);
   }
   return api::run_planned(s, q, k, v, o, op, "kv_cache", "kv_cache");
+}
+
+// Whether a call of uniform query counts plans on the device (BlockCall::seq_lens): on CUDA,
+// without a speculative-decoding mask and without an NVFP4 cache (whose pages are dequantized
+// through a host plan, api/attention_nvfp4.h).
+bool plans_on_device(const Tensor& query, const PagedKVCache& kv_cache,
+                     const std::optional<Value>& kv_cache_sf, const std::optional<Tensor>& mask) {
+  const bool nvfp4 = (kv_cache_sf && !kv_cache_sf->is_none()) ||
+                     (kv_cache.first().defined() && kv_cache.first().dtype() == DType::kUInt8);
+  return query.device().is_cuda() && !mask && !nvfp4;
 }
 
 // The int32 lengths of the first `batch` requests.
@@ -513,7 +564,12 @@ AttentionOutput decode_impl(
                        " queries");
     }
   }
-  c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  if (q_len_per_req && plans_on_device(query, kv_cache, kv_cache_sf, mask)) {
+    c.seq_lens = &seq_lens;
+    c.max_seq_len = max_seq_len;
+  } else {
+    c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  }
   if (mask) {  // xqa's draft mask (see trtllm_attention_xqa_impl below)
     FLASHINFER_CHECK_CODE(q_len_per_req && *q_len_per_req > 1, ErrorCode::kUnsupported, op, "mask",
                           "a speculative-decoding mask needs q_len_per_req > 1");
@@ -653,7 +709,12 @@ Tensor trtllm_attention_xqa_impl(
     batch = query.size(0) / q_len;
     for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
   }
-  c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  if (!q_cu_seq_lens && plans_on_device(query, kv_cache, kv_cache_sf, mask)) {
+    c.seq_lens = &seq_lens;
+    c.max_seq_len = max_seq_len;
+  } else {
+    c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
+  }
   if (mask) {
     // Upstream's xqa kernels read the mask only when compiled for q_seq_len > 1, and then skip
     // whole KV tiles for a sliding window (mha.cu): a window is not pinned down per token there.

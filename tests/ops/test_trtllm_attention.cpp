@@ -17,6 +17,9 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 #include "util/upstream_dump_writer.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -403,6 +406,182 @@ TEST(TrtllmDecode, BadInput) {
 }
 
 // Variable query lengths (q_len_per_req=None with cum_seq_lens_q and max_q_len).
+// ---- CUDA: the plan on the device (kernels/block_table_plan.h) ----------------------------
+
+// A decode call of q_len queries a request on `cache` (a pair, HND) with fp64-checked scales:
+// out and lse given (the graph test needs fixed outputs), lse returned.
+AttentionOutput device_decode(const Tensor& q, const PagedKVCache& cache, const Tensor& table,
+                              const Tensor& lens, int64_t max_seq_len, int64_t q_len, const Ref& r,
+                              const std::optional<Tensor>& sinks, const std::optional<Tensor>& out,
+                              const std::optional<Tensor>& lse) {
+  static const Tensor ws = workspace().to(Device::cuda());
+  return trtllm_batch_decode_with_kv_cache(
+      q, cache, ws, table, lens, max_seq_len, r.bmm1, r.bmm2, r.window_left, out, std::nullopt,
+      std::nullopt, std::nullopt, sinks, "HND", std::nullopt, "auto", q_len, 1.0, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, true, lse, /*return_lse=*/true);
+}
+
+struct DeviceDecodeCase {
+  int64_t hq, hkv, d, page_size, q_len;
+  std::vector<int32_t> lens;
+  int64_t max_seq_len;
+  bool sinks;
+};
+
+// On CUDA the call reads seq_lens and block_tables on the device and plans there (no host copy):
+// against the fp64 formula over MHA and GQA groups (the CUDA-core and tensor-core kernels),
+// several queries a request (causal), sinks, and lengths from one key to several split-KV chunks
+// of a grid sized for max_seq_len (compiled, not run: no GPU in the sessions that wrote it).
+TEST(TrtllmDecodeCuda, DevicePlanMatchesFp64) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const std::vector<DeviceDecodeCase> cases{
+      {32, 8, 128, 16, 1, {1, 700, 2048, 33}, 2048, false},
+      {4, 4, 64, 4, 3, {3, 100, 517}, 600, true},
+      {8, 2, 128, 16, 1, {5000}, 8192, false},
+      {8, 2, 128, 16, 2, {2, 64, 4000, 2, 1500}, 4096, true},
+      {16, 16, 256, 8, 1, {9, 1200}, 1200, false},
+  };
+  for (const DeviceDecodeCase& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "hq " << t.hq << " hkv " << t.hkv << " d " << t.d
+                                      << " q_len " << t.q_len << " batch " << t.lens.size());
+    const BlockCache c =
+        make_cache(t.lens, t.page_size, t.hkv, t.d, DType::kBFloat16, true, true, 31);
+    const auto batch = static_cast<int64_t>(t.lens.size());
+    const Tensor q = testing::rand_tensor({batch * t.q_len, t.hq, t.d}, DType::kBFloat16, 6);
+    Ref r;
+    r.bmm1 = 1.0 / std::sqrt(double(t.d));
+    r.bmm2 = 0.75;
+    std::optional<Tensor> sinks;
+    if (t.sinks) {
+      const Tensor st = testing::rand_tensor({t.hq}, DType::kFloat32, 8, -1.0, 3.0);
+      r.sinks = st.to_double_vector();
+      sinks = st.to(g);
+    }
+    std::vector<int32_t> qo{0};
+    for (int64_t b = 0; b < batch; ++b) qo.push_back(static_cast<int32_t>((b + 1) * t.q_len));
+    std::vector<double> eo, el;
+    reference(q, c, qo, r, eo, el);
+    const AttentionOutput res = device_decode(q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)),
+                                              c.block_tables.to(g), c.seq_lens.to(g), t.max_seq_len,
+                                              t.q_len, r, sinks, std::nullopt, std::nullopt);
+    EXPECT_TRUE(testing::all_close(res.out.to(Device::cpu()), eo,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(res.lse.to(Device::cpu()), el, {1e-3, 1e-4}));
+  }
+}
+
+// The rows of requests the host checks would refuse are NaN (out and lse), their pages unread;
+// the other requests' rows are right: a page id past the cache (request 1), a length past
+// max_seq_len (request 2), more blocks than the table has columns (request 4).
+TEST(TrtllmDecodeCuda, RefusedRequestsGiveNanRowsOnly) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const std::vector<int32_t> lens{40, 50, 60, 30, 20};
+  const int64_t hq = 8, hkv = 2, d = 64, page = 4, max_seq_len = 100;
+  const BlockCache c = make_cache(lens, page, hkv, d, DType::kFloat16, true, true, 41);
+  const auto batch = static_cast<int64_t>(lens.size());
+  const Tensor q = testing::rand_tensor({batch, hq, d}, DType::kFloat16, 4);
+  Ref r;
+  r.bmm1 = 0.125;
+  std::vector<double> eo, el;
+  reference(q, c, {0, 1, 2, 3, 4, 5}, r, eo, el);
+  std::vector<double> table = c.block_tables.to_double_vector();
+  const int64_t cols = c.block_tables.size(1);
+  table[1 * cols + 3] = static_cast<double>(c.k.size(0));  // request 1: a page past the cache
+  std::vector<int32_t> bad_lens = lens;
+  bad_lens[2] = static_cast<int32_t>(max_seq_len + 1);  // request 2: past max_seq_len
+  bad_lens[4] = static_cast<int32_t>(cols * page + 1);  // request 4: past its table row
+  ASSERT_LE(bad_lens[4], max_seq_len);                  // refused for its table row only
+  std::vector<int32_t> table_i(table.begin(), table.end());
+  const Tensor tg = int_tensor(table_i).view({batch, cols}).to(g);
+  const AttentionOutput res =
+      device_decode(q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)), tg, int_tensor(bad_lens).to(g),
+                    max_seq_len, 1, r, std::nullopt, std::nullopt, std::nullopt);
+  const std::vector<double> o = res.out.to(Device::cpu()).to_double_vector();
+  const std::vector<double> l = res.lse.to(Device::cpu()).to_double_vector();
+  const testing::Tolerance tol = testing::attention_tolerance(DType::kFloat16);
+  for (int64_t b = 0; b < batch; ++b) {
+    const bool refused = b == 1 || b == 2 || b == 4;
+    for (int64_t x = b * hq * d; x < (b + 1) * hq * d; ++x) {
+      if (refused) {
+        ASSERT_TRUE(std::isnan(o[x])) << "request " << b << " element " << x;
+      } else {
+        ASSERT_NEAR(o[x], eo[x], tol.atol + tol.rtol * std::abs(eo[x])) << "request " << b;
+      }
+    }
+    for (int64_t x = b * hq; x < (b + 1) * hq; ++x) {
+      if (refused) {
+        ASSERT_TRUE(std::isnan(l[x])) << "request " << b;
+      } else {
+        ASSERT_NEAR(l[x], el[x], 1e-3) << "request " << b;
+      }
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// As an engine runs it: captured once into a CUDA graph (nothing read back, nothing synchronized),
+// then replayed after seq_lens and block_tables were rewritten in place with longer and shorter
+// requests, other pages and other query values: the replay computes the new batch.
+TEST(TrtllmDecodeCuda, CapturedCallReplaysNewLengthsAndPages) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 32, hkv = 8, d = 128, page = 16, max_seq_len = 1024;
+  const std::vector<int32_t> first{17, 300, 1024, 1}, second{1000, 5, 64, 777};
+  // One cache holds both batches' pages: the second batch's table points at other pages.
+  std::vector<int32_t> both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  const BlockCache c = make_cache(both, page, hkv, d, DType::kBFloat16, true, true, 51);
+  const int64_t batch = 4;
+  const Tensor all_tables = c.block_tables;  // rows 0-3: the first batch, 4-7: the second
+  const Tensor q1 = testing::rand_tensor({batch, hq, d}, DType::kBFloat16, 1);
+  const Tensor q2 = testing::rand_tensor({batch, hq, d}, DType::kBFloat16, 2);
+  Ref r;
+  r.bmm1 = 1.0 / std::sqrt(double(d));
+  // fp64 expectations of each batch: a cache view whose table and lengths are that batch's.
+  auto expect = [&](const Tensor& q, int64_t row0, std::vector<double>& eo,
+                    std::vector<double>& el) {
+    BlockCache part = c;
+    part.table.assign(c.table.begin() + row0, c.table.begin() + row0 + batch);
+    part.seq_lens = c.seq_lens.slice(0, row0, row0 + batch).contiguous();
+    reference(q, part, {0, 1, 2, 3, 4}, r, eo, el);
+  };
+  std::vector<double> eo2, el2;
+  expect(q2, batch, eo2, el2);
+
+  const PagedKVCache cache(c.k.to(g), c.v.to(g));
+  Tensor qg = q1.to(g);
+  Tensor table_g = all_tables.slice(0, 0, batch).contiguous().to(g);
+  Tensor lens_g = int_tensor(first).to(g);
+  Tensor out = Tensor::empty({batch, hq, d}, DType::kBFloat16, g);
+  Tensor lse = Tensor::empty({batch, hq}, DType::kFloat32, g);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] {
+    device_decode(qg, cache, table_g, lens_g, max_seq_len, 1, r, std::nullopt, out, lse);
+  }));
+  // The capture ran nothing; the graph's first launch computes the first batch.
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  std::vector<double> eo1, el1;
+  expect(q1, 0, eo1, el1);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), eo1,
+                                 testing::attention_tolerance(DType::kBFloat16)));
+  // The second batch, written into the same tensors.
+  qg.copy_(q2);
+  table_g.copy_(all_tables.slice(0, batch, 2 * batch).contiguous());
+  lens_g.copy_(int_tensor(second));
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), eo2,
+                                 testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(lse.to(Device::cpu()), el2, {1e-3, 1e-4}));
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
+
 TEST(TrtllmDecode, VariableQueryLengths) {
   BlockCache c = make_cache({6, 10, 3}, 4, 1, 64, DType::kBFloat16, false, false, 13);
   const std::vector<int32_t> cq{0, 2, 5, 6};

@@ -1,0 +1,131 @@
+// Private: the work partition of a block-table decode call (trtllm_batch_decode_with_kv_cache,
+// xqa_batch_decode_with_kv_cache) built on the device from the caller's seq_lens and block_tables,
+// as plain C++ with FLASHINFER_HD: the CUDA kernel (block_table_plan_cuda.cu) and the CPU tests
+// (tests/api/test_block_table_plan.cpp) run the same expressions.
+//
+// Upstream's kernels read seq_lens and block_tables on the device; its one host-side input is
+// max_seq_len, which sizes the split of the KV over blocks. A host plan here read both tensors back
+// (two synchronizations a layer, and a CUDA graph could not capture the call). Instead the host
+// plans the grid for the worst case, every request max_seq_len long (api::build_plan with those
+// lengths), and a small kernel fills that plan's arrays from the real lengths before the attention
+// kernel runs:
+// - work item (b, tile t, chunk c) sits where build_plan's worst-case partition puts it, with the
+//   request's real key range; the chunks past a request's last one are idle (request -1, as the
+//   padding items of a CUDA-graph grid);
+// - a split plan merges every query row over the grid's num_chunks partial rows: the idle chunks'
+//   entries name one extra partial row holding an empty state (score -inf, value 0), which adds
+//   nothing to the merge;
+// - the block table is read in place: request b's pages start at kv_indptr[b] = b * table_stride.
+// A request the host checks would refuse (length outside [0, max_seq_len], more blocks than the
+// table has columns, fewer keys than queries when causal, a page id outside the cache) gets no
+// work item: its output rows and LSE are NaN, written by the plan kernel, and no page of it is
+// read.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention_params.h"
+#include "kernels/cuda/device/host_device.h"
+
+namespace flashinfer::kernels {
+
+struct BlockTablePlan {
+  // Inputs (the call's tensors, on the device).
+  const int32_t* seq_lens = nullptr;  // [>= batch], element b at b * seq_lens_stride
+  int64_t seq_lens_stride = 1;
+  const int32_t* block_tables = nullptr;  // request b's blocks at b * table_stride, dense
+  int64_t table_stride = 0;
+  int32_t max_blocks = 0;  // columns of the table
+  int64_t num_pages = 0;   // pages of the cache
+  int32_t page_size = 1;
+  int32_t batch = 0;
+  int32_t q_len = 1;      // queries a request (rows qo_indptr[b] = b * q_len)
+  int32_t tile_rows = 1;  // queries a work item (the plan's cta_tile_q)
+  int32_t max_seq_len = 0;
+  bool causal = false;
+  int32_t chunk_tokens = 0;  // keys a chunk; 0: unsplit
+  int32_t num_chunks = 1;    // chunks a (request, tile) in the grid
+
+  // Outputs: the AttentionParams arrays (merge ones only when num_chunks > 1).
+  int32_t* qo_indptr = nullptr;      // [batch + 1]
+  int32_t* kv_indptr = nullptr;      // [batch + 1]
+  int32_t* kv_lens = nullptr;        // [batch]
+  WorkItem* work = nullptr;          // [batch * tiles * num_chunks]
+  int32_t* merge_indptr = nullptr;   // [batch * q_len + 1]
+  int32_t* merge_rows = nullptr;     // [batch * q_len * num_chunks]
+  int32_t* merge_out_row = nullptr;  // [batch * q_len]
+  // Split plans: the partials and the empty state's row.
+  float* tmp_v = nullptr;  // [rows, Hq, Dvo]
+  float* tmp_s = nullptr;  // [rows, Hq]
+  int32_t empty_row = -1;
+  // A refused request's rows: NaN.
+  void* o = nullptr;
+  DType o_dtype = DType::kFloat16;
+  int64_t o_stride_n = 0, o_stride_h = 0;
+  float* lse = nullptr;
+  int64_t lse_stride_n = 0, lse_stride_h = 0;
+  int32_t num_qo_heads = 0, head_dim_vo = 0;
+};
+
+FLASHINFER_HD int32_t block_plan_tiles(const BlockTablePlan& p) {
+  return (p.q_len + p.tile_rows - 1) / p.tile_rows;
+}
+
+/// Whether request length `len` passes the host checks that need no page id: within
+/// [0, max_seq_len], its blocks within the table's columns, and (causal) at least q_len keys.
+FLASHINFER_HD bool block_plan_len_ok(const BlockTablePlan& p, int64_t len) {
+  if (len < 0 || len > p.max_seq_len) return false;
+  if ((len + p.page_size - 1) / p.page_size > p.max_blocks) return false;
+  return !p.causal || p.q_len <= len;
+}
+
+FLASHINFER_HD bool block_plan_page_ok(const BlockTablePlan& p, int64_t page) {
+  return page >= 0 && page < p.num_pages;
+}
+
+/// Chunks a request of `len` keys uses: partition()'s max(1, ceil(len / chunk)).
+FLASHINFER_HD int32_t block_plan_chunks_used(const BlockTablePlan& p, int64_t len) {
+  if (p.chunk_tokens <= 0 || len <= 0) return 1;
+  return static_cast<int32_t>((len + p.chunk_tokens - 1) / p.chunk_tokens);
+}
+
+/// Work item k (tile k / num_chunks, chunk k % num_chunks) of request b, whose length is `len`
+/// (`ok`: accepted). Its index in the plan: b * tiles * num_chunks + k.
+FLASHINFER_HD WorkItem block_plan_item(const BlockTablePlan& p, int32_t b, int32_t k, int64_t len,
+                                       bool ok) {
+  const int32_t t = k / p.num_chunks, c = k % p.num_chunks;
+  const int32_t q0 = t * p.tile_rows;
+  const int32_t q1 = q0 + p.tile_rows < p.q_len ? q0 + p.tile_rows : p.q_len;
+  const int32_t used = block_plan_chunks_used(p, len);
+  if (!ok || c >= used) return WorkItem{-1, 0, 0, 0, 0, -1};
+  if (p.num_chunks == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
+  const int64_t k0 = static_cast<int64_t>(c) * p.chunk_tokens;
+  const int64_t k1 = k0 + p.chunk_tokens < len ? k0 + p.chunk_tokens : len;
+  if (used == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
+  // partition()'s partial rows: request b's tiles in order, each tile's chunks in order.
+  const int64_t base =
+      (static_cast<int64_t>(b) * p.q_len + q0) * p.num_chunks + static_cast<int64_t>(c) * (q1 - q0);
+  return WorkItem{
+      b, q0, q1, static_cast<int32_t>(k0), static_cast<int32_t>(k1), static_cast<int32_t>(base)};
+}
+
+/// Split plans: the output row merged by merge entry m = b * q_len + i (query i of request b),
+/// or -1 when the row needs no merge (one chunk: its item wrote it; refused: NaN).
+FLASHINFER_HD int32_t block_plan_merge_out_row(const BlockTablePlan& p, int32_t b, int32_t i,
+                                               int64_t len, bool ok) {
+  return ok && block_plan_chunks_used(p, len) > 1 ? b * p.q_len + i : -1;
+}
+
+/// Split plans: entry c of merge entry b * q_len + i, the partial row of chunk c of the query's
+/// tile, or the empty state's row for a chunk the request does not use.
+FLASHINFER_HD int32_t block_plan_merge_row(const BlockTablePlan& p, int32_t b, int32_t i, int32_t c,
+                                           int64_t len, bool ok) {
+  if (!ok || c >= block_plan_chunks_used(p, len)) return p.empty_row;
+  const int32_t q0 = i / p.tile_rows * p.tile_rows;
+  const int32_t q1 = q0 + p.tile_rows < p.q_len ? q0 + p.tile_rows : p.q_len;
+  const int64_t base =
+      (static_cast<int64_t>(b) * p.q_len + q0) * p.num_chunks + static_cast<int64_t>(c) * (q1 - q0);
+  return static_cast<int32_t>(base + (i - q0));
+}
+
+}  // namespace flashinfer::kernels

@@ -1,0 +1,257 @@
+// The device-side plan of the block-table decode calls (kernels/block_table_plan.h), checked on
+// the CPU: its rules, run here as the CUDA kernel runs them (a loop per request over the same
+// FLASHINFER_HD functions), give every query row the same key ranges, merged in the same order,
+// as the host planner's partition of the real lengths with the same chunk; a request the host
+// checks refuse gets no work and no merge; and the rules refuse what the host checks refuse.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "api/attention_common.h"
+#include "kernels/block_table_plan.h"
+
+namespace flashinfer {
+namespace {
+
+using kernels::BlockTablePlan;
+using kernels::WorkItem;
+// What reaches an output row: query `qi` of request `request` against keys [k0, k1).
+struct Range {
+  int32_t request, qi, k0, k1;
+  bool operator==(const Range&) const = default;
+};
+
+// A CPU plan state of `lens` (q_len queries each), planned with a fixed chunk of `chunk_pages`.
+detail::WrapperState planned(const std::vector<int32_t>& lens, int32_t q_len, int32_t page_size,
+                             int64_t chunk_pages, bool decode) {
+  detail::WrapperState s;
+  s.device = Device::cpu();
+  s.decode = decode;
+  s.q_len_per_req = q_len;
+  api::plan_settings(s, 8, 2, 64, 64, DType::kFloat16, DType::kFloat16, DType::kFloat16,
+                     std::nullopt, -1, std::nullopt, "NONE", "test");
+  s.paged = true;
+  s.page_size = page_size;
+  s.batch = static_cast<int32_t>(lens.size());
+  s.causal = q_len > 1;
+  s.qo_indptr = {0};
+  s.kv_indptr = {0};
+  for (int32_t len : lens) {
+    s.qo_indptr.push_back(s.qo_indptr.back() + q_len);
+    s.kv_indptr.push_back(s.kv_indptr.back() + (len + page_size - 1) / page_size);
+  }
+  s.kv_lens = lens;
+  s.total_qo = s.qo_indptr.back();
+  s.workspace_cap = int64_t{1} << 40;
+  api::build_plan(s, chunk_pages, /*disable_split_kv=*/false, "test");
+  return s;
+}
+
+// The plan arrays as the plan kernel writes them.
+struct DevicePlan {
+  std::vector<WorkItem> work;
+  std::vector<int32_t> merge_indptr, merge_rows, merge_out_row, kv_lens;
+  std::vector<bool> ok;
+};
+
+DevicePlan run_rules(BlockTablePlan p, const std::vector<int32_t>& lens,
+                     const std::vector<bool>& pages_ok) {
+  DevicePlan d;
+  const int32_t items = kernels::block_plan_tiles(p) * p.num_chunks;
+  d.work.resize(static_cast<std::size_t>(p.batch) * items);
+  if (p.num_chunks > 1) {
+    d.merge_rows.resize(static_cast<std::size_t>(p.batch) * p.q_len * p.num_chunks);
+    d.merge_indptr.resize(static_cast<std::size_t>(p.batch) * p.q_len + 1);
+    d.merge_out_row.resize(static_cast<std::size_t>(p.batch) * p.q_len);
+  }
+  for (int32_t b = 0; b < p.batch; ++b) {
+    const bool ok = kernels::block_plan_len_ok(p, lens[b]) && pages_ok[b];
+    d.ok.push_back(ok);
+    d.kv_lens.push_back(ok ? lens[b] : 0);
+    for (int32_t k = 0; k < items; ++k) {
+      d.work[static_cast<std::size_t>(b) * items + k] =
+          kernels::block_plan_item(p, b, k, lens[b], ok);
+    }
+    if (p.num_chunks == 1) continue;
+    for (int32_t i = 0; i < p.q_len; ++i) {
+      const int32_t m = b * p.q_len + i;
+      d.merge_indptr[m] = m * p.num_chunks;
+      d.merge_out_row[m] = kernels::block_plan_merge_out_row(p, b, i, lens[b], ok);
+      for (int32_t c = 0; c < p.num_chunks; ++c) {
+        d.merge_rows[static_cast<std::size_t>(m) * p.num_chunks + c] =
+            kernels::block_plan_merge_row(p, b, i, c, lens[b], ok);
+      }
+    }
+  }
+  if (p.num_chunks > 1) d.merge_indptr.back() = p.batch * p.q_len * p.num_chunks;
+  return d;
+}
+
+// For each output row, the (request, query, key range) triples that reach it in order: its final
+// item's, or those of the partial rows behind its merge entries (the empty row: none). Fails the
+// test where a row is written twice or a partial row is written by two items.
+std::vector<std::vector<Range>> contributions(const std::vector<WorkItem>& work,
+                                              const std::vector<int32_t>& merge_indptr,
+                                              const std::vector<int32_t>& merge_rows,
+                                              const std::vector<int32_t>& merge_out_row,
+                                              int32_t q_len, int64_t rows, int32_t empty_row) {
+  std::vector<std::vector<Range>> out(static_cast<std::size_t>(rows));
+  std::vector<int> writes(static_cast<std::size_t>(rows), 0);
+  std::map<int32_t, Range> partial;  // partial row -> its key range
+  for (const WorkItem& w : work) {
+    if (w.request < 0) continue;
+    for (int32_t i = w.qo_begin; i < w.qo_end; ++i) {
+      const int64_t row = int64_t{w.request} * q_len + i;
+      if (w.partial_base < 0) {
+        out[row].push_back({w.request, i, w.kv_begin, w.kv_end});
+        ++writes[row];
+      } else {
+        const int32_t pr = w.partial_base + (i - w.qo_begin);
+        EXPECT_TRUE(partial.emplace(pr, Range{w.request, i, w.kv_begin, w.kv_end}).second)
+            << "partial row " << pr << " written twice";
+        EXPECT_NE(pr, empty_row);
+      }
+    }
+  }
+  for (std::size_t m = 0; m < merge_out_row.size(); ++m) {
+    const int32_t row = merge_out_row[m];
+    if (row < 0) continue;
+    ++writes[row];
+    for (int32_t e = merge_indptr[m]; e < merge_indptr[m + 1]; ++e) {
+      if (merge_rows[e] == empty_row) continue;
+      const auto it = partial.find(merge_rows[e]);
+      EXPECT_NE(it, partial.end())
+          << "merge of row " << row << " reads unwritten partial row " << merge_rows[e];
+      if (it != partial.end()) out[row].push_back(it->second);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) EXPECT_LE(writes[r], 1) << "row " << r << " written twice";
+  return out;
+}
+
+BlockTablePlan plan_of(const detail::WrapperState& worst, int32_t q_len, int32_t page_size,
+                       int32_t max_seq_len, int32_t max_blocks) {
+  BlockTablePlan p;
+  p.batch = worst.batch;
+  p.q_len = q_len;
+  p.page_size = page_size;
+  p.max_seq_len = max_seq_len;
+  p.max_blocks = max_blocks;
+  p.num_pages = 1000;
+  p.causal = q_len > 1;
+  p.tile_rows = worst.plan.cta_tile_q;
+  const int32_t tiles = kernels::block_plan_tiles(p);
+  p.num_chunks = static_cast<int32_t>(worst.plan.work.size() / (worst.batch * tiles));
+  p.chunk_tokens = worst.plan.split_kv ? worst.plan.kv_chunk_size : 0;
+  p.empty_row = worst.plan.split_kv ? static_cast<int32_t>(worst.plan.num_partial_rows) : -1;
+  return p;
+}
+
+// Over random batches, chunks, page sizes and query counts (one tile a request for decode, tiles
+// of the prefill rule otherwise): the device plan's rows see what the host plan's rows see.
+TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
+  std::mt19937 rng(7);
+  int split_cases = 0, unsplit_cases = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
+    const int32_t q_len = 1 + static_cast<int32_t>(rng() % 4);
+    const int32_t page_size = std::vector<int32_t>{1, 4, 5, 16}[rng() % 4];
+    const int32_t max_seq_len = q_len + static_cast<int32_t>(rng() % 200);
+    const int32_t max_blocks = (max_seq_len + page_size - 1) / page_size + (rng() % 2);
+    const int64_t chunk_pages = 1 + rng() % 8;
+    const bool decode = rng() % 2 == 0;
+    std::vector<int32_t> lens;
+    for (int32_t b = 0; b < batch; ++b) {
+      lens.push_back(q_len + static_cast<int32_t>(rng() % (max_seq_len - q_len + 1)));
+    }
+    if (rng() % 3 == 0) lens[0] = max_seq_len;
+    const int32_t worst_len = std::min(max_seq_len, max_blocks * page_size);
+    const detail::WrapperState host = planned(lens, q_len, page_size, chunk_pages, decode);
+    const detail::WrapperState worst =
+        planned(std::vector<int32_t>(batch, worst_len), q_len, page_size, chunk_pages, decode);
+    ASSERT_EQ(host.plan.cta_tile_q, worst.plan.cta_tile_q);
+    const BlockTablePlan p = plan_of(worst, q_len, page_size, max_seq_len, max_blocks);
+    ASSERT_EQ(worst.plan.work.size(),
+              static_cast<std::size_t>(batch) * kernels::block_plan_tiles(p) * p.num_chunks);
+    (p.num_chunks > 1 ? split_cases : unsplit_cases)++;
+    const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
+    const int64_t rows = int64_t{batch} * q_len;
+    const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
+                                    host.plan.merge_out_row, q_len, rows, -1);
+    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, q_len,
+                                   rows, p.empty_row);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(got[r], want[r]) << "iteration " << iter << ", row " << r;
+      ASSERT_FALSE(got[r].empty()) << "row " << r << " is never written";
+    }
+    // Every item and merge entry reads inside the worst-case layout the host sized.
+    for (const WorkItem& w : d.work) {
+      if (w.partial_base >= 0) {
+        ASSERT_LE(w.partial_base + (w.qo_end - w.qo_begin), worst.plan.num_partial_rows);
+      }
+      ASSERT_LE(w.kv_end, worst_len);
+    }
+    for (int32_t pr : d.merge_rows) ASSERT_LE(pr, worst.plan.num_partial_rows);
+  }
+  EXPECT_GT(split_cases, 50);
+  EXPECT_GT(unsplit_cases, 20);
+}
+
+// A refused request (here request 1: a bad page) gets no work item and no merge; the others keep
+// theirs.
+TEST(BlockTablePlan, RefusedRequestGetsNoWork) {
+  const std::vector<int32_t> lens{40, 50, 7};
+  const detail::WrapperState worst = planned({64, 64, 64}, 1, 4, 2, true);
+  const BlockTablePlan p = plan_of(worst, 1, 4, 64, 16);
+  ASSERT_GT(p.num_chunks, 1);
+  const DevicePlan d = run_rules(p, lens, {true, false, true});
+  EXPECT_EQ(d.kv_lens, (std::vector<int32_t>{40, 0, 7}));
+  for (const WorkItem& w : d.work) EXPECT_NE(w.request, 1);
+  EXPECT_EQ(d.merge_out_row[1], -1);
+  for (int32_t c = 0; c < p.num_chunks; ++c) {
+    EXPECT_EQ(d.merge_rows[static_cast<std::size_t>(p.num_chunks) + c], p.empty_row);
+  }
+  EXPECT_EQ(d.merge_out_row[0], 0);   // 40 keys: several chunks, merged
+  EXPECT_EQ(d.merge_out_row[2], -1);  // 7 keys: one chunk, written by its item
+  bool final_item_of_2 = false;
+  for (const WorkItem& w : d.work) {
+    final_item_of_2 |= w.request == 2 && w.partial_base < 0 && w.kv_end == 7;
+  }
+  EXPECT_TRUE(final_item_of_2);
+}
+
+// What the host checks refuse (trtllm_attention.cpp, lengths() and run_block_call), by hand.
+TEST(BlockTablePlan, LengthRulesByHand) {
+  BlockTablePlan p;
+  p.max_seq_len = 100;
+  p.page_size = 16;
+  p.max_blocks = 4;  // 64 keys at most
+  p.q_len = 3;
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 0));
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 64));
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 65));  // a fifth block
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, -1));
+  p.max_blocks = 10;
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 100));
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 101));  // past max_seq_len
+  p.causal = true;
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 2));  // fewer keys than causal queries
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 3));
+  p.num_pages = 10;
+  EXPECT_TRUE(kernels::block_plan_page_ok(p, 0));
+  EXPECT_TRUE(kernels::block_plan_page_ok(p, 9));
+  EXPECT_FALSE(kernels::block_plan_page_ok(p, 10));
+  EXPECT_FALSE(kernels::block_plan_page_ok(p, -1));
+  p.chunk_tokens = 32;
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 0), 1);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 32), 1);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 33), 2);
+  p.chunk_tokens = 0;
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 1000), 1);
+}
+
+}  // namespace
+}  // namespace flashinfer
