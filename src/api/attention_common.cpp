@@ -879,6 +879,16 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   s.planned = true;
 }
 
+void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op) {
+#if FLASHINFER_WITH_CUDA
+  launch(kBlockTablePlanKernels, p, device, op, "seq_lens");
+#else
+  (void)p;
+  FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "a device-side plan on ", device.str(),
+                  " (host-side bug)");
+#endif
+}
+
 void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
                             int64_t num_pages, int64_t max_seq_len, const char* op) {
   FLASHINFER_CHECK_CODE(s.device.is_cuda() && !s.use_cuda_graph && s.paged, ErrorCode::kInternal,
@@ -1192,9 +1202,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     bp.lse_stride_h = p.lse_stride_h;
     bp.num_qo_heads = p.num_qo_heads;
     bp.head_dim_vo = p.head_dim_vo;
-#if FLASHINFER_WITH_CUDA
-    launch(kBlockTablePlanKernels, bp, s.device, op, "seq_lens");
-#endif
+    launch_block_table_plan(bp, s.device, op);
   }
   // RoPE / ALiBi inside attention: the CPU reference computes them (ALiBi on CUDA: the decode
   // kernel's variant).

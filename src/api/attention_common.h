@@ -254,6 +254,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
 /// kernels. Nothing is read on the host and nothing synchronizes: a CUDA graph captures the call.
 void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
                             int64_t num_pages, int64_t max_seq_len, const char* op);
+/// Runs the plan kernel of kernels/block_table_plan.h for `p` on `device` (CUDA only: a CPU state
+/// plans on the host).
+void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op);
 /// For workspace_size(): a copy of the wrapper's constructor state, planning on the host only
 /// (no device copies) and not limited by the float workspace.
 detail::WrapperState sizing_state(const detail::WrapperState& s);

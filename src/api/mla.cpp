@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -65,6 +66,13 @@ struct MlaWrapperState {
   double graph_sm_scale = 0.0;
   DType graph_q_dtype = DType::kBFloat16, graph_kv_dtype = DType::kBFloat16;
   int64_t graph_cache_pages = -1;
+  // The trtllm / xqa MLA decode on CUDA plan on the device (kernels/block_table_plan.h): the plan
+  // kernel's inputs, run by run_mla before the MLA kernels, which read the block table in place
+  // and take their KV chunk from the longest accepted length (dev_ints' max slot); the host knows
+  // only max_seq_len (block_max_kv: it, or the table row's room when shorter).
+  std::optional<kernels::BlockTablePlan> block_plan;
+  Tensor block_plan_table;
+  int32_t block_max_kv = 0;
 };
 
 }  // namespace detail
@@ -481,6 +489,30 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
       p.kv_lens = base + s.dev_off[2];
       p.kv_indices = base + s.dev_off[3];
       p.row_req = base + s.dev_off[4];
+      if (s.block_plan) {
+        // The plan on the device: its kernel fills the arrays above (and the NaN rows of the
+        // requests it refuses) before the MLA kernels read them.
+        kernels::BlockTablePlan bp = *s.block_plan;
+        int32_t* w = s.dev_ints.data<int32_t>();
+        bp.qo_indptr = w + s.dev_off[0];
+        bp.kv_indptr = w + s.dev_off[1];
+        bp.kv_lens = w + s.dev_off[2];
+        bp.row_req = w + s.dev_off[4];
+        bp.max_kv = w + s.dev_off[5];
+        bp.o = p.o;
+        bp.o_dtype = p.o_dtype;
+        bp.o_stride_n = p.o_stride_n;
+        bp.o_stride_h = p.o_stride_h;
+        bp.lse = p.lse;
+        bp.lse_stride_n = p.lse_stride_n;
+        bp.lse_stride_h = p.lse_stride_h;
+        bp.num_qo_heads = p.num_heads;
+        bp.head_dim_vo = p.dim_ckv;
+        api::launch_block_table_plan(bp, r.q_nope.device(), op);
+        p.kv_indices = bp.block_tables;
+        p.max_kv_dev = bp.max_kv;
+        p.max_kv_len = s.block_max_kv;
+      }
       if (graph_mode(s)) {
         // The splits for the longest request the page room allows; the chunk from the plan's
         // longest, on the device.
@@ -585,13 +617,31 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
                    "must be torch.int32, got ", dtype_torch_name(block_tables.dtype()));
   FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ", block_tables.size(0),
                    " rows, query has batch ", batch);
-  const std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
+  // On CUDA seq_lens and block_tables stay on the device: the plan kernel reads them
+  // (kernels/block_table_plan.h) and nothing synchronizes, so a CUDA graph captures the call.
+  const bool device_plan = query.device().is_cuda();
   const int64_t page_size = kv.size(1);
   FLASHINFER_CHECK(page_size >= 1, op, "kv_cache", "page_size must be >= 1");
   const int64_t max_blocks = block_tables.size(1);
-  const std::vector<double> table = block_tables.numel() > 0
-                                        ? block_tables.to(Device::cpu()).to_double_vector()
-                                        : std::vector<double>{};
+  std::vector<int32_t> lens;
+  std::vector<double> table;
+  if (device_plan) {
+    api::check_dim(seq_lens, {1}, op, "seq_lens");
+    FLASHINFER_CHECK(seq_lens.dtype() == DType::kInt32, op, "seq_lens", "expected int32, got ",
+                     dtype_torch_name(seq_lens.dtype()));
+    FLASHINFER_CHECK(seq_lens.size(0) == batch, op, "seq_lens", "expected ", batch,
+                     " elements, got ", seq_lens.size(0));
+    FLASHINFER_CHECK(max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
+                     "must fit int32, got ", max_seq_len);
+    FLASHINFER_CHECK(batch * std::max<int64_t>(block_tables.stride(0), max_blocks) <=
+                             std::numeric_limits<int32_t>::max() &&
+                         batch * q_len <= std::numeric_limits<int32_t>::max(),
+                     op, "block_tables", "a row offset past the int32 range");
+  } else {
+    lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
+    table = block_tables.numel() > 0 ? block_tables.to(Device::cpu()).to_double_vector()
+                                     : std::vector<double>{};
+  }
   detail::MlaWrapperState s;
   s.device = query.device();
   s.batch = static_cast<int32_t>(batch);
@@ -605,7 +655,42 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   s.kv_dtype = kd;
   s.qo_indptr.push_back(0);
   s.kv_indptr.push_back(0);
-  for (int64_t b = 0; b < batch; ++b) {
+  if (device_plan) {
+    for (int64_t b = 0; b < batch; ++b) {
+      s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
+    }
+    const Tensor tbl = block_tables.size(1) <= 1 || block_tables.stride(1) == 1
+                           ? block_tables
+                           : block_tables.contiguous();
+    kernels::BlockTablePlan bp;
+    bp.seq_lens = seq_lens.data<const int32_t>();
+    bp.seq_lens_stride = seq_lens.stride(0);
+    bp.block_tables = tbl.numel() > 0 ? tbl.data<const int32_t>() : nullptr;
+    bp.table_stride = batch > 1 ? tbl.stride(0) : max_blocks;
+    bp.max_blocks = static_cast<int32_t>(max_blocks);
+    bp.num_pages = kv.size(0);
+    bp.page_size = static_cast<int32_t>(page_size);
+    bp.batch = static_cast<int32_t>(batch);
+    bp.q_len = static_cast<int32_t>(q_len);
+    bp.max_seq_len = static_cast<int32_t>(max_seq_len);
+    bp.causal = s.causal;
+    s.block_plan = bp;
+    s.block_plan_table = tbl;
+    s.block_max_kv = static_cast<int32_t>(std::clamp<int64_t>(
+        std::min(max_seq_len, max_blocks * page_size), 0, std::numeric_limits<int32_t>::max()));
+    // dev_ints as run_mla reads it: qo_indptr, kv_indptr, kv_lens, row_req, the longest length,
+    // all written by the plan kernel (no kv_indices: the table is read in place).
+    const int64_t rows = batch * q_len;
+    s.dev_off[0] = 0;
+    s.dev_off[1] = batch + 1;
+    s.dev_off[2] = 2 * (batch + 1);
+    s.dev_off[4] = s.dev_off[2] + batch;
+    s.dev_off[5] = s.dev_off[4] + rows;
+    s.dev_off[3] = s.dev_off[5] + 1;
+    s.dev_ints = Tensor::empty({s.dev_off[3] + 1}, DType::kInt32, query.device());
+    s.dev_ints_current = true;
+  }
+  for (int64_t b = 0; b < batch && !device_plan; ++b) {
     FLASHINFER_CHECK(lens[b] >= 0 && lens[b] <= max_seq_len, op, "seq_lens", "element ", b, " (",
                      lens[b], ") is outside [0, max_seq_len=", max_seq_len, "]");
     FLASHINFER_CHECK(q_len <= 1 || lens[b] >= q_len, op, "seq_lens", "request ", b, " has ",

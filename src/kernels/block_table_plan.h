@@ -20,6 +20,10 @@
 // table has columns, fewer keys than queries when causal, a page id outside the cache) gets no
 // work item: its output rows and LSE are NaN, written by the plan kernel, and no page of it is
 // read.
+//
+// trtllm_batch_decode_with_kv_cache_mla (and xqa's MLA form) run the MLA kernels, a block per
+// query row: the same kernel writes their arrays instead (row_req, max_kv), with length 0 and
+// row_req -1 for a refused request, whose rows the MLA kernels then skip.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +50,8 @@ struct BlockTablePlan {
   int32_t chunk_tokens = 0;  // keys a chunk; 0: unsplit
   int32_t num_chunks = 1;    // chunks a (request, tile) in the grid
 
-  // Outputs: the AttentionParams arrays (merge ones only when num_chunks > 1).
+  // Outputs: the AttentionParams arrays (work and merge ones: none for MLA, whose kernels take a
+  // row each; merge ones only when num_chunks > 1).
   int32_t* qo_indptr = nullptr;      // [batch + 1]
   int32_t* kv_indptr = nullptr;      // [batch + 1]
   int32_t* kv_lens = nullptr;        // [batch]
@@ -54,6 +59,11 @@ struct BlockTablePlan {
   int32_t* merge_indptr = nullptr;   // [batch * q_len + 1]
   int32_t* merge_rows = nullptr;     // [batch * q_len * num_chunks]
   int32_t* merge_out_row = nullptr;  // [batch * q_len]
+  // MLA (MlaAttentionParams): each query row's request, -1 for a refused request's rows (the MLA
+  // kernels skip those), and the longest accepted length, which sizes the kernels' KV chunks
+  // (max_kv_dev; zeroed by the launcher, then raised by each request's block).
+  int32_t* row_req = nullptr;  // [batch * q_len]
+  int32_t* max_kv = nullptr;   // [1]
   // Split plans: the partials and the empty state's row.
   float* tmp_v = nullptr;  // [rows, Hq, Dvo]
   float* tmp_s = nullptr;  // [rows, Hq]

@@ -53,7 +53,8 @@ struct MlaAttentionParams {
   // device, rewritten by every plan; the CUDA kernels derive their KV chunk from it and the
   // grid's splits (mla_split_chunk), so a graph captured once covers later, longer plans.
   const int32_t* max_kv_dev = nullptr;
-  // [rows] request of each query row (device memory; the CUDA backend only).
+  // [rows] request of each query row (device memory; the CUDA backend only); -1: a row of a
+  // request the device-side plan refused (kernels/block_table_plan.h), which the kernels skip.
   const int32_t* row_req = nullptr;
 };
 

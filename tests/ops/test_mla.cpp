@@ -1068,6 +1068,95 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
   }
 }
 
+// On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): with
+// max_seq_len past every request (the splits sized for it, the chunk from the longest accepted
+// length), the rows of the requests the host checks would refuse are NaN and the
+// others match the CPU: a page id past the cache (request 1), a length past max_seq_len
+// (request 3), fewer keys than causal queries (request 4, MTP's 2 queries). Compiled, not run.
+TEST(MlaCuda, TrtllmDecodeRefusesRequestsOnTheDevice) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const std::vector<int32_t> lens{90, 40, 700, 33, 20};
+  const int64_t dc = 512, dk = 64, H = 16, q_len = 2, max_seq_len = 2048;
+  const auto B = static_cast<int64_t>(lens.size());
+  Latent l = make_latent(lens, 16, dc, dk, DType::kBFloat16, 71);
+  const Tensor q = testing::rand_tensor({B, q_len, H, dc + dk}, DType::kBFloat16, 72, -1.0, 1.0);
+  const Tensor want =
+      trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, dc, dk, l.block_tables,
+                                            l.kv_lens, max_seq_len, 0, std::nullopt, 0.05, 1.25);
+  std::vector<double> table = l.block_tables.to_double_vector();
+  const int64_t cols = l.block_tables.size(1);
+  table[1 * cols + 1] = static_cast<double>(l.kv.size(0));  // request 1: a page past the cache
+  std::vector<int32_t> bad_lens = lens;
+  bad_lens[3] = static_cast<int32_t>(max_seq_len + 1);  // request 3: past max_seq_len
+  bad_lens[4] = 1;                                      // request 4: 1 key for 2 causal queries
+  const std::vector<int32_t> table_i(table.begin(), table.end());
+  const Tensor ws = workspace().to(gpu);
+  const Tensor got = trtllm_batch_decode_with_kv_cache_mla(
+      q.to(gpu), l.kv.to(gpu), ws, 128, dc, dk, int_tensor(table_i).view({B, cols}).to(gpu),
+      int_tensor(bad_lens).to(gpu), max_seq_len, 0, std::nullopt, 0.05, 1.25);
+  const std::vector<double> o = got.to(Device::cpu()).to_double_vector();
+  const std::vector<double> w = want.to_double_vector();
+  const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+  const int64_t per_req = q_len * H * dc;
+  for (int64_t b = 0; b < B; ++b) {
+    const bool refused = b == 1 || b == 3 || b == 4;
+    for (int64_t x = b * per_req; x < (b + 1) * per_req; ++x) {
+      if (refused) {
+        ASSERT_TRUE(std::isnan(o[x])) << "request " << b;
+      } else {
+        ASSERT_NEAR(o[x], w[x], tol.atol + tol.rtol * std::abs(w[x])) << "request " << b;
+      }
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// As engines run it: the trtllm MLA decode captured once into a CUDA graph, then replayed after
+// seq_lens and block_tables were rewritten in place (longer and shorter requests, other pages):
+// the replay computes the new batch (the kernels' chunk follows the new longest request).
+TEST(MlaCuda, TrtllmDecodeCapturedReplaysNewLengths) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const int64_t dc = 512, dk = 64, H = 128, B = 3, max_seq_len = 4096;
+  const std::vector<int32_t> first{100, 4000, 1}, second{3000, 7, 640};
+  std::vector<int32_t> both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  Latent l = make_latent(both, 64, dc, dk, DType::kBFloat16, 81);
+  const Tensor q1 = testing::rand_tensor({B, 1, H, dc + dk}, DType::kBFloat16, 82, -1.0, 1.0);
+  const Tensor q2 = testing::rand_tensor({B, 1, H, dc + dk}, DType::kBFloat16, 83, -1.0, 1.0);
+  auto cpu = [&](const Tensor& q, int64_t row0, const std::vector<int32_t>& lens) {
+    return trtllm_batch_decode_with_kv_cache_mla(
+        q, l.kv, workspace(), 128, dc, dk, l.block_tables.slice(0, row0, row0 + B).contiguous(),
+        int_tensor(lens), max_seq_len, 0, std::nullopt, 0.05, 1.0);
+  };
+  const Tensor want1 = cpu(q1, 0, first), want2 = cpu(q2, B, second);
+  const Tensor kv = l.kv.to(gpu), ws = workspace().to(gpu);
+  Tensor qg = q1.to(gpu);
+  Tensor table_g = l.block_tables.slice(0, 0, B).contiguous().to(gpu);
+  Tensor lens_g = int_tensor(first).to(gpu);
+  Tensor out = Tensor::empty({B, 1, H, dc}, DType::kBFloat16, gpu);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] {
+    trtllm_batch_decode_with_kv_cache_mla(qg, kv, ws, 128, dc, dk, table_g, lens_g, max_seq_len, 0,
+                                          out, 0.05, 1.0);
+  }));
+  const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), want1, tol));
+  qg.copy_(q2);
+  table_g.copy_(l.block_tables.slice(0, B, 2 * B).contiguous());
+  lens_g.copy_(int_tensor(second));
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), want2, tol));
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
+
 // The tensor-core decode kernel (mla_decode_mma_kernel: fp16 / bf16 query, cache and output,
 // DeepSeek's dims) against the CPU and against the CUDA-core kernels it replaced for these calls
 // (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200 in session 31: 128 heads (two head

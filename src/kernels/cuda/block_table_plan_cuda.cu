@@ -39,11 +39,15 @@ __global__ void __launch_bounds__(kPlanThreads) block_table_plan_kernel(BlockTab
       p.kv_indptr[p.batch] = static_cast<int32_t>(p.batch * p.table_stride);
     }
   }
-  const int32_t items = block_plan_tiles(p) * p.num_chunks;
+  if (p.row_req != nullptr) {  // MLA: a row each
+    for (int32_t i = tid; i < p.q_len; i += kPlanThreads) p.row_req[b * p.q_len + i] = ok ? b : -1;
+    if (ok && tid == 0) atomicMax(p.max_kv, static_cast<int32_t>(len));
+  }
+  const int32_t items = p.work != nullptr ? block_plan_tiles(p) * p.num_chunks : 0;
   for (int32_t k = tid; k < items; k += kPlanThreads) {
     p.work[static_cast<int64_t>(b) * items + k] = block_plan_item(p, b, k, len, ok);
   }
-  if (p.num_chunks > 1) {
+  if (p.work != nullptr && p.num_chunks > 1) {
     for (int32_t k = tid; k < p.q_len * p.num_chunks; k += kPlanThreads) {
       const int32_t i = k / p.num_chunks, c = k % p.num_chunks;
       p.merge_rows[(static_cast<int64_t>(b) * p.q_len + i) * p.num_chunks + c] =
@@ -85,9 +89,13 @@ __global__ void __launch_bounds__(kPlanThreads) block_table_plan_kernel(BlockTab
 }  // namespace
 
 void block_table_plan(const BlockTablePlan& p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (p.max_kv != nullptr) {
+    FLASHINFER_CUDA_CALL("block_table_plan", cudaMemsetAsync(p.max_kv, 0, sizeof(int32_t), s));
+  }
   if (p.batch == 0) return;
   launch_kernel("block_table_plan", block_table_plan_kernel, dim3(static_cast<unsigned>(p.batch)),
-                dim3(kPlanThreads), 0, static_cast<cudaStream_t>(stream), /*enable_pdl=*/false, p);
+                dim3(kPlanThreads), 0, s, /*enable_pdl=*/false, p);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
   const int h = static_cast<int>(blockIdx.y) * G + warp;
   const bool head_ok = h < p.num_heads;
   pdl_wait();
+  if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
   if (p.max_kv_dev != nullptr) chunk = mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kTile);
   const RowSpan span = row_span(p, row);
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
@@ -443,6 +444,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   const bool warp_on = h0 < p.num_heads;
 
   pdl_wait();
+  if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
   if (p.max_kv_dev != nullptr) {
     chunk = static_cast<int32_t>(mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kDecTokens));
   }
@@ -678,6 +680,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   const int pack = mla_mma_pack(H);
   const int64_t row = blockIdx.x;
   pdl_wait();
+  // A request the device-side plan refused: its rows, and so its packs, are skipped (the whole
+  // block, before any barrier).
+  if (p.row_req[row] < 0) return;
   int rows_here = 1;  // query rows of this block
   if (pack > 1) {
     const int32_t b = p.row_req[row];
@@ -1086,6 +1091,7 @@ __global__ void __launch_bounds__(128)
   const int dc = p.dim_ckv;
   const int tid = static_cast<int>(threadIdx.x);
   pdl_wait();
+  if (p.row_req[row] < 0) return;  // a refused request's row: no split wrote it
   auto state = [&](int z) { return (static_cast<int64_t>(z) * p.rows + row) * p.num_heads + h; };
   if (tid < kWarp) {
     float M = -INFINITY;
