@@ -278,6 +278,14 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void cuda_memcpy_device_async(void* dst, const void* src, std::size_t nbytes, int device) {
+  if (nbytes == 0) return;
+  DeviceGuard g(device);
+  check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice,
+                        static_cast<cudaStream_t>(current_cuda_stream())),
+        "cudaMemcpyAsync");
+}
+
 void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
                     std::size_t width, std::size_t height, CopyKind kind, int device) {
   if (width == 0 || height == 0) return;
@@ -520,6 +528,9 @@ bool cuda_begin_capture_hold(int) { return false; }
 void cuda_end_capture_hold(int) noexcept {}
 void cuda_memset_async(void*, int, std::size_t, int) { no_cuda("cuda_memset_async"); }
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
+void cuda_memcpy_device_async(void*, const void*, std::size_t, int) {
+  no_cuda("cuda_memcpy_device_async");
+}
 void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,
                     CopyKind, int) {
   no_cuda("cuda_memcpy_2d");

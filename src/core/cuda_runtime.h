@@ -29,6 +29,10 @@ void cuda_empty_cache(int device);
 void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device);
 /// Synchronous copy (stream-ordered on the current stream, then synchronized).
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
+/// Device-to-device copy within one device, stream-ordered on the current stream and not
+/// synchronized (as a kernel, or torch's copy_ between CUDA tensors): no host buffer needs it
+/// finished, later work on the stream sees it, and a CUDA graph being captured takes it as a node.
+void cuda_memcpy_device_async(void* dst, const void* src, std::size_t nbytes, int device);
 /// Synchronous copy of `height` rows of `width` bytes, row i at src + i * spitch to
 /// dst + i * dpitch (cudaMemcpy2D): the bytes between rows are neither read nor written.
 void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,

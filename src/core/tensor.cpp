@@ -489,7 +489,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
       detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kHostToDevice, dd.index);
     } else if (dd.is_cpu()) {
       detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToHost, sd.index);
-    } else {
+    } else if (sd == dd) {
+      // Stream-ordered, not synchronized: ops copy inputs dense on the device and a CUDA graph
+      // captures them (a synchronization would end the capture).
+      detail::cuda_memcpy_device_async(data_ptr(), src.data_ptr(), n, dd.index);
+    } else {  // another device: finished before it returns, as before
       detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToDevice,
                           dd.index);
     }
