@@ -28,6 +28,7 @@
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_sm90.h"
+#include "kernels/cuda/stream_scratch.h"
 #endif
 
 namespace flashinfer::api {
@@ -879,6 +880,22 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   s.planned = true;
 }
 
+BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char* op) {
+#if FLASHINFER_WITH_CUDA
+  static kernels::cuda::StreamScratchPool pool("block-table plan scratch");
+  auto lease = std::make_shared<kernels::cuda::StreamScratch>(
+      pool.acquire(op, device.index, current_cuda_stream(), bytes));
+  BlockPlanScratch s;
+  s.data = lease->data();
+  s.lease = std::move(lease);
+  return s;
+#else
+  (void)bytes;
+  FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "a device-side plan on ", device.str(),
+                  " (host-side bug)");
+#endif
+}
+
 void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op) {
 #if FLASHINFER_WITH_CUDA
   launch(kBlockTablePlanKernels, p, device, op, "seq_lens");
@@ -928,15 +945,14 @@ void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, con
   bp.tile_rows = tile_rows;
   bp.num_chunks = static_cast<int32_t>(chunks);
   bp.chunk_tokens = pl.split_kv ? pl.kv_chunk_size : 0;
+  int64_t floats = 0;
   if (pl.split_kv) {
     // One more partial row: the empty state the idle chunks' merge entries name.
     bp.empty_row = static_cast<int32_t>(pl.num_partial_rows);
     pl.partial_rows_capacity = pl.num_partial_rows + 1;
-    const int64_t floats = pl.partial_rows_capacity * s.num_qo_heads * (s.head_dim_vo + 1);
-    s.float_workspace = Tensor::empty({floats}, DType::kFloat32, s.device);
+    floats = pl.partial_rows_capacity * s.num_qo_heads * (s.head_dim_vo + 1);
   } else {
     pl.partial_rows_capacity = 0;
-    s.float_workspace = Tensor();
   }
   s.block_plan = bp;
   // The arrays in run_planned_options' layout, filled by the plan kernel (kv_indices: the table).
@@ -953,7 +969,15 @@ void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, con
   place(6, static_cast<int64_t>(pl.merge_rows.size()));
   place(7, static_cast<int64_t>(pl.merge_out_row.size()));
   s.dev_off[2] = n;
-  s.dev_ints = Tensor::empty({n + 1}, DType::kInt32, s.device);
+  // Both in the stream's scratch: the ints, then the partials from a 256-byte boundary.
+  const int64_t int_bytes = (4 * (n + 1) + 255) / 256 * 256;
+  BlockPlanScratch mem =
+      block_plan_scratch(s.device, static_cast<std::size_t>(int_bytes + 4 * floats), op);
+  s.block_plan_scratch = std::move(mem.lease);
+  s.dev_ints = Tensor::from_blob(mem.data, {n + 1}, {1}, DType::kInt32, s.device);
+  s.float_workspace = floats > 0 ? Tensor::from_blob(static_cast<uint8_t*>(mem.data) + int_bytes,
+                                                     {floats}, {1}, DType::kFloat32, s.device)
+                                 : Tensor();
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,7 +86,8 @@ struct WrapperState {
   // kernel's inputs; run() points its outputs at dev_ints and launches it before the attention
   // kernels, which read the block table in place (block_plan->block_tables).
   std::optional<kernels::BlockTablePlan> block_plan;
-  Tensor block_plan_table;  // keeps the table block_plan reads alive
+  Tensor block_plan_table;                   // keeps the table block_plan reads alive
+  std::shared_ptr<void> block_plan_scratch;  // the lease dev_ints and the partials live in
 };
 
 /// Whether the planned call runs on the tensor-core path (the prefill kernels): every prefill,
@@ -249,11 +251,22 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
 /// as a host plan would be (dims, dtypes, qo_indptr of q_len queries a request) but with every
 /// request max_seq_len long (kv_lens, kv_indptr, no kv_indices): build_plan sizes the grid for that
 /// worst case and copies nothing; the plan arrays and the split-KV partials (one more row, the
-/// empty state) are allocated on the device, and run() fills the arrays from `seq_lens` (int32
+/// empty state) go to block_plan_scratch, and run() fills the arrays from `seq_lens` (int32
 /// [>= batch]) and `table` (int32 [>= batch, max_blocks], its rows dense) before the attention
 /// kernels. Nothing is read on the host and nothing synchronizes: a CUDA graph captures the call.
 void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
                             int64_t num_pages, int64_t max_seq_len, const char* op);
+/// Device memory for a device-side plan's arrays (and partials): `bytes` of the current stream's
+/// scratch on `device` (kernels/cuda/stream_scratch.h), 256-byte aligned, held while `lease`
+/// lives. Not a tensor of the call: a CUDA graph captured around the call keeps reading these
+/// addresses on every replay, so they must outlive the call, and a warm stream allocates
+/// nothing. The first call on a stream must come before a capture (as engines warm up before
+/// they capture); growing it during a capture is refused by name.
+struct BlockPlanScratch {
+  std::shared_ptr<void> lease;
+  void* data = nullptr;
+};
+BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char* op);
 /// Runs the plan kernel of kernels/block_table_plan.h for `p` on `device` (CUDA only: a CPU state
 /// plans on the host).
 void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -73,6 +74,7 @@ struct MlaWrapperState {
   std::optional<kernels::BlockTablePlan> block_plan;
   Tensor block_plan_table;
   int32_t block_max_kv = 0;
+  std::shared_ptr<void> block_plan_scratch;  // dev_ints' memory (api::block_plan_scratch)
 };
 
 }  // namespace detail
@@ -687,7 +689,11 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
     s.dev_off[4] = s.dev_off[2] + batch;
     s.dev_off[5] = s.dev_off[4] + rows;
     s.dev_off[3] = s.dev_off[5] + 1;
-    s.dev_ints = Tensor::empty({s.dev_off[3] + 1}, DType::kInt32, query.device());
+    api::BlockPlanScratch mem = api::block_plan_scratch(
+        query.device(), static_cast<std::size_t>(4 * (s.dev_off[3] + 1)), op);
+    s.block_plan_scratch = std::move(mem.lease);
+    s.dev_ints =
+        Tensor::from_blob(mem.data, {s.dev_off[3] + 1}, {1}, DType::kInt32, query.device());
     s.dev_ints_current = true;
   }
   for (int64_t b = 0; b < batch && !device_plan; ++b) {

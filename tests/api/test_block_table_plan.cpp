@@ -24,14 +24,19 @@ struct Range {
   bool operator==(const Range&) const = default;
 };
 
+// Head counts and head dim of a planned state.
+struct Heads {
+  int64_t hq = 8, hkv = 2, d = 64;
+};
+
 // A CPU plan state of `lens` (q_len queries each), planned with a fixed chunk of `chunk_pages`.
 detail::WrapperState planned(const std::vector<int32_t>& lens, int32_t q_len, int32_t page_size,
-                             int64_t chunk_pages, bool decode) {
+                             int64_t chunk_pages, bool decode, Heads h = {}) {
   detail::WrapperState s;
   s.device = Device::cpu();
   s.decode = decode;
   s.q_len_per_req = q_len;
-  api::plan_settings(s, 8, 2, 64, 64, DType::kFloat16, DType::kFloat16, DType::kFloat16,
+  api::plan_settings(s, h.hq, h.hkv, h.d, h.d, DType::kFloat16, DType::kFloat16, DType::kFloat16,
                      std::nullopt, -1, std::nullopt, "NONE", "test");
   s.paged = true;
   s.page_size = page_size;
@@ -150,12 +155,14 @@ BlockTablePlan plan_of(const detail::WrapperState& worst, int32_t q_len, int32_t
   return p;
 }
 
-// Over random batches, chunks, page sizes and query counts (one tile a request for decode, tiles
-// of the prefill rule otherwise): the device plan's rows see what the host plan's rows see.
+// Over random batches, chunks, page sizes, query counts and GQA groups (one tile a request for
+// decode, tiles of the prefill rule otherwise: several a request where a large group makes them a
+// query or two high): the device plan's rows see what the host plan's rows see.
 TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
   std::mt19937 rng(7);
-  int split_cases = 0, unsplit_cases = 0;
-  for (int iter = 0; iter < 300; ++iter) {
+  int split_cases = 0, unsplit_cases = 0, multi_tile_cases = 0;
+  const std::vector<Heads> heads{{8, 2, 64}, {64, 1, 64}, {32, 1, 128}, {64, 2, 256}};
+  for (int iter = 0; iter < 400; ++iter) {
     const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
     const int32_t q_len = 1 + static_cast<int32_t>(rng() % 4);
     const int32_t page_size = std::vector<int32_t>{1, 4, 5, 16}[rng() % 4];
@@ -163,20 +170,22 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
     const int32_t max_blocks = (max_seq_len + page_size - 1) / page_size + (rng() % 2);
     const int64_t chunk_pages = 1 + rng() % 8;
     const bool decode = rng() % 2 == 0;
+    const Heads h = heads[rng() % heads.size()];
     std::vector<int32_t> lens;
     for (int32_t b = 0; b < batch; ++b) {
       lens.push_back(q_len + static_cast<int32_t>(rng() % (max_seq_len - q_len + 1)));
     }
     if (rng() % 3 == 0) lens[0] = max_seq_len;
     const int32_t worst_len = std::min(max_seq_len, max_blocks * page_size);
-    const detail::WrapperState host = planned(lens, q_len, page_size, chunk_pages, decode);
+    const detail::WrapperState host = planned(lens, q_len, page_size, chunk_pages, decode, h);
     const detail::WrapperState worst =
-        planned(std::vector<int32_t>(batch, worst_len), q_len, page_size, chunk_pages, decode);
+        planned(std::vector<int32_t>(batch, worst_len), q_len, page_size, chunk_pages, decode, h);
     ASSERT_EQ(host.plan.cta_tile_q, worst.plan.cta_tile_q);
     const BlockTablePlan p = plan_of(worst, q_len, page_size, max_seq_len, max_blocks);
     ASSERT_EQ(worst.plan.work.size(),
               static_cast<std::size_t>(batch) * kernels::block_plan_tiles(p) * p.num_chunks);
     (p.num_chunks > 1 ? split_cases : unsplit_cases)++;
+    multi_tile_cases += kernels::block_plan_tiles(p) > 1;
     const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
     const int64_t rows = int64_t{batch} * q_len;
     const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
@@ -198,6 +207,7 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
   }
   EXPECT_GT(split_cases, 50);
   EXPECT_GT(unsplit_cases, 20);
+  EXPECT_GT(multi_tile_cases, 20);
 }
 
 // A refused request (here request 1: a bad page) gets no work item and no merge; the others keep

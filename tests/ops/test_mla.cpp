@@ -1112,9 +1112,10 @@ TEST(MlaCuda, TrtllmDecodeRefusesRequestsOnTheDevice) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
-// As engines run it: the trtllm MLA decode captured once into a CUDA graph, then replayed after
-// seq_lens and block_tables were rewritten in place (longer and shorter requests, other pages):
-// the replay computes the new batch (the kernels' chunk follows the new longest request).
+// As engines run it: the trtllm MLA decode run once on a stream (the warm-up that makes its plan
+// scratch), captured on it into a CUDA graph, then replayed after seq_lens and block_tables were
+// rewritten in place (longer and shorter requests, other pages): the replay computes the new
+// batch (the kernels' chunk follows the new longest request).
 TEST(MlaCuda, TrtllmDecodeCapturedReplaysNewLengths) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -1136,11 +1137,14 @@ TEST(MlaCuda, TrtllmDecodeCapturedReplaysNewLengths) {
   Tensor table_g = l.block_tables.slice(0, 0, B).contiguous().to(gpu);
   Tensor lens_g = int_tensor(first).to(gpu);
   Tensor out = Tensor::empty({B, 1, H, dc}, DType::kBFloat16, gpu);
-  testing::ReplayableGraph graph;
-  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] {
+  auto call = [&] {
     trtllm_batch_decode_with_kv_cache_mla(qg, kv, ws, 128, dc, dk, table_g, lens_g, max_seq_len, 0,
                                           out, 0.05, 1.0);
-  }));
+  };
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));  // the stream's scratch
+  out.copy_(Tensor::zeros({B, 1, H, dc}, DType::kBFloat16));  // nothing left from the warm-up
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
   const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
   ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);

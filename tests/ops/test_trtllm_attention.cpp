@@ -405,16 +405,15 @@ TEST(TrtllmDecode, BadInput) {
       kDecode, "workspace_buffer");
 }
 
-// Variable query lengths (q_len_per_req=None with cum_seq_lens_q and max_q_len).
 // ---- CUDA: the plan on the device (kernels/block_table_plan.h) ----------------------------
 
-// A decode call of q_len queries a request on `cache` (a pair, HND) with fp64-checked scales:
-// out and lse given (the graph test needs fixed outputs), lse returned.
+// A decode call of q_len queries a request on `cache` (a pair, HND) with fp64-checked scales,
+// workspace `ws` on the device; out and lse may be given (the graph test's fixed outputs), lse is
+// returned.
 AttentionOutput device_decode(const Tensor& q, const PagedKVCache& cache, const Tensor& table,
                               const Tensor& lens, int64_t max_seq_len, int64_t q_len, const Ref& r,
                               const std::optional<Tensor>& sinks, const std::optional<Tensor>& out,
-                              const std::optional<Tensor>& lse) {
-  static const Tensor ws = workspace().to(Device::cuda());
+                              const std::optional<Tensor>& lse, const Tensor& ws) {
   return trtllm_batch_decode_with_kv_cache(
       q, cache, ws, table, lens, max_seq_len, r.bmm1, r.bmm2, r.window_left, out, std::nullopt,
       std::nullopt, std::nullopt, sinks, "HND", std::nullopt, "auto", q_len, 1.0, std::nullopt,
@@ -462,9 +461,9 @@ TEST(TrtllmDecodeCuda, DevicePlanMatchesFp64) {
     for (int64_t b = 0; b < batch; ++b) qo.push_back(static_cast<int32_t>((b + 1) * t.q_len));
     std::vector<double> eo, el;
     reference(q, c, qo, r, eo, el);
-    const AttentionOutput res = device_decode(q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)),
-                                              c.block_tables.to(g), c.seq_lens.to(g), t.max_seq_len,
-                                              t.q_len, r, sinks, std::nullopt, std::nullopt);
+    const AttentionOutput res = device_decode(
+        q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)), c.block_tables.to(g), c.seq_lens.to(g),
+        t.max_seq_len, t.q_len, r, sinks, std::nullopt, std::nullopt, workspace().to(g));
     EXPECT_TRUE(testing::all_close(res.out.to(Device::cpu()), eo,
                                    testing::attention_tolerance(DType::kBFloat16)));
     EXPECT_TRUE(testing::all_close(res.lse.to(Device::cpu()), el, {1e-3, 1e-4}));
@@ -497,7 +496,7 @@ TEST(TrtllmDecodeCuda, RefusedRequestsGiveNanRowsOnly) {
   const Tensor tg = int_tensor(table_i).view({batch, cols}).to(g);
   const AttentionOutput res =
       device_decode(q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)), tg, int_tensor(bad_lens).to(g),
-                    max_seq_len, 1, r, std::nullopt, std::nullopt, std::nullopt);
+                    max_seq_len, 1, r, std::nullopt, std::nullopt, std::nullopt, workspace().to(g));
   const std::vector<double> o = res.out.to(Device::cpu()).to_double_vector();
   const std::vector<double> l = res.lse.to(Device::cpu()).to_double_vector();
   const testing::Tolerance tol = testing::attention_tolerance(DType::kFloat16);
@@ -521,9 +520,10 @@ TEST(TrtllmDecodeCuda, RefusedRequestsGiveNanRowsOnly) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
-// As an engine runs it: captured once into a CUDA graph (nothing read back, nothing synchronized),
-// then replayed after seq_lens and block_tables were rewritten in place with longer and shorter
-// requests, other pages and other query values: the replay computes the new batch.
+// As an engine runs it: run once on a stream (the warm-up that makes the stream's plan scratch),
+// captured on it into a CUDA graph (nothing read back, synchronized or allocated), then replayed
+// after seq_lens and block_tables were rewritten in place with longer and shorter requests, other
+// pages and other query values: the replay computes the new batch.
 TEST(TrtllmDecodeCuda, CapturedCallReplaysNewLengthsAndPages) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -556,10 +556,14 @@ TEST(TrtllmDecodeCuda, CapturedCallReplaysNewLengthsAndPages) {
   Tensor lens_g = int_tensor(first).to(g);
   Tensor out = Tensor::empty({batch, hq, d}, DType::kBFloat16, g);
   Tensor lse = Tensor::empty({batch, hq}, DType::kFloat32, g);
+  const Tensor ws = workspace().to(g);
+  auto call = [&] {
+    device_decode(qg, cache, table_g, lens_g, max_seq_len, 1, r, std::nullopt, out, lse, ws);
+  };
   testing::ReplayableGraph graph;
-  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] {
-    device_decode(qg, cache, table_g, lens_g, max_seq_len, 1, r, std::nullopt, out, lse);
-  }));
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));  // the stream's scratch
+  out.copy_(Tensor::zeros({batch, hq, d}, DType::kBFloat16));  // nothing left from the warm-up
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
   // The capture ran nothing; the graph's first launch computes the first batch.
   ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
@@ -582,6 +586,7 @@ TEST(TrtllmDecodeCuda, CapturedCallReplaysNewLengthsAndPages) {
 }
 #endif
 
+// Variable query lengths (q_len_per_req=None with cum_seq_lens_q and max_q_len).
 TEST(TrtllmDecode, VariableQueryLengths) {
   BlockCache c = make_cache({6, 10, 3}, 4, 1, 64, DType::kBFloat16, false, false, 13);
   const std::vector<int32_t> cq{0, 2, 5, 6};

@@ -56,11 +56,28 @@ struct ReplayableGraph {
   cudaGraphExec_t exec = nullptr;
 };
 
-// Captures what `call` queues into `g`: on a new stream, made the library's current stream for
-// the capture (relaxed mode), then instantiated. Call it under ASSERT_NO_FATAL_FAILURE: a CUDA
-// error fails the test here.
-inline void capture_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
+// Runs `call` once on `g`'s stream (created here), made the library's current stream, and waits
+// for it: an engine's warm-up before it captures. The per-stream scratch an op keeps
+// (kernels/cuda/stream_scratch.h) then exists when capture_for_replay captures on that stream.
+// Call it under ASSERT_NO_FATAL_FAILURE.
+inline void warm_up_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
+  ASSERT_EQ(g.stream, nullptr);
   ASSERT_EQ(cudaStreamCreate(&g.stream), cudaSuccess);
+  void* before = current_cuda_stream();
+  set_current_cuda_stream(g.stream);
+  call();
+  const cudaError_t synced = cudaStreamSynchronize(g.stream);
+  set_current_cuda_stream(before);
+  ASSERT_EQ(synced, cudaSuccess);
+}
+
+// Captures what `call` queues into `g`: on its stream (a new one when it has none), made the
+// library's current stream for the capture (relaxed mode), then instantiated. Call it under
+// ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here.
+inline void capture_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
+  if (g.stream == nullptr) {
+    ASSERT_EQ(cudaStreamCreate(&g.stream), cudaSuccess);
+  }
   void* before = current_cuda_stream();
   set_current_cuda_stream(g.stream);
   ASSERT_EQ(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
