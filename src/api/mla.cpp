@@ -620,8 +620,10 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ", block_tables.size(0),
                    " rows, query has batch ", batch);
   // On CUDA seq_lens and block_tables stay on the device: the plan kernel reads them
-  // (kernels/block_table_plan.h) and nothing synchronizes, so a CUDA graph captures the call.
-  const bool device_plan = query.device().is_cuda();
+  // (kernels/block_table_plan.h) and nothing synchronizes, so a CUDA graph captures the call
+  // (host copies of them keep the host plan).
+  const bool device_plan = query.device().is_cuda() && seq_lens.device() == query.device() &&
+                           block_tables.device() == query.device();
   const int64_t page_size = kv.size(1);
   FLASHINFER_CHECK(page_size >= 1, op, "kv_cache", "page_size must be >= 1");
   const int64_t max_blocks = block_tables.size(1);

@@ -451,14 +451,18 @@ AttentionOutput run_block_call(BlockCall& c) {
   return api::run_planned(s, q, k, v, o, op, "kv_cache", "kv_cache");
 }
 
-// Whether a call of uniform query counts plans on the device (BlockCall::seq_lens): on CUDA,
-// without a speculative-decoding mask and without an NVFP4 cache (whose pages are dequantized
-// through a host plan, api/attention_nvfp4.h).
-bool plans_on_device(const Tensor& query, const PagedKVCache& kv_cache,
-                     const std::optional<Value>& kv_cache_sf, const std::optional<Tensor>& mask) {
+// Whether a call of uniform query counts plans on the device (BlockCall::seq_lens): on CUDA, with
+// seq_lens and block_tables on the query's device (host copies of them keep the host plan), without
+// a speculative-decoding mask and without an NVFP4 cache (whose pages are dequantized through a
+// host plan, api/attention_nvfp4.h).
+bool plans_on_device(const Tensor& query, const PagedKVCache& kv_cache, const Tensor& seq_lens,
+                     const Tensor& block_tables, const std::optional<Value>& kv_cache_sf,
+                     const std::optional<Tensor>& mask) {
   const bool nvfp4 = (kv_cache_sf && !kv_cache_sf->is_none()) ||
                      (kv_cache.first().defined() && kv_cache.first().dtype() == DType::kUInt8);
-  return query.device().is_cuda() && !mask && !nvfp4;
+  return query.defined() && query.device().is_cuda() && seq_lens.defined() &&
+         seq_lens.device() == query.device() && block_tables.defined() &&
+         block_tables.device() == query.device() && !mask && !nvfp4;
 }
 
 // The int32 lengths of the first `batch` requests.
@@ -564,7 +568,8 @@ AttentionOutput decode_impl(
                        " queries");
     }
   }
-  if (q_len_per_req && plans_on_device(query, kv_cache, kv_cache_sf, mask)) {
+  if (q_len_per_req &&
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
   } else {
@@ -709,7 +714,8 @@ Tensor trtllm_attention_xqa_impl(
     batch = query.size(0) / q_len;
     for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
   }
-  if (!q_cu_seq_lens && plans_on_device(query, kv_cache, kv_cache_sf, mask)) {
+  if (!q_cu_seq_lens &&
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
   } else {
