@@ -622,6 +622,7 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   // On CUDA seq_lens and block_tables stay on the device: the plan kernel reads them
   // (kernels/block_table_plan.h) and nothing synchronizes, so a CUDA graph captures the call
   // (host copies of them keep the host plan).
+  FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   const bool device_plan = query.device().is_cuda() && seq_lens.device() == query.device() &&
                            block_tables.device() == query.device();
   const int64_t page_size = kv.size(1);

@@ -46,12 +46,13 @@ struct MlaAttentionParams {
   // when causal, sees tokens 0..that position.
   bool causal = false;
   // Host-side summaries (read by the CUDA launcher for its grid): query rows (qo_indptr[batch])
-  // and the largest kv_lens entry (under a CUDA graph: the most tokens a request can have, which
+  // and the largest kv_lens entry (with max_kv_dev: the most tokens a request can have, which
   // sizes the splits).
   int32_t rows = 0, max_kv_len = 0;
-  // Under a CUDA graph (the wrappers' use_cuda_graph): the plan's largest kv_lens entry on the
-  // device, rewritten by every plan; the CUDA kernels derive their KV chunk from it and the
-  // grid's splits (mla_split_chunk), so a graph captured once covers later, longer plans.
+  // The largest kv_lens entry on the device, where the host does not know it: under a CUDA graph
+  // (the wrappers' use_cuda_graph, rewritten by every plan) and in the block-table decode calls'
+  // device plan (kernels/block_table_plan.h). The CUDA kernels derive their KV chunk from it and
+  // the grid's splits (mla_device_chunk), so a grid sized for the bound covers any length.
   const int32_t* max_kv_dev = nullptr;
   // [rows] request of each query row (device memory; the CUDA backend only); -1: a row of a
   // request the device-side plan refused (kernels/block_table_plan.h), which the kernels skip.

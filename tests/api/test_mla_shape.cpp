@@ -5,6 +5,7 @@
 // reading V as the first 512 dims of the same permuted 72-unit rows that K is read from.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <random>
@@ -130,6 +131,41 @@ TEST(MlaShape, CapturedSplitsCoverEveryLaterPlan) {
   EXPECT_EQ(mla_kv_split(2, 132, 5000, false, 16, 1 << 20).chunk, mla_split_chunk(5000, 20, 16));
   EXPECT_EQ(mla_split_chunk(0, 8, 32), 32);  // at least one token's range
   EXPECT_EQ(mla_split_chunk(700, 1, 32), 700);
+}
+
+// With the longest length on the device, the kernels' chunk (mla_device_chunk) is
+// mla_split_chunk's or, when that is smaller, the launcher's chunk capped at kMlaMinChunk (whole
+// tiles): never smaller than both, so the grid still covers every length up to the bound, and a
+// short request in a grid sized for a long bound runs a few chunks of 256, not many small ones.
+TEST(MlaShape, DeviceChunkKeepsTheEagerFloorAndCoversTheLongest) {
+  std::mt19937 rng(9);
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t blocks = 1 + static_cast<int64_t>(rng() % 300);
+    const bool mma = (rng() & 1) != 0;
+    const int64_t tile = mma ? 32 : 16;
+    const int64_t bound = 1 + static_cast<int64_t>(rng() % 2000000);
+    const MlaSplit grid = mla_kv_split(blocks, 132, bound, mma, tile, 1 << 16);
+    const int64_t len = static_cast<int64_t>(rng() % (bound + 1));
+    const int64_t chunk = mla_device_chunk(len, grid.splits, tile, grid.chunk);
+    const int64_t plain = mla_split_chunk(len, grid.splits, tile);
+    ASSERT_GE(chunk, plain);
+    ASSERT_GE(grid.splits * chunk, len) << "bound " << bound << " len " << len;
+    ASSERT_LE(chunk, std::max<int64_t>(plain, 256));
+    ASSERT_GE(chunk, std::min<int64_t>(grid.chunk, 256));
+    if (grid.splits > 1) {
+      ASSERT_EQ(chunk % tile, 0);
+    }
+  }
+  // Batch 1 x 128 heads on 132 SMs, a grid for max_seq_len 163840 (tensor cores: 1 block, 64
+  // splits of 2560), a request of 1000 tokens: 4 chunks of 256 hold it (not 32 of 32).
+  const MlaSplit grid = mla_kv_split(2, 132, 163840, true, 32, 1 << 16);
+  EXPECT_EQ(grid.splits, 64);
+  EXPECT_EQ(grid.chunk, 2560);
+  EXPECT_EQ(mla_split_chunk(1000, 64, 32), 32);
+  EXPECT_EQ(mla_device_chunk(1000, 64, 32, grid.chunk), 256);
+  EXPECT_EQ(mla_device_chunk(100000, 64, 32, grid.chunk), mla_split_chunk(100000, 64, 32));
+  EXPECT_EQ(mla_device_chunk(100, 1, 16, 100), 100);  // one split: the whole range
+  EXPECT_EQ(mla_device_chunk(0, 4, 16, 64), 64);      // a launcher chunk under the floor stays
 }
 
 TEST(MlaShape, RowsPackedForThirtyTwoHeadsOrFewer) {

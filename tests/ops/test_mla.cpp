@@ -1068,45 +1068,67 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
   }
 }
 
-// On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): with
-// max_seq_len past every request (the splits sized for it, the chunk from the longest accepted
-// length), the rows of the requests the host checks would refuse are NaN and the
-// others match the CPU: a page id past the cache (request 1), a length past max_seq_len
-// (request 3), fewer keys than causal queries (request 4, MTP's 2 queries). Compiled, not run.
+// On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): a grid
+// sized for max_seq_len 2048 (a table of 160 columns of 16 tokens leaves it that bound) and a
+// KV chunk from the longest accepted request (700 tokens). The rows of the requests the host
+// checks would refuse are NaN and the others match the CPU: a page id past the cache (request
+// 1), a length past max_seq_len (request 3), fewer keys than causal queries (request 4, MTP's 2
+// queries). On the tensor-core kernel (16 heads: query rows packed; 128: two head groups) and,
+// with FLASHINFER_MLA_TENSOR_CORES=0, the CUDA-core kernels; then a batch whose every request is
+// refused. Compiled, not run.
 TEST(MlaCuda, TrtllmDecodeRefusesRequestsOnTheDevice) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   const std::vector<int32_t> lens{90, 40, 700, 33, 20};
-  const int64_t dc = 512, dk = 64, H = 16, q_len = 2, max_seq_len = 2048;
+  const int64_t dc = 512, dk = 64, q_len = 2, max_seq_len = 2048, cols = 160;
   const auto B = static_cast<int64_t>(lens.size());
   Latent l = make_latent(lens, 16, dc, dk, DType::kBFloat16, 71);
-  const Tensor q = testing::rand_tensor({B, q_len, H, dc + dk}, DType::kBFloat16, 72, -1.0, 1.0);
-  const Tensor want =
-      trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, dc, dk, l.block_tables,
-                                            l.kv_lens, max_seq_len, 0, std::nullopt, 0.05, 1.25);
-  std::vector<double> table = l.block_tables.to_double_vector();
-  const int64_t cols = l.block_tables.size(1);
-  table[1 * cols + 1] = static_cast<double>(l.kv.size(0));  // request 1: a page past the cache
+  // The table padded with -1 to `cols` columns (never read past a request's pages).
+  std::vector<int32_t> wide(static_cast<std::size_t>(B * cols), -1);
+  for (int64_t b = 0; b < B; ++b) {
+    for (std::size_t i = 0; i < l.pages[b].size(); ++i) wide[b * cols + i] = l.pages[b][i];
+  }
+  const Tensor table = int_tensor(wide).view({B, cols});
+  std::vector<int32_t> bad_table = wide;
+  bad_table[1 * cols + 1] = static_cast<int32_t>(l.kv.size(0));  // request 1: past the cache
   std::vector<int32_t> bad_lens = lens;
   bad_lens[3] = static_cast<int32_t>(max_seq_len + 1);  // request 3: past max_seq_len
   bad_lens[4] = 1;                                      // request 4: 1 key for 2 causal queries
-  const std::vector<int32_t> table_i(table.begin(), table.end());
   const Tensor ws = workspace().to(gpu);
-  const Tensor got = trtllm_batch_decode_with_kv_cache_mla(
-      q.to(gpu), l.kv.to(gpu), ws, 128, dc, dk, int_tensor(table_i).view({B, cols}).to(gpu),
-      int_tensor(bad_lens).to(gpu), max_seq_len, 0, std::nullopt, 0.05, 1.25);
-  const std::vector<double> o = got.to(Device::cpu()).to_double_vector();
-  const std::vector<double> w = want.to_double_vector();
   const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
-  const int64_t per_req = q_len * H * dc;
-  for (int64_t b = 0; b < B; ++b) {
-    const bool refused = b == 1 || b == 3 || b == 4;
-    for (int64_t x = b * per_req; x < (b + 1) * per_req; ++x) {
-      if (refused) {
-        ASSERT_TRUE(std::isnan(o[x])) << "request " << b;
-      } else {
-        ASSERT_NEAR(o[x], w[x], tol.atol + tol.rtol * std::abs(w[x])) << "request " << b;
+  for (const bool tensor_cores : {true, false}) {
+    std::optional<testing::ScopedEnv> env;
+    if (!tensor_cores) env.emplace("FLASHINFER_MLA_TENSOR_CORES", "0");
+    for (const int64_t H : {16, 128}) {
+      SCOPED_TRACE(::testing::Message() << "tensor cores " << tensor_cores << ", heads " << H);
+      const Tensor q =
+          testing::rand_tensor({B, q_len, H, dc + dk}, DType::kBFloat16, 72, -1.0, 1.0);
+      const Tensor want =
+          trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, dc, dk, table, l.kv_lens,
+                                                max_seq_len, 0, std::nullopt, 0.05, 1.25);
+      const Tensor got = trtllm_batch_decode_with_kv_cache_mla(
+          q.to(gpu), l.kv.to(gpu), ws, 128, dc, dk, int_tensor(bad_table).view({B, cols}).to(gpu),
+          int_tensor(bad_lens).to(gpu), max_seq_len, 0, std::nullopt, 0.05, 1.25);
+      const std::vector<double> o = got.to(Device::cpu()).to_double_vector();
+      const std::vector<double> w = want.to_double_vector();
+      const int64_t per_req = q_len * H * dc;
+      for (int64_t b = 0; b < B; ++b) {
+        const bool refused = b == 1 || b == 3 || b == 4;
+        for (int64_t x = b * per_req; x < (b + 1) * per_req; ++x) {
+          if (refused) {
+            ASSERT_TRUE(std::isnan(o[x])) << "request " << b;
+          } else {
+            ASSERT_NEAR(o[x], w[x], tol.atol + tol.rtol * std::abs(w[x])) << "request " << b;
+          }
+        }
       }
+      // Every request refused (empty ones too: 2 causal queries need 2 keys), so the longest
+      // accepted length is 0 and every split of the grid is empty: all rows NaN, none read.
+      const std::vector<int32_t> none{0, 0, static_cast<int32_t>(max_seq_len + 5), 0, 1};
+      const Tensor got0 = trtllm_batch_decode_with_kv_cache_mla(
+          q.to(gpu), l.kv.to(gpu), ws, 128, dc, dk, table.to(gpu), int_tensor(none).to(gpu),
+          max_seq_len, 0, std::nullopt, 0.05, 1.25);
+      for (double v : got0.to(Device::cpu()).to_double_vector()) ASSERT_TRUE(std::isnan(v));
     }
   }
 }
@@ -1115,7 +1137,8 @@ TEST(MlaCuda, TrtllmDecodeRefusesRequestsOnTheDevice) {
 // As engines run it: the trtllm MLA decode run once on a stream (the warm-up that makes its plan
 // scratch), captured on it into a CUDA graph, then replayed after seq_lens and block_tables were
 // rewritten in place (longer and shorter requests, other pages): the replay computes the new
-// batch (the kernels' chunk follows the new longest request).
+// batch (what the captured grid does with lengths it has not seen, the chunk taken on the
+// device).
 TEST(MlaCuda, TrtllmDecodeCapturedReplaysNewLengths) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);

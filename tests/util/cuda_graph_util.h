@@ -56,6 +56,18 @@ struct ReplayableGraph {
   cudaGraphExec_t exec = nullptr;
 };
 
+// Makes `stream` the library's current stream until destroyed, then restores the one before
+// (also when a call throws or an assertion returns early).
+struct CurrentStreamScope {
+  void* before;
+  explicit CurrentStreamScope(cudaStream_t stream) : before(current_cuda_stream()) {
+    set_current_cuda_stream(stream);
+  }
+  ~CurrentStreamScope() { set_current_cuda_stream(before); }
+  CurrentStreamScope(const CurrentStreamScope&) = delete;
+  CurrentStreamScope& operator=(const CurrentStreamScope&) = delete;
+};
+
 // Runs `call` once on `g`'s stream (created here), made the library's current stream, and waits
 // for it: an engine's warm-up before it captures. The per-stream scratch an op keeps
 // (kernels/cuda/stream_scratch.h) then exists when capture_for_replay captures on that stream.
@@ -63,28 +75,31 @@ struct ReplayableGraph {
 inline void warm_up_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
   ASSERT_EQ(g.stream, nullptr);
   ASSERT_EQ(cudaStreamCreate(&g.stream), cudaSuccess);
-  void* before = current_cuda_stream();
-  set_current_cuda_stream(g.stream);
+  const CurrentStreamScope scope(g.stream);
   call();
-  const cudaError_t synced = cudaStreamSynchronize(g.stream);
-  set_current_cuda_stream(before);
-  ASSERT_EQ(synced, cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(g.stream), cudaSuccess);
 }
 
 // Captures what `call` queues into `g`: on its stream (a new one when it has none), made the
 // library's current stream for the capture (relaxed mode), then instantiated. Call it under
-// ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here.
+// ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here; a call that throws ends the capture
+// (its graph discarded) before the exception leaves.
 inline void capture_for_replay(ReplayableGraph& g, const std::function<void()>& call) {
   if (g.stream == nullptr) {
     ASSERT_EQ(cudaStreamCreate(&g.stream), cudaSuccess);
   }
-  void* before = current_cuda_stream();
-  set_current_cuda_stream(g.stream);
+  const CurrentStreamScope scope(g.stream);
   ASSERT_EQ(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
-  call();
-  const cudaError_t ended = cudaStreamEndCapture(g.stream, &g.graph);
-  set_current_cuda_stream(before);
-  ASSERT_EQ(ended, cudaSuccess);
+  try {
+    call();
+  } catch (...) {
+    cudaGraph_t discarded = nullptr;
+    (void)cudaStreamEndCapture(g.stream, &discarded);
+    if (discarded != nullptr) cudaGraphDestroy(discarded);
+    (void)cudaGetLastError();
+    throw;
+  }
+  ASSERT_EQ(cudaStreamEndCapture(g.stream, &g.graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&g.exec, g.graph, 0), cudaSuccess);
 }
 

@@ -82,10 +82,12 @@ __device__ __forceinline__ RowSpan row_span(const MlaAttentionParams& p, int64_t
 }
 
 // The tokens of `row` that KV split blockIdx.z takes: [begin, stop) of the row's visible range,
-// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: eager, begin < max_kv_len < 2^31 (the
-// launcher leaves no split past the longest request); under a CUDA graph splits past the plan's
-// longest are normal, and (splits - 1) * chunk stays below 2^31 (mla_split_chunk of a length
-// below 2^31). stop <= kv_len; stop <= begin: nothing to do (an empty state the merge ignores).
+// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: with the longest length on the host,
+// begin < max_kv_len < 2^31 (the launcher leaves no split past the longest request); with it on
+// the device (max_kv_dev: a CUDA graph, or the block-table calls' device plan) splits past the
+// longest are normal, and (splits - 1) * chunk stays below 2^31 (mla_device_chunk of a length
+// below 2^31, or 64 splits of at most 256). stop <= kv_len; stop <= begin: nothing to do (the
+// kernels write the empty state the merge ignores, write_empty_state).
 // b: the row's request.
 struct SplitSpan {
   int32_t b, begin, stop;
@@ -95,6 +97,15 @@ __device__ __forceinline__ SplitSpan split_span(const MlaAttentionParams& p, int
   const RowSpan span = row_span(p, row);
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
   return {span.b, static_cast<int32_t>(begin), static_cast<int32_t>(min(span.end, begin + chunk))};
+}
+
+// Split blockIdx.z's state of (row, head h) when the split holds none of the row's keys: m -inf
+// and l 0, which the merge weighs 0 without reading the split's output partial.
+__device__ __forceinline__ void write_empty_state(const MlaAttentionParams& p, int64_t row, int h,
+                                                  float* part_ml) {
+  const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + row) * p.num_heads + h;
+  part_ml[2 * state] = -INFINITY;
+  part_ml[2 * state + 1] = 0.0f;
 }
 
 __device__ __forceinline__ float warp_reduce_max(float v) {
@@ -124,10 +135,19 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
   const bool head_ok = h < p.num_heads;
   pdl_wait();
   if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
-  if (p.max_kv_dev != nullptr) chunk = mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kTile);
+  if (p.max_kv_dev != nullptr) {
+    chunk = mla::mla_device_chunk(*p.max_kv_dev, gridDim.z, kTile, chunk);
+  }
   const RowSpan span = row_span(p, row);
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
   const int64_t stop = min(span.end, begin + chunk);
+  if (part_o != nullptr && stop <= begin) {  // a split past the row's keys: its empty state only
+    for (int hh = static_cast<int>(threadIdx.x); hh < G; hh += static_cast<int>(blockDim.x)) {
+      const int hb = static_cast<int>(blockIdx.y) * G + hh;
+      if (hb < p.num_heads) write_empty_state(p, row, hb, part_ml);
+    }
+    return;  // block-uniform, before any barrier
+  }
 
   if (head_ok) {
     float* q = q_s + warp * W;
@@ -446,10 +466,19 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   pdl_wait();
   if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
   if (p.max_kv_dev != nullptr) {
-    chunk = static_cast<int32_t>(mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, kDecTokens));
+    chunk =
+        static_cast<int32_t>(mla::mla_device_chunk(*p.max_kv_dev, gridDim.z, kDecTokens, chunk));
   }
   const SplitSpan span = split_span(p, row, chunk);
   const int32_t begin = span.begin, stop = span.stop;
+  if (part_o != nullptr && stop <= begin) {  // a split past the row's keys: its empty state only
+    const int block_heads = warps * kDecHeadsPerWarp;
+    for (int hh = tid; hh < block_heads; hh += nthreads) {
+      const int hb = static_cast<int>(blockIdx.y) * block_heads + hh;
+      if (hb < p.num_heads) write_empty_state(p, row, hb, part_ml);
+    }
+    return;  // block-uniform, before any barrier
+  }
   const int n_iter = stop > begin ? (stop - begin + kDecTokens - 1) / kDecTokens : 0;
 
   // The warp's queries in fp32, scaled so that q . row is the score in log2 units. A head past
@@ -702,11 +731,18 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   // the row (a causal request's later queries see more; else all the same). The tiles run to the
   // last row's stop; tiles past the first row's stop test each score against its row's.
   if (p.max_kv_dev != nullptr) {
-    chunk = static_cast<int32_t>(mla::mla_split_chunk(*p.max_kv_dev, gridDim.z, mla::kMmaKvTile));
+    chunk = static_cast<int32_t>(
+        mla::mla_device_chunk(*p.max_kv_dev, gridDim.z, mla::kMmaKvTile, chunk));
   }
   const SplitSpan first = split_span(p, row, chunk);
   const int32_t begin = first.begin, stop_first = first.stop;
   const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;
+  if (part_o != nullptr && stop <= begin) {  // past every row's keys: the empty states only
+    for (int m = tid; m < n_valid; m += kMmaThreads) {
+      write_empty_state(p, qrow_of(m), head_of(m), part_ml);
+    }
+    return;  // block-uniform, before any barrier
+  }
   const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
   int32_t row_stop[2];  // this thread's two rows (gid and gid + 8 of its warp's 16)
 #pragma unroll

@@ -90,10 +90,25 @@ struct MlaSplit {
 
 /// The chunk of `splits` splits covering max_kv tokens (at least 1): the whole range for one
 /// split, else a multiple of the kernel's `tile` with splits * chunk >= max_kv. The kernels
-/// compute it themselves from a device value under a CUDA graph (MlaAttentionParams::max_kv_dev).
+/// compute it themselves from a device value (MlaAttentionParams::max_kv_dev, mla_device_chunk).
 FLASHINFER_HD constexpr int64_t mla_split_chunk(int64_t max_kv, int64_t splits, int64_t tile) {
   max_kv = max_kv < 1 ? 1 : max_kv;
   return splits > 1 ? ((max_kv + splits - 1) / splits + tile - 1) / tile * tile : max_kv;
+}
+
+/// The chunk a kernel takes when the longest length is read on the device (max_kv_dev: the
+/// wrappers' CUDA-graph mode and the block-table decode calls' device plan, whose grid of `splits`
+/// the launcher sized for a bound, `host_chunk` being its chunk): mla_split_chunk of the device
+/// value, but at least the launcher's chunk capped at kMlaMinChunk rounded up to the tile. A grid
+/// sized for max_seq_len 163840 and a request of 1000 tokens then runs 4 chunks of 256 (the eager
+/// plan's) rather than 32 of 32, each writing a whole partial state for the merge. Only larger than
+/// mla_split_chunk, so the splits still cover max_kv_dev.
+FLASHINFER_HD constexpr int64_t mla_device_chunk(int64_t max_kv_dev, int64_t splits, int64_t tile,
+                                                 int64_t host_chunk) {
+  const int64_t c = mla_split_chunk(max_kv_dev, splits, tile);
+  const int64_t min_tiles = (kMlaMinChunk + tile - 1) / tile * tile;
+  const int64_t floor = host_chunk < min_tiles ? host_chunk : min_tiles;
+  return c > floor ? c : floor;
 }
 
 /// Splits the KV axis when `blocks` (row, head group) blocks would leave the `sms` SMs idle: the
