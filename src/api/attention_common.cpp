@@ -806,6 +806,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, 0, unit);
   }
   s.plan.partial_rows_capacity = std::max(partial_cap, s.plan.num_partial_rows);
+  s.plan.min_kv_chunk = static_cast<int32_t>(
+      round_kv_chunk_to_tiles(std::max<int64_t>(min_chunk_tokens / unit, 1), unit, chunk_tile) *
+      unit);
   if (graph) {
     FLASHINFER_CHECK(s.batch == s.graph_batch, op, "indptr",
                      "under use_cuda_graph the batch size is fixed by the first plan (",
@@ -945,6 +948,7 @@ void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, con
   bp.tile_rows = tile_rows;
   bp.num_chunks = static_cast<int32_t>(chunks);
   bp.chunk_tokens = pl.split_kv ? pl.kv_chunk_size : 0;
+  bp.min_chunk_tokens = std::max(1, std::min(pl.min_kv_chunk, pl.kv_chunk_size));
   int64_t floats = 0;
   if (pl.split_kv) {
     // One more partial row: the empty state the idle chunks' merge entries name.

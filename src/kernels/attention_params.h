@@ -61,6 +61,10 @@ struct AttentionPlan {
   int64_t partial_rows_capacity = 0;
   int32_t cta_tile_q = 1;     // rows per work item (prefill); decode: q_len_per_req
   int32_t kv_chunk_size = 0;  // tokens per chunk; 0 when KV is not split
+  // Tokens of the smallest chunk the planner would cut (its floor, in whole pages and, for the
+  // tensor-core kernels, whole K/V tiles): the device-side plan splits a request no finer
+  // (kernels/block_table_plan.h).
+  int32_t min_kv_chunk = 0;
   bool split_kv = false;
 };
 #endif

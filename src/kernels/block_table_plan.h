@@ -10,8 +10,8 @@
 // lengths), and a small kernel fills that plan's arrays from the real lengths before the attention
 // kernel runs:
 // - work item (b, tile t, chunk c) sits where build_plan's worst-case partition puts it, with the
-//   request's real key range; the chunks past a request's last one are idle (request -1, as the
-//   padding items of a CUDA-graph grid);
+//   request's real key range: its keys spread over the grid's chunks (block_plan_chunk), the
+//   chunks past its last one idle (request -1, as the padding items of a CUDA-graph grid);
 // - a split plan merges every query row over the grid's num_chunks partial rows: the idle chunks'
 //   entries name one extra partial row holding an empty state (score -inf, value 0), which adds
 //   nothing to the merge;
@@ -47,8 +47,9 @@ struct BlockTablePlan {
   int32_t tile_rows = 1;  // queries a work item (the plan's cta_tile_q)
   int32_t max_seq_len = 0;
   bool causal = false;
-  int32_t chunk_tokens = 0;  // keys a chunk; 0: unsplit
-  int32_t num_chunks = 1;    // chunks a (request, tile) in the grid
+  int32_t chunk_tokens = 0;      // keys a chunk of the worst case; 0: unsplit
+  int32_t num_chunks = 1;        // chunks a (request, tile) in the grid
+  int32_t min_chunk_tokens = 1;  // split plans: a request's chunk at least (block_plan_chunk)
 
   // Outputs: the AttentionParams arrays (work and merge ones: none for MLA, whose kernels take a
   // row each; merge ones only when num_chunks > 1).
@@ -93,10 +94,25 @@ FLASHINFER_HD bool block_plan_page_ok(const BlockTablePlan& p, int64_t page) {
   return page >= 0 && page < p.num_pages;
 }
 
+/// The chunk of a request of `len` keys in a split plan: its keys spread over the grid's
+/// num_chunks chunks, in whole multiples of min_chunk_tokens (the planner's floor: whole pages,
+/// whole tiles of the tensor-core kernels, never finer than the planner would cut). The grid was
+/// sized for max_seq_len (engines pass the model's context length there), so a request much
+/// shorter still fills the chunks the grid has rather than one chunk of the worst case's size;
+/// num_chunks chunks of it cover len. 0 when unsplit.
+FLASHINFER_HD int64_t block_plan_chunk(const BlockTablePlan& p, int64_t len) {
+  if (p.chunk_tokens <= 0) return 0;
+  const int64_t g = p.min_chunk_tokens > 0 ? p.min_chunk_tokens : 1;
+  const int64_t even = (len + p.num_chunks - 1) / p.num_chunks;
+  const int64_t c = (even + g - 1) / g * g;
+  return c > g ? c : g;
+}
+
 /// Chunks a request of `len` keys uses: partition()'s max(1, ceil(len / chunk)).
 FLASHINFER_HD int32_t block_plan_chunks_used(const BlockTablePlan& p, int64_t len) {
-  if (p.chunk_tokens <= 0 || len <= 0) return 1;
-  return static_cast<int32_t>((len + p.chunk_tokens - 1) / p.chunk_tokens);
+  const int64_t chunk = block_plan_chunk(p, len);
+  if (chunk <= 0 || len <= 0) return 1;
+  return static_cast<int32_t>((len + chunk - 1) / chunk);
 }
 
 /// Work item k (tile k / num_chunks, chunk k % num_chunks) of request b, whose length is `len`
@@ -109,8 +125,9 @@ FLASHINFER_HD WorkItem block_plan_item(const BlockTablePlan& p, int32_t b, int32
   const int32_t used = block_plan_chunks_used(p, len);
   if (!ok || c >= used) return WorkItem{-1, 0, 0, 0, 0, -1};
   if (p.num_chunks == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
-  const int64_t k0 = static_cast<int64_t>(c) * p.chunk_tokens;
-  const int64_t k1 = k0 + p.chunk_tokens < len ? k0 + p.chunk_tokens : len;
+  const int64_t chunk = block_plan_chunk(p, len);
+  const int64_t k0 = static_cast<int64_t>(c) * chunk;
+  const int64_t k1 = k0 + chunk < len ? k0 + chunk : len;
   if (used == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
   // partition()'s partial rows: request b's tiles in order, each tile's chunks in order.
   const int64_t base =

@@ -152,15 +152,18 @@ BlockTablePlan plan_of(const detail::WrapperState& worst, int32_t q_len, int32_t
   p.num_chunks = static_cast<int32_t>(worst.plan.work.size() / (worst.batch * tiles));
   p.chunk_tokens = worst.plan.split_kv ? worst.plan.kv_chunk_size : 0;
   p.empty_row = worst.plan.split_kv ? static_cast<int32_t>(worst.plan.num_partial_rows) : -1;
+  p.min_chunk_tokens = std::max(1, std::min(worst.plan.min_kv_chunk, worst.plan.kv_chunk_size));
   return p;
 }
 
 // Over random batches, chunks, page sizes, query counts and GQA groups (one tile a request for
 // decode, tiles of the prefill rule otherwise: several a request where a large group makes them a
-// query or two high): the device plan's rows see what the host plan's rows see.
+// query or two high): each request's rows in the device plan see what they see in the host plan
+// of that request alone with the request's chunk (block_plan_chunk: its keys spread over the
+// grid's chunks), in the same order, and never more chunks than the grid has.
 TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
   std::mt19937 rng(7);
-  int split_cases = 0, unsplit_cases = 0, multi_tile_cases = 0;
+  int split_cases = 0, unsplit_cases = 0, multi_tile_cases = 0, own_chunk_cases = 0;
   const std::vector<Heads> heads{{8, 2, 64}, {64, 1, 64}, {32, 1, 128}, {64, 2, 256}};
   for (int iter = 0; iter < 400; ++iter) {
     const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
@@ -177,24 +180,37 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
     }
     if (rng() % 3 == 0) lens[0] = max_seq_len;
     const int32_t worst_len = std::min(max_seq_len, max_blocks * page_size);
-    const detail::WrapperState host = planned(lens, q_len, page_size, chunk_pages, decode, h);
     const detail::WrapperState worst =
         planned(std::vector<int32_t>(batch, worst_len), q_len, page_size, chunk_pages, decode, h);
-    ASSERT_EQ(host.plan.cta_tile_q, worst.plan.cta_tile_q);
-    const BlockTablePlan p = plan_of(worst, q_len, page_size, max_seq_len, max_blocks);
+    BlockTablePlan p = plan_of(worst, q_len, page_size, max_seq_len, max_blocks);
+    // Any floor of whole pages up to the worst case's chunk (the CPU planner's own floor, 128
+    // keys, is at least every chunk drawn here, which would leave each request the worst case's
+    // chunk): requests shorter than the worst case then take chunks of their own.
+    p.min_chunk_tokens = page_size * static_cast<int32_t>(1 + rng() % chunk_pages);
     ASSERT_EQ(worst.plan.work.size(),
               static_cast<std::size_t>(batch) * kernels::block_plan_tiles(p) * p.num_chunks);
     (p.num_chunks > 1 ? split_cases : unsplit_cases)++;
     multi_tile_cases += kernels::block_plan_tiles(p) > 1;
     const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
     const int64_t rows = int64_t{batch} * q_len;
-    const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
-                                    host.plan.merge_out_row, q_len, rows, -1);
     const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, q_len,
                                    rows, p.empty_row);
-    for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_EQ(got[r], want[r]) << "iteration " << iter << ", row " << r;
-      ASSERT_FALSE(got[r].empty()) << "row " << r << " is never written";
+    for (int32_t b = 0; b < batch; ++b) {
+      const int64_t chunk = kernels::block_plan_chunk(p, lens[b]);
+      ASSERT_EQ(chunk % page_size, 0);  // whole pages, as the host cuts
+      ASSERT_LE(kernels::block_plan_chunks_used(p, lens[b]), p.num_chunks);
+      own_chunk_cases += chunk > 0 && chunk < p.chunk_tokens;
+      const detail::WrapperState host =
+          planned({lens[b]}, q_len, page_size, chunk > 0 ? chunk / page_size : 1 << 20, decode, h);
+      ASSERT_EQ(host.plan.cta_tile_q, worst.plan.cta_tile_q);
+      const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
+                                      host.plan.merge_out_row, q_len, q_len, -1);
+      for (int32_t i = 0; i < q_len; ++i) {
+        std::vector<Range> w = want[i];
+        for (Range& x : w) x.request = b;  // the lone request is request 0 there
+        ASSERT_EQ(got[int64_t{b} * q_len + i], w) << "iteration " << iter << ", request " << b;
+        ASSERT_FALSE(w.empty()) << "request " << b << " row " << i << " is never written";
+      }
     }
     // Every item and merge entry reads inside the worst-case layout the host sized.
     for (const WorkItem& w : d.work) {
@@ -208,6 +224,7 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
   EXPECT_GT(split_cases, 50);
   EXPECT_GT(unsplit_cases, 20);
   EXPECT_GT(multi_tile_cases, 20);
+  EXPECT_GT(own_chunk_cases, 100);
 }
 
 // A refused request (here request 1: a bad page) gets no work item and no merge; the others keep
@@ -256,11 +273,25 @@ TEST(BlockTablePlan, LengthRulesByHand) {
   EXPECT_FALSE(kernels::block_plan_page_ok(p, 10));
   EXPECT_FALSE(kernels::block_plan_page_ok(p, -1));
   p.chunk_tokens = 32;
+  p.num_chunks = 4;
+  p.min_chunk_tokens = 32;
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 0), 1);
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 32), 1);
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 33), 2);
   p.chunk_tokens = 0;
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 1000), 1);
+  // A grid of 33 chunks sized for a long bound (chunks of 4000), a floor of 64 keys: a request of
+  // 2000 keys takes 32 chunks of 64 (the host plan of it alone would cut the same), one of 5000
+  // 27 of 192, one of 40 a single chunk.
+  p.chunk_tokens = 4000;
+  p.num_chunks = 33;
+  p.min_chunk_tokens = 64;
+  EXPECT_EQ(kernels::block_plan_chunk(p, 2000), 64);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 2000), 32);
+  EXPECT_EQ(kernels::block_plan_chunk(p, 5000), 192);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 5000), 27);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 40), 1);
+  EXPECT_EQ(kernels::block_plan_chunks_used(p, 33 * 4000), 33);
 }
 
 }  // namespace
