@@ -1230,6 +1230,12 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     bp.lse_stride_h = p.lse_stride_h;
     bp.num_qo_heads = p.num_qo_heads;
     bp.head_dim_vo = p.head_dim_vo;
+#if FLASHINFER_WITH_CUDA
+    // The kernels' one refusal after the plan kernel ran would leave its NaN rows in `out`: the
+    // K/V rows' alignment (q and o are aligned copies by now), checked first.
+    FLASHINFER_CHECK_CODE(kernels::cuda::attention_rows_aligned(p), ErrorCode::kUnsupported, op,
+                          k_arg, "rows must start on 16-byte boundaries on CUDA");
+#endif
     launch_block_table_plan(bp, s.device, op);
   }
   // RoPE / ALiBi inside attention: the CPU reference computes them (ALiBi on CUDA: the decode

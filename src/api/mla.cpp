@@ -510,6 +510,12 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
         bp.lse_stride_h = p.lse_stride_h;
         bp.num_qo_heads = p.num_heads;
         bp.head_dim_vo = p.dim_ckv;
+#if FLASHINFER_WITH_CUDA
+        // The MLA kernels' refusal, first: after the plan kernel it would leave NaN rows in out.
+        if (const char* why = kernels::cuda::mla_attention_unsupported(p)) {
+          FLASHINFER_FAIL(ErrorCode::kUnsupported, op, r.qn_arg, why);
+        }
+#endif
         api::launch_block_table_plan(bp, r.q_nope.device(), op);
         p.kv_indices = bp.block_tables;
         p.max_kv_dev = bp.max_kv;
