@@ -26,6 +26,7 @@
 // row_req -1 for a refused request, whose rows the MLA kernels then skip.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/attention_params.h"
@@ -153,6 +154,89 @@ FLASHINFER_HD int32_t block_plan_merge_row(const BlockTablePlan& p, int32_t b, i
   const int64_t base =
       (static_cast<int64_t>(b) * p.q_len + q0) * p.num_chunks + static_cast<int64_t>(c) * (q1 - q0);
   return static_cast<int32_t>(base + (i - q0));
+}
+
+/// Whether any page id of request b (length `len`, accepted by block_plan_len_ok) that thread
+/// `tid` of `nthreads` checks is outside the cache: thread t takes blocks t, t + nthreads, ...
+FLASHINFER_HD bool block_plan_pages_bad(const BlockTablePlan& p, int32_t b, int64_t len, int tid,
+                                        int nthreads) {
+  const int64_t blocks = (len + p.page_size - 1) / p.page_size;
+  const int32_t* row = p.block_tables + b * p.table_stride;
+  bool bad = false;
+  for (int64_t i = tid; i < blocks; i += nthreads) bad |= !block_plan_page_ok(p, row[i]);
+  return bad;
+}
+
+/// A NaN of the output's dtype at element i, as its bits (fp32, fp16 or bf16: the outputs the
+/// calls allow).
+FLASHINFER_HD void block_plan_store_nan(void* o, int64_t i, DType d) {
+  if (d == DType::kFloat32) {
+    static_cast<uint32_t*>(o)[i] = 0x7fc00000u;
+  } else {
+    static_cast<uint16_t*>(o)[i] = d == DType::kBFloat16 ? uint16_t{0x7fc0} : uint16_t{0x7e00};
+  }
+}
+
+/// Request b's part of the plan (its length `len`, `ok` its verdict: block_plan_len_ok and no bad
+/// page), the part thread `tid` of the request's `nthreads` writes: the kernel's block runs it on
+/// every thread, the CPU tests for every tid in turn. Besides the request's own entries, request 0
+/// writes the empty state's partial row and the last request the arrays' closing entries. The MLA
+/// form's longest length (max_kv) is the kernel's, an atomic maximum.
+FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, int64_t len,
+                                            bool ok, int tid, int nthreads) {
+  if (tid == 0) {
+    p.qo_indptr[b] = b * p.q_len;
+    p.kv_indptr[b] = static_cast<int32_t>(b * p.table_stride);
+    p.kv_lens[b] = ok ? static_cast<int32_t>(len) : 0;
+    if (b == p.batch - 1) {
+      p.qo_indptr[p.batch] = p.batch * p.q_len;
+      p.kv_indptr[p.batch] = static_cast<int32_t>(p.batch * p.table_stride);
+    }
+  }
+  if (p.row_req != nullptr) {  // MLA: a row each
+    for (int32_t i = tid; i < p.q_len; i += nthreads) p.row_req[b * p.q_len + i] = ok ? b : -1;
+  }
+  const int32_t items = p.work != nullptr ? block_plan_tiles(p) * p.num_chunks : 0;
+  for (int32_t k = tid; k < items; k += nthreads) {
+    p.work[static_cast<int64_t>(b) * items + k] = block_plan_item(p, b, k, len, ok);
+  }
+  if (p.work != nullptr && p.num_chunks > 1) {
+    for (int32_t k = tid; k < p.q_len * p.num_chunks; k += nthreads) {
+      const int32_t i = k / p.num_chunks, c = k % p.num_chunks;
+      p.merge_rows[(static_cast<int64_t>(b) * p.q_len + i) * p.num_chunks + c] =
+          block_plan_merge_row(p, b, i, c, len, ok);
+    }
+    for (int32_t i = tid; i < p.q_len; i += nthreads) {
+      const int32_t m = b * p.q_len + i;
+      p.merge_indptr[m] = m * p.num_chunks;
+      p.merge_out_row[m] = block_plan_merge_out_row(p, b, i, len, ok);
+    }
+    if (b == p.batch - 1 && tid == 0) {
+      p.merge_indptr[p.batch * p.q_len] = p.batch * p.q_len * p.num_chunks;
+    }
+    if (b == 0) {  // the idle chunks' empty state: score -inf, value 0
+      const int64_t hd = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
+      float* v = p.tmp_v + static_cast<int64_t>(p.empty_row) * hd;
+      for (int64_t x = tid; x < hd; x += nthreads) v[x] = 0.0f;
+      for (int32_t h = tid; h < p.num_qo_heads; h += nthreads) {
+        p.tmp_s[static_cast<int64_t>(p.empty_row) * p.num_qo_heads + h] = -INFINITY;
+      }
+    }
+  }
+  if (!ok) {  // a refused request: NaN rows, its pages never read
+    const int64_t per_row = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
+    for (int64_t x = tid; x < p.q_len * per_row; x += nthreads) {
+      const int64_t r = static_cast<int64_t>(b) * p.q_len + x / per_row;
+      const int64_t h = x % per_row / p.head_dim_vo, d = x % p.head_dim_vo;
+      block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
+    }
+    if (p.lse != nullptr) {
+      for (int64_t x = tid; x < static_cast<int64_t>(p.q_len) * p.num_qo_heads; x += nthreads) {
+        const int64_t r = static_cast<int64_t>(b) * p.q_len + x / p.num_qo_heads;
+        p.lse[r * p.lse_stride_n + x % p.num_qo_heads * p.lse_stride_h] = NAN;
+      }
+    }
+  }
 }
 
 }  // namespace flashinfer::kernels

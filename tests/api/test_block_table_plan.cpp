@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -248,6 +252,161 @@ TEST(BlockTablePlan, RefusedRequestGetsNoWork) {
     final_item_of_2 |= w.request == 2 && w.partial_base < 0 && w.kv_end == 7;
   }
   EXPECT_TRUE(final_item_of_2);
+}
+
+// The plan kernel's body (block_plan_pages_bad, block_plan_write_request), run here thread by
+// thread for blocks of 128 and of 7 threads: every array it writes equals the rules' (run_rules,
+// checked against the host plan above); MLA's row map; the empty partial row (value 0, score
+// -inf) and nothing else of the partials; the refused requests' output rows and LSE NaN in the
+// output's dtype, through padded strides, and not one other element touched.
+TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
+  std::mt19937 rng(11);
+  int refused_cases = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const int nthreads = iter % 2 == 0 ? 128 : 7;
+    const int32_t batch = 1 + static_cast<int32_t>(rng() % 5);
+    const int32_t q_len = 1 + static_cast<int32_t>(rng() % 3);
+    const int32_t page_size = std::vector<int32_t>{1, 4, 16}[rng() % 3];
+    const int32_t max_seq_len = q_len + static_cast<int32_t>(rng() % 300);
+    const int32_t max_blocks = (max_seq_len + page_size - 1) / page_size;
+    const int32_t table_stride = max_blocks + static_cast<int32_t>(rng() % 3);
+    const int64_t num_pages = 40;
+    const Heads h = std::vector<Heads>{{8, 2, 64}, {4, 4, 16}}[rng() % 2];
+    const int32_t worst_len = std::min(max_seq_len, max_blocks * page_size);
+    const detail::WrapperState worst =
+        planned(std::vector<int32_t>(batch, worst_len), q_len, page_size, 1 + rng() % 4, true, h);
+    BlockTablePlan p = plan_of(worst, q_len, page_size, max_seq_len, max_blocks);
+    p.min_chunk_tokens = page_size;
+    p.num_pages = num_pages;
+    p.table_stride = table_stride;
+    // Lengths (one past max_seq_len now and then) and a table of page ids (one past the cache now
+    // and then, in a block the request reads or in one it does not).
+    std::vector<int32_t> lens, table(static_cast<std::size_t>(batch) * table_stride, -1);
+    for (int32_t b = 0; b < batch; ++b) {
+      int32_t len = q_len + static_cast<int32_t>(rng() % (max_seq_len - q_len + 1));
+      if (rng() % 6 == 0) len = max_seq_len + 1;
+      lens.push_back(len);
+      for (int32_t i = 0; i < max_blocks; ++i) {
+        table[b * table_stride + i] = static_cast<int32_t>(rng() % num_pages);
+      }
+      if (rng() % 4 == 0) {
+        table[b * table_stride + rng() % max_blocks] = static_cast<int32_t>(num_pages);
+      }
+    }
+    p.block_tables = table.data();
+    std::vector<bool> pages_ok;
+    for (int32_t b = 0; b < batch; ++b) {
+      bool ok = true;
+      const int64_t blocks = (std::min<int64_t>(lens[b], worst_len) + page_size - 1) / page_size;
+      for (int64_t i = 0; i < blocks; ++i) ok &= table[b * table_stride + i] < num_pages;
+      pages_ok.push_back(ok);
+    }
+    const DevicePlan want = run_rules(p, lens, pages_ok);
+    // The kernel's outputs, filled with a sentinel first.
+    const int32_t tiles = kernels::block_plan_tiles(p);
+    const auto items = static_cast<std::size_t>(batch) * tiles * p.num_chunks;
+    const int64_t rows = int64_t{batch} * q_len, hq = h.hq, dv = h.d;
+    std::vector<int32_t> qo(batch + 1, -7), kvp(batch + 1, -7), kvl(batch, -7), row_req(rows, -7);
+    std::vector<WorkItem> work(items, WorkItem{-7, -7, -7, -7, -7, -7});
+    std::vector<int32_t> m_indptr, m_rows, m_out;
+    if (p.num_chunks > 1) {
+      m_indptr.assign(static_cast<std::size_t>(rows) + 1, -7);
+      m_rows.assign(static_cast<std::size_t>(rows) * p.num_chunks, -7);
+      m_out.assign(static_cast<std::size_t>(rows), -7);
+    }
+    const int64_t partial_rows = worst.plan.num_partial_rows + 1;
+    std::vector<float> tmp_v(static_cast<std::size_t>(partial_rows * hq * dv), 5.0f);
+    std::vector<float> tmp_s(static_cast<std::size_t>(partial_rows * hq), 5.0f);
+    const DType od =
+        std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kBFloat16}[iter % 3];
+    const int64_t es = od == DType::kFloat32 ? 4 : 2;
+    const int64_t o_sh = dv + 3, o_sn = hq * o_sh + 5;
+    std::vector<uint8_t> o(static_cast<std::size_t>(rows * o_sn * es), 0xAB);
+    const int64_t l_sh = 2, l_sn = hq * l_sh + 1;
+    std::vector<float> lse(static_cast<std::size_t>(rows * l_sn), 5.0f);
+    p.qo_indptr = qo.data();
+    p.kv_indptr = kvp.data();
+    p.kv_lens = kvl.data();
+    p.row_req = row_req.data();
+    p.work = work.data();
+    p.merge_indptr = m_indptr.empty() ? nullptr : m_indptr.data();
+    p.merge_rows = m_rows.empty() ? nullptr : m_rows.data();
+    p.merge_out_row = m_out.empty() ? nullptr : m_out.data();
+    p.tmp_v = tmp_v.data();
+    p.tmp_s = tmp_s.data();
+    p.o = o.data();
+    p.o_dtype = od;
+    p.o_stride_n = o_sn;
+    p.o_stride_h = o_sh;
+    p.lse = lse.data();
+    p.lse_stride_n = l_sn;
+    p.lse_stride_h = l_sh;
+    p.num_qo_heads = static_cast<int32_t>(hq);
+    p.head_dim_vo = static_cast<int32_t>(dv);
+    // The blocks, in a shuffled order (no block depends on another).
+    std::vector<int32_t> order(static_cast<std::size_t>(batch));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int32_t b : order) {
+      bool ok = kernels::block_plan_len_ok(p, lens[b]);
+      if (ok) {
+        bool bad = false;
+        for (int t = 0; t < nthreads; ++t)
+          bad |= kernels::block_plan_pages_bad(p, b, lens[b], t, nthreads);
+        ok = !bad;
+      }
+      ASSERT_EQ(ok, static_cast<bool>(want.ok[b])) << "request " << b;
+      for (int t = 0; t < nthreads; ++t)
+        kernels::block_plan_write_request(p, b, lens[b], ok, t, nthreads);
+    }
+    for (int32_t b = 0; b <= batch; ++b) {
+      ASSERT_EQ(qo[b], b * q_len);
+      ASSERT_EQ(kvp[b], b * table_stride);
+    }
+    ASSERT_EQ(kvl, want.kv_lens);
+    for (std::size_t k = 0; k < items; ++k) {
+      const WorkItem& a = work[k];
+      const WorkItem& e = want.work[k];
+      ASSERT_TRUE(a.request == e.request && a.qo_begin == e.qo_begin && a.qo_end == e.qo_end &&
+                  a.kv_begin == e.kv_begin && a.kv_end == e.kv_end &&
+                  a.partial_base == e.partial_base)
+          << "iteration " << iter << ", item " << k;
+    }
+    ASSERT_EQ(m_indptr, want.merge_indptr);
+    ASSERT_EQ(m_rows, want.merge_rows);
+    ASSERT_EQ(m_out, want.merge_out_row);
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(row_req[r], want.ok[r / q_len] ? r / q_len : -1);
+    for (int64_t pr = 0; pr < partial_rows; ++pr) {
+      const bool empty = p.num_chunks > 1 && pr == p.empty_row;
+      for (int64_t x = 0; x < hq * dv; ++x) ASSERT_EQ(tmp_v[pr * hq * dv + x], empty ? 0.0f : 5.0f);
+      for (int64_t x = 0; x < hq; ++x) {
+        ASSERT_EQ(tmp_s[pr * hq + x], empty ? -std::numeric_limits<float>::infinity() : 5.0f);
+      }
+    }
+    // Output and LSE: NaN exactly where a refused request's rows are.
+    const uint32_t nan_bits = od == DType::kFloat32    ? 0x7fc00000u
+                              : od == DType::kBFloat16 ? 0x7fc0u
+                                                       : 0x7e00u;
+    const uint32_t fill = od == DType::kFloat32 ? 0xABABABABu : 0xABABu;
+    for (int64_t e = 0; e < rows * o_sn; ++e) {
+      const int64_t r = e / o_sn, in_row = e % o_sn, hh = in_row / o_sh, d = in_row % o_sh;
+      const bool element = hh < hq && d < dv;
+      const bool nan = element && !want.ok[r / q_len];
+      uint32_t bits = 0;
+      std::memcpy(&bits, o.data() + e * es, static_cast<std::size_t>(es));
+      ASSERT_EQ(bits, nan ? nan_bits : fill) << "iteration " << iter << ", element " << e;
+    }
+    for (int64_t e = 0; e < rows * l_sn; ++e) {
+      const int64_t r = e / l_sn, in_row = e % l_sn;
+      const bool nan = in_row % l_sh == 0 && in_row / l_sh < hq && !want.ok[r / q_len];
+      ASSERT_EQ(std::isnan(lse[e]), nan) << "iteration " << iter << ", lse element " << e;
+      if (!nan) {
+        ASSERT_EQ(lse[e], 5.0f);
+      }
+    }
+    for (bool ok : want.ok) refused_cases += !ok;
+  }
+  EXPECT_GT(refused_cases, 30);
 }
 
 // What the host checks refuse (trtllm_attention.cpp, lengths() and run_block_call), by hand.
