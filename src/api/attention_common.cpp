@@ -60,9 +60,7 @@ constexpr KernelEntry<kernels::BlockTablePlan> kBlockTablePlanKernels[] = {
 };
 #endif
 
-// A 1-D int32 index tensor of `expected_len` elements (any length when negative).
-static void check_index_tensor(const Tensor& t, const char* op, const char* arg,
-                               int64_t expected_len) {
+void check_index_tensor(const Tensor& t, const char* op, const char* arg, int64_t expected_len) {
   check_defined(t, op, arg);
   check_dim(t, {1}, op, arg);
   FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, arg, "expected an int32 tensor, got ",
@@ -909,24 +907,44 @@ void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, co
 #endif
 }
 
-void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
-                            int64_t num_pages, int64_t max_seq_len, const char* op) {
-  FLASHINFER_CHECK_CODE(s.device.is_cuda() && !s.use_cuda_graph && s.paged, ErrorCode::kInternal,
-                        op, "", "a device-side plan for a CPU, graph or ragged state");
-  const int32_t batch = s.batch;
-  const int32_t q_len = batch > 0 ? s.qo_indptr[1] - s.qo_indptr[0] : 1;
+kernels::BlockTablePlan block_table_plan_inputs(const Tensor& seq_lens, const Tensor& block_tables,
+                                                int64_t batch, int64_t q_len, int64_t seq_lens_len,
+                                                int64_t max_seq_len, int64_t page_size,
+                                                int64_t num_pages, const char* op, Tensor& table) {
+  check_index_tensor(seq_lens, op, "seq_lens", seq_lens_len);
+  FLASHINFER_CHECK(seq_lens.size(0) >= batch, op, "seq_lens", "has ", seq_lens.size(0),
+                   " elements for a batch of ", batch);
+  FLASHINFER_CHECK(max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
+                   "must fit int32, got ", max_seq_len);
+  const int64_t max_blocks = block_tables.size(1);
+  table = max_blocks <= 1 || block_tables.stride(1) == 1 ? block_tables : block_tables.contiguous();
+  FLASHINFER_CHECK(batch * std::max<int64_t>(table.stride(0), max_blocks) <=
+                           std::numeric_limits<int32_t>::max() &&
+                       batch * q_len <= std::numeric_limits<int32_t>::max(),
+                   op, "block_tables", "a row offset past the int32 range");
   kernels::BlockTablePlan bp;
   bp.seq_lens = seq_lens.data<const int32_t>();
   bp.seq_lens_stride = seq_lens.stride(0);
   bp.block_tables = table.numel() > 0 ? table.data<const int32_t>() : nullptr;
-  bp.table_stride = table.size(0) > 1 ? table.stride(0) : table.size(1);
-  bp.max_blocks = static_cast<int32_t>(table.size(1));
+  bp.table_stride = batch > 1 ? table.stride(0) : max_blocks;
+  bp.max_blocks = static_cast<int32_t>(max_blocks);
   bp.num_pages = num_pages;
-  bp.page_size = s.page_size;
-  bp.batch = batch;
-  bp.q_len = q_len;
+  bp.page_size = static_cast<int32_t>(page_size);
+  bp.batch = static_cast<int32_t>(batch);
+  bp.q_len = static_cast<int32_t>(q_len);
   bp.max_seq_len = static_cast<int32_t>(max_seq_len);
-  bp.causal = s.causal;
+  bp.causal = q_len > 1;  // several queries of a request: its last tokens, causal among themselves
+  return bp;
+}
+
+void build_block_table_plan(detail::WrapperState& s, const kernels::BlockTablePlan& in,
+                            const Tensor& table, const char* op) {
+  FLASHINFER_CHECK_CODE(s.device.is_cuda() && !s.use_cuda_graph && s.paged && s.batch == in.batch,
+                        ErrorCode::kInternal, op, "",
+                        "a device-side plan for a CPU, graph or ragged state");
+  const int32_t batch = s.batch;
+  const int32_t q_len = in.q_len;
+  kernels::BlockTablePlan bp = in;
   s.block_plan = bp;  // build_plan copies nothing to the device
   s.block_plan_table = table;
   build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);

@@ -100,6 +100,9 @@ inline bool tensor_core_path(const WrapperState& s) {
 
 namespace api {
 
+/// An int32 1-D index tensor (defined, rank 1, int32) of expected_len elements (< 0: any).
+void check_index_tensor(const Tensor& t, const char* op, const char* arg,
+                        int64_t expected_len = -1);
 /// An int32 1-D index tensor copied to the host; expected_len < 0 accepts any length.
 std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
                                    int64_t expected_len = -1);
@@ -247,15 +250,26 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
 /// the kernels need to the wrapper's device.
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op);
-/// The device-side plan of a block-table decode call (kernels/block_table_plan.h), for `s` set up
-/// as a host plan would be (dims, dtypes, qo_indptr of q_len queries a request) but with every
-/// request max_seq_len long (kv_lens, kv_indptr, no kv_indices): build_plan sizes the grid for that
-/// worst case and copies nothing; the plan arrays and the split-KV partials (one more row, the
-/// empty state) go to block_plan_scratch, and run() fills the arrays from `seq_lens` (int32
-/// [>= batch]) and `table` (int32 [>= batch, max_blocks], its rows dense) before the attention
-/// kernels. Nothing is read on the host and nothing synchronizes: a CUDA graph captures the call.
-void build_block_table_plan(detail::WrapperState& s, const Tensor& seq_lens, const Tensor& table,
-                            int64_t num_pages, int64_t max_seq_len, const char* op);
+/// The inputs of a block-table decode call's device-side plan (kernels::BlockTablePlan's first
+/// part) for `batch` requests of q_len queries (causal when several) over a cache of num_pages
+/// pages of page_size tokens: seq_lens (int32 [seq_lens_len], or [>= batch] when negative) and
+/// block_tables (int32 [>= batch, max_blocks]) as the plan kernel reads them, on their device; a
+/// table whose rows are not dense is copied dense into `table` (else `table` is block_tables),
+/// which must outlive the plan. Checks the dtypes, ranks and int32 ranges; no element is read.
+kernels::BlockTablePlan block_table_plan_inputs(const Tensor& seq_lens, const Tensor& block_tables,
+                                                int64_t batch, int64_t q_len, int64_t seq_lens_len,
+                                                int64_t max_seq_len, int64_t page_size,
+                                                int64_t num_pages, const char* op, Tensor& table);
+/// The device-side plan of a block-table decode call (kernels/block_table_plan.h) with inputs `in`
+/// (block_table_plan_inputs, whose `table` it keeps), for `s` set up as a host plan would be
+/// (dims, dtypes, qo_indptr of q_len queries a request) but with every request
+/// block_plan_worst_len long (kv_lens, kv_indptr, no kv_indices): build_plan sizes the grid for
+/// that worst case and copies nothing; the plan arrays and the split-KV partials (one more row,
+/// the empty state) go to block_plan_scratch, and run() fills the arrays from the device tensors
+/// before the attention kernels. Nothing is read on the host and nothing synchronizes: a CUDA
+/// graph captures the call.
+void build_block_table_plan(detail::WrapperState& s, const kernels::BlockTablePlan& in,
+                            const Tensor& table, const char* op);
 /// Device memory for a device-side plan's arrays (and partials): `bytes` of the current stream's
 /// scratch on `device` (kernels/cuda/stream_scratch.h), 256-byte aligned, held while `lease`
 /// lives. Not a tensor of the call: a CUDA graph captured around the call keeps reading these

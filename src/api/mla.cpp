@@ -636,18 +636,11 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   const int64_t max_blocks = block_tables.size(1);
   std::vector<int32_t> lens;
   std::vector<double> table;
+  kernels::BlockTablePlan plan_in;  // device plans: their inputs
+  Tensor table_dev;                 // and the table they read
   if (device_plan) {
-    api::check_dim(seq_lens, {1}, op, "seq_lens");
-    FLASHINFER_CHECK(seq_lens.dtype() == DType::kInt32, op, "seq_lens", "expected int32, got ",
-                     dtype_torch_name(seq_lens.dtype()));
-    FLASHINFER_CHECK(seq_lens.size(0) == batch, op, "seq_lens", "expected ", batch,
-                     " elements, got ", seq_lens.size(0));
-    FLASHINFER_CHECK(max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
-                     "must fit int32, got ", max_seq_len);
-    FLASHINFER_CHECK(batch * std::max<int64_t>(block_tables.stride(0), max_blocks) <=
-                             std::numeric_limits<int32_t>::max() &&
-                         batch * q_len <= std::numeric_limits<int32_t>::max(),
-                     op, "block_tables", "a row offset past the int32 range");
+    plan_in = api::block_table_plan_inputs(seq_lens, block_tables, batch, q_len, batch, max_seq_len,
+                                           page_size, kv.size(0), op, table_dev);
   } else {
     lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
     table = block_tables.numel() > 0 ? block_tables.to(Device::cpu()).to_double_vector()
@@ -670,25 +663,9 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
     for (int64_t b = 0; b < batch; ++b) {
       s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
     }
-    const Tensor tbl = block_tables.size(1) <= 1 || block_tables.stride(1) == 1
-                           ? block_tables
-                           : block_tables.contiguous();
-    kernels::BlockTablePlan bp;
-    bp.seq_lens = seq_lens.data<const int32_t>();
-    bp.seq_lens_stride = seq_lens.stride(0);
-    bp.block_tables = tbl.numel() > 0 ? tbl.data<const int32_t>() : nullptr;
-    bp.table_stride = batch > 1 ? tbl.stride(0) : max_blocks;
-    bp.max_blocks = static_cast<int32_t>(max_blocks);
-    bp.num_pages = kv.size(0);
-    bp.page_size = static_cast<int32_t>(page_size);
-    bp.batch = static_cast<int32_t>(batch);
-    bp.q_len = static_cast<int32_t>(q_len);
-    bp.max_seq_len = static_cast<int32_t>(max_seq_len);
-    bp.causal = s.causal;
-    s.block_plan = bp;
-    s.block_plan_table = tbl;
-    s.block_max_kv = static_cast<int32_t>(std::clamp<int64_t>(
-        std::min(max_seq_len, max_blocks * page_size), 0, std::numeric_limits<int32_t>::max()));
+    s.block_plan = plan_in;
+    s.block_plan_table = table_dev;
+    s.block_max_kv = static_cast<int32_t>(kernels::block_plan_worst_len(plan_in));
     // dev_ints as run_mla reads it: qo_indptr, kv_indptr, kv_lens, row_req, the longest length,
     // all written by the plan kernel (no kv_indices: the table is read in place).
     const int64_t rows = batch * q_len;

@@ -349,27 +349,17 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.nvfp4_v_linear = c.sf_v_linear;
   s.kv_indptr.assign(static_cast<std::size_t>(batch) + 1, 0);
   s.max_page_id = -1;
-  Tensor table_dev;                // device plans: the block table the kernels read in place
-  Tensor bth;                      // host plans: the block table on the host
-  const int32_t* table = nullptr;  // its elements
+  Tensor table_dev;                 // device plans: the block table the kernels read in place
+  kernels::BlockTablePlan plan_in;  // device plans: their inputs
+  Tensor bth;                       // host plans: the block table on the host
+  const int32_t* table = nullptr;   // its elements
   if (device_plan) {
-    const Tensor& sl = *c.seq_lens;
-    api::check_defined(sl, op, "seq_lens");
-    api::check_dim(sl, {1}, op, "seq_lens");
-    FLASHINFER_CHECK(sl.dtype() == DType::kInt32, op, "seq_lens", "expected int32, got ",
-                     dtype_torch_name(sl.dtype()));
-    FLASHINFER_CHECK(sl.size(0) >= batch, op, "seq_lens", "has ", sl.size(0),
-                     " elements for a batch of ", batch);
-    api::check_same_device(sl, q, op, "seq_lens", "query");
-    api::check_same_device(bt, q, op, "block_tables", "query");
-    FLASHINFER_CHECK(c.max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
-                     "must fit int32, got ", c.max_seq_len);
-    table_dev = bt.size(1) <= 1 || bt.stride(1) == 1 ? bt : bt.contiguous();
-    FLASHINFER_CHECK(batch * std::max<int64_t>(table_dev.stride(0), max_blocks) <=
-                         std::numeric_limits<int32_t>::max(),
-                     op, "block_tables", "a row offset past the int32 range");
-    // The grid of the worst case: every request max_seq_len long (or as long as its table row).
-    const int64_t worst = std::min(c.max_seq_len, max_blocks * page_size);
+    // Uniform query counts (plans_on_device's callers): request b's rows are b * q_len on.
+    const int64_t q_len = batch > 0 ? c.qo_indptr[1] - c.qo_indptr[0] : 1;
+    plan_in = api::block_table_plan_inputs(*c.seq_lens, bt, batch, q_len, -1, c.max_seq_len,
+                                           page_size, num_pages, op, table_dev);
+    // The grid of the worst case: every request that long.
+    const int64_t worst = kernels::block_plan_worst_len(plan_in);
     const int64_t worst_blocks = (worst + page_size - 1) / page_size;
     s.kv_lens.assign(static_cast<std::size_t>(batch), static_cast<int32_t>(worst));
     for (int64_t b = 0; b < batch; ++b) {
@@ -423,7 +413,7 @@ AttentionOutput run_block_call(BlockCall& c) {
   // workspace_buffer is the caller's and stays untouched, so it replays as an input.
   s.workspace_cap = int64_t{64} << 20;
   if (device_plan) {
-    api::build_block_table_plan(s, *c.seq_lens, table_dev, num_pages, c.max_seq_len, op);
+    api::build_block_table_plan(s, plan_in, table_dev, op);
   } else {
     api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
     if (s.plan.num_partial_rows > 0) {

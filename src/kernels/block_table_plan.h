@@ -91,6 +91,13 @@ FLASHINFER_HD bool block_plan_len_ok(const BlockTablePlan& p, int64_t len) {
   return !p.causal || p.q_len <= len;
 }
 
+/// The length the host sizes the grid for: max_seq_len, or the table row's room when shorter (a
+/// longer request is refused anyway).
+FLASHINFER_HD int64_t block_plan_worst_len(const BlockTablePlan& p) {
+  const int64_t room = static_cast<int64_t>(p.max_blocks) * p.page_size;
+  return p.max_seq_len < room ? p.max_seq_len : room;
+}
+
 FLASHINFER_HD bool block_plan_page_ok(const BlockTablePlan& p, int64_t page) {
   return page >= 0 && page < p.num_pages;
 }
