@@ -497,15 +497,6 @@ Tensor mixed_comm_run(MixedCommOp op, MixedCommHandler* handler, const Tensor& x
                        "the handler is detached (checkpoint_prepare): the fused modes need "
                        "checkpoint_restore first (upstream's would fault on the released memory)");
     }
-    // A strided view is staged through a contiguous copy (through the host on CUDA), which a
-    // CUDA graph capture refuses.
-    if (x_in.device().is_cuda() && detail::cuda_current_stream_capturing()) {
-      for (const auto& [t, name] : {std::pair{&x_in, "x_in"}, {&x_out, "x_out"}}) {
-        FLASHINFER_CHECK_CODE(t->is_contiguous(), ErrorCode::kUnsupported, o, name, name,
-                              " is a strided view: its staging copy cannot be captured into a "
-                              "CUDA graph (pass a contiguous tensor)");
-      }
-    }
     in = x_in.contiguous();
     out = x_out.is_contiguous() ? x_out : Tensor::empty(out_shape, x_in.dtype(), x_in.device());
   } catch (const std::exception& e) {

@@ -16,6 +16,8 @@
 
 #if FLASHINFER_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/tensor_copy_cuda.h"
 #endif
 
 namespace flashinfer {
@@ -286,6 +288,28 @@ void cuda_memcpy_device_async(void* dst, const void* src, std::size_t nbytes, in
         "cudaMemcpyAsync");
 }
 
+bool cuda_tensor_copy(void* dst, DType dst_dtype, const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& dst_strides, const void* src, DType src_dtype,
+                      const std::vector<int64_t>& src_strides, const void* fill, int device) {
+  kernels::TensorCopyArgs a;
+  if (!kernels::tensor_copy_dims(shape, dst_strides,
+                                 src == nullptr ? std::vector<int64_t>{} : src_strides, &a)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n == 0;  // an empty view is done; too many dimensions is the caller's
+  }
+  a.dst = static_cast<uint8_t*>(dst);
+  a.src = static_cast<const uint8_t*>(src);
+  a.dst_dtype = dst_dtype;
+  a.src_dtype = src == nullptr ? dst_dtype : src_dtype;
+  a.dst_size = static_cast<uint8_t>(dtype_size(dst_dtype));
+  a.src_size = static_cast<uint8_t>(dtype_size(a.src_dtype));
+  if (src == nullptr) std::memcpy(a.fill, fill, a.dst_size);
+  DeviceGuard g(device);
+  kernels::cuda::tensor_copy(a, current_cuda_stream());
+  return true;
+}
+
 void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,
                     std::size_t width, std::size_t height, CopyKind kind, int device) {
   if (width == 0 || height == 0) return;
@@ -534,6 +558,10 @@ void cuda_memcpy_device_async(void*, const void*, std::size_t, int) {
 void cuda_memcpy_2d(void*, std::size_t, const void*, std::size_t, std::size_t, std::size_t,
                     CopyKind, int) {
   no_cuda("cuda_memcpy_2d");
+}
+bool cuda_tensor_copy(void*, DType, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                      const void*, DType, const std::vector<int64_t>&, const void*, int) {
+  no_cuda("cuda_tensor_copy");
 }
 std::string cuda_device_name(int) { no_cuda("cuda_device_name"); }
 int cuda_compute_capability(int) { no_cuda("cuda_compute_capability"); }

@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "flashinfer/device.h"
+#include "flashinfer/dtype.h"
 
 namespace flashinfer::detail {
 
@@ -33,6 +35,16 @@ void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, 
 /// synchronized (as a kernel, or torch's copy_ between CUDA tensors): no host buffer needs it
 /// finished, later work on the stream sees it, and a CUDA graph being captured takes it as a node.
 void cuda_memcpy_device_async(void* dst, const void* src, std::size_t nbytes, int device);
+/// Copies, casts or fills between two views on one device (kernels/tensor_copy.h), stream-ordered
+/// on the current stream and not synchronized, so a CUDA graph captures it. `dst` and `src` point
+/// at the views' first elements, strides in elements; element i of the row-major order of `src`
+/// is written to element i of `dst`, cast as core/element.h casts on the host. `src` null: every
+/// element of dst gets the `fill` bytes (one element in dst_dtype). False, doing nothing, when the
+/// views keep more than kernels::kTensorCopyMaxDims dimensions after merging: the caller stages
+/// through the host.
+bool cuda_tensor_copy(void* dst, DType dst_dtype, const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& dst_strides, const void* src, DType src_dtype,
+                      const std::vector<int64_t>& src_strides, const void* fill, int device);
 /// Synchronous copy of `height` rows of `width` bytes, row i at src + i * spitch to
 /// dst + i * dpitch (cudaMemcpy2D): the bytes between rows are neither read nor written.
 void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t spitch,

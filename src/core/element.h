@@ -1,5 +1,7 @@
 // Private: converting single elements of any dtype to and from double, for the generic
-// (non-kernel) paths of Tensor: fill, random fill, dtype casts, to_double_vector.
+// (non-kernel) paths of Tensor: fill, random fill, dtype casts, to_double_vector. FLASHINFER_HD:
+// the device-side copy kernel (kernels/cuda/tensor_copy_cuda.cu) casts with these same
+// expressions, so a cast on a GPU gives the CPU's bits.
 #pragma once
 
 #include <cmath>
@@ -9,11 +11,12 @@
 
 #include "flashinfer/dtype.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::detail {
 
 template <class I>
-I saturate_int(double v) {
+FLASHINFER_HD I saturate_int(double v) {
   if (std::isnan(v)) return 0;
   v = std::trunc(v);
   if (v <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
@@ -23,7 +26,7 @@ I saturate_int(double v) {
 
 /// Writes `v` as one element of `dtype` (round to nearest even; ints truncate and saturate).
 /// For the fp4 pair both nibbles get `v`.
-inline void encode_element(DType dtype, double v, void* dst) {
+FLASHINFER_HD void encode_element(DType dtype, double v, void* dst) {
   switch (dtype) {
     case DType::kFloat32: {
       float f = static_cast<float>(v);
@@ -86,7 +89,7 @@ inline void encode_element(DType dtype, double v, void* dst) {
 }
 
 /// Reads one element as double. For the fp4 pair, `nibble` picks the low (0) or high (1) value.
-inline double decode_element(DType dtype, const void* src, int nibble = 0) {
+FLASHINFER_HD double decode_element(DType dtype, const void* src, int nibble = 0) {
   switch (dtype) {
     case DType::kFloat32: {
       float f;
@@ -108,6 +111,16 @@ inline double decode_element(DType dtype, const void* src, int nibble = 0) {
       std::memcpy(&b, src, 2);
       return bfloat16_bits_to_float(b);
     }
+#ifdef __CUDA_ARCH__  // the decode tables are host data: the device computes the same values
+    case DType::kFloat8E4M3FN:
+      return DecodeMinifloat<4, 3, Specials::kFiniteNan>(*static_cast<const uint8_t*>(src));
+    case DType::kFloat8E5M2:
+      return DecodeMinifloat<5, 2, Specials::kIeee>(*static_cast<const uint8_t*>(src));
+    case DType::kFloat4E2M1FNx2: {
+      uint8_t byte = *static_cast<const uint8_t*>(src);
+      return DecodeMinifloat<2, 1, Specials::kNone>(nibble ? e2m1x2_high(byte) : e2m1x2_low(byte));
+    }
+#else
     case DType::kFloat8E4M3FN:
       return e4m3fn_bits_to_float(*static_cast<const uint8_t*>(src));
     case DType::kFloat8E5M2:
@@ -116,6 +129,7 @@ inline double decode_element(DType dtype, const void* src, int nibble = 0) {
       uint8_t byte = *static_cast<const uint8_t*>(src);
       return e2m1_bits_to_float(nibble ? e2m1x2_high(byte) : e2m1x2_low(byte));
     }
+#endif
     case DType::kInt8:
       return *static_cast<const int8_t*>(src);
     case DType::kUInt8:

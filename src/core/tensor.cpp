@@ -13,6 +13,7 @@
 #include "core/element.h"
 #include "core/host_allocator.h"
 #include "core/strided.h"
+#include "core/view_overlap.h"
 #include "flashinfer/error.h"
 
 namespace flashinfer {
@@ -452,6 +453,14 @@ Tensor Tensor::to(DType dtype) const {
   FLASHINFER_CHECK(dtype != DType::kFloat4E2M1FNx2 && dtype_ != DType::kFloat4E2M1FNx2, op, "dtype",
                    "casts to or from packed fp4 pairs change the shape; use the fp4 "
                    "quantization ops");
+  if (!device().is_cpu()) {
+    // On the device, as torch: no host copy, no synchronization (a CUDA graph captures it).
+    Tensor out = empty(shape_, dtype, device());
+    if (detail::cuda_tensor_copy(out.data_ptr(), dtype, shape_, out.strides_, data_ptr(), dtype_,
+                                 strides_, nullptr, device().index)) {
+      return out;
+    }
+  }
   Tensor src = device().is_cpu() ? *this : this->to(Device::cpu());
   Tensor out = empty(shape_, dtype, Device::cpu());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
@@ -481,8 +490,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
                          src.strides_, src.offset_, es);
     return *this;
   }
-  // A CUDA side is involved. Contiguous to contiguous is one memcpy; anything else stages the
-  // covered span through the host (correct, not fast: these paths serve tests and tools).
+  // A CUDA side is involved. Contiguous to contiguous is one memcpy, strided views on one device
+  // a kernel; anything else (between the host and a device, or two devices) stages the covered
+  // span through the host (correct, not fast: these paths serve tests and tools).
   if (is_contiguous() && src.is_contiguous()) {
     const std::size_t n = nbytes();
     if (sd.is_cpu()) {
@@ -497,6 +507,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
       detail::cuda_memcpy(data_ptr(), src.data_ptr(), n, detail::CopyKind::kDeviceToDevice,
                           dd.index);
     }
+    return *this;
+  }
+  // Strided on one device: a kernel, stream-ordered as the memcpy above. Views that overlap each
+  // other, or a destination repeating an element, keep the staged path's copy-from-a-snapshot
+  // semantics.
+  if (sd == dd && detail::broadcast_dim(*this) < 0 && !detail::views_overlap(*this, src) &&
+      detail::cuda_tensor_copy(data_ptr(), dtype_, shape_, strides_, src.data_ptr(), dtype_,
+                               src.strides_, nullptr, dd.index)) {
     return *this;
   }
   Tensor host_src = src;
@@ -553,17 +571,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(double value) {
   FLASHINFER_CHECK(defined(), "Tensor.fill_", "self", "undefined tensor");
   if (numel() == 0) return *this;
-  if (!device().is_cpu()) {
+  if (!device().is_cpu() && value == 0.0 && !std::signbit(value) && is_contiguous()) {
     // +0 is all zero bytes in every dtype: a contiguous device tensor takes one stream-ordered
-    // memset, as torch's zero_ does, and a CUDA graph can capture it. The path for other values
-    // fills a host tensor and copies it over synchronously: milliseconds for a 64 MB output
-    // (Tensor::zeros of grouped_mm's result: likely why its bench time was 3.5x its kernel's).
-    if (value == 0.0 && !std::signbit(value) && is_contiguous()) {
-      detail::cuda_memset_async(data_ptr(), 0, nbytes(), device().index);
-      return *this;
-    }
-    Tensor h = full(shape_, value, dtype_, Device::cpu());
-    return copy_(h);
+    // memset, as torch's zero_ does, and a CUDA graph can capture it.
+    detail::cuda_memset_async(data_ptr(), 0, nbytes(), device().index);
+    return *this;
   }
   // As torch: a value an integer dtype cannot hold (NaN, +-inf, out of range) is an error, not
   // a silent 0 or a saturated bound; fp4 has no NaN to store.
@@ -594,6 +606,15 @@ Tensor& Tensor::fill_(double value) {
                    "value", "torch.float4_e2m1fn_x2 has no NaN");
   uint8_t elem[8];
   detail::encode_element(dtype_, value, elem);
+  if (!device().is_cpu()) {
+    // Other values and strided views: the copy kernel writing `elem`, stream-ordered too (a fill
+    // through the host took milliseconds for a 64 MB output, synchronized).
+    if (detail::cuda_tensor_copy(data_ptr(), dtype_, shape_, strides_, nullptr, dtype_, {}, elem,
+                                 device().index)) {
+      return *this;
+    }
+    return copy_(full(shape_, value, dtype_, Device::cpu()));
+  }
   const std::size_t es = element_size();
   auto* base = static_cast<uint8_t*>(storage_->data());
   // Dimensions merged where one steps over the next exactly, so that a contiguous tensor (or a

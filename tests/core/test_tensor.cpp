@@ -8,7 +8,11 @@
 
 #include "core/strided.h"
 #include "flashinfer/flashinfer.h"
+#include "kernels/tensor_copy.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -438,6 +442,293 @@ TEST(Tensor, FillOfStridedAndOverlappingViewsOfEveryDtype) {
     }
   }
 }
+
+// ---- the device-side copy kernel's body (kernels/tensor_copy.h), run here on host buffers
+
+// Writes dst (a view) from src (a view of the same shape; undefined: a fill with `fill`'s first
+// element) with tensor_copy_element<kBytes, Index>, element by element as the kernel's threads do.
+template <int kBytes, class Index>
+void run_copy_body(const Tensor& dst, const Tensor& src, const Tensor& fill = Tensor()) {
+  kernels::TensorCopyArgs a;
+  ASSERT_TRUE(kernels::tensor_copy_dims(dst.shape(), dst.strides(),
+                                        src.defined() ? src.strides() : Shape{}, &a));
+  a.dst = static_cast<uint8_t*>(dst.data_ptr());
+  a.dst_dtype = dst.dtype();
+  a.dst_size = static_cast<uint8_t>(dtype_size(dst.dtype()));
+  if (src.defined()) {
+    a.src = static_cast<const uint8_t*>(src.data_ptr());
+    a.src_dtype = src.dtype();
+    a.src_size = static_cast<uint8_t>(dtype_size(src.dtype()));
+  } else {
+    a.src_dtype = dst.dtype();
+    a.src_size = a.dst_size;
+    std::memcpy(a.fill, fill.data_ptr(), a.dst_size);
+  }
+  if (sizeof(Index) == 4) {
+    ASSERT_TRUE(kernels::tensor_copy_fits_int32(a));
+  }
+  for (int64_t i = 0; i < a.numel; ++i)
+    kernels::tensor_copy_element<kBytes, Index>(a, static_cast<Index>(i));
+}
+
+template <class Index>
+void run_copy_body_sized(int bytes, const Tensor& dst, const Tensor& src, const Tensor& fill) {
+  switch (bytes) {
+    case 1:
+      return run_copy_body<1, Index>(dst, src, fill);
+    case 2:
+      return run_copy_body<2, Index>(dst, src, fill);
+    case 4:
+      return run_copy_body<4, Index>(dst, src, fill);
+    case 8:
+      return run_copy_body<8, Index>(dst, src, fill);
+    default:
+      return run_copy_body<0, Index>(dst, src, fill);
+  }
+}
+
+// Views of a [4, 6, 10] base as the copy tests take them: dense, sliced, strided, transposed,
+// size-1 and broadcast dimensions (sources only), one element.
+std::vector<std::function<Tensor(const Tensor&)>> copy_views(bool as_source) {
+  std::vector<std::function<Tensor(const Tensor&)>> v = {
+      [](const Tensor& t) { return t; },
+      [](const Tensor& t) { return t.slice(2, 1, 9); },
+      [](const Tensor& t) { return t.slice(2, 0, 10, 3); },
+      [](const Tensor& t) { return t.transpose(0, 2); },
+      [](const Tensor& t) {
+        return t.permute({1, 2, 0});
+      },
+      [](const Tensor& t) { return t.slice(1, 2, 3).slice(2, 3, 10); },
+      [](const Tensor& t) { return t.select(1, 4).slice(0, 1, 4, 2); },
+      [](const Tensor& t) {
+        return t.as_strided({1, 1}, {9, 9}, 17);
+      },
+      [](const Tensor& t) { return t.select(0, 3).select(0, 5).select(0, 9); },  // 0-dim
+  };
+  if (as_source) {
+    v.push_back([](const Tensor& t) { return t.as_strided({4, 3}, {1, 0}, 2); });  // broadcast
+    v.push_back([](const Tensor& t) { return t.as_strided({5, 6}, {4, 1}, 7); });  // overlapping
+  }
+  return v;
+}
+
+TEST(TensorCopyKernel, DimensionsMergeWhereBothViewsAllow) {
+  kernels::TensorCopyArgs a;
+  ASSERT_TRUE(kernels::tensor_copy_dims({4, 6, 10}, {60, 10, 1}, {60, 10, 1}, &a));
+  EXPECT_EQ(a.ndim, 1);
+  EXPECT_EQ(a.shape[0], 240);
+  EXPECT_EQ(a.numel, 240);
+  // Rows of a slice: the inner two merge on the source only, so they stay apart.
+  ASSERT_TRUE(kernels::tensor_copy_dims({4, 6, 8}, {48, 8, 1}, {60, 10, 1}, &a));
+  EXPECT_EQ(a.ndim, 2);
+  EXPECT_EQ(a.shape[0], 24);
+  EXPECT_EQ(a.shape[1], 8);
+  EXPECT_EQ(a.src_stride[0], 10);
+  EXPECT_EQ(a.dst_stride[0], 8);
+  // Size-1 dimensions drop out; a fill merges on the destination alone.
+  ASSERT_TRUE(kernels::tensor_copy_dims({1, 5, 1, 3}, {99, 3, 7, 1}, {}, &a));
+  EXPECT_EQ(a.ndim, 1);
+  EXPECT_EQ(a.shape[0], 15);
+  EXPECT_EQ(a.src_stride[0], 0);
+  ASSERT_TRUE(kernels::tensor_copy_dims({}, {}, {}, &a));  // one element
+  EXPECT_EQ(a.ndim, 0);
+  EXPECT_EQ(a.numel, 1);
+  EXPECT_FALSE(kernels::tensor_copy_dims({3, 0}, {1, 1}, {1, 1}, &a));  // nothing to do
+  // Nine dimensions that cannot merge are the host's; nine that merge to one are not.
+  Shape shape(9, 2), dense(9), gapped(9);
+  for (int d = 8, s = 1; d >= 0; --d, s *= 2) dense[static_cast<std::size_t>(d)] = s;
+  for (int d = 8, s = 1; d >= 0; --d, s *= 3) gapped[static_cast<std::size_t>(d)] = s;
+  EXPECT_FALSE(kernels::tensor_copy_dims(shape, dense, gapped, &a));
+  ASSERT_TRUE(kernels::tensor_copy_dims(shape, dense, dense, &a));
+  EXPECT_EQ(a.ndim, 1);
+  // 32-bit indices: every element and offset below 2^31.
+  ASSERT_TRUE(kernels::tensor_copy_dims({2, 3}, {3, 1}, {int64_t{1} << 30, 1}, &a));
+  EXPECT_TRUE(kernels::tensor_copy_fits_int32(a));
+  ASSERT_TRUE(kernels::tensor_copy_dims({3, 3}, {3, 1}, {int64_t{1} << 30, 1}, &a));
+  EXPECT_FALSE(kernels::tensor_copy_fits_int32(a));
+}
+
+// Every (source view, destination view) pair: the body writes exactly the destination's
+// elements, in the source's row-major order, word moves and byte moves alike.
+TEST(TensorCopyKernel, BodyCopiesEveryViewPairAsTheHostDoes) {
+  for (DType dt : {DType::kUInt8, DType::kBFloat16, DType::kFloat32, DType::kInt64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> v(240);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7) % 101);
+    const Tensor src_base = Tensor::from_vector(v, {4, 6, 10}, dt);
+    const auto srcs = copy_views(true);
+    const auto dsts = copy_views(false);
+    for (std::size_t si = 0; si < srcs.size(); ++si) {
+      const Tensor src = srcs[si](src_base);
+      for (std::size_t di = 0; di < dsts.size(); ++di) {
+        Tensor want_base = Tensor::full({4, 6, 10}, 111.0, dt);
+        Tensor want = dsts[di](want_base);
+        if (want.shape() != src.shape()) continue;  // the pairs of one shape
+        want.copy_(src);
+        for (int bytes : {0, static_cast<int>(dtype_size(dt))}) {
+          for (bool wide : {false, true}) {
+            Tensor base = Tensor::full({4, 6, 10}, 111.0, dt);
+            Tensor dst = dsts[di](base);
+            if (wide) {
+              run_copy_body_sized<int64_t>(bytes, dst, src, Tensor());
+            } else {
+              run_copy_body_sized<int32_t>(bytes, dst, src, Tensor());
+            }
+            ASSERT_EQ(bytes_of(base), bytes_of(want_base))
+                << "source view " << si << " destination view " << di << " word " << bytes
+                << " int64 " << wide;
+          }
+        }
+      }
+    }
+    // Each view copied into a dense tensor of its shape (contiguous()), and the reverse.
+    for (std::size_t si = 0; si < srcs.size(); ++si) {
+      const Tensor src = srcs[si](src_base);
+      Tensor dense = Tensor::full(src.shape(), 111.0, dt);
+      run_copy_body_sized<int32_t>(static_cast<int>(dtype_size(dt)), dense, src, Tensor());
+      EXPECT_EQ(dense.to_double_vector(), src.contiguous().to_double_vector()) << si;
+    }
+    for (std::size_t di = 0; di < dsts.size(); ++di) {
+      Tensor base = Tensor::full({4, 6, 10}, 111.0, dt), want_base = base.clone();
+      Tensor dst = dsts[di](base), want = dsts[di](want_base);
+      const Tensor src = Tensor::from_vector(
+          std::vector<double>(v.begin(), v.begin() + dst.numel()), dst.shape(), dt);
+      want.copy_(src);
+      run_copy_body_sized<int32_t>(0, dst, src, Tensor());
+      EXPECT_EQ(bytes_of(base), bytes_of(want_base)) << di;
+    }
+  }
+}
+
+// A cast through the body gives Tensor::to's bits for every pair of dtypes (fp4 pairs excepted:
+// a cast to or from them changes the shape), over values at every format's edges.
+TEST(TensorCopyKernel, BodyCastsEveryDtypePairAsTensorTo) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> values = {
+      0.0,      -0.0,    1.0,     -1.5,     0.1,          448.0,         464.0, 465.0,
+      480.0,    57344.0, 61440.0, 65504.0,  65520.0,      1e-8,          -3e-5, 6e-8,
+      1.17e-38, 1e39,    -1e39,   inf,      -inf,         std::nan(""),  127.5, -128.9,
+      255.0,    256.0,   32767.0, -32769.0, 2147483647.0, -2147483649.0, 5e18,  -9.3e18,
+      0.5,      2.5,     3.5,     -2.5};
+  const DType all[] = {DType::kFloat32,      DType::kFloat16,    DType::kBFloat16, DType::kFloat64,
+                       DType::kFloat8E4M3FN, DType::kFloat8E5M2, DType::kInt8,     DType::kUInt8,
+                       DType::kInt16,        DType::kInt32,      DType::kInt64,    DType::kBool};
+  const int64_t n = static_cast<int64_t>(values.size());
+  for (DType from : all) {
+    // The values as `from` holds them (a NaN in an integer dtype is 0, as encode_element writes).
+    Tensor src = Tensor::empty({n}, from);
+    for (int64_t i = 0; i < n; ++i) {
+      ::flashinfer::detail::encode_element(
+          from, values[static_cast<std::size_t>(i)],
+          static_cast<uint8_t*>(src.data_ptr()) + i * dtype_size(from));
+    }
+    for (DType to : all) {
+      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + std::string(dtype_name(to)));
+      const Tensor want = src.to(to);
+      // Strided on both sides too: every other element of the source into a transposed pair.
+      Tensor dst = Tensor::full({n}, 0.0, to);
+      run_copy_body<0, int32_t>(dst, src);
+      EXPECT_EQ(bytes_of(dst), bytes_of(want));
+      const Tensor src2 = src.slice(0, 0, 4 * (n / 4), 2).view({n / 4, 2});
+      Tensor dst2 = Tensor::full({2, n / 4}, 0.0, to).transpose(0, 1);
+      run_copy_body<0, int64_t>(dst2, src2);
+      EXPECT_EQ(bytes_of(dst2.contiguous()), bytes_of(src2.to(to).contiguous()));
+    }
+  }
+}
+
+TEST(TensorCopyKernel, BodyFillsEveryViewAsFillDoes) {
+  for (const FillCase& c : fill_cases()) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    const Tensor one = Tensor::full({1}, c.value, c.dtype);
+    for (const auto& view : copy_views(false)) {
+      Tensor base = Tensor::full({4, 6, 10}, c.sentinel, c.dtype), want_base = base.clone();
+      view(want_base).fill_(c.value);
+      for (int bytes : {0, static_cast<int>(dtype_size(c.dtype))}) {
+        Tensor b = base.clone();
+        run_copy_body_sized<int32_t>(bytes, view(b), Tensor(), one);
+        EXPECT_EQ(bytes_of(b), bytes_of(want_base)) << bytes;
+      }
+    }
+  }
+}
+
+// ---- the same on a device: Tensor's copies, casts and fills there no longer go through the host
+
+TEST(Tensor, CudaStridedCopiesCastsAndFillsMatchTheHost) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::kUInt8, DType::kBFloat16, DType::kFloat32, DType::kInt64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> v(240);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7) % 101);
+    const Tensor host = Tensor::from_vector(v, {4, 6, 10}, dt);
+    const Tensor dev = host.to(gpu);
+    const auto srcs = copy_views(true);
+    const auto dsts = copy_views(false);
+    for (std::size_t si = 0; si < srcs.size(); ++si) {
+      // contiguous() and a cast of a strided view, on the device.
+      const Tensor view = srcs[si](dev);
+      const Tensor c = view.contiguous();
+      EXPECT_EQ(c.device(), gpu);
+      EXPECT_EQ(c.to_double_vector(), srcs[si](host).contiguous().to_double_vector()) << si;
+      for (DType to : {DType::kFloat16, DType::kFloat8E4M3FN, DType::kInt32}) {
+        const Tensor cast = view.to(to);
+        EXPECT_EQ(cast.device(), gpu);
+        EXPECT_EQ(bytes_of(cast.to(Device::cpu())), bytes_of(srcs[si](host).to(to))) << si;
+      }
+      for (std::size_t di = 0; di < dsts.size(); ++di) {
+        Tensor want_base = Tensor::full({4, 6, 10}, 111.0, dt);
+        Tensor want = dsts[di](want_base);
+        if (want.shape() != view.shape()) continue;
+        want.copy_(srcs[si](host));
+        Tensor base = Tensor::full({4, 6, 10}, 111.0, dt, gpu);
+        dsts[di](base).copy_(view);
+        EXPECT_EQ(bytes_of(base.to(Device::cpu())), bytes_of(want_base))
+            << "source view " << si << " destination view " << di;
+      }
+    }
+  }
+  for (const FillCase& c : fill_cases()) {
+    SCOPED_TRACE(dtype_name(c.dtype));
+    for (const auto& view : copy_views(false)) {
+      Tensor want_base = Tensor::full({4, 6, 10}, c.sentinel, c.dtype);
+      Tensor base = want_base.to(gpu);
+      view(want_base).fill_(c.value);
+      view(base).fill_(c.value);
+      EXPECT_EQ(bytes_of(base.to(Device::cpu())), bytes_of(want_base));
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// What a CUDA graph needs of them: nothing synchronizes, so a capture in global mode succeeds, and
+// the graph's launch writes what the eager calls write.
+TEST(Tensor, CudaStridedCopiesCastsAndFillsCaptureIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const Tensor host = Tensor::from_vector(iota(240), {4, 6, 10}, DType::kBFloat16);
+  const Tensor dev = host.to(gpu);
+  Tensor dense = Tensor::empty({10, 6, 4}, DType::kBFloat16, gpu);
+  Tensor cast = Tensor::empty({4, 6, 5}, DType::kFloat32, gpu);
+  Tensor filled = Tensor::zeros({4, 6, 10}, DType::kFloat16, gpu);
+  const auto calls = [&] {
+    dense.copy_(dev.transpose(0, 2));
+    cast.copy_(dev.slice(2, 0, 10, 2).to(DType::kFloat32));
+    filled.slice(2, 1, 9).fill_(2.5);
+  };
+  calls();  // eager first, as engines warm up: the cast's temporary is then a cached block
+  dense.fill_(0.0);
+  cast.fill_(0.0);
+  filled.fill_(0.0);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream(calls));
+  EXPECT_EQ(dense.to_double_vector(), host.transpose(0, 2).to_double_vector());
+  EXPECT_EQ(cast.to_double_vector(), host.slice(2, 0, 10, 2).to_double_vector());
+  Tensor want = Tensor::zeros({4, 6, 10}, DType::kFloat16);
+  want.slice(2, 1, 9).fill_(2.5);
+  EXPECT_EQ(filled.to_double_vector(), want.to_double_vector());
+}
+#endif
 
 TEST(Tensor, SeededRandomFillIsReproducible) {
   Tensor a = Tensor::empty({64, 33}, DType::kFloat32);

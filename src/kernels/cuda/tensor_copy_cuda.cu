@@ -1,0 +1,66 @@
+// Tensor's copies, casts and fills on one device (kernels/tensor_copy.h): a grid-stride loop, each
+// thread one element a step, so neighbouring threads touch neighbouring elements of the
+// innermost merged dimension. Moves of one dtype take a word a step; casts go through double with
+// the CPU's rounding.
+#include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/tensor_copy_cuda.h"
+
+namespace flashinfer::kernels::cuda {
+namespace {
+
+constexpr int kCopyThreads = 256;
+// Enough blocks to keep every SM of an H100 busy many times over (132 SMs x 8 resident blocks of
+// 256); a larger tensor loops.
+constexpr int64_t kCopyMaxBlocks = 4096;
+
+template <int kBytes, class Index>
+__global__ void __launch_bounds__(kCopyThreads) tensor_copy_kernel(TensorCopyArgs a) {
+  const Index n = static_cast<Index>(a.numel);
+  const Index step = static_cast<Index>(gridDim.x) * kCopyThreads;
+  for (Index i = static_cast<Index>(blockIdx.x) * kCopyThreads + static_cast<Index>(threadIdx.x);
+       i < n; i += step) {
+    tensor_copy_element<kBytes, Index>(a, i);
+  }
+}
+
+template <class Index>
+void launch(const TensorCopyArgs& a, cudaStream_t s, dim3 grid) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.dst) % a.dst_size) == 0 &&
+                       (a.src == nullptr || (reinterpret_cast<uintptr_t>(a.src) % a.src_size) == 0);
+  const bool move = a.src == nullptr || a.src_dtype == a.dst_dtype;
+  const int bytes = move && aligned ? a.dst_size : 0;
+  switch (bytes) {
+    case 1:
+      return launch_kernel("Tensor.copy_", tensor_copy_kernel<1, Index>, grid, dim3(kCopyThreads),
+                           0, s, false, a);
+    case 2:
+      return launch_kernel("Tensor.copy_", tensor_copy_kernel<2, Index>, grid, dim3(kCopyThreads),
+                           0, s, false, a);
+    case 4:
+      return launch_kernel("Tensor.copy_", tensor_copy_kernel<4, Index>, grid, dim3(kCopyThreads),
+                           0, s, false, a);
+    case 8:
+      return launch_kernel("Tensor.copy_", tensor_copy_kernel<8, Index>, grid, dim3(kCopyThreads),
+                           0, s, false, a);
+    default:
+      return launch_kernel("Tensor.copy_", tensor_copy_kernel<0, Index>, grid, dim3(kCopyThreads),
+                           0, s, false, a);
+  }
+}
+
+}  // namespace
+
+void tensor_copy(const TensorCopyArgs& a, void* stream) {
+  if (a.numel <= 0) return;
+  const int64_t blocks =
+      std::min<int64_t>((a.numel + kCopyThreads - 1) / kCopyThreads, kCopyMaxBlocks);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (tensor_copy_fits_int32(a)) {
+    launch<int32_t>(a, s, grid);
+  } else {
+    launch<int64_t>(a, s, grid);
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda
