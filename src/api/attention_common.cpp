@@ -1365,4 +1365,24 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
                         "JIT variants are not supported");
 }
 
+double fused_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg,
+                         std::optional<Device> on_device, Tensor* dev) {
+  double v = x.scalar();
+  if (x.is_tensor()) {
+    const Tensor& t = x.tensor();
+    check_defined(t, op, arg);
+    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
+                     t.numel());
+    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
+                     dtype_torch_name(t.dtype()));
+    if (on_device && dev != nullptr && t.device() == *on_device) {
+      *dev = t.reshape({1}).to(DType::kFloat32);  // on the device (Tensor::to)
+      return 1.0;
+    }
+    v = t.item();
+  }
+  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
+  return v;
+}
+
 }  // namespace flashinfer::api

@@ -317,5 +317,14 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
 /// on a CUDA device other than sm_90. kUnsupported naming `backend` otherwise.
 void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op);
 
+/// A fused scale (bmm1_scale, bmm2_scale, ...) given as a number or a one-element floating
+/// tensor. A tensor on `on_device` (the query's device, for the calls that plan there) stays
+/// there: *dev gets it as fp32 [1] for the kernels to read (nothing is read back, so a CUDA graph
+/// captures the call and each replay sees the tensor's value then), and 1 is returned. Any other
+/// tensor is read on the host. Errors name `arg`: a tensor of other than one element or of a
+/// non-floating dtype, a non-finite value read on the host.
+double fused_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg,
+                         std::optional<Device> on_device = std::nullopt, Tensor* dev = nullptr);
+
 }  // namespace api
 }  // namespace flashinfer

@@ -20,18 +20,7 @@ using BatchAttentionInit = Init<BatchAttention, std::string, std::string>;
 double batch_attention_scale_of(const std::optional<ScalarOrTensor<double>>& x, const char* op,
                                 const char* arg) {
   if (!x) return 1.0;
-  double v = x->scalar();
-  if (x->is_tensor()) {
-    const Tensor& t = x->tensor();
-    api::check_defined(t, op, arg);
-    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
-                     t.numel());
-    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
-                     dtype_torch_name(t.dtype()));
-    v = t.item();
-  }
-  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
-  return v;
+  return api::fused_scale_value(*x, op, arg);
 }
 
 }  // namespace

@@ -271,6 +271,9 @@ struct MlaRun {
   bool return_lse = false, lse_base_e = false;
   DType o_dtype = DType::kBFloat16;
   float ckv_scale = 1.0f, kpe_scale = 1.0f, out_scale = 1.0f;
+  // The block-table decode calls' bmm1_scale / bmm2_scale given as tensors on the device (fp32
+  // [1]): factors of sm_scale and out_scale the CUDA kernels read (MlaAttentionParams::*_dev).
+  Tensor sm_scale_dev, out_scale_dev;
 };
 
 bool graph_mode(const detail::MlaWrapperState& s) { return s.use_cuda_graph && s.device.is_cuda(); }
@@ -479,6 +482,8 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     p.ckv_scale = r.ckv_scale;
     p.kpe_scale = r.kpe_scale;
     p.out_scale = r.out_scale;
+    if (r.sm_scale_dev.defined()) p.sm_scale_dev = r.sm_scale_dev.data<const float>();
+    if (r.out_scale_dev.defined()) p.out_scale_dev = r.out_scale_dev.data<const float>();
     p.causal = s.causal;
     p.rows = static_cast<int32_t>(rows);
     p.max_kv_len = max_kv_len(s);
@@ -562,21 +567,6 @@ float finite_scale(std::optional<double> v, const char* op, const char* arg) {
   if (!v) return 1.0f;
   FLASHINFER_CHECK(std::isfinite(*v), op, arg, "must be finite, got ", *v);
   return static_cast<float>(*v);
-}
-
-double mla_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
-  double v = x.scalar();
-  if (x.is_tensor()) {
-    const Tensor& t = x.tensor();
-    api::check_defined(t, op, arg);
-    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
-                     t.numel());
-    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
-                     dtype_torch_name(t.dtype()));
-    v = t.item();
-  }
-  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
-  return v;
 }
 
 // trtllm / xqa MLA decode: block tables to a planned state, then run_mla.
@@ -701,8 +691,10 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
     s.kv_lens.push_back(lens[b]);
     s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
   }
-  s.sm_scale = mla_scale_value(bmm1_scale, op, "bmm1_scale");
   MlaRun r;
+  const std::optional<Device> scale_dev =
+      device_plan ? std::optional<Device>(query.device()) : std::nullopt;
+  s.sm_scale = api::fused_scale_value(bmm1_scale, op, "bmm1_scale", scale_dev, &r.sm_scale_dev);
   r.op = op;
   r.qn_arg = r.qp_arg = "query";
   r.ckv_arg = r.kpe_arg = "kv_cache";
@@ -712,7 +704,8 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   r.ckv = kv.slice(2, 0, dc);
   r.kpe = kv.slice(2, dc, int64_t{dc} + dk);
   r.o_dtype = qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd;
-  r.out_scale = static_cast<float>(mla_scale_value(bmm2_scale, op, "bmm2_scale"));
+  r.out_scale = static_cast<float>(
+      api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &r.out_scale_dev));
   std::optional<Tensor> out3;
   if (out) {
     api::check_defined(*out, op, "out");

@@ -44,23 +44,6 @@ constexpr const char* kCudnnDecodeSummary =
     "Batch decode attention under cuDNN's interface (this library's kernels)";
 #endif
 
-// A fused scale given as a float or a one-element float tensor (read on the host).
-double trtllm_attention_scale_value(const ScalarOrTensor<double>& x, const char* op,
-                                    const char* arg) {
-  double v = x.scalar();
-  if (x.is_tensor()) {
-    const Tensor& t = x.tensor();
-    api::check_defined(t, op, arg);
-    FLASHINFER_CHECK(t.numel() == 1, op, arg, "a tensor scale must hold one element, got ",
-                     t.numel());
-    FLASHINFER_CHECK(dtype_is_floating(t.dtype()), op, arg, "a tensor scale must be floating, got ",
-                     dtype_torch_name(t.dtype()));
-    v = t.item();
-  }
-  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
-  return v;
-}
-
 // K and V as [pages, page_size, Hkv, D] views. Upstream also takes a 5-D cache whose second
 // axis has size 1: K and V are then the same tensor.
 std::pair<Tensor, Tensor> block_cache_views(const PagedKVCache& cache, bool hnd, const char* op) {
@@ -89,6 +72,9 @@ struct BlockCall {
   bool causal = false;
   bool hnd = true;
   double bmm1 = 1.0, out_scale = 1.0;
+  // bmm1_scale / bmm2_scale given as tensors on the device of a call planned there (fp32 [1]):
+  // factors of the scores and of the output the kernels read, times bmm1 and out_scale.
+  Tensor bmm1_dev, bmm2_dev;
   int64_t window_left = -1;
   std::optional<Tensor> out, lse, sinks;
   std::optional<DType> out_dtype;
@@ -123,7 +109,8 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
   if ((dt != DType::kBFloat16 && dt != DType::kFloat16) || k.dtype() != dt || od != dt) {
     return std::nullopt;
   }
-  if (c.out_scale != 1.0 || c.sinks || c.window_left >= 0 || c.spec_mask || c.f32_out ||
+  if (c.out_scale != 1.0 || c.bmm1_dev.defined() || c.bmm2_dev.defined() || c.sinks ||
+      c.window_left >= 0 || c.spec_mask || c.f32_out ||
       (c.kv_cache_sf && !c.kv_cache_sf->is_none())) {
     return std::nullopt;
   }
@@ -341,6 +328,14 @@ AttentionOutput run_block_call(BlockCall& c) {
   }
   api::plan_settings(s, q.size(1), hkv, d, d, q.dtype(), k.dtype(), od, c.bmm1, c.window_left,
                      std::nullopt, "NONE", op);
+  // Device scales as the kernels' per-head factors (scale_q multiplies head h's scores, scale_v
+  // group g's output), every head the one value: broadcast on the device, nothing read back. A
+  // per-head score factor keeps the call on the CUDA-core kernels (prefill_scale_folds).
+  const auto per_head = [](const Tensor& one, int64_t heads) {
+    return one.as_strided({heads}, {0}, one.storage_offset()).contiguous();
+  };
+  if (c.bmm1_dev.defined()) s.scale_q = per_head(c.bmm1_dev, q.size(1));
+  if (c.bmm2_dev.defined()) s.scale_v = per_head(c.bmm2_dev, hkv);
   s.paged = true;
   s.page_size = static_cast<int32_t>(page_size);
   s.batch = static_cast<int32_t>(batch);
@@ -578,7 +573,10 @@ AttentionOutput decode_impl(
     // verification, as the trtllm-gen kernels treat them); one query sees every key.
     for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
   }
-  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
+  // Tensor scales stay on the device where the call plans there (c.seq_lens set above).
+  const std::optional<Device> scale_dev =
+      c.seq_lens ? std::optional<Device>(query.device()) : std::nullopt;
+  c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale", scale_dev, &c.bmm1_dev);
   double o_mul = 1.0;
   if (o_scale) {
     FLASHINFER_CHECK(std::isfinite(*o_scale) && *o_scale != 0.0, op, "o_scale",
@@ -587,7 +585,8 @@ AttentionOutput decode_impl(
     // only an fp8 output by 1 / o_scale; 16-bit outputs keep the o_scale factor.
     if (backend != "trtllm-gen") o_mul = *o_scale;
   }
-  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.out_scale =
+      api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev) * o_mul;
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
@@ -653,8 +652,8 @@ AttentionOutput context_impl(
   FLASHINFER_CHECK(cum_seq_lens_kv.size(0) == batch_size + 1, op, "cum_seq_lens_kv", "expected ",
                    batch_size + 1, " elements (batch_size + 1), got ", cum_seq_lens_kv.size(0));
   c.causal = causal;
-  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
-  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale");
+  c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale");
+  c.out_scale = api::fused_scale_value(bmm2_scale, op, "bmm2_scale");
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
@@ -725,11 +724,14 @@ Tensor trtllm_attention_xqa_impl(
     // Without a mask the draft tokens are causal among themselves (generate_causal_mask's).
     for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
   }
-  c.bmm1 = trtllm_attention_scale_value(bmm1_scale, op, "bmm1_scale");
+  const std::optional<Device> scale_dev =
+      c.seq_lens ? std::optional<Device>(query.device()) : std::nullopt;
+  c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale", scale_dev, &c.bmm1_dev);
   const double o_mul = o_scale.value_or(1.0);
   FLASHINFER_CHECK(std::isfinite(o_mul) && o_mul != 0.0, op, "o_scale",
                    "must be finite and non-zero, got ", o_mul);
-  c.out_scale = trtllm_attention_scale_value(bmm2_scale, op, "bmm2_scale") * o_mul;
+  c.out_scale =
+      api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev) * o_mul;
   c.window_left = window_left;
   c.out = out;  // upstream: out's dtype, else query's
   c.sinks = sinks;
@@ -857,11 +859,11 @@ CudnnPrefillResult cudnn_prefill_impl(
   }
 
   AttentionRunOptions o;
-  o.q_scale = q_scale ? std::optional<double>(trtllm_attention_scale_value(*q_scale, op, "q_scale"))
+  o.q_scale = q_scale ? std::optional<double>(api::fused_scale_value(*q_scale, op, "q_scale"))
                       : std::nullopt;
-  o.k_scale = k_scale ? std::optional<double>(trtllm_attention_scale_value(*k_scale, op, "k_scale"))
+  o.k_scale = k_scale ? std::optional<double>(api::fused_scale_value(*k_scale, op, "k_scale"))
                       : std::nullopt;
-  o.v_scale = v_scale ? std::optional<double>(trtllm_attention_scale_value(*v_scale, op, "v_scale"))
+  o.v_scale = v_scale ? std::optional<double>(api::fused_scale_value(*v_scale, op, "v_scale"))
                       : std::nullopt;
   o.out = out;
   o.lse = lse;

@@ -42,6 +42,11 @@ struct MlaAttentionParams {
   float sm_scale = 1.0f;
   float ckv_scale = 1.0f, kpe_scale = 1.0f;
   float out_scale = 1.0f;
+  // Factors of sm_scale and out_scale that live on the device (CUDA only; nullptr: none): the
+  // block-table decode calls' bmm1_scale / bmm2_scale given as tensors there, read by the kernels
+  // after pdl_wait so that nothing is read back and a captured call sees each replay's values.
+  const float* sm_scale_dev = nullptr;
+  const float* out_scale_dev = nullptr;
   // Query i of a request of qo_len queries and kv_len tokens is at kv_len - qo_len + i and,
   // when causal, sees tokens 0..that position.
   bool causal = false;

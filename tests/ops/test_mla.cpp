@@ -1133,6 +1133,37 @@ TEST(MlaCuda, TrtllmDecodeRefusesRequestsOnTheDevice) {
   }
 }
 
+// bmm1_scale / bmm2_scale as one-element tensors on the device stay there (the kernels read them,
+// nothing is read back): the same bits as the numbers (sm_scale * 1 and out_scale * 1 are exact),
+// on each MLA kernel; a bf16 0-dim scale is cast on the device.
+TEST(MlaCuda, TrtllmDecodeTensorScalesMatchNumbersBitForBit) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const std::vector<int32_t> lens{90, 700, 33};
+  const int64_t dc = 512, dk = 64, q_len = 1, max_seq_len = 1024;
+  const auto B = static_cast<int64_t>(lens.size());
+  Latent l = make_latent(lens, 16, dc, dk, DType::kBFloat16, 81);
+  const Tensor table = l.block_tables.to(gpu);
+  const Tensor lens_g = l.kv_lens.to(gpu), kv = l.kv.to(gpu), ws = workspace().to(gpu);
+  const Tensor s1 = Tensor::full({1}, 0.0625, DType::kFloat32, gpu);
+  const Tensor s2 = Tensor::full({}, 1.25, DType::kBFloat16, gpu);
+  for (const bool tensor_cores : {true, false}) {
+    std::optional<testing::ScopedEnv> env;
+    if (!tensor_cores) env.emplace("FLASHINFER_MLA_TENSOR_CORES", "0");
+    for (const int64_t H : {16, 128}) {
+      SCOPED_TRACE(::testing::Message() << "tensor cores " << tensor_cores << ", heads " << H);
+      const Tensor q =
+          testing::rand_tensor({B, q_len, H, dc + dk}, DType::kBFloat16, 82, -1.0, 1.0).to(gpu);
+      const Tensor want = trtllm_batch_decode_with_kv_cache_mla(
+          q, kv, ws, 128, dc, dk, table, lens_g, max_seq_len, 0, std::nullopt, 0.0625, 1.25);
+      const Tensor got = trtllm_batch_decode_with_kv_cache_mla(
+          q, kv, ws, 128, dc, dk, table, lens_g, max_seq_len, 0, std::nullopt, s1, s2);
+      EXPECT_EQ(got.to(Device::cpu()).to_double_vector(),
+                want.to(Device::cpu()).to_double_vector());
+    }
+  }
+}
+
 #if FLASHINFER_TEST_HAVE_CUDART
 // As engines run it: the trtllm MLA decode run once on a stream (the warm-up that makes its plan
 // scratch), captured on it into a CUDA graph, then replayed after seq_lens and block_tables were

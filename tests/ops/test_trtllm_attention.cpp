@@ -519,6 +519,90 @@ TEST(TrtllmDecodeCuda, RefusedRequestsGiveNanRowsOnly) {
   }
 }
 
+// bmm1_scale / bmm2_scale given as one-element fp32 tensors on the device (upstream's
+// "Union[float, torch.Tensor]"): the kernels read them there, nothing is read back. Against the
+// fp64 formula, on both block-table entry points, a [1] and a 0-dim tensor; and a bf16 scale
+// tensor, cast on the device.
+TEST(TrtllmDecodeCuda, DeviceTensorScalesMatchFp64) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 32, hkv = 8, d = 128, page = 16, max_seq_len = 1024;
+  const std::vector<int32_t> lens{17, 300, 1024, 1};
+  const BlockCache c = make_cache(lens, page, hkv, d, DType::kBFloat16, true, true, 61);
+  const auto batch = static_cast<int64_t>(lens.size());
+  const Tensor q = testing::rand_tensor({batch, hq, d}, DType::kBFloat16, 3);
+  Ref r;
+  r.bmm1 = 0.0625;
+  r.bmm2 = 0.75;
+  std::vector<double> eo, el;
+  reference(q, c, {0, 1, 2, 3, 4}, r, eo, el);
+  const PagedKVCache cache(c.k.to(g), c.v.to(g));
+  const Tensor qg = q.to(g), tg = c.block_tables.to(g), lg = c.seq_lens.to(g);
+  const Tensor ws = workspace().to(g);
+  const Tensor bmm1 = Tensor::full({1}, r.bmm1, DType::kFloat32, g);
+  const Tensor bmm2 = Tensor::full({}, r.bmm2, DType::kFloat32, g);
+  const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+  const AttentionOutput a = trtllm_batch_decode_with_kv_cache(
+      qg, cache, ws, tg, lg, max_seq_len, bmm1, bmm2, -1, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, "HND", std::nullopt, "auto", 1, 1.0, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, true, std::nullopt,
+      /*return_lse=*/true);
+  EXPECT_TRUE(testing::all_close(a.out.to(Device::cpu()), eo, tol));
+  EXPECT_TRUE(testing::all_close(a.lse.to(Device::cpu()), el, {1e-3, 1e-4}));
+  const Tensor x =
+      xqa_batch_decode_with_kv_cache(qg, cache, ws, tg, lg, max_seq_len, bmm1.to(DType::kBFloat16),
+                                     bmm2, -1, std::nullopt, std::nullopt, "HND");
+  EXPECT_TRUE(testing::all_close(x.to(Device::cpu()), eo, tol));  // 0.0625 is exact in bf16
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// A captured call with tensor scales reads them at each replay: new values written into the same
+// tensors reach the next launch, as upstream's kernels read their scale pointers.
+TEST(TrtllmDecodeCuda, CapturedCallReadsNewTensorScales) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 16, hkv = 4, d = 64, page = 16, max_seq_len = 512;
+  const std::vector<int32_t> lens{100, 512, 3};
+  const BlockCache c = make_cache(lens, page, hkv, d, DType::kFloat16, true, true, 71);
+  const auto batch = static_cast<int64_t>(lens.size());
+  const Tensor q = testing::rand_tensor({batch, hq, d}, DType::kFloat16, 5);
+  const PagedKVCache cache(c.k.to(g), c.v.to(g));
+  const Tensor qg = q.to(g), tg = c.block_tables.to(g), lg = c.seq_lens.to(g);
+  const Tensor ws = workspace().to(g);
+  Tensor bmm1 = Tensor::full({1}, 0.125, DType::kFloat32, g);
+  Tensor bmm2 = Tensor::full({1}, 1.0, DType::kFloat32, g);
+  Tensor out = Tensor::empty({batch, hq, d}, DType::kFloat16, g);
+  auto call = [&] {
+    trtllm_batch_decode_with_kv_cache(qg, cache, ws, tg, lg, max_seq_len, bmm1, bmm2, -1, out,
+                                      std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                      "HND");
+  };
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
+  for (const auto& [s1, s2] : {std::pair{0.125, 1.0}, std::pair{0.03, 2.5}}) {
+    bmm1.fill_(s1);
+    bmm2.fill_(s2);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    out.fill_(0.0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    Ref r;
+    r.bmm1 = static_cast<double>(static_cast<float>(s1));
+    r.bmm2 = static_cast<double>(static_cast<float>(s2));
+    std::vector<double> eo, el;
+    reference(q, c, {0, 1, 2, 3}, r, eo, el);
+    EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), eo,
+                                   testing::attention_tolerance(DType::kFloat16)))
+        << "bmm1 " << s1 << " bmm2 " << s2;
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
+
 #if FLASHINFER_TEST_HAVE_CUDART
 // As an engine runs it: run once on a stream (the warm-up that makes the stream's plan scratch),
 // captured on it into a CUDA graph (nothing read back, synchronized or allocated), then replayed

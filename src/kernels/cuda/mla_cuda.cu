@@ -120,6 +120,15 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
 // * chunk) of the row's visible range. part_o == nullptr: one split, the final output is written
 // here; otherwise the unnormalized accumulator and (m * log2 e, l) go to the partials for the
 // merge (the decode kernel's base-2 state).
+// sm_scale and out_scale with their device factors (MlaAttentionParams::*_dev), once a block,
+// after pdl_wait (a kernel before this one may have written them).
+__device__ __forceinline__ float mla_sm_scale(const MlaAttentionParams& p) {
+  return p.sm_scale_dev != nullptr ? p.sm_scale * *p.sm_scale_dev : p.sm_scale;
+}
+__device__ __forceinline__ float mla_out_scale(const MlaAttentionParams& p) {
+  return p.out_scale_dev != nullptr ? p.out_scale * *p.out_scale_dev : p.out_scale;
+}
+
 template <class KV>
 __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
     mla_attention_kernel(MlaAttentionParams p, int64_t chunk, float* part_o, float* part_ml) {
@@ -138,6 +147,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
   if (p.max_kv_dev != nullptr) {
     chunk = mla::mla_device_chunk(*p.max_kv_dev, gridDim.z, kTile, chunk);
   }
+  const float sm_scale = mla_sm_scale(p), out_scale = mla_out_scale(p);
   const RowSpan span = row_span(p, row);
   const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
   const int64_t stop = min(span.end, begin + chunk);
@@ -193,7 +203,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
         float a = 0.0f, c = 0.0f;
         for (int d = lane; d < dc; d += kWarp) a += q[d] * k[d];
         for (int d = lane; d < dk; d += kWarp) c += q[dc + d] * k[dc + d];
-        s[t] = p.sm_scale * warp_reduce_sum(p.ckv_scale * a + p.kpe_scale * c);
+        s[t] = sm_scale * warp_reduce_sum(p.ckv_scale * a + p.kpe_scale * c);
         tile_max = fmaxf(tile_max, s[t]);
       }
     }
@@ -223,7 +233,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
   if (part_o == nullptr) {
     // Nothing visible (end == 0) also leaves l == 0.
     const bool empty = l == 0.0f;
-    const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / l;
+    const float f = empty ? 0.0f : out_scale * p.ckv_scale / l;
     const int64_t off = row * p.o_stride_n + h * p.o_stride_h;
 #pragma unroll
     for (int i = 0; i < kCkvPerLane; ++i) {
@@ -485,7 +495,8 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   // the last (odd head counts) repeats the last one and is never written.
   float qn[kDecHeadsPerWarp][kDecCkvLane], qp[kDecHeadsPerWarp][kDecKpeLane];
   {
-    const float sn = p.sm_scale * p.ckv_scale * kLog2e, sp = p.sm_scale * p.kpe_scale * kLog2e;
+    const float sm_scale = mla_sm_scale(p);
+    const float sn = sm_scale * p.ckv_scale * kLog2e, sp = sm_scale * p.kpe_scale * kLog2e;
 #pragma unroll
     for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
       dec_load_q<kChunk>(p, row, min(h0 + hh, p.num_heads - 1), lane, qn[hh], qp[hh]);
@@ -604,7 +615,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
     if (part_o == nullptr) {
       // Nothing visible, or no finite score: d == 0, out 0 and LSE -inf (the CPU rule).
       const bool empty = x.d == 0.0f;
-      const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / x.d;
+      const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / x.d;
       float out[kDecCkvLane];
 #pragma unroll
       for (int i = 0; i < kDecCkvLane; ++i) out[i] = empty ? 0.0f : x.o[i] * f;
@@ -904,7 +915,8 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
 #pragma unroll
   for (int n = 0; n < kMmaVoDims / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float c_n = p.sm_scale * p.ckv_scale * kLog2e, c_p = p.sm_scale * p.kpe_scale * kLog2e;
+  const float sm_scale = mla_sm_scale(p);
+  const float c_n = sm_scale * p.ckv_scale * kLog2e, c_p = sm_scale * p.kpe_scale * kLog2e;
   float4* x_mine = reinterpret_cast<float4*>(x_s) + warp * (kMmaScoreFloats / 4) * kWarp + lane;
   const float4* x_other =
       reinterpret_cast<const float4*>(x_s) + (warp ^ 1) * (kMmaScoreFloats / 4) * kWarp + lane;
@@ -1086,7 +1098,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     if (part_o == nullptr) {
       // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
       const bool empty = lr == 0.0f;
-      const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / lr;
+      const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / lr;
       T* dst = static_cast<T*>(p.o) + qr * p.o_stride_n + h * p.o_stride_h + dim0;
 #pragma unroll
       for (int n = 0; n < kMmaVoDims / 8; ++n) {
@@ -1149,7 +1161,7 @@ __global__ void __launch_bounds__(128)
   __syncthreads();
   const float M = ml_s[0], L = ml_s[1];
   const bool empty = L == 0.0f;
-  const float f = empty ? 0.0f : p.out_scale * p.ckv_scale / L;
+  const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / L;
   const int64_t off = row * p.o_stride_n + h * p.o_stride_h;
   for (int d = tid; d < dc; d += static_cast<int>(blockDim.x)) {
     float a = 0.0f;
