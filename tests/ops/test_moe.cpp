@@ -1200,6 +1200,119 @@ TEST(FusedTopkDeepseekCuda, WarpKernelMatchesTheThreadKernelOracleBitForBit) {
 }
 #endif
 
+#if FLASHINFER_TEST_HAVE_ORACLES
+// The trtllm MoE ops' routing on the GPU: the warp-per-token kernel against the thread-per-token
+// kernel it replaced (the oracle; the same expressions, the sums in the same order), bit for bit:
+// ids, weights, expert_weights_out and the replay ids, for every routing method, fp32 and bf16
+// logits and bias, expert counts from 8 to 512 (the limit), top_k past the warp's 32 lanes,
+// DeepSeekV3's grouped selection, rows with ties, infinities and NaN, more tokens than one
+// block's 4 warps, and the _routed_ ops' precomputed ids (packed, and with fp32 / bf16 weights).
+TEST(TrtllmRoutingCuda, WarpKernelMatchesTheThreadKernelOracleBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda(0);
+  using kernels::MoeRouting;
+  struct Cfg {
+    MoeRouting method;
+    int E, K, G, TG;
+    bool bias;
+  };
+  const Cfg cfgs[] = {
+      {MoeRouting::kDefault, 128, 8, 1, 1, false},
+      {MoeRouting::kDefault, 512, 40, 1, 1, false},
+      {MoeRouting::kRenormalize, 64, 6, 1, 1, false},
+      {MoeRouting::kRenormalize, 8, 8, 1, 1, false},
+      {MoeRouting::kDeepSeekV3, 256, 8, 8, 4, true},
+      {MoeRouting::kDeepSeekV3, 384, 8, 1, 1, true},
+      {MoeRouting::kDeepSeekV3, 512, 12, 32, 5, false},
+      {MoeRouting::kLlama4, 16, 1, 1, 1, false},
+      {MoeRouting::kRenormalizeNaive, 160, 6, 1, 1, false},
+      {MoeRouting::kTopK, 60, 33, 1, 1, false},
+      {MoeRouting::kSigmoidRenorm, 128, 8, 1, 1, false},
+      {MoeRouting::kMiniMax2, 256, 8, 1, 1, true},
+      {MoeRouting::kSigmoid, 96, 4, 1, 1, false},
+  };
+  std::mt19937 rng(17);
+  for (const Cfg& c : cfgs) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "method " << static_cast<int>(c.method) << " E " << c.E
+                                        << " K " << c.K << " " << dtype_torch_name(dt));
+      const int T = 37;
+      std::vector<double> lg;
+      for (int t = 0; t < T; ++t) {
+        // Every fifth row with NaN (the sums and picks see it as the reference's loops do).
+        for (float x : tricky_values(rng, c.E, t % 5 == 4)) lg.push_back(x);
+      }
+      const Tensor logits = Tensor::from_vector(lg, {T, c.E}, DType::kFloat32).to(dt).to(g);
+      const Tensor bias = rand_tensor({c.E}, dt, 19, -0.25, 0.25).to(g);
+      kernels::TrtllmMoeParams b;
+      b.routing.logits = logits.data_ptr();
+      b.routing.logits_dtype = dt;
+      b.routing.logits_stride = c.E;
+      b.routing.bias = c.bias ? bias.data_ptr() : nullptr;
+      b.routing.bias_dtype = dt;
+      b.routing.num_tokens = T;
+      b.routing.num_experts = c.E;
+      b.routing.top_k = c.K;
+      b.routing.n_group = c.G;
+      b.routing.topk_group = c.TG;
+      b.routing.routed_scaling_factor = 2.5f;
+      b.routing.method = c.method;
+      b.replay_stride = c.K;
+      auto run = [&](const kernels::TrtllmMoeParams& base, bool oracle) {
+        Tensor ids = Tensor::full({T, c.K}, -7.0, DType::kInt32, g);
+        Tensor w = Tensor::full({T, c.K}, -7.0, DType::kFloat32, g);
+        Tensor ew = Tensor::full({T, c.K}, 7.0, DType::kInt16, g);  // bf16 bits
+        Tensor rep = Tensor::full({T, c.K}, -7.0, DType::kInt16, g);
+        kernels::TrtllmMoeParams q = base;
+        q.expert_weights_out = reinterpret_cast<uint16_t*>(ew.data_ptr());
+        q.replay_out = rep.data<int16_t>();
+        if (oracle) {
+          oracle_trtllm_route(q, ids.data<int32_t>(), w.data<float>(), current_cuda_stream());
+        } else {
+          kernels::cuda::trtllm_route(q, ids.data<int32_t>(), w.data<float>(),
+                                      current_cuda_stream(), false);
+        }
+        return std::vector<Tensor>{ids.to(Device::cpu()), w.to(Device::cpu()), ew.to(Device::cpu()),
+                                   rep.to(Device::cpu())};
+      };
+      auto same = [&](const kernels::TrtllmMoeParams& base, const char* what) {
+        const auto got = run(base, false), want = run(base, true);
+        for (size_t j = 0; j < got.size(); ++j) {
+          EXPECT_EQ(std::memcmp(got[j].data_ptr(), want[j].data_ptr(),
+                                static_cast<size_t>(got[j].numel()) * got[j].element_size()),
+                    0)
+              << what << ": output " << j;
+        }
+      };
+      same(b, "from logits");
+      // The _routed_ forms on this routing's result: ids with weights, and packed pairs.
+      const auto routed = run(b, true);
+      const Tensor ids_g = routed[0].to(g), w_g = routed[1].to(dt).to(g);
+      kernels::TrtllmMoeParams pre = b;
+      pre.precomputed = true;
+      pre.routed_stride = c.K;
+      pre.ids = ids_g.data<int32_t>();
+      pre.weights = w_g.data_ptr();
+      pre.weights_dtype = dt;
+      same(pre, "precomputed ids and weights");
+      std::vector<double> packed;
+      const std::vector<double> iv = routed[0].to_double_vector();
+      const std::vector<double> wv = routed[2].to_double_vector();  // bf16 bits as int16
+      for (size_t i = 0; i < iv.size(); ++i) {
+        const auto bits = static_cast<uint32_t>(static_cast<uint16_t>(static_cast<int16_t>(wv[i])));
+        packed.push_back(
+            static_cast<double>(static_cast<int32_t>((static_cast<uint32_t>(iv[i]) << 16) | bits)));
+      }
+      const Tensor packed_g = Tensor::from_vector(packed, {T, c.K}, DType::kInt32).to(g);
+      pre.ids = nullptr;
+      pre.weights = nullptr;
+      pre.packed = packed_g.data<int32_t>();
+      same(pre, "precomputed packed");
+    }
+  }
+}
+#endif
+
 // ---- hash_topk ---------------------------------------------------------------------------------
 
 double sqrt_softplus(double x) { return std::sqrt(std::log1p(std::exp(x))); }

@@ -11,4 +11,8 @@ namespace flashinfer::testing {
 
 void oracle_deepseek_routing(const kernels::DeepSeekRoutingParams& p, void* stream);
 
+/// The trtllm MoE ops' routing kernel to session 62 (a thread a token), against the library's
+/// warp-per-token kernels::cuda::trtllm_route on the same parameters.
+void oracle_trtllm_route(const kernels::TrtllmMoeParams& b, int32_t* ids, float* w, void* stream);
+
 }  // namespace flashinfer::testing

@@ -511,9 +511,72 @@ __device__ __forceinline__ int32_t dsr_warp_pick(float v, int32_t idx, float s, 
   return idx;
 }
 
+// One pick of the reference's argmax over the warp's open candidates: bit j of `open` is expert
+// j * 32 + lane, with value v[j] and payload s[j]. Returns the winner (-1: no candidate) and its
+// payload, the same on every lane, and clears the winner's bit on its lane.
+template <int N>
+__device__ __forceinline__ int32_t dsr_pick_open(uint32_t& open, const float (&v)[N],
+                                                 const float (&s)[N], int lane, float& s_out) {
+  namespace dr = deepseek_routing;
+  float bv = 0.0f, bs = 0.0f, first_v = 0.0f, first_s = 0.0f;
+  int32_t idx = -1, first = INT32_MAX;
+  FLASHINFER_UNROLL
+  for (int j = 0; j < N; ++j) {
+    if (!((open >> j) & 1u)) continue;
+    const int32_t e = j * 32 + lane;
+    if (first == INT32_MAX) {  // ascending e: the lane's first candidate
+      first = e;
+      first_v = v[j];
+      first_s = s[j];
+    }
+    if (idx < 0 || dr::pick_better(v[j], e, bv, idx)) {
+      bv = v[j];
+      idx = e;
+      bs = s[j];
+    }
+  }
+  const int32_t best = dsr_warp_pick(bv, idx, bs, first, first_v, first_s, s_out);
+  if (best >= 0 && (best & 31) == lane) open &= ~(1u << (best >> 5));
+  return best;
+}
+
+// Grouped selection: each group's score (its two largest values, v[j] of expert j * 32 + lane;
+// group g is experts [g * per_group, (g + 1) * per_group)), then `topk_group` picks of the
+// reference's argmax over the scores (lane g holds group g's). The kept groups as a mask (bit g,
+// G <= 32), the same on every lane.
+template <int N>
+__device__ __forceinline__ uint32_t dsr_pick_groups(const float (&v)[N], int lane, int G,
+                                                    int per_group, int64_t topk_group) {
+  namespace dr = deepseek_routing;
+  float gscore = 0.0f;
+  for (int g = 0; g < G; ++g) {
+    dr::Top2 top{-INFINITY, -INFINITY};
+    const int lo = g * per_group, hi = lo + per_group;
+    FLASHINFER_UNROLL
+    for (int j = 0; j < N; ++j) {
+      const int e = j * 32 + lane;
+      if (e >= lo && e < hi) dr::top2_push(top, v[j]);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const dr::Top2 other{__shfl_xor_sync(0xffffffffu, top.m1, o),
+                           __shfl_xor_sync(0xffffffffu, top.m2, o)};
+      top = dr::top2_merge(top, other);
+    }
+    if (lane == g) gscore = per_group >= 2 ? top.m1 + top.m2 : top.m1;
+  }
+  uint32_t kept = 0;
+  for (int64_t i = 0; i < topk_group; ++i) {
+    const bool cand = lane < G && !((kept >> lane) & 1u);
+    float unused;
+    const int32_t best = dsr_warp_pick(gscore, cand ? lane : -1, 0.0f, cand ? lane : INT32_MAX,
+                                       gscore, 0.0f, unused);
+    if (best >= 0) kept |= 1u << best;  // always: topk_group <= n_group leaves a candidate
+  }
+  return kept;
+}
+
 template <class S, class B, class V>
 __global__ void __launch_bounds__(kDsrWarps * 32) deepseek_routing_kernel(DeepSeekRoutingParams p) {
-  namespace dr = deepseek_routing;
   pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kDsrWarps + threadIdx.x / 32;
@@ -535,33 +598,8 @@ __global__ void __launch_bounds__(kDsrWarps * 32) deepseek_routing_kernel(DeepSe
       present |= 1u << j;
     }
   }
-  // Groups: lane g scores group g; the kept ones as a mask (bit g).
-  uint32_t kept = G == 1 ? 1u : 0u;
-  if (G > 1) {
-    float gscore = 0.0f;
-    for (int g = 0; g < G; ++g) {
-      dr::Top2 top{-INFINITY, -INFINITY};
-      const int lo = g * per_group, hi = lo + per_group;
-      FLASHINFER_UNROLL
-      for (int j = 0; j < kDsrPerLane; ++j) {
-        const int e = j * 32 + lane;
-        if (e >= lo && e < hi) dr::top2_push(top, bv[j]);
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        const dr::Top2 other{__shfl_xor_sync(0xffffffffu, top.m1, o),
-                             __shfl_xor_sync(0xffffffffu, top.m2, o)};
-        top = dr::top2_merge(top, other);
-      }
-      if (lane == g) gscore = per_group >= 2 ? top.m1 + top.m2 : top.m1;
-    }
-    for (int64_t i = 0; i < p.topk_group; ++i) {
-      const bool cand = lane < G && !((kept >> lane) & 1u);
-      float unused;
-      const int32_t best = dsr_warp_pick(gscore, cand ? lane : -1, 0.0f, cand ? lane : INT32_MAX,
-                                         gscore, 0.0f, unused);
-      kept |= 1u << best;  // best >= 0: topk_group <= n_group leaves a candidate
-    }
-  }
+  // Groups: the kept ones as a mask (bit g).
+  const uint32_t kept = G == 1 ? 1u : dsr_pick_groups(bv, lane, G, per_group, p.topk_group);
   // This lane's experts in kept groups (bit j).
   uint32_t open = 0;
   FLASHINFER_UNROLL
@@ -574,26 +612,8 @@ __global__ void __launch_bounds__(kDsrWarps * 32) deepseek_routing_kernel(DeepSe
   int32_t my_sel = 0;
   float my_s = 0.0f, sum = 0.0f;
   for (int64_t i = 0; i < p.topk; ++i) {
-    float v = 0.0f, s = 0.0f, first_v = 0.0f, first_s = 0.0f;
-    int32_t idx = -1, first = INT32_MAX;
-    FLASHINFER_UNROLL
-    for (int j = 0; j < kDsrPerLane; ++j) {
-      if (!((open >> j) & 1u)) continue;
-      const int32_t e = j * 32 + lane;
-      if (first == INT32_MAX) {  // ascending e: the lane's first candidate
-        first = e;
-        first_v = bv[j];
-        first_s = sg[j];
-      }
-      if (idx < 0 || dr::pick_better(bv[j], e, v, idx)) {
-        v = bv[j];
-        idx = e;
-        s = sg[j];
-      }
-    }
     float best_s;
-    const int32_t best = dsr_warp_pick(v, idx, s, first, first_v, first_s, best_s);
-    if ((best & 31) == lane) open &= ~(1u << (best >> 5));
+    const int32_t best = dsr_pick_open(open, bv, sg, lane, best_s);
     sum += best_s;
     if (lane == i) {
       my_sel = best;
@@ -623,144 +643,189 @@ __device__ __forceinline__ float load_routing(const void* base, DType dt, int64_
                                 : static_cast<const float*>(base)[i];
 }
 
-// The routing of token t as the CPU reference's (moe_routing / trtllm_route) into id / w [top_k],
-// weights rounded to bf16 as the trtllm launchers keep them (the bf16 bits also to
-// expert_weights_out when set); routing_replay_out when set. Needs num_experts <=
-// kFp8MoeCudaMaxExperts and, for grouped selection, n_group <= 32 (the launchers refuse more).
-__device__ void trtllm_route_token(const TrtllmMoeParams& b, int64_t t, int32_t* id, float* w) {
+// The routing of the trtllm MoE ops (routing from logits, or the _routed_ ops' precomputed ids
+// and weights) as the CPU reference's (moe_routing / trtllm_route): a warp a token, kTrWarps
+// tokens a block, into ids / w [num_tokens, top_k], the weights rounded to bf16 as the trtllm
+// launchers keep them (the bf16 bits also to expert_weights_out when set); routing_replay_out
+// when set. Lane l holds experts l, l + 32, ... (num_experts <= kFp8MoeCudaMaxExperts; grouped
+// selection needs n_group <= 32: the launchers refuse more) in registers, each score computed
+// once; the groups and the experts are picked by the warp argmaxes of fused_topk_deepseek's
+// kernel (kernels/deepseek_routing_rules.h: what the reference's sequential loops pick, NaN,
+// infinities and ties too). The sums the reference makes in order (a softmax's denominator, the
+// picks' weights) are made in that order by lane 0 over the warp's shared memory, so the floats
+// are those of the thread-a-token kernel this replaces (4 KB of local arrays a thread; now the
+// test oracle, tests/oracle/moe_routing_oracle.cu).
+constexpr int kTrWarps = 4;
+constexpr int kTrPerLane = static_cast<int>(kFp8MoeCudaMaxExperts / 32);
+
+/// Dynamic shared memory of trtllm_route_kernel: per warp the E scores, then K weights and K ids.
+constexpr std::size_t trtllm_route_smem(int64_t E, int64_t K) {
+  return static_cast<std::size_t>(kTrWarps * (E + 2 * K)) * 4u;
+}
+
+__global__ void __launch_bounds__(kTrWarps * 32)
+    trtllm_route_kernel(TrtllmMoeParams b, int32_t* ids, float* ws) {
+  extern __shared__ float tr_smem[];
+  pdl_wait();
   const MoeRoutingParams& r = b.routing;
-  const int64_t E = r.num_experts, K = r.top_k;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTrWarps + warp;
+  if (t >= r.num_tokens) return;  // the whole warp; no block barrier follows
+  const int E = b.precomputed ? 0 : static_cast<int>(r.num_experts);
+  const int K = static_cast<int>(r.top_k);
+  float* xs = tr_smem + static_cast<int64_t>(warp) * (E + 2 * K);  // [E]
+  float* pw = xs + E;                                              // [K] the picks' weights
+  int32_t* pid = reinterpret_cast<int32_t*>(pw + K);               // [K] their ids
   if (b.precomputed) {
-    for (int64_t k = 0; k < K; ++k) {
+    for (int k = lane; k < K; k += 32) {
       const int64_t i = t * b.routed_stride + k;
       if (b.packed) {
         const uint32_t v = static_cast<uint32_t>(b.packed[i]);
-        id[k] = static_cast<int32_t>(v >> 16);
-        w[k] = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(v & 0xFFFFu)));
+        pid[k] = static_cast<int32_t>(v >> 16);
+        pw[k] = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(v & 0xFFFFu)));
       } else {
-        id[k] = b.ids[i];
-        w[k] = load_routing(b.weights, b.weights_dtype, i);
+        pid[k] = b.ids[i];
+        pw[k] = load_routing(b.weights, b.weights_dtype, i);
       }
     }
   } else {
-    const int64_t G = r.n_group > 1 ? r.n_group : 1, per_group = E / G;
-    const int64_t TG = r.method == MoeRouting::kDeepSeekV3 && G > 1 ? r.topk_group : G;
-    float x[kFp8MoeCudaMaxExperts], sel[kFp8MoeCudaMaxExperts];
-    for (int64_t e = 0; e < E; ++e) {
-      x[e] = load_routing(r.logits, r.logits_dtype, t * r.logits_stride + e);
+    const int G = r.n_group > 1 ? static_cast<int>(r.n_group) : 1, per_group = E / G;
+    const int TG =
+        r.method == MoeRouting::kDeepSeekV3 && G > 1 ? static_cast<int>(r.topk_group) : G;
+    float x[kTrPerLane], sel[kTrPerLane];
+    uint32_t present = 0;  // bit j: expert lane + 32 j exists
+    FLASHINFER_UNROLL
+    for (int j = 0; j < kTrPerLane; ++j) {
+      const int e = j * 32 + lane;
+      x[j] = 0.0f;
+      if (e < E) {
+        x[j] = load_routing(r.logits, r.logits_dtype, t * r.logits_stride + e);
+        present |= 1u << j;
+      }
     }
-    float mx = -INFINITY, denom = 0.0f;
     switch (r.method) {
       case MoeRouting::kDefault:
-      case MoeRouting::kRenormalizeNaive:
-        for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, x[e]);
-        for (int64_t e = 0; e < E; ++e) {
-          x[e] = expf(x[e] - mx);
-          denom += x[e];
+      case MoeRouting::kRenormalizeNaive: {
+        float mx = -INFINITY;  // fmaxf ignores NaN in any order, as the reference's loop
+        FLASHINFER_UNROLL
+        for (int j = 0; j < kTrPerLane; ++j) {
+          if ((present >> j) & 1u) mx = fmaxf(mx, x[j]);
         }
-        for (int64_t e = 0; e < E; ++e) x[e] /= denom;
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        FLASHINFER_UNROLL
+        for (int j = 0; j < kTrPerLane; ++j) {
+          if ((present >> j) & 1u) {
+            x[j] = expf(x[j] - mx);
+            xs[j * 32 + lane] = x[j];
+          }
+        }
+        __syncwarp();
+        float denom = 0.0f;  // in expert order, as the reference adds
+        if (lane == 0) {
+          for (int e = 0; e < E; ++e) denom += xs[e];
+        }
+        denom = __shfl_sync(0xffffffffu, denom, 0);
+        FLASHINFER_UNROLL
+        for (int j = 0; j < kTrPerLane; ++j) x[j] /= denom;
         break;
+      }
       case MoeRouting::kDeepSeekV3:
       case MoeRouting::kSigmoidRenorm:
       case MoeRouting::kMiniMax2:
       case MoeRouting::kSigmoid:
-        for (int64_t e = 0; e < E; ++e) x[e] = 1.0f / (1.0f + expf(-x[e]));
+        FLASHINFER_UNROLL
+        for (int j = 0; j < kTrPerLane; ++j) x[j] = 1.0f / (1.0f + expf(-x[j]));
         break;
       default:
         break;
     }
     const bool biased =
         r.bias && (r.method == MoeRouting::kDeepSeekV3 || r.method == MoeRouting::kMiniMax2);
-    for (int64_t e = 0; e < E; ++e) {
-      sel[e] = x[e] + (biased ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
+    FLASHINFER_UNROLL
+    for (int j = 0; j < kTrPerLane; ++j) {
+      const int e = j * 32 + lane;
+      sel[j] = x[j] + (biased && e < E ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
     }
-    bool kept[32];
-    if (TG < G) {
-      for (int64_t g = 0; g < G; ++g) kept[g] = false;
-      float gscore[32];
-      for (int64_t g = 0; g < G; ++g) {
-        float m1 = -INFINITY, m2 = -INFINITY;
-        for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
-          if (sel[e] > m1) {
-            m2 = m1;
-            m1 = sel[e];
-          } else if (sel[e] > m2) {
-            m2 = sel[e];
+    // Grouped selection (DeepSeekV3, TG < G): the kept groups as a mask (bit g).
+    const uint32_t kept = TG < G ? dsr_pick_groups(sel, lane, G, per_group, TG) : 0xffffffffu;
+    uint32_t open = 0;  // this lane's candidates (bit j), each cleared once picked
+    FLASHINFER_UNROLL
+    for (int j = 0; j < kTrPerLane; ++j) {
+      const int e = j * 32 + lane;
+      if (((present >> j) & 1u) && (TG >= G || ((kept >> (e / per_group)) & 1u))) {
+        open |= 1u << j;
+      }
+    }
+    for (int i = 0; i < K; ++i) {
+      float best_x;
+      int32_t best = dsr_pick_open(open, sel, x, lane, best_x);
+      if (best < 0) {  // unreachable (the kept groups hold >= top_k experts): expert 0, as the CPU
+        best = 0;
+        best_x = __shfl_sync(0xffffffffu, x[0], 0);
+      }
+      if (lane == 0) {
+        pid[i] = best;
+        pw[i] = best_x;
+      }
+    }
+    __syncwarp();
+    if (lane == 0) {  // the weights as the reference's loops make them, in pick order
+      float sum = 0.0f;
+      for (int i = 0; i < K; ++i) sum += pw[i];
+      switch (r.method) {
+        case MoeRouting::kRenormalize: {
+          float m = -INFINITY, d = 0.0f;
+          for (int i = 0; i < K; ++i) m = fmaxf(m, pw[i]);
+          for (int i = 0; i < K; ++i) {
+            pw[i] = expf(pw[i] - m);
+            d += pw[i];
           }
+          for (int i = 0; i < K; ++i) pw[i] /= d;
+          break;
         }
-        gscore[g] = per_group >= 2 ? m1 + m2 : m1;
+        case MoeRouting::kLlama4:
+          for (int i = 0; i < K; ++i) pw[i] = 1.0f / (1.0f + expf(-pw[i]));
+          break;
+        case MoeRouting::kRenormalizeNaive:
+          for (int i = 0; i < K; ++i) pw[i] /= sum;
+          break;
+        case MoeRouting::kSigmoidRenorm:
+          if (r.norm_topk_prob) {
+            for (int i = 0; i < K; ++i) pw[i] /= fmaxf(sum, 1e-20f);
+          }
+          break;
+        case MoeRouting::kDeepSeekV3:
+        case MoeRouting::kMiniMax2:  // both scale by routed_scaling_factor (as the CPU reference)
+          for (int i = 0; i < K; ++i) pw[i] = pw[i] * r.routed_scaling_factor / (sum + 1e-20f);
+          break;
+        default:
+          break;
       }
-      for (int64_t i = 0; i < TG; ++i) {
-        int64_t best = -1;
-        for (int64_t g = 0; g < G; ++g) {
-          if (!kept[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-        }
-        if (best >= 0) kept[best] = true;
-      }
-    }
-    float sum = 0.0f;
-    for (int64_t i = 0; i < K; ++i) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        // Only grouped selection (TG < G: DeepSeekV3, E % G == 0 checked) leaves groups out;
-        // the CPU keeps every group otherwise.
-        if (TG < G && !kept[e / per_group]) continue;
-        bool taken = false;
-        for (int64_t q = 0; q < i; ++q) taken |= id[q] == e;
-        if (taken) continue;
-        if (best < 0 || sel[e] > sel[best]) best = e;
-      }
-      if (best < 0) best = 0;
-      id[i] = static_cast<int32_t>(best);
-      w[i] = x[best];
-      sum += w[i];
-    }
-    switch (r.method) {
-      case MoeRouting::kRenormalize: {
-        float m = -INFINITY, d = 0.0f;
-        for (int64_t i = 0; i < K; ++i) m = fmaxf(m, w[i]);
-        for (int64_t i = 0; i < K; ++i) {
-          w[i] = expf(w[i] - m);
-          d += w[i];
-        }
-        for (int64_t i = 0; i < K; ++i) w[i] /= d;
-        break;
-      }
-      case MoeRouting::kLlama4:
-        for (int64_t i = 0; i < K; ++i) w[i] = 1.0f / (1.0f + expf(-w[i]));
-        break;
-      case MoeRouting::kRenormalizeNaive:
-        for (int64_t i = 0; i < K; ++i) w[i] /= sum;
-        break;
-      case MoeRouting::kSigmoidRenorm:
-        if (r.norm_topk_prob) {
-          for (int64_t i = 0; i < K; ++i) w[i] /= fmaxf(sum, 1e-20f);
-        }
-        break;
-      case MoeRouting::kDeepSeekV3:
-      case MoeRouting::kMiniMax2:  // both scale by routed_scaling_factor (as the CPU reference)
-        for (int64_t i = 0; i < K; ++i) w[i] = w[i] * r.routed_scaling_factor / (sum + 1e-20f);
-        break;
-      default:
-        break;
     }
   }
-  for (int64_t k = 0; k < K; ++k) {
-    const __nv_bfloat16 wb = __float2bfloat16(w[k]);
-    w[k] = __bfloat162float(wb);
+  __syncwarp();
+  for (int k = lane; k < K; k += 32) {
+    const __nv_bfloat16 wb = __float2bfloat16(pw[k]);
+    ids[t * K + k] = pid[k];
+    ws[t * K + k] = __bfloat162float(wb);
     if (b.expert_weights_out) b.expert_weights_out[t * K + k] = __bfloat16_as_ushort(wb);
-    if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(id[k]);
+    if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(pid[k]);
   }
+  pdl_launch_dependents();
 }
 
-// One thread per token.
-__global__ void fp8_moe_route_kernel(TrtllmFp8MoeParams p) {
-  pdl_wait();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= p.base.routing.num_tokens) return;
-  const int64_t K = p.base.routing.top_k;
-  trtllm_route_token(p.base, t, p.ws_ids + t * K, p.ws_w + t * K);
+}  // namespace
+
+void trtllm_route(const TrtllmMoeParams& b, int32_t* ids, float* w, void* stream, bool enable_pdl) {
+  const MoeRoutingParams& r = b.routing;
+  if (r.num_tokens <= 0) return;
+  launch_kernel("trtllm_route", trtllm_route_kernel,
+                dim3(static_cast<unsigned>((r.num_tokens + kTrWarps - 1) / kTrWarps)),
+                dim3(kTrWarps * 32), trtllm_route_smem(b.precomputed ? 0 : r.num_experts, r.top_k),
+                static_cast<cudaStream_t>(stream), enable_pdl, b, ids, w);
 }
+
+namespace {
 
 // The local expert of a pair routed to global id ids[pair], or -1.
 __device__ __forceinline__ int64_t trtllm_local_expert(const CutlassMoeParams& m,
@@ -1265,15 +1330,6 @@ __device__ __forceinline__ int64_t bf16_local_expert(const TrtllmBf16MoeParams& 
   return trtllm_local_expert(p.base.moe, p.ws_ids, pair);
 }
 
-// One thread per token.
-__global__ void bf16_moe_route_kernel(TrtllmBf16MoeParams p) {
-  pdl_wait();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= p.base.routing.num_tokens) return;
-  const int64_t K = p.base.routing.top_k;
-  trtllm_route_token(p.base, t, p.ws_ids + t * K, p.ws_w + t * K);
-}
-
 // do_finalize=False: expanded_to_permuted as the CPU's grouped order (local experts ascending,
 // pairs ascending within an expert; -1 for a pair with no local expert). Block e < El numbers
 // expert e's pairs: its first row is the count of pairs of lower local experts, then a
@@ -1516,8 +1572,7 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p, void* stream, bool enable_pdl) 
   q.ws_g1 = reinterpret_cast<float*>(base + o_g1);
   q.ws_h = reinterpret_cast<float*>(base + o_h);
   q.ws_y = reinterpret_cast<float*>(base + o_y);
-  launch_kernel(op, fp8_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
-                dim3(64), 0, s, enable_pdl, q);
+  trtllm_route(q.base, q.ws_ids, q.ws_w, s, enable_pdl);
   launch_kernel(op, fp8_moe_gemm1_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
                 false, q);
   launch_kernel(op, fp8_moe_gemm2_kernel, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0, s,
@@ -1749,8 +1804,7 @@ void trtllm_bf16_moe(const TrtllmBf16MoeParams& p, void* stream, bool enable_pdl
   TrtllmBf16MoeParams q = p;
   q.ws_ids = reinterpret_cast<int32_t*>(base + t.ids);
   q.ws_w = reinterpret_cast<float*>(base + t.w);
-  launch_kernel(op, bf16_moe_route_kernel, dim3(static_cast<unsigned>((m.num_tokens + 63) / 64)),
-                dim3(64), 0, s, enable_pdl, q);
+  trtllm_route(q.base, q.ws_ids, q.ws_w, s, enable_pdl);
   if (m.permuted_out) {
     launch_kernel(op, bf16_moe_permute_kernel, dim3(static_cast<unsigned>(m.num_local_experts + 1)),
                   dim3(kThreads), 0, s, false, q);

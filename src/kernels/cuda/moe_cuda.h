@@ -41,6 +41,12 @@ struct CutlassMoeCudaStats {
 };
 CutlassMoeCudaStats cutlass_moe_cuda_stats();
 void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_pdl);
+/// The trtllm MoE ops' routing (from logits, or the _routed_ ops' precomputed ids and weights)
+/// into ids / w [num_tokens, top_k] on the device, the weights rounded to bf16 (and their bits
+/// to b.expert_weights_out, the ids to b.replay_out, when set): a warp a token. Needs
+/// num_experts <= kFp8MoeCudaMaxExperts and, for grouped DeepSeekV3, n_group <= 32 (the
+/// launchers check). Asynchronous on `stream`.
+void trtllm_route(const TrtllmMoeParams& b, int32_t* ids, float* w, void* stream, bool enable_pdl);
 /// trtllm_fp8_block_scale_moe / _routed_ (block_scale set) and trtllm_fp8_per_tensor_scale_moe
 /// / _routed_ (block_scale clear): weights read in their stored layout (p.w1_index /
 /// w2_index), the ws_* intermediates in the stream's scratch (p.ws_* are ignored);
