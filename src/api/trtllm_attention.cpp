@@ -69,6 +69,10 @@ struct BlockCall {
   // the grid for max_seq_len.
   const Tensor* seq_lens = nullptr;
   int64_t max_seq_len = 0;
+  // trtllm_batch_context_with_kv_cache planned on the device: cum_seq_lens_q there (contiguous
+  // int32 [batch + 1]), read by the plan kernel; qo_indptr is then the worst case, every request
+  // max_q_len queries long, which the host plans the grid for.
+  const Tensor* cu_seq_lens_q = nullptr;
   bool causal = false;
   bool hnd = true;
   double bmm1 = 1.0, out_scale = 1.0;
@@ -349,10 +353,16 @@ AttentionOutput run_block_call(BlockCall& c) {
   Tensor bth;                       // host plans: the block table on the host
   const int32_t* table = nullptr;   // its elements
   if (device_plan) {
-    // Uniform query counts (plans_on_device's callers): request b's rows are b * q_len on.
+    // Uniform query counts: request b's rows are b * q_len on. Variable ones (cu_seq_lens_q): at
+    // most q_len a request, where cum_seq_lens_q says.
     const int64_t q_len = batch > 0 ? c.qo_indptr[1] - c.qo_indptr[0] : 1;
     plan_in = api::block_table_plan_inputs(*c.seq_lens, bt, batch, q_len, -1, c.max_seq_len,
                                            page_size, num_pages, op, table_dev);
+    if (c.cu_seq_lens_q != nullptr) {
+      plan_in.cu_q = c.cu_seq_lens_q->data<const int32_t>();
+      plan_in.total_rows = q.size(0);
+      plan_in.causal = c.causal;
+    }
     // The grid of the worst case: every request that long.
     const int64_t worst = kernels::block_plan_worst_len(plan_in);
     const int64_t worst_blocks = (worst + page_size - 1) / page_size;
@@ -389,8 +399,12 @@ AttentionOutput run_block_call(BlockCall& c) {
     }
   }
   s.total_qo = s.qo_indptr.back();
-  FLASHINFER_CHECK(q.size(0) == s.total_qo, op, "query", "has ", q.size(0), " rows, expected ",
-                   s.total_qo);
+  // Variable query counts planned on the device: the grid is the worst case's, the rows the
+  // query's (cum_seq_lens_q places them; the plan kernel refuses a request whose rows are not
+  // inside them).
+  const bool device_rows = device_plan && c.cu_seq_lens_q != nullptr;
+  FLASHINFER_CHECK(device_rows || q.size(0) == s.total_qo, op, "query", "has ", q.size(0),
+                   " rows, expected ", s.total_qo);
 #if FLASHINFER_WITH_CUDNN
   if (c.cudnn) {
     if (std::optional<AttentionOutput> r = run_cudnn(c, k, v, table, max_blocks, od)) return *r;
@@ -409,6 +423,7 @@ AttentionOutput run_block_call(BlockCall& c) {
   s.workspace_cap = int64_t{64} << 20;
   if (device_plan) {
     api::build_block_table_plan(s, plan_in, table_dev, op);
+    if (device_rows) s.total_qo = q.size(0);  // what run checks q, out and lse against
   } else {
     api::build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
     if (s.plan.num_partial_rows > 0) {
@@ -631,16 +646,39 @@ AttentionOutput context_impl(
   c.workspace_buffer = &workspace_buffer;
   c.block_tables = &block_tables;
   c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
-  c.qo_indptr = api::index_to_host(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);
-  api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
-  for (int64_t b = 0; b < batch_size; ++b) {
-    FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= max_q_len, op, "max_q_len", "is ",
-                     max_q_len, " but request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
-                     " queries");
+  // On CUDA, with cum_seq_lens_q, seq_lens and block_tables on the query's device, the call plans
+  // there as the block-table decode calls do (kernels/block_table_plan.h): the grid for every
+  // request max_q_len queries and max_kv_len keys long, filled by the plan kernel from the device
+  // tensors; nothing is read back. A request the host checks would refuse gets NaN rows (on the
+  // CPU the call is an Error naming the argument).
+  const bool device_plan =
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, std::nullopt) &&
+      cum_seq_lens_q.defined() && cum_seq_lens_q.device() == query.device() &&
+      cum_seq_lens_q.dtype() == DType::kInt32 && cum_seq_lens_q.dim() == 1 &&
+      cum_seq_lens_q.is_contiguous();
+  if (device_plan) {
+    api::check_index_tensor(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);
+    FLASHINFER_CHECK(max_q_len <= std::numeric_limits<int32_t>::max() &&
+                         query.size(0) <= std::numeric_limits<int32_t>::max(),
+                     op, "max_q_len", "must fit int32, got ", max_q_len);
+    for (int64_t b = 0; b <= batch_size; ++b) {
+      c.qo_indptr.push_back(static_cast<int32_t>(b * max_q_len));
+    }
+    c.seq_lens = &seq_lens;
+    c.max_seq_len = max_kv_len;
+    c.cu_seq_lens_q = &cum_seq_lens_q;
+  } else {
+    c.qo_indptr = api::index_to_host(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);
+    api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
+    for (int64_t b = 0; b < batch_size; ++b) {
+      FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= max_q_len, op, "max_q_len", "is ",
+                       max_q_len, " but request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
+                       " queries");
+    }
+    // Each request's KV length is seq_lens[b] (its queries are its last tokens), bounded by
+    // max_kv_len as the kernels' grid is.
+    c.kv_lens = lengths(seq_lens, batch_size, max_kv_len, op, "max_kv_len");
   }
-  // Each request's KV length is seq_lens[b] (its queries are its last tokens), bounded by
-  // max_kv_len as the kernels' grid is.
-  c.kv_lens = lengths(seq_lens, batch_size, max_kv_len, op, "max_kv_len");
   // With a paged cache upstream's launcher hands cum_seq_lens_kv to the kernel, which does not
   // read it for KV positions: the block table and seq_lens place every key. Its contents vary by
   // caller (vLLM and upstream's tests pass the per-request block-table offsets, cumulative page

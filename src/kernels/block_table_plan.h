@@ -44,7 +44,13 @@ struct BlockTablePlan {
   int64_t num_pages = 0;   // pages of the cache
   int32_t page_size = 1;
   int32_t batch = 0;
-  int32_t q_len = 1;      // queries a request (rows qo_indptr[b] = b * q_len)
+  int32_t q_len = 1;  // queries a request (rows qo_indptr[b] = b * q_len); with cu_q, the most
+  // Variable query counts (trtllm_batch_context_with_kv_cache's cum_seq_lens_q, on the device):
+  // request b's queries are rows cu_q[b] .. cu_q[b + 1] of the query tensor's total_rows, at most
+  // q_len of them (max_q_len: the grid is planned for every request that many). Null: q_len
+  // queries each. (The MLA form, a row each through row_req, takes uniform counts only.)
+  const int32_t* cu_q = nullptr;
+  int64_t total_rows = 0;
   int32_t tile_rows = 1;  // queries a work item (the plan's cta_tile_q)
   int32_t max_seq_len = 0;
   bool causal = false;
@@ -83,12 +89,27 @@ FLASHINFER_HD int32_t block_plan_tiles(const BlockTablePlan& p) {
   return (p.q_len + p.tile_rows - 1) / p.tile_rows;
 }
 
+/// Request b's query rows: the first and how many, and whether its cum_seq_lens_q entries pass
+/// the host checks (non-decreasing from 0 or more, at most q_len queries, inside the query
+/// tensor); a request whose entries fail has no rows (count 0) and is refused.
+struct BlockPlanRows {
+  int64_t begin = 0, count = 0;
+  bool ok = true;
+};
+FLASHINFER_HD BlockPlanRows block_plan_rows(const BlockTablePlan& p, int32_t b) {
+  if (p.cu_q == nullptr) return BlockPlanRows{static_cast<int64_t>(b) * p.q_len, p.q_len, true};
+  const int64_t first = p.cu_q[b], end = p.cu_q[b + 1];
+  const bool ok = first >= 0 && end >= first && end - first <= p.q_len && end <= p.total_rows;
+  return BlockPlanRows{first, ok ? end - first : 0, ok};
+}
+
 /// Whether request length `len` passes the host checks that need no page id: within
-/// [0, max_seq_len], its blocks within the table's columns, and (causal) at least q_len keys.
-FLASHINFER_HD bool block_plan_len_ok(const BlockTablePlan& p, int64_t len) {
+/// [0, max_seq_len], its blocks within the table's columns, and (causal) at least as many keys as
+/// the request's `queries`.
+FLASHINFER_HD bool block_plan_len_ok(const BlockTablePlan& p, int64_t len, int64_t queries) {
   if (len < 0 || len > p.max_seq_len) return false;
   if ((len + p.page_size - 1) / p.page_size > p.max_blocks) return false;
-  return !p.causal || p.q_len <= len;
+  return !p.causal || queries <= len;
 }
 
 /// The length the host sizes the grid for: max_seq_len, or the table row's room when shorter (a
@@ -124,31 +145,37 @@ FLASHINFER_HD int32_t block_plan_chunks_used(const BlockTablePlan& p, int64_t le
 }
 
 /// Work item k (tile k / num_chunks, chunk k % num_chunks) of request b, whose length is `len`
-/// (`ok`: accepted). Its index in the plan: b * tiles * num_chunks + k.
+/// and query count `queries` (`ok`: accepted). Its index in the plan: b * tiles * num_chunks + k.
+/// Tiles past the request's queries are idle; the partial rows keep the worst case's layout (a
+/// tile q_len queries high at most).
 FLASHINFER_HD WorkItem block_plan_item(const BlockTablePlan& p, int32_t b, int32_t k, int64_t len,
-                                       bool ok) {
+                                       bool ok, int64_t queries) {
   const int32_t t = k / p.num_chunks, c = k % p.num_chunks;
   const int32_t q0 = t * p.tile_rows;
   const int32_t q1 = q0 + p.tile_rows < p.q_len ? q0 + p.tile_rows : p.q_len;
   const int32_t used = block_plan_chunks_used(p, len);
-  if (!ok || c >= used) return WorkItem{-1, 0, 0, 0, 0, -1};
-  if (p.num_chunks == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
+  if (!ok || c >= used || q0 >= queries) return WorkItem{-1, 0, 0, 0, 0, -1};
+  const int32_t q_end = q1 < queries ? q1 : static_cast<int32_t>(queries);
+  if (p.num_chunks == 1) return WorkItem{b, q0, q_end, 0, static_cast<int32_t>(len), -1};
   const int64_t chunk = block_plan_chunk(p, len);
   const int64_t k0 = static_cast<int64_t>(c) * chunk;
   const int64_t k1 = k0 + chunk < len ? k0 + chunk : len;
-  if (used == 1) return WorkItem{b, q0, q1, 0, static_cast<int32_t>(len), -1};
+  if (used == 1) return WorkItem{b, q0, q_end, 0, static_cast<int32_t>(len), -1};
   // partition()'s partial rows: request b's tiles in order, each tile's chunks in order.
   const int64_t base =
       (static_cast<int64_t>(b) * p.q_len + q0) * p.num_chunks + static_cast<int64_t>(c) * (q1 - q0);
   return WorkItem{
-      b, q0, q1, static_cast<int32_t>(k0), static_cast<int32_t>(k1), static_cast<int32_t>(base)};
+      b, q0, q_end, static_cast<int32_t>(k0), static_cast<int32_t>(k1), static_cast<int32_t>(base)};
 }
 
-/// Split plans: the output row merged by merge entry m = b * q_len + i (query i of request b),
-/// or -1 when the row needs no merge (one chunk: its item wrote it; refused: NaN).
-FLASHINFER_HD int32_t block_plan_merge_out_row(const BlockTablePlan& p, int32_t b, int32_t i,
-                                               int64_t len, bool ok) {
-  return ok && block_plan_chunks_used(p, len) > 1 ? b * p.q_len + i : -1;
+/// Split plans: the output row merged by merge entry m = b * q_len + i (query i of request b,
+/// whose rows are `rows`), or -1 when the row needs no merge (one chunk: its item wrote it;
+/// refused: NaN; past the request's queries: no row).
+FLASHINFER_HD int32_t block_plan_merge_out_row(const BlockTablePlan& p, const BlockPlanRows& rows,
+                                               int32_t i, int64_t len, bool ok) {
+  return ok && i < rows.count && block_plan_chunks_used(p, len) > 1
+             ? static_cast<int32_t>(rows.begin + i)
+             : -1;
 }
 
 /// Split plans: entry c of merge entry b * q_len + i, the partial row of chunk c of the query's
@@ -184,19 +211,40 @@ FLASHINFER_HD void block_plan_store_nan(void* o, int64_t i, DType d) {
   }
 }
 
-/// Request b's part of the plan (its length `len`, `ok` its verdict: block_plan_len_ok and no bad
-/// page), the part thread `tid` of the request's `nthreads` writes: the kernel's block runs it on
-/// every thread, the CPU tests for every tid in turn. Besides the request's own entries, request 0
-/// writes the empty state's partial row and the last request the arrays' closing entries. The MLA
-/// form's longest length (max_kv) is the kernel's, an atomic maximum.
+/// Whether the entries of cum_seq_lens_q that thread `tid` of `nthreads` checks break the host's
+/// rule for the whole array (it starts at 0 and never decreases): entries i = tid, tid + nthreads,
+/// ... against the next. A break refuses every request (the host refuses the call), as requests'
+/// rows could otherwise overlap. Uniform counts: never.
+FLASHINFER_HD bool block_plan_cu_bad(const BlockTablePlan& p, int tid, int nthreads) {
+  if (p.cu_q == nullptr) return false;
+  bool bad = tid == 0 && p.cu_q[0] != 0;
+  for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_q[i + 1] < p.cu_q[i];
+  return bad;
+}
+
+/// Whether request b of length `len` passes the host checks that need no page id (its rows, its
+/// length against them), the array-wide cum_seq_lens_q rule (block_plan_cu_bad) aside.
+FLASHINFER_HD bool block_plan_request_ok(const BlockTablePlan& p, int32_t b, int64_t len) {
+  const BlockPlanRows rows = block_plan_rows(p, b);
+  return rows.ok && block_plan_len_ok(p, len, rows.count);
+}
+
+/// Request b's part of the plan (its length `len`, `ok` its verdict: block_plan_request_ok and no
+/// bad page), the part thread `tid` of the request's `nthreads` writes: the kernel's block runs it
+/// on every thread, the CPU tests for every tid in turn. Besides the request's own entries,
+/// request 0 writes the empty state's partial row and the last request the arrays' closing
+/// entries. The MLA form's longest length (max_kv) is the kernel's, an atomic maximum.
 FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, int64_t len,
                                             bool ok, int tid, int nthreads) {
+  const BlockPlanRows rows = block_plan_rows(p, b);
   if (tid == 0) {
-    p.qo_indptr[b] = b * p.q_len;
+    // The kernels find a request's rows and query count here: cum_seq_lens_q as given (a refused
+    // request's entries are read by nothing).
+    p.qo_indptr[b] = p.cu_q != nullptr ? p.cu_q[b] : b * p.q_len;
     p.kv_indptr[b] = static_cast<int32_t>(b * p.table_stride);
     p.kv_lens[b] = ok ? static_cast<int32_t>(len) : 0;
     if (b == p.batch - 1) {
-      p.qo_indptr[p.batch] = p.batch * p.q_len;
+      p.qo_indptr[p.batch] = p.cu_q != nullptr ? p.cu_q[p.batch] : p.batch * p.q_len;
       p.kv_indptr[p.batch] = static_cast<int32_t>(p.batch * p.table_stride);
     }
   }
@@ -205,7 +253,7 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
   }
   const int32_t items = p.work != nullptr ? block_plan_tiles(p) * p.num_chunks : 0;
   for (int32_t k = tid; k < items; k += nthreads) {
-    p.work[static_cast<int64_t>(b) * items + k] = block_plan_item(p, b, k, len, ok);
+    p.work[static_cast<int64_t>(b) * items + k] = block_plan_item(p, b, k, len, ok, rows.count);
   }
   if (p.work != nullptr && p.num_chunks > 1) {
     for (int32_t k = tid; k < p.q_len * p.num_chunks; k += nthreads) {
@@ -216,7 +264,7 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
     for (int32_t i = tid; i < p.q_len; i += nthreads) {
       const int32_t m = b * p.q_len + i;
       p.merge_indptr[m] = m * p.num_chunks;
-      p.merge_out_row[m] = block_plan_merge_out_row(p, b, i, len, ok);
+      p.merge_out_row[m] = block_plan_merge_out_row(p, rows, i, len, ok);
     }
     if (b == p.batch - 1 && tid == 0) {
       p.merge_indptr[p.batch * p.q_len] = p.batch * p.q_len * p.num_chunks;
@@ -230,16 +278,16 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
       }
     }
   }
-  if (!ok) {  // a refused request: NaN rows, its pages never read
+  if (!ok) {  // a refused request: NaN rows (where its rows are known), its pages never read
     const int64_t per_row = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
-    for (int64_t x = tid; x < p.q_len * per_row; x += nthreads) {
-      const int64_t r = static_cast<int64_t>(b) * p.q_len + x / per_row;
+    for (int64_t x = tid; x < rows.count * per_row; x += nthreads) {
+      const int64_t r = rows.begin + x / per_row;
       const int64_t h = x % per_row / p.head_dim_vo, d = x % p.head_dim_vo;
       block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
     }
     if (p.lse != nullptr) {
-      for (int64_t x = tid; x < static_cast<int64_t>(p.q_len) * p.num_qo_heads; x += nthreads) {
-        const int64_t r = static_cast<int64_t>(b) * p.q_len + x / p.num_qo_heads;
+      for (int64_t x = tid; x < rows.count * p.num_qo_heads; x += nthreads) {
+        const int64_t r = rows.begin + x / p.num_qo_heads;
         p.lse[r * p.lse_stride_n + x % p.num_qo_heads * p.lse_stride_h] = NAN;
       }
     }

@@ -77,18 +77,20 @@ DevicePlan run_rules(BlockTablePlan p, const std::vector<int32_t>& lens,
     d.merge_out_row.resize(static_cast<std::size_t>(p.batch) * p.q_len);
   }
   for (int32_t b = 0; b < p.batch; ++b) {
-    const bool ok = kernels::block_plan_len_ok(p, lens[b]) && pages_ok[b];
+    const bool ok = !kernels::block_plan_cu_bad(p, 0, 1) &&
+                    kernels::block_plan_request_ok(p, b, lens[b]) && pages_ok[b];
+    const kernels::BlockPlanRows rows = kernels::block_plan_rows(p, b);
     d.ok.push_back(ok);
     d.kv_lens.push_back(ok ? lens[b] : 0);
     for (int32_t k = 0; k < items; ++k) {
       d.work[static_cast<std::size_t>(b) * items + k] =
-          kernels::block_plan_item(p, b, k, lens[b], ok);
+          kernels::block_plan_item(p, b, k, lens[b], ok, rows.count);
     }
     if (p.num_chunks == 1) continue;
     for (int32_t i = 0; i < p.q_len; ++i) {
       const int32_t m = b * p.q_len + i;
       d.merge_indptr[m] = m * p.num_chunks;
-      d.merge_out_row[m] = kernels::block_plan_merge_out_row(p, b, i, lens[b], ok);
+      d.merge_out_row[m] = kernels::block_plan_merge_out_row(p, rows, i, lens[b], ok);
       for (int32_t c = 0; c < p.num_chunks; ++c) {
         d.merge_rows[static_cast<std::size_t>(m) * p.num_chunks + c] =
             kernels::block_plan_merge_row(p, b, i, c, lens[b], ok);
@@ -102,18 +104,22 @@ DevicePlan run_rules(BlockTablePlan p, const std::vector<int32_t>& lens,
 // For each output row, the (request, query, key range) triples that reach it in order: its final
 // item's, or those of the partial rows behind its merge entries (the empty row: none). Fails the
 // test where a row is written twice or a partial row is written by two items.
+// Request r's query i is output row row_begin[r] + i.
 std::vector<std::vector<Range>> contributions(const std::vector<WorkItem>& work,
                                               const std::vector<int32_t>& merge_indptr,
                                               const std::vector<int32_t>& merge_rows,
                                               const std::vector<int32_t>& merge_out_row,
-                                              int32_t q_len, int64_t rows, int32_t empty_row) {
+                                              const std::vector<int64_t>& row_begin, int64_t rows,
+                                              int32_t empty_row) {
   std::vector<std::vector<Range>> out(static_cast<std::size_t>(rows));
   std::vector<int> writes(static_cast<std::size_t>(rows), 0);
   std::map<int32_t, Range> partial;  // partial row -> its key range
   for (const WorkItem& w : work) {
     if (w.request < 0) continue;
     for (int32_t i = w.qo_begin; i < w.qo_end; ++i) {
-      const int64_t row = int64_t{w.request} * q_len + i;
+      const int64_t row = row_begin[static_cast<std::size_t>(w.request)] + i;
+      EXPECT_LT(row, rows) << "an item writes past the rows";
+      if (row >= rows) continue;
       if (w.partial_base < 0) {
         out[row].push_back({w.request, i, w.kv_begin, w.kv_end});
         ++writes[row];
@@ -197,7 +203,9 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
     multi_tile_cases += kernels::block_plan_tiles(p) > 1;
     const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
     const int64_t rows = int64_t{batch} * q_len;
-    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, q_len,
+    std::vector<int64_t> begins;
+    for (int32_t b = 0; b < batch; ++b) begins.push_back(int64_t{b} * q_len);
+    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
                                    rows, p.empty_row);
     for (int32_t b = 0; b < batch; ++b) {
       const int64_t chunk = kernels::block_plan_chunk(p, lens[b]);
@@ -208,7 +216,7 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
           planned({lens[b]}, q_len, page_size, chunk > 0 ? chunk / page_size : 1 << 20, decode, h);
       ASSERT_EQ(host.plan.cta_tile_q, worst.plan.cta_tile_q);
       const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
-                                      host.plan.merge_out_row, q_len, q_len, -1);
+                                      host.plan.merge_out_row, {0}, q_len, -1);
       for (int32_t i = 0; i < q_len; ++i) {
         std::vector<Range> w = want[i];
         for (Range& x : w) x.request = b;  // the lone request is request 0 there
@@ -229,6 +237,121 @@ TEST(BlockTablePlan, RowsSeeTheHostPlansKeysOverRandomBatches) {
   EXPECT_GT(unsplit_cases, 20);
   EXPECT_GT(multi_tile_cases, 20);
   EXPECT_GT(own_chunk_cases, 100);
+}
+
+// Variable query counts (trtllm_batch_context_with_kv_cache: cum_seq_lens_q on the device, the
+// grid planned for every request max_q_len queries long): each request's rows, at its own offset,
+// see what the host plan of that request alone with its chunk gives them; tiles past a request's
+// queries are idle; requests with no queries have no work; rows past the last request and the
+// rows of requests whose cum_seq_lens_q entries the host checks refuse (decreasing, more than
+// max_q_len queries, past the query tensor) are written by nothing. Causal calls refuse fewer keys
+// than queries; the others do not.
+TEST(BlockTablePlan, VariableQueryCountsSeeTheHostPlansKeys) {
+  std::mt19937 rng(23);
+  int split_cases = 0, idle_tiles = 0, refused = 0, empty_requests = 0;
+  const std::vector<Heads> heads{{8, 2, 64}, {32, 8, 128}, {4, 4, 64}};
+  for (int iter = 0; iter < 150; ++iter) {
+    const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
+    const int32_t max_q = 1 + static_cast<int32_t>(rng() % 160);
+    const int32_t page_size = std::vector<int32_t>{1, 4, 16}[rng() % 3];
+    const int32_t max_seq_len = max_q + static_cast<int32_t>(rng() % 400);
+    const int32_t max_blocks = (max_seq_len + page_size - 1) / page_size;
+    const bool causal = rng() % 3 != 0;
+    const Heads h = heads[rng() % heads.size()];
+    std::vector<int32_t> lens, qn, cu{0};
+    for (int32_t b = 0; b < batch; ++b) {
+      int32_t n = static_cast<int32_t>(rng() % (max_q + 1));
+      if (rng() % 4 == 0) n = max_q;
+      qn.push_back(n);
+      cu.push_back(cu.back() + n);
+      lens.push_back(n + static_cast<int32_t>(rng() % (max_seq_len - n + 1)));
+    }
+    int64_t total_rows = cu.back() + static_cast<int64_t>(rng() % 3);
+    std::vector<bool> want_ok(static_cast<std::size_t>(batch), true);
+    if (rng() % 4 == 0) {  // one request's entries broken, as the host checks would refuse them
+      const int32_t b = static_cast<int32_t>(rng() % batch);
+      switch (rng() % 4) {
+        case 0:  // more than max_q_len queries (its neighbour then starts later: shifted too)
+          cu[b + 1] = cu[b] + max_q + 1;
+          for (int32_t j = b + 2; j <= batch; ++j) cu[j] = std::max(cu[j], cu[j - 1]);
+          total_rows = std::max<int64_t>(total_rows, cu.back());
+          break;
+        case 1:  // decreasing
+          cu[b + 1] = cu[b] - 1;
+          break;
+        case 2:  // past the query tensor
+          total_rows = cu[b + 1] - 1;
+          break;
+        default:  // not starting at 0
+          for (int32_t& x : cu) x += 1;
+          total_rows = std::max<int64_t>(total_rows, cu.back());
+          break;
+      }
+    }
+    // The host refuses the call when the array decreases anywhere: every request, here.
+    const bool sorted = cu[0] == 0 && std::is_sorted(cu.begin(), cu.end());
+    for (int32_t b = 0; b < batch; ++b) {
+      const int64_t n = int64_t{cu[b + 1]} - cu[b];
+      const bool rows_ok = cu[b] >= 0 && n >= 0 && n <= max_q && cu[b + 1] <= total_rows;
+      want_ok[b] = sorted && rows_ok && (!causal || n <= lens[b]);
+    }
+    const detail::WrapperState worst = planned(std::vector<int32_t>(batch, max_seq_len), max_q,
+                                               page_size, 1 + rng() % 8, false, h);
+    BlockTablePlan p = plan_of(worst, max_q, page_size, max_seq_len, max_blocks);
+    p.min_chunk_tokens = page_size * static_cast<int32_t>(1 + rng() % 4);
+    p.cu_q = cu.data();
+    p.total_rows = total_rows;
+    p.causal = causal;
+    split_cases += p.num_chunks > 1;
+    const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
+    std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
+    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
+                                   total_rows, p.empty_row);
+    std::vector<bool> owned(static_cast<std::size_t>(total_rows), false);
+    for (int32_t b = 0; b < batch; ++b) {
+      ASSERT_EQ(static_cast<bool>(d.ok[b]), static_cast<bool>(want_ok[b]))
+          << "iteration " << iter << ", request " << b;
+      if (!want_ok[b]) {
+        ++refused;
+        for (const WorkItem& w : d.work) ASSERT_NE(w.request, b);
+        continue;
+      }
+      empty_requests += cu[b + 1] == cu[b];
+      const int64_t chunk = kernels::block_plan_chunk(p, lens[b]);
+      const detail::WrapperState host = planned({lens[b]}, cu[b + 1] - cu[b], page_size,
+                                                chunk > 0 ? chunk / page_size : 1 << 20, false, h);
+      const int32_t n = cu[b + 1] - cu[b];
+      const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
+                                      host.plan.merge_out_row, {0}, n, -1);
+      for (int32_t i = 0; i < n; ++i) {
+        std::vector<Range> w = want[i];
+        for (Range& x : w) x.request = b;
+        ASSERT_EQ(got[cu[b] + i], w) << "iteration " << iter << ", request " << b << " query " << i;
+        ASSERT_FALSE(w.empty());
+        owned[cu[b] + i] = true;
+      }
+    }
+    for (int64_t r = 0; r < total_rows; ++r) {
+      if (!owned[r]) {
+        ASSERT_TRUE(got[r].empty()) << "iteration " << iter << ", row " << r;
+      }
+    }
+    for (const WorkItem& w : d.work) {
+      if (w.request >= 0) {
+        ASSERT_LT(w.qo_begin, cu[w.request + 1] - cu[w.request]);
+        ASSERT_LE(w.qo_end, cu[w.request + 1] - cu[w.request]);
+      }
+      if (w.partial_base >= 0) {
+        ASSERT_LE(w.partial_base + (w.qo_end - w.qo_begin), worst.plan.num_partial_rows);
+      }
+    }
+    idle_tiles += std::count_if(d.work.begin(), d.work.end(),
+                                [](const WorkItem& w) { return w.request < 0; }) > 0;
+  }
+  EXPECT_GT(split_cases, 15);
+  EXPECT_GT(idle_tiles, 50);
+  EXPECT_GT(refused, 10);
+  EXPECT_GT(empty_requests, 5);
 }
 
 // A refused request (here request 1: a bad page) gets no work item and no merge; the others keep
@@ -348,7 +471,9 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     for (int32_t b : order) {
-      bool ok = kernels::block_plan_len_ok(p, lens[b]);
+      bool cu_bad = false;
+      for (int t = 0; t < nthreads; ++t) cu_bad |= kernels::block_plan_cu_bad(p, t, nthreads);
+      bool ok = !cu_bad && kernels::block_plan_request_ok(p, b, lens[b]);
       if (ok) {
         bool bad = false;
         for (int t = 0; t < nthreads; ++t)
@@ -416,16 +541,16 @@ TEST(BlockTablePlan, LengthRulesByHand) {
   p.page_size = 16;
   p.max_blocks = 4;  // 64 keys at most
   p.q_len = 3;
-  EXPECT_TRUE(kernels::block_plan_len_ok(p, 0));
-  EXPECT_TRUE(kernels::block_plan_len_ok(p, 64));
-  EXPECT_FALSE(kernels::block_plan_len_ok(p, 65));  // a fifth block
-  EXPECT_FALSE(kernels::block_plan_len_ok(p, -1));
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 0, 3));
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 64, 3));
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 65, 3));  // a fifth block
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, -1, 3));
   p.max_blocks = 10;
-  EXPECT_TRUE(kernels::block_plan_len_ok(p, 100));
-  EXPECT_FALSE(kernels::block_plan_len_ok(p, 101));  // past max_seq_len
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 100, 3));
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 101, 3));  // past max_seq_len
   p.causal = true;
-  EXPECT_FALSE(kernels::block_plan_len_ok(p, 2));  // fewer keys than causal queries
-  EXPECT_TRUE(kernels::block_plan_len_ok(p, 3));
+  EXPECT_FALSE(kernels::block_plan_len_ok(p, 2, 3));  // fewer keys than causal queries
+  EXPECT_TRUE(kernels::block_plan_len_ok(p, 3, 3));
   p.num_pages = 10;
   EXPECT_TRUE(kernels::block_plan_page_ok(p, 0));
   EXPECT_TRUE(kernels::block_plan_page_ok(p, 9));

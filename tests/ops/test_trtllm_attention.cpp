@@ -519,6 +519,140 @@ TEST(TrtllmDecodeCuda, RefusedRequestsGiveNanRowsOnly) {
   }
 }
 
+// trtllm_batch_context_with_kv_cache on CUDA plans on the device too (cum_seq_lens_q, seq_lens and
+// block_tables read there; the grid for max_q_len x max_kv_len): variable query counts (none,
+// one, a chunk of a longer request, the whole request), causal and not, a grid much larger than
+// the batch, sinks and a window, against the fp64 formula; a request the host checks would
+// refuse (more queries than keys, causal) gives NaN rows only; a cum_seq_lens_q that decreases
+// refuses every request. Compiled, not run.
+TEST(TrtllmContextCuda, DevicePlanMatchesFp64) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  struct Case {
+    int64_t hq, hkv, d, page;
+    std::vector<int32_t> qn, lens;
+    int64_t max_q, max_kv;
+    bool causal, sinks;
+    int64_t window;
+  };
+  const std::vector<Case> cases{
+      {32, 8, 128, 16, {300, 0, 1, 77}, {700, 40, 2048, 77}, 512, 4096, true, false, -1},
+      {8, 2, 64, 4, {5, 130, 9}, {5, 600, 31}, 130, 600, false, true, -1},
+      {16, 16, 128, 16, {64, 33}, {1000, 33}, 200, 2000, true, true, 100},
+      {4, 1, 256, 8, {17}, {17}, 17, 17, true, false, -1},
+  };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(::testing::Message() << "hq " << t.hq << " d " << t.d << " batch " << t.qn.size());
+    const BlockCache c = make_cache(t.lens, t.page, t.hkv, t.d, DType::kBFloat16, true, true, 91);
+    std::vector<int32_t> cq{0};
+    for (int32_t n : t.qn) cq.push_back(cq.back() + n);
+    const Tensor q = testing::rand_tensor({cq.back(), t.hq, t.d}, DType::kBFloat16, 92);
+    Ref r;
+    r.bmm1 = 1.0 / std::sqrt(double(t.d));
+    r.bmm2 = 0.5;
+    r.causal = t.causal;
+    r.window_left = t.window;
+    std::optional<Tensor> sinks;
+    if (t.sinks) {
+      const Tensor st = testing::rand_tensor({t.hq}, DType::kFloat32, 93, -1.0, 2.0);
+      r.sinks = st.to_double_vector();
+      sinks = st.to(g);
+    }
+    std::vector<double> eo, el;
+    reference(q, c, cq, r, eo, el);
+    const auto batch = static_cast<int64_t>(t.qn.size());
+    const Tensor ws = workspace().to(g);
+    auto run = [&](const std::vector<int32_t>& cum, const std::vector<int32_t>& lens,
+                   std::optional<Tensor> out = std::nullopt) {
+      return trtllm_batch_context_with_kv_cache(
+          q.to(g), PagedKVCache(c.k.to(g), c.v.to(g)), ws, c.block_tables.to(g),
+          int_tensor(lens).to(g), t.max_q, t.max_kv, r.bmm1, r.bmm2, batch, int_tensor(cum).to(g),
+          int_tensor(cum).to(g), t.window, out, std::nullopt, std::nullopt, std::nullopt, "HND",
+          std::nullopt, sinks, std::nullopt, std::nullopt, true, t.causal, std::nullopt,
+          /*return_lse=*/true);
+    };
+    const AttentionOutput res = run(cq, t.lens);
+    EXPECT_TRUE(testing::all_close(res.out.to(Device::cpu()), eo,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(res.lse.to(Device::cpu()), el, {1e-3, 1e-4}));
+    // The last request with fewer keys than queries: refused when causal, its rows NaN only.
+    if (t.causal && t.qn.back() > 1) {
+      std::vector<int32_t> short_lens = t.lens;
+      short_lens.back() = t.qn.back() - 1;
+      const std::vector<double> o = run(cq, short_lens).out.to(Device::cpu()).to_double_vector();
+      const int64_t per_row = t.hq * t.d, first_bad = cq[batch - 1] * per_row;
+      const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+      for (int64_t x = 0; x < static_cast<int64_t>(o.size()); ++x) {
+        if (x >= first_bad) {
+          ASSERT_TRUE(std::isnan(o[x])) << "element " << x;
+        } else {
+          ASSERT_NEAR(o[x], eo[x], tol.atol + tol.rtol * std::abs(eo[x])) << "element " << x;
+        }
+      }
+    }
+    if (batch > 1) {  // a decreasing cum_seq_lens_q: every request refused
+      std::vector<int32_t> bad = cq;
+      bad[1] = bad[2] + 1;
+      bad[2] = bad[1] - 2;
+      // Every row NaN (a request whose own entries are sane) or untouched (the sentinel).
+      Tensor o_dev = Tensor::full({cq.back(), t.hq, t.d}, -100.0, DType::kBFloat16, g);
+      run(bad, t.lens, o_dev);
+      const std::vector<double> o = o_dev.to(Device::cpu()).to_double_vector();
+      int64_t nan_rows = 0;
+      for (int64_t x = 0; x < static_cast<int64_t>(o.size()); ++x) {
+        ASSERT_TRUE(std::isnan(o[x]) || o[x] == -100.0) << "element " << x;
+        nan_rows += std::isnan(o[x]) && x % (t.hq * t.d) == 0;
+      }
+      EXPECT_GT(nan_rows, 0);
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// The context call captured into a CUDA graph after a warm-up, then replayed with other query
+// counts and lengths written into the same tensors (engines' chunked prefill steps).
+TEST(TrtllmContextCuda, CapturedCallReplaysNewQueryCounts) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 8, hkv = 2, d = 128, page = 16, max_q = 96, max_kv = 1024;
+  const std::vector<int32_t> lens{500, 96, 1024};
+  const BlockCache c = make_cache(lens, page, hkv, d, DType::kBFloat16, true, true, 95);
+  const int64_t rows = 3 * max_q;
+  const Tensor q = testing::rand_tensor({rows, hq, d}, DType::kBFloat16, 96);
+  Ref r;
+  r.bmm1 = 1.0 / std::sqrt(double(d));
+  r.causal = true;
+  const Tensor qg = q.to(g), tg = c.block_tables.to(g), ws = workspace().to(g);
+  Tensor lens_g = int_tensor(lens).to(g);
+  Tensor cum_g = int_tensor({0, 10, 20, 30}).to(g);
+  Tensor out = Tensor::zeros({rows, hq, d}, DType::kBFloat16, g);
+  const PagedKVCache cache(c.k.to(g), c.v.to(g));
+  auto call = [&] {
+    trtllm_batch_context_with_kv_cache(qg, cache, ws, tg, lens_g, max_q, max_kv, r.bmm1, 1.0, 3,
+                                       cum_g, cum_g, -1, out);
+  };
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
+  for (const std::vector<int32_t>& cq :
+       {std::vector<int32_t>{0, 96, 96, 150}, std::vector<int32_t>{0, 1, 97, 193}}) {
+    cum_g.copy_(int_tensor(cq));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    std::vector<double> eo, el;
+    const Tensor qs = q.slice(0, 0, cq.back()).contiguous();
+    reference(qs, c, cq, r, eo, el);
+    EXPECT_TRUE(testing::all_close(out.slice(0, 0, cq.back()).to(Device::cpu()), eo,
+                                   testing::attention_tolerance(DType::kBFloat16)))
+        << "cum_seq_lens_q ending " << cq.back();
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
+
 // bmm1_scale / bmm2_scale given as one-element fp32 tensors on the device (upstream's
 // "Union[float, torch.Tensor]"): the kernels read them there, nothing is read back. Against the
 // fp64 formula, on both block-table entry points, a [1] and a 0-dim tensor; and a bf16 scale

@@ -14,7 +14,9 @@ __global__ void __launch_bounds__(kPlanThreads) block_table_plan_kernel(BlockTab
   const int32_t b = static_cast<int32_t>(blockIdx.x);
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t len = p.seq_lens[b * p.seq_lens_stride];
-  bool ok = block_plan_len_ok(p, len);
+  // Variable query counts: every block checks the whole cum_seq_lens_q (batch + 1 ints).
+  const bool cu_bad = __syncthreads_or(block_plan_cu_bad(p, tid, kPlanThreads) ? 1 : 0) != 0;
+  bool ok = !cu_bad && block_plan_request_ok(p, b, len);
   if (ok) {  // the same for the whole block
     ok = __syncthreads_or(block_plan_pages_bad(p, b, len, tid, kPlanThreads) ? 1 : 0) == 0;
   }
