@@ -403,6 +403,8 @@ AttentionOutput run_block_call(BlockCall& c) {
   // query's (cum_seq_lens_q places them; the plan kernel refuses a request whose rows are not
   // inside them).
   const bool device_rows = device_plan && c.cu_seq_lens_q != nullptr;
+  FLASHINFER_CHECK(!device_rows || q.size(0) <= std::numeric_limits<int32_t>::max(), op, "query",
+                   "more than 2^31 - 1 rows");
   FLASHINFER_CHECK(device_rows || q.size(0) == s.total_qo, op, "query", "has ", q.size(0),
                    " rows, expected ", s.total_qo);
 #if FLASHINFER_WITH_CUDNN
@@ -463,6 +465,24 @@ bool plans_on_device(const Tensor& query, const PagedKVCache& kv_cache, const Te
   return query.defined() && query.device().is_cuda() && seq_lens.defined() &&
          seq_lens.device() == query.device() && block_tables.defined() &&
          block_tables.device() == query.device() && !mask && !nvfp4;
+}
+
+// Whether a cum_seq_lens_q-like index tensor can stay on the query's device for the plan kernel
+// (kernels/block_table_plan.h, BlockTablePlan::cu_q): int32, 1-D, contiguous, batch + 1 >= 1
+// entries there.
+bool device_indptr(const Tensor& t, const Tensor& query) {
+  return t.defined() && query.defined() && t.device() == query.device() &&
+         t.dtype() == DType::kInt32 && t.dim() == 1 && t.is_contiguous() && t.size(0) >= 1;
+}
+
+// The worst case of a device-planned call of variable query counts: `batch` requests of max_q
+// queries each (the grid the host plans; the plan kernel places the real ones).
+std::vector<int32_t> worst_indptr(int64_t batch, int64_t max_q, const char* op, const char* arg) {
+  FLASHINFER_CHECK(max_q >= 0 && max_q <= std::numeric_limits<int32_t>::max(), op, arg,
+                   "must be in [0, 2^31), got ", max_q);
+  std::vector<int32_t> v;
+  for (int64_t b = 0; b <= batch; ++b) v.push_back(static_cast<int32_t>(b * max_q));
+  return v;
 }
 
 // The int32 lengths of the first `batch` requests.
@@ -559,16 +579,24 @@ AttentionOutput decode_impl(
   } else {
     FLASHINFER_CHECK(cum_seq_lens_q.has_value() && max_q_len.has_value(), op, "cum_seq_lens_q",
                      "q_len_per_req=None needs cum_seq_lens_q and max_q_len");
-    c.qo_indptr = api::index_to_host(*cum_seq_lens_q, op, "cum_seq_lens_q");
-    api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
-    batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
-    for (int64_t b = 0; b < batch; ++b) {
-      FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= *max_q_len, op, "max_q_len", "is ",
-                       *max_q_len, " but request ", b, " has ", c.qo_indptr[b + 1] - c.qo_indptr[b],
-                       " queries");
+    if (device_indptr(*cum_seq_lens_q, query) &&
+        plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+      // Planned on the device with cum_seq_lens_q there (as the context call).
+      batch = cum_seq_lens_q->size(0) - 1;
+      c.qo_indptr = worst_indptr(batch, *max_q_len, op, "max_q_len");
+      c.cu_seq_lens_q = &*cum_seq_lens_q;
+    } else {
+      c.qo_indptr = api::index_to_host(*cum_seq_lens_q, op, "cum_seq_lens_q");
+      api::check_indptr(c.qo_indptr, op, "cum_seq_lens_q");
+      batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
+      for (int64_t b = 0; b < batch; ++b) {
+        FLASHINFER_CHECK(c.qo_indptr[b + 1] - c.qo_indptr[b] <= *max_q_len, op, "max_q_len", "is ",
+                         *max_q_len, " but request ", b, " has ",
+                         c.qo_indptr[b + 1] - c.qo_indptr[b], " queries");
+      }
     }
   }
-  if (q_len_per_req &&
+  if ((q_len_per_req || c.cu_seq_lens_q != nullptr) &&
       plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
@@ -652,18 +680,11 @@ AttentionOutput context_impl(
   // tensors; nothing is read back. A request the host checks would refuse gets NaN rows (on the
   // CPU the call is an Error naming the argument).
   const bool device_plan =
-      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, std::nullopt) &&
-      cum_seq_lens_q.defined() && cum_seq_lens_q.device() == query.device() &&
-      cum_seq_lens_q.dtype() == DType::kInt32 && cum_seq_lens_q.dim() == 1 &&
-      cum_seq_lens_q.is_contiguous();
+      device_indptr(cum_seq_lens_q, query) &&
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, std::nullopt);
   if (device_plan) {
     api::check_index_tensor(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);
-    FLASHINFER_CHECK(max_q_len <= std::numeric_limits<int32_t>::max() &&
-                         query.size(0) <= std::numeric_limits<int32_t>::max(),
-                     op, "max_q_len", "must fit int32, got ", max_q_len);
-    for (int64_t b = 0; b <= batch_size; ++b) {
-      c.qo_indptr.push_back(static_cast<int32_t>(b * max_q_len));
-    }
+    c.qo_indptr = worst_indptr(batch_size, max_q_len, op, "max_q_len");
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_kv_len;
     c.cu_seq_lens_q = &cum_seq_lens_q;
@@ -726,7 +747,13 @@ Tensor trtllm_attention_xqa_impl(
   c.block_tables = &block_tables;
   c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
   int64_t batch = 0;
-  if (q_cu_seq_lens) {
+  if (q_cu_seq_lens && device_indptr(*q_cu_seq_lens, query) &&
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+    // Planned on the device with q_cu_seq_lens there (as the context call).
+    batch = q_cu_seq_lens->size(0) - 1;
+    c.qo_indptr = worst_indptr(batch, q_len, op, "q_len_per_req");
+    c.cu_seq_lens_q = &*q_cu_seq_lens;
+  } else if (q_cu_seq_lens) {
     c.qo_indptr = api::index_to_host(*q_cu_seq_lens, op, "q_cu_seq_lens");
     api::check_indptr(c.qo_indptr, op, "q_cu_seq_lens");
     batch = static_cast<int64_t>(c.qo_indptr.size()) - 1;
@@ -741,7 +768,7 @@ Tensor trtllm_attention_xqa_impl(
     batch = query.size(0) / q_len;
     for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
   }
-  if (!q_cu_seq_lens &&
+  if ((!q_cu_seq_lens || c.cu_seq_lens_q != nullptr) &&
       plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;

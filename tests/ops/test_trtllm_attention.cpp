@@ -608,6 +608,54 @@ TEST(TrtllmContextCuda, DevicePlanMatchesFp64) {
   }
 }
 
+// The decode entry points with variable query counts on CUDA (trtllm's cum_seq_lens_q with
+// max_q_len, xqa's q_cu_seq_lens with q_len_per_req as the bound) plan on the device as the
+// context call does: against the fp64 formula (requests of 0 to max_q_len queries, causal among
+// themselves), and a request of more queries than the bound gives NaN rows only.
+TEST(TrtllmDecodeCuda, VariableQueryCountsPlanOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 16, hkv = 4, d = 128, page = 16, max_seq_len = 2048, max_q = 4;
+  const std::vector<int32_t> lens{40, 2048, 7, 900};
+  const std::vector<int32_t> cq{0, 4, 5, 5, 8};
+  const BlockCache c = make_cache(lens, page, hkv, d, DType::kBFloat16, true, true, 97);
+  const Tensor q = testing::rand_tensor({cq.back(), hq, d}, DType::kBFloat16, 98);
+  Ref r;
+  r.bmm1 = 0.07;
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  const PagedKVCache cache(c.k.to(g), c.v.to(g));
+  const Tensor qg = q.to(g), tg = c.block_tables.to(g), lg = c.seq_lens.to(g);
+  const Tensor ws = workspace().to(g);
+  auto trtllm = [&](const std::vector<int32_t>& cum, int64_t bound) {
+    return trtllm_batch_decode_with_kv_cache(
+               qg, cache, ws, tg, lg, max_seq_len, r.bmm1, 1.0, -1, std::nullopt, std::nullopt,
+               std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto", std::nullopt,
+               1.0, std::nullopt, bound, int_tensor(cum).to(g))
+        .out.to(Device::cpu());
+  };
+  auto xqa = [&](const std::vector<int32_t>& cum, int64_t bound) {
+    return xqa_batch_decode_with_kv_cache(qg, cache, ws, tg, lg, max_seq_len, r.bmm1, 1.0, -1,
+                                          std::nullopt, std::nullopt, "HND", std::nullopt, bound,
+                                          1.0, std::nullopt, std::nullopt, int_tensor(cum).to(g))
+        .to(Device::cpu());
+  };
+  const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+  EXPECT_TRUE(testing::all_close(trtllm(cq, max_q), eo, tol));
+  EXPECT_TRUE(testing::all_close(xqa(cq, max_q), eo, tol));
+  // A bound of 3: request 0 (4 queries) is refused, the others computed.
+  for (const Tensor& o : {trtllm(cq, 3), xqa(cq, 3)}) {
+    const std::vector<double> v = o.to_double_vector();
+    for (int64_t x = 0; x < static_cast<int64_t>(v.size()); ++x) {
+      if (x < cq[1] * hq * d) {
+        ASSERT_TRUE(std::isnan(v[x])) << "element " << x;
+      } else {
+        ASSERT_NEAR(v[x], eo[x], tol.atol + tol.rtol * std::abs(eo[x])) << "element " << x;
+      }
+    }
+  }
+}
+
 #if FLASHINFER_TEST_HAVE_CUDART
 // The context call captured into a CUDA graph after a warm-up, then replayed with other query
 // counts and lengths written into the same tensors (engines' chunked prefill steps).
