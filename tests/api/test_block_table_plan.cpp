@@ -417,6 +417,20 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
       }
     }
     p.block_tables = table.data();
+    // Every third case: variable query counts (the context call's cum_seq_lens_q), 0 to q_len a
+    // request, now and then out of order (every request refused) or past the query rows.
+    const bool variable = iter % 3 == 2;
+    std::vector<int32_t> cu{0};
+    for (int32_t b = 0; b < batch; ++b) {
+      cu.push_back(cu.back() + static_cast<int32_t>(rng() % (q_len + 1)));
+    }
+    int64_t total_rows = cu.back() + static_cast<int64_t>(rng() % 2);
+    if (variable && rng() % 5 == 0) cu[batch] = cu[batch - 1] - 1;
+    if (variable && rng() % 5 == 0) total_rows = std::max(0, cu[batch] - 1);
+    if (variable) {
+      p.cu_q = cu.data();
+      p.total_rows = total_rows;
+    }
     std::vector<bool> pages_ok;
     for (int32_t b = 0; b < batch; ++b) {
       bool ok = true;
@@ -428,14 +442,23 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     // The kernel's outputs, filled with a sentinel first.
     const int32_t tiles = kernels::block_plan_tiles(p);
     const auto items = static_cast<std::size_t>(batch) * tiles * p.num_chunks;
-    const int64_t rows = int64_t{batch} * q_len, hq = h.hq, dv = h.d;
-    std::vector<int32_t> qo(batch + 1, -7), kvp(batch + 1, -7), kvl(batch, -7), row_req(rows, -7);
+    // Merge entries (and MLA's row map) a query of the worst case each; output rows the query's.
+    const int64_t entries = int64_t{batch} * q_len, hq = h.hq, dv = h.d;
+    const int64_t rows = variable ? std::max<int64_t>(total_rows, cu[batch]) : entries;
+    std::vector<int32_t> qo(batch + 1, -7), kvp(batch + 1, -7), kvl(batch, -7),
+        row_req(entries, -7);
     std::vector<WorkItem> work(items, WorkItem{-7, -7, -7, -7, -7, -7});
     std::vector<int32_t> m_indptr, m_rows, m_out;
     if (p.num_chunks > 1) {
-      m_indptr.assign(static_cast<std::size_t>(rows) + 1, -7);
-      m_rows.assign(static_cast<std::size_t>(rows) * p.num_chunks, -7);
-      m_out.assign(static_cast<std::size_t>(rows), -7);
+      m_indptr.assign(static_cast<std::size_t>(entries) + 1, -7);
+      m_rows.assign(static_cast<std::size_t>(entries) * p.num_chunks, -7);
+      m_out.assign(static_cast<std::size_t>(entries), -7);
+    }
+    // The request whose rows hold output row r (-1: none), as the plan kernel places them.
+    std::vector<int32_t> owner(static_cast<std::size_t>(rows), -1);
+    for (int32_t b = 0; b < batch; ++b) {
+      const kernels::BlockPlanRows br = kernels::block_plan_rows(p, b);
+      for (int64_t i = 0; i < br.count; ++i) owner[br.begin + i] = b;
     }
     const int64_t partial_rows = worst.plan.num_partial_rows + 1;
     std::vector<float> tmp_v(static_cast<std::size_t>(partial_rows * hq * dv), 5.0f);
@@ -450,7 +473,7 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     p.qo_indptr = qo.data();
     p.kv_indptr = kvp.data();
     p.kv_lens = kvl.data();
-    p.row_req = row_req.data();
+    p.row_req = variable ? nullptr : row_req.data();  // MLA: uniform counts only
     p.work = work.data();
     p.merge_indptr = m_indptr.empty() ? nullptr : m_indptr.data();
     p.merge_rows = m_rows.empty() ? nullptr : m_rows.data();
@@ -485,7 +508,7 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
         kernels::block_plan_write_request(p, b, lens[b], ok, t, nthreads);
     }
     for (int32_t b = 0; b <= batch; ++b) {
-      ASSERT_EQ(qo[b], b * q_len);
+      ASSERT_EQ(qo[b], variable ? cu[b] : b * q_len);
       ASSERT_EQ(kvp[b], b * table_stride);
     }
     ASSERT_EQ(kvl, want.kv_lens);
@@ -500,7 +523,9 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     ASSERT_EQ(m_indptr, want.merge_indptr);
     ASSERT_EQ(m_rows, want.merge_rows);
     ASSERT_EQ(m_out, want.merge_out_row);
-    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(row_req[r], want.ok[r / q_len] ? r / q_len : -1);
+    for (int64_t r = 0; r < entries && !variable; ++r) {
+      ASSERT_EQ(row_req[r], want.ok[r / q_len] ? r / q_len : -1);
+    }
     for (int64_t pr = 0; pr < partial_rows; ++pr) {
       const bool empty = p.num_chunks > 1 && pr == p.empty_row;
       for (int64_t x = 0; x < hq * dv; ++x) ASSERT_EQ(tmp_v[pr * hq * dv + x], empty ? 0.0f : 5.0f);
@@ -516,14 +541,15 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     for (int64_t e = 0; e < rows * o_sn; ++e) {
       const int64_t r = e / o_sn, in_row = e % o_sn, hh = in_row / o_sh, d = in_row % o_sh;
       const bool element = hh < hq && d < dv;
-      const bool nan = element && !want.ok[r / q_len];
+      const bool nan = element && owner[r] >= 0 && !want.ok[owner[r]];
       uint32_t bits = 0;
       std::memcpy(&bits, o.data() + e * es, static_cast<std::size_t>(es));
       ASSERT_EQ(bits, nan ? nan_bits : fill) << "iteration " << iter << ", element " << e;
     }
     for (int64_t e = 0; e < rows * l_sn; ++e) {
       const int64_t r = e / l_sn, in_row = e % l_sn;
-      const bool nan = in_row % l_sh == 0 && in_row / l_sh < hq && !want.ok[r / q_len];
+      const bool nan =
+          in_row % l_sh == 0 && in_row / l_sh < hq && owner[r] >= 0 && !want.ok[owner[r]];
       ASSERT_EQ(std::isnan(lse[e]), nan) << "iteration " << iter << ", lse element " << e;
       if (!nan) {
         ASSERT_EQ(lse[e], 5.0f);
