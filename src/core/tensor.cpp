@@ -490,9 +490,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
                          src.strides_, src.offset_, es);
     return *this;
   }
-  // A CUDA side is involved. Contiguous to contiguous is one memcpy, strided views on one device
-  // a kernel; anything else (between the host and a device, or two devices) stages the covered
-  // span through the host (correct, not fast: these paths serve tests and tools).
+  // A CUDA side is involved. Contiguous to contiguous is one memcpy; strided views on one device,
+  // and the device side of a copy between the host and a device, a kernel; what is left (two
+  // devices, views the kernel does not take) stages the covered span through the host (correct,
+  // not fast: these paths serve tests and tools).
   if (is_contiguous() && src.is_contiguous()) {
     const std::size_t n = nbytes();
     if (sd.is_cpu()) {
@@ -516,6 +517,16 @@ Tensor& Tensor::copy_(const Tensor& src) {
       detail::cuda_tensor_copy(data_ptr(), dtype_, shape_, strides_, src.data_ptr(), dtype_,
                                src.strides_, nullptr, dd.index)) {
     return *this;
+  }
+  // Between the host and a device, a strided device side is made dense on the device (or filled
+  // from a dense copy there) by the same kernel, so only the view's elements cross and are
+  // touched: no span read back with the bytes between them (memory nothing may have written:
+  // compute-sanitizer initcheck), none written back over what another stream put there since.
+  if (dd.is_cpu() && !sd.is_cpu() && !src.is_contiguous()) return copy_(src.contiguous());
+  if (sd.is_cpu() && !dd.is_cpu() && !is_contiguous() && detail::broadcast_dim(*this) < 0) {
+    Tensor dense = empty(shape_, dtype_, dd);
+    dense.copy_(src);
+    return copy_(dense);
   }
   Tensor host_src = src;
   if (!sd.is_cpu()) {

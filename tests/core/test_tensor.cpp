@@ -677,6 +677,10 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsMatchTheHost) {
         EXPECT_EQ(cast.device(), gpu);
         EXPECT_EQ(bytes_of(cast.to(Device::cpu())), bytes_of(srcs[si](host).to(to))) << si;
       }
+      // Device to host: only the view's elements cross (made dense on the device first).
+      Tensor to_host = Tensor::full(view.shape(), 111.0, dt);
+      to_host.copy_(view);
+      EXPECT_EQ(to_host.to_double_vector(), srcs[si](host).to_double_vector()) << si;
       for (std::size_t di = 0; di < dsts.size(); ++di) {
         Tensor want_base = Tensor::full({4, 6, 10}, 111.0, dt);
         Tensor want = dsts[di](want_base);
@@ -686,6 +690,11 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsMatchTheHost) {
         dsts[di](base).copy_(view);
         EXPECT_EQ(bytes_of(base.to(Device::cpu())), bytes_of(want_base))
             << "source view " << si << " destination view " << di;
+        // Host to a strided device view: its elements written, its neighbours untouched.
+        Tensor base2 = Tensor::full({4, 6, 10}, 111.0, dt, gpu);
+        dsts[di](base2).copy_(srcs[si](host));
+        EXPECT_EQ(bytes_of(base2.to(Device::cpu())), bytes_of(want_base))
+            << "host source view " << si << " device destination view " << di;
       }
     }
   }
