@@ -1531,7 +1531,7 @@ void deepseek_routing(const DeepSeekRoutingParams& p, void* stream, bool enable_
 }
 
 namespace {
-// The limits of trtllm_route_token for routing from logits, as kUnsupported naming the argument.
+// The limits of trtllm_route_kernel for routing from logits, as kUnsupported naming the argument.
 void check_trtllm_cuda_routing(const TrtllmMoeParams& b, const char* op) {
   const MoeRoutingParams& r = b.routing;
   FLASHINFER_CHECK_CODE(r.num_experts <= kFp8MoeCudaMaxExperts, ErrorCode::kUnsupported, op,
