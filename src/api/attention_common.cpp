@@ -1239,15 +1239,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     bp.merge_out_row = base + s.dev_off[7];
     bp.tmp_v = p.tmp_v;
     bp.tmp_s = p.tmp_s;
-    bp.o = p.o;
-    bp.o_dtype = p.o_dtype;
-    bp.o_stride_n = p.o_stride_n;
-    bp.o_stride_h = p.o_stride_h;
-    bp.lse = p.lse;
-    bp.lse_stride_n = p.lse_stride_n;
-    bp.lse_stride_h = p.lse_stride_h;
-    bp.num_qo_heads = p.num_qo_heads;
-    bp.head_dim_vo = p.head_dim_vo;
+    kernels::block_plan_set_output(bp, p, p.num_qo_heads, p.head_dim_vo);
 #if FLASHINFER_WITH_CUDA
     // The kernels' one refusal after the plan kernel ran would leave its NaN rows in `out`: the
     // K/V rows' alignment (q and o are aligned copies by now), checked first.

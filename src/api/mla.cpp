@@ -506,15 +506,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
         bp.kv_lens = w + s.dev_off[2];
         bp.row_req = w + s.dev_off[4];
         bp.max_kv = w + s.dev_off[5];
-        bp.o = p.o;
-        bp.o_dtype = p.o_dtype;
-        bp.o_stride_n = p.o_stride_n;
-        bp.o_stride_h = p.o_stride_h;
-        bp.lse = p.lse;
-        bp.lse_stride_n = p.lse_stride_n;
-        bp.lse_stride_h = p.lse_stride_h;
-        bp.num_qo_heads = p.num_heads;
-        bp.head_dim_vo = p.dim_ckv;
+        kernels::block_plan_set_output(bp, p, p.num_heads, p.dim_ckv);
 #if FLASHINFER_WITH_CUDA
         // The MLA kernels' refusal, first: after the plan kernel it would leave NaN rows in out.
         if (const char* why = kernels::cuda::mla_attention_unsupported(p)) {

@@ -85,6 +85,22 @@ struct BlockTablePlan {
   int32_t num_qo_heads = 0, head_dim_vo = 0;
 };
 
+/// The output fields the plan kernel writes a refused request's NaN rows through, from the
+/// attention kernels' parameters (AttentionParams, MlaAttentionParams: the same field names for
+/// o and lse); `heads` and `dim` are the output's heads and head dim.
+template <class P>
+inline void block_plan_set_output(BlockTablePlan& bp, const P& p, int32_t heads, int32_t dim) {
+  bp.o = p.o;
+  bp.o_dtype = p.o_dtype;
+  bp.o_stride_n = p.o_stride_n;
+  bp.o_stride_h = p.o_stride_h;
+  bp.lse = p.lse;
+  bp.lse_stride_n = p.lse_stride_n;
+  bp.lse_stride_h = p.lse_stride_h;
+  bp.num_qo_heads = heads;
+  bp.head_dim_vo = dim;
+}
+
 FLASHINFER_HD int32_t block_plan_tiles(const BlockTablePlan& p) {
   return (p.q_len + p.tile_rows - 1) / p.tile_rows;
 }
