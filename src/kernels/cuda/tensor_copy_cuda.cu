@@ -13,13 +13,14 @@ constexpr int kCopyThreads = 256;
 // 256); a larger tensor loops.
 constexpr int64_t kCopyMaxBlocks = 4096;
 
+// The loop counter is 64-bit whatever Index is: i + step may pass 2^31 - 1 on the last pass of a
+// tensor just under it; only the offsets' divisions take Index.
 template <int kBytes, class Index>
 __global__ void __launch_bounds__(kCopyThreads) tensor_copy_kernel(TensorCopyArgs a) {
-  const Index n = static_cast<Index>(a.numel);
-  const Index step = static_cast<Index>(gridDim.x) * kCopyThreads;
-  for (Index i = static_cast<Index>(blockIdx.x) * kCopyThreads + static_cast<Index>(threadIdx.x);
-       i < n; i += step) {
-    tensor_copy_element<kBytes, Index>(a, i);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kCopyThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kCopyThreads + threadIdx.x; i < a.numel;
+       i += step) {
+    tensor_copy_element<kBytes, Index>(a, static_cast<Index>(i));
   }
 }
 
