@@ -1377,4 +1377,14 @@ double fused_scale_value(const ScalarOrTensor<double>& x, const char* op, const 
   return v;
 }
 
+double fused_fp32_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg) {
+  // After fused_scale_value's own checks of definedness and size, which name the argument first.
+  if (x.is_tensor() && x.tensor().defined() && x.tensor().numel() == 1) {
+    FLASHINFER_CHECK(x.tensor().dtype() == DType::kFloat32, op, arg,
+                     "a tensor scale must be torch.float32, got ",
+                     dtype_torch_name(x.tensor().dtype()));
+  }
+  return fused_scale_value(x, op, arg);
+}
+
 }  // namespace flashinfer::api

@@ -325,6 +325,9 @@ void check_prefill_backend(std::string_view backend, Device device, bool fa3, co
 /// non-floating dtype, a non-finite value read on the host.
 double fused_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg,
                          std::optional<Device> on_device = std::nullopt, Tensor* dev = nullptr);
+/// fused_scale_value read on the host for the ops whose tensor scale must be torch.float32
+/// (trtllm_ragged_attention_deepseek, xqa): a one-element tensor of another dtype names `arg`.
+double fused_fp32_scale_value(const ScalarOrTensor<double>& x, const char* op, const char* arg);
 
 }  // namespace api
 }  // namespace flashinfer

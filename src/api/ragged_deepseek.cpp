@@ -128,21 +128,6 @@ void register_ragged_attention_backends(std::string_view op) {
 
 namespace {
 
-double ragged_deepseek_scale_of(const ScalarOrTensor<double>& x, const char* arg) {
-  double v = x.scalar();
-  if (x.is_tensor()) {
-    const Tensor& t = x.tensor();
-    api::check_defined(t, kRaggedDeepseekOp, arg);
-    FLASHINFER_CHECK(t.numel() == 1, kRaggedDeepseekOp, arg,
-                     "a tensor scale must hold one element, got ", t.numel());
-    FLASHINFER_CHECK(t.dtype() == DType::kFloat32, kRaggedDeepseekOp, arg,
-                     "a tensor scale must be torch.float32, got ", dtype_torch_name(t.dtype()));
-    v = t.item();
-  }
-  FLASHINFER_CHECK(std::isfinite(v), kRaggedDeepseekOp, arg, "must be finite, got ", v);
-  return v;
-}
-
 void ragged_deepseek_check_last_contiguous(const Tensor& t, const char* arg) {
   FLASHINFER_CHECK(t.stride(t.dim() - 1) == 1 || t.size(t.dim() - 1) <= 1, kRaggedDeepseekOp, arg,
                    "the last axis must be contiguous");
@@ -263,8 +248,8 @@ AttentionOutput ragged_deepseek_ragged_impl(
   }
   check_hint(q_seq_lens_cpu, qlens, "q_seq_lens_cpu");
   check_hint(kv_seq_lens_cpu, lens, "kv_seq_lens_cpu");
-  const double s1 = ragged_deepseek_scale_of(bmm1_scale, "bmm1_scale");
-  const double s2 = ragged_deepseek_scale_of(bmm2_scale, "bmm2_scale");
+  const double s1 = api::fused_fp32_scale_value(bmm1_scale, kRaggedDeepseekOp, "bmm1_scale");
+  const double s2 = api::fused_fp32_scale_value(bmm2_scale, kRaggedDeepseekOp, "bmm2_scale");
 
   const Shape oshape{nq, hq, dvo};
   Tensor out;

@@ -26,20 +26,6 @@ namespace {
 constexpr const char* kXqa = "xqa";
 constexpr const char* kXqaMla = "xqa_mla";
 
-double scalar_of(const ScalarOrTensor<double>& s, const char* op, const char* arg) {
-  if (!s.is_tensor()) {
-    FLASHINFER_CHECK(std::isfinite(s.scalar()), op, arg, "must be finite, got ", s.scalar());
-    return s.scalar();
-  }
-  const Tensor& t = s.tensor();
-  FLASHINFER_CHECK(t.numel() == 1 && t.dtype() == DType::kFloat32, op, arg,
-                   "a tensor scale must be one float32 element, got ", dtype_torch_name(t.dtype()),
-                   " ", shape_to_string(t.shape()));
-  const double v = t.to(Device::cpu()).contiguous().data<float>()[0];
-  FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
-  return v;
-}
-
 // seq_lens [batch, 1] (beam width 1) -> [batch] view.
 Tensor beam_lens(const Tensor& seq_lens, int64_t batch, const char* op) {
   api::check_defined(seq_lens, op, "seq_lens");
@@ -187,7 +173,8 @@ void xqa_xqa_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
         "], got ", dtype_torch_name(sinks->dtype()), " ", shape_to_string(sinks->shape()));
     flat_sinks = sinks->contiguous().reshape({H});
   }
-  const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
+  const double qs = api::fused_fp32_scale_value(q_scale, op, "q_scale"),
+               ks = api::fused_fp32_scale_value(kv_scale, op, "kv_scale");
   const double bmm1 = qs * ks / std::sqrt(static_cast<double>(D));
   // The decode name's map back: kv_scale = bmm2_scale * o_scale, rcp_out_scale = 1 / o_scale
   // (rcp_out_scale only scales fp8 outputs; a 16-bit output is kv_scale * attention).
@@ -257,7 +244,8 @@ void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   check_page_table(page_table, batch, op);
   const Tensor lens = beam_lens(seq_lens, batch, op);
   const int64_t rank = output.size(3);
-  const double qs = scalar_of(q_scale, op, "q_scale"), ks = scalar_of(kv_scale, op, "kv_scale");
+  const double qs = api::fused_fp32_scale_value(q_scale, op, "q_scale"),
+               ks = api::fused_fp32_scale_value(kv_scale, op, "kv_scale");
   xqa_batch_decode_with_kv_cache_mla(q, k_cache.select(2, 0), workspace_buffer, 128, rank, D - rank,
                                      page_table, lens, page_table.size(1) * page_size, output, qs,
                                      ks, std::nullopt, enable_pdl);

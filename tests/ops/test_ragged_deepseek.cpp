@@ -199,6 +199,17 @@ TEST(TrtllmRaggedDeepseek, BadInput) {
                                      a.backend, std::nullopt, std::nullopt, a.fp16_softmax);
   };
   run(good);
+  // A tensor bmm1_scale must be one torch.float32 element (upstream's check), a bf16 one refused.
+  for (const Tensor& bad :
+       {Tensor::full({1}, 0.1, DType::kBFloat16), Tensor::full({2}, 0.1, DType::kFloat32)}) {
+    EXPECT_FI_ERROR(trtllm_ragged_attention_deepseek(
+                        good.q, good.k, good.v, workspace(), good.seq_lens, good.max_q, good.max_kv,
+                        bad, 1.0, 1.0, good.batch, good.window_left, good.cq, good.ckv,
+                        std::nullopt, true, false, good.sinks, std::nullopt, good.out, good.lse,
+                        good.sage, Value::tuple({Value(0), Value(0), Value(0), Value(0)}),
+                        good.backend, std::nullopt, std::nullopt, good.fp16_softmax),
+                    op, "bmm1_scale");
+  }
   auto with = [&](auto f) {
     Args a = good;
     f(a);

@@ -230,6 +230,9 @@ TEST(Xqa, BadInput) {
                       Tensor::zeros({2}, DType::kFloat32)),
                   op, "q_scale");
   EXPECT_FI_ERROR(xqa(q, p.k, p.v, p.table, p.lens, out, scratch(), scratch(), 2, 4, std::nullopt,
+                      Tensor::full({1}, 1.0, DType::kBFloat16)),
+                  op, "q_scale");  // one element, but not torch.float32
+  EXPECT_FI_ERROR(xqa(q, p.k, p.v, p.table, p.lens, out, scratch(), scratch(), 2, 4, std::nullopt,
                       1.0, 1.0, 0, "NHD", std::nullopt, std::nullopt, 1.0, 1, std::nullopt,
                       std::nullopt, Tensor::zeros({1}, DType::kUInt8)),
                   op, "k_sf_cache");
