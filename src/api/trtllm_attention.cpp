@@ -565,6 +565,9 @@ AttentionOutput decode_impl(
   c.workspace_buffer = &workspace_buffer;
   c.block_tables = &block_tables;
   c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  // Where the tensors allow it, the call plans on the device (and cum_seq_lens_q stays there).
+  const bool on_device =
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask);
   int64_t batch = 0;
   if (q_len_per_req) {
     // Uniform query count per request (upstream ignores cum_seq_lens_q then).
@@ -579,8 +582,7 @@ AttentionOutput decode_impl(
   } else {
     FLASHINFER_CHECK(cum_seq_lens_q.has_value() && max_q_len.has_value(), op, "cum_seq_lens_q",
                      "q_len_per_req=None needs cum_seq_lens_q and max_q_len");
-    if (device_indptr(*cum_seq_lens_q, query) &&
-        plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+    if (on_device && device_indptr(*cum_seq_lens_q, query)) {
       // Planned on the device with cum_seq_lens_q there (as the context call).
       batch = cum_seq_lens_q->size(0) - 1;
       c.qo_indptr = worst_indptr(batch, *max_q_len, op, "max_q_len");
@@ -596,8 +598,7 @@ AttentionOutput decode_impl(
       }
     }
   }
-  if ((q_len_per_req || c.cu_seq_lens_q != nullptr) &&
-      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+  if (on_device && (q_len_per_req || c.cu_seq_lens_q != nullptr)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
   } else {
@@ -746,9 +747,10 @@ Tensor trtllm_attention_xqa_impl(
   c.workspace_buffer = &workspace_buffer;
   c.block_tables = &block_tables;
   c.hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+  const bool on_device =
+      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask);
   int64_t batch = 0;
-  if (q_cu_seq_lens && device_indptr(*q_cu_seq_lens, query) &&
-      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+  if (on_device && q_cu_seq_lens && device_indptr(*q_cu_seq_lens, query)) {
     // Planned on the device with q_cu_seq_lens there (as the context call).
     batch = q_cu_seq_lens->size(0) - 1;
     c.qo_indptr = worst_indptr(batch, q_len, op, "q_len_per_req");
@@ -768,8 +770,7 @@ Tensor trtllm_attention_xqa_impl(
     batch = query.size(0) / q_len;
     for (int64_t b = 0; b <= batch; ++b) c.qo_indptr.push_back(static_cast<int32_t>(b * q_len));
   }
-  if ((!q_cu_seq_lens || c.cu_seq_lens_q != nullptr) &&
-      plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, mask)) {
+  if (on_device && (!q_cu_seq_lens || c.cu_seq_lens_q != nullptr)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
   } else {
