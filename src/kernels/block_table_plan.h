@@ -107,7 +107,9 @@ FLASHINFER_HD int32_t block_plan_tiles(const BlockTablePlan& p) {
 
 /// Request b's query rows: the first and how many, and whether its cum_seq_lens_q entries pass
 /// the host checks (non-decreasing from 0 or more, at most q_len queries, inside the query
-/// tensor); a request whose entries fail has no rows (count 0) and is refused.
+/// tensor). Rows inside the query tensor are known even when there are more than q_len of them
+/// (such a request is refused, and its known rows get NaN); a request whose entries leave the
+/// tensor or run backwards has no rows (count 0).
 struct BlockPlanRows {
   int64_t begin = 0, count = 0;
   bool ok = true;
@@ -115,8 +117,8 @@ struct BlockPlanRows {
 FLASHINFER_HD BlockPlanRows block_plan_rows(const BlockTablePlan& p, int32_t b) {
   if (p.cu_q == nullptr) return BlockPlanRows{static_cast<int64_t>(b) * p.q_len, p.q_len, true};
   const int64_t first = p.cu_q[b], end = p.cu_q[b + 1];
-  const bool ok = first >= 0 && end >= first && end - first <= p.q_len && end <= p.total_rows;
-  return BlockPlanRows{first, ok ? end - first : 0, ok};
+  const bool known = first >= 0 && end >= first && end <= p.total_rows;
+  return BlockPlanRows{first, known ? end - first : 0, known && end - first <= p.q_len};
 }
 
 /// Whether request length `len` passes the host checks that need no page id: within

@@ -418,11 +418,13 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     }
     p.block_tables = table.data();
     // Every third case: variable query counts (the context call's cum_seq_lens_q), 0 to q_len a
-    // request, now and then out of order (every request refused) or past the query rows.
+    // request, now and then one more (refused, its rows NaN), out of order (every request
+    // refused) or past the query rows.
     const bool variable = iter % 3 == 2;
     std::vector<int32_t> cu{0};
     for (int32_t b = 0; b < batch; ++b) {
-      cu.push_back(cu.back() + static_cast<int32_t>(rng() % (q_len + 1)));
+      const int32_t over = variable && rng() % 6 == 0 ? 1 : 0;
+      cu.push_back(cu.back() + static_cast<int32_t>(rng() % (q_len + 1)) + over);
     }
     int64_t total_rows = cu.back() + static_cast<int64_t>(rng() % 2);
     if (variable && rng() % 5 == 0) cu[batch] = cu[batch - 1] - 1;

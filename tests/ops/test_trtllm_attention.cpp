@@ -591,9 +591,11 @@ TEST(TrtllmContextCuda, DevicePlanMatchesFp64) {
       }
     }
     if (batch > 1) {  // a decreasing cum_seq_lens_q: every request refused
+      // Request 0 one query longer, inside the query rows and the bound: its own entries are
+      // sane, so its rows get NaN; request 1's run backwards (no rows known: untouched).
       std::vector<int32_t> bad = cq;
-      bad[1] = bad[2] + 1;
-      bad[2] = bad[1] - 2;
+      bad[1] = cq[1] + 1;
+      bad[2] = cq[1];
       // Every row NaN (a request whose own entries are sane) or untouched (the sentinel).
       Tensor o_dev = Tensor::full({cq.back(), t.hq, t.d}, -100.0, DType::kBFloat16, g);
       run(bad, t.lens, o_dev);
