@@ -459,6 +459,68 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<64, 64, 1>();
 }
 
+// The fp8 widening's stores (prefill_sm90_kernel.cuh, `widen`): unit c of key r (16 fp8 values)
+// becomes two 16-byte units of 8 16-bit values, to K (r, 16 c + 8 h) at Tr::k_offset and to V^T
+// (16 c + 8 h, r) at Tr::vt_offset in stage 0. Each must land where the hardware's 128-byte
+// swizzle puts those elements (the MMAs read them through the descriptors), and the stores of a
+// tile must write every element of stage 0 once. The kernel once offset its stores by
+// LayoutK{}(r, col, 0) / LayoutVt{}(row, r, 0): without the shared-memory pointer those swizzle
+// 16-bit element offsets as if they were bytes, and 3 of every 4 widened units went to another
+// key's place (every fp8 case wrong on the H200 in session 64). That form is checked to differ.
+template <class T, int D, int kWG>
+void check_fp8_widen_stores() {
+  using Tr = Sm90Prefill<T, D, D, kWG>;
+  constexpr int kN = Tr::kN;
+  auto sw = [](int row, int byte_in_row) {
+    return row * 128 + (((byte_in_row / 16) ^ (row % 8)) * 16) + byte_in_row % 16;
+  };
+  // The hardware's byte addresses of stage 0 (as check_tiles spells them out).
+  auto k_bytes = [&](int key, int dim) { return (dim / 64) * kN * 128 + sw(key, 2 * (dim % 64)); };
+  auto vt_bytes = [&](int dim, int key) {
+    return (key / 8) * (D / 64) * 1024 + (dim / 64) * 1024 + sw(key % 8, 2 * (dim % 64));
+  };
+  std::set<int> k_seen, v_seen;
+  int k_wrong_unflagged = 0, v_wrong_unflagged = 0;
+  constexpr int kUnits8 = D / 16;
+  for (int i = 0; i < kN * kUnits8; ++i) {
+    const int r = i / kUnits8, c = i % kUnits8;
+    for (int h = 0; h < 2; ++h) {
+      const int dim = 16 * c + 8 * h;
+      const int ko = Tr::k_offset(r, dim), vo = Tr::vt_offset(dim, r);
+      ASSERT_EQ(ko % 8, 0) << "K unit not 16-byte aligned: key " << r << " dim " << dim;
+      ASSERT_EQ(vo % 8, 0) << "V^T unit not 16-byte aligned: key " << r << " dim " << dim;
+      for (int j = 0; j < 8; ++j) {
+        // Element dim + j of the unit: the hardware's address of that element is unit + j.
+        ASSERT_EQ(2 * (ko + j), k_bytes(r, dim + j)) << "K key " << r << " dim " << dim + j;
+        ASSERT_EQ(2 * (vo + j), vt_bytes(dim + j, r)) << "V^T key " << r << " dim " << dim + j;
+        ASSERT_TRUE(k_seen.insert(ko + j).second) << "K element written twice";
+        ASSERT_TRUE(v_seen.insert(vo + j).second) << "V^T element written twice";
+      }
+      k_wrong_unflagged += static_cast<int>(typename Tr::LayoutK{}(r, dim, 0)) != ko;
+      v_wrong_unflagged += static_cast<int>(typename Tr::LayoutVt{}(dim, r, 0)) != vo;
+    }
+  }
+  EXPECT_EQ(static_cast<int>(k_seen.size()), kN * D);
+  EXPECT_EQ(*k_seen.rbegin(), kN * D - 1);
+  EXPECT_EQ(static_cast<int>(v_seen.size()), kN * D);
+  EXPECT_EQ(*v_seen.rbegin(), kN * D - 1);
+  // The layouts evaluated without their pointer are not the hardware's offsets (the old bug).
+  EXPECT_GT(k_wrong_unflagged, 0);
+  EXPECT_GT(v_wrong_unflagged, 0);
+}
+
+// Every fp8 instance's shape (prefill_sm90_kv_built: equal head dims; two-warpgroup blocks at
+// 64 / 128 / 256, one-warpgroup blocks at 64 / 128, which also serve decode from 17 packed rows).
+TEST(PrefillSm90Shape, Fp8WidenStoresLandInTheSwizzledTiles) {
+  check_fp8_widen_stores<__nv_bfloat16, 64, 2>();
+  check_fp8_widen_stores<__nv_bfloat16, 128, 2>();
+  check_fp8_widen_stores<__nv_bfloat16, 256, 2>();
+  check_fp8_widen_stores<__nv_bfloat16, 64, 1>();
+  check_fp8_widen_stores<__nv_bfloat16, 128, 1>();
+  check_fp8_widen_stores<__half, 64, 2>();
+  check_fp8_widen_stores<__half, 128, 1>();
+}
+
 #endif  // FLASHINFER_TEST_HAVE_CUTE
 
 }  // namespace

@@ -282,7 +282,7 @@ TEST(DecodeKernelCuda, AlibiMatchesCpu) {
 TEST(DecodeKernelCuda, JitHeadDimsMatchCpuAndOracle) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   // 32: two rows a thread on the CUDA-core kernel (group 4), the one 16-bit JIT dim that takes
-  // them.
+  // them. Each dim needs its oracle instance (tests/oracle/attention_oracle.cu's dispatch_dims).
   for (int64_t d : {96, 80, 48, 32}) {
     DecodeCase c;
     c.d = d;

@@ -45,6 +45,8 @@ void dispatch_dims(const AttentionParams& p, cudaStream_t s, bool pdl) {
         return launch<TQ, TKV, 80, 80>(p, s, pdl);
       case 48:
         return launch<TQ, TKV, 48, 48>(p, s, pdl);
+      case 32:  // DecodeKernelCuda.JitHeadDimsMatchCpuAndOracle's two-rows-a-thread JIT dim
+        return launch<TQ, TKV, 32, 32>(p, s, pdl);
       default:
         break;
     }

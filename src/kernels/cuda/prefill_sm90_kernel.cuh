@@ -274,14 +274,17 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
         // with bit 2 of c set store theirs in the other order, so each store instruction's
         // 8-thread phases cover all 8 bank groups once (in unit order they met 2 ways at head
         // dims 128 and 256: the FA2 kernel's fp8_unit_widen_store does the same).
-        // The stores offset k_s / v_s by the layouts' (swizzled) index: the address of a CuTe
-        // tensor element is a generic pointer, and stores through it were ST.E.128, not STS.128.
+        // The stores offset k_s / v_s by the element offsets the hardware swizzle gives
+        // (Tr::k_offset / vt_offset): the address of a CuTe tensor element is a generic pointer
+        // (stores through it were ST.E.128, not STS.128), and layout_k(...) / layout_vt(...)
+        // evaluated without the pointer swizzle element offsets, not bytes (that misplaced 3 of
+        // every 4 units: every fp8 case wrong on the H200 in session 64).
         const bool swap = ((c >> 2) & 1) != 0;
         auto st_k = [&](int col, uint4 x) {
-          *reinterpret_cast<uint4*>(k_s + layout_k(r, col, 0)) = x;
+          *reinterpret_cast<uint4*>(k_s + Tr::k_offset(r, col)) = x;
         };
         auto st_vt = [&](int row, uint4 x) {
-          *reinterpret_cast<uint4*>(v_s + layout_vt(row, r, 0)) = x;
+          *reinterpret_cast<uint4*>(v_s + Tr::vt_offset(row, r)) = x;
         };
         uint4 lo, hi;
         halves(k8[i], lo, hi);

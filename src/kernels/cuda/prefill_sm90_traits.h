@@ -60,6 +60,17 @@ struct Sm90Prefill {
   using OffsetsQ = decltype(cute::as_position_independent_swizzle_layout(LayoutQ{}));
   using OffsetsK = decltype(cute::as_position_independent_swizzle_layout(LayoutK{}));
   using OffsetsVt = decltype(cute::as_position_independent_swizzle_layout(LayoutVt{}));
+  // The element offsets of K's (key, dim) and of V^T's (dim, key) in stage 0, for the kernel's
+  // own stores into the tiles (the fp8 widening's 16-byte units), as the hardware swizzles them.
+  // Never LayoutK{}(...) / LayoutVt{}(...) for this: without their pointer those apply the
+  // byte swizzle (Swizzle<3,4,3>) to 16-bit element offsets, which put 3 of every 4 widened
+  // units of a tile in another key's place (session 64's H200 run: every fp8 Hopper case wrong).
+  CUTE_HOST_DEVICE static constexpr int k_offset(int key, int dim) {
+    return static_cast<int>(OffsetsK{}(key, dim, 0));
+  }
+  CUTE_HOST_DEVICE static constexpr int vt_offset(int dim, int key) {
+    return static_cast<int>(OffsetsVt{}(dim, key, 0));
+  }
   // Byte steps of the kernel's copies: `rows` keys further along K and along V^T's key mode (the
   // swizzle's phase repeats every 8 keys, so for `rows` a multiple of 8 each step is one constant
   // for every (key, unit): tests/api/test_prefill_sm90_shape.cpp checks it over the whole tile).
