@@ -938,7 +938,9 @@ TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
         ref.push_back(cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true));
       } else {
         BatchDecodeMlaWithPagedKVCacheWrapper cpu(workspace());
-        cpu.plan(t.indptr, t.indices, t.last, H, dc, P, sm_scale);
+        // bf16 planned: the wrapper's default data_type is upstream's float16.
+        cpu.plan(t.indptr, t.indices, t.last, H, dc, P, sm_scale, -1, std::nullopt,
+                 DType::kBFloat16, DType::kBFloat16);
         ref.push_back(cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, std::nullopt,
                               std::nullopt, std::nullopt, true));
       }
@@ -960,7 +962,8 @@ TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
         pw->plan(qo.to(g), t.indptr.to(g), t.indices.to(g), t.kv_lens.to(g), H, dc, dk, P, false,
                  sm_scale, DType::kBFloat16, DType::kBFloat16);
       } else {
-        dw->plan(t.indptr.to(g), t.indices.to(g), t.last.to(g), H, dc, P, sm_scale);
+        dw->plan(t.indptr.to(g), t.indices.to(g), t.last.to(g), H, dc, P, sm_scale, -1,
+                 std::nullopt, DType::kBFloat16, DType::kBFloat16);
       }
     };
     auto run = [&] {

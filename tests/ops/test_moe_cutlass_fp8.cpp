@@ -931,9 +931,18 @@ TEST(MoeCudaFp8, EnvironmentKeepsTheGemvRoute) {
   for (const char* v : {static_cast<const char*>(nullptr), "0"}) {
     const testing::ScopedEnv env("FLASHINFER_MOE_GROUPED", v);
     bool grouped = false;
+    const moe_cuda::GroupedMmRoutes r0 = moe_cuda::grouped_mm_routes();
     const Tensor got = run_cuda(c, g, 0, &grouped);
+    const bool on_cutlass = moe_cuda::grouped_mm_routes().cutlass != r0.cutlass;
     EXPECT_EQ(grouped, v == nullptr) << (v ? "FLASHINFER_MOE_GROUPED=0" : "default");
-    EXPECT_TRUE(all_close(got, ref, {0, 0}));
+    // CUTLASS's grouped GEMM (the default route's GEMMs on sm_90) rounds its epilogue its own way
+    // (PerTensorBitExactOnIntegerOperands' bound); the GEMV and mma.sync kernels match bit for bit.
+    double scale = 0.0;
+    for (double x : ref.to_double_vector()) scale = std::max(scale, std::abs(x));
+    const Tolerance tol =
+        on_cutlass ? Tolerance{std::ldexp(scale, -10), std::ldexp(1.0, -7)} : Tolerance{0, 0};
+    EXPECT_FALSE(on_cutlass && v != nullptr) << "FLASHINFER_MOE_GROUPED=0 ran CUTLASS";
+    EXPECT_TRUE(all_close(got, ref, tol)) << (v ? "FLASHINFER_MOE_GROUPED=0" : "default");
   }
 }
 

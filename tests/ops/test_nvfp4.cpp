@@ -1016,7 +1016,9 @@ TEST(Nvfp4OpsCuda, SlotMappingAppendCapturesIntoAGraph) {
   };
   std::vector<Tensor> eager = caches(), graph = caches();
   call(eager);
-  ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] { call(graph); }));
+  std::size_t kernels = 0;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] { call(graph); }, &kernels));
+  EXPECT_EQ(kernels, 1u) << "the append's kernel, captured";
   for (std::size_t j = 0; j < eager.size(); ++j) {
     EXPECT_EQ(bytes(host(graph[j])), bytes(host(eager[j]))) << j;
   }

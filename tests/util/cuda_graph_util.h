@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "flashinfer/stream.h"
 
@@ -15,12 +17,28 @@ namespace flashinfer::testing {
 // Captures what `call` queues on `stream` (capture `mode`) into a graph, launches the graph once
 // on `stream` and waits for it; the graph is destroyed after. Call it under
 // ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here.
+// `kernel_nodes`, when given, gets the number of kernel nodes the graph holds.
 inline void capture_and_launch(cudaStream_t stream, cudaStreamCaptureMode mode,
-                               const std::function<void()>& call) {
+                               const std::function<void()>& call,
+                               std::size_t* kernel_nodes = nullptr) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, mode), cudaSuccess);
   call();
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (kernel_nodes != nullptr) {
+    std::size_t n = 0;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &n), cudaSuccess);
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (n > 0) {
+      ASSERT_EQ(cudaGraphGetNodes(graph, nodes.data(), &n), cudaSuccess);
+    }
+    *kernel_nodes = 0;
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type{};
+      ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+      *kernel_nodes += type == cudaGraphNodeTypeKernel;
+    }
+  }
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
@@ -33,7 +51,8 @@ inline void capture_and_launch(cudaStream_t stream, cudaStreamCaptureMode mode,
 // non-blocking stream made the library's current stream for the capture; the previous current
 // stream comes back and the stream is destroyed however the capture ends. Call it under
 // ASSERT_NO_FATAL_FAILURE.
-inline void capture_on_own_stream(const std::function<void()>& call) {
+inline void capture_on_own_stream(const std::function<void()>& call,
+                                  std::size_t* kernel_nodes = nullptr) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   struct Restore {
@@ -45,7 +64,10 @@ inline void capture_on_own_stream(const std::function<void()>& call) {
     }
   } restore{current_cuda_stream(), stream};
   set_current_cuda_stream(stream);
-  capture_and_launch(stream, cudaStreamCaptureModeGlobal, call);
+  // Work queued before on other streams (a tensor's zero fill on the legacy stream) finishes
+  // first: the new non-blocking stream is not ordered after it.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  capture_and_launch(stream, cudaStreamCaptureModeGlobal, call, kernel_nodes);
 }
 
 // A graph captured once and launched again after re-plans (the wrappers' use_cuda_graph tests):
