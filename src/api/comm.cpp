@@ -105,6 +105,18 @@ constexpr api::KernelEntry<kernels::MoeLocalParams> kMoeLocalKernels[] = {
 #endif
 };
 
+// The kernels' lazy loading forced before a gated launch (core/comm_abort.h).
+void preload_allreduce() {
+#if FLASHINFER_WITH_CUDA
+  kernels::cuda::preload_allreduce_fusion();
+#endif
+}
+void preload_dcp() {
+#if FLASHINFER_WITH_CUDA
+  kernels::cuda::preload_decode_cp_a2a_alltoall();
+#endif
+}
+
 int64_t elem_bytes_of(bool fp32) { return fp32 ? 4 : 2; }
 
 std::string pattern_name(int64_t p) {
@@ -351,7 +363,11 @@ void run_exchange(const detail::PeerMemory& mem, comm::CommBackend& comm, int64_
     comm.barrier();
   } else {
     p.abort = detail::thread_group_abort_word();
-    api::launch(kAllreduceKernels, p, dev, op, arg, enable_pdl);
+    // Ranks that are threads sharing a context enqueue their kernels together (the reason:
+    // core/comm_abort.h).
+    detail::gated_collective_launch(&comm, p.world_size, dev, preload_allreduce, [&] {
+      api::launch(kAllreduceKernels, p, dev, op, arg, enable_pdl);
+    });
   }
 }
 
@@ -1877,7 +1893,11 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
                               " (flashinfer-cpp exchanges whole inputs, upstream streams them "
                               "through FIFOs): split the call");
         p.abort = detail::thread_group_abort_word();
-        api::launch(kDcpKernels, p, dev, op, "partial_o", enable_pdl);
+        // No backend here: the group is the one whose rank this thread runs, if its size is
+        // cp_size (core/comm_abort.h).
+        detail::gated_collective_launch(nullptr, cp_size, dev, preload_dcp, [&] {
+          api::launch(kDcpKernels, p, dev, op, "partial_o", enable_pdl);
+        });
         return {o_out, s_out};
       },
       partial_o, softmax_stats, workspace, cp_rank, cp_size, enable_pdl);

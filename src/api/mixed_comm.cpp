@@ -523,7 +523,16 @@ Tensor mixed_comm_run(MixedCommOp op, MixedCommHandler* handler, const Tensor& x
   for (int r = 0; r < p.size; ++r) p.peer_buf[r] = static_cast<char*>(w.mem->peer(r));
   p.slot_bytes = w.slot_bytes;
   p.abort = w.device.is_cuda() ? detail::thread_group_abort_word() : nullptr;
-  api::launch(kMixedCommKernels, p, x_in.device(), o, "x_in");
+  // Ranks that are threads sharing a context enqueue their kernels together (the reason:
+  // core/comm_abort.h); every rank of `c` makes this call (mc_agree_and_fit above met them all).
+  detail::gated_collective_launch(
+      &c, c.Get_size(), w.device,
+      [] {
+#if FLASHINFER_WITH_CUDA
+        kernels::cuda::preload_mixed_comm();
+#endif
+      },
+      [&] { api::launch(kMixedCommKernels, p, x_in.device(), o, "x_in"); });
   // On the CPU no rank returns (and may free its buffer) while a peer still reads it.
   if (!w.device.is_cuda()) c.barrier();
   if (!direct) x_out.copy_(out);

@@ -299,6 +299,14 @@ struct A2aDispatched {
 };
 
 // moe_a2a_dispatch's checks and launch (MoeAlltoAll.dispatch runs it after its own).
+// Whether `active` (bit r: rank r takes part) holds every rank of a group of `n`.
+bool all_active(uint64_t active, int64_t n) {
+  for (int64_t r = 0; r < n && r < 64; ++r) {
+    if (((active >> r) & 1u) == 0) return false;
+  }
+  return true;
+}
+
 A2aDispatched a2a_dispatch(const A2aRows& w, const Tensor& ex, const std::vector<Tensor>& payloads,
                            int64_t rmax, int64_t top_k, int64_t num_experts,
                            const std::optional<Tensor>& eplb_local_stats, uint64_t active,
@@ -407,7 +415,17 @@ A2aDispatched a2a_dispatch(const A2aRows& w, const Tensor& ex, const std::vector
   p.abort = detail::thread_group_abort_word();
   p.op = op;
   if (w.owner) w.owner->note_launch();
-  api::launch(kDispatchKernels, p, dev, op, "token_selected_experts", enable_pdl);
+  // Ranks that are threads sharing a context enqueue their kernels together (the reason:
+  // core/comm_abort.h); a rank without tokens skips the copy kernel: all loaded first. Only when
+  // every rank takes part (a rank off active_rank_mask may make no call to meet the barriers).
+  detail::gated_collective_launch(
+      nullptr, all_active(p.active, w.ep_size) ? w.ep_size : 0, dev,
+      [] {
+#if FLASHINFER_WITH_CUDA
+        kernels::cuda::preload_moe_a2a_dispatch();
+#endif
+      },
+      [&] { api::launch(kDispatchKernels, p, dev, op, "token_selected_experts", enable_pdl); });
   A2aDispatched d;
   const auto& st = w.rows.storage();
   for (int64_t i = 0; i < np; ++i) {
@@ -567,7 +585,15 @@ Tensor a2a_combine(const A2aRows& w, const Tensor& payload, const A2aCombineArgs
   p.abort = detail::thread_group_abort_word();
   p.op = op;
   if (w.owner) w.owner->note_launch();
-  api::launch(kCombineKernels, p, dev, op, "payload", a.enable_pdl);
+  // As dispatch's (core/comm_abort.h).
+  detail::gated_collective_launch(
+      nullptr, all_active(p.active, w.ep_size) ? w.ep_size : 0, dev,
+      [&] {
+#if FLASHINFER_WITH_CUDA
+        kernels::cuda::preload_moe_a2a_combine(p);
+#endif
+      },
+      [&] { api::launch(kCombineKernels, p, dev, op, "payload", a.enable_pdl); });
   return out;
 }
 

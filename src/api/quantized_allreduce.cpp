@@ -262,7 +262,16 @@ Tensor qar_impl(const Tensor& inp, const std::shared_ptr<comm::CommBackend>& gro
     group->barrier();  // no rank overwrites its input while another still reads it
   } else {
     p.abort = detail::thread_group_abort_word();
-    api::launch(kQarKernels, p, dev, op, "inp");
+    // Ranks that are threads sharing a context enqueue their kernels together (the reason:
+    // core/comm_abort.h); the ranks' alignments may pick different instances, all loaded first.
+    detail::gated_collective_launch(
+        group.get(), W, dev,
+        [] {
+#if FLASHINFER_WITH_CUDA
+          kernels::cuda::preload_quantized_all_reduce();
+#endif
+        },
+        [&] { api::launch(kQarKernels, p, dev, op, "inp"); });
   }
   return out;
 }

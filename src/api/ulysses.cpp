@@ -193,7 +193,17 @@ void launch_ulysses_exchange(UlyssesA2aParams& p, const Tensor& inp, const Tenso
   p.out = out.data_ptr();
   p.op = op;
   if (inp.device().is_cuda()) p.abort = detail::thread_group_abort_word();
-  api::launch(kUlyssesKernels, p, inp.device(), op, arg);
+  // Ranks that are threads sharing a context enqueue their kernels together (the reason:
+  // core/comm_abort.h); the ranks' inputs' alignments may pick different instances, all loaded
+  // first.
+  detail::gated_collective_launch(
+      nullptr, p.world_size, inp.device(),
+      [] {
+#if FLASHINFER_WITH_CUDA
+        kernels::cuda::preload_ulysses_a2a();
+#endif
+      },
+      [&] { api::launch(kUlyssesKernels, p, inp.device(), op, arg); });
 }
 
 Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const char* op) {

@@ -31,6 +31,9 @@ namespace {
 // abort word's device address where the group has CUDA ranks.
 thread_local const std::atomic<bool>* t_group_aborted = nullptr;
 thread_local const uint32_t* t_abort_word = nullptr;
+// The group and rank this thread runs (ThreadGroup::run), for detail::gated_collective_launch.
+thread_local ThreadGroup::State* t_group_state = nullptr;
+thread_local int64_t t_group_rank = -1;
 }  // namespace
 
 struct ThreadGroup::State {
@@ -226,6 +229,25 @@ int64_t ThreadGroup::size() const { return state_->size; }
 
 namespace flashinfer::detail {
 const uint32_t* thread_group_abort_word() { return comm::t_abort_word; }
+void gated_collective_launch(const comm::CommBackend* comm, int64_t world_size, Device device,
+                             const std::function<void()>& preload,
+                             const std::function<void()>& launch) {
+  comm::ThreadGroup::State* const s = comm::t_group_state;
+  // Only the whole group whose rank this thread runs: a collective of a subset of its ranks (or
+  // of another group) has other members, which would never meet this group's barriers.
+  const bool gate = s != nullptr && device.is_cuda() && world_size > 1 && s->size == world_size &&
+                    (comm == nullptr || comm->group_id() == static_cast<const void*>(s));
+  if (!gate) {
+    launch();
+    return;
+  }
+  if (preload) preload();
+  (void)s->rendezvous(comm::t_group_rank, {}, "collective launch");
+  // A launch that throws here leaves the peers in the barrier below: ThreadGroup::run aborts the
+  // group when this rank's body ends with the exception, which ends their wait.
+  launch();
+  (void)s->rendezvous(comm::t_group_rank, {}, "collective launch");
+}
 std::weak_ptr<const void> group_lifetime(const comm::CommBackend& c) {
   const auto* t = dynamic_cast<const comm::ThreadBackend*>(&c);
   return t ? t->state() : std::weak_ptr<const void>();
@@ -273,6 +295,8 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
       const Device dev = state_->devices[r];
       t_group_aborted = &state_->aborted_flag;
       t_abort_word = state_->abort_device;
+      t_group_state = state_.get();
+      t_group_rank = static_cast<int64_t>(r);
       try {
         // A CUDA rank runs on a stream of its own: on the legacy default stream the ranks
         // sharing a GPU would serialize, and a kernel waiting for a peer's would never end.
@@ -289,6 +313,8 @@ void ThreadGroup::run(const std::function<void(int64_t rank)>& body) const {
       if (stream) set_current_cuda_stream(nullptr);
       t_group_aborted = nullptr;
       t_abort_word = nullptr;
+      t_group_state = nullptr;
+      t_group_rank = -1;
     });
   }
   for (auto& t : threads) t.join();

@@ -2029,7 +2029,13 @@ void moe_calls(const MoeRankIn& x, const Tensor& idx,
 // Captures call() on `stream` (thread-local mode), launches the graph once and waits for it,
 // throwing on a CUDA failure and ending the capture on every path: an ASSERT in a rank thread
 // would return without aborting the group, and the peer's kernel would wait for this rank.
-void capture_launch_or_throw(cudaStream_t stream, const std::function<void()>& call) {
+// `barrier` (the group's) runs before and after the launch: the graph's kernels wait for the
+// peers' graphs, and a rank still instantiating its graph (which may allocate and synchronize
+// the context the ranks share) while a peer's graph spins would deadlock; the library's eager
+// calls meet the same way (core/comm_abort.h, gated_collective_launch), a graph launch is the
+// caller's.
+void capture_launch_or_throw(cudaStream_t stream, const std::function<void()>& call,
+                             const std::function<void()>& barrier) {
   auto ok = [](cudaError_t e, const char* what) {
     if (e != cudaSuccess)
       throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -2048,8 +2054,19 @@ void capture_launch_or_throw(cudaStream_t stream, const std::function<void()>& c
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   ok(made, "cudaGraphInstantiate");
+  try {
+    barrier();
+  } catch (...) {
+    cudaGraphExecDestroy(exec);
+    throw;
+  }
   cudaError_t ran = cudaGraphLaunch(exec, stream);
-  if (ran == cudaSuccess) ran = cudaStreamSynchronize(stream);
+  if (ran != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    ok(ran, "cudaGraphLaunch");
+  }
+  barrier();  // no rank's graph waits for a peer's that is not enqueued yet
+  ran = cudaStreamSynchronize(stream);
   cudaGraphExecDestroy(exec);
   ok(ran, "cudaGraphLaunch");
 }
@@ -2077,24 +2094,29 @@ TEST(AllreduceMoeCuda, MatchesCpuAndCapturesIntoAGraph) {
     moe_calls(x, x.idx, ws, o);
     cpu[r] = moe_host(o);
   });
-  with_group(
-      W, 8, kMoeH, kBf,
-      [&](int64_t r, auto ws) {
-        const MoeRankIn x = moe_rank_in(r, gpu);
-        std::vector<double> bad_v = kMoeIdx;
-        bad_v[1 * kMoeK] = kMoeRows;  // token 1, first slot: one row past input
-        const Tensor bad_idx = Tensor::from_vector(bad_v, {kMoeTk, kMoeK}, DType::kInt32).to(gpu);
-        auto stream = static_cast<cudaStream_t>(current_cuda_stream());
-        std::vector<Tensor> e = moe_outputs(gpu), g = moe_outputs(gpu), b = moe_outputs(gpu);
-        moe_calls(x, x.idx, ws, e);  // also grows the stream's scratch before the captures
-        if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("eager calls");
-        capture_launch_or_throw(stream, [&] { moe_calls(x, x.idx, ws, g); });
-        capture_launch_or_throw(stream, [&] { moe_calls(x, bad_idx, ws, b, false); });
-        eager[r] = moe_host(e);
-        graphed[r] = moe_host(g);
-        bad[r] = moe_host(b);
-      },
-      gpu);
+  comm::ThreadGroup grp(W, gpu);
+  grp.run([&](int64_t r) {
+    auto ws = create_allreduce_fusion_workspace("trtllm", W, r, 8, kMoeH, kBf, std::nullopt,
+                                                grp.backend(r));
+    auto barrier = [&] { grp.backend(r)->barrier(); };
+    {
+      const MoeRankIn x = moe_rank_in(r, gpu);
+      std::vector<double> bad_v = kMoeIdx;
+      bad_v[1 * kMoeK] = kMoeRows;  // token 1, first slot: one row past input
+      const Tensor bad_idx = Tensor::from_vector(bad_v, {kMoeTk, kMoeK}, DType::kInt32).to(gpu);
+      auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+      std::vector<Tensor> e = moe_outputs(gpu), g = moe_outputs(gpu), b = moe_outputs(gpu);
+      moe_calls(x, x.idx, ws, e);  // also grows the stream's scratch before the captures
+      if (cudaStreamSynchronize(stream) != cudaSuccess) throw std::runtime_error("eager calls");
+      capture_launch_or_throw(
+          stream, [&] { moe_calls(x, x.idx, ws, g); }, barrier);
+      capture_launch_or_throw(
+          stream, [&] { moe_calls(x, bad_idx, ws, b, false); }, barrier);
+      eager[r] = moe_host(e);
+      graphed[r] = moe_host(g);
+      bad[r] = moe_host(b);
+    }
+  });
   for (int64_t r = 0; r < W; ++r) {
     for (int k : {0, 1, 3}) EXPECT_EQ(cpu[r][k], eager[r][k]) << "output " << k << ", rank " << r;
     for (int k : {2, 4}) {

@@ -236,10 +236,15 @@ void round_trip(int64_t ep, int64_t K, int64_t E, int64_t H, Device dev, bool in
   // fp32 hidden states need twice upstream's 16-bit rows, dispatch and combine.
   if (dtype_size(dt) > 2) extra_bytes += ep * 16 * H * 4;
   comm::ThreadGroup g(ep, dev);
+  // Zeroed on the CPU and copied (a copy that returns when it is done): Tensor::zeros on the
+  // device would zero it on this thread's stream (the legacy default stream here), which the
+  // ranks' non-blocking streams do not wait for, so the zeroing could land after a rank's first
+  // flags.
   const Tensor shared =
       module ? Tensor::zeros(
                    {ep, moe_alltoall_get_moe_workspace_size_per_rank(ep, K, 16, H) + extra_bytes},
-                   DType::kUInt8, dev)
+                   DType::kUInt8)
+                   .to(dev)
              : Tensor();
   // The rows a source has change from call to call (SGLang's runtime_max follows the batch):
   // the regions move, and a fast rank's next dispatch must not overwrite rows a slow rank still

@@ -301,6 +301,22 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
   }
 }
 
+void preload_allreduce_fusion() {
+  preload_kernels("allreduce_fusion",
+                  {reinterpret_cast<const void*>(allreduce_fusion_kernel<__half, false>),
+                   reinterpret_cast<const void*>(allreduce_fusion_kernel<__half, true>),
+                   reinterpret_cast<const void*>(allreduce_fusion_kernel<__nv_bfloat16, false>),
+                   reinterpret_cast<const void*>(allreduce_fusion_kernel<__nv_bfloat16, true>),
+                   reinterpret_cast<const void*>(allreduce_fusion_kernel<float, false>),
+                   reinterpret_cast<const void*>(allreduce_fusion_kernel<float, true>)});
+}
+
+void preload_decode_cp_a2a_alltoall() {
+  preload_kernels("decode_cp_a2a_alltoall", {reinterpret_cast<const void*>(dcp_a2a_put_kernel),
+                                             reinterpret_cast<const void*>(dcp_a2a_sync_kernel),
+                                             reinterpret_cast<const void*>(dcp_a2a_get_kernel)});
+}
+
 void moe_local_value(const MoeLocalParams& p, void* stream, int sm_count) {
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = p.tokens * p.hidden;

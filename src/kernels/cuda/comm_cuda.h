@@ -18,6 +18,11 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
 /// block waits for the same block of every peer).
 int allreduce_fusion_blocks(int64_t tokens, int world_size, int sm_count);
 
+/// Loads every allreduce_fusion / decode_cp_a2a_alltoall kernel into the current context
+/// (comm_sync.cuh, preload_kernels): run before core/comm_abort.h's gated_collective_launch.
+void preload_allreduce_fusion();
+void preload_decode_cp_a2a_alltoall();
+
 /// allreduce_fusion's MoE patterns 6 / 7: this rank's local value, one element a thread.
 void moe_local_value(const MoeLocalParams& p, void* stream, int sm_count);
 

@@ -7,8 +7,24 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <initializer_list>
+
+#include "kernels/cuda/cuda_utils.cuh"
 
 namespace flashinfer::kernels::cuda {
+
+// Loads `kernels` into the current context now. Under lazy loading (CUDA_MODULE_LOADING=LAZY,
+// the default since CUDA 12.2) a kernel is loaded at its first launch, and loading may
+// synchronize the context: a rank loading a kernel while a peer's kernel spins for this rank's
+// would deadlock. The collectives' preload functions run before core/comm_abort.h's
+// gated_collective_launch enqueues any waiting kernel; cudaFuncGetAttributes needs the loaded
+// function, so it loads it.
+inline void preload_kernels(const char* op, std::initializer_list<const void*> kernels) {
+  for (const void* k : kernels) {
+    cudaFuncAttributes a{};
+    FLASHINFER_CUDA_CALL(op, cudaFuncGetAttributes(&a, k));
+  }
+}
 
 // One element a peer wrote, read around the L1 (another device or process wrote it since this SM
 // last looked: the memory is reused call after call).

@@ -70,6 +70,12 @@ __global__ void mixed_comm_get_kernel(MixedCommParams p) {
 
 }  // namespace
 
+void preload_mixed_comm() {
+  preload_kernels("run_mixed_comm", {reinterpret_cast<const void*>(mixed_comm_put_kernel),
+                                     reinterpret_cast<const void*>(mixed_comm_sync_kernel),
+                                     reinterpret_cast<const void*>(mixed_comm_get_kernel)});
+}
+
 void mixed_comm(const MixedCommParams& p, void* stream, bool enable_pdl, int sm_count) {
   const auto s = static_cast<cudaStream_t>(stream);
   auto blocks_for = [&](int64_t work) {

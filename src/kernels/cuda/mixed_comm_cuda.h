@@ -12,4 +12,7 @@ namespace flashinfer::kernels::cuda {
 /// arithmetic, kernels/mixed_comm_params.h, so its bits).
 void mixed_comm(const MixedCommParams& p, void* stream, bool enable_pdl, int sm_count);
 
+/// Loads mixed_comm's kernels into the current context (comm_sync.cuh, preload_kernels).
+void preload_mixed_comm();
+
 }  // namespace flashinfer::kernels::cuda

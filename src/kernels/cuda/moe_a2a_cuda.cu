@@ -296,7 +296,74 @@ __global__ void moe_a2a_sanitize_kernel(MoeA2aSanitizeParams p) {
   }
 }
 
+template <int K>
+const void* combine_sum_kernel_of(DType region_dtype) {
+  switch (region_dtype) {
+    case DType::kFloat16:
+      return reinterpret_cast<const void*>(moe_a2a_combine_sum_kernel<K, __half>);
+    case DType::kBFloat16:
+      return reinterpret_cast<const void*>(moe_a2a_combine_sum_kernel<K, __nv_bfloat16>);
+    case DType::kFloat8E4M3FN:
+      return reinterpret_cast<const void*>(moe_a2a_combine_sum_kernel<K, __nv_fp8_e4m3>);
+    default:
+      return reinterpret_cast<const void*>(moe_a2a_combine_sum_kernel<K, float>);
+  }
+}
+
 }  // namespace
+
+void preload_moe_a2a_dispatch() {
+  preload_kernels("MoeAlltoAll.dispatch",
+                  {reinterpret_cast<const void*>(moe_a2a_dispatch_begin_kernel),
+                   reinterpret_cast<const void*>(moe_a2a_route_kernel),
+                   reinterpret_cast<const void*>(moe_a2a_copy_kernel),
+                   reinterpret_cast<const void*>(moe_a2a_dispatch_signal_kernel)});
+}
+
+void preload_moe_a2a_combine(const MoeA2aCombineParams& p) {
+  const void* sum = nullptr;
+  switch (p.top_k) {
+    case 1:
+      sum = combine_sum_kernel_of<1>(p.region_dtype);
+      break;
+    case 2:
+      sum = combine_sum_kernel_of<2>(p.region_dtype);
+      break;
+    case 4:
+      sum = combine_sum_kernel_of<4>(p.region_dtype);
+      break;
+    case 6:
+      sum = combine_sum_kernel_of<6>(p.region_dtype);
+      break;
+    case 8:
+      sum = combine_sum_kernel_of<8>(p.region_dtype);
+      break;
+    case 10:
+      sum = combine_sum_kernel_of<10>(p.region_dtype);
+      break;
+    case 12:
+      sum = combine_sum_kernel_of<12>(p.region_dtype);
+      break;
+    case 14:
+      sum = combine_sum_kernel_of<14>(p.region_dtype);
+      break;
+    case 16:
+      sum = combine_sum_kernel_of<16>(p.region_dtype);
+      break;
+    case 18:
+      sum = combine_sum_kernel_of<18>(p.region_dtype);
+      break;
+    case 22:
+      sum = combine_sum_kernel_of<22>(p.region_dtype);
+      break;
+    default:
+      break;  // refused by moe_a2a_combine itself
+  }
+  preload_kernels(p.op, {reinterpret_cast<const void*>(moe_a2a_combine_prepare_kernel),
+                         reinterpret_cast<const void*>(moe_a2a_combine_signal_kernel),
+                         reinterpret_cast<const void*>(moe_a2a_combine_done_kernel)});
+  if (sum != nullptr) preload_kernels(p.op, {sum});
+}
 
 void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);

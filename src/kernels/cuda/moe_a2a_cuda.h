@@ -20,6 +20,12 @@ void moe_a2a_dispatch(const MoeA2aDispatchParams& p, void* stream);
 /// order, then this rank's done value published (one block).
 void moe_a2a_combine(const MoeA2aCombineParams& p, void* stream);
 
+/// Load the kernels moe_a2a_dispatch / moe_a2a_combine(p) may launch into the current context
+/// (comm_sync.cuh, preload_kernels): a rank without tokens skips the copy / sum kernels its peers
+/// launch, so they may be first launched while a peer's kernel waits.
+void preload_moe_a2a_dispatch();
+void preload_moe_a2a_combine(const MoeA2aCombineParams& p);
+
 /// Rows past each source's count: every slot invalid_id (a thread a slot).
 void moe_a2a_sanitize_expert_ids(const MoeA2aSanitizeParams& p, void* stream);
 

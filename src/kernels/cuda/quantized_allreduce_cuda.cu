@@ -255,6 +255,12 @@ int quantized_all_reduce_blocks(int64_t numel, int64_t block_size, int world_siz
   return static_cast<int>(g < 1 ? 1 : g);
 }
 
+void preload_quantized_all_reduce() {
+  preload_kernels("quantized_all_reduce",
+                  {reinterpret_cast<const void*>(quantized_all_reduce_kernel),
+                   reinterpret_cast<const void*>(quantized_all_reduce_x8_kernel)});
+}
+
 void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream) {
   const dim3 grid(quantized_all_reduce_blocks(p.numel, p.block_size, p.world_size, p.max_blocks));
   // 16-byte lanes where every group is a whole number of them (numel is a multiple of 8, so

@@ -13,6 +13,10 @@ namespace flashinfer::kernels::cuda {
 /// third time (so no peer still reads this rank's buffer when the next call writes it).
 void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream);
 
+/// Loads quantized_all_reduce's kernels into the current context (comm_sync.cuh,
+/// preload_kernels).
+void preload_quantized_all_reduce();
+
 /// The grid: one block per stride of block_size * world_size elements, at most p.max_blocks
 /// (max_num_blocks capped by the limit the group agreed on: every rank's blocks resident at once,
 /// also where ranks share a GPU, since each block waits for its peers') and

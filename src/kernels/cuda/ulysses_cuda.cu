@@ -50,6 +50,12 @@ __global__ void __launch_bounds__(kThreads) ulysses_a2a_kernel(UlyssesA2aParams 
 
 }  // namespace
 
+void preload_ulysses_a2a() {
+  preload_kernels("ulysses_a2a", {reinterpret_cast<const void*>(ulysses_a2a_kernel<uint4>),
+                                  reinterpret_cast<const void*>(ulysses_a2a_kernel<uint32_t>),
+                                  reinterpret_cast<const void*>(ulysses_a2a_kernel<uint16_t>)});
+}
+
 void ulysses_a2a(const UlyssesA2aParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.blocks()), block(kThreads);

@@ -12,4 +12,7 @@ namespace flashinfer::kernels::cuda {
 /// second barrier), then this rank's staging buffer copied into p.out.
 void ulysses_a2a(const UlyssesA2aParams& p, void* stream);
 
+/// Loads ulysses_a2a's kernels into the current context (comm_sync.cuh, preload_kernels).
+void preload_ulysses_a2a();
+
 }  // namespace flashinfer::kernels::cuda
