@@ -91,7 +91,8 @@ struct GdnParams {
   int64_t out_stride_seq = 0, out_stride_tok = 0, out_stride_head = 0;
 
   // States. state_in null: zeros. read_idx / write_idx (int32 or int64, one per sequence) pick
-  // the slots; null: slot n. write_idx null with read_idx given: the read slot.
+  // the slots; null: slot n. write_idx null with read_idx given: the read slot (the kernels
+  // treat write_idx == read_idx, prefill's state_indices, as the same case).
   GdnStateRef state_in, state_out;
   const void* read_idx = nullptr;
   bool read_idx_i64 = false;

@@ -860,8 +860,11 @@ TEST(GdnBench, RefcheckJudgesAWrittenStatePoolByTheOpsComparator) {
 Tensor cuda(const Tensor& t) { return to_keep_layout(t, Device::cuda(0)); }
 
 // Calls the chunked prefill kernel took so far (0 in a build without CUDA, whose GPU cases skip).
+// Not `&& FLASHINFER_WITH_CUDA`: that is the library's private definition (src/CMakeLists.txt),
+// undefined here, so the counter read 0 on every GPU; tests/CMakeLists.txt sets
+// FLASHINFER_TEST_HAVE_CUDA_HEADERS exactly when the library has its CUDA backend.
 uint64_t chunked_launches() {
-#if FLASHINFER_TEST_HAVE_CUDA_HEADERS && FLASHINFER_WITH_CUDA
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
   return kernels::cuda::gdn_chunked_launches();
 #else
   return 0;
@@ -1072,8 +1075,8 @@ TEST(GdnCuda, SmallHeadDimsPoolRulesAndGuards) {
 // GdnChunk.CudaTestCasesEmulatedWithinUpstreamTolerances checks without a GPU. Then one copy
 // stage against two (bit for bit) and a grid past one wave, strided
 // views of a fused projection and a wider output buffer (bit for bit the contiguous call), a
-// pool with state indices (bit for bit the packed call), the NaN rows of a negative index, and
-// FLASHINFER_GDN_CHUNKED=0.
+// pool with state indices (bit for bit the packed call), the NaN rows of a negative index,
+// FLASHINFER_GDN_CHUNKED=0, and the NaN rows of an index past the output pool.
 TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (const auto& c : gdn_chunk_emu::cuda_cases()) {
@@ -1209,6 +1212,27 @@ TEST(GdnCuda, ChunkedPrefillMatchesCpuAtUpstreamTolerances) {
     chunk_gated_delta_rule(cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta),
                            std::nullopt, std::nullopt, false, cuda(in.cu_t));
     EXPECT_EQ(chunked_launches(), before + 1);
+  }
+  {
+    // No initial state and an index past the output pool (the CPU refuses it): that sequence's
+    // rows NaN and no slot written, as on the recurrent kernel (SmallHeadDimsPoolRulesAndGuards).
+    const Tensor pool_before = dpool.to(Device::cpu());
+    const uint64_t launches = chunked_launches();
+    auto ro = chunk_gated_delta_rule(
+        cuda(in.q), cuda(in.k), cuda(in.v), cuda(in.g), cuda(in.beta), std::nullopt, std::nullopt,
+        true, cuda(in.cu_t), false, std::nullopt, dpool, std::nullopt, std::nullopt, 0,
+        Value(std::string("auto")), cuda(Tensor::from_vector({1, 7}, {2}, DType::kInt32)));
+    EXPECT_EQ(chunked_launches(), launches + 1);
+    for (double x : ro.output.slice(0, 9, 150).to(Device::cpu()).to_double_vector()) {
+      ASSERT_TRUE(std::isnan(x));
+    }
+    for (double x : ro.output.slice(0, 0, 9).to(Device::cpu()).to_double_vector()) {
+      ASSERT_FALSE(std::isnan(x));
+    }
+    const Tensor pool_after = dpool.to(Device::cpu());
+    for (int64_t sl : {0, 2, 3}) {
+      EXPECT_TRUE(all_close(pool_after.select(0, sl), pool_before.select(0, sl), {0.0, 0.0})) << sl;
+    }
   }
 }
 

@@ -426,10 +426,19 @@ TEST(GdnFusedDecodeCuda, MatchesCpu) {
 TEST(GdnFusedDecodeCuda, CapturesIntoAGraph) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const FusedIn in = fused_inputs(3, 256, 2, 4, 64, 4, {3, 0, 1}, 97);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  void* const prev = current_cuda_stream();
-  set_current_cuda_stream(stream);
+  // Declared before every CUDA tensor below, so destroyed after them: a tensor made while the
+  // stream is current belongs to it, and its death asks the stream (capture status, an event),
+  // so the stream must outlive it (include/flashinfer/stream.h). Destroying the stream first
+  // crashed in cudaStreamIsCapturing when ~Tensor ran at the end of the test.
+  struct OwnedStream {
+    cudaStream_t s = nullptr;
+    ~OwnedStream() {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+  } owned;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t const stream = owned.s;
+  const CurrentStreamScope scope(stream);  // the previous stream back however the test ends
   const FusedIn eager = on_cuda(fresh_pools(in));
   auto [oe, ce, se] = run(eager);  // also grows the stream's scratch before the capture
   const FusedIn graphed = on_cuda(fresh_pools(in));
@@ -437,11 +446,9 @@ TEST(GdnFusedDecodeCuda, CapturesIntoAGraph) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeGlobal,
                                              [&] { (void)run(graphed, std::nullopt, og); }));
-  set_current_cuda_stream(prev);
   EXPECT_TRUE(all_close(og.to(Device::cpu()), oe.to(Device::cpu()), {0.0, 0.0}));
   EXPECT_TRUE(all_close(graphed.conv.to(Device::cpu()), ce.to(Device::cpu()), {0.0, 0.0}));
   EXPECT_TRUE(all_close(graphed.ssm.to(Device::cpu()), se.to(Device::cpu()), {0.0, 0.0}));
-  cudaStreamDestroy(stream);
 }
 #endif
 

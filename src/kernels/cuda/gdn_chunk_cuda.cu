@@ -129,11 +129,14 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
   const int64_t len = end - begin;
   IO* const out = static_cast<IO*>(p.out) + h * p.out_stride_head + slice * gs::kSlice;
 
-  // Slots as the recurrent kernel's prefill path: a negative read slot, or one outside the pool,
-  // writes NaN outputs and no state (the CPU refuses both on the host).
+  // Slots as the recurrent kernel's prefill path: a negative read slot, or one outside the pool
+  // read or (written back to the same slot: write_idx null or the read_idx tensor itself, as
+  // state_indices pass it) outside the pool written, writes NaN outputs and no state (the CPU
+  // refuses both on the host).
   int64_t r = p.read_idx ? chunk_index(p.read_idx, p.read_idx_i64, n) : n;
+  const bool writes_read_slot = p.write_idx == nullptr || p.write_idx == p.read_idx;
   if (r < 0 || (p.read_idx && ((p.state_in.data && r >= p.state_in.slots) ||
-                               (!p.write_idx && p.state_out.data && r >= p.state_out.slots)))) {
+                               (writes_read_slot && p.state_out.data && r >= p.state_out.slots)))) {
     const IO nan = from_f32<IO>(__int_as_float(0x7fc00000));
     for (int64_t i = tid; i < len * gs::kSlice; i += gs::kThreads) {
       out[(begin + i / gs::kSlice) * p.out_stride_tok + i % gs::kSlice] = nan;

@@ -103,9 +103,13 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
     }
   }
   // A read slot outside the pool read, or (written back to the same slot) outside the pool
-  // written: the CPU refuses both on the host; here NaN outputs say so.
+  // written: the CPU refuses both on the host; here NaN outputs say so. The same slot: no
+  // write_idx, or write_idx the read_idx tensor itself, as chunk_gated_delta_rule's
+  // state_indices pass it (without the second form, a prefill index past the output pool with no
+  // initial state computed from zeros and dropped the write).
+  const bool writes_read_slot = p.write_idx == nullptr || p.write_idx == p.read_idx;
   if (p.read_idx && ((p.state_in.data && r >= p.state_in.slots) ||
-                     (!p.write_idx && p.state_out.data && r >= p.state_out.slots))) {
+                     (writes_read_slot && p.state_out.data && r >= p.state_out.slots))) {
     for (int64_t t = 0; t < len; ++t) write_out(t, nan);
     return;
   }
