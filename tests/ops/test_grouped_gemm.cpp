@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/device_props.h"
@@ -123,6 +127,51 @@ std::vector<double> grouped_ref(const std::vector<double>& A, const std::vector<
     }
   }
   return out;
+}
+
+// grouped_ref (no fill) and, from the same pass, alpha times the sums of |a b| that
+// within_accumulation_bound needs: each sum in grouped_ref's order, but four rows of a group
+// against each weight row at a time, so that the weight is read a quarter as often and eight
+// independent sums share each step. grouped_ref's k-deep sum is one chain of dependent additions,
+// and the random cases' weights (296 x 4096 doubles a group) do not stay in cache between rows: two
+// passes of it over 6000 rows took most of a GPU binary's 180 s.
+struct ExactAndAbsSum {
+  std::vector<double> exact, abs_sum;
+};
+ExactAndAbsSum grouped_ref_with_abs_sum(const std::vector<double>& A, const std::vector<double>& B,
+                                        const std::vector<int64_t>& indptr, int64_t cum, int64_t n,
+                                        int64_t k, double alpha) {
+  constexpr int64_t kRows = 4;
+  ExactAndAbsSum ref;
+  ref.exact.assign(static_cast<std::size_t>(cum * n), 0.0);
+  ref.abs_sum.assign(static_cast<std::size_t>(cum * n), 0.0);
+  for (std::size_t e = 0; e + 1 < indptr.size(); ++e) {
+    const int64_t end = indptr[e + 1];
+    for (int64_t r0 = indptr[e]; r0 < end; r0 += kRows) {
+      // A block past the group's end repeats its last row, whose sums are then not stored.
+      const double* a[kRows];
+      for (int64_t q = 0; q < kRows; ++q) {
+        a[q] = A.data() + std::min(r0 + q, end - 1) * k;
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const double* b = B.data() + (static_cast<int64_t>(e) * n + j) * k;
+        double acc[kRows] = {}, mag[kRows] = {};
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double bv = b[kk];
+          for (int64_t q = 0; q < kRows; ++q) {
+            const double prod = a[q][kk] * bv;
+            acc[q] += prod;
+            mag[q] += std::fabs(prod);
+          }
+        }
+        for (int64_t q = 0; q < kRows && r0 + q < end; ++q) {
+          ref.exact[static_cast<std::size_t>((r0 + q) * n + j)] = alpha * acc[q];
+          ref.abs_sum[static_cast<std::size_t>((r0 + q) * n + j)] = alpha * mag[q];
+        }
+      }
+    }
+  }
+  return ref;
 }
 
 // ---- grouped_mm_bf16 ----------------------------------------------------------------------
@@ -1169,25 +1218,30 @@ struct RandomGroupedCase {
   Tensor a, b;
   std::vector<double> exact, abs_sum;
 };
-RandomGroupedCase random_grouped_case(uint64_t seed, int64_t max_rows, uint64_t a_seed,
-                                      uint64_t b_seed) {
-  RandomGroupedCase c;
-  c.indptr = {1};
+// The m_indptr of RandomGroupedCase: 70 groups from `seed`, a fifth empty, the rest of fewer than
+// max_rows rows, after one row in no group.
+std::vector<int64_t> random_group_indptr(uint64_t seed, int64_t max_rows) {
+  std::vector<int64_t> indptr = {1};
   uint64_t s = seed;
   for (int g = 0; g < 70; ++g) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     const int64_t m =
         (s >> 40) % 5 == 0 ? 0 : static_cast<int64_t>((s >> 33) % static_cast<uint64_t>(max_rows));
-    c.indptr.push_back(c.indptr.back() + m);
+    indptr.push_back(indptr.back() + m);
   }
+  return indptr;
+}
+RandomGroupedCase random_grouped_case(uint64_t seed, int64_t max_rows, uint64_t a_seed,
+                                      uint64_t b_seed) {
+  RandomGroupedCase c;
+  c.indptr = random_group_indptr(seed, max_rows);
   c.cum = c.indptr.back() + 2;
   c.a = rand_tensor({c.cum, c.k}, DType::kBFloat16, a_seed, -1.0, 1.0);
   c.b = rand_tensor({70, c.n, c.k}, DType::kBFloat16, b_seed, -1.0, 1.0);
-  std::vector<double> av = c.a.to_double_vector(), bv = c.b.to_double_vector();
-  c.exact = grouped_ref(av, bv, c.indptr, c.cum, c.n, c.k, 1.0);
-  for (double& x : av) x = std::fabs(x);
-  for (double& x : bv) x = std::fabs(x);
-  c.abs_sum = grouped_ref(av, bv, c.indptr, c.cum, c.n, c.k, 1.0);
+  ExactAndAbsSum ref = grouped_ref_with_abs_sum(c.a.to_double_vector(), c.b.to_double_vector(),
+                                                c.indptr, c.cum, c.n, c.k, 1.0);
+  c.exact = std::move(ref.exact);
+  c.abs_sum = std::move(ref.abs_sum);
   return c;
 }
 
@@ -1377,36 +1431,51 @@ TEST(GroupedMmFp8Cuda, RandomMatchesFp64WithinAccumulationBound) {
   const int64_t cum = 300, n = 256, k = 4096, E = 3;
   const Tensor a = rand_tensor({cum, k}, DType::kFloat32, 7, -2.0, 2.0).to(DType::kFloat8E4M3FN);
   const Tensor b = rand_tensor({E, n, k}, DType::kFloat32, 8, -2.0, 2.0).to(DType::kFloat8E4M3FN);
-  std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector();
-  const std::vector<double> exact = grouped_ref(av, bv, indptr, cum, n, k, 0.25);
-  for (double& x : av) x = std::fabs(x);
-  for (double& x : bv) x = std::fabs(x);
-  const std::vector<double> abs_sum = grouped_ref(av, bv, indptr, cum, n, k, 0.25);
+  const ExactAndAbsSum ref =
+      grouped_ref_with_abs_sum(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 0.25);
   const Tensor got =
       grouped_mm_fp8(a.to(d), b.to(d), i32(indptr).to(d),
                      Tensor::full({1}, 0.25, DType::kFloat32, d), std::nullopt, DType::kFloat32);
-  EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, k));
+  EXPECT_TRUE(within_accumulation_bound(got, ref.exact, ref.abs_sum, k));
 }
 
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// Waits up to `seconds` for the current stream's work (calls that take milliseconds): past that a
+// kernel hangs, and since nothing stops a running kernel the test says which call did and ends
+// the process, so that a log names the hang rather than ending at the binary's time limit.
+void finishes_or_exit(const char* what, double seconds = 60.0) {
+#if FLASHINFER_TEST_HAVE_CUDART
+  const auto stream = static_cast<cudaStream_t>(current_cuda_stream());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (cudaStreamQuery(stream) == cudaErrorNotReady) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      std::fprintf(stderr, "%s has not finished after %.0f s: a GPU hang; ending the process\n",
+                   what, seconds);
+      std::fflush(stderr);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+    usleep(1000);
+  }
+#else
+  (void)what;
+  (void)seconds;
+#endif
+}
+
 // grouped_mm_fp8 e4m3 x e4m3 -> bf16 on an sm_90 device of a build with CUTLASS runs CUTLASS's
 // FP8 grouped GEMM (its counter says so; elsewhere the mma.sync kernel). Integer operands with
 // |a b| <= 16 (every 128-deep k tile's sum below 2^11, exact even in the FP8 tensor core's
 // narrower accumulator, whose partial sums CUTLASS adds in fp32 after each tile), alpha 0.5 or
 // none, k = 208 (a partial k tile), groups of 0 to 300 rows, rows in no group left as they were:
-// bit-exact against the CPU. Random e4m3 operands, k = 4096: within the accumulation bound of the
-// exact result and within twice it of the mma.sync kernel (FLASHINFER_GROUPED_MM_CUTLASS=0).
-TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
+// bit-exact against the CPU. Each call must finish within a minute (finishes_or_exit).
+TEST(GroupedMmFp8Cuda, CutlassPathOnHopperExactOnIntegerOperands) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
   if (api::compute_capability(d) < 89) {
     GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
   }
   const bool cutlass = cutlass_grouped_here(d);
-  auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
-  auto ran = [&](const kernels::cuda::GroupedMmRoutes& before) {
-    return ran_expected_path(before, cutlass);
-  };
   const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   const int64_t E = static_cast<int64_t>(kEdgeIndptr.size()) - 1, k = 208;
   const Tensor a = int_tensor({kEdgeRows, k}, 4, DType::kFloat8E4M3FN, 51);
@@ -1421,29 +1490,46 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
     Tensor ref = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16);
     (void)grouped_mm_fp8(a, b, ip, al, ref);
     Tensor out = Tensor::full({kEdgeRows, kEdgeN}, 7.0, DType::kBFloat16, d);
-    const auto before = routes();
-    (void)grouped_mm_fp8(a.to(d), b.to(d), ip.to(d), ald, out);
-    EXPECT_TRUE(ran(before));
+    const Tensor ad = a.to(d), bd = b.to(d), ipd = ip.to(d);
+    finishes_or_exit("the copies before grouped_mm_fp8");
+    const auto before = kernels::cuda::grouped_mm_routes();
+    (void)grouped_mm_fp8(ad, bd, ipd, ald, out);
+    finishes_or_exit(with_alpha ? "grouped_mm_fp8 (k 208, alpha)" : "grouped_mm_fp8 (k 208)");
+    EXPECT_TRUE(ran_expected_path(before, cutlass));
     EXPECT_TRUE(bit_equal(out, ref));  // rows 0..2 and 688..699 keep their 7s
   }
-  // Random values in [-2, 2], 70 groups of up to 200 rows (some empty), n 296, k 4096.
-  const RandomGroupedCase c = random_grouped_case(78, 200, 53, 54);
-  const int64_t kr = 4096;
-  const Tensor ar =
-      rand_tensor({c.cum, kr}, DType::kFloat32, 55, -2.0, 2.0).to(DType::kFloat8E4M3FN);
-  const Tensor br =
-      rand_tensor({70, c.n, kr}, DType::kFloat32, 56, -2.0, 2.0).to(DType::kFloat8E4M3FN);
-  std::vector<double> av = ar.to_double_vector(), bv = br.to_double_vector();
-  const std::vector<double> exact = grouped_ref(av, bv, c.indptr, c.cum, c.n, kr, 0.25);
-  for (double& x : av) x = std::fabs(x);
-  for (double& x : bv) x = std::fabs(x);
-  const std::vector<double> abs_sum = grouped_ref(av, bv, c.indptr, c.cum, c.n, kr, 0.25);
-  const Tensor ad = ar.to(d), bd = br.to(d), ipd = i32(c.indptr).to(d);
+}
+
+// The same path on random e4m3 values in [-2, 2], alpha 0.25: 70 groups of up to 200 rows (some
+// empty; random_group_indptr), n 296, k 1024 (8 k tiles, each tile's FP8 partial sums promoted
+// to fp32): within the accumulation bound of the exact result and within twice it of the
+// mma.sync kernel (FLASHINFER_GROUPED_MM_CUTLASS=0). The fp64 reference (6000 rows x 296 x 1024,
+// one pass for both bounds: grouped_ref_with_abs_sum) takes about 7 s at the tests' -O0; two
+// plain passes at k 4096, after an unused bf16 case's two at k 1032, took this case past the
+// binary's 180 s on the H200 (the bound grows with k, so a deeper k would not test more).
+TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  if (api::compute_capability(d) < 89) {
+    GTEST_SKIP() << "grouped_mm_fp8 on CUDA is sm89+ (upstream's rule)";
+  }
+  const bool cutlass = cutlass_grouped_here(d);
+  auto routes = [] { return kernels::cuda::grouped_mm_routes(); };
+  const testing::ScopedEnv default_path("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
+  const std::vector<int64_t> indptr = random_group_indptr(78, 200);
+  const int64_t cum = indptr.back() + 2, n = 296, k = 1024;
+  const Tensor a = rand_tensor({cum, k}, DType::kFloat32, 55, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  const Tensor b = rand_tensor({70, n, k}, DType::kFloat32, 56, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  const ExactAndAbsSum ref =
+      grouped_ref_with_abs_sum(a.to_double_vector(), b.to_double_vector(), indptr, cum, n, k, 0.25);
+  const Tensor ad = a.to(d), bd = b.to(d), ipd = i32(indptr).to(d);
   const Tensor alpha_d = Tensor::full({1}, 0.25, DType::kFloat32, d);
+  finishes_or_exit("the copies before grouped_mm_fp8");
   auto before = routes();
   const Tensor got = grouped_mm_fp8(ad, bd, ipd, alpha_d);
-  EXPECT_TRUE(ran(before));
-  EXPECT_TRUE(within_accumulation_bound(got, exact, abs_sum, kr));
+  finishes_or_exit("grouped_mm_fp8 (70 groups, k 1024)");
+  EXPECT_TRUE(ran_expected_path(before, cutlass));
+  EXPECT_TRUE(within_accumulation_bound(got, ref.exact, ref.abs_sum, k));
   before = routes();
   Tensor mma;
   {
@@ -1452,8 +1538,8 @@ TEST(GroupedMmFp8Cuda, CutlassPathOnHopperMatchesCpuAndTheMmaKernel) {
   }
   EXPECT_GT(routes().mma, before.mma);
   EXPECT_EQ(routes().cutlass, before.cutlass);
-  EXPECT_TRUE(
-      within_accumulation_bound(got, mma.to(Device::cpu()).to_double_vector(), abs_sum, kr, 2.0));
+  EXPECT_TRUE(within_accumulation_bound(got, mma.to(Device::cpu()).to_double_vector(), ref.abs_sum,
+                                        k, 2.0));
 }
 
 // SegmentGEMMWrapper.run with bf16 k-major weights (weight_column_major=True) takes CUTLASS's path
