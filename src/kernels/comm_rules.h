@@ -107,6 +107,39 @@ FLASHINFER_HD float ar_moe_finalize_value(int64_t top_k, int64_t rows, bool has_
   return has_shared ? round(fp32_add(a, shared())) : a;
 }
 
+/// The CUDA kernel's threads per block (one block a row at a time): the order of the norm's sum
+/// of squares below depends on it.
+inline constexpr int kArThreads = 512;
+
+/// The norm's sum of squares of one row in the CUDA kernel's order, for the CPU reference:
+/// step(acc, j) adds term j to a partial sum. Thread i of the block adds terms i, i + 512, ...
+/// in order from +0, then block_reduce_sum (kernels/cuda/device_utils.cuh): in each warp the
+/// xor butterfly (lane i += lane i ^ o, o = 16 .. 1; lane 0's result), then warp 0 the same over
+/// the 16 warps' sums padded with +0. A sequential sum differs in the last place of the fp32 sum
+/// for most rows, which the fp32 per-token scale of MNNVL two-shot (patterns 10 / 11) shows.
+/// Host only (a block's partial sums on the stack).
+template <class Step>
+float ar_square_sum(int64_t n, const Step& step) {
+  constexpr int kWarps = kArThreads / 32;
+  auto butterfly = [](float* a) {
+    for (int o = 16; o > 0; o >>= 1) {
+      for (int i = 0; i < o; ++i) a[i] = fp32_add(a[i], a[i + o]);
+    }
+    return a[0];
+  };
+  float warp_sum[32] = {};  // warps past kWarps: warp 0's +0 padding
+  for (int w = 0; w < kWarps; ++w) {
+    float lane[32];
+    for (int l = 0; l < 32; ++l) {
+      float acc = 0.0f;
+      for (int64_t j = w * 32 + l; j < n; j += kArThreads) acc = step(acc, j);
+      lane[l] = acc;
+    }
+    warp_sum[w] = butterfly(lane);
+  }
+  return butterfly(warp_sum);
+}
+
 // ---- MNNVL (MNNVLAllReduceFusionWorkspace): upstream's trtllm_mnnvl_allreduce kernels, built
 // with -use_fast_math (fp32 subnormals flushed to sign-preserving zero in the sum).
 

@@ -43,12 +43,14 @@ void allreduce_fusion(const AllReduceFusionParams& p) {
       r[static_cast<std::size_t>(j)] = load_or_fp32(p.residual_out, dt, i);
     }
     if (pat.allreduce_out) continue;
-    float ss = 0.0f;
     auto round = [&](float v) { return round_to(dt, v); };
-    for (int64_t j = 0; j < H; ++j) {
-      ss = p.mnnvl ? mnnvl_ftz(fp32_add(ss, mnnvl_square(r[j], p.oneshot, round)))
-                   : fp32_add(ss, fp32_mul(r[j], r[j]));
-    }
+    // In the CUDA kernel's order (a block tree), so that the fp32 inv and everything from it
+    // agree bit for bit: MNNVL two-shot's per-token scale is amax of the fp32 norm / 448, where a
+    // last-place difference of the sum shows in nearly every token's scale.
+    const float ss = ar_square_sum(H, [&](float acc, int64_t j) {
+      return p.mnnvl ? mnnvl_ftz(fp32_add(acc, mnnvl_square(r[j], p.oneshot, round)))
+                     : fp32_add(acc, fp32_mul(r[j], r[j]));
+    });
     const float inv =
         fp32_div(1.0f, std::sqrt(fp32_add(fp32_div(ss, static_cast<float>(H)), p.eps)));
     // MNNVL's two-shot per-token FP8 scales the fp32 norm; everything else quantizes y.

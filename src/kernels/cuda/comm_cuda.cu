@@ -11,7 +11,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = kArThreads;  // the CPU reference sums the norm's squares in its order
 
 template <class T>
 __device__ __forceinline__ float round_t(float v) {
