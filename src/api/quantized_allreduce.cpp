@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "api/backends.h"
@@ -144,8 +143,12 @@ QarBuffer qar_buffer(const std::shared_ptr<comm::CommBackend>& group, int64_t by
   }
   const int cap = detail::group_grid_cap(records, QarBufferLayout::kMaxBlocks);
   if (hit) return found;
-  // The buffers of groups that are gone are freed on a thread of their own (a CUDA free waits
-  // for the device); this group's outgrown one is kept with the group.
+  // The buffers of groups that are gone are freed here, on this rank's thread, before this call's
+  // launch gate (core/comm_abort.h): a CUDA free waits for the device, and every kernel in
+  // flight is a fully launched call's, so it ends. (A free on a thread of its own, as before,
+  // could land between two ranks' gated launches, waiting for the first one's spinning kernel
+  // while the driver lock it holds kept the second from being enqueued: UlyssesCommunicator's
+  // close had that hazard, session 64.) This group's outgrown one is kept with the group.
   std::vector<std::shared_ptr<detail::PeerMemory>> dead;
   {
     const std::lock_guard<std::mutex> lock(cache.m);
@@ -164,7 +167,7 @@ QarBuffer qar_buffer(const std::shared_ptr<comm::CommBackend>& group, int64_t by
     }
   }
   found.mem.reset();
-  if (!dead.empty()) std::thread([d = std::move(dead)]() mutable { d.clear(); }).detach();
+  dead.clear();
   QarEntry e;
   e.mem = std::make_shared<detail::PeerMemory>(c, static_cast<std::size_t>(bytes), kQarOp);
   e.retired = std::move(retired);

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -192,18 +191,24 @@ void launch_ulysses_exchange(UlyssesA2aParams& p, const Tensor& inp, const Tenso
   p.inp = inp.data_ptr();
   p.out = out.data_ptr();
   p.op = op;
-  if (inp.device().is_cuda()) p.abort = detail::thread_group_abort_word();
+  const Device dev = inp.device();
+  if (dev.is_cuda()) p.abort = detail::thread_group_abort_word();
   // Ranks that are threads sharing a context enqueue their kernels together (the reason:
   // core/comm_abort.h); the ranks' inputs' alignments may pick different instances, all loaded
-  // first.
+  // first. Only the waiting kernel is inside the gate, as its contract says: the CUDA copy-out
+  // follows it on the same stream, enqueued after the second barrier.
   detail::gated_collective_launch(
-      nullptr, p.world_size, inp.device(),
+      nullptr, p.world_size, dev,
       [] {
 #if FLASHINFER_WITH_CUDA
         kernels::cuda::preload_ulysses_a2a();
 #endif
       },
-      [&] { api::launch(kUlyssesKernels, p, inp.device(), op, arg); });
+      [&] { api::launch(kUlyssesKernels, p, dev, op, arg); });
+  if (dev.is_cuda()) {
+    detail::cuda_memcpy_device_async(p.out, p.peer_out[p.rank],
+                                     static_cast<std::size_t>(p.numel() * p.elem_bytes), dev.index);
+  }
 }
 
 Tensor exchange(UlyssesCommunicator::Impl& w, const Tensor& x, int mode, const char* op) {
@@ -380,17 +385,20 @@ void UlyssesCommunicator::close() {
   if (w.mem) {
     // This rank's calls come on one stream: waiting for it (not the whole device, where another
     // group's kernel may spin on a rank that waits here) ends this rank's pushes; the barrier
-    // then ends every peer's. The free (cudaFree waits for the whole device too) runs on a
-    // thread of its own, as quantized all-reduce's retired buffers do.
+    // then ends every peer's.
     if (w.device.is_cuda()) {
       detail::cuda_stream_synchronize(current_cuda_stream(), w.device.index);
     }
     w.comm->barrier();  // a peer may still be pushing into this rank's buffer
-    if (w.device.is_cuda()) {
-      std::thread([m = std::move(w.mem)]() mutable { m.reset(); }).detach();
-    } else {
-      w.mem.reset();
-    }
+    // The free runs here, on this rank's thread, after the barrier: no kernel of the group is in
+    // flight (every rank waited for its stream) and, with ranks as threads, none is enqueued until
+    // this rank reaches the next launch gate (core/comm_abort.h), so cudaFree's wait for the
+    // device ends. On a detached thread (as before) the W frees ran outside every barrier and
+    // could land inside a later gated launch of this or the next group, where cudaFree waits for
+    // a rank's already spinning kernel while the driver lock it holds keeps a peer's launch from
+    // being enqueued: the likely cause of UlyssesCuda.MatchesCpuOnOneGpu's 100 s hang (the raw
+    // entry points, which free nothing between calls, passed).
+    w.mem.reset();
   }
   w.closed = true;
 }

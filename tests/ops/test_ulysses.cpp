@@ -6,6 +6,8 @@
 // CUDA against the CPU when a GPU is visible (all ranks on one device).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -330,6 +332,10 @@ TEST(UlyssesCuda, MatchesCpuOnOneGpu) {
     for (DType dt : {kBf, kF32}) {
       for (int64_t D : {3, 64}) {  // scalar rows, 16-byte vector rows
         const Shape x_shape{2, 5, 2 * W, D};
+        // Progress on stderr: a hang (the kernels' 100 s trap) then names its group.
+        std::fprintf(stderr, "UlyssesCuda: W %lld, %.*s, D %lld\n", static_cast<long long>(W),
+                     static_cast<int>(dtype_torch_name(dt).size()), dtype_torch_name(dt).data(),
+                     static_cast<long long>(D));
         const RunResult gpu = run_group(W, x_shape, dt, Device::cuda(0));
         expect_scatter(gpu.xs, gpu.ys);
         expect_gather(gpu.gs, gpu.os);

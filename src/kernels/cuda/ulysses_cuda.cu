@@ -71,10 +71,6 @@ void ulysses_a2a(const UlyssesA2aParams& p, void* stream) {
   } else {
     launch_kernel("ulysses_a2a", ulysses_a2a_kernel<uint16_t>, grid, block, 0, s, false, p);
   }
-  FLASHINFER_CUDA_CALL(
-      "ulysses_a2a",
-      cudaMemcpyAsync(p.out, p.peer_out[p.rank], static_cast<std::size_t>(p.numel() * p.elem_bytes),
-                      cudaMemcpyDeviceToDevice, s));
 }
 
 }  // namespace flashinfer::kernels::cuda
