@@ -35,7 +35,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
       return p;
     }
   }
-  void* p = capture && holds_ > 0 ? ops_.malloc_in_capture(size) : ops_.malloc(size);
+  void* p = capture ? ops_.malloc_in_capture(size) : ops_.malloc(size);
   if (p == nullptr && !cached_.empty() && !capture) {
     free_cached_locked();
     p = ops_.malloc(size);
@@ -47,6 +47,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   b.stream = stream;
   b.stream_id = id;
   b.uncached = capture;
+  b.made_under_hold = capture && holds_ > 0;
   live_bytes_ += size;
   live_.emplace(p, b);
   return p;
@@ -64,16 +65,26 @@ void CachingAllocator::release(void* p) noexcept {
   Block b = it->second;
   live_.erase(it);
   live_bytes_ -= b.size;
-  // Under a hold, a block the capture made, or one released while its stream is captured (a
-  // cudaFree then would end the capture), stays until the hold ends: a graph captured under the
-  // hold may still write it.
-  if (holds_ > 0 && (b.uncached || ops_.capturing(b.stream))) {
-    held_.emplace_back(p, b.size);
-    held_bytes_ += b.size;
-    return;
-  }
-  if (!b.uncached && !ops_.capturing(b.stream)) b.event = ops_.record_event(b.stream);
-  if (b.event == nullptr) {  // captured, or the event could not be recorded: no reuse
+  // A block a capture made, or one released while its stream is captured (a cudaFree then
+  // would end the capture), may be written by the graph on every replay. Made under a capture
+  // hold, or released during a capture while one is on: kept until the hold ends (its graph is
+  // gone then: released after that, it goes back to the device). Otherwise the graph owns it
+  // for good, never freed nor handed out again: nothing says when the graph is gone (a PyTorch
+  // graph's private pool lives as long as its graph).
+  const auto keep = [&] {
+    if (holds_ > 0 && (b.made_under_hold || !b.uncached)) {
+      held_.emplace_back(p, b.size);
+      held_bytes_ += b.size;
+    } else {
+      ++graph_owned_blocks_;
+      graph_owned_bytes_ += b.size;
+    }
+  };
+  if (b.uncached && !b.made_under_hold) return keep();
+  if (!b.uncached && ops_.capturing(b.stream)) return keep();
+  if (b.uncached && holds_ > 0) return keep();
+  if (!b.uncached) b.event = ops_.record_event(b.stream);
+  if (b.event == nullptr) {  // made under a hold now ended, or no event could be recorded
     ops_.free(p);
     ++device_frees_;
     return;
@@ -132,6 +143,8 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   s.device_frees = device_frees_;
   s.held_blocks = held_.size();
   s.held_bytes = held_bytes_;
+  s.graph_owned_blocks = graph_owned_blocks_;
+  s.graph_owned_bytes = graph_owned_bytes_;
   return s;
 }
 

@@ -8,11 +8,12 @@
 //     completed.
 // As with PyTorch, a tensor used on a stream other than the one current at its allocation must
 // outlive that use (or the caller synchronizes), else the block can be reused too early.
-// CUDA-graph capture keeps the behaviour of plain cudaMalloc / cudaFree: blocks allocated while
-// the stream captures, and blocks released while their stream captures, go back to the device,
-// never to the cache (a tensor a captured graph uses must outlive the graph's replays, as with
-// plain cudaFree; cached, its block would be handed to another tensor while the graph may still
-// write it), and no event is recorded or queried for them.
+// CUDA-graph capture: blocks allocated while the stream captures are made in relaxed capture
+// mode (a global-mode capture refuses a plain cudaMalloc: an op's temporary would end it), and
+// those, like blocks released while their stream captures, never go to the cache nor back to the
+// device (a cudaFree would end the capture, and the graph may write the block on every replay):
+// under a capture hold they wait for the hold's end, otherwise the graph owns them for good, as
+// a PyTorch graph owns its private pool. No event is recorded or queried for them.
 // The policy is written against an interface (CachingAllocatorOps) so it is unit-tested on the
 // CPU with a fake device (tests/core/test_caching_allocator.cpp); core/cuda_runtime.cpp gives it
 // the CUDA runtime. FLASHINFER_CUDA_CACHING_ALLOCATOR=0 turns the cache off (every block straight
@@ -36,9 +37,9 @@ class CachingAllocatorOps {
   /// Device memory of exactly `nbytes`, or nullptr when the device is out of memory (other
   /// failures throw).
   virtual void* malloc(std::size_t nbytes) = 0;
-  /// As malloc, while this thread's stream is being captured and a capture hold is on: the
-  /// CUDA side lets the allocation run in relaxed capture mode (a thread-local or global
-  /// capture otherwise refuses it, as PyTorch's allocator does for its graph pools).
+  /// As malloc, while the stream is being captured: the CUDA side lets the allocation run in
+  /// relaxed capture mode (a thread-local or global capture otherwise refuses it), as PyTorch's
+  /// allocator does for its graph pools.
   virtual void* malloc_in_capture(std::size_t nbytes) { return malloc(nbytes); }
   virtual void free(void* p) noexcept = 0;
   /// Whether `stream` is being captured into a graph now.
@@ -80,16 +81,17 @@ class CachingAllocator {
   /// and replays): while one is on, blocks allocated during a capture are made by
   /// malloc_in_capture, and those released are kept instead of freed, because the graph
   /// addresses them on every replay; the last end_capture_hold frees them (after synchronizing
-  /// the device), when the graph is gone. Without a hold a capture's blocks go back to the
-  /// device when released, as with plain cudaMalloc / cudaFree.
+  /// the device), when the graph is gone. Without a hold they are the graph's for good
+  /// (Stats::graph_owned_*): never freed, never handed out again.
   void begin_capture_hold();
   void end_capture_hold() noexcept;
 
   struct Stats {
-    std::size_t cached_blocks = 0, cached_bytes = 0;  // in the cache, free
-    std::size_t live_blocks = 0, live_bytes = 0;      // handed out
-    uint64_t device_mallocs = 0, device_frees = 0;    // calls of ops.malloc / ops.free
-    std::size_t held_blocks = 0, held_bytes = 0;      // released under a capture hold
+    std::size_t cached_blocks = 0, cached_bytes = 0;            // in the cache, free
+    std::size_t live_blocks = 0, live_bytes = 0;                // handed out
+    uint64_t device_mallocs = 0, device_frees = 0;              // calls of ops.malloc / ops.free
+    std::size_t held_blocks = 0, held_bytes = 0;                // released under a capture hold
+    std::size_t graph_owned_blocks = 0, graph_owned_bytes = 0;  // captured, released, no hold
   };
   Stats stats() const;
 
@@ -100,6 +102,7 @@ class CachingAllocator {
     uint64_t stream_id = CachingAllocatorOps::kNoStreamId;
     void* event = nullptr;  // cached blocks: recorded at release
     bool uncached = false;  // allocated during a capture: never cached
+    bool made_under_hold = false;  // ... while a capture hold was on
   };
   void free_cached_locked() noexcept;
 
@@ -110,6 +113,7 @@ class CachingAllocator {
   std::vector<std::pair<void*, std::size_t>> held_;  // released under a capture hold
   int holds_ = 0;
   std::size_t cached_bytes_ = 0, live_bytes_ = 0, held_bytes_ = 0;
+  std::size_t graph_owned_blocks_ = 0, graph_owned_bytes_ = 0;
   uint64_t device_mallocs_ = 0, device_frees_ = 0;
 };
 

@@ -90,7 +90,8 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
   }
   void* malloc_in_capture(std::size_t nbytes) override {
     // PyTorch's allocator does the same for its graph pools: the allocation is not a stream
-    // operation, and the block outlives the graph (the capture hold keeps it).
+    // operation, and the block outlives the graph (a capture hold keeps it, or the graph owns
+    // it for good).
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
     void* p = nullptr;

@@ -3,6 +3,7 @@
 // classes, capture bypass, out-of-memory recovery, and what reaches the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <unordered_map>
@@ -170,10 +171,15 @@ TEST(CachingAllocator, CaptureBypassesTheCache) {
   a.release(cached);
   dev.captured_streams.insert(kS1);
   void* during = a.allocate(8192, kS1);
-  EXPECT_NE(during, cached);  // not handed out from the cache during a capture
+  EXPECT_NE(during, cached);             // not handed out from the cache during a capture
+  EXPECT_EQ(dev.mallocs_in_capture, 1);  // relaxed mode: a global capture refuses cudaMalloc
   a.release(during);
   a.release(before);  // allocated before the capture, released during it
-  EXPECT_EQ(dev.frees, (std::vector<void*>{during, before}));
+  // Neither freed (a cudaFree would end the capture) nor cached: the graph owns them for good.
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(a.stats().graph_owned_blocks, 2u);
+  EXPECT_EQ(a.stats().graph_owned_bytes,
+            CachingAllocator::round_size(8192) + CachingAllocator::round_size(4096));
   EXPECT_EQ(dev.events.size(), 1u);  // only `cached`'s, before the capture
   dev.captured_streams.clear();
   EXPECT_EQ(a.allocate(8192, kS1), cached);
@@ -182,14 +188,19 @@ TEST(CachingAllocator, CaptureBypassesTheCache) {
   made_in_capture = a.allocate(512, kS2);
   dev.captured_streams.clear();
   a.release(made_in_capture);  // the capture is over, but the graph may still address it
-  EXPECT_EQ(dev.frees.back(), made_in_capture);
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(a.stats().graph_owned_blocks, 3u);
+  EXPECT_NE(a.allocate(512, kS2), made_in_capture);  // never handed out again
+  a.empty_cache();  // frees the cache only: the graph may be replayed still
+  EXPECT_EQ(std::count(dev.frees.begin(), dev.frees.end(), made_in_capture), 0);
+  EXPECT_EQ(std::count(dev.frees.begin(), dev.frees.end(), during), 0);
 }
 
 // Under a capture hold (flashinfer bench's CUDA-graph timing), blocks a capture makes come from
 // malloc_in_capture, and those released, like blocks released while their stream is captured (a
 // cudaFree then would end the capture), are kept, not freed, until the last hold ends (after a
 // synchronize): the graph writes them on every replay. Another stream's blocks are cached as
-// ever, and a capture after the hold behaves as without one.
+// ever, and a capture after the hold behaves as without one (its blocks the graph's for good).
 TEST(CachingAllocator, CaptureHoldKeepsTheCapturesBlocksUntilItEnds) {
   FakeDevice dev;
   CachingAllocator a(dev);
@@ -224,12 +235,35 @@ TEST(CachingAllocator, CaptureHoldKeepsTheCapturesBlocksUntilItEnds) {
   a.release(still_live);  // live through the hold, released after it: to the device
   EXPECT_EQ(dev.frees.back(), still_live);
   dev.captured_streams.insert(kS1);
-  void* later = a.allocate(512, kS1);  // no hold: plain malloc, freed at release
+  void* later = a.allocate(512, kS1);  // no hold: the graph's for good
   a.release(later);
-  EXPECT_EQ(dev.mallocs_in_capture, 3);
-  EXPECT_EQ(dev.frees.back(), later);
+  EXPECT_EQ(dev.mallocs_in_capture, 4);
+  EXPECT_EQ(dev.frees.back(), still_live);  // not `later`
+  EXPECT_EQ(a.stats().graph_owned_blocks, 1u);
   a.end_capture_hold();  // an extra end does nothing
   EXPECT_EQ(a.stats().held_blocks, 0u);
+}
+
+// A block a capture made without a hold stays its graph's even when released under a later
+// hold (that hold's end says nothing of the earlier graph); one made under a hold and released
+// after it goes back to the device.
+TEST(CachingAllocator, ABlockKeepsTheHoldItWasMadeUnder) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  dev.captured_streams.insert(kS1);
+  void* unheld = a.allocate(4096, kS1);
+  a.begin_capture_hold();
+  void* held = a.allocate(4096, kS1);
+  dev.captured_streams.clear();
+  a.release(unheld);
+  EXPECT_EQ(a.stats().held_blocks, 0u);
+  EXPECT_EQ(a.stats().graph_owned_blocks, 1u);
+  a.end_capture_hold();
+  EXPECT_TRUE(dev.frees.empty());
+  a.release(held);
+  EXPECT_EQ(dev.frees, std::vector<void*>{held});
+  EXPECT_EQ(a.stats().graph_owned_blocks, 1u);
+  EXPECT_EQ(a.stats().cached_blocks, 0u);
 }
 
 // Out of memory: every cached block is freed (after a device synchronize) and the allocation
