@@ -100,8 +100,8 @@ class CachingAllocator {
     std::size_t size = 0;
     void* stream = nullptr;
     uint64_t stream_id = CachingAllocatorOps::kNoStreamId;
-    void* event = nullptr;  // cached blocks: recorded at release
-    bool uncached = false;  // allocated during a capture: never cached
+    void* event = nullptr;         // cached blocks: recorded at release
+    bool uncached = false;         // allocated during a capture: never cached
     bool made_under_hold = false;  // ... while a capture hold was on
   };
   void free_cached_locked() noexcept;
