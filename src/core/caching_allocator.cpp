@@ -15,6 +15,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   // During a capture the graph may address the block on every replay: a fresh one, never cached,
   // and no event queries (a capture in global mode forbids them).
   const bool capture = ops_.capturing(stream);
+  if (!capture && !ops_.thread_capturing()) free_deferred_locked();
   const uint64_t id = capture ? CachingAllocatorOps::kNoStreamId : ops_.stream_id(stream);
   if (!capture) {
     const std::size_t limit = size < (std::size_t{1} << 20) ? size : size + size / 4;
@@ -56,10 +57,21 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
 void CachingAllocator::release(void* p) noexcept {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // A cudaFree while this thread's stream captures would end the capture: frees wait in
+  // deferred_ for the first release or allocation with no capture on.
+  const bool thread_capturing = ops_.thread_capturing();
+  if (!thread_capturing) free_deferred_locked();
+  const auto free_now_or_later = [&](void* q) {
+    if (thread_capturing) {
+      deferred_.push_back(q);
+    } else {
+      ops_.free(q);
+      ++device_frees_;
+    }
+  };
   auto it = live_.find(p);
   if (it == live_.end()) {  // not ours: give it straight back
-    ops_.free(p);
-    ++device_frees_;
+    free_now_or_later(p);
     return;
   }
   Block b = it->second;
@@ -85,12 +97,17 @@ void CachingAllocator::release(void* p) noexcept {
   if (b.uncached && holds_ > 0) return keep();
   if (!b.uncached) b.event = ops_.record_event(b.stream);
   if (b.event == nullptr) {  // made under a hold now ended, or no event could be recorded
-    ops_.free(p);
-    ++device_frees_;
+    free_now_or_later(p);
     return;
   }
   cached_bytes_ += b.size;
   cached_.emplace(b.size, std::make_pair(p, b));
+}
+
+void CachingAllocator::free_deferred_locked() noexcept {
+  for (void* q : deferred_) ops_.free(q);
+  device_frees_ += deferred_.size();
+  deferred_.clear();
 }
 
 void CachingAllocator::free_cached_locked() noexcept {
@@ -145,6 +162,7 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   s.held_bytes = held_bytes_;
   s.graph_owned_blocks = graph_owned_blocks_;
   s.graph_owned_bytes = graph_owned_bytes_;
+  s.deferred_frees = deferred_.size();
   return s;
 }
 

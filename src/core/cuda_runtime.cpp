@@ -125,6 +125,7 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
     }
     return status != cudaStreamCaptureStatusNone;
   }
+  bool thread_capturing() noexcept override { return capturing(current_cuda_stream()); }
   uint64_t stream_id(void* stream) noexcept override {
     unsigned long long id = 0;
     if (cudaStreamGetId(static_cast<cudaStream_t>(stream), &id) != cudaSuccess) {

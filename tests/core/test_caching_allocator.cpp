@@ -60,10 +60,15 @@ class FakeDevice final : public detail::CachingAllocatorOps {
     return malloc(n);
   }
   void free(void* p) noexcept override {
+    frees_in_capture += thread_capturing();
     used -= sizes[p];
     frees.push_back(p);
   }
   bool capturing(void* stream) noexcept override { return captured_streams.count(stream) > 0; }
+  void* thread_stream = nullptr;  // the calling thread's current stream
+  bool thread_capturing() noexcept override { return capturing(thread_stream); }
+  // A free while the thread's stream captures would end the capture: counted as a failure.
+  int frees_in_capture = 0;
   std::unordered_map<void*, uint64_t> ids;  // a handle's id, unless the test gives it another
   uint64_t stream_id(void* stream) noexcept override {
     auto it = ids.find(stream);
@@ -264,6 +269,33 @@ TEST(CachingAllocator, ABlockKeepsTheHoldItWasMadeUnder) {
   EXPECT_EQ(dev.frees, std::vector<void*>{held});
   EXPECT_EQ(a.stats().graph_owned_blocks, 1u);
   EXPECT_EQ(a.stats().cached_blocks, 0u);
+  EXPECT_EQ(dev.frees_in_capture, 0);
+}
+
+// A block made under a hold that has ended, released while the thread's stream captures again
+// (a graph output outliving flashinfer bench's hold, dropped during a later capture): its free
+// waits for the capture's end, as does a foreign pointer's; a cudaFree would end the capture.
+TEST(CachingAllocator, FreesWaitForTheThreadsCaptureToEnd) {
+  FakeDevice dev;
+  CachingAllocator a(dev);
+  dev.thread_stream = kS1;
+  a.begin_capture_hold();
+  dev.captured_streams.insert(kS1);
+  void* out = a.allocate(4096, kS1);
+  dev.captured_streams.clear();
+  a.end_capture_hold();
+  void* foreign = dev.malloc(512);
+  dev.captured_streams.insert(kS1);  // a later capture on the thread's stream
+  a.release(out);
+  a.release(foreign);
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(a.stats().deferred_frees, 2u);
+  dev.captured_streams.clear();
+  void* next = a.allocate(512, kS2);  // no capture on: the deferred frees run
+  EXPECT_EQ(dev.frees, (std::vector<void*>{out, foreign}));
+  EXPECT_EQ(a.stats().deferred_frees, 0u);
+  a.release(next);
+  EXPECT_EQ(dev.frees_in_capture, 0);
 }
 
 // Out of memory: every cached block is freed (after a device synchronize) and the allocation
