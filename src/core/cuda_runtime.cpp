@@ -31,6 +31,11 @@ thread_local void* t_current_stream = nullptr;
 void* current_cuda_stream() { return t_current_stream; }
 void set_current_cuda_stream(void* stream) { t_current_stream = stream; }
 void cuda_empty_cache(int device_index) { detail::cuda_empty_cache(device_index); }
+CudaGraphMemoryScope::CudaGraphMemoryScope(int device_index)
+    : device_(device_index), active_(detail::cuda_begin_capture_hold(device_index)) {}
+CudaGraphMemoryScope::~CudaGraphMemoryScope() {
+  if (active_) detail::cuda_end_capture_hold(device_);
+}
 
 namespace detail {
 

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
+#include <string_view>
 
-#include "core/capture_hold.h"
 #include "core/strided.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/tensor_copy.h"
@@ -731,20 +733,16 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsCaptureIntoAGraph) {
   // The cast makes a new tensor inside the capture: the allocator never hands a capture a cached
   // block (the graph addresses it on every replay); it makes a fresh one in relaxed capture mode
   // (a plain cudaMalloc ends a global-mode capture: the first GPU run, 2026-11-30), kept until a
-  // capture hold ends (core/capture_hold.h, as flashinfer bench's graph timing takes one) or,
-  // without a hold, the graph's for good.
+  // capture hold ends (a CudaGraphMemoryScope, or flashinfer bench's graph timing) or, without
+  // a hold, the graph's for good.
   for (const bool with_hold : {true, false}) {
     SCOPED_TRACE(with_hold ? "under a capture hold" : "no hold");
     dense.fill_(0.0);
     cast.fill_(0.0);
     filled.fill_(0.0);
-    struct Hold {
-      bool on;
-      ~Hold() {
-        if (on) detail::cuda_end_capture_hold(0);
-      }
-    } hold{with_hold && detail::cuda_begin_capture_hold(0)};
-    ASSERT_EQ(hold.on, with_hold);
+    std::optional<CudaGraphMemoryScope> scope;
+    if (with_hold) scope.emplace(0);
+    ASSERT_EQ(scope.has_value() && scope->active(), with_hold);
     ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream(calls));
     EXPECT_EQ(dense.to_double_vector(), host.transpose(0, 2).to_double_vector());
     EXPECT_EQ(cast.to_double_vector(), host.slice(2, 0, 10, 2).to_double_vector());
@@ -754,6 +752,21 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsCaptureIntoAGraph) {
   }
 }
 #endif
+
+// CudaGraphMemoryScope holds the device's allocator in a CUDA build with the cache on (no GPU
+// needed: the hold is the allocator's bookkeeping), and is inert elsewhere; scopes nest.
+TEST(Tensor, CudaGraphMemoryScopeHoldsTheAllocatorWhereThereIsOne) {
+  const char* env = std::getenv("FLASHINFER_CUDA_CACHING_ALLOCATOR");
+  const bool cache_on = cuda_compiled() && (env == nullptr || std::string_view(env) != "0");
+  CudaGraphMemoryScope outer(0);
+  EXPECT_EQ(outer.active(), cache_on);
+  {
+    CudaGraphMemoryScope inner(0);
+    EXPECT_EQ(inner.active(), cache_on);
+  }
+  CudaGraphMemoryScope out_of_range(1000);
+  EXPECT_FALSE(out_of_range.active());
+}
 
 TEST(Tensor, SeededRandomFillIsReproducible) {
   Tensor a = Tensor::empty({64, 33}, DType::kFloat32);
