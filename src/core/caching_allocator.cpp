@@ -15,7 +15,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   // During a capture the graph may address the block on every replay: a fresh one, never cached,
   // and no event queries (a capture in global mode forbids them).
   const bool capture = ops_.capturing(stream);
-  if (!capture && !ops_.thread_capturing()) free_deferred_locked();
+  if (!deferred_.empty() && !capture && !ops_.thread_capturing()) free_deferred_locked();
   const uint64_t id = capture ? CachingAllocatorOps::kNoStreamId : ops_.stream_id(stream);
   if (!capture) {
     const std::size_t limit = size < (std::size_t{1} << 20) ? size : size + size / 4;
@@ -58,11 +58,11 @@ void CachingAllocator::release(void* p) noexcept {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   // A cudaFree while this thread's stream captures would end the capture: frees wait in
-  // deferred_ for the first release or allocation with no capture on.
-  const bool thread_capturing = ops_.thread_capturing();
-  if (!thread_capturing) free_deferred_locked();
+  // deferred_ for the first release or allocation with no capture on. The capture is asked
+  // about only where a free is pending or due (not on a release that caches its block).
+  if (!deferred_.empty() && !ops_.thread_capturing()) free_deferred_locked();
   const auto free_now_or_later = [&](void* q) {
-    if (thread_capturing) {
+    if (ops_.thread_capturing()) {
       deferred_.push_back(q);
     } else {
       ops_.free(q);
@@ -92,9 +92,7 @@ void CachingAllocator::release(void* p) noexcept {
       graph_owned_bytes_ += b.size;
     }
   };
-  if (b.uncached && !b.made_under_hold) return keep();
-  if (!b.uncached && ops_.capturing(b.stream)) return keep();
-  if (b.uncached && holds_ > 0) return keep();
+  if (b.uncached ? !b.made_under_hold || holds_ > 0 : ops_.capturing(b.stream)) return keep();
   if (!b.uncached) b.event = ops_.record_event(b.stream);
   if (b.event == nullptr) {  // made under a hold now ended, or no event could be recorded
     free_now_or_later(p);
