@@ -20,6 +20,16 @@
 #include "kernels/occupancy.h"
 #include "util/mma_emulation.h"
 
+#ifdef FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// fp8_widen.cuh's host path (cuda_fp8.h's types): the fp8 fragments' widening, as the kernel's.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "kernels/cuda/device/fp8_widen.cuh"
+#pragma GCC diagnostic pop
+#include "flashinfer/float_formats.h"
+#endif
+
 namespace flashinfer::kernels::cuda::prefill {
 namespace {
 
@@ -413,6 +423,21 @@ int wrong_o_elements(const std::vector<std::array<std::array<double, 4>, 32>>& o
   return bad;
 }
 
+// The A operand of P V's key step j (keys 16 j .. 16 j + 15), packed from P in the S
+// accumulators' layout (blocks 2 j and 2 j + 1) as the kernel packs it.
+std::array<std::array<Pair, 4>, 32> p_operand(int j) {
+  std::array<std::array<Pair, 4>, 32> a{};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    auto p = [&](int blk, int e) { return pv(g + 8 * (e >> 1), blk * 8 + 2 * t + (e & 1)); };
+    a[l][0] = {p(2 * j, 0), p(2 * j, 1)};
+    a[l][1] = {p(2 * j, 2), p(2 * j, 3)};
+    a[l][2] = {p(2 * j + 1, 0), p(2 * j + 1, 1)};
+    a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
+  }
+  return a;
+}
+
 // The kernel's S and PV loops for one warp's 16 rows and a 32-key tile, through its addressing
 // (prefill_*_frag_lane, permuted_lane_base, permuted_frag_addr), against plain sums.
 TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
@@ -469,15 +494,7 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
     // O = P V with P in the S accumulator layout, packed as the kernel packs its A operand.
     std::vector<std::array<std::array<double, 4>, 32>> of(dvo / 8);
     for (int j = 0; j < keys / 16; ++j) {
-      std::array<std::array<Pair, 4>, 32> a{};
-      for (int l = 0; l < 32; ++l) {
-        const int g = l / 4, t = l % 4;
-        auto p = [&](int blk, int e) { return pv(g + 8 * (e >> 1), blk * 8 + 2 * t + (e & 1)); };
-        a[l][0] = {p(2 * j, 0), p(2 * j, 1)};
-        a[l][1] = {p(2 * j, 2), p(2 * j, 3)};
-        a[l][2] = {p(2 * j + 1, 0), p(2 * j + 1, 1)};
-        a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
-      }
+      const std::array<std::array<Pair, 4>, 32> a = p_operand(j);
       for (int nd = 0; nd < dvo / 16; ++nd) {
         const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2, uv), true);
         mma(of[2 * nd], a, half_of(b, 0));
@@ -615,6 +632,253 @@ TEST(PrefillShape, MaskWindowIsTheRowsBits) {
     }
   }
 }
+
+#ifdef FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// ---- fp8 K/V widened in registers, emulated on the bytes ----------------------------------------
+
+// Shared memory as bytes; ldmatrix moves 16-bit elements, so over fp8 data each one is a byte pair.
+struct ByteSmem {
+  std::vector<uint8_t> b = std::vector<uint8_t>(1 << 17, 0);
+  uint32_t word(uint32_t addr) const {
+    return static_cast<uint32_t>(b.at(addr)) | static_cast<uint32_t>(b.at(addr + 1)) << 8 |
+           static_cast<uint32_t>(b.at(addr + 2)) << 16 |
+           static_cast<uint32_t>(b.at(addr + 3)) << 24;
+  }
+  uint32_t half(uint32_t addr) const {
+    return static_cast<uint32_t>(b.at(addr)) | static_cast<uint32_t>(b.at(addr + 1)) << 8;
+  }
+};
+using Words4 = std::array<std::array<uint32_t, 4>, 32>;  // [lane][matrix]
+// ldmatrix.x<n>: lanes 8j..8j+7 name the rows of matrix j; lane l gets row l / 4, elements
+// 2 (l % 4), + 1 (a 32-bit word), or with .trans rows 2 (l % 4), + 1 of element l / 4.
+Words4 ld_words(const ByteSmem& s, const std::array<uint32_t, 32>& addr, int n, bool trans) {
+  Words4 r{};
+  for (int l = 0; l < 32; ++l) {
+    for (int j = 0; j < n; ++j) {
+      r[l][j] = trans ? s.half(addr[8 * j + 2 * (l % 4)] + 2 * (l / 4)) |
+                            s.half(addr[8 * j + 2 * (l % 4) + 1] + 2 * (l / 4)) << 16
+                      : s.word(addr[8 * j + l / 4] + 4 * (l % 4));
+    }
+  }
+  return r;
+}
+
+template <class T>
+double t_bits_value(uint32_t bits16) {
+  return std::is_same_v<T, __half>
+             ? flashinfer::half_bits_to_float(static_cast<uint16_t>(bits16))
+             : flashinfer::bfloat16_bits_to_float(static_cast<uint16_t>(bits16));
+}
+template <class T>
+uint16_t t_bits_of(double x) {
+  return std::is_same_v<T, __half> ? flashinfer::float_to_half_bits(static_cast<float>(x))
+                                   : flashinfer::float_to_bfloat16_bits(static_cast<float>(x));
+}
+template <class T>
+Pair pair_of(uint32_t w) {
+  return {t_bits_value<T>(w & 0xffffu), t_bits_value<T>(w >> 16)};
+}
+
+// The fp8 instances' S and PV steps for one warp (prefill_kernel.cuh): Q's 16-bit tile reordered
+// in place (prefill_fp8_q_words), K by the two-tile ldmatrix and V by the transposing four-tile
+// one on fp8 tiles laid out by prefill_fp8_tile_offset and addressed through
+// prefill_fp8_frag_lane, each word widened by fp8x4_widen (V's after fp8_trans_pairs), against
+// plain sums over the decoded bytes; and the output columns the epilogue writes
+// (prefill_o_pair_col). Keys from key_off on (the 16-row blocks' warps start at 16 or 32).
+template <class T, __nv_fp8_interpretation_t kKind>
+void check_fp8_fragments(int d, int key_off) {
+  SCOPED_TRACE("head dim " + std::to_string(d) + ", key_off " + std::to_string(key_off));
+  const int keys = 32, tile_keys = key_off + keys;
+  const uint32_t uq = d / 8, u8 = d / 16, line = prefill_fp8_line_units(u8);
+  const uint32_t kpl = prefill_fp8_keys_per_line(u8);
+  const uint32_t q_base = 0, k_base = 32768, v_base = 65536;  // 128-byte aligned, disjoint
+  std::mt19937 rng(1234u + d + key_off);
+  auto valid_code = [&]() {
+    for (;;) {
+      const auto c = static_cast<uint8_t>(rng());
+      const bool bad = kKind == __NV_E4M3 ? (c & 0x7f) == 0x7f : ((c >> 2) & 0x1f) == 0x1f;
+      if (!bad) return c;
+    }
+  };
+  auto decode = [](uint8_t c) {
+    return static_cast<double>(kKind == __NV_E4M3 ? flashinfer::e4m3fn_bits_to_float(c)
+                                                  : flashinfer::e5m2_bits_to_float(c));
+  };
+  ByteSmem s;
+  std::vector<uint8_t> kc(tile_keys * d), vc(tile_keys * d);
+  for (int key = 0; key < tile_keys; ++key) {
+    for (int c = 0; c < d; ++c) {
+      kc[key * d + c] = valid_code();
+      vc[key * d + c] = valid_code();
+      const uint32_t at = 16 * prefill_fp8_tile_offset(key, c / 16, u8) + c % 16;
+      s.b.at(k_base + at) = kc[key * d + c];
+      s.b.at(v_base + at) = vc[key * d + c];
+    }
+  }
+  // Q: 16 rows of 16-bit values, then reordered in place as the kernel does once per block.
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < d; ++c) {
+      const uint16_t bits = t_bits_of<T>(qv(r, c));
+      const uint32_t at = q_base + 16 * dev::permuted_offset(r, c / 8, uq) + 2 * (c % 8);
+      s.b.at(at) = static_cast<uint8_t>(bits);
+      s.b.at(at + 1) = static_cast<uint8_t>(bits >> 8);
+    }
+    for (int k = 0; k < d / 16; ++k) {
+      const uint32_t lo = q_base + 16 * dev::permuted_offset(r, 2 * k, uq);
+      const uint32_t hi = q_base + 16 * dev::permuted_offset(r, 2 * k + 1, uq);
+      uint32_t w[8], o8[8];
+      for (int i = 0; i < 4; ++i) {
+        w[i] = s.word(lo + 4 * i);
+        w[4 + i] = s.word(hi + 4 * i);
+      }
+      prefill_fp8_q_words(w, o8);
+      for (int i = 0; i < 8; ++i) {
+        for (int byte = 0; byte < 4; ++byte) {
+          s.b.at((i < 4 ? lo + 4 * i : hi + 4 * (i - 4)) + byte) =
+              static_cast<uint8_t>(o8[i] >> (8 * byte));
+        }
+      }
+    }
+  }
+  std::array<uint32_t, 32> qa{}, ka{}, va{};
+  for (int l = 0; l < 32; ++l) {
+    const FragLane ql = prefill_q_frag_lane(l), f8 = prefill_fp8_frag_lane(l, u8);
+    qa[l] = dev::permuted_lane_base(q_base, ql.row, ql.c, uq);
+    ka[l] = dev::permuted_lane_base(k_base, key_off / kpl + f8.row, f8.c, line);
+    va[l] = dev::permuted_lane_base(v_base, key_off / kpl + f8.row, f8.c, line);
+  }
+  auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
+               uint32_t units) {
+    std::array<uint32_t, 32> r{};
+    for (int l = 0; l < 32; ++l) r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
+    return r;
+  };
+  // Every matrix's 8 rows on 8 distinct 16-byte bank groups (no conflict), each address the unit
+  // it means.
+  auto check_matrices = [&](const std::array<uint32_t, 32>& addr, int n, int key0, int unit0,
+                            uint32_t base) {
+    for (int j = 0; j < n; ++j) {
+      std::array<bool, 8> seen{};
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t a = addr[8 * j + i];
+        EXPECT_FALSE(seen[(a / 16) % 8]) << "bank conflict, matrix " << j;
+        seen[(a / 16) % 8] = true;
+        const int key = key0 + (j % 2) * 8 + i, unit = unit0 + j / 2;
+        EXPECT_EQ(a, base + 16 * prefill_fp8_tile_offset(key, unit, u8)) << "lane " << 8 * j + i;
+      }
+    }
+  };
+  // S: blocks of 8 keys from key_off.
+  std::vector<std::array<std::array<double, 4>, 32>> sf(keys / 8);
+  for (int kk = 0; kk < d / 16; ++kk) {
+    const Words4 qw = ld_words(s, at(qa, 0, kk * 2, uq), 4, false);
+    std::array<std::array<Pair, 4>, 32> a{};
+    for (int l = 0; l < 32; ++l)
+      for (int j = 0; j < 4; ++j) a[l][j] = pair_of<T>(qw[l][j]);
+    for (int nk = 0; nk < keys / 16; ++nk) {
+      const auto addr = at(ka, nk * 16 / kpl, kk, line);
+      check_matrices(addr, 2, key_off + nk * 16, kk, k_base);
+      const Words4 kw = ld_words(s, addr, 2, false);
+      for (int blk = 0; blk < 2; ++blk) {
+        std::array<std::array<Pair, 2>, 32> b{};
+        for (int l = 0; l < 32; ++l) {
+          const uint2 w = dev::fp8x4_widen<T, kKind>(kw[l][blk]);
+          b[l] = {pair_of<T>(w.x), pair_of<T>(w.y)};
+        }
+        mma(sf[2 * nk + blk], a, b);
+      }
+    }
+  }
+  int bad = 0;
+  for (int n = 0; n < keys / 8; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      for (int e = 0; e < 4; ++e) {
+        const int row = l / 4 + 8 * (e >> 1), key = key_off + n * 8 + 2 * (l % 4) + (e & 1);
+        double want = 0;
+        for (int c = 0; c < d; ++c) want += qv(row, c) * decode(kc[key * d + c]);
+        bad += sf[n][l][e] != want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "S elements wrong";
+  // O = P V, P packed from the S layout as the kernel packs it; blocks 2u (even dims), 2u + 1.
+  std::vector<std::array<std::array<double, 4>, 32>> of(d / 8);
+  for (int j = 0; j < keys / 16; ++j) {
+    const std::array<std::array<Pair, 4>, 32> a = p_operand(j);
+    for (int nd2 = 0; nd2 < d / 32; ++nd2) {
+      const auto addr = at(va, j * 16 / kpl, nd2 * 2, line);
+      check_matrices(addr, 4, key_off + j * 16, 2 * nd2, v_base);
+      const Words4 vw = ld_words(s, addr, 4, true);
+      for (int h = 0; h < 2; ++h) {
+        std::array<std::array<Pair, 2>, 32> be{}, bo{};
+        for (int l = 0; l < 32; ++l) {
+          const uint2 w0 = dev::fp8x4_widen<T, kKind>(dev::fp8_trans_pairs(vw[l][2 * h]));
+          const uint2 w1 = dev::fp8x4_widen<T, kKind>(dev::fp8_trans_pairs(vw[l][2 * h + 1]));
+          be[l] = {pair_of<T>(w0.x), pair_of<T>(w1.x)};
+          bo[l] = {pair_of<T>(w0.y), pair_of<T>(w1.y)};
+        }
+        const int u = 2 * nd2 + h;
+        mma(of[2 * u], a, be);
+        mma(of[2 * u + 1], a, bo);
+      }
+    }
+  }
+  // The epilogue's view: pair n of row r, element c, at column prefill_o_pair_col(true, n, t) + c,
+  // from block 2 (n / 2) + c, register 2 r + n % 2.
+  bad = 0;
+  std::vector<int> written(16 * d, 0);
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      for (int n = 0; n < d / 8; ++n) {
+        for (int c = 0; c < 2; ++c) {
+          const int col = prefill_o_pair_col(true, n, t) + c;
+          ++written.at(row * d + col);
+          double want = 0;
+          for (int k = 0; k < keys; ++k) want += pv(row, k) * decode(vc[(key_off + k) * d + col]);
+          bad += of[2 * (n / 2) + c][l][2 * r + n % 2] != want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "O elements wrong";
+  EXPECT_TRUE(std::all_of(written.begin(), written.end(), [](int w) { return w == 1; }))
+      << "every output element written once";
+}
+
+TEST(PrefillShape, Fp8FragmentsWidenedInRegistersComputeQKAndPV) {
+  for (int d : {64, 128, 256}) {
+    for (int key_off : {0, 32}) {
+      check_fp8_fragments<__half, __NV_E4M3>(d, key_off);
+      check_fp8_fragments<__nv_bfloat16, __NV_E4M3>(d, key_off);
+      check_fp8_fragments<__half, __NV_E5M2>(d, key_off);
+      check_fp8_fragments<__nv_bfloat16, __NV_E5M2>(d, key_off);
+    }
+  }
+}
+
+// The fp8 tiles' layout: a bijection of (key, unit) onto a tile's units, and the 16-bit order
+// of the output pairs covers each column once.
+TEST(PrefillShape, Fp8TileLayoutIsABijection) {
+  for (unsigned units : {4u, 8u, 16u}) {
+    const unsigned keys = 64;
+    std::vector<int> hit(keys * units, 0);
+    for (unsigned key = 0; key < keys; ++key)
+      for (unsigned u = 0; u < units; ++u) ++hit.at(prefill_fp8_tile_offset(key, u, units));
+    EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; })) << units;
+  }
+  for (int dvo : {64, 128, 256}) {
+    for (bool fp8 : {false, true}) {
+      std::vector<int> col(dvo, 0);
+      for (int t = 0; t < 4; ++t)
+        for (int n = 0; n < dvo / 8; ++n)
+          for (int c = 0; c < 2; ++c) ++col.at(prefill_o_pair_col(fp8, n, t) + c);
+      EXPECT_TRUE(std::all_of(col.begin(), col.end(), [](int h) { return h == 1; })) << dvo;
+    }
+  }
+}
+#endif  // FLASHINFER_TEST_HAVE_CUDA_HEADERS
 
 // The yardstick `flashinfer bench` prints prefill TFLOP/s against: the datasheets' dense 16-bit
 // peaks come back from SMs x boost clock x the per-SM rate.

@@ -859,8 +859,9 @@ void expect_fp8_close(const AttentionOutput& got, const AttentionOutput& ref, DT
   EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3})) << "lse vs CPU";
 }
 
-// Batch prefill, paged and ragged: GQA 4 with a 200-query request (128-row blocks at d <= 128),
-// short requests (64-row blocks, most rows padding), a soft cap with split KV, and MHA.
+// Batch prefill, paged and ragged: GQA 4 with a 200-query request (work items of 128 packed rows,
+// which fp8 K/V runs in 64-row blocks, two a work item), short requests (64-row blocks, most rows
+// padding), a soft cap with split KV, and MHA.
 TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();

@@ -51,7 +51,9 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
                           : launch_fa2<T, TKV, DQK, DVO, 16, kSoftCap>(p, s, pdl);
     }
   }
-  if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128) {
+  // fp8 K/V has no 128-row block (its widened fragments spill there): 64-row blocks take its
+  // tall work items, as on GPUs where two 128-row blocks do not fit an SM.
+  if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128 && sizeof(TKV) == 2) {
     if (cta == 128) return launch_fa2<T, TKV, DQK, DVO, 128, 0>(p, s, pdl);
   }
   if constexpr (sizeof(TKV) == 1) {

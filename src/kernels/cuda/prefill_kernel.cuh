@@ -17,11 +17,12 @@
 //   - LSE out (base 2); a split-KV chunk writes fp32 partials for the merge pass.
 // The variants are compile-time bits (prefill_shape.h); attention sinks join each row's sum in
 // the epilogue. fp16 / bf16 q and output of one dtype T; K/V of T, or fp8 (TKV = uint8_t, e4m3
-// or e5m2 as p.kv.dtype says): fp8 tiles are copied as they are stored (half the bytes), then
-// widened to T in shared memory (exactly: device/fp8_widen.cuh) into the 16-bit tile the
-// ldmatrix path reads, so everything after the copy is the 16-bit kernel's. K/V scales need
-// nothing of their own: k_scale is in sm_scale / scale_k, v_scale in the output factor, as the
-// CPU reference applies them. Device code only (prefill_fa2_d*.cu instantiate it).
+// or e5m2 as p.kv.dtype says): fp8 tiles are copied as they are stored (half the bytes, twice the
+// stages in the same shared memory), read by the same ldmatrix instructions and widened to T in
+// registers (exactly: device/fp8_widen.cuh), with Q's dims and the output's in the order that
+// needs (prefill_shape.h, "fp8 K/V"). K/V scales need nothing of their own: k_scale is in
+// sm_scale / scale_k, v_scale in the output factor, as the CPU reference applies them. Device code
+// only (prefill_fa2_d*.cu instantiate it).
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
@@ -69,21 +70,6 @@ __device__ __forceinline__ void copy_tile(uint4* tile, int tid, const T* any, Sr
   }
 }
 
-/// fp8 K/V: widens kRows rows of kDim fp8 values at `src` (rows of kDim / 16 16-byte units in
-/// order, as load_kv copies them) to T in the permuted 16-bit tile `dst` (rows of kDim / 8
-/// units) that the ldmatrix path reads. Thread tid takes units tid, tid + kPrefillThreads, ...:
-/// one 16-byte shared load and two 16-byte stores each.
-template <class T, __nv_fp8_interpretation_t kKind, int kDim, int kRows>
-__device__ __forceinline__ void widen_tile(uint4* dst, const uint4* src, int tid) {
-  constexpr int kUnits8 = kDim / 16, kUnits16 = kDim / 8;
-  static_assert((kRows * kUnits8) % kPrefillThreads == 0, "tile shape");
-#pragma unroll
-  for (int i = tid; i < kRows * kUnits8; i += kPrefillThreads) {
-    const int r = i / kUnits8, c = i % kUnits8;
-    dev::fp8_unit_widen_store<T, kKind>(dst, src[i], r, c, kUnits16);
-  }
-}
-
 }  // namespace detail
 
 template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
@@ -119,38 +105,33 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // Units of 16 bytes in a stored K / V row (fp8: 16 elements each).
   constexpr int kUnitsK = DQK * static_cast<int>(sizeof(TKV)) / 16;
   constexpr int kUnitsV = DVO * static_cast<int>(sizeof(TKV)) / 16;
-  // 16-bit K/V tiles the warps read: one per stage, or one in all for fp8 (whose stages hold the
-  // copies as stored, widened into it tile by tile).
-  constexpr int kStages16 = kFp8 ? 1 : kPrefillStages;
+  // K/V stages: fp8 tiles take half the bytes, so twice as many fit the 16-bit kernel's shared
+  // memory (prefill_smem_bytes), and three tiles are in flight while one is read.
+  constexpr int kStagesKv = kFp8 ? kPrefillFp8Stages : kPrefillStages;
   constexpr int64_t kKvBytes = static_cast<int64_t>(sizeof(TKV));
+  // fp8 tiles' permuted lines (prefill_fp8_line_units: two keys a line at head dim 64).
+  constexpr unsigned kLineUnits = prefill_fp8_line_units(kUnitsK);
+  constexpr int kKeysPerLine = static_cast<int>(prefill_fp8_keys_per_line(kUnitsK));
+  static_assert(!kFp8 || kUnitsK == 4 || kUnitsK % 8 == 0, "fp8 rows of 4 or 8k units");
 
   extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
   uint4* q_s = reinterpret_cast<uint4*>(smem_raw);            // [kCtaQ][kUnitsQk]
-  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kStages16][kKvTile][kUnitsQk]
-  uint4* v_s = k_s + kStages16 * kKvTile * kUnitsQk;          // [kStages16][kKvTile][kUnitsVo]
-  // fp8 only: [kPrefillStages][kKvTile][kUnitsK], then V's; rows in order (only widen_tile reads
-  // them). The K/V region keeps the 16-bit kernel's size (prefill_smem_bytes).
-  uint4* k8_s = v_s + kStages16 * kKvTile * kUnitsVo;
-  uint4* v8_s = k8_s + (kFp8 ? kPrefillStages * kKvTile * kUnitsK : 0);
-  static_assert(!kFp8 || 16u * (kCtaQ * kUnitsQk + kKvTile * (kUnitsQk + kUnitsVo) +
-                                kPrefillStages * kKvTile * (kUnitsK + kUnitsV)) ==
-                             prefill_tile_bytes(kCtaQ, DQK, DVO),
+  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kStagesKv][kKvTile][kUnitsK]
+  uint4* v_s = k_s + kStagesKv * kKvTile * kUnitsK;           // [kStagesKv][kKvTile][kUnitsV]
+  static_assert(16u * (kCtaQ * kUnitsQk + kStagesKv * kKvTile * (kUnitsK + kUnitsV)) ==
+                    prefill_tile_bytes(kCtaQ, DQK, DVO),
                 "fp8 K/V blocks use the 16-bit blocks' shared memory");
 
   // The K and V offsets, in bytes, of the tokens of the next tile to be copied.
   constexpr int kCache = prefill_offset_cache_tokens(kCtaQ, DQK, DVO);
   static_assert(kCache == kKvTile, "one tile's offsets");
-  // Every block but the fp8 128-row one at head dim 128 copies from the cache: with its widening
-  // beside 64 S and 128 O floats a thread, every arrangement of the cache tried spilled 20-48
-  // bytes, so it looks the page table up per row.
-  constexpr bool kCacheOffsets = !(kCtaQ == 128 && DQK == 128 && kFp8);
-  // The copy loop of blocks without the cache: the per-row lookups (load_kv's first form).
-  static_assert(kCacheOffsets || (DQK == DVO && kPrefillThreads % kUnitsK == 0),
-                "a block without the offset cache copies with per-row lookups");
+  // fp8 K/V in 128-row blocks: their fragments widened beside 64 S and 128 O floats a thread
+  // spill (ptxas, sm_90); such work runs in 64-row blocks (prefill_fp8_kv_built).
+  static_assert(!kFp8 || kCtaQ != 128, "no 128-row fp8 block");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
   int64_t* v_off = k_off + kCache;
-  // 128-row blocks with the cache: the unmasked tile range, written once, read each tile.
-  constexpr bool kRangeInSmem = kCacheOffsets && prefill_block_const_bytes(kCtaQ) >= 8;
+  // 128-row blocks: the unmasked tile range, written once, read each tile.
+  constexpr bool kRangeInSmem = prefill_block_const_bytes(kCtaQ) >= 8;
   int2* tile_range_s = reinterpret_cast<int2*>(v_off + kCache);
 
   pdl_wait();
@@ -200,13 +181,12 @@ __global__ void __launch_bounds__(kPrefillThreads,
     group_div.divmod(static_cast<uint32_t>(pr), qi, hh);
     return q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
   });
+  // fp8: Q in a group of its own, so that its in-place reordering waits for Q alone.
+  if constexpr (kFp8) dev::cp_async::commit();
 
-  // K/V tile i into stage i % kPrefillStages (fp8: of k8_s / v8_s); keys past kv_hi are
-  // zero-filled (0 in fp8 too). The cached offsets include the KV head's (so the copies add them
-  // to the storage's base, a kernel parameter, where a head base held two 64-bit registers
-  // across the loop); the per-row lookups add them to these.
-  const TKV* kbase = static_cast<const TKV*>(p.kv.k) + g * p.kv.k_stride_head;
-  const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
+  // K/V tile i into stage i % kStagesKv; keys past kv_hi are zero-filled (0 in fp8 too). The
+  // cached offsets include the KV head's (so the copies add them to the storage's base, a kernel
+  // parameter, where a head base held two 64-bit registers across the loop).
   // The token -> (page, slot) split as the launcher built it (kv_page_div_*): its constructor's
   // division and loop would otherwise run in every offset fill.
   const auto page_split = [&] {
@@ -214,7 +194,6 @@ __global__ void __launch_bounds__(kPrefillThreads,
         prefill_page_divisor(p.kv.kv_indices != nullptr, p.kv.page_size), p.kv_page_div_mul,
         p.kv_page_div_shift);
   };
-  const dev::KvRequestMap kv_map(p.kv, b, page_split());  // the per-row lookups (!kCacheOffsets)
   // Token indices in 32 bits, as the visibility test below has them (kv_len < 2^31).
   const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
   // Fills the offset cache with tile `tile`'s tokens: one token a thread (the page-table loads of
@@ -255,67 +234,41 @@ __global__ void __launch_bounds__(kPrefillThreads,
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kKvTile;
-      const int stage = tile % kPrefillStages;
-      uint4* kst = kFp8 ? k8_s + stage * kKvTile * kUnitsK : k_s + stage * kKvTile * kUnitsQk;
-      uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
+      const int stage = tile % kStagesKv;
+      uint4* kst = k_s + stage * kKvTile * kUnitsK;
+      uint4* vst = v_s + stage * kKvTile * kUnitsV;
       static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
       if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
         // Thread tid copies unit column tid % kUnitsK of rows tid / kUnitsK + kRowsPerPass * i,
-        // each from its token's cached offset, or from its own lookup (no cache).
+        // each from its token's cached offset.
         constexpr int kRowsPerPass = kPrefillThreads / kUnitsK;
         constexpr int kRowsPerThread = kKvTile / kRowsPerPass;
         static_assert(kKvTile % kRowsPerPass == 0, "tile shape");
-        constexpr int kElems = 16 / static_cast<int>(sizeof(TKV));  // elements of a unit
         const int col = tid % kUnitsK, r0 = tid / kUnitsK;
-        // Without the cache, K and V rows of a token share one page-table lookup. The lookups of
-        // all of the thread's rows are issued before any copy (the copies' asm is volatile with a
-        // memory clobber: no load moves past one), so they are in flight together and the
-        // copies wait for one round trip, not one per row.
-        int32_t ids[kCacheOffsets ? 1 : kRowsPerThread];
-        if constexpr (!kCacheOffsets) {
-#pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i) {
-            const int32_t t = t0 + r0 + i * kRowsPerPass;
-            ids[i] = t < kv_hi32 ? kv_map.page_id(static_cast<uint32_t>(t)) : 0;
-          }
-        }
         // The cached offsets all read before any copy is issued: ptxas puts three idle
         // shared-memory loads ahead of a cp.async that follows a shared-memory read (24 a tile
         // when each copy pair read its own).
-        int64_t kos[kCacheOffsets ? kRowsPerThread : 1], vos[kCacheOffsets ? kRowsPerThread : 1];
-        if constexpr (kCacheOffsets) {
+        int64_t kos[kRowsPerThread], vos[kRowsPerThread];
 #pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i) {
-            kos[i] = k_off[r0 + i * kRowsPerPass];
-            vos[i] = v_off[r0 + i * kRowsPerPass];
-          }
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          kos[i] = k_off[r0 + i * kRowsPerPass];
+          vos[i] = v_off[r0 + i * kRowsPerPass];
         }
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
           const int r = r0 + i * kRowsPerPass;
           const bool ok = t0 + r < kv_hi32;
-          const uint32_t off = kFp8 ? static_cast<uint32_t>(r * kUnitsK + col)
+          const uint32_t off = kFp8 ? prefill_fp8_tile_offset(r, col, kUnitsK)
                                     : dev::permuted_offset(r, col, kUnitsK);
           // The column's offset as 32 unsigned bits (held as a 64-bit value across the loop it
           // was what ptxas spilled in the 128 x 64 block at head dim 128). The cache's offsets
           // are in bytes: a copy's address is one 64-bit add of three terms (base, row,
           // column), two instructions where element offsets took four.
-          if constexpr (kCacheOffsets) {
-            const auto* kb = static_cast<const unsigned char*>(p.kv.k);
-            const auto* vb = static_cast<const unsigned char*>(p.kv.v);
-            const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
-            dev::cp_async::copy16_zfill(kst + off, kb + (kos[i] + col_bytes), ok);
-            dev::cp_async::copy16_zfill(vst + off, vb + (vos[i] + col_bytes), ok);
-          } else {
-            // The slot again rather than kept from above (registers are scarce here); a key past
-            // kv_hi has id 0 and slot 0, so offset 0: a valid address the copy does not read.
-            const uint32_t slot = ok ? kv_map.slot(static_cast<uint32_t>(t0 + r)) : 0u;
-            const int64_t ko = kv_map.k_offset(ids[i], slot);
-            const int64_t vo = kv_map.same_strides ? ko : kv_map.v_offset(ids[i], slot);
-            const uint32_t col_off = static_cast<uint32_t>(col) * kElems;
-            dev::cp_async::copy16_zfill(kst + off, kbase + (ko + col_off), ok);
-            dev::cp_async::copy16_zfill(vst + off, vbase + (vo + col_off), ok);
-          }
+          const auto* kb = static_cast<const unsigned char*>(p.kv.k);
+          const auto* vb = static_cast<const unsigned char*>(p.kv.v);
+          const uint32_t col_bytes = static_cast<uint32_t>(col) * 16u;
+          dev::cp_async::copy16_zfill(kst + off, kb + (kos[i] + col_bytes), ok);
+          dev::cp_async::copy16_zfill(vst + off, vb + (vos[i] + col_bytes), ok);
         }
       } else {
         const auto* kb = static_cast<const unsigned char*>(p.kv.k);
@@ -332,18 +285,46 @@ __global__ void __launch_bounds__(kPrefillThreads,
     }
     dev::cp_async::commit();  // an empty group past the end keeps the wait counts uniform
   };
-  if constexpr (kCacheOffsets) {
-    if (kRangeInSmem && tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
-    fill_offsets(0);
+  if (kRangeInSmem && tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
+  // Tiles 0 .. kStagesKv - 1 in, a barrier between each copy and the next fill of the cache it
+  // read. Spelled out: written as a loop, ptxas spilled 8 bytes in the 16-bit 128-row blocks.
+  static_assert(kStagesKv == 2 || kStagesKv == 4, "the prologue's stages");
+  fill_offsets(0);
+  __syncthreads();
+  load_kv(0);  // the first group also carries Q (16-bit K/V)
+  __syncthreads();
+  fill_offsets(1);
+  __syncthreads();
+  load_kv(1);
+  if constexpr (kStagesKv == 4) {
     __syncthreads();
-    load_kv(0);  // the first group also carries Q
+    fill_offsets(2);
     __syncthreads();
-    fill_offsets(1);
+    load_kv(2);
     __syncthreads();
-    load_kv(1);
-  } else {
-    load_kv(0);
-    load_kv(1);
+    fill_offsets(3);
+    __syncthreads();
+    load_kv(3);
+  }
+  if constexpr (kFp8) {
+    // Q's dims in the order of the fp8 K fragments (prefill_fp8_q_words), in place, once: its group
+    // landed (the kStagesKv K/V groups may not have), for every thread after the barrier; the
+    // loop's first barrier orders the stores before the first ldmatrix.
+    dev::cp_async::wait<kStagesKv>();
+    __syncthreads();
+#pragma unroll 1
+    for (int i = tid; i < kCtaQ * (DQK / 16); i += kPrefillThreads) {
+      const uint32_t r = static_cast<uint32_t>(i / (DQK / 16)),
+                     k = static_cast<uint32_t>(i % (DQK / 16));
+      uint4* lo = q_s + dev::permuted_offset(r, 2 * k, kUnitsQk);
+      uint4* hi = q_s + dev::permuted_offset(r, 2 * k + 1, kUnitsQk);
+      const uint4 a = *lo, c = *hi;
+      const uint32_t wv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+      uint32_t o8[8];
+      prefill_fp8_q_words(wv, o8);
+      *lo = make_uint4(o8[0], o8[1], o8[2], o8[3]);
+      *hi = make_uint4(o8[4], o8[5], o8[6], o8[7]);
+    }
   }
 
   // This thread's rows: gid and gid + 8 of each of its warp's kMmaQ m16 fragments; its keys:
@@ -396,58 +377,28 @@ __global__ void __launch_bounds__(kPrefillThreads,
     l[mq][0] = l[mq][1] = 0.0f;
   }
 
-  // The page ids of tile kPrefillStages, for the loop's first fill (blocks with the cache).
-  int32_t next_page = kCacheOffsets ? page_of(kPrefillStages) : 0;
+  // The page ids of tile kStagesKv, for the loop's first fill (blocks with the cache).
+  int32_t next_page = page_of(kStagesKv);
+  const bool e5m2 = kFp8 && p.kv.dtype == DType::kFloat8E5M2;
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
-    dev::cp_async::wait<kPrefillStages -
-                        1>();  // tile `tile` (and Q) landed; the next may be in flight
-    __syncthreads();  // ... for every thread; and (fp8) every warp is done with the 16-bit tile
-    const int stage = tile % kPrefillStages;
-    // The offsets of tile + kPrefillStages, whose copy this iteration issues after its next
-    // barrier; the last copy that read the cache (tile + 1's) came before the barrier above. Their
-    // page ids were loaded an iteration ago; the next tile's load now.
-    if constexpr (kCacheOffsets && !kFp8) {
-      fill_from(tile + kPrefillStages, next_page);
-      next_page = page_of(tile + kPrefillStages + 1);
-    }
-    if constexpr (kFp8) {
-      // The fp8 stage widened into the 16-bit tile; the stage is then free for tile +
-      // kPrefillStages, whose copy overlaps this tile's math.
-      const uint4* k8 = k8_s + stage * kKvTile * kUnitsK;
-      const uint4* v8 = v8_s + stage * kKvTile * kUnitsV;
-      if (p.kv.dtype == DType::kFloat8E5M2) {
-        detail::widen_tile<T, __NV_E5M2, DQK, kKvTile>(k_s, k8, tid);
-        detail::widen_tile<T, __NV_E5M2, DVO, kKvTile>(v_s, v8, tid);
-      } else {
-        detail::widen_tile<T, __NV_E4M3, DQK, kKvTile>(k_s, k8, tid);
-        detail::widen_tile<T, __NV_E4M3, DVO, kKvTile>(v_s, v8, tid);
-      }
-      if constexpr (kCacheOffsets) {  // fp8: after widening
-        fill_from(tile + kPrefillStages, next_page);
-        next_page = page_of(tile + kPrefillStages + 1);
-      }
-      __syncthreads();
-      load_kv(tile + kPrefillStages);
-    }
-    const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tile the warps read
-    // The tile's position: 32 bits in 128-row blocks, 64 in the others (each the way ptxas fits
-    // in 255 registers without a spill: 64 bits spilled in the fp8 128 x 64 block, 32 in the
+    dev::cp_async::wait<kStagesKv - 1>();  // tile `tile` (and Q) landed; the next may be in flight
+    __syncthreads();                       // ... for every thread
+    const int stage = tile % kStagesKv;
+    // The offsets of tile + kStagesKv, whose copy this iteration issues after its next barrier;
+    // the last copy that read the cache (tile + kStagesKv - 1's) came before the barrier above.
+    // Their page ids were loaded an iteration ago; the next tile's load now.
+    fill_from(tile + kStagesKv, next_page);
+    next_page = page_of(tile + kStagesKv + 1);
+    // The tile's position: 32 bits in 128-row blocks, 64 in the others (32 spilled in the
     // 256-dim 64-row ones). Whether the tile needs the per-element visibility test: the index
-    // range computed before the loop, or, in the block without the offset cache (fp8, 128 rows,
-    // head dim 128, where the range spilled 24 bytes), the tile test from that position, decided
-    // before the MMAs so that one predicate is live across them.
+    // range computed before the loop (prefill_unmasked_tiles), decided before the MMAs so that one
+    // predicate is live across them.
     using TilePos = std::conditional_t<kCtaQ == 128, int32_t, int64_t>;
     const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
-    bool unmasked;
-    if constexpr (kCacheOffsets) {
-      const int2 range =
-          kRangeInSmem ? *tile_range_s : make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
-      unmasked = range.x <= tile && tile <= range.y;
-    } else {
-      unmasked = prefill_tile_unmasked(t0, kKvTile, kv_hi, p.causal, pos_min, pos_max,
-                                       p.window_left, kCustomMask);
-    }
+    const int2 range =
+        kRangeInSmem ? *tile_range_s : make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
+    const bool unmasked = range.x <= tile && tile <= range.y;
     if (warp_active) {
       // Each lane's fragment bases in the tiles (permuted_lane_base; rows and columns from
       // prefill_shape.h's *_frag_lane).
@@ -455,12 +406,18 @@ __global__ void __launch_bounds__(kPrefillThreads,
                      vl = prefill_v_frag_lane(lane);
       const uint32_t qa = dev::permuted_lane_base(dev::cp_async::smem_addr(q_s),
                                                   warp_q * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
+      // fp8: K and V lanes alike (prefill_fp8_frag_lane), on the tiles' lines.
+      const FragLane f8 = prefill_fp8_frag_lane(lane, kUnitsK);
       const uint32_t ka =
-          dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage16 * kKvTile * kUnitsQk),
-                                  key_off + kl.row, kl.c, kUnitsQk);
+          kFp8 ? dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsK),
+                                         key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
+               : dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsK),
+                                         key_off + kl.row, kl.c, kUnitsQk);
       const uint32_t va =
-          dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage16 * kKvTile * kUnitsVo),
-                                  key_off + vl.row, vl.c, kUnitsVo);
+          kFp8 ? dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsV),
+                                         key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
+               : dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsV),
+                                         key_off + vl.row, vl.c, kUnitsVo);
       const int32_t tw0 = static_cast<int32_t>(t0) + key_off;  // this warp's first key
 
       // S = Q K^T: A from the warp's Q rows, B pairs of 8-key blocks from K rows.
@@ -471,23 +428,51 @@ __global__ void __launch_bounds__(kPrefillThreads,
         for (int n = 0; n < 2 * kMmaKv; ++n)
           s[mq][n][0] = s[mq][n][1] = s[mq][n][2] = s[mq][n][3] = 0.0f;
       }
+      // fp8 K: one two-tile ldmatrix a 16-key step of one dim step (lanes 0..15 name unit kk of
+      // keys lane % 16: prefill_fp8_frag_lane), word blk widened to the B operand of key block
+      // 2 nk + blk. (Two dim steps a four-tile load held 8 more A registers: the 128-row block
+      // spilled.) `kind` is the fp8 format (unused for 16-bit K).
+      auto s_loop = [&](auto kind) {
 #pragma unroll
-      for (int kk = 0; kk < DQK / 16; ++kk) {
-        uint32_t a[kMmaQ][4];
-#pragma unroll
-        for (int mq = 0; mq < kMmaQ; ++mq) {
-          dev::mma::ldmatrix_x4(a[mq], dev::permuted_frag_addr(qa, mq * 16, kk * 2, kUnitsQk));
-        }
-#pragma unroll
-        for (int nk = 0; nk < kMmaKv; ++nk) {
-          uint32_t bk[4];
-          dev::mma::ldmatrix_x4(bk, dev::permuted_frag_addr(ka, nk * 16, kk * 2, kUnitsQk));
+        for (int kk = 0; kk < DQK / 16; ++kk) {
+          uint32_t a[kMmaQ][4];
 #pragma unroll
           for (int mq = 0; mq < kMmaQ; ++mq) {
-            dev::mma::mma_m16n8k16<T>(s[mq][2 * nk], a[mq], bk);
-            dev::mma::mma_m16n8k16<T>(s[mq][2 * nk + 1], a[mq], bk + 2);
+            dev::mma::ldmatrix_x4(a[mq], dev::permuted_frag_addr(qa, mq * 16, kk * 2, kUnitsQk));
+          }
+#pragma unroll
+          for (int nk = 0; nk < kMmaKv; ++nk) {
+            if constexpr (kFp8) {
+              uint32_t r8[2];
+              dev::mma::ldmatrix_x2(
+                  r8, dev::permuted_frag_addr(ka, nk * 16 / kKeysPerLine, kk, kLineUnits));
+#pragma unroll
+              for (int blk = 0; blk < 2; ++blk) {
+                const uint2 w8 = dev::fp8x4_widen<T, decltype(kind)::value>(r8[blk]);
+                const uint32_t bk[2] = {w8.x, w8.y};
+#pragma unroll
+                for (int mq = 0; mq < kMmaQ; ++mq) {
+                  dev::mma::mma_m16n8k16<T>(s[mq][2 * nk + blk], a[mq], bk);
+                }
+              }
+            } else {
+              uint32_t bk[4];
+              dev::mma::ldmatrix_x4(bk, dev::permuted_frag_addr(ka, nk * 16, kk * 2, kUnitsQk));
+#pragma unroll
+              for (int mq = 0; mq < kMmaQ; ++mq) {
+                dev::mma::mma_m16n8k16<T>(s[mq][2 * nk], a[mq], bk);
+                dev::mma::mma_m16n8k16<T>(s[mq][2 * nk + 1], a[mq], bk + 2);
+              }
+            }
           }
         }
+      };
+      using E4m3 = std::integral_constant<__nv_fp8_interpretation_t, __NV_E4M3>;
+      using E5m2 = std::integral_constant<__nv_fp8_interpretation_t, __NV_E5M2>;
+      if (e5m2) {
+        s_loop(E5m2{});
+      } else {
+        s_loop(E4m3{});
       }
 
       // Logits in base 2; the per-element test only where the tile needs it.
@@ -618,22 +603,52 @@ __global__ void __launch_bounds__(kPrefillThreads,
           a[mq][2] = dev::mma::pack2<T>(s[mq][2 * j + 1][0], s[mq][2 * j + 1][1]);
           a[mq][3] = dev::mma::pack2<T>(s[mq][2 * j + 1][2], s[mq][2 * j + 1][3]);
         }
+        if constexpr (kFp8) {
+          // One transposing ldmatrix of fp8 V: 16 keys x units u, u + 1 (u = 2 nd2); words
+          // 2h, 2h + 1 (keys 0-7, 8-15) of unit u + h give b0, b1 of accumulator blocks
+          // 2 (u + h) (even dims) and + 1 (odd dims).
+          auto pv_fp8 = [&](auto kind) {
+            constexpr __nv_fp8_interpretation_t kKind = decltype(kind)::value;
 #pragma unroll
-        for (int nd = 0; nd < DVO / 16; ++nd) {
-          uint32_t bv[4];
-          dev::mma::ldmatrix_x4_trans(bv, dev::permuted_frag_addr(va, j * 16, nd * 2, kUnitsVo));
+            for (int nd2 = 0; nd2 < DVO / 32; ++nd2) {
+              uint32_t r8[4];
+              dev::mma::ldmatrix_x4_trans(
+                  r8, dev::permuted_frag_addr(va, j * 16 / kKeysPerLine, nd2 * 2, kLineUnits));
 #pragma unroll
-          for (int mq = 0; mq < kMmaQ; ++mq) {
-            dev::mma::mma_m16n8k16<T>(o[mq][2 * nd], a[mq], bv);
-            dev::mma::mma_m16n8k16<T>(o[mq][2 * nd + 1], a[mq], bv + 2);
+              for (int h = 0; h < 2; ++h) {
+                const uint2 w0 = dev::fp8x4_widen<T, kKind>(dev::fp8_trans_pairs(r8[2 * h]));
+                const uint2 w1 = dev::fp8x4_widen<T, kKind>(dev::fp8_trans_pairs(r8[2 * h + 1]));
+                const uint32_t be[2] = {w0.x, w1.x}, bo[2] = {w0.y, w1.y};
+                const int u = 2 * nd2 + h;
+#pragma unroll
+                for (int mq = 0; mq < kMmaQ; ++mq) {
+                  dev::mma::mma_m16n8k16<T>(o[mq][2 * u], a[mq], be);
+                  dev::mma::mma_m16n8k16<T>(o[mq][2 * u + 1], a[mq], bo);
+                }
+              }
+            }
+          };
+          if (e5m2) {
+            pv_fp8(E5m2{});
+          } else {
+            pv_fp8(E4m3{});
+          }
+        } else {
+#pragma unroll
+          for (int nd = 0; nd < DVO / 16; ++nd) {
+            uint32_t bv[4];
+            dev::mma::ldmatrix_x4_trans(bv, dev::permuted_frag_addr(va, j * 16, nd * 2, kUnitsVo));
+#pragma unroll
+            for (int mq = 0; mq < kMmaQ; ++mq) {
+              dev::mma::mma_m16n8k16<T>(o[mq][2 * nd], a[mq], bv);
+              dev::mma::mma_m16n8k16<T>(o[mq][2 * nd + 1], a[mq], bv + 2);
+            }
           }
         }
       }
     }
-    if constexpr (!kFp8) {
-      __syncthreads();  // every warp is done with this stage before it is refilled
-      load_kv(tile + kPrefillStages);
-    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    load_kv(tile + kStagesKv);
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 
@@ -641,9 +656,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
     // Warps 1..3 saw other keys of the same rows: warp 0 merges their states into its own. Lane
     // l of every warp holds the same (row, column) elements, so the merge is lane by lane. The
     // K/V stages are free: every copy has landed (wait<0> above) and every warp passed the
-    // loop's last barrier after its last read of them (fp8: the loop ends on the math, hence the
-    // barrier here).
-    if constexpr (kFp8) __syncthreads();
+    // loop's last barrier after its last read of them.
     constexpr int kSlots = prefill_merge_slots(DVO);
     static_assert(kMmaQ == 1, "16-row blocks hold one m16 fragment a warp");
     static_assert(prefill_merge_bytes(kCtaQ, DVO) <= prefill_kv_stage_bytes(kCtaQ, DQK, DVO),
@@ -706,8 +719,15 @@ __global__ void __launch_bounds__(kPrefillThreads,
       // second divmod of pr: the compiler kept that one's quotients live across the KV loop.
       const uint32_t qrel = static_cast<uint32_t>(pos_of[mq][r] - pos_shift);
       const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
-      prefill_store_row<T, DVO>(p, w, q_base, qrel, h, m[mq][r], lr, out_scale, tid4,
-                                [&](int n, int c) { return o[mq][n][2 * r + c]; });
+      // fp8: pair n's values from blocks 2 (n / 2) + c, register 2 r + n % 2 (prefill_o_pair_col).
+      prefill_store_row<T, DVO, kFp8>(p, w, q_base, qrel, h, m[mq][r], lr, out_scale, tid4,
+                                      [&](int n, int c) {
+                                        if constexpr (kFp8) {
+                                          return o[mq][2 * (n / 2) + c][2 * r + n % 2];
+                                        } else {
+                                          return o[mq][n][2 * r + c];
+                                        }
+                                      });
     }
   }
   pdl_launch_dependents();

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device/host_device.h"
+#include "kernels/cuda/device/permuted_smem.cuh"
 
 namespace flashinfer::kernels::cuda::prefill {
 
@@ -45,11 +46,13 @@ FLASHINFER_HD constexpr bool prefill_dims_built(int dqk, int dvo) {
 }
 
 /// Whether the FA2 kernel is built for fp8 K/V (e4m3 or e5m2, widened to q's 16-bit type in
-/// shared memory) with this head-dim pair and variant: equal dims 64, 128 and 256, plain or
-/// soft-capped (ALiBi, custom masks and 192 / 128 with fp8 K/V run on the CUDA-core kernel; each
-/// fp8 instance costs as much compile time as a 16-bit one). Its blocks ask for the same shared
-/// memory as the 16-bit ones (prefill_smem_bytes): one 16-bit K/V tile and kPrefillStages fp8
-/// stages take the bytes of kPrefillStages 16-bit stages.
+/// registers: "fp8 K/V" below) with this head-dim pair and variant: equal dims 64, 128 and 256,
+/// plain or soft-capped (ALiBi, custom masks and 192 / 128 with fp8 K/V run on the CUDA-core
+/// kernel; each fp8 instance costs as much compile time as a 16-bit one), in 16- and 64-row
+/// blocks (the launcher runs 64-row blocks where prefill_cta_rows says 128: there the widened
+/// fragments spilled). Its blocks ask for the same shared memory as the 16-bit ones
+/// (prefill_smem_bytes): kPrefillFp8Stages fp8 stages take the bytes of kPrefillStages 16-bit
+/// ones.
 FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant) {
   return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && (variant & ~kPrefillSoftCap) == 0;
 }
@@ -295,6 +298,68 @@ FLASHINFER_HD constexpr FragLane prefill_k_frag_lane(int lane) {
 }
 FLASHINFER_HD constexpr FragLane prefill_v_frag_lane(int lane) {
   return {static_cast<unsigned>(lane & 15), static_cast<unsigned>(lane >> 4)};
+}
+
+// ---- fp8 K/V: the tiles as stored, widened in registers ----------------------------------------
+// The fp8 instances copy K/V tiles as they are stored (16 values a 16-byte unit) into
+// kPrefillFp8Stages stages (the bytes of the 16-bit kernel's kPrefillStages) and read them with
+// the same ldmatrix instructions, which then move byte pairs: one x4 load gives a lane 4 fp8
+// values of each of 4 matrices (8 keys x 16 dims each), and each such word widens
+// (device/fp8_widen.cuh) to the two B-operand registers of one m16n8k16 step, so no 16-bit tile,
+// no widening pass through shared memory and no barrier for it (upstream's design for fp8 K/V).
+// The words hold other elements than a 16-bit ldmatrix gives, so:
+//   - S = Q K^T: lane (gid, t) gets dims 4t..4t+3 of a 16-dim step of key gid, where the MMA's
+//     B operand wants dims 2t, 2t+1, 2t+8, 2t+9. The dot product does not care which slot of the
+//     k axis holds which dim as long as A and B agree, so Q's 16-bit tile is permuted once per
+//     block (prefill_fp8_q_words): slot 2t, 2t+1 <- dims 4t, 4t+1; slot 2t+8, 2t+9 <- 4t+2, 4t+3.
+//   - O += P V (transposing ldmatrix): lane (gid, t) gets dims 2 gid, 2 gid + 1 of keys 2t, 2t+1
+//     (and, from the next matrix, 2t+8, 2t+9): the B operands of two 8-wide blocks of output
+//     dims, the even dims 16u + 2j (block 2u) and the odd ones 16u + 2j + 1 (block 2u + 1), once
+//     the word's bytes are reordered (dev::fp8_trans_pairs). A lane's accumulators then hold dims
+//     16u + 4t .. 16u + 4t + 3 (prefill_fp8_o_col).
+constexpr int kPrefillFp8Stages = 2 * kPrefillStages;
+
+/// Units (16 bytes) of a line of the fp8 tiles' permuted layout: rows of 8 or more units are
+/// lines of their own; head dim 64's 4-unit rows pair two keys on a 128-byte line (key 2i + h on
+/// line i, units 4h..4h+3), which keeps the 8 rows an ldmatrix matrix reads on 8 distinct
+/// 16-byte bank groups.
+FLASHINFER_HD constexpr unsigned prefill_fp8_line_units(unsigned units) {
+  return units < 8 ? 8u : units;
+}
+FLASHINFER_HD constexpr unsigned prefill_fp8_keys_per_line(unsigned units) {
+  return units < 8 ? 8u / units : 1u;
+}
+/// Offset, in units, of unit `unit` of key `key` in an fp8 tile whose rows hold `units` units
+/// (4, or a multiple of 8).
+FLASHINFER_HD constexpr unsigned prefill_fp8_tile_offset(unsigned key, unsigned unit,
+                                                         unsigned units) {
+  return units < 8 ? dev::permuted_offset(key / 2, (key % 2) * 4 + unit, 8)
+                   : dev::permuted_offset(key, unit, units);
+}
+/// The line and unit-column bits a lane names to ldmatrix in an fp8 tile, for 16 keys from a
+/// multiple of 16: key lane % 16, unit u + lane / 16. The transposing x4 load of V at an even u
+/// reads (keys 0-7, u), (keys 8-15, u), (keys 0-7, u + 1), (keys 8-15, u + 1); the x2 load of K
+/// at any u only lanes 0..15: (keys 0-7, u), (keys 8-15, u). `c` has bits 0 and (paired keys) 2
+/// only, disjoint from u in both uses (u < 4 where keys pair), so dev::permuted_lane_base /
+/// permuted_frag_addr address it with the line's units, 16 keys down being
+/// 16 / prefill_fp8_keys_per_line lines.
+FLASHINFER_HD constexpr FragLane prefill_fp8_frag_lane(int lane, unsigned units) {
+  const unsigned key = static_cast<unsigned>(lane & 15), unit = static_cast<unsigned>(lane >> 4);
+  return units < 8 ? FragLane{key / 2, (key % 2) * 4 + unit} : FragLane{key, unit};
+}
+/// Q's 16-bit words of one 16-dim step (w[i]: dims 2i, 2i + 1) in the order the fp8 K fragments
+/// need (above): the even words, then the odd ones.
+FLASHINFER_HD constexpr void prefill_fp8_q_words(const uint32_t (&w)[8], uint32_t (&out)[8]) {
+  for (int i = 0; i < 4; ++i) {
+    out[i] = w[2 * i];
+    out[4 + i] = w[2 * i + 1];
+  }
+}
+/// The output dim of pair n (n < dvo / 8) of a lane with quad index tid4 in the fp8 instances'
+/// accumulator order: pair 2u + b holds dims 16u + 4 tid4 + 2b and + 1, from accumulator blocks
+/// 2u (the even dim) and 2u + 1 (the odd), register 2r + b of row r. The 16-bit order: 8n + 2 tid4.
+FLASHINFER_HD constexpr int prefill_o_pair_col(bool fp8_order, int n, int tid4) {
+  return fp8_order ? 16 * (n / 2) + 4 * tid4 + 2 * (n % 2) : 8 * n + 2 * tid4;
 }
 
 }  // namespace flashinfer::kernels::cuda::prefill

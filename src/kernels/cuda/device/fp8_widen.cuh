@@ -109,6 +109,17 @@ FLASHINFER_HD uint2 fp8x4_widen(uint32_t x) {
   return r;
 }
 
+/// Bytes 0, 2, 1, 3 of x: a transposing ldmatrix word of fp8 values (keys 2t, 2t + 1 of dims
+/// d, d + 1, low byte first) as the pairs (d of both keys, d + 1 of both keys) that fp8x4_widen
+/// makes the B operands of two output-dim blocks from (prefill_shape.h, "fp8 K/V").
+FLASHINFER_HD uint32_t fp8_trans_pairs(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, 0u, 0x3120u);
+#else
+  return (x & 0xff0000ffu) | ((x >> 8) & 0xff00u) | ((x << 8) & 0xff0000u);
+#endif
+}
+
 #if defined(__CUDACC__)
 /// One 16-byte unit of fp8 values (16, element 0 in the low byte), unit `c` of a stored row `r`,
 /// widened into units 2c and 2c + 1 of row r of a permuted 16-bit tile (permuted_smem.cuh) whose

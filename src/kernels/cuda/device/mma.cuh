@@ -28,6 +28,20 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
   ldmatrix_x4(r, cp_async::smem_addr(smem_row));
 }
 
+/// Two 8x8 tiles: lanes 0..15 give the row addresses (8i..8i+7 those of tile i; the other lanes'
+/// are not read). The fp8 K fragments (prefill_kernel.cuh): half ldmatrix_x4's registers.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t* r, uint32_t row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(row));
+#else
+  (void)r;
+  (void)row;
+  __trap();
+#endif
+}
+
 /// ldmatrix_x4 with each 8x8 tile transposed (V as the B operand of P.V).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, uint32_t row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
