@@ -39,6 +39,9 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
                 kAlibi = prefill::kPrefillAlibi;
   int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
+  // fp8 K/V has no 128-row block (with its widening the offset cache spilled there): 64-row
+  // blocks take its tall work items, as on GPUs where two 128-row blocks do not fit an SM.
+  if (sizeof(TKV) == 1 && cta == 128) cta = 64;
   if (cta == 128) {  // 64-row blocks where two 128-row ones do not fit an SM (A100, sm_86/89)
     // The device's own figures (any part, listed in DeviceLimits or not).
     const int smem_per_sm = current_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
@@ -51,8 +54,6 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
                           : launch_fa2<T, TKV, DQK, DVO, 16, kSoftCap>(p, s, pdl);
     }
   }
-  // fp8 K/V has no 128-row block (its widened fragments spill there): 64-row blocks take its
-  // tall work items, as on GPUs where two 128-row blocks do not fit an SM.
   if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128 && sizeof(TKV) == 2) {
     if (cta == 128) return launch_fa2<T, TKV, DQK, DVO, 128, 0>(p, s, pdl);
   }

@@ -17,12 +17,14 @@
 //   - LSE out (base 2); a split-KV chunk writes fp32 partials for the merge pass.
 // The variants are compile-time bits (prefill_shape.h); attention sinks join each row's sum in
 // the epilogue. fp16 / bf16 q and output of one dtype T; K/V of T, or fp8 (TKV = uint8_t, e4m3
-// or e5m2 as p.kv.dtype says): fp8 tiles are copied as they are stored (half the bytes, twice the
-// stages in the same shared memory), read by the same ldmatrix instructions and widened to T in
-// registers (exactly: device/fp8_widen.cuh), with Q's dims and the output's in the order that
-// needs (prefill_shape.h, "fp8 K/V"). K/V scales need nothing of their own: k_scale is in
-// sm_scale / scale_k, v_scale in the output factor, as the CPU reference applies them. Device code
-// only (prefill_fa2_d*.cu instantiate it).
+// or e5m2 as p.kv.dtype says): fp8 tiles are copied as they are stored (half the bytes) and
+// widened to T exactly (device/fp8_widen.cuh) where each value is converted once: in 16-row blocks
+// (their warps split the keys) in registers after ldmatrix reads the tiles as stored, from twice
+// the stages in the same shared memory, with Q's dims and the output's in the order that needs
+// (prefill_shape.h, "fp8 K/V"); in 64-row blocks (every warp reads every key) by the whole block
+// into one 16-bit tile in shared memory, which the 16-bit ldmatrix path then reads. K/V scales
+// need nothing of their own: k_scale is in sm_scale / scale_k, v_scale in the output factor, as
+// the CPU reference applies them. Device code only (prefill_fa2_d*.cu instantiate it).
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
@@ -70,6 +72,21 @@ __device__ __forceinline__ void copy_tile(uint4* tile, int tid, const T* any, Sr
   }
 }
 
+/// fp8 K/V in 64-row blocks: widens kRows rows of kDim fp8 values at `src` (rows of kDim / 16
+/// 16-byte units in order, as load_kv copies them) to T in the permuted 16-bit tile `dst` (rows
+/// of kDim / 8 units) that the ldmatrix path reads. Thread tid takes units tid, tid +
+/// kPrefillThreads, ...: one 16-byte shared load and two 16-byte stores each.
+template <class T, __nv_fp8_interpretation_t kKind, int kDim, int kRows>
+__device__ __forceinline__ void widen_tile(uint4* dst, const uint4* src, int tid) {
+  constexpr int kUnits8 = kDim / 16, kUnits16 = kDim / 8;
+  static_assert((kRows * kUnits8) % kPrefillThreads == 0, "tile shape");
+#pragma unroll
+  for (int i = tid; i < kRows * kUnits8; i += kPrefillThreads) {
+    const int r = i / kUnits8, c = i % kUnits8;
+    dev::fp8_unit_widen_store<T, kKind>(dst, src[i], r, c, kUnits16);
+  }
+}
+
 }  // namespace detail
 
 template <class T, class TKV, int DQK, int DVO, int kCtaQ, int kVariant>
@@ -105,9 +122,16 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // Units of 16 bytes in a stored K / V row (fp8: 16 elements each).
   constexpr int kUnitsK = DQK * static_cast<int>(sizeof(TKV)) / 16;
   constexpr int kUnitsV = DVO * static_cast<int>(sizeof(TKV)) / 16;
-  // K/V stages: fp8 tiles take half the bytes, so twice as many fit the 16-bit kernel's shared
-  // memory (prefill_smem_bytes), and three tiles are in flight while one is read.
-  constexpr int kStagesKv = kFp8 ? kPrefillFp8Stages : kPrefillStages;
+  // fp8 widened in registers (16-row blocks, whose warps split the keys: each value converted
+  // once, as a shared-memory pass would) or in shared memory (64-row blocks: every warp reads
+  // every key, so registers would convert each value four times).
+  constexpr bool kFp8Reg = kFp8 && kWarpsKv > 1, kFp8Smem = kFp8 && !kFp8Reg;
+  // K/V stages: fp8 tiles widened in registers take half the bytes, so twice as many fit the
+  // 16-bit kernel's shared memory (prefill_smem_bytes) and three are in flight while one is
+  // read. The 16-bit tiles the warps read: one per stage, one in all for fp8 widened in shared
+  // memory (its stages hold the copies as stored), none for fp8 widened in registers.
+  constexpr int kStagesKv = kFp8Reg ? kPrefillFp8Stages : kPrefillStages;
+  constexpr int kStages16 = kFp8Reg ? 0 : (kFp8Smem ? 1 : kPrefillStages);
   constexpr int64_t kKvBytes = static_cast<int64_t>(sizeof(TKV));
   // fp8 tiles' permuted lines (prefill_fp8_line_units: two keys a line at head dim 64).
   constexpr unsigned kLineUnits = prefill_fp8_line_units(kUnitsK);
@@ -116,17 +140,23 @@ __global__ void __launch_bounds__(kPrefillThreads,
 
   extern __shared__ __align__(128) unsigned char smem_raw[];  // 128: permuted_lane_base
   uint4* q_s = reinterpret_cast<uint4*>(smem_raw);            // [kCtaQ][kUnitsQk]
-  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kStagesKv][kKvTile][kUnitsK]
-  uint4* v_s = k_s + kStagesKv * kKvTile * kUnitsK;           // [kStagesKv][kKvTile][kUnitsV]
-  static_assert(16u * (kCtaQ * kUnitsQk + kStagesKv * kKvTile * (kUnitsK + kUnitsV)) ==
+  uint4* k_s = q_s + kCtaQ * kUnitsQk;                        // [kStages16][kKvTile][kUnitsQk]
+  uint4* v_s = k_s + kStages16 * kKvTile * kUnitsQk;          // [kStages16][kKvTile][kUnitsVo]
+  // fp8 only: [kStagesKv][kKvTile][kUnitsK], then V's: rows in order (kFp8Smem: only widen_tile
+  // reads them) or permuted lines (kFp8Reg: prefill_fp8_tile_offset).
+  uint4* k8_s = v_s + kStages16 * kKvTile * kUnitsVo;
+  uint4* v8_s = k8_s + (kFp8 ? kStagesKv * kKvTile * kUnitsK : 0);
+  static_assert(16u * (kCtaQ * kUnitsQk + kStages16 * kKvTile * (kUnitsQk + kUnitsVo) +
+                       (kFp8 ? kStagesKv * kKvTile * (kUnitsK + kUnitsV) : 0)) ==
                     prefill_tile_bytes(kCtaQ, DQK, DVO),
                 "fp8 K/V blocks use the 16-bit blocks' shared memory");
 
   // The K and V offsets, in bytes, of the tokens of the next tile to be copied.
   constexpr int kCache = prefill_offset_cache_tokens(kCtaQ, DQK, DVO);
   static_assert(kCache == kKvTile, "one tile's offsets");
-  // fp8 K/V in 128-row blocks: their fragments widened beside 64 S and 128 O floats a thread
-  // spill (ptxas, sm_90); such work runs in 64-row blocks (prefill_fp8_kv_built).
+  // fp8 K/V in 128-row blocks: with the widening beside 64 S and 128 O floats a thread, every
+  // arrangement of the offset cache spilled (it looked the page table up per row until session
+  // 65); such work runs in 64-row blocks (prefill_fp8_kv_built).
   static_assert(!kFp8 || kCtaQ != 128, "no 128-row fp8 block");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem_raw + prefill_tile_bytes(kCtaQ, DQK, DVO));
   int64_t* v_off = k_off + kCache;
@@ -181,8 +211,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
     group_div.divmod(static_cast<uint32_t>(pr), qi, hh);
     return q + (q_base + w.qo_begin + qi) * p.q_stride_n + (g * group + hh) * p.q_stride_h;
   });
-  // fp8: Q in a group of its own, so that its in-place reordering waits for Q alone.
-  if constexpr (kFp8) dev::cp_async::commit();
+  // fp8 widened in registers: Q in a group of its own, so that its reordering waits for Q alone.
+  if constexpr (kFp8Reg) dev::cp_async::commit();
 
   // K/V tile i into stage i % kStagesKv; keys past kv_hi are zero-filled (0 in fp8 too). The
   // cached offsets include the KV head's (so the copies add them to the storage's base, a kernel
@@ -235,8 +265,8 @@ __global__ void __launch_bounds__(kPrefillThreads,
     if (tile < num_tiles) {
       const int32_t t0 = kv_lo32 + tile * kKvTile;
       const int stage = tile % kStagesKv;
-      uint4* kst = k_s + stage * kKvTile * kUnitsK;
-      uint4* vst = v_s + stage * kKvTile * kUnitsV;
+      uint4* kst = kFp8 ? k8_s + stage * kKvTile * kUnitsK : k_s + stage * kKvTile * kUnitsQk;
+      uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
       static_assert(!kFp8 || (DQK == DVO && kPrefillThreads % kUnitsK == 0), "fp8 copy loop");
       if constexpr (DQK == DVO && kPrefillThreads % kUnitsK == 0) {
         // Thread tid copies unit column tid % kUnitsK of rows tid / kUnitsK + kRowsPerPass * i,
@@ -258,8 +288,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
         for (int i = 0; i < kRowsPerThread; ++i) {
           const int r = r0 + i * kRowsPerPass;
           const bool ok = t0 + r < kv_hi32;
-          const uint32_t off = kFp8 ? prefill_fp8_tile_offset(r, col, kUnitsK)
-                                    : dev::permuted_offset(r, col, kUnitsK);
+          const uint32_t off = kFp8Reg    ? prefill_fp8_tile_offset(r, col, kUnitsK)
+                               : kFp8Smem ? static_cast<uint32_t>(r * kUnitsK + col)
+                                          : dev::permuted_offset(r, col, kUnitsK);
           // The column's offset as 32 unsigned bits (held as a 64-bit value across the loop it
           // was what ptxas spilled in the 128 x 64 block at head dim 128). The cache's offsets
           // are in bytes: a copy's address is one 64-bit add of three terms (base, row,
@@ -306,7 +337,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
     __syncthreads();
     load_kv(3);
   }
-  if constexpr (kFp8) {
+  if constexpr (kFp8Reg) {
     // Q's dims in the order of the fp8 K fragments (prefill_fp8_q_words), in place, once: its group
     // landed (the kStagesKv K/V groups may not have), for every thread after the barrier; the
     // loop's first barrier orders the stores before the first ldmatrix.
@@ -379,17 +410,37 @@ __global__ void __launch_bounds__(kPrefillThreads,
 
   // The page ids of tile kStagesKv, for the loop's first fill (blocks with the cache).
   int32_t next_page = page_of(kStagesKv);
-  const bool e5m2 = kFp8 && p.kv.dtype == DType::kFloat8E5M2;
+  const bool e5m2 = kFp8Reg && p.kv.dtype == DType::kFloat8E5M2;
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
     dev::cp_async::wait<kStagesKv - 1>();  // tile `tile` (and Q) landed; the next may be in flight
-    __syncthreads();                       // ... for every thread
+    __syncthreads();  // ... for every thread; and (kFp8Smem) every warp is done with the 16-bit
+                      // tile
     const int stage = tile % kStagesKv;
     // The offsets of tile + kStagesKv, whose copy this iteration issues after its next barrier;
     // the last copy that read the cache (tile + kStagesKv - 1's) came before the barrier above.
     // Their page ids were loaded an iteration ago; the next tile's load now.
-    fill_from(tile + kStagesKv, next_page);
-    next_page = page_of(tile + kStagesKv + 1);
+    if constexpr (!kFp8Smem) {
+      fill_from(tile + kStagesKv, next_page);
+      next_page = page_of(tile + kStagesKv + 1);
+    } else {
+      // The fp8 stage widened into the 16-bit tile; the stage is then free for tile +
+      // kStagesKv, whose copy overlaps this tile's math.
+      const uint4* k8 = k8_s + stage * kKvTile * kUnitsK;
+      const uint4* v8 = v8_s + stage * kKvTile * kUnitsV;
+      if (p.kv.dtype == DType::kFloat8E5M2) {
+        detail::widen_tile<T, __NV_E5M2, DQK, kKvTile>(k_s, k8, tid);
+        detail::widen_tile<T, __NV_E5M2, DVO, kKvTile>(v_s, v8, tid);
+      } else {
+        detail::widen_tile<T, __NV_E4M3, DQK, kKvTile>(k_s, k8, tid);
+        detail::widen_tile<T, __NV_E4M3, DVO, kKvTile>(v_s, v8, tid);
+      }
+      fill_from(tile + kStagesKv, next_page);  // after widening
+      next_page = page_of(tile + kStagesKv + 1);
+      __syncthreads();
+      load_kv(tile + kStagesKv);
+    }
+    const int stage16 = kFp8Smem ? 0 : stage;  // the 16-bit tile the warps read
     // The tile's position: 32 bits in 128-row blocks, 64 in the others (32 spilled in the
     // 256-dim 64-row ones). Whether the tile needs the per-element visibility test: the index
     // range computed before the loop (prefill_unmasked_tiles), decided before the MMAs so that one
@@ -406,18 +457,22 @@ __global__ void __launch_bounds__(kPrefillThreads,
                      vl = prefill_v_frag_lane(lane);
       const uint32_t qa = dev::permuted_lane_base(dev::cp_async::smem_addr(q_s),
                                                   warp_q * 16 * kMmaQ + ql.row, ql.c, kUnitsQk);
-      // fp8: K and V lanes alike (prefill_fp8_frag_lane), on the tiles' lines.
+      // kFp8Reg: K and V lanes alike (prefill_fp8_frag_lane), on the fp8 stage's lines.
       const FragLane f8 = prefill_fp8_frag_lane(lane, kUnitsK);
       const uint32_t ka =
-          kFp8 ? dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsK),
-                                         key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
-               : dev::permuted_lane_base(dev::cp_async::smem_addr(k_s + stage * kKvTile * kUnitsK),
-                                         key_off + kl.row, kl.c, kUnitsQk);
+          kFp8Reg
+              ? dev::permuted_lane_base(dev::cp_async::smem_addr(k8_s + stage * kKvTile * kUnitsK),
+                                        key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
+              : dev::permuted_lane_base(
+                    dev::cp_async::smem_addr(k_s + stage16 * kKvTile * kUnitsQk), key_off + kl.row,
+                    kl.c, kUnitsQk);
       const uint32_t va =
-          kFp8 ? dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsV),
-                                         key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
-               : dev::permuted_lane_base(dev::cp_async::smem_addr(v_s + stage * kKvTile * kUnitsV),
-                                         key_off + vl.row, vl.c, kUnitsVo);
+          kFp8Reg
+              ? dev::permuted_lane_base(dev::cp_async::smem_addr(v8_s + stage * kKvTile * kUnitsV),
+                                        key_off / kKeysPerLine + f8.row, f8.c, kLineUnits)
+              : dev::permuted_lane_base(
+                    dev::cp_async::smem_addr(v_s + stage16 * kKvTile * kUnitsVo), key_off + vl.row,
+                    vl.c, kUnitsVo);
       const int32_t tw0 = static_cast<int32_t>(t0) + key_off;  // this warp's first key
 
       // S = Q K^T: A from the warp's Q rows, B pairs of 8-key blocks from K rows.
@@ -442,7 +497,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
           }
 #pragma unroll
           for (int nk = 0; nk < kMmaKv; ++nk) {
-            if constexpr (kFp8) {
+            if constexpr (kFp8Reg) {
+              // Unit kk may be odd: permuted_frag_addr's add-is-XOR holds for lanes 0..15,
+              // whose unit bits are 0 (or 4, paired keys at head dim 64, kk < 4); the x2 form
+              // reads no other lane's address.
               uint32_t r8[2];
               dev::mma::ldmatrix_x2(
                   r8, dev::permuted_frag_addr(ka, nk * 16 / kKeysPerLine, kk, kLineUnits));
@@ -603,7 +661,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
           a[mq][2] = dev::mma::pack2<T>(s[mq][2 * j + 1][0], s[mq][2 * j + 1][1]);
           a[mq][3] = dev::mma::pack2<T>(s[mq][2 * j + 1][2], s[mq][2 * j + 1][3]);
         }
-        if constexpr (kFp8) {
+        if constexpr (kFp8Reg) {
           // One transposing ldmatrix of fp8 V: 16 keys x units u, u + 1 (u = 2 nd2); words
           // 2h, 2h + 1 (keys 0-7, 8-15) of unit u + h give b0, b1 of accumulator blocks
           // 2 (u + h) (even dims) and + 1 (odd dims).
@@ -647,8 +705,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-    load_kv(tile + kStagesKv);
+    if constexpr (!kFp8Smem) {
+      __syncthreads();  // every warp is done with this stage before it is refilled
+      load_kv(tile + kStagesKv);
+    }
   }
   dev::cp_async::wait<0>();  // no copy may still target shared memory when the block exits
 
@@ -720,14 +780,14 @@ __global__ void __launch_bounds__(kPrefillThreads,
       const uint32_t qrel = static_cast<uint32_t>(pos_of[mq][r] - pos_shift);
       const int32_t h = g * group + (pr - static_cast<int32_t>(qrel) * group);
       // fp8: pair n's values from blocks 2 (n / 2) + c, register 2 r + n % 2 (prefill_o_pair_col).
-      prefill_store_row<T, DVO, kFp8>(p, w, q_base, qrel, h, m[mq][r], lr, out_scale, tid4,
-                                      [&](int n, int c) {
-                                        if constexpr (kFp8) {
-                                          return o[mq][2 * (n / 2) + c][2 * r + n % 2];
-                                        } else {
-                                          return o[mq][n][2 * r + c];
-                                        }
-                                      });
+      prefill_store_row<T, DVO, kFp8Reg>(p, w, q_base, qrel, h, m[mq][r], lr, out_scale, tid4,
+                                         [&](int n, int c) {
+                                           if constexpr (kFp8Reg) {
+                                             return o[mq][2 * (n / 2) + c][2 * r + n % 2];
+                                           } else {
+                                             return o[mq][n][2 * r + c];
+                                           }
+                                         });
     }
   }
   pdl_launch_dependents();

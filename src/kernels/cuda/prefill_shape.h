@@ -45,14 +45,15 @@ FLASHINFER_HD constexpr bool prefill_dims_built(int dqk, int dvo) {
   return (dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128);
 }
 
-/// Whether the FA2 kernel is built for fp8 K/V (e4m3 or e5m2, widened to q's 16-bit type in
-/// registers: "fp8 K/V" below) with this head-dim pair and variant: equal dims 64, 128 and 256,
-/// plain or soft-capped (ALiBi, custom masks and 192 / 128 with fp8 K/V run on the CUDA-core
-/// kernel; each fp8 instance costs as much compile time as a 16-bit one), in 16- and 64-row
-/// blocks (the launcher runs 64-row blocks where prefill_cta_rows says 128: there the widened
-/// fragments spilled). Its blocks ask for the same shared memory as the 16-bit ones
-/// (prefill_smem_bytes): kPrefillFp8Stages fp8 stages take the bytes of kPrefillStages 16-bit
-/// ones.
+/// Whether the FA2 kernel is built for fp8 K/V (e4m3 or e5m2, widened to q's 16-bit type: in
+/// registers in 16-row blocks, "fp8 K/V" below; in shared memory in 64-row blocks) with this
+/// head-dim pair and variant: equal dims 64, 128 and 256, plain or soft-capped (ALiBi, custom
+/// masks and 192 / 128 with fp8 K/V run on the CUDA-core kernel; each fp8 instance costs as much
+/// compile time as a 16-bit one), in 16- and 64-row blocks (the launcher runs 64-row blocks where
+/// prefill_cta_rows says 128: with the widening there every arrangement of the offset cache
+/// spilled). Its blocks ask for the same shared memory as the 16-bit ones (prefill_smem_bytes):
+/// kPrefillFp8Stages fp8 stages, or one 16-bit tile and kPrefillStages fp8 stages, take the bytes
+/// of kPrefillStages 16-bit stages.
 FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant) {
   return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && (variant & ~kPrefillSoftCap) == 0;
 }
@@ -301,12 +302,14 @@ FLASHINFER_HD constexpr FragLane prefill_v_frag_lane(int lane) {
 }
 
 // ---- fp8 K/V: the tiles as stored, widened in registers ----------------------------------------
-// The fp8 instances copy K/V tiles as they are stored (16 values a 16-byte unit) into
-// kPrefillFp8Stages stages (the bytes of the 16-bit kernel's kPrefillStages) and read them with
-// the same ldmatrix instructions, which then move byte pairs: one x4 load gives a lane 4 fp8
-// values of each of 4 matrices (8 keys x 16 dims each), and each such word widens
-// (device/fp8_widen.cuh) to the two B-operand registers of one m16n8k16 step, so no 16-bit tile,
-// no widening pass through shared memory and no barrier for it (upstream's design for fp8 K/V).
+// The fp8 instances' 16-row blocks (whose warps split the keys, so each value is converted once)
+// copy K/V tiles as they are stored (16 values a 16-byte unit) into kPrefillFp8Stages stages (the
+// bytes of the 16-bit kernel's kPrefillStages) and read them with the same ldmatrix
+// instructions, which then move byte pairs: a lane gets 4 fp8 values of each matrix (8 keys x 16
+// dims), and each such word widens (device/fp8_widen.cuh) to the two B-operand registers of one
+// m16n8k16 step, so no 16-bit tile, no widening pass through shared memory and no barrier for it
+// (upstream's design for fp8 K/V). (64-row blocks, whose 4 warps each read every key, widen each
+// tile once into a 16-bit tile in shared memory instead.)
 // The words hold other elements than a 16-bit ldmatrix gives, so:
 //   - S = Q K^T: lane (gid, t) gets dims 4t..4t+3 of a 16-dim step of key gid, where the MMA's
 //     B operand wants dims 2t, 2t+1, 2t+8, 2t+9. The dot product does not care which slot of the
