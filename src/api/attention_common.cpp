@@ -367,12 +367,15 @@ namespace {
 int64_t attention_common_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The keys of the K/V tile a tensor-core prefill chunk spans whole: the FA2 kernel's tile for
-// blocks of `packed_rows` rows and, where the Hopper kernel's blocks of `hopper_wg` warpgroups run
-// the plan (hopper_wg > 0), the least common multiple with the Hopper kernel's.
-int64_t prefill_chunk_tile(int64_t packed_rows, int dqk, int dvo, int variant, int hopper_wg) {
+// the blocks it launches for `packed_rows` rows (fp8 K/V: no 128-row block) and, where the Hopper
+// kernel's blocks of `hopper_wg` warpgroups run the plan (hopper_wg > 0), the least common
+// multiple with the Hopper kernel's.
+int64_t prefill_chunk_tile(int64_t packed_rows, int dqk, int dvo, int variant, int hopper_wg,
+                           bool fp8_kv = false) {
   namespace pf = kernels::cuda::prefill;
   int64_t tile = pf::prefill_kv_tile(
-      pf::prefill_cta_rows(static_cast<int>(packed_rows), dqk, dvo, variant), dqk, dvo);
+      pf::prefill_launch_cta_rows(static_cast<int>(packed_rows), dqk, dvo, variant, fp8_kv), dqk,
+      dvo);
   if (hopper_wg > 0) tile = std::lcm(tile, int64_t{pf::prefill_sm90_kv_tile(dqk, dvo, hopper_wg)});
   return tile;
 }
@@ -749,7 +752,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     if (!s.decode && !cuda_core && pf::prefill_dims_built(dqk, dvo)) {
       // Prefill on tensor cores: chunks of whole K/V tiles of the block that runs them (the FA2
       // kernel's; with the Hopper kernel's, their least common multiple), as one_shot_plan's.
-      chunk_tile = prefill_chunk_tile(rows_per_tile * group, dqk, dvo, variant, hopper_wg);
+      chunk_tile = prefill_chunk_tile(rows_per_tile * group, dqk, dvo, variant, hopper_wg,
+                                      dtype_is_fp8(s.kv_dtype));
     }
     if (cuda_core) {
       kernels::AttentionParams cfg = plan_kernel_config(s);

@@ -277,6 +277,24 @@ TEST(PrefillShape, ScaleFoldedIntoTheExponentOnlyForPositiveScales) {
   EXPECT_TRUE(std::isnan(std::fma(-std::numeric_limits<float>::infinity(), 0.0f, -0.0f)));
 }
 
+// The launcher's block height (and the planner's tile rounding with it): prefill_cta_rows for
+// 16-bit K/V; fp8 K/V the same but 64 rows where that says 128 (no 128-row fp8 block), so the
+// planner's chunks end on the 64-row block's tiles (64 keys at head dim 64, not 32).
+TEST(PrefillShape, LaunchedBlockHeightHasNoTallFp8Block) {
+  for (int d : {64, 128, 256}) {
+    for (int rows : {1, 16, 17, 64, 65, 128, 4096}) {
+      for (int variant : {0, kPrefillSoftCap}) {
+        const int cta = prefill_cta_rows(rows, d, d, variant);
+        EXPECT_EQ(prefill_launch_cta_rows(rows, d, d, variant, false), cta) << d << " " << rows;
+        EXPECT_EQ(prefill_launch_cta_rows(rows, d, d, variant, true), cta == 128 ? 64 : cta)
+            << d << " " << rows;
+      }
+    }
+  }
+  EXPECT_EQ(prefill_kv_tile(prefill_launch_cta_rows(4096, 64, 64, 0, false), 64, 64), 32);
+  EXPECT_EQ(prefill_kv_tile(prefill_launch_cta_rows(4096, 64, 64, 0, true), 64, 64), 64);
+}
+
 // fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256, plain or
 // soft-capped, and nothing else (prefill_supported sends the rest to the CUDA-core kernel), in
 // 16- and 64-row blocks (the launcher runs 64-row ones for 128-row work). 16-row blocks hold Q and

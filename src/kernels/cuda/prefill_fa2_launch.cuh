@@ -38,10 +38,10 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   }
   constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
                 kAlibi = prefill::kPrefillAlibi;
-  int cta = prefill::prefill_cta_rows(p.max_work_rows * group, DQK, DVO, variant);
-  // fp8 K/V has no 128-row block (with its widening the offset cache spilled there): 64-row
-  // blocks take its tall work items, as on GPUs where two 128-row blocks do not fit an SM.
-  if (sizeof(TKV) == 1 && cta == 128) cta = 64;
+  // fp8 K/V has no 128-row block: 64-row blocks take its tall work items, as on GPUs where two
+  // 128-row blocks do not fit an SM.
+  int cta = prefill::prefill_launch_cta_rows(p.max_work_rows * group, DQK, DVO, variant,
+                                             sizeof(TKV) == 1);
   if (cta == 128) {  // 64-row blocks where two 128-row ones do not fit an SM (A100, sm_86/89)
     // The device's own figures (any part, listed in DeviceLimits or not).
     const int smem_per_sm = current_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);

@@ -116,6 +116,16 @@ FLASHINFER_HD constexpr int prefill_cta_rows(int max_packed_rows, int dqk, int d
   return 64;
 }
 
+/// The block height the launcher runs (prefill_fa2_launch.cuh) before the device check for tall
+/// blocks: prefill_cta_rows, but 64 rows for fp8 K/V where it says 128 (no 128-row fp8 block:
+/// with the widening, every arrangement of its offset cache spilled). The planner rounds split
+/// chunks to this block's K/V tile.
+FLASHINFER_HD constexpr int prefill_launch_cta_rows(int max_packed_rows, int dqk, int dvo,
+                                                    int variant, bool fp8_kv) {
+  const int cta = prefill_cta_rows(max_packed_rows, dqk, dvo, variant);
+  return fp8_kv && cta == 128 ? 64 : cta;
+}
+
 /// The planner's cta_tile_q (upstream's rule): from the average packed query length of a batch,
 /// 128 above 64 rows (head_dim_vo < 256), 64 above 16, else 16. Work items then hold
 /// max(1, cta_tile_q / group) queries each.
