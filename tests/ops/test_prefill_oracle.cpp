@@ -25,6 +25,7 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/decode_cuda.h"
 #include "oracle/attention_oracle.h"
 #include "util/cuda_graph_util.h"
 #endif
@@ -1042,8 +1043,19 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
 #endif
 }
 
+// Launches of the CUDA-core decode kernel so far (0 in a build without the oracles, whose GPU
+// cases skip): a tensor-core call that launched it did not run the kernel under test.
+uint64_t cuda_core_decode_launches() {
+#if FLASHINFER_TEST_HAVE_ORACLES
+  return kernels::cuda::batch_decode_launches();
+#else
+  return 0;
+#endif
+}
+
 // use_tensor_cores=True decode over an fp8 cache: 16-row blocks whose warps split the keys (GQA
-// 4), 64-row blocks (GQA 32), a soft cap and split KV.
+// 4; their fp8 fragments widened in registers), 64-row blocks (GQA 32; widened in shared memory),
+// a soft cap and split KV, all on the FA2 kernel (never the CUDA-core one).
 TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
@@ -1075,7 +1087,10 @@ TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {
               if (dev.is_cuda()) gpu_split = w.split_kv();
               return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
             };
-            expect_fp8_close(run(Device::cuda()), run(Device::cpu()), dt);
+            const uint64_t core_before = cuda_core_decode_launches();
+            const AttentionOutput gpu = run(Device::cuda());
+            EXPECT_EQ(cuda_core_decode_launches(), core_before) << "ran on the CUDA-core kernel";
+            expect_fp8_close(gpu, run(Device::cpu()), dt);
             if (split) {
               EXPECT_TRUE(gpu_split) << "the plan ran unsplit";
             }
