@@ -408,14 +408,14 @@ __global__ void __launch_bounds__(kPrefillThreads,
     l[mq][0] = l[mq][1] = 0.0f;
   }
 
-  // The page ids of tile kStagesKv, for the loop's first fill (blocks with the cache).
+  // The page ids of tile kStagesKv, for the loop's first fill.
   int32_t next_page = page_of(kStagesKv);
   const bool e5m2 = kFp8Reg && p.kv.dtype == DType::kFloat8E5M2;
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
     dev::cp_async::wait<kStagesKv - 1>();  // tile `tile` (and Q) landed; the next may be in flight
-    __syncthreads();  // ... for every thread; and (kFp8Smem) every warp is done with the 16-bit
-                      // tile
+    // ... for every thread; and (kFp8Smem) every warp is done with the 16-bit tile.
+    __syncthreads();
     const int stage = tile % kStagesKv;
     // The offsets of tile + kStagesKv, whose copy this iteration issues after its next barrier;
     // the last copy that read the cache (tile + kStagesKv - 1's) came before the barrier above.

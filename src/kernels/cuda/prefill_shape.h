@@ -329,7 +329,7 @@ FLASHINFER_HD constexpr FragLane prefill_v_frag_lane(int lane) {
 //     (and, from the next matrix, 2t+8, 2t+9): the B operands of two 8-wide blocks of output
 //     dims, the even dims 16u + 2j (block 2u) and the odd ones 16u + 2j + 1 (block 2u + 1), once
 //     the word's bytes are reordered (dev::fp8_trans_pairs). A lane's accumulators then hold dims
-//     16u + 4t .. 16u + 4t + 3 (prefill_fp8_o_col).
+//     16u + 4t .. 16u + 4t + 3 (prefill_o_pair_col).
 constexpr int kPrefillFp8Stages = 2 * kPrefillStages;
 
 /// Units (16 bytes) of a line of the fp8 tiles' permuted layout: rows of 8 or more units are
@@ -343,11 +343,11 @@ FLASHINFER_HD constexpr unsigned prefill_fp8_keys_per_line(unsigned units) {
   return units < 8 ? 8u / units : 1u;
 }
 /// Offset, in units, of unit `unit` of key `key` in an fp8 tile whose rows hold `units` units
-/// (4, or a multiple of 8).
+/// (4, or a multiple of 8): key k on line k / keys_per_line, from unit (k % keys_per_line) units.
 FLASHINFER_HD constexpr unsigned prefill_fp8_tile_offset(unsigned key, unsigned unit,
                                                          unsigned units) {
-  return units < 8 ? dev::permuted_offset(key / 2, (key % 2) * 4 + unit, 8)
-                   : dev::permuted_offset(key, unit, units);
+  const unsigned kpl = prefill_fp8_keys_per_line(units);
+  return dev::permuted_offset(key / kpl, (key % kpl) * units + unit, prefill_fp8_line_units(units));
 }
 /// The line and unit-column bits a lane names to ldmatrix in an fp8 tile, for 16 keys from a
 /// multiple of 16: key lane % 16, unit u + lane / 16. The transposing x4 load of V at an even u
@@ -358,7 +358,8 @@ FLASHINFER_HD constexpr unsigned prefill_fp8_tile_offset(unsigned key, unsigned 
 /// 16 / prefill_fp8_keys_per_line lines.
 FLASHINFER_HD constexpr FragLane prefill_fp8_frag_lane(int lane, unsigned units) {
   const unsigned key = static_cast<unsigned>(lane & 15), unit = static_cast<unsigned>(lane >> 4);
-  return units < 8 ? FragLane{key / 2, (key % 2) * 4 + unit} : FragLane{key, unit};
+  const unsigned kpl = prefill_fp8_keys_per_line(units);
+  return {key / kpl, (key % kpl) * units + unit};
 }
 /// Q's 16-bit words of one 16-dim step (w[i]: dims 2i, 2i + 1) in the order the fp8 K fragments
 /// need (above): the even words, then the odd ones.
