@@ -444,6 +444,14 @@ int wrong_o_elements(const std::vector<std::array<std::array<double, 4>, 32>>& o
   return bad;
 }
 
+// Every lane's ldmatrix address of one fragment: dev::permuted_frag_addr from each lane's base.
+std::array<uint32_t, 32> frag_addrs(const std::array<uint32_t, 32>& base, uint32_t row_add,
+                                    uint32_t col_even, uint32_t units) {
+  std::array<uint32_t, 32> r{};
+  for (int l = 0; l < 32; ++l) r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
+  return r;
+}
+
 // The A operand of P V's key step j (keys 16 j .. 16 j + 15), packed from P in the S
 // accumulators' layout (blocks 2 j and 2 j + 1) as the kernel packs it.
 std::array<std::array<Pair, 4>, 32> p_operand(int j) {
@@ -483,19 +491,12 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
       va[l] =
           dev::permuted_lane_base(v_base, prefill_v_frag_lane(l).row, prefill_v_frag_lane(l).c, uv);
     }
-    auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
-                 uint32_t units) {
-      std::array<uint32_t, 32> r{};
-      for (int l = 0; l < 32; ++l)
-        r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
-      return r;
-    };
     // S = Q K^T: s[n] holds keys 8n..8n+7.
     std::vector<std::array<std::array<double, 4>, 32>> sf(keys / 8);
     for (int kk = 0; kk < dqk / 16; ++kk) {
-      const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2, uq), false);
+      const Frag4 a = ldmatrix_x4(s, frag_addrs(qa, 0, kk * 2, uq), false);
       for (int nk = 0; nk < keys / 16; ++nk) {
-        const Frag4 b = ldmatrix_x4(s, at(ka, nk * 16, kk * 2, uq), false);
+        const Frag4 b = ldmatrix_x4(s, frag_addrs(ka, nk * 16, kk * 2, uq), false);
         mma(sf[2 * nk], a, half_of(b, 0));
         mma(sf[2 * nk + 1], a, half_of(b, 2));
       }
@@ -517,7 +518,7 @@ TEST(PrefillShape, FragmentAddressingComputesQKAndPV) {
     for (int j = 0; j < keys / 16; ++j) {
       const std::array<std::array<Pair, 4>, 32> a = p_operand(j);
       for (int nd = 0; nd < dvo / 16; ++nd) {
-        const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2, uv), true);
+        const Frag4 b = ldmatrix_x4(s, frag_addrs(va, j * 16, nd * 2, uv), true);
         mma(of[2 * nd], a, half_of(b, 0));
         mma(of[2 * nd + 1], a, half_of(b, 2));
       }
@@ -558,18 +559,11 @@ TEST(PrefillShape, WarpsAlongKeysCoverTheTile) {
         va[l] = dev::permuted_lane_base(v_base, key_off + prefill_v_frag_lane(l).row,
                                         prefill_v_frag_lane(l).c, uv);
       }
-      auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
-                   uint32_t units) {
-        std::array<uint32_t, 32> r{};
-        for (int l = 0; l < 32; ++l)
-          r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
-        return r;
-      };
       std::vector<std::array<std::array<double, 4>, 32>> sf(per_warp / 8);
       for (int kk = 0; kk < dqk / 16; ++kk) {
-        const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2, uq), false);
+        const Frag4 a = ldmatrix_x4(s, frag_addrs(qa, 0, kk * 2, uq), false);
         for (int nk = 0; nk < per_warp / 16; ++nk) {
-          const Frag4 b = ldmatrix_x4(s, at(ka, nk * 16, kk * 2, uq), false);
+          const Frag4 b = ldmatrix_x4(s, frag_addrs(ka, nk * 16, kk * 2, uq), false);
           mma(sf[2 * nk], a, half_of(b, 0));
           mma(sf[2 * nk + 1], a, half_of(b, 2));
         }
@@ -598,7 +592,7 @@ TEST(PrefillShape, WarpsAlongKeysCoverTheTile) {
           a[l][3] = {p(2 * j + 1, 2), p(2 * j + 1, 3)};
         }
         for (int nd = 0; nd < dvo / 16; ++nd) {
-          const Frag4 b = ldmatrix_x4(s, at(va, j * 16, nd * 2, uv), true);
+          const Frag4 b = ldmatrix_x4(s, frag_addrs(va, j * 16, nd * 2, uv), true);
           mma(of[2 * nd], a, half_of(b, 0));
           mma(of[2 * nd + 1], a, half_of(b, 2));
         }
@@ -705,7 +699,7 @@ Pair pair_of(uint32_t w) {
 // one on fp8 tiles laid out by prefill_fp8_tile_offset and addressed through
 // prefill_fp8_frag_lane, each word widened by fp8x4_widen (V's after fp8_trans_pairs), against
 // plain sums over the decoded bytes; and the output columns the epilogue writes
-// (prefill_o_pair_col). Keys from key_off on (the 16-row blocks' warps start at 16 or 32).
+// (prefill_o_pair_col). Keys from key_off on (a 16-row block's warp w from w times its keys).
 template <class T, __nv_fp8_interpretation_t kKind>
 void check_fp8_fragments(int d, int key_off, int keys) {
   SCOPED_TRACE("head dim " + std::to_string(d) + ", key_off " + std::to_string(key_off) +
@@ -769,12 +763,6 @@ void check_fp8_fragments(int d, int key_off, int keys) {
     ka[l] = dev::permuted_lane_base(k_base, key_off / kpl + f8.row, f8.c, line);
     va[l] = dev::permuted_lane_base(v_base, key_off / kpl + f8.row, f8.c, line);
   }
-  auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even,
-               uint32_t units) {
-    std::array<uint32_t, 32> r{};
-    for (int l = 0; l < 32; ++l) r[l] = dev::permuted_frag_addr(base[l], row_add, col_even, units);
-    return r;
-  };
   // Every matrix's 8 rows on 8 distinct 16-byte bank groups (no conflict), each address the unit
   // it means.
   auto check_matrices = [&](const std::array<uint32_t, 32>& addr, int n, int key0, int unit0,
@@ -793,12 +781,12 @@ void check_fp8_fragments(int d, int key_off, int keys) {
   // S: blocks of 8 keys from key_off.
   std::vector<std::array<std::array<double, 4>, 32>> sf(keys / 8);
   for (int kk = 0; kk < d / 16; ++kk) {
-    const Words4 qw = ld_words(s, at(qa, 0, kk * 2, uq), 4, false);
+    const Words4 qw = ld_words(s, frag_addrs(qa, 0, kk * 2, uq), 4, false);
     std::array<std::array<Pair, 4>, 32> a{};
     for (int l = 0; l < 32; ++l)
       for (int j = 0; j < 4; ++j) a[l][j] = pair_of<T>(qw[l][j]);
     for (int nk = 0; nk < keys / 16; ++nk) {
-      const auto addr = at(ka, nk * 16 / kpl, kk, line);
+      const auto addr = frag_addrs(ka, nk * 16 / kpl, kk, line);
       check_matrices(addr, 2, key_off + nk * 16, kk, k_base);
       const Words4 kw = ld_words(s, addr, 2, false);
       for (int blk = 0; blk < 2; ++blk) {
@@ -828,7 +816,7 @@ void check_fp8_fragments(int d, int key_off, int keys) {
   for (int j = 0; j < keys / 16; ++j) {
     const std::array<std::array<Pair, 4>, 32> a = p_operand(j);
     for (int nd2 = 0; nd2 < d / 32; ++nd2) {
-      const auto addr = at(va, j * 16 / kpl, nd2 * 2, line);
+      const auto addr = frag_addrs(va, j * 16 / kpl, nd2 * 2, line);
       check_matrices(addr, 4, key_off + j * 16, 2 * nd2, v_base);
       const Words4 vw = ld_words(s, addr, 4, true);
       for (int h = 0; h < 2; ++h) {

@@ -17,6 +17,9 @@
 
 #include "flashinfer/flashinfer.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_ORACLES
+#include "kernels/cuda/decode_cuda.h"
+#endif
 
 namespace flashinfer::testing {
 
@@ -182,6 +185,17 @@ inline PagedFixture make_paged(const std::vector<int32_t>& kv_lens, int64_t page
 }
 
 /// Rows [begin, end) of a [rows, ...] double vector with `row` elements each.
+/// Launches of the CUDA-core decode kernel (kernels::cuda::batch_decode_launches) so far: the
+/// tests tell with it which kernel a call ran on. 0 in a build without the oracles, whose GPU
+/// cases skip.
+inline uint64_t cuda_core_decode_launches() {
+#if FLASHINFER_TEST_HAVE_ORACLES
+  return kernels::cuda::batch_decode_launches();
+#else
+  return 0;
+#endif
+}
+
 inline std::vector<double> rows_of(const std::vector<double>& x, int64_t begin, int64_t end,
                                    int64_t row) {
   return std::vector<double>(x.begin() + begin * row, x.begin() + end * row);

@@ -17,7 +17,6 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/decode_cuda.h"
 #include "oracle/attention_oracle.h"
 #include "util/cuda_graph_util.h"
 #endif
@@ -52,15 +51,6 @@ struct Runs {
   // CUDA-core kernel launches (kernels::cuda::batch_decode_launches) of each GPU run.
   uint64_t core_launches = 0, core_launches_forced = 0;
 };
-
-// CUDA-core kernel launches so far (0 in a build without CUDA, whose GPU cases skip).
-uint64_t core_launches() {
-#if FLASHINFER_TEST_HAVE_ORACLES
-  return kernels::cuda::batch_decode_launches();
-#else
-  return 0;
-#endif
-}
 
 // The packed rows of a request (queries x group) from which the library runs a plain decode on
 // tensor cores (api::kDecodeTensorCoreMinRows) where the FA2 kernel takes the call (16-bit q,
@@ -107,16 +97,16 @@ Runs run_case(const DecodeCase& c) {
   r.cpu = run(Device::cpu());
   {
     const testing::ScopedEnv automatic("FLASHINFER_DECODE_TENSOR_CORES", nullptr);
-    const uint64_t before = core_launches();
+    const uint64_t before = testing::cuda_core_decode_launches();
     r.gpu = run(g);
-    r.core_launches = core_launches() - before;
+    r.core_launches = testing::cuda_core_decode_launches() - before;
     r.gpu_split = gpu_split;
   }
   {
     const testing::ScopedEnv core("FLASHINFER_DECODE_TENSOR_CORES", "0");
-    const uint64_t before = core_launches();
+    const uint64_t before = testing::cuda_core_decode_launches();
     r.gpu_core = run(g);
-    r.core_launches_forced = core_launches() - before;
+    r.core_launches_forced = testing::cuda_core_decode_launches() - before;
     if (c.split) {
       EXPECT_TRUE(gpu_split) << "the CUDA-core plan ran unsplit";
     }
@@ -414,10 +404,11 @@ void check_graph_replay_after_replan(const char* later_env = nullptr, bool alibi
   if (later_env) {
     // An eager run of the last plan: the first plan's route (tensor cores at group 4 by
     // default) still, so no CUDA-core launch, and the CPU's numbers.
-    const uint64_t before = core_launches();
+    const uint64_t before = testing::cuda_core_decode_launches();
     w.run(qd, cache, ro);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(core_launches(), before) << "a re-plan changed the captured wrapper's kernel";
+    EXPECT_EQ(testing::cuda_core_decode_launches(), before)
+        << "a re-plan changed the captured wrapper's kernel";
     EXPECT_TRUE(
         testing::all_close(*ro.out, ref[1].out, testing::default_tolerance(DType::kBFloat16)));
   }

@@ -25,7 +25,6 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/decode_cuda.h"
 #include "oracle/attention_oracle.h"
 #include "util/cuda_graph_util.h"
 #endif
@@ -1043,16 +1042,6 @@ TEST(PrefillKernelCuda, HopperKernelFp8KvMatchesFa2KernelAndCpu) {
 #endif
 }
 
-// Launches of the CUDA-core decode kernel so far (0 in a build without the oracles, whose GPU
-// cases skip): a tensor-core call that launched it did not run the kernel under test.
-uint64_t cuda_core_decode_launches() {
-#if FLASHINFER_TEST_HAVE_ORACLES
-  return kernels::cuda::batch_decode_launches();
-#else
-  return 0;
-#endif
-}
-
 // use_tensor_cores=True decode over an fp8 cache: 16-row blocks whose warps split the keys (GQA
 // 4; their fp8 fragments widened in registers), 64-row blocks (GQA 32; widened in shared memory),
 // a soft cap and split KV, all on the FA2 kernel (never the CUDA-core one).
@@ -1087,9 +1076,11 @@ TEST(PrefillKernelCuda, Fp8KvTensorCoreDecodeMatchesCpu) {
               if (dev.is_cuda()) gpu_split = w.split_kv();
               return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
             };
-            const uint64_t core_before = cuda_core_decode_launches();
+            // A call that launched the CUDA-core kernel did not run the kernel under test.
+            const uint64_t core_before = testing::cuda_core_decode_launches();
             const AttentionOutput gpu = run(Device::cuda());
-            EXPECT_EQ(cuda_core_decode_launches(), core_before) << "ran on the CUDA-core kernel";
+            EXPECT_EQ(testing::cuda_core_decode_launches(), core_before)
+                << "ran on the CUDA-core kernel";
             expect_fp8_close(gpu, run(Device::cpu()), dt);
             if (split) {
               EXPECT_TRUE(gpu_split) << "the plan ran unsplit";
