@@ -1,8 +1,8 @@
 # The linker (issue 49): LLVM's lld where the compiler can use it. The sanitized test build links
 # about 150 executables and the library; GNU ld took 0.8-1.4 s a sanitized test executable (debug
-# line tables, the sanitizer runtimes), lld 0.25 s (docs/PERFORMANCE.md, "The cold path under 30
-# minutes again (session 66, issue 49)"). The output is the same program: nothing in this project
-# depends on the linker (no linker scripts, no LTO; CUDA code is compiled whole, not
+# line tables, the sanitizer runtimes), lld 0.25 s (docs/PERFORMANCE.md, "The cold path cut by
+# 13 % of its CPU time (session 66, issue 49)"). The output is the same program: nothing in this
+# project depends on the linker (no linker scripts, no LTO; CUDA code is compiled whole, not
 # device-linked).
 #
 #   FLASHINFER_LINKER  AUTO: lld in a build without CUDA when `ld.lld` is found and the compiler
