@@ -1,6 +1,9 @@
 // save_torch / save_safetensors (include/flashinfer/tensor_io.h).
 #include "flashinfer/tensor_io.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -11,7 +14,6 @@
 #include "core/strided.h"
 #include "flashinfer/error.h"
 #include "formats/torch_archive.h"
-#include "formats/zip_writer.h"
 
 namespace flashinfer {
 namespace {
@@ -34,32 +36,37 @@ namespace flashinfer::formats {
 void save_torch_stem(const std::string& path, std::string_view stem_view,
                      const NamedTensors& tensors) {
   std::vector<formats::TorchItem> items;
-  std::vector<Tensor> storages;  // one record per tensor: its covered span, as a 1-D tensor
+  std::vector<Tensor> host;  // keeps host copies of device tensors alive while writing
+  std::vector<const void*> data;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string& name = tensors[i].first;
-    Tensor t = tensors[i].second;
-    FLASHINFER_CHECK(t.defined(), "save_torch", name, "undefined tensor");
-    if (!t.device().is_cpu()) t = t.to(Device::cpu());
+    const Tensor& t0 = tensors[i].second;
+    FLASHINFER_CHECK(t0.defined(), "save_torch", name, "undefined tensor");
+    const Tensor& t = t0.device().is_cpu() ? t0 : host.emplace_back(t0.to(Device::cpu()));
     const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
-    // The record holds the span only; offsets are rebased to it.
-    storages.push_back(Tensor::from_storage(t.storage(), {end - begin}, {1}, begin, t.dtype()));
+    // The record holds the covered span only; offsets are rebased to it.
+    data.push_back(end > begin ? static_cast<const char*>(t.data_ptr()) -
+                                     (t.storage_offset() - begin) *
+                                         static_cast<int64_t>(dtype_size(t.dtype()))
+                               : nullptr);
     items.push_back(
         {name, t.dtype(), t.shape(), t.strides(), t.storage_offset() - begin, end - begin});
   }
-  const std::string pkl = formats::torch_data_pkl(items);
-
-  const std::string stem(stem_view);
-  formats::ZipWriter zip(path);
-  zip.add(stem + "/data.pkl", pkl.data(), pkl.size());
-  static const char kLittle[] = "little";
-  zip.add(stem + "/byteorder", kLittle, sizeof(kLittle) - 1);
-  for (std::size_t i = 0; i < storages.size(); ++i) {
-    const Tensor& s = storages[i];
-    zip.add(stem + "/data/" + std::to_string(i), s.data_ptr(), s.nbytes());
+  formats::ArchivePlan plan = formats::plan_torch_archive(stem_view, items, data);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "save_torch", "path", "cannot create '", path,
+                    "': ", std::strerror(errno));
   }
-  static const char kVersion[] = "3\n";
-  zip.add(stem + "/version", kVersion, sizeof(kVersion) - 1);
-  zip.finish();
+  // Each entry's CRC and its bytes in the file come from one copy: a tensor another thread
+  // writes meanwhile (the flight recorder's first calls record a workspace a peer rank writes
+  // into) still gives an archive load_torch accepts. CRC-then-write from the tensor did not.
+  const bool ok = formats::write_archive_copied(fd, plan);
+  const int err = errno;
+  if (::close(fd) != 0 || !ok) {
+    FLASHINFER_FAIL(ErrorCode::kIo, "save_torch", "path", "writing '", path,
+                    "' failed: ", std::strerror(ok ? errno : err));
+  }
 }
 
 }  // namespace flashinfer::formats

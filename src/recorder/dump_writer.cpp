@@ -21,6 +21,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/strided.h"
 #include "flashinfer/error.h"
@@ -576,8 +577,14 @@ void DumpWriter::write_dedup(const std::string& dir, std::string_view stem, cons
     const auto [begin, end] = detail::covered_span(x.shape(), x.strides(), x.storage_offset());
     const std::size_t esize = dtype_size(x.dtype());
     const std::size_t n = static_cast<std::size_t>(end - begin) * esize;
-    const auto* base =
+    const auto* live =
         n ? static_cast<const char*>(x.data_ptr()) - (x.storage_offset() - begin) * esize : nullptr;
+    // The blob's name is the hash of its bytes, which load_dedup_refs checks: both are taken
+    // from one copy, since another thread may write a CPU tensor meanwhile (a workspace a peer
+    // rank shares). A device tensor's host copy above is already private.
+    std::vector<char> snapshot;
+    if (live && x0.device().is_cpu()) snapshot.assign(live, live + n);
+    const char* base = snapshot.empty() ? live : snapshot.data();
     const std::string blob = formats::dedup_blob_name(base, n);
     bool known = false;
     {

@@ -88,11 +88,12 @@ TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
   EXPECT_NE(data0, std::string::npos);
 }
 
-// The recorder's archive writer (formats::write_archive_copied): byte for byte save_torch's file
-// when nothing else writes the tensor, and a valid archive (every CRC that of the bytes in the
-// file) when another thread writes into it throughout, as a peer rank writes a workspace both
-// share. Computing the CRC from the tensor and then writing the tensor left a CRC mismatch that
-// load_torch refuses (MoeA2aModuleReplay.RecordedRanksReplayTogether failed 1 run in 20).
+// The archive writer of save_torch and the recorder (formats::write_archive_copied): byte for
+// byte a zip written entry by entry when nothing else writes the tensor, and a valid archive
+// (every CRC that of the bytes in the file) when another thread writes into it throughout, as a
+// peer rank writes a workspace both share. Computing the CRC from the tensor and then writing the
+// tensor left a CRC mismatch that load_torch refuses
+// (MoeA2aModuleReplay.RecordedRanksReplayTogether failed 1 run in 20).
 TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
   // 64 KiB: copied whole, one write(2); 6 MiB: streamed through a buffer with pwrite(2).
   for (const int64_t n : {int64_t{16} << 10, int64_t{6} << 20}) {
@@ -114,12 +115,25 @@ TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
         EXPECT_EQ(::lseek(fd, 0, SEEK_CUR), static_cast<off_t>(plan.size));
         ::close(fd);
       };
-      // Quiet: save_torch's bytes.
-      const fs::path quiet = scratch("arch.pt"), ref = scratch("ref/arch.pt");
+      // Quiet: the bytes of a zip written entry by entry (ZipWriter), and save_torch's.
+      const fs::path quiet = scratch("arch.pt"), ref = scratch("ref/arch.pt"),
+                     saved = scratch("saved/arch.pt");
       fs::create_directories(ref.parent_path());
+      fs::create_directories(saved.parent_path());
       write(quiet);
-      save_torch(ref.string(), {{"x", x}, {"small", small}});
+      {
+        formats::ZipWriter z(ref.string());
+        const std::string pkl = formats::torch_data_pkl(items);
+        z.add("arch/data.pkl", pkl.data(), pkl.size());
+        z.add("arch/byteorder", "little", 6);
+        z.add("arch/data/0", x.data_ptr(), static_cast<std::size_t>(n));
+        z.add("arch/data/1", small.data_ptr(), 8);
+        z.add("arch/version", "3\n", 2);
+        z.finish();
+      }
       EXPECT_EQ(read_file(quiet), read_file(ref));
+      save_torch(saved.string(), {{"x", x}, {"small", small}});
+      EXPECT_EQ(read_file(saved), read_file(ref));
       // Written meanwhile: every byte of x changes again and again while the archive is written.
       struct Writer {  // stopped and joined however the loop below ends
         std::atomic<bool> stop{false};
@@ -142,6 +156,12 @@ TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
         ASSERT_EQ(back.size(), 2u);
         EXPECT_EQ(back[0].second.numel(), n);
         EXPECT_EQ(back[1].second.to_double_vector(), (std::vector<double>{1.5, -2.0}));
+        // save_torch too: the flight recorder's first calls in a process write through it (a
+        // CRC mismatch failed MoeA2aModuleReplay.RecordedRanksReplayTogether in CI, session 66).
+        const fs::path saved_busy = scratch("saved_busy" + std::to_string(k) + ".pt");
+        save_torch(saved_busy.string(), {{"x", x}, {"small", small}});
+        ASSERT_NO_THROW(back = load_torch(saved_busy.string()));
+        EXPECT_EQ(back[0].second.numel(), n);
       }
     }
   }
