@@ -281,8 +281,19 @@ bool pwrite_all(int fd, const uint8_t* p, uint64_t n, off_t at) noexcept {
 
 // The whole archive copied into one buffer: the data first, each entry's CRC then taken from
 // the copy, the headers last.
+// The copy buffer is kept per thread between archives, but an archive written from an exit
+// handler (the recorder's last graph dumps) runs after the thread's thread_local objects were
+// destroyed: it then gets a buffer of its own.
+thread_local bool t_copy_buffer_gone = false;  // trivially destructible: readable at exit
+struct CopyBuffer {
+  std::vector<uint8_t> bytes;
+  ~CopyBuffer() { t_copy_buffer_gone = true; }
+};
+thread_local CopyBuffer t_copy_buffer;
+
 bool write_copied_archive(int fd, ArchivePlan& plan, const std::vector<uint64_t>& off) {
-  thread_local std::vector<uint8_t> buf;
+  std::vector<uint8_t> own;
+  std::vector<uint8_t>& buf = t_copy_buffer_gone ? own : t_copy_buffer.bytes;
   buf.resize(static_cast<std::size_t>(plan.size));
   for (const ArchivePlan::CrcSlot& slot : plan.crc_slots) {
     uint8_t* dst = buf.data() + off[slot.piece];

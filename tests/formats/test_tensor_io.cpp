@@ -18,10 +18,12 @@
 
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/tensor_io.h"
+#include "formats/dedup_store.h"
 #include "formats/pickle_writer.h"
 #include "formats/reader_limits.h"
 #include "formats/torch_archive.h"
 #include "formats/zip_writer.h"
+#include "recorder/dump_writer.h"
 #include "recorder/python_json.h"
 #include "util/remove_at_exit.h"
 #include "util/run_command.h"
@@ -164,6 +166,42 @@ TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
         EXPECT_EQ(back[0].second.numel(), n);
       }
     }
+  }
+}
+
+// The recorder's content-addressed store (FLASHINFER_DUMP_DEDUP=1): a blob's name is the hash
+// of its bytes, which load_dedup_refs checks, so both come from one copy of a tensor another
+// thread writes meanwhile (hashed from the tensor, then written from it: a "corrupt blob").
+TEST(SaveTorch, DedupBlobOfATensorWrittenMeanwhileMatchesItsName) {
+  const int64_t n = int64_t{1} << 20;
+  Tensor x = Tensor::zeros({n}, DType::kUInt8);
+  auto* bytes = static_cast<uint8_t*>(x.data_ptr());
+  recorder::Config cfg;
+  cfg.dump_dir = scratch("dedup").string();
+  cfg.dedup = true;
+  fs::create_directories(cfg.dump_dir);
+  recorder::internal::DumpWriter writer(cfg, [](const std::string&) {});
+  struct Writer {
+    std::atomic<bool> stop{false};
+    std::thread t;
+    ~Writer() {
+      stop = true;
+      t.join();
+    }
+  } busy;
+  busy.t = std::thread([&] {
+    for (uint8_t v = 1; !busy.stop.load(std::memory_order_relaxed); ++v) {
+      for (int64_t i = 0; i < n; i += 61) __atomic_store_n(&bytes[i], v, __ATOMIC_RELAXED);
+    }
+  });
+  for (int k = 0; k < 6; ++k) {
+    const fs::path call = fs::path(cfg.dump_dir) / ("call" + std::to_string(k));
+    fs::create_directories(call);
+    writer.write_tensors(call.string(), "inputs", {{"x", x}});
+    NamedTensors back;
+    ASSERT_NO_THROW(back = formats::load_dedup_refs((call / "inputs.refs.json").string()));
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_EQ(back[0].second.numel(), n);
   }
 }
 
