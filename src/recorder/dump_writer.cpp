@@ -579,15 +579,22 @@ void DumpWriter::write_dedup(const std::string& dir, std::string_view stem, cons
     const std::size_t n = static_cast<std::size_t>(end - begin) * esize;
     const auto* live =
         n ? static_cast<const char*>(x.data_ptr()) - (x.storage_offset() - begin) * esize : nullptr;
-    // The blob's name is the hash of its bytes, which load_dedup_refs checks: both are taken
-    // from one copy, since another thread may write a CPU tensor meanwhile (a workspace a peer
-    // rank shares). A device tensor's host copy above is already private.
-    std::vector<char> snapshot;
-    if (live && x0.device().is_cpu()) snapshot.assign(live, live + n);
-    const char* base = snapshot.empty() ? live : snapshot.data();
-    const std::string blob = formats::dedup_blob_name(base, n);
+    std::string blob = formats::dedup_blob_name(live, n);
     bool known = false;
     {
+      std::lock_guard<std::mutex> l(mu_);
+      known = blobs_written_.count(blob) != 0;
+    }
+    // A blob to write: its name is the hash of its bytes, which load_dedup_refs checks, so both
+    // come from one copy, since another thread may write a CPU tensor meanwhile (a workspace a
+    // peer rank shares). A device tensor's host copy above is already private; a blob already
+    // stored costs no copy.
+    std::vector<char> snapshot;
+    const char* base = live;
+    if (!known && live && x0.device().is_cpu()) {
+      snapshot.assign(live, live + n);
+      base = snapshot.data();
+      blob = formats::dedup_blob_name(base, n);
       std::lock_guard<std::mutex> l(mu_);
       known = blobs_written_.count(blob) != 0;
     }
