@@ -54,10 +54,6 @@ uint32_t zip_crc32_update(uint32_t start, const void* data, std::size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-uint32_t zip_crc32_combine(uint32_t first, uint32_t second, uint64_t second_size) {
-  return static_cast<uint32_t>(crc32_combine(first, second, static_cast<z_off_t>(second_size)));
-}
-
 std::vector<uint8_t> zip_local_header(std::string_view name, uint32_t crc, uint64_t size,
                                       uint64_t pos) {
   const bool zip64 = size >= kMax32 || pos >= kMax32;

@@ -14,8 +14,6 @@ namespace flashinfer::formats {
 uint32_t zip_crc32(const void* data, std::size_t size);
 /// The CRC-32 of earlier bytes (`crc`, 0 for none) continued over `data`.
 uint32_t zip_crc32_update(uint32_t crc, const void* data, std::size_t size);
-/// The CRC-32 of two byte runs one after the other, from each one's CRC and the second's size.
-uint32_t zip_crc32_combine(uint32_t first, uint32_t second, uint64_t second_size);
 
 /// One archive member as the central directory lists it.
 struct ZipEntryInfo {
