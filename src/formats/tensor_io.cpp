@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/strided.h"
 #include "flashinfer/error.h"
 #include "formats/torch_archive.h"
 
@@ -43,14 +42,7 @@ void save_torch_stem(const std::string& path, std::string_view stem_view,
     const Tensor& t0 = tensors[i].second;
     FLASHINFER_CHECK(t0.defined(), "save_torch", name, "undefined tensor");
     const Tensor& t = t0.device().is_cpu() ? t0 : host.emplace_back(t0.to(Device::cpu()));
-    const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
-    // The record holds the covered span only; offsets are rebased to it.
-    data.push_back(end > begin ? static_cast<const char*>(t.data_ptr()) -
-                                     (t.storage_offset() - begin) *
-                                         static_cast<int64_t>(dtype_size(t.dtype()))
-                               : nullptr);
-    items.push_back(
-        {name, t.dtype(), t.shape(), t.strides(), t.storage_offset() - begin, end - begin});
+    items.push_back(formats::torch_item(name, t, &data.emplace_back()));
   }
   formats::ArchivePlan plan = formats::plan_torch_archive(stem_view, items, data);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

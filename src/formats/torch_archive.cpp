@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/strided.h"
 #include "formats/pickle_writer.h"
 #include "formats/zip_writer.h"
 
@@ -99,6 +100,17 @@ std::string torch_data_pkl(const std::vector<TorchItem>& items) {
   }
   pk.setitems();
   return pk.finish();
+}
+
+TorchItem torch_item(const std::string& name, const Tensor& t, const void** data) {
+  const auto [begin, end] = detail::covered_span(t.shape(), t.strides(), t.storage_offset());
+  if (data) {
+    *data = end > begin
+                ? static_cast<const char*>(t.data_ptr()) -
+                      (t.storage_offset() - begin) * static_cast<int64_t>(dtype_size(t.dtype()))
+                : nullptr;
+  }
+  return {name, t.dtype(), t.shape(), t.strides(), t.storage_offset() - begin, end - begin};
 }
 
 ArchivePlan plan_torch_archive(std::string_view stem, const std::vector<TorchItem>& items,
@@ -281,8 +293,6 @@ bool pwrite_all(int fd, const uint8_t* p, uint64_t n, off_t at) noexcept {
   return true;
 }
 
-// The whole archive copied into one buffer: the data first, each entry's CRC then taken from
-// the copy, the headers last.
 // The copy buffer is kept per thread between archives, but an archive written from an exit
 // handler (the recorder's last graph dumps) runs after the thread's thread_local objects were
 // destroyed: it then gets a buffer of its own.
@@ -293,6 +303,8 @@ struct CopyBuffer {
 };
 thread_local CopyBuffer t_copy_buffer;
 
+// The whole archive copied into one buffer: the data first, each entry's CRC then taken from
+// the copy, the headers last.
 bool write_copied_archive(int fd, ArchivePlan& plan, const std::vector<uint64_t>& off) {
   std::vector<uint8_t> own;
   std::vector<uint8_t>& buf = t_copy_buffer_gone ? own : t_copy_buffer.bytes;

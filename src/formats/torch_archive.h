@@ -26,6 +26,10 @@ struct TorchItem {
   int64_t span = 0;    // elements of the stored span
 };
 
+/// The item of host tensor `t` named `name` (its covered span, offsets rebased to it) and, in
+/// `*data` when given, the span's first byte (nullptr when it covers none).
+TorchItem torch_item(const std::string& name, const Tensor& t, const void** data = nullptr);
+
 /// The archive's data.pkl: a dict {name: tensor} in pickle protocol 2 with only the globals
 /// torch.load(weights_only=True) accepts; item i's storage is record "data/<i>".
 std::string torch_data_pkl(const std::vector<TorchItem>& items);

@@ -182,15 +182,7 @@ void write_torch_fd(Fd& fd, const std::string& path, std::string_view stem, cons
   if (it == cache.end()) {
     std::vector<formats::TorchItem> items;
     items.reserve(t.size());
-    for (std::size_t i = 0; i < t.size(); ++i) {
-      const Tensor& x = t[i].second;
-      int64_t begin = x.storage_offset(), end = begin;
-      if (x.numel() > 0) {
-        std::tie(begin, end) = detail::covered_span(x.shape(), x.strides(), x.storage_offset());
-      }
-      items.push_back(
-          {t[i].first, x.dtype(), x.shape(), x.strides(), x.storage_offset() - begin, end - begin});
-    }
+    for (const auto& [name, x] : t) items.push_back(formats::torch_item(name, x));
     if (cache.size() >= 256) cache.clear();  // bounded: programs with ever new shapes
     it = cache.emplace(std::move(key), formats::plan_torch_archive(stem, items, data)).first;
   }

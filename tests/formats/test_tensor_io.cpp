@@ -90,6 +90,27 @@ TEST(SaveTorch, ZipLayoutIsStoredAndAligned) {
   EXPECT_NE(data0, std::string::npos);
 }
 
+// Another thread writing every 61st of `n` bytes again and again, from construction until
+// destruction (stopped and joined however the test ends), as a peer rank writes a shared
+// workspace while it is recorded.
+class BusyWriter {
+ public:
+  BusyWriter(uint8_t* bytes, int64_t n)
+      : t_([this, bytes, n] {
+          for (uint8_t v = 1; !stop_.load(std::memory_order_relaxed); ++v) {
+            for (int64_t i = 0; i < n; i += 61) __atomic_store_n(&bytes[i], v, __ATOMIC_RELAXED);
+          }
+        }) {}
+  ~BusyWriter() {
+    stop_ = true;
+    t_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
 // The archive writer of save_torch and the recorder (formats::write_archive_copied): byte for
 // byte a zip written entry by entry when nothing else writes the tensor, and a valid archive
 // (every CRC that of the bytes in the file) when another thread writes into it throughout, as a
@@ -137,19 +158,7 @@ TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
       save_torch(saved.string(), {{"x", x}, {"small", small}});
       EXPECT_EQ(read_file(saved), read_file(ref));
       // Written meanwhile: every byte of x changes again and again while the archive is written.
-      struct Writer {  // stopped and joined however the loop below ends
-        std::atomic<bool> stop{false};
-        std::thread t;
-        ~Writer() {
-          stop = true;
-          t.join();
-        }
-      } writer;
-      writer.t = std::thread([&] {
-        for (uint8_t v = 1; !writer.stop.load(std::memory_order_relaxed); ++v) {
-          for (int64_t i = 0; i < n; i += 61) __atomic_store_n(&bytes[i], v, __ATOMIC_RELAXED);
-        }
-      });
+      const BusyWriter writer(bytes, n);
       for (int k = 0; k < 6; ++k) {
         const fs::path busy = scratch("busy" + std::to_string(k) + ".pt");
         write(busy);
@@ -181,19 +190,7 @@ TEST(SaveTorch, DedupBlobOfATensorWrittenMeanwhileMatchesItsName) {
   cfg.dedup = true;
   fs::create_directories(cfg.dump_dir);
   recorder::internal::DumpWriter writer(cfg, [](const std::string&) {});
-  struct Writer {
-    std::atomic<bool> stop{false};
-    std::thread t;
-    ~Writer() {
-      stop = true;
-      t.join();
-    }
-  } busy;
-  busy.t = std::thread([&] {
-    for (uint8_t v = 1; !busy.stop.load(std::memory_order_relaxed); ++v) {
-      for (int64_t i = 0; i < n; i += 61) __atomic_store_n(&bytes[i], v, __ATOMIC_RELAXED);
-    }
-  });
+  const BusyWriter busy(bytes, n);
   for (int k = 0; k < 6; ++k) {
     const fs::path call = fs::path(cfg.dump_dir) / ("call" + std::to_string(k));
     fs::create_directories(call);
