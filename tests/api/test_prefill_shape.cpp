@@ -295,21 +295,34 @@ TEST(PrefillShape, LaunchedBlockHeightHasNoTallFp8Block) {
   EXPECT_EQ(prefill_kv_tile(prefill_launch_cta_rows(4096, 64, 64, 0, true), 64, 64), 64);
 }
 
-// fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256, plain or
-// soft-capped, and nothing else (prefill_supported sends the rest to the CUDA-core kernel), in
-// 16- and 64-row blocks (the launcher runs 64-row ones for 128-row work). 16-row blocks hold Q and
-// kPrefillFp8Stages stages of fp8 K/V (widened in registers); 64-row blocks Q, one 16-bit K/V
-// tile (what the warps read) and kPrefillStages fp8 stages (widened into it): either way the
-// 16-bit blocks' bytes, so prefill_max_smem_bytes and the device checks hold for them unchanged.
-// Their copy loop (one unit column a thread, DQK == DVO) and the 64-row blocks' widening (one fp8
-// unit a thread a pass) divide evenly over the 128 threads.
+// fp8 K/V (prefill_fp8_kv_built): instances for equal head dims 64 / 128 / 256 and every variant
+// the 16-bit blocks have (prefill_variant_built: each bit alone, the soft cap with a custom mask;
+// ALiBi with either goes to the CUDA-core kernel, for 16-bit K/V too), and nothing else
+// (prefill_supported sends the rest to the CUDA-core kernel), in 16- and 64-row blocks (the
+// launcher runs 64-row ones for 128-row work; masks and ALiBi have 64-row blocks only). 16-row
+// blocks hold Q and kPrefillFp8Stages stages of fp8 K/V (widened in registers); 64-row blocks Q,
+// one 16-bit K/V tile (what the warps read) and kPrefillStages fp8 stages (widened into it):
+// either way the 16-bit blocks' bytes, so prefill_max_smem_bytes and the device checks hold for
+// them unchanged. Their copy loop (one unit column a thread, DQK == DVO) and the 64-row blocks'
+// widening (one fp8 unit a thread a pass) divide evenly over the 128 threads.
 TEST(PrefillShape, Fp8KvInstancesAndTheirSharedMemory) {
+  for (int v = 0; v < 8; ++v) {
+    const bool alibi = (v & kPrefillAlibi) != 0;
+    EXPECT_EQ(prefill_variant_built(v), !alibi || v == kPrefillAlibi) << v;
+  }
+  EXPECT_FALSE(prefill_variant_built(-1));
+  EXPECT_FALSE(prefill_variant_built(8));
   for (int d : {64, 128, 256}) {
     EXPECT_TRUE(prefill_fp8_kv_built(d, d, 0)) << d;
     EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillSoftCap)) << d;
-    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillCustomMask)) << d;
-    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillSoftCap | kPrefillCustomMask)) << d;
-    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi)) << d;
+    EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillCustomMask)) << d;
+    EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillSoftCap | kPrefillCustomMask)) << d;
+    EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillAlibi)) << d;
+    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi | kPrefillSoftCap)) << d;
+    EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi | kPrefillCustomMask)) << d;
+    // A mask or ALiBi never gets the 16-row block, whose instances are plain or soft-capped.
+    EXPECT_EQ(prefill_launch_cta_rows(1, d, d, kPrefillCustomMask, true), 64) << d;
+    EXPECT_EQ(prefill_launch_cta_rows(200, d, d, kPrefillAlibi, true), 64) << d;
   }
   EXPECT_FALSE(prefill_fp8_kv_built(192, 128, 0));  // built for 16-bit K/V only
   EXPECT_FALSE(prefill_fp8_kv_built(96, 96, 0));

@@ -98,8 +98,8 @@ PrefillRoute prefill_route(const AttentionParams& p, int device) {
   const bool alibi_ok =
       p.alibi_slopes == nullptr || (fa2 && prefill_variant(p) == prefill::kPrefillAlibi);
   // fp8 K/V: no first-draft kernel; the FA2 kernel where an fp8 instance is built (equal head
-  // dims 64 / 128 / 256, plain or soft-capped: prefill_fp8_kv_built), on a device whose blocks
-  // fit (the same bytes as the 16-bit blocks').
+  // dims 64 / 128 / 256, the 16-bit blocks' variants: prefill_fp8_kv_built), on a device whose
+  // blocks fit (the same bytes as the 16-bit blocks').
   const bool fp8_ok = !fp8_kv || (fa2 && prefill::prefill_fp8_kv_built(p.head_dim_qk, p.head_dim_vo,
                                                                        prefill_variant(p)));
   // The FA2 kernel scales inside the exponent (prefill_scale_folds): other scales run on the

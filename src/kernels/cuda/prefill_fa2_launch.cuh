@@ -20,8 +20,8 @@ void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
 }
 
 // The block height from the packed rows of the largest work item (prefill_cta_rows); only the
-// heights a head-dim pair can take are instantiated. fp8 K/V (TKV = uint8_t): the plain and
-// soft-capped variants only (prefill_fp8_kv_built; prefill_supported sends the rest elsewhere).
+// heights a head-dim pair can take are instantiated. Every variant of prefill_variant_built, for
+// 16-bit and fp8 K/V (TKV = uint8_t) alike; the plain and soft-capped ones also in 16-row blocks.
 template <class T, class TKV, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
@@ -31,11 +31,9 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
       prefill::prefill_scale_folds(p.sm_scale, p.scale_q != nullptr, p.scale_k != nullptr),
       ErrorCode::kUnsupported, "attention", "sm_scale",
       "the FA2 kernel takes a finite scale > 0 and no per-head q / k scales");
-  if constexpr (sizeof(TKV) == 1) {
-    FLASHINFER_CHECK_CODE(prefill::prefill_fp8_kv_built(DQK, DVO, variant), ErrorCode::kUnsupported,
-                          "attention", "k",
-                          "fp8 K/V with a custom mask or ALiBi has no FA2 kernel");
-  }
+  FLASHINFER_CHECK_CODE(prefill::prefill_variant_built(variant), ErrorCode::kUnsupported,
+                        "attention", "alibi_slopes",
+                        "ALiBi with a soft cap or a custom mask has no FA2 kernel");
   constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
                 kAlibi = prefill::kPrefillAlibi;
   // fp8 K/V has no 128-row block: 64-row blocks take its tall work items, as on GPUs where two
@@ -57,22 +55,17 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128 && sizeof(TKV) == 2) {
     if (cta == 128) return launch_fa2<T, TKV, DQK, DVO, 128, 0>(p, s, pdl);
   }
-  if constexpr (sizeof(TKV) == 1) {
-    return variant == 0 ? launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl)
-                        : launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
-  } else {
-    switch (variant) {
-      case 0:
-        return launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl);
-      case kSoftCap:
-        return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
-      case kMask:
-        return launch_fa2<T, TKV, DQK, DVO, 64, kMask>(p, s, pdl);
-      case kAlibi:
-        return launch_fa2<T, TKV, DQK, DVO, 64, kAlibi>(p, s, pdl);
-      default:
-        return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
-    }
+  switch (variant) {
+    case 0:
+      return launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl);
+    case kSoftCap:
+      return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
+    case kMask:
+      return launch_fa2<T, TKV, DQK, DVO, 64, kMask>(p, s, pdl);
+    case kAlibi:
+      return launch_fa2<T, TKV, DQK, DVO, 64, kAlibi>(p, s, pdl);
+    default:  // kSoftCap | kMask: the only other built variant (checked above)
+      return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
   }
 }
 

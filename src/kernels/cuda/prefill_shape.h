@@ -28,7 +28,7 @@ constexpr int kPrefillStages = 2;
 constexpr int kPrefillSoftCap = 1;
 constexpr int kPrefillCustomMask = 2;
 /// ALiBi (pos_encoding_mode="ALIBI"): slopes[h] * (j - i) on the scaled logit. Built alone only:
-/// with a soft cap or a custom mask it runs on the CUDA-core kernel.
+/// with a soft cap or a custom mask it runs on the CUDA-core kernel (prefill_variant_built).
 constexpr int kPrefillAlibi = 4;
 
 /// A call's variant bits: its soft cap, custom mask and ALiBi (the planner's and the launchers'
@@ -45,17 +45,26 @@ FLASHINFER_HD constexpr bool prefill_dims_built(int dqk, int dvo) {
   return (dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128);
 }
 
+/// Whether the FA2 kernel has an instance of this variant: each bit alone, and the soft cap with a
+/// custom mask (ALiBi with a soft cap or a custom mask runs on the CUDA-core kernel).
+FLASHINFER_HD constexpr bool prefill_variant_built(int variant) {
+  return variant >= 0 && variant <= (kPrefillSoftCap | kPrefillCustomMask | kPrefillAlibi) &&
+         ((variant & kPrefillAlibi) == 0 || variant == kPrefillAlibi);
+}
+
 /// Whether the FA2 kernel is built for fp8 K/V (e4m3 or e5m2, widened to q's 16-bit type: in
 /// registers in 16-row blocks, "fp8 K/V" below; in shared memory in 64-row blocks) with this
-/// head-dim pair and variant: equal dims 64, 128 and 256, plain or soft-capped (ALiBi, custom
-/// masks and 192 / 128 with fp8 K/V run on the CUDA-core kernel; each fp8 instance costs as much
-/// compile time as a 16-bit one), in 16- and 64-row blocks (the launcher runs 64-row blocks where
+/// head-dim pair and variant: equal dims 64, 128 and 256 (192 / 128 with fp8 K/V runs on the
+/// CUDA-core kernel; each fp8 instance costs as much compile time as a 16-bit one), every variant
+/// the 16-bit blocks have (prefill_variant_built: a custom mask is SGLang's speculative-decoding
+/// verify, whose KV cache may be fp8), in 16- and 64-row blocks as prefill_cta_rows gives them
+/// (16 rows for the plain and soft-capped variants only; the launcher runs 64-row blocks where
 /// prefill_cta_rows says 128: with the widening there every arrangement of the offset cache
 /// spilled). Its blocks ask for the same shared memory as the 16-bit ones (prefill_smem_bytes):
 /// kPrefillFp8Stages fp8 stages, or one 16-bit tile and kPrefillStages fp8 stages, take the bytes
 /// of kPrefillStages 16-bit stages.
 FLASHINFER_HD constexpr bool prefill_fp8_kv_built(int dqk, int dvo, int variant) {
-  return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && (variant & ~kPrefillSoftCap) == 0;
+  return dqk == dvo && (dqk == 64 || dqk == 128 || dqk == 256) && prefill_variant_built(variant);
 }
 
 /// Whether the FA2 kernel takes a call's scale: its plain and custom-mask blocks take the maximum
