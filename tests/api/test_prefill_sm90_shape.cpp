@@ -8,8 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <random>
 #include <set>
+#include <string>
 #include <vector>
+
+#include "kernels/cuda/device/mbarrier.cuh"
 
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/prefill_sm90.h"
@@ -126,6 +131,193 @@ TEST(PrefillSm90Shape, DispatchRule) {
   EXPECT_FALSE(prefill_sm90_ping_pong_built(64, 64, 2));    // two blocks an SM
   EXPECT_FALSE(prefill_sm90_ping_pong_built(128, 128, 1));  // one warpgroup
   for (int d : {128, 256}) EXPECT_EQ(prefill_sm90_min_blocks(d, 2), 1) << d;
+}
+
+// The warp-specialized form's shape: 384 threads (a producer warpgroup after the two math ones),
+// its instances (tall blocks, head dim 128, 16-bit K/V), its shared memory (the tall block's and
+// five mbarriers) within the opt-in limit, and the switch, read at each call.
+TEST(PrefillSm90Shape, WarpSpecializedInstancesAndSwitch) {
+  EXPECT_EQ(prefill_sm90_block_threads(2, false), 256);
+  EXPECT_EQ(prefill_sm90_block_threads(2, true), 384);
+  EXPECT_EQ(prefill_sm90_block_threads(1, false), 128);
+  EXPECT_TRUE(prefill_sm90_ws_built(128, 128, false, 2));
+  EXPECT_FALSE(prefill_sm90_ws_built(128, 128, true, 2));   // fp8 K/V: widened by the math threads
+  EXPECT_FALSE(prefill_sm90_ws_built(128, 128, false, 1));  // one-warpgroup blocks
+  EXPECT_FALSE(prefill_sm90_ws_built(256, 256, false, 2));  // 4 keys a producer pass
+  EXPECT_FALSE(prefill_sm90_ws_built(64, 64, false, 2));
+  EXPECT_FALSE(prefill_sm90_ws_built(192, 128, false, 2));
+  EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128), prefill_sm90_smem_bytes(128, 128) + 40u);
+  constexpr long long kOptin = 232448;
+  AttentionParams p;
+  p.q_dtype = p.o_dtype = p.kv.dtype = DType::kBFloat16;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  // (This file includes no test utilities: their Tensor and Shape would meet CuTe's.)
+  unsetenv("FLASHINFER_PREFILL_SM90_WS");
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));  // opt-in
+  setenv("FLASHINFER_PREFILL_SM90_WS", "1", 1);
+  EXPECT_TRUE(prefill_sm90_ws_takes(p, kOptin));
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, prefill_sm90_ws_smem_bytes(128, 128) - 1));
+  p.kv.dtype = DType::kFloat8E4M3FN;
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));
+  p.kv.dtype = DType::kBFloat16;
+  p.head_dim_qk = p.head_dim_vo = 256;
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));
+  unsetenv("FLASHINFER_PREFILL_SM90_WS");
+}
+
+// The warp-specialized pipeline's protocol (prefill_sm90_kernel.cuh, kWs), run on a model of
+// mbarriers: a barrier counts arrivals to its initial count, the last completes its phase, and a
+// wait for parity P passes when the phase before the current one has parity P (the phase before
+// the first counts as complete: PTX's mbarrier.try_wait.parity). The producer (one agent for its
+// 128 threads) waits on a stage's "empty" barrier, writes the tile and issues its copies, which
+// land later in four warps' parts, each arriving on the stage's "full" barrier (Q likewise, on its
+// own barrier); each math warpgroup waits for Q before its first tile and for "full" before each,
+// reads the stage, then arrives on "empty" for its 128 threads. Random interleavings of the three
+// agents and the landings, for 0 to 9 tiles, must end with every tile read from its own, landed
+// data and no stage overwritten while a warpgroup still reads it, or overwritten before both
+// released it; the kernel's parity rules (dev::pipeline_full_parity / pipeline_empty_parity) do,
+// and each of three wrong rules is caught (a hang or a wrong read).
+struct PipelineRules {
+  uint32_t (*full)(int tile, int stages);
+  uint32_t (*empty)(int tile, int stages);
+};
+
+std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rules) {
+  constexpr int kStages = kSm90Stages, kWarps = kSm90WsProducerThreads / 32;
+  struct Bar {
+    int count, pending, done = 0;
+    void arrive(int n) {
+      pending -= n;
+      if (pending == 0) {
+        ++done;
+        pending = count;
+      }
+    }
+    bool passes(uint32_t parity) const { return parity != (static_cast<uint32_t>(done) & 1u); }
+  };
+  std::vector<Bar> full(kStages, Bar{kSm90WsProducerThreads, kSm90WsProducerThreads});
+  std::vector<Bar> empty(kStages, Bar{kSm90Threads, kSm90Threads});
+  Bar q{kSm90WsProducerThreads, kSm90WsProducerThreads};
+  struct Stage {
+    int tile = -1, landed = 0, readers = 0, released = 0;
+  };
+  std::vector<Stage> stage(kStages);
+  struct Landing {
+    int stage;  // -1: Q
+    int tile;
+  };
+  std::vector<Landing> in_flight;  // one entry a warp's part
+  int q_landed = 0, producer_tile = 0;
+  bool q_issued = false;
+  struct Math {
+    int tile = 0;
+    bool reading = false;
+  };
+  Math math[2];
+  std::mt19937 rng(seed);
+  for (int step = 0; step < 100000; ++step) {
+    std::vector<int> runnable;  // 0: producer, 1 / 2: math warpgroups, 3: a landing
+    if (!q_issued) {
+      runnable.push_back(0);
+    } else if (producer_tile < num_tiles) {
+      const int s = dev::pipeline_stage(producer_tile, kStages);
+      if (empty[s].passes(rules.empty(producer_tile, kStages))) runnable.push_back(0);
+    }
+    for (int w = 0; w < 2; ++w) {
+      const Math& m = math[w];
+      if (m.tile >= num_tiles) continue;
+      const int s = dev::pipeline_stage(m.tile, kStages);
+      if (m.reading ||
+          ((m.tile > 0 || q.passes(0)) && full[s].passes(rules.full(m.tile, kStages)))) {
+        runnable.push_back(1 + w);
+      }
+    }
+    if (!in_flight.empty()) runnable.push_back(3);
+    if (runnable.empty()) {
+      if (producer_tile == num_tiles && math[0].tile == num_tiles && math[1].tile == num_tiles) {
+        return "";
+      }
+      return "hang: producer at tile " + std::to_string(producer_tile) + ", math at " +
+             std::to_string(math[0].tile) + " / " + std::to_string(math[1].tile);
+    }
+    const int who = runnable[rng() % runnable.size()];
+    if (who == 0 && !q_issued) {
+      q_issued = true;
+      for (int w = 0; w < kWarps; ++w) in_flight.push_back({-1, -1});
+    } else if (who == 0) {
+      const int t = producer_tile++, s = dev::pipeline_stage(t, kStages);
+      Stage& st = stage[s];
+      if (st.readers > 0) return "tile " + std::to_string(t) + " overwrote a stage being read";
+      if (st.tile >= 0 && st.released < 2) {
+        return "tile " + std::to_string(t) + " overwrote tile " + std::to_string(st.tile) +
+               " before both warpgroups read it";
+      }
+      st = Stage{t, 0, 0, 0};
+      for (int w = 0; w < kWarps; ++w) in_flight.push_back({s, t});
+    } else if (who == 3) {
+      const std::size_t i = rng() % in_flight.size();
+      const Landing l = in_flight[i];
+      in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+      if (l.stage < 0) {
+        ++q_landed;
+        q.arrive(32);
+      } else {
+        ++stage[l.stage].landed;
+        full[l.stage].arrive(32);
+      }
+    } else {
+      Math& m = math[who - 1];
+      const int s = dev::pipeline_stage(m.tile, kStages);
+      Stage& st = stage[s];
+      if (!m.reading) {
+        if (q_landed != kWarps) return "a math warpgroup read Q before it landed";
+        if (st.tile != m.tile || st.landed != kWarps) {
+          return "tile " + std::to_string(m.tile) + " read stage " + std::to_string(s) +
+                 " holding tile " + std::to_string(st.tile) + ", " + std::to_string(st.landed) +
+                 " of " + std::to_string(kWarps) + " parts landed";
+        }
+        m.reading = true;
+        ++st.readers;
+      } else {
+        m.reading = false;
+        --st.readers;
+        ++st.released;
+        empty[s].arrive(kSm90Threads / 2);
+        ++m.tile;
+      }
+    }
+  }
+  return "no end";
+}
+
+TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
+  const PipelineRules kernel{dev::pipeline_full_parity, dev::pipeline_empty_parity};
+  for (int tiles = 0; tiles <= 9; ++tiles) {
+    for (unsigned seed = 0; seed < 300; ++seed) {
+      const std::string err = simulate_ws_pipeline(tiles, seed, kernel);
+      ASSERT_EQ(err, "") << tiles << " tiles, seed " << seed;
+    }
+  }
+  // Wrong rules fail: the producer waiting for the full parity on "empty" (it would wait for the
+  // first release before the first copy), ignoring the releases (parity always 1), and the math
+  // warpgroups always waiting for parity 0 (past round 0 they would read stale stages).
+  const PipelineRules wrong[] = {
+      {dev::pipeline_full_parity, dev::pipeline_full_parity},
+      {dev::pipeline_full_parity, [](int, int) { return 1u; }},
+      {[](int, int) { return 0u; }, dev::pipeline_empty_parity},
+  };
+  for (const PipelineRules& r : wrong) {
+    int failed = 0;
+    for (unsigned seed = 0; seed < 300; ++seed) failed += !simulate_ws_pipeline(6, seed, r).empty();
+    EXPECT_GT(failed, 0) << "a wrong rule passed every interleaving";
+  }
+  EXPECT_EQ(dev::pipeline_full_parity(0, 2), 0u);
+  EXPECT_EQ(dev::pipeline_full_parity(2, 2), 1u);
+  EXPECT_EQ(dev::pipeline_full_parity(5, 2), 0u);
+  EXPECT_EQ(dev::pipeline_empty_parity(1, 2), 1u);  // the first round waits for nothing
+  EXPECT_EQ(dev::pipeline_empty_parity(3, 2), 0u);
 }
 
 // The launcher's own rule (prefill_sm90_block_warpgroups) on calls' fields: every instance built is
@@ -350,11 +542,13 @@ void check_copy_cover(int rows, int units, int threads) {
   EXPECT_EQ(static_cast<int>(seen.size()), rows * units);
 }
 
-template <int DQK, int DVO = DQK, int kWG = 2>
+// kCopyThreads: the threads that copy (every thread of the block, or the warp-specialized form's
+// producer warpgroup).
+template <int DQK, int DVO = DQK, int kWG = 2, int kCopyThreads = prefill_sm90_threads(kWG)>
 void check_tiles() {
   using Tr = Sm90Prefill<__nv_bfloat16, DQK, DVO, kWG>;
-  constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows and threads
-  constexpr int kSm90Threads = prefill_sm90_threads(kWG);
+  constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows
+  constexpr int kSm90Threads = kCopyThreads;
   constexpr int kN = Tr::kN;
   // Q [128 rows x DQK dims]: the kernel writes (r, 8 col).
   check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, DQK, 1,
@@ -457,6 +651,8 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<192, 128>();
   check_tiles<128, 128, 1>();
   check_tiles<64, 64, 1>();
+  // The warp-specialized form: tall blocks copied by the producer's 128 threads.
+  check_tiles<128, 128, 2, kSm90WsProducerThreads>();
 }
 
 // The fp8 widening's stores (prefill_sm90_kernel.cuh, `widen`): unit c of key r (16 fp8 values)

@@ -482,6 +482,22 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
 #endif
 }
 
+#if FLASHINFER_TEST_HAVE_CUTLASS
+// Another schedule or form of the Hopper kernel against the plain one on the same case: the same
+// bits (out and LSE), and close to the CPU; split where the case asks for it.
+void expect_same_bits_as_plain(const PrefillCase& c, const Runs& got, const Runs& plain) {
+  if (c.split) {
+    EXPECT_TRUE(got.gpu_split) << "the plan ran unsplit";
+  }
+  EXPECT_TRUE(got.gpu.out.to_double_vector() == plain.gpu.out.to_double_vector())
+      << "out differs from the plain schedule's";
+  EXPECT_TRUE(got.gpu.lse.to_double_vector() == plain.gpu.lse.to_double_vector())
+      << "lse differs from the plain schedule's";
+  EXPECT_TRUE(testing::all_close(got.gpu.out, got.cpu.out, testing::default_tolerance(c.dt)))
+      << "vs CPU";
+}
+#endif
+
 // The ping-pong schedule (FLASHINFER_PREFILL_SM90_PINGPONG=1: the two warpgroups of a tall block
 // take turns at the tensor cores through named barriers) does the plain schedule's arithmetic in
 // another order of issue: the same bits, on every shape its instances take (head dims 128, 256
@@ -513,16 +529,7 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
     }
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
-    if (c.split) {
-      EXPECT_TRUE(ping_pong.gpu_split) << "the plan ran unsplit";
-    }
-    EXPECT_TRUE(ping_pong.gpu.out.to_double_vector() == plain.gpu.out.to_double_vector())
-        << "out differs from the plain schedule's";
-    EXPECT_TRUE(ping_pong.gpu.lse.to_double_vector() == plain.gpu.lse.to_double_vector())
-        << "lse differs from the plain schedule's";
-    EXPECT_TRUE(
-        testing::all_close(ping_pong.gpu.out, ping_pong.cpu.out, testing::default_tolerance(c.dt)))
-        << "vs CPU";
+    expect_same_bits_as_plain(c, ping_pong, plain);
   };
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     for (int64_t d : {128, 256}) {
@@ -562,6 +569,68 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   const uint64_t hopper_before = kernels::cuda::prefill_sm90_launches();
   check(d64, false);
   EXPECT_GT(kernels::cuda::prefill_sm90_launches(), hopper_before) << "not on the Hopper kernel";
+#endif
+}
+
+// The warp-specialized form (FLASHINFER_PREFILL_SM90_WS=1: a producer warpgroup copies Q and the
+// K/V tiles and hands each stage to the two math warpgroups through mbarriers) does the plain
+// schedule's arithmetic with other synchronization: the same bits, alone and with the ping-pong
+// turns, on every shape its instances take (head dim 128, 16-bit K/V: bf16 / fp16, plain / soft
+// cap, causal / not, a window, split-KV with blocks of no tile, sinks, paged by 16 and 1 and
+// ragged K/V), and no hang (a wrong barrier parity waits forever: gpu-run-packed's per-binary
+// limit names it). The launch counter says which form ran; head dims 256 and fp8 K/V keep the
+// plain one.
+TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if !FLASHINFER_TEST_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS's headers: no Hopper kernel";
+#else
+  if (api::compute_capability(Device::cuda(0)) != 90) {
+    GTEST_SKIP() << "the Hopper kernel is sm_90a code";
+  }
+  auto check = [](PrefillCase c, bool ws_built) {
+    SCOPED_TRACE(c.str());
+    c.backend = "fa3";
+    c.workspace_mib = 256;
+    Runs plain;
+    {
+      const testing::ScopedEnv off("FLASHINFER_PREFILL_SM90_WS", nullptr);
+      const testing::ScopedEnv pp("FLASHINFER_PREFILL_SM90_PINGPONG", nullptr);
+      plain = run_case(c);
+    }
+    for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
+      SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
+      const uint64_t before = kernels::cuda::prefill_sm90_ws_launches();
+      Runs ws;
+      {
+        const testing::ScopedEnv on("FLASHINFER_PREFILL_SM90_WS", "1");
+        const testing::ScopedEnv pp("FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong);
+        ws = run_case(c);
+      }
+      EXPECT_EQ(kernels::cuda::prefill_sm90_ws_launches() > before, ws_built)
+          << "the warp-specialized form ran: " << !ws_built;
+      expect_same_bits_as_plain(c, ws, plain);
+    }
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool causal : {true, false}) {
+      PrefillCase c;
+      c.dt = dt;
+      c.causal = causal;
+      c.qo_lens = {200, 33, 1, 129};
+      c.kv_lens = {300, 33, 129, 1000};
+      check(c, true);
+      c.page = causal ? 0 : 1;
+      c.split = 256;
+      c.soft_cap = causal ? 30.0 : 0.0;
+      c.window = causal ? -1 : 150;
+      c.sinks = !causal;
+      check(c, true);
+    }
+  }
+  PrefillCase d256;  // no warp-specialized instance (4 keys a pass for the producer's threads)
+  d256.dqk = d256.dvo = 256;
+  check(d256, false);
 #endif
 }
 

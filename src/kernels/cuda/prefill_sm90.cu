@@ -14,7 +14,7 @@ void prefill_sm90_small(const AttentionParams& p, cudaStream_t s, bool enable_pd
 
 namespace {
 
-std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0};
+std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0}, g_ws_launches{0};
 
 }  // namespace
 
@@ -29,8 +29,11 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (wg == 2) {
     const bool ping_pong = prefill_sm90_ping_pong_by_env() &&
                            prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, p.head_dim_vo, 2);
-    launch_sm90_block<2>(p, s, enable_pdl, ping_pong);
+    const bool ws =
+        prefill_sm90_ws_takes(p, current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+    launch_sm90_block<2>(p, s, enable_pdl, ping_pong, ws);
     if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
+    if (ws) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
   } else {
     prefill_sm90_small(p, s, enable_pdl);
     g_small_launches.fetch_add(1, std::memory_order_relaxed);
@@ -44,5 +47,6 @@ uint64_t prefill_sm90_small_launches() { return g_small_launches.load(std::memor
 uint64_t prefill_sm90_ping_pong_launches() {
   return g_ping_pong_launches.load(std::memory_order_relaxed);
 }
+uint64_t prefill_sm90_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
 
 }  // namespace flashinfer::kernels::cuda

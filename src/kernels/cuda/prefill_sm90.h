@@ -52,6 +52,25 @@ inline bool prefill_sm90_ping_pong_by_env() {
   return e && std::string_view(e) == "1";
 }
 
+/// FLASHINFER_PREFILL_SM90_WS=1: the warp-specialized form (a producer warpgroup and mbarriers:
+/// prefill_sm90_shape.h) where it has an instance (opt-in until a GPU has run and timed it against
+/// the plain one; read at each call).
+inline bool prefill_sm90_ws_by_env() {
+  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_WS");
+  return e && std::string_view(e) == "1";
+}
+
+/// Whether a call that runs in tall Hopper blocks (prefill_sm90_block_warpgroups == 2) runs the
+/// warp-specialized form: asked for (prefill_sm90_ws_by_env), an instance for its head dims and
+/// K/V, and its shared memory within the device's opt-in limit. The same bits as the other forms.
+inline bool prefill_sm90_ws_takes(const AttentionParams& p, long long smem_optin) {
+  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
+  return prefill_sm90_ws_by_env() &&
+         prefill::prefill_sm90_ws_built(p.head_dim_qk, p.head_dim_vo, fp8, 2) &&
+         smem_optin >= static_cast<long long>(
+                           prefill::prefill_sm90_ws_smem_bytes(p.head_dim_qk, p.head_dim_vo));
+}
+
 /// Runs `p` on `stream` (a cudaStream_t) on the Hopper kernel and returns true, or returns false,
 /// having run nothing, when prefill_sm90_block_warpgroups says none or FLASHINFER_PREFILL_SM90=0 is
 /// set (read at each call, to time or check it against the FA2 kernel on one GPU; the planner reads
@@ -65,5 +84,8 @@ uint64_t prefill_sm90_small_launches();
 /// Of those, the calls that ran the ping-pong schedule (FLASHINFER_PREFILL_SM90_PINGPONG=1: the
 /// two warpgroups take turns at the tensor cores; the same bits as the plain schedule).
 uint64_t prefill_sm90_ping_pong_launches();
+/// Of the tall blocks' calls, those that ran the warp-specialized form
+/// (FLASHINFER_PREFILL_SM90_WS=1).
+uint64_t prefill_sm90_ws_launches();
 
 }  // namespace flashinfer::kernels::cuda

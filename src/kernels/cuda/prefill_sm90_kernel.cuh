@@ -24,14 +24,23 @@
 // buffers by tile parity, so that one tile's are written while the other's copy reads them).
 // fp8 K/V: an fp8 stage is refilled once every thread widened it (the tile's second barrier), and
 // the 16-bit tiles are rewritten only after the next tile's first barrier, which each warpgroup
-// reaches after waiting for its MMAs. No mbarrier, no warp specialization:
-// the block's barriers are the FA2 kernel's.
+// reaches after waiting for its MMAs. The block's barriers are the FA2 kernel's.
+// The warp-specialized form (kWs; opt-in, FLASHINFER_PREFILL_SM90_WS=1; tall blocks at head dim
+// 128 with 16-bit K/V: prefill_sm90_ws_built) adds a producer warpgroup after the math ones: it
+// copies Q and each K/V tile (the same copies, by its 128 threads) and hands the stages over
+// through mbarriers (device/mbarrier.cuh): a stage's "full" barrier completes when the producer's
+// copies into it have landed (cp.async.mbarrier.arrive.noinc), its "empty" barrier when both math
+// warpgroups are done with it; each math thread fences the proxies after its wait on "full".
+// There is no block-wide barrier in the loop, and the math warpgroups issue no copies; setmaxnreg
+// gives the producer 72 registers and the math threads 216 (the launch bounds allow 168 at 384
+// threads). Same arithmetic in the same order: the plain form's bits.
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
 #include "kernels/cuda/device/fp8_widen.cuh"
+#include "kernels/cuda/device/mbarrier.cuh"
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/paged_kv.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
@@ -42,25 +51,32 @@
 
 namespace flashinfer::kernels::cuda::prefill {
 
-template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false>
-__global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_blocks(DQK, kWG))
+template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
+          bool kWs = false>
+__global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
+                                  prefill_sm90_min_blocks(DQK, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
   using Tr = Sm90Prefill<T, DQK, DVO, kWG>;
-  constexpr int kThreads = prefill_sm90_threads(kWG);  // kWG warpgroups
+  constexpr int kThreads = prefill_sm90_threads(kWG);  // kWG warpgroups doing the math
   constexpr int kCtaQ = prefill_sm90_cta_q(kWG);       // 64 packed rows each
   using E = typename Tr::E;
   constexpr int kN = Tr::kN;
+  // The threads that copy Q and K/V: every thread, or (kWs, warp-specialized) the producer
+  // warpgroup after the kThreads math threads (prefill_sm90_ws_built).
+  static_assert(!kWs || prefill_sm90_ws_built(DQK, DVO, sizeof(TKV) == 1, kWG),
+                "warp-specialized instance");
+  constexpr int kLoadThreads = kWs ? kSm90WsProducerThreads : kThreads;
   // A Q row's 16-byte units: each thread keeps kQu unit columns (col, col + kQCols, ...) of every
   // row it copies (one at head dims 64 / 128 / 256; three of a 192-wide row, 8 threads a row).
   constexpr int kUnits = DQK / 8;
-  constexpr int kQu = prefill_sm90_units_per_thread(kUnits, kThreads);
+  constexpr int kQu = prefill_sm90_units_per_thread(kUnits, kLoadThreads);
   static_assert(kQu > 0, "a thread keeps whole unit columns");
   constexpr int kQCols = kUnits / kQu;  // threads a Q row
-  constexpr int kRowsPerPass = kThreads / kQCols;
+  constexpr int kRowsPerPass = kLoadThreads / kQCols;
   static_assert(kCtaQ % kRowsPerPass == 0, "tile shapes");
   constexpr int kCache = kN;  // the offsets of one tile's keys
-  static_assert(kCache <= kThreads, "one key a thread fills the offsets");
+  static_assert(kCache <= kLoadThreads, "one key a thread fills the offsets");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The tiles at the swizzle's 1024-byte period (prefill_sm90_smem_bytes has the slack).
@@ -95,6 +111,14 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // tile before reads the other; fp8 uses buffer 0).
   int64_t* v_off = k_off + 2 * kCache;
   int2* tile_range_s = reinterpret_cast<int2*>(v_off + 2 * kCache);
+  // kWs: the pipeline's barriers after the tile range (prefill_sm90_ws_smem_bytes): a "full" and
+  // an "empty" one a stage, and Q's.
+  const uint32_t bar0 = dev::cp_async::smem_addr(tile_range_s + 2);
+  auto full_bar = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(stage); };
+  auto empty_bar = [&](int stage) {
+    return bar0 + 8u * static_cast<uint32_t>(kSm90Stages + stage);
+  };
+  const uint32_t q_bar = bar0 + 8u * 2u * kSm90Stages;
 
   const typename Tr::LayoutQ layout_q{};
   const typename Tr::LayoutK layout_k{};
@@ -117,6 +141,9 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   const int64_t qo_len = p.qo_indptr[b + 1] - q_base;
   const int64_t kv_len = p.kv_lens[b];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // This thread's index among the copying threads (kWs: the producer's, from kThreads on; only
+  // those copy: the math threads' 0 keeps the addresses they never use inside the tiles).
+  const int ltid = kWs ? max(tid - kThreads, 0) : tid;
   const int gid = lane >> 2, tid4 = lane & 3;
   const dev::FastDivmod group_div(static_cast<uint32_t>(group));
 
@@ -132,10 +159,10 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       prefill_unmasked_tiles(kv_lo, kv_hi, kN, p.causal, pos_min, pos_max, p.window_left, false);
 
   // This thread's first unit column of every copied Q row, and its first row.
-  const int col = tid % kQCols, r0 = tid / kQCols;
+  const int col = ltid % kQCols, r0 = ltid / kQCols;
 
   // Q tile: packed row r is query qo_begin + (row0 + r) / group, head g * group + its remainder.
-  {
+  auto copy_q = [&] {
     const T* q = static_cast<const T*>(p.q);
 #pragma unroll
     for (int r = r0; r < kCtaQ; r += kRowsPerPass) {
@@ -151,7 +178,8 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
         dev::cp_async::copy16_zfill(dev::cp_async::smem_addr(&sQ(r, c)), ok ? src + c : q, ok);
       }
     }
-  }
+  };
+  if constexpr (!kWs) copy_q();
 
   // The token -> (page, slot) split as the launcher built it (kv_page_div_*).
   const auto page_split = [&] {
@@ -164,24 +192,24 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // The offset cache, the FA2 kernel's way: page_of loads this thread's key's page id (an
   // iteration ahead), fill_from writes the key's K and V byte offsets (the KV head's included).
   auto page_of = [&](int tile) -> int32_t {
-    if (tile >= num_tiles || tid >= kCache) return 0;
-    const int32_t t = kv_lo32 + tile * kN + tid;
+    if (tile >= num_tiles || ltid >= kCache) return 0;
+    const int32_t t = kv_lo32 + tile * kN + ltid;
     if (t >= kv_hi32) return 0;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     return kv_map.page_id(static_cast<uint32_t>(t));
   };
   auto fill_from = [&](int tile, int32_t page, int buf) {
-    if (tile >= num_tiles || tid >= kCache) return;
+    if (tile >= num_tiles || ltid >= kCache) return;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
-    const int32_t t = kv_lo32 + tile * kN + tid;
+    const int32_t t = kv_lo32 + tile * kN + ltid;
     int64_t ko = 0, vo = 0;
     if (t < kv_hi32) {
       const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
       ko = (kv_map.k_offset(page, slot) + g * p.kv.k_stride_head) * kKvBytes;
       vo = (kv_map.v_offset(page, slot) + g * p.kv.v_stride_head) * kKvBytes;
     }
-    k_off[buf * kCache + tid] = ko;
-    v_off[buf * kCache + tid] = vo;
+    k_off[buf * kCache + ltid] = ko;
+    v_off[buf * kCache + ltid] = vo;
   };
   // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `c` to (r, 8 c) of K and
   // (8 c, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
@@ -194,15 +222,15 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
   // copy's shared address is one add, not the layout's swizzle arithmetic again.
   constexpr int kUnitsK = DQK * static_cast<int>(sizeof(TKV)) / 16;  // 16-byte units a stored key
   constexpr int kUnitsV = DVO * static_cast<int>(sizeof(TKV)) / 16;
-  constexpr int kKu = prefill_sm90_units_per_thread(kUnitsK, kThreads);
-  static_assert(kKu > 0 && prefill_sm90_units_per_thread(kUnitsV, kThreads) == 1,
+  constexpr int kKu = prefill_sm90_units_per_thread(kUnitsK, kLoadThreads);
+  static_assert(kKu > 0 && prefill_sm90_units_per_thread(kUnitsV, kLoadThreads) == 1,
                 "K: whole unit columns a thread; V: one");
   static_assert(!kFp8 || kKu == 1, "fp8 rows: one unit column a thread");
   constexpr int kKCols = kUnitsK / kKu;  // threads a K row
-  constexpr int kKRowsPerPass = kThreads / kKCols, kVRowsPerPass = kThreads / kUnitsV;
+  constexpr int kKRowsPerPass = kLoadThreads / kKCols, kVRowsPerPass = kLoadThreads / kUnitsV;
   static_assert(kN % kKRowsPerPass == 0 && kN % kVRowsPerPass == 0, "copy shape");
-  const int k_col = tid % kKCols, k_r0 = tid / kKCols;
-  const int v_col = tid % kUnitsV, v_r0 = tid / kUnitsV;
+  const int k_col = ltid % kKCols, k_r0 = ltid / kKCols;
+  const int v_col = ltid % kUnitsV, v_r0 = ltid / kUnitsV;
   const uint32_t k_dst0 = kFp8 ? dev::cp_async::smem_addr(k8_s + k_r0 * D + k_col * 16)
                                : dev::cp_async::smem_addr(&sK(k_r0, k_col * 8, 0));
   const uint32_t v_dst0 = kFp8 ? dev::cp_async::smem_addr(v8_s + v_r0 * D + v_col * 16)
@@ -298,8 +326,48 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
       (void)stage;
     }
   };
-  if (tid == 0) *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
-  if constexpr (kFp8) {
+  if (tid == 0) {
+    *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
+    if constexpr (kWs) {
+      for (int s = 0; s < kSm90Stages; ++s) {
+        dev::mbarrier::init(full_bar(s), kLoadThreads);  // each producer thread's landed copies
+        dev::mbarrier::init(empty_bar(s), kThreads);     // each math thread done with the stage
+      }
+      dev::mbarrier::init(q_bar, kLoadThreads);
+    }
+  }
+  if constexpr (kWs) {
+    // Warp-specialized (prefill_sm90_ws_built): the producer warpgroup copies Q, then every K/V
+    // tile into stage tile % 2 once the math warpgroups released the stage's tile before (its
+    // "empty" barrier), and its copies arrive on the stage's "full" barrier as they land; the
+    // math warpgroups wait on "full", run the tile, and arrive on "empty". No block-wide barrier
+    // after this one, so the two math warpgroups drift apart by what their softmax costs (the
+    // ping-pong schedule's turns then overlap one's softmax with the other's products).
+    __syncthreads();  // the barriers initialized and the tile range written, for every thread
+    if (tid >= kThreads) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSm90WsProducerRegs));
+      copy_q();
+      dev::mbarrier::arrive_on_copies(q_bar);
+      int32_t page = page_of(0);
+#pragma unroll 1
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int stage = dev::pipeline_stage(tile, kSm90Stages);
+        dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(tile, kSm90Stages));
+        // Offsets buffer `stage`: its last reader copied tile - 2, before the producer's barrier
+        // of tile - 1, which this thread passed.
+        fill_from(tile, page, stage);
+        page = page_of(tile + 1);
+        // Every key's offsets written before any producer thread's copies read them.
+        asm volatile("bar.sync %0, %1;\n" ::"n"(kSm90WsProducerBarrier), "n"(kLoadThreads)
+                     : "memory");
+        load_kv(tile, stage);
+        dev::mbarrier::arrive_on_copies(full_bar(stage));
+      }
+      dev::cp_async::wait<0>();  // nothing in flight when the producer's warps exit
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kSm90WsMathRegs));
+  } else if constexpr (kFp8) {
     // fp8: tiles 0 and 1 in flight before the loop (which widens a tile, then refills its stage).
     fill_from(0, page_of(0), 0);
     __syncthreads();
@@ -368,11 +436,17 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     if (wg_index == 1) asm volatile("barrier.arrive 1, 256;\n" ::: "memory");
   }
 
-  int32_t next_page = page_of(kSm90Stages);
+  int32_t next_page = kWs ? 0 : page_of(kSm90Stages);  // (kWs: the producer's alone)
 #pragma unroll 1
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kSm90Stages;
-    if constexpr (kFp8) {
+    if constexpr (kWs) {
+      // Q (before the first tile) and this tile landed: the producer's copies arrived on their
+      // barriers; the proxy fence makes what the barrier acquired visible to wgmma.
+      if (tile == 0) dev::mbarrier::wait(q_bar, 0);
+      dev::mbarrier::wait(full_bar(stage), dev::pipeline_full_parity(tile, kSm90Stages));
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    } else if constexpr (kFp8) {
       dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
       // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
       // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
@@ -421,7 +495,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     warpgroup_commit_batch();
     pass_turn();
     // 16-bit: tile + 1's copy into the stage tile - 1 left, while the tensor cores work on S.
-    if constexpr (!kFp8) load_kv(tile + 1, (tile + 1) % 2);
+    if constexpr (!kFp8 && !kWs) load_kv(tile + 1, (tile + 1) % 2);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
 
@@ -488,6 +562,7 @@ __global__ void __launch_bounds__(prefill_sm90_threads(kWG), prefill_sm90_min_bl
     warpgroup_wait<0>();  // the stage is read: refilled after the next tile's barrier
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
+    if constexpr (kWs) dev::mbarrier::arrive(empty_bar(stage));  // ... or once both released it
   }
   if constexpr (kPingPong) {
     if (wg_index == 0)

@@ -11,22 +11,41 @@
 
 namespace flashinfer::kernels::cuda {
 
-template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false>
+template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
+          bool kWs = false>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   launch_prefill_grid(
-      p, prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong>,
-      prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_threads(kWG),
-      prefill::prefill_sm90_smem_bytes(DQK, DVO, kWG), stream, enable_pdl);
+      p, prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong, kWs>,
+      prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_block_threads(kWG, kWs),
+      kWs ? prefill::prefill_sm90_ws_smem_bytes(DQK, DVO)
+          : prefill::prefill_sm90_smem_bytes(DQK, DVO, kWG),
+      stream, enable_pdl);
 }
 
 /// The instance of head dims DQK / DVO for p's q dtype (fp16 / bf16), K/V (q's dtype, or fp8
 /// where prefill_sm90_kv_built says so) and soft cap, in blocks of kWG warpgroups; `ping_pong`:
-/// the ping-pong schedule, where prefill_sm90_ping_pong_built says it has one.
+/// the ping-pong schedule, where prefill_sm90_ping_pong_built says it has one; `ws`: the
+/// warp-specialized form, where prefill_sm90_ws_built says it has one (the caller asked
+/// prefill_sm90_ws_takes).
 template <int kWG, int DQK, int DVO>
-void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong) {
+void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
+                      bool ws = false) {
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool cap = p.logits_soft_cap > 0.0f;
   auto kinds = [&]<class T>() {
+    if constexpr (prefill::prefill_sm90_ws_built(DQK, DVO, false, kWG) &&
+                  prefill::prefill_sm90_ping_pong_built(DQK, DVO, kWG)) {
+      if (ws && !fp8) {
+        if (ping_pong) {
+          cap ? launch_sm90<T, T, DQK, DVO, true, kWG, true, true>(p, s, enable_pdl)
+              : launch_sm90<T, T, DQK, DVO, false, kWG, true, true>(p, s, enable_pdl);
+        } else {
+          cap ? launch_sm90<T, T, DQK, DVO, true, kWG, false, true>(p, s, enable_pdl)
+              : launch_sm90<T, T, DQK, DVO, false, kWG, false, true>(p, s, enable_pdl);
+        }
+        return;
+      }
+    }
     constexpr bool kFp8Built = prefill::prefill_sm90_kv_built(DQK, DVO, true);
     if constexpr (prefill::prefill_sm90_ping_pong_built(DQK, DVO, kWG)) {
       if (ping_pong && (kFp8Built || !fp8)) {  // fp8 without an instance: refused below
@@ -71,10 +90,12 @@ void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
 /// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so).
 template <int kWG>
 void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
-                       bool ping_pong = false) {
+                       bool ping_pong = false, bool ws = false) {
   const int qk = p.head_dim_qk, vo = p.head_dim_vo;
   if (qk == 64 && vo == 64) return launch_sm90_dims<kWG, 64, 64>(p, s, enable_pdl, ping_pong);
-  if (qk == 128 && vo == 128) return launch_sm90_dims<kWG, 128, 128>(p, s, enable_pdl, ping_pong);
+  if (qk == 128 && vo == 128) {
+    return launch_sm90_dims<kWG, 128, 128>(p, s, enable_pdl, ping_pong, ws);
+  }
   if constexpr (kWG == 2) {
     if (qk == 256 && vo == 256) return launch_sm90_dims<2, 256, 256>(p, s, enable_pdl, ping_pong);
     if (qk == 192 && vo == 128) return launch_sm90_d192(p, s, enable_pdl, ping_pong);

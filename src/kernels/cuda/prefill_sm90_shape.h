@@ -105,6 +105,39 @@ FLASHINFER_HD constexpr int prefill_sm90_units_per_thread(int units, int threads
 FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int dqk, int dvo, int wg) {
   return ((dqk == dvo && (dqk == 128 || dqk == 256)) || (dqk == 192 && dvo == 128)) && wg == 2;
 }
+/// The warp-specialized form (opt-in, FLASHINFER_PREFILL_SM90_WS=1; prefill_sm90_kernel.cuh,
+/// kWs): a third warpgroup, the producer, copies Q and the K/V tiles and hands each stage over
+/// through mbarriers (device/mbarrier.cuh), so the two math warpgroups never wait at a block-wide
+/// barrier and issue no copies. The producer's registers go down to kSm90WsProducerRegs and the
+/// math warpgroups' up to kSm90WsMathRegs (setmaxnreg; the launch bounds give 168 a thread at
+/// 384 threads); named barrier kSm90WsProducerBarrier orders the producer's offset writes before
+/// its copies (1 and 2 are the ping-pong turns).
+constexpr int kSm90WsProducerThreads = 128;
+constexpr int kSm90WsProducerRegs = 72, kSm90WsMathRegs = 216;
+constexpr int kSm90WsProducerBarrier = 3;
+static_assert(kSm90WsProducerRegs * kSm90WsProducerThreads + kSm90WsMathRegs * kSm90Threads <=
+                  65536,
+              "the register file of an SM holds one warp-specialized block");
+
+/// Threads of a block of `wg` math warpgroups, with the producer warpgroup where `ws`.
+FLASHINFER_HD constexpr int prefill_sm90_block_threads(int wg, bool ws) {
+  return prefill_sm90_threads(wg) + (ws ? kSm90WsProducerThreads : 0);
+}
+
+/// Whether the warp-specialized form has an instance: tall blocks (two math warpgroups) at head
+/// dim 128 with K/V of q's dtype (its producer's 128 threads copy whole 8-key swizzle phases a
+/// pass there: 16 units a key; at 256 they would copy 4 keys a pass). Plain or soft-capped, with
+/// or without the ping-pong turns.
+FLASHINFER_HD constexpr bool prefill_sm90_ws_built(int dqk, int dvo, bool fp8_kv, int wg) {
+  return wg == 2 && !fp8_kv && dqk == 128 && dvo == 128;
+}
+
+/// Dynamic shared memory of a warp-specialized block: the tall block's, and the pipeline's
+/// mbarriers (a "full" and an "empty" one a stage, and Q's) after the tile range.
+FLASHINFER_HD constexpr unsigned prefill_sm90_ws_smem_bytes(int dqk, int dvo) {
+  return prefill_sm90_smem_bytes(dqk, dvo, 2) + 8u * (2u * kSm90Stages + 1u);
+}
+
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
 /// Hopper kernel takes it: tall blocks above 64 (the plan's 128-row tiles,
 /// prefill_plan_cta_tile_q, which the planner asks for head dim 128 also at 256 when the Hopper
