@@ -2,14 +2,7 @@
 
 #include <zlib.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <future>
-
-#include "flashinfer/error.h"
 
 namespace flashinfer::formats {
 namespace {
@@ -153,91 +146,6 @@ std::vector<uint8_t> zip_central_directory(const std::vector<ZipEntryInfo>& entr
   c.u32(zip64 ? 0xFFFFFFFFu : static_cast<uint32_t>(cd_start));
   c.u16(0);
   return std::move(c.b);
-}
-
-ZipWriter::ZipWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "cannot create '", path,
-                    "': ", std::strerror(errno));
-  }
-  pending_.reserve(8192);
-}
-
-ZipWriter::~ZipWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void ZipWriter::write_fd(const void* p, std::size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
-                      "' failed: ", w < 0 ? std::strerror(errno) : "no progress");
-    }
-    b += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-void ZipWriter::flush() {
-  if (pending_.empty()) return;
-  write_fd(pending_.data(), pending_.size());
-  pending_.clear();
-}
-
-void ZipWriter::write(const void* p, std::size_t n) {
-  constexpr std::size_t kCoalesce = 256u << 10;  // larger pieces go straight to the file
-  if (n >= kCoalesce) {
-    flush();
-    write_fd(p, n);
-  } else if (n > 0) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    pending_.insert(pending_.end(), b, b + n);
-  }
-  pos_ += n;
-}
-
-void ZipWriter::add(std::string_view name, const void* data, std::size_t size) {
-  // Large entries: the CRC is computed on another thread while the data is written, and patched
-  // into the local header afterwards, so a dump costs about one pass over the bytes, not two.
-  constexpr std::size_t kOverlapBytes = 4u << 20;
-  std::future<uint32_t> crc_later;
-  uint32_t crc = 0;
-  if (size >= kOverlapBytes) {
-    crc_later = std::async(std::launch::async, [data, size] { return zip_crc32(data, size); });
-  } else {
-    crc = zip_crc32(data, size);
-  }
-  const uint64_t header_pos = pos_;
-  const std::vector<uint8_t> h = zip_local_header(name, crc, size, pos_);
-  write(h.data(), h.size());
-  write(data, size);
-  if (crc_later.valid()) {
-    crc = crc_later.get();
-    uint8_t le[4];
-    for (int i = 0; i < 4; ++i) le[i] = static_cast<uint8_t>(crc >> (8 * i));
-    // The header was flushed before the (large) data went straight to the file.
-    if (::pwrite(fd_, le, 4, static_cast<off_t>(header_pos + 14)) != 4) {
-      FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "writing '", path_,
-                      "' failed: ", std::strerror(errno));
-    }
-  }
-  entries_.push_back({std::string(name), crc, size, header_pos});
-}
-
-void ZipWriter::finish() {
-  const std::vector<uint8_t> cd = zip_central_directory(entries_, pos_);
-  write(cd.data(), cd.size());
-  flush();
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    FLASHINFER_FAIL(ErrorCode::kIo, "zip", "path", "closing '", path_,
-                    "' failed: ", std::strerror(errno));
-  }
 }
 
 }  // namespace flashinfer::formats

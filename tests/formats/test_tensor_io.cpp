@@ -23,6 +23,7 @@
 #include "formats/reader_limits.h"
 #include "formats/torch_archive.h"
 #include "formats/zip_writer.h"
+#include "util/zip_writer.h"
 #include "recorder/dump_writer.h"
 #include "recorder/python_json.h"
 #include "util/remove_at_exit.h"
@@ -145,7 +146,7 @@ TEST(SaveTorch, ArchiveOfATensorWrittenMeanwhileIsValid) {
       fs::create_directories(saved.parent_path());
       write(quiet);
       {
-        formats::ZipWriter z(ref.string());
+        testing::ZipWriter z(ref.string());
         const std::string pkl = formats::torch_data_pkl(items);
         z.add("arch/data.pkl", pkl.data(), pkl.size());
         z.add("arch/byteorder", "little", 6);
@@ -428,7 +429,7 @@ TEST(LoadTorch, HostileArchivesGiveFormatErrors) {
 std::string archive_with_pickle(const std::string& pkl) {
   const fs::path p = scratch("evil.pt");
   {
-    formats::ZipWriter z(p.string());
+    testing::ZipWriter z(p.string());
     z.add("evil/data.pkl", pkl.data(), pkl.size());
     z.finish();
   }

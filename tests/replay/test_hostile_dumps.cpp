@@ -164,7 +164,7 @@ TEST_F(HostileDumps, EveryClassEndsInAnExitNeverASignalAHangOrAWrite) {
                             std::string pkl = "\x80\x02)";
                             pkl += std::string(1'000'000, '\x85');  // TUPLE1
                             pkl += '.';
-                            formats::ZipWriter z((c / "inputs.pt").string());
+                            testing::ZipWriter z((c / "inputs.pt").string());
                             z.add("inputs/data.pkl", pkl.data(), pkl.size());
                             z.finish();
                           }),

@@ -7,7 +7,7 @@
 
 #include "flashinfer/tensor.h"
 #include "formats/pickle_writer.h"
-#include "formats/zip_writer.h"
+#include "util/zip_writer.h"
 
 namespace flashinfer::testing {
 
@@ -55,7 +55,7 @@ inline std::string rebuild_tensor_pickle(const Shape& size, const Shape& stride)
 /// Writes `file` as a torch.save zip: `<stem>/data.pkl` = `pkl` and storage 0 = 16 floats of 1.
 inline void write_storage_archive(const std::string& file, const std::string& stem,
                                   const std::string& pkl) {
-  formats::ZipWriter z(file);
+  ZipWriter z(file);
   z.add(stem + "/data.pkl", pkl.data(), pkl.size());
   const std::vector<float> data(16, 1.0f);
   z.add(stem + "/data/0", data.data(), data.size() * sizeof(float));
