@@ -145,7 +145,8 @@ TEST(PrefillSm90Shape, WarpSpecializedInstancesAndSwitch) {
   EXPECT_FALSE(prefill_sm90_ws_built(128, 128, false, 1));  // one-warpgroup blocks
   EXPECT_FALSE(prefill_sm90_ws_built(256, 256, false, 2));  // 4 keys a producer pass
   EXPECT_FALSE(prefill_sm90_ws_built(64, 64, false, 2));
-  EXPECT_FALSE(prefill_sm90_ws_built(192, 128, false, 2));
+  EXPECT_TRUE(prefill_sm90_ws_built(192, 128, false, 2));  // DeepSeek's, three unit columns
+  EXPECT_FALSE(prefill_sm90_ws_built(192, 128, true, 2));
   EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128), prefill_sm90_smem_bytes(128, 128) + 40u);
   constexpr long long kOptin = 232448;
   AttentionParams p;
@@ -653,6 +654,7 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   check_tiles<64, 64, 1>();
   // The warp-specialized form: tall blocks copied by the producer's 128 threads.
   check_tiles<128, 128, 2, kSm90WsProducerThreads>();
+  check_tiles<192, 128, 2, kSm90WsProducerThreads>();
 }
 
 // The fp8 widening's stores (prefill_sm90_kernel.cuh, `widen`): unit c of key r (16 fp8 values)

@@ -575,11 +575,11 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
 // The warp-specialized form (FLASHINFER_PREFILL_SM90_WS=1: a producer warpgroup copies Q and the
 // K/V tiles and hands each stage to the two math warpgroups through mbarriers) does the plain
 // schedule's arithmetic with other synchronization: the same bits, alone and with the ping-pong
-// turns, on every shape its instances take (head dim 128, 16-bit K/V: bf16 / fp16, plain / soft
-// cap, causal / not, a window, split-KV with blocks of no tile, sinks, paged by 16 and 1 and
-// ragged K/V), and no hang (a wrong barrier parity waits forever: gpu-run-packed's per-binary
-// limit names it). The launch counter says which form ran; head dims 256 and fp8 K/V keep the
-// plain one.
+// turns, on every shape its instances take (head dims 128 and 192 / 128, 16-bit K/V: bf16 /
+// fp16, plain / soft cap, causal / not, a window, split-KV with blocks of no tile, sinks, paged
+// by 16 and 1 and ragged K/V), and no hang (a wrong barrier parity waits forever: gpu-run-packed's
+// per-binary limit names it). The launch counter says which form ran; head dims 256 and fp8 K/V
+// keep the plain one.
 TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if !FLASHINFER_TEST_HAVE_CUTLASS
@@ -626,6 +626,13 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
       c.window = causal ? -1 : 150;
       c.sinks = !causal;
       check(c, true);
+      // DeepSeek's 192 / 128 (ragged): the producer copies three unit columns of each K row.
+      PrefillCase ds = deepseek_ragged_case(dt, causal);
+      check(ds, true);
+      ds.split = 256;
+      ds.soft_cap = causal ? 30.0 : 0.0;
+      ds.sinks = !causal;
+      check(ds, true);
     }
   }
   PrefillCase d256;  // no warp-specialized instance (4 keys a pass for the producer's threads)

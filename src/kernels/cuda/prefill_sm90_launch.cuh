@@ -84,7 +84,8 @@ void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
 }
 
 /// The tall blocks' instances at head dims 192 / 128 (prefill_sm90_d192.cu).
-void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong);
+void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
+                      bool ws);
 
 /// The instance for p's head dims (64, 128; 256 and 192 / 128 in tall blocks), dtypes and soft cap,
 /// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so).
@@ -98,7 +99,7 @@ void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl
   }
   if constexpr (kWG == 2) {
     if (qk == 256 && vo == 256) return launch_sm90_dims<2, 256, 256>(p, s, enable_pdl, ping_pong);
-    if (qk == 192 && vo == 128) return launch_sm90_d192(p, s, enable_pdl, ping_pong);
+    if (qk == 192 && vo == 128) return launch_sm90_d192(p, s, enable_pdl, ping_pong, ws);
   }
   FLASHINFER_FAIL(ErrorCode::kInternal, "attention", "q",
                   "no Hopper prefill instance for head dims ", qk, "/", vo, " in blocks of ", kWG,

@@ -125,11 +125,11 @@ FLASHINFER_HD constexpr int prefill_sm90_block_threads(int wg, bool ws) {
 }
 
 /// Whether the warp-specialized form has an instance: tall blocks (two math warpgroups) at head
-/// dim 128 with K/V of q's dtype (its producer's 128 threads copy whole 8-key swizzle phases a
-/// pass there: 16 units a key; at 256 they would copy 4 keys a pass). Plain or soft-capped, with
-/// or without the ping-pong turns.
+/// dims 128 and DeepSeek's 192 / 128 with K/V of q's dtype (its producer's 128 threads copy whole
+/// 8-key swizzle phases a pass there: 16 units a key, or 24 in three unit columns a thread; at
+/// 256 they would copy 4 keys a pass). Plain or soft-capped, with or without the ping-pong turns.
 FLASHINFER_HD constexpr bool prefill_sm90_ws_built(int dqk, int dvo, bool fp8_kv, int wg) {
-  return wg == 2 && !fp8_kv && dqk == 128 && dvo == 128;
+  return wg == 2 && !fp8_kv && dvo == 128 && (dqk == 128 || dqk == 192);
 }
 
 /// Dynamic shared memory of a warp-specialized block: the tall block's, and the pipeline's
