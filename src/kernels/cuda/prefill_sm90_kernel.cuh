@@ -26,14 +26,14 @@
 // the 16-bit tiles are rewritten only after the next tile's first barrier, which each warpgroup
 // reaches after waiting for its MMAs. The block's barriers are the FA2 kernel's.
 // The warp-specialized form (kWs; opt-in, FLASHINFER_PREFILL_SM90_WS=1; tall blocks at head dims
-// 128 and 192 / 128 with 16-bit K/V: prefill_sm90_ws_built) adds a producer warpgroup after the math ones: it
-// copies Q and each K/V tile (the same copies, by its 128 threads) and hands the stages over
-// through mbarriers (device/mbarrier.cuh): a stage's "full" barrier completes when the producer's
-// copies into it have landed (cp.async.mbarrier.arrive.noinc), its "empty" barrier when both math
-// warpgroups are done with it; each math thread fences the proxies after its wait on "full".
-// There is no block-wide barrier in the loop, and the math warpgroups issue no copies; setmaxnreg
-// gives the producer 72 registers and the math threads 216 (the launch bounds allow 168 at 384
-// threads). Same arithmetic in the same order: the plain form's bits.
+// 128 and 192 / 128 with 16-bit K/V: prefill_sm90_ws_built) adds a producer warpgroup after the
+// math ones: it copies Q and each K/V tile (the same copies, by its 128 threads) and hands the
+// stages over through mbarriers (device/mbarrier.cuh): a stage's "full" barrier completes when
+// the producer's copies into it have landed (cp.async.mbarrier.arrive.noinc), its "empty" barrier
+// when both math warpgroups are done with it; each math thread fences the proxies after its wait
+// on "full". There is no block-wide barrier in the loop, and the math warpgroups issue no copies;
+// setmaxnreg gives the producer 72 registers and the math threads 216 (the launch bounds allow
+// 168 at 384 threads). Same arithmetic in the same order: the plain form's bits.
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
