@@ -23,12 +23,12 @@
 #include "formats/reader_limits.h"
 #include "formats/torch_archive.h"
 #include "formats/zip_writer.h"
-#include "util/zip_writer.h"
 #include "recorder/dump_writer.h"
 #include "recorder/python_json.h"
 #include "util/remove_at_exit.h"
 #include "util/run_command.h"
 #include "util/torch_archive.h"
+#include "util/zip_writer.h"
 
 namespace flashinfer {
 namespace {
