@@ -31,9 +31,9 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
                            prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, p.head_dim_vo, 2);
     const bool ws =
         prefill_sm90_ws_takes(p, current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
-    launch_sm90_block<2>(p, s, enable_pdl, ping_pong, ws);
+    const bool ran_ws = launch_sm90_block<2>(p, s, enable_pdl, ping_pong, ws);
     if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
-    if (ws) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
+    if (ran_ws) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
   } else {
     prefill_sm90_small(p, s, enable_pdl);
     g_small_launches.fetch_add(1, std::memory_order_relaxed);

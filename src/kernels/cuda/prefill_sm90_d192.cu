@@ -6,9 +6,9 @@
 
 namespace flashinfer::kernels::cuda {
 
-void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
+bool launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
                       bool ws) {
-  launch_sm90_dims<2, 192, 128>(p, s, enable_pdl, ping_pong, ws);
+  return launch_sm90_dims<2, 192, 128>(p, s, enable_pdl, ping_pong, ws);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -346,8 +346,10 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     __syncthreads();  // the barriers initialized and the tile range written, for every thread
     if (tid >= kThreads) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kSm90WsProducerRegs));
-      copy_q();
-      dev::mbarrier::arrive_on_copies(q_bar);
+      if (num_tiles > 0) {  // (a block with no tile writes its empty rows without Q)
+        copy_q();
+        dev::mbarrier::arrive_on_copies(q_bar);
+      }
       int32_t page = page_of(0);
 #pragma unroll 1
       for (int tile = 0; tile < num_tiles; ++tile) {

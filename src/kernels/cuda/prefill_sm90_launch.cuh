@@ -22,28 +22,41 @@ void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl)
       stream, enable_pdl);
 }
 
+/// Whether the warp-specialized instance `kernel` starts with the registers its setmaxnreg split
+/// assumes (kSm90WsEntryRegs a thread: what the launch bounds allow, which ptxas gave it; fewer
+/// would leave the math warpgroups' setmaxnreg.inc waiting forever for registers the block does
+/// not have). Asked once an instance; the plain form runs where it says no.
+inline bool prefill_sm90_ws_registers_ok(const void* kernel) {
+  cudaFuncAttributes a{};
+  return cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.numRegs == prefill::kSm90WsEntryRegs;
+}
+
 /// The instance of head dims DQK / DVO for p's q dtype (fp16 / bf16), K/V (q's dtype, or fp8
 /// where prefill_sm90_kv_built says so) and soft cap, in blocks of kWG warpgroups; `ping_pong`:
 /// the ping-pong schedule, where prefill_sm90_ping_pong_built says it has one; `ws`: the
 /// warp-specialized form, where prefill_sm90_ws_built says it has one (the caller asked
-/// prefill_sm90_ws_takes).
+/// prefill_sm90_ws_takes) and its registers are as built (prefill_sm90_ws_registers_ok). Returns
+/// whether the warp-specialized form ran.
 template <int kWG, int DQK, int DVO>
-void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
+bool launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
                       bool ws = false) {
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool cap = p.logits_soft_cap > 0.0f;
-  auto kinds = [&]<class T>() {
+  auto kinds = [&]<class T>() -> bool {
     if constexpr (prefill::prefill_sm90_ws_built(DQK, DVO, false, kWG) &&
                   prefill::prefill_sm90_ping_pong_built(DQK, DVO, kWG)) {
+      auto try_ws = [&]<bool kCap, bool kPingPong>() {
+        static const bool ok = prefill_sm90_ws_registers_ok(reinterpret_cast<const void*>(
+            prefill::batch_prefill_sm90_kernel<T, T, DQK, DVO, kCap, kWG, kPingPong, true>));
+        if (ok) launch_sm90<T, T, DQK, DVO, kCap, kWG, kPingPong, true>(p, s, enable_pdl);
+        return ok;
+      };
       if (ws && !fp8) {
-        if (ping_pong) {
-          cap ? launch_sm90<T, T, DQK, DVO, true, kWG, true, true>(p, s, enable_pdl)
-              : launch_sm90<T, T, DQK, DVO, false, kWG, true, true>(p, s, enable_pdl);
-        } else {
-          cap ? launch_sm90<T, T, DQK, DVO, true, kWG, false, true>(p, s, enable_pdl)
-              : launch_sm90<T, T, DQK, DVO, false, kWG, false, true>(p, s, enable_pdl);
-        }
-        return;
+        const bool ran = ping_pong ? (cap ? try_ws.template operator()<true, true>()
+                                          : try_ws.template operator()<false, true>())
+                                   : (cap ? try_ws.template operator()<true, false>()
+                                          : try_ws.template operator()<false, false>());
+        if (ran) return true;
       }
     }
     constexpr bool kFp8Built = prefill::prefill_sm90_kv_built(DQK, DVO, true);
@@ -53,19 +66,19 @@ void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
           if (fp8) {
             cap ? launch_sm90<T, uint8_t, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
                 : launch_sm90<T, uint8_t, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
-            return;
+            return false;
           }
         }
         cap ? launch_sm90<T, T, DQK, DVO, true, kWG, true>(p, s, enable_pdl)
             : launch_sm90<T, T, DQK, DVO, false, kWG, true>(p, s, enable_pdl);
-        return;
+        return false;
       }
     }
     if constexpr (kFp8Built) {
       if (fp8) {
         cap ? launch_sm90<T, uint8_t, DQK, DVO, true, kWG>(p, s, enable_pdl)
             : launch_sm90<T, uint8_t, DQK, DVO, false, kWG>(p, s, enable_pdl);
-        return;
+        return false;
       }
     } else {
       if (fp8) {
@@ -75,22 +88,22 @@ void launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
     }
     cap ? launch_sm90<T, T, DQK, DVO, true, kWG>(p, s, enable_pdl)
         : launch_sm90<T, T, DQK, DVO, false, kWG>(p, s, enable_pdl);
+    return false;
   };
-  if (p.q_dtype == DType::kBFloat16) {
-    kinds.template operator()<__nv_bfloat16>();
-  } else {
-    kinds.template operator()<__half>();
-  }
+  return p.q_dtype == DType::kBFloat16 ? kinds.template operator()<__nv_bfloat16>()
+                                       : kinds.template operator()<__half>();
 }
 
-/// The tall blocks' instances at head dims 192 / 128 (prefill_sm90_d192.cu).
-void launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
+/// The tall blocks' instances at head dims 192 / 128 (prefill_sm90_d192.cu); returns whether the
+/// warp-specialized form ran.
+bool launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
                       bool ws);
 
 /// The instance for p's head dims (64, 128; 256 and 192 / 128 in tall blocks), dtypes and soft cap,
-/// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so).
+/// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so); returns whether the
+/// warp-specialized form ran.
 template <int kWG>
-void launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
+bool launch_sm90_block(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
                        bool ping_pong = false, bool ws = false) {
   const int qk = p.head_dim_qk, vo = p.head_dim_vo;
   if (qk == 64 && vo == 64) return launch_sm90_dims<kWG, 64, 64>(p, s, enable_pdl, ping_pong);

@@ -115,9 +115,20 @@ FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int dqk, int dvo, int 
 constexpr int kSm90WsProducerThreads = 128;
 constexpr int kSm90WsProducerRegs = 72, kSm90WsMathRegs = 216;
 constexpr int kSm90WsProducerBarrier = 3;
+/// Registers a thread of a warp-specialized block starts with: what the launch bounds (384
+/// threads, one block an SM) allow, rounded down to the allocation's 8; the launcher checks that
+/// ptxas gave each instance that many (prefill_sm90_ws_registers_ok).
+constexpr int kSm90WsEntryRegs = 65536 / (kSm90Threads + kSm90WsProducerThreads) / 8 * 8;
+// setmaxnreg moves registers within the block's own allocation: the math warpgroups' increase
+// must be covered by the producer's decrease, or it waits forever.
 static_assert(kSm90WsProducerRegs * kSm90WsProducerThreads + kSm90WsMathRegs * kSm90Threads <=
-                  65536,
-              "the register file of an SM holds one warp-specialized block");
+                  kSm90WsEntryRegs * (kSm90Threads + kSm90WsProducerThreads),
+              "the warp-specialized block's own registers cover its setmaxnreg split");
+static_assert(kSm90WsProducerRegs % 8 == 0 && kSm90WsMathRegs % 8 == 0 &&
+                  kSm90WsProducerRegs >= 24 && kSm90WsMathRegs <= 256 &&
+                  kSm90WsProducerRegs <= kSm90WsEntryRegs && kSm90WsEntryRegs <= kSm90WsMathRegs,
+              "setmaxnreg's counts: multiples of 8 in [24, 256], down for the producer, up for the "
+              "math warpgroups");
 
 /// Threads of a block of `wg` math warpgroups, with the producer warpgroup where `ws`.
 FLASHINFER_HD constexpr int prefill_sm90_block_threads(int wg, bool ws) {
