@@ -44,12 +44,15 @@ TEST(PrefillShape, BuiltDimsAndBlockShapes) {
   EXPECT_FALSE(prefill_dims_built(128, 64));   // the CUDA-core kernel
   EXPECT_FALSE(prefill_dims_built(192, 192));  // ditto
   // Block heights as upstream picks cta_tile_q: 16 rows for packed queries up to 16 (head dims up
-  // to 192, no custom mask), 128 for long ones (plain variant, head dims up to 128), else 64.
+  // to 192, no ALiBi), 128 for long ones (plain variant, head dims up to 128), else 64.
   EXPECT_EQ(prefill_cta_rows(1, 128, 128, 0), 16);  // tensor-core decode, GQA group <= 16
   EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillSoftCap), 16);
   EXPECT_EQ(prefill_cta_rows(16, 192, 128, 0), 16);
   EXPECT_EQ(prefill_cta_rows(8, 64, 64, 0), 16);
-  EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillCustomMask), 64);
+  EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillCustomMask), 16);  // a verify's tree mask
+  EXPECT_EQ(prefill_cta_rows(16, 192, 128, kPrefillCustomMask | kPrefillSoftCap), 16);
+  EXPECT_EQ(prefill_cta_rows(16, 128, 128, kPrefillAlibi), 64);
+  EXPECT_EQ(prefill_cta_rows(17, 128, 128, kPrefillCustomMask), 64);
   EXPECT_EQ(prefill_cta_rows(4, 256, 256, 0), 64);
   EXPECT_EQ(prefill_cta_rows(17, 128, 128, 0), 64);
   EXPECT_EQ(prefill_cta_rows(65, 128, 128, 0), 128);
@@ -283,7 +286,7 @@ TEST(PrefillShape, ScaleFoldedIntoTheExponentOnlyForPositiveScales) {
 TEST(PrefillShape, LaunchedBlockHeightHasNoTallFp8Block) {
   for (int d : {64, 128, 256}) {
     for (int rows : {1, 16, 17, 64, 65, 128, 4096}) {
-      for (int variant : {0, kPrefillSoftCap}) {
+      for (int variant : {0, kPrefillSoftCap, kPrefillCustomMask, kPrefillAlibi}) {
         const int cta = prefill_cta_rows(rows, d, d, variant);
         EXPECT_EQ(prefill_launch_cta_rows(rows, d, d, variant, false), cta) << d << " " << rows;
         EXPECT_EQ(prefill_launch_cta_rows(rows, d, d, variant, true), cta == 128 ? 64 : cta)
@@ -320,8 +323,10 @@ TEST(PrefillShape, Fp8KvInstancesAndTheirSharedMemory) {
     EXPECT_TRUE(prefill_fp8_kv_built(d, d, kPrefillAlibi)) << d;
     EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi | kPrefillSoftCap)) << d;
     EXPECT_FALSE(prefill_fp8_kv_built(d, d, kPrefillAlibi | kPrefillCustomMask)) << d;
-    // A mask or ALiBi never gets the 16-row block, whose instances are plain or soft-capped.
-    EXPECT_EQ(prefill_launch_cta_rows(1, d, d, kPrefillCustomMask, true), 64) << d;
+    // A mask gets the 16-row block as the 16-bit one does (up to 16 packed rows, head dims up to
+    // 192); ALiBi never.
+    EXPECT_EQ(prefill_launch_cta_rows(1, d, d, kPrefillCustomMask, true), d <= 192 ? 16 : 64) << d;
+    EXPECT_EQ(prefill_launch_cta_rows(1, d, d, kPrefillAlibi, true), 64) << d;
     EXPECT_EQ(prefill_launch_cta_rows(200, d, d, kPrefillAlibi, true), 64) << d;
   }
   EXPECT_FALSE(prefill_fp8_kv_built(192, 128, 0));  // built for 16-bit K/V only

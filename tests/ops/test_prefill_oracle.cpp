@@ -287,6 +287,21 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
       expect_matches(c);
       c.page = 0;
       expect_matches(c);
+      // A speculative-decoding verify: a few draft tokens a request and their tree mask, GQA 4,
+      // 16 packed rows at most: the 16-row blocks (head dims up to 192; 64 rows at 256), whose
+      // warps split the keys; split at 4 pages (the 1000-key request in chunks).
+      PrefillCase v = c;
+      v.hq = 16;
+      v.hkv = 4;
+      v.qo_lens = {4, 1, 3, 4};
+      v.kv_lens = {300, 17, 129, 1000};
+      v.page = 16;
+      expect_matches(v);
+      v.split = 4;
+      expect_matches(v);
+      v.page = 0;
+      v.split = 64;
+      expect_matches(v);
     }
   }
 }
@@ -1012,10 +1027,11 @@ TEST(PrefillKernelCuda, Fp8KvPagedAndRaggedMatchCpu) {
 }
 
 // fp8 K/V with a custom mask (SGLang's speculative-decoding verify over an fp8 cache), with a mask
-// and a soft cap, and with ALiBi: the FA2 kernel's 64-row blocks (no call of the CUDA-core kernel,
-// which took these before session 68), paged and ragged, against the CPU reference. Short
-// requests of a few draft tokens (packed rows of one 64-row block), a 200-query request (two
-// blocks a work item) and a split plan.
+// and a soft cap, and with ALiBi: the FA2 kernel (no call of the CUDA-core kernel,
+// which took these before session 68), paged and ragged, against the CPU reference: a batch of
+// a few draft tokens a request beside a 200-query request (64-row blocks, two a work item), and
+// a verify batch alone (16 packed rows at most: the mask's 16-row blocks, fp8 widened in
+// registers, up to head dim 128), each with a split plan.
 TEST(PrefillKernelCuda, Fp8KvWithCustomMaskOrAlibiRunsOnTheFa2Kernel) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
@@ -1024,75 +1040,82 @@ TEST(PrefillKernelCuda, Fp8KvWithCustomMaskOrAlibiRunsOnTheFa2Kernel) {
     bool mask, alibi;
     double cap;
   };
+  // The GPU run against the CPU's, with no launch of the CUDA-core kernel.
+  auto expect_on_tensor_cores = [&](const auto& run, DType dt) {
+    const AttentionOutput cpu = run(Device::cpu());
+    const uint64_t core_before = testing::cuda_core_decode_launches();
+    const AttentionOutput gpu = run(g);
+    EXPECT_EQ(testing::cuda_core_decode_launches(), core_before) << "ran on the CUDA-core kernel";
+    expect_fp8_close(gpu, cpu, dt);
+  };
   const Variant variants[] = {
       {"mask", true, false, 0.0}, {"mask + cap", true, false, 30.0}, {"alibi", false, true, 0.0}};
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     for (DType kv : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
       for (int64_t d : {64, 128, 256}) {
         for (const Variant& var : variants) {
-          const std::vector<int32_t> qo_lens{4, 1, 200, 7}, kv_lens{300, 17, 260, 1000};
-          std::vector<int32_t> qo{0}, kvp{0};
-          for (std::size_t b = 0; b < qo_lens.size(); ++b) {
-            qo.push_back(qo.back() + qo_lens[b]);
-            kvp.push_back(kvp.back() + kv_lens[b]);
-          }
-          const int64_t hq = 16, hkv = 4;
-          Tensor q = Tensor::empty({qo.back(), hq, d}, dt).uniform_(5);
-          PrefillPlanOptions po;
-          po.q_data_type = dt;
-          po.kv_data_type = kv;
-          po.causal = !var.mask;  // a custom mask replaces causality (upstream ignores causal)
-          po.logits_soft_cap = var.cap;
-          po.fixed_split_size = 4;  // pages: the 1000-key request in chunks
-          if (var.alibi) po.pos_encoding_mode = "ALIBI";
-          if (var.mask) {
-            std::vector<double> bits;
+          for (bool verify : {false, true}) {
+            // verify: every request a few draft tokens (16 packed rows at most): a mask's 16-row
+            // blocks at head dims 64 / 128 (fp8 widened in registers), ALiBi's 64-row ones.
+            const std::vector<int32_t> qo_lens =
+                verify ? std::vector<int32_t>{4, 1, 3, 4} : std::vector<int32_t>{4, 1, 200, 7};
+            const std::vector<int32_t> kv_lens{300, 17, 260, 1000};
+            std::vector<int32_t> qo{0}, kvp{0};
             for (std::size_t b = 0; b < qo_lens.size(); ++b) {
-              for (int64_t i = 0; i < qo_lens[b]; ++i) {
-                for (int64_t j = 0; j < kv_lens[b]; ++j) bits.push_back(mask_bit(i, j));
-              }
+              qo.push_back(qo.back() + qo_lens[b]);
+              kvp.push_back(kvp.back() + kv_lens[b]);
             }
-            po.custom_mask =
-                Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
-          }
-          const AttentionRunOptions ro = fp8_run_options(kv);
-          {
-            SCOPED_TRACE(fp8_trace(dt, kv, d, std::string("paged, ") + var.name));
-            const Fp8Paged f = make_fp8_paged(kv_lens, 16, hkv, d, kv, 31);
-            bool split = false;
-            auto run = [&](Device dev) {
-              BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
-                                                    "NHD", false, {}, {}, {}, {}, {}, {}, "fa2");
-              w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
-              if (dev.is_cuda()) split = w.split_kv();
-              return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
-            };
-            const AttentionOutput cpu = run(Device::cpu());
-            const uint64_t core_before = testing::cuda_core_decode_launches();
-            const AttentionOutput gpu = run(g);
-            EXPECT_EQ(testing::cuda_core_decode_launches(), core_before)
-                << "ran on the CUDA-core kernel";
-            expect_fp8_close(gpu, cpu, dt);
-            EXPECT_TRUE(split) << "the plan ran unsplit";
-          }
-          {
-            SCOPED_TRACE(fp8_trace(dt, kv, d, std::string("ragged, ") + var.name));
-            const Tensor k = random_fp8_codes({kvp.back(), hkv, d}, kv, 37);
-            const Tensor v = random_fp8_codes({kvp.back(), hkv, d}, kv, 41);
-            PrefillPlanOptions pr = po;
-            pr.fixed_split_size = 64;  // tokens here
-            auto run = [&](Device dev) {
-              BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
-                                                     "NHD", false, {}, {}, {}, {}, "fa2");
-              w.plan(int_tensor(qo), int_tensor(kvp), hq, hkv, d, pr);
-              return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
-            };
-            const AttentionOutput cpu = run(Device::cpu());
-            const uint64_t core_before = testing::cuda_core_decode_launches();
-            const AttentionOutput gpu = run(g);
-            EXPECT_EQ(testing::cuda_core_decode_launches(), core_before)
-                << "ran on the CUDA-core kernel";
-            expect_fp8_close(gpu, cpu, dt);
+            const int64_t hq = 16, hkv = 4;
+            Tensor q = Tensor::empty({qo.back(), hq, d}, dt).uniform_(5);
+            PrefillPlanOptions po;
+            po.q_data_type = dt;
+            po.kv_data_type = kv;
+            po.causal = !var.mask;  // a custom mask replaces causality (upstream ignores causal)
+            po.logits_soft_cap = var.cap;
+            po.fixed_split_size = 4;  // pages: the 1000-key request in chunks
+            if (var.alibi) po.pos_encoding_mode = "ALIBI";
+            if (var.mask) {
+              std::vector<double> bits;
+              for (std::size_t b = 0; b < qo_lens.size(); ++b) {
+                for (int64_t i = 0; i < qo_lens[b]; ++i) {
+                  for (int64_t j = 0; j < kv_lens[b]; ++j) bits.push_back(mask_bit(i, j));
+                }
+              }
+              po.custom_mask =
+                  Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+            }
+            const AttentionRunOptions ro = fp8_run_options(kv);
+            {
+              SCOPED_TRACE(fp8_trace(
+                  dt, kv, d, std::string("paged, ") + var.name + (verify ? ", verify" : "")));
+              const Fp8Paged f = make_fp8_paged(kv_lens, 16, hkv, d, kv, 31);
+              bool split = false;
+              auto run = [&](Device dev) {
+                BatchPrefillWithPagedKVCacheWrapper w(Tensor::zeros({32 << 20}, DType::kUInt8, dev),
+                                                      "NHD", false, {}, {}, {}, {}, {}, {}, "fa2");
+                w.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 16, po);
+                if (dev.is_cuda()) split = w.split_kv();
+                return w.run(q.to(dev), PagedKVCache(f.k.to(dev), f.v.to(dev)), ro);
+              };
+              expect_on_tensor_cores(run, dt);
+              EXPECT_TRUE(split) << "the plan ran unsplit";
+            }
+            {
+              SCOPED_TRACE(fp8_trace(
+                  dt, kv, d, std::string("ragged, ") + var.name + (verify ? ", verify" : "")));
+              const Tensor k = random_fp8_codes({kvp.back(), hkv, d}, kv, 37);
+              const Tensor v = random_fp8_codes({kvp.back(), hkv, d}, kv, 41);
+              PrefillPlanOptions pr = po;
+              pr.fixed_split_size = 64;  // tokens here
+              auto run = [&](Device dev) {
+                BatchPrefillWithRaggedKVCacheWrapper w(
+                    Tensor::zeros({32 << 20}, DType::kUInt8, dev), "NHD", false, {}, {}, {}, {},
+                    "fa2");
+                w.plan(int_tensor(qo), int_tensor(kvp), hq, hkv, d, pr);
+                return w.run(q.to(dev), k.to(dev), v.to(dev), ro);
+              };
+              expect_on_tensor_cores(run, dt);
+            }
           }
         }
       }

@@ -19,9 +19,34 @@ void launch_fa2(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) 
                       stream, enable_pdl);
 }
 
+// The instance of blocks of kCtaQ rows for a built variant (prefill_variant_built; ALiBi has no
+// 16-row block: prefill_cta_rows never gives it one).
+template <class T, class TKV, int DQK, int DVO, int kCtaQ>
+void launch_fa2_variant(const AttentionParams& p, cudaStream_t s, bool pdl, int variant) {
+  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask;
+  switch (variant) {
+    case 0:
+      return launch_fa2<T, TKV, DQK, DVO, kCtaQ, 0>(p, s, pdl);
+    case kSoftCap:
+      return launch_fa2<T, TKV, DQK, DVO, kCtaQ, kSoftCap>(p, s, pdl);
+    case kMask:
+      return launch_fa2<T, TKV, DQK, DVO, kCtaQ, kMask>(p, s, pdl);
+    case prefill::kPrefillAlibi:
+      if constexpr (kCtaQ != 16)
+        return launch_fa2<T, TKV, DQK, DVO, kCtaQ, prefill::kPrefillAlibi>(p, s, pdl);
+      break;
+    case kSoftCap | kMask:
+      return launch_fa2<T, TKV, DQK, DVO, kCtaQ, kSoftCap | kMask>(p, s, pdl);
+    default:
+      break;
+  }
+  FLASHINFER_FAIL(ErrorCode::kInternal, "attention", "q", "no FA2 instance of variant ", variant,
+                  " in blocks of ", kCtaQ, " rows");
+}
+
 // The block height from the packed rows of the largest work item (prefill_cta_rows); only the
 // heights a head-dim pair can take are instantiated. Every variant of prefill_variant_built, for
-// 16-bit and fp8 K/V (TKV = uint8_t) alike; the plain and soft-capped ones also in 16-row blocks.
+// 16-bit and fp8 K/V (TKV = uint8_t) alike; all but ALiBi also in 16-row blocks.
 template <class T, class TKV, int DQK, int DVO>
 void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   const int32_t group = p.num_qo_heads / p.num_kv_heads;
@@ -34,8 +59,6 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
   FLASHINFER_CHECK_CODE(prefill::prefill_variant_built(variant), ErrorCode::kUnsupported,
                         "attention", "alibi_slopes",
                         "ALiBi with a soft cap or a custom mask has no FA2 kernel");
-  constexpr int kSoftCap = prefill::kPrefillSoftCap, kMask = prefill::kPrefillCustomMask,
-                kAlibi = prefill::kPrefillAlibi;
   // fp8 K/V has no 128-row block: 64-row blocks take its tall work items, as on GPUs where two
   // 128-row blocks do not fit an SM.
   int cta = prefill::prefill_launch_cta_rows(p.max_work_rows * group, DQK, DVO, variant,
@@ -47,26 +70,12 @@ void prefill_fa2(const AttentionParams& p, cudaStream_t s, bool pdl) {
     if (!prefill::prefill_tall_blocks_fit(DQK, DVO, smem_per_sm, reserved)) cta = 64;
   }
   if constexpr (prefill::prefill_cta_rows(1, DQK, DVO, 0) == 16) {
-    if (cta == 16) {
-      return variant == 0 ? launch_fa2<T, TKV, DQK, DVO, 16, 0>(p, s, pdl)
-                          : launch_fa2<T, TKV, DQK, DVO, 16, kSoftCap>(p, s, pdl);
-    }
+    if (cta == 16) return launch_fa2_variant<T, TKV, DQK, DVO, 16>(p, s, pdl, variant);
   }
   if constexpr (prefill::prefill_cta_rows(128, DQK, DVO, 0) == 128 && sizeof(TKV) == 2) {
     if (cta == 128) return launch_fa2<T, TKV, DQK, DVO, 128, 0>(p, s, pdl);
   }
-  switch (variant) {
-    case 0:
-      return launch_fa2<T, TKV, DQK, DVO, 64, 0>(p, s, pdl);
-    case kSoftCap:
-      return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap>(p, s, pdl);
-    case kMask:
-      return launch_fa2<T, TKV, DQK, DVO, 64, kMask>(p, s, pdl);
-    case kAlibi:
-      return launch_fa2<T, TKV, DQK, DVO, 64, kAlibi>(p, s, pdl);
-    default:  // kSoftCap | kMask: the only other built variant (checked above)
-      return launch_fa2<T, TKV, DQK, DVO, 64, kSoftCap | kMask>(p, s, pdl);
-  }
+  launch_fa2_variant<T, TKV, DQK, DVO, 64>(p, s, pdl, variant);
 }
 
 // The explicit instantiations of one pair, for fp16 and bf16 q and K/V of q's dtype (in

@@ -58,7 +58,7 @@ FLASHINFER_HD constexpr bool prefill_variant_built(int variant) {
 /// CUDA-core kernel; each fp8 instance costs as much compile time as a 16-bit one), every variant
 /// the 16-bit blocks have (prefill_variant_built: a custom mask is SGLang's speculative-decoding
 /// verify, whose KV cache may be fp8), in 16- and 64-row blocks as prefill_cta_rows gives them
-/// (16 rows for the plain and soft-capped variants only; the launcher runs 64-row blocks where
+/// (16 rows for every variant but ALiBi; the launcher runs 64-row blocks where
 /// prefill_cta_rows says 128: with the widening there every arrangement of the offset cache
 /// spilled). Its blocks ask for the same shared memory as the 16-bit ones (prefill_smem_bytes):
 /// kPrefillFp8Stages fp8 stages, or one 16-bit tile and kPrefillStages fp8 stages, take the bytes
@@ -111,14 +111,15 @@ FLASHINFER_HD constexpr PrefillSlice prefill_grid_slice(int num_work, int i) {
 /// max_packed_rows packed rows, as upstream picks cta_tile_q:
 ///   16: one m16 fragment of rows shared by the 4 warps, which split each K/V tile along the keys
 ///     and merge their softmax states at the end (short packed queries: tensor-core decode, a
-///     GQA group of <= 16 heads); head dims up to 192, plain or soft-capped (a custom mask or
-///     ALiBi takes 64);
+///     GQA group of <= 16 heads; a speculative-decoding verify of a few draft tokens with its
+///     custom mask); head dims up to 192, every variant but ALiBi (which takes 64);
 ///   128: 4 warps x 32 rows, for packed queries longer than 64, only where the fragments fit 255
 ///     registers without spilling (ptxas, sm_90): dqk, dvo <= 128 and the plain variant (the soft
 ///     cap's tanhf spilled 52 bytes, the mask test 72);
 ///   64: 4 warps x 16 rows, everything else.
 FLASHINFER_HD constexpr int prefill_cta_rows(int max_packed_rows, int dqk, int dvo, int variant) {
-  if (max_packed_rows <= 16 && dqk <= 192 && dvo <= 192 && (variant & ~kPrefillSoftCap) == 0) {
+  if (max_packed_rows <= 16 && dqk <= 192 && dvo <= 192 &&
+      (variant & ~(kPrefillSoftCap | kPrefillCustomMask)) == 0) {
     return 16;
   }
   if (max_packed_rows > 64 && dqk <= 128 && dvo <= 128 && variant == 0) return 128;
