@@ -618,7 +618,7 @@ bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off) {
   const int64_t packed = s.q_len_per_req * group;
   if (packed < kDecodeTensorCoreMinRows) return false;
   // Up to 16 packed rows the FA2 kernel's block is its 16-row one, which holds the group in one
-  // m16 fragment: head dims up to 192, plain or soft-capped (prefill_cta_rows). Elsewhere (head
+  // m16 fragment: head dims up to 192, a decode's variants (prefill_cta_rows). Elsewhere (head
   // dim 256) it would be a 64-row block of 4 to 16 rows; the CUDA-core kernel keeps those.
   namespace pf = kernels::cuda::prefill;
   return packed > 16 ||

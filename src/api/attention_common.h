@@ -196,7 +196,7 @@ inline constexpr int64_t kDecodeTensorCoreMinRows = 4;
 /// CUDA-core kernel), no position encoding inside attention (RoPE's rounding differs between the
 /// two kernels, as upstream's does), at least kDecodeTensorCoreMinRows packed rows a request, up
 /// to 16 of them only where the FA2 kernel's block for them is its 16-row one (head dims up to
-/// 192, plain or soft-capped: prefill_cta_rows), and not switched off (`env_off`:
+/// 192, a decode's variants: prefill_cta_rows), and not switched off (`env_off`:
 /// FLASHINFER_DECODE_TENSOR_CORES=0).
 bool decode_tensor_cores_wanted(const detail::WrapperState& s, bool env_off);
 /// Whether build_plan puts decode call s on the tensor-core kernel without use_tensor_cores:
