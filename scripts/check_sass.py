@@ -18,10 +18,12 @@ one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kep
 (the text of the library is hundreds of MB: parsing it was most of a rule's time).
 
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `gdn_chunked`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
-`grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM) and
-`prefill_sm90` (the Hopper prefill kernel), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
+`grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM),
+`prefill_sm90` (the Hopper prefill kernel) and `prefill_sm90_ws` (its warp-specialized
+instances), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
-substring (or one of them) and none of its exclusions, and then
+substring (or one of them) and none of its exclusions (and, where the rule has a `name_regex`,
+whose demangled name with its template arguments matches it), and then
   - no local memory: no STL/LDL instruction and STACK and LOCAL 0 in the resource usage
     (see has_local_memory for which of these means what);
   - each required instruction present (e.g. a 128-bit cp.async, SASS `LDGSTS...128`), or
@@ -101,6 +103,9 @@ class Rule:
     no_local: bool = True
     default: bool = True
     limits: tuple = ()  # AtMost
+    # A regex the demangled name (template arguments included) must also match: instances of one
+    # kernel told apart by a template flag.
+    name_regex: str = None
 
 
 # SASS spellings (cuobjdump 13, sm_80 and sm_90 alike):
@@ -261,6 +266,23 @@ RULES = {
             # pipeline waits after every one (session 39 saw 24 for 24).
             limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
                            r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5),),
+        ),
+        Rule(
+            name="prefill_sm90_ws",
+            match="batch_prefill_sm90_kernel",
+            description="the Hopper prefill kernel's warp-specialized instances (its last template "
+            "flag set): the producer's copies arriving on mbarriers (ARRIVES.LDGSTSBAR), the math "
+            "warpgroups' waits (SYNCS.PHASECHK) and releases (SYNCS.ARRIVE), the registers moved "
+            "by setmaxnreg both ways (USETMAXREG), no spills",
+            default=False,
+            name_regex=r"batch_prefill_sm90_kernel<.*, (?:true|false), true>",
+            require=(
+                Need("ARRIVES.LDGSTSBAR (cp.async.mbarrier.arrive)", r"^ARRIVES\.LDGSTSBAR(?:\.|$)"),
+                Need("SYNCS.PHASECHK (mbarrier.try_wait)", r"^SYNCS\.PHASECHK(?:\.|$)"),
+                Need("SYNCS.ARRIVE (mbarrier.arrive)", r"^SYNCS\.ARRIVE(?:\.|$)"),
+                Need("USETMAXREG.DEALLOC (setmaxnreg.dec)", r"^USETMAXREG\.DEALLOC(?:\.|$)"),
+                Need("USETMAXREG.TRY_ALLOC (setmaxnreg.inc)", r"^USETMAXREG\.TRY_ALLOC(?:\.|$)"),
+            ),
         ),
         Rule(
             name="mla_mma",
@@ -794,7 +816,8 @@ def select(kernels, rule, match=None, extra_exclude=()):
     for k in kernels:
         b = k.base.lower()
         if any(m in b for m in subs) and not any(e in b for e in excl):
-            out.append(k)
+            if rule.name_regex is None or re.search(rule.name_regex, k.name):
+                out.append(k)
     return out
 
 
