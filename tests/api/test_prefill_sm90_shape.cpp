@@ -176,16 +176,24 @@ TEST(PrefillSm90Shape, WarpSpecializedInstancesAndSwitch) {
 // land later in four warps' parts, each arriving on the stage's "full" barrier (Q likewise, on its
 // own barrier); each math warpgroup waits for Q before its first tile and for "full" before each,
 // reads the stage, then arrives on "empty" for its 128 threads. Random interleavings of the three
-// agents and the landings, for 0 to 9 tiles, must end with every tile read from its own, landed
-// data and no stage overwritten while a warpgroup still reads it, or overwritten before both
-// released it; the kernel's parity rules (dev::pipeline_full_parity / pipeline_empty_parity) do,
-// and each of three wrong rules is caught (a hang or a wrong read).
+// agents and the landings, for 0 to 9 tiles, with and without the ping-pong turns, must end with
+// every tile read from its own, landed data, no stage overwritten while a warpgroup still reads it
+// or before both released it, and every turn taken; the kernel's parity rules
+// (dev::pipeline_full_parity / pipeline_empty_parity) do, and each of three wrong rules is caught
+// (a hang or a wrong read).
 struct PipelineRules {
   uint32_t (*full)(int tile, int stages);
   uint32_t (*empty)(int tile, int stages);
 };
 
-std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rules) {
+// turns: the ping-pong schedule too. Each math warpgroup takes its turn at the tensor cores
+// (bar.sync on its own named barrier, 1 or 2) before its S and its P V product and passes it
+// (bar.arrive on the other's) after each; warpgroup 1 passes once before its first tile and
+// warpgroup 0 takes once after its last. A named barrier is modelled by its arrivals and completed
+// syncs: a sync waits for an arrival it has not used, and more than one arrival ahead would let
+// the arriving warpgroup's 128 threads alone complete a phase of the 256-thread barrier.
+std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rules,
+                                 bool turns = false) {
   constexpr int kStages = kSm90Stages, kWarps = kSm90WsProducerThreads / 32;
   struct Bar {
     int count, pending, done = 0;
@@ -214,30 +222,50 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
   bool q_issued = false;
   struct Math {
     int tile = 0;
-    bool reading = false;
+    int step = 0;  // in a tile: 0 wait for it, 1 / 3 take a turn, 2 / 4 pass it, 5 release it
+    bool started = false, finished = false;  // warpgroup 1's first pass, warpgroup 0's last take
   };
   Math math[2];
+  math[0].started = math[1].finished = true;
+  if (!turns) math[1].started = math[0].finished = true;
+  int arrivals[2] = {0, 0}, syncs[2] = {0, 0};  // named barriers 1 and 2
+  auto pass_to = [&](int b) {
+    ++arrivals[b];
+    return arrivals[b] - syncs[b] <= 1;
+  };
   std::mt19937 rng(seed);
   for (int step = 0; step < 100000; ++step) {
-    std::vector<int> runnable;  // 0: producer, 1 / 2: math warpgroups, 3: a landing
-    if (!q_issued) {
+    std::vector<int> runnable;         // 0: producer, 1 / 2: math warpgroups, 3: a landing
+    if (!q_issued && num_tiles > 0) {  // (a block with no tile copies no Q)
       runnable.push_back(0);
-    } else if (producer_tile < num_tiles) {
+    } else if (q_issued && producer_tile < num_tiles) {
       const int s = dev::pipeline_stage(producer_tile, kStages);
       if (empty[s].passes(rules.empty(producer_tile, kStages))) runnable.push_back(0);
     }
     for (int w = 0; w < 2; ++w) {
       const Math& m = math[w];
-      if (m.tile >= num_tiles) continue;
-      const int s = dev::pipeline_stage(m.tile, kStages);
-      if (m.reading ||
-          ((m.tile > 0 || q.passes(0)) && full[s].passes(rules.full(m.tile, kStages)))) {
-        runnable.push_back(1 + w);
+      bool ready = false;
+      if (!m.started) {
+        ready = true;
+      } else if (m.tile < num_tiles) {
+        const int s = dev::pipeline_stage(m.tile, kStages);
+        if (m.step == 0) {
+          ready = (m.tile > 0 || q.passes(0)) && full[s].passes(rules.full(m.tile, kStages));
+        } else if (m.step == 1 || m.step == 3) {
+          ready = arrivals[w] > syncs[w];
+        } else {
+          ready = true;
+        }
+      } else if (!m.finished) {
+        ready = arrivals[w] > syncs[w];
       }
+      if (ready) runnable.push_back(1 + w);
     }
     if (!in_flight.empty()) runnable.push_back(3);
     if (runnable.empty()) {
-      if (producer_tile == num_tiles && math[0].tile == num_tiles && math[1].tile == num_tiles) {
+      if (producer_tile == num_tiles && math[0].tile == num_tiles && math[1].tile == num_tiles &&
+          math[0].finished && math[1].started) {
+        if (arrivals[0] != syncs[0] || arrivals[1] != syncs[1]) return "a turn left unused";
         return "";
       }
       return "hang: producer at tile " + std::to_string(producer_tile) + ", math at " +
@@ -268,21 +296,33 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
         ++stage[l.stage].landed;
         full[l.stage].arrive(32);
       }
+    } else if (const int w = who - 1; !math[w].started) {
+      math[w].started = true;
+      if (!pass_to(1 - w)) return "two turns passed ahead";
+    } else if (math[w].tile >= num_tiles) {
+      ++syncs[w];
+      math[w].finished = true;
+    } else if (math[w].step == 1 || math[w].step == 3) {
+      ++syncs[w];
+      ++math[w].step;
+    } else if (math[w].step == 2 || math[w].step == 4) {
+      if (!pass_to(1 - w)) return "two turns passed ahead";
+      ++math[w].step;
     } else {
-      Math& m = math[who - 1];
+      Math& m = math[w];
       const int s = dev::pipeline_stage(m.tile, kStages);
       Stage& st = stage[s];
-      if (!m.reading) {
+      if (m.step == 0) {
         if (q_landed != kWarps) return "a math warpgroup read Q before it landed";
         if (st.tile != m.tile || st.landed != kWarps) {
           return "tile " + std::to_string(m.tile) + " read stage " + std::to_string(s) +
                  " holding tile " + std::to_string(st.tile) + ", " + std::to_string(st.landed) +
                  " of " + std::to_string(kWarps) + " parts landed";
         }
-        m.reading = true;
+        m.step = turns ? 1 : 5;
         ++st.readers;
       } else {
-        m.reading = false;
+        m.step = 0;
         --st.readers;
         ++st.released;
         empty[s].arrive(kSm90Threads / 2);
@@ -295,10 +335,12 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
 
 TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
   const PipelineRules kernel{dev::pipeline_full_parity, dev::pipeline_empty_parity};
-  for (int tiles = 0; tiles <= 9; ++tiles) {
-    for (unsigned seed = 0; seed < 300; ++seed) {
-      const std::string err = simulate_ws_pipeline(tiles, seed, kernel);
-      ASSERT_EQ(err, "") << tiles << " tiles, seed " << seed;
+  for (bool turns : {false, true}) {
+    for (int tiles = 0; tiles <= 9; ++tiles) {
+      for (unsigned seed = 0; seed < 300; ++seed) {
+        const std::string err = simulate_ws_pipeline(tiles, seed, kernel, turns);
+        ASSERT_EQ(err, "") << tiles << " tiles, seed " << seed << ", turns " << turns;
+      }
     }
   }
   // Wrong rules fail: the producer waiting for the full parity on "empty" (it would wait for the
@@ -311,7 +353,10 @@ TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
   };
   for (const PipelineRules& r : wrong) {
     int failed = 0;
-    for (unsigned seed = 0; seed < 300; ++seed) failed += !simulate_ws_pipeline(6, seed, r).empty();
+    for (unsigned seed = 0; seed < 300; ++seed) {
+      failed += !simulate_ws_pipeline(6, seed, r).empty();
+      failed += !simulate_ws_pipeline(6, seed, r, true).empty();
+    }
     EXPECT_GT(failed, 0) << "a wrong rule passed every interleaving";
   }
   EXPECT_EQ(dev::pipeline_full_parity(0, 2), 0u);
