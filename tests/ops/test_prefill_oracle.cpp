@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
@@ -506,6 +509,18 @@ TEST(PrefillKernelCuda, HopperKernelMatchesFa2KernelAndCpu) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUTLASS
+// A case on the Hopper kernel (backend "fa3", room for every split case's partials) with the
+// kernel switches `env` set for the run (a null value unsets one).
+Runs run_hopper(PrefillCase c, std::initializer_list<std::pair<const char*, const char*>> env) {
+  c.backend = "fa3";
+  c.workspace_mib = 256;
+  std::vector<std::unique_ptr<testing::ScopedEnv>> scoped;
+  for (const auto& [name, value] : env) {
+    scoped.push_back(std::make_unique<testing::ScopedEnv>(name, value));
+  }
+  return run_case(c);
+}
+
 // Another schedule or form of the Hopper kernel against the plain one on the same case: the same
 // bits (out and LSE), and close to the CPU; split where the case asks for it.
 void expect_same_bits_as_plain(const PrefillCase& c, const Runs& got, const Runs& plain) {
@@ -536,20 +551,11 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   if (api::compute_capability(Device::cuda(0)) != 90) {
     GTEST_SKIP() << "the Hopper kernel is sm_90a code";
   }
-  auto check = [](PrefillCase c, bool ping_pong_built) {
+  auto check = [](const PrefillCase& c, bool ping_pong_built) {
     SCOPED_TRACE(c.str());
-    c.backend = "fa3";
-    c.workspace_mib = 256;
-    Runs plain, ping_pong;
-    {
-      const testing::ScopedEnv off("FLASHINFER_PREFILL_SM90_PINGPONG", nullptr);
-      plain = run_case(c);
-    }
+    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
     const uint64_t before = kernels::cuda::prefill_sm90_ping_pong_launches();
-    {
-      const testing::ScopedEnv on("FLASHINFER_PREFILL_SM90_PINGPONG", "1");
-      ping_pong = run_case(c);
-    }
+    const Runs ping_pong = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", "1"}});
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
     expect_same_bits_as_plain(c, ping_pong, plain);
@@ -611,25 +617,15 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   if (api::compute_capability(Device::cuda(0)) != 90) {
     GTEST_SKIP() << "the Hopper kernel is sm_90a code";
   }
-  auto check = [](PrefillCase c, bool ws_built) {
+  auto check = [](const PrefillCase& c, bool ws_built) {
     SCOPED_TRACE(c.str());
-    c.backend = "fa3";
-    c.workspace_mib = 256;
-    Runs plain;
-    {
-      const testing::ScopedEnv off("FLASHINFER_PREFILL_SM90_WS", nullptr);
-      const testing::ScopedEnv pp("FLASHINFER_PREFILL_SM90_PINGPONG", nullptr);
-      plain = run_case(c);
-    }
+    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
     for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
       SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
       const uint64_t before = kernels::cuda::prefill_sm90_ws_launches();
-      Runs ws;
-      {
-        const testing::ScopedEnv on("FLASHINFER_PREFILL_SM90_WS", "1");
-        const testing::ScopedEnv pp("FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong);
-        ws = run_case(c);
-      }
+      const Runs ws = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", "1"},
+                                     {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong}});
       EXPECT_EQ(kernels::cuda::prefill_sm90_ws_launches() > before, ws_built)
           << "the warp-specialized form ran: " << !ws_built;
       expect_same_bits_as_plain(c, ws, plain);

@@ -64,9 +64,9 @@ inline bool prefill_sm90_ws_by_env() {
 /// warp-specialized form: asked for (prefill_sm90_ws_by_env), an instance for its head dims and
 /// K/V, and its shared memory within the device's opt-in limit. The same bits as the other forms.
 inline bool prefill_sm90_ws_takes(const AttentionParams& p, long long smem_optin) {
-  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   return prefill_sm90_ws_by_env() &&
-         prefill::prefill_sm90_ws_built(p.head_dim_qk, p.head_dim_vo, fp8, 2) &&
+         prefill::prefill_sm90_ws_built(p.head_dim_qk, p.head_dim_vo, dtype_is_fp8(p.kv.dtype),
+                                        2) &&
          smem_optin >= static_cast<long long>(
                            prefill::prefill_sm90_ws_smem_bytes(p.head_dim_qk, p.head_dim_vo));
 }
