@@ -14,35 +14,6 @@ namespace flashinfer::kernels::cpu {
 
 namespace {
 
-// "fp4": where source bit i of the 32-bit group (bytes: row r col c, row r+8 col c, row r col
-// c+4, row r+8 col c+4, little-endian) lands in the interleaved 32-bit group.
-constexpr std::array<int, 32> kFp4BitDst = {6,  7,  8,  15, 22, 23, 24, 31, 3,  4,  5,
-                                            12, 19, 20, 21, 28, 0,  1,  2,  9,  16, 17,
-                                            18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
-
-uint32_t permute_fp4_bits(uint32_t v) {
-  uint32_t out = 0;
-  for (int i = 0; i < 32; ++i) out |= ((v >> i) & 1u) << kFp4BitDst[static_cast<size_t>(i)];
-  return out;
-}
-
-// "fp4_fp8": magnitudes stay; the sign of nibble j moves to nibble 2j + 1 (j < 4) or
-// 2(j - 4) (j >= 4).
-uint32_t move_fp4_signs(uint32_t v) {
-  uint32_t out = v & 0x77777777u;
-  for (int j = 0; j < 8; ++j) {
-    const int to = j < 4 ? 2 * j + 1 : 2 * (j - 4);
-    out |= ((v >> (4 * j + 3)) & 1u) << (4 * to + 3);
-  }
-  return out;
-}
-
-uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-void store16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v & 0xFF);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-
 float float_from_bits(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
@@ -57,72 +28,24 @@ uint32_t bits_from_float(float f) {
 }  // namespace
 
 void sm90_interleave_weights(const Sm90WeightInterleaveParams& p) {
-  const int64_t n = p.n, k = p.k, row_bytes = k / 2;
-  const int64_t per_expert = n * row_bytes;
+  const int64_t per_expert = p.n * (p.k / 2);
 #pragma omp parallel for schedule(static) if (p.experts * per_expert > (1 << 16))
   for (int64_t e = 0; e < p.experts; ++e) {
-    const uint8_t* src = p.in + e * per_expert;
-    uint8_t* dst = p.out + e * per_expert;
-    // Rows go in pairs (r, r + 8) inside each 16-row block; K in 64-element partitions.
-    for (int64_t b = 0; b < n / 2; ++b) {
-      const int64_t r = b / 8 * 16 + b % 8;
-      for (int64_t q = 0; q < k / 64; ++q) {
-        for (int64_t lane = 0; lane < 16; ++lane) {
-          if (p.quant_type == Sm90QuantType::kFp4) {
-            const int64_t mma = lane / 4;
-            const int64_t dst_r = r + (mma % 2) * 8;
-            const int64_t col = q * 32 + mma * 8 + lane % 4;
-            const int64_t dcol = q * 32 + (lane / 8) * 16 + (lane % 4) * 4;
-            const uint32_t raw = static_cast<uint32_t>(src[r * row_bytes + col]) |
-                                 static_cast<uint32_t>(src[(r + 8) * row_bytes + col]) << 8 |
-                                 static_cast<uint32_t>(src[r * row_bytes + col + 4]) << 16 |
-                                 static_cast<uint32_t>(src[(r + 8) * row_bytes + col + 4]) << 24;
-            const uint32_t v = permute_fp4_bits(raw);
-            for (int i = 0; i < 4; ++i) {
-              dst[dst_r * row_bytes + dcol + i] = static_cast<uint8_t>(v >> (8 * i));
-            }
-          } else {
-            // 16-bit units (four 4-bit values); a row holds k / 4 of them.
-            const int64_t row_units = k / 4;
-            const int64_t dst_r = r + ((lane % 8) / 4) * 8;
-            const int64_t col = q * 16 + lane;
-            const int64_t dcol = q * 16 + (lane / 8) * 8 + (lane % 4) * 2;
-            uint16_t a = load16(src + 2 * (r * row_units + col));
-            uint16_t c = load16(src + 2 * ((r + 8) * row_units + col));
-            if (p.quant_type == Sm90QuantType::kFp4Fp8) {
-              const uint32_t v =
-                  move_fp4_signs(static_cast<uint32_t>(a) | (static_cast<uint32_t>(c) << 16));
-              a = static_cast<uint16_t>(v & 0xFFFF);
-              c = static_cast<uint16_t>(v >> 16);
-            }
-            store16(dst + 2 * (dst_r * row_units + dcol), a);
-            store16(dst + 2 * (dst_r * row_units + dcol + 1), c);
-          }
-        }
+    for (int64_t b = 0; b < p.n / 2; ++b) {
+      for (int64_t q = 0; q < p.k / 64; ++q) {
+        for (int64_t lane = 0; lane < 16; ++lane) sm90_interleave_weight_unit(p, e, b, q, lane);
       }
     }
   }
 }
 
 void sm90_interleave_scales(const Sm90ScaleInterleaveParams& p) {
-  const int64_t G = p.groups_per_k128, fm_n = p.folded_m, ms_n = p.m_slices;
-  const int64_t kb_n = p.k_groups / G, rb_n = p.rows / 64, cols = ms_n * G;
   const std::size_t es = p.element_size;
-  int64_t o = 0;
-  for (int64_t e = 0; e < p.experts; ++e) {
-    for (int64_t rb = 0; rb < rb_n; ++rb) {
-      for (int64_t kb = 0; kb < kb_n; ++kb) {
-        for (int64_t fm = 0; fm < fm_n; ++fm) {
-          for (int64_t c = 0; c < cols; ++c, ++o) {
-            const int64_t ms = c / G, g = c % G;
-            const int64_t row = rb * 64 + ms * fm_n + fm;
-            const int64_t i = (e * p.rows + row) * p.k_groups + kb * G + g;
-            std::memcpy(p.out + static_cast<std::size_t>(o) * es,
-                        p.in + static_cast<std::size_t>(i) * es, es);
-          }
-        }
-      }
-    }
+  const int64_t total = sm90_interleave_scale_count(p);
+  for (int64_t o = 0; o < total; ++o) {
+    const int64_t i = sm90_interleave_scale_source(p, o);
+    std::memcpy(p.out + static_cast<std::size_t>(o) * es, p.in + static_cast<std::size_t>(i) * es,
+                es);
   }
 }
 

@@ -1,7 +1,6 @@
-// Direct ports of the CPU loops (src/kernels/cpu/moe_weight_prep_cpu.cpp): each thread runs one
-// iteration of the CPU's innermost loop body, so every destination byte gets the CPU's value.
-// The Humming preparation shares its steps with the CPU through kernels/moe_weight_prep_rules.h
-// and rewrites the payload through the CPU's own table.
+// The CPU's loops (src/kernels/cpu/moe_weight_prep_cpu.cpp) a thread an iteration, each running
+// the loop body the CPU runs (kernels/moe_weight_prep_rules.h), so every destination byte gets
+// the CPU's value; the Humming payload is rewritten through the CPU's own table.
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/moe_weight_prep_cuda.h"
 #include "kernels/moe_weight_prep_rules.h"
@@ -13,94 +12,23 @@ constexpr int kThreads = 256;
 
 unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// "fp4": where source bit i of the 32-bit group lands (the CPU's kFp4BitDst).
-__device__ __forceinline__ uint32_t permute_fp4_bits(uint32_t v) {
-  constexpr int kDst[32] = {6, 7, 8, 15, 22, 23, 24, 31, 3,  4,  5,  12, 19, 20, 21, 28,
-                            0, 1, 2, 9,  16, 17, 18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
-  uint32_t out = 0;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) out |= ((v >> i) & 1u) << kDst[i];
-  return out;
-}
-
-// "fp4_fp8": the sign of nibble j moves to nibble 2j + 1 (j < 4) or 2(j - 4) (j >= 4).
-__device__ __forceinline__ uint32_t move_fp4_signs(uint32_t v) {
-  uint32_t out = v & 0x77777777u;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int to = j < 4 ? 2 * j + 1 : 2 * (j - 4);
-    out |= ((v >> (4 * j + 3)) & 1u) << (4 * to + 3);
-  }
-  return out;
-}
-
-__device__ __forceinline__ uint16_t load16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | (p[1] << 8));
-}
-__device__ __forceinline__ void store16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v & 0xFF);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-
+// One thread a unit of the CPU's loops (kernels/moe_weight_prep_rules.h).
 __global__ void interleave_weights_kernel(Sm90WeightInterleaveParams p) {
-  const int64_t n = p.n, k = p.k, row_bytes = k / 2;
-  const int64_t per_expert = n * row_bytes;
-  const int64_t pairs = n / 2, parts = k / 64;
+  const int64_t pairs = p.n / 2, parts = p.k / 64;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= p.experts * pairs * parts * 16) return;
   const int64_t lane = idx % 16;
   const int64_t q = idx / 16 % parts;
   const int64_t b = idx / 16 / parts % pairs;
   const int64_t e = idx / 16 / parts / pairs;
-  const uint8_t* src = p.in + e * per_expert;
-  uint8_t* dst = p.out + e * per_expert;
-  const int64_t r = b / 8 * 16 + b % 8;
-  if (p.quant_type == Sm90QuantType::kFp4) {
-    const int64_t mma = lane / 4;
-    const int64_t dst_r = r + (mma % 2) * 8;
-    const int64_t col = q * 32 + mma * 8 + lane % 4;
-    const int64_t dcol = q * 32 + (lane / 8) * 16 + (lane % 4) * 4;
-    const uint32_t raw = static_cast<uint32_t>(src[r * row_bytes + col]) |
-                         static_cast<uint32_t>(src[(r + 8) * row_bytes + col]) << 8 |
-                         static_cast<uint32_t>(src[r * row_bytes + col + 4]) << 16 |
-                         static_cast<uint32_t>(src[(r + 8) * row_bytes + col + 4]) << 24;
-    const uint32_t v = permute_fp4_bits(raw);
-    for (int i = 0; i < 4; ++i) {
-      dst[dst_r * row_bytes + dcol + i] = static_cast<uint8_t>(v >> (8 * i));
-    }
-  } else {
-    const int64_t row_units = k / 4;
-    const int64_t dst_r = r + ((lane % 8) / 4) * 8;
-    const int64_t col = q * 16 + lane;
-    const int64_t dcol = q * 16 + (lane / 8) * 8 + (lane % 4) * 2;
-    uint16_t a = load16(src + 2 * (r * row_units + col));
-    uint16_t c = load16(src + 2 * ((r + 8) * row_units + col));
-    if (p.quant_type == Sm90QuantType::kFp4Fp8) {
-      const uint32_t v =
-          move_fp4_signs(static_cast<uint32_t>(a) | (static_cast<uint32_t>(c) << 16));
-      a = static_cast<uint16_t>(v & 0xFFFF);
-      c = static_cast<uint16_t>(v >> 16);
-    }
-    store16(dst + 2 * (dst_r * row_units + dcol), a);
-    store16(dst + 2 * (dst_r * row_units + dcol + 1), c);
-  }
+  sm90_interleave_weight_unit(p, e, b, q, lane);
 }
 
+// One thread an output element.
 __global__ void interleave_scales_kernel(Sm90ScaleInterleaveParams p) {
-  const int64_t G = p.groups_per_k128, fm_n = p.folded_m, ms_n = p.m_slices;
-  const int64_t kb_n = p.k_groups / G, rb_n = p.rows / 64, cols = ms_n * G;
-  const int64_t total = p.experts * rb_n * kb_n * fm_n * cols;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (o >= total) return;
-  // o = (((e * rb_n + rb) * kb_n + kb) * fm_n + fm) * cols + c, the CPU's loop order.
-  const int64_t c = o % cols;
-  const int64_t fm = o / cols % fm_n;
-  const int64_t kb = o / cols / fm_n % kb_n;
-  const int64_t rb = o / cols / fm_n / kb_n % rb_n;
-  const int64_t e = o / cols / fm_n / kb_n / rb_n;
-  const int64_t ms = c / G, g = c % G;
-  const int64_t row = rb * 64 + ms * fm_n + fm;
-  const int64_t i = (e * p.rows + row) * p.k_groups + kb * G + g;
+  if (o >= sm90_interleave_scale_count(p)) return;
+  const int64_t i = sm90_interleave_scale_source(p, o);
   const auto es = static_cast<int64_t>(p.element_size);
   for (int64_t j = 0; j < es; ++j) p.out[o * es + j] = p.in[i * es + j];
 }
@@ -207,9 +135,7 @@ void sm90_interleave_weights(const Sm90WeightInterleaveParams& p, void* stream) 
 }
 
 void sm90_interleave_scales(const Sm90ScaleInterleaveParams& p, void* stream) {
-  if (p.groups_per_k128 <= 0 || p.folded_m <= 0 || p.m_slices <= 0) return;
-  const int64_t n = p.experts * (p.rows / 64) * (p.k_groups / p.groups_per_k128) * p.folded_m *
-                    p.m_slices * p.groups_per_k128;
+  const int64_t n = sm90_interleave_scale_count(p);
   if (n == 0) return;
   launch_kernel("interleave_moe_scales_for_sm90_mixed_gemm", interleave_scales_kernel,
                 dim3(grid_for(n)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), false, p);
