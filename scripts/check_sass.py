@@ -19,8 +19,9 @@ one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kep
 
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `gdn_chunked`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM),
-`prefill_sm90` (the Hopper prefill kernel) and `prefill_sm90_ws` (its warp-specialized
-instances), in builds that have CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
+`prefill_sm90` (the Hopper prefill kernel), `prefill_sm90_ws` (its warp-specialized
+instances) and `mla_sm90` (the Hopper MLA decode kernel), in builds that have CUTLASS, only with
+--rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions (and, where the rule has a `name_regex`,
 whose demangled name with its template arguments matches it), and then
@@ -283,6 +284,24 @@ RULES = {
                 Need("USETMAXREG.DEALLOC (setmaxnreg.dec)", r"^USETMAXREG\.DEALLOC(?:\.|$)"),
                 Need("USETMAXREG.TRY_ALLOC (setmaxnreg.inc)", r"^USETMAXREG\.TRY_ALLOC(?:\.|$)"),
             ),
+        ),
+        Rule(
+            name="mla_sm90",
+            match="mla_sm90_kernel",
+            description="the Hopper MLA decode kernel (mla_sm90_kernel.cuh): no spills, wgmma "
+            "(HGMMA) fed by 128-bit cp.async (LDGSTS .128), the proxy fence before the MMAs read "
+            "what the copies wrote (FENCE.VIEW.ASYNC.S)",
+            # Registered as a ctest only in builds with CUTLASS (the kernel needs its headers).
+            default=False,
+            require=(
+                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
+                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+                Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)",
+                     r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
+            ),
+            # Two waits a tile for 20 HGMMA; a serialized pipeline waits after every one.
+            limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
+                           r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5),),
         ),
         Rule(
             name="mla_mma",

@@ -26,6 +26,7 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 #if FLASHINFER_TEST_HAVE_CUDART
+#include "kernels/cuda/mla_sm90.h"
 #include "util/cuda_graph_util.h"
 #endif
 
@@ -1218,76 +1219,79 @@ TEST(MlaCuda, TrtllmDecodeCapturedReplaysNewLengths) {
 }
 #endif
 
-// The tensor-core decode kernel (mla_decode_mma_kernel: fp16 / bf16 query, cache and output,
-// DeepSeek's dims) against the CPU and against the CUDA-core kernels it replaced for these calls
-// (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200 in session 31: 128 heads (two head
-// groups), 80 (the second group a quarter full), 16 and 12 (idle row groups, a half-empty one),
-// long caches (split-KV and the merge), tails of a tile, an empty request, causal chunks, ckv /
-// kpe scales that differ (the two sums of q.k taken apart), query rows packed into a block (32
-// heads or fewer), e4m3 / e5m2 caches, and trtllm's fp8 queries.
-TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
-  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const Device gpu = Device::cuda(0);
-  struct Case {
-    DType d;
-    int64_t H, page_size;
-    bool causal;
-    std::vector<int32_t> qo_lens, kv_lens;
-    double ckv_scale, kpe_scale;
-    std::optional<DType> kv = std::nullopt;  // the cache's dtype: d unless given
-  };
-  const std::vector<Case> cases = {
+// The cases of the tensor-core kernels' tests (fp16 / bf16 query, cache and output, DeepSeek's
+// dims): 128 heads (two head groups), 80 (the second group a quarter full), 16 and 12 (idle row
+// groups, a half-empty one), long caches (split-KV and the merge), tails of a tile, an empty
+// request, causal chunks, ckv / kpe scales that differ (the two sums of q.k taken apart), and
+// query rows packed into a block (32 heads or fewer: causal chunks of 4 rows of 16 heads, 2 of
+// 32, 64 of one head, each row its own end).
+struct MlaKernelCase {
+  DType d;
+  int64_t H, page_size;
+  bool causal;
+  std::vector<int32_t> qo_lens, kv_lens;
+  double ckv_scale, kpe_scale;
+  std::optional<DType> kv = std::nullopt;  // the cache's dtype: d unless given
+};
+std::vector<MlaKernelCase> mla_kernel_cases() {
+  return {
       {DType::kBFloat16, 128, 64, false, {1, 1, 1}, {4000, 33, 1}, 1.0, 1.0},
       {DType::kFloat16, 128, 16, true, {37, 1, 20}, {100, 50, 20}, 1.0, 1.0},
       {DType::kBFloat16, 80, 32, false, {1, 1, 1}, {700, 0, 95}, 0.75, 1.5},
       {DType::kBFloat16, 16, 1, false, {1, 2}, {5000, 3000}, 1.0, 1.0},
       {DType::kFloat16, 12, 8, true, {3, 1}, {31, 2047}, 1.25, 0.5},
-      // 32 heads or fewer: query rows of a request packed into a block (mla_mma_pack): causal
-      // chunks (4 rows of 16 heads, 2 of 32, 64 of one head), each row its own end.
       {DType::kBFloat16, 16, 16, true, {37, 1}, {100, 20}, 1.0, 1.0},
       {DType::kFloat16, 32, 8, true, {3, 3}, {700, 3}, 1.0, 1.0},
       {DType::kBFloat16, 1, 4, true, {70}, {300}, 0.5, 2.0},
-      // fp8 caches, widened to the query's type in shared memory.
-      {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN},
-      {DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2},
   };
+}
+
+// BatchMLAPagedAttentionWrapper.run of case `c` (inputs seeded by `idx`) on `device`, under the
+// environment the caller set (which kernel runs).
+AttentionOutput run_mla_kernel_case(const MlaKernelCase& c, int idx, const Device& device) {
+  const DType kv = c.kv.value_or(c.d);
+  Latent l = make_latent(c.kv_lens, c.page_size, 512, 64, kv, 700 + idx);
+  std::vector<int32_t> qo_indptr{0};
+  for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+  const int64_t rows = qo_indptr.back();
+  Tensor q = testing::rand_tensor({rows, c.H, 576}, c.d, 800 + idx, -1.0, 1.0);
+  const double sm_scale = 1.0 / std::sqrt(192.0);
+  // The same layouts on both sides (a device copy of a strided view keeps its strides).
+  const auto keep = [&](const Tensor& t) {
+    return device.is_cpu() ? t : testing::to_keep_layout(t, device);
+  };
+  BatchMLAPagedAttentionWrapper w(workspace().to(device));
+  w.plan(int_tensor(qo_indptr).to(device), l.kv_indptr.to(device), l.kv_indices.to(device),
+         l.kv_lens.to(device), c.H, 512, 64, c.page_size, c.causal, sm_scale, c.d, kv);
+  return w.run(keep(q.slice(2, 0, 512)), keep(q.slice(2, 512, 576)), keep(l.ckv), keep(l.kpe),
+               std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, false,
+               std::nullopt, c.ckv_scale, std::nullopt, c.kpe_scale);
+}
+
+// The tensor-core decode kernel (mla_decode_mma_kernel) against the CPU and against the CUDA-core
+// kernels it replaced for these calls (FLASHINFER_MLA_TENSOR_CORES=0), which passed on the H200
+// in session 31: mla_kernel_cases, e4m3 / e5m2 caches, and trtllm's fp8 queries.
+TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  std::vector<MlaKernelCase> cases = mla_kernel_cases();
+  // fp8 caches, widened to the query's type in shared memory.
+  cases.push_back(
+      {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN});
+  cases.push_back({DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2});
   // The CUDA-core kernels for the calls made while it lives (what the run exported comes back).
   struct EnvGuard : testing::ScopedEnv {
     EnvGuard() : testing::ScopedEnv("FLASHINFER_MLA_TENSOR_CORES", "0") {}
   };
   int idx = 0;
-  for (const Case& c : cases) {
+  for (const MlaKernelCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "case " << idx);
-    const DType kv = c.kv.value_or(c.d);
-    Latent l = make_latent(c.kv_lens, c.page_size, 512, 64, kv, 700 + idx);
-    std::vector<int32_t> qo_indptr{0};
-    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
-    const int64_t rows = qo_indptr.back();
-    Tensor q = testing::rand_tensor({rows, c.H, 576}, c.d, 800 + idx, -1.0, 1.0);
-    const double sm_scale = 1.0 / std::sqrt(192.0);
-    BatchMLAPagedAttentionWrapper cpu(workspace());
-    BatchMLAPagedAttentionWrapper dev(workspace().to(gpu));
-    cpu.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices, l.kv_lens, c.H, 512, 64, c.page_size,
-             c.causal, sm_scale, c.d, kv);
-    dev.plan(int_tensor(qo_indptr).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
-             l.kv_lens.to(gpu), c.H, 512, 64, c.page_size, c.causal, sm_scale, c.d, kv);
-    const Tensor qn = q.slice(2, 0, 512), qp = q.slice(2, 512, 576);
-    const Tensor qn_d = testing::to_keep_layout(qn, gpu), qp_d = testing::to_keep_layout(qp, gpu);
-    const Tensor ckv_d = testing::to_keep_layout(l.ckv, gpu);
-    const Tensor kpe_d = testing::to_keep_layout(l.kpe, gpu);
-    AttentionOutput want =
-        cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true, std::nullopt, std::nullopt,
-                std::nullopt, false, std::nullopt, c.ckv_scale, std::nullopt, c.kpe_scale);
-    auto run_dev = [&] {
-      return dev.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true, std::nullopt,
-                     std::nullopt, std::nullopt, false, std::nullopt, c.ckv_scale, std::nullopt,
-                     c.kpe_scale);
-    };
-    AttentionOutput got = run_dev();
+    const AttentionOutput want = run_mla_kernel_case(c, idx, Device::cpu());
+    const AttentionOutput got = run_mla_kernel_case(c, idx, gpu);
     AttentionOutput old;
     {
       EnvGuard cuda_cores;
-      old = run_dev();
+      old = run_mla_kernel_case(c, idx, gpu);
     }
     const testing::Tolerance tol = testing::attention_tolerance(c.d);
     Tensor got_out = got.out.to(Device::cpu()), old_out = old.out.to(Device::cpu());
@@ -1329,6 +1333,39 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
     EXPECT_TRUE(testing::all_close(got, old, tol)) << "against the CUDA-core kernel";
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// The Hopper kernel (FLASHINFER_MLA_SM90=1: mla_sm90_kernel, the tensor-core kernel's blocks on
+// wgmma) against the CPU and against the tensor-core kernel, which passed on the H200 in session
+// 64: mla_kernel_cases (its 16-bit calls). The launch counter says which kernel ran: the Hopper
+// one on sm_90 in a build with CUTLASS's headers, the tensor-core one elsewhere.
+TEST(MlaCuda, HopperKernelMatchesTensorCoreKernelAndCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const bool hopper = kernels::cuda::mla::mla_sm90_built() && api::compute_capability(gpu) == 90;
+  int idx = 0;
+  for (const MlaKernelCase& c : mla_kernel_cases()) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const AttentionOutput want = run_mla_kernel_case(c, idx, Device::cpu());
+    const AttentionOutput mma = run_mla_kernel_case(c, idx, gpu);
+    const long long before = kernels::cuda::mla::mla_sm90_launches();
+    AttentionOutput got;
+    {
+      testing::ScopedEnv sm90("FLASHINFER_MLA_SM90", "1");
+      got = run_mla_kernel_case(c, idx, gpu);
+    }
+    EXPECT_EQ(kernels::cuda::mla::mla_sm90_launches() > before, hopper)
+        << "the Hopper kernel ran: " << !hopper;
+    const testing::Tolerance tol = testing::attention_tolerance(c.d);
+    const Tensor got_out = got.out.to(Device::cpu());
+    EXPECT_TRUE(testing::all_close(got_out, want.out, tol)) << "Hopper kernel against the CPU";
+    EXPECT_TRUE(testing::all_close(got_out, mma.out.to(Device::cpu()), tol))
+        << "against the tensor-core kernel";
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    ++idx;
+  }
+}
+#endif
 
 // backend="fa3" on a GPU: sm90 runs it (the same attention as "fa2", on the same kernels); any
 // other GPU refuses it by name, as upstream's sm90a-only build cannot run there.

@@ -36,7 +36,9 @@
 #include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/cuda/device/vec.cuh"
 #include "kernels/cuda/mla_cuda.h"
+#include "kernels/cuda/mla_kernel_common.cuh"
 #include "kernels/cuda/mla_shape.h"
+#include "kernels/cuda/mla_sm90.h"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/vec_cuda.cuh"
 
@@ -48,8 +50,6 @@ constexpr int kMaxHeadsPerBlock = 8;            // fallback: warps per block, on
 constexpr int kTile = 16;                       // fallback: cache tokens staged per step
 constexpr int kCkvPerLane = 16;                 // dim_ckv <= 32 * 16 = 512 (registers)
 constexpr int kMaxSplits = mla::kMlaMaxSplits;  // KV splits per row at most (mla_kv_split)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // The decode kernel's shape (see the top of the file).
 constexpr int kDecCkv = 512, kDecKpe = 64, kDecRow = kDecCkv + kDecKpe;  // dims
@@ -66,48 +66,6 @@ static_assert(kDecTokens % kDecSub == 0 && kTile == kDecTokens, "split chunks fi
 static_assert((kDecFill & (kDecFill - 1)) == 0 && kDecFill >= kDecStages, "offset refill period");
 static_assert(kDecCkvLane == kCkvPerLane && kDecKpeLane == 2, "lane ownership");
 
-// The request's causal end (tokens [0, end) are visible to `row`), as in the CPU reference.
-struct RowSpan {
-  int32_t b;
-  int64_t end;
-};
-__device__ __forceinline__ RowSpan row_span(const MlaAttentionParams& p, int64_t row) {
-  const int32_t b = p.row_req[row];
-  const int64_t qo_len = p.qo_indptr[b + 1] - p.qo_indptr[b];
-  const int64_t kv_len = p.kv_lens[b];
-  const int64_t pos = kv_len - qo_len + (row - p.qo_indptr[b]);
-  int64_t end = kv_len;
-  if (p.causal) end = pos + 1 < 0 ? 0 : (pos + 1 > kv_len ? kv_len : pos + 1);
-  return {b, end};
-}
-
-// The tokens of `row` that KV split blockIdx.z takes: [begin, stop) of the row's visible range,
-// split z covering [z * chunk, (z + 1) * chunk). In 32 bits: with the longest length on the host,
-// begin < max_kv_len < 2^31 (the launcher leaves no split past the longest request); with it on
-// the device (max_kv_dev: a CUDA graph, or the block-table calls' device plan) splits past the
-// longest are normal, and (splits - 1) * chunk stays below 2^31 (mla_device_chunk of a length
-// below 2^31, or 64 splits of at most 256). stop <= kv_len; stop <= begin: nothing to do (the
-// kernels write the empty state the merge ignores, write_empty_state).
-// b: the row's request.
-struct SplitSpan {
-  int32_t b, begin, stop;
-};
-__device__ __forceinline__ SplitSpan split_span(const MlaAttentionParams& p, int64_t row,
-                                                int32_t chunk) {
-  const RowSpan span = row_span(p, row);
-  const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
-  return {span.b, static_cast<int32_t>(begin), static_cast<int32_t>(min(span.end, begin + chunk))};
-}
-
-// Split blockIdx.z's state of (row, head h) when the split holds none of the row's keys: m -inf
-// and l 0, which the merge weighs 0 without reading the split's output partial.
-__device__ __forceinline__ void write_empty_state(const MlaAttentionParams& p, int64_t row, int h,
-                                                  float* part_ml) {
-  const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + row) * p.num_heads + h;
-  part_ml[2 * state] = -INFINITY;
-  part_ml[2 * state + 1] = 0.0f;
-}
-
 __device__ __forceinline__ float warp_reduce_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -120,15 +78,6 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
 // * chunk) of the row's visible range. part_o == nullptr: one split, the final output is written
 // here; otherwise the unnormalized accumulator and (m * log2 e, l) go to the partials for the
 // merge (the decode kernel's base-2 state).
-// sm_scale and out_scale with their device factors (MlaAttentionParams::*_dev), once a block,
-// after pdl_wait (a kernel before this one may have written them).
-__device__ __forceinline__ float mla_sm_scale(const MlaAttentionParams& p) {
-  return p.sm_scale_dev != nullptr ? p.sm_scale * *p.sm_scale_dev : p.sm_scale;
-}
-__device__ __forceinline__ float mla_out_scale(const MlaAttentionParams& p) {
-  return p.out_scale_dev != nullptr ? p.out_scale * *p.out_scale_dev : p.out_scale;
-}
-
 template <class KV>
 __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
     mla_attention_kernel(MlaAttentionParams p, int64_t chunk, float* part_o, float* part_ml) {
@@ -244,7 +193,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
       float v = -INFINITY;
       if (!empty) {
         v = m + logf(l);
-        if (!p.lse_base_e) v *= kLog2e;
+        if (!p.lse_base_e) v *= kMlaLog2e;
       }
       p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
     }
@@ -258,7 +207,7 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
     if (d < dc) po[d] = acc[i];
   }
   if (lane == 0) {
-    part_ml[2 * state] = m * kLog2e;  // -inf stays -inf
+    part_ml[2 * state] = m * kMlaLog2e;  // -inf stays -inf
     part_ml[2 * state + 1] = l;
   }
 }
@@ -496,7 +445,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
   float qn[kDecHeadsPerWarp][kDecCkvLane], qp[kDecHeadsPerWarp][kDecKpeLane];
   {
     const float sm_scale = mla_sm_scale(p);
-    const float sn = sm_scale * p.ckv_scale * kLog2e, sp = sm_scale * p.kpe_scale * kLog2e;
+    const float sn = sm_scale * p.ckv_scale * kMlaLog2e, sp = sm_scale * p.kpe_scale * kMlaLog2e;
 #pragma unroll
     for (int hh = 0; hh < kDecHeadsPerWarp; ++hh) {
       dec_load_q<kChunk>(p, row, min(h0 + hh, p.num_heads - 1), lane, qn[hh], qp[hh]);
@@ -622,7 +571,7 @@ __global__ void __launch_bounds__(kWarp* kDecMaxWarps, 2)
       dec_store_o<kChunk>(p, row * p.o_stride_n + h * p.o_stride_h, lane, out);
       if (p.lse != nullptr && lane == 0) {
         float v = empty ? -INFINITY : x.m + log2f(x.d);
-        if (p.lse_base_e) v *= kLn2;
+        if (p.lse_base_e) v *= kMlaLn2;
         p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
       }
     } else {
@@ -916,7 +865,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   for (int n = 0; n < kMmaVoDims / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sm_scale = mla_sm_scale(p);
-  const float c_n = sm_scale * p.ckv_scale * kLog2e, c_p = sm_scale * p.kpe_scale * kLog2e;
+  const float c_n = sm_scale * p.ckv_scale * kMlaLog2e, c_p = sm_scale * p.kpe_scale * kMlaLog2e;
   float4* x_mine = reinterpret_cast<float4*>(x_s) + warp * (kMmaScoreFloats / 4) * kWarp + lane;
   const float4* x_other =
       reinterpret_cast<const float4*>(x_s) + (warp ^ 1) * (kMmaScoreFloats / 4) * kWarp + lane;
@@ -1107,7 +1056,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       }
       if (p.lse != nullptr && wd == 0 && tid4 == 0) {
         float v = empty ? -INFINITY : m[r] + log2f(lr);
-        if (p.lse_base_e) v *= kLn2;
+        if (p.lse_base_e) v *= kMlaLn2;
         p.lse[qr * p.lse_stride_n + h * p.lse_stride_h] = v;
       }
     } else {
@@ -1175,7 +1124,7 @@ __global__ void __launch_bounds__(128)
   }
   if (p.lse != nullptr && tid == 0) {
     float v = empty ? -INFINITY : M + log2f(L);
-    if (p.lse_base_e) v *= kLn2;
+    if (p.lse_base_e) v *= kMlaLn2;
     p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = v;
   }
 }
@@ -1412,10 +1361,17 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
   return nullptr;
 }
 
+namespace mla {
+bool mla_sm90_built() { return FLASHINFER_WITH_CUTLASS != 0; }
+#if !FLASHINFER_WITH_CUTLASS
+long long mla_sm90_launches() { return 0; }
+#endif
+}  // namespace mla
+
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  int dev = 0, sms = 1, smem_optin = 0, cc_major = 0;
+  int dev = 0, sms = 1, smem_optin = 0, cc_major = 0, cc_minor = 0;
   check("cudaGetDevice", cudaGetDevice(&dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -1423,6 +1379,8 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   check("cudaDeviceGetAttribute",
         cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  check("cudaDeviceGetAttribute",
+        cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
   const bool fp8_cache = dtype_is_fp8(p.kv_dtype);
   const int stages = mla::mla_mma_stages(static_cast<std::size_t>(smem_optin), fp8_cache);
   const bool mma = mma_kernel_takes(p, stages, cc_major);
@@ -1462,7 +1420,17 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     part_ml = part_o + states * p.dim_ckv;
   }
   cudaError_t err = cudaSuccess;
-  if (mma) {
+  // The Hopper kernel (opt-in, FLASHINFER_MLA_SM90=1): the tensor-core kernel's blocks and split
+  // on wgmma (mla_sm90.h).
+  const bool sm90 = mma && FLASHINFER_WITH_CUTLASS != 0 &&
+                    mla::mla_sm90_takes(p, cc_major, cc_minor, mla::mla_sm90_by_env());
+  if (sm90) {
+#if FLASHINFER_WITH_CUTLASS
+    err = static_cast<cudaError_t>(
+        mla::launch_mla_sm90(p, grid.x, grid.y, grid.z, static_cast<uint32_t>(p.page_size),
+                             static_cast<int32_t>(chunk), part_o, part_ml, s, enable_pdl));
+#endif
+  } else if (mma) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = mla::mla_mma_smem_bytes(stages, fp8_cache);
     const auto launch = [&]<class T, class TQ, class TKV>() {

@@ -1,0 +1,373 @@
+// The Hopper MLA decode kernel (mla_sm90.h says where it runs): mla_decode_mma_kernel's blocks,
+// pipeline, split and outputs (mla_cuda.cu), with its products on wgmma through CuTe (sm_90a):
+//   - 256 threads, two warpgroups over the block's 64 MMA rows (heads, or the packed query rows
+//     of calls of 32 heads or fewer: mla_mma_pack). Warpgroup wg takes q.k's k-steps
+//     16 wg .. 16 wg + 15 of the ckv part and 32 + 2 wg, 33 + 2 wg of the kpe part, as two SS
+//     wgmma (m64n32k16: Q and the cache tile through matrix descriptors) into their own
+//     accumulators (the ckv and kpe sums take different scales), and output dims
+//     256 wg .. 256 wg + 255 of O += P V, an RS wgmma (m64n256k16: P from registers, V the
+//     tile's ckv dims as the MN-major B operand);
+//   - Q (once) and each 32-token tile (ckv then kpe, 576 dims a token) are copied with 16-byte
+//     cp.async into the 128-byte-swizzled layouts of CuTe's GMMA atoms (mla_sm90_traits.h: the
+//     tile is K and V at once), in kSm90MlaStages stages, a tile's copy overlapping the math of
+//     the tiles before it; the tile's row addresses are looked up once, one token a thread, into
+//     shared memory (mla_decode_mma_kernel's copies, into these layouts);
+//   - each warpgroup's partial logits (log2 units) go through shared memory to the other, which
+//     adds them to its own: IEEE addition is commutative, so both hold the same logits bit for
+//     bit, and from them the same maxima, probabilities and sums (mla_shape.h says why);
+//   - the online softmax in base 2 on the S accumulators (dev::rescale_on_new_max), P rounded to
+//     16 bits in the accumulator's order, which is the A operand's (the CPU tests check it).
+// Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
+// proxy: every thread fences the proxies after its copies land, before the barrier the MMAs
+// follow. Barriers a tile: the top one (the tile landed; every warpgroup is done with the tile
+// kSm90MlaStages before, whose stage the bottom copy then refills), the exchange, and the bottom
+// one (both warpgroups waited for their MMAs of this tile). Device code only, sm_90a.
+#pragma once
+
+#include "kernels/cuda/device/cp_async.cuh"
+#include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/mma.cuh"
+#include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/mla_kernel_common.cuh"
+#include "kernels/cuda/mla_sm90_traits.h"
+
+namespace flashinfer::kernels::cuda::mla {
+
+template <class T>
+__global__ void __launch_bounds__(kSm90MlaThreads, 1)
+    mla_sm90_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk, float* part_o,
+                    float* part_ml) {
+  using namespace cute;
+  using Tr = Sm90Mla<T>;
+  using E = typename Tr::E;
+  constexpr int kTok = kMmaKvTile;
+  constexpr int kStages = kSm90MlaStages;
+  constexpr int kCkvUnits = kMmaCkvUnits;           // 64 units of a token's ckv part
+  constexpr int kKpeUnits = kMmaUnits - kCkvUnits;  // 8 of its kpe part
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The tiles at the swizzle's 1024-byte period (mla_sm90_smem_bytes has the slack).
+  const uint32_t raw_addr = dev::cp_async::smem_addr(smem_raw);
+  unsigned char* smem =
+      smem_raw + ((kSm90MlaSmemAlign - (raw_addr % kSm90MlaSmemAlign)) % kSm90MlaSmemAlign);
+  E* q_s = reinterpret_cast<E*>(smem);  // Tr::LayoutQ
+  E* kv_s = q_s + kMmaRows * kMmaDim;   // kStages x Tr::LayoutK
+  float4* x_s = reinterpret_cast<float4*>(kv_s + kStages * Tr::kStageElems);
+  // The exchange: [warpgroup][4][128] float4, a thread's 16 logits as 4 16-byte slots (each
+  // quarter-warp's store one 128-byte line: conflict-free).
+  int64_t* c_off = reinterpret_cast<int64_t*>(x_s + kSm90MlaWarpgroups * 4 * 128);
+  int64_t* k_off = c_off + kTok;  // the global addresses of the tile's ckv / kpe rows
+  static_assert(
+      mla_sm90_smem_bytes() == sizeof(E) * (kMmaRows * kMmaDim + kStages * Tr::kStageElems) +
+                                   sizeof(float4) * kSm90MlaWarpgroups * 4 * 128 +
+                                   2 * sizeof(int64_t) * kTok + kSm90MlaSmemAlign,
+      "the launcher's shared memory");
+  static_assert(kMmaScoreFloats == 16, "a thread's S accumulator: 4 float4 slots");
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  const int wg = tid / 128, wt = tid % 128;  // the warpgroup (half of the dims), its thread
+  const int warp = wt / 32;                  // its warp's 16 of the 64 rows
+  const int gid = lane >> 2, tid4 = lane & 3;
+  const int H = p.num_heads;
+  const int pack = mla_mma_pack(H);
+  const int64_t row = blockIdx.x;
+  pdl_wait();
+  if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
+  int rows_here = 1;               // query rows of this block
+  if (pack > 1) {
+    const int32_t b = p.row_req[row];
+    const int64_t i = row - p.qo_indptr[b];
+    if (i % pack != 0) return;  // block-uniform, before any barrier: the pack's first row has it
+    rows_here = static_cast<int>(min(static_cast<int64_t>(pack), p.qo_indptr[b + 1] - row));
+  }
+  const int h0 = pack > 1 ? 0 : static_cast<int>(blockIdx.y) * kMmaRows;
+  const int n_valid = pack > 1 ? rows_here * H : min(kMmaRows, H - h0);  // MMA rows in use
+  // MMA row m: query row row + m / H and head m % H when packed, else row and head h0 + m.
+  const auto qrow_of = [&](int m) -> int64_t { return pack > 1 ? row + m / H : row; };
+  const auto head_of = [&](int m) { return pack > 1 ? m % H : h0 + m; };
+
+  if (p.max_kv_dev != nullptr) {
+    chunk = static_cast<int32_t>(mla_device_chunk(*p.max_kv_dev, gridDim.z, kTok, chunk));
+  }
+  const SplitSpan first = split_span(p, row, chunk);
+  const int32_t begin = first.begin, stop_first = first.stop;
+  const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;
+  if (part_o != nullptr && stop <= begin) {  // past every row's keys: the empty states only
+    for (int m = tid; m < n_valid; m += kSm90MlaThreads) {
+      write_empty_state(p, qrow_of(m), head_of(m), part_ml);
+    }
+    return;  // block-uniform, before any barrier
+  }
+  const int n_tiles = stop > begin ? (stop - begin + kTok - 1) / kTok : 0;
+  int32_t row_stop[2];  // this thread's two rows (gid and gid + 8 of its warp's 16)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int m = warp * 16 + gid + 8 * r;
+    row_stop[r] = pack > 1 && m < n_valid ? split_span(p, qrow_of(m), chunk).stop : stop_first;
+  }
+
+  // Q: MMA row m is head head_of(m) of query row qrow_of(m), ckv dims 0-511, kpe 512-575; rows
+  // past the last in use are zeros. Thread tid copies unit tid % 64 of rows tid / 64 + 4 i, then
+  // kpe unit tid % 8 of rows tid / 8 + 32 i (cp.async, in the first group).
+  auto copy_part = [&]<int kUnits>(const T* base, int64_t stride_n, int64_t stride_h, int dim0) {
+    const int col = tid % kUnits;
+#pragma unroll
+    for (int r = tid / kUnits; r < kMmaRows; r += kSm90MlaThreads / kUnits) {
+      const bool ok = r < n_valid;
+      const T* src = ok ? base + qrow_of(r) * stride_n + head_of(r) * stride_h + col * 8 : base;
+      dev::cp_async::copy16_zfill(q_s + Tr::q_offset(r, dim0 + col * 8), src, ok);
+    }
+  };
+  copy_part.template operator()<kCkvUnits>(static_cast<const T*>(p.q_nope), p.qn_stride_n,
+                                           p.qn_stride_h, 0);
+  copy_part.template operator()<kKpeUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
+                                           p.qp_stride_h, kMmaCkv);
+
+  const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
+  // The row addresses of tile `tile`'s tokens (the bases themselves at or past `stop`: their
+  // copies read nothing), mla_decode_mma_kernel's: page_id loads this thread's token's page (an
+  // iteration ahead in the loop), fill_from writes the addresses from it.
+  auto page_id = [&](int tile) -> int32_t {
+    if (tile >= n_tiles || tid >= kTok) return 0;
+    const int32_t t = begin + tile * kTok + tid;
+    return t < stop ? pages[page_size.div(static_cast<uint32_t>(t))] : 0;
+  };
+  auto fill_from = [&](int tile, int32_t page) {
+    if (tile >= n_tiles || tid >= kTok) return;
+    const int32_t t = begin + tile * kTok + tid;
+    int64_t co = 0, ko = 0;
+    if (t < stop) {
+      uint32_t pg = 0, sl = 0;
+      page_size.divmod(static_cast<uint32_t>(t), pg, sl);
+      const int64_t id = page;
+      constexpr int64_t kBytes = sizeof(T);
+      co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
+      ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
+    }
+    c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
+    k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
+  };
+  // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % 64 of tokens
+  // tid / 64 + 4 i and kpe unit tid % 8 of token tid / 8; one commit group a tile (empty past
+  // the end). Tokens at or past `stop` are zero-filled (their logits are masked, and 0 times a
+  // zero row adds nothing to O).
+  auto load = [&](int tile) {
+    if (tile < n_tiles) {
+      E* st = kv_s + (tile % kStages) * Tr::kStageElems;
+      const int32_t t0 = begin + tile * kTok;
+      constexpr int kPass = kSm90MlaThreads / kCkvUnits;  // tokens a pass: 4
+      constexpr int kPer = kTok / kPass;                  // tokens a thread: 8
+      const int col = tid % kCkvUnits, r0 = tid / kCkvUnits;
+      int64_t co[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) co[i] = c_off[r0 + i * kPass];  // all before any copy
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int r = r0 + i * kPass;
+        dev::cp_async::copy16_zfill(st + Tr::k_offset(r, col * 8),
+                                    reinterpret_cast<const void*>(co[i] + int64_t{col} * 16),
+                                    t0 + r < stop);
+      }
+      static_assert(kTok * kKpeUnits == kSm90MlaThreads, "one kpe unit a thread");
+      const int kr = tid / kKpeUnits, kc = tid % kKpeUnits;
+      dev::cp_async::copy16_zfill(st + Tr::k_offset(kr, kMmaCkv + kc * 8),
+                                  reinterpret_cast<const void*>(k_off[kr] + int64_t{kc} * 16),
+                                  t0 + kr < stop);
+    }
+    dev::cp_async::commit();
+  };
+
+  // Pipeline (mla_decode_mma_kernel's): one commit group a tile, the first with Q; at the top of
+  // iteration `tile` groups 0 .. tile have landed (wait<kStages - 1>), and the barrier makes them
+  // visible (the proxy fence first, for wgmma); a stage is refilled only after the barrier that
+  // follows its last read; the address cache is refilled after the barrier that follows the last
+  // copy that read it.
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    fill_from(s, page_id(s));
+    __syncthreads();
+    load(s);
+    __syncthreads();
+  }
+
+  typename Tr::MmaS mma_s;
+  typename Tr::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(wt);
+  auto thr_o = mma_o.get_thread_slice(wt);
+  Tensor sQ = make_tensor(make_smem_ptr(q_s), typename Tr::LayoutQ{});
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);                         // (MMA, 1, 36) descriptors
+  Tensor tSrSn = partition_fragment_C(mma_s, Shape<_64, Int<kTok>>{});  // ckv part of q.k
+  Tensor tSrSp = partition_fragment_C(mma_s, Shape<_64, Int<kTok>>{});  // kpe part
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<_64, Int<kSm90MlaHalf>>{});
+  Tensor tOrP = make_tensor<E>(typename Tr::LayoutP{});
+  static_assert(decltype(size(tSrSn))::value == kMmaScoreFloats &&
+                    decltype(size(tOrO))::value == kSm90MlaHalf / 2 &&
+                    decltype(size(tOrP))::value == kMmaScoreFloats,
+                "a thread's accumulators: 2 rows x (columns / 4); P is S");
+  // Accumulator value v of a thread: row 16 warp + gid + 8 ((v >> 1) & 1), column
+  // 8 (v >> 2) + 2 tid4 + (v & 1) (the m64nNk16 D fragment; tests/api/test_mla_sm90_shape.cpp).
+#pragma unroll
+  for (int i = 0; i < size(tOrO); ++i) tOrO(i) = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float sm_scale = mla_sm_scale(p);
+  const float c_n = sm_scale * p.ckv_scale * kMlaLog2e, c_p = sm_scale * p.kpe_scale * kMlaLog2e;
+  // This warpgroup's k-steps: 16 of the ckv part's 32, and 2 of the kpe part's 4.
+  constexpr int kNopeSteps = kMmaKStepsNope / kSm90MlaWarpgroups;
+  constexpr int kPeSteps = (kMmaKSteps - kMmaKStepsNope) / kSm90MlaWarpgroups;
+  const int nope0 = wg * kNopeSteps, pe0 = kMmaKStepsNope + wg * kPeSteps;
+  const int v_half = wg == 0 ? Tr::v_half_elems(0) : Tr::v_half_elems(1);
+  float4* x_mine = x_s + wg * 4 * 128 + wt;
+  const float4* x_other = x_s + (1 - wg) * 4 * 128 + wt;
+  uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+
+  int32_t next_id = page_id(kStages);  // tile kStages's page, for the loop's first fill
+#pragma unroll 1
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    dev::cp_async::wait<kStages - 1>();  // tile `tile` (and Q) landed for this thread ...
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma ...
+    __syncthreads();                                                // ... for every thread
+    fill_from(tile + kStages, next_id);
+    next_id = page_id(tile + kStages + 1);
+    E* st = kv_s + (tile % kStages) * Tr::kStageElems;
+    Tensor sK = make_tensor(make_smem_ptr(st), typename Tr::LayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(st + v_half), typename Tr::LayoutV{});
+    Tensor tSrK = thr_s.partition_fragment_B(sK);  // (MMA, 1, 36)
+    Tensor tOrV = thr_o.partition_fragment_B(sV);  // (MMA, 1, 2)
+
+    // This warpgroup's share of q.k: its ckv steps into tSrSn, its kpe steps into tSrSp.
+    warpgroup_fence_operand(tSrSn);
+    warpgroup_fence_operand(tSrSp);
+    warpgroup_arrive();
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int k = 0; k < kNopeSteps; ++k) {
+      cute::gemm(mma_s, tSrQ(_, _, nope0 + k), tSrK(_, _, nope0 + k), tSrSn);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int k = 0; k < kPeSteps; ++k) {
+      cute::gemm(mma_s, tSrQ(_, _, pe0 + k), tSrK(_, _, pe0 + k), tSrSp);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrSn);
+    warpgroup_fence_operand(tSrSp);
+
+    // The partial logits (log2 units; _rn: no contraction into a later add, so each warpgroup
+    // sends exactly the value it adds), handed to the other warpgroup and added to its own: the
+    // same sum on both sides.
+    float s[kMmaScoreFloats];
+#pragma unroll
+    for (int v = 0; v < kMmaScoreFloats; ++v) {
+      s[v] = __fmaf_rn(c_p, tSrSp(v), __fmul_rn(c_n, tSrSn(v)));
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      x_mine[q * 128] = make_float4(s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 xo = x_other[q * 128];
+      s[4 * q] = __fadd_rn(s[4 * q], xo.x);
+      s[4 * q + 1] = __fadd_rn(s[4 * q + 1], xo.y);
+      s[4 * q + 2] = __fadd_rn(s[4 * q + 2], xo.z);
+      s[4 * q + 3] = __fadd_rn(s[4 * q + 3], xo.w);
+    }
+    // A token past its row's end weighs exactly 0 (past the block's last stop the tile's row is
+    // zero-filled). A branch: most tiles have no such token.
+    const int32_t t0 = begin + tile * kTok;
+    if (__builtin_expect(t0 + kTok > stop_first, 0)) {  // block-uniform
+#pragma unroll
+      for (int v = 0; v < kMmaScoreFloats; ++v) {
+        if (t0 + 8 * (v >> 2) + 2 * tid4 + (v & 1) >= row_stop[(v >> 1) & 1]) s[v] = -INFINITY;
+      }
+    }
+    // Online softmax, base 2 (dev::rescale_on_new_max: rescale only when a row's maximum moves).
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int v = 0; v < kMmaScoreFloats; ++v) {
+      tmax[(v >> 1) & 1] = fmaxf(tmax[(v >> 1) & 1], s[v]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+    }
+    dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
+#pragma unroll
+      for (int v = 0; v < size(tOrO); ++v) {
+        if (((v >> 1) & 1) == r) tOrO(v) *= factor;
+      }
+    });
+    const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+    for (int v = 0; v < kMmaScoreFloats; v += 2) {
+      const int r = (v >> 1) & 1;
+      const float p0 = dev::exp2_ftz(s[v] - m_sub[r]), p1 = dev::exp2_ftz(s[v + 1] - m_sub[r]);
+      l[r] += p0 + p1;
+      p_pairs[v / 2] = dev::mma::pack2<T>(p0, p1);
+    }
+
+    // O += P V over this warpgroup's 256 dims (P's registers fenced like the accumulators: the
+    // compiler must not move their writes past the wgmma that reads them).
+    warpgroup_fence_operand(tOrP);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP);
+    __syncthreads();  // both warpgroups are done with this stage: it takes tile + kStages
+    load(tile + kStages);
+  }
+  dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int mr = warp * 16 + gid + 8 * r;  // the MMA row
+    if (mr >= n_valid) continue;
+    const int64_t qr = qrow_of(mr);
+    const int h = head_of(mr);
+    const int dim0 = wg * kSm90MlaHalf + tid4 * 2;
+    if (part_o == nullptr) {
+      // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
+      const bool empty = lr == 0.0f;
+      const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / lr;
+      T* dst = static_cast<T*>(p.o) + qr * p.o_stride_n + h * p.o_stride_h + dim0;
+#pragma unroll
+      for (int n = 0; n < kSm90MlaHalf / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = dev::mma::pack2<T>(
+            empty ? 0.0f : tOrO(4 * n + 2 * r) * f, empty ? 0.0f : tOrO(4 * n + 2 * r + 1) * f);
+      }
+      if (p.lse != nullptr && wg == 0 && tid4 == 0) {
+        float v = empty ? -INFINITY : m[r] + log2f(lr);
+        if (p.lse_base_e) v *= kMlaLn2;
+        p.lse[qr * p.lse_stride_n + h * p.lse_stride_h] = v;
+      }
+    } else {
+      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + qr) * p.num_heads + h;
+      float* dst = part_o + state * kMmaCkv + dim0;
+#pragma unroll
+      for (int n = 0; n < kSm90MlaHalf / 8; ++n) {
+        *reinterpret_cast<float2*>(dst + n * 8) =
+            make_float2(tOrO(4 * n + 2 * r), tOrO(4 * n + 2 * r + 1));
+      }
+      if (wg == 0 && tid4 == 0) {
+        part_ml[2 * state] = m[r];
+        part_ml[2 * state + 1] = lr;
+      }
+    }
+  }
+}
+
+}  // namespace flashinfer::kernels::cuda::mla

@@ -1,0 +1,156 @@
+// The Hopper MLA decode kernel's CuTe layouts (src/kernels/cuda/mla_sm90_traits.h), evaluated on
+// the CPU where the build has CUTLASS's headers: one tile of the latent cache is K of S = Q K^T
+// and V of O += P V (the two views name the same element at every (token, dim)), the copies'
+// 16-byte units land contiguously and once, the accumulator coordinates the kernel's masks,
+// softmax rows and epilogue assume, and P written from S is the A operand of P V value for value.
+// Also, without CuTe: the launcher's rule and the shared memory (src/kernels/cuda/mla_sm90.h).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <utility>
+
+#include "kernels/cuda/mla_sm90.h"
+
+#if FLASHINFER_TEST_HAVE_CUTE
+#include "kernels/cuda/mla_sm90_traits.h"
+#endif
+
+namespace flashinfer::kernels::cuda::mla {
+namespace {
+
+MlaAttentionParams deepseek_call(DType q, DType kv, DType o) {
+  MlaAttentionParams p;
+  p.dim_ckv = kMmaCkv;
+  p.dim_kpe = kMmaKpe;
+  p.q_dtype = q;
+  p.kv_dtype = kv;
+  p.o_dtype = o;
+  p.num_heads = 128;
+  return p;
+}
+
+TEST(MlaSm90Shape, LauncherRule) {
+  constexpr auto bf16 = DType::kBFloat16, f16 = DType::kFloat16, e4m3 = DType::kFloat8E4M3FN;
+  const MlaAttentionParams p = deepseek_call(bf16, bf16, bf16);
+  EXPECT_TRUE(mla_sm90_takes(p, 9, 0, true));
+  EXPECT_FALSE(mla_sm90_takes(p, 9, 0, false)) << "opt-in";
+  EXPECT_FALSE(mla_sm90_takes(p, 8, 0, true)) << "wgmma: sm_90 only";
+  EXPECT_FALSE(mla_sm90_takes(p, 10, 0, true)) << "sm_90a code does not run on sm_100";
+  EXPECT_TRUE(mla_sm90_takes(deepseek_call(f16, f16, f16), 9, 0, true));
+  EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, e4m3, bf16), 9, 0, true)) << "16-bit caches";
+  EXPECT_FALSE(mla_sm90_takes(deepseek_call(e4m3, e4m3, bf16), 9, 0, true));
+  EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, f16, bf16), 9, 0, true));
+  // Blocks that take Q, three stages and the exchange fit an H100's / H200's 227 KiB.
+  EXPECT_LE(mla_sm90_smem_bytes(), std::size_t{227} * 1024);
+  EXPECT_GT(mla_sm90_smem_bytes(), std::size_t{2} * kMmaRows * kMmaDim);
+}
+
+#if FLASHINFER_TEST_HAVE_CUTE
+
+template <class T>
+void check_views() {
+  using Tr = Sm90Mla<T>;
+  // K: every (token, dim) once in [0, 32 x 576), 16-byte units contiguous and aligned.
+  std::set<int> seen;
+  for (int t = 0; t < kMmaKvTile; ++t) {
+    for (int d = 0; d < kMmaDim; d += 8) {
+      const int base = Tr::k_offset(t, d);
+      ASSERT_EQ(base % 8, 0) << t << "," << d;
+      for (int j = 0; j < 8; ++j) {
+        ASSERT_EQ(Tr::k_offset(t, d + j), base + j) << t << "," << d + j;
+        ASSERT_TRUE(seen.insert(base + j).second) << "K element twice";
+      }
+    }
+  }
+  ASSERT_EQ(static_cast<int>(seen.size()), Tr::kStageElems);
+  EXPECT_EQ(*seen.rbegin(), Tr::kStageElems - 1);
+  // V of each warpgroup is K's first 512 dims, transposed: the same element everywhere.
+  for (int wd = 0; wd < kSm90MlaWarpgroups; ++wd) {
+    const int base = Tr::v_half_elems(wd);
+    EXPECT_EQ(base % (kSm90MlaSmemAlign / 2), 0) << "a whole number of swizzle periods";
+    for (int d = 0; d < kSm90MlaHalf; ++d) {
+      for (int t = 0; t < kMmaKvTile; ++t) {
+        ASSERT_EQ(base + Tr::v_offset(d, t), Tr::k_offset(t, kSm90MlaHalf * wd + d))
+            << "warpgroup " << wd << " dim " << d << " token " << t;
+      }
+    }
+  }
+  // Q: every (row, dim) once in [0, 64 x 576), 16-byte units contiguous.
+  seen.clear();
+  for (int r = 0; r < kMmaRows; ++r) {
+    for (int d = 0; d < kMmaDim; d += 8) {
+      const int base = Tr::q_offset(r, d);
+      ASSERT_EQ(base % 8, 0);
+      for (int j = 0; j < 8; ++j) {
+        ASSERT_EQ(Tr::q_offset(r, d + j), base + j);
+        ASSERT_TRUE(seen.insert(base + j).second) << "Q element twice";
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), kMmaRows * kMmaDim);
+  EXPECT_EQ(*seen.rbegin(), kMmaRows * kMmaDim - 1);
+}
+
+TEST(MlaSm90Shape, CacheTileIsKAndVAtEveryElement) {
+  check_views<__nv_bfloat16>();
+  check_views<__half>();
+}
+
+// The kernel's fragment formula for thread t (0..127) of a warpgroup: value v at row
+// 16 (t / 32) + (t % 32) / 4 + 8 ((v >> 1) & 1), column 8 (v >> 2) + 2 (t % 4) + (v & 1).
+int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
+int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
+
+template <class T>
+void check_fragments() {
+  using namespace cute;
+  using Tr = Sm90Mla<T>;
+  typename Tr::MmaS mma_s;
+  typename Tr::MmaO mma_o;
+  ASSERT_EQ(int(size(mma_s)), 128);
+  ASSERT_EQ(int(size(mma_o)), 128);
+  for (int t = 0; t < 128; ++t) {
+    auto thr_s = mma_s.get_thread_slice(t);
+    auto thr_o = mma_o.get_thread_slice(t);
+    Tensor cs = thr_s.partition_C(make_identity_tensor(Shape<_64, Int<kMmaKvTile>>{}));
+    Tensor co = thr_o.partition_C(make_identity_tensor(Shape<_64, Int<kSm90MlaHalf>>{}));
+    ASSERT_EQ(int(size(cs)), kMmaScoreFloats);
+    ASSERT_EQ(int(size(co)), kSm90MlaHalf / 2);
+    for (int v = 0; v < int(size(cs)); ++v) {
+      ASSERT_EQ(int(get<0>(cs(v))), formula_row(t, v)) << "S thread " << t << " value " << v;
+      ASSERT_EQ(int(get<1>(cs(v))), formula_col(t, v)) << "S thread " << t << " value " << v;
+    }
+    for (int v = 0; v < int(size(co)); ++v) {
+      ASSERT_EQ(int(get<0>(co(v))), formula_row(t, v)) << "O thread " << t << " value " << v;
+      ASSERT_EQ(int(get<1>(co(v))), formula_col(t, v)) << "O thread " << t << " value " << v;
+    }
+    // S's k-steps: 36 of 16 dims (a warpgroup runs its share of them).
+    Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<_64, Int<kMmaDim>>{}));
+    ASSERT_EQ(int(size<2>(qa)), kMmaKSteps);
+    // O += P V reads A element (a, 0, k) from register LayoutP(a, 0, k), which holds P of S value
+    // LayoutP(a, 0, k): both must name the same (row, token); pairs in consecutive registers.
+    Tensor ca = thr_o.partition_A(make_identity_tensor(Shape<_64, Int<kMmaKvTile>>{}));
+    const typename Tr::LayoutP lp{};
+    ASSERT_EQ(int(size(ca)), int(size(lp)));
+    ASSERT_EQ(int(size<2>(ca)), kMmaKvTile / 16);
+    for (int a = 0; a < int(size<0>(ca)); ++a) {
+      for (int k = 0; k < int(size<2>(ca)); ++k) {
+        ASSERT_EQ(ca(a, 0, k), cs(lp(a, 0, k))) << "thread " << t << " A value " << a;
+        if (a % 2 == 0) {
+          ASSERT_EQ(lp(a, 0, k) % 2, 0);
+          ASSERT_EQ(lp(a + 1, 0, k), lp(a, 0, k) + 1);
+        }
+      }
+    }
+  }
+}
+
+TEST(MlaSm90Shape, AccumulatorCoordinatesAndPFromS) {
+  check_fragments<__nv_bfloat16>();
+  check_fragments<__half>();
+}
+
+#endif  // FLASHINFER_TEST_HAVE_CUTE
+
+}  // namespace
+}  // namespace flashinfer::kernels::cuda::mla
