@@ -6,6 +6,7 @@
 // Also, without CuTe: the launcher's rule and the shared memory (src/kernels/cuda/mla_sm90.h).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <set>
 #include <utility>
 
@@ -143,6 +144,67 @@ void check_fragments() {
       }
     }
   }
+}
+
+// The kernel reads warpgroup wg's k-steps of q.k (ckv steps 16 wg + j, kpe steps 32 + 2 wg + j)
+// as steps j of Q and of the tile from the step's first dim on. On the device a descriptor's start
+// address is the tensor's shared address plus the step's offset in the layout; on the host CuTe
+// counts the address as 0 (and says so on stdout, captured here), so the check is: step j's
+// descriptor from the shifted base, its start moved by the base's shift, is the whole operand's
+// step, bit for bit (start, strides, swizzle mode, base offset).
+template <class T>
+void check_step_bases() {
+  using namespace cute;
+  using Tr = Sm90Mla<T>;
+  using E = typename Tr::E;
+  typename Tr::MmaS mma_s;
+  E* base = nullptr;  // (any address: the host descriptors leave it out)
+  const auto shifted = [](GmmaDescriptor d, int elems) {
+    d.bitfield.start_address_ =
+        static_cast<uint16_t>(d.bitfield.start_address_ + elems * sizeof(E) / 16);
+    return uint64_t(d);
+  };
+  ::testing::internal::CaptureStdout();
+  for (int t : {0, 5, 127}) {
+    auto thr = mma_s.get_thread_slice(t);
+    auto frag_a = [&](E* p) {
+      return thr.partition_fragment_A(make_tensor(make_smem_ptr(p), typename Tr::LayoutQ{}));
+    };
+    auto frag_b = [&](E* p) {
+      return thr.partition_fragment_B(make_tensor(make_smem_ptr(p), typename Tr::LayoutK{}));
+    };
+    const auto q_all = frag_a(base);
+    const auto k_all = frag_b(base);
+    for (int wg = 0; wg < kSm90MlaWarpgroups; ++wg) {
+      const int nope_dim = wg * 256, pe_dim = kMmaCkv + wg * 32;
+      const int qn0 = Tr::q_offset(0, nope_dim), qp0 = Tr::q_offset(0, pe_dim);
+      const int kn0 = Tr::k_offset(0, nope_dim), kp0 = Tr::k_offset(0, pe_dim);
+      EXPECT_EQ(qn0 % 8, 0);  // whole 16-byte units
+      EXPECT_EQ(qp0 % 8, 0);
+      EXPECT_EQ(kn0 % 8, 0);
+      EXPECT_EQ(kp0 % 8, 0);
+      const auto qn = frag_a(base + qn0);
+      const auto qp = frag_a(base + qp0);
+      const auto kn = frag_b(base + kn0);
+      const auto kp = frag_b(base + kp0);
+      for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(shifted(qn(0, 0, j), qn0), uint64_t(q_all(0, 0, 16 * wg + j))) << wg << "," << j;
+        EXPECT_EQ(shifted(kn(0, 0, j), kn0), uint64_t(k_all(0, 0, 16 * wg + j))) << wg << "," << j;
+      }
+      for (int j = 0; j < 2; ++j) {
+        EXPECT_EQ(shifted(qp(0, 0, j), qp0), uint64_t(q_all(0, 0, 32 + 2 * wg + j)))
+            << wg << "," << j;
+        EXPECT_EQ(shifted(kp(0, 0, j), kp0), uint64_t(k_all(0, 0, 32 + 2 * wg + j)))
+            << wg << "," << j;
+      }
+    }
+  }
+  (void)::testing::internal::GetCapturedStdout();
+}
+
+TEST(MlaSm90Shape, WarpgroupStepsAreTheOperandsSteps) {
+  check_step_bases<__nv_bfloat16>();
+  check_step_bases<__half>();
 }
 
 TEST(MlaSm90Shape, AccumulatorCoordinatesAndPFromS) {

@@ -6,8 +6,8 @@
 // The same blocks as mla_decode_mma_kernel (one query row and 64 of its heads, or the packed rows
 // of calls of 32 heads or fewer; 32-token tiles; its split plan, partial states and merge), with
 // the two warpgroups in place of its 8 warps: each takes all 64 rows with one m64 wgmma, half of
-// q.k's 36 k-steps (the ckv steps 0-17, or 18-31 and the kpe steps) and half of the 512 output
-// dims. The mma.sync kernel's warps each read their 16 rows' operands from shared memory, so a
+// q.k's 36 k-steps (warpgroup wg: the ckv steps 16 wg .. 16 wg + 15 and the kpe steps 32 + 2 wg,
+// 33 + 2 wg) and half of the 512 output dims. The mma.sync kernel's warps each read their 16 rows' operands from shared memory, so a
 // tile's K and V were read four times; an m64 wgmma reads them once a warpgroup.
 #pragma once
 

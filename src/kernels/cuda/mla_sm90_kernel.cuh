@@ -194,8 +194,18 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   typename Tr::MmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(wt);
   auto thr_o = mma_o.get_thread_slice(wt);
-  Tensor sQ = make_tensor(make_smem_ptr(q_s), typename Tr::LayoutQ{});
-  Tensor tSrQ = thr_s.partition_fragment_A(sQ);                         // (MMA, 1, 36) descriptors
+  // This warpgroup's k-steps (16 of the ckv part's 32, 2 of the kpe part's 4) as steps 0, 1, ...
+  // of Q and the tile from its first dim on (the same swizzled addresses: a step's descriptor is
+  // the first one's plus a constant, tests/api/test_mla_sm90_shape.cpp), so that the descriptors
+  // of every step fold into one register base.
+  constexpr int kNopeSteps = kMmaKStepsNope / kSm90MlaWarpgroups;
+  constexpr int kPeSteps = (kMmaKSteps - kMmaKStepsNope) / kSm90MlaWarpgroups;
+  const int nope_dim = wg * kNopeSteps * 16, pe_dim = kMmaCkv + wg * kPeSteps * 16;
+  Tensor tSrQn = thr_s.partition_fragment_A(
+      make_tensor(make_smem_ptr(q_s + Tr::q_offset(0, nope_dim)), typename Tr::LayoutQ{}));
+  Tensor tSrQp = thr_s.partition_fragment_A(
+      make_tensor(make_smem_ptr(q_s + Tr::q_offset(0, pe_dim)), typename Tr::LayoutQ{}));
+  const int k_nope = Tr::k_offset(0, nope_dim), k_pe = Tr::k_offset(0, pe_dim);
   Tensor tSrSn = partition_fragment_C(mma_s, Shape<_64, Int<kTok>>{});  // ckv part of q.k
   Tensor tSrSp = partition_fragment_C(mma_s, Shape<_64, Int<kTok>>{});  // kpe part
   Tensor tOrO = partition_fragment_C(mma_o, Shape<_64, Int<kSm90MlaHalf>>{});
@@ -211,10 +221,6 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float sm_scale = mla_sm_scale(p);
   const float c_n = sm_scale * p.ckv_scale * kMlaLog2e, c_p = sm_scale * p.kpe_scale * kMlaLog2e;
-  // This warpgroup's k-steps: 16 of the ckv part's 32, and 2 of the kpe part's 4.
-  constexpr int kNopeSteps = kMmaKStepsNope / kSm90MlaWarpgroups;
-  constexpr int kPeSteps = (kMmaKSteps - kMmaKStepsNope) / kSm90MlaWarpgroups;
-  const int nope0 = wg * kNopeSteps, pe0 = kMmaKStepsNope + wg * kPeSteps;
   const int v_half = wg == 0 ? Tr::v_half_elems(0) : Tr::v_half_elems(1);
   float4* x_mine = x_s + wg * 4 * 128 + wt;
   const float4* x_other = x_s + (1 - wg) * 4 * 128 + wt;
@@ -229,9 +235,11 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     fill_from(tile + kStages, next_id);
     next_id = page_id(tile + kStages + 1);
     E* st = kv_s + (tile % kStages) * Tr::kStageElems;
-    Tensor sK = make_tensor(make_smem_ptr(st), typename Tr::LayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(st + v_half), typename Tr::LayoutV{});
-    Tensor tSrK = thr_s.partition_fragment_B(sK);  // (MMA, 1, 36)
+    Tensor tSrKn = thr_s.partition_fragment_B(
+        make_tensor(make_smem_ptr(st + k_nope), typename Tr::LayoutK{}));  // (MMA, 1, 36)
+    Tensor tSrKp =
+        thr_s.partition_fragment_B(make_tensor(make_smem_ptr(st + k_pe), typename Tr::LayoutK{}));
     Tensor tOrV = thr_o.partition_fragment_B(sV);  // (MMA, 1, 2)
 
     // This warpgroup's share of q.k: its ckv steps into tSrSn, its kpe steps into tSrSp.
@@ -241,13 +249,13 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int k = 0; k < kNopeSteps; ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, nope0 + k), tSrK(_, _, nope0 + k), tSrSn);
+      cute::gemm(mma_s, tSrQn(_, _, k), tSrKn(_, _, k), tSrSn);
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int k = 0; k < kPeSteps; ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, pe0 + k), tSrK(_, _, pe0 + k), tSrSp);
+      cute::gemm(mma_s, tSrQp(_, _, k), tSrKp(_, _, k), tSrSp);
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
