@@ -38,12 +38,20 @@ TEST(MlaSm90Shape, LauncherRule) {
   EXPECT_FALSE(mla_sm90_takes(p, 8, 0, true)) << "wgmma: sm_90 only";
   EXPECT_FALSE(mla_sm90_takes(p, 10, 0, true)) << "sm_90a code does not run on sm_100";
   EXPECT_TRUE(mla_sm90_takes(deepseek_call(f16, f16, f16), 9, 0, true));
-  EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, e4m3, bf16), 9, 0, true)) << "16-bit caches";
-  EXPECT_FALSE(mla_sm90_takes(deepseek_call(e4m3, e4m3, bf16), 9, 0, true));
+  // The tensor-core kernel's dtypes: fp8 caches, trtllm's e4m3 queries with a bf16 output.
+  EXPECT_TRUE(mla_sm90_takes(deepseek_call(bf16, e4m3, bf16), 9, 0, true));
+  EXPECT_TRUE(mla_sm90_takes(deepseek_call(f16, DType::kFloat8E5M2, f16), 9, 0, true));
+  EXPECT_TRUE(mla_sm90_takes(deepseek_call(e4m3, e4m3, bf16), 9, 0, true));
+  EXPECT_FALSE(mla_sm90_takes(deepseek_call(e4m3, e4m3, f16), 9, 0, true));
   EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, f16, bf16), 9, 0, true));
-  // Blocks that take Q, three stages and the exchange fit an H100's / H200's 227 KiB.
-  EXPECT_LE(mla_sm90_smem_bytes(), std::size_t{227} * 1024);
-  EXPECT_GT(mla_sm90_smem_bytes(), std::size_t{2} * kMmaRows * kMmaDim);
+  EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, bf16, DType::kFloat32), 9, 0, true));
+  // Blocks that take Q, three stages and the exchange fit an H100's / H200's 227 KiB; fp8 stages
+  // take half the bytes and one 16-bit tile.
+  for (bool fp8 : {false, true}) {
+    EXPECT_LE(mla_sm90_smem_bytes(fp8), std::size_t{227} * 1024) << fp8;
+  }
+  EXPECT_EQ(mla_sm90_smem_bytes(false) - mla_sm90_smem_bytes(true),
+            std::size_t{2} * kMmaKvTile * kMmaDim / 2);
 }
 
 #if FLASHINFER_TEST_HAVE_CUTE

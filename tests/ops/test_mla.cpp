@@ -1233,8 +1233,8 @@ struct MlaKernelCase {
   double ckv_scale, kpe_scale;
   std::optional<DType> kv = std::nullopt;  // the cache's dtype: d unless given
 };
-std::vector<MlaKernelCase> mla_kernel_cases() {
-  return {
+std::vector<MlaKernelCase> mla_kernel_cases(bool fp8_caches) {
+  std::vector<MlaKernelCase> cases = {
       {DType::kBFloat16, 128, 64, false, {1, 1, 1}, {4000, 33, 1}, 1.0, 1.0},
       {DType::kFloat16, 128, 16, true, {37, 1, 20}, {100, 50, 20}, 1.0, 1.0},
       {DType::kBFloat16, 80, 32, false, {1, 1, 1}, {700, 0, 95}, 0.75, 1.5},
@@ -1244,6 +1244,27 @@ std::vector<MlaKernelCase> mla_kernel_cases() {
       {DType::kFloat16, 32, 8, true, {3, 3}, {700, 3}, 1.0, 1.0},
       {DType::kBFloat16, 1, 4, true, {70}, {300}, 0.5, 2.0},
   };
+  if (fp8_caches) {  // e4m3 / e5m2 caches, widened to the query's type in shared memory
+    cases.push_back(
+        {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN});
+    cases.push_back(
+        {DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2});
+  }
+  return cases;
+}
+
+// trtllm's fp8 calls (e4m3 query and cache, bf16 output): q_len 1 and 2 (MTP) at 128 heads, 4 at
+// 16 heads (one block for the 4 draft rows), on `device` under the environment the caller set.
+constexpr int64_t kTrtllmFp8Cases[][2] = {{1, 128}, {2, 128}, {4, 16}};  // q_len, heads
+Tensor run_trtllm_fp8_case(int64_t q_len, int64_t heads, const Device& device) {
+  const std::vector<int32_t> lens = {2000, 70, 4};  // a request holds at least its queries
+  Latent l = make_latent(lens, 32, 512, 64, DType::kFloat8E4M3FN, 900 + q_len);
+  Tensor q =
+      testing::rand_tensor({3, q_len, heads, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);
+  return trtllm_batch_decode_with_kv_cache_mla(
+             q.to(device), l.kv.to(device), workspace().to(device), 128, 512, 64,
+             l.block_tables.to(device), l.kv_lens.to(device), 2000, 0, std::nullopt, 0.05, 1.25)
+      .to(Device::cpu());
 }
 
 // BatchMLAPagedAttentionWrapper.run of case `c` (inputs seeded by `idx`) on `device`, under the
@@ -1274,11 +1295,7 @@ AttentionOutput run_mla_kernel_case(const MlaKernelCase& c, int idx, const Devic
 TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
-  std::vector<MlaKernelCase> cases = mla_kernel_cases();
-  // fp8 caches, widened to the query's type in shared memory.
-  cases.push_back(
-      {DType::kBFloat16, 128, 64, false, {1, 1}, {3000, 100}, 0.75, 1.5, DType::kFloat8E4M3FN});
-  cases.push_back({DType::kFloat16, 64, 16, true, {5, 1}, {40, 900}, 1.0, 1.0, DType::kFloat8E5M2});
+  const std::vector<MlaKernelCase> cases = mla_kernel_cases(true);
   // The CUDA-core kernels for the calls made while it lives (what the run exported comes back).
   struct EnvGuard : testing::ScopedEnv {
     EnvGuard() : testing::ScopedEnv("FLASHINFER_MLA_TENSOR_CORES", "0") {}
@@ -1302,31 +1319,15 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
         testing::all_close(got.lse.to(Device::cpu()), old.lse.to(Device::cpu()), {1e-4, 1e-4}));
     ++idx;
   }
-  // trtllm's fp8 calls (e4m3 query and cache, bf16 output; MTP with q_len 2, and 4 with 16 heads:
-  // one block for the 4 draft rows): the query widened to bf16 as the kernel reads it.
-  struct Fp8Case {
-    int64_t q_len, heads;
-  };
-  for (Fp8Case fc : {Fp8Case{1, 128}, Fp8Case{2, 128}, Fp8Case{4, 16}}) {
-    const int64_t q_len = fc.q_len, heads = fc.heads;
-    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << q_len << ", " << heads << " heads");
-    const std::vector<int32_t> lens = {2000, 70, 4};  // a request holds at least its queries
-    Latent l = make_latent(lens, 32, 512, 64, DType::kFloat8E4M3FN, 900 + q_len);
-    Tensor q =
-        testing::rand_tensor({3, q_len, heads, 576}, DType::kFloat8E4M3FN, 910 + q_len, -1.0, 1.0);
-    auto call = [&](const Tensor& qq, const Tensor& kv, const Tensor& ws, const Tensor& bt,
-                    const Tensor& kl) {
-      return trtllm_batch_decode_with_kv_cache_mla(qq, kv, ws, 128, 512, 64, bt, kl, 2000, 0,
-                                                   std::nullopt, 0.05, 1.25);
-    };
-    const Tensor want = call(q, l.kv, workspace(), l.block_tables, l.kv_lens);
-    const Tensor qd = q.to(gpu), kvd = l.kv.to(gpu), ws = workspace().to(gpu);
-    const Tensor btd = l.block_tables.to(gpu), kld = l.kv_lens.to(gpu);
-    const Tensor got = call(qd, kvd, ws, btd, kld).to(Device::cpu());
+  // trtllm's fp8 calls: the query widened to bf16 as the kernel reads it.
+  for (const auto& fc : kTrtllmFp8Cases) {
+    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << fc[0] << ", " << fc[1] << " heads");
+    const Tensor want = run_trtllm_fp8_case(fc[0], fc[1], Device::cpu());
+    const Tensor got = run_trtllm_fp8_case(fc[0], fc[1], gpu);
     Tensor old;
     {
       EnvGuard cuda_cores;
-      old = call(qd, kvd, ws, btd, kld).to(Device::cpu());
+      old = run_trtllm_fp8_case(fc[0], fc[1], gpu);
     }
     const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
     EXPECT_TRUE(testing::all_close(got, want, tol)) << "tensor cores against the CPU";
@@ -1337,14 +1338,15 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
 #if FLASHINFER_TEST_HAVE_CUDART
 // The Hopper kernel (FLASHINFER_MLA_SM90=1: mla_sm90_kernel, the tensor-core kernel's blocks on
 // wgmma) against the CPU and against the tensor-core kernel, which passed on the H200 in session
-// 64: mla_kernel_cases (its 16-bit calls). The launch counter says which kernel ran: the Hopper
-// one on sm_90 in a build with CUTLASS's headers, the tensor-core one elsewhere.
+// 64: mla_kernel_cases with the fp8 caches, and trtllm's fp8 calls. The launch counter says which
+// kernel ran: the Hopper one on sm_90 in a build with CUTLASS's headers, the tensor-core one
+// elsewhere.
 TEST(MlaCuda, HopperKernelMatchesTensorCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   const bool hopper = kernels::cuda::mla::mla_sm90_built() && api::compute_capability(gpu) == 90;
   int idx = 0;
-  for (const MlaKernelCase& c : mla_kernel_cases()) {
+  for (const MlaKernelCase& c : mla_kernel_cases(true)) {
     SCOPED_TRACE(::testing::Message() << "case " << idx);
     const AttentionOutput want = run_mla_kernel_case(c, idx, Device::cpu());
     AttentionOutput mma;
@@ -1367,6 +1369,25 @@ TEST(MlaCuda, HopperKernelMatchesTensorCoreKernelAndCpu) {
         << "against the tensor-core kernel";
     EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
     ++idx;
+  }
+  for (const auto& fc : kTrtllmFp8Cases) {
+    SCOPED_TRACE(::testing::Message() << "fp8 query, q_len " << fc[0] << ", " << fc[1] << " heads");
+    const Tensor want = run_trtllm_fp8_case(fc[0], fc[1], Device::cpu());
+    Tensor mma;
+    {
+      testing::ScopedEnv off("FLASHINFER_MLA_SM90", "0");
+      mma = run_trtllm_fp8_case(fc[0], fc[1], gpu);
+    }
+    const long long before = kernels::cuda::mla::mla_sm90_launches();
+    Tensor got;
+    {
+      testing::ScopedEnv sm90("FLASHINFER_MLA_SM90", "1");
+      got = run_trtllm_fp8_case(fc[0], fc[1], gpu);
+    }
+    EXPECT_EQ(kernels::cuda::mla::mla_sm90_launches() > before, hopper);
+    const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+    EXPECT_TRUE(testing::all_close(got, want, tol)) << "Hopper kernel against the CPU";
+    EXPECT_TRUE(testing::all_close(got, mma, tol)) << "against the tensor-core kernel";
   }
   // Elsewhere the cases checked only that the switch leaves the tensor-core kernel in place.
   if (!hopper) GTEST_SKIP() << "no Hopper kernel here (an sm_90 device and a build with CUTLASS)";

@@ -32,7 +32,7 @@ inline constexpr KernelSwitch kKernelSwitches[] = {
      true},
     {"FLASHINFER_MLA_TENSOR_CORES", "0", "MLA decode on the CUDA-core kernels", true},
     {"FLASHINFER_MLA_SM90", "1",
-     "MLA decode's tensor-core calls on the Hopper kernel (wgmma; 16-bit caches, sm_90)", true},
+     "MLA decode's tensor-core calls on the Hopper kernel (wgmma, sm_90)", true},
     {"FLASHINFER_GDN_CHUNKED", "0",
      "chunk_gated_delta_rule on the recurrent kernel, not the chunked tensor-core one", true},
     {"FLASHINFER_GDN_CHUNK_STAGES", "1",

@@ -26,6 +26,7 @@
 
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
+#include "kernels/cuda/device/fp8_widen.cuh"
 #include "kernels/cuda/device/mma.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
 #include "kernels/cuda/mla_kernel_common.cuh"
@@ -33,7 +34,7 @@
 
 namespace flashinfer::kernels::cuda::mla {
 
-template <class T>
+template <class T, class TQ, class TKV>
 __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     mla_sm90_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk, float* part_o,
                     float* part_ml) {
@@ -42,8 +43,16 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   using E = typename Tr::E;
   constexpr int kTok = kMmaKvTile;
   constexpr int kStages = kSm90MlaStages;
-  constexpr int kCkvUnits = kMmaCkvUnits;           // 64 units of a token's ckv part
+  constexpr int kCkvUnits = kMmaCkvUnits;           // 64 16-bit units of a token's ckv part
   constexpr int kKpeUnits = kMmaUnits - kCkvUnits;  // 8 of its kpe part
+  constexpr bool kFp8 = sizeof(TKV) == 1, kFp8Q = sizeof(TQ) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the MMA's type or fp8");
+  static_assert(kFp8Q ? kFp8 && std::is_same_v<T, __nv_bfloat16> : std::is_same_v<TQ, T>,
+                "an fp8 query (trtllm's e4m3) comes with an fp8 cache and a bf16 output");
+  // 16-byte units of a stored row (fp8: 16 dims each) and of its ckv part.
+  constexpr int kUS = kFp8 ? kMmaUnits / 2 : kMmaUnits, kCkvUS = kFp8 ? kCkvUnits / 2 : kCkvUnits;
+  // The 16-bit tiles the MMAs read: one a stage, or one in all for fp8 (its stages as stored).
+  constexpr int kTiles16 = kFp8 ? 1 : kStages;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The tiles at the swizzle's 1024-byte period (mla_sm90_smem_bytes has the slack).
@@ -51,16 +60,19 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   unsigned char* smem =
       smem_raw + ((kSm90MlaSmemAlign - (raw_addr % kSm90MlaSmemAlign)) % kSm90MlaSmemAlign);
   E* q_s = reinterpret_cast<E*>(smem);  // Tr::LayoutQ
-  E* kv_s = q_s + kMmaRows * kMmaDim;   // kStages x Tr::LayoutK
-  float4* x_s = reinterpret_cast<float4*>(kv_s + kStages * Tr::kStageElems);
+  E* kv_s = q_s + kMmaRows * kMmaDim;   // kTiles16 x Tr::LayoutK
+  // fp8 only: [kStages][kTok][kUS] 16-byte units, rows as stored (only the widening reads them).
+  uint4* kv8_s = reinterpret_cast<uint4*>(kv_s + kTiles16 * Tr::kStageElems);
+  float4* x_s = reinterpret_cast<float4*>(kv8_s + (kFp8 ? kStages * kTok * kUS : 0));
   // The exchange: [warpgroup][4][128] float4, a thread's 16 logits as 4 16-byte slots (each
   // quarter-warp's store one 128-byte line: conflict-free).
   int64_t* c_off = reinterpret_cast<int64_t*>(x_s + kSm90MlaWarpgroups * 4 * 128);
   int64_t* k_off = c_off + kTok;  // the global addresses of the tile's ckv / kpe rows
   static_assert(
-      mla_sm90_smem_bytes() == sizeof(E) * (kMmaRows * kMmaDim + kStages * Tr::kStageElems) +
-                                   sizeof(float4) * kSm90MlaWarpgroups * 4 * 128 +
-                                   2 * sizeof(int64_t) * kTok + kSm90MlaSmemAlign,
+      mla_sm90_smem_bytes(kFp8) == sizeof(E) * (kMmaRows * kMmaDim + kTiles16 * Tr::kStageElems) +
+                                       (kFp8 ? sizeof(uint4) * kStages * kTok * kUS : 0) +
+                                       sizeof(float4) * kSm90MlaWarpgroups * 4 * 128 +
+                                       2 * sizeof(int64_t) * kTok + kSm90MlaSmemAlign,
       "the launcher's shared memory");
   static_assert(kMmaScoreFloats == 16, "a thread's S accumulator: 4 float4 slots");
 
@@ -106,22 +118,67 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     row_stop[r] = pack > 1 && m < n_valid ? split_span(p, qrow_of(m), chunk).stop : stop_first;
   }
 
-  // Q: MMA row m is head head_of(m) of query row qrow_of(m), ckv dims 0-511, kpe 512-575; rows
-  // past the last in use are zeros. Thread tid copies unit tid % 64 of rows tid / 64 + 4 i, then
-  // kpe unit tid % 8 of rows tid / 8 + 32 i (cp.async, in the first group).
-  auto copy_part = [&]<int kUnits>(const T* base, int64_t stride_n, int64_t stride_h, int dim0) {
-    const int col = tid % kUnits;
-#pragma unroll
-    for (int r = tid / kUnits; r < kMmaRows; r += kSm90MlaThreads / kUnits) {
-      const bool ok = r < n_valid;
-      const T* src = ok ? base + qrow_of(r) * stride_n + head_of(r) * stride_h + col * 8 : base;
-      dev::cp_async::copy16_zfill(q_s + Tr::q_offset(r, dim0 + col * 8), src, ok);
-    }
+  // fp8 (16 values of a 16-byte unit x, dims dim .. dim + 15 of row r) widened to T exactly into
+  // the swizzled tile `tile` (Q's layout or the cache tile's: `offset`). Threads with bit 2 of the
+  // unit's index set store their two halves in the other order, so that each 8-thread phase of a
+  // store covers the 8 bank groups once (fp8_widen.cuh's fp8_unit_widen_store does the same).
+  auto widen_unit = [&]<__nv_fp8_interpretation_t kKind>(E* tile, auto offset, uint4 x, int r,
+                                                         int dim) {
+    const uint2 e0 = dev::fp8x4_widen<T, kKind>(x.x), e1 = dev::fp8x4_widen<T, kKind>(x.y);
+    const uint2 e2 = dev::fp8x4_widen<T, kKind>(x.z), e3 = dev::fp8x4_widen<T, kKind>(x.w);
+    const uint4 lo = make_uint4(e0.x, e0.y, e1.x, e1.y), hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
+    const bool swap = ((dim >> 6) & 1) != 0;  // bit 2 of the unit's index dim / 16
+    *reinterpret_cast<uint4*>(tile + offset(r, dim + (swap ? 8 : 0))) = swap ? hi : lo;
+    *reinterpret_cast<uint4*>(tile + offset(r, dim + (swap ? 0 : 8))) = swap ? lo : hi;
   };
-  copy_part.template operator()<kCkvUnits>(static_cast<const T*>(p.q_nope), p.qn_stride_n,
-                                           p.qn_stride_h, 0);
-  copy_part.template operator()<kKpeUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
-                                           p.qp_stride_h, kMmaCkv);
+  const auto q_at = [](int r, int d) { return Tr::q_offset(r, d); };
+  const auto k_at = [](int r, int d) { return Tr::k_offset(r, d); };
+
+  // Q: MMA row m is head head_of(m) of query row qrow_of(m), ckv dims 0-511, kpe 512-575; rows
+  // past the last in use are zeros. 16-bit: thread tid copies unit tid % 64 of rows tid / 64 + 4 i,
+  // then kpe unit tid % 8 of rows tid / 8 + 32 i (cp.async, in the first group). fp8 (trtllm's
+  // e4m3 queries): 16-byte loads of 16 values, widened into the tile (made visible to wgmma by the
+  // first tile's proxy fence and barrier).
+  if constexpr (!kFp8Q) {
+    auto copy_part = [&]<int kUnits>(const T* base, int64_t stride_n, int64_t stride_h, int dim0) {
+      const int col = tid % kUnits;
+#pragma unroll
+      for (int r = tid / kUnits; r < kMmaRows; r += kSm90MlaThreads / kUnits) {
+        const bool ok = r < n_valid;
+        const T* src = ok ? base + qrow_of(r) * stride_n + head_of(r) * stride_h + col * 8 : base;
+        dev::cp_async::copy16_zfill(q_s + Tr::q_offset(r, dim0 + col * 8), src, ok);
+      }
+    };
+    copy_part.template operator()<kCkvUnits>(static_cast<const T*>(p.q_nope), p.qn_stride_n,
+                                             p.qn_stride_h, 0);
+    copy_part.template operator()<kKpeUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
+                                             p.qp_stride_h, kMmaCkv);
+  } else {
+    const auto* qn = static_cast<const uint8_t*>(p.q_nope);
+    const auto* qp = static_cast<const uint8_t*>(p.q_pe);
+    constexpr int kU8 = kMmaUnits / 2, kCkv8 = kCkvUnits / 2;  // 36 units a row, 32 of them ckv
+    const bool e5m2 = p.q_dtype == DType::kFloat8E5M2;
+#pragma unroll 1
+    for (int i = tid; i < kMmaRows * kU8; i += kSm90MlaThreads) {
+      const int r = i / kU8, c = i % kU8;
+      if (r < n_valid) {
+        const int64_t qr = qrow_of(r);
+        const int h = head_of(r);
+        const uint8_t* src = c < kCkv8
+                                 ? qn + qr * p.qn_stride_n + h * p.qn_stride_h + c * 16
+                                 : qp + qr * p.qp_stride_n + h * p.qp_stride_h + (c - kCkv8) * 16;
+        const uint4 x = *reinterpret_cast<const uint4*>(src);
+        if (e5m2) {
+          widen_unit.template operator()<__NV_E5M2>(q_s, q_at, x, r, 16 * c);
+        } else {
+          widen_unit.template operator()<__NV_E4M3>(q_s, q_at, x, r, 16 * c);
+        }
+      } else {
+        *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c)) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c + 8)) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
 
   const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
   // The row addresses of tile `tile`'s tokens (the bases themselves at or past `stop`: their
@@ -140,39 +197,53 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
       uint32_t pg = 0, sl = 0;
       page_size.divmod(static_cast<uint32_t>(t), pg, sl);
       const int64_t id = page;
-      constexpr int64_t kBytes = sizeof(T);
+      constexpr int64_t kBytes = sizeof(TKV);
       co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
       ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
     }
     c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
     k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
   };
-  // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % 64 of tokens
-  // tid / 64 + 4 i and kpe unit tid % 8 of token tid / 8; one commit group a tile (empty past
-  // the end). Tokens at or past `stop` are zero-filled (their logits are masked, and 0 times a
-  // zero row adds nothing to O).
+  // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of tokens
+  // tid / kCkvUS + kPass i and kpe unit tid % kKpeUS of token tid / kKpeUS (16-bit: every thread;
+  // fp8: the first 128); one commit group a tile (empty past the end). 16-bit stages are the
+  // swizzled tiles the MMAs read; fp8 stages keep the rows as stored (only the widening reads
+  // them). Tokens at or past `stop` are zero-filled (their logits are masked, and 0 times a zero
+  // row adds nothing to O).
   auto load = [&](int tile) {
     if (tile < n_tiles) {
-      E* st = kv_s + (tile % kStages) * Tr::kStageElems;
+      const int stage = tile % kStages;
+      E* st = kv_s + stage * Tr::kStageElems;
+      uint4* st8 = kv8_s + stage * kTok * kUS;
       const int32_t t0 = begin + tile * kTok;
-      constexpr int kPass = kSm90MlaThreads / kCkvUnits;  // tokens a pass: 4
-      constexpr int kPer = kTok / kPass;                  // tokens a thread: 8
-      const int col = tid % kCkvUnits, r0 = tid / kCkvUnits;
+      constexpr int kPass = kSm90MlaThreads / kCkvUS;  // tokens a pass: 4 (16-bit), 8 (fp8)
+      constexpr int kPer = kTok / kPass;               // tokens a thread: 8, 4
+      const int col = tid % kCkvUS, r0 = tid / kCkvUS;
+      // Unit c of token r in the stage.
+      const auto unit = [&](int r, int c) -> void* {
+        if constexpr (kFp8) {
+          return st8 + r * kUS + c;
+        } else {
+          return st + Tr::k_offset(r, c * 8);
+        }
+      };
       int64_t co[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) co[i] = c_off[r0 + i * kPass];  // all before any copy
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         const int r = r0 + i * kPass;
-        dev::cp_async::copy16_zfill(st + Tr::k_offset(r, col * 8),
-                                    reinterpret_cast<const void*>(co[i] + int64_t{col} * 16),
-                                    t0 + r < stop);
+        dev::cp_async::copy16_zfill(
+            unit(r, col), reinterpret_cast<const void*>(co[i] + int64_t{col} * 16), t0 + r < stop);
       }
-      static_assert(kTok * kKpeUnits == kSm90MlaThreads, "one kpe unit a thread");
-      const int kr = tid / kKpeUnits, kc = tid % kKpeUnits;
-      dev::cp_async::copy16_zfill(st + Tr::k_offset(kr, kMmaCkv + kc * 8),
-                                  reinterpret_cast<const void*>(k_off[kr] + int64_t{kc} * 16),
-                                  t0 + kr < stop);
+      constexpr int kKpeUS = kUS - kCkvUS;  // 8, 4
+      static_assert(kTok * kKpeUS <= kSm90MlaThreads, "one kpe unit a thread at most");
+      const int kr = tid / kKpeUS, kc = tid % kKpeUS;
+      if (!kFp8 || kr < kTok) {
+        dev::cp_async::copy16_zfill(unit(kr, kCkvUS + kc),
+                                    reinterpret_cast<const void*>(k_off[kr] + int64_t{kc} * 16),
+                                    t0 + kr < stop);
+      }
     }
     dev::cp_async::commit();
   };
@@ -230,11 +301,35 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
 #pragma unroll 1
   for (int tile = 0; tile < n_tiles; ++tile) {
     dev::cp_async::wait<kStages - 1>();  // tile `tile` (and Q) landed for this thread ...
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma ...
-    __syncthreads();                                                // ... for every thread
-    fill_from(tile + kStages, next_id);
-    next_id = page_id(tile + kStages + 1);
-    E* st = kv_s + (tile % kStages) * Tr::kStageElems;
+    if constexpr (kFp8) {
+      // ... for every thread, and both warpgroups are done with the 16-bit tile (each waited for
+      // its MMAs of the tile before); the stage widened into it, then free for tile + kStages.
+      __syncthreads();
+      const uint4* st8 = kv8_s + (tile % kStages) * kTok * kUS;
+      const bool e5m2 = p.kv_dtype == DType::kFloat8E5M2;
+#pragma unroll 1
+      for (int i = tid; i < kTok * kUS; i += kSm90MlaThreads) {
+        const int r = i / kUS, c = i % kUS;
+        if (e5m2) {
+          widen_unit.template operator()<__NV_E5M2>(kv_s, k_at, st8[i], r, 16 * c);
+        } else {
+          widen_unit.template operator()<__NV_E4M3>(kv_s, k_at, st8[i], r, 16 * c);
+        }
+      }
+      fill_from(tile + kStages, next_id);
+      next_id = page_id(tile + kStages + 1);
+      // The widened tile (generic stores) and Q visible to wgmma, for every thread; the addresses
+      // of tile + kStages written before its copy.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      load(tile + kStages);
+    } else {
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... visible to wgmma ...
+      __syncthreads();                                                // ... for every thread
+      fill_from(tile + kStages, next_id);
+      next_id = page_id(tile + kStages + 1);
+    }
+    E* st = kv_s + (kFp8 ? 0 : tile % kStages) * Tr::kStageElems;
     Tensor sV = make_tensor(make_smem_ptr(st + v_half), typename Tr::LayoutV{});
     Tensor tSrKn = thr_s.partition_fragment_B(
         make_tensor(make_smem_ptr(st + k_nope), typename Tr::LayoutK{}));  // (MMA, 1, 36)
@@ -332,8 +427,10 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
-    __syncthreads();  // both warpgroups are done with this stage: it takes tile + kStages
-    load(tile + kStages);
+    if constexpr (!kFp8) {
+      __syncthreads();  // both warpgroups are done with this stage: it takes tile + kStages
+      load(tile + kStages);
+    }  // (fp8: the next tile's first barrier)
   }
   dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
 
