@@ -1295,6 +1295,8 @@ AttentionOutput run_mla_kernel_case(const MlaKernelCase& c, int idx, const Devic
 TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
+  // The mma.sync kernel, whatever the run exported (the Hopper one has its own test below).
+  testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
   const std::vector<MlaKernelCase> cases = mla_kernel_cases(true);
   // The CUDA-core kernels for the calls made while it lives (what the run exported comes back).
   struct EnvGuard : testing::ScopedEnv {
@@ -1344,6 +1346,8 @@ TEST(MlaCuda, TensorCoreKernelMatchesCudaCoreKernelAndCpu) {
 TEST(MlaCuda, HopperKernelMatchesTensorCoreKernelAndCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
+  // Tensor cores on, whatever the run exported (the Hopper kernel takes only their calls).
+  testing::ScopedEnv tensor_cores("FLASHINFER_MLA_TENSOR_CORES", nullptr);
   const bool hopper = kernels::cuda::mla::mla_sm90_built() && api::compute_capability(gpu) == 90;
   int idx = 0;
   for (const MlaKernelCase& c : mla_kernel_cases(true)) {

@@ -21,7 +21,13 @@
 // proxy: every thread fences the proxies after its copies land, before the barrier the MMAs
 // follow. Barriers a tile: the top one (the tile landed; every warpgroup is done with the tile
 // kSm90MlaStages before, whose stage the bottom copy then refills), the exchange, and the bottom
-// one (both warpgroups waited for their MMAs of this tile). Device code only, sm_90a.
+// one (both warpgroups waited for their MMAs of this tile). An fp8 cache (TKV = uint8_t, e4m3 or
+// e5m2 as p.kv_dtype says) is copied as stored into the stages and each tile widened (exactly,
+// device/fp8_widen.cuh) into one 16-bit tile: the first barrier (the stage landed; both
+// warpgroups are done with the 16-bit tile), the widening by every thread, the proxy fence, the
+// second barrier, then the stage's refill and the MMAs, the exchange, and no bottom barrier. An
+// fp8 query (trtllm's e4m3, bf16 output) is widened into Q as it is read. Device code only,
+// sm_90a.
 #pragma once
 
 #include "kernels/cuda/device/cp_async.cuh"
