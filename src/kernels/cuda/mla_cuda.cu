@@ -662,54 +662,18 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   // issuing, where w % 4 = wq put both warps of a group on one.
   const int wq = warp / kMmaWarpsD, wd = warp % kMmaWarpsD;
   const int gid = lane >> 2, tid4 = lane & 3;
-  const int H = p.num_heads;
-  // Calls of 32 heads or fewer pack `pack` consecutive query rows of a request into the block's
-  // 64 MMA rows (mla_mma_pack: MTP and causal chunks share the cache tiles), the block of a pack's
-  // first row taking them; otherwise a block is one query row and 64 of its heads (blockIdx.y).
-  const int pack = mla_mma_pack(H);
-  const int64_t row = blockIdx.x;
-  pdl_wait();
-  // A request the device-side plan refused: its rows, and so its packs, are skipped (the whole
-  // block, before any barrier).
-  if (p.row_req[row] < 0) return;
-  int rows_here = 1;  // query rows of this block
-  if (pack > 1) {
-    const int32_t b = p.row_req[row];
-    const int64_t i = row - p.qo_indptr[b];
-    if (i % pack != 0) return;  // block-uniform, before any barrier: the pack's first row has it
-    rows_here = static_cast<int>(min(static_cast<int64_t>(pack), p.qo_indptr[b + 1] - row));
-  }
-  const int h0 = pack > 1 ? 0 : static_cast<int>(blockIdx.y) * kMmaRows;
-  const int n_valid = pack > 1 ? rows_here * H : min(kMmaRows, H - h0);  // MMA rows in use, >= 1
-  // MMA row m: query row row + m / H and head m % H when packed, else row and head h0 + m.
-  const auto qrow_of = [&](int m) -> int64_t { return pack > 1 ? row + m / H : row; };
-  const auto head_of = [&](int m) { return pack > 1 ? m % H : h0 + m; };
-  // A row group past the last MMA row in use still copies and meets every block barrier.
+  // The block's MMA rows and tokens (mla_mma_block); a row group past the last MMA row in use
+  // still copies and meets every block barrier.
+  MlaMmaBlock blk;
+  if (!mla_mma_block<kMmaThreads, kMmaKvTile>(p, chunk, part_o, part_ml, blk)) return;
+  const int n_valid = blk.n_valid, n_tiles = blk.n_tiles;
+  const int32_t begin = blk.begin, stop_first = blk.stop_first, stop = blk.stop;
+  const auto qrow_of = [&](int m) { return blk.qrow_of(m); };
+  const auto head_of = [&](int m) { return blk.head_of(m); };
   const bool group_on = wq * 16 < n_valid;
-
-  // The tokens the split gives the block's rows: [begin, stop_r) for row r, stop growing with
-  // the row (a causal request's later queries see more; else all the same). The tiles run to the
-  // last row's stop; tiles past the first row's stop test each score against its row's.
-  if (p.max_kv_dev != nullptr) {
-    chunk = static_cast<int32_t>(
-        mla::mla_device_chunk(*p.max_kv_dev, gridDim.z, mla::kMmaKvTile, chunk));
-  }
-  const SplitSpan first = split_span(p, row, chunk);
-  const int32_t begin = first.begin, stop_first = first.stop;
-  const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;
-  if (part_o != nullptr && stop <= begin) {  // past every row's keys: the empty states only
-    for (int m = tid; m < n_valid; m += kMmaThreads) {
-      write_empty_state(p, qrow_of(m), head_of(m), part_ml);
-    }
-    return;  // block-uniform, before any barrier
-  }
-  const int n_tiles = stop > begin ? (stop - begin + kMmaKvTile - 1) / kMmaKvTile : 0;
   int32_t row_stop[2];  // this thread's two rows (gid and gid + 8 of its warp's 16)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int m = wq * 16 + gid + 8 * r;
-    row_stop[r] = pack > 1 && m < n_valid ? split_span(p, qrow_of(m), chunk).stop : stop_first;
-  }
+  for (int r = 0; r < 2; ++r) row_stop[r] = mla_mma_row_stop(p, blk, chunk, wq * 16 + gid + 8 * r);
 
   // Q: MMA row m is head head_of(m) of query row qrow_of(m), ckv dims in units 0-63, kpe in
   // 64-71; rows past the last in use are zeros (their scores are 0, never written). 16-bit: thread
@@ -733,59 +697,28 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     copy_part.template operator()<kU - kMmaCkvUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
                                                      p.qp_stride_h, kMmaCkvUnits);
   } else {
-    const auto* qn = static_cast<const uint8_t*>(p.q_nope);
-    const auto* qp = static_cast<const uint8_t*>(p.q_pe);
-    constexpr int kU8 = kU / 2, kCkv8 = kMmaCkvUnits / 2;  // 36 units a row, 32 of them ckv
-    const bool e5m2 = p.q_dtype == DType::kFloat8E5M2;
-#pragma unroll 1
-    for (int i = tid; i < kMmaRows * kU8; i += kMmaThreads) {
-      const int r = i / kU8, c = i % kU8;
-      if (r < n_valid) {
-        const int64_t qr = qrow_of(r);
-        const int h = head_of(r);
-        const uint8_t* src = c < kCkv8
-                                 ? qn + qr * p.qn_stride_n + h * p.qn_stride_h + c * 16
-                                 : qp + qr * p.qp_stride_n + h * p.qp_stride_h + (c - kCkv8) * 16;
-        const uint4 x = *reinterpret_cast<const uint4*>(src);
-        if (e5m2) {
-          dev::fp8_unit_widen_store<T, __NV_E5M2>(q_s, x, r, c, kU);
-        } else {
-          dev::fp8_unit_widen_store<T, __NV_E4M3>(q_s, x, r, c, kU);
-        }
-      } else {
-        q_s[dev::permuted_offset(r, 2 * c, kU)] = make_uint4(0, 0, 0, 0);
-        q_s[dev::permuted_offset(r, 2 * c + 1, kU)] = make_uint4(0, 0, 0, 0);
-      }
-    }
+    mla_fp8_query_units<kMmaThreads>(
+        p, blk,
+        [&](int r, int c, uint4 x, bool e5m2) {
+          if (e5m2) {
+            dev::fp8_unit_widen_store<T, __NV_E5M2>(q_s, x, r, c, kU);
+          } else {
+            dev::fp8_unit_widen_store<T, __NV_E4M3>(q_s, x, r, c, kU);
+          }
+        },
+        [&](int r, int c) {
+          q_s[dev::permuted_offset(r, 2 * c, kU)] = make_uint4(0, 0, 0, 0);
+          q_s[dev::permuted_offset(r, 2 * c + 1, kU)] = make_uint4(0, 0, 0, 0);
+        });
   }
 
-  const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
-  // The row addresses of tile `tile`'s tokens (the bases themselves at or past `stop`: their
-  // copies read nothing). A barrier separates a fill from the copies that read the cache before
-  // and after.
-  // page_id: this thread's token's page (0 past the end), its one global load; fill_from writes
-  // the offsets from it. In the loop the id is loaded an iteration ahead (`next_id`), so the
-  // load's latency (an L2 trip per tile at page size 1) hides behind a tile's math instead of
-  // holding warp 0, and with it the block's next barrier.
-  auto page_id = [&](int tile) -> int32_t {
-    if (tile >= n_tiles || tid >= kMmaKvTile) return 0;
-    const int32_t t = begin + tile * kMmaKvTile + tid;
-    return t < stop ? pages[page_size.div(static_cast<uint32_t>(t))] : 0;
-  };
+  // The row addresses of tile `tile`'s tokens (mla_tile_page / mla_tile_rows). A barrier
+  // separates a fill from the copies that read the cache before and after; in the loop the page id
+  // is loaded an iteration ahead (`next_id`), so that its latency does not hold warp 0, and with
+  // it the block's next barrier.
+  auto page_id = [&](int tile) { return mla_tile_page<kMmaKvTile>(blk, page_size, tile, tid); };
   auto fill_from = [&](int tile, int32_t page) {
-    if (tile >= n_tiles || tid >= kMmaKvTile) return;
-    const int32_t t = begin + tile * kMmaKvTile + tid;
-    int64_t co = 0, ko = 0;
-    if (t < stop) {
-      uint32_t pg = 0, sl = 0;
-      page_size.divmod(static_cast<uint32_t>(t), pg, sl);
-      const int64_t id = page;
-      constexpr int64_t kBytes = sizeof(TKV);
-      co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
-      ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
-    }
-    c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
-    k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
+    mla_tile_rows<kMmaKvTile, TKV>(p, blk, page_size, tile, page, tid, c_off, k_off);
   };
   auto fill = [&](int tile) { fill_from(tile, page_id(tile)); };
   // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of rows
@@ -1033,45 +966,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   }
   dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
   if (!group_on) return;     // no barrier below
-
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lr = l[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int mr = wq * 16 + gid + 8 * r;  // the MMA row
-    if (mr >= n_valid) continue;
-    const int64_t qr = qrow_of(mr);
-    const int h = head_of(mr);
-    const int dim0 = mla_mma_vo_dim_begin(wd) + tid4 * 2;
-    if (part_o == nullptr) {
-      // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
-      const bool empty = lr == 0.0f;
-      const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / lr;
-      T* dst = static_cast<T*>(p.o) + qr * p.o_stride_n + h * p.o_stride_h + dim0;
-#pragma unroll
-      for (int n = 0; n < kMmaVoDims / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + n * 8) =
-            dev::mma::pack2<T>(empty ? 0.0f : o[n][2 * r] * f, empty ? 0.0f : o[n][2 * r + 1] * f);
-      }
-      if (p.lse != nullptr && wd == 0 && tid4 == 0) {
-        float v = empty ? -INFINITY : m[r] + log2f(lr);
-        if (p.lse_base_e) v *= kMlaLn2;
-        p.lse[qr * p.lse_stride_n + h * p.lse_stride_h] = v;
-      }
-    } else {
-      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + qr) * p.num_heads + h;
-      float* dst = part_o + state * kMmaCkv + dim0;
-#pragma unroll
-      for (int n = 0; n < kMmaVoDims / 8; ++n) {
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
-      }
-      if (wd == 0 && tid4 == 0) {
-        part_ml[2 * state] = m[r];
-        part_ml[2 * state + 1] = lr;
-      }
-    }
-  }
+  mla_mma_store<T, kMmaVoDims / 8>(p, blk, wq * 16, gid, tid4, mla_mma_vo_dim_begin(wd) + tid4 * 2,
+                                   wd == 0, m, l, part_o, part_ml,
+                                   [&](int n, int e) { return o[n][e]; });
 }
 
 // ---- split merge ----------------------------------------------------------------------------

@@ -86,43 +86,17 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   const int wg = tid / 128, wt = tid % 128;  // the warpgroup (half of the dims), its thread
   const int warp = wt / 32;                  // its warp's 16 of the 64 rows
   const int gid = lane >> 2, tid4 = lane & 3;
-  const int H = p.num_heads;
-  const int pack = mla_mma_pack(H);
-  const int64_t row = blockIdx.x;
-  pdl_wait();
-  if (p.row_req[row] < 0) return;  // a request the device-side plan refused (block-uniform)
-  int rows_here = 1;               // query rows of this block
-  if (pack > 1) {
-    const int32_t b = p.row_req[row];
-    const int64_t i = row - p.qo_indptr[b];
-    if (i % pack != 0) return;  // block-uniform, before any barrier: the pack's first row has it
-    rows_here = static_cast<int>(min(static_cast<int64_t>(pack), p.qo_indptr[b + 1] - row));
-  }
-  const int h0 = pack > 1 ? 0 : static_cast<int>(blockIdx.y) * kMmaRows;
-  const int n_valid = pack > 1 ? rows_here * H : min(kMmaRows, H - h0);  // MMA rows in use
-  // MMA row m: query row row + m / H and head m % H when packed, else row and head h0 + m.
-  const auto qrow_of = [&](int m) -> int64_t { return pack > 1 ? row + m / H : row; };
-  const auto head_of = [&](int m) { return pack > 1 ? m % H : h0 + m; };
-
-  if (p.max_kv_dev != nullptr) {
-    chunk = static_cast<int32_t>(mla_device_chunk(*p.max_kv_dev, gridDim.z, kTok, chunk));
-  }
-  const SplitSpan first = split_span(p, row, chunk);
-  const int32_t begin = first.begin, stop_first = first.stop;
-  const int32_t stop = rows_here > 1 ? split_span(p, row + rows_here - 1, chunk).stop : stop_first;
-  if (part_o != nullptr && stop <= begin) {  // past every row's keys: the empty states only
-    for (int m = tid; m < n_valid; m += kSm90MlaThreads) {
-      write_empty_state(p, qrow_of(m), head_of(m), part_ml);
-    }
-    return;  // block-uniform, before any barrier
-  }
-  const int n_tiles = stop > begin ? (stop - begin + kTok - 1) / kTok : 0;
+  // The block's MMA rows and tokens (mla_mma_block, mla_decode_mma_kernel's).
+  MlaMmaBlock blk;
+  if (!mla_mma_block<kSm90MlaThreads, kTok>(p, chunk, part_o, part_ml, blk)) return;
+  const int n_valid = blk.n_valid, n_tiles = blk.n_tiles;
+  const int32_t begin = blk.begin, stop_first = blk.stop_first, stop = blk.stop;
+  const auto qrow_of = [&](int m) { return blk.qrow_of(m); };
+  const auto head_of = [&](int m) { return blk.head_of(m); };
   int32_t row_stop[2];  // this thread's two rows (gid and gid + 8 of its warp's 16)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int m = warp * 16 + gid + 8 * r;
-    row_stop[r] = pack > 1 && m < n_valid ? split_span(p, qrow_of(m), chunk).stop : stop_first;
-  }
+  for (int r = 0; r < 2; ++r)
+    row_stop[r] = mla_mma_row_stop(p, blk, chunk, warp * 16 + gid + 8 * r);
 
   // fp8 (16 values of a 16-byte unit x, dims dim .. dim + 15 of row r) widened to T exactly into
   // the swizzled tile `tile` (Q's layout or the cache tile's: `offset`). Threads with bit 2 of the
@@ -160,55 +134,26 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
     copy_part.template operator()<kKpeUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
                                              p.qp_stride_h, kMmaCkv);
   } else {
-    const auto* qn = static_cast<const uint8_t*>(p.q_nope);
-    const auto* qp = static_cast<const uint8_t*>(p.q_pe);
-    constexpr int kU8 = kMmaUnits / 2, kCkv8 = kCkvUnits / 2;  // 36 units a row, 32 of them ckv
-    const bool e5m2 = p.q_dtype == DType::kFloat8E5M2;
-#pragma unroll 1
-    for (int i = tid; i < kMmaRows * kU8; i += kSm90MlaThreads) {
-      const int r = i / kU8, c = i % kU8;
-      if (r < n_valid) {
-        const int64_t qr = qrow_of(r);
-        const int h = head_of(r);
-        const uint8_t* src = c < kCkv8
-                                 ? qn + qr * p.qn_stride_n + h * p.qn_stride_h + c * 16
-                                 : qp + qr * p.qp_stride_n + h * p.qp_stride_h + (c - kCkv8) * 16;
-        const uint4 x = *reinterpret_cast<const uint4*>(src);
-        if (e5m2) {
-          widen_unit.template operator()<__NV_E5M2>(q_s, q_at, x, r, 16 * c);
-        } else {
-          widen_unit.template operator()<__NV_E4M3>(q_s, q_at, x, r, 16 * c);
-        }
-      } else {
-        *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c)) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c + 8)) = make_uint4(0, 0, 0, 0);
-      }
-    }
+    mla_fp8_query_units<kSm90MlaThreads>(
+        p, blk,
+        [&](int r, int c, uint4 x, bool e5m2) {
+          if (e5m2) {
+            widen_unit.template operator()<__NV_E5M2>(q_s, q_at, x, r, 16 * c);
+          } else {
+            widen_unit.template operator()<__NV_E4M3>(q_s, q_at, x, r, 16 * c);
+          }
+        },
+        [&](int r, int c) {
+          *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c)) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(q_s + Tr::q_offset(r, 16 * c + 8)) = make_uint4(0, 0, 0, 0);
+        });
   }
 
-  const int32_t* pages = p.kv_indices + p.kv_indptr[first.b];
-  // The row addresses of tile `tile`'s tokens (the bases themselves at or past `stop`: their
-  // copies read nothing), mla_decode_mma_kernel's: page_id loads this thread's token's page (an
-  // iteration ahead in the loop), fill_from writes the addresses from it.
-  auto page_id = [&](int tile) -> int32_t {
-    if (tile >= n_tiles || tid >= kTok) return 0;
-    const int32_t t = begin + tile * kTok + tid;
-    return t < stop ? pages[page_size.div(static_cast<uint32_t>(t))] : 0;
-  };
+  // The row addresses of tile `tile`'s tokens (mla_tile_page, an iteration ahead in the loop;
+  // mla_tile_rows).
+  auto page_id = [&](int tile) { return mla_tile_page<kTok>(blk, page_size, tile, tid); };
   auto fill_from = [&](int tile, int32_t page) {
-    if (tile >= n_tiles || tid >= kTok) return;
-    const int32_t t = begin + tile * kTok + tid;
-    int64_t co = 0, ko = 0;
-    if (t < stop) {
-      uint32_t pg = 0, sl = 0;
-      page_size.divmod(static_cast<uint32_t>(t), pg, sl);
-      const int64_t id = page;
-      constexpr int64_t kBytes = sizeof(TKV);
-      co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
-      ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
-    }
-    c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
-    k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
+    mla_tile_rows<kTok, TKV>(p, blk, page_size, tile, page, tid, c_off, k_off);
   };
   // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of tokens
   // tid / kCkvUS + kPass i and kpe unit tid % kKpeUS of token tid / kKpeUS (16-bit: every thread;
@@ -440,45 +385,9 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   }
   dev::cp_async::wait<0>();  // the groups still open are empty; nothing lands after exit
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lr = l[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int mr = warp * 16 + gid + 8 * r;  // the MMA row
-    if (mr >= n_valid) continue;
-    const int64_t qr = qrow_of(mr);
-    const int h = head_of(mr);
-    const int dim0 = wg * kSm90MlaHalf + tid4 * 2;
-    if (part_o == nullptr) {
-      // Nothing visible, or no finite score: l == 0, out 0 and LSE -inf (the CPU rule).
-      const bool empty = lr == 0.0f;
-      const float f = empty ? 0.0f : mla_out_scale(p) * p.ckv_scale / lr;
-      T* dst = static_cast<T*>(p.o) + qr * p.o_stride_n + h * p.o_stride_h + dim0;
-#pragma unroll
-      for (int n = 0; n < kSm90MlaHalf / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = dev::mma::pack2<T>(
-            empty ? 0.0f : tOrO(4 * n + 2 * r) * f, empty ? 0.0f : tOrO(4 * n + 2 * r + 1) * f);
-      }
-      if (p.lse != nullptr && wg == 0 && tid4 == 0) {
-        float v = empty ? -INFINITY : m[r] + log2f(lr);
-        if (p.lse_base_e) v *= kMlaLn2;
-        p.lse[qr * p.lse_stride_n + h * p.lse_stride_h] = v;
-      }
-    } else {
-      const int64_t state = (static_cast<int64_t>(blockIdx.z) * p.rows + qr) * p.num_heads + h;
-      float* dst = part_o + state * kMmaCkv + dim0;
-#pragma unroll
-      for (int n = 0; n < kSm90MlaHalf / 8; ++n) {
-        *reinterpret_cast<float2*>(dst + n * 8) =
-            make_float2(tOrO(4 * n + 2 * r), tOrO(4 * n + 2 * r + 1));
-      }
-      if (wg == 0 && tid4 == 0) {
-        part_ml[2 * state] = m[r];
-        part_ml[2 * state + 1] = lr;
-      }
-    }
-  }
+  mla_mma_store<T, kSm90MlaHalf / 8>(p, blk, warp * 16, gid, tid4, wg * kSm90MlaHalf + tid4 * 2,
+                                     wg == 0, m, l, part_o, part_ml,
+                                     [&](int n, int e) { return tOrO(4 * n + e); });
 }
 
 }  // namespace flashinfer::kernels::cuda::mla
