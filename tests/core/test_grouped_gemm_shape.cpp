@@ -372,3 +372,55 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
   EXPECT_FALSE(misfit8([](auto& q) { q.b_stride_e = 4096 * 7168 + 16; }));
   EXPECT_TRUE(misfit8([](auto& q) { q.a = reinterpret_cast<const uint8_t*>(buf) + 8; }));
 }
+
+// The block-scaled CUTLASS route (grouped_mm_fp8_block_scaled on Hopper, opt-in): the e4m3 rules
+// above, both scales and no alpha, whole 128-wide n and k blocks (DeepSeek-V3's GEMM1 and GEMM2:
+// 4096 x 7168 and 7168 x 2048), the scales dense as CUTLASS derives them from each group's shape.
+TEST(GroupedGemmShape, CutlassBlockScaledRouteTakesDeepSeekShapes) {
+  using flashinfer::DType;
+  using flashinfer::kernels::cutlass_grouped_block_misfit;
+  using flashinfer::kernels::GroupedMmCudaParams;
+  alignas(16) static uint16_t buf[64];
+  alignas(16) static float scales[64];
+  GroupedMmCudaParams p;
+  p.in_dtype = p.b_dtype = DType::kFloat8E4M3FN;
+  p.a = p.b = p.out = buf;
+  p.num_groups = 8;
+  p.cum_m = 1000;
+  p.n = 4096;
+  p.k = 7168;
+  p.a_stride_m = p.b_stride_n = p.k;
+  p.b_stride_e = p.n * p.k;
+  p.out_stride_m = p.n;
+  p.a_block_scale = p.b_block_scale = scales;
+  p.a_block_scale_stride = 7168 / 128;
+  p.b_block_scale_stride_e = (4096 / 128) * (7168 / 128);
+  EXPECT_EQ(cutlass_grouped_block_misfit(p, 90), nullptr);
+  EXPECT_NE(cutlass_grouped_block_misfit(p, 100), nullptr);
+  auto misfit = [&](auto change) {
+    GroupedMmCudaParams q = p;
+    change(q);
+    return cutlass_grouped_block_misfit(q, 90) != nullptr;
+  };
+  // GEMM2's shape (n = hidden 7168, k = intermediate 2048).
+  EXPECT_FALSE(misfit([](auto& q) {
+    q.n = 7168, q.k = 2048, q.a_stride_m = q.b_stride_n = 2048, q.out_stride_m = 7168;
+    q.b_stride_e = 7168 * 2048, q.a_block_scale_stride = 16, q.b_block_scale_stride_e = 56 * 16;
+  }));
+  static const float alpha = 2.0f;
+  EXPECT_TRUE(misfit([](auto& q) { q.alpha = &alpha; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.a_block_scale = nullptr; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.b_block_scale = nullptr; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kBFloat16; }));
+  // Partial blocks (the tests' hidden size 144) stay on the mma.sync kernel.
+  EXPECT_TRUE(misfit([](auto& q) { q.k = 7168 + 16, q.a_stride_m = q.b_stride_n = 7184; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.n = 4096 + 64, q.out_stride_m = 4160; }));
+  EXPECT_TRUE(misfit([](auto& q) { q.a_block_scale_stride = 57; }));     // padded scale rows
+  EXPECT_TRUE(misfit([](auto& q) { q.b_block_scale_stride_e = 100; }));  // weights' scales overlap
+  EXPECT_FALSE(misfit([](auto& q) { q.b_block_scale_stride_e = 32 * 56 + 4; }));
+  EXPECT_TRUE(misfit([](auto& q) {
+    q.a_block_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(scales) + 2);
+  }));
+  // The operands' own rules still hold (a row stride off 16 bytes).
+  EXPECT_TRUE(misfit([](auto& q) { q.a_stride_m = 7176; }));
+}

@@ -839,6 +839,8 @@ TEST(MoeCudaFp8, PerTensorBitExactOnIntegerOperands) {
 // a skipped CUDA case as a failure).
 TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperandsOrRefusedOffSm90) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
+  // The mma.sync kernel, whatever the run exported (CUTLASS's block-scaled route has its own test).
+  const testing::ScopedEnv no_cutlass_block("FLASHINFER_MOE_FP8_BLOCK_CUTLASS", nullptr);
   if (!block_scale_runs_here()) {
     Fp8Case c;
     c.block = true;
@@ -870,6 +872,64 @@ TEST(MoeCudaFp8, BlockScaleBitExactOnIntegerOperandsOrRefusedOffSm90) {
     EXPECT_GT(std::count_if(r.begin(), r.end(), [](double v) { return v != 0.0; }), c.H)
         << label(c);
   }
+}
+
+// FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1 (sm_90, a build with CUTLASS): the grouped route's GEMMs
+// whose n and k are whole 128-wide blocks run CUTLASS's block-scaled grouped GEMM
+// (kernels/cuda/grouped_gemm_cutlass_fp8_block.cu), the others the mma.sync kernel; the route
+// counters say which. CUTLASS's FP8 wgmma sums a 128-deep k block with about 14 significant bits
+// before the block's scales and the fp32 accumulator, so the output is held to
+// PerTensorBitExactOnIntegerOperands' bound against the CPU (and to the bit where no CUTLASS GEMM
+// ran), and random operands to the output dtype's tolerance of the fp64 formula.
+TEST(MoeCudaFp8, BlockScaleOnCutlassWhereItFits) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  if (!block_scale_runs_here()) GTEST_SKIP() << "the block-scale path runs on sm_90 only";
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  constexpr bool kCutlass = true;
+#else
+  constexpr bool kCutlass = false;
+#endif
+  const testing::ScopedEnv on("FLASHINFER_MOE_FP8_BLOCK_CUTLASS", "1");
+  const auto fits = [](int64_t n, int64_t k) { return n % 128 == 0 && k % 128 == 0; };
+  int cutlass_gemms = 0;
+  for (const Fp8Case& c : cuda_cases(true)) {
+    if (!grouped_route(c, 2)) continue;
+    const Fp8Inputs in = integer_inputs(c);
+    const Tensor ref = run(c, in)[0];
+    const Fp8Inputs g = to_cuda(in);
+    // GEMM1: n = I (the cases' activations are not gated), k = H; GEMM2: n = H, k = I.
+    const uint64_t want = kCutlass ? uint64_t{fits(c.I, c.H)} + uint64_t{fits(c.H, c.I)} : 0;
+    const moe_cuda::GroupedMmRoutes r0 = moe_cuda::grouped_mm_routes();
+    bool grouped = false;
+    const Tensor got = run_cuda(c, g, 2, &grouped);
+    const moe_cuda::GroupedMmRoutes r1 = moe_cuda::grouped_mm_routes();
+    EXPECT_TRUE(grouped) << label(c);
+    EXPECT_EQ(r1.cutlass - r0.cutlass, want) << label(c);
+    EXPECT_EQ(r1.mma - r0.mma, 2 - want) << label(c);
+    cutlass_gemms += static_cast<int>(want);
+    double scale = 0.0;
+    for (double v : ref.to_double_vector()) scale = std::max(scale, std::abs(v));
+    const Tolerance tol =
+        want > 0 ? Tolerance{std::ldexp(scale, -10), std::ldexp(1.0, -7)} : Tolerance{0, 0};
+    EXPECT_TRUE(all_close(got, ref, tol)) << label(c);
+  }
+  EXPECT_EQ(cutlass_gemms > 0, kCutlass) << "no case reached the CUTLASS route";
+  // Random operands: DeepSeek's gated SwiGLU (GEMM1 n = 2 I), two experts' worth of rows each.
+  Fp8Case c;
+  c.block = true;
+  c.H = 256;
+  c.I = 128;
+  c.T = 40;
+  c.seed = 321;
+  const Fp8Inputs in = make_inputs(c);
+  const Fp8Inputs g = to_cuda(in);
+  const moe_cuda::GroupedMmRoutes r0 = moe_cuda::grouped_mm_routes();
+  bool grouped = false;
+  const Tensor got = run_cuda(c, g, 2, &grouped);
+  EXPECT_TRUE(grouped);
+  EXPECT_EQ(moe_cuda::grouped_mm_routes().cutlass - r0.cutlass, kCutlass ? 2u : 0u);
+  EXPECT_TRUE(matches(got, formula(c, in), c.out_dt));
+  EXPECT_TRUE(all_close(got, run(c, in)[0], default_tolerance(c.out_dt)));
 }
 
 // Random operands (the formula tests' cases: gated activations, SwiGLU parameters, biases,

@@ -39,6 +39,8 @@ inline constexpr KernelSwitch kKernelSwitches[] = {
      "the chunked GDN kernel with one copy stage (2: two) whatever the grid", true},
     {"FLASHINFER_GROUPED_MM_CUTLASS", "0",
      "grouped GEMMs on the mma.sync kernel, not CUTLASS's (sm_90)", true},
+    {"FLASHINFER_MOE_FP8_BLOCK_CUTLASS", "1",
+     "DeepSeek FP8 block-scale MoE GEMMs on CUTLASS's block-scaled grouped GEMM (sm_90)", true},
     {"FLASHINFER_MOE_GROUPED", "0",
      "fused MoE (cutlass_fused_moe, trtllm_bf16_moe) on the GEMV route at every batch size", true},
     {"FLASHINFER_CUDA_CACHING_ALLOCATOR", "0",

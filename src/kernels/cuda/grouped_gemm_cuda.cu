@@ -572,6 +572,13 @@ void grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream) {
                         "the block-scaled grouped GEMM takes e4m3 operands in the mma.sync "
                         "kernel's layout, both block scales and no alpha");
   if (p.cum_m == 0 || p.n == 0 || p.num_groups == 0) return;
+#if FLASHINFER_WITH_CUTLASS
+  // CUTLASS's block-scaled grouped GEMM on Hopper, where it is switched on and takes the call.
+  if (cutlass_grouped_mm_fp8_block_scaled(p, stream, op)) {
+    g_cutlass_runs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+#endif
   launch_mma(p, MmaLayout::kBKMajor, static_cast<cudaStream_t>(stream), op);
   g_mma_runs.fetch_add(1, std::memory_order_relaxed);
 }

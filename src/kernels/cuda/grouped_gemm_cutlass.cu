@@ -4,7 +4,8 @@
 // 128 rows a group (docs/STATUS.md, issue 46): this is the Hopper path cuBLAS itself takes. Built
 // only when CUTLASS's headers are found (PyPI's nvidia-cutlass, scripts/bootstrap) and only for
 // sm_90a (its own CMake target): wgmma and the TMA descriptor updates are sm_90a instructions.
-// This file holds the entry point and the bf16 instance; grouped_gemm_cutlass_fp8.cu the e4m3 one.
+// This file holds the entry points and the bf16 instance; grouped_gemm_cutlass_fp8.cu the e4m3 one,
+// grouped_gemm_cutlass_fp8_block.cu the e4m3 one with DeepSeek's block scales.
 #include "kernels/cuda/grouped_gemm_cutlass.cuh"
 
 #include <cstdlib>
@@ -22,7 +23,25 @@ bool enabled() {
   return e == nullptr || std::string_view(e) != "0";
 }
 
+// FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1: the block-scaled instance (opt-in; read at every call).
+bool block_enabled() {
+  const char* e = std::getenv("FLASHINFER_MOE_FP8_BLOCK_CUTLASS");
+  return e != nullptr && std::string_view(e) == "1";
+}
+
 }  // namespace
+
+bool cutlass_grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream,
+                                         const char* op) {
+  if (!enabled() || !block_enabled()) return false;
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  if (cutlass_grouped_block_misfit(p, detail::cuda_compute_capability(device)) != nullptr) {
+    return false;
+  }
+  static StreamScratchPool pool("block-scaled grouped GEMM scratch");
+  return cutlass_grouped::run_fp8_block(p, static_cast<cudaStream_t>(stream), device, pool, op);
+}
 
 bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op) {
   if (!enabled()) return false;

@@ -250,4 +250,9 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
 bool run_e4m3(const GroupedMmCudaParams& p, cudaStream_t s, int device, StreamScratchPool& pool,
               const char* op);
 
+/// The e4m3 instance with DeepSeek's block scales (grouped_gemm_cutlass_fp8_block.cu; `p` taken by
+/// cutlass_grouped_block_misfit).
+bool run_fp8_block(const GroupedMmCudaParams& p, cudaStream_t s, int device,
+                   StreamScratchPool& pool, const char* op);
+
 }  // namespace flashinfer::kernels::cuda::cutlass_grouped

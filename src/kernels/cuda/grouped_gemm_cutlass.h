@@ -18,4 +18,12 @@ namespace flashinfer::kernels::cuda {
 /// Error naming `op` when a CUDA or CUTLASS call fails after that.
 bool cutlass_grouped_mm(const GroupedMmCudaParams& p, void* stream, const char* op);
 
+/// grouped_mm_fp8_block_scaled's `p` (cutlass_fused_moe's DeepSeek FP8 block-scale GEMMs) through
+/// CUTLASS's sm90 grouped GEMM with blockwise scaling (grouped_gemm_cutlass_fp8_block.cu), when
+/// FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1 (opt-in until a GPU has run it against the mma.sync kernel;
+/// read at each call) and cutlass_grouped_block_misfit takes it. False, having run nothing,
+/// otherwise (or as cutlass_grouped_mm declines); the caller then runs the mma.sync kernel.
+bool cutlass_grouped_mm_fp8_block_scaled(const GroupedMmCudaParams& p, void* stream,
+                                         const char* op);
+
 }  // namespace flashinfer::kernels::cuda

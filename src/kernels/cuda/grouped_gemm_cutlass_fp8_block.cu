@@ -1,0 +1,166 @@
+// grouped_mm_fp8_block_scaled's Hopper path (cutlass_fused_moe's DeepSeek FP8 block-scale GEMMs on
+// the grouped route): CUTLASS's sm90 grouped GEMM with blockwise scaling (TMA, wgmma on e4m3, two
+// consumer warpgroups on 128 x 128 x 128 tiles, a producer warp; "FP8Blockwise"): each 128-wide k
+// block's wgmma partial sums are multiplied by the row's activation scale and the weight's
+// 128 x 128 block scale and added into fp32 accumulators, as the mma.sync kernel and the GEMV route
+// promote them (kernels/moe_cutlass_fp8_rules.h); out = round_bf16(acc). The scales stay in the
+// layouts the route writes and upstream's weights carry: a's [row][k block] and each weight's
+// [n block][k block], k-major for CUTLASS's scale config. Opt-in
+// (FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1) until a GPU has run it against the mma.sync kernel. Built
+// with CUTLASS's headers for sm_90a (src/CMakeLists.txt, the flashinfer_cutlass target).
+#include <cutlass/detail/blockwise_scale_layout.hpp>
+
+#include "kernels/cuda/grouped_gemm_cutlass.cuh"
+#include "kernels/cuda/grouped_gemm_cutlass.h"
+#include "kernels/grouped_gemm_cutlass_rules.h"
+
+namespace flashinfer::kernels::cuda {
+namespace cutlass_grouped {
+namespace {
+
+// 1 x 128 activation scales and 128 x 128 weight scales, both k-major (a k block's scales
+// consecutive), as the route stores them.
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::K,
+                                                              cute::GMMA::Major::K>;
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+struct BlockInstance {
+  static constexpr int kAlignAB = 16;  // e4m3 elements in 16 bytes
+  static constexpr int kAlignD = 8;
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, Bf16,
+      LayoutD*, kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<Bf16, float, void, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, cute::tuple<LayoutA*, LayoutSFA*>,
+      kAlignAB, E4m3, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+
+  /// The per-group arrays CUTLASS reads, carved from the front of the stream's scratch.
+  struct Arrays {
+    Shape3* shapes;
+    const E4m3** a;
+    const E4m3** b;
+    Bf16** d;
+    StrideA* sa;
+    StrideB* sb;
+    StrideD* sd;
+    const float** sfa;
+    const float** sfb;
+    LayoutSFA* lsfa;
+    LayoutSFB* lsfb;
+  };
+
+  /// Bytes of the arrays of `groups` groups; with `base`, their addresses from there.
+  static std::size_t arrays(int64_t groups, char* base, Arrays* out) {
+    const auto n = static_cast<std::size_t>(groups);
+    std::size_t off = 0;
+    auto take = [&](auto*& ptr, std::size_t each) {
+      using P = std::remove_reference_t<decltype(ptr)>;
+      if (out != nullptr) ptr = reinterpret_cast<P>(base + off);
+      off += align16(each * n);
+    };
+    Arrays g{};
+    take(g.shapes, sizeof(Shape3));
+    take(g.a, sizeof(*g.a));
+    take(g.b, sizeof(*g.b));
+    take(g.d, sizeof(*g.d));
+    take(g.sa, sizeof(*g.sa));
+    take(g.sb, sizeof(*g.sb));
+    take(g.sd, sizeof(*g.sd));
+    take(g.sfa, sizeof(*g.sfa));
+    take(g.sfb, sizeof(*g.sfb));
+    take(g.lsfa, sizeof(*g.lsfa));
+    take(g.lsfb, sizeof(*g.lsfb));
+    if (out != nullptr) *out = g;
+    return off;
+  }
+};
+
+/// Group i's shape, operands, strides and scales (cutlass_group_prep_kernel's rows and weight map):
+/// a's scales from its first row on, the weight's from its first n block on.
+__global__ void cutlass_block_prep_kernel(BlockInstance::Arrays g, GroupedMmCudaParams p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.num_groups) return;
+  const grouped::GmmGroup r = grouped::gmm_group_rows(p.m_indptr[i], p.m_indptr[i + 1], p.cum_m);
+  const int64_t w = p.b_index != nullptr ? p.b_index[i] : i;
+  const int m = static_cast<int>(r.end - r.begin), n = static_cast<int>(p.n),
+            k = static_cast<int>(p.k);
+  g.shapes[i] = Shape3{m, n, k};
+  g.a[i] = static_cast<const E4m3*>(p.a) + r.begin * p.a_stride_m;
+  g.b[i] = static_cast<const E4m3*>(p.b) + w * p.b_stride_e;
+  g.d[i] = static_cast<Bf16*>(p.out) + r.begin * p.out_stride_m;
+  g.sa[i] = cute::make_stride(p.a_stride_m, cute::Int<1>{}, cute::Int<0>{});
+  g.sb[i] = cute::make_stride(p.b_stride_n, cute::Int<1>{}, cute::Int<0>{});
+  g.sd[i] = cute::make_stride(p.out_stride_m, cute::Int<1>{}, cute::Int<0>{});
+  g.sfa[i] = p.a_block_scale + r.begin * p.a_block_scale_stride;
+  g.sfb[i] = p.b_block_scale + w * p.b_block_scale_stride_e;
+  g.lsfa[i] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
+  g.lsfb[i] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, k, 1));
+}
+
+}  // namespace
+
+bool run_fp8_block(const GroupedMmCudaParams& p, cudaStream_t s, int device,
+                   StreamScratchPool& pool, const char* op) {
+  using I = BlockInstance;
+  using Gemm = I::Gemm;
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = device;
+  hw.sm_count = sm_count(device);
+  typename Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.hw_info = hw;
+  args.epilogue.thread.alpha = 1.0f;  // the scales are in the mainloop's promotion
+  args.epilogue.thread.beta = 0.0f;
+  const std::size_t arrays = align256(I::arrays(p.num_groups, nullptr, nullptr));
+  const std::size_t workspace = Gemm::get_workspace_size(args);
+  const std::optional<StreamScratch> scratch =
+      pool.try_acquire(op, device, s, arrays + align16(workspace));
+  if (!scratch) return false;
+  auto* base = static_cast<char*>(scratch->data());
+  I::Arrays g{};
+  I::arrays(p.num_groups, base, &g);
+  args.problem_shape = {static_cast<int>(p.num_groups), g.shapes, nullptr};
+  args.mainloop.ptr_A = g.a;
+  args.mainloop.dA = g.sa;
+  args.mainloop.ptr_B = g.b;
+  args.mainloop.dB = g.sb;
+  args.mainloop.ptr_SFA = g.sfa;
+  args.mainloop.layout_SFA = g.lsfa;
+  args.mainloop.ptr_SFB = g.sfb;
+  args.mainloop.layout_SFB = g.lsfb;
+  args.epilogue.ptr_D = g.d;
+  args.epilogue.dD = g.sd;
+  const typename AdapterCache<Gemm>::Key key{device, base, p.num_groups, nullptr, false};
+  std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
+  if (!gemm) {
+    auto fresh = std::make_shared<Gemm>();
+    if (fresh->can_implement(args) != cutlass::Status::kSuccess) return false;
+    if (fresh->initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
+    AdapterCache<Gemm>::instance().put(key, fresh);
+    gemm = std::move(fresh);
+  }
+  constexpr int kPrepThreads = 128;
+  const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
+  cutlass_block_prep_kernel<<<blocks, kPrepThreads, 0, s>>>(g, p);
+  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+  const cutlass::Status run = gemm->run(s);
+  FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
+                        "CUTLASS block-scaled grouped GEMM launch: ", cutlassGetStatusString(run));
+  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+  return true;
+}
+
+}  // namespace cutlass_grouped
+}  // namespace flashinfer::kernels::cuda
