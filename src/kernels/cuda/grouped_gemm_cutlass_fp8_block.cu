@@ -123,6 +123,8 @@ bool run_fp8_block(const GroupedMmCudaParams& p, cudaStream_t s, int device,
   args.hw_info = hw;
   args.epilogue.thread.alpha = 1.0f;  // the scales are in the mainloop's promotion
   args.epilogue.thread.beta = 0.0f;
+  // The group count before the workspace is sized (the shapes themselves are on the device).
+  args.problem_shape = {static_cast<int>(p.num_groups), nullptr, nullptr};
   const std::size_t arrays = align256(I::arrays(p.num_groups, nullptr, nullptr));
   const std::size_t workspace = Gemm::get_workspace_size(args);
   const std::optional<StreamScratch> scratch =
