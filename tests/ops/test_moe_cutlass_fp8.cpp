@@ -890,9 +890,24 @@ TEST(MoeCudaFp8, BlockScaleOnCutlassWhereItFits) {
   constexpr bool kCutlass = false;
 #endif
   const testing::ScopedEnv on("FLASHINFER_MOE_FP8_BLOCK_CUTLASS", "1");
+  const testing::ScopedEnv cutlass_on("FLASHINFER_GROUPED_MM_CUTLASS", nullptr);
   const auto fits = [](int64_t n, int64_t k) { return n % 128 == 0 && k % 128 == 0; };
   int cutlass_gemms = 0;
-  for (const Fp8Case& c : cuda_cases(true)) {
+  // The cases of the block-scale test, and one whose GEMMs both have two n blocks and two k
+  // blocks (only there do the weights' k-major scales differ from an n-major reading, and each
+  // row's scales span two k blocks), with rows enough for two m tiles.
+  std::vector<Fp8Case> cases = cuda_cases(true);
+  Fp8Case big;
+  big.block = true;
+  big.E = 2;
+  big.K = 2;
+  big.T = 140;
+  big.H = big.I = 256;
+  big.act = ActivationType::Relu;
+  big.biases = true;
+  big.seed = 333;
+  cases.push_back(big);
+  for (const Fp8Case& c : cases) {
     if (!grouped_route(c, 2)) continue;
     const Fp8Inputs in = integer_inputs(c);
     const Tensor ref = run(c, in)[0];

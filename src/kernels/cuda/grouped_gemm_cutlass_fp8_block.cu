@@ -1,9 +1,10 @@
 // grouped_mm_fp8_block_scaled's Hopper path (cutlass_fused_moe's DeepSeek FP8 block-scale GEMMs on
 // the grouped route): CUTLASS's sm90 grouped GEMM with blockwise scaling (TMA, wgmma on e4m3, two
 // consumer warpgroups on 128 x 128 x 128 tiles, a producer warp; "FP8Blockwise"): each 128-wide k
-// block's wgmma partial sums are multiplied by the row's activation scale and the weight's
-// 128 x 128 block scale and added into fp32 accumulators, as the mma.sync kernel and the GEMV route
-// promote them (kernels/moe_cutlass_fp8_rules.h); out = round_bf16(acc). The scales stay in the
+// block's wgmma partial sums are multiplied by the product of the row's activation scale and the
+// weight's 128 x 128 block scale and added into fp32 accumulators (the mma.sync kernel and the
+// GEMV route round each step apart: kernels/moe_cutlass_fp8_rules.h; here the scale product is
+// one rounding and the add may fuse with it); out = round_bf16(acc). The scales stay in the
 // layouts the route writes and upstream's weights carry: a's [row][k block] and each weight's
 // [n block][k block], k-major for CUTLASS's scale config. Opt-in
 // (FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1) until a GPU has run it against the mma.sync kernel. Built
@@ -57,6 +58,8 @@ struct BlockInstance {
     StrideD* sd;
     const float** sfa;
     const float** sfb;
+    // Each group's scale layouts: CUTLASS 4.2 derives them from the group's shape instead, but its
+    // arguments take them (written for a version that reads them).
     LayoutSFA* lsfa;
     LayoutSFB* lsfb;
   };
