@@ -27,14 +27,12 @@ using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
 struct BlockInstance {
-  static constexpr int kAlignAB = 16;  // e4m3 elements in 16 bytes
-  static constexpr int kAlignD = 8;
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, Bf16,
-      LayoutD*, kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<Bf16, float, void, float>>::CollectiveOp;
+  // The e4m3 instance's tile (128 x 128 x 128 bytes of k), alignments and epilogue (D =
+  // round_bf16(alpha acc), alpha 1 here: the scales are in the mainloop's promotion).
+  using Plain = Instance<E4m3>;
+  static constexpr int kAlignAB = Plain::kAlignAB;
+  using TileShape = Plain::TileShape;
+  using Epilogue = Plain::Epilogue;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E4m3, cute::tuple<LayoutA*, LayoutSFA*>,
       kAlignAB, E4m3, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
