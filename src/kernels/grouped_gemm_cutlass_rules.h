@@ -53,19 +53,18 @@ inline const char* cutlass_grouped_misfit(const GroupedMmCudaParams& p, int cc) 
 
 /// Why the CUTLASS sm90 block-scaled grouped GEMM (grouped_gemm_cutlass_fp8_block.cu) does not take
 /// grouped_mm_fp8_block_scaled's `p` (nullptr: it does): cutlass_grouped_misfit's rules for e4m3
-/// operands, both block scales and no alpha, whole 128-wide n and k blocks (DeepSeek's GEMMs:
-/// the partial blocks of other shapes stay on the mma.sync kernel), and the scales dense in the
-/// layouts CUTLASS derives from each group's shape: a's ceil(k / 128) a row, each weight's n / 128
-/// rows of them, 4-byte aligned.
+/// operands, both block scales and no alpha, and the scales dense in the layouts CUTLASS derives
+/// from each group's shape: a's ceil(k / 128) a row, each weight's ceil(n / 128) rows of them,
+/// 4-byte aligned. Partial last n or k blocks are CUTLASS's as they are the mma.sync kernel's:
+/// TMA zero-fills the k tile past k, and the scale loads stop at the blocks the shape has.
 inline const char* cutlass_grouped_block_misfit(const GroupedMmCudaParams& p, int cc) {
   if (const char* why = cutlass_grouped_misfit(p, cc)) return why;
   if (p.in_dtype != DType::kFloat8E4M3FN) return "not e4m3 operands";
   if (p.a_block_scale == nullptr || p.b_block_scale == nullptr) return "no block scales";
   if (p.alpha != nullptr) return "an alpha besides the block scales";
-  if (p.n % 128 != 0 || p.k % 128 != 0) return "n or k not whole 128-wide blocks";
-  const int64_t kb = p.k / 128;
+  const int64_t kb = (p.k + 127) / 128, nb = (p.n + 127) / 128;
   if (p.a_block_scale_stride != kb) return "a's scales not ceil(k / 128) a row";
-  if (p.b_block_scale_stride_e < (p.n / 128) * kb) return "b's scales overlap between weights";
+  if (p.b_block_scale_stride_e < nb * kb) return "b's scales overlap between weights";
   if (reinterpret_cast<uintptr_t>(p.a_block_scale) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(p.b_block_scale) % 4 != 0) {
     return "scales not 4-byte aligned";

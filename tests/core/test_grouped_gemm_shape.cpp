@@ -374,8 +374,8 @@ TEST(GroupedGemmShape, CutlassRouteTakesOnlyWhatItsInstancesFit) {
 }
 
 // The block-scaled CUTLASS route (grouped_mm_fp8_block_scaled on Hopper, opt-in): the e4m3 rules
-// above, both scales and no alpha, whole 128-wide n and k blocks (DeepSeek-V3's GEMM1 and GEMM2:
-// 4096 x 7168 and 7168 x 2048), the scales dense as CUTLASS derives them from each group's shape.
+// above, both scales and no alpha, the scales dense as CUTLASS derives them from each group's shape
+// (DeepSeek-V3's GEMM1 and GEMM2: 4096 x 7168 and 7168 x 2048; partial last blocks too).
 TEST(GroupedGemmShape, CutlassBlockScaledRouteTakesDeepSeekShapes) {
   using flashinfer::DType;
   using flashinfer::kernels::cutlass_grouped_block_misfit;
@@ -412,9 +412,21 @@ TEST(GroupedGemmShape, CutlassBlockScaledRouteTakesDeepSeekShapes) {
   EXPECT_TRUE(misfit([](auto& q) { q.a_block_scale = nullptr; }));
   EXPECT_TRUE(misfit([](auto& q) { q.b_block_scale = nullptr; }));
   EXPECT_TRUE(misfit([](auto& q) { q.in_dtype = q.b_dtype = DType::kBFloat16; }));
-  // Partial blocks (the tests' hidden size 144) stay on the mma.sync kernel.
-  EXPECT_TRUE(misfit([](auto& q) { q.k = 7168 + 16, q.a_stride_m = q.b_stride_n = 7184; }));
-  EXPECT_TRUE(misfit([](auto& q) { q.n = 4096 + 64, q.out_stride_m = 4160; }));
+  // Partial last blocks (a TP-sharded intermediate size of 192, the tests' hidden size 144): the
+  // scales' rows ceil(k / 128), the weights' ceil(n / 128).
+  EXPECT_FALSE(misfit([](auto& q) {
+    q.k = 7168 + 16, q.a_stride_m = q.b_stride_n = 7184, q.a_block_scale_stride = 57;
+    q.b_block_scale_stride_e = 32 * 57, q.b_stride_e = 4096 * 7184;
+  }));
+  EXPECT_TRUE(misfit([](auto& q) {  // the scales still 56 a row
+    q.k = 7168 + 16, q.a_stride_m = q.b_stride_n = 7184, q.b_stride_e = 4096 * 7184;
+  }));
+  EXPECT_FALSE(misfit([](auto& q) {
+    q.n = 192, q.out_stride_m = 192, q.b_stride_e = 192 * 7168, q.b_block_scale_stride_e = 2 * 56;
+  }));
+  EXPECT_TRUE(misfit([](auto& q) {  // a weight's 2 n blocks of scales would overlap the next's
+    q.n = 192, q.out_stride_m = 192, q.b_stride_e = 192 * 7168, q.b_block_scale_stride_e = 56;
+  }));
   EXPECT_TRUE(misfit([](auto& q) { q.a_block_scale_stride = 57; }));     // padded scale rows
   EXPECT_TRUE(misfit([](auto& q) { q.b_block_scale_stride_e = 100; }));  // weights' scales overlap
   EXPECT_FALSE(misfit([](auto& q) { q.b_block_scale_stride_e = 32 * 56 + 4; }));
