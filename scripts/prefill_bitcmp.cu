@@ -328,11 +328,13 @@ int main() {
   ok &= run_case<BF, 64, 64, 128, 0>({"bf16 D64 32:32", 32, 32, qo, kv});
   ok &= run_case<BF, 256, 256, 64, 0>({"bf16 D256 16:8", 16, 8, qo, kv});
   ok &= run_case<BF, 192, 128, 64, 0>({"bf16 192/128 16:16", 16, 16, qo, kv});
-  ok &= run_case<uint8_t, 128, 128, 128, 0>({"fp8 32:8", 32, 8, qo, kv});
+  // fp8 K/V in 64-row blocks: the working tree has no 128-row fp8 block since session 65 (its
+  // 128-row work runs in 64-row blocks), and both revisions have the 64-row one.
+  ok &= run_case<uint8_t, 128, 128, 64, 0>({"fp8 32:8", 32, 8, qo, kv});
   {
     Case c{"fp8 32:8 nan K split", 32, 8, qo, kv};
     c.nan_k = true, c.split = true;
-    ok &= run_case<uint8_t, 128, 128, 128, 0>(c);
+    ok &= run_case<uint8_t, 128, 128, 64, 0>(c);
   }
   // 16-row blocks (tensor-core decode: the GQA group packed into the rows).
   ok &= run_case<BF, 128, 128, 16, 0>({"TC decode 32:8", 32, 8, qo16, kv16});
