@@ -90,9 +90,15 @@ std::string gemm_libraries_line(const BuildInfo& b) {
 #if FLASHINFER_WITH_CUTLASS
   line +=
       "; CUTLASS (grouped_mm_bf16 on sm_90: its TMA + wgmma grouped GEMM; "
-      "FLASHINFER_GROUPED_MM_CUTLASS=0 runs the mma.sync grouped kernel instead)";
+      "FLASHINFER_GROUPED_MM_CUTLASS=0 runs the mma.sync grouped kernel instead; with its "
+      "headers the sm_90a kernels are built too: the Hopper prefill, the Hopper MLA decode and "
+      "the block-scaled MoE GEMMs, the last two opt-in: FLASHINFER_MLA_SM90=1, "
+      "FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1)";
 #else
-  line += "; no CUTLASS in this build (grouped_mm_bf16 runs the mma.sync grouped kernel)";
+  line +=
+      "; no CUTLASS in this build (grouped_mm_bf16 runs the mma.sync grouped kernel, and no "
+      "sm_90a kernel is built: prefill, MLA decode and the block-scaled MoE GEMMs run their "
+      "mma.sync kernels)";
 #endif
   return line;
 }
