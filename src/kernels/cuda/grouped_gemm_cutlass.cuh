@@ -116,20 +116,22 @@ std::size_t group_arrays(int64_t groups, char* base, typename I::Arrays* out) {
   return off;
 }
 
-/// Group i's shape, operand addresses and strides, its rows from m_indptr as the other grouped
+/// Group i's shape, operand addresses and strides (cutlass_group_fill, which the block-scaled
+/// instance's prep kernel also calls), its rows from m_indptr as the other grouped
 /// kernels read them (gmm_group_rows: clamped to [0, cum_m], none when the end is below the
 /// start), its weight w = b_index[i] when given (SegmentGEMMWrapper's weight_indices, checked on
 /// the host) or i, and with alpha_per_weight its scale's address alpha + w (cutlass_fused_moe's
 /// per-expert FP8 dequantization scales). A group of no rows has no tiles: CUTLASS's scheduler
 /// never visits it.
+/// The first row and the weight of group i, which cutlass_group_fill wrote.
+struct GroupRowWeight {
+  int64_t begin, weight;
+};
 template <class I, class Elem>
-__global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m_indptr,
-                                          const int32_t* b_index, int64_t groups, int64_t cum_m,
-                                          int n, int k, const Elem* a, int64_t lda, const Elem* b,
-                                          int64_t ldb, int64_t b_stride_e, Bf16* d, int64_t ldd,
-                                          const float* alpha_per_weight) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= groups) return;
+__device__ __forceinline__ GroupRowWeight
+cutlass_group_fill(const typename I::Arrays& g, int64_t i, const int32_t* m_indptr,
+                   const int32_t* b_index, int64_t cum_m, int n, int k, const Elem* a, int64_t lda,
+                   const Elem* b, int64_t ldb, int64_t b_stride_e, Bf16* d, int64_t ldd) {
   const grouped::GmmGroup r = grouped::gmm_group_rows(m_indptr[i], m_indptr[i + 1], cum_m);
   const int64_t w = b_index != nullptr ? b_index[i] : i;
   g.shapes[i] = Shape3{static_cast<int>(r.end - r.begin), n, k};
@@ -139,7 +141,19 @@ __global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m
   g.sa[i] = cute::make_stride(lda, cute::Int<1>{}, cute::Int<0>{});
   g.sb[i] = cute::make_stride(ldb, cute::Int<1>{}, cute::Int<0>{});
   g.sd[i] = cute::make_stride(ldd, cute::Int<1>{}, cute::Int<0>{});
-  if (alpha_per_weight != nullptr) g.alpha[i] = alpha_per_weight + w;
+  return {r.begin, w};
+}
+template <class I, class Elem>
+__global__ void cutlass_group_prep_kernel(typename I::Arrays g, const int32_t* m_indptr,
+                                          const int32_t* b_index, int64_t groups, int64_t cum_m,
+                                          int n, int k, const Elem* a, int64_t lda, const Elem* b,
+                                          int64_t ldb, int64_t b_stride_e, Bf16* d, int64_t ldd,
+                                          const float* alpha_per_weight) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= groups) return;
+  const GroupRowWeight rw = cutlass_group_fill<I, Elem>(g, i, m_indptr, b_index, cum_m, n, k, a,
+                                                        lda, b, ldb, b_stride_e, d, ldd);
+  if (alpha_per_weight != nullptr) g.alpha[i] = alpha_per_weight + rw.weight;
 }
 
 /// Adapters CUTLASS accepted and initialized, by everything their arguments hold: the device (its

@@ -41,50 +41,29 @@ struct BlockInstance {
       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
+  // The plain instance's operand strides, so that its per-group arrays and fill serve here too.
+  static_assert(std::is_same_v<typename Kernel::InternalStrideA, Plain::StrideA> &&
+                    std::is_same_v<typename Kernel::InternalStrideB, Plain::StrideB> &&
+                    std::is_same_v<typename Kernel::InternalStrideD, Plain::StrideD>,
+                "the e4m3 instance's strides");
 
-  /// The per-group arrays CUTLASS reads, carved from the front of the stream's scratch.
+  /// The per-group arrays CUTLASS reads, carved from the front of the stream's scratch: the plain
+  /// instance's (its alpha array unused), then each group's scales.
   struct Arrays {
-    Shape3* shapes;
-    const E4m3** a;
-    const E4m3** b;
-    Bf16** d;
-    StrideA* sa;
-    StrideB* sb;
-    StrideD* sd;
+    Plain::Arrays base;
     const float** sfa;
     const float** sfb;
-    // Each group's scale layouts: CUTLASS 4.2 derives them from the group's shape instead, but its
-    // arguments take them (written for a version that reads them).
-    LayoutSFA* lsfa;
-    LayoutSFB* lsfb;
   };
 
   /// Bytes of the arrays of `groups` groups; with `base`, their addresses from there.
   static std::size_t arrays(int64_t groups, char* base, Arrays* out) {
-    const auto n = static_cast<std::size_t>(groups);
-    std::size_t off = 0;
-    auto take = [&](auto*& ptr, std::size_t each) {
-      using P = std::remove_reference_t<decltype(ptr)>;
-      if (out != nullptr) ptr = reinterpret_cast<P>(base + off);
-      off += align16(each * n);
-    };
-    Arrays g{};
-    take(g.shapes, sizeof(Shape3));
-    take(g.a, sizeof(*g.a));
-    take(g.b, sizeof(*g.b));
-    take(g.d, sizeof(*g.d));
-    take(g.sa, sizeof(*g.sa));
-    take(g.sb, sizeof(*g.sb));
-    take(g.sd, sizeof(*g.sd));
-    take(g.sfa, sizeof(*g.sfa));
-    take(g.sfb, sizeof(*g.sfb));
-    take(g.lsfa, sizeof(*g.lsfa));
-    take(g.lsfb, sizeof(*g.lsfb));
-    if (out != nullptr) *out = g;
-    return off;
+    std::size_t off = group_arrays<Plain>(groups, base, out != nullptr ? &out->base : nullptr);
+    const std::size_t each = align16(sizeof(const float*) * static_cast<std::size_t>(groups));
+    if (out != nullptr) {
+      out->sfa = reinterpret_cast<const float**>(base + off);
+      out->sfb = reinterpret_cast<const float**>(base + off + each);
+    }
+    return off + 2 * each;
   }
 };
 
@@ -93,21 +72,12 @@ struct BlockInstance {
 __global__ void cutlass_block_prep_kernel(BlockInstance::Arrays g, GroupedMmCudaParams p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.num_groups) return;
-  const grouped::GmmGroup r = grouped::gmm_group_rows(p.m_indptr[i], p.m_indptr[i + 1], p.cum_m);
-  const int64_t w = p.b_index != nullptr ? p.b_index[i] : i;
-  const int m = static_cast<int>(r.end - r.begin), n = static_cast<int>(p.n),
-            k = static_cast<int>(p.k);
-  g.shapes[i] = Shape3{m, n, k};
-  g.a[i] = static_cast<const E4m3*>(p.a) + r.begin * p.a_stride_m;
-  g.b[i] = static_cast<const E4m3*>(p.b) + w * p.b_stride_e;
-  g.d[i] = static_cast<Bf16*>(p.out) + r.begin * p.out_stride_m;
-  g.sa[i] = cute::make_stride(p.a_stride_m, cute::Int<1>{}, cute::Int<0>{});
-  g.sb[i] = cute::make_stride(p.b_stride_n, cute::Int<1>{}, cute::Int<0>{});
-  g.sd[i] = cute::make_stride(p.out_stride_m, cute::Int<1>{}, cute::Int<0>{});
-  g.sfa[i] = p.a_block_scale + r.begin * p.a_block_scale_stride;
-  g.sfb[i] = p.b_block_scale + w * p.b_block_scale_stride_e;
-  g.lsfa[i] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, k, 1));
-  g.lsfb[i] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, k, 1));
+  const GroupRowWeight rw = cutlass_group_fill<BlockInstance::Plain, E4m3>(
+      g.base, i, p.m_indptr, p.b_index, p.cum_m, static_cast<int>(p.n), static_cast<int>(p.k),
+      static_cast<const E4m3*>(p.a), p.a_stride_m, static_cast<const E4m3*>(p.b), p.b_stride_n,
+      p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m);
+  g.sfa[i] = p.a_block_scale + rw.begin * p.a_block_scale_stride;
+  g.sfb[i] = p.b_block_scale + rw.weight * p.b_block_scale_stride_e;
 }
 
 }  // namespace
@@ -134,17 +104,17 @@ bool run_fp8_block(const GroupedMmCudaParams& p, cudaStream_t s, int device,
   auto* base = static_cast<char*>(scratch->data());
   I::Arrays g{};
   I::arrays(p.num_groups, base, &g);
-  args.problem_shape = {static_cast<int>(p.num_groups), g.shapes, nullptr};
-  args.mainloop.ptr_A = g.a;
-  args.mainloop.dA = g.sa;
-  args.mainloop.ptr_B = g.b;
-  args.mainloop.dB = g.sb;
+  args.problem_shape = {static_cast<int>(p.num_groups), g.base.shapes, nullptr};
+  args.mainloop.ptr_A = g.base.a;
+  args.mainloop.dA = g.base.sa;
+  args.mainloop.ptr_B = g.base.b;
+  args.mainloop.dB = g.base.sb;
+  // The scales' layouts are derived from each group's shape (ScaleConfig); CUTLASS copies the
+  // per-group layout arguments without reading them, so none are written.
   args.mainloop.ptr_SFA = g.sfa;
-  args.mainloop.layout_SFA = g.lsfa;
   args.mainloop.ptr_SFB = g.sfb;
-  args.mainloop.layout_SFB = g.lsfb;
-  args.epilogue.ptr_D = g.d;
-  args.epilogue.dD = g.sd;
+  args.epilogue.ptr_D = g.base.d;
+  args.epilogue.dD = g.base.sd;
   const typename AdapterCache<Gemm>::Key key{device, base, p.num_groups, nullptr, false};
   std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
   if (!gemm) {
