@@ -630,12 +630,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
                           float* part_o, float* part_ml) {
   using namespace mla;
   constexpr int kU = kMmaUnits;
-  constexpr bool kFp8 = sizeof(TKV) == 1, kFp8Q = sizeof(TQ) == 1;
-  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the MMA's type or fp8");
-  static_assert(kFp8Q ? kFp8 && std::is_same_v<T, __nv_bfloat16> : std::is_same_v<TQ, T>,
-                "an fp8 query (trtllm's e4m3) comes with an fp8 cache and a bf16 output");
-  // 16-byte units of a stored row (fp8: 16 dims each) and of its ckv part.
-  constexpr int kUS = kFp8 ? kU / 2 : kU, kCkvUS = kFp8 ? kMmaCkvUnits / 2 : kMmaCkvUnits;
+  using Dt = MlaMmaDtypes<T, TQ, TKV>;
+  constexpr bool kFp8 = Dt::kFp8, kFp8Q = Dt::kFp8Q;
+  constexpr int kUS = Dt::kUS, kCkvUS = Dt::kCkvUS;
   // The 16-bit tiles the warps read: one per stage, or one in all for fp8.
   constexpr int kTiles16 = kFp8 ? 1 : kStages;
   extern __shared__ __align__(128) unsigned char mma_smem[];  // 128: permuted_lane_base

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device/fastdiv.cuh"
 #include "kernels/cuda/device/mma.cuh"
@@ -70,6 +71,20 @@ __device__ __forceinline__ float mla_out_scale(const MlaAttentionParams& p) {
 }
 
 // ---- the tensor-core kernels' blocks ----------------------------------------------------------
+
+/// The dtypes of a tensor-core MLA kernel instance: T the MMA's operand and output type (fp16 or
+/// bf16), TQ the query's (T, or uint8_t for trtllm's e4m3 queries with a bf16 output), TKV the
+/// cache's (T, or uint8_t for an e4m3 / e5m2 cache, widened to T exactly); and the 16-byte units
+/// of a stored cache row (fp8: 16 dims each) and of its ckv part.
+template <class T, class TQ, class TKV>
+struct MlaMmaDtypes {
+  static constexpr bool kFp8 = sizeof(TKV) == 1, kFp8Q = sizeof(TQ) == 1;
+  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the MMA's type or fp8");
+  static_assert(kFp8Q ? kFp8 && std::is_same_v<T, __nv_bfloat16> : std::is_same_v<TQ, T>,
+                "an fp8 query (trtllm's e4m3) comes with an fp8 cache and a bf16 output");
+  static constexpr int kUS = kFp8 ? mla::kMmaUnits / 2 : mla::kMmaUnits;
+  static constexpr int kCkvUS = kFp8 ? mla::kMmaCkvUnits / 2 : mla::kMmaCkvUnits;
+};
 
 /// What a tensor-core MLA block works on: one query row and up to 64 of its heads as the MMA
 /// rows, or for calls of 32 heads or fewer the heads of `pack` consecutive query rows of one

@@ -51,12 +51,9 @@ __global__ void __launch_bounds__(kSm90MlaThreads, 1)
   constexpr int kStages = kSm90MlaStages;
   constexpr int kCkvUnits = kMmaCkvUnits;           // 64 16-bit units of a token's ckv part
   constexpr int kKpeUnits = kMmaUnits - kCkvUnits;  // 8 of its kpe part
-  constexpr bool kFp8 = sizeof(TKV) == 1, kFp8Q = sizeof(TQ) == 1;
-  static_assert(kFp8 || std::is_same_v<TKV, T>, "a cache of the MMA's type or fp8");
-  static_assert(kFp8Q ? kFp8 && std::is_same_v<T, __nv_bfloat16> : std::is_same_v<TQ, T>,
-                "an fp8 query (trtllm's e4m3) comes with an fp8 cache and a bf16 output");
-  // 16-byte units of a stored row (fp8: 16 dims each) and of its ckv part.
-  constexpr int kUS = kFp8 ? kMmaUnits / 2 : kMmaUnits, kCkvUS = kFp8 ? kCkvUnits / 2 : kCkvUnits;
+  using Dt = MlaMmaDtypes<T, TQ, TKV>;              // the mma.sync kernel's dtypes and stored rows
+  constexpr bool kFp8 = Dt::kFp8, kFp8Q = Dt::kFp8Q;
+  constexpr int kUS = Dt::kUS, kCkvUS = Dt::kCkvUS;
   // The 16-bit tiles the MMAs read: one a stage, or one in all for fp8 (its stages as stored).
   constexpr int kTiles16 = kFp8 ? 1 : kStages;
 
