@@ -128,6 +128,16 @@ LOAD_8 = r"^(?:LDG|LD)" + _MOD + r"\.(?:U8|S8)(?:\.|$)"
 # the address of a CuTe tensor element), so each access resolves it at run time, and a shared
 # access misses the LDS / STS forms.
 GENERIC = r"^(?:LD|ST)\.E(?:\.|$)"
+# The Hopper kernels that copy with cp.async and multiply with wgmma (prefill_sm90, mla_sm90): the
+# wgmma, the 16-byte copies, and the proxy fence between them (cp.async writes through the generic
+# proxy, wgmma reads through the async one); a pipeline ptxas serialized waits after every HGMMA.
+WGMMA_FROM_CP_ASYNC = (
+    Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
+    Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
+    Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)", r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
+)
+NOT_SERIALIZED_WGMMA = AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
+                              r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5)
 
 RULES = {
     r.name: r
@@ -257,16 +267,10 @@ RULES = {
             "read what the copies wrote (FENCE.VIEW.ASYNC.S)",
             # Registered as a ctest only in builds with CUTLASS (the kernel needs its headers).
             default=False,
-            require=(
-                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
-                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
-                Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)",
-                     r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
-            ),
+            require=WGMMA_FROM_CP_ASYNC,
             # The kernels wait for their wgmma groups 2-5 times for 16-32 HGMMA; a serialized
             # pipeline waits after every one (session 39 saw 24 for 24).
-            limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
-                           r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5),),
+            limits=(NOT_SERIALIZED_WGMMA,),
         ),
         Rule(
             name="prefill_sm90_ws",
@@ -293,15 +297,9 @@ RULES = {
             "what the copies wrote (FENCE.VIEW.ASYNC.S)",
             # Registered as a ctest only in builds with CUTLASS (the kernel needs its headers).
             default=False,
-            require=(
-                Need("HGMMA (wgmma)", r"^HGMMA(?:\.|$)"),
-                Need("LDGSTS .128 (16-byte cp.async)", LDGSTS_128),
-                Need("FENCE.VIEW.ASYNC.S (fence.proxy.async.shared::cta)",
-                     r"^FENCE\.VIEW\.ASYNC\.S(?:\.|$)"),
-            ),
+            require=WGMMA_FROM_CP_ASYNC,
             # Two waits a tile for 20 HGMMA; a serialized pipeline waits after every one.
-            limits=(AtMost("wgmma waits (WARPGROUP.DEPBAR) per HGMMA: serialized wgmma",
-                           r"^WARPGROUP\.DEPBAR(?:\.|$)", r"^HGMMA(?:\.|$)", 0.5),),
+            limits=(NOT_SERIALIZED_WGMMA,),
         ),
         Rule(
             name="mla_mma",
