@@ -331,6 +331,29 @@ TEST(PrefillKernelCuda, VariantsMatchCpuAndOracles) {
   return ds;
 }
 
+// The Hopper schedule tests' shapes (ping-pong, warp-specialized) at head dim d: a one-query
+// request beside longer ones, key tails inside a tile, long keys; then the same in 256-token chunks
+// (with_chunks; ragged, or pages of 1), where request 0's last chunk [256, 300) is beyond its first
+// 32 queries (causal) and a window of 150 hides whole chunks from late rows: blocks with no tile.
+[[maybe_unused]] PrefillCase with_chunks(PrefillCase c, bool causal) {
+  c.split = 256;
+  c.soft_cap = causal ? 30.0 : 0.0;
+  c.sinks = !causal;
+  return c;
+}
+[[maybe_unused]] std::vector<PrefillCase> hopper_schedule_cases(DType dt, int64_t d, bool causal) {
+  PrefillCase c;
+  c.dt = dt;
+  c.dqk = c.dvo = d;
+  c.causal = causal;
+  c.qo_lens = {200, 33, 1, 129};
+  c.kv_lens = {300, 33, 129, 1000};
+  PrefillCase chunks = with_chunks(c, causal);
+  chunks.page = causal ? 0 : 1;
+  chunks.window = causal ? -1 : 150;
+  return {c, chunks};
+}
+
 // The Hopper kernel (prefill_sm90_kernel.cuh: wgmma, sm_90; backend "auto" and "fa3") against
 // the FA2 kernel (backend "fa2") and the CPU reference on the same inputs: fp16 and bf16, GQA 4 and
 // MHA (128-row blocks from requests of 33+ queries), head dims 128, 64, 256 and 192 / 128, paged
@@ -563,22 +586,9 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     for (int64_t d : {128, 256}) {
       for (bool causal : {true, false}) {
-        PrefillCase c;
-        c.dt = dt;
-        c.dqk = c.dvo = d;
-        c.causal = causal;
-        c.qo_lens = {200, 33, 1, 129};
-        c.kv_lens = {300, 33, 129, 1000};
-        check(c, true);
-        // 256-token chunks (ragged, or pages of 1): request 0's last chunk [256, 300) is beyond
-        // its first 32 queries (causal), and a window of 150 hides whole chunks from late rows:
-        // blocks with no tile, whose warpgroups still pass their turns before and after the loop.
-        c.page = causal ? 0 : 1;
-        c.split = 256;
-        c.soft_cap = causal ? 30.0 : 0.0;
-        c.window = causal ? -1 : 150;
-        c.sinks = !causal;
-        check(c, true);
+        // (In the chunked case's blocks with no tile, the warpgroups still pass their turns
+        // before and after the loop.)
+        for (const PrefillCase& c : hopper_schedule_cases(dt, d, causal)) check(c, true);
       }
     }
     // DeepSeek's 192 / 128 (ragged: paged caches share one head dim): GQA 4 and MHA, causal and
@@ -587,10 +597,7 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
       PrefillCase ds = deepseek_ragged_case(dt, causal);
       check(ds, true);
       ds.hq = ds.hkv = 8;
-      ds.split = 256;
-      ds.soft_cap = causal ? 30.0 : 0.0;
-      ds.sinks = !causal;
-      check(ds, true);
+      check(with_chunks(ds, causal), true);
     }
   }
   PrefillCase d64;  // no ping-pong instance: two blocks an SM overlap each other already
@@ -633,25 +640,11 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   };
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
     for (bool causal : {true, false}) {
-      PrefillCase c;
-      c.dt = dt;
-      c.causal = causal;
-      c.qo_lens = {200, 33, 1, 129};
-      c.kv_lens = {300, 33, 129, 1000};
-      check(c, true);
-      c.page = causal ? 0 : 1;
-      c.split = 256;
-      c.soft_cap = causal ? 30.0 : 0.0;
-      c.window = causal ? -1 : 150;
-      c.sinks = !causal;
-      check(c, true);
+      for (const PrefillCase& c : hopper_schedule_cases(dt, 128, causal)) check(c, true);
       // DeepSeek's 192 / 128 (ragged): the producer copies three unit columns of each K row.
-      PrefillCase ds = deepseek_ragged_case(dt, causal);
+      const PrefillCase ds = deepseek_ragged_case(dt, causal);
       check(ds, true);
-      ds.split = 256;
-      ds.soft_cap = causal ? 30.0 : 0.0;
-      ds.sinks = !causal;
-      check(ds, true);
+      check(with_chunks(ds, causal), true);
     }
   }
   PrefillCase d256;  // no warp-specialized instance (4 keys a pass for the producer's threads)
