@@ -186,6 +186,35 @@ class AdapterCache {
   std::map<Key, std::shared_ptr<Gemm>> map_;
 };
 
+/// The common end of the instances' runs: the adapter cached for `key` (device, scratch address,
+/// group count, alpha), or a fresh one CUTLASS accepts for `args` and initializes with its
+/// workspace at `workspace` (false, nothing queued, where it declines: initialize reads only the
+/// arrays' addresses, not their contents); then `prep`, which queues the kernel writing the
+/// per-group arrays, and the GEMM, both on `s`. kCuda Error naming `op` (and `what` ran) when a
+/// launch fails.
+template <class Gemm, class Prep>
+bool run_adapter(const typename Gemm::Arguments& args, const typename AdapterCache<Gemm>::Key& key,
+                 void* workspace, cudaStream_t s, const char* op, const char* what, Prep prep) {
+  std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
+  if (!gemm) {
+    auto fresh = std::make_shared<Gemm>();
+    if (fresh->can_implement(args) != cutlass::Status::kSuccess) return false;
+    if (fresh->initialize(args, workspace, s) != cutlass::Status::kSuccess) return false;
+    AdapterCache<Gemm>::instance().put(key, fresh);
+    gemm = std::move(fresh);
+  }
+  prep();
+  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+  const cutlass::Status run = gemm->run(s);
+  FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "", what,
+                        " launch: ", cutlassGetStatusString(run));
+  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
+  return true;
+}
+
+/// Threads a block of the prep kernels (one thread a group).
+constexpr int kPrepThreads = 128;
+
 /// Runs `p` (already found to fit, cutlass_grouped_misfit) on instance I. False, having queued
 /// nothing, when the stream's scratch cannot grow under a capture or CUTLASS declines.
 template <class Elem>
@@ -238,26 +267,14 @@ bool run_instance(const GroupedMmCudaParams& p, cudaStream_t s, int device, Stre
   // leaves the call to the mma.sync kernel. Arguments seen before reuse their adapter.
   const typename AdapterCache<Gemm>::Key key{device, base, p.num_groups,
                                              per_weight ? nullptr : p.alpha, per_weight};
-  std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
-  if (!gemm) {
-    auto fresh = std::make_shared<Gemm>();
-    if (fresh->can_implement(args) != cutlass::Status::kSuccess) return false;
-    if (fresh->initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
-    AdapterCache<Gemm>::instance().put(key, fresh);
-    gemm = std::move(fresh);
-  }
-  constexpr int kPrepThreads = 128;
   const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
-  cutlass_group_prep_kernel<I, Elem><<<blocks, kPrepThreads, 0, s>>>(
-      g, p.m_indptr, p.b_index, p.num_groups, p.cum_m, static_cast<int>(p.n), static_cast<int>(p.k),
-      static_cast<const Elem*>(p.a), p.a_stride_m, static_cast<const Elem*>(p.b), p.b_stride_n,
-      p.b_stride_e, static_cast<Bf16*>(p.out), p.out_stride_m, per_weight ? p.alpha : nullptr);
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  const cutlass::Status run = gemm->run(s);
-  FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
-                        "CUTLASS grouped GEMM launch: ", cutlassGetStatusString(run));
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  return true;
+  return run_adapter<Gemm>(args, key, base + arrays, s, op, "CUTLASS grouped GEMM", [&] {
+    cutlass_group_prep_kernel<I, Elem><<<blocks, kPrepThreads, 0, s>>>(
+        g, p.m_indptr, p.b_index, p.num_groups, p.cum_m, static_cast<int>(p.n),
+        static_cast<int>(p.k), static_cast<const Elem*>(p.a), p.a_stride_m,
+        static_cast<const Elem*>(p.b), p.b_stride_n, p.b_stride_e, static_cast<Bf16*>(p.out),
+        p.out_stride_m, per_weight ? p.alpha : nullptr);
+  });
 }
 
 /// The e4m3 instance (grouped_gemm_cutlass_fp8.cu).

@@ -116,23 +116,10 @@ bool run_fp8_block(const GroupedMmCudaParams& p, cudaStream_t s, int device,
   args.epilogue.ptr_D = g.base.d;
   args.epilogue.dD = g.base.sd;
   const typename AdapterCache<Gemm>::Key key{device, base, p.num_groups, nullptr, false};
-  std::shared_ptr<Gemm> gemm = AdapterCache<Gemm>::instance().find(key);
-  if (!gemm) {
-    auto fresh = std::make_shared<Gemm>();
-    if (fresh->can_implement(args) != cutlass::Status::kSuccess) return false;
-    if (fresh->initialize(args, base + arrays, s) != cutlass::Status::kSuccess) return false;
-    AdapterCache<Gemm>::instance().put(key, fresh);
-    gemm = std::move(fresh);
-  }
-  constexpr int kPrepThreads = 128;
   const auto blocks = static_cast<unsigned>((p.num_groups + kPrepThreads - 1) / kPrepThreads);
-  cutlass_block_prep_kernel<<<blocks, kPrepThreads, 0, s>>>(g, p);
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  const cutlass::Status run = gemm->run(s);
-  FLASHINFER_CHECK_CODE(run == cutlass::Status::kSuccess, ErrorCode::kCuda, op, "",
-                        "CUTLASS block-scaled grouped GEMM launch: ", cutlassGetStatusString(run));
-  FLASHINFER_CUDA_CALL(op, cudaGetLastError());
-  return true;
+  return run_adapter<Gemm>(
+      args, key, base + arrays, s, op, "CUTLASS block-scaled grouped GEMM",
+      [&] { cutlass_block_prep_kernel<<<blocks, kPrepThreads, 0, s>>>(g, p); });
 }
 
 }  // namespace cutlass_grouped
