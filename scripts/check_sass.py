@@ -20,7 +20,8 @@ one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kep
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `gdn_chunked`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM),
 `prefill_sm90` (the Hopper prefill kernel), `prefill_sm90_ws` (its warp-specialized
-instances) and `mla_sm90` (the Hopper MLA decode kernel), in builds that have CUTLASS, only with
+instances), `prefill_sm90_overlap` (its overlapped ones) and `mla_sm90` (the Hopper MLA decode
+kernel), in builds that have CUTLASS, only with
 --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions (and, where the rule has a `name_regex`,
@@ -94,6 +95,19 @@ class AtMost:
 
 
 @dataclasses.dataclass(frozen=True)
+class Under:
+    """Work the math threads must do while their wgmma products run: at least `groups` wgmma
+    groups (from a group's first HGMMA to the WARPGROUP.DEPBAR that waits for it) each with at
+    least `at_least` instructions matching `pattern` in between. ptxas schedules a wait as early as
+    its basic block allows, so an overlap written in the source can be gone from the SASS."""
+
+    label: str
+    pattern: str
+    at_least: int
+    groups: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Rule:
     name: str
     match: object  # a name substring, or a tuple of them (a kernel matching any is selected)
@@ -107,6 +121,7 @@ class Rule:
     # A regex the demangled name (template arguments included) must also match: instances of one
     # kernel told apart by a template flag.
     name_regex: str = None
+    under_wgmma: tuple = ()  # Under
 
 
 # SASS spellings (cuobjdump 13, sm_80 and sm_90 alike):
@@ -275,12 +290,13 @@ RULES = {
         Rule(
             name="prefill_sm90_ws",
             match="batch_prefill_sm90_kernel",
-            description="the Hopper prefill kernel's warp-specialized instances (its last template "
-            "flag set): the producer's copies arriving on mbarriers (ARRIVES.LDGSTSBAR), the math "
+            description="the Hopper prefill kernel's warp-specialized instances (its kWs template "
+            "flag set, the overlapped ones included): the producer's copies arriving on mbarriers (ARRIVES.LDGSTSBAR), the math "
             "warpgroups' waits (SYNCS.PHASECHK) and releases (SYNCS.ARRIVE), the registers moved "
             "by setmaxnreg both ways (USETMAXREG), no spills",
             default=False,
-            name_regex=r"batch_prefill_sm90_kernel<.*, (?:true|false), true>",
+            # (template flags ..., kPingPong, kWs, kOverlap: the overlapped form is warp-specialized)
+            name_regex=r"batch_prefill_sm90_kernel<.*, (?:true|false), true, (?:true|false)>",
             require=(
                 Need("ARRIVES.LDGSTSBAR (cp.async.mbarrier.arrive)", r"^ARRIVES\.LDGSTSBAR(?:\.|$)"),
                 Need("SYNCS.PHASECHK (mbarrier.try_wait)", r"^SYNCS\.PHASECHK(?:\.|$)"),
@@ -288,6 +304,22 @@ RULES = {
                 Need("USETMAXREG.DEALLOC (setmaxnreg.dec)", r"^USETMAXREG\.DEALLOC(?:\.|$)"),
                 Need("USETMAXREG.TRY_ALLOC (setmaxnreg.inc)", r"^USETMAXREG\.TRY_ALLOC(?:\.|$)"),
             ),
+        ),
+        Rule(
+            name="prefill_sm90_overlap",
+            match="batch_prefill_sm90_kernel",
+            description="the Hopper prefill kernel's overlapped instances (kWs and kOverlap set): "
+            "each tile's softmax under the next S and the previous P V products, i.e. the "
+            "exponentials (MUFU.EX2) between a wgmma group's issue and its wait in every stage "
+            "that has products (6 inlined: the first, three in and after the loop of pairs, the "
+            "last two), no spills, no serialized wgmma",
+            default=False,
+            name_regex=r"batch_prefill_sm90_kernel<.*, true, true>",
+            require=WGMMA_FROM_CP_ASYNC,
+            limits=(NOT_SERIALIZED_WGMMA,),
+            # 64-key tiles: 32 exponentials a thread a tile (and the rescale's 2).
+            under_wgmma=(Under("MUFU.EX2 (the softmax's exponentials)", r"^MUFU\.EX2(?:\.|$)", 32,
+                               6),),
         ),
         Rule(
             name="mla_sm90",
@@ -811,6 +843,27 @@ def check_kernel(k, rule, flags):
         bad = forms(k, fb.pattern)
         if bad:
             problems.append("forbidden %s: %s" % (fb.label, fmt_forms(bad)))
+    for under in rule.under_wgmma:
+        rx = re.compile(under.pattern)
+        counts, cur = [], None
+        for op in k.opcodes:
+            if op.startswith("HGMMA"):
+                cur = 0 if cur is None else cur
+            elif op.startswith("WARPGROUP.DEPBAR"):
+                if cur is not None:
+                    counts.append(cur)
+                cur = None
+            elif cur is not None and rx.search(op):
+                cur += 1
+        ok = sum(1 for c in counts if c >= under.at_least)
+        if ok < under.groups:
+            problems.append("%s under the wgmma products: %d of %d groups have %d or more before "
+                            "their wait (want %d; per group: %s)" % (
+                                under.label, ok, len(counts), under.at_least, under.groups,
+                                counts))
+        else:
+            notes.append("%d of %d wgmma groups with %d+ %s before their wait" % (
+                ok, len(counts), under.at_least, under.label))
     for lim in rule.limits:
         num = sum(forms(k, lim.pattern).values())
         den = sum(forms(k, lim.per).values())

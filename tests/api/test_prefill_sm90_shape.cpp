@@ -168,33 +168,111 @@ TEST(PrefillSm90Shape, WarpSpecializedInstancesAndSwitch) {
   unsetenv("FLASHINFER_PREFILL_SM90_WS");
 }
 
+// The overlapped form's shape: the warp-specialized form's instances less the soft-capped ones,
+// 64-key tiles in four stages (Q, the stages, the offsets, the tile range, the slack and nine
+// mbarriers: 160 KiB and 1 KiB more at head dim 128, 208 KiB at 192 / 128, within the opt-in
+// limit), its own switch (not the warp-specialized one's), read at each call.
+TEST(PrefillSm90Shape, OverlappedInstancesAndSwitch) {
+  EXPECT_EQ(prefill_sm90_stages(false), 2);
+  EXPECT_EQ(prefill_sm90_stages(true), 4);
+  EXPECT_TRUE(prefill_sm90_overlap_built(128, 128, false, 2));
+  EXPECT_TRUE(prefill_sm90_overlap_built(192, 128, false, 2));
+  EXPECT_FALSE(prefill_sm90_overlap_built(128, 128, true, 2));
+  EXPECT_FALSE(prefill_sm90_overlap_built(256, 256, false, 2));
+  EXPECT_FALSE(prefill_sm90_overlap_built(128, 128, false, 1));
+  EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128, true),
+            32768u + 4u * 64u * 256u * 2u + 32u * 64u + 16u + 1024u + 8u * 9u);
+  EXPECT_EQ(prefill_sm90_ws_smem_bytes(192, 128, true),
+            49152u + 4u * 64u * 320u * 2u + 32u * 64u + 16u + 1024u + 8u * 9u);
+  EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128, false), prefill_sm90_ws_smem_bytes(128, 128));
+  constexpr long long kOptin = 232448;
+  EXPECT_LE(prefill_sm90_ws_smem_bytes(192, 128, true), static_cast<unsigned>(kOptin));
+  AttentionParams p;
+  p.q_dtype = p.o_dtype = p.kv.dtype = DType::kBFloat16;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  unsetenv("FLASHINFER_PREFILL_SM90_OVERLAP");
+  setenv("FLASHINFER_PREFILL_SM90_WS", "1", 1);
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));  // opt-in, on its own switch
+  unsetenv("FLASHINFER_PREFILL_SM90_WS");
+  setenv("FLASHINFER_PREFILL_SM90_OVERLAP", "1", 1);
+  EXPECT_TRUE(prefill_sm90_overlap_takes(p, kOptin));
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));  // (the switches are separate)
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, prefill_sm90_ws_smem_bytes(128, 128, true) - 1));
+  p.logits_soft_cap = 30.0f;  // no soft-capped instance
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));
+  p.logits_soft_cap = 0.0f;
+  p.kv.dtype = DType::kFloat8E4M3FN;
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));
+  p.kv.dtype = DType::kBFloat16;
+  p.head_dim_qk = 192;
+  EXPECT_TRUE(prefill_sm90_overlap_takes(p, kOptin));
+  p.head_dim_qk = p.head_dim_vo = 256;
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));
+  unsetenv("FLASHINFER_PREFILL_SM90_OVERLAP");
+}
+
 // The warp-specialized pipeline's protocol (prefill_sm90_kernel.cuh, kWs), run on a model of
 // mbarriers: a barrier counts arrivals to its initial count, the last completes its phase, and a
 // wait for parity P passes when the phase before the current one has parity P (the phase before
 // the first counts as complete: PTX's mbarrier.try_wait.parity). The producer (one agent for its
 // 128 threads) waits on a stage's "empty" barrier, writes the tile and issues its copies, which
 // land later in four warps' parts, each arriving on the stage's "full" barrier (Q likewise, on its
-// own barrier); each math warpgroup waits for Q before its first tile and for "full" before each,
-// reads the stage, then arrives on "empty" for its 128 threads. Random interleavings of the three
-// agents and the landings, for 0 to 9 tiles, with and without the ping-pong turns, must end with
-// every tile read from its own, landed data, no stage overwritten while a warpgroup still reads it
-// or before both released it, and every turn taken; the kernel's parity rules
-// (dev::pipeline_full_parity / pipeline_empty_parity) do, and each of three wrong rules is caught
-// (a hang or a wrong read).
+// own barrier); each math warpgroup runs its program of acquisitions (a wait on "full", and on Q
+// before its first tile), turns and releases (an arrival on "empty" for its 128 threads). Random
+// interleavings of the three agents and the landings, for 0 to 9 tiles, with and without the
+// ping-pong turns, in both forms, must end with every tile read from its own, landed data, no
+// stage overwritten while a warpgroup still holds it or before both released it, and every turn
+// taken; the kernel's parity rules (dev::pipeline_full_parity / pipeline_empty_parity) do, and
+// each of three wrong rules is caught (a hang or a wrong read).
 struct PipelineRules {
   uint32_t (*full)(int tile, int stages);
   uint32_t (*empty)(int tile, int stages);
 };
 
+// A math warpgroup's program: the plain warp-specialized form acquires tile t, takes and passes a
+// turn for its S and for its P V product, and releases it. The overlapped form (kOverlap, four
+// stages) acquires tile 0 for its S; then each stage t acquires tile t + 1 (where there is one)
+// for that S, takes and passes one turn (tile t + 1's S and tile t - 1's P V issued together),
+// and releases tile t - 1 once its P V completed; the last tile's P V takes a turn of its own
+// before its release. A warpgroup holds up to three tiles at once there.
+struct MathOp {
+  enum Kind { kAcquire, kTurn, kRelease } kind;
+  int tile;
+};
+std::vector<MathOp> math_program(int num_tiles, bool overlap) {
+  std::vector<MathOp> ops;
+  if (!overlap) {
+    for (int t = 0; t < num_tiles; ++t) {
+      ops.insert(
+          ops.end(),
+          {{MathOp::kAcquire, t}, {MathOp::kTurn, t}, {MathOp::kTurn, t}, {MathOp::kRelease, t}});
+    }
+    return ops;
+  }
+  if (num_tiles == 0) return ops;
+  ops.insert(ops.end(), {{MathOp::kAcquire, 0}, {MathOp::kTurn, 0}});
+  for (int t = 0; t < num_tiles; ++t) {
+    if (t + 1 < num_tiles) ops.push_back({MathOp::kAcquire, t + 1});
+    ops.push_back({MathOp::kTurn, t});
+    if (t > 0) ops.push_back({MathOp::kRelease, t - 1});
+  }
+  ops.insert(ops.end(), {{MathOp::kTurn, num_tiles - 1}, {MathOp::kRelease, num_tiles - 1}});
+  return ops;
+}
+
 // turns: the ping-pong schedule too. Each math warpgroup takes its turn at the tensor cores
-// (bar.sync on its own named barrier, 1 or 2) before its S and its P V product and passes it
-// (bar.arrive on the other's) after each; warpgroup 1 passes once before its first tile and
+// (bar.sync on its own named barrier, 1 or 2) before each group of products and passes it
+// (bar.arrive on the other's) after it; warpgroup 1 passes once before its first tile and
 // warpgroup 0 takes once after its last. A named barrier is modelled by its arrivals and completed
 // syncs: a sync waits for an arrival it has not used, and more than one arrival ahead would let
 // the arriving warpgroup's 128 threads alone complete a phase of the 256-thread barrier.
+// stages: the pipeline's (0: the form's own, prefill_sm90_stages).
 std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rules,
-                                 bool turns = false) {
-  constexpr int kStages = kSm90Stages, kWarps = kSm90WsProducerThreads / 32;
+                                 bool turns = false, bool overlap = false, int stages = 0) {
+  const int kStages = stages > 0 ? stages : prefill_sm90_stages(overlap);
+  constexpr int kWarps = kSm90WsProducerThreads / 32;
   struct Bar {
     int count, pending, done = 0;
     void arrive(int n) {
@@ -220,9 +298,10 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
   std::vector<Landing> in_flight;  // one entry a warp's part
   int q_landed = 0, producer_tile = 0;
   bool q_issued = false;
+  const std::vector<MathOp> program = math_program(num_tiles, overlap);
   struct Math {
-    int tile = 0;
-    int step = 0;  // in a tile: 0 wait for it, 1 / 3 take a turn, 2 / 4 pass it, 5 release it
+    std::size_t op = 0;
+    bool passing = false;                    // in a turn: taken, not yet passed
     bool started = false, finished = false;  // warpgroup 1's first pass, warpgroup 0's last take
   };
   Math math[2];
@@ -247,11 +326,12 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
       bool ready = false;
       if (!m.started) {
         ready = true;
-      } else if (m.tile < num_tiles) {
-        const int s = dev::pipeline_stage(m.tile, kStages);
-        if (m.step == 0) {
-          ready = (m.tile > 0 || q.passes(0)) && full[s].passes(rules.full(m.tile, kStages));
-        } else if (m.step == 1 || m.step == 3) {
+      } else if (m.op < program.size()) {
+        const MathOp& o = program[m.op];
+        const int s = dev::pipeline_stage(o.tile, kStages);
+        if (o.kind == MathOp::kAcquire) {
+          ready = (o.tile > 0 || q.passes(0)) && full[s].passes(rules.full(o.tile, kStages));
+        } else if (o.kind == MathOp::kTurn && turns && !m.passing) {
           ready = arrivals[w] > syncs[w];
         } else {
           ready = true;
@@ -263,13 +343,13 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
     }
     if (!in_flight.empty()) runnable.push_back(3);
     if (runnable.empty()) {
-      if (producer_tile == num_tiles && math[0].tile == num_tiles && math[1].tile == num_tiles &&
-          math[0].finished && math[1].started) {
+      if (producer_tile == num_tiles && math[0].op == program.size() &&
+          math[1].op == program.size() && math[0].finished && math[1].started) {
         if (arrivals[0] != syncs[0] || arrivals[1] != syncs[1]) return "a turn left unused";
         return "";
       }
-      return "hang: producer at tile " + std::to_string(producer_tile) + ", math at " +
-             std::to_string(math[0].tile) + " / " + std::to_string(math[1].tile);
+      return "hang: producer at tile " + std::to_string(producer_tile) + ", math at op " +
+             std::to_string(math[0].op) + " / " + std::to_string(math[1].op);
     }
     const int who = runnable[rng() % runnable.size()];
     if (who == 0 && !q_issued) {
@@ -299,34 +379,40 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
     } else if (const int w = who - 1; !math[w].started) {
       math[w].started = true;
       if (!pass_to(1 - w)) return "two turns passed ahead";
-    } else if (math[w].tile >= num_tiles) {
+    } else if (math[w].op >= program.size()) {
       ++syncs[w];
       math[w].finished = true;
-    } else if (math[w].step == 1 || math[w].step == 3) {
-      ++syncs[w];
-      ++math[w].step;
-    } else if (math[w].step == 2 || math[w].step == 4) {
-      if (!pass_to(1 - w)) return "two turns passed ahead";
-      ++math[w].step;
     } else {
       Math& m = math[w];
-      const int s = dev::pipeline_stage(m.tile, kStages);
+      const MathOp& o = program[m.op];
+      const int s = dev::pipeline_stage(o.tile, kStages);
       Stage& st = stage[s];
-      if (m.step == 0) {
+      if (o.kind == MathOp::kAcquire) {
         if (q_landed != kWarps) return "a math warpgroup read Q before it landed";
-        if (st.tile != m.tile || st.landed != kWarps) {
-          return "tile " + std::to_string(m.tile) + " read stage " + std::to_string(s) +
+        if (st.tile != o.tile || st.landed != kWarps) {
+          return "tile " + std::to_string(o.tile) + " read stage " + std::to_string(s) +
                  " holding tile " + std::to_string(st.tile) + ", " + std::to_string(st.landed) +
                  " of " + std::to_string(kWarps) + " parts landed";
         }
-        m.step = turns ? 1 : 5;
         ++st.readers;
+        ++m.op;
+      } else if (o.kind == MathOp::kTurn) {
+        if (turns && !m.passing) {
+          ++syncs[w];
+          m.passing = true;
+        } else {
+          if (turns && !pass_to(1 - w)) return "two turns passed ahead";
+          m.passing = false;
+          ++m.op;
+        }
       } else {
-        m.step = 0;
+        if (st.tile != o.tile) {
+          return "tile " + std::to_string(o.tile) + " was overwritten while held";
+        }
         --st.readers;
         ++st.released;
         empty[s].arrive(kSm90Threads / 2);
-        ++m.tile;
+        ++m.op;
       }
     }
   }
@@ -335,11 +421,14 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
 
 TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
   const PipelineRules kernel{dev::pipeline_full_parity, dev::pipeline_empty_parity};
-  for (bool turns : {false, true}) {
-    for (int tiles = 0; tiles <= 9; ++tiles) {
-      for (unsigned seed = 0; seed < 300; ++seed) {
-        const std::string err = simulate_ws_pipeline(tiles, seed, kernel, turns);
-        ASSERT_EQ(err, "") << tiles << " tiles, seed " << seed << ", turns " << turns;
+  for (bool overlap : {false, true}) {
+    for (bool turns : {false, true}) {
+      for (int tiles = 0; tiles <= 9; ++tiles) {
+        for (unsigned seed = 0; seed < 300; ++seed) {
+          const std::string err = simulate_ws_pipeline(tiles, seed, kernel, turns, overlap);
+          ASSERT_EQ(err, "") << tiles << " tiles, seed " << seed << ", turns " << turns
+                             << ", overlap " << overlap;
+        }
       }
     }
   }
@@ -352,13 +441,23 @@ TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
       {[](int, int) { return 0u; }, dev::pipeline_empty_parity},
   };
   for (const PipelineRules& r : wrong) {
-    int failed = 0;
-    for (unsigned seed = 0; seed < 300; ++seed) {
-      failed += !simulate_ws_pipeline(6, seed, r).empty();
-      failed += !simulate_ws_pipeline(6, seed, r, true).empty();
+    for (bool overlap : {false, true}) {
+      int failed = 0;
+      for (unsigned seed = 0; seed < 300; ++seed) {
+        failed += !simulate_ws_pipeline(9, seed, r, false, overlap).empty();
+        failed += !simulate_ws_pipeline(9, seed, r, true, overlap).empty();
+      }
+      EXPECT_GT(failed, 0) << "a wrong rule passed every interleaving; overlap " << overlap;
     }
-    EXPECT_GT(failed, 0) << "a wrong rule passed every interleaving";
   }
+  // The overlapped form's program holds three tiles: on the plain form's two stages it hangs from
+  // three tiles on (tile 2's stage is tile 0's, which waits for tile 2's S to be released); three
+  // suffice, and the fourth is the one being filled meanwhile.
+  for (unsigned seed = 0; seed < 50; ++seed) {
+    EXPECT_EQ(simulate_ws_pipeline(3, seed, kernel, false, true, 2).rfind("hang", 0), 0u);
+    EXPECT_EQ(simulate_ws_pipeline(9, seed, kernel, true, true, 3), "");
+  }
+  EXPECT_EQ(kSm90OverlapStages, 4);
   EXPECT_EQ(dev::pipeline_full_parity(0, 2), 0u);
   EXPECT_EQ(dev::pipeline_full_parity(2, 2), 1u);
   EXPECT_EQ(dev::pipeline_full_parity(5, 2), 0u);
@@ -590,9 +689,11 @@ void check_copy_cover(int rows, int units, int threads) {
 
 // kCopyThreads: the threads that copy (every thread of the block, or the warp-specialized form's
 // producer warpgroup).
-template <int DQK, int DVO = DQK, int kWG = 2, int kCopyThreads = prefill_sm90_threads(kWG)>
+// kTileN / kStages: the keys of a tile and the stages (the overlapped form's: 64 keys, 4 stages).
+template <int DQK, int DVO = DQK, int kWG = 2, int kCopyThreads = prefill_sm90_threads(kWG),
+          int kTileN = prefill_sm90_kv_tile(DQK, DVO, kWG), int kStages = kSm90Stages>
 void check_tiles() {
-  using Tr = Sm90Prefill<__nv_bfloat16, DQK, DVO, kWG>;
+  using Tr = Sm90Prefill<__nv_bfloat16, DQK, DVO, kWG, kTileN, kStages>;
   constexpr int kSm90CtaQ = Tr::kCtaQ;  // this block's rows
   constexpr int kSm90Threads = kCopyThreads;
   constexpr int kN = Tr::kN;
@@ -600,18 +701,21 @@ void check_tiles() {
   check_units(typename Tr::OffsetsQ{}, kSm90CtaQ, DQK, 1,
               [](const auto& l, int r, int c, int) { return static_cast<int>(l(r, c)); });
   // K [key x dim x stage]: (r, 8 col, stage).
-  check_units(typename Tr::OffsetsK{}, kN, DQK, kSm90Stages,
+  check_units(typename Tr::OffsetsK{}, kN, DQK, kStages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(r, c, s)); });
   // V^T [dim x key x stage]: key r's unit col at (8 col, r, stage): dims contiguous in a key.
-  check_units(typename Tr::OffsetsVt{}, kN, DVO, kSm90Stages,
+  check_units(typename Tr::OffsetsVt{}, kN, DVO, kStages,
               [](const auto& l, int r, int c, int s) { return static_cast<int>(l(c, r, s)); });
   // Each stage is one contiguous block of kN x DQK (K) or kN x DVO (V) elements (the byte sizes
   // the kernel's carve-up of shared memory assumes: prefill_sm90_k_bytes / v_bytes).
   const typename Tr::OffsetsK lk{};
   const typename Tr::OffsetsVt lv{};
-  const int k_bytes = static_cast<int>(prefill_sm90_k_bytes(DQK, DVO, kWG));
-  const int v_bytes = static_cast<int>(prefill_sm90_v_bytes(DQK, DVO, kWG));
-  for (int s = 0; s < kSm90Stages; ++s) {
+  const int k_bytes = kN * DQK * 2, v_bytes = kN * DVO * 2;
+  if constexpr (kTileN == prefill_sm90_kv_tile(DQK, DVO, kWG)) {
+    EXPECT_EQ(k_bytes, static_cast<int>(prefill_sm90_k_bytes(DQK, DVO, kWG)));
+    EXPECT_EQ(v_bytes, static_cast<int>(prefill_sm90_v_bytes(DQK, DVO, kWG)));
+  }
+  for (int s = 0; s < kStages; ++s) {
     int lo_k = 1 << 30, lo_v = 1 << 30;
     for (int r = 0; r < kN; ++r) {
       for (int c = 0; c < DQK; ++c) lo_k = std::min(lo_k, static_cast<int>(lk(r, c, s)));
@@ -637,7 +741,7 @@ void check_tiles() {
           << "Q " << r << "," << c;
     }
   }
-  for (int s = 0; s < kSm90Stages; ++s) {
+  for (int s = 0; s < kStages; ++s) {
     for (int r = 0; r < kN; ++r) {
       for (int c = 0; c < DQK; ++c) {
         ASSERT_EQ(2 * static_cast<int>(lk(r, c, s)),
@@ -671,7 +775,7 @@ void check_tiles() {
       return 0;
     }
   }();
-  for (int s = 0; s < kSm90Stages; ++s) {
+  for (int s = 0; s < kStages; ++s) {
     for (int r = 0; r < kN; ++r) {
       for (int unit = 0; unit < DQK / 8; ++unit) {
         const int r0 = r % kKRows, i = r / kKRows, c0 = unit % kKCols, j = unit / kKCols;
@@ -700,6 +804,9 @@ TEST(PrefillSm90Shape, CopiedUnitsLandInTheSwizzledTiles) {
   // The warp-specialized form: tall blocks copied by the producer's 128 threads.
   check_tiles<128, 128, 2, kSm90WsProducerThreads>();
   check_tiles<192, 128, 2, kSm90WsProducerThreads>();
+  // The overlapped form: 64-key tiles in four stages, copied by the producer.
+  check_tiles<128, 128, 2, kSm90WsProducerThreads, kSm90OverlapKvTile, kSm90OverlapStages>();
+  check_tiles<192, 128, 2, kSm90WsProducerThreads, kSm90OverlapKvTile, kSm90OverlapStages>();
 }
 
 // The fp8 widening's stores (prefill_sm90_kernel.cuh, `widen`): unit c of key r (16 fp8 values)

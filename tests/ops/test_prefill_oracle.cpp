@@ -576,9 +576,11 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   }
   auto check = [](const PrefillCase& c, bool ping_pong_built) {
     SCOPED_TRACE(c.str());
-    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
+    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
     const uint64_t before = kernels::cuda::prefill_sm90_ping_pong_launches();
-    const Runs ping_pong = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", "1"}});
+    const Runs ping_pong = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", "1"},
+                                          {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
     expect_same_bits_as_plain(c, ping_pong, plain);
@@ -627,12 +629,14 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   auto check = [](const PrefillCase& c, bool ws_built) {
     SCOPED_TRACE(c.str());
     const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
+                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
     for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
       SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
       const uint64_t before = kernels::cuda::prefill_sm90_ws_launches();
       const Runs ws = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", "1"},
-                                     {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong}});
+                                     {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong},
+                                     {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
       EXPECT_EQ(kernels::cuda::prefill_sm90_ws_launches() > before, ws_built)
           << "the warp-specialized form ran: " << !ws_built;
       expect_same_bits_as_plain(c, ws, plain);
@@ -650,6 +654,78 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   PrefillCase d256;  // no warp-specialized instance (4 keys a pass for the producer's threads)
   d256.dqk = d256.dvo = 256;
   check(d256, false);
+#endif
+}
+
+// The overlapped form (FLASHINFER_PREFILL_SM90_OVERLAP=1: the warp-specialized form whose math
+// warpgroups run a tile's softmax while the tensor cores compute the next tile's S and the
+// previous tile's P V) on every shape its instances take (head dims 128 and 192 / 128, 16-bit
+// K/V, bf16 / fp16, causal / not, a window, split-KV with blocks of no tile, sinks, paged by 16 and
+// 1 and ragged K/V; blocks of one tile, of odd and even tile counts: each has its own stages),
+// alone and with the ping-pong turns. Its 64-key tiles round the online softmax otherwise than the
+// plain form's 128, so it is compared with the CPU and with the plain form within q's dtype's
+// tolerance, and its two schedules with each other bit for bit (the same arithmetic). Soft-capped
+// calls and head dim 256 have no instance: they keep the plain form's bits (the launch counter
+// says which form ran). A wrong barrier parity or a stage released twice would hang
+// (gpu-run-packed's per-binary limit names it).
+TEST(PrefillKernelCuda, HopperOverlappedFormMatchesCpuAndThePlainForm) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if !FLASHINFER_TEST_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS's headers: no Hopper kernel";
+#else
+  if (api::compute_capability(Device::cuda(0)) != 90) {
+    GTEST_SKIP() << "the Hopper kernel is sm_90a code";
+  }
+  auto check = [](const PrefillCase& c) {
+    SCOPED_TRACE(c.str());
+    const bool built = (c.dqk == 128 || c.dqk == 192) && c.dvo == 128 && !(c.soft_cap > 0.0);
+    const auto tol = testing::default_tolerance(c.dt);
+    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_WS", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
+    std::optional<Runs> alone;
+    for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
+      SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
+      const uint64_t before = kernels::cuda::prefill_sm90_overlap_launches();
+      const Runs got = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_OVERLAP", "1"},
+                                      {"FLASHINFER_PREFILL_SM90_WS", nullptr},
+                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong}});
+      EXPECT_EQ(kernels::cuda::prefill_sm90_overlap_launches() > before, built)
+          << "the overlapped form ran: " << !built;
+      if (!built) {
+        if (ping_pong == nullptr) expect_same_bits_as_plain(c, got, plain);
+        continue;
+      }
+      if (c.split) {
+        EXPECT_TRUE(got.gpu_split) << "the plan ran unsplit";
+      }
+      EXPECT_TRUE(testing::all_close(got.gpu.out, got.cpu.out, tol)) << "vs CPU";
+      EXPECT_TRUE(testing::all_close(got.gpu.lse, got.cpu.lse, {2e-3, 1e-3})) << "lse vs CPU";
+      EXPECT_TRUE(testing::all_close(got.gpu.out, plain.gpu.out, tol)) << "vs the plain form";
+      EXPECT_TRUE(testing::all_close(got.gpu.lse, plain.gpu.lse, {1e-3, 1e-4}))
+          << "lse vs the plain form";
+      if (alone) {
+        EXPECT_TRUE(got.gpu.out.to_double_vector() == alone->gpu.out.to_double_vector())
+            << "out differs with the ping-pong turns";
+        EXPECT_TRUE(got.gpu.lse.to_double_vector() == alone->gpu.lse.to_double_vector())
+            << "lse differs with the ping-pong turns";
+      } else {
+        alone = got;
+      }
+    }
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool causal : {true, false}) {
+      for (const PrefillCase& c : hopper_schedule_cases(dt, 128, causal)) check(c);
+      // DeepSeek's 192 / 128 (ragged); the split case is soft-capped when causal (no instance).
+      const PrefillCase ds = deepseek_ragged_case(dt, causal);
+      check(ds);
+      check(with_chunks(ds, causal));
+    }
+  }
+  PrefillCase d256;  // no overlapped instance
+  d256.dqk = d256.dvo = 256;
+  check(d256);
 #endif
 }
 

@@ -26,6 +26,10 @@ inline constexpr KernelSwitch kKernelSwitches[] = {
     {"FLASHINFER_PREFILL_SM90_WS", "1",
      "the Hopper prefill kernel's warp-specialized form (tall blocks, head dims 128, 192/128)",
      true},
+    {"FLASHINFER_PREFILL_SM90_OVERLAP", "1",
+     "the Hopper prefill kernel's overlapped form (softmax under the next S and the previous P V; "
+     "warp-specialized, head dims 128, 192/128, no soft cap)",
+     true},
     {"FLASHINFER_DECODE_TENSOR_CORES", "0",
      "decode without use_tensor_cores on the CUDA-core kernel at every GQA group", true},
     {"FLASHINFER_DECODE_ROWS_PER_THREAD", "1", "one packed row a thread in the CUDA-core decode",

@@ -14,7 +14,8 @@ void prefill_sm90_small(const AttentionParams& p, cudaStream_t s, bool enable_pd
 
 namespace {
 
-std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0}, g_ws_launches{0};
+std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0}, g_ws_launches{0},
+    g_overlap_launches{0};
 
 }  // namespace
 
@@ -29,11 +30,16 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
   if (wg == 2) {
     const bool ping_pong = prefill_sm90_ping_pong_by_env() &&
                            prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, p.head_dim_vo, 2);
-    const bool ws =
-        prefill_sm90_ws_takes(p, current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
-    const bool ran_ws = launch_sm90_block<2>(p, s, enable_pdl, ping_pong, ws);
+    const long long smem_optin = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    // The overlapped form where asked for and built (it is warp-specialized), else the
+    // warp-specialized form where asked for, else the plain one.
+    const bool ran_overlap = prefill_sm90_overlap_takes(p, smem_optin) &&
+                             launch_sm90_overlap(p, s, enable_pdl, ping_pong);
+    const bool ran_ws = ran_overlap || launch_sm90_block<2>(p, s, enable_pdl, ping_pong,
+                                                            prefill_sm90_ws_takes(p, smem_optin));
     if (ping_pong) g_ping_pong_launches.fetch_add(1, std::memory_order_relaxed);
     if (ran_ws) g_ws_launches.fetch_add(1, std::memory_order_relaxed);
+    if (ran_overlap) g_overlap_launches.fetch_add(1, std::memory_order_relaxed);
   } else {
     prefill_sm90_small(p, s, enable_pdl);
     g_small_launches.fetch_add(1, std::memory_order_relaxed);
@@ -48,5 +54,8 @@ uint64_t prefill_sm90_ping_pong_launches() {
   return g_ping_pong_launches.load(std::memory_order_relaxed);
 }
 uint64_t prefill_sm90_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
+uint64_t prefill_sm90_overlap_launches() {
+  return g_overlap_launches.load(std::memory_order_relaxed);
+}
 
 }  // namespace flashinfer::kernels::cuda

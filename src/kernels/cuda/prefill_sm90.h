@@ -71,6 +71,29 @@ inline bool prefill_sm90_ws_takes(const AttentionParams& p, long long smem_optin
                            prefill::prefill_sm90_ws_smem_bytes(p.head_dim_qk, p.head_dim_vo));
 }
 
+/// FLASHINFER_PREFILL_SM90_OVERLAP=1: the overlapped form (the warp-specialized form whose math
+/// warpgroups run a tile's softmax under the tensor cores' next S and previous P V products:
+/// prefill_sm90_shape.h) where it has an instance (opt-in until a GPU has run and timed it; read at
+/// each call). With FLASHINFER_PREFILL_SM90_PINGPONG=1 also, its ping-pong instance.
+inline bool prefill_sm90_overlap_by_env() {
+  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_OVERLAP");
+  return e && std::string_view(e) == "1";
+}
+
+/// Whether a call that runs in tall Hopper blocks runs the overlapped form: asked for
+/// (prefill_sm90_overlap_by_env), an instance for its head dims and K/V, not soft-capped (the
+/// soft-capped calls keep the other forms: no instance, to spare the build), and its shared
+/// memory within the device's opt-in limit. Its tiles are 64 keys, so its bits are those of the
+/// online softmax at that width, not the other forms' (128 keys at these head dims).
+inline bool prefill_sm90_overlap_takes(const AttentionParams& p, long long smem_optin) {
+  return prefill_sm90_overlap_by_env() &&
+         prefill::prefill_sm90_overlap_built(p.head_dim_qk, p.head_dim_vo, dtype_is_fp8(p.kv.dtype),
+                                             2) &&
+         !(p.logits_soft_cap > 0.0f) &&
+         smem_optin >= static_cast<long long>(prefill::prefill_sm90_ws_smem_bytes(
+                           p.head_dim_qk, p.head_dim_vo, /*overlap=*/true));
+}
+
 /// Runs `p` on `stream` (a cudaStream_t) on the Hopper kernel and returns true, or returns false,
 /// having run nothing, when prefill_sm90_block_warpgroups says none or FLASHINFER_PREFILL_SM90=0 is
 /// set (read at each call, to time or check it against the FA2 kernel on one GPU; the planner reads
@@ -87,5 +110,7 @@ uint64_t prefill_sm90_ping_pong_launches();
 /// Of the tall blocks' calls, those that ran the warp-specialized form
 /// (FLASHINFER_PREFILL_SM90_WS=1).
 uint64_t prefill_sm90_ws_launches();
+/// Of those, the calls that ran the overlapped form (FLASHINFER_PREFILL_SM90_OVERLAP=1).
+uint64_t prefill_sm90_overlap_launches();
 
 }  // namespace flashinfer::kernels::cuda

@@ -34,6 +34,13 @@
 // on "full". There is no block-wide barrier in the loop, and the math warpgroups issue no copies;
 // setmaxnreg gives the producer 72 registers and the math threads 216 (the launch bounds allow
 // 168 at 384 threads). Same arithmetic in the same order: the plain form's bits.
+// The overlapped form (kOverlap, on the warp-specialized one; opt-in,
+// FLASHINFER_PREFILL_SM90_OVERLAP=1; prefill_sm90_overlap_built) is FA3's intra-warpgroup overlap:
+// each math warpgroup issues tile t + 1's S and tile t - 1's P V as one wgmma group and runs tile
+// t's softmax while they run, so its exponentials no longer leave the tensor cores idle. Two S
+// arrays (tiles of 64 keys, so that S twice, O and P fit the 216 registers) and four stages (a
+// warpgroup holds three tiles). What ptxas needs for it, and the SASS check that it got it:
+// docs/ATTENTION.md, "The overlapped form".
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
@@ -52,12 +59,18 @@
 namespace flashinfer::kernels::cuda::prefill {
 
 template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
-          bool kWs = false>
+          bool kWs = false, bool kOverlap = false>
 __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
                                   prefill_sm90_min_blocks(DQK, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
   using namespace cute;
-  using Tr = Sm90Prefill<T, DQK, DVO, kWG>;
+  // K/V stages and keys a tile: the overlapped form's (kOverlap, prefill_sm90_overlap_built), or
+  // two stages of prefill_sm90_kv_tile keys.
+  static_assert(!kOverlap || kWs, "the overlapped form is warp-specialized");
+  constexpr int kStages = prefill_sm90_stages(kOverlap);
+  using Tr =
+      Sm90Prefill<T, DQK, DVO, kWG,
+                  kOverlap ? kSm90OverlapKvTile : prefill_sm90_kv_tile(DQK, DVO, kWG), kStages>;
   constexpr int kThreads = prefill_sm90_threads(kWG);  // kWG warpgroups doing the math
   constexpr int kCtaQ = prefill_sm90_cta_q(kWG);       // 64 packed rows each
   using E = typename Tr::E;
@@ -91,22 +104,24 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   static_assert(prefill_sm90_kv_built(DQK, DVO, kFp8), "fp8 K/V at equal head dims only");
   constexpr int D = DQK;  // fp8 (equal dims): the head dim of every widened row
   static_assert(!kPingPong || kWG == 2, "ping-pong: two warpgroups");
-  constexpr int kStages16 = kFp8 ? 1 : kSm90Stages;
+  constexpr int kStages16 = kFp8 ? 1 : kStages;
   // One stage's 16-bit K and V tiles (equal at equal dims; fp8: half of it a stored tile).
-  constexpr unsigned kKBytes16 = prefill_sm90_k_bytes(DQK, DVO, kWG);
-  constexpr unsigned kVBytes16 = prefill_sm90_v_bytes(DQK, DVO, kWG);
+  constexpr unsigned kKBytes16 = static_cast<unsigned>(kN * DQK * 2);
+  constexpr unsigned kVBytes16 = static_cast<unsigned>(kN * DVO * 2);
+  static_assert(kOverlap || (kKBytes16 == prefill_sm90_k_bytes(DQK, DVO, kWG) &&
+                             kVBytes16 == prefill_sm90_v_bytes(DQK, DVO, kWG)),
+                "the tiles prefill_sm90_smem_bytes counts");
   constexpr unsigned kKvBytes16 = kKBytes16, kKvBytes8 = kKvBytes16 / 2;
   constexpr unsigned kQBytes = prefill_sm90_q_bytes(DQK, kWG);
   E* q_s = reinterpret_cast<E*>(smem);
   E* k_s = reinterpret_cast<E*>(smem + kQBytes);
   E* v_s = reinterpret_cast<E*>(smem + kQBytes + kStages16 * kKBytes16);
   unsigned char* k8_s = smem + kQBytes + kStages16 * (kKBytes16 + kVBytes16);
-  unsigned char* v8_s = k8_s + (kFp8 ? kSm90Stages * kKvBytes8 : 0);
-  static_assert(kStages16 * (kKBytes16 + kVBytes16) + (kFp8 ? 2 * kSm90Stages * kKvBytes8 : 0) ==
-                    kSm90Stages * (kKBytes16 + kVBytes16),
+  unsigned char* v8_s = k8_s + (kFp8 ? kStages * kKvBytes8 : 0);
+  static_assert(kStages16 * (kKBytes16 + kVBytes16) + (kFp8 ? 2 * kStages * kKvBytes8 : 0) ==
+                    kStages * (kKBytes16 + kVBytes16),
                 "fp8 blocks use the 16-bit blocks' shared memory");
-  int64_t* k_off =
-      reinterpret_cast<int64_t*>(smem + kQBytes + kSm90Stages * (kKBytes16 + kVBytes16));
+  int64_t* k_off = reinterpret_cast<int64_t*>(smem + kQBytes + kStages * (kKBytes16 + kVBytes16));
   // Two buffers of offsets, by tile parity (the 16-bit loop fills a tile's while the copy of the
   // tile before reads the other; fp8 uses buffer 0).
   int64_t* v_off = k_off + 2 * kCache;
@@ -115,10 +130,8 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // an "empty" one a stage, and Q's.
   const uint32_t bar0 = dev::cp_async::smem_addr(tile_range_s + 2);
   auto full_bar = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(stage); };
-  auto empty_bar = [&](int stage) {
-    return bar0 + 8u * static_cast<uint32_t>(kSm90Stages + stage);
-  };
-  const uint32_t q_bar = bar0 + 8u * 2u * kSm90Stages;
+  auto empty_bar = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(kStages + stage); };
+  const uint32_t q_bar = bar0 + 8u * 2u * kStages;
 
   const typename Tr::LayoutQ layout_q{};
   const typename Tr::LayoutK layout_k{};
@@ -211,7 +224,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     k_off[buf * kCache + ltid] = ko;
     v_off[buf * kCache + ltid] = vo;
   };
-  // K/V tile `tile` into stage tile % kSm90Stages: key r's unit `c` to (r, 8 c) of K and
+  // K/V tile `tile` into stage tile % kStages: key r's unit `c` to (r, 8 c) of K and
   // (8 c, r) of V^T (fp8: rows as stored, D / 16 units a key, into the fp8 stages); keys at or
   // past kv_hi zero-filled (a stale S column would be masked, but a stale V row times P = 0 could
   // still be NaN). A group is committed even past the end, which keeps the wait counts uniform.
@@ -248,7 +261,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   }();
   constexpr uint32_t kKStageBytes = kFp8 ? kKvBytes8 : kKBytes16;
   constexpr uint32_t kVStageBytes = kFp8 ? kKvBytes8 : kVBytes16;
-  // One of K or V of tile `tile` (offsets `off`) into its stage tile % kSm90Stages: kRowsPass
+  // One of K or V of tile `tile` (offsets `off`) into its stage tile % kStages: kRowsPass
   // keys a pass, kU units a key from unit `c0` (kCols apart in the row, col_step bytes apart in
   // shared memory). K's copies all issued before V's (not interleaved): half the offsets live at
   // a time, which left the head dim 256 instances 10-27 registers more room (232-236 -> 209-222).
@@ -257,7 +270,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
                        int c0, uint32_t step, uint32_t col_step, uint32_t stage_bytes) {
     const int32_t t0 = kv_lo32 + tile * kN;
     const auto* base = static_cast<const unsigned char*>(cache);
-    const uint32_t dst = dst0 + static_cast<uint32_t>(tile % kSm90Stages) * stage_bytes;
+    const uint32_t dst = dst0 + static_cast<uint32_t>(tile % kStages) * stage_bytes;
     constexpr int kRowsPerThread = kN / kRowsPass;
     int64_t os[kRowsPerThread];
 #pragma unroll
@@ -329,7 +342,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   if (tid == 0) {
     *tile_range_s = make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
     if constexpr (kWs) {
-      for (int s = 0; s < kSm90Stages; ++s) {
+      for (int s = 0; s < kStages; ++s) {
         dev::mbarrier::init(full_bar(s), kLoadThreads);  // each producer thread's landed copies
         dev::mbarrier::init(empty_bar(s), kThreads);     // each math thread done with the stage
       }
@@ -353,16 +366,16 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       int32_t page = page_of(0);
 #pragma unroll 1
       for (int tile = 0; tile < num_tiles; ++tile) {
-        const int stage = dev::pipeline_stage(tile, kSm90Stages);
-        dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(tile, kSm90Stages));
-        // Offsets buffer `stage`: its last reader copied tile - 2, before the producer's barrier
+        const int stage = dev::pipeline_stage(tile, kStages);
+        dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(tile, kStages));
+        // Offsets buffer tile % 2: its last reader copied tile - 2, before the producer's barrier
         // of tile - 1, which this thread passed.
-        fill_from(tile, page, stage);
+        fill_from(tile, page, tile % 2);
         page = page_of(tile + 1);
         // Every key's offsets written before any producer thread's copies read them.
         asm volatile("bar.sync %0, %1;\n" ::"n"(kSm90WsProducerBarrier), "n"(kLoadThreads)
                      : "memory");
-        load_kv(tile, stage);
+        load_kv(tile, tile % 2);
         dev::mbarrier::arrive_on_copies(full_bar(stage));
       }
       dev::cp_async::wait<0>();  // nothing in flight when the producer's warps exit
@@ -438,18 +451,199 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     if (wg_index == 1) asm volatile("barrier.arrive 1, 256;\n" ::: "memory");
   }
 
-  int32_t next_page = kWs ? 0 : page_of(kSm90Stages);  // (kWs: the producer's alone)
+  // Tile `tile`'s scores in `tS` made logits: soft-capped (in log2 units, as the FA2 kernel's
+  // soft-capped blocks compute them, logit_log2; the plain blocks keep q.k and fold the scale into
+  // the exponent), keys outside a row's view -inf (edge tiles only); `tmax` their row maxima in
+  // log2 units, over the 4 threads of each row.
+  auto scores = [&](auto& tS, int tile, float(&tmax)[2]) {
+    const int32_t t0 = kv_lo32 + tile * kN;
+    const int2 range = *tile_range_s;
+    const bool unmasked = range.x <= tile && tile <= range.y;
+    if constexpr (kSoftCap) {
+#pragma unroll
+      for (int v = 0; v < size(tS); ++v) tS(v) = logit_log2(p, tS(v), p.sm_scale);
+    }
+    if (!unmasked) {
+      // Keys as offsets d from the row's position, within [d_min, d_max] (the FA2 kernel's test).
+      const int32_t d_max = p.causal ? 0 : INT32_MAX;
+      const int32_t d_min = p.window_left >= 0 ? -p.window_left : INT32_MIN;
+#pragma unroll
+      for (int v = 0; v < size(tS); ++v) {
+        const int32_t kj = t0 + 8 * (v >> 2) + 2 * tid4 + (v & 1);
+        const int32_t d = kj - pos_of[(v >> 1) & 1];
+        const bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
+        if (!vis) tS(v) = -INFINITY;
+      }
+    }
+    tmax[0] = tmax[1] = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < size(tS); ++v) tmax[(v >> 1) & 1] = fmaxf(tmax[(v >> 1) & 1], tS(v));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+      // -inf stays -inf (the scale is > 0: prefill_scale_folds)
+      if constexpr (!kSoftCap) tmax[r] *= p.sm_scale_log2;
+    }
+  };
+
+  // The overlapped form (kOverlap): per "stage" (one wgmma group, from its issue to its
+  // wait_group 0) the tensor cores compute tile t + 1's S into one S array and O += P V of tile
+  // t - 1, while the math threads run tile t's softmax on the other S array, whose product the
+  // stage before completed. Past the wait: O rescaled for tile t's maximum, P packed from tile t's
+  // probabilities (P's registers are free once the P V product that read them completed), tile
+  // t - 1's stage released. Nothing the softmax writes is a register of the stage's products (S of
+  // tile t closed a stage earlier; O and P are written after the wait), so ptxas can leave its
+  // exponentials under the products. O sees the plain loop's operations in its order (rescale for
+  // t, then P_t V_t), so the form gives the plain loop's bits at its tile width. The two S arrays
+  // alternate by tile parity (tile t's S is tSrS for even t, tSrS2 for odd t), so the stages are
+  // written out for each parity: a first stage, pairs, and the last stage; the first and last
+  // have no P V or no S product, so that no wgmma sits behind a branch inside a stage.
+  [[maybe_unused]] auto wait_tile = [&](int tile) {
+    if (tile == 0) dev::mbarrier::wait(q_bar, 0);
+    dev::mbarrier::wait(full_bar(dev::pipeline_stage(tile, kStages)),
+                        dev::pipeline_full_parity(tile, kStages));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  };
+  [[maybe_unused]] auto issue_s = [&](auto& tS, int tile) {
+    const int stage = dev::pipeline_stage(tile, kStages);
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage), tS);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+  };
+  [[maybe_unused]] auto issue_pv = [&](int tile) {
+    const int stage = dev::pipeline_stage(tile, kStages);
+#pragma unroll
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
+    }
+  };
+  // One stage: S of tile t + 1 into tN (kS) and P V of tile t - 1 (kPV) issued, tile t's softmax
+  // on tC under them, then the wait and what needs it.
+  // (always_inline: a stage outlined into a function of its own serializes every wgmma.)
+  [[maybe_unused]] auto overlap_stage = [&]<bool kS, bool kPV>(auto& tC, auto& tN, int t)
+      __attribute__((always_inline)) {
+    if constexpr (kS) wait_tile(t + 1);
+    take_turn();
+    if constexpr (kS || kPV) {
+      if constexpr (kS) warpgroup_fence_operand(tN);
+      if constexpr (kPV) {
+        warpgroup_fence_operand(tOrP);
+        warpgroup_fence_operand(tOrO);
+      }
+      warpgroup_arrive();
+      if constexpr (kS) issue_s(tN, t + 1);
+      if constexpr (kPV) issue_pv(t - 1);
+      warpgroup_commit_batch();
+    }
+    pass_turn();
+    float tmax[2];
+    scores(tC, t, tmax);
+    // The rescale of O waits for the stage's P V product: its factors kept until then.
+    bool rescale = false;
+    float factor[2] = {1.0f, 1.0f};
+    dev::rescale_on_new_max(m, l, tmax, [&](int r, float f) {
+      rescale = true;
+      factor[r] = f;
+    });
+    const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+    for (int v = 0; v < size(tC); ++v) {
+      const int r = (v >> 1) & 1;
+      tC(v) = dev::exp2_ftz(kSoftCap ? tC(v) - m_sub[r] : fmaf(tC(v), p.sm_scale_log2, -m_sub[r]));
+    }
+#pragma unroll
+    for (int v = 0; v < size(tC); v += 2) l[(v >> 1) & 1] += tC(v) + tC(v + 1);
+    // The wait in both arms of the rescale's branch: ptxas schedules a wait within its basic block
+    // as early as it can (it does not know what the wait costs), which put it above most of the
+    // exponentials; a block boundary keeps them under the products.
+    auto wait_stage = [&] {
+      if constexpr (kS || kPV) {
+        warpgroup_wait<0>();
+        if constexpr (kS) warpgroup_fence_operand(tN);
+        if constexpr (kPV) {
+          warpgroup_fence_operand(tOrO);
+          warpgroup_fence_operand(tOrP);
+        }
+      }
+    };
+    if (rescale) {
+      wait_stage();
+#pragma unroll
+      for (int v = 0; v < size(tOrO); ++v) tOrO(v) *= factor[(v >> 1) & 1];
+    } else {
+      wait_stage();
+    }
+    if constexpr (kPV) dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(t - 1, kStages)));
+    uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+#pragma unroll
+    for (int v = 0; v < size(tC); v += 2) p_pairs[v / 2] = dev::mma::pack2<T>(tC(v), tC(v + 1));
+  };
+  if constexpr (kOverlap) {
+    if (num_tiles > 0) {
+      Tensor tSrS2 = partition_fragment_C(mma_s, Shape<Int<kCtaQ>, Int<kN>>{});  // odd tiles' S
+      // Tile 0's S alone.
+      wait_tile(0);
+      take_turn();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      issue_s(tSrS, 0);
+      warpgroup_commit_batch();
+      pass_turn();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      const int last = num_tiles - 1;
+      if (last == 0) {
+        overlap_stage.template operator()<false, false>(tSrS, tSrS2, 0);
+      } else {
+        overlap_stage.template operator()<true, false>(tSrS, tSrS2, 0);
+        int t = 1;
 #pragma unroll 1
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % kSm90Stages;
+        for (; t + 1 < last; t += 2) {
+          overlap_stage.template operator()<true, true>(tSrS2, tSrS, t);
+          overlap_stage.template operator()<true, true>(tSrS, tSrS2, t + 1);
+        }
+        if (t < last) {
+          overlap_stage.template operator()<true, true>(tSrS2, tSrS, t);
+          ++t;
+        }
+        // t == last: its S in tSrS2 when odd.
+        if (t & 1) {
+          overlap_stage.template operator()<false, true>(tSrS2, tSrS, t);
+        } else {
+          overlap_stage.template operator()<false, true>(tSrS, tSrS2, t);
+        }
+      }
+      // The last tile's P V.
+      take_turn();
+      warpgroup_fence_operand(tOrP);
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+      issue_pv(last);
+      warpgroup_commit_batch();
+      pass_turn();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+      dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(last, kStages)));
+    }
+  }
+
+  int32_t next_page = kWs ? 0 : page_of(kStages);  // (kWs: the producer's alone)
+#pragma unroll 1
+  for (int tile = 0; tile < (kOverlap ? 0 : num_tiles); ++tile) {
+    const int stage = tile % kStages;
     if constexpr (kWs) {
       // Q (before the first tile) and this tile landed: the producer's copies arrived on their
       // barriers; the proxy fence makes what the barrier acquired visible to wgmma.
       if (tile == 0) dev::mbarrier::wait(q_bar, 0);
-      dev::mbarrier::wait(full_bar(stage), dev::pipeline_full_parity(tile, kSm90Stages));
+      dev::mbarrier::wait(full_bar(stage), dev::pipeline_full_parity(tile, kStages));
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     } else if constexpr (kFp8) {
-      dev::cp_async::wait<kSm90Stages - 1>();  // tile `tile` (and Q) landed for this thread ...
+      dev::cp_async::wait<kStages - 1>();  // tile `tile` (and Q) landed for this thread ...
       // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
       // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
       __syncthreads();
@@ -458,13 +652,13 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       } else {
         widen.template operator()<__NV_E4M3>(stage);
       }
-      fill_from(tile + kSm90Stages, next_page, 0);
-      next_page = page_of(tile + kSm90Stages + 1);
+      fill_from(tile + kStages, next_page, 0);
+      next_page = page_of(tile + kStages + 1);
       // The widened tiles (generic-proxy stores) and Q (cp.async) visible to wgmma, for every
       // thread; the offsets of tile + 2 written before its copy below.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();
-      load_kv(tile + kSm90Stages, 0);
+      load_kv(tile + kStages, 0);
     } else {
       // One barrier a tile. Only tile `tile`'s copy is in flight (issued in the iteration before,
       // or the prologue, with Q): landed for this thread, visible to wgmma (the proxy fence), for
@@ -476,13 +670,10 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       dev::cp_async::wait<0>();
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       __syncthreads();
-      fill_from(tile + kSm90Stages, next_page, tile % 2);
-      next_page = page_of(tile + kSm90Stages + 1);
+      fill_from(tile + kStages, next_page, tile % 2);
+      next_page = page_of(tile + kStages + 1);
     }
     const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tiles the MMAs read
-    const int32_t t0 = kv_lo32 + tile * kN;
-    const int2 range = *tile_range_s;
-    const bool unmasked = range.x <= tile && tile <= range.y;
 
     // S = Q K^T over DQK / 16 k-steps, into a zeroed accumulator.
     take_turn();
@@ -501,34 +692,8 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
 
-    // Soft cap: the logits in log2 units now, as the FA2 kernel's soft-capped blocks compute them
-    // (logit_log2); the plain blocks keep q.k and fold the scale into the exponent.
-    if constexpr (kSoftCap) {
-#pragma unroll
-      for (int v = 0; v < size(tSrS); ++v) tSrS(v) = logit_log2(p, tSrS(v), p.sm_scale);
-    }
-    if (!unmasked) {
-      // Keys as offsets d from the row's position, within [d_min, d_max] (the FA2 kernel's test).
-      const int32_t d_max = p.causal ? 0 : INT32_MAX;
-      const int32_t d_min = p.window_left >= 0 ? -p.window_left : INT32_MIN;
-#pragma unroll
-      for (int v = 0; v < size(tSrS); ++v) {
-        const int32_t kj = t0 + 8 * (v >> 2) + 2 * tid4 + (v & 1);
-        const int32_t d = kj - pos_of[(v >> 1) & 1];
-        const bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
-        if (!vis) tSrS(v) = -INFINITY;
-      }
-    }
-    float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int v = 0; v < size(tSrS); ++v) tmax[(v >> 1) & 1] = fmaxf(tmax[(v >> 1) & 1], tSrS(v));
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-      tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-      // -inf stays -inf (the scale is > 0: prefill_scale_folds)
-      if constexpr (!kSoftCap) tmax[r] *= p.sm_scale_log2;
-    }
+    float tmax[2];
+    scores(tSrS, tile, tmax);
     // Rescaled only when a row of the warp has a new maximum (dev::rescale_on_new_max).
     dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
 #pragma unroll

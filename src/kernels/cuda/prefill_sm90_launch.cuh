@@ -12,20 +12,21 @@
 namespace flashinfer::kernels::cuda {
 
 template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
-          bool kWs = false>
+          bool kWs = false, bool kOverlap = false>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   launch_prefill_grid(
-      p, prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong, kWs>,
+      p,
+      prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong, kWs, kOverlap>,
       prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_block_threads(kWG, kWs),
-      kWs ? prefill::prefill_sm90_ws_smem_bytes(DQK, DVO)
+      kWs ? prefill::prefill_sm90_ws_smem_bytes(DQK, DVO, kOverlap)
           : prefill::prefill_sm90_smem_bytes(DQK, DVO, kWG),
       stream, enable_pdl);
 }
 
-/// Whether the warp-specialized instance `kernel` starts with the registers its setmaxnreg split
-/// assumes (kSm90WsEntryRegs a thread: what the launch bounds allow, which ptxas gave it; fewer
-/// would leave the math warpgroups' setmaxnreg.inc waiting forever for registers the block does
-/// not have). Asked once an instance; the plain form runs where it says no.
+/// Whether the warp-specialized (or overlapped) instance `kernel` starts with the registers its
+/// setmaxnreg split assumes (kSm90WsEntryRegs a thread: what the launch bounds allow, which ptxas
+/// gave it; fewer would leave the math warpgroups' setmaxnreg.inc waiting forever for registers the
+/// block does not have). Asked once an instance; the plain form runs where it says no.
 inline bool prefill_sm90_ws_registers_ok(const void* kernel) {
   cudaFuncAttributes a{};
   return cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.numRegs == prefill::kSm90WsEntryRegs;
@@ -98,6 +99,12 @@ bool launch_sm90_dims(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
 /// warp-specialized form ran.
 bool launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong,
                       bool ws);
+
+/// The overlapped form's instance for p's head dims (128, or 192 / 128) and q dtype, with the
+/// ping-pong turns where `ping_pong` (prefill_sm90_overlap.cu; the caller asked
+/// prefill_sm90_overlap_takes). False, having run nothing, where its registers are not as built
+/// (prefill_sm90_ws_registers_ok); the caller then runs another form.
+bool launch_sm90_overlap(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong);
 
 /// The instance for p's head dims (64, 128; 256 and 192 / 128 in tall blocks), dtypes and soft cap,
 /// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so); returns whether the

@@ -143,10 +143,37 @@ FLASHINFER_HD constexpr bool prefill_sm90_ws_built(int dqk, int dvo, bool fp8_kv
   return wg == 2 && !fp8_kv && dvo == 128 && (dqk == 128 || dqk == 192);
 }
 
-/// Dynamic shared memory of a warp-specialized block: the tall block's, and the pipeline's
-/// mbarriers (a "full" and an "empty" one a stage, and Q's) after the tile range.
-FLASHINFER_HD constexpr unsigned prefill_sm90_ws_smem_bytes(int dqk, int dvo) {
-  return prefill_sm90_smem_bytes(dqk, dvo, 2) + 8u * (2u * kSm90Stages + 1u);
+/// The overlapped form (opt-in, FLASHINFER_PREFILL_SM90_OVERLAP=1; prefill_sm90_kernel.cuh,
+/// kOverlap): the warp-specialized form whose math warpgroups run each tile's softmax while the
+/// tensor cores compute the next tile's S and the previous tile's P V (FA3's intra-warpgroup
+/// overlap). S of two tiles is live at once, so its tiles are kSm90OverlapKvTile keys (two S
+/// tiles, O and P: 32 + 32 + 64 + 16 accumulators a thread at head dim 128, within the 216
+/// registers); a math warpgroup holds three tiles' stages at a time (the previous one's V, this
+/// one's, the next one's K), so it has kSm90OverlapStages, the fourth being filled meanwhile.
+constexpr int kSm90OverlapKvTile = 64;
+constexpr int kSm90OverlapStages = 4;
+
+/// K/V stages of a block: kSm90OverlapStages in the overlapped form, kSm90Stages otherwise.
+FLASHINFER_HD constexpr int prefill_sm90_stages(bool overlap) {
+  return overlap ? kSm90OverlapStages : kSm90Stages;
+}
+
+/// Whether the overlapped form has an instance: the warp-specialized form's (tall blocks, head
+/// dims 128 and 192 / 128, K/V of q's dtype).
+FLASHINFER_HD constexpr bool prefill_sm90_overlap_built(int dqk, int dvo, bool fp8_kv, int wg) {
+  return prefill_sm90_ws_built(dqk, dvo, fp8_kv, wg);
+}
+
+/// Dynamic shared memory of a warp-specialized block (`overlap`: in the overlapped form): Q, the
+/// stages of its K/V tiles, the offsets of one tile's keys twice, the tile range, the alignment
+/// slack, and the pipeline's mbarriers (a "full" and an "empty" one a stage, and Q's).
+FLASHINFER_HD constexpr unsigned prefill_sm90_ws_smem_bytes(int dqk, int dvo,
+                                                            bool overlap = false) {
+  const unsigned tile =
+      static_cast<unsigned>(overlap ? kSm90OverlapKvTile : prefill_sm90_kv_tile(dqk, dvo, 2));
+  const unsigned stages = static_cast<unsigned>(prefill_sm90_stages(overlap));
+  return prefill_sm90_q_bytes(dqk, 2) + stages * tile * static_cast<unsigned>(dqk + dvo) * 2u +
+         32u * tile + 16u + kSm90SmemAlign + 8u * (2u * stages + 1u);
 }
 
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the

@@ -30,10 +30,13 @@ struct CuteElement<__nv_bfloat16> {
 /// stacked along the rows) and the shared-memory layouts of Q [64 kWG x DQK], K [kv_tile x DQK x
 /// stages] (K-major, the B operand of S) and V^T [DVO x kv_tile x stages] (MN-major, the B
 /// operand of O: DVO contiguous within a key, i.e. V's rows as stored).
-template <class T, int DQK, int DVO, int kWG = kSm90Warpgroups>
+/// kTileN / kStages: the keys of a K/V tile and its stages (the overlapped form's are
+/// kSm90OverlapKvTile and kSm90OverlapStages).
+template <class T, int DQK, int DVO, int kWG = kSm90Warpgroups,
+          int kTileN = prefill_sm90_kv_tile(DQK, DVO, kWG), int kStages = kSm90Stages>
 struct Sm90Prefill {
   using E = typename CuteElement<T>::type;
-  static constexpr int kN = prefill_sm90_kv_tile(DQK, DVO, kWG);
+  static constexpr int kN = kTileN;
   static constexpr int kCtaQ = prefill_sm90_cta_q(kWG);
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kWG>, cute::_1, cute::_1>>;
   using MmaS = decltype(cute::make_tiled_mma(
@@ -48,10 +51,10 @@ struct Sm90Prefill {
                                                cute::Shape<cute::Int<kCtaQ>, cute::Int<DQK>>{}));
   using LayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<E>{},
-      cute::Shape<cute::Int<kN>, cute::Int<DQK>, cute::Int<kSm90Stages>>{}));
+      cute::Shape<cute::Int<kN>, cute::Int<DQK>, cute::Int<kStages>>{}));
   using LayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<E>{},
-      cute::Shape<cute::Int<DVO>, cute::Int<kN>, cute::Int<kSm90Stages>>{}));
+      cute::Shape<cute::Int<DVO>, cute::Int<kN>, cute::Int<kStages>>{}));
   // The element offsets a tile's coordinates have in shared memory: the layouts above carry their
   // swizzle as a flag of the shared-memory pointer, which applies it to byte addresses (the
   // hardware's 128-byte swizzle, from a 1024-byte aligned base); evaluated without a pointer they
