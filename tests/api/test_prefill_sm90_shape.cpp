@@ -133,6 +133,17 @@ TEST(PrefillSm90Shape, DispatchRule) {
   for (int d : {128, 256}) EXPECT_EQ(prefill_sm90_min_blocks(d, 2), 1) << d;
 }
 
+// A call the tall blocks' forms take: bf16, 32:8 heads, head dim 128. (This file includes no test
+// utilities: their Tensor and Shape would meet CuTe's.)
+AttentionParams tall_block_call() {
+  AttentionParams p;
+  p.q_dtype = p.o_dtype = p.kv.dtype = DType::kBFloat16;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  return p;
+}
+
 // The warp-specialized form's shape: 384 threads (a producer warpgroup after the two math ones),
 // its instances (tall blocks, head dim 128, 16-bit K/V), its shared memory (the tall block's and
 // five mbarriers) within the opt-in limit, and the switch, read at each call.
@@ -149,12 +160,7 @@ TEST(PrefillSm90Shape, WarpSpecializedInstancesAndSwitch) {
   EXPECT_FALSE(prefill_sm90_ws_built(192, 128, true, 2));
   EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128), prefill_sm90_smem_bytes(128, 128) + 40u);
   constexpr long long kOptin = 232448;
-  AttentionParams p;
-  p.q_dtype = p.o_dtype = p.kv.dtype = DType::kBFloat16;
-  p.num_qo_heads = 32;
-  p.num_kv_heads = 8;
-  p.head_dim_qk = p.head_dim_vo = 128;
-  // (This file includes no test utilities: their Tensor and Shape would meet CuTe's.)
+  AttentionParams p = tall_block_call();
   unsetenv("FLASHINFER_PREFILL_SM90_WS");
   EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));  // opt-in
   setenv("FLASHINFER_PREFILL_SM90_WS", "1", 1);
@@ -187,11 +193,7 @@ TEST(PrefillSm90Shape, OverlappedInstancesAndSwitch) {
   EXPECT_EQ(prefill_sm90_ws_smem_bytes(128, 128, false), prefill_sm90_ws_smem_bytes(128, 128));
   constexpr long long kOptin = 232448;
   EXPECT_LE(prefill_sm90_ws_smem_bytes(192, 128, true), static_cast<unsigned>(kOptin));
-  AttentionParams p;
-  p.q_dtype = p.o_dtype = p.kv.dtype = DType::kBFloat16;
-  p.num_qo_heads = 32;
-  p.num_kv_heads = 8;
-  p.head_dim_qk = p.head_dim_vo = 128;
+  AttentionParams p = tall_block_call();
   unsetenv("FLASHINFER_PREFILL_SM90_OVERLAP");
   setenv("FLASHINFER_PREFILL_SM90_WS", "1", 1);
   EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));  // opt-in, on its own switch

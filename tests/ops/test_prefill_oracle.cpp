@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -544,6 +545,18 @@ Runs run_hopper(PrefillCase c, std::initializer_list<std::pair<const char*, cons
   return run_case(c);
 }
 
+// A case on one form of the Hopper kernel's tall blocks: `form` the switch that selects it
+// (FLASHINFER_PREFILL_SM90_WS or FLASHINFER_PREFILL_SM90_OVERLAP; null: the plain form), with the
+// ping-pong turns where `ping_pong` is "1", the other form's switch unset.
+Runs run_hopper_form(const PrefillCase& c, const char* form, const char* ping_pong) {
+  auto set = [&](const char* name) -> const char* {
+    return form != nullptr && std::string_view(form) == name ? "1" : nullptr;
+  };
+  return run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", set("FLASHINFER_PREFILL_SM90_WS")},
+                        {"FLASHINFER_PREFILL_SM90_OVERLAP", set("FLASHINFER_PREFILL_SM90_OVERLAP")},
+                        {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong}});
+}
+
 // Another schedule or form of the Hopper kernel against the plain one on the same case: the same
 // bits (out and LSE), and close to the CPU; split where the case asks for it.
 void expect_same_bits_as_plain(const PrefillCase& c, const Runs& got, const Runs& plain) {
@@ -576,11 +589,9 @@ TEST(PrefillKernelCuda, HopperPingPongScheduleMatchesThePlainOneBitForBit) {
   }
   auto check = [](const PrefillCase& c, bool ping_pong_built) {
     SCOPED_TRACE(c.str());
-    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
+    const Runs plain = run_hopper_form(c, nullptr, nullptr);
     const uint64_t before = kernels::cuda::prefill_sm90_ping_pong_launches();
-    const Runs ping_pong = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_PINGPONG", "1"},
-                                          {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
+    const Runs ping_pong = run_hopper_form(c, nullptr, "1");
     EXPECT_EQ(kernels::cuda::prefill_sm90_ping_pong_launches() > before, ping_pong_built)
         << "the ping-pong schedule ran: " << !ping_pong_built;
     expect_same_bits_as_plain(c, ping_pong, plain);
@@ -628,15 +639,11 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
   }
   auto check = [](const PrefillCase& c, bool ws_built) {
     SCOPED_TRACE(c.str());
-    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
+    const Runs plain = run_hopper_form(c, nullptr, nullptr);
     for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
       SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
       const uint64_t before = kernels::cuda::prefill_sm90_ws_launches();
-      const Runs ws = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_WS", "1"},
-                                     {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong},
-                                     {"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr}});
+      const Runs ws = run_hopper_form(c, "FLASHINFER_PREFILL_SM90_WS", ping_pong);
       EXPECT_EQ(kernels::cuda::prefill_sm90_ws_launches() > before, ws_built)
           << "the warp-specialized form ran: " << !ws_built;
       expect_same_bits_as_plain(c, ws, plain);
@@ -680,16 +687,12 @@ TEST(PrefillKernelCuda, HopperOverlappedFormMatchesCpuAndThePlainForm) {
     SCOPED_TRACE(c.str());
     const bool built = (c.dqk == 128 || c.dqk == 192) && c.dvo == 128 && !(c.soft_cap > 0.0);
     const auto tol = testing::default_tolerance(c.dt);
-    const Runs plain = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_OVERLAP", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_WS", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", nullptr}});
+    const Runs plain = run_hopper_form(c, nullptr, nullptr);
     std::optional<Runs> alone;
     for (const char* ping_pong : {static_cast<const char*>(nullptr), "1"}) {
       SCOPED_TRACE(ping_pong ? "with the ping-pong turns" : "without the ping-pong turns");
       const uint64_t before = kernels::cuda::prefill_sm90_overlap_launches();
-      const Runs got = run_hopper(c, {{"FLASHINFER_PREFILL_SM90_OVERLAP", "1"},
-                                      {"FLASHINFER_PREFILL_SM90_WS", nullptr},
-                                      {"FLASHINFER_PREFILL_SM90_PINGPONG", ping_pong}});
+      const Runs got = run_hopper_form(c, "FLASHINFER_PREFILL_SM90_OVERLAP", ping_pong);
       EXPECT_EQ(kernels::cuda::prefill_sm90_overlap_launches() > before, built)
           << "the overlapped form ran: " << !built;
       if (!built) {
