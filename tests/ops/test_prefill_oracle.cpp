@@ -672,9 +672,9 @@ TEST(PrefillKernelCuda, HopperWarpSpecializedFormMatchesThePlainOneBitForBit) {
 // alone and with the ping-pong turns. Its 64-key tiles round the online softmax otherwise than the
 // plain form's 128, so it is compared with the CPU and with the plain form within q's dtype's
 // tolerance, and its two schedules with each other bit for bit (the same arithmetic). Soft-capped
-// calls and head dim 256 have no instance: they keep the plain form's bits (the launch counter
-// says which form ran). A wrong barrier parity or a stage released twice would hang
-// (gpu-run-packed's per-binary limit names it).
+// calls, head dim 256 and one-warpgroup blocks have no instance: they keep the plain form's bits
+// (the launch counter says which form ran). A wrong barrier parity or a stage released twice would
+// hang (gpu-run-packed's per-binary limit names it).
 TEST(PrefillKernelCuda, HopperOverlappedFormMatchesCpuAndThePlainForm) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
 #if !FLASHINFER_TEST_HAVE_CUTLASS
@@ -685,7 +685,10 @@ TEST(PrefillKernelCuda, HopperOverlappedFormMatchesCpuAndThePlainForm) {
   }
   auto check = [](const PrefillCase& c) {
     SCOPED_TRACE(c.str());
-    const bool built = (c.dqk == 128 || c.dqk == 192) && c.dvo == 128 && !(c.soft_cap > 0.0);
+    // (tall blocks: a request of more than 64 packed rows; 16-bit K/V in every case here)
+    const bool tall = *std::max_element(c.qo_lens.begin(), c.qo_lens.end()) * (c.hq / c.hkv) > 64;
+    const bool built =
+        tall && (c.dqk == 128 || c.dqk == 192) && c.dvo == 128 && !(c.soft_cap > 0.0);
     const auto tol = testing::default_tolerance(c.dt);
     const Runs plain = run_hopper_form(c, nullptr, nullptr);
     std::optional<Runs> alone;
@@ -729,6 +732,10 @@ TEST(PrefillKernelCuda, HopperOverlappedFormMatchesCpuAndThePlainForm) {
   PrefillCase d256;  // no overlapped instance
   d256.dqk = d256.dvo = 256;
   check(d256);
+  PrefillCase small;  // one-warpgroup blocks (at most 64 packed rows): no overlapped form
+  small.qo_lens = {16, 3};
+  small.kv_lens = {300, 40};
+  check(small);
 #endif
 }
 

@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   }
   if constexpr (kWs) {
     // Warp-specialized (prefill_sm90_ws_built): the producer warpgroup copies Q, then every K/V
-    // tile into stage tile % 2 once the math warpgroups released the stage's tile before (its
+    // tile into stage tile % kStages once the math warpgroups released the stage's tile before (its
     // "empty" barrier), and its copies arrive on the stage's "full" barrier as they land; the
     // math warpgroups wait on "full", run the tile, and arrive on "empty". No block-wide barrier
     // after this one, so the two math warpgroups drift apart by what their softmax costs (the
@@ -557,9 +557,20 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     }
 #pragma unroll
     for (int v = 0; v < size(tC); v += 2) l[(v >> 1) & 1] += tC(v) + tC(v + 1);
-    // The wait in both arms of the rescale's branch: ptxas schedules a wait within its basic block
-    // as early as it can (it does not know what the wait costs), which put it above most of the
-    // exponentials; a block boundary keeps them under the products.
+    // The wait in both arms of a branch on whether any row of the warpgroup has a new maximum:
+    // ptxas schedules a wait within its basic block as early as it can (it does not know what the
+    // wait costs), which put it above most of the exponentials; a block boundary keeps them under
+    // the products. The condition is the warpgroup's (a barrier reduction over its 128 threads),
+    // not the warp's: wgmma.wait_group is .aligned, so all four warps must execute the same one.
+    // A warp without a new maximum then scales O by its factors of exactly 1 (exp2 of 0, as the
+    // plain loop does for a warp's other rows): the same bits.
+    uint32_t rescale_any;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, 128, p;\n"
+        " selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(rescale_any)
+        : "r"(static_cast<uint32_t>(rescale)), "r"(kSm90OverlapBarrier + wg_index)
+        : "memory");
     auto wait_stage = [&] {
       if constexpr (kS || kPV) {
         warpgroup_wait<0>();
@@ -570,7 +581,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
         }
       }
     };
-    if (rescale) {
+    if (rescale_any != 0) {
       wait_stage();
 #pragma unroll
       for (int v = 0; v < size(tOrO); ++v) tOrO(v) *= factor[(v >> 1) & 1];

@@ -115,6 +115,10 @@ FLASHINFER_HD constexpr bool prefill_sm90_ping_pong_built(int dqk, int dvo, int 
 constexpr int kSm90WsProducerThreads = 128;
 constexpr int kSm90WsProducerRegs = 72, kSm90WsMathRegs = 216;
 constexpr int kSm90WsProducerBarrier = 3;
+/// The overlapped form's named barriers, kSm90OverlapBarrier + the math warpgroup's index (4, 5):
+/// each warpgroup's reduction of whether any of its rows has a new maximum
+/// (prefill_sm90_kernel.cuh).
+constexpr int kSm90OverlapBarrier = 4;
 /// Registers a thread of a warp-specialized block starts with: what the launch bounds (384
 /// threads, one block an SM) allow, rounded down to the allocation's 8; the launcher checks that
 /// ptxas gave each instance that many (prefill_sm90_ws_registers_ok).
