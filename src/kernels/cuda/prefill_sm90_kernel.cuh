@@ -38,9 +38,10 @@
 // FLASHINFER_PREFILL_SM90_OVERLAP=1; prefill_sm90_overlap_built) is FA3's intra-warpgroup overlap:
 // each math warpgroup issues tile t + 1's S and tile t - 1's P V as one wgmma group and runs tile
 // t's softmax while they run, so its exponentials no longer leave the tensor cores idle. Two S
-// arrays (tiles of 64 keys, so that S twice, O and P fit the 216 registers) and four stages (a
-// warpgroup holds three tiles). What ptxas needs for it, and the SASS check that it got it:
-// docs/ATTENTION.md, "The overlapped form".
+// arrays (tiles of 64 keys, so that S twice, O and P fit the 216 registers); four stages of K and
+// four of V, each with its own barriers, the producer copying a tile's K a tile ahead of its V
+// (a warpgroup is done with a tile's K two stages before its V). What ptxas needs for it, and the
+// SASS check that it got it: docs/ATTENTION.md, "The overlapped form".
 #pragma once
 
 #include "kernels/cuda/attention_cuda_common.cuh"
@@ -122,16 +123,26 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
                     kStages * (kKBytes16 + kVBytes16),
                 "fp8 blocks use the 16-bit blocks' shared memory");
   int64_t* k_off = reinterpret_cast<int64_t*>(smem + kQBytes + kStages * (kKBytes16 + kVBytes16));
-  // Two buffers of offsets, by tile parity (the 16-bit loop fills a tile's while the copy of the
-  // tile before reads the other; fp8 uses buffer 0).
-  int64_t* v_off = k_off + 2 * kCache;
-  int2* tile_range_s = reinterpret_cast<int2*>(v_off + 2 * kCache);
+  // Buffers of offsets, by tile (prefill_sm90_offset_buffers): two by parity (the 16-bit loop fills
+  // a tile's while the copy of the tile before reads the other; fp8 uses buffer 0), three in the
+  // overlapped form, whose producer copies K a tile ahead of V.
+  constexpr int kOffBufs = prefill_sm90_offset_buffers(kOverlap);
+  int64_t* v_off = k_off + kOffBufs * kCache;
+  int2* tile_range_s = reinterpret_cast<int2*>(v_off + kOffBufs * kCache);
   // kWs: the pipeline's barriers after the tile range (prefill_sm90_ws_smem_bytes): a "full" and
-  // an "empty" one a stage, and Q's.
+  // an "empty" one a stage, and Q's; the overlapped form has them for K (full_bar / empty_bar) and
+  // for V (full_v_bar / empty_v_bar) apart, then Q's.
   const uint32_t bar0 = dev::cp_async::smem_addr(tile_range_s + 2);
   auto full_bar = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(stage); };
   auto empty_bar = [&](int stage) { return bar0 + 8u * static_cast<uint32_t>(kStages + stage); };
-  const uint32_t q_bar = bar0 + 8u * 2u * kStages;
+  [[maybe_unused]] auto full_v_bar = [&](int stage) {
+    return bar0 + 8u * static_cast<uint32_t>(2 * kStages + stage);
+  };
+  [[maybe_unused]] auto empty_v_bar = [&](int stage) {
+    return bar0 + 8u * static_cast<uint32_t>(3 * kStages + stage);
+  };
+  const uint32_t q_bar =
+      bar0 + 8u * static_cast<uint32_t>(prefill_sm90_barriers_per_stage(kOverlap) * kStages);
 
   const typename Tr::LayoutQ layout_q{};
   const typename Tr::LayoutK layout_k{};
@@ -285,12 +296,18 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       }
     }
   };
+  auto copy_k = [&](int tile, int buf) {
+    copy_rows.template operator()<kKRowsPerPass, kKu, kKCols>(
+        tile, k_off + buf * kCache, p.kv.k, k_dst0, k_r0, k_col, kKStep, kKColStep, kKStageBytes);
+  };
+  auto copy_v = [&](int tile, int buf) {
+    copy_rows.template operator()<kVRowsPerPass, 1, kUnitsV>(
+        tile, v_off + buf * kCache, p.kv.v, v_dst0, v_r0, v_col, kVStep, 0u, kVStageBytes);
+  };
   auto load_kv = [&](int tile, int buf) {
     if (tile < num_tiles) {
-      copy_rows.template operator()<kKRowsPerPass, kKu, kKCols>(
-          tile, k_off + buf * kCache, p.kv.k, k_dst0, k_r0, k_col, kKStep, kKColStep, kKStageBytes);
-      copy_rows.template operator()<kVRowsPerPass, 1, kUnitsV>(
-          tile, v_off + buf * kCache, p.kv.v, v_dst0, v_r0, v_col, kVStep, 0u, kVStageBytes);
+      copy_k(tile, buf);
+      copy_v(tile, buf);
     }
     dev::cp_async::commit();
   };
@@ -345,6 +362,10 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       for (int s = 0; s < kStages; ++s) {
         dev::mbarrier::init(full_bar(s), kLoadThreads);  // each producer thread's landed copies
         dev::mbarrier::init(empty_bar(s), kThreads);     // each math thread done with the stage
+        if constexpr (kOverlap) {
+          dev::mbarrier::init(full_v_bar(s), kLoadThreads);
+          dev::mbarrier::init(empty_v_bar(s), kThreads);
+        }
       }
       dev::mbarrier::init(q_bar, kLoadThreads);
     }
@@ -364,19 +385,48 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
         dev::mbarrier::arrive_on_copies(q_bar);
       }
       int32_t page = page_of(0);
+      if constexpr (kOverlap) {
+        // K a tile ahead of V: a math warpgroup frees tile t's K slot once t's S completed, two
+        // stages before its V slot (P V of t runs in stage t + 1), and needs K a stage before V;
+        // in tile order the producer's copies would wait behind the V slot. Offsets in three
+        // buffers by tile: buffer j % 3's last readers copied tile j - 3's K and V before the
+        // producer's barrier of tile j - 1, which this thread passed before writing tile j's.
+        auto next_k = [&](int j) {
+          fill_from(j, page, j % kOffBufs);
+          page = page_of(j + 1);
+          asm volatile("bar.sync %0, %1;\n" ::"n"(kSm90WsProducerBarrier), "n"(kLoadThreads)
+                       : "memory");
+          const int stage = dev::pipeline_stage(j, kStages);
+          dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(j, kStages));
+          copy_k(j, j % kOffBufs);
+          dev::cp_async::commit();
+          dev::mbarrier::arrive_on_copies(full_bar(stage));
+        };
+        if (num_tiles > 0) next_k(0);
 #pragma unroll 1
-      for (int tile = 0; tile < num_tiles; ++tile) {
-        const int stage = dev::pipeline_stage(tile, kStages);
-        dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(tile, kStages));
-        // Offsets buffer tile % 2: its last reader copied tile - 2, before the producer's barrier
-        // of tile - 1, which this thread passed.
-        fill_from(tile, page, tile % 2);
-        page = page_of(tile + 1);
-        // Every key's offsets written before any producer thread's copies read them.
-        asm volatile("bar.sync %0, %1;\n" ::"n"(kSm90WsProducerBarrier), "n"(kLoadThreads)
-                     : "memory");
-        load_kv(tile, tile % 2);
-        dev::mbarrier::arrive_on_copies(full_bar(stage));
+        for (int tile = 0; tile < num_tiles; ++tile) {
+          if (tile + 1 < num_tiles) next_k(tile + 1);
+          const int stage = dev::pipeline_stage(tile, kStages);
+          dev::mbarrier::wait(empty_v_bar(stage), dev::pipeline_empty_parity(tile, kStages));
+          copy_v(tile, tile % kOffBufs);
+          dev::cp_async::commit();
+          dev::mbarrier::arrive_on_copies(full_v_bar(stage));
+        }
+      } else {
+#pragma unroll 1
+        for (int tile = 0; tile < num_tiles; ++tile) {
+          const int stage = dev::pipeline_stage(tile, kStages);
+          dev::mbarrier::wait(empty_bar(stage), dev::pipeline_empty_parity(tile, kStages));
+          // Offsets buffer tile % 2: its last reader copied tile - 2, before the producer's
+          // barrier of tile - 1, which this thread passed.
+          fill_from(tile, page, tile % 2);
+          page = page_of(tile + 1);
+          // Every key's offsets written before any producer thread's copies read them.
+          asm volatile("bar.sync %0, %1;\n" ::"n"(kSm90WsProducerBarrier), "n"(kLoadThreads)
+                       : "memory");
+          load_kv(tile, tile % 2);
+          dev::mbarrier::arrive_on_copies(full_bar(stage));
+        }
       }
       dev::cp_async::wait<0>();  // nothing in flight when the producer's warps exit
       return;
@@ -499,9 +549,16 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // alternate by tile parity (tile t's S is tSrS for even t, tSrS2 for odd t), so the stages are
   // written out for each parity: a first stage, pairs, and the last stage; the first and last
   // have no P V or no S product, so that no wgmma sits behind a branch inside a stage.
-  [[maybe_unused]] auto wait_tile = [&](int tile) {
+  // Tile `tile`'s K (and Q before the first), or its V, landed: the producer's copies arrived on
+  // the barrier; the proxy fence makes what the barrier acquired visible to wgmma.
+  [[maybe_unused]] auto wait_k = [&](int tile) {
     if (tile == 0) dev::mbarrier::wait(q_bar, 0);
     dev::mbarrier::wait(full_bar(dev::pipeline_stage(tile, kStages)),
+                        dev::pipeline_full_parity(tile, kStages));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  };
+  [[maybe_unused]] auto wait_v = [&](int tile) {
+    dev::mbarrier::wait(full_v_bar(dev::pipeline_stage(tile, kStages)),
                         dev::pipeline_full_parity(tile, kStages));
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   };
@@ -526,7 +583,8 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // (always_inline: a stage outlined into a function of its own serializes every wgmma.)
   [[maybe_unused]] auto overlap_stage = [&]<bool kS, bool kPV>(auto& tC, auto& tN, int t)
       __attribute__((always_inline)) {
-    if constexpr (kS) wait_tile(t + 1);
+    if constexpr (kS) wait_k(t + 1);
+    if constexpr (kPV) wait_v(t - 1);
     take_turn();
     if constexpr (kS || kPV) {
       if constexpr (kS) warpgroup_fence_operand(tN);
@@ -588,7 +646,9 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     } else {
       wait_stage();
     }
-    if constexpr (kPV) dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(t - 1, kStages)));
+    // Tile t + 1's K and tile t - 1's V read: their slots go back to the producer.
+    if constexpr (kS) dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(t + 1, kStages)));
+    if constexpr (kPV) dev::mbarrier::arrive(empty_v_bar(dev::pipeline_stage(t - 1, kStages)));
     uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
 #pragma unroll
     for (int v = 0; v < size(tC); v += 2) p_pairs[v / 2] = dev::mma::pack2<T>(tC(v), tC(v + 1));
@@ -597,7 +657,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     if (num_tiles > 0) {
       Tensor tSrS2 = partition_fragment_C(mma_s, Shape<Int<kCtaQ>, Int<kN>>{});  // odd tiles' S
       // Tile 0's S alone.
-      wait_tile(0);
+      wait_k(0);
       take_turn();
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
@@ -606,6 +666,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       pass_turn();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);
+      dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(0, kStages)));
       const int last = num_tiles - 1;
       if (last == 0) {
         overlap_stage.template operator()<false, false>(tSrS, tSrS2, 0);
@@ -629,6 +690,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
         }
       }
       // The last tile's P V.
+      wait_v(last);
       take_turn();
       warpgroup_fence_operand(tOrP);
       warpgroup_fence_operand(tOrO);
@@ -639,7 +701,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP);
-      dev::mbarrier::arrive(empty_bar(dev::pipeline_stage(last, kStages)));
+      dev::mbarrier::arrive(empty_v_bar(dev::pipeline_stage(last, kStages)));
     }
   }
 

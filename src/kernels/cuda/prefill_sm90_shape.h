@@ -152,14 +152,27 @@ FLASHINFER_HD constexpr bool prefill_sm90_ws_built(int dqk, int dvo, bool fp8_kv
 /// tensor cores compute the next tile's S and the previous tile's P V (FA3's intra-warpgroup
 /// overlap). S of two tiles is live at once, so its tiles are kSm90OverlapKvTile keys (two S
 /// tiles, O and P: 32 + 32 + 64 + 16 accumulators a thread at head dim 128, within the 216
-/// registers); a math warpgroup holds three tiles' stages at a time (the previous one's V, this
-/// one's, the next one's K), so it has kSm90OverlapStages, the fourth being filled meanwhile.
+/// registers). K and V have their own barriers: in stage t a math warpgroup reads tile t + 1's K
+/// and tile t - 1's V, and releases each when that product completed, so K's slots come back two
+/// stages before V's. With kSm90OverlapStages slots each and K copied a tile ahead of V, every
+/// copy is issued three stages before a warpgroup waits for it (one, had a tile's K and V shared
+/// one barrier: its V holds the slot). FA3 keeps K's and V's pipelines apart too.
 constexpr int kSm90OverlapKvTile = 64;
 constexpr int kSm90OverlapStages = 4;
 
 /// K/V stages of a block: kSm90OverlapStages in the overlapped form, kSm90Stages otherwise.
 FLASHINFER_HD constexpr int prefill_sm90_stages(bool overlap) {
   return overlap ? kSm90OverlapStages : kSm90Stages;
+}
+
+/// Buffers of one tile's K / V offsets: two by tile parity, three in the overlapped form (its
+/// producer copies a tile's K a tile ahead of its V, so three tiles' offsets can be in use).
+FLASHINFER_HD constexpr int prefill_sm90_offset_buffers(bool overlap) { return overlap ? 3 : 2; }
+
+/// mbarriers a stage of a warp-specialized block: "full" and "empty", each for K and V apart in
+/// the overlapped form (a math warpgroup is done with tile t's K two stages before its V).
+FLASHINFER_HD constexpr int prefill_sm90_barriers_per_stage(bool overlap) {
+  return overlap ? 4 : 2;
 }
 
 /// Whether the overlapped form has an instance: the warp-specialized form's (tall blocks, head
@@ -169,15 +182,18 @@ FLASHINFER_HD constexpr bool prefill_sm90_overlap_built(int dqk, int dvo, bool f
 }
 
 /// Dynamic shared memory of a warp-specialized block (`overlap`: in the overlapped form): Q, the
-/// stages of its K/V tiles, the offsets of one tile's keys twice, the tile range, the alignment
-/// slack, and the pipeline's mbarriers (a "full" and an "empty" one a stage, and Q's).
+/// stages of its K/V tiles, the buffers of one tile's key offsets (K's and V's, 8 bytes each),
+/// the tile range, the alignment slack, and the pipeline's mbarriers
+/// (prefill_sm90_barriers_per_stage a stage, and Q's).
 FLASHINFER_HD constexpr unsigned prefill_sm90_ws_smem_bytes(int dqk, int dvo,
                                                             bool overlap = false) {
   const unsigned tile =
       static_cast<unsigned>(overlap ? kSm90OverlapKvTile : prefill_sm90_kv_tile(dqk, dvo, 2));
   const unsigned stages = static_cast<unsigned>(prefill_sm90_stages(overlap));
+  const unsigned buffers = static_cast<unsigned>(prefill_sm90_offset_buffers(overlap));
+  const unsigned bars = static_cast<unsigned>(prefill_sm90_barriers_per_stage(overlap));
   return prefill_sm90_q_bytes(dqk, 2) + stages * tile * static_cast<unsigned>(dqk + dvo) * 2u +
-         32u * tile + 16u + kSm90SmemAlign + 8u * (2u * stages + 1u);
+         16u * buffers * tile + 16u + kSm90SmemAlign + 8u * (bars * stages + 1u);
 }
 
 /// Packed rows (query x qo head of a GQA group) of a plan's largest work item from which the
