@@ -247,34 +247,38 @@ enum class Part { kKv, kK, kV };
 // one) and tile t - 1's V (from stage 1), takes and passes one turn (the two products issued
 // together), and releases both once the products completed; the last tile's P V takes a turn of
 // its own between its V's acquisition and release.
+// A turn names the tiles its products read: k_tile's K (K and V together in the plain form) and
+// v_tile's V (-1: none); the warpgroup must hold them, landed, when it issues them.
 struct MathOp {
   enum Kind { kAcquire, kTurn, kRelease } kind;
   int tile;
   Part part = Part::kKv;
+  int k_tile = -1, v_tile = -1;
 };
 std::vector<MathOp> math_program(int num_tiles, bool overlap) {
   std::vector<MathOp> ops;
   if (!overlap) {
     for (int t = 0; t < num_tiles; ++t) {
-      ops.insert(
-          ops.end(),
-          {{MathOp::kAcquire, t}, {MathOp::kTurn, t}, {MathOp::kTurn, t}, {MathOp::kRelease, t}});
+      ops.insert(ops.end(), {{MathOp::kAcquire, t},
+                             {MathOp::kTurn, t, Part::kKv, t},
+                             {MathOp::kTurn, t, Part::kKv, t},
+                             {MathOp::kRelease, t}});
     }
     return ops;
   }
   if (num_tiles == 0) return ops;
-  ops.insert(
-      ops.end(),
-      {{MathOp::kAcquire, 0, Part::kK}, {MathOp::kTurn, 0}, {MathOp::kRelease, 0, Part::kK}});
+  ops.insert(ops.end(), {{MathOp::kAcquire, 0, Part::kK},
+                         {MathOp::kTurn, 0, Part::kK, 0},
+                         {MathOp::kRelease, 0, Part::kK}});
   for (int t = 0; t < num_tiles; ++t) {
     if (t + 1 < num_tiles) ops.push_back({MathOp::kAcquire, t + 1, Part::kK});
     if (t > 0) ops.push_back({MathOp::kAcquire, t - 1, Part::kV});
-    ops.push_back({MathOp::kTurn, t});
+    ops.push_back({MathOp::kTurn, t, Part::kK, t + 1 < num_tiles ? t + 1 : -1, t - 1});
     if (t + 1 < num_tiles) ops.push_back({MathOp::kRelease, t + 1, Part::kK});
     if (t > 0) ops.push_back({MathOp::kRelease, t - 1, Part::kV});
   }
   ops.insert(ops.end(), {{MathOp::kAcquire, num_tiles - 1, Part::kV},
-                         {MathOp::kTurn, num_tiles - 1},
+                         {MathOp::kTurn, num_tiles - 1, Part::kK, -1, num_tiles - 1},
                          {MathOp::kRelease, num_tiles - 1, Part::kV}});
   return ops;
 }
@@ -301,9 +305,11 @@ std::vector<std::pair<Part, int>> producer_program(int num_tiles, bool overlap) 
 // warpgroup 0 takes once after its last. A named barrier is modelled by its arrivals and completed
 // syncs: a sync waits for an arrival it has not used, and more than one arrival ahead would let
 // the arriving warpgroup's 128 threads alone complete a phase of the 256-thread barrier.
-// stages: the slots of each kind (0: the form's own, prefill_sm90_stages).
+// stages: the slots of each kind (0: the form's own, prefill_sm90_stages); program: the math
+// warpgroups' (null: math_program's).
 std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rules,
-                                 bool turns = false, bool overlap = false, int stages = 0) {
+                                 bool turns = false, bool overlap = false, int stages = 0,
+                                 const std::vector<MathOp>* program_in = nullptr) {
   const int kStages = stages > 0 ? stages : prefill_sm90_stages(overlap);
   constexpr int kWarps = kSm90WsProducerThreads / 32;
   struct Bar {
@@ -341,7 +347,8 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
   std::vector<Landing> in_flight;  // one entry a warp's part
   int q_landed = 0;
   bool q_issued = false;
-  const std::vector<MathOp> program = math_program(num_tiles, overlap);
+  const std::vector<MathOp> program =
+      program_in != nullptr ? *program_in : math_program(num_tiles, overlap);
   const std::vector<std::pair<Part, int>> copies = producer_program(num_tiles, overlap);
   std::size_t producer_op = 0;
   struct Math {
@@ -352,16 +359,30 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
   Math math[2];
   math[0].started = math[1].finished = true;
   if (!turns) math[1].started = math[0].finished = true;
-  int arrivals[2] = {0, 0}, syncs[2] = {0, 0};  // named barriers 1 and 2
-  auto pass_to = [&](int b) {
-    ++arrivals[b];
-    return arrivals[b] - syncs[b] <= 1;
-  };
   auto name = [](Part part, int tile) {
     return std::string(part == Part::kK   ? "K of "
                        : part == Part::kV ? "V of "
                                           : "") +
            "tile " + std::to_string(tile);
+  };
+  std::set<std::pair<int, int>> held[2];  // (part, tile) each warpgroup acquired, not yet released
+  // The tiles a turn's products read: held by the warpgroup, in their slots, landed.
+  auto check_reads = [&](int w, const MathOp& o) -> std::string {
+    const std::pair<Part, int> reads[] = {{overlap ? Part::kK : Part::kKv, o.k_tile},
+                                          {Part::kV, o.v_tile}};
+    for (const auto& [part, t] : reads) {
+      if (t < 0) continue;
+      const Stage& st = slots_of(part).stage[dev::pipeline_stage(t, kStages)];
+      if (held[w].count({static_cast<int>(part), t}) == 0 || st.tile != t || st.landed != kWarps) {
+        return "a turn read " + name(part, t) + " without holding it, landed";
+      }
+    }
+    return "";
+  };
+  int arrivals[2] = {0, 0}, syncs[2] = {0, 0};  // named barriers 1 and 2
+  auto pass_to = [&](int b) {
+    ++arrivals[b];
+    return arrivals[b] - syncs[b] <= 1;
   };
   std::mt19937 rng(seed);
   for (int step = 0; step < 100000; ++step) {
@@ -450,17 +471,23 @@ std::string simulate_ws_pipeline(int num_tiles, unsigned seed, PipelineRules rul
                  std::to_string(kWarps) + " parts landed";
         }
         ++st.readers;
+        held[w].insert({static_cast<int>(o.part), o.tile});
         ++m.op;
       } else if (o.kind == MathOp::kTurn) {
         if (turns && !m.passing) {
           ++syncs[w];
           m.passing = true;
         } else {
+          const std::string err = check_reads(w, o);
+          if (!err.empty()) return err;
           if (turns && !pass_to(1 - w)) return "two turns passed ahead";
           m.passing = false;
           ++m.op;
         }
       } else {
+        if (held[w].erase({static_cast<int>(o.part), o.tile}) == 0) {
+          return name(o.part, o.tile) + " released without being held";
+        }
         if (st.tile != o.tile) return name(o.part, o.tile) + " was overwritten while held";
         --st.readers;
         ++st.released;
@@ -552,6 +579,26 @@ TEST(PrefillSm90Shape, WarpSpecializedPipelineHandsEachStageOverInTurn) {
   // in the warp-specialized form (one 128-key tile).
   EXPECT_EQ(least_lead_in_turns(12, true), 3);
   EXPECT_EQ(least_lead_in_turns(12, false), 2);
+  // A release before the turn whose products read the slot (the slot freed while a wgmma still
+  // reads it) is caught, in either part.
+  for (Part part : {Part::kK, Part::kV}) {
+    std::vector<MathOp> early = math_program(9, true);
+    for (std::size_t i = 1; i < early.size(); ++i) {
+      if (early[i].kind == MathOp::kRelease && early[i].part == part) {
+        std::size_t j = i;
+        while (j > 0 && early[j - 1].kind != MathOp::kTurn) --j;
+        if (j > 0)
+          std::rotate(early.begin() + static_cast<std::ptrdiff_t>(j - 1),
+                      early.begin() + static_cast<std::ptrdiff_t>(i),
+                      early.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      }
+    }
+    int failed = 0;
+    for (unsigned seed = 0; seed < 50; ++seed) {
+      failed += !simulate_ws_pipeline(9, seed, kernel, false, true, 0, &early).empty();
+    }
+    EXPECT_EQ(failed, 50) << "an early release of " << (part == Part::kK ? "K" : "V");
+  }
   EXPECT_EQ(dev::pipeline_full_parity(0, 2), 0u);
   EXPECT_EQ(dev::pipeline_full_parity(2, 2), 1u);
   EXPECT_EQ(dev::pipeline_full_parity(5, 2), 0u);

@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     // Warp-specialized (prefill_sm90_ws_built): the producer warpgroup copies Q, then every K/V
     // tile into stage tile % kStages once the math warpgroups released the stage's tile before (its
     // "empty" barrier), and its copies arrive on the stage's "full" barrier as they land; the
-    // math warpgroups wait on "full", run the tile, and arrive on "empty". No block-wide barrier
+    // math warpgroups wait on "full", run the tile, and arrive on "empty" (the overlapped form:
+    // the same for K and V apart, K a tile ahead). No block-wide barrier
     // after this one, so the two math warpgroups drift apart by what their softmax costs (the
     // ping-pong schedule's turns then overlap one's softmax with the other's products).
     __syncthreads();  // the barriers initialized and the tile range written, for every thread
@@ -542,15 +543,15 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // t - 1, while the math threads run tile t's softmax on the other S array, whose product the
   // stage before completed. Past the wait: O rescaled for tile t's maximum, P packed from tile t's
   // probabilities (P's registers are free once the P V product that read them completed), tile
-  // t - 1's stage released. Nothing the softmax writes is a register of the stage's products (S of
-  // tile t closed a stage earlier; O and P are written after the wait), so ptxas can leave its
-  // exponentials under the products. O sees the plain loop's operations in its order (rescale for
-  // t, then P_t V_t), so the form gives the plain loop's bits at its tile width. The two S arrays
-  // alternate by tile parity (tile t's S is tSrS for even t, tSrS2 for odd t), so the stages are
-  // written out for each parity: a first stage, pairs, and the last stage; the first and last
-  // have no P V or no S product, so that no wgmma sits behind a branch inside a stage.
-  // Tile `tile`'s K (and Q before the first), or its V, landed: the producer's copies arrived on
-  // the barrier; the proxy fence makes what the barrier acquired visible to wgmma.
+  // t + 1's K and tile t - 1's V released. Nothing the softmax writes is a register of the stage's
+  // products (S of tile t closed a stage earlier; O and P are written after the wait), so ptxas can
+  // leave its exponentials under the products. O sees the plain loop's operations in its order
+  // (rescale for t, then P_t V_t), so the form gives the plain loop's bits at its tile width. The
+  // two S arrays alternate by tile parity (tile t's S is tSrS for even t, tSrS2 for odd t), so the
+  // stages are written out for each parity: a first stage, pairs, and the last stage; the first and
+  // last have no P V or no S product, so that no wgmma sits behind a branch inside a stage. Tile
+  // `tile`'s K (and Q before the first), or its V, landed: the producer's copies arrived on the
+  // barrier; the proxy fence makes what the barrier acquired visible to wgmma.
   [[maybe_unused]] auto wait_k = [&](int tile) {
     if (tile == 0) dev::mbarrier::wait(q_bar, 0);
     dev::mbarrier::wait(full_bar(dev::pipeline_stage(tile, kStages)),
