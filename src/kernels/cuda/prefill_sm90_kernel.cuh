@@ -549,9 +549,11 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // (rescale for t, then P_t V_t), so the form gives the plain loop's bits at its tile width. The
   // two S arrays alternate by tile parity (tile t's S is tSrS for even t, tSrS2 for odd t), so the
   // stages are written out for each parity: a first stage, pairs, and the last stage; the first and
-  // last have no P V or no S product, so that no wgmma sits behind a branch inside a stage. Tile
-  // `tile`'s K (and Q before the first), or its V, landed: the producer's copies arrived on the
-  // barrier; the proxy fence makes what the barrier acquired visible to wgmma.
+  // last have no P V or no S product, so that no wgmma sits behind a branch inside a stage.
+  //
+  // wait_k / wait_v: tile `tile`'s K (and Q before the first), or its V, landed: the producer's
+  // copies arrived on the barrier; the proxy fence makes what the barrier acquired visible to
+  // wgmma.
   [[maybe_unused]] auto wait_k = [&](int tile) {
     if (tile == 0) dev::mbarrier::wait(q_bar, 0);
     dev::mbarrier::wait(full_bar(dev::pipeline_stage(tile, kStages)),
