@@ -288,6 +288,33 @@ class AtMostTest(unittest.TestCase):
         self.assertEqual(self.problems(["IMAD", "WARPGROUP.DEPBAR.LE"]), [])  # no HGMMA: not checked
 
 
+class UnderWgmmaTest(unittest.TestCase):
+    """The work-under-the-products check (no compiling: a kernel stands in by its opcode list), as
+    the `prefill_sm90_overlap` rule uses it: its exponentials between a wgmma group's first HGMMA
+    and the wait for it, in enough groups."""
+
+    def problems(self, ops):
+        k = types.SimpleNamespace(opcodes=ops)
+        rule = check_sass.Rule(name="t", match="t", description="", no_local=False,
+                               under_wgmma=check_sass.RULES["prefill_sm90_overlap"].under_wgmma)
+        return check_sass.check_kernel(k, rule, set())[1]
+
+    def stage(self, under, after):
+        return (["WARPGROUP.ARRIVE"] + ["HGMMA.64x64x16.F32.BF16"] * 8 + ["FFMA"]
+                + ["MUFU.EX2"] * under + ["WARPGROUP.DEPBAR.LE"] + ["MUFU.EX2"] * after)
+
+    def test_softmax_under_the_products_passes(self):
+        self.assertEqual(self.problems(self.stage(0, 0) + self.stage(34, 0) * 6), [])
+
+    def test_a_wait_hoisted_above_the_exponentials_fails(self):
+        # session 70's first build: the wait after 2-7 of a stage's 34 exponentials
+        p = self.problems(self.stage(0, 0) + self.stage(7, 27) * 3 + self.stage(2, 32) * 3)
+        self.assertEqual(len(p), 1, p)
+        self.assertIn("0 of 7 groups", p[0])
+        # five good stages of the six the form has are not enough
+        self.assertEqual(len(self.problems(self.stage(34, 0) * 5 + self.stage(7, 27))), 1)
+
+
 class RuleSelectionTest(unittest.TestCase):
     """Which kernel names a rule selects (no compiling: kernels stand in by their bare name)."""
 
