@@ -706,106 +706,106 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       warpgroup_fence_operand(tOrP);
       dev::mbarrier::arrive(empty_v_bar(dev::pipeline_stage(last, kStages)));
     }
-  }
-
-  int32_t next_page = kWs ? 0 : page_of(kStages);  // (kWs: the producer's alone)
+  } else {
+    int32_t next_page = kWs ? 0 : page_of(kStages);  // (kWs: the producer's alone)
 #pragma unroll 1
-  for (int tile = 0; tile < (kOverlap ? 0 : num_tiles); ++tile) {
-    const int stage = tile % kStages;
-    if constexpr (kWs) {
-      // Q (before the first tile) and this tile landed: the producer's copies arrived on their
-      // barriers; the proxy fence makes what the barrier acquired visible to wgmma.
-      if (tile == 0) dev::mbarrier::wait(q_bar, 0);
-      dev::mbarrier::wait(full_bar(stage), dev::pipeline_full_parity(tile, kStages));
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    } else if constexpr (kFp8) {
-      dev::cp_async::wait<kStages - 1>();  // tile `tile` (and Q) landed for this thread ...
-      // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
-      // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
-      __syncthreads();
-      if (p.kv.dtype == DType::kFloat8E5M2) {
-        widen.template operator()<__NV_E5M2>(stage);
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % kStages;
+      if constexpr (kWs) {
+        // Q (before the first tile) and this tile landed: the producer's copies arrived on their
+        // barriers; the proxy fence makes what the barrier acquired visible to wgmma.
+        if (tile == 0) dev::mbarrier::wait(q_bar, 0);
+        dev::mbarrier::wait(full_bar(stage), dev::pipeline_full_parity(tile, kStages));
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      } else if constexpr (kFp8) {
+        dev::cp_async::wait<kStages - 1>();  // tile `tile` (and Q) landed for this thread ...
+        // ... for every thread, and every warpgroup is done with the 16-bit tiles (each waited for
+        // its MMAs before this barrier); then widened into them, the stage freed for tile + 2.
+        __syncthreads();
+        if (p.kv.dtype == DType::kFloat8E5M2) {
+          widen.template operator()<__NV_E5M2>(stage);
+        } else {
+          widen.template operator()<__NV_E4M3>(stage);
+        }
+        fill_from(tile + kStages, next_page, 0);
+        next_page = page_of(tile + kStages + 1);
+        // The widened tiles (generic-proxy stores) and Q (cp.async) visible to wgmma, for every
+        // thread; the offsets of tile + 2 written before its copy below.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        load_kv(tile + kStages, 0);
       } else {
-        widen.template operator()<__NV_E4M3>(stage);
+        // One barrier a tile. Only tile `tile`'s copy is in flight (issued in the iteration before,
+        // or the prologue, with Q): landed for this thread, visible to wgmma (the proxy fence), for
+        // every thread (the barrier). Past the barrier every warpgroup has also waited for its MMAs
+        // of tile - 1, so that tile's stage is free for tile + 1 (copied below, beside this tile's
+        // S product), and every thread has issued the copy of tile (which read offset buffer
+        // tile % 2), so that buffer takes tile + 2's offsets; tile + 1's, in the other buffer, were
+        // written before the barrier.
+        dev::cp_async::wait<0>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        fill_from(tile + kStages, next_page, tile % 2);
+        next_page = page_of(tile + kStages + 1);
       }
-      fill_from(tile + kStages, next_page, 0);
-      next_page = page_of(tile + kStages + 1);
-      // The widened tiles (generic-proxy stores) and Q (cp.async) visible to wgmma, for every
-      // thread; the offsets of tile + 2 written before its copy below.
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      __syncthreads();
-      load_kv(tile + kStages, 0);
-    } else {
-      // One barrier a tile. Only tile `tile`'s copy is in flight (issued in the iteration before,
-      // or the prologue, with Q): landed for this thread, visible to wgmma (the proxy fence), for
-      // every thread (the barrier). Past the barrier every warpgroup has also waited for its MMAs
-      // of tile - 1, so that tile's stage is free for tile + 1 (copied below, beside this tile's
-      // S product), and every thread has issued the copy of tile (which read offset buffer
-      // tile % 2), so that buffer takes tile + 2's offsets; tile + 1's, in the other buffer, were
-      // written before the barrier.
-      dev::cp_async::wait<0>();
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      __syncthreads();
-      fill_from(tile + kStages, next_page, tile % 2);
-      next_page = page_of(tile + kStages + 1);
-    }
-    const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tiles the MMAs read
+      const int stage16 = kFp8 ? 0 : stage;  // the 16-bit tiles the MMAs read
 
-    // S = Q K^T over DQK / 16 k-steps, into a zeroed accumulator.
-    take_turn();
-    warpgroup_fence_operand(tSrS);
-    warpgroup_arrive();
-    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+      // S = Q K^T over DQK / 16 k-steps, into a zeroed accumulator.
+      take_turn();
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      mma_s.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
-    for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage16), tSrS);
-      mma_s.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    pass_turn();
-    // 16-bit: tile + 1's copy into the stage tile - 1 left, while the tensor cores work on S.
-    if constexpr (!kFp8 && !kWs) load_kv(tile + 1, (tile + 1) % 2);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-
-    float tmax[2];
-    scores(tSrS, tile, tmax);
-    // Rescaled only when a row of the warp has a new maximum (dev::rescale_on_new_max).
-    dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
-#pragma unroll
-      for (int v = 0; v < size(tOrO); ++v) {
-        if (((v >> 1) & 1) == r) tOrO(v) *= factor;
+      for (int k = 0; k < size<2>(tSrQ); ++k) {
+        cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k, stage16), tSrS);
+        mma_s.accumulate_ = GMMA::ScaleOut::One;
       }
-    });
-    const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
-    uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
-#pragma unroll
-    for (int v = 0; v < size(tSrS); v += 2) {
-      const int r = (v >> 1) & 1;
-      const float p0 =
-          dev::exp2_ftz(kSoftCap ? tSrS(v) - m_sub[r] : fmaf(tSrS(v), p.sm_scale_log2, -m_sub[r]));
-      const float p1 = dev::exp2_ftz(kSoftCap ? tSrS(v + 1) - m_sub[r]
-                                              : fmaf(tSrS(v + 1), p.sm_scale_log2, -m_sub[r]));
-      l[r] += p0 + p1;
-      p_pairs[v / 2] = dev::mma::pack2<T>(p0, p1);
-    }
+      warpgroup_commit_batch();
+      pass_turn();
+      // 16-bit: tile + 1's copy into the stage tile - 1 left, while the tensor cores work on S.
+      if constexpr (!kFp8 && !kWs) load_kv(tile + 1, (tile + 1) % 2);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
 
-    // O += P V over kN / 16 k-steps (P's registers fenced like the accumulators: the compiler
-    // must not move their writes past the wgmma that reads them, nor reuse them before its wait).
-    take_turn();
-    warpgroup_fence_operand(tOrP);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
+      float tmax[2];
+      scores(tSrS, tile, tmax);
+      // Rescaled only when a row of the warp has a new maximum (dev::rescale_on_new_max).
+      dev::rescale_on_new_max(m, l, tmax, [&](int r, float factor) {
 #pragma unroll
-    for (int k = 0; k < size<2>(tOrP); ++k) {
-      cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage16), tOrO);
+        for (int v = 0; v < size(tOrO); ++v) {
+          if (((v >> 1) & 1) == r) tOrO(v) *= factor;
+        }
+      });
+      const float m_sub[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+      uint32_t* p_pairs = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
+#pragma unroll
+      for (int v = 0; v < size(tSrS); v += 2) {
+        const int r = (v >> 1) & 1;
+        const float p0 = dev::exp2_ftz(kSoftCap ? tSrS(v) - m_sub[r]
+                                                : fmaf(tSrS(v), p.sm_scale_log2, -m_sub[r]));
+        const float p1 = dev::exp2_ftz(kSoftCap ? tSrS(v + 1) - m_sub[r]
+                                                : fmaf(tSrS(v + 1), p.sm_scale_log2, -m_sub[r]));
+        l[r] += p0 + p1;
+        p_pairs[v / 2] = dev::mma::pack2<T>(p0, p1);
+      }
+
+      // O += P V over kN / 16 k-steps (P's registers fenced like the accumulators: the compiler
+      // must not move their writes past the wgmma that reads them, nor reuse them before its wait).
+      take_turn();
+      warpgroup_fence_operand(tOrP);
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+#pragma unroll
+      for (int k = 0; k < size<2>(tOrP); ++k) {
+        cute::gemm(mma_o, tOrP(_, _, k), tOrVt(_, _, k, stage16), tOrO);
+      }
+      warpgroup_commit_batch();
+      pass_turn();
+      warpgroup_wait<0>();  // the stage is read: refilled after the next tile's barrier
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+      if constexpr (kWs) dev::mbarrier::arrive(empty_bar(stage));  // ... or once both released it
     }
-    warpgroup_commit_batch();
-    pass_turn();
-    warpgroup_wait<0>();  // the stage is read: refilled after the next tile's barrier
-    warpgroup_fence_operand(tOrO);
-    warpgroup_fence_operand(tOrP);
-    if constexpr (kWs) dev::mbarrier::arrive(empty_bar(stage));  // ... or once both released it
   }
   if constexpr (kPingPong) {
     if (wg_index == 0)
