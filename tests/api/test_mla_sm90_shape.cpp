@@ -14,6 +14,7 @@
 
 #if FLASHINFER_TEST_HAVE_CUTE
 #include "kernels/cuda/mla_sm90_traits.h"
+#include "util/wgmma_accumulator.h"
 #endif
 
 namespace flashinfer::kernels::cuda::mla {
@@ -105,11 +106,6 @@ TEST(MlaSm90Shape, CacheTileIsKAndVAtEveryElement) {
   check_views<__half>();
 }
 
-// The kernel's fragment formula for thread t (0..127) of a warpgroup: value v at row
-// 16 (t / 32) + (t % 32) / 4 + 8 ((v >> 1) & 1), column 8 (v >> 2) + 2 (t % 4) + (v & 1).
-int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
-int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
-
 template <class T>
 void check_fragments() {
   using namespace cute;
@@ -125,14 +121,9 @@ void check_fragments() {
     Tensor co = thr_o.partition_C(make_identity_tensor(Shape<_64, Int<kSm90MlaHalf>>{}));
     ASSERT_EQ(int(size(cs)), kMmaScoreFloats);
     ASSERT_EQ(int(size(co)), kSm90MlaHalf / 2);
-    for (int v = 0; v < int(size(cs)); ++v) {
-      ASSERT_EQ(int(get<0>(cs(v))), formula_row(t, v)) << "S thread " << t << " value " << v;
-      ASSERT_EQ(int(get<1>(cs(v))), formula_col(t, v)) << "S thread " << t << " value " << v;
-    }
-    for (int v = 0; v < int(size(co)); ++v) {
-      ASSERT_EQ(int(get<0>(co(v))), formula_row(t, v)) << "O thread " << t << " value " << v;
-      ASSERT_EQ(int(get<1>(co(v))), formula_col(t, v)) << "O thread " << t << " value " << v;
-    }
+    // (the kernel's fragment formula, tests/util/wgmma_accumulator.h)
+    ASSERT_NO_FATAL_FAILURE(flashinfer::testing::expect_wgmma_acc_coords(cs, t, "S"));
+    ASSERT_NO_FATAL_FAILURE(flashinfer::testing::expect_wgmma_acc_coords(co, t, "O"));
     // S's k-steps: 36 of 16 dims (a warpgroup runs its share of them).
     Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<_64, Int<kMmaDim>>{}));
     ASSERT_EQ(int(size<2>(qa)), kMmaKSteps);

@@ -22,6 +22,7 @@
 
 #if FLASHINFER_TEST_HAVE_CUTE
 #include "kernels/cuda/prefill_sm90_traits.h"
+#include "util/wgmma_accumulator.h"
 #endif
 
 namespace flashinfer::kernels::cuda::prefill {
@@ -703,12 +704,6 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
 
 #if FLASHINFER_TEST_HAVE_CUTE
 
-// The kernel's fragment formula: value v of thread t sits at row 16 warp + lane / 4 +
-// 8 ((v >> 1) & 1), column 8 (v >> 2) + 2 (lane % 4) + (v & 1), warps 0-7 over the block's 128
-// rows (warpgroup 0: rows 0-63).
-int formula_row(int t, int v) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((v >> 1) & 1); }
-int formula_col(int t, int v) { return 8 * (v >> 2) + 2 * (t % 4) + (v & 1); }
-
 template <class T, int DQK, int DVO = DQK, int kWG = 2>
 void check_accumulators_and_p() {
   using namespace cute;
@@ -725,14 +720,9 @@ void check_accumulators_and_p() {
     Tensor co = thr_o.partition_C(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<DVO>>{}));
     ASSERT_EQ(int(size(cs)), kN / 2);
     ASSERT_EQ(int(size(co)), DVO / 2);
-    for (int v = 0; v < int(size(cs)); ++v) {
-      ASSERT_EQ(int(get<0>(cs(v))), formula_row(t, v)) << "S thread " << t << " value " << v;
-      ASSERT_EQ(int(get<1>(cs(v))), formula_col(t, v)) << "S thread " << t << " value " << v;
-    }
-    for (int v = 0; v < int(size(co)); ++v) {
-      ASSERT_EQ(int(get<0>(co(v))), formula_row(t, v)) << "O thread " << t << " value " << v;
-      ASSERT_EQ(int(get<1>(co(v))), formula_col(t, v)) << "O thread " << t << " value " << v;
-    }
+    // (the kernel's fragment formula, tests/util/wgmma_accumulator.h)
+    ASSERT_NO_FATAL_FAILURE(flashinfer::testing::expect_wgmma_acc_coords(cs, t, "S"));
+    ASSERT_NO_FATAL_FAILURE(flashinfer::testing::expect_wgmma_acc_coords(co, t, "O"));
     // S = Q K^T: each warpgroup's A operand (Q through descriptors) is its own 64 rows, every
     // dim of them; its B operand every key of the tile.
     Tensor qa = thr_s.partition_A(make_identity_tensor(Shape<Int<kSm90CtaQ>, Int<DQK>>{}));
