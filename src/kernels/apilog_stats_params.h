@@ -10,9 +10,9 @@
 #include "flashinfer/dtype.h"
 
 #if defined(__CUDACC__)
-#define FLASHINFER_HD __host__ __device__
+#define FLASHINFER_STATS_HD __host__ __device__
 #else
-#define FLASHINFER_HD
+#define FLASHINFER_STATS_HD
 #endif
 
 namespace flashinfer::kernels {
@@ -46,7 +46,7 @@ struct TensorStats {
 static_assert(sizeof(TensorStats) == 64);
 
 /// Merges `b` into `a` (the order of merges is fixed by each backend, so sums are reproducible).
-FLASHINFER_HD inline void merge_stats(TensorStats& a, const TensorStats& b) {
+FLASHINFER_STATS_HD inline void merge_stats(TensorStats& a, const TensorStats& b) {
   a.count += b.count;
   a.nan_count += b.nan_count;
   a.inf_count += b.inf_count;
@@ -58,7 +58,7 @@ FLASHINFER_HD inline void merge_stats(TensorStats& a, const TensorStats& b) {
 }
 
 /// Adds one fp32 value (floating dtypes).
-FLASHINFER_HD inline void add_float(TensorStats& s, float v) {
+FLASHINFER_STATS_HD inline void add_float(TensorStats& s, float v) {
   ++s.count;
   if (v != v) {
     ++s.nan_count;
@@ -75,7 +75,7 @@ FLASHINFER_HD inline void add_float(TensorStats& s, float v) {
 }
 
 /// Adds one integer value (integer dtypes): exact min/max, fp32-converted sum.
-FLASHINFER_HD inline void add_int(TensorStats& s, int64_t v) {
+FLASHINFER_STATS_HD inline void add_int(TensorStats& s, int64_t v) {
   ++s.count;
   if (v < s.imin) s.imin = v;
   if (v > s.imax) s.imax = v;

@@ -11,7 +11,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kStatsThreads = 256;
 constexpr int kMaxBlocks = 512;
 
 __device__ __forceinline__ int64_t element_offset(const TensorStatsParams& p, int64_t idx) {
@@ -49,7 +49,7 @@ __device__ __forceinline__ float load_f32(const void* base, int64_t off) {
 
 // Shared memory cannot hold a type with default member initializers directly.
 __device__ __forceinline__ TensorStats* shared_stats() {
-  __shared__ alignas(TensorStats) unsigned char raw[kThreads * sizeof(TensorStats)];
+  __shared__ alignas(TensorStats) unsigned char raw[kStatsThreads * sizeof(TensorStats)];
   return reinterpret_cast<TensorStats*>(raw);
 }
 
@@ -58,7 +58,7 @@ __device__ __forceinline__ TensorStats block_merge(const TensorStats& mine) {
   TensorStats* sh = shared_stats();
   sh[threadIdx.x] = mine;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
+  for (int s = kStatsThreads / 2; s > 0; s >>= 1) {
     if (static_cast<int>(threadIdx.x) < s) merge_stats(sh[threadIdx.x], sh[threadIdx.x + s]);
     __syncthreads();
   }
@@ -68,8 +68,8 @@ __device__ __forceinline__ TensorStats block_merge(const TensorStats& mine) {
 template <DType D>
 __global__ void float_partial_kernel(TensorStatsParams p, TensorStats* partials) {
   TensorStats s;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < p.numel;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kStatsThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kStatsThreads + threadIdx.x; i < p.numel;
        i += step) {
     add_float(s, load_f32<D>(p.data, element_offset(p, i)));
   }
@@ -80,8 +80,8 @@ __global__ void float_partial_kernel(TensorStatsParams p, TensorStats* partials)
 template <class I>
 __global__ void int_partial_kernel(TensorStatsParams p, TensorStats* partials) {
   TensorStats s;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < p.numel;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kStatsThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kStatsThreads + threadIdx.x; i < p.numel;
        i += step) {
     add_int(s, static_cast<int64_t>(static_cast<const I*>(p.data)[element_offset(p, i)]));
   }
@@ -91,7 +91,7 @@ __global__ void int_partial_kernel(TensorStatsParams p, TensorStats* partials) {
 
 __global__ void merge_kernel(const TensorStats* partials, int n, TensorStats* out) {
   TensorStats s;
-  for (int i = threadIdx.x; i < n; i += kThreads) merge_stats(s, partials[i]);
+  for (int i = threadIdx.x; i < n; i += kStatsThreads) merge_stats(s, partials[i]);
   const TensorStats total = block_merge(s);
   if (threadIdx.x == 0) *out = total;
 }
@@ -118,11 +118,11 @@ cudaError_t launch_partial(const TensorStatsParams& p, int blocks, TensorStats* 
         using T = CudaElements::type<D::value>;
         if constexpr (std::is_integral_v<T>) {
           return try_launch_kernel(int_partial_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                                   dim3(kThreads), 0, s, false, p, partials);
+                                   dim3(kStatsThreads), 0, s, false, p, partials);
         } else {
           return try_launch_kernel(float_partial_kernel<D::value>,
-                                   dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, false,
-                                   p, partials);
+                                   dim3(static_cast<unsigned>(blocks)), dim3(kStatsThreads), 0, s,
+                                   false, p, partials);
         }
       },
       [] { return cudaErrorInvalidValue; });  // the caller passes floating and integer dtypes
@@ -135,7 +135,7 @@ TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
   if (p.numel == 0) return host;
   DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream);
-  const int64_t want = (p.numel + kThreads - 1) / kThreads;
+  const int64_t want = (p.numel + kStatsThreads - 1) / kStatsThreads;
   const int blocks = static_cast<int>(want < kMaxBlocks ? want : kMaxBlocks);
   TensorStats* buf = nullptr;
   FLASHINFER_CUDA_CALL("api_log statistics",
@@ -143,7 +143,7 @@ TensorStats tensor_stats(const TensorStatsParams& p, int device, void* stream) {
                                     sizeof(TensorStats) * static_cast<size_t>(blocks + 1), s));
   cudaError_t err = launch_partial(p, blocks, buf, s);
   if (err == cudaSuccess)
-    err = try_launch_kernel(merge_kernel, dim3(1), dim3(kThreads), 0, s, false,
+    err = try_launch_kernel(merge_kernel, dim3(1), dim3(kStatsThreads), 0, s, false,
                             static_cast<const TensorStats*>(buf), blocks, buf + blocks);
   if (err == cudaSuccess) {
     err = cudaMemcpyAsync(&host, buf + blocks, sizeof(TensorStats), cudaMemcpyDeviceToHost, s);

@@ -13,7 +13,7 @@ namespace flashinfer::kernels::cuda {
 
 namespace {
 
-constexpr const char* kOp = "bench";
+constexpr const char* kBenchOp = "bench";
 
 // Owns the events and the flush buffer so an exception from `fn` releases them.
 struct TimingResources {
@@ -39,7 +39,8 @@ __global__ void bench_host_lead_kernel(long long cycles) {
 cudaStream_t bench_stream(int device) {
   thread_local std::map<int, cudaStream_t> streams;
   cudaStream_t& s = streams[device];
-  if (s == nullptr) FLASHINFER_CUDA_CALL(kOp, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (s == nullptr)
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
 
@@ -65,32 +66,33 @@ struct GraphResources {
 
 int64_t l2_cache_bytes() {
   int device = 0, l2_bytes = 0;
-  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL(kOp, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
   return l2_bytes;
 }
 
 std::optional<std::vector<double>> graph_times_ms(const std::vector<std::function<void()>>& fns,
                                                   int dry_run_iters, int num_iters,
                                                   int iters_within_graph, std::string* why) {
-  FLASHINFER_CHECK(!fns.empty() && iters_within_graph > 0, kOp, "iters_within_graph",
+  FLASHINFER_CHECK(!fns.empty() && iters_within_graph > 0, kBenchOp, "iters_within_graph",
                    "a CUDA graph needs at least one call");
   GraphResources r;
   r.previous = current_cuda_stream();
   int device = 0;
-  FLASHINFER_CUDA_CALL(kOp, cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaGetDevice(&device));
   // The cases were built on the previous stream, which a non-blocking stream does not wait for.
-  FLASHINFER_CUDA_CALL(kOp, cudaDeviceSynchronize());
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaDeviceSynchronize());
   // Capture needs a stream other than the legacy default one; the ops launch on the current one.
   r.stream = bench_stream(device);
   set_current_cuda_stream(r.stream);
   for (const auto& fn : fns) fn();
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaStreamSynchronize(r.stream));
   // The calls' results are fresh tensors: under the hold the allocator may make them during the
   // capture and keeps them, released or not, until the graph is destroyed (as torch's graph pool).
   if (::flashinfer::detail::cuda_begin_capture_hold(device)) r.held_device = device;
   const uint64_t declines = ::flashinfer::detail::capture_declines();
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
+  FLASHINFER_CUDA_CALL(kBenchOp,
+                       cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal));
   std::string failure;
   try {
     for (int i = 0; i < iters_within_graph; ++i) fns[static_cast<std::size_t>(i) % fns.size()]();
@@ -116,25 +118,25 @@ std::optional<std::vector<double>> graph_times_ms(const std::vector<std::functio
     return std::nullopt;
   }
   // The graph's upload to the device, outside the timed replays even with no dry run.
-  FLASHINFER_CUDA_CALL(kOp, cudaGraphUpload(r.exec, r.stream));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaGraphUpload(r.exec, r.stream));
   for (int i = 0; i < dry_run_iters; ++i) {
-    FLASHINFER_CUDA_CALL(kOp, cudaGraphLaunch(r.exec, r.stream));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaGraphLaunch(r.exec, r.stream));
   }
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaStreamSynchronize(r.stream));
   // Every replay between its own two events, one synchronization at the end (as upstream).
   r.events.assign(2 * static_cast<std::size_t>(num_iters), nullptr);
-  for (cudaEvent_t& e : r.events) FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&e));
+  for (cudaEvent_t& e : r.events) FLASHINFER_CUDA_CALL(kBenchOp, cudaEventCreate(&e));
   for (int i = 0; i < num_iters; ++i) {
-    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.events[2 * i], r.stream));
-    FLASHINFER_CUDA_CALL(kOp, cudaGraphLaunch(r.exec, r.stream));
-    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.events[2 * i + 1], r.stream));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventRecord(r.events[2 * i], r.stream));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaGraphLaunch(r.exec, r.stream));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventRecord(r.events[2 * i + 1], r.stream));
   }
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(r.stream));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaStreamSynchronize(r.stream));
   std::vector<double> times;
   times.reserve(static_cast<std::size_t>(num_iters));
   for (int i = 0; i < num_iters; ++i) {
     float ms = 0.0f;
-    FLASHINFER_CUDA_CALL(kOp, cudaEventElapsedTime(&ms, r.events[2 * i], r.events[2 * i + 1]));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventElapsedTime(&ms, r.events[2 * i], r.events[2 * i + 1]));
     times.push_back(static_cast<double>(ms) / iters_within_graph);
   }
   return times;
@@ -146,25 +148,25 @@ std::vector<double> event_times_ms(const std::function<void()>& fn, int dry_run_
   TimingResources r;
   // Twice the L2 size, so no line of the previous iteration's working set survives the memset.
   const size_t flush_bytes = flush_l2 ? 2 * static_cast<size_t>(l2_cache_bytes()) : 0;
-  if (flush_bytes > 0) FLASHINFER_CUDA_CALL(kOp, cudaMalloc(&r.flush, flush_bytes));
-  FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&r.start));
-  FLASHINFER_CUDA_CALL(kOp, cudaEventCreate(&r.stop));
+  if (flush_bytes > 0) FLASHINFER_CUDA_CALL(kBenchOp, cudaMalloc(&r.flush, flush_bytes));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaEventCreate(&r.start));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaEventCreate(&r.stop));
 
   for (int i = 0; i < dry_run_iters; ++i) fn();
-  FLASHINFER_CUDA_CALL(kOp, cudaStreamSynchronize(s));
+  FLASHINFER_CUDA_CALL(kBenchOp, cudaStreamSynchronize(s));
 
   std::vector<double> times;
   times.reserve(static_cast<size_t>(num_iters > 0 ? num_iters : 0));
   for (int i = 0; i < num_iters; ++i) {
-    if (r.flush) FLASHINFER_CUDA_CALL(kOp, cudaMemsetAsync(r.flush, i & 0xff, flush_bytes, s));
+    if (r.flush) FLASHINFER_CUDA_CALL(kBenchOp, cudaMemsetAsync(r.flush, i & 0xff, flush_bytes, s));
     bench_host_lead_kernel<<<1, 1, 0, s>>>(kBenchHostLeadCycles);
-    FLASHINFER_CUDA_CALL(kOp, cudaGetLastError());
-    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.start, s));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaGetLastError());
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventRecord(r.start, s));
     fn();
-    FLASHINFER_CUDA_CALL(kOp, cudaEventRecord(r.stop, s));
-    FLASHINFER_CUDA_CALL(kOp, cudaEventSynchronize(r.stop));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventRecord(r.stop, s));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventSynchronize(r.stop));
     float ms = 0.0f;
-    FLASHINFER_CUDA_CALL(kOp, cudaEventElapsedTime(&ms, r.start, r.stop));
+    FLASHINFER_CUDA_CALL(kBenchOp, cudaEventElapsedTime(&ms, r.start, r.stop));
     times.push_back(static_cast<double>(ms));
   }
   return times;

@@ -7,13 +7,13 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // query rows a block
+constexpr int kBsaWarps = 4;  // query rows a block
 
 template <class T, int KJ>
-__global__ void __launch_bounds__(kWarps * 32) bsa_fwd_kernel(BsaParams p) {
+__global__ void __launch_bounds__(kBsaWarps * 32) bsa_fwd_kernel(BsaParams p) {
   pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kBsaWarps + warp;
   const int64_t h = blockIdx.y, b = blockIdx.z;
   if (r >= p.Sq) return;
   const int64_t hk = h / (p.Hq / p.Hkv), row_meta = bsa_meta_row(p, b, h, r);
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kWarps * 32) bsa_fwd_kernel(BsaParams p) {
 
 template <class T>
 void launch_dim(const BsaParams& p, dim3 grid, cudaStream_t s, bool enable_pdl) {
-  const dim3 block(kWarps * 32);
+  const dim3 block(kBsaWarps * 32);
   switch (p.dim) {
     case 64:
       launch_kernel(p.op, bsa_fwd_kernel<T, 2>, grid, block, 0, s, enable_pdl, p);
@@ -82,7 +82,7 @@ void launch_dim(const BsaParams& p, dim3 grid, cudaStream_t s, bool enable_pdl) 
 
 void bsa_attn_fwd(const BsaParams& p, void* stream, bool enable_pdl) {
   if (p.B == 0 || p.Sq == 0 || p.Hq == 0) return;
-  const int64_t gx = (p.Sq + kWarps - 1) / kWarps;
+  const int64_t gx = (p.Sq + kBsaWarps - 1) / kBsaWarps;
   FLASHINFER_CHECK(gx <= 0x7fffffff && p.Hq <= 65535 && p.B <= 65535, p.op, "q", "grid too large");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.Hq),
                   static_cast<unsigned>(p.B));

@@ -11,7 +11,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = kArThreads;  // the CPU reference sums the norm's squares in its order
+constexpr int kCommThreads = kArThreads;  // the CPU reference sums the norm's squares in its order
 
 template <class T>
 __device__ __forceinline__ float round_t(float v) {
@@ -38,7 +38,8 @@ __device__ __forceinline__ float block_reduce_max(float v, float* scratch) {
 // kMnnvl: the MNNVL kernels' arithmetic (AllReduceFusionParams::mnnvl) as its own instance, so
 // neither variant carries the other's registers.
 template <class T, bool kMnnvl>
-__global__ void __launch_bounds__(kThreads, 1) allreduce_fusion_kernel(AllReduceFusionParams p) {
+__global__ void __launch_bounds__(kCommThreads, 1)
+    allreduce_fusion_kernel(AllReduceFusionParams p) {
   __shared__ uint32_t seq_s;
   __shared__ float scratch[32];
   pdl_wait();
@@ -283,7 +284,7 @@ void allreduce_fusion(const AllReduceFusionParams& p, void* stream, bool enable_
                                : allreduce_fusion_blocks(p.tokens, p.world_size, sm_count));
   const auto s = static_cast<cudaStream_t>(stream);
   auto launch = [&](auto kernel) {
-    launch_kernel("allreduce_fusion", kernel, grid, dim3(kThreads), 0, s, enable_pdl, p);
+    launch_kernel("allreduce_fusion", kernel, grid, dim3(kCommThreads), 0, s, enable_pdl, p);
   };
   switch (p.dtype) {
     case DType::kFloat16:

@@ -5,19 +5,18 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 64;
+constexpr int kDitThreads = 64;
 
-__device__ __forceinline__ float bf(uint16_t b) { return bfloat16_bits_to_float(b); }
 __device__ __forceinline__ float bias(const float* p, int64_t c) { return p ? p[c] : 0.0f; }
 
 // The gated residual of column c, as the CPU computes it (v is recomputed in the last pass
 // instead of kept: the same operations give the same bits).
 __device__ __forceinline__ float residual_value(const DitNormParams& p, bool gated,
                                                 const uint16_t* g, int64_t off, int64_t c) {
-  const float x = bf(p.input[off + c]);
-  const float res = p.residual ? bf(p.residual[off + c]) : 0.0f;
+  const float x = bfloat16_bits_to_float(p.input[off + c]);
+  const float res = p.residual ? bfloat16_bits_to_float(p.residual[off + c]) : 0.0f;
   if (gated) {
-    float gv = __fadd_rn(bf(g[c]), bias(p.gate_bias, c));
+    float gv = __fadd_rn(bfloat16_bits_to_float(g[c]), bias(p.gate_bias, c));
     if (p.has_input_scale) gv = __fmul_rn(gv, p.input_scale);
     return __fmaf_rn(x, gv, res);
   }
@@ -54,8 +53,9 @@ __global__ void dit_layernorm_kernel(DitNormParams p) {
       y = __fmaf_rn(y, __fmul_rn(inv_std, p.gamma[c]), p.beta[c]);
     } else {
       y = __fmul_rn(y, inv_std);
-      y = __fmaf_rn(y, __fadd_rn(1.0f, __fadd_rn(bf(sc[c]), bias(p.scale_bias, c))),
-                    __fadd_rn(bf(sh[c]), bias(p.shift_bias, c)));
+      y = __fmaf_rn(
+          y, __fadd_rn(1.0f, __fadd_rn(bfloat16_bits_to_float(sc[c]), bias(p.scale_bias, c))),
+          __fadd_rn(bfloat16_bits_to_float(sh[c]), bias(p.shift_bias, c)));
     }
     p.norm_out[off + c] = float_to_bfloat16_bits(y);
   }
@@ -66,8 +66,8 @@ __global__ void dit_layernorm_kernel(DitNormParams p) {
 void dit_layernorm(const DitNormParams& p, void* stream) {
   const int64_t rows = p.batch * p.rows;
   if (rows == 0 || p.hidden == 0) return;
-  const auto blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
-  launch_kernel("dit_layernorm", dit_layernorm_kernel, dim3(blocks), dim3(kThreads), 0,
+  const auto blocks = static_cast<unsigned>((rows + kDitThreads - 1) / kDitThreads);
+  launch_kernel("dit_layernorm", dit_layernorm_kernel, dim3(blocks), dim3(kDitThreads), 0,
                 static_cast<cudaStream_t>(stream), false, p);
 }
 

@@ -7,7 +7,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // state rows (v) of one (sequence, head) per block
+constexpr int kGdnWarps = 4;  // state rows (v) of one (sequence, head) per block
 
 __device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t i) {
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
@@ -59,12 +59,12 @@ __device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, fl
 template <class IO, class ST, int KJ>
 // At least 4 blocks an SM: the register target ptxas picks then keeps every instance free of
 // spills (without it, the 4-values-a-lane instances spilled 4 bytes at 64 registers).
-__global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams p) {
+__global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnParams p) {
   pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  const int64_t vblocks = (p.V + kGdnWarps - 1) / kGdnWarps;
   const int64_t n = blockIdx.x / vblocks;
-  const int64_t v = (blockIdx.x % vblocks) * kWarps + warp;
+  const int64_t v = (blockIdx.x % vblocks) * kGdnWarps + warp;
   const int64_t h = blockIdx.y;
   if (n >= p.num_seqs || v >= p.V) return;
   const int64_t K = p.K;
@@ -207,9 +207,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) gdn_recurrent_kernel(GdnParams
 
 template <class IO, class ST>
 void launch_typed(const GdnParams& p, cudaStream_t stream, bool enable_pdl) {
-  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  const int64_t vblocks = (p.V + kGdnWarps - 1) / kGdnWarps;
   const dim3 grid(static_cast<unsigned>(p.num_seqs * vblocks), static_cast<unsigned>(p.H));
-  const dim3 block(kWarps * 32);
+  const dim3 block(kGdnWarps * 32);
   const int64_t kj = (p.K + 31) / 32;
   if (kj <= 1) {
     launch_kernel("gated_delta_rule", gdn_recurrent_kernel<IO, ST, 1>, grid, block, 0, stream,
@@ -333,7 +333,7 @@ void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p, void* stream, bo
 void gated_delta_rule(const GdnParams& p, void* stream, bool enable_pdl) {
   if (p.num_seqs == 0 || p.H == 0 || p.V == 0) return;
   if (gated_delta_rule_chunked(p, stream, enable_pdl)) return;
-  const int64_t vblocks = (p.V + kWarps - 1) / kWarps;
+  const int64_t vblocks = (p.V + kGdnWarps - 1) / kGdnWarps;
   FLASHINFER_CHECK(p.num_seqs * vblocks <= 0x7fffffff && p.H <= 65535, "gated_delta_rule", "q",
                    "grid too large: ", p.num_seqs, " sequences x ", p.H, " heads");
   FLASHINFER_CHECK(p.K <= kGdnMaxHeadDimK, "gated_delta_rule", "k", "head dim ", p.K,

@@ -7,7 +7,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kFp4GemmThreads = 256;
 
 __global__ void bf16_fp4_cudnn_sf_kernel(const uint8_t* __restrict__ sf, uint8_t* __restrict__ out,
                                          int64_t n, int64_t ksf) {
@@ -24,11 +24,12 @@ void bf16_fp4_prepare(const Bf16Fp4PrepareParams& p, void* stream) {
                         "the CUDA kernel prepares the cudnn layout only");
   const int64_t ksf = p.k / 16, total = p.n * ksf;
   if (total == 0) return;
-  const int64_t blocks = (total + kThreads - 1) / kThreads;
+  const int64_t blocks = (total + kFp4GemmThreads - 1) / kFp4GemmThreads;
   FLASHINFER_CHECK_CODE(blocks <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "b",
                         "more than 2^31 - 1 blocks of scales");
-  launch_kernel(op, bf16_fp4_cudnn_sf_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                0, static_cast<cudaStream_t>(stream), false, p.sf, p.out_sf, p.n, ksf);
+  launch_kernel(op, bf16_fp4_cudnn_sf_kernel, dim3(static_cast<unsigned>(blocks)),
+                dim3(kFp4GemmThreads), 0, static_cast<cudaStream_t>(stream), false, p.sf, p.out_sf,
+                p.n, ksf);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -10,17 +10,18 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kTile = 16;  // outputs per block side
+constexpr int kFp8Tile = 16;  // outputs per block side
 constexpr int kStepK = 32;
 
 template <class TA, class TB, class TO>
-__global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockScaledGemmParams p) {
-  __shared__ float as[kTile][kStepK + 1];
-  __shared__ float bs[kTile][kStepK + 1];
+__global__ void __launch_bounds__(kFp8Tile* kFp8Tile)
+    block_scaled_gemm_kernel(BlockScaledGemmParams p) {
+  __shared__ float as[kFp8Tile][kStepK + 1];
+  __shared__ float bs[kFp8Tile][kStepK + 1];
   pdl_wait();
-  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTile + tx;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kFp8Tile + tx;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kFp8Tile;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kFp8Tile;
   const int64_t i = i0 + ty, j = j0 + tx;
   const int64_t bi = blockIdx.z;
   const TA* a = static_cast<const TA*>(p.a) + bi * p.a_stride_b;
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
     const int64_t k1 = k0 + p.gk < p.k ? k0 + p.gk : p.k;
     float part = 0.0f;
     for (int64_t kt = k0; kt < k1; kt += kStepK) {
-      for (int e = tid; e < kTile * kStepK; e += kTile * kTile) {
+      for (int e = tid; e < kFp8Tile * kStepK; e += kFp8Tile * kFp8Tile) {
         const int r = e / kStepK, c = e % kStepK;
         const int64_t kk = kt + c;
         const int64_t ia = i0 + r, jb = j0 + r;
@@ -86,9 +87,10 @@ __global__ void __launch_bounds__(kTile* kTile) block_scaled_gemm_kernel(BlockSc
 
 template <class TA, class TB>
 void launch_out(const BlockScaledGemmParams& p, cudaStream_t stream, const char* op, bool pdl) {
-  const dim3 grid(static_cast<unsigned>((p.n + kTile - 1) / kTile),
-                  static_cast<unsigned>((p.m + kTile - 1) / kTile), static_cast<unsigned>(p.batch));
-  const dim3 block(kTile, kTile);
+  const dim3 grid(static_cast<unsigned>((p.n + kFp8Tile - 1) / kFp8Tile),
+                  static_cast<unsigned>((p.m + kFp8Tile - 1) / kFp8Tile),
+                  static_cast<unsigned>(p.batch));
+  const dim3 block(kFp8Tile, kFp8Tile);
   dispatch_dtype<CudaElements, kBFloat16, kFloat16, kFloat32>(
       p.out_dtype, op, "out", [&]<class TO>() {
         launch_kernel(op, block_scaled_gemm_kernel<TA, TB, TO>, grid, block, 0, stream, pdl, p);
@@ -99,7 +101,7 @@ void launch_out(const BlockScaledGemmParams& p, cudaStream_t stream, const char*
 
 void block_scaled_gemm(const BlockScaledGemmParams& p, void* stream, const char* op, bool pdl) {
   if (p.m == 0 || p.n == 0) return;
-  FLASHINFER_CHECK_CODE((p.m + kTile - 1) / kTile <= 65535, ErrorCode::kUnsupported, op, "a",
+  FLASHINFER_CHECK_CODE((p.m + kFp8Tile - 1) / kFp8Tile <= 65535, ErrorCode::kUnsupported, op, "a",
                         "m = ", p.m, " exceeds the CUDA grid's y limit (65535 tiles of 16 rows)");
   FLASHINFER_CHECK_CODE(p.batch <= 65535, ErrorCode::kUnsupported, op, "a", "batch = ", p.batch,
                         " exceeds the CUDA grid's z limit (65535)");

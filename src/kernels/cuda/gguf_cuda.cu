@@ -42,14 +42,14 @@ __device__ __forceinline__ float dequant(const uint8_t* blk, int t) {
 
 // ---- m < 16: one warp per weight row ----
 
-constexpr int kWarpRows = 8;       // rows of a per warp (gridDim.y covers the rest)
-constexpr int kWarpsPerBlock = 4;  // weight rows per thread block
-constexpr int64_t kWarpMaxM = 16;  // the tiled kernel takes m >= this
+constexpr int kWarpRows = 8;           // rows of a per warp (gridDim.y covers the rest)
+constexpr int kGgufWarpsPerBlock = 4;  // weight rows per thread block
+constexpr int64_t kWarpMaxM = 16;      // the tiled kernel takes m >= this
 
 template <class TA, GgmlQuantType kType>
 __global__ void gguf_mm_warp_kernel(GgufMmParams p) {
   const int lane = static_cast<int>(threadIdx.x & 31);
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGgufWarpsPerBlock + (threadIdx.x >> 5);
   // The whole warp leaves together, so the shuffles below always see 32 lanes.
   if (j >= p.n) return;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kWarpRows;
@@ -79,25 +79,25 @@ __global__ void gguf_mm_warp_kernel(GgufMmParams p) {
 
 // ---- m >= 16: 32 x 32 output tiles, one GGML block of k per step ----
 
-constexpr int kTile = 32;
+constexpr int kGgufTile = 32;
 constexpr int kTileThreads = 256;  // 8 warps; each thread owns 4 outputs of one column
-constexpr int kTileRowsPerThread = kTile / (kTileThreads / 32);
+constexpr int kTileRowsPerThread = kGgufTile / (kTileThreads / 32);
 constexpr int64_t kMaxGridY = 65535;
 
 template <class TA, GgmlQuantType kType>
 __global__ void gguf_mm_tiled_kernel(GgufMmParams p) {
   // +1 column: thread tx reads w_s[tx][kk], 33 floats apart, so the 32 lanes hit 32 banks.
-  __shared__ float a_s[kTile][kTile + 1];
-  __shared__ float w_s[kTile][kTile + 1];
+  __shared__ float a_s[kGgufTile][kGgufTile + 1];
+  __shared__ float w_s[kGgufTile][kGgufTile + 1];
   const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGgufTile;
   const int64_t blocks = p.k / kBlockValues;
-  const int64_t m_tiles = (p.m + kTile - 1) / kTile;
+  const int64_t m_tiles = (p.m + kGgufTile - 1) / kGgufTile;
   const TA* a = static_cast<const TA*>(p.a);
   // m tiles beyond gridDim.y (65535) loop here; the bound is the same for the whole block, so
   // every thread reaches the same __syncthreads().
   for (int64_t mt = blockIdx.y; mt < m_tiles; mt += gridDim.y) {
-    const int64_t m0 = mt * kTile;
+    const int64_t m0 = mt * kGgufTile;
     float acc[kTileRowsPerThread];
 #pragma unroll
     for (int s = 0; s < kTileRowsPerThread; ++s) acc[s] = 0.0f;
@@ -135,19 +135,20 @@ __global__ void gguf_mm_tiled_kernel(GgufMmParams p) {
 template <class TA, GgmlQuantType kType>
 void launch(const GgufMmParams& p, cudaStream_t stream) {
   if (p.m < kWarpMaxM) {
-    const int64_t gx = (p.n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    const int64_t gx = (p.n + kGgufWarpsPerBlock - 1) / kGgufWarpsPerBlock;
     FLASHINFER_CHECK_CODE(gx <= 0x7FFFFFFF, ErrorCode::kUnsupported, "mm_gguf", "b",
-                          "more than 2^31 - 1 thread blocks of ", kWarpsPerBlock, " weight rows");
+                          "more than 2^31 - 1 thread blocks of ", kGgufWarpsPerBlock,
+                          " weight rows");
     const int64_t gy = (p.m + kWarpRows - 1) / kWarpRows;  // 1 or 2
     launch_kernel("mm_gguf", gguf_mm_warp_kernel<TA, kType>,
                   dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
-                  dim3(kWarpsPerBlock * 32), 0, stream, false, p);
+                  dim3(kGgufWarpsPerBlock * 32), 0, stream, false, p);
     return;
   }
-  const int64_t gx = (p.n + kTile - 1) / kTile;
+  const int64_t gx = (p.n + kGgufTile - 1) / kGgufTile;
   FLASHINFER_CHECK_CODE(gx <= 0x7FFFFFFF, ErrorCode::kUnsupported, "mm_gguf", "b",
-                        "more than 2^31 - 1 tiles of ", kTile, " weight rows");
-  const int64_t m_tiles = (p.m + kTile - 1) / kTile;
+                        "more than 2^31 - 1 tiles of ", kGgufTile, " weight rows");
+  const int64_t m_tiles = (p.m + kGgufTile - 1) / kGgufTile;
   const int64_t gy = m_tiles < kMaxGridY ? m_tiles : kMaxGridY;
   launch_kernel("mm_gguf", gguf_mm_tiled_kernel<TA, kType>,
                 dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(kTileThreads), 0,

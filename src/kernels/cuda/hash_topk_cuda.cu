@@ -4,7 +4,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kHashTopkThreads = 128;
 
 __global__ void hash_topk_kernel(HashTopkParams p) {
   pdl_wait();
@@ -35,8 +35,9 @@ __global__ void hash_topk_kernel(HashTopkParams p) {
 
 void hash_topk(const HashTopkParams& p, void* stream, bool enable_pdl) {
   if (p.num_tokens == 0) return;
-  const auto blocks = static_cast<unsigned>((p.num_tokens + kThreads - 1) / kThreads);
-  launch_kernel("hash_topk", hash_topk_kernel, dim3(blocks), dim3(kThreads), 0,
+  const auto blocks =
+      static_cast<unsigned>((p.num_tokens + kHashTopkThreads - 1) / kHashTopkThreads);
+  launch_kernel("hash_topk", hash_topk_kernel, dim3(blocks), dim3(kHashTopkThreads), 0,
                 static_cast<cudaStream_t>(stream), enable_pdl, p);
 }
 

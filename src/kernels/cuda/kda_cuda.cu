@@ -8,7 +8,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // state rows (v) of one (sequence, value head) per block
+constexpr int kKdaWarps = 4;  // state rows (v) of one (sequence, value head) per block
 
 __device__ __forceinline__ float bf(const KdaIoRef& r, int64_t n, int64_t t, int64_t h, int64_t i) {
   return __bfloat162float(
@@ -33,12 +33,12 @@ __device__ __forceinline__ void store_row(void* pool, int64_t stride_slot, int64
 }
 
 template <class ST, int KJ>
-__global__ void __launch_bounds__(kWarps * 32) kda_recurrent_kernel(KdaParams p) {
+__global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams p) {
   pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t K = p.K, vblocks = (K + kWarps - 1) / kWarps;
+  const int64_t K = p.K, vblocks = (K + kKdaWarps - 1) / kKdaWarps;
   const int64_t n = blockIdx.x / vblocks;
-  const int64_t v = (blockIdx.x % vblocks) * kWarps + warp;
+  const int64_t v = (blockIdx.x % vblocks) * kKdaWarps + warp;
   const int64_t hv = blockIdx.y;
   if (n >= p.num_seqs || v >= K) return;
   const int64_t h = gdn::source_head(hv, p.H, p.HV);
@@ -267,17 +267,17 @@ void recurrent_kda(const KdaParams& p, void* stream, bool enable_pdl) {
   // as bf16 bits.
   FLASHINFER_CHECK(p.state_dtype == DType::kBFloat16, "recurrent_kda", "initial_state",
                    "must be bfloat16 on CUDA, got ", dtype_torch_name(p.state_dtype));
-  const int64_t vblocks = (p.K + kWarps - 1) / kWarps;
+  const int64_t vblocks = (p.K + kKdaWarps - 1) / kKdaWarps;
   FLASHINFER_CHECK(p.num_seqs * vblocks <= 0x7fffffff && p.HV <= 65535, "recurrent_kda", "q",
                    "grid too large: ", p.num_seqs, " sequences x ", p.HV, " heads");
   const dim3 grid(static_cast<unsigned>(p.num_seqs * vblocks), static_cast<unsigned>(p.HV));
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.K == 64) {
-    launch_kernel("recurrent_kda", kda_recurrent_kernel<__nv_bfloat16, 2>, grid, dim3(kWarps * 32),
-                  0, s, enable_pdl, p);
+    launch_kernel("recurrent_kda", kda_recurrent_kernel<__nv_bfloat16, 2>, grid,
+                  dim3(kKdaWarps * 32), 0, s, enable_pdl, p);
   } else {
-    launch_kernel("recurrent_kda", kda_recurrent_kernel<__nv_bfloat16, 4>, grid, dim3(kWarps * 32),
-                  0, s, enable_pdl, p);
+    launch_kernel("recurrent_kda", kda_recurrent_kernel<__nv_bfloat16, 4>, grid,
+                  dim3(kKdaWarps * 32), 0, s, enable_pdl, p);
   }
 }
 

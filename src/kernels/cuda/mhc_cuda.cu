@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kPreThreads) mhc_pre_kernel(MhcPreParams p, bo
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+bool ptr_aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
@@ -141,7 +141,8 @@ void mhc_post(const MhcPostParams& p, void* stream, bool enable_pdl) {
   const int64_t work = p.T * ((p.H + 7) / 8);
   const int64_t blocks = (work + kPostThreads - 1) / kPostThreads;
   FLASHINFER_CHECK(blocks <= 0x7fffffff, "mhc_post", "residual", "too many tokens: ", p.T);
-  const bool vec = p.H % 8 == 0 && aligned16(p.x) && aligned16(p.residual) && aligned16(p.out);
+  const bool vec =
+      p.H % 8 == 0 && ptr_aligned16(p.x) && ptr_aligned16(p.residual) && ptr_aligned16(p.out);
   launch_kernel("mhc_post", mhc_post_kernel, dim3(static_cast<unsigned>(blocks)),
                 dim3(kPostThreads), 0, static_cast<cudaStream_t>(stream), enable_pdl, p, vec);
 }
@@ -149,7 +150,7 @@ void mhc_post(const MhcPostParams& p, void* stream, bool enable_pdl) {
 void mhc_pre_big_fuse(const MhcPreParams& p, void* stream, bool enable_pdl) {
   if (p.T == 0) return;
   FLASHINFER_CHECK(p.T <= 0x7fffffff, "mhc_pre_big_fuse", "residual", "too many tokens: ", p.T);
-  const bool vec = p.H % 8 == 0 && aligned16(p.residual) && aligned16(p.layer_input);
+  const bool vec = p.H % 8 == 0 && ptr_aligned16(p.residual) && ptr_aligned16(p.layer_input);
   launch_kernel("mhc_pre_big_fuse", mhc_pre_kernel, dim3(static_cast<unsigned>(p.T)),
                 dim3(kPreThreads), 0, static_cast<cudaStream_t>(stream), enable_pdl, p, vec);
 }

@@ -8,9 +8,11 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kPrepThreads = 256;
 
-unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned prep_grid(int64_t n) {
+  return static_cast<unsigned>((n + kPrepThreads - 1) / kPrepThreads);
+}
 
 // One thread a unit of the CPU's loops (kernels/moe_weight_prep_rules.h).
 __global__ void interleave_weights_kernel(Sm90WeightInterleaveParams p) {
@@ -131,14 +133,16 @@ void sm90_interleave_weights(const Sm90WeightInterleaveParams& p, void* stream) 
   const int64_t n = p.experts * (p.n / 2) * (p.k / 64) * 16;
   if (n == 0) return;
   launch_kernel("interleave_moe_weights_for_sm90_mixed_gemm", interleave_weights_kernel,
-                dim3(grid_for(n)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), false, p);
+                dim3(prep_grid(n)), dim3(kPrepThreads), 0, static_cast<cudaStream_t>(stream), false,
+                p);
 }
 
 void sm90_interleave_scales(const Sm90ScaleInterleaveParams& p, void* stream) {
   const int64_t n = sm90_interleave_scale_count(p);
   if (n == 0) return;
   launch_kernel("interleave_moe_scales_for_sm90_mixed_gemm", interleave_scales_kernel,
-                dim3(grid_for(n)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), false, p);
+                dim3(prep_grid(n)), dim3(kPrepThreads), 0, static_cast<cudaStream_t>(stream), false,
+                p);
 }
 
 }  // namespace flashinfer::kernels::cuda

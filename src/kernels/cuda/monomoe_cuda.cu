@@ -19,9 +19,9 @@ namespace {
 
 using P = MonoMoeParams;
 using S = MonoMoeScratch;
-constexpr const char* kOp = "mono_moe";
+constexpr const char* kMonoOp = "mono_moe";
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kMonoThreads = 256, kMonoWarps = kMonoThreads / 32;
 constexpr int kDownCols = 16;  // output columns a block of the down kernel (2 a warp)
 
 __device__ __forceinline__ uint8_t e4m3(float v) {
@@ -46,7 +46,7 @@ __device__ __forceinline__ int64_t dot16(const uint4& a, const uint4& b, bool& n
 
 // 1. One block: the routing (a thread a token: upstream's per-warp selection rules, serially),
 // the input's 1 x 128 quantization (a warp a block of 128), then the active expert list.
-__global__ void __launch_bounds__(kThreads) monomoe_route_quant_kernel(P p) {
+__global__ void __launch_bounds__(kMonoThreads) monomoe_route_quant_kernel(P p) {
   int32_t* ids = reinterpret_cast<int32_t*>(p.scratch + S::kIds);
   float* rw = reinterpret_cast<float*>(p.scratch + S::kRw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) monomoe_route_quant_kernel(P p) {
   }
   uint8_t* qx = p.scratch + S::kQx;
   float* xs = reinterpret_cast<float*>(p.scratch + S::kXs);
-  for (int64_t blk = warp; blk < p.M * P::kKBlocks; blk += kWarps) {
+  for (int64_t blk = warp; blk < p.M * P::kKBlocks; blk += kMonoWarps) {
     const int64_t t = blk / P::kKBlocks, kb = blk % P::kKBlocks;
     const int64_t off = t * P::kK + kb * P::kBlock + lane * 4;
     const uint2 raw = *reinterpret_cast<const uint2*>(p.x + off);
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) monomoe_route_quant_kernel(P p) {
 // 2. Block (i, g): active expert i, intermediate columns [64 g, 64 g + 64): its 64 gate and 64
 // up rows (a warp 16 of them), each row's 16 K blocks dotted with every routed token's input;
 // then v = rw SiLU(gate) up and the group's fp8 re-quantization per routed token.
-__global__ void __launch_bounds__(kThreads) monomoe_up_kernel(P p) {
+__global__ void __launch_bounds__(kMonoThreads) monomoe_up_kernel(P p) {
   const int32_t count = *reinterpret_cast<const int32_t*>(p.scratch + S::kCount);
   const int i = blockIdx.x, g = blockIdx.y;
   if (i >= count) return;
@@ -111,10 +111,10 @@ __global__ void __launch_bounds__(kThreads) monomoe_up_kernel(P p) {
   __shared__ int32_t pair_s[P::kMaxTokens];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int M = static_cast<int>(p.M);
-  for (int64_t o = tid; o < p.M * P::kK / 16; o += kThreads) {
+  for (int64_t o = tid; o < p.M * P::kK / 16; o += kMonoThreads) {
     reinterpret_cast<uint4*>(qx_s)[o] = reinterpret_cast<const uint4*>(p.scratch + S::kQx)[o];
   }
-  for (int64_t o = tid; o < p.M * P::kKBlocks; o += kThreads) {
+  for (int64_t o = tid; o < p.M * P::kKBlocks; o += kMonoThreads) {
     xs_s[o] = reinterpret_cast<const float*>(p.scratch + S::kXs)[o];
   }
   if (tid < P::kMaxTokens) {
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) monomoe_up_kernel(P p) {
   __syncthreads();
   const uint8_t* wu = p.w_up + e * 2 * P::kN * P::kK;
   const float* su = p.s_up + e * (2 * P::kN / P::kBlock) * P::kKBlocks;
-  for (int r = warp; r < 2 * P::kActGroup; r += kWarps) {
+  for (int r = warp; r < 2 * P::kActGroup; r += kMonoWarps) {
     const int h = r / P::kActGroup, jj = r % P::kActGroup;
     const int64_t j = g * P::kActGroup + jj;
     const uint8_t* w = wu + monomoe_up_row(h, j, P::kN, p.up_interleaved) * P::kK;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) monomoe_up_kernel(P p) {
 // active experts group by group (index % 16, ascending within), reads the expert's weight row
 // once (16 bytes a lane: lane l covers N [16 l, 16 l + 16), so 4 lanes make one 64-wide half)
 // and dots it with each routed token's intermediate; the sums then follow the combine's order.
-__global__ void __launch_bounds__(kThreads) monomoe_down_kernel(P p) {
+__global__ void __launch_bounds__(kMonoThreads) monomoe_down_kernel(P p) {
   const int32_t count = *reinterpret_cast<const int32_t*>(p.scratch + S::kCount);
   const int32_t* active = reinterpret_cast<const int32_t*>(p.scratch + S::kActive);
   const int32_t* ids = reinterpret_cast<const int32_t*>(p.scratch + S::kIds);
@@ -192,13 +192,13 @@ __global__ void __launch_bounds__(kThreads) monomoe_down_kernel(P p) {
   __shared__ int8_t route_s[kPairs][P::kMaxTokens];  // [active index][token]: pair, or -1
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int M = static_cast<int>(p.M), TK = static_cast<int>(p.top_k);
-  for (int o = tid; o < M * TK * P::kN / 16; o += kThreads) {
+  for (int o = tid; o < M * TK * P::kN / 16; o += kMonoThreads) {
     reinterpret_cast<uint4*>(iq_s)[o] = reinterpret_cast<const uint4*>(p.scratch + S::kIq)[o];
   }
-  for (int o = tid; o < M * TK * P::kNGroups; o += kThreads) {
+  for (int o = tid; o < M * TK * P::kNGroups; o += kMonoThreads) {
     is_s[o] = reinterpret_cast<const float*>(p.scratch + S::kIs)[o];
   }
-  for (int o = tid; o < count * P::kMaxTokens; o += kThreads) {
+  for (int o = tid; o < count * P::kMaxTokens; o += kMonoThreads) {
     const int ai = o / P::kMaxTokens, t = o % P::kMaxTokens;
     int pr = -1;
     for (int k = 0; t < M && k < TK; ++k) {
@@ -207,9 +207,9 @@ __global__ void __launch_bounds__(kThreads) monomoe_down_kernel(P p) {
     route_s[ai][t] = static_cast<int8_t>(pr);
   }
   __syncthreads();
-  for (int cc = 0; cc < kDownCols / kWarps; ++cc) {
+  for (int cc = 0; cc < kDownCols / kMonoWarps; ++cc) {
     const int64_t c =
-        static_cast<int64_t>(blockIdx.x) * kDownCols + warp * (kDownCols / kWarps) + cc;
+        static_cast<int64_t>(blockIdx.x) * kDownCols + warp * (kDownCols / kMonoWarps) + cc;
     float total[P::kMaxTokens];
     FLASHINFER_UNROLL
     for (int t = 0; t < P::kMaxTokens; ++t) total[t] = 0.0f;
@@ -257,12 +257,12 @@ __global__ void __launch_bounds__(kThreads) monomoe_down_kernel(P p) {
 void mono_moe(const MonoMoeParams& p, void* stream) {
   if (p.M == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  launch_kernel(kOp, monomoe_route_quant_kernel, dim3(1), dim3(kThreads), 0, s, false, p);
-  launch_kernel(kOp, monomoe_up_kernel,
+  launch_kernel(kMonoOp, monomoe_route_quant_kernel, dim3(1), dim3(kMonoThreads), 0, s, false, p);
+  launch_kernel(kMonoOp, monomoe_up_kernel,
                 dim3(static_cast<unsigned>(p.M * p.top_k), static_cast<unsigned>(P::kNGroups)),
-                dim3(kThreads), 0, s, false, p);
-  launch_kernel(kOp, monomoe_down_kernel, dim3(static_cast<unsigned>(P::kK / kDownCols)),
-                dim3(kThreads), 0, s, false, p);
+                dim3(kMonoThreads), 0, s, false, p);
+  launch_kernel(kMonoOp, monomoe_down_kernel, dim3(static_cast<unsigned>(P::kK / kDownCols)),
+                dim3(kMonoThreads), 0, s, false, p);
 }
 
 }  // namespace flashinfer::kernels::cuda

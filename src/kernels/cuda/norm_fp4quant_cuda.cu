@@ -6,11 +6,11 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kNormFp4Threads = 256;
 
 // BS (16 or 32) at compile time keeps a block's values in registers.
 template <class T, int BS>
-__global__ void __launch_bounds__(kThreads) norm_fp4quant_kernel(NormFp4Params p) {
+__global__ void __launch_bounds__(kNormFp4Threads) norm_fp4quant_kernel(NormFp4Params p) {
   pdl_wait();
   __shared__ float s_red[32];
   const int64_t m = blockIdx.x, H = p.H;
@@ -54,7 +54,7 @@ void rmsnorm_fp4quant(const NormFp4Params& p, void* stream, bool enable_pdl) {
   const auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(static_cast<unsigned>(p.M));
   const auto launch = [&](auto kernel) {
-    launch_kernel(op, kernel, grid, dim3(kThreads), 0, s, enable_pdl, p);
+    launch_kernel(op, kernel, grid, dim3(kNormFp4Threads), 0, s, enable_pdl, p);
   };
   const bool half = p.dtype == DType::kFloat16;
   if (p.block_size == 16) {

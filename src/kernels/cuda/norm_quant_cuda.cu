@@ -10,7 +10,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kNormQuantThreads = 256;
 
 __device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3) {
   const float mx = e4m3 ? 448.0f : 57344.0f;
@@ -111,7 +111,7 @@ __device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* 
 
 // Element loads at any strides: the form for rows that are not unit-stride or 16-byte aligned.
 template <class T>
-__global__ void __launch_bounds__(kThreads) norm_quant_strided_kernel(NormQuantParams p) {
+__global__ void __launch_bounds__(kNormQuantThreads) norm_quant_strided_kernel(NormQuantParams p) {
   extern __shared__ float xs[];  // [hidden] for the fused variant
   __shared__ float scratch[32];
   pdl_wait();
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) norm_quant_strided_kernel(NormQuantP
 // 16-byte loads of the row (and residual) where norm_quant_vectorizable; named apart from the
 // element kernel for the static SASS rule `quant`.
 template <class T>
-__global__ void __launch_bounds__(kThreads) norm_quant_kernel(NormQuantParams p) {
+__global__ void __launch_bounds__(kNormQuantThreads) norm_quant_kernel(NormQuantParams p) {
   extern __shared__ float xs[];  // [hidden]
   __shared__ float scratch[32];
   pdl_wait();
@@ -155,11 +155,11 @@ void norm_quant(const NormQuantParams& p, void* stream, bool enable_pdl) {
         const auto s = static_cast<cudaStream_t>(stream);
         const dim3 grid(static_cast<unsigned>(p.batch));
         if (norm_quant_vectorizable(p, sizeof(T))) {
-          launch_kernel("norm_quant", norm_quant_kernel<T>, grid, dim3(kThreads),
+          launch_kernel("norm_quant", norm_quant_kernel<T>, grid, dim3(kNormQuantThreads),
                         static_cast<std::size_t>(p.hidden) * 4, s, enable_pdl, p);
         } else {
-          launch_kernel("norm_quant", norm_quant_strided_kernel<T>, grid, dim3(kThreads), smem, s,
-                        enable_pdl, p);
+          launch_kernel("norm_quant", norm_quant_strided_kernel<T>, grid, dim3(kNormQuantThreads),
+                        smem, s, enable_pdl, p);
         }
       });
 }

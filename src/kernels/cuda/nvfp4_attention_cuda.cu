@@ -12,7 +12,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kNvfp4AttnThreads = 128;
 constexpr int kFwdWarps = 4;
 constexpr int kMaxDim = 128;
 constexpr const char* kQuantOp = "nvfp4_attention_sm120_quantize_qkv";
@@ -29,7 +29,8 @@ __device__ __forceinline__ int64_t groups_of(const Nvfp4AttnQuantParams& p) {
 
 // K's mean over its S tokens and Q's per group (the padded rows' zeros added too, as the CPU
 // adds them), fp64 in token order, rounded to the input dtype.
-__global__ void __launch_bounds__(kThreads) nvfp4_attn_means_kernel(Nvfp4AttnQuantParams p) {
+__global__ void __launch_bounds__(kNvfp4AttnThreads)
+    nvfp4_attn_means_kernel(Nvfp4AttnQuantParams p) {
   pdl_wait();
   const int64_t bh = blockIdx.x, S = p.S, D = p.D, groups = groups_of(p);
   const int64_t per = p.per_block_mean ? kNvfp4AttnTile : p.S_pad;
@@ -59,7 +60,8 @@ __device__ __forceinline__ float centred_k(const Nvfp4AttnQuantParams& p, int64_
 }
 
 // qk_correction[g, j]: a thread per key j, the products exact in fp64, summed over d in order.
-__global__ void __launch_bounds__(kThreads) nvfp4_attn_correction_kernel(Nvfp4AttnQuantParams p) {
+__global__ void __launch_bounds__(kNvfp4AttnThreads)
+    nvfp4_attn_correction_kernel(Nvfp4AttnQuantParams p) {
   pdl_wait();
   const int64_t bh = head_index(), Sp = p.S_pad, D = p.D, groups = groups_of(p);
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -75,7 +77,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_attn_correction_kernel(Nvfp4At
 }
 
 // One block of 16 values a thread: Q's rows, K's stored rows (token permuted), V^T's rows.
-__global__ void __launch_bounds__(kThreads) nvfp4_attn_quantize_kernel(Nvfp4AttnQuantParams p) {
+__global__ void __launch_bounds__(kNvfp4AttnThreads)
+    nvfp4_attn_quantize_kernel(Nvfp4AttnQuantParams p) {
   pdl_wait();
   const int64_t bh = head_index(), S = p.S, Sp = p.S_pad, D = p.D, groups = groups_of(p);
   const int64_t per_tensor = Sp * D / kNvfp4AttnBlock;
@@ -247,14 +250,18 @@ void nvfp4_attention_quantize_qkv(const Nvfp4AttnQuantParams& in, void* stream, 
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned h = grid_dim(p.H, kQuantOp, 65535), b = grid_dim(p.B, kQuantOp, 65535);
   launch_kernel(kQuantOp, nvfp4_attn_means_kernel, dim3(grid_dim(heads, kQuantOp, 0x7fffffff)),
-                dim3(kThreads), 0, s, enable_pdl, p);
-  launch_kernel(kQuantOp, nvfp4_attn_correction_kernel,
-                dim3(grid_dim((p.S_pad + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h, b),
-                dim3(kThreads), 0, s, enable_pdl, p);
+                dim3(kNvfp4AttnThreads), 0, s, enable_pdl, p);
+  launch_kernel(
+      kQuantOp, nvfp4_attn_correction_kernel,
+      dim3(grid_dim((p.S_pad + kNvfp4AttnThreads - 1) / kNvfp4AttnThreads, kQuantOp, 0x7fffffff), h,
+           b),
+      dim3(kNvfp4AttnThreads), 0, s, enable_pdl, p);
   const int64_t units = 3 * p.S_pad * p.D / kNvfp4AttnBlock;
-  launch_kernel(kQuantOp, nvfp4_attn_quantize_kernel,
-                dim3(grid_dim((units + kThreads - 1) / kThreads, kQuantOp, 0x7fffffff), h, b),
-                dim3(kThreads), 0, s, enable_pdl, p);
+  launch_kernel(
+      kQuantOp, nvfp4_attn_quantize_kernel,
+      dim3(grid_dim((units + kNvfp4AttnThreads - 1) / kNvfp4AttnThreads, kQuantOp, 0x7fffffff), h,
+           b),
+      dim3(kNvfp4AttnThreads), 0, s, enable_pdl, p);
 }
 
 void nvfp4_attention_fwd(const Nvfp4AttnFwdParams& p, void* stream, bool enable_pdl) {

@@ -17,9 +17,11 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kNvfp4Threads = 256;
 
-unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+unsigned nvfp4_grid(int64_t n) {
+  return static_cast<unsigned>((n + kNvfp4Threads - 1) / kNvfp4Threads);
+}
 
 __global__ void gather_rows_kernel(RowGatherParams p) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -107,7 +109,7 @@ __device__ __forceinline__ void store_packed(uint8_t* q, uint64_t packed) {
 }
 
 int64_t grid_stride_blocks(int64_t n) {
-  return std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{1} << 20);
+  return std::min<int64_t>((n + kNvfp4Threads - 1) / kNvfp4Threads, int64_t{1} << 20);
 }
 
 // silu(gate) * up, rounded to T: one thread per chunk of 8 outputs of a row (one 16-byte load of
@@ -368,20 +370,22 @@ __global__ void nvfp4_abs_max_strided_kernel(AbsMaxParams p, unsigned int* resul
 // The grouped quantizers' kernels: names under the static SASS rule `quant` (*fp4_quantize_kernel,
 // *mxfp8_quantize_kernel; the element-load forms *_strided_kernel).
 template <class T, bool kSilu>
-__global__ void __launch_bounds__(kThreads) grouped_fp4_quantize_kernel(GroupedQuantizeParams p) {
+__global__ void __launch_bounds__(kNvfp4Threads)
+    grouped_fp4_quantize_kernel(GroupedQuantizeParams p) {
   grouped_fp4_body<T, kSilu, true>(p);
 }
 template <class T, bool kSilu>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNvfp4Threads)
     grouped_fp4_quantize_strided_kernel(GroupedQuantizeParams p) {
   grouped_fp4_body<T, kSilu, false>(p);
 }
 template <class T>
-__global__ void __launch_bounds__(kThreads) grouped_mxfp8_quantize_kernel(GroupedQuantizeParams p) {
+__global__ void __launch_bounds__(kNvfp4Threads)
+    grouped_mxfp8_quantize_kernel(GroupedQuantizeParams p) {
   grouped_mxfp8_body<T, true>(p);
 }
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kNvfp4Threads)
     grouped_mxfp8_quantize_strided_kernel(GroupedQuantizeParams p) {
   grouped_mxfp8_body<T, false>(p);
 }
@@ -416,7 +420,7 @@ __device__ uint16_t encode_half(float x) { return float_to_half_bits(x); }
 void gather_rows(const RowGatherParams& p, void* stream) {
   const int64_t n = p.rows * p.row_bytes;
   if (n == 0) return;
-  launch_kernel("gather_rows", gather_rows_kernel, dim3(grid_for(n)), dim3(kThreads), 0,
+  launch_kernel("gather_rows", gather_rows_kernel, dim3(nvfp4_grid(n)), dim3(kNvfp4Threads), 0,
                 static_cast<cudaStream_t>(stream), false, p);
 }
 
@@ -426,10 +430,10 @@ void nvfp4_kv_dequantize(const Nvfp4KvParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBFloat16) {
     launch_kernel("nvfp4_kv_dequantize", kv_dequantize_kernel<uint16_t, encode_bf16>,
-                  dim3(grid_for(n)), dim3(kThreads), 0, s, false, p);
+                  dim3(nvfp4_grid(n)), dim3(kNvfp4Threads), 0, s, false, p);
   } else if (p.dtype == DType::kFloat16) {
     launch_kernel("nvfp4_kv_dequantize", kv_dequantize_kernel<uint16_t, encode_half>,
-                  dim3(grid_for(n)), dim3(kThreads), 0, s, false, p);
+                  dim3(nvfp4_grid(n)), dim3(kNvfp4Threads), 0, s, false, p);
   } else {
     FLASHINFER_FAIL(ErrorCode::kUnsupported, "nvfp4_kv_dequantize", "output_dtype",
                     "must be bfloat16 or float16");
@@ -461,8 +465,9 @@ void nvfp4_paged_dequantize(const Nvfp4PagedDequantParams& p, void* stream) {
     if (n == 0) continue;
     auto* kernel = p.out_dtype == DType::kBFloat16 ? paged_dequantize_kernel<encode_bf16>
                                                    : paged_dequantize_kernel<encode_half>;
-    err = try_launch_kernel(kernel, dim3(grid_for(n)), dim3(kThreads), 0, s, false, p, kv, max_t,
-                            static_cast<const int64_t*>(table), static_cast<const int64_t*>(lens));
+    err = try_launch_kernel(kernel, dim3(nvfp4_grid(n)), dim3(kNvfp4Threads), 0, s, false, p, kv,
+                            max_t, static_cast<const int64_t*>(table),
+                            static_cast<const int64_t*>(lens));
   }
   const cudaError_t free_err = cudaFreeAsync(buf, s);  // stream-ordered: after the kernels
   FLASHINFER_CUDA_CALL(op, err);
@@ -527,8 +532,9 @@ void grouped_quantize(const GroupedQuantizeParams& p, void* stream, bool enable_
       kernel = vec ? grouped_fp4_quantize_kernel<T, false>
                    : grouped_fp4_quantize_strided_kernel<T, false>;
     }
-    const unsigned grid = resident_grid(op, kernel, kThreads, (n + kThreads - 1) / kThreads);
-    launch_kernel(op, kernel, dim3(grid), dim3(kThreads), 0, s, enable_pdl, p);
+    const unsigned grid =
+        resident_grid(op, kernel, kNvfp4Threads, (n + kNvfp4Threads - 1) / kNvfp4Threads);
+    launch_kernel(op, kernel, dim3(grid), dim3(kNvfp4Threads), 0, s, enable_pdl, p);
   });
 }
 
@@ -544,7 +550,7 @@ void silu_and_mul_rows(const SiluMulParams& p, void* stream, bool enable_pdl) {
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "input", [&]<class T>() {
     launch_kernel(op, vec ? nvfp4_silu_mul_kernel<T> : nvfp4_silu_mul_strided_kernel<T>, grid,
-                  dim3(kThreads), 0, s, enable_pdl, p);
+                  dim3(kNvfp4Threads), 0, s, enable_pdl, p);
   });
 }
 
@@ -564,7 +570,7 @@ void nvfp4_paged_append(const Nvfp4PagedAppendParams& p, void* stream, bool enab
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "append_key", [&]<class T>() {
     launch_kernel(op, vec ? nvfp4_append_kernel<T> : nvfp4_append_strided_kernel<T>, grid,
-                  dim3(kThreads), 0, s, enable_pdl, p);
+                  dim3(kNvfp4Threads), 0, s, enable_pdl, p);
   });
 }
 
@@ -578,7 +584,7 @@ void nvfp4_paged_quantize(const Nvfp4PagedQuantParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(grid_stride_blocks(n)));
   dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
     launch_kernel(op, vec ? nvfp4_paged_quantize_kernel<T> : nvfp4_paged_quantize_strided_kernel<T>,
-                  grid, dim3(kThreads), 0, s, false, p);
+                  grid, dim3(kNvfp4Threads), 0, s, false, p);
   });
 }
 
@@ -600,7 +606,7 @@ void abs_max(const AbsMaxParams& p, void* stream) {
   if (err == cudaSuccess) {
     dispatch_half(p.dtype, op, "k_cache", [&]<class T>() {
       err = try_launch_kernel(vec ? nvfp4_abs_max_kernel<T> : nvfp4_abs_max_strided_kernel<T>, grid,
-                              dim3(kThreads), 0, s, false, p, bits);
+                              dim3(kNvfp4Threads), 0, s, false, p, bits);
     });
   }
   unsigned int host_bits = 0;

@@ -7,10 +7,8 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 64;
-constexpr const char* kOp = "fused_qk_rmsnorm_rope";
-
-__device__ __forceinline__ float bf(uint16_t b) { return bfloat16_bits_to_float(b); }
+constexpr int kQkNormThreads = 64;
+constexpr const char* kQkNormOp = "fused_qk_rmsnorm_rope";
 
 __device__ __forceinline__ void store(void* out, int64_t idx, float v, bool fp8, float scale) {
   if (fp8) {
@@ -23,10 +21,10 @@ __device__ __forceinline__ void store(void* out, int64_t idx, float v, bool fp8,
 // Channel c of a q/k row after the RMS norm (the CPU's rounding to bf16 included).
 __device__ __forceinline__ float normed(const QkNormRopeParams& p, const uint16_t* src,
                                         const uint16_t* w, int64_t c, float rcp) {
-  const float x = bf(src[c]);
+  const float x = bfloat16_bits_to_float(src[c]);
   if (!p.norm) return x;
-  float v = __fmul_rn(__fmul_rn(x, rcp), bf(w[c]));
-  if (!p.fp8) v = bf(float_to_bfloat16_bits(v));
+  float v = __fmul_rn(__fmul_rn(x, rcp), bfloat16_bits_to_float(w[c]));
+  if (!p.fp8) v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
   return v;
 }
 
@@ -42,7 +40,7 @@ __global__ void qk_norm_rope_kernel(QkNormRopeParams p, const float* freq, const
     const int64_t nv = p.hv * d;
     for (int64_t c = 0; c < nv; ++c) {
       if (p.fp8) {
-        store(p.v_out, t * nv + c, bf(v[c]), true, p.v_scale);
+        store(p.v_out, t * nv + c, bfloat16_bits_to_float(v[c]), true, p.v_scale);
       } else {
         static_cast<uint16_t*>(p.v_out)[t * nv + c] = v[c];
       }
@@ -58,7 +56,7 @@ __global__ void qk_norm_rope_kernel(QkNormRopeParams p, const float* freq, const
   const int64_t n = heads * d;
   float ss = 0.0f;
   for (int64_t c = 0; c < n; ++c) {
-    const float x = bf(src[c]);
+    const float x = bfloat16_bits_to_float(src[c]);
     ss = __fadd_rn(ss, __fmul_rn(x, x));
   }
   const float rcp =
@@ -97,7 +95,7 @@ void fused_qk_rmsnorm_rope(const QkNormRopeParams& p, void* stream) {
   }
   const size_t fbytes = freq.size() * sizeof(float), sbytes = section.size() * sizeof(int);
   void* table = nullptr;
-  FLASHINFER_CUDA_CALL(kOp, malloc_async(&table, fbytes + sbytes, s));
+  FLASHINFER_CUDA_CALL(kQkNormOp, malloc_async(&table, fbytes + sbytes, s));
   auto* dfreq = static_cast<float*>(table);
   auto* dsection = reinterpret_cast<int*>(static_cast<char*>(table) + fbytes);
   cudaError_t err = cudaMemcpyAsync(dfreq, freq.data(), fbytes, cudaMemcpyHostToDevice, s);
@@ -105,14 +103,14 @@ void fused_qk_rmsnorm_rope(const QkNormRopeParams& p, void* stream) {
     err = cudaMemcpyAsync(dsection, section.data(), sbytes, cudaMemcpyHostToDevice, s);
   }
   if (err == cudaSuccess) {
-    const auto blocks = static_cast<unsigned>((p.tokens * 3 + kThreads - 1) / kThreads);
-    err = try_launch_kernel(qk_norm_rope_kernel, dim3(blocks), dim3(kThreads), 0, s, false, p,
+    const auto blocks = static_cast<unsigned>((p.tokens * 3 + kQkNormThreads - 1) / kQkNormThreads);
+    err = try_launch_kernel(qk_norm_rope_kernel, dim3(blocks), dim3(kQkNormThreads), 0, s, false, p,
                             static_cast<const float*>(dfreq), static_cast<const int*>(dsection));
   }
   // Stream-ordered free: after the kernel that reads the table.
   const cudaError_t free_err = cudaFreeAsync(table, s);
-  FLASHINFER_CUDA_CALL(kOp, err);
-  FLASHINFER_CUDA_CALL(kOp, free_err);
+  FLASHINFER_CUDA_CALL(kQkNormOp, err);
+  FLASHINFER_CUDA_CALL(kQkNormOp, free_err);
   // The host vectors may go now: a copy from pageable memory has left them when it returns.
 }
 

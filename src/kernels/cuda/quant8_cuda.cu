@@ -12,7 +12,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kQuant8WarpsPerBlock = 8;
 
 // The per-group arithmetic both kernel forms share (the CPU reference's): the scale from the
 // group's absolute maximum, and one element's code.
@@ -45,10 +45,10 @@ __device__ __forceinline__ float warp_max(float v) {
 // One warp per (row, group), element loads: the form for groups that do not start on 16-byte
 // boundaries. Named apart from the vector kernel for the static SASS rule `quant`.
 template <class T>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
     group_quant_strided_kernel(GroupQuant8Params p) {
   const int64_t groups = p.k / p.group_size;
-  const int64_t gid = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * kQuant8WarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (gid >= p.rows * groups) return;
   const int64_t r = gid / groups, g = gid % groups;
@@ -68,14 +68,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // The second pass reloads the group (from L1) rather than keeping a runtime-sized array. The
 // grid holds the device's resident blocks and strides over the groups, a warp per group.
 template <class T>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) group_quant_kernel(GroupQuant8Params p) {
+__global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
+    group_quant_kernel(GroupQuant8Params p) {
   constexpr int V = kVecElems<T>;
   using Out = std::conditional_t<V == 8, uint2, std::conditional_t<V == 4, uint32_t, uint4>>;
   static_assert(sizeof(Out) == V);
   const int64_t groups = p.k / p.group_size, chunks = p.group_size / V;
   const int lane = threadIdx.x & 31;
-  for (int64_t gid = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-       gid < p.rows * groups; gid += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+  for (int64_t gid = static_cast<int64_t>(blockIdx.x) * kQuant8WarpsPerBlock + threadIdx.x / 32;
+       gid < p.rows * groups; gid += static_cast<int64_t>(gridDim.x) * kQuant8WarpsPerBlock) {
     const int64_t r = gid / groups, g = gid % groups;
     const int64_t base = r * p.k + g * p.group_size;
     const auto* x = reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(p.x) + base);
@@ -111,7 +112,7 @@ void per_token_group_quant_8bit(const GroupQuant8Params& p, void* stream) {
   }
   const int64_t groups = p.rows * (p.k / p.group_size);
   if (groups == 0) return;
-  const int64_t blocks = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t blocks = (groups + kQuant8WarpsPerBlock - 1) / kQuant8WarpsPerBlock;
   FLASHINFER_CHECK_CODE(blocks <= 0x7FFFFFFF, ErrorCode::kUnsupported, "per_token_group_quant_8bit",
                         "x", "too many groups");
   const char* op = "per_token_group_quant_8bit";
@@ -122,12 +123,13 @@ void per_token_group_quant_8bit(const GroupQuant8Params& p, void* stream) {
                      aligned16(p.x, 0, 1) && aligned16(p.q, 0, 1);
     const auto s = static_cast<cudaStream_t>(stream);
     if (vec) {
-      launch_kernel(op, group_quant_kernel<T>,
-                    dim3(resident_grid(op, group_quant_kernel<T>, kWarpsPerBlock * 32, blocks)),
-                    dim3(kWarpsPerBlock * 32), 0, s, false, p);
+      launch_kernel(
+          op, group_quant_kernel<T>,
+          dim3(resident_grid(op, group_quant_kernel<T>, kQuant8WarpsPerBlock * 32, blocks)),
+          dim3(kQuant8WarpsPerBlock * 32), 0, s, false, p);
     } else {
       launch_kernel(op, group_quant_strided_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                    dim3(kWarpsPerBlock * 32), 0, s, false, p);
+                    dim3(kQuant8WarpsPerBlock * 32), 0, s, false, p);
     }
   });
 }

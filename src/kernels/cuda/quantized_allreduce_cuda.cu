@@ -9,8 +9,8 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;  // upstream's 16 warps
-constexpr int kWarps = kThreads / 32;
+constexpr int kQuantArThreads = 512;  // upstream's 16 warps
+constexpr int kQuantArWarps = kQuantArThreads / 32;
 using L = QarBufferLayout;
 
 __device__ __forceinline__ float warp_abs_max(float m) {
@@ -174,7 +174,7 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
   // 1. Every group of this block's strides quantized into this rank's buffer.
   for (int64_t s0 = b * stride; s0 < n; s0 += step) {
     const int64_t end = s0 + stride < n ? s0 + stride : n;
-    for (int64_t g0 = s0 + warp * sg; g0 < end; g0 += kWarps * sg) {
+    for (int64_t g0 = s0 + warp * sg; g0 < end; g0 += kQuantArWarps * sg) {
       const int64_t len = sg < n - g0 ? sg : n - g0;
       const QarScales sc = qar_group<V>(
           first, len, [&](int64_t j, float(&x)[V]) { load_input<V>(p.input + g0 + j, x); },
@@ -192,7 +192,7 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
   // requantized for the others.
   for (int64_t s0 = b * stride; s0 < n; s0 += step) {
     const int64_t st = s0 + p.rank * B, end = st + B < n ? st + B : n;
-    for (int64_t g0 = st + warp * sg; g0 < end; g0 += kWarps * sg) {
+    for (int64_t g0 = st + warp * sg; g0 < end; g0 += kQuantArWarps * sg) {
       const int64_t len = sg < n - g0 ? sg : n - g0, g = g0 / sg;
       const QarScales sc = qar_group<V>(
           first, len, [&](int64_t j, float(&a)[V]) { qar_sum<V>(p, g0 + j, g, o_sin, o_din, a); },
@@ -218,7 +218,7 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
       if (r == p.rank) continue;
       const char* owner = slot_of(p, r);
       const int64_t st = s0 + r * B, end = st + B < n ? st + B : n;
-      for (int64_t g0 = st + warp * sg; g0 < end; g0 += kWarps * sg) {
+      for (int64_t g0 = st + warp * sg; g0 < end; g0 += kQuantArWarps * sg) {
         const int64_t len = sg < n - g0 ? sg : n - g0;
         const float inv = __ldcg(reinterpret_cast<const float*>(owner + o_sout) + g0 / sg);
         for (int64_t j = first; j < len; j += kStep) {
@@ -237,11 +237,11 @@ __device__ __forceinline__ void qar_body(const QuantizedAllReduceParams& p) {
 }
 
 // The two instances under names of their own (the static SASS rules select kernels by name).
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kQuantArThreads, 1)
     quantized_all_reduce_kernel(QuantizedAllReduceParams p) {
   qar_body<1>(p);
 }
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kQuantArThreads, 1)
     quantized_all_reduce_x8_kernel(QuantizedAllReduceParams p) {
   qar_body<8>(p);
 }
@@ -269,11 +269,11 @@ void quantized_all_reduce(const QuantizedAllReduceParams& p, void* stream) {
                    reinterpret_cast<uintptr_t>(p.output) % 16 == 0;
   const auto s = static_cast<cudaStream_t>(stream);
   if (vec) {
-    launch_kernel("quantized_all_reduce", quantized_all_reduce_x8_kernel, grid, dim3(kThreads), 0,
-                  s, false, p);
+    launch_kernel("quantized_all_reduce", quantized_all_reduce_x8_kernel, grid,
+                  dim3(kQuantArThreads), 0, s, false, p);
   } else {
-    launch_kernel("quantized_all_reduce", quantized_all_reduce_kernel, grid, dim3(kThreads), 0, s,
-                  false, p);
+    launch_kernel("quantized_all_reduce", quantized_all_reduce_kernel, grid, dim3(kQuantArThreads),
+                  0, s, false, p);
   }
 }
 

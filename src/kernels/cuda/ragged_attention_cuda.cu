@@ -21,19 +21,19 @@ namespace flashinfer::kernels::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = 4;
+constexpr int kRaggedWarpsPerBlock = 4;
 constexpr int kPerLane = 8;  // head dims <= 256
 constexpr int kKeys = 4;     // keys per step
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Warp w of block x handles item x * kWarpsPerBlock + w = row * Hq + head. No block barrier:
+// Warp w of block x handles item x * kRaggedWarpsPerBlock + w = row * Hq + head. No block barrier:
 // warps are independent, and a warp past the last item returns at once.
 template <class KT, class VT>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+__global__ void __launch_bounds__(kWarp* kRaggedWarpsPerBlock)
     ragged_attention_kernel(RaggedAttentionParams p) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t item =
-      static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int64_t>(threadIdx.x) / kWarp;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kRaggedWarpsPerBlock +
+                       static_cast<int64_t>(threadIdx.x) / kWarp;
   pdl_wait();
   if (item >= int64_t{p.rows} * p.num_qo_heads) return;
   const int64_t row = item / p.num_qo_heads;
@@ -207,7 +207,8 @@ const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
       !one_of(p.v_dtype, {f16, bf16, e4m3}) || !one_of(p.o_dtype, {f16, bf16, DType::kFloat32})) {
     return "dtype combination not supported by the CUDA kernel";
   }
-  if ((int64_t{p.rows} * p.num_qo_heads + kWarpsPerBlock - 1) / kWarpsPerBlock > 0x7fffffff) {
+  if ((int64_t{p.rows} * p.num_qo_heads + kRaggedWarpsPerBlock - 1) / kRaggedWarpsPerBlock >
+      0x7fffffff) {
     return "too many (row, head) items for one grid";
   }
   if (p.row_req == nullptr && p.rows > 0) return "no row-to-request map (host-side bug)";
@@ -242,8 +243,8 @@ void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_
     return;
   }
   auto s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  const dim3 block(kWarp * kWarpsPerBlock);
+  const dim3 grid(static_cast<unsigned>((items + kRaggedWarpsPerBlock - 1) / kRaggedWarpsPerBlock));
+  const dim3 block(kWarp * kRaggedWarpsPerBlock);
   cudaError_t err = cudaSuccess;
   dispatch_dtype<CudaElements, kFloat16, kBFloat16, kFloat8E4M3FN>(
       p.k_dtype, "trtllm_ragged_attention_deepseek", "key", [&]<class KT>() {

@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kRows * 32, 2) ckpt_ssu_kernel(CkptSsuParams c
   }
 }
 
-bool aligned16(const void* ptr, int64_t elems_a, int64_t elems_b, int64_t elem_bytes) {
+bool ssu_aligned16(const void* ptr, int64_t elems_a, int64_t elems_b, int64_t elem_bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems_a * elem_bytes) % 16 == 0 &&
          (elems_b * elem_bytes) % 16 == 0;
 }
@@ -416,8 +416,8 @@ void with_values_a_lane(int64_t dstate, F&& f) {
 template <class ST>
 void launch_typed(const SsuParams& p, dim3 grid, cudaStream_t stream, bool enable_pdl) {
   const int64_t sz = static_cast<int64_t>(sizeof(ST));
-  const bool state_vec = aligned16(p.state, p.state_stride_slot, p.dstate, sz);
-  const bool inter_vec = p.inter && aligned16(p.inter, p.dstate, p.dstate, sz);
+  const bool state_vec = ssu_aligned16(p.state, p.state_stride_slot, p.dstate, sz);
+  const bool inter_vec = p.inter && ssu_aligned16(p.inter, p.dstate, p.dstate, sz);
   with_values_a_lane(p.dstate, [&](auto e) {
     launch_kernel("selective_state_update", ssu_kernel<ST, decltype(e)::value>, grid,
                   dim3(kRows * 32), 0, stream, enable_pdl, p, state_vec, inter_vec);
@@ -427,7 +427,7 @@ void launch_typed(const SsuParams& p, dim3 grid, cudaStream_t stream, bool enabl
 template <class ST>
 void launch_ckpt_typed(const CkptSsuParams& c, dim3 grid, cudaStream_t stream, bool enable_pdl) {
   const SsuParams& p = c.ssu;
-  const bool state_vec = aligned16(p.state, p.state_stride_slot, p.dstate, sizeof(ST));
+  const bool state_vec = ssu_aligned16(p.state, p.state_stride_slot, p.dstate, sizeof(ST));
   with_values_a_lane(p.dstate, [&](auto e) {
     launch_kernel("checkpointing_ssu", ckpt_ssu_kernel<ST, decltype(e)::value>, grid,
                   dim3(kRows * 32), 0, stream, enable_pdl, c, state_vec);

@@ -13,7 +13,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kTopkThreads = 512;
 
 template <class T>
 struct Key;
@@ -56,9 +56,9 @@ __device__ void write_slot(const TopKParams& p, int64_t r, int64_t j, int64_t id
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopKParams p) {
   using K = Key<T>;
-  using Scan = cub::BlockScan<unsigned long long, kThreads>;
+  using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ SelectShared s;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned long long tile_total;
@@ -85,10 +85,10 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
     }
     uint32_t mask = 0;
     for (int shift = K::kBits - 8; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += kThreads) s.hist[i] = 0;
+      for (int i = tid; i < 256; i += kTopkThreads) s.hist[i] = 0;
       __syncthreads();
       const uint32_t prefix = s.prefix;
-      for (int64_t i = tid; i < len; i += kThreads) {
+      for (int64_t i = tid; i < len; i += kTopkThreads) {
         const uint32_t key = K::of(x[i * sc]);
         if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1u);
       }
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
   // the two counts in one 64-bit sum (gt in the high half).
   unsigned long long running = 0;
   unsigned long long* scratch = static_cast<unsigned long long*>(p.sort_scratch);
-  for (int64_t base = 0; base < len; base += kThreads) {
+  for (int64_t base = 0; base < len; base += kTopkThreads) {
     const int64_t i = base + tid;
     uint32_t key = 0;
     bool gt = false, eq = false;
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
         (static_cast<unsigned long long>(gt) << 32) | static_cast<unsigned long long>(eq);
     unsigned long long before;
     Scan(scan_tmp).ExclusiveSum(flag, before);
-    if (tid == kThreads - 1) tile_total = before + flag;
+    if (tid == kTopkThreads - 1) tile_total = before + flag;
     before += running;
     const long long gt_before = static_cast<long long>(before >> 32);
     const long long eq_before = static_cast<long long>(before & 0xFFFFFFFFull);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
   }
   // Padding (a window shorter than k).
   if (!p.sorted) {
-    for (int64_t j = len + tid; j < k; j += kThreads) write_slot(p, r, j, -1, x);
+    for (int64_t j = len + tid; j < k; j += kTopkThreads) write_slot(p, r, j, -1, x);
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
@@ -165,14 +165,14 @@ __global__ void __launch_bounds__(kThreads) topk_kernel(TopKParams p) {
 // Ranks row r's k scratch pairs: descending (key, -index), i.e. descending values with equal
 // values by ascending index. Every pair is distinct, so the ranks are a permutation.
 template <class T>
-__global__ void __launch_bounds__(kThreads) topk_sort_kernel(TopKParams p) {
+__global__ void __launch_bounds__(kTopkThreads) topk_sort_kernel(TopKParams p) {
   extern __shared__ unsigned long long pairs[];
   const int64_t r = blockIdx.x;
   const int64_t k = p.k;
   const unsigned long long* src = static_cast<const unsigned long long*>(p.sort_scratch) + r * k;
   const bool in_smem = k * 8 <= 48 * 1024;
   if (in_smem) {
-    for (int64_t j = threadIdx.x; j < k; j += kThreads) pairs[j] = src[j];
+    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) pairs[j] = src[j];
     __syncthreads();
   }
   const int64_t start = p.row_starts ? p.row_starts[r] : 0;
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) topk_sort_kernel(TopKParams p) {
   // One loop a memory space: through `in_smem ? pairs : src` every read of the k^2 comparisons
   // was a generic LD.E.64, not LDS.64 (or LDG.E.64 from the scratch).
   auto rank_all = [&](const unsigned long long* a) {
-    for (int64_t j = threadIdx.x; j < k; j += kThreads) {
+    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) {
       const unsigned long long me = a[j];
       int64_t rank = 0;
       for (int64_t t = 0; t < k; ++t) rank += a[t] > me;
@@ -202,13 +202,13 @@ void top_k(const TopKParams& p, void* stream, bool enable_pdl) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "top_k", "input", [&]<class T>() {
-        launch_kernel("top_k", topk_kernel<T>, dim3(static_cast<unsigned>(p.rows)), dim3(kThreads),
-                      0, s, enable_pdl, p);
+        launch_kernel("top_k", topk_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
+                      dim3(kTopkThreads), 0, s, enable_pdl, p);
         if (p.sorted) {
           // Only top_k sorts, and its windows are whole rows of at least k scores.
           const std::size_t smem = p.k * 8 <= 48 * 1024 ? static_cast<std::size_t>(p.k) * 8 : 0;
           launch_kernel("top_k", topk_sort_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
-                        dim3(kThreads), smem, s, false, p);
+                        dim3(kTopkThreads), smem, s, false, p);
         }
       });
 }

@@ -7,7 +7,7 @@
 namespace flashinfer::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kUlyssesThreads = 512;
 
 // Upstream's barrier for block blockIdx.x: thread t < W bumps its counter for peer t, publishes
 // the value in peer t's signal (release, system scope) and waits for peer t's in its own
@@ -37,7 +37,7 @@ __device__ __forceinline__ void copy_row(char* dst, const char* src, int64_t byt
 }
 
 template <class U>
-__global__ void __launch_bounds__(kThreads) ulysses_a2a_kernel(UlyssesA2aParams p) {
+__global__ void __launch_bounds__(kUlyssesThreads) ulysses_a2a_kernel(UlyssesA2aParams p) {
   ulysses_barrier(p);  // every peer's previous call is out of its staging buffer
   const int64_t eb = p.elem_bytes, row_bytes = p.row_elems() * eb;
   const auto* in = static_cast<const char*>(p.inp);
@@ -58,7 +58,7 @@ void preload_ulysses_a2a() {
 
 void ulysses_a2a(const UlyssesA2aParams& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(p.blocks()), block(kThreads);
+  const dim3 grid(p.blocks()), block(kUlyssesThreads);
   const int64_t row_bytes = p.row_elems() * p.elem_bytes;
   bool aligned = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.inp) % 16 == 0;
   for (int r = 0; r < p.world_size; ++r) {
