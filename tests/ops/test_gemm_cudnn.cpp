@@ -325,11 +325,31 @@ TEST(GemmCudnnCuda, MatchesCpu) {
   };
   const std::vector<Case> cases = {
       {1, 1, 16, 32}, {1, 7, 40, 24}, {3, 17, 48, 64}, {2, 64, 128, 256}, {1, 33, 130, 272}};
+#if FLASHINFER_TEST_HAVE_CUDNN
+  // Which library ran each case's bf16 calls: cuDNN's graph counters or cuBLASLt's plan counters
+  // (where a bf16 "cudnn" call goes when cuDNN declines it). With k and n multiples of 16 cuDNN
+  // must run them (as it ran CachedCallsAllocateNothing's 48 x 64 x 128), so that the comparison
+  // below checks cuDNN's results and not the fallback's.
+  const bool cudnn_loads = kernels::cuda::cudnn_load_error().empty();
+  const auto ran_on = [](uint64_t cudnn_calls0, uint64_t lt_calls0) {
+    const kernels::cuda::CudnnStats c = kernels::cuda::cudnn_stats();
+    const kernels::cuda::CublasLtStats l = kernels::cuda::cublaslt_stats();
+    const bool on_cudnn = c.graph_builds + c.graph_hits != cudnn_calls0;
+    const bool on_lt = l.plan_builds + l.plan_hits != lt_calls0;
+    return std::string(on_cudnn ? "cudnn" : "") + (on_lt ? "cublaslt" : "");
+  };
+#endif
   for (const Case& s : cases) {
     Tensor A = Tensor::empty({s.b, s.m, s.k}, DType::kFloat32).normal_(1).to(DType::kBFloat16);
     Tensor B = col_major(s.b, s.k, s.n, DType::kBFloat16, 2);
     Tensor bias = Tensor::empty({s.n}, DType::kFloat32).normal_(3).to(DType::kBFloat16);
     const Tensor Ag = A.to(g), Bg = col_major_to(B, g), bias_g = bias.to(g);
+#if FLASHINFER_TEST_HAVE_CUDNN
+    const kernels::cuda::CudnnStats c0 = kernels::cuda::cudnn_stats();
+    const kernels::cuda::CublasLtStats l0 = kernels::cuda::cublaslt_stats();
+    const uint64_t cudnn_calls0 = c0.graph_builds + c0.graph_hits;
+    const uint64_t lt_calls0 = l0.plan_builds + l0.plan_hits;
+#endif
     for (DType od : {DType::kBFloat16, DType::kFloat16}) {
       EXPECT_TRUE(all_close(bmm_bf16(Ag, Bg, std::nullopt, od, "cudnn"),
                             bmm_bf16(A, B, std::nullopt, od, "cudnn"), gemm_tol(od, s.k)))
@@ -345,6 +365,12 @@ TEST(GemmCudnnCuda, MatchesCpu) {
                             gemm_tol(od, s.k)))
           << "bias " << s.m << "x" << s.n << "x" << s.k;
     }
+#if FLASHINFER_TEST_HAVE_CUDNN
+    if (cudnn_loads && s.k % 16 == 0 && s.n % 16 == 0) {
+      EXPECT_EQ(ran_on(cudnn_calls0, lt_calls0), "cudnn")
+          << s.b << "x" << s.m << "x" << s.n << "x" << s.k << ": bf16 \"cudnn\" calls";
+    }
+#endif
     // cuDNN's fp8 engines, like cuBLASLt's, want k and n multiples of 16.
     if (!build_info().cudnn || !fp8_device || s.k % 16 != 0 || s.n % 16 != 0) continue;
     for (const auto& [ta, tb] :
