@@ -3,6 +3,9 @@
 // The row is reduced in fp32 (the fused-add variant first forms x = input + residual, writes the
 // rounded sum back to residual and keeps the unrounded fp32 sums in shared memory for the output
 // pass), then written as fp8(clamp(y / scale)) with round-to-nearest-even saturating conversions.
+#include <algorithm>
+#include <string>
+
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/norm_quant_cuda.h"
 #include "kernels/cuda/vec_cuda.cuh"
@@ -130,11 +133,22 @@ __global__ void __launch_bounds__(kNormQuantThreads) norm_quant_kernel(NormQuant
   pdl_launch_dependents();
 }
 
+// The dynamic shared memory a block of these kernels may have on the current device: the opt-in
+// limit (227 KiB on sm_90, 99 KiB on sm_86 / sm_89) less the static scratch, at most 160 KiB.
+int64_t norm_quant_smem_limit() {
+  int dev = 0, optin = 0;
+  FLASHINFER_CUDA_CALL("norm_quant", cudaGetDevice(&dev));
+  FLASHINFER_CUDA_CALL(
+      "norm_quant", cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return std::min<int64_t>(160 * 1024, int64_t{optin} - 32 * 4);
+}
+
 // Whether the input (and the fused variant's residual) rows are unit-stride, start on 16-byte
-// boundaries and fill whole 16-byte chunks, and the fp32 row fits the shared memory.
-bool norm_quant_vectorizable(const NormQuantParams& p, std::size_t elem) {
+// boundaries and fill whole 16-byte chunks, and the fp32 row fits the shared memory (`limit`);
+// otherwise the element kernel, which stages nothing for the plain kinds.
+bool norm_quant_vectorizable(const NormQuantParams& p, std::size_t elem, int64_t limit) {
   const bool fused = p.kind == NormQuantKind::kFusedAddRms;
-  return p.hidden * 4 <= 160 * 1024 && (p.hidden * static_cast<int64_t>(elem)) % 16 == 0 &&
+  return p.hidden * 4 <= limit && (p.hidden * static_cast<int64_t>(elem)) % 16 == 0 &&
          p.in_stride_d == 1 && aligned16(p.input, p.batch > 1 ? p.in_stride_b : 0, elem) &&
          (!fused ||
           (p.res_stride_d == 1 && aligned16(p.residual, p.batch > 1 ? p.res_stride_b : 0, elem)));
@@ -146,15 +160,18 @@ void norm_quant(const NormQuantParams& p, void* stream, bool enable_pdl) {
   if (p.batch == 0) return;
   FLASHINFER_CHECK_CODE(p.batch <= 0x7FFFFFFF, ErrorCode::kUnsupported, "norm_quant", "input",
                         "more than 2^31 - 1 rows");
+  const int64_t limit = norm_quant_smem_limit();
   const std::size_t smem =
       p.kind == NormQuantKind::kFusedAddRms ? static_cast<std::size_t>(p.hidden) * 4 : 0;
-  FLASHINFER_CHECK_CODE(smem <= 160 * 1024, ErrorCode::kUnsupported, "fused_add_rmsnorm_quant",
-                        "input", "hidden size above 40960 is not supported on CUDA");
+  FLASHINFER_CHECK_CODE(static_cast<int64_t>(smem) <= limit, ErrorCode::kUnsupported,
+                        "fused_add_rmsnorm_quant", "input",
+                        "hidden size above " + std::to_string(limit / 4) +
+                            " is not supported on this device (its fp32 row in shared memory)");
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(
       p.dtype, "norm_quant", "input", [&]<class T>() {
         const auto s = static_cast<cudaStream_t>(stream);
         const dim3 grid(static_cast<unsigned>(p.batch));
-        if (norm_quant_vectorizable(p, sizeof(T))) {
+        if (norm_quant_vectorizable(p, sizeof(T), limit)) {
           launch_kernel("norm_quant", norm_quant_kernel<T>, grid, dim3(kNormQuantThreads),
                         static_cast<std::size_t>(p.hidden) * 4, s, enable_pdl, p);
         } else {

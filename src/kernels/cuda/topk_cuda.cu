@@ -175,7 +175,9 @@ __global__ void __launch_bounds__(kTopkThreads) topk_sort_kernel(TopKParams p) {
     for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) pairs[j] = src[j];
     __syncthreads();
   }
-  const int64_t start = p.row_starts ? p.row_starts[r] : 0;
+  // Clamped as topk_kernel clamps it, so the two read the same columns.
+  const int64_t start0 = p.row_starts ? p.row_starts[r] : 0;
+  const int64_t start = start0 < 0 ? 0 : (start0 > p.cols ? p.cols : start0);
   const T* x = static_cast<const T*>(p.input) + r * p.in_stride_row + start * p.in_stride_col;
   // One loop a memory space: through `in_smem ? pairs : src` every read of the k^2 comparisons
   // was a generic LD.E.64, not LDS.64 (or LDG.E.64 from the scratch).
