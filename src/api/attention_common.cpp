@@ -221,6 +221,7 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
                    "must be in [1, 2^20], got ", page_size);
   s.kv_indptr = index_to_host(indptr, op, indptr_arg);
+  s.indices_arg = indices_arg;
   // Request b owns indices[indptr[b]:indptr[b + 1]]; the first entry need not be 0 (vLLM passes
   // a slice of the whole batch's indptr), so the table is rebased to start at 0.
   const int32_t base = s.kv_indptr.empty() ? 0 : s.kv_indptr[0];
@@ -649,6 +650,9 @@ bool decode_route_held(const detail::WrapperState& s) {
 
 void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size,
                 bool disable_split_kv, const char* op) {
+  // Set again at the end: a plan refused part way leaves run() refusing, not running the last
+  // plan's arrays against this one's page table.
+  s.planned = false;
   if (!decode_route_held(s)) s.tensor_cores_auto = decode_tensor_cores_auto(s);
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
@@ -671,6 +675,13 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
                                                     1, group, tile_dim_vo);
     }
     rows_per_tile = s.graph_rows_per_tile;
+  }
+  if (graph && s.decode && s.graph_batch >= 0) {
+    // A decode graph captured its launch for the first plan's queries a request (the block's
+    // rows): a taller plan would leave rows of o and of the partials unwritten at replay.
+    FLASHINFER_CHECK(rows_per_tile == s.graph_rows_per_tile, op, "q_len_per_req",
+                     "under use_cuda_graph the queries a request are fixed by the first plan (",
+                     s.graph_rows_per_tile, "), got ", rows_per_tile);
   }
   const int64_t unit = s.paged ? s.page_size : 1;
   std::vector<int64_t> tiles(static_cast<std::size_t>(s.batch)), units(tiles.size());
@@ -796,6 +807,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // The first plan sizes the grid every later plan of this wrapper keeps: at least what a
     // split plan can use (max_grid / KV heads) and what this one needs.
     s.graph_batch = s.batch;
+    if (s.decode) s.graph_rows_per_tile = rows_per_tile;
     s.graph_work_cap =
         std::max<int64_t>(max_grid / std::max<int32_t>(1, s.num_kv_heads), s.plan.work.size());
     s.graph_merge_cap = std::max<int64_t>(s.total_qo, s.plan.merge_out_row.size());
@@ -830,12 +842,21 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
 
   // The device copies a re-plan refills in place when they are large enough: a CUDA graph
   // captured earlier holds their addresses in its kernels' arguments (a new buffer each plan left
-  // the graph reading the freed one). A new buffer holds at least `capacity` elements.
-  auto refill = [&](Tensor& dev, const Tensor& host, int64_t capacity = 0) {
+  // the graph reading the freed one). A new buffer holds at least `capacity` elements. Under
+  // use_cuda_graph an array the first plan sized never moves: a plan that needs more is refused
+  // naming `arg` (upstream: more than the constructor's buffer holds).
+  auto refill = [&](Tensor& dev, const Tensor& host, const char* arg, int64_t capacity = 0) {
     const int64_t n = host.numel();
-    if (!dev.defined() || dev.dtype() != host.dtype() || dev.numel() < n) {
-      dev = Tensor::empty({std::max(n, capacity)}, host.dtype(), s.device);
+    const bool fits = dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= n;
+    if (!fits && graph && dev.defined() && dev.dtype() == host.dtype()) {
+      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "under use_cuda_graph this plan needs ",
+                      n, " elements of a device array the first plan sized to ", dev.numel(),
+                      " (a captured graph reads it in place); give the constructor a larger ",
+                      std::string_view(arg).find("mask") != std::string_view::npos
+                          ? "custom_mask_buf"
+                          : "page-index buffer");
     }
+    if (!fits) dev = Tensor::empty({std::max(n, capacity)}, host.dtype(), s.device);
     dev.slice(0, 0, n).copy_(host);
   };
   // A device-side plan (build_block_table_plan) is filled on the device by run().
@@ -843,11 +864,13 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   if (on_device && s.pos_encoding == 2) {
     const std::vector<double> slopes(s.alibi_slopes.begin(), s.alibi_slopes.end());
     refill(s.dev_alibi,
-           Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32));
+           Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32),
+           "num_qo_heads");
   } else {
     s.dev_alibi = Tensor();
   }
-  if (!on_device || s.mask_indptr.empty()) {
+  // Kept under use_cuda_graph: a graph captured with the mask reads it in place.
+  if (!on_device || (s.mask_indptr.empty() && !graph)) {
     s.dev_mask = Tensor();
     s.dev_mask_indptr = Tensor();
   }
@@ -870,16 +893,18 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
-    refill(s.dev_ints, h, 1 << 16);
+    refill(s.dev_ints, h, s.indices_arg,
+           std::max<int64_t>(int64_t{1} << 16,
+                             graph ? s.dev_off[2] + s.graph_indices_buffer + 1 : int64_t{0}));
     if (!s.mask_indptr.empty()) {
       // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
       Tensor hm = Tensor::zeros({4 * words}, DType::kUInt8);
       std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());
-      refill(s.dev_mask, hm);
+      refill(s.dev_mask, hm, "custom_mask", graph ? s.graph_mask_buffer : 0);
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
       std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
-      refill(s.dev_mask_indptr, hi);
+      refill(s.dev_mask_indptr, hi, "custom_mask");
     }
   }
   s.planned = true;
@@ -1336,6 +1361,13 @@ void check_prefill_backend(std::string_view backend, Device device, bool fa3, co
       ErrorCode::kUnsupported, op, "backend",
       "\"fa3\" runs on sm90 only (upstream builds it for sm90a); this device is sm",
       backend == "fa3" && device.is_cuda() ? compute_capability(device) : 0);
+}
+
+void set_graph_buffers(detail::WrapperState& s, const std::optional<Tensor>& indices_buffer,
+                       const std::optional<Tensor>& mask_buffer) {
+  if (!s.use_cuda_graph) return;
+  if (indices_buffer && indices_buffer->defined()) s.graph_indices_buffer = indices_buffer->numel();
+  if (mask_buffer && mask_buffer->defined()) s.graph_mask_buffer = mask_buffer->numel();
 }
 
 void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,

@@ -65,6 +65,11 @@ struct WrapperState {
   // kernels a graph captured keep reading valid plan arrays at the same addresses.
   int64_t graph_batch = -1, graph_work_cap = 0, graph_merge_cap = 0, graph_partial_cap = 0;
   int64_t graph_rows_per_tile = 0;  // prefill under use_cuda_graph: the first plan's tile
+  // use_cuda_graph: the constructor's paged_kv_indices_buffer / custom_mask_buf sizes (elements,
+  // bytes; 0: not given). The first plan sizes the device arrays to hold them, and a later plan
+  // that needs more is refused: a captured graph holds the arrays' addresses.
+  int64_t graph_indices_buffer = 0, graph_mask_buffer = 0;
+  const char* indices_arg = "indices";  // the plan argument of the page ids (load_page_table)
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
   Tensor dev_ints, dev_mask, dev_mask_indptr;
   // Optional per-head factors of single_prefill (fp32, on the device): [Hq], [Hkv], [Hkv].
@@ -297,6 +302,12 @@ AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, cons
 /// Checks that a dtype is a supported q/o (fp16, bf16, fp32) or kv (+ fp8) dtype.
 void check_q_dtype(DType d, const char* op, const char* arg);
 void check_kv_dtype(DType d, DType q, const char* op, const char* arg);
+
+/// Under use_cuda_graph, records the constructor's page-index and custom-mask buffers' sizes
+/// (WrapperState::graph_indices_buffer / graph_mask_buffer): the first plan sizes the device
+/// arrays to hold them. Call after init_wrapper.
+void set_graph_buffers(detail::WrapperState& s, const std::optional<Tensor>& indices_buffer,
+                       const std::optional<Tensor>& mask_buffer);
 
 /// The common plan() settings: dtypes, scales, window, soft cap.
 void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv_heads,

@@ -148,6 +148,7 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
                           "BatchDecodeWithPagedKVCacheWrapper.__init__");
         if (trtllm) s_->backend = backend;
         s_->use_tensor_cores = use_tensor_cores;
+        api::set_graph_buffers(*s_, paged_kv_indices_buffer, std::nullopt);
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, use_tensor_cores,
       paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer, backend,

@@ -97,6 +97,7 @@ PODWithPagedKVCacheWrapper::PODWithPagedKVCacheWrapper(
       [&] {
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, "auto", jit_args,
                           "PODWithPagedKVCacheWrapper.__init__");
+        api::set_graph_buffers(*s_, paged_kv_indices_buffer, std::nullopt);
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, paged_kv_indptr_buffer,
       paged_kv_indices_buffer, paged_kv_last_page_len_buffer, jit_args);

@@ -238,6 +238,7 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
                           std::nullopt, op, /*fa3=*/true);
         s_->sink_variant = sink;
+        api::set_graph_buffers(*s_, paged_kv_indices_buf, custom_mask_buf);
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
       paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
@@ -339,6 +340,7 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
                           std::nullopt, op, /*fa3=*/true);
         s_->sink_variant = sink;
+        api::set_graph_buffers(*s_, std::nullopt, custom_mask_buf);
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, kv_indptr_buf,
       custom_mask_buf, mask_indptr_buf, backend, jit_args, jit_kwargs);

@@ -442,6 +442,72 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
     check_graph_replay_after_replan(nullptr, true);
   }
 }
+
+// use_cuda_graph: the plan arrays a captured graph reads keep their addresses. With a
+// paged_kv_indices_buffer of 70000 ids a re-plan of 69000 page ids (past the 65536-element floor
+// of the device arrays) still replays as the eager run computes; one of 72000 is refused naming
+// the page ids, as upstream refuses more than the buffer holds, and run() then refuses too. A
+// wrapper without the buffer refuses a re-plan past the floor. (Before, such a re-plan moved the
+// arrays and the graph read freed memory.) Page ids repeat over a small cache.
+TEST(DecodeKernelCuda, CudaGraphReplanPastThePageBufferIsRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128, cache_pages = 64;
+  const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
+  const Tensor k_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(5).to(DType::kBFloat16);
+  const Tensor v_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(6).to(DType::kBFloat16);
+  const PagedKVCache cache(k_cache.to(g), v_cache.to(g));
+  // Two requests of `pages` pages each, the ids cycling over the cache.
+  auto table = [&](int32_t pages) {
+    std::vector<int32_t> indices(static_cast<std::size_t>(2 * pages));
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      indices[i] = static_cast<int32_t>((i * 7) % cache_pages);
+    }
+    return std::tuple{testing::int_tensor({0, pages, 2 * pages}), testing::int_tensor(indices),
+                      testing::int_tensor({static_cast<int32_t>(page), 5})};
+  };
+  const Tensor q =
+      Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(7).to(DType::kBFloat16).to(g);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  AttentionRunOptions ro;
+  ro.out = Tensor::zeros({2, hq, d}, DType::kBFloat16, g);
+  {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                         /*use_cuda_graph=*/true, false, std::nullopt,
+                                         Tensor::zeros({70000}, DType::kInt32, g));
+    auto [p0, i0, l0] = table(4);
+    w.plan(p0, i0, l0, hq, hkv, d, page, po);
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(q, cache, ro); }));
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(q, cache, ro); }));
+    auto [p1, i1, l1] = table(34500);
+    w.plan(p1, i1, l1, hq, hkv, d, page, po);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    const Tensor replayed = ro.out->to(Device::cpu());
+    const Tensor eager = w.run(q, cache).out.to(Device::cpu());
+    EXPECT_TRUE(testing::all_close(replayed, eager, {0.0, 0.0}))
+        << "the replay after a re-plan within the buffer differs from the eager run";
+    auto [p2, i2, l2] = table(36000);
+    EXPECT_FI_ERROR(w.plan(p2, i2, l2, hq, hkv, d, page, po), op, "indices");
+    EXPECT_FI_ERROR(w.run(q, cache), "BatchDecodeWithPagedKVCacheWrapper.run", "self");
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
+  }
+  {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                         /*use_cuda_graph=*/true);
+    auto [p0, i0, l0] = table(4);
+    w.plan(p0, i0, l0, hq, hkv, d, page, po);
+    auto [p1, i1, l1] = table(35000);
+    EXPECT_FI_ERROR(w.plan(p1, i1, l1, hq, hkv, d, page, po), op, "indices");
+  }
+}
 #endif
 
 }  // namespace
