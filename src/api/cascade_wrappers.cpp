@@ -120,6 +120,10 @@ MultiLevelCascadeAttentionWrapper::MultiLevelCascadeAttentionWrapper(
           auto s = std::make_unique<detail::WrapperState>();
           api::init_wrapper(*s, float_workspace_buffer, kv_layout, use_cuda_graph, "auto",
                             std::nullopt, op);
+          if (paged_kv_indices_buf_arr) {
+            api::set_graph_buffers(*s, (*paged_kv_indices_buf_arr)[static_cast<std::size_t>(i)],
+                                   std::nullopt);
+          }
           levels_.push_back(std::move(s));
         }
       },
