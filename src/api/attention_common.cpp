@@ -866,7 +866,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     refill(s.dev_alibi,
            Tensor::from_vector(slopes, {static_cast<int64_t>(slopes.size())}, DType::kFloat32),
            "num_qo_heads");
-  } else {
+  } else if (!graph) {  // kept under use_cuda_graph: a graph captured with ALiBi reads it
     s.dev_alibi = Tensor();
   }
   // Kept under use_cuda_graph: a graph captured with the mask reads it in place.

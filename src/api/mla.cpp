@@ -19,6 +19,7 @@
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/mla_cpu.h"
 #include "kernels/mla_params.h"
@@ -60,8 +61,8 @@ struct MlaWrapperState {
   int64_t graph_batch = -1, graph_rows = -1, graph_indices_cap = 0;
   // What else a captured graph holds from the first plan (a re-plan may not change it: a page
   // size read by kernels built for another would index past the page lists), and the pages of
-  // the cache the last run read (later plans' page ids are checked against it: run() is not
-  // called before a replay). -1: no run yet.
+  // the smallest cache a captured run read (later plans' page ids are checked against it: run()
+  // is not called before a replay). -1: no run captured yet.
   int32_t graph_page_size = 0, graph_heads = 0, graph_dim_ckv = 0;
   bool graph_causal = false;
   double graph_sm_scale = 0.0;
@@ -392,7 +393,12 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
                    "], got ", shape_to_string(r.kpe.shape()));
   FLASHINFER_CHECK(s.max_page_id < r.ckv.size(0), op, r.ckv_arg, "has ", r.ckv.size(0),
                    " pages but the page table refers to page ", s.max_page_id);
-  if (graph_mode(s)) s.graph_cache_pages = r.ckv.size(0);
+  // Only a run being captured: a replay reads the cache of its capture, whatever eager runs read
+  // since; with several graphs, the smallest of their caches.
+  if (graph_mode(s) && detail::cuda_current_stream_capturing()) {
+    s.graph_cache_pages =
+        s.graph_cache_pages < 0 ? r.ckv.size(0) : std::min(s.graph_cache_pages, r.ckv.size(0));
+  }
   FLASHINFER_CHECK(r.q_nope.dtype() == s.q_dtype, op, r.qn_arg, "dtype ",
                    dtype_torch_name(r.q_nope.dtype()), " is not the planned ",
                    dtype_torch_name(s.q_dtype));

@@ -14,6 +14,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/ops/attention.h"
 #if FLASHINFER_WITH_CUDNN
@@ -712,8 +713,16 @@ AttentionOutput context_impl(
   FLASHINFER_CHECK(cum_seq_lens_kv.size(0) == batch_size + 1, op, "cum_seq_lens_kv", "expected ",
                    batch_size + 1, " elements (batch_size + 1), got ", cum_seq_lens_kv.size(0));
   c.causal = causal;
-  c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale");
-  c.out_scale = api::fused_scale_value(bmm2_scale, op, "bmm2_scale");
+  // Tensor scales are read back (the tensor-core prefill kernels take the factor as a parameter),
+  // except in a call being captured into a CUDA graph, which cannot read back: there they stay on
+  // the device as the decode call keeps them, and the kernels that read them run.
+  const bool tensor_scale = bmm1_scale.is_tensor() || bmm2_scale.is_tensor();
+  const std::optional<Device> scale_dev =
+      device_plan && tensor_scale && detail::cuda_current_stream_capturing()
+          ? std::optional<Device>(query.device())
+          : std::nullopt;
+  c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale", scale_dev, &c.bmm1_dev);
+  c.out_scale = api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev);
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
