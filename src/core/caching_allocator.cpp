@@ -15,7 +15,6 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   // During a capture the graph may address the block on every replay: a fresh one, never cached,
   // and no event queries (a capture in global mode forbids them).
   const bool capture = ops_.capturing(stream);
-  if (!deferred_.empty() && !capture && !ops_.thread_capturing()) free_deferred_locked();
   const uint64_t id = capture ? CachingAllocatorOps::kNoStreamId : ops_.stream_id(stream);
   if (!capture) {
     const std::size_t limit = size < (std::size_t{1} << 20) ? size : size + size / 4;
@@ -57,55 +56,51 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
 void CachingAllocator::release(void* p) noexcept {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  // A cudaFree while this thread's stream captures would end the capture: frees wait in
-  // deferred_ for the first release or allocation with no capture on. The capture is asked
-  // about only where a free is pending or due (not on a release that caches its block).
-  if (!deferred_.empty() && !ops_.thread_capturing()) free_deferred_locked();
-  const auto free_now_or_later = [&](void* q) {
-    if (ops_.thread_capturing()) {
-      deferred_.push_back(q);
-    } else {
-      ops_.free(q);
-      ++device_frees_;
-    }
-  };
   auto it = live_.find(p);
-  if (it == live_.end()) {  // not ours: give it straight back
-    free_now_or_later(p);
-    return;
+  Block b;
+  const bool ours = it != live_.end();
+  if (ours) {
+    b = it->second;
+    live_.erase(it);
+    live_bytes_ -= b.size;
   }
-  Block b = it->second;
-  live_.erase(it);
-  live_bytes_ -= b.size;
-  // A block a capture made, or one released while its stream is captured (a cudaFree then
-  // would end the capture), may be written by the graph on every replay. Made under a capture
-  // hold, or released during a capture while one is on: kept until the hold ends (its graph is
-  // gone then: released after that, it goes back to the device). Otherwise the graph owns it
-  // for good, never freed nor handed out again: nothing says when the graph is gone (a PyTorch
-  // graph's private pool lives as long as its graph).
-  const auto keep = [&] {
-    if (holds_ > 0 && (b.made_under_hold || !b.uncached)) {
-      held_.emplace_back(p, b.size);
-      held_bytes_ += b.size;
+  // A block a capture made, or one released while a capture is on (its stream's, or this
+  // thread's), may be read or written by that graph on every replay; a cudaFree then would also
+  // end the capture. Made under a capture hold, or released while one is on: kept until the
+  // hold ends (its graph is gone then: released after that, it goes back to the device).
+  // Otherwise the graph owns it for good, never freed nor handed out again: nothing says when the
+  // graph is gone (a PyTorch graph's private pool lives as long as its graph).
+  const auto keep = [&](std::size_t size, bool made_under_hold, bool uncached) {
+    if (holds_ > 0 && (made_under_hold || !uncached)) {
+      held_.emplace_back(p, size);
+      held_bytes_ += size;
     } else {
       ++graph_owned_blocks_;
-      graph_owned_bytes_ += b.size;
+      graph_owned_bytes_ += size;
     }
   };
-  if (b.uncached ? !b.made_under_hold || holds_ > 0 : ops_.capturing(b.stream)) return keep();
+  // Asked only where a block would go back to the device, or a cached one's stream may capture.
+  const bool thread_capture = (!ours || b.uncached) && ops_.thread_capturing();
+  if (!ours) {  // not ours (cudaMalloc'd outside the cache): straight back, unless a capture is on
+    if (thread_capture) {
+      keep(0, /*made_under_hold=*/true, /*uncached=*/true);
+    } else {
+      ops_.free(p);
+      ++device_frees_;
+    }
+    return;
+  }
+  if (b.uncached ? !b.made_under_hold || holds_ > 0 || thread_capture : ops_.capturing(b.stream)) {
+    return keep(b.size, b.made_under_hold, b.uncached);
+  }
   if (!b.uncached) b.event = ops_.record_event(b.stream);
   if (b.event == nullptr) {  // made under a hold now ended, or no event could be recorded
-    free_now_or_later(p);
+    ops_.free(p);
+    ++device_frees_;
     return;
   }
   cached_bytes_ += b.size;
   cached_.emplace(b.size, std::make_pair(p, b));
-}
-
-void CachingAllocator::free_deferred_locked() noexcept {
-  for (void* q : deferred_) ops_.free(q);
-  device_frees_ += deferred_.size();
-  deferred_.clear();
 }
 
 void CachingAllocator::free_cached_locked() noexcept {
@@ -160,7 +155,6 @@ CachingAllocator::Stats CachingAllocator::stats() const {
   s.held_bytes = held_bytes_;
   s.graph_owned_blocks = graph_owned_blocks_;
   s.graph_owned_bytes = graph_owned_bytes_;
-  s.deferred_frees = deferred_.size();
   return s;
 }
 

@@ -95,7 +95,6 @@ class CachingAllocator {
     uint64_t device_mallocs = 0, device_frees = 0;              // calls of ops.malloc / ops.free
     std::size_t held_blocks = 0, held_bytes = 0;                // released under a capture hold
     std::size_t graph_owned_blocks = 0, graph_owned_bytes = 0;  // captured, released, no hold
-    std::size_t deferred_frees = 0;  // released during this thread's capture, freed after it
   };
   Stats stats() const;
 
@@ -109,14 +108,12 @@ class CachingAllocator {
     bool made_under_hold = false;  // ... while a capture hold was on
   };
   void free_cached_locked() noexcept;
-  void free_deferred_locked() noexcept;
 
   CachingAllocatorOps& ops_;
   mutable std::mutex mu_;
   std::multimap<std::size_t, std::pair<void*, Block>> cached_;  // by size
   std::unordered_map<void*, Block> live_;
   std::vector<std::pair<void*, std::size_t>> held_;  // released under a capture hold
-  std::vector<void*> deferred_;                      // to free once this thread's capture is over
   int holds_ = 0;
   std::size_t cached_bytes_ = 0, live_bytes_ = 0, held_bytes_ = 0;
   std::size_t graph_owned_blocks_ = 0, graph_owned_bytes_ = 0;

@@ -97,6 +97,7 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
     // PyTorch's allocator does the same for its graph pools: the allocation is not a stream
     // operation, and the block outlives the graph (a capture hold keeps it, or the graph owns
     // it for good).
+    note_graph_capture();
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
     void* p = nullptr;
@@ -218,8 +219,10 @@ void* cuda_device_malloc(std::size_t nbytes, int device) {
   CachingAllocator* cache = device_cache(device);
   // cudaStreamPerThread is one handle but another stream in each host thread, and a tensor may
   // die on another thread than its maker: such blocks bypass the cache (the cache frees blocks it
-  // did not hand out straight to the device).
-  if (cache != nullptr && stream != static_cast<void*>(cudaStreamPerThread)) {
+  // did not hand out straight to the device), except during a capture of it: the cache then
+  // makes the block in relaxed mode and keeps it for the graph, never cached nor freed under it.
+  if (cache != nullptr &&
+      (stream != static_cast<void*>(cudaStreamPerThread) || cuda_current_stream_capturing())) {
     void* p = cache->allocate(nbytes, stream);
     if (p == nullptr) {
       FLASHINFER_FAIL(ErrorCode::kCuda, "cudaMalloc", "",
@@ -255,6 +258,13 @@ void cuda_empty_cache(int device) {
 namespace {
 std::atomic<uint64_t> g_capture_declines{0};
 }  // namespace
+
+namespace {
+std::atomic<bool> g_graph_capture_seen{false};
+}  // namespace
+
+void note_graph_capture() noexcept { g_graph_capture_seen.store(true, std::memory_order_relaxed); }
+bool graph_capture_seen() noexcept { return g_graph_capture_seen.load(std::memory_order_relaxed); }
 
 void note_capture_decline() noexcept { g_capture_declines.fetch_add(1, std::memory_order_relaxed); }
 uint64_t capture_declines() noexcept { return g_capture_declines.load(std::memory_order_relaxed); }
@@ -391,10 +401,12 @@ bool cuda_current_stream_capturing() {
       cudaStreamIsCapturing(static_cast<cudaStream_t>(current_cuda_stream()), &status);
   if (err == cudaErrorStreamCaptureImplicit) {
     (void)cudaGetLastError();  // another stream captures in global mode
+    note_graph_capture();
     return true;
   }
   if (err != cudaSuccess) (void)cudaGetLastError();  // not sticky; keep it out of the caller's way
   check(err, "cudaStreamIsCapturing");
+  if (status != cudaStreamCaptureStatusNone) note_graph_capture();
   return status != cudaStreamCaptureStatusNone;
 }
 
@@ -585,6 +597,8 @@ void cuda_event_destroy(void*) noexcept {}
 CudaDeviceScope::CudaDeviceScope(const Device&) {}
 CudaDeviceScope::~CudaDeviceScope() = default;
 bool cuda_current_stream_capturing() { return false; }
+void note_graph_capture() noexcept {}
+bool graph_capture_seen() noexcept { return false; }
 void cuda_device_synchronize(int) {}
 std::string cuda_runtime_version() { return ""; }
 

@@ -87,6 +87,11 @@ double cuda_peak_tensor_flops_16bit(int device);
 /// capture in global mode on another stream also counts (querying the legacy stream then would
 /// invalidate it). False without the CUDA backend.
 bool cuda_current_stream_capturing();
+/// Whether this process was ever seen capturing a CUDA graph (by cuda_current_stream_capturing or
+/// an allocation made during a capture): a replay may since have written CUDA memory with no call
+/// observed (the ring recorder then stops sharing CUDA spans, also when started after it).
+bool graph_capture_seen() noexcept;
+void note_graph_capture() noexcept;
 /// Whether a Storage on a CUDA device was ever made in this process: until one is, no tensor
 /// is a CUDA tensor (the recorders' capture check skips its walk over the arguments).
 bool cuda_storage_made();

@@ -88,6 +88,22 @@ int GraphDumps::clear() {
 int GraphDumps::flush(DumpWriter& writer, const char* why, bool synchronize) {
   std::lock_guard<std::mutex> l(mu_);
   if (entries_.empty()) return 0;
+  // Called while a capture is on (this thread's stream, or a global-mode capture anywhere), the
+  // synchronize and the copies to the host would end that capture: the entries wait for a later
+  // flush.
+  bool capture_on = false;
+  if (detail::cuda_storage_made()) {  // else no capture can hold CUDA work of ours
+    try {
+      capture_on = detail::cuda_current_stream_capturing();
+    } catch (const std::exception&) {  // no usable device: nothing can be capturing
+    }
+  }
+  if (capture_on) {
+    writer.log(std::string("flush_graph_dumps (") + why +
+               "): skipped while a CUDA-graph capture is on; " + std::to_string(entries_.size()) +
+               " entries kept for the next flush");
+    return 0;
+  }
   try {
     if (synchronize) {
       std::vector<int> devices;

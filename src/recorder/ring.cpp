@@ -1270,6 +1270,9 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // A CUDA graph was captured: its replays write CUDA memory unobserved, so CUDA spans are no
   // longer shared.
   std::atomic<bool> graphs_seen_{false};
+  // Also a capture this process made before the ring started (graphs captured at an engine's
+  // start-up, a ring started later or restarted).
+  bool graphs_seen() const { return graphs_seen_.load() || detail::graph_capture_seen(); }
   // A span of a storage that does not own its memory was kept (note_writes).
   std::atomic<bool> unowned_spans_{false};
   // Calls per op name (map nodes never move; atomic: counted without the lock by a call whose
@@ -1666,7 +1669,7 @@ void RingRecorder::keep(std::span<const TensorRef> tensors, std::vector<KeptTens
     }
     std::optional<SpanKey> at;
     uint64_t view_at = 0;  // where the span starts in a larger kept span shared with it
-    if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen_.load())) {
+    if (!cfg_.ring_verify_full && n > 0 && !(cuda && graphs_seen())) {
       // The default mode: the same storage span, unwritten by the library since it was kept,
       // and equal to the kept copy where same_as_kept compares (CPU only: reading device
       // memory here would wait for the stream) is the same content.
@@ -2175,7 +2178,7 @@ SpanEntry* RingRecorder::current_entry_locked(const Blob& b) {
 
 bool RingRecorder::retain_locked(std::shared_ptr<Blob>& b) {
   // CUDA spans are not shared after a graph capture: no later call could use it.
-  if (b->pinned && graphs_seen_.load()) return false;
+  if (b->pinned && graphs_seen()) return false;
   SpanEntry* e = current_entry_locked(*b);
   if (!e) return false;
   if (e->shares == 0 && !e->again) {

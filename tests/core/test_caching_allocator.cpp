@@ -273,29 +273,40 @@ TEST(CachingAllocator, ABlockKeepsTheHoldItWasMadeUnder) {
 }
 
 // A block made under a hold that has ended, released while the thread's stream captures again
-// (a graph output outliving flashinfer bench's hold, dropped during a later capture): its free
-// waits for the capture's end, as does a foreign pointer's; a cudaFree would end the capture.
-TEST(CachingAllocator, FreesWaitForTheThreadsCaptureToEnd) {
-  FakeDevice dev;
-  CachingAllocator a(dev);
-  dev.thread_stream = kS1;
-  a.begin_capture_hold();
-  dev.captured_streams.insert(kS1);
-  void* out = a.allocate(4096, kS1);
-  dev.captured_streams.clear();
-  a.end_capture_hold();
-  void* foreign = dev.malloc(512);
-  dev.captured_streams.insert(kS1);  // a later capture on the thread's stream
-  a.release(out);
-  a.release(foreign);
-  EXPECT_TRUE(dev.frees.empty());
-  EXPECT_EQ(a.stats().deferred_frees, 2u);
-  dev.captured_streams.clear();
-  void* next = a.allocate(512, kS2);  // no capture on: the deferred frees run
-  EXPECT_EQ(dev.frees, (std::vector<void*>{out, foreign}));
-  EXPECT_EQ(a.stats().deferred_frees, 0u);
-  a.release(next);
-  EXPECT_EQ(dev.frees_in_capture, 0);
+// (a graph output outliving flashinfer bench's hold, dropped during a later capture), and a
+// foreign pointer released then: the later graph may read them on every replay, and a cudaFree
+// would end its capture. Under a hold they are kept until it ends; without one the graph owns
+// them for good (before session 71 they were freed once the capture ended, under a graph that
+// could still be replayed).
+TEST(CachingAllocator, BlocksReleasedDuringACaptureAreTheGraphs) {
+  for (const bool hold : {false, true}) {
+    SCOPED_TRACE(hold ? "under a hold" : "no hold");
+    FakeDevice dev;
+    CachingAllocator a(dev);
+    dev.thread_stream = kS1;
+    a.begin_capture_hold();
+    dev.captured_streams.insert(kS1);
+    void* out = a.allocate(4096, kS1);
+    dev.captured_streams.clear();
+    a.end_capture_hold();
+    void* foreign = dev.malloc(512);
+    if (hold) a.begin_capture_hold();
+    dev.captured_streams.insert(kS1);  // a later capture on the thread's stream
+    a.release(out);
+    a.release(foreign);
+    EXPECT_TRUE(dev.frees.empty());
+    EXPECT_EQ(a.stats().held_blocks, hold ? 2u : 0u);
+    EXPECT_EQ(a.stats().graph_owned_blocks, hold ? 0u : 2u);
+    dev.captured_streams.clear();
+    void* next = a.allocate(512, kS2);  // the capture is over: still not freed
+    a.release(next);
+    EXPECT_EQ(dev.frees, std::vector<void*>{});
+    if (hold) {
+      a.end_capture_hold();  // the later graph is gone: both go back to the device
+      EXPECT_EQ(dev.frees, (std::vector<void*>{out, foreign}));
+    }
+    EXPECT_EQ(dev.frees_in_capture, 0);
+  }
 }
 
 // Out of memory: every cached block is freed (after a device synchronize) and the allocation
