@@ -11,7 +11,7 @@ std::size_t CachingAllocator::round_size(std::size_t nbytes) {
 
 void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
   const std::size_t size = round_size(nbytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   // During a capture the graph may address the block on every replay: a fresh one, never cached,
   // and no event queries (a capture in global mode forbids them).
   const bool capture = ops_.capturing(stream);
@@ -36,8 +36,15 @@ void* CachingAllocator::allocate(std::size_t nbytes, void* stream) {
     }
   }
   void* p = capture ? ops_.malloc_in_capture(size) : ops_.malloc(size);
-  if (p == nullptr && !cached_.empty() && !capture) {
-    free_cached_locked();
+  // Out of memory: the cached blocks go back to the device and the allocation is tried again.
+  // Not while this thread's stream captures (the synchronize would end that capture), and the
+  // synchronize and frees run unlocked: other threads' allocations need not wait for the device
+  // (one of them may be what a running kernel waits for: a collective's peer).
+  if (p == nullptr && !cached_.empty() && !capture && !ops_.thread_capturing()) {
+    std::vector<std::pair<void*, void*>> taken = take_cached_locked();
+    lock.unlock();
+    free_taken(taken);
+    lock.lock();
     p = ops_.malloc(size);
   }
   if (p == nullptr) return nullptr;
@@ -103,16 +110,24 @@ void CachingAllocator::release(void* p) noexcept {
   cached_.emplace(b.size, std::make_pair(p, b));
 }
 
-void CachingAllocator::free_cached_locked() noexcept {
-  if (cached_.empty()) return;
-  ops_.synchronize();
-  for (auto& [size, entry] : cached_) {
-    if (entry.second.event != nullptr) ops_.release_event(entry.second.event);
-    ops_.free(entry.first);
-    ++device_frees_;
-  }
+std::vector<std::pair<void*, void*>> CachingAllocator::take_cached_locked() noexcept {
+  std::vector<std::pair<void*, void*>> taken;
+  taken.reserve(cached_.size());
+  for (auto& [size, entry] : cached_) taken.emplace_back(entry.first, entry.second.event);
   cached_.clear();
   cached_bytes_ = 0;
+  return taken;
+}
+
+void CachingAllocator::free_taken(const std::vector<std::pair<void*, void*>>& taken) noexcept {
+  if (taken.empty()) return;
+  ops_.synchronize();
+  for (const auto& [p, event] : taken) {
+    if (event != nullptr) ops_.release_event(event);
+    ops_.free(p);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  device_frees_ += taken.size();
 }
 
 void CachingAllocator::begin_capture_hold() {
@@ -138,8 +153,14 @@ void CachingAllocator::end_capture_hold() noexcept {
 }
 
 void CachingAllocator::empty_cache() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_cached_locked();
+  // During this thread's capture the synchronize would end it: nothing is freed then.
+  if (ops_.thread_capturing()) return;
+  std::vector<std::pair<void*, void*>> taken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    taken = take_cached_locked();
+  }
+  free_taken(taken);
 }
 
 CachingAllocator::Stats CachingAllocator::stats() const {

@@ -77,7 +77,8 @@ class CachingAllocator {
   void* allocate(std::size_t nbytes, void* stream);
   /// Gives `p` (from allocate) back: to the cache with an event on its stream, or to the device.
   void release(void* p) noexcept;
-  /// Frees every cached block (after synchronizing the device).
+  /// Frees every cached block (after synchronizing the device, outside the lock); nothing while
+  /// the calling thread's stream is captured (the synchronize would end the capture).
   void empty_cache() noexcept;
 
   /// A capture hold (counted; flashinfer bench's CUDA-graph timing takes one around its capture
@@ -107,7 +108,10 @@ class CachingAllocator {
     bool uncached = false;         // allocated during a capture: never cached
     bool made_under_hold = false;  // ... while a capture hold was on
   };
-  void free_cached_locked() noexcept;
+  // The cached blocks (pointer, event), taken out of the cache under the lock; free_taken then
+  // synchronizes the device and frees them without it.
+  std::vector<std::pair<void*, void*>> take_cached_locked() noexcept;
+  void free_taken(const std::vector<std::pair<void*, void*>>& taken) noexcept;
 
   CachingAllocatorOps& ops_;
   mutable std::mutex mu_;

@@ -309,6 +309,31 @@ TEST(CachingAllocator, BlocksReleasedDuringACaptureAreTheGraphs) {
   }
 }
 
+// While the calling thread's stream is captured, neither empty_cache nor an out-of-memory retry
+// synchronizes the device or frees a cached block (either would end the capture): the cache is
+// emptied once the capture is over.
+TEST(CachingAllocator, NoSynchronizeDuringTheThreadsCapture) {
+  FakeDevice dev;
+  dev.capacity = 8u << 20;
+  CachingAllocator a(dev);
+  dev.thread_stream = kS1;
+  void* p = a.allocate(4u << 20, kS2);
+  a.release(p);
+  dev.captured_streams.insert(kS1);
+  a.empty_cache();
+  EXPECT_EQ(a.allocate(6u << 20, kS2), nullptr);  // out of memory, and no retry now
+  EXPECT_EQ(dev.syncs, 0);
+  EXPECT_TRUE(dev.frees.empty());
+  EXPECT_EQ(a.stats().cached_blocks, 1u);
+  dev.captured_streams.clear();
+  a.empty_cache();
+  EXPECT_EQ(dev.syncs, 1);
+  EXPECT_EQ(dev.frees, std::vector<void*>{p});
+  EXPECT_EQ(a.stats().device_frees, 1u);
+  EXPECT_EQ(dev.frees_in_capture, 0);
+  EXPECT_EQ(dev.live_events, 0);
+}
+
 // Out of memory: every cached block is freed (after a device synchronize) and the allocation
 // tried again; nullptr only when even that fails.
 TEST(CachingAllocator, OutOfMemoryFreesTheCacheAndRetries) {
