@@ -28,6 +28,15 @@ namespace flashinfer::kernels::cuda {
     }                                                                                       \
   } while (0)
 
+/// Attribute `attr` of the current device, read at the call (launchers' block and route
+/// choices); a kCuda Error naming `op` when a query fails.
+inline int current_device_attribute(cudaDeviceAttr attr, const char* op) {
+  int device = 0, value = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  FLASHINFER_CUDA_CALL(op, cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
 /// cudaMallocAsync on `s`; out of memory, the tensor allocator's cached blocks (dead tensors'
 /// memory, invisible to the stream-ordered pool: core/caching_allocator.h) are given back to the
 /// device and the allocation tried once more.

@@ -136,10 +136,7 @@ __global__ void __launch_bounds__(kNormQuantThreads) norm_quant_kernel(NormQuant
 // The dynamic shared memory a block of these kernels may have on the current device: the opt-in
 // limit (227 KiB on sm_90, 99 KiB on sm_86 / sm_89) less the static scratch, at most 160 KiB.
 int64_t norm_quant_smem_limit() {
-  int dev = 0, optin = 0;
-  FLASHINFER_CUDA_CALL("norm_quant", cudaGetDevice(&dev));
-  FLASHINFER_CUDA_CALL(
-      "norm_quant", cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int optin = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "norm_quant");
   return std::min<int64_t>(160 * 1024, int64_t{optin} - 32 * 4);
 }
 

@@ -10,13 +10,9 @@
 
 namespace flashinfer::kernels::cuda {
 
-/// Attribute `attr` of the current device, read at the call (the prefill launchers' block
-/// choices); kCuda Error naming the attention op when a query fails.
+/// current_device_attribute for the prefill launchers' block choices (errors name "attention").
 inline int current_device_attribute(cudaDeviceAttr attr) {
-  int device = 0, value = 0;
-  FLASHINFER_CUDA_CALL("attention", cudaGetDevice(&device));
-  FLASHINFER_CUDA_CALL("attention", cudaDeviceGetAttribute(&value, attr, device));
-  return value;
+  return current_device_attribute(attr, "attention");
 }
 
 /// Launches `kernel(kp)` for p's work items: KV heads along x, work items from the plan's last
