@@ -9,6 +9,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/capture_hold.h"
+#include "core/env_switch.h"
 
 #include "flashinfer/device.h"
 #include "flashinfer/error.h"
@@ -189,10 +190,7 @@ class CudaAllocatorOps final : public CachingAllocatorOps {
 };
 
 bool caching_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHINFER_CUDA_CACHING_ALLOCATOR");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = [] { return !env_switch_is("FLASHINFER_CUDA_CACHING_ALLOCATOR", "0"); }();
   return on;
 }
 

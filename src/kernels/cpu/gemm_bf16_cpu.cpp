@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_avx512.h"
 
@@ -167,10 +168,7 @@ void to_bf16_rows(const void* src, DType dt, int64_t rows, int64_t cols, int64_t
 #if defined(FLASHINFER_HAVE_ONEDNN)
 
 bool onednn_gemm_available() {
-  static const bool on = [] {
-    const char* e = std::getenv("FLASHINFER_CPU_ONEDNN");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = [] { return !detail::env_switch_is("FLASHINFER_CPU_ONEDNN", "0"); }();
   return on;
 }
 

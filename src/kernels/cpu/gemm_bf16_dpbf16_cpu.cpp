@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/gemm_bf16_cpu.h"
@@ -195,8 +196,8 @@ bool has_amx_bf16() {
 
 bool bf16_dpbf16_gemm_available() {
   static const bool hw = [] {
-    const char* e = std::getenv("FLASHINFER_CPU_BF16_DPBF16");
-    return !(e && std::strcmp(e, "0") == 0) && dpbf16::cpu_has_avx512_bf16() && !has_amx_bf16();
+    return !detail::env_switch_is("FLASHINFER_CPU_BF16_DPBF16", "0") &&
+           dpbf16::cpu_has_avx512_bf16() && !has_amx_bf16();
   }();
   return hw && use_avx512();
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/env_switch.h"
 #include "flashinfer/dtype.h"
 #include "kernels/cpu/cpu_intrinsics.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -235,8 +236,8 @@ struct Fp8Packing {
 
 bool fp8_dpbf16_gemm_available() {
   static const bool hw = [] {
-    const char* e = std::getenv("FLASHINFER_CPU_FP8_DPBF16");
-    return !(e && std::strcmp(e, "0") == 0) && has_bf16_vbmi() && e4m3_luts().ok;
+    return !detail::env_switch_is("FLASHINFER_CPU_FP8_DPBF16", "0") && has_bf16_vbmi() &&
+           e4m3_luts().ok;
   }();
   return hw && use_avx512();
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env_switch.h"
 #include "jit/attention_jit.h"
 #include "kernels/cuda/attention_decode_kernel.cuh"
 #include "kernels/cuda/attention_jit_launch.h"
@@ -28,10 +29,7 @@ int kv_bytes(DType kv) { return static_cast<int>(dtype_size(kv)); }
 // other on a GPU: the planner's grid follows the block's occupancy, so a kernel-only comparison
 // at one grid does not tell); anything else, or unset: decode_rows_per_thread. Read once.
 bool one_row_forced() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHINFER_DECODE_ROWS_PER_THREAD");
-    return e != nullptr && std::string(e) == "1";
-  }();
+  static const bool v = detail::env_switch_is("FLASHINFER_DECODE_ROWS_PER_THREAD", "1");
   return v;
 }
 

@@ -5,9 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/attention_params.h"
 
 namespace flashinfer::kernels::cuda {
@@ -36,8 +35,7 @@ int decode_blocks_per_sm(const AttentionParams& p, int device);
 /// CUDA-core kernel whatever their group (api::decode_tensor_cores_auto). Read at each plan, so
 /// that one GPU can time or check one kernel against the other.
 inline bool decode_tensor_cores_off_by_env() {
-  const char* e = std::getenv("FLASHINFER_DECODE_TENSOR_CORES");
-  return e != nullptr && std::string_view(e) == "0";
+  return detail::env_switch_is("FLASHINFER_DECODE_TENSOR_CORES", "0");
 }
 
 /// Launches of the CUDA-core kernel (batch_decode_kernel, AOT or JIT) by batch_attention since

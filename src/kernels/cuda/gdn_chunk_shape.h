@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/device/host_device.h"
 #include "kernels/gdn_chunk_rules.h"
 #include "kernels/gdn_params.h"
@@ -121,10 +122,7 @@ FLASHINFER_HD constexpr int a_from_acc_elem(int i) { return 2 * (i & 1); }
 
 /// FLASHINFER_GDN_CHUNKED=0: every chunk_gated_delta_rule call on the recurrent kernel. Read at
 /// each call, so that one GPU can time or check one kernel against the other.
-inline bool chunked_off_by_env() {
-  const char* e = std::getenv("FLASHINFER_GDN_CHUNKED");
-  return e != nullptr && std::string_view(e) == "0";
-}
+inline bool chunked_off_by_env() { return detail::env_switch_is("FLASHINFER_GDN_CHUNKED", "0"); }
 
 inline bool aligned16(const void* ptr, int64_t a, int64_t b, std::size_t elem) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (a * static_cast<int64_t>(elem)) % 16 == 0 &&

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/grouped_gemm_cutlass.h"
 #include "kernels/grouped_gemm_cutlass_rules.h"
 
@@ -18,16 +19,10 @@ namespace flashinfer::kernels::cuda {
 namespace {
 
 // Read at every call (a getenv), so a process can compare both paths on the same inputs.
-bool enabled() {
-  const char* e = std::getenv("FLASHINFER_GROUPED_MM_CUTLASS");
-  return e == nullptr || std::string_view(e) != "0";
-}
+bool enabled() { return !detail::env_switch_is("FLASHINFER_GROUPED_MM_CUTLASS", "0"); }
 
 // FLASHINFER_MOE_FP8_BLOCK_CUTLASS=1: the block-scaled instance (opt-in; read at every call).
-bool block_enabled() {
-  const char* e = std::getenv("FLASHINFER_MOE_FP8_BLOCK_CUTLASS");
-  return e != nullptr && std::string_view(e) == "1";
-}
+bool block_enabled() { return detail::env_switch_is("FLASHINFER_MOE_FP8_BLOCK_CUTLASS", "1"); }
 
 }  // namespace
 

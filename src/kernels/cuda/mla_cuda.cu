@@ -27,6 +27,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/device/cp_async.cuh"
 #include "kernels/cuda/device/fastdiv.cuh"
@@ -1077,8 +1078,7 @@ bool decode_kernel_takes(const MlaAttentionParams& p) {
 bool mma_kernel_takes(const MlaAttentionParams& p, int stages, int cc_major) {
   if (cc_major < 8 || stages == 0 || !decode_kernel_takes(p)) return false;
   if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
-  const char* e = std::getenv("FLASHINFER_MLA_TENSOR_CORES");
-  return e == nullptr || std::string(e) != "0";
+  return !detail::env_switch_is("FLASHINFER_MLA_TENSOR_CORES", "0");
 }
 
 void check(const char* what, cudaError_t err) {

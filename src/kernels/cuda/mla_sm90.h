@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/mla_shape.h"
 #include "kernels/mla_params.h"
 
@@ -42,10 +43,7 @@ constexpr std::size_t mla_sm90_smem_bytes(bool fp8 = false) {
 
 /// FLASHINFER_MLA_SM90=1: the Hopper kernel where it has an instance (opt-in until a GPU has run
 /// it against mla_decode_mma_kernel; read at each call).
-inline bool mla_sm90_by_env() {
-  const char* e = std::getenv("FLASHINFER_MLA_SM90");
-  return e && std::string_view(e) == "1";
-}
+inline bool mla_sm90_by_env() { return detail::env_switch_is("FLASHINFER_MLA_SM90", "1"); }
 
 /// Whether the Hopper kernel takes a call that mla_decode_mma_kernel takes (the caller checked
 /// that: DeepSeek's dims, 16-byte rows): `enabled` (mla_sm90_by_env), a device of compute

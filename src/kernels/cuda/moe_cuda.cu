@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/moe_cuda.h"
@@ -344,8 +345,7 @@ std::atomic<int> g_force_route{0};
 int route_force() {
   const int forced = g_force_route.load();
   if (forced != 0) return forced;
-  const char* e = std::getenv("FLASHINFER_MOE_GROUPED");
-  return e != nullptr && std::string_view(e) == "0" ? 1 : 0;
+  return detail::env_switch_is("FLASHINFER_MOE_GROUPED", "0") ? 1 : 0;
 }
 std::atomic<uint64_t> g_grouped_runs{0}, g_gemv_runs{0};
 

@@ -4,9 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
+#include "core/env_switch.h"
 #include "kernels/attention_params.h"
 #include "kernels/cuda/prefill_sm90_shape.h"
 
@@ -41,23 +40,20 @@ inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major,
 /// by the planner (attention_common.cpp: the FA2 kernel's plans too), so that one GPU times or
 /// checks one kernel against the other like with like.
 inline bool prefill_sm90_off_by_env() {
-  const char* e = std::getenv("FLASHINFER_PREFILL_SM90");
-  return e && std::string_view(e) == "0";
+  return detail::env_switch_is("FLASHINFER_PREFILL_SM90", "0");
 }
 
 /// FLASHINFER_PREFILL_SM90_PINGPONG=1: the ping-pong schedule where it has an instance (opt-in
 /// until a GPU has run and timed it against the plain one; read at each call).
 inline bool prefill_sm90_ping_pong_by_env() {
-  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_PINGPONG");
-  return e && std::string_view(e) == "1";
+  return detail::env_switch_is("FLASHINFER_PREFILL_SM90_PINGPONG", "1");
 }
 
 /// FLASHINFER_PREFILL_SM90_WS=1: the warp-specialized form (a producer warpgroup and mbarriers:
 /// prefill_sm90_shape.h) where it has an instance (opt-in until a GPU has run and timed it against
 /// the plain one; read at each call).
 inline bool prefill_sm90_ws_by_env() {
-  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_WS");
-  return e && std::string_view(e) == "1";
+  return detail::env_switch_is("FLASHINFER_PREFILL_SM90_WS", "1");
 }
 
 /// Whether a call that runs in tall Hopper blocks (prefill_sm90_block_warpgroups == 2) runs the
@@ -76,8 +72,7 @@ inline bool prefill_sm90_ws_takes(const AttentionParams& p, long long smem_optin
 /// prefill_sm90_shape.h) where it has an instance (opt-in until a GPU has run and timed it; read at
 /// each call). With FLASHINFER_PREFILL_SM90_PINGPONG=1 also, its ping-pong instance.
 inline bool prefill_sm90_overlap_by_env() {
-  const char* e = std::getenv("FLASHINFER_PREFILL_SM90_OVERLAP");
-  return e && std::string_view(e) == "1";
+  return detail::env_switch_is("FLASHINFER_PREFILL_SM90_OVERLAP", "1");
 }
 
 /// Whether a call that runs in tall Hopper blocks runs the overlapped form: asked for
