@@ -284,9 +284,40 @@ void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
         "cudaMemsetAsync");
 }
 
+// Inside a CUDA-graph capture a host-to-device copy goes by value (kernel parameters: the graph
+// keeps the bytes as they are at capture, as it keeps a kernel's scalar arguments), since a memcpy
+// from pageable memory and the synchronization after it cannot be captured; this is what lets an
+// op that uploads per-call metadata (single_prefill_with_kv_cache's one-request plan) run under
+// capture. A read back to the host has no graph form: refused by name before it breaks the capture.
+namespace {
+constexpr std::size_t kMaxCapturedUpload = std::size_t{4} << 20;
+
+// Whether the current stream is being captured; a copy it cannot capture is refused.
+bool captured_upload(CopyKind kind, std::size_t nbytes) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t err =
+      cudaStreamIsCapturing(static_cast<cudaStream_t>(current_cuda_stream()), &status);
+  if (err != cudaSuccess) (void)cudaGetLastError();  // global capture elsewhere: the copy fails
+  if (err != cudaSuccess || status == cudaStreamCaptureStatusNone) return false;
+  note_graph_capture();
+  FLASHINFER_CHECK_CODE(kind == CopyKind::kHostToDevice, ErrorCode::kCuda, "Tensor.copy_", "src",
+                        "a copy to the host while the current stream is captured into a CUDA "
+                        "graph (a graph cannot hand values back to the host)");
+  FLASHINFER_CHECK_CODE(nbytes <= kMaxCapturedUpload, ErrorCode::kCuda, "Tensor.copy_", "src",
+                        "a host-to-device copy of ", nbytes,
+                        " bytes while the current stream is captured into a CUDA graph (at most ",
+                        kMaxCapturedUpload, " are captured by value)");
+  return true;
+}
+}  // namespace
+
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device) {
   if (nbytes == 0) return;
   DeviceGuard g(device);
+  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, nbytes)) {
+    kernels::cuda::copy_bytes_by_value(dst, src, nbytes, current_cuda_stream());
+    return;
+  }
   cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                      : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                        : cudaMemcpyDeviceToDevice;
@@ -329,6 +360,14 @@ void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
                     std::size_t width, std::size_t height, CopyKind kind, int device) {
   if (width == 0 || height == 0) return;
   DeviceGuard g(device);
+  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, width * height)) {
+    for (std::size_t r = 0; r < height; ++r) {  // row by row: the rows are apart on both sides
+      kernels::cuda::copy_bytes_by_value(static_cast<char*>(dst) + r * dpitch,
+                                         static_cast<const char*>(src) + r * spitch, width,
+                                         current_cuda_stream());
+    }
+    return;
+  }
   cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                      : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                        : cudaMemcpyDeviceToDevice;

@@ -806,6 +806,59 @@ TEST(PrefillKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   ASSERT_EQ(cudaGraphDestroy(graph.graph), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(graph.stream), cudaSuccess);
 }
+
+// single_prefill_with_kv_cache plans its one request on each call and uploads that plan: inside a
+// capture the upload goes by value (Tensor.copy_), so the call, and the run() of
+// PODWithPagedKVCacheWrapper(use_cuda_graph=True) whose prefill half it is, capture in global
+// mode (nothing synchronizes) into a graph whose launch writes what the eager calls wrote, bit
+// for bit (the same kernels on the same inputs, no split-KV). Each result is copied into a tensor
+// made before the capture: the ones the calls make live on the capture's stream.
+TEST(PrefillKernelCuda, SinglePrefillAndPodRunCaptureIntoAGraph) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 32, hkv = 8, d = 128, page = 16;
+  const DType bf16 = DType::kBFloat16;
+  const Tensor q_p = Tensor::empty({77, hq, d}, bf16).uniform_(31).to(g);
+  const Tensor k_p = Tensor::empty({300, hkv, d}, bf16).uniform_(32).to(g);
+  const Tensor v_p = Tensor::empty({300, hkv, d}, bf16).uniform_(33).to(g);
+  const Tensor q_d = Tensor::empty({3, hq, d}, bf16).uniform_(34).to(g);
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({40, 7, 130}, page, hkv, d, bf16, false, true, 35, kd, vd);
+  const PagedKVCache cache(testing::to_keep_layout(f.k_cache, g),
+                           testing::to_keep_layout(f.v_cache, g));
+  PODWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                               /*use_cuda_graph=*/true, int_tensor({0, 0, 0, 0}).to(g),
+                               Tensor::zeros({1024}, DType::kInt32, g),
+                               int_tensor({0, 0, 0}).to(g));
+  w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, "NONE", -1, bf16);
+  const auto single = [&] {
+    return single_prefill_with_kv_cache(q_p, k_p, v_p, std::nullopt, std::nullopt, std::nullopt,
+                                        std::nullopt, std::nullopt, std::nullopt, /*causal=*/true)
+        .out;
+  };
+  const auto pod = [&] {
+    return w.run(q_p, k_p, v_p, q_d, cache, std::nullopt, std::nullopt, true);
+  };
+  const Tensor eager_single = single();
+  const PodOutput eager_pod = pod();
+  Tensor got_single = Tensor::zeros(eager_single.shape(), bf16, g);
+  Tensor got_p = Tensor::zeros(eager_pod.out_p.shape(), bf16, g);
+  Tensor got_d = Tensor::zeros(eager_pod.out_d.shape(), bf16, g);
+  {
+    const CudaGraphMemoryScope hold(0);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] {
+      got_single.copy_(single());
+      const PodOutput r = pod();
+      got_p.copy_(r.out_p);
+      got_d.copy_(r.out_d);
+    }));
+  }
+  EXPECT_EQ(got_single.to_double_vector(), eager_single.to_double_vector());
+  EXPECT_EQ(got_p.to_double_vector(), eager_pod.out_p.to_double_vector());
+  EXPECT_EQ(got_d.to_double_vector(), eager_pod.out_d.to_double_vector());
+  EXPECT_EQ(eager_pod.out_p.to_double_vector(), eager_single.to_double_vector());
+}
 #endif
 
 // backend="fa3" on a GPU: sm90 runs it; any other GPU refuses it by name, as upstream's

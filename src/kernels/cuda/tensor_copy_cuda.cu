@@ -2,6 +2,9 @@
 // thread one element a step, so neighbouring threads touch neighbouring elements of the
 // innermost merged dimension. Moves of one dtype take a word a step; casts go through double with
 // the CPU's rounding.
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/tensor_copy_cuda.h"
 
@@ -49,7 +52,34 @@ void launch(const TensorCopyArgs& a, cudaStream_t s, dim3 grid) {
   }
 }
 
+// One chunk of a host-to-device copy by value: the bytes travel in the launch's parameters.
+struct BytesByValue {
+  uint8_t* dst;
+  uint32_t n;
+  uint8_t bytes[kBytesByValueChunk];
+};
+static_assert(sizeof(BytesByValue) <= 4096, "kernel parameters past 4 KiB");
+
+__global__ void __launch_bounds__(kCopyThreads) bytes_by_value_kernel(const BytesByValue a) {
+  for (uint32_t i = threadIdx.x; i < a.n; i += kCopyThreads) a.dst[i] = a.bytes[i];
+}
+
 }  // namespace
+
+void copy_bytes_by_value(void* dst, const void* src, std::size_t nbytes, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const auto* from = static_cast<const uint8_t*>(src);
+  auto* to = static_cast<uint8_t*>(dst);
+  BytesByValue a{};
+  for (std::size_t done = 0; done < nbytes; done += kBytesByValueChunk) {
+    const std::size_t n = std::min(kBytesByValueChunk, nbytes - done);
+    a.dst = to + done;
+    a.n = static_cast<uint32_t>(n);
+    std::memcpy(a.bytes, from + done, n);
+    launch_kernel("Tensor.copy_", bytes_by_value_kernel, dim3(1), dim3(kCopyThreads), 0, s, false,
+                  a);
+  }
+}
 
 void tensor_copy(const TensorCopyArgs& a, void* stream) {
   if (a.numel <= 0) return;
