@@ -757,7 +757,7 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsCaptureIntoAGraph) {
 // the host memory changes after; 10,001 bytes take three launches, the last one partial, and a
 // strided device view is filled from such a copy made dense on the device. A copy to the host
 // has no graph form: refused by name, leaving the capture intact.
-TEST(Tensor, HostToDeviceCopiesInsideACaptureKeepTheCapturedBytes) {
+TEST(Tensor, CudaHostToDeviceCopiesInsideACaptureKeepTheCapturedBytes) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
   Tensor host = Tensor::empty({10001}, DType::kUInt8);
