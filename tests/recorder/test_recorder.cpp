@@ -19,6 +19,9 @@
 #include "flashinfer/tensor_io.h"
 #include "recorder/recorder_internal.h"
 #include "util/crash_handler.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 #include "util/run_command.h"
 #include "util/test_util.h"
 
@@ -714,6 +717,57 @@ TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
   EXPECT_EQ(recorder::clear_graph_dumps(), 2);
   EXPECT_EQ(recorder::flush_graph_dumps(), 0);
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// The same through a real capture on a GPU (the recorder asks cudaStreamIsCapturing): rmsnorm on
+// CUDA tensors captured into a graph writes only its two records, pending; after the graph runs
+// on new inputs, flush_graph_dumps() writes those inputs and the output the graph computed (the
+// eager kernel's bits on the same inputs), and the call replays.
+TEST_F(DumpTest, CudaCapturedCallsAreWrittenByFlushGraphDumps) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const Tensor x1 = Tensor::empty({4, 256}, DType::kBFloat16).uniform_(4);
+  const Tensor w = Tensor::empty({256}, DType::kBFloat16).uniform_(5).to(gpu);
+  Tensor x = Tensor::empty({4, 256}, DType::kBFloat16).uniform_(3).to(gpu);
+  Tensor out = Tensor::zeros({4, 256}, DType::kBFloat16, gpu);
+  const std::vector<double> want = rmsnorm(x1.to(gpu), w).to_double_vector();
+  rmsnorm(x, w, 1e-6, out);  // the engine's warm-up, before the recorder starts
+  start();
+  testing::ReplayableGraph g;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(g, [&] { rmsnorm(x, w, 1e-6, out); }));
+  const auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const fs::path base = dirs[0];
+  EXPECT_FALSE(fs::exists(base / "inputs.pt"));
+  auto l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 2u);
+  for (const json& r : l) EXPECT_EQ(r["execution_status"], "graph_capture_pending_flush");
+  x.copy_(x1);
+  ASSERT_EQ(cudaGraphLaunch(g.exec, g.stream), cudaSuccess);
+  EXPECT_EQ(recorder::flush_graph_dumps(), 2);  // synchronizes first
+  EXPECT_EQ(out.to_double_vector(), want);
+  const auto holds = [](const NamedTensors& file, const std::vector<double>& v) {
+    return std::any_of(file.begin(), file.end(),
+                       [&](const auto& e) { return e.second.to_double_vector() == v; });
+  };
+  const auto inputs = load_torch((base / "inputs.pt").string());
+  EXPECT_TRUE(holds(inputs, x1.to_double_vector()));
+  EXPECT_TRUE(holds(inputs, w.to_double_vector()));
+  const auto outputs = load_torch((base / "outputs.pt").string());
+  ASSERT_FALSE(outputs.empty());
+  for (const auto& e : outputs) EXPECT_EQ(e.second.to_double_vector(), want) << e.first;
+  l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[3]["execution_status"], "completed");
+  EXPECT_EQ(l[3]["graph_capture_flushed"], true);
+  const replay::Result r = replay::replay_from_dump(base.string());
+  EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
+  recorder::stop();
+  EXPECT_EQ(cudaGraphExecDestroy(g.exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(g.graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(g.stream), cudaSuccess);
+}
+#endif
 
 TEST_F(DumpTest, CapturedCallsPendingAtExitAreFlushed) {
   const pid_t child = fork();
