@@ -284,13 +284,16 @@ void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
         "cudaMemsetAsync");
 }
 
-// Inside a CUDA-graph capture a host-to-device copy goes by value (kernel parameters: the graph
-// keeps the bytes as they are at capture, as it keeps a kernel's scalar arguments), since a memcpy
-// from pageable memory and the synchronization after it cannot be captured; this is what lets an
-// op that uploads per-call metadata (single_prefill_with_kv_cache's one-request plan) run under
-// capture. A read back to the host has no graph form: refused by name before it breaks the capture.
+// Inside a CUDA-graph capture a host-to-device copy of an op's own metadata (CaptureUploadScope)
+// goes by value, in kernel parameters: the graph keeps the bytes as they are at capture, as it
+// keeps a kernel's scalar arguments; a memcpy from pageable memory and the synchronization after
+// it cannot be captured. This is what lets an op that plans as it runs
+// (single_prefill_with_kv_cache's one-request plan) run under capture. A caller's host tensor
+// copied in would be frozen at its capture-time contents, and a read back to the host has no
+// graph form: both are refused by name before they break the capture.
 namespace {
 constexpr std::size_t kMaxCapturedUpload = std::size_t{4} << 20;
+thread_local int t_capture_upload_depth = 0;
 
 // Whether the current stream is being captured; a copy it cannot capture is refused.
 bool captured_upload(CopyKind kind, std::size_t nbytes) {
@@ -303,6 +306,10 @@ bool captured_upload(CopyKind kind, std::size_t nbytes) {
   FLASHINFER_CHECK_CODE(kind == CopyKind::kHostToDevice, ErrorCode::kCuda, "Tensor.copy_", "src",
                         "a copy to the host while the current stream is captured into a CUDA "
                         "graph (a graph cannot hand values back to the host)");
+  FLASHINFER_CHECK_CODE(t_capture_upload_depth > 0, ErrorCode::kCuda, "Tensor.copy_", "src",
+                        "a host tensor copied to the device while the current stream is captured "
+                        "into a CUDA graph (a replay would not see its later contents): pass a "
+                        "device tensor");
   FLASHINFER_CHECK_CODE(nbytes <= kMaxCapturedUpload, ErrorCode::kCuda, "Tensor.copy_", "src",
                         "a host-to-device copy of ", nbytes,
                         " bytes while the current stream is captured into a CUDA graph (at most ",
@@ -310,6 +317,9 @@ bool captured_upload(CopyKind kind, std::size_t nbytes) {
   return true;
 }
 }  // namespace
+
+CaptureUploadScope::CaptureUploadScope() noexcept { ++t_capture_upload_depth; }
+CaptureUploadScope::~CaptureUploadScope() { --t_capture_upload_depth; }
 
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device) {
   if (nbytes == 0) return;
@@ -608,6 +618,8 @@ bool cuda_begin_capture_hold(int) { return false; }
 void cuda_end_capture_hold(int) noexcept {}
 void cuda_memset_async(void*, int, std::size_t, int) { no_cuda("cuda_memset_async"); }
 void cuda_memcpy(void*, const void*, std::size_t, CopyKind, int) { no_cuda("cuda_memcpy"); }
+CaptureUploadScope::CaptureUploadScope() noexcept = default;
+CaptureUploadScope::~CaptureUploadScope() = default;
 void cuda_memcpy_device_async(void*, const void*, std::size_t, int) {
   no_cuda("cuda_memcpy_device_async");
 }

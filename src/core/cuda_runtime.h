@@ -29,8 +29,23 @@ void cuda_empty_cache(int device);
 /// Sets `nbytes` bytes at `dst` to `byte`, stream-ordered on the current stream (cudaMemsetAsync;
 /// not synchronized: later work on that stream sees it, as after torch's zero_).
 void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device);
-/// Synchronous copy (stream-ordered on the current stream, then synchronized).
+/// Synchronous copy (stream-ordered on the current stream, then synchronized). While the current
+/// stream is captured into a CUDA graph: a host-to-device copy inside a CaptureUploadScope goes by
+/// value (the graph keeps the bytes as they are now), any other one and every copy to the host
+/// are refused (Error kCuda naming Tensor.copy_ and `src`), leaving the capture intact.
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device);
+/// While alive, host-to-device copies this thread makes while its stream is captured go by value
+/// (kernel parameters): for an op's own per-call metadata computed on the host from shapes (a
+/// one-request plan), which a graph should keep as captured, as it keeps a kernel's scalar
+/// arguments. Not for a caller's host tensor, whose later contents a replay would not see:
+/// outside a scope such a copy is refused under capture. Scopes nest.
+class CaptureUploadScope {
+ public:
+  CaptureUploadScope() noexcept;
+  ~CaptureUploadScope();
+  CaptureUploadScope(const CaptureUploadScope&) = delete;
+  CaptureUploadScope& operator=(const CaptureUploadScope&) = delete;
+};
 /// Device-to-device copy within one device, stream-ordered on the current stream and not
 /// synchronized (as a kernel, or torch's copy_ between CUDA tensors): no host buffer needs it
 /// finished, later work on the stream sees it, and a CUDA graph being captured takes it as a node.

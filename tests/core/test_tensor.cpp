@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/cuda_runtime.h"
 #include "core/strided.h"
 #include "flashinfer/flashinfer.h"
 #include "kernels/tensor_copy.h"
@@ -752,11 +753,12 @@ TEST(Tensor, CudaStridedCopiesCastsAndFillsCaptureIntoAGraph) {
   }
 }
 
-// A host-to-device copy inside a capture goes by value: the graph keeps the bytes as they were at
-// capture (an op's per-call metadata, as single_prefill_with_kv_cache uploads its plan), however
-// the host memory changes after; 10,001 bytes take three launches, the last one partial, and a
-// strided device view is filled from such a copy made dense on the device. A copy to the host
-// has no graph form: refused by name, leaving the capture intact.
+// Inside a capture, a host-to-device copy made under a CaptureUploadScope (an op's own per-call
+// metadata: single_prefill_with_kv_cache's plan) goes by value: the graph keeps the bytes as they
+// were at capture, however the host memory changes after; 10,001 bytes take three launches, the
+// last one partial, and a strided device view is filled from such a copy made dense on the
+// device. Outside a scope a host tensor's copy is refused (a replay would not see its later
+// contents), and a copy to the host has no graph form: both refused by name, the capture intact.
 TEST(Tensor, CudaHostToDeviceCopiesInsideACaptureKeepTheCapturedBytes) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
@@ -764,7 +766,6 @@ TEST(Tensor, CudaHostToDeviceCopiesInsideACaptureKeepTheCapturedBytes) {
   for (int64_t i = 0; i < host.numel(); ++i) host.data<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
   const std::vector<double> want = host.to_double_vector();
   Tensor rows_host = Tensor::from_vector(iota(24), {4, 6}, DType::kFloat32);
-  const std::vector<double> want_rows = rows_host.to_double_vector();
   Tensor dev = Tensor::zeros({10001}, DType::kUInt8, gpu);
   Tensor base = Tensor::full({4, 9}, -1.0, DType::kFloat32, gpu);
   const std::vector<double> want_base = [&] {
@@ -774,11 +775,15 @@ TEST(Tensor, CudaHostToDeviceCopiesInsideACaptureKeepTheCapturedBytes) {
   }();
   const CudaGraphMemoryScope hold(0);
   ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream([&] {
-    dev.copy_(host);
-    base.slice(1, 2, 8).copy_(rows_host);
+    EXPECT_FI_ERROR(dev.copy_(host), "Tensor.copy_", "src");
+    {
+      const detail::CaptureUploadScope by_value;
+      dev.copy_(host);
+      base.slice(1, 2, 8).copy_(rows_host);
+      EXPECT_FI_ERROR(dev.to(Device::cpu()), "Tensor.copy_", "src");
+    }
     host.fill_(0.0);  // after the capture, before the launch: not what the graph writes
     rows_host.fill_(0.0);
-    EXPECT_FI_ERROR(dev.to(Device::cpu()), "Tensor.copy_", "src");
   }));
   EXPECT_EQ(dev.to_double_vector(), want);
   EXPECT_EQ(base.to_double_vector(), want_base);
