@@ -1410,6 +1410,11 @@ double fused_scale_value(const ScalarOrTensor<double>& x, const char* op, const 
       *dev = t.reshape({1}).to(DType::kFloat32);  // on the device (Tensor::to)
       return 1.0;
     }
+    // Read on the host: a read back a CUDA graph cannot hold (Tensor.copy_ would refuse it).
+    FLASHINFER_CHECK_CODE(!t.device().is_cuda() || !detail::cuda_current_stream_capturing(),
+                          ErrorCode::kUnsupported, op, arg,
+                          "a CUDA tensor scale is read on the host here, which a CUDA graph "
+                          "cannot capture; pass a float");
     v = t.item();
   }
   FLASHINFER_CHECK(std::isfinite(v), op, arg, "must be finite, got ", v);
