@@ -17,9 +17,12 @@
 #include "api/tuple_arg.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/gemm_fp8_cpu.h"
+#include "kernels/cpu/quant8_cpu.h"
+#include "kernels/quant8_params.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/gemm_fp8_cuda.h"
+#include "kernels/cuda/quant8_cuda.h"
 #endif
 
 namespace flashinfer {
@@ -65,7 +68,7 @@ constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
 };
 
 // fp8_blockscale_gemm_sm90 (upstream runs TRT-LLM's SM90 DeepGEMM kernel): the same block-scaled
-// GEMM kernels as the ops above; a BF16 input is quantized 1x128 on the host first (below).
+// GEMM kernels as the ops above; a BF16 input is quantized 1x128 first (kActQuantKernels).
 constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
     {DeviceType::kCPU, kGemmFp8CpuImpl, nullptr,
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
@@ -74,8 +77,25 @@ constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
      "cuBLASLt's FP8 block-scaled GEMM on Hopper (1x128 input and 1x128 or 128x128 weight "
      "scales, m a multiple of 4, k a multiple of 512 for the latter); otherwise, or where "
      "cuBLASLt refuses the problem, the tiled fp32 CUDA kernel of this build (per-K-block "
-     "scaling as the CPU). A BF16 input is quantized on the host",
+     "scaling as the CPU). A BF16 input is quantized 1x128 on the device first",
      nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { gemm_fp8_run_cuda(c, ctx); }},
+#endif
+};
+
+// fp8_blockscale_gemm_sm90's BF16 input quantized per 1x128 block (TRT-LLM's scale_1x128_kernel,
+// which upstream's kernel runs first) on the input's device: per_token_group_quant_8bit's
+// kernels under the 1x128 rule (GroupQuant8Params::trtllm_1x128), the CPU's arithmetic on both.
+// On CUDA nothing goes through the host, so a CUDA graph captures the call.
+constexpr KernelEntry<kernels::GroupQuant8Params> kActQuantKernels[] = {
+    {DeviceType::kCPU, "CPU reference: one pass per 1x128 block, OpenMP rows", nullptr,
+     [](const kernels::GroupQuant8Params& p, const LaunchContext&) {
+       kernels::cpu::per_token_group_quant_8bit(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA kernel: one warp per 1x128 block", nullptr,
+     [](const kernels::GroupQuant8Params& p, const LaunchContext& c) {
+       kernels::cuda::per_token_group_quant_8bit(p, c.stream);
+     }},
 #endif
 };
 
@@ -402,21 +422,28 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
         }
         Tensor result = gemm_fp8_make_out(out, out_dtype, {m, n}, input.device(), op);
         if (!in_fp8) {
-          // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first. On
-          // CUDA it runs on a host copy (the CPU's code, so both devices quantize alike) and the
-          // codes and scales go back to the device.
-          Tensor q = Tensor::empty({m, k}, DType::kFloat8E4M3FN);
-          sa = Tensor::empty({m, kb}, DType::kFloat32);
+          // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first, on the
+          // input's device (kActQuantKernels).
           FLASHINFER_CHECK(input.stride(1) == 1, op, "input",
                            "a BF16 input must be row-major (stride(1) == 1), got strides ",
                            shape_to_string(input.strides()));
-          const Tensor host =
-              input.device().is_cpu() ? input : input.contiguous().to(Device::cpu());
-          kernels::cpu::quantize_1x128_e4m3(static_cast<const uint16_t*>(host.data_ptr()),
-                                            host.stride(0), m, k,
-                                            static_cast<uint8_t*>(q.data_ptr()), sa.data<float>());
-          a = input.device().is_cpu() ? q : q.to(input.device());
-          if (input.device().is_cuda()) sa = sa.to(input.device());
+          // Rows overlapping or broadcast (stride(0) < K) are made dense first.
+          const Tensor x = m == 1 || input.stride(0) >= k ? input : input.contiguous();
+          a = Tensor::empty({m, k}, DType::kFloat8E4M3FN, input.device());
+          sa = Tensor::empty({m, kb}, DType::kFloat32, input.device());
+          kernels::GroupQuant8Params qp;
+          qp.x = x.data_ptr();
+          qp.x_stride_row = m == 1 ? k : x.stride(0);
+          qp.dtype = DType::kBFloat16;
+          qp.q = a.data_ptr();
+          qp.out_dtype = DType::kFloat8E4M3FN;
+          qp.scales = sa.data<float>();
+          qp.s_stride_row = kb;
+          qp.rows = m;
+          qp.k = k;
+          qp.group_size = 128;
+          qp.trtllm_1x128 = true;
+          api::launch(kActQuantKernels, qp, input.device(), op, "input");
         }
         BlockScaledGemmParams p;
         p.a = a.data_ptr();

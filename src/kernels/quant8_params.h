@@ -1,4 +1,5 @@
-// Private: per_token_group_quant_8bit's kernel parameters (both backends) and the scale rule.
+// Private: per_token_group_quant_8bit's kernel parameters (both backends) and the scale rules,
+// also TRT-LLM's 1x128 activation quantization of fp8_blockscale_gemm_sm90.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,8 @@
 namespace flashinfer::kernels {
 
 struct GroupQuant8Params {
-  const void* x = nullptr;  // [rows, k] contiguous
+  const void* x = nullptr;   // [rows, k], unit stride along k
+  int64_t x_stride_row = 0;  // elements from one row of x to the next; 0: k (dense)
   DType dtype = DType::kBFloat16;
   void* q = nullptr;  // [rows, k] contiguous, out_dtype
   DType out_dtype = DType::kFloat8E4M3FN;
@@ -22,6 +24,10 @@ struct GroupQuant8Params {
   float eps = 1e-10f;
   float qmax = 448.0f, qmin = -448.0f;
   bool ue8m0 = false;
+  // TRT-LLM's 1x128 rule instead (fp8_blockscale_gemm_sm90's activations, upstream's
+  // scale_1x128_kernel): quant = 448 / amax in fp32 (1 for an all-zero group), code =
+  // e4m3(x * quant) saturating, stored scale 1 / quant; eps, qmax, qmin and ue8m0 unused.
+  bool trtllm_1x128 = false;
 };
 
 }  // namespace flashinfer::kernels

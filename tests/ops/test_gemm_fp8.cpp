@@ -337,18 +337,12 @@ TEST(Fp8BlockscaleGemmSm90, Fp8InputsPerTokenAndPerBlockWeightScales) {
   }
 }
 
-// A bf16 input is quantized per 1x128 block first (TRT-LLM's scale_1x128_kernel): the result
-// equals the fp8 path on the input quantized by that formula, exactly.
-TEST(Fp8BlockscaleGemmSm90, Bf16InputQuantizedPer1x128) {
-  const int64_t m = 5, n = 64, k = 256, kb = 2;
-  std::vector<double> xs = dbl(rand_tensor({m, k}, DType::kFloat32, 9, -3.0, 3.0));
-  xs[130] = 0.0;                                            // a zero and
-  for (int64_t kk = 0; kk < 128; ++kk) xs[4 * k + kk] = 0;  // an all-zero block (scale 1)
-  Tensor x = Tensor::from_vector(xs, {m, k}, kBf);
-  Tensor w = fp8({n, k}, kE4, 10);
-  Tensor sw = scales({1, kb}, 11);
-  // The formula in fp32, written independently: amax, 448 / amax (1 for 0), e4m3 saturating.
-  const auto xv = dbl(x);
+// TRT-LLM's 1x128 quantization of a bf16 [m, k] written independently in fp32: per block of 128,
+// amax, quant 448 / amax (1 for 0), codes e4m3(x * quant) saturating, scales 1 / quant. Returns
+// (codes as e4m3 [m, k], scales fp32 [m, k / 128]), on the CPU.
+std::pair<Tensor, Tensor> quantize_1x128_reference(const Tensor& x) {
+  const int64_t m = x.size(0), k = x.size(1), kb = k / 128;
+  const auto xv = dbl(x.contiguous());
   std::vector<double> q(static_cast<std::size_t>(m * k)), sq(static_cast<std::size_t>(m * kb));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < kb; ++b) {
@@ -359,16 +353,33 @@ TEST(Fp8BlockscaleGemmSm90, Bf16InputQuantizedPer1x128) {
       const float qs = amax != 0.0f ? 448.0f / amax : 1.0f;
       sq[i * kb + b] = 1.0f / qs;
       for (int64_t kk = b * 128; kk < b * 128 + 128; ++kk) {
-        const float v = std::clamp(static_cast<float>(xv[i * k + kk]) * qs, -448.0f, 448.0f);
-        q[i * k + kk] = v;
+        q[i * k + kk] = std::clamp(static_cast<float>(xv[i * k + kk]) * qs, -448.0f, 448.0f);
       }
     }
   }
-  Tensor xq = Tensor::from_vector(q, {m, k}, kE4);  // RNE to e4m3 (values already in range)
-  Tensor sx = Tensor::from_vector(sq, {m, kb}, DType::kFloat32);
+  // RNE to e4m3 (values already in range).
+  return {Tensor::from_vector(q, {m, k}, kE4), Tensor::from_vector(sq, {m, kb}, DType::kFloat32)};
+}
+
+// A bf16 input is quantized per 1x128 block first (TRT-LLM's scale_1x128_kernel): the result
+// equals the fp8 path on the input quantized by that formula, exactly; a row-strided input (a
+// view of wider rows) gives the same bits.
+TEST(Fp8BlockscaleGemmSm90, Bf16InputQuantizedPer1x128) {
+  const int64_t m = 5, n = 64, k = 256, kb = 2;
+  std::vector<double> xs = dbl(rand_tensor({m, k}, DType::kFloat32, 9, -3.0, 3.0));
+  xs[130] = 0.0;                                            // a zero and
+  for (int64_t kk = 0; kk < 128; ++kk) xs[4 * k + kk] = 0;  // an all-zero block (scale 1)
+  Tensor x = Tensor::from_vector(xs, {m, k}, kBf);
+  Tensor w = fp8({n, k}, kE4, 10);
+  Tensor sw = scales({1, kb}, 11);
+  const auto [xq, sx] = quantize_1x128_reference(x);
   Tensor via_fp8 = fp8_blockscale_gemm_sm90(xq, w, sx, sw);
   Tensor out = fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw);
   EXPECT_TRUE(all_close(out, via_fp8, {0.0, 0.0}));
+  Tensor wide = Tensor::zeros({m, k + 24}, kBf);
+  wide.slice(1, 0, k).copy_(x);
+  EXPECT_TRUE(all_close(fp8_blockscale_gemm_sm90(wide.slice(1, 0, k), w, std::nullopt, sw), via_fp8,
+                        {0.0, 0.0}));
   // And close to the unquantized product (e4m3 keeps ~2 significant digits).
   const auto swv = dbl(sw);
   auto one = [](int64_t, int64_t) { return 1.0; };
@@ -1449,6 +1460,45 @@ TEST(GemmFp8CublasLtCuda, WarmCallsAllocateNothingAndCaptureIntoAGraph) {
                                 abs32(xc), abs32(wc), 1, 1, k, [](int64_t, int64_t) { return 1.0; },
                                 [](int64_t, int64_t) { return 1.0; }, 0.5);
   EXPECT_TRUE(within_order_bound(eager, cpu, mag, kBf));
+}
+
+// fp8_blockscale_gemm_sm90 with a BF16 input on Hopper quantizes it on the device (the 1x128
+// rule of per_token_group_quant_8bit's kernels): the result is bit for bit the CUDA result on the
+// input quantized by the CPU formula (the same GEMM on the same operands), for dense rows (16-byte
+// loads), rows 16 bytes apart past k (16-byte loads) and rows 8 bytes off (element loads); and
+// the call, which no longer goes through the host, captures into a CUDA graph in global mode.
+TEST(GemmFp8CublasLtCuda, Bf16InputIsQuantizedOnTheDeviceAsTheCpuFormulaSays) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  if (api::compute_capability(g) != 90) GTEST_SKIP() << "fp8_blockscale_gemm_sm90 is sm90's";
+  const int64_t n = 128, k = 512, kb = k / 128;
+  const Tensor w = fp8({n, k}, kE4, 71).to(g), sw = scales({1, kb}, 72).to(g);
+  for (int64_t m : {1, 7, 24}) {
+    for (int64_t pad : {0, 8, 4}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << " row padding " << pad);
+      std::vector<double> xs = dbl(rand_tensor({m, k}, DType::kFloat32, 73 + m, -3.0, 3.0));
+      for (int64_t kk = 128; kk < 256; ++kk) xs[kk] = 0.0;  // an all-zero block (scale 1)
+      const Tensor x = Tensor::from_vector(xs, {m, k}, kBf);
+      Tensor wide = Tensor::zeros({m, k + pad}, kBf, g);
+      wide.slice(1, 0, k).copy_(x.to(g));
+      const Tensor xg = wide.slice(1, 0, k);
+      const auto [xq, sx] = quantize_1x128_reference(x);
+      const Tensor want = fp8_blockscale_gemm_sm90(xq.to(g), w, sx.to(g), sw);
+      EXPECT_TRUE(all_close(fp8_blockscale_gemm_sm90(xg, w, std::nullopt, sw).to(Device::cpu()),
+                            want.to(Device::cpu()), {0.0, 0.0}));
+    }
+  }
+  const Tensor x = rand_tensor({24, k}, kBf, 80).to(g);
+  Tensor out = Tensor::zeros({24, n}, kBf, g);
+  fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out);  // warm-up
+  const std::vector<double> eager = out.to_double_vector();
+  out.fill_(0.0);
+  {
+    const CudaGraphMemoryScope hold(0);
+    ASSERT_NO_FATAL_FAILURE(
+        capture_on_own_stream([&] { fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out); }));
+  }
+  EXPECT_EQ(out.to_double_vector(), eager);
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUDART

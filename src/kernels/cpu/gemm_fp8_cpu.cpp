@@ -198,26 +198,6 @@ void block_scaled_gemm(const BlockScaledGemmParams& p) {
   for (int64_t bi = 0; bi < p.batch; ++bi) gemm_one(p, bi);
 }
 
-void quantize_1x128_e4m3(const uint16_t* x, int64_t x_stride_m, int64_t m, int64_t k, uint8_t* q,
-                         float* scales) {
-  const int64_t kblocks = (k + 127) / 128;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t kb = 0; kb < kblocks; ++kb) {
-      const int64_t k0 = kb * 128, k1 = std::min(k, k0 + 128);
-      float amax = 0.0f;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        amax = std::max(amax, std::fabs(bfloat16_bits_to_float(x[i * x_stride_m + kk])));
-      }
-      const float quant = amax != 0.0f ? 448.0f / amax : 1.0f;
-      scales[i * kblocks + kb] = 1.0f / quant;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        q[i * k + kk] = float_to_e4m3fn_bits(bfloat16_bits_to_float(x[i * x_stride_m + kk]) * quant,
-                                             /*saturate=*/true);
-      }
-    }
-  }
-}
-
 void low_latency_weight_layout(const uint8_t* w, int64_t w_stride_n, int64_t n, int64_t k,
                                uint8_t* out) {
   for (int64_t j = 0; j < n; ++j) {

@@ -22,13 +22,24 @@ float f32(const T& v) {
 template <class T>
 void quant_rows(const GroupQuant8Params& p) {
   const int64_t groups = p.k / p.group_size;
+  const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
 #pragma omp parallel for schedule(static) if (p.rows * p.k >= (1 << 16))
   for (int64_t r = 0; r < p.rows; ++r) {
-    const T* x = static_cast<const T*>(p.x) + r * p.k;
+    const T* x = static_cast<const T*>(p.x) + r * xs;
     for (int64_t g = 0; g < groups; ++g) {
       const T* xg = x + g * p.group_size;
       float amax = 0.0f;
       for (int64_t i = 0; i < p.group_size; ++i) amax = std::fmax(amax, std::fabs(f32(xg[i])));
+      const int64_t base = r * p.k + g * p.group_size;
+      auto* q = static_cast<uint8_t*>(p.q) + base;
+      if (p.trtllm_1x128) {
+        const float quant = amax != 0.0f ? 448.0f / amax : 1.0f;
+        p.scales[r * p.s_stride_row + g * p.s_stride_group] = 1.0f / quant;
+        for (int64_t i = 0; i < p.group_size; ++i) {
+          q[i] = float_to_e4m3fn_bits(f32(xg[i]) * quant, /*saturate=*/true);
+        }
+        continue;
+      }
       float s = std::fmax(amax, p.eps) / p.qmax;
       // Rounded up to a power of two: 2^ceil(log2(s)), exactly (frexp gives s = m * 2^e with
       // m in [0.5, 1): a power of two is m == 0.5).
@@ -38,15 +49,14 @@ void quant_rows(const GroupQuant8Params& p) {
         s = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
       }
       p.scales[r * p.s_stride_row + g * p.s_stride_group] = s;
-      const int64_t base = r * p.k + g * p.group_size;
       for (int64_t i = 0; i < p.group_size; ++i) {
         const float v = std::fmin(std::fmax(f32(xg[i]) / s, p.qmin), p.qmax);
         if (p.out_dtype == DType::kInt8) {
-          static_cast<int8_t*>(p.q)[base + i] = static_cast<int8_t>(v);
+          q[i] = static_cast<uint8_t>(static_cast<int8_t>(v));
         } else if (p.out_dtype == DType::kFloat8E4M3FN) {
-          static_cast<uint8_t*>(p.q)[base + i] = float_to_e4m3fn_bits(v, true);
+          q[i] = float_to_e4m3fn_bits(v, true);
         } else {
-          static_cast<uint8_t*>(p.q)[base + i] = float_to_e5m2_bits(v, true);
+          q[i] = float_to_e5m2_bits(v, true);
         }
       }
     }

@@ -1,8 +1,10 @@
-// per_token_group_quant_8bit on CUDA: one warp per (row, group), 16-byte loads where the groups
-// allow (group_quant_kernel), else element loads (group_quant_strided_kernel). The lanes stride the
-// group for the absolute maximum (a warp max-reduction), lane 0 writes the scale, then every lane
-// writes its quantized elements with the same arithmetic as the CPU reference (x / s, fmax/fmin
-// clamp, saturating RNE fp8 conversion or a truncating int8 cast).
+// per_token_group_quant_8bit on CUDA (and TRT-LLM's 1x128 activation quantization of
+// fp8_blockscale_gemm_sm90, GroupQuant8Params::trtllm_1x128): one warp per (row, group), 16-byte
+// loads where the groups allow (group_quant_kernel), else element loads
+// (group_quant_strided_kernel). The lanes stride the group for the absolute maximum (a warp
+// max-reduction), lane 0 writes the scale, then every lane writes its quantized elements with the
+// same arithmetic as the CPU reference (x / s, fmax/fmin clamp, saturating RNE fp8 conversion or a
+// truncating int8 cast).
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/quant8_cuda.h"
 #include "kernels/cuda/vec_cuda.cuh"
@@ -14,19 +16,31 @@ namespace {
 
 constexpr int kQuant8WarpsPerBlock = 8;
 
-// The per-group arithmetic both kernel forms share (the CPU reference's): the scale from the
-// group's absolute maximum, and one element's code.
-__device__ __forceinline__ float group_scale(float amax, const GroupQuant8Params& p) {
+// The per-group arithmetic both kernel forms share (the CPU reference's): the stored scale from
+// the group's absolute maximum, and one element's code. TRT-LLM's 1x128 rule multiplies by
+// quant = 448 / amax and stores 1 / quant; the other rule divides by the scale it stores.
+struct GroupRule {
+  float scale, quant;
+};
+__device__ __forceinline__ GroupRule group_rule(float amax, const GroupQuant8Params& p) {
+  if (p.trtllm_1x128) {
+    const float quant = amax != 0.0f ? __fdiv_rn(448.0f, amax) : 1.0f;
+    return {__fdiv_rn(1.0f, quant), quant};
+  }
   float s = fmaxf(amax, p.eps) / p.qmax;
   if (p.ue8m0) {
     int e = 0;
     const float m = frexpf(fmaxf(s, 1e-10f), &e);
     s = ldexpf(1.0f, m == 0.5f ? e - 1 : e);
   }
-  return s;
+  return {s, 0.0f};
 }
-__device__ __forceinline__ uint8_t group_code(float x, float s, const GroupQuant8Params& p) {
-  const float v = fminf(fmaxf(__fdiv_rn(x, s), p.qmin), p.qmax);
+__device__ __forceinline__ uint8_t group_code(float x, GroupRule g, const GroupQuant8Params& p) {
+  if (p.trtllm_1x128) {
+    return static_cast<uint8_t>(
+        __nv_cvt_float_to_fp8(__fmul_rn(x, g.quant), __NV_SATFINITE, __NV_E4M3));
+  }
+  const float v = fminf(fmaxf(__fdiv_rn(x, g.scale), p.qmin), p.qmax);
   if (p.out_dtype == DType::kInt8) {
     return static_cast<uint8_t>(static_cast<int8_t>(__float2int_rz(v)));
   }
@@ -52,14 +66,14 @@ __global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
   const int lane = threadIdx.x & 31;
   if (gid >= p.rows * groups) return;
   const int64_t r = gid / groups, g = gid % groups;
-  const int64_t base = r * p.k + g * p.group_size;
-  const T* x = static_cast<const T*>(p.x) + base;
+  const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+  const T* x = static_cast<const T*>(p.x) + r * xs + g * p.group_size;
   float amax = 0.0f;
   for (int64_t i = lane; i < p.group_size; i += 32) amax = fmaxf(amax, fabsf(to_f32(x[i])));
-  const float s = group_scale(warp_max(amax), p);
-  if (lane == 0) p.scales[r * p.s_stride_row + g * p.s_stride_group] = s;
-  auto* q = static_cast<uint8_t*>(p.q) + base;
-  for (int64_t i = lane; i < p.group_size; i += 32) q[i] = group_code(to_f32(x[i]), s, p);
+  const GroupRule rule = group_rule(warp_max(amax), p);
+  if (lane == 0) p.scales[r * p.s_stride_row + g * p.s_stride_group] = rule.scale;
+  auto* q = static_cast<uint8_t*>(p.q) + r * p.k + g * p.group_size;
+  for (int64_t i = lane; i < p.group_size; i += 32) q[i] = group_code(to_f32(x[i]), rule, p);
 }
 
 // As group_quant_strided_kernel with 16-byte loads (V elements) and V-byte stores, where the
@@ -78,22 +92,23 @@ __global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
   for (int64_t gid = static_cast<int64_t>(blockIdx.x) * kQuant8WarpsPerBlock + threadIdx.x / 32;
        gid < p.rows * groups; gid += static_cast<int64_t>(gridDim.x) * kQuant8WarpsPerBlock) {
     const int64_t r = gid / groups, g = gid % groups;
-    const int64_t base = r * p.k + g * p.group_size;
-    const auto* x = reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(p.x) + base);
+    const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+    const auto* x =
+        reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(p.x) + r * xs + g * p.group_size);
     float amax = 0.0f;
     for (int64_t c = lane; c < chunks; c += 32) {
       const Vec16<T> v = x[c];
 #pragma unroll
       for (int j = 0; j < V; ++j) amax = fmaxf(amax, fabsf(to_f32(v.v[j])));
     }
-    const float s = group_scale(warp_max(amax), p);
-    if (lane == 0) p.scales[r * p.s_stride_row + g * p.s_stride_group] = s;
-    auto* q = reinterpret_cast<Out*>(static_cast<uint8_t*>(p.q) + base);
+    const GroupRule rule = group_rule(warp_max(amax), p);
+    if (lane == 0) p.scales[r * p.s_stride_row + g * p.s_stride_group] = rule.scale;
+    auto* q = reinterpret_cast<Out*>(static_cast<uint8_t*>(p.q) + r * p.k + g * p.group_size);
     for (int64_t c = lane; c < chunks; c += 32) {
       const Vec16<T> v = x[c];
       uint8_t b[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) b[j] = group_code(to_f32(v.v[j]), s, p);
+      for (int j = 0; j < V; ++j) b[j] = group_code(to_f32(v.v[j]), rule, p);
       Out o;
       memcpy(&o, b, V);
       q[c] = o;
@@ -117,10 +132,13 @@ void per_token_group_quant_8bit(const GroupQuant8Params& p, void* stream) {
                         "x", "too many groups");
   const char* op = "per_token_group_quant_8bit";
   dispatch_dtype<CudaElements, kFloat32, kFloat16, kBFloat16>(p.dtype, op, "x", [&]<class T>() {
-    // Groups start at multiples of group_size elements, so whole 16-byte chunks per group and
-    // 16-byte aligned bases put every group's input and output on 16-byte boundaries.
+    // Groups start at multiples of group_size elements, so whole 16-byte chunks per group, rows
+    // of x a multiple of 16 bytes apart and 16-byte aligned bases put every group's input and
+    // output on 16-byte boundaries.
+    const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
     const bool vec = (p.group_size * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
-                     aligned16(p.x, 0, 1) && aligned16(p.q, 0, 1);
+                     (xs * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned16(p.x, 0, 1) &&
+                     aligned16(p.q, 0, 1);
     const auto s = static_cast<cudaStream_t>(stream);
     if (vec) {
       launch_kernel(
