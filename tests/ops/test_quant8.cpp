@@ -11,6 +11,11 @@
 #include "flashinfer/flashinfer.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cpu/quant8_cpu.h"
+#include "kernels/cuda/quant8_cuda.h"
+#include "kernels/quant8_params.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -154,6 +159,55 @@ TEST(PerTokenGroupQuant8bitCuda, VectorAndStridedKernelsMatchCpu) {
     }
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+// TRT-LLM's 1x128 rule (GroupQuant8Params::trtllm_1x128: fp8_blockscale_gemm_sm90's BF16 input)
+// through both kernel forms against the CPU reference, bit for bit: codes and scales of random
+// blocks, an all-zero block (scale 1), blocks whose maximum is bf16's largest finite value and a
+// tiny normal one, mixed signs; rows 16-byte aligned (the vector kernel) and 8 bytes off (element
+// loads), both with row strides past k.
+TEST(PerTokenGroupQuant8bitCuda, Trtllm1x128RuleMatchesCpuBitForBit) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t rows = 37, k = 1024, kb = k / 128;
+  std::vector<double> v = rand_tensor({rows * k}, DType::kFloat32, 91, -5, 5).to_double_vector();
+  for (int64_t i = 0; i < 128; ++i) v[3 * k + 256 + i] = 0.0;  // all zero
+  v[5 * k + 7] = 3.3895313892515355e38;                        // bf16's largest finite
+  v[5 * k + 8] = -3.3895313892515355e38;
+  for (int64_t i = 0; i < 128; ++i) v[9 * k + i] = (i % 3 - 1) * 1e-30 * (i + 1);  // tiny
+  for (int64_t stride : {k, k + 8, k + 4}) {  // 16-byte rows, and rows 8 bytes off
+    SCOPED_TRACE(::testing::Message() << "row stride " << stride);
+    Tensor x = Tensor::zeros({rows, stride}, DType::kBFloat16);
+    x.slice(1, 0, k).copy_(Tensor::from_vector(v, {rows, k}, DType::kBFloat16));
+    const Tensor xg = x.to(g);
+    auto quantize = [&](const Tensor& src, Device d) {
+      Tensor q = Tensor::zeros({rows, k}, DType::kFloat8E4M3FN, d);
+      Tensor sc = Tensor::zeros({rows, kb}, DType::kFloat32, d);
+      kernels::GroupQuant8Params p;
+      p.x = src.data_ptr();
+      p.x_stride_row = stride;
+      p.dtype = DType::kBFloat16;
+      p.q = q.data_ptr();
+      p.scales = sc.data<float>();
+      p.s_stride_row = kb;
+      p.rows = rows;
+      p.k = k;
+      p.trtllm_1x128 = true;
+      if (d.is_cuda()) {
+        kernels::cuda::per_token_group_quant_8bit(p, current_cuda_stream());
+      } else {
+        kernels::cpu::per_token_group_quant_8bit(p);
+      }
+      return std::pair<Tensor, Tensor>{q, sc};
+    };
+    const auto [q, sc] = quantize(x, Device::cpu());
+    const auto [qg, scg] = quantize(xg, g);
+    EXPECT_EQ(bytes_of(qg), bytes_of(q));
+    EXPECT_EQ(bytes_of(scg), bytes_of(sc));
+    EXPECT_EQ(sc.data<float>()[3 * kb + 2], 1.0f);  // the all-zero block
+  }
+}
+#endif
 
 TEST(PackBits, Golden) {
   Tensor x = bools({1, 0, 1, 1, 0, 0, 0, 1, 1, 1});
