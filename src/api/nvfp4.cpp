@@ -517,7 +517,15 @@ Tensor nvfp4_kv_dequantize(const Tensor& fp4_data, const Tensor& block_scales,
         p.fp4_stride_m = k / 2;
         p.sf = const_cast<uint8_t*>(static_cast<const uint8_t*>(s.data_ptr()));
         p.sf_stride_m = k / 16;
-        p.global_scale = static_cast<float>(global_scale.to(Device::cpu()).item());
+        // On the data's device the kernel reads it there (no read back, so a CUDA graph
+        // captures the call, as upstream's kernel takes the pointer); a host scale by value.
+        const Tensor gsc =
+            global_scale.device() == fp4_data.device() ? global_scale.contiguous() : Tensor();
+        if (gsc.defined()) {
+          p.global_scale_ptr = gsc.data<float>();
+        } else {
+          p.global_scale = static_cast<float>(global_scale.to(Device::cpu()).item());
+        }
         api::launch(kKvDequantKernels, p, fp4_data.device(), op, "fp4_data");
         return out;
       },

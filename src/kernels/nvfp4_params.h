@@ -54,6 +54,9 @@ struct Nvfp4KvParams {
   uint8_t* sf = nullptr;  // [m, k/16]
   int64_t sf_stride_m = 0;
   float global_scale = 1.0f;
+  // Dequantize: the scale as one fp32 on the kernel's device, read there instead of
+  // global_scale (a device tensor's value, not read back to the host); null: global_scale.
+  const float* global_scale_ptr = nullptr;
 };
 
 /// nvfp4_quantize_paged_kv_cache for one cache: input [pages, A, B, head_dim] (NHD: A = page_size,

@@ -1098,6 +1098,41 @@ const std::vector<Fp4Case>& fp4_cases() {
   return cases;
 }
 
+// nvfp4_kv_dequantize with its global scale on the data's device (SGLang's FP4 KV cache, every
+// layer of a decode step): the kernel reads the scale there, as upstream's does, so nothing is
+// read back and the call captures in global mode; a replay after the scale tensor changes
+// dequantizes with the new value. The result is the CPU's, bit for bit, for each scale.
+TEST(Nvfp4OpsCuda, KvDequantizeReadsTheDeviceScaleAndCaptures) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+#if FLASHINFER_TEST_HAVE_CUDART
+  const Device dev = Device::cuda(0);
+  const auto [q, s] =
+      nvfp4_kv_quantize(rand_tensor({12, 64}, DType::kBFloat16, 21, -4, 4), f32({0.5}));
+  const Tensor qd = q.to(dev), sd = s.to(dev);
+  Tensor gs = f32({0.5}).to(dev);
+  EXPECT_EQ(bytes(host(nvfp4_kv_dequantize(qd, sd, gs))),
+            bytes(nvfp4_kv_dequantize(q, s, f32({0.5}))));
+  Tensor out = Tensor::zeros({12, 64}, DType::kBFloat16, dev);
+  const CudaGraphMemoryScope hold(0);  // the graph's blocks, freed after it is destroyed
+  testing::ReplayableGraph g;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(g, [&] { nvfp4_kv_dequantize(qd, sd, gs); }));
+  ASSERT_NO_FATAL_FAILURE(
+      testing::capture_for_replay(g, [&] { out.copy_(nvfp4_kv_dequantize(qd, sd, gs)); }));
+  for (double v : {0.5, 0.125}) {
+    gs.fill_(v);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(g.exec, g.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(g.stream), cudaSuccess);
+    EXPECT_EQ(bytes(host(out)), bytes(nvfp4_kv_dequantize(q, s, f32({v})))) << v;
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(g.exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(g.graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(g.stream), cudaSuccess);
+#else
+  GTEST_SKIP() << "built without the CUDA runtime for the tests";
+#endif
+}
+
 TEST(Nvfp4OpsCuda, ScaledFp4GroupedQuantizeMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device dev = Device::cuda(0);

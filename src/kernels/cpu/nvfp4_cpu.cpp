@@ -117,6 +117,7 @@ void kv_quantize_typed(const Nvfp4KvParams& p) {
 
 template <class T>
 void kv_dequantize_typed(const Nvfp4KvParams& p) {
+  const float gs = p.global_scale_ptr != nullptr ? *p.global_scale_ptr : p.global_scale;
 #pragma omp parallel for schedule(static) if (p.m * p.k >= (1 << 15))
   for (int64_t r = 0; r < p.m; ++r) {
     T* y = static_cast<T*>(const_cast<void*>(p.values)) + r * p.value_stride_m;
@@ -125,7 +126,7 @@ void kv_dequantize_typed(const Nvfp4KvParams& p) {
     for (int64_t c = 0; c < p.k; ++c) {
       const uint8_t byte = q[c / 2];
       const float e = e2m1_bits_to_float(c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte));
-      y[c] = from_float<T>(e * e4m3fn_bits_to_float(s[c / 16]) * p.global_scale);
+      y[c] = from_float<T>(e * e4m3fn_bits_to_float(s[c / 16]) * gs);
     }
   }
 }

@@ -39,7 +39,8 @@ __global__ void kv_dequantize_kernel(Nvfp4KvParams p) {
   const uint8_t code = c % 2 == 0 ? e2m1x2_low(byte) : e2m1x2_high(byte);
   const float e = e2m1_code_to_float(code);
   const float s = e4m3_code_to_float(p.sf[r * p.sf_stride_m + c / 16]);
-  const float y = __fmul_rn(__fmul_rn(e, s), p.global_scale);
+  const float gs = p.global_scale_ptr != nullptr ? *p.global_scale_ptr : p.global_scale;
+  const float y = __fmul_rn(__fmul_rn(e, s), gs);
   static_cast<Bits*>(const_cast<void*>(p.values))[r * p.value_stride_m + c] = Encode(y);
 }
 
