@@ -12,6 +12,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/kda_cpu.h"
 #include "kernels/kda_params.h"
@@ -179,6 +180,9 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       if (!given(ssm_idx)) {
         std::vector<double> ids(static_cast<size_t>(B * Tseq));
         for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<double>(i);
+        // Shapes only (upstream's torch.arange on the device): under a CUDA-graph capture the
+        // upload goes by value.
+        const detail::CaptureUploadScope by_value;
         ssm_idx = Tensor::from_vector(ids, {B, Tseq}, DType::kInt32).to(q.device());
         FLASHINFER_CHECK(given(initial_state) && initial_state->size(0) >= B * Tseq, op,
                          "initial_state",
