@@ -861,9 +861,6 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   };
   // A device-side plan (build_block_table_plan) is filled on the device by run().
   const bool on_device = s.device.is_cuda() && !s.sizing_only && !s.block_plan;
-  // The plan is host arithmetic on shapes and the host-side index arrays: when a call that plans
-  // as it runs (single prefill / decode) is captured into a CUDA graph, its upload goes by value.
-  const detail::CaptureUploadScope by_value;
   if (on_device && s.pos_encoding == 2) {
     const std::vector<double> slopes(s.alibi_slopes.begin(), s.alibi_slopes.end());
     refill(s.dev_alibi,

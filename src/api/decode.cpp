@@ -10,6 +10,7 @@
 #include "api/bench_backend.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -80,7 +81,12 @@ AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tenso
   s.kv_lens = {kv_len};
   s.total_qo = 1;
   s.total_kv = kv_len;
-  api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
+  {
+    // A one-request plan made from shapes on every call: under a CUDA-graph capture its upload
+    // goes by value.
+    const detail::CaptureUploadScope by_value;
+    api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
+  }
   AttentionRunOptions o;
   o.q_scale = q_scale;
   o.k_scale = k_scale;

@@ -10,6 +10,7 @@
 #include "api/bench_backend.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 #include "flashinfer/ops/attention.h"
 
 namespace flashinfer {
@@ -146,7 +147,12 @@ AttentionOutput single_prefill_impl(
   s.scale_q = head_scales(scale_q, q.size(1), q, op, "scale_q");
   s.scale_k = head_scales(scale_k, kn.size(1), q, op, "scale_k");
   s.scale_v = head_scales(scale_v, kn.size(1), q, op, "scale_v");
-  api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
+  {
+    // A one-request plan made from shapes on every call: under a CUDA-graph capture its upload
+    // goes by value (the graph keeps it, as upstream's kernels keep their shape arguments).
+    const detail::CaptureUploadScope by_value;
+    api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
+  }
   AttentionRunOptions o;
   o.k_scale = k_scale;
   o.v_scale = v_scale;

@@ -1488,17 +1488,28 @@ TEST(GemmFp8CublasLtCuda, Bf16InputIsQuantizedOnTheDeviceAsTheCpuFormulaSays) {
                             want.to(Device::cpu()), {0.0, 0.0}));
     }
   }
+  // Warmed up on the stream it is then captured on (cuBLASLt's plan, workspace and scratch are
+  // per stream, as an engine's warm-up makes them), global mode.
   const Tensor x = rand_tensor({24, k}, kBf, 80).to(g);
   Tensor out = Tensor::zeros({24, n}, kBf, g);
-  fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out);  // warm-up
-  const std::vector<double> eager = out.to_double_vector();
-  out.fill_(0.0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<double> eager;
   {
+    const CurrentStreamScope on(stream);
+    fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    eager = out.to_double_vector();
+    ASSERT_EQ(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(24 * n) * 2, stream),
+              cudaSuccess);
     const CudaGraphMemoryScope hold(0);
-    ASSERT_NO_FATAL_FAILURE(
-        capture_on_own_stream([&] { fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out); }));
+    ASSERT_NO_FATAL_FAILURE(capture_and_launch(stream, cudaStreamCaptureModeGlobal, [&] {
+      fp8_blockscale_gemm_sm90(x, w, std::nullopt, sw, out);
+    }));
   }
   EXPECT_EQ(out.to_double_vector(), eager);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 #endif  // FLASHINFER_TEST_HAVE_CUDART

@@ -16,14 +16,25 @@ namespace flashinfer::testing {
 
 // Captures what `call` queues on `stream` (capture `mode`) into a graph, launches the graph once
 // on `stream` and waits for it; the graph is destroyed after. Call it under
-// ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here.
-// `kernel_nodes`, when given, gets the number of kernel nodes the graph holds.
+// ASSERT_NO_FATAL_FAILURE: a CUDA error fails the test here; a call that throws ends the capture
+// (its graph discarded) before the exception leaves. `kernel_nodes`, when given, gets the number of
+// kernel nodes the graph holds.
 inline void capture_and_launch(cudaStream_t stream, cudaStreamCaptureMode mode,
                                const std::function<void()>& call,
                                std::size_t* kernel_nodes = nullptr) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, mode), cudaSuccess);
-  call();
+  try {
+    call();
+  } catch (...) {
+    // End the capture before the exception leaves: a stream left capturing fails every later
+    // CUDA call of the binary's other tests.
+    cudaGraph_t discarded = nullptr;
+    (void)cudaStreamEndCapture(stream, &discarded);
+    if (discarded != nullptr) cudaGraphDestroy(discarded);
+    (void)cudaGetLastError();
+    throw;
+  }
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   if (kernel_nodes != nullptr) {
     std::size_t n = 0;
