@@ -293,10 +293,14 @@ void cuda_memset_async(void* dst, int byte, std::size_t nbytes, int device) {
 // graph form: both are refused by name before they break the capture.
 namespace {
 constexpr std::size_t kMaxCapturedUpload = std::size_t{4} << 20;
+// Graph nodes a copy by value may add: 4 MiB in whole chunks (a 2-D copy takes one or more a row).
+constexpr std::size_t kMaxCapturedLaunches =
+    (kMaxCapturedUpload + kernels::cuda::kBytesByValueChunk - 1) /
+    kernels::cuda::kBytesByValueChunk;
 thread_local int t_capture_upload_depth = 0;
 
 // Whether the current stream is being captured; a copy it cannot capture is refused.
-bool captured_upload(CopyKind kind, std::size_t nbytes) {
+bool captured_upload(CopyKind kind, std::size_t nbytes, std::size_t rows = 1) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t err =
       cudaStreamIsCapturing(static_cast<cudaStream_t>(current_cuda_stream()), &status);
@@ -310,10 +314,13 @@ bool captured_upload(CopyKind kind, std::size_t nbytes) {
                         "a host tensor copied to the device while the current stream is captured "
                         "into a CUDA graph (a replay would not see its later contents): pass a "
                         "device tensor");
-  FLASHINFER_CHECK_CODE(nbytes <= kMaxCapturedUpload, ErrorCode::kCuda, "Tensor.copy_", "src",
-                        "a host-to-device copy of ", nbytes,
-                        " bytes while the current stream is captured into a CUDA graph (at most ",
-                        kMaxCapturedUpload, " are captured by value)");
+  const std::size_t chunks =
+      (nbytes + kernels::cuda::kBytesByValueChunk - 1) / kernels::cuda::kBytesByValueChunk;
+  FLASHINFER_CHECK_CODE(
+      nbytes * rows <= kMaxCapturedUpload && chunks * rows <= kMaxCapturedLaunches,
+      ErrorCode::kCuda, "Tensor.copy_", "src", "a host-to-device copy of ", rows, " x ", nbytes,
+      " bytes while the current stream is captured into a CUDA graph (at most ", kMaxCapturedUpload,
+      " bytes in ", kMaxCapturedLaunches, " launches are captured by value)");
   return true;
 }
 }  // namespace
@@ -370,7 +377,7 @@ void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
                     std::size_t width, std::size_t height, CopyKind kind, int device) {
   if (width == 0 || height == 0) return;
   DeviceGuard g(device);
-  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, width * height)) {
+  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, width, height)) {
     for (std::size_t r = 0; r < height; ++r) {  // row by row: the rows are apart on both sides
       kernels::cuda::copy_bytes_by_value(static_cast<char*>(dst) + r * dpitch,
                                          static_cast<const char*>(src) + r * spitch, width,
