@@ -307,9 +307,13 @@ bool captured_upload(CopyKind kind, std::size_t nbytes, std::size_t rows = 1) {
   if (err != cudaSuccess) (void)cudaGetLastError();  // global capture elsewhere: the copy fails
   if (err != cudaSuccess || status == cudaStreamCaptureStatusNone) return false;
   note_graph_capture();
-  FLASHINFER_CHECK_CODE(kind == CopyKind::kHostToDevice, ErrorCode::kCuda, "Tensor.copy_", "src",
+  FLASHINFER_CHECK_CODE(kind != CopyKind::kDeviceToHost, ErrorCode::kCuda, "Tensor.copy_", "src",
                         "a copy to the host while the current stream is captured into a CUDA "
                         "graph (a graph cannot hand values back to the host)");
+  // (The synchronous device-to-device copy is the one between two devices.)
+  FLASHINFER_CHECK_CODE(kind == CopyKind::kHostToDevice, ErrorCode::kCuda, "Tensor.copy_", "src",
+                        "a copy between two devices while the current stream is captured into a "
+                        "CUDA graph (it synchronizes)");
   FLASHINFER_CHECK_CODE(t_capture_upload_depth > 0, ErrorCode::kCuda, "Tensor.copy_", "src",
                         "a host tensor copied to the device while the current stream is captured "
                         "into a CUDA graph (a replay would not see its later contents): pass a "
@@ -331,7 +335,7 @@ CaptureUploadScope::~CaptureUploadScope() { --t_capture_upload_depth; }
 void cuda_memcpy(void* dst, const void* src, std::size_t nbytes, CopyKind kind, int device) {
   if (nbytes == 0) return;
   DeviceGuard g(device);
-  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, nbytes)) {
+  if (captured_upload(kind, nbytes)) {
     kernels::cuda::copy_bytes_by_value(dst, src, nbytes, current_cuda_stream());
     return;
   }
@@ -377,7 +381,7 @@ void cuda_memcpy_2d(void* dst, std::size_t dpitch, const void* src, std::size_t 
                     std::size_t width, std::size_t height, CopyKind kind, int device) {
   if (width == 0 || height == 0) return;
   DeviceGuard g(device);
-  if (kind != CopyKind::kDeviceToDevice && captured_upload(kind, width, height)) {
+  if (captured_upload(kind, width, height)) {
     for (std::size_t r = 0; r < height; ++r) {  // row by row: the rows are apart on both sides
       kernels::cuda::copy_bytes_by_value(static_cast<char*>(dst) + r * dpitch,
                                          static_cast<const char*>(src) + r * spitch, width,
