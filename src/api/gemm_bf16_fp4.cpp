@@ -151,8 +151,11 @@ Tensor mm_bf16_fp4(const Tensor& a, const Tensor& b, const Tensor& b_descale,
         FLASHINFER_CHECK(odt == DType::kBFloat16 || odt == DType::kFloat16, op, "out_dtype",
                          "must be torch.bfloat16 or torch.float16, got ", dtype_torch_name(odt));
         check_block_size(block_size, op);
-        const float al = gemm_bf16_fp4_check_alpha(alpha, a.device(), op, false);
+        // Checked, then the backend's refusal (sm90 here), then read: a refused call reads nothing
+        // back from the device.
+        gemm_bf16_fp4_check_alpha(alpha, a.device(), op, false, /*read=*/false);
         api::check_backend(op, backend, a.device());
+        const float al = gemm_bf16_fp4_check_alpha(alpha, a.device(), op, false);
         const Bf16Fp4Layout layout = layout_of(backend);
         api::check_defined(b, op, "b");
         api::check_dim(b, {2}, op, "b");

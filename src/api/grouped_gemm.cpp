@@ -1209,6 +1209,8 @@ void masked_impl(const std::tuple<Tensor, Tensor>& lhs, const std::tuple<Tensor,
                    shape_to_string({m, n, l}), ", got ", shape_to_string(out.shape()));
   api::check_writable(out, op, "out");
   api::check_same_device(masked_m, A, op, "masked_m", "lhs");
+  // kCpuOnly's refusal of another device first, so a refused call reads nothing back from it.
+  if (!A.device().is_cpu()) api::launch_detail::no_backend(op, "lhs", A.device());
   const std::vector<int64_t> mm = index_to_host(masked_m, op, "masked_m", l, true);
   for (int64_t g = 0; g < l; ++g) {
     const int64_t v = mm[static_cast<std::size_t>(g)];
