@@ -149,7 +149,7 @@ class CudaDeviceScope {
   CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
 
  private:
-  int previous_ = -1;  // the device to restore; -1: nothing was changed
+  [[maybe_unused]] int previous_ = -1;  // the device to restore; -1: nothing was changed
 };
 
 /// "13.0" for the runtime the backend was built with.
