@@ -1388,6 +1388,38 @@ TEST(HashTopk, BadInput) {
       "tid2eid");
 }
 
+// On CUDA the ids are checked by the kernel, on the device: valid tokens match the CPU (ids
+// exactly, weights within a few ulps: the device's expf / log1pf); a token whose id is outside the
+// table (3, -1) or whose row names an expert outside [0, 8) (row 2) gets routed ids -1 and NaN
+// weights, its shared slot as usual, and nothing is read out of bounds (compute-sanitizer memcheck
+// would say).
+TEST(HashTopkCuda, BadIdsGiveNanRowsOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  Tensor logits = rand_tensor({5, 8}, DType::kFloat32, 31);
+  Tensor table = Tensor::from_vector({0, 1, 7, 4, 2, 9}, {3, 2}, DType::kInt32);
+  Tensor toks = Tensor::from_vector({0, 3, 1, -1, 2}, {5}, DType::kInt64);
+  auto [w, ids] = hash_topk(logits.to(g), toks.to(g), table.to(g), 1, 2.0);
+  const auto wv = w.to(Device::cpu()).to_double_vector();
+  const auto iv = ids.to(Device::cpu()).to_double_vector();
+  for (int64_t t : {0, 2}) {  // valid: the CPU's
+    auto [cw, cids] = hash_topk(logits.slice(0, t, t + 1), toks.slice(0, t, t + 1), table, 1, 2.0);
+    const auto cwv = cw.to_double_vector(), civ = cids.to_double_vector();
+    for (int64_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(wv[t * 3 + k], cwv[k], 1e-6 * std::fabs(cwv[k])) << t << " " << k;
+      EXPECT_EQ(iv[t * 3 + k], civ[k]) << t << " " << k;
+    }
+  }
+  for (int64_t t : {1, 3, 4}) {  // id outside the table (3, -1); row 2 names expert 9
+    for (int64_t k = 0; k < 2; ++k) {
+      EXPECT_TRUE(std::isnan(wv[t * 3 + k])) << t << " " << k;
+      EXPECT_EQ(iv[t * 3 + k], -1) << t << " " << k;
+    }
+    EXPECT_EQ(wv[t * 3 + 2], 0.5) << t;  // the shared slot: 1 / routed_scaling_factor
+    EXPECT_EQ(iv[t * 3 + 2], 8) << t;
+  }
+}
+
 // ---- trtllm_bf16_moe
 // ------------------------------------------------------------------------------
 

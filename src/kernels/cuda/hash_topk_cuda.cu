@@ -1,3 +1,5 @@
+// hash_topk on CUDA: one thread per token, the table's experts, their weights sqrt(softplus(x))
+// normalized over the routed experts, the shared slot after them.
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/hash_topk_cuda.h"
 
@@ -14,8 +16,20 @@ __global__ void hash_topk_kernel(HashTopkParams p) {
   const int64_t width = p.topk + p.num_shared;
   float* w = p.weights + t * width;
   int32_t* ids = p.topk_ids + t * width;
+  // A token whose id is outside the table, or whose row names an expert outside
+  // [0, num_experts), gets routed ids -1 and NaN weights (the CPU refuses such a call): checked
+  // here, on the device, so nothing is read out of bounds and nothing goes through the host.
+  bool ok = v >= 0 && v < p.vocab;
+  for (int64_t k = 0; ok && k < p.topk; ++k) {
+    const int32_t e = p.tid2eid[v * p.table_stride + k];
+    ok = e >= 0 && e < p.num_experts;
+  }
   float sum = 0.0f;
-  for (int64_t k = 0; k < p.topk; ++k) {
+  for (int64_t k = 0; k < p.topk && !ok; ++k) {
+    w[k] = __int_as_float(0x7fc00000);
+    ids[k] = -1;
+  }
+  for (int64_t k = 0; k < p.topk && ok; ++k) {
     const int32_t e = p.tid2eid[v * p.table_stride + k];
     const float x = p.logits[t * p.logits_stride + e];
     // softplus with torch's threshold: x itself above 20.
@@ -24,7 +38,7 @@ __global__ void hash_topk_kernel(HashTopkParams p) {
     ids[k] = e;
     sum = __fadd_rn(sum, w[k]);
   }
-  for (int64_t k = 0; k < p.topk; ++k) w[k] = __fdiv_rn(w[k], sum);
+  for (int64_t k = 0; k < p.topk && ok; ++k) w[k] = __fdiv_rn(w[k], sum);
   if (p.num_shared > 0) {
     w[p.topk] = __fdiv_rn(1.0f, p.routed_scaling_factor);
     ids[p.topk] = static_cast<int32_t>(p.num_experts);
