@@ -14,15 +14,14 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/quant8.h"
 #include "api/tuple_arg.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/gemm_fp8_cpu.h"
-#include "kernels/cpu/quant8_cpu.h"
 #include "kernels/quant8_params.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/gemm_fp8_cuda.h"
-#include "kernels/cuda/quant8_cuda.h"
 #endif
 
 namespace flashinfer {
@@ -68,7 +67,7 @@ constexpr KernelEntry<ScaledGemmCall> kScaledGemmKernels[] = {
 };
 
 // fp8_blockscale_gemm_sm90 (upstream runs TRT-LLM's SM90 DeepGEMM kernel): the same block-scaled
-// GEMM kernels as the ops above; a BF16 input is quantized 1x128 first (kActQuantKernels).
+// GEMM kernels as the ops above; a BF16 input is quantized 1x128 first (below).
 constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
     {DeviceType::kCPU, kGemmFp8CpuImpl, nullptr,
      [](const ScaledGemmCall& c, const LaunchContext&) { kernels::cpu::block_scaled_gemm(c.p); }},
@@ -79,23 +78,6 @@ constexpr KernelEntry<ScaledGemmCall> kSm90Kernels[] = {
      "cuBLASLt refuses the problem, the tiled fp32 CUDA kernel of this build (per-K-block "
      "scaling as the CPU). A BF16 input is quantized 1x128 on the device first",
      nullptr, [](const ScaledGemmCall& c, const LaunchContext& ctx) { gemm_fp8_run_cuda(c, ctx); }},
-#endif
-};
-
-// fp8_blockscale_gemm_sm90's BF16 input quantized per 1x128 block (TRT-LLM's scale_1x128_kernel,
-// which upstream's kernel runs first) on the input's device: per_token_group_quant_8bit's
-// kernels under the 1x128 rule (GroupQuant8Params::trtllm_1x128), the CPU's arithmetic on both.
-// On CUDA nothing goes through the host, so a CUDA graph captures the call.
-constexpr KernelEntry<kernels::GroupQuant8Params> kActQuantKernels[] = {
-    {DeviceType::kCPU, "CPU reference: one pass per 1x128 block, OpenMP rows", nullptr,
-     [](const kernels::GroupQuant8Params& p, const LaunchContext&) {
-       kernels::cpu::per_token_group_quant_8bit(p);
-     }},
-#if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "CUDA kernel: one warp per 1x128 block", nullptr,
-     [](const kernels::GroupQuant8Params& p, const LaunchContext& c) {
-       kernels::cuda::per_token_group_quant_8bit(p, c.stream);
-     }},
 #endif
 };
 
@@ -423,7 +405,8 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
         Tensor result = gemm_fp8_make_out(out, out_dtype, {m, n}, input.device(), op);
         if (!in_fp8) {
           // TRT-LLM's 1x128 activation quantization, as upstream's kernel runs it first, on the
-          // input's device (kActQuantKernels).
+          // input's device: per_token_group_quant_8bit's kernels under the 1x128 rule, the CPU's
+          // arithmetic on both; on CUDA nothing goes through the host, so a graph captures it.
           FLASHINFER_CHECK(input.stride(1) == 1, op, "input",
                            "a BF16 input must be row-major (stride(1) == 1), got strides ",
                            shape_to_string(input.strides()));
@@ -443,7 +426,7 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
           qp.k = k;
           qp.group_size = 128;
           qp.trtllm_1x128 = true;
-          api::launch(kActQuantKernels, qp, input.device(), op, "input");
+          api::launch_group_quant_8bit(qp, input.device(), op, "input");
         }
         BlockScaledGemmParams p;
         p.a = a.data_ptr();

@@ -8,6 +8,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/quant8.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quant8.h"
 #include "kernels/cpu/quant8_cpu.h"
@@ -108,7 +109,7 @@ std::tuple<Tensor, Tensor> group_quant_impl(const Tensor& x, int64_t group_size,
                                                : 57344.0f;
   p.qmin = out_dtype == DType::kInt8 ? -128.0f : -p.qmax;
   p.ue8m0 = ue8m0;
-  api::launch(kGroupQuantKernels, p, x.device(), op, "x");
+  api::launch_group_quant_8bit(p, x.device(), op, "x");
   return {q, s};
 }
 
@@ -265,5 +266,12 @@ void register_quant8_ops(OpRegistry& r) {
   register_bench_hook("segment_packbits", bench_segment_packbits);
 }
 }  // namespace detail
+
+namespace api {
+void launch_group_quant_8bit(const kernels::GroupQuant8Params& p, Device device, const char* op,
+                             const char* arg) {
+  launch(kGroupQuantKernels, p, device, op, arg);
+}
+}  // namespace api
 
 }  // namespace flashinfer

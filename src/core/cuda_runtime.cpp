@@ -301,12 +301,7 @@ thread_local int t_capture_upload_depth = 0;
 
 // Whether the current stream is being captured; a copy it cannot capture is refused.
 bool captured_upload(CopyKind kind, std::size_t nbytes, std::size_t rows = 1) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaError_t err =
-      cudaStreamIsCapturing(static_cast<cudaStream_t>(current_cuda_stream()), &status);
-  if (err != cudaSuccess) (void)cudaGetLastError();  // global capture elsewhere: the copy fails
-  if (err != cudaSuccess || status == cudaStreamCaptureStatusNone) return false;
-  note_graph_capture();
+  if (!cuda_current_stream_capturing()) return false;
   FLASHINFER_CHECK_CODE(kind != CopyKind::kDeviceToHost, ErrorCode::kCuda, "Tensor.copy_", "src",
                         "a copy to the host while the current stream is captured into a CUDA "
                         "graph (a graph cannot hand values back to the host)");

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::kernels {
 
@@ -28,6 +29,9 @@ struct GroupQuant8Params {
   // scale_1x128_kernel): quant = 448 / amax in fp32 (1 for an all-zero group), code =
   // e4m3(x * quant) saturating, stored scale 1 / quant; eps, qmax, qmin and ue8m0 unused.
   bool trtllm_1x128 = false;
+
+  /// The elements from one row of x to the next (x_stride_row, or k for dense rows).
+  FLASHINFER_HD int64_t x_row_stride() const { return x_stride_row != 0 ? x_stride_row : k; }
 };
 
 }  // namespace flashinfer::kernels

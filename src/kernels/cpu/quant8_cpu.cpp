@@ -22,7 +22,7 @@ float f32(const T& v) {
 template <class T>
 void quant_rows(const GroupQuant8Params& p) {
   const int64_t groups = p.k / p.group_size;
-  const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+  const int64_t xs = p.x_row_stride();
 #pragma omp parallel for schedule(static) if (p.rows * p.k >= (1 << 16))
   for (int64_t r = 0; r < p.rows; ++r) {
     const T* x = static_cast<const T*>(p.x) + r * xs;

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
   const int lane = threadIdx.x & 31;
   if (gid >= p.rows * groups) return;
   const int64_t r = gid / groups, g = gid % groups;
-  const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+  const int64_t xs = p.x_row_stride();
   const T* x = static_cast<const T*>(p.x) + r * xs + g * p.group_size;
   float amax = 0.0f;
   for (int64_t i = lane; i < p.group_size; i += 32) amax = fmaxf(amax, fabsf(to_f32(x[i])));
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kQuant8WarpsPerBlock * 32)
   for (int64_t gid = static_cast<int64_t>(blockIdx.x) * kQuant8WarpsPerBlock + threadIdx.x / 32;
        gid < p.rows * groups; gid += static_cast<int64_t>(gridDim.x) * kQuant8WarpsPerBlock) {
     const int64_t r = gid / groups, g = gid % groups;
-    const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+    const int64_t xs = p.x_row_stride();
     const auto* x =
         reinterpret_cast<const Vec16<T>*>(static_cast<const T*>(p.x) + r * xs + g * p.group_size);
     float amax = 0.0f;
@@ -135,7 +135,7 @@ void per_token_group_quant_8bit(const GroupQuant8Params& p, void* stream) {
     // Groups start at multiples of group_size elements, so whole 16-byte chunks per group, rows
     // of x a multiple of 16 bytes apart and 16-byte aligned bases put every group's input and
     // output on 16-byte boundaries.
-    const int64_t xs = p.x_stride_row != 0 ? p.x_stride_row : p.k;
+    const int64_t xs = p.x_row_stride();
     const bool vec = (p.group_size * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                      (xs * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned16(p.x, 0, 1) &&
                      aligned16(p.q, 0, 1);
