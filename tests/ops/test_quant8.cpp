@@ -11,10 +11,10 @@
 #include "flashinfer/flashinfer.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
-#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 #include "kernels/cpu/quant8_cpu.h"
-#include "kernels/cuda/quant8_cuda.h"
 #include "kernels/quant8_params.h"
+#if FLASHINFER_TEST_HAVE_CUDA_HEADERS
+#include "kernels/cuda/quant8_cuda.h"
 #endif
 
 namespace flashinfer::testing {
@@ -160,11 +160,48 @@ TEST(PerTokenGroupQuant8bitCuda, VectorAndStridedKernelsMatchCpu) {
   }
 }
 
+// TRT-LLM's 1x128 rule on the CPU in its degenerate blocks, as the GPU computes them: a block
+// holding an inf has quant 448 / inf = 0 and scale inf, its infs' codes are NaN (inf * 0) and its
+// finite elements signed zeros; a block whose maximum is below 448 / FLT_MAX has quant inf and
+// scale 0, its zeros' codes NaN (0 * inf) and its other elements saturate to +-448. NaN is the
+// device's canonical positive NaN, 0x7F, whatever sign x86 gives the product.
+TEST(PerTokenGroupQuant8bit, Trtllm1x128RuleDegenerateBlocks) {
+  std::vector<float> x(256, 0.0f);
+  for (int i = 0; i < 128; ++i) x[i] = static_cast<float>(i % 5 - 2);
+  x[3] = INFINITY;
+  x[4] = -INFINITY;
+  for (int i = 128; i < 256; ++i) x[i] = (i % 3 - 1) * 1e-37f;
+  std::vector<uint8_t> q(256, 0x55);
+  std::vector<float> sc(2, -1.0f);
+  kernels::GroupQuant8Params p;
+  p.x = x.data();
+  p.dtype = DType::kFloat32;
+  p.q = q.data();
+  p.scales = sc.data();
+  p.s_stride_row = 2;
+  p.rows = 1;
+  p.k = 256;
+  p.trtllm_1x128 = true;
+  kernels::cpu::per_token_group_quant_8bit(p);
+  EXPECT_EQ(sc[0], INFINITY);
+  EXPECT_EQ(sc[1], 0.0f);
+  for (int i = 0; i < 128; ++i) {
+    SCOPED_TRACE(i);
+    const uint8_t want = i == 3 || i == 4 ? 0x7F : (x[i] < 0 ? 0x80 : 0x00);
+    EXPECT_EQ(q[i], want);
+  }
+  for (int i = 128; i < 256; ++i) {
+    SCOPED_TRACE(i);
+    const uint8_t want = x[i] == 0.0f ? 0x7F : (x[i] < 0 ? 0xFE : 0x7E);
+    EXPECT_EQ(q[i], want);
+  }
+}
+
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 // TRT-LLM's 1x128 rule (GroupQuant8Params::trtllm_1x128: fp8_blockscale_gemm_sm90's BF16 input)
 // through both kernel forms against the CPU reference, bit for bit: codes and scales of random
 // blocks, an all-zero block (scale 1), blocks whose maximum is bf16's largest finite value and a
-// tiny normal one, mixed signs; rows 16-byte aligned (the vector kernel) and 8 bytes off (element
+// tiny normal one, the degenerate blocks of Trtllm1x128RuleDegenerateBlocks, mixed signs; rows 16-byte aligned (the vector kernel) and 8 bytes off (element
 // loads), both with row strides past k.
 TEST(PerTokenGroupQuant8bitCuda, Trtllm1x128RuleMatchesCpuBitForBit) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
@@ -175,6 +212,9 @@ TEST(PerTokenGroupQuant8bitCuda, Trtllm1x128RuleMatchesCpuBitForBit) {
   v[5 * k + 7] = 3.3895313892515355e38;                        // bf16's largest finite
   v[5 * k + 8] = -3.3895313892515355e38;
   for (int64_t i = 0; i < 128; ++i) v[9 * k + i] = (i % 3 - 1) * 1e-30 * (i + 1);  // tiny
+  // Degenerate blocks (NaN codes): an inf, and a maximum whose quant overflows.
+  v[11 * k + 130] = INFINITY;
+  for (int64_t i = 0; i < 128; ++i) v[13 * k + 512 + i] = (i % 3 - 1) * 1e-37;
   for (int64_t stride : {k, k + 8, k + 4}) {  // 16-byte rows, and rows 8 bytes off
     SCOPED_TRACE(::testing::Message() << "row stride " << stride);
     Tensor x = Tensor::zeros({rows, stride}, DType::kBFloat16);

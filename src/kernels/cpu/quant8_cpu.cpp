@@ -36,7 +36,11 @@ void quant_rows(const GroupQuant8Params& p) {
         const float quant = amax != 0.0f ? 448.0f / amax : 1.0f;
         p.scales[r * p.s_stride_row + g * p.s_stride_group] = 1.0f / quant;
         for (int64_t i = 0; i < p.group_size; ++i) {
-          q[i] = float_to_e4m3fn_bits(f32(xg[i]) * quant, /*saturate=*/true);
+          // A NaN product (0 * inf when the block's maximum is below ~1.3e-36 or inf * 0 when
+          // it holds an inf) is the GPU's canonical positive NaN, code 0x7F; x86 would make it
+          // negative (0xFF).
+          const float v = f32(xg[i]) * quant;
+          q[i] = std::isnan(v) ? uint8_t{0x7F} : float_to_e4m3fn_bits(v, /*saturate=*/true);
         }
         continue;
       }
