@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
-#include "ops/op_test_util.h"
-#include "util/test_util.h"
 #include "kernels/cpu/quant8_cpu.h"
 #include "kernels/quant8_params.h"
+#include "ops/op_test_util.h"
+#include "util/test_util.h"
 #if FLASHINFER_TEST_HAVE_CUDA_HEADERS
 #include "kernels/cuda/quant8_cuda.h"
 #endif
@@ -201,8 +201,9 @@ TEST(PerTokenGroupQuant8bit, Trtllm1x128RuleDegenerateBlocks) {
 // TRT-LLM's 1x128 rule (GroupQuant8Params::trtllm_1x128: fp8_blockscale_gemm_sm90's BF16 input)
 // through both kernel forms against the CPU reference, bit for bit: codes and scales of random
 // blocks, an all-zero block (scale 1), blocks whose maximum is bf16's largest finite value and a
-// tiny normal one, the degenerate blocks of Trtllm1x128RuleDegenerateBlocks, mixed signs; rows 16-byte aligned (the vector kernel) and 8 bytes off (element
-// loads), both with row strides past k.
+// tiny normal one, the degenerate blocks of Trtllm1x128RuleDegenerateBlocks, mixed signs; rows
+// 16-byte aligned (the vector kernel) and 8 bytes off (element loads), both with row strides past
+// k.
 TEST(PerTokenGroupQuant8bitCuda, Trtllm1x128RuleMatchesCpuBitForBit) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();
