@@ -528,12 +528,44 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
                     (variant & ~pf::kPrefillSoftCap) == 0 &&
                     pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
   if (max_grid > 0 && tall) max_grid = max_grid_tall;
-  int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
-  chunk = round_kv_chunk_to_tiles(chunk, 1,
-                                  prefill_chunk_tile(int64_t{max_rows} * group, head_dim_qk,
-                                                     head_dim_vo, variant, tall ? 2 : 0));
+  constexpr int64_t kMinChunk = 128;
+  const int64_t tile = prefill_chunk_tile(int64_t{max_rows} * group, head_dim_qk, head_dim_vo,
+                                          variant, tall ? 2 : 0);
+  int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, kMinChunk) : 0;
+  chunk = round_kv_chunk_to_tiles(chunk, 1, tile);
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
   plan.partial_rows_capacity = plan.num_partial_rows;
+  plan.min_kv_chunk = static_cast<int32_t>(round_kv_chunk_to_tiles(kMinChunk, 1, tile));
+  return plan;
+}
+
+kernels::AttentionPlan ragged_worst_case_plan(kernels::BlockTablePlan& bp, int32_t group,
+                                              int32_t num_kv_heads, int32_t head_dim_qk,
+                                              int32_t head_dim_vo, int64_t max_grid,
+                                              int32_t& max_rows, int64_t max_grid_tall,
+                                              const char* op) {
+  const int32_t batch = bp.batch, q_len = bp.q_len;
+  std::vector<int32_t> cu(static_cast<std::size_t>(batch) + 1), lens(batch, bp.max_seq_len);
+  for (int32_t b = 0; b <= batch; ++b) cu[b] = b * q_len;
+  kernels::AttentionPlan plan =
+      one_shot_plan(cu.data(), lens.data(), batch, group, num_kv_heads, head_dim_qk, head_dim_vo, 0,
+                    max_grid, max_rows, max_grid_tall);
+  bp.tile_rows = std::max<int32_t>(1, plan.cta_tile_q);
+  const int64_t tiles = kernels::block_plan_tiles(bp);
+  const auto items = static_cast<int64_t>(plan.work.size());
+  const int64_t chunks = tiles > 0 && batch > 0 ? items / (int64_t{batch} * tiles) : 1;
+  // The worst case's partition is the layout the rules reproduce; anything else is a bug here.
+  FLASHINFER_CHECK_CODE(
+      chunks >= 1 && items == int64_t{batch} * tiles * chunks &&
+          (chunks == 1 ? !plan.split_kv
+                       : plan.split_kv && plan.num_partial_rows == int64_t{batch} * q_len * chunks),
+      ErrorCode::kInternal, op, "", "the worst-case plan is not the device plan's layout");
+  FLASHINFER_CHECK(plan.num_partial_rows < std::numeric_limits<int32_t>::max(), op, "max_q_len",
+                   "the worst case's split-KV partial rows past the int32 range");
+  bp.num_chunks = static_cast<int32_t>(chunks);
+  bp.chunk_tokens = plan.split_kv ? plan.kv_chunk_size : 0;
+  bp.min_chunk_tokens = std::max(1, std::min(plan.min_kv_chunk, plan.kv_chunk_size));
+  bp.empty_row = plan.split_kv ? static_cast<int32_t>(plan.num_partial_rows) : -1;
   return plan;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "api/kernel_table.h"
 #include "api/ragged_attention.h"
 #include "flashinfer/op_typed.h"
+#include "kernels/block_table_plan.h"
 #include "kernels/cpu/ragged_attention_cpu.h"
 #include "kernels/ragged_attention_params.h"
 #if FLASHINFER_WITH_CUDA
@@ -124,6 +126,125 @@ void register_ragged_attention_backends(std::string_view op) {
   register_backends(op, kRaggedKernels);
 }
 
+#if FLASHINFER_WITH_CUDA
+namespace {
+
+// The device tensors of a call planned on the device (run_ragged_attention_planned_on_device).
+struct RaggedDeviceLengths {
+  const Tensor* seq_lens = nullptr;  // int32 [batch], any stride
+  Tensor cu_q, cu_kv;                // int32 [batch + 1], contiguous
+  int64_t max_q_len = 0, max_kv_len = 0, kv_rows = 0;
+};
+
+// `p` with its index arrays on the device, read by the kernels only (nothing comes back to the
+// host, nothing synchronizes, a CUDA graph captures the call): the grid is planned on the host for
+// the worst case, every request max_q_len queries over max_kv_len keys (upstream's trtllm-gen
+// kernels size their grid the same way), and the plan kernel of kernels/block_table_plan.h (its
+// ragged K/V form) fills that grid's arrays from the real lengths, checking them by the host's
+// rules first: a request they refuse gets NaN rows, a call they refuse NaN everywhere. The FA2
+// kernel's items where it fits, else the warp-per-row kernel through the plan's row map.
+void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, Device device,
+                                            const char* op, const char* arg,
+                                            std::optional<bool> enable_pdl, const Tensor* workspace,
+                                            const RaggedDeviceLengths& in) {
+  const flashinfer::detail::CudaDeviceScope on_device(device);
+  const int32_t batch = p.batch;
+  // A request never has more queries than the query tensor has rows, nor more keys than the key
+  // tensor: bounds past those only grow the grid.
+  const auto q_len = static_cast<int32_t>(std::min<int64_t>(in.max_q_len, p.rows));
+  const auto worst_kv = static_cast<int32_t>(std::min(in.max_kv_len, in.kv_rows));
+  FLASHINFER_CHECK(int64_t{batch} * q_len <= std::numeric_limits<int32_t>::max(), op, "max_q_len",
+                   "batch_size x max_q_len past the int32 range");
+  kernels::BlockTablePlan bp;
+  bp.seq_lens = in.seq_lens->data<const int32_t>();
+  bp.seq_lens_stride = in.seq_lens->stride(0);
+  bp.max_blocks = worst_kv;
+  bp.page_size = 1;
+  bp.batch = batch;
+  bp.q_len = q_len;
+  bp.cu_q = in.cu_q.data<const int32_t>();
+  bp.total_rows = p.rows;
+  bp.cu_kv = in.cu_kv.data<const int32_t>();
+  bp.kv_rows = in.kv_rows;
+  bp.max_seq_len = worst_kv;
+  bp.causal = false;  // a ragged request may have more queries than keys (they see none)
+
+  kernels::AttentionPlan plan;
+  const bool fa2 = kernels::cuda::ragged_fa2_eligible(p);
+  if (fa2) {
+    const int tall = kernels::cuda::ragged_hopper_blocks_per_sm(p, device.index);
+    plan = api::ragged_worst_case_plan(
+        bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
+        api::tensor_core_max_grid(device), p.fa2_max_rows,
+        tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)), op);
+  }
+  // The arrays, in the stream's scratch: indptrs, lengths, then the FA2 items and merge arrays or
+  // the warp kernel's row map; the partials (one more row: the idle chunks' empty state) after
+  // them from a 256-byte boundary, unless the caller's workspace holds them.
+  const int64_t merges = plan.split_kv ? int64_t{batch} * q_len : 0;
+  const int64_t ints = 2 * (int64_t{batch} + 1) + batch +
+                       (fa2 ? static_cast<int64_t>(plan.work.size()) * 6 +
+                                  (plan.split_kv ? 2 * merges + 1 + merges * bp.num_chunks : 0)
+                            : int64_t{p.rows});
+  const int64_t partial_rows = plan.split_kv ? plan.num_partial_rows + 1 : 0;
+  const int64_t partial_floats = partial_rows * p.num_qo_heads * (p.head_dim_vo + 1);
+  const bool own_partials = partial_rows > 0 && workspace == nullptr;
+  const int64_t int_bytes = (4 * (ints + 1) + 255) / 256 * 256;
+  const api::BlockPlanScratch mem = api::block_plan_scratch(
+      device, static_cast<std::size_t>(int_bytes + (own_partials ? 4 * partial_floats : 0)), op);
+  auto* base = static_cast<int32_t*>(mem.data);
+  bp.qo_indptr = base;
+  bp.kv_indptr = bp.qo_indptr + batch + 1;
+  bp.kv_lens = bp.kv_indptr + batch + 1;
+  int32_t* next = bp.kv_lens + batch;
+  if (fa2) {
+    bp.work = reinterpret_cast<kernels::WorkItem*>(next);
+    next += plan.work.size() * 6;
+    if (plan.split_kv) {
+      bp.merge_indptr = next;
+      bp.merge_rows = bp.merge_indptr + merges + 1;
+      bp.merge_out_row = bp.merge_rows + merges * bp.num_chunks;
+      if (own_partials) {
+        bp.tmp_v = reinterpret_cast<float*>(static_cast<uint8_t*>(mem.data) + int_bytes);
+        bp.tmp_s = bp.tmp_v + partial_rows * p.num_qo_heads * p.head_dim_vo;
+      } else {
+        kernels::AttentionPlan sized = plan;  // the empty row too
+        sized.num_partial_rows = partial_rows;
+        const bool usable = workspace->device() == device && workspace->is_contiguous();
+        std::tie(bp.tmp_v, bp.tmp_s) = api::workspace_partials(
+            usable ? workspace->data_ptr() : nullptr, static_cast<int64_t>(workspace->nbytes()),
+            sized, p.num_qo_heads, p.head_dim_vo, op, "workspace_buffer");
+      }
+    }
+  } else {
+    bp.row_req = next;
+  }
+  kernels::block_plan_set_output(bp, p, p.num_qo_heads, p.head_dim_vo);
+  api::launch_block_table_plan(bp, device, op);
+
+  p.cu_q = bp.qo_indptr;
+  p.cu_kv = bp.kv_indptr;
+  p.kv_lens = bp.kv_lens;
+  p.row_req = bp.row_req;
+  if (fa2) {
+    p.fa2_work = bp.work;
+    p.fa2_num_work = static_cast<int32_t>(plan.work.size());
+    if (plan.split_kv) {
+      p.fa2_merge_indptr = bp.merge_indptr;
+      p.fa2_merge_rows = bp.merge_rows;
+      p.fa2_merge_out_row = bp.merge_out_row;
+      p.fa2_num_merge = static_cast<int32_t>(merges);
+      p.fa2_partial_rows = partial_rows;
+      p.tmp_v = bp.tmp_v;
+      p.tmp_s = bp.tmp_s;
+    }
+  }
+  launch(kRaggedKernels, p, device, op, arg, enable_pdl);  // `mem` released once queued
+}
+
+}  // namespace
+#endif
+
 }  // namespace api
 
 namespace {
@@ -221,21 +342,46 @@ AttentionOutput ragged_deepseek_ragged_impl(
   FLASHINFER_CHECK(window_left >= -1 && window_left < (int64_t{1} << 31), kRaggedDeepseekOp,
                    "window_left", "must be -1 (no window) or a non-negative count, got ",
                    window_left);
-  const std::vector<int32_t> lens =
-      api::index_to_host(seq_lens, kRaggedDeepseekOp, "seq_lens", batch_size);
-  const std::vector<int32_t> cq =
-      api::index_to_host(cum_seq_lens_q, kRaggedDeepseekOp, "cum_seq_lens_q", batch_size + 1);
-  const std::vector<int32_t> ckv =
-      api::index_to_host(cum_seq_lens_kv, kRaggedDeepseekOp, "cum_seq_lens_kv", batch_size + 1);
-  api::check_indptr(cq, kRaggedDeepseekOp, "cum_seq_lens_q");
-  api::check_indptr(ckv, kRaggedDeepseekOp, "cum_seq_lens_kv");
-  FLASHINFER_CHECK(cq.back() == nq, kRaggedDeepseekOp, "cum_seq_lens_q", "ends at ", cq.back(),
-                   " but query has ", nq, " rows");
-  FLASHINFER_CHECK(ckv.back() <= nk, kRaggedDeepseekOp, "cum_seq_lens_kv", "ends at ", ckv.back(),
-                   " but key has ", nk, " rows");
+  FLASHINFER_CHECK(max_q_len >= 0, kRaggedDeepseekOp, "max_q_len", "must be >= 0, got ", max_q_len);
+  FLASHINFER_CHECK(max_kv_len >= 0, kRaggedDeepseekOp, "max_kv_len", "must be >= 0, got ",
+                   max_kv_len);
+  // On CUDA the lengths stay on the device: the kernels read them, a plan kernel checks them by
+  // the rules below (a request they refuse: NaN rows; arrays they refuse: every row NaN), nothing
+  // is read back, and a CUDA graph captures the call. The host copies upstream takes as hints
+  // (q_seq_lens_cpu, kv_seq_lens_cpu) are then checked for shape only.
+#if FLASHINFER_WITH_CUDA
+  const bool device_plan = query.device().is_cuda() && batch_size > 0;
+#else
+  const bool device_plan = false;
+#endif
+  std::vector<int32_t> lens, cq, ckv;
+  if (device_plan) {
+    api::check_index_tensor(seq_lens, kRaggedDeepseekOp, "seq_lens", batch_size);
+    api::check_index_tensor(cum_seq_lens_q, kRaggedDeepseekOp, "cum_seq_lens_q", batch_size + 1);
+    api::check_index_tensor(cum_seq_lens_kv, kRaggedDeepseekOp, "cum_seq_lens_kv", batch_size + 1);
+    FLASHINFER_CHECK(nq <= std::numeric_limits<int32_t>::max(), kRaggedDeepseekOp, "query",
+                     "more than 2^31 - 1 rows");
+    FLASHINFER_CHECK(nk <= std::numeric_limits<int32_t>::max(), kRaggedDeepseekOp, "key",
+                     "more than 2^31 - 1 rows");
+    if (q_seq_lens_cpu) {
+      api::check_index_tensor(*q_seq_lens_cpu, kRaggedDeepseekOp, "q_seq_lens_cpu", batch_size);
+    }
+    if (kv_seq_lens_cpu) {
+      api::check_index_tensor(*kv_seq_lens_cpu, kRaggedDeepseekOp, "kv_seq_lens_cpu", batch_size);
+    }
+  } else {
+    lens = api::index_to_host(seq_lens, kRaggedDeepseekOp, "seq_lens", batch_size);
+    cq = api::index_to_host(cum_seq_lens_q, kRaggedDeepseekOp, "cum_seq_lens_q", batch_size + 1);
+    ckv = api::index_to_host(cum_seq_lens_kv, kRaggedDeepseekOp, "cum_seq_lens_kv", batch_size + 1);
+    api::check_indptr(cq, kRaggedDeepseekOp, "cum_seq_lens_q");
+    api::check_indptr(ckv, kRaggedDeepseekOp, "cum_seq_lens_kv");
+    FLASHINFER_CHECK(cq.back() == nq, kRaggedDeepseekOp, "cum_seq_lens_q", "ends at ", cq.back(),
+                     " but query has ", nq, " rows");
+    FLASHINFER_CHECK(ckv.back() <= nk, kRaggedDeepseekOp, "cum_seq_lens_kv", "ends at ", ckv.back(),
+                     " but key has ", nk, " rows");
+  }
   std::vector<int32_t> qlens;
-  int32_t max_kv = 0;
-  for (int64_t b = 0; b < batch_size; ++b) {
+  for (int64_t b = 0; b < batch_size && !device_plan; ++b) {
     const int32_t ql = cq[b + 1] - cq[b], kl = ckv[b + 1] - ckv[b];
     FLASHINFER_CHECK(lens[b] == kl, kRaggedDeepseekOp, "seq_lens", "element ", b, " (", lens[b],
                      ") disagrees with cum_seq_lens_kv (", kl, " rows)");
@@ -244,10 +390,11 @@ AttentionOutput ragged_deepseek_ragged_impl(
     FLASHINFER_CHECK(kl <= max_kv_len, kRaggedDeepseekOp, "max_kv_len", "request ", b, " has ", kl,
                      " keys, more than max_kv_len=", max_kv_len);
     qlens.push_back(ql);
-    max_kv = std::max(max_kv, kl);
   }
-  check_hint(q_seq_lens_cpu, qlens, "q_seq_lens_cpu");
-  check_hint(kv_seq_lens_cpu, lens, "kv_seq_lens_cpu");
+  if (!device_plan) {
+    check_hint(q_seq_lens_cpu, qlens, "q_seq_lens_cpu");
+    check_hint(kv_seq_lens_cpu, lens, "kv_seq_lens_cpu");
+  }
   const double s1 = api::fused_fp32_scale_value(bmm1_scale, kRaggedDeepseekOp, "bmm1_scale");
   const double s2 = api::fused_fp32_scale_value(bmm2_scale, kRaggedDeepseekOp, "bmm2_scale");
 
@@ -320,8 +467,23 @@ AttentionOutput ragged_deepseek_ragged_impl(
     p.bmm1_scale = static_cast<float>(s1);
     p.bmm2_scale = static_cast<float>(s2);
     p.causal = is_causal;
-    api::run_ragged_attention(p, query.device(), kRaggedDeepseekOp, "query", enable_pdl,
-                              &workspace_buffer);
+#if FLASHINFER_WITH_CUDA
+    if (device_plan) {
+      api::RaggedDeviceLengths in;
+      in.seq_lens = &seq_lens;
+      in.cu_q = cum_seq_lens_q.contiguous();
+      in.cu_kv = cum_seq_lens_kv.contiguous();
+      in.max_q_len = max_q_len;
+      in.max_kv_len = max_kv_len;
+      in.kv_rows = nk;
+      api::run_ragged_attention_planned_on_device(p, query.device(), kRaggedDeepseekOp, "query",
+                                                  enable_pdl, &workspace_buffer, in);
+    } else
+#endif
+    {
+      api::run_ragged_attention(p, query.device(), kRaggedDeepseekOp, "query", enable_pdl,
+                                &workspace_buffer);
+    }
   }
   AttentionOutput r;
   r.out = out;

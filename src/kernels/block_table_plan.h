@@ -24,6 +24,10 @@
 // trtllm_batch_decode_with_kv_cache_mla (and xqa's MLA form) run the MLA kernels, a block per
 // query row: the same kernel writes their arrays instead (row_req, max_kv), with length 0 and
 // row_req -1 for a refused request, whose rows the MLA kernels then skip.
+//
+// trtllm_ragged_attention_deepseek plans the same way over ragged K/V (cu_kv: no block table, a
+// request's keys are rows of the key tensor), with its host checks' rules for both index arrays;
+// its warp-per-row kernel (non-16-bit dtypes) reads row_req, a row's request or -1.
 #pragma once
 
 #include <cmath>
@@ -51,6 +55,14 @@ struct BlockTablePlan {
   // queries each. (The MLA form, a row each through row_req, takes uniform counts only.)
   const int32_t* cu_q = nullptr;
   int64_t total_rows = 0;
+  // Ragged K/V (trtllm_ragged_attention_deepseek's cum_seq_lens_kv, on the device; needs cu_q):
+  // request b's keys are rows cu_kv[b] .. cu_kv[b + 1] of the key tensor's kv_rows, and
+  // seq_lens[b] must be their count. No block table (block_tables null; page_size 1, max_blocks =
+  // max_seq_len). The host's rules for the arrays then hold: cum_seq_lens_q ends at total_rows,
+  // cum_seq_lens_kv starts at 0, never decreases and ends inside the key tensor; a break refuses
+  // the call (every output row NaN: block_plan_refuse_all_rows).
+  const int32_t* cu_kv = nullptr;
+  int64_t kv_rows = 0;
   int32_t tile_rows = 1;  // queries a work item (the plan's cta_tile_q)
   int32_t max_seq_len = 0;
   bool causal = false;
@@ -69,8 +81,10 @@ struct BlockTablePlan {
   int32_t* merge_out_row = nullptr;  // [batch * q_len]
   // MLA (MlaAttentionParams): each query row's request, -1 for a refused request's rows (the MLA
   // kernels skip those), and the longest accepted length, which sizes the kernels' KV chunks
-  // (max_kv_dev; zeroed by the launcher, then raised by each request's block).
-  int32_t* row_req = nullptr;  // [batch * q_len]
+  // (max_kv_dev; zeroed by the launcher, then raised by each request's block). With cu_q (the
+  // ragged call's warp-per-row kernel) the map covers the query tensor's total_rows: the launcher
+  // sets it to -1 first, each request's block writes its rows.
+  int32_t* row_req = nullptr;  // [batch * q_len], or [total_rows] with cu_q
   int32_t* max_kv = nullptr;   // [1]
   // Split plans: the partials and the empty state's row.
   float* tmp_v = nullptr;  // [rows, Hq, Dvo]
@@ -212,6 +226,7 @@ FLASHINFER_HD int32_t block_plan_merge_row(const BlockTablePlan& p, int32_t b, i
 /// `tid` of `nthreads` checks is outside the cache: thread t takes blocks t, t + nthreads, ...
 FLASHINFER_HD bool block_plan_pages_bad(const BlockTablePlan& p, int32_t b, int64_t len, int tid,
                                         int nthreads) {
+  if (p.block_tables == nullptr) return false;  // ragged K/V (or a table of no columns)
   const int64_t blocks = (len + p.page_size - 1) / p.page_size;
   const int32_t* row = p.block_tables + b * p.table_stride;
   bool bad = false;
@@ -232,11 +247,18 @@ FLASHINFER_HD void block_plan_store_nan(void* o, int64_t i, DType d) {
 /// Whether the entries of cum_seq_lens_q that thread `tid` of `nthreads` checks break the host's
 /// rule for the whole array (it starts at 0 and never decreases): entries i = tid, tid + nthreads,
 /// ... against the next. A break refuses every request (the host refuses the call), as requests'
-/// rows could otherwise overlap. Uniform counts: never.
+/// rows could otherwise overlap. Uniform counts: never. Ragged K/V adds cum_seq_lens_q ending at
+/// total_rows and cum_seq_lens_kv's rules (starts at 0, never decreases, ends inside the key
+/// tensor).
 FLASHINFER_HD bool block_plan_cu_bad(const BlockTablePlan& p, int tid, int nthreads) {
   if (p.cu_q == nullptr) return false;
   bool bad = tid == 0 && p.cu_q[0] != 0;
   for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_q[i + 1] < p.cu_q[i];
+  if (p.cu_kv != nullptr) {
+    bad |= tid == 0 &&
+           (p.cu_q[p.batch] != p.total_rows || p.cu_kv[0] != 0 || p.cu_kv[p.batch] > p.kv_rows);
+    for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_kv[i + 1] < p.cu_kv[i];
+  }
   return bad;
 }
 
@@ -244,6 +266,7 @@ FLASHINFER_HD bool block_plan_cu_bad(const BlockTablePlan& p, int tid, int nthre
 /// length against them), the array-wide cum_seq_lens_q rule (block_plan_cu_bad) aside.
 FLASHINFER_HD bool block_plan_request_ok(const BlockTablePlan& p, int32_t b, int64_t len) {
   const BlockPlanRows rows = block_plan_rows(p, b);
+  if (p.cu_kv != nullptr && len != int64_t{p.cu_kv[b + 1]} - p.cu_kv[b]) return false;
   return rows.ok && block_plan_len_ok(p, len, rows.count);
 }
 
@@ -259,14 +282,17 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
     // The kernels find a request's rows and query count here: cum_seq_lens_q as given (a refused
     // request's entries are read by nothing).
     p.qo_indptr[b] = p.cu_q != nullptr ? p.cu_q[b] : b * p.q_len;
-    p.kv_indptr[b] = static_cast<int32_t>(b * p.table_stride);
+    p.kv_indptr[b] = p.cu_kv != nullptr ? p.cu_kv[b] : static_cast<int32_t>(b * p.table_stride);
     p.kv_lens[b] = ok ? static_cast<int32_t>(len) : 0;
     if (b == p.batch - 1) {
       p.qo_indptr[p.batch] = p.cu_q != nullptr ? p.cu_q[p.batch] : p.batch * p.q_len;
-      p.kv_indptr[p.batch] = static_cast<int32_t>(p.batch * p.table_stride);
+      p.kv_indptr[p.batch] =
+          p.cu_kv != nullptr ? p.cu_kv[p.batch] : static_cast<int32_t>(p.batch * p.table_stride);
     }
   }
-  if (p.row_req != nullptr) {  // MLA: a row each
+  if (p.row_req != nullptr && p.cu_q != nullptr) {  // the ragged call's row map: its known rows
+    for (int64_t i = tid; i < rows.count; i += nthreads) p.row_req[rows.begin + i] = ok ? b : -1;
+  } else if (p.row_req != nullptr) {  // MLA: a row each
     for (int32_t i = tid; i < p.q_len; i += nthreads) p.row_req[b * p.q_len + i] = ok ? b : -1;
   }
   const int32_t items = p.work != nullptr ? block_plan_tiles(p) * p.num_chunks : 0;
@@ -307,6 +333,26 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
       for (int64_t x = tid; x < rows.count * p.num_qo_heads; x += nthreads) {
         const int64_t r = rows.begin + x / p.num_qo_heads;
         p.lse[r * p.lse_stride_n + x % p.num_qo_heads * p.lse_stride_h] = NAN;
+      }
+    }
+  }
+}
+
+/// A refused call (block_plan_cu_bad: the index arrays break the host's rules, so the host would
+/// refuse it whole): block b's share of every output row, NaN (rows b, b + batch, ... of the query
+/// tensor's total_rows), and of their LSE. Only with cu_q, where total_rows is known.
+FLASHINFER_HD void block_plan_refuse_all_rows(const BlockTablePlan& p, int32_t b, int tid,
+                                              int nthreads) {
+  if (p.cu_q == nullptr) return;
+  const int64_t per_row = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
+  for (int64_t r = b; r < p.total_rows; r += p.batch) {
+    for (int64_t x = tid; x < per_row; x += nthreads) {
+      const int64_t h = x / p.head_dim_vo, d = x % p.head_dim_vo;
+      block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
+    }
+    if (p.lse != nullptr) {
+      for (int64_t h = tid; h < p.num_qo_heads; h += nthreads) {
+        p.lse[r * p.lse_stride_n + h * p.lse_stride_h] = NAN;
       }
     }
   }

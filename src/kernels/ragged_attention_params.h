@@ -26,8 +26,10 @@ struct RaggedAttentionParams {
   const int32_t* cu_q = nullptr;     // [batch + 1]
   const int32_t* cu_kv = nullptr;    // [batch + 1]
   const int32_t* kv_lens = nullptr;  // [batch]
-  const int32_t* row_req = nullptr;  // [rows] request of each query row (CUDA backend only)
-  void* o = nullptr;                 // [rows, Hq, head_dim_vo]
+  // [rows] request of each query row (CUDA backend's warp-per-row kernel only; -1: a row it skips,
+  // a request the device plan refused or a row of none)
+  const int32_t* row_req = nullptr;
+  void* o = nullptr;  // [rows, Hq, head_dim_vo]
   DType o_dtype = DType::kBFloat16;
   int64_t o_stride_n = 0, o_stride_h = 0;
   float* lse = nullptr;  // [rows, Hq] fp32 (nullptr: not requested)

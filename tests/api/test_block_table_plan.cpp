@@ -384,7 +384,7 @@ TEST(BlockTablePlan, RefusedRequestGetsNoWork) {
 // output's dtype, through padded strides, and not one other element touched.
 TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
   std::mt19937 rng(11);
-  int refused_cases = 0;
+  int refused_cases = 0, refused_calls = 0;
   for (int iter = 0; iter < 120; ++iter) {
     const int nthreads = iter % 2 == 0 ? 128 : 7;
     const int32_t batch = 1 + static_cast<int32_t>(rng() % 5);
@@ -495,9 +495,11 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     std::vector<int32_t> order(static_cast<std::size_t>(batch));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
+    bool call_refused = false;
     for (int32_t b : order) {
       bool cu_bad = false;
       for (int t = 0; t < nthreads; ++t) cu_bad |= kernels::block_plan_cu_bad(p, t, nthreads);
+      call_refused = cu_bad;
       bool ok = !cu_bad && kernels::block_plan_request_ok(p, b, lens[b]);
       if (ok) {
         bool bad = false;
@@ -506,8 +508,10 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
         ok = !bad;
       }
       ASSERT_EQ(ok, static_cast<bool>(want.ok[b])) << "request " << b;
-      for (int t = 0; t < nthreads; ++t)
+      for (int t = 0; t < nthreads; ++t) {
         kernels::block_plan_write_request(p, b, lens[b], ok, t, nthreads);
+        if (cu_bad) kernels::block_plan_refuse_all_rows(p, b, t, nthreads);
+      }
     }
     for (int32_t b = 0; b <= batch; ++b) {
       ASSERT_EQ(qo[b], variable ? cu[b] : b * q_len);
@@ -535,7 +539,8 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
         ASSERT_EQ(tmp_s[pr * hq + x], empty ? -std::numeric_limits<float>::infinity() : 5.0f);
       }
     }
-    // Output and LSE: NaN exactly where a refused request's rows are.
+    // Output and LSE: NaN exactly where a refused request's rows are, and on every row of the
+    // query tensor when the call is refused.
     const uint32_t nan_bits = od == DType::kFloat32    ? 0x7fc00000u
                               : od == DType::kBFloat16 ? 0x7fc0u
                                                        : 0x7e00u;
@@ -543,23 +548,240 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
     for (int64_t e = 0; e < rows * o_sn; ++e) {
       const int64_t r = e / o_sn, in_row = e % o_sn, hh = in_row / o_sh, d = in_row % o_sh;
       const bool element = hh < hq && d < dv;
-      const bool nan = element && owner[r] >= 0 && !want.ok[owner[r]];
+      const bool nan =
+          element && ((owner[r] >= 0 && !want.ok[owner[r]]) || (call_refused && r < total_rows));
       uint32_t bits = 0;
       std::memcpy(&bits, o.data() + e * es, static_cast<std::size_t>(es));
       ASSERT_EQ(bits, nan ? nan_bits : fill) << "iteration " << iter << ", element " << e;
     }
     for (int64_t e = 0; e < rows * l_sn; ++e) {
       const int64_t r = e / l_sn, in_row = e % l_sn;
-      const bool nan =
-          in_row % l_sh == 0 && in_row / l_sh < hq && owner[r] >= 0 && !want.ok[owner[r]];
+      const bool nan = in_row % l_sh == 0 && in_row / l_sh < hq &&
+                       ((owner[r] >= 0 && !want.ok[owner[r]]) || (call_refused && r < total_rows));
       ASSERT_EQ(std::isnan(lse[e]), nan) << "iteration " << iter << ", lse element " << e;
       if (!nan) {
         ASSERT_EQ(lse[e], 5.0f);
       }
     }
     for (bool ok : want.ok) refused_cases += !ok;
+    refused_calls += call_refused;
   }
   EXPECT_GT(refused_cases, 30);
+  EXPECT_GT(refused_calls, 3);
+}
+
+// Ragged K/V (trtllm_ragged_attention_deepseek on CUDA: cum_seq_lens_q, cum_seq_lens_kv and
+// seq_lens on the device, the grid api::ragged_worst_case_plan's, every request max_q_len queries
+// over max_kv_len keys): the rules accept exactly what the host checks of ragged_deepseek.cpp
+// accept (a request: its key rows' count equal to seq_lens, at most max_q_len queries and
+// max_kv_len keys; the call: both arrays from 0 and never decreasing, cum_seq_lens_q ending at the
+// query's rows, cum_seq_lens_kv inside the key's), each accepted request's rows see what the host
+// plan of that request alone with its chunk gives them, a request's keys start at its
+// cum_seq_lens_kv entry, and refused requests get no work.
+TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
+  std::mt19937 rng(31);
+  int split_cases = 0, refused_requests = 0, refused_calls = 0, accepted = 0;
+  const std::vector<Heads> heads{{16, 16, 128}, {8, 2, 64}, {4, 1, 256}};
+  for (int iter = 0; iter < 200; ++iter) {
+    const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
+    const int32_t max_q = 1 + static_cast<int32_t>(rng() % 100);
+    const int32_t max_kv = 1 + static_cast<int32_t>(rng() % 3000);
+    const Heads h = heads[rng() % heads.size()];
+    std::vector<int32_t> lens, cu{0}, ckv{0};
+    for (int32_t b = 0; b < batch; ++b) {
+      const int32_t n = static_cast<int32_t>(rng() % (max_q + 1));
+      const int32_t len = rng() % 4 == 0 ? max_kv : static_cast<int32_t>(rng() % (max_kv + 1));
+      cu.push_back(cu.back() + n);
+      ckv.push_back(ckv.back() + len);
+      lens.push_back(len);
+    }
+    int64_t total_rows = cu.back(), kv_rows = ckv.back() + static_cast<int64_t>(rng() % 3);
+    const int32_t b = static_cast<int32_t>(rng() % batch);
+    switch (rng() % 10) {
+      case 0:  // seq_lens disagrees with the key rows
+        lens[b] += 1;
+        break;
+      case 1:  // more queries than max_q_len (the rows that follow shift)
+        for (int32_t j = b + 1; j <= batch; ++j) cu[j] += max_q + 1 - (cu[b + 1] - cu[b]);
+        total_rows = cu.back();
+        break;
+      case 2:  // more keys than max_kv_len
+        for (int32_t j = b + 1; j <= batch; ++j) ckv[j] += max_kv + 1 - lens[b];
+        lens[b] = max_kv + 1;
+        kv_rows = ckv.back();
+        break;
+      case 3:  // cum_seq_lens_q not ending at the query's rows
+        total_rows += 1;
+        break;
+      case 4:  // cum_seq_lens_kv past the key's rows
+        kv_rows = ckv.back() - 1;
+        break;
+      case 5:  // cum_seq_lens_kv decreasing
+        if (lens[b] > 0) ckv[b + 1] = ckv[b] - 1;
+        break;
+      case 6:  // cum_seq_lens_kv not starting at 0
+        for (int32_t& x : ckv) x += 1;
+        kv_rows = ckv.back();
+        break;
+      default:
+        break;
+    }
+    // The host checks (ragged_deepseek.cpp): the arrays, then each request.
+    const bool call_ok = cu[0] == 0 && std::is_sorted(cu.begin(), cu.end()) &&
+                         cu[batch] == total_rows && ckv[0] == 0 &&
+                         std::is_sorted(ckv.begin(), ckv.end()) && ckv[batch] <= kv_rows;
+    std::vector<bool> want_ok;
+    for (int32_t r = 0; r < batch; ++r) {
+      want_ok.push_back(call_ok && lens[r] == ckv[r + 1] - ckv[r] && cu[r + 1] - cu[r] <= max_q &&
+                        lens[r] <= max_kv);
+    }
+    refused_calls += !call_ok;
+    BlockTablePlan p;
+    p.batch = batch;
+    p.q_len = max_q;
+    p.max_seq_len = max_kv;
+    p.max_blocks = max_kv;
+    p.page_size = 1;
+    p.cu_q = cu.data();
+    p.total_rows = total_rows;
+    p.cu_kv = ckv.data();
+    p.kv_rows = kv_rows;
+    const int64_t max_grid = std::vector<int64_t>{0, 8, 64, 1 << 20}[rng() % 4];
+    int32_t max_rows = 0;
+    const kernels::AttentionPlan worst = api::ragged_worst_case_plan(
+        p, static_cast<int32_t>(h.hq / h.hkv), static_cast<int32_t>(h.hkv),
+        static_cast<int32_t>(h.d), static_cast<int32_t>(h.d), max_grid, max_rows, 0, "test");
+    split_cases += p.num_chunks > 1;
+    ASSERT_EQ(p.empty_row, worst.split_kv ? worst.num_partial_rows : -1);
+    const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
+    std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
+    const int64_t rows = std::max<int64_t>(total_rows, cu.back());
+    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
+                                   rows, p.empty_row);
+    for (int32_t r = 0; r < batch; ++r) {
+      ASSERT_EQ(static_cast<bool>(d.ok[r]), static_cast<bool>(want_ok[r]))
+          << "iteration " << iter << ", request " << r;
+      if (!want_ok[r]) {
+        ++refused_requests;
+        for (const WorkItem& w : d.work) ASSERT_NE(w.request, r);
+        continue;
+      }
+      ++accepted;
+      const int64_t chunk = kernels::block_plan_chunk(p, lens[r]);
+      const int32_t n = cu[r + 1] - cu[r];
+      // Keys in tokens: pages of one token.
+      const detail::WrapperState host =
+          planned({lens[r]}, n, 1, chunk > 0 ? chunk : 1 << 20, false, h);
+      const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
+                                      host.plan.merge_out_row, {0}, n, -1);
+      for (int32_t i = 0; i < n; ++i) {
+        std::vector<Range> w = want[i];
+        for (Range& x : w) x.request = r;
+        ASSERT_EQ(got[cu[r] + i], w) << "iteration " << iter << ", request " << r << " query " << i;
+      }
+    }
+    // Every item reads inside the worst case's partials and the request's keys.
+    for (const WorkItem& w : d.work) {
+      if (w.request < 0) continue;
+      ASSERT_LE(w.kv_end, lens[w.request]);
+      if (w.partial_base >= 0) {
+        ASSERT_LE(w.partial_base + (w.qo_end - w.qo_begin), worst.num_partial_rows);
+      }
+    }
+  }
+  EXPECT_GT(split_cases, 20);
+  EXPECT_GT(refused_requests, 20);
+  EXPECT_GT(refused_calls, 20);
+  EXPECT_GT(accepted, 300);
+}
+
+// The plan kernel's body in the ragged form, thread by thread (blocks of 7 and 128 threads), as
+// the warp-per-row kernel reads it (no work items: the row map): kv_indptr is cum_seq_lens_kv,
+// the row map names each row's request, -1 for a refused request's rows (NaN, with their LSE) and
+// for every row of a refused call (all NaN); rows of accepted requests are not touched.
+TEST(BlockTablePlan, RaggedKernelBodyWritesTheRowMapAndNanRows) {
+  struct Case {
+    std::vector<int32_t> cu, ckv, lens;
+    int64_t total_rows;
+    std::vector<int32_t> row_req;  // expected
+    bool refused_call;
+  };
+  const std::vector<Case> cases = {
+      {{0, 2, 2, 5}, {0, 3, 3, 10}, {3, 0, 7}, 5, {0, 0, 2, 2, 2}, false},
+      {{0, 2, 2, 5}, {0, 3, 3, 10}, {3, 0, 6}, 5, {0, 0, -1, -1, -1}, false},   // seq_lens
+      {{0, 4, 4, 5}, {0, 3, 3, 10}, {3, 0, 7}, 5, {-1, -1, -1, -1, 2}, false},  // 4 > max_q_len
+      {{0, 2, 2, 4}, {0, 3, 3, 10}, {3, 0, 7}, 5, {-1, -1, -1, -1, -1}, true},  // ends at 4, not 5
+      {{0, 2, 2, 5}, {0, 3, 2, 10}, {3, 0, 8}, 5, {-1, -1, -1, -1, -1}, true},  // cu_kv decreases
+      {{0, 2, 2, 5}, {0, 3, 3, 12}, {3, 0, 9}, 5, {0, 0, -1, -1, -1}, false},   // 9 > max_kv_len
+  };
+  const int64_t hq = 2, dv = 3, kv_rows = 12;
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    for (int nthreads : {7, 128}) {
+      SCOPED_TRACE(::testing::Message() << "case " << ci << ", " << nthreads << " threads");
+      const Case& c = cases[ci];
+      BlockTablePlan p;
+      p.batch = 3;
+      p.q_len = 3;
+      p.max_seq_len = 8;
+      p.max_blocks = 8;
+      p.page_size = 1;
+      p.seq_lens = c.lens.data();
+      p.cu_q = c.cu.data();
+      p.total_rows = c.total_rows;
+      p.cu_kv = c.ckv.data();
+      p.kv_rows = kv_rows;
+      std::vector<int32_t> qo(4, -7), kvp(4, -7), kvl(3, -7), row_req(c.total_rows, -1);
+      std::vector<float> o(static_cast<std::size_t>(c.total_rows * hq * dv), 5.0f);
+      std::vector<float> lse(static_cast<std::size_t>(c.total_rows * hq), 5.0f);
+      p.qo_indptr = qo.data();
+      p.kv_indptr = kvp.data();
+      p.kv_lens = kvl.data();
+      p.row_req = row_req.data();  // the launcher's -1 fill done above
+      p.o = o.data();
+      p.o_dtype = DType::kFloat32;
+      p.o_stride_n = hq * dv;
+      p.o_stride_h = dv;
+      p.lse = lse.data();
+      p.lse_stride_n = hq;
+      p.lse_stride_h = 1;
+      p.num_qo_heads = static_cast<int32_t>(hq);
+      p.head_dim_vo = static_cast<int32_t>(dv);
+      for (int32_t b = 0; b < p.batch; ++b) {
+        bool cu_bad = false;
+        for (int t = 0; t < nthreads; ++t) cu_bad |= kernels::block_plan_cu_bad(p, t, nthreads);
+        ASSERT_EQ(cu_bad, c.refused_call);
+        bool ok = !cu_bad && kernels::block_plan_request_ok(p, b, c.lens[b]);
+        for (int t = 0; t < nthreads && ok; ++t) {
+          ok = !kernels::block_plan_pages_bad(p, b, c.lens[b], t, nthreads);  // no table: none
+        }
+        for (int t = 0; t < nthreads; ++t) {
+          kernels::block_plan_write_request(p, b, c.lens[b], ok, t, nthreads);
+          if (cu_bad) kernels::block_plan_refuse_all_rows(p, b, t, nthreads);
+        }
+      }
+      EXPECT_EQ(qo, c.cu);
+      EXPECT_EQ(kvp, c.ckv);
+      EXPECT_EQ(row_req, c.row_req);
+      for (int32_t b = 0; b < 3; ++b) {
+        const bool refused =
+            c.refused_call || (c.row_req.size() > static_cast<std::size_t>(c.cu[b]) &&
+                               c.cu[b + 1] > c.cu[b] && c.row_req[c.cu[b]] < 0);
+        if (c.cu[b + 1] > c.cu[b]) {
+          EXPECT_EQ(kvl[b], refused ? 0 : c.lens[b]) << "request " << b;
+        }
+      }
+      for (int64_t r = 0; r < c.total_rows; ++r) {
+        const bool nan = c.row_req[r] < 0;
+        for (int64_t x = 0; x < hq * dv; ++x) {
+          EXPECT_EQ(std::isnan(o[r * hq * dv + x]), nan) << "row " << r;
+          if (!nan) {
+            EXPECT_EQ(o[r * hq * dv + x], 5.0f);
+          }
+        }
+        for (int64_t x = 0; x < hq; ++x) EXPECT_EQ(std::isnan(lse[r * hq + x]), nan);
+      }
+    }
+  }
 }
 
 // What the host checks refuse (trtllm_attention.cpp, lengths() and run_block_call), by hand.

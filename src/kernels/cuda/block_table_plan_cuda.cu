@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kPlanThreads) block_table_plan_kernel(BlockTab
     ok = __syncthreads_or(block_plan_pages_bad(p, b, len, tid, kPlanThreads) ? 1 : 0) == 0;
   }
   block_plan_write_request(p, b, len, ok, tid, kPlanThreads);
+  if (cu_bad) block_plan_refuse_all_rows(p, b, tid, kPlanThreads);
   if (p.max_kv != nullptr && ok && tid == 0) atomicMax(p.max_kv, static_cast<int32_t>(len));
 }
 
@@ -30,6 +31,12 @@ void block_table_plan(const BlockTablePlan& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.max_kv != nullptr) {
     FLASHINFER_CUDA_CALL("block_table_plan", cudaMemsetAsync(p.max_kv, 0, sizeof(int32_t), s));
+  }
+  if (p.row_req != nullptr && p.cu_q != nullptr && p.total_rows > 0) {  // rows of no request: -1
+    FLASHINFER_CUDA_CALL(
+        "block_table_plan",
+        cudaMemsetAsync(p.row_req, 0xFF, static_cast<std::size_t>(p.total_rows) * sizeof(int32_t),
+                        s));
   }
   if (p.batch == 0) return;
   launch_kernel("block_table_plan", block_table_plan_kernel, dim3(static_cast<unsigned>(p.batch)),

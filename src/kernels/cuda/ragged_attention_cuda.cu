@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kWarp* kRaggedWarpsPerBlock)
   const int hk = h / (p.num_qo_heads / p.num_kv_heads);
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int32_t b = p.row_req[row];
+  if (b < 0) return;  // a device plan's refused request (NaN rows written) or a row of none
   const int64_t qo_len = p.cu_q[b + 1] - p.cu_q[b];
   const int64_t kv_len = p.kv_lens[b];
   const int64_t pos = kv_len - qo_len + (row - p.cu_q[b]);
@@ -211,7 +212,9 @@ const char* ragged_attention_unsupported(const RaggedAttentionParams& p) {
       0x7fffffff) {
     return "too many (row, head) items for one grid";
   }
-  if (p.row_req == nullptr && p.rows > 0) return "no row-to-request map (host-side bug)";
+  if (p.row_req == nullptr && p.fa2_work == nullptr && p.rows > 0) {
+    return "no row-to-request map (host-side bug)";
+  }
   return nullptr;
 }
 
@@ -219,6 +222,7 @@ void ragged_attention(const RaggedAttentionParams& p, void* stream, bool enable_
   const int64_t items = int64_t{p.rows} * p.num_qo_heads;
   if (items == 0) return;
   if (p.fa2_work != nullptr) {
+    if (p.fa2_num_work == 0) return;  // a device plan's grid of no queries (max_q_len 0)
     AttentionParams a = as_attention(p);
     a.work = p.fa2_work;
     a.num_work = p.fa2_num_work;
