@@ -15,6 +15,9 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -391,18 +394,25 @@ kernels::AttentionParams attention_fields(const Case& c) {
   return a;
 }
 
-// Whether the CUDA call of `c` splits its keys across blocks (the one-shot plan the API builds,
-// with the Hopper kernel's budget where its tall blocks run the items).
-bool plan_splits(const Case& c, const Inputs& in, Device gpu) {
+// Whether the CUDA call of `c` with bounds max_q x max_kv splits its keys across blocks: the
+// grid the API plans on the host for the worst case (every request max_q queries over max_kv
+// keys: api::ragged_worst_case_plan), with the Hopper kernel's budget where its tall blocks run
+// the items.
+bool plan_splits(const Case& c, int64_t max_q, int64_t max_kv, Device gpu) {
+  kernels::BlockTablePlan bp;
+  bp.batch = static_cast<int32_t>(c.qo_lens.size());
+  bp.q_len = static_cast<int32_t>(max_q);
+  bp.max_seq_len = static_cast<int32_t>(max_kv);
   int32_t max_rows = 0;
-  return api::one_shot_plan(in.cq_h.data(), c.kv_lens.data(),
-                            static_cast<int32_t>(c.qo_lens.size()),
-                            static_cast<int32_t>(c.hq / c.hkv), static_cast<int32_t>(c.hkv),
-                            static_cast<int32_t>(c.dqk), static_cast<int32_t>(c.dvo), 0,
-                            api::tensor_core_max_grid(gpu), max_rows,
-                            api::hopper_tall_max_grid(attention_fields(c), gpu))
+  return api::ragged_worst_case_plan(bp, static_cast<int32_t>(c.hq / c.hkv),
+                                     static_cast<int32_t>(c.hkv), static_cast<int32_t>(c.dqk),
+                                     static_cast<int32_t>(c.dvo), api::tensor_core_max_grid(gpu),
+                                     max_rows, api::hopper_tall_max_grid(attention_fields(c), gpu),
+                                     "test")
       .split_kv;
 }
+
+int64_t max_of(const std::vector<int32_t>& v) { return *std::max_element(v.begin(), v.end()); }
 
 // Long-KV batches of few queries: the FA2 items split across the keys (partials in the
 // workspace, merged after) against the CPU reference, causal and not, with a window, with the
@@ -423,10 +433,9 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvMatchesCpu) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "case " << idx);
     Inputs in = make_inputs(c, 90 + idx);
-    ASSERT_TRUE(plan_splits(c, in, gpu));  // the shape exercises the split
     const auto B = static_cast<int64_t>(c.qo_lens.size());
-    const int64_t max_q = *std::max_element(c.qo_lens.begin(), c.qo_lens.end());
-    const int64_t max_kv = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+    const int64_t max_q = max_of(c.qo_lens), max_kv = max_of(c.kv_lens);
+    ASSERT_TRUE(plan_splits(c, max_q, max_kv, gpu));  // the shape exercises the split
     const double bmm1 = 0.6 / std::sqrt(static_cast<double>(c.dqk)), bmm2 = 0.8;
     const AttentionOutput want = trtllm_ragged_attention_deepseek(
         in.q, in.k, in.v, workspace(), in.seq_lens, max_q, max_kv, bmm1, bmm2, -1.0, B,
@@ -463,7 +472,7 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvRefusesTooSmallAWorkspace) {
   const DType bf16 = DType::kBFloat16;
   const Case c{bf16, bf16, 192, 128, 16, 16, true, -1, {128}, {8192}};
   Inputs in = make_inputs(c, 7);
-  ASSERT_TRUE(plan_splits(c, in, gpu));
+  ASSERT_TRUE(plan_splits(c, 128, 8192, gpu));
   auto call = [&](const Tensor& ws) {
     return trtllm_ragged_attention_deepseek(
         in.q.to(gpu), in.k.to(gpu), in.v.to(gpu), ws, in.seq_lens.to(gpu), 128, 8192, 0.05, 1.0,
@@ -474,7 +483,7 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvRefusesTooSmallAWorkspace) {
   EXPECT_FI_ERROR(call(workspace()), "trtllm_ragged_attention_deepseek", "workspace_buffer");
   const Case small{bf16, bf16, 192, 128, 16, 16, true, -1, {3}, {100}};
   Inputs si = make_inputs(small, 8);
-  ASSERT_FALSE(plan_splits(small, si, gpu));
+  ASSERT_FALSE(plan_splits(small, 3, 100, gpu));
   AttentionOutput r = trtllm_ragged_attention_deepseek(
       si.q.to(gpu), si.k.to(gpu), si.v.to(gpu), Tensor::zeros({1 << 12}, DType::kUInt8, gpu),
       si.seq_lens.to(gpu), 3, 100, 0.05, 1.0, -1.0, 1, -1, si.cq.to(gpu), si.ckv.to(gpu),
@@ -520,6 +529,194 @@ TEST(TrtllmRaggedDeepseekCuda, FmhaV2DeepseekSplitKvMatchesCpu) {
     EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
   }
 }
+
+// On CUDA the lengths stay on the device and the grid is planned for the bounds given: calls
+// whose max_q_len / max_kv_len are far above their requests' (idle tiles and chunks in the grid,
+// requests cut into chunks of their own size) match the CPU reference of the same call, on the
+// FA2 kernel, split and not, and on the warp-per-row kernel (fp8), empty requests included.
+TEST(TrtllmRaggedDeepseekCuda, PlannedOnTheDeviceForLooseBounds) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16, f16 = DType::kFloat16, e4m3 = DType::kFloat8E4M3FN;
+  struct Loose {
+    Case c;
+    int64_t max_q, max_kv;
+  };
+  const std::vector<Loose> cases = {
+      {{bf16, bf16, 192, 128, 16, 16, true, -1, {300, 0, 5}, {300, 9, 700}}, 1024, 1000},
+      {{bf16, bf16, 192, 128, 16, 16, true, -1, {37, 0, 5}, {37, 9, 300}}, 200, 4000},
+      {{bf16, bf16, 192, 128, 16, 16, true, -1, {3, 1}, {5000, 200}}, 8, 9000},
+      {{f16, f16, 128, 128, 8, 2, false, 40, {2, 7}, {600, 7}}, 16, 6000},
+      {{e4m3, e4m3, 192, 128, 4, 4, true, -1, {6, 0, 2}, {6, 3, 50}}, 64, 1000},
+  };
+  int idx = 0, split = 0, unsplit = 0;
+  for (const Loose& l : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const Case& c = l.c;
+    if (!dtype_is_fp8(c.qk)) {
+      (plan_splits(c, l.max_q, l.max_kv, gpu) ? split : unsplit)++;
+    }
+    Inputs in = make_inputs(c, 130 + idx);
+    const auto B = static_cast<int64_t>(c.qo_lens.size());
+    const double bmm1 = 0.6 / std::sqrt(static_cast<double>(c.dqk)), bmm2 = 0.8;
+    const AttentionOutput want = trtllm_ragged_attention_deepseek(
+        in.q, in.k, in.v, workspace(), in.seq_lens, l.max_q, l.max_kv, bmm1, bmm2, -1.0, B,
+        c.window_left, in.cq, in.ckv, false, c.causal, true);
+    const AttentionOutput got = trtllm_ragged_attention_deepseek(
+        testing::to_keep_layout(in.q, gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu),
+        in.seq_lens.to(gpu), l.max_q, l.max_kv, bmm1, bmm2, -1.0, B, c.window_left, in.cq.to(gpu),
+        in.ckv.to(gpu), std::nullopt, c.causal, true);
+    const testing::Tolerance tol = testing::attention_tolerance(want.out.dtype());
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   {tol.atol * (dtype_is_fp8(c.qk) ? 4 : 1), tol.rtol}));
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+    ++idx;
+  }
+  EXPECT_GT(split, 0);  // grids the worst case splits, and one it fills without a split
+  EXPECT_GT(unsplit, 0);
+}
+
+// Rows [lo, hi) of `got` (on the GPU) are NaN in every element, out and LSE.
+void expect_nan_rows(const AttentionOutput& got, int64_t lo, int64_t hi) {
+  for (const Tensor& t : {got.out, got.lse}) {
+    const std::vector<double> v = rows_of(t.to(Device::cpu()), lo, hi);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      ASSERT_TRUE(std::isnan(v[i])) << "element " << i << " of rows " << lo << " .. " << hi;
+    }
+  }
+}
+
+// Rows [lo, hi) of `got` (on the GPU) match `want` (the CPU's).
+void expect_rows(const AttentionOutput& got, const AttentionOutput& want, int64_t lo, int64_t hi,
+                 bool fp8) {
+  const testing::Tolerance tol = testing::attention_tolerance(want.out.dtype());
+  EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()).slice(0, lo, hi),
+                                 want.out.slice(0, lo, hi), {tol.atol * (fp8 ? 4 : 1), tol.rtol}));
+  EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()).slice(0, lo, hi),
+                                 want.lse.slice(0, lo, hi), {2e-3, 1e-3}));
+}
+
+// What the host checks refuse (and the CPU reference refuses by name), the device plan refuses
+// without reading anything back: a request whose seq_lens disagrees with its key rows, or with
+// more queries than max_q_len, gets NaN rows while the others are computed; index arrays the host
+// would refuse whole (cum_seq_lens_q not ending at the query's rows, cum_seq_lens_kv decreasing)
+// make every row NaN. On the FA2 kernel (bf16) and the warp-per-row kernel (fp8).
+TEST(TrtllmRaggedDeepseekCuda, BadLengthsGiveNanRowsOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const char* op = "trtllm_ragged_attention_deepseek";
+  for (DType dt : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    SCOPED_TRACE(dtype_torch_name(dt));
+    const bool fp8 = dtype_is_fp8(dt);
+    const Case c{dt, dt, 192, 128, 4, 4, true, -1, {4, 6, 3}, {20, 30, 10}};
+    Inputs in = make_inputs(c, 150);
+    const double bmm1 = 0.5 / std::sqrt(192.0);
+    const AttentionOutput want =
+        trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 6, 30, bmm1,
+                                         1.0, -1.0, 3, -1, in.cq, in.ckv, false, true, true);
+    const Tensor qg = testing::to_keep_layout(in.q, gpu), kg = in.k.to(gpu), vg = in.v.to(gpu);
+    auto call = [&](const std::vector<int32_t>& lens, const std::vector<int32_t>& cq,
+                    const std::vector<int32_t>& ckv, int64_t max_q, Device d) {
+      return trtllm_ragged_attention_deepseek(
+          d.is_cuda() ? qg : in.q, d.is_cuda() ? kg : in.k, d.is_cuda() ? vg : in.v, workspace(d),
+          int_tensor(lens).to(d), max_q, 30, bmm1, 1.0, -1.0, 3, -1, int_tensor(cq).to(d),
+          int_tensor(ckv).to(d), std::nullopt, true, true);
+    };
+    const std::vector<int32_t> lens{20, 30, 10}, cq{0, 4, 10, 13}, ckv{0, 20, 50, 60};
+    {
+      SCOPED_TRACE("the lengths as given");
+      const AttentionOutput got = call(lens, cq, ckv, 6, gpu);
+      expect_rows(got, want, 0, 13, fp8);
+    }
+    {
+      SCOPED_TRACE("seq_lens[1] disagrees with cum_seq_lens_kv");
+      EXPECT_FI_ERROR(call({20, 31, 10}, cq, ckv, 6, Device::cpu()), op, "seq_lens");
+      const AttentionOutput got = call({20, 31, 10}, cq, ckv, 6, gpu);
+      expect_rows(got, want, 0, 4, fp8);
+      expect_nan_rows(got, 4, 10);
+      expect_rows(got, want, 10, 13, fp8);
+    }
+    {
+      SCOPED_TRACE("request 1 has more queries than max_q_len");
+      EXPECT_FI_ERROR(call(lens, cq, ckv, 5, Device::cpu()), op, "max_q_len");
+      const AttentionOutput got = call(lens, cq, ckv, 5, gpu);
+      expect_rows(got, want, 0, 4, fp8);
+      expect_nan_rows(got, 4, 10);
+      expect_rows(got, want, 10, 13, fp8);
+    }
+    {
+      SCOPED_TRACE("cum_seq_lens_q ends before the query's last row");
+      EXPECT_FI_ERROR(call(lens, {0, 4, 10, 12}, ckv, 6, Device::cpu()), op, "cum_seq_lens_q");
+      expect_nan_rows(call(lens, {0, 4, 10, 12}, ckv, 6, gpu), 0, 13);
+    }
+    {
+      SCOPED_TRACE("cum_seq_lens_kv decreases");
+      EXPECT_FI_ERROR(call(lens, cq, {0, 20, 19, 60}, 6, Device::cpu()), op, "cum_seq_lens_kv");
+      expect_nan_rows(call(lens, cq, {0, 20, 19, 60}, 6, gpu), 0, 13);
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// Nothing is read back or synchronized: the call is captured into a CUDA graph after a warm-up,
+// then replayed with other lengths written into the same device tensors (a chunked-prefill step
+// of another shape), each replay matching the CPU reference of its lengths; a replay whose
+// lengths break the rules gives NaN rows, and the next good one recovers.
+TEST(TrtllmRaggedDeepseekCuda, CapturedCallReplaysNewLengths) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t nq = 40, nk = 3000, max_q = 32, max_kv = 2048;
+  const DType bf16 = DType::kBFloat16;
+  const Tensor q = testing::rand_tensor({nq, 8, 192}, bf16, 160, -1.0, 1.0);
+  const Tensor k = testing::rand_tensor({nk, 8, 192}, bf16, 161, -1.0, 1.0);
+  const Tensor v = testing::rand_tensor({nk, 8, 128}, bf16, 162, -1.0, 1.0);
+  const Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu), ws = workspace(gpu);
+  Tensor lens_g = int_tensor({8, 2000, 100}).to(gpu);
+  Tensor cq_g = int_tensor({0, 8, 32, 40}).to(gpu);
+  Tensor ckv_g = int_tensor({0, 8, 2008, 2108}).to(gpu);
+  Tensor out = Tensor::zeros({nq, 8, 128}, bf16, gpu);
+  Tensor lse = Tensor::zeros({nq, 8}, DType::kFloat32, gpu);
+  const double bmm1 = 1.0 / std::sqrt(192.0);
+  auto call = [&] {
+    trtllm_ragged_attention_deepseek(qg, kg, vg, ws, lens_g, max_q, max_kv, bmm1, 1.0, -1.0, 3, -1,
+                                     cq_g, ckv_g, std::nullopt, true, false, std::nullopt,
+                                     std::nullopt, out, lse);
+  };
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
+  struct Step {
+    std::vector<int32_t> lens, cq, ckv;
+    bool good;
+  };
+  const std::vector<Step> steps = {
+      {{8, 2000, 100}, {0, 8, 32, 40}, {0, 8, 2008, 2108}, true},
+      {{2048, 1, 900}, {0, 30, 31, 40}, {0, 2048, 2049, 2949}, true},
+      {{2048, 1, 901}, {0, 30, 31, 40}, {0, 2048, 2049, 2949}, false},  // seq_lens[2] off by one
+      {{40, 0, 8}, {0, 32, 32, 40}, {0, 40, 40, 48}, true},             // an empty request
+  };
+  for (const Step& st : steps) {
+    SCOPED_TRACE(::testing::Message() << "cum_seq_lens_q ending request 0 at " << st.cq[1]);
+    lens_g.copy_(int_tensor(st.lens));
+    cq_g.copy_(int_tensor(st.cq));
+    ckv_g.copy_(int_tensor(st.ckv));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    AttentionOutput got{out, lse};
+    std::vector<int32_t> lens = st.lens;
+    if (!st.good) lens[2] = st.ckv[3] - st.ckv[2];  // the CPU's answer for the other requests
+    const AttentionOutput want = trtllm_ragged_attention_deepseek(
+        q, k, v, workspace(), int_tensor(lens), max_q, max_kv, bmm1, 1.0, -1.0, 3, -1,
+        int_tensor(st.cq), int_tensor(st.ckv), false, true, true);
+    expect_rows(got, want, 0, st.good ? nq : st.cq[2], false);
+    if (!st.good) expect_nan_rows(got, st.cq[2], nq);
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer
