@@ -153,8 +153,6 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   // tensor: bounds past those only grow the grid.
   const auto q_len = static_cast<int32_t>(std::min<int64_t>(in.max_q_len, p.rows));
   const auto worst_kv = static_cast<int32_t>(std::min(in.max_kv_len, in.kv_rows));
-  FLASHINFER_CHECK(int64_t{batch} * q_len <= std::numeric_limits<int32_t>::max(), op, "max_q_len",
-                   "batch_size x max_q_len past the int32 range");
   kernels::BlockTablePlan bp;
   bp.seq_lens = in.seq_lens->data<const int32_t>();
   bp.seq_lens_stride = in.seq_lens->stride(0);
@@ -172,6 +170,10 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   kernels::AttentionPlan plan;
   const bool fa2 = kernels::cuda::ragged_fa2_eligible(p);
   if (fa2) {
+    // The worst case's rows index the work items' partial rows and merge entries (int32); the
+    // warp-per-row kernel needs only the query's rows.
+    FLASHINFER_CHECK(int64_t{batch} * q_len <= std::numeric_limits<int32_t>::max(), op, "max_q_len",
+                     "batch_size x max_q_len past the int32 range");
     const int tall = kernels::cuda::ragged_hopper_blocks_per_sm(p, device.index);
     plan = api::ragged_worst_case_plan(
         bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
@@ -220,8 +222,6 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
     bp.row_req = next;
   }
   kernels::block_plan_set_output(bp, p, p.num_qo_heads, p.head_dim_vo);
-  api::launch_block_table_plan(bp, device, op);
-
   p.cu_q = bp.qo_indptr;
   p.cu_kv = bp.kv_indptr;
   p.kv_lens = bp.kv_lens;
@@ -239,6 +239,11 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
       p.tmp_s = bp.tmp_s;
     }
   }
+  // The attention kernels' refusals first: after the plan kernel ran, one would leave its NaN
+  // rows in `out`.
+  const char* why = kernels::cuda::ragged_attention_unsupported(p);
+  FLASHINFER_CHECK_CODE(why == nullptr, ErrorCode::kUnsupported, op, arg, why);
+  api::launch_block_table_plan(bp, device, op);
   launch(kRaggedKernels, p, device, op, arg, enable_pdl);  // `mem` released once queued
 }
 
