@@ -528,45 +528,67 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
                     (variant & ~pf::kPrefillSoftCap) == 0 &&
                     pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
   if (max_grid > 0 && tall) max_grid = max_grid_tall;
-  constexpr int64_t kMinChunk = 128;
-  const int64_t tile = prefill_chunk_tile(int64_t{max_rows} * group, head_dim_qk, head_dim_vo,
-                                          variant, tall ? 2 : 0);
-  int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, kMinChunk) : 0;
-  chunk = round_kv_chunk_to_tiles(chunk, 1, tile);
+  int64_t chunk = max_grid > 0 ? plan_kv_chunk(tiles, units, num_kv_heads, max_grid, 128) : 0;
+  chunk = round_kv_chunk_to_tiles(chunk, 1,
+                                  prefill_chunk_tile(int64_t{max_rows} * group, head_dim_qk,
+                                                     head_dim_vo, variant, tall ? 2 : 0));
   kernels::AttentionPlan plan = partition(qo_indptr, kv_lens, units, rows_per_tile, chunk, 1);
   plan.partial_rows_capacity = plan.num_partial_rows;
-  plan.min_kv_chunk = static_cast<int32_t>(round_kv_chunk_to_tiles(kMinChunk, 1, tile));
   return plan;
 }
 
-kernels::AttentionPlan ragged_worst_case_plan(kernels::BlockTablePlan& bp, int32_t group,
-                                              int32_t num_kv_heads, int32_t head_dim_qk,
-                                              int32_t head_dim_vo, int64_t max_grid,
-                                              int32_t& max_rows, int64_t max_grid_tall,
-                                              const char* op) {
-  const int32_t batch = bp.batch, q_len = bp.q_len;
-  std::vector<int32_t> cu(static_cast<std::size_t>(batch) + 1), lens(batch, bp.max_seq_len);
-  for (int32_t b = 0; b <= batch; ++b) cu[b] = b * q_len;
-  kernels::AttentionPlan plan =
-      one_shot_plan(cu.data(), lens.data(), batch, group, num_kv_heads, head_dim_qk, head_dim_vo, 0,
-                    max_grid, max_rows, max_grid_tall);
-  bp.tile_rows = std::max<int32_t>(1, plan.cta_tile_q);
-  const int64_t tiles = kernels::block_plan_tiles(bp);
-  const auto items = static_cast<int64_t>(plan.work.size());
-  const int64_t chunks = tiles > 0 && batch > 0 ? items / (int64_t{batch} * tiles) : 1;
-  // The worst case's partition is the layout the rules reproduce; anything else is a bug here.
-  FLASHINFER_CHECK_CODE(
-      chunks >= 1 && items == int64_t{batch} * tiles * chunks &&
-          (chunks == 1 ? !plan.split_kv
-                       : plan.split_kv && plan.num_partial_rows == int64_t{batch} * q_len * chunks),
-      ErrorCode::kInternal, op, "", "the worst-case plan is not the device plan's layout");
-  FLASHINFER_CHECK(plan.num_partial_rows < std::numeric_limits<int32_t>::max(), op, "max_q_len",
-                   "the worst case's split-KV partial rows past the int32 range");
-  bp.num_chunks = static_cast<int32_t>(chunks);
-  bp.chunk_tokens = plan.split_kv ? plan.kv_chunk_size : 0;
-  bp.min_chunk_tokens = std::max(1, std::min(plan.min_kv_chunk, plan.kv_chunk_size));
-  bp.empty_row = plan.split_kv ? static_cast<int32_t>(plan.num_partial_rows) : -1;
-  return plan;
+RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
+                                    int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
+                                    int64_t max_grid, int64_t max_grid_tall, const char* op) {
+  namespace pf = kernels::cuda::prefill;
+  constexpr int64_t kMinChunk = 128;  // one_shot_plan's floor
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  RaggedDeviceGrid g;
+  bp.compact = true;
+  bp.num_chunks = 1;
+  bp.chunk_tokens = 0;
+  bp.min_chunk_tokens = 1;
+  bp.empty_row = -1;
+  bp.tile_cap = 0;
+  const int64_t batch = bp.batch, q_len = std::max<int32_t>(bp.q_len, 0), rows = bp.total_rows;
+  if (batch <= 0) return g;
+  // Tiles of the planner's height for the call's average query count (one_shot_plan's rule);
+  // the largest a request's tile can be is max_q_len queries.
+  const int64_t tile_rows =
+      prefill_rows_per_tile(rows, static_cast<int32_t>(batch), group, head_dim_vo);
+  bp.tile_rows = static_cast<int32_t>(tile_rows);
+  g.max_rows = static_cast<int32_t>(std::min(q_len, tile_rows));
+  // Whole tiles of every request's queries: at most max_q_len of them each, rows in all.
+  const int64_t cap = std::min(batch * attention_common_ceil_div(q_len, tile_rows),
+                               (rows + batch * (tile_rows - 1)) / tile_rows);
+  FLASHINFER_CHECK(cap <= kInt32Max, op, "max_q_len", "more than 2^31 - 1 query tiles");
+  bp.tile_cap = static_cast<int32_t>(cap);
+  // Split keys where those tiles, every request max_kv_len keys long, would not fill max_grid
+  // blocks (the Hopper kernel's budget where its tall blocks run them), in whole K/V tiles.
+  const bool tall = max_grid_tall > 0 && int64_t{g.max_rows} * group >= pf::kSm90MinPackedRows &&
+                    pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
+  if (max_grid > 0 && tall) max_grid = max_grid_tall;
+  const int64_t kv_tile =
+      prefill_chunk_tile(int64_t{g.max_rows} * group, head_dim_qk, head_dim_vo, 0, tall ? 2 : 0);
+  const int64_t worst = std::max<int64_t>(bp.max_seq_len, 0);
+  int64_t chunk = max_grid > 0 && cap > 0
+                      ? plan_kv_chunk({cap}, {worst}, num_kv_heads, max_grid, kMinChunk)
+                      : 0;
+  chunk = round_kv_chunk_to_tiles(chunk, 1, kv_tile);
+  const int64_t chunks =
+      chunk > 0 ? std::max<int64_t>(1, attention_common_ceil_div(worst, chunk)) : 1;
+  FLASHINFER_CHECK(cap * chunks <= kInt32Max && (chunks == 1 || rows * chunks < kInt32Max), op,
+                   "max_kv_len", "the split's work items or partial rows past the int32 range");
+  g.items = cap * chunks;
+  if (chunks > 1) {
+    bp.num_chunks = static_cast<int32_t>(chunks);
+    bp.chunk_tokens = static_cast<int32_t>(chunk);
+    bp.min_chunk_tokens =
+        static_cast<int32_t>(std::min(chunk, round_kv_chunk_to_tiles(kMinChunk, 1, kv_tile)));
+    bp.empty_row = static_cast<int32_t>(rows * chunks);
+    g.partial_rows = rows * chunks + 1;
+  }
+  return g;
 }
 
 std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,

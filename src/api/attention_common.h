@@ -226,23 +226,29 @@ int64_t tensor_core_max_grid(Device device);
 /// prefill_cta_rows with `variant`). max_grid <= 0: no split. `max_grid_tall` (> 0): the budget
 /// instead where the items (more than 64 packed rows) run in the Hopper kernel's tall blocks,
 /// fewer an SM (prefill_sm90_tall_blocks_per_sm x SMs). `max_rows` receives the largest tile
-/// (AttentionParams::max_work_rows). partial_rows_capacity = num_partial_rows; min_kv_chunk the
-/// floor of a chunk (128 keys in whole K/V tiles: a device-side plan cuts no finer).
+/// (AttentionParams::max_work_rows). partial_rows_capacity = num_partial_rows.
 kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv_lens,
                                      int32_t batch, int32_t group, int32_t num_kv_heads,
                                      int32_t head_dim_qk, int32_t head_dim_vo, int variant,
                                      int64_t max_grid, int32_t& max_rows,
                                      int64_t max_grid_tall = 0);
 /// The grid of a ragged call whose lengths stay on the device (trtllm_ragged_attention_deepseek on
-/// CUDA): one_shot_plan of the worst case, bp.batch requests of bp.q_len queries over
-/// bp.max_seq_len keys each, and the fields of `bp` the plan kernel cuts it by (tile_rows,
-/// num_chunks, chunk_tokens, min_chunk_tokens, empty_row: kernels/block_table_plan.h). A
-/// worst-case partition that is not the layout the rules reproduce is refused (kInternal).
-kernels::AttentionPlan ragged_worst_case_plan(kernels::BlockTablePlan& bp, int32_t group,
-                                              int32_t num_kv_heads, int32_t head_dim_qk,
-                                              int32_t head_dim_vo, int64_t max_grid,
-                                              int32_t& max_rows, int64_t max_grid_tall,
-                                              const char* op);
+/// CUDA), in the compact layout of kernels/block_table_plan.h, from what the host knows: bp.batch
+/// requests, bp.total_rows query rows, at most bp.q_len queries and bp.max_seq_len keys each.
+/// Tiles of the planner's height for the average query count (one_shot_plan's), bp.tile_cap of
+/// them (every request's queries in whole tiles can take no more); each tile's keys split into
+/// num_chunks chunks when those tiles, every request max_seq_len keys long, would not fill
+/// max_grid blocks (max_grid_tall where the Hopper kernel's tall blocks run them): the wrappers'
+/// rule over tokens, at least 128 a chunk, in whole K/V tiles. Sets bp's compact, tile_rows,
+/// tile_cap, num_chunks, chunk_tokens, min_chunk_tokens and empty_row.
+struct RaggedDeviceGrid {
+  int64_t items = 0;         // work items: tile_cap x num_chunks
+  int64_t partial_rows = 0;  // split: total_rows x num_chunks + the empty state's row; else 0
+  int32_t max_rows = 0;      // the largest tile (AttentionParams::max_work_rows)
+};
+RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
+                                    int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
+                                    int64_t max_grid, int64_t max_grid_tall, const char* op);
 /// one_shot_plan's `max_grid_tall` for call `a` on `device`: the Hopper kernel's tall blocks an SM
 /// where they would run its items of more than 64 packed rows (prefill_sm90_tall_blocks_per_sm)
 /// times the SMs; 0 where they would not (another device, a build without the kernel, a CPU).

@@ -137,12 +137,12 @@ struct RaggedDeviceLengths {
 };
 
 // `p` with its index arrays on the device, read by the kernels only (nothing comes back to the
-// host, nothing synchronizes, a CUDA graph captures the call): the grid is planned on the host for
-// the worst case, every request max_q_len queries over max_kv_len keys (upstream's trtllm-gen
-// kernels size their grid the same way), and the plan kernel of kernels/block_table_plan.h (its
-// ragged K/V form) fills that grid's arrays from the real lengths, checking them by the host's
-// rules first: a request they refuse gets NaN rows, a call they refuse NaN everywhere. The FA2
-// kernel's items where it fits, else the warp-per-row kernel through the plan's row map.
+// host, nothing synchronizes, a CUDA graph captures the call): the host sizes the grid from what
+// it knows (the query's rows, batch_size, max_q_len, max_kv_len: api::ragged_device_grid), and the
+// plan kernel of kernels/block_table_plan.h (its ragged K/V form, compact layout) fills it from
+// the real lengths, checking them by the host's rules first: a request they refuse gets NaN
+// rows, a call they refuse NaN everywhere. The FA2 kernel's items where it fits, else the
+// warp-per-row kernel through the plan's row map.
 void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, Device device,
                                             const char* op, const char* arg,
                                             std::optional<bool> enable_pdl, const Tensor* workspace,
@@ -167,30 +167,25 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   bp.max_seq_len = worst_kv;
   bp.causal = false;  // a ragged request may have more queries than keys (they see none)
 
-  kernels::AttentionPlan plan;
+  api::RaggedDeviceGrid grid;
   const bool fa2 = kernels::cuda::ragged_fa2_eligible(p);
   if (fa2) {
-    // The worst case's rows index the work items' partial rows and merge entries (int32); the
-    // warp-per-row kernel needs only the query's rows.
-    FLASHINFER_CHECK(int64_t{batch} * q_len <= std::numeric_limits<int32_t>::max(), op, "max_q_len",
-                     "batch_size x max_q_len past the int32 range");
     const int tall = kernels::cuda::ragged_hopper_blocks_per_sm(p, device.index);
-    plan = api::ragged_worst_case_plan(
+    grid = api::ragged_device_grid(
         bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
-        api::tensor_core_max_grid(device), p.fa2_max_rows,
+        api::tensor_core_max_grid(device),
         tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)), op);
   }
-  // The arrays, in the stream's scratch: indptrs, lengths, then the FA2 items and merge arrays or
-  // the warp kernel's row map; the partials (one more row: the idle chunks' empty state) after
-  // them from a 256-byte boundary, unless the caller's workspace holds them.
-  const int64_t merges = plan.split_kv ? int64_t{batch} * q_len : 0;
+  const bool split = grid.partial_rows > 0;
+  // The arrays, in the stream's scratch: indptrs, lengths, then the FA2 items and merge arrays
+  // (an entry a query row) or the warp kernel's row map; the partials after them from a 256-byte
+  // boundary, unless the caller's workspace holds them.
+  const int64_t merges = split ? int64_t{p.rows} : 0;
   const int64_t ints = 2 * (int64_t{batch} + 1) + batch +
-                       (fa2 ? static_cast<int64_t>(plan.work.size()) * 6 +
-                                  (plan.split_kv ? 2 * merges + 1 + merges * bp.num_chunks : 0)
+                       (fa2 ? grid.items * 6 + (split ? 2 * merges + 1 + merges * bp.num_chunks : 0)
                             : int64_t{p.rows});
-  const int64_t partial_rows = plan.split_kv ? plan.num_partial_rows + 1 : 0;
-  const int64_t partial_floats = partial_rows * p.num_qo_heads * (p.head_dim_vo + 1);
-  const bool own_partials = partial_rows > 0 && workspace == nullptr;
+  const int64_t partial_floats = grid.partial_rows * p.num_qo_heads * (p.head_dim_vo + 1);
+  const bool own_partials = split && workspace == nullptr;
   const int64_t int_bytes = (4 * (ints + 1) + 255) / 256 * 256;
   const api::BlockPlanScratch mem = api::block_plan_scratch(
       device, static_cast<std::size_t>(int_bytes + (own_partials ? 4 * partial_floats : 0)), op);
@@ -201,17 +196,17 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   int32_t* next = bp.kv_lens + batch;
   if (fa2) {
     bp.work = reinterpret_cast<kernels::WorkItem*>(next);
-    next += plan.work.size() * 6;
-    if (plan.split_kv) {
+    next += grid.items * 6;
+    if (split) {
       bp.merge_indptr = next;
       bp.merge_rows = bp.merge_indptr + merges + 1;
       bp.merge_out_row = bp.merge_rows + merges * bp.num_chunks;
       if (own_partials) {
         bp.tmp_v = reinterpret_cast<float*>(static_cast<uint8_t*>(mem.data) + int_bytes);
-        bp.tmp_s = bp.tmp_v + partial_rows * p.num_qo_heads * p.head_dim_vo;
+        bp.tmp_s = bp.tmp_v + grid.partial_rows * p.num_qo_heads * p.head_dim_vo;
       } else {
-        kernels::AttentionPlan sized = plan;  // the empty row too
-        sized.num_partial_rows = partial_rows;
+        kernels::AttentionPlan sized;  // the partials' rows, the empty state's included
+        sized.num_partial_rows = grid.partial_rows;
         const bool usable = workspace->device() == device && workspace->is_contiguous();
         std::tie(bp.tmp_v, bp.tmp_s) = api::workspace_partials(
             usable ? workspace->data_ptr() : nullptr, static_cast<int64_t>(workspace->nbytes()),
@@ -228,13 +223,14 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   p.row_req = bp.row_req;
   if (fa2) {
     p.fa2_work = bp.work;
-    p.fa2_num_work = static_cast<int32_t>(plan.work.size());
-    if (plan.split_kv) {
+    p.fa2_num_work = static_cast<int32_t>(grid.items);
+    p.fa2_max_rows = grid.max_rows;
+    if (split) {
       p.fa2_merge_indptr = bp.merge_indptr;
       p.fa2_merge_rows = bp.merge_rows;
       p.fa2_merge_out_row = bp.merge_out_row;
       p.fa2_num_merge = static_cast<int32_t>(merges);
-      p.fa2_partial_rows = partial_rows;
+      p.fa2_partial_rows = grid.partial_rows;
       p.tmp_v = bp.tmp_v;
       p.tmp_s = bp.tmp_s;
     }

@@ -63,6 +63,14 @@ struct BlockTablePlan {
   // the call (every output row NaN: block_plan_refuse_all_rows).
   const int32_t* cu_kv = nullptr;
   int64_t kv_rows = 0;
+  // The ragged form's compact layout (needs cu_kv, whose rules make cum_seq_lens_q cover the
+  // query's rows exactly): the grid has tile_cap tiles of num_chunks items, request b's tiles
+  // after those of the requests before it (block_plan_compact_offset_part: a prefix over
+  // cum_seq_lens_q), so loose max_q_len bounds cost no idle blocks. A tile's partial rows and
+  // merge entries sit at its query rows' own place: merge entry m is query row m (total_rows of
+  // them), partial row (row * num_chunks + chunk c's offset), the empty state after them.
+  bool compact = false;
+  int32_t tile_cap = 0;
   int32_t tile_rows = 1;  // queries a work item (the plan's cta_tile_q)
   int32_t max_seq_len = 0;
   bool causal = false;
@@ -295,11 +303,12 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
   } else if (p.row_req != nullptr) {  // MLA: a row each
     for (int32_t i = tid; i < p.q_len; i += nthreads) p.row_req[b * p.q_len + i] = ok ? b : -1;
   }
-  const int32_t items = p.work != nullptr ? block_plan_tiles(p) * p.num_chunks : 0;
+  // The compact layout's items and merge entries: block_plan_write_compact.
+  const int32_t items = p.work != nullptr && !p.compact ? block_plan_tiles(p) * p.num_chunks : 0;
   for (int32_t k = tid; k < items; k += nthreads) {
     p.work[static_cast<int64_t>(b) * items + k] = block_plan_item(p, b, k, len, ok, rows.count);
   }
-  if (p.work != nullptr && p.num_chunks > 1) {
+  if (p.work != nullptr && p.num_chunks > 1 && !p.compact) {
     for (int32_t k = tid; k < p.q_len * p.num_chunks; k += nthreads) {
       const int32_t i = k / p.num_chunks, c = k % p.num_chunks;
       p.merge_rows[(static_cast<int64_t>(b) * p.q_len + i) * p.num_chunks + c] =
@@ -313,6 +322,8 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
     if (b == p.batch - 1 && tid == 0) {
       p.merge_indptr[p.batch * p.q_len] = p.batch * p.q_len * p.num_chunks;
     }
+  }
+  if (p.work != nullptr && p.num_chunks > 1) {
     if (b == 0) {  // the idle chunks' empty state: score -inf, value 0
       const int64_t hd = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
       float* v = p.tmp_v + static_cast<int64_t>(p.empty_row) * hd;
@@ -334,6 +345,105 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
         const int64_t r = rows.begin + x / p.num_qo_heads;
         p.lse[r * p.lse_stride_n + x % p.num_qo_heads * p.lse_stride_h] = NAN;
       }
+    }
+  }
+}
+
+/// Compact layout: the tiles request b takes in the grid, from its query rows alone (at most q_len
+/// queries: a request with more is refused, and its tiles idle), so that every block can sum them
+/// for the requests before its own.
+FLASHINFER_HD int64_t block_plan_compact_tiles(const BlockTablePlan& p, const BlockPlanRows& rows) {
+  const int64_t n = rows.count < p.q_len ? rows.count : p.q_len;
+  return (n + p.tile_rows - 1) / p.tile_rows;
+}
+
+/// Compact layout: thread `tid` of `nthreads`'s share of request b's first tile, the tiles of
+/// requests tid, tid + nthreads, ... below b (the kernel sums the shares over its block).
+FLASHINFER_HD int64_t block_plan_compact_offset_part(const BlockTablePlan& p, int32_t b, int tid,
+                                                     int nthreads) {
+  int64_t t = 0;
+  for (int32_t j = tid; j < b; j += nthreads)
+    t += block_plan_compact_tiles(p, block_plan_rows(p, j));
+  return t;
+}
+
+/// Compact layout: the item of tile t (queries t * tile_rows ..) and chunk c of request b, whose
+/// rows are `rows`, length `len`, verdict `ok`. Its partial rows start at (its first row) x
+/// num_chunks + c x (its queries).
+FLASHINFER_HD WorkItem block_plan_compact_item(const BlockTablePlan& p, int32_t b, int64_t t,
+                                               int32_t c, int64_t len, bool ok,
+                                               const BlockPlanRows& rows) {
+  const int64_t q0 = t * p.tile_rows;
+  const int64_t q1 = q0 + p.tile_rows < rows.count ? q0 + p.tile_rows : rows.count;
+  const int32_t used = block_plan_chunks_used(p, len);
+  if (!ok || c >= used || q0 >= rows.count) return WorkItem{-1, 0, 0, 0, 0, -1};
+  if (p.num_chunks == 1 || used == 1) {
+    return WorkItem{b, static_cast<int32_t>(q0),  static_cast<int32_t>(q1),
+                    0, static_cast<int32_t>(len), -1};
+  }
+  const int64_t chunk = block_plan_chunk(p, len);
+  const int64_t k0 = static_cast<int64_t>(c) * chunk;
+  const int64_t k1 = k0 + chunk < len ? k0 + chunk : len;
+  const int64_t base = (rows.begin + q0) * p.num_chunks + static_cast<int64_t>(c) * (q1 - q0);
+  return WorkItem{b,
+                  static_cast<int32_t>(q0),
+                  static_cast<int32_t>(q1),
+                  static_cast<int32_t>(k0),
+                  static_cast<int32_t>(k1),
+                  static_cast<int32_t>(base)};
+}
+
+/// Compact layout: request b's items and merge entries (its first tile `offset`, the sum of
+/// block_plan_compact_offset_part over the block), the part thread `tid` of `nthreads` writes;
+/// the last request also idles the grid's tiles past the last request's and closes
+/// merge_indptr. A refused call (`call_ok` false: the arrays give no layout) idles every item
+/// and merge entry instead, block b taking those whose index is b modulo the batch.
+FLASHINFER_HD void block_plan_write_compact(const BlockTablePlan& p, int32_t b, int64_t len,
+                                            bool ok, bool call_ok, int64_t offset, int tid,
+                                            int nthreads) {
+  const int64_t nc = p.num_chunks;
+  const int64_t cap_items = static_cast<int64_t>(p.tile_cap) * nc;
+  const bool merged = nc > 1;
+  if (b == p.batch - 1 && tid == 0 && merged) p.merge_indptr[p.total_rows] = p.total_rows * nc;
+  if (!call_ok) {
+    const int64_t step = static_cast<int64_t>(nthreads) * p.batch;
+    for (int64_t k = b + static_cast<int64_t>(tid) * p.batch; k < cap_items; k += step) {
+      p.work[k] = WorkItem{-1, 0, 0, 0, 0, -1};
+    }
+    for (int64_t m = b + static_cast<int64_t>(tid) * p.batch; merged && m < p.total_rows;
+         m += step) {
+      p.merge_indptr[m] = static_cast<int32_t>(m * nc);
+      p.merge_out_row[m] = -1;
+    }
+    return;
+  }
+  const BlockPlanRows rows = block_plan_rows(p, b);
+  const int64_t tiles = block_plan_compact_tiles(p, rows);
+  for (int64_t k = tid; k < tiles * nc; k += nthreads) {
+    const int64_t idx = offset * nc + k;  // tile offset + k / nc, chunk k % nc
+    if (idx < cap_items) {
+      p.work[idx] =
+          block_plan_compact_item(p, b, k / nc, static_cast<int32_t>(k % nc), len, ok, rows);
+    }
+  }
+  if (b == p.batch - 1) {
+    for (int64_t k = (offset + tiles) * nc + tid; k < cap_items; k += nthreads) {
+      p.work[k] = WorkItem{-1, 0, 0, 0, 0, -1};
+    }
+  }
+  if (!merged) return;
+  const int32_t used = block_plan_chunks_used(p, len);
+  for (int64_t i = tid; i < rows.count; i += nthreads) {
+    const int64_t m = rows.begin + i;
+    const bool split = ok && used > 1;
+    p.merge_indptr[m] = static_cast<int32_t>(m * nc);
+    p.merge_out_row[m] = split ? static_cast<int32_t>(m) : -1;
+    const int64_t q0 = i / p.tile_rows * p.tile_rows;
+    const int64_t q1 = q0 + p.tile_rows < rows.count ? q0 + p.tile_rows : rows.count;
+    for (int64_t c = 0; c < nc; ++c) {
+      p.merge_rows[m * nc + c] =
+          split && c < used ? static_cast<int32_t>((rows.begin + q0) * nc + c * (q1 - q0) + i - q0)
+                            : p.empty_row;
     }
   }
 }

@@ -570,26 +570,100 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
   EXPECT_GT(refused_calls, 3);
 }
 
+// The plan kernel's body in the compact layout (block_table_plan_cuda.cu), run here block by
+// block in a shuffled order and thread by thread: each block's verdict, then
+// block_plan_write_request, its first tile summed from every thread's
+// block_plan_compact_offset_part, block_plan_write_compact, and block_plan_refuse_all_rows for a
+// refused call. Every array starts filled with a sentinel, so an entry nothing writes shows.
+struct CompactRun {
+  std::vector<WorkItem> work;
+  std::vector<int32_t> merge_indptr, merge_rows, merge_out_row, qo, kvp, kvl;
+  std::vector<bool> ok;
+  bool call_refused = false;
+};
+
+CompactRun run_compact_kernel(BlockTablePlan p, const std::vector<int32_t>& lens,
+                              const api::RaggedDeviceGrid& g, int nthreads, std::mt19937& rng) {
+  CompactRun r;
+  const int64_t rows = p.total_rows, nc = p.num_chunks;
+  r.work.assign(static_cast<std::size_t>(g.items), WorkItem{-7, -7, -7, -7, -7, -7});
+  r.qo.assign(static_cast<std::size_t>(p.batch) + 1, -7);
+  r.kvp.assign(r.qo.size(), -7);
+  r.kvl.assign(static_cast<std::size_t>(p.batch), -7);
+  if (nc > 1) {
+    r.merge_indptr.assign(static_cast<std::size_t>(rows) + 1, -7);
+    r.merge_rows.assign(static_cast<std::size_t>(rows * nc), -7);
+    r.merge_out_row.assign(static_cast<std::size_t>(rows), -7);
+  }
+  const int64_t hd = 2;  // one head of two: the outputs only show where NaN rows go
+  std::vector<float> tmp_v(static_cast<std::size_t>(std::max<int64_t>(g.partial_rows, 1) * hd));
+  std::vector<float> tmp_s(static_cast<std::size_t>(std::max<int64_t>(g.partial_rows, 1)));
+  std::vector<float> o(static_cast<std::size_t>(std::max<int64_t>(rows, 1) * hd), 5.0f);
+  p.qo_indptr = r.qo.data();
+  p.kv_indptr = r.kvp.data();
+  p.kv_lens = r.kvl.data();
+  p.work = r.work.data();
+  p.merge_indptr = r.merge_indptr.data();
+  p.merge_rows = r.merge_rows.data();
+  p.merge_out_row = r.merge_out_row.data();
+  p.tmp_v = tmp_v.data();
+  p.tmp_s = tmp_s.data();
+  p.o = o.data();
+  p.o_dtype = DType::kFloat32;
+  p.o_stride_n = hd;
+  p.o_stride_h = hd;
+  p.num_qo_heads = 1;
+  p.head_dim_vo = static_cast<int32_t>(hd);
+  r.ok.assign(static_cast<std::size_t>(p.batch), false);
+  std::vector<int32_t> order(static_cast<std::size_t>(p.batch));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int32_t b : order) {
+    bool cu_bad = false;
+    for (int t = 0; t < nthreads; ++t) cu_bad |= kernels::block_plan_cu_bad(p, t, nthreads);
+    r.call_refused = cu_bad;
+    bool ok = !cu_bad && kernels::block_plan_request_ok(p, b, lens[b]);
+    for (int t = 0; t < nthreads && ok; ++t) {
+      ok = !kernels::block_plan_pages_bad(p, b, lens[b], t, nthreads);
+    }
+    r.ok[b] = ok;
+    int64_t offset = 0;
+    for (int t = 0; t < nthreads && !cu_bad; ++t) {
+      offset += kernels::block_plan_compact_offset_part(p, b, t, nthreads);
+    }
+    for (int t = 0; t < nthreads; ++t) {
+      kernels::block_plan_write_request(p, b, lens[b], ok, t, nthreads);
+      kernels::block_plan_write_compact(p, b, lens[b], ok, !cu_bad, offset, t, nthreads);
+      if (cu_bad) kernels::block_plan_refuse_all_rows(p, b, t, nthreads);
+    }
+  }
+  return r;
+}
+
 // Ragged K/V (trtllm_ragged_attention_deepseek on CUDA: cum_seq_lens_q, cum_seq_lens_kv and
-// seq_lens on the device, the grid api::ragged_worst_case_plan's, every request max_q_len queries
-// over max_kv_len keys): the rules accept exactly what the host checks of ragged_deepseek.cpp
-// accept (a request: its key rows' count equal to seq_lens, at most max_q_len queries and
-// max_kv_len keys; the call: both arrays from 0 and never decreasing, cum_seq_lens_q ending at the
-// query's rows, cum_seq_lens_kv inside the key's), each accepted request's rows see what the host
-// plan of that request alone with its chunk gives them, a request's keys start at its
-// cum_seq_lens_kv entry, and refused requests get no work.
+// seq_lens on the device; the grid api::ragged_device_grid's, the compact layout): the rules
+// accept exactly what the host checks of ragged_deepseek.cpp accept (a request: its key rows'
+// count equal to seq_lens, at most max_q_len queries and max_kv_len keys; the call: both arrays
+// from 0 and never decreasing, cum_seq_lens_q ending at the query's rows, cum_seq_lens_kv inside
+// the key's); every item and merge entry of the grid is written, inside it; each accepted
+// request's rows see what the host plan of that request alone with its chunk gives them; refused
+// requests get no work, and a refused call none at all. Loose bounds (max_q_len far above the
+// real counts) cost no grid: the compact grid holds at most rows / tile + batch tiles.
 TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
   std::mt19937 rng(31);
-  int split_cases = 0, refused_requests = 0, refused_calls = 0, accepted = 0;
+  int split_cases = 0, refused_requests = 0, refused_calls = 0, accepted = 0, compacted = 0;
   const std::vector<Heads> heads{{16, 16, 128}, {8, 2, 64}, {4, 1, 256}};
-  for (int iter = 0; iter < 200; ++iter) {
+  for (int iter = 0; iter < 300; ++iter) {
+    const int nthreads = iter % 2 == 0 ? 128 : 7;
     const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
-    const int32_t max_q = 1 + static_cast<int32_t>(rng() % 100);
+    const int32_t max_q = 1 + static_cast<int32_t>(rng() % 300);
     const int32_t max_kv = 1 + static_cast<int32_t>(rng() % 3000);
     const Heads h = heads[rng() % heads.size()];
     std::vector<int32_t> lens, cu{0}, ckv{0};
     for (int32_t b = 0; b < batch; ++b) {
-      const int32_t n = static_cast<int32_t>(rng() % (max_q + 1));
+      // Mostly far below the bound now and then (one long request among short ones).
+      const int32_t n = rng() % 3 == 0 ? static_cast<int32_t>(rng() % (max_q + 1))
+                                       : static_cast<int32_t>(rng() % (max_q / 8 + 1));
       const int32_t len = rng() % 4 == 0 ? max_kv : static_cast<int32_t>(rng() % (max_kv + 1));
       cu.push_back(cu.back() + n);
       ckv.push_back(ckv.back() + len);
@@ -626,6 +700,7 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
       default:
         break;
     }
+    if (total_rows == 0) continue;  // the API plans nothing for a query of no rows
     // The host checks (ragged_deepseek.cpp): the arrays, then each request.
     const bool call_ok = cu[0] == 0 && std::is_sorted(cu.begin(), cu.end()) &&
                          cu[batch] == total_rows && ckv[0] == 0 &&
@@ -638,7 +713,7 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
     refused_calls += !call_ok;
     BlockTablePlan p;
     p.batch = batch;
-    p.q_len = max_q;
+    p.q_len = static_cast<int32_t>(std::min<int64_t>(max_q, total_rows));  // the API's clamp
     p.max_seq_len = max_kv;
     p.max_blocks = max_kv;
     p.page_size = 1;
@@ -646,29 +721,49 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
     p.total_rows = total_rows;
     p.cu_kv = ckv.data();
     p.kv_rows = kv_rows;
+    p.seq_lens = lens.data();
     const int64_t max_grid = std::vector<int64_t>{0, 8, 64, 1 << 20}[rng() % 4];
-    int32_t max_rows = 0;
-    const kernels::AttentionPlan worst = api::ragged_worst_case_plan(
+    const api::RaggedDeviceGrid g = api::ragged_device_grid(
         p, static_cast<int32_t>(h.hq / h.hkv), static_cast<int32_t>(h.hkv),
-        static_cast<int32_t>(h.d), static_cast<int32_t>(h.d), max_grid, max_rows, 0, "test");
-    split_cases += p.num_chunks > 1;
-    ASSERT_EQ(p.empty_row, worst.split_kv ? worst.num_partial_rows : -1);
-    const DevicePlan d = run_rules(p, lens, std::vector<bool>(batch, true));
-    std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
-    const int64_t rows = std::max<int64_t>(total_rows, cu.back());
+        static_cast<int32_t>(h.d), static_cast<int32_t>(h.d), max_grid, 0, "test");
+    ASSERT_TRUE(p.compact);
+    const int64_t nc = p.num_chunks, tile = p.tile_rows;
+    ASSERT_EQ(g.items, int64_t{p.tile_cap} * nc);
+    ASSERT_LE(p.tile_cap, total_rows / tile + batch);
+    ASSERT_LE(p.tile_cap, int64_t{batch} * ((p.q_len + tile - 1) / tile));
+    ASSERT_EQ(g.partial_rows, nc > 1 ? total_rows * nc + 1 : 0);
+    ASSERT_EQ(g.max_rows, std::min<int64_t>(p.q_len, tile));
+    split_cases += nc > 1;
+    compacted += p.tile_cap < int64_t{batch} * ((p.q_len + tile - 1) / tile);
+    const CompactRun d = run_compact_kernel(p, lens, g, nthreads, rng);
+    ASSERT_EQ(d.call_refused, !call_ok) << "iteration " << iter;
+    for (const WorkItem& w : d.work) ASSERT_NE(w.qo_begin, -7) << "an item nothing wrote";
+    for (int32_t x : d.merge_indptr) ASSERT_NE(x, -7) << "a merge entry nothing wrote";
+    for (int32_t x : d.merge_out_row) ASSERT_NE(x, -7) << "a merge entry nothing wrote";
+    if (!call_ok) {
+      for (const WorkItem& w : d.work) ASSERT_EQ(w.request, -1);
+      for (int32_t x : d.merge_out_row) ASSERT_EQ(x, -1);
+      continue;
+    }
+    ASSERT_EQ(d.qo, cu);
+    ASSERT_EQ(d.kvp, ckv);
+    const std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
     const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
-                                   rows, p.empty_row);
+                                   total_rows, p.empty_row);
     for (int32_t r = 0; r < batch; ++r) {
       ASSERT_EQ(static_cast<bool>(d.ok[r]), static_cast<bool>(want_ok[r]))
           << "iteration " << iter << ", request " << r;
+      ASSERT_EQ(d.kvl[r], want_ok[r] ? lens[r] : 0);
+      const int32_t n = cu[r + 1] - cu[r];
       if (!want_ok[r]) {
         ++refused_requests;
         for (const WorkItem& w : d.work) ASSERT_NE(w.request, r);
+        for (int32_t i = 0; i < n; ++i) ASSERT_TRUE(got[cu[r] + i].empty());
         continue;
       }
       ++accepted;
       const int64_t chunk = kernels::block_plan_chunk(p, lens[r]);
-      const int32_t n = cu[r + 1] - cu[r];
+      ASSERT_EQ(chunk % 64, 0) << "a chunk ends inside a K/V tile";
       // Keys in tokens: pages of one token.
       const detail::WrapperState host =
           planned({lens[r]}, n, 1, chunk > 0 ? chunk : 1 << 20, false, h);
@@ -678,21 +773,25 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
         std::vector<Range> w = want[i];
         for (Range& x : w) x.request = r;
         ASSERT_EQ(got[cu[r] + i], w) << "iteration " << iter << ", request " << r << " query " << i;
+        ASSERT_FALSE(w.empty());
       }
     }
-    // Every item reads inside the worst case's partials and the request's keys.
+    // Every item reads inside its request's rows and keys, and inside the partials.
     for (const WorkItem& w : d.work) {
       if (w.request < 0) continue;
+      ASSERT_LE(w.qo_end, cu[w.request + 1] - cu[w.request]);
+      ASSERT_LE(w.qo_end - w.qo_begin, g.max_rows);
       ASSERT_LE(w.kv_end, lens[w.request]);
       if (w.partial_base >= 0) {
-        ASSERT_LE(w.partial_base + (w.qo_end - w.qo_begin), worst.num_partial_rows);
+        ASSERT_LE(w.partial_base + (w.qo_end - w.qo_begin), g.partial_rows - 1);
       }
     }
   }
-  EXPECT_GT(split_cases, 20);
+  EXPECT_GT(split_cases, 30);
   EXPECT_GT(refused_requests, 20);
   EXPECT_GT(refused_calls, 20);
   EXPECT_GT(accepted, 300);
+  EXPECT_GT(compacted, 50);
 }
 
 // The plan kernel's body in the ragged form, thread by thread (blocks of 7 and 128 threads), as

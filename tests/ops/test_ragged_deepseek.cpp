@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "api/attention_common.h"
 #include "flashinfer/ops/fmha_v2.h"
@@ -395,21 +396,19 @@ kernels::AttentionParams attention_fields(const Case& c) {
 }
 
 // Whether the CUDA call of `c` with bounds max_q x max_kv splits its keys across blocks: the
-// grid the API plans on the host for the worst case (every request max_q queries over max_kv
-// keys: api::ragged_worst_case_plan), with the Hopper kernel's budget where its tall blocks run
-// the items.
+// grid the API sizes on the host from the query's rows and the bounds (api::ragged_device_grid),
+// with the Hopper kernel's budget where its tall blocks run the items.
 bool plan_splits(const Case& c, int64_t max_q, int64_t max_kv, Device gpu) {
   kernels::BlockTablePlan bp;
   bp.batch = static_cast<int32_t>(c.qo_lens.size());
-  bp.q_len = static_cast<int32_t>(max_q);
+  bp.total_rows = std::accumulate(c.qo_lens.begin(), c.qo_lens.end(), int64_t{0});
+  bp.q_len = static_cast<int32_t>(std::min(max_q, bp.total_rows));
   bp.max_seq_len = static_cast<int32_t>(max_kv);
-  int32_t max_rows = 0;
-  return api::ragged_worst_case_plan(bp, static_cast<int32_t>(c.hq / c.hkv),
-                                     static_cast<int32_t>(c.hkv), static_cast<int32_t>(c.dqk),
-                                     static_cast<int32_t>(c.dvo), api::tensor_core_max_grid(gpu),
-                                     max_rows, api::hopper_tall_max_grid(attention_fields(c), gpu),
-                                     "test")
-      .split_kv;
+  return api::ragged_device_grid(bp, static_cast<int32_t>(c.hq / c.hkv),
+                                 static_cast<int32_t>(c.hkv), static_cast<int32_t>(c.dqk),
+                                 static_cast<int32_t>(c.dvo), api::tensor_core_max_grid(gpu),
+                                 api::hopper_tall_max_grid(attention_fields(c), gpu), "test")
+             .partial_rows > 0;
 }
 
 int64_t max_of(const std::vector<int32_t>& v) { return *std::max_element(v.begin(), v.end()); }
@@ -530,10 +529,11 @@ TEST(TrtllmRaggedDeepseekCuda, FmhaV2DeepseekSplitKvMatchesCpu) {
   }
 }
 
-// On CUDA the lengths stay on the device and the grid is planned for the bounds given: calls
-// whose max_q_len / max_kv_len are far above their requests' (idle tiles and chunks in the grid,
-// requests cut into chunks of their own size) match the CPU reference of the same call, on the
-// FA2 kernel, split and not, and on the warp-per-row kernel (fp8), empty requests included.
+// On CUDA the lengths stay on the device and the grid is sized from the query's rows and the
+// bounds given: calls whose max_q_len / max_kv_len are far above their requests' (requests cut
+// into chunks of their own size, the grid's tiles past the last request's idle) match the CPU
+// reference of the same call, on the FA2 kernel, split and not, and on the warp-per-row kernel
+// (fp8), empty requests included.
 TEST(TrtllmRaggedDeepseekCuda, PlannedOnTheDeviceForLooseBounds) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
@@ -543,7 +543,7 @@ TEST(TrtllmRaggedDeepseekCuda, PlannedOnTheDeviceForLooseBounds) {
     int64_t max_q, max_kv;
   };
   const std::vector<Loose> cases = {
-      {{bf16, bf16, 192, 128, 16, 16, true, -1, {300, 0, 5}, {300, 9, 700}}, 1024, 1000},
+      {{bf16, bf16, 192, 128, 32, 32, true, -1, {600, 0, 600}, {600, 9, 700}}, 1024, 1000},
       {{bf16, bf16, 192, 128, 16, 16, true, -1, {37, 0, 5}, {37, 9, 300}}, 200, 4000},
       {{bf16, bf16, 192, 128, 16, 16, true, -1, {3, 1}, {5000, 200}}, 8, 9000},
       {{f16, f16, 128, 128, 8, 2, false, 40, {2, 7}, {600, 7}}, 16, 6000},

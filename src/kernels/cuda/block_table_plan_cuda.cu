@@ -1,7 +1,8 @@
 // The device-side plan of the block-table decode calls (kernels/block_table_plan.h): a block per
 // request reads its length and checks the page ids its keys need, then writes that request's part
 // of the plan (block_plan_write_request, which the CPU tests run thread by thread), so no block
-// waits on another.
+// waits on another. In the compact layout each block also sums the tiles of the requests before
+// its own (a block-wide reduction of block_plan_compact_offset_part) to place its items.
 #include "kernels/cuda/block_table_plan_cuda.h"
 #include "kernels/cuda/cuda_utils.cuh"
 
@@ -21,6 +22,16 @@ __global__ void __launch_bounds__(kPlanThreads) block_table_plan_kernel(BlockTab
     ok = __syncthreads_or(block_plan_pages_bad(p, b, len, tid, kPlanThreads) ? 1 : 0) == 0;
   }
   block_plan_write_request(p, b, len, ok, tid, kPlanThreads);
+  if (p.compact) {  // the same for the whole block: its first tile, summed over the block
+    __shared__ long long part[kPlanThreads];
+    part[tid] = cu_bad ? 0 : block_plan_compact_offset_part(p, b, tid, kPlanThreads);
+    __syncthreads();
+    for (int w = kPlanThreads / 2; w > 0; w >>= 1) {
+      if (tid < w) part[tid] += part[tid + w];
+      __syncthreads();
+    }
+    block_plan_write_compact(p, b, len, ok, !cu_bad, part[0], tid, kPlanThreads);
+  }
   if (cu_bad) block_plan_refuse_all_rows(p, b, tid, kPlanThreads);
   if (p.max_kv != nullptr && ok && tid == 0) atomicMax(p.max_kv, static_cast<int32_t>(len));
 }
