@@ -550,7 +550,8 @@ RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
   bp.min_chunk_tokens = 1;
   bp.empty_row = -1;
   bp.tile_cap = 0;
-  const int64_t batch = bp.batch, q_len = std::max<int32_t>(bp.q_len, 0), rows = bp.total_rows;
+  bp.q_len = std::max<int32_t>(bp.q_len, 0);  // the rules' tile counts take it as given
+  const int64_t batch = bp.batch, q_len = bp.q_len, rows = bp.total_rows;
   if (batch <= 0) return g;
   // Tiles of the planner's height for the call's average query count (one_shot_plan's rule);
   // the largest a request's tile can be is max_q_len queries.

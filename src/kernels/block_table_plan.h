@@ -80,9 +80,11 @@ struct BlockTablePlan {
 
   // Outputs: the AttentionParams arrays (work and merge ones: none for MLA, whose kernels take a
   // row each; merge ones only when num_chunks > 1).
-  int32_t* qo_indptr = nullptr;      // [batch + 1]
-  int32_t* kv_indptr = nullptr;      // [batch + 1]
-  int32_t* kv_lens = nullptr;        // [batch]
+  int32_t* qo_indptr = nullptr;  // [batch + 1]
+  int32_t* kv_indptr = nullptr;  // [batch + 1]
+  int32_t* kv_lens = nullptr;    // [batch]
+  // Sizes of the worst-case layout; compact: work [tile_cap * num_chunks], merge_indptr
+  // [total_rows + 1], merge_rows [total_rows * num_chunks], merge_out_row [total_rows].
   WorkItem* work = nullptr;          // [batch * tiles * num_chunks]
   int32_t* merge_indptr = nullptr;   // [batch * q_len + 1]
   int32_t* merge_rows = nullptr;     // [batch * q_len * num_chunks]
@@ -282,7 +284,8 @@ FLASHINFER_HD bool block_plan_request_ok(const BlockTablePlan& p, int32_t b, int
 /// bad page), the part thread `tid` of the request's `nthreads` writes: the kernel's block runs it
 /// on every thread, the CPU tests for every tid in turn. Besides the request's own entries,
 /// request 0 writes the empty state's partial row and the last request the arrays' closing
-/// entries. The MLA form's longest length (max_kv) is the kernel's, an atomic maximum.
+/// entries. The MLA form's longest length (max_kv) is the kernel's, an atomic maximum. The compact
+/// layout's items and merge entries are block_plan_write_compact's.
 FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, int64_t len,
                                             bool ok, int tid, int nthreads) {
   const BlockPlanRows rows = block_plan_rows(p, b);
@@ -353,7 +356,7 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
 /// queries: a request with more is refused, and its tiles idle), so that every block can sum them
 /// for the requests before its own.
 FLASHINFER_HD int64_t block_plan_compact_tiles(const BlockTablePlan& p, const BlockPlanRows& rows) {
-  const int64_t n = rows.count < p.q_len ? rows.count : p.q_len;
+  const int64_t n = rows.count < p.q_len ? rows.count : p.q_len < 0 ? 0 : p.q_len;
   return (n + p.tile_rows - 1) / p.tile_rows;
 }
 
