@@ -539,7 +539,8 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
 
 RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
                                     int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
-                                    int64_t max_grid, int64_t max_grid_tall, const char* op) {
+                                    int64_t max_grid, int64_t max_grid_tall, const char* op,
+                                    int variant) {
   namespace pf = kernels::cuda::prefill;
   constexpr int64_t kMinChunk = 128;  // one_shot_plan's floor
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -567,10 +568,11 @@ RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
   // Split keys where those tiles, every request max_kv_len keys long, would not fill max_grid
   // blocks (the Hopper kernel's budget where its tall blocks run them), in whole K/V tiles.
   const bool tall = max_grid_tall > 0 && int64_t{g.max_rows} * group >= pf::kSm90MinPackedRows &&
+                    (variant & ~pf::kPrefillSoftCap) == 0 &&
                     pf::prefill_sm90_dim_built(head_dim_qk, head_dim_vo, 2);
   if (max_grid > 0 && tall) max_grid = max_grid_tall;
-  const int64_t kv_tile =
-      prefill_chunk_tile(int64_t{g.max_rows} * group, head_dim_qk, head_dim_vo, 0, tall ? 2 : 0);
+  const int64_t kv_tile = prefill_chunk_tile(int64_t{g.max_rows} * group, head_dim_qk, head_dim_vo,
+                                             variant, tall ? 2 : 0);
   const int64_t worst = std::max<int64_t>(bp.max_seq_len, 0);
   int64_t chunk = max_grid > 0 && cap > 0
                       ? plan_kv_chunk({cap}, {worst}, num_kv_heads, max_grid, kMinChunk)
@@ -590,6 +592,46 @@ RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
     g.partial_rows = rows * chunks + 1;
   }
   return g;
+}
+
+BlockPlanScratch place_device_plan(kernels::BlockTablePlan& bp, const RaggedDeviceGrid& g,
+                                   bool items, bool has_workspace, void* workspace,
+                                   int64_t workspace_bytes, int32_t num_qo_heads,
+                                   int32_t head_dim_vo, Device device, const char* op) {
+  const int64_t batch = bp.batch, rows = bp.total_rows, nc = bp.num_chunks;
+  const bool split = items && g.partial_rows > 0;
+  const int64_t merges = split ? rows : 0;  // an entry a query row
+  const int64_t ints = 2 * (batch + 1) + batch +
+                       (items ? g.items * 6 + (split ? 2 * merges + 1 + merges * nc : 0) : rows);
+  const bool own_partials = split && !has_workspace;
+  const int64_t partial_floats = split ? g.partial_rows * num_qo_heads * (head_dim_vo + 1) : 0;
+  const int64_t int_bytes = (4 * (ints + 1) + 255) / 256 * 256;
+  BlockPlanScratch mem = block_plan_scratch(
+      device, static_cast<std::size_t>(int_bytes + (own_partials ? 4 * partial_floats : 0)), op);
+  auto* base = static_cast<int32_t*>(mem.data);
+  bp.qo_indptr = base;
+  bp.kv_indptr = bp.qo_indptr + batch + 1;
+  bp.kv_lens = bp.kv_indptr + batch + 1;
+  int32_t* next = bp.kv_lens + batch;
+  if (!items) {
+    bp.row_req = next;
+    return mem;
+  }
+  bp.work = reinterpret_cast<kernels::WorkItem*>(next);
+  if (!split) return mem;
+  bp.merge_indptr = next + g.items * 6;
+  bp.merge_rows = bp.merge_indptr + merges + 1;
+  bp.merge_out_row = bp.merge_rows + merges * nc;
+  if (own_partials) {
+    bp.tmp_v = reinterpret_cast<float*>(static_cast<uint8_t*>(mem.data) + int_bytes);
+    bp.tmp_s = bp.tmp_v + g.partial_rows * num_qo_heads * head_dim_vo;
+  } else {
+    kernels::AttentionPlan sized;  // the partials' rows, the empty state's included
+    sized.num_partial_rows = g.partial_rows;
+    std::tie(bp.tmp_v, bp.tmp_s) = workspace_partials(
+        workspace, workspace_bytes, sized, num_qo_heads, head_dim_vo, op, "workspace_buffer");
+  }
+  return mem;
 }
 
 std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,

@@ -240,7 +240,8 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
 /// num_chunks chunks when those tiles, every request max_seq_len keys long, would not fill
 /// max_grid blocks (max_grid_tall where the Hopper kernel's tall blocks run them): the wrappers'
 /// rule over tokens, at least 128 a chunk, in whole K/V tiles. Sets bp's compact, tile_rows,
-/// tile_cap, num_chunks, chunk_tokens, min_chunk_tokens and empty_row.
+/// tile_cap, num_chunks, chunk_tokens, min_chunk_tokens and empty_row. `variant`: the prefill
+/// kernels' variant bits (soft cap), as one_shot_plan's.
 struct RaggedDeviceGrid {
   int64_t items = 0;         // work items: tile_cap x num_chunks
   int64_t partial_rows = 0;  // split: total_rows x num_chunks + the empty state's row; else 0
@@ -248,7 +249,8 @@ struct RaggedDeviceGrid {
 };
 RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
                                     int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
-                                    int64_t max_grid, int64_t max_grid_tall, const char* op);
+                                    int64_t max_grid, int64_t max_grid_tall, const char* op,
+                                    int variant = 0);
 /// one_shot_plan's `max_grid_tall` for call `a` on `device`: the Hopper kernel's tall blocks an SM
 /// where they would run its items of more than 64 packed rows (prefill_sm90_tall_blocks_per_sm)
 /// times the SMs; 0 where they would not (another device, a build without the kernel, a CPU).
@@ -303,6 +305,18 @@ struct BlockPlanScratch {
   void* data = nullptr;
 };
 BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char* op);
+/// The arrays of a one-shot call's device plan (trtllm_ragged_attention_deepseek's,
+/// trtllm_fmha_v2_prefill's) in the stream's block-plan scratch: indptrs and lengths, then the
+/// work items and merge arrays of `g` (`items`: the tensor-core kernels run the call) or the
+/// warp-per-row kernel's row map (bp.total_rows entries). The split's partials (g.partial_rows
+/// rows of num_qo_heads x (head_dim_vo + 1) floats) go there too, or, with `has_workspace`, to
+/// the caller's workspace (`workspace` null where it is not usable: refused naming
+/// workspace_buffer, as too small a one). Sets bp's output arrays; they stay leased while the
+/// returned scratch lives.
+BlockPlanScratch place_device_plan(kernels::BlockTablePlan& bp, const RaggedDeviceGrid& g,
+                                   bool items, bool has_workspace, void* workspace,
+                                   int64_t workspace_bytes, int32_t num_qo_heads,
+                                   int32_t head_dim_vo, Device device, const char* op);
 /// Runs the plan kernel of kernels/block_table_plan.h for `p` on `device` (CUDA only: a CPU state
 /// plans on the host).
 void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op);

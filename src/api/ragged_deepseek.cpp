@@ -162,6 +162,7 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   bp.q_len = q_len;
   bp.cu_q = in.cu_q.data<const int32_t>();
   bp.total_rows = p.rows;
+  bp.cu_q_exact = true;
   bp.cu_kv = in.cu_kv.data<const int32_t>();
   bp.kv_rows = in.kv_rows;
   bp.max_seq_len = worst_kv;
@@ -177,45 +178,12 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
         tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)), op);
   }
   const bool split = grid.partial_rows > 0;
-  // The arrays, in the stream's scratch: indptrs, lengths, then the FA2 items and merge arrays
-  // (an entry a query row) or the warp kernel's row map; the partials after them from a 256-byte
-  // boundary, unless the caller's workspace holds them.
-  const int64_t merges = split ? int64_t{p.rows} : 0;
-  const int64_t ints = 2 * (int64_t{batch} + 1) + batch +
-                       (fa2 ? grid.items * 6 + (split ? 2 * merges + 1 + merges * bp.num_chunks : 0)
-                            : int64_t{p.rows});
-  const int64_t partial_floats = grid.partial_rows * p.num_qo_heads * (p.head_dim_vo + 1);
-  const bool own_partials = split && workspace == nullptr;
-  const int64_t int_bytes = (4 * (ints + 1) + 255) / 256 * 256;
-  const api::BlockPlanScratch mem = api::block_plan_scratch(
-      device, static_cast<std::size_t>(int_bytes + (own_partials ? 4 * partial_floats : 0)), op);
-  auto* base = static_cast<int32_t*>(mem.data);
-  bp.qo_indptr = base;
-  bp.kv_indptr = bp.qo_indptr + batch + 1;
-  bp.kv_lens = bp.kv_indptr + batch + 1;
-  int32_t* next = bp.kv_lens + batch;
-  if (fa2) {
-    bp.work = reinterpret_cast<kernels::WorkItem*>(next);
-    next += grid.items * 6;
-    if (split) {
-      bp.merge_indptr = next;
-      bp.merge_rows = bp.merge_indptr + merges + 1;
-      bp.merge_out_row = bp.merge_rows + merges * bp.num_chunks;
-      if (own_partials) {
-        bp.tmp_v = reinterpret_cast<float*>(static_cast<uint8_t*>(mem.data) + int_bytes);
-        bp.tmp_s = bp.tmp_v + grid.partial_rows * p.num_qo_heads * p.head_dim_vo;
-      } else {
-        kernels::AttentionPlan sized;  // the partials' rows, the empty state's included
-        sized.num_partial_rows = grid.partial_rows;
-        const bool usable = workspace->device() == device && workspace->is_contiguous();
-        std::tie(bp.tmp_v, bp.tmp_s) = api::workspace_partials(
-            usable ? workspace->data_ptr() : nullptr, static_cast<int64_t>(workspace->nbytes()),
-            sized, p.num_qo_heads, p.head_dim_vo, op, "workspace_buffer");
-      }
-    }
-  } else {
-    bp.row_req = next;
-  }
+  const bool usable =
+      workspace != nullptr && workspace->device() == device && workspace->is_contiguous();
+  const api::BlockPlanScratch mem = api::place_device_plan(
+      bp, grid, fa2, workspace != nullptr, usable ? workspace->data_ptr() : nullptr,
+      workspace != nullptr ? static_cast<int64_t>(workspace->nbytes()) : 0, p.num_qo_heads,
+      p.head_dim_vo, device, op);
   kernels::block_plan_set_output(bp, p, p.num_qo_heads, p.head_dim_vo);
   p.cu_q = bp.qo_indptr;
   p.cu_kv = bp.kv_indptr;
@@ -229,7 +197,7 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
       p.fa2_merge_indptr = bp.merge_indptr;
       p.fa2_merge_rows = bp.merge_rows;
       p.fa2_merge_out_row = bp.merge_out_row;
-      p.fa2_num_merge = static_cast<int32_t>(merges);
+      p.fa2_num_merge = p.rows;  // an entry a query row
       p.fa2_partial_rows = grid.partial_rows;
       p.tmp_v = bp.tmp_v;
       p.tmp_s = bp.tmp_s;

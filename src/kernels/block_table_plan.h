@@ -55,16 +55,19 @@ struct BlockTablePlan {
   // queries each. (The MLA form, a row each through row_req, takes uniform counts only.)
   const int32_t* cu_q = nullptr;
   int64_t total_rows = 0;
-  // Ragged K/V (trtllm_ragged_attention_deepseek's cum_seq_lens_kv, on the device; needs cu_q):
-  // request b's keys are rows cu_kv[b] .. cu_kv[b + 1] of the key tensor's kv_rows, and
-  // seq_lens[b] must be their count. No block table (block_tables null; page_size 1, max_blocks =
-  // max_seq_len). The host's rules for the arrays then hold: cum_seq_lens_q ends at total_rows,
-  // cum_seq_lens_kv starts at 0, never decreases and ends inside the key tensor; a break refuses
-  // the call (every output row NaN: block_plan_refuse_all_rows).
+  // The host rule of the one-shot prefill calls (trtllm_ragged_attention_deepseek,
+  // trtllm_fmha_v2_prefill): cum_seq_lens_q ends at total_rows, so the requests' rows cover the
+  // query exactly; a break refuses the call (every output row NaN: block_plan_refuse_all_rows).
+  bool cu_q_exact = false;
+  // Ragged K/V (cum_seq_lens_kv, on the device; needs cu_q): request b's keys are rows
+  // cu_kv[b] .. cu_kv[b + 1] of the key tensor's kv_rows, and seq_lens[b] must be their count.
+  // No block table (block_tables null; page_size 1, max_blocks = max_seq_len). The host's rules
+  // for the array then hold: it starts at 0, never decreases and ends inside the key tensor; a
+  // break refuses the call.
   const int32_t* cu_kv = nullptr;
   int64_t kv_rows = 0;
-  // The ragged form's compact layout (needs cu_kv, whose rules make cum_seq_lens_q cover the
-  // query's rows exactly): the grid has tile_cap tiles of num_chunks items, request b's tiles
+  // The one-shot calls' compact layout (needs cu_q_exact, which makes the requests' rows cover
+  // the query's exactly): the grid has tile_cap tiles of num_chunks items, request b's tiles
   // after those of the requests before it (block_plan_compact_offset_part: a prefix over
   // cum_seq_lens_q), so loose max_q_len bounds cost no idle blocks. A tile's partial rows and
   // merge entries sit at its query rows' own place: merge entry m is query row m (total_rows of
@@ -257,16 +260,16 @@ FLASHINFER_HD void block_plan_store_nan(void* o, int64_t i, DType d) {
 /// Whether the entries of cum_seq_lens_q that thread `tid` of `nthreads` checks break the host's
 /// rule for the whole array (it starts at 0 and never decreases): entries i = tid, tid + nthreads,
 /// ... against the next. A break refuses every request (the host refuses the call), as requests'
-/// rows could otherwise overlap. Uniform counts: never. Ragged K/V adds cum_seq_lens_q ending at
-/// total_rows and cum_seq_lens_kv's rules (starts at 0, never decreases, ends inside the key
-/// tensor).
+/// rows could otherwise overlap. Uniform counts: never. cu_q_exact adds cum_seq_lens_q ending at
+/// total_rows, ragged K/V cum_seq_lens_kv's rules (starts at 0, never decreases, ends inside the
+/// key tensor).
 FLASHINFER_HD bool block_plan_cu_bad(const BlockTablePlan& p, int tid, int nthreads) {
   if (p.cu_q == nullptr) return false;
   bool bad = tid == 0 && p.cu_q[0] != 0;
   for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_q[i + 1] < p.cu_q[i];
+  bad |= tid == 0 && p.cu_q_exact && p.cu_q[p.batch] != p.total_rows;
   if (p.cu_kv != nullptr) {
-    bad |= tid == 0 &&
-           (p.cu_q[p.batch] != p.total_rows || p.cu_kv[0] != 0 || p.cu_kv[p.batch] > p.kv_rows);
+    bad |= tid == 0 && (p.cu_kv[0] != 0 || p.cu_kv[p.batch] > p.kv_rows);
     for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_kv[i + 1] < p.cu_kv[i];
   }
   return bad;

@@ -719,6 +719,7 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
     p.page_size = 1;
     p.cu_q = cu.data();
     p.total_rows = total_rows;
+    p.cu_q_exact = true;
     p.cu_kv = ckv.data();
     p.kv_rows = kv_rows;
     p.seq_lens = lens.data();
@@ -827,6 +828,7 @@ TEST(BlockTablePlan, RaggedKernelBodyWritesTheRowMapAndNanRows) {
       p.seq_lens = c.lens.data();
       p.cu_q = c.cu.data();
       p.total_rows = c.total_rows;
+      p.cu_q_exact = true;
       p.cu_kv = c.ckv.data();
       p.kv_rows = kv_rows;
       std::vector<int32_t> qo(4, -7), kvp(4, -7), kvl(3, -7), row_req(c.total_rows, -1);
