@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/cuda_runtime.h"
 #include "kernels/cuda/decode_cuda.h"
 #include "kernels/cuda/prefill_shape.h"
 #endif
@@ -137,6 +139,24 @@ api::Refusal cuda_supports(const kernels::FmhaV2PrefillParams& p) {
 // one fp32 tensor; both stay alive until the launches are queued (stream-ordered frees).
 void fmha_v2_prefill_run_cuda(const kernels::FmhaV2PrefillParams& p, const api::LaunchContext& c) {
   kernels::AttentionParams a = as_attention(p);
+  if (const kernels::FmhaV2DevicePlan* d = p.device_plan) {  // filled by the plan kernel
+    a.qo_indptr = d->qo_indptr;
+    a.kv.kv_indptr = d->kv_indptr;
+    a.kv.kv_indices = d->kv_indices;
+    a.kv_lens = d->kv_lens;
+    a.work = d->work;
+    a.num_work = d->num_work;
+    a.max_work_rows = d->max_work_rows;
+    a.merge_indptr = d->merge_indptr;
+    a.merge_rows = d->merge_rows;
+    a.merge_out_row = d->merge_out_row;
+    a.num_merge = d->num_merge;
+    a.tmp_v = d->tmp_v;
+    a.tmp_s = d->tmp_s;
+    a.sinks = d->sinks;
+    if (a.num_work > 0) kernels::cuda::batch_attention(a, c.stream, c.enable_pdl);
+    return;
+  }
   const std::size_t nb = static_cast<std::size_t>(p.batch);
   const bool paged = p.page_size > 0;
   std::vector<int32_t> ints(p.cu_q, p.cu_q + nb + 1);  // qo_indptr
@@ -219,6 +239,96 @@ constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kFmhaV2PrefillKernels[]
 #endif
 };
 
+#if FLASHINFER_WITH_CUDA
+// The device tensors of a call planned on the device (fmha_v2_prefill_planned_on_device).
+struct FmhaV2DeviceLengths {
+  const Tensor* seq_lens = nullptr;  // int32 [batch], any stride
+  Tensor cu_q, cu_kv, table;         // int32, contiguous rows: cu_kv ragged only, table paged only
+  const float* sinks = nullptr;      // the caller's [Hq] fp32 on the device, or nullptr
+  int64_t max_q_len = 0, max_kv_len = 0, kv_rows = 0, num_pages = 0;
+};
+
+// `p` (its host index arrays unset) planned on the device as trtllm_ragged_attention_deepseek's
+// calls are (ragged_deepseek.cpp): the grid from the query's rows and the bounds
+// (api::ragged_device_grid), filled in the compact layout by the block-table plan kernel from the
+// device lengths, paged (the block table read in place) or ragged; the host's rules its rules (a
+// refused request's rows NaN; every row for index arrays the host would refuse). Nothing is read
+// back and nothing synchronizes: a CUDA graph captures the call.
+void fmha_v2_prefill_planned_on_device(kernels::FmhaV2PrefillParams p, Device device,
+                                       const FmhaV2DeviceLengths& in) {
+  const char* op = kFmhaV2PrefillOp;
+  const flashinfer::detail::CudaDeviceScope on_device(device);
+  const bool paged = p.page_size > 0;
+  kernels::BlockTablePlan bp;
+  bp.seq_lens = in.seq_lens->data<const int32_t>();
+  bp.seq_lens_stride = in.seq_lens->stride(0);
+  bp.batch = p.batch;
+  bp.q_len = static_cast<int32_t>(std::min<int64_t>(in.max_q_len, p.rows));
+  bp.cu_q = in.cu_q.data<const int32_t>();
+  bp.total_rows = p.rows;
+  bp.cu_q_exact = true;
+  bp.causal = false;              // a request may have more queries than keys (they see none)
+  int64_t worst = in.max_kv_len;  // a request's keys at most
+  if (paged) {
+    const int64_t cols = in.table.size(1);
+    const int64_t stride = p.batch > 1 ? in.table.stride(0) : cols;
+    FLASHINFER_CHECK(cols <= INT32_MAX && p.batch * std::max(stride, cols) <= INT32_MAX, op,
+                     "block_tables", "a row offset past the int32 range");
+    bp.block_tables = in.table.numel() > 0 ? in.table.data<const int32_t>() : nullptr;
+    bp.table_stride = stride;
+    bp.max_blocks = static_cast<int32_t>(cols);
+    bp.num_pages = in.num_pages;
+    bp.page_size = p.page_size;
+    worst = std::min(worst, cols * p.page_size);
+  } else {
+    bp.cu_kv = in.cu_kv.data<const int32_t>();
+    bp.kv_rows = in.kv_rows;
+    bp.page_size = 1;
+    worst = std::min(worst, in.kv_rows);
+  }
+  worst = std::min<int64_t>(worst, INT32_MAX);
+  bp.max_seq_len = static_cast<int32_t>(worst);
+  if (!paged) bp.max_blocks = bp.max_seq_len;
+  const kernels::AttentionParams a = as_attention(p);
+  const int variant = p.soft_cap > 0.0f ? kernels::cuda::prefill::kPrefillSoftCap : 0;
+  const api::RaggedDeviceGrid grid = api::ragged_device_grid(
+      bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
+      api::tensor_core_max_grid(device), api::hopper_tall_max_grid(a, device), op, variant);
+  const api::BlockPlanScratch mem =
+      api::place_device_plan(bp, grid, /*items=*/true, /*has_workspace=*/true, p.workspace,
+                             p.workspace_bytes, p.num_qo_heads, p.head_dim_vo, device, op);
+  bp.o = p.o;
+  bp.o_dtype = p.o_dtype;
+  bp.o_stride_n = p.o_stride_n;
+  bp.o_stride_h = p.o_stride_h;
+  bp.num_qo_heads = p.num_qo_heads;
+  bp.head_dim_vo = p.head_dim_vo;
+  kernels::FmhaV2DevicePlan d;
+  d.qo_indptr = bp.qo_indptr;
+  d.kv_indptr = bp.kv_indptr;
+  d.kv_indices = paged ? bp.block_tables : nullptr;
+  d.kv_lens = bp.kv_lens;
+  d.work = bp.work;
+  d.num_work = static_cast<int32_t>(grid.items);
+  d.max_work_rows = grid.max_rows;
+  if (grid.partial_rows > 0) {
+    d.merge_indptr = bp.merge_indptr;
+    d.merge_rows = bp.merge_rows;
+    d.merge_out_row = bp.merge_out_row;
+    d.num_merge = p.rows;  // an entry a query row
+    d.tmp_v = bp.tmp_v;
+    d.tmp_s = bp.tmp_s;
+  }
+  d.sinks = in.sinks;
+  p.device_plan = &d;
+  // The kernels' refusals first: after the plan kernel ran, one would leave its NaN rows in `out`.
+  const api::Refusal r = cuda_supports(p);
+  FLASHINFER_CHECK_CODE(!r.refused(), ErrorCode::kUnsupported, op, r.arg, r.reason);
+  api::launch_block_table_plan(bp, device, op);
+  api::launch(kFmhaV2PrefillKernels, p, device, op, "qkv", std::nullopt);  // `mem` held till here
+}
+#endif
+
 std::string lower(std::string_view s) {
   std::string r(s);
   for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -234,6 +344,29 @@ void check_3d(const Tensor& t, const char* what) {
 void fmha_v2_prefill_check_last_contiguous(const Tensor& t) {
   FLASHINFER_CHECK(t.stride(-1) == 1 || t.size(-1) <= 1, kFmhaV2PrefillOp, "qkv",
                    "the head_dim axis must be contiguous");
+}
+
+// Whether a call plans on the device (fmha_v2_prefill_planned_on_device): on CUDA, a call the
+// tensor-core kernels run (16-bit inputs; `host_only`: chunked attention, softmax statistics or
+// ALiBi, whose slopes are made on the host), batch_size > 0, every tensor it reads the lengths
+// and pages from (and the sinks) on the query's device. Anything else keeps the host plan.
+bool fmha_v2_plans_on_device(const Tensor& q, int64_t batch, bool host_only,
+                             const std::optional<Tensor>& sinks,
+                             std::initializer_list<const Tensor*> index_tensors) {
+#if FLASHINFER_WITH_CUDA
+  if (!q.device().is_cuda() || batch <= 0 || host_only) return false;
+  if (q.dtype() != DType::kFloat16 && q.dtype() != DType::kBFloat16) return false;
+  if (sinks && (!sinks->defined() || sinks->device() != q.device())) return false;
+  return std::all_of(index_tensors.begin(), index_tensors.end(),
+                     [&](const Tensor* t) { return t->defined() && t->device() == q.device(); });
+#else
+  (void)q;
+  (void)batch;
+  (void)host_only;
+  (void)sinks;
+  (void)index_tensors;
+  return false;
+#endif
 }
 
 AttentionOutput fmha_v2_prefill_impl(
@@ -353,22 +486,39 @@ AttentionOutput fmha_v2_prefill_impl(
   // ---- lengths ----
   FLASHINFER_CHECK(batch_size >= 0, kFmhaV2PrefillOp, "batch_size", "must be >= 0, got ",
                    batch_size);
-  const std::vector<int32_t> kv_lens =
-      api::index_to_host(seq_lens, kFmhaV2PrefillOp, "seq_lens", batch_size);
-  const std::vector<int32_t> cu_q =
-      api::index_to_host(cum_seq_lens_q, kFmhaV2PrefillOp, "cum_seq_lens_q", batch_size + 1);
-  api::check_indptr(cu_q, kFmhaV2PrefillOp, "cum_seq_lens_q");
-  FLASHINFER_CHECK(cu_q.back() == rows, kFmhaV2PrefillOp, "cum_seq_lens_q", "ends at ", cu_q.back(),
-                   " but the query has ", rows, " tokens");
-  std::vector<int32_t> cu_kv;
-  if (!paged) {
+  FLASHINFER_CHECK(max_q_len >= 0, kFmhaV2PrefillOp, "max_q_len", "must be >= 0, got ", max_q_len);
+  FLASHINFER_CHECK(max_kv_len >= 0, kFmhaV2PrefillOp, "max_kv_len", "must be >= 0, got ",
+                   max_kv_len);
+  // On CUDA, where the call runs on the tensor-core kernels, the lengths stay on the device (as
+  // trtllm_ragged_attention_deepseek's: fmha_v2_prefill_planned_on_device); the host rules below
+  // become the plan kernel's, refused requests' rows NaN.
+  const bool device_plan = fmha_v2_plans_on_device(
+      q, batch_size, chunked_attention_size > 0 || save_softmax_stats || alibi, sinks,
+      {&seq_lens, &cum_seq_lens_q, paged ? &*block_tables : &cum_seq_lens_kv});
+  std::vector<int32_t> kv_lens, cu_q, cu_kv;
+  if (device_plan) {
+    api::check_index_tensor(seq_lens, kFmhaV2PrefillOp, "seq_lens", batch_size);
+    api::check_index_tensor(cum_seq_lens_q, kFmhaV2PrefillOp, "cum_seq_lens_q", batch_size + 1);
+    if (!paged) {
+      api::check_index_tensor(cum_seq_lens_kv, kFmhaV2PrefillOp, "cum_seq_lens_kv", batch_size + 1);
+    }
+    FLASHINFER_CHECK(rows <= INT32_MAX && k.size(0) <= INT32_MAX, kFmhaV2PrefillOp, "qkv",
+                     "more than 2^31 - 1 rows");
+  } else {
+    kv_lens = api::index_to_host(seq_lens, kFmhaV2PrefillOp, "seq_lens", batch_size);
+    cu_q = api::index_to_host(cum_seq_lens_q, kFmhaV2PrefillOp, "cum_seq_lens_q", batch_size + 1);
+    api::check_indptr(cu_q, kFmhaV2PrefillOp, "cum_seq_lens_q");
+    FLASHINFER_CHECK(cu_q.back() == rows, kFmhaV2PrefillOp, "cum_seq_lens_q", "ends at ",
+                     cu_q.back(), " but the query has ", rows, " tokens");
+  }
+  if (!paged && !device_plan) {
     cu_kv =
         api::index_to_host(cum_seq_lens_kv, kFmhaV2PrefillOp, "cum_seq_lens_kv", batch_size + 1);
     api::check_indptr(cu_kv, kFmhaV2PrefillOp, "cum_seq_lens_kv");
     FLASHINFER_CHECK(cu_kv.back() <= k.size(0), kFmhaV2PrefillOp, "cum_seq_lens_kv", "ends at ",
                      cu_kv.back(), " but the key has ", k.size(0), " tokens");
   }
-  for (int64_t b = 0; b < batch_size; ++b) {
+  for (int64_t b = 0; b < batch_size && !device_plan; ++b) {
     FLASHINFER_CHECK(kv_lens[b] >= 0 && kv_lens[b] <= max_kv_len, kFmhaV2PrefillOp, "seq_lens",
                      "seq_lens[", b, "] = ", kv_lens[b],
                      " is outside [0, max_kv_len = ", max_kv_len, "]");
@@ -383,6 +533,7 @@ AttentionOutput fmha_v2_prefill_impl(
   }
   std::vector<int32_t> table;
   int64_t bt_stride = 0;
+  Tensor table_dev;  // the device plan's block table
   if (paged) {
     const Tensor& bt = *block_tables;
     api::check_defined(bt, kFmhaV2PrefillOp, "block_tables");
@@ -391,7 +542,12 @@ AttentionOutput fmha_v2_prefill_impl(
                      "must be int32 [batch_size, max_num_pages], got ",
                      dtype_torch_name(bt.dtype()), " ", shape_to_string(bt.shape()));
     bt_stride = bt.size(1);
-    const Tensor h = bt.to(Device::cpu()).contiguous();
+    if (device_plan) {  // read in place by the plan kernel and the attention kernels
+      table_dev = bt_stride <= 1 || bt.stride(1) == 1 ? bt : bt.contiguous();
+    }
+  }
+  if (paged && !device_plan) {
+    const Tensor h = block_tables->to(Device::cpu()).contiguous();
     table.assign(h.data<int32_t>(), h.data<int32_t>() + h.numel());
     for (int64_t b = 0; b < batch_size; ++b) {
       const int64_t need = (kv_lens[b] + page_size - 1) / page_size;
@@ -429,7 +585,7 @@ AttentionOutput fmha_v2_prefill_impl(
   FLASHINFER_CHECK(std::isfinite(cap) && cap >= 0, kFmhaV2PrefillOp, "logits_soft_cap_scale",
                    "must be finite and >= 0, got ", cap);
   // ---- sinks ----
-  Tensor sinks_h;
+  Tensor sinks_h, sinks_d;
   if (sinks) {
     api::check_defined(*sinks, kFmhaV2PrefillOp, "sinks");
     FLASHINFER_CHECK(sinks->dim() == 1 && sinks->size(0) == H && sinks->dtype() == DType::kFloat32,
@@ -439,7 +595,11 @@ AttentionOutput fmha_v2_prefill_impl(
                           "save_softmax_stats",
                           "softmax statistics with sinks are not supported (upstream's "
                           "convention for that case is not pinned down)");
-    sinks_h = sinks->to(Device::cpu()).contiguous();
+    if (device_plan) {
+      sinks_d = sinks->contiguous();  // read by the kernels in place
+    } else {
+      sinks_h = sinks->to(Device::cpu()).contiguous();
+    }
     // FMHAv2 adds slope * absolute key column, so the sink's weight against the keys depends on
     // that offset, a convention not pinned down here.
     FLASHINFER_CHECK_CODE(!alibi, ErrorCode::kUnsupported, kFmhaV2PrefillOp, "sinks",
@@ -547,7 +707,27 @@ AttentionOutput fmha_v2_prefill_impl(
       p.workspace = workspace_buffer.data_ptr();
       p.workspace_bytes = static_cast<int64_t>(workspace_buffer.nbytes());
     }
-    api::launch(kFmhaV2PrefillKernels, p, q.device(), kFmhaV2PrefillOp, "qkv", std::nullopt);
+#if FLASHINFER_WITH_CUDA
+    if (device_plan) {
+      FmhaV2DeviceLengths in;
+      in.seq_lens = &seq_lens;
+      in.cu_q = cum_seq_lens_q.contiguous();
+      if (paged) {
+        in.table = table_dev;
+        in.num_pages = num_pages;
+      } else {
+        in.cu_kv = cum_seq_lens_kv.contiguous();
+        in.kv_rows = k.size(0);
+      }
+      if (sinks_d.defined()) in.sinks = sinks_d.data<const float>();
+      in.max_q_len = max_q_len;
+      in.max_kv_len = max_kv_len;
+      fmha_v2_prefill_planned_on_device(p, q.device(), in);
+    } else
+#endif
+    {
+      api::launch(kFmhaV2PrefillKernels, p, q.device(), kFmhaV2PrefillOp, "qkv", std::nullopt);
+    }
   } else if (stats.defined()) {
     stats.fill_(0.0);
   }

@@ -1,10 +1,12 @@
-// Private: what the trtllm_fmha_v2_prefill CPU reference receives. Strides in elements; the
-// feature axis of every tensor is contiguous (checked by the API); index arrays on the host.
+// Private: what the trtllm_fmha_v2_prefill backends receive. Strides in elements; the feature
+// axis of every tensor is contiguous (checked by the API); index arrays on the host, or on the
+// device through device_plan (CUDA).
 #pragma once
 
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/attention_params.h"
 
 namespace flashinfer::kernels {
 
@@ -20,6 +22,26 @@ namespace flashinfer::kernels {
 ///   ALiBi (alibi_slopes != nullptr): s_j += alibi_slopes[h] * (j - pos), after the cap;
 ///   o = bmm2_scale * sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink_h - m)),
 ///   stored in o_dtype (fp32, fp16, bf16 round to nearest even; fp8 e4m3 saturates at +-448).
+/// trtllm_fmha_v2_prefill on CUDA with its lengths on the device: the arrays the plan kernel of
+/// kernels/block_table_plan.h fills (device memory), which the attention kernels read in place of
+/// a host plan: the AttentionParams fields of the same names; `kv_indices` the block table
+/// (paged; row b at kv_indptr[b]), `sinks` the caller's device tensor.
+struct FmhaV2DevicePlan {
+  const int32_t* qo_indptr = nullptr;
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* kv_indices = nullptr;
+  const int32_t* kv_lens = nullptr;
+  const WorkItem* work = nullptr;
+  int32_t num_work = 0, max_work_rows = 0;
+  const int32_t* merge_indptr = nullptr;
+  const int32_t* merge_rows = nullptr;
+  const int32_t* merge_out_row = nullptr;
+  int32_t num_merge = 0;
+  float* tmp_v = nullptr;
+  float* tmp_s = nullptr;
+  const float* sinks = nullptr;
+};
+
 struct FmhaV2PrefillParams {
   const void* q = nullptr;  // [rows, Hq, head_dim_qk]
   const void* k = nullptr;
@@ -51,6 +73,8 @@ struct FmhaV2PrefillParams {
   // backend's split-KV partials.
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // CUDA: the device plan (host memory holding device pointers); nullptr: the host arrays above.
+  const FmhaV2DevicePlan* device_plan = nullptr;
 };
 
 }  // namespace flashinfer::kernels

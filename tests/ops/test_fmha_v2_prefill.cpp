@@ -23,6 +23,9 @@
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -215,24 +218,29 @@ void reference(const Case& c, const Opts& o, std::vector<double>& out, std::vect
   }
 }
 
+// The call of `c` with options `o`. Its lengths (and sinks) go where its tensors are, as engines
+// pass them (on CUDA: planned on the device), unless `host_lengths` keeps them on the host (the
+// host plan).
 AttentionOutput run(const Case& c, const Opts& o, std::optional<Tensor> out = std::nullopt,
-                    std::optional<DType> out_dtype = std::nullopt, bool stats = false) {
+                    std::optional<DType> out_dtype = std::nullopt, bool stats = false,
+                    bool host_lengths = false) {
+  const Device d = c.qkv.tensors().at(0).device();
+  const Device ld = host_lengths ? Device::cpu() : d;
   std::optional<Tensor> sinks;
   if (!o.sinks.empty()) {
     Tensor t = Tensor::empty({c.H}, DType::kFloat32);
     for (int64_t h = 0; h < c.H; ++h) t.data<float>()[h] = static_cast<float>(o.sinks[h]);
-    sinks = t;
+    sinks = t.to(ld);
   }
   int32_t mq = 0, mkv = 0;
   for (int32_t l : c.q_lens) mq = std::max(mq, l);
   for (int32_t l : c.kv_lens) mkv = std::max(mkv, l);
   // On CUDA the split-KV partials live in the workspace: 64 MiB there (upstream's tests pass 128).
-  const Device d = c.qkv.tensors().at(0).device();
   const Tensor ws = Tensor::zeros({d.is_cuda() ? int64_t{64} << 20 : 256}, DType::kUInt8, d);
-  return trtllm_fmha_v2_prefill(c.qkv, c.layout, ws, i32(c.kv_lens), mq, mkv, o.bmm1, o.bmm2,
-                                static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)),
-                                i32(prefix(c.kv_lens)), c.block_tables, out, out_dtype, sinks,
-                                o.alibi ? std::optional<std::string>("ALIBI") : std::nullopt,
+  return trtllm_fmha_v2_prefill(c.qkv, c.layout, ws, i32(c.kv_lens).to(ld), mq, mkv, o.bmm1, o.bmm2,
+                                static_cast<int64_t>(c.q_lens.size()), i32(prefix(c.q_lens)).to(ld),
+                                i32(prefix(c.kv_lens)).to(ld), c.block_tables, out, out_dtype,
+                                sinks, o.alibi ? std::optional<std::string>("ALIBI") : std::nullopt,
                                 o.cap > 0 ? std::optional<double>(o.cap) : std::nullopt, o.mask,
                                 o.window_left, o.chunk, stats);
 }
@@ -772,13 +780,19 @@ TEST(TrtllmFmhaV2PrefillCuda, MatchesCpu) {
     // Each row on the default kernel and on the FA2 kernel (FLASHINFER_PREFILL_SM90=0): on sm_90
     // the Hopper kernel takes the rows it fits (row 0's 128-row blocks, row 4's 64), which
     // would otherwise leave the FA2 kernel's block heights untested there.
+    // Both plans: the lengths on the device (planned there) and on the host.
     for (const char* sm90 : {static_cast<const char*>(nullptr), "0"}) {
-      SCOPED_TRACE(sm90 ? "FLASHINFER_PREFILL_SM90=0" : "default kernel");
-      const testing::ScopedEnv env("FLASHINFER_PREFILL_SM90", sm90);
-      const AttentionOutput got = run(on_device(c, gpu), o);
-      ASSERT_TRUE(got.out.device().is_cuda());
-      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
-                                     testing::attention_tolerance(r.d)));
+      for (bool host_lengths : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << (sm90 ? "FLASHINFER_PREFILL_SM90=0" : "default kernel")
+                     << (host_lengths ? ", host lengths" : ", device lengths"));
+        const testing::ScopedEnv env("FLASHINFER_PREFILL_SM90", sm90);
+        const AttentionOutput got =
+            run(on_device(c, gpu), o, std::nullopt, std::nullopt, false, host_lengths);
+        ASSERT_TRUE(got.out.device().is_cuda());
+        EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                       testing::attention_tolerance(r.d)));
+      }
     }
     ++idx;
   }
@@ -861,17 +875,34 @@ TEST(TrtllmFmhaV2PrefillCuda, SplitKvMatchesCpu) {
     fields.head_dim_vo = static_cast<int32_t>(r.dv);
     fields.logits_soft_cap = static_cast<float>(r.opt.cap);
     fields.sm_scale = 0.05f;
+    // The shape exercises the split on both plans: the host's of the real lengths, and the
+    // device plan's grid from the rows and the bounds.
     ASSERT_TRUE(api::one_shot_plan(cq.data(), r.kl.data(), static_cast<int32_t>(r.ql.size()),
                                    static_cast<int32_t>(r.H / r.hkv), static_cast<int32_t>(r.hkv),
                                    static_cast<int32_t>(r.D), static_cast<int32_t>(r.dv), variant,
                                    api::tensor_core_max_grid(gpu), max_rows,
                                    api::hopper_tall_max_grid(fields, gpu))
-                    .split_kv);  // the shape exercises the split
+                    .split_kv);
+    kernels::BlockTablePlan bp;
+    bp.batch = static_cast<int32_t>(r.ql.size());
+    bp.total_rows = cq.back();
+    bp.q_len = *std::max_element(r.ql.begin(), r.ql.end());
+    bp.max_seq_len = *std::max_element(r.kl.begin(), r.kl.end());
+    ASSERT_GT(api::ragged_device_grid(bp, static_cast<int32_t>(r.H / r.hkv),
+                                      static_cast<int32_t>(r.hkv), static_cast<int32_t>(r.D),
+                                      static_cast<int32_t>(r.dv), api::tensor_core_max_grid(gpu),
+                                      api::hopper_tall_max_grid(fields, gpu), kOp, variant)
+                  .partial_rows,
+              0);
     const AttentionOutput want = run(c, r.opt);
-    const AttentionOutput got = run(on_device(c, gpu), r.opt);
-    ASSERT_TRUE(got.out.device().is_cuda());
-    EXPECT_TRUE(
-        testing::all_close(got.out.to(Device::cpu()), want.out, testing::attention_tolerance(r.d)));
+    for (bool host_lengths : {false, true}) {
+      SCOPED_TRACE(host_lengths ? "host lengths" : "device lengths");
+      const AttentionOutput got =
+          run(on_device(c, gpu), r.opt, std::nullopt, std::nullopt, false, host_lengths);
+      ASSERT_TRUE(got.out.device().is_cuda());
+      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                     testing::attention_tolerance(r.d)));
+    }
     ++idx;
   }
 }
@@ -886,7 +917,132 @@ TEST(TrtllmFmhaV2PrefillCuda, SplitKvRefusesTooSmallAWorkspace) {
                       c.qkv, c.layout, Tensor::zeros({1 << 12}, DType::kUInt8, gpu), i32(c.kv_lens),
                       128, 8192, 0.1, 1.0, 1, i32(prefix(c.q_lens)), i32(prefix(c.kv_lens))),
                   kOp, "workspace_buffer");
+  // The lengths on the device: the device plan's partials, refused the same way.
+  EXPECT_FI_ERROR(
+      trtllm_fmha_v2_prefill(c.qkv, c.layout, Tensor::zeros({1 << 12}, DType::kUInt8, gpu),
+                             i32(c.kv_lens).to(gpu), 128, 8192, 0.1, 1.0, 1,
+                             i32(prefix(c.q_lens)).to(gpu), i32(prefix(c.kv_lens)).to(gpu)),
+      kOp, "workspace_buffer");
 }
+
+// Rows [lo, hi) of `t` (on the GPU) NaN in every element.
+void expect_nan_rows(const Tensor& t, int64_t lo, int64_t hi) {
+  const std::vector<double> v =
+      t.to(Device::cpu()).slice(0, lo, hi).contiguous().to_double_vector();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    ASSERT_TRUE(std::isnan(v[i])) << "element " << i << " of rows " << lo << " .. " << hi;
+  }
+}
+
+// With the lengths on the device, what the host checks refuse (and the CPU refuses by name) the
+// plan kernel refuses without reading anything back: a request past max_kv_len, with a page id
+// outside the cache, or (ragged) whose seq_lens disagrees with its key rows gets NaN rows while
+// the others are computed; cum_seq_lens_q not ending at the query's rows makes every row NaN.
+TEST(TrtllmFmhaV2PrefillCuda, BadLengthsGiveNanRowsOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  for (const char* layout : {"Q_PAGED_KV_HND", "CONTIGUOUS_Q_KV"}) {
+    SCOPED_TRACE(layout);
+    const bool paged = std::string(layout) == "Q_PAGED_KV_HND";
+    const Case c =
+        make_case(layout, DType::kBFloat16, {4, 6, 3}, {20, 30, 10}, 8, 2, 128, 128, 610, 16);
+    const AttentionOutput want = run(c, Opts{});
+    const Case g = on_device(c, gpu);
+    const Tensor ws = Tensor::zeros({int64_t{64} << 20}, DType::kUInt8, gpu);
+    auto call = [&](const Case& x, Device d, const std::vector<int32_t>& lens,
+                    const std::vector<int32_t>& cq, const std::optional<Tensor>& table) {
+      return trtllm_fmha_v2_prefill(
+          x.qkv, x.layout, d.is_cuda() ? ws : Tensor::zeros({256}, DType::kUInt8), i32(lens).to(d),
+          6, 30, 0.2, 1.0, 3, i32(cq).to(d), i32(prefix(c.kv_lens)).to(d), table);
+    };
+    const std::vector<int32_t> cq{0, 4, 10, 13};
+    auto expect_rows = [&](const AttentionOutput& got, int64_t lo, int64_t hi) {
+      EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()).slice(0, lo, hi),
+                                     want.out.slice(0, lo, hi),
+                                     testing::attention_tolerance(DType::kBFloat16)));
+    };
+    {
+      SCOPED_TRACE("the lengths as given");
+      expect_rows(call(g, gpu, c.kv_lens, cq, g.block_tables), 0, 13);
+    }
+    {
+      SCOPED_TRACE(paged ? "seq_lens[1] past max_kv_len" : "seq_lens[1] not its key rows");
+      const std::vector<int32_t> bad{20, paged ? 31 : 29, 10};
+      EXPECT_FI_ERROR(call(c, Device::cpu(), bad, cq, c.block_tables), kOp,
+                      paged ? "seq_lens" : "cum_seq_lens_kv");
+      const AttentionOutput got = call(g, gpu, bad, cq, g.block_tables);
+      expect_rows(got, 0, 4);
+      expect_nan_rows(got.out, 4, 10);
+      expect_rows(got, 10, 13);
+    }
+    if (paged) {
+      SCOPED_TRACE("a page id of request 1 outside the cache");
+      Tensor t = c.block_tables->clone();
+      const int64_t pages = c.qkv.tensors().at(1).size(0);
+      t.data<int32_t>()[1 * t.size(1) + 1] = static_cast<int32_t>(pages);
+      EXPECT_FI_ERROR(call(c, Device::cpu(), c.kv_lens, cq, t), kOp, "block_tables");
+      const AttentionOutput got = call(g, gpu, c.kv_lens, cq, t.to(gpu));
+      expect_rows(got, 0, 4);
+      expect_nan_rows(got.out, 4, 10);
+      expect_rows(got, 10, 13);
+    }
+    {
+      SCOPED_TRACE("cum_seq_lens_q ends before the query's last row");
+      const std::vector<int32_t> short_cq{0, 4, 10, 12};
+      EXPECT_FI_ERROR(call(c, Device::cpu(), c.kv_lens, short_cq, c.block_tables), kOp,
+                      "cum_seq_lens_q");
+      expect_nan_rows(call(g, gpu, c.kv_lens, short_cq, g.block_tables).out, 0, 13);
+    }
+  }
+}
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// SGLang's layout (Q_PAGED_KV_HND) with its lengths on the device captured into a CUDA graph after
+// a warm-up, then replayed with other query counts and lengths written into the same tensors,
+// each replay matching the CPU reference of its lengths.
+TEST(TrtllmFmhaV2PrefillCuda, CapturedCallReplaysNewLengths) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  // The cache and table of the longest lengths each request takes below; the query's 40 rows.
+  const std::vector<int32_t> room{300, 300, 300};
+  const Case c0 =
+      make_case("Q_PAGED_KV_HND", DType::kBFloat16, {10, 20, 10}, room, 8, 2, 128, 128, 620, 16);
+  const Case g = on_device(c0, gpu);
+  const Tensor ws = Tensor::zeros({int64_t{64} << 20}, DType::kUInt8, gpu);
+  Tensor lens_g = i32(room).to(gpu), cq_g = i32({0, 10, 30, 40}).to(gpu);
+  const Tensor ckv_g = i32(prefix(room)).to(gpu);
+  Tensor out = Tensor::zeros({40, 8, 128}, DType::kBFloat16, gpu);
+  auto call = [&] {
+    trtllm_fmha_v2_prefill(g.qkv, g.layout, ws, lens_g, 32, 300, 0.2, 1.0, 3, cq_g, ckv_g,
+                           g.block_tables, out);
+  };
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
+  struct Step {
+    std::vector<int32_t> ql, kl;
+  };
+  for (const Step& st : {Step{{10, 20, 10}, {300, 300, 300}}, Step{{32, 0, 8}, {40, 0, 250}},
+                         Step{{1, 31, 8}, {1, 299, 8}}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "queries " << st.ql[0] << ", " << st.ql[1] << ", " << st.ql[2]);
+    lens_g.copy_(i32(st.kl));
+    cq_g.copy_(i32(prefix(st.ql)));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    // The CPU reference of these lengths over the same query, cache and table.
+    const Tensor want = trtllm_fmha_v2_prefill(
+        c0.qkv, c0.layout, Tensor::zeros({256}, DType::kUInt8), i32(st.kl), 32, 300, 0.2, 1.0, 3,
+        i32(prefix(st.ql)), i32(prefix(st.kl)), c0.block_tables);
+    EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), want,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif
 
 }  // namespace
 }  // namespace flashinfer
