@@ -540,7 +540,7 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
 RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
                                     int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
                                     int64_t max_grid, int64_t max_grid_tall, const char* op,
-                                    int variant) {
+                                    int variant, int64_t partial_bytes_cap) {
   namespace pf = kernels::cuda::prefill;
   constexpr int64_t kMinChunk = 128;  // one_shot_plan's floor
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -578,6 +578,15 @@ RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
                       ? plan_kv_chunk({cap}, {worst}, num_kv_heads, max_grid, kMinChunk)
                       : 0;
   chunk = round_kv_chunk_to_tiles(chunk, 1, kv_tile);
+  // The split's partials must fit where they go; otherwise unsplit (the same numbers, less
+  // parallel), as the wrappers' planner does: the split is the bounds' worst case, which the real
+  // lengths may not need.
+  const int64_t heads = int64_t{group} * num_kv_heads;
+  if (chunk > 0 && partial_bytes_cap >= 0 &&
+      (rows * attention_common_ceil_div(worst, chunk) + 1) * heads * (head_dim_vo + 1) * 4 >
+          partial_bytes_cap) {
+    chunk = 0;
+  }
   const int64_t chunks =
       chunk > 0 ? std::max<int64_t>(1, attention_common_ceil_div(worst, chunk)) : 1;
   FLASHINFER_CHECK(cap * chunks <= kInt32Max && (chunks == 1 || rows * chunks < kInt32Max), op,

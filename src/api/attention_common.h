@@ -241,7 +241,9 @@ kernels::AttentionPlan one_shot_plan(const int32_t* qo_indptr, const int32_t* kv
 /// max_grid blocks (max_grid_tall where the Hopper kernel's tall blocks run them): the wrappers'
 /// rule over tokens, at least 128 a chunk, in whole K/V tiles. Sets bp's compact, tile_rows,
 /// tile_cap, num_chunks, chunk_tokens, min_chunk_tokens and empty_row. `variant`: the prefill
-/// kernels' variant bits (soft cap), as one_shot_plan's.
+/// kernels' variant bits (soft cap), as one_shot_plan's. A split whose partials (total_rows x
+/// num_chunks + 1 rows of (Hq x (head_dim_vo + 1)) floats) would pass `partial_bytes_cap` bytes
+/// (>= 0: the caller's workspace) is not made: the keys stay in one chunk.
 struct RaggedDeviceGrid {
   int64_t items = 0;         // work items: tile_cap x num_chunks
   int64_t partial_rows = 0;  // split: total_rows x num_chunks + the empty state's row; else 0
@@ -250,7 +252,7 @@ struct RaggedDeviceGrid {
 RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
                                     int32_t num_kv_heads, int32_t head_dim_qk, int32_t head_dim_vo,
                                     int64_t max_grid, int64_t max_grid_tall, const char* op,
-                                    int variant = 0);
+                                    int variant = 0, int64_t partial_bytes_cap = -1);
 /// one_shot_plan's `max_grid_tall` for call `a` on `device`: the Hopper kernel's tall blocks an SM
 /// where they would run its items of more than 64 packed rows (prefill_sm90_tall_blocks_per_sm)
 /// times the SMs; 0 where they would not (another device, a build without the kernel, a CPU).

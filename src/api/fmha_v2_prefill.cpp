@@ -293,7 +293,10 @@ void fmha_v2_prefill_planned_on_device(kernels::FmhaV2PrefillParams p, Device de
   const int variant = p.soft_cap > 0.0f ? kernels::cuda::prefill::kPrefillSoftCap : 0;
   const api::RaggedDeviceGrid grid = api::ragged_device_grid(
       bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
-      api::tensor_core_max_grid(device), api::hopper_tall_max_grid(a, device), op, variant);
+      api::tensor_core_max_grid(device), api::hopper_tall_max_grid(a, device), op, variant,
+      // The caller's workspace holds the split's partials (less the up to 15 bytes skipped to a
+      // 16-byte boundary): none where it is not on the device.
+      p.workspace != nullptr ? std::max<int64_t>(0, p.workspace_bytes - 15) : 0);
   const api::BlockPlanScratch mem =
       api::place_device_plan(bp, grid, /*items=*/true, /*has_workspace=*/true, p.workspace,
                              p.workspace_bytes, p.num_qo_heads, p.head_dim_vo, device, op);

@@ -168,6 +168,14 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
   bp.max_seq_len = worst_kv;
   bp.causal = false;  // a ragged request may have more queries than keys (they see none)
 
+  // The split's partials go to the caller's workspace where it passes one (less the up to 15
+  // bytes skipped to a 16-byte boundary), else to the stream's scratch.
+  const bool usable =
+      workspace != nullptr && workspace->device() == device && workspace->is_contiguous();
+  const int64_t partial_cap =
+      workspace == nullptr ? -1
+      : usable             ? std::max<int64_t>(0, static_cast<int64_t>(workspace->nbytes()) - 15)
+                           : 0;
   api::RaggedDeviceGrid grid;
   const bool fa2 = kernels::cuda::ragged_fa2_eligible(p);
   if (fa2) {
@@ -175,11 +183,9 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
     grid = api::ragged_device_grid(
         bp, p.num_qo_heads / p.num_kv_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo,
         api::tensor_core_max_grid(device),
-        tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)), op);
+        tall * static_cast<int64_t>(kernels::cuda::sm_count(device.index)), op, 0, partial_cap);
   }
   const bool split = grid.partial_rows > 0;
-  const bool usable =
-      workspace != nullptr && workspace->device() == device && workspace->is_contiguous();
   const api::BlockPlanScratch mem = api::place_device_plan(
       bp, grid, fa2, workspace != nullptr, usable ? workspace->data_ptr() : nullptr,
       workspace != nullptr ? static_cast<int64_t>(workspace->nbytes()) : 0, p.num_qo_heads,

@@ -728,6 +728,21 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
         p, static_cast<int32_t>(h.hq / h.hkv), static_cast<int32_t>(h.hkv),
         static_cast<int32_t>(h.d), static_cast<int32_t>(h.d), max_grid, 0, "test");
     ASSERT_TRUE(p.compact);
+    if (g.partial_rows > 0) {  // no room for the partials: the keys stay in one chunk
+      BlockTablePlan q = p;
+      const int64_t need = g.partial_rows * h.hq * (h.d + 1) * 4;
+      EXPECT_EQ(api::ragged_device_grid(q, static_cast<int32_t>(h.hq / h.hkv),
+                                        static_cast<int32_t>(h.hkv), static_cast<int32_t>(h.d),
+                                        static_cast<int32_t>(h.d), max_grid, 0, "test", 0, need - 1)
+                    .partial_rows,
+                0);
+      EXPECT_EQ(q.num_chunks, 1);
+      EXPECT_EQ(api::ragged_device_grid(q, static_cast<int32_t>(h.hq / h.hkv),
+                                        static_cast<int32_t>(h.hkv), static_cast<int32_t>(h.d),
+                                        static_cast<int32_t>(h.d), max_grid, 0, "test", 0, need)
+                    .partial_rows,
+                g.partial_rows);
+    }
     const int64_t nc = p.num_chunks, tile = p.tile_rows;
     ASSERT_EQ(g.items, int64_t{p.tile_cap} * nc);
     ASSERT_LE(p.tile_cap, total_rows / tile + batch);

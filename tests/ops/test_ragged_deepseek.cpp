@@ -463,9 +463,10 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvMatchesCpu) {
   }
 }
 
-// The split's partials need the workspace: too small a one, or one on another device, is
-// refused by name; a shape that does not split still runs with a small one.
-TEST(TrtllmRaggedDeepseekCuda, SplitKvRefusesTooSmallAWorkspace) {
+// The split's partials live in the workspace: where it has no room for them (too small, or on
+// another device) the call runs unsplit, the keys in one chunk, with the same result; a shape
+// that does not split runs with a small one too.
+TEST(TrtllmRaggedDeepseekCuda, SplitKvFallsBackToOneChunkWithoutRoomInTheWorkspace) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   const DType bf16 = DType::kBFloat16;
@@ -477,9 +478,15 @@ TEST(TrtllmRaggedDeepseekCuda, SplitKvRefusesTooSmallAWorkspace) {
         in.q.to(gpu), in.k.to(gpu), in.v.to(gpu), ws, in.seq_lens.to(gpu), 128, 8192, 0.05, 1.0,
         -1.0, 1, -1, in.cq.to(gpu), in.ckv.to(gpu), std::nullopt, true, false);
   };
-  EXPECT_FI_ERROR(call(Tensor::zeros({1 << 12}, DType::kUInt8, gpu)),
-                  "trtllm_ragged_attention_deepseek", "workspace_buffer");
-  EXPECT_FI_ERROR(call(workspace()), "trtllm_ragged_attention_deepseek", "workspace_buffer");
+  const AttentionOutput want =
+      trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 128, 8192, 0.05,
+                                       1.0, -1.0, 1, -1, in.cq, in.ckv, false, true, false);
+  for (const Tensor& ws : {Tensor::zeros({1 << 12}, DType::kUInt8, gpu), workspace()}) {
+    SCOPED_TRACE(ws.device().str());
+    const AttentionOutput got = call(ws);
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   testing::attention_tolerance(bf16)));
+  }
   const Case small{bf16, bf16, 192, 128, 16, 16, true, -1, {3}, {100}};
   Inputs si = make_inputs(small, 8);
   ASSERT_FALSE(plan_splits(small, 3, 100, gpu));
