@@ -641,19 +641,22 @@ CompactRun run_compact_kernel(BlockTablePlan p, const std::vector<int32_t>& lens
 }
 
 // Ragged K/V (trtllm_ragged_attention_deepseek on CUDA: cum_seq_lens_q, cum_seq_lens_kv and
-// seq_lens on the device; the grid api::ragged_device_grid's, the compact layout): the rules
-// accept exactly what the host checks of ragged_deepseek.cpp accept (a request: its key rows'
-// count equal to seq_lens, at most max_q_len queries and max_kv_len keys; the call: both arrays
-// from 0 and never decreasing, cum_seq_lens_q ending at the query's rows, cum_seq_lens_kv inside
-// the key's); every item and merge entry of the grid is written, inside it; each accepted
-// request's rows see what the host plan of that request alone with its chunk gives them; refused
-// requests get no work, and a refused call none at all. Loose bounds (max_q_len far above the
-// real counts) cost no grid: the compact grid holds at most rows / tile + batch tiles.
+// seq_lens on the device; the grid api::ragged_device_grid's, the compact layout), and a third
+// of the cases paged (trtllm_fmha_v2_prefill's block table): the rules accept exactly what the
+// host checks of ragged_deepseek.cpp and fmha_v2_prefill.cpp accept (a request: its key rows'
+// count equal to seq_lens, or its pages inside the table and the cache, at most max_q_len
+// queries and max_kv_len keys; the call: both arrays from 0 and never decreasing, cum_seq_lens_q
+// ending at the query's rows, cum_seq_lens_kv inside the key's); every item and merge entry of the
+// grid is written, inside it; each accepted request's rows see what the host plan of that request
+// alone with its chunk gives them; refused requests get no work, and a refused call none at all.
+// Loose bounds (max_q_len far above the real counts) cost no grid: the compact grid holds at most
+// rows / tile + batch tiles.
 TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
   std::mt19937 rng(31);
   int split_cases = 0, refused_requests = 0, refused_calls = 0, accepted = 0, compacted = 0;
+  int paged_refused = 0, paged_accepted = 0;
   const std::vector<Heads> heads{{16, 16, 128}, {8, 2, 64}, {4, 1, 256}};
-  for (int iter = 0; iter < 300; ++iter) {
+  for (int iter = 0; iter < 450; ++iter) {
     const int nthreads = iter % 2 == 0 ? 128 : 7;
     const int32_t batch = 1 + static_cast<int32_t>(rng() % 6);
     const int32_t max_q = 1 + static_cast<int32_t>(rng() % 300);
@@ -701,14 +704,34 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
         break;
     }
     if (total_rows == 0) continue;  // the API plans nothing for a query of no rows
-    // The host checks (ragged_deepseek.cpp): the arrays, then each request.
-    const bool call_ok = cu[0] == 0 && std::is_sorted(cu.begin(), cu.end()) &&
-                         cu[batch] == total_rows && ckv[0] == 0 &&
-                         std::is_sorted(ckv.begin(), ckv.end()) && ckv[batch] <= kv_rows;
+    // Every third case paged (trtllm_fmha_v2_prefill's Q_PAGED_KV layouts): no cum_seq_lens_kv,
+    // a block table of `cols` columns (now and then fewer than max_kv_len needs) over 50 pages,
+    // now and then a page id outside the cache.
+    const bool paged = iter % 3 == 0;
+    const int32_t ps = paged ? std::vector<int32_t>{1, 4, 16}[rng() % 3] : 1;
+    const int64_t num_pages = 50;
+    int32_t cols = (max_kv + ps - 1) / ps + static_cast<int32_t>(rng() % 2);
+    if (rng() % 4 == 0) cols = std::max(0, cols - 2);
+    std::vector<int32_t> table(static_cast<std::size_t>(batch) * cols);
+    for (int32_t& x : table) x = static_cast<int32_t>(rng() % num_pages);
+    if (cols > 0 && rng() % 3 == 0) table[rng() % table.size()] = rng() % 2 ? -1 : 50;
+    // The host checks (ragged_deepseek.cpp, fmha_v2_prefill.cpp): the arrays, then each request.
+    const bool call_ok =
+        cu[0] == 0 && std::is_sorted(cu.begin(), cu.end()) && cu[batch] == total_rows &&
+        (paged || (ckv[0] == 0 && std::is_sorted(ckv.begin(), ckv.end()) && ckv[batch] <= kv_rows));
     std::vector<bool> want_ok;
     for (int32_t r = 0; r < batch; ++r) {
-      want_ok.push_back(call_ok && lens[r] == ckv[r + 1] - ckv[r] && cu[r + 1] - cu[r] <= max_q &&
-                        lens[r] <= max_kv);
+      bool keys_ok = lens[r] >= 0 && lens[r] <= max_kv;
+      if (paged) {
+        const int64_t need = (int64_t{lens[r]} + ps - 1) / ps;
+        keys_ok = keys_ok && need <= cols;
+        for (int64_t i = 0; keys_ok && i < need; ++i) {
+          keys_ok = table[r * cols + i] >= 0 && table[r * cols + i] < num_pages;
+        }
+      } else {
+        keys_ok = keys_ok && lens[r] == ckv[r + 1] - ckv[r];
+      }
+      want_ok.push_back(call_ok && keys_ok && cu[r + 1] - cu[r] <= max_q);
     }
     refused_calls += !call_ok;
     BlockTablePlan p;
@@ -720,8 +743,17 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
     p.cu_q = cu.data();
     p.total_rows = total_rows;
     p.cu_q_exact = true;
-    p.cu_kv = ckv.data();
-    p.kv_rows = kv_rows;
+    if (paged) {  // as fmha_v2_prefill_planned_on_device sets it
+      p.block_tables = table.empty() ? nullptr : table.data();
+      p.table_stride = cols;
+      p.max_blocks = cols;
+      p.num_pages = num_pages;
+      p.page_size = ps;
+      p.max_seq_len = std::min(max_kv, cols * ps);
+    } else {
+      p.cu_kv = ckv.data();
+      p.kv_rows = kv_rows;
+    }
     p.seq_lens = lens.data();
     const int64_t max_grid = std::vector<int64_t>{0, 8, 64, 1 << 20}[rng() % 4];
     const api::RaggedDeviceGrid g = api::ragged_device_grid(
@@ -762,7 +794,7 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
       continue;
     }
     ASSERT_EQ(d.qo, cu);
-    ASSERT_EQ(d.kvp, ckv);
+    for (int32_t r = 0; r <= batch; ++r) ASSERT_EQ(d.kvp[r], paged ? r * cols : ckv[r]);
     const std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
     const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
                                    total_rows, p.empty_row);
@@ -771,6 +803,7 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
           << "iteration " << iter << ", request " << r;
       ASSERT_EQ(d.kvl[r], want_ok[r] ? lens[r] : 0);
       const int32_t n = cu[r + 1] - cu[r];
+      (want_ok[r] ? paged_accepted : paged_refused) += paged;
       if (!want_ok[r]) {
         ++refused_requests;
         for (const WorkItem& w : d.work) ASSERT_NE(w.request, r);
@@ -808,6 +841,8 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
   EXPECT_GT(refused_calls, 20);
   EXPECT_GT(accepted, 300);
   EXPECT_GT(compacted, 50);
+  EXPECT_GT(paged_refused, 10);
+  EXPECT_GT(paged_accepted, 80);
 }
 
 // The plan kernel's body in the ragged form, thread by thread (blocks of 7 and 128 threads), as
