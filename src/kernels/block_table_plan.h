@@ -25,9 +25,11 @@
 // query row: the same kernel writes their arrays instead (row_req, max_kv), with length 0 and
 // row_req -1 for a refused request, whose rows the MLA kernels then skip.
 //
-// trtllm_ragged_attention_deepseek plans the same way over ragged K/V (cu_kv: no block table, a
-// request's keys are rows of the key tensor), with its host checks' rules for both index arrays;
-// its warp-per-row kernel (non-16-bit dtypes) reads row_req, a row's request or -1.
+// The one-shot prefill calls (trtllm_ragged_attention_deepseek; trtllm_fmha_v2_prefill, paged or
+// ragged) plan the same way, with their host checks' rules for the index arrays (cu_q_exact;
+// cu_kv: ragged K/V, a request's keys rows of the key tensor), in a compact layout sized from the
+// query's rows rather than the worst case (`compact`: block_plan_write_compact); the deepseek
+// call's warp-per-row kernel (non-16-bit dtypes) reads row_req, a row's request or -1.
 #pragma once
 
 #include <cmath>
