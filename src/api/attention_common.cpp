@@ -1042,6 +1042,44 @@ void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, co
 #endif
 }
 
+void block_table_plan_table(kernels::BlockTablePlan& bp, const Tensor& block_tables, int64_t batch,
+                            const char* op, Tensor& table) {
+  const int64_t max_blocks = block_tables.size(1);
+  table = max_blocks <= 1 || block_tables.stride(1) == 1 ? block_tables : block_tables.contiguous();
+  FLASHINFER_CHECK(
+      batch * std::max<int64_t>(table.stride(0), max_blocks) <= std::numeric_limits<int32_t>::max(),
+      op, "block_tables", "a row offset past the int32 range");
+  bp.block_tables = table.numel() > 0 ? table.data<const int32_t>() : nullptr;
+  bp.table_stride = batch > 1 ? table.stride(0) : max_blocks;
+  bp.max_blocks = static_cast<int32_t>(max_blocks);
+}
+
+kernels::BlockTablePlan one_shot_plan_inputs(const Tensor& seq_lens, const Tensor& cu_q,
+                                             int64_t batch, int64_t rows, int64_t max_q_len,
+                                             const Tensor* cu_kv, int64_t kv_rows,
+                                             int64_t max_kv_len) {
+  kernels::BlockTablePlan bp;
+  bp.seq_lens = seq_lens.data<const int32_t>();
+  bp.seq_lens_stride = seq_lens.stride(0);
+  bp.batch = static_cast<int32_t>(batch);
+  // A request never has more queries than the query has rows: a bound past that only grows the
+  // grid.
+  bp.q_len = static_cast<int32_t>(std::min(max_q_len, rows));
+  bp.cu_q = cu_q.data<const int32_t>();
+  bp.total_rows = rows;
+  bp.cu_q_exact = true;
+  bp.causal = false;  // a request may have more queries than keys (they see none)
+  if (cu_kv != nullptr) {
+    bp.cu_kv = cu_kv->data<const int32_t>();
+    bp.kv_rows = kv_rows;
+    bp.page_size = 1;
+    bp.max_seq_len = static_cast<int32_t>(
+        std::min({max_kv_len, kv_rows, int64_t{std::numeric_limits<int32_t>::max()}}));
+    bp.max_blocks = bp.max_seq_len;
+  }
+  return bp;
+}
+
 kernels::BlockTablePlan block_table_plan_inputs(const Tensor& seq_lens, const Tensor& block_tables,
                                                 int64_t batch, int64_t q_len, int64_t seq_lens_len,
                                                 int64_t max_seq_len, int64_t page_size,
@@ -1051,18 +1089,12 @@ kernels::BlockTablePlan block_table_plan_inputs(const Tensor& seq_lens, const Te
                    " elements for a batch of ", batch);
   FLASHINFER_CHECK(max_seq_len <= std::numeric_limits<int32_t>::max(), op, "max_seq_len",
                    "must fit int32, got ", max_seq_len);
-  const int64_t max_blocks = block_tables.size(1);
-  table = max_blocks <= 1 || block_tables.stride(1) == 1 ? block_tables : block_tables.contiguous();
-  FLASHINFER_CHECK(batch * std::max<int64_t>(table.stride(0), max_blocks) <=
-                           std::numeric_limits<int32_t>::max() &&
-                       batch * q_len <= std::numeric_limits<int32_t>::max(),
-                   op, "block_tables", "a row offset past the int32 range");
   kernels::BlockTablePlan bp;
+  block_table_plan_table(bp, block_tables, batch, op, table);
+  FLASHINFER_CHECK(batch * q_len <= std::numeric_limits<int32_t>::max(), op, "block_tables",
+                   "a row offset past the int32 range");
   bp.seq_lens = seq_lens.data<const int32_t>();
   bp.seq_lens_stride = seq_lens.stride(0);
-  bp.block_tables = table.numel() > 0 ? table.data<const int32_t>() : nullptr;
-  bp.table_stride = batch > 1 ? table.stride(0) : max_blocks;
-  bp.max_blocks = static_cast<int32_t>(max_blocks);
   bp.num_pages = num_pages;
   bp.page_size = static_cast<int32_t>(page_size);
   bp.batch = static_cast<int32_t>(batch);

@@ -286,6 +286,22 @@ kernels::BlockTablePlan block_table_plan_inputs(const Tensor& seq_lens, const Te
                                                 int64_t batch, int64_t q_len, int64_t seq_lens_len,
                                                 int64_t max_seq_len, int64_t page_size,
                                                 int64_t num_pages, const char* op, Tensor& table);
+/// The block table of a device-side plan, read in place (`table` is block_tables) or, where its
+/// rows are not dense, copied dense into `table`, which must outlive the plan: bp's block_tables,
+/// table_stride and max_blocks. Refuses row offsets past the int32 range naming block_tables.
+void block_table_plan_table(kernels::BlockTablePlan& bp, const Tensor& block_tables, int64_t batch,
+                            const char* op, Tensor& table);
+/// The inputs of a one-shot prefill call's device plan (trtllm_ragged_attention_deepseek,
+/// trtllm_fmha_v2_prefill): seq_lens (int32 [batch], any stride) and cum_seq_lens_q (int32
+/// [batch + 1], contiguous) on the device, the query's `rows`, at most max_q_len queries a
+/// request (clamped to rows), the rules' cu_q_exact and no causal count rule. With `cu_kv`
+/// (contiguous) ragged K/V of kv_rows key rows, each request at most max_kv_len (clamped to
+/// kv_rows) keys; without, the caller sets the block table (block_table_plan_table), page_size,
+/// num_pages and max_seq_len.
+kernels::BlockTablePlan one_shot_plan_inputs(const Tensor& seq_lens, const Tensor& cu_q,
+                                             int64_t batch, int64_t rows, int64_t max_q_len,
+                                             const Tensor* cu_kv, int64_t kv_rows,
+                                             int64_t max_kv_len);
 /// The device-side plan of a block-table decode call (kernels/block_table_plan.h) with inputs `in`
 /// (block_table_plan_inputs, whose `table` it keeps), for `s` set up as a host plan would be
 /// (dims, dtypes, qo_indptr of q_len queries a request) but with every request

@@ -243,8 +243,8 @@ constexpr api::KernelEntry<kernels::FmhaV2PrefillParams> kFmhaV2PrefillKernels[]
 // The device tensors of a call planned on the device (fmha_v2_prefill_planned_on_device).
 struct FmhaV2DeviceLengths {
   const Tensor* seq_lens = nullptr;  // int32 [batch], any stride
-  Tensor cu_q, cu_kv, table;         // int32, contiguous rows: cu_kv ragged only, table paged only
-  const float* sinks = nullptr;      // the caller's [Hq] fp32 on the device, or nullptr
+  Tensor cu_q, cu_kv, table;  // int32 (cu_q, cu_kv contiguous): cu_kv ragged only, table paged only
+  const float* sinks = nullptr;  // the caller's [Hq] fp32 on the device, or nullptr
   int64_t max_q_len = 0, max_kv_len = 0, kv_rows = 0, num_pages = 0;
 };
 
@@ -259,36 +259,18 @@ void fmha_v2_prefill_planned_on_device(kernels::FmhaV2PrefillParams p, Device de
   const char* op = kFmhaV2PrefillOp;
   const flashinfer::detail::CudaDeviceScope on_device(device);
   const bool paged = p.page_size > 0;
-  kernels::BlockTablePlan bp;
-  bp.seq_lens = in.seq_lens->data<const int32_t>();
-  bp.seq_lens_stride = in.seq_lens->stride(0);
-  bp.batch = p.batch;
-  bp.q_len = static_cast<int32_t>(std::min<int64_t>(in.max_q_len, p.rows));
-  bp.cu_q = in.cu_q.data<const int32_t>();
-  bp.total_rows = p.rows;
-  bp.cu_q_exact = true;
-  bp.causal = false;              // a request may have more queries than keys (they see none)
-  int64_t worst = in.max_kv_len;  // a request's keys at most
+  kernels::BlockTablePlan bp =
+      api::one_shot_plan_inputs(*in.seq_lens, in.cu_q, p.batch, p.rows, in.max_q_len,
+                                paged ? nullptr : &in.cu_kv, in.kv_rows, in.max_kv_len);
+  Tensor table;  // in.table, or its dense copy: alive until the launches are queued
   if (paged) {
-    const int64_t cols = in.table.size(1);
-    const int64_t stride = p.batch > 1 ? in.table.stride(0) : cols;
-    FLASHINFER_CHECK(cols <= INT32_MAX && p.batch * std::max(stride, cols) <= INT32_MAX, op,
-                     "block_tables", "a row offset past the int32 range");
-    bp.block_tables = in.table.numel() > 0 ? in.table.data<const int32_t>() : nullptr;
-    bp.table_stride = stride;
-    bp.max_blocks = static_cast<int32_t>(cols);
+    api::block_table_plan_table(bp, in.table, p.batch, op, table);
     bp.num_pages = in.num_pages;
     bp.page_size = p.page_size;
-    worst = std::min(worst, cols * p.page_size);
-  } else {
-    bp.cu_kv = in.cu_kv.data<const int32_t>();
-    bp.kv_rows = in.kv_rows;
-    bp.page_size = 1;
-    worst = std::min(worst, in.kv_rows);
+    // A request's keys at most: the bound, or the table row's room.
+    bp.max_seq_len = static_cast<int32_t>(
+        std::min({in.max_kv_len, int64_t{bp.max_blocks} * p.page_size, int64_t{INT32_MAX}}));
   }
-  worst = std::min<int64_t>(worst, INT32_MAX);
-  bp.max_seq_len = static_cast<int32_t>(worst);
-  if (!paged) bp.max_blocks = bp.max_seq_len;
   const kernels::AttentionParams a = as_attention(p);
   const int variant = p.soft_cap > 0.0f ? kernels::cuda::prefill::kPrefillSoftCap : 0;
   const api::RaggedDeviceGrid grid = api::ragged_device_grid(
@@ -536,7 +518,6 @@ AttentionOutput fmha_v2_prefill_impl(
   }
   std::vector<int32_t> table;
   int64_t bt_stride = 0;
-  Tensor table_dev;  // the device plan's block table
   if (paged) {
     const Tensor& bt = *block_tables;
     api::check_defined(bt, kFmhaV2PrefillOp, "block_tables");
@@ -545,9 +526,6 @@ AttentionOutput fmha_v2_prefill_impl(
                      "must be int32 [batch_size, max_num_pages], got ",
                      dtype_torch_name(bt.dtype()), " ", shape_to_string(bt.shape()));
     bt_stride = bt.size(1);
-    if (device_plan) {  // read in place by the plan kernel and the attention kernels
-      table_dev = bt_stride <= 1 || bt.stride(1) == 1 ? bt : bt.contiguous();
-    }
   }
   if (paged && !device_plan) {
     const Tensor h = block_tables->to(Device::cpu()).contiguous();
@@ -716,7 +694,7 @@ AttentionOutput fmha_v2_prefill_impl(
       in.seq_lens = &seq_lens;
       in.cu_q = cum_seq_lens_q.contiguous();
       if (paged) {
-        in.table = table_dev;
+        in.table = *block_tables;
         in.num_pages = num_pages;
       } else {
         in.cu_kv = cum_seq_lens_kv.contiguous();

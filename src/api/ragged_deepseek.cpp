@@ -148,25 +148,8 @@ void run_ragged_attention_planned_on_device(kernels::RaggedAttentionParams p, De
                                             std::optional<bool> enable_pdl, const Tensor* workspace,
                                             const RaggedDeviceLengths& in) {
   const flashinfer::detail::CudaDeviceScope on_device(device);
-  const int32_t batch = p.batch;
-  // A request never has more queries than the query tensor has rows, nor more keys than the key
-  // tensor: bounds past those only grow the grid.
-  const auto q_len = static_cast<int32_t>(std::min<int64_t>(in.max_q_len, p.rows));
-  const auto worst_kv = static_cast<int32_t>(std::min(in.max_kv_len, in.kv_rows));
-  kernels::BlockTablePlan bp;
-  bp.seq_lens = in.seq_lens->data<const int32_t>();
-  bp.seq_lens_stride = in.seq_lens->stride(0);
-  bp.max_blocks = worst_kv;
-  bp.page_size = 1;
-  bp.batch = batch;
-  bp.q_len = q_len;
-  bp.cu_q = in.cu_q.data<const int32_t>();
-  bp.total_rows = p.rows;
-  bp.cu_q_exact = true;
-  bp.cu_kv = in.cu_kv.data<const int32_t>();
-  bp.kv_rows = in.kv_rows;
-  bp.max_seq_len = worst_kv;
-  bp.causal = false;  // a ragged request may have more queries than keys (they see none)
+  kernels::BlockTablePlan bp = api::one_shot_plan_inputs(
+      *in.seq_lens, in.cu_q, p.batch, p.rows, in.max_q_len, &in.cu_kv, in.kv_rows, in.max_kv_len);
 
   // The split's partials go to the caller's workspace where it passes one (less the up to 15
   // bytes skipped to a 16-byte boundary), else to the stream's scratch.
