@@ -147,6 +147,20 @@ std::vector<std::vector<Range>> contributions(const std::vector<WorkItem>& work,
   return out;
 }
 
+// What each of a request's n queries sees in the host plan of that request alone (len keys in
+// pages of page_size, chunks of `chunk` keys: 0 unsplit), labelled as request `r`.
+std::vector<std::vector<Range>> host_rows(int32_t len, int32_t n, int32_t page_size, int64_t chunk,
+                                          const Heads& h, int32_t r) {
+  const detail::WrapperState host =
+      planned({len}, n, page_size, chunk > 0 ? chunk / page_size : 1 << 20, false, h);
+  auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
+                            host.plan.merge_out_row, {0}, n, -1);
+  for (auto& row : want) {
+    for (Range& x : row) x.request = r;
+  }
+  return want;
+}
+
 BlockTablePlan plan_of(const detail::WrapperState& worst, int32_t q_len, int32_t page_size,
                        int32_t max_seq_len, int32_t max_blocks) {
   BlockTablePlan p;
@@ -317,17 +331,13 @@ TEST(BlockTablePlan, VariableQueryCountsSeeTheHostPlansKeys) {
         continue;
       }
       empty_requests += cu[b + 1] == cu[b];
-      const int64_t chunk = kernels::block_plan_chunk(p, lens[b]);
-      const detail::WrapperState host = planned({lens[b]}, cu[b + 1] - cu[b], page_size,
-                                                chunk > 0 ? chunk / page_size : 1 << 20, false, h);
       const int32_t n = cu[b + 1] - cu[b];
-      const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
-                                      host.plan.merge_out_row, {0}, n, -1);
+      const auto want =
+          host_rows(lens[b], n, page_size, kernels::block_plan_chunk(p, lens[b]), h, b);
       for (int32_t i = 0; i < n; ++i) {
-        std::vector<Range> w = want[i];
-        for (Range& x : w) x.request = b;
-        ASSERT_EQ(got[cu[b] + i], w) << "iteration " << iter << ", request " << b << " query " << i;
-        ASSERT_FALSE(w.empty());
+        ASSERT_EQ(got[cu[b] + i], want[i])
+            << "iteration " << iter << ", request " << b << " query " << i;
+        ASSERT_FALSE(want[i].empty());
         owned[cu[b] + i] = true;
       }
     }
@@ -813,16 +823,11 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
       ++accepted;
       const int64_t chunk = kernels::block_plan_chunk(p, lens[r]);
       ASSERT_EQ(chunk % 64, 0) << "a chunk ends inside a K/V tile";
-      // Keys in tokens: pages of one token.
-      const detail::WrapperState host =
-          planned({lens[r]}, n, 1, chunk > 0 ? chunk : 1 << 20, false, h);
-      const auto want = contributions(host.plan.work, host.plan.merge_indptr, host.plan.merge_rows,
-                                      host.plan.merge_out_row, {0}, n, -1);
+      const auto want = host_rows(lens[r], n, 1, chunk, h, r);  // keys in pages of one token
       for (int32_t i = 0; i < n; ++i) {
-        std::vector<Range> w = want[i];
-        for (Range& x : w) x.request = r;
-        ASSERT_EQ(got[cu[r] + i], w) << "iteration " << iter << ", request " << r << " query " << i;
-        ASSERT_FALSE(w.empty());
+        ASSERT_EQ(got[cu[r] + i], want[i])
+            << "iteration " << iter << ", request " << r << " query " << i;
+        ASSERT_FALSE(want[i].empty());
       }
     }
     // Every item reads inside its request's rows and keys, and inside the partials.

@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "flashinfer/flashinfer.h"
 #include "util/test_util.h"
 #if FLASHINFER_TEST_HAVE_ORACLES
@@ -199,6 +201,15 @@ inline uint64_t cuda_core_decode_launches() {
 inline std::vector<double> rows_of(const std::vector<double>& x, int64_t begin, int64_t end,
                                    int64_t row) {
   return std::vector<double>(x.begin() + begin * row, x.begin() + end * row);
+}
+
+/// Rows [lo, hi) of `t` (on any device) NaN in every element: the rows a device-side plan refused.
+inline void expect_nan_rows(const Tensor& t, int64_t lo, int64_t hi) {
+  const std::vector<double> v =
+      t.to(Device::cpu()).slice(0, lo, hi).contiguous().to_double_vector();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    ASSERT_TRUE(std::isnan(v[i])) << "element " << i << " of rows " << lo << " .. " << hi;
+  }
 }
 
 }  // namespace flashinfer::testing

@@ -932,15 +932,6 @@ TEST(TrtllmFmhaV2PrefillCuda, SplitKvRefusesTooSmallAWorkspace) {
                                  testing::attention_tolerance(DType::kBFloat16)));
 }
 
-// Rows [lo, hi) of `t` (on the GPU) NaN in every element.
-void expect_nan_rows(const Tensor& t, int64_t lo, int64_t hi) {
-  const std::vector<double> v =
-      t.to(Device::cpu()).slice(0, lo, hi).contiguous().to_double_vector();
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    ASSERT_TRUE(std::isnan(v[i])) << "element " << i << " of rows " << lo << " .. " << hi;
-  }
-}
-
 // With the lengths on the device, what the host checks refuse (and the CPU refuses by name) the
 // plan kernel refuses without reading anything back: a request past max_kv_len, with a page id
 // outside the cache, or (ragged) whose seq_lens disagrees with its key rows gets NaN rows while
@@ -979,7 +970,7 @@ TEST(TrtllmFmhaV2PrefillCuda, BadLengthsGiveNanRowsOnTheDevice) {
                       paged ? "seq_lens" : "cum_seq_lens_kv");
       const AttentionOutput got = call(g, gpu, bad, cq, g.block_tables);
       expect_rows(got, 0, 4);
-      expect_nan_rows(got.out, 4, 10);
+      testing::expect_nan_rows(got.out, 4, 10);
       expect_rows(got, 10, 13);
     }
     if (paged) {
@@ -990,7 +981,7 @@ TEST(TrtllmFmhaV2PrefillCuda, BadLengthsGiveNanRowsOnTheDevice) {
       EXPECT_FI_ERROR(call(c, Device::cpu(), c.kv_lens, cq, t), kOp, "block_tables");
       const AttentionOutput got = call(g, gpu, c.kv_lens, cq, t.to(gpu));
       expect_rows(got, 0, 4);
-      expect_nan_rows(got.out, 4, 10);
+      testing::expect_nan_rows(got.out, 4, 10);
       expect_rows(got, 10, 13);
     }
     {
@@ -998,7 +989,7 @@ TEST(TrtllmFmhaV2PrefillCuda, BadLengthsGiveNanRowsOnTheDevice) {
       const std::vector<int32_t> short_cq{0, 4, 10, 12};
       EXPECT_FI_ERROR(call(c, Device::cpu(), c.kv_lens, short_cq, c.block_tables), kOp,
                       "cum_seq_lens_q");
-      expect_nan_rows(call(g, gpu, c.kv_lens, short_cq, g.block_tables).out, 0, 13);
+      testing::expect_nan_rows(call(g, gpu, c.kv_lens, short_cq, g.block_tables).out, 0, 13);
     }
   }
 }
