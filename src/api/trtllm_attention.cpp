@@ -854,10 +854,13 @@ std::vector<int32_t> flat_lengths(const Tensor& t, const char* op, const char* a
   return v;
 }
 
-// Row starts from batch offsets (units of `row` elements of `elem` bytes), or nullopt.
+// Row starts from batch offsets, or nullopt. Upstream's units: "elements" of the tensor's own
+// storage (a row is `token_stride` elements, so a view such as V inside an interleaved QKV
+// buffer, stride 3 * H * D, is addressed as cuDNN addresses it), "bytes" of it, or "tokens".
 std::optional<std::vector<int64_t>> offset_rows(const std::optional<Tensor>& t, int64_t batch,
-                                                int64_t row, int64_t elem, bool bytes,
-                                                const char* op, const char* arg) {
+                                                int64_t token_stride, int64_t elem,
+                                                std::string_view units, const char* op,
+                                                const char* arg) {
   if (!t) return std::nullopt;
   api::check_defined(*t, op, arg);
   FLASHINFER_CHECK(t->dtype() == DType::kInt32 || t->dtype() == DType::kInt64, op, arg,
@@ -865,15 +868,33 @@ std::optional<std::vector<int64_t>> offset_rows(const std::optional<Tensor>& t, 
   FLASHINFER_CHECK(t->numel() >= batch, op, arg, "has ", t->numel(), " elements for a batch of ",
                    batch);
   const std::vector<double> v = t->to(Device::cpu()).contiguous().to_double_vector();
-  const int64_t unit = row * (bytes ? elem : 1);
+  const int64_t unit =
+      units == "tokens" ? 1 : std::max<int64_t>(token_stride, 1) * (units == "bytes" ? elem : 1);
   std::vector<int64_t> rows(static_cast<std::size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     const auto x = static_cast<int64_t>(v[b]);
     FLASHINFER_CHECK(x >= 0 && x % unit == 0, op, arg, "element ", b, " (", x,
-                     ") is not a whole number of rows of ", unit, " units");
+                     ") is not a whole number of rows of ", unit, " ", units);
     rows[b] = x / unit;
   }
   return rows;
+}
+
+// With "tokens" offsets upstream lets the lengths go: they are the indptr's differences.
+std::vector<int32_t> lengths_from_indptr(const Tensor& t, const char* op, const char* arg) {
+  api::check_defined(t, op, arg);
+  FLASHINFER_CHECK(t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64, op, arg,
+                   "expected an int32 or int64 tensor, got ", dtype_torch_name(t.dtype()));
+  const std::vector<double> v = t.to(Device::cpu()).contiguous().to_double_vector();
+  FLASHINFER_CHECK(!v.empty(), op, arg, "an indptr needs batch + 1 elements, got none");
+  std::vector<int32_t> lens;
+  for (std::size_t b = 0; b + 1 < v.size(); ++b) {
+    const double n = v[b + 1] - v[b];
+    FLASHINFER_CHECK(n >= 0 && n <= std::numeric_limits<int32_t>::max(), op, arg, "element ", b + 1,
+                     " (", v[b + 1], ") is below element ", b, " (", v[b], ")");
+    lens.push_back(static_cast<int32_t>(n));
+  }
+  return lens;
 }
 
 CudnnPrefillResult cudnn_prefill_impl(
@@ -896,17 +917,27 @@ CudnnPrefillResult cudnn_prefill_impl(
   api::check_defined(v_cache, op, "v_cache");
   api::check_defined(workspace_buffer, op, "workspace_buffer");
   FLASHINFER_CHECK(std::isfinite(scale), op, "scale", "must be finite, got ", scale);
-  FLASHINFER_CHECK(batch_offsets_units == "elements" || batch_offsets_units == "bytes", op,
-                   "batch_offsets_units", "must be \"elements\" or \"bytes\", got \"",
-                   batch_offsets_units, "\"");
+  FLASHINFER_CHECK(batch_offsets_units == "elements" || batch_offsets_units == "bytes" ||
+                       batch_offsets_units == "tokens",
+                   op, "batch_offsets_units",
+                   "must be \"elements\", \"bytes\" or \"tokens\", got \"", batch_offsets_units,
+                   "\"");
   FLASHINFER_CHECK_CODE(!batch_offsets_stats, ErrorCode::kUnsupported, op, "batch_offsets_stats",
                         "not supported (lse is [rows, Hq])");
-  FLASHINFER_CHECK(actual_seq_lens_q.has_value(), op, "actual_seq_lens_q",
-                   "is required (the query count of each request)");
-  FLASHINFER_CHECK(actual_seq_lens_kv.has_value(), op, "actual_seq_lens_kv",
-                   "is required (the key count of each request)");
-  const std::vector<int32_t> lq = flat_lengths(*actual_seq_lens_q, op, "actual_seq_lens_q");
-  const std::vector<int32_t> lk = flat_lengths(*actual_seq_lens_kv, op, "actual_seq_lens_kv");
+  const bool tokens = batch_offsets_units == "tokens";
+  FLASHINFER_CHECK(actual_seq_lens_q || (tokens && batch_offsets_q), op, "actual_seq_lens_q",
+                   "is required (the query count of each request) unless batch_offsets_q is a "
+                   "\"tokens\" indptr");
+  FLASHINFER_CHECK(actual_seq_lens_kv || (tokens && batch_offsets_k && !block_tables), op,
+                   "actual_seq_lens_kv",
+                   "is required (the key count of each request) unless batch_offsets_k is a "
+                   "\"tokens\" indptr of ragged K/V");
+  const std::vector<int32_t> lq =
+      actual_seq_lens_q ? flat_lengths(*actual_seq_lens_q, op, "actual_seq_lens_q")
+                        : lengths_from_indptr(*batch_offsets_q, op, "batch_offsets_q");
+  const std::vector<int32_t> lk =
+      actual_seq_lens_kv ? flat_lengths(*actual_seq_lens_kv, op, "actual_seq_lens_kv")
+                         : lengths_from_indptr(*batch_offsets_k, op, "batch_offsets_k");
   const auto batch = static_cast<int64_t>(lq.size());
   FLASHINFER_CHECK(static_cast<int64_t>(lk.size()) == batch, op, "actual_seq_lens_kv", "has ",
                    lk.size(), " elements, actual_seq_lens_q has ", batch);
@@ -918,13 +949,15 @@ CudnnPrefillResult cudnn_prefill_impl(
                      " but actual_seq_lens_kv[", b, "] is ", lk[b]);
     qo_indptr.push_back(static_cast<int32_t>(qo_indptr.back() + lq[b]));
   }
-  const bool bytes = batch_offsets_units == "bytes";
+  const std::string_view units = batch_offsets_units;
   const int64_t hq = q.size(1), d = q.size(2);
   // Requests must be packed: offsets, when given, are the running sums.
-  const auto oq =
-      offset_rows(batch_offsets_q, batch, hq * d, q.element_size(), bytes, op, "batch_offsets_q");
+  const auto oq = offset_rows(batch_offsets_q, batch, q.stride(0), q.element_size(), units, op,
+                              "batch_offsets_q");
   const int64_t oelem = dtype_size(o_data_type.value_or(out ? out->dtype() : q.dtype()));
-  const auto oo = offset_rows(batch_offsets_o, batch, hq * d, oelem, bytes, op, "batch_offsets_o");
+  const int64_t o_stride = out && out->dim() == 3 ? out->stride(0) : hq * v_cache.size(-1);
+  const auto oo =
+      offset_rows(batch_offsets_o, batch, o_stride, oelem, units, op, "batch_offsets_o");
   for (int64_t b = 0; b < batch; ++b) {
     FLASHINFER_CHECK_CODE(!oq || (*oq)[b] == qo_indptr[b], ErrorCode::kUnsupported, op,
                           "batch_offsets_q", "request ", b, " starts at row ", (*oq)[b],
@@ -976,10 +1009,10 @@ CudnnPrefillResult cudnn_prefill_impl(
   api::check_dim(k_cache, {3}, op, "k_cache");
   api::check_dim(v_cache, {3}, op, "v_cache");
   const int64_t hkv = k_cache.size(1);
-  const auto ok = offset_rows(batch_offsets_k, batch, hkv * d, k_cache.element_size(), bytes, op,
-                              "batch_offsets_k");
-  const auto ov = offset_rows(batch_offsets_v, batch, hkv * d, v_cache.element_size(), bytes, op,
-                              "batch_offsets_v");
+  const auto ok = offset_rows(batch_offsets_k, batch, k_cache.stride(0), k_cache.element_size(),
+                              units, op, "batch_offsets_k");
+  const auto ov = offset_rows(batch_offsets_v, batch, v_cache.stride(0), v_cache.element_size(),
+                              units, op, "batch_offsets_v");
   detail::WrapperState s;
   s.device = q.device();
   api::check_same_device(k_cache, q, op, "k_cache", "q");

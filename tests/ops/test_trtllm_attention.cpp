@@ -1246,6 +1246,89 @@ TEST(CudnnPrefill, MatchesFp64) {
                   op, "batch_offsets_units");
 }
 
+// vLLM's FlashInfer vision-encoder path (vit_attn_wrappers.flashinfer_wrapper) as it calls this
+// op: q and k contiguous copies out of an interleaved [T, 3, H, D] QKV buffer, V a view into it
+// (row stride 3 * H * D), element offsets per tensor (V's three times q's), the batch padded
+// with empty requests (length 0, offset the total) and max_token_per_sequence a bucket above the
+// longest request. The same call with "tokens" offsets and no lengths (newer upstream's form)
+// and with "bytes" gives the same numbers.
+TEST(CudnnPrefill, VisionEncoderCallWithAStridedVAndPaddedBatch) {
+  const char* op = "cudnn_batch_prefill_with_kv_cache";
+  const std::vector<int32_t> lens{5, 9, 3};
+  const int64_t t = 17, h = 2, d = 64, hd = h * d;
+  Tensor qkv = testing::rand_tensor({t, 3, h, d}, DType::kBFloat16, 11, -1.0, 1.0);
+  const Tensor q = qkv.select(1, 0).contiguous();
+  const Tensor k = qkv.select(1, 1).contiguous();
+  const Tensor v = qkv.select(1, 2);  // strided: 3 * h * d elements a row
+  ASSERT_EQ(v.stride(0), 3 * hd);
+  // Padded to a bucket of 5 requests: two empty ones at the end.
+  const std::vector<int32_t> padded{5, 9, 3, 0, 0};
+  const std::vector<int32_t> cu{0, 5, 14, 17, 17, 17};
+  std::vector<int32_t> qko, vo;
+  for (int32_t c : cu) {
+    qko.push_back(static_cast<int32_t>(c * hd));
+    vo.push_back(static_cast<int32_t>(c * 3 * hd));
+  }
+  const Tensor seq = int_tensor(padded).view({5, 1, 1, 1});
+  std::vector<double> eo;
+  int64_t r0 = 0;
+  const std::vector<double> qd = q.to_double_vector(), kd = k.to_double_vector(),
+                            vd = v.contiguous().to_double_vector();
+  for (int32_t n : lens) {
+    testing::RefOptions ro;
+    ro.sm_scale = 0.125;
+    std::vector<double> o, l;
+    testing::ref_attention(testing::rows_of(qd, r0, r0 + n, hd),
+                           testing::rows_of(kd, r0, r0 + n, hd),
+                           testing::rows_of(vd, r0, r0 + n, hd), n, n, h, h, d, d, ro, o, l);
+    eo.insert(eo.end(), o.begin(), o.end());
+    r0 += n;
+  }
+  CudnnPrefillResult r = cudnn_batch_prefill_with_kv_cache(
+      q, k, v, 0.125, workspace(), 16, 16, seq, seq, std::nullopt, false, false, std::nullopt,
+      std::nullopt, std::nullopt, int_tensor(qko), int_tensor(qko), int_tensor(qko),
+      int_tensor(vo));
+  EXPECT_TRUE(testing::all_close(r.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_FALSE(r.lse.defined());
+
+  // "tokens": the indptr itself for every tensor, lengths omitted.
+  const Tensor cu_t = int_tensor(cu);
+  CudnnPrefillResult rt = cudnn_batch_prefill_with_kv_cache(
+      q, k, v, 0.125, workspace(), 16, 16, std::nullopt, std::nullopt, std::nullopt, false, false,
+      std::nullopt, std::nullopt, std::nullopt, cu_t, cu_t, cu_t, cu_t, std::nullopt, "tokens");
+  EXPECT_TRUE(testing::all_close(rt.out, r.out.to_double_vector(), {0.0, 0.0}));
+  // "bytes": two bytes an element.
+  std::vector<int32_t> qb, vb;
+  for (std::size_t i = 0; i < cu.size(); ++i) {
+    qb.push_back(qko[i] * 2);
+    vb.push_back(vo[i] * 2);
+  }
+  CudnnPrefillResult rb = cudnn_batch_prefill_with_kv_cache(
+      q, k, v, 0.125, workspace(), 16, 16, seq, seq, std::nullopt, false, false, std::nullopt,
+      std::nullopt, std::nullopt, int_tensor(qb), int_tensor(qb), int_tensor(qb), int_tensor(vb),
+      std::nullopt, "bytes");
+  EXPECT_TRUE(testing::all_close(rb.out, r.out.to_double_vector(), {0.0, 0.0}));
+
+  // V's offsets in q's units address other rows of V: refused, naming batch_offsets_v.
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.125, workspace(), 16, 16, seq, seq, std::nullopt, false, false,
+                      std::nullopt, std::nullopt, std::nullopt, int_tensor(qko), int_tensor(qko),
+                      int_tensor(qko), int_tensor(qko)),
+                  op, "batch_offsets_v");
+  // Without lengths the offsets must be a "tokens" indptr.
+  EXPECT_FI_ERROR(cudnn_batch_prefill_with_kv_cache(
+                      q, k, v, 0.125, workspace(), 16, 16, std::nullopt, seq, std::nullopt, false,
+                      false, std::nullopt, std::nullopt, std::nullopt, int_tensor(qko)),
+                  op, "actual_seq_lens_q");
+  // A decreasing "tokens" indptr names itself.
+  EXPECT_FI_ERROR(
+      cudnn_batch_prefill_with_kv_cache(q, k, v, 0.125, workspace(), 16, 16, std::nullopt,
+                                        std::nullopt, std::nullopt, false, false, std::nullopt,
+                                        std::nullopt, std::nullopt, int_tensor({0, 5, 3, 17}),
+                                        std::nullopt, cu_t, std::nullopt, std::nullopt, "tokens"),
+      op, "batch_offsets_q");
+}
+
 TEST(CudnnDecode, MatchesFp64) {
   const char* op = "cudnn_batch_decode_with_kv_cache";
   BlockCache c = make_cache({9, 30, 2}, 8, 2, 128, DType::kBFloat16, true, true, 41);

@@ -397,11 +397,14 @@ Value to_value(const CudnnPrefillResult& r);
 /// cudnn_batch_prefill_with_kv_cache (flashinfer.cudnn.prefill): on CUDA, cuDNN's SDPA graph
 /// for a paged cache where the build has cuDNN and the call fits it (docs/ATTENTION.md), else
 /// this library's kernels. q [rows, Hq, D]; request b's queries are actual_seq_lens_q[b] rows
-/// starting at batch_offsets_q[b] (in batch_offsets_units of q, "elements" or "bytes"; default
-/// the running sum of the lengths, and offsets must equal it: requests are packed). K/V: with
-/// block_tables, pages [pages, Hkv, page_size, D] read through the table; without, ragged rows
-/// [rows, Hkv, D] starting at batch_offsets_k[b] (default the running sum of
-/// actual_seq_lens_kv; batch_offsets_v must match). Scores scale * q_scale * k_scale * (q . k),
+/// starting at batch_offsets_q[b] (in batch_offsets_units: "elements" or "bytes" of q's own
+/// storage, a row being q.stride(0) elements, or "tokens"; default the running sum of the
+/// lengths, and offsets must equal it: requests are packed). K/V: with block_tables, pages
+/// [pages, Hkv, page_size, D] read through the table; without, ragged rows [rows, Hkv, D]
+/// (any row stride: V may be a view into an interleaved QKV buffer) starting at
+/// batch_offsets_k[b] (default the running sum of actual_seq_lens_kv; batch_offsets_v, in V's
+/// own rows, must match). With "tokens" offsets of batch + 1 entries the lengths may be
+/// omitted: they are the differences. Scores scale * q_scale * k_scale * (q . k),
 /// causal right-aligned, output times v_scale; out [rows, Hq, D] in o_data_type (default q's).
 /// lse [rows, Hq] fp32 is base 2 like the rest of this library (cuDNN's own statistics layout
 /// is not reproduced). actual_seq_lens_* may have any shape with batch elements (int32). Not
