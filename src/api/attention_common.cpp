@@ -606,18 +606,22 @@ RaggedDeviceGrid ragged_device_grid(kernels::BlockTablePlan& bp, int32_t group,
 BlockPlanScratch place_device_plan(kernels::BlockTablePlan& bp, const RaggedDeviceGrid& g,
                                    bool items, bool has_workspace, void* workspace,
                                    int64_t workspace_bytes, int32_t num_qo_heads,
-                                   int32_t head_dim_vo, Device device, const char* op) {
+                                   int32_t head_dim_vo, Device device, const char* op,
+                                   int64_t extra_ints) {
   const int64_t batch = bp.batch, rows = bp.total_rows, nc = bp.num_chunks;
   const bool split = items && g.partial_rows > 0;
   const int64_t merges = split ? rows : 0;  // an entry a query row
-  const int64_t ints = 2 * (batch + 1) + batch +
-                       (items ? g.items * 6 + (split ? 2 * merges + 1 + merges * nc : 0) : rows);
+  const int64_t plan_ints =
+      2 * (batch + 1) + batch +
+      (items ? g.items * 6 + (split ? 2 * merges + 1 + merges * nc : 0) : rows);
+  const int64_t ints = plan_ints + extra_ints;
   const bool own_partials = split && !has_workspace;
   const int64_t partial_floats = split ? g.partial_rows * num_qo_heads * (head_dim_vo + 1) : 0;
   const int64_t int_bytes = (4 * (ints + 1) + 255) / 256 * 256;
   BlockPlanScratch mem = block_plan_scratch(
       device, static_cast<std::size_t>(int_bytes + (own_partials ? 4 * partial_floats : 0)), op);
   auto* base = static_cast<int32_t*>(mem.data);
+  if (extra_ints > 0) mem.extra = base + plan_ints;
   bp.qo_indptr = base;
   bp.kv_indptr = bp.qo_indptr + batch + 1;
   bp.kv_lens = bp.kv_indptr + batch + 1;
@@ -1177,6 +1181,18 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
 
 }  // namespace
 
+void set_attention_outputs(kernels::AttentionParams& p, const Tensor& o, const Tensor& lse) {
+  p.o = o.data_ptr();
+  p.o_dtype = o.dtype();
+  p.o_stride_n = o.stride(0);
+  p.o_stride_h = o.stride(1);
+  if (lse.defined()) {
+    p.lse = lse.data<float>();
+    p.lse_stride_n = lse.stride(0);
+    p.lse_stride_h = lse.stride(1);
+  }
+}
+
 AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionRunOptions& o, const char* op,
                             const char* k_arg, const char* v_arg) {
@@ -1317,15 +1333,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     p.kv.v_stride_token = v.stride(0);
     p.kv.v_stride_head = v.stride(1);
   }
-  p.o = o_run.data_ptr();
-  p.o_dtype = s.o_dtype;
-  p.o_stride_n = o_run.stride(0);
-  p.o_stride_h = o_run.stride(1);
-  if (lse.defined()) {
-    p.lse = lse.data<float>();
-    p.lse_stride_n = lse.stride(0);
-    p.lse_stride_h = lse.stride(1);
-  }
+  set_attention_outputs(p, o_run, lse);
   p.batch = s.batch;
   p.num_qo_heads = s.num_qo_heads;
   p.num_kv_heads = s.num_kv_heads;

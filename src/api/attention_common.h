@@ -321,6 +321,7 @@ void build_block_table_plan(detail::WrapperState& s, const kernels::BlockTablePl
 struct BlockPlanScratch {
   std::shared_ptr<void> lease;
   void* data = nullptr;
+  int32_t* extra = nullptr;  // place_device_plan's `extra_ints`, where asked for
 };
 BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char* op);
 /// The arrays of a one-shot call's device plan (trtllm_ragged_attention_deepseek's,
@@ -330,11 +331,13 @@ BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char
 /// rows of num_qo_heads x (head_dim_vo + 1) floats) go there too, or, with `has_workspace`, to
 /// the caller's workspace (`workspace` null where it is not usable: refused naming
 /// workspace_buffer, as too small a one). Sets bp's output arrays; they stay leased while the
-/// returned scratch lives.
+/// returned scratch lives, with `extra_ints` more int32 (the returned `extra`) for a prepass that
+/// writes the plan kernel's inputs (cudnn_batch_prefill_with_kv_cache's).
 BlockPlanScratch place_device_plan(kernels::BlockTablePlan& bp, const RaggedDeviceGrid& g,
                                    bool items, bool has_workspace, void* workspace,
                                    int64_t workspace_bytes, int32_t num_qo_heads,
-                                   int32_t head_dim_vo, Device device, const char* op);
+                                   int32_t head_dim_vo, Device device, const char* op,
+                                   int64_t extra_ints = 0);
 /// Runs the plan kernel of kernels/block_table_plan.h for `p` on `device` (CUDA only: a CPU state
 /// plans on the host).
 void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op);
@@ -343,6 +346,9 @@ void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, co
 detail::WrapperState sizing_state(const detail::WrapperState& s);
 /// The bytes of a built plan: fp32 partials, and the int32 arrays run() reads on a device.
 WorkspaceSizes plan_workspace_sizes(const detail::WrapperState& s);
+/// The output fields of `p`: o [rows, Hq, Dvo] (its data, dtype and row / head strides) and, when
+/// defined, lse [rows, Hq] fp32.
+void set_attention_outputs(kernels::AttentionParams& p, const Tensor& o, const Tensor& lse);
 /// run(): checks q/out/lse against the plan, then computes. k/v are [*, tokens, H, D]-ordered
 /// views: [pages, page_size, H, D] (paged) or [tokens, H, D] (ragged).
 AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,

@@ -22,6 +22,13 @@
 #include "api/kernel_table.h"
 #include "kernels/cuda/attention_cudnn.h"
 #endif
+#if FLASHINFER_WITH_CUDA
+#include "flashinfer/stream.h"
+#include "kernels/block_table_plan.h"
+#include "kernels/cuda/cudnn_ragged_plan_cuda.h"
+#include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/prefill_shape.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -897,6 +904,220 @@ std::vector<int32_t> lengths_from_indptr(const Tensor& t, const char* op, const 
   return lens;
 }
 
+#if FLASHINFER_WITH_CUDA
+// What cudnn_ragged_on_device needs of one batch-offsets tensor: a dense int32 / int64 copy on
+// the device (the tensor itself where it is one) with at least `need` entries, or nullopt where
+// the call must take the host path (another device or dtype, too few entries: the host path
+// names the argument).
+std::optional<Tensor> dense_index_on(const Tensor& t, Device device, bool int64_ok, int64_t need) {
+  if (!t.defined() || t.device() != device || t.numel() < need) return std::nullopt;
+  if (t.dtype() != DType::kInt32 && (!int64_ok || t.dtype() != DType::kInt64)) return std::nullopt;
+  return t.is_contiguous() ? t : t.contiguous();  // a copy on the device: capturable
+}
+
+// cudnn_batch_prefill_with_kv_cache's ragged call (no block table) with its lengths and batch
+// offsets on the GPU, planned there: a prepass (kernels/cudnn_ragged_plan.h) finds each request's
+// rows and key range and the host checks' verdict, the block-table plan kernel lays out the
+// tensor-core prefill kernels' work in the compact layout from them (a grid sized from the
+// query's rows and the two bounds: api::ragged_device_grid), and the kernels run. Nothing is read
+// back and nothing synchronizes (the host plan read all six tensors back), so a CUDA graph (SGLang
+// captures its vision encoder) captures the call; a call the host would refuse gets NaN in every
+// output row instead. nullopt where the call does not fit this path (CPU tensors, dtypes or head
+// dims the tensor-core kernels do not take, tensor scales, rows off 16 bytes, shapes the host
+// path refuses by name): the host plan then runs it.
+std::optional<CudnnPrefillResult> cudnn_ragged_on_device(
+    const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& workspace,
+    int64_t max_q, int64_t max_kv, const std::optional<Tensor>& lens_q,
+    const std::optional<Tensor>& lens_kv, bool causal, bool return_lse,
+    const std::optional<ScalarOrTensor<double>>& q_scale,
+    const std::optional<ScalarOrTensor<double>>& k_scale,
+    const std::optional<ScalarOrTensor<double>>& v_scale, const std::optional<Tensor>& off_q,
+    const std::optional<Tensor>& off_o, const std::optional<Tensor>& off_k,
+    const std::optional<Tensor>& off_v, std::string_view units, const std::optional<Tensor>& out,
+    const std::optional<Tensor>& lse, std::optional<DType> o_data_type) {
+  namespace kc = kernels::cuda;
+  const char* op = kCudnnPrefillOp;
+  const Device dev = q.device();
+  if (!dev.is_cuda() || q.dim() != 3 || k.dim() != 3 || v.dim() != 3) return std::nullopt;
+  if (k.device() != dev || v.device() != dev) return std::nullopt;
+  const DType dt = q.dtype();
+  if (dt != DType::kFloat16 && dt != DType::kBFloat16) return std::nullopt;
+  if (k.dtype() != dt || v.dtype() != dt || o_data_type.value_or(out ? out->dtype() : dt) != dt) {
+    return std::nullopt;
+  }
+  for (const auto* x : {&q_scale, &k_scale, &v_scale}) {
+    if (*x && ((*x)->is_tensor() || !std::isfinite((*x)->scalar()))) return std::nullopt;
+  }
+  const int64_t rows = q.size(0), hq = q.size(1), d = q.size(2);
+  const int64_t hkv = k.size(1), dvo = v.size(2);
+  if (hkv <= 0 || hq % hkv != 0 || v.size(1) != hkv || k.size(2) != d || dvo != d) {
+    return std::nullopt;
+  }
+  const bool jit_dims = d >= 16 && d <= 256 && d % 16 == 0;
+  if (!kc::prefill::prefill_dims_built(static_cast<int>(d), static_cast<int>(dvo)) && !jit_dims) {
+    return std::nullopt;
+  }
+  if (q.stride(2) != 1 || k.stride(2) != 1 || v.stride(2) != 1) return std::nullopt;
+  if (rows > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  // Lengths (or, with "tokens" offsets, the offsets' differences) and the batch.
+  const bool tokens = units == "tokens";
+  int64_t batch = 0;
+  if (lens_q) {
+    if (!lens_q->defined() || lens_q->dtype() != DType::kInt32) return std::nullopt;
+    batch = lens_q->numel();
+  } else if (tokens && off_q && off_q->defined()) {
+    batch = off_q->numel() - 1;
+  } else {
+    return std::nullopt;
+  }
+  if (batch <= 0 || batch > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  std::optional<Tensor> lq, lk;
+  if (lens_q && !(lq = dense_index_on(*lens_q, dev, false, batch))) return std::nullopt;
+  if (lens_kv) {
+    if (lens_kv->numel() != batch || !(lk = dense_index_on(*lens_kv, dev, false, batch))) {
+      return std::nullopt;
+    }
+  } else if (!tokens || !off_k) {
+    return std::nullopt;
+  } else if (off_k->numel() - 1 != batch) {
+    return std::nullopt;
+  }
+  // Offsets (batch + 1 entries where a length comes from them) and their units: a row of each
+  // tensor is stride(0) elements ("elements"), that many times the element's bytes ("bytes"), or
+  // one ("tokens"), as the host path's offset_rows.
+  const int64_t o_stride = out && out->dim() == 3 ? out->stride(0) : hq * dvo;
+  auto unit = [&](int64_t stride, int64_t elem) {
+    return tokens ? int64_t{1} : std::max<int64_t>(stride, 1) * (units == "bytes" ? elem : 1);
+  };
+  kernels::CudnnRaggedPlan cp;
+  const std::optional<Tensor>* offs[4] = {&off_q, &off_o, &off_k, &off_v};
+  const int64_t units_of[4] = {unit(q.stride(0), q.element_size()), unit(o_stride, dtype_size(dt)),
+                               unit(k.stride(0), k.element_size()),
+                               unit(v.stride(0), v.element_size())};
+  std::optional<Tensor> dense[4];
+  for (int i = 0; i < 4; ++i) {
+    if (!*offs[i]) continue;
+    const int64_t need = (i == 0 && !lens_q) || (i == 2 && !lens_kv) ? batch + 1 : batch;
+    if (!(dense[i] = dense_index_on(**offs[i], dev, true, need))) return std::nullopt;
+    cp.off[i] = dense[i]->data_ptr();
+    cp.off64[i] = dense[i]->dtype() == DType::kInt64;
+    cp.unit[i] = units_of[i];
+  }
+  // Outputs: exactly the host path's shapes, or nullopt (it names them).
+  Tensor o_t, lse_t;
+  if (out) {
+    if (!out->defined() || out->device() != dev || out->shape() != Shape{rows, hq, dvo} ||
+        out->stride(2) != 1) {
+      return std::nullopt;
+    }
+    o_t = *out;
+  }
+  if (lse) {
+    if (!lse->defined() || lse->device() != dev || lse->dtype() != DType::kFloat32 ||
+        lse->shape() != Shape{rows, hq}) {
+      return std::nullopt;
+    }
+    lse_t = *lse;
+  }
+  if (!o_t.defined()) o_t = Tensor::empty({rows, hq, dvo}, dt, dev);
+  if (return_lse && !lse_t.defined()) lse_t = Tensor::empty({rows, hq}, DType::kFloat32, dev);
+
+  kernels::AttentionParams a;
+  a.q = q.data_ptr();
+  a.q_dtype = dt;
+  a.q_stride_n = q.stride(0);
+  a.q_stride_h = q.stride(1);
+  a.kv.k = k.data_ptr();
+  a.kv.v = v.data_ptr();
+  a.kv.dtype = dt;
+  a.kv.k_stride_token = k.stride(0);
+  a.kv.k_stride_head = k.stride(1);
+  a.kv.v_stride_token = v.stride(0);
+  a.kv.v_stride_head = v.stride(1);
+  a.kv.page_size = 1;
+  api::set_attention_outputs(a, o_t, lse_t);
+  a.batch = static_cast<int32_t>(batch);
+  a.num_qo_heads = static_cast<int32_t>(hq);
+  a.num_kv_heads = static_cast<int32_t>(hkv);
+  a.head_dim_qk = static_cast<int32_t>(d);
+  a.head_dim_vo = static_cast<int32_t>(dvo);
+  const auto scalar = [](const std::optional<ScalarOrTensor<double>>& x) {
+    return x ? x->scalar() : 1.0;
+  };
+  a.sm_scale = static_cast<float>(scale * scalar(q_scale) * scalar(k_scale));
+  a.v_scale = static_cast<float>(scalar(v_scale));
+  a.causal = causal;
+  a.use_tensor_cores = true;
+  if (!kc::attention_rows_aligned(a)) return std::nullopt;
+
+  const flashinfer::detail::CudaDeviceScope on_device(dev);
+  kernels::BlockTablePlan bp;
+  bp.batch = static_cast<int32_t>(batch);
+  bp.total_rows = rows;
+  bp.q_len = static_cast<int32_t>(std::clamp<int64_t>(max_q, 0, rows));
+  bp.cu_q_exact = true;
+  bp.causal = causal;
+  const int64_t kv_rows = std::min(k.size(0), v.size(0));
+  bp.kv_rows = kv_rows;
+  bp.page_size = 1;
+  bp.max_seq_len = static_cast<int32_t>(std::clamp<int64_t>(
+      max_kv, 0, std::min<int64_t>(kv_rows, std::numeric_limits<int32_t>::max())));
+  bp.max_blocks = bp.max_seq_len;
+  // The caller's workspace holds the split's partials (less the up to 15 bytes skipped to a
+  // 16-byte boundary), as cuDNN's scratch there: none where it is not on the device.
+  const bool usable = workspace.device() == dev && workspace.is_contiguous();
+  const int64_t ws_bytes = usable ? static_cast<int64_t>(workspace.nbytes()) : 0;
+  const api::RaggedDeviceGrid grid = api::ragged_device_grid(
+      bp, static_cast<int32_t>(hq / hkv), static_cast<int32_t>(hkv), static_cast<int32_t>(d),
+      static_cast<int32_t>(dvo), api::tensor_core_max_grid(dev), api::hopper_tall_max_grid(a, dev),
+      op, 0, std::max<int64_t>(0, ws_bytes - 15));
+  // The prepass's arrays after the plan's: cu_q [batch + 1], kv_start, kv_len [batch], refuse.
+  const api::BlockPlanScratch mem = api::place_device_plan(
+      bp, grid, /*items=*/true, /*has_workspace=*/true, usable ? workspace.data_ptr() : nullptr,
+      ws_bytes, static_cast<int32_t>(hq), static_cast<int32_t>(dvo), dev, op, 3 * batch + 2);
+  cp.lens_q = lq ? lq->data<const int32_t>() : nullptr;
+  cp.lens_kv = lk ? lk->data<const int32_t>() : nullptr;
+  cp.batch = static_cast<int32_t>(batch);
+  cp.q_rows = rows;
+  cp.kv_rows = kv_rows;
+  cp.max_q = max_q;
+  cp.max_kv = max_kv;
+  cp.causal = causal;
+  cp.cu_q = mem.extra;
+  cp.kv_start = cp.cu_q + batch + 1;
+  cp.kv_len = cp.kv_start + batch;
+  cp.refuse = cp.kv_len + batch;
+  bp.cu_q = cp.cu_q;
+  bp.kv_start = cp.kv_start;
+  bp.seq_lens = cp.kv_len;
+  bp.seq_lens_stride = 1;
+  bp.refuse = cp.refuse;
+  kernels::block_plan_set_output(bp, a, a.num_qo_heads, a.head_dim_vo);
+  a.qo_indptr = bp.qo_indptr;
+  a.kv.kv_indptr = bp.kv_indptr;
+  a.kv_lens = bp.kv_lens;
+  a.work = bp.work;
+  a.num_work = static_cast<int32_t>(grid.items);
+  a.max_work_rows = grid.max_rows;
+  if (grid.partial_rows > 0) {
+    a.merge_indptr = bp.merge_indptr;
+    a.merge_rows = bp.merge_rows;
+    a.merge_out_row = bp.merge_out_row;
+    a.num_merge = static_cast<int32_t>(rows);  // an entry a query row
+    a.tmp_v = bp.tmp_v;
+    a.tmp_s = bp.tmp_s;
+  }
+  void* stream = current_cuda_stream();
+  kc::cudnn_ragged_plan(cp, stream);
+  api::launch_block_table_plan(bp, dev, op);
+  if (a.num_work > 0) kc::batch_attention(a, stream, /*enable_pdl=*/false);
+  CudnnPrefillResult r;  // `mem` and the dense copies held until the launches are queued
+  r.out = o_t;
+  if (return_lse) r.lse = lse_t;
+  return r;
+}
+#endif
+
 CudnnPrefillResult cudnn_prefill_impl(
     const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, double scale,
     const Tensor& workspace_buffer, int64_t max_token_per_sequence, int64_t max_sequence_kv,
@@ -932,6 +1153,17 @@ CudnnPrefillResult cudnn_prefill_impl(
                    "actual_seq_lens_kv",
                    "is required (the key count of each request) unless batch_offsets_k is a "
                    "\"tokens\" indptr of ragged K/V");
+#if FLASHINFER_WITH_CUDA
+  if (!block_tables) {
+    if (std::optional<CudnnPrefillResult> r = cudnn_ragged_on_device(
+            q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
+            actual_seq_lens_q, actual_seq_lens_kv, causal, return_lse, q_scale, k_scale, v_scale,
+            batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v, batch_offsets_units,
+            out, lse, o_data_type)) {
+      return *r;
+    }
+  }
+#endif
   const std::vector<int32_t> lq =
       actual_seq_lens_q ? flat_lengths(*actual_seq_lens_q, op, "actual_seq_lens_q")
                         : lengths_from_indptr(*batch_offsets_q, op, "batch_offsets_q");

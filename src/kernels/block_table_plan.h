@@ -30,6 +30,9 @@
 // cu_kv: ragged K/V, a request's keys rows of the key tensor), in a compact layout sized from the
 // query's rows rather than the worst case (`compact`: block_plan_write_compact); the deepseek
 // call's warp-per-row kernel (non-16-bit dtypes) reads row_req, a row's request or -1.
+// cudnn_batch_prefill_with_kv_cache's ragged call plans so too, its rows, key starts and verdict
+// first found from its lengths and batch offsets by kernels/cudnn_ragged_plan.h (kv_start,
+// refuse).
 #pragma once
 
 #include <cmath>
@@ -68,6 +71,13 @@ struct BlockTablePlan {
   // break refuses the call.
   const int32_t* cu_kv = nullptr;
   int64_t kv_rows = 0;
+  // Ragged K/V at given first rows (cudnn_batch_prefill_with_kv_cache: kernels/cudnn_ragged_plan.h
+  // wrote them, and seq_lens, from the call's batch offsets; needs cu_q): request b's keys are rows
+  // kv_start[b] .. kv_start[b] + seq_lens[b] of the key tensor. That prepass checked the host's
+  // rules and sets *refuse where they refuse the call, which then refuses it here too (every row
+  // NaN: block_plan_refuse_all_rows).
+  const int32_t* kv_start = nullptr;
+  const int32_t* refuse = nullptr;
   // The one-shot calls' compact layout (needs cu_q_exact, which makes the requests' rows cover
   // the query's exactly): the grid has tile_cap tiles of num_chunks items, request b's tiles
   // after those of the requests before it (block_plan_compact_offset_part: a prefix over
@@ -270,6 +280,7 @@ FLASHINFER_HD bool block_plan_cu_bad(const BlockTablePlan& p, int tid, int nthre
   bool bad = tid == 0 && p.cu_q[0] != 0;
   for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_q[i + 1] < p.cu_q[i];
   bad |= tid == 0 && p.cu_q_exact && p.cu_q[p.batch] != p.total_rows;
+  bad |= tid == 0 && p.refuse != nullptr && *p.refuse != 0;
   if (p.cu_kv != nullptr) {
     bad |= tid == 0 && (p.cu_kv[0] != 0 || p.cu_kv[p.batch] > p.kv_rows);
     for (int32_t i = tid; i < p.batch; i += nthreads) bad |= p.cu_kv[i + 1] < p.cu_kv[i];
@@ -298,12 +309,19 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
     // The kernels find a request's rows and query count here: cum_seq_lens_q as given (a refused
     // request's entries are read by nothing).
     p.qo_indptr[b] = p.cu_q != nullptr ? p.cu_q[b] : b * p.q_len;
-    p.kv_indptr[b] = p.cu_kv != nullptr ? p.cu_kv[b] : static_cast<int32_t>(b * p.table_stride);
+    p.kv_indptr[b] = p.cu_kv != nullptr      ? p.cu_kv[b]
+                     : p.kv_start != nullptr ? p.kv_start[b]
+                                             : static_cast<int32_t>(b * p.table_stride);
     p.kv_lens[b] = ok ? static_cast<int32_t>(len) : 0;
     if (b == p.batch - 1) {
       p.qo_indptr[p.batch] = p.cu_q != nullptr ? p.cu_q[p.batch] : p.batch * p.q_len;
+      // Given first rows: the kernels read a request's start and count only; its closing entry
+      // is the key tensor's end.
       p.kv_indptr[p.batch] =
-          p.cu_kv != nullptr ? p.cu_kv[p.batch] : static_cast<int32_t>(p.batch * p.table_stride);
+          p.cu_kv != nullptr ? p.cu_kv[p.batch]
+          : p.kv_start != nullptr
+              ? static_cast<int32_t>(p.kv_rows < 2147483647 ? p.kv_rows : 2147483647)
+              : static_cast<int32_t>(p.batch * p.table_stride);
     }
   }
   if (p.row_req != nullptr && p.cu_q != nullptr) {  // the ragged call's row map: its known rows

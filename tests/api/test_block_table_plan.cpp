@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "api/attention_common.h"
+#include "flashinfer/ops/attention.h"
 #include "kernels/block_table_plan.h"
+#include "kernels/cudnn_ragged_plan.h"
 
 namespace flashinfer {
 namespace {
@@ -848,6 +850,265 @@ TEST(BlockTablePlan, RaggedKvFollowsTheHostRulesAndTheHostPlansKeys) {
   EXPECT_GT(compacted, 50);
   EXPECT_GT(paged_refused, 10);
   EXPECT_GT(paged_accepted, 80);
+}
+
+// cudnn_batch_prefill_with_kv_cache's ragged call on CUDA (kernels/cudnn_ragged_plan.h, then the
+// plan kernel's kv_start form): over random calls as the vision encoders make them (element,
+// byte or token offsets of int32 or int64, each given or not, V now and then a view with twice
+// the rows' stride, K's rows packed or with gaps, batches padded with empty requests, lengths
+// omitted with token offsets), each with at most one value the host refuses, the prepass run
+// thread by thread (blocks of 7 and of 256 threads, as the kernel's chunks, scan and reductions)
+// refuses exactly the calls the host op refuses on the CPU; otherwise it writes the host's
+// running sums, key starts and counts, and the plan kernel then gives each request's rows the
+// keys the host plan of that request alone gives them, at the request's start.
+TEST(CudnnRaggedPlan, RefusesWhatTheHostRefusesAndFeedsThePlan) {
+  using kernels::CudnnRaggedPlan;
+  std::mt19937 rng(74);
+  const Heads h{2, 1, 16};
+  int refused = 0, accepted = 0, derived = 0, int64s = 0, gaps = 0, strided = 0;
+  const char* const kinds[] = {"elements", "bytes", "tokens"};
+  for (int iter = 0; iter < 600; ++iter) {
+    const int nthreads = iter % 2 == 0 ? 256 : 7;
+    const int32_t real = 1 + static_cast<int32_t>(rng() % 5);
+    const int32_t batch = real + (rng() % 3 == 0 ? static_cast<int32_t>(rng() % 3) : 0);
+    const int64_t max_q = 1 + rng() % 9, max_kv = 1 + rng() % 12;
+    const bool causal = rng() % 3 == 0;
+    const std::string units = kinds[rng() % 3];
+    const bool tokens = units == "tokens";
+    std::vector<int64_t> lq, lk, kstart;
+    int64_t kr = 0;
+    for (int32_t b = 0; b < batch; ++b) {
+      const bool pad = b >= real;  // the engines' padding: empty requests at the total
+      const int64_t nk = pad ? 0 : static_cast<int64_t>(rng() % (max_kv + 1));
+      int64_t nq = pad ? 0 : static_cast<int64_t>(rng() % (max_q + 1));
+      if (causal) nq = std::min(nq, nk);
+      const bool gap = !pad && rng() % 4 == 0;
+      gaps += gap;
+      kr += gap ? 1 + static_cast<int64_t>(rng() % 3) : 0;
+      lq.push_back(nq);
+      lk.push_back(nk);
+      kstart.push_back(kr);
+      kr += nk;
+    }
+    const bool has_gaps = std::accumulate(lk.begin(), lk.end(), int64_t{0}) != kr;
+    // Which tensors get offsets; K's gaps need batch_offsets_k.
+    bool give[4];
+    for (bool& g : give) g = rng() % 3 != 0;
+    if (has_gaps) give[CudnnRaggedPlan::kOffK] = true;
+    // Lengths omitted: token offsets of batch + 1 entries whose differences they are (K packed).
+    const bool omit = tokens && !has_gaps && rng() % 3 == 0;
+    if (omit) give[CudnnRaggedPlan::kOffQ] = give[CudnnRaggedPlan::kOffK] = true;
+    derived += omit;
+    int64_t q_rows = std::accumulate(lq.begin(), lq.end(), int64_t{0});
+    int64_t k_rows = kr + static_cast<int64_t>(rng() % 2);
+    // One value the host refuses, or none.
+    const int32_t b = static_cast<int32_t>(rng() % real);
+    int kind = static_cast<int>(rng() % 14);
+    // With the lengths omitted, q's and K's offsets are the lengths: bumping one moves a row
+    // from one request to the next, a call the host takes.
+    if ((omit && (kind <= 3 || kind == 6 || kind == 9)) || (kind == 5 && kr == 0)) kind = 99;
+    int64_t bump[4] = {0, 0, 0, 0};  // added to an offset of request b
+    switch (kind) {
+      case 0:
+        lq[b] = max_q + 1;
+        break;  // over max_token_per_sequence
+      case 1:
+        lk[b] = max_kv + 1;
+        break;  // over max_sequence_kv
+      case 2:
+        lq[b] = -1;
+        break;  // negative
+      case 3:
+        if (causal) lq[b] = lk[b] + 1;
+        break;  // more queries than keys
+      case 4:
+        q_rows += 1;
+        break;  // q has a row of no request
+      case 5:
+        k_rows = kr - 1;
+        break;  // the keys end past K
+      case 6:
+        bump[CudnnRaggedPlan::kOffQ] = 1;
+        break;  // not whole rows / not packed
+      case 7:
+        bump[CudnnRaggedPlan::kOffO] = -1;
+        break;
+      case 8:
+        bump[CudnnRaggedPlan::kOffV] = 1;
+        break;
+      case 9:
+        break;  // K's offset negative (below)
+      default:
+        break;
+    }
+    if (kind == 0 || kind == 2 || kind == 3) {  // the rows after it move with it
+      q_rows = 0;
+      for (int64_t x : lq) q_rows += std::max<int64_t>(x, 0);
+    }
+    if (q_rows <= 0) continue;  // no query row: the host path only
+    Tensor q = Tensor::zeros({q_rows, h.hq, h.d}, DType::kFloat16);
+    Tensor k = Tensor::zeros({k_rows, h.hkv, h.d}, DType::kFloat16);
+    const bool v_view = rng() % 2 == 0;
+    strided += v_view;
+    Tensor v = v_view ? Tensor::zeros({k_rows, 2, h.hkv, h.d}, DType::kFloat16).select(1, 1)
+                      : Tensor::zeros({k_rows, h.hkv, h.d}, DType::kFloat16);
+    const int64_t o_stride = h.hq * h.d;
+    const int64_t strides[4] = {q.stride(0), o_stride, k.stride(0), v.stride(0)};
+    const bool bytes = units == "bytes";
+    int64_t unit[4];
+    for (int i = 0; i < 4; ++i) unit[i] = tokens ? 1 : strides[i] * (bytes ? 2 : 1);
+    // Offsets: q / o the running sums, k the starts, v K's rows; batch + 1 entries (the last the
+    // end), as the engines pass them.
+    std::vector<int64_t> rows_of[4];
+    int64_t qs = 0;
+    for (int32_t r = 0; r < batch; ++r) {
+      rows_of[0].push_back(qs);
+      rows_of[1].push_back(qs);
+      rows_of[2].push_back(kstart[r]);
+      rows_of[3].push_back(kstart[r]);
+      qs += std::max<int64_t>(lq[r], 0);
+    }
+    rows_of[0].push_back(qs);
+    rows_of[1].push_back(qs);
+    rows_of[2].push_back(kr);
+    rows_of[3].push_back(kr);
+    std::vector<int64_t> vals[4];
+    std::optional<Tensor> off[4];
+    bool is64[4];
+    for (int i = 0; i < 4; ++i) {
+      if (!give[i]) continue;
+      for (int64_t x : rows_of[i]) vals[i].push_back(x * unit[i]);
+      vals[i][b] += bump[i];
+      if (kind == 9 && i == CudnnRaggedPlan::kOffK) vals[i][b] = -unit[i];
+      is64[i] = rng() % 2 == 0;
+      int64s += is64[i];
+      Tensor t = Tensor::empty({static_cast<int64_t>(vals[i].size())},
+                               is64[i] ? DType::kInt64 : DType::kInt32);
+      for (std::size_t j = 0; j < vals[i].size(); ++j) {
+        if (is64[i]) {
+          t.data<int64_t>()[j] = vals[i][j];
+        } else {
+          t.data<int32_t>()[j] = static_cast<int32_t>(vals[i][j]);
+        }
+      }
+      off[i] = t;
+    }
+    std::vector<int32_t> lq32(lq.begin(), lq.end()), lk32(lk.begin(), lk.end());
+    auto lens_tensor = [&](const std::vector<int32_t>& x) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(x.size()), 1, 1, 1}, DType::kInt32);
+      std::memcpy(t.data_ptr(), x.data(), x.size() * sizeof(int32_t));
+      return t;
+    };
+    const std::optional<Tensor> lens_q = omit ? std::nullopt : std::optional(lens_tensor(lq32));
+    const std::optional<Tensor> lens_kv = omit ? std::nullopt : std::optional(lens_tensor(lk32));
+    // The host's verdict: the op on the CPU.
+    bool host_refused = false;
+    try {
+      cudnn_batch_prefill_with_kv_cache(q, k, v, 0.25, Tensor::empty({16}, DType::kUInt8), max_q,
+                                        max_kv, lens_q, lens_kv, std::nullopt, causal, false,
+                                        std::nullopt, std::nullopt, std::nullopt, off[0], off[1],
+                                        off[2], off[3], std::nullopt, units);
+    } catch (const Error& e) {
+      host_refused = true;
+      ASSERT_NE(e.code(), ErrorCode::kInternal) << e.what();
+    }
+    // The prepass, thread by thread.
+    CudnnRaggedPlan cp;
+    for (int i = 0; i < 4; ++i) {
+      if (!off[i]) continue;
+      cp.off[i] = off[i]->data_ptr();
+      cp.off64[i] = is64[i];
+      cp.unit[i] = unit[i];
+    }
+    cp.lens_q = omit ? nullptr : lq32.data();
+    cp.lens_kv = omit ? nullptr : lk32.data();
+    cp.batch = batch;
+    cp.q_rows = q_rows;
+    cp.kv_rows = std::min(k.size(0), v.size(0));
+    cp.max_q = max_q;
+    cp.max_kv = max_kv;
+    cp.causal = causal;
+    std::vector<int32_t> cu(static_cast<std::size_t>(batch) + 1, -7), ks(batch, -7), kl(batch, -7);
+    int32_t refuse = -7;
+    cp.cu_q = cu.data();
+    cp.kv_start = ks.data();
+    cp.kv_len = kl.data();
+    cp.refuse = &refuse;
+    std::vector<kernels::CudnnPlanSums> sums;
+    for (int t = 0; t < nthreads; ++t)
+      sums.push_back(kernels::cudnn_plan_chunk_sums(cp, t, nthreads));
+    bool any_bad = false;
+    int64_t max_end = 0, pq = 0, pk = 0;
+    for (int t = 0; t < nthreads; ++t) {
+      const kernels::CudnnPlanVerdict v2 = kernels::cudnn_plan_write_chunk(cp, t, nthreads, pq, pk);
+      any_bad |= v2.bad;
+      max_end = std::max(max_end, v2.max_end);
+      pq += sums[t].q;
+      pk += sums[t].kv;
+    }
+    refuse = kernels::cudnn_plan_refused(cp, any_bad, max_end) ? 1 : 0;
+    ASSERT_EQ(refuse != 0, host_refused) << "iteration " << iter << ", kind " << kind;
+    for (int32_t x : cu) ASSERT_NE(x, -7);
+    for (int32_t x : ks) ASSERT_NE(x, -7);
+    if (host_refused) {
+      ++refused;
+    } else {
+      ++accepted;
+      for (int32_t r = 0; r <= batch; ++r) {
+        ASSERT_EQ(cu[r], rows_of[0][r])
+            << "iteration " << iter << " kind " << kind << " omit " << omit << " units " << units
+            << " batch " << batch << " b " << b << " q_rows " << q_rows << " r " << r;
+      }
+      for (int32_t r = 0; r < batch; ++r) {
+        ASSERT_EQ(ks[r], kstart[r]);
+        ASSERT_EQ(kl[r], lk[r]);
+      }
+    }
+    // The plan kernel's kv_start form on what the prepass wrote.
+    BlockTablePlan p;
+    p.batch = batch;
+    p.total_rows = q_rows;
+    p.q_len = static_cast<int32_t>(std::min<int64_t>(max_q, q_rows));
+    p.cu_q = cu.data();
+    p.cu_q_exact = true;
+    p.causal = causal;
+    p.kv_rows = cp.kv_rows;
+    p.page_size = 1;
+    p.max_seq_len = static_cast<int32_t>(std::min<int64_t>(max_kv, cp.kv_rows));
+    p.max_blocks = p.max_seq_len;
+    p.kv_start = ks.data();
+    p.seq_lens = kl.data();
+    p.refuse = &refuse;
+    const api::RaggedDeviceGrid g = api::ragged_device_grid(
+        p, static_cast<int32_t>(h.hq / h.hkv), static_cast<int32_t>(h.hkv),
+        static_cast<int32_t>(h.d), static_cast<int32_t>(h.d), rng() % 2 ? 4 : 0, 0, "test");
+    const CompactRun d = run_compact_kernel(p, kl, g, nthreads, rng);
+    ASSERT_EQ(d.call_refused, host_refused) << "iteration " << iter;
+    for (const WorkItem& w : d.work) ASSERT_NE(w.qo_begin, -7) << "an item nothing wrote";
+    if (host_refused) {
+      for (const WorkItem& w : d.work) ASSERT_EQ(w.request, -1);
+      continue;
+    }
+    const std::vector<int64_t> begins(cu.begin(), cu.end() - 1);
+    const auto got = contributions(d.work, d.merge_indptr, d.merge_rows, d.merge_out_row, begins,
+                                   q_rows, p.empty_row);
+    for (int32_t r = 0; r < batch; ++r) {
+      ASSERT_TRUE(d.ok[r]);
+      ASSERT_EQ(d.kvp[r], kstart[r]);
+      ASSERT_EQ(d.kvl[r], lk[r]);
+      if (lq[r] == 0) continue;
+      const int64_t chunk = kernels::block_plan_chunk(p, lk[r]);
+      const auto want =
+          host_rows(static_cast<int32_t>(lk[r]), static_cast<int32_t>(lq[r]), 1, chunk, h, r);
+      for (int32_t i = 0; i < lq[r]; ++i) ASSERT_EQ(got[cu[r] + i], want[i]);
+    }
+  }
+  EXPECT_GT(refused, 150);
+  EXPECT_GT(accepted, 150);
+  EXPECT_GT(derived, 10);
+  EXPECT_GT(int64s, 100);
+  EXPECT_GT(gaps, 50);
+  EXPECT_GT(strided, 100);
 }
 
 // The plan kernel's body in the ragged form, thread by thread (blocks of 7 and 128 threads), as

@@ -703,6 +703,108 @@ TEST(TrtllmContextCuda, CapturedCallReplaysNewQueryCounts) {
 }
 #endif
 
+#if FLASHINFER_TEST_HAVE_CUDART
+// cudnn_batch_prefill_with_kv_cache's ragged call with its lengths and offsets on the GPU plans
+// there (kernels/cudnn_ragged_plan.h, then the block-table plan kernel): vLLM's vision-encoder
+// call (V a view into the interleaved QKV buffer, element offsets, a batch padded with empty
+// requests, a bucketed max) matches the CPU; captured into a CUDA graph (no host read: the host
+// plan's reads would be refused under capture) it replays new lengths and offsets, and a call
+// the host refuses (V's offsets in q's units) gives NaN in every row. A causal GQA call with
+// byte offsets of int64, K's requests apart (batch_offsets_k with gaps) and the lse matches too.
+TEST(CudnnPrefillCuda, RaggedCallPlansOnTheDeviceAndCaptures) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t t = 300, h = 16, d = 64, hd = h * d;
+  const DType bf16 = DType::kBFloat16;
+  const Tensor qkv = testing::rand_tensor({t, 3, h, d}, bf16, 201, -1.0, 1.0);
+  const Tensor qkv_g = qkv.to(g);
+  const Tensor q = qkv.select(1, 0).contiguous(), k = qkv.select(1, 1).contiguous();
+  const Tensor v = qkv.select(1, 2);
+  const Tensor qg = q.to(g), kg = k.to(g), vg = qkv_g.select(1, 2);
+  const Tensor ws = Tensor::zeros({int64_t{64} << 20}, DType::kUInt8, g);
+  // Request lengths padded to a batch of 8 (empty requests at the total).
+  auto offsets = [&](const std::vector<int32_t>& lens, int64_t per_row) {
+    std::vector<int32_t> o{0};
+    for (int32_t n : lens) o.push_back(static_cast<int32_t>(o.back() + n * per_row));
+    return o;
+  };
+  auto lens4 = [](const std::vector<int32_t>& x) {
+    return int_tensor(x).view({static_cast<int64_t>(x.size()), 1, 1, 1});
+  };
+  auto cpu_call = [&](const std::vector<int32_t>& lens, const Tensor& vv) {
+    const Tensor oq = int_tensor(offsets(lens, hd)), ov = int_tensor(offsets(lens, 3 * hd));
+    return cudnn_batch_prefill_with_kv_cache(q, k, vv, 0.125, workspace(), 256, 256, lens4(lens),
+                                             lens4(lens), std::nullopt, false, false, std::nullopt,
+                                             std::nullopt, std::nullopt, oq, oq, oq, ov)
+        .out;
+  };
+  const std::vector<int32_t> first{100, 64, 136, 0, 0, 0, 0, 0};
+  Tensor lens_g = lens4(first).to(g);
+  Tensor oq_g = int_tensor(offsets(first, hd)).to(g),
+         ov_g = int_tensor(offsets(first, 3 * hd)).to(g);
+  Tensor out = Tensor::zeros({t, h, d}, bf16, g);
+  auto call = [&] {
+    cudnn_batch_prefill_with_kv_cache(qg, kg, vg, 0.125, ws, 256, 256, lens_g, lens_g, std::nullopt,
+                                      false, false, std::nullopt, std::nullopt, std::nullopt, oq_g,
+                                      oq_g, oq_g, ov_g, std::nullopt, "elements", out);
+  };
+  call();  // eager
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), cpu_call(first, v).to_double_vector(),
+                                 testing::attention_tolerance(bf16)));
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, call));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, call));
+  struct Step {
+    std::vector<int32_t> lens;
+    bool good;
+  };
+  for (const Step& st :
+       {Step{{7, 1, 256, 36, 0, 0, 0, 0}, true}, Step{{256, 44, 0, 0, 0, 0, 0, 0}, true},
+        Step{{50, 50, 50, 50, 50, 50, 0, 0}, false}}) {
+    SCOPED_TRACE(st.lens[0]);
+    lens_g.copy_(lens4(st.lens));
+    oq_g.copy_(int_tensor(offsets(st.lens, hd)));
+    // The refused step: V's offsets in q's units address other rows of V.
+    ov_g.copy_(int_tensor(offsets(st.lens, st.good ? 3 * hd : hd)));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    if (st.good) {
+      EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), cpu_call(st.lens, v).to_double_vector(),
+                                     testing::attention_tolerance(bf16)));
+    } else {
+      testing::expect_nan_rows(out, 0, t);
+    }
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+
+  // Causal, GQA 4:1 at D 128, int64 byte offsets, K's requests apart, the lse.
+  const std::vector<int32_t> lq{5, 40, 1}, lk{9, 70, 33};
+  const std::vector<int64_t> kstart{3, 20, 95};
+  const Tensor q2 = testing::rand_tensor({46, 8, 128}, bf16, 202, -1.0, 1.0);
+  const Tensor k2 = testing::rand_tensor({130, 2, 128}, bf16, 203, -1.0, 1.0);
+  const Tensor v2 = testing::rand_tensor({130, 2, 128}, bf16, 204, -1.0, 1.0);
+  auto i64 = [](const std::vector<int64_t>& x) {
+    Tensor r = Tensor::empty({static_cast<int64_t>(x.size())}, DType::kInt64);
+    std::copy(x.begin(), x.end(), r.data<int64_t>());
+    return r;
+  };
+  const Tensor oq2 = i64({0, 5 * 8 * 128 * 2, 45 * 8 * 128 * 2});
+  const Tensor ok2 = i64({kstart[0] * 512, kstart[1] * 512, kstart[2] * 512});  // 2 x 128 x 2 B
+  auto run2 = [&](Device dev) {
+    return cudnn_batch_prefill_with_kv_cache(
+        q2.to(dev), k2.to(dev), v2.to(dev), 0.09, dev.is_cuda() ? ws : workspace(), 64, 80,
+        lens4(lq).to(dev), lens4(lk).to(dev), std::nullopt, true, true, std::nullopt, std::nullopt,
+        std::nullopt, oq2.to(dev), std::nullopt, ok2.to(dev), ok2.to(dev), std::nullopt, "bytes");
+  };
+  const CudnnPrefillResult want = run2(Device::cpu()), got = run2(g);
+  EXPECT_TRUE(testing::all_close(got.out, want.out, testing::attention_tolerance(bf16)));
+  EXPECT_TRUE(testing::all_close(got.lse, want.lse, {2e-3, 1e-3}));
+}
+#endif
+
 // bmm1_scale / bmm2_scale given as one-element fp32 tensors on the device (upstream's
 // "Union[float, torch.Tensor]"): the kernels read them there, nothing is read back. Against the
 // fp64 formula, on both block-table entry points, a [1] and a 0-dim tensor; and a bf16 scale
