@@ -942,7 +942,8 @@ std::optional<CudnnPrefillResult> cudnn_ragged_on_device(
   if (k.device() != dev || v.device() != dev) return std::nullopt;
   const DType dt = q.dtype();
   if (dt != DType::kFloat16 && dt != DType::kBFloat16) return std::nullopt;
-  if (k.dtype() != dt || v.dtype() != dt || o_data_type.value_or(out ? out->dtype() : dt) != dt) {
+  if (k.dtype() != dt || v.dtype() != dt || o_data_type.value_or(dt) != dt ||
+      (out && out->dtype() != dt)) {
     return std::nullopt;
   }
   for (const auto* x : {&q_scale, &k_scale, &v_scale}) {
@@ -950,7 +951,9 @@ std::optional<CudnnPrefillResult> cudnn_ragged_on_device(
   }
   const int64_t rows = q.size(0), hq = q.size(1), d = q.size(2);
   const int64_t hkv = k.size(1), dvo = v.size(2);
-  if (hkv <= 0 || hq % hkv != 0 || v.size(1) != hkv || k.size(2) != d || dvo != d) {
+  // api::check_heads's rules (the host path names them).
+  if (hq < 1 || hq > 4096 || hkv < 1 || hq % hkv != 0 || v.size(1) != hkv || k.size(2) != d ||
+      dvo != d) {
     return std::nullopt;
   }
   const bool jit_dims = d >= 16 && d <= 256 && d % 16 == 0;
@@ -958,7 +961,8 @@ std::optional<CudnnPrefillResult> cudnn_ragged_on_device(
     return std::nullopt;
   }
   if (q.stride(2) != 1 || k.stride(2) != 1 || v.stride(2) != 1) return std::nullopt;
-  if (rows > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  // No query row: nothing to plan (the host path checks the lengths add up to none).
+  if (rows == 0 || rows > std::numeric_limits<int32_t>::max()) return std::nullopt;
   // Lengths (or, with "tokens" offsets, the offsets' differences) and the batch.
   const bool tokens = units == "tokens";
   int64_t batch = 0;

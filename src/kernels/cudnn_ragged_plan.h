@@ -10,7 +10,7 @@
 // into what the block-table plan kernel (kernels/block_table_plan.h) reads: cum_seq_lens_q (the
 // running sums of the query lengths), each request's first key row and key count, and a flag
 // that refuses the whole call where the host's checks would refuse it (every output row NaN):
-// - a length below 0, or above max_token_per_sequence / max_sequence_kv;
+// - a length below 0, above 2^31 - 1, or above max_token_per_sequence / max_sequence_kv;
 // - an offset below 0 or not a whole number of its tensor's rows (the unit: "elements" or
 //   "bytes" of the tensor's own rows, or "tokens"), q's and o's not the running sum of the
 //   query lengths, V's not K's row (K's rows are free: the running sum of the key lengths
@@ -128,6 +128,7 @@ FLASHINFER_HD CudnnPlanVerdict cudnn_plan_write_chunk(const CudnnRaggedPlan& p, 
   for (int32_t b = c.first; b < c.end; ++b) {
     const int64_t lq = cudnn_plan_len_q(p, b), lk = cudnn_plan_len_kv(p, b);
     v.bad |= lq < 0 || lk < 0 || lq > p.max_q || lk > p.max_kv || (p.causal && lq > lk);
+    v.bad |= lq > kInt32Max || lk > kInt32Max;  // counts from int64 offsets: int32, as the host's
     v.bad |= !cudnn_plan_offset_is(p, CudnnRaggedPlan::kOffQ, b, q) ||
              !cudnn_plan_offset_is(p, CudnnRaggedPlan::kOffO, b, q);
     int64_t start = k;

@@ -793,15 +793,31 @@ TEST(CudnnPrefillCuda, RaggedCallPlansOnTheDeviceAndCaptures) {
   };
   const Tensor oq2 = i64({0, 5 * 8 * 128 * 2, 45 * 8 * 128 * 2});
   const Tensor ok2 = i64({kstart[0] * 512, kstart[1] * 512, kstart[2] * 512});  // 2 x 128 x 2 B
-  auto run2 = [&](Device dev) {
-    return cudnn_batch_prefill_with_kv_cache(
-        q2.to(dev), k2.to(dev), v2.to(dev), 0.09, dev.is_cuda() ? ws : workspace(), 64, 80,
-        lens4(lq).to(dev), lens4(lk).to(dev), std::nullopt, true, true, std::nullopt, std::nullopt,
-        std::nullopt, oq2.to(dev), std::nullopt, ok2.to(dev), ok2.to(dev), std::nullopt, "bytes");
+  const CudnnPrefillResult want = cudnn_batch_prefill_with_kv_cache(
+      q2, k2, v2, 0.09, workspace(), 64, 80, lens4(lq), lens4(lk), std::nullopt, true, true,
+      std::nullopt, std::nullopt, std::nullopt, oq2, std::nullopt, ok2, ok2, std::nullopt, "bytes");
+  // Captured, so the device plan is what ran (the host plan's reads are refused under capture).
+  const Tensor q2g = q2.to(g), k2g = k2.to(g), v2g = v2.to(g), lq_g = lens4(lq).to(g),
+               lk_g = lens4(lk).to(g), oq2g = oq2.to(g), ok2g = ok2.to(g);
+  Tensor out2 = Tensor::zeros({46, 8, 128}, bf16, g),
+         lse2 = Tensor::zeros({46, 8}, DType::kFloat32, g);
+  auto call2 = [&] {
+    cudnn_batch_prefill_with_kv_cache(q2g, k2g, v2g, 0.09, ws, 64, 80, lq_g, lk_g, std::nullopt,
+                                      true, true, std::nullopt, std::nullopt, std::nullopt, oq2g,
+                                      std::nullopt, ok2g, ok2g, std::nullopt, "bytes", out2, lse2);
   };
-  const CudnnPrefillResult want = run2(Device::cpu()), got = run2(g);
-  EXPECT_TRUE(testing::all_close(got.out, want.out, testing::attention_tolerance(bf16)));
-  EXPECT_TRUE(testing::all_close(got.lse, want.lse, {2e-3, 1e-3}));
+  testing::ReplayableGraph graph2;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph2, call2));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph2, call2));
+  out2.fill_(0.0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(graph2.exec, graph2.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph2.stream), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(out2, want.out, testing::attention_tolerance(bf16)));
+  EXPECT_TRUE(testing::all_close(lse2, want.lse, {2e-3, 1e-3}));
+  cudaGraphExecDestroy(graph2.exec);
+  cudaGraphDestroy(graph2.graph);
+  cudaStreamDestroy(graph2.stream);
 }
 #endif
 
