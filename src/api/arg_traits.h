@@ -54,6 +54,10 @@ struct ReturnName<AttentionOutput> {
   static constexpr const char* value = "Tensor | tuple[Tensor, Tensor]";
 };
 template <>
+struct ReturnName<Nvfp4QuantizeResult> {
+  static constexpr const char* value = "tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]";
+};
+template <>
 struct ReturnName<CudnnPrefillResult> {
   static constexpr const char* value = "tuple[Tensor, Tensor | None]";
 };

@@ -250,11 +250,10 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   int64_t total = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
-    if (pages == 0) {
-      FLASHINFER_CHECK(last[b] == 0, op, last_arg, "request ", b,
-                       " has no pages, so its last_page_len must be 0, got ", last[b]);
-      continue;
-    }
+    // No pages, no keys, whatever last_page_len says (upstream's paged_kv_t::get_length): vLLM
+    // pads a CUDA graph's batch with such requests and last_page_len 1 ("flashinfer treats 0 as
+    // a full page").
+    if (pages == 0) continue;
     FLASHINFER_CHECK(last[b] >= 1 && last[b] <= page_size, op, last_arg, "element ", b, " (",
                      last[b], ") is outside [1, page_size=", page_size, "]");
     const int64_t len = (pages - 1) * page_size + last[b];

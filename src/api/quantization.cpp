@@ -406,37 +406,105 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
       is_global_scale_inversed, enable_pdl, backend);
 }
 
-std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_global_sf,
-                                          SfLayout sfLayout, bool do_shuffle, int64_t sf_vec_size,
-                                          std::optional<bool> enable_pdl, std::string_view backend,
-                                          bool per_token_activation,
-                                          std::optional<Tensor> expanded_idx_to_permuted_idx) {
+namespace {
+
+// Per-token NVFP4 (nvfp4_quantize_per_token_cute_dsl; nvfp4_quantize with per_token_activation):
+// `in_arg` / `gs_arg` name the input and the inverse base scale in the caller's errors.
+std::tuple<Tensor, Tensor, Tensor> nvfp4_per_token_impl(const char* op, const char* in_arg,
+                                                        const char* gs_arg, const Tensor& input,
+                                                        const Value& global_scale_inv,
+                                                        int64_t sf_layout,
+                                                        std::optional<bool> enable_pdl) {
+  const SfLayoutCode code = cute_layout(sf_layout, op);
+  api::check_defined(input, op, in_arg);
+  FLASHINFER_CHECK(input.dim() == 2, op, in_arg, "Per-token NVFP4 quantization expects a 2D input");
+  FLASHINFER_CHECK(input.dtype() == DType::kFloat16 || input.dtype() == DType::kBFloat16, op,
+                   in_arg,
+                   "Per-token NVFP4 input dtype must be one of (torch.float16, torch.bfloat16), "
+                   "got ",
+                   dtype_torch_name(input.dtype()));
+  FLASHINFER_CHECK(input.size(1) % 16 == 0, op, in_arg, "K (", input.size(1),
+                   ") must be divisible by NVFP4_SF_VEC_SIZE=16");
+  CuteFp4 r = cute_fp4_outputs(input, 16, code);
+  Tensor scale = Tensor::empty({input.size(0)}, DType::kFloat32, input.device());
+  Tensor gsi;
+  if (global_scale_inv.is_tensor()) {
+    gsi = fp32_scalar(global_scale_inv.as_tensor(), input.device(), op, gs_arg);
+    r.p.per_token_gsi = gsi.data<float>();
+  } else {
+    FLASHINFER_CHECK(global_scale_inv.kind() == Value::Kind::kFloat ||
+                         global_scale_inv.kind() == Value::Kind::kInt,
+                     op, gs_arg, "expected a float or a one-element tensor, got ",
+                     global_scale_inv.repr());
+    r.p.per_token_gsi_value =
+        static_cast<float>(global_scale_inv.kind() == Value::Kind::kFloat
+                               ? global_scale_inv.as_float()
+                               : static_cast<double>(global_scale_inv.as_int()));
+  }
+  r.p.per_token_scale = scale.data<float>();
+  if (input.size(0) > 0) {
+    api::launch(kFp4QuantizeKernels, r.p, input.device(), op, in_arg, enable_pdl);
+  }
+  return {r.q, r.sf, scale};
+}
+
+}  // namespace
+
+Value to_value(const Nvfp4QuantizeResult& r) {
+  const auto& [q, sf] = r;
+  if (r.per_token_scale.defined()) {
+    return Value::tuple({Value(q), Value(sf), Value(r.per_token_scale)});
+  }
+  return Value::tuple({Value(q), Value(sf)});
+}
+
+Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, SfLayout sfLayout,
+                                   bool do_shuffle, int64_t sf_vec_size,
+                                   std::optional<bool> enable_pdl, std::string_view backend,
+                                   bool per_token_activation,
+                                   std::optional<Tensor> expanded_idx_to_permuted_idx) {
   return call_op<&nvfp4_quantize>(
       [&] {
         const char* op = "nvfp4_quantize";
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
-        api::check_defined(a_global_sf, op, "a_global_sf");
-        FLASHINFER_CHECK_CODE(!per_token_activation, ErrorCode::kUnsupported, op,
-                              "per_token_activation",
-                              "per-token NVFP4 activation scaling is not available here");
-        FLASHINFER_CHECK(!expanded_idx_to_permuted_idx || !expanded_idx_to_permuted_idx->defined(),
-                         op, "expanded_idx_to_permuted_idx",
+        FLASHINFER_CHECK(!a_global_sf.is_none(), op, "a_global_sf", "is required");
+        const bool remap = expanded_idx_to_permuted_idx && expanded_idx_to_permuted_idx->defined();
+        FLASHINFER_CHECK(!remap || per_token_activation, op, "expanded_idx_to_permuted_idx",
                          "is only supported with per_token_activation=True");
+        FLASHINFER_CHECK_CODE(!remap, ErrorCode::kUnsupported, op, "expanded_idx_to_permuted_idx",
+                              "the per-token form's row remapping is not implemented here");
         const bool cute = backend == "cute-dsl";
         FLASHINFER_CHECK(!cute || sf_vec_size == 16, op, "sf_vec_size",
                          "CuTe-DSL backend only supports sf_vec_size=16, got ", sf_vec_size);
-        if (!do_shuffle) {
-          if (cute) {
-            return nvfp4_cute_impl(op, "a", "a_global_sf", a, Value(a_global_sf),
-                                   static_cast<int64_t>(sfLayout), enable_pdl);
+        FLASHINFER_CHECK(!per_token_activation || sf_vec_size == 16, op, "sf_vec_size",
+                         "Per-token NVFP4 quantization only supports sf_vec_size=16");
+        // Upstream's per-token form takes a float or a tensor (its .item()); the per-tensor forms
+        // hand a_global_sf to the kernels as a tensor.
+        FLASHINFER_CHECK(per_token_activation || a_global_sf.is_tensor(), op, "a_global_sf",
+                         "must be a one-element tensor (a float only with "
+                         "per_token_activation=True), got ",
+                         a_global_sf.repr());
+        const auto quantize = [&](SfLayout layout) -> Nvfp4QuantizeResult {
+          if (per_token_activation) {
+            auto [q, sf, scale] = nvfp4_per_token_impl(op, "a", "a_global_sf", a, a_global_sf,
+                                                       static_cast<int64_t>(layout), enable_pdl);
+            return {q, sf, scale};
           }
-          return fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false, sfLayout, false,
-                                   enable_pdl);
-        }
+          if (cute) {
+            auto [q, sf] = nvfp4_cute_impl(op, "a", "a_global_sf", a, a_global_sf,
+                                           static_cast<int64_t>(layout), enable_pdl);
+            return {q, sf, Tensor()};
+          }
+          auto [q, sf] = fp4_quantize_impl(op, a, a_global_sf.as_tensor(), sf_vec_size, false,
+                                           layout, false, enable_pdl);
+          return {q, sf, Tensor()};
+        };
+        if (!do_shuffle) return quantize(sfLayout);
         // Upstream (fp4_quantization.py): assert sfLayout == layout_128x4, quantize with linear
         // scales, then shuffle_matrix_a(a_fp4, 128) and shuffle_matrix_sf_a(a_sf, 128) reshaped
-        // to a_sf's shape (the trtllm-gen weight layout). The shuffles run on the host only.
+        // to a_sf's shape (the trtllm-gen weight layout); the per-token form's scales move with
+        // their rows. The shuffles run on the host only.
         FLASHINFER_CHECK(sfLayout == SfLayout::layout_128x4, op, "sfLayout",
                          "do_shuffle requires SfLayout.layout_128x4");
         FLASHINFER_CHECK_CODE(a.device().is_cpu(), ErrorCode::kUnsupported, op, "do_shuffle",
@@ -449,13 +517,15 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& a, const Tensor& a_globa
                          "of 4 * sf_vec_size (shuffle_matrix_sf_a's 128-row blocks of 4 scale "
                          "columns), got shape ",
                          shape_to_string(a.shape()));
-        auto [q, sf] =
-            cute ? nvfp4_cute_impl(op, "a", "a_global_sf", a, Value(a_global_sf),
-                                   static_cast<int64_t>(SfLayout::layout_linear), enable_pdl)
-                 : fp4_quantize_impl(op, a, a_global_sf, sf_vec_size, false,
-                                     SfLayout::layout_linear, false, enable_pdl);
-        Tensor sf_shuffled = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
-        return std::tuple<Tensor, Tensor>{shuffle_matrix_a(q, 128), sf_shuffled};
+        Nvfp4QuantizeResult r = quantize(SfLayout::layout_linear);
+        auto& [q, sf] = r;
+        sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
+        q = shuffle_matrix_a(q, 128);
+        if (r.per_token_scale.defined()) {
+          const int64_t m = r.per_token_scale.size(0);
+          r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
+        }
+        return r;
       },
       a, a_global_sf, sfLayout, do_shuffle, sf_vec_size, enable_pdl, backend, per_token_activation,
       expanded_idx_to_permuted_idx);
@@ -631,40 +701,10 @@ std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
     const Tensor& input, const Value& global_scale_inv, int64_t sf_layout,
     std::optional<bool> enable_pdl) {
   return call_op<&nvfp4_quantize_per_token_cute_dsl>(
-      [&]() -> std::tuple<Tensor, Tensor, Tensor> {
-        const char* op = "nvfp4_quantize_per_token_cute_dsl";
-        const SfLayoutCode code = cute_layout(sf_layout, op);
-        api::check_defined(input, op, "input");
-        FLASHINFER_CHECK(input.dim() == 2, op, "input",
-                         "Per-token NVFP4 quantization expects a 2D input");
-        FLASHINFER_CHECK(input.dtype() == DType::kFloat16 || input.dtype() == DType::kBFloat16, op,
-                         "input",
-                         "Per-token NVFP4 input dtype must be one of (torch.float16, "
-                         "torch.bfloat16), got ",
-                         dtype_torch_name(input.dtype()));
-        FLASHINFER_CHECK(input.size(1) % 16 == 0, op, "input", "K (", input.size(1),
-                         ") must be divisible by NVFP4_SF_VEC_SIZE=16");
-        CuteFp4 r = cute_fp4_outputs(input, 16, code);
-        Tensor scale = Tensor::empty({input.size(0)}, DType::kFloat32, input.device());
-        Tensor gsi;
-        if (global_scale_inv.is_tensor()) {
-          gsi = fp32_scalar(global_scale_inv.as_tensor(), input.device(), op, "global_scale_inv");
-          r.p.per_token_gsi = gsi.data<float>();
-        } else {
-          FLASHINFER_CHECK(global_scale_inv.kind() == Value::Kind::kFloat ||
-                               global_scale_inv.kind() == Value::Kind::kInt,
-                           op, "global_scale_inv", "expected a float or a one-element tensor, got ",
-                           global_scale_inv.repr());
-          r.p.per_token_gsi_value =
-              static_cast<float>(global_scale_inv.kind() == Value::Kind::kFloat
-                                     ? global_scale_inv.as_float()
-                                     : static_cast<double>(global_scale_inv.as_int()));
-        }
-        r.p.per_token_scale = scale.data<float>();
-        if (input.size(0) > 0) {
-          api::launch(kFp4QuantizeKernels, r.p, input.device(), op, "input", enable_pdl);
-        }
-        return {r.q, r.sf, scale};
+      [&] {
+        return nvfp4_per_token_impl("nvfp4_quantize_per_token_cute_dsl", "input",
+                                    "global_scale_inv", input, global_scale_inv, sf_layout,
+                                    enable_pdl);
       },
       input, global_scale_inv, sf_layout, enable_pdl);
 }

@@ -289,11 +289,15 @@ AttentionOutput ragged_deepseek_ragged_impl(
                    dtype_torch_name(qd), ") or float8_e4m3fn");
   api::check_same_device(key, query, kRaggedDeepseekOp, "key", "query");
   api::check_same_device(value, query, kRaggedDeepseekOp, "value", "query");
+  // seq_lens may be a host tensor: vLLM's chunked-context prefill (run_prefill_context_chunk)
+  // passes its chunk's lengths from the CPU while the cumulative ones go to the device.
   for (const auto& [t, arg] :
        {std::pair{&seq_lens, "seq_lens"}, std::pair{&cum_seq_lens_q, "cum_seq_lens_q"},
         std::pair{&cum_seq_lens_kv, "cum_seq_lens_kv"}}) {
     api::check_defined(*t, kRaggedDeepseekOp, arg);
-    api::check_same_device(*t, query, kRaggedDeepseekOp, arg, "query");
+    if (t != &seq_lens || !t->device().is_cpu()) {
+      api::check_same_device(*t, query, kRaggedDeepseekOp, arg, "query");
+    }
   }
   FLASHINFER_CHECK(batch_size >= 0 && batch_size < (int64_t{1} << 31), kRaggedDeepseekOp,
                    "batch_size", "must be in [0, 2^31), got ", batch_size);
@@ -313,8 +317,12 @@ AttentionOutput ragged_deepseek_ragged_impl(
   const bool device_plan = false;
 #endif
   std::vector<int32_t> lens, cq, ckv;
+  Tensor seq_lens_dev = seq_lens;  // the device plan's seq_lens
   if (device_plan) {
     api::check_index_tensor(seq_lens, kRaggedDeepseekOp, "seq_lens", batch_size);
+    // Host lengths go up to the device with the plan's other inputs (under a capture the copy of
+    // a caller's host tensor is refused by name: a replay would not see its later contents).
+    if (seq_lens.device() != query.device()) seq_lens_dev = seq_lens.to(query.device());
     api::check_index_tensor(cum_seq_lens_q, kRaggedDeepseekOp, "cum_seq_lens_q", batch_size + 1);
     api::check_index_tensor(cum_seq_lens_kv, kRaggedDeepseekOp, "cum_seq_lens_kv", batch_size + 1);
     FLASHINFER_CHECK(nq <= std::numeric_limits<int32_t>::max(), kRaggedDeepseekOp, "query",
@@ -428,7 +436,7 @@ AttentionOutput ragged_deepseek_ragged_impl(
 #if FLASHINFER_WITH_CUDA
     if (device_plan) {
       api::RaggedDeviceLengths in;
-      in.seq_lens = &seq_lens;
+      in.seq_lens = &seq_lens_dev;
       in.cu_q = cum_seq_lens_q.contiguous();
       in.cu_kv = cum_seq_lens_kv.contiguous();
       in.max_q_len = max_q_len;

@@ -287,9 +287,19 @@ void load_spec_dec_mask(detail::WrapperState& s, const Tensor& mask, int64_t q_l
 
 AttentionOutput run_block_call(BlockCall& c) {
   const char* op = c.op;
+  api::check_defined(c.query, op, "query");
+  api::check_dim(c.query, {3}, op, "query");
+  if (dtype_is_fp8(c.query.dtype())) {
+    // An fp8 query (SGLang's and vLLM's trtllm backends quantize q for an fp8 KV cache): its
+    // values widened to the 16-bit output dtype, which holds every e4m3 and e5m2 value exactly,
+    // so the scores are the fp8 values' products. An fp8 output is not implemented here.
+    const DType od0 = c.out_dtype ? *c.out_dtype : (c.out ? c.out->dtype() : c.query.dtype());
+    FLASHINFER_CHECK_CODE(!dtype_is_fp8(od0), ErrorCode::kUnsupported, op,
+                          c.out ? "out" : "out_dtype",
+                          "an fp8 output is not supported; pass a 16-bit out_dtype or out");
+    c.query = c.query.to(od0 == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16);
+  }
   const Tensor& q = c.query;
-  api::check_defined(q, op, "query");
-  api::check_dim(q, {3}, op, "query");
   FLASHINFER_CHECK(
       q.dtype() == DType::kFloat16 || q.dtype() == DType::kBFloat16 || q.dtype() == DType::kFloat32,
       op, "query", "dtype ", dtype_torch_name(q.dtype()),

@@ -202,6 +202,19 @@ TEST(BatchDecodeWrapper, EmptyRequestGivesZerosAndMinusInf) {
   EXPECT_EQ(r.lse.select(0, 1).to_double_vector(),
             std::vector<double>(2, -std::numeric_limits<double>::infinity()));
   EXPECT_TRUE(std::isfinite(r.lse.select(0, 0).to_double_vector()[0]));
+  // vLLM's CUDA-graph padding: requests with no pages and last_page_len 1 (any value) have no
+  // key either, as upstream's get_length says; the real request's answer is unchanged.
+  BatchDecodeWithPagedKVCacheWrapper w2(workspace());
+  w2.plan(int_tensor({0, 1, 1, 1}), int_tensor({2}), int_tensor({3, 1, 1}), 2, 1, 64, 4, po);
+  Tensor q3 = Tensor::zeros({3, 2, 64}, DType::kFloat32);
+  q3.slice(0, 0, 2).copy_(q);
+  AttentionOutput r2 = w2.run(q3, cache, ro);
+  EXPECT_EQ(r2.out.slice(0, 0, 1).to_double_vector(), r.out.slice(0, 0, 1).to_double_vector());
+  for (int64_t b : {1, 2}) {
+    EXPECT_EQ(r2.out.select(0, b).to_double_vector(), std::vector<double>(128, 0.0));
+    EXPECT_EQ(r2.lse.select(0, b).to_double_vector(),
+              std::vector<double>(2, -std::numeric_limits<double>::infinity()));
+  }
 }
 
 TEST(BatchDecodeWrapper, InvokersRunInitPlanRun) {

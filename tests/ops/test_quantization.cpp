@@ -478,9 +478,6 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
   EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_128x4, true), "nvfp4_quantize", "a");
   EXPECT_FI_ERROR(nvfp4_quantize(x, gs, SfLayout::layout_linear, true), "nvfp4_quantize",
                   "sfLayout");
-  EXPECT_FI_ERROR(
-      nvfp4_quantize(x, gs, SfLayout::layout_128x4, false, 16, std::nullopt, "cuda", true),
-      "nvfp4_quantize", "per_token_activation");
   EXPECT_FI_ERROR(nvfp4_quantize(Tensor::empty({4, 40}, DType::kBFloat16), gs), "nvfp4_quantize",
                   "a");
   // An SfLayout cast from an out-of-range int: an error, not a scale tensor of a made-up shape.
@@ -617,14 +614,11 @@ TEST(QuantizationDecl, Nvfp4TrailingParametersBindPositionally) {
   EXPECT_EQ(bytes(r.items()[0].as_tensor()), bytes(q));
   EXPECT_EQ(bytes(r.items()[1].as_tensor()), bytes(sf));
 
+  // per_token_activation binds eighth: the per-token form's three outputs.
   args[7] = Value(true);
-  try {
-    d->invoke(CallArgs(*d, bind_arguments(*d, args)));
-    ADD_FAILURE() << "per_token_activation=True was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_EQ(e.arg(), "per_token_activation") << e.what();
-  }
+  const Value rp = d->invoke(CallArgs(*d, bind_arguments(*d, args)));
+  ASSERT_EQ(rp.items().size(), 3u);
+  EXPECT_EQ(rp.items()[2].as_tensor().shape(), (Shape{4}));
   args[7] = Value(false);
   args[8] = Value(Tensor::zeros({4}, DType::kInt32));
   EXPECT_FI_ERROR(d->invoke(CallArgs(*d, bind_arguments(*d, args))), "nvfp4_quantize",

@@ -140,6 +140,61 @@ TEST(Nvfp4QuantizePerTokenCuteDsl, RowScalesAndBlocks) {
   EXPECT_EQ(bytes(sf4)[sf_layout_offset(SfLayout::layout_128x4, 3, 2, 4)], sb[3 * 4 + 2]);
 }
 
+// nvfp4_quantize(per_token_activation=True) as vLLM's NVFP4 MoE and SGLang's FP4 dispatcher
+// call it (a_global_sf the float 1 / (448 * 6), linear scales; SGLang with backend="cute-dsl"):
+// the per-token form's three outputs, the same bytes as nvfp4_quantize_per_token_cute_dsl;
+// recorded as upstream returns them (a 3-tuple) and replayed; with do_shuffle the rows and their
+// scales move together. The row remapping is not implemented (kUnsupported); a float scale
+// without the per-token form, and sf_vec_size 32 with it, are refused by name.
+TEST(Nvfp4QuantizePerToken, AsTheEnginesCallIt) {
+  Tensor x = input({256, 64}, kBf, 7);
+  const double gsi = 1.0 / (448.0 * 6.0);
+  auto [qw, sfw, sw] = nvfp4_quantize_per_token_cute_dsl(x, Value(gsi), 2);
+  for (std::string_view backend : {"cuda", "cute-dsl"}) {
+    SCOPED_TRACE(backend);
+    const Nvfp4QuantizeResult r = nvfp4_quantize(x, Value(gsi), SfLayout::layout_linear, false, 16,
+                                                 std::nullopt, backend, true);
+    ASSERT_TRUE(r.per_token_scale.defined());
+    EXPECT_EQ(bytes(std::get<0>(r)), bytes(qw));
+    EXPECT_EQ(bytes(std::get<1>(r)), bytes(sfw));
+    EXPECT_EQ(bytes(r.per_token_scale), bytes(sw));
+  }
+  // A one-element tensor scale, the 128x4 layout: the per-token cute-dsl entry's bytes.
+  auto [q1, sf1, s1] = nvfp4_quantize_per_token_cute_dsl(x, Value(gsi), 0);
+  const Nvfp4QuantizeResult t = nvfp4_quantize(x, Value(scalar(gsi)), SfLayout::layout_128x4, false,
+                                               16, std::nullopt, "cuda", true);
+  EXPECT_EQ(bytes(std::get<1>(t)), bytes(sf1));
+  EXPECT_EQ(bytes(t.per_token_scale), bytes(s1));
+  // Recorded as a 3-tuple; replays identically.
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    (void)nvfp4_quantize(x, Value(gsi), SfLayout::layout_linear, false, 16, std::nullopt, "cuda",
+                         true);
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_TRUE(calls[0].result.is_sequence());
+  EXPECT_EQ(calls[0].result.items().size(), 3u);
+  EXPECT_TRUE(testing::replays_identically(calls[0]));
+  // do_shuffle: row i of the shuffled codes is row idx[i] of the plain ones, and so is its scale.
+  const Nvfp4QuantizeResult sh =
+      nvfp4_quantize(x, Value(gsi), SfLayout::layout_128x4, true, 16, std::nullopt, "cuda", true);
+  const Tensor moved = shuffle_matrix_a(qw, 128);
+  EXPECT_EQ(bytes(std::get<0>(sh)), bytes(moved));
+  const Tensor scale_moved = shuffle_matrix_a(sw.view({256, 1}), 128).view({256});
+  EXPECT_EQ(bytes(sh.per_token_scale), bytes(scale_moved));
+  EXPECT_EQ(bytes(std::get<1>(sh)), bytes(shuffle_matrix_sf_a(sfw, 128)));
+  const char* op = "nvfp4_quantize";
+  EXPECT_FI_ERROR(nvfp4_quantize(x, Value(gsi), SfLayout::layout_linear, false, 16, std::nullopt,
+                                 "cuda", true, Tensor::zeros({256}, DType::kInt32)),
+                  op, "expanded_idx_to_permuted_idx");
+  EXPECT_FI_ERROR(nvfp4_quantize(x, Value(gsi), SfLayout::layout_linear), op, "a_global_sf");
+  EXPECT_FI_ERROR(
+      nvfp4_quantize(x, Value(gsi), SfLayout::layout_linear, false, 32, std::nullopt, "cuda", true),
+      op, "sf_vec_size");
+}
+
 TEST(Mxfp8QuantizeCuteDsl, EqualsMxfp8QuantizeAndPadsK) {
   const Tensor x = input({3, 96}, kBf, 7);
   auto [q, sf] = mxfp8_quantize_cute_dsl(x);

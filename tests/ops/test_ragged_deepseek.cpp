@@ -583,6 +583,28 @@ TEST(TrtllmRaggedDeepseekCuda, PlannedOnTheDeviceForLooseBounds) {
   EXPECT_GT(unsplit, 0);
 }
 
+// vLLM's chunked-context prefill (mla/prefill/trtllm_ragged.py, run_prefill_context_chunk)
+// passes its chunk's seq_lens as a host tensor and the cumulative lengths on the device: the
+// lengths go up with the plan's inputs, the answer is the CPU's.
+TEST(TrtllmRaggedDeepseekCuda, HostSeqLensAsVllmsChunkedContext) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const DType bf16 = DType::kBFloat16;
+  const Case c{bf16, bf16, 192, 128, 16, 16, false, -1, {7, 30, 1}, {300, 64, 90}};
+  Inputs in = make_inputs(c, 170);
+  const double bmm1 = 1.0 / std::sqrt(192.0);
+  const AttentionOutput want =
+      trtllm_ragged_attention_deepseek(in.q, in.k, in.v, workspace(), in.seq_lens, 30, 300, bmm1,
+                                       1.0, -1.0, 3, -1, in.cq, in.ckv, false, false, true);
+  ASSERT_TRUE(in.seq_lens.device().is_cpu());
+  const AttentionOutput got = trtllm_ragged_attention_deepseek(
+      in.q.to(gpu), in.k.to(gpu), in.v.to(gpu), workspace(gpu), in.seq_lens, 30, 300, bmm1, 1.0,
+      -1.0, 3, -1, in.cq.to(gpu), in.ckv.to(gpu), std::nullopt, false, true);
+  EXPECT_TRUE(
+      testing::all_close(got.out.to(Device::cpu()), want.out, testing::attention_tolerance(bf16)));
+  EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+}
+
 // Rows [lo, hi) of `got` (on the GPU) are NaN in every element, out and LSE.
 void expect_nan_rows(const AttentionOutput& got, int64_t lo, int64_t hi) {
   for (const Tensor& t : {got.out, got.lse}) testing::expect_nan_rows(t, lo, hi);

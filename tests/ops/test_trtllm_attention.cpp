@@ -257,6 +257,71 @@ INSTANTIATE_TEST_SUITE_P(Grid, TrtllmContext,
                                            ContextCase{DType::kFloat16, DType::kFloat8E4M3FN, 8, 4,
                                                        64, 3, false, true, true, true, -1}));
 
+// An fp8 query, as SGLang's trtllm backend passes it with an fp8 KV cache (q.to(float8_e4m3fn),
+// out_dtype the model's dtype): the same numbers, bit for bit, as the query widened to that
+// dtype (which holds every e4m3 value), for decode (uniform and speculative counts) and context;
+// without a 16-bit out_dtype or out the output would be fp8: refused by name.
+TEST(TrtllmFp8Query, SameBitsAsTheWidenedQuery) {
+  const std::vector<int32_t> lens{9, 33, 2, 20};
+  BlockCache c = make_cache(lens, 16, 2, 64, DType::kFloat8E4M3FN, true, true, 31);
+  const Tensor q8 =
+      testing::rand_tensor({8, 8, 64}, DType::kBFloat16, 32, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  for (DType od : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(dtype_torch_name(od));
+    const Tensor qw = q8.to(od);
+    for (int64_t qlen : {1, 2}) {
+      const Tensor q8s = q8.slice(0, 0, 4 * qlen), qws = qw.slice(0, 0, 4 * qlen);
+      auto decode = [&](const Tensor& q) {
+        return trtllm_batch_decode_with_kv_cache(
+            q, c.cache(), workspace(), c.block_tables, c.seq_lens, 64, 0.125, 0.5, -1, std::nullopt,
+            od, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto", qlen,
+            std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+            true, std::nullopt, true);
+      };
+      const AttentionOutput a = decode(q8s), b = decode(qws);
+      ASSERT_EQ(a.out.dtype(), od);
+      EXPECT_TRUE(testing::all_close(a.out, b.out.to_double_vector(), {0.0, 0.0}));
+      EXPECT_TRUE(testing::all_close(a.lse, b.lse.to_double_vector(), {0.0, 0.0}));
+    }
+    const std::vector<int32_t> cq{0, 3, 5, 6, 8}, ck{0, 9, 42, 44, 64};
+    auto context = [&](const Tensor& q) {
+      return trtllm_batch_context_with_kv_cache(q, c.cache(), workspace(), c.block_tables,
+                                                c.seq_lens, 3, 40, 0.125, 0.5, 4, int_tensor(cq),
+                                                int_tensor(ck), -1, std::nullopt, od);
+    };
+    EXPECT_TRUE(
+        testing::all_close(context(q8).out, context(qw).out.to_double_vector(), {0.0, 0.0}));
+  }
+  EXPECT_FI_ERROR(trtllm_batch_decode_with_kv_cache(q8.slice(0, 0, 4), c.cache(), workspace(),
+                                                    c.block_tables, c.seq_lens, 64, 0.125, 0.5),
+                  "trtllm_batch_decode_with_kv_cache", "out_dtype");
+}
+
+// The same on CUDA (the device plan, the query widened on the device): the CPU's answer.
+TEST(TrtllmFp8QueryCuda, MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const std::vector<int32_t> lens{90, 330, 1, 200};
+  BlockCache c = make_cache(lens, 16, 2, 128, DType::kFloat8E4M3FN, true, true, 33);
+  const Tensor q8 =
+      testing::rand_tensor({8, 16, 128}, DType::kBFloat16, 34, -2.0, 2.0).to(DType::kFloat8E4M3FN);
+  const PagedKVCache gc(c.k.to(g), c.v.to(g));
+  for (int64_t qlen : {1, 2}) {
+    SCOPED_TRACE(qlen);
+    const Tensor qs = q8.slice(0, 0, 4 * qlen);
+    const AttentionOutput want = trtllm_batch_decode_with_kv_cache(
+        qs, c.cache(), workspace(), c.block_tables, c.seq_lens, 512, 0.09, 1.0, -1, std::nullopt,
+        DType::kBFloat16, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt, "auto",
+        qlen);
+    const AttentionOutput got = trtllm_batch_decode_with_kv_cache(
+        qs.to(g), gc, workspace().to(g), c.block_tables.to(g), c.seq_lens.to(g), 512, 0.09, 1.0, -1,
+        std::nullopt, DType::kBFloat16, std::nullopt, std::nullopt, std::nullopt, "HND",
+        std::nullopt, "auto", qlen);
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+  }
+}
+
 // Hand-checked: q = 0 gives every key the score 0; with keys of value 1 and 2 and a sink of
 // logit 0 the softmax weights are 1/3 each (the sink's value is zero), so o = (1 + 2) / 3 = 1,
 // times bmm2_scale 2 = 2 exactly; lse = log2(3).

@@ -23,6 +23,8 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
@@ -65,11 +67,26 @@ std::tuple<Tensor, Tensor> fp4_quantize(
     bool is_sf_8x4_layout = false, bool is_global_scale_inversed = false,
     std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda");
 
-/// NVFP4 quantization: fp4_quantize with a_global_sf and e4m3 scales in `sfLayout`.
-/// do_shuffle (trtllm-gen weight shuffling), per_token_activation and
-/// expanded_idx_to_permuted_idx are not available here and give an kUnsupported error.
-std::tuple<Tensor, Tensor> nvfp4_quantize(
-    const Tensor& a, const Tensor& a_global_sf, SfLayout sfLayout = SfLayout::layout_128x4,
+/// What nvfp4_quantize returns, as upstream: the pair (x_q, sf), and with per_token_activation
+/// the per-row scales as a third item (recorded as upstream's 3-tuple). A C++ caller binds the
+/// pair (`auto [q, sf] = nvfp4_quantize(...)`) and reads per_token_scale by name.
+struct Nvfp4QuantizeResult : std::tuple<Tensor, Tensor> {
+  Nvfp4QuantizeResult(Tensor x_q, Tensor sf, Tensor scale = Tensor())
+      : std::tuple<Tensor, Tensor>(std::move(x_q), std::move(sf)),
+        per_token_scale(std::move(scale)) {}
+  Tensor per_token_scale;  // float32 [M]; defined only with per_token_activation
+};
+Value to_value(const Nvfp4QuantizeResult& r);
+
+/// NVFP4 quantization: fp4_quantize with a_global_sf (a one-element tensor) and e4m3 scales in
+/// `sfLayout`; do_shuffle: the trtllm-gen weight layout (CPU only). per_token_activation: row r
+/// is quantized with its own scale amax_r * a_global_sf (a_global_sf the inverse base scale,
+/// typically 1 / (448 * 6); a float or a one-element tensor), as nvfp4_quantize_per_token_cute_dsl
+/// does, and the per-row scales come back third; 2-D fp16 / bf16 input, sf_vec_size 16.
+/// expanded_idx_to_permuted_idx (a row remapping of the per-token form) is not available here
+/// (kUnsupported).
+Nvfp4QuantizeResult nvfp4_quantize(
+    const Tensor& a, const Value& a_global_sf, SfLayout sfLayout = SfLayout::layout_128x4,
     bool do_shuffle = false, int64_t sf_vec_size = 16,
     std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda",
     bool per_token_activation = false,
@@ -160,3 +177,11 @@ std::tuple<Tensor, Tensor, Tensor> nvfp4_quantize_per_token_cute_dsl(
     std::optional<bool> enable_pdl = std::nullopt);
 
 }  // namespace flashinfer
+
+// Nvfp4QuantizeResult binds as its pair.
+template <>
+struct std::tuple_size<flashinfer::Nvfp4QuantizeResult> : std::integral_constant<std::size_t, 2> {};
+template <std::size_t I>
+struct std::tuple_element<I, flashinfer::Nvfp4QuantizeResult> {
+  using type = flashinfer::Tensor;
+};
