@@ -1490,7 +1490,19 @@ void plan_settings(detail::WrapperState& s, int64_t num_qo_heads, int64_t num_kv
   s.logits_soft_cap = cap;
 }
 
-void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op) {
+void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op,
+                           bool wrapper) {
+  if (wrapper && backend == "cutlass") {
+    // vLLM's MLA prefill on Blackwell (BatchPrefillWithRaggedKVCacheWrapper(backend="cutlass")):
+    // upstream builds that FMHA for sm100a; a recording of it replays here on the CPU (a CUDA
+    // refusal falls back there) or on an sm100-family GPU.
+    FLASHINFER_CHECK_CODE(!device.is_cuda() || compute_capability(device) / 10 == 10,
+                          ErrorCode::kUnsupported, op, "backend",
+                          "\"cutlass\" runs on sm100 / sm103 only (upstream builds its CUTLASS "
+                          "FMHA for Blackwell); this device is sm",
+                          device.is_cuda() ? compute_capability(device) : 0);
+    return;
+  }
   if (!fa3) {
     FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2", ErrorCode::kUnsupported, op,
                           "backend", "\"", backend, "\" is not available (\"auto\" or \"fa2\")");
@@ -1498,7 +1510,8 @@ void check_prefill_backend(std::string_view backend, Device device, bool fa3, co
   }
   FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2" || backend == "fa3",
                         ErrorCode::kUnsupported, op, "backend", "\"", backend,
-                        "\" is not available (\"auto\", \"fa2\" or \"fa3\")");
+                        "\" is not available (\"auto\", \"fa2\" or \"fa3\"",
+                        wrapper ? ", or \"cutlass\" on sm100)" : ")");
   // "fa3" is upstream's Hopper kernel (built for sm90a only); on another GPU it is refused, as
   // upstream's cannot run there. The CPU runs every backend's attention (replay anywhere).
   FLASHINFER_CHECK_CODE(
@@ -1532,7 +1545,7 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
   s.device = float_workspace_buffer.device();
   s.hnd = parse_kv_layout(kv_layout, op, "kv_layout");
   s.use_cuda_graph = use_cuda_graph;
-  check_prefill_backend(backend, s.device, fa3, op);
+  check_prefill_backend(backend, s.device, fa3, op, /*wrapper=*/fa3);
   s.backend = std::string(backend);
   FLASHINFER_CHECK_CODE(!jit_args || jit_args->is_none(), ErrorCode::kUnsupported, op, "jit_args",
                         "JIT variants are not supported");

@@ -381,7 +381,10 @@ void init_wrapper(detail::WrapperState& s, const Tensor& float_workspace_buffer,
 /// auto picks its fa3 there), "fa2" (the FA2 kernel always) or, where `fa3`, "fa3" (the Hopper
 /// kernel where the call fits it, the FA2 kernel otherwise: the same attention), refused by name
 /// on a CUDA device other than sm_90. kUnsupported naming `backend` otherwise.
-void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op);
+/// `wrapper`: the batch prefill wrappers, which also take upstream's "cutlass" (its Blackwell
+/// CUTLASS FMHA): the same attention here, refused by name on a GPU other than sm100 / sm103.
+void check_prefill_backend(std::string_view backend, Device device, bool fa3, const char* op,
+                           bool wrapper = false);
 
 /// A fused scale (bmm1_scale, bmm2_scale, ...) given as a number or a one-element floating
 /// tensor. A tensor on `on_device` (the query's device, for the calls that plan there) stays

@@ -462,8 +462,30 @@ TEST(BatchPrefillWrappers, Fa3BackendRunsTheSameAttention) {
   EXPECT_FI_ERROR(
       BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", false, {}, {}, {}, {}, {}, {}, "fa4"),
       "BatchPrefillWithPagedKVCacheWrapper.__init__", "backend");
+  // "cutlass" (upstream's Blackwell FMHA; vLLM's MLA prefill on Blackwell builds the ragged
+  // wrapper with it): the same attention, on the CPU here (head dims 192 / 128, causal, lse); on a
+  // GPU other than sm100 / sm103 it is refused by name (replay then falls back to the CPU). The
+  // one-shot single prefill has no such backend.
+  Tensor q2 = Tensor::empty({30, 4, 192}, DType::kBFloat16).uniform_(7);
+  Tensor k2 = Tensor::empty({45, 4, 192}, DType::kBFloat16).uniform_(8);
+  Tensor v2 = Tensor::empty({45, 4, 128}, DType::kBFloat16).uniform_(9);
+  auto ragged = [&](const std::string& backend) {
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace(), "NHD", false, {}, {}, {}, {}, backend);
+    PrefillPlanOptions rp;
+    rp.q_data_type = DType::kBFloat16;
+    rp.causal = true;
+    rp.head_dim_vo = 128;
+    w.plan(int_tensor({0, 10, 30}), int_tensor({0, 15, 45}), 4, 4, 192, rp);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    return w.run(q2, k2, v2, ro);
+  };
+  const AttentionOutput cut = ragged("cutlass"), ref = ragged("fa2");
+  EXPECT_TRUE(testing::all_close(cut.out, ref.out, {0, 0}));
+  EXPECT_TRUE(testing::all_close(cut.lse, ref.lse, {0, 0}));
+  EXPECT_FI_ERROR(single("cutlass"), "single_prefill_with_kv_cache", "backend");
   EXPECT_FI_ERROR(
-      BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", false, {}, {}, {}, {}, "cutlass"),
+      BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", false, {}, {}, {}, {}, "cutlas"),
       "BatchPrefillWithRaggedKVCacheWrapper.__init__", "backend");
 }
 
