@@ -152,18 +152,28 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
 #else
     const std::string dnn_bf16 = "cuBLASLt (no cuDNN in this build; serves the default)";
 #endif
-    for (const char* op : {"mm_bf16", "bmm_bf16"}) {
-      std::vector<std::string> up = {"cudnn", "cutlass", "auto"};
-      if (std::string_view(op) == "mm_bf16") up = {"cudnn", "cutlass", "tgv", "auto"};
-      m->emplace(op, make(op, "cudnn", up, {{"cudnn", 80, dnn_bf16}, {"auto", 80, lt}}));
-    }
+    // Upstream 0.6.18's names (vLLM's FlashInfer bf16 linear passes "cute-dsl"): those it runs on
+    // Hopper (mm_bf16's cublaslt, cutile and tinygemm, bmm_bf16's cutile) run cuBLASLt here, the
+    // Blackwell-only ones (cutlass, tgv, cute-dsl) the CPU reference (a CUDA call is refused by
+    // name, upstream_backend_ccs).
+    m->emplace("mm_bf16", make("mm_bf16", "cudnn",
+                               {"cudnn", "cublaslt", "cutlass", "tgv", "cute-dsl", "cutile",
+                                "tinygemm", "auto"},
+                               {{"cudnn", 80, dnn_bf16},
+                                {"cublaslt", 80, lt},
+                                {"cutile", 90, lt},
+                                {"tinygemm", 90, lt},
+                                {"auto", 80, lt}}));
+    m->emplace("bmm_bf16", make("bmm_bf16", "cudnn", {"cudnn", "cutlass", "cutile", "tgv", "auto"},
+                                {{"cudnn", 80, dnn_bf16}, {"cutile", 90, lt}, {"auto", 80, lt}}));
     // FP8 matmuls need sm89+ in cuBLASLt and in cuDNN.
     std::vector<BackendInfo> fp8 = {{"cublas", 89, lt}, {"auto", 89, lt}};
 #if FLASHINFER_WITH_CUDNN
     fp8.insert(fp8.begin(),
                {"cudnn", 89, "cuDNN graph: fp8 matmul (fp32 compute) x A_scale x B_scale"});
 #endif
-    m->emplace("bmm_fp8", make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "auto"}, fp8));
+    m->emplace("bmm_fp8",
+               make("bmm_fp8", "cublas", {"cudnn", "cublas", "cutlass", "cute-dsl", "auto"}, fp8));
     // No FP4 tensor cores below sm100: tiles are dequantized to bf16 and multiplied by cuBLASLt.
     // (An empty description: the op's CUDA kernel-table entry describes it.)
     m->emplace("mm_fp4",

@@ -175,12 +175,36 @@ Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Te
   const int64_t mb = gemm_fp8_ceil_div(m, gm), nb = gemm_fp8_ceil_div(n, gn), kb = k / gk;
   BlockScaledGemmParams p;
   if (trtllm) {
-    check_scale_tensor(a_scale, {kb, m}, a.device(), op, "a_scale", "[k/128, m]");
-    check_scale_tensor(b_scale, {nb, kb}, a.device(), op, "b_scale", "[n/128, k/128]");
-    p.sa_stride_k = a_scale.stride(0);
-    p.sa_stride_m = a_scale.stride(1);
-    p.sb_stride_n = b_scale.stride(0);
-    p.sb_stride_k = b_scale.stride(1);
+    // Upstream's trtllm kernel reads the scales' memory as [k/128][m] and [n/128][k/128]; its
+    // docstring spells them as (m, k/128) and (k/128, n/128) "contiguous on the first dimension"
+    // (SGLang's per_token_group_quant with column_major_scales passes that a_scale). Both those
+    // transposed views and the row-major [k/128, m] / [n/128, k/128] tensors are taken, each read
+    // through its strides; a square scale tensor is the documented form when its first dimension
+    // is the contiguous one (reading it the other way would transpose it).
+    const auto column_major = [](const Tensor& t, int64_t rows, int64_t cols) {
+      return t.defined() && t.dim() == 2 && t.size(0) == rows && t.size(1) == cols &&
+             (t.stride(0) == 1 || rows == 1);
+    };
+    if (column_major(a_scale, m, kb)) {
+      check_scale_tensor(a_scale, {m, kb}, a.device(), op, "a_scale", "(m, k/128)");
+      p.sa_stride_m = a_scale.stride(0);
+      p.sa_stride_k = a_scale.stride(1);
+    } else {
+      check_scale_tensor(a_scale, {kb, m}, a.device(), op, "a_scale",
+                         "[k/128, m], or (m, k/128) contiguous on its first dimension");
+      p.sa_stride_k = a_scale.stride(0);
+      p.sa_stride_m = a_scale.stride(1);
+    }
+    if (column_major(b_scale, kb, nb)) {
+      check_scale_tensor(b_scale, {kb, nb}, a.device(), op, "b_scale", "(k/128, n/128)");
+      p.sb_stride_k = b_scale.stride(0);
+      p.sb_stride_n = b_scale.stride(1);
+    } else {
+      check_scale_tensor(b_scale, {nb, kb}, a.device(), op, "b_scale",
+                         "[n/128, k/128], or (k/128, n/128) contiguous on its first dimension");
+      p.sb_stride_n = b_scale.stride(0);
+      p.sb_stride_k = b_scale.stride(1);
+    }
   } else if (k_major) {
     check_scale_tensor(a_scale, {mb, kb}, a.device(), op, "a_scale", "'K': [m/gm, k/gk]");
     check_scale_tensor(b_scale, {nb, kb}, a.device(), op, "b_scale", "'K': [n/gn, k/gk]");

@@ -173,6 +173,23 @@ TEST(GemmFp8NtGroupwise, StridedViewsOutAndTrtllmLayout) {
   Tensor t = gemm_fp8_nt_groupwise(a, b, sa, sb.transpose(0, 1).contiguous(), std::nullopt, 1,
                                    {1, 128, 128}, std::nullopt, std::nullopt, "trtllm");
   EXPECT_TRUE(all_close(t, ref, tol(kBf, k)));
+  // Upstream's documented trtllm forms, (m, k/128) and (k/128, n/128) contiguous on their first
+  // dimension: SGLang's column-major per-token-group scales are the [k/128, m] tensor seen
+  // transposed. The same numbers.
+  Tensor t2 = gemm_fp8_nt_groupwise(a, b, sa.transpose(0, 1), sb, std::nullopt, 1, {1, 128, 128},
+                                    std::nullopt, std::nullopt, "trtllm");
+  EXPECT_TRUE(all_close(t2, t.to_double_vector(), {0.0, 0.0}));
+  // A square a_scale (m = k/128 = 2): the column-major view is not read transposed.
+  Tensor a2 = a.slice(0, 0, 2);
+  Tensor sa2 = scales({k / 128, 2}, 7);
+  const auto sa2v = dbl(sa2);
+  auto at_a2 = [&](int64_t r, int64_t q) { return sa2v[q * 2 + r]; };
+  const auto ref2 = ref_blockscaled(a2.contiguous(), b.contiguous(), 1, 128, 128, at_a2, at_b);
+  for (const Tensor& s2 : {sa2, sa2.transpose(0, 1)}) {
+    Tensor t3 = gemm_fp8_nt_groupwise(a2, b, s2, sb, std::nullopt, 1, {1, 128, 128}, std::nullopt,
+                                      std::nullopt, "trtllm");
+    EXPECT_TRUE(all_close(t3, ref2, tol(kBf, k)));
+  }
 }
 
 // ---- gemm_fp8_nt_blockscaled ----------------------------------------------------------------
