@@ -172,6 +172,32 @@ TEST(BmmFp8, SeedProducerExample) {
 
 // ---- fp4 ----------------------------------------------------------------------------------------
 
+// backend="trtllm" takes the weight as trtllm-gen wants it, prepared as vLLM's
+// FlashInferTrtllmNvFp4LinearKernel and upstream's tests do: shuffle_matrix_a(W, 128) and
+// shuffle_matrix_sf_a(W's linear scales, 128) reshaped to the scales' shape, both passed
+// transposed. The same bits as the plain weight with another backend.
+TEST(MmFp4, TrtllmBackendTakesTheShuffledWeight) {
+  const int64_t m = 5, n = 128, k = 64;
+  Tensor a = Tensor::empty({m, k}, DType::kFloat32).normal_(3).to(DType::kBFloat16);
+  Tensor w = Tensor::empty({n, k}, DType::kFloat32).normal_(4).to(DType::kBFloat16);
+  const double gsa = 448.0 * 6.0 / 4.0, gsb = 448.0 * 6.0 / 3.0;
+  auto [qa, sfa] = nvfp4_quantize(a, fp32_scalar(gsa), SfLayout::layout_8x4);
+  auto [qb, sfb] = nvfp4_quantize(w, fp32_scalar(gsb));
+  auto [qb_lin, sfb_lin] = nvfp4_quantize(w, fp32_scalar(gsb), SfLayout::layout_linear);
+  const Tensor alpha = fp32_scalar(1.0 / (gsa * gsb));
+  const Tensor plain = mm_fp4(qa, qb.transpose(0, 1), sfa, sfb.transpose(0, 1), alpha,
+                              DType::kBFloat16, std::nullopt, 16, true, "cutlass", true);
+  const Tensor w_shuf = shuffle_matrix_a(qb_lin, 128);
+  const Tensor sf_shuf = shuffle_matrix_sf_a(sfb_lin, 128).reshape(sfb.shape());
+  const Tensor t = mm_fp4(qa, w_shuf.transpose(0, 1), sfa, sf_shuf.transpose(0, 1), alpha,
+                          DType::kBFloat16, std::nullopt, 16, true, "trtllm", true);
+  EXPECT_TRUE(all_close(t, plain, Tolerance{0, 0}));
+  // The unshuffled weight read as shuffled gives other numbers: the backend's layout matters.
+  const Tensor wrong = mm_fp4(qa, qb.transpose(0, 1), sfa, sfb.transpose(0, 1), alpha,
+                              DType::kBFloat16, std::nullopt, 16, true, "trtllm", true);
+  EXPECT_FALSE(all_close(wrong, plain, Tolerance{1e-3, 1e-3}));
+}
+
 TEST(MmFp4, Nvfp4AndMxfp4MatchFp64ReferenceOfDequantizedOperands) {
   for (auto [m, n, k] :
        {std::tuple<int64_t, int64_t, int64_t>{1, 8, 16}, {13, 24, 64}, {130, 40, 96}}) {
