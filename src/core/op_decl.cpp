@@ -110,6 +110,16 @@ std::optional<Tensor> CallArgs::optional_tensor(std::size_t i) const {
   return tensor(i);
 }
 int64_t CallArgs::i64(std::size_t i) const {
+  // An IntEnum member is an int (Python's IntEnum subclasses int): engines pass their own
+  // RoutingMethodType / ActivationType members where upstream's signature says int, and
+  // upstream's recorder writes them as enums with their integer value.
+  if (i < values_.size() && values_[i].kind() == Value::Kind::kEnum) {
+    const std::string& v = values_[i].as_enum().value;
+    int64_t x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc() && end == v.data() + v.size() && !v.empty()) return x;
+    kind_error(i, "int (or an IntEnum member with an integer value)");
+  }
   if (i >= values_.size() || values_[i].kind() != Value::Kind::kInt) kind_error(i, "int");
   return values_[i].as_int();
 }

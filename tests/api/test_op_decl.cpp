@@ -364,6 +364,24 @@ TEST(OpDecl, BindArgumentsRejectsBadCalls) {
                   "x");
 }
 
+// An IntEnum member where the signature says int (vLLM and SGLang pass their RoutingMethodType /
+// ActivationType members; upstream's recorder writes them as {"type": "enum", "value": 1}): its
+// integer value, as Python's IntEnum is an int. An enum without an integer value names the
+// argument.
+TEST(OpDecl, IntParameterTakesAnIntEnumMember) {
+  const OpDecl* d = OpRegistry::global().find("shuffle_matrix_a");
+  ASSERT_NE(d, nullptr);
+  Tensor x = Tensor::empty({64, 4}, DType::kUInt8);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  const Value by_int = d->invoke(CallArgs(*d, bind_arguments(*d, {Value(x), Value(128)})));
+  const Value by_enum = d->invoke(
+      CallArgs(*d, bind_arguments(*d, {Value(x), Value(EnumValue{"TileSize", "Wide", "128"})})));
+  EXPECT_EQ(by_enum.as_tensor().to_double_vector(), by_int.as_tensor().to_double_vector());
+  EXPECT_FI_ERROR(
+      d->invoke(CallArgs(*d, bind_arguments(*d, {Value(x), Value(EnumValue{"Mode", "B", "bee"})}))),
+      "shuffle_matrix_a", "epilogue_tile_m");
+}
+
 TEST(OpDecl, RegistryRejectsMalformedDeclarations) {
   OpDecl dup;
   dup.name = "rmsnorm";
