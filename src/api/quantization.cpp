@@ -643,8 +643,10 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
           return mxfp8_cute_impl(op, input, layout != SfLayout::layout_linear, alignment,
                                  enable_pdl, layout == SfLayout::layout_8x4);
         }
-        FLASHINFER_CHECK(alignment == 32, op, "alignment", "must be the MXFP8 block size 32, got ",
-                         alignment);
+        // Upstream pads K to a multiple of `alignment` (vLLM's gpt-oss MXFP8 path asks 256): the
+        // padding columns are zeros, their blocks quantize to 0.
+        FLASHINFER_CHECK(alignment > 0 && alignment % 32 == 0, op, "alignment",
+                         "must be a positive multiple of the MXFP8 block size 32, got ", alignment);
         FLASHINFER_CHECK(!(input.device().is_cpu() && layout == SfLayout::layout_8x4), op,
                          "sf_swizzle_layout",
                          "SfLayout.layout_8x4 is not supported for mxfp8 quantization on CPU");
@@ -652,16 +654,24 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
                          "expected a tensor of rank >= 2 ([M, K]), got ", input.dim(), "-D");
         api::check_non_empty(input, op, "input");
         api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, op, "input");
-        const Tensor x = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+        Tensor x = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
         const int64_t m = x.size(0), k = x.size(1);
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
+        const int64_t padded_k = quantization_round_up(k, alignment);
+        if (padded_k > k) {
+          Tensor xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
+          xp.slice(1, 0, k).copy_(x);
+          x = xp;
+        }
         // float8_e4m3fn on every device: upstream's documented result dtype and its CUDA
         // kernel's. (Upstream's host path allocates uint8 for the same bits; one dtype per op
         // keeps the backends interchangeable, and mxfp8_dequantize_host takes either.)
-        Tensor q = Tensor::empty(input.shape(), DType::kFloat8E4M3FN, input.device());
+        Shape q_shape = input.shape();
+        q_shape.back() = padded_k;
+        Tensor q = Tensor::empty(q_shape, DType::kFloat8E4M3FN, input.device());
         const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
-        const int64_t sf_size = kernels::sf_buffer_size(code, m, k / 32);
+        const int64_t sf_size = kernels::sf_buffer_size(code, m, padded_k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
         const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(x, q, sf, code);
         api::launch(kMxfp8QuantizeKernels, p, input.device(), op, "input", enable_pdl);

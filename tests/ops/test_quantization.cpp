@@ -503,7 +503,7 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
                   "block_scale_interleave", "unswizzled_sf");
   EXPECT_FI_ERROR(block_scale_interleave(Tensor::zeros({4}, DType::kUInt8)),
                   "block_scale_interleave", "unswizzled_sf");
-  EXPECT_FI_ERROR(mxfp8_quantize(x, true, 64), "mxfp8_quantize", "alignment");
+  EXPECT_FI_ERROR(mxfp8_quantize(x, true, 48), "mxfp8_quantize", "alignment");
   EXPECT_FI_ERROR(mxfp8_quantize(x, true, 32, std::nullopt, "cuda", SfLayout::layout_8x4),
                   "mxfp8_quantize", "sf_swizzle_layout");
   EXPECT_FI_ERROR(mxfp8_quantize(Tensor::empty({2, 48}, DType::kBFloat16)), "mxfp8_quantize",

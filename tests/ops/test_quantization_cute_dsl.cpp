@@ -219,6 +219,11 @@ TEST(Mxfp8QuantizeCuteDsl, EqualsMxfp8QuantizeAndPadsK) {
     }
     for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(sfpb[r * 4 + b], b < 3 ? sflb[r * 3 + b] : 0);
   }
+  // The "cuda" backend pads the same way (vLLM's gpt-oss MXFP8 path asks alignment 256).
+  auto [qc, sfc] = mxfp8_quantize(x, false, 64);
+  EXPECT_EQ(qc.shape(), qp.shape());
+  EXPECT_EQ(bytes(qc), qpb);
+  EXPECT_EQ(bytes(sfc), sfpb);
   // 8x4 on the CPU too (the CUDA-path op refuses it there, as upstream's host kernel does).
   auto [q8, sf8] = mxfp8_quantize_cute_dsl(x.reshape({1, 3, 96}), true, 32, std::nullopt, true);
   EXPECT_EQ(q8.shape(), (Shape{3, 96}));
