@@ -297,10 +297,21 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                      "NVFP4 takes 6 tensors (fc1_act_global, fc1_weight_block, fc1_global, "
                      "fc2_act_global, fc2_weight_block, fc2_global), got ",
                      qs.size());
-    p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, &p.fc1_act_per_expert);
-    FLASHINFER_CHECK(!packed || !p.fc1_act_per_expert, kMoeCutlassFp4Op, "quant_scales",
-                     "quant_scales[0] (fc1_act_global) must be one value with a pre-quantized "
-                     "input (upstream: per-expert act scales need the input quantized in the op)");
+    if (packed) {
+      // A pre-quantized input is never re-quantized, so its global scale is not read (upstream's
+      // pre-quantized branch skips it): any fp32 scalar or 1-D tensor passes, as vLLM's
+      // per-expert a1_gscale ([num_experts], global under expert parallelism) does.
+      const Tensor& t = qs[0];
+      FLASHINFER_CHECK(
+          t.defined() && t.dtype() == DType::kFloat32 && t.dim() <= 1, kMoeCutlassFp4Op,
+          "quant_scales",
+          "quant_scales[0] (fc1_act_global) must be an fp32 scalar or 1-D tensor, got ",
+          t.defined() ? dtype_torch_name(t.dtype()) : "undefined", " ",
+          t.defined() ? shape_to_string(t.shape()) : "");
+      p.fc1_act_global = nullptr;
+    } else {
+      p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, &p.fc1_act_per_expert);
+    }
     const Shape s1{E, moe_cutlass_fp4_round_up(N1, 128), moe_cutlass_fp4_round_up(H / 16, 4) / 4};
     const Shape s2{E, moe_cutlass_fp4_round_up(H, 128), moe_cutlass_fp4_round_up(I / 16, 4) / 4};
     p.w1_sf = static_cast<const uint8_t*>(

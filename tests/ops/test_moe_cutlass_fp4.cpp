@@ -476,7 +476,9 @@ TEST(CutlassFusedMoeFp4, BadInput) {
   EXPECT_FI_ERROR(call(x, w1, w2, qs, DType::kBFloat16, std::nullopt,
                        Tensor::zeros({c.E, c.N1()}, DType::kBFloat16)),
                   op, "fc2_expert_biases");
-  // A packed input needs input_sf of the right size, and one fc1 act global.
+  // A packed input needs input_sf of the right size; its fc1 act global is not read (vLLM passes
+  // a per-expert one, [num_experts]): any fp32 scalar or 1-D tensor, the same result; a 2-D one
+  // is refused.
   Case p;
   p.path = Path::kNvfp4Packed;
   p.make(6);
@@ -484,9 +486,17 @@ TEST(CutlassFusedMoeFp4, BadInput) {
   EXPECT_FI_ERROR(call(px, w1, w2, qs), op, "input_sf");
   EXPECT_FI_ERROR(call(px, w1, w2, qs, DType::kBFloat16, p.input_sf()->slice(0, 0, 100)), op,
                   "input_sf");
-  q = qs;
-  q[0] = Tensor::full({c.E}, 1.0, DType::kFloat32);
-  EXPECT_FI_ERROR(call(px, w1, w2, q, DType::kBFloat16, p.input_sf()), op, "quant_scales");
+  const Tensor pw1 = p.weights(p.w1, p.N1(), p.H), pw2 = p.weights(p.w2, p.H, p.I);
+  auto run_packed = [&](std::vector<Tensor> pq) {
+    return cutlass_fused_moe(px, p.ids, p.f32(p.rw, {p.T, 2}), pw1, pw2, DType::kBFloat16,
+                             std::move(pq), std::nullopt, std::nullopt, p.input_sf())[0];
+  };
+  auto pq = p.quant_scales();
+  const Tensor want = run_packed(pq);
+  pq[0] = Tensor::full({p.E + 3}, 7.0, DType::kFloat32);
+  EXPECT_TRUE(testing::all_close(run_packed(pq), want.to_double_vector(), {0.0, 0.0}));
+  pq[0] = Tensor::full({2, 2}, 1.0, DType::kFloat32);
+  EXPECT_FI_ERROR(run_packed(pq), op, "quant_scales");
   // MXFP8 x MXFP4 needs 128-aligned sizes; W4A16 writes the input dtype.
   Case m;
   m.path = Path::kMxfp8Mxfp4;
