@@ -1120,9 +1120,9 @@ void masked_impl(const std::tuple<Tensor, Tensor>& lhs, const std::tuple<Tensor,
                  bool is_swap_ab, const GroupedGemmNtMaskedKwargs& kw) {
   const char* op = "grouped_gemm_nt_masked";
   const Tensor& A = std::get<0>(lhs);
-  const Tensor& SFA = std::get<1>(lhs);
+  Tensor SFA = std::get<1>(lhs);
   const Tensor& B = std::get<0>(rhs);
-  const Tensor& SFB = std::get<1>(rhs);
+  Tensor SFB = std::get<1>(rhs);
   api::check_defined(A, op, "lhs");
   api::check_defined(SFA, op, "lhs");
   api::check_defined(B, op, "rhs");
@@ -1195,6 +1195,16 @@ void masked_impl(const std::tuple<Tensor, Tensor>& lhs, const std::tuple<Tensor,
                    "sf_vec_size ", sf_vec_size);
   const int64_t rk = (k / sf_vec_size + 3) / 4;
   const DType sf_dt = sf_e4m3 ? DType::kFloat8E4M3FN : DType::kUInt8;
+  // The engines pass the scales as the 128x4-swizzled buffer [l, rows padded to 128, 4 rk]
+  // (SGLang's swizzle_blockscale; vLLM asserts ndim == 3): the same bytes as the 6-D view upstream
+  // documents (its kernel reads only the data pointer), taken as that view.
+  for (auto& [t, rows] : {std::pair<Tensor*, int64_t>{&SFA, m}, {&SFB, n}}) {
+    const int64_t rm = (rows + 127) / 128;
+    if (t->dim() == 3 && t->size(0) == l && t->size(1) == rm * 128 && t->size(2) == rk * 4 &&
+        t->is_contiguous()) {
+      *t = t->view({l, rm, rk, 32, 4, 4}).permute({3, 4, 1, 5, 2, 0});
+    }
+  }
   for (const auto& [t, rows, arg] :
        {std::tuple<const Tensor*, int64_t, const char*>{&SFA, m, "lhs"}, {&SFB, n, "rhs"}}) {
     api::check_dtype_in(*t, {sf_dt}, op, arg);

@@ -514,6 +514,32 @@ TEST(GroupedGemmNtMasked, MatchesFp64RowsPastMaskUntouched) {
   check_masked(false, DType::kFloat16, "float16");
 }
 
+// The scales as the engines pass them, the 128x4-swizzled buffer [l, rows padded to 128, 4 rk]
+// (SGLang's swizzle_blockscale; vLLM's CuteDSL batched MoE): the same bytes as the 6-D view, the
+// same result.
+TEST(GroupedGemmNtMasked, ThreeDimensionalScalesAreTheSixDimensionalView) {
+  for (bool fp4 : {true, false}) {
+    SCOPED_TRACE(fp4 ? "nvfp4" : "mxfp8");
+    MaskedCase c = make_masked(fp4);
+    const int64_t rk = (c.k / c.vec + 3) / 4;
+    // The 6-D views permute a contiguous [l, r, rk, 32, 4, 4] buffer: back to it, as 3-D.
+    auto three_d = [&](const Tensor& sf6, int64_t rows) {
+      const Tensor phys = sf6.permute({5, 2, 4, 0, 1, 3});
+      EXPECT_TRUE(phys.is_contiguous());
+      return phys.reshape({c.l, (rows + 127) / 128 * 128, rk * 4});
+    };
+    const std::vector<int64_t> mm = {5, 2, 0};
+    auto run = [&](const Tensor& sfa, const Tensor& sfb) {
+      Tensor out = Tensor::zeros({c.l, c.m, c.n}, DType::kFloat32).permute({1, 2, 0});
+      grouped_gemm_nt_masked({c.A, sfa}, {c.B, sfb}, out, i32(mm),
+                             fp4 ? "float4_e2m1fn" : "float8_e4m3fn",
+                             fp4 ? "float8_e4m3fn" : "float8_e8m0fnu", "float32", c.vec);
+      return out.contiguous().to_double_vector();
+    };
+    EXPECT_EQ(run(three_d(c.SFA, c.m), three_d(c.SFB, c.n)), run(c.SFA, c.SFB));
+  }
+}
+
 TEST(GroupedGemmNtMasked, BadInput) {
   const char* op = "grouped_gemm_nt_masked";
   MaskedCase c = make_masked(true);
