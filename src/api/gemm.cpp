@@ -337,8 +337,8 @@ std::pair<Tensor, Tensor> unshuffle_trtllm_fp4_weight(const Tensor& b, const Ten
   using kernels::SfLayoutCode;
   // The scales' bytes as laid out in memory (the other backends read b_descale's buffer so,
   // whatever view of it is passed: a transposed [n, k/16] here).
-  Tensor sf = Tensor::zeros({kernels::sf_buffer_size(SfLayoutCode::k128x4, n, sf_cols)},
-                            b_descale.dtype());
+  Tensor sf =
+      Tensor::zeros({kernels::sf_buffer_size(SfLayoutCode::k128x4, n, sf_cols)}, b_descale.dtype());
   const auto* src = static_cast<const uint8_t*>(b_descale.data_ptr());
   auto* dst = static_cast<uint8_t*>(sf.data_ptr());
   for (int64_t j = 0; j < n; ++j) {
