@@ -314,7 +314,8 @@ TEST(Bench, BackendsNameTheOpBackendsOfGemmRoutines) {
   for (const Bad& b : std::vector<Bad>{
            {"--routine rmsnorm --backends cudnn", "rmsnorm takes cpu or cuda"},
            {"--routine mm_bf16 --backends fa2", "unknown backend 'fa2' for mm_bf16"},
-           {"--routine mm_bf16 --backends cpu:fa2", "cudnn, cutlass, tgv, auto"},
+           {"--routine mm_bf16 --backends cpu:fa2",
+            "cudnn, cublaslt, cutlass, tgv, cute-dsl, cutile"},
            {"--routine mm_bf16 --backends gpu:cudnn", "unknown device 'gpu'"},
            {"--routine mm_bf16 --backends cpu:", "empty backend name"},
            {"--routine stream_copy --backends cpu:auto", "stream_copy takes cpu or cuda"},
