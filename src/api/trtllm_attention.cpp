@@ -291,12 +291,11 @@ AttentionOutput run_block_call(BlockCall& c) {
   api::check_dim(c.query, {3}, op, "query");
   if (dtype_is_fp8(c.query.dtype())) {
     // An fp8 query (SGLang's and vLLM's trtllm backends quantize q for an fp8 KV cache): its
-    // values widened to the 16-bit output dtype, which holds every e4m3 and e5m2 value exactly,
-    // so the scores are the fp8 values' products. An fp8 output is not implemented here.
+    // values widened to the 16-bit output dtype (bf16 for an fp32 one, the fp8 outputs' path),
+    // which holds every e4m3 and e5m2 value exactly, so the scores are the fp8 values' products.
     const DType od0 = c.out_dtype ? *c.out_dtype : (c.out ? c.out->dtype() : c.query.dtype());
-    FLASHINFER_CHECK_CODE(!dtype_is_fp8(od0), ErrorCode::kUnsupported, op,
-                          c.out ? "out" : "out_dtype",
-                          "an fp8 output is not supported; pass a 16-bit out_dtype or out");
+    FLASHINFER_CHECK_CODE(!dtype_is_fp8(od0), ErrorCode::kInternal, op, c.out ? "out" : "out_dtype",
+                          "an fp8 output reaches run_block_call (host-side bug)");
     c.query = c.query.to(od0 == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16);
   }
   const Tensor& q = c.query;
@@ -540,6 +539,54 @@ void check_common_unsupported(const char* op, std::optional<DType>,
   }
 }
 
+// A call of fp8 output (the xqa decode name's `out`; trtllm decode / context with an fp8 `out`
+// or `out_dtype`, as vLLM's fused output quantization asks on Blackwell, or an fp8 query without
+// either): computed in fp32, then each value times `mul` converted once to `dtype` with
+// saturation to +-448 / +-57344 (CUDA's __nv_fp8 conversions' satfinite). CPU only; into `out`
+// where given.
+AttentionOutput run_block_call_fp8_out(BlockCall& c, const std::optional<Tensor>& out, DType dtype,
+                                       double mul) {
+  const char* op = c.op;
+  const char* arg = out ? "out" : "out_dtype";
+  FLASHINFER_CHECK_CODE(c.query.device().is_cpu(), ErrorCode::kUnsupported, op, arg,
+                        "fp8 outputs run on the CPU reference only; pass CPU tensors");
+  if (out) {
+    api::check_defined(*out, op, "out");
+    api::check_shape_eq(*out, c.query.shape(), op, "out");
+    FLASHINFER_CHECK(out->device() == c.query.device(), op, "out", "is on ", out->device().str(),
+                     ", query on ", c.query.device().str());
+  }
+  c.out.reset();
+  c.out_dtype = DType::kFloat32;
+  c.f32_out = true;
+  AttentionOutput r = run_block_call(c);
+  const Tensor f = r.out.contiguous();
+  const auto m = static_cast<float>(mul);
+  Tensor q8 = Tensor::empty(f.shape(), dtype);
+  auto* dst = static_cast<uint8_t*>(q8.data_ptr());
+  const bool e4m3 = dtype == DType::kFloat8E4M3FN;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    const float x = f.data<float>()[i] * m;
+    dst[i] = e4m3 ? float_to_e4m3fn_bits(x, /*saturate=*/true)
+                  : float_to_e5m2_bits(x, /*saturate=*/true);
+  }
+  if (out) {
+    Tensor o = *out;
+    o.copy_(q8);
+    r.out = o;
+  } else {
+    r.out = q8;
+  }
+  return r;
+}
+
+// The output dtype of a trtllm decode / context call, as upstream: out's, else out_dtype, else the
+// query's.
+DType trtllm_out_dtype(const Tensor& query, const std::optional<Tensor>& out,
+                       std::optional<DType> out_dtype) {
+  return out ? out->dtype() : out_dtype.value_or(query.dtype());
+}
+
 AttentionOutput decode_impl(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
@@ -660,6 +707,10 @@ AttentionOutput decode_impl(
   // NVFP4 V scales: xqa's linear layout for backend="xqa"; "auto" is trtllm-gen's interleave
   // (SM100, where upstream's auto picks trtllm-gen, is where engines enable NVFP4 KV caches).
   c.sf_v_linear = backend == "xqa";
+  if (const DType od = trtllm_out_dtype(query, out, out_dtype); dtype_is_fp8(od)) {
+    // xqa's 1 / o_scale on an fp8 output (o_mul above), none for trtllm-gen.
+    return run_block_call_fp8_out(c, out, od, 1.0 / o_mul);
+  }
   return run_block_call(c);
 }
 
@@ -748,6 +799,9 @@ AttentionOutput context_impl(
   c.sinks = sinks;
   c.enable_pdl = enable_pdl;
   c.kv_cache_sf = kv_cache_sf;
+  if (const DType od = trtllm_out_dtype(query, out, out_dtype); dtype_is_fp8(od)) {
+    return run_block_call_fp8_out(c, out, od, 1.0);
+  }
   return run_block_call(c);
 }
 
@@ -832,29 +886,8 @@ Tensor trtllm_attention_xqa_impl(
   c.sf_v_linear = true;  // the xqa kernels read V's NVFP4 block scales linearly
   if (!out || !dtype_is_fp8(out->dtype())) return run_block_call(c).out;
   // fp8 output: xqa multiplies the (bmm2_scale * o_scale)-scaled result by rcp_out_scale =
-  // 1 / o_scale and converts with saturation. Computed in fp32, then quantized once (CPU only).
-  FLASHINFER_CHECK_CODE(query.device().is_cpu(), ErrorCode::kUnsupported, op, "out",
-                        "fp8 outputs run on the CPU reference only; pass CPU tensors");
-  api::check_defined(*out, op, "out");
-  api::check_shape_eq(*out, query.shape(), op, "out");
-  FLASHINFER_CHECK(out->device() == query.device(), op, "out", "is on ", out->device().str(),
-                   ", query on ", query.device().str());
-  c.out.reset();
-  c.out_dtype = DType::kFloat32;
-  c.f32_out = true;
-  const Tensor f = run_block_call(c).out.contiguous();
-  const float rcp = static_cast<float>(1.0 / o_mul);
-  Tensor q8 = Tensor::empty(out->shape(), out->dtype());
-  auto* dst = static_cast<uint8_t*>(q8.data_ptr());
-  const bool e4m3 = out->dtype() == DType::kFloat8E4M3FN;
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    const float x = f.data<float>()[i] * rcp;
-    dst[i] = e4m3 ? float_to_e4m3fn_bits(x, /*saturate=*/true)
-                  : float_to_e5m2_bits(x, /*saturate=*/true);
-  }
-  Tensor o = *out;
-  o.copy_(q8);
-  return o;
+  // 1 / o_scale and converts with saturation.
+  return run_block_call_fp8_out(c, out, out->dtype(), 1.0 / o_mul).out;
 }
 
 // Lengths given in any shape with `batch` int32 elements (cuDNN takes [batch, 1, 1, 1]).

@@ -292,9 +292,34 @@ TEST(TrtllmFp8Query, SameBitsAsTheWidenedQuery) {
     EXPECT_TRUE(
         testing::all_close(context(q8).out, context(qw).out.to_double_vector(), {0.0, 0.0}));
   }
-  EXPECT_FI_ERROR(trtllm_batch_decode_with_kv_cache(q8.slice(0, 0, 4), c.cache(), workspace(),
-                                                    c.block_tables, c.seq_lens, 64, 0.125, 0.5),
-                  "trtllm_batch_decode_with_kv_cache", "out_dtype");
+  // Without a 16-bit out_dtype the output is fp8 too, as upstream's (the query's dtype): the
+  // fp32 result rounded once with saturation, so within e4m3's step of the bf16 output, and a
+  // large bmm2_scale saturates at +-448 rather than overflowing to NaN. An fp8 `out` the same.
+  auto fp8_decode = [&](double bmm2, std::optional<DType> od, std::optional<Tensor> out) {
+    return trtllm_batch_decode_with_kv_cache(q8.slice(0, 0, 4), c.cache(), workspace(),
+                                             c.block_tables, c.seq_lens, 64, 0.125, bmm2, -1, out,
+                                             od)
+        .out;
+  };
+  const Tensor o8 = fp8_decode(0.5, std::nullopt, std::nullopt);
+  ASSERT_EQ(o8.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_TRUE(testing::all_close(
+      o8, fp8_decode(0.5, DType::kBFloat16, std::nullopt).to_double_vector(), {1e-2, 0.07}));
+  Tensor given = Tensor::zeros(o8.shape(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(fp8_decode(0.5, std::nullopt, given).data_ptr(), given.data_ptr());
+  EXPECT_TRUE(testing::all_close(given, o8.to_double_vector(), {0.0, 0.0}));
+  const std::vector<double> big = fp8_decode(4000.0, std::nullopt, std::nullopt).to_double_vector();
+  const std::vector<double> ref =
+      fp8_decode(4000.0, DType::kBFloat16, std::nullopt).to_double_vector();
+  int saturated = 0;
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    ASSERT_FALSE(std::isnan(big[i]));
+    if (std::fabs(ref[i]) > 464.0) {
+      EXPECT_EQ(std::fabs(big[i]), 448.0) << i;
+      ++saturated;
+    }
+  }
+  EXPECT_GT(saturated, 10);
 }
 
 // The same on CUDA (the device plan, the query widened on the device): the CPU's answer.
@@ -441,7 +466,9 @@ TEST(TrtllmDecode, BadInput) {
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 64}, DType::kBFloat16), DType::kFloat16),
                   kDecode, "out");
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, Tensor::zeros({2, 4, 32}, DType::kFloat16)), kDecode, "out");
-  EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, DType::kFloat8E4M3FN), kDecode, "out_dtype");
+  // An fp8 out_dtype: computed in fp32 and quantized once (CPU; TrtllmFp8Query below).
+  EXPECT_EQ(with(1.0, 1.0, -1, std::nullopt, DType::kFloat8E4M3FN).out.dtype(),
+            DType::kFloat8E4M3FN);
   EXPECT_FI_ERROR(with(1.0, 1.0, -1, std::nullopt, std::nullopt, 1.0), kDecode, "o_sf_scale");
   EXPECT_FI_ERROR(with(std::nan(""), 1.0), kDecode, "bmm1_scale");
   EXPECT_FI_ERROR(with(Tensor::zeros({2}, DType::kFloat32), 1.0), kDecode, "bmm1_scale");
