@@ -296,7 +296,6 @@ void check_cutlass_moe_common(const CutlassMoeCall& c) {
   const char* op = "cutlass_fused_moe";
   check_flag_off(c.min_latency_mode, op, "min_latency_mode",
                  "min latency mode is not implemented (upstream raises NotImplementedError too)");
-  check_flag_off(c.enable_alltoall, op, "enable_alltoall", "all-to-all is not implemented");
   // What upstream does with situ_* under another activation is not established: refused.
   check_flag_off(c.options.situ_beta.has_value() && c.activation_type != ActivationType::Situ, op,
                  "situ_beta", "only the Situ activation takes situ_beta");
@@ -345,6 +344,28 @@ void check_cutlass_moe_swiglu_args(const CutlassMoeCall& c) {
 }
 
 }  // namespace api
+
+namespace {
+
+// cutlass_fused_moe(enable_alltoall=True): rows of `out` whose token routes to no expert of this
+// rank ([ep_rank * local, (ep_rank + 1) * local)) get `before`'s row back. The routing is read on
+// the host (a CUDA graph cannot capture this form).
+void restore_rows_without_local_expert(Tensor& out, const Tensor& before, const Tensor& ids,
+                                       int64_t local, int64_t ep_rank) {
+  const Tensor h = ids.to(Device::cpu()).to(DType::kInt64).contiguous();
+  const int64_t t_count = h.size(0), k = h.dim() > 1 ? h.size(1) : 1;
+  const int64_t lo = ep_rank * local, hi = lo + local;
+  for (int64_t t = 0; t < t_count && t < out.size(0); ++t) {
+    bool local_expert = false;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = h.data<int64_t>()[t * k + j];
+      local_expert |= e >= lo && e < hi;
+    }
+    if (!local_expert) out.select(0, t).copy_(before.select(0, t));
+  }
+}
+
+}  // namespace
 
 std::vector<Tensor> cutlass_fused_moe(
     const Tensor& input, const Tensor& token_selected_experts, const Tensor& token_final_scales,
@@ -396,13 +417,22 @@ std::vector<Tensor> cutlass_fused_moe(
                                     activation_type,
                                     options};
         api::check_cutlass_moe_common(c);
-        // The FP4 paths (NVFP4, MXFP8 x MXFP4, W4A16 MXFP4): src/api/moe_cutlass_fp4.cpp.
-        if (api::is_cutlass_moe_fp4_call(input, fc1_expert_weights, use_deepseek_fp8_block_scale,
+        // enable_alltoall (SGLang's all-to-all path): upstream's finalize then skips the rows of
+        // tokens with no local expert (finalizeMoeRoutingNoFillingKernel), which keep what `output`
+        // held; the other finalize writes them zero. A fresh output's rows are unspecified there.
+        Tensor before;
+        if (enable_alltoall && output && output->defined()) before = output->clone();
+        std::vector<Tensor> r =
+            api::is_cutlass_moe_fp4_call(input, fc1_expert_weights, use_deepseek_fp8_block_scale,
                                          use_w4_group_scaling, use_mxfp8_act_scaling,
-                                         use_packed_weights, use_wfp4afp8_humming)) {
-          return api::cutlass_fused_moe_fp4(c);
+                                         use_packed_weights, use_wfp4afp8_humming)
+                ? api::cutlass_fused_moe_fp4(c)  // src/api/moe_cutlass_fp4.cpp
+                : cutlass_fused_moe_impl(c);
+        if (before.defined()) {
+          restore_rows_without_local_expert(r[0], before, token_selected_experts,
+                                            fc1_expert_weights.size(0), ep_rank);
         }
-        return cutlass_fused_moe_impl(c);
+        return r;
       },
       input, token_selected_experts, token_final_scales, fc1_expert_weights, fc2_expert_weights,
       output_dtype, quant_scales, fc1_expert_biases, fc2_expert_biases, input_sf, swiglu_alpha,
