@@ -13,6 +13,7 @@
 #include "api/checks.h"
 #include "api/gemm_params.h"
 #include "api/kernel_table.h"
+#include "api/trtllm_weight_shuffle.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/quantization.h"
@@ -306,52 +307,6 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
       A, B, A_scale, B_scale, dtype, out, backend);
 }
 
-namespace {
-
-// mm_fp4's backend="trtllm" takes B and its scales prepared for trtllm-gen, which swaps A and B:
-// the weight W [n, k/2] as shuffle_matrix_a(W, 128) and its linear scales as
-// shuffle_matrix_sf_a(W_sf, 128) (128x4 after the row shuffle), passed transposed as for the
-// other backends (upstream's tests and vLLM's FlashInferTrtllmNvFp4LinearKernel prepare them so).
-// The un-shuffled operands, for the CPU reference: b as a [k/2, n] view of W, b_descale W's
-// scales in the 128x4 layout. Host loops (the CPU only: on a GPU the backend is refused by name).
-std::pair<Tensor, Tensor> unshuffle_trtllm_fp4_weight(const Tensor& b, const Tensor& b_descale,
-                                                      int64_t n, int64_t sf_cols, const char* op) {
-  FLASHINFER_CHECK(n % 32 == 0, op, "b",
-                   "backend \"trtllm\" takes B shuffled in blocks of 32 rows "
-                   "(shuffle_matrix_a(W, 128)), so n must be a multiple of 32, got ",
-                   n);
-  // shuffle_matrix_a's rows, from the op itself: shuffled row i is row idx[i] of W.
-  Tensor iota = Tensor::empty({n, 1}, DType::kInt32);
-  for (int64_t i = 0; i < n; ++i) iota.data<int32_t>()[i] = static_cast<int32_t>(i);
-  const Tensor idx = shuffle_matrix_a(iota, 128);
-  std::vector<int64_t> pos(static_cast<std::size_t>(n));  // W's row j sits at shuffled row pos[j]
-  for (int64_t i = 0; i < n; ++i) pos[static_cast<std::size_t>(idx.data<int32_t>()[i])] = i;
-  const Tensor w_shuf = b.transpose(0, 1).contiguous();  // [n, k/2]
-  const int64_t row_bytes = w_shuf.size(1);
-  Tensor w = Tensor::empty(w_shuf.shape(), w_shuf.dtype());
-  for (int64_t j = 0; j < n; ++j) {
-    std::memcpy(static_cast<uint8_t*>(w.data_ptr()) + j * row_bytes,
-                static_cast<const uint8_t*>(w_shuf.data_ptr()) + pos[j] * row_bytes,
-                static_cast<std::size_t>(row_bytes));
-  }
-  using kernels::SfLayoutCode;
-  // The scales' bytes as laid out in memory (the other backends read b_descale's buffer so,
-  // whatever view of it is passed: a transposed [n, k/16] here).
-  Tensor sf =
-      Tensor::zeros({kernels::sf_buffer_size(SfLayoutCode::k128x4, n, sf_cols)}, b_descale.dtype());
-  const auto* src = static_cast<const uint8_t*>(b_descale.data_ptr());
-  auto* dst = static_cast<uint8_t*>(sf.data_ptr());
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t c = 0; c < sf_cols; ++c) {
-      dst[kernels::sf_offset(SfLayoutCode::k128x4, j, c, sf_cols)] =
-          src[kernels::sf_offset(SfLayoutCode::k128x4, pos[j], c, sf_cols)];
-    }
-  }
-  return {w.transpose(0, 1), sf};
-}
-
-}  // namespace
-
 Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
               std::optional<Tensor> alpha, DType out_dtype, std::optional<Tensor> out,
               int64_t block_size, bool use_8x4_sf_layout, std::string_view backend, bool use_nvfp4,
@@ -394,7 +349,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
           FLASHINFER_CHECK_CODE(a.device().is_cpu(), ErrorCode::kUnsupported, op, "backend",
                                 "\"trtllm\" runs on the CPU reference only here");
           std::tie(b_run, b_sf_run) =
-              unshuffle_trtllm_fp4_weight(b, b_descale, d.n, k / block_size, op);
+              api::unshuffle_trtllm_weight(b, b_descale, d.n, k / block_size, op);
         }
         kernels::Fp4GemmParams p;
         p.a = static_cast<const uint8_t*>(a.data_ptr());

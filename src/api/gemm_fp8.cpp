@@ -15,6 +15,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/quant8.h"
+#include "api/trtllm_weight_shuffle.h"
 #include "api/tuple_arg.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/gemm_fp8_cpu.h"
@@ -561,15 +562,37 @@ Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const
                p.a_mx_stride_k);
         set_mx(b_descale, SfLayoutCode::k128x4, n, k, true, a.device(), op, "b_descale", p.b_mx,
                p.b_mx_layout, p.b_mx_stride_row, p.b_mx_stride_k);
+        Tensor b_run = b, b_sf_run;
+        if (backend == "trtllm") {
+          // trtllm-gen's weight: shuffle_matrix_a(W, 128) and shuffle_matrix_sf_a of its linear
+          // scales (as upstream's test, vLLM's and SGLang's trtllm MXFP8 linear kernels prepare
+          // them), un-shuffled for the CPU reference. Upstream's rules for the backend first.
+          FLASHINFER_CHECK_CODE(a.device().is_cpu(), ErrorCode::kUnsupported, op, "backend",
+                                "\"trtllm\" runs on the CPU reference only here");
+          FLASHINFER_CHECK(out_dtype == DType::kBFloat16, op, "out_dtype",
+                           "backend \"trtllm\" supports torch.bfloat16 output only, got ",
+                           dtype_torch_name(out_dtype));
+          FLASHINFER_CHECK(k % 256 == 0, op, "a",
+                           "backend \"trtllm\" needs k a multiple of 256, got ", k);
+          for (auto [t, arg] :
+               {std::pair{&a_descale, "a_descale"}, std::pair{&b_descale, "b_descale"}}) {
+            FLASHINFER_CHECK(
+                t->dim() == 1, op, arg,
+                "backend \"trtllm\" reads the scales as swizzled 1-D buffers, got shape ",
+                shape_to_string(t->shape()));
+          }
+          std::tie(b_run, b_sf_run) = api::unshuffle_trtllm_weight(b, b_descale, n, k / 32, op);
+          p.b_mx = static_cast<const uint8_t*>(b_sf_run.data_ptr());
+        }
         Tensor result = mx_out(out, out_dtype, {m, n}, a.device(), op, "out_dtype");
         p.a = a.data_ptr();
         p.a_dtype = a.dtype();
         p.a_stride_m = a.stride(0);
         p.a_stride_k = a.stride(1);
-        p.b = b.data_ptr();
-        p.b_dtype = b.dtype();
-        p.b_stride_n = b.stride(1);
-        p.b_stride_k = b.stride(0);
+        p.b = b_run.data_ptr();
+        p.b_dtype = b_run.dtype();
+        p.b_stride_n = b_run.stride(1);
+        p.b_stride_k = b_run.stride(0);
         p.gk = k;
         p.m = m;
         p.n = n;

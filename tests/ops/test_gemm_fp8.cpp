@@ -492,6 +492,57 @@ TEST(MmMxfp8, HandChecked) {
   for (double x : dbl(out)) ASSERT_EQ(x, 80.0);
 }
 
+// backend="trtllm" takes trtllm-gen's weight, prepared as upstream's test and vLLM's
+// FlashInferTrtllmMxfp8LinearKernel do: shuffle_matrix_a(w, 128) and shuffle_matrix_sf_a of its
+// linear scales (num_elts_per_sf=32) flattened, the activation's scales 8x4 or 128x4 (SGLang's).
+// The same bits as the plain weight with another backend; the plain weight read as shuffled is
+// not; upstream's rules for the backend by name.
+TEST(MmMxfp8, TrtllmBackendTakesTheShuffledWeight) {
+  const int64_t m = 5, k = 256;
+  for (int64_t n : {128, 256}) {
+    for (bool a8x4 : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << (a8x4 ? " 8x4" : " 128x4"));
+      // The activation's scales as random bytes in its layout (the host quantizer has no 8x4).
+      const Tensor qa = fp8({m, k}, kE4, 7);
+      const Tensor sfa = ue8m0_bytes((a8x4 ? 8 : 128) * (k / 32), 8);
+      Tensor w = Tensor::empty({n, k}, DType::kFloat32).normal_(6).to(kBf);
+      auto [qw, sfw] = mxfp8_quantize(w);
+      auto [qw_lin, sfw_lin] = mxfp8_quantize(w, false);
+      const Tensor plain =
+          mm_mxfp8(qa, qw.transpose(0, 1), sfa, sfw, std::nullopt, kBf, a8x4, "cutlass");
+      const Tensor w_shuf = shuffle_matrix_a(qw_lin, 128);
+      const Tensor sf_shuf = shuffle_matrix_sf_a(sfw_lin.view({n, k / 32}), 128, 32).reshape({-1});
+      const Tensor t =
+          mm_mxfp8(qa, w_shuf.transpose(0, 1), sfa, sf_shuf, std::nullopt, kBf, a8x4, "trtllm");
+      EXPECT_EQ(dbl(t), dbl(plain));
+      const Tensor wrong =
+          mm_mxfp8(qa, qw.transpose(0, 1), sfa, sfw, std::nullopt, kBf, a8x4, "trtllm");
+      EXPECT_NE(dbl(wrong), dbl(plain));
+    }
+  }
+  const int64_t n = 128;
+  Tensor qa = fp8({m, k}, kE4, 1), qw = fp8({n, k}, kE4, 2);
+  const Tensor sa = ue8m0_bytes(128 * (k / 32), 3), sb = ue8m0_bytes(128 * (k / 32), 4);
+  const char* op = "mm_mxfp8";
+  EXPECT_FI_ERROR(
+      mm_mxfp8(qa, qw.transpose(0, 1), sa, sb, std::nullopt, DType::kFloat16, false, "trtllm"), op,
+      "out_dtype");
+  EXPECT_FI_ERROR(mm_mxfp8(qa, qw.transpose(0, 1), sa.view({128, k / 32}).slice(0, 0, m), sb,
+                           std::nullopt, kBf, false, "trtllm"),
+                  op, "a_descale");
+  EXPECT_FI_ERROR(mm_mxfp8(qa, qw.transpose(0, 1), sa, sb.view({n, k / 32}).transpose(0, 1),
+                           std::nullopt, kBf, false, "trtllm"),
+                  op, "b_descale");
+  Tensor qa_k = fp8({m, 160}, kE4, 1), qw_k = fp8({n, 160}, kE4, 2);
+  EXPECT_FI_ERROR(mm_mxfp8(qa_k, qw_k.transpose(0, 1), ue8m0_bytes(128 * 8, 3),
+                           ue8m0_bytes(128 * 8, 4), std::nullopt, kBf, false, "trtllm"),
+                  op, "a");
+  Tensor qw_n = fp8({144, k}, kE4, 2);
+  EXPECT_FI_ERROR(mm_mxfp8(qa, qw_n.transpose(0, 1), sa, ue8m0_bytes(256 * (k / 32), 4),
+                           std::nullopt, kBf, false, "trtllm"),
+                  op, "b");
+}
+
 TEST(BmmMxfp8, MatchesFp64FormulaAndMmMxfp8PerItem) {
   const int64_t nb = 2, m = 3, n = 130, k = 160, kc = k / 32;
   const int64_t ia = cdiv(m, 128) * 128 * cdiv(kc, 4) * 4;

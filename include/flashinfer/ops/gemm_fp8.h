@@ -87,8 +87,10 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
 ///   b_descale  uint8: 1-D 128x4-swizzled scales of w [n, k], or 2-D linear [k/32, n].
 ///   n >= 128, k >= 128 and k % 32 == 0 (upstream's checks). out / out_dtype bf16 or fp16.
 ///   backend "cutlass" | "cute-dsl" | "trtllm" | "cudnn" | "auto"; on CUDA this build runs "auto"
-///   with its tiled kernel (sm80+). b is read unshuffled (the trtllm backend's shuffled weight
-///   is not modelled).
+///   with its tiled kernel (sm80+). backend "trtllm" (the CPU reference here; Blackwell-only
+///   upstream) takes trtllm-gen's weight: b = shuffle_matrix_a(w_mx, 128).t(), b_descale =
+///   shuffle_matrix_sf_a(w's linear [n, k/32] scales, 128) flattened, both scales 1-D, n a
+///   multiple of 32, k of 256, bf16 out (upstream's rules).
 Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
                 std::optional<Tensor> out = std::nullopt, DType out_dtype = DType::kBFloat16,
                 bool use_8x4_sf_layout = false, std::string_view backend = "auto");

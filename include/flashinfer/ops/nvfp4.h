@@ -74,8 +74,9 @@ std::tuple<Tensor, Tensor> mxfp8_grouped_quantize(const Tensor& a, const Tensor&
 Tensor shuffle_matrix_a(const Tensor& input_tensor, int64_t epilogue_tile_m);
 
 /// shuffle_matrix_a's row permutation of a linear uint8 scale matrix [M, K] (M % 128 == 0,
-/// K % 4 == 0, num_elts_per_sf 16), then block_scale_interleave: uint8 1-D [M * K] in the 128x4
-/// layout.
+/// K % 4 == 0), then block_scale_interleave: uint8 1-D [M * K] in the 128x4 layout. The same for
+/// NVFP4 and MXFP8 scales: num_elts_per_sf is accepted and unused, as upstream's (vLLM and SGLang
+/// pass 32 for MXFP8 weights).
 Tensor shuffle_matrix_sf_a(const Tensor& input_tensor, int64_t epilogue_tile_m,
                            int64_t num_elts_per_sf = 16);
 
