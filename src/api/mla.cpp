@@ -567,24 +567,50 @@ float finite_scale(std::optional<double> v, const char* op, const char* arg) {
   return static_cast<float>(*v);
 }
 
-// trtllm / xqa MLA decode: block tables to a planned state, then run_mla.
-Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cache,
-                      const Tensor& workspace_buffer, int64_t qk_nope_head_dim,
-                      int64_t kv_lora_rank, int64_t qk_rope_head_dim, const Tensor& block_tables,
-                      const Tensor& seq_lens, int64_t max_seq_len, const std::optional<Tensor>& out,
-                      const ScalarOrTensor<double>& bmm1_scale,
-                      const ScalarOrTensor<double>& bmm2_scale) {
+// The optional parts of trtllm_batch_decode_with_kv_cache_mla (xqa's MLA name has none of them),
+// checked against each other by the entry point.
+struct BlockMlaExtras {
+  // > 0: sparse MLA (DeepSeek's DSA). block_tables holds, for each query, top-k token slots
+  // (page * page_size + offset) into the cache, -1 for none.
+  int64_t sparse_top_k = 0;
+  std::optional<Tensor> top_k_lens;      // sparse: each query's active prefix (the rope-less path)
+  std::optional<Tensor> cum_seq_lens_q;  // ragged queries [total_q, H, D]
+  std::optional<int64_t> max_q_len;
+  // Decode context parallelism: this rank holds global positions cp_world * k + cp_rank.
+  bool dcp = false;
+  int64_t cp_world = 1, cp_rank = 0;
+  std::optional<Tensor> causal_seqlens_kv_global;
+  std::optional<Tensor> lse;
+  bool return_lse = false;
+  bool lse_base_e = false;  // natural-log LSE (cute-dsl's), else base 2 (trtllm-gen's)
+};
+
+// trtllm / xqa MLA decode: block tables to a planned state, then run_mla. Dense calls of uniform
+// query counts on CUDA plan on the device; ragged, sparse and context-parallel calls plan on the
+// host, each query of the last two its own request of the keys it sees (no causal mask left).
+AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cache,
+                               const Tensor& workspace_buffer, int64_t qk_nope_head_dim,
+                               int64_t kv_lora_rank, int64_t qk_rope_head_dim,
+                               const Tensor& block_tables, const Tensor& seq_lens,
+                               int64_t max_seq_len, const std::optional<Tensor>& out,
+                               const ScalarOrTensor<double>& bmm1_scale,
+                               const ScalarOrTensor<double>& bmm2_scale,
+                               const BlockMlaExtras& x = {}) {
   api::check_defined(query, op, "query");
   api::check_defined(kv_cache, op, "kv_cache");
   api::check_defined(workspace_buffer, op, "workspace_buffer");
   api::check_defined(block_tables, op, "block_tables");
   api::check_defined(seq_lens, op, "seq_lens");
-  api::check_dim(query, {4}, op, "query");
+  const bool ragged = x.cum_seq_lens_q.has_value();
+  const bool sparse = x.sparse_top_k > 0;
+  api::check_dim(query, {ragged ? 3 : 4}, op, "query");
   api::check_dim(kv_cache, {3, 4}, op, "kv_cache");
   to_i32(qk_nope_head_dim, op, "qk_nope_head_dim");
   const int32_t dc = to_i32(kv_lora_rank, op, "kv_lora_rank");
-  const int32_t dk = to_i32(qk_rope_head_dim, op, "qk_rope_head_dim");
-  FLASHINFER_CHECK(query.size(3) == int64_t{dc} + dk, op, "query", "last dim ", query.size(3),
+  // Only the sparse calls take upstream's rope-less (512 / 0) layout.
+  const int32_t dk = to_i32(qk_rope_head_dim, op, "qk_rope_head_dim", sparse ? 0 : 1);
+  const int64_t D = query.size(-1);
+  FLASHINFER_CHECK(D == int64_t{dc} + dk, op, "query", "last dim ", D,
                    " must be kv_lora_rank + qk_rope_head_dim = ", int64_t{dc} + dk);
   Tensor kv = kv_cache;
   if (kv.dim() == 4) {
@@ -606,22 +632,59 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   api::check_same_device(kv, query, op, "kv_cache", "query");
   api::check_same_device(block_tables, query, op, "block_tables", "query");
   api::check_same_device(seq_lens, query, op, "seq_lens", "query");
-  const int64_t batch = query.size(0), q_len = query.size(1), H = query.size(2);
+  // Sparse and context-parallel calls are upstream's Blackwell kernels' (trtllm-gen, cute-dsl):
+  // the CPU reference here, so a replay on a GPU falls back to it.
+  FLASHINFER_CHECK_CODE(!(sparse || x.dcp) || query.device().is_cpu(), ErrorCode::kUnsupported, op,
+                        sparse ? "sparse_mla_top_k" : "enable_dcp",
+                        sparse ? "sparse MLA runs on the CPU reference only here"
+                               : "context parallelism runs on the CPU reference only here");
+  // Requests, rows and each row's request: uniform q_len queries a request, or cum_seq_lens_q's.
+  int64_t batch = 0, q_len = 0;
+  const int64_t H = query.size(-2);
   to_i32(H, op, "query");
-  api::check_dim(block_tables, {2}, op, "block_tables");
+  std::vector<int32_t> qo_indptr{0};
+  if (ragged) {
+    api::check_index_tensor(seq_lens, op, "seq_lens");
+    batch = seq_lens.size(0);
+    qo_indptr = api::index_to_host(*x.cum_seq_lens_q, op, "cum_seq_lens_q", batch + 1);
+    api::check_indptr(qo_indptr, op, "cum_seq_lens_q");
+    FLASHINFER_CHECK(qo_indptr.back() == query.size(0), op, "cum_seq_lens_q", "ends at ",
+                     qo_indptr.back(), " but query has ", query.size(0), " rows");
+    for (int64_t b = 0; b < batch; ++b) {
+      q_len = std::max<int64_t>(q_len, qo_indptr[b + 1] - qo_indptr[b]);
+    }
+    if (x.max_q_len) {
+      FLASHINFER_CHECK(*x.max_q_len >= q_len, op, "max_q_len", "is ", *x.max_q_len,
+                       " but a request has ", q_len, " queries");
+    }
+  } else {
+    batch = query.size(0);
+    q_len = query.size(1);
+    for (int64_t b = 0; b < batch; ++b) qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
+  }
+  const int64_t rows = ragged ? query.size(0) : batch * q_len;
+  if (sparse) {
+    // One row of top-k slots a query: [rows, top_k] for ragged queries, else [batch, q_len, top_k].
+    const Shape want = ragged ? Shape{rows, x.sparse_top_k} : Shape{batch, q_len, x.sparse_top_k};
+    FLASHINFER_CHECK(block_tables.shape() == want, op, "block_tables",
+                     "sparse MLA takes a table of top-k token slots ", shape_to_string(want),
+                     ", got ", shape_to_string(block_tables.shape()));
+  } else {
+    api::check_dim(block_tables, {2}, op, "block_tables");
+    FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ",
+                     block_tables.size(0), " rows, query has batch ", batch);
+  }
   FLASHINFER_CHECK(block_tables.dtype() == DType::kInt32, op, "block_tables",
                    "must be torch.int32, got ", dtype_torch_name(block_tables.dtype()));
-  FLASHINFER_CHECK(block_tables.size(0) == batch, op, "block_tables", "has ", block_tables.size(0),
-                   " rows, query has batch ", batch);
   // On CUDA seq_lens and block_tables stay on the device: the plan kernel reads them
   // (kernels/block_table_plan.h) and nothing synchronizes, so a CUDA graph captures the call
   // (host copies of them keep the host plan).
   FLASHINFER_CHECK(max_seq_len >= 0, op, "max_seq_len", "must be >= 0, got ", max_seq_len);
   const bool device_plan = query.device().is_cuda() && seq_lens.device() == query.device() &&
-                           block_tables.device() == query.device();
+                           block_tables.device() == query.device() && !ragged && !sparse && !x.dcp;
   const int64_t page_size = kv.size(1);
   FLASHINFER_CHECK(page_size >= 1, op, "kv_cache", "page_size must be >= 1");
-  const int64_t max_blocks = block_tables.size(1);
+  const int64_t max_blocks = block_tables.size(-1);
   std::vector<int32_t> lens;
   std::vector<double> table;
   kernels::BlockTablePlan plan_in;  // device plans: their inputs
@@ -642,21 +705,17 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   s.dim_kpe = dk;
   s.page_size = static_cast<int32_t>(page_size);
   // Several queries of a request are its last tokens, causal among themselves (MTP).
-  s.causal = q_len > 1;
+  s.causal = ragged || q_len > 1;
   s.q_dtype = qd;
   s.kv_dtype = kd;
-  s.qo_indptr.push_back(0);
   s.kv_indptr.push_back(0);
   if (device_plan) {
-    for (int64_t b = 0; b < batch; ++b) {
-      s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
-    }
+    s.qo_indptr = qo_indptr;
     s.block_plan = plan_in;
     s.block_plan_table = table_dev;
     s.block_max_kv = static_cast<int32_t>(kernels::block_plan_worst_len(plan_in));
     // dev_ints as run_mla reads it: qo_indptr, kv_indptr, kv_lens, row_req, the longest length,
     // all written by the plan kernel (no kv_indices: the table is read in place).
-    const int64_t rows = batch * q_len;
     s.dev_off[0] = 0;
     s.dev_off[1] = batch + 1;
     s.dev_off[2] = 2 * (batch + 1);
@@ -670,24 +729,86 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
         Tensor::from_blob(mem.data, {s.dev_off[3] + 1}, {1}, DType::kInt32, query.device());
     s.dev_ints_current = true;
   }
-  for (int64_t b = 0; b < batch && !device_plan; ++b) {
-    FLASHINFER_CHECK(lens[b] >= 0 && lens[b] <= max_seq_len, op, "seq_lens", "element ", b, " (",
-                     lens[b], ") is outside [0, max_seq_len=", max_seq_len, "]");
-    FLASHINFER_CHECK(q_len <= 1 || lens[b] >= q_len, op, "seq_lens", "request ", b, " has ",
-                     lens[b], " tokens, fewer than its ", q_len, " queries");
-    const int64_t blocks = (lens[b] + page_size - 1) / page_size;
+  // Request b's first `blocks` page ids, checked.
+  auto pages_of = [&](int64_t b, int64_t blocks) {
     FLASHINFER_CHECK(blocks <= max_blocks, op, "block_tables", "request ", b, " needs ", blocks,
                      " blocks but the table has ", max_blocks, " columns");
+    std::vector<int32_t> ids;
     for (int64_t j = 0; j < blocks; ++j) {
       const auto id = static_cast<int64_t>(table[static_cast<std::size_t>(b * max_blocks + j)]);
       FLASHINFER_CHECK(id >= 0 && id < kv.size(0), op, "block_tables", "entry [", b, ", ", j, "] (",
                        id, ") is outside [0, ", kv.size(0), ")");
-      s.kv_indices.push_back(static_cast<int32_t>(id));
+      ids.push_back(static_cast<int32_t>(id));
       s.max_page_id = std::max(s.max_page_id, id);
     }
+    return ids;
+  };
+  // A query row as a request of its own: its keys, no mask.
+  auto add_row_request = [&](const std::vector<int32_t>& ids, int64_t len) {
+    s.kv_indices.insert(s.kv_indices.end(), ids.begin(), ids.end());
     s.kv_indptr.push_back(static_cast<int32_t>(s.kv_indices.size()));
-    s.kv_lens.push_back(lens[b]);
-    s.qo_indptr.push_back(static_cast<int32_t>((b + 1) * q_len));
+    s.kv_lens.push_back(static_cast<int32_t>(len));
+    s.qo_indptr.push_back(static_cast<int32_t>(s.qo_indptr.size()));
+  };
+  std::vector<int32_t> top_k_lens, global_lens;
+  if (x.top_k_lens)
+    top_k_lens = api::index_to_host(*x.top_k_lens, op, "sparse_mla_top_k_lens", rows);
+  if (x.dcp) {
+    global_lens =
+        api::index_to_host(*x.causal_seqlens_kv_global, op, "causal_seqlens_kv_global", batch);
+  }
+  if (!device_plan && (sparse || x.dcp)) {
+    s.qo_indptr = {0};
+    s.batch = static_cast<int32_t>(rows);
+    s.causal = false;
+  } else if (!device_plan) {
+    s.qo_indptr = qo_indptr;
+  }
+  const int64_t num_slots = kv.size(0) * page_size;
+  for (int64_t b = 0; b < batch && !device_plan; ++b) {
+    const int64_t len = lens[b], first = qo_indptr[b], L = qo_indptr[b + 1] - qo_indptr[b];
+    FLASHINFER_CHECK(len >= 0, op, "seq_lens", "element ", b, " (", len, ") is negative");
+    if (sparse) {
+      // Query t of L sees the first min(top_k, len - (L - 1 - t)) entries of its row (seq_lens
+      // counts the row's leading entries, causal across a request's queries), or the first
+      // sparse_mla_top_k_lens of them; -1 entries none.
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t row = first + t;
+        int64_t count = x.top_k_lens ? top_k_lens[row] : len - (L - 1 - t);
+        count = std::clamp<int64_t>(count, 0, x.sparse_top_k);
+        std::vector<int32_t> slots;
+        for (int64_t j = 0; j < count; ++j) {
+          const auto id =
+              static_cast<int64_t>(table[static_cast<std::size_t>(row * x.sparse_top_k + j)]);
+          if (id == -1) continue;
+          FLASHINFER_CHECK(id >= 0 && id < num_slots, op, "block_tables", "query ", row, "'s slot ",
+                           j, " (", id, ") is outside [0, ", num_slots, ") (-1 marks none)");
+          slots.push_back(static_cast<int32_t>(id));
+          s.max_page_id = std::max(s.max_page_id, id);
+        }
+        add_row_request(slots, static_cast<int64_t>(slots.size()));
+      }
+      continue;
+    }
+    FLASHINFER_CHECK(len <= max_seq_len, op, "seq_lens", "element ", b, " (", len,
+                     ") is outside [0, max_seq_len=", max_seq_len, "]");
+    const std::vector<int32_t> ids = pages_of(b, (len + page_size - 1) / page_size);
+    if (x.dcp) {
+      // Local key k is global position cp_world * k + cp_rank; query t of L sees global
+      // positions up to causal_seqlens_kv_global[b] - L + t, a prefix of the local keys.
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t bound = int64_t{global_lens[b]} - L + t - x.cp_rank;
+        const int64_t count = bound < 0 ? 0 : std::min(len, bound / x.cp_world + 1);
+        const auto blocks = static_cast<std::ptrdiff_t>((count + page_size - 1) / page_size);
+        add_row_request(std::vector<int32_t>(ids.begin(), ids.begin() + blocks), count);
+      }
+      continue;
+    }
+    FLASHINFER_CHECK(L <= 1 || len >= L, op, "seq_lens", "request ", b, " has ", len,
+                     " tokens, fewer than its ", L, " queries");
+    s.kv_indices.insert(s.kv_indices.end(), ids.begin(), ids.end());
+    s.kv_indptr.push_back(static_cast<int32_t>(s.kv_indices.size()));
+    s.kv_lens.push_back(static_cast<int32_t>(len));
   }
   MlaRun r;
   const std::optional<Device> scale_dev =
@@ -696,23 +817,42 @@ Tensor block_mla_impl(const char* op, const Tensor& query, const Tensor& kv_cach
   r.op = op;
   r.qn_arg = r.qp_arg = "query";
   r.ckv_arg = r.kpe_arg = "kv_cache";
-  const Tensor q3 = query.view({batch * q_len, H, query.size(3)});
+  const Tensor q3 = ragged ? query : query.view({rows, H, D});
   r.q_nope = q3.slice(2, 0, dc);
-  r.q_pe = q3.slice(2, dc, int64_t{dc} + dk);
-  r.ckv = kv.slice(2, 0, dc);
-  r.kpe = kv.slice(2, dc, int64_t{dc} + dk);
+  r.q_pe = q3.slice(2, dc, D);
+  // Sparse rows address single tokens: the cache as pages of one token.
+  const Tensor kv_run = sparse ? kv.reshape({num_slots, 1, D}) : kv;
+  if (sparse) s.page_size = 1;
+  r.ckv = kv_run.slice(2, 0, dc);
+  r.kpe = kv_run.slice(2, dc, D);
   r.o_dtype = qd == DType::kFloat8E4M3FN ? DType::kBFloat16 : qd;
   r.out_scale = static_cast<float>(
       api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &r.out_scale_dev));
+  const Shape out_shape = ragged ? Shape{rows, H, dc} : Shape{batch, q_len, H, dc};
   std::optional<Tensor> out3;
   if (out) {
     api::check_defined(*out, op, "out");
-    api::check_shape_eq(*out, Shape{batch, q_len, H, dc}, op, "out");
-    out3 = out->view({batch * q_len, H, dc});
+    api::check_shape_eq(*out, out_shape, op, "out");
+    out3 = out->view({rows, H, dc});
   }
   r.out = out3;
+  // The LSE [rows, H], or [batch, q_len, H] (upstream returns the caller's shape).
+  if (x.lse) {
+    api::check_defined(*x.lse, op, "lse");
+    if (!ragged && x.lse->dim() == 3) {
+      api::check_shape_eq(*x.lse, Shape{batch, q_len, H}, op, "lse");
+      r.lse = x.lse->view({rows, H});
+    } else {
+      r.lse = *x.lse;
+    }
+  }
+  r.return_lse = x.return_lse;
+  r.lse_base_e = x.lse_base_e;
   AttentionOutput res = run_mla(s, r);
-  return out ? *out : res.out.view({batch, q_len, H, dc});
+  AttentionOutput ret;
+  ret.out = out ? *out : res.out.view(out_shape);
+  if (x.return_lse) ret.lse = x.lse ? *x.lse : res.lse;
+  return ret;
 }
 
 }  // namespace
@@ -1009,7 +1149,7 @@ AttentionOutput BatchDecodeMlaWithPagedKVCacheWrapper::run(
 
 // ---- block-table entry points -----------------------------------------------------------
 
-Tensor trtllm_batch_decode_with_kv_cache_mla(
+AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
     const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
     int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
@@ -1028,17 +1168,9 @@ Tensor trtllm_batch_decode_with_kv_cache_mla(
         auto unsupported = [&](bool bad, const char* arg, const char* why) {
           FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, op, arg, why);
         };
-        unsupported(sparse_mla_top_k != 0 || sparse_mla_top_k_lens.has_value(), "sparse_mla_top_k",
-                    "sparse MLA is not supported");
         unsupported(sinks.has_value(), "sinks", "attention sinks are not supported for MLA");
         unsupported(skip_softmax_threshold_scale_factor.has_value(),
                     "skip_softmax_threshold_scale_factor", "skip-softmax is not supported");
-        unsupported(lse.has_value() || return_lse, "return_lse", "the LSE is not supported");
-        unsupported(cum_seq_lens_q.has_value(), "cum_seq_lens_q",
-                    "variable query lengths are not supported");
-        unsupported(
-            enable_dcp || cp_world != 1 || cp_rank != 0 || causal_seqlens_kv_global.has_value(),
-            "enable_dcp", "context parallelism is not supported");
         unsupported(use_fp16_softmax.value_or(false), "use_fp16_softmax",
                     "the fp16 softmax is not supported");
         unsupported(!uses_shared_paged_kv_idx, "uses_shared_paged_kv_idx",
@@ -1047,15 +1179,69 @@ Tensor trtllm_batch_decode_with_kv_cache_mla(
                                   backend == "cute-dsl",
                               ErrorCode::kUnsupported, op, "backend", "unknown backend \"", backend,
                               "\"");
+        BlockMlaExtras x;
+        // Sparse MLA (upstream's trtllm-gen only): top-k token slots a query.
+        FLASHINFER_CHECK(sparse_mla_top_k >= 0, op, "sparse_mla_top_k", "must be >= 0, got ",
+                         sparse_mla_top_k);
+        x.sparse_top_k = sparse_mla_top_k;
+        if (sparse_mla_top_k > 0) {
+          unsupported(backend == "cute-dsl" || backend == "xqa", "backend",
+                      "sparse MLA runs on the trtllm-gen backend only (as upstream's)");
+        }
+        // The per-query active lengths belong to upstream's rope-less (512 / 0) sparse path, which
+        // requires them; the DeepSeek layout refuses them.
+        FLASHINFER_CHECK(!sparse_mla_top_k_lens || (sparse_mla_top_k > 0 && qk_rope_head_dim == 0),
+                         op, "sparse_mla_top_k_lens",
+                         "is only taken by the sparse qk_rope_head_dim=0 path");
+        FLASHINFER_CHECK(sparse_mla_top_k == 0 || qk_rope_head_dim != 0 || sparse_mla_top_k_lens,
+                         op, "sparse_mla_top_k_lens",
+                         "is required by the sparse qk_rope_head_dim=0 path");
+        x.top_k_lens = sparse_mla_top_k_lens;
+        FLASHINFER_CHECK(!max_q_len || cum_seq_lens_q, op, "max_q_len",
+                         "is only taken with cum_seq_lens_q");
+        x.cum_seq_lens_q = cum_seq_lens_q;
+        x.max_q_len = max_q_len;
+        // Decode context parallelism (upstream's cute-dsl kernel): natural-log LSE required.
+        if (!enable_dcp) {
+          FLASHINFER_CHECK(cp_world == 1 && cp_rank == 0 && !causal_seqlens_kv_global, op,
+                           "enable_dcp", "DCP arguments require enable_dcp=True");
+        } else {
+          unsupported(backend != "auto" && backend != "cute-dsl", "backend",
+                      "context parallelism runs on the cute-dsl backend only (as upstream's)");
+          FLASHINFER_CHECK(return_lse, op, "return_lse",
+                           "context parallelism needs return_lse=True (ranks merge by their LSE)");
+          FLASHINFER_CHECK(sparse_mla_top_k == 0, op, "sparse_mla_top_k",
+                           "is not taken with context parallelism");
+          FLASHINFER_CHECK(!cum_seq_lens_q, op, "cum_seq_lens_q",
+                           "is not taken with context parallelism");
+          FLASHINFER_CHECK(cp_world >= 1, op, "cp_world", "must be >= 1, got ", cp_world);
+          FLASHINFER_CHECK(cp_rank >= 0 && cp_rank < cp_world, op, "cp_rank", "must be in [0, ",
+                           cp_world, "), got ", cp_rank);
+          FLASHINFER_CHECK(causal_seqlens_kv_global.has_value(), op, "causal_seqlens_kv_global",
+                           "is required with enable_dcp=True");
+          x.dcp = true;
+          x.cp_world = cp_world;
+          x.cp_rank = cp_rank;
+          x.causal_seqlens_kv_global = causal_seqlens_kv_global;
+        }
+        // The LSE: trtllm-gen's is base 2, cute-dsl's the natural log (context parallelism runs
+        // there, and upstream's "auto" sends ragged queries with an LSE there).
+        const bool want_lse = return_lse || lse.has_value();
+        unsupported(want_lse && backend == "xqa", "return_lse",
+                    "the xqa backend returns no LSE (as upstream's)");
+        unsupported(want_lse && cum_seq_lens_q && backend == "trtllm-gen", "return_lse",
+                    "trtllm-gen returns no LSE with cum_seq_lens_q (as upstream's)");
+        x.lse = lse;
+        x.return_lse = return_lse;
+        x.lse_base_e = backend == "cute-dsl" || enable_dcp || (cum_seq_lens_q && backend == "auto");
         (void)enable_pdl;
         (void)is_var_seq;
         (void)cute_dsl_impl;
         (void)kv_scale_format;
-        (void)max_q_len;
         (void)multi_ctas_kv_counter_buffer;
         return block_mla_impl(op, query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank,
                               qk_rope_head_dim, block_tables, seq_lens, max_seq_len, out,
-                              bmm1_scale, bmm2_scale);
+                              bmm1_scale, bmm2_scale, x);
       },
       query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim,
       block_tables, seq_lens, max_seq_len, sparse_mla_top_k, out, bmm1_scale, bmm2_scale, sinks,
@@ -1078,7 +1264,8 @@ Tensor xqa_batch_decode_with_kv_cache_mla(
         (void)enable_pdl;
         return block_mla_impl(kMlaXqaOp, query, kv_cache, workspace_buffer, qk_nope_head_dim,
                               kv_lora_rank, qk_rope_head_dim, block_tables, seq_lens, max_seq_len,
-                              out, bmm1_scale, bmm2_scale);
+                              out, bmm1_scale, bmm2_scale)
+            .out;
       },
       query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim,
       block_tables, seq_lens, max_seq_len, out, bmm1_scale, bmm2_scale, sinks, enable_pdl);

@@ -1,7 +1,6 @@
 // Private to the Blackwell CuTe-DSL MoE tests (test_moe_b12x, test_moe_cute_w4a16): one NVFP4 MoE
 // problem (bf16 x, plain NVFP4 weights with linear scale codes, per-expert alphas, top-k routing)
-// and its tensors in upstream's prepared layouts, plus EXPECT_FI_ERROR_CODE and the wrapper-call
-// replay check.
+// and its tensors in upstream's prepared layouts, plus the wrapper-call replay check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,20 +12,7 @@
 #include "flashinfer/flashinfer.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
-
-// EXPECT_FI_ERROR that also checks the error code (kUnsupported for what upstream runs and this
-// build does not).
-#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code)   \
-  do {                                                            \
-    try {                                                         \
-      stmt;                                                       \
-      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
-    } catch (const ::flashinfer::Error& e) {                      \
-      EXPECT_EQ(e.op(), op_name) << e.what();                     \
-      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
-      EXPECT_EQ(e.code(), err_code) << e.what();                  \
-    }                                                             \
-  } while (0)
+#include "util/test_util.h"
 
 namespace flashinfer::testing::moe_cute_test {
 

@@ -674,18 +674,374 @@ TEST(TrtllmMlaDecode, BadInput) {
   EXPECT_FI_ERROR(call(Tensor::zeros({2, 3, 2, 80}, DType::kBFloat16), l.kv, l.block_tables,
                        int_tensor({2, 7}), 7, 64),
                   op, "seq_lens");
-  try {
-    trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 64, 16, l.block_tables,
-                                          l.kv_lens, 7, 8);
-    ADD_FAILURE() << "sparse MLA accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_EQ(e.arg(), "sparse_mla_top_k");
-  }
+  // Sparse MLA takes a table of token slots [batch, q_len, top_k], not pages.
+  EXPECT_FI_ERROR(trtllm_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 64, 16,
+                                                        l.block_tables, l.kv_lens, 7, 8),
+                  op, "block_tables");
   EXPECT_FI_ERROR(xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 64, 16,
                                                      l.block_tables, l.kv_lens, 7, std::nullopt,
                                                      1.0, 1.0, Tensor::zeros({2}, DType::kFloat32)),
                   "xqa_batch_decode_with_kv_cache_mla", "sinks");
+}
+
+// Every optional part of trtllm_batch_decode_with_kv_cache_mla through one call.
+struct TrtllmMlaArgs {
+  int64_t dk = 16, top_k = 0;
+  double bmm1 = 0.1, bmm2 = 1.25;
+  std::optional<Tensor> out, lse, cu_q, top_k_lens, global;
+  std::optional<int64_t> max_q_len;
+  bool return_lse = false, dcp = false;
+  int64_t cp_world = 1, cp_rank = 0;
+  std::string backend = "auto";
+};
+AttentionOutput trtllm_mla(const Tensor& q, const Tensor& kv, const Tensor& bt, const Tensor& lens,
+                           int64_t max_len, const TrtllmMlaArgs& a) {
+  return trtllm_batch_decode_with_kv_cache_mla(
+      q, kv, workspace(), 128, q.size(-1) - a.dk, a.dk, bt, lens, max_len, a.top_k, a.out, a.bmm1,
+      a.bmm2, std::nullopt, std::nullopt, std::nullopt, a.backend, true, true, a.lse, a.return_lse,
+      "auto", "auto", a.cu_q, a.max_q_len, std::nullopt, a.top_k_lens, a.dcp, a.cp_world, a.cp_rank,
+      a.global, std::nullopt);
+}
+
+// The LSE is log2 sum_j exp(bmm1_scale * q.k_j) (trtllm-gen's: bmm2_scale not in it), the
+// natural log on cute-dsl; written into the caller's [rows, H] or [batch, q_len, H] buffer and
+// returned in its shape; a request with no key gives out 0 and -inf.
+TEST(TrtllmMlaDecode, LseIsBase2OfTheScaledScoresAndNaturalOnCuteDsl) {
+  const std::vector<int32_t> lens{9, 0, 14};
+  const int64_t B = 3, H = 4, dc = 64, dk = 16;
+  Latent l = make_latent(lens, 4, dc, dk, DType::kBFloat16, 70);
+  Tensor q = testing::rand_tensor({B, 1, H, dc + dk}, DType::kBFloat16, 71, -1.0, 1.0);
+  TrtllmMlaArgs a;
+  a.return_lse = true;
+  AttentionOutput r = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, a);
+  ASSERT_EQ(r.lse.shape(), (Shape{B, H}));
+  std::vector<double> want_o, want_lse;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> o, lse;
+    ref_request(l, b, lens[b], q.select(0, b).to_double_vector(), 1, H, a.bmm1, false, 1.0, 1.0,
+                a.bmm2, o, lse);
+    want_o.insert(want_o.end(), o.begin(), o.end());
+    want_lse.insert(want_lse.end(), lse.begin(), lse.end());
+  }
+  EXPECT_TRUE(testing::all_close(r.out, want_o, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+  for (int64_t h = 0; h < H; ++h) {
+    EXPECT_EQ(r.lse.select(0, 1).to_double_vector()[h], -std::numeric_limits<double>::infinity());
+  }
+  for (double v : r.out.select(0, 1).to_double_vector()) ASSERT_EQ(v, 0.0);
+  // Without return_lse the result is the output alone, the same bits.
+  AttentionOutput plain = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, TrtllmMlaArgs{});
+  EXPECT_FALSE(plain.lse.defined());
+  EXPECT_EQ(bytes_of(plain.out), bytes_of(r.out));
+  // The caller's 3-D buffer, written and returned; lse passed without return_lse is written only.
+  for (bool ret : {true, false}) {
+    TrtllmMlaArgs b3 = a;
+    b3.return_lse = ret;
+    b3.lse = Tensor::zeros({B, 1, H}, DType::kFloat32);
+    AttentionOutput r3 = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, b3);
+    EXPECT_EQ(r3.lse.defined(), ret);
+    if (ret) {
+      EXPECT_EQ(r3.lse.data_ptr(), b3.lse->data_ptr());
+    }
+    EXPECT_EQ(bytes_of(*b3.lse), bytes_of(r.lse));
+  }
+  // cute-dsl's LSE is the natural log.
+  TrtllmMlaArgs e = a;
+  e.backend = "cute-dsl";
+  AttentionOutput re = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, e);
+  for (double& v : want_lse) v *= std::log(2.0);
+  EXPECT_TRUE(testing::all_close(re.lse, want_lse, {2e-4, 2e-4}));
+}
+
+// Queries of variable counts (cum_seq_lens_q, [total_q, H, D]): each request's rows are those of
+// a uniform call of that request alone, bit for bit, causal among its queries.
+TEST(TrtllmMlaDecode, RaggedQueriesAreEachRequestsUniformCall) {
+  const std::vector<int32_t> lens{9, 3, 14}, qo{1, 3, 2};
+  const int64_t H = 2, dc = 64, dk = 16, rows = 6;
+  Latent l = make_latent(lens, 4, dc, dk, DType::kFloat16, 80);
+  Tensor q = testing::rand_tensor({rows, H, dc + dk}, DType::kFloat16, 81, -1.0, 1.0);
+  TrtllmMlaArgs a;
+  a.cu_q = int_tensor({0, 1, 4, 6});
+  a.max_q_len = 3;
+  a.return_lse = true;
+  a.backend = "cute-dsl";
+  a.out = Tensor::zeros({rows, H, dc}, DType::kFloat16);
+  AttentionOutput r = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, a);
+  EXPECT_EQ(r.out.data_ptr(), a.out->data_ptr());
+  ASSERT_EQ(r.lse.shape(), (Shape{rows, H}));
+  int64_t first = 0;
+  for (int64_t b = 0; b < 3; ++b) {
+    SCOPED_TRACE(::testing::Message() << "request " << b);
+    TrtllmMlaArgs u;
+    u.return_lse = true;
+    u.backend = "cute-dsl";
+    const Tensor qb = q.slice(0, first, first + qo[b]).unsqueeze(0).contiguous();
+    AttentionOutput one = trtllm_mla(qb, l.kv, l.block_tables.slice(0, b, b + 1),
+                                     l.kv_lens.slice(0, b, b + 1), 16, u);
+    EXPECT_EQ(bytes_of(one.out), bytes_of(r.out.slice(0, first, first + qo[b]).contiguous()));
+    EXPECT_EQ(bytes_of(one.lse), bytes_of(r.lse.slice(0, first, first + qo[b]).contiguous()));
+    first += qo[b];
+  }
+  // Upstream's "auto" sends ragged queries with an LSE to cute-dsl: the natural log too.
+  TrtllmMlaArgs au = a;
+  au.backend = "auto";
+  au.out = std::nullopt;
+  EXPECT_EQ(bytes_of(trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, au).lse), bytes_of(r.lse));
+}
+
+// Sparse MLA: each query attends the token slots of its row of block_tables, the first
+// min(top_k, seq_lens - (L - 1 - t)) of them; -1 entries none. The slots of a request's positions
+// in order give the dense causal call, bit for bit; any slots, in any order, the formula over
+// those keys; a row of none out 0 and LSE -inf.
+TEST(TrtllmMlaDecode, SparseTopKSlotsMatchTheDenseCallAndTheFormula) {
+  const std::vector<int32_t> lens{9, 3, 14};
+  const int64_t B = 3, L = 2, H = 4, dc = 64, dk = 16, ps = 4, top_k = 16;
+  Latent l = make_latent(lens, ps, dc, dk, DType::kBFloat16, 90);
+  Tensor q = testing::rand_tensor({B, L, H, dc + dk}, DType::kBFloat16, 91, -1.0, 1.0);
+  auto slot = [&](int64_t b, int64_t p) { return l.pages[b][p / ps] * ps + p % ps; };
+  std::vector<int32_t> in_order;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t j = 0; j < top_k; ++j) {
+        in_order.push_back(j < lens[b] ? static_cast<int32_t>(slot(b, j)) : -1);
+      }
+    }
+  }
+  TrtllmMlaArgs sp;
+  sp.top_k = top_k;
+  sp.return_lse = true;
+  AttentionOutput s =
+      trtllm_mla(q, l.kv, int_tensor(in_order).view({B, L, top_k}), l.kv_lens, top_k, sp);
+  TrtllmMlaArgs dn;
+  dn.return_lse = true;
+  AttentionOutput d = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, dn);
+  EXPECT_EQ(bytes_of(s.out), bytes_of(d.out));
+  EXPECT_EQ(bytes_of(s.lse), bytes_of(d.lse));
+
+  // Random positions in a random order, -1 between them (inside the counted prefix too), one row
+  // of none; seq_lens past top_k counts top_k entries. Against the fp64 formula per query.
+  std::mt19937 rng(92);
+  std::vector<int32_t> table;
+  std::vector<std::vector<int64_t>> seen;  // each row's positions
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < L; ++t) {
+      std::vector<int64_t> pos(static_cast<std::size_t>(lens[b]));
+      std::iota(pos.begin(), pos.end(), 0);
+      std::shuffle(pos.begin(), pos.end(), rng);
+      std::vector<int64_t> keep;
+      std::size_t next = 0;
+      for (int64_t j = 0; j < top_k; ++j) {
+        if ((b == 1 && t == 0) || j % 3 == 2 || next == pos.size()) {
+          table.push_back(-1);
+        } else {
+          keep.push_back(pos[next]);
+          table.push_back(static_cast<int32_t>(slot(b, pos[next++])));
+        }
+      }
+      seen.push_back(keep);
+    }
+  }
+  // seq_lens 40 > top_k: every entry counts (the last query: 40 - 0; the first: 39).
+  Tensor many = int_tensor({40, 40, 40});
+  AttentionOutput r = trtllm_mla(q, l.kv, int_tensor(table).view({B, L, top_k}), many, top_k, sp);
+  std::vector<double> want_o, want_lse;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < L; ++t) {
+      const std::vector<int64_t>& keys = seen[static_cast<std::size_t>(b * L + t)];
+      std::vector<double> k, v;
+      for (int64_t p : keys) {
+        const std::vector<double> row = l.row(b, p);
+        k.insert(k.end(), row.begin(), row.end());
+        v.insert(v.end(), row.begin(), row.begin() + dc);
+      }
+      testing::RefOptions opt;
+      opt.sm_scale = sp.bmm1;
+      opt.v_scale = sp.bmm2;
+      std::vector<double> o, lse;
+      testing::ref_attention(q.select(0, b).select(0, t).to_double_vector(), k, v, 1,
+                             static_cast<int64_t>(keys.size()), H, 1, dc + dk, dc, opt, o, lse);
+      want_o.insert(want_o.end(), o.begin(), o.end());
+      want_lse.insert(want_lse.end(), lse.begin(), lse.end());
+    }
+  }
+  EXPECT_TRUE(testing::all_close(r.out, want_o, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+  for (double v : r.out.select(0, 1).select(0, 0).to_double_vector()) ASSERT_EQ(v, 0.0);
+  EXPECT_EQ(r.lse.to_double_vector()[static_cast<std::size_t>(2 * H)],
+            -std::numeric_limits<double>::infinity());
+
+  // Ragged queries take a [total_q, top_k] table; the rope-less layout counts
+  // sparse_mla_top_k_lens entries (here those of a causal call: the formula over them).
+  Latent l0 = make_latent(lens, ps, dc, 0, DType::kBFloat16, 93);
+  Tensor q0 = testing::rand_tensor({B * L, H, dc}, DType::kBFloat16, 94, -1.0, 1.0);
+  std::vector<int32_t> t0, active;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t j = 0; j < top_k; ++j) {
+        t0.push_back(j < lens[b] ? l0.pages[b][j / ps] * static_cast<int32_t>(ps) +
+                                       static_cast<int32_t>(j % ps)
+                                 : -1);
+      }
+      active.push_back(lens[b] - static_cast<int32_t>(L - 1 - t));
+    }
+  }
+  TrtllmMlaArgs s0;
+  s0.dk = 0;
+  s0.top_k = top_k;
+  s0.cu_q = int_tensor({0, 2, 4, 6});
+  s0.top_k_lens = int_tensor(active);
+  AttentionOutput rs =
+      trtllm_mla(q0, l0.kv, int_tensor(t0).view({B * L, top_k}), int_tensor({0, 0, 0}), top_k, s0);
+  std::vector<double> want0;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> o, lse;
+    ref_request(l0, b, lens[b], q0.slice(0, b * L, (b + 1) * L).to_double_vector(), L, H, sp.bmm1,
+                true, 1.0, 1.0, sp.bmm2, o, lse);
+    want0.insert(want0.end(), o.begin(), o.end());
+  }
+  EXPECT_TRUE(testing::all_close(rs.out, want0, testing::attention_tolerance(DType::kBFloat16)));
+}
+
+// Decode context parallelism: each rank holds global positions cp_world * k + cp_rank of every
+// request and returns its partial output with the natural-log LSE over the keys it sees; merged
+// by those LSEs, the ranks give the whole cache's causal call (an empty rank's rows: out 0,
+// LSE -inf).
+TEST(TrtllmMlaDecode, ContextParallelRanksMergeToTheWholeCall) {
+  struct Case {
+    std::vector<int32_t> lens;
+    int64_t L, world;
+  };
+  for (const Case& c : {Case{{13, 6}, 2, 3}, Case{{1, 9}, 1, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "L " << c.L << " world " << c.world);
+    const int64_t B = 2, H = 3, dc = 64, dk = 16, ps = 4, D = dc + dk;
+    Latent full = make_latent(c.lens, ps, dc, dk, DType::kBFloat16, 100 + c.L);
+    Tensor q = testing::rand_tensor({B, c.L, H, D}, DType::kBFloat16, 101, -1.0, 1.0);
+    TrtllmMlaArgs whole;
+    whole.return_lse = true;
+    whole.backend = "cute-dsl";
+    AttentionOutput want = trtllm_mla(q, full.kv, full.block_tables, full.kv_lens, 16, whole);
+    const int64_t rows = B * c.L;
+    std::vector<double> num(static_cast<std::size_t>(rows * H * dc), 0.0),
+        den(static_cast<std::size_t>(rows * H), 0.0);
+    std::vector<std::vector<double>> outs, lses;
+    for (int64_t rank = 0; rank < c.world; ++rank) {
+      // The rank's local cache: request b's positions rank, rank + world, ... in fresh pages.
+      std::vector<int32_t> local;
+      for (int32_t n : c.lens) {
+        local.push_back(static_cast<int32_t>(n > rank ? (n - rank + c.world - 1) / c.world : 0));
+      }
+      Latent loc = make_latent(local, ps, dc, dk, DType::kBFloat16, 200 + rank);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t k = 0; k < local[b]; ++k) {
+          const int64_t p = c.world * k + rank;
+          loc.kv.select(0, loc.pages[b][k / ps])
+              .select(0, k % ps)
+              .copy_(full.kv.select(0, full.pages[b][p / ps]).select(0, p % ps));
+        }
+      }
+      TrtllmMlaArgs a;
+      a.return_lse = true;
+      a.dcp = true;
+      a.cp_world = c.world;
+      a.cp_rank = rank;
+      a.global = int_tensor(c.lens);
+      AttentionOutput r = trtllm_mla(q, loc.kv, loc.block_tables, loc.kv_lens, 16, a);
+      outs.push_back(r.out.to_double_vector());
+      lses.push_back(r.lse.to_double_vector());
+    }
+    for (int64_t i = 0; i < rows * H; ++i) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (const auto& lse : lses) m = std::max(m, lse[i]);
+      for (std::size_t rk = 0; rk < lses.size(); ++rk) {
+        const double w = lses[rk][i] == -std::numeric_limits<double>::infinity()
+                             ? 0.0
+                             : std::exp(lses[rk][i] - m);
+        if (w == 0.0) {
+          for (int64_t d = 0; d < dc; ++d) ASSERT_EQ(outs[rk][i * dc + d], 0.0);
+        }
+        den[i] += w;
+        for (int64_t d = 0; d < dc; ++d) num[i * dc + d] += w * outs[rk][i * dc + d];
+      }
+      for (int64_t d = 0; d < dc; ++d) num[i * dc + d] /= den[i];
+      den[i] = m + std::log(den[i]);
+    }
+    EXPECT_TRUE(testing::all_close(want.out, num, {2e-2, 2e-2}));
+    EXPECT_TRUE(testing::all_close(want.lse, den, {1e-4, 1e-4}));
+  }
+}
+
+// The optional parts' rules, each refusal naming its argument (upstream's where it has one).
+TEST(TrtllmMlaDecode, OptionalPartsBadInput) {
+  const char* op = "trtllm_batch_decode_with_kv_cache_mla";
+  Latent l = make_latent({4, 7}, 4, 64, 16, DType::kBFloat16, 1);
+  Tensor q = Tensor::zeros({2, 1, 2, 80}, DType::kBFloat16);
+  auto run = [&](const TrtllmMlaArgs& a, const Tensor& bt) {
+    trtllm_mla(q, l.kv, bt, l.kv_lens, 8, a);
+  };
+  const Tensor slots = int_tensor({0, 1, -1, -1, 5, 6, 7, -1}).view({2, 1, 4});
+  TrtllmMlaArgs sp;
+  sp.top_k = 4;
+  run(sp, slots);                                                // valid
+  EXPECT_FI_ERROR(run(sp, l.block_tables), op, "block_tables");  // a page table, not slots
+  EXPECT_FI_ERROR(run(sp, int_tensor({0, 1, 99, -1, 5, 6, 7, -1}).view({2, 1, 4})), op,
+                  "block_tables");
+  EXPECT_FI_ERROR(run(sp, int_tensor({0, 1, -2, -1, 5, 6, 7, -1}).view({2, 1, 4})), op,
+                  "block_tables");
+  TrtllmMlaArgs bad = sp;
+  bad.top_k = -1;
+  EXPECT_FI_ERROR(run(bad, slots), op, "sparse_mla_top_k");
+  bad = sp;
+  bad.backend = "cute-dsl";
+  EXPECT_FI_ERROR_CODE(run(bad, slots), op, "backend", ErrorCode::kUnsupported);
+  bad = sp;
+  bad.top_k_lens = int_tensor({1, 1});  // the DeepSeek layout (rope 16) refuses them
+  EXPECT_FI_ERROR(run(bad, slots), op, "sparse_mla_top_k_lens");
+  TrtllmMlaArgs r;
+  r.max_q_len = 1;  // only with cum_seq_lens_q
+  EXPECT_FI_ERROR(run(r, l.block_tables), op, "max_q_len");
+  Tensor q3 = Tensor::zeros({3, 2, 80}, DType::kBFloat16);
+  TrtllmMlaArgs rg;
+  rg.cu_q = int_tensor({0, 1, 2});  // ends at 2, the query has 3 rows
+  EXPECT_FI_ERROR(trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, rg), op, "cum_seq_lens_q");
+  rg.cu_q = int_tensor({0, 2, 3});
+  rg.max_q_len = 1;  // request 0 has 2 queries
+  EXPECT_FI_ERROR(trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, rg), op, "max_q_len");
+  rg.max_q_len = std::nullopt;
+  trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, rg);  // valid
+  rg.return_lse = true;
+  rg.backend = "trtllm-gen";
+  EXPECT_FI_ERROR_CODE(trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, rg), op, "return_lse",
+                       ErrorCode::kUnsupported);
+  TrtllmMlaArgs x;
+  x.return_lse = true;
+  x.backend = "xqa";
+  EXPECT_FI_ERROR_CODE(run(x, l.block_tables), op, "return_lse", ErrorCode::kUnsupported);
+  // Context parallelism.
+  TrtllmMlaArgs d;
+  d.dcp = true;
+  d.return_lse = true;
+  d.cp_world = 2;
+  d.cp_rank = 1;
+  d.global = int_tensor({8, 14});
+  run(d, l.block_tables);  // valid
+  TrtllmMlaArgs e = d;
+  e.return_lse = false;
+  EXPECT_FI_ERROR(run(e, l.block_tables), op, "return_lse");
+  e = d;
+  e.cp_rank = 2;
+  EXPECT_FI_ERROR(run(e, l.block_tables), op, "cp_rank");
+  e = d;
+  e.global = std::nullopt;
+  EXPECT_FI_ERROR(run(e, l.block_tables), op, "causal_seqlens_kv_global");
+  e = d;
+  e.global = int_tensor({8});
+  EXPECT_FI_ERROR(run(e, l.block_tables), op, "causal_seqlens_kv_global");
+  e = d;
+  e.backend = "trtllm-gen";
+  EXPECT_FI_ERROR_CODE(run(e, l.block_tables), op, "backend", ErrorCode::kUnsupported);
+  e = d;
+  e.dcp = false;  // DCP arguments without enable_dcp
+  EXPECT_FI_ERROR(run(e, l.block_tables), op, "enable_dcp");
 }
 
 // ---- CUDA against the CPU reference (skipped without a GPU) --------------------------------
@@ -1072,6 +1428,64 @@ TEST(MlaCuda, TrtllmAndXqaMatchCpu) {
   }
 }
 
+// The trtllm name's optional parts on CUDA: the LSE of a device-planned call (an empty request's
+// -inf included) and ragged queries (planned on the host) match the CPU; sparse and
+// context-parallel calls are refused by name, so a replay falls back to the CPU. Compiled, not
+// run.
+TEST(MlaCuda, TrtllmDecodeLseAndRaggedQueriesMatchCpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const std::vector<int32_t> lens{9, 0, 1200, 70};
+  const int64_t B = 4, H = 16, dc = 512, dk = 64;
+  Latent l = make_latent(lens, 32, dc, dk, DType::kBFloat16, 700);
+  Tensor q = testing::rand_tensor({B, 1, H, dc + dk}, DType::kBFloat16, 701, -1.0, 1.0);
+  auto to_gpu = [&](TrtllmMlaArgs a) {
+    for (std::optional<Tensor>* t : {&a.out, &a.lse, &a.cu_q, &a.top_k_lens, &a.global}) {
+      if (*t) **t = (*t)->to(gpu);
+    }
+    return a;
+  };
+  auto both = [&](const Tensor& qq, const Latent& lat, const TrtllmMlaArgs& a) {
+    AttentionOutput want = trtllm_mla(qq, lat.kv, lat.block_tables, lat.kv_lens, 1200, a);
+    AttentionOutput got = trtllm_mla(qq.to(gpu), lat.kv.to(gpu), lat.block_tables.to(gpu),
+                                     lat.kv_lens.to(gpu), 1200, to_gpu(a));
+    ASSERT_TRUE(got.out.device().is_cuda());
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {1e-3, 1e-3}));
+  };
+  TrtllmMlaArgs dense;
+  dense.dk = dk;
+  dense.return_lse = true;
+  both(q, l, dense);
+  // Ragged: 1, 3, 2 and 2 queries, causal among each request's; natural-log LSE ("auto").
+  const std::vector<int32_t> ragged_lens{9, 3, 1200, 70};
+  Latent lr = make_latent(ragged_lens, 32, dc, dk, DType::kBFloat16, 702);
+  Tensor qr = testing::rand_tensor({8, H, dc + dk}, DType::kBFloat16, 703, -1.0, 1.0);
+  TrtllmMlaArgs rg = dense;
+  rg.cu_q = int_tensor({0, 1, 4, 6, 8});
+  rg.max_q_len = 3;
+  both(qr, lr, rg);
+  // Refused on the GPU by name.
+  const char* op = "trtllm_batch_decode_with_kv_cache_mla";
+  TrtllmMlaArgs sp;
+  sp.dk = dk;
+  sp.top_k = 4;
+  EXPECT_FI_ERROR_CODE(
+      trtllm_mla(q.to(gpu), l.kv.to(gpu), Tensor::zeros({B, 1, 4}, DType::kInt32).to(gpu),
+                 l.kv_lens.to(gpu), 1200, sp),
+      op, "sparse_mla_top_k", ErrorCode::kUnsupported);
+  TrtllmMlaArgs dcp;
+  dcp.dk = dk;
+  dcp.dcp = true;
+  dcp.return_lse = true;
+  dcp.cp_world = 2;
+  dcp.global = int_tensor({18, 6, 2400, 140}).to(gpu);
+  EXPECT_FI_ERROR_CODE(
+      trtllm_mla(q.to(gpu), l.kv.to(gpu), l.block_tables.to(gpu), l.kv_lens.to(gpu), 1200, dcp), op,
+      "enable_dcp", ErrorCode::kUnsupported);
+}
+
 // On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): a grid
 // sized for max_seq_len 2048 (a table of 160 columns of 16 tokens leaves it that bound) and a
 // KV chunk from the longest accepted request (700 tokens). The rows of the requests the host
@@ -1264,7 +1678,7 @@ Tensor run_trtllm_fp8_case(int64_t q_len, int64_t heads, const Device& device) {
   return trtllm_batch_decode_with_kv_cache_mla(
              q.to(device), l.kv.to(device), workspace().to(device), 128, 512, 64,
              l.block_tables.to(device), l.kv_lens.to(device), 2000, 0, std::nullopt, 0.05, 1.25)
-      .to(Device::cpu());
+      .out.to(Device::cpu());
 }
 
 // BatchMLAPagedAttentionWrapper.run of case `c` (inputs seeded by `idx`) on `device`, under the

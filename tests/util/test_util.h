@@ -105,17 +105,23 @@ inline Tensor to_keep_layout(const Tensor& t, Device device) {
     if (!::flashinfer::testing::cuda_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
-/// Runs `stmt`, expects a flashinfer::Error whose op and argument are the given ones.
-#define EXPECT_FI_ERROR(stmt, op_name, arg_name)                  \
-  do {                                                            \
-    try {                                                         \
-      stmt;                                                       \
-      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt; \
-    } catch (const ::flashinfer::Error& e) {                      \
-      EXPECT_EQ(e.op(), op_name) << e.what();                     \
-      EXPECT_EQ(e.arg(), arg_name) << e.what();                   \
-    }                                                             \
+/// Runs `stmt`, expects a flashinfer::Error whose op and argument are the given ones (and, for
+/// the _CODE form, its code: kUnsupported for a refusal).
+#define FLASHINFER_EXPECT_ERROR_IMPL(stmt, op_name, arg_name, more) \
+  do {                                                              \
+    try {                                                           \
+      stmt;                                                         \
+      ADD_FAILURE() << "expected flashinfer::Error from: " #stmt;   \
+    } catch (const ::flashinfer::Error& e) {                        \
+      EXPECT_EQ(e.op(), op_name) << e.what();                       \
+      EXPECT_EQ(e.arg(), arg_name) << e.what();                     \
+      more;                                                         \
+    }                                                               \
   } while (0)
+#define EXPECT_FI_ERROR(stmt, op_name, arg_name) \
+  FLASHINFER_EXPECT_ERROR_IMPL(stmt, op_name, arg_name, (void)0)
+#define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code) \
+  FLASHINFER_EXPECT_ERROR_IMPL(stmt, op_name, arg_name, EXPECT_EQ(e.code(), err_code) << e.what())
 
 /// Sets (or, with nullptr, unsets) an environment variable for a scope and puts back what was
 /// there before, so that a test's switch neither leaks into later tests nor overrides what the

@@ -100,17 +100,30 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
 
 /// flashinfer.mla._core.trtllm_batch_decode_with_kv_cache_mla: MLA decode (and multi-token
 /// prediction) over a block-table latent cache.
-///   query [batch, q_len, H, kv_lora_rank + qk_rope_head_dim] (q_nope then q_pe);
+///   query [batch, q_len, H, kv_lora_rank + qk_rope_head_dim] (q_nope then q_pe), or
+///   [total_q, H, ...] with cum_seq_lens_q (int32 [batch + 1], batch = seq_lens' length; then
+///   max_q_len, if given, bounds every request's queries);
 ///   kv_cache [pages, page_size, kv_lora_rank + qk_rope_head_dim] or [pages, 1, page_size, ...]
 ///   (ckv then kpe); block_tables [batch, max_blocks] int32 page ids (entries past a request's
 ///   length are never read); seq_lens [batch] int32 (<= max_seq_len).
 /// s = bmm1_scale * (q . k) (bmm1_scale folds sm_scale and the fp8 q/k scales), o = bmm2_scale *
-/// softmax(s) . ckv. With q_len > 1 the queries are the request's last tokens, causal among
-/// themselves. Returns out [batch, q_len, H, kv_lora_rank] in query's dtype (bf16 for an fp8
-/// query). qk_nope_head_dim is the model's (unused by the math). Unsupported (kUnsupported):
-/// sparse_mla_top_k > 0, sinks, lse/return_lse, cum_seq_lens_q, context parallelism
-/// (enable_dcp, cp_world > 1), skip_softmax_threshold_scale_factor, use_fp16_softmax.
-Tensor trtllm_batch_decode_with_kv_cache_mla(
+/// softmax(s) . ckv. A request's several queries are its last tokens, causal among themselves.
+/// Returns out [batch, q_len, H, kv_lora_rank] ([total_q, H, kv_lora_rank] ragged) in query's
+/// dtype (bf16 for an fp8 query), and with return_lse also the LSE (`lse` [rows, H] or
+/// [batch, q_len, H] fp32, written when passed): log2 sum_j exp(s_j) (trtllm-gen's), the natural
+/// log for backend "cute-dsl", context parallelism, and ragged queries under "auto" (where
+/// upstream sends them); -inf for a query that sees no key, whose output is 0.
+/// sparse_mla_top_k > 0 (DeepSeek's DSA; the CPU reference only): block_tables [batch, q_len,
+/// top_k] ([total_q, top_k] ragged) of token slots page * page_size + offset, -1 for none; query t
+/// of a request's L sees the first min(top_k, seq_lens[b] - (L - 1 - t)) entries of its row, or
+/// sparse_mla_top_k_lens[row] of them (the qk_rope_head_dim=0 path, which requires them).
+/// enable_dcp (context parallelism, cute-dsl's; the CPU reference only): the cache holds this
+/// rank's keys, global position cp_world * k + cp_rank; query t of L sees those at most
+/// causal_seqlens_kv_global[b] - L + t; return_lse required. qk_nope_head_dim is the model's
+/// (unused by the math). Unsupported (kUnsupported): sinks, skip_softmax_threshold_scale_factor,
+/// use_fp16_softmax, uses_shared_paged_kv_idx=False; upstream's refusals by backend (sparse off
+/// trtllm-gen, DCP off cute-dsl, an LSE from xqa or from trtllm-gen with ragged queries).
+AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
     const Tensor& query, const Tensor& kv_cache, const Tensor& workspace_buffer,
     int64_t qk_nope_head_dim, int64_t kv_lora_rank, int64_t qk_rope_head_dim,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
