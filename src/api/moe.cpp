@@ -600,7 +600,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
     bool do_finalize, bool enable_pdl, int64_t activation_type, bool norm_topk_prob,
     const std::optional<Tensor>& replay_out, const std::optional<Tensor>& alpha,
     const std::optional<Tensor>& beta, const std::optional<Tensor>& limit,
-    const std::optional<Tensor>& output) {
+    const std::optional<Tensor>& output, const std::optional<Tensor>& lora_delta = std::nullopt) {
   api::check_defined(hidden, op, "hidden_states");
   api::check_dim(hidden, {2}, op, "hidden_states");
   if (routed) {
@@ -778,6 +778,32 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   m.round_gemm1 = false;
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op, on_cuda);
+  if (lora_delta) {
+    // gemm1_lora_delta (vLLM's LoRA MoE; upstream's trtllm-gen, Blackwell only): bf16
+    // [T, top_k, gemm1_n] in routing order, added to GEMM1's output after its bias. Upstream then
+    // also returns expanded_idx_to_permuted_idx (finalized) and the permuted activation.
+    const Tensor& d = *lora_delta;
+    api::check_defined(d, op, "gemm1_lora_delta");
+    FLASHINFER_CHECK_CODE(!on_cuda, ErrorCode::kUnsupported, op, "gemm1_lora_delta",
+                          "the LoRA delta of GEMM1 runs on the CPU reference only here");
+    FLASHINFER_CHECK(N1 != inter, op, "activation_type",
+                     "gemm1_lora_delta needs a gated activation, got ", activation_type);
+    api::check_dtype_in(d, {DType::kBFloat16}, op, "gemm1_lora_delta");
+    api::check_shape_eq(d, {T, top_k, N1}, op, "gemm1_lora_delta");
+    api::check_same_device(d, hidden, op, "gemm1_lora_delta", "hidden_states");
+    moe_check_unit_last_stride(d, op, "gemm1_lora_delta");
+    m.fc1_delta = static_cast<const uint16_t*>(d.data_ptr());
+    m.delta_stride_t = d.stride(0);
+    m.delta_stride_k = d.stride(1);
+    Tensor act = Tensor::empty({T * top_k, inter}, DType::kBFloat16, hidden.device());
+    m.act_out = act.data_ptr();
+    if (do_finalize) {
+      Tensor idx = Tensor::empty({T * top_k}, DType::kInt32, hidden.device());
+      m.expanded_to_permuted = idx.data<int32_t>();
+      res.tensors.push_back(idx);
+    }
+    res.tensors.push_back(act);
+  }
   // The CUDA kernel takes its scratch from the stream's (kernels/cuda/stream_scratch.h).
   api::launch(kTrtllmMoeKernels, bp, hidden.device(), op, "hidden_states", enable_pdl);
   return res;
@@ -787,14 +813,14 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
 
 TrtllmMoeResult::operator Tensor() const {
   FLASHINFER_CHECK(finalized && tensors.size() == 1, "TrtllmMoeResult", "do_finalize",
-                   "the call returned the unfinalized list [gemm2_output, expert_weights, "
-                   "expanded_idx_to_permuted_idx], not one output tensor");
+                   "the call returned a list (unfinalized, or with a LoRA delta's "
+                   "expanded_idx_to_permuted_idx and activation), not one output tensor");
   return tensors[0];
 }
 
 Value to_value(const TrtllmMoeResult& r) {
-  // Upstream returns result[0] when it finalizes, the list otherwise.
-  if (r.finalized) return Value(r.tensors.at(0));
+  // Upstream returns result[0] when it finalizes without a LoRA delta, the list otherwise.
+  if (r.finalized && r.tensors.size() == 1) return Value(r.tensors.at(0));
   return to_value(r.tensors);
 }
 
@@ -843,14 +869,12 @@ TrtllmMoeResult trtllm_bf16_routed_moe(
   return call_op<&trtllm_bf16_routed_moe>(
       [&] {
         const char* op = "trtllm_bf16_routed_moe";
-        check_flag_off(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
-                       "the LoRA delta of GEMM1 is not implemented");
         return trtllm_bf16_moe_impl(
             op, &topk_ids, Tensor(), std::nullopt, hidden_states, gemm1_weights, gemm2_weights,
             num_experts, top_k, n_group, topk_group, intermediate_size, local_expert_offset,
             local_num_experts, routed_scaling_factor, routing_method_type, use_shuffled_weight,
             weight_layout, do_finalize, enable_pdl, activation_type, true, routing_replay_out,
-            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+            gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output, gemm1_lora_delta);
       },
       topk_ids, hidden_states, gemm1_weights, gemm2_weights, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,

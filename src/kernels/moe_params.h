@@ -79,6 +79,15 @@ struct CutlassMoeParams {
   // pair with no local expert. Row order: local experts ascending, then t * top_k + k ascending.
   void* permuted_out = nullptr;
   int32_t* expanded_to_permuted = nullptr;
+  // The trtllm routed ops' gemm1_lora_delta (CPU only): bf16 [num_tokens, top_k, gemm1_n], pair
+  // (t, k) at t * delta_stride_t + k * delta_stride_k, columns contiguous, in the logical GEMM1
+  // column order (up, then gate); added in fp32 to GEMM1's output after its bias, before the
+  // activation. With it the op also returns the activation: each local pair's post-activation
+  // row (dtype, [num_tokens * top_k, inter], contiguous, rows past the local pairs zeroed) at
+  // row expanded_to_permuted[t * top_k + k] of `act_out`, finalized or not.
+  const uint16_t* fc1_delta = nullptr;
+  int64_t delta_stride_t = 0, delta_stride_k = 0;
+  void* act_out = nullptr;
 };
 
 /// fused_topk_deepseek: DeepSeek-V3 grouped top-k over [num_tokens, num_experts] scores.

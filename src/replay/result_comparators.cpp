@@ -90,9 +90,14 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
                                     const NamedTensors& expected, const CompareFn& compare,
                                     ResultCheck& out) {
   // do_finalize=False records a list [gemm2_output, expert_weights,
-  // expanded_idx_to_permuted_idx (, gemm1 activation output)]; a finalized call is one tensor.
-  const Tensor* rec_idx_t = find(expected, "result__2");
-  auto act_idx_it = actual.find("result__2");
+  // expanded_idx_to_permuted_idx (, gemm1 activation output)]; a finalized call with a LoRA
+  // delta [output, expanded_idx_to_permuted_idx, gemm1 activation output] (its result__1 int32,
+  // where the other form's holds the routing weights); a finalized call is one tensor.
+  const Tensor* rec_r1 = find(expected, "result__1");
+  const bool lora_finalized = rec_r1 && rec_r1->dtype() == DType::kInt32;
+  const char* idx_key = lora_finalized ? "result__1" : "result__2";
+  const Tensor* rec_idx_t = find(expected, idx_key);
+  auto act_idx_it = actual.find(idx_key);
   if (!rec_idx_t || find(expected, "result") || act_idx_it == actual.end()) return false;
   const std::vector<int64_t> rec_idx = as_indices(*rec_idx_t);
   const std::vector<int64_t> act_idx = as_indices(act_idx_it->second);
@@ -100,7 +105,7 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
   // result__2: which (token, k) pairs have a local expert must agree; the rows they occupy are
   // the routing kernel's choice (tile padding, the order of its shared-memory atomics).
   replay::TensorComparison ci;
-  ci.key = "result__2";
+  ci.key = idx_key;
   ci.numel = static_cast<int64_t>(rec_idx.size());
   if (rec_idx.size() != act_idx.size()) {
     ci.problem = "shape " + shape_to_string(act_idx_it->second.shape()) + " vs recorded " +
@@ -118,16 +123,21 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
   if (!ci.match) ci.problem = "the pairs with a local expert differ";
   out.comparisons.push_back(ci);
 
-  // expert_weights: in (token, k) order on both sides, compared as is.
-  if (const Tensor* rec_w = find(expected, "result__1")) {
-    if (auto it = actual.find("result__1"); it != actual.end()) {
-      out.comparisons.push_back(compare("result__1", it->second, *rec_w));
+  // expert_weights (the finalized output with a LoRA delta): in (token, k) order on both sides,
+  // compared as is.
+  const char* as_is = lora_finalized ? "result__0" : "result__1";
+  if (const Tensor* rec_w = find(expected, as_is)) {
+    if (auto it = actual.find(as_is); it != actual.end()) {
+      out.comparisons.push_back(compare(as_is, it->second, *rec_w));
     }
   }
 
   // The permuted outputs: each side's rows gathered into (token, k) order through its own map.
   std::string padding;
-  for (const char* key : {"result__0", "result__3"}) {
+  const std::vector<const char*> permuted =
+      lora_finalized ? std::vector<const char*>{"result__2"}
+                     : std::vector<const char*>{"result__0", "result__3"};
+  for (const char* key : permuted) {
     const Tensor* rec = find(expected, key);
     if (!rec) continue;
     auto it = actual.find(key);
@@ -142,11 +152,11 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
     bool bad_rec = false, bad_act = false;
     const Tensor e = gather_rows(*rec, rec_idx, &used, &bad_rec);
     const Tensor a = gather_rows(it->second, act_idx, nullptr, &bad_act);
-    replay::TensorComparison c = compare(std::string(key) + " (rows via result__2)", a, e);
+    replay::TensorComparison c = compare(std::string(key) + " (rows via " + idx_key + ")", a, e);
     if (bad_rec || bad_act) {
       c.match = false;
-      c.problem = std::string(bad_rec ? "recorded" : "replayed") +
-                  " result__2 points past the rows of " + key;
+      c.problem = std::string(bad_rec ? "recorded" : "replayed") + " " + idx_key +
+                  " points past the rows of " + key;
     }
     out.comparisons.push_back(c);
     int64_t unused = 0;
@@ -157,10 +167,13 @@ bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
                  std::to_string(used.size()) + " rows of " + key;
     }
   }
-  out.note =
-      "result__0/result__3 compared row by row through each side's result__2 (the row "
-      "order is the routing kernel's choice); result__2 compared as the set of local "
-      "pairs";
+  out.note = lora_finalized
+                 ? "result__2 compared row by row through each side's result__1 (the row order "
+                   "is the routing kernel's choice); result__1 compared as the set of local "
+                   "pairs"
+                 : "result__0/result__3 compared row by row through each side's result__2 (the "
+                   "row order is the routing kernel's choice); result__2 compared as the set of "
+                   "local pairs";
   if (!padding.empty()) {
     out.note += "; not compared: " + padding + " (padding: no pair refers to them)";
   }

@@ -55,10 +55,12 @@ void register_result_comparator_with_args(const std::string& op, ResultComparato
 /// The comparator registered for `op` (either form), or null.
 const ResultComparatorWithArgs* result_comparator(std::string_view op);
 
-/// The trtllm MoE ops' comparator (do_finalize=False): rows of the permuted outputs
-/// (result__0, and result__3 when present) are compared through each side's own
-/// expanded_idx_to_permuted_idx (result__2); result__2 itself is compared as the set of pairs
-/// with a local expert; recorded rows no pair refers to (padding) are skipped and counted.
+/// The trtllm MoE ops' comparator (do_finalize=False, or a LoRA delta): rows of the permuted
+/// outputs (result__0, and result__3 when present; with a delta and do_finalize=True the list is
+/// [output, expanded_idx_to_permuted_idx, activation] and result__2 is the permuted one) are
+/// compared through each side's own expanded_idx_to_permuted_idx (result__2, or result__1);
+/// that map itself is compared as the set of pairs with a local expert; recorded rows no pair
+/// refers to (padding) are skipped and counted.
 bool compare_trtllm_moe_unfinalized(const std::map<std::string, Tensor>& actual,
                                     const NamedTensors& expected, const CompareFn& compare,
                                     ResultCheck& out);

@@ -29,6 +29,12 @@ constexpr int64_t kE = 8, kK = 2, kT = 6;
 using moe_prep::bf16;
 using moe_prep::silu;
 
+std::vector<uint8_t> bytes(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  return std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
+}
+
 std::vector<int64_t> ints(const Tensor& t) {
   std::vector<int64_t> v;
   for (double d : t.to_double_vector()) v.push_back(static_cast<int64_t>(d));
@@ -346,13 +352,15 @@ std::filesystem::path record_unfinalized(const std::filesystem::path& dir) {
 // Rewrites the recorded outputs as a GPU could have written them: the local rows in another
 // order (reversed) behind a padded block, expanded_idx_to_permuted_idx following them;
 // `tamper` also changes one value of a local row.
-void repermute_outputs(const std::filesystem::path& call, bool tamper) {
+void repermute_outputs(const std::filesystem::path& call, bool tamper,
+                       const std::string& rows_key = "result__0",
+                       const std::string& idx_key = "result__2") {
   const std::string path = (call / "outputs.pt").string();
   NamedTensors out = load_torch(path);
   Tensor *g2 = nullptr, *idx = nullptr;
   for (auto& [k, t] : out) {
-    if (k == "result__0") g2 = &t;
-    if (k == "result__2") idx = &t;
+    if (k == rows_key) g2 = &t;
+    if (k == idx_key) idx = &t;
   }
   ASSERT_TRUE(g2 && idx);
   const int64_t rows = g2->size(0), H = g2->size(1), pad = 3;
@@ -433,6 +441,207 @@ TEST(TrtllmMoeUnfinalized, ReplayFailsWhenTheLocalPairsDiffer) {
   EXPECT_EQ(r.comparisons[0].key, "result__2");
   EXPECT_EQ(r.comparisons[0].mismatches, 1);
   fs::remove_all(dir);
+}
+
+// ---- gemm1_lora_delta (trtllm_bf16_routed_moe) ------------------------------------------------
+
+// Small integers throughout, so every GEMM1 value is exact: a LoRA delta x . dW1[e] per pair
+// then gives, bit for bit, the op over the weights w1 + dW1 (upstream's reference adds the delta
+// to GEMM1's fp32 output before the activation). Non-local pairs' delta rows hold junk, unread.
+struct LoraCase {
+  int64_t H = 64, I = 32;
+  Tensor x, w1, dw1, w1_sum, w2, delta;
+  explicit LoraCase(const Routed& r) {
+    auto ints_tensor = [](Shape shape, int64_t lo, int64_t hi, uint32_t seed) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<double> v(static_cast<std::size_t>(n));
+      uint32_t st = seed;
+      for (double& e : v) {
+        st = st * 1664525u + 1013904223u;
+        e = static_cast<double>(
+            lo + static_cast<int64_t>((st >> 8) % static_cast<uint32_t>(hi - lo + 1)));
+      }
+      return Tensor::from_vector(v, shape, DType::kBFloat16);
+    };
+    x = ints_tensor({kT, H}, -2, 2, 1);
+    w1 = ints_tensor({kLocal, 2 * I, H}, -1, 1, 2);
+    dw1 = ints_tensor({kLocal, 2 * I, H}, -1, 1, 3);
+    w2 = ints_tensor({kLocal, H, I}, -1, 1, 4);
+    const std::vector<double> a = w1.to_double_vector(), b = dw1.to_double_vector();
+    std::vector<double> sum(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
+    w1_sum = Tensor::from_vector(sum, w1.shape(), DType::kBFloat16);
+    std::vector<double> d(static_cast<std::size_t>(kT * kK * 2 * I), 77.0);  // junk: non-local
+    const std::vector<double> xv = x.to_double_vector();
+    for (int64_t t = 0; t < kT; ++t) {
+      for (int64_t k = 0; k < kK; ++k) {
+        const int64_t e = r.ids[static_cast<std::size_t>(t * kK + k)] - kOff;
+        if (e < 0 || e >= kLocal) continue;
+        for (int64_t j = 0; j < 2 * I; ++j) {
+          double acc = 0.0;
+          for (int64_t h = 0; h < H; ++h) {
+            acc += xv[static_cast<std::size_t>(t * H + h)] *
+                   b[static_cast<std::size_t>((e * 2 * I + j) * H + h)];
+          }
+          d[static_cast<std::size_t>((t * kK + k) * 2 * I + j)] = acc;
+        }
+      }
+    }
+    delta = Tensor::from_vector(d, {kT, kK, 2 * I}, DType::kBFloat16);
+  }
+  TrtllmMoeResult run(const Routed& r, const Tensor& weights1, bool fin,
+                      std::optional<Tensor> lora) const {
+    return trtllm_bf16_routed_moe(r.packed, x, weights1, w2, kE, kK, std::nullopt, std::nullopt, I,
+                                  kOff, kLocal, std::nullopt, 1, false, WeightLayout::MajorK, fin,
+                                  true, std::move(lora));
+  }
+};
+
+TEST(TrtllmMoeLoraDelta, DeltaActsAsGemm1WeightsPlusTheLoraOnBothFinalizePaths) {
+  const Routed r;
+  const LoraCase c(r);
+  const Tensor zero = Tensor::zeros({kT, kK, 2 * c.I}, DType::kBFloat16);
+  // The reference: the summed weights, a zero delta (which adds nothing) for the activation.
+  const TrtllmMoeResult ref_fin = c.run(r, c.w1_sum, true, zero);
+  const TrtllmMoeResult ref_unfin = c.run(r, c.w1_sum, false, zero);
+  const Tensor plain = c.run(r, c.w1_sum, true, std::nullopt);
+  ASSERT_EQ(ref_fin.tensors.size(), 3u);
+  EXPECT_EQ(bytes(ref_fin.tensors[0]), bytes(plain));
+  // Finalized: [output, expanded_idx_to_permuted_idx, activation].
+  const TrtllmMoeResult fin = c.run(r, c.w1, true, c.delta);
+  ASSERT_EQ(fin.tensors.size(), 3u);
+  EXPECT_TRUE(fin.finalized);
+  EXPECT_EQ(fin.tensors[1].dtype(), DType::kInt32);
+  EXPECT_EQ(fin.tensors[2].shape(), Shape({kT * kK, c.I}));
+  EXPECT_EQ(fin.tensors[2].dtype(), DType::kBFloat16);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(bytes(fin.tensors[i]), bytes(ref_fin.tensors[i])) << i;
+  EXPECT_EQ(bytes(fin.tensors[1]), bytes(ref_unfin.tensors[2]));  // the same permutation
+  // The delta matters: without it, the weights w1 give other numbers.
+  EXPECT_NE(bytes(fin.tensors[0]), bytes(c.run(r, c.w1, true, std::nullopt)));
+  // Unfinalized: [gemm2_output, expert_weights, expanded_idx_to_permuted_idx, activation].
+  const TrtllmMoeResult unfin = c.run(r, c.w1, false, c.delta);
+  ASSERT_EQ(unfin.tensors.size(), 4u);
+  EXPECT_FALSE(unfin.finalized);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(bytes(unfin.tensors[i]), bytes(ref_unfin.tensors[i])) << i;
+  }
+  EXPECT_EQ(bytes(unfin.tensors[3]), bytes(fin.tensors[2]));
+  // The activation row of each local pair: silu(gate) * up of its GEMM1 row (exact integers).
+  const std::vector<int64_t> idx = ints(fin.tensors[1]);
+  const std::vector<double> act = fin.tensors[2].to_double_vector(), x = c.x.to_double_vector(),
+                            w = c.w1_sum.to_double_vector();
+  for (int64_t i = 0; i < kT * kK; ++i) {
+    const int64_t row = idx[static_cast<std::size_t>(i)];
+    if (row < 0) continue;
+    const int64_t t = i / kK, e = r.ids[static_cast<std::size_t>(i)] - kOff;
+    for (int64_t j = 0; j < c.I; ++j) {
+      const auto [up, gate] = moe_prep::gemm1_halves(x, w, t, e, j, c.H, c.I);
+      EXPECT_NEAR(act[static_cast<std::size_t>(row * c.I + j)], silu(gate) * up,
+                  8e-3 * std::fabs(silu(gate) * up) + 1e-6)
+          << "pair " << i << " column " << j;
+    }
+  }
+  // Rows past the local pairs are zero; a C++ caller cannot take the list as one tensor.
+  for (std::size_t v = static_cast<std::size_t>(5 * c.I); v < act.size(); ++v)
+    ASSERT_EQ(act[v], 0.0);
+  EXPECT_FI_ERROR((void)static_cast<Tensor>(fin), "TrtllmMoeResult", "do_finalize");
+}
+
+// Recorded as upstream returns it (the three-item list), replayed; a recording whose activation
+// rows sit in another order (a GPU's tile padding) replays through its own permutation.
+TEST(TrtllmMoeLoraDelta, ReplayComparesTheActivationThroughEachSidesPermutation) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fi_moe_lora_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Routed r;
+  const LoraCase c(r);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg);
+  (void)c.run(r, c.w1, true, c.delta);
+  recorder::stop();
+  fs::path call;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_directory()) call = e.path();
+  }
+  ASSERT_FALSE(call.empty());
+  replay::Result res = replay::replay_from_dump(call.string());
+  EXPECT_EQ(res.status, replay::Status::kPassed) << res.error << res.note;
+  repermute_outputs(call, false, "result__2", "result__1");
+  res = replay::replay_from_dump(call.string());
+  EXPECT_EQ(res.status, replay::Status::kPassed) << res.error << res.note;
+  EXPECT_NE(res.note.find("through each side's result__1"), std::string::npos) << res.note;
+  repermute_outputs(call, true, "result__2", "result__1");
+  res = replay::replay_from_dump(call.string());
+  EXPECT_EQ(res.status, replay::Status::kMismatch) << res.error;
+  fs::remove_all(dir);
+}
+
+// MxInt4: a delta of zeros on the local pairs (junk on the others, unread) changes nothing, and
+// the lists grow as upstream's; a delta c on the up half enters before the Swiglu: the activation
+// is silu(gate) * (up + c), which two constants pin down against the zero delta's silu(gate) * up.
+TEST(TrtllmMoeLoraDelta, MxInt4AddsTheDeltaBeforeTheSwiglu) {
+  const Routed r;
+  Tensor x = rand_tensor({kT, kH}, DType::kBFloat16, 71, -1.0, 1.0);
+  Tensor w1 = bytes({kLocal, 2 * kI, kH / 2}, 72), w2 = bytes({kLocal, kH, kI / 2}, 73);
+  Tensor s1 = rand_tensor({kLocal, 2 * kI * (kH / 32)}, DType::kBFloat16, 74, 0.01, 0.02);
+  Tensor s2 = rand_tensor({kLocal, kH * (kI / 32)}, DType::kBFloat16, 75, 0.01, 0.02);
+  auto run = [&](bool fin, std::optional<Tensor> d) {
+    return trtllm_mxint4_block_scale_routed_moe(
+        r.packed, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2, kE, kK, std::nullopt,
+        std::nullopt, kI, kOff, kLocal, std::nullopt, 1, fin, std::nullopt, std::move(d));
+  };
+  // up_c on the up half of the local pairs' rows, 0 on the gate half, 77 on non-local pairs.
+  auto delta = [&](double up_c) {
+    std::vector<double> d(static_cast<std::size_t>(kT * kK * 2 * kI), 77.0);
+    for (int64_t i = 0; i < kT * kK; ++i) {
+      const int64_t e = r.ids[static_cast<std::size_t>(i)] - kOff;
+      if (e < 0 || e >= kLocal) continue;
+      for (int64_t j = 0; j < 2 * kI; ++j) {
+        d[static_cast<std::size_t>(i * 2 * kI + j)] = j < kI ? up_c : 0.0;
+      }
+    }
+    return Tensor::from_vector(d, {kT, kK, 2 * kI}, DType::kBFloat16);
+  };
+  const std::vector<Tensor> plain = run(true, std::nullopt), plain_u = run(false, std::nullopt);
+  const std::vector<Tensor> z = run(true, delta(0.0)), zu = run(false, delta(0.0));
+  ASSERT_EQ(z.size(), 3u);
+  ASSERT_EQ(zu.size(), 4u);
+  EXPECT_EQ(bytes(z[0]), bytes(plain[0]));
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(bytes(zu[i]), bytes(plain_u[i])) << i;
+  EXPECT_EQ(bytes(z[1]), bytes(plain_u[2]));
+  EXPECT_EQ(bytes(z[2]), bytes(zu[3]));
+  EXPECT_EQ(z[2].shape(), Shape({kT * kK, kI}));
+  const std::vector<double> a0 = z[2].to_double_vector(),
+                            a1 = run(true, delta(1.0))[2].to_double_vector(),
+                            a2 = run(true, delta(2.0))[2].to_double_vector();
+  int64_t checked = 0;
+  for (std::size_t v = 0; v < a0.size(); ++v) {
+    const double sg = a2[v] - a1[v];  // silu(gate), the step from up + 1 to up + 2
+    if (std::fabs(sg) < 0.05) continue;
+    // silu(gate) * up, from the two shifted rows, against the zero delta's row (bf16 steps).
+    EXPECT_NEAR(a1[v] - sg, a0[v], 2e-2 * (std::fabs(a1[v]) + std::fabs(sg)) + 1e-3) << v;
+    ++checked;
+  }
+  EXPECT_GT(checked, 50);
+}
+
+TEST(TrtllmMoeLoraDelta, BadInputNamesTheArgument) {
+  const Routed r;
+  const LoraCase c(r);
+  const char* op = "trtllm_bf16_routed_moe";
+  EXPECT_FI_ERROR(c.run(r, c.w1, true, c.delta.to(DType::kFloat32)), op, "gemm1_lora_delta");
+  EXPECT_FI_ERROR(c.run(r, c.w1, true, c.delta.slice(0, 0, kT - 1)), op, "gemm1_lora_delta");
+  EXPECT_FI_ERROR(c.run(r, c.w1, true, c.delta.slice(2, 0, c.I)), op, "gemm1_lora_delta");
+  // A non-gated activation (Relu2) has no gate half for the delta's columns.
+  const Tensor w1_relu = c.w1.slice(1, 0, c.I).contiguous();
+  EXPECT_FI_ERROR(
+      trtllm_bf16_routed_moe(r.packed, c.x, w1_relu, c.w2, kE, kK, std::nullopt, std::nullopt, c.I,
+                             kOff, kLocal, std::nullopt, 1, false, WeightLayout::MajorK, true, true,
+                             c.delta, 8192, static_cast<int64_t>(ActivationType::Relu2)),
+      op, "activation_type");
 }
 
 // ---- bad input -----------------------------------------------------------------------------

@@ -114,8 +114,11 @@ WeightLayout weight_layout_from_value(const Value& v, std::string_view op = "Wei
 /// [T, H] output (recorded as `result`); with do_finalize=False the list [gemm2_output (bf16
 /// [T * top_k, H], one unweighted row per local (token, k) pair, permuted), expert_weights
 /// ([T, top_k]), expanded_idx_to_permuted_idx (int32 [T * top_k], -1 for a pair with no local
-/// expert)] (recorded as result__0..2; docs/MOE.md, "do_finalize=False"). Converts to the output
-/// tensor when finalized.
+/// expert)] (recorded as result__0..2; docs/MOE.md, "do_finalize=False"). With a
+/// gemm1_lora_delta (trtllm_bf16_routed_moe) the lists grow as upstream's: [output,
+/// expanded_idx_to_permuted_idx, activation] finalized, the unfinalized list plus the activation
+/// otherwise (the post-activation GEMM1 rows, bf16 [T * top_k, I], permuted as gemm2_output).
+/// Converts to the output tensor when finalized without a delta.
 struct TrtllmMoeResult {
   std::vector<Tensor> tensors;
   bool finalized = true;
@@ -168,9 +171,12 @@ struct MoeTopkIds {
 Value to_value(const MoeTopkIds& t);
 
 /// trtllm_bf16_moe with precomputed routing (`topk_ids`, see MoeTopkIds): the weights are used
-/// as given. Same layouts, limits and refusals as trtllm_bf16_moe; gemm1_lora_delta must be
-/// None. With do_finalize=False and the (ids, weights) form, expert_weights is the caller's
-/// weights tensor itself (upstream returns the borrowed buffer).
+/// as given. Same layouts, limits and refusals as trtllm_bf16_moe. gemm1_lora_delta (vLLM's LoRA
+/// MoE; the CPU reference only): bf16 [T, top_k, 2I] in routing order (up columns, then gate),
+/// added in fp32 to each pair's GEMM1 output before the activation (a gated one); the result
+/// then carries the activation (TrtllmMoeResult). With do_finalize=False and the (ids, weights)
+/// form, expert_weights is the caller's weights tensor itself (upstream returns the borrowed
+/// buffer).
 TrtllmMoeResult trtllm_bf16_routed_moe(
     const MoeTopkIds& topk_ids, const Tensor& hidden_states, const Tensor& gemm1_weights,
     const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k, std::optional<int64_t> n_group,

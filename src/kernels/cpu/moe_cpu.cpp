@@ -225,9 +225,26 @@ void cutlass_moe(const CutlassMoeParams& p) {
         gf[static_cast<size_t>(j)] =
             load_strict(src, g1_dt, j) + (p.b1 ? load_strict(p.b1, p.dtype, e * N1 + j) : 0.0f);
       }
+      if (p.fc1_delta) {
+        // The LoRA delta of the pair, after the bias (upstream's reference order).
+        const int64_t pair = row_pair[static_cast<size_t>(r)];
+        const uint16_t* d =
+            p.fc1_delta + (pair / K) * p.delta_stride_t + (pair % K) * p.delta_stride_k;
+        for (int64_t j = 0; j < N1; ++j) gf[static_cast<size_t>(j)] += bfloat16_bits_to_float(d[j]);
+      }
       moe_activation_row(p, e, gf.data(), hf.data());
       void* dst = hb.get() + static_cast<size_t>(r * I) * es;
       for (int64_t j = 0; j < I; ++j) store_strict(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
+    }
+  }
+  if (p.act_out) {
+    // The activation in the permuted order (the trtllm ops' gemm1_output with a LoRA delta).
+    auto* dst = static_cast<uint8_t*>(p.act_out);
+    std::memcpy(dst, hb.get(), static_cast<size_t>(rows * I) * es);
+    std::memset(dst + static_cast<size_t>(rows * I) * es, 0,
+                static_cast<size_t>((T * K - rows) * I) * es);
+    for (int64_t i = 0; i < T * K; ++i) {
+      p.expanded_to_permuted[i] = static_cast<int32_t>(slot[static_cast<size_t>(i)]);
     }
   }
   for (int64_t e = 0; e < E; ++e) {
@@ -575,20 +592,27 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
   }
 }
 
-void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair) {
-  const int64_t TK = m.num_tokens * m.top_k, H = m.hidden, E = m.num_local_experts;
-  auto* dst = static_cast<uint16_t*>(m.permuted_out);
+void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
+                             int64_t cols, void* out) {
+  const int64_t TK = m.num_tokens * m.top_k, E = m.num_local_experts;
+  auto* dst = static_cast<uint16_t*>(out);
   int64_t row = 0;
   for (int64_t i = 0; i < TK; ++i) m.expanded_to_permuted[i] = -1;
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t i = 0; i < TK; ++i) {
       if (ids[i] - m.expert_offset != e) continue;
       m.expanded_to_permuted[i] = static_cast<int32_t>(row);
-      for (int64_t c = 0; c < H; ++c) dst[row * H + c] = float_to_bfloat16_bits(y_pair[i * H + c]);
+      for (int64_t c = 0; c < cols; ++c) {
+        dst[row * cols + c] = float_to_bfloat16_bits(rows[i * cols + c]);
+      }
       ++row;
     }
   }
-  std::fill(dst + row * H, dst + TK * H, uint16_t{0});
+  std::fill(dst + row * cols, dst + TK * cols, uint16_t{0});
+}
+
+void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair) {
+  moe_store_permuted_rows(m, ids, y_pair, m.hidden, m.permuted_out);
 }
 
 void trtllm_moe(const TrtllmMoeParams& p) {

@@ -22,6 +22,10 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* weights);
 /// top_k] (pair has a local expert): writes m.permuted_out / m.expanded_to_permuted in the
 /// order CutlassMoeParams states. `ids` are the global expert ids of the pairs.
 void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair);
+/// The same for any per-pair rows (fp32 [num_tokens * top_k, cols]) into `out` (bf16, contiguous
+/// [num_tokens * top_k, cols]): the LoRA delta's activation output (CutlassMoeParams::act_out).
+void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
+                             int64_t cols, void* out);
 
 /// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
 /// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the

@@ -271,6 +271,8 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   const size_t sf_es = p.weights == Moe4Weights::kMxint4 ? 2 : 1;
   std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);
   std::vector<char> local(static_cast<size_t>(T * K), 0);
+  // The activation per pair, for the LoRA delta's returned activation (m.act_out).
+  std::vector<float> act_pair(m.act_out ? static_cast<size_t>(T * K * I) : 0, 0.0f);
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int64_t> pairs;
     for (int64_t i = 0; i < T * K; ++i) {
@@ -308,6 +310,14 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
           gv[static_cast<size_t>(j)] = g[j] * scr + (be ? be[j] : 0.0f);
           gv[static_cast<size_t>(I + j)] = g[I + j] * sgr + (be ? be[I + j] : 0.0f);
         }
+        if (m.fc1_delta) {
+          // The pair's LoRA delta, after the scales and the bias (upstream's reference order).
+          const int64_t pair = pairs[static_cast<size_t>(r)];
+          const uint16_t* d =
+              m.fc1_delta + (pair / K) * m.delta_stride_t + (pair % K) * m.delta_stride_k;
+          for (int64_t j = 0; j < N1; ++j)
+            gv[static_cast<size_t>(j)] += bfloat16_bits_to_float(d[j]);
+        }
         moe_activation_row(m, e, gv.data(), hr);
       } else {
         for (int64_t j = 0; j < I; ++j)
@@ -331,6 +341,10 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
     } else {
       quantize_activation(p.act_quant, h, n, I, gs);
     }
+    for (int64_t r = 0; r < n && m.act_out; ++r) {
+      std::copy(h.begin() + r * I, h.begin() + (r + 1) * I,
+                act_pair.begin() + pairs[static_cast<size_t>(r)] * I);
+    }
     const auto* s2 =
         static_cast<const uint8_t*>(p.w2_scale) + static_cast<size_t>(e * H * (I / vec)) * sf_es;
     const std::vector<float> w2e =
@@ -348,6 +362,7 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       }
     }
   }
+  if (m.act_out) moe_store_permuted_rows(m, ids.data(), act_pair.data(), I, m.act_out);
   if (m.permuted_out) {  // do_finalize=False: the unweighted rows, permuted
     moe_store_permuted(m, ids.data(), y.data());
     return;
