@@ -654,6 +654,8 @@ AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor
       q_len = std::max<int64_t>(q_len, qo_indptr[b + 1] - qo_indptr[b]);
     }
     if (x.max_q_len) {
+      FLASHINFER_CHECK(*x.max_q_len > 0 && *x.max_q_len <= query.size(0), op, "max_q_len",
+                       "must be in [1, total_q=", query.size(0), "], got ", *x.max_q_len);
       FLASHINFER_CHECK(*x.max_q_len >= q_len, op, "max_q_len", "is ", *x.max_q_len,
                        " but a request has ", q_len, " queries");
     }
@@ -745,6 +747,8 @@ AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor
   };
   // A query row as a request of its own: its keys, no mask.
   auto add_row_request = [&](const std::vector<int32_t>& ids, int64_t len) {
+    FLASHINFER_CHECK(s.kv_indices.size() + ids.size() <= std::numeric_limits<int32_t>::max(), op,
+                     "block_tables", "the call's keys take more than 2^31 - 1 page ids");
     s.kv_indices.insert(s.kv_indices.end(), ids.begin(), ids.end());
     s.kv_indptr.push_back(static_cast<int32_t>(s.kv_indices.size()));
     s.kv_lens.push_back(static_cast<int32_t>(len));
@@ -806,6 +810,8 @@ AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor
     }
     FLASHINFER_CHECK(L <= 1 || len >= L, op, "seq_lens", "request ", b, " has ", len,
                      " tokens, fewer than its ", L, " queries");
+    FLASHINFER_CHECK(s.kv_indices.size() + ids.size() <= std::numeric_limits<int32_t>::max(), op,
+                     "block_tables", "the call's keys take more than 2^31 - 1 page ids");
     s.kv_indices.insert(s.kv_indices.end(), ids.begin(), ids.end());
     s.kv_indptr.push_back(static_cast<int32_t>(s.kv_indices.size()));
     s.kv_lens.push_back(static_cast<int32_t>(len));
@@ -841,6 +847,9 @@ AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor
     api::check_defined(*x.lse, op, "lse");
     if (!ragged && x.lse->dim() == 3) {
       api::check_shape_eq(*x.lse, Shape{batch, q_len, H}, op, "lse");
+      FLASHINFER_CHECK(
+          x.lse->is_contiguous(), op, "lse",
+          "a [batch, q_len, H] buffer must be contiguous (it is written as [rows, H])");
       r.lse = x.lse->view({rows, H});
     } else {
       r.lse = *x.lse;
@@ -1229,8 +1238,12 @@ AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
         const bool want_lse = return_lse || lse.has_value();
         unsupported(want_lse && backend == "xqa", "return_lse",
                     "the xqa backend returns no LSE (as upstream's)");
-        unsupported(want_lse && cum_seq_lens_q && backend == "trtllm-gen", "return_lse",
-                    "trtllm-gen returns no LSE with cum_seq_lens_q (as upstream's)");
+        unsupported(cum_seq_lens_q && backend == "xqa", "cum_seq_lens_q",
+                    "the xqa backend takes one query a request (as upstream's)");
+        // Ragged queries with an LSE: upstream's trtllm-gen refuses them, and its cute-dsl (where
+        // "auto" sends them) takes no sparse call.
+        unsupported(want_lse && cum_seq_lens_q && (backend == "trtllm-gen" || sparse_mla_top_k > 0),
+                    "return_lse", "trtllm-gen returns no LSE with cum_seq_lens_q (as upstream's)");
         x.lse = lse;
         x.return_lse = return_lse;
         x.lse_base_e = backend == "cute-dsl" || enable_dcp || (cum_seq_lens_q && backend == "auto");

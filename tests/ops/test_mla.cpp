@@ -1016,6 +1016,29 @@ TEST(TrtllmMlaDecode, OptionalPartsBadInput) {
   x.return_lse = true;
   x.backend = "xqa";
   EXPECT_FI_ERROR_CODE(run(x, l.block_tables), op, "return_lse", ErrorCode::kUnsupported);
+  TrtllmMlaArgs xr;
+  xr.backend = "xqa";
+  xr.cu_q = int_tensor({0, 2, 3});
+  EXPECT_FI_ERROR_CODE(trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, xr), op, "cum_seq_lens_q",
+                       ErrorCode::kUnsupported);
+  for (int64_t bad : {0, 4}) {  // outside [1, total_q = 3]
+    TrtllmMlaArgs mq;
+    mq.cu_q = int_tensor({0, 2, 3});
+    mq.max_q_len = bad;
+    EXPECT_FI_ERROR(trtllm_mla(q3, l.kv, l.block_tables, l.kv_lens, 8, mq), op, "max_q_len");
+  }
+  // Sparse ragged queries with an LSE: no upstream backend computes them.
+  TrtllmMlaArgs sr;
+  sr.top_k = 4;
+  sr.cu_q = int_tensor({0, 2, 3});
+  sr.return_lse = true;
+  EXPECT_FI_ERROR_CODE(trtllm_mla(q3, l.kv, Tensor::zeros({3, 4}, DType::kInt32), l.kv_lens, 8, sr),
+                       op, "return_lse", ErrorCode::kUnsupported);
+  // A [batch, q_len, H] LSE buffer is written as [rows, H]: a strided one is refused.
+  TrtllmMlaArgs ls;
+  ls.return_lse = true;
+  ls.lse = Tensor::zeros({2, 2, 1}, DType::kFloat32).transpose(0, 2);
+  EXPECT_FI_ERROR(run(ls, l.block_tables), op, "lse");
   // Context parallelism.
   TrtllmMlaArgs d;
   d.dcp = true;

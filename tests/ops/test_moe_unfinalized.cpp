@@ -287,20 +287,26 @@ TEST(TrtllmMoeUnfinalized, Fp4Mxfp4Bf16) {
   check_unfinalized(run(false), fin[0], r.ids, kOff, kLocal, kH);
 }
 
-TEST(TrtllmMoeUnfinalized, MxInt4) {
-  const Routed r;
+// An MxInt4 MoE of random packed weights and bf16 scales (the routed op, packed routing).
+struct MxInt4Case {
   Tensor x = rand_tensor({kT, kH}, DType::kBFloat16, 71, -1.0, 1.0);
   Tensor w1 = bytes({kLocal, 2 * kI, kH / 2}, 72), w2 = bytes({kLocal, kH, kI / 2}, 73);
-  Tensor s1 = rand_tensor({kLocal, 2 * kI * (kH / 32)}, DType::kBFloat16, 74, 0.01, 0.02);
-  Tensor s2 = rand_tensor({kLocal, kH * (kI / 32)}, DType::kBFloat16, 75, 0.01, 0.02);
-  auto run = [&](bool fin) {
+  Tensor s1 = rand_tensor({kLocal, 2 * kI*(kH / 32)}, DType::kBFloat16, 74, 0.01, 0.02);
+  Tensor s2 = rand_tensor({kLocal, kH*(kI / 32)}, DType::kBFloat16, 75, 0.01, 0.02);
+  std::vector<Tensor> run(const Routed& r, bool fin,
+                          std::optional<Tensor> lora = std::nullopt) const {
     return trtllm_mxint4_block_scale_routed_moe(
         r.packed, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2, kE, kK, std::nullopt,
-        std::nullopt, kI, kOff, kLocal, std::nullopt, 1, fin);
-  };
-  const std::vector<Tensor> fin = run(true);
+        std::nullopt, kI, kOff, kLocal, std::nullopt, 1, fin, std::nullopt, std::move(lora));
+  }
+};
+
+TEST(TrtllmMoeUnfinalized, MxInt4) {
+  const Routed r;
+  const MxInt4Case c;
+  const std::vector<Tensor> fin = c.run(r, true);
   ASSERT_EQ(fin.size(), 1u);
-  check_unfinalized(run(false), fin[0], r.ids, kOff, kLocal, kH);
+  check_unfinalized(c.run(r, false), fin[0], r.ids, kOff, kLocal, kH);
 }
 
 // ---- record / replay ---------------------------------------------------------------------------
@@ -584,23 +590,16 @@ TEST(TrtllmMoeLoraDelta, ReplayComparesTheActivationThroughEachSidesPermutation)
 // is silu(gate) * (up + c), which two constants pin down against the zero delta's silu(gate) * up.
 TEST(TrtllmMoeLoraDelta, MxInt4AddsTheDeltaBeforeTheSwiglu) {
   const Routed r;
-  Tensor x = rand_tensor({kT, kH}, DType::kBFloat16, 71, -1.0, 1.0);
-  Tensor w1 = bytes({kLocal, 2 * kI, kH / 2}, 72), w2 = bytes({kLocal, kH, kI / 2}, 73);
-  Tensor s1 = rand_tensor({kLocal, 2 * kI * (kH / 32)}, DType::kBFloat16, 74, 0.01, 0.02);
-  Tensor s2 = rand_tensor({kLocal, kH * (kI / 32)}, DType::kBFloat16, 75, 0.01, 0.02);
-  auto run = [&](bool fin, std::optional<Tensor> d) {
-    return trtllm_mxint4_block_scale_routed_moe(
-        r.packed, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2, kE, kK, std::nullopt,
-        std::nullopt, kI, kOff, kLocal, std::nullopt, 1, fin, std::nullopt, std::move(d));
-  };
-  // up_c on the up half of the local pairs' rows, 0 on the gate half, 77 on non-local pairs.
-  auto delta = [&](double up_c) {
+  const MxInt4Case c;
+  auto run = [&](bool fin, std::optional<Tensor> d) { return c.run(r, fin, std::move(d)); };
+  // up_c on the up half of the local pairs' rows, gate_c on the gate half, 77 on non-local pairs.
+  auto delta = [&](double up_c, double gate_c = 0.0) {
     std::vector<double> d(static_cast<std::size_t>(kT * kK * 2 * kI), 77.0);
     for (int64_t i = 0; i < kT * kK; ++i) {
       const int64_t e = r.ids[static_cast<std::size_t>(i)] - kOff;
       if (e < 0 || e >= kLocal) continue;
       for (int64_t j = 0; j < 2 * kI; ++j) {
-        d[static_cast<std::size_t>(i * 2 * kI + j)] = j < kI ? up_c : 0.0;
+        d[static_cast<std::size_t>(i * 2 * kI + j)] = j < kI ? up_c : gate_c;
       }
     }
     return Tensor::from_vector(d, {kT, kK, 2 * kI}, DType::kBFloat16);
@@ -626,6 +625,18 @@ TEST(TrtllmMoeLoraDelta, MxInt4AddsTheDeltaBeforeTheSwiglu) {
     ++checked;
   }
   EXPECT_GT(checked, 50);
+  // A gate shifted by -40 closes the Swiglu: silu(gate - 40) * up is 0 to bf16's range (after
+  // the activation the shift would remain), and the output moves with the delta.
+  const std::vector<Tensor> shut = run(true, delta(0.0, -40.0));
+  const std::vector<int64_t> idx = ints(shut[1]);
+  const std::vector<double> as = shut[2].to_double_vector();
+  for (int64_t i = 0; i < kT * kK; ++i) {
+    const int64_t row = idx[static_cast<std::size_t>(i)];
+    for (int64_t j = 0; j < kI && row >= 0; ++j) {
+      ASSERT_LT(std::fabs(as[static_cast<std::size_t>(row * kI + j)]), 1e-12) << i << " " << j;
+    }
+  }
+  EXPECT_NE(bytes(shut[0]), bytes(plain[0]));
 }
 
 TEST(TrtllmMoeLoraDelta, BadInputNamesTheArgument) {

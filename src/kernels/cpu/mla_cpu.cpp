@@ -66,7 +66,8 @@ void mla_attention(const MlaAttentionParams& p) {
       const int64_t end = p.causal ? std::clamp<int64_t>(pos + 1, 0, kv_len) : kv_len;
       for (int64_t h = 0; h < H; ++h) {
         load_f32(p.q_nope, p.q_dtype, row * p.qn_stride_n + h * p.qn_stride_h, dc, &qn[h * dc]);
-        load_f32(p.q_pe, p.q_dtype, row * p.qp_stride_n + h * p.qp_stride_h, dk, &qp[h * dk]);
+        load_f32(p.q_pe, p.q_dtype, row * p.qp_stride_n + h * p.qp_stride_h, dk,
+                 qp.data() + h * dk);
       }
       s.assign(static_cast<std::size_t>(H * std::max<int64_t>(end, 1)), 0.0f);
       std::fill(m.begin(), m.end(), kNegInf);
@@ -82,7 +83,7 @@ void mla_attention(const MlaAttentionParams& p) {
                  kpe.data());
         for (int64_t h = 0; h < H; ++h) {
           const float x = p.sm_scale * (p.ckv_scale * dot(&qn[h * dc], ckv.data(), dc) +
-                                        p.kpe_scale * dot(&qp[h * dk], kpe.data(), dk));
+                                        p.kpe_scale * dot(qp.data() + h * dk, kpe.data(), dk));
           s[h * end + t] = x;
           m[h] = std::max(m[h], x);
         }

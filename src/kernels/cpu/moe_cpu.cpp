@@ -155,6 +155,9 @@ void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, f
 
 void cutlass_moe(const CutlassMoeParams& p) {
   const int64_t T = p.num_tokens, K = p.top_k, H = p.hidden, I = p.inter;
+  FLASHINFER_CHECK(!(p.act_out || p.permuted_out) || p.expanded_to_permuted != nullptr,
+                   "cutlass_moe", "expanded_to_permuted",
+                   "host-side bug: permuted outputs without their map");
   const int64_t N1 = moe_act_is_gated(p.act) ? 2 * I : I;
   const int64_t E = p.num_local_experts;
   const size_t es = dtype_size(p.dtype), oes = dtype_size(p.out_dtype);
@@ -237,16 +240,20 @@ void cutlass_moe(const CutlassMoeParams& p) {
       for (int64_t j = 0; j < I; ++j) store_strict(dst, p.dtype, j, hf[static_cast<size_t>(j)]);
     }
   }
-  if (p.act_out) {
-    // The activation in the permuted order (the trtllm ops' gemm1_output with a LoRA delta).
-    auto* dst = static_cast<uint8_t*>(p.act_out);
-    std::memcpy(dst, hb.get(), static_cast<size_t>(rows * I) * es);
-    std::memset(dst + static_cast<size_t>(rows * I) * es, 0,
-                static_cast<size_t>((T * K - rows) * I) * es);
+  // The grouped order above is the permuted order (experts ascending, pairs ascending within an
+  // expert): `rows` rows of `bytes` bytes from `src`, the rest of the T * K rows zeroed, and the
+  // map of each pair to its row.
+  auto store_permuted = [&](void* out, const uint8_t* src, size_t bytes) {
+    auto* dst = static_cast<uint8_t*>(out);
+    std::memcpy(dst, src, static_cast<size_t>(rows) * bytes);
+    std::memset(dst + static_cast<size_t>(rows) * bytes, 0,
+                static_cast<size_t>(T * K - rows) * bytes);
     for (int64_t i = 0; i < T * K; ++i) {
       p.expanded_to_permuted[i] = static_cast<int32_t>(slot[static_cast<size_t>(i)]);
     }
-  }
+  };
+  // The activation (the trtllm ops' gemm1_output with a LoRA delta).
+  if (p.act_out) store_permuted(p.act_out, hb.get(), static_cast<size_t>(I) * es);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = count[static_cast<size_t>(e)], n = count[static_cast<size_t>(e + 1)] - r0;
     if (n == 0) continue;
@@ -256,15 +263,8 @@ void cutlass_moe(const CutlassMoeParams& p) {
   }
 
   if (p.permuted_out) {
-    // do_finalize=False: the grouped order above is the permuted order (experts ascending, pairs
-    // ascending within an expert); `y` is already bf16 (the trtllm ops' out_dtype).
-    auto* dst = static_cast<uint8_t*>(p.permuted_out);
-    std::memcpy(dst, y.get(), static_cast<size_t>(rows * H) * oes);
-    std::memset(dst + static_cast<size_t>(rows * H) * oes, 0,
-                static_cast<size_t>((T * K - rows) * H) * oes);
-    for (int64_t i = 0; i < T * K; ++i) {
-      p.expanded_to_permuted[i] = static_cast<int32_t>(slot[static_cast<size_t>(i)]);
-    }
+    // do_finalize=False: `y` is already bf16 (the trtllm ops' out_dtype).
+    store_permuted(p.permuted_out, y.get(), static_cast<size_t>(H) * oes);
     return;
   }
 
@@ -595,6 +595,8 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
 void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
                              int64_t cols, void* out) {
   const int64_t TK = m.num_tokens * m.top_k, E = m.num_local_experts;
+  FLASHINFER_CHECK(m.expanded_to_permuted != nullptr, "trtllm_moe", "expanded_to_permuted",
+                   "host-side bug: permuted rows without their map");
   auto* dst = static_cast<uint16_t*>(out);
   int64_t row = 0;
   for (int64_t i = 0; i < TK; ++i) m.expanded_to_permuted[i] = -1;
