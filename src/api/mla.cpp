@@ -939,7 +939,12 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
                               "the profiler is not supported");
         s.num_heads = to_i32(num_heads, op, "num_heads");
         s.dim_ckv = to_i32(head_dim_ckv, op, "head_dim_ckv");
-        s.dim_kpe = to_i32(head_dim_kpe, op, "head_dim_kpe");
+        // head_dim_kpe 0: a NoPE model's MLA (vLLM's SM90 sparse backend; upstream's fa3 kernel
+        // takes it since its NoPE change). The CPU reference; refused by name on a GPU.
+        s.dim_kpe = to_i32(head_dim_kpe, op, "head_dim_kpe", 0);
+        FLASHINFER_CHECK_CODE(s.dim_kpe > 0 || !s.device.is_cuda(), ErrorCode::kUnsupported, op,
+                              "head_dim_kpe",
+                              "0 (a NoPE model's MLA) runs on the CPU reference only here");
         s.page_size = to_i32(page_size, op, "page_size");
         FLASHINFER_CHECK(std::isfinite(sm_scale), op, "sm_scale", "must be finite, got ", sm_scale);
         api::check_q_dtype(q_data_type, op, "q_data_type");

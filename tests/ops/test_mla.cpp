@@ -257,6 +257,10 @@ TEST(BatchMLAPagedAttention, MatchesFp64FormulaOverGrid) {
       {DType::kBFloat16, DType::kFloat8E4M3FN, 512, 64, 2, false, {2, 1}, {5, 8}},
       {DType::kFloat16, DType::kFloat16, 32, 16, 5, false, {4, 2, 1, 3}, {11, 0, 3, 13}},
       {DType::kFloat32, DType::kFloat32, 24, 8, 2, true, {3, 3}, {3, 7}},
+      // NoPE models' MLA (head_dim_kpe 0) at page size 1, as vLLM's SM90 sparse backend plans
+      // it: a row per query token, one with no query and no key.
+      {DType::kBFloat16, DType::kBFloat16, 64, 0, 1, false, {1, 1, 0, 1}, {5, 9, 0, 3}},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 64, 0, 1, false, {1, 1}, {4, 6}},
   };
   int idx = 0;
   for (const GridCase& c : cases) {
@@ -1507,6 +1511,19 @@ TEST(MlaCuda, TrtllmDecodeLseAndRaggedQueriesMatchCpu) {
   EXPECT_FI_ERROR_CODE(
       trtllm_mla(q.to(gpu), l.kv.to(gpu), l.block_tables.to(gpu), l.kv_lens.to(gpu), 1200, dcp), op,
       "enable_dcp", ErrorCode::kUnsupported);
+}
+
+// A NoPE model's MLA (head_dim_kpe 0) has no CUDA kernel here: plan refuses it by name on a
+// GPU, so a replay there falls back to the CPU reference. Compiled, not run.
+TEST(MlaCuda, NoPeKpeIsRefusedByNameOnTheGpu) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  Latent l = make_latent({4, 7}, 1, 64, 0, DType::kBFloat16, 1);
+  BatchMLAPagedAttentionWrapper w(workspace().to(gpu));
+  EXPECT_FI_ERROR_CODE(
+      w.plan(int_tensor({0, 1, 2}).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
+             l.kv_lens.to(gpu), 2, 64, 0, 1, false, 0.1, DType::kBFloat16, DType::kBFloat16),
+      "BatchMLAPagedAttentionWrapper.plan", "head_dim_kpe", ErrorCode::kUnsupported);
 }
 
 // On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): a grid
