@@ -177,7 +177,8 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                                Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                                const std::optional<Tensor>& beta,
                                const std::optional<Tensor>& limit,
-                               std::optional<int64_t> num_fused_shared_experts = std::nullopt) {
+                               std::optional<int64_t> num_fused_shared_experts = std::nullopt,
+                               const std::optional<Tensor>& lora_delta = std::nullopt) {
   Fp8Common c = common;
   if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
@@ -194,6 +195,8 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                      "routing without groups takes topk_group <= 1, got ",
                      c.topk_group.value_or(0));
   }
+  api::refuse_if(lora_delta && qtype == Fp8QuantizationType::MxFp8, op, "gemm1_lora_delta",
+                 "the LoRA delta of GEMM1 is implemented for DeepSeekFp8 (not MxFp8) here");
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
@@ -249,6 +252,34 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   p.base.moe.swiglu_limit = api::per_expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
+  if (lora_delta) {
+    // gemm1_lora_delta (vLLM's LoRA experts; upstream's trtllm-gen, Blackwell only): bf16
+    // [T, top_k, 2I] in routing order, added to GEMM1's output before the activation; the list
+    // then also holds expanded_idx_to_permuted_idx (finalized) and the activation as GEMM2
+    // reads it, e4m3 codes (uint8; their per-128 scales are not returned, as upstream's).
+    const Tensor& d = *lora_delta;
+    api::check_defined(d, op, "gemm1_lora_delta");
+    FLASHINFER_CHECK_CODE(hidden.device().is_cpu(), ErrorCode::kUnsupported, op, "gemm1_lora_delta",
+                          "the LoRA delta of GEMM1 runs on the CPU reference only here");
+    FLASHINFER_CHECK(gated, op, "activation_type",
+                     "gemm1_lora_delta needs a gated activation, got ", c.activation_type);
+    api::check_dtype_in(d, {DType::kBFloat16}, op, "gemm1_lora_delta");
+    api::check_shape_eq(d, {T, c.top_k, N1}, op, "gemm1_lora_delta");
+    api::check_same_device(d, hidden, op, "gemm1_lora_delta", "hidden_states");
+    api::check_last_stride_one(d, op, "gemm1_lora_delta");
+    kernels::CutlassMoeParams& m = p.base.moe;
+    m.fc1_delta = static_cast<const uint16_t*>(d.data_ptr());
+    m.delta_stride_t = d.stride(0);
+    m.delta_stride_k = d.stride(1);
+    Tensor act = Tensor::empty({T * c.top_k, I}, DType::kUInt8, hidden.device());
+    m.act_out = act.data_ptr();
+    if (do_finalize) {
+      Tensor idx = Tensor::empty({T * c.top_k}, DType::kInt32, hidden.device());
+      m.expanded_to_permuted = idx.data<int32_t>();
+      res.tensors.push_back(idx);
+    }
+    res.tensors.push_back(act);
+  }
   api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return res;
 }
@@ -371,8 +402,6 @@ TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
   return call_op<&trtllm_fp8_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_routed_moe";
-        api::refuse_if(gemm1_lora_delta.has_value(), op, "gemm1_lora_delta",
-                       "the LoRA delta of GEMM1 is not implemented");
         const std::optional<Tensor> no_replay;
         const Fp8Common c{op,
                           &topk_ids,
@@ -395,7 +424,7 @@ TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
         return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
                               gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
                               weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
-                              gemm1_beta, gemm1_clamp_limit);
+                              gemm1_beta, gemm1_clamp_limit, std::nullopt, gemm1_lora_delta);
       },
       topk_ids, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,

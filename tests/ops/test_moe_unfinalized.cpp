@@ -454,31 +454,31 @@ TEST(TrtllmMoeUnfinalized, ReplayFailsWhenTheLocalPairsDiffer) {
 // Small integers throughout, so every GEMM1 value is exact: a LoRA delta x . dW1[e] per pair
 // then gives, bit for bit, the op over the weights w1 + dW1 (upstream's reference adds the delta
 // to GEMM1's fp32 output before the activation). Non-local pairs' delta rows hold junk, unread.
-struct LoraCase {
-  int64_t H = 64, I = 32;
-  Tensor x, w1, dw1, w1_sum, w2, delta;
-  explicit LoraCase(const Routed& r) {
-    auto ints_tensor = [](Shape shape, int64_t lo, int64_t hi, uint32_t seed) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      std::vector<double> v(static_cast<std::size_t>(n));
-      uint32_t st = seed;
-      for (double& e : v) {
-        st = st * 1664525u + 1013904223u;
-        e = static_cast<double>(
-            lo + static_cast<int64_t>((st >> 8) % static_cast<uint32_t>(hi - lo + 1)));
-      }
-      return Tensor::from_vector(v, shape, DType::kBFloat16);
-    };
-    x = ints_tensor({kT, H}, -2, 2, 1);
-    w1 = ints_tensor({kLocal, 2 * I, H}, -1, 1, 2);
-    dw1 = ints_tensor({kLocal, 2 * I, H}, -1, 1, 3);
-    w2 = ints_tensor({kLocal, H, I}, -1, 1, 4);
+// Integers in [lo, hi] (a fixed LCG), exact in every dtype used here.
+Tensor int_valued(Shape shape, int64_t lo, int64_t hi, uint32_t seed, DType dt) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  uint32_t st = seed;
+  for (double& e : v) {
+    st = st * 1664525u + 1013904223u;
+    e = static_cast<double>(lo +
+                            static_cast<int64_t>((st >> 8) % static_cast<uint32_t>(hi - lo + 1)));
+  }
+  return Tensor::from_vector(v, shape, dt);
+}
+
+// The LoRA side of the integer trick: dW1 [local, 2I, H], w1 + dW1, and each local pair's delta
+// row x[t] . dW1[e] (junk on the non-local pairs' rows, which are never read).
+struct LoraDelta {
+  Tensor dw1, w1_sum, delta;
+  LoraDelta(const Routed& r, const Tensor& x, const Tensor& w1, int64_t H, int64_t I, DType dt) {
+    dw1 = int_valued({kLocal, 2 * I, H}, -1, 1, 3, dt);
     const std::vector<double> a = w1.to_double_vector(), b = dw1.to_double_vector();
     std::vector<double> sum(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
-    w1_sum = Tensor::from_vector(sum, w1.shape(), DType::kBFloat16);
-    std::vector<double> d(static_cast<std::size_t>(kT * kK * 2 * I), 77.0);  // junk: non-local
+    w1_sum = Tensor::from_vector(sum, w1.shape(), dt);
+    std::vector<double> d(static_cast<std::size_t>(kT * kK * 2 * I), 77.0);
     const std::vector<double> xv = x.to_double_vector();
     for (int64_t t = 0; t < kT; ++t) {
       for (int64_t k = 0; k < kK; ++k) {
@@ -495,6 +495,20 @@ struct LoraCase {
       }
     }
     delta = Tensor::from_vector(d, {kT, kK, 2 * I}, DType::kBFloat16);
+  }
+};
+
+struct LoraCase {
+  int64_t H = 64, I = 32;
+  Tensor x, w1, dw1, w1_sum, w2, delta;
+  explicit LoraCase(const Routed& r) {
+    x = int_valued({kT, H}, -2, 2, 1, DType::kBFloat16);
+    w1 = int_valued({kLocal, 2 * I, H}, -1, 1, 2, DType::kBFloat16);
+    w2 = int_valued({kLocal, H, I}, -1, 1, 4, DType::kBFloat16);
+    const LoraDelta l(r, x, w1, H, I, DType::kBFloat16);
+    dw1 = l.dw1;
+    w1_sum = l.w1_sum;
+    delta = l.delta;
   }
   TrtllmMoeResult run(const Routed& r, const Tensor& weights1, bool fin,
                       std::optional<Tensor> lora) const {
@@ -640,6 +654,42 @@ TEST(TrtllmMoeLoraDelta, MxInt4AddsTheDeltaBeforeTheSwiglu) {
     }
   }
   EXPECT_NE(bytes(shut[0]), bytes(plain[0]));
+}
+
+// DeepSeek FP8 (block scales 1, integer-valued e4m3 operands, so GEMM1 is exact): the delta is
+// bit for bit the op over w1 + dW1; the returned activation is GEMM2's e4m3 input codes (uint8,
+// as upstream's; their per-128 scales are not returned). MxFp8 still refuses the delta.
+TEST(TrtllmMoeLoraDelta, DeepSeekFp8IsTheOpOverTheSummedWeights) {
+  const Routed r;
+  const Tensor x = int_valued({kT, kH}, -2, 2, 11, DType::kFloat8E4M3FN);
+  const Tensor w1 = int_valued({kLocal, 2 * kI, kH}, -1, 1, 12, DType::kFloat8E4M3FN);
+  const Tensor w2 = int_valued({kLocal, kH, kI}, -1, 1, 14, DType::kFloat8E4M3FN);
+  const LoraDelta l(r, x, w1, kH, kI, DType::kFloat8E4M3FN);
+  const Tensor xs = Tensor::full({kH / 128, kT}, 1.0, DType::kFloat32);
+  const Tensor s1 = Tensor::full({kLocal, 2 * kI / 128, kH / 128}, 1.0, DType::kFloat32);
+  const Tensor s2 = Tensor::full({kLocal, kH / 128, kI / 128}, 1.0, DType::kFloat32);
+  auto run = [&](const Tensor& weights1, bool fin, std::optional<Tensor> d,
+                 Fp8QuantizationType q = Fp8QuantizationType::DeepSeekFp8) {
+    return trtllm_fp8_block_scale_routed_moe(r.packed, std::nullopt, x, xs, weights1, s1, w2, s2,
+                                             kE, kK, std::nullopt, std::nullopt, kI, kOff, kLocal,
+                                             std::nullopt, 1, false, WeightLayout::MajorK, fin,
+                                             std::nullopt, std::move(d), std::nullopt, 8192, q);
+  };
+  const Tensor zero = Tensor::zeros({kT, kK, 2 * kI}, DType::kBFloat16);
+  const TrtllmMoeResult ref = run(l.w1_sum, true, zero), got = run(w1, true, l.delta);
+  ASSERT_EQ(got.tensors.size(), 3u);
+  EXPECT_EQ(got.tensors[2].dtype(), DType::kUInt8);
+  EXPECT_EQ(got.tensors[2].shape(), Shape({kT * kK, kI}));
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(bytes(got.tensors[i]), bytes(ref.tensors[i])) << i;
+  EXPECT_EQ(bytes(ref.tensors[0]), bytes(run(l.w1_sum, true, std::nullopt).tensors[0]));
+  EXPECT_NE(bytes(got.tensors[0]), bytes(run(w1, true, std::nullopt).tensors[0]));
+  const TrtllmMoeResult unfin = run(w1, false, l.delta);
+  ASSERT_EQ(unfin.tensors.size(), 4u);
+  EXPECT_EQ(bytes(unfin.tensors[3]), bytes(got.tensors[2]));
+  EXPECT_EQ(bytes(unfin.tensors[2]), bytes(got.tensors[1]));
+  EXPECT_FI_ERROR_CODE(run(w1, true, l.delta, Fp8QuantizationType::MxFp8),
+                       "trtllm_fp8_block_scale_routed_moe", "gemm1_lora_delta",
+                       ErrorCode::kUnsupported);
 }
 
 TEST(TrtllmMoeLoraDelta, BadInputNamesTheArgument) {

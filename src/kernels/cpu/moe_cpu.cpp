@@ -592,25 +592,48 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
   }
 }
 
-void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
-                             int64_t cols, void* out) {
+namespace {
+
+// The permuted order of the trtllm ops (local experts ascending, pairs ascending within one):
+// writes m.expanded_to_permuted (-1 for a pair with no local expert) and calls put(pair, row)
+// for each local pair. Returns the number of rows.
+template <class Put>
+int64_t permute_pairs(const CutlassMoeParams& m, const int32_t* ids, Put put) {
   const int64_t TK = m.num_tokens * m.top_k, E = m.num_local_experts;
   FLASHINFER_CHECK(m.expanded_to_permuted != nullptr, "trtllm_moe", "expanded_to_permuted",
                    "host-side bug: permuted rows without their map");
-  auto* dst = static_cast<uint16_t*>(out);
   int64_t row = 0;
   for (int64_t i = 0; i < TK; ++i) m.expanded_to_permuted[i] = -1;
   for (int64_t e = 0; e < E; ++e) {
     for (int64_t i = 0; i < TK; ++i) {
       if (ids[i] - m.expert_offset != e) continue;
       m.expanded_to_permuted[i] = static_cast<int32_t>(row);
-      for (int64_t c = 0; c < cols; ++c) {
-        dst[row * cols + c] = float_to_bfloat16_bits(rows[i * cols + c]);
-      }
-      ++row;
+      put(i, row++);
     }
   }
-  std::fill(dst + row * cols, dst + TK * cols, uint16_t{0});
+  return row;
+}
+
+}  // namespace
+
+void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
+                             int64_t cols, void* out) {
+  auto* dst = static_cast<uint16_t*>(out);
+  const int64_t n = permute_pairs(m, ids, [&](int64_t pair, int64_t row) {
+    for (int64_t c = 0; c < cols; ++c) {
+      dst[row * cols + c] = float_to_bfloat16_bits(rows[pair * cols + c]);
+    }
+  });
+  std::fill(dst + n * cols, dst + m.num_tokens * m.top_k * cols, uint16_t{0});
+}
+
+void moe_store_permuted_bytes(const CutlassMoeParams& m, const int32_t* ids, const uint8_t* rows,
+                              int64_t row_bytes, void* out) {
+  auto* dst = static_cast<uint8_t*>(out);
+  const int64_t n = permute_pairs(m, ids, [&](int64_t pair, int64_t row) {
+    std::memcpy(dst + row * row_bytes, rows + pair * row_bytes, static_cast<size_t>(row_bytes));
+  });
+  std::fill(dst + n * row_bytes, dst + m.num_tokens * m.top_k * row_bytes, uint8_t{0});
 }
 
 void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const float* y_pair) {

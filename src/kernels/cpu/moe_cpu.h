@@ -26,6 +26,9 @@ void moe_store_permuted(const CutlassMoeParams& m, const int32_t* ids, const flo
 /// [num_tokens * top_k, cols]): the LoRA delta's activation output (CutlassMoeParams::act_out).
 void moe_store_permuted_rows(const CutlassMoeParams& m, const int32_t* ids, const float* rows,
                              int64_t cols, void* out);
+/// The same for rows of bytes kept as they are (fp8 codes: the FP8 ops' activation).
+void moe_store_permuted_bytes(const CutlassMoeParams& m, const int32_t* ids, const uint8_t* rows,
+                              int64_t row_bytes, void* out);
 
 /// The activation of one GEMM1 output row (exposed for tests): `g1` holds [gemm1_n] fp32 values
 /// (up half first, then gate, for gated activations), `h` receives [inter] values. `e` is the

@@ -19,14 +19,17 @@ float bf16_round(float v) { return bfloat16_bits_to_float(float_to_bfloat16_bits
 // DeepSeek FP8's activation kernel hands GEMM2 an e4m3 activation with one fp32 scale per
 // (row, 128 columns): scale = max(amax / 448, FLT_MIN), q = e4m3(h / scale), RNE and satfinite
 // (docs/MOE.md "FP8 block scale"). h becomes the dequantized q * scale that GEMM2 reads.
-void fp8_quantize_per_128(float* h, int64_t n) {
+// `codes`, when given, receives the e4m3 codes (the activation a LoRA delta's caller gets back).
+void fp8_quantize_per_128(float* h, int64_t n, uint8_t* codes = nullptr) {
   for (int64_t b = 0; b < n; b += 128) {
     const int64_t end = std::min(n, b + 128);
     float amax = 0.0f;
     for (int64_t j = b; j < end; ++j) amax = std::max(amax, std::fabs(h[j]));
     const float scale = std::max(amax / 448.0f, std::numeric_limits<float>::min());
     for (int64_t j = b; j < end; ++j) {
-      h[j] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(h[j] / scale, /*saturate=*/true)) * scale;
+      const uint8_t q = float_to_e4m3fn_bits(h[j] / scale, /*saturate=*/true);
+      if (codes) codes[j] = q;
+      h[j] = e4m3fn_bits_to_float(q) * scale;
     }
   }
 }
@@ -77,6 +80,8 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
   // local expert.
   std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);
   std::vector<char> local(static_cast<size_t>(T * K), 0);
+  // The activation's e4m3 codes per pair, for a LoRA delta's returned activation (m.act_out).
+  std::vector<uint8_t> act_codes(m.act_out ? static_cast<size_t>(T * K * I) : 0, 0);
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int64_t> pairs;
     for (int64_t i = 0; i < T * K; ++i) {
@@ -107,9 +112,16 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       const float* g = g1.data() + r * N1;
       float* hr = h.data() + r * I;
       if (p.block_scale) {
-        for (int64_t j = 0; j < N1; ++j) gv[static_cast<size_t>(j)] = g[j] * rw;
+        // The pair's LoRA delta joins GEMM1's output before the routing scale (upstream's
+        // reference order: bias, delta, routing scale, activation).
+        const uint16_t* d = m.fc1_delta ? m.fc1_delta + (pair / K) * m.delta_stride_t +
+                                              (pair % K) * m.delta_stride_k
+                                        : nullptr;
+        for (int64_t j = 0; j < N1; ++j) {
+          gv[static_cast<size_t>(j)] = (g[j] + (d ? bfloat16_bits_to_float(d[j]) : 0.0f)) * rw;
+        }
         moe_activation_row(m, e, gv.data(), hr);
-        fp8_quantize_per_128(hr, I);
+        fp8_quantize_per_128(hr, I, m.act_out ? act_codes.data() + pair * I : nullptr);
       } else {
         const float sg = p.out1_gate_scale[e], sc = p.out1_scale[e];
         if (gated) {
@@ -141,6 +153,7 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       }
     }
   }
+  if (m.act_out) moe_store_permuted_bytes(m, ids.data(), act_codes.data(), I, m.act_out);
   if (m.permuted_out) {  // do_finalize=False: the unweighted rows, permuted
     moe_store_permuted(m, ids.data(), y.data());
     return;
