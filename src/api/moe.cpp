@@ -779,30 +779,10 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p, routed, hidden, op, on_cuda);
   if (lora_delta) {
-    // gemm1_lora_delta (vLLM's LoRA MoE; upstream's trtllm-gen, Blackwell only): bf16
-    // [T, top_k, gemm1_n] in routing order, added to GEMM1's output after its bias. Upstream then
-    // also returns expanded_idx_to_permuted_idx (finalized) and the permuted activation.
-    const Tensor& d = *lora_delta;
-    api::check_defined(d, op, "gemm1_lora_delta");
-    FLASHINFER_CHECK_CODE(!on_cuda, ErrorCode::kUnsupported, op, "gemm1_lora_delta",
-                          "the LoRA delta of GEMM1 runs on the CPU reference only here");
-    FLASHINFER_CHECK(N1 != inter, op, "activation_type",
-                     "gemm1_lora_delta needs a gated activation, got ", activation_type);
-    api::check_dtype_in(d, {DType::kBFloat16}, op, "gemm1_lora_delta");
-    api::check_shape_eq(d, {T, top_k, N1}, op, "gemm1_lora_delta");
-    api::check_same_device(d, hidden, op, "gemm1_lora_delta", "hidden_states");
-    moe_check_unit_last_stride(d, op, "gemm1_lora_delta");
-    m.fc1_delta = static_cast<const uint16_t*>(d.data_ptr());
-    m.delta_stride_t = d.stride(0);
-    m.delta_stride_k = d.stride(1);
-    Tensor act = Tensor::empty({T * top_k, inter}, DType::kBFloat16, hidden.device());
-    m.act_out = act.data_ptr();
-    if (do_finalize) {
-      Tensor idx = Tensor::empty({T * top_k}, DType::kInt32, hidden.device());
-      m.expanded_to_permuted = idx.data<int32_t>();
-      res.tensors.push_back(idx);
-    }
-    res.tensors.push_back(act);
+    // gemm1_lora_delta (vLLM's LoRA MoE; upstream's trtllm-gen, Blackwell only): added to GEMM1's
+    // output before the activation; the list grows by the map and the bf16 activation.
+    api::bind_lora_delta(m, *lora_delta, hidden, N1 != inter, do_finalize, DType::kBFloat16, op,
+                         res.tensors);
   }
   // The CUDA kernel takes its scratch from the stream's (kernels/cuda/stream_scratch.h).
   api::launch(kTrtllmMoeKernels, bp, hidden.device(), op, "hidden_states", enable_pdl);

@@ -364,26 +364,9 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   std::vector<Tensor> res{out};
   if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
   if (a.lora_delta && *a.lora_delta) {
-    // gemm1_lora_delta (vLLM's LoRA MoE): bf16 [T, top_k, 2I] in routing order, added to GEMM1's
-    // output before the Swiglu; the list then also holds expanded_idx_to_permuted_idx
-    // (finalized) and the bf16 activation, permuted (docs/MOE.md, "gemm1_lora_delta").
-    const Tensor& d = **a.lora_delta;
-    api::check_defined(d, op, "gemm1_lora_delta");
-    api::check_dtype_in(d, {DType::kBFloat16}, op, "gemm1_lora_delta");
-    api::check_shape_eq(d, {T, rc.top_k, 2 * I}, op, "gemm1_lora_delta");
-    api::check_same_device(d, hidden, op, "gemm1_lora_delta", "hidden_states");
-    api::check_last_stride_one(d, op, "gemm1_lora_delta");
-    m.fc1_delta = static_cast<const uint16_t*>(d.data_ptr());
-    m.delta_stride_t = d.stride(0);
-    m.delta_stride_k = d.stride(1);
-    Tensor act = Tensor::empty({T * rc.top_k, I}, DType::kBFloat16, hidden.device());
-    m.act_out = act.data_ptr();
-    if (a.do_finalize) {
-      Tensor idx = Tensor::empty({T * rc.top_k}, DType::kInt32, hidden.device());
-      m.expanded_to_permuted = idx.data<int32_t>();
-      res.push_back(idx);
-    }
-    res.push_back(act);
+    // gemm1_lora_delta (vLLM's LoRA MoE): added to GEMM1's output before the Swiglu; the list
+    // grows by the map (finalized) and the bf16 activation, permuted.
+    api::bind_lora_delta(m, **a.lora_delta, hidden, true, a.do_finalize, DType::kBFloat16, op, res);
   }
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return res;

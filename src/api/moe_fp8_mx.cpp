@@ -161,6 +161,12 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   p.w2_scale = s2p.data_ptr();
   TrtllmMoeResult res{{out}, a.do_finalize};
   if (!a.do_finalize) res.tensors = bind_unfinalized(p.base, rc.routed, hidden, op);
+  if (a.lora_delta && *a.lora_delta) {
+    // gemm1_lora_delta: the activation returned as GEMM2 reads it, MXFP8 e4m3 codes (their
+    // ue8m0 scales are not returned, as upstream's).
+    bind_lora_delta(p.base.moe, **a.lora_delta, hidden, gated, a.do_finalize, DType::kUInt8, op,
+                    res.tensors);
+  }
   launch(kMxFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return res;
 }

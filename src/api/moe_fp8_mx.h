@@ -22,6 +22,7 @@ struct MoeMxFp8Args {
   const std::optional<Tensor>*alpha, *beta, *limit;
   const std::optional<Tensor>* output;
   bool do_finalize;
+  const std::optional<Tensor>* lora_delta = nullptr;  // the routed op's gemm1_lora_delta
 };
 
 // Checks the arguments (naming the one at fault), undoes upstream's weight preparation on the

@@ -195,14 +195,12 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                      "routing without groups takes topk_group <= 1, got ",
                      c.topk_group.value_or(0));
   }
-  api::refuse_if(lora_delta && qtype == Fp8QuantizationType::MxFp8, op, "gemm1_lora_delta",
-                 "the LoRA delta of GEMM1 is implemented for DeepSeekFp8 (not MxFp8) here");
   if (qtype == Fp8QuantizationType::MxFp8) {
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
          c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
         {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
-         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize},
+         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize, &lora_delta},
         S);
   }
   api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
@@ -253,32 +251,11 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
   if (lora_delta) {
-    // gemm1_lora_delta (vLLM's LoRA experts; upstream's trtllm-gen, Blackwell only): bf16
-    // [T, top_k, 2I] in routing order, added to GEMM1's output before the activation; the list
-    // then also holds expanded_idx_to_permuted_idx (finalized) and the activation as GEMM2
-    // reads it, e4m3 codes (uint8; their per-128 scales are not returned, as upstream's).
-    const Tensor& d = *lora_delta;
-    api::check_defined(d, op, "gemm1_lora_delta");
-    FLASHINFER_CHECK_CODE(hidden.device().is_cpu(), ErrorCode::kUnsupported, op, "gemm1_lora_delta",
-                          "the LoRA delta of GEMM1 runs on the CPU reference only here");
-    FLASHINFER_CHECK(gated, op, "activation_type",
-                     "gemm1_lora_delta needs a gated activation, got ", c.activation_type);
-    api::check_dtype_in(d, {DType::kBFloat16}, op, "gemm1_lora_delta");
-    api::check_shape_eq(d, {T, c.top_k, N1}, op, "gemm1_lora_delta");
-    api::check_same_device(d, hidden, op, "gemm1_lora_delta", "hidden_states");
-    api::check_last_stride_one(d, op, "gemm1_lora_delta");
-    kernels::CutlassMoeParams& m = p.base.moe;
-    m.fc1_delta = static_cast<const uint16_t*>(d.data_ptr());
-    m.delta_stride_t = d.stride(0);
-    m.delta_stride_k = d.stride(1);
-    Tensor act = Tensor::empty({T * c.top_k, I}, DType::kUInt8, hidden.device());
-    m.act_out = act.data_ptr();
-    if (do_finalize) {
-      Tensor idx = Tensor::empty({T * c.top_k}, DType::kInt32, hidden.device());
-      m.expanded_to_permuted = idx.data<int32_t>();
-      res.tensors.push_back(idx);
-    }
-    res.tensors.push_back(act);
+    // gemm1_lora_delta (vLLM's LoRA experts; upstream's trtllm-gen, Blackwell only): added to
+    // GEMM1's output before the activation; the list grows by the map and the activation as
+    // GEMM2 reads it, e4m3 codes (their per-128 scales are not returned, as upstream's).
+    api::bind_lora_delta(p.base.moe, *lora_delta, hidden, gated, do_finalize, DType::kUInt8, op,
+                         res.tensors);
   }
   api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
   return res;

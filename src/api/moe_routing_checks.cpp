@@ -162,6 +162,31 @@ std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkI
   return {gemm2, weights, idx};
 }
 
+void bind_lora_delta(kernels::CutlassMoeParams& m, const Tensor& delta, const Tensor& hidden,
+                     bool gated, bool do_finalize, DType act_dtype, const char* op,
+                     std::vector<Tensor>& tensors) {
+  const int64_t T = m.num_tokens, K = m.top_k, I = m.inter;
+  check_defined(delta, op, "gemm1_lora_delta");
+  FLASHINFER_CHECK_CODE(hidden.device().is_cpu(), ErrorCode::kUnsupported, op, "gemm1_lora_delta",
+                        "the LoRA delta of GEMM1 runs on the CPU reference only here");
+  FLASHINFER_CHECK(gated, op, "activation_type", "gemm1_lora_delta needs a gated activation");
+  check_dtype_in(delta, {DType::kBFloat16}, op, "gemm1_lora_delta");
+  check_shape_eq(delta, {T, K, 2 * I}, op, "gemm1_lora_delta");
+  check_same_device(delta, hidden, op, "gemm1_lora_delta", "hidden_states");
+  check_last_stride_one(delta, op, "gemm1_lora_delta");
+  m.fc1_delta = static_cast<const uint16_t*>(delta.data_ptr());
+  m.delta_stride_t = delta.stride(0);
+  m.delta_stride_k = delta.stride(1);
+  Tensor act = Tensor::empty({T * K, I}, act_dtype, hidden.device());
+  m.act_out = act.data_ptr();
+  if (do_finalize) {
+    Tensor idx = Tensor::empty({T * K}, DType::kInt32, hidden.device());
+    m.expanded_to_permuted = idx.data<int32_t>();
+    tensors.push_back(idx);
+  }
+  tensors.push_back(act);
+}
+
 int64_t check_fused_shared(const char* op, std::optional<int64_t> num_fused_shared_experts,
                            int64_t method, std::optional<int64_t> n_group, int64_t offset,
                            int64_t local_num, int64_t num_experts, ErrorCode ep_code) {

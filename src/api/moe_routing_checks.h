@@ -58,6 +58,15 @@ std::vector<Tensor> bind_unfinalized(kernels::TrtllmMoeParams& b, const MoeTopkI
                                      const Tensor& hidden, const char* op,
                                      bool cuda_kernel = false);
 
+/// gemm1_lora_delta of the trtllm routed ops (docs/MOE.md, "gemm1_lora_delta"): checks `delta`
+/// (bf16 [T, top_k, 2I], last stride 1, on the CPU: on a GPU kUnsupported naming it; a gated
+/// activation required), points `m` at it and appends to `tensors` upstream's extra results:
+/// expanded_idx_to_permuted_idx when finalized (int32 [T * top_k]) and the permuted activation
+/// ([T * top_k, I] of `act_dtype`: bf16, or uint8 fp8 codes). `m`'s sizes must be set.
+void bind_lora_delta(kernels::CutlassMoeParams& m, const Tensor& delta, const Tensor& hidden,
+                     bool gated, bool do_finalize, DType act_dtype, const char* op,
+                     std::vector<Tensor>& tensors);
+
 /// num_fused_shared_experts (docs/MOE.md, "Fused shared experts"): raises unless S == 0 or
 /// the routing is DeepSeekV3 from logits with n_group > 1 and no expert parallelism (offset 0,
 /// local_num == num_experts; `ep_code` is the error code of that rule: upstream's MoE launchers

@@ -656,9 +656,44 @@ TEST(TrtllmMoeLoraDelta, MxInt4AddsTheDeltaBeforeTheSwiglu) {
   EXPECT_NE(bytes(shut[0]), bytes(plain[0]));
 }
 
+// The returned fp8 activation codes: the local pairs' rows mostly nonzero, the rest zero.
+void expect_codes_in_local_rows(const TrtllmMoeResult& r) {
+  const std::vector<int64_t> idx = ints(r.tensors[1]);
+  const auto local = static_cast<std::size_t>(
+      std::count_if(idx.begin(), idx.end(), [](int64_t v) { return v >= 0; }));
+  const std::vector<uint8_t> c = bytes(r.tensors[2]);
+  const std::size_t I = c.size() / idx.size();
+  ASSERT_GT(local, 0u);
+  const auto nonzero = static_cast<std::size_t>(
+      std::count_if(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(local * I),
+                    [](uint8_t v) { return v != 0; }));
+  EXPECT_GT(nonzero, local * I / 2);
+  EXPECT_TRUE(std::all_of(c.begin() + static_cast<std::ptrdiff_t>(local * I), c.end(),
+                          [](uint8_t v) { return v == 0; }));
+}
+
+// The FP8 forms' delta against the op over the summed weights: the finalized list bit for bit
+// (codes included), the output moved by the delta, the unfinalized list's activation and map.
+template <class Run>
+void check_fp8_lora_delta(const Run& run, const Tensor& w1, const LoraDelta& l) {
+  const Tensor zero = Tensor::zeros({kT, kK, 2 * kI}, DType::kBFloat16);
+  const TrtllmMoeResult ref = run(l.w1_sum, true, zero), got = run(w1, true, l.delta);
+  ASSERT_EQ(got.tensors.size(), 3u);
+  EXPECT_EQ(got.tensors[2].dtype(), DType::kUInt8);
+  EXPECT_EQ(got.tensors[2].shape(), Shape({kT * kK, kI}));
+  expect_codes_in_local_rows(got);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(bytes(got.tensors[i]), bytes(ref.tensors[i])) << i;
+  EXPECT_EQ(bytes(ref.tensors[0]), bytes(run(l.w1_sum, true, std::nullopt).tensors[0]));
+  EXPECT_NE(bytes(got.tensors[0]), bytes(run(w1, true, std::nullopt).tensors[0]));
+  const TrtllmMoeResult unfin = run(w1, false, l.delta);
+  ASSERT_EQ(unfin.tensors.size(), 4u);
+  EXPECT_EQ(bytes(unfin.tensors[3]), bytes(got.tensors[2]));
+  EXPECT_EQ(bytes(unfin.tensors[2]), bytes(got.tensors[1]));
+}
+
 // DeepSeek FP8 (block scales 1, integer-valued e4m3 operands, so GEMM1 is exact): the delta is
 // bit for bit the op over w1 + dW1; the returned activation is GEMM2's e4m3 input codes (uint8,
-// as upstream's; their per-128 scales are not returned). MxFp8 still refuses the delta.
+// as upstream's; their per-128 scales are not returned).
 TEST(TrtllmMoeLoraDelta, DeepSeekFp8IsTheOpOverTheSummedWeights) {
   const Routed r;
   const Tensor x = int_valued({kT, kH}, -2, 2, 11, DType::kFloat8E4M3FN);
@@ -675,21 +710,27 @@ TEST(TrtllmMoeLoraDelta, DeepSeekFp8IsTheOpOverTheSummedWeights) {
                                              std::nullopt, 1, false, WeightLayout::MajorK, fin,
                                              std::nullopt, std::move(d), std::nullopt, 8192, q);
   };
-  const Tensor zero = Tensor::zeros({kT, kK, 2 * kI}, DType::kBFloat16);
-  const TrtllmMoeResult ref = run(l.w1_sum, true, zero), got = run(w1, true, l.delta);
-  ASSERT_EQ(got.tensors.size(), 3u);
-  EXPECT_EQ(got.tensors[2].dtype(), DType::kUInt8);
-  EXPECT_EQ(got.tensors[2].shape(), Shape({kT * kK, kI}));
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(bytes(got.tensors[i]), bytes(ref.tensors[i])) << i;
-  EXPECT_EQ(bytes(ref.tensors[0]), bytes(run(l.w1_sum, true, std::nullopt).tensors[0]));
-  EXPECT_NE(bytes(got.tensors[0]), bytes(run(w1, true, std::nullopt).tensors[0]));
-  const TrtllmMoeResult unfin = run(w1, false, l.delta);
-  ASSERT_EQ(unfin.tensors.size(), 4u);
-  EXPECT_EQ(bytes(unfin.tensors[3]), bytes(got.tensors[2]));
-  EXPECT_EQ(bytes(unfin.tensors[2]), bytes(got.tensors[1]));
-  EXPECT_FI_ERROR_CODE(run(w1, true, l.delta, Fp8QuantizationType::MxFp8),
-                       "trtllm_fp8_block_scale_routed_moe", "gemm1_lora_delta",
-                       ErrorCode::kUnsupported);
+  check_fp8_lora_delta(run, w1, l);
+}
+
+// MxFp8 (ue8m0 scales of 1, integer-valued e4m3 operands): the same, the activation returned as
+// its MXFP8 e4m3 codes.
+TEST(TrtllmMoeLoraDelta, MxFp8IsTheOpOverTheSummedWeights) {
+  const Routed r;
+  const Tensor x = int_valued({kT, kH}, -2, 2, 21, DType::kFloat8E4M3FN);
+  const Tensor w1 = int_valued({kLocal, 2 * kI, kH}, -1, 1, 22, DType::kFloat8E4M3FN);
+  const Tensor w2 = int_valued({kLocal, kH, kI}, -1, 1, 24, DType::kFloat8E4M3FN);
+  const LoraDelta l(r, x, w1, kH, kI, DType::kFloat8E4M3FN);
+  const Tensor xs = Tensor::full({kT, kH / 32}, 127, DType::kUInt8);
+  const Tensor s1 = Tensor::full({kLocal, 2 * kI, kH / 32}, 127, DType::kUInt8);
+  const Tensor s2 = Tensor::full({kLocal, kH, kI / 32}, 127, DType::kUInt8);
+  auto run = [&](const Tensor& weights1, bool fin, std::optional<Tensor> d) {
+    return trtllm_fp8_block_scale_routed_moe(
+        r.packed, std::nullopt, x, xs, weights1, s1, w2, s2, kE, kK, std::nullopt, std::nullopt, kI,
+        kOff, kLocal, std::nullopt, 1, false, WeightLayout::MajorK, fin, std::nullopt, std::move(d),
+        std::nullopt, 8192, Fp8QuantizationType::MxFp8);
+  };
+  check_fp8_lora_delta(run, w1, l);
 }
 
 TEST(TrtllmMoeLoraDelta, BadInputNamesTheArgument) {

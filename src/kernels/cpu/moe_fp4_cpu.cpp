@@ -156,7 +156,10 @@ float nvfp4_per_token_qdq(float* v, int64_t n, float gs_inv) {
 
 // Quantizes and dequantizes the activation rows [n, I] in place, as GEMM2 reads them; `gs` is
 // the NVFP4 global scale.
-void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs) {
+// `codes`, when given for an MXFP8 activation, receives its e4m3 codes ([n, I]: the activation a
+// LoRA delta's caller gets back).
+void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64_t I, float gs,
+                         uint8_t* codes = nullptr) {
   if (q == Moe4ActQuant::kNone) return;
   if (q == Moe4ActQuant::kNvfp4KeepScale || q == Moe4ActQuant::kNvfp4KeepScaleBf16) {
     if (q == Moe4ActQuant::kNvfp4KeepScaleBf16) {
@@ -211,6 +214,7 @@ void quantize_activation(Moe4ActQuant q, std::vector<float>& h, int64_t n, int64
   mp.sf_size = static_cast<int64_t>(sf.size());
   mp.layout = SfLayoutCode::kLinear;
   mxfp8_quantize(mp);
+  if (codes) std::copy(q8.begin(), q8.end(), codes);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < I; ++c) {
       h[static_cast<size_t>(r * I + c)] =
@@ -271,8 +275,11 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   const size_t sf_es = p.weights == Moe4Weights::kMxint4 ? 2 : 1;
   std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);
   std::vector<char> local(static_cast<size_t>(T * K), 0);
-  // The activation per pair, for the LoRA delta's returned activation (m.act_out).
-  std::vector<float> act_pair(m.act_out ? static_cast<size_t>(T * K * I) : 0, 0.0f);
+  // The activation per pair, for the LoRA delta's returned activation (m.act_out): bf16 values,
+  // or an MXFP8 activation's e4m3 codes.
+  const bool act_codes = p.act_quant == Moe4ActQuant::kMxfp8;
+  std::vector<float> act_pair(m.act_out && !act_codes ? static_cast<size_t>(T * K * I) : 0, 0.0f);
+  std::vector<uint8_t> act_code_pair(m.act_out && act_codes ? static_cast<size_t>(T * K * I) : 0);
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int64_t> pairs;
     for (int64_t i = 0; i < T * K; ++i) {
@@ -339,9 +346,14 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
         row_pts[static_cast<size_t>(r)] = nvfp4_per_token_qdq(hr, I, gs);
       }
     } else {
-      quantize_activation(p.act_quant, h, n, I, gs);
+      std::vector<uint8_t> codes(m.act_out && act_codes ? static_cast<size_t>(n * I) : 0);
+      quantize_activation(p.act_quant, h, n, I, gs, codes.empty() ? nullptr : codes.data());
+      for (int64_t r = 0; r < n && !codes.empty(); ++r) {
+        std::copy(codes.begin() + r * I, codes.begin() + (r + 1) * I,
+                  act_code_pair.begin() + pairs[static_cast<size_t>(r)] * I);
+      }
     }
-    for (int64_t r = 0; r < n && m.act_out; ++r) {
+    for (int64_t r = 0; r < n && m.act_out && !act_codes; ++r) {
       std::copy(h.begin() + r * I, h.begin() + (r + 1) * I,
                 act_pair.begin() + pairs[static_cast<size_t>(r)] * I);
     }
@@ -362,7 +374,11 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       }
     }
   }
-  if (m.act_out) moe_store_permuted_rows(m, ids.data(), act_pair.data(), I, m.act_out);
+  if (m.act_out && act_codes) {
+    moe_store_permuted_bytes(m, ids.data(), act_code_pair.data(), I, m.act_out);
+  } else if (m.act_out) {
+    moe_store_permuted_rows(m, ids.data(), act_pair.data(), I, m.act_out);
+  }
   if (m.permuted_out) {  // do_finalize=False: the unweighted rows, permuted
     moe_store_permuted(m, ids.data(), y.data());
     return;
