@@ -43,6 +43,14 @@ struct MlaWrapperState {
   DType q_dtype = DType::kBFloat16, kv_dtype = DType::kBFloat16;
   std::vector<int32_t> qo_indptr, kv_indptr, kv_indices, kv_lens;
   int64_t max_page_id = -1;
+  // BatchMLAPagedAttentionWrapper reads its page ids when it runs, as upstream's kernels read the
+  // caller's kv_indices tensor then (engines write new ids into it after plan): live_indices is
+  // that tensor, plan's kv_indices where it is on the wrapper's device, under use_cuda_graph the
+  // constructor's buffer (graph_indices_buf), which plan copies into. Undefined: the ids plan
+  // copied (kv_indices above; a host tensor on a CUDA wrapper, as upstream's .to(device) copies).
+  // CPU: run() reads and checks them; CUDA: the kernels read them, after a guard kernel
+  // (kernels/mla_page_guard.h) has refused, with NaN rows, each request with a bad id.
+  Tensor graph_indices_buf, live_indices;
   // The index arrays on the device a CUDA run uses: qo_indptr, kv_indptr, kv_lens, row_req, the
   // largest kv_lens entry (one int) and kv_indices, at the offsets dev_off (kv_indices last).
   // Uploaded by the wrappers' plan() on a CUDA device, else by the first run (the trtllm / xqa
@@ -306,7 +314,9 @@ void upload_indices(detail::MlaWrapperState& s, Device dev) {
   append(3, s.kv_indices);
   all.push_back(0);  // never empty
   const auto n = static_cast<int64_t>(all.size());
-  const int64_t capacity = graph_mode(s) ? s.dev_off[3] + s.graph_indices_cap + 1 : n;
+  // Live ids are read from the caller's tensor: no room for them here.
+  const int64_t room = s.live_indices.defined() ? 0 : s.graph_indices_cap;
+  const int64_t capacity = graph_mode(s) ? s.dev_off[3] + room + 1 : n;
   Tensor h = Tensor::empty({n}, DType::kInt32);
   std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
   if (!s.dev_ints.defined() || s.dev_ints.device() != dev || s.dev_ints.numel() < n) {
@@ -328,7 +338,7 @@ void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_a
     return;
   }
   const int64_t rows = s.qo_indptr.back();
-  const auto pages = static_cast<int64_t>(s.kv_indices.size());
+  const int64_t pages = s.kv_indptr.back();
   // The first plan's values, fixed only once it is accepted (a refused first plan fixes nothing).
   const bool first = s.graph_batch < 0;
   const int64_t cap =
@@ -371,6 +381,56 @@ void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_a
   upload_indices(s, s.device);
 }
 
+// CPU: the ids run() reads from live_indices, checked where the kernel reads them (each request's
+// first ceil(kv_len / page_size), for requests with query rows): no negative id; the largest
+// goes to max_page_id, which run_mla checks against the cache.
+void read_live_page_ids(detail::MlaWrapperState& s, const char* op) {
+  const int64_t n = s.kv_indptr.back();
+  const Tensor h = s.live_indices.slice(0, 0, n).contiguous();
+  const auto* ids = n > 0 ? h.data<const int32_t>() : nullptr;
+  s.kv_indices.assign(ids, ids + n);
+  s.max_page_id = -1;
+  for (int32_t b = 0; b < s.batch; ++b) {
+    if (s.qo_indptr[b + 1] == s.qo_indptr[b]) continue;
+    const int64_t pages = (int64_t{s.kv_lens[b]} + s.page_size - 1) / s.page_size;
+    for (int64_t i = s.kv_indptr[b]; i < s.kv_indptr[b] + pages; ++i) {
+      FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, "kv_indices", "page id ", s.kv_indices[i], " at ",
+                       i, " is negative (the ids are read when the call runs)");
+      s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+    }
+  }
+}
+
+// plan()'s choice of the tensor run() reads the page ids from (detail::MlaWrapperState,
+// live_indices): under use_cuda_graph the constructor's buffer, into which plan then copies its
+// ids as upstream's does (copy_plan_page_ids); else plan's kv_indices where it lives on the
+// wrapper's device. Undefined: plan copies the ids (a host tensor on a CUDA wrapper; the
+// CUDA-graph mode without a buffer).
+Tensor live_page_ids(detail::MlaWrapperState& s, const Tensor& kv_indices, int64_t n,
+                     const char* op) {
+  if (s.use_cuda_graph) {
+    Tensor& buf = s.graph_indices_buf;
+    if (!buf.defined()) return {};
+    // Upstream copies the whole tensor into the buffer's prefix.
+    FLASHINFER_CHECK(std::max(n, kv_indices.numel()) <= buf.numel(), op, "kv_indices", "has ",
+                     kv_indices.numel(), " elements; under use_cuda_graph a plan copies them into ",
+                     "the constructor's kv_indices buffer, of ", buf.numel());
+    return buf;
+  }
+  if (kv_indices.device() == s.device && kv_indices.is_contiguous()) return kv_indices;
+  return {};
+}
+
+// The end of an accepted plan under use_cuda_graph: its ids into the constructor's buffer, as
+// upstream's plan copies them. vLLM passes the buffer itself (or its prefix): nothing to copy.
+void copy_plan_page_ids(const detail::MlaWrapperState& s, const Tensor& kv_indices) {
+  const int64_t n = kv_indices.numel();
+  if (!s.use_cuda_graph || !s.live_indices.defined() || n == 0) return;
+  if (kv_indices.data_ptr() == s.live_indices.data_ptr()) return;
+  Tensor dst = s.live_indices.slice(0, 0, n);
+  dst.copy_(kv_indices);
+}
+
 AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   const char* op = r.op;
   const int64_t rows = s.qo_indptr.back();
@@ -391,6 +451,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   FLASHINFER_CHECK(r.kpe.size(0) == r.ckv.size(0) && r.kpe.size(1) == r.ckv.size(1), op, r.kpe_arg,
                    "must have ckv's [pages, page_size] = [", r.ckv.size(0), ", ", r.ckv.size(1),
                    "], got ", shape_to_string(r.kpe.shape()));
+  if (s.live_indices.defined() && !s.device.is_cuda()) read_live_page_ids(s, op);
   FLASHINFER_CHECK(s.max_page_id < r.ckv.size(0), op, r.ckv_arg, "has ", r.ckv.size(0),
                    " pages but the page table refers to page ", s.max_page_id);
   // Only a run being captured: a replay reads the cache of its capture, whatever eager runs read
@@ -502,6 +563,12 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
       p.kv_lens = base + s.dev_off[2];
       p.kv_indices = base + s.dev_off[3];
       p.row_req = base + s.dev_off[4];
+      if (s.live_indices.defined()) {
+        // The caller's ids, checked on the device by the guard kernel the launcher runs first.
+        p.kv_indices = s.live_indices.numel() > 0 ? s.live_indices.data<const int32_t>() : nullptr;
+        p.guard_row_req = s.dev_ints.data<int32_t>() + s.dev_off[4];
+        p.guard_pages = r.ckv.size(0);
+      }
       if (s.block_plan) {
         // The plan on the device: its kernel fills the arrays above (and the NaN rows of the
         // requests it refuses) before the MLA kernels read them.
@@ -916,6 +983,12 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
         // buffer's size bounds every plan's pages (plan_upload), the others are not needed.
         if (use_cuda_graph && kv_indices && kv_indices->defined()) {
           s_->graph_indices_cap = kv_indices->numel();
+          // The buffer run() reads the page ids from (live_page_ids), where the kernels can.
+          const Tensor& buf = *kv_indices;
+          if (buf.device() == s_->device && buf.dtype() == DType::kInt32 && buf.dim() == 1 &&
+              buf.is_contiguous()) {
+            s_->graph_indices_buf = buf;
+          }
         }
       },
       *this, float_workspace_buffer, use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr,
@@ -958,17 +1031,11 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
         const auto batch = static_cast<int64_t>(s.qo_indptr.size()) - 1;
         s.kv_indptr = api::index_to_host(kv_indptr, op, "kv_indptr", batch + 1);
         api::check_indptr(s.kv_indptr, op, "kv_indptr");
-        const std::vector<int32_t> idx = api::index_to_host(kv_indices, op, "kv_indices");
-        FLASHINFER_CHECK(static_cast<int64_t>(idx.size()) >= s.kv_indptr.back(), op, "kv_indices",
-                         "has ", idx.size(), " elements but kv_indptr ends at ",
+        api::check_index_tensor(kv_indices, op, "kv_indices");
+        FLASHINFER_CHECK(kv_indices.numel() >= s.kv_indptr.back(), op, "kv_indices", "has ",
+                         kv_indices.numel(), " elements but kv_indptr ends at ",
                          s.kv_indptr.back());
-        s.kv_indices.assign(idx.begin(), idx.begin() + s.kv_indptr.back());
-        s.max_page_id = -1;
-        for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
-          FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, "kv_indices", "page id ", s.kv_indices[i],
-                           " at ", i, " is negative");
-          s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
-        }
+
         s.kv_lens = api::index_to_host(kv_len_arr, op, "kv_len_arr", batch);
         for (int64_t b = 0; b < batch; ++b) {
           const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
@@ -980,14 +1047,31 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
                            " has ", qo_len, " queries but only ", s.kv_lens[b],
                            " tokens (causal queries are the request's last tokens)");
         }
+        // kv_indices may live elsewhere: upstream reads the others on the host and moves
+        // kv_indices to the device (vLLM's SM90 sparse backend passes host indptrs and lengths
+        // with its device buffer of page ids).
         for (const auto& [t, arg] :
-             {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_indices, "kv_indices"},
-              std::pair{&kv_len_arr, "kv_len_arr"}}) {
+             {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_len_arr, "kv_len_arr"}}) {
           api::check_same_device(*t, qo_indptr, op, arg, "qo_indptr");
         }
         s.batch = static_cast<int32_t>(batch);
+        // The ids: read when the call runs (upstream's kernels read the tensor then), or copied
+        // here.
+        s.live_indices = live_page_ids(s, kv_indices, s.kv_indptr.back(), op);
+        s.kv_indices.clear();
+        s.max_page_id = -1;
+        if (!s.live_indices.defined()) {
+          const std::vector<int32_t> idx = api::index_to_host(kv_indices, op, "kv_indices");
+          s.kv_indices.assign(idx.begin(), idx.begin() + s.kv_indptr.back());
+          for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
+            FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, "kv_indices", "page id ", s.kv_indices[i],
+                             " at ", i, " is negative");
+            s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+          }
+        }
         s.dev_ints_current = false;
         plan_upload(s, op, "qo_indptr", "kv_indices");
+        copy_plan_page_ids(s, kv_indices);
         s.planned = true;
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,

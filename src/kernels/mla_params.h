@@ -62,6 +62,13 @@ struct MlaAttentionParams {
   // [rows] request of each query row (device memory; the CUDA backend only); -1: a row of a
   // request the device-side plan refused (kernels/block_table_plan.h), which the kernels skip.
   const int32_t* row_req = nullptr;
+  // Page ids read when the call runs from the caller's tensor (BatchMLAPagedAttentionWrapper:
+  // kernels/mla_page_guard.h; CUDA only): before the MLA kernels a guard kernel checks each
+  // request's ids against guard_pages, the cache's pages, and rewrites row_req through this
+  // pointer (the same array), -1 and NaN rows for a request with a bad id. Null: no guard (the
+  // host checked the ids at plan).
+  int32_t* guard_row_req = nullptr;
+  int64_t guard_pages = 0;
 };
 
 /// append_paged_mla_kv_cache: row i goes to request batch_indices[i], position positions[i]

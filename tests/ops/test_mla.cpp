@@ -21,6 +21,7 @@
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "kernels/mla_page_guard.h"
 #include "ops/attention_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -43,6 +44,12 @@ std::vector<uint8_t> bytes_of(const Tensor& t) {
 }
 
 Tensor workspace() { return Tensor::zeros({1 << 12}, DType::kUInt8); }
+
+std::vector<int32_t> ints_of(const Tensor& t) {
+  std::vector<int32_t> v;
+  for (double x : t.to(Device::cpu()).to_double_vector()) v.push_back(static_cast<int32_t>(x));
+  return v;
+}
 
 // ---- concat_mla_k -------------------------------------------------------------------------
 
@@ -345,6 +352,146 @@ TEST(BatchMLAPagedAttention, OutAndLseBuffersAreWritten) {
   EXPECT_EQ(r.out.data_ptr(), out.data_ptr());
   EXPECT_TRUE(testing::all_close(out, ref.out, {0.0, 0.0}));
   EXPECT_TRUE(testing::all_close(lse, ref.lse, {0.0, 0.0}));
+}
+
+// Upstream's run reads the page ids from the caller's tensor when it runs (plan keeps it, or
+// under use_cuda_graph copies into the constructor's buffer): vLLM's SM90 sparse MLA backend plans
+// with its buffer, then writes the step's ids into it inside the captured forward. Here run()
+// reads them then too; each result is, bit for bit, a fresh plan's over the ids run saw.
+TEST(BatchMLAPagedAttention, RunReadsThePageIdsWrittenAfterPlan) {
+  const char* run_op = "BatchMLAPagedAttentionWrapper.run";
+  const int64_t H = 2, dc = 64, dk = 16, P = 4;
+  Latent l = make_latent({9, 5, 12}, P, dc, dk, DType::kBFloat16, 31);  // 8 pages of 10
+  const std::vector<int32_t> ids_a = ints_of(l.kv_indices);
+  std::vector<int32_t> ids_b = ids_a;
+  std::reverse(ids_b.begin(), ids_b.end());
+  const auto n = static_cast<int64_t>(ids_a.size());
+  const Tensor qo = int_tensor({0, 1, 3, 4});
+  const Tensor qn = testing::rand_tensor({4, H, dc}, DType::kBFloat16, 32, -1.0, 1.0);
+  const Tensor qp = testing::rand_tensor({4, H, dk}, DType::kBFloat16, 33, -1.0, 1.0);
+  auto plan = [&](BatchMLAPagedAttentionWrapper& w, const Tensor& indptr, const Tensor& ids) {
+    w.plan(qo, indptr, ids, l.kv_lens, H, dc, dk, P, true, 0.2, DType::kBFloat16, DType::kBFloat16);
+  };
+  auto run = [&](BatchMLAPagedAttentionWrapper& w) {
+    return bytes_of(w.run(qn, qp, l.ckv, l.kpe).out);
+  };
+  auto fresh = [&](const std::vector<int32_t>& ids) {
+    BatchMLAPagedAttentionWrapper w(workspace());
+    plan(w, l.kv_indptr, int_tensor(ids));
+    return run(w);
+  };
+  const std::vector<uint8_t> out_a = fresh(ids_a), out_b = fresh(ids_b);
+  ASSERT_NE(out_a, out_b);  // the two tables give different results
+  {
+    SCOPED_TRACE("plan's kv_indices rewritten in place after plan");
+    BatchMLAPagedAttentionWrapper w(workspace());
+    Tensor ids = int_tensor(ids_a);
+    plan(w, l.kv_indptr, ids);
+    ids.copy_(int_tensor(ids_b));
+    EXPECT_EQ(run(w), out_b);
+  }
+  {
+    SCOPED_TRACE("use_cuda_graph: plan with the constructor's buffer (stale), then the ids");
+    Tensor buf = Tensor::zeros({n + 3}, DType::kInt32);
+    BatchMLAPagedAttentionWrapper w(workspace(), true, std::nullopt, std::nullopt, buf,
+                                    std::nullopt);
+    plan(w, l.kv_indptr, buf);
+    buf.slice(0, 0, n).copy_(int_tensor(ids_b));
+    EXPECT_EQ(run(w), out_b);
+    buf.slice(0, 0, n).copy_(int_tensor(ids_a));  // the next step's ids, no new plan
+    EXPECT_EQ(run(w), out_a);
+    // Another tensor: plan copies its ids into the buffer, as upstream's plan does.
+    plan(w, l.kv_indptr, int_tensor(ids_b));
+    EXPECT_EQ(ints_of(buf.slice(0, 0, n)), ids_b);
+    EXPECT_EQ(run(w), out_b);
+    // Bad ids are found when the call reads them.
+    buf.fill_(-1.0);
+    EXPECT_FI_ERROR(run(w), run_op, "kv_indices");
+    buf.slice(0, 0, n).copy_(int_tensor(ids_b));
+    buf.slice(0, 2, 3).fill_(10.0);  // the cache has pages 0..9
+    EXPECT_FI_ERROR(run(w), run_op, "ckv_cache");
+    buf.slice(0, 0, n).copy_(int_tensor(ids_b));
+    EXPECT_EQ(run(w), out_b);
+    EXPECT_FI_ERROR(plan(w, l.kv_indptr, int_tensor(std::vector<int32_t>(n + 4, 0))),
+                    "BatchMLAPagedAttentionWrapper.plan", "kv_indices");
+  }
+  {
+    SCOPED_TRACE("ids past a request's length are never read (vLLM's -1 tails)");
+    std::vector<int32_t> indptr{0}, ids;
+    for (int b = 0; b < 3; ++b) {
+      const auto& pg = l.pages[static_cast<std::size_t>(b)];
+      ids.insert(ids.end(), pg.begin(), pg.end());
+      ids.push_back(-1);
+      indptr.push_back(static_cast<int32_t>(ids.size()));
+    }
+    BatchMLAPagedAttentionWrapper w(workspace());
+    plan(w, int_tensor(indptr), int_tensor(ids));
+    EXPECT_EQ(run(w), out_a);
+  }
+}
+
+// The CUDA page guard's body (kernels/mla_page_guard.h), run thread by thread as its block runs it
+// (a block-wide OR of the threads' verdicts, then every thread's writes): a request whose read ids
+// leave the cache is refused with NaN rows and row_req -1; ids past a request's length and
+// requests without rows are never read, so never refused; every other row gets its request back.
+TEST(MlaPageGuard, RefusesExactlyTheRequestsWhoseReadIdsLeaveTheCache) {
+  const int64_t pages = 6, H = 2, dc = 3;
+  // Request 1 has no rows; request 2's third id is past its 5 tokens at page size 4.
+  const std::vector<int32_t> qo{0, 2, 2, 3, 5}, kv_indptr{0, 3, 5, 8, 10}, kv_lens{9, 6, 5, 4};
+  struct Case {
+    std::vector<int32_t> ids;
+    std::vector<int32_t> row_req;
+  };
+  const std::vector<Case> cases = {
+      {{0, 1, 5, -1, 99, 3, 4, -7, 2, 9}, {0, 0, 2, 3, 3}},          // all read ids good
+      {{0, 1, 6, -1, 99, 3, 4, -7, 2, 9}, {-1, -1, 2, 3, 3}},        // 6 == pages: bad
+      {{0, 1, 5, -1, 99, -1, 4, -7, 2, 9}, {0, 0, -1, 3, 3}},        // a negative read id
+      {{0, 1, 5, -1, 99, 3, 4, -7, pages, 0}, {0, 0, 2, -1, -1}},    // the first of one page
+      {{0, 1, 5, -1, 99, 3, 4, 2147483647, 2, 9}, {0, 0, 2, 3, 3}},  // past the length: unread
+  };
+  for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+    for (const int nthreads : {1, 3, 128}) {
+      SCOPED_TRACE(::testing::Message() << "case " << ci << ", " << nthreads << " threads");
+      const Case& c = cases[ci];
+      std::vector<int32_t> row_req(5, 77);  // a previous call's verdicts: all rewritten
+      std::vector<uint16_t> o(5 * H * dc, 0);
+      std::vector<float> lse(5 * H, 0.0f);
+      kernels::MlaAttentionParams p;
+      p.qo_indptr = qo.data();
+      p.kv_indptr = kv_indptr.data();
+      p.kv_lens = kv_lens.data();
+      p.kv_indices = c.ids.data();
+      p.page_size = 4;
+      p.batch = 4;
+      p.num_heads = H;
+      p.dim_ckv = dc;
+      p.o = o.data();
+      p.o_dtype = DType::kBFloat16;
+      p.o_stride_n = H * dc;
+      p.o_stride_h = dc;
+      p.lse = lse.data();
+      p.lse_stride_n = H;
+      p.lse_stride_h = 1;
+      for (int32_t b = 0; b < 4; ++b) {
+        bool bad = false;
+        for (int t = 0; t < nthreads; ++t)
+          bad |= kernels::mla_guard_pages_bad(p, pages, b, t, nthreads);
+        for (int t = 0; t < nthreads; ++t) {
+          kernels::mla_guard_write_request(p, row_req.data(), b, !bad, t, nthreads);
+        }
+      }
+      EXPECT_EQ(row_req, c.row_req);
+      for (int64_t r = 0; r < 5; ++r) {
+        const bool refused = c.row_req[static_cast<std::size_t>(r)] < 0;
+        for (int64_t x = 0; x < H * dc; ++x) {
+          EXPECT_EQ(o[static_cast<std::size_t>(r * H * dc + x)], refused ? 0x7fc0 : 0) << r;
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          EXPECT_EQ(std::isnan(lse[static_cast<std::size_t>(r * H + h)]), refused) << r;
+        }
+      }
+    }
+  }
 }
 
 TEST(BatchMLAPagedAttention, BadInput) {
@@ -1410,6 +1557,112 @@ TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
                                P / 2, sm_scale),
                       op, "page_size");
     }
+  }
+}
+
+// Upstream's kernels read the page ids when they run: vLLM's SM90 sparse MLA backend plans with
+// its device buffer, then writes each step's ids into it inside the captured forward. Here the
+// MLA kernels read the caller's tensor too, after the page guard kernel: a graph replayed after
+// new ids (no new plan) matches the CPU over those ids; a request with an id outside the cache
+// gets NaN rows, the others still match; good ids again, every request is taken again. Without
+// use_cuda_graph a device kv_indices rewritten after plan is read likewise; a host one is copied
+// at plan (upstream's .to(device)).
+TEST(MlaCuda, WrapperReadsThePageIdsWrittenAfterPlanAndGuardsThem) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device g = Device::cuda(0);
+  const int64_t P = 16, H = 16, dc = 512, dk = 64;
+  const Latent l = make_latent({300, 40, 1000}, P, dc, dk, DType::kBFloat16, 81);
+  const std::vector<int32_t> ids_a = ints_of(l.kv_indices);
+  std::vector<int32_t> ids_b = ids_a;
+  std::reverse(ids_b.begin(), ids_b.end());
+  const auto n = static_cast<int64_t>(ids_a.size());
+  const Tensor qo = int_tensor({0, 1, 3, 4});
+  const Tensor q = testing::rand_tensor({4, H, dc + dk}, DType::kBFloat16, 82, -1.0, 1.0);
+  const Tensor qn = q.slice(2, 0, dc), qp = q.slice(2, dc, dc + dk);
+  const Tensor qn_d = testing::to_keep_layout(qn, g), qp_d = testing::to_keep_layout(qp, g);
+  const Tensor ckv_d = testing::to_keep_layout(l.ckv, g), kpe_d = testing::to_keep_layout(l.kpe, g);
+  const double sm_scale = 0.06;
+  auto plan = [&](BatchMLAPagedAttentionWrapper& w, const Tensor& ids, bool dev) {
+    const Tensor ip = dev ? l.kv_indptr.to(g) : l.kv_indptr;
+    const Tensor lens = dev ? l.kv_lens.to(g) : l.kv_lens;
+    w.plan(dev ? qo.to(g) : qo, ip, ids, lens, H, dc, dk, P, true, sm_scale, DType::kBFloat16,
+           DType::kBFloat16);
+  };
+  auto cpu_ref = [&](const std::vector<int32_t>& ids) {
+    BatchMLAPagedAttentionWrapper w(workspace());
+    plan(w, int_tensor(ids), false);
+    return w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true);
+  };
+  const AttentionOutput ref_a = cpu_ref(ids_a), ref_b = cpu_ref(ids_b);
+  const auto tol = testing::attention_tolerance(DType::kBFloat16);
+  auto matches = [&](const Tensor& out, const Tensor& lse, const AttentionOutput& ref) {
+    EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), ref.out, tol));
+    EXPECT_TRUE(testing::all_close(lse.to(Device::cpu()), ref.lse, {1e-4, 1e-4}));
+  };
+  auto write = [&](Tensor& buf, const std::vector<int32_t>& ids) {
+    buf.slice(0, 0, n).copy_(int_tensor(ids));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  {
+    SCOPED_TRACE("use_cuda_graph, vLLM's pattern");
+    Tensor buf = Tensor::zeros({n + 5}, DType::kInt32, g);
+    BatchMLAPagedAttentionWrapper w(workspace().to(g), true, Tensor::zeros({4}, DType::kInt32, g),
+                                    Tensor::zeros({4}, DType::kInt32, g), buf,
+                                    Tensor::zeros({3}, DType::kInt32, g));
+    plan(w, buf, false);  // host indptrs and lengths, the device buffer of (stale) ids
+    Tensor out = Tensor::zeros({4, H, dc}, DType::kBFloat16, g);
+    Tensor lse = Tensor::zeros({4, H}, DType::kFloat32, g);
+    auto run = [&] { w.run(qn_d, qp_d, ckv_d, kpe_d, out, lse, true); };
+    write(buf, ids_a);
+    run();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    matches(out, lse, ref_a);
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, run));
+    auto replay = [&] {
+      out.fill_(0.0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    };
+    write(buf, ids_b);
+    replay();
+    matches(out, lse, ref_b);
+    // Request 1's second page id past the cache: its rows (1 and 2) NaN, the others still match.
+    std::vector<int32_t> bad = ids_b;
+    bad[static_cast<std::size_t>(ints_of(l.kv_indptr)[1] + 1)] =
+        static_cast<int32_t>(l.ckv.size(0));
+    write(buf, bad);
+    replay();
+    const Tensor out_h = out.to(Device::cpu()), lse_h = lse.to(Device::cpu());
+    for (const int64_t r : {0, 3}) {
+      EXPECT_TRUE(testing::all_close(out_h.select(0, r), ref_b.out.select(0, r), tol)) << r;
+      EXPECT_TRUE(testing::all_close(lse_h.select(0, r), ref_b.lse.select(0, r), {1e-4, 1e-4}));
+    }
+    for (const int64_t r : {1, 2}) {
+      for (double x : out_h.select(0, r).to_double_vector()) ASSERT_TRUE(std::isnan(x)) << r;
+      for (double x : lse_h.select(0, r).to_double_vector()) ASSERT_TRUE(std::isnan(x)) << r;
+    }
+    write(buf, ids_a);
+    replay();
+    matches(out, lse, ref_a);
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
+  }
+  {
+    SCOPED_TRACE("a device kv_indices rewritten after plan; a host one copied at plan");
+    BatchMLAPagedAttentionWrapper w(workspace().to(g));
+    Tensor ids = int_tensor(ids_a).to(g);
+    plan(w, ids, true);
+    write(ids, ids_b);
+    AttentionOutput r = w.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true);
+    matches(r.out, r.lse, ref_b);
+    Tensor host = int_tensor(ids_a);
+    plan(w, host, true);
+    host.copy_(int_tensor(ids_b));
+    r = w.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true);
+    matches(r.out, r.lse, ref_a);
   }
 }
 #endif

@@ -42,6 +42,7 @@
 #include "kernels/cuda/mla_sm90.h"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/cuda/vec_cuda.cuh"
+#include "kernels/mla_page_guard.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -1205,6 +1206,17 @@ void by_width(int64_t elem_size, const char* op, F&& f) {
   }
 }
 
+// The run-time page ids' guard (kernels/mla_page_guard.h): a block per request, before the MLA
+// kernels, launched without PDL so that it sees every write the stream made to the ids before it.
+constexpr int kGuardThreads = 128;
+__global__ void __launch_bounds__(kGuardThreads) mla_page_guard_kernel(MlaAttentionParams p) {
+  const int32_t b = static_cast<int32_t>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const bool bad =
+      __syncthreads_or(mla_guard_pages_bad(p, p.guard_pages, b, tid, kGuardThreads) ? 1 : 0) != 0;
+  mla_guard_write_request(p, p.guard_row_req, b, !bad, tid, kGuardThreads);
+}
+
 }  // namespace
 
 void append_paged_mla_kv_cache(const MlaAppendParams& p, void* stream) {
@@ -1252,6 +1264,9 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
     return "dtype combination not supported by the CUDA MLA kernel";
   }
   if (p.row_req == nullptr && p.rows > 0) return "no row-to-request map (host-side bug)";
+  if (p.guard_row_req != nullptr && p.guard_row_req != p.row_req) {
+    return "the page guard's row map is not the kernels' (host-side bug)";
+  }
   return nullptr;
 }
 
@@ -1265,6 +1280,10 @@ long long mla_sm90_launches() { return 0; }
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
+  if (p.guard_row_req != nullptr && p.batch > 0) {
+    launch_kernel("mla_page_guard", mla_page_guard_kernel, dim3(static_cast<unsigned>(p.batch)),
+                  dim3(kGuardThreads), 0, s, /*enable_pdl=*/false, p);
+  }
   int dev = 0, sms = 1, smem_optin = 0, cc_major = 0, cc_minor = 0;
   check("cudaGetDevice", cudaGetDevice(&dev));
   check("cudaDeviceGetAttribute",
