@@ -18,14 +18,17 @@
 #include "api/device_props.h"
 #include "api/kernel_table.h"
 #include "core/cuda_runtime.h"
+#include "core/env_switch.h"
 #include "flashinfer/error.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
 #include "kernels/cuda/prefill_shape.h"  // plain constexpr: the planner's tile rule on every build
 #include "kernels/cuda/prefill_sm90_shape.h"  // ditto: the Hopper kernel's blocks an SM
+#include "kernels/page_guard.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/block_table_plan_cuda.h"
 #include "kernels/cuda/decode_cuda.h"
+#include "kernels/cuda/page_guard_cuda.h"
 #include "kernels/cuda/prefill_cuda.h"
 #include "kernels/cuda/prefill_sm90.h"
 #include "kernels/cuda/stream_scratch.h"
@@ -56,6 +59,20 @@ constexpr KernelEntry<kernels::BlockTablePlan> kBlockTablePlanKernels[] = {
     {DeviceType::kCUDA, "CUDA kernel: one block per request", nullptr,
      [](const kernels::BlockTablePlan& p, const LaunchContext& c) {
        kernels::cuda::block_table_plan(p, c.stream);
+     }},
+};
+// The paged wrappers' run-time page ids (kernels/page_guard.h), on CUDA only: the CPU reads them
+// on the host. The copy before the attention kernels, the NaN rows after them.
+constexpr KernelEntry<kernels::PageGuardParams> kPageGuardCopyKernels[] = {
+    {DeviceType::kCUDA, "CUDA kernel: one block per request", nullptr,
+     [](const kernels::PageGuardParams& p, const LaunchContext& c) {
+       kernels::cuda::page_guard_copy(p, c.stream);
+     }},
+};
+constexpr KernelEntry<kernels::PageGuardParams> kPageGuardNanKernels[] = {
+    {DeviceType::kCUDA, "CUDA kernel: one block per request", nullptr,
+     [](const kernels::PageGuardParams& p, const LaunchContext& c) {
+       kernels::cuda::page_guard_nan_rows(p, c.stream);
      }},
 };
 #endif
@@ -215,9 +232,50 @@ void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
   t.page_size = static_cast<int32_t>(page_size);
 }
 
+namespace {
+
+// load_page_table's live ids (WrapperState::live_indices): the tensor run() reads the ids from,
+// or undefined where plan copies them. Under use_cuda_graph the constructor's device buffer (the
+// captured kernels' source), into which plan copies `indices` whole as upstream's plan does;
+// else, with FLASHINFER_PAGE_IDS_AT_RUN=1, `indices` itself, on the wrapper's device. Eager calls
+// keep the host copy by default: the guard's two launches a run are not timed on a GPU yet,
+// against a plan's synchronization they save (docs/ATTENTION.md, "Page ids read at run").
+Tensor live_page_ids(detail::WrapperState& s, const Tensor& indices, int64_t end, const char* op,
+                     const char* indices_arg) {
+  if (!s.device.is_cuda() || s.sizing_only || !kernels::page_guard_output_ok(s.o_dtype) ||
+      s.kv_dtype == DType::kUInt8 ||
+      (!s.use_cuda_graph && !detail::env_switch_is("FLASHINFER_PAGE_IDS_AT_RUN", "1"))) {
+    return {};
+  }
+  check_index_tensor(indices, op, indices_arg);
+  FLASHINFER_CHECK(indices.numel() >= end, op, indices_arg, "has ", indices.numel(),
+                   " elements but the page table ends at ", end);
+  if (s.use_cuda_graph) {
+    Tensor& buf = s.graph_indices;
+    if (!buf.defined()) return {};
+    FLASHINFER_CHECK(indices.numel() <= buf.numel(), op, indices_arg, "has ", indices.numel(),
+                     " elements; under use_cuda_graph plan copies them into the constructor's "
+                     "page-index buffer, of ",
+                     buf.numel());
+    if (indices.numel() > 0 && indices.data_ptr() != buf.data_ptr()) {
+      Tensor dst = buf.slice(0, 0, indices.numel());
+      dst.copy_(indices);
+    }
+    return buf;
+  }
+  return indices.device() == s.device && indices.is_contiguous() ? indices : Tensor();
+}
+
+}  // namespace
+
+int64_t page_id_count(const detail::WrapperState& s) {
+  return s.kv_indptr.empty() ? 0 : s.kv_indptr.back();
+}
+
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
-                     const char* indptr_arg, const char* indices_arg, const char* last_arg) {
+                     const char* indptr_arg, const char* indices_arg, const char* last_arg,
+                     bool live_ids) {
   FLASHINFER_CHECK(page_size >= 1 && page_size <= (1 << 20), op, "page_size",
                    "must be in [1, 2^20], got ", page_size);
   s.kv_indptr = index_to_host(indptr, op, indptr_arg);
@@ -234,17 +292,22 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   for (int32_t& x : s.kv_indptr) x -= base;  // cannot overflow: base <= x
   check_indptr(s.kv_indptr, op, indptr_arg);
   const auto batch = static_cast<int64_t>(s.kv_indptr.size()) - 1;
-  s.kv_indices = index_to_host(indices, op, indices_arg);
   const int64_t end = static_cast<int64_t>(base) + s.kv_indptr.back();
-  FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= end, op, indices_arg, "has ",
-                   s.kv_indices.size(), " elements but ", indptr_arg, " ends at ", end);
-  s.kv_indices.assign(s.kv_indices.begin() + base, s.kv_indices.begin() + end);
   const std::vector<int32_t> last = index_to_host(last_page_len, op, last_arg, batch);
   s.max_page_id = -1;
-  for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
-    FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, indices_arg, "page id ", s.kv_indices[i], " at ", i,
-                     " is negative");
-    s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+  s.kv_indices.clear();
+  s.live_indices = live_ids ? live_page_ids(s, indices, end, op, indices_arg) : Tensor();
+  s.live_base = base;
+  if (!s.live_indices.defined()) {
+    s.kv_indices = index_to_host(indices, op, indices_arg);
+    FLASHINFER_CHECK(static_cast<int64_t>(s.kv_indices.size()) >= end, op, indices_arg, "has ",
+                     s.kv_indices.size(), " elements but ", indptr_arg, " ends at ", end);
+    s.kv_indices.assign(s.kv_indices.begin() + base, s.kv_indices.begin() + end);
+    for (std::size_t i = 0; i < s.kv_indices.size(); ++i) {
+      FLASHINFER_CHECK(s.kv_indices[i] >= 0, op, indices_arg, "page id ", s.kv_indices[i], " at ",
+                       i, " is negative");
+      s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
+    }
   }
   s.kv_lens.assign(static_cast<std::size_t>(batch), 0);
   int64_t total = 0;
@@ -998,13 +1061,19 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     append(5, s.plan.merge_indptr.data(), s.plan.merge_indptr.size());
     append(6, s.plan.merge_rows.data(), s.plan.merge_rows.size());
     append(7, s.plan.merge_out_row.data(), s.plan.merge_out_row.size());
+    // The page guard's verdicts, one a request (written by each run with live ids; always
+    // there, so that the page area's offset does not depend on the plan's ids).
+    const std::vector<int32_t> verdicts(static_cast<std::size_t>(s.batch), 0);
+    append(8, verdicts.data(), verdicts.size());
+    const bool live = s.live_indices.defined();
+    // Live ids are copied in by each run (kernels/page_guard.h): room only.
     append(2, s.kv_indices.data(), s.kv_indices.size());
     all.push_back(0);  // never empty
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
+    const int64_t room = graph ? s.graph_indices_buffer : live ? page_id_count(s) : 0;
     refill(s.dev_ints, h, s.indices_arg,
-           std::max<int64_t>(int64_t{1} << 16,
-                             graph ? s.dev_off[2] + s.graph_indices_buffer + 1 : int64_t{0}));
+           std::max<int64_t>(int64_t{1} << 16, s.dev_off[2] + room + 1));
     if (!s.mask_indptr.empty()) {
       // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
@@ -1031,6 +1100,22 @@ BlockPlanScratch block_plan_scratch(Device device, std::size_t bytes, const char
 #else
   (void)bytes;
   FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "a device-side plan on ", device.str(),
+                  " (host-side bug)");
+#endif
+}
+
+void launch_page_guard(const kernels::PageGuardParams& p, bool nan_rows, Device device,
+                       const char* op) {
+#if FLASHINFER_WITH_CUDA
+  if (nan_rows) {
+    launch(kPageGuardNanKernels, p, device, op, "out");
+  } else {
+    launch(kPageGuardCopyKernels, p, device, op, "indices");
+  }
+#else
+  (void)p;
+  (void)nan_rows;
+  FLASHINFER_FAIL(ErrorCode::kInternal, op, "", "run-time page ids on ", device.str(),
                   " (host-side bug)");
 #endif
 }
@@ -1422,11 +1507,36 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
 #endif
     launch_block_table_plan(bp, s.device, op);
   }
+  // Live page ids (kernels/page_guard.h): copied in and checked before the kernels, a bad
+  // request's NaN rows after them.
+  const bool live = s.live_indices.defined() && !s.block_plan && s.paged;
+  kernels::PageGuardParams g;
+  if (live) {
+    int32_t* dev = s.dev_ints.data<int32_t>();
+    g.src = s.live_indices.data<const int32_t>() + s.live_base;
+    g.dst = dev + s.dev_off[2];
+    g.kv_indptr = dev + s.dev_off[1];
+    g.qo_indptr = dev + s.dev_off[0];
+    g.bad = dev + s.dev_off[8];
+    g.num_pages = std::min(k.size(0), v.size(0));
+    g.batch = s.batch;
+    g.o = p.o;
+    g.o_dtype = p.o_dtype;
+    g.o_stride_n = p.o_stride_n;
+    g.o_stride_h = p.o_stride_h;
+    g.lse = p.lse;
+    g.lse_stride_n = p.lse_stride_n;
+    g.lse_stride_h = p.lse_stride_h;
+    g.num_heads = p.num_qo_heads;
+    g.head_dim = p.head_dim_vo;
+    launch_page_guard(g, /*nan_rows=*/false, s.device, op);
+  }
   // RoPE / ALiBi inside attention: the CPU reference computes them (ALiBi on CUDA: the decode
   // kernel's variant).
   if (!api::run_with_pos_encoding(s, p, op)) {
     launch(kAttentionKernels, p, s.device, op, "q", o.enable_pdl);
   }
+  if (live) launch_page_guard(g, /*nan_rows=*/true, s.device, op);
   if (o_run.data_ptr() != result.out.data_ptr()) result.out.copy_(o_run);
   return result;
 }
@@ -1448,8 +1558,9 @@ detail::WrapperState sizing_state(const detail::WrapperState& s) {
 WorkspaceSizes plan_workspace_sizes(const detail::WrapperState& s) {
   WorkspaceSizes w;
   w.float_workspace_size = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
-  const std::size_t ints = s.qo_indptr.size() + s.kv_indptr.size() + s.kv_indices.size() +
-                           s.kv_lens.size() + s.plan.work.size() * 6 + s.plan.merge_indptr.size() +
+  const std::size_t ints = s.qo_indptr.size() + s.kv_indptr.size() +
+                           static_cast<std::size_t>(page_id_count(s)) + s.kv_lens.size() +
+                           s.plan.work.size() * 6 + s.plan.merge_indptr.size() +
                            s.plan.merge_rows.size() + s.plan.merge_out_row.size() + 1;
   w.int_workspace_size = static_cast<int64_t>(ints * sizeof(int32_t));
   return w;
@@ -1524,7 +1635,15 @@ void check_prefill_backend(std::string_view backend, Device device, bool fa3, co
 void set_graph_buffers(detail::WrapperState& s, const std::optional<Tensor>& indices_buffer,
                        const std::optional<Tensor>& mask_buffer) {
   if (!s.use_cuda_graph) return;
-  if (indices_buffer && indices_buffer->defined()) s.graph_indices_buffer = indices_buffer->numel();
+  if (indices_buffer && indices_buffer->defined()) {
+    s.graph_indices_buffer = indices_buffer->numel();
+    const Tensor& b = *indices_buffer;
+    // The buffer a plan's ids go to and run() reads them from (load_page_table's live ids).
+    if (b.device() == s.device && s.device.is_cuda() && b.dtype() == DType::kInt32 &&
+        b.dim() == 1 && b.is_contiguous()) {
+      s.graph_indices = b;
+    }
+  }
   if (mask_buffer && mask_buffer->defined()) s.graph_mask_buffer = mask_buffer->numel();
 }
 

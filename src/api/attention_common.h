@@ -16,6 +16,7 @@
 #include "kernels/attention_params.h"
 #include "kernels/block_table_plan.h"
 #include "kernels/page_append_params.h"
+#include "kernels/page_guard.h"
 
 namespace flashinfer {
 namespace detail {
@@ -77,8 +78,18 @@ struct WrapperState {
   // ALiBi slopes on the device (pos_encoding_mode="ALIBI" with the CUDA decode kernel).
   Tensor dev_alibi;
   // Element offsets in dev_ints: qo_indptr, kv_indptr, kv_indices, kv_lens, work,
-  // merge_indptr, merge_rows, merge_out_row.
-  int64_t dev_off[8] = {};
+  // merge_indptr, merge_rows, merge_out_row, and the page guard's verdicts (live_indices).
+  int64_t dev_off[9] = {};
+  // Page ids read when the call runs (CUDA; the paged decode and prefill wrappers; kernels/
+  // page_guard.h): upstream's kernels read the caller's indices tensor then, and its plan copies
+  // nothing to the host. live_indices is that tensor (under use_cuda_graph the constructor's
+  // buffer, which plan copies the ids into: graph_indices), live_base the plan's first entry in
+  // it (indptr[0]); kv_indices above stays empty and max_page_id -1. run() copies the ids into
+  // dev_ints' page area before the attention kernels, checking them against the cache, and
+  // writes NaN rows for a request with an id outside it after them. Undefined: the ids plan
+  // copied (a host tensor, another output dtype, the paths that read the ids on the host).
+  Tensor live_indices, graph_indices;
+  int64_t live_base = 0;
   // pos_encoding_mode inside attention (api/attention_pos_encoding.h): 0 none, 1 ROPE_LLAMA,
   // 2 ALIBI (slopes per qo head, on the host: the CPU backend alone runs these modes).
   int32_t pos_encoding = 0;
@@ -132,9 +143,16 @@ void register_attention_backends(std::string_view op);
 /// length the table gives (after load_page_table), else an error naming seq_lens.
 void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& seq_lens,
                     const char* op);
+/// live_ids: the ids may stay in `indices`, read when the call runs (WrapperState::live_indices),
+/// where the call allows it (a CUDA wrapper, a device int32 tensor or under use_cuda_graph the
+/// constructor's device buffer, an fp32 / fp16 / bf16 output, a 16-bit or fp8 cache); the
+/// callers whose paths read the ids on the host pass false.
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
-                     const char* indptr_arg, const char* indices_arg, const char* last_arg);
+                     const char* indptr_arg, const char* indices_arg, const char* last_arg,
+                     bool live_ids = false);
+/// The page ids the plan holds (kv_indptr's end): kv_indices' size, or the live ones'.
+int64_t page_id_count(const detail::WrapperState& s);
 /// Where each of `nnz` appended tokens goes (append_paged_kv_cache, append_paged_mla_kv_cache):
 /// the page table (into `s`, checked against `num_pages`) and batch_indices / positions on the
 /// host, each element inside its request's length.
@@ -341,6 +359,10 @@ BlockPlanScratch place_device_plan(kernels::BlockTablePlan& bp, const RaggedDevi
 /// Runs the plan kernel of kernels/block_table_plan.h for `p` on `device` (CUDA only: a CPU state
 /// plans on the host).
 void launch_block_table_plan(const kernels::BlockTablePlan& p, Device device, const char* op);
+/// The run-time page ids' kernels (kernels/page_guard.h) on `device`'s current stream: the copy
+/// (before the attention kernels), or with nan_rows the bad requests' NaN rows (after them).
+void launch_page_guard(const kernels::PageGuardParams& p, bool nan_rows, Device device,
+                       const char* op);
 /// For workspace_size(): a copy of the wrapper's constructor state, planning on the host only
 /// (no device copies) and not limited by the float workspace.
 detail::WrapperState sizing_state(const detail::WrapperState& s);

@@ -210,12 +210,15 @@ void plan_decode(detail::WrapperState& s, const Tensor& indptr, const Tensor& in
                      o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
   s.decode = true;
   api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
+  // The ids stay on the device, read when the call runs (kernels/page_guard.h), unless
+  // trtllm-gen's block_tables replace them below.
+  const bool table_ids = o.block_tables && s.backend == "trtllm-gen";
   api::load_page_table(s, indptr, indices, last_page_len, page_size, op, "indptr", "indices",
-                       "last_page_len");
+                       "last_page_len", /*live_ids=*/!table_ids);
   api::check_seq_lens(s, o.seq_lens, op);
   // Upstream's trtllm-gen backend reads request b's pages from block_tables[b] (its lengths still
   // come from indptr and last_page_len); fa2 stores the table and never reads it.
-  if (o.block_tables && s.backend == "trtllm-gen") use_block_tables(s, *o.block_tables, op);
+  if (table_ids) use_block_tables(s, *o.block_tables, op);
   s.batch = static_cast<int32_t>(s.kv_lens.size());
   s.decode = true;
   s.q_len_per_req = o.q_len_per_req;

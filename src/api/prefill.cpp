@@ -270,8 +270,10 @@ void plan_paged_prefill(detail::WrapperState& s, const Tensor& qo_indptr,
                      o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
   s.decode = false;
   api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
+  // The ids stay on the device, read when the call runs (kernels/page_guard.h).
   api::load_page_table(s, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size, op,
-                       "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len");
+                       "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
+                       /*live_ids=*/true);
   api::check_seq_lens(s, o.seq_lens, op);
   s.decode = false;
   s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;

@@ -18,6 +18,7 @@
 #include "flashinfer/ops/attention.h"
 #include "kernels/block_table_plan.h"
 #include "kernels/cudnn_ragged_plan.h"
+#include "kernels/page_guard.h"
 
 namespace flashinfer {
 namespace {
@@ -1244,6 +1245,89 @@ TEST(BlockTablePlan, LengthRulesByHand) {
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 5000), 27);
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 40), 1);
   EXPECT_EQ(kernels::block_plan_chunks_used(p, 33 * 4000), 33);
+}
+
+// ---- the paged wrappers' run-time page ids (kernels/page_guard.h) ---------------------------
+
+// The copy kernel's body, run thread by thread as its block runs it (each thread's part, then the
+// block's OR as the request's verdict), then the NaN kernel's: every id lands in the plan's page
+// area at its rebased place (an id outside [0, pages) as page 0, which no kernel reads past), a
+// request with such an id is marked and gets NaN in its output and LSE rows of each output dtype,
+// and nothing else is written; a request without pages is never marked.
+TEST(PageGuard, CopiesTheIdsAndGivesARequestWithABadOneNanRows) {
+  const int64_t pages = 6, H = 2, D = 3;
+  // Requests: 2 pages and 1 row, no pages and 2 rows, 3 pages and 1 row. The caller's tensor
+  // holds two ids before the plan's (indptr started at 2).
+  const std::vector<int32_t> kv_indptr{0, 2, 2, 5}, qo{0, 1, 3, 4};
+  struct Case {
+    std::vector<int32_t> ids;  // the caller's tensor
+    std::vector<int32_t> area, bad;
+  };
+  const std::vector<Case> cases = {
+      {{-9, 99, 4, 0, 5, 1, 2}, {4, 0, 5, 1, 2}, {0, 0, 0}},
+      {{-9, 99, 4, 0, 5, 6, 2}, {4, 0, 5, 0, 2}, {0, 0, 1}},  // 6 == pages
+      {{-9, 99, -1, 0, 5, 1, 2}, {0, 0, 5, 1, 2}, {1, 0, 0}},
+      {{-9, 99, 4, 2147483647, 5, 1, -2147483647 - 1}, {4, 0, 5, 1, 0}, {1, 0, 1}},
+  };
+  for (const DType od : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+      for (const int nthreads : {1, 4, 128}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_torch_name(od) << ", case " << ci << ", " << nthreads << " threads");
+        const Case& c = cases[ci];
+        std::vector<int32_t> area(6, 77), bad(3, 77);  // a previous run's values: rewritten
+        std::vector<uint32_t> o(4 * H * D, 0);  // room for fp32; 16-bit outputs use the front
+        std::vector<float> lse(4 * H, 0.0f);
+        kernels::PageGuardParams p;
+        p.src = c.ids.data() + 2;
+        p.dst = area.data();
+        p.kv_indptr = kv_indptr.data();
+        p.qo_indptr = qo.data();
+        p.bad = bad.data();
+        p.num_pages = pages;
+        p.batch = 3;
+        p.o = o.data();
+        p.o_dtype = od;
+        p.o_stride_n = H * D;
+        p.o_stride_h = D;
+        p.lse = lse.data();
+        p.lse_stride_n = H;
+        p.lse_stride_h = 1;
+        p.num_heads = static_cast<int32_t>(H);
+        p.head_dim = static_cast<int32_t>(D);
+        for (int32_t b = 0; b < 3; ++b) {
+          bool any = false;
+          for (int t = 0; t < nthreads; ++t) any |= kernels::page_guard_copy(p, b, t, nthreads);
+          bad[static_cast<std::size_t>(b)] = any ? 1 : 0;
+        }
+        EXPECT_EQ(std::vector<int32_t>(area.begin(), area.begin() + 5), c.area);
+        EXPECT_EQ(area[5], 77) << "written past the plan's ids";
+        EXPECT_EQ(bad, c.bad);
+        for (int32_t b = 0; b < 3; ++b) {
+          for (int t = 0; t < nthreads; ++t) kernels::page_guard_nan_rows(p, b, t, nthreads);
+        }
+        const std::size_t esz = od == DType::kFloat32 ? 4 : 2;
+        const auto* bytes = reinterpret_cast<const uint8_t*>(o.data());
+        const uint32_t nan_bits = od == DType::kFloat32    ? 0x7fc00000u
+                                  : od == DType::kBFloat16 ? 0x7fc0u
+                                                           : 0x7e00u;
+        for (int64_t r = 0; r < 4; ++r) {
+          const int32_t req = r == 0 ? 0 : r < 3 ? 1 : 2;
+          const bool nan_row = c.bad[static_cast<std::size_t>(req)] != 0;
+          for (int64_t x = 0; x < H * D; ++x) {
+            uint32_t v = 0;
+            std::memcpy(&v, bytes + static_cast<std::size_t>(r * H * D + x) * esz, esz);
+            EXPECT_EQ(v, nan_row ? nan_bits : 0u) << "row " << r;
+          }
+          for (int64_t h = 0; h < H; ++h) {
+            EXPECT_EQ(std::isnan(lse[static_cast<std::size_t>(r * H + h)]), nan_row) << r;
+          }
+        }
+        const auto* past = bytes + static_cast<std::size_t>(4 * H * D) * esz;
+        EXPECT_TRUE(std::all_of(past, bytes + o.size() * 4, [](uint8_t x) { return x == 0; }));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -506,6 +507,116 @@ TEST(DecodeKernelCuda, CudaGraphReplanPastThePageBufferIsRefused) {
     w.plan(p0, i0, l0, hq, hkv, d, page, po);
     auto [p1, i1, l1] = table(35000);
     EXPECT_FI_ERROR(w.plan(p1, i1, l1, hq, hkv, d, page, po), op, "indices");
+  }
+}
+
+// Upstream's kernels read the page ids when they run (kernels/page_guard.h): under use_cuda_graph
+// plan copies them into the constructor's buffer, and a replay reads that buffer, so ids written
+// into it after plan (no new plan) are the ones attended over; an id outside the cache makes its
+// request's rows NaN, the other request still matches, and good ids again give both back. Eager
+// calls read plan's device tensor at run with FLASHINFER_PAGE_IDS_AT_RUN=1 and copy it at plan
+// without. Each result against the CPU over the ids the call saw.
+TEST(DecodeKernelCuda, PageIdsAreReadWhenTheCallRuns) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128, cache_pages = 64;
+  const Tensor k_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(15).to(DType::kBFloat16);
+  const Tensor v_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(16).to(DType::kBFloat16);
+  const PagedKVCache cache_cpu(k_cache, v_cache);
+  const PagedKVCache cache(k_cache.to(g), v_cache.to(g));
+  const Tensor indptr = testing::int_tensor({0, 4, 9}), last = testing::int_tensor({16, 5});
+  auto ids = [&](int32_t mul, int32_t add) {
+    std::vector<int32_t> v(9);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<int32_t>((static_cast<int32_t>(i) * mul + add) % cache_pages);
+    }
+    return v;
+  };
+  const std::vector<int32_t> ids_a = ids(7, 0), ids_b = ids(5, 3);
+  const Tensor q_cpu = Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(17).to(DType::kBFloat16);
+  const Tensor q = q_cpu.to(g);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  auto cpu_ref = [&](const std::vector<int32_t>& v) {
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8));
+    w.plan(indptr, testing::int_tensor(v), last, hq, hkv, d, page, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    return w.run(q_cpu, cache_cpu, ro);
+  };
+  const AttentionOutput ref_a = cpu_ref(ids_a), ref_b = cpu_ref(ids_b);
+  const auto tol = testing::default_tolerance(DType::kBFloat16);
+  auto write = [&](Tensor& buf, const std::vector<int32_t>& v) {
+    buf.slice(0, 0, static_cast<int64_t>(v.size())).copy_(testing::int_tensor(v));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  AttentionRunOptions ro;
+  ro.out = Tensor::zeros({2, hq, d}, DType::kBFloat16, g);
+  ro.lse = Tensor::zeros({2, hq}, DType::kFloat32, g);
+  auto matches = [&](const AttentionOutput& ref) {
+    EXPECT_TRUE(testing::all_close(ro.out->to(Device::cpu()), ref.out, tol));
+    EXPECT_TRUE(testing::all_close(ro.lse->to(Device::cpu()), ref.lse, {2e-3, 1e-3}));
+  };
+  {
+    SCOPED_TRACE("use_cuda_graph: plan with the buffer (stale ids), then the ids, then replays");
+    Tensor buf = Tensor::zeros({16}, DType::kInt32, g);
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                         /*use_cuda_graph=*/true, false, std::nullopt, buf);
+    w.plan(indptr, buf, last, hq, hkv, d, page, po);
+    write(buf, ids_a);
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(q, cache, ro); }));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    matches(ref_a);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(q, cache, ro); }));
+    auto replay = [&] {
+      ro.out->fill_(0.0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    };
+    write(buf, ids_b);
+    replay();
+    matches(ref_b);
+    std::vector<int32_t> bad = ids_b;
+    bad[6] = static_cast<int32_t>(cache_pages);  // request 1's third page: past the cache
+    write(buf, bad);
+    replay();
+    const Tensor out = ro.out->to(Device::cpu()), lse = ro.lse->to(Device::cpu());
+    EXPECT_TRUE(testing::all_close(out.select(0, 0), ref_b.out.select(0, 0), tol));
+    for (double x : out.select(0, 1).to_double_vector()) ASSERT_TRUE(std::isnan(x));
+    for (double x : lse.select(0, 1).to_double_vector()) ASSERT_TRUE(std::isnan(x));
+    write(buf, ids_b);
+    replay();
+    matches(ref_b);
+    // Another tensor: plan copies its ids into the buffer, as upstream's plan does.
+    w.plan(indptr, testing::int_tensor(ids_a), last, hq, hkv, d, page, po);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    replay();
+    matches(ref_a);
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
+  }
+  {
+    SCOPED_TRACE("eager: read at run with FLASHINFER_PAGE_IDS_AT_RUN=1, else copied at plan");
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g));
+    Tensor dev = testing::int_tensor(ids_a).to(g);
+    {
+      const testing::ScopedEnv at_run("FLASHINFER_PAGE_IDS_AT_RUN", "1");
+      w.plan(indptr, dev, last, hq, hkv, d, page, po);
+    }
+    write(dev, ids_b);
+    w.run(q, cache, ro);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    matches(ref_b);
+    w.plan(indptr, dev, last, hq, hkv, d, page, po);
+    write(dev, ids_a);
+    w.run(q, cache, ro);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    matches(ref_b);
   }
 }
 #endif
