@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -51,6 +52,10 @@ struct MlaWrapperState {
   // CPU: run() reads and checks them; CUDA: the kernels read them, after a guard kernel
   // (kernels/mla_page_guard.h) has refused, with NaN rows, each request with a bad id.
   Tensor graph_indices_buf, live_indices;
+  // Under use_cuda_graph the constructor's other buffers, which plan fills as upstream's plan does
+  // (vLLM's SM90 sparse backend reads its kv_indptr buffer on the device to place each step's
+  // ids): qo_indptr, kv_indptr, kv_len_arr.
+  Tensor graph_qo_buf, graph_kv_indptr_buf, graph_kv_len_buf;
   // The index arrays on the device a CUDA run uses: qo_indptr, kv_indptr, kv_lens, row_req, the
   // largest kv_lens entry (one int) and kv_indices, at the offsets dev_off (kv_indices last).
   // Uploaded by the wrappers' plan() on a CUDA device, else by the first run (the trtllm / xqa
@@ -429,6 +434,24 @@ void copy_plan_page_ids(const detail::MlaWrapperState& s, const Tensor& kv_indic
   if (kv_indices.data_ptr() == s.live_indices.data_ptr()) return;
   Tensor dst = s.live_indices.slice(0, 0, n);
   dst.copy_(kv_indices);
+}
+
+// Under use_cuda_graph, plan's qo_indptr, kv_indptr and kv_len_arr into the constructor's
+// buffers, as upstream's plan copies them (whole: upstream's copy_ refuses another size). With
+// copy false, the size checks only (before the plan changes anything).
+void copy_plan_arrays(detail::MlaWrapperState& s, const Tensor& qo_indptr, const Tensor& kv_indptr,
+                      const Tensor& kv_len_arr, const char* op, bool copy) {
+  if (!s.use_cuda_graph) return;
+  for (const auto& [buf, src, arg] : {std::tuple{&s.graph_qo_buf, &qo_indptr, "qo_indptr"},
+                                      std::tuple{&s.graph_kv_indptr_buf, &kv_indptr, "kv_indptr"},
+                                      std::tuple{&s.graph_kv_len_buf, &kv_len_arr, "kv_len_arr"}}) {
+    if (!buf->defined()) continue;
+    FLASHINFER_CHECK(src->numel() == buf->numel(), op, arg, "has ", src->numel(),
+                     " elements; under use_cuda_graph plan copies it into the constructor's "
+                     "buffer of ",
+                     buf->numel());
+    if (copy && src->numel() > 0 && src->data_ptr() != buf->data_ptr()) buf->copy_(*src);
+  }
 }
 
 AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
@@ -983,13 +1006,19 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
         // buffer's size bounds every plan's pages (plan_upload), the others are not needed.
         if (use_cuda_graph && kv_indices && kv_indices->defined()) {
           s_->graph_indices_cap = kv_indices->numel();
-          // The buffer run() reads the page ids from (live_page_ids), where the kernels can.
-          const Tensor& buf = *kv_indices;
-          if (buf.device() == s_->device && buf.dtype() == DType::kInt32 && buf.dim() == 1 &&
-              buf.is_contiguous()) {
-            s_->graph_indices_buf = buf;
-          }
         }
+        // The buffers plan fills and run() reads the page ids from (live_page_ids), where the
+        // kernels can read them.
+        auto keep = [&](const std::optional<Tensor>& t, Tensor& dst) {
+          if (use_cuda_graph && t && t->defined() && t->device() == s_->device &&
+              t->dtype() == DType::kInt32 && t->dim() == 1 && t->is_contiguous()) {
+            dst = *t;
+          }
+        };
+        keep(kv_indices, s_->graph_indices_buf);
+        keep(qo_indptr, s_->graph_qo_buf);
+        keep(kv_indptr, s_->graph_kv_indptr_buf);
+        keep(kv_len_arr, s_->graph_kv_len_buf);
       },
       *this, float_workspace_buffer, use_cuda_graph, qo_indptr, kv_indptr, kv_indices, kv_len_arr,
       backend);
@@ -1069,9 +1098,11 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
             s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
           }
         }
+        copy_plan_arrays(s, qo_indptr, kv_indptr, kv_len_arr, op, /*copy=*/false);
         s.dev_ints_current = false;
         plan_upload(s, op, "qo_indptr", "kv_indices");
         copy_plan_page_ids(s, kv_indices);
+        copy_plan_arrays(s, qo_indptr, kv_indptr, kv_len_arr, op, /*copy=*/true);
         s.planned = true;
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,

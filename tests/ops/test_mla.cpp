@@ -393,9 +393,19 @@ TEST(BatchMLAPagedAttention, RunReadsThePageIdsWrittenAfterPlan) {
   {
     SCOPED_TRACE("use_cuda_graph: plan with the constructor's buffer (stale), then the ids");
     Tensor buf = Tensor::zeros({n + 3}, DType::kInt32);
-    BatchMLAPagedAttentionWrapper w(workspace(), true, std::nullopt, std::nullopt, buf,
-                                    std::nullopt);
+    Tensor qo_buf = Tensor::zeros({4}, DType::kInt32), ip_buf = Tensor::zeros({4}, DType::kInt32);
+    Tensor len_buf = Tensor::zeros({3}, DType::kInt32);
+    BatchMLAPagedAttentionWrapper w(workspace(), true, qo_buf, ip_buf, buf, len_buf);
     plan(w, l.kv_indptr, buf);
+    // Plan's arrays land in the constructor's buffers, as upstream's plan copies them (vLLM's
+    // SM90 sparse backend places each step's ids from its kv_indptr buffer).
+    EXPECT_EQ(ints_of(qo_buf), ints_of(qo));
+    EXPECT_EQ(ints_of(ip_buf), ints_of(l.kv_indptr));
+    EXPECT_EQ(ints_of(len_buf), ints_of(l.kv_lens));
+    BatchMLAPagedAttentionWrapper w5(workspace(), true, std::nullopt,
+                                     Tensor::zeros({5}, DType::kInt32), std::nullopt, std::nullopt);
+    EXPECT_FI_ERROR(plan(w5, l.kv_indptr, int_tensor(ids_a)), "BatchMLAPagedAttentionWrapper.plan",
+                    "kv_indptr");
     buf.slice(0, 0, n).copy_(int_tensor(ids_b));
     EXPECT_EQ(run(w), out_b);
     buf.slice(0, 0, n).copy_(int_tensor(ids_a));  // the next step's ids, no new plan

@@ -51,7 +51,10 @@ void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope);
 class BatchMLAPagedAttentionWrapper : public ApiObject {
  public:
   /// float_workspace_buffer: scratch on the device the wrapper runs on (the CPU reference needs
-  /// none). The CUDA-graph buffers are accepted and unused. backend "auto" or "fa2".
+  /// none). Under use_cuda_graph, plan copies its four index tensors into the buffers given here
+  /// (on the wrapper's device, int32, contiguous), as upstream's plan does, and run reads the
+  /// page ids from the kv_indices buffer when it runs (ids written there after plan count).
+  /// backend "auto", "fa2" or "fa3".
   explicit BatchMLAPagedAttentionWrapper(Tensor float_workspace_buffer, bool use_cuda_graph = false,
                                          std::optional<Tensor> qo_indptr = std::nullopt,
                                          std::optional<Tensor> kv_indptr = std::nullopt,
