@@ -257,10 +257,9 @@ Tensor live_page_ids(detail::WrapperState& s, const Tensor& indices, int64_t end
                      " elements; under use_cuda_graph plan copies them into the constructor's "
                      "page-index buffer, of ",
                      buf.numel());
-    if (indices.numel() > 0 && indices.data_ptr() != buf.data_ptr()) {
-      Tensor dst = buf.slice(0, 0, indices.numel());
-      dst.copy_(indices);
-    }
+    // Copied at the end of an accepted plan (build_plan), so a refused plan leaves the buffer a
+    // captured graph reads as it was.
+    s.graph_ids_src = indices;
     return buf;
   }
   return indices.device() == s.device && indices.is_contiguous() ? indices : Tensor();
@@ -296,7 +295,15 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
   const std::vector<int32_t> last = index_to_host(last_page_len, op, last_arg, batch);
   s.max_page_id = -1;
   s.kv_indices.clear();
+  s.graph_ids_src = Tensor();
   s.live_indices = live_ids ? live_page_ids(s, indices, end, op, indices_arg) : Tensor();
+  // Under use_cuda_graph a captured graph holds the first plan's choice (its guard kernels read
+  // the constructor's buffer): a re-plan that would change it is refused.
+  if (s.use_cuda_graph && s.device.is_cuda() && !s.sizing_only && s.graph_batch >= 0) {
+    FLASHINFER_CHECK(s.live_indices.defined() == s.graph_live_ids, op, indices_arg,
+                     "under use_cuda_graph the first plan fixed whether the page ids are read at "
+                     "run (its dtypes and the constructor's buffer decide it); this plan differs");
+  }
   s.live_base = base;
   if (!s.live_indices.defined()) {
     s.kv_indices = index_to_host(indices, op, indices_arg);
@@ -979,6 +986,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // The first plan sizes the grid every later plan of this wrapper keeps: at least what a
     // split plan can use (max_grid / KV heads) and what this one needs.
     s.graph_batch = s.batch;
+    s.graph_live_ids = s.live_indices.defined();
     if (s.decode) s.graph_rows_per_tile = rows_per_tile;
     s.graph_work_cap =
         std::max<int64_t>(max_grid / std::max<int32_t>(1, s.num_kv_heads), s.plan.work.size());
@@ -1017,8 +1025,11 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // the graph reading the freed one). A new buffer holds at least `capacity` elements. Under
   // use_cuda_graph an array the first plan sized never moves: a plan that needs more is refused
   // naming `arg` (upstream: more than the constructor's buffer holds).
-  auto refill = [&](Tensor& dev, const Tensor& host, const char* arg, int64_t capacity = 0) {
-    const int64_t n = host.numel();
+  // `need`: elements past the host array's the device one must also hold (the live page ids'
+  // room, which each run fills).
+  auto refill = [&](Tensor& dev, const Tensor& host, const char* arg, int64_t capacity = 0,
+                    int64_t need = 0) {
+    const int64_t n = std::max(host.numel(), need);
     const bool fits = dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= n;
     if (!fits && graph && dev.defined() && dev.dtype() == host.dtype()) {
       FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "under use_cuda_graph this plan needs ",
@@ -1061,10 +1072,12 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     append(5, s.plan.merge_indptr.data(), s.plan.merge_indptr.size());
     append(6, s.plan.merge_rows.data(), s.plan.merge_rows.size());
     append(7, s.plan.merge_out_row.data(), s.plan.merge_out_row.size());
-    // The page guard's verdicts, one a request (written by each run with live ids; always
-    // there, so that the page area's offset does not depend on the plan's ids).
-    const std::vector<int32_t> verdicts(static_cast<std::size_t>(s.batch), 0);
-    append(8, verdicts.data(), verdicts.size());
+    // The page guard's inputs (kernels/page_guard.h): the plan's first id in the caller's tensor
+    // (indptr[0]), then a verdict a request, written by each run with live ids. Always there, so
+    // that the page area's offset does not depend on the plan's ids.
+    std::vector<int32_t> guard(static_cast<std::size_t>(s.batch) + 1, 0);
+    guard[0] = static_cast<int32_t>(s.live_base);
+    append(8, guard.data(), guard.size());
     const bool live = s.live_indices.defined();
     // Live ids are copied in by each run (kernels/page_guard.h): room only.
     append(2, s.kv_indices.data(), s.kv_indices.size());
@@ -1073,7 +1086,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
     const int64_t room = graph ? s.graph_indices_buffer : live ? page_id_count(s) : 0;
     refill(s.dev_ints, h, s.indices_arg,
-           std::max<int64_t>(int64_t{1} << 16, s.dev_off[2] + room + 1));
+           std::max<int64_t>(int64_t{1} << 16, s.dev_off[2] + room + 1),
+           live ? s.dev_off[2] + page_id_count(s) + 1 : 0);
     if (!s.mask_indptr.empty()) {
       // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
@@ -1083,6 +1097,16 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
       std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
       refill(s.dev_mask_indptr, hi, "custom_mask");
+    }
+  }
+  // Under use_cuda_graph with live ids: plan's ids into the constructor's buffer, as upstream's
+  // plan copies them, now that the plan is accepted (load_page_table's live_page_ids).
+  if (s.graph_ids_src.defined()) {
+    const Tensor src = s.graph_ids_src;
+    s.graph_ids_src = Tensor();
+    if (src.numel() > 0 && src.data_ptr() != s.live_indices.data_ptr()) {
+      Tensor dst = s.live_indices.slice(0, 0, src.numel());
+      dst.copy_(src);
     }
   }
   s.planned = true;
@@ -1513,12 +1537,16 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
   kernels::PageGuardParams g;
   if (live) {
     int32_t* dev = s.dev_ints.data<int32_t>();
-    g.src = s.live_indices.data<const int32_t>() + s.live_base;
+    g.src = s.live_indices.data<const int32_t>();
+    g.base = dev + s.dev_off[8];
     g.dst = dev + s.dev_off[2];
     g.kv_indptr = dev + s.dev_off[1];
     g.qo_indptr = dev + s.dev_off[0];
-    g.bad = dev + s.dev_off[8];
+    g.bad = dev + s.dev_off[8] + 1;
     g.num_pages = std::min(k.size(0), v.size(0));
+    // Every id would be bad and page 0 does not exist: refused here, as the host check did.
+    FLASHINFER_CHECK(g.num_pages > 0 || page_id_count(s) == 0, op, k_arg,
+                     "the cache has no pages but the page table has ", page_id_count(s));
     g.batch = s.batch;
     g.o = p.o;
     g.o_dtype = p.o_dtype;
@@ -1559,8 +1587,8 @@ WorkspaceSizes plan_workspace_sizes(const detail::WrapperState& s) {
   WorkspaceSizes w;
   w.float_workspace_size = s.plan.num_partial_rows * s.num_qo_heads * (s.head_dim_vo + 1) * 4;
   const std::size_t ints = s.qo_indptr.size() + s.kv_indptr.size() +
-                           static_cast<std::size_t>(page_id_count(s)) + s.kv_lens.size() +
-                           s.plan.work.size() * 6 + s.plan.merge_indptr.size() +
+                           static_cast<std::size_t>(page_id_count(s)) + s.kv_lens.size() + 1 +
+                           s.kv_lens.size() + s.plan.work.size() * 6 + s.plan.merge_indptr.size() +
                            s.plan.merge_rows.size() + s.plan.merge_out_row.size() + 1;
   w.int_workspace_size = static_cast<int64_t>(ints * sizeof(int32_t));
   return w;

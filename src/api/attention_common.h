@@ -90,6 +90,11 @@ struct WrapperState {
   // copied (a host tensor, another output dtype, the paths that read the ids on the host).
   Tensor live_indices, graph_indices;
   int64_t live_base = 0;
+  // Under use_cuda_graph: the plan's ids, copied into graph_indices once build_plan accepts the
+  // plan; whether the first plan read its ids at run (later plans must agree: a captured graph
+  // holds the guard kernels or not).
+  Tensor graph_ids_src;
+  bool graph_live_ids = false;
   // pos_encoding_mode inside attention (api/attention_pos_encoding.h): 0 none, 1 ROPE_LLAMA,
   // 2 ALIBI (slopes per qo head, on the host: the CPU backend alone runs these modes).
   int32_t pos_encoding = 0;

@@ -1,6 +1,6 @@
 // Private: the paged wrappers' page ids read when the call runs, as plain C++ with FLASHINFER_HD:
-// the CUDA kernels (page_guard_cuda.cu) and the CPU tests (tests/api/test_page_guard.cpp) run the
-// same expressions.
+// the CUDA kernels (page_guard_cuda.cu) and the CPU tests (tests/api/test_block_table_plan.cpp,
+// PageGuard.*) run the same expressions.
 //
 // Upstream's plan reads the page table's indptr and last_page_len on the host and leaves the page
 // ids on the device: its kernels read the caller's indices tensor when they run (plan keeps a
@@ -25,7 +25,10 @@
 namespace flashinfer::kernels {
 
 struct PageGuardParams {
-  const int32_t* src = nullptr;        // the caller's ids, at the plan's first (indptr[0])
+  // The caller's ids: the plan's first (indptr[0]) at src + *base. The base is read on the device
+  // (a slot of the plan's arrays), so a captured copy follows a re-plan's indptr[0].
+  const int32_t* src = nullptr;
+  const int32_t* base = nullptr;
   int32_t* dst = nullptr;              // the kernels' page area: [kv_indptr[batch]] ids
   const int32_t* kv_indptr = nullptr;  // [batch + 1], from 0
   const int32_t* qo_indptr = nullptr;  // [batch + 1]: request b's query rows
@@ -46,8 +49,9 @@ struct PageGuardParams {
 /// [0, num_pages) as 0) and returns whether one of its ids was outside.
 FLASHINFER_HD bool page_guard_copy(const PageGuardParams& p, int32_t b, int tid, int nthreads) {
   bool bad = false;
+  const int32_t* src = p.src + *p.base;
   for (int64_t i = int64_t{p.kv_indptr[b]} + tid; i < p.kv_indptr[b + 1]; i += nthreads) {
-    const int32_t id = p.src[i];
+    const int32_t id = src[i];
     const bool ok = id >= 0 && id < p.num_pages;
     p.dst[i] = ok ? id : 0;
     bad |= !ok;

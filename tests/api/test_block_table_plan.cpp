@@ -1276,10 +1276,14 @@ TEST(PageGuard, CopiesTheIdsAndGivesARequestWithABadOneNanRows) {
                      << dtype_torch_name(od) << ", case " << ci << ", " << nthreads << " threads");
         const Case& c = cases[ci];
         std::vector<int32_t> area(6, 77), bad(3, 77);  // a previous run's values: rewritten
-        std::vector<uint32_t> o(4 * H * D, 0);  // room for fp32; 16-bit outputs use the front
+        // Four rows and a tail of 8 words in each dtype (16-bit outputs use the front).
+        const std::size_t esz = od == DType::kFloat32 ? 4 : 2;
+        std::vector<uint32_t> o((4 * H * D * esz + 32) / 4, 0);
         std::vector<float> lse(4 * H, 0.0f);
+        const int32_t base = 2;  // read on the device from the plan's arrays
         kernels::PageGuardParams p;
-        p.src = c.ids.data() + 2;
+        p.src = c.ids.data();
+        p.base = &base;
         p.dst = area.data();
         p.kv_indptr = kv_indptr.data();
         p.qo_indptr = qo.data();
@@ -1306,7 +1310,6 @@ TEST(PageGuard, CopiesTheIdsAndGivesARequestWithABadOneNanRows) {
         for (int32_t b = 0; b < 3; ++b) {
           for (int t = 0; t < nthreads; ++t) kernels::page_guard_nan_rows(p, b, t, nthreads);
         }
-        const std::size_t esz = od == DType::kFloat32 ? 4 : 2;
         const auto* bytes = reinterpret_cast<const uint8_t*>(o.data());
         const uint32_t nan_bits = od == DType::kFloat32    ? 0x7fc00000u
                                   : od == DType::kBFloat16 ? 0x7fc0u
