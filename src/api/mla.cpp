@@ -66,8 +66,10 @@ struct MlaWrapperState {
   // BatchDecodeMlaWithPagedKVCacheWrapper in CUDA-graph mode: the batch size fixed at __init__
   // and the room of its page-index buffer (upstream's plan checks both).
   int64_t fixed_batch = 0, indices_capacity = 0;
-  // CUDA-graph mode on a CUDA device (both wrappers): the first plan fixes the batch, the query
-  // rows and dev_ints' layout, kv_indices getting graph_indices_cap entries (the constructor's
+  // CUDA-graph mode on a CUDA device (both wrappers): the first plan fixes the batch, the room
+  // for query rows (graph_rows: its rows or its batch, the larger; the grid has a block a row,
+  // those past a plan's rows skipped through row_req -1) and dev_ints' layout, kv_indices
+  // getting graph_indices_cap entries (the constructor's
   // page-index buffer, else the first plan's pages); every plan then rewrites dev_ints in place,
   // so a graph captured around run() reads the latest plan: its kernels take the chunk from the
   // device's largest length (MlaAttentionParams::max_kv_dev) and their splits from the grid.
@@ -310,6 +312,10 @@ void upload_indices(detail::MlaWrapperState& s, Device dev) {
   for (int32_t b = 0; b < s.batch; ++b) {
     row_req.insert(row_req.end(), static_cast<std::size_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]), b);
   }
+  // CUDA-graph mode: the captured grid's rows past this plan's belong to no request (skipped).
+  if (graph_mode(s) && s.graph_rows > static_cast<int64_t>(row_req.size())) {
+    row_req.resize(static_cast<std::size_t>(s.graph_rows), -1);
+  }
   append(0, s.qo_indptr);
   append(1, s.kv_indptr);
   append(2, s.kv_lens);
@@ -352,9 +358,10 @@ void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_a
     FLASHINFER_CHECK(s.batch == s.graph_batch, op, batch_arg,
                      "under use_cuda_graph the batch size is fixed by the first plan (",
                      s.graph_batch, "), got ", s.batch);
-    FLASHINFER_CHECK(rows == s.graph_rows, op, "qo_indptr",
-                     "under use_cuda_graph the query rows are fixed by the first plan (",
-                     s.graph_rows, "), got ", rows);
+    FLASHINFER_CHECK(rows <= s.graph_rows, op, "qo_indptr",
+                     "under use_cuda_graph a plan has at most the query rows the first plan made "
+                     "room for (",
+                     s.graph_rows, ": its rows or its batch size, the larger), got ", rows);
     FLASHINFER_CHECK(s.page_size == s.graph_page_size, op, "page_size",
                      "under use_cuda_graph the page size is fixed by the first plan (",
                      s.graph_page_size, "), got ", s.page_size);
@@ -373,7 +380,9 @@ void plan_upload(detail::MlaWrapperState& s, const char* op, const char* batch_a
                    s.graph_cache_pages, " pages (a graph replays against it)");
   if (first) {
     s.graph_batch = s.batch;
-    s.graph_rows = rows;
+    // The captured grid's rows (a block a row): vLLM's SM90 sparse backend re-plans one wrapper
+    // with each step's rows, at most one a request.
+    s.graph_rows = std::max<int64_t>(rows, s.batch);
     s.graph_indices_cap = cap;
     s.graph_page_size = s.page_size;
     s.graph_heads = s.num_heads;
@@ -575,7 +584,8 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     if (r.sm_scale_dev.defined()) p.sm_scale_dev = r.sm_scale_dev.data<const float>();
     if (r.out_scale_dev.defined()) p.out_scale_dev = r.out_scale_dev.data<const float>();
     p.causal = s.causal;
-    p.rows = static_cast<int32_t>(rows);
+    // CUDA-graph mode: the grid the first plan made room for, the rows past this plan's skipped.
+    p.rows = static_cast<int32_t>(graph_mode(s) ? std::max<int64_t>(rows, s.graph_rows) : rows);
     p.max_kv_len = max_kv_len(s);
     if (r.q_nope.device().is_cuda()) {
       // The kernel reads the index arrays on its device.

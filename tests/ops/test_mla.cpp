@@ -1656,6 +1656,25 @@ TEST(MlaCuda, WrapperReadsThePageIdsWrittenAfterPlanAndGuardsThem) {
     write(buf, ids_a);
     replay();
     matches(out, lse, ref_a);
+    // Fewer query rows (vLLM re-plans one wrapper with each step's rows): the captured grid's
+    // rows past them are skipped. One query a request, each its request's last token.
+    {
+      const Tensor qo3 = int_tensor({0, 1, 2, 3});
+      BatchMLAPagedAttentionWrapper cpu(workspace());
+      cpu.plan(qo3, l.kv_indptr, int_tensor(ids_a), l.kv_lens, H, dc, dk, P, true, sm_scale,
+               DType::kBFloat16, DType::kBFloat16);
+      const AttentionOutput ref3 = cpu.run(qn.slice(0, 0, 3), qp.slice(0, 0, 3), l.ckv, l.kpe,
+                                           std::nullopt, std::nullopt, true);
+      w.plan(qo3, l.kv_indptr, buf, l.kv_lens, H, dc, dk, P, true, sm_scale, DType::kBFloat16,
+             DType::kBFloat16);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      replay();
+      EXPECT_TRUE(testing::all_close(out.slice(0, 0, 3).to(Device::cpu()), ref3.out, tol));
+      EXPECT_TRUE(testing::all_close(lse.slice(0, 0, 3).to(Device::cpu()), ref3.lse, {1e-4, 1e-4}));
+      EXPECT_FI_ERROR(w.plan(int_tensor({0, 2, 4, 5}), l.kv_indptr, buf, l.kv_lens, H, dc, dk, P,
+                             true, sm_scale, DType::kBFloat16, DType::kBFloat16),
+                      "BatchMLAPagedAttentionWrapper.plan", "qo_indptr");
+    }
     cudaGraphExecDestroy(graph.exec);
     cudaGraphDestroy(graph.graph);
     cudaStreamDestroy(graph.stream);
