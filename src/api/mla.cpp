@@ -67,9 +67,9 @@ struct MlaWrapperState {
   // and the room of its page-index buffer (upstream's plan checks both).
   int64_t fixed_batch = 0, indices_capacity = 0;
   // CUDA-graph mode on a CUDA device (both wrappers): the first plan fixes the batch, the room
-  // for query rows (graph_rows: its rows or its batch, the larger; the grid has a block a row,
-  // those past a plan's rows skipped through row_req -1) and dev_ints' layout, kv_indices
-  // getting graph_indices_cap entries (the constructor's
+  // for query rows (graph_rows: its rows or its batch, the larger; row_req gets that many
+  // entries, those past a plan's rows -1, so a graph captured with more rows skips them) and
+  // dev_ints' layout, kv_indices getting graph_indices_cap entries (the constructor's
   // page-index buffer, else the first plan's pages); every plan then rewrites dev_ints in place,
   // so a graph captured around run() reads the latest plan: its kernels take the chunk from the
   // device's largest length (MlaAttentionParams::max_kv_dev) and their splits from the grid.
@@ -584,8 +584,9 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     if (r.sm_scale_dev.defined()) p.sm_scale_dev = r.sm_scale_dev.data<const float>();
     if (r.out_scale_dev.defined()) p.out_scale_dev = r.out_scale_dev.data<const float>();
     p.causal = s.causal;
-    // CUDA-graph mode: the grid the first plan made room for, the rows past this plan's skipped.
-    p.rows = static_cast<int32_t>(graph_mode(s) ? std::max<int64_t>(rows, s.graph_rows) : rows);
+    // The rows of this call's q / out (a captured grid keeps them; a replay after a re-plan with
+    // fewer rows skips the rest through row_req -1, one with more computes these only).
+    p.rows = static_cast<int32_t>(rows);
     p.max_kv_len = max_kv_len(s);
     if (r.q_nope.device().is_cuda()) {
       // The kernel reads the index arrays on its device.

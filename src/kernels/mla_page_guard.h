@@ -43,12 +43,16 @@ FLASHINFER_HD bool mla_guard_pages_bad(const MlaAttentionParams& p, int64_t num_
 }
 
 /// Request b's verdict `ok` written by thread `tid` of `nthreads`: its rows' row_req (b, or -1),
-/// and for a refused request NaN in its output rows and LSE rows.
+/// and for a refused request NaN in its output rows and LSE rows below p.rows (the rows of the
+/// call's out: a CUDA graph replayed after a re-plan with more rows than it was captured with
+/// has no others).
 FLASHINFER_HD void mla_guard_write_request(const MlaAttentionParams& p, int32_t* row_req, int32_t b,
                                            bool ok, int tid, int nthreads) {
-  const int64_t r0 = p.qo_indptr[b], rows = p.qo_indptr[b + 1] - r0;
+  const int64_t r0 = p.qo_indptr[b];
+  int64_t rows = p.qo_indptr[b + 1] - r0;
   for (int64_t i = tid; i < rows; i += nthreads) row_req[r0 + i] = ok ? b : -1;
   if (ok) return;
+  rows = r0 >= p.rows ? 0 : (rows < p.rows - r0 ? rows : p.rows - r0);
   const int64_t per_row = static_cast<int64_t>(p.num_heads) * p.dim_ckv;
   for (int64_t x = tid; x < rows * per_row; x += nthreads) {
     const int64_t r = r0 + x / per_row, h = x % per_row / p.dim_ckv, d = x % p.dim_ckv;

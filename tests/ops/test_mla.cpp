@@ -459,9 +459,12 @@ TEST(MlaPageGuard, RefusesExactlyTheRequestsWhoseReadIdsLeaveTheCache) {
       {{0, 1, 5, -1, 99, 3, 4, -7, pages, 0}, {0, 0, 2, -1, -1}},    // the first of one page
       {{0, 1, 5, -1, 99, 3, 4, 2147483647, 2, 9}, {0, 0, 2, 3, 3}},  // past the length: unread
   };
+  // out_rows 4: a graph captured with 4 rows replayed after a plan of 5: row 4 has no out row.
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
-    for (const int nthreads : {1, 3, 128}) {
-      SCOPED_TRACE(::testing::Message() << "case " << ci << ", " << nthreads << " threads");
+    for (const auto& [nthreads, out_rows] :
+         {std::pair{1, 5}, std::pair{3, 5}, std::pair{128, 5}, std::pair{3, 4}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "case " << ci << ", " << nthreads << " threads, " << out_rows << " out rows");
       const Case& c = cases[ci];
       std::vector<int32_t> row_req(5, 77);  // a previous call's verdicts: all rewritten
       std::vector<uint16_t> o(5 * H * dc, 0);
@@ -473,6 +476,7 @@ TEST(MlaPageGuard, RefusesExactlyTheRequestsWhoseReadIdsLeaveTheCache) {
       p.kv_indices = c.ids.data();
       p.page_size = 4;
       p.batch = 4;
+      p.rows = out_rows;
       p.num_heads = H;
       p.dim_ckv = dc;
       p.o = o.data();
@@ -492,7 +496,7 @@ TEST(MlaPageGuard, RefusesExactlyTheRequestsWhoseReadIdsLeaveTheCache) {
       }
       EXPECT_EQ(row_req, c.row_req);
       for (int64_t r = 0; r < 5; ++r) {
-        const bool refused = c.row_req[static_cast<std::size_t>(r)] < 0;
+        const bool refused = c.row_req[static_cast<std::size_t>(r)] < 0 && r < out_rows;
         for (int64_t x = 0; x < H * dc; ++x) {
           EXPECT_EQ(o[static_cast<std::size_t>(r * H * dc + x)], refused ? 0x7fc0 : 0) << r;
         }
@@ -1671,6 +1675,13 @@ TEST(MlaCuda, WrapperReadsThePageIdsWrittenAfterPlanAndGuardsThem) {
       replay();
       EXPECT_TRUE(testing::all_close(out.slice(0, 0, 3).to(Device::cpu()), ref3.out, tol));
       EXPECT_TRUE(testing::all_close(lse.slice(0, 0, 3).to(Device::cpu()), ref3.lse, {1e-4, 1e-4}));
+      for (double x : out.select(0, 3).to(Device::cpu()).to_double_vector()) {
+        ASSERT_EQ(x, 0.0) << "the skipped row was written";
+      }
+      plan(w, buf, false);  // four rows again
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      replay();
+      matches(out, lse, ref_a);
       EXPECT_FI_ERROR(w.plan(int_tensor({0, 2, 4, 5}), l.kv_indptr, buf, l.kv_lens, H, dc, dk, P,
                              true, sm_scale, DType::kBFloat16, DType::kBFloat16),
                       "BatchMLAPagedAttentionWrapper.plan", "qo_indptr");
