@@ -9,9 +9,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "api/arg_traits.h"
@@ -24,6 +28,7 @@
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/mla_cpu.h"
 #include "kernels/mla_params.h"
+#include "recorder/call_extensions.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/mla_cuda.h"
 #endif
@@ -1579,7 +1584,62 @@ BenchCase bench_concat(const BenchShape& s, Device dev) {
 }  // namespace
 
 namespace detail {
+// The recorder's extension of BatchMLAPagedAttentionWrapper.run (recorder/call_extensions.h;
+// docs/LOGGING.md, "Extension tensors"): run reads its page ids when it runs, and engines write
+// them after plan, so the ids plan's record holds may not be the ones run read. The recorder adds
+// those as fi_ext__kv_indices_at_run; a replay writes them where its wrapper reads them before
+// run (without the key, as in upstream's recordings, it runs over plan's).
+struct MlaWrapperAccess {
+  static MlaWrapperState* state(std::span<const Value> args) {
+    if (args.empty() || args[0].kind() != Value::Kind::kObject) return nullptr;
+    auto* w = dynamic_cast<BatchMLAPagedAttentionWrapper*>(args[0].as_object().get());
+    return w != nullptr ? w->s_.get() : nullptr;
+  }
+};
+
+namespace {
+
+constexpr const char* kIdsAtRunKey = "fi_ext__kv_indices_at_run";
+
+void record_ids_at_run(std::span<const Value> args,
+                       std::vector<std::pair<std::string, Tensor>>& extra) {
+  const detail::MlaWrapperState* s = detail::MlaWrapperAccess::state(args);
+  if (s == nullptr || !s->planned || !s->live_indices.defined() || s->kv_indptr.empty()) return;
+  // Inside a CUDA-graph capture a copy would join the graph: the recording keeps plan's ids.
+  if (s->live_indices.device().is_cuda() && cuda_current_stream_capturing()) return;
+  const int64_t n = s->kv_indptr.back();
+  // A copy: the buffer may change again before the recorder writes the call out.
+  if (n > 0) extra.emplace_back(kIdsAtRunKey, s->live_indices.slice(0, 0, n).clone());
+}
+
+void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
+  const auto it = tensors.find(kIdsAtRunKey);
+  detail::MlaWrapperState* s = detail::MlaWrapperAccess::state(args);
+  if (it == tensors.end() || s == nullptr || !s->planned || s->kv_indptr.empty()) return;
+  const Tensor& ids = it->second;
+  const int64_t n = s->kv_indptr.back();
+  // Another plan than the recorded one's: its run reads its own ids (the replay compares it).
+  if (ids.dim() != 1 || ids.numel() != n || ids.dtype() != DType::kInt32) return;
+  if (s->live_indices.defined()) {
+    Tensor dst = s->live_indices.slice(0, 0, n);
+    dst.copy_(ids);
+    return;
+  }
+  // Plan copied the ids (a host tensor on a CUDA wrapper): the copy is replaced, checked as plan
+  // checks it, and uploaded again by run.
+  const Tensor h = ids.to(Device::cpu()).contiguous();
+  const auto* v = h.data<const int32_t>();
+  if (std::any_of(v, v + n, [](int32_t x) { return x < 0; })) return;
+  s->kv_indices.assign(v, v + n);
+  s->max_page_id = n > 0 ? *std::max_element(v, v + n) : -1;
+  s->dev_ints_current = false;
+}
+
+}  // namespace
+
 void register_mla_ops(OpRegistry& r) {
+  detail::register_call_extension("BatchMLAPagedAttentionWrapper.run", record_ids_at_run,
+                                  replay_ids_at_run);
   declare<&append_paged_mla_kv_cache>(
       r,
       {.name = "append_paged_mla_kv_cache",

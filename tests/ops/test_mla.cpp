@@ -2251,6 +2251,43 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
   fs::remove_all(dir);
 }
 
+// vLLM's SM90 sparse pattern recorded (use_cuda_graph with the constructor's buffers, plan with
+// the buffer's stale ids, each step's ids written before run, one step without a new plan): the
+// recorder adds the ids each run read (fi_ext__kv_indices_at_run), and the replay writes them
+// where its wrapper reads them, so every call passes; without them the runs would recompute over
+// plan's stale ids.
+TEST(Mla, DumpOfIdsWrittenAfterPlanReplaysWithTheIdsRunRead) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_mla_ids_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Latent l = make_latent({5, 3}, 2, 32, 8, DType::kBFloat16, 9);
+  const std::vector<int32_t> ids_a = ints_of(l.kv_indices);
+  std::vector<int32_t> ids_b = ids_a;
+  std::reverse(ids_b.begin(), ids_b.end());
+  const auto n = static_cast<int64_t>(ids_a.size());
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  {
+    Tensor buf = Tensor::zeros({n + 2}, DType::kInt32);
+    BatchMLAPagedAttentionWrapper w(workspace(), true, Tensor::zeros({3}, DType::kInt32),
+                                    Tensor::zeros({3}, DType::kInt32), buf,
+                                    Tensor::zeros({2}, DType::kInt32));
+    w.plan(int_tensor({0, 1, 2}), l.kv_indptr, buf, l.kv_lens, 2, 32, 8, 2, false, 0.15,
+           DType::kBFloat16, DType::kBFloat16);
+    const Tensor qn = testing::rand_tensor({2, 2, 32}, DType::kBFloat16, 5);
+    const Tensor qp = testing::rand_tensor({2, 2, 8}, DType::kBFloat16, 6);
+    buf.slice(0, 0, n).copy_(int_tensor(ids_a));
+    w.run(qn, qp, l.ckv, l.kpe);
+    buf.slice(0, 0, n).copy_(int_tensor(ids_b));
+    w.run(qn, qp, l.ckv, l.kpe);
+  }
+  recorder::stop();
+  testing::replay_expecting_every_call_to_pass(dir, 4u);
+  fs::remove_all(dir);
+}
+
 // A dump written by Python as upstream's recorder writes it, for the call vLLM makes (every
 // argument by keyword, a 4-D cache, the fused bmm1 scale), the expected output computed by torch
 // in fp32: it replays here and passes.

@@ -25,7 +25,8 @@ namespace flashinfer {
 
 namespace detail {
 struct MlaWrapperState;
-}
+struct MlaWrapperAccess;  // the recorder's extension of run (src/api/mla.cpp)
+}  // namespace detail
 
 /// flashinfer.page.append_paged_mla_kv_cache: writes append_ckv[i] ([nnz, ckv_dim]) and
 /// append_kpe[i] ([nnz, kpe_dim]) into ckv_cache [pages, page_size, ckv_dim] and kpe_cache
@@ -98,6 +99,7 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
   std::string_view module_name() const override { return "flashinfer.mla._core"; }
 
  private:
+  friend struct detail::MlaWrapperAccess;
   std::unique_ptr<detail::MlaWrapperState> s_;
 };
 
