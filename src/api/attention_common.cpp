@@ -271,6 +271,17 @@ int64_t page_id_count(const detail::WrapperState& s) {
   return s.kv_indptr.empty() ? 0 : s.kv_indptr.back();
 }
 
+bool graph_index_buffer_usable(const Tensor& t, Device device) {
+  return t.defined() && t.device() == device && t.dtype() == DType::kInt32 && t.dim() == 1 &&
+         t.is_contiguous();
+}
+
+void copy_into_graph_buffer(const Tensor& buf, const Tensor& src) {
+  if (src.numel() == 0 || src.data_ptr() == buf.data_ptr()) return;
+  Tensor dst = buf.slice(0, 0, src.numel());
+  dst.copy_(src);
+}
+
 void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor& indices,
                      const Tensor& last_page_len, int64_t page_size, const char* op,
                      const char* indptr_arg, const char* indices_arg, const char* last_arg,
@@ -1104,10 +1115,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   if (s.graph_ids_src.defined()) {
     const Tensor src = s.graph_ids_src;
     s.graph_ids_src = Tensor();
-    if (src.numel() > 0 && src.data_ptr() != s.live_indices.data_ptr()) {
-      Tensor dst = s.live_indices.slice(0, 0, src.numel());
-      dst.copy_(src);
-    }
+    copy_into_graph_buffer(s.live_indices, src);
   }
   s.planned = true;
 }
@@ -1665,11 +1673,9 @@ void set_graph_buffers(detail::WrapperState& s, const std::optional<Tensor>& ind
   if (!s.use_cuda_graph) return;
   if (indices_buffer && indices_buffer->defined()) {
     s.graph_indices_buffer = indices_buffer->numel();
-    const Tensor& b = *indices_buffer;
     // The buffer a plan's ids go to and run() reads them from (load_page_table's live ids).
-    if (b.device() == s.device && s.device.is_cuda() && b.dtype() == DType::kInt32 &&
-        b.dim() == 1 && b.is_contiguous()) {
-      s.graph_indices = b;
+    if (s.device.is_cuda() && graph_index_buffer_usable(*indices_buffer, s.device)) {
+      s.graph_indices = *indices_buffer;
     }
   }
   if (mask_buffer && mask_buffer->defined()) s.graph_mask_buffer = mask_buffer->numel();

@@ -158,6 +158,12 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
                      bool live_ids = false);
 /// The page ids the plan holds (kv_indptr's end): kv_indices' size, or the live ones'.
 int64_t page_id_count(const detail::WrapperState& s);
+/// Whether a constructor's CUDA-graph index buffer can be the tensor the kernels read in place
+/// (plan copies into it, run reads it): on `device`, int32, 1-D, contiguous.
+bool graph_index_buffer_usable(const Tensor& t, Device device);
+/// Under use_cuda_graph, plan's `src` into the first src.numel() elements of the constructor's
+/// buffer `buf`, as upstream's plan copies it; nothing when `src` is the buffer (or its prefix).
+void copy_into_graph_buffer(const Tensor& buf, const Tensor& src);
 /// Where each of `nnz` appended tokens goes (append_paged_kv_cache, append_paged_mla_kv_cache):
 /// the page table (into `s`, checked against `num_pages`) and batch_indices / positions on the
 /// host, each element inside its request's length.

@@ -443,11 +443,9 @@ Tensor live_page_ids(detail::MlaWrapperState& s, const Tensor& kv_indices, int64
 // The end of an accepted plan under use_cuda_graph: its ids into the constructor's buffer, as
 // upstream's plan copies them. vLLM passes the buffer itself (or its prefix): nothing to copy.
 void copy_plan_page_ids(const detail::MlaWrapperState& s, const Tensor& kv_indices) {
-  const int64_t n = kv_indices.numel();
-  if (!s.use_cuda_graph || !s.live_indices.defined() || n == 0) return;
-  if (kv_indices.data_ptr() == s.live_indices.data_ptr()) return;
-  Tensor dst = s.live_indices.slice(0, 0, n);
-  dst.copy_(kv_indices);
+  if (s.use_cuda_graph && s.live_indices.defined()) {
+    api::copy_into_graph_buffer(s.live_indices, kv_indices);
+  }
 }
 
 // Under use_cuda_graph, plan's qo_indptr, kv_indptr and kv_len_arr into the constructor's
@@ -464,7 +462,7 @@ void copy_plan_arrays(detail::MlaWrapperState& s, const Tensor& qo_indptr, const
                      " elements; under use_cuda_graph plan copies it into the constructor's "
                      "buffer of ",
                      buf->numel());
-    if (copy && src->numel() > 0 && src->data_ptr() != buf->data_ptr()) buf->copy_(*src);
+    if (copy) api::copy_into_graph_buffer(*buf, *src);
   }
 }
 
@@ -1026,10 +1024,7 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
         // The buffers plan fills and run() reads the page ids from (live_page_ids), where the
         // kernels can read them.
         auto keep = [&](const std::optional<Tensor>& t, Tensor& dst) {
-          if (use_cuda_graph && t && t->defined() && t->device() == s_->device &&
-              t->dtype() == DType::kInt32 && t->dim() == 1 && t->is_contiguous()) {
-            dst = *t;
-          }
+          if (use_cuda_graph && t && api::graph_index_buffer_usable(*t, s_->device)) dst = *t;
         };
         keep(kv_indices, s_->graph_indices_buf);
         keep(qo_indptr, s_->graph_qo_buf);

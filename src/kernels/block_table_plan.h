@@ -269,6 +269,25 @@ FLASHINFER_HD void block_plan_store_nan(void* o, int64_t i, DType d) {
   }
 }
 
+/// Thread `tid` of `nthreads`: NaN in output rows r0 .. r0 + rows (`heads` x `dim` each) and in
+/// their LSE rows when the call has them. P: a parameter struct with the output fields o,
+/// o_dtype, o_stride_n, o_stride_h, lse, lse_stride_n, lse_stride_h (BlockTablePlan, and the run-
+/// time page guards' MlaAttentionParams and PageGuardParams).
+template <class P>
+FLASHINFER_HD void block_plan_store_nan_rows(const P& p, int64_t r0, int64_t rows, int64_t heads,
+                                             int64_t dim, int tid, int nthreads) {
+  const int64_t per_row = heads * dim;
+  for (int64_t x = tid; x < rows * per_row; x += nthreads) {
+    const int64_t r = r0 + x / per_row, h = x % per_row / dim, d = x % dim;
+    block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
+  }
+  if (p.lse != nullptr) {
+    for (int64_t x = tid; x < rows * heads; x += nthreads) {
+      p.lse[(r0 + x / heads) * p.lse_stride_n + x % heads * p.lse_stride_h] = NAN;
+    }
+  }
+}
+
 /// Whether the entries of cum_seq_lens_q that thread `tid` of `nthreads` checks break the host's
 /// rule for the whole array (it starts at 0 and never decreases): entries i = tid, tid + nthreads,
 /// ... against the next. A break refuses every request (the host refuses the call), as requests'
@@ -360,18 +379,8 @@ FLASHINFER_HD void block_plan_write_request(const BlockTablePlan& p, int32_t b, 
     }
   }
   if (!ok) {  // a refused request: NaN rows (where its rows are known), its pages never read
-    const int64_t per_row = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
-    for (int64_t x = tid; x < rows.count * per_row; x += nthreads) {
-      const int64_t r = rows.begin + x / per_row;
-      const int64_t h = x % per_row / p.head_dim_vo, d = x % p.head_dim_vo;
-      block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
-    }
-    if (p.lse != nullptr) {
-      for (int64_t x = tid; x < rows.count * p.num_qo_heads; x += nthreads) {
-        const int64_t r = rows.begin + x / p.num_qo_heads;
-        p.lse[r * p.lse_stride_n + x % p.num_qo_heads * p.lse_stride_h] = NAN;
-      }
-    }
+    block_plan_store_nan_rows(p, rows.begin, rows.count, p.num_qo_heads, p.head_dim_vo, tid,
+                              nthreads);
   }
 }
 
@@ -480,17 +489,8 @@ FLASHINFER_HD void block_plan_write_compact(const BlockTablePlan& p, int32_t b, 
 FLASHINFER_HD void block_plan_refuse_all_rows(const BlockTablePlan& p, int32_t b, int tid,
                                               int nthreads) {
   if (p.cu_q == nullptr) return;
-  const int64_t per_row = static_cast<int64_t>(p.num_qo_heads) * p.head_dim_vo;
   for (int64_t r = b; r < p.total_rows; r += p.batch) {
-    for (int64_t x = tid; x < per_row; x += nthreads) {
-      const int64_t h = x / p.head_dim_vo, d = x % p.head_dim_vo;
-      block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
-    }
-    if (p.lse != nullptr) {
-      for (int64_t h = tid; h < p.num_qo_heads; h += nthreads) {
-        p.lse[r * p.lse_stride_n + h * p.lse_stride_h] = NAN;
-      }
-    }
+    block_plan_store_nan_rows(p, r, 1, p.num_qo_heads, p.head_dim_vo, tid, nthreads);
   }
 }
 

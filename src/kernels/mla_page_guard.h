@@ -14,7 +14,6 @@
 // against each replay's ids, and a request refused once is taken again when its ids are good).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "kernels/block_table_plan.h"  // block_plan_store_nan
@@ -53,17 +52,7 @@ FLASHINFER_HD void mla_guard_write_request(const MlaAttentionParams& p, int32_t*
   for (int64_t i = tid; i < rows; i += nthreads) row_req[r0 + i] = ok ? b : -1;
   if (ok) return;
   rows = r0 >= p.rows ? 0 : (rows < p.rows - r0 ? rows : p.rows - r0);
-  const int64_t per_row = static_cast<int64_t>(p.num_heads) * p.dim_ckv;
-  for (int64_t x = tid; x < rows * per_row; x += nthreads) {
-    const int64_t r = r0 + x / per_row, h = x % per_row / p.dim_ckv, d = x % p.dim_ckv;
-    block_plan_store_nan(p.o, r * p.o_stride_n + h * p.o_stride_h + d, p.o_dtype);
-  }
-  if (p.lse != nullptr) {
-    for (int64_t x = tid; x < rows * p.num_heads; x += nthreads) {
-      const int64_t r = r0 + x / p.num_heads;
-      p.lse[r * p.lse_stride_n + x % p.num_heads * p.lse_stride_h] = NAN;
-    }
-  }
+  block_plan_store_nan_rows(p, r0, rows, p.num_heads, p.dim_ckv, tid, nthreads);
 }
 
 }  // namespace flashinfer::kernels

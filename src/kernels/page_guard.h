@@ -16,10 +16,10 @@
 // Every id of a request is checked, as the host check did (a request's keys fill its pages).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/block_table_plan.h"  // block_plan_store_nan_rows
 #include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::kernels {
@@ -62,24 +62,8 @@ FLASHINFER_HD bool page_guard_copy(const PageGuardParams& p, int32_t b, int tid,
 /// Thread `tid` of `nthreads`: request b's NaN rows when p.bad[b] says so.
 FLASHINFER_HD void page_guard_nan_rows(const PageGuardParams& p, int32_t b, int tid, int nthreads) {
   if (p.bad[b] == 0) return;
-  const int64_t r0 = p.qo_indptr[b], rows = p.qo_indptr[b + 1] - r0;
-  const int64_t per_row = static_cast<int64_t>(p.num_heads) * p.head_dim;
-  for (int64_t x = tid; x < rows * per_row; x += nthreads) {
-    const int64_t r = r0 + x / per_row, h = x % per_row / p.head_dim, d = x % p.head_dim;
-    const int64_t i = r * p.o_stride_n + h * p.o_stride_h + d;
-    if (p.o_dtype == DType::kFloat32) {
-      static_cast<uint32_t*>(p.o)[i] = 0x7fc00000u;
-    } else {
-      static_cast<uint16_t*>(p.o)[i] =
-          p.o_dtype == DType::kBFloat16 ? uint16_t{0x7fc0} : uint16_t{0x7e00};
-    }
-  }
-  if (p.lse != nullptr) {
-    for (int64_t x = tid; x < rows * p.num_heads; x += nthreads) {
-      const int64_t r = r0 + x / p.num_heads;
-      p.lse[r * p.lse_stride_n + x % p.num_heads * p.lse_stride_h] = NAN;
-    }
-  }
+  const int64_t r0 = p.qo_indptr[b];
+  block_plan_store_nan_rows(p, r0, p.qo_indptr[b + 1] - r0, p.num_heads, p.head_dim, tid, nthreads);
 }
 
 /// The output dtypes page_guard_nan_rows writes (the wrappers read ids in place only for these).
