@@ -466,6 +466,9 @@ SHAPE_FLAGS = [
                  ("kv_dtype", "KV")]),
     (r"Prefill", [("batch_size", "batch"), ("s_qo", "qo"), ("s_kv", "kv"), ("num_qo_heads", "q heads"),
                   ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
+    # MLA: the latent widths appear in the command only where they are not 512 / 64 (kpe 0: NoPE).
+    (r"MLA", [("batch_size", "batch"), ("s_qo", "qo"), ("s_kv", "kv"), ("num_qo_heads", "heads"),
+              ("page_size", "page"), ("head_dim_kpe", "kpe"), ("kv_dtype", "KV")]),
     (r"rope", [("batch_size", "batch"), ("s_qo", "tokens"), ("num_qo_heads", "q heads"),
                ("num_kv_heads", "kv heads"), ("head_dim_qk", "D")]),
     (r"^bmm_", [("batch_size", "batch"), ("m", "m"), ("n", "n"), ("k", "k")]),

@@ -649,6 +649,27 @@ def others(a):
              2.0 * MB * MH * MKV * (576 + 512),
              2.0 * MB * MKV * 576 + 2.0 * MB * MH * (576 + 512))
 
+    # NoPE MLA (head_dim_kpe 0) as vLLM's SM90 sparse backend calls it: a request a query token,
+    # page size 1, the token's top-k slots its page ids, 64 heads, backend fa3 (upstream's NoPE
+    # kernel), bf16; phase 5a's --head_dim_kpe 0 row.
+    NR, NK, NH = (64, 2048, 64) if a.quick else (512, 2048, 64)
+
+    def mla_nope():
+        kv_indptr = torch.arange(NR + 1, dtype=torch.int32, device=dev) * NK
+        kv_indices = torch.arange(NR * NK, dtype=torch.int32, device=dev)
+        kv_lens = torch.full((NR,), NK, dtype=torch.int32, device=dev)
+        qo_indptr = torch.arange(NR + 1, dtype=torch.int32, device=dev)
+        w = flashinfer.mla.BatchMLAPagedAttentionWrapper(ws, backend="fa3")
+        w.plan(qo_indptr, kv_indptr, kv_indices, kv_lens, NH, 512, 0, 1, False,
+               1.0 / math.sqrt(192.0), bf16, bf16)
+        qn = rnd(NR, NH, 512)
+        qp = qn[..., 512:]
+        kv = rnd(NR * NK, 1, 512)
+        return lambda: w.run(qn, qp, kv, kv[..., 512:])
+
+    case("BatchMLAPagedAttentionWrapper.run", "nope r%d topk%d h%d page1 fa3" % (NR, NK, NH),
+         mla_nope, 2.0 * NR * NH * NK * (512 + 512), 2.0 * NR * NK * 512 + 2.0 * NR * NH * 1024)
+
     R, HS = 128, 4096
 
     def rms():

@@ -34,6 +34,10 @@ struct BenchShape {
   DType q_dtype = DType::kBFloat16;
   DType kv_dtype = DType::kBFloat16;
   bool causal = false;
+  // BatchMLAPagedAttentionWrapper.run's latent widths (upstream's flags; head_dim_kpe 0: a NoPE
+  // model's MLA)
+  int64_t head_dim_ckv = 512;
+  int64_t head_dim_kpe = 64;
   // gemm (bmm uses batch_size as the batch), quantization uses m x k
   int64_t m = 256, n = 256, k = 256;
   DType input_dtype = DType::kBFloat16;  // norm, activation, gemm, quantization inputs

@@ -1053,11 +1053,8 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
         s.num_heads = to_i32(num_heads, op, "num_heads");
         s.dim_ckv = to_i32(head_dim_ckv, op, "head_dim_ckv");
         // head_dim_kpe 0: a NoPE model's MLA (vLLM's SM90 sparse backend; upstream's fa3 kernel
-        // takes it since its NoPE change). The CPU reference; refused by name on a GPU.
+        // takes it since its NoPE change): scores from the latent alone, on every backend.
         s.dim_kpe = to_i32(head_dim_kpe, op, "head_dim_kpe", 0);
-        FLASHINFER_CHECK_CODE(s.dim_kpe > 0 || !s.device.is_cuda(), ErrorCode::kUnsupported, op,
-                              "head_dim_kpe",
-                              "0 (a NoPE model's MLA) runs on the CPU reference only here");
         s.page_size = to_i32(page_size, op, "page_size");
         FLASHINFER_CHECK(std::isfinite(sm_scale), op, "sm_scale", "must be finite, got ", sm_scale);
         api::check_q_dtype(q_data_type, op, "q_data_type");
@@ -1428,14 +1425,13 @@ struct BenchLatent {
   int64_t pages_per_req = 0;
 };
 
-BenchLatent bench_latent(const BenchShape& s, Device dev, int64_t qo_per_req) {
+BenchLatent bench_latent(const BenchShape& s, Device dev, int64_t qo_per_req,
+                         int64_t ckv = kBenchCkv, int64_t kpe = kBenchKpe) {
   BenchLatent l;
   l.pages_per_req = (s.s_kv + s.page_size - 1) / s.page_size;
   const int64_t pages = l.pages_per_req * s.batch_size;
-  l.ckv = api::bench::random_tensor({pages, s.page_size, kBenchCkv}, s.kv_dtype, dev,
-                                    s.random_seed + 1);
-  l.kpe = api::bench::random_tensor({pages, s.page_size, kBenchKpe}, s.kv_dtype, dev,
-                                    s.random_seed + 2);
+  l.ckv = api::bench::random_tensor({pages, s.page_size, ckv}, s.kv_dtype, dev, s.random_seed + 1);
+  l.kpe = api::bench::random_tensor({pages, s.page_size, kpe}, s.kv_dtype, dev, s.random_seed + 2);
   std::vector<int64_t> qo{0}, kvp{0}, idx, lens, table;
   for (int64_t b = 0; b < s.batch_size; ++b) {
     qo.push_back((b + 1) * qo_per_req);
@@ -1455,15 +1451,18 @@ BenchLatent bench_latent(const BenchShape& s, Device dev, int64_t qo_per_req) {
   return l;
 }
 
-double mla_bytes(const BenchShape& s, int64_t rows, DType q, DType kv) {
-  const double qo = 2.0 * api::bench::nbytes({rows, s.num_qo_heads, kBenchCkv + kBenchKpe}, q);
-  return qo + api::bench::nbytes({s.batch_size * s.s_kv, kBenchCkv + kBenchKpe}, kv);
+double mla_bytes(const BenchShape& s, int64_t rows, DType q, DType kv, int64_t ckv = kBenchCkv,
+                 int64_t kpe = kBenchKpe) {
+  const double qo = 2.0 * api::bench::nbytes({rows, s.num_qo_heads, ckv + kpe}, q);
+  return qo + api::bench::nbytes({s.batch_size * s.s_kv, ckv + kpe}, kv);
 }
 
-// BatchMLAPagedAttentionWrapper.run: s_qo queries per request (causal per s.causal); plan once.
+// BatchMLAPagedAttentionWrapper.run: s_qo queries per request (causal per s.causal), latent
+// widths head_dim_ckv / head_dim_kpe (512 / 64; kpe 0: a NoPE model's); plan once.
 BenchCase bench_mla_run(const BenchShape& s, Device dev) {
   FLASHINFER_CHECK(s.s_qo <= s.s_kv, kMlaClass, "s_qo", "needs s_qo <= s_kv");
-  BenchLatent l = bench_latent(s, dev, s.s_qo);
+  const int64_t dc = s.head_dim_ckv, dk = s.head_dim_kpe;
+  BenchLatent l = bench_latent(s, dev, s.s_qo, dc, dk);
   auto w =
       std::make_shared<BatchMLAPagedAttentionWrapper>(Tensor::empty({1 << 20}, DType::kUInt8, dev));
   DType qd = s.q_dtype == DType::kFloat32 ? DType::kBFloat16 : s.q_dtype;
@@ -1472,20 +1471,18 @@ BenchCase bench_mla_run(const BenchShape& s, Device dev) {
     l.ckv = l.ckv.to(kd);
     l.kpe = l.kpe.to(kd);
   }
-  w->plan(l.qo_indptr, l.kv_indptr, l.kv_indices, l.kv_lens, s.num_qo_heads, kBenchCkv, kBenchKpe,
-          s.page_size, s.causal, 1.0 / std::sqrt(192.0), qd, kd);
+  w->plan(l.qo_indptr, l.kv_indptr, l.kv_indices, l.kv_lens, s.num_qo_heads, dc, dk, s.page_size,
+          s.causal, 1.0 / std::sqrt(192.0), qd, kd);
   const int64_t rows = s.batch_size * s.s_qo;
-  Tensor qn = api::bench::random_tensor({rows, s.num_qo_heads, kBenchCkv}, qd, dev, s.random_seed);
-  Tensor qp =
-      api::bench::random_tensor({rows, s.num_qo_heads, kBenchKpe}, qd, dev, s.random_seed + 3);
+  Tensor qn = api::bench::random_tensor({rows, s.num_qo_heads, dc}, qd, dev, s.random_seed);
+  Tensor qp = api::bench::random_tensor({rows, s.num_qo_heads, dk}, qd, dev, s.random_seed + 3);
   BenchCase c = api::bench::invoke_case(
       std::string(kMlaClass) + ".run",
       {api::bench::bench_object(w), Value(qn), Value(qp), Value(l.ckv), Value(l.kpe)});
   // Upstream's count with qk dim ckv + kpe and vo dim ckv.
   c.flops = static_cast<double>(s.batch_size) *
-            api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, kBenchCkv + kBenchKpe,
-                                        kBenchCkv, s.causal);
-  c.bytes = mla_bytes(s, rows, qd, kd);
+            api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, dc + dk, dc, s.causal);
+  c.bytes = mla_bytes(s, rows, qd, kd, dc, dk);
   return c;
 }
 

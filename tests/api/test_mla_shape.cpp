@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -186,6 +187,13 @@ TEST(MlaShape, WarpHalvesSplitTheStepsAndDims) {
   EXPECT_EQ(mla_mma_qk_step_begin(1) + kMmaKStepsWarp, kMmaKSteps);
   // Half 1 holds every kpe step (its own accumulator); half 0 none.
   EXPECT_LT(mla_mma_qk_step_begin(1), kMmaKStepsNope);
+  EXPECT_EQ(mla_mma_qk_ckv_step_end(0), 18);
+  EXPECT_EQ(mla_mma_qk_ckv_step_end(1), kMmaKStepsNope);
+  // NoPE (head_dim_kpe 0): the 32 ckv steps, 16 a half.
+  EXPECT_EQ(mla_mma_qk_step_begin(0, false), 0);
+  EXPECT_EQ(mla_mma_qk_step_begin(1, false), 16);
+  EXPECT_EQ(mla_mma_qk_ckv_step_end(0, false), 16);
+  EXPECT_EQ(mla_mma_qk_ckv_step_end(1, false), kMmaKStepsNope);
   EXPECT_EQ(mla_mma_vo_dim_begin(0), 0);
   EXPECT_EQ(mla_mma_vo_dim_begin(1), 256);
   // Whole 8-unit swizzle groups: a plain byte offset of the lane base.
@@ -199,15 +207,19 @@ double cv(int t, int c) { return static_cast<double>((t * 5 + c * 3) % 9 - 4); }
 double pv(int r, int t) { return static_cast<double>((r + 2 * t) % 4 - 1); }
 
 // The kernel's addressing for warp (wq, wd) of a block: q.k over its k-steps into sn (ckv) and sp
-// (kpe), then P.V over its output dims, against plain sums.
-TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) {
+// (kpe), then P.V over its output dims, against plain sums. A NoPE call (`rope_call` false) never
+// copies the kpe units of Q or of the tiles: they hold NaN here, and no step may read them.
+void check_fragment_addressing(bool rope_call) {
   const uint32_t q_base = 0, kv_base = 128 * 576;  // 128-byte aligned, disjoint (Q: 73728 bytes)
   const uint32_t U = kMmaUnits;
+  const double kNever = std::nan("");
   Smem s;
   for (int r = 0; r < kMmaRows; ++r)
-    for (int c = 0; c < kMmaDim; ++c) s.put(q_base, r, c, U, qv(r, c));
+    for (int c = 0; c < kMmaDim; ++c)
+      s.put(q_base, r, c, U, rope_call || c < kMmaCkv ? qv(r, c) : kNever);
   for (int t = 0; t < kMmaKvTile; ++t)
-    for (int c = 0; c < kMmaDim; ++c) s.put(kv_base, t, c, U, cv(t, c));
+    for (int c = 0; c < kMmaDim; ++c)
+      s.put(kv_base, t, c, U, rope_call || c < kMmaCkv ? cv(t, c) : kNever);
   auto at = [](const std::array<uint32_t, 32>& base, uint32_t row_add, uint32_t col_even) {
     std::array<uint32_t, 32> r{};
     for (int l = 0; l < 32; ++l)
@@ -230,8 +242,15 @@ TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) {
                 static_cast<uint32_t>(mla_mma_vo_dim_begin(wd)) * 2u;
       }
       std::vector<Acc> sn(kMmaKvTile / 8, Acc{}), sp(kMmaKvTile / 8, Acc{});
-      const int kb = mla_mma_qk_step_begin(wd), ke = kb + kMmaKStepsWarp;
-      for (int kk = kb; kk < ke; ++kk) {
+      // The kernel's steps: the half's ckv steps, then (half 1, a call with kpe) the kpe ones.
+      std::vector<int> steps;
+      for (int kk = mla_mma_qk_step_begin(wd, rope_call);
+           kk < mla_mma_qk_ckv_step_end(wd, rope_call); ++kk)
+        steps.push_back(kk);
+      if (wd == 1 && rope_call)
+        for (int kk = kMmaKStepsNope; kk < kMmaKSteps; ++kk) steps.push_back(kk);
+      EXPECT_EQ(static_cast<int>(steps.size()), rope_call ? kMmaKStepsWarp : kMmaKStepsNope / 2);
+      for (int kk : steps) {
         std::vector<Acc>& acc = kk < kMmaKStepsNope ? sn : sp;
         const Frag4 a = ldmatrix_x4(s, at(qa, 0, kk * 2), false);
         for (int nk = 0; nk < kMmaKvTile / 16; ++nk) {
@@ -291,7 +310,8 @@ TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) {
           const int row = wq * 16 + l / 4 + 8 * (e >> 1), tok = n * 8 + 2 * (l % 4) + (e & 1);
           double want_n = 0, want_p = 0;
           for (int c = 0; c < kMmaCkv; ++c) want_n += qv(row, c) * cv(tok, c);
-          for (int c = kMmaCkv; c < kMmaDim; ++c) want_p += qv(row, c) * cv(tok, c);
+          if (rope_call)
+            for (int c = kMmaCkv; c < kMmaDim; ++c) want_p += qv(row, c) * cv(tok, c);
           bad_s += nope[n][l][e] != want_n || rope[n][l][e] != want_p;
         }
       }
@@ -299,6 +319,12 @@ TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) {
     EXPECT_EQ(bad_s, 0) << "S elements wrong";
   }
 }
+
+TEST(MlaShape, FragmentAddressingSplitsQKAndPVBetweenTheHalves) { check_fragment_addressing(true); }
+
+// head_dim_kpe 0 (a NoPE model's MLA: vLLM's SM90 sparse backend): the same tiles without their
+// kpe units, 16 ckv steps a half.
+TEST(MlaShape, NoPeFragmentAddressingNeverReadsTheKpeUnits) { check_fragment_addressing(false); }
 
 }  // namespace
 }  // namespace flashinfer::kernels::cuda::mla

@@ -46,6 +46,10 @@ TEST(MlaSm90Shape, LauncherRule) {
   EXPECT_FALSE(mla_sm90_takes(deepseek_call(e4m3, e4m3, f16), 9, 0, true));
   EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, f16, bf16), 9, 0, true));
   EXPECT_FALSE(mla_sm90_takes(deepseek_call(bf16, bf16, DType::kFloat32), 9, 0, true));
+  // A NoPE call (head_dim_kpe 0: vLLM's SM90 sparse MLA backend) stays on the mma.sync kernel.
+  MlaAttentionParams nope = deepseek_call(bf16, e4m3, bf16);
+  nope.dim_kpe = 0;
+  EXPECT_FALSE(mla_sm90_takes(nope, 9, 0, true));
   // Blocks that take Q, three stages and the exchange fit an H100's / H200's 227 KiB; fp8 stages
   // take half the bytes and one 16-bit tile.
   for (bool fp8 : {false, true}) {

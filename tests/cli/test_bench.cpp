@@ -144,6 +144,9 @@ TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
       {"mxfp8_dequantize_host", " --m 32 --k 64", 0, 10304},
       // baseline copy 16 x 16 fp32: read + write
       {"stream_copy", " --m 16 --n 16", 0, 2048},
+      // NoPE MLA (latent 512, no rope part): 2 * 1 * 64 * 4 * (512 + 512) per request, x2;
+      // q and o [2, 4, 512] bf16 (8192 B each), the latent rows [128, 512] bf16 (131072 B)
+      {"BatchMLAPagedAttentionWrapper.run", " --s_qo 1 --head_dim_kpe 0", 1048576, 147456},
   };
   for (const Expected& e : cases) {
     CliResult r = run_flashinfer("bench --routine " + e.routine + kTiny + e.flags +
@@ -184,6 +187,10 @@ TEST(Bench, OneRoutinePerFamilyRefcheckPerfLineCsvAndFormulas) {
         << e.routine;
     EXPECT_NE(row.at("repro_command").find("flashinfer bench --routine " + e.routine),
               std::string::npos);
+    // The MLA widths are spelled out where they are not DeepSeek's.
+    EXPECT_EQ(row.at("repro_command").find("--head_dim_kpe 0") != std::string::npos,
+              e.flags.find("--head_dim_kpe 0") != std::string::npos)
+        << row.at("repro_command");
   }
 }
 
@@ -257,6 +264,8 @@ TEST(Bench, BadRoutineAndFlagsAreClearErrors) {
       {"bench --routine rmsnorm --num_iters 0", "num_iters"},
       {"bench --routine rmsnorm --dry_run_iters -1", "dry_run_iters"},
       {"bench --routine rmsnorm --batch_size -2", "batch_size"},
+      {"bench --routine BatchMLAPagedAttentionWrapper.run --head_dim_kpe -1", "head_dim_kpe"},
+      {"bench --routine BatchMLAPagedAttentionWrapper.run --head_dim_ckv 0", "head_dim_ckv"},
       {"bench --routine rmsnorm --backends tpu", "unknown backend 'tpu'"},
       {"bench --routine top_k_top_p_sampling_from_logits --top_p 1.5", "top_p"},
       {"bench --routine rmsnorm --frobnicate 3", "frobnicate"},

@@ -27,6 +27,9 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 #if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/mla_cuda.h"
 #include "kernels/cuda/mla_sm90.h"
 #include "util/cuda_graph_util.h"
 #endif
@@ -1806,18 +1809,81 @@ TEST(MlaCuda, TrtllmDecodeLseAndRaggedQueriesMatchCpu) {
       "enable_dcp", ErrorCode::kUnsupported);
 }
 
-// A NoPE model's MLA (head_dim_kpe 0) has no CUDA kernel here: plan refuses it by name on a
-// GPU, so a replay there falls back to the CPU reference. Compiled, not run.
-TEST(MlaCuda, NoPeKpeIsRefusedByNameOnTheGpu) {
+#if FLASHINFER_TEST_HAVE_CUDART
+// A NoPE model's MLA (head_dim_kpe 0) as vLLM's SM90 sparse backend calls it: page size 1 (each
+// query token a request whose ids are its top-k slots), padded requests with no query and no key,
+// not causal, ckv and the empty kpe as views of one [slots, 1, 512] cache, q_pe [rows, H, 0];
+// bf16 and e4m3 caches (ckv_scale 0.5, kpe_scale 1, as vLLM passes). On the tensor-core kernel's
+// NoPE instances (where the device gives it 3 stages: sm_90; the launch counter says it ran) and
+// with FLASHINFER_MLA_TENSOR_CORES=0 on the CUDA-core fallback kernel, against the CPU; heads 16
+// (query rows packed), 64 and 128 (two head groups); keys up to 2048 (split). Compiled, not run.
+TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
-  Latent l = make_latent({4, 7}, 1, 64, 0, DType::kBFloat16, 1);
-  BatchMLAPagedAttentionWrapper w(workspace().to(gpu));
-  EXPECT_FI_ERROR_CODE(
-      w.plan(int_tensor({0, 1, 2}).to(gpu), l.kv_indptr.to(gpu), l.kv_indices.to(gpu),
-             l.kv_lens.to(gpu), 2, 64, 0, 1, false, 0.1, DType::kBFloat16, DType::kBFloat16),
-      "BatchMLAPagedAttentionWrapper.plan", "head_dim_kpe", ErrorCode::kUnsupported);
+  testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
+  int optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  struct Case {
+    DType kv;
+    int64_t H;
+    std::vector<int32_t> kv_lens;  // a request a query token; 0: a padded row
+  };
+  const std::vector<Case> cases = {
+      {DType::kBFloat16, 16, {2048, 37, 0, 513, 1, 0}},
+      {DType::kFloat8E4M3FN, 64, {300, 2048, 5, 0}},
+      {DType::kBFloat16, 128, {64, 1000, 33}},
+      {DType::kFloat8E4M3FN, 16, {1, 2, 3, 2048}},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const bool fp8 = dtype_is_fp8(c.kv);
+    const bool tc = static_cast<std::size_t>(optin) >=
+                    kernels::cuda::mla::mla_mma_smem_bytes(3, fp8);  // the NoPE instances' stages
+    Latent l = make_latent(c.kv_lens, 1, 512, 0, c.kv, 500 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.kv_lens) qo_indptr.push_back(qo_indptr.back() + (n > 0 ? 1 : 0));
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, c.H, 512}, DType::kBFloat16, 600 + idx, -1.0, 1.0);
+    const std::optional<double> ckv_scale = fp8 ? std::optional<double>(0.5) : std::nullopt;
+    const std::optional<double> kpe_scale = fp8 ? std::optional<double>(1.0) : std::nullopt;
+    const double sm_scale = 1.0 / std::sqrt(576.0);
+    auto run_on = [&](Device d) {
+      BatchMLAPagedAttentionWrapper w(workspace().to(d));
+      w.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices.to(d), l.kv_lens, c.H, 512, 0, 1,
+             false, sm_scale, DType::kBFloat16, c.kv);
+      const Tensor qd = q.to(d), kv = l.kv.to(d);
+      return w.run(qd, qd.slice(2, 512, 512), kv.slice(2, 0, 512), kv.slice(2, 512, 512),
+                   std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, std::nullopt,
+                   false, std::nullopt, ckv_scale, std::nullopt, kpe_scale);
+    };
+    const AttentionOutput want = run_on(Device::cpu());
+    const long long before = kernels::cuda::mla_mma_nope_launches();
+    AttentionOutput got;
+    {
+      testing::ScopedEnv on("FLASHINFER_MLA_TENSOR_CORES", nullptr);
+      got = run_on(gpu);
+    }
+    EXPECT_EQ(kernels::cuda::mla_mma_nope_launches() > before, tc)
+        << "the tensor-core kernel's NoPE instance ran: " << !tc;
+    AttentionOutput cores;
+    {
+      testing::ScopedEnv off("FLASHINFER_MLA_TENSOR_CORES", "0");
+      const long long at = kernels::cuda::mla_mma_nope_launches();
+      cores = run_on(gpu);
+      EXPECT_EQ(kernels::cuda::mla_mma_nope_launches(), at) << "the switch keeps the CUDA cores";
+    }
+    const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+    for (const AttentionOutput* r : {&got, &cores}) {
+      SCOPED_TRACE(r == &got ? "tensor cores" : "CUDA cores");
+      EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));
+      EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    }
+    ++idx;
+  }
 }
+#endif
 
 // On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): a grid
 // sized for max_seq_len 2048 (a table of 160 columns of 16 tokens leaves it that bound) and a

@@ -98,6 +98,10 @@ BENCH_ROWS = [
      "flashinfer bench --routine rmsnorm --batch_size 128 --hidden_size 4096 --backends cuda"],
     ["mxfp8_quantize", "cuda", "0.0200", "0.0", "0.8", "0.24", "", "mismatch",
      "flashinfer bench --routine mxfp8_quantize --m 1024 --k 4096 --backends cuda"],
+    ["BatchMLAPagedAttentionWrapper.run", "cuda", "0.5000", "300.0", "1.1", "", "0.3", "pass",
+     "flashinfer bench --routine BatchMLAPagedAttentionWrapper.run --backends cuda --batch_size 512"
+     " --s_qo 1 --s_kv 2048 --num_qo_heads 64 --num_kv_heads 8 --head_dim_qk 64 --head_dim_vo 64"
+     " --page_size 1 --head_dim_ckv 512 --head_dim_kpe 0 --q_dtype bfloat16 --kv_dtype bfloat16"],
 ]
 GEMM_TORCH = [
     ["op", "torch_call", "m", "n", "k", "batch", "device", "median_ms", "tflops", "note"],
@@ -240,6 +244,9 @@ class GpuCheckReport(unittest.TestCase):
                       "bandwidth) | upstream (rows128 hidden4096): 0.0186 ms | 1.27x (ours faster) |",
                       page)
         self.assertIn("refcheck **mismatch**", page)
+        # MLA rows name their widths where they are not DeepSeek's (a NoPE model's: kpe 0).
+        self.assertIn("| BatchMLAPagedAttentionWrapper.run | batch 512, qo 1, kv 2048, heads 64, "
+                      "page 1, kpe 0, KV bfloat16 | 0.5000 ms, 300.0 TFLOP/s", page)
         self.assertLess(len(page.splitlines()), 80)  # one page
 
     def test_prefill_grid_and_join_with_both_upstream_backends(self):

@@ -234,6 +234,11 @@ std::string repro_command(const BenchOptions& o, const std::string& backend) {
   add("head_dim_qk", i(s.head_dim_qk));
   add("head_dim_vo", i(s.head_dim_vo));
   add("page_size", i(s.page_size));
+  // The MLA widths only where they differ from DeepSeek's (the other routines ignore them).
+  if (s.head_dim_ckv != 512 || s.head_dim_kpe != 64) {
+    add("head_dim_ckv", i(s.head_dim_ckv));
+    add("head_dim_kpe", i(s.head_dim_kpe));
+  }
   add("q_dtype", o.q_dtype);
   add("kv_dtype", o.kv_dtype);
   if (s.causal) r += " --causal";
@@ -392,6 +397,7 @@ int run_bench(BenchOptions o) {
                          {s.head_dim_qk, "head_dim_qk"},
                          {s.head_dim_vo, "head_dim_vo"},
                          {s.page_size, "page_size"},
+                         {s.head_dim_ckv, "head_dim_ckv"},
                          {s.m, "m"},
                          {s.n, "n"},
                          {s.k, "k"},
@@ -400,6 +406,8 @@ int run_bench(BenchOptions o) {
                          {s.top_k, "top_k"}}) {
     check_positive(v, flag);
   }
+  FLASHINFER_CHECK(s.head_dim_kpe >= 0, "bench", "head_dim_kpe", "must be >= 0, got ",
+                   s.head_dim_kpe);
   FLASHINFER_CHECK(s.top_p > 0.0 && s.top_p <= 1.0, "bench", "top_p", "must be in (0, 1], got ",
                    s.top_p);
   check_positive(o.num_iters, "num_iters");
@@ -637,6 +645,8 @@ void add_bench_options(Args& app, BenchOptions& o) {
   app.add_option("--head_dim_qk", s.head_dim_qk, "Head dim of q and k");
   app.add_option("--head_dim_vo", s.head_dim_vo, "Head dim of v and o");
   app.add_option("--page_size", s.page_size, "Tokens per KV page");
+  app.add_option("--head_dim_ckv", s.head_dim_ckv, "MLA latent width (512)");
+  app.add_option("--head_dim_kpe", s.head_dim_kpe, "MLA rope width (64; 0: a NoPE model's MLA)");
   app.add_option("--q_dtype", o.q_dtype, "Query dtype (bfloat16)");
   app.add_option("--kv_dtype", o.kv_dtype, "KV dtype (bfloat16)");
   app.add_flag("--causal", s.causal, "Causal mask (prefill)");

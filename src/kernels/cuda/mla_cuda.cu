@@ -20,6 +20,7 @@
 // When the grid would leave the GPU idle (few rows and heads, long caches) the KV axis is split
 // and mla_merge_kernel combines the partial states (m in log2 units, l, the unnormalized o).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -615,18 +616,20 @@ __device__ __forceinline__ void row_group_barrier(int wq) {
 // fp8 cache: widens a stage (rows of kU8 16-byte units of fp8, in order) into the permuted 16-bit
 // tile (rows of kMmaUnits units). fp8 unit c of a row becomes 16-bit units 2c and 2c + 1
 // (dev::fp8_unit_widen_store), so the ckv dims land in units 0-63 and the kpe dims in 64-71, as
-// a 16-bit cache's copy puts them.
-template <class T, __nv_fp8_interpretation_t kKind>
+// a 16-bit cache's copy puts them. A NoPE call (kRope false) widens the ckv units only: its
+// stage's kpe units were never copied.
+template <class T, __nv_fp8_interpretation_t kKind, bool kRope>
 __device__ __forceinline__ void mma_widen_tile(uint4* dst, const uint4* src, int tid) {
   constexpr int kU8 = mla::kMmaUnits / 2;
+  constexpr int kWiden = kRope ? kU8 : mla::kMmaCkvUnits / 2;
 #pragma unroll
-  for (int i = tid; i < mla::kMmaKvTile * kU8; i += mla::kMmaThreads) {
-    const int r = i / kU8, c = i % kU8;
-    dev::fp8_unit_widen_store<T, kKind>(dst, src[i], r, c, mla::kMmaUnits);
+  for (int i = tid; i < mla::kMmaKvTile * kWiden; i += mla::kMmaThreads) {
+    const int r = i / kWiden, c = i % kWiden;
+    dev::fp8_unit_widen_store<T, kKind>(dst, src[r * kU8 + c], r, c, mla::kMmaUnits);
   }
 }
 
-template <class T, class TQ, class TKV, int kStages>
+template <class T, class TQ, class TKV, int kStages, bool kRope>
 __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     mla_decode_mma_kernel(MlaAttentionParams p, dev::FastDivmod page_size, int32_t chunk,
                           float* part_o, float* part_ml) {
@@ -634,6 +637,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   constexpr int kU = kMmaUnits;
   using Dt = MlaMmaDtypes<T, TQ, TKV>;
   constexpr bool kFp8 = Dt::kFp8, kFp8Q = Dt::kFp8Q;
+  static_assert(kRope || !kFp8Q, "NoPE calls have 16-bit queries (trtllm's fp8 ones have kpe)");
   constexpr int kUS = Dt::kUS, kCkvUS = Dt::kCkvUS;
   // The 16-bit tiles the warps read: one per stage, or one in all for fp8.
   constexpr int kTiles16 = kFp8 ? 1 : kStages;
@@ -693,8 +697,11 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
     };
     copy_part.template operator()<kMmaCkvUnits>(static_cast<const T*>(p.q_nope), p.qn_stride_n,
                                                 p.qn_stride_h, 0);
-    copy_part.template operator()<kU - kMmaCkvUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
-                                                     p.qp_stride_h, kMmaCkvUnits);
+    // NoPE: no q_pe; the tile's kpe units are never read (no kpe k-steps).
+    if constexpr (kRope) {
+      copy_part.template operator()<kU - kMmaCkvUnits>(static_cast<const T*>(p.q_pe), p.qp_stride_n,
+                                                       p.qp_stride_h, kMmaCkvUnits);
+    }
   } else {
     mla_fp8_query_units<kMmaThreads>(
         p, blk,
@@ -771,7 +778,7 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
               t0 + r < stop);
         }
       }
-      if (kpe_copier) {
+      if (kRope && kpe_copier) {  // NoPE: no kpe rows (their units are never read)
         dev::cp_async::copy16_zfill(
             unit(kr, kCkvUS + kc),
             reinterpret_cast<const void*>(ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
@@ -812,9 +819,9 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       // copy overlaps this tile's math.
       const uint4* st8 = kv8_s + (tile % kStages) * kMmaKvTile * kUS;
       if (p.kv_dtype == DType::kFloat8E5M2) {
-        mma_widen_tile<T, __NV_E5M2>(kv_s, st8, tid);
+        mma_widen_tile<T, __NV_E5M2, kRope>(kv_s, st8, tid);
       } else {
-        mma_widen_tile<T, __NV_E4M3>(kv_s, st8, tid);
+        mma_widen_tile<T, __NV_E4M3, kRope>(kv_s, st8, tid);
       }
       fill_from(tile + kStages, next_id);
       next_id = page_id(tile + kStages + 1);
@@ -859,35 +866,46 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       // that contracted the multiply with the later add into one FMA would round the two warps'
       // sums differently. Warp-uniform branch; each side's steps are compile-time constants (the
       // fragment addresses fold to an XOR and an immediate), and only half 1 has kpe steps (their
-      // own sum, sp: the ckv and kpe sums take different scales).
+      // own sum, sp: the ckv and kpe sums take different scales). A NoPE call has no kpe steps and
+      // 16 ckv steps a half (mla_mma_qk_step_begin).
       float s[kMmaKvTile / 8][4];
-      if (wd == 0) {
-        float sn[kMmaKvTile / 8][4];
+      // Half wd's ckv steps into sn (constant bounds in each branch).
+      auto ckv_steps = [&](float(&sn)[kMmaKvTile / 8][4]) {
         zero(sn);
+        if (wd == 0) {
 #pragma unroll
-        for (int kk = mla_mma_qk_step_begin(0); kk < mla_mma_qk_step_begin(1); ++kk)
-          qk_step(kk, sn);
+          for (int kk = mla_mma_qk_step_begin(0, kRope); kk < mla_mma_qk_ckv_step_end(0, kRope);
+               ++kk)
+            qk_step(kk, sn);
+        } else {
 #pragma unroll
-        for (int n = 0; n < kMmaKvTile / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[n][e] = __fmul_rn(c_n, sn[n][e]);
-          x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+          for (int kk = mla_mma_qk_step_begin(1, kRope); kk < mla_mma_qk_ckv_step_end(1, kRope);
+               ++kk)
+            qk_step(kk, sn);
         }
-      } else {
-        float sn[kMmaKvTile / 8][4], sp[kMmaKvTile / 8][4];
-        zero(sn);
+      };
+      float sn[kMmaKvTile / 8][4];
+      ckv_steps(sn);
+      if (kRope && wd == 1) {
+        float sp[kMmaKvTile / 8][4];
         zero(sp);
-#pragma unroll
-        for (int kk = mla_mma_qk_step_begin(1); kk < kMmaKStepsNope; ++kk) qk_step(kk, sn);
 #pragma unroll
         for (int kk = kMmaKStepsNope; kk < kMmaKSteps; ++kk) qk_step(kk, sp);
 #pragma unroll
         for (int n = 0; n < kMmaKvTile / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[n][e] = __fmaf_rn(c_p, sp[n][e], __fmul_rn(c_n, sn[n][e]));
-          x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kMmaKvTile / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = __fmul_rn(c_n, sn[n][e]);
         }
       }
+#pragma unroll
+      for (int n = 0; n < kMmaKvTile / 8; ++n)
+        x_mine[n * kWarp] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
       row_group_barrier(wq);
       const int32_t t0 = begin + tile * kMmaKvTile;
       const bool tail = t0 + kMmaKvTile > stop_first;  // block-uniform
@@ -1044,11 +1062,12 @@ bool stride16(int64_t stride, std::size_t elem, bool taken) {
   return !taken || (stride * static_cast<int64_t>(elem)) % 16 == 0;
 }
 
-// Whether mla_decode_kernel takes `p` (else mla_attention_kernel does): DeepSeek's dims, a
-// 16- or 8-bit cache, and every row it reads or writes with 16-byte accesses (q_nope, q_pe, ckv,
-// kpe, o) starting on a 16-byte boundary.
-bool decode_kernel_takes(const MlaAttentionParams& p) {
-  if (p.dim_ckv != kDecCkv || p.dim_kpe != kDecKpe) return false;
+// Whether a call has DeepSeek's latent rows (head_dim_ckv 512 and head_dim_kpe 64, or with `rope`
+// false 0: a NoPE model's MLA), a 16- or 8-bit cache, and every row the kernels read or write
+// with 16-byte accesses (q_nope, q_pe, ckv, kpe, o; a NoPE call's empty q_pe and kpe none)
+// starting on a 16-byte boundary.
+bool latent_rows_take(const MlaAttentionParams& p, bool rope) {
+  if (p.dim_ckv != kDecCkv || p.dim_kpe != (rope ? kDecKpe : 0)) return false;
   switch (p.kv_dtype) {
     case DType::kFloat16:
     case DType::kBFloat16:
@@ -1061,23 +1080,35 @@ bool decode_kernel_takes(const MlaAttentionParams& p) {
   const std::size_t qs = dtype_size(p.q_dtype), ks = dtype_size(p.kv_dtype),
                     os = dtype_size(p.o_dtype);
   const bool rows = p.rows > 1, heads = p.num_heads > 1, slots = p.page_size > 1;
-  return aligned16(p.q_nope) && aligned16(p.q_pe) && aligned16(p.ckv) && aligned16(p.kpe) &&
-         aligned16(p.o) && stride16(p.qn_stride_n, qs, rows) &&
-         stride16(p.qn_stride_h, qs, heads) && stride16(p.qp_stride_n, qs, rows) &&
-         stride16(p.qp_stride_h, qs, heads) && stride16(p.ckv_stride_page, ks, true) &&
-         stride16(p.ckv_stride_token, ks, slots) && stride16(p.kpe_stride_page, ks, true) &&
-         stride16(p.kpe_stride_token, ks, slots) && stride16(p.o_stride_n, os, rows) &&
-         stride16(p.o_stride_h, os, heads);
+  const bool kpe_rows =
+      !rope || (aligned16(p.q_pe) && aligned16(p.kpe) && stride16(p.qp_stride_n, qs, rows) &&
+                stride16(p.qp_stride_h, qs, heads) && stride16(p.kpe_stride_page, ks, true) &&
+                stride16(p.kpe_stride_token, ks, slots));
+  return kpe_rows && aligned16(p.q_nope) && aligned16(p.ckv) && aligned16(p.o) &&
+         stride16(p.qn_stride_n, qs, rows) && stride16(p.qn_stride_h, qs, heads) &&
+         stride16(p.ckv_stride_page, ks, true) && stride16(p.ckv_stride_token, ks, slots) &&
+         stride16(p.o_stride_n, os, rows) && stride16(p.o_stride_h, os, heads);
 }
+
+// Whether mla_decode_kernel takes `p` (else mla_attention_kernel does): DeepSeek's latent rows
+// with their kpe part.
+bool decode_kernel_takes(const MlaAttentionParams& p) { return latent_rows_take(p, true); }
 
 // Whether mla_decode_mma_kernel takes `p` on a device of compute capability `cc_major`.x (8 or
 // more: ldmatrix, mma.sync and cp.async) with `stages` (mla_mma_stages) to give it:
 // decode_kernel_takes' shape and alignment, with an fp16 or bf16 query and output of one type and
 // a cache of that type or fp8 (mla_mma_dtypes; fp8 queries and other output dtypes stay on the
-// CUDA cores). FLASHINFER_MLA_TENSOR_CORES=0 sends every call to the CUDA-core kernels (to time or
-// check one against the other on a GPU; read at each call).
+// CUDA cores). NoPE calls (head_dim_kpe 0: vLLM's SM90 sparse MLA backend) too, with a 16-bit
+// query, where the device gives 3 stages (the instances built: sm_90's; elsewhere the CUDA-core
+// fallback kernel takes them). FLASHINFER_MLA_TENSOR_CORES=0 sends every call to the CUDA-core
+// kernels (to time or check one against the other on a GPU; read at each call).
 bool mma_kernel_takes(const MlaAttentionParams& p, int stages, int cc_major) {
-  if (cc_major < 8 || stages == 0 || !decode_kernel_takes(p)) return false;
+  if (cc_major < 8 || stages == 0) return false;
+  const bool nope = p.dim_kpe == 0;
+  if (nope ? stages != 3 || dtype_is_fp8(p.q_dtype) || !latent_rows_take(p, false)
+           : !decode_kernel_takes(p)) {
+    return false;
+  }
   if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
   return !detail::env_switch_is("FLASHINFER_MLA_TENSOR_CORES", "0");
 }
@@ -1277,6 +1308,12 @@ long long mla_sm90_launches() { return 0; }
 #endif
 }  // namespace mla
 
+namespace {
+std::atomic<long long> g_mma_nope_launches{0};
+}  // namespace
+
+long long mla_mma_nope_launches() { return g_mma_nope_launches.load(std::memory_order_relaxed); }
+
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
@@ -1347,10 +1384,14 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = mla::mla_mma_smem_bytes(stages, fp8_cache);
     const auto launch = [&]<class T, class TQ, class TKV>() {
-      const auto kernel =
-          stages == 3 ? mla_decode_mma_kernel<T, TQ, TKV, 3> : mla_decode_mma_kernel<T, TQ, TKV, 2>;
+      auto kernel = stages == 3 ? mla_decode_mma_kernel<T, TQ, TKV, 3, true>
+                                : mla_decode_mma_kernel<T, TQ, TKV, 2, true>;
+      if constexpr (std::is_same_v<T, TQ>) {
+        if (p.dim_kpe == 0) kernel = mla_decode_mma_kernel<T, TQ, TKV, 3, false>;  // 3 stages
+      }
       err = try_launch_kernel(kernel, grid, block, smem, s, enable_pdl, p, page_size,
                               static_cast<int32_t>(chunk), part_o, part_ml);
+      if (p.dim_kpe == 0) g_mma_nope_launches.fetch_add(1, std::memory_order_relaxed);
     };
     if (dtype_is_fp8(p.q_dtype)) {
       launch.template operator()<__nv_bfloat16, uint8_t, uint8_t>();  // mla_mma_dtypes

@@ -14,6 +14,10 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p);
 /// pointer of `p`, the index arrays and row_req included, is device memory.
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl);
 
+/// How many NoPE calls (head_dim_kpe 0) mla_attention ran on the tensor-core kernel in this
+/// process (tests assert which kernel ran).
+long long mla_mma_nope_launches();
+
 /// Bit-exact row copies; the index arrays of `p` are device memory.
 void append_paged_mla_kv_cache(const MlaAppendParams& p, void* stream);
 /// Bit-exact copies (heads in grid.y: at most 65535, checked by the API).

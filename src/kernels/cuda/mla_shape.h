@@ -43,8 +43,16 @@ static_assert(kMmaWarpsD == 2,
 
 /// The first of the k-steps (16 dims each) of q.k that warp half `wd` (0 or 1) takes: 0 and 18.
 /// Half 1's share holds the whole kpe part (steps 32-35), which it accumulates apart: the ckv and
-/// kpe sums take different scales (ckv_scale, kpe_scale).
-FLASHINFER_HD constexpr int mla_mma_qk_step_begin(int wd) { return wd * kMmaKStepsWarp; }
+/// kpe sums take different scales (ckv_scale, kpe_scale). A NoPE call (`rope` false: head_dim_kpe
+/// 0, a NoPE model's MLA) has the 32 ckv steps only, 16 a half: 0 and 16.
+FLASHINFER_HD constexpr int mla_mma_qk_step_begin(int wd, bool rope = true) {
+  return wd * (rope ? kMmaKStepsWarp : kMmaKStepsNope / kMmaWarpsD);
+}
+/// The k-steps after the last one of half 0 (the ckv part's end for half 1); the kpe steps
+/// (kMmaKStepsNope .. kMmaKSteps) are half 1's where the call has them.
+FLASHINFER_HD constexpr int mla_mma_qk_ckv_step_end(int wd, bool rope = true) {
+  return wd == 0 ? mla_mma_qk_step_begin(1, rope) : kMmaKStepsNope;
+}
 
 /// Query rows a block takes at once: calls of at most 32 heads fill the 64 MMA rows with the
 /// heads of 64 / num_heads consecutive query rows of one request (MTP's draft tokens, a causal
