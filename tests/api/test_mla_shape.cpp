@@ -181,6 +181,24 @@ TEST(MlaShape, RowsPackedForThirtyTwoHeadsOrFewer) {
   for (int h = 1; h <= 200; ++h) EXPECT_LE(mla_mma_pack(h) * (h < kMmaRows ? h : kMmaRows), 64);
 }
 
+// Which calls the tensor-core kernel has an instance for (the launcher's rule; the rest take the
+// CUDA-core kernels): rope calls at 2 or 3 stages with any query dtype it takes, NoPE calls at
+// 3 stages (sm_90) with a 16-bit query only.
+TEST(MlaShape, TensorCoreInstancesForRopeAndNoPeCalls) {
+  for (bool fp8_query : {false, true}) {
+    EXPECT_TRUE(mla_mma_instance(64, 3, fp8_query));
+    EXPECT_TRUE(mla_mma_instance(64, 2, fp8_query));
+    EXPECT_FALSE(mla_mma_instance(64, 0, fp8_query));  // sm_86 / sm_89: no room
+  }
+  EXPECT_TRUE(mla_mma_instance(0, 3, false));
+  EXPECT_FALSE(mla_mma_instance(0, 2, false)) << "no 2-stage NoPE instance (sm_80)";
+  EXPECT_FALSE(mla_mma_instance(0, 3, true)) << "fp8 queries are trtllm's, with kpe";
+  EXPECT_FALSE(mla_mma_instance(32, 3, false));
+  EXPECT_FALSE(mla_mma_instance(64, 4, false));
+  // The NoPE instances' stages: what an H100 / H200 gives (232448 bytes of opt-in shared memory).
+  for (bool fp8 : {false, true}) EXPECT_EQ(mla_mma_stages(232448, fp8), 3);
+}
+
 TEST(MlaShape, WarpHalvesSplitTheStepsAndDims) {
   EXPECT_EQ(mla_mma_qk_step_begin(0), 0);
   EXPECT_EQ(mla_mma_qk_step_begin(1), 18);

@@ -1813,10 +1813,11 @@ TEST(MlaCuda, TrtllmDecodeLseAndRaggedQueriesMatchCpu) {
 // A NoPE model's MLA (head_dim_kpe 0) as vLLM's SM90 sparse backend calls it: page size 1 (each
 // query token a request whose ids are its top-k slots), padded requests with no query and no key,
 // not causal, ckv and the empty kpe as views of one [slots, 1, 512] cache, q_pe [rows, H, 0];
-// bf16 and e4m3 caches (ckv_scale 0.5, kpe_scale 1, as vLLM passes). On the tensor-core kernel's
-// NoPE instances (where the device gives it 3 stages: sm_90; the launch counter says it ran) and
-// with FLASHINFER_MLA_TENSOR_CORES=0 on the CUDA-core fallback kernel, against the CPU; heads 16
-// (query rows packed), 64 and 128 (two head groups); keys up to 2048 (split). Compiled, not run.
+// bf16 and e4m3 caches (ckv_scale 0.5, kpe_scale 1, as vLLM passes), fp16 with e5m2 and fp16. On
+// the tensor-core kernel's NoPE instances (where the device gives it 3 stages: sm_90; the launch
+// counter says it ran) and with FLASHINFER_MLA_TENSOR_CORES=0 on the CUDA-core fallback kernel,
+// against the CPU; heads 16 (query rows packed), 64 and 128 (two head groups); keys up to 2048
+// (split). Compiled, not run.
 TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -1825,15 +1826,17 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
             cudaSuccess);
   struct Case {
-    DType kv;
+    DType q, kv;
     int64_t H;
     std::vector<int32_t> kv_lens;  // a request a query token; 0: a padded row
   };
   const std::vector<Case> cases = {
-      {DType::kBFloat16, 16, {2048, 37, 0, 513, 1, 0}},
-      {DType::kFloat8E4M3FN, 64, {300, 2048, 5, 0}},
-      {DType::kBFloat16, 128, {64, 1000, 33}},
-      {DType::kFloat8E4M3FN, 16, {1, 2, 3, 2048}},
+      {DType::kBFloat16, DType::kBFloat16, 16, {2048, 37, 0, 513, 1, 0}},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 64, {300, 2048, 5, 0}},
+      {DType::kBFloat16, DType::kBFloat16, 128, {64, 1000, 33}},
+      {DType::kBFloat16, DType::kFloat8E4M3FN, 16, {1, 2, 3, 2048}},
+      {DType::kFloat16, DType::kFloat8E5M2, 32, {700, 0, 65}},
+      {DType::kFloat16, DType::kFloat16, 8, {31, 32, 33}},
   };
   int idx = 0;
   for (const Case& c : cases) {
@@ -1845,14 +1848,14 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
     std::vector<int32_t> qo_indptr{0};
     for (int32_t n : c.kv_lens) qo_indptr.push_back(qo_indptr.back() + (n > 0 ? 1 : 0));
     const int64_t rows = qo_indptr.back();
-    Tensor q = testing::rand_tensor({rows, c.H, 512}, DType::kBFloat16, 600 + idx, -1.0, 1.0);
+    Tensor q = testing::rand_tensor({rows, c.H, 512}, c.q, 600 + idx, -1.0, 1.0);
     const std::optional<double> ckv_scale = fp8 ? std::optional<double>(0.5) : std::nullopt;
     const std::optional<double> kpe_scale = fp8 ? std::optional<double>(1.0) : std::nullopt;
     const double sm_scale = 1.0 / std::sqrt(576.0);
     auto run_on = [&](Device d) {
       BatchMLAPagedAttentionWrapper w(workspace().to(d));
       w.plan(int_tensor(qo_indptr), l.kv_indptr, l.kv_indices.to(d), l.kv_lens, c.H, 512, 0, 1,
-             false, sm_scale, DType::kBFloat16, c.kv);
+             false, sm_scale, c.q, c.kv);
       const Tensor qd = q.to(d), kv = l.kv.to(d);
       return w.run(qd, qd.slice(2, 512, 512), kv.slice(2, 0, 512), kv.slice(2, 512, 512),
                    std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, std::nullopt,
@@ -1874,7 +1877,7 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
       cores = run_on(gpu);
       EXPECT_EQ(kernels::cuda::mla_mma_nope_launches(), at) << "the switch keeps the CUDA cores";
     }
-    const testing::Tolerance tol = testing::attention_tolerance(DType::kBFloat16);
+    const testing::Tolerance tol = testing::attention_tolerance(c.q);
     for (const AttentionOutput* r : {&got, &cores}) {
       SCOPED_TRACE(r == &got ? "tensor cores" : "CUDA cores");
       EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));

@@ -1103,12 +1103,10 @@ bool decode_kernel_takes(const MlaAttentionParams& p) { return latent_rows_take(
 // fallback kernel takes them). FLASHINFER_MLA_TENSOR_CORES=0 sends every call to the CUDA-core
 // kernels (to time or check one against the other on a GPU; read at each call).
 bool mma_kernel_takes(const MlaAttentionParams& p, int stages, int cc_major) {
-  if (cc_major < 8 || stages == 0) return false;
-  const bool nope = p.dim_kpe == 0;
-  if (nope ? stages != 3 || dtype_is_fp8(p.q_dtype) || !latent_rows_take(p, false)
-           : !decode_kernel_takes(p)) {
+  if (cc_major < 8 || !mla::mla_mma_instance(p.dim_kpe, stages, dtype_is_fp8(p.q_dtype))) {
     return false;
   }
+  if (!latent_rows_take(p, p.dim_kpe != 0)) return false;
   if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
   return !detail::env_switch_is("FLASHINFER_MLA_TENSOR_CORES", "0");
 }
@@ -1383,15 +1381,22 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   } else if (mma) {
     const dev::FastDivmod page_size(static_cast<uint32_t>(p.page_size));
     const std::size_t smem = mla::mla_mma_smem_bytes(stages, fp8_cache);
+    // The instance mla_mma_instance promised (mma_kernel_takes checked it): rope calls at 2 or
+    // 3 stages, NoPE calls (16-bit queries only) at 3.
+    const bool nope = p.dim_kpe == 0;
+    FLASHINFER_CHECK_CODE(mla::mla_mma_instance(p.dim_kpe, stages, dtype_is_fp8(p.q_dtype)),
+                          ErrorCode::kInternal, "mla_attention", "head_dim_kpe",
+                          "no tensor-core MLA instance for ", p.dim_kpe, " rope dims at ", stages,
+                          " stages");
     const auto launch = [&]<class T, class TQ, class TKV>() {
       auto kernel = stages == 3 ? mla_decode_mma_kernel<T, TQ, TKV, 3, true>
                                 : mla_decode_mma_kernel<T, TQ, TKV, 2, true>;
       if constexpr (std::is_same_v<T, TQ>) {
-        if (p.dim_kpe == 0) kernel = mla_decode_mma_kernel<T, TQ, TKV, 3, false>;  // 3 stages
+        if (nope) kernel = mla_decode_mma_kernel<T, TQ, TKV, 3, false>;
       }
       err = try_launch_kernel(kernel, grid, block, smem, s, enable_pdl, p, page_size,
                               static_cast<int32_t>(chunk), part_o, part_ml);
-      if (p.dim_kpe == 0) g_mma_nope_launches.fetch_add(1, std::memory_order_relaxed);
+      if (nope && err == cudaSuccess) g_mma_nope_launches.fetch_add(1, std::memory_order_relaxed);
     };
     if (dtype_is_fp8(p.q_dtype)) {
       launch.template operator()<__nv_bfloat16, uint8_t, uint8_t>();  // mla_mma_dtypes

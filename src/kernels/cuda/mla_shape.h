@@ -87,6 +87,17 @@ FLASHINFER_HD constexpr int mla_mma_stages(std::size_t max_smem_optin, bool fp8 
                                                         : 0;
 }
 
+/// Whether the tensor-core kernel has an instance for a call with `dim_kpe` rope dims (64, or 0:
+/// a NoPE model's MLA), `stages` K/V stages (mla_mma_stages) and an fp8 query (`fp8_query`,
+/// trtllm's): every rope call with 2 or 3 stages; NoPE calls with 3 stages (sm_90's shared memory;
+/// the engines' NoPE backend is SM90's) and a 16-bit query. Elsewhere the CUDA-core kernels take
+/// the call. Host-side.
+FLASHINFER_HD constexpr bool mla_mma_instance(int dim_kpe, int stages, bool fp8_query) {
+  if (stages != 2 && stages != 3) return false;
+  if (dim_kpe == kMmaKpe) return true;
+  return dim_kpe == 0 && stages == 3 && !fp8_query;
+}
+
 /// The KV split of a call's grid (every MLA kernel's; the launcher's plan). The CUDA-core kernels
 /// tile the cache in 16 tokens, this one in 32.
 constexpr int kMlaMaxSplits = 64;                     // splits a row at most (the merge's table)
