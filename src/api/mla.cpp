@@ -295,6 +295,8 @@ struct MlaRun {
   // The block-table decode calls' bmm1_scale / bmm2_scale given as tensors on the device (fp32
   // [1]): factors of sm_scale and out_scale the CUDA kernels read (MlaAttentionParams::*_dev).
   Tensor sm_scale_dev, out_scale_dev;
+  // BatchMLAPagedAttentionWrapper.run's ckv_scale_arr, checked (MlaAttentionParams::ckv_scale_arr).
+  Tensor ckv_scale_arr;
 };
 
 bool graph_mode(const detail::MlaWrapperState& s) { return s.use_cuda_graph && s.device.is_cuda(); }
@@ -583,6 +585,7 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
     p.sm_scale = static_cast<float>(s.sm_scale);
     p.ckv_scale = r.ckv_scale;
     p.kpe_scale = r.kpe_scale;
+    if (r.ckv_scale_arr.defined()) p.ckv_scale_arr = r.ckv_scale_arr.data<const float>();
     p.out_scale = r.out_scale;
     if (r.sm_scale_dev.defined()) p.sm_scale_dev = r.sm_scale_dev.data<const float>();
     if (r.out_scale_dev.defined()) p.out_scale_dev = r.out_scale_dev.data<const float>();
@@ -1117,6 +1120,38 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
       page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler);
 }
 
+namespace {
+
+// ckv_scale_arr (upstream's checks, flashinfer/mla: fp32, ckv_cache.shape[:-1] + (head_dim_ckv //
+// 128,), on ckv_cache's device, contiguous, an fp8 e4m3 cache): per-token, per-128-channel scales
+// that replace ckv_scale (upstream's kernels dequantize with the array alone; SGLang's DSA backend
+// passes ckv_scale 1.0 beside it, so 1.0 is taken and another value refused).
+Tensor check_ckv_scale_arr(const detail::MlaWrapperState& s, const Tensor& arr,
+                           const Tensor& ckv_cache, MlaRun& r) {
+  const char* op = r.op;
+  api::check_defined(arr, op, "ckv_scale_arr");
+  FLASHINFER_CHECK(s.kv_dtype == DType::kFloat8E4M3FN, op, "ckv_scale_arr",
+                   "is only valid with an fp8 e4m3 cache (kv_data_type torch.float8_e4m3fn); "
+                   "planned ",
+                   dtype_torch_name(s.kv_dtype));
+  FLASHINFER_CHECK(s.dim_ckv % 128 == 0, op, "ckv_scale_arr",
+                   "needs head_dim_ckv a multiple of 128 (one scale per 128 channels), got ",
+                   s.dim_ckv);
+  FLASHINFER_CHECK(arr.dtype() == DType::kFloat32, op, "ckv_scale_arr",
+                   "must be torch.float32, got ", dtype_torch_name(arr.dtype()));
+  Shape want(ckv_cache.shape().begin(), ckv_cache.shape().end() - 1);
+  want.push_back(s.dim_ckv / 128);
+  api::check_shape_eq(arr, want, op, "ckv_scale_arr");
+  api::check_same_device(arr, ckv_cache, op, "ckv_scale_arr", "ckv_cache");
+  FLASHINFER_CHECK(arr.is_contiguous(), op, "ckv_scale_arr", "must be contiguous");
+  FLASHINFER_CHECK(r.ckv_scale == 1.0f, op, "ckv_scale",
+                   "must be None or 1.0 with ckv_scale_arr (the array holds the ckv scales), got ",
+                   r.ckv_scale);
+  return arr;
+}
+
+}  // namespace
+
 AttentionOutput BatchMLAPagedAttentionWrapper::run(
     const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache, const Tensor& kpe_cache,
     std::optional<Tensor> out, std::optional<Tensor> lse, bool return_lse,
@@ -1136,8 +1171,6 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
                               "only the cutlass backend takes page_table (not supported)");
         FLASHINFER_CHECK_CODE(!o_scale, ErrorCode::kUnsupported, op, "o_scale",
                               "output quantization is not supported");
-        FLASHINFER_CHECK_CODE(!ckv_scale_arr, ErrorCode::kUnsupported, op, "ckv_scale_arr",
-                              "per-token ckv scales are not supported");
         MlaRun r = mla_run_inputs(op, q_nope, q_pe, ckv_cache, "ckv_cache", kpe_cache, "kpe_cache");
         r.out = out;
         r.lse = lse;
@@ -1146,6 +1179,7 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
         r.o_dtype = s_->q_dtype;
         r.ckv_scale = finite_scale(ckv_scale, op, "ckv_scale");
         r.kpe_scale = finite_scale(kpe_scale, op, "kpe_scale");
+        if (ckv_scale_arr) r.ckv_scale_arr = check_ckv_scale_arr(*s_, *ckv_scale_arr, ckv_cache, r);
         return run_mla(*s_, r);
       },
       *this, q_nope, q_pe, ckv_cache, kpe_cache, out, lse, return_lse, profiler_buffer, kv_len,

@@ -42,6 +42,12 @@ struct MlaAttentionParams {
   float sm_scale = 1.0f;
   float ckv_scale = 1.0f, kpe_scale = 1.0f;
   float out_scale = 1.0f;
+  // Per-token, per-128-channel ckv scales of an fp8 e4m3 cache (BatchMLAPagedAttentionWrapper.run's
+  // ckv_scale_arr; nullptr: none): fp32 [pages * page_size, dim_ckv / 128], row page * page_size
+  // + slot. Element d of a latent row is then fp8(x) * ckv_scale_arr[row][d / 128] rounded to q's
+  // dtype (upstream's fa kernels dequantize so, into their 16-bit tiles), for the score and the
+  // output alike, and ckv_scale is 1.
+  const float* ckv_scale_arr = nullptr;
   // Factors of sm_scale and out_scale that live on the device (CUDA only; nullptr: none): the
   // block-table decode calls' bmm1_scale / bmm2_scale given as tensors there, read by the kernels
   // after pdl_wait so that nothing is read back and a captured call sees each replay's values.

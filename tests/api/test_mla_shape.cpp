@@ -34,8 +34,11 @@ TEST(MlaShape, SharedMemoryAndStagesPerDevice) {
   EXPECT_EQ(mla_mma_smem_bytes(2), 1152u * (64 + 64) + 16384 + 512);  // 164352
   EXPECT_EQ(mla_mma_smem_bytes(3), 1152u * (64 + 96) + 16384 + 512);  // 201216
   // fp8 caches: the stages as stored (half the bytes) and one 16-bit tile to widen them into.
-  EXPECT_EQ(mla_mma_smem_bytes(2, true), 1152u * (64 + 32) + 576u * 64 + 16384 + 512);  // 164352
-  EXPECT_EQ(mla_mma_smem_bytes(3, true), 1152u * (64 + 32) + 576u * 96 + 16384 + 512);  // 182784
+  // fp8 stages also hold ckv_scale_arr's rows (16 bytes a token) and their addresses (8).
+  EXPECT_EQ(mla_mma_smem_bytes(2, true),
+            1152u * (64 + 32) + 576u * 64 + 16384 + 512 + 256 + 16u * 64);  // 165632
+  EXPECT_EQ(mla_mma_smem_bytes(3, true),
+            1152u * (64 + 32) + 576u * 96 + 16384 + 512 + 256 + 16u * 96);  // 184576
   EXPECT_EQ(mla_mma_stages(232448, true), 3);
   EXPECT_EQ(mla_mma_stages(166912, true), 2);
   EXPECT_EQ(mla_mma_stages(101376, true), 0);

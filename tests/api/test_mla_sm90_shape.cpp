@@ -50,6 +50,11 @@ TEST(MlaSm90Shape, LauncherRule) {
   MlaAttentionParams nope = deepseek_call(bf16, e4m3, bf16);
   nope.dim_kpe = 0;
   EXPECT_FALSE(mla_sm90_takes(nope, 9, 0, true));
+  // Nor does a call with per-token ckv scales (ckv_scale_arr: SGLang's DSA fp8 cache).
+  MlaAttentionParams arr = deepseek_call(bf16, e4m3, bf16);
+  const float scales[4] = {1, 1, 1, 1};
+  arr.ckv_scale_arr = scales;
+  EXPECT_FALSE(mla_sm90_takes(arr, 9, 0, true));
   // Blocks that take Q, three stages and the exchange fit an H100's / H200's 227 KiB; fp8 stages
   // take half the bytes and one 16-bit tile.
   for (bool fp8 : {false, true}) {

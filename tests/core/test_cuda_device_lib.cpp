@@ -423,6 +423,42 @@ TEST(Fp8Widen, SubnormalsAndExtremes) {
   EXPECT_EQ(b5.x, 0x47603780u);  // bf16 57344 = 0x4760, 2^-16 = 0x3780
   EXPECT_EQ(b5.y, 0xff807f80u);
 }
+
+// The scaled widening (MLA's ckv_scale_arr): every e4m3 code times a scale, rounded to T, is
+// what the CPU reference computes (fp32 product, round to nearest even): scales that round
+// (1/3, 0.0179), that overflow fp16 (300 * 448), that reach subnormals (2^-20) and 1 (exact).
+template <class T>
+void check_fp8_widen_scaled() {
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  int checked = 0;
+  for (float scale : {1.0f / 3.0f, 0.0179f, 300.0f, 0x1p-20f, 1.0f}) {
+    for (uint32_t code = 0; code < 256; ++code) {
+      const uint32_t word = code | (((code + 77u) & 0xffu) << 8) | (((code * 5u) & 0xffu) << 16) |
+                            (((code ^ 0x5au) & 0xffu) << 24);
+      const uint2 w = flashinfer::kernels::cuda::dev::fp8x4_widen_scaled<T, __NV_E4M3>(word, scale);
+      const uint16_t out[4] = {static_cast<uint16_t>(w.x), static_cast<uint16_t>(w.x >> 16),
+                               static_cast<uint16_t>(w.y), static_cast<uint16_t>(w.y >> 16)};
+      for (int i = 0; i < 4; ++i) {
+        const float x = flashinfer::e4m3fn_bits_to_float(static_cast<uint8_t>(word >> (8 * i)));
+        const float want_f = x * scale;
+        const uint16_t want = kHalf ? flashinfer::float_to_half_bits(want_f)
+                                    : flashinfer::float_to_bfloat16_bits(want_f);
+        if (std::isnan(want_f)) {
+          const float got = kHalf ? flashinfer::half_bits_to_float(out[i])
+                                  : flashinfer::bfloat16_bits_to_float(out[i]);
+          ASSERT_TRUE(std::isnan(got)) << "code " << (word >> (8 * i) & 0xffu);
+          continue;
+        }
+        ASSERT_EQ(out[i], want) << "code " << (word >> (8 * i) & 0xffu) << " x " << scale;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 5 * 1000);
+}
+
+TEST(Fp8Widen, ScaledE4m3ToHalfIsTheRoundedProduct) { check_fp8_widen_scaled<__half>(); }
+TEST(Fp8Widen, ScaledE4m3ToBf16IsTheRoundedProduct) { check_fp8_widen_scaled<__nv_bfloat16>(); }
 #endif
 
 // ---- permuted shared-memory layout --------------------------------------------------------------

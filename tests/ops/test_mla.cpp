@@ -18,6 +18,7 @@
 #include <filesystem>
 
 #include "api/device_props.h"
+#include "flashinfer/float_formats.h"
 #include "flashinfer/ops/mla.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
@@ -561,6 +562,144 @@ TEST(BatchMLAPagedAttention, BadInput) {
   EXPECT_FI_ERROR(BatchMLAPagedAttentionWrapper(workspace(), false, std::nullopt, std::nullopt,
                                                 std::nullopt, std::nullopt, "cutlass"),
                   "BatchMLAPagedAttentionWrapper.__init__", "backend");
+}
+
+// ckv_scale_arr: per-token, per-128-channel scales of an fp8 e4m3 latent cache ([pages,
+// page_size, head_dim_ckv / 128] fp32; SGLang's DSA fp8 backend). Element d of token t's latent
+// row is fp8 * scale[slot(t)][d / 128] rounded to q's dtype (upstream's fa kernels dequantize so
+// into their 16-bit tiles), for the score and the output; kpe keeps kpe_scale. Against an fp64
+// formula over those values: rope and NoPE, bf16 and fp16 queries, page sizes 1 and 3, causal.
+struct ScaledLatent {
+  Latent l;
+  Tensor arr;  // [pages, page_size, dc / 128] fp32
+};
+
+ScaledLatent make_scaled_latent(const std::vector<int32_t>& lens, int64_t page_size, int64_t dc,
+                                int64_t dk, uint64_t seed) {
+  ScaledLatent s{make_latent(lens, page_size, dc, dk, DType::kFloat8E4M3FN, seed), Tensor()};
+  s.arr = testing::rand_tensor({s.l.kv.size(0), page_size, dc / 128}, DType::kFloat32, seed + 7,
+                               0.05, 3.0);
+  return s;
+}
+
+// Request b's keys (ckv dequantized by the array, rounded to q's dtype, then kpe * kpe_scale)
+// and values, as doubles, for testing::ref_attention.
+void scaled_kv(const ScaledLatent& s, int64_t b, int64_t kv_len, DType q, double kpe_scale,
+               std::vector<double>& k, std::vector<double>& v) {
+  const Latent& l = s.l;
+  const std::vector<double> arr = s.arr.to_double_vector();
+  const int64_t groups = l.dc / 128;
+  for (int64_t t = 0; t < kv_len; ++t) {
+    const std::vector<double> r = l.row(b, t);
+    const int64_t slot = l.pages[b][t / l.page_size] * l.page_size + t % l.page_size;
+    for (int64_t d = 0; d < l.dc; ++d) {
+      const float x = static_cast<float>(r[d]) * static_cast<float>(arr[slot * groups + d / 128]);
+      const double rounded = q == DType::kBFloat16
+                                 ? bfloat16_bits_to_float(float_to_bfloat16_bits(x))
+                                 : half_bits_to_float(float_to_half_bits(x));
+      k.push_back(rounded);
+      v.push_back(rounded);
+    }
+    for (int64_t d = l.dc; d < l.dc + l.dk; ++d) k.push_back(r[d] * kpe_scale);
+  }
+}
+
+TEST(BatchMLAPagedAttention, CkvScaleArrDequantizesEachGroupOfEachToken) {
+  struct Case {
+    DType q;
+    int64_t dc, dk, page_size;
+    bool causal;
+    std::vector<int32_t> qo_lens, kv_lens;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBFloat16, 256, 64, 3, true, {2, 1, 3}, {7, 1, 9}},
+      {DType::kFloat16, 512, 64, 1, false, {1, 1}, {6, 11}},
+      {DType::kBFloat16, 512, 0, 1, false, {1, 0, 1}, {13, 0, 4}},  // NoPE, SGLang's DSA layout
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    const int64_t H = 3;
+    ScaledLatent s = make_scaled_latent(c.kv_lens, c.page_size, c.dc, c.dk, 700 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, H, c.dc + c.dk}, c.q, 800 + idx, -1.0, 1.0);
+    const double sm_scale = 1.0 / std::sqrt(static_cast<double>(c.dc / 4 + c.dk)), kpe_scale = 1.5;
+    BatchMLAPagedAttentionWrapper w(workspace());
+    w.plan(int_tensor(qo_indptr), s.l.kv_indptr, s.l.kv_indices, s.l.kv_lens, H, c.dc, c.dk,
+           c.page_size, c.causal, sm_scale, c.q, DType::kFloat8E4M3FN);
+    // ckv_scale None, or 1.0 beside the array as SGLang passes it: the same call.
+    for (std::optional<double> ckv_scale : {std::optional<double>(), std::optional<double>(1.0)}) {
+      AttentionOutput r =
+          w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), s.l.ckv, s.l.kpe, std::nullopt,
+                std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+                ckv_scale, s.arr, kpe_scale);
+      std::vector<double> want_o, want_lse;
+      for (std::size_t b = 0; b < c.qo_lens.size(); ++b) {
+        const int64_t qo = c.qo_lens[b];
+        std::vector<double> k, v, o, lse;
+        scaled_kv(s, static_cast<int64_t>(b), c.kv_lens[b], c.q, kpe_scale, k, v);
+        testing::RefOptions opt;
+        opt.sm_scale = sm_scale;
+        opt.causal = c.causal;
+        testing::ref_attention(q.slice(0, qo_indptr[b], qo_indptr[b] + qo).to_double_vector(), k, v,
+                               qo, c.kv_lens[b], H, 1, c.dc + c.dk, c.dc, opt, o, lse);
+        want_o.insert(want_o.end(), o.begin(), o.end());
+        want_lse.insert(want_lse.end(), lse.begin(), lse.end());
+      }
+      EXPECT_TRUE(testing::all_close(r.out, want_o, testing::attention_tolerance(c.q)));
+      EXPECT_TRUE(testing::all_close(r.lse, want_lse, {2e-4, 2e-4}));
+    }
+    ++idx;
+  }
+}
+
+// ckv_scale_arr's checks (upstream's: an fp8 e4m3 cache, fp32, ckv_cache.shape[:-1] +
+// (head_dim_ckv // 128,), contiguous, on ckv_cache's device), and ckv_scale beside it 1.0 or None.
+TEST(BatchMLAPagedAttention, CkvScaleArrBadInput) {
+  const char* run = "BatchMLAPagedAttentionWrapper.run";
+  ScaledLatent s = make_scaled_latent({5, 3}, 2, 256, 64, 31);
+  Tensor qo = int_tensor({0, 1, 2});
+  Tensor qn = Tensor::zeros({2, 2, 256}, DType::kBFloat16);
+  Tensor qp = Tensor::zeros({2, 2, 64}, DType::kBFloat16);
+  auto call = [&](BatchMLAPagedAttentionWrapper& w, const Tensor& ckv, const Tensor& kpe,
+                  const Tensor& arr, std::optional<double> ckv_scale = std::nullopt) {
+    return w.run(qn, qp, ckv, kpe, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt,
+                 std::nullopt, false, std::nullopt, ckv_scale, arr, 1.0);
+  };
+  BatchMLAPagedAttentionWrapper w(workspace());
+  w.plan(qo, s.l.kv_indptr, s.l.kv_indices, s.l.kv_lens, 2, 256, 64, 2, false, 0.1,
+         DType::kBFloat16, DType::kFloat8E4M3FN);
+  call(w, s.l.ckv, s.l.kpe, s.arr);  // valid
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, s.arr.to(DType::kFloat16)), run, "ckv_scale_arr");
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, s.arr.slice(2, 0, 1)), run, "ckv_scale_arr");
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, s.arr.slice(0, 0, 2)), run, "ckv_scale_arr");
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, s.arr.transpose(0, 1).contiguous().transpose(0, 1)),
+                  run, "ckv_scale_arr");  // the right shape, not contiguous
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, s.arr, 2.0), run, "ckv_scale");
+  EXPECT_FI_ERROR(call(w, s.l.ckv, s.l.kpe, Tensor()), run, "ckv_scale_arr");
+  // Another cache dtype: a bf16 cache, an e5m2 one.
+  Latent bf = make_latent({5, 3}, 2, 256, 64, DType::kBFloat16, 32);
+  BatchMLAPagedAttentionWrapper wb(workspace());
+  wb.plan(qo, bf.kv_indptr, bf.kv_indices, bf.kv_lens, 2, 256, 64, 2, false, 0.1, DType::kBFloat16,
+          DType::kBFloat16);
+  EXPECT_FI_ERROR(call(wb, bf.ckv, bf.kpe, s.arr), run, "ckv_scale_arr");
+  Latent e5 = make_latent({5, 3}, 2, 256, 64, DType::kFloat8E5M2, 33);
+  BatchMLAPagedAttentionWrapper we(workspace());
+  we.plan(qo, e5.kv_indptr, e5.kv_indices, e5.kv_lens, 2, 256, 64, 2, false, 0.1, DType::kBFloat16,
+          DType::kFloat8E5M2);
+  EXPECT_FI_ERROR(call(we, e5.ckv, e5.kpe, s.arr), run, "ckv_scale_arr");
+  // head_dim_ckv not a multiple of 128.
+  ScaledLatent odd = make_scaled_latent({5, 3}, 2, 192, 64, 34);
+  BatchMLAPagedAttentionWrapper wo(workspace());
+  wo.plan(qo, odd.l.kv_indptr, odd.l.kv_indices, odd.l.kv_lens, 2, 192, 64, 2, false, 0.1,
+          DType::kBFloat16, DType::kFloat8E4M3FN);
+  EXPECT_FI_ERROR(
+      wo.run(Tensor::zeros({2, 2, 192}, DType::kBFloat16), qp, odd.l.ckv, odd.l.kpe, std::nullopt,
+             std::nullopt, false, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+             std::nullopt, Tensor::zeros({odd.l.kv.size(0), 2, 1}, DType::kFloat32), 1.0),
+      run, "ckv_scale_arr");
 }
 
 // backend="fa3" (upstream's Hopper kernel; what "auto" picks on sm90) computes the same attention:
@@ -1888,6 +2027,66 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
 }
 #endif
 
+#if FLASHINFER_TEST_HAVE_CUDART
+// ckv_scale_arr on CUDA: SGLang's DSA fp8 call (NoPE, page size 1, ckv_scale 1.0 beside the
+// array) and a rope call with pages of 16, on the tensor-core kernel (the array's rows copied with
+// each fp8 tile, each value scaled and rounded as it is widened) and, with
+// FLASHINFER_MLA_TENSOR_CORES=0, on the CUDA-core fallback kernel, against the CPU; 16 heads (rows
+// packed) and 128 (two head groups), split-KV at 2048 keys. Compiled, not run.
+TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
+  struct Case {
+    DType q;
+    int64_t H, dk, page_size;
+    bool causal;
+    std::vector<int32_t> qo_lens, kv_lens;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBFloat16, 16, 0, 1, false, {1, 1, 0, 1}, {2048, 300, 0, 17}},
+      {DType::kBFloat16, 128, 64, 16, true, {3, 1}, {700, 2048}},
+      {DType::kFloat16, 32, 64, 1, false, {1, 1}, {65, 1000}},
+  };
+  int idx = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << idx);
+    ScaledLatent s = make_scaled_latent(c.kv_lens, c.page_size, 512, c.dk, 900 + idx);
+    std::vector<int32_t> qo_indptr{0};
+    for (int32_t n : c.qo_lens) qo_indptr.push_back(qo_indptr.back() + n);
+    const int64_t rows = qo_indptr.back();
+    Tensor q = testing::rand_tensor({rows, c.H, 512 + c.dk}, c.q, 950 + idx, -1.0, 1.0);
+    const double sm_scale = 1.0 / std::sqrt(192.0);
+    auto run_on = [&](Device d) {
+      BatchMLAPagedAttentionWrapper w(workspace().to(d));
+      w.plan(int_tensor(qo_indptr), s.l.kv_indptr, s.l.kv_indices.to(d), s.l.kv_lens, c.H, 512,
+             c.dk, c.page_size, c.causal, sm_scale, c.q, DType::kFloat8E4M3FN);
+      const Tensor qd = q.to(d), kv = s.l.kv.to(d);
+      return w.run(qd.slice(2, 0, 512), qd.slice(2, 512, 512 + c.dk), kv.slice(2, 0, 512),
+                   kv.slice(2, 512, 512 + c.dk), std::nullopt, std::nullopt, true, std::nullopt,
+                   std::nullopt, std::nullopt, false, std::nullopt, 1.0, s.arr.to(d), 1.0);
+    };
+    const AttentionOutput want = run_on(Device::cpu());
+    AttentionOutput tc, cores;
+    {
+      testing::ScopedEnv on("FLASHINFER_MLA_TENSOR_CORES", nullptr);
+      tc = run_on(gpu);
+    }
+    {
+      testing::ScopedEnv off("FLASHINFER_MLA_TENSOR_CORES", "0");
+      cores = run_on(gpu);
+    }
+    const testing::Tolerance tol = testing::attention_tolerance(c.q);
+    for (const AttentionOutput* r : {&tc, &cores}) {
+      SCOPED_TRACE(r == &tc ? "tensor cores" : "CUDA cores");
+      EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));
+      EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+    }
+    ++idx;
+  }
+}
+#endif
+
 // On CUDA the trtllm / xqa MLA decode plans on the device (kernels/block_table_plan.h): a grid
 // sized for max_seq_len 2048 (a table of 160 columns of 16 tokens leaves it that bound) and a
 // KV chunk from the longest accepted request (700 tokens). The rows of the requests the host
@@ -2314,9 +2513,17 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
                                           l.block_tables, l.kv_lens, 6, 0, std::nullopt, 0.2, 1.0);
     xqa_batch_decode_with_kv_cache_mla(q, l.kv, workspace(), 128, 32, 8, l.block_tables, l.kv_lens,
                                        6);
+    // An fp8 cache with ckv_scale_arr (SGLang's DSA call, NoPE): the array is a keyword input.
+    ScaledLatent sl = make_scaled_latent({4, 2}, 1, 128, 0, 9);
+    BatchMLAPagedAttentionWrapper w8(workspace());
+    w8.plan(int_tensor({0, 1, 2}), sl.l.kv_indptr, sl.l.kv_indices, sl.l.kv_lens, 2, 128, 0, 1,
+            false, 0.15, DType::kBFloat16, DType::kFloat8E4M3FN);
+    const Tensor q8 = testing::rand_tensor({2, 2, 128}, DType::kBFloat16, 10);
+    w8.run(q8, q8.slice(2, 128, 128), sl.l.ckv, sl.l.kpe, std::nullopt, std::nullopt, false,
+           std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, 1.0, sl.arr, 1.0);
   }
   recorder::stop();
-  testing::replay_expecting_every_call_to_pass(dir, 7u);
+  testing::replay_expecting_every_call_to_pass(dir, 10u);  // w8: __init__, plan, run
   fs::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_row_io.h"
+#include "kernels/cpu/elem_io.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -23,6 +24,15 @@ void load_f32(const void* base, DType dtype, int64_t off, int64_t n, float* dst)
 
 void store_f32(void* base, DType dtype, int64_t off, int64_t n, const float* src) {
   rowio::store_row_dtype(base, dtype, off, n, src, "mla", "out");
+}
+
+// ckv_scale_arr (MlaAttentionParams): the latent row of cache row `slot` dequantized by its
+// groups' scales, each product rounded to q's dtype.
+void apply_ckv_scale_arr(const MlaAttentionParams& p, int64_t slot, float* ckv) {
+  const int64_t groups = p.dim_ckv / 128;
+  const float* sc = p.ckv_scale_arr + slot * groups;
+  for (int64_t d = 0; d < p.dim_ckv; ++d)
+    ckv[d] = elem_io::round_to(p.q_dtype, ckv[d] * sc[d / 128]);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -79,6 +89,8 @@ void mla_attention(const MlaAttentionParams& p) {
         const int64_t page = page_of(t), slot = t % p.page_size;
         load_f32(p.ckv, p.kv_dtype, page * p.ckv_stride_page + slot * p.ckv_stride_token, dc,
                  ckv.data());
+        if (p.ckv_scale_arr != nullptr)
+          apply_ckv_scale_arr(p, page * p.page_size + slot, ckv.data());
         load_f32(p.kpe, p.kv_dtype, page * p.kpe_stride_page + slot * p.kpe_stride_token, dk,
                  kpe.data());
         for (int64_t h = 0; h < H; ++h) {
@@ -104,6 +116,8 @@ void mla_attention(const MlaAttentionParams& p) {
         const int64_t page = page_of(t), slot = t % p.page_size;
         load_f32(p.ckv, p.kv_dtype, page * p.ckv_stride_page + slot * p.ckv_stride_token, dc,
                  ckv.data());
+        if (p.ckv_scale_arr != nullptr)
+          apply_ckv_scale_arr(p, page * p.page_size + slot, ckv.data());
         for (int64_t h = 0; h < H; ++h) {
           const float w = s[h * end + t];
           float* a = &acc[h * dc];

@@ -168,6 +168,18 @@ __device__ __forceinline__ float load_any(const void* base, int64_t off, DType d
   }
 }
 
+// fp32 `v` rounded to nearest-even in `d`'s precision (fp16 or bf16; any other dtype keeps it).
+__device__ __forceinline__ float round_to_dtype(float v, DType d) {
+  switch (d) {
+    case DType::kFloat16:
+      return __half2float(__float2half_rn(v));
+    case DType::kBFloat16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    default:
+      return v;
+  }
+}
+
 // Stores fp32 `v` rounded to nearest-even in a half, bfloat16 or float tensor.
 __device__ __forceinline__ void store_any(void* base, int64_t off, DType d, float v) {
   switch (d) {

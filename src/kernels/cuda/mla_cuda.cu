@@ -139,7 +139,16 @@ __global__ void __launch_bounds__(kWarp* kMaxHeadsPerBlock)
       const KV* cr = ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token;
       const KV* kr = kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token;
       float* dst = kv_s + t * W;
-      for (int d = lane; d < dc; d += kWarp) dst[d] = to_f32(cr[d]);
+      if (p.ckv_scale_arr != nullptr) {
+        // Each value times its 128 channels' scale, rounded to q's dtype (the CPU reference's
+        // dequantization); ckv_scale is 1.
+        const float* sc = p.ckv_scale_arr + (page * p.page_size + slot) * (dc / 128);
+        for (int d = lane; d < dc; d += kWarp) {
+          dst[d] = round_to_dtype(to_f32(cr[d]) * sc[d / 128], p.q_dtype);
+        }
+      } else {
+        for (int d = lane; d < dc; d += kWarp) dst[d] = to_f32(cr[d]);
+      }
       for (int d = lane; d < dk; d += kWarp) dst[dc + d] = to_f32(kr[d]);
     }
     __syncthreads();
@@ -618,14 +627,32 @@ __device__ __forceinline__ void row_group_barrier(int wq) {
 // (dev::fp8_unit_widen_store), so the ckv dims land in units 0-63 and the kpe dims in 64-71, as
 // a 16-bit cache's copy puts them. A NoPE call (kRope false) widens the ckv units only: its
 // stage's kpe units were never copied.
+// `scales` (ckv_scale_arr's, nullptr: none): each row's 4 per-128-channel scales (fp8 units
+// 8 g .. 8 g + 7 of its ckv part take scale g), each widened value multiplied by its scale and
+// rounded to T (dev::fp8_unit_widen_scaled_store), as the CPU reference dequantizes them.
 template <class T, __nv_fp8_interpretation_t kKind, bool kRope>
-__device__ __forceinline__ void mma_widen_tile(uint4* dst, const uint4* src, int tid) {
-  constexpr int kU8 = mla::kMmaUnits / 2;
-  constexpr int kWiden = kRope ? kU8 : mla::kMmaCkvUnits / 2;
+__device__ __forceinline__ void mma_widen_tile(uint4* dst, const uint4* src, int tid,
+                                               const float* scales) {
+  constexpr int kU8 = mla::kMmaUnits / 2, kCkv8 = mla::kMmaCkvUnits / 2;
+  constexpr int kWiden = kRope ? kU8 : kCkv8;
+  if (scales == nullptr) {
+#pragma unroll
+    for (int i = tid; i < mla::kMmaKvTile * kWiden; i += mla::kMmaThreads) {
+      const int r = i / kWiden, c = i % kWiden;
+      dev::fp8_unit_widen_store<T, kKind>(dst, src[r * kU8 + c], r, c, mla::kMmaUnits);
+    }
+    return;
+  }
+  constexpr int kPerScale = 128 / 16;  // fp8 units of 16 values a scale covers
 #pragma unroll
   for (int i = tid; i < mla::kMmaKvTile * kWiden; i += mla::kMmaThreads) {
     const int r = i / kWiden, c = i % kWiden;
-    dev::fp8_unit_widen_store<T, kKind>(dst, src[r * kU8 + c], r, c, mla::kMmaUnits);
+    if (c < kCkv8) {
+      dev::fp8_unit_widen_scaled_store<T, kKind>(dst, src[r * kU8 + c], r, c, mla::kMmaUnits,
+                                                 scales[r * 4 + c / kPerScale]);
+    } else {
+      dev::fp8_unit_widen_store<T, kKind>(dst, src[r * kU8 + c], r, c, mla::kMmaUnits);
+    }
   }
 }
 
@@ -652,12 +679,18 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   static_assert(mla_mma_smem_bytes(kStages, kFp8) ==
                     16u * (kMmaRows * kU + kTiles16 * kMmaKvTile * kU +
                            (kFp8 ? kStages * kMmaKvTile * kUS : 0)) +
-                        4u * kMmaWarps * kMmaScoreFloats * kWarp + 16u * kMmaKvTile,
+                        4u * kMmaWarps * kMmaScoreFloats * kWarp + 16u * kMmaKvTile +
+                        (kFp8 ? 8u * kMmaKvTile + kStages * kMmaScaleRowBytes * kMmaKvTile : 0u),
                 "the launcher's shared memory");
   int64_t* c_off = reinterpret_cast<int64_t*>(x_s + kMmaWarps * kMmaScoreFloats * kWarp);
   // The global addresses of the tile's ckv / kpe rows (a copy's address is one add of its
   // column's bytes).
   int64_t* k_off = c_off + kMmaKvTile;
+  // fp8 with ckv_scale_arr: the addresses of the tile's rows of scales, then a stage's scales
+  // ([kStages][kMmaKvTile] rows of 4 floats), copied with the stage's tile.
+  int64_t* a_off = kFp8 ? k_off + kMmaKvTile : nullptr;
+  uint4* sc_s = kFp8 ? reinterpret_cast<uint4*>(a_off + kMmaKvTile) : nullptr;
+  const bool scaled = kFp8 && p.ckv_scale_arr != nullptr;  // block-uniform
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   // A row group's warps are consecutive, hence on two of the SM's four schedulers (warp % 4): a
@@ -724,7 +757,8 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
   // it the block's next barrier.
   auto page_id = [&](int tile) { return mla_tile_page<kMmaKvTile>(blk, page_size, tile, tid); };
   auto fill_from = [&](int tile, int32_t page) {
-    mla_tile_rows<kMmaKvTile, TKV>(p, blk, page_size, tile, page, tid, c_off, k_off);
+    mla_tile_rows<kMmaKvTile, TKV>(p, blk, page_size, tile, page, tid, c_off, k_off,
+                                   scaled ? a_off : nullptr);
   };
   auto fill = [&](int tile) { fill_from(tile, page_id(tile)); };
   // Tile `tile` into stage tile % kStages: thread tid copies ckv unit tid % kCkvUS of rows
@@ -783,6 +817,10 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
             unit(kr, kCkvUS + kc),
             reinterpret_cast<const void*>(ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
       }
+      if (scaled && tid < kMmaKvTile) {  // a row of scales a thread, with the tile's group
+        dev::cp_async::copy16_zfill(sc_s + stage * kMmaKvTile + tid,
+                                    reinterpret_cast<const void*>(a_off[tid]), t0 + tid < stop);
+      }
     }
     dev::cp_async::commit();
   };
@@ -818,10 +856,12 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
       // The stage widened into the 16-bit tile; the stage is then free for tile + kStages, whose
       // copy overlaps this tile's math.
       const uint4* st8 = kv8_s + (tile % kStages) * kMmaKvTile * kUS;
+      const float* scales =
+          scaled ? reinterpret_cast<const float*>(sc_s + (tile % kStages) * kMmaKvTile) : nullptr;
       if (p.kv_dtype == DType::kFloat8E5M2) {
-        mma_widen_tile<T, __NV_E5M2, kRope>(kv_s, st8, tid);
+        mma_widen_tile<T, __NV_E5M2, kRope>(kv_s, st8, tid, nullptr);  // the array is e4m3's
       } else {
-        mma_widen_tile<T, __NV_E4M3, kRope>(kv_s, st8, tid);
+        mma_widen_tile<T, __NV_E4M3, kRope>(kv_s, st8, tid, scales);
       }
       fill_from(tile + kStages, next_id);
       next_id = page_id(tile + kStages + 1);
@@ -1091,8 +1131,11 @@ bool latent_rows_take(const MlaAttentionParams& p, bool rope) {
 }
 
 // Whether mla_decode_kernel takes `p` (else mla_attention_kernel does): DeepSeek's latent rows
-// with their kpe part.
-bool decode_kernel_takes(const MlaAttentionParams& p) { return latent_rows_take(p, true); }
+// with their kpe part, and one ckv scale (it folds ckv_scale into its factors: calls with
+// ckv_scale_arr take the fallback kernel, or the tensor-core kernel).
+bool decode_kernel_takes(const MlaAttentionParams& p) {
+  return p.ckv_scale_arr == nullptr && latent_rows_take(p, true);
+}
 
 // Whether mla_decode_mma_kernel takes `p` on a device of compute capability `cc_major`.x (8 or
 // more: ldmatrix, mma.sync and cp.async) with `stages` (mla_mma_stages) to give it:

@@ -169,13 +169,18 @@ __device__ __forceinline__ int32_t mla_tile_page(const MlaMmaBlock& blk, dev::Fa
   const int32_t t = blk.begin + tile * kTile + tid;
   return t < blk.stop ? blk.pages[page_size.div(static_cast<uint32_t>(t))] : 0;
 }
+/// `a_off` (the tensor-core kernel's fp8 instances; nullptr elsewhere): where p.ckv_scale_arr is
+/// set, the address of each token's row of scales (dim_ckv / 128 floats at cache row
+/// page * page_size + slot).
 template <int kTile, class TKV>
 __device__ __forceinline__ void mla_tile_rows(const MlaAttentionParams& p, const MlaMmaBlock& blk,
                                               dev::FastDivmod page_size, int tile, int32_t page,
-                                              int tid, int64_t* c_off, int64_t* k_off) {
+                                              int tid, int64_t* c_off, int64_t* k_off,
+                                              int64_t* a_off = nullptr) {
   if (tile >= blk.n_tiles || tid >= kTile) return;
   const int32_t t = blk.begin + tile * kTile + tid;
-  int64_t co = 0, ko = 0;
+  // A row past the end keeps the bases (its copies are zero-fills that read nothing).
+  int64_t co = 0, ko = 0, ao = reinterpret_cast<int64_t>(p.ckv_scale_arr);
   if (t < blk.stop) {
     uint32_t pg = 0, sl = 0;
     page_size.divmod(static_cast<uint32_t>(t), pg, sl);
@@ -183,9 +188,14 @@ __device__ __forceinline__ void mla_tile_rows(const MlaAttentionParams& p, const
     constexpr int64_t kBytes = sizeof(TKV);
     co = (id * p.ckv_stride_page + static_cast<int64_t>(sl) * p.ckv_stride_token) * kBytes;
     ko = (id * p.kpe_stride_page + static_cast<int64_t>(sl) * p.kpe_stride_token) * kBytes;
+    if (p.ckv_scale_arr != nullptr) {
+      const int64_t row = id * p.page_size + static_cast<int64_t>(sl);
+      ao += row * (p.dim_ckv / 128) * static_cast<int64_t>(sizeof(float));
+    }
   }
   c_off[tid] = co + reinterpret_cast<int64_t>(p.ckv);
   k_off[tid] = ko + reinterpret_cast<int64_t>(p.kpe);
+  if (a_off != nullptr) a_off[tid] = ao;
 }
 
 /// trtllm's fp8 queries (e4m3 or e5m2 as p.q_dtype says): the block's MMA rows as 36 16-byte

@@ -69,13 +69,20 @@ FLASHINFER_HD constexpr int mla_mma_vo_dim_begin(int wd) { return wd * kMmaVoDim
 /// Dynamic shared memory of a block with `stages` K/V stages: Q (64 rows), the stages (32 rows
 /// each, 576 16-bit dims, permuted), the score exchange (16 floats a lane of each warp) and the
 /// addresses of one tile's ckv and kpe rows. An fp8 cache (`fp8`) has its stages as stored
-/// (576 bytes a row, in order) and one 16-bit tile that each stage is widened into.
+/// (576 bytes a row, in order) and one 16-bit tile that each stage is widened into, and room
+/// for ckv_scale_arr: the addresses of one tile's rows of scales and, a stage, each token's 4
+/// scales (kMmaScaleRowBytes).
+constexpr std::size_t kMmaScaleRowBytes = 16;  // dim_ckv / 128 = 4 fp32 scales a token
 FLASHINFER_HD constexpr std::size_t mla_mma_smem_bytes(int stages, bool fp8 = false) {
   const std::size_t tile16 = std::size_t{16} * kMmaUnits * kMmaKvTile;
   const std::size_t kv = fp8 ? tile16 + static_cast<std::size_t>(stages) * tile16 / 2
                              : static_cast<std::size_t>(stages) * tile16;
+  const std::size_t scales = fp8 ? std::size_t{8} * kMmaKvTile + static_cast<std::size_t>(stages) *
+                                                                     kMmaScaleRowBytes * kMmaKvTile
+                                 : 0;
   return std::size_t{16} * kMmaUnits * kMmaRows + kv +
-         std::size_t{4} * kMmaWarps * kMmaScoreFloats * 32 + std::size_t{2} * 8 * kMmaKvTile;
+         std::size_t{4} * kMmaWarps * kMmaScoreFloats * 32 + std::size_t{2} * 8 * kMmaKvTile +
+         scales;
 }
 
 /// K/V stages for a device whose blocks may take `max_smem_optin` bytes of shared memory: 3 where

@@ -47,13 +47,13 @@ inline bool mla_sm90_by_env() { return detail::env_switch_is("FLASHINFER_MLA_SM9
 
 /// Whether the Hopper kernel takes a call that mla_decode_mma_kernel takes (the caller checked
 /// that: DeepSeek's dims, 16-byte rows): `enabled` (mla_sm90_by_env), a device of compute
-/// capability 9.0 (sm_90a code), a kpe part (NoPE calls, head_dim_kpe 0, stay on the mma.sync
-/// kernel), and that kernel's dtypes (mla_mma_dtypes: a 16-bit query and
-/// output of one dtype with a cache of it or fp8, or trtllm's e4m3 query and cache with a bf16
-/// output).
+/// capability 9.0 (sm_90a code), a kpe part and one ckv scale (NoPE calls, head_dim_kpe 0, and
+/// calls with ckv_scale_arr stay on the mma.sync kernel), and that kernel's dtypes (mla_mma_dtypes:
+/// a 16-bit query and output of one dtype with a cache of it or fp8, or trtllm's e4m3 query and
+/// cache with a bf16 output).
 inline bool mla_sm90_takes(const MlaAttentionParams& p, int cc_major, int cc_minor, bool enabled) {
   return enabled && cc_major == 9 && cc_minor == 0 && p.dim_kpe == kMmaKpe &&
-         mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype);
+         p.ckv_scale_arr == nullptr && mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype);
 }
 
 /// Whether this build has the kernel (CUTLASS's headers found).

@@ -109,6 +109,43 @@ FLASHINFER_HD uint2 fp8x4_widen(uint32_t x) {
   return r;
 }
 
+/// Two values of T (__half or __nv_bfloat16) in a 32-bit word, each multiplied by `scale` in
+/// fp32 and rounded to T (nearest even): what `static_cast<T>(float(v) * scale)` gives, which
+/// the CPU reference computes the same way (MLA's ckv_scale_arr).
+template <class T>
+FLASHINFER_HD uint32_t scale_pair(uint32_t w, float scale) {
+  float a, b;
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw lo, hi;
+    lo.x = static_cast<unsigned short>(w & 0xffffu);
+    hi.x = static_cast<unsigned short>(w >> 16);
+    a = __half2float(__half(lo)) * scale;
+    b = __half2float(__half(hi)) * scale;
+    const __half_raw ra = static_cast<__half_raw>(__float2half_rn(a));
+    const __half_raw rb = static_cast<__half_raw>(__float2half_rn(b));
+    return static_cast<uint32_t>(ra.x) | (static_cast<uint32_t>(rb.x) << 16);
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "fp16 or bf16");
+    const uint32_t fa = w << 16, fb = w & 0xffff0000u;  // bf16 -> fp32 is a shift
+    __builtin_memcpy(&a, &fa, 4);
+    __builtin_memcpy(&b, &fb, 4);
+    a *= scale;
+    b *= scale;
+    const __nv_bfloat16_raw ra = static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(a));
+    const __nv_bfloat16_raw rb = static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(b));
+    return static_cast<uint32_t>(ra.x) | (static_cast<uint32_t>(rb.x) << 16);
+  }
+}
+
+/// fp8x4_widen, each value then multiplied by `scale` and rounded to T (scale_pair).
+template <class T, __nv_fp8_interpretation_t kKind>
+FLASHINFER_HD uint2 fp8x4_widen_scaled(uint32_t x, float scale) {
+  uint2 r = fp8x4_widen<T, kKind>(x);
+  r.x = scale_pair<T>(r.x, scale);
+  r.y = scale_pair<T>(r.y, scale);
+  return r;
+}
+
 /// Bytes 0, 2, 1, 3 of x: a transposing ldmatrix word of fp8 values (keys 2t, 2t + 1 of dims
 /// d, d + 1, low byte first) as the pairs (d of both keys, d + 1 of both keys) that fp8x4_widen
 /// makes the B operands of two output-dim blocks from (prefill_shape.h, "fp8 K/V").
@@ -121,6 +158,16 @@ FLASHINFER_HD uint32_t fp8_trans_pairs(uint32_t x) {
 }
 
 #if defined(__CUDACC__)
+/// The two 16-bit units that fp8 unit `c` of row `r` widens into (`lo`: its values 0-7, `hi`:
+/// 8-15), stored as units 2c and 2c + 1 of row r of a permuted tile (fp8_unit_widen_store).
+__device__ __forceinline__ void fp8_units_store(uint4* dst, uint4 lo, uint4 hi, int r, int c,
+                                                uint32_t units16) {
+  const bool swap = ((c >> 2) & 1) != 0;
+  const auto ur = static_cast<uint32_t>(r), uc = static_cast<uint32_t>(2 * c);
+  dst[permuted_offset(ur, uc + (swap ? 1u : 0u), units16)] = swap ? hi : lo;
+  dst[permuted_offset(ur, uc + (swap ? 0u : 1u), units16)] = swap ? lo : hi;
+}
+
 /// One 16-byte unit of fp8 values (16, element 0 in the low byte), unit `c` of a stored row `r`,
 /// widened into units 2c and 2c + 1 of row r of a permuted 16-bit tile (permuted_smem.cuh) whose
 /// rows hold `units16` units: the widening pass of the fp8 K/V tiles (FA2 prefill, MLA decode).
@@ -132,11 +179,21 @@ __device__ __forceinline__ void fp8_unit_widen_store(uint4* dst, uint4 x, int r,
                                                      uint32_t units16) {
   const uint2 e0 = fp8x4_widen<T, kKind>(x.x), e1 = fp8x4_widen<T, kKind>(x.y);
   const uint2 e2 = fp8x4_widen<T, kKind>(x.z), e3 = fp8x4_widen<T, kKind>(x.w);
-  const uint4 lo = make_uint4(e0.x, e0.y, e1.x, e1.y), hi = make_uint4(e2.x, e2.y, e3.x, e3.y);
-  const bool swap = ((c >> 2) & 1) != 0;
-  const auto ur = static_cast<uint32_t>(r), uc = static_cast<uint32_t>(2 * c);
-  dst[permuted_offset(ur, uc + (swap ? 1u : 0u), units16)] = swap ? hi : lo;
-  dst[permuted_offset(ur, uc + (swap ? 0u : 1u), units16)] = swap ? lo : hi;
+  fp8_units_store(dst, make_uint4(e0.x, e0.y, e1.x, e1.y), make_uint4(e2.x, e2.y, e3.x, e3.y), r, c,
+                  units16);
+}
+
+/// fp8_unit_widen_store with every value multiplied by `scale` and rounded to T
+/// (fp8x4_widen_scaled): MLA's per-128-channel ckv scales.
+template <class T, __nv_fp8_interpretation_t kKind>
+__device__ __forceinline__ void fp8_unit_widen_scaled_store(uint4* dst, uint4 x, int r, int c,
+                                                            uint32_t units16, float scale) {
+  const uint2 e0 = fp8x4_widen_scaled<T, kKind>(x.x, scale);
+  const uint2 e1 = fp8x4_widen_scaled<T, kKind>(x.y, scale);
+  const uint2 e2 = fp8x4_widen_scaled<T, kKind>(x.z, scale);
+  const uint2 e3 = fp8x4_widen_scaled<T, kKind>(x.w, scale);
+  fp8_units_store(dst, make_uint4(e0.x, e0.y, e1.x, e1.y), make_uint4(e2.x, e2.y, e3.x, e3.y), r, c,
+                  units16);
 }
 #endif
 
