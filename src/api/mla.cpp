@@ -530,6 +530,9 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
                                  std::pair{&r.ckv, r.ckv_arg}, std::pair{&r.kpe, r.kpe_arg}}) {
       api::check_no_overlap(out, *t, op, "out", arg);
     }
+    if (r.ckv_scale_arr.defined()) {
+      api::check_no_overlap(out, r.ckv_scale_arr, op, "out", "ckv_scale_arr");
+    }
   } else {
     out = Tensor::empty(oshape, r.o_dtype, r.q_nope.device());
   }

@@ -976,9 +976,9 @@ void add_ragged_and_mla(std::vector<Template>& v) {
        .reference =
            R"PY(def run(q_nope, q_pe, ckv_cache, kpe_cache, kv_indptr, kv_indices, sm_scale,
         ckv_scale=None, ckv_scale_arr=None, kpe_scale=None, return_lse=None):
-    if ckv_scale_arr is not None:
-        raise NotImplementedError("per-token ckv scales (ckv_scale_arr)")
-    cs = 1.0 if ckv_scale is None else float(ckv_scale)
+    # ckv_scale_arr: one scale per token and 128 channels; each value dequantized and rounded
+    # to q's dtype, which replaces ckv_scale.
+    cs = 1.0 if ckv_scale is None or ckv_scale_arr is not None else float(ckv_scale)
     ks = 1.0 if kpe_scale is None else float(kpe_scale)
     b, h, dc = q_nope.shape
     out = torch.zeros((b, h, dc), dtype=torch.float32)
@@ -987,7 +987,11 @@ void add_ragged_and_mla(std::vector<Template>& v) {
         pages = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
         if pages.numel() == 0:
             continue
-        ckv = ckv_cache[pages].reshape(-1, dc).float()
+        ckv = ckv_cache[pages].float()
+        if ckv_scale_arr is not None:
+            scale = ckv_scale_arr[pages].float().repeat_interleave(128, -1)
+            ckv = (ckv * scale).to(q_nope.dtype).float()
+        ckv = ckv.reshape(-1, dc)
         kpe = kpe_cache[pages].reshape(-1, kpe_cache.shape[-1]).float()
         s = (cs * (q_nope[i].float() @ ckv.T) + ks * (q_pe[i].float() @ kpe.T)) * float(sm_scale)
         lse[i] = torch.logsumexp(s, -1) / math.log(2.0)

@@ -655,6 +655,47 @@ TEST(BatchMLAPagedAttention, CkvScaleArrDequantizesEachGroupOfEachToken) {
   }
 }
 
+// One key a request: its softmax weight is exactly 1, so each head's output is the token's
+// dequantized latent row bit for bit (each value fp8 * its group's scale rounded to q's dtype): the
+// groups, the slot and the rounding checked exactly. Also run on CUDA (MlaCuda below).
+Tensor one_key_rows_expected(const ScaledLatent& s, int64_t H, DType q) {
+  const int64_t batch = s.l.kv_lens.numel(), dc = s.l.dc;
+  std::vector<double> rows;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<double> k, v;
+    scaled_kv(s, b, 1, q, 1.0, k, v);
+    // A -0 comes out +0: the weighted sum starts at +0 (so do upstream's accumulators).
+    for (double& x : v) x += 0.0;
+    for (int64_t h = 0; h < H; ++h) rows.insert(rows.end(), v.begin(), v.begin() + dc);
+  }
+  return Tensor::from_vector(rows, {batch, H, dc}, DType::kFloat64).to(q);
+}
+
+AttentionOutput run_one_key_rows(const ScaledLatent& s, int64_t H, DType q, int64_t dk, Device d) {
+  const int64_t batch = s.l.kv_lens.numel(), dc = s.l.dc;
+  std::vector<int32_t> qo(static_cast<std::size_t>(batch + 1));
+  std::iota(qo.begin(), qo.end(), 0);
+  BatchMLAPagedAttentionWrapper w(workspace().to(d));
+  w.plan(int_tensor(qo), s.l.kv_indptr, s.l.kv_indices.to(d), s.l.kv_lens, H, dc, dk, s.l.page_size,
+         false, 0.3, q, DType::kFloat8E4M3FN);
+  const Tensor qt = testing::rand_tensor({batch, H, dc + dk}, q, 77, -1.0, 1.0).to(d);
+  const Tensor kv = s.l.kv.to(d);
+  return w.run(qt.slice(2, 0, dc), qt.slice(2, dc, dc + dk), kv.slice(2, 0, dc),
+               kv.slice(2, dc, dc + dk), std::nullopt, std::nullopt, false, std::nullopt,
+               std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, s.arr.to(d), 1.0);
+}
+
+TEST(BatchMLAPagedAttention, CkvScaleArrOneKeyGivesTheDequantizedRowExactly) {
+  for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t dk : {int64_t{64}, int64_t{0}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(q) << ", kpe " << dk);
+      ScaledLatent s = make_scaled_latent({1, 1, 1, 1}, 2, 512, dk, 60 + dk);
+      const AttentionOutput got = run_one_key_rows(s, 3, q, dk, Device::cpu());
+      EXPECT_EQ(bytes_of(got.out), bytes_of(one_key_rows_expected(s, 3, q)));
+    }
+  }
+}
+
 // ckv_scale_arr's checks (upstream's: an fp8 e4m3 cache, fp32, ckv_cache.shape[:-1] +
 // (head_dim_ckv // 128,), contiguous, on ckv_cache's device), and ckv_scale beside it 1.0 or None.
 TEST(BatchMLAPagedAttention, CkvScaleArrBadInput) {
@@ -2032,11 +2073,17 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
 // array) and a rope call with pages of 16, on the tensor-core kernel (the array's rows copied with
 // each fp8 tile, each value scaled and rounded as it is widened) and, with
 // FLASHINFER_MLA_TENSOR_CORES=0, on the CUDA-core fallback kernel, against the CPU; 16 heads (rows
-// packed) and 128 (two head groups), split-KV at 2048 keys. Compiled, not run.
+// packed) and 128 (two head groups), split-KV at 2048 keys; the launch counter says the
+// tensor-core kernel ran where it has an instance; one key a request bit for bit. Compiled, not
+// run.
 TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
+  int optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  const int stages = kernels::cuda::mla::mla_mma_stages(static_cast<std::size_t>(optin), true);
   struct Case {
     DType q;
     int64_t H, dk, page_size;
@@ -2047,6 +2094,8 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
       {DType::kBFloat16, 16, 0, 1, false, {1, 1, 0, 1}, {2048, 300, 0, 17}},
       {DType::kBFloat16, 128, 64, 16, true, {3, 1}, {700, 2048}},
       {DType::kFloat16, 32, 64, 1, false, {1, 1}, {65, 1000}},
+      // 16 heads, 4 causal queries of one request: the MMA rows packed, each row its own end.
+      {DType::kBFloat16, 16, 64, 16, true, {4, 2}, {300, 40}},
   };
   int idx = 0;
   for (const Case& c : cases) {
@@ -2068,10 +2117,14 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
     };
     const AttentionOutput want = run_on(Device::cpu());
     AttentionOutput tc, cores;
+    const long long before = kernels::cuda::mla_mma_scale_arr_launches();
     {
       testing::ScopedEnv on("FLASHINFER_MLA_TENSOR_CORES", nullptr);
       tc = run_on(gpu);
     }
+    EXPECT_EQ(kernels::cuda::mla_mma_scale_arr_launches() > before,
+              kernels::cuda::mla::mla_mma_instance(c.dk, stages, false))
+        << "the tensor-core kernel ran with the array";
     {
       testing::ScopedEnv off("FLASHINFER_MLA_TENSOR_CORES", "0");
       cores = run_on(gpu);
@@ -2083,6 +2136,17 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
       EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
     }
     ++idx;
+  }
+  // One key a request: both kernels give each token's dequantized row bit for bit.
+  for (int64_t dk : {int64_t{64}, int64_t{0}}) {
+    ScaledLatent s = make_scaled_latent({1, 1, 1, 1}, 2, 512, dk, 60 + dk);
+    const Tensor want = one_key_rows_expected(s, 16, DType::kBFloat16);
+    for (const char* tensor_cores : {static_cast<const char*>(nullptr), "0"}) {
+      SCOPED_TRACE(::testing::Message() << "kpe " << dk << (tensor_cores ? ", CUDA cores" : ""));
+      testing::ScopedEnv env("FLASHINFER_MLA_TENSOR_CORES", tensor_cores);
+      const AttentionOutput got = run_one_key_rows(s, 16, DType::kBFloat16, dk, gpu);
+      EXPECT_EQ(bytes_of(got.out.to(Device::cpu())), bytes_of(want));
+    }
   }
 }
 #endif

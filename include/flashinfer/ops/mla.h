@@ -78,11 +78,13 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
 
   /// q_nope [rows, H, head_dim_ckv], q_pe [rows, H, head_dim_kpe] (q_data_type); ckv_cache
   /// [pages, page_size, head_dim_ckv], kpe_cache [pages, page_size, head_dim_kpe]
-  /// (kv_data_type: fp16, bf16 or fp8, dequantized by ckv_scale / kpe_scale). Returns out
-  /// [rows, H, head_dim_ckv] in q's dtype, and with return_lse the fp32 lse [rows, H] (base 2,
-  /// natural log with return_lse_base_on_e). A row that sees no token gives 0 and -inf.
+  /// (kv_data_type: fp16, bf16 or fp8, dequantized by ckv_scale / kpe_scale, or for an e4m3
+  /// cache ckv_scale_arr: fp32 [pages, page_size, head_dim_ckv / 128], one scale per token and
+  /// 128 channels, each value rounded to q's dtype). Returns out [rows, H, head_dim_ckv] in q's
+  /// dtype, and with return_lse the fp32 lse [rows, H] (base 2, natural log with
+  /// return_lse_base_on_e). A row that sees no token gives 0 and -inf.
   /// Unsupported (kUnsupported when given): profiler_buffer, kv_len, page_table (the cutlass
-  /// backend's arguments), o_scale, ckv_scale_arr.
+  /// backend's arguments), o_scale.
   AttentionOutput run(const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache,
                       const Tensor& kpe_cache, std::optional<Tensor> out = std::nullopt,
                       std::optional<Tensor> lse = std::nullopt, bool return_lse = false,

@@ -817,9 +817,14 @@ __global__ void __launch_bounds__(mla::kMmaThreads, 1)
             unit(kr, kCkvUS + kc),
             reinterpret_cast<const void*>(ko + static_cast<int64_t>(kc) * 16), t0 + kr < stop);
       }
-      if (scaled && tid < kMmaKvTile) {  // a row of scales a thread, with the tile's group
-        dev::cp_async::copy16_zfill(sc_s + stage * kMmaKvTile + tid,
-                                    reinterpret_cast<const void*>(a_off[tid]), t0 + tid < stop);
+      if (scaled && tid < kMmaKvTile * 4) {
+        // One scale a thread (4-byte copies: the array need only be fp32-aligned), with the
+        // tile's group.
+        const int sr = tid / 4, sc = tid % 4;
+        dev::cp_async::copy4_zfill(dev::cp_async::smem_addr(sc_s + stage * kMmaKvTile + sr) +
+                                       static_cast<uint32_t>(4 * sc),
+                                   reinterpret_cast<const void*>(a_off[sr] + 4 * sc),
+                                   t0 + sr < stop);
       }
     }
     dev::cp_async::commit();
@@ -1108,6 +1113,8 @@ bool stride16(int64_t stride, std::size_t elem, bool taken) {
 // starting on a 16-byte boundary.
 bool latent_rows_take(const MlaAttentionParams& p, bool rope) {
   if (p.dim_ckv != kDecCkv || p.dim_kpe != (rope ? kDecKpe : 0)) return false;
+  // ckv_scale_arr is an e4m3 cache's (the API's rule; the kernels apply it to e4m3 tiles only).
+  if (p.ckv_scale_arr != nullptr && p.kv_dtype != DType::kFloat8E4M3FN) return false;
   switch (p.kv_dtype) {
     case DType::kFloat16:
     case DType::kBFloat16:
@@ -1350,10 +1357,13 @@ long long mla_sm90_launches() { return 0; }
 }  // namespace mla
 
 namespace {
-std::atomic<long long> g_mma_nope_launches{0};
+std::atomic<long long> g_mma_nope_launches{0}, g_mma_scale_arr_launches{0};
 }  // namespace
 
 long long mla_mma_nope_launches() { return g_mma_nope_launches.load(std::memory_order_relaxed); }
+long long mla_mma_scale_arr_launches() {
+  return g_mma_scale_arr_launches.load(std::memory_order_relaxed);
+}
 
 void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
   if (p.rows == 0 || p.num_heads == 0) return;
@@ -1439,7 +1449,10 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl) {
       }
       err = try_launch_kernel(kernel, grid, block, smem, s, enable_pdl, p, page_size,
                               static_cast<int32_t>(chunk), part_o, part_ml);
-      if (nope && err == cudaSuccess) g_mma_nope_launches.fetch_add(1, std::memory_order_relaxed);
+      if (err == cudaSuccess && nope) g_mma_nope_launches.fetch_add(1, std::memory_order_relaxed);
+      if (err == cudaSuccess && p.ckv_scale_arr != nullptr) {
+        g_mma_scale_arr_launches.fetch_add(1, std::memory_order_relaxed);
+      }
     };
     if (dtype_is_fp8(p.q_dtype)) {
       launch.template operator()<__nv_bfloat16, uint8_t, uint8_t>();  // mla_mma_dtypes

@@ -17,6 +17,8 @@ void mla_attention(const MlaAttentionParams& p, void* stream, bool enable_pdl);
 /// How many NoPE calls (head_dim_kpe 0) mla_attention ran on the tensor-core kernel in this
 /// process (tests assert which kernel ran).
 long long mla_mma_nope_launches();
+/// Likewise for calls with ckv_scale_arr (per-token ckv scales).
+long long mla_mma_scale_arr_launches();
 
 /// Bit-exact row copies; the index arrays of `p` are device memory.
 void append_paged_mla_kv_cache(const MlaAppendParams& p, void* stream);
