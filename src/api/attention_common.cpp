@@ -445,6 +445,122 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
 
 namespace {
 
+// An index tensor's values as unsigned integers of its width (upstream passes torch.uint16 /
+// torch.uint32 tensors; they load here as int16 / int32 holding the same bits), on the host.
+std::vector<uint64_t> unsigned_values_to_host(const Tensor& t, const char* op, const char* arg) {
+  check_defined(t, op, arg);
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  std::vector<uint64_t> v(static_cast<std::size_t>(h.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    switch (h.dtype()) {
+      case DType::kInt16:
+        v[i] = static_cast<uint16_t>(h.data<int16_t>()[i]);
+        break;
+      case DType::kInt32:
+        v[i] = static_cast<uint32_t>(h.data<int32_t>()[i]);
+        break;
+      case DType::kInt64:
+        FLASHINFER_CHECK(h.data<int64_t>()[i] >= 0, op, arg, "holds a negative value ",
+                         h.data<int64_t>()[i]);
+        v[i] = static_cast<uint64_t>(h.data<int64_t>()[i]);
+        break;
+      case DType::kUInt8:
+        v[i] = h.data<uint8_t>()[i];
+        break;
+      default:
+        FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg,
+                        "expected an unsigned index tensor (torch.uint16 / torch.uint32, read "
+                        "here as int16 / int32 bits, or int64), got ",
+                        dtype_torch_name(h.dtype()));
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& prefix_len_ptr,
+                          const std::optional<Tensor>& token_pos_in_items_ptr,
+                          int64_t token_pos_in_items_len,
+                          const std::optional<Tensor>& max_item_len_ptr, const char* op) {
+  if (!prefix_len_ptr) {
+    FLASHINFER_CHECK(!token_pos_in_items_ptr && !max_item_len_ptr && token_pos_in_items_len == 0,
+                     op, "prefix_len_ptr",
+                     "is required with token_pos_in_items_ptr, token_pos_in_items_len and "
+                     "max_item_len_ptr (multi-item scoring)");
+    return;
+  }
+  FLASHINFER_CHECK(token_pos_in_items_ptr.has_value(), op, "token_pos_in_items_ptr",
+                   "is required with prefix_len_ptr (multi-item scoring)");
+  FLASHINFER_CHECK(max_item_len_ptr.has_value(), op, "max_item_len_ptr",
+                   "is required with prefix_len_ptr (multi-item scoring)");
+  FLASHINFER_CHECK(token_pos_in_items_len > 0, op, "token_pos_in_items_len",
+                   "must be positive with prefix_len_ptr (each request's padded length of "
+                   "token_pos_in_items_ptr), got ",
+                   token_pos_in_items_len);
+  // The mask lives with the plan: under a CUDA graph it would need the constructor's mask
+  // buffer, which upstream's multi-item calls do not pass.
+  FLASHINFER_CHECK_CODE(!(s.use_cuda_graph && s.device.is_cuda()), ErrorCode::kUnsupported, op,
+                        "prefix_len_ptr", "multi-item scoring under use_cuda_graph");
+  const auto batch = static_cast<std::size_t>(s.batch);
+  const std::vector<uint64_t> prefix =
+      unsigned_values_to_host(*prefix_len_ptr, op, "prefix_len_ptr");
+  const std::vector<uint64_t> pos =
+      unsigned_values_to_host(*token_pos_in_items_ptr, op, "token_pos_in_items_ptr");
+  const std::vector<uint64_t> max_item =
+      unsigned_values_to_host(*max_item_len_ptr, op, "max_item_len_ptr");
+  FLASHINFER_CHECK(prefix.size() == batch, op, "prefix_len_ptr", "must hold one length a request (",
+                   batch, "), got ", prefix.size());
+  FLASHINFER_CHECK(max_item.size() == batch, op, "max_item_len_ptr",
+                   "must hold one length a request (", batch, "), got ", max_item.size());
+  const auto len = static_cast<uint64_t>(token_pos_in_items_len);
+  FLASHINFER_CHECK(pos.size() >= batch * len, op, "token_pos_in_items_ptr", "must hold ",
+                   batch * len, " entries (token_pos_in_items_len a request), got ", pos.size());
+  // load_custom_mask's layout: request b's qo_len x kv_len bits from byte mask_indptr[b] / 8.
+  std::vector<int64_t> byte_off(batch + 1, 0);
+  for (std::size_t b = 0; b < batch; ++b) {
+    const int64_t bits = static_cast<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]) * s.kv_lens[b];
+    byte_off[b + 1] = byte_off[b] + (bits + 7) / 8;
+  }
+  s.packed_mask.assign(static_cast<std::size_t>(byte_off[batch]), 0);
+  s.mask_indptr.resize(batch);
+  for (std::size_t b = 0; b < batch; ++b) {
+    s.mask_indptr[b] = byte_off[b] * 8;
+    const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b], kv_len = s.kv_lens[b];
+    const auto p = static_cast<int64_t>(prefix[b]);
+    const uint64_t* item_pos = pos.data() + b * len;
+    // FA2's logits_mask_multi_item_scoring: query i sits at q = kv_len - qo_len + i; it sees
+    // keys j <= q (and inside a sliding window); a query in the prefix (q < prefix_len) sees
+    // them all, one inside the items only the prefix and the keys (q - t, q] of its own item,
+    // t = token_pos_in_items[q - prefix_len] (0 for a delimiter, which sees the prefix only).
+    for (int64_t i = 0; i < qo_len; ++i) {
+      const int64_t q = kv_len - qo_len + i;
+      int64_t own_from = 0;  // keys >= own_from (and <= q) are visible, besides the prefix
+      if (q >= p) {
+        FLASHINFER_CHECK(static_cast<uint64_t>(q - p) < len, op, "token_pos_in_items_len",
+                         "request ", b, "'s token at position ", q, " is past its ", len,
+                         " entries of token_pos_in_items_ptr (prefix_len ", p, ")");
+        const auto t = static_cast<int64_t>(item_pos[q - p]);
+        FLASHINFER_CHECK(static_cast<uint64_t>(t) <= max_item[b], op, "max_item_len_ptr",
+                         "request ", b, "'s max_item_len ", max_item[b],
+                         " is below a token_pos_in_items entry (", t,
+                         "): upstream's kernels would skip keys the token sees");
+        own_from = q - t + 1;
+      }
+      const int64_t lo = s.window_left >= 0 ? q - s.window_left : 0;
+      for (int64_t j = std::max<int64_t>(lo, 0); j <= q && j < kv_len; ++j) {
+        if (q >= p && j >= p && j < own_from) continue;
+        const int64_t bit = i * kv_len + j;
+        s.packed_mask[static_cast<std::size_t>(byte_off[b] + (bit >> 3))] |=
+            static_cast<uint8_t>(1u << (bit & 7));
+      }
+    }
+  }
+  s.causal = false;  // the mask holds the causal rule, as upstream's mask mode does
+}
+
+namespace {
+
 int64_t attention_common_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The keys of the K/V tile a tensor-core prefill chunk spans whole: the FA2 kernel's tile for

@@ -200,6 +200,15 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
 /// segments of qo_len_i * kv_len_i bits.
 void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,
                       const std::optional<Tensor>& packed_custom_mask, const char* op);
+/// Multi-item scoring (the prefill plans' prefix_len_ptr, token_pos_in_items_ptr,
+/// token_pos_in_items_len, max_item_len_ptr; SGLang's scoring API): upstream's mask mode, which
+/// replaces causal and any custom mask, laid down as the custom mask of each request's
+/// qo_len x kv_len bits (load_custom_mask's layout), so every backend runs it. Nothing when
+/// prefix_len_ptr is not given.
+void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& prefix_len_ptr,
+                          const std::optional<Tensor>& token_pos_in_items_ptr,
+                          int64_t token_pos_in_items_len,
+                          const std::optional<Tensor>& max_item_len_ptr, const char* op);
 /// The split-KV chunk (upstream's binary search), in KV units (pages; tokens when ragged): with
 /// tiles[b] query tiles and units[b] KV units for request b, the smallest chunk >= min_chunk such
 /// that sum_b tiles[b] * ceil(units[b] / chunk) work items fit max_grid / num_kv_heads. 0 (no

@@ -46,10 +46,6 @@ void check_prefill_options(const PrefillPlanOptions& o, bool paged, const char* 
   auto unsupported = [&](bool set, const char* arg) {
     FLASHINFER_CHECK_CODE(!set, ErrorCode::kUnsupported, op, arg, "is not supported");
   };
-  unsupported(o.prefix_len_ptr.has_value(), "prefix_len_ptr");
-  unsupported(o.token_pos_in_items_ptr.has_value(), "token_pos_in_items_ptr");
-  unsupported(o.token_pos_in_items_len != 0, "token_pos_in_items_len");
-  unsupported(o.max_item_len_ptr.has_value(), "max_item_len_ptr");
   unsupported(!paged && o.seq_lens.has_value(), "seq_lens");  // paged: checked against the table
   unsupported(o.seq_lens_q.has_value(), "seq_lens_q");
   unsupported(o.block_tables.has_value(), "block_tables");
@@ -279,6 +275,8 @@ void plan_paged_prefill(detail::WrapperState& s, const Tensor& qo_indptr,
   s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
   prefill_load_qo(s, qo_indptr, op);
   api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
+  api::load_multi_item_mask(s, o.prefix_len_ptr, o.token_pos_in_items_ptr, o.token_pos_in_items_len,
+                            o.max_item_len_ptr, op);
   api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
 }
 
@@ -387,6 +385,8 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
         prefill_load_qo(s, qo_indptr, op);
         api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
+        api::load_multi_item_mask(s, o.prefix_len_ptr, o.token_pos_in_items_ptr,
+                                  o.token_pos_in_items_len, o.max_item_len_ptr, op);
         api::build_plan(s, o.fixed_split_size, o.disable_split_kv, op);
       },
       *this, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, o);

@@ -224,8 +224,12 @@ PRef Unpickler::rebuild_tensor(const std::vector<PRef>& a, bool v3) {
     auto* g = std::get_if<Global>(&a[6]->v);
     if (!g || g->module != "torch") fail("_rebuild_tensor_v3's dtype is not a torch dtype");
     dtype = dtype_from_name("torch." + g->name);
-    // torch.uint16 (xqa's speculative-decoding masks) has no DType here: its bits load as int16.
+    // torch.uint16 / uint32 / uint64 have no DType here: their bits load as the signed type of
+    // their width (xqa's speculative-decoding masks; multi-item scoring's positions and prefix
+    // lengths; grouped_gemm_nt_masked's signals), which the ops that take them read as unsigned.
     if (!dtype && g->name == "uint16") dtype = DType::kInt16;
+    if (!dtype && g->name == "uint32") dtype = DType::kInt32;
+    if (!dtype && g->name == "uint64") dtype = DType::kInt64;
     if (!dtype) fail("unsupported dtype torch." + g->name);
   } else if (sref->cls == "UntypedStorage") {
     fail("_rebuild_tensor_v2 with an UntypedStorage");

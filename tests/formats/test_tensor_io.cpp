@@ -28,6 +28,7 @@
 #include "util/remove_at_exit.h"
 #include "util/run_command.h"
 #include "util/torch_archive.h"
+#include "util/upstream_dump_py.h"
 #include "util/zip_writer.h"
 
 namespace flashinfer {
@@ -351,6 +352,38 @@ TEST(TorchInterop, TorchReadsOurFilesAndWeReadTorchs) {
   EXPECT_EQ(j["arg_0"]["shape"], nlohmann::json({3, 2}));
   EXPECT_EQ(j["arg_0"]["values"], nlohmann::json({1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(j["kwarg_x"]["values"], nlohmann::json({3}));
+}
+
+// torch.uint16 / uint32 / uint64 (torch >= 2.3; multi-item scoring's positions and prefix
+// lengths, xqa's masks, grouped_gemm_nt_masked's signals) have no dtype here: their bits load as
+// int16 / int32 / int64, values above the signed range included. Written as torch writes them
+// (_rebuild_tensor_v3 over an UntypedStorage; by hand, torch 1.13 having none of them).
+TEST(LoadTorch, UnsignedTorchDtypesLoadAsTheSignedBitsOfTheirWidth) {
+  namespace fs = std::filesystem;
+  const fs::path dir = scratch("unsigned_dtypes");
+  const fs::path file = dir / "u.pt";
+  const std::string py = std::string(testing::kTorchSavePy) + R"PY(
+save({"u16": ("u16", torch.tensor([1, 40000 - 65536, 0], dtype=torch.int16)),
+      "u32": ("u32", torch.tensor([7, 3000000000 - 4294967296], dtype=torch.int32)),
+      "u64": ("u64", torch.tensor([5], dtype=torch.int64))}, sys.argv[1])
+)PY";
+  if (!testing::run_python_scripts(dir, {{py, file}}))
+    GTEST_SKIP() << "python3-torch not installed";
+  const NamedTensors t = load_torch(file.string());
+  ASSERT_EQ(t.size(), 3u);
+  for (const auto& [name, x] : t) {
+    if (name == "u16") {
+      ASSERT_EQ(x.dtype(), DType::kInt16);
+      EXPECT_EQ(static_cast<uint16_t>(x.data<int16_t>()[1]), 40000);
+    } else if (name == "u32") {
+      ASSERT_EQ(x.dtype(), DType::kInt32);
+      EXPECT_EQ(static_cast<uint32_t>(x.data<int32_t>()[1]), 3000000000u);
+    } else {
+      ASSERT_EQ(x.dtype(), DType::kInt64);
+      EXPECT_EQ(x.data<int64_t>()[0], 5);
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(LoadSafetensors, RoundTripAndSpecViolations) {

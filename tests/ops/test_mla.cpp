@@ -40,12 +40,7 @@ namespace {
 
 using testing::int_tensor;
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  Tensor c = t.contiguous();
-  std::vector<uint8_t> b(static_cast<std::size_t>(c.numel()) * c.element_size());
-  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size());
-  return b;
-}
+using testing::bytes_of;
 
 Tensor workspace() { return Tensor::zeros({1 << 12}, DType::kUInt8); }
 

@@ -3,6 +3,7 @@
 // fp8 KV, per-head scales), plus bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -314,6 +315,202 @@ INSTANTIATE_TEST_SUITE_P(
         BatchCase{
             DType::kBFloat16, 4, 2, 128, 1, {2, 5}, {7, 5}, false, false, false, {}, 0, -1, true}));
 
+// ---- multi-item scoring (SGLang's scoring API; upstream's MULTIITEMSCORING mask mode) ----
+
+// Each request: a prefix (the query), then items each after a delimiter, and a last delimiter;
+// token_pos_in_items gives each token past the prefix its position in its item (1, 2, ...; 0 for a
+// delimiter), as upstream's plan docstring draws it: items of 3, 2, 4 tokens are
+// [0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4, 0].
+std::vector<int> item_positions(const std::vector<int>& item_lens) {
+  std::vector<int> pos{0};
+  for (int n : item_lens) {
+    for (int t = 1; t <= n; ++t) pos.push_back(t);
+    pos.push_back(0);
+  }
+  return pos;
+}
+
+// Whether the query at position q (of the request's kv tokens) sees key j: written from
+// upstream's description of the mask (FA2's logits_mask_multi_item_scoring) apart from the
+// library's mask builder. Causal (and a sliding window); past the prefix, only the prefix and the
+// query's own item up to itself: the t keys (q - t, q] (none for a delimiter).
+bool multi_item_sees(int64_t q, int64_t j, int64_t prefix, const std::vector<int>& pos,
+                     int64_t window) {
+  if (j > q || (window >= 0 && j < q - window)) return false;
+  if (q < prefix || j < prefix) return true;
+  return j > q - pos[static_cast<std::size_t>(q - prefix)];
+}
+
+struct MultiItemBatch {
+  std::vector<int32_t> qo_lens, kv_lens, prefix;
+  std::vector<std::vector<int>> pos;  // each padded to len with zeros
+  int64_t len = 0;
+  // The plan's four arguments as upstream's dtypes arrive here: uint32 prefix lengths as int32
+  // bits, uint16 positions and maxima as int16 bits.
+  void set(PrefillPlanOptions& o) const {
+    std::vector<double> flat, mx;
+    for (const auto& p : pos) {
+      for (int64_t i = 0; i < len; ++i)
+        flat.push_back(i < static_cast<int64_t>(p.size()) ? p[i] : 0);
+      mx.push_back(*std::max_element(p.begin(), p.end()));
+    }
+    std::vector<double> pf(prefix.begin(), prefix.end());
+    o.prefix_len_ptr = Tensor::from_vector(pf, {static_cast<int64_t>(pf.size())}, DType::kInt32);
+    o.token_pos_in_items_ptr =
+        Tensor::from_vector(flat, {static_cast<int64_t>(flat.size())}, DType::kInt16);
+    o.token_pos_in_items_len = len;
+    o.max_item_len_ptr = Tensor::from_vector(mx, {static_cast<int64_t>(mx.size())}, DType::kInt16);
+  }
+  // The same mask as an explicit custom_mask (bool, request by request).
+  Tensor custom_mask(int64_t window) const {
+    std::vector<double> bits;
+    for (std::size_t b = 0; b < qo_lens.size(); ++b)
+      for (int64_t i = 0; i < qo_lens[b]; ++i)
+        for (int64_t j = 0; j < kv_lens[b]; ++j)
+          bits.push_back(
+              multi_item_sees(kv_lens[b] - qo_lens[b] + i, j, prefix[b], pos[b], window));
+    return Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+  }
+};
+
+// Hand-checked: prefix 2, items of 2 and 1 tokens (positions [0, 1, 2, 0, 1, 0]); row q lists the
+// keys query q sees.
+TEST(BatchPrefillMultiItem, HandCheckedMaskRows) {
+  const std::vector<int> pos = item_positions({2, 1});
+  ASSERT_EQ(pos, (std::vector<int>{0, 1, 2, 0, 1, 0}));
+  const std::vector<std::vector<int>> sees = {{0},          {0, 1},  // the prefix: causal
+                                              {0, 1},        // the first delimiter: the prefix only
+                                              {0, 1, 3},     // item 1, token 1
+                                              {0, 1, 3, 4},  // item 1, token 2
+                                              {0, 1},        // a delimiter
+                                              {0, 1, 6},     // item 2, token 1
+                                              {0, 1}};       // the last delimiter
+  for (int64_t q = 0; q < 8; ++q) {
+    std::vector<int> got;
+    for (int64_t j = 0; j < 8; ++j)
+      if (multi_item_sees(q, j, 2, pos, -1)) got.push_back(static_cast<int>(j));
+    EXPECT_EQ(got, sees[static_cast<std::size_t>(q)]) << "query " << q;
+  }
+}
+
+// The wrappers with the multi-item arguments: the output of the same plan with the mask spelled
+// out as custom_mask, bit for bit, and the fp64 formula: a whole scoring prompt (qo == kv), a
+// chunk of one (its last 7 tokens), a prompt whose prefix is empty (its first delimiter sees
+// nothing: zeros and LSE -inf); the paged wrapper (GQA 2, pages of 4, causal) and the ragged one
+// with a sliding window (and causal=False, which the mode overrides as upstream's does).
+TEST(BatchPrefillMultiItem, WrappersMatchTheMaskSpelledOutAndTheFormula) {
+  MultiItemBatch m;
+  m.prefix = {5, 4, 0};
+  m.pos = {item_positions({3, 4, 2}), item_positions({2, 6, 3, 1}), item_positions({1, 2})};
+  m.len = 24;
+  for (std::size_t b = 0; b < 3; ++b)
+    m.kv_lens.push_back(m.prefix[b] + static_cast<int32_t>(m.pos[b].size()));
+  m.qo_lens = {m.kv_lens[0], 7, m.kv_lens[2]};
+  const int64_t hq = 4, hkv = 2, d = 64;
+  const std::vector<int32_t> qo_indptr = indptr_of(m.qo_lens), kv_indptr = indptr_of(m.kv_lens);
+  Tensor q = Tensor::empty({qo_indptr.back(), hq, d}, DType::kBFloat16).uniform_(31);
+  for (int64_t window : {int64_t{-1}, int64_t{3}}) {
+    SCOPED_TRACE(::testing::Message() << "window " << window);
+    PrefillPlanOptions mi, cm;
+    mi.causal = window < 0;
+    mi.q_data_type = cm.q_data_type = DType::kBFloat16;
+    mi.window_left = cm.window_left = window;
+    m.set(mi);
+    cm.custom_mask = m.custom_mask(window);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    AttentionOutput got, spelled;
+    std::vector<std::vector<double>> kd, vd;
+    if (window < 0) {
+      testing::PagedFixture f =
+          testing::make_paged(m.kv_lens, 4, hkv, d, DType::kBFloat16, false, false, 32, kd, vd);
+      BatchPrefillWithPagedKVCacheWrapper w(workspace());
+      w.plan(int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 4, mi);
+      got = w.run(q, f.cache(), ro);
+      w.plan(int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 4, cm);
+      spelled = w.run(q, f.cache(), ro);
+    } else {
+      Tensor k = Tensor::empty({kv_indptr.back(), hkv, d}, DType::kBFloat16).uniform_(33);
+      Tensor v = Tensor::empty({kv_indptr.back(), hkv, d}, DType::kBFloat16).uniform_(34);
+      const auto ka = k.to_double_vector(), va = v.to_double_vector();
+      for (std::size_t b = 0; b < 3; ++b) {
+        kd.push_back(testing::rows_of(ka, kv_indptr[b], kv_indptr[b + 1], hkv * d));
+        vd.push_back(testing::rows_of(va, kv_indptr[b], kv_indptr[b + 1], hkv * d));
+      }
+      BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+      w.plan(int_tensor(qo_indptr), int_tensor(kv_indptr), hq, hkv, d, mi);
+      got = w.run(q, k, v, ro);
+      w.plan(int_tensor(qo_indptr), int_tensor(kv_indptr), hq, hkv, d, cm);
+      spelled = w.run(q, k, v, ro);
+    }
+    EXPECT_EQ(testing::bytes_of(got.out), testing::bytes_of(spelled.out));
+    EXPECT_EQ(testing::bytes_of(got.lse), testing::bytes_of(spelled.lse));
+    const auto qd = q.to_double_vector();
+    for (std::size_t b = 0; b < 3; ++b) {
+      RefOptions opt;
+      const int64_t shift = m.kv_lens[b] - m.qo_lens[b];
+      opt.mask = [&, b, shift](int64_t i, int64_t j) {
+        return multi_item_sees(shift + i, j, m.prefix[b], m.pos[b], window);
+      };
+      std::vector<double> eo, el;
+      testing::ref_attention(testing::rows_of(qd, qo_indptr[b], qo_indptr[b + 1], hq * d), kd[b],
+                             vd[b], m.qo_lens[b], m.kv_lens[b], hq, hkv, d, d, opt, eo, el);
+      EXPECT_TRUE(testing::all_close(got.out.slice(0, qo_indptr[b], qo_indptr[b + 1]), eo,
+                                     testing::attention_tolerance(DType::kBFloat16)))
+          << "request " << b;
+      EXPECT_TRUE(
+          testing::all_close(got.lse.slice(0, qo_indptr[b], qo_indptr[b + 1]), el, {1e-4, 1e-5}))
+          << "request " << b;
+    }
+  }
+}
+
+TEST(BatchPrefillMultiItem, BadInput) {
+  const char* op = "BatchPrefillWithRaggedKVCacheWrapper.plan";
+  MultiItemBatch m;
+  m.prefix = {2};
+  m.pos = {item_positions({2, 1})};
+  m.len = 6;
+  m.kv_lens = {8};
+  m.qo_lens = {8};
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  auto plan = [&](const PrefillPlanOptions& o) {
+    w.plan(int_tensor({0, 8}), int_tensor({0, 8}), 2, 2, 64, o);
+  };
+  PrefillPlanOptions good;
+  good.causal = true;
+  m.set(good);
+  plan(good);  // valid
+  PrefillPlanOptions o = good;
+  o.token_pos_in_items_ptr.reset();
+  EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_ptr");
+  o = good;
+  o.max_item_len_ptr.reset();
+  EXPECT_FI_ERROR(plan(o), op, "max_item_len_ptr");
+  o = good;
+  o.prefix_len_ptr.reset();
+  EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
+  o = good;
+  o.token_pos_in_items_len = 0;
+  EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_len");
+  o = good;
+  o.token_pos_in_items_len = 5;  // the last token's entry is past the row
+  o.token_pos_in_items_ptr = good.token_pos_in_items_ptr->slice(0, 0, 5);
+  EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_len");
+  o = good;
+  o.token_pos_in_items_ptr = good.token_pos_in_items_ptr->slice(0, 0, 4);
+  EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_ptr");
+  o = good;
+  o.prefix_len_ptr = int_tensor({2, 2});
+  EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
+  o = good;
+  o.max_item_len_ptr = Tensor::from_vector({1}, {1}, DType::kInt16);  // below the item's 2
+  EXPECT_FI_ERROR(plan(o), op, "max_item_len_ptr");
+  o = good;
+  o.prefix_len_ptr = Tensor::from_vector({2}, {1}, DType::kFloat32);
+  EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
+}
+
 TEST(BatchPrefillWrappers, InvokersRunInitPlanRun) {
   const OpDecl* init = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.__init__");
   const OpDecl* plan = OpRegistry::global().find("BatchPrefillWithRaggedKVCacheWrapper.plan");
@@ -579,6 +776,40 @@ TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
   gpu.plan(int_tensor(qo), int_tensor(kv), 4, 1, 128, po);
   Tensor got = gpu.run(q.to(Device::cuda()), k.to(Device::cuda()), v.to(Device::cuda()));
   EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
+}
+
+// Multi-item scoring on CUDA: the plan's mask (the tensor-core kernel's custom-mask path) against
+// the CPU, and the same plan with the mask spelled out, bit for bit. Compiled, not run.
+TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  MultiItemBatch m;
+  m.prefix = {37, 3};
+  m.pos = {item_positions({5, 20, 9, 1}), item_positions({64, 2})};
+  m.len = 80;
+  for (std::size_t b = 0; b < 2; ++b)
+    m.kv_lens.push_back(m.prefix[b] + static_cast<int32_t>(m.pos[b].size()));
+  m.qo_lens = {m.kv_lens[0], 40};
+  const std::vector<int32_t> qo_indptr = indptr_of(m.qo_lens), kv_indptr = indptr_of(m.kv_lens);
+  Tensor q = Tensor::empty({qo_indptr.back(), 8, 128}, DType::kFloat16).uniform_(41);
+  Tensor k = Tensor::empty({kv_indptr.back(), 2, 128}, DType::kFloat16).uniform_(42);
+  Tensor v = Tensor::empty({kv_indptr.back(), 2, 128}, DType::kFloat16).uniform_(43);
+  PrefillPlanOptions mi, cm;
+  mi.causal = true;
+  mi.q_data_type = cm.q_data_type = DType::kFloat16;
+  m.set(mi);
+  cm.custom_mask = m.custom_mask(-1);
+  BatchPrefillWithRaggedKVCacheWrapper cpu(workspace());
+  cpu.plan(int_tensor(qo_indptr), int_tensor(kv_indptr), 8, 2, 128, mi);
+  const Tensor want = cpu.run(q, k, v).out;
+  const Device gpu = Device::cuda();
+  BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8, gpu));
+  const Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu);
+  w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
+  const Tensor got = w.run(qg, kg, vg).out.to(Device::cpu());
+  w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
+  const Tensor spelled = w.run(qg, kg, vg).out.to(Device::cpu());
+  EXPECT_TRUE(testing::all_close(got, want, testing::attention_tolerance(DType::kFloat16)));
+  EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(spelled));
 }
 
 // qk 192 / vo 128 (DeepSeek) on CUDA: the FA2 kernel's 192 / 128 instance (ahead of time).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -16,6 +17,14 @@
 #include "flashinfer/flashinfer.h"
 
 namespace flashinfer::testing {
+
+/// A tensor's bytes in row-major order (for bit-for-bit comparisons).
+inline std::vector<uint8_t> bytes_of(const Tensor& t) {
+  Tensor c = t.contiguous();
+  std::vector<uint8_t> b(static_cast<std::size_t>(c.numel()) * c.element_size());
+  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size());
+  return b;
+}
 
 struct Tolerance {
   double atol;

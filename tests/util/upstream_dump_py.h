@@ -33,8 +33,9 @@ except ImportError:
 
 # torch.save as torch >= 2.1 writes it: legacy dtypes through _rebuild_tensor_v2 and a typed
 # storage; fp8 (an ("fp8", uint8 codes) pair) through _rebuild_tensor_v3 and an UntypedStorage
-# (an ("fp4", uint8 pairs) tuple the same way, as float4_e2m1fn_x2; a ("u16", int16 bits) one as
-# torch.uint16, which torch 1.13 lacks; UntypedStorage sizes count bytes).
+# (an ("fp4", uint8 pairs) tuple the same way, as float4_e2m1fn_x2; ("u16", int16 bits),
+# ("u32", int32 bits) and ("u64", int64 bits) ones as torch.uint16 / uint32 / uint64, which torch
+# 1.13 lacks; UntypedStorage sizes count bytes).
 LEGACY = {torch.float32: "FloatStorage", torch.bfloat16: "BFloat16Storage",
           torch.int32: "IntStorage", torch.int64: "LongStorage", torch.uint8: "ByteStorage",
           torch.float16: "HalfStorage", torch.bool: "BoolStorage", torch.int16: "ShortStorage"}
@@ -71,7 +72,8 @@ def save(d, path):
         out.extend(b"\x89ccollections\nOrderedDict\n)R")
         if fp8:  # ("fp8", codes) or ("fp4", packed pairs): the float8 / float4 dtypes
             out.extend(b"ctorch\n%s\n" % {"fp8": b"float8_e4m3fn", "fp4": b"float4_e2m1fn_x2",
-                                             "u16": b"uint16"}[v[0]])
+                                             "u16": b"uint16", "u32": b"uint32",
+                                             "u64": b"uint64"}[v[0]])
         out.extend(b"tR")
     out.extend(b"u.")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:

@@ -207,9 +207,13 @@ struct PrefillPlanOptions {
   DType q_data_type = DType::kFloat16;
   std::optional<DType> kv_data_type, o_data_type;
   bool non_blocking = true;
-  std::optional<Tensor> prefix_len_ptr, token_pos_in_items_ptr;  // not supported
+  // Multi-item scoring (SGLang's scoring API): prefix_len_ptr [batch] (torch.uint32; int32 bits
+  // here), token_pos_in_items_ptr [batch * token_pos_in_items_len] (torch.uint16: each token's
+  // position in its item after the prefix, 0 for a delimiter; int16 bits here),
+  // max_item_len_ptr [batch] (torch.uint16). Replaces causal and any custom mask.
+  std::optional<Tensor> prefix_len_ptr, token_pos_in_items_ptr;
   int64_t token_pos_in_items_len = 0;
-  std::optional<Tensor> max_item_len_ptr;                          // not supported
+  std::optional<Tensor> max_item_len_ptr;
   std::optional<Tensor> seq_lens, seq_lens_q, block_tables;        // not supported
   std::optional<int64_t> max_token_per_sequence, max_sequence_kv;  // hints, ignored
   std::optional<int64_t> fixed_split_size;  // KV chunk (pages, or tokens for ragged)
