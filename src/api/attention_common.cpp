@@ -449,32 +449,43 @@ namespace {
 // torch.uint32 tensors; they load here as int16 / int32 holding the same bits), on the host.
 std::vector<uint64_t> unsigned_values_to_host(const Tensor& t, const char* op, const char* arg) {
   check_defined(t, op, arg);
+  const DType dt = t.dtype();
+  FLASHINFER_CHECK(
+      dt == DType::kInt16 || dt == DType::kInt32 || dt == DType::kInt64 || dt == DType::kUInt8, op,
+      arg,
+      "expected an unsigned index tensor (torch.uint16 / torch.uint32, read here as "
+      "int16 / int32 bits, or int64), got ",
+      dtype_torch_name(dt));
   const Tensor h = t.to(Device::cpu()).contiguous();
   std::vector<uint64_t> v(static_cast<std::size_t>(h.numel()));
   for (std::size_t i = 0; i < v.size(); ++i) {
-    switch (h.dtype()) {
-      case DType::kInt16:
-        v[i] = static_cast<uint16_t>(h.data<int16_t>()[i]);
-        break;
-      case DType::kInt32:
-        v[i] = static_cast<uint32_t>(h.data<int32_t>()[i]);
-        break;
-      case DType::kInt64:
-        FLASHINFER_CHECK(h.data<int64_t>()[i] >= 0, op, arg, "holds a negative value ",
-                         h.data<int64_t>()[i]);
-        v[i] = static_cast<uint64_t>(h.data<int64_t>()[i]);
-        break;
-      case DType::kUInt8:
-        v[i] = h.data<uint8_t>()[i];
-        break;
-      default:
-        FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg,
-                        "expected an unsigned index tensor (torch.uint16 / torch.uint32, read "
-                        "here as int16 / int32 bits, or int64), got ",
-                        dtype_torch_name(h.dtype()));
+    if (dt == DType::kInt16) {
+      v[i] = static_cast<uint16_t>(h.data<int16_t>()[i]);
+    } else if (dt == DType::kInt32) {
+      v[i] = static_cast<uint32_t>(h.data<int32_t>()[i]);
+    } else if (dt == DType::kInt64) {
+      FLASHINFER_CHECK(h.data<int64_t>()[i] >= 0, op, arg, "holds a negative value ",
+                       h.data<int64_t>()[i]);
+      v[i] = static_cast<uint64_t>(h.data<int64_t>()[i]);
+    } else {
+      v[i] = h.data<uint8_t>()[i];
     }
   }
   return v;
+}
+
+// Sets bits [from, to] (inclusive, from <= to) of a little-endian bit row starting at `base`
+// bits into `bytes`: whole bytes at once, the partial ones at the ends bit by bit.
+void set_bit_range(std::vector<uint8_t>& bytes, int64_t base, int64_t from, int64_t to) {
+  int64_t b = base + from;
+  const int64_t e = base + to + 1;
+  for (; b < e && (b & 7) != 0; ++b)
+    bytes[static_cast<std::size_t>(b >> 3)] |= uint8_t(1u << (b & 7));
+  if (const int64_t whole = (e - b) >> 3; whole > 0) {
+    std::memset(bytes.data() + (b >> 3), 0xff, static_cast<std::size_t>(whole));
+    b += whole * 8;
+  }
+  for (; b < e; ++b) bytes[static_cast<std::size_t>(b >> 3)] |= uint8_t(1u << (b & 7));
 }
 
 }  // namespace
@@ -494,14 +505,13 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
                    "is required with prefix_len_ptr (multi-item scoring)");
   FLASHINFER_CHECK(max_item_len_ptr.has_value(), op, "max_item_len_ptr",
                    "is required with prefix_len_ptr (multi-item scoring)");
-  FLASHINFER_CHECK(token_pos_in_items_len > 0, op, "token_pos_in_items_len",
-                   "must be positive with prefix_len_ptr (each request's padded length of "
-                   "token_pos_in_items_ptr), got ",
+  FLASHINFER_CHECK(token_pos_in_items_len >= 0, op, "token_pos_in_items_len", "must be >= 0, got ",
                    token_pos_in_items_len);
   // The mask lives with the plan: under a CUDA graph it would need the constructor's mask
   // buffer, which upstream's multi-item calls do not pass.
   FLASHINFER_CHECK_CODE(!(s.use_cuda_graph && s.device.is_cuda()), ErrorCode::kUnsupported, op,
-                        "prefix_len_ptr", "multi-item scoring under use_cuda_graph");
+                        "prefix_len_ptr",
+                        "multi-item scoring is not supported under use_cuda_graph here");
   const auto batch = static_cast<std::size_t>(s.batch);
   const std::vector<uint64_t> prefix =
       unsigned_values_to_host(*prefix_len_ptr, op, "prefix_len_ptr");
@@ -509,9 +519,10 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
       unsigned_values_to_host(*token_pos_in_items_ptr, op, "token_pos_in_items_ptr");
   const std::vector<uint64_t> max_item =
       unsigned_values_to_host(*max_item_len_ptr, op, "max_item_len_ptr");
-  FLASHINFER_CHECK(prefix.size() == batch, op, "prefix_len_ptr", "must hold one length a request (",
+  // Upstream's kernels read the first `batch` entries of each.
+  FLASHINFER_CHECK(prefix.size() >= batch, op, "prefix_len_ptr", "must hold one length a request (",
                    batch, "), got ", prefix.size());
-  FLASHINFER_CHECK(max_item.size() == batch, op, "max_item_len_ptr",
+  FLASHINFER_CHECK(max_item.size() >= batch, op, "max_item_len_ptr",
                    "must hold one length a request (", batch, "), got ", max_item.size());
   const auto len = static_cast<uint64_t>(token_pos_in_items_len);
   FLASHINFER_CHECK(pos.size() >= batch * len, op, "token_pos_in_items_ptr", "must hold ",
@@ -527,32 +538,37 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
   for (std::size_t b = 0; b < batch; ++b) {
     s.mask_indptr[b] = byte_off[b] * 8;
     const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b], kv_len = s.kv_lens[b];
-    const auto p = static_cast<int64_t>(prefix[b]);
+    // A prefix past 2^62 keeps every query in it (the arithmetic below stays in int64).
+    const auto p = static_cast<int64_t>(std::min<uint64_t>(prefix[b], uint64_t{1} << 62));
     const uint64_t* item_pos = pos.data() + b * len;
-    // FA2's logits_mask_multi_item_scoring: query i sits at q = kv_len - qo_len + i; it sees
-    // keys j <= q (and inside a sliding window); a query in the prefix (q < prefix_len) sees
-    // them all, one inside the items only the prefix and the keys (q - t, q] of its own item,
-    // t = token_pos_in_items[q - prefix_len] (0 for a delimiter, which sees the prefix only).
+    // FA2's logits_mask_multi_item_scoring: query i sits at q = kv_len - qo_len + i and sees
+    // keys j <= q; a query in the prefix (q < prefix_len) sees them all, one inside the items
+    // only the prefix and the keys (q - t, q] of its own item, t = token_pos_in_items[q -
+    // prefix_len] (0 for a delimiter, which sees the prefix only). The sliding window is the
+    // kernels' (they apply window_left to custom masks too).
     for (int64_t i = 0; i < qo_len; ++i) {
       const int64_t q = kv_len - qo_len + i;
-      int64_t own_from = 0;  // keys >= own_from (and <= q) are visible, besides the prefix
-      if (q >= p) {
-        FLASHINFER_CHECK(static_cast<uint64_t>(q - p) < len, op, "token_pos_in_items_len",
-                         "request ", b, "'s token at position ", q, " is past its ", len,
-                         " entries of token_pos_in_items_ptr (prefix_len ", p, ")");
-        const auto t = static_cast<int64_t>(item_pos[q - p]);
-        FLASHINFER_CHECK(static_cast<uint64_t>(t) <= max_item[b], op, "max_item_len_ptr",
-                         "request ", b, "'s max_item_len ", max_item[b],
-                         " is below a token_pos_in_items entry (", t,
-                         "): upstream's kernels would skip keys the token sees");
-        own_from = q - t + 1;
+      if (q < 0) continue;  // before the sequence: sees nothing
+      const int64_t row = byte_off[b] * 8 + i * kv_len;
+      if (q < p) {
+        if (!s.sizing_only) set_bit_range(s.packed_mask, row, 0, std::min(q, kv_len - 1));
+        continue;
       }
-      const int64_t lo = s.window_left >= 0 ? q - s.window_left : 0;
-      for (int64_t j = std::max<int64_t>(lo, 0); j <= q && j < kv_len; ++j) {
-        if (q >= p && j >= p && j < own_from) continue;
-        const int64_t bit = i * kv_len + j;
-        s.packed_mask[static_cast<std::size_t>(byte_off[b] + (bit >> 3))] |=
-            static_cast<uint8_t>(1u << (bit & 7));
+      FLASHINFER_CHECK(static_cast<uint64_t>(q - p) < len, op, "token_pos_in_items_len", "request ",
+                       b, "'s token at position ", q, " is past its ", len,
+                       " entries of token_pos_in_items_ptr (prefix_len ", p, ")");
+      const auto t = static_cast<int64_t>(item_pos[q - p]);
+      // Upstream's kernels skip the key tiles below a tile's first query less max_item_len:
+      // safe while t <= max_item_len + 1 (the own item's first key is q - t + 1).
+      FLASHINFER_CHECK(static_cast<uint64_t>(t) <= max_item[b] + 1, op, "max_item_len_ptr",
+                       "request ", b, "'s max_item_len ", max_item[b],
+                       " is below a token_pos_in_items entry (", t,
+                       "): upstream's kernels would skip keys the token sees");
+      if (s.sizing_only) continue;
+      if (p > 0) set_bit_range(s.packed_mask, row, 0, std::min(p, kv_len) - 1);
+      const int64_t own_from = std::max(p, q - t + 1);
+      if (own_from <= q && own_from < kv_len) {
+        set_bit_range(s.packed_mask, row, own_from, std::min(q, kv_len - 1));
       }
     }
   }

@@ -356,7 +356,8 @@ TEST(TorchInterop, TorchReadsOurFilesAndWeReadTorchs) {
 
 // torch.uint16 / uint32 / uint64 (torch >= 2.3; multi-item scoring's positions and prefix
 // lengths, xqa's masks, grouped_gemm_nt_masked's signals) have no dtype here: their bits load as
-// int16 / int32 / int64, values above the signed range included. Written as torch writes them
+// int16 / int32 / int64 (uint16 and uint32 values above the signed range here). Written as torch
+// writes them
 // (_rebuild_tensor_v3 over an UntypedStorage; by hand, torch 1.13 having none of them).
 TEST(LoadTorch, UnsignedTorchDtypesLoadAsTheSignedBitsOfTheirWidth) {
   namespace fs = std::filesystem;

@@ -415,6 +415,8 @@ TEST(BatchPrefillMultiItem, WrappersMatchTheMaskSpelledOutAndTheFormula) {
     mi.causal = window < 0;
     mi.q_data_type = cm.q_data_type = DType::kBFloat16;
     mi.window_left = cm.window_left = window;
+    // KV chunks whose edges fall inside the items (pages of 4 / tokens), merged after.
+    mi.fixed_split_size = cm.fixed_split_size = window < 0 ? 2 : 5;
     m.set(mi);
     cm.custom_mask = m.custom_mask(window);
     AttentionRunOptions ro;
@@ -465,6 +467,47 @@ TEST(BatchPrefillMultiItem, WrappersMatchTheMaskSpelledOutAndTheFormula) {
   }
 }
 
+// A custom mask given as well is replaced by the mode (upstream's run picks MULTIITEMSCORING over
+// CUSTOM); prefix lengths are unsigned: uint32 2^31 (int32 bits -2^31 here) keeps every query in
+// the prefix, which is then the causal mask.
+TEST(BatchPrefillMultiItem, ModeReplacesACustomMaskAndReadsUnsignedLengths) {
+  MultiItemBatch m;
+  m.prefix = {3};
+  m.pos = {item_positions({4, 2})};
+  m.len = 10;
+  m.kv_lens = {3 + static_cast<int32_t>(m.pos[0].size())};
+  m.qo_lens = m.kv_lens;
+  const int32_t n = m.kv_lens[0];
+  Tensor q = Tensor::empty({n, 2, 64}, DType::kFloat32).uniform_(51);
+  Tensor k = Tensor::empty({n, 2, 64}, DType::kFloat32).uniform_(52);
+  Tensor v = Tensor::empty({n, 2, 64}, DType::kFloat32).uniform_(53);
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  auto run = [&](const PrefillPlanOptions& o) {
+    w.plan(int_tensor({0, n}), int_tensor({0, n}), 2, 2, 64, o);
+    return w.run(q, k, v).out;
+  };
+  PrefillPlanOptions mi;
+  mi.causal = true;
+  mi.q_data_type = DType::kFloat32;
+  m.set(mi);
+  const Tensor alone = run(mi);
+  PrefillPlanOptions both = mi;
+  std::vector<double> junk(static_cast<std::size_t>(n) * n);
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = (i * 7) % 3 == 0;
+  both.custom_mask = Tensor::from_vector(junk, {n * n}, DType::kBool);
+  EXPECT_EQ(testing::bytes_of(run(both)), testing::bytes_of(alone));
+  // prefix_len 2^31 (read unsigned): every query in the prefix.
+  PrefillPlanOptions big = mi;
+  big.prefix_len_ptr = int_tensor({std::numeric_limits<int32_t>::min()});
+  PrefillPlanOptions causal;
+  causal.q_data_type = DType::kFloat32;
+  std::vector<double> tri;
+  for (int32_t i = 0; i < n; ++i)
+    for (int32_t j = 0; j < n; ++j) tri.push_back(j <= i);
+  causal.custom_mask = Tensor::from_vector(tri, {n * n}, DType::kBool);
+  EXPECT_EQ(testing::bytes_of(run(big)), testing::bytes_of(run(causal)));
+}
+
 TEST(BatchPrefillMultiItem, BadInput) {
   const char* op = "BatchPrefillWithRaggedKVCacheWrapper.plan";
   MultiItemBatch m;
@@ -491,7 +534,10 @@ TEST(BatchPrefillMultiItem, BadInput) {
   o.prefix_len_ptr.reset();
   EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
   o = good;
-  o.token_pos_in_items_len = 0;
+  o.token_pos_in_items_len = 0;  // the items' tokens have no entries
+  EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_len");
+  o = good;
+  o.token_pos_in_items_len = -1;
   EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_len");
   o = good;
   o.token_pos_in_items_len = 5;  // the last token's entry is past the row
@@ -501,11 +547,14 @@ TEST(BatchPrefillMultiItem, BadInput) {
   o.token_pos_in_items_ptr = good.token_pos_in_items_ptr->slice(0, 0, 4);
   EXPECT_FI_ERROR(plan(o), op, "token_pos_in_items_ptr");
   o = good;
-  o.prefix_len_ptr = int_tensor({2, 2});
+  o.prefix_len_ptr = Tensor::zeros({0}, DType::kInt32);
   EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
   o = good;
-  o.max_item_len_ptr = Tensor::from_vector({1}, {1}, DType::kInt16);  // below the item's 2
+  o.max_item_len_ptr = Tensor::from_vector({0}, {1}, DType::kInt16);  // 2 > 0 + 1: keys skipped
   EXPECT_FI_ERROR(plan(o), op, "max_item_len_ptr");
+  o = good;
+  o.max_item_len_ptr = Tensor::from_vector({1}, {1}, DType::kInt16);  // 2 <= 1 + 1: no key skipped
+  plan(o);
   o = good;
   o.prefix_len_ptr = Tensor::from_vector({2}, {1}, DType::kFloat32);
   EXPECT_FI_ERROR(plan(o), op, "prefix_len_ptr");
@@ -810,6 +859,16 @@ TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
   const Tensor spelled = w.run(qg, kg, vg).out.to(Device::cpu());
   EXPECT_TRUE(testing::all_close(got, want, testing::attention_tolerance(DType::kFloat16)));
   EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(spelled));
+  // Under use_cuda_graph the mask would need the constructor's buffer: refused by name.
+  BatchPrefillWithPagedKVCacheWrapper graph(
+      Tensor::zeros({8 << 20}, DType::kUInt8, gpu), "NHD", true, int_tensor({0, 0, 0}).to(gpu),
+      int_tensor({0, 0, 0}).to(gpu), Tensor::zeros({64}, DType::kInt32, gpu),
+      int_tensor({1, 1}).to(gpu));
+  PrefillPlanOptions g = mi;
+  EXPECT_FI_ERROR_CODE(
+      graph.plan(int_tensor({0, 1, 2}).to(gpu), int_tensor({0, 1, 2}).to(gpu),
+                 int_tensor({0, 1}).to(gpu), int_tensor({1, 1}).to(gpu), 8, 2, 128, 16, g),
+      "BatchPrefillWithPagedKVCacheWrapper.plan", "prefix_len_ptr", ErrorCode::kUnsupported);
 }
 
 // qk 192 / vo 128 (DeepSeek) on CUDA: the FA2 kernel's 192 / 128 instance (ahead of time).
