@@ -395,35 +395,53 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
   return {k, v};
 }
 
+namespace {
+
+// Request b's qo_len * kv_len mask bits.
+int64_t mask_bits(const detail::WrapperState& s, std::size_t b) {
+  return static_cast<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]) * s.kv_lens[b];
+}
+
+// The custom mask's layout (upstream's segment_packbits): each request's qo_len * kv_len bits
+// from a byte boundary, little-endian bit order; s.mask_indptr[b] is request b's first bit.
+// Sizes s.packed_mask (zeros) and s.mask_indptr.
+void lay_out_mask(detail::WrapperState& s) {
+  const auto batch = static_cast<std::size_t>(s.batch);
+  s.mask_indptr.resize(batch);
+  int64_t bytes = 0;
+  for (std::size_t b = 0; b < batch; ++b) {
+    s.mask_indptr[b] = bytes * 8;
+    bytes += (mask_bits(s, b) + 7) / 8;
+  }
+  s.packed_mask.assign(static_cast<std::size_t>(bytes), 0);
+}
+
+}  // namespace
+
 void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,
                       const std::optional<Tensor>& packed_custom_mask, const char* op) {
   s.packed_mask.clear();
   s.mask_indptr.clear();
   if (!custom_mask && !packed_custom_mask) return;
   const auto batch = static_cast<std::size_t>(s.batch);
-  std::vector<int64_t> bits(batch), byte_off(batch + 1, 0);
-  for (std::size_t b = 0; b < batch; ++b) {
-    bits[b] = static_cast<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]) * s.kv_lens[b];
-    byte_off[b + 1] = byte_off[b] + (bits[b] + 7) / 8;
-  }
-  s.packed_mask.assign(static_cast<std::size_t>(byte_off[batch]), 0);
-  s.mask_indptr.resize(batch);
-  for (std::size_t b = 0; b < batch; ++b) s.mask_indptr[b] = byte_off[b] * 8;
+  lay_out_mask(s);
   if (custom_mask) {
     const Tensor& m = *custom_mask;
     check_defined(m, op, "custom_mask");
     FLASHINFER_CHECK(m.dtype() == DType::kBool, op, "custom_mask", "expected torch.bool, got ",
                      dtype_torch_name(m.dtype()));
     int64_t total = 0;
-    for (int64_t x : bits) total += x;
+    for (std::size_t b = 0; b < batch; ++b) total += mask_bits(s, b);
     FLASHINFER_CHECK(m.numel() == total, op, "custom_mask", "expected ", total,
                      " elements (sum of qo_len * kv_len), got ", m.numel());
     const Tensor h = m.to(Device::cpu()).contiguous();
     const auto* src = static_cast<const uint8_t*>(h.data_ptr());
     int64_t k = 0;
     for (std::size_t b = 0; b < batch; ++b) {
-      for (int64_t i = 0; i < bits[b]; ++i, ++k) {
-        if (src[k]) s.packed_mask[byte_off[b] + (i >> 3)] |= static_cast<uint8_t>(1u << (i & 7));
+      const int64_t n = mask_bits(s, b), bit0 = s.mask_indptr[b];
+      for (int64_t i = 0; i < n; ++i, ++k) {
+        const int64_t bit = bit0 + i;
+        if (src[k]) s.packed_mask[bit >> 3] |= static_cast<uint8_t>(1u << (bit & 7));
       }
     }
   } else {
@@ -431,8 +449,8 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
     check_defined(m, op, "packed_custom_mask");
     FLASHINFER_CHECK(m.dtype() == DType::kUInt8, op, "packed_custom_mask",
                      "expected torch.uint8, got ", dtype_torch_name(m.dtype()));
-    FLASHINFER_CHECK(m.numel() == byte_off[batch], op, "packed_custom_mask", "expected ",
-                     byte_off[batch],
+    const auto bytes = static_cast<int64_t>(s.packed_mask.size());
+    FLASHINFER_CHECK(m.numel() == bytes, op, "packed_custom_mask", "expected ", bytes,
                      " bytes (each request's qo_len * kv_len bits rounded up to "
                      "whole bytes), got ",
                      m.numel());
@@ -527,16 +545,8 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
   const auto len = static_cast<uint64_t>(token_pos_in_items_len);
   FLASHINFER_CHECK(pos.size() >= batch * len, op, "token_pos_in_items_ptr", "must hold ",
                    batch * len, " entries (token_pos_in_items_len a request), got ", pos.size());
-  // load_custom_mask's layout: request b's qo_len x kv_len bits from byte mask_indptr[b] / 8.
-  std::vector<int64_t> byte_off(batch + 1, 0);
+  lay_out_mask(s);  // load_custom_mask's layout
   for (std::size_t b = 0; b < batch; ++b) {
-    const int64_t bits = static_cast<int64_t>(s.qo_indptr[b + 1] - s.qo_indptr[b]) * s.kv_lens[b];
-    byte_off[b + 1] = byte_off[b] + (bits + 7) / 8;
-  }
-  s.packed_mask.assign(static_cast<std::size_t>(byte_off[batch]), 0);
-  s.mask_indptr.resize(batch);
-  for (std::size_t b = 0; b < batch; ++b) {
-    s.mask_indptr[b] = byte_off[b] * 8;
     const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b], kv_len = s.kv_lens[b];
     // A prefix past 2^62 keeps every query in it (the arithmetic below stays in int64).
     const auto p = static_cast<int64_t>(std::min<uint64_t>(prefix[b], uint64_t{1} << 62));
@@ -549,7 +559,7 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
     for (int64_t i = 0; i < qo_len; ++i) {
       const int64_t q = kv_len - qo_len + i;
       if (q < 0) continue;  // before the sequence: sees nothing
-      const int64_t row = byte_off[b] * 8 + i * kv_len;
+      const int64_t row = s.mask_indptr[b] + i * kv_len;
       if (q < p) {
         if (!s.sizing_only) set_bit_range(s.packed_mask, row, 0, std::min(q, kv_len - 1));
         continue;

@@ -1985,6 +1985,26 @@ TEST(MlaCuda, TrtllmDecodeLseAndRaggedQueriesMatchCpu) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
+// The tensor-core MLA kernel's stages on device 0 (mla_mma_stages of its opt-in shared memory).
+int mla_mma_device_stages(bool fp8_cache) {
+  int optin = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+            cudaSuccess);
+  return kernels::cuda::mla::mla_mma_stages(static_cast<std::size_t>(optin), fp8_cache);
+}
+
+// A call's results on the tensor-core kernel and (FLASHINFER_MLA_TENSOR_CORES=0) the CUDA-core
+// kernels, against the CPU's.
+void expect_both_kernels_match_cpu(const AttentionOutput& want, const AttentionOutput& tc,
+                                   const AttentionOutput& cores, DType q) {
+  const testing::Tolerance tol = testing::attention_tolerance(q);
+  for (const AttentionOutput* r : {&tc, &cores}) {
+    SCOPED_TRACE(r == &tc ? "tensor cores" : "CUDA cores");
+    EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));
+    EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
+  }
+}
+
 // A NoPE model's MLA (head_dim_kpe 0) as vLLM's SM90 sparse backend calls it: page size 1 (each
 // query token a request whose ids are its top-k slots), padded requests with no query and no key,
 // not causal, ckv and the empty kpe as views of one [slots, 1, 512] cache, q_pe [rows, H, 0];
@@ -1997,9 +2017,6 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
-  int optin = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
-            cudaSuccess);
   struct Case {
     DType q, kv;
     int64_t H;
@@ -2017,8 +2034,7 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "case " << idx);
     const bool fp8 = dtype_is_fp8(c.kv);
-    const bool tc = static_cast<std::size_t>(optin) >=
-                    kernels::cuda::mla::mla_mma_smem_bytes(3, fp8);  // the NoPE instances' stages
+    const bool tc = kernels::cuda::mla::mla_mma_instance(0, mla_mma_device_stages(fp8), false);
     Latent l = make_latent(c.kv_lens, 1, 512, 0, c.kv, 500 + idx);
     std::vector<int32_t> qo_indptr{0};
     for (int32_t n : c.kv_lens) qo_indptr.push_back(qo_indptr.back() + (n > 0 ? 1 : 0));
@@ -2052,12 +2068,7 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
       cores = run_on(gpu);
       EXPECT_EQ(kernels::cuda::mla_mma_nope_launches(), at) << "the switch keeps the CUDA cores";
     }
-    const testing::Tolerance tol = testing::attention_tolerance(c.q);
-    for (const AttentionOutput* r : {&got, &cores}) {
-      SCOPED_TRACE(r == &got ? "tensor cores" : "CUDA cores");
-      EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));
-      EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
-    }
+    expect_both_kernels_match_cpu(want, got, cores, c.q);
     ++idx;
   }
 }
@@ -2075,10 +2086,7 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
   testing::ScopedEnv no_sm90("FLASHINFER_MLA_SM90", nullptr);
-  int optin = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
-            cudaSuccess);
-  const int stages = kernels::cuda::mla::mla_mma_stages(static_cast<std::size_t>(optin), true);
+  const int stages = mla_mma_device_stages(true);
   struct Case {
     DType q;
     int64_t H, dk, page_size;
@@ -2124,12 +2132,7 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
       testing::ScopedEnv off("FLASHINFER_MLA_TENSOR_CORES", "0");
       cores = run_on(gpu);
     }
-    const testing::Tolerance tol = testing::attention_tolerance(c.q);
-    for (const AttentionOutput* r : {&tc, &cores}) {
-      SCOPED_TRACE(r == &tc ? "tensor cores" : "CUDA cores");
-      EXPECT_TRUE(testing::all_close(r->out.to(Device::cpu()), want.out, tol));
-      EXPECT_TRUE(testing::all_close(r->lse.to(Device::cpu()), want.lse, {1e-4, 1e-4}));
-    }
+    expect_both_kernels_match_cpu(want, tc, cores, c.q);
     ++idx;
   }
   // One key a request: both kernels give each token's dequantized row bit for bit.
