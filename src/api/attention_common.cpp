@@ -422,6 +422,8 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
                       const std::optional<Tensor>& packed_custom_mask, const char* op) {
   s.packed_mask.clear();
   s.mask_indptr.clear();
+  s.item_bounds.clear();
+  s.item_rows.clear();
   if (!custom_mask && !packed_custom_mask) return;
   const auto batch = static_cast<std::size_t>(s.batch);
   lay_out_mask(s);
@@ -492,26 +494,14 @@ std::vector<uint64_t> unsigned_values_to_host(const Tensor& t, const char* op, c
   return v;
 }
 
-// Sets bits [from, to] (inclusive, from <= to) of a little-endian bit row starting at `base`
-// bits into `bytes`: whole bytes at once, the partial ones at the ends bit by bit.
-void set_bit_range(std::vector<uint8_t>& bytes, int64_t base, int64_t from, int64_t to) {
-  int64_t b = base + from;
-  const int64_t e = base + to + 1;
-  for (; b < e && (b & 7) != 0; ++b)
-    bytes[static_cast<std::size_t>(b >> 3)] |= uint8_t(1u << (b & 7));
-  if (const int64_t whole = (e - b) >> 3; whole > 0) {
-    std::memset(bytes.data() + (b >> 3), 0xff, static_cast<std::size_t>(whole));
-    b += whole * 8;
-  }
-  for (; b < e; ++b) bytes[static_cast<std::size_t>(b >> 3)] |= uint8_t(1u << (b & 7));
-}
-
 }  // namespace
 
 void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& prefix_len_ptr,
                           const std::optional<Tensor>& token_pos_in_items_ptr,
                           int64_t token_pos_in_items_len,
                           const std::optional<Tensor>& max_item_len_ptr, const char* op) {
+  s.item_bounds.clear();
+  s.item_rows.clear();
   if (!prefix_len_ptr) {
     FLASHINFER_CHECK(!token_pos_in_items_ptr && !max_item_len_ptr && token_pos_in_items_len == 0,
                      op, "prefix_len_ptr",
@@ -525,8 +515,9 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
                    "is required with prefix_len_ptr (multi-item scoring)");
   FLASHINFER_CHECK(token_pos_in_items_len >= 0, op, "token_pos_in_items_len", "must be >= 0, got ",
                    token_pos_in_items_len);
-  // The mask lives with the plan: under a CUDA graph it would need the constructor's mask
-  // buffer, which upstream's multi-item calls do not pass.
+  // The rows live with the plan, a pair a query: under a CUDA graph a captured kernel would read
+  // the first plan's array, which a later plan of more queries outgrows (upstream's graph mode
+  // reads the caller's tensors in place; SGLang's scoring does not capture).
   FLASHINFER_CHECK_CODE(!(s.use_cuda_graph && s.device.is_cuda()), ErrorCode::kUnsupported, op,
                         "prefix_len_ptr",
                         "multi-item scoring is not supported under use_cuda_graph here");
@@ -545,7 +536,19 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
   const auto len = static_cast<uint64_t>(token_pos_in_items_len);
   FLASHINFER_CHECK(pos.size() >= batch * len, op, "token_pos_in_items_ptr", "must hold ",
                    batch * len, " entries (token_pos_in_items_len a request), got ", pos.size());
-  lay_out_mask(s);  // load_custom_mask's layout
+  // Upstream's mode replaces any custom mask; the rows below stand in for its bits.
+  s.packed_mask.clear();
+  s.mask_indptr.clear();
+  constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+  // The kernels' bounds (AttentionParams::multi_item_bounds): past kv_len (< 2^31), any value
+  // skips the same keys.
+  std::vector<int32_t> bounds(2 * batch);
+  for (std::size_t b = 0; b < batch; ++b) {
+    bounds[2 * b] = static_cast<int32_t>(std::min<uint64_t>(prefix[b], kI32Max));
+    bounds[2 * b + 1] = static_cast<int32_t>(std::min<uint64_t>(max_item[b], kI32Max));
+  }
+  // Each query row's keys as AttentionParams::multi_item_rows holds them: [0, a) and [lo, q].
+  std::vector<int32_t> rows(2 * static_cast<std::size_t>(s.qo_indptr[batch]));
   for (std::size_t b = 0; b < batch; ++b) {
     const int64_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b], kv_len = s.kv_lens[b];
     // A prefix past 2^62 keeps every query in it (the arithmetic below stays in int64).
@@ -555,34 +558,34 @@ void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& 
     // keys j <= q; a query in the prefix (q < prefix_len) sees them all, one inside the items
     // only the prefix and the keys (q - t, q] of its own item, t = token_pos_in_items[q -
     // prefix_len] (0 for a delimiter, which sees the prefix only). The sliding window is the
-    // kernels' (they apply window_left to custom masks too).
+    // kernels' (they apply window_left to these rows too).
     for (int64_t i = 0; i < qo_len; ++i) {
       const int64_t q = kv_len - qo_len + i;
-      if (q < 0) continue;  // before the sequence: sees nothing
-      const int64_t row = s.mask_indptr[b] + i * kv_len;
-      if (q < p) {
-        if (!s.sizing_only) set_bit_range(s.packed_mask, row, 0, std::min(q, kv_len - 1));
-        continue;
+      int64_t a = 0, lo = kI32Max;  // q < 0, before the sequence: sees nothing
+      if (q >= 0 && q < p) {
+        a = q + 1;
+      } else if (q >= p) {
+        FLASHINFER_CHECK(static_cast<uint64_t>(q - p) < len, op, "token_pos_in_items_len",
+                         "request ", b, "'s token at position ", q, " is past its ", len,
+                         " entries of token_pos_in_items_ptr (prefix_len ", p, ")");
+        const auto t = static_cast<int64_t>(item_pos[q - p]);
+        // Upstream's kernels skip the key tiles below a tile's first query less max_item_len:
+        // safe while t <= max_item_len + 1 (the own item's first key is q - t + 1).
+        FLASHINFER_CHECK(static_cast<uint64_t>(t) <= max_item[b] + 1, op, "max_item_len_ptr",
+                         "request ", b, "'s max_item_len ", max_item[b],
+                         " is below a token_pos_in_items entry (", t,
+                         "): upstream's kernels would skip keys the token sees");
+        a = p;
+        lo = std::max(p, q - t + 1);
       }
-      FLASHINFER_CHECK(static_cast<uint64_t>(q - p) < len, op, "token_pos_in_items_len", "request ",
-                       b, "'s token at position ", q, " is past its ", len,
-                       " entries of token_pos_in_items_ptr (prefix_len ", p, ")");
-      const auto t = static_cast<int64_t>(item_pos[q - p]);
-      // Upstream's kernels skip the key tiles below a tile's first query less max_item_len:
-      // safe while t <= max_item_len + 1 (the own item's first key is q - t + 1).
-      FLASHINFER_CHECK(static_cast<uint64_t>(t) <= max_item[b] + 1, op, "max_item_len_ptr",
-                       "request ", b, "'s max_item_len ", max_item[b],
-                       " is below a token_pos_in_items entry (", t,
-                       "): upstream's kernels would skip keys the token sees");
-      if (s.sizing_only) continue;
-      if (p > 0) set_bit_range(s.packed_mask, row, 0, std::min(p, kv_len) - 1);
-      const int64_t own_from = std::max(p, q - t + 1);
-      if (own_from <= q && own_from < kv_len) {
-        set_bit_range(s.packed_mask, row, own_from, std::min(q, kv_len - 1));
-      }
+      const auto r = static_cast<std::size_t>(s.qo_indptr[b] + i);
+      rows[2 * r] = static_cast<int32_t>(a);  // a <= q + 1 <= kv_len
+      rows[2 * r + 1] = static_cast<int32_t>(lo);
     }
   }
-  s.causal = false;  // the mask holds the causal rule, as upstream's mask mode does
+  s.item_rows = std::move(rows);
+  s.item_bounds = std::move(bounds);
+  s.causal = false;  // the rows hold the causal rule, as upstream's mask mode does
 }
 
 namespace {
@@ -908,8 +911,9 @@ namespace {
 
 // The planned call's compile-time variant bits of the tensor-core prefill kernels.
 [[maybe_unused]] int plan_variant(const detail::WrapperState& s) {
-  return kernels::cuda::prefill::prefill_variant_bits(s.logits_soft_cap > 0.0,
-                                                      !s.mask_indptr.empty(), s.pos_encoding == 2);
+  return kernels::cuda::prefill::prefill_variant_bits(
+      s.logits_soft_cap > 0.0, !s.mask_indptr.empty() || !s.item_bounds.empty(),
+      s.pos_encoding == 2);
 }
 
 // Whether the Hopper prefill kernel (kernels/cuda/prefill_sm90.h) would take the call if its plan
@@ -1210,6 +1214,7 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     s.dev_mask = Tensor();
     s.dev_mask_indptr = Tensor();
   }
+  if (!on_device || s.item_bounds.empty()) s.dev_item_bounds = Tensor();
   if (on_device) {
     std::vector<int32_t> all;
     auto append = [&](int idx, const int32_t* p, std::size_t n) {
@@ -1250,6 +1255,15 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
       std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
       refill(s.dev_mask_indptr, hi, "custom_mask");
+    }
+    if (!s.item_bounds.empty()) {  // never under use_cuda_graph (load_multi_item_mask)
+      // The bounds, then the rows (build_params points into it).
+      const std::size_t nb = s.item_bounds.size(), nr = s.item_rows.size();
+      Tensor hb = Tensor::empty({static_cast<int64_t>(nb + nr)}, DType::kInt32);
+      auto* dst = static_cast<int32_t*>(hb.data_ptr());
+      std::memcpy(dst, s.item_bounds.data(), nb * sizeof(int32_t));
+      if (nr > 0) std::memcpy(dst + nb, s.item_rows.data(), nr * sizeof(int32_t));
+      refill(s.dev_item_bounds, hb, "prefix_len_ptr");
     }
   }
   // Under use_cuda_graph with live ids: plan's ids into the constructor's buffer, as upstream's
@@ -1641,6 +1655,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
       p.custom_mask = s.packed_mask.data();
       p.mask_indptr = s.mask_indptr.data();
     }
+    if (!s.item_bounds.empty()) {
+      p.multi_item_bounds = s.item_bounds.data();
+      p.multi_item_rows = s.item_rows.data();
+    }
   } else {
     const auto* base = s.dev_ints.data<const int32_t>();
     p.qo_indptr = base + s.dev_off[0];
@@ -1654,6 +1672,10 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     if (s.dev_mask.defined()) {
       p.custom_mask = s.dev_mask.data<const uint8_t>();
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
+    }
+    if (s.dev_item_bounds.defined()) {
+      p.multi_item_bounds = s.dev_item_bounds.data<const int32_t>();
+      p.multi_item_rows = p.multi_item_bounds + s.item_bounds.size();
     }
   }
   if (s.dev_alibi.defined()) p.alibi_slopes = s.dev_alibi.data<const float>();

@@ -60,6 +60,10 @@ struct WrapperState {
   int64_t total_qo = 0, total_kv = 0;
   std::vector<uint8_t> packed_mask;  // per-request segments, each byte-aligned
   std::vector<int64_t> mask_indptr;  // bit offset of each request's segment
+  // Multi-item scoring (upstream's mask mode, in place of a custom mask): prefix_len and
+  // max_item_len a request, and each query row's [0, a), [lo, q] (AttentionParams::
+  // multi_item_bounds and multi_item_rows); empty in any other mode.
+  std::vector<int32_t> item_bounds, item_rows;
   kernels::AttentionPlan plan;
   // use_cuda_graph on CUDA: the first plan fixes the grid (work items, merged rows, partial
   // rows) and the batch; later plans are padded to it (padding items have request -1) so the
@@ -72,7 +76,7 @@ struct WrapperState {
   int64_t graph_indices_buffer = 0, graph_mask_buffer = 0;
   const char* indices_arg = "indices";  // the plan argument of the page ids (load_page_table)
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
-  Tensor dev_ints, dev_mask, dev_mask_indptr;
+  Tensor dev_ints, dev_mask, dev_mask_indptr, dev_item_bounds;
   // Optional per-head factors of single_prefill (fp32, on the device): [Hq], [Hkv], [Hkv].
   Tensor scale_q, scale_k, scale_v;
   // ALiBi slopes on the device (pos_encoding_mode="ALIBI" with the CUDA decode kernel).
@@ -202,9 +206,9 @@ void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& cust
                       const std::optional<Tensor>& packed_custom_mask, const char* op);
 /// Multi-item scoring (the prefill plans' prefix_len_ptr, token_pos_in_items_ptr,
 /// token_pos_in_items_len, max_item_len_ptr; SGLang's scoring API): upstream's mask mode, which
-/// replaces causal and any custom mask, laid down as the custom mask of each request's
-/// qo_len x kv_len bits (load_custom_mask's layout), so every backend runs it. Nothing when
-/// prefix_len_ptr is not given.
+/// replaces causal and any custom mask, as each query row's two runs of keys and each request's
+/// bounds (WrapperState::item_rows, item_bounds), which every backend runs (no qo_len x kv_len
+/// bits). Nothing when prefix_len_ptr is not given.
 void load_multi_item_mask(detail::WrapperState& s, const std::optional<Tensor>& prefix_len_ptr,
                           const std::optional<Tensor>& token_pos_in_items_ptr,
                           int64_t token_pos_in_items_len,

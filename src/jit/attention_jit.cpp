@@ -56,8 +56,10 @@ ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo
   FLASHINFER_CHECK_CODE(o == q, ErrorCode::kUnsupported, "jit", "o", "o dtype must be q's");
   FLASHINFER_CHECK_CODE(kv == q || dtype_is_fp8(kv), ErrorCode::kUnsupported, "jit", "kv",
                         "kv dtype must be q's or fp8");
-  FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 7, ErrorCode::kInvalidArgument, "jit", "variant",
-                        "variant must be in [0, 7] (1: soft-cap, 2: mask, 4: ALiBi), got ",
+  FLASHINFER_CHECK_CODE(variant >= 0 && variant <= 15, ErrorCode::kInvalidArgument, "jit",
+                        "variant",
+                        "variant must be in [0, 15] (1: soft-cap, 2: mask, 4: ALiBi, 8: "
+                        "multi-item rows), got ",
                         variant);
   FLASHINFER_CHECK_CODE(rows_per_thread == 1 || rows_per_thread == 2, ErrorCode::kInvalidArgument,
                         "jit", "rows_per_thread", "rows_per_thread must be 1 or 2, got ",
@@ -67,7 +69,7 @@ ModuleSpec attention_cuda_core_spec(DType q, DType kv, DType o, int dqk, int dvo
            "_" + std::string(dtype_name(o)) + "_" + std::to_string(dqk) + "_" +
            std::to_string(dvo) + ((variant & 1) ? "_softcap" : "") +
            ((variant & 2) ? "_mask" : "") + ((variant & 4) ? "_alibi" : "") +
-           (rows_per_thread == 2 ? "_rows2" : "");
+           ((variant & 8) ? "_multiitem" : "") + (rows_per_thread == 2 ? "_rows2" : "");
   s.source = generated_source("kernels/cuda/attention_decode_kernel.cuh", s.name);
   s.headers = kernel_headers();
   s.params = {{"q", std::string(dtype_name(q))},    {"kv", std::string(dtype_name(kv))},
@@ -145,9 +147,11 @@ ModuleSpec spec_from_line(std::string_view line) {
     int variant = 0;
     if (kv.count("variant")) {
       const std::string v = take("variant");
-      FLASHINFER_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '7', "jit", "list", "variant=", v,
-                       " is not in [0, 7] (line: ", line, ")");
-      variant = v[0] - '0';
+      const bool one = v.size() == 1 && v[0] >= '0' && v[0] <= '9';
+      const bool two = v.size() == 2 && v[0] == '1' && v[1] >= '0' && v[1] <= '5';
+      FLASHINFER_CHECK(one || two, "jit", "list", "variant=", v, " is not in [0, 15] (line: ", line,
+                       ")");
+      variant = std::stoi(v);
     }
     int rows_per_thread = 1;
     if (kv.count("rows_per_thread")) {

@@ -113,6 +113,15 @@ struct AttentionParams {
   int32_t window_left = -1;
   const uint8_t* custom_mask = nullptr;  // packed little-endian bits, request b starts at bit
   const int64_t* mask_indptr = nullptr;  // mask_indptr[b]; bit (i * kv_len + j) within it
+  // Multi-item scoring (the prefill wrappers' prefix_len_ptr etc.; custom_mask then nullptr): the
+  // query of row r (qo_indptr numbering) at position q sees keys [0, a) and [lo, q], with a =
+  // multi_item_rows[2r] and lo = multi_item_rows[2r + 1] (as a custom mask: the kernels' mask
+  // path; a window applies too). Request b's prefix_len and max_item_len are
+  // multi_item_bounds[2b] and [2b + 1] (clamped to int32): no row of a block sees a key past its
+  // last position or between the prefix and its first position less max_item_len, which the
+  // kernels skip (prefill_shape.h, prefill_multi_item_tiles). nullptr: not that mode.
+  const int32_t* multi_item_rows = nullptr;
+  const int32_t* multi_item_bounds = nullptr;
 
   // Work partition (AttentionPlan::work etc., on the kernel's device).
   const WorkItem* work = nullptr;

@@ -427,6 +427,113 @@ TEST(PrefillShape, UnmaskedTileRangeMatchesTheTileTest) {
   EXPECT_GT(checked, 60000000);  // 60825600
 }
 
+// prefill_item_window, the FA2 kernel's multi-item mask bits, against the row rule key by key
+// (keys [0, a) and [lo, q]; delimiters' and prefix rows' empty second run at lo = INT32_MAX),
+// over windows starting anywhere and every width; and prefill_item_row's packing.
+TEST(PrefillShape, ItemWindowMatchesTheRowRule) {
+  const int big = std::numeric_limits<int32_t>::max();
+  long long checked = 0;
+  for (int a = 0; a < 75; a += 2) {
+    for (int lo : {0, 1, 5, 31, 32, 33, 40, 64, 70, big}) {
+      for (int q = -1; q < 75; ++q) {
+        for (int key0 = 0; key0 < 72; key0 += 3) {
+          for (int nbits = 0; nbits <= 32; ++nbits) {
+            uint32_t want = 0;
+            for (int i = 0; i < nbits; ++i) {
+              const int k = key0 + i;
+              if (k < a || (k >= lo && k <= q)) want |= 1u << i;
+            }
+            ++checked;
+            ASSERT_EQ(prefill_item_window(a, lo, q, key0, nbits), want)
+                << "a " << a << " lo " << lo << " q " << q << " key0 " << key0 << " nbits "
+                << nbits;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 7000000);
+  // Near 2^31: positions and keys of a long request.
+  // Keys big - 33 .. big - 2: those from big - 30 to big - 4 (bits 3 to 29).
+  EXPECT_EQ(prefill_item_window(100, big - 30, big - 4, big - 33, 32), 0x3ffffff8u);
+  const int32_t rows[] = {7, big, 12, 3};
+  EXPECT_EQ(prefill_item_row(rows, 0), (static_cast<long long>(big) << 32) | 7);
+  EXPECT_EQ(prefill_item_row(rows, 1), (3LL << 32) | 12);
+  EXPECT_GE(prefill_item_row(rows, 0), 0);
+}
+
+// prefill_multi_item_tiles over random scoring prompts (a prefix, then items of random lengths,
+// each after a delimiter at position 0), blocks of consecutive query positions, KV chunks
+// starting anywhere and every tile width: no key a row of the block sees falls past the capped
+// end or in a skipped tile, and the tiles taken are exactly the grid's tiles that hold a key
+// below the prefix or in [pos_min - max_item_len, pos_max] (so the skip is as large as
+// upstream's bound allows, and a mistaken gap cannot pass); max_item_len above the items' longest
+// skips less, never wrongly.
+TEST(PrefillShape, MultiItemTilesSkipOnlyKeysNoRowSees) {
+  std::mt19937 rng(7);
+  long long blocks = 0, skipped = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const long long prefix = std::uniform_int_distribution<int>(0, 150)(rng);
+    std::vector<long long> pos;  // token_pos_in_items: 0 for each delimiter, then 1, 2, ...
+    const int items = std::uniform_int_distribution<int>(1, 40)(rng);
+    for (int it = 0; it < items; ++it) {
+      const int len = std::uniform_int_distribution<int>(1, 30)(rng);
+      for (int t = 0; t <= len; ++t) pos.push_back(t);
+    }
+    pos.push_back(0);  // the last delimiter
+    const long long longest = *std::max_element(pos.begin(), pos.end());
+    const long long kv_len = prefix + static_cast<long long>(pos.size());
+    // Whether the query at position q sees key j (upstream's multi-item rule).
+    auto sees = [&](long long q, long long j) {
+      if (q < 0 || j > q) return false;
+      if (q < prefix || j < prefix) return true;
+      return j > q - pos[static_cast<std::size_t>(q - prefix)];
+    };
+    for (int n : {16, 32, 64, 128}) {
+      for (long long extra : {0LL, 1LL, 37LL}) {
+        const long long max_item = longest - 1 + extra;  // upstream allows t <= max_item_len + 1
+        for (int blk = 0; blk < 6; ++blk) {
+          const long long rows = std::uniform_int_distribution<int>(1, 128)(rng);
+          const long long pos_min = std::uniform_int_distribution<long long>(-3, kv_len - 1)(rng);
+          const long long pos_max = std::min(kv_len - 1, pos_min + rows - 1);
+          const long long kv_lo = std::uniform_int_distribution<long long>(0, kv_len - 1)(rng);
+          const long long kv_hi = std::uniform_int_distribution<long long>(kv_lo + 1, kv_len)(rng);
+          const MultiItemTiles t =
+              prefill_multi_item_tiles(kv_lo, kv_hi, n, pos_min, pos_max, prefix, max_item);
+          ASSERT_EQ(t.kv_hi, std::min(kv_hi, pos_max + 1));
+          const long long grid = (kv_hi - kv_lo + n - 1) / n;
+          std::vector<bool> taken(static_cast<std::size_t>(grid), false);
+          long long prev = -1;
+          for (int i = 0; i < t.num_tiles; ++i) {
+            const long long g = i + (i >= t.split ? t.skip : 0);
+            ASSERT_GT(g, prev);
+            ASSERT_LT(g, grid);
+            taken[static_cast<std::size_t>(g)] = true;
+            prev = g;
+          }
+          for (long long g = 0; g < grid; ++g) {
+            const long long a = kv_lo + g * n, b = std::min(kv_hi, a + n);
+            bool seen = false, wanted = false;
+            for (long long j = a; j < b; ++j) {
+              for (long long q = pos_min; q <= pos_max && !seen; ++q) seen = sees(q, j);
+              wanted = wanted || (j <= pos_max && (j < prefix || j >= pos_min - max_item));
+            }
+            const bool took = taken[static_cast<std::size_t>(g)];
+            if (seen) {
+              ASSERT_TRUE(took) << "a seen tile skipped: trial " << trial << " n " << n;
+            }
+            ASSERT_EQ(took, wanted) << "trial " << trial << " n " << n << " tile " << g;
+            skipped += took ? 0 : 1;
+          }
+          ++blocks;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(blocks, 300 * 4 * 3 * 6);
+  EXPECT_GT(skipped, 10000);  // the gap and the causal cap do skip
+}
+
 // ---- ldmatrix and mma.sync, emulated ------------------------------------------------------------
 
 using testing::mma_emu::Frag4;

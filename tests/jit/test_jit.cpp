@@ -511,6 +511,22 @@ TEST(JitAttention, DecodeAlibiVariantsCompileForSm90a) {
   }
 }
 
+// Multi-item scoring's rows on the CUDA-core kernel exist only through the JIT too
+// (kDecodeMultiItem; the AOT two-row instances spilled with the test in): one and two rows a
+// thread, with and without the soft cap.
+TEST(JitAttention, DecodeMultiItemVariantsCompileForSm90a) {
+  SKIP_WITHOUT_NVRTC();
+  for (int rows : {1, 2}) {
+    for (int variant : {10, 11}) {
+      const ModuleSpec s = jit::attention_cuda_core_spec(DType::kBFloat16, DType::kBFloat16,
+                                                         DType::kBFloat16, 128, 128, variant, rows);
+      const CompiledModule m = jit::build(s, kSm90a, attention_config());
+      expect_cubin_for(m.cubin, 90);
+      EXPECT_NE(m.cubin.find(m.symbol(s.kernels[0])), std::string::npos) << variant << " " << rows;
+    }
+  }
+}
+
 // Two rows a thread (decode_rows_per_thread, GQA groups >= 4) on the JIT: the instances a GPU
 // runs with kRows = 2 (ALiBi at head dim 128 with 16-bit and fp8 K/V, 16-bit head dim 32; a
 // session-59 review found no other JIT kernel takes two rows, the 96 / 96 one this compiled
@@ -559,8 +575,13 @@ TEST(JitAttention, SpecsAndListLines) {
       "variant=7");
   EXPECT_EQ(v.name, "attention_cuda_core_bfloat16_bfloat16_bfloat16_96_96_softcap_mask_alibi");
   EXPECT_NE(v.kernels[0].find("96, 96, 7>"), std::string::npos);
+  const ModuleSpec mi = jit::spec_from_line(
+      "attention_cuda_core q=bfloat16 kv=bfloat16 o=bfloat16 head_dim_qk=128 head_dim_vo=128 "
+      "variant=10");
+  EXPECT_EQ(mi.name, "attention_cuda_core_bfloat16_bfloat16_bfloat16_128_128_mask_multiitem");
+  EXPECT_NE(mi.kernels[0].find("128, 128, 10>"), std::string::npos);
   EXPECT_THROW(jit::spec_from_line("attention_cuda_core q=float16 kv=float16 o=float16 "
-                                   "head_dim_qk=96 head_dim_vo=96 variant=8"),
+                                   "head_dim_qk=96 head_dim_vo=96 variant=16"),
                Error);
   // Two rows a thread: its own module (name, key parameter, kernel expression); one row a thread
   // keeps the names and expressions of before.

@@ -871,6 +871,61 @@ TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
       "BatchPrefillWithPagedKVCacheWrapper.plan", "prefix_len_ptr", ErrorCode::kUnsupported);
 }
 
+// Multi-item scoring's tile skipping on CUDA: long scoring prompts (a whole one, and a chunk of
+// one) whose items are short, so most key tiles of a block lie past its last query or between the
+// prefix and its first query less max_item_len, which the tensor-core kernel skips
+// (prefill_multi_item_tiles); in KV chunks (split-KV) and whole, 16-bit and fp8 K/V. Against the
+// CPU, and bit for bit against the same plan with the mask spelled out as custom_mask (no
+// skipping): a skipped tile that a row sees would change the bits. Compiled, not run.
+TEST(BatchPrefillCuda, MultiItemScoringSkipsTheTilesNoRowSees) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  MultiItemBatch m;
+  m.prefix = {150, 20};
+  std::vector<int> lens0, lens1;
+  for (int i = 0; i < 70; ++i) lens0.push_back(3 + (i * 7) % 15);
+  for (int i = 0; i < 30; ++i) lens1.push_back(5 + (i * 11) % 36);
+  m.pos = {item_positions(lens0), item_positions(lens1)};
+  m.len = static_cast<int64_t>(std::max(m.pos[0].size(), m.pos[1].size()));
+  for (std::size_t b = 0; b < 2; ++b)
+    m.kv_lens.push_back(m.prefix[b] + static_cast<int32_t>(m.pos[b].size()));
+  m.qo_lens = {m.kv_lens[0], 300};
+  const std::vector<int32_t> qo_indptr = indptr_of(m.qo_lens), kv_indptr = indptr_of(m.kv_lens);
+  const Device gpu = Device::cuda();
+  Tensor q = Tensor::empty({qo_indptr.back(), 8, 128}, DType::kFloat16).uniform_(51);
+  Tensor k = Tensor::empty({kv_indptr.back(), 2, 128}, DType::kFloat16).uniform_(52);
+  Tensor v = Tensor::empty({kv_indptr.back(), 2, 128}, DType::kFloat16).uniform_(53);
+  for (DType kv_dt : {DType::kFloat16, DType::kFloat8E4M3FN}) {
+    const Tensor kc = kv_dt == DType::kFloat16 ? k : k.to(kv_dt);
+    const Tensor vc = kv_dt == DType::kFloat16 ? v : v.to(kv_dt);
+    for (int64_t split : {int64_t{-1}, int64_t{128}}) {
+      SCOPED_TRACE(std::string(dtype_torch_name(kv_dt)) + " split " + std::to_string(split));
+      PrefillPlanOptions mi, cm;
+      mi.causal = true;
+      mi.q_data_type = cm.q_data_type = DType::kFloat16;
+      mi.kv_data_type = cm.kv_data_type = kv_dt;
+      if (split > 0) mi.fixed_split_size = cm.fixed_split_size = split;  // tokens (ragged)
+      m.set(mi);
+      cm.custom_mask = m.custom_mask(-1);
+      AttentionRunOptions ro;
+      ro.return_lse = true;
+      BatchPrefillWithRaggedKVCacheWrapper cpu(workspace());
+      cpu.plan(int_tensor(qo_indptr), int_tensor(kv_indptr), 8, 2, 128, mi);
+      const AttentionOutput want = cpu.run(q, kc, vc, ro);
+      BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, gpu));
+      const Tensor qg = q.to(gpu), kg = kc.to(gpu), vg = vc.to(gpu);
+      w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
+      const AttentionOutput got = w.run(qg, kg, vg, ro);
+      w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
+      const AttentionOutput spelled = w.run(qg, kg, vg, ro);
+      const Tensor out = got.out.to(Device::cpu()), lse = got.lse.to(Device::cpu());
+      EXPECT_TRUE(testing::all_close(out, want.out, testing::attention_tolerance(DType::kFloat16)));
+      EXPECT_TRUE(testing::all_close(lse, want.lse, {2e-3, 1e-3}));
+      EXPECT_EQ(testing::bytes_of(out), testing::bytes_of(spelled.out.to(Device::cpu())));
+      EXPECT_EQ(testing::bytes_of(lse), testing::bytes_of(spelled.lse.to(Device::cpu())));
+    }
+  }
+}
+
 // qk 192 / vo 128 (DeepSeek) on CUDA: the FA2 kernel's 192 / 128 instance (ahead of time).
 TEST(BatchPrefillCuda, RaggedQk192Vo128MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();

@@ -263,13 +263,16 @@ class Runner {
     const TKV* vbase = static_cast<const TKV*>(p.kv.v) + g * p.kv.v_stride_head;
     const int64_t bit0 = p.custom_mask ? p.mask_indptr[b] : 0;
 
-    // Keys any of these rows can see: causal caps the end, a sliding window the start.
+    // Keys any of these rows can see: causal (multi-item scoring's rows hold it too) caps the
+    // end, a sliding window the start (not multi-item's: like a custom mask's, its tiles stay
+    // those of the mask spelled out, whose bits the tests compare).
     int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
     if (!p.custom_mask && rows > 0) {
       const int64_t pos_min = kv_len - qo_len + w.qo_begin;
       const int64_t pos_max = kv_len - qo_len + w.qo_end - 1;
-      if (p.causal) kv_hi = std::min(kv_hi, pos_max + 1);
-      if (p.window_left >= 0) kv_lo = std::max(kv_lo, pos_min - p.window_left);
+      if (p.causal || p.multi_item_rows) kv_hi = std::min(kv_hi, pos_max + 1);
+      if (p.window_left >= 0 && !p.multi_item_rows)
+        kv_lo = std::max(kv_lo, pos_min - p.window_left);
     }
     for (int64_t t0 = kv_lo; t0 < kv_hi; t0 += kKvTile) {
       const int64_t n = std::min<int64_t>(kKvTile, kv_hi - t0);
@@ -294,6 +297,10 @@ class Runner {
           if (p.custom_mask) {
             const int64_t bit = bit0 + qi * kv_len + kj;
             keep = keep && ((p.custom_mask[bit >> 3] >> (bit & 7)) & 1);
+          }
+          if (p.multi_item_rows) {  // keys [0, a) and [lo, pos] of the row
+            const int32_t* r = p.multi_item_rows + 2 * (p.qo_indptr[b] + qi);
+            keep = keep && kj <= pos && (kj < r[0] || kj >= r[1]);
           }
           if (!keep) {
             s_[j] = kNegInf;

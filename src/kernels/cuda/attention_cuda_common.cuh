@@ -23,12 +23,22 @@ __device__ __forceinline__ int64_t kv_offset(const KvAddressing& a, int32_t b, i
   return page * sp + (t % a.page_size) * st;
 }
 
-// Whether query qi (of qo_len, right-aligned against kv_len keys) sees key kj.
+// Whether query qi (of qo_len, right-aligned against kv_len keys) sees key kj. kMultiItem: the
+// kernel may run multi-item scoring's rows (AttentionParams::multi_item_rows); the AOT decode
+// instances leave the test out (ptxas spilled the two-row ones with it: such calls take a JIT
+// instance, kDecodeMultiItem).
+template <bool kMultiItem = true>
 __device__ __forceinline__ bool key_visible(const AttentionParams& p, int32_t b, int64_t qo_len,
                                             int64_t kv_len, int64_t qi, int64_t kj) {
   const int64_t pos = kv_len - qo_len + qi;
   if (p.causal && kj > pos) return false;
   if (p.window_left >= 0 && kj < pos - p.window_left) return false;
+  if constexpr (kMultiItem) {
+    if (p.multi_item_rows) {  // keys [0, a) and [lo, pos] of the row
+      const int32_t* r = p.multi_item_rows + 2 * (p.qo_indptr[b] + qi);
+      return kj <= pos && (kj < r[0] || kj >= r[1]);
+    }
+  }
   if (p.custom_mask) {
     // Read as little-endian 32-bit words (bit k of byte j is bit 8j + k either way): no byte
     // loads, and the device copy is padded to whole words (attention_common.cpp).

@@ -29,6 +29,9 @@ namespace flashinfer::kernels::cuda::decode {
 constexpr int kDecodeSoftCap = 1;
 constexpr int kDecodeMask = 2;
 constexpr int kDecodeAlibi = 4;  // slopes[h] * (j - i) on the scaled logit, before the soft cap
+// With kDecodeMask: multi-item scoring's rows (AttentionParams::multi_item_rows) in the test;
+// JIT instances only, like ALiBi's (the AOT two-row instances spilled with the test in).
+constexpr int kDecodeMultiItem = 8;
 
 /// Blocks per SM ptxas is asked to allow: 3 caps 16-bit K/V instances at 80 registers, 2 the
 /// fp8 ones (which widen twice the elements a lane) at 128. Without a target ptxas settles at 64
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(
   constexpr int kStages = kDecodeStages, kTileZ = kDecodeTileZ;
   constexpr bool kSoftCap = (kVariant & kDecodeSoftCap) != 0;
   constexpr bool kMask = (kVariant & kDecodeMask) != 0;
+  constexpr bool kMultiItem = (kVariant & kDecodeMultiItem) != 0;
   constexpr bool kAlibi = (kVariant & kDecodeAlibi) != 0;
   static_assert(DQK % kChunk == 0 && DVO % kChunk == 0, "rows must be whole 16-byte units");
   static_assert(kRows == 1 || kRows == 2, "a thread owns one or two rows");
@@ -164,13 +168,15 @@ __global__ void __launch_bounds__(
   float* merge_s = reinterpret_cast<float*>(v_off + C);  // after the loop: [bdz][rows][DVO + 4]
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
+  // Multi-item scoring's rows hold the causal rule (key_visible): its end too; its window, like a
+  // custom mask's, moves no start (the tiles stay those of the mask spelled out).
   int32_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (!p.custom_mask) {
     const int32_t last_row = min(rows, row0 + block_rows) - 1;
     const int32_t pos_min = kv_len - qo_len + w.qo_begin + row0 / group;
     const int32_t pos_max = kv_len - qo_len + w.qo_begin + last_row / group;
-    if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
-    if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
+    if (p.causal || p.multi_item_rows) kv_hi = min(kv_hi, pos_max + 1);
+    if (p.window_left >= 0 && !p.multi_item_rows) kv_lo = max(kv_lo, pos_min - p.window_left);
   }
   const int n_iter = kv_hi > kv_lo ? (kv_hi - kv_lo + T - 1) / T : 0;
   const int fill_mask = C / T - 1;  // stages per fill: a power of two
@@ -282,7 +288,7 @@ __global__ void __launch_bounds__(
     // The scaled base-2 logit of key kj for row r, or -inf where it is invisible or NaN.
     auto logit = [&](int r, float dot, int32_t kj) {
       bool vis = kj < kv_hi;
-      if constexpr (kMask) vis = vis && key_visible(p, b, qo_len, kv_len, qi[r], kj);
+      if constexpr (kMask) vis = vis && key_visible<kMultiItem>(p, b, qo_len, kv_len, qi[r], kj);
       float x;
       if constexpr (kAlibi) {
         // Upstream's DefaultAttention: with a soft cap, sm_scale applies twice (the CPU

@@ -109,13 +109,15 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
   }
 
   // Keys this block can see at all: causal caps the end, a sliding window the start.
+  // Multi-item scoring's rows hold the causal rule (key_visible): its end too; its window, like a
+  // custom mask's, moves no start (the tiles stay those of the mask spelled out).
   int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (!p.custom_mask) {
     const int32_t last_row = min(rows, row0 + kRows) - 1;
     const int64_t pos_min = kv_len - qo_len + w.qo_begin + row0 / group;
     const int64_t pos_max = kv_len - qo_len + w.qo_begin + last_row / group;
-    if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
-    if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
+    if (p.causal || p.multi_item_rows) kv_hi = min(kv_hi, pos_max + 1);
+    if (p.window_left >= 0 && !p.multi_item_rows) kv_lo = max(kv_lo, pos_min - p.window_left);
   }
 
   float o_acc[D / 8][4];

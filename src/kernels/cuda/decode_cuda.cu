@@ -94,9 +94,10 @@ void dispatch_variant(int variant, const AttentionParams& p, cudaStream_t stream
 template <class TQ, class TKV>
 void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
   const int variant = decode_variant(p);
-  // ALiBi instances are built by the JIT on first use (rare in current models; AOT would double
-  // the build's decode instances).
-  if (p.head_dim_qk == p.head_dim_vo && (variant & decode::kDecodeAlibi) == 0) {
+  // ALiBi and multi-item instances are built by the JIT on first use (rare in current models;
+  // AOT would double the build's decode instances).
+  if (p.head_dim_qk == p.head_dim_vo &&
+      (variant & (decode::kDecodeAlibi | decode::kDecodeMultiItem)) == 0) {
     switch (p.head_dim_qk) {
       case 64:
         return dispatch_variant<TQ, TKV, TQ, 64, 64>(variant, p, stream, enable_pdl);
@@ -191,6 +192,7 @@ int decode_variant(const AttentionParams& p) {
   if (p.custom_mask != nullptr || ((p.causal || p.window_left >= 0) && p.max_work_rows > 1)) {
     v |= decode::kDecodeMask;
   }
+  if (p.multi_item_rows != nullptr) v |= decode::kDecodeMask | decode::kDecodeMultiItem;
   if (p.alibi_slopes != nullptr) v |= decode::kDecodeAlibi;
   return v;
 }

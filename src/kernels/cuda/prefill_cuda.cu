@@ -57,7 +57,9 @@ void dispatch_dims(const AttentionParams& p, cudaStream_t stream, bool enable_pd
 }  // namespace
 
 int prefill_variant(const AttentionParams& p) {
-  return prefill::prefill_variant_bits(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
+  // Multi-item scoring's rows run on the custom-mask instances.
+  return prefill::prefill_variant_bits(p.logits_soft_cap > 0.0f,
+                                       p.custom_mask != nullptr || p.multi_item_rows != nullptr,
                                        p.alibi_slopes != nullptr);
 }
 

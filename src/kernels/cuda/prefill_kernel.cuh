@@ -194,8 +194,26 @@ __global__ void __launch_bounds__(kPrefillThreads,
     if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
     if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
   }
-  const int num_tiles =
-      kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
+  int num_tiles = kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kKvTile - 1) / kKvTile) : 0;
+  // Multi-item scoring's mask: loop step i takes tile i + (i >= gap.x ? gap.y : 0) of the keys
+  // from kv_lo, skipping the tiles no row sees (prefill_multi_item_tiles); no gap otherwise.
+  int2 gap = make_int2(INT32_MAX, 0);
+  if constexpr (kCustomMask) {
+    if (p.multi_item_rows != nullptr) {  // the bounds come with the rows
+      const MultiItemTiles mt =
+          prefill_multi_item_tiles(kv_lo, kv_hi, kKvTile, pos_min, pos_max,
+                                   p.multi_item_bounds[2 * b], p.multi_item_bounds[2 * b + 1]);
+      kv_hi = mt.kv_hi;
+      num_tiles = mt.num_tiles;
+      gap = make_int2(mt.split, mt.skip);
+    }
+  }
+  // The first key of loop step `tile`, in the integer type I (a constant gap outside custom-mask
+  // blocks, where this is kv_lo + tile * kKvTile).
+  auto tile_key0 = [&]<class I>(I, int tile) -> I {
+    const int grid_tile = kCustomMask && tile >= gap.x ? tile + gap.y : tile;
+    return static_cast<I>(kv_lo) + static_cast<I>(grid_tile) * kKvTile;
+  };
   // The tiles that need no per-element visibility test, as two integers kept across the loop
   // (in shared memory in 128-row blocks: kRangeInSmem) in blocks with the offset cache; the
   // others test each tile.
@@ -225,7 +243,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
         p.kv_page_div_shift);
   };
   // Token indices in 32 bits, as the visibility test below has them (kv_len < 2^31).
-  const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
+  const int32_t kv_hi32 = static_cast<int32_t>(kv_hi);
   // Fills the offset cache with tile `tile`'s tokens: one token a thread (the page-table loads of
   // a fill in flight together), 0 for keys at or past kv_hi (their copies are predicated off and
   // read nothing). A barrier must separate it from the copies that read the cache before and
@@ -236,7 +254,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
   // a tile's math instead of holding the filling warps and the block's next barrier.
   auto page_of = [&](int tile) -> int32_t {
     if (tile >= num_tiles || tid >= kCache) return 0;
-    const int32_t t = kv_lo32 + tile * kKvTile + tid;
+    const int32_t t = tile_key0(int32_t{}, tile) + tid;
     if (t >= kv_hi32) return 0;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     return kv_map.page_id(static_cast<uint32_t>(t));
@@ -248,7 +266,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     static_assert(kCache <= kPrefillThreads, "one token a thread at most");
     if (tid < kCache) {
-      const int32_t t = kv_lo32 + tile * kKvTile + tid;
+      const int32_t t = tile_key0(int32_t{}, tile) + tid;
       int64_t ko = 0, vo = 0;
       if (t < kv_hi32) {
         const int32_t id = page;
@@ -263,7 +281,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
   auto fill_offsets = [&](int tile) { fill_from(tile, page_of(tile)); };
   auto load_kv = [&](int tile) {
     if (tile < num_tiles) {
-      const int32_t t0 = kv_lo32 + tile * kKvTile;
+      const int32_t t0 = tile_key0(int32_t{}, tile);
       const int stage = tile % kStagesKv;
       uint4* kst = kFp8 ? k8_s + stage * kKvTile * kUnitsK : k_s + stage * kKvTile * kUnitsQk;
       uint4* vst = kFp8 ? v8_s + stage * kKvTile * kUnitsV : v_s + stage * kKvTile * kUnitsVo;
@@ -368,7 +386,9 @@ __global__ void __launch_bounds__(kPrefillThreads,
   float slope[kMmaQ][2];    // ALiBi: the row's head's slope
   int32_t q_idx[kMmaQ][2];  // ALiBi: the row's query index within its request
   int32_t pos_of[kMmaQ][2];
-  int64_t mask_row[kMmaQ][2];  // custom mask: bit index of (row, key 0); -1: padding row
+  // Custom mask: bit index of (row, key 0); multi-item scoring (its rows' bounds instead of mask
+  // bits: AttentionParams::multi_item_rows): lo << 32 | a; -1: padding row.
+  int64_t mask_row[kMmaQ][2];
   const int32_t pos_shift = static_cast<int32_t>(kv_len - qo_len) + w.qo_begin;
 #pragma unroll
   for (int mq = 0; mq < kMmaQ; ++mq) {
@@ -382,7 +402,10 @@ __global__ void __launch_bounds__(kPrefillThreads,
       mask_row[mq][e] = -1;
       if constexpr (kCustomMask) {
         if (ok)
-          mask_row[mq][e] = p.mask_indptr[b] + (w.qo_begin + static_cast<int64_t>(qi)) * kv_len;
+          mask_row[mq][e] =
+              p.multi_item_rows == nullptr
+                  ? p.mask_indptr[b] + (w.qo_begin + static_cast<int64_t>(qi)) * kv_len
+                  : prefill_item_row(p.multi_item_rows, q_base + w.qo_begin + qi);
       }
       const int32_t h = g * group + static_cast<int32_t>(hh);
       slope[mq][e] = 0.0f;
@@ -446,7 +469,7 @@ __global__ void __launch_bounds__(kPrefillThreads,
     // range computed before the loop (prefill_unmasked_tiles), decided before the MMAs so that one
     // predicate is live across them.
     using TilePos = std::conditional_t<kCtaQ == 128, int32_t, int64_t>;
-    const TilePos t0 = static_cast<TilePos>(kv_lo) + static_cast<TilePos>(tile) * kKvTile;
+    const TilePos t0 = tile_key0(TilePos{}, tile);
     const int2 range =
         kRangeInSmem ? *tile_range_s : make_int2(unmasked_tiles.lo, unmasked_tiles.hi);
     const bool unmasked = range.x <= tile && tile <= range.y;
@@ -548,9 +571,13 @@ __global__ void __launch_bounds__(kPrefillThreads,
             for (int c = 0; c < kMaskWords; ++c) {
               const int32_t key0 = tw0 + 32 * c;
               const int32_t nbits = min(min(32, kKvWarp - 32 * c), kv_hi32 - key0);
-              mwin[mq][r][c] = mask_row[mq][r] >= 0
-                                   ? prefill_mask_window(words, mask_row[mq][r] + key0, nbits)
-                                   : 0u;
+              const int64_t mr = mask_row[mq][r];
+              mwin[mq][r][c] = mr < 0 ? 0u
+                               : p.multi_item_rows == nullptr
+                                   ? prefill_mask_window(words, mr + key0, nbits)
+                                   : prefill_item_window(static_cast<int32_t>(mr),
+                                                         static_cast<int32_t>(mr >> 32),
+                                                         pos_of[mq][r], key0, nbits);
             }
           }
         }

@@ -281,6 +281,60 @@ FLASHINFER_HD constexpr TileRange prefill_unmasked_tiles(long long kv_lo, long l
   return {static_cast<int>(lo), static_cast<int>(hi)};
 }
 
+/// The key tiles of a block under multi-item scoring's mask (AttentionParams::multi_item_bounds),
+/// which upstream's kernels skip and a plain custom mask cannot: rows at positions [pos_min,
+/// pos_max] see no key past pos_max (the mask holds the causal rule) and none in [prefix_len,
+/// pos_min - max_item_len) (a query in the prefix sees keys below itself; one past it the prefix
+/// and at most max_item_len + 1 keys of its own item, up to itself: plan() refuses a
+/// token_pos_in_items entry past that). Of the tiles [kv_lo + i n, kv_lo + (i + 1) n) below the
+/// capped end kv_hi, the `skip` tiles from index `split` on lie wholly in that gap: loop step i
+/// takes tile i + (i >= split ? skip : 0). The other tiles keep their places, so a skipped tile
+/// changes no bits of the result (each contributed exp2(-inf) = 0 to every row).
+struct MultiItemTiles {
+  long long kv_hi;  // the causal cap: min(kv_hi, pos_max + 1)
+  int num_tiles, split, skip;
+};
+FLASHINFER_HD constexpr MultiItemTiles prefill_multi_item_tiles(long long kv_lo, long long kv_hi,
+                                                                int n, long long pos_min,
+                                                                long long pos_max,
+                                                                long long prefix_len,
+                                                                long long max_item_len) {
+  auto floor_div = [](long long a, long long d) { return a >= 0 ? a / d : -((-a + d - 1) / d); };
+  auto ceil_div = [](long long a, long long d) { return a >= 0 ? (a + d - 1) / d : -(-a / d); };
+  MultiItemTiles t{kv_hi < pos_max + 1 ? kv_hi : pos_max + 1, 0, 0, 0};
+  if (t.kv_hi <= kv_lo) return t;
+  const long long total = ceil_div(t.kv_hi - kv_lo, n);
+  // First tile wholly at or past the prefix, and the end of the tiles wholly below the gap's end.
+  long long split = ceil_div(prefix_len - kv_lo, n);
+  if (split < 0) split = 0;
+  if (split > total) split = total;
+  const long long gap_key = pos_min - max_item_len;  // the first key past the gap
+  const long long gap_end = gap_key >= t.kv_hi ? total : floor_div(gap_key - kv_lo, n);
+  t.num_tiles = static_cast<int>(total);
+  t.split = static_cast<int>(split);
+  if (gap_end > split) {
+    t.skip = static_cast<int>(gap_end - split);
+    t.num_tiles -= t.skip;
+  }
+  return t;
+}
+
+/// Multi-item scoring's mask bits for one row, as prefill_mask_window gives a custom mask's: bit i
+/// for key key0 + i (i < nbits <= 32; the others 0) of a row at position q that sees keys [0, a)
+/// and [lo, q] (AttentionParams::multi_item_rows). Keys, positions and bounds below 2^31, key0
+/// >= 0: the differences fit in 32 bits.
+FLASHINFER_HD constexpr uint32_t prefill_item_window(int a, int lo, int q, int key0, int nbits) {
+  // Bits [0, n) set, for any n.
+  auto below = [](int n) -> uint32_t { return n <= 0 ? 0u : n >= 32 ? ~0u : (1u << n) - 1u; };
+  return (below(a - key0) | (below(q + 1 - key0) & ~below(lo - key0))) & below(nbits);
+}
+
+/// Row r's multi-item bounds (a, lo: both >= 0) in one register as the FA2 kernel keeps them,
+/// lo << 32 | a, which is >= 0 (-1 marks a padding row there).
+FLASHINFER_HD constexpr long long prefill_item_row(const int32_t* rows, long long r) {
+  return (static_cast<long long>(rows[2 * r + 1]) << 32) | static_cast<uint32_t>(rows[2 * r]);
+}
+
 /// 32 custom-mask bits of one row from bit index bit0 on, low bit first: bit i of the mask is
 /// bit i % 32 of 32-bit word i / 32 (upstream's little-endian packed bits). Only the first
 /// `nbits` (at most 32) are keys of the row; a word holding none of them is not read, so a row's

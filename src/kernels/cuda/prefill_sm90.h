@@ -27,8 +27,9 @@ inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major,
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype &&
                      pf::prefill_sm90_kv_built(p.head_dim_qk, p.head_dim_vo, fp8);
-  const int variant = pf::prefill_variant_bits(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
-                                               p.alibi_slopes != nullptr);
+  const int variant = pf::prefill_variant_bits(
+      p.logits_soft_cap > 0.0f, p.custom_mask != nullptr || p.multi_item_rows != nullptr,
+      p.alibi_slopes != nullptr);
   const long long packed_rows =
       static_cast<long long>(p.max_work_rows) * (p.num_qo_heads / p.num_kv_heads);
   return pf::prefill_sm90_warpgroups(
