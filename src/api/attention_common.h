@@ -200,6 +200,9 @@ void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
 /// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
                                             const char* arg);
+/// Registers the recorder's extension of `run_op` (a paged wrapper's run: the ids it read when it
+/// ran, fi_ext__kv_indices_at_run; src/api/attention_ids_at_run.cpp).
+void register_paged_ids_at_run(const char* run_op);
 /// Packs a bool [total] mask (or takes a packed uint8 one) into per-request byte-aligned
 /// segments of qo_len_i * kv_len_i bits.
 void load_custom_mask(detail::WrapperState& s, const std::optional<Tensor>& custom_mask,

@@ -161,6 +161,7 @@ AttentionOutput BatchAttentionWithAttentionSinkWrapper::run(const Tensor& q,
 
 namespace detail {
 void register_attention_sink_ops(OpRegistry& r) {
+  api::register_paged_ids_at_run(kRunOp);
   declare_init<SinkInit>(r,
                          {.name = kInitOp,
                           .module = "flashinfer.prefill",

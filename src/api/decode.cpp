@@ -350,6 +350,7 @@ BenchCase bench_single_decode_jit(const BenchShape& s, Device dev) {
 
 namespace detail {
 void register_decode_ops(OpRegistry& r) {
+  api::register_paged_ids_at_run("BatchDecodeWithPagedKVCacheWrapper.run");
   declare<&single_decode_with_kv_cache>(
       r,
       {.name = "single_decode_with_kv_cache",

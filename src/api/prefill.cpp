@@ -519,6 +519,7 @@ BenchCase bench_single_prefill_jit(const BenchShape& s, Device dev) {
 
 namespace detail {
 void register_prefill_ops(OpRegistry& r) {
+  api::register_paged_ids_at_run("BatchPrefillWithPagedKVCacheWrapper.run");
   declare<&single_prefill_with_kv_cache>(
       r,
       {.name = "single_prefill_with_kv_cache",

@@ -2,11 +2,20 @@
 // naive fp64 materialized softmax, plan/run semantics, invokers, and bad input.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <limits>
+#include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
+#include "flashinfer/tensor_io.h"
 #include "ops/attention_test_util.h"
 #include "util/test_util.h"
+#include "util/upstream_dump_py.h"
 
 namespace flashinfer {
 namespace {
@@ -572,6 +581,74 @@ TEST(BatchDecodeWrapper, RecordedInitPlanRunReplays) {
   EXPECT_TRUE(testing::all_close(replayed[2].items()[1].as_tensor(), direct.lse, {0, 0}));
   EXPECT_TRUE(
       testing::all_close(capture->calls[2].result.items()[0].as_tensor(), direct.out, {0, 0}));
+}
+
+// ---- the paged wrappers' recorder extension (api/attention_ids_at_run.cpp) ----
+
+// A recorded run's fi_ext__kv_indices_at_run holds the page ids the call read when it ran (a
+// device wrapper reading them at run: the engine may have written others after plan); the replay
+// writes them where the replayed wrapper reads them. A CPU recording (plan copies its ids: the
+// key is not added) gets the key by hand: holding other ids than plan's, the recorded output no
+// longer matches (the replay ran over them); with those ids' output as the recorded one, every
+// call passes. Both paged wrappers.
+TEST(PagedIdsAtRun, ReplayRunsOverTheRecordedIds) {
+  namespace fs = std::filesystem;
+  const int64_t page = 4, hq = 4, hkv = 2, d = 64, pages = 12;
+  const Tensor k =
+      Tensor::empty({pages, page, hkv, d}, DType::kFloat32).uniform_(31).to(DType::kFloat16);
+  const Tensor v =
+      Tensor::empty({pages, page, hkv, d}, DType::kFloat32).uniform_(32).to(DType::kFloat16);
+  const PagedKVCache cache(k, v);
+  const Tensor indptr = int_tensor({0, 3, 5}), last = int_tensor({2, 4});
+  const std::vector<int32_t> ids_a{0, 1, 2, 3, 4}, ids_b{7, 2, 9, 11, 5};
+  for (bool prefill : {false, true}) {
+    SCOPED_TRACE(prefill ? "BatchPrefillWithPagedKVCacheWrapper"
+                         : "BatchDecodeWithPagedKVCacheWrapper");
+    const Tensor q = Tensor::empty({prefill ? 5 : 2, hq, d}, DType::kFloat32)
+                         .uniform_(prefill ? 34 : 33)
+                         .to(DType::kFloat16);
+    auto run_with = [&](const std::vector<int32_t>& ids) -> Tensor {
+      if (prefill) {
+        BatchPrefillWithPagedKVCacheWrapper w(workspace());
+        PrefillPlanOptions po;
+        po.causal = true;
+        w.plan(int_tensor({0, 3, 5}), indptr, int_tensor(ids), last, hq, hkv, d, page, po);
+        return w.run(q, cache).out;
+      }
+      BatchDecodeWithPagedKVCacheWrapper w(workspace());
+      w.plan(indptr, int_tensor(ids), last, hq, hkv, d, page);
+      return w.run(q, cache).out;
+    };
+    const fs::path dir = fs::temp_directory_path() /
+                         ("fi_paged_ids_" + std::to_string(::getpid()) + (prefill ? "_p" : "_d"));
+    fs::remove_all(dir);
+    recorder::Config cfg;
+    cfg.dump_dir = dir.string();
+    recorder::start(cfg, [](const std::string&) {});
+    run_with(ids_a);
+    recorder::stop();
+    const Tensor out_b = run_with(ids_b);
+    fs::path run_dir;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().filename().string().find(".run_call") != std::string::npos) run_dir = e.path();
+    }
+    ASSERT_FALSE(run_dir.empty());
+    const std::string inputs = (run_dir / "inputs.pt").string();
+    NamedTensors in = load_torch(inputs);
+    for (const auto& kv : in) ASSERT_NE(kv.first, "fi_ext__kv_indices_at_run");
+    in.emplace_back("fi_ext__kv_indices_at_run", int_tensor(ids_b));
+    save_torch(inputs, in);
+    std::vector<replay::Result> r = replay::replay_sequence(dir.string());
+    ASSERT_EQ(r.size(), 3u);  // __init__, plan, run
+    EXPECT_EQ(r[2].status, replay::Status::kMismatch) << r[2].error;
+    const std::string outputs = (run_dir / "outputs.pt").string();
+    NamedTensors out = load_torch(outputs);
+    ASSERT_FALSE(out.empty());
+    out.front().second = out_b;
+    save_torch(outputs, out);
+    testing::replay_expecting_every_call_to_pass(dir, 3u);
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace

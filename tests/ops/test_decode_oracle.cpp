@@ -18,8 +18,15 @@
 #if FLASHINFER_TEST_HAVE_ORACLES
 #include <cuda_runtime.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "flashinfer/recorder.h"
+#include "flashinfer/replay.h"
 #include "oracle/attention_oracle.h"
 #include "util/cuda_graph_util.h"
+#include "util/upstream_dump_py.h"
 #endif
 
 namespace flashinfer {
@@ -618,6 +625,44 @@ TEST(DecodeKernelCuda, PageIdsAreReadWhenTheCallRuns) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     matches(ref_b);
   }
+}
+// The recorder's extension of the paged decode wrapper's run (api/attention_ids_at_run.cpp): a
+// wrapper reading its page ids at run (FLASHINFER_PAGE_IDS_AT_RUN=1) whose ids were rewritten
+// after plan records them as fi_ext__kv_indices_at_run, and the dump replays on the CPU, every
+// call passing (over plan's ids, the run's output would not match). Compiled, not run.
+TEST(DecodeKernelCuda, DumpOfIdsWrittenAfterPlanReplaysWithTheIdsRunRead) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  namespace fs = std::filesystem;
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 8, hkv = 2, d = 128, cache_pages = 16;
+  const Tensor k_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(25).to(DType::kBFloat16);
+  const Tensor v_cache =
+      Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32).uniform_(26).to(DType::kBFloat16);
+  const PagedKVCache cache(k_cache.to(g), v_cache.to(g));
+  const Tensor q =
+      Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(27).to(DType::kBFloat16).to(g);
+  const std::vector<int32_t> ids_a{0, 1, 2, 3, 4}, ids_b{9, 4, 12, 1, 15};
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  const fs::path dir =
+      fs::temp_directory_path() / ("fi_decode_ids_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  recorder::Config cfg;
+  cfg.dump_dir = dir.string();
+  recorder::start(cfg, [](const std::string&) {});
+  {
+    const testing::ScopedEnv at_run("FLASHINFER_PAGE_IDS_AT_RUN", "1");
+    BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g));
+    Tensor dev = testing::int_tensor(ids_a).to(g);
+    w.plan(testing::int_tensor({0, 3, 5}), dev, testing::int_tensor({7, 16}), hq, hkv, d, page, po);
+    dev.copy_(testing::int_tensor(ids_b));
+    w.run(q, cache);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  recorder::stop();
+  testing::replay_expecting_every_call_to_pass(dir, 3u);  // __init__, plan, run: on the CPU
+  fs::remove_all(dir);
 }
 #endif
 

@@ -82,7 +82,8 @@ std::pair<Tensor, Tensor> single_prefill_with_kv_cache_return_lse(
 
 namespace detail {
 struct WrapperState;
-}
+struct PagedWrapperAccess;  // the recorder's extension of run (src/api/attention_ids_at_run.cpp)
+}  // namespace detail
 
 /// What the wrappers' workspace_size() returns, upstream's (float_workspace_size,
 /// int_workspace_size) in bytes, recorded as that tuple of ints. The figures are this library's:
@@ -189,6 +190,7 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
   bool split_kv() const;
 
  private:
+  friend struct detail::PagedWrapperAccess;
   std::unique_ptr<detail::WrapperState> s_;
 };
 
@@ -267,6 +269,7 @@ class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
   bool split_kv() const;
 
  private:
+  friend struct detail::PagedWrapperAccess;
   std::unique_ptr<detail::WrapperState> s_;
 };
 

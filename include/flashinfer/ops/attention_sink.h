@@ -67,6 +67,7 @@ class BatchAttentionWithAttentionSinkWrapper : public ApiObject {
   std::string_view module_name() const override { return "flashinfer.prefill"; }
 
  private:
+  friend struct detail::PagedWrapperAccess;
   std::unique_ptr<BatchPrefillWithPagedKVCacheWrapper> inner_;
   double plan_sm_scale_ = 0.0;  // the planned score scale (run's sm_scale is relative to it)
   bool planned_ = false;

@@ -1,0 +1,99 @@
+// The recorder's extension of the paged decode and prefill wrappers' run, and of the sink
+// wrapper's (a paged prefill wrapper inside), as BatchMLAPagedAttentionWrapper.run's (mla.cpp;
+// recorder/call_extensions.h; docs/LOGGING.md, "Extension tensors"). Where run reads its page ids
+// when it runs (WrapperState::live_indices: under use_cuda_graph the constructor's buffer, or
+// with FLASHINFER_PAGE_IDS_AT_RUN=1), an engine may write other ids there after plan, so the ids
+// plan's record holds may not be those run read. The recorder adds those as
+// fi_ext__kv_indices_at_run; a replay writes them where its wrapper reads them before run
+// (without the key, as in upstream's recordings, it runs over plan's).
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/attention_common.h"
+#include "core/cuda_runtime.h"
+#include "flashinfer/ops/attention.h"
+#include "flashinfer/ops/attention_sink.h"
+#include "recorder/call_extensions.h"
+
+namespace flashinfer {
+namespace detail {
+
+struct PagedWrapperAccess {
+  static WrapperState* state(std::span<const Value> args) {
+    if (args.empty() || args[0].kind() != Value::Kind::kObject) return nullptr;
+    ApiObject* o = args[0].as_object().get();
+    if (auto* w = dynamic_cast<BatchDecodeWithPagedKVCacheWrapper*>(o)) return w->s_.get();
+    if (auto* w = dynamic_cast<BatchPrefillWithPagedKVCacheWrapper*>(o)) return w->s_.get();
+    if (auto* w = dynamic_cast<BatchAttentionWithAttentionSinkWrapper*>(o)) {
+      return w->inner_ ? w->inner_->s_.get() : nullptr;
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace detail
+
+namespace api {
+namespace {
+
+constexpr const char* kIdsAtRunKey = "fi_ext__kv_indices_at_run";
+
+// The plan's page ids where run reads them: [live_base, live_base + count) of live_indices.
+bool has_live_ids(const detail::WrapperState& s) {
+  return s.planned && s.paged && !s.block_plan && s.live_indices.defined() && !s.kv_indptr.empty();
+}
+
+void record_ids_at_run(std::span<const Value> args,
+                       std::vector<std::pair<std::string, Tensor>>& extra) {
+  const detail::WrapperState* s = detail::PagedWrapperAccess::state(args);
+  if (s == nullptr || !has_live_ids(*s)) return;
+  // Inside a CUDA-graph capture a copy would join the graph: the recording keeps plan's ids.
+  if (s->live_indices.device().is_cuda() && detail::cuda_current_stream_capturing()) return;
+  const int64_t n = page_id_count(*s);
+  // A copy: the buffer may change again before the recorder writes the call out.
+  if (n > 0) {
+    extra.emplace_back(kIdsAtRunKey,
+                       s->live_indices.slice(0, s->live_base, s->live_base + n).clone());
+  }
+}
+
+void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
+  const auto it = tensors.find(kIdsAtRunKey);
+  detail::WrapperState* s = detail::PagedWrapperAccess::state(args);
+  if (it == tensors.end() || s == nullptr || !s->planned || !s->paged || s->block_plan ||
+      s->kv_indptr.empty()) {
+    return;
+  }
+  const Tensor& ids = it->second;
+  const int64_t n = page_id_count(*s);
+  // Another plan than the recorded one's: its run reads its own ids (the replay compares it).
+  if (ids.dim() != 1 || ids.numel() != n || ids.dtype() != DType::kInt32 || n == 0) return;
+  if (s->live_indices.defined()) {
+    Tensor dst = s->live_indices.slice(0, s->live_base, s->live_base + n);
+    dst.copy_(ids);
+    return;
+  }
+  // Plan copied the ids: its copy replaced (checked as plan checks them; run checks them against
+  // the cache), and on a device the uploaded copy with it.
+  const Tensor h = ids.to(Device::cpu()).contiguous();
+  const auto* v = h.data<const int32_t>();
+  if (std::any_of(v, v + n, [](int32_t x) { return x < 0; })) return;
+  s->kv_indices.assign(v, v + n);
+  s->max_page_id = *std::max_element(v, v + n);
+  if (s->dev_ints.defined()) {
+    Tensor dst = s->dev_ints.slice(0, s->dev_off[2], s->dev_off[2] + n);
+    dst.copy_(h);
+  }
+}
+
+}  // namespace
+
+void register_paged_ids_at_run(const char* run_op) {
+  detail::register_call_extension(run_op, record_ids_at_run, replay_ids_at_run);
+}
+
+}  // namespace api
+}  // namespace flashinfer
