@@ -46,18 +46,27 @@ bool has_live_ids(const detail::WrapperState& s) {
   return s.planned && s.paged && !s.block_plan && s.live_indices.defined() && !s.kv_indptr.empty();
 }
 
+// Whether the recorder adds the ids for a call of this wrapper state: inside a CUDA-graph capture
+// a copy would join the graph, so the recording keeps plan's ids.
+bool records_ids(const detail::WrapperState* s) {
+  return s != nullptr && has_live_ids(*s) && page_id_count(*s) > 0 &&
+         !(s->live_indices.device().is_cuda() && detail::cuda_current_stream_capturing());
+}
+
+// The other calls (CPU wrappers, eager CUDA ones that copied their ids at plan) keep the ring
+// recorder's fast path.
+bool ids_at_run_apply(std::span<const Value> args) {
+  return records_ids(detail::PagedWrapperAccess::state(args));
+}
+
 void record_ids_at_run(std::span<const Value> args,
                        std::vector<std::pair<std::string, Tensor>>& extra) {
   const detail::WrapperState* s = detail::PagedWrapperAccess::state(args);
-  if (s == nullptr || !has_live_ids(*s)) return;
-  // Inside a CUDA-graph capture a copy would join the graph: the recording keeps plan's ids.
-  if (s->live_indices.device().is_cuda() && detail::cuda_current_stream_capturing()) return;
+  if (!records_ids(s)) return;
   const int64_t n = page_id_count(*s);
   // A copy: the buffer may change again before the recorder writes the call out.
-  if (n > 0) {
-    extra.emplace_back(kIdsAtRunKey,
-                       s->live_indices.slice(0, s->live_base, s->live_base + n).clone());
-  }
+  extra.emplace_back(kIdsAtRunKey,
+                     s->live_indices.slice(0, s->live_base, s->live_base + n).clone());
 }
 
 void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
@@ -92,7 +101,7 @@ void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector
 }  // namespace
 
 void register_paged_ids_at_run(const char* run_op) {
-  detail::register_call_extension(run_op, record_ids_at_run, replay_ids_at_run);
+  detail::register_call_extension(run_op, record_ids_at_run, replay_ids_at_run, ids_at_run_apply);
 }
 
 }  // namespace api

@@ -1630,15 +1630,25 @@ namespace {
 
 constexpr const char* kIdsAtRunKey = "fi_ext__kv_indices_at_run";
 
+// Whether the recorder adds the ids for a call of this wrapper state: inside a CUDA-graph capture
+// a copy would join the graph, so the recording keeps plan's ids.
+bool records_ids(const detail::MlaWrapperState* s) {
+  return s != nullptr && s->planned && s->live_indices.defined() && !s->kv_indptr.empty() &&
+         s->kv_indptr.back() > 0 &&
+         !(s->live_indices.device().is_cuda() && cuda_current_stream_capturing());
+}
+
+// The other calls keep the ring recorder's fast path.
+bool ids_at_run_apply(std::span<const Value> args) {
+  return records_ids(detail::MlaWrapperAccess::state(args));
+}
+
 void record_ids_at_run(std::span<const Value> args,
                        std::vector<std::pair<std::string, Tensor>>& extra) {
   const detail::MlaWrapperState* s = detail::MlaWrapperAccess::state(args);
-  if (s == nullptr || !s->planned || !s->live_indices.defined() || s->kv_indptr.empty()) return;
-  // Inside a CUDA-graph capture a copy would join the graph: the recording keeps plan's ids.
-  if (s->live_indices.device().is_cuda() && cuda_current_stream_capturing()) return;
-  const int64_t n = s->kv_indptr.back();
+  if (!records_ids(s)) return;
   // A copy: the buffer may change again before the recorder writes the call out.
-  if (n > 0) extra.emplace_back(kIdsAtRunKey, s->live_indices.slice(0, 0, n).clone());
+  extra.emplace_back(kIdsAtRunKey, s->live_indices.slice(0, 0, s->kv_indptr.back()).clone());
 }
 
 void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector<Value>& args) {
@@ -1668,7 +1678,7 @@ void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector
 
 void register_mla_ops(OpRegistry& r) {
   detail::register_call_extension("BatchMLAPagedAttentionWrapper.run", record_ids_at_run,
-                                  replay_ids_at_run);
+                                  replay_ids_at_run, ids_at_run_apply);
   declare<&append_paged_mla_kv_cache>(
       r,
       {.name = "append_paged_mla_kv_cache",

@@ -29,10 +29,16 @@ using RecordExtensionFn = std::function<void(std::span<const Value> args,
 using ReplayExtensionFn =
     std::function<void(const std::map<std::string, Tensor>& tensors, std::vector<Value>& args)>;
 
+/// Whether a call about to run with `args` would get any key from the recorder half (optional:
+/// without it every call is taken to). The ring recorder's fast path, which reuses a recent
+/// call's record and so never runs the recorder half, stays on for the calls that would not.
+using ExtensionAppliesFn = std::function<bool(std::span<const Value> args)>;
+
 void register_call_extension(const std::string& op, RecordExtensionFn record,
-                             ReplayExtensionFn replay);
-/// The registered halves of `op`, or null.
+                             ReplayExtensionFn replay, ExtensionAppliesFn applies = nullptr);
+/// The registered parts of `op`, or null (applies: also when the op registered none).
 const RecordExtensionFn* record_extension(std::string_view op);
 const ReplayExtensionFn* replay_extension(std::string_view op);
+const ExtensionAppliesFn* extension_applies(std::string_view op);
 
 }  // namespace flashinfer::detail

@@ -1213,8 +1213,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     RecentTemplates<InputTemplate> input_records;
     RecentTemplates<OutputTemplate> output_records;
     // The fast path (InputShape): by the arguments' key, and by that and the result's key.
-    bool shapes_apply = false;  // no record extension
-    int var_positional = -1;    // the *args holder's parameter
+    // No record extension, or one that says per call whether it applies (extension_applies:
+    // such calls take the general path, the others the fast one).
+    bool shapes_apply = false;
+    const detail::ExtensionAppliesFn* extension_applies = nullptr;
+    int var_positional = -1;  // the *args holder's parameter
     RecentTemplates<InputShape> input_shapes;
     RecentTemplates<OutputShape> output_shapes;
   };
@@ -1540,7 +1543,9 @@ RingRecorder::OpInfo& RingRecorder::op_info_locked(const OpDecl& decl) {
   op.module = decl.module;
   op.tail = record_tail(false, decl.signature());
   op.calls = &counters_[decl.name];
-  op.shapes_apply = !detail::record_extension(decl.name);
+  const bool extended = detail::record_extension(decl.name) != nullptr;
+  op.extension_applies = extended ? detail::extension_applies(decl.name) : nullptr;
+  op.shapes_apply = !extended || op.extension_applies != nullptr;
   if (!decl.var_positional.empty()) op.var_positional = decl.param_index(decl.var_positional);
   return op;
 }
@@ -2326,7 +2331,7 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
     // The fast path: the arguments' key found among the op's recent calls' (InputShape).
     Pending& pending = h.stack.back();
     std::shared_ptr<const InputShape> shape;
-    if (op->shapes_apply) {
+    if (op->shapes_apply && !(op->extension_applies && (*op->extension_applies)(args))) {
       std::string& raw = h.raw;
       raw.clear();
       if (put_raw_args(raw, args)) {

@@ -404,5 +404,38 @@ TEST_F(RingShapes, DeeperTensorsTakeTheGeneralPath) {
   EXPECT_EQ(in[1].second.to_double_vector(), z.to_double_vector());
 }
 
+// The paged decode wrapper's run has a record extension (the page ids a run read when it read
+// them at run: api/attention_ids_at_run.cpp) that adds nothing for a CPU wrapper, which copied
+// its ids at plan: a repeated run keeps the fast path (both hooks), where any extension had
+// switched it off for every call of its op, and the ring's dump replays.
+TEST_F(RingShapes, AnExtensionThatAddsNothingKeepsTheFastPath) {
+  recorder::Config ring;
+  ring.dump_dir = (dir_ / "ring").string();
+  ring.ring = 16;
+  recorder::start(ring);
+  const int64_t page = 4, hq = 4, hkv = 2, d = 64, pages = 6;
+  const Tensor k =
+      Tensor::empty({pages, page, hkv, d}, DType::kFloat32).uniform_(41).to(DType::kFloat16);
+  const Tensor v =
+      Tensor::empty({pages, page, hkv, d}, DType::kFloat32).uniform_(42).to(DType::kFloat16);
+  const PagedKVCache cache(k, v);
+  const Tensor q = Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(43).to(DType::kFloat16);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({1 << 18}, DType::kUInt8));
+  w.plan(Tensor::from_vector({0, 3, 5}, {3}, DType::kInt32),
+         Tensor::from_vector({5, 0, 2, 1, 4}, {5}, DType::kInt32),
+         Tensor::from_vector({2, 4}, {2}, DType::kInt32), hq, hkv, d, page);
+  w.run(q, cache);
+  const uint64_t before = recorder::internal::ring_shape_hits();
+  w.run(q, cache);
+  EXPECT_EQ(recorder::internal::ring_shape_hits() - before, 2u);
+  const std::string root = recorder::dump_ring("paged");
+  ASSERT_FALSE(root.empty());
+  const std::vector<replay::Result> r = replay::replay_sequence(root);
+  ASSERT_EQ(r.size(), 4u);  // __init__, plan, run, run
+  for (const auto& res : r) {
+    EXPECT_EQ(res.status, replay::Status::kPassed) << res.dump_dir << " " << res.error;
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer
