@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/attention_common.h"
+#include "api/page_ids_at_run.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/ops/attention.h"
 #include "flashinfer/ops/attention_sink.h"
@@ -37,9 +38,24 @@ struct PagedWrapperAccess {
 }  // namespace detail
 
 namespace api {
-namespace {
 
-constexpr const char* kIdsAtRunKey = "fi_ext__kv_indices_at_run";
+RecordedIds write_recorded_ids(const Tensor& ids, int64_t n, const Tensor& live,
+                               std::vector<int32_t>& kv_indices, int64_t& max_page_id) {
+  if (ids.dim() != 1 || ids.numel() != n || ids.dtype() != DType::kInt32) return RecordedIds::kNone;
+  if (live.defined()) {
+    Tensor dst = live;
+    dst.copy_(ids);
+    return RecordedIds::kLive;
+  }
+  const Tensor h = ids.to(Device::cpu()).contiguous();
+  const auto* v = h.data<const int32_t>();
+  if (std::any_of(v, v + n, [](int32_t x) { return x < 0; })) return RecordedIds::kNone;
+  kv_indices.assign(v, v + n);
+  max_page_id = n > 0 ? *std::max_element(v, v + n) : -1;
+  return RecordedIds::kHost;
+}
+
+namespace {
 
 // The plan's page ids where run reads them: [live_base, live_base + count) of live_indices.
 bool has_live_ids(const detail::WrapperState& s) {
@@ -76,25 +92,17 @@ void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector
       s->kv_indptr.empty()) {
     return;
   }
-  const Tensor& ids = it->second;
   const int64_t n = page_id_count(*s);
-  // Another plan than the recorded one's: its run reads its own ids (the replay compares it).
-  if (ids.dim() != 1 || ids.numel() != n || ids.dtype() != DType::kInt32 || n == 0) return;
-  if (s->live_indices.defined()) {
-    Tensor dst = s->live_indices.slice(0, s->live_base, s->live_base + n);
-    dst.copy_(ids);
-    return;
-  }
-  // Plan copied the ids: its copy replaced (checked as plan checks them; run checks them against
-  // the cache), and on a device the uploaded copy with it.
-  const Tensor h = ids.to(Device::cpu()).contiguous();
-  const auto* v = h.data<const int32_t>();
-  if (std::any_of(v, v + n, [](int32_t x) { return x < 0; })) return;
-  s->kv_indices.assign(v, v + n);
-  s->max_page_id = *std::max_element(v, v + n);
-  if (s->dev_ints.defined()) {
+  if (n == 0) return;
+  const Tensor live = s->live_indices.defined()
+                          ? s->live_indices.slice(0, s->live_base, s->live_base + n)
+                          : Tensor();
+  // Plan's copy replaced (run checks it against the cache): on a device the uploaded copy too.
+  if (write_recorded_ids(it->second, n, live, s->kv_indices, s->max_page_id) ==
+          RecordedIds::kHost &&
+      s->dev_ints.defined()) {
     Tensor dst = s->dev_ints.slice(0, s->dev_off[2], s->dev_off[2] + n);
-    dst.copy_(h);
+    dst.copy_(it->second);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "api/checks.h"
 #include "api/device_props.h"
 #include "api/kernel_table.h"
+#include "api/page_ids_at_run.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/mla_cpu.h"
@@ -1628,7 +1629,7 @@ struct MlaWrapperAccess {
 
 namespace {
 
-constexpr const char* kIdsAtRunKey = "fi_ext__kv_indices_at_run";
+using api::kIdsAtRunKey;
 
 // Whether the recorder adds the ids for a call of this wrapper state: inside a CUDA-graph capture
 // a copy would join the graph, so the recording keeps plan's ids.
@@ -1655,23 +1656,13 @@ void replay_ids_at_run(const std::map<std::string, Tensor>& tensors, std::vector
   const auto it = tensors.find(kIdsAtRunKey);
   detail::MlaWrapperState* s = detail::MlaWrapperAccess::state(args);
   if (it == tensors.end() || s == nullptr || !s->planned || s->kv_indptr.empty()) return;
-  const Tensor& ids = it->second;
   const int64_t n = s->kv_indptr.back();
-  // Another plan than the recorded one's: its run reads its own ids (the replay compares it).
-  if (ids.dim() != 1 || ids.numel() != n || ids.dtype() != DType::kInt32) return;
-  if (s->live_indices.defined()) {
-    Tensor dst = s->live_indices.slice(0, 0, n);
-    dst.copy_(ids);
-    return;
+  const Tensor live = s->live_indices.defined() ? s->live_indices.slice(0, 0, n) : Tensor();
+  // Plan's copy replaced (a host tensor on a CUDA wrapper): run uploads it again.
+  if (api::write_recorded_ids(it->second, n, live, s->kv_indices, s->max_page_id) ==
+      api::RecordedIds::kHost) {
+    s->dev_ints_current = false;
   }
-  // Plan copied the ids (a host tensor on a CUDA wrapper): the copy is replaced, checked as plan
-  // checks it, and uploaded again by run.
-  const Tensor h = ids.to(Device::cpu()).contiguous();
-  const auto* v = h.data<const int32_t>();
-  if (std::any_of(v, v + n, [](int32_t x) { return x < 0; })) return;
-  s->kv_indices.assign(v, v + n);
-  s->max_page_id = n > 0 ? *std::max_element(v, v + n) : -1;
-  s->dev_ints_current = false;
 }
 
 }  // namespace
