@@ -20,9 +20,9 @@ one cuobjdump run (the `static_sass_dump` fixture writes it), and its parse, kep
 Rules (RULES below): `decode`, `prefill`, `mla_mma`, `sampling`, `nvfp4`, `nvfp4_attn`, `rowops`, `quant`, `gdn`, `gdn_chunked`, `ssu`, `mhc`, `comm`, `quantized_ar`, `moe_a2a`,
 `grouped_gemm` and `moe_grouped` are on by default; `cutlass` (CUTLASS's grouped GEMM),
 `prefill_sm90` (the Hopper prefill kernel), `prefill_sm90_ws` (its warp-specialized
-instances), `prefill_sm90_overlap` (its overlapped ones) and `mla_sm90` (the Hopper MLA decode
-kernel), in builds that have CUTLASS, only with
---rule. A rule selects the kernels whose name (the bare function
+instances), `prefill_sm90_overlap` (its overlapped ones), `prefill_sm90_multi_item` (its
+multi-item scoring ones) and `mla_sm90` (the Hopper MLA decode kernel), in builds that have
+CUTLASS, only with --rule. A rule selects the kernels whose name (the bare function
 name, without namespaces, template arguments and parameters; case-insensitive) contains its
 substring (or one of them) and none of its exclusions (and, where the rule has a `name_regex`,
 whose demangled name with its template arguments matches it), and then
@@ -295,8 +295,10 @@ RULES = {
             "warpgroups' waits (SYNCS.PHASECHK) and releases (SYNCS.ARRIVE), the registers moved "
             "by setmaxnreg both ways (USETMAXREG), no spills",
             default=False,
-            # (template flags ..., kPingPong, kWs, kOverlap: the overlapped form is warp-specialized)
-            name_regex=r"batch_prefill_sm90_kernel<.*, (?:true|false), true, (?:true|false)>",
+            # (template flags ..., kPingPong, kWs, kOverlap, kMultiItem: the overlapped form is
+            # warp-specialized)
+            name_regex=r"batch_prefill_sm90_kernel<.*, (?:true|false), true, (?:true|false), "
+            r"(?:true|false)>",
             require=(
                 Need("ARRIVES.LDGSTSBAR (cp.async.mbarrier.arrive)", r"^ARRIVES\.LDGSTSBAR(?:\.|$)"),
                 Need("SYNCS.PHASECHK (mbarrier.try_wait)", r"^SYNCS\.PHASECHK(?:\.|$)"),
@@ -314,12 +316,25 @@ RULES = {
             "that has products (6 inlined: the first, three in and after the loop of pairs, the "
             "last two), no spills, no serialized wgmma",
             default=False,
-            name_regex=r"batch_prefill_sm90_kernel<.*, true, true>",
+            name_regex=r"batch_prefill_sm90_kernel<.*, true, true, (?:true|false)>",
             require=WGMMA_FROM_CP_ASYNC,
             limits=(NOT_SERIALIZED_WGMMA,),
             # 64-key tiles: 32 exponentials a thread a tile (and the rescale's 2).
             under_wgmma=(Under("MUFU.EX2 (the softmax's exponentials)", r"^MUFU\.EX2(?:\.|$)", 32,
                                6),),
+        ),
+        Rule(
+            name="prefill_sm90_multi_item",
+            match="batch_prefill_sm90_kernel",
+            description="the Hopper prefill kernel's multi-item scoring instances (kMultiItem set, "
+            "the plain schedule: prefill_sm90_multi_item.cu, 4 of them), there at all: no spills, "
+            "wgmma (HGMMA) fed by 128-bit cp.async (LDGSTS .128) and the proxy fence, no "
+            "serialized wgmma",
+            default=False,
+            # (template flags ..., kPingPong, kWs, kOverlap, kMultiItem)
+            name_regex=r"batch_prefill_sm90_kernel<.*, false, false, false, true>",
+            require=WGMMA_FROM_CP_ASYNC,
+            limits=(NOT_SERIALIZED_WGMMA,),
         ),
         Rule(
             name="mla_sm90",

@@ -429,7 +429,8 @@ TEST(PrefillShape, UnmaskedTileRangeMatchesTheTileTest) {
 
 // prefill_item_window, the FA2 kernel's multi-item mask bits, against the row rule key by key
 // (keys [0, a) and [lo, q]; delimiters' and prefix rows' empty second run at lo = INT32_MAX),
-// over windows starting anywhere and every width; and prefill_item_row's packing.
+// over windows starting anywhere and every width; prefill_item_sees (the Hopper kernel's test of
+// one key) against each bit, on the rows the plan builds; and prefill_item_row's packing.
 TEST(PrefillShape, ItemWindowMatchesTheRowRule) {
   const int big = std::numeric_limits<int32_t>::max();
   long long checked = 0;
@@ -444,9 +445,16 @@ TEST(PrefillShape, ItemWindowMatchesTheRowRule) {
               if (k < a || (k >= lo && k <= q)) want |= 1u << i;
             }
             ++checked;
-            ASSERT_EQ(prefill_item_window(a, lo, q, key0, nbits), want)
-                << "a " << a << " lo " << lo << " q " << q << " key0 " << key0 << " nbits "
-                << nbits;
+            const uint32_t got = prefill_item_window(a, lo, q, key0, nbits);
+            ASSERT_EQ(got, want) << "a " << a << " lo " << lo << " q " << q << " key0 " << key0
+                                 << " nbits " << nbits;
+            // The Hopper kernel's per-key test, on the rows the plan builds (a <= q + 1).
+            if (a <= q + 1) {
+              for (int i = 0; i < nbits; ++i) {
+                ASSERT_EQ(prefill_item_sees(key0 + i, q, a, lo), ((got >> i) & 1u) != 0)
+                    << "a " << a << " lo " << lo << " q " << q << " key " << key0 + i;
+              }
+            }
           }
         }
       }

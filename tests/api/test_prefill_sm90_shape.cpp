@@ -702,6 +702,79 @@ TEST(PrefillSm90Shape, LauncherRuleReachesEveryInstance) {
   EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 128, 1) - 1), 0);
 }
 
+// Multi-item scoring's rows (AttentionParams::multi_item_rows) on the Hopper kernel: their own
+// variant bit (not the custom mask's, which stays off the kernel), the instances built
+// (head dims 128, 16-bit K/V of q's dtype, no soft cap; tall and one-warpgroup blocks) reached by
+// the launcher's rule, everything else left to the FA2 kernel, and never the warp-specialized or
+// overlapped forms (their instances are not multi-item), whatever the switches ask.
+TEST(PrefillSm90Shape, MultiItemScoringRunsWhereItsInstancesAreBuilt) {
+  constexpr long long kOptin = 232448;
+  EXPECT_EQ(prefill_sm90_variant(false, false, true, false), kSm90MultiItem);
+  EXPECT_EQ(prefill_sm90_variant(true, false, true, false), kSm90MultiItem | kPrefillSoftCap);
+  EXPECT_EQ(prefill_sm90_variant(false, true, false, false), kPrefillCustomMask);
+  EXPECT_EQ(prefill_sm90_variant(true, false, false, true), kPrefillSoftCap | kPrefillAlibi);
+  EXPECT_TRUE(prefill_sm90_kv_built(128, 128, true));
+  EXPECT_FALSE(prefill_sm90_kv_built(128, 128, true, true));
+  EXPECT_TRUE(prefill_sm90_kv_built(128, 128, false, true));
+  const int32_t item_rows[2] = {0, 0}, item_bounds[2] = {0, 0};
+  const uint8_t mask_byte = 0;
+  auto call = [&](DType q, DType kv, int dqk, int dvo) {
+    AttentionParams p;
+    p.q_dtype = p.o_dtype = q;
+    p.kv.dtype = kv;
+    p.num_qo_heads = 32;
+    p.num_kv_heads = 8;
+    p.head_dim_qk = dqk;
+    p.head_dim_vo = dvo;
+    p.max_work_rows = 32;  // 128 packed rows: tall blocks
+    p.sm_scale = 0.088f;
+    p.multi_item_rows = item_rows;
+    p.multi_item_bounds = item_bounds;
+    return p;
+  };
+  for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+    AttentionParams p = call(q, q, 128, 128);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 2) << dtype_torch_name(q);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 8, 0, kOptin), 0);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, prefill_sm90_smem_bytes(128, 128) - 1), 0);
+    p.max_work_rows = 16;  // 64 packed rows: one-warpgroup blocks
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 1) << dtype_torch_name(q);
+    p.max_work_rows = 4;  // 16 packed rows: the FA2 kernel's 16-row blocks
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+    p = call(q, q, 128, 128);
+    p.prefill_fa2_only = true;  // backend="fa2"
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+    // Not built: fp8 K/V, the soft cap, other head dims.
+    for (DType kv : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+      EXPECT_EQ(prefill_sm90_block_warpgroups(call(q, kv, 128, 128), 9, 0, kOptin), 0);
+    }
+    p = call(q, q, 128, 128);
+    p.logits_soft_cap = 30.0f;
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(call(q, q, 64, 64), 9, 0, kOptin), 0);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(call(q, q, 256, 256), 9, 0, kOptin), 0);
+    EXPECT_EQ(prefill_sm90_block_warpgroups(call(q, q, 192, 128), 9, 0, kOptin), 0);
+    // The same call without the rows, and with a custom mask instead.
+    p = call(q, q, 64, 64);
+    p.multi_item_rows = nullptr;
+    p.multi_item_bounds = nullptr;
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 2);
+    p.custom_mask = &mask_byte;
+    EXPECT_EQ(prefill_sm90_block_warpgroups(p, 9, 0, kOptin), 0);
+  }
+  // The warp-specialized and overlapped forms take the plain call, not the multi-item one.
+  setenv("FLASHINFER_PREFILL_SM90_WS", "1", 1);
+  setenv("FLASHINFER_PREFILL_SM90_OVERLAP", "1", 1);
+  AttentionParams p = call(DType::kBFloat16, DType::kBFloat16, 128, 128);
+  EXPECT_FALSE(prefill_sm90_ws_takes(p, kOptin));
+  EXPECT_FALSE(prefill_sm90_overlap_takes(p, kOptin));
+  p.multi_item_rows = nullptr;
+  EXPECT_TRUE(prefill_sm90_ws_takes(p, kOptin));
+  EXPECT_TRUE(prefill_sm90_overlap_takes(p, kOptin));
+  unsetenv("FLASHINFER_PREFILL_SM90_WS");
+  unsetenv("FLASHINFER_PREFILL_SM90_OVERLAP");
+}
+
 #if FLASHINFER_TEST_HAVE_CUTE
 
 template <class T, int DQK, int DVO = DQK, int kWG = 2>

@@ -9,6 +9,10 @@
 
 #include "ops/attention_test_util.h"
 #include "util/test_util.h"
+#if FLASHINFER_TEST_HAVE_CUTLASS
+#include "api/device_props.h"
+#include "kernels/cuda/prefill_sm90.h"
+#endif
 
 namespace flashinfer {
 namespace {
@@ -827,8 +831,28 @@ TEST(BatchPrefillCuda, RaggedCustomMaskMatchesCpu) {
   EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kFloat16)));
 }
 
-// Multi-item scoring on CUDA: the plan's mask (the tensor-core kernel's custom-mask path) against
-// the CPU, and the same plan with the mask spelled out, bit for bit. Compiled, not run.
+// Multi-item scoring's calls the Hopper kernel has run so far (its kMultiItem instances), and
+// whether it runs them here: a build with it (CUTLASS's headers), an sm_90 device. Elsewhere the
+// FA2 kernel runs them as a custom mask.
+uint64_t hopper_multi_item_launches() {
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  return kernels::cuda::prefill_sm90_multi_item_launches();
+#else
+  return 0;
+#endif
+}
+bool hopper_runs_multi_item() {
+#if FLASHINFER_TEST_HAVE_CUTLASS
+  return api::compute_capability(Device::cuda()) == 90;
+#else
+  return false;
+#endif
+}
+
+// Multi-item scoring on CUDA: the plan's rows against the CPU, on the Hopper kernel where it runs
+// them (head dim 128, 16-bit K/V; the launch counter says it did) and on the FA2 kernel
+// (FLASHINFER_PREFILL_SM90=0), whose result is the same plan's with the mask spelled out as
+// custom_mask, bit for bit. Compiled, not run.
 TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   MultiItemBatch m;
@@ -853,12 +877,23 @@ TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
   const Device gpu = Device::cuda();
   BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({8 << 20}, DType::kUInt8, gpu));
   const Tensor qg = q.to(gpu), kg = k.to(gpu), vg = v.to(gpu);
+  const uint64_t launches = hopper_multi_item_launches();
   w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
   const Tensor got = w.run(qg, kg, vg).out.to(Device::cpu());
-  w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
-  const Tensor spelled = w.run(qg, kg, vg).out.to(Device::cpu());
-  EXPECT_TRUE(testing::all_close(got, want, testing::attention_tolerance(DType::kFloat16)));
-  EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(spelled));
+  EXPECT_EQ(hopper_multi_item_launches() > launches, hopper_runs_multi_item());
+  Tensor fa2, spelled;
+  {
+    const testing::ScopedEnv fa2_only("FLASHINFER_PREFILL_SM90", "0");
+    w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
+    fa2 = w.run(qg, kg, vg).out.to(Device::cpu());
+    w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
+    spelled = w.run(qg, kg, vg).out.to(Device::cpu());
+  }
+  const auto tol = testing::attention_tolerance(DType::kFloat16);
+  EXPECT_TRUE(testing::all_close(got, want, tol));
+  EXPECT_TRUE(testing::all_close(fa2, want, tol));
+  EXPECT_TRUE(testing::all_close(got, fa2, tol));
+  EXPECT_EQ(testing::bytes_of(fa2), testing::bytes_of(spelled));
   // Under use_cuda_graph the mask would need the constructor's buffer: refused by name.
   BatchPrefillWithPagedKVCacheWrapper graph(
       Tensor::zeros({8 << 20}, DType::kUInt8, gpu), "NHD", true, int_tensor({0, 0, 0}).to(gpu),
@@ -875,8 +910,10 @@ TEST(BatchPrefillCuda, MultiItemScoringMatchesCpu) {
 // one) whose items are short, so most key tiles of a block lie past its last query or between the
 // prefix and its first query less max_item_len, which the tensor-core kernel skips
 // (prefill_multi_item_tiles); in KV chunks (split-KV) and whole, 16-bit and fp8 K/V. Against the
-// CPU, and bit for bit against the same plan with the mask spelled out as custom_mask (no
-// skipping): a skipped tile that a row sees would change the bits. Compiled, not run.
+// CPU, and on the FA2 kernel bit for bit against the same plan with the mask spelled out as
+// custom_mask (no skipping): a skipped tile that a row sees would change the bits. On an sm_90
+// device the Hopper kernel runs the 16-bit K/V calls (its 128-key tiles skipped by the same rule):
+// against the CPU and the FA2 kernel. Compiled, not run.
 TEST(BatchPrefillCuda, MultiItemScoringSkipsTheTilesNoRowSees) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   MultiItemBatch m;
@@ -913,15 +950,29 @@ TEST(BatchPrefillCuda, MultiItemScoringSkipsTheTilesNoRowSees) {
       const AttentionOutput want = cpu.run(q, kc, vc, ro);
       BatchPrefillWithRaggedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, gpu));
       const Tensor qg = q.to(gpu), kg = kc.to(gpu), vg = vc.to(gpu);
+      const auto tol = testing::attention_tolerance(DType::kFloat16);
+      const uint64_t launches = hopper_multi_item_launches();
       w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
       const AttentionOutput got = w.run(qg, kg, vg, ro);
-      w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
-      const AttentionOutput spelled = w.run(qg, kg, vg, ro);
+      EXPECT_EQ(hopper_multi_item_launches() > launches,
+                hopper_runs_multi_item() && kv_dt == DType::kFloat16);
+      AttentionOutput fa2, spelled;
+      {
+        const testing::ScopedEnv fa2_only("FLASHINFER_PREFILL_SM90", "0");
+        w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, mi);
+        fa2 = w.run(qg, kg, vg, ro);
+        w.plan(int_tensor(qo_indptr).to(gpu), int_tensor(kv_indptr).to(gpu), 8, 2, 128, cm);
+        spelled = w.run(qg, kg, vg, ro);
+      }
       const Tensor out = got.out.to(Device::cpu()), lse = got.lse.to(Device::cpu());
-      EXPECT_TRUE(testing::all_close(out, want.out, testing::attention_tolerance(DType::kFloat16)));
+      const Tensor fa2_out = fa2.out.to(Device::cpu()), fa2_lse = fa2.lse.to(Device::cpu());
+      EXPECT_TRUE(testing::all_close(out, want.out, tol));
       EXPECT_TRUE(testing::all_close(lse, want.lse, {2e-3, 1e-3}));
-      EXPECT_EQ(testing::bytes_of(out), testing::bytes_of(spelled.out.to(Device::cpu())));
-      EXPECT_EQ(testing::bytes_of(lse), testing::bytes_of(spelled.lse.to(Device::cpu())));
+      EXPECT_TRUE(testing::all_close(fa2_out, want.out, tol));
+      EXPECT_TRUE(testing::all_close(out, fa2_out, tol));
+      EXPECT_TRUE(testing::all_close(lse, fa2_lse, {1e-3, 1e-4}));
+      EXPECT_EQ(testing::bytes_of(fa2_out), testing::bytes_of(spelled.out.to(Device::cpu())));
+      EXPECT_EQ(testing::bytes_of(fa2_lse), testing::bytes_of(spelled.lse.to(Device::cpu())));
     }
   }
 }

@@ -329,6 +329,13 @@ FLASHINFER_HD constexpr uint32_t prefill_item_window(int a, int lo, int q, int k
   return (below(a - key0) | (below(q + 1 - key0) & ~below(lo - key0))) & below(nbits);
 }
 
+/// Whether a row at position q that sees keys [0, a) and [lo, q] (AttentionParams::multi_item_rows)
+/// sees key kj: key_visible's rule, bit for bit prefill_item_window's for the rows the plan builds
+/// (a <= q + 1). Bitwise, so that the Hopper kernel's test of a tile's 64 keys has no branch.
+FLASHINFER_HD constexpr bool prefill_item_sees(int kj, int q, int a, int lo) {
+  return (kj <= q) & ((kj < a) | (kj >= lo));
+}
+
 /// Row r's multi-item bounds (a, lo: both >= 0) in one register as the FA2 kernel keeps them,
 /// lo << 32 | a, which is >= 0 (-1 marks a padding row there).
 FLASHINFER_HD constexpr long long prefill_item_row(const int32_t* rows, long long r) {

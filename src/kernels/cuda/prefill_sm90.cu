@@ -15,7 +15,7 @@ void prefill_sm90_small(const AttentionParams& p, cudaStream_t s, bool enable_pd
 namespace {
 
 std::atomic<uint64_t> g_launches{0}, g_small_launches{0}, g_ping_pong_launches{0}, g_ws_launches{0},
-    g_overlap_launches{0};
+    g_overlap_launches{0}, g_multi_item_launches{0};
 
 }  // namespace
 
@@ -27,7 +27,13 @@ bool prefill_sm90(const AttentionParams& p, void* stream, bool enable_pdl) {
       current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
   if (wg == 0) return false;
   auto s = static_cast<cudaStream_t>(stream);
-  if (wg == 2) {
+  if (p.multi_item_rows != nullptr) {
+    // Multi-item scoring (the rule let it through only where its instances are built): the plain
+    // schedule, whatever the ping-pong / warp-specialized / overlapped switches ask.
+    launch_sm90_multi_item(p, s, enable_pdl, wg);
+    g_multi_item_launches.fetch_add(1, std::memory_order_relaxed);
+    if (wg == 1) g_small_launches.fetch_add(1, std::memory_order_relaxed);
+  } else if (wg == 2) {
     const bool ping_pong = prefill_sm90_ping_pong_by_env() &&
                            prefill::prefill_sm90_ping_pong_built(p.head_dim_qk, p.head_dim_vo, 2);
     const long long smem_optin = current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
@@ -56,6 +62,9 @@ uint64_t prefill_sm90_ping_pong_launches() {
 uint64_t prefill_sm90_ws_launches() { return g_ws_launches.load(std::memory_order_relaxed); }
 uint64_t prefill_sm90_overlap_launches() {
   return g_overlap_launches.load(std::memory_order_relaxed);
+}
+uint64_t prefill_sm90_multi_item_launches() {
+  return g_multi_item_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -16,7 +16,8 @@ namespace flashinfer::kernels::cuda {
 /// backend "fa2" (p.prefill_fa2_only), else prefill::prefill_sm90_warpgroups on the call's fields
 /// (an sm_90 device; a largest work item of more than 64 packed rows for two warpgroups, 17 to 64
 /// for one; head dims 64 / 128, and 256 and 192 / 128 for two; fp16 / bf16 q and output with K/V
-/// of q's dtype or fp8 (equal dims); plain or soft-capped; a scale that folds into the exponent).
+/// of q's dtype or fp8 (equal dims); plain or soft-capped, or multi-item scoring's rows at head dim
+/// 128 with 16-bit K/V (kSm90MultiItem); a scale that folds into the exponent).
 /// Plain C++, so that the CPU tests check the launcher's own rule
 /// (tests/api/test_prefill_sm90_shape.cpp).
 inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major, int cc_minor,
@@ -25,11 +26,11 @@ inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major,
   if (p.prefill_fa2_only || p.num_kv_heads <= 0) return 0;
   const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
   const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
+  const bool multi_item = p.multi_item_rows != nullptr;
   const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype &&
-                     pf::prefill_sm90_kv_built(p.head_dim_qk, p.head_dim_vo, fp8);
-  const int variant = pf::prefill_variant_bits(
-      p.logits_soft_cap > 0.0f, p.custom_mask != nullptr || p.multi_item_rows != nullptr,
-      p.alibi_slopes != nullptr);
+                     pf::prefill_sm90_kv_built(p.head_dim_qk, p.head_dim_vo, fp8, multi_item);
+  const int variant = pf::prefill_sm90_variant(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
+                                               multi_item, p.alibi_slopes != nullptr);
   const long long packed_rows =
       static_cast<long long>(p.max_work_rows) * (p.num_qo_heads / p.num_kv_heads);
   return pf::prefill_sm90_warpgroups(
@@ -58,10 +59,11 @@ inline bool prefill_sm90_ws_by_env() {
 }
 
 /// Whether a call that runs in tall Hopper blocks (prefill_sm90_block_warpgroups == 2) runs the
-/// warp-specialized form: asked for (prefill_sm90_ws_by_env), an instance for its head dims and
-/// K/V, and its shared memory within the device's opt-in limit. The same bits as the other forms.
+/// warp-specialized form: asked for (prefill_sm90_ws_by_env), not multi-item scoring (whose
+/// instances are the plain schedule's), an instance for its head dims and K/V, and its shared
+/// memory within the device's opt-in limit. The same bits as the other forms.
 inline bool prefill_sm90_ws_takes(const AttentionParams& p, long long smem_optin) {
-  return prefill_sm90_ws_by_env() &&
+  return prefill_sm90_ws_by_env() && p.multi_item_rows == nullptr &&
          prefill::prefill_sm90_ws_built(p.head_dim_qk, p.head_dim_vo, dtype_is_fp8(p.kv.dtype),
                                         2) &&
          smem_optin >= static_cast<long long>(
@@ -77,12 +79,12 @@ inline bool prefill_sm90_overlap_by_env() {
 }
 
 /// Whether a call that runs in tall Hopper blocks runs the overlapped form: asked for
-/// (prefill_sm90_overlap_by_env), an instance for its head dims and K/V, not soft-capped (the
-/// soft-capped calls keep the other forms: no instance, to spare the build), and its shared
-/// memory within the device's opt-in limit. Its tiles are 64 keys, so its bits are those of the
-/// online softmax at that width, not the other forms' (128 keys at these head dims).
+/// (prefill_sm90_overlap_by_env), not multi-item scoring, an instance for its head dims and K/V,
+/// not soft-capped (the soft-capped calls keep the other forms: no instance, to spare the build),
+/// and its shared memory within the device's opt-in limit. Its tiles are 64 keys, so its bits are
+/// those of the online softmax at that width, not the other forms' (128 keys at these head dims).
 inline bool prefill_sm90_overlap_takes(const AttentionParams& p, long long smem_optin) {
-  return prefill_sm90_overlap_by_env() &&
+  return prefill_sm90_overlap_by_env() && p.multi_item_rows == nullptr &&
          prefill::prefill_sm90_overlap_built(p.head_dim_qk, p.head_dim_vo, dtype_is_fp8(p.kv.dtype),
                                              2) &&
          !(p.logits_soft_cap > 0.0f) &&
@@ -108,5 +110,8 @@ uint64_t prefill_sm90_ping_pong_launches();
 uint64_t prefill_sm90_ws_launches();
 /// Of those, the calls that ran the overlapped form (FLASHINFER_PREFILL_SM90_OVERLAP=1).
 uint64_t prefill_sm90_overlap_launches();
+/// Of all, the calls of multi-item scoring (AttentionParams::multi_item_rows: the kMultiItem
+/// instances, plain schedule, whatever the switches above ask).
+uint64_t prefill_sm90_multi_item_launches();
 
 }  // namespace flashinfer::kernels::cuda

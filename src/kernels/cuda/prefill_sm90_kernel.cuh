@@ -15,7 +15,11 @@
 //   - the online softmax in base 2 on the S accumulators (the scale folded into the exponent;
 //     soft-capped blocks, kSoftCap, take the logits first, as the FA2 kernel's do), rescaling
 //     skipped when no row of a warp has a new maximum; causal tiles above the diagonal
-//     never loaded and only edge tiles tested per element.
+//     never loaded and only edge tiles tested per element;
+//   - multi-item scoring (kMultiItem: SGLang's scoring API, which upstream runs on its FA3 kernel
+//     on Hopper): each row's two runs of keys (AttentionParams::multi_item_rows) tested key by
+//     key in every tile, and the tiles no row of the block sees never loaded: the loop's steps
+//     map past them (tile_key0; prefill_multi_item_tiles, the FA2 kernel's rule).
 // Writes by cp.async are generic-proxy writes and wgmma reads shared memory through the async
 // proxy: every copying thread fences the proxies (fence.proxy.async.shared::cta) after its copies
 // land (fp8: after it widened its units) and before the barrier the MMAs follow. 16-bit K/V: one
@@ -60,7 +64,7 @@
 namespace flashinfer::kernels::cuda::prefill {
 
 template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
-          bool kWs = false, bool kOverlap = false>
+          bool kWs = false, bool kOverlap = false, bool kMultiItem = false>
 __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
                                   prefill_sm90_min_blocks(DQK, kWG))
     batch_prefill_sm90_kernel(AttentionParams p) {
@@ -102,7 +106,11 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // layouts, which the MMAs read; the same bytes in all as the 16-bit blocks' two stages.
   constexpr bool kFp8 = sizeof(TKV) == 1;
   static_assert(kFp8 || std::is_same_v<TKV, T>, "K/V of q's dtype or fp8");
-  static_assert(prefill_sm90_kv_built(DQK, DVO, kFp8), "fp8 K/V at equal head dims only");
+  static_assert(prefill_sm90_kv_built(DQK, DVO, kFp8, kMultiItem),
+                "fp8 K/V at equal head dims only");
+  static_assert(
+      !kMultiItem || (!kWs && prefill_sm90_multi_item_built(DQK, DVO)),
+      "multi-item scoring: the plain schedule's instances (prefill_sm90_multi_item_built)");
   constexpr int D = DQK;  // fp8 (equal dims): the head dim of every widened row
   static_assert(!kPingPong || kWG == 2, "ping-pong: two warpgroups");
   constexpr int kStages16 = kFp8 ? 1 : kStages;
@@ -175,12 +183,27 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   const int32_t last_row = min(rows, row0 + kCtaQ) - 1;
   const int64_t pos_min = kv_len - qo_len + w.qo_begin + group_div.div(row0);
   const int64_t pos_max = kv_len - qo_len + w.qo_begin + group_div.div(last_row);
+  // (Multi-item scoring, kMultiItem: the window tested key by key with kv_lo kept, as the other
+  // kernels and the CPU reference run these rows.)
   int64_t kv_lo = w.kv_begin, kv_hi = w.kv_end;
   if (p.causal) kv_hi = min(kv_hi, pos_max + 1);
-  if (p.window_left >= 0) kv_lo = max(kv_lo, pos_min - p.window_left);
-  const int num_tiles = kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kN - 1) / kN) : 0;
-  const TileRange unmasked_tiles =
-      prefill_unmasked_tiles(kv_lo, kv_hi, kN, p.causal, pos_min, pos_max, p.window_left, false);
+  if (p.window_left >= 0 && !kMultiItem) kv_lo = max(kv_lo, pos_min - p.window_left);
+  int num_tiles = kv_hi > kv_lo ? static_cast<int>((kv_hi - kv_lo + kN - 1) / kN) : 0;
+  // Multi-item scoring: loop step i takes key tile i + (i >= gap.x ? gap.y : 0) from kv_lo,
+  // skipping the tiles no row of the block sees (prefill_multi_item_tiles, the FA2 kernel's rule:
+  // past its last query, and between the prefix and its first query less max_item_len); every
+  // tile it takes is tested key by key. No gap otherwise.
+  int2 gap = make_int2(INT32_MAX, 0);
+  if constexpr (kMultiItem) {
+    const MultiItemTiles mt =
+        prefill_multi_item_tiles(kv_lo, kv_hi, kN, pos_min, pos_max, p.multi_item_bounds[2 * b],
+                                 p.multi_item_bounds[2 * b + 1]);
+    kv_hi = mt.kv_hi;
+    num_tiles = mt.num_tiles;
+    gap = make_int2(mt.split, mt.skip);
+  }
+  const TileRange unmasked_tiles = prefill_unmasked_tiles(kv_lo, kv_hi, kN, p.causal, pos_min,
+                                                          pos_max, p.window_left, kMultiItem);
 
   // This thread's first unit column of every copied Q row, and its first row.
   const int col = ltid % kQCols, r0 = ltid / kQCols;
@@ -212,12 +235,17 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
         p.kv_page_div_shift);
   };
   const int32_t kv_lo32 = static_cast<int32_t>(kv_lo), kv_hi32 = static_cast<int32_t>(kv_hi);
+  // The first key of loop step `tile`: kv_lo + tile * kN, past the skipped tiles (kMultiItem).
+  auto tile_key0 = [&](int tile) -> int32_t {
+    const int grid_tile = kMultiItem && tile >= gap.x ? tile + gap.y : tile;
+    return kv_lo32 + grid_tile * kN;
+  };
   constexpr int64_t kKvBytes = static_cast<int64_t>(sizeof(TKV));
   // The offset cache, the FA2 kernel's way: page_of loads this thread's key's page id (an
   // iteration ahead), fill_from writes the key's K and V byte offsets (the KV head's included).
   auto page_of = [&](int tile) -> int32_t {
     if (tile >= num_tiles || ltid >= kCache) return 0;
-    const int32_t t = kv_lo32 + tile * kN + ltid;
+    const int32_t t = tile_key0(tile) + ltid;
     if (t >= kv_hi32) return 0;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
     return kv_map.page_id(static_cast<uint32_t>(t));
@@ -225,7 +253,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   auto fill_from = [&](int tile, int32_t page, int buf) {
     if (tile >= num_tiles || ltid >= kCache) return;
     const dev::KvRequestMap kv_map(p.kv, b, page_split());
-    const int32_t t = kv_lo32 + tile * kN + ltid;
+    const int32_t t = tile_key0(tile) + ltid;
     int64_t ko = 0, vo = 0;
     if (t < kv_hi32) {
       const uint32_t slot = kv_map.slot(static_cast<uint32_t>(t));
@@ -279,7 +307,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   auto copy_rows = [&]<int kRowsPass, int kU, int kCols>(
                        int tile, const int64_t* off, const void* cache, uint32_t dst0, int r0,
                        int c0, uint32_t step, uint32_t col_step, uint32_t stage_bytes) {
-    const int32_t t0 = kv_lo32 + tile * kN;
+    const int32_t t0 = tile_key0(tile);
     const auto* base = static_cast<const unsigned char*>(cache);
     const uint32_t dst = dst0 + static_cast<uint32_t>(tile % kStages) * stage_bytes;
     constexpr int kRowsPerThread = kN / kRowsPass;
@@ -477,6 +505,20 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
     const int32_t pr = warp_row0 + gid + 8 * e;
     pos_of[e] = pr < rows ? pos_shift + static_cast<int32_t>(group_div.div(pr)) : -1;
   }
+  // Multi-item scoring: each row's keys [0, a) and [lo, its position]
+  // (AttentionParams::multi_item_rows); a padding row (position -1) sees none.
+  [[maybe_unused]] int32_t item_a[2] = {0, 0}, item_lo[2] = {0, 0};
+  if constexpr (kMultiItem) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t pr = warp_row0 + gid + 8 * e;
+      if (pr < rows) {
+        const int64_t r = q_base + w.qo_begin + group_div.div(pr);
+        item_a[e] = p.multi_item_rows[2 * r];
+        item_lo[e] = p.multi_item_rows[2 * r + 1];
+      }
+    }
+  }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   // Ping-pong (kPingPong): the two warpgroups take turns at the tensor cores, so that one's softmax
@@ -507,7 +549,7 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
   // the exponent), keys outside a row's view -inf (edge tiles only); `tmax` their row maxima in
   // log2 units, over the 4 threads of each row.
   auto scores = [&](auto& tS, int tile, float(&tmax)[2]) {
-    const int32_t t0 = kv_lo32 + tile * kN;
+    const int32_t t0 = tile_key0(tile);
     const int2 range = *tile_range_s;
     const bool unmasked = range.x <= tile && tile <= range.y;
     if constexpr (kSoftCap) {
@@ -522,7 +564,11 @@ __global__ void __launch_bounds__(prefill_sm90_block_threads(kWG, kWs),
       for (int v = 0; v < size(tS); ++v) {
         const int32_t kj = t0 + 8 * (v >> 2) + 2 * tid4 + (v & 1);
         const int32_t d = kj - pos_of[(v >> 1) & 1];
-        const bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
+        bool vis = (kj < kv_hi32) & (d <= d_max) & (d >= d_min);
+        if constexpr (kMultiItem) {
+          const int r = (v >> 1) & 1;
+          vis = vis & prefill_item_sees(kj, pos_of[r], item_a[r], item_lo[r]);
+        }
         if (!vis) tS(v) = -INFINITY;
       }
     }

@@ -12,15 +12,16 @@
 namespace flashinfer::kernels::cuda {
 
 template <class T, class TKV, int DQK, int DVO, bool kSoftCap, int kWG, bool kPingPong = false,
-          bool kWs = false, bool kOverlap = false>
+          bool kWs = false, bool kOverlap = false, bool kMultiItem = false>
 void launch_sm90(const AttentionParams& p, cudaStream_t stream, bool enable_pdl) {
-  launch_prefill_grid(
-      p,
-      prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong, kWs, kOverlap>,
-      prefill::prefill_sm90_cta_q(kWG), prefill::prefill_sm90_block_threads(kWG, kWs),
-      kWs ? prefill::prefill_sm90_ws_smem_bytes(DQK, DVO, kOverlap)
-          : prefill::prefill_sm90_smem_bytes(DQK, DVO, kWG),
-      stream, enable_pdl);
+  launch_prefill_grid(p,
+                      prefill::batch_prefill_sm90_kernel<T, TKV, DQK, DVO, kSoftCap, kWG, kPingPong,
+                                                         kWs, kOverlap, kMultiItem>,
+                      prefill::prefill_sm90_cta_q(kWG),
+                      prefill::prefill_sm90_block_threads(kWG, kWs),
+                      kWs ? prefill::prefill_sm90_ws_smem_bytes(DQK, DVO, kOverlap)
+                          : prefill::prefill_sm90_smem_bytes(DQK, DVO, kWG),
+                      stream, enable_pdl);
 }
 
 /// Whether the warp-specialized (or overlapped) instance `kernel` starts with the registers its
@@ -105,6 +106,10 @@ bool launch_sm90_d192(const AttentionParams& p, cudaStream_t s, bool enable_pdl,
 /// prefill_sm90_overlap_takes). False, having run nothing, where its registers are not as built
 /// (prefill_sm90_ws_registers_ok); the caller then runs another form.
 bool launch_sm90_overlap(const AttentionParams& p, cudaStream_t s, bool enable_pdl, bool ping_pong);
+
+/// Multi-item scoring's instance (prefill_sm90_multi_item.cu; kSm90MultiItem: head dims 128, K/V
+/// of q's dtype, no soft cap, the plain schedule) for p's q dtype, in blocks of `wg` warpgroups.
+void launch_sm90_multi_item(const AttentionParams& p, cudaStream_t s, bool enable_pdl, int wg);
 
 /// The instance for p's head dims (64, 128; 256 and 192 / 128 in tall blocks), dtypes and soft cap,
 /// in blocks of kWG warpgroups (prefill_sm90_block_warpgroups said so); returns whether the

@@ -46,9 +46,35 @@ FLASHINFER_HD constexpr bool prefill_sm90_dim_built(int dqk, int dvo, int wg = k
 }
 
 /// Whether K/V of this kind have an instance at these head dims: 16-bit K/V at every built pair,
-/// fp8 at equal dims only (as the FA2 kernel, whose fp8 instances are equal dims too).
-FLASHINFER_HD constexpr bool prefill_sm90_kv_built(int dqk, int dvo, bool fp8_kv) {
-  return !fp8_kv || dqk == dvo;
+/// fp8 at equal dims only (as the FA2 kernel, whose fp8 instances are equal dims too);
+/// `multi_item` (multi-item scoring's rows: kSm90MultiItem), 16-bit K/V only.
+FLASHINFER_HD constexpr bool prefill_sm90_kv_built(int dqk, int dvo, bool fp8_kv,
+                                                   bool multi_item = false) {
+  return !fp8_kv || (dqk == dvo && !multi_item);
+}
+
+/// Multi-item scoring's rows (AttentionParams::multi_item_rows: each query row sees keys [0, a)
+/// and [lo, q]) as a variant bit of the Hopper rule below, apart from kPrefillCustomMask: the FA2
+/// kernel runs them as a custom mask (prefill_variant), the Hopper kernel tests each row's two
+/// runs of keys in its kMultiItem instances and skips the tiles no row of a block sees
+/// (prefill_multi_item_tiles), as upstream's FA3 kernel runs these calls on Hopper. Built for head
+/// dims 128 (SGLang's scoring models: Qwen3 rerankers, Llama), q of either 16-bit dtype, K/V of
+/// q's dtype, no soft cap, the plain schedule, in tall and one-warpgroup blocks; the other calls
+/// take the FA2 kernel.
+constexpr int kSm90MultiItem = 8;
+static_assert((kSm90MultiItem & (kPrefillSoftCap | kPrefillCustomMask | kPrefillAlibi)) == 0,
+              "a bit of its own");
+
+/// The Hopper rule's variant bits of a call: prefill_variant_bits, with multi-item scoring's rows
+/// as kSm90MultiItem instead of a custom mask.
+FLASHINFER_HD constexpr int prefill_sm90_variant(bool soft_cap, bool custom_mask, bool multi_item,
+                                                 bool alibi) {
+  return prefill_variant_bits(soft_cap, custom_mask, alibi) | (multi_item ? kSm90MultiItem : 0);
+}
+
+/// Whether multi-item scoring's rows have an instance at these head dims (kSm90MultiItem).
+FLASHINFER_HD constexpr bool prefill_sm90_multi_item_built(int dqk, int dvo) {
+  return dqk == 128 && dvo == 128;
 }
 
 /// Keys of a K/V tile: 128 in tall blocks whose O rows are 128 wide (head dims 128 and 192 / 128:
@@ -208,9 +234,10 @@ constexpr int kSm90MinPackedRowsSmall = 17;
 /// kernel is sm_90a code), a plan's largest work item of 17 or more packed rows (2 warpgroups
 /// above 64), a head dim built for that block, K/V of q's 16-bit dtype or fp8 (e4m3 / e5m2) where
 /// an instance takes them (`kv_ok`: the caller's test, prefill_sm90_kv_built included), the plain
-/// or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no ALiBi), a scale that
-/// folds into the exponent (prefill_scale_folds: > 0, no per-head q / k scales) and the block's
-/// shared memory within the device's opt-in limit.
+/// or soft-capped variant (`variant` 0 or kPrefillSoftCap: no custom mask, no ALiBi) or multi-item
+/// scoring's rows alone (kSm90MultiItem, where prefill_sm90_multi_item_built), a scale that folds
+/// into the exponent (prefill_scale_folds: > 0, no per-head q / k scales) and the block's shared
+/// memory within the device's opt-in limit.
 FLASHINFER_HD constexpr int prefill_sm90_warpgroups(int cc_major, int cc_minor,
                                                     long long packed_rows, int dqk, int dvo,
                                                     bool kv_ok, int variant, bool scale_folds,
@@ -218,10 +245,11 @@ FLASHINFER_HD constexpr int prefill_sm90_warpgroups(int cc_major, int cc_minor,
   const int wg = packed_rows >= kSm90MinPackedRows        ? 2
                  : packed_rows >= kSm90MinPackedRowsSmall ? 1
                                                           : 0;
-  const bool ok = wg > 0 && cc_major == 9 && cc_minor == 0 &&
-                  prefill_sm90_dim_built(dqk, dvo, wg) && kv_ok &&
-                  (variant == 0 || variant == kPrefillSoftCap) && scale_folds &&
-                  smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk, dvo, wg));
+  const bool ok =
+      wg > 0 && cc_major == 9 && cc_minor == 0 && prefill_sm90_dim_built(dqk, dvo, wg) && kv_ok &&
+      (variant == 0 || variant == kPrefillSoftCap ||
+       (variant == kSm90MultiItem && prefill_sm90_multi_item_built(dqk, dvo))) &&
+      scale_folds && smem_optin >= static_cast<long long>(prefill_sm90_smem_bytes(dqk, dvo, wg));
   return ok ? wg : 0;
 }
 
