@@ -988,20 +988,28 @@ def compare(plan_csv, ours_csv, up_csv, out_md, out_csv):
 PREFILL_ROUTINE = "BatchPrefillWithPagedKVCacheWrapper.run"
 PREFILL_GRIDS = {
     # head dim x causal x batch x qo = kv x heads (qo:kv), plus the chunked-prefill shapes
-    # (batch, qo, kv, causal, heads, D); q, K, V and o bf16, page 16.
+    # (batch, qo, kv, causal, heads, D) and multi-item scoring's prompts (SGLang's scoring API:
+    # batch, prefix tokens, items, tokens an item, heads, D; causal, qo = kv = prefix + items x
+    # (item + 1) + 1: a delimiter before each item and one at the end); q, K, V and o bf16, page 16.
     "full": dict(head_dims=[128, 64], causal=[True, False], batches=[1, 8], qo_kv=[512, 2048, 8192],
                  heads=[(32, 8), (32, 32)], chunked=[(8, 256, 4096, True, 32, 8, 128)], page=16,
+                 multi_item=[(1, 256, 64, 32, 32, 8, 128), (8, 256, 64, 32, 32, 8, 128),
+                             (1, 1024, 32, 64, 32, 8, 128), (4, 500, 100, 20, 32, 8, 128)],
                  headline=(1, 8192, 8192, 32, 8, 128, True), refcheck=(1, 512)),
     # --quick: batch 1 and 8, qo = kv 2048 and 8192, GQA only.
     "quick": dict(head_dims=[128, 64], causal=[True, False], batches=[1, 8], qo_kv=[2048, 8192],
                   heads=[(32, 8)], chunked=[(8, 256, 4096, True, 32, 8, 128)], page=16,
+                  multi_item=[(1, 256, 64, 32, 32, 8, 128), (8, 256, 64, 32, 32, 8, 128)],
                   headline=(1, 8192, 8192, 32, 8, 128, True), refcheck=None),
     # --dry-run: the same axes, tiny, on the CPU (a made-up memory size skips the largest rows).
     "dry": dict(head_dims=[64, 128], causal=[True, False], batches=[1, 3], qo_kv=[16, 48],
                 heads=[(4, 2), (4, 4)], chunked=[(3, 8, 64, True, 4, 2, 64)], page=16,
+                multi_item=[(2, 6, 4, 3, 4, 2, 64)],
                 headline=(1, 48, 48, 4, 2, 64, True), refcheck=(1, 16)),
 }
-PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal"]
+# `items`: multi-item scoring's "prefix/item" token counts (flashinfer bench's --prefix_len and
+# --item_len), empty for the other rows.
+PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal", "items"]
 PREFILL_COLUMNS = PREFILL_KEYS + ["median_ms", "tflops", "pct_peak", "status"]
 UPSTREAM_PREFILL_COLUMNS = PREFILL_KEYS + ["backend", "median_ms", "tflops", "pct_peak", "status"]
 UPSTREAM_PREFILL_BACKENDS = ["fa2", "auto"]
@@ -1009,13 +1017,17 @@ UPSTREAM_PREFILL_BACKENDS = ["fa2", "auto"]
 
 def prefill_key(r):
     c = str(r["causal"]).strip().lower() in ("true", "1", "yes")
-    return tuple(str(int(r[k])) for k in PREFILL_KEYS[:-1]) + ("True" if c else "False",)
+    return (tuple(str(int(r[k])) for k in PREFILL_KEYS[:6]) + ("True" if c else "False",)
+            + (str(r.get("items") or ""),))
 
 
-def prefill_flops(batch, qo, kv, heads, d, causal):
-    """flashinfer bench's count (upstream's benchmarks): causal keeps the visible pairs only."""
-    pairs = (2.0 * kv - qo) * qo / 2.0 if causal else float(qo) * kv
-    return 4.0 * batch * heads * d * pairs
+def prefill_items(prefix_len, item_len):
+    """The `items` key of a row from flashinfer bench's --prefix_len / --item_len (-1: none)."""
+    try:
+        p = int(prefix_len)
+    except (TypeError, ValueError):
+        return ""
+    return "%d/%d" % (p, int(item_len)) if p >= 0 else ""
 
 
 def prefill_plan(mode, mem_bytes, plan_csv, testlist):
@@ -1032,7 +1044,12 @@ def prefill_plan(mode, mem_bytes, plan_csv, testlist):
     for b, q, kv, c, h, hk, d in g["chunked"]:
         rows.append(dict(batch=b, qo_len=q, kv_len=kv, qo_heads=h, kv_heads=hk, head_dim=d,
                          causal=c, chunked=True))
+    for b, prefix, n, item, h, hk, d in g["multi_item"]:
+        kv = prefix + n * (item + 1) + 1
+        rows.append(dict(batch=b, qo_len=kv, kv_len=kv, qo_heads=h, kv_heads=hk, head_dim=d,
+                         causal=True, chunked=False, items="%d/%d" % (prefix, item)))
     for r in rows:
+        r.setdefault("items", "")
         r["page"] = g["page"]
         # q, K, V and o in bf16 (K and V page-aligned per request).
         pages = (r["kv_len"] + g["page"] - 1) // g["page"]
@@ -1040,15 +1057,16 @@ def prefill_plan(mode, mem_bytes, plan_csv, testlist):
                           + 2 * r["batch"] * pages * g["page"] * r["kv_heads"] * r["head_dim"])
         key = (r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"], r["kv_heads"], r["head_dim"],
                r["causal"])
-        r["role"] = ("headline" if key == g["headline"] else
+        r["role"] = ("headline" if key == g["headline"] and not r["items"] else
                      "chunked" if r["chunked"] else
+                     "multi_item" if r["items"] else
                      "refcheck" if g["refcheck"] and (r["batch"], r["qo_len"]) == g["refcheck"]
                      and r["qo_len"] == r["kv_len"] else "")
         r["status"] = ""
         if mem > 0 and r["bytes"] > MEM_FRACTION * mem:
             r["status"] = "skipped: q+K+V+o %s > %d %% of the device's %s" % (
                 human_bytes(r["bytes"]), 100 * MEM_FRACTION, human_bytes(mem))
-    order = {"headline": 0, "chunked": 1, "refcheck": 2, "": 3}
+    order = {"headline": 0, "chunked": 1, "multi_item": 2, "refcheck": 3, "": 4}
     rows.sort(key=lambda r: order[r["role"]])  # stable: grid order within a role
     cols = PREFILL_KEYS + ["page", "bytes", "role", "status"]
     write_csv(plan_csv, cols, rows)
@@ -1058,12 +1076,15 @@ def prefill_plan(mode, mem_bytes, plan_csv, testlist):
             if r["status"]:
                 continue
             n += 1
+            items = ""
+            if r["items"]:
+                items = " --prefix_len %s --item_len %s" % tuple(r["items"].split("/"))
             f.write("--routine %s --batch_size %d --s_qo %d --s_kv %d --num_qo_heads %d "
                     "--num_kv_heads %d --head_dim_qk %d --head_dim_vo %d --page_size %d "
-                    "--q_dtype bfloat16 --kv_dtype bfloat16%s%s\n"
+                    "--q_dtype bfloat16 --kv_dtype bfloat16%s%s%s\n"
                     % (PREFILL_ROUTINE, r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"],
                        r["kv_heads"], r["head_dim"], r["head_dim"], r["page"],
-                       " --causal" if r["causal"] else "",
+                       " --causal" if r["causal"] else "", items,
                        " --refcheck --allow_output_mismatch" if r["role"] == "refcheck" else ""))
     print("prefill grid (%s): %d rows, %d to run, %d skipped (%s)"
           % (mode, len(rows), n, len(rows) - n,
@@ -1082,7 +1103,8 @@ def prefill_flags_key(text):
     try:
         return prefill_key(dict(batch=val["batch_size"], qo_len=val["s_qo"], kv_len=val["s_kv"],
                                 qo_heads=val["num_qo_heads"], kv_heads=val["num_kv_heads"],
-                                head_dim=val["head_dim_qk"], causal="causal" in val))
+                                head_dim=val["head_dim_qk"], causal="causal" in val,
+                                items=prefill_items(val.get("prefix_len"), val.get("item_len"))))
     except (KeyError, ValueError):
         return None
 
@@ -1097,7 +1119,9 @@ def prefill_grid(plan_csv, bench_csv, log, out_csv, phase_md):
         if r.get("routine") == PREFILL_ROUTINE:
             timed[prefill_key(dict(batch=r["batch_size"], qo_len=r["s_qo"], kv_len=r["s_kv"],
                                    qo_heads=r["num_qo_heads"], kv_heads=r["num_kv_heads"],
-                                   head_dim=r["head_dim_qk"], causal=r["causal"]))] = r
+                                   head_dim=r["head_dim_qk"], causal=r["causal"],
+                                   items=prefill_items(r.get("prefix_len"),
+                                                       r.get("item_len"))))] = r
     frac, err = parse_testlist_log(log, prefill_flags_key, TENSOR_PEAK_INFO)
     out, count, bad = [], {}, []
     for p in plan:
@@ -1121,18 +1145,24 @@ def prefill_grid(plan_csv, bench_csv, log, out_csv, phase_md):
     write_csv(out_csv, PREFILL_COLUMNS, out)
     with open(phase_md, "a") as f:
         f.write("\nPrefill grid: %d rows: %s. `prefill_grid.csv`; FLOPs as flashinfer bench counts "
-                "them (causal: the visible pairs), %% of the device's dense 16-bit tensor peak.\n\n"
+                "them (causal and multi-item scoring: the visible pairs), %% of the device's dense "
+                "16-bit tensor peak.\n\n"
                 % (len(out), ", ".join("%d %s" % (v, k) for k, v in sorted(count.items())) or "none"))
         f.write("| batch | qo | kv | heads | D | causal | median ms | TFLOP/s | % of peak | status |\n"
                 "|---|---|---|---|---|---|---|---|---|---|\n")
         for r in out:
             f.write("| %s | %s | %s | %s:%s | %s | %s | %s | %s | %s | %s |\n" % (
                 r["batch"], r["qo_len"], r["kv_len"], r["qo_heads"], r["kv_heads"], r["head_dim"],
-                r["causal"], r["median_ms"] or "-", r["tflops"] or "-", r["pct_peak"] or "-",
+                causal_cell(r["causal"], r["items"]), r["median_ms"] or "-", r["tflops"] or "-", r["pct_peak"] or "-",
                 r["status"].replace("|", "/")))
         f.write("\n")
     print("prefill grid: %d rows: %s" % (len(out), ", ".join("%d %s" % (v, k) for k, v in sorted(count.items()))))
     return 1 if (bad or not any(r["status"].startswith("ok") for r in out)) else 0
+
+
+def causal_cell(causal, items):
+    """A prefill row's mask in a table: causal, and multi-item scoring's prefix / item tokens."""
+    return "%s, multi-item %s" % (causal, items) if items else causal
 
 
 def fake_upstream_prefill(ours_csv, out_csv):
@@ -1176,8 +1206,9 @@ def compare_prefill(plan_csv, ours_csv, up_csv, out_md, out_csv):
         table.append(t)
 
     def fmt_key(k):
-        return "batch %s qo %s kv %s heads %s:%s D %s %s" % (k[:6] + ("causal" if k[6] == "True"
-                                                                     else "not causal",))
+        return "batch %s qo %s kv %s heads %s:%s D %s %s%s" % (
+            k[:6] + ("causal" if k[6] == "True" else "not causal",
+                     ", multi-item %s" % k[7] if k[7] else ""))
 
     lines = []
     head = next((t for t in table if t["role"] == "headline"), None)
@@ -1234,7 +1265,8 @@ def compare_prefill(plan_csv, ours_csv, up_csv, out_md, out_csv):
         for t in table:
             k = t["key"]
             f.write("| %s | %s | %s | %s:%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
-                k[0], k[1], k[2], k[3], k[4], k[5], k[6], t["ours_ms"] or "-", t["ours_tflops"] or "-",
+                k[0], k[1], k[2], k[3], k[4], k[5], causal_cell(k[6], k[7]), t["ours_ms"] or "-",
+                t["ours_tflops"] or "-",
                 t["ours_pct"] or "-", t["fa2_ms"] or "-", cell(t["fa2_ratio"]), t["auto_ms"] or "-",
                 cell(t["auto_ratio"]), t["ours_status"].replace("|", "/")[:60],
                 t["fa2_status"].replace("|", "/")[:60], t["auto_status"].replace("|", "/")[:60]))

@@ -214,7 +214,9 @@ def decode_grid(a):
     return 0
 
 
-PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal"]
+# `items`: multi-item scoring's "prefix/item" token counts (gpu_check_report.py's PREFILL_GRIDS),
+# empty for the other rows.
+PREFILL_KEYS = ["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal", "items"]
 PREFILL_COLUMNS = PREFILL_KEYS + ["backend", "median_ms", "tflops", "pct_peak", "status"]
 
 
@@ -225,7 +227,7 @@ def prefill_grid(a):
     out = []  # one row per (plan row, backend), plan order
     for p in plan:
         for be in backends:
-            row = {c: p[c] for c in PREFILL_KEYS}
+            row = {c: p.get(c, "") for c in PREFILL_KEYS}
             row.update(backend=be, median_ms="", tflops="", pct_peak="",
                        status=p["status"] or NOT_RUN)
             out.append(row)
@@ -246,7 +248,7 @@ def prefill_grid(a):
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)  # as upstream's prefill benchmarks
 
     def inputs(p):
-        B, Q, KV, H, HK, D = (int(p[k]) for k in PREFILL_KEYS[:-1])
+        B, Q, KV, H, HK, D = (int(p[k]) for k in PREFILL_KEYS[:6])
         P = int(p.get("page") or 16)
         per = (KV + P - 1) // P
         n = B * per
@@ -263,28 +265,36 @@ def prefill_grid(a):
     by_key = {}
     for r in out:
         by_key.setdefault(tuple(r[c] for c in PREFILL_KEYS), []).append(r)
-    # Module by module (head dim and mask; the headline's first), each module's rows in plan
-    # order: every JIT compile is paid once, before its rows, so a deadline stops whole modules.
+    # Module by module (head dim and mask, multi-item scoring's its own; the headline's first,
+    # multi-item scoring's last, so that its compile cannot spend the grid's time), each module's
+    # rows in plan order: every JIT compile is paid once, before its rows, so a deadline stops
+    # whole modules.
+    def module(p):
+        return (p["head_dim"], p["causal"], bool(p.get("items")))
+
     rank = {}
-    for p in plan:
-        rank.setdefault((p["head_dim"], p["causal"]), len(rank))
+    for last in (False, True):
+        for p in plan:
+            if bool(p.get("items")) == last:
+                rank.setdefault(module(p), len(rank))
     stop = False
-    for p in sorted(plan, key=lambda p: rank[(p["head_dim"], p["causal"])]):
+    for p in sorted(plan, key=lambda p: rank[module(p)]):
         if p["status"] or stop:
             continue
         causal = p["causal"].strip().lower() in ("true", "1")
         args = q = cache = None
-        for r in by_key[tuple(p[c] for c in PREFILL_KEYS)]:
+        items = p.get("items") or ""
+        for r in by_key[tuple(p.get(c, "") for c in PREFILL_KEYS)]:
             if a.deadline and time.monotonic() - t0 > a.deadline:
                 print("[SKIP] upstream prefill grid :: the deadline (%d s) passed; the rest not run"
                       % a.deadline)
                 stop = True
                 break
             be = r["backend"]
-            mod = (be, p["head_dim"], causal)
-            name = "%s b%s qo%s kv%s h%s:%s D%s%s" % (be, p["batch"], p["qo_len"], p["kv_len"],
-                                                     p["qo_heads"], p["kv_heads"], p["head_dim"],
-                                                     " causal" if causal else "")
+            mod = (be,) + module(p)
+            name = "%s b%s qo%s kv%s h%s:%s D%s%s%s" % (
+                be, p["batch"], p["qo_len"], p["kv_len"], p["qo_heads"], p["kv_heads"],
+                p["head_dim"], " causal" if causal else "", " items " + items if items else "")
             if mod in failed:
                 r["status"] = "error: as the first row of this backend, D and mask: %s" % failed[mod]
                 write()
@@ -293,10 +303,11 @@ def prefill_grid(a):
                 if args is None:
                     args, q, cache = inputs(p)
                 w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=be)
-                w.plan(*args, causal=causal, q_data_type=bf16, kv_data_type=bf16)
+                w.plan(*args, causal=causal, q_data_type=bf16, kv_data_type=bf16,
+                       **multi_item_args(torch, dev, p))
                 ms = timeit(lambda: w.run(q, cache))
                 flops = prefill_flops(*(int(p[k]) for k in ("batch", "qo_len", "kv_len", "qo_heads",
-                                                            "head_dim")), causal)
+                                                            "head_dim")), causal, items)
                 tf = flops / (ms * 1e-3) / 1e12
                 r["median_ms"], r["tflops"] = "%.6f" % ms, "%.4g" % tf
                 if a.peak_tflops > 0:
@@ -318,9 +329,39 @@ def prefill_grid(a):
     return 0
 
 
-def prefill_flops(batch, qo, kv, heads, d, causal):
-    """As flashinfer bench counts them (upstream's benchmarks): causal keeps the visible pairs."""
-    pairs = (2.0 * kv - qo) * qo / 2.0 if causal else float(qo) * kv
+def item_positions(kv, prefix, item):
+    """token_pos_in_items of one request of multi-item scoring's prompts as flashinfer bench
+    builds them (--prefix_len, --item_len): after the prefix, a delimiter (0) and then 1 .. item
+    for each item, cut where the request's kv tokens end."""
+    return [t % (item + 1) for t in range(kv - prefix)]
+
+
+def multi_item_args(torch, dev, p):
+    """Upstream's plan arguments for a multi-item scoring row (none for the others): uint32
+    prefix lengths, uint16 positions padded to one length and uint16 longest items, a request
+    each (the prompts are alike)."""
+    if not p.get("items"):
+        return {}
+    prefix, item = (int(x) for x in p["items"].split("/"))
+    B, KV = int(p["batch"]), int(p["kv_len"])
+    pos = item_positions(KV, prefix, item)
+    return dict(
+        prefix_len_ptr=torch.full((B,), prefix, dtype=torch.uint32, device=dev),
+        token_pos_in_items_ptr=torch.tensor(pos * B, dtype=torch.uint16, device=dev),
+        token_pos_in_items_len=len(pos),
+        max_item_len_ptr=torch.full((B,), max(pos), dtype=torch.uint16, device=dev))
+
+
+def prefill_flops(batch, qo, kv, heads, d, causal, items=""):
+    """As flashinfer bench counts them (upstream's benchmarks): causal keeps the visible pairs;
+    multi-item scoring (items "prefix/item") the pairs its mask leaves visible: a query in the
+    prefix sees itself and the keys before it, one past it the prefix and its own item's keys up
+    to itself (a delimiter: the prefix only)."""
+    if items:
+        prefix, item = (int(x) for x in items.split("/"))
+        pairs = prefix * (prefix + 1) / 2.0 + sum(prefix + t for t in item_positions(kv, prefix, item))
+    else:
+        pairs = (2.0 * kv - qo) * qo / 2.0 if causal else float(qo) * kv
     return 4.0 * batch * heads * d * pairs
 
 

@@ -34,6 +34,13 @@ struct BenchShape {
   DType q_dtype = DType::kBFloat16;
   DType kv_dtype = DType::kBFloat16;
   bool causal = false;
+  // Multi-item scoring (SGLang's scoring API; the prefill wrappers' prefix_len_ptr,
+  // token_pos_in_items_ptr, max_item_len_ptr), where prefix_len >= 0: each request's s_kv tokens
+  // (s_qo == s_kv, causal) are a prefix of prefix_len tokens, then items of item_len tokens, each
+  // after a delimiter (token_pos_in_items 0, 1 .. item_len, 0, 1 ..), the last cut where the
+  // request ends.
+  int64_t prefix_len = -1;
+  int64_t item_len = 0;
   // BatchMLAPagedAttentionWrapper.run's latent widths (upstream's flags; head_dim_kpe 0: a NoPE
   // model's MLA)
   int64_t head_dim_ckv = 512;

@@ -1,6 +1,8 @@
 // Public prefill attention (flashinfer.prefill): single_prefill_with_kv_cache and the paged and
 // ragged batch prefill wrappers — declarations, checks, plan and dispatch.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "api/arg_traits.h"
 #include "api/attention_common.h"
@@ -413,8 +415,39 @@ AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const
 namespace {
 
 // Bench hooks: batch_size requests of s_qo queries against s_kv keys each (causal: the queries
-// are the last s_qo positions). FLOPs and bytes are upstream's (bench_support.h).
+// are the last s_qo positions). FLOPs and bytes are upstream's (bench_support.h); multi-item
+// scoring (BenchShape::prefix_len >= 0) counts the pairs its mask leaves visible.
+constexpr const char* kBenchOp = "bench";
+
+// Multi-item scoring's token_pos_in_items for one request of the bench's prompts: a prefix of
+// prefix_len tokens, then items of item_len tokens each after a delimiter (0, 1 .. item_len, 0,
+// ...), cut where the s_kv tokens end.
+std::vector<int64_t> bench_item_positions(const BenchShape& s) {
+  FLASHINFER_CHECK(s.causal && s.s_qo == s.s_kv, kBenchOp, "prefix_len",
+                   "multi-item scoring prompts are causal with s_qo == s_kv, got s_qo ", s.s_qo,
+                   ", s_kv ", s.s_kv, s.causal ? "" : " and no --causal");
+  FLASHINFER_CHECK(s.prefix_len < s.s_kv, kBenchOp, "prefix_len", "must be below s_kv (", s.s_kv,
+                   "), got ", s.prefix_len);
+  FLASHINFER_CHECK(s.item_len >= 1 && s.item_len < 32768, kBenchOp, "item_len",
+                   "must be in [1, 32767] with --prefix_len, got ", s.item_len);
+  std::vector<int64_t> pos(static_cast<std::size_t>(s.s_kv - s.prefix_len));
+  for (std::size_t t = 0; t < pos.size(); ++t) {
+    pos[t] = static_cast<int64_t>(t) % (s.item_len + 1);
+  }
+  return pos;
+}
+
 double bench_prefill_flops(const BenchShape& s) {
+  if (s.prefix_len >= 0) {
+    // A query in the prefix sees itself and the keys before it; one past it the prefix and the
+    // keys of its own item up to itself (a delimiter: the prefix only).
+    const auto pos = bench_item_positions(s);
+    const double p = static_cast<double>(s.prefix_len);
+    double pairs = p * (p + 1.0) / 2.0;
+    for (int64_t t : pos) pairs += p + static_cast<double>(t);
+    return 2.0 * pairs * static_cast<double>(s.batch_size) *
+           static_cast<double>(s.num_qo_heads * (s.head_dim_qk + s.head_dim_vo));
+  }
   return static_cast<double>(s.batch_size) *
          api::bench::attention_flops(s.s_qo, s.s_kv, s.num_qo_heads, s.head_dim_qk, s.head_dim_vo,
                                      s.causal);
@@ -426,6 +459,22 @@ PrefillPlanOptions bench_plan_options(const BenchShape& s) {
   o.causal = s.causal;
   o.q_data_type = s.q_dtype;
   o.kv_data_type = s.kv_dtype;
+  if (s.prefix_len >= 0) {
+    // Upstream's dtypes: uint32 prefix lengths and uint16 positions / maxima arrive here as
+    // int32 / int16 bits (values below 2^15 here).
+    const auto pos = bench_item_positions(s);
+    std::vector<double> flat, prefix, longest;
+    for (int64_t b = 0; b < s.batch_size; ++b) {
+      flat.insert(flat.end(), pos.begin(), pos.end());
+      prefix.push_back(static_cast<double>(s.prefix_len));
+      longest.push_back(static_cast<double>(*std::max_element(pos.begin(), pos.end())));
+    }
+    o.prefix_len_ptr = Tensor::from_vector(prefix, {s.batch_size}, DType::kInt32);
+    o.token_pos_in_items_ptr =
+        Tensor::from_vector(flat, {static_cast<int64_t>(flat.size())}, DType::kInt16);
+    o.token_pos_in_items_len = static_cast<int64_t>(pos.size());
+    o.max_item_len_ptr = Tensor::from_vector(longest, {s.batch_size}, DType::kInt16);
+  }
   return o;
 }
 

@@ -420,6 +420,58 @@ TEST(Bench, PrefillWrappersTakeFa2Fa3AndAuto) {
   }
 }
 
+// Multi-item scoring prompts (--prefix_len / --item_len; SGLang's scoring API, the prefill
+// wrappers' prefix_len_ptr, token_pos_in_items_ptr and max_item_len_ptr): both batch prefill
+// wrappers plan them and match the reference, the row records both flags and its repro command
+// repeats them, and the FLOPs count the pairs the mask leaves visible. Hand count: requests of 23
+// tokens, a prefix of 6 (21 pairs), then 17 tokens (positions 0 1 2 3 0 1 2 3 0 1 2 3 0 1 2 3 0)
+// that each see the prefix (102) and their own item up to themselves (24): 147 pairs a request, x
+// 2 requests x 4 heads x 2 (64 + 64). Misuse is an error naming the flag.
+TEST(Bench, PrefillWrappersTimeMultiItemScoringPrompts) {
+  const std::string shape =
+      " --batch_size 2 --s_qo 23 --s_kv 23 --num_qo_heads 4 --num_kv_heads 2 --head_dim_qk 64 "
+      "--head_dim_vo 64 --page_size 4 --num_iters 1 --dry_run_iters 0 --backends cpu --refcheck";
+  for (const char* routine :
+       {"BatchPrefillWithPagedKVCacheWrapper.run", "BatchPrefillWithRaggedKVCacheWrapper.run"}) {
+    const CsvRun run = bench_csv(bench_cmd(std::string("--routine ") + routine + shape +
+                                           " --causal --prefix_len 6 --item_len 3"),
+                                 "bench_multi_item.csv");
+    ASSERT_EQ(run.cli.status, 0) << run.cli.out;
+    ASSERT_EQ(run.rows.size(), 1u) << routine;
+    const auto& row = run.rows[0];
+    EXPECT_EQ(row.at("refcheck"), "pass") << routine;
+    EXPECT_EQ(row.at("prefix_len"), "6");
+    EXPECT_EQ(row.at("item_len"), "3");
+    EXPECT_EQ(std::stod(row.at("flops")), 2.0 * 147 * 2 * 4 * 128) << routine;
+    EXPECT_NE(row.at("repro_command").find(" --causal --prefix_len 6 --item_len 3 "),
+              std::string::npos)
+        << row.at("repro_command");
+    // The same shape without the flags: a plain causal row.
+    const CsvRun plain =
+        bench_csv(bench_cmd(std::string("--routine ") + routine + shape + " --causal"),
+                  "bench_multi_item_plain.csv");
+    ASSERT_EQ(plain.cli.status, 0) << plain.cli.out;
+    ASSERT_EQ(plain.rows.size(), 1u);
+    EXPECT_EQ(plain.rows[0].at("prefix_len"), "-1");
+    EXPECT_EQ(plain.rows[0].at("repro_command").find("prefix_len"), std::string::npos);
+  }
+  const std::string paged = "--routine BatchPrefillWithPagedKVCacheWrapper.run" + shape;
+  for (const std::string& args :
+       {paged + " --prefix_len 6 --item_len 3",            // not causal
+        paged + " --causal --prefix_len 23 --item_len 3",  // no items
+        paged + " --causal --prefix_len -2 --item_len 3",  // not -1 or >= 0
+        std::string("--routine single_prefill_with_kv_cache --causal --prefix_len 6 "
+                    "--item_len 3 --backends cpu")}) {
+    const CliResult bad = run_flashinfer("bench " + args);
+    EXPECT_NE(bad.status, 0) << args;
+    EXPECT_NE(bad.out.find("'prefix_len'"), std::string::npos) << args << "\n" << bad.out;
+  }
+  const CliResult bad_item =
+      run_flashinfer("bench " + paged + " --causal --prefix_len 6 --item_len 0");
+  EXPECT_NE(bad_item.status, 0);
+  EXPECT_NE(bad_item.out.find("'item_len'"), std::string::npos) << bad_item.out;
+}
+
 // The hooks' view of --backends: the innermost scope's name, marked used when read.
 TEST(Bench, ScopedOpBackendNestsAndRecordsUse) {
   using flashinfer::api::bench::op_backend;

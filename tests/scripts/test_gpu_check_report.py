@@ -255,22 +255,31 @@ class GpuCheckReport(unittest.TestCase):
         # A made-up 768 KiB device: the two largest tiny rows are skipped.
         r = run("prefill-plan", "dry", "786432", plan, tl)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("33 rows, 31 to run, 2 skipped", r.stdout)
+        self.assertIn("34 rows, 32 to run, 2 skipped", r.stdout)
         with open(plan, newline="") as f:
             rows = list(csv.DictReader(f))
-        self.assertEqual([rows[0]["role"], rows[1]["role"]], ["headline", "chunked"])
-        self.assertEqual([rows[0][k] for k in ("batch", "qo_len", "kv_len", "head_dim", "causal")],
-                         ["1", "48", "48", "64", "True"])
+        self.assertEqual([rows[0]["role"], rows[1]["role"], rows[2]["role"]],
+                         ["headline", "chunked", "multi_item"])
+        self.assertEqual([rows[0][k] for k in ("batch", "qo_len", "kv_len", "head_dim", "causal",
+                                               "items")],
+                         ["1", "48", "48", "64", "True", ""])
+        # Multi-item scoring: 6 prefix tokens, 4 items of 3 after a delimiter each, a last one.
+        self.assertEqual([rows[2][k] for k in ("batch", "qo_len", "kv_len", "causal", "items")],
+                         ["2", "23", "23", "True", "6/3"])
         lines = read(tl).splitlines()
-        self.assertEqual(len(lines), 31)
+        self.assertEqual(len(lines), 32)
         self.assertIn("--batch_size 3 --s_qo 8 --s_kv 64 ", lines[1])
         self.assertTrue(lines[1].endswith("--causal"))
+        self.assertIn("--batch_size 2 --s_qo 23 --s_kv 23 ", lines[2])
+        self.assertTrue(lines[2].endswith("--causal --prefix_len 6 --item_len 3"))
         # The refcheck rows (batch 1 x qo = kv 16), and only they, carry --refcheck.
         self.assertEqual(sum("--refcheck" in l for l in lines), 8)
         self.assertTrue(all("--s_qo 16 --s_kv 16" in l for l in lines if "--refcheck" in l))
         # The bench run: the headline timed on CUDA with its [INFO] tensor-peak line, the chunked
-        # row failing, the rest not reached.
+        # row failing, the multi-item row timed (its CSV row told from a plain one of the same
+        # shape by --prefix_len / --item_len), the rest not reached.
         head = [r for r in rows if r["role"] == "headline"][0]
+        mi = rows[2]
         flags = lines[0]
         log = os.path.join(d, "prefill.log")
         with open(log, "w") as f:
@@ -278,13 +287,20 @@ class GpuCheckReport(unittest.TestCase):
                     "[INFO] cuda    :: 0.305 of the device's dense 16-bit tensor peak (30.5 %% of "
                     "989.4 TFLOPs/sec at the driver's peak clock)\n[TESTLIST] line 2: %s\n"
                     "[ERROR] testlist line 2: BatchPrefillWithPagedKVCacheWrapper.run: boom\n"
-                    % (flags, lines[1]))
+                    "[TESTLIST] line 3: %s\n[PERF] cuda    :: median time 0.5000 ms\n"
+                    "[INFO] cuda    :: 0.012 of the device's dense 16-bit tensor peak (1.2 %% of "
+                    "989.4 TFLOPs/sec at the driver's peak clock)\n"
+                    % (flags, lines[1], lines[2]))
         bench = os.path.join(d, "prefill_raw.csv")
-        write_csv(bench, [["routine", "median_time", "tflops", "batch_size", "s_qo", "s_kv",
-                           "num_qo_heads", "num_kv_heads", "head_dim_qk", "causal", "refcheck"],
+        cols = ["routine", "median_time", "tflops", "batch_size", "s_qo", "s_kv", "num_qo_heads",
+                "num_kv_heads", "head_dim_qk", "causal", "prefix_len", "item_len", "refcheck"]
+        write_csv(bench, [cols,
                           ["BatchPrefillWithPagedKVCacheWrapper.run", "2.000000", "301.500000",
                            head["batch"], head["qo_len"], head["kv_len"], head["qo_heads"],
-                           head["kv_heads"], head["head_dim"], "True", ""]])
+                           head["kv_heads"], head["head_dim"], "True", "-1", "0", ""],
+                          ["BatchPrefillWithPagedKVCacheWrapper.run", "0.500000", "12.000000",
+                           mi["batch"], mi["qo_len"], mi["kv_len"], mi["qo_heads"],
+                           mi["kv_heads"], mi["head_dim"], "True", "6", "3", ""]])
         ours = os.path.join(d, "prefill_grid.csv")
         r = run("prefill-grid", plan, bench, log, ours, os.path.join(d, "phase5c.md"))
         self.assertEqual(r.returncode, 1, r.stderr)  # a failed row and rows not run
@@ -293,7 +309,11 @@ class GpuCheckReport(unittest.TestCase):
         self.assertEqual([got[0][k] for k in ("median_ms", "tflops", "pct_peak", "status")],
                          ["2.000000", "301.5", "30.5", "ok"])
         self.assertEqual(got[1]["status"], "error: BatchPrefillWithPagedKVCacheWrapper.run: boom")
-        self.assertEqual(got[2]["status"], "not run (phase budget spent)")
+        self.assertEqual([got[2][k] for k in ("items", "median_ms", "pct_peak", "status")],
+                         ["6/3", "0.500000", "1.2", "ok"])
+        self.assertEqual(got[3]["status"], "not run (phase budget spent)")
+        self.assertIn("| 2 | 23 | 23 | 4:2 | 64 | True, multi-item 6/3 | 0.500000 |",
+                      read(os.path.join(d, "phase5c.md")))
         self.assertTrue(got[-1]["status"].startswith("skipped: q+K+V+o"))
         # Upstream: fa2 slower on the headline (3 ms), auto faster (1 ms); auto's chunked row
         # failed to JIT.
@@ -302,29 +322,38 @@ class GpuCheckReport(unittest.TestCase):
                                  "causal")]
         ck = [rows[1][k] for k in ("batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim",
                                    "causal")]
+        mk = [mi[k] for k in ("batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim",
+                              "causal")]
+        # (An upstream CSV without the items column reads as plain rows; the multi-item row's
+        # timing is told apart by it.)
         write_csv(up, [["batch", "qo_len", "kv_len", "qo_heads", "kv_heads", "head_dim", "causal",
-                        "backend", "median_ms", "tflops", "pct_peak", "status"],
-                       key + ["fa2", "3.000000", "201", "20.3", "ok"],
-                       key + ["auto", "1.000000", "603", "60.9", "ok"],
-                       ck + ["fa2", "0.500000", "1", "", "ok"],
-                       ck + ["auto", "", "", "", "error: no sm90 JIT"]])
+                        "items", "backend", "median_ms", "tflops", "pct_peak", "status"],
+                       key + ["", "fa2", "3.000000", "201", "20.3", "ok"],
+                       key + ["", "auto", "1.000000", "603", "60.9", "ok"],
+                       ck + ["", "fa2", "0.500000", "1", "", "ok"],
+                       ck + ["", "auto", "", "", "", "error: no sm90 JIT"],
+                       mk + ["6/3", "fa2", "0.400000", "15", "", "ok"],
+                       mk + ["6/3", "auto", "0.600000", "10", "", "ok"]])
         md, out = os.path.join(d, "prefill_compare.md"), os.path.join(d, "prefill_compare.csv")
         r = run("compare-prefill", plan, ours, up, md, out)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(out, newline="") as f:
             joined = list(csv.DictReader(f))
-        self.assertEqual(len(joined), 33)
+        self.assertEqual(len(joined), 34)
         h = joined[0]
         self.assertEqual([h["role"], h["ratio_fa2_over_ours"], h["ratio_auto_over_ours"]],
                          ["headline", "1.5000", "0.5000"])
         self.assertEqual([joined[1]["ratio_fa2_over_ours"], joined[1]["upstream_auto_status"]],
                          ["", "error: no sm90 JIT"])  # ours failed there: no ratio
+        self.assertEqual([joined[2][k] for k in ("items", "role", "ratio_fa2_over_ours",
+                                                 "ratio_auto_over_ours")],
+                         ["6/3", "multi_item", "0.8000", "1.2000"])
         text = read(md)
         self.assertIn("- headline (batch 1 qo 48 kv 48 heads 4:2 D 64 causal): ours 301.5 TFLOP/s "
                       "(goal >= 300: met); upstream fa2: 1.500x; upstream auto: 0.500x", text)
-        self.assertIn("- against upstream fa2: minimum ratio 1.500x (batch 1 qo 48 kv 48 heads 4:2 D "
-                      "64 causal); 0 of 1 rows compared below 1.0x (goal: >= 1.0x on every shape: met)",
-                      text)
+        self.assertIn("- against upstream fa2: minimum ratio 0.800x (batch 2 qo 23 kv 23 heads 4:2 D "
+                      "64 causal, multi-item 6/3); 1 of 2 rows compared below 1.0x (goal: >= 1.0x "
+                      "on every shape: NOT met)", text)
         self.assertIn("- against upstream auto: minimum ratio 0.500x", text)
         self.assertIn("| **0.500** |", text)
         self.assertNotIn("DRY RUN", text)
@@ -427,6 +456,15 @@ class GpuCheckReport(unittest.TestCase):
         self.assertEqual(run("summary", d).returncode, 0)
         self.assertIn("GEMM grid against torch (phases 5f, 6f; `gemm_compare.csv`): headline",
                       read(os.path.join(d, "summary.md")))
+
+    def test_multi_item_rows_count_as_flashinfer_bench(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import gpu_check_upstream as u
+        # The prompt of tests/cli/test_bench.cpp's hand count: 23 tokens, prefix 6, items of 3.
+        self.assertEqual(u.item_positions(23, 6, 3), [0, 1, 2, 3] * 4 + [0])
+        self.assertEqual(u.prefill_flops(2, 23, 23, 4, 64, True, "6/3"), 4.0 * 2 * 4 * 64 * 147)
+        # Without items: the causal count.
+        self.assertEqual(u.prefill_flops(1, 8, 8, 1, 1, True), 4.0 * (2 * 8 - 8) * 8 / 2)
 
     def test_gemm_grid_counts_goals_and_keys(self):
         sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))

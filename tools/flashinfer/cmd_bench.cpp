@@ -206,7 +206,8 @@ std::string csv_escape(const std::string& s) {
 
 constexpr const char* kCsvHeader =
     "routine,median_time,std_time,tflops,tb_per_sec,backend,resolved_backend,batch_size,s_qo,"
-    "s_kv,num_qo_heads,num_kv_heads,head_dim_qk,head_dim_vo,page_size,q_dtype,kv_dtype,causal,m,"
+    "s_kv,num_qo_heads,num_kv_heads,head_dim_qk,head_dim_vo,page_size,q_dtype,kv_dtype,causal,"
+    "prefix_len,item_len,m,"
     "n,k,input_dtype,out_dtype,hidden_size,vocab_size,top_k,top_p,num_iters,dry_run_iters,"
     "random_seed,flops,bytes,refcheck,no_cuda_graph,use_cupti,case_tag,timing,repro_command";
 
@@ -242,6 +243,10 @@ std::string repro_command(const BenchOptions& o, const std::string& backend) {
   add("q_dtype", o.q_dtype);
   add("kv_dtype", o.kv_dtype);
   if (s.causal) r += " --causal";
+  if (s.prefix_len >= 0) {  // multi-item scoring
+    add("prefix_len", i(s.prefix_len));
+    add("item_len", i(s.item_len));
+  }
   add("m", i(s.m));
   add("n", i(s.n));
   add("k", i(s.k));
@@ -286,6 +291,8 @@ std::string csv_row(const BenchOptions& o, const std::string& backend, double me
                                    o.q_dtype,
                                    o.kv_dtype,
                                    s.causal ? "True" : "False",
+                                   i(s.prefix_len),
+                                   i(s.item_len),
                                    i(s.m),
                                    i(s.n),
                                    i(s.k),
@@ -408,6 +415,15 @@ int run_bench(BenchOptions o) {
   }
   FLASHINFER_CHECK(s.head_dim_kpe >= 0, "bench", "head_dim_kpe", "must be >= 0, got ",
                    s.head_dim_kpe);
+  // Multi-item scoring: the batch prefill wrappers' routines only (another routine would time
+  // a plain call under a row that says otherwise).
+  FLASHINFER_CHECK(
+      s.prefix_len == -1 ||
+          (s.prefix_len >= 0 && (o.routine == "BatchPrefillWithPagedKVCacheWrapper.run" ||
+                                 o.routine == "BatchPrefillWithRaggedKVCacheWrapper.run")),
+      "bench", "prefix_len",
+      "multi-item scoring prompts are the batch prefill wrappers' (-1: off), got ", s.prefix_len,
+      " for ", o.routine);
   FLASHINFER_CHECK(s.top_p > 0.0 && s.top_p <= 1.0, "bench", "top_p", "must be in (0, 1], got ",
                    s.top_p);
   check_positive(o.num_iters, "num_iters");
@@ -650,6 +666,11 @@ void add_bench_options(Args& app, BenchOptions& o) {
   app.add_option("--q_dtype", o.q_dtype, "Query dtype (bfloat16)");
   app.add_option("--kv_dtype", o.kv_dtype, "KV dtype (bfloat16)");
   app.add_flag("--causal", s.causal, "Causal mask (prefill)");
+  app.add_option("--prefix_len", s.prefix_len,
+                 "Prefill: multi-item scoring prompts (SGLang's scoring API; with --causal and "
+                 "s_qo == s_kv): this many prefix tokens, then items of --item_len tokens, each "
+                 "after a delimiter (-1: off)");
+  app.add_option("--item_len", s.item_len, "Tokens of each item (with --prefix_len)");
   app.add_option("--m", s.m, "GEMM rows / quantization rows / copy rows");
   app.add_option("--n", s.n, "GEMM columns / copy columns");
   app.add_option("--k", s.k, "GEMM depth / quantization columns");
