@@ -326,6 +326,12 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
                        i, " is negative");
       s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
     }
+    // A captured graph replays these ids against the cache it captured, with no run() to check
+    // them: an id past it would be read out of bounds (the MLA wrapper's rule too).
+    FLASHINFER_CHECK(s.graph_cache_pages < 0 || s.max_page_id < s.graph_cache_pages, op,
+                     indices_arg, "refers to page ", s.max_page_id,
+                     " but the cache a captured run read has ", s.graph_cache_pages,
+                     " pages (under use_cuda_graph a graph replays against it)");
   }
   s.kv_lens.assign(static_cast<std::size_t>(batch), 0);
   int64_t total = 0;
@@ -891,6 +897,24 @@ std::pair<float*, float*> workspace_partials(void* base, int64_t bytes,
   return {v, v + plan.num_partial_rows * num_qo_heads * head_dim_vo};
 }
 
+void refill_plan_array(Tensor& dev, const Tensor& host, Device device, bool graph, const char* op,
+                       const char* arg, int64_t capacity, int64_t need) {
+  const int64_t n = std::max(host.numel(), need);
+  const bool fits = dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= n;
+  if (!fits && graph && dev.defined() && dev.dtype() == host.dtype()) {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "under use_cuda_graph this plan needs ",
+                    n, " elements of a device array the first plan sized to ", dev.numel(),
+                    " (a captured graph reads it in place); give the constructor a larger ",
+                    std::string_view(arg).find("mask") != std::string_view::npos
+                        ? "custom_mask_buf"
+                        : "page-index buffer");
+  }
+  if (!fits) dev = Tensor::empty({std::max(n, capacity)}, host.dtype(), device);
+  // The host array's elements only: the room past them (`need`) is each run's to fill (a copy
+  // of n elements from host.numel() refused every plan that read its page ids at run).
+  dev.slice(0, 0, host.numel()).copy_(host);
+}
+
 namespace {
 
 // The plan's fields the kernels' dispatch rules read (dtypes, heads, head dims, soft cap, scale),
@@ -1181,27 +1205,11 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     pl.merge_rows.resize(static_cast<std::size_t>(s.graph_partial_cap), 0);
   }
 
-  // The device copies a re-plan refills in place when they are large enough: a CUDA graph
-  // captured earlier holds their addresses in its kernels' arguments (a new buffer each plan left
-  // the graph reading the freed one). A new buffer holds at least `capacity` elements. Under
-  // use_cuda_graph an array the first plan sized never moves: a plan that needs more is refused
-  // naming `arg` (upstream: more than the constructor's buffer holds).
-  // `need`: elements past the host array's the device one must also hold (the live page ids'
-  // room, which each run fills).
+  // The device copies a re-plan refills in place when they are large enough (a new buffer each
+  // plan left a graph captured earlier reading the freed one): refill_plan_array.
   auto refill = [&](Tensor& dev, const Tensor& host, const char* arg, int64_t capacity = 0,
                     int64_t need = 0) {
-    const int64_t n = std::max(host.numel(), need);
-    const bool fits = dev.defined() && dev.dtype() == host.dtype() && dev.numel() >= n;
-    if (!fits && graph && dev.defined() && dev.dtype() == host.dtype()) {
-      FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "under use_cuda_graph this plan needs ",
-                      n, " elements of a device array the first plan sized to ", dev.numel(),
-                      " (a captured graph reads it in place); give the constructor a larger ",
-                      std::string_view(arg).find("mask") != std::string_view::npos
-                          ? "custom_mask_buf"
-                          : "page-index buffer");
-    }
-    if (!fits) dev = Tensor::empty({std::max(n, capacity)}, host.dtype(), s.device);
-    dev.slice(0, 0, n).copy_(host);
+    refill_plan_array(dev, host, s.device, graph, op, arg, capacity, need);
   };
   // A device-side plan (build_block_table_plan) is filled on the device by run().
   const bool on_device = s.device.is_cuda() && !s.sizing_only && !s.block_plan;
@@ -1397,6 +1405,9 @@ void build_block_table_plan(detail::WrapperState& s, const kernels::BlockTablePl
   build_plan(s, std::nullopt, /*disable_split_kv=*/false, op);
 
   kernels::AttentionPlan& pl = s.plan;
+  // The callers route a bound of no queries to the host plan (no grid to lay out).
+  FLASHINFER_CHECK_CODE(q_len >= 1, ErrorCode::kInternal, op, "",
+                        "a device-side plan for requests of no queries");
   const int32_t tile_rows = std::max<int32_t>(1, pl.cta_tile_q);
   const int64_t tiles = (q_len + tile_rows - 1) / tile_rows;
   const int64_t items = static_cast<int64_t>(pl.work.size());
@@ -1528,6 +1539,12 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
                        " does not match plan's page_size ", s.page_size);
       FLASHINFER_CHECK(s.max_page_id < t->size(0), op, arg, "the page table refers to page ",
                        s.max_page_id, " but the cache has ", t->size(0), " pages");
+      // Only a run being captured: a replay reads the cache of its capture (with several
+      // graphs, the smallest of their caches); load_page_table checks re-plans against it.
+      if (s.use_cuda_graph && s.device.is_cuda() && detail::cuda_current_stream_capturing()) {
+        s.graph_cache_pages =
+            s.graph_cache_pages < 0 ? t->size(0) : std::min(s.graph_cache_pages, t->size(0));
+      }
     } else {
       FLASHINFER_CHECK(t->size(0) >= s.total_kv, op, arg, "has ", t->size(0),
                        " rows but kv_indptr ends at ", s.total_kv);

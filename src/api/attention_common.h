@@ -74,6 +74,11 @@ struct WrapperState {
   // bytes; 0: not given). The first plan sizes the device arrays to hold them, and a later plan
   // that needs more is refused: a captured graph holds the arrays' addresses.
   int64_t graph_indices_buffer = 0, graph_mask_buffer = 0;
+  // use_cuda_graph on CUDA: the pages of the K/V cache the runs captured so far read (the
+  // smallest; -1 before any capture). A graph replays against that cache without run()'s check,
+  // so a re-plan whose page ids it copies is checked against it (ids read at run: the guard).
+  // Mutable: run_planned, which sees the cache, takes the state as const.
+  mutable int64_t graph_cache_pages = -1;
   const char* indices_arg = "indices";  // the plan argument of the page ids (load_page_table)
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
   Tensor dev_ints, dev_mask, dev_mask_indptr, dev_item_bounds;
@@ -168,6 +173,14 @@ bool graph_index_buffer_usable(const Tensor& t, Device device);
 /// Under use_cuda_graph, plan's `src` into the first src.numel() elements of the constructor's
 /// buffer `buf`, as upstream's plan copies it; nothing when `src` is the buffer (or its prefix).
 void copy_into_graph_buffer(const Tensor& buf, const Tensor& src);
+/// A plan's device array `dev` (on `device`) refilled with the 1-D host array `host` in its first
+/// host.numel() elements, in place when it is large enough: a CUDA graph captured earlier holds
+/// its address in its kernels' arguments. It must also hold `need` elements in all (room past
+/// host's that each run fills: the live page ids); a new array holds at least `capacity`. Under
+/// `graph` an array the first plan sized never moves: a plan that needs more is refused naming
+/// `arg` (upstream: more than the constructor's buffer holds).
+void refill_plan_array(Tensor& dev, const Tensor& host, Device device, bool graph, const char* op,
+                       const char* arg, int64_t capacity = 0, int64_t need = 0);
 /// Where each of `nnz` appended tokens goes (append_paged_kv_cache, append_paged_mla_kv_cache):
 /// the page table (into `s`, checked against `num_pages`) and batch_indices / positions on the
 /// host, each element inside its request's length.

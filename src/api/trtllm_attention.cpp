@@ -647,7 +647,8 @@ AttentionOutput decode_impl(
   } else {
     FLASHINFER_CHECK(cum_seq_lens_q.has_value() && max_q_len.has_value(), op, "cum_seq_lens_q",
                      "q_len_per_req=None needs cum_seq_lens_q and max_q_len");
-    if (on_device && device_indptr(*cum_seq_lens_q, query)) {
+    // (max_q_len 0: no query rows to plan a grid for; the host plan takes it.)
+    if (on_device && *max_q_len >= 1 && device_indptr(*cum_seq_lens_q, query)) {
       // Planned on the device with cum_seq_lens_q there (as the context call).
       batch = cum_seq_lens_q->size(0) - 1;
       c.qo_indptr = worst_indptr(batch, *max_q_len, op, "max_q_len");
@@ -749,8 +750,10 @@ AttentionOutput context_impl(
   // request max_q_len queries and max_kv_len keys long, filled by the plan kernel from the device
   // tensors; nothing is read back. A request the host checks would refuse gets NaN rows (on the
   // CPU the call is an Error naming the argument).
+  // (max_q_len 0: no query rows to plan a grid for; the host plan takes it, as it does requests
+  // of no queries.)
   const bool device_plan =
-      device_indptr(cum_seq_lens_q, query) &&
+      max_q_len >= 1 && device_indptr(cum_seq_lens_q, query) &&
       plans_on_device(query, kv_cache, seq_lens, block_tables, kv_cache_sf, std::nullopt);
   if (device_plan) {
     api::check_index_tensor(cum_seq_lens_q, op, "cum_seq_lens_q", batch_size + 1);

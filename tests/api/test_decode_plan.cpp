@@ -11,6 +11,7 @@
 #include "kernels/cuda/decode_shape.h"
 #include "kernels/cuda/prefill_shape.h"
 #include "kernels/occupancy.h"
+#include "util/test_util.h"
 
 namespace flashinfer {
 namespace {
@@ -158,7 +159,7 @@ TEST(DecodeShape, InvariantsOverEveryConfiguration) {
       for (int dvo : {dqk, 128}) {
         for (int rows = 1; rows <= 160; ++rows) {
           const DecodeBlockShape s = decode_block_shape(dqk, dvo, kvb, rows);
-          SCOPED_TRACE(testing::Message()
+          SCOPED_TRACE(::testing::Message()
                        << dqk << "/" << dvo << " kv " << kvb << " rows " << rows);
           ASSERT_EQ(dqk % s.bdx, 0);
           ASSERT_EQ(dvo % s.bdx, 0);
@@ -337,6 +338,41 @@ TEST(DecodeTensorCores, PlainDecodeFromFourPackedRows) {
 
 // Tensor-core prefill chunks in whole K/V tiles: pages of 16 to tiles of 128 keys (8 pages),
 // tokens to 64-key tiles; page sizes that do not divide the tile, and no split, stay as planned.
+// A plan's device arrays (api::refill_plan_array), on the CPU device: the host array in front,
+// room past it for what each run writes (`need`: the page ids read at run), in place when large
+// enough (a captured graph holds the address), and under use_cuda_graph never moved: a plan that
+// needs more is refused naming the argument. The copy once took `need` elements of the shorter
+// host array, which refused every CUDA plan that reads its page ids at run (the arrays are built
+// on CUDA only, so no CPU test reached it; a review found it in session 79).
+TEST(PlanArrays, RefilledInPlaceWithRoomForWhatEachRunWrites) {
+  const Tensor host = Tensor::from_vector({1, 2, 3, 4, 5}, {5}, DType::kInt32);
+  Tensor dev;
+  api::refill_plan_array(dev, host, Device::cpu(), false, "op", "indices", 8, 12);
+  ASSERT_EQ(dev.numel(), 12);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(dev.data<int32_t>()[i], i + 1);
+  dev.data<int32_t>()[10] = 77;  // a run's ids
+  const void* before = dev.data_ptr();
+  const Tensor host2 = Tensor::from_vector({9, 8, 7}, {3}, DType::kInt32);
+  api::refill_plan_array(dev, host2, Device::cpu(), true, "op", "indices", 0, 11);
+  EXPECT_EQ(dev.data_ptr(), before) << "moved: a captured graph would read the old array";
+  EXPECT_EQ(dev.data<int32_t>()[0], 9);
+  EXPECT_EQ(dev.data<int32_t>()[2], 7);
+  EXPECT_EQ(dev.data<int32_t>()[3], 4);    // past the host array: left as it was
+  EXPECT_EQ(dev.data<int32_t>()[10], 77);  // the room: the run's to fill
+  EXPECT_FI_ERROR(
+      api::refill_plan_array(dev, host2, Device::cpu(), true,
+                             "BatchDecodeWithPagedKVCacheWrapper.plan", "paged_kv_indices", 0, 13),
+      "BatchDecodeWithPagedKVCacheWrapper.plan", "paged_kv_indices");
+  EXPECT_EQ(dev.data_ptr(), before);
+  api::refill_plan_array(dev, host2, Device::cpu(), false, "op", "indices", 0, 13);  // eagerly
+  EXPECT_EQ(dev.numel(), 13);
+  EXPECT_EQ(dev.data<int32_t>()[1], 8);
+  // Without room: just the host array.
+  Tensor fresh;
+  api::refill_plan_array(fresh, host, Device::cpu(), false, "op", "indices");
+  EXPECT_EQ(fresh.numel(), 5);
+}
+
 TEST(PlanKvChunk, RoundedUpToWholeTiles) {
   using api::round_kv_chunk_to_tiles;
   EXPECT_EQ(round_kv_chunk_to_tiles(13, 16, 128), 16);  // 208 tokens -> 256

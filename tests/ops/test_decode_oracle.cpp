@@ -517,6 +517,58 @@ TEST(DecodeKernelCuda, CudaGraphReplanPastThePageBufferIsRefused) {
   }
 }
 
+// use_cuda_graph without a page-index buffer: plan copies the ids, and a captured graph replays
+// them against the cache it captured with no run() to check them. A re-plan whose ids stay in
+// that cache replays; one with an id past it is refused naming the ids (before, the replay read
+// past the cache: a review found it in session 79); before any capture a plan is not held to a
+// cache (run() checks). Compiled, not run.
+TEST(DecodeKernelCuda, CudaGraphReplanPastTheCapturedCacheIsRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128, cache_pages = 64;
+  const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
+  const PagedKVCache cache(Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32)
+                               .uniform_(5)
+                               .to(DType::kBFloat16)
+                               .to(g),
+                           Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32)
+                               .uniform_(6)
+                               .to(DType::kBFloat16)
+                               .to(g));
+  // Two requests of three pages each; `top` is the second request's last id.
+  auto plan = [&](BatchDecodeWithPagedKVCacheWrapper& w, int32_t top) {
+    BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+    po.q_data_type = DType::kBFloat16;
+    w.plan(testing::int_tensor({0, 3, 6}), testing::int_tensor({0, 1, 2, 3, 4, top}),
+           testing::int_tensor({16, 5}), hq, hkv, d, page, po);
+  };
+  const Tensor q =
+      Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(7).to(DType::kBFloat16).to(g);
+  AttentionRunOptions ro;
+  ro.out = Tensor::zeros({2, hq, d}, DType::kBFloat16, g);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                       /*use_cuda_graph=*/true);
+  plan(w, 5);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(q, cache, ro); }));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(q, cache, ro); }));
+  plan(w, static_cast<int32_t>(cache_pages - 1));  // the cache's last page: replays
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  const Tensor replayed = ro.out->to(Device::cpu());
+  EXPECT_TRUE(testing::all_close(replayed, w.run(q, cache).out.to(Device::cpu()), {0.0, 0.0}));
+  EXPECT_FI_ERROR(plan(w, static_cast<int32_t>(cache_pages)), op, "indices");
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+  // No capture yet: nothing to hold the plan to.
+  BatchDecodeWithPagedKVCacheWrapper fresh(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                           /*use_cuda_graph=*/true);
+  plan(fresh, static_cast<int32_t>(cache_pages));
+  EXPECT_FI_ERROR(fresh.run(q, cache), "BatchDecodeWithPagedKVCacheWrapper.run", "paged_kv_cache");
+}
+
 // Upstream's kernels read the page ids when they run (kernels/page_guard.h): under use_cuda_graph
 // plan copies them into the constructor's buffer, and a replay reads that buffer, so ids written
 // into it after plan (no new plan) are the ones attended over; an id outside the cache makes its

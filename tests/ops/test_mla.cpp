@@ -2128,10 +2128,14 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
     EXPECT_EQ(kernels::cuda::mla_mma_scale_arr_launches() > before,
               kernels::cuda::mla::mla_mma_instance(c.dk, stages, false))
         << "the tensor-core kernel ran with the array";
+    const long long before_cores = kernels::cuda::mla_mma_scale_arr_launches();
     {
       testing::ScopedEnv off("FLASHINFER_MLA_TENSOR_CORES", "0");
       cores = run_on(gpu);
     }
+    // (Else "both kernels" would be the tensor-core kernel twice.)
+    EXPECT_EQ(kernels::cuda::mla_mma_scale_arr_launches(), before_cores)
+        << "FLASHINFER_MLA_TENSOR_CORES=0 ran the tensor-core kernel";
     expect_both_kernels_match_cpu(want, tc, cores, c.q);
     ++idx;
   }
@@ -2142,8 +2146,12 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
     for (const char* tensor_cores : {static_cast<const char*>(nullptr), "0"}) {
       SCOPED_TRACE(::testing::Message() << "kpe " << dk << (tensor_cores ? ", CUDA cores" : ""));
       testing::ScopedEnv env("FLASHINFER_MLA_TENSOR_CORES", tensor_cores);
+      const long long before = kernels::cuda::mla_mma_scale_arr_launches();
       const AttentionOutput got = run_one_key_rows(s, 16, DType::kBFloat16, dk, gpu);
       EXPECT_EQ(bytes_of(got.out.to(Device::cpu())), bytes_of(want));
+      EXPECT_EQ(kernels::cuda::mla_mma_scale_arr_launches() > before,
+                tensor_cores == nullptr && kernels::cuda::mla::mla_mma_instance(dk, stages, false))
+          << "the kernel that ran";
     }
   }
 }

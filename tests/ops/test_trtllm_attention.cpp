@@ -748,6 +748,23 @@ TEST(TrtllmDecodeCuda, VariableQueryCountsPlanOnTheDevice) {
       }
     }
   }
+  // A bound of no queries (max_q_len 0, no request with one) takes the host plan: an empty output,
+  // for the context call too (the device plan laid out a grid of no rows and divided by zero: a
+  // review found it in session 79).
+  const Tensor q0 = Tensor::empty({0, hq, d}, DType::kBFloat16, g);
+  const Tensor none = int_tensor({0, 0, 0, 0, 0}).to(g);
+  EXPECT_EQ(trtllm_batch_decode_with_kv_cache(q0, cache, ws, tg, lg, max_seq_len, r.bmm1, 1.0, -1,
+                                              std::nullopt, std::nullopt, std::nullopt,
+                                              std::nullopt, std::nullopt, "HND", std::nullopt,
+                                              "auto", std::nullopt, 1.0, std::nullopt, 0, none)
+                .out.size(0),
+            0);
+  EXPECT_EQ(trtllm_batch_context_with_kv_cache(q0, cache, ws, tg, lg, 0, max_seq_len, r.bmm1, 1.0,
+                                               4, none, none, -1, std::nullopt, std::nullopt,
+                                               std::nullopt, std::nullopt, "HND", std::nullopt,
+                                               std::nullopt, std::nullopt, std::nullopt, true, true)
+                .out.size(0),
+            0);
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART

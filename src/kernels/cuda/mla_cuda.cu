@@ -1158,6 +1158,10 @@ bool mma_kernel_takes(const MlaAttentionParams& p, int stages, int cc_major) {
   }
   if (!latent_rows_take(p, p.dim_kpe != 0)) return false;
   if (!mla::mla_mma_dtypes(p.q_dtype, p.kv_dtype, p.o_dtype)) return false;
+  // Per-token ckv scales with an fp8 query: the CPU reference and the fallback keep the scaled
+  // values in fp32, where this kernel's fp8-query instances round them to bf16 (no entry point
+  // passes both today: BatchMLAPagedAttentionWrapper.run takes 16-bit and fp32 queries).
+  if (p.ckv_scale_arr != nullptr && dtype_is_fp8(p.q_dtype)) return false;
   return !detail::env_switch_is("FLASHINFER_MLA_TENSOR_CORES", "0");
 }
 
