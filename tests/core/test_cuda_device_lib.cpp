@@ -10,12 +10,14 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "flashinfer/float_formats.h"
 #include "kernels/cuda/device/fastdiv.cuh"
 #include "kernels/cuda/device/permuted_smem.cuh"
 #include "kernels/cuda/device/softmax_state.cuh"
+#include "kernels/cuda/smem_limits.h"
 #include "kernels/occupancy.h"
 
 #ifdef FLASHINFER_TEST_HAVE_CUDA_HEADERS
@@ -663,6 +665,51 @@ TEST(Occupancy, Sm86AndSm89) {
   EXPECT_EQ(occupancy_blocks_per_sm(ada, 128, 32, 48 * kKiB), 2);
   EXPECT_EQ(occupancy_blocks_per_sm(ada, 128, 32, 99 * kKiB), 1);
   EXPECT_EQ(occupancy_blocks_per_sm(ada, 128, 32, 99 * kKiB + 1), 0);
+}
+
+// The launches' record of dynamic shared memory limits (kernels/cuda/smem_limits.h): raised only,
+// one driver call per raise, and consistent when threads launch one kernel at different sizes at
+// once (a record per launch size could end up naming one size while the driver held another, and
+// every later launch of the larger size then skipped the call and failed). `driver` stands in
+// for cudaFuncSetAttribute: it keeps the limit it was last set to.
+TEST(SmemLimits, RaisedOnlyAndConsistentAcrossThreads) {
+  flashinfer::kernels::cuda::SmemLimits limits;
+  const int kernel_a = 0, kernel_b = 0;
+  std::mutex driver_mutex;
+  std::size_t driver = 0;
+  int calls = 0;
+  auto set = [&](std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(driver_mutex);
+    driver = bytes;
+    ++calls;
+    return 0;  // success, as cudaSuccess
+  };
+  EXPECT_EQ(limits.ensure(&kernel_a, 0, 100 << 10, set), 0);
+  EXPECT_EQ(limits.ensure(&kernel_a, 0, 60 << 10, set), 0);  // under the limit: no call
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(driver, std::size_t{100} << 10);
+  EXPECT_EQ(limits.limit(&kernel_a, 0), std::size_t{100} << 10);
+  EXPECT_EQ(limits.limit(&kernel_a, 1), 0u);  // per device
+  EXPECT_EQ(limits.limit(&kernel_b, 0), 0u);  // per kernel
+  // A failed call records nothing.
+  EXPECT_EQ(limits.ensure(&kernel_b, 0, 200 << 10, [](std::size_t) { return 7; }), 7);
+  EXPECT_EQ(limits.limit(&kernel_b, 0), 0u);
+  // Threads launching kernel b at sizes 50..57 KiB at once: afterwards the driver holds what the
+  // record says, the largest.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const std::size_t bytes = static_cast<std::size_t>(50 + (t + i) % 8) << 10;
+        ASSERT_EQ(limits.ensure(&kernel_b, 0, bytes, set), 0);
+        ASSERT_GE(limits.limit(&kernel_b, 0), bytes);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(limits.limit(&kernel_b, 0), std::size_t{57} << 10);
+  EXPECT_EQ(driver, std::size_t{57} << 10);
+  EXPECT_LE(calls, 1 + 8);  // kernel a's, then at most one a raise
 }
 
 }  // namespace

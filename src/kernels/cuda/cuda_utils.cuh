@@ -15,6 +15,7 @@
 #include "core/cuda_runtime.h"
 #include "flashinfer/error.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/smem_limits.h"
 #include "kernels/dtype_dispatch.h"
 
 namespace flashinfer::kernels::cuda {
@@ -50,36 +51,10 @@ inline cudaError_t malloc_async(void** p, std::size_t bytes, cudaStream_t s) {
   return cudaMallocAsync(p, bytes, s);
 }
 
-/// The dynamic shared memory limit `kernel` was last set to on a device by a launch (0 if none),
-/// and the record of a setting: cudaFuncSetAttribute is a driver call on every launch otherwise
-/// (a kernel's attribute stays set in the device's context, which this library never resets). A
-/// launch sets the attribute to its own size whenever that differs from the last one, as it did
-/// on every launch before, so the limit the driver sees is the same.
-class SmemLimits {
- public:
-  static SmemLimits& instance() {
-    static SmemLimits s;
-    return s;
-  }
-  std::size_t get(const void* kernel, int device) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = limits_.find({kernel, device});
-    return it == limits_.end() ? 0 : it->second;
-  }
-  void set(const void* kernel, int device, std::size_t smem) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    limits_[{kernel, device}] = smem;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::pair<const void*, int>, std::size_t> limits_;
-};
-
 /// Launches `kernel` through cudaLaunchKernelEx with programmatic stream serialization set to
 /// `enable_pdl` (the kernel then overlaps the previous one's tail until its pdl_wait()). Raises
-/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB and not
-/// what the last such launch on this device set it to (SmemLimits).
+/// the kernel's dynamic shared memory limit first when `smem` is over the default 48 KiB and
+/// above what earlier launches on this device raised it to (SmemLimits).
 /// Returns the launch's own error, never an earlier one pending in the last-error slot.
 template <class... KArgs, class... Args>
 cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem,
@@ -88,13 +63,12 @@ cudaError_t try_launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
-    const void* key = reinterpret_cast<const void*>(kernel);
-    if (SmemLimits::instance().get(key, device) != smem) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
-      SmemLimits::instance().set(key, device, smem);
-    }
+    err = SmemLimits::instance().ensure(
+        reinterpret_cast<const void*>(kernel), device, smem, [&](std::size_t bytes) {
+          return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes));
+        });
+    if (err != cudaSuccess) return err;
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
