@@ -326,12 +326,6 @@ void load_page_table(detail::WrapperState& s, const Tensor& indptr, const Tensor
                        i, " is negative");
       s.max_page_id = std::max<int64_t>(s.max_page_id, s.kv_indices[i]);
     }
-    // A captured graph replays these ids against the cache it captured, with no run() to check
-    // them: an id past it would be read out of bounds (the MLA wrapper's rule too).
-    FLASHINFER_CHECK(s.graph_cache_pages < 0 || s.max_page_id < s.graph_cache_pages, op,
-                     indices_arg, "refers to page ", s.max_page_id,
-                     " but the cache a captured run read has ", s.graph_cache_pages,
-                     " pages (under use_cuda_graph a graph replays against it)");
   }
   s.kv_lens.assign(static_cast<std::size_t>(batch), 0);
   int64_t total = 0;
@@ -1017,6 +1011,14 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
   // Set again at the end: a plan refused part way leaves run() refusing, not running the last
   // plan's arrays against this one's page table.
   s.planned = false;
+  // A captured graph replays the ids this plan copies (from indices, or trtllm-gen's
+  // block_tables) against the cache it captured, with no run() to check them: an id past it
+  // would be read out of bounds (the MLA wrapper's rule too). Ids read at run: the guard's.
+  FLASHINFER_CHECK(
+      s.live_indices.defined() || s.graph_cache_pages < 0 || s.max_page_id < s.graph_cache_pages,
+      op, s.indices_arg, "refers to page ", s.max_page_id,
+      " but the cache a captured run read has ", s.graph_cache_pages,
+      " pages (under use_cuda_graph a graph replays against it)");
   if (!decode_route_held(s)) s.tensor_cores_auto = decode_tensor_cores_auto(s);
   const int32_t group = s.num_qo_heads / s.num_kv_heads;
   // The Hopper kernel's tiles are upstream's for head dim 128 at every head dim it takes.
@@ -1180,8 +1182,11 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     if (partial_bytes(s.graph_partial_cap) > have) s.graph_partial_cap = 0;  // never split
   }
   const int64_t partial_cap = graph ? s.graph_partial_cap : s.plan.num_partial_rows;
+  // Unsplit too where the split's merged rows outgrow the first plan's grid under
+  // use_cuda_graph (a prefill re-plan of more queries): unsplit, it may still fit.
   if (s.plan.split_kv &&
-      (partial_bytes(s.plan.num_partial_rows) > have || s.plan.num_partial_rows > partial_cap)) {
+      (partial_bytes(s.plan.num_partial_rows) > have || s.plan.num_partial_rows > partial_cap ||
+       (graph && static_cast<int64_t>(s.plan.merge_out_row.size()) > s.graph_merge_cap))) {
     s.plan = partition(s.qo_indptr.data(), s.kv_lens.data(), units, rows_per_tile, 0, unit);
   }
   s.plan.partial_rows_capacity = std::max(partial_cap, s.plan.num_partial_rows);
@@ -1255,15 +1260,20 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     Tensor h = Tensor::empty({static_cast<int64_t>(all.size())}, DType::kInt32);
     std::memcpy(h.data_ptr(), all.data(), all.size() * sizeof(int32_t));
     const int64_t room = graph ? s.graph_indices_buffer : live ? page_id_count(s) : 0;
-    refill(s.dev_ints, h, s.indices_arg,
-           std::max<int64_t>(int64_t{1} << 16, s.dev_off[2] + room + 1),
+    // At least 64 Ki ints, so that a wrapper's re-plans refill in place; not for a plan made
+    // inside a capture (single_prefill / single_decode / POD plan each call: a captured graph
+    // keeps every block allocated under it, 256 KiB a call where its arrays take a few hundred
+    // bytes).
+    const int64_t floor = detail::cuda_current_stream_capturing() ? 0 : int64_t{1} << 16;
+    refill(s.dev_ints, h, s.indices_arg, std::max<int64_t>(floor, s.dev_off[2] + room + 1),
            live ? s.dev_off[2] + page_id_count(s) + 1 : 0);
     if (!s.mask_indptr.empty()) {
       // Whole 32-bit words (the CUDA kernels read the bits a word at a time), zero-padded.
       const auto words = static_cast<int64_t>(s.packed_mask.size() / 4 + 1);
       Tensor hm = Tensor::zeros({4 * words}, DType::kUInt8);
       std::memcpy(hm.data_ptr(), s.packed_mask.data(), s.packed_mask.size());
-      refill(s.dev_mask, hm, "custom_mask", graph ? s.graph_mask_buffer : 0);
+      // (The constructor's buffer in the same whole words: a mask that fits it fits this.)
+      refill(s.dev_mask, hm, "custom_mask", graph ? 4 * (s.graph_mask_buffer / 4 + 1) : 0);
       Tensor hi = Tensor::empty({static_cast<int64_t>(s.mask_indptr.size())}, DType::kInt64);
       std::memcpy(hi.data_ptr(), s.mask_indptr.data(), s.mask_indptr.size() * sizeof(int64_t));
       refill(s.dev_mask_indptr, hi, "custom_mask");
@@ -1690,7 +1700,9 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     p.merge_indptr = base + s.dev_off[5];
     p.merge_rows = base + s.dev_off[6];
     p.merge_out_row = base + s.dev_off[7];
-    if (s.dev_mask.defined()) {
+    // (Under use_cuda_graph the mask and the slopes stay on the device for the graphs that
+    // captured them; this plan reads them only when it has them.)
+    if (s.dev_mask.defined() && !s.mask_indptr.empty()) {
       p.custom_mask = s.dev_mask.data<const uint8_t>();
       p.mask_indptr = s.dev_mask_indptr.data<const int64_t>();
     }
@@ -1699,7 +1711,8 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
       p.multi_item_rows = p.multi_item_bounds + s.item_bounds.size();
     }
   }
-  if (s.dev_alibi.defined()) p.alibi_slopes = s.dev_alibi.data<const float>();
+  if (s.dev_alibi.defined() && s.pos_encoding == 2)
+    p.alibi_slopes = s.dev_alibi.data<const float>();
   if (s.block_plan) {
     // The plan on the device: its kernel fills the arrays above (and writes the NaN rows of the
     // requests it refuses) before the attention kernels read them; pages come from the table.

@@ -37,7 +37,12 @@ BatchAttention::BatchAttention(std::string kv_layout, std::string device)
           FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "device",
                           "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"", device, "\"");
         }
-        s_->device = Device::cpu();  // set by run() from q
+        // The device plan() builds on: upstream's workspace device where this process has it
+        // (so that a run captured into a CUDA graph finds its plan there: its first run on a
+        // device copies the plan there, which a capture refuses), else the CPU; a run on
+        // another device copies the plan there.
+        const Device d = Device::parse(device);
+        s_->device = d.is_cuda() && d.index < cuda_device_count() ? d : Device::cpu();
       },
       *this, kv_layout, device);
 }
@@ -101,9 +106,9 @@ void BatchAttention::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
                            " (causal masks are right-aligned and need kv_len >= qo_len)");
         }
         // No split-KV: upstream's wrapper owns its workspace, so there is no caller buffer to
-        // hold partials; the device copy is made by run() on q's device.
-        s.float_workspace = Tensor::empty({4}, DType::kUInt8);
-        s.device = Device::cpu();
+        // hold partials. Built on the constructor's device (above); run() on another device
+        // copies it there.
+        s.float_workspace = Tensor::empty({4}, DType::kUInt8, s.device);
         api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
       },
       *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_qo_heads, num_kv_heads, head_dim_qk,

@@ -181,6 +181,7 @@ void use_block_tables(detail::WrapperState& s, const Tensor& block_tables, const
   const auto* table = static_cast<const int32_t*>(h.data_ptr());
   const int64_t cols = block_tables.size(1);
   s.max_page_id = -1;
+  s.indices_arg = "block_tables";  // the ids the kernels read (build_plan's checks name it)
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t pages = s.kv_indptr[b + 1] - s.kv_indptr[b];
     FLASHINFER_CHECK(pages <= cols, op, "block_tables", "request ", b, " needs ", pages,

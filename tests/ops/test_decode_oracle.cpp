@@ -517,6 +517,17 @@ TEST(DecodeKernelCuda, CudaGraphReplanPastThePageBufferIsRefused) {
   }
 }
 
+// A bf16 paged cache of `pages` pages (NHD, uniform random) on `g`: the graph re-plan tests'.
+PagedKVCache bf16_cache_on(Device g, int64_t pages, int64_t page, int64_t hkv, int64_t d) {
+  auto part = [&](uint64_t seed) {
+    return Tensor::empty({pages, page, hkv, d}, DType::kFloat32)
+        .uniform_(seed)
+        .to(DType::kBFloat16)
+        .to(g);
+  };
+  return PagedKVCache(part(5), part(6));
+}
+
 // use_cuda_graph without a page-index buffer: plan copies the ids, and a captured graph replays
 // them against the cache it captured with no run() to check them. A re-plan whose ids stay in
 // that cache replays; one with an id past it is refused naming the ids (before, the replay read
@@ -527,14 +538,7 @@ TEST(DecodeKernelCuda, CudaGraphReplanPastTheCapturedCacheIsRefused) {
   const Device g = Device::cuda();
   const int64_t page = 16, hq = 32, hkv = 8, d = 128, cache_pages = 64;
   const char* op = "BatchDecodeWithPagedKVCacheWrapper.plan";
-  const PagedKVCache cache(Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32)
-                               .uniform_(5)
-                               .to(DType::kBFloat16)
-                               .to(g),
-                           Tensor::empty({cache_pages, page, hkv, d}, DType::kFloat32)
-                               .uniform_(6)
-                               .to(DType::kBFloat16)
-                               .to(g));
+  const PagedKVCache cache = bf16_cache_on(g, cache_pages, page, hkv, d);
   // Two requests of three pages each; `top` is the second request's last id.
   auto plan = [&](BatchDecodeWithPagedKVCacheWrapper& w, int32_t top) {
     BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
@@ -567,6 +571,42 @@ TEST(DecodeKernelCuda, CudaGraphReplanPastTheCapturedCacheIsRefused) {
                                            /*use_cuda_graph=*/true);
   plan(fresh, static_cast<int32_t>(cache_pages));
   EXPECT_FI_ERROR(fresh.run(q, cache), "BatchDecodeWithPagedKVCacheWrapper.run", "paged_kv_cache");
+}
+
+// The same rule for backend "trtllm-gen", whose kernels read request b's pages from
+// block_tables[b]: a re-plan whose table names a page past the captured cache is refused naming
+// block_tables (it was checked against the indices, which that backend never reads: a table past
+// the cache replayed out of bounds, stale indices refused a good plan). Compiled, not run.
+TEST(DecodeKernelCuda, CudaGraphReplanOfATablePastTheCapturedCacheIsRefused) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 32, hkv = 8, d = 128, cache_pages = 64;
+  const PagedKVCache cache = bf16_cache_on(g, cache_pages, page, hkv, d);
+  // Two requests of three pages; the indices are stale (past the cache) and never read.
+  auto plan = [&](BatchDecodeWithPagedKVCacheWrapper& w, int32_t top) {
+    BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+    po.q_data_type = DType::kBFloat16;
+    po.block_tables = testing::int_tensor({0, 1, 2, 3, 4, top}).reshape({2, 3});
+    w.plan(testing::int_tensor({0, 3, 6}), testing::int_tensor({900, 901, 902, 903, 904, 905}),
+           testing::int_tensor({16, 5}), hq, hkv, d, page, po);
+  };
+  const Tensor q =
+      Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(7).to(DType::kBFloat16).to(g);
+  AttentionRunOptions ro;
+  ro.out = Tensor::zeros({2, hq, d}, DType::kBFloat16, g);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                       /*use_cuda_graph=*/true, false, std::nullopt, std::nullopt,
+                                       std::nullopt, "trtllm-gen");
+  plan(w, 5);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(q, cache, ro); }));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(q, cache, ro); }));
+  plan(w, static_cast<int32_t>(cache_pages - 1));  // stale indices, a good table: taken
+  EXPECT_FI_ERROR(plan(w, static_cast<int32_t>(cache_pages)),
+                  "BatchDecodeWithPagedKVCacheWrapper.plan", "block_tables");
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
 }
 
 // Upstream's kernels read the page ids when they run (kernels/page_guard.h): under use_cuda_graph

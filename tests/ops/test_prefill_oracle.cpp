@@ -807,6 +807,106 @@ TEST(PrefillKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   ASSERT_EQ(cudaStreamDestroy(graph.stream), cudaSuccess);
 }
 
+// BatchAttention, upstream's plan-once wrapper: plan(), then its first run captured into a CUDA
+// graph, as engines do. plan() builds on the constructor's device ("cuda"), so the captured run
+// copies nothing (it copied the plan to q's device at its first run, which a capture refuses: a
+// review found it in session 79). The replay matches the eager run. Compiled, not run.
+TEST(PrefillKernelCuda, BatchAttentionPlanThenCapturedRunReplays) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({300, 90}, 16, 2, 128, DType::kBFloat16, false, true, 41, kd, vd);
+  BatchAttention w("NHD", "cuda");
+  w.plan(int_tensor({0, 40, 41}).to(g), f.indptr.to(g), f.indices.to(g),
+         int_tensor({300, 90}).to(g), 8, 2, 128, 128, 16, true, std::nullopt, std::nullopt,
+         DType::kBFloat16, DType::kBFloat16);
+  const Tensor q = Tensor::empty({41, 8, 128}, DType::kBFloat16).uniform_(42).to(g);
+  const PagedKVCache cache(testing::to_keep_layout(f.k_cache, g),
+                           testing::to_keep_layout(f.v_cache, g));
+  const Tensor out = Tensor::zeros({41, 8, 128}, DType::kBFloat16, g);
+  const Tensor lse = Tensor::zeros({41, 8}, DType::kFloat32, g);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(q, cache, out, lse); }));
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  const AttentionOutput eager = w.run(q, cache);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), eager.out.to(Device::cpu()), {0.0, 0.0}));
+  EXPECT_TRUE(testing::all_close(lse.to(Device::cpu()), eager.lse.to(Device::cpu()), {0.0, 0.0}));
+  ASSERT_EQ(cudaGraphExecDestroy(graph.exec), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph.graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(graph.stream), cudaSuccess);
+}
+
+// use_cuda_graph, eager runs across re-plans (a review's findings, session 79): a mask that fills
+// the constructor's custom_mask_buf is taken (its device copy's word padding was refused once a
+// smaller mask had sized the array); a plan without a mask after one with it computes without it
+// (the mask stayed on the device for the graphs that captured it, and every later run applied
+// it); a re-plan of many more queries runs (split or not) within the first plan's grid. With a
+// page-index buffer, so the ids are read at run. Against the CPU. Compiled, not run.
+TEST(PrefillKernelCuda, CudaGraphWrapperReplansWithAndWithoutAMask) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t page = 16, hq = 8, hkv = 2, d = 128;
+  const std::vector<int32_t> kv{300, 700};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(kv, page, hkv, d, DType::kBFloat16, false, true, 23, kd, vd);
+  auto indptr_of = [](const std::vector<int32_t>& l) {
+    std::vector<int32_t> p{0};
+    for (int32_t x : l) p.push_back(p.back() + x);
+    return int_tensor(p);
+  };
+  // A mask of every request's qo x kv bits, and the bytes it packs to (each request's bits
+  // byte-aligned, as upstream's segment_packbits).
+  auto mask_of = [&](const std::vector<int32_t>& qo) {
+    std::vector<double> bits;
+    int64_t bytes = 0;
+    for (std::size_t b = 0; b < qo.size(); ++b) {
+      for (int32_t i = 0; i < qo[b]; ++i)
+        for (int32_t j = 0; j < kv[b]; ++j) bits.push_back((i * 7 + j * 3) % 5 != 0);
+      bytes += (int64_t{qo[b]} * kv[b] + 7) / 8;
+    }
+    return std::pair{Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool),
+                     bytes};
+  };
+  const std::vector<int32_t> small{2, 3}, big{5, 7}, many{100, 100};
+  const int64_t buf_bytes = mask_of(big).second;
+  BatchPrefillWithPagedKVCacheWrapper w(
+      Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD", /*use_cuda_graph=*/true,
+      Tensor::zeros({3}, DType::kInt32, g), Tensor::zeros({3}, DType::kInt32, g),
+      Tensor::zeros({f.indices.numel()}, DType::kInt32, g), Tensor::zeros({2}, DType::kInt32, g),
+      Tensor::zeros({buf_bytes}, DType::kUInt8, g), Tensor::zeros({3}, DType::kInt32, g));
+  const PagedKVCache cache(testing::to_keep_layout(f.k_cache, g),
+                           testing::to_keep_layout(f.v_cache, g));
+  int step = 0;
+  auto check = [&](const std::vector<int32_t>& qo, bool masked) {
+    SCOPED_TRACE(::testing::Message() << "step " << step++);
+    PrefillPlanOptions po;
+    po.q_data_type = DType::kBFloat16;
+    po.causal = !masked;
+    if (masked) po.custom_mask = mask_of(qo).first;
+    const int64_t rows = std::accumulate(qo.begin(), qo.end(), int64_t{0});
+    const Tensor q = Tensor::empty({rows, hq, d}, DType::kBFloat16).uniform_(30 + step);
+    BatchPrefillWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8));
+    cpu.plan(indptr_of(qo), f.indptr, f.indices, f.last_page_len, hq, hkv, d, page, po);
+    AttentionRunOptions ro;
+    ro.return_lse = true;
+    const AttentionOutput want = cpu.run(q, f.cache(), ro);
+    ASSERT_NO_THROW(w.plan(indptr_of(qo).to(g), f.indptr.to(g), f.indices.to(g),
+                           f.last_page_len.to(g), hq, hkv, d, page, po));
+    const AttentionOutput got = w.run(q.to(g), cache, ro);
+    EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
+                                   testing::default_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(got.lse.to(Device::cpu()), want.lse, {2e-3, 1e-3}));
+  };
+  check(small, true);
+  check(big, true);    // fills custom_mask_buf
+  check(big, false);   // the mask gone
+  check(small, true);  // and back
+  check(many, false);  // 200 queries after a first plan of 5
+}
+
 // single_prefill_with_kv_cache plans its one request on each call and uploads that plan: inside a
 // capture the upload goes by value (Tensor.copy_), so the call, and the run() of
 // PODWithPagedKVCacheWrapper(use_cuda_graph=True) whose prefill half it is, capture in global
