@@ -136,10 +136,20 @@ void CachingAllocator::begin_capture_hold() {
 }
 
 void CachingAllocator::end_capture_hold() noexcept {
-  std::vector<std::pair<void*, std::size_t>> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (holds_ > 0) --holds_;
+  }
+  free_held_unless_capturing();
+}
+
+void CachingAllocator::free_held_unless_capturing() noexcept {
+  // A hold may end while this thread captures another graph (legal: the scope of an earlier
+  // graph closing): the synchronize would end that capture, so the blocks wait.
+  if (ops_.thread_capturing()) return;
+  std::vector<std::pair<void*, std::size_t>> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     if (holds_ > 0 || held_.empty()) return;
     kept.swap(held_);
     held_bytes_ = 0;
@@ -155,6 +165,7 @@ void CachingAllocator::end_capture_hold() noexcept {
 void CachingAllocator::empty_cache() noexcept {
   // During this thread's capture the synchronize would end it: nothing is freed then.
   if (ops_.thread_capturing()) return;
+  free_held_unless_capturing();
   std::vector<std::pair<void*, void*>> taken;
   {
     std::lock_guard<std::mutex> lock(mu_);

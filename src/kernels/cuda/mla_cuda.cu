@@ -1333,7 +1333,16 @@ const char* mla_attention_unsupported(const MlaAttentionParams& p) {
   if (p.dim_ckv < 1 || p.dim_ckv > kWarp * kCkvPerLane) {
     return "the CUDA MLA kernel takes head_dim_ckv in [1, 512]";
   }
-  if (p.dim_kpe < 0 || smem_bytes(p) > 200 * 1024) {
+  // Within the device's opt-in shared memory a block too (99 KiB on sm_86 / sm_89, 163 on
+  // sm_80): a named refusal where the launch would fail.
+  long long smem_limit = 200 * 1024;
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess) {
+    smem_limit = std::min<long long>(smem_limit, optin);
+  }
+  if (p.dim_kpe < 0 || static_cast<long long>(smem_bytes(p)) > smem_limit) {
     return "head_dim_ckv + head_dim_kpe is too large for the CUDA MLA kernel's shared memory";
   }
   if (p.num_heads < 1 || p.num_heads > 65535) return "the CUDA MLA kernel takes 1 to 65535 heads";
