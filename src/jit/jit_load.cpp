@@ -9,6 +9,7 @@
 
 #include "flashinfer/error.h"
 #include "jit/jit.h"
+#include "kernels/cuda/smem_limits.h"
 
 #if FLASHINFER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -75,8 +76,17 @@ void launch(const char* op, void* kernel, unsigned grid_x, unsigned grid_y, unsi
             unsigned block, std::size_t smem, void* stream, bool enable_pdl, void** args) {
   cudaError_t err = cudaSuccess;
   if (smem > 48 * 1024) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
+    // Raised only, under one lock, as the library's own launches do (kernels/cuda/smem_limits.h):
+    // set per launch, two threads launching one kernel at two sizes could run the larger under
+    // the smaller limit.
+    int device = 0;
+    err = cudaGetDevice(&device);
+    if (err == cudaSuccess) {
+      err = kernels::cuda::SmemLimits::instance().ensure(kernel, device, smem, [&](std::size_t b) {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(b));
+      });
+    }
   }
   if (err == cudaSuccess) {
     cudaLaunchConfig_t cfg = {};

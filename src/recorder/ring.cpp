@@ -2603,7 +2603,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
 }
 
 void RingRecorder::wait_copies_locked() {
-  for (const auto& c : calls_) {
+  auto wait = [](const std::shared_ptr<RingCall>& c) {
     for (const auto& b : c->blobs) {
       if (b && b->event) {
         detail::cuda_event_wait(b->event);
@@ -2611,7 +2611,11 @@ void RingRecorder::wait_copies_locked() {
         b->event = nullptr;
       }
     }
-  }
+  };
+  for (const auto& c : calls_) wait(c);
+  // The anchors (evicted __init__ / plan calls a dump writes too) keep their copies: theirs may
+  // still be in flight (a review found them written unwaited in session 79).
+  for (const auto& c : anchors_) wait(c);
 }
 
 std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
