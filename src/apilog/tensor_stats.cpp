@@ -63,6 +63,7 @@ bool tensor_has_nonfinite(const Tensor& t) {
   }
 #if FLASHINFER_WITH_CUDA
   if (detail::cuda_current_stream_capturing()) return false;
+  const detail::CudaRelaxedCaptureScope relaxed;  // (another thread's capture)
   const kernels::TensorStats s =
       kernels::cuda::tensor_stats(p, t.device().index, current_cuda_stream());
   return s.nan_count > 0 || s.inf_count > 0;
@@ -98,6 +99,7 @@ void append_tensor_stats(std::string& out, const Tensor& t, std::string_view pre
       s = kernels::cpu::tensor_stats(p);
     } else {
 #if FLASHINFER_WITH_CUDA
+      const detail::CudaRelaxedCaptureScope relaxed;  // (another thread's capture)
       s = kernels::cuda::tensor_stats(p, t.device().index, current_cuda_stream());
 #else
       throw std::runtime_error("CUDA tensor in a build without the CUDA backend");

@@ -435,6 +435,19 @@ void cuda_event_destroy(void* event) noexcept {
   if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
+CudaRelaxedCaptureScope::CudaRelaxedCaptureScope(bool enable) {
+  if (!enable || !cuda_storage_made()) return;
+  auto mode = cudaStreamCaptureModeRelaxed;
+  active_ = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  previous_ = static_cast<int>(mode);
+}
+
+CudaRelaxedCaptureScope::~CudaRelaxedCaptureScope() {
+  if (!active_) return;
+  auto mode = static_cast<cudaStreamCaptureMode>(previous_);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
 CudaDeviceScope::CudaDeviceScope(const Device& device) {
   if (!device.is_cuda()) return;
   int current = -1;
@@ -649,6 +662,8 @@ void* cuda_copy_to_host_async(void*, const void*, std::size_t, int) {
 }
 void cuda_event_wait(void*) noexcept {}
 void cuda_event_destroy(void*) noexcept {}
+CudaRelaxedCaptureScope::CudaRelaxedCaptureScope(bool) {}
+CudaRelaxedCaptureScope::~CudaRelaxedCaptureScope() = default;
 CudaDeviceScope::CudaDeviceScope(const Device&) {}
 CudaDeviceScope::~CudaDeviceScope() = default;
 bool cuda_current_stream_capturing() { return false; }

@@ -152,6 +152,25 @@ class CudaDeviceScope {
   [[maybe_unused]] int previous_ = -1;  // the device to restore; -1: nothing was changed
 };
 
+/// This thread's CUDA-graph capture mode made relaxed for the scope
+/// (cudaThreadExchangeStreamCaptureMode), for the recorders' and the API log's own CUDA work on
+/// calls that are not being captured: while another thread captures in global mode
+/// (torch.cuda.graph's default), CUDA refuses this thread the calls it deems unsafe (synchronous
+/// copies, host allocations and frees, event waits), and the refusal invalidates that capture.
+/// That work touches no capturing stream. Nothing when `enable` is false, before any CUDA tensor
+/// exists in the process (no context to ask) or without the CUDA backend.
+class CudaRelaxedCaptureScope {
+ public:
+  explicit CudaRelaxedCaptureScope(bool enable = true);
+  ~CudaRelaxedCaptureScope();
+  CudaRelaxedCaptureScope(const CudaRelaxedCaptureScope&) = delete;
+  CudaRelaxedCaptureScope& operator=(const CudaRelaxedCaptureScope&) = delete;
+
+ private:
+  [[maybe_unused]] int previous_ = 0;  // the mode to restore (cudaStreamCaptureMode)
+  [[maybe_unused]] bool active_ = false;
+};
+
 /// "13.0" for the runtime the backend was built with.
 std::string cuda_runtime_version();
 

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "calls/name_filter.h"
+#include "core/cuda_runtime.h"
 #include "core/settings.h"
 #include "flashinfer/api_call.h"
 #include "recorder/dump_schema.h"
@@ -253,6 +254,8 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
   try {
     p.rec = std::make_shared<RecordParts>();
     p.graph = internal::capture_in_progress(args);
+    // Not captured here: the copies to the host may run while another thread captures.
+    const detail::CudaRelaxedCaptureScope relaxed(!p.graph);
     const std::string ts = internal::timestamp_now();
     const int64_t pid = internal::current_pid();
     RecordParts& rec = *p.rec;
@@ -302,6 +305,7 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
   Pending p = std::move(stack().back());
   stack().pop_back();
   if (!p.dumping) return;
+  const detail::CudaRelaxedCaptureScope relaxed(!p.graph);  // (as in on_call_begin)
   try {
     std::string output_metadata;
     Extracted out = internal::extract_result(result, p.graph, output_metadata);

@@ -237,10 +237,12 @@ struct Blob {
       : size(n), pinned(pin), held(std::move(counter)), pool(std::move(from)) {
     if (alloc == UINT64_MAX) alloc = n;
     capacity = pinned ? alloc : BlobPool::rounded(alloc);
+    const detail::CudaRelaxedCaptureScope relaxed(pinned);  // (another thread's capture)
     data = pinned ? static_cast<uint8_t*>(detail::cuda_pinned_alloc(alloc)) : pool->get(capacity);
     held->fetch_add(capacity, std::memory_order_relaxed);
   }
   ~Blob() {
+    const detail::CudaRelaxedCaptureScope relaxed(pinned || event);  // (another thread's capture)
     if (event) {
       detail::cuda_event_wait(event);
       detail::cuda_event_destroy(event);
@@ -2404,6 +2406,9 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     deferred_checks_locked(h.stack.back(), h.stack.back().call.get());
   }
   std::shared_ptr<RingCall> call = std::move(h.stack.back().call);
+  // A kept call is not being captured (on_call_begin): its copies, events and evictions may
+  // run while another thread captures.
+  const detail::CudaRelaxedCaptureScope relaxed(call != nullptr);
   const bool observed = h.stack.back().observed;
   OpInfo* const op = h.stack.back().op;
   const bool keyed = h.stack.back().keyed;
@@ -2619,6 +2624,7 @@ void RingRecorder::wait_copies_locked() {
 }
 
 std::string RingRecorder::dump(const std::string& reason, RingCall* trigger) {
+  const detail::CudaRelaxedCaptureScope relaxed;  // (the SIGUSR1 watcher, another's capture)
   const std::string why = sanitized(reason);
   dumps_.fetch_add(1);
   const int64_t k = g_dump_number.fetch_add(1) + 1;
