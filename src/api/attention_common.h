@@ -79,6 +79,10 @@ struct WrapperState {
   // so a re-plan whose page ids it copies is checked against it (ids read at run: the guard).
   // Mutable: run_planned, which sees the cache, takes the state as const.
   mutable int64_t graph_cache_pages = -1;
+  // BatchAttention: the device plan() builds on (upstream's `device` argument): -1 the CPU, -2
+  // the calling thread's current CUDA device ("cuda", as torch.device reads it), else a CUDA
+  // device index.
+  int home_device = -1;
   const char* indices_arg = "indices";  // the plan argument of the page ids (load_page_table)
   // Device copies (CUDA): all int32 arrays in one buffer, the mask in another.
   Tensor dev_ints, dev_mask, dev_mask_indptr, dev_item_bounds;

@@ -9,6 +9,7 @@
 #include "api/attention_common.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "core/cuda_runtime.h"
 
 namespace flashinfer {
 namespace {
@@ -37,12 +38,13 @@ BatchAttention::BatchAttention(std::string kv_layout, std::string device)
           FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "device",
                           "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"", device, "\"");
         }
-        // The device plan() builds on: upstream's workspace device where this process has it
-        // (so that a run captured into a CUDA graph finds its plan there: its first run on a
-        // device copies the plan there, which a capture refuses), else the CPU; a run on
-        // another device copies the plan there.
+        // plan() builds on upstream's workspace device (home_device) where this process has it,
+        // so that a run captured into a CUDA graph finds its plan there (its first run on a
+        // device copies the plan there, which a capture refuses); a run on another device copies
+        // the plan there.
         const Device d = Device::parse(device);
-        s_->device = d.is_cuda() && d.index < cuda_device_count() ? d : Device::cpu();
+        s_->home_device = !d.is_cuda() ? -1 : device == "cuda" ? -2 : d.index;
+        s_->device = Device::cpu();
       },
       *this, kv_layout, device);
 }
@@ -106,8 +108,13 @@ void BatchAttention::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
                            " (causal masks are right-aligned and need kv_len >= qo_len)");
         }
         // No split-KV: upstream's wrapper owns its workspace, so there is no caller buffer to
-        // hold partials. Built on the constructor's device (above); run() on another device
-        // copies it there.
+        // hold partials. Built on the constructor's device where this process has it (not the
+        // last run's); run() on another device copies it there.
+        s.device = Device::cpu();
+        if (s.home_device != -1 && cuda_device_count() > 0) {
+          const int index = s.home_device == -2 ? detail::cuda_current_device() : s.home_device;
+          if (index < cuda_device_count()) s.device = Device::cuda(index);
+        }
         s.float_workspace = Tensor::empty({4}, DType::kUInt8, s.device);
         api::build_plan(s, std::nullopt, /*disable_split_kv=*/true, op);
       },

@@ -136,6 +136,23 @@ void CachingAllocator::begin_capture_hold() {
 }
 
 void CachingAllocator::end_capture_hold() noexcept {
+  if (ops_.thread_capturing()) {
+    // A hold may end while this thread captures another graph (the scope of an earlier graph
+    // closing): the synchronize and the frees would end that capture, and the blocks kept may be
+    // that graph's (made or released under the hold during its capture), which outlives this
+    // scope. They become the graphs' for good, as blocks a capture leaves without a hold.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (holds_ > 0) --holds_;
+    if (holds_ == 0) {
+      for (const auto& [p, size] : held_) {
+        ++graph_owned_blocks_;
+        graph_owned_bytes_ += size;
+      }
+      held_.clear();
+      held_bytes_ = 0;
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (holds_ > 0) --holds_;
@@ -144,8 +161,6 @@ void CachingAllocator::end_capture_hold() noexcept {
 }
 
 void CachingAllocator::free_held_unless_capturing() noexcept {
-  // A hold may end while this thread captures another graph (legal: the scope of an earlier
-  // graph closing): the synchronize would end that capture, so the blocks wait.
   if (ops_.thread_capturing()) return;
   std::vector<std::pair<void*, std::size_t>> kept;
   {
@@ -165,7 +180,6 @@ void CachingAllocator::free_held_unless_capturing() noexcept {
 void CachingAllocator::empty_cache() noexcept {
   // During this thread's capture the synchronize would end it: nothing is freed then.
   if (ops_.thread_capturing()) return;
-  free_held_unless_capturing();
   std::vector<std::pair<void*, void*>> taken;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -77,18 +77,17 @@ class CachingAllocator {
   void* allocate(std::size_t nbytes, void* stream);
   /// Gives `p` (from allocate) back: to the cache with an event on its stream, or to the device.
   void release(void* p) noexcept;
-  /// Frees every cached block (after synchronizing the device, outside the lock), and the blocks
-  /// an ended hold left (end_capture_hold); nothing while the calling thread's stream is captured
-  /// (the synchronize would end the capture).
+  /// Frees every cached block (after synchronizing the device, outside the lock); nothing while
+  /// the calling thread's stream is captured (the synchronize would end the capture).
   void empty_cache() noexcept;
 
   /// A capture hold (counted; flashinfer bench's CUDA-graph timing takes one around its capture
   /// and replays): while one is on, blocks allocated during a capture are made by
   /// malloc_in_capture, and those released are kept instead of freed, because the graph
   /// addresses them on every replay; the last end_capture_hold frees them (after synchronizing
-  /// the device), when the graph is gone, or, when it ends while the calling thread's stream is
-  /// being captured (the synchronize and frees would end that capture), the next end of a hold or
-  /// empty_cache outside a capture does. Without a hold they are the graph's for good
+  /// the device), when the graph is gone; when it ends while the calling thread's stream is being
+  /// captured (the synchronize and frees would end that capture, and the blocks may be that
+  /// capture's graph's) they become the graphs' for good, as without a hold
   /// (Stats::graph_owned_*): never freed, never handed out again.
   void begin_capture_hold();
   void end_capture_hold() noexcept;
@@ -115,8 +114,8 @@ class CachingAllocator {
   // synchronizes the device and frees them without it.
   std::vector<std::pair<void*, void*>> take_cached_locked() noexcept;
   void free_taken(const std::vector<std::pair<void*, void*>>& taken) noexcept;
-  // Frees the blocks the holds kept once none is on, unless the calling thread's stream is
-  // being captured.
+  // Frees the blocks the holds kept once none is on (not while the calling thread's stream is
+  // being captured: end_capture_hold gives them to the graphs then).
   void free_held_unless_capturing() noexcept;
 
   CachingAllocatorOps& ops_;

@@ -66,6 +66,15 @@ struct DeviceGuard {
 };
 }  // namespace
 
+int cuda_current_device() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return d;
+}
+
 int cuda_runtime_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -437,6 +446,9 @@ void cuda_event_destroy(void* event) noexcept {
 
 CudaRelaxedCaptureScope::CudaRelaxedCaptureScope(bool enable) {
   if (!enable || !cuda_storage_made()) return;
+  // Without a usable device the call would fail and leave its error in the last-error slot.
+  static const bool usable = cuda_runtime_device_count() > 0;
+  if (!usable) return;
   auto mode = cudaStreamCaptureModeRelaxed;
   active_ = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   previous_ = static_cast<int>(mode);
@@ -629,6 +641,7 @@ namespace {
 }  // namespace
 
 int cuda_runtime_device_count() { return 0; }
+int cuda_current_device() { return 0; }
 void* cuda_device_malloc(std::size_t, int) { no_cuda("cuda_malloc"); }
 uint64_t cuda_device_malloc_count() { return 0; }
 void cuda_device_free(void*, int) noexcept {}

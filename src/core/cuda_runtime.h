@@ -16,6 +16,9 @@ namespace flashinfer::detail {
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
 int cuda_runtime_device_count();
+/// The calling thread's current CUDA device (cudaGetDevice; torch.device("cuda")'s meaning); 0
+/// when it cannot be asked, or without the CUDA backend.
+int cuda_current_device();
 void* cuda_device_malloc(std::size_t nbytes, int device);
 /// How many cuda_device_malloc calls (device Tensor storage) this process has made: the tests
 /// that check a steady state allocates nothing read it.
@@ -158,7 +161,8 @@ class CudaDeviceScope {
 /// (torch.cuda.graph's default), CUDA refuses this thread the calls it deems unsafe (synchronous
 /// copies, host allocations and frees, event waits), and the refusal invalidates that capture.
 /// That work touches no capturing stream. Nothing when `enable` is false, before any CUDA tensor
-/// exists in the process (no context to ask) or without the CUDA backend.
+/// exists in the process (no context to ask), without a usable device or without the CUDA
+/// backend.
 class CudaRelaxedCaptureScope {
  public:
   explicit CudaRelaxedCaptureScope(bool enable = true);

@@ -35,6 +35,21 @@ namespace schema = flashinfer::dump_schema;
 
 namespace {
 
+bool any_cuda(const Value& v) {
+  if (v.is_tensor()) return v.as_tensor().device().is_cuda();
+  if (v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple) {
+    for (const Value& x : v.items()) {
+      if (any_cuda(x)) return true;
+    }
+  }
+  if (v.kind() == Value::Kind::kDict) {
+    for (const auto& [k, x] : v.dict_items()) {
+      if (any_cuda(k) || any_cuda(x)) return true;
+    }
+  }
+  return false;
+}
+
 NamedTensors stage(const NamedTensors& refs) {
   NamedTensors host;
   for (const auto& [key, t] : refs) {
@@ -51,11 +66,10 @@ bool capture_in_progress(std::span<const Value> args) {
     if (g_capture_probe) return g_capture_probe();
   }
   if (!detail::cuda_storage_made()) return false;  // no CUDA tensor exists
-  // Any call once a CUDA tensor exists, whatever its arguments: one without a CUDA argument may
-  // return one (MoeAlltoAll's workspace views), and a call kept during a capture would queue
-  // copies, events and host frees on the capturing thread (a review found both in session 79).
-  (void)args;
-  return detail::cuda_current_stream_capturing();
+  for (const Value& a : args) {
+    if (any_cuda(a)) return detail::cuda_current_stream_capturing();
+  }
+  return false;
 }
 
 void GraphDumps::add(GraphEntry e) {

@@ -43,9 +43,8 @@ class GraphDumps {
   std::map<std::string, int> flush_index_;  // per call directory
 };
 
-/// Whether a call with these arguments is being captured into a CUDA graph: the runtime is asked
-/// once a CUDA tensor exists in the process, whatever the arguments (before, nothing can be
-/// captured, and a CPU call must not create a CUDA context); the test probe of
+/// Whether a call with these arguments is being captured into a CUDA graph. Only calls with a
+/// CUDA tensor ask the runtime (a CPU call must not create a CUDA context); the test probe of
 /// set_capture_probe() answers first when set.
 bool capture_in_progress(std::span<const Value> args);
 

@@ -13,10 +13,13 @@ namespace flashinfer::kernels::cuda {
 /// lowered (a limit is a maximum: a launch asking for less runs under a larger one), so that
 /// cudaFuncSetAttribute, a driver call, is made only when a launch needs more than any launch
 /// before it (a kernel's attribute stays set in the device's context, which this library never
-/// resets). The check, the driver call and the record are one step under the lock: with a
-/// record per launch size, two threads launching one kernel at two sizes could leave the record
-/// saying one size and the driver holding the other, after which every launch of the larger
-/// size skipped the call and failed (a review found it in session 79).
+/// resets). The check, the driver call and the record are one step under the kernel's own lock
+/// (on that device): with a record per launch size, two threads launching one kernel at two
+/// sizes could leave the record saying one size and the driver holding the other, after which
+/// every launch of the larger size skipped the call and failed (a review found it in session
+/// 79). A lock per kernel and device, not one for all: the driver call may synchronize the
+/// device's context (lazy loading), and a launch on another device must not wait for that (a
+/// collective's peer thread).
 class SmemLimits {
  public:
   static SmemLimits& instance() {
@@ -30,23 +33,33 @@ class SmemLimits {
   auto ensure(const void* kernel, int device, std::size_t smem, SetAttribute&& set_attribute)
       -> decltype(set_attribute(smem)) {
     using Error = decltype(set_attribute(smem));
-    const std::lock_guard<std::mutex> lock(mutex_);
-    std::size_t& limit = limits_[{kernel, device}];
-    if (limit >= smem) return Error{};
+    Entry& e = entry(kernel, device);
+    const std::lock_guard<std::mutex> lock(e.mutex);
+    if (e.limit >= smem) return Error{};
     const Error err = set_attribute(smem);
-    if (err == Error{}) limit = smem;
+    if (err == Error{}) e.limit = smem;
     return err;
   }
   /// The limit launches raised `kernel`'s to on `device` (0: none).
   std::size_t limit(const void* kernel, int device) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = limits_.find({kernel, device});
-    return it == limits_.end() ? 0 : it->second;
+    Entry& e = entry(kernel, device);
+    const std::lock_guard<std::mutex> lock(e.mutex);
+    return e.limit;
   }
 
  private:
-  std::mutex mutex_;
-  std::map<std::pair<const void*, int>, std::size_t> limits_;
+  struct Entry {
+    std::mutex mutex;
+    std::size_t limit = 0;
+  };
+  // The entry of (kernel, device), made on first use; entries never move (std::map nodes) and
+  // are never erased.
+  Entry& entry(const void* kernel, int device) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return entries_[{kernel, device}];
+  }
+  std::mutex mutex_;  // the map only
+  std::map<std::pair<const void*, int>, Entry> entries_;
 };
 
 }  // namespace flashinfer::kernels::cuda
