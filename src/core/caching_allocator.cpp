@@ -136,38 +136,25 @@ void CachingAllocator::begin_capture_hold() {
 }
 
 void CachingAllocator::end_capture_hold() noexcept {
-  if (ops_.thread_capturing()) {
-    // A hold may end while this thread captures another graph (the scope of an earlier graph
-    // closing): the synchronize and the frees would end that capture, and the blocks kept may be
-    // that graph's (made or released under the hold during its capture), which outlives this
-    // scope. They become the graphs' for good, as blocks a capture leaves without a hold.
-    std::lock_guard<std::mutex> lock(mu_);
-    if (holds_ > 0) --holds_;
-    if (holds_ == 0) {
-      for (const auto& [p, size] : held_) {
-        ++graph_owned_blocks_;
-        graph_owned_bytes_ += size;
-      }
-      held_.clear();
-      held_bytes_ = 0;
-    }
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (holds_ > 0) --holds_;
-  }
-  free_held_unless_capturing();
-}
-
-void CachingAllocator::free_held_unless_capturing() noexcept {
-  if (ops_.thread_capturing()) return;
+  // A hold may end while this thread captures another graph (the scope of an earlier graph
+  // closing): the synchronize and the frees would end that capture, and the blocks kept may be
+  // that graph's (made or released under the hold during its capture), which outlives this
+  // scope. They become the graphs' for good then, as blocks a capture leaves without a hold.
+  const bool capturing = ops_.thread_capturing();
   std::vector<std::pair<void*, std::size_t>> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (holds_ > 0) --holds_;
     if (holds_ > 0 || held_.empty()) return;
     kept.swap(held_);
     held_bytes_ = 0;
+    if (capturing) {
+      for (const auto& [p, size] : kept) {
+        ++graph_owned_blocks_;
+        graph_owned_bytes_ += size;
+      }
+      return;
+    }
   }
   // Synchronized and freed outside the lock: other threads' allocations need not wait for the
   // device (one of them may be what a running kernel waits for: a collective's peer).

@@ -114,9 +114,6 @@ class CachingAllocator {
   // synchronizes the device and frees them without it.
   std::vector<std::pair<void*, void*>> take_cached_locked() noexcept;
   void free_taken(const std::vector<std::pair<void*, void*>>& taken) noexcept;
-  // Frees the blocks the holds kept once none is on (not while the calling thread's stream is
-  // being captured: end_capture_hold gives them to the graphs then).
-  void free_held_unless_capturing() noexcept;
 
   CachingAllocatorOps& ops_;
   mutable std::mutex mu_;
