@@ -146,9 +146,9 @@ FLASHINFER_HD int32_t block_plan_tiles(const BlockTablePlan& p) {
 
 /// Request b's query rows: the first and how many, and whether its cum_seq_lens_q entries pass
 /// the host checks (non-decreasing from 0 or more, at most q_len queries, inside the query
-/// tensor). Rows inside the query tensor are known even when there are more than q_len of them
-/// (such a request is refused, and its known rows get NaN); a request whose entries leave the
-/// tensor or run backwards has no rows (count 0).
+/// tensor). The rows a refused request has inside the query tensor are known (more than q_len of
+/// them, or a request running past the tensor's last row: its rows up to that row), and get NaN;
+/// a request whose entries run backwards or start past the tensor has no rows (count 0).
 struct BlockPlanRows {
   int64_t begin = 0, count = 0;
   bool ok = true;
@@ -156,8 +156,10 @@ struct BlockPlanRows {
 FLASHINFER_HD BlockPlanRows block_plan_rows(const BlockTablePlan& p, int32_t b) {
   if (p.cu_q == nullptr) return BlockPlanRows{static_cast<int64_t>(b) * p.q_len, p.q_len, true};
   const int64_t first = p.cu_q[b], end = p.cu_q[b + 1];
-  const bool known = first >= 0 && end >= first && end <= p.total_rows;
-  return BlockPlanRows{first, known ? end - first : 0, known && end - first <= p.q_len};
+  const bool ordered = first >= 0 && end >= first && first <= p.total_rows;
+  const int64_t last = end < p.total_rows ? end : p.total_rows;
+  return BlockPlanRows{first, ordered ? last - first : 0,
+                       ordered && end <= p.total_rows && end - first <= p.q_len};
 }
 
 /// Whether request length `len` passes the host checks that need no page id: within

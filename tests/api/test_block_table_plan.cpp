@@ -469,11 +469,15 @@ TEST(BlockTablePlan, KernelBodyWritesTheRulesPlanThreadByThread) {
       m_rows.assign(static_cast<std::size_t>(entries) * p.num_chunks, -7);
       m_out.assign(static_cast<std::size_t>(entries), -7);
     }
-    // The request whose rows hold output row r (-1: none), as the plan kernel places them.
+    // The request whose rows hold output row r (-1: none): uniform counts q_len rows each;
+    // cum_seq_lens_q's rows [cu[b], cu[b + 1]) where they run forwards, those inside the query
+    // tensor (a request running past its last row owns the rows up to it).
     std::vector<int32_t> owner(static_cast<std::size_t>(rows), -1);
     for (int32_t b = 0; b < batch; ++b) {
-      const kernels::BlockPlanRows br = kernels::block_plan_rows(p, b);
-      for (int64_t i = 0; i < br.count; ++i) owner[br.begin + i] = b;
+      const int64_t first = variable ? cu[b] : int64_t{b} * q_len;
+      const int64_t end = variable ? cu[b + 1] : first + q_len;
+      const int64_t last = variable ? std::min<int64_t>(end, total_rows) : end;
+      for (int64_t r = first; first >= 0 && end >= first && r < last; ++r) owner[r] = b;
     }
     const int64_t partial_rows = worst.plan.num_partial_rows + 1;
     std::vector<float> tmp_v(static_cast<std::size_t>(partial_rows * hq * dv), 5.0f);
