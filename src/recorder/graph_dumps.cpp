@@ -60,16 +60,32 @@ NamedTensors stage(const NamedTensors& refs) {
 
 }  // namespace
 
-bool capture_in_progress(std::span<const Value> args) {
+bool capture_in_progress(std::span<const Value> args, bool* asked) {
   if (g_has_probe.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> l(g_probe_mu);
     if (g_capture_probe) return g_capture_probe();
   }
   if (!detail::cuda_storage_made()) return false;  // no CUDA tensor exists
   for (const Value& a : args) {
-    if (any_cuda(a)) return detail::cuda_current_stream_capturing();
+    if (any_cuda(a)) {
+      if (asked != nullptr) *asked = true;
+      return detail::cuda_current_stream_capturing();
+    }
   }
   return false;
+}
+
+bool result_capture_in_progress(const Value& result) {
+  if (g_has_probe.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> l(g_probe_mu);
+    if (g_capture_probe) return g_capture_probe();
+  }
+  if (!detail::cuda_storage_made() || !any_cuda(result)) return false;
+  try {
+    return detail::cuda_current_stream_capturing();
+  } catch (const std::exception&) {  // no usable device: nothing can be capturing
+    return false;
+  }
 }
 
 void GraphDumps::add(GraphEntry e) {

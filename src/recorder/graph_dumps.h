@@ -44,8 +44,15 @@ class GraphDumps {
 };
 
 /// Whether a call with these arguments is being captured into a CUDA graph. Only calls with a
-/// CUDA tensor ask the runtime (a CPU call must not create a CUDA context); the test probe of
-/// set_capture_probe() answers first when set.
-bool capture_in_progress(std::span<const Value> args);
+/// CUDA tensor ask the runtime (a CPU call must not create a CUDA context; `*asked` is set when
+/// the runtime was asked); the test probe of set_capture_probe() answers first when set.
+bool capture_in_progress(std::span<const Value> args, bool* asked = nullptr);
+
+/// Asked at the end of a call that capture_in_progress() neither found captured nor asked the
+/// runtime about (no CUDA argument): whether its result holds a CUDA tensor made while this
+/// thread's stream is being captured (a view of device memory, such as MoeAlltoAll's workspace
+/// views). Its values exist only once the graph runs, and copying them would break the capture.
+/// The test probe answers first when set.
+bool result_capture_in_progress(const Value& result);
 
 }  // namespace flashinfer::recorder::internal

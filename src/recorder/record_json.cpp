@@ -476,6 +476,13 @@ void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
                           process_sequence);
 }
 
+void set_graph_capture_flag(RecordParts& rec) {
+  std::string key;
+  key_text(key, schema::kGraphCapture);
+  const std::string from = key + "false";
+  if (rec.flags.compare(0, from.size(), from) == 0) rec.flags.replace(0, from.size(), key + "true");
+}
+
 void finish_inputs_with_tail(RecordParts& rec, const Extracted& ex, const std::string& tail,
                              bool graph, std::optional<uint64_t> self_id,
                              int64_t process_sequence) {

@@ -120,6 +120,10 @@ void finish_inputs(RecordParts& rec, const Extracted& ex, bool safetensors,
 /// for every call of an op (escaping the signature per call was ~6 % of the ring's hook time).
 std::string record_tail(bool safetensors, const std::string& signature);
 
+/// Marks a record finished with graph false as captured ("graph_capture": true): a call whose
+/// result turned out to be written under a capture (result_capture_in_progress).
+void set_graph_capture_flag(RecordParts& rec);
+
 /// finish_inputs with the tail laid out ahead by record_tail.
 void finish_inputs_with_tail(RecordParts& rec, const Extracted& ex, const std::string& tail,
                              bool graph, std::optional<uint64_t> self_id, int64_t process_sequence);

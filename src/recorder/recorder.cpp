@@ -160,6 +160,7 @@ std::atomic<int64_t> g_process_sequence{0};
 struct Pending {
   bool dumping = false;
   bool graph = false;  // captured into a CUDA graph: files wait for flush_graph_dumps()
+  bool asked = false;  // the begin asked the runtime (a CUDA argument): the end need not
   std::string dir;     // filesystem path of the call directory
   // The directory came from the pool (its pending outputs file is there, open); metadata is
   // <dir>/metadata.jsonl, open from line 1 to line 2.
@@ -253,7 +254,7 @@ void Recorder::on_call_begin(const OpDecl& decl, std::span<const Value> args) {
   if (!seq) return;
   try {
     p.rec = std::make_shared<RecordParts>();
-    p.graph = internal::capture_in_progress(args);
+    p.graph = internal::capture_in_progress(args, &p.asked);
     // Not captured here: the copies to the host may run while another thread captures.
     const detail::CudaRelaxedCaptureScope relaxed(!p.graph);
     const std::string ts = internal::timestamp_now();
@@ -305,6 +306,15 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
   Pending p = std::move(stack().back());
   stack().pop_back();
   if (!p.dumping) return;
+  // A call with no CUDA argument (its inputs copied at its begin) whose result is device memory
+  // written under a capture: its outputs wait for flush_graph_dumps() as a captured call's do.
+  const bool late_graph = !p.graph && !p.asked && internal::result_capture_in_progress(result);
+  if (late_graph) {
+    auto marked = std::make_shared<RecordParts>(*p.rec);
+    internal::set_graph_capture_flag(*marked);
+    p.rec = std::move(marked);
+    p.graph = true;
+  }
   const detail::CudaRelaxedCaptureScope relaxed(!p.graph);  // (as in on_call_begin)
   try {
     std::string output_metadata;
@@ -314,6 +324,8 @@ void Recorder::on_call_end(const OpDecl& decl, std::span<const Value> args, cons
     if (!p.graph) {
       writer_.write_outputs(p.dir, out.tensors, p.files);
       writer_.write_tensors(p.dir, schema::kMutatedStem, mutated.tensors);
+    } else if (late_graph) {
+      writer_.write_outputs(p.dir, {}, p.files);  // the pool's pending outputs file goes
     }
     const RecordParts& rec = *p.rec;
     Outcome o = internal::outputs_outcome(rec, std::move(output_metadata), out, mutated);

@@ -1090,6 +1090,7 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
     OpInfo* op = nullptr;   // the call's op (its archive templates)
     bool observed = false;  // not kept (filtered out, or captured), but its writes are noted
     bool keyed = false;     // in_key is the arguments' key (the op's shapes apply)
+    bool asked = false;     // the begin asked the runtime about a capture (a CUDA argument)
     TemplateKey in_key;
     std::array<Deferred, kMaxDeferred> deferred;
     std::size_t n_deferred = 0;
@@ -1278,6 +1279,14 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // Also a capture this process made before the ring started (graphs captured at an engine's
   // start-up, a ring started later or restarted).
   bool graphs_seen() const { return graphs_seen_.load() || detail::graph_capture_seen(); }
+  // A call was captured: the graph's replays will write CUDA memory without any call being seen,
+  // so kept CUDA spans can no longer be trusted (the CPU ones stay).
+  void note_capture() {
+    if (graphs_seen_.exchange(true)) return;
+    std::lock_guard<std::mutex> l(mu_);
+    const auto cpu = [](const auto& e) { return e.device == device_code(Device::cpu()); };
+    for (auto& m : spans_) m.retain(cpu);
+  }
   // A span of a storage that does not own its memory was kept (note_writes).
   std::atomic<bool> unowned_spans_{false};
   // Calls per op name (map nodes never move; atomic: counted without the lock by a call whose
@@ -2279,14 +2288,8 @@ void RingRecorder::on_call_begin(const OpDecl& decl, std::span<const Value> args
   HookScratch& h = scratch();
   h.stack.push_back({});
   prefetch_eviction();
-  if (capture_in_progress(args)) {
-    // Copying now would break the capture: not kept. The graph's replays will write CUDA
-    // memory without any call being seen, so kept CUDA spans can no longer be trusted.
-    if (!graphs_seen_.exchange(true)) {
-      std::lock_guard<std::mutex> l(mu_);
-      const auto cpu = [](const auto& e) { return e.device == device_code(Device::cpu()); };
-      for (auto& m : spans_) m.retain(cpu);
-    }
+  if (capture_in_progress(args, &h.stack.back().asked)) {
+    note_capture();  // copying now would break the capture: not kept
     return;
   }
   if (!filter_.passes(decl.name)) {
@@ -2409,6 +2412,7 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   // A kept call is not being captured (on_call_begin): its copies, events and evictions may
   // run while another thread captures.
   const detail::CudaRelaxedCaptureScope relaxed(call != nullptr);
+  const bool asked = h.stack.back().asked;
   const bool observed = h.stack.back().observed;
   OpInfo* const op = h.stack.back().op;
   const bool keyed = h.stack.back().keyed;
@@ -2443,6 +2447,13 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   }
   RingCall* expected = call.get();
   last_begun_.compare_exchange_strong(expected, nullptr);
+  if (!asked && result_capture_in_progress(result)) {
+    // Kept at its begin (no CUDA argument), but its result is device memory written under a
+    // capture: copying it would break the capture, and its values exist once the graph runs.
+    // The call stays with its inputs only, as a call whose outputs could not be kept.
+    note_capture();
+    return;
+  }
   bool nan = false;
   bool evicted = false;
   std::unique_ptr<CallFiles> files;

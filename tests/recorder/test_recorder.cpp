@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "flashinfer/flashinfer.h"
@@ -716,6 +717,49 @@ TEST_F(DumpTest, CapturedCallsAreWrittenByFlushGraphDumps) {
   EXPECT_EQ(r.status, replay::Status::kPassed) << r.error;
   EXPECT_EQ(recorder::clear_graph_dumps(), 2);
   EXPECT_EQ(recorder::flush_graph_dumps(), 0);
+}
+
+// A call asked about no capture at its begin (no CUDA argument: its inputs are copied then) whose
+// result is device memory written under a capture (MoeAlltoAll's workspace views): its outputs
+// are held by reference like a captured call's and written by flush_graph_dumps(). Driven
+// through the capture probe: no capture at the begin, one at the end.
+TEST_F(DumpTest, ACallWhoseResultIsWrittenUnderACaptureWaitsForTheFlush) {
+  start();
+  Tensor x = Tensor::from_vector({1, 2, 3}, {3}, DType::kFloat32);
+  int asked = 0;
+  recorder::set_capture_probe([&asked] { return asked++ > 0; });
+  Tensor y = probe(x, 0, std::nullopt);
+  recorder::set_capture_probe({});
+  EXPECT_EQ(asked, 2);  // begin and end
+  const auto dirs = call_dirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  const fs::path base = dirs[0];
+  EXPECT_EQ(load_torch((base / "inputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{1, 2, 3}));
+  EXPECT_FALSE(fs::exists(base / "outputs.pt"));
+  std::set<std::string> names;
+  for (const auto& f : fs::directory_iterator(base)) names.insert(f.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"inputs.pt", "metadata.jsonl"}));  // no pending file
+  auto l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0]["execution_status"], "inputs_saved");
+  EXPECT_EQ(l[0]["graph_capture"], false);
+  EXPECT_EQ(l[1]["execution_status"], "graph_capture_pending_flush");
+  EXPECT_EQ(l[1]["graph_capture"], true);
+  EXPECT_TRUE(replay::read_metadata((base / "metadata.jsonl").string()).graph_pending);
+  // The graph "runs": the result's buffer holds what it wrote.
+  y.copy_(Tensor::from_vector({7, 8, 9}, {3}, DType::kFloat32));
+  EXPECT_EQ(recorder::flush_graph_dumps(), 1);
+  EXPECT_EQ(load_torch((base / "outputs.pt").string())[0].second.to_double_vector(),
+            (std::vector<double>{7, 8, 9}));
+  l = lines(base / "metadata.jsonl");
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(l[2]["execution_status"], "completed");
+  EXPECT_EQ(l[2]["graph_capture_flushed"], true);
+  EXPECT_FALSE(replay::read_metadata((base / "metadata.jsonl").string()).graph_pending);
+  EXPECT_EQ(recorder::flush_graph_dumps(), 1);  // later flushes follow the buffer
+  EXPECT_TRUE(fs::exists(base / "graph_flushes" / "flush_0002" / "outputs.pt"));
+  EXPECT_EQ(recorder::clear_graph_dumps(), 1);
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART

@@ -300,6 +300,32 @@ TEST_F(RingTest, KeepsTheLastNCallsAndWritesNothingUntilDumped) {
   EXPECT_NE(recorder::dump_ring("again"), root);
 }
 
+// A call kept at its begin (no capture asked about: no CUDA argument) whose result turns out to
+// be device memory written under a capture (MoeAlltoAll's workspace views): its outputs are not
+// copied (that would break the capture; the values exist once the graph runs), so the call stays
+// with its inputs only. Driven through the capture probe: no capture at the begin, one at the end.
+TEST_F(RingTest, ACallWhoseResultIsWrittenUnderACaptureKeepsItsInputsOnly) {
+  recorder::start(config(4));
+  int asked = 0;
+  recorder::set_capture_probe([&asked] { return asked++ > 0; });
+  ring_probe(filled(4, 3.0), 0);
+  recorder::set_capture_probe({});
+  EXPECT_EQ(asked, 2);  // begin and end
+  ring_probe(filled(4, 5.0), 0);
+  const std::string root = recorder::dump_ring("manual");
+  const auto c = calls(root);
+  ASSERT_EQ(c.size(), 2u);
+  const auto first = lines(c[0] / "metadata.jsonl");
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0]["execution_status"], "inputs_saved");
+  EXPECT_EQ(load_torch((c[0] / "inputs.pt").string())[0].second.to_double_vector(),
+            std::vector<double>(4, 3.0));
+  EXPECT_FALSE(fs::exists(c[0] / "outputs.pt"));
+  const auto second = lines(c[1] / "metadata.jsonl");
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[1]["execution_status"], "completed");
+}
+
 TEST_F(RingTest, UnchangedTensorsAreHeldOnceAndChangesAreSeen) {
   for (const bool full : {false, true}) {
     SCOPED_TRACE(full ? "verify=full" : "verify=sampled");
