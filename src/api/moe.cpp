@@ -347,22 +347,45 @@ void check_cutlass_moe_swiglu_args(const CutlassMoeCall& c) {
 
 namespace {
 
+constexpr api::KernelEntry<kernels::MoeKeepRowsParams> kMoeKeepRowsKernels[] = {
+    {DeviceType::kCPU, "CPU reference: rows of tokens with no local expert copied back", nullptr,
+     [](const kernels::MoeKeepRowsParams& p, const api::LaunchContext&) {
+       kernels::cpu::moe_keep_rows(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA, "CUDA: a block per token, its ids read on the device (capturable)", nullptr,
+     [](const kernels::MoeKeepRowsParams& p, const api::LaunchContext& c) {
+       kernels::cuda::moe_keep_rows(p, c.stream);
+     }},
+#endif
+};
+
 // cutlass_fused_moe(enable_alltoall=True): rows of `out` whose token routes to no expert of this
-// rank ([ep_rank * local, (ep_rank + 1) * local)) get `before`'s row back. The routing is read on
-// the host (a CUDA graph cannot capture this form).
+// rank ([ep_rank * local, (ep_rank + 1) * local)) get `before`'s row back, the routing read where
+// it is (on a GPU by the kernel: nothing read back, so the call captures into a CUDA graph).
 void restore_rows_without_local_expert(Tensor& out, const Tensor& before, const Tensor& ids,
                                        int64_t local, int64_t ep_rank) {
-  const Tensor h = ids.to(Device::cpu()).to(DType::kInt64).contiguous();
-  const int64_t t_count = h.size(0), k = h.dim() > 1 ? h.size(1) : 1;
-  const int64_t lo = ep_rank * local, hi = lo + local;
-  for (int64_t t = 0; t < t_count && t < out.size(0); ++t) {
-    bool local_expert = false;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = h.data<int64_t>()[t * k + j];
-      local_expert |= e >= lo && e < hi;
-    }
-    if (!local_expert) out.select(0, t).copy_(before.select(0, t));
-  }
+  const char* op = "cutlass_fused_moe";
+  FLASHINFER_CHECK(ids.device() == out.device(), op, "token_selected_experts",
+                   "must be on the output's device (", out.device().str(), ")");
+  FLASHINFER_CHECK(out.dim() == 2 && out.stride(1) == 1 && before.is_contiguous(), op, "output",
+                   "expected rows of contiguous elements");
+  FLASHINFER_CHECK(ids.dim() == 1 || ids.stride(1) == 1, op, "token_selected_experts",
+                   "expected rows of contiguous ids");
+  kernels::MoeKeepRowsParams p;
+  p.out = out.data_ptr();
+  p.out_stride = out.stride(0) * dtype_size(out.dtype());
+  p.before = before.data_ptr();
+  p.before_stride = before.size(1) * dtype_size(before.dtype());
+  p.row_bytes = out.size(1) * dtype_size(out.dtype());
+  p.experts = ids.data_ptr();
+  p.experts_dtype = ids.dtype();
+  p.experts_stride = ids.stride(0);
+  p.num_tokens = std::min(ids.size(0), out.size(0));
+  p.top_k = ids.dim() > 1 ? ids.size(1) : 1;
+  p.lo = ep_rank * local;
+  p.hi = p.lo + local;
+  api::launch(kMoeKeepRowsKernels, p, out.device(), op, "output");
 }
 
 }  // namespace

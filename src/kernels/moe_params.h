@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::kernels {
 
@@ -175,5 +176,33 @@ struct HashTopkParams {
   int64_t num_tokens = 0, num_experts = 0, vocab = 0, topk = 0, num_shared = 0;
   float routed_scaling_factor = 1.0f;
 };
+
+/// cutlass_fused_moe(enable_alltoall=True): upstream's finalize then skips the rows of tokens
+/// that route to no local expert (no id of experts[t, :] in [lo, hi)), which keep what `output`
+/// held; the other finalize wrote them zero. Row t of `out` with no local expert gets `before`'s
+/// row t back (`before`: `output` as it was before the call). Rows are row_bytes long; strides in
+/// bytes (rows) and elements (experts).
+struct MoeKeepRowsParams {
+  void* out = nullptr;
+  int64_t out_stride = 0;
+  const void* before = nullptr;
+  int64_t before_stride = 0;
+  int64_t row_bytes = 0;
+  const void* experts = nullptr;  // [num_tokens, top_k] int32 or int64
+  DType experts_dtype = DType::kInt32;
+  int64_t experts_stride = 0;
+  int64_t num_tokens = 0, top_k = 0, lo = 0, hi = 0;
+};
+
+/// Whether token t routes to an expert of this rank (the CPU and CUDA kernels' one rule).
+FLASHINFER_HD bool moe_token_has_local_expert(const MoeKeepRowsParams& p, int64_t t) {
+  for (int64_t k = 0; k < p.top_k; ++k) {
+    const int64_t i = t * p.experts_stride + k;
+    const int64_t e = p.experts_dtype == DType::kInt64 ? static_cast<const int64_t*>(p.experts)[i]
+                                                       : static_cast<const int32_t*>(p.experts)[i];
+    if (e >= p.lo && e < p.hi) return true;
+  }
+  return false;
+}
 
 }  // namespace flashinfer::kernels

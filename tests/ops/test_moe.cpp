@@ -36,6 +36,7 @@
 #include <random>
 
 #include "kernels/cuda/moe_cuda.h"
+#include "util/cuda_graph_util.h"
 #endif
 
 namespace flashinfer::testing {
@@ -572,6 +573,41 @@ TEST(CutlassFusedMoe, TokensWithNoLocalExpertGetZeros) {
     for (int64_t j = 0; j < c.H; ++j) {
       const auto i = static_cast<size_t>(t * c.H + j);
       EXPECT_EQ(got[i], t == 0 ? 7.0 : out[i]) << t << " " << j;
+    }
+  }
+}
+
+// enable_alltoall with int64 ids and an output whose rows are apart (a view of a wider buffer):
+// the rows of tokens with no local expert keep what they held, and nothing between the rows is
+// touched.
+TEST(CutlassFusedMoe, AlltoallKeepsRowsOfAStridedOutputWithInt64Ids) {
+  MoeCase c;
+  c.T = 4;
+  c.E = 2;
+  c.ep_size = 2;
+  c.ep_rank = 1;
+  MoeInputs in = make_inputs(c);
+  // Rank 1 owns experts 2 and 3: tokens 0 and 3 have none of them.
+  in.ids = Tensor::from_vector({0, 1, 2, 0, 3, 2, 1, 1}, {4, 2}, DType::kInt64);
+  const std::vector<double> w = moe_formula(c, in);
+  Tensor wide = Tensor::full({c.T, c.H + 5}, -3.0, c.out_dt);
+  Tensor held = wide.slice(1, 0, c.H);
+  held.copy_(Tensor::full({c.T, c.H}, 7.0, c.out_dt));
+  const auto r = cutlass_fused_moe(in.x, in.ids, in.scales, in.w1, in.w2, c.out_dt, {}, in.b1,
+                                   in.b2, std::nullopt, in.alpha, in.beta, in.limit, c.tp_size,
+                                   c.tp_rank, c.ep_size, c.ep_rank, 1, 0, held, true);
+  EXPECT_EQ(r[0].data_ptr(), held.data_ptr());
+  const auto got = wide.to_double_vector();
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t j = 0; j < c.H + 5; ++j) {
+      const double v = got[static_cast<size_t>(t * (c.H + 5) + j)];
+      if (j >= c.H) {
+        EXPECT_EQ(v, -3.0) << t << " " << j;
+      } else if (t == 0 || t == 3) {
+        EXPECT_EQ(v, 7.0) << t << " " << j;
+      } else {
+        EXPECT_NEAR(v, w[static_cast<size_t>(t * c.H + j)], 1e-5) << t << " " << j;
+      }
     }
   }
 }
@@ -1978,6 +2014,59 @@ MoeInputs to_cuda(const MoeInputs& in) {
   if (in.beta) g.beta = in.beta->to(d);
   if (in.limit) g.limit = in.limit->to(d);
   return g;
+}
+
+// enable_alltoall (SGLang's all-to-all path) on CUDA: the rows of tokens with no expert on this
+// rank keep what the output held, as on the CPU; the routing is read by the kernel, so the call
+// captures into a CUDA graph (it read the ids back before) and its replay restores the rows.
+TEST(MoeCuda, AlltoallKeepsRowsWithNoLocalExpertAndCaptures) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+    MoeCase c;
+    c.T = 37;
+    c.H = 64;
+    c.dt = c.out_dt = dt;
+    c.ep_size = 2;
+    c.ep_rank = 1;
+    MoeInputs in = make_inputs(c);
+    // Every third token routes to rank 0's experts only (0 and 1).
+    std::vector<double> ids = in.ids.to(DType::kFloat64).to_double_vector();
+    for (int64_t t = 0; t < c.T; t += 3) {
+      for (int64_t k = 0; k < c.K; ++k) ids[static_cast<size_t>(t * c.K + k)] = (t + k) % 2;
+    }
+    in.ids = Tensor::from_vector(ids, {c.T, c.K}, DType::kInt32);
+    const auto alltoall = [&](const MoeInputs& g, Tensor& out) {
+      cutlass_fused_moe(g.x, g.ids, g.scales, g.w1, g.w2, c.out_dt, {}, g.b1, g.b2, std::nullopt,
+                        g.alpha, g.beta, g.limit, c.tp_size, c.tp_rank, c.ep_size, c.ep_rank, 1, 0,
+                        out, true);
+    };
+    Tensor cpu_out = Tensor::full({c.T, c.H}, 7.0, dt);
+    alltoall(in, cpu_out);
+    const MoeInputs g = to_cuda(in);
+    Tensor out = Tensor::full({c.T, c.H}, 7.0, dt).to(Device::cuda(0));
+    alltoall(g, out);  // eager; also the warm-up of the capture below
+    EXPECT_TRUE(all_close(out.to(Device::cpu()), cpu_out, default_tolerance(dt)))
+        << dtype_label(dt);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    void* const prev = current_cuda_stream();
+    set_current_cuda_stream(stream);
+    out.copy_(Tensor::full({c.T, c.H}, 7.0, dt));
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal,
+                                                        [&] { alltoall(g, out); }));
+    set_current_cuda_stream(prev);
+    const auto got = out.to(Device::cpu()).to_double_vector();
+    const auto want = cpu_out.to_double_vector();
+    for (int64_t t = 0; t < c.T; t += 3) {
+      for (int64_t j = 0; j < c.H; ++j) {
+        EXPECT_EQ(got[static_cast<size_t>(t * c.H + j)], 7.0) << dtype_label(dt) << " " << t;
+      }
+    }
+    EXPECT_TRUE(all_close(out.to(Device::cpu()), cpu_out, default_tolerance(dt)))
+        << dtype_label(dt);
+    cudaStreamDestroy(stream);
+  }
 }
 
 // Runs the case on CUDA with the route forced (0 auto, 1 GEMV, 2 grouped); `grouped` gets

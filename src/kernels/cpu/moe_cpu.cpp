@@ -153,6 +153,15 @@ void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, f
                   static_cast<int>(p.act), " is not implemented on the CPU");
 }
 
+void moe_keep_rows(const MoeKeepRowsParams& p) {
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    if (moe_token_has_local_expert(p, t)) continue;
+    std::memcpy(static_cast<char*>(p.out) + t * p.out_stride,
+                static_cast<const char*>(p.before) + t * p.before_stride,
+                static_cast<std::size_t>(p.row_bytes));
+  }
+}
+
 void cutlass_moe(const CutlassMoeParams& p) {
   const int64_t T = p.num_tokens, K = p.top_k, H = p.hidden, I = p.inter;
   FLASHINFER_CHECK(!(p.act_out || p.permuted_out) || p.expanded_to_permuted != nullptr,

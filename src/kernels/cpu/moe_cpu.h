@@ -7,6 +7,7 @@
 namespace flashinfer::kernels::cpu {
 
 void cutlass_moe(const CutlassMoeParams& p);
+void moe_keep_rows(const MoeKeepRowsParams& p);
 void deepseek_routing(const DeepSeekRoutingParams& p);
 /// Throws flashinfer::Error naming input_ids / tid2eid for an id outside its table.
 void hash_topk(const HashTopkParams& p);

@@ -1499,6 +1499,40 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
       });
 }
 
+namespace {
+
+// A block per token: its ids decide, then its threads copy the row, in 16-byte words where both
+// rows and their strides are 16-byte aligned (every bf16 / fp16 hidden size a model has).
+__global__ void moe_keep_rows_kernel(MoeKeepRowsParams p, bool words) {
+  const int64_t t = blockIdx.x;
+  if (moe_token_has_local_expert(p, t)) return;
+  char* dst = static_cast<char*>(p.out) + t * p.out_stride;
+  const char* src = static_cast<const char*>(p.before) + t * p.before_stride;
+  if (words) {
+    for (int64_t i = threadIdx.x; i < p.row_bytes / 16; i += blockDim.x) {
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < p.row_bytes; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+}  // namespace
+
+void moe_keep_rows(const MoeKeepRowsParams& p, void* stream) {
+  if (p.num_tokens == 0 || p.row_bytes == 0) return;
+  const auto aligned = [](const void* a, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(a) % 16 == 0 && stride % 16 == 0;
+  };
+  const bool words =
+      p.row_bytes % 16 == 0 && aligned(p.out, p.out_stride) && aligned(p.before, p.before_stride);
+  FLASHINFER_CHECK(p.num_tokens <= 2147483647, "cutlass_fused_moe", "output",
+                   "more than 2^31 - 1 rows");
+  launch_kernel("cutlass_fused_moe", moe_keep_rows_kernel,
+                dim3(static_cast<unsigned>(p.num_tokens)), dim3(128), 0,
+                static_cast<cudaStream_t>(stream), false, p, words);
+}
+
 void set_cutlass_moe_route(int force) { g_force_route.store(force); }
 
 CutlassMoeCudaStats cutlass_moe_cuda_stats() {

@@ -19,6 +19,11 @@ namespace flashinfer::kernels::cuda {
 /// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 
+/// cutlass_fused_moe(enable_alltoall=True)'s rows of tokens with no local expert restored from
+/// `before` (MoeKeepRowsParams), on the device: a block per token reads its ids and copies its
+/// row (16-byte words where the rows allow), so the call reads nothing back and captures.
+void moe_keep_rows(const MoeKeepRowsParams& p, void* stream);
+
 /// cutlass_fused_moe's FP8 paths (FP8 per tensor, DeepSeek FP8 block scale; p.base.ws_* are
 /// ignored): the GEMV route, one block per (token, k) pair, the CPU reference's rounding points
 /// and its per-element arithmetic (kernels/moe_cutlass_fp8_rules.h), the intermediates in the
