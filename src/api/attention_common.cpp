@@ -946,16 +946,13 @@ bool hopper_prefill_candidate(const detail::WrapperState& s) {
   if (kernels::cuda::prefill_sm90_off_by_env()) return false;  // the FA2 kernel's plans too
   if (!kernels::cuda::prefill_sm90_built()) return false;      // a build without CUTLASS
   if (compute_capability(s.device) != 90) return false;
-  const bool q16 = s.q_dtype == DType::kFloat16 || s.q_dtype == DType::kBFloat16;
   // Multi-item scoring's rows: the Hopper rule's own bit (kSm90MultiItem), not a custom mask.
   const bool multi_item = !s.item_bounds.empty();
+  const int dqk = static_cast<int>(s.head_dim_qk), dvo = static_cast<int>(s.head_dim_vo);
   return pf::prefill_sm90_fits(
-      9, 0, pf::kSm90MinPackedRows, static_cast<int>(s.head_dim_qk),
-      static_cast<int>(s.head_dim_vo),
-      q16 && (s.kv_dtype == s.q_dtype || dtype_is_fp8(s.kv_dtype)) && s.o_dtype == s.q_dtype &&
-          pf::prefill_sm90_kv_built(static_cast<int>(s.head_dim_qk),
-                                    static_cast<int>(s.head_dim_vo), dtype_is_fp8(s.kv_dtype),
-                                    multi_item),
+      9, 0, pf::kSm90MinPackedRows, dqk, dvo,
+      kernels::cuda::prefill_sm90_dtypes_fit(s.q_dtype, s.kv_dtype, s.o_dtype, dqk, dvo,
+                                             multi_item),
       pf::prefill_sm90_variant(s.logits_soft_cap > 0.0, !s.mask_indptr.empty(), multi_item,
                                s.pos_encoding == 2),
       pf::prefill_scale_folds(static_cast<float>(s.sm_scale), s.scale_q.defined(),

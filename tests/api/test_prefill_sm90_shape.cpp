@@ -134,6 +134,25 @@ TEST(PrefillSm90Shape, DispatchRule) {
   for (int d : {128, 256}) EXPECT_EQ(prefill_sm90_min_blocks(d, 2), 1) << d;
 }
 
+// The launcher's and the planner's one dtype rule: 16-bit q and an output of q's dtype; K/V of
+// q's dtype, or fp8 at equal head dims outside multi-item scoring.
+TEST(PrefillSm90Shape, DtypeRuleSharedByLauncherAndPlanner) {
+  using flashinfer::kernels::cuda::prefill_sm90_dtypes_fit;
+  constexpr DType bf = DType::kBFloat16, h = DType::kFloat16, f = DType::kFloat32;
+  constexpr DType e4 = DType::kFloat8E4M3FN, e5 = DType::kFloat8E5M2;
+  EXPECT_TRUE(prefill_sm90_dtypes_fit(bf, bf, bf, 128, 128, false));
+  EXPECT_TRUE(prefill_sm90_dtypes_fit(h, h, h, 192, 128, false));
+  EXPECT_TRUE(prefill_sm90_dtypes_fit(bf, e4, bf, 128, 128, false));
+  EXPECT_TRUE(prefill_sm90_dtypes_fit(h, e5, h, 64, 64, false));
+  EXPECT_TRUE(prefill_sm90_dtypes_fit(bf, bf, bf, 128, 128, true));
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(bf, h, bf, 128, 128, false));   // K/V of another 16-bit type
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(bf, bf, f, 128, 128, false));   // fp32 output
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(f, f, f, 128, 128, false));     // fp32 q
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(e4, e4, bf, 128, 128, false));  // fp8 q
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(bf, e4, bf, 192, 128, false));  // fp8 at 192 / 128
+  EXPECT_FALSE(prefill_sm90_dtypes_fit(bf, e4, bf, 128, 128, true));   // fp8 multi-item
+}
+
 // A call the tall blocks' forms take: bf16, 32:8 heads, head dim 128. (This file includes no test
 // utilities: their Tensor and Shape would meet CuTe's.)
 AttentionParams tall_block_call() {

@@ -11,6 +11,17 @@
 
 namespace flashinfer::kernels::cuda {
 
+/// Whether the Hopper kernel takes these dtypes at these head dims: fp16 / bf16 q and an output
+/// of q's dtype, K/V of q's dtype or fp8 with an instance (prefill::prefill_sm90_kv_built). One
+/// rule for the launcher (below) and the planner (attention_common.cpp), which must agree.
+constexpr bool prefill_sm90_dtypes_fit(DType q, DType kv, DType o, int dqk, int dvo,
+                                       bool multi_item) {
+  const bool q16 = q == DType::kFloat16 || q == DType::kBFloat16;
+  const bool fp8 = kv == DType::kFloat8E4M3FN || kv == DType::kFloat8E5M2;
+  return q16 && (kv == q || fp8) && o == q &&
+         prefill::prefill_sm90_kv_built(dqk, dvo, fp8, multi_item);
+}
+
 /// The warpgroups of the Hopper block that runs `p` on a device of compute capability
 /// cc_major.cc_minor with `smem_optin` bytes of shared memory a block, 0 where none does: none for
 /// backend "fa2" (p.prefill_fa2_only), else prefill::prefill_sm90_warpgroups on the call's fields
@@ -24,11 +35,9 @@ inline int prefill_sm90_block_warpgroups(const AttentionParams& p, int cc_major,
                                          long long smem_optin) {
   namespace pf = prefill;
   if (p.prefill_fa2_only || p.num_kv_heads <= 0) return 0;
-  const bool q16 = p.q_dtype == DType::kFloat16 || p.q_dtype == DType::kBFloat16;
-  const bool fp8 = p.kv.dtype == DType::kFloat8E4M3FN || p.kv.dtype == DType::kFloat8E5M2;
   const bool multi_item = p.multi_item_rows != nullptr;
-  const bool kv_ok = q16 && (p.kv.dtype == p.q_dtype || fp8) && p.o_dtype == p.q_dtype &&
-                     pf::prefill_sm90_kv_built(p.head_dim_qk, p.head_dim_vo, fp8, multi_item);
+  const bool kv_ok = prefill_sm90_dtypes_fit(p.q_dtype, p.kv.dtype, p.o_dtype, p.head_dim_qk,
+                                             p.head_dim_vo, multi_item);
   const int variant = pf::prefill_sm90_variant(p.logits_soft_cap > 0.0f, p.custom_mask != nullptr,
                                                multi_item, p.alibi_slopes != nullptr);
   const long long packed_rows =
