@@ -1134,6 +1134,15 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
       cfg.max_work_rows = static_cast<int32_t>(rows_per_tile);
       cfg.causal = s.causal;
       cfg.window_left = static_cast<int32_t>(s.window_left);
+      // The instance the run takes (its registers set the occupancy): the kernel's variant asks
+      // whether a mask, multi-item rows or ALiBi slopes are given, not what they hold, and
+      // nothing here reads them.
+      static const uint8_t kMaskGiven = 0;
+      static const int32_t kItemRowsGiven = 0;
+      static const float kSlopesGiven = 0.0f;
+      if (!s.mask_indptr.empty()) cfg.custom_mask = &kMaskGiven;
+      if (!s.item_bounds.empty()) cfg.multi_item_rows = &kItemRowsGiven;
+      if (s.pos_encoding == 2) cfg.alibi_slopes = &kSlopesGiven;
       per_sm = std::max(1, kernels::cuda::decode_blocks_per_sm(cfg, s.device.index));
       min_chunk_tokens = kCudaCoreDecodeMinChunkTokens;
     }
