@@ -361,28 +361,38 @@ void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& 
 }
 
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
-                                            const char* arg) {
+                                            const char* arg, bool page_size_one_forms) {
   Tensor k, v;
+  // Upstream's _unpack_paged_kv_cache also takes page size 1 without its axis: a pair of 3-D
+  // [tokens, H, D] tensors (SGLang's token-granular K/V pools, every MHA layer) or a 4-D
+  // [tokens, 2, H, D] tensor; the page axis goes in as 1 (before H for NHD, after it for HND).
+  const int64_t page_axis = hnd ? 2 : 1;
   if (cache.is_pair()) {
     k = cache.first();
     v = cache.second();
     check_defined(k, op, arg);
     check_defined(v, op, arg);
-    FLASHINFER_CHECK(k.dim() == 4 && v.dim() == 4, op, arg,
-                     "(k_cache, v_cache) must be 4-D tensors, got ", shape_to_string(k.shape()),
-                     " and ", shape_to_string(v.shape()));
+    if (page_size_one_forms && k.dim() == 3 && v.dim() == 3) {
+      k = k.unsqueeze(page_axis);
+      v = v.unsqueeze(page_axis);
+    }
+    FLASHINFER_CHECK(
+        k.dim() == 4 && v.dim() == 4, op, arg, "(k_cache, v_cache) must be 4-D tensors",
+        page_size_one_forms ? " (or 3-D at page size 1)" : "", ", got ",
+        shape_to_string(cache.first().shape()), " and ", shape_to_string(cache.second().shape()));
     FLASHINFER_CHECK(k.dtype() == v.dtype(), op, arg, "k_cache and v_cache dtypes differ");
     FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k_cache and v_cache devices differ");
     FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
                      arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
                      shape_to_string(v.shape()), " disagree");
   } else {
-    const Tensor& kv = cache.first();
+    Tensor kv = cache.first();
     check_defined(kv, op, arg);
-    FLASHINFER_CHECK(kv.dim() == 5 && kv.size(1) == 2, op, arg,
-                     "expected a 5-D tensor [pages, 2, ...] or a (k_cache, v_cache) pair, got "
-                     "shape ",
-                     shape_to_string(kv.shape()));
+    if (page_size_one_forms && kv.dim() == 4) kv = kv.unsqueeze(page_axis + 1);
+    FLASHINFER_CHECK(
+        kv.dim() == 5 && kv.size(1) == 2, op, arg, "expected a 5-D tensor [pages, 2, ...]",
+        page_size_one_forms ? " (or 4-D at page size 1)" : "",
+        " or a (k_cache, v_cache) pair, got shape ", shape_to_string(cache.first().shape()));
     k = kv.select(1, 0);
     v = kv.select(1, 1);
   }

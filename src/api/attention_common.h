@@ -215,8 +215,11 @@ void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
                               const Tensor& kv_indptr, const Tensor& kv_last_page_len,
                               int64_t num_pages, int64_t page_size, int64_t nnz, const char* op);
 /// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
+/// `page_size_one_forms`: also upstream's _unpack_paged_kv_cache forms of page size 1 without the
+/// page axis (a pair of 3-D tensors, or a 4-D [tokens, 2, ...] tensor), which every wrapper that
+/// unpacks its cache that way takes (the trtllm-gen entry points do not: block_cache_views).
 std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
-                                            const char* arg);
+                                            const char* arg, bool page_size_one_forms = true);
 /// Registers the recorder's extension of `run_op` (a paged wrapper's run: the ids it read when it
 /// ran, fi_ext__kv_indices_at_run; src/api/attention_ids_at_run.cpp).
 void register_paged_ids_at_run(const char* run_op);

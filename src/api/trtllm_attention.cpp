@@ -58,9 +58,9 @@ std::pair<Tensor, Tensor> block_cache_views(const PagedKVCache& cache, bool hnd,
   if (!cache.is_pair() && cache.first().defined() && cache.first().dim() == 5 &&
       cache.first().size(1) == 1) {
     Tensor k = cache.first().select(1, 0);
-    return api::paged_cache_views(PagedKVCache(k, k), hnd, op, "kv_cache");
+    return api::paged_cache_views(PagedKVCache(k, k), hnd, op, "kv_cache", false);
   }
-  return api::paged_cache_views(cache, hnd, op, "kv_cache");
+  return api::paged_cache_views(cache, hnd, op, "kv_cache", false);
 }
 
 // What both entry points share once the query rows of each request are known.

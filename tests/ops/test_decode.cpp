@@ -196,6 +196,49 @@ TEST(BatchDecodeWrapper, OnePlanServesManyRunsAndBuffers) {
   }
 }
 
+// Page size 1 without the page axis, as upstream's _unpack_paged_kv_cache takes it: a pair of 3-D
+// [tokens, H, D] tensors (SGLang's K/V pools) or a 4-D [tokens, 2, H, D] tensor, NHD and HND
+// (then [tokens, H, D] too: the page axis goes in after H). Bit for bit the 5-D cache's output.
+TEST(BatchDecodeWrapper, PageSizeOneCachesWithoutThePageAxis) {
+  const int64_t hq = 4, hkv = 2, d = 64;
+  for (bool hnd : {false, true}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    std::vector<std::vector<double>> kd, vd;
+    testing::PagedFixture f =
+        testing::make_paged({5, 3, 7}, 1, hkv, d, DType::kFloat32, hnd, false, 5, kd, vd);
+    BatchDecodeWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+    BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+    po.q_data_type = DType::kFloat32;
+    w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 1, po);
+    const Tensor q = Tensor::empty({3, hq, d}, DType::kFloat32).uniform_(6);
+    const std::vector<double> want = w.run(q, f.cache()).out.to_double_vector();
+    const int64_t page_axis = hnd ? 3 : 2;  // of the 5-D cache
+    const Tensor k3 = f.cache5.select(1, 0).squeeze(page_axis - 1);
+    const Tensor v3 = f.cache5.select(1, 1).squeeze(page_axis - 1);
+    ASSERT_EQ(k3.dim(), 3);
+    EXPECT_EQ(w.run(q, PagedKVCache(k3, v3)).out.to_double_vector(), want);
+    const Tensor kv4 = f.cache5.squeeze(page_axis);
+    ASSERT_EQ(kv4.dim(), 4);
+    EXPECT_EQ(w.run(q, PagedKVCache(kv4)).out.to_double_vector(), want);
+    const char* run = "BatchDecodeWithPagedKVCacheWrapper.run";
+    EXPECT_FI_ERROR(w.run(q, PagedKVCache(k3, f.cache5.select(1, 1))), run, "paged_kv_cache");
+    EXPECT_FI_ERROR(w.run(q, PagedKVCache(k3.select(0, 0), v3.select(0, 0))), run,
+                    "paged_kv_cache");
+  }
+  // A plan of page size 4 does not take them.
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({5, 3}, 4, hkv, d, DType::kFloat32, false, false, 5, kd, vd);
+  BatchDecodeWithPagedKVCacheWrapper w(workspace());
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kFloat32;
+  w.plan(f.indptr, f.indices, f.last_page_len, hq, hkv, d, 4, po);
+  const Tensor q = Tensor::empty({2, hq, d}, DType::kFloat32).uniform_(6);
+  const Tensor k3 = Tensor::zeros({8, hkv, d}, DType::kFloat32);
+  EXPECT_FI_ERROR(w.run(q, PagedKVCache(k3, k3)), "BatchDecodeWithPagedKVCacheWrapper.run",
+                  "paged_kv_cache");
+}
+
 TEST(BatchDecodeWrapper, EmptyRequestGivesZerosAndMinusInf) {
   // Request 1 owns no pages (last_page_len 0): its output is 0 and its LSE -inf.
   Tensor cache = Tensor::empty({3, 2, 4, 1, 64}, DType::kFloat32).uniform_(1);
@@ -480,6 +523,44 @@ TEST(BatchDecodeCuda, MatchesCpu) {
         EXPECT_TRUE(testing::all_close(got.out, ref.out, testing::default_tolerance(dt)));
         EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {1e-3, 1e-4}));
       }
+    }
+  }
+}
+
+// SGLang's decode call on CUDA: page size 1, its K/V pools as a pair of 3-D [tokens, H, D]
+// tensors (a bf16 and an fp8 e4m3 cache with scales), on both decode kernels: the 5-D cache's
+// bits, and the CPU reference's values.
+TEST(BatchDecodeCuda, PageSizeOnePoolsWithoutThePageAxisMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  for (const char* tc : kDecodeKernels) {
+    SCOPED_TRACE(decode_kernel_name(tc));
+    const testing::ScopedEnv env("FLASHINFER_DECODE_TENSOR_CORES", tc);
+    for (DType kv_dt : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+      std::vector<std::vector<double>> kd, vd;
+      testing::PagedFixture f = testing::make_paged({1, 40, 300, 7}, 1, 8, 128, DType::kBFloat16,
+                                                    false, false, 3, kd, vd);
+      const Tensor cache5 = f.cache5.to(kv_dt);
+      const Tensor q = Tensor::empty({4, 32, 128}, DType::kBFloat16).uniform_(4);
+      BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+      po.q_data_type = DType::kBFloat16;
+      po.kv_data_type = kv_dt;
+      AttentionRunOptions ro;
+      ro.k_scale = 0.5;
+      ro.v_scale = 2.0;
+      BatchDecodeWithPagedKVCacheWrapper cpu(workspace());
+      cpu.plan(f.indptr, f.indices, f.last_page_len, 32, 8, 128, 1, po);
+      const Tensor ref = cpu.run(q, PagedKVCache(cache5), ro).out;
+      BatchDecodeWithPagedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, g));
+      gpu.plan(f.indptr, f.indices, f.last_page_len, 32, 8, 128, 1, po);
+      const Tensor c5 = testing::to_keep_layout(cache5, g);
+      const Tensor qg = q.to(g);
+      const std::vector<double> five = gpu.run(qg, PagedKVCache(c5), ro).out.to_double_vector();
+      const Tensor got =
+          gpu.run(qg, PagedKVCache(c5.select(1, 0).squeeze(1), c5.select(1, 1).squeeze(1)), ro).out;
+      EXPECT_EQ(got.to_double_vector(), five) << dtype_torch_name(kv_dt);
+      EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(DType::kBFloat16)))
+          << dtype_torch_name(kv_dt);
     }
   }
 }

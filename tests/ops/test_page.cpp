@@ -133,6 +133,37 @@ INSTANTIATE_TEST_SUITE_P(Layouts, AppendTest,
                          ::testing::Values(AppendCase{false, false, 4}, AppendCase{true, false, 4},
                                            AppendCase{false, true, 1}, AppendCase{true, true, 16}));
 
+// Page size 1 without the page axis (upstream's _unpack_paged_kv_cache forms, SGLang's K/V pools):
+// the append writes through the 3-D pair and the 4-D tensor what it writes into the 5-D cache.
+TEST(AppendPagedKvCache, PageSizeOneCachesWithoutThePageAxis) {
+  const int64_t hkv = 2, d = 32;
+  for (bool hnd : {false, true}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    const std::vector<int32_t> lens{5, 1, 3}, app{3, 1, 2};
+    std::vector<std::vector<double>> kref, vref;
+    testing::PagedFixture f =
+        testing::make_paged(lens, 1, hkv, d, DType::kFloat16, hnd, false, 7, kref, vref);
+    const auto [bi, pos] =
+        get_batch_indices_positions(int_tensor({0, 3, 4, 6}), int_tensor(lens), 6);
+    const Tensor ak = Tensor::empty({6, hkv, d}, DType::kFloat16).uniform_(11);
+    const Tensor av = Tensor::empty({6, hkv, d}, DType::kFloat16).uniform_(12);
+    const char* layout = hnd ? "HND" : "NHD";
+    const int64_t page_axis = hnd ? 3 : 2;  // of the 5-D cache
+    Tensor five = f.cache5.clone(), pair = f.cache5.clone(), four = f.cache5.clone();
+    append_paged_kv_cache(ak, av, bi, pos, PagedKVCache(five), f.indices, f.indptr, f.last_page_len,
+                          layout);
+    append_paged_kv_cache(ak, av, bi, pos,
+                          PagedKVCache(pair.select(1, 0).squeeze(page_axis - 1),
+                                       pair.select(1, 1).squeeze(page_axis - 1)),
+                          f.indices, f.indptr, f.last_page_len, layout);
+    append_paged_kv_cache(ak, av, bi, pos, PagedKVCache(four.squeeze(page_axis)), f.indices,
+                          f.indptr, f.last_page_len, layout);
+    EXPECT_NE(five.to_double_vector(), f.cache5.to_double_vector());
+    EXPECT_EQ(pair.to_double_vector(), five.to_double_vector());
+    EXPECT_EQ(four.to_double_vector(), five.to_double_vector());
+  }
+}
+
 TEST(AppendPagedKvCache, BadInput) {
   const char* op = "append_paged_kv_cache";
   std::vector<std::vector<double>> kr, vr;

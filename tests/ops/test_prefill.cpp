@@ -277,6 +277,31 @@ INSTANTIATE_TEST_SUITE_P(
         BatchCase{
             DType::kBFloat16, 2, 2, 64, 8, {4, 3}, {11, 17}, false, false, false, 1, 0, -1, true}));
 
+// Page size 1 without the page axis (upstream's _unpack_paged_kv_cache: SGLang's extend calls pass
+// its 3-D K/V pools), NHD and HND: bit for bit the 5-D cache's output.
+TEST(BatchPrefillWrappers, PageSizeOneCachesWithoutThePageAxis) {
+  const int64_t hq = 4, hkv = 2, d = 64;
+  for (bool hnd : {false, true}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    std::vector<std::vector<double>> kd, vd;
+    testing::PagedFixture f =
+        testing::make_paged({9, 4}, 1, hkv, d, DType::kFloat32, hnd, false, 8, kd, vd);
+    const std::vector<int32_t> qo_indptr{0, 3, 7};
+    BatchPrefillWithPagedKVCacheWrapper w(workspace(), hnd ? "HND" : "NHD");
+    PrefillPlanOptions po;
+    po.causal = true;
+    po.q_data_type = DType::kFloat32;
+    w.plan(int_tensor(qo_indptr), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 1, po);
+    const Tensor q = Tensor::empty({7, hq, d}, DType::kFloat32).uniform_(9);
+    const std::vector<double> want = w.run(q, f.cache()).out.to_double_vector();
+    const int64_t page_axis = hnd ? 3 : 2;  // of the 5-D cache
+    const Tensor k3 = f.cache5.select(1, 0).squeeze(page_axis - 1);
+    const Tensor v3 = f.cache5.select(1, 1).squeeze(page_axis - 1);
+    EXPECT_EQ(w.run(q, PagedKVCache(k3, v3)).out.to_double_vector(), want);
+    EXPECT_EQ(w.run(q, PagedKVCache(f.cache5.squeeze(page_axis))).out.to_double_vector(), want);
+  }
+}
+
 class BatchPrefillRagged : public ::testing::TestWithParam<BatchCase> {};
 
 TEST_P(BatchPrefillRagged, MatchesReference) {
@@ -779,6 +804,35 @@ TEST(BatchPrefillCuda, PagedMatchesCpu) {
       EXPECT_TRUE(testing::all_close(got.lse, ref.lse, {2e-3, 1e-3}));
     }
   }
+}
+
+// SGLang's extend call on CUDA: page size 1, its K/V pools as a pair of 3-D [tokens, H, D] tensors,
+// causal, 32:8 heads at head dim 128, bf16: the 5-D cache's bits (the Hopper kernel on sm_90,
+// the FA2 kernel elsewhere) and the CPU reference's values.
+TEST(BatchPrefillCuda, PageSizeOnePoolsWithoutThePageAxisMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const DType dt = DType::kBFloat16;
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({300, 41, 130}, 1, 8, 128, dt, false, false, 5, kd, vd);
+  const std::vector<int32_t> qo{0, 200, 201, 331};
+  const Tensor q = Tensor::empty({331, 32, 128}, dt).uniform_(4);
+  PrefillPlanOptions po;
+  po.q_data_type = dt;
+  po.causal = true;
+  BatchPrefillWithPagedKVCacheWrapper cpu(workspace());
+  cpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 32, 8, 128, 1, po);
+  const Tensor ref = cpu.run(q, f.cache()).out;
+  BatchPrefillWithPagedKVCacheWrapper gpu(Tensor::zeros({8 << 20}, DType::kUInt8, g));
+  gpu.plan(int_tensor(qo), f.indptr, f.indices, f.last_page_len, 32, 8, 128, 1, po);
+  const Tensor c5 = testing::to_keep_layout(f.cache5, g);
+  const Tensor qg = q.to(g);
+  const std::vector<double> five = gpu.run(qg, PagedKVCache(c5)).out.to_double_vector();
+  const Tensor got =
+      gpu.run(qg, PagedKVCache(c5.select(1, 0).squeeze(1), c5.select(1, 1).squeeze(1))).out;
+  EXPECT_EQ(got.to_double_vector(), five);
+  EXPECT_TRUE(testing::all_close(got, ref, testing::default_tolerance(dt)));
 }
 
 // Single prefill with per-head scales, causal right-aligned (kv_len > qo_len), a window and a
