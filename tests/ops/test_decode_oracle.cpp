@@ -451,6 +451,104 @@ TEST(DecodeKernelCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   }
 }
 
+// use_cuda_graph as the engines build their decode graphs (the engine-call audit of session 80):
+// device buffers for the page table given to the constructor, use_tensor_cores=True, a batch
+// padded with requests of no pages and last_page_len 1 (vLLM's graph padding), float k_scale /
+// v_scale at run; vLLM's form at page 16 with a 5-D cache, SGLang's at page 1 with its 3-D K/V
+// pools; bf16 and fp8 e4m3 caches. One capture, then steps with one more token a request
+// (re-planned into the buffers) and back, each replay against the CPU reference.
+struct EngineGraphCase {
+  const char* label;
+  int64_t page, hq, hkv;
+  bool pools;  // SGLang's 3-D (k, v) pair (page 1)
+  DType kv;
+};
+
+void check_engine_graph_decode(const EngineGraphCase& c) {
+  SCOPED_TRACE(::testing::Message() << c.label << " " << dtype_torch_name(c.kv));
+  const Device g = Device::cuda();
+  const int64_t d = 128, batch = 6;  // 4 requests and 2 of padding
+  const std::vector<std::vector<int32_t>> steps{{300, 1, 77, 2048}, {301, 2, 78, 2049}};
+  const std::vector<int32_t> cap{301, 2, 78, 2049};
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged(cap, c.page, c.hkv, d, DType::kBFloat16, false, false, 17, kd, vd);
+  const Tensor cache5 = f.cache5.to(c.kv);
+  const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
+  auto table = [&](const std::vector<int32_t>& l) {
+    std::vector<int32_t> indptr{0}, indices, last;
+    for (std::size_t b = 0; b < l.size(); ++b) {
+      const int32_t n = (l[b] + static_cast<int32_t>(c.page) - 1) / static_cast<int32_t>(c.page);
+      for (int32_t i = 0; i < n; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+      last.push_back(l[b] - (n - 1) * static_cast<int32_t>(c.page));
+    }
+    for (int64_t b = static_cast<int64_t>(l.size()); b < batch; ++b) {  // the graph's padding
+      indptr.push_back(indptr.back());
+      last.push_back(1);
+    }
+    return std::tuple{testing::int_tensor(indptr), testing::int_tensor(indices),
+                      testing::int_tensor(last)};
+  };
+  const Tensor q = Tensor::empty({batch, c.hq, d}, DType::kBFloat16).uniform_(3);
+  BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
+  po.q_data_type = DType::kBFloat16;
+  po.kv_data_type = c.kv;
+  AttentionRunOptions ro;
+  ro.k_scale = 0.75;
+  ro.v_scale = 1.5;
+  std::vector<Tensor> ref;
+  for (const auto& l : steps) {
+    BatchDecodeWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8), "NHD", false,
+                                           true);
+    auto [indptr, indices, last] = table(l);
+    cpu.plan(indptr, indices, last, c.hq, c.hkv, d, c.page, po);
+    ref.push_back(cpu.run(q, PagedKVCache(cache5), ro).out);
+  }
+  const Tensor c5 = testing::to_keep_layout(cache5, g);
+  const PagedKVCache cache =
+      c.pools ? PagedKVCache(c5.select(1, 0).squeeze(1), c5.select(1, 1).squeeze(1))
+              : PagedKVCache(c5);
+  const int64_t max_pages = f.indices.size(0);
+  BatchDecodeWithPagedKVCacheWrapper w(Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD",
+                                       /*use_cuda_graph=*/true, /*use_tensor_cores=*/true,
+                                       Tensor::zeros({batch + 1}, DType::kInt32, g),
+                                       Tensor::zeros({max_pages}, DType::kInt32, g),
+                                       Tensor::zeros({batch}, DType::kInt32, g));
+  const Tensor qd = q.to(g);
+  ro.out = Tensor::zeros({batch, c.hq, d}, DType::kBFloat16, g);
+  {
+    auto [indptr, indices, last] = table(steps[0]);
+    w.plan(indptr, indices, last, c.hq, c.hkv, d, c.page, po);
+  }
+  // The engines' warm-up (an eager step on the capture stream), then the capture.
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(qd, cache, ro); }));
+  EXPECT_TRUE(testing::all_close(*ro.out, ref[0], testing::default_tolerance(DType::kBFloat16)));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, cache, ro); }));
+  for (int round = 0; round < 3; ++round) {
+    const std::size_t i = static_cast<std::size_t>(round % 2 == 0 ? 1 : 0);
+    auto [indptr, indices, last] = table(steps[i]);
+    w.plan(indptr, indices, last, c.hq, c.hkv, d, c.page, po);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    EXPECT_TRUE(testing::all_close(*ro.out, ref[i], testing::default_tolerance(DType::kBFloat16)))
+        << "round " << round;
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+
+TEST(DecodeKernelCuda, CudaGraphAsTheEnginesCaptureDecode) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (DType kv : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    check_engine_graph_decode({"vLLM: page 16, 5-D cache, 32:8", 16, 32, 8, false, kv});
+    check_engine_graph_decode({"SGLang: page 1, 3-D K/V pools, 16:2", 1, 16, 2, true, kv});
+  }
+}
+
 // use_cuda_graph: the plan arrays a captured graph reads keep their addresses. With a
 // paged_kv_indices_buffer of 70000 ids a re-plan of 69000 page ids (past the 65536-element floor
 // of the device arrays) still replays as the eager run computes; one of 72000 is refused naming

@@ -907,6 +907,104 @@ TEST(PrefillKernelCuda, CudaGraphWrapperReplansWithAndWithoutAMask) {
   check(many, false);  // 200 queries after a first plan of 5
 }
 
+// SGLang's speculative (EAGLE) target-verify prefill as it captures it (the engine-call audit of
+// session 80): BatchPrefillWithPagedKVCacheWrapper(use_cuda_graph=True, backend="fa2") with every
+// buffer (qo / kv indptr, page ids, last page lengths, custom_mask_buf, mask_indptr_buf) on the
+// device, page size 1 over its 3-D K/V pools (bf16 and fp8 e4m3), 4 draft tokens a request. Each
+// step re-plans new KV lengths and a new tree mask (the prefix visible, the drafts by the tree)
+// into the buffers and replays the one graph; against the CPU reference.
+TEST(PrefillKernelCuda, CudaGraphOfASpeculativeVerifyReplaysNewTreeMasks) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  const int64_t hq = 16, hkv = 2, d = 128, drafts = 4, batch = 3;
+  const std::vector<std::vector<int32_t>> steps{{40, 301, 9}, {44, 305, 13}, {47, 306, 17}};
+  const std::vector<int32_t> cap{47, 306, 17};
+  for (DType kv_dt : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    SCOPED_TRACE(dtype_torch_name(kv_dt));
+    std::vector<std::vector<double>> kd, vd;
+    testing::PagedFixture f =
+        testing::make_paged(cap, 1, hkv, d, DType::kBFloat16, false, false, 29, kd, vd);
+    const Tensor cache5 = f.cache5.to(kv_dt);
+    const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
+    auto table = [&](const std::vector<int32_t>& l) {
+      std::vector<int32_t> indptr{0}, indices, last;
+      for (std::size_t b = 0; b < l.size(); ++b) {
+        for (int32_t i = 0; i < l[b]; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
+        indptr.push_back(static_cast<int32_t>(indices.size()));
+        last.push_back(1);
+      }
+      return std::tuple{int_tensor(indptr), int_tensor(indices), int_tensor(last)};
+    };
+    // Each request's drafts x kv bits: the prefix seen by every draft, draft i sees draft j <= i
+    // on its tree path (a pattern that changes with the step).
+    auto mask_of = [&](const std::vector<int32_t>& l, int s) {
+      std::vector<double> bits;
+      for (std::size_t b = 0; b < l.size(); ++b) {
+        const int32_t prefix = l[b] - static_cast<int32_t>(drafts);
+        for (int64_t i = 0; i < drafts; ++i) {
+          for (int32_t j = 0; j < l[b]; ++j) {
+            const int64_t t = j - prefix;
+            bits.push_back(j < prefix || (t <= i && (t == i || (i * 3 + t + s) % 4 != 1)));
+          }
+        }
+      }
+      return Tensor::from_vector(bits, {static_cast<int64_t>(bits.size())}, DType::kBool);
+    };
+    const Tensor qo_indptr = int_tensor({0, 4, 8, 12});
+    const Tensor q = Tensor::empty({batch * drafts, hq, d}, DType::kBFloat16).uniform_(33);
+    auto options = [&](std::size_t s) {
+      PrefillPlanOptions po;
+      po.q_data_type = DType::kBFloat16;
+      po.kv_data_type = kv_dt;
+      po.custom_mask = mask_of(steps[s], static_cast<int>(s));
+      return po;
+    };
+    AttentionRunOptions ro;
+    ro.k_scale = 0.5;
+    ro.v_scale = 2.0;
+    std::vector<Tensor> ref;
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      BatchPrefillWithPagedKVCacheWrapper cpu(Tensor::zeros({32 << 20}, DType::kUInt8));
+      auto [indptr, indices, last] = table(steps[s]);
+      cpu.plan(qo_indptr, indptr, indices, last, hq, hkv, d, 1, options(s));
+      ref.push_back(cpu.run(q, PagedKVCache(cache5), ro).out);
+    }
+    int64_t mask_bytes = 0;
+    for (int32_t l : cap) mask_bytes += (drafts * l + 7) / 8;
+    BatchPrefillWithPagedKVCacheWrapper w(
+        Tensor::zeros({64 << 20}, DType::kUInt8, g), "NHD", /*use_cuda_graph=*/true,
+        Tensor::zeros({batch + 1}, DType::kInt32, g), Tensor::zeros({batch + 1}, DType::kInt32, g),
+        Tensor::zeros({f.indices.numel()}, DType::kInt32, g),
+        Tensor::zeros({batch}, DType::kInt32, g), Tensor::zeros({mask_bytes}, DType::kUInt8, g),
+        Tensor::zeros({batch + 1}, DType::kInt32, g), "fa2");
+    const Tensor c5 = testing::to_keep_layout(cache5, g);
+    const PagedKVCache pools(c5.select(1, 0).squeeze(1), c5.select(1, 1).squeeze(1));
+    const Tensor qd = q.to(g);
+    ro.out = Tensor::zeros({batch * drafts, hq, d}, DType::kBFloat16, g);
+    {
+      auto [indptr, indices, last] = table(steps[0]);
+      w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, 1, options(0));
+    }
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { w.run(qd, pools, ro); }));
+    EXPECT_TRUE(testing::all_close(*ro.out, ref[0], testing::default_tolerance(DType::kBFloat16)));
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { w.run(qd, pools, ro); }));
+    for (std::size_t s : {std::size_t{1}, std::size_t{2}, std::size_t{0}}) {
+      SCOPED_TRACE(::testing::Message() << "step " << s);
+      auto [indptr, indices, last] = table(steps[s]);
+      w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, 1, options(s));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+      EXPECT_TRUE(
+          testing::all_close(*ro.out, ref[s], testing::default_tolerance(DType::kBFloat16)));
+    }
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
+  }
+}
+
 // single_prefill_with_kv_cache plans its one request on each call and uploads that plan: inside a
 // capture the upload goes by value (Tensor.copy_), so the call, and the run() of
 // PODWithPagedKVCacheWrapper(use_cuda_graph=True) whose prefill half it is, capture in global
