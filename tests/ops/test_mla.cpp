@@ -1616,6 +1616,77 @@ TEST(MlaCuda, DecodeWrapperMatchesCpu) {
 // run() uploaded the arrays, so a replay read the captured plan's, and its splits covered only
 // the captured lengths). A plan of another batch size, or with more pages than the page-index
 // buffer holds, is refused by name.
+// SGLang's MLA speculative verify under a CUDA graph (the engine-call audit of session 80):
+// BatchMLAPagedAttentionWrapper(use_cuda_graph=True) with its qo / kv indptr, page-id and
+// kv_len buffers on the device, 3 draft tokens a request, causal, page size 1, 16 heads; each
+// step re-plans new KV lengths into the buffers and replays the one graph. Against the CPU.
+TEST(MlaCuda, CudaGraphOfASpeculativeVerifyReplaysNewLengths) {
+  if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Device g = Device::cuda(0);
+  const int64_t P = 1, H = 16, dc = 512, dk = 64, drafts = 3;
+  const std::vector<int32_t> cap{90, 700, 12};
+  const Latent l = make_latent(cap, P, dc, dk, DType::kBFloat16, 73);
+  const std::vector<std::vector<int32_t>> steps{{80, 650, 3}, {84, 652, 7}, {90, 700, 12}};
+  struct Table {
+    Tensor indptr, indices, kv_lens;
+  };
+  auto table = [&](const std::vector<int32_t>& n) {
+    std::vector<int32_t> indptr{0}, indices;
+    for (std::size_t b = 0; b < n.size(); ++b) {
+      for (int32_t i = 0; i < n[b]; ++i) indices.push_back(l.pages[b][static_cast<std::size_t>(i)]);
+      indptr.push_back(static_cast<int32_t>(indices.size()));
+    }
+    return Table{int_tensor(indptr), int_tensor(indices), int_tensor(n)};
+  };
+  int64_t room = 0;
+  for (int32_t n : cap) room += n;
+  const int64_t rows = drafts * static_cast<int64_t>(cap.size());
+  const Tensor q = testing::rand_tensor({rows, H, dc + dk}, DType::kBFloat16, 74, -1.0, 1.0);
+  const Tensor qn = q.slice(2, 0, dc), qp = q.slice(2, dc, dc + dk);
+  const Tensor qo = int_tensor({0, 3, 6, 9});
+  const double sm_scale = 0.05;
+  std::vector<Tensor> ref;
+  for (const auto& n : steps) {
+    const Table t = table(n);
+    BatchMLAPagedAttentionWrapper cpu(workspace());
+    cpu.plan(qo, t.indptr, t.indices, t.kv_lens, H, dc, dk, P, true, sm_scale, DType::kBFloat16,
+             DType::kBFloat16);
+    ref.push_back(cpu.run(qn, qp, l.ckv, l.kpe).out);
+  }
+  const Tensor qn_d = testing::to_keep_layout(qn, g), qp_d = testing::to_keep_layout(qp, g);
+  const Tensor ckv_d = testing::to_keep_layout(l.ckv, g), kpe_d = testing::to_keep_layout(l.kpe, g);
+  BatchMLAPagedAttentionWrapper w(workspace().to(g), true, Tensor::zeros({4}, DType::kInt32, g),
+                                  Tensor::zeros({4}, DType::kInt32, g),
+                                  Tensor::zeros({room}, DType::kInt32, g),
+                                  Tensor::zeros({3}, DType::kInt32, g));
+  Tensor out = Tensor::zeros({rows, H, dc}, DType::kBFloat16, g);
+  auto plan = [&](std::size_t i) {
+    const Table t = table(steps[i]);
+    w.plan(qo.to(g), t.indptr.to(g), t.indices.to(g), t.kv_lens.to(g), H, dc, dk, P, true, sm_scale,
+           DType::kBFloat16, DType::kBFloat16);
+  };
+  auto run = [&] { w.run(qn_d, qp_d, ckv_d, kpe_d, out); };
+  plan(0);
+  run();  // as engines warm up before capturing
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), ref[0],
+                                 testing::attention_tolerance(DType::kBFloat16)));
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, run));
+  for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{0}}) {
+    SCOPED_TRACE(::testing::Message() << "step " << i);
+    out.fill_(0.0);
+    plan(i);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+    EXPECT_TRUE(testing::all_close(out.to(Device::cpu()), ref[i],
+                                   testing::attention_tolerance(DType::kBFloat16)));
+  }
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+
 TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device g = Device::cuda(0);
