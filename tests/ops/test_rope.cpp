@@ -697,5 +697,37 @@ TEST(RopeCuda, LongPositionsAndWideCallsMatchCpuBitExact) {
   EXPECT_TRUE(all_close(cpu(qg), qc, kExact));
 }
 
+// apply_rope_with_cos_sin_cache_inplace as vLLM calls it (the engine-call audit of session 80):
+// int64 positions, query and key as 2-D views into the fused qkv projection's rows (row stride
+// (Hq + 2 Hkv) x D), head size 128, an fp32 cache of rotary_dim 128 (and 64: a partial rotary
+// width), NeoX and GPT-J pairs, 2048 tokens. The CUDA kernel writes the views in place with the
+// CPU's bits and leaves the rest of each row (the V part) as it was.
+TEST(RopeCuda, InPlaceOnFusedQkvViewsMatchesCpuBitExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::cuda(0);
+  const int64_t nnz = 2048, hq = 32, hkv = 8, d = 128, width = (hq + 2 * hkv) * d;
+  std::vector<int64_t> p;
+  for (int64_t t = 0; t < nnz; ++t) p.push_back((t * 7919) % 8192);
+  const Tensor pos = index_tensor(p, DType::kInt64);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t rotary : {int64_t{128}, int64_t{64}}) {
+      for (bool neox : {true, false}) {
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_label(dt) << " rotary " << rotary << (neox ? " neox" : " gptj"));
+        const Tensor cache = make_cache(8192, rotary, 1e4);
+        const Tensor qkv = Tensor::empty({nnz, width}, DType::kFloat32).uniform_(7).to(dt);
+        Tensor host = qkv.clone();
+        apply_rope_with_cos_sin_cache_inplace(
+            pos, host.slice(1, 0, hq * d), host.slice(1, hq * d, (hq + hkv) * d), d, cache, neox);
+        Tensor dev = qkv.to(gpu);
+        apply_rope_with_cos_sin_cache_inplace(pos.to(gpu), dev.slice(1, 0, hq * d),
+                                              dev.slice(1, hq * d, (hq + hkv) * d), d,
+                                              cache.to(gpu), neox);
+        EXPECT_TRUE(all_close(dev.to(Device::cpu()), host, kExact));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashinfer::testing
