@@ -26,6 +26,13 @@ using SinkInit =
          std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>,
          std::optional<Tensor>, std::string, std::optional<Value>, std::optional<Value>>;
 
+// The inner paged prefill wrapper's checks are this wrapper's call's (its arguments keep their
+// names): an Error names this wrapper's method, not the inner one the caller never called.
+[[noreturn]] void sink_rethrow(const Error& e, const char* inner_op, const char* op) {
+  if (e.op() != inner_op) throw;
+  throw Error(e.code(), op, e.arg(), e.detail(), e.file(), e.line());
+}
+
 void check_variant(const std::optional<Value>& jit_args, const std::optional<Value>& jit_kwargs) {
   FLASHINFER_CHECK(api::attention_sink_variant(jit_args, jit_kwargs, kInitOp), kInitOp, "jit_args",
                    "must be the AttentionSink variant's argument list, got None");
@@ -74,10 +81,14 @@ BatchAttentionWithAttentionSinkWrapper::BatchAttentionWithAttentionSinkWrapper(
         FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2" || backend == "fa3",
                               ErrorCode::kUnsupported, kInitOp, "backend", "\"", backend,
                               "\" is not available (\"auto\", \"fa2\" or \"fa3\")");
-        inner_ = std::make_unique<BatchPrefillWithPagedKVCacheWrapper>(
-            float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
-            paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf,
-            backend == "fa3" ? "auto" : backend);
+        try {
+          inner_ = std::make_unique<BatchPrefillWithPagedKVCacheWrapper>(
+              float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
+              paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf,
+              backend == "fa3" ? "auto" : backend);
+        } catch (const Error& e) {
+          sink_rethrow(e, "BatchPrefillWithPagedKVCacheWrapper.__init__", kInitOp);
+        }
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
       paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
@@ -127,8 +138,12 @@ void BatchAttentionWithAttentionSinkWrapper::plan(
   call_op<&BatchAttentionWithAttentionSinkWrapper::plan>(
       [&] {
         planned_ = false;
-        inner_->plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
-                     num_qo_heads, num_kv_heads, head_dim_qk, page_size, o);
+        try {
+          inner_->plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                       num_qo_heads, num_kv_heads, head_dim_qk, page_size, o);
+        } catch (const Error& e) {
+          sink_rethrow(e, "BatchPrefillWithPagedKVCacheWrapper.plan", kPlanOp);
+        }
         plan_sm_scale_ = o.sm_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim_qk)));
         planned_ = true;
       },
@@ -154,7 +169,11 @@ AttentionOutput BatchAttentionWithAttentionSinkWrapper::run(const Tensor& q,
           // The variant's sm_scale replaces the planned one: scores scale by q_scale too.
           r.q_scale = o.q_scale.value_or(1.0) * (*sm_scale / plan_sm_scale_);
         }
-        return inner_->run(q, paged_kv_cache, r);
+        try {
+          return inner_->run(q, paged_kv_cache, r);
+        } catch (const Error& e) {
+          sink_rethrow(e, "BatchPrefillWithPagedKVCacheWrapper.run", kRunOp);
+        }
       },
       *this, q, paged_kv_cache, sink, sm_scale, o);
 }

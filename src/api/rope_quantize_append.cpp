@@ -190,10 +190,19 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                      " pages)");
     slot[i] = {idx[at], ps[i] % page_size};
   }
-  // Queries and keys: rope_quantize_fp8's reference (nested call, not recorded).
-  auto [qr, kr, qn, kn] =
-      rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, qd, sq,
-                        skv, q_rope_out, std::nullopt, q_nope_out, std::nullopt, enable_pdl);
+  // Queries and keys: rope_quantize_fp8's reference (nested call, not recorded). What only it
+  // checks (k_rope's shape, cos_sin_cache, pos_ids) is this op's caller's error: named as this
+  // op's, the arguments have the same names here.
+  auto [qr, kr, qn, kn] = [&] {
+    try {
+      return rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, qd,
+                               sq, skv, q_rope_out, std::nullopt, q_nope_out, std::nullopt,
+                               enable_pdl);
+    } catch (const Error& e) {
+      if (e.op() != "rope_quantize_fp8") throw;
+      throw Error(e.code(), kRopeQuantizeAppendOp, e.arg(), e.detail(), e.file(), e.line());
+    }
+  }();
   const Tensor krc = kr.contiguous(), knc = kn.contiguous();
   if (dev.is_cuda()) {
     scatter_cuda(krc, knc, mla ? Tensor() : v->contiguous(), slot, c0, c1, mla, hnd, hk, rope, nope,

@@ -4,6 +4,7 @@
 #include "flashinfer/ops/svdquant.h"
 
 #include <string>
+#include <tuple>
 
 #include "api/backends.h"
 #include "api/bench_support.h"
@@ -62,6 +63,33 @@ void check_bf16_2d(const Tensor& t, const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   api::check_dim(t, {2}, op, arg);
   api::check_dtype_in(t, {DType::kBFloat16}, op, arg);
+}
+
+// svdquant_linear's argument behind a nested call's: what only the nested nvfp4_quantize_smooth
+// and mm_nvfp4_svdquant check is svdquant_linear's caller's error, named as its own argument.
+const char* linear_arg(const std::string& nested) {
+  static const std::pair<const char*, const char*> kMap[] = {{"a", "x"},
+                                                             {"a_sf", "x"},
+                                                             {"b", "weight_fp4"},
+                                                             {"b_sf", "weight_sf"},
+                                                             {"d", "l2t_smoothed"},
+                                                             {"l1", "l1_scaled"}};
+  for (const auto& [from, to] : kMap) {
+    if (nested == from) return to;
+  }
+  return nullptr;  // the same name in both (x, alpha, bias, pre_quant_scale, global_scale)
+}
+
+template <class F>
+auto as_linear(F&& nested) -> decltype(nested()) {
+  try {
+    return nested();
+  } catch (const Error& e) {
+    if (e.op() != "nvfp4_quantize_smooth" && e.op() != "mm_nvfp4_svdquant") throw;
+    const char* arg = linear_arg(e.arg());
+    throw Error(e.code(), "svdquant_linear", arg ? std::string(arg) : e.arg(), e.detail(), e.file(),
+                e.line());
+  }
 }
 
 }  // namespace
@@ -205,7 +233,9 @@ Tensor svdquant_linear(const Tensor& x, const Tensor& weight_fp4, const Tensor& 
         FLASHINFER_CHECK(x.stride(1) == 1, op, "x", "the last dimension must be contiguous");
         const Tensor l2 = l2t_smoothed.contiguous();
         const int64_t m = x.size(0), k = x.size(1), r = l2.size(1);
-        auto [xq, x_sf] = nvfp4_quantize_smooth(x, pre_quant_scale, global_scale, enable_pdl);
+        Tensor xq, x_sf;  // not a structured binding: the lambda below captures them
+        std::tie(xq, x_sf) = as_linear(
+            [&] { return nvfp4_quantize_smooth(x, pre_quant_scale, global_scale, enable_pdl); });
         Tensor down = Tensor::empty({m, r}, DType::kBFloat16, x.device());
         kernels::Bf16MmParams p;
         p.m = m;
@@ -217,8 +247,10 @@ Tensor svdquant_linear(const Tensor& x, const Tensor& weight_fp4, const Tensor& 
         p.y_stride = r;
         p.out = static_cast<uint16_t*>(down.data_ptr());
         api::launch(kMmKernels, p, x.device(), op, "x", enable_pdl.value_or(false));
-        return mm_nvfp4_svdquant(xq, weight_fp4, x_sf, weight_sf, alpha, down, l1_scaled, bias,
-                                 std::nullopt, "cutlass", enable_pdl);
+        return as_linear([&] {
+          return mm_nvfp4_svdquant(xq, weight_fp4, x_sf, weight_sf, alpha, down, l1_scaled, bias,
+                                   std::nullopt, "cutlass", enable_pdl);
+        });
       },
       x, weight_fp4, weight_sf, alpha, pre_quant_scale, l2t_smoothed, l1_scaled, global_scale, bias,
       enable_pdl);

@@ -246,9 +246,16 @@ void xqa_mla_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
   const int64_t rank = output.size(3);
   const double qs = api::fused_fp32_scale_value(q_scale, op, "q_scale"),
                ks = api::fused_fp32_scale_value(kv_scale, op, "kv_scale");
-  xqa_batch_decode_with_kv_cache_mla(q, k_cache.select(2, 0), workspace_buffer, 128, rank, D - rank,
-                                     page_table, lens, page_table.size(1) * page_size, output, qs,
-                                     ks, std::nullopt, enable_pdl);
+  try {
+    xqa_batch_decode_with_kv_cache_mla(q, k_cache.select(2, 0), workspace_buffer, 128, rank,
+                                       D - rank, page_table, lens, page_table.size(1) * page_size,
+                                       output, qs, ks, std::nullopt, enable_pdl);
+  } catch (const Error& e) {
+    // As xqa's above: what only the nested call checks (dtypes, layouts, the lengths against the
+    // page table) names xqa_mla and its own argument.
+    if (e.op() != "xqa_batch_decode_with_kv_cache_mla") throw;
+    throw Error(e.code(), op, xqa_arg(e.arg()), e.detail(), e.file(), e.line());
+  }
 }
 
 // flashinfer bench: batch_size requests of s_kv tokens, one query each.
