@@ -508,6 +508,22 @@ void expanded_pairs(const Tensor& topk_ids, const Tensor& lora_ids, int64_t num_
   expert = topk_ids.contiguous().reshape({T * K});
 }
 
+// The matrices a delta op's pairs read, checked against its rank and widths (rows x cols) before
+// it allocates its [P, rank] and [P, width] buffers: the check shrink_impl / expand_impl make
+// later, made first, so a rank or width no registered matrix has is refused naming the table,
+// not tried as an allocation of that size.
+void check_table_first(const Tensor& w_ptr, int64_t lora_stride, const Tensor& token,
+                       const Tensor& expert, const Tensor& lora_ids, DType dtype, int64_t rows,
+                       int64_t cols, const char* op, const char* arg) {
+  check_w_ptr(w_ptr, w_ptr.size(0), op, arg);
+  kernels::BgmvMoeParams p;
+  p.num_slices = w_ptr.size(0);
+  p.dtype = dtype;
+  fill_pairs(p, token, expert, lora_ids, w_ptr.size(1), op);
+  std::vector<std::shared_ptr<Storage>> keep;
+  resolve_pointers(p, w_ptr, lora_stride, rows, cols, op, arg, keep);
+}
+
 Tensor gemm1_impl(const Tensor& hidden, const Tensor& w_ptr_a, int64_t stride_a,
                   const Tensor& w_ptr_b, int64_t stride_b, const Tensor& topk_ids,
                   const Tensor& lora_ids, int64_t rank, int64_t inter, DType lora_dtype,
@@ -537,6 +553,10 @@ Tensor gemm1_impl(const Tensor& hidden, const Tensor& w_ptr_a, int64_t stride_a,
   FLASHINFER_CHECK(topk_ids.size(0) == T, op, "topk_ids", "must have T=", T, " rows, got ",
                    topk_ids.size(0));
   const Tensor x = hidden.to(lora_dtype).contiguous();
+  check_table_first(w_ptr_a, stride_a, token, expert, lora_ids, lora_dtype, rank, hidden.size(1),
+                    op, "w_ptr_a");
+  check_table_first(w_ptr_b, stride_b, token, expert, lora_ids, lora_dtype, inter, rank, op,
+                    "w_ptr_b");
   Tensor shrink = Tensor::zeros({2, P, rank}, lora_dtype);
   shrink_impl(shrink, x, w_ptr_a, token, expert, lora_ids, stride_a, false, op, "w_ptr_a");
   Tensor starts = Tensor::empty({2}, DType::kInt64);
@@ -597,6 +617,9 @@ Tensor gemm2_impl(const Tensor& act, const Tensor& perm_t, const Tensor& w_ptr_a
         static_cast<const uint8_t*>(a_src.data_ptr()) + static_cast<std::size_t>(r) * row_bytes,
         row_bytes);
   }
+  check_table_first(w_ptr_a, stride_a, token, expert, lora_ids, lora_dtype, rank, I, op, "w_ptr_a");
+  check_table_first(w_ptr_b, stride_b, token, expert, lora_ids, lora_dtype, hidden, rank, op,
+                    "w_ptr_b");
   Tensor shrink = Tensor::zeros({1, P, rank}, lora_dtype);
   shrink_impl(shrink, a_exp, w_ptr_a, token, expert, lora_ids, stride_a, true, op, "w_ptr_a");
   Tensor starts = Tensor::zeros({1}, DType::kInt64);
