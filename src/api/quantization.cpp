@@ -2,6 +2,9 @@
 // flashinfer.quantization.fp8_quantization): declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "flashinfer/ops/nvfp4.h"  // shuffle_matrix_a / shuffle_matrix_sf_a (do_shuffle)
 
 #include "api/arg_traits.h"
@@ -35,6 +38,17 @@ SfLayoutCode code_of(SfLayout l, const char* op, const char* arg) {
 }
 
 int64_t quantization_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// K padded to a multiple of `alignment` (checked positive). Upstream's MXFP8 kernels take the
+// padded K as a 32-bit int (invokeMxFP8Quantization's padded_n): a larger one is no call upstream
+// can make, refused here instead of tried as an allocation of that many columns.
+int64_t mxfp8_padded_k(int64_t k, int64_t alignment, const char* op) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  FLASHINFER_CHECK(alignment <= kMax && quantization_round_up(k, alignment) <= kMax, op,
+                   "alignment", "K = ", k, " padded to a multiple of ", alignment,
+                   " must fit a 32-bit int (upstream's kernels take it as one)");
+  return quantization_round_up(k, alignment);
+}
 
 // ---- backends (src/api/kernel_table.h) -------------------------------------------------------
 // The CUDA kernels take the same input dtypes, block sizes and layouts as the CPU reference.
@@ -350,7 +364,7 @@ std::tuple<Tensor, Tensor> mxfp8_cute_impl(const char* op, const Tensor& input,
                    "alignment must be divisible by SF_VEC_SIZE=32");
   const int64_t m = x.size(0), k = x.size(1);
   FLASHINFER_CHECK(k % 32 == 0, op, "input", "K (", k, ") must be divisible by SF_VEC_SIZE=32");
-  const int64_t padded_k = quantization_round_up(k, alignment);
+  const int64_t padded_k = mxfp8_padded_k(k, alignment, op);
   Tensor xp = x;
   if (padded_k > k) {  // zero columns: their blocks quantize to 0 with scale code 0
     xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
@@ -658,7 +672,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const int64_t m = x.size(0), k = x.size(1);
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
-        const int64_t padded_k = quantization_round_up(k, alignment);
+        const int64_t padded_k = mxfp8_padded_k(k, alignment, op);
         if (padded_k > k) {
           Tensor xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
           xp.slice(1, 0, k).copy_(x);
