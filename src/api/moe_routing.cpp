@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "api/bench_support.h"
@@ -129,6 +131,11 @@ TrtllmGenRoutingResult gen_routing_impl(const Tensor& logits, const std::optiona
   const int64_t KS = top_k + S;
   const Device dev = logits.device();
   const int64_t max_ctas = max_ctas_in_batch_dim(T, KS, E + S, tile);
+  // The permuted rows are numbered by the int32 outputs (expanded_idx_to_permuted_idx, the CTA
+  // limits): a padded row count past 2^31 - 1 has no numbering, refused before its allocation.
+  FLASHINFER_CHECK(max_ctas <= std::numeric_limits<int32_t>::max() / tile, op, "tile_tokens_dim",
+                   "the padded rows (", max_ctas, " tiles of ", tile,
+                   ") must fit the int32 permuted indices");
   const int64_t max_padded = max_ctas * tile;
   Tensor ids = Tensor::empty({T, KS}, DType::kInt32, dev);
   Tensor weights = Tensor::empty({T, KS}, DType::kBFloat16, dev);
