@@ -1494,7 +1494,9 @@ void BlockSparseTSWrapper::plan(int64_t batch_size, int64_t seq_len_q, int64_t s
         FLASHINFER_CHECK(batch_size > 0, op, "batch_size", "batch_size must be positive");
         s.batch = batch_size;
         s.use_kv_valid_bits = use_kv_valid_bits;
-        contiguous_pages(s);
+        // The per-request arrays (contiguous_pages) wait for the first run, whose q has this
+        // batch: as upstream's plan, a batch_size alone allocates nothing (2^31 requests would
+        // be tens of GB of host arrays here).
         s.device = Device::parse(device);
         check_arch(op, "device", s.device);
         s.planned = true;
@@ -1514,6 +1516,12 @@ Tensor BlockSparseTSWrapper::run(const Tensor& q, const Tensor& k, const Tensor&
         const char* op = "BlockSparseTSWrapper.run";
         api::check_defined(k, op, "k");
         api::check_defined(v, op, "v");
+        // The plan's request arrays, made once q has the planned batch (see plan); any other q
+        // sparse_run refuses before it reads them.
+        if (s_->planned && s_->kv_len.empty() && q.defined() && q.dim() == 4 &&
+            q.size(0) == s_->batch) {
+          contiguous_pages(*s_);
+        }
         return sparse_run(*s_, q, k, v, block_indptr, block_indices, kv_valid_bits, sm_scale, out,
                           false, false, op);
       },
