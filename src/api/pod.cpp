@@ -187,6 +187,9 @@ BatchPODWithPagedKVCacheWrapper::BatchPODWithPagedKVCacheWrapper(Tensor float_wo
       [&] {
         const char* op = "BatchPODWithPagedKVCacheWrapper.__init__";
         api::init_wrapper(*p_, float_workspace_buffer, kv_layout, false, "auto", std::nullopt, op);
+        // Split below along dim 0 (upstream slices it too: a 0-D tensor cannot be split there).
+        FLASHINFER_CHECK(float_workspace_buffer.dim() >= 1, op, "float_workspace_buffer",
+                         "must have at least one dimension to split, got a 0-D tensor");
         // Upstream splits the buffer in two halves, one per part.
         // 16-byte aligned halves (split-KV partials are fp32 arrays).
         const int64_t half = float_workspace_buffer.numel() / 2 / 16 * 16;
