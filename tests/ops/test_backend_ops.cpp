@@ -26,8 +26,11 @@
 //
 // Test names: BackendOpsCpu.* (tiers), BackendOpsCuda.* (skips without CUDA or a GPU; select it
 // with --gtest_filter='*Cuda*'; FLASHINFER_TEST_REQUIRE_CUDA=1 turns the skip into a failure),
-// BackendOpsCoverage.* (every registered op has a case here). FLASHINFER_TEST_VERBOSE=1 prints
-// the largest error of every comparison and the outputs each guard run placed.
+// BackendOpsCoverage.* (every registered op has a case here), BackendOpsBadInput.* and
+// BackendOpsBadPlan.* (each op's, and each wrapper's constructor's and plan's, valid call with one
+// argument made invalid at a time must raise flashinfer::Error or succeed, never crash: see "bad
+// input" below). FLASHINFER_TEST_VERBOSE=1 prints the largest error of every comparison, the
+// outputs each guard run placed, each bad-input call before it runs and the changes accepted.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,11 +51,13 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
 #include "api/bench_support.h"
 #include "api/device_props.h"
+#include "core/sanitizers.h"
 #include "core/strided.h"
 #include "core/view_overlap.h"
 #include "flashinfer/api_call.h"
@@ -63,6 +68,10 @@
 #include "jit/jit.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "replay/collective_replay.h"
+
+#ifdef FLASHINFER_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -1896,6 +1905,485 @@ TEST(WrittenArguments, OverlapIsExactMemoryOverlap) {
   Tensor bytes = Tensor::from_storage(x.storage(), {1}, {1}, 6, DType::kUInt8);
   EXPECT_TRUE(views_overlap(bytes, x.slice(0, 1, 2)));
   EXPECT_FALSE(views_overlap(bytes, x.slice(0, 2, 3)));
+}
+
+// ---- bad input ---------------------------------------------------------------------------------
+//
+// BackendOpsBadInput: "bad input gets a flashinfer::Error naming the op and the argument, never a
+// crash or an out-of-bounds access". Each op's valid call (its case at small_shape(), captured as
+// above) is made again with one argument changed at a time:
+//   a tensor: each dimension one smaller (when > 1), one larger and 0; the first dimension dropped;
+//     a leading dimension of 2 added; another dtype (other_dtype()); a view with every other
+//     element of its innermost dimension (where it was contiguous);
+//   an integer: -1, 0 and 2^31;
+//   an optional tensor given: None.
+// Each changed tensor has storage of exactly its new span, so a read past it is a heap overflow
+// AddressSanitizer reports (the sanitized build runs this binary), and holds the valid call's
+// values (each index clipped to the old sizes: index tensors keep valid indices, so a change is
+// about the shape; scratch workspaces get zeros). A call passes when it returns or throws
+// flashinfer::Error naming the op; any other exception, or an Error naming another op, fails with
+// the op, argument and change (a sanitizer's report ends the process: the call is printed first).
+// BackendOpsBadPlan does the same to the constructor and plan arguments a wrapper's run case used
+// (below). All of it: about 20 s in the sanitized build, 5 s in Release (2 cores).
+
+// Every op with a case is swept (the collectives and mono_moe have none: covered_elsewhere() and
+// too_large_for_a_case() give the reasons; a collective that gets a case is left out too, its
+// ranks being threads elsewhere). Changes not made, each with its reason: the key is the op and
+// the start of the change's description.
+const std::map<std::string, std::string>& not_swept() {
+  static const std::map<std::string, std::string> m = {
+      {"MultiLevelCascadeAttentionWrapper.__init__: num_levels = 2147483648",
+       "builds a prefill wrapper state per level at construction, as upstream builds a wrapper "
+       "per level: 2^31 of them exhaust the host's memory (the process is killed). Not fixed "
+       "here: building the levels at plan, whose lists hold one entry a level, changes the "
+       "class's members (include/flashinfer/ops/cascade_wrappers.h)"},
+  };
+  return m;
+}
+
+bool change_not_swept(const std::string& op, const std::string& what) {
+  const std::string call = op + ": " + what;
+  return std::any_of(not_swept().begin(), not_swept().end(),
+                     [&](const auto& entry) { return call.rfind(entry.first, 0) == 0; });
+}
+
+std::vector<std::string> swept_ops() {
+  std::vector<std::string> names;
+  for (const std::string& op : case_ops()) {
+    if (!detail::collective_spec(op)) names.push_back(op);
+  }
+  return names;
+}
+
+enum class Change {
+  kDimSmaller,
+  kDimLarger,
+  kDimZero,
+  kDropDim,
+  kAddDim,
+  kDType,
+  kStrided,
+  kInt,
+  kNone
+};
+
+struct Mutation {
+  Slot slot;  // item -1 for kInt and kNone
+  Change change;
+  int64_t at = 0;  // the dimension (kDim*), or the value (kInt)
+};
+
+// The dtype a tensor of dtype `d` is given instead: a narrower one where there is one (an op that
+// reads it as its own dtype reads past it), float32 for integer indices (garbage indices, where
+// the dtype goes unchecked), int32 for int64 ones.
+DType other_dtype(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return DType::kBFloat16;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kFloat64:
+    case DType::kInt32:
+      return DType::kFloat32;
+    case DType::kInt64:
+    case DType::kBool:
+      return DType::kInt32;
+    default:  // fp8, fp4 pairs, 8- and 16-bit integers
+      return DType::kBFloat16;
+  }
+}
+
+std::string describe_mutation(const OpDecl& decl, const std::vector<Value>& args,
+                              const Mutation& m) {
+  std::ostringstream s;
+  if (m.change == Change::kInt) {
+    s << decl.params[m.slot.param].name << " = " << m.at << " (was " << args[m.slot.param].as_int()
+      << ")";
+    return s.str();
+  }
+  if (m.change == Change::kNone) return decl.params[m.slot.param].name + " = None";
+  const Tensor& t = slot_tensor(args, m.slot);
+  s << slot_name(decl, m.slot) << " " << shape_to_string(t.shape()) << " " << dtype_name(t.dtype())
+    << ": ";
+  switch (m.change) {
+    case Change::kDimSmaller:
+      s << "dim " << m.at << " one smaller";
+      break;
+    case Change::kDimLarger:
+      s << "dim " << m.at << " one larger";
+      break;
+    case Change::kDimZero:
+      s << "dim " << m.at << " = 0";
+      break;
+    case Change::kDropDim:
+      s << "dim 0 dropped";
+      break;
+    case Change::kAddDim:
+      s << "leading dim of 2 added";
+      break;
+    case Change::kDType:
+      s << "dtype " << dtype_name(other_dtype(t.dtype()));
+      break;
+    case Change::kStrided:
+      s << "every other element of its innermost dim > 1 (not contiguous)";
+      break;
+    default:
+      break;
+  }
+  return s.str();
+}
+
+std::vector<Mutation> mutations_of(const OpDecl& decl, const std::vector<Value>& args) {
+  std::vector<Mutation> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const Value& v = args[i];
+    if (v.kind() == Value::Kind::kInt) {
+      for (const int64_t x : {int64_t{-1}, int64_t{0}, int64_t{1} << 31}) {
+        if (v.as_int() != x) out.push_back({{i, -1}, Change::kInt, x});
+      }
+      continue;
+    }
+    std::vector<Slot> slots;
+    if (v.is_tensor()) slots.push_back({i, -1});
+    if (v.is_sequence()) {
+      for (std::size_t j = 0; j < v.items().size(); ++j) {
+        if (v.items()[j].is_tensor()) slots.push_back({i, static_cast<int>(j)});
+      }
+    }
+    for (const Slot& s : slots) {
+      const Tensor& t = slot_tensor(args, s);
+      for (int64_t d = 0; d < t.dim(); ++d) {
+        if (t.size(d) > 1) out.push_back({s, Change::kDimSmaller, d});
+        out.push_back({s, Change::kDimLarger, d});
+        if (t.size(d) != 0) out.push_back({s, Change::kDimZero, d});
+      }
+      if (t.dim() > 0) out.push_back({s, Change::kDropDim});
+      out.push_back({s, Change::kAddDim});
+      out.push_back({s, Change::kDType});
+      const bool any_wide =
+          std::any_of(t.shape().begin(), t.shape().end(), [](int64_t n) { return n > 1; });
+      if (t.is_contiguous() && any_wide) out.push_back({s, Change::kStrided});
+    }
+    if (decl.params[i].optional && !slots.empty()) out.push_back({{i, -1}, Change::kNone});
+  }
+  return out;
+}
+
+// A contiguous tensor of `shape` (the rank of `src`) whose element at each index is `src`'s at
+// that index clipped to src's sizes; zeros where `src` is empty.
+Tensor clipped_copy(const Tensor& src, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, src.dtype());
+  if (out.numel() == 0) return out;
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  if (src.numel() == 0) {
+    std::memset(dst, 0, out.nbytes());
+    return out;
+  }
+  const Tensor c = src.contiguous();
+  const auto* from = static_cast<const uint8_t*>(c.data_ptr());
+  const std::size_t es = src.element_size();
+  const std::size_t r = shape.size();
+  if (r == 0) {
+    std::memcpy(dst, from, es);
+    return out;
+  }
+  const Shape strides = contiguous_strides(c.shape());
+  const int64_t inner_new = shape[r - 1], inner_old = c.size(static_cast<int64_t>(r) - 1);
+  const int64_t n = std::min(inner_new, inner_old);
+  std::vector<int64_t> idx(r - 1, 0);
+  const int64_t rows = out.numel() / inner_new;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t off = 0;
+    for (std::size_t d = 0; d + 1 < r; ++d) {
+      off += std::min(idx[d], c.size(static_cast<int64_t>(d)) - 1) * strides[d];
+    }
+    uint8_t* o = dst + static_cast<std::size_t>(row * inner_new) * es;
+    std::memcpy(o, from + static_cast<std::size_t>(off) * es, static_cast<std::size_t>(n) * es);
+    for (int64_t j = n; j < inner_new; ++j) {
+      std::memcpy(o + static_cast<std::size_t>(j) * es,
+                  from + static_cast<std::size_t>(off + inner_old - 1) * es, es);
+    }
+    for (std::size_t d = r - 1; d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// `src`'s values in a view whose innermost dimension of size > 1 takes every other element of a
+// storage of exactly the span the view covers (its gaps zero).
+Tensor strided_copy(const Tensor& src, bool copy_values = true) {
+  int64_t d = src.dim() - 1;
+  while (src.size(d) <= 1) --d;
+  Shape padded = src.shape();
+  padded[static_cast<std::size_t>(d)] *= 2;
+  Shape strides = contiguous_strides(padded);
+  strides[static_cast<std::size_t>(d)] *= 2;
+  int64_t last = 0;
+  for (int64_t k = 0; k < src.dim(); ++k) last += (src.size(k) - 1) * strides[k];
+  auto st =
+      Storage::allocate(static_cast<std::size_t>(last + 1) * src.element_size(), Device::cpu());
+  std::memset(st->data(), 0, st->nbytes());
+  Tensor view = Tensor::from_storage(st, src.shape(), strides, 0, src.dtype());
+  if (copy_values) view.copy_(src);
+  return view;
+}
+
+// `keep_values` false (scratch, whose contents no op reads): the dtype and strided changes are
+// zeros, not conversions of megabytes of workspace (seconds under the sanitizers).
+Tensor mutated_tensor(const Tensor& t, const Mutation& m, bool keep_values) {
+  Shape shape = t.shape();
+  switch (m.change) {
+    case Change::kDimSmaller:
+      --shape[static_cast<std::size_t>(m.at)];
+      return clipped_copy(t, shape);
+    case Change::kDimLarger:
+      ++shape[static_cast<std::size_t>(m.at)];
+      return clipped_copy(t, shape);
+    case Change::kDimZero:
+      shape[static_cast<std::size_t>(m.at)] = 0;
+      return clipped_copy(t, shape);
+    case Change::kDropDim:
+      if (t.size(0) == 0) return Tensor::empty(Shape(shape.begin() + 1, shape.end()), t.dtype());
+      return t.select(0, 0).clone();
+    case Change::kAddDim: {
+      const Tensor c = t.contiguous();
+      shape.insert(shape.begin(), 2);
+      Tensor out = Tensor::empty(shape, t.dtype());
+      if (c.nbytes() != 0) {
+        std::memcpy(out.data_ptr(), c.data_ptr(), c.nbytes());
+        std::memcpy(static_cast<uint8_t*>(out.data_ptr()) + c.nbytes(), c.data_ptr(), c.nbytes());
+      }
+      return out;
+    }
+    case Change::kDType: {
+      const DType d = other_dtype(t.dtype());
+      if (!keep_values) return Tensor::zeros(shape, d);
+      try {
+        return t.to(d).contiguous();
+      } catch (const Error&) {  // no conversion between the two (fp4 pairs): zeros
+        return Tensor::zeros(shape, d);
+      }
+    }
+    case Change::kStrided:
+      return strided_copy(t, keep_values);
+    default:
+      return t;
+  }
+}
+
+// What the current call is, for a sanitizer's report (it ends the process before any failure
+// the test could print).
+std::string& current_bad_input() {
+  static std::string s;
+  return s;
+}
+
+#ifdef FLASHINFER_ASAN
+void print_current_bad_input() {
+  std::fprintf(stderr, "[BackendOpsBadInput] the call that failed: %s\n",
+               current_bad_input().c_str());
+}
+#endif
+
+// `args` with fresh copies of the tensors the op writes (each call starts from the valid values).
+std::vector<Value> fresh_args(const OpDecl& decl, const std::vector<Value>& args) {
+  std::vector<Value> out = args;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (decl.params[i].mutated) out[i] = deep_copy(out[i]);
+  }
+  return out;
+}
+
+std::vector<Value> mutated_args(const OpDecl& decl, const std::vector<Value>& args,
+                                const Mutation& m) {
+  std::vector<Value> out = fresh_args(decl, args);
+  if (m.change == Change::kInt) {
+    out[m.slot.param] = Value(m.at);
+  } else if (m.change == Change::kNone) {
+    out[m.slot.param] = Value();
+  } else {
+    set_slot(out, m.slot,
+             mutated_tensor(slot_tensor(args, m.slot), m,
+                            !scratch_param(decl.params[m.slot.param].name)));
+  }
+  return out;
+}
+
+struct Tally {
+  std::size_t calls = 0, refused = 0;
+  std::vector<std::string> accepted, unnamed_arg;
+};
+
+// Calls `decl` (at every tier this CPU has); true when it returned. Any exception but an Error
+// naming `decl` is a failure naming `what`.
+bool call_checked(const OpDecl& decl, std::vector<Value> args, const std::string& what,
+                  Tally& tally) {
+  current_bad_input() = decl.name + ": " + what;
+  if (verbose()) std::fprintf(stderr, "  %s\n", current_bad_input().c_str());
+  ++tally.calls;
+  try {
+    TierScope all_tiers(CpuIsa::kAvx512);
+    ScopedUnobserved quiet;
+    CallArgs bound(decl, std::move(args));
+    decl.invoke(bound);
+    tally.accepted.push_back(what);
+    return true;
+  } catch (const Error& e) {
+    ++tally.refused;
+    const std::string msg = e.what();
+    if (e.op() != decl.name && msg.find(decl.name) == std::string::npos) {
+      ADD_FAILURE() << what << ": the Error does not name " << decl.name << ": " << msg;
+    } else if (e.arg().empty()) {
+      tally.unnamed_arg.push_back(what + ": " + msg);
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": threw " << typeid(e).name()
+                  << ", not flashinfer::Error: " << e.what();
+  } catch (...) {
+    ADD_FAILURE() << what << ": threw something that is not a std::exception";
+  }
+  return false;
+}
+
+void report(const Tally& t, std::size_t changes) {
+  current_bad_input().clear();
+  ::testing::Test::RecordProperty("calls", static_cast<int>(t.calls));
+  ::testing::Test::RecordProperty("accepted", static_cast<int>(t.accepted.size()));
+  if (verbose()) {
+    std::printf(
+        "  %zu changes, %zu calls: %zu refused, %zu accepted:%s\n"
+        "  %zu Errors naming no argument:%s\n",
+        changes, t.calls, t.refused, t.accepted.size(), join(t.accepted).c_str(),
+        t.unnamed_arg.size(), join(t.unnamed_arg).c_str());
+  }
+}
+
+void install_death_note() {
+#ifdef FLASHINFER_ASAN
+  __asan_set_death_callback(print_current_bad_input);
+#endif
+}
+
+class BackendOpsBadInput : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendOpsBadInput, MutatedArgumentsRaiseErrorsNotCrashes) {
+  install_death_note();
+  const OpDecl* decl = OpRegistry::global().find(GetParam());
+  ASSERT_NE(decl, nullptr);
+  Prepared p;  // keeps a wrapper's self alive
+  try {
+    BenchShape shape = small_shape();
+    shrink_for(decl->name, shape);
+    p = prepare(decl->name, shape, kReference);
+  } catch (const std::exception& e) {
+    FAIL() << "building the case failed: " << e.what();
+  }
+  const std::vector<Mutation> all = mutations_of(*decl, p.args);
+  Tally tally;
+  for (const Mutation& m : all) {
+    const std::string what = describe_mutation(*decl, p.args, m);
+    if (change_not_swept(decl->name, what)) continue;
+    call_checked(*decl, mutated_args(*decl, p.args, m), what, tally);
+  }
+  report(tally, all.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Op, BackendOpsBadInput, ::testing::ValuesIn(swept_ops()), test_name);
+
+// The wrappers' constructors and plans (covered_elsewhere(): their run cases build and plan
+// the wrapper first), captured from the run case. Each of their arguments changed as above: a
+// constructor must build or refuse; a plan must refuse, or, when it accepts, the run that follows
+// (the case's valid run arguments) must return or refuse, and the valid plan is made again for
+// the next change. (A constructor's mutations build a new wrapper that nothing runs.)
+const char* const kSetupMethods[] = {"__init__", "plan", "begin_forward"};
+
+std::vector<std::string> planned_run_ops() {
+  std::vector<std::string> names;
+  for (const std::string& op : swept_ops()) {
+    const OpDecl* d = OpRegistry::global().find(op);
+    if (d == nullptr || !d->is_method()) continue;
+    for (const char* m : kSetupMethods) {
+      if (OpRegistry::global().find(d->class_name + "." + m) != nullptr) {
+        names.push_back(op);
+        break;
+      }
+    }
+  }
+  return names;
+}
+
+class BackendOpsBadPlan : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendOpsBadPlan, MutatedInitAndPlanArgumentsRaiseErrorsNotCrashes) {
+  install_death_note();
+  const OpDecl* run = OpRegistry::global().find(GetParam());
+  ASSERT_NE(run, nullptr);
+  std::vector<std::shared_ptr<CaptureObserver>> observers;
+  for (const char* m : kSetupMethods) {
+    observers.push_back(std::make_shared<CaptureObserver>(run->class_name + "." + m));
+    add_call_observer(observers.back());
+  }
+  Prepared p;  // keeps the wrapper alive
+  std::string failed;
+  try {
+    BenchShape shape = small_shape();
+    shrink_for(run->name, shape);
+    p = prepare(run->name, shape, kReference);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  for (const auto& o : observers) remove_call_observer(o);
+  ASSERT_TRUE(failed.empty()) << "building the case failed: " << failed;
+  std::size_t changes = 0;
+  Tally tally;
+  bool any = false;
+  for (std::size_t k = 0; k < observers.size(); ++k) {
+    if (!observers[k]->captured) continue;
+    any = true;
+    const OpDecl* setup = OpRegistry::global().find(run->class_name + "." + kSetupMethods[k]);
+    const bool init = setup->is_constructor();
+    const std::vector<Value>& valid = observers[k]->inputs;
+    const std::vector<Mutation> all = mutations_of(*setup, valid);
+    changes += all.size();
+    for (const Mutation& m : all) {
+      const std::string what = describe_mutation(*setup, valid, m);
+      if (change_not_swept(setup->name, what)) continue;
+      if (call_checked(*setup, mutated_args(*setup, valid, m), what, tally) && !init) {
+        call_checked(*run, fresh_args(*run, p.args), "after " + setup->name + " accepted " + what,
+                     tally);
+      }
+      if (init) continue;
+      Tally again;
+      ASSERT_TRUE(call_checked(*setup, fresh_args(*setup, valid), "the valid plan again", again))
+          << "after " << what;
+    }
+  }
+  if (!any) {
+    GTEST_SKIP() << "the case of " << run->name << " neither builds nor plans its wrapper";
+  }
+  report(tally, changes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Op, BackendOpsBadPlan, ::testing::ValuesIn(planned_run_ops()), test_name);
+
+// The sweep's own helpers: a resized copy keeps the values at the clipped index, a strided copy
+// covers exactly its span, and every change left out names a registered op.
+TEST(BackendOpsBadInputCoverage, ResizedAndStridedCopies) {
+  const Tensor t = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3}, DType::kInt32);
+  EXPECT_EQ(clipped_copy(t, {3, 2}).to_double_vector(), (std::vector<double>{0, 1, 3, 4, 3, 4}));
+  EXPECT_EQ(clipped_copy(t, {2, 4}).to_double_vector(),
+            (std::vector<double>{0, 1, 2, 2, 3, 4, 5, 5}));
+  EXPECT_EQ(clipped_copy(t, {2, 0}).numel(), 0);
+  const Tensor s = strided_copy(t);
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.to_double_vector(), t.to_double_vector());
+  EXPECT_EQ(s.storage()->nbytes(), 11 * sizeof(int32_t));
+  for (const auto& [change, why] : not_swept()) {
+    const std::string op = change.substr(0, change.find(':'));
+    EXPECT_NE(OpRegistry::global().find(op), nullptr) << change << " (not swept) names no op";
+  }
 }
 
 }  // namespace
