@@ -30,11 +30,19 @@ std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tup
   auto it = args.find(param);
   if (it == args.end()) return std::nullopt;
   const Arg* a = &it->second;
+  // Page size 1 without its axis (the forms upstream's _unpack_paged_kv_cache takes: a pair of
+  // 3-D [tokens, H, D] caches, or one [tokens, 2, H, D] tensor) where the template names a 4-D
+  // cache: page_size 1 goes in, so the heads and head dim land on their axes.
+  const auto page_axis_of_one = [rank](Arg t) {
+    if (rank == 4 && t.shape.size() == 3) t.shape.insert(t.shape.begin() + 1, 1);
+    return t;
+  };
   if (tuple_idx >= 0) {
-    if (a->kind == Arg::Kind::kTensor && a->shape.size() == 5 && a->shape[1] == 2) {
+    if (a->kind == Arg::Kind::kTensor &&
+        (a->shape.size() == 5 || (a->shape.size() == 4 && rank == 4)) && a->shape[1] == 2) {
       Arg half = *a;
       half.shape.erase(half.shape.begin() + 1);
-      return half;
+      return page_axis_of_one(half);
     }
     if (a->kind != Arg::Kind::kTuple || static_cast<int>(a->items.size()) <= tuple_idx) {
       return std::nullopt;
@@ -49,7 +57,7 @@ std::optional<Arg> tensor_of(const Args& args, const std::string& param, int tup
     half.shape.erase(half.shape.begin() + 1);
     return half;
   }
-  return *a;
+  return page_axis_of_one(*a);
 }
 
 std::optional<int64_t> scalar_of(const Args& args, const std::string& name) {

@@ -1591,6 +1591,26 @@ TEST(Trace, DefinitionForAxesErrors) {
 // An op with several templates: the call's argument picks one (upstream's dispatch), a value no
 // template takes writes nothing (routing_method_type 6, Unspecified), and `flashinfer trace`
 // takes the selector as an axis.
+// Page size 1 without the page axis (SGLang's K/V pools, upstream's _unpack_paged_kv_cache forms):
+// a pair of 3-D [tokens, H, D] caches or one [tokens, 2, H, D] tensor names the definition as
+// the 4-D page-size-1 cache would.
+TEST(Trace, PageSizeOneCachesWithoutThePageAxisNameTheirAxes) {
+  const DType bf = DType::kBFloat16;
+  const fi::OpDecl* d = fi::OpRegistry::global().find("BatchDecodeWithPagedKVCacheWrapper.run");
+  ASSERT_NE(d, nullptr);
+  const auto name = [&](Value cache) {
+    return fi::trace::definition_name_for_call(
+               *d, bind("BatchDecodeWithPagedKVCacheWrapper.run",
+                        {{"self", Value()}, {"q", T({2, 32, 128}, bf)}, {"paged_kv_cache", cache}}))
+        .value_or("none");
+  };
+  const std::string want = "gqa_paged_decode_h32_kv8_d128_ps1";
+  EXPECT_EQ(name(Value::tuple({T({40, 1, 8, 128}, bf), T({40, 1, 8, 128}, bf)})), want);
+  EXPECT_EQ(name(Value::tuple({T({40, 8, 128}, bf), T({40, 8, 128}, bf)})), want);
+  EXPECT_EQ(name(T({40, 2, 8, 128}, bf)), want);
+  EXPECT_EQ(name(T({40, 2, 1, 8, 128}, bf)), want);
+}
+
 TEST(Trace, SelectedTemplates) {
   const auto call = [](int64_t rt, int64_t shared = 0) {
     return bind("trtllm_fp8_block_scale_moe",
