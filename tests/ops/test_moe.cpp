@@ -2044,20 +2044,17 @@ TEST(MoeCuda, AlltoallKeepsRowsWithNoLocalExpertAndCaptures) {
     alltoall(in, cpu_out);
     const MoeInputs g = to_cuda(in);
     Tensor out = Tensor::full({c.T, c.H}, 7.0, dt).to(Device::cuda(0));
-    alltoall(g, out);  // eager; also the warm-up of the capture below
+    // The engine's warm-up (eager, on the stream it then captures on), then the capture.
+    testing::ReplayableGraph graph;
+    ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { alltoall(g, out); }));
     EXPECT_TRUE(all_close(out.to(Device::cpu()), cpu_out, default_tolerance(dt)))
         << dtype_label(dt);
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    void* const prev = current_cuda_stream();
-    set_current_cuda_stream(stream);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { alltoall(g, out); }));
     out.copy_(Tensor::full({c.T, c.H}, 7.0, dt));
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    ASSERT_NO_FATAL_FAILURE(testing::capture_and_launch(stream, cudaStreamCaptureModeGlobal,
-                                                        [&] { alltoall(g, out); }));
-    set_current_cuda_stream(prev);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
     const auto got = out.to(Device::cpu()).to_double_vector();
-    const auto want = cpu_out.to_double_vector();
     for (int64_t t = 0; t < c.T; t += 3) {
       for (int64_t j = 0; j < c.H; ++j) {
         EXPECT_EQ(got[static_cast<size_t>(t * c.H + j)], 7.0) << dtype_label(dt) << " " << t;
@@ -2065,7 +2062,9 @@ TEST(MoeCuda, AlltoallKeepsRowsWithNoLocalExpertAndCaptures) {
     }
     EXPECT_TRUE(all_close(out.to(Device::cpu()), cpu_out, default_tolerance(dt)))
         << dtype_label(dt);
-    cudaStreamDestroy(stream);
+    cudaGraphExecDestroy(graph.exec);
+    cudaGraphDestroy(graph.graph);
+    cudaStreamDestroy(graph.stream);
   }
 }
 
