@@ -107,19 +107,27 @@ float decode_scale(const ScalarOrTensor<double>& s, const char* op, const char* 
 }
 
 // K/V views [pages, page_size, H, D'] of a packed cache or its scale cache (any last stride).
+// `page_size_one_forms`: also upstream's _unpack_paged_kv_cache forms of page size 1 without the
+// page axis (a 3-D pair, a 4-D [tokens, 2, ...] tensor), as api::paged_cache_views takes them.
 std::pair<Tensor, Tensor> cache_views(const PagedKVCache& c, bool hnd, const char* op,
-                                      const char* arg) {
+                                      const char* arg, bool page_size_one_forms = false) {
   Tensor k, v;
+  const int64_t page_axis = hnd ? 2 : 1;
   if (c.is_pair()) {
     k = c.first();
     v = c.second();
     api::check_defined(k, op, arg);
     api::check_defined(v, op, arg);
+    if (page_size_one_forms && k.dim() == 3 && v.dim() == 3) {
+      k = k.unsqueeze(page_axis);
+      v = v.unsqueeze(page_axis);
+    }
     FLASHINFER_CHECK(k.dim() == 4 && v.dim() == 4, op, arg, "(k, v) must be 4-D, got ",
                      shape_to_string(k.shape()), " and ", shape_to_string(v.shape()));
   } else {
-    const Tensor& kv = c.first();
+    Tensor kv = c.first();
     api::check_defined(kv, op, arg);
+    if (page_size_one_forms && kv.dim() == 4) kv = kv.unsqueeze(page_axis + 1);
     FLASHINFER_CHECK(kv.dim() == 5 && kv.size(1) == 2, op, arg,
                      "expected a 5-D tensor [pages, 2, ...] or a (k, v) pair, got shape ",
                      shape_to_string(kv.shape()));
@@ -144,7 +152,7 @@ AppendCaches append_caches(const PagedKVCache& cache, const PagedKVCache& sf,
                            const char* op) {
   AppendCaches c;
   std::tie(c.k, c.v) = api::paged_cache_views(cache, hnd, op, "paged_kv_cache");
-  std::tie(c.ks, c.vs) = cache_views(sf, hnd, op, "kv_cache_sf");
+  std::tie(c.ks, c.vs) = cache_views(sf, hnd, op, "kv_cache_sf", /*page_size_one_forms=*/true);
   for (const auto& [t, arg] :
        {std::pair{&append_key, "append_key"}, std::pair{&append_value, "append_value"}}) {
     api::check_defined(*t, op, arg);

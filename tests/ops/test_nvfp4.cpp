@@ -565,6 +565,32 @@ TEST(Nvfp4QuantizeAppendPagedKvCache, MatchesBlockFormula) {
   }
 }
 
+// Page size 1 without the page axis (upstream's _unpack_paged_kv_cache on both the packed and the
+// scale caches): 3-D pools write what the 4-D page-size-1 caches get.
+TEST(Nvfp4QuantizeAppendPagedKvCache, PageSizeOnePoolsWithoutThePageAxis) {
+  const int64_t tokens = 6, h = 2, d = 32, nnz = 3;
+  const Tensor key = rand_tensor({nnz, h, d}, DType::kFloat16, 3, -4, 4);
+  const Tensor val = rand_tensor({nnz, h, d}, DType::kFloat16, 4, -4, 4);
+  const Tensor c0 =
+      rand_tensor({tokens, 1, h, d / 2}, DType::kFloat32, 5, 0, 255).to(DType::kUInt8);
+  const Tensor s0 = as_e4m3(Tensor::full({tokens, 1, h, d / 16}, 7, DType::kUInt8));
+  Tensor kc = c0.clone(), vc = c0.clone(), ks = s0.clone(), vs = s0.clone();
+  Tensor kc3 = c0.clone(), vc3 = c0.clone(), ks3 = s0.clone(), vs3 = s0.clone();
+  // One request of 4 tokens at slots [5, 2, 0, 3]: positions 1..3 appended.
+  const auto append = [&](const PagedKVCache& cache, const PagedKVCache& sf) {
+    nvfp4_quantize_append_paged_kv_cache(key, val, i32({0, 0, 0}), i32({1, 2, 3}), cache, sf,
+                                         i32({5, 2, 0, 3}), i32({0, 4}), i32({1}), 0.02, 0.03);
+  };
+  append(PagedKVCache(kc, vc), PagedKVCache(ks, vs));
+  append(PagedKVCache(kc3.squeeze(1), vc3.squeeze(1)),
+         PagedKVCache(ks3.squeeze(1), vs3.squeeze(1)));
+  EXPECT_NE(bytes(kc), bytes(c0));
+  EXPECT_EQ(bytes(kc3), bytes(kc));
+  EXPECT_EQ(bytes(vc3), bytes(vc));
+  EXPECT_EQ(bytes(ks3), bytes(ks));
+  EXPECT_EQ(bytes(vs3), bytes(vs));
+}
+
 TEST(Nvfp4QuantizeAppendWithSlotMapping, MatchesBlockFormula) {
   const int64_t pages = 3, ps = 4, h = 1, d = 16;
   Tensor key = rand_tensor({5, h, d}, DType::kBFloat16, 13, -2, 2);
