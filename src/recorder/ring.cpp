@@ -2450,8 +2450,23 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
   if (!asked && result_capture_in_progress(result)) {
     // Kept at its begin (no CUDA argument), but its result is device memory written under a
     // capture: copying it would break the capture, and its values exist once the graph runs.
-    // The call stays with its inputs only, as a call whose outputs could not be kept.
+    // The call stays with its inputs only, as a call whose outputs could not be kept; what it
+    // wrote is new content all the same (a CPU argument it wrote must not be shared stale).
     note_capture();
+    if (!cfg_.ring_verify_full) {
+      try {
+        extract_result_tape(result, out, scratch_metadata);
+        extract_mutated_into(decl, args, mutated);
+        refs_of(out.tensors, out_refs);
+        refs_of(mutated.tensors, mut_refs);
+        note_writes(out_refs);
+        note_writes(mut_refs);
+      } catch (const std::exception&) {
+        std::lock_guard<std::mutex> l(mu_);
+        for (auto& m : spans_) m.clear();  // what was written is unknown: nothing is shared
+        while (!retained_.empty()) drop_retained_locked();
+      }
+    }
     return;
   }
   bool nan = false;

@@ -326,6 +326,24 @@ TEST_F(RingTest, ACallWhoseResultIsWrittenUnderACaptureKeepsItsInputsOnly) {
   EXPECT_EQ(second[1]["execution_status"], "completed");
 }
 
+// Such a call's writes are still seen: a CPU tensor it wrote in place (between the sampled words,
+// so the fingerprint alone would miss it) is kept anew by the next call, not shared stale.
+TEST_F(RingTest, ACallWhoseResultIsWrittenUnderACaptureHasItsWritesSeen) {
+  recorder::start(config(8));
+  Tensor w = filled(16384, 0.5);
+  ring_probe(w, 0);
+  int asked = 0;
+  recorder::set_capture_probe([&asked] { return asked++ > 0; });
+  ring_poke_(w, 1001, 1.5);
+  recorder::set_capture_probe({});
+  ring_probe(w, 0);
+  const auto c = calls(recorder::dump_ring("manual"));
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(values(c[0], "inputs.pt")[1001], 0.5);
+  EXPECT_EQ(lines(c[1] / "metadata.jsonl").size(), 1u);  // inputs only
+  EXPECT_EQ(values(c[2], "inputs.pt")[1001], 1.5);
+}
+
 TEST_F(RingTest, UnchangedTensorsAreHeldOnceAndChangesAreSeen) {
   for (const bool full : {false, true}) {
     SCOPED_TRACE(full ? "verify=full" : "verify=sampled");
