@@ -1609,13 +1609,6 @@ TEST(MlaCuda, DecodeWrapperMatchesCpu) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
-// Both MLA wrappers with use_cuda_graph=True, as engines decode DeepSeek: plan, capture run() in
-// a graph, then re-plan with other lengths (longer than at capture, an empty request) and only
-// replay the graph. Each replay must compute the latest plan: the plan uploads its arrays in place
-// and the kernels take their KV chunk from the plan's longest request on the device (before,
-// run() uploaded the arrays, so a replay read the captured plan's, and its splits covered only
-// the captured lengths). A plan of another batch size, or with more pages than the page-index
-// buffer holds, is refused by name.
 // SGLang's MLA speculative verify under a CUDA graph (the engine-call audit of session 80):
 // BatchMLAPagedAttentionWrapper(use_cuda_graph=True) with its qo / kv indptr, page-id and
 // kv_len buffers on the device, 3 draft tokens a request, causal, page size 1, 16 heads; each
@@ -1687,6 +1680,13 @@ TEST(MlaCuda, CudaGraphOfASpeculativeVerifyReplaysNewLengths) {
   cudaStreamDestroy(graph.stream);
 }
 
+// Both MLA wrappers with use_cuda_graph=True, as engines decode DeepSeek: plan, capture run() in
+// a graph, then re-plan with other lengths (longer than at capture, an empty request) and only
+// replay the graph. Each replay must compute the latest plan: the plan uploads its arrays in place
+// and the kernels take their KV chunk from the plan's longest request on the device (before,
+// run() uploaded the arrays, so a replay read the captured plan's, and its splits covered only
+// the captured lengths). A plan of another batch size, or with more pages than the page-index
+// buffer holds, is refused by name.
 TEST(MlaCuda, CudaGraphReplayedAfterReplanMatchesCpu) {
   if (!testing::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const Device g = Device::cuda(0);
