@@ -1192,6 +1192,11 @@ class RingRecorder final : public CallObserver, public std::enable_shared_from_t
   // `b` is held by a call again (or will be freed): out of retained_. The caller holds `b`.
   void unretain_locked(Blob& b);
   void drop_retained_locked();  // the oldest retained blob
+  // What a call wrote is unknown (extracting it failed): nothing kept is shared any more.
+  void unshare_all_locked() {
+    for (auto& m : spans_) m.clear();
+    while (!retained_.empty()) drop_retained_locked();
+  }
   // Whether the ring holds more than its bound once every retained blob is dropped (they go
   // before any kept call does).
   bool over_bound_locked();
@@ -2434,15 +2439,18 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
       h.mut_refs.clear();
     }
   } clear_extracted{h};
+  // What the call wrote (its outputs and written arguments) is new content: a kept span of it
+  // is not shared any more.
+  const auto note_call_writes = [&] {
+    extract_result_tape(result, out, scratch_metadata);
+    extract_mutated_into(decl, args, mutated);
+    refs_of(out.tensors, out_refs);
+    refs_of(mutated.tensors, mut_refs);
+    note_writes(out_refs);
+    note_writes(mut_refs);
+  };
   if (!call) {
-    if (observed && !cfg_.ring_verify_full) {
-      extract_result_tape(result, out, scratch_metadata);
-      extract_mutated_into(decl, args, mutated);
-      refs_of(out.tensors, out_refs);
-      refs_of(mutated.tensors, mut_refs);
-      note_writes(out_refs);
-      note_writes(mut_refs);
-    }
+    if (observed && !cfg_.ring_verify_full) note_call_writes();
     return;
   }
   RingCall* expected = call.get();
@@ -2455,16 +2463,10 @@ void RingRecorder::on_call_end(const OpDecl& decl, std::span<const Value> args,
     note_capture();
     if (!cfg_.ring_verify_full) {
       try {
-        extract_result_tape(result, out, scratch_metadata);
-        extract_mutated_into(decl, args, mutated);
-        refs_of(out.tensors, out_refs);
-        refs_of(mutated.tensors, mut_refs);
-        note_writes(out_refs);
-        note_writes(mut_refs);
+        note_call_writes();
       } catch (const std::exception&) {
         std::lock_guard<std::mutex> l(mu_);
-        for (auto& m : spans_) m.clear();  // what was written is unknown: nothing is shared
-        while (!retained_.empty()) drop_retained_locked();
+        unshare_all_locked();
       }
     }
     return;
@@ -2619,9 +2621,7 @@ void RingRecorder::on_call_error(const OpDecl& decl, std::span<const Value> args
       note_writes(refs);
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> l(mu_);
-      // What was written is unknown: nothing kept is shared any more.
-      for (auto& m : spans_) m.clear();
-      while (!retained_.empty()) drop_retained_locked();
+      unshare_all_locked();
     }
   }
   if (!call) return;
