@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "core/cuda_runtime.h"
@@ -60,11 +61,18 @@ NamedTensors stage(const NamedTensors& refs) {
 
 }  // namespace
 
+namespace {
+// The test probe's answer, when one is set.
+std::optional<bool> probe_answer() {
+  if (!g_has_probe.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard<std::mutex> l(g_probe_mu);
+  if (!g_capture_probe) return std::nullopt;
+  return g_capture_probe();
+}
+}  // namespace
+
 bool capture_in_progress(std::span<const Value> args, bool* asked) {
-  if (g_has_probe.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> l(g_probe_mu);
-    if (g_capture_probe) return g_capture_probe();
-  }
+  if (const std::optional<bool> p = probe_answer()) return *p;
   if (!detail::cuda_storage_made()) return false;  // no CUDA tensor exists
   for (const Value& a : args) {
     if (any_cuda(a)) {
@@ -76,10 +84,7 @@ bool capture_in_progress(std::span<const Value> args, bool* asked) {
 }
 
 bool result_capture_in_progress(const Value& result) {
-  if (g_has_probe.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> l(g_probe_mu);
-    if (g_capture_probe) return g_capture_probe();
-  }
+  if (const std::optional<bool> p = probe_answer()) return *p;
   if (!detail::cuda_storage_made() || !any_cuda(result)) return false;
   try {
     return detail::cuda_current_stream_capturing();
