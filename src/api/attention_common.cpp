@@ -360,7 +360,7 @@ void check_seq_lens(const detail::WrapperState& s, const std::optional<Tensor>& 
   }
 }
 
-std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
+std::pair<Tensor, Tensor> split_paged_cache(const PagedKVCache& cache, bool hnd, const char* op,
                                             const char* arg, bool page_size_one_forms) {
   Tensor k, v;
   // Upstream's _unpack_paged_kv_cache also takes page size 1 without its axis: a pair of 3-D
@@ -380,11 +380,6 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
         k.dim() == 4 && v.dim() == 4, op, arg, "(k_cache, v_cache) must be 4-D tensors",
         page_size_one_forms ? " (or 3-D at page size 1)" : "", ", got ",
         shape_to_string(cache.first().shape()), " and ", shape_to_string(cache.second().shape()));
-    FLASHINFER_CHECK(k.dtype() == v.dtype(), op, arg, "k_cache and v_cache dtypes differ");
-    FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k_cache and v_cache devices differ");
-    FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
-                     arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
-                     shape_to_string(v.shape()), " disagree");
   } else {
     Tensor kv = cache.first();
     check_defined(kv, op, arg);
@@ -395,6 +390,19 @@ std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd,
         " or a (k_cache, v_cache) pair, got shape ", shape_to_string(cache.first().shape()));
     k = kv.select(1, 0);
     v = kv.select(1, 1);
+  }
+  return {k, v};
+}
+
+std::pair<Tensor, Tensor> paged_cache_views(const PagedKVCache& cache, bool hnd, const char* op,
+                                            const char* arg, bool page_size_one_forms) {
+  auto [k, v] = split_paged_cache(cache, hnd, op, arg, page_size_one_forms);
+  if (cache.is_pair()) {
+    FLASHINFER_CHECK(k.dtype() == v.dtype(), op, arg, "k_cache and v_cache dtypes differ");
+    FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k_cache and v_cache devices differ");
+    FLASHINFER_CHECK(k.size(0) == v.size(0) && k.size(1) == v.size(1) && k.size(2) == v.size(2), op,
+                     arg, "k_cache ", shape_to_string(k.shape()), " and v_cache ",
+                     shape_to_string(v.shape()), " disagree");
   }
   if (hnd) {
     k = k.permute({0, 2, 1, 3});

@@ -214,6 +214,11 @@ void load_append_index_arrays(AppendIndexArrays& a, const Tensor& batch_indices,
                               const Tensor& positions, const Tensor& kv_indices,
                               const Tensor& kv_indptr, const Tensor& kv_last_page_len,
                               int64_t num_pages, int64_t page_size, int64_t nnz, const char* op);
+/// K and V of a paged cache as given (a pair, or the halves of one [pages, 2, ...] tensor), in
+/// the cache's own layout (not permuted), checked for their rank only; `page_size_one_forms` as
+/// below. paged_cache_views' first step, and the NVFP4 ops' (whose caches take other checks).
+std::pair<Tensor, Tensor> split_paged_cache(const PagedKVCache& cache, bool hnd, const char* op,
+                                            const char* arg, bool page_size_one_forms);
 /// K and V of a paged cache as [pages, page_size, H, D] views (HND caches are permuted views).
 /// `page_size_one_forms`: also upstream's _unpack_paged_kv_cache forms of page size 1 without the
 /// page axis (a pair of 3-D tensors, or a 4-D [tokens, 2, ...] tensor), which every wrapper that

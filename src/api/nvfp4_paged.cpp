@@ -111,29 +111,7 @@ float decode_scale(const ScalarOrTensor<double>& s, const char* op, const char* 
 // page axis (a 3-D pair, a 4-D [tokens, 2, ...] tensor), as api::paged_cache_views takes them.
 std::pair<Tensor, Tensor> cache_views(const PagedKVCache& c, bool hnd, const char* op,
                                       const char* arg, bool page_size_one_forms = false) {
-  Tensor k, v;
-  const int64_t page_axis = hnd ? 2 : 1;
-  if (c.is_pair()) {
-    k = c.first();
-    v = c.second();
-    api::check_defined(k, op, arg);
-    api::check_defined(v, op, arg);
-    if (page_size_one_forms && k.dim() == 3 && v.dim() == 3) {
-      k = k.unsqueeze(page_axis);
-      v = v.unsqueeze(page_axis);
-    }
-    FLASHINFER_CHECK(k.dim() == 4 && v.dim() == 4, op, arg, "(k, v) must be 4-D, got ",
-                     shape_to_string(k.shape()), " and ", shape_to_string(v.shape()));
-  } else {
-    Tensor kv = c.first();
-    api::check_defined(kv, op, arg);
-    if (page_size_one_forms && kv.dim() == 4) kv = kv.unsqueeze(page_axis + 1);
-    FLASHINFER_CHECK(kv.dim() == 5 && kv.size(1) == 2, op, arg,
-                     "expected a 5-D tensor [pages, 2, ...] or a (k, v) pair, got shape ",
-                     shape_to_string(kv.shape()));
-    k = kv.select(1, 0);
-    v = kv.select(1, 1);
-  }
+  auto [k, v] = api::split_paged_cache(c, hnd, op, arg, page_size_one_forms);
   FLASHINFER_CHECK(k.device() == v.device(), op, arg, "k and v are on different devices");
   if (hnd) {
     k = k.permute({0, 2, 1, 3});
