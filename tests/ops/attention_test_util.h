@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -114,6 +115,31 @@ inline Tensor int_tensor(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt32);
   std::copy(v.begin(), v.end(), t.data<int32_t>());
   return t;
+}
+
+/// The page table (indptr, indices, last_page_len) of requests `lens` tokens long over the first
+/// pages of each of f's requests (f made with `page_size` and lengths at least `lens`): a re-plan
+/// of other lengths over one cache. Padded to `pad_to` requests with requests of no pages and
+/// last_page_len 1 (an engine's CUDA-graph padding).
+inline std::tuple<Tensor, Tensor, Tensor> first_pages_table(const PagedFixture& f,
+                                                            int64_t page_size,
+                                                            const std::vector<int32_t>& lens,
+                                                            std::size_t pad_to = 0) {
+  const int32_t ps = static_cast<int32_t>(page_size);
+  const int32_t* ptr = f.indptr.data<int32_t>();
+  const int32_t* ids = f.indices.data<int32_t>();
+  std::vector<int32_t> indptr{0}, indices, last;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    const int32_t n = (lens[b] + ps - 1) / ps;
+    for (int32_t i = 0; i < n; ++i) indices.push_back(ids[ptr[b] + i]);
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(lens[b] - (n - 1) * ps);
+  }
+  for (std::size_t b = lens.size(); b < pad_to; ++b) {
+    indptr.push_back(indptr.back());
+    last.push_back(1);
+  }
+  return {int_tensor(indptr), int_tensor(indices), int_tensor(last)};
 }
 
 /// Builds a cache of `dtype` with pages shuffled (seeded), two unused pages, and (strided)

@@ -335,18 +335,9 @@ void check_graph_replay_after_replan(const char* later_env = nullptr, bool alibi
   std::vector<std::vector<double>> kd, vd;
   testing::PagedFixture f =
       testing::make_paged(cap, page, hkv, d, DType::kBFloat16, false, true, 13, kd, vd);
-  const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
   // Plan i uses the first pages of each request's page list.
   auto table = [&](const std::vector<int32_t>& l) {
-    std::vector<int32_t> indptr{0}, indices, last;
-    for (std::size_t b = 0; b < l.size(); ++b) {
-      const int32_t n = (l[b] + static_cast<int32_t>(page) - 1) / static_cast<int32_t>(page);
-      for (int32_t i = 0; i < n; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
-      indptr.push_back(static_cast<int32_t>(indices.size()));
-      last.push_back(l[b] - (n - 1) * static_cast<int32_t>(page));
-    }
-    return std::tuple{testing::int_tensor(indptr), testing::int_tensor(indices),
-                      testing::int_tensor(last)};
+    return testing::first_pages_table(f, page, l);
   };
   Tensor q = Tensor::empty({4, hq, d}, DType::kBFloat16).uniform_(3);
   BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;
@@ -474,21 +465,8 @@ void check_engine_graph_decode(const EngineGraphCase& c) {
   testing::PagedFixture f =
       testing::make_paged(cap, c.page, c.hkv, d, DType::kBFloat16, false, false, 17, kd, vd);
   const Tensor cache5 = f.cache5.to(c.kv);
-  const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
-  auto table = [&](const std::vector<int32_t>& l) {
-    std::vector<int32_t> indptr{0}, indices, last;
-    for (std::size_t b = 0; b < l.size(); ++b) {
-      const int32_t n = (l[b] + static_cast<int32_t>(c.page) - 1) / static_cast<int32_t>(c.page);
-      for (int32_t i = 0; i < n; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
-      indptr.push_back(static_cast<int32_t>(indices.size()));
-      last.push_back(l[b] - (n - 1) * static_cast<int32_t>(c.page));
-    }
-    for (int64_t b = static_cast<int64_t>(l.size()); b < batch; ++b) {  // the graph's padding
-      indptr.push_back(indptr.back());
-      last.push_back(1);
-    }
-    return std::tuple{testing::int_tensor(indptr), testing::int_tensor(indices),
-                      testing::int_tensor(last)};
+  auto table = [&](const std::vector<int32_t>& l) {  // padded as the engines pad their graphs
+    return testing::first_pages_table(f, c.page, l, static_cast<std::size_t>(batch));
   };
   const Tensor q = Tensor::empty({batch, c.hq, d}, DType::kBFloat16).uniform_(3);
   BatchDecodeWithPagedKVCacheWrapper::PlanOptions po;

@@ -925,16 +925,7 @@ TEST(PrefillKernelCuda, CudaGraphOfASpeculativeVerifyReplaysNewTreeMasks) {
     testing::PagedFixture f =
         testing::make_paged(cap, 1, hkv, d, DType::kBFloat16, false, false, 29, kd, vd);
     const Tensor cache5 = f.cache5.to(kv_dt);
-    const std::vector<double> ptr = f.indptr.to_double_vector(), ids = f.indices.to_double_vector();
-    auto table = [&](const std::vector<int32_t>& l) {
-      std::vector<int32_t> indptr{0}, indices, last;
-      for (std::size_t b = 0; b < l.size(); ++b) {
-        for (int32_t i = 0; i < l[b]; ++i) indices.push_back(static_cast<int32_t>(ids[ptr[b] + i]));
-        indptr.push_back(static_cast<int32_t>(indices.size()));
-        last.push_back(1);
-      }
-      return std::tuple{int_tensor(indptr), int_tensor(indices), int_tensor(last)};
-    };
+    auto table = [&](const std::vector<int32_t>& l) { return testing::first_pages_table(f, 1, l); };
     // Each request's drafts x kv bits: the prefix seen by every draft, draft i sees draft j <= i
     // on its tree path (a pattern that changes with the step).
     auto mask_of = [&](const std::vector<int32_t>& l, int s) {
