@@ -454,6 +454,13 @@ RULES = {
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
+            name="moe_w4a16",
+            match=("w4a16_gemm1_kernel", "w4a16_gemm2_kernel"),
+            description="cutlass_fused_moe's W4A16 MXFP4 GEMV kernels (moe_cuda.cu): no spills, "
+            "the SM90-interleaved weights read 16 bytes a lane (LDG .128)",
+            require=(Need("LDG .128 (16-byte load)", LDG_128),),
+        ),
+        Rule(
             name="mhc",
             match=("mhc_post_kernel", "mhc_pre_kernel"),
             description="DeepSeek-V4's hyper-connection kernels (mhc_cuda.cu: mhc_post, "

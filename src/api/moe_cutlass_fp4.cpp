@@ -11,6 +11,10 @@
 #include "api/kernel_table.h"
 #include "kernels/cpu/moe_cutlass_fp4_cpu.h"
 
+#if FLASHINFER_WITH_CUDA
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
 namespace flashinfer::api {
 namespace {
 
@@ -24,6 +28,15 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
      [](const kernels::CutlassMoeFp4Params& p, const LaunchContext&) {
        kernels::cpu::cutlass_moe_fp4(p);
      }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA (W4A16 MXFP4 only, sm90+): one block per (token, expert) pair, a warp per 16 output "
+     "rows reading the SM90-interleaved weights and folded scales in place, fp32 sums",
+     nullptr,
+     [](const kernels::CutlassMoeFp4Params& p, const LaunchContext& c) {
+       kernels::cuda::cutlass_moe_w4a16(p, c.stream, c.enable_pdl);
+     }},
+#endif
 };
 
 int64_t moe_cutlass_fp4_round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -108,13 +121,13 @@ void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
 }
 
 const float* moe_cutlass_fp4_expert_vector(const std::optional<Tensor>& t, int64_t E,
-                                           const char* arg) {
+                                           const Device& dev, const char* arg) {
   if (!t) return nullptr;
   check_defined(*t, kMoeCutlassFp4Op, arg);
   check_dtype_in(*t, {DType::kFloat32}, kMoeCutlassFp4Op, arg);
   check_shape_eq(*t, {E}, kMoeCutlassFp4Op, arg);
-  FLASHINFER_CHECK(t->device().is_cpu() && t->is_contiguous(), kMoeCutlassFp4Op, arg,
-                   "must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(t->device() == dev && t->is_contiguous(), kMoeCutlassFp4Op, arg,
+                   "must be a contiguous tensor on input's device (", dev.str(), ")");
   return t->data<float>();
 }
 
@@ -171,18 +184,22 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   const bool w4a8 = mode == CutlassFp4Mode::kW4A8Int4;
   const bool woq = mode == CutlassFp4Mode::kWoqInt4;
-  // No GPU kernel: a CUDA call is refused here (kUnsupported), so replay falls back to the CPU.
+  // Only W4A16 MXFP4 (upstream's SM90 mixed-input path) has a GPU kernel; another mode's CUDA
+  // call is refused here (kUnsupported), so replay falls back to the CPU. Past this point every
+  // tensor is on input's device.
+  const Device dev = input.device();
   FLASHINFER_CHECK_CODE(
-      input.device().is_cpu(), ErrorCode::kUnsupported, kMoeCutlassFp4Op, "input", "the ",
-      mode_name(mode), " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
+      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4, ErrorCode::kUnsupported,
+      kMoeCutlassFp4Op, "input", "the ", mode_name(mode),
+      " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).
   const bool w8 = mode == CutlassFp4Mode::kMxfp8Mxfp8;
   const int64_t mult = w8 ? 1 : mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq ? 2 : 16;
   api::check_dim(w2, {3}, kMoeCutlassFp4Op, "fc2_expert_weights");
   api::check_same_dtype(w2, w1, kMoeCutlassFp4Op, "fc2_expert_weights", "fc1_expert_weights");
-  FLASHINFER_CHECK(w2.device().is_cpu() && w2.is_contiguous(), kMoeCutlassFp4Op,
-                   "fc2_expert_weights", "must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(w2.device() == dev && w2.is_contiguous(), kMoeCutlassFp4Op, "fc2_expert_weights",
+                   "must be a contiguous tensor on input's device (", dev.str(), ")");
   const int64_t E = w2.size(0), H = w2.size(1), I = w2.size(2) * mult;
   FLASHINFER_CHECK(E >= 1 && H >= 1 && I >= 1, kMoeCutlassFp4Op, "fc2_expert_weights",
                    "empty expert weights, shape ", shape_to_string(w2.shape()));
@@ -192,8 +209,8 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                    "fc1_expert_weights", "expected [", E, ", ", N1, ", ", H / mult, "] (",
                    gated ? "gated: 2 * " : "", "inter = ", I, " from fc2, ", mult,
                    " fp4 values per element), got ", shape_to_string(w1.shape()));
-  FLASHINFER_CHECK(w1.device().is_cpu() && w1.is_contiguous(), kMoeCutlassFp4Op,
-                   "fc1_expert_weights", "must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(w1.device() == dev && w1.is_contiguous(), kMoeCutlassFp4Op, "fc1_expert_weights",
+                   "must be a contiguous tensor on input's device (", dev.str(), ")");
   if (mode == CutlassFp4Mode::kNvfp4) {
     FLASHINFER_CHECK(H % 16 == 0 && I % 16 == 0, kMoeCutlassFp4Op, "fc2_expert_weights",
                      "hidden and inter sizes must be multiples of 16, got ", H, " and ", I);
@@ -272,8 +289,8 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                        dtype_torch_name(b->dtype()), " must be the output dtype ",
                        dtype_torch_name(gemm_dt));
       check_shape_eq(*b, shape, kMoeCutlassFp4Op, name);
-      FLASHINFER_CHECK(b->device().is_cpu() && b->is_contiguous(), kMoeCutlassFp4Op, name,
-                       "must be a contiguous CPU tensor");
+      FLASHINFER_CHECK(b->device() == dev && b->is_contiguous(), kMoeCutlassFp4Op, name,
+                       "must be a contiguous tensor on input's device (", dev.str(), ")");
     }
   }
   check_cutlass_moe_swiglu_args(c);
@@ -411,12 +428,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     for (size_t i = 0; i < 2; ++i) {
       const Tensor& t = qs[i];
       const int64_t nb = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : -1;
-      FLASHINFER_CHECK(nb == bytes[i] && t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op,
+      FLASHINFER_CHECK(nb == bytes[i] && t.device() == dev && t.is_contiguous(), kMoeCutlassFp4Op,
                        "quant_scales", "quant_scales[", i, "] (fc", i + 1,
                        "_weight_scales) must be ", bytes[i],
-                       " contiguous CPU bytes (interleave_moe_scales_for_sm90_mixed_gemm of the "
-                       "ue8m0 scales), got ",
-                       nb, " bytes");
+                       " contiguous bytes on input's device (", dev.str(),
+                       "): interleave_moe_scales_for_sm90_mixed_gemm of the ue8m0 scales; got ", nb,
+                       " bytes on ", t.defined() ? t.device().str() : "no device");
       ptr[i] = static_cast<const uint8_t*>(t.data_ptr());
     }
     FLASHINFER_CHECK(N1 % 64 == 0, kMoeCutlassFp4Op, "fc1_expert_weights",
@@ -458,12 +475,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   m.b1 = c.b1 ? c.b1->data_ptr() : nullptr;
   // The finalize adds fc2's bias on tensor-parallel rank 0 only (finalizeMoeRoutingKernelLauncher).
   m.b2 = c.b2 && c.tp_rank == 0 ? c.b2->data_ptr() : nullptr;
-  m.swiglu_alpha = moe_cutlass_fp4_expert_vector(c.swiglu_alpha, E, "swiglu_alpha");
-  m.swiglu_beta = moe_cutlass_fp4_expert_vector(c.swiglu_beta, E, "swiglu_beta");
-  m.swiglu_limit = moe_cutlass_fp4_expert_vector(c.swiglu_limit, E, "swiglu_limit");
-  m.situ_beta = moe_cutlass_fp4_expert_vector(c.options.situ_beta, E, "situ_beta");
+  m.swiglu_alpha = moe_cutlass_fp4_expert_vector(c.swiglu_alpha, E, dev, "swiglu_alpha");
+  m.swiglu_beta = moe_cutlass_fp4_expert_vector(c.swiglu_beta, E, dev, "swiglu_beta");
+  m.swiglu_limit = moe_cutlass_fp4_expert_vector(c.swiglu_limit, E, dev, "swiglu_limit");
+  m.situ_beta = moe_cutlass_fp4_expert_vector(c.options.situ_beta, E, dev, "situ_beta");
   m.situ_linear_beta =
-      moe_cutlass_fp4_expert_vector(c.options.situ_linear_beta, E, "situ_linear_beta");
+      moe_cutlass_fp4_expert_vector(c.options.situ_linear_beta, E, dev, "situ_linear_beta");
   m.out = out.data_ptr();
   m.out_stride = out.stride(0);
   m.dtype = gemm_dt;
@@ -475,7 +492,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   m.num_local_experts = E;
   m.expert_offset = c.ep_rank * E;
   m.act = static_cast<kernels::MoeAct>(c.activation_type);
-  launch(kCutlassFp4Kernels, p, input.device(), kMoeCutlassFp4Op, "input");
+  launch(kCutlassFp4Kernels, p, input.device(), kMoeCutlassFp4Op, "input", c.enable_pdl);
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
           Tensor::zeros({E, T}, DType::kFloat32, input.device()),
           Tensor::zeros({E}, DType::kInt32, input.device())};

@@ -66,7 +66,7 @@ struct LayerExtras {
   std::vector<double> b1, b2, alpha, beta, limit, rw;
   void make(Rng& r, int64_t E, int64_t N1, int64_t H, int64_t T, DType bias_dt, bool bias,
             bool swiglu_params);
-  /// Output j of the activation of GEMM1's row g (fp64): Relu2, SwigluStep (limit 7), Swiglu,
+  /// Output j of the activation of GEMM1's row g (fp64): Relu, Relu2, SwigluStep (limit 7), Swiglu,
   /// or SwigluBias with expert e's parameters when given; up half first, gate second.
   double act_ref(ActivationType act, const std::vector<double>& g, int64_t j, int64_t I,
                  int64_t e) const;
@@ -131,6 +131,7 @@ inline double LayerExtras::act_ref(ActivationType act, const std::vector<double>
     const double a = std::max(g[up], 0.0);
     return a * a;
   }
+  if (act == ActivationType::Relu) return std::max(g[up], 0.0);
   if (act == ActivationType::SwigluStep) {
     return std::min(silu(g[gate]), 7.0) * std::clamp(g[up], -7.0, 7.0);
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,10 +17,20 @@
 #include "flashinfer/flashinfer.h"
 #include "flashinfer/recorder.h"
 #include "flashinfer/replay.h"
+#include "kernels/cpu/moe_cutlass_fp4_cpu.h"
+#include "kernels/moe_sm90_mixed_rules.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+
+#if FLASHINFER_TEST_HAVE_CUDART
+#include <cuda_runtime.h>
+
+#include "api/device_props.h"
+#include "kernels/cuda/moe_cuda.h"
+#include "util/cuda_graph_util.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -80,7 +91,7 @@ struct Case : moe_fp4::LayerExtras {
   bool bias = false, swiglu_params = false, per_expert_act = false, swizzled_sf = true;
   int64_t ep_rank = 0, ep_size = 1;
 
-  bool gated() const { return act != ActivationType::Relu2; }
+  bool gated() const { return act != ActivationType::Relu2 && act != ActivationType::Relu; }
   int64_t N1() const { return gated() ? 2 * I : I; }
   int vec() const { return path == Path::kNvfp4 || path == Path::kNvfp4Packed ? 16 : 32; }
   bool nv() const { return vec() == 16; }
@@ -182,12 +193,40 @@ struct Case : moe_fp4::LayerExtras {
     return Tensor::from_vector(b, {E, n}, out_dt);
   }
 
+  // Every tensor argument of the call, on one device (the weights prepared on the CPU).
+  struct Args {
+    Tensor input, ids, rw, w1, w2;
+    std::vector<Tensor> qs;
+    std::optional<Tensor> b1, b2, input_sf, alpha, beta, limit;
+  };
+  Args args(Device dev = Device::cpu()) const {
+    auto on = [&](std::optional<Tensor> t) -> std::optional<Tensor> {
+      if (!t) return t;
+      return t->to(dev);
+    };
+    Args a{input().to(dev),
+           ids.to(dev),
+           f32(rw, {T, 2}).to(dev),
+           weights(w1, N1(), H).to(dev),
+           weights(w2, H, I).to(dev),
+           quant_scales(),
+           on(bias_t(b1, N1())),
+           on(bias_t(b2, H)),
+           on(input_sf()),
+           on(opt_f32(alpha)),
+           on(opt_f32(beta)),
+           on(opt_f32(limit))};
+    for (Tensor& t : a.qs) t = t.to(dev);
+    return a;
+  }
+  std::vector<Tensor> run(const Args& a, std::optional<Tensor> output = std::nullopt) const {
+    return cutlass_fused_moe(a.input, a.ids, a.rw, a.w1, a.w2, out_dt, a.qs, a.b1, a.b2, a.input_sf,
+                             a.alpha, a.beta, a.limit, 1, 0, ep_size, ep_rank, 1, 0, output, false,
+                             false, path == Path::kW4A16, mx8(), false, false, false, 8192,
+                             std::nullopt, act, swizzled_sf);
+  }
   std::vector<Tensor> run(std::optional<Tensor> output = std::nullopt) const {
-    return cutlass_fused_moe(input(), ids, f32(rw, {T, 2}), weights(w1, N1(), H), weights(w2, H, I),
-                             out_dt, quant_scales(), bias_t(b1, N1()), bias_t(b2, H), input_sf(),
-                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), 1, 0, ep_size, ep_rank,
-                             1, 0, output, false, false, path == Path::kW4A16, mx8(), false, false,
-                             false, 8192, std::nullopt, act, swizzled_sf);
+    return run(args(), std::move(output));
   }
 
   // The value the GEMM reads for a weight element.
@@ -438,6 +477,125 @@ TEST(CutlassFusedMoeFp4, W4A16Mxfp4MatchesFormula) {
   }
 }
 
+// The CUDA kernels read W4A16 weights and scales in place through kernels/moe_sm90_mixed_rules.h.
+// Here those rules run lane by lane as a warp runs them (sm90_fp4_lane_rows on each of 32 lanes,
+// then the four lanes of a row added) over weights that upstream's preparation functions laid out,
+// against plain dot products over the codes before the interleave and the scales before the fold.
+// The CPU reference undoes the interleave its own way (a bit permutation found by running the
+// forward transform): its de-interleaved bytes must be the plain ones too. Integer x and
+// power-of-two scales keep every fp32 sum exact, so the sums must be equal, not close.
+TEST(CutlassFusedMoeFp4, Sm90Fp4LanesReadWhatTheInterleaveWrote) {
+  for (uint32_t code = 0; code < 16; ++code) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(kernels::e2m1_code_value(code)),
+              std::bit_cast<uint32_t>(e2m1_bits_to_float(static_cast<uint8_t>(code))))
+        << code;
+  }
+  const int64_t rows = 128, k = 256, row_bytes = k / 2;  // 8 blocks of 16 rows, 4 partitions
+  const std::vector<uint8_t> plain = random_bytes(static_cast<size_t>(rows * row_bytes), 77);
+  std::vector<uint8_t> sc(static_cast<size_t>(rows * k / 32));
+  Rng r{78};
+  for (auto& b : sc) b = static_cast<uint8_t>(125 + r.next() % 5);  // 2^-2 .. 2^2
+  const Tensor inter =
+      interleave_moe_weights_for_sm90_mixed_gemm(bytes_tensor(plain, {1, rows, row_bytes}), "fp4");
+  const Tensor folded =
+      interleave_moe_scales_for_sm90_mixed_gemm(bytes_tensor(sc, {1, rows, k / 32}));
+  const auto* w = static_cast<const uint8_t*>(inter.data_ptr());
+  const auto* sf = static_cast<const uint8_t*>(folded.data_ptr());
+  std::vector<uint8_t> undone(plain.size());
+  kernels::cpu::sm90_deinterleave_fp4_weights(w, undone.data(), rows, k);
+  EXPECT_EQ(undone, plain);
+  auto code_at = [&](int64_t row, int64_t col) {
+    const uint8_t b = plain[static_cast<size_t>(row * row_bytes + col / 2)];
+    return static_cast<uint32_t>(col % 2 == 0 ? b & 0xF : b >> 4);
+  };
+  // Every nibble of every word where sm90_fp4_word_col0 / sm90_fp4_word_code say it is.
+  int64_t nibbles = 0;
+  for (int64_t blk = 0; blk < rows / 16; ++blk) {
+    for (int pr = 0; pr < 16; ++pr) {
+      for (int64_t q = 0; q < k / 64; ++q) {
+        for (int wd = 0; wd < 8; ++wd) {
+          uint32_t v = 0;
+          std::memcpy(&v, w + (blk * 16 + pr) * row_bytes + 32 * q + 4 * wd, 4);
+          for (int n = 0; n < 8; ++n) {
+            const int64_t row = blk * 16 + pr % 8 + 8 * ((n >> 1) & 1);
+            const int64_t col =
+                64 * q + kernels::sm90_fp4_word_col0(pr, wd) + (n & 1) + 8 * (n >> 2);
+            ASSERT_EQ(kernels::sm90_fp4_word_code(v, n), code_at(row, col))
+                << "block " << blk << " row " << pr << " partition " << q << " word " << wd;
+            ++nibbles;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(nibbles, rows * k);
+  std::vector<float> x(static_cast<size_t>(k));
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(r.next() % 7) - 3);
+  auto x_at = [&](int64_t i) { return x[static_cast<size_t>(i)]; };
+  for (int64_t blk = 0; blk < rows / 16; ++blk) {
+    float lo[32], hi[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      kernels::sm90_fp4_lane_rows(w, sf, k, blk, lane, x_at, lo[lane], hi[lane]);
+    }
+    for (int lane = 0; lane < 32; lane += 2) {
+      if (lane & 16) continue;
+      const int64_t row = blk * 16 + lane / 2;
+      for (const auto& [got, rr] : {std::pair{lo, row}, std::pair{hi, row + 8}}) {
+        const float sum = got[lane] + got[lane ^ 1] + got[lane ^ 16] + got[lane ^ 17];
+        double want = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          want += x[static_cast<size_t>(c)] *
+                  e2m1_bits_to_float(static_cast<uint8_t>(code_at(rr, c))) *
+                  ue8m0(sc[static_cast<size_t>(rr * (k / 32) + c / 32)]);
+        }
+        EXPECT_EQ(static_cast<double>(sum), want) << "row " << rr;
+      }
+    }
+  }
+}
+
+// A W4A16 case whose every fp32 sum and product is exact in any order, so the CUDA kernels must
+// give the CPU reference's bytes: inputs in {-1, 0, 1}, codes at most 6, GEMM1 scales 2^-4 and
+// 2^-3 (each term a multiple of 2^-5, |GEMM1| <= 128 * 6 / 8 = 96), biases in 16ths, Relu
+// (|h| <= 97, multiples of 2^-5), GEMM2 scales 2^-5 and 2^-4 (terms multiples of 2^-11, sums of
+// magnitudes below 128 * 97 * 6 / 16 = 4656 < 2^24 * 2^-11), routing weights 1/2 and 1/4.
+Case exact_w4a16_case(DType dt, uint64_t seed) {
+  Case c;
+  c.path = Path::kW4A16;
+  c.H = 128;
+  c.I = 128;
+  c.T = 9;
+  c.in_dt = c.out_dt = dt;
+  c.act = ActivationType::Relu;
+  c.bias = true;
+  c.ep_size = 2;
+  c.ep_rank = 1;
+  c.make(seed);
+  Rng r{seed + 100};
+  for (auto& v : c.xf) v = static_cast<double>(static_cast<int>(r.next() % 3) - 1);
+  for (auto& b : c.s1) b = static_cast<uint8_t>(123 + r.next() % 2);
+  for (auto& b : c.s2) b = static_cast<uint8_t>(122 + r.next() % 2);
+  for (size_t i = 0; i < c.rw.size(); ++i) c.rw[i] = i % 2 == 0 ? 0.5 : 0.25;
+  for (auto& v : c.b1) v = static_cast<double>(static_cast<int>(r.next() % 33) - 16) / 16.0;
+  for (auto& v : c.b2) v = static_cast<double>(static_cast<int>(r.next() % 33) - 16) / 16.0;
+  return c;
+}
+
+// The CUDA test's exact cases are exact on the CPU: the reference equals the fp64 formula bit for
+// bit (every sum exact, only the formula's own roundings), with enough nonzero outputs to see.
+TEST(CutlassFusedMoeFp4, CudaTestW4A16CasesAreExactOnCpu) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62);
+    const auto got = c.run()[0].to_double_vector();
+    std::vector<double> want = c.expected();
+    for (double& v : want) v = to_dt(dt, v);
+    EXPECT_EQ(got, want) << dtype_label(dt);
+    EXPECT_GT(std::count_if(got.begin(), got.end(), [](double v) { return v != 0.0; }),
+              c.T * c.H / 4)
+        << dtype_label(dt);
+  }
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(CutlassFusedMoeFp4, BadInput) {
@@ -558,8 +716,9 @@ TEST(CutlassFusedMoeFp4, BenchCase) {
   EXPECT_GT(sum, 0.0);
 }
 
-// No CUDA kernel: a call on the GPU is refused (kUnsupported naming input) before any data is
-// read, which is what makes `flashinfer replay --device cuda` rerun it on the CPU.
+// NVFP4 has no CUDA kernel here (upstream runs it on Blackwell only): a call on the GPU is
+// refused (kUnsupported naming input) before any data is read, which is what makes
+// `flashinfer replay --device cuda` rerun it on the CPU.
 TEST(CutlassFusedMoeFp4, CudaCallIsRefused) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   Case c;
@@ -571,6 +730,58 @@ TEST(CutlassFusedMoeFp4, CudaCallIsRefused) {
                             c.out_dt, c.quant_scales());
   });
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+// W4A16 MXFP4 on CUDA, the SM90 mixed-input path vLLM and SGLang run gpt-oss with on Hopper
+// (use_w4_group_scaling, weights and scales from upstream's interleave functions; refused by
+// name below sm90, as upstream): the exact cases bit for bit against the CPU reference, in bf16
+// and fp16 on expert-parallel rank 1 of 2; SwigluBias with gpt-oss's parameters and a
+// preallocated output within bf16's tolerance (expf on both sides); and the call captured into a
+// CUDA graph replays to the same bytes.
+TEST(CutlassFusedMoeFp4Cuda, W4A16MatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  if (api::compute_capability(d) < 90) {
+    const Case c = exact_w4a16_case(DType::kBFloat16, 5);
+    const Case::Args a = c.args(d);
+    moe_fp4::expect_refused_on_cuda([&] { (void)c.run(a); });
+    return;
+  }
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62);
+    const Tensor want = c.run()[0];
+    const Tensor got = c.run(c.args(d))[0].to(Device::cpu());
+    EXPECT_EQ(got.to_double_vector(), want.to_double_vector()) << dtype_label(dt);
+  }
+  Case c;
+  c.path = Path::kW4A16;
+  c.H = 384;
+  c.I = 256;
+  c.T = 17;
+  c.bias = c.swiglu_params = true;
+  c.make(63);
+  Tensor out = Tensor::zeros({c.T, c.H}, c.out_dt, d);
+  (void)c.run(c.args(d), out);
+  const auto want = c.run()[0].to_double_vector();
+  moe_fp4::expect_close_to_formula(out.to(Device::cpu()).to_double_vector(), want);
+  // Captured: the scratch is the stream's, the routing read on the device.
+  const Case e = exact_w4a16_case(DType::kBFloat16, 64);
+  const Tensor want_e = e.run()[0];
+  const Case::Args a = e.args(d);
+  Tensor out_e = Tensor::zeros({e.T, e.H}, e.out_dt, d);
+  testing::ReplayableGraph graph;
+  ASSERT_NO_FATAL_FAILURE(testing::warm_up_for_replay(graph, [&] { (void)e.run(a, out_e); }));
+  ASSERT_NO_FATAL_FAILURE(testing::capture_for_replay(graph, [&] { (void)e.run(a, out_e); }));
+  out_e.copy_(Tensor::zeros({e.T, e.H}, e.out_dt));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(graph.exec, graph.stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(graph.stream), cudaSuccess);
+  EXPECT_EQ(out_e.to(Device::cpu()).to_double_vector(), want_e.to_double_vector());
+  cudaGraphExecDestroy(graph.exec);
+  cudaGraphDestroy(graph.graph);
+  cudaStreamDestroy(graph.stream);
+}
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 // ---- record and replay ------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/cpu/moe_weight_prep_cpu.h"
 #include "kernels/cpu/quantization_cpu.h"
+#include "kernels/moe_sm90_mixed_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -213,11 +214,9 @@ const std::array<uint16_t, 4096>& fp4_tile_permutation(Sm90QuantType qt) {
 }
 
 // Scale (r, group) of one expert's [rows, k / 32] ue8m0 scales folded by
-// interleave_moe_scales_for_sm90_mixed_gemm(group_size=32): [rows / 64, k / 128, 16, 16] with
-// out[rb, kb, fm, m * 4 + g] = in[rb * 64 + m * 16 + fm, kb * 4 + g].
+// interleave_moe_scales_for_sm90_mixed_gemm(group_size=32) (kernels/moe_sm90_mixed_rules.h).
 uint8_t folded_scale(const uint8_t* s, int64_t k, int64_t r, int64_t grp) {
-  const int64_t rb = r / 64, m = (r % 64) / 16, fm = r % 16, kb = grp / 4, g4 = grp % 4;
-  return s[((rb * (k / 128) + kb) * 16 + fm) * 16 + m * 4 + g4];
+  return s[sm90_fold32_scale_index(k, r, grp)];
 }
 
 // One expert's MXFP4 weights from the SM90 layouts in fp32 (e2m1 times a power of two: exact).

@@ -19,6 +19,7 @@
 #include "kernels/cuda/stream_scratch.h"
 #include "kernels/deepseek_routing_rules.h"
 #include "kernels/moe_cutlass_fp8_rules.h"
+#include "kernels/moe_sm90_mixed_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -1497,6 +1498,135 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
             p.out_dtype, "cutlass_fused_moe", "output_dtype",
             [&]<class O>() { launch_moe<T, O>(p, s, enable_pdl); });
       });
+}
+
+namespace {
+
+// ---- cutlass_fused_moe's W4A16 MXFP4 path (use_w4_group_scaling, uint8 weights) -----------------
+
+// The 16 output rows of 16-row block `blk` of one expert's GEMM, [rows, k] MXFP4 weights `w` in
+// the SM90 "fp4" layout with their folded ue8m0 scales `sf`, against the row `x` (k values of X):
+// lane L sums its share (kernels/moe_sm90_mixed_rules.h, sm90_fp4_lane) over every 64-column
+// partition, one 16-byte load each, and the four lanes of a row add up. Returns the sums of rows
+// row_lo and row_lo + 8 of the block on the lanes with (L & 17) == 0 (L = 2 row_lo).
+template <class X>
+__device__ __forceinline__ void w4a16_block_rows(const uint8_t* w, const uint8_t* sf, int64_t k,
+                                                 int64_t blk, const X* x, int lane, float& lo,
+                                                 float& hi) {
+  sm90_fp4_lane_rows(
+      w, sf, k, blk, lane, [x](int64_t i) { return to_f32(x[i]); }, lo, hi);
+  lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+  hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+  lo += __shfl_xor_sync(0xffffffffu, lo, 16);
+  hi += __shfl_xor_sync(0xffffffffu, hi, 16);
+}
+
+// One block per (token, k) pair, as moe_gemm1_kernel: a warp per 16-row block of GEMM1, each row
+// rounded to T with the fc1 bias added in fp32, then the activation rounded to T.
+template <class T>
+__global__ void w4a16_gemm1_kernel(CutlassMoeFp4Params p) {
+  pdl_wait();
+  const CutlassMoeParams& m = p.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t H = m.hidden, N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
+  const T* x = static_cast<const T*>(m.input) + pair / m.top_k * m.in_stride;
+  const auto* w1 = static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2);
+  const uint8_t* sf = p.w1_sf + e * p.w1_sf_stride;
+  const T* b1 = m.b1 ? static_cast<const T*>(m.b1) + e * N1 : nullptr;
+  float* g = m.ws_g1 + pair * N1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t blk = warp; blk < N1 / 16; blk += kWarps) {
+    float lo, hi;
+    w4a16_block_rows(w1, sf, H, blk, x, lane, lo, hi);
+    if ((lane & 17) == 0) {
+      const int64_t r = blk * 16 + lane / 2;
+      g[r] = gemm1_biased(round_as<T>(lo), b1, r);
+      g[r + 8] = gemm1_biased(round_as<T>(hi), b1, r + 8);
+    }
+  }
+  __syncthreads();
+  float* h = m.ws_h + pair * m.inter;
+  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
+    h[j] = round_as<T>(activation(m, e, g, j));
+  }
+}
+
+// One block per pair: GEMM2 over the activation row (fp32 values already rounded to T), each row
+// rounded to T (no bias: the finalize adds it).
+template <class T>
+__global__ void w4a16_gemm2_kernel(CutlassMoeFp4Params p) {
+  const CutlassMoeParams& m = p.moe;
+  const int64_t pair = blockIdx.x;
+  const int64_t e = local_expert(m, pair);
+  if (e < 0) return;
+  const int64_t H = m.hidden, I = m.inter;
+  const auto* w2 = static_cast<const uint8_t*>(m.w2) + e * H * (I / 2);
+  const uint8_t* sf = p.w2_sf + e * p.w2_sf_stride;
+  const float* h = m.ws_h + pair * I;
+  float* y = m.ws_y + pair * H;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t blk = warp; blk < H / 16; blk += kWarps) {
+    float lo, hi;
+    w4a16_block_rows(w2, sf, I, blk, h, lane, lo, hi);
+    if ((lane & 17) == 0) {
+      const int64_t r = blk * 16 + lane / 2;
+      y[r] = round_as<T>(lo);
+      y[r + 8] = round_as<T>(hi);
+    }
+  }
+}
+
+template <class T>
+void launch_moe_w4a16(const CutlassMoeFp4Params& p, cudaStream_t stream, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.moe;
+  const int64_t pairs = m.num_tokens * m.top_k;
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
+  const moe::MoeGemvScratch l = moe::moe_gemv_scratch(pairs, m.hidden, m.inter, N1);
+  const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
+  CutlassMoeFp4Params q = p;
+  auto* base = static_cast<char*>(scratch.data());
+  q.moe.ws_g1 = reinterpret_cast<float*>(base + l.g1);
+  q.moe.ws_h = reinterpret_cast<float*>(base + l.h);
+  q.moe.ws_y = reinterpret_cast<float*>(base + l.y);
+  const dim3 grid(static_cast<unsigned>(pairs));
+  launch_kernel(op, w4a16_gemm1_kernel<T>, grid, dim3(kThreads), 0, stream, enable_pdl, q);
+  launch_kernel(op, w4a16_gemm2_kernel<T>, grid, dim3(kThreads), 0, stream, false, q);
+  launch_kernel(op, moe_finalize_kernel<T, T, float>, dim3(static_cast<unsigned>(m.num_tokens)),
+                dim3(kThreads), 0, stream, false, q.moe, static_cast<const float*>(q.moe.ws_y),
+                static_cast<const int32_t*>(nullptr));
+}
+
+}  // namespace
+
+void cutlass_moe_w4a16(const CutlassMoeFp4Params& p, void* stream, bool enable_pdl) {
+  const char* op = "cutlass_fused_moe";
+  const CutlassMoeParams& m = p.moe;
+  int device = 0;
+  FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
+  const int cc = detail::cuda_compute_capability(device);
+  // Upstream's MoE runner: "FP4 data type is not supported on SM < 90".
+  FLASHINFER_CHECK_CODE(cc >= 90, ErrorCode::kUnsupported, op, "input",
+                        "the W4A16 MXFP4 path runs on sm90+ (as upstream), got sm", cc);
+  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4, ErrorCode::kUnsupported, op, "input",
+                        "only the W4A16 MXFP4 path has a CUDA kernel");
+  const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
+  FLASHINFER_CHECK(m.hidden % 128 == 0 && m.inter % 128 == 0 && N1 % 64 == 0, op,
+                   "fc2_expert_weights", "the SM90 layouts need hidden and inter sizes in 128s");
+  for (const auto& [ptr, arg] :
+       {std::pair{m.w1, "fc1_expert_weights"}, std::pair{m.w2, "fc2_expert_weights"}}) {
+    FLASHINFER_CHECK(reinterpret_cast<uintptr_t>(ptr) % 16 == 0, op, arg,
+                     "must be 16-byte aligned (the kernel reads 16-byte words)");
+  }
+  FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
+                        "more than 2^31 - 1 (token, expert) pairs");
+  if (m.num_tokens == 0) return;
+  g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
+      m.dtype, op, "input", [&]<class T>() { launch_moe_w4a16<T>(p, s, enable_pdl); });
 }
 
 namespace {

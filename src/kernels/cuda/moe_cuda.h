@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/moe_bf16_params.h"
+#include "kernels/moe_cutlass_fp4_params.h"
 #include "kernels/moe_cutlass_fp8_params.h"
 #include "kernels/moe_params.h"
 #include "kernels/moe_quant_params.h"
@@ -18,6 +19,15 @@ namespace flashinfer::kernels::cuda {
 /// scratch, see CutlassMoeParams). Scratch comes from a buffer per (device, stream) that only
 /// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
+
+/// cutlass_fused_moe's W4A16 MXFP4 path (use_w4_group_scaling with uint8 weights; sm90+, as
+/// upstream): the GEMV route, one block per (token, k) pair, a warp per 16 output rows reading
+/// the weights and their ue8m0 scales in place in upstream's SM90 layouts
+/// (kernels/moe_sm90_mixed_rules.h), fp32 sums, the CPU reference's rounding points (GEMM
+/// outputs and the activation rounded to the input dtype, biases in fp32); the intermediates in
+/// the stream's scratch (p.moe.ws_* are ignored). 16-byte aligned weights, hidden and inter in
+/// 128s (the API's checks); other FP4 modes are refused (kUnsupported).
+void cutlass_moe_w4a16(const CutlassMoeFp4Params& p, void* stream, bool enable_pdl);
 
 /// cutlass_fused_moe(enable_alltoall=True)'s rows of tokens with no local expert restored from
 /// `before` (MoeKeepRowsParams), on the device: a block per token reads its ids and copies its

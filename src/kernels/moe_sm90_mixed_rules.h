@@ -1,0 +1,128 @@
+// Private: cutlass_fused_moe's W4A16 MXFP4 weights and scales read in place, in upstream's SM90
+// mixed-GEMM layouts (interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4") and
+// interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32)), as the CUDA GEMV kernels
+// (src/kernels/cuda/moe_cuda.cu) read them: no de-interleaved copy of the weights is made.
+// The CPU reference undoes the layouts independently (a bit permutation found by running the
+// forward transform, kernels::cpu::sm90_deinterleave_fp4_weights); the unit test
+// (tests/ops/test_moe_weight_prep.cpp) checks these rules against it over whole tiles.
+// Integer and bit arithmetic only.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/quantization_params.h"  // FLASHINFER_HD, f32_from_bits
+
+namespace flashinfer::kernels {
+
+/// Where a 32-bit word of the "fp4" layout lies. A 16-row block's 64-element K partition is
+/// 16 rows x 32 bytes; word w (0..7: bytes 4w..4w+3) of physical row pr (0..15) holds, for the
+/// logical rows pr % 8 and pr % 8 + 8 of the block, the 4 elements col0 + {0, 1, 8, 9} of the
+/// partition each (sm90_interleave_weight_unit's lane 4 * mma + w % 4 wrote it, mma = 2 (w / 4)
+/// + pr / 8, from bytes mma * 8 + w % 4 and + 4 of the two rows).
+FLASHINFER_HD int sm90_fp4_word_col0(int pr, int w) {
+  return 16 * (2 * (w / 4) + pr / 8) + 2 * (w % 4);
+}
+
+/// Nibble n (0..7) of the word before the interleave's bit permutation (sm90_permute_fp4_bits):
+/// the e2m1 code of logical row pr % 8 + 8 * ((n >> 1) & 1), element col0 + (n & 1) + 8 * (n >> 2).
+/// Each code bit is read where the permutation put it.
+FLASHINFER_HD uint32_t sm90_fp4_word_code(uint32_t v, int n) {
+  constexpr int kFp4BitDst[32] = {6, 7, 8, 15, 22, 23, 24, 31, 3,  4,  5,  12, 19, 20, 21, 28,
+                                  0, 1, 2, 9,  16, 17, 18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
+  uint32_t code = 0;
+  for (int b = 0; b < 4; ++b) code |= ((v >> kFp4BitDst[4 * n + b]) & 1u) << b;
+  return code;
+}
+
+/// An e2m1 code's value built on the fp32 bits (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives;
+/// -0 for code 8), so a kernel needs no table.
+FLASHINFER_HD float e2m1_code_value(uint32_t code) {
+  const uint32_t m = code & 7u;
+  const uint32_t mag =
+      m >= 2u ? ((m >> 1) + 126u) << 23 | (m & 1u) << 22 : (m == 1u ? 0x3F000000u : 0u);
+  return f32_from_bits(mag | (code & 8u) << 28);
+}
+
+/// The byte of scale (row r, group grp = column / 32) of one expert's [rows, k / 32] ue8m0 scales
+/// folded by interleave_moe_scales_for_sm90_mixed_gemm(group_size=32): [rows / 64, k / 128, 16,
+/// 16] with out[rb, kb, fm, m * 4 + g] = in[rb * 64 + m * 16 + fm, kb * 4 + g].
+FLASHINFER_HD int64_t sm90_fold32_scale_index(int64_t k, int64_t r, int64_t grp) {
+  const int64_t rb = r / 64, m = (r % 64) / 16, fm = r % 16, kb = grp / 4, g4 = grp % 4;
+  return ((rb * (k / 128) + kb) * 16 + fm) * 16 + m * 4 + g4;
+}
+
+/// A lane's share of a warp's 16-row block in the GEMV kernels: in each 64-column K partition,
+/// lane L (0..31) reads the 16 bytes (words 4 (L % 2) .. + 3) of physical row L / 2, which hold
+/// logical rows row_lo = L / 2 % 8 and row_lo + 8 of the block over the 16 columns col .. col + 15
+/// of the partition (col = 16 mma, mma = 2 (L % 2) + L / 16: the same for its four words). The
+/// four lanes of one row_lo are L, L ^ 1, L ^ 16 and L ^ 17.
+struct Sm90Fp4Lane {
+  int row_lo;    // logical rows row_lo and row_lo + 8 of the 16-row block
+  int col;       // first of the 16 columns within the 64-column partition
+  int byte_off;  // first byte within the block's partition: physical row pr, 32 bytes a row
+  int pr;        // physical row within the block (its bytes are at pr * row_bytes)
+};
+FLASHINFER_HD Sm90Fp4Lane sm90_fp4_lane(int lane) {
+  Sm90Fp4Lane l;
+  l.pr = lane / 2;
+  l.row_lo = l.pr % 8;
+  l.col = 16 * (2 * (lane % 2) + lane / 16);
+  l.byte_off = 16 * (lane % 2);
+  return l;
+}
+
+/// The lane's dot products over one partition: lo += sum of code * x over row_lo's 16 elements,
+/// hi over row_lo + 8's, from its four words (word j: elements 2j, 2j + 1, 2j + 8, 2j + 9 of x,
+/// x holding the lane's 16 columns). The group scale multiplies each sum afterwards (one group of
+/// 32 covers the 16 columns; a power of two, so only the order of the fp32 sums differs from
+/// summing the scaled products).
+FLASHINFER_HD void sm90_fp4_lane_dot(const uint32_t (&words)[4], const float (&x)[16], float& lo,
+                                     float& hi) {
+  for (int j = 0; j < 4; ++j) {
+    for (int n = 0; n < 8; ++n) {
+      const float v =
+          e2m1_code_value(sm90_fp4_word_code(words[j], n)) * x[2 * j + (n & 1) + 8 * (n >> 2)];
+      if ((n >> 1) & 1) {
+        hi += v;
+      } else {
+        lo += v;
+      }
+    }
+  }
+}
+
+/// One lane's sums over every 64-column partition of 16-row block `blk` of one expert's [rows, k]
+/// MXFP4 weights `w` ("fp4" layout; rows of k / 2 bytes, 16-byte aligned) with their folded
+/// scales `sf`: lo for logical row blk * 16 + row_lo, hi for row_lo + 8; x(i) gives column i of
+/// the input row as a float. The kernel runs this on each lane and adds the four lanes of a row
+/// (sm90_fp4_lane); the CPU test runs it lane by lane.
+template <class XAt>
+FLASHINFER_HD void sm90_fp4_lane_rows(const uint8_t* w, const uint8_t* sf, int64_t k, int64_t blk,
+                                      int lane, const XAt& x, float& lo, float& hi) {
+  const Sm90Fp4Lane l = sm90_fp4_lane(lane);
+  const uint8_t* src = w + (blk * 16 + l.pr) * (k / 2) + l.byte_off;
+  const int64_t r_lo = blk * 16 + l.row_lo;
+  lo = hi = 0.0f;
+  for (int64_t q = 0; q < k / 64; ++q) {
+    uint32_t words[4];
+#ifdef __CUDA_ARCH__
+    const uint4 raw = *reinterpret_cast<const uint4*>(src + 32 * q);  // one 16-byte load
+    words[0] = raw.x;
+    words[1] = raw.y;
+    words[2] = raw.z;
+    words[3] = raw.w;
+#else
+    std::memcpy(words, src + 32 * q, sizeof(words));
+#endif
+    const int64_t c = 64 * q + l.col;
+    float xs[16];
+    for (int i = 0; i < 16; ++i) xs[i] = x(c + i);
+    float s_lo = 0.0f, s_hi = 0.0f;
+    sm90_fp4_lane_dot(words, xs, s_lo, s_hi);
+    lo += s_lo * ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo, c / 32)]);
+    hi += s_hi * ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)]);
+  }
+}
+
+}  // namespace flashinfer::kernels
