@@ -52,6 +52,9 @@ struct BenchShape {
   // cutlass_fused_moe: DeepSeek's FP8 block scale (bf16 input quantized 1x128 inside, e4m3
   // weights with 128 x 128 block scales), upstream's use_deepseek_fp8_block_scale
   bool use_deepseek_fp8_block_scale = false;
+  // cutlass_fused_moe: W4A16 MXFP4 (input_dtype activations, MXFP4 weights in upstream's SM90
+  // layouts), upstream's use_w4_group_scaling with uint8 weights
+  bool use_w4_group_scaling = false;
   // norm / activation / sampling
   int64_t hidden_size = 4096;
   int64_t vocab_size = 32000;

@@ -1041,6 +1041,7 @@ BenchCase bench_trtllm_bf16_routed_moe(const BenchShape& s, Device dev) {
 // distinct experts per token spread over all eight), Swiglu. FLOPs: the routed rows' two GEMMs.
 BenchCase bench_cutlass_fused_moe(const BenchShape& s, Device dev) {
   if (s.use_deepseek_fp8_block_scale) return api::bench_cutlass_fused_moe_fp8_block(s, dev);
+  if (s.use_w4_group_scaling) return api::bench_cutlass_fused_moe_w4a16(s, dev);
   if (s.input_dtype == DType::kFloat8E4M3FN) return api::bench_cutlass_fused_moe_fp8(s, dev);
   if (s.input_dtype == DType::kUInt8) return api::bench_cutlass_fused_moe_fp4(s, dev);  // NVFP4
   const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;

@@ -9,6 +9,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "flashinfer/ops/moe_weight_prep.h"
 #include "kernels/cpu/moe_cutlass_fp4_cpu.h"
 
 #if FLASHINFER_WITH_CUDA
@@ -491,6 +492,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   m.inter = I;
   m.num_local_experts = E;
   m.expert_offset = c.ep_rank * E;
+  m.ep_size = c.ep_size;
   m.act = static_cast<kernels::MoeAct>(c.activation_type);
   launch(kCutlassFp4Kernels, p, input.device(), kMoeCutlassFp4Op, "input", c.enable_pdl);
   return {out, Tensor::zeros({1}, DType::kInt32, input.device()),
@@ -536,6 +538,51 @@ BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev) {
   c.bytes = bench::nbytes({T, H / 2}, DType::kUInt8) + bench::nbytes({T, H}, out_dt) +
             bench::nbytes({E, 2 * I, H / 2}, DType::kUInt8) +
             bench::nbytes({E, H, I / 2}, DType::kUInt8);
+  return c;
+}
+
+BenchCase bench_cutlass_fused_moe_w4a16(const BenchShape& s, Device dev) {
+  const int64_t T = s.m, H = s.hidden_size, I = s.n, E = 8, K = 2;
+  const DType dt = s.input_dtype;
+  FLASHINFER_CHECK(dt == DType::kBFloat16 || dt == DType::kFloat16, "bench", "input_dtype",
+                   "the W4A16 case takes bfloat16 or float16 activations, got ",
+                   dtype_torch_name(dt));
+  FLASHINFER_CHECK(H % 128 == 0 && I % 128 == 0, "bench", "hidden_size",
+                   "the W4A16 case needs hidden_size and n in multiples of 128, got ", H, " and ",
+                   I);
+  uint64_t state = s.random_seed * 2654435761u + 7;
+  auto bytes = [&](const Shape& shape, uint8_t lo, uint8_t span) {
+    Tensor t = Tensor::empty(shape, DType::kUInt8);
+    auto* b = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      b[i] = static_cast<uint8_t>(lo + (state >> 33) % span);
+    }
+    return t;
+  };
+  // Weights prepared on the CPU as an engine does once at load; ue8m0 scales 2^-7 .. 2^-4.
+  const Tensor w1 =
+      interleave_moe_weights_for_sm90_mixed_gemm(bytes({E, 2 * I, H / 2}, 0, 255), "fp4");
+  const Tensor w2 = interleave_moe_weights_for_sm90_mixed_gemm(bytes({E, H, I / 2}, 0, 255), "fp4");
+  const Tensor s1 = interleave_moe_scales_for_sm90_mixed_gemm(bytes({E, 2 * I, H / 32}, 120, 4));
+  const Tensor s2 = interleave_moe_scales_for_sm90_mixed_gemm(bytes({E, H, I / 32}, 120, 4));
+  auto per_expert = [&](double v) { return Value(Tensor::full({E}, v, DType::kFloat32).to(dev)); };
+  BenchCase c = bench::invoke_case(
+      "cutlass_fused_moe",
+      {Value(bench::random_tensor({T, H}, dt, dev, s.random_seed, -1.0, 1.0)),
+       Value(bench::moe_top2_ids(T, E, dev)),
+       Value(bench::random_tensor({T, K}, DType::kFloat32, dev, s.random_seed + 1, 0.0, 1.0)),
+       Value(w1.to(dev)), Value(w2.to(dev)), Value(dt),
+       Value::list({Value(s1.to(dev)), Value(s2.to(dev))})},
+      {{"swiglu_alpha", per_expert(1.702)},
+       {"swiglu_beta", per_expert(1.0)},
+       {"swiglu_limit", per_expert(7.0)},
+       {"use_w4_group_scaling", Value(true)}});
+  const double rows = static_cast<double>(T * K);
+  c.flops = 2.0 * rows * H * (2 * I) + 2.0 * rows * I * H;
+  c.bytes = bench::nbytes({T, H}, dt) * 2 + bench::nbytes({E, 2 * I, H / 2}, DType::kUInt8) +
+            bench::nbytes({E, H, I / 2}, DType::kUInt8) +
+            static_cast<double>(E * 3 * I * (H / 32));  // the ue8m0 scales
   return c;
 }
 

@@ -32,4 +32,10 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c);
 /// 128x4 input_sf; 8 experts, top-2, Swiglu, inter n; output bf16 or out_dtype).
 BenchCase bench_cutlass_fused_moe_fp4(const BenchShape& s, Device dev);
 
+/// The `flashinfer bench --routine cutlass_fused_moe --use_w4_group_scaling` case: W4A16 MXFP4 as
+/// vLLM and SGLang call it for gpt-oss on Hopper (input_dtype bf16 / fp16 input of m tokens x
+/// hidden_size, 8 experts of inter n, top-2, Swiglu with gpt-oss's SwigluBias parameters; MXFP4
+/// weights and ue8m0 scales prepared by upstream's SM90 interleave functions).
+BenchCase bench_cutlass_fused_moe_w4a16(const BenchShape& s, Device dev);
+
 }  // namespace flashinfer::api

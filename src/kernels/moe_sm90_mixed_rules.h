@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/quantization_params.h"  // FLASHINFER_HD, f32_from_bits
+#include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
+#include "kernels/quantization_params.h"      // FLASHINFER_HD, f32_from_bits
 
 namespace flashinfer::kernels {
 
@@ -31,6 +32,7 @@ FLASHINFER_HD uint32_t sm90_fp4_word_code(uint32_t v, int n) {
   constexpr int kFp4BitDst[32] = {6, 7, 8, 15, 22, 23, 24, 31, 3,  4,  5,  12, 19, 20, 21, 28,
                                   0, 1, 2, 9,  16, 17, 18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
   uint32_t code = 0;
+  FLASHINFER_UNROLL
   for (int b = 0; b < 4; ++b) code |= ((v >> kFp4BitDst[4 * n + b]) & 1u) << b;
   return code;
 }
@@ -72,56 +74,77 @@ FLASHINFER_HD Sm90Fp4Lane sm90_fp4_lane(int lane) {
   return l;
 }
 
-/// The lane's dot products over one partition: lo += sum of code * x over row_lo's 16 elements,
-/// hi over row_lo + 8's, from its four words (word j: elements 2j, 2j + 1, 2j + 8, 2j + 9 of x,
-/// x holding the lane's 16 columns). The group scale multiplies each sum afterwards (one group of
-/// 32 covers the 16 columns; a power of two, so only the order of the fp32 sums differs from
-/// summing the scaled products).
-FLASHINFER_HD void sm90_fp4_lane_dot(const uint32_t (&words)[4], const float (&x)[16], float& lo,
-                                     float& hi) {
-  for (int j = 0; j < 4; ++j) {
-    for (int n = 0; n < 8; ++n) {
-      const float v =
-          e2m1_code_value(sm90_fp4_word_code(words[j], n)) * x[2 * j + (n & 1) + 8 * (n >> 2)];
-      if ((n >> 1) & 1) {
-        hi += v;
-      } else {
-        lo += v;
-      }
-    }
+/// The lane's 32 weight codes of one partition decoded (unscaled), in the lane's order: element
+/// i of lo / hi is row_lo's / row_lo + 8's value at column sm90_fp4_lane_col(i) of its 16 (word
+/// i / 4, nibbles (i % 2) + 4 ((i / 2) % 2), and one more for hi).
+FLASHINFER_HD int sm90_fp4_lane_col(int i) { return 2 * (i / 4) + (i & 1) + 8 * ((i >> 1) & 1); }
+FLASHINFER_HD void sm90_fp4_lane_decode(const uint32_t (&words)[4], float (&lo)[16],
+                                        float (&hi)[16]) {
+  FLASHINFER_UNROLL
+  for (int i = 0; i < 16; ++i) {
+    const int n = (i & 1) + 4 * ((i >> 1) & 1);  // row_lo's nibble; row_lo + 8's is n + 2
+    lo[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n));
+    hi[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n + 2));
   }
+}
+
+/// 16 bytes at a 16-byte aligned address as four little-endian words: one 128-bit load on the
+/// device.
+FLASHINFER_HD void sm90_fp4_load16(const uint8_t* at, uint32_t (&words)[4]) {
+#ifdef __CUDA_ARCH__
+  const uint4 raw = *reinterpret_cast<const uint4*>(at);
+  words[0] = raw.x;
+  words[1] = raw.y;
+  words[2] = raw.z;
+  words[3] = raw.w;
+#else
+  std::memcpy(words, at, sizeof(words));
+#endif
 }
 
 /// One lane's sums over every 64-column partition of 16-row block `blk` of one expert's [rows, k]
 /// MXFP4 weights `w` ("fp4" layout; rows of k / 2 bytes, 16-byte aligned) with their folded
-/// scales `sf`: lo for logical row blk * 16 + row_lo, hi for row_lo + 8; x(i) gives column i of
-/// the input row as a float. The kernel runs this on each lane and adds the four lanes of a row
+/// scales `sf`, for `n` (<= P) input rows at once: lo[p] for logical row blk * 16 + row_lo, hi[p]
+/// for row_lo + 8 of input row p; x(p, i) gives column i of input row p as a float. Each
+/// partition's words are loaded and decoded once for all n rows; each row's 16-column sum is
+/// taken in the lane's order and multiplied by its group's scale (one group of 32 covers the 16
+/// columns; a power of two, so only the order of the fp32 sums differs from summing the scaled
+/// products). The kernels run this on each lane and add the four lanes of a row
 /// (sm90_fp4_lane); the CPU test runs it lane by lane.
-template <class XAt>
+template <int P, class XAt>
 FLASHINFER_HD void sm90_fp4_lane_rows(const uint8_t* w, const uint8_t* sf, int64_t k, int64_t blk,
-                                      int lane, const XAt& x, float& lo, float& hi) {
+                                      int lane, int n, const XAt& x, float (&lo)[P],
+                                      float (&hi)[P]) {
   const Sm90Fp4Lane l = sm90_fp4_lane(lane);
   const uint8_t* src = w + (blk * 16 + l.pr) * (k / 2) + l.byte_off;
-  const int64_t r_lo = blk * 16 + l.row_lo;
-  lo = hi = 0.0f;
-  for (int64_t q = 0; q < k / 64; ++q) {
-    uint32_t words[4];
-#ifdef __CUDA_ARCH__
-    const uint4 raw = *reinterpret_cast<const uint4*>(src + 32 * q);  // one 16-byte load
-    words[0] = raw.x;
-    words[1] = raw.y;
-    words[2] = raw.z;
-    words[3] = raw.w;
-#else
-    std::memcpy(words, src + 32 * q, sizeof(words));
-#endif
+  const int64_t r_lo = blk * 16 + l.row_lo, parts = k / 64;
+  FLASHINFER_UNROLL
+  for (int p = 0; p < P; ++p) lo[p] = hi[p] = 0.0f;
+  // The next partition's 16 bytes are loaded before this one's are used: two loads in flight.
+  uint32_t next[4];
+  sm90_fp4_load16(src, next);
+  for (int64_t q = 0; q < parts; ++q) {
+    uint32_t words[4] = {next[0], next[1], next[2], next[3]};
+    if (q + 1 < parts) sm90_fp4_load16(src + 32 * (q + 1), next);
+    float w_lo[16], w_hi[16];
+    sm90_fp4_lane_decode(words, w_lo, w_hi);
     const int64_t c = 64 * q + l.col;
-    float xs[16];
-    for (int i = 0; i < 16; ++i) xs[i] = x(c + i);
-    float s_lo = 0.0f, s_hi = 0.0f;
-    sm90_fp4_lane_dot(words, xs, s_lo, s_hi);
-    lo += s_lo * ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo, c / 32)]);
-    hi += s_hi * ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)]);
+    const float sc_lo = ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo, c / 32)]);
+    const float sc_hi = ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)]);
+    FLASHINFER_UNROLL
+    for (int p = 0; p < P; ++p) {
+      if (p < n) {
+        float s_lo = 0.0f, s_hi = 0.0f;
+        FLASHINFER_UNROLL
+        for (int i = 0; i < 16; ++i) {
+          const float xv = x(p, c + sm90_fp4_lane_col(i));
+          s_lo += w_lo[i] * xv;
+          s_hi += w_hi[i] * xv;
+        }
+        lo[p] += s_lo * sc_lo;
+        hi[p] += s_hi * sc_hi;
+      }
+    }
   }
 }
 

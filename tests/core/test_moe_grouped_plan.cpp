@@ -260,6 +260,85 @@ TEST(MoeGroupedPlan, Fp8GemvScratchLayout) {
             1280u);  // 100 * 3 floats = 1200 bytes
 }
 
+// cutlass_fused_moe's W4A16 tiled route: every local pair lands in exactly one tile, the tile of
+// its expert, in row order, no tile holds more than kMoeW4a16Tile pairs or none, and the grid
+// bound covers every tile. Block by block as the kernels do (moe_tile_offsets once, then
+// moe_tile_expert per block), over the permutation the device builds.
+TEST(MoeGroupedPlan, W4a16TilesCoverEveryPairOnce) {
+  std::mt19937 rng(11);
+  constexpr int kT = kMoeW4a16Tile;
+  for (int64_t pairs : {1, 7, 8, 9, 64, 300, 2049}) {
+    for (int64_t E : {1, 2, 5, 64}) {
+      for (int mode = 0; mode < 3; ++mode) {
+        std::vector<int32_t> local(static_cast<size_t>(pairs));
+        for (auto& v : local) {
+          const int32_t r = static_cast<int32_t>(rng() % static_cast<uint32_t>(E + 1)) - 1;
+          v = mode == 0 ? r : mode == 1 ? (rng() % 4 == 0 ? r : 0) : static_cast<int32_t>(E - 1);
+        }
+        const Perm p = permute_as_device(local, E);
+        std::vector<int32_t> row_pair(static_cast<size_t>(pairs), -1),
+            tile_off(static_cast<size_t>(E + 1), -3);
+        for (int64_t i = 0; i < pairs; ++i) {
+          const int32_t row = p.perm[static_cast<size_t>(i)];
+          if (row >= 0) row_pair[static_cast<size_t>(row)] = static_cast<int32_t>(i);
+        }
+        moe_tile_offsets(p.indptr.data(), E, kT, tile_off.data());
+        const int64_t grid = moe_tile_grid(pairs, E, kT);
+        ASSERT_LE(tile_off[static_cast<size_t>(E)], grid) << pairs << " pairs, " << E << " experts";
+        std::vector<int> seen(static_cast<size_t>(pairs), 0);
+        for (int64_t b = 0; b < tile_off[static_cast<size_t>(E)]; ++b) {
+          const int64_t e = moe_tile_expert(tile_off.data(), E, b);
+          ASSERT_TRUE(e >= 0 && e < E);
+          ASSERT_LE(tile_off[static_cast<size_t>(e)], b);
+          ASSERT_LT(b, tile_off[static_cast<size_t>(e + 1)]);
+          const int64_t r0 =
+              p.indptr[static_cast<size_t>(e)] + (b - tile_off[static_cast<size_t>(e)]) * kT;
+          const int64_t n = std::min<int64_t>(kT, p.indptr[static_cast<size_t>(e + 1)] - r0);
+          ASSERT_GT(n, 0);
+          for (int64_t i = 0; i < n; ++i) {
+            const int32_t pair = row_pair[static_cast<size_t>(r0 + i)];
+            ASSERT_GE(pair, 0);
+            EXPECT_EQ(local[static_cast<size_t>(pair)], e);
+            ++seen[static_cast<size_t>(pair)];
+          }
+        }
+        for (int64_t i = 0; i < pairs; ++i) {
+          EXPECT_EQ(seen[static_cast<size_t>(i)], local[static_cast<size_t>(i)] >= 0 ? 1 : 0)
+              << "pair " << i << ", " << pairs << " pairs, " << E << " experts, mode " << mode;
+        }
+      }
+    }
+  }
+  // Golden: experts with 0, 9, 0, 8, 1 pairs: tiles 0 | 2 | 0 | 1 | 1; block 2 is expert 3's
+  // (expert 2 has none), block 3 expert 4's.
+  const std::vector<int32_t> indptr = {0, 0, 9, 9, 17, 18};
+  std::vector<int32_t> off(6);
+  moe_tile_offsets(indptr.data(), 5, kT, off.data());
+  EXPECT_EQ(off, (std::vector<int32_t>{0, 0, 2, 2, 3, 4}));
+  EXPECT_EQ(moe_tile_expert(off.data(), 5, 0), 1);
+  EXPECT_EQ(moe_tile_expert(off.data(), 5, 1), 1);
+  EXPECT_EQ(moe_tile_expert(off.data(), 5, 2), 3);
+  EXPECT_EQ(moe_tile_expert(off.data(), 5, 3), 4);
+}
+
+TEST(MoeGroupedPlan, W4a16ScratchLayout) {
+  // 7 pairs, 3 experts, hidden 256, inter 128, gated: the per-pair route is the GEMV scratch.
+  const MoeGemvScratch g = moe_gemv_scratch(7, 256, 128, 256);
+  const MoeW4a16Scratch a = moe_w4a16_scratch(7, 3, 256, 128, 256, false);
+  EXPECT_EQ(a.bytes, g.bytes);
+  const MoeW4a16Scratch t = moe_w4a16_scratch(7, 3, 256, 128, 256, true);
+  EXPECT_EQ(t.gemv.y, g.y);
+  EXPECT_EQ(t.counts, g.bytes);
+  EXPECT_EQ(t.indptr, t.counts + 256u);  // 1 chunk x 3 experts
+  EXPECT_EQ(t.perm, t.indptr + 256u);    // 4 entries
+  EXPECT_EQ(t.row_pair, t.perm + 256u);  // 7 entries
+  EXPECT_EQ(t.tile_off, t.row_pair + 256u);
+  EXPECT_EQ(t.bytes, t.tile_off + 256u);
+  EXPECT_EQ(moe_w4a16_scratch(600, 3, 256, 128, 256, true).indptr -
+                moe_w4a16_scratch(600, 3, 256, 128, 256, true).counts,
+            256u);  // 3 chunks x 3 experts
+}
+
 // trtllm_bf16_moe: the grouped route reads MajorK weights only (BlockMajorK keeps the GEMV
 // route, forced or not); shuffled rows are fine. Its threshold counts the pairs routed to every
 // expert: 8 experts of which 4 local need 2 * 4 * 2 = 16 pairs.

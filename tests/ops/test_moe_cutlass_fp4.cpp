@@ -529,26 +529,31 @@ TEST(CutlassFusedMoeFp4, Sm90Fp4LanesReadWhatTheInterleaveWrote) {
     }
   }
   EXPECT_EQ(nibbles, rows * k);
-  std::vector<float> x(static_cast<size_t>(k));
+  // Three input rows at once (the tiled route's form; n = 2 leaves row 2's sums at zero).
+  std::vector<float> x(static_cast<size_t>(3 * k));
   for (auto& v : x) v = static_cast<float>(static_cast<int>(r.next() % 7) - 3);
-  auto x_at = [&](int64_t i) { return x[static_cast<size_t>(i)]; };
-  for (int64_t blk = 0; blk < rows / 16; ++blk) {
-    float lo[32], hi[32];
-    for (int lane = 0; lane < 32; ++lane) {
-      kernels::sm90_fp4_lane_rows(w, sf, k, blk, lane, x_at, lo[lane], hi[lane]);
-    }
-    for (int lane = 0; lane < 32; lane += 2) {
-      if (lane & 16) continue;
-      const int64_t row = blk * 16 + lane / 2;
-      for (const auto& [got, rr] : {std::pair{lo, row}, std::pair{hi, row + 8}}) {
-        const float sum = got[lane] + got[lane ^ 1] + got[lane ^ 16] + got[lane ^ 17];
-        double want = 0.0;
-        for (int64_t c = 0; c < k; ++c) {
-          want += x[static_cast<size_t>(c)] *
-                  e2m1_bits_to_float(static_cast<uint8_t>(code_at(rr, c))) *
-                  ue8m0(sc[static_cast<size_t>(rr * (k / 32) + c / 32)]);
+  auto x_at = [&](int p, int64_t i) { return x[static_cast<size_t>(p * k + i)]; };
+  for (int n : {3, 2}) {
+    for (int64_t blk = 0; blk < rows / 16; ++blk) {
+      float lo[32][3], hi[32][3];
+      for (int lane = 0; lane < 32; ++lane) {
+        kernels::sm90_fp4_lane_rows<3>(w, sf, k, blk, lane, n, x_at, lo[lane], hi[lane]);
+      }
+      for (int lane = 0; lane < 16; lane += 2) {
+        const int64_t row = blk * 16 + lane / 2;
+        for (int p = 0; p < 3; ++p) {
+          for (const auto& [got, rr] : {std::pair{lo, row}, std::pair{hi, row + 8}}) {
+            const float sum =
+                got[lane][p] + got[lane ^ 1][p] + got[lane ^ 16][p] + got[lane ^ 17][p];
+            double want = 0.0;
+            for (int64_t c = 0; c < k && p < n; ++c) {
+              want += x_at(p, c) * e2m1_bits_to_float(static_cast<uint8_t>(code_at(rr, c))) *
+                      ue8m0(sc[static_cast<size_t>(rr * (k / 32) + c / 32)]);
+            }
+            EXPECT_EQ(static_cast<double>(sum), want)
+                << "row " << rr << " input " << p << " n " << n;
+          }
         }
-        EXPECT_EQ(static_cast<double>(sum), want) << "row " << rr;
       }
     }
   }
@@ -559,12 +564,13 @@ TEST(CutlassFusedMoeFp4, Sm90Fp4LanesReadWhatTheInterleaveWrote) {
 // 2^-3 (each term a multiple of 2^-5, |GEMM1| <= 128 * 6 / 8 = 96), biases in 16ths, Relu
 // (|h| <= 97, multiples of 2^-5), GEMM2 scales 2^-5 and 2^-4 (terms multiples of 2^-11, sums of
 // magnitudes below 128 * 97 * 6 / 16 = 4656 < 2^24 * 2^-11), routing weights 1/2 and 1/4.
-Case exact_w4a16_case(DType dt, uint64_t seed) {
+// Expert-parallel rank 1 of 2; T tokens (64: several tiles of 8 pairs for some experts).
+Case exact_w4a16_case(DType dt, uint64_t seed, int64_t T = 9) {
   Case c;
   c.path = Path::kW4A16;
   c.H = 128;
   c.I = 128;
-  c.T = 9;
+  c.T = T;
   c.in_dt = c.out_dt = dt;
   c.act = ActivationType::Relu;
   c.bias = true;
@@ -585,14 +591,16 @@ Case exact_w4a16_case(DType dt, uint64_t seed) {
 // bit (every sum exact, only the formula's own roundings), with enough nonzero outputs to see.
 TEST(CutlassFusedMoeFp4, CudaTestW4A16CasesAreExactOnCpu) {
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62);
-    const auto got = c.run()[0].to_double_vector();
-    std::vector<double> want = c.expected();
-    for (double& v : want) v = to_dt(dt, v);
-    EXPECT_EQ(got, want) << dtype_label(dt);
-    EXPECT_GT(std::count_if(got.begin(), got.end(), [](double v) { return v != 0.0; }),
-              c.T * c.H / 4)
-        << dtype_label(dt);
+    for (int64_t T : {9, 64}) {
+      const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62, T);
+      const auto got = c.run()[0].to_double_vector();
+      std::vector<double> want = c.expected();
+      for (double& v : want) v = to_dt(dt, v);
+      EXPECT_EQ(got, want) << dtype_label(dt) << " T " << T;
+      EXPECT_GT(std::count_if(got.begin(), got.end(), [](double v) { return v != 0.0; }),
+                c.T * c.H / 4)
+          << dtype_label(dt) << " T " << T;
+    }
   }
 }
 
@@ -693,27 +701,32 @@ TEST(CutlassFusedMoeFp4, BadInput) {
 
 // `flashinfer bench --routine cutlass_fused_moe --input_dtype uint8`: the NVFP4 case builds and
 // runs (packed input with 128x4 input_sf, 8 experts, top-2).
+// The bench routine's NVFP4 case (--input_dtype uint8) and W4A16 case (--use_w4_group_scaling,
+// fp16 input: the output is the input's dtype) build and run, with finite nonzero outputs.
 TEST(CutlassFusedMoeFp4, BenchCase) {
   const BenchHook* hook = find_bench_hook("cutlass_fused_moe");
   ASSERT_NE(hook, nullptr);
-  BenchShape s;
-  s.input_dtype = DType::kUInt8;
-  s.m = 6;
-  s.n = 32;
-  s.hidden_size = 64;
-  BenchCase c = (*hook)(s, Device::cpu());
-  c.run();
-  const NamedTensors outs = c.outputs();
-  ASSERT_FALSE(outs.empty());
-  const Tensor& o = outs[0].second;
-  EXPECT_EQ(o.shape(), Shape({6, 64}));
-  EXPECT_EQ(o.dtype(), DType::kBFloat16);
-  double sum = 0.0;
-  for (double v : o.to_double_vector()) {
-    EXPECT_TRUE(std::isfinite(v));
-    sum += std::fabs(v);
+  for (bool w4a16 : {false, true}) {
+    BenchShape s;
+    s.input_dtype = w4a16 ? DType::kFloat16 : DType::kUInt8;
+    s.use_w4_group_scaling = w4a16;
+    s.m = 6;
+    s.n = w4a16 ? 128 : 32;
+    s.hidden_size = w4a16 ? 256 : 64;
+    BenchCase c = (*hook)(s, Device::cpu());
+    c.run();
+    const NamedTensors outs = c.outputs();
+    ASSERT_FALSE(outs.empty());
+    const Tensor& o = outs[0].second;
+    EXPECT_EQ(o.shape(), Shape({6, s.hidden_size}));
+    EXPECT_EQ(o.dtype(), w4a16 ? DType::kFloat16 : DType::kBFloat16);
+    double sum = 0.0;
+    for (double v : o.to_double_vector()) {
+      EXPECT_TRUE(std::isfinite(v));
+      sum += std::fabs(v);
+    }
+    EXPECT_GT(sum, 0.0) << w4a16;
   }
-  EXPECT_GT(sum, 0.0);
 }
 
 // NVFP4 has no CUDA kernel here (upstream runs it on Blackwell only): a call on the GPU is
@@ -747,11 +760,27 @@ TEST(CutlassFusedMoeFp4Cuda, W4A16MatchesCpu) {
     moe_fp4::expect_refused_on_cuda([&] { (void)c.run(a); });
     return;
   }
+  namespace moe_cuda = kernels::cuda;
+  // Both routes (1: a block per pair; 2: tiles of up to 8 pairs of one expert; 0: the choice,
+  // which takes tiles at 64 tokens), the route counters saying which ran.
   for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62);
-    const Tensor want = c.run()[0];
-    const Tensor got = c.run(c.args(d))[0].to(Device::cpu());
-    EXPECT_EQ(got.to_double_vector(), want.to_double_vector()) << dtype_label(dt);
+    for (int64_t T : {9, 64}) {
+      const Case c = exact_w4a16_case(dt, dt == DType::kBFloat16 ? 61 : 62, T);
+      const Tensor want = c.run()[0];
+      const Case::Args a = c.args(d);
+      for (int force : {1, 2, 0}) {
+        moe_cuda::set_cutlass_moe_route(force);
+        const moe_cuda::CutlassMoeCudaStats s0 = moe_cuda::cutlass_moe_cuda_stats();
+        const Tensor got = c.run(a)[0].to(Device::cpu());
+        const moe_cuda::CutlassMoeCudaStats s1 = moe_cuda::cutlass_moe_cuda_stats();
+        moe_cuda::set_cutlass_moe_route(0);
+        const bool tiled = force == 2 || (force == 0 && T == 64);
+        EXPECT_EQ(s1.grouped_runs - s0.grouped_runs, tiled ? 1u : 0u) << force;
+        EXPECT_EQ(s1.gemv_runs - s0.gemv_runs, tiled ? 0u : 1u) << force;
+        EXPECT_EQ(got.to_double_vector(), want.to_double_vector())
+            << dtype_label(dt) << " T " << T << " route " << force;
+      }
+    }
   }
   Case c;
   c.path = Path::kW4A16;
@@ -764,8 +793,9 @@ TEST(CutlassFusedMoeFp4Cuda, W4A16MatchesCpu) {
   (void)c.run(c.args(d), out);
   const auto want = c.run()[0].to_double_vector();
   moe_fp4::expect_close_to_formula(out.to(Device::cpu()).to_double_vector(), want);
-  // Captured: the scratch is the stream's, the routing read on the device.
-  const Case e = exact_w4a16_case(DType::kBFloat16, 64);
+  // Captured (the tiled route: its sort and tiles on the device too): the scratch is the
+  // stream's, nothing read back.
+  const Case e = exact_w4a16_case(DType::kBFloat16, 64, 64);
   const Tensor want_e = e.run()[0];
   const Case::Args a = e.args(d);
   Tensor out_e = Tensor::zeros({e.T, e.H}, e.out_dt, d);

@@ -253,6 +253,7 @@ std::string repro_command(const BenchOptions& o, const std::string& backend) {
   add("input_dtype", o.input_dtype);
   if (!o.out_dtype.empty()) add("out_dtype", o.out_dtype);
   if (s.use_deepseek_fp8_block_scale) r += " --use_deepseek_fp8_block_scale";
+  if (s.use_w4_group_scaling) r += " --use_w4_group_scaling";
   add("hidden_size", i(s.hidden_size));
   add("vocab_size", i(s.vocab_size));
   add("top_k", i(s.top_k));
@@ -679,6 +680,9 @@ void add_bench_options(Args& app, BenchOptions& o) {
   app.add_option("--out_dtype", o.out_dtype, "GEMM output dtype (bfloat16)");
   app.add_flag("--use_deepseek_fp8_block_scale", s.use_deepseek_fp8_block_scale,
                "cutlass_fused_moe: DeepSeek's FP8 block scale (bf16 input, e4m3 weights)");
+  app.add_flag(
+      "--use_w4_group_scaling", s.use_w4_group_scaling,
+      "cutlass_fused_moe: W4A16 MXFP4 (input_dtype input, MXFP4 weights in the SM90 layouts)");
   app.add_option("--hidden_size", s.hidden_size, "Hidden size (norm, activation)");
   app.add_option("--vocab_size", s.vocab_size, "Vocabulary size (sampling)");
   app.add_option("--top_k", s.top_k, "top_k (sampling)");

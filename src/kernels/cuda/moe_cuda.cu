@@ -1504,96 +1504,165 @@ namespace {
 
 // ---- cutlass_fused_moe's W4A16 MXFP4 path (use_w4_group_scaling, uint8 weights) -----------------
 
-// The 16 output rows of 16-row block `blk` of one expert's GEMM, [rows, k] MXFP4 weights `w` in
-// the SM90 "fp4" layout with their folded ue8m0 scales `sf`, against the row `x` (k values of X):
-// lane L sums its share (kernels/moe_sm90_mixed_rules.h, sm90_fp4_lane) over every 64-column
-// partition, one 16-byte load each, and the four lanes of a row add up. Returns the sums of rows
-// row_lo and row_lo + 8 of the block on the lanes with (L & 17) == 0 (L = 2 row_lo).
-template <class X>
-__device__ __forceinline__ void w4a16_block_rows(const uint8_t* w, const uint8_t* sf, int64_t k,
-                                                 int64_t blk, const X* x, int lane, float& lo,
-                                                 float& hi) {
-  sm90_fp4_lane_rows(
-      w, sf, k, blk, lane, [x](int64_t i) { return to_f32(x[i]); }, lo, hi);
-  lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-  lo += __shfl_xor_sync(0xffffffffu, lo, 16);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 16);
+// Where a block's pairs come from: the per-pair route (tile_off null) takes pair blockIdx.x; the
+// tiled route takes tile blockIdx.x of the pairs sorted by expert (moe_grouped_plan.h,
+// moe_tile_expert), up to kMoeW4a16Tile of them, in row order.
+struct W4a16Tiles {
+  const int32_t* indptr = nullptr;    // m_indptr [E + 1]
+  const int32_t* row_pair = nullptr;  // row -> pair [pairs]
+  const int32_t* tile_off = nullptr;  // [E + 1]; null: the per-pair route
+};
+
+// The block's expert and its n pairs (pair ids in pairs[0, n)); false when it has none.
+template <int P>
+__device__ __forceinline__ bool w4a16_block_pairs(const CutlassMoeParams& m, const W4a16Tiles& t,
+                                                  int64_t& e, int64_t (&pairs)[P], int& n) {
+  if (t.tile_off == nullptr) {
+    pairs[0] = blockIdx.x;
+    e = local_expert(m, pairs[0]);
+    n = 1;
+    return e >= 0;
+  }
+  const int64_t E = m.num_local_experts, b = blockIdx.x;
+  if (b >= t.tile_off[E]) return false;
+  e = moe::moe_tile_expert(t.tile_off, E, b);
+  const int64_t r0 = t.indptr[e] + (b - t.tile_off[e]) * P, left = t.indptr[e + 1] - r0;
+  n = static_cast<int>(left < P ? left : P);
+#pragma unroll
+  for (int i = 0; i < P; ++i) pairs[i] = i < n ? t.row_pair[r0 + i] : pairs[0];
+  return n > 0;
 }
 
-// One block per (token, k) pair, as moe_gemm1_kernel: a warp per 16-row block of GEMM1, each row
-// rounded to T with the fc1 bias added in fp32, then the activation rounded to T.
-template <class T>
-__global__ void w4a16_gemm1_kernel(CutlassMoeFp4Params p) {
+// One GEMM of the block's n pairs over expert weights `w` ([rows, k] in the SM90 "fp4" layout,
+// folded scales `sf`): a warp per 16-row block, each lane's share from sm90_fp4_lane_rows (the
+// words loaded and decoded once for the n input rows x(p, i)), the four lanes of a row added;
+// store(p, row, sum) on the lanes with (L & 17) == 0 (L = 2 row_lo).
+template <int P, class XAt, class Store>
+__device__ __forceinline__ void w4a16_block_gemm(const uint8_t* w, const uint8_t* sf, int64_t rows,
+                                                 int64_t k, int n, const XAt& x,
+                                                 const Store& store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t blk = warp; blk < rows / 16; blk += kWarps) {
+    float lo[P], hi[P];
+    sm90_fp4_lane_rows<P>(w, sf, k, blk, lane, n, x, lo, hi);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      lo[p] += __shfl_xor_sync(0xffffffffu, lo[p], 1);
+      hi[p] += __shfl_xor_sync(0xffffffffu, hi[p], 1);
+      lo[p] += __shfl_xor_sync(0xffffffffu, lo[p], 16);
+      hi[p] += __shfl_xor_sync(0xffffffffu, hi[p], 16);
+    }
+    if ((lane & 17) == 0) {
+      const int64_t r = blk * 16 + lane / 2;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        if (p < n) {
+          store(p, r, lo[p]);
+          store(p, r + 8, hi[p]);
+        }
+      }
+    }
+  }
+}
+
+// GEMM1 of the block's pairs (as moe_gemm1_kernel: each row rounded to T, the fc1 bias added in
+// fp32), then their activations rounded to T. Rows of g1 / h by pair.
+template <class T, int P>
+__global__ void w4a16_gemm1_kernel(CutlassMoeFp4Params p, W4a16Tiles t) {
   pdl_wait();
   const CutlassMoeParams& m = p.moe;
-  const int64_t pair = blockIdx.x;
-  const int64_t e = local_expert(m, pair);
-  if (e < 0) return;
+  int64_t e = 0, pairs[P];
+  int n = 0;
+  if (!w4a16_block_pairs<P>(m, t, e, pairs, n)) return;
   const int64_t H = m.hidden, N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
-  const T* x = static_cast<const T*>(m.input) + pair / m.top_k * m.in_stride;
-  const auto* w1 = static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2);
-  const uint8_t* sf = p.w1_sf + e * p.w1_sf_stride;
+  const T* x[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+    x[i] = static_cast<const T*>(m.input) + pairs[i] / m.top_k * m.in_stride;
   const T* b1 = m.b1 ? static_cast<const T*>(m.b1) + e * N1 : nullptr;
-  float* g = m.ws_g1 + pair * N1;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t blk = warp; blk < N1 / 16; blk += kWarps) {
-    float lo, hi;
-    w4a16_block_rows(w1, sf, H, blk, x, lane, lo, hi);
-    if ((lane & 17) == 0) {
-      const int64_t r = blk * 16 + lane / 2;
-      g[r] = gemm1_biased(round_as<T>(lo), b1, r);
-      g[r + 8] = gemm1_biased(round_as<T>(hi), b1, r + 8);
-    }
-  }
+  w4a16_block_gemm<P>(
+      static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, n,
+      [&](int i, int64_t c) { return to_f32(x[i][c]); },
+      [&](int i, int64_t r, float v) {
+        m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(v), b1, r);
+      });
   __syncthreads();
-  float* h = m.ws_h + pair * m.inter;
-  for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
-    h[j] = round_as<T>(activation(m, e, g, j));
-  }
-}
-
-// One block per pair: GEMM2 over the activation row (fp32 values already rounded to T), each row
-// rounded to T (no bias: the finalize adds it).
-template <class T>
-__global__ void w4a16_gemm2_kernel(CutlassMoeFp4Params p) {
-  const CutlassMoeParams& m = p.moe;
-  const int64_t pair = blockIdx.x;
-  const int64_t e = local_expert(m, pair);
-  if (e < 0) return;
-  const int64_t H = m.hidden, I = m.inter;
-  const auto* w2 = static_cast<const uint8_t*>(m.w2) + e * H * (I / 2);
-  const uint8_t* sf = p.w2_sf + e * p.w2_sf_stride;
-  const float* h = m.ws_h + pair * I;
-  float* y = m.ws_y + pair * H;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int64_t blk = warp; blk < H / 16; blk += kWarps) {
-    float lo, hi;
-    w4a16_block_rows(w2, sf, I, blk, h, lane, lo, hi);
-    if ((lane & 17) == 0) {
-      const int64_t r = blk * 16 + lane / 2;
-      y[r] = round_as<T>(lo);
-      y[r + 8] = round_as<T>(hi);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {  // unrolled: pairs[] stays in registers
+    if (i >= n) break;
+    const float* g = m.ws_g1 + pairs[i] * N1;
+    float* h = m.ws_h + pairs[i] * m.inter;
+    for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
+      h[j] = round_as<T>(activation(m, e, g, j));
     }
   }
 }
 
+// GEMM2 of the block's pairs over their activation rows (fp32 values already rounded to T), each
+// row rounded to T (no bias: the finalize adds it).
+template <class T, int P>
+__global__ void w4a16_gemm2_kernel(CutlassMoeFp4Params p, W4a16Tiles t) {
+  const CutlassMoeParams& m = p.moe;
+  int64_t e = 0, pairs[P];
+  int n = 0;
+  if (!w4a16_block_pairs<P>(m, t, e, pairs, n)) return;
+  const int64_t H = m.hidden, I = m.inter;
+  w4a16_block_gemm<P>(
+      static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, n,
+      [&](int i, int64_t c) { return m.ws_h[pairs[i] * I + c]; },
+      [&](int i, int64_t r, float v) { m.ws_y[pairs[i] * H + r] = round_as<T>(v); });
+}
+
+// The tiled route's index arrays from perm (pair -> row, -1: no local expert): row_pair, the
+// inverse, a thread a pair.
+__global__ void moe_invert_perm_kernel(int64_t pairs, const int32_t* perm, int32_t* row_pair) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < pairs && perm[i] >= 0) row_pair[perm[i]] = static_cast<int32_t>(i);
+}
+__global__ void moe_tile_offsets_kernel(int64_t E, const int32_t* indptr, int32_t* tile_off) {
+  if (threadIdx.x == 0) moe::moe_tile_offsets(indptr, E, moe::kMoeW4a16Tile, tile_off);
+}
+
+// Per-pair route (decode: about a pair per active expert): a block per pair, no sort. Tiled route
+// (moe::moe_grouped_worthwhile, or forced): the pairs sorted by expert on the device (the grouped
+// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert.
 template <class T>
-void launch_moe_w4a16(const CutlassMoeFp4Params& p, cudaStream_t stream, bool enable_pdl) {
+void launch_moe_w4a16(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
+                      bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
   const CutlassMoeParams& m = p.moe;
-  const int64_t pairs = m.num_tokens * m.top_k;
+  const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
-  const moe::MoeGemvScratch l = moe::moe_gemv_scratch(pairs, m.hidden, m.inter, N1);
+  const moe::MoeW4a16Scratch l = moe::moe_w4a16_scratch(pairs, E, m.hidden, m.inter, N1, tiled);
   const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
   CutlassMoeFp4Params q = p;
   auto* base = static_cast<char*>(scratch.data());
-  q.moe.ws_g1 = reinterpret_cast<float*>(base + l.g1);
-  q.moe.ws_h = reinterpret_cast<float*>(base + l.h);
-  q.moe.ws_y = reinterpret_cast<float*>(base + l.y);
-  const dim3 grid(static_cast<unsigned>(pairs));
-  launch_kernel(op, w4a16_gemm1_kernel<T>, grid, dim3(kThreads), 0, stream, enable_pdl, q);
-  launch_kernel(op, w4a16_gemm2_kernel<T>, grid, dim3(kThreads), 0, stream, false, q);
+  q.moe.ws_g1 = reinterpret_cast<float*>(base + l.gemv.g1);
+  q.moe.ws_h = reinterpret_cast<float*>(base + l.gemv.h);
+  q.moe.ws_y = reinterpret_cast<float*>(base + l.gemv.y);
+  if (!tiled) {
+    const dim3 grid(static_cast<unsigned>(pairs));
+    launch_kernel(op, w4a16_gemm1_kernel<T, 1>, grid, dim3(kThreads), 0, stream, enable_pdl, q,
+                  W4a16Tiles{});
+    launch_kernel(op, w4a16_gemm2_kernel<T, 1>, grid, dim3(kThreads), 0, stream, false, q,
+                  W4a16Tiles{});
+  } else {
+    auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
+    auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
+    auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
+    auto* row_pair = reinterpret_cast<int32_t*>(base + l.row_pair);
+    auto* tile_off = reinterpret_cast<int32_t*>(base + l.tile_off);
+    launch_moe_sort(op, m, moe::moe_perm_chunks(pairs), counts, indptr, perm, stream, enable_pdl);
+    launch_kernel(op, moe_invert_perm_kernel, dim3(static_cast<unsigned>((pairs + 255) / 256)),
+                  dim3(256), 0, stream, false, pairs, static_cast<const int32_t*>(perm), row_pair);
+    launch_kernel(op, moe_tile_offsets_kernel, dim3(1), dim3(32), 0, stream, false, E,
+                  static_cast<const int32_t*>(indptr), tile_off);
+    const W4a16Tiles t{indptr, row_pair, tile_off};
+    const dim3 grid(static_cast<unsigned>(moe::moe_tile_grid(pairs, E, moe::kMoeW4a16Tile)));
+    constexpr int kP = moe::kMoeW4a16Tile;
+    launch_kernel(op, w4a16_gemm1_kernel<T, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
+    launch_kernel(op, w4a16_gemm2_kernel<T, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
+  }
   launch_kernel(op, moe_finalize_kernel<T, T, float>, dim3(static_cast<unsigned>(m.num_tokens)),
                 dim3(kThreads), 0, stream, false, q.moe, static_cast<const float*>(q.moe.ws_y),
                 static_cast<const int32_t*>(nullptr));
@@ -1623,10 +1692,14 @@ void cutlass_moe_w4a16(const CutlassMoeFp4Params& p, void* stream, bool enable_p
   FLASHINFER_CHECK_CODE(m.num_tokens * m.top_k <= 0x7FFFFFFF, ErrorCode::kUnsupported, op, "input",
                         "more than 2^31 - 1 (token, expert) pairs");
   if (m.num_tokens == 0) return;
-  g_gemv_runs.fetch_add(1, std::memory_order_relaxed);
+  const int64_t pairs = m.num_tokens * m.top_k;
+  const int force = route_force();
+  const bool tiled = force == 2 || (force != 1 && moe::moe_grouped_worthwhile(
+                                                      pairs, m.num_local_experts, m.ep_size));
+  (tiled ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
-      m.dtype, op, "input", [&]<class T>() { launch_moe_w4a16<T>(p, s, enable_pdl); });
+      m.dtype, op, "input", [&]<class T>() { launch_moe_w4a16<T>(p, tiled, s, enable_pdl); });
 }
 
 namespace {

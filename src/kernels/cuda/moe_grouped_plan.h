@@ -173,6 +173,67 @@ FLASHINFER_HD constexpr MoeGemvScratch moe_gemv_scratch(int64_t pairs, int64_t h
   return s;
 }
 
+// ---- cutlass_fused_moe's W4A16 MXFP4 path (moe_cuda.cu) ---------------------------------------
+
+/// The W4A16 kernels' tiled route takes up to kMoeW4a16Tile pairs of one expert a block, so each
+/// block reads its expert's weights once for all of them (the per-pair route: once a pair).
+constexpr int kMoeW4a16Tile = 8;
+
+/// Expert e's tiles (of at most `tile` of its pairs, rows m_indptr[e] ..) are blocks
+/// tile_off[e] .. tile_off[e + 1] - 1: tile_off [E + 1] from m_indptr [E + 1].
+FLASHINFER_HD void moe_tile_offsets(const int32_t* indptr, int64_t experts, int tile,
+                                    int32_t* tile_off) {
+  tile_off[0] = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    tile_off[e + 1] = tile_off[e] + (indptr[e + 1] - indptr[e] + tile - 1) / tile;
+  }
+}
+
+/// The expert whose tiles hold block b (b < tile_off[experts]): the largest e < experts with
+/// tile_off[e] <= b (tile_off is nondecreasing; an expert with no pairs has an empty range, and a
+/// later expert with the same first tile is picked), by bisection.
+FLASHINFER_HD int64_t moe_tile_expert(const int32_t* tile_off, int64_t experts, int64_t b) {
+  int64_t lo = 0, hi = experts - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (tile_off[mid] <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/// Blocks enough for every tile: the sum over experts of ceil(count / tile) is at most
+/// ceil(pairs / tile) + experts.
+FLASHINFER_HD constexpr int64_t moe_tile_grid(int64_t pairs, int64_t experts, int tile) {
+  return (pairs + tile - 1) / tile + experts;
+}
+
+/// The W4A16 route's scratch: moe_gemv_scratch's fp32 g1 / h / y (by pair) first; the tiled route
+/// adds the sort's counts [chunks, E] and m_indptr [E + 1], perm [pairs] (pair -> row),
+/// row_pair [pairs] (row -> pair) and tile_off [E + 1], int32, 256-byte aligned, in bytes.
+struct MoeW4a16Scratch {
+  MoeGemvScratch gemv;
+  uint64_t counts, indptr, perm, row_pair, tile_off, bytes;
+};
+FLASHINFER_HD constexpr MoeW4a16Scratch moe_w4a16_scratch(int64_t pairs, int64_t experts,
+                                                          int64_t hidden, int64_t inter,
+                                                          int64_t gemm1_n, bool tiled) {
+  const uint64_t P = static_cast<uint64_t>(pairs), E = static_cast<uint64_t>(experts);
+  MoeW4a16Scratch s{};
+  s.gemv = moe_gemv_scratch(pairs, hidden, inter, gemm1_n);
+  s.counts = s.indptr = s.perm = s.row_pair = s.tile_off = s.bytes = s.gemv.bytes;
+  if (!tiled) return s;
+  s.indptr = s.counts + moe_align256(static_cast<uint64_t>(moe_perm_chunks(pairs)) * E * 4);
+  s.perm = s.indptr + moe_align256((E + 1) * 4);
+  s.row_pair = s.perm + moe_align256(P * 4);
+  s.tile_off = s.row_pair + moe_align256(P * 4);
+  s.bytes = s.tile_off + moe_align256((E + 1) * 4);
+  return s;
+}
+
 // ---- cutlass_fused_moe's FP8 paths (GEMV route) ----------------------------------------------
 
 /// The FP8 GEMV route's scratch: moe_gemv_scratch's g1 / h / y first (h holds the e4m3 values
