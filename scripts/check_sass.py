@@ -454,10 +454,11 @@ RULES = {
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(
-            name="moe_w4a16",
-            match=("w4a16_gemm1_kernel", "w4a16_gemm2_kernel"),
-            description="cutlass_fused_moe's W4A16 MXFP4 GEMV kernels (moe_cuda.cu): no spills, "
-            "the SM90-interleaved weights read 16 bytes a lane (LDG .128)",
+            name="moe_sm90_mixed",
+            match=("mixed_gemm1_kernel", "mixed_gemm2_kernel"),
+            description="cutlass_fused_moe's SM90 mixed-input GEMV kernels (moe_cuda.cu: W4A16 "
+            "MXFP4 and Humming, per pair and tiled): no spills, the SM90-interleaved weights read "
+            "16 bytes a lane (LDG .128)",
             require=(Need("LDG .128 (16-byte load)", LDG_128),),
         ),
         Rule(

@@ -31,11 +31,12 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA (W4A16 MXFP4 only, sm90+): one block per (token, expert) pair, a warp per 16 output "
-     "rows reading the SM90-interleaved weights and folded scales in place, fp32 sums",
+     "CUDA (W4A16 MXFP4 and Humming, sm90+): a block per (token, expert) pair or per tile of up "
+     "to 8 pairs of one expert, a warp per 16 output rows reading the SM90-interleaved weights "
+     "and folded scales in place, fp32 sums",
      nullptr,
      [](const kernels::CutlassMoeFp4Params& p, const LaunchContext& c) {
-       kernels::cuda::cutlass_moe_w4a16(p, c.stream, c.enable_pdl);
+       kernels::cuda::cutlass_moe_sm90_mixed(p, c.stream, c.enable_pdl);
      }},
 #endif
 };
@@ -63,7 +64,7 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
 
 // One entry of quant_scales: dtype, shape, CPU and contiguous; `what` is upstream's name for it.
 const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* what, DType dtype,
-                          const Shape& shape) {
+                          const Shape& shape, const Device& dev) {
   const Tensor& t = qs[i];
   FLASHINFER_CHECK(t.defined(), kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (", what,
                    ") is undefined");
@@ -73,14 +74,15 @@ const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* w
   FLASHINFER_CHECK(t.shape() == shape, kMoeCutlassFp4Op, "quant_scales", "quant_scales[", i, "] (",
                    what, ") must have shape ", shape_to_string(shape), ", got ",
                    shape_to_string(t.shape()));
-  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
-                   "quant_scales[", i, "] (", what, ") must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(t.device() == dev && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                   "quant_scales[", i, "] (", what,
+                   ") must be a contiguous tensor on input's device (", dev.str(), ")");
   return t;
 }
 
 // An fp32 act global scale: a scalar ([] or [1]) or one per local expert ([E]).
 const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* what, int64_t E,
-                        bool* per_expert) {
+                        const Device& dev, bool* per_expert) {
   const Tensor& t = qs[i];
   FLASHINFER_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.dim() <= 1 &&
                        (t.dim() == 0 || t.size(0) == E || t.size(0) == 1),
@@ -88,8 +90,9 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
                    ") must be an fp32 scalar or [", E, "] tensor, got ",
                    t.defined() ? dtype_torch_name(t.dtype()) : "undefined", " ",
                    t.defined() ? shape_to_string(t.shape()) : "");
-  FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
-                   "quant_scales[", i, "] (", what, ") must be a contiguous CPU tensor");
+  FLASHINFER_CHECK(t.device() == dev && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                   "quant_scales[", i, "] (", what,
+                   ") must be a contiguous tensor on input's device (", dev.str(), ")");
   *per_expert = t.dim() == 1 && t.size(0) == E && E > 1;
   return t.data<float>();
 }
@@ -185,12 +188,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   const bool w4a8 = mode == CutlassFp4Mode::kW4A8Int4;
   const bool woq = mode == CutlassFp4Mode::kWoqInt4;
-  // Only W4A16 MXFP4 (upstream's SM90 mixed-input path) has a GPU kernel; another mode's CUDA
-  // call is refused here (kUnsupported), so replay falls back to the CPU. Past this point every
-  // tensor is on input's device.
+  // Only W4A16 MXFP4 and Humming (upstream's SM90 mixed-input paths) have a GPU kernel; another
+  // mode's CUDA call is refused here (kUnsupported), so replay falls back to the CPU. Past this
+  // point every tensor is on input's device.
   const Device dev = input.device();
   FLASHINFER_CHECK_CODE(
-      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4, ErrorCode::kUnsupported,
+      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4 || hum, ErrorCode::kUnsupported,
       kMoeCutlassFp4Op, "input", "the ", mode_name(mode),
       " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
@@ -328,17 +331,17 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
           t.defined() ? shape_to_string(t.shape()) : "");
       p.fc1_act_global = nullptr;
     } else {
-      p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, &p.fc1_act_per_expert);
+      p.fc1_act_global = act_global(qs, 0, "fc1_act_global", E, dev, &p.fc1_act_per_expert);
     }
     const Shape s1{E, moe_cutlass_fp4_round_up(N1, 128), moe_cutlass_fp4_round_up(H / 16, 4) / 4};
     const Shape s2{E, moe_cutlass_fp4_round_up(H, 128), moe_cutlass_fp4_round_up(I / 16, 4) / 4};
     p.w1_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 1, "fc1_weight_block", DType::kInt32, s1).data_ptr());
-    p.fc1_global = quant_scale(qs, 2, "fc1_global", DType::kFloat32, {E}).data<float>();
-    p.fc2_act_global = act_global(qs, 3, "fc2_act_global", E, &p.fc2_act_per_expert);
+        quant_scale(qs, 1, "fc1_weight_block", DType::kInt32, s1, dev).data_ptr());
+    p.fc1_global = quant_scale(qs, 2, "fc1_global", DType::kFloat32, {E}, dev).data<float>();
+    p.fc2_act_global = act_global(qs, 3, "fc2_act_global", E, dev, &p.fc2_act_per_expert);
     p.w2_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 4, "fc2_weight_block", DType::kInt32, s2).data_ptr());
-    p.fc2_global = quant_scale(qs, 5, "fc2_global", DType::kFloat32, {E}).data<float>();
+        quant_scale(qs, 4, "fc2_weight_block", DType::kInt32, s2, dev).data_ptr());
+    p.fc2_global = quant_scale(qs, 5, "fc2_global", DType::kFloat32, {E}, dev).data<float>();
     p.w1_sf_stride = s1[1] * s1[2] * 4;
     p.w2_sf_stride = s2[1] * s2[2] * 4;
   } else if (mode == CutlassFp4Mode::kMxfp8Mxfp4 || w8) {
@@ -348,11 +351,11 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
                      qs.size());
     const Shape s1{E, N1, H / 128}, s2{E, H, I / 128};
     p.w1_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1).data_ptr());
-    p.fc1_global = quant_scale(qs, 1, "fc1_global", DType::kFloat32, {E}).data<float>();
+        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1, dev).data_ptr());
+    p.fc1_global = quant_scale(qs, 1, "fc1_global", DType::kFloat32, {E}, dev).data<float>();
     p.w2_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 2, "fc2_weight_block", DType::kInt32, s2).data_ptr());
-    p.fc2_global = quant_scale(qs, 3, "fc2_global", DType::kFloat32, {E}).data<float>();
+        quant_scale(qs, 2, "fc2_weight_block", DType::kInt32, s2, dev).data_ptr());
+    p.fc2_global = quant_scale(qs, 3, "fc2_global", DType::kFloat32, {E}, dev).data<float>();
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
   } else if (hum) {
@@ -365,13 +368,13 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     // and not read (the runner passes no GEMM2 activation scale in this mode).
     const Shape s1{E, N1 / 64, H / 128, 16, 4}, s2{E, H / 64, I / 128, 16, 4};
     p.w1_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1).data_ptr());
-    p.fc1_global = quant_scale(qs, 1, "fc1_residual", DType::kFloat32, {E}).data<float>();
+        quant_scale(qs, 0, "fc1_weight_block", DType::kInt32, s1, dev).data_ptr());
+    p.fc1_global = quant_scale(qs, 1, "fc1_residual", DType::kFloat32, {E}, dev).data<float>();
     bool unused_per_expert = false;
-    act_global(qs, 2, "fc2_act_global", E, &unused_per_expert);
+    act_global(qs, 2, "fc2_act_global", E, dev, &unused_per_expert);
     p.w2_sf = static_cast<const uint8_t*>(
-        quant_scale(qs, 3, "fc2_weight_block", DType::kInt32, s2).data_ptr());
-    p.fc2_global = quant_scale(qs, 4, "fc2_residual", DType::kFloat32, {E}).data<float>();
+        quant_scale(qs, 3, "fc2_weight_block", DType::kInt32, s2, dev).data_ptr());
+    p.fc2_global = quant_scale(qs, 4, "fc2_residual", DType::kFloat32, {E}, dev).data<float>();
     p.w1_sf_stride = N1 * (H / 32);
     p.w2_sf_stride = H * (I / 32);
   } else if (w4a8 || woq) {

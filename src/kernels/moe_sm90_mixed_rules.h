@@ -1,17 +1,22 @@
-// Private: cutlass_fused_moe's W4A16 MXFP4 weights and scales read in place, in upstream's SM90
-// mixed-GEMM layouts (interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4") and
-// interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32)), as the CUDA GEMV kernels
-// (src/kernels/cuda/moe_cuda.cu) read them: no de-interleaved copy of the weights is made.
-// The CPU reference undoes the layouts independently (a bit permutation found by running the
-// forward transform, kernels::cpu::sm90_deinterleave_fp4_weights); the unit test
-// (tests/ops/test_moe_weight_prep.cpp) checks these rules against it over whole tiles.
-// Integer and bit arithmetic only.
+// Private: cutlass_fused_moe's SM90 mixed-input weights and scales read in place, as the CUDA
+// GEMV kernels (src/kernels/cuda/moe_cuda.cu) read them: no de-interleaved copy is made.
+//   - W4A16 MXFP4: weights from interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4"), ue8m0
+//     scales from interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32);
+//   - Humming MXFP4 x FP8: weights from the "fp4_fp8" interleave (16-bit units, signs moved), the
+//     per-block exponent offsets in the same scale fold, each code turned into the fp8 MMA operand
+//     (humming_operand, which the CPU reference uses too).
+// The CPU reference undoes the weight interleaves independently (a bit permutation found by
+// running the forward transform, kernels::cpu::sm90_deinterleave_fp4_weights); the unit tests
+// (tests/ops/test_moe_cutlass_fp4.cpp, test_moe_cutlass_humming.cpp) check these rules against
+// it over whole tiles. Integer and bit arithmetic only, but for the fp32 sums of the lane loop.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
+#include "kernels/fp32_rules.h"               // fp32_mul, fp32_div
+#include "kernels/nvfp4_rules.h"              // e4m3_code_to_float
 #include "kernels/quantization_params.h"      // FLASHINFER_HD, f32_from_bits
 
 namespace flashinfer::kernels {
@@ -46,6 +51,44 @@ FLASHINFER_HD float e2m1_code_value(uint32_t code) {
   return f32_from_bits(mag | (code & 8u) << 28);
 }
 
+/// The "fp4_fp8" layout (Humming): word w (0..7) of physical row pr of a 16-row block's 64-element
+/// partition holds one 16-bit unit (4 consecutive codes) of logical row pr % 8 in its low half and
+/// the same unit of row pr % 8 + 8 in its high half, at elements 32 (w / 4) + 16 (pr / 8) +
+/// 4 (w % 4) + {0..3} (sm90_interleave_weight_unit's lane 8 (w / 4) + 4 (pr / 8) + w % 4 wrote
+/// it): with sm90_fp4_lane's lanes, element i of a lane's 16 columns is nibble i % 4 (+ 4 for row
+/// row_lo + 8) of its word i / 4. Nibble n's code: its magnitude stays in place, its sign was
+/// moved to bit 3 of nibble 2n + 1 (n < 4) or 2 (n - 4) (sm90_move_fp4_signs).
+FLASHINFER_HD uint32_t sm90_fp4_fp8_word_code(uint32_t v, int n) {
+  const int to = n < 4 ? 2 * n + 1 : 2 * (n - 4);
+  return ((v >> (4 * n)) & 7u) | ((v >> (4 * to + 3)) & 1u) << 3;
+}
+
+/// The fp8 MMA operand the kPreMmaE8M0 mainloop makes of one Humming weight code: a per-code
+/// byte table (code 0 gets no offset) plus 8 * offset, computed in one uint32 lane per four codes,
+/// with the code's sign ORed in [wheel 0.7.2.post1 mixed_input_utils.hpp:603]. For the
+/// preparation's offsets (1..12) this is exactly code * 2^(offset - 6); outside that range the
+/// byte arithmetic is kept as is (code 1 at offset 0 gives 0, offsets > 12 wrap into the sign bit
+/// or, from 32 on, carry into the next code's byte).
+FLASHINFER_HD float humming_operand(uint32_t code, uint32_t offset) {
+  const uint32_t lo = offset * 0x08080800u + 0x0c080000u;  // codes 0..3
+  const uint32_t hi = offset * 0x08080808u + 0x1c181410u;  // codes 4..7
+  const uint32_t em = code & 7u;
+  const uint32_t byte = (em < 4 ? lo >> (8 * em) : hi >> (8 * (em - 4))) & 0xffu;
+  return e4m3_code_to_float(static_cast<uint8_t>(byte | ((code & 8u) << 4)));
+}
+
+/// Humming's per-row fp8 quantization of GEMM inputs (expandInputRowsKernel for GEMM1's,
+/// doActivationKernel for GEMM2's): quant = 448 / amax over the row (1 for a zero row; amax floored
+/// at 448 / FLT_MAX so the quotient stays finite), each value e4m3_satfinite(v * quant) read back
+/// as its fp32 value; the GEMM's alpha then carries the dequantization scale 1 / quant.
+FLASHINFER_HD float humming_quant(float amax) {
+  constexpr float kMinAmax = 448.0f / 3.40282347e+38f;
+  return amax > 0.0f ? fp32_div(448.0f, amax > kMinAmax ? amax : kMinAmax) : 1.0f;
+}
+FLASHINFER_HD float humming_fp8(float v, float quant) {
+  return e4m3_code_to_float(float_to_e4m3fn_bits(fp32_mul(v, quant), true));
+}
+
 /// The byte of scale (row r, group grp = column / 32) of one expert's [rows, k / 32] ue8m0 scales
 /// folded by interleave_moe_scales_for_sm90_mixed_gemm(group_size=32): [rows / 64, k / 128, 16,
 /// 16] with out[rb, kb, fm, m * 4 + g] = in[rb * 64 + m * 16 + fm, kb * 4 + g].
@@ -74,17 +117,37 @@ FLASHINFER_HD Sm90Fp4Lane sm90_fp4_lane(int lane) {
   return l;
 }
 
-/// The lane's 32 weight codes of one partition decoded (unscaled), in the lane's order: element
-/// i of lo / hi is row_lo's / row_lo + 8's value at column sm90_fp4_lane_col(i) of its 16 (word
-/// i / 4, nibbles (i % 2) + 4 ((i / 2) % 2), and one more for hi).
-FLASHINFER_HD int sm90_fp4_lane_col(int i) { return 2 * (i / 4) + (i & 1) + 8 * ((i >> 1) & 1); }
-FLASHINFER_HD void sm90_fp4_lane_decode(const uint32_t (&words)[4], float (&lo)[16],
-                                        float (&hi)[16]) {
+/// Which SM90 mixed-input operand a GEMV kernel reads.
+enum class Sm90Mixed : int {
+  kW4A16 = 0,   // "fp4" layout, e2m1 codes, times a ue8m0 scale per group of 32
+  kHumming = 1  // "fp4_fp8" layout, humming_operand(code, the group's exponent offset)
+};
+
+/// Column (0..15 within the lane's 16) of element i of the lane's decoded values: the "fp4"
+/// layout's word i / 4 holds elements 2 (i / 4) + {0, 1, 8, 9} of a row (nibbles (i % 2) +
+/// 4 ((i / 2) % 2) for row_lo, + 2 for row_lo + 8); the "fp4_fp8" layout keeps them in order.
+template <Sm90Mixed K>
+FLASHINFER_HD int sm90_mixed_lane_col(int i) {
+  if constexpr (K == Sm90Mixed::kW4A16) return 2 * (i / 4) + (i & 1) + 8 * ((i >> 1) & 1);
+  return i;
+}
+
+/// The lane's 32 weight values of one partition, in the lane's order (element i of lo / hi is
+/// row_lo's / row_lo + 8's value at column sm90_mixed_lane_col<K>(i)): W4A16 the e2m1 values
+/// (unscaled), Humming the fp8 operands with the rows' exponent offsets off_lo / off_hi.
+template <Sm90Mixed K>
+FLASHINFER_HD void sm90_mixed_lane_decode(const uint32_t (&words)[4], uint32_t off_lo,
+                                          uint32_t off_hi, float (&lo)[16], float (&hi)[16]) {
   FLASHINFER_UNROLL
   for (int i = 0; i < 16; ++i) {
-    const int n = (i & 1) + 4 * ((i >> 1) & 1);  // row_lo's nibble; row_lo + 8's is n + 2
-    lo[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n));
-    hi[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n + 2));
+    if constexpr (K == Sm90Mixed::kW4A16) {
+      const int n = (i & 1) + 4 * ((i >> 1) & 1);  // row_lo's nibble; row_lo + 8's is n + 2
+      lo[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n));
+      hi[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n + 2));
+    } else {
+      lo[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], i % 4), off_lo);
+      hi[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], 4 + i % 4), off_hi);
+    }
   }
 }
 
@@ -103,18 +166,19 @@ FLASHINFER_HD void sm90_fp4_load16(const uint8_t* at, uint32_t (&words)[4]) {
 }
 
 /// One lane's sums over every 64-column partition of 16-row block `blk` of one expert's [rows, k]
-/// MXFP4 weights `w` ("fp4" layout; rows of k / 2 bytes, 16-byte aligned) with their folded
-/// scales `sf`, for `n` (<= P) input rows at once: lo[p] for logical row blk * 16 + row_lo, hi[p]
-/// for row_lo + 8 of input row p; x(p, i) gives column i of input row p as a float. Each
-/// partition's words are loaded and decoded once for all n rows; each row's 16-column sum is
-/// taken in the lane's order and multiplied by its group's scale (one group of 32 covers the 16
-/// columns; a power of two, so only the order of the fp32 sums differs from summing the scaled
-/// products). The kernels run this on each lane and add the four lanes of a row
-/// (sm90_fp4_lane); the CPU test runs it lane by lane.
-template <int P, class XAt>
-FLASHINFER_HD void sm90_fp4_lane_rows(const uint8_t* w, const uint8_t* sf, int64_t k, int64_t blk,
-                                      int lane, int n, const XAt& x, float (&lo)[P],
-                                      float (&hi)[P]) {
+/// weights `w` (layout of K; rows of k / 2 bytes, 16-byte aligned) with their folded scale bytes
+/// `sf` (W4A16: ue8m0 scales; Humming: exponent offsets), for `n` (<= P) input rows at once: lo[p]
+/// for logical row blk * 16 + row_lo, hi[p] for row_lo + 8 of input row p; x(p, c, xs) fills
+/// xs[0, 16) with columns c .. c + 15 of input row p (c a multiple of 16) as floats. Each
+/// partition's words are loaded and decoded once for all n
+/// rows; each row's 16-column sum is taken in the lane's order, and for W4A16 multiplied by its
+/// group's scale (one group of 32 covers the 16 columns; a power of two, so only the order of the
+/// fp32 sums differs from summing the scaled products). The kernels run this on each lane and add
+/// the four lanes of a row (sm90_fp4_lane); the CPU tests run it lane by lane.
+template <Sm90Mixed K, int P, class XAt>
+FLASHINFER_HD void sm90_mixed_lane_rows(const uint8_t* w, const uint8_t* sf, int64_t k, int64_t blk,
+                                        int lane, int n, const XAt& x, float (&lo)[P],
+                                        float (&hi)[P]) {
   const Sm90Fp4Lane l = sm90_fp4_lane(lane);
   const uint8_t* src = w + (blk * 16 + l.pr) * (k / 2) + l.byte_off;
   const int64_t r_lo = blk * 16 + l.row_lo, parts = k / 64;
@@ -126,23 +190,30 @@ FLASHINFER_HD void sm90_fp4_lane_rows(const uint8_t* w, const uint8_t* sf, int64
   for (int64_t q = 0; q < parts; ++q) {
     uint32_t words[4] = {next[0], next[1], next[2], next[3]};
     if (q + 1 < parts) sm90_fp4_load16(src + 32 * (q + 1), next);
-    float w_lo[16], w_hi[16];
-    sm90_fp4_lane_decode(words, w_lo, w_hi);
     const int64_t c = 64 * q + l.col;
-    const float sc_lo = ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo, c / 32)]);
-    const float sc_hi = ue8m0_to_float(sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)]);
+    const uint8_t b_lo = sf[sm90_fold32_scale_index(k, r_lo, c / 32)];
+    const uint8_t b_hi = sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)];
+    float w_lo[16], w_hi[16];
+    sm90_mixed_lane_decode<K>(words, b_lo, b_hi, w_lo, w_hi);
     FLASHINFER_UNROLL
     for (int p = 0; p < P; ++p) {
       if (p < n) {
+        float xs[16];
+        x(p, c, xs);
         float s_lo = 0.0f, s_hi = 0.0f;
         FLASHINFER_UNROLL
         for (int i = 0; i < 16; ++i) {
-          const float xv = x(p, c + sm90_fp4_lane_col(i));
+          const float xv = xs[sm90_mixed_lane_col<K>(i)];
           s_lo += w_lo[i] * xv;
           s_hi += w_hi[i] * xv;
         }
-        lo[p] += s_lo * sc_lo;
-        hi[p] += s_hi * sc_hi;
+        if constexpr (K == Sm90Mixed::kW4A16) {
+          lo[p] += s_lo * ue8m0_to_float(b_lo);
+          hi[p] += s_hi * ue8m0_to_float(b_hi);
+        } else {
+          lo[p] += s_lo;
+          hi[p] += s_hi;
+        }
       }
     }
   }

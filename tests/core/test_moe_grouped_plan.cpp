@@ -322,11 +322,12 @@ TEST(MoeGroupedPlan, W4a16TilesCoverEveryPairOnce) {
 }
 
 TEST(MoeGroupedPlan, W4a16ScratchLayout) {
-  // 7 pairs, 3 experts, hidden 256, inter 128, gated: the per-pair route is the GEMV scratch.
+  // 5 tokens, 7 pairs, 3 experts, hidden 256, inter 128, gated: the per-pair W4A16 route is the
+  // GEMV scratch.
   const MoeGemvScratch g = moe_gemv_scratch(7, 256, 128, 256);
-  const MoeW4a16Scratch a = moe_w4a16_scratch(7, 3, 256, 128, 256, false);
+  const MoeW4a16Scratch a = moe_w4a16_scratch(5, 7, 3, 256, 128, 256, false, false);
   EXPECT_EQ(a.bytes, g.bytes);
-  const MoeW4a16Scratch t = moe_w4a16_scratch(7, 3, 256, 128, 256, true);
+  const MoeW4a16Scratch t = moe_w4a16_scratch(5, 7, 3, 256, 128, 256, true, false);
   EXPECT_EQ(t.gemv.y, g.y);
   EXPECT_EQ(t.counts, g.bytes);
   EXPECT_EQ(t.indptr, t.counts + 256u);  // 1 chunk x 3 experts
@@ -334,9 +335,19 @@ TEST(MoeGroupedPlan, W4a16ScratchLayout) {
   EXPECT_EQ(t.row_pair, t.perm + 256u);  // 7 entries
   EXPECT_EQ(t.tile_off, t.row_pair + 256u);
   EXPECT_EQ(t.bytes, t.tile_off + 256u);
-  EXPECT_EQ(moe_w4a16_scratch(600, 3, 256, 128, 256, true).indptr -
-                moe_w4a16_scratch(600, 3, 256, 128, 256, true).counts,
+  EXPECT_EQ(moe_w4a16_scratch(1, 600, 3, 256, 128, 256, true, false).indptr -
+                moe_w4a16_scratch(1, 600, 3, 256, 128, 256, true, false).counts,
             256u);  // 3 chunks x 3 experts
+  // Humming adds xq (5 x 256 floats = 5120 bytes), x_dq (5 floats) and h_dq (7 floats).
+  for (bool tiled : {false, true}) {
+    const MoeW4a16Scratch h = moe_w4a16_scratch(5, 7, 3, 256, 128, 256, tiled, true);
+    const uint64_t end = tiled ? t.bytes : g.bytes;
+    EXPECT_EQ(h.xq, end);
+    EXPECT_EQ(h.x_dq, h.xq + 5120u);
+    EXPECT_EQ(h.h_dq, h.x_dq + 256u);
+    EXPECT_EQ(h.bytes, h.h_dq + 256u);
+    for (uint64_t off : {h.xq, h.x_dq, h.h_dq, h.bytes}) EXPECT_EQ(off % 256, 0u);
+  }
 }
 
 // trtllm_bf16_moe: the grouped route reads MajorK weights only (BlockMajorK keeps the GEMV

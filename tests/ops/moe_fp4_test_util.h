@@ -85,6 +85,31 @@ inline std::optional<Tensor> opt_bias(const std::vector<double>& b, int64_t E, i
   return Tensor::from_vector(b, {E, n}, dt);
 }
 
+/// The 4-bit code at (row, col) of plain packed weights (rows of row_bytes, low nibble first).
+inline uint32_t plain_code(const std::vector<uint8_t>& plain, int64_t row_bytes, int64_t row,
+                           int64_t col) {
+  const uint8_t b = plain[static_cast<size_t>(row * row_bytes + col / 2)];
+  return static_cast<uint32_t>(col % 2 == 0 ? b & 0xF : b >> 4);
+}
+
+/// Calls f(word, blk, pr, q, wd) for every 32-bit word of [rows, k] SM90-interleaved 4-bit
+/// weights `w`: word wd (0..7) of physical row pr (0..15) of 16-row block blk in 64-column
+/// partition q.
+template <class F>
+void for_each_sm90_word(const uint8_t* w, int64_t rows, int64_t k, const F& f) {
+  for (int64_t blk = 0; blk < rows / 16; ++blk) {
+    for (int pr = 0; pr < 16; ++pr) {
+      for (int64_t q = 0; q < k / 64; ++q) {
+        for (int wd = 0; wd < 8; ++wd) {
+          uint32_t v = 0;
+          std::memcpy(&v, w + (blk * 16 + pr) * (k / 2) + 32 * q + 4 * wd, 4);
+          f(v, blk, pr, q, wd);
+        }
+      }
+    }
+  }
+}
+
 /// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
 /// every expert gets rows.
 inline Tensor top2_ids(int64_t T, int64_t n) {

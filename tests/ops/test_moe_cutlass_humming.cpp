@@ -7,15 +7,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernels/moe_sm90_mixed_rules.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
+
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "api/device_props.h"
+#include "kernels/cuda/moe_cuda.h"
+#endif
 
 namespace flashinfer::testing {
 namespace {
@@ -132,12 +139,19 @@ struct Case : moe_fp4::LayerExtras {
     return {s1i, f32(times64(r1), {E}), Tensor::from_vector({1.0}, {}, DType::kFloat32), s2i,
             f32(times64(r2), {E})};
   }
-  std::vector<Tensor> run(std::vector<Tensor> qs, DType out_dt) const {
-    return cutlass_fused_moe(Tensor::from_vector(x, {T, H}, dt), ids, f32(rw, {T, 2}), w1i, w2i,
-                             out_dt, std::move(qs), bias_t(b1, N1()), bias_t(b2, H), std::nullopt,
-                             opt_f32(alpha), opt_f32(beta), opt_f32(limit), tp_size, tp_rank,
-                             ep_size, ep_rank, 1, 0, std::nullopt, false, false, true, false, false,
-                             false, true, 8192, std::nullopt, act);
+  // The call on `dev` (every tensor argument copied there).
+  std::vector<Tensor> run(std::vector<Tensor> qs, DType out_dt, Device dev = Device::cpu()) const {
+    auto on = [&](std::optional<Tensor> t) -> std::optional<Tensor> {
+      if (!t) return t;
+      return t->to(dev);
+    };
+    for (Tensor& t : qs) t = t.to(dev);
+    return cutlass_fused_moe(Tensor::from_vector(x, {T, H}, dt).to(dev), ids.to(dev),
+                             f32(rw, {T, 2}).to(dev), w1i.to(dev), w2i.to(dev), out_dt,
+                             std::move(qs), on(bias_t(b1, N1())), on(bias_t(b2, H)), std::nullopt,
+                             on(opt_f32(alpha)), on(opt_f32(beta)), on(opt_f32(limit)), tp_size,
+                             tp_rank, ep_size, ep_rank, 1, 0, std::nullopt, false, false, true,
+                             false, false, false, true, 8192, std::nullopt, act);
   }
   std::vector<Tensor> run() const { return run(quant_scales(), dt); }
 
@@ -209,7 +223,8 @@ void expect_matches(const Case& c, const Tensor& out) {
 //   t0 e0: 1792 * 28 * 32 = 1605632; t0 e1: 1792 * 7 * 16 = 200704; t1 e0: 1792 * 7 * 32 = 401408
 // (bf16: exact, and the fp32 quotients' last-bit errors stay far from a bf16 tie).
 // Token 0: 0.75 * 1605632 + 0.25 * 200704 = 1254400 -> bf16 1253376; token 1: 401408.
-TEST(CutlassFusedMoeHumming, GoldenRelu2) {
+// GoldenRelu2's call on `dev`; returns the output on the CPU.
+Tensor golden_relu2(Device dev) {
   const int64_t E = 2, H = 128, I = 128;
   std::vector<uint8_t> raw_s1(static_cast<size_t>(E * I * H / 32), 127);
   std::vector<uint8_t> raw_s2(static_cast<size_t>(E * H * I / 32), 127);
@@ -220,27 +235,35 @@ TEST(CutlassFusedMoeHumming, GoldenRelu2) {
       preprocess_moe_weights_for_sm90_mixed_gemm_humming(w, bytes_tensor(raw_s1, {E, I, H / 32}));
   auto [w2, s2, r2] =
       preprocess_moe_weights_for_sm90_mixed_gemm_humming(w, bytes_tensor(raw_s2, {E, H, I / 32}));
-  ASSERT_EQ(r1.to_double_vector(), (std::vector<double>{0.5, 0.25}));
-  const Tensor r64 = Tensor::from_vector({32.0, 16.0}, {E}, DType::kFloat32);
+  EXPECT_EQ(r1.to_double_vector(), (std::vector<double>{0.5, 0.25}));
+  const Tensor r64 = Tensor::from_vector({32.0, 16.0}, {E}, DType::kFloat32).to(dev);
   std::vector<double> x(static_cast<size_t>(2 * H), 0.875);
   std::fill(x.begin() + H, x.end(), 0.4375);
   const auto out = cutlass_fused_moe(
-      Tensor::from_vector(x, {2, H}, DType::kBFloat16),
-      Tensor::from_vector({0, 1, 0, 3}, {2, 2}, DType::kInt32),
-      Tensor::from_vector({0.75, 0.25, 1.0, 0.5}, {2, 2}, DType::kFloat32), w1, w2,
-      DType::kBFloat16,
-      std::vector<Tensor>{as_int32(s1), r64, Tensor::from_vector({1.0}, {}, DType::kFloat32),
-                          as_int32(s2), r64},
+      Tensor::from_vector(x, {2, H}, DType::kBFloat16).to(dev),
+      Tensor::from_vector({0, 1, 0, 3}, {2, 2}, DType::kInt32).to(dev),
+      Tensor::from_vector({0.75, 0.25, 1.0, 0.5}, {2, 2}, DType::kFloat32).to(dev), w1.to(dev),
+      w2.to(dev), DType::kBFloat16,
+      std::vector<Tensor>{as_int32(s1).to(dev), r64,
+                          Tensor::from_vector({1.0}, {}, DType::kFloat32).to(dev),
+                          as_int32(s2).to(dev), r64},
       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
       0, 1, 0, std::nullopt, false, false, true, false, false, false, true, 8192, std::nullopt,
       ActivationType::Relu2);
-  ASSERT_EQ(out.size(), 4u);
-  const auto got = out[0].to_double_vector();
+  EXPECT_EQ(out.size(), 4u);
+  return out[0].to(Device::cpu());
+}
+
+void expect_golden_relu2(const Tensor& out) {
+  const int64_t H = 128;
+  const auto got = out.to_double_vector();
   for (int64_t d = 0; d < H; ++d) {
     EXPECT_EQ(got[static_cast<size_t>(d)], 1253376.0) << d;
     EXPECT_EQ(got[static_cast<size_t>(H + d)], 401408.0) << d;
   }
 }
+
+TEST(CutlassFusedMoeHumming, GoldenRelu2) { expect_golden_relu2(golden_relu2(Device::cpu())); }
 
 // The input's per-row quantization rounds: a row holding 1.0 and bf16(0.3) = 0.30078125 shares
 // the scale of its amax 1 (quant 448): 0.30078125 * 448 = 134.75 -> e4m3 128 (step 16 in
@@ -309,6 +332,66 @@ TEST(CutlassFusedMoeHumming, GoldenOffsetsOutsidePreparedRange) {
     const auto got = out[0].to_double_vector();
     for (int64_t d = 0; d < H; ++d) {
       EXPECT_EQ(got[static_cast<size_t>(d)], c.expected) << int{c.byte} << " " << d;
+    }
+  }
+}
+
+// The CUDA kernels read Humming weights and offsets in place (kernels/moe_sm90_mixed_rules.h): the
+// "fp4_fp8" layout's words where sm90_fp4_fp8_word_code says (16-bit units of 4 codes, signs
+// moved), then the lane loop as a warp runs it (sm90_mixed_lane_rows on each of 32 lanes, two
+// input rows at once, the four lanes of a row added) against plain dot products over the codes
+// before upstream's interleave, each weight code * 2^(offset - 6) (the operand's value for the
+// preparation's offsets 1..12; here 1..8), with offsets folded by upstream's scale interleave.
+// Integer x keeps every fp32 sum exact (terms multiples of 2^-6, |sum| < 2^14), so sums are equal.
+TEST(CutlassFusedMoeHumming, Sm90LanesReadWhatTheInterleaveWrote) {
+  const int64_t rows = 128, k = 256, row_bytes = k / 2;
+  const std::vector<uint8_t> plain = random_bytes(static_cast<size_t>(rows * row_bytes), 91);
+  Rng r{92};
+  std::vector<uint8_t> off(static_cast<size_t>(rows * k / 32));
+  for (auto& b : off) b = static_cast<uint8_t>(1 + r.next() % 8);
+  const Tensor inter = interleave_moe_weights_for_sm90_mixed_gemm(
+      bytes_tensor(plain, {1, rows, row_bytes}), "fp4_fp8");
+  const Tensor folded =
+      interleave_moe_scales_for_sm90_mixed_gemm(bytes_tensor(off, {1, rows, k / 32}));
+  const auto* w = static_cast<const uint8_t*>(inter.data_ptr());
+  const auto* sf = static_cast<const uint8_t*>(folded.data_ptr());
+  auto code_at = [&](int64_t row, int64_t col) {
+    return moe_fp4::plain_code(plain, row_bytes, row, col);
+  };
+  moe_fp4::for_each_sm90_word(w, rows, k, [&](uint32_t v, int64_t blk, int pr, int64_t q, int wd) {
+    for (int n = 0; n < 8; ++n) {
+      const int64_t row = blk * 16 + pr % 8 + 8 * (n / 4);
+      const int64_t col = 64 * q + 32 * (wd / 4) + 16 * (pr / 8) + 4 * (wd % 4) + n % 4;
+      ASSERT_EQ(kernels::sm90_fp4_fp8_word_code(v, n), code_at(row, col))
+          << "block " << blk << " row " << pr << " partition " << q << " word " << wd;
+    }
+  });
+  std::vector<float> x(static_cast<size_t>(2 * k));
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(r.next() % 7) - 3);
+  auto x_at = [&](int p, int64_t i) { return x[static_cast<size_t>(p * k + i)]; };
+  auto x_cols = [&](int p, int64_t c, float(&xs)[16]) {
+    for (int i = 0; i < 16; ++i) xs[i] = x_at(p, c + i);
+  };
+  for (int64_t blk = 0; blk < rows / 16; ++blk) {
+    float lo[32][2], hi[32][2];
+    for (int lane = 0; lane < 32; ++lane) {
+      kernels::sm90_mixed_lane_rows<kernels::Sm90Mixed::kHumming, 2>(w, sf, k, blk, lane, 2, x_cols,
+                                                                     lo[lane], hi[lane]);
+    }
+    for (int lane = 0; lane < 16; lane += 2) {
+      const int64_t row = blk * 16 + lane / 2;
+      for (int p = 0; p < 2; ++p) {
+        for (const auto& [got, rr] : {std::pair{lo, row}, std::pair{hi, row + 8}}) {
+          const float sum = got[lane][p] + got[lane ^ 1][p] + got[lane ^ 16][p] + got[lane ^ 17][p];
+          double want = 0.0;
+          for (int64_t c = 0; c < k; ++c) {
+            const int o = off[static_cast<size_t>(rr * (k / 32) + c / 32)];
+            want += x_at(p, c) *
+                    std::ldexp(e2m1_bits_to_float(static_cast<uint8_t>(code_at(rr, c))), o - 6);
+          }
+          EXPECT_EQ(static_cast<double>(sum), want) << "row " << rr << " input " << p;
+        }
+      }
     }
   }
 }
@@ -397,22 +480,51 @@ TEST(CutlassFusedMoeHumming, BadInput) {
   expect_fi_error(flags(false, true), "use_mxfp8_act_scaling");
 }
 
-TEST(CutlassFusedMoeHumming, CudaCallIsRefused) {
+#if FLASHINFER_TEST_HAVE_CUDART
+// Humming on CUDA (SGLang's --flashinfer-mxfp4-moe-precision fp8 on Hopper; refused by name
+// below sm90, as upstream): the hand-checked golden exactly on both routes (a block per pair, tiles
+// of up to 8 pairs of one expert); random layers against the CPU reference within the formula
+// tests' tolerance (the activation's expf can move an fp8 code of GEMM2's input by one step), bf16
+// Swiglu with biases and fp16 Relu2, SwigluBias on expert-parallel rank 1 of 2, 9 and 64 tokens,
+// each on both routes and the default.
+TEST(CutlassFusedMoeHummingCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  Case c;
-  c.T = 2;
-  c.make(9);
   const Device d = Device::cuda(0);
-  moe_fp4::expect_refused_on_cuda([&] {
-    std::vector<Tensor> qs;
-    for (const Tensor& t : c.quant_scales()) qs.push_back(t.to(d));
-    (void)cutlass_fused_moe(Tensor::from_vector(c.x, {c.T, c.H}, c.dt).to(d), c.ids.to(d),
-                            c.f32(c.rw, {c.T, 2}).to(d), c.w1i.to(d), c.w2i.to(d), c.dt, qs,
-                            std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                            std::nullopt, 1, 0, 1, 0, 1, 0, std::nullopt, false, false, true, false,
-                            false, false, true);
-  });
+  if (api::compute_capability(d) < 90) {
+    moe_fp4::expect_refused_on_cuda([&] { (void)golden_relu2(d); });
+    return;
+  }
+  namespace moe_cuda = kernels::cuda;
+  for (int force : {1, 2}) {
+    moe_cuda::set_cutlass_moe_route(force);
+    expect_golden_relu2(golden_relu2(d));
+    moe_cuda::set_cutlass_moe_route(0);
+  }
+  for (int which = 0; which < 3; ++which) {
+    for (int64_t T : {9, 64}) {
+      Case c;
+      c.T = T;
+      c.dt = which == 1 ? DType::kFloat16 : DType::kBFloat16;
+      c.act = which == 1 ? ActivationType::Relu2 : ActivationType::Swiglu;
+      c.bias = which != 1;
+      c.swiglu_params = which == 2;
+      if (which == 2) {
+        c.ep_size = 2;
+        c.ep_rank = 1;
+      }
+      c.make(400 + static_cast<uint64_t>(which));
+      const auto want = c.run()[0].to_double_vector();
+      for (int force : {1, 2, 0}) {
+        moe_cuda::set_cutlass_moe_route(force);
+        const Tensor got = c.run(c.quant_scales(), c.dt, d)[0].to(Device::cpu());
+        moe_cuda::set_cutlass_moe_route(0);
+        SCOPED_TRACE(::testing::Message() << "case " << which << " T " << T << " route " << force);
+        moe_fp4::expect_close_to_formula(got.to_double_vector(), want);
+      }
+    }
+  }
 }
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 // ---- record and replay ------------------------------------------------------------------------
 

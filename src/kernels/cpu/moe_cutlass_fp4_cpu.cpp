@@ -232,19 +232,8 @@ void w4a16_expert(const uint8_t* w, const uint8_t* s, int64_t rows, int64_t k, f
   }
 }
 
-// The fp8 MMA operand the kPreMmaE8M0 mainloop makes of one Humming weight nibble: a per-code
-// byte table (code 0 gets no offset) plus 8 * offset, computed in one uint32 lane per four codes,
-// with the nibble's sign ORed in [wheel 0.7.2.post1 mixed_input_utils.hpp:603]. For the
-// preparation's offsets (1..12) this is exactly code * 2^(offset - 6); outside that range the
-// byte arithmetic is kept as is (code 1 at offset 0 gives 0, offsets > 12 wrap into the sign bit
-// or, from 32 on, carry into the next code's byte).
-float humming_operand(uint8_t nibble, uint32_t offset) {
-  const uint32_t lo = offset * 0x08080800u + 0x0c080000u;  // codes 0..3
-  const uint32_t hi = offset * 0x08080808u + 0x1c181410u;  // codes 4..7
-  const uint32_t em = nibble & 7u;
-  const uint32_t byte = (em < 4 ? lo >> (8 * em) : hi >> (8 * (em - 4))) & 0xffu;
-  return e4m3fn_bits_to_float(static_cast<uint8_t>(byte | ((nibble & 8u) << 4)));
-}
+// humming_operand (kernels/moe_sm90_mixed_rules.h): the fp8 MMA operand of one Humming weight
+// code at its block's exponent offset, shared with the CUDA kernels.
 
 // One expert's Humming weights as the fp8 MMA operand (humming_operand per nibble, offset the
 // block's folded exponent offset). The 2^6 comes back through the residual scale (upstream
@@ -367,11 +356,8 @@ float w4a8_act(DType dt, float v, const uint16_t* prequant, int64_t col) {
 float humming_row_fp8(const float* v, int64_t n, float* q) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(v[i]));
-  constexpr float kMinAmax = 448.0f / std::numeric_limits<float>::max();
-  const float quant = amax > 0.0f ? 448.0f / std::fmax(amax, kMinAmax) : 1.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    q[i] = e4m3fn_bits_to_float(float_to_e4m3fn_bits(v[i] * quant, true));
-  }
+  const float quant = humming_quant(amax);  // kernels/moe_sm90_mixed_rules.h
+  for (int64_t i = 0; i < n; ++i) q[i] = humming_fp8(v[i], quant);
   return 1.0f / quant;
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/cuda/moe_grouped_plan.h"
 #include "kernels/cuda/stream_scratch.h"
 #include "kernels/deepseek_routing_rules.h"
+#include "kernels/fp32_rules.h"
 #include "kernels/moe_cutlass_fp8_rules.h"
 #include "kernels/moe_sm90_mixed_rules.h"
 
@@ -1502,20 +1503,25 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
 
 namespace {
 
-// ---- cutlass_fused_moe's W4A16 MXFP4 path (use_w4_group_scaling, uint8 weights) -----------------
+// ---- cutlass_fused_moe's SM90 mixed-input paths: W4A16 MXFP4 and Humming MXFP4 x FP8 ---------
 
 // Where a block's pairs come from: the per-pair route (tile_off null) takes pair blockIdx.x; the
 // tiled route takes tile blockIdx.x of the pairs sorted by expert (moe_grouped_plan.h,
-// moe_tile_expert), up to kMoeW4a16Tile of them, in row order.
-struct W4a16Tiles {
+// moe_tile_expert), up to kMoeW4a16Tile of them, in row order. Humming's per-row fp8 inputs:
+// xq / x_dq (GEMM1: the tokens' rows quantized by humming_prepass_kernel, and 1 / quant), h_dq
+// (GEMM2: each pair's 1 / quant times fc2's residual, from GEMM1's kernel).
+struct MixedRoute {
   const int32_t* indptr = nullptr;    // m_indptr [E + 1]
   const int32_t* row_pair = nullptr;  // row -> pair [pairs]
   const int32_t* tile_off = nullptr;  // [E + 1]; null: the per-pair route
+  float* xq = nullptr;                // Humming: [tokens, hidden]
+  float* x_dq = nullptr;              // Humming: [tokens]
+  float* h_dq = nullptr;              // Humming: [pairs]
 };
 
 // The block's expert and its n pairs (pair ids in pairs[0, n)); false when it has none.
 template <int P>
-__device__ __forceinline__ bool w4a16_block_pairs(const CutlassMoeParams& m, const W4a16Tiles& t,
+__device__ __forceinline__ bool mixed_block_pairs(const CutlassMoeParams& m, const MixedRoute& t,
                                                   int64_t& e, int64_t (&pairs)[P], int& n) {
   if (t.tile_off == nullptr) {
     pairs[0] = blockIdx.x;
@@ -1533,18 +1539,18 @@ __device__ __forceinline__ bool w4a16_block_pairs(const CutlassMoeParams& m, con
   return n > 0;
 }
 
-// One GEMM of the block's n pairs over expert weights `w` ([rows, k] in the SM90 "fp4" layout,
-// folded scales `sf`): a warp per 16-row block, each lane's share from sm90_fp4_lane_rows (the
+// One GEMM of the block's n pairs over expert weights `w` ([rows, k] in K's SM90 layout, folded
+// scale bytes `sf`): a warp per 16-row block, each lane's share from sm90_mixed_lane_rows (the
 // words loaded and decoded once for the n input rows x(p, i)), the four lanes of a row added;
 // store(p, row, sum) on the lanes with (L & 17) == 0 (L = 2 row_lo).
-template <int P, class XAt, class Store>
-__device__ __forceinline__ void w4a16_block_gemm(const uint8_t* w, const uint8_t* sf, int64_t rows,
+template <Sm90Mixed K, int P, class XAt, class Store>
+__device__ __forceinline__ void mixed_block_gemm(const uint8_t* w, const uint8_t* sf, int64_t rows,
                                                  int64_t k, int n, const XAt& x,
                                                  const Store& store) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t blk = warp; blk < rows / 16; blk += kWarps) {
     float lo[P], hi[P];
-    sm90_fp4_lane_rows<P>(w, sf, k, blk, lane, n, x, lo, hi);
+    sm90_mixed_lane_rows<K, P>(w, sf, k, blk, lane, n, x, lo, hi);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       lo[p] += __shfl_xor_sync(0xffffffffu, lo[p], 1);
@@ -1565,26 +1571,102 @@ __device__ __forceinline__ void w4a16_block_gemm(const uint8_t* w, const uint8_t
   }
 }
 
-// GEMM1 of the block's pairs (as moe_gemm1_kernel: each row rounded to T, the fc1 bias added in
-// fp32), then their activations rounded to T. Rows of g1 / h by pair.
-template <class T, int P>
-__global__ void w4a16_gemm1_kernel(CutlassMoeFp4Params p, W4a16Tiles t) {
+// Columns c .. c + 15 of a row as floats: 16-byte loads where the address allows (fp32 scratch
+// rows always; 16-bit input rows when the row and its stride are 16-byte aligned), else one
+// element at a time.
+__device__ __forceinline__ void load_cols16(const float* row, int64_t c, float (&xs)[16]) {
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const float4 f = *reinterpret_cast<const float4*>(row + c + 4 * v);
+    xs[4 * v] = f.x;
+    xs[4 * v + 1] = f.y;
+    xs[4 * v + 2] = f.z;
+    xs[4 * v + 3] = f.w;
+  }
+}
+template <class T>
+__device__ __forceinline__ void load_cols16(const T* row, int64_t c, bool vec, float (&xs)[16]) {
+  static_assert(sizeof(T) == 2);
+  if (vec) {
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + c + 8 * v);
+      const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xs[8 * v + i] = to_f32(h[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) xs[i] = to_f32(row[c + i]);
+  }
+}
+
+// The largest of every thread's v (NaN ignored, fmax's rule), on every thread of the block.
+__device__ float block_amax(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fp32_abs_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();  // red is free (an earlier call's readers are done)
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int i = 0; i < kWarps; ++i) m = fp32_abs_max(m, red[i]);
+  return m;
+}
+
+// Humming's GEMM1 input, a block per token: the row quantized to fp8 (humming_quant of its amax;
+// the values read back as fp32 into xq) and its dequantization scale 1 / quant into x_dq. The
+// routed rows of one token are the same row (expandInputRowsKernel quantizes each).
+template <class T>
+__global__ void humming_prepass_kernel(CutlassMoeParams m, float* xq, float* x_dq) {
   pdl_wait();
+  __shared__ float red[kWarps];
+  const int64_t t = blockIdx.x, H = m.hidden;
+  const T* x = static_cast<const T*>(m.input) + t * m.in_stride;
+  float amax = 0.0f;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) amax = fp32_abs_max(amax, to_f32(x[j]));
+  const float quant = humming_quant(block_amax(amax, red));
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    xq[t * H + j] = humming_fp8(to_f32(x[j]), quant);
+  }
+  if (threadIdx.x == 0) x_dq[t] = fp32_div(1.0f, quant);
+}
+
+// GEMM1 of the block's pairs, rounded to T after its alpha (W4A16: none; Humming: the row's
+// 1 / quant times fc1's residual), the fc1 bias added in fp32; then their activations: W4A16
+// rounded to T; Humming quantized per pair to fp8 from fp32 (doActivationKernel), with 1 / quant
+// times fc2's residual into h_dq. Rows of g1 / h by pair.
+template <class T, Sm90Mixed K, int P>
+__global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
+  constexpr bool kHum = K == Sm90Mixed::kHumming;
+  if constexpr (!kHum) pdl_wait();  // Humming's prepass waited
+  __shared__ float red[kWarps];
   const CutlassMoeParams& m = p.moe;
   int64_t e = 0, pairs[P];
   int n = 0;
-  if (!w4a16_block_pairs<P>(m, t, e, pairs, n)) return;
+  if (!mixed_block_pairs<P>(m, t, e, pairs, n)) return;
   const int64_t H = m.hidden, N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
   const T* x[P];
+  float alpha[P];
 #pragma unroll
-  for (int i = 0; i < P; ++i)
-    x[i] = static_cast<const T*>(m.input) + pairs[i] / m.top_k * m.in_stride;
+  for (int i = 0; i < P; ++i) {
+    const int64_t tok = pairs[i] / m.top_k;
+    x[i] = static_cast<const T*>(m.input) + tok * m.in_stride;
+    alpha[i] = kHum ? fp32_mul(t.x_dq[tok], p.fc1_global[e]) : 1.0f;
+  }
   const T* b1 = m.b1 ? static_cast<const T*>(m.b1) + e * N1 : nullptr;
-  w4a16_block_gemm<P>(
+  // 16-byte loads of the input rows when every row starts 16-byte aligned.
+  const bool vec = reinterpret_cast<uintptr_t>(m.input) % 16 == 0 && m.in_stride % 8 == 0;
+  mixed_block_gemm<K, P>(
       static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, n,
-      [&](int i, int64_t c) { return to_f32(x[i][c]); },
+      [&](int i, int64_t c, float(&xs)[16]) {
+        if constexpr (kHum) {
+          load_cols16(t.xq + pairs[i] / m.top_k * H, c, xs);
+        } else {
+          load_cols16(x[i], c, vec, xs);
+        }
+      },
       [&](int i, int64_t r, float v) {
-        m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(v), b1, r);
+        m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(fp32_mul(alpha[i], v)), b1, r);
       });
   __syncthreads();
 #pragma unroll
@@ -1592,25 +1674,40 @@ __global__ void w4a16_gemm1_kernel(CutlassMoeFp4Params p, W4a16Tiles t) {
     if (i >= n) break;
     const float* g = m.ws_g1 + pairs[i] * N1;
     float* h = m.ws_h + pairs[i] * m.inter;
+    float amax = 0.0f;
     for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
-      h[j] = round_as<T>(activation(m, e, g, j));
+      const float a = activation(m, e, g, j);
+      if constexpr (kHum) {
+        h[j] = a;  // quantized below, by this thread, once the row's amax is known
+        amax = fp32_abs_max(amax, a);
+      } else {
+        h[j] = round_as<T>(a);
+      }
+    }
+    if constexpr (kHum) {
+      const float quant = humming_quant(block_amax(amax, red));
+      for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) h[j] = humming_fp8(h[j], quant);
+      if (threadIdx.x == 0) t.h_dq[pairs[i]] = fp32_mul(fp32_div(1.0f, quant), p.fc2_global[e]);
     }
   }
 }
 
-// GEMM2 of the block's pairs over their activation rows (fp32 values already rounded to T), each
-// row rounded to T (no bias: the finalize adds it).
-template <class T, int P>
-__global__ void w4a16_gemm2_kernel(CutlassMoeFp4Params p, W4a16Tiles t) {
+// GEMM2 of the block's pairs over their activation rows (fp32: W4A16's rounded to T, Humming's
+// fp8 values), times the alpha (Humming: h_dq) and rounded to T (no bias: the finalize adds it).
+template <class T, Sm90Mixed K, int P>
+__global__ void mixed_gemm2_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   const CutlassMoeParams& m = p.moe;
   int64_t e = 0, pairs[P];
   int n = 0;
-  if (!w4a16_block_pairs<P>(m, t, e, pairs, n)) return;
+  if (!mixed_block_pairs<P>(m, t, e, pairs, n)) return;
   const int64_t H = m.hidden, I = m.inter;
-  w4a16_block_gemm<P>(
+  mixed_block_gemm<K, P>(
       static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, n,
-      [&](int i, int64_t c) { return m.ws_h[pairs[i] * I + c]; },
-      [&](int i, int64_t r, float v) { m.ws_y[pairs[i] * H + r] = round_as<T>(v); });
+      [&](int i, int64_t c, float(&xs)[16]) { load_cols16(m.ws_h + pairs[i] * I, c, xs); },
+      [&](int i, int64_t r, float v) {
+        if constexpr (K == Sm90Mixed::kHumming) v = fp32_mul(t.h_dq[pairs[i]], v);
+        m.ws_y[pairs[i] * H + r] = round_as<T>(v);
+      });
 }
 
 // The tiled route's index arrays from perm (pair -> row, -1: no local expert): row_pair, the
@@ -1625,43 +1722,55 @@ __global__ void moe_tile_offsets_kernel(int64_t E, const int32_t* indptr, int32_
 
 // Per-pair route (decode: about a pair per active expert): a block per pair, no sort. Tiled route
 // (moe::moe_grouped_worthwhile, or forced): the pairs sorted by expert on the device (the grouped
-// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert.
-template <class T>
-void launch_moe_w4a16(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
+// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert. Humming
+// first quantizes the tokens' rows (humming_prepass_kernel).
+template <class T, Sm90Mixed K>
+void launch_moe_mixed(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
                       bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
+  constexpr bool kHum = K == Sm90Mixed::kHumming;
   const CutlassMoeParams& m = p.moe;
   const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
-  const moe::MoeW4a16Scratch l = moe::moe_w4a16_scratch(pairs, E, m.hidden, m.inter, N1, tiled);
+  const moe::MoeW4a16Scratch l =
+      moe::moe_w4a16_scratch(m.num_tokens, pairs, E, m.hidden, m.inter, N1, tiled, kHum);
   const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
   CutlassMoeFp4Params q = p;
   auto* base = static_cast<char*>(scratch.data());
   q.moe.ws_g1 = reinterpret_cast<float*>(base + l.gemv.g1);
   q.moe.ws_h = reinterpret_cast<float*>(base + l.gemv.h);
   q.moe.ws_y = reinterpret_cast<float*>(base + l.gemv.y);
+  MixedRoute t;
+  if (kHum) {
+    t.xq = reinterpret_cast<float*>(base + l.xq);
+    t.x_dq = reinterpret_cast<float*>(base + l.x_dq);
+    t.h_dq = reinterpret_cast<float*>(base + l.h_dq);
+    launch_kernel(op, humming_prepass_kernel<T>, dim3(static_cast<unsigned>(m.num_tokens)),
+                  dim3(kThreads), 0, stream, enable_pdl, q.moe, t.xq, t.x_dq);
+  }
+  const bool pdl1 = enable_pdl && !kHum;  // the first launch waits on the previous kernel
   if (!tiled) {
     const dim3 grid(static_cast<unsigned>(pairs));
-    launch_kernel(op, w4a16_gemm1_kernel<T, 1>, grid, dim3(kThreads), 0, stream, enable_pdl, q,
-                  W4a16Tiles{});
-    launch_kernel(op, w4a16_gemm2_kernel<T, 1>, grid, dim3(kThreads), 0, stream, false, q,
-                  W4a16Tiles{});
+    launch_kernel(op, mixed_gemm1_kernel<T, K, 1>, grid, dim3(kThreads), 0, stream, pdl1, q, t);
+    launch_kernel(op, mixed_gemm2_kernel<T, K, 1>, grid, dim3(kThreads), 0, stream, false, q, t);
   } else {
     auto* counts = reinterpret_cast<int32_t*>(base + l.counts);
     auto* indptr = reinterpret_cast<int32_t*>(base + l.indptr);
     auto* perm = reinterpret_cast<int32_t*>(base + l.perm);
     auto* row_pair = reinterpret_cast<int32_t*>(base + l.row_pair);
     auto* tile_off = reinterpret_cast<int32_t*>(base + l.tile_off);
-    launch_moe_sort(op, m, moe::moe_perm_chunks(pairs), counts, indptr, perm, stream, enable_pdl);
+    launch_moe_sort(op, m, moe::moe_perm_chunks(pairs), counts, indptr, perm, stream, pdl1);
     launch_kernel(op, moe_invert_perm_kernel, dim3(static_cast<unsigned>((pairs + 255) / 256)),
                   dim3(256), 0, stream, false, pairs, static_cast<const int32_t*>(perm), row_pair);
     launch_kernel(op, moe_tile_offsets_kernel, dim3(1), dim3(32), 0, stream, false, E,
                   static_cast<const int32_t*>(indptr), tile_off);
-    const W4a16Tiles t{indptr, row_pair, tile_off};
+    t.indptr = indptr;
+    t.row_pair = row_pair;
+    t.tile_off = tile_off;
     const dim3 grid(static_cast<unsigned>(moe::moe_tile_grid(pairs, E, moe::kMoeW4a16Tile)));
     constexpr int kP = moe::kMoeW4a16Tile;
-    launch_kernel(op, w4a16_gemm1_kernel<T, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
-    launch_kernel(op, w4a16_gemm2_kernel<T, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
+    launch_kernel(op, mixed_gemm1_kernel<T, K, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
+    launch_kernel(op, mixed_gemm2_kernel<T, K, kP>, grid, dim3(kThreads), 0, stream, false, q, t);
   }
   launch_kernel(op, moe_finalize_kernel<T, T, float>, dim3(static_cast<unsigned>(m.num_tokens)),
                 dim3(kThreads), 0, stream, false, q.moe, static_cast<const float*>(q.moe.ws_y),
@@ -1670,17 +1779,19 @@ void launch_moe_w4a16(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t str
 
 }  // namespace
 
-void cutlass_moe_w4a16(const CutlassMoeFp4Params& p, void* stream, bool enable_pdl) {
+void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
   const CutlassMoeParams& m = p.moe;
+  const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
+  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4 || hum, ErrorCode::kUnsupported, op,
+                        "input", "only the W4A16 MXFP4 and Humming paths have a CUDA kernel");
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   const int cc = detail::cuda_compute_capability(device);
   // Upstream's MoE runner: "FP4 data type is not supported on SM < 90".
-  FLASHINFER_CHECK_CODE(cc >= 90, ErrorCode::kUnsupported, op, "input",
-                        "the W4A16 MXFP4 path runs on sm90+ (as upstream), got sm", cc);
-  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4, ErrorCode::kUnsupported, op, "input",
-                        "only the W4A16 MXFP4 path has a CUDA kernel");
+  FLASHINFER_CHECK_CODE(cc >= 90, ErrorCode::kUnsupported, op, "input", "the ",
+                        hum ? "Humming MXFP4 x FP8" : "W4A16 MXFP4",
+                        " path runs on sm90+ (as upstream), got sm", cc);
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
   FLASHINFER_CHECK(m.hidden % 128 == 0 && m.inter % 128 == 0 && N1 % 64 == 0, op,
                    "fc2_expert_weights", "the SM90 layouts need hidden and inter sizes in 128s");
@@ -1698,8 +1809,13 @@ void cutlass_moe_w4a16(const CutlassMoeFp4Params& p, void* stream, bool enable_p
                                                       pairs, m.num_local_experts, m.ep_size));
   (tiled ? g_grouped_runs : g_gemv_runs).fetch_add(1, std::memory_order_relaxed);
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(
-      m.dtype, op, "input", [&]<class T>() { launch_moe_w4a16<T>(p, tiled, s, enable_pdl); });
+  dispatch_dtype<CudaElements, kFloat16, kBFloat16>(m.dtype, op, "input", [&]<class T>() {
+    if (hum) {
+      launch_moe_mixed<T, Sm90Mixed::kHumming>(p, tiled, s, enable_pdl);
+    } else {
+      launch_moe_mixed<T, Sm90Mixed::kW4A16>(p, tiled, s, enable_pdl);
+    }
+  });
 }
 
 namespace {

@@ -211,26 +211,39 @@ FLASHINFER_HD constexpr int64_t moe_tile_grid(int64_t pairs, int64_t experts, in
   return (pairs + tile - 1) / tile + experts;
 }
 
-/// The W4A16 route's scratch: moe_gemv_scratch's fp32 g1 / h / y (by pair) first; the tiled route
-/// adds the sort's counts [chunks, E] and m_indptr [E + 1], perm [pairs] (pair -> row),
-/// row_pair [pairs] (row -> pair) and tile_off [E + 1], int32, 256-byte aligned, in bytes.
+/// The SM90 mixed-input routes' scratch (W4A16, Humming): moe_gemv_scratch's fp32 g1 / h / y (by
+/// pair) first; the tiled route adds the sort's counts [chunks, E] and m_indptr [E + 1], perm
+/// [pairs] (pair -> row), row_pair [pairs] (row -> pair) and tile_off [E + 1], int32; Humming
+/// adds its fp8 GEMM1 input xq [tokens, hidden] and the dequantization scales x_dq [tokens] and
+/// h_dq [pairs], fp32. 256-byte aligned pieces, in bytes; the absent ones at the end.
 struct MoeW4a16Scratch {
   MoeGemvScratch gemv;
-  uint64_t counts, indptr, perm, row_pair, tile_off, bytes;
+  uint64_t counts, indptr, perm, row_pair, tile_off, xq, x_dq, h_dq, bytes;
 };
-FLASHINFER_HD constexpr MoeW4a16Scratch moe_w4a16_scratch(int64_t pairs, int64_t experts,
-                                                          int64_t hidden, int64_t inter,
-                                                          int64_t gemm1_n, bool tiled) {
+FLASHINFER_HD constexpr MoeW4a16Scratch moe_w4a16_scratch(int64_t tokens, int64_t pairs,
+                                                          int64_t experts, int64_t hidden,
+                                                          int64_t inter, int64_t gemm1_n,
+                                                          bool tiled, bool humming) {
   const uint64_t P = static_cast<uint64_t>(pairs), E = static_cast<uint64_t>(experts);
+  const uint64_t T = static_cast<uint64_t>(tokens);
   MoeW4a16Scratch s{};
   s.gemv = moe_gemv_scratch(pairs, hidden, inter, gemm1_n);
-  s.counts = s.indptr = s.perm = s.row_pair = s.tile_off = s.bytes = s.gemv.bytes;
-  if (!tiled) return s;
-  s.indptr = s.counts + moe_align256(static_cast<uint64_t>(moe_perm_chunks(pairs)) * E * 4);
-  s.perm = s.indptr + moe_align256((E + 1) * 4);
-  s.row_pair = s.perm + moe_align256(P * 4);
-  s.tile_off = s.row_pair + moe_align256(P * 4);
-  s.bytes = s.tile_off + moe_align256((E + 1) * 4);
+  uint64_t at = s.gemv.bytes;
+  s.counts = s.indptr = s.perm = s.row_pair = s.tile_off = at;
+  if (tiled) {
+    s.indptr = s.counts + moe_align256(static_cast<uint64_t>(moe_perm_chunks(pairs)) * E * 4);
+    s.perm = s.indptr + moe_align256((E + 1) * 4);
+    s.row_pair = s.perm + moe_align256(P * 4);
+    s.tile_off = s.row_pair + moe_align256(P * 4);
+    at = s.tile_off + moe_align256((E + 1) * 4);
+  }
+  s.xq = s.x_dq = s.h_dq = at;
+  if (humming) {
+    s.x_dq = s.xq + moe_align256(T * static_cast<uint64_t>(hidden) * 4);
+    s.h_dq = s.x_dq + moe_align256(T * 4);
+    at = s.h_dq + moe_align256(P * 4);
+  }
+  s.bytes = at;
   return s;
 }
 
