@@ -31,7 +31,8 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA (W4A16 MXFP4 and Humming, sm90+): a block per (token, expert) pair or per tile of up "
+     "CUDA (W4A16 MXFP4, Humming and W4A8 INT4, sm90+): a block per (token, expert) pair or per "
+     "tile of up "
      "to 8 pairs of one expert, a warp per 16 output rows reading the SM90-interleaved weights "
      "and folded scales in place, fp32 sums",
      nullptr,
@@ -102,7 +103,7 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
 void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
                              const std::array<int64_t, 8>& want,
                              const std::array<DType, 8>& want_dt,
-                             const std::array<bool, 8>& optional) {
+                             const std::array<bool, 8>& optional, const Device& dev) {
   FLASHINFER_CHECK(qs.size() == 8, kMoeCutlassFp4Op, "quant_scales", path,
                    " takes 8 tensors (fc1_weight_scales, fc2_weight_scales, fc1_act_scales, "
                    "fc2_act_scales, fc1_weight_zeros, fc2_weight_zeros, fc1_alpha, fc2_alpha), "
@@ -119,8 +120,9 @@ void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
                      "quant_scales[", i, "] (", what[i], ") must hold ", want[i], " ",
                      dtype_torch_name(want_dt[i]), " values", optional[i] ? " or none" : "",
                      ", got ", got, " ", t.defined() ? dtype_torch_name(t.dtype()) : "undefined");
-    FLASHINFER_CHECK(t.device().is_cpu() && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
-                     "quant_scales[", i, "] (", what[i], ") must be a contiguous CPU tensor");
+    FLASHINFER_CHECK(t.device() == dev && t.is_contiguous(), kMoeCutlassFp4Op, "quant_scales",
+                     "quant_scales[", i, "] (", what[i],
+                     ") must be a contiguous tensor on input's device (", dev.str(), ")");
   }
 }
 
@@ -188,12 +190,12 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   const bool w4a8 = mode == CutlassFp4Mode::kW4A8Int4;
   const bool woq = mode == CutlassFp4Mode::kWoqInt4;
-  // Only W4A16 MXFP4 and Humming (upstream's SM90 mixed-input paths) have a GPU kernel; another
-  // mode's CUDA call is refused here (kUnsupported), so replay falls back to the CPU. Past this
-  // point every tensor is on input's device.
+  // Only W4A16 MXFP4, Humming and W4A8 INT4 (upstream's SM90 mixed-input paths) have a GPU kernel;
+  // another mode's CUDA call is refused here (kUnsupported), so replay falls back to the CPU. Past
+  // this point every tensor is on input's device.
   const Device dev = input.device();
   FLASHINFER_CHECK_CODE(
-      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4 || hum, ErrorCode::kUnsupported,
+      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8, ErrorCode::kUnsupported,
       kMoeCutlassFp4Op, "input", "the ", mode_name(mode),
       " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
@@ -401,7 +403,7 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
     const std::array<bool, 8> optional = {false, false, woq, woq, true, true, woq, woq};
     check_int4_quant_scales(qs, mode_name(mode), {n1, n2, H, I, n1, n2, E, E},
                             {sdt, sdt, sdt, sdt, sdt, sdt, DType::kFloat32, DType::kFloat32},
-                            optional);
+                            optional, dev);
     auto ptr16 = [&](size_t i) {
       return qs[i].defined() && qs[i].numel() > 0 ? static_cast<const uint16_t*>(qs[i].data_ptr())
                                                   : nullptr;

@@ -4,7 +4,9 @@
 //     scales from interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32);
 //   - Humming MXFP4 x FP8: weights from the "fp4_fp8" interleave (16-bit units, signs moved), the
 //     per-block exponent offsets in the same scale fold, each code turned into the fp8 MMA operand
-//     (humming_operand, which the CPU reference uses too).
+//     (humming_operand, which the CPU reference uses too);
+//   - W4A8 INT4: weights from the "int4" interleave (16-bit units), 16-bit group scales (128
+//     columns) folded by interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=128).
 // The CPU reference undoes the weight interleaves independently (a bit permutation found by
 // running the forward transform, kernels::cpu::sm90_deinterleave_fp4_weights); the unit tests
 // (tests/ops/test_moe_cutlass_fp4.cpp, test_moe_cutlass_humming.cpp) check these rules against
@@ -89,6 +91,25 @@ FLASHINFER_HD float humming_fp8(float v, float quant) {
   return e4m3_code_to_float(float_to_e4m3fn_bits(fp32_mul(v, quant), true));
 }
 
+/// W4A8's signed int4 code (two's complement: the mainloop's int4 -> e4m3 table maps codes 8..15
+/// to -8..-1).
+FLASHINFER_HD float sm90_int4_value(uint32_t code) {
+  return static_cast<float>(static_cast<int>(code & 15u) - (code & 8u ? 16 : 0));
+}
+
+/// A value's fp8 GEMM input: e4m3_satfinite (RNE) read back as fp32 (W4A8's activations, after
+/// the pre-quant scale).
+FLASHINFER_HD float e4m3_satfinite_value(float v) {
+  return e4m3_code_to_float(float_to_e4m3fn_bits(v, true));
+}
+
+/// The element of scale (row r, group grp = column / 128) of one expert's [rows, k / 128] 16-bit
+/// scales folded by interleave_moe_scales_for_sm90_mixed_gemm(group_size=128): 64 x 128 logical
+/// blocks, out[rb, kb, f, m] = in[64 rb + 8 m + f, kb].
+FLASHINFER_HD int64_t sm90_fold128_scale_index(int64_t k, int64_t r, int64_t grp) {
+  return (((r / 64) * (k / 128) + grp) * 8 + r % 8) * 8 + (r % 64) / 8;
+}
+
 /// The byte of scale (row r, group grp = column / 32) of one expert's [rows, k / 32] ue8m0 scales
 /// folded by interleave_moe_scales_for_sm90_mixed_gemm(group_size=32): [rows / 64, k / 128, 16,
 /// 16] with out[rb, kb, fm, m * 4 + g] = in[rb * 64 + m * 16 + fm, kb * 4 + g].
@@ -119,8 +140,9 @@ FLASHINFER_HD Sm90Fp4Lane sm90_fp4_lane(int lane) {
 
 /// Which SM90 mixed-input operand a GEMV kernel reads.
 enum class Sm90Mixed : int {
-  kW4A16 = 0,   // "fp4" layout, e2m1 codes, times a ue8m0 scale per group of 32
-  kHumming = 1  // "fp4_fp8" layout, humming_operand(code, the group's exponent offset)
+  kW4A16 = 0,    // "fp4" layout, e2m1 codes, times a ue8m0 scale per group of 32
+  kHumming = 1,  // "fp4_fp8" layout, humming_operand(code, the group's exponent offset)
+  kW4A8 = 2      // "int4" layout, signed int4 codes, times a 16-bit scale per group of 128
 };
 
 /// Column (0..15 within the lane's 16) of element i of the lane's decoded values: the "fp4"
@@ -134,7 +156,8 @@ FLASHINFER_HD int sm90_mixed_lane_col(int i) {
 
 /// The lane's 32 weight values of one partition, in the lane's order (element i of lo / hi is
 /// row_lo's / row_lo + 8's value at column sm90_mixed_lane_col<K>(i)): W4A16 the e2m1 values
-/// (unscaled), Humming the fp8 operands with the rows' exponent offsets off_lo / off_hi.
+/// (unscaled), Humming the fp8 operands with the rows' exponent offsets off_lo / off_hi, W4A8 the
+/// signed int4 values (unscaled). The "int4" layout is "fp4_fp8"'s without the sign moves.
 template <Sm90Mixed K>
 FLASHINFER_HD void sm90_mixed_lane_decode(const uint32_t (&words)[4], uint32_t off_lo,
                                           uint32_t off_hi, float (&lo)[16], float (&hi)[16]) {
@@ -144,9 +167,12 @@ FLASHINFER_HD void sm90_mixed_lane_decode(const uint32_t (&words)[4], uint32_t o
       const int n = (i & 1) + 4 * ((i >> 1) & 1);  // row_lo's nibble; row_lo + 8's is n + 2
       lo[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n));
       hi[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n + 2));
-    } else {
+    } else if constexpr (K == Sm90Mixed::kHumming) {
       lo[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], i % 4), off_lo);
       hi[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], 4 + i % 4), off_hi);
+    } else {
+      lo[i] = sm90_int4_value(words[i / 4] >> (4 * (i % 4)));
+      hi[i] = sm90_int4_value(words[i / 4] >> (4 * (4 + i % 4)));
     }
   }
 }
@@ -167,18 +193,19 @@ FLASHINFER_HD void sm90_fp4_load16(const uint8_t* at, uint32_t (&words)[4]) {
 
 /// One lane's sums over every 64-column partition of 16-row block `blk` of one expert's [rows, k]
 /// weights `w` (layout of K; rows of k / 2 bytes, 16-byte aligned) with their folded scale bytes
-/// `sf` (W4A16: ue8m0 scales; Humming: exponent offsets), for `n` (<= P) input rows at once: lo[p]
+/// `sf` (W4A16: ue8m0 scales; Humming: exponent offsets; W4A8: 16-bit scales, fp16 when
+/// `half_scales`, else bf16), for `n` (<= P) input rows at once: lo[p]
 /// for logical row blk * 16 + row_lo, hi[p] for row_lo + 8 of input row p; x(p, c, xs) fills
 /// xs[0, 16) with columns c .. c + 15 of input row p (c a multiple of 16) as floats. Each
 /// partition's words are loaded and decoded once for all n
-/// rows; each row's 16-column sum is taken in the lane's order, and for W4A16 multiplied by its
-/// group's scale (one group of 32 covers the 16 columns; a power of two, so only the order of the
-/// fp32 sums differs from summing the scaled products). The kernels run this on each lane and add
-/// the four lanes of a row (sm90_fp4_lane); the CPU tests run it lane by lane.
+/// rows; each row's 16-column sum is taken in the lane's order, and for W4A16 / W4A8 multiplied by
+/// its group's scale (one group covers the 16 columns; W4A16's is a power of two, so only the order
+/// of the fp32 sums differs from summing the scaled products). The kernels run this on each lane
+/// and add the four lanes of a row (sm90_fp4_lane); the CPU tests run it lane by lane.
 template <Sm90Mixed K, int P, class XAt>
 FLASHINFER_HD void sm90_mixed_lane_rows(const uint8_t* w, const uint8_t* sf, int64_t k, int64_t blk,
                                         int lane, int n, const XAt& x, float (&lo)[P],
-                                        float (&hi)[P]) {
+                                        float (&hi)[P], bool half_scales = false) {
   const Sm90Fp4Lane l = sm90_fp4_lane(lane);
   const uint8_t* src = w + (blk * 16 + l.pr) * (k / 2) + l.byte_off;
   const int64_t r_lo = blk * 16 + l.row_lo, parts = k / 64;
@@ -191,8 +218,22 @@ FLASHINFER_HD void sm90_mixed_lane_rows(const uint8_t* w, const uint8_t* sf, int
     uint32_t words[4] = {next[0], next[1], next[2], next[3]};
     if (q + 1 < parts) sm90_fp4_load16(src + 32 * (q + 1), next);
     const int64_t c = 64 * q + l.col;
-    const uint8_t b_lo = sf[sm90_fold32_scale_index(k, r_lo, c / 32)];
-    const uint8_t b_hi = sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)];
+    uint8_t b_lo = 0, b_hi = 0;  // W4A16's scale / Humming's offset bytes
+    float sc_lo = 1.0f, sc_hi = 1.0f;
+    if constexpr (K == Sm90Mixed::kW4A8) {
+      const auto* s16 = reinterpret_cast<const uint16_t*>(sf);
+      const uint16_t u_lo = s16[sm90_fold128_scale_index(k, r_lo, c / 128)];
+      const uint16_t u_hi = s16[sm90_fold128_scale_index(k, r_lo + 8, c / 128)];
+      sc_lo = half_scales ? half_bits_to_float(u_lo) : bfloat16_bits_to_float(u_lo);
+      sc_hi = half_scales ? half_bits_to_float(u_hi) : bfloat16_bits_to_float(u_hi);
+    } else {
+      b_lo = sf[sm90_fold32_scale_index(k, r_lo, c / 32)];
+      b_hi = sf[sm90_fold32_scale_index(k, r_lo + 8, c / 32)];
+      if constexpr (K == Sm90Mixed::kW4A16) {
+        sc_lo = ue8m0_to_float(b_lo);
+        sc_hi = ue8m0_to_float(b_hi);
+      }
+    }
     float w_lo[16], w_hi[16];
     sm90_mixed_lane_decode<K>(words, b_lo, b_hi, w_lo, w_hi);
     FLASHINFER_UNROLL
@@ -207,12 +248,12 @@ FLASHINFER_HD void sm90_mixed_lane_rows(const uint8_t* w, const uint8_t* sf, int
           s_lo += w_lo[i] * xv;
           s_hi += w_hi[i] * xv;
         }
-        if constexpr (K == Sm90Mixed::kW4A16) {
-          lo[p] += s_lo * ue8m0_to_float(b_lo);
-          hi[p] += s_hi * ue8m0_to_float(b_hi);
-        } else {
+        if constexpr (K == Sm90Mixed::kHumming) {
           lo[p] += s_lo;
           hi[p] += s_hi;
+        } else {
+          lo[p] += s_lo * sc_lo;
+          hi[p] += s_hi * sc_hi;
         }
       }
     }

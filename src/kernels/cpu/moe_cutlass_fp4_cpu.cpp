@@ -260,12 +260,11 @@ void int4_expert(const uint8_t* w, const uint16_t* s, DType sdt, int64_t rows, i
                  float* out) {
   std::vector<uint8_t> plain(static_cast<size_t>(rows * k / 2));
   sm90_deinterleave_fp4_weights(w, plain.data(), rows, k, Sm90QuantType::kInt4);
-  const int64_t kb = k / 128;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const uint8_t byte = plain[static_cast<size_t>(r * (k / 2) + c / 2)];
       const int nib = c % 2 == 0 ? byte & 0xF : byte >> 4;
-      const int64_t si = (((r / 64) * kb + c / 128) * 8 + r % 8) * 8 + (r % 64) / 8;
+      const int64_t si = sm90_fold128_scale_index(k, r, c / 128);  // moe_sm90_mixed_rules.h
       out[r * k + c] = static_cast<float>(nib < 8 ? nib : nib - 16) * load16(s, sdt, si);
     }
   }
@@ -346,7 +345,7 @@ float prequant_scaled(DType dt, float v, const uint16_t* prequant, int64_t col) 
 // W4A8's fp8 GEMM input: each value scaled (prequant_scaled; W4A8 always has the scales), then
 // e4m3 (RNE, satfinite).
 float w4a8_act(DType dt, float v, const uint16_t* prequant, int64_t col) {
-  return e4m3fn_bits_to_float(float_to_e4m3fn_bits(prequant_scaled(dt, v, prequant, col), true));
+  return e4m3_satfinite_value(prequant_scaled(dt, v, prequant, col));
 }
 
 // Humming's per-row fp8 quantization (expandInputRowsKernel for GEMM1's input,

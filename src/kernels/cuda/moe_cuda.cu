@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include "core/env_switch.h"
 #include "kernels/cuda/cuda_utils.cuh"
@@ -1545,12 +1546,12 @@ __device__ __forceinline__ bool mixed_block_pairs(const CutlassMoeParams& m, con
 // store(p, row, sum) on the lanes with (L & 17) == 0 (L = 2 row_lo).
 template <Sm90Mixed K, int P, class XAt, class Store>
 __device__ __forceinline__ void mixed_block_gemm(const uint8_t* w, const uint8_t* sf, int64_t rows,
-                                                 int64_t k, int n, const XAt& x,
-                                                 const Store& store) {
+                                                 int64_t k, int n, const XAt& x, const Store& store,
+                                                 bool half_scales) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t blk = warp; blk < rows / 16; blk += kWarps) {
     float lo[P], hi[P];
-    sm90_mixed_lane_rows<K, P>(w, sf, k, blk, lane, n, x, lo, hi);
+    sm90_mixed_lane_rows<K, P>(w, sf, k, blk, lane, n, x, lo, hi, half_scales);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       lo[p] += __shfl_xor_sync(0xffffffffu, lo[p], 1);
@@ -1613,32 +1614,50 @@ __device__ float block_amax(float v, float* red) {
   return m;
 }
 
-// Humming's GEMM1 input, a block per token: the row quantized to fp8 (humming_quant of its amax;
-// the values read back as fp32 into xq) and its dequantization scale 1 / quant into x_dq. The
-// routed rows of one token are the same row (expandInputRowsKernel quantizes each).
+// A W4A8 GEMM input value: v times its column's pre-quant scale rounded to T (applyPrequantScale),
+// then e4m3_satfinite, as fp32.
 template <class T>
-__global__ void humming_prepass_kernel(CutlassMoeParams m, float* xq, float* x_dq) {
+__device__ __forceinline__ float w4a8_input(float v, const uint16_t* prequant, int64_t col) {
+  const float s = to_f32(reinterpret_cast<const T*>(prequant)[col]);
+  return e4m3_satfinite_value(round_as<T>(fp32_mul(v, s)));
+}
+
+// The fp8 GEMM1 input of Humming and W4A8, a block per token (the routed rows of one token are
+// the same row; expandInputRowsKernel quantizes each): Humming quantizes the row by its amax
+// (humming_quant; the values read back as fp32 into xq, 1 / quant into x_dq); W4A8 scales each
+// value by fc1's pre-quant scale (w4a8_input).
+template <class T, Sm90Mixed K>
+__global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_dq) {
   pdl_wait();
   __shared__ float red[kWarps];
+  const CutlassMoeParams& m = p.moe;
   const int64_t t = blockIdx.x, H = m.hidden;
   const T* x = static_cast<const T*>(m.input) + t * m.in_stride;
-  float amax = 0.0f;
-  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) amax = fp32_abs_max(amax, to_f32(x[j]));
-  const float quant = humming_quant(block_amax(amax, red));
-  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-    xq[t * H + j] = humming_fp8(to_f32(x[j]), quant);
+  if constexpr (K == Sm90Mixed::kW4A8) {
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+      xq[t * H + j] = w4a8_input<T>(to_f32(x[j]), p.fc1_prequant, j);
+    }
+  } else {
+    float amax = 0.0f;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) amax = fp32_abs_max(amax, to_f32(x[j]));
+    const float quant = humming_quant(block_amax(amax, red));
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+      xq[t * H + j] = humming_fp8(to_f32(x[j]), quant);
+    }
+    if (threadIdx.x == 0) x_dq[t] = fp32_div(1.0f, quant);
   }
-  if (threadIdx.x == 0) x_dq[t] = fp32_div(1.0f, quant);
 }
 
 // GEMM1 of the block's pairs, rounded to T after its alpha (W4A16: none; Humming: the row's
-// 1 / quant times fc1's residual), the fc1 bias added in fp32; then their activations: W4A16
-// rounded to T; Humming quantized per pair to fp8 from fp32 (doActivationKernel), with 1 / quant
-// times fc2's residual into h_dq. Rows of g1 / h by pair.
+// 1 / quant times fc1's residual; W4A8: fc1's alpha), the fc1 bias added in fp32; then their
+// activations: W4A16 rounded to T; Humming quantized per pair to fp8 from fp32
+// (doActivationKernel), with 1 / quant times fc2's residual into h_dq; W4A8 rounded to T, then
+// fc2's fp8 input (w4a8_input). Rows of g1 / h by pair.
 template <class T, Sm90Mixed K, int P>
 __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
-  constexpr bool kHum = K == Sm90Mixed::kHumming;
-  if constexpr (!kHum) pdl_wait();  // Humming's prepass waited
+  constexpr bool kHum = K == Sm90Mixed::kHumming, kW4A8 = K == Sm90Mixed::kW4A8;
+  constexpr bool kPrepass = kHum || kW4A8;  // GEMM1 reads the prepass's fp8 rows (xq)
+  if constexpr (!kPrepass) pdl_wait();      // the prepass waited
   __shared__ float red[kWarps];
   const CutlassMoeParams& m = p.moe;
   int64_t e = 0, pairs[P];
@@ -1651,7 +1670,7 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   for (int i = 0; i < P; ++i) {
     const int64_t tok = pairs[i] / m.top_k;
     x[i] = static_cast<const T*>(m.input) + tok * m.in_stride;
-    alpha[i] = kHum ? fp32_mul(t.x_dq[tok], p.fc1_global[e]) : 1.0f;
+    alpha[i] = kHum ? fp32_mul(t.x_dq[tok], p.fc1_global[e]) : kW4A8 ? p.fc1_global[e] : 1.0f;
   }
   const T* b1 = m.b1 ? static_cast<const T*>(m.b1) + e * N1 : nullptr;
   // 16-byte loads of the input rows when every row starts 16-byte aligned.
@@ -1659,7 +1678,7 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   mixed_block_gemm<K, P>(
       static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, n,
       [&](int i, int64_t c, float(&xs)[16]) {
-        if constexpr (kHum) {
+        if constexpr (kPrepass) {
           load_cols16(t.xq + pairs[i] / m.top_k * H, c, xs);
         } else {
           load_cols16(x[i], c, vec, xs);
@@ -1667,7 +1686,8 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
       },
       [&](int i, int64_t r, float v) {
         m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(fp32_mul(alpha[i], v)), b1, r);
-      });
+      },
+      std::is_same_v<T, __half>);
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < P; ++i) {  // unrolled: pairs[] stays in registers
@@ -1680,6 +1700,8 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
       if constexpr (kHum) {
         h[j] = a;  // quantized below, by this thread, once the row's amax is known
         amax = fp32_abs_max(amax, a);
+      } else if constexpr (kW4A8) {
+        h[j] = w4a8_input<T>(round_as<T>(a), p.fc2_prequant, j);
       } else {
         h[j] = round_as<T>(a);
       }
@@ -1692,8 +1714,9 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   }
 }
 
-// GEMM2 of the block's pairs over their activation rows (fp32: W4A16's rounded to T, Humming's
-// fp8 values), times the alpha (Humming: h_dq) and rounded to T (no bias: the finalize adds it).
+// GEMM2 of the block's pairs over their activation rows (fp32: W4A16's rounded to T, Humming's and
+// W4A8's fp8 values), times the alpha (Humming: h_dq; W4A8: fc2's) and rounded to T (no bias: the
+// finalize adds it).
 template <class T, Sm90Mixed K, int P>
 __global__ void mixed_gemm2_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   const CutlassMoeParams& m = p.moe;
@@ -1706,8 +1729,10 @@ __global__ void mixed_gemm2_kernel(CutlassMoeFp4Params p, MixedRoute t) {
       [&](int i, int64_t c, float(&xs)[16]) { load_cols16(m.ws_h + pairs[i] * I, c, xs); },
       [&](int i, int64_t r, float v) {
         if constexpr (K == Sm90Mixed::kHumming) v = fp32_mul(t.h_dq[pairs[i]], v);
+        if constexpr (K == Sm90Mixed::kW4A8) v = fp32_mul(p.fc2_global[e], v);
         m.ws_y[pairs[i] * H + r] = round_as<T>(v);
-      });
+      },
+      std::is_same_v<T, __half>);
 }
 
 // The tiled route's index arrays from perm (pair -> row, -1: no local expert): row_pair, the
@@ -1722,18 +1747,18 @@ __global__ void moe_tile_offsets_kernel(int64_t E, const int32_t* indptr, int32_
 
 // Per-pair route (decode: about a pair per active expert): a block per pair, no sort. Tiled route
 // (moe::moe_grouped_worthwhile, or forced): the pairs sorted by expert on the device (the grouped
-// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert. Humming
-// first quantizes the tokens' rows (humming_prepass_kernel).
+// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert. Humming and
+// W4A8 first quantize the tokens' rows (mixed_prepass_kernel).
 template <class T, Sm90Mixed K>
 void launch_moe_mixed(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
                       bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
-  constexpr bool kHum = K == Sm90Mixed::kHumming;
+  constexpr bool kPrepass = K == Sm90Mixed::kHumming || K == Sm90Mixed::kW4A8;
   const CutlassMoeParams& m = p.moe;
   const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
   const moe::MoeW4a16Scratch l =
-      moe::moe_w4a16_scratch(m.num_tokens, pairs, E, m.hidden, m.inter, N1, tiled, kHum);
+      moe::moe_w4a16_scratch(m.num_tokens, pairs, E, m.hidden, m.inter, N1, tiled, kPrepass);
   const StreamScratch scratch = moe_scratch().acquire(op, stream, l.bytes);  // to the last launch
   CutlassMoeFp4Params q = p;
   auto* base = static_cast<char*>(scratch.data());
@@ -1741,14 +1766,14 @@ void launch_moe_mixed(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t str
   q.moe.ws_h = reinterpret_cast<float*>(base + l.gemv.h);
   q.moe.ws_y = reinterpret_cast<float*>(base + l.gemv.y);
   MixedRoute t;
-  if (kHum) {
+  if (kPrepass) {
     t.xq = reinterpret_cast<float*>(base + l.xq);
     t.x_dq = reinterpret_cast<float*>(base + l.x_dq);
     t.h_dq = reinterpret_cast<float*>(base + l.h_dq);
-    launch_kernel(op, humming_prepass_kernel<T>, dim3(static_cast<unsigned>(m.num_tokens)),
-                  dim3(kThreads), 0, stream, enable_pdl, q.moe, t.xq, t.x_dq);
+    launch_kernel(op, mixed_prepass_kernel<T, K>, dim3(static_cast<unsigned>(m.num_tokens)),
+                  dim3(kThreads), 0, stream, enable_pdl, q, t.xq, t.x_dq);
   }
-  const bool pdl1 = enable_pdl && !kHum;  // the first launch waits on the previous kernel
+  const bool pdl1 = enable_pdl && !kPrepass;  // the first launch waits on the previous kernel
   if (!tiled) {
     const dim3 grid(static_cast<unsigned>(pairs));
     launch_kernel(op, mixed_gemm1_kernel<T, K, 1>, grid, dim3(kThreads), 0, stream, pdl1, q, t);
@@ -1783,14 +1808,18 @@ void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool ena
   const char* op = "cutlass_fused_moe";
   const CutlassMoeParams& m = p.moe;
   const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
-  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4 || hum, ErrorCode::kUnsupported, op,
-                        "input", "only the W4A16 MXFP4 and Humming paths have a CUDA kernel");
+  const bool w4a8 = p.mode == CutlassFp4Mode::kW4A8Int4;
+  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8,
+                        ErrorCode::kUnsupported, op, "input",
+                        "only the W4A16 MXFP4, Humming and W4A8 INT4 paths have a CUDA kernel");
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   const int cc = detail::cuda_compute_capability(device);
   // Upstream's MoE runner: "FP4 data type is not supported on SM < 90".
   FLASHINFER_CHECK_CODE(cc >= 90, ErrorCode::kUnsupported, op, "input", "the ",
-                        hum ? "Humming MXFP4 x FP8" : "W4A16 MXFP4",
+                        hum    ? "Humming MXFP4 x FP8"
+                        : w4a8 ? "W4A8 INT4"
+                               : "W4A16 MXFP4",
                         " path runs on sm90+ (as upstream), got sm", cc);
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
   FLASHINFER_CHECK(m.hidden % 128 == 0 && m.inter % 128 == 0 && N1 % 64 == 0, op,
@@ -1812,6 +1841,8 @@ void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool ena
   dispatch_dtype<CudaElements, kFloat16, kBFloat16>(m.dtype, op, "input", [&]<class T>() {
     if (hum) {
       launch_moe_mixed<T, Sm90Mixed::kHumming>(p, tiled, s, enable_pdl);
+    } else if (w4a8) {
+      launch_moe_mixed<T, Sm90Mixed::kW4A8>(p, tiled, s, enable_pdl);
     } else {
       launch_moe_mixed<T, Sm90Mixed::kW4A16>(p, tiled, s, enable_pdl);
     }
