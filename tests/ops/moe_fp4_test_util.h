@@ -17,6 +17,11 @@
 #include "ops/op_test_util.h"
 #include "util/upstream_dump_py.h"
 
+#if FLASHINFER_TEST_HAVE_CUDART
+#include "api/device_props.h"
+#include "kernels/cuda/moe_cuda.h"
+#endif
+
 namespace flashinfer::testing::moe_fp4 {
 
 /// A 64-bit LCG: the same sequence on every platform.
@@ -252,6 +257,36 @@ void expect_refused_on_cuda(F call) {
     EXPECT_EQ(e.arg(), "input") << e.what();
   }
 }
+
+#if FLASHINFER_TEST_HAVE_CUDART
+/// The CUDA tests of cutlass_fused_moe's SM90 mixed-input paths: on a GPU below sm90 the golden
+/// call is refused (upstream's refusal); otherwise the golden (`golden(dev)` returns its output on
+/// the CPU, `expect_golden` checks it exactly) on both routes (1: a block per pair; 2: tiles of
+/// pairs of one expert), then `cases(route)` for routes 1, 2 and 0 (the op's choice). Each route
+/// is set for its call only.
+template <class Golden, class ExpectGolden, class Cases>
+void expect_sm90_mixed_routes(const Golden& golden, const ExpectGolden& expect_golden,
+                              const Cases& cases) {
+  const Device d = Device::cuda(0);
+  if (api::compute_capability(d) < 90) {
+    expect_refused_on_cuda([&] { (void)golden(d); });
+    return;
+  }
+  struct RouteScope {
+    explicit RouteScope(int force) { kernels::cuda::set_cutlass_moe_route(force); }
+    ~RouteScope() { kernels::cuda::set_cutlass_moe_route(0); }
+  };
+  for (int force : {1, 2}) {
+    const RouteScope route(force);
+    expect_golden(golden(d));
+  }
+  for (int force : {1, 2, 0}) {
+    const RouteScope route(force);
+    SCOPED_TRACE(::testing::Message() << "route " << force);
+    cases(d);
+  }
+}
+#endif
 
 /// Runs every case (`c.run()`) under a recorder; each cutlass_fused_moe call it made (weight
 /// preparations left out) must succeed and replay identically.

@@ -19,11 +19,6 @@
 #include "util/test_util.h"
 #include "util/upstream_dump_py.h"
 
-#if FLASHINFER_TEST_HAVE_CUDART
-#include "api/device_props.h"
-#include "kernels/cuda/moe_cuda.h"
-#endif
-
 namespace flashinfer::testing {
 namespace {
 
@@ -489,40 +484,26 @@ TEST(CutlassFusedMoeHumming, BadInput) {
 // each on both routes and the default.
 TEST(CutlassFusedMoeHummingCuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  const Device d = Device::cuda(0);
-  if (api::compute_capability(d) < 90) {
-    moe_fp4::expect_refused_on_cuda([&] { (void)golden_relu2(d); });
-    return;
-  }
-  namespace moe_cuda = kernels::cuda;
-  for (int force : {1, 2}) {
-    moe_cuda::set_cutlass_moe_route(force);
-    expect_golden_relu2(golden_relu2(d));
-    moe_cuda::set_cutlass_moe_route(0);
-  }
-  for (int which = 0; which < 3; ++which) {
-    for (int64_t T : {9, 64}) {
-      Case c;
-      c.T = T;
-      c.dt = which == 1 ? DType::kFloat16 : DType::kBFloat16;
-      c.act = which == 1 ? ActivationType::Relu2 : ActivationType::Swiglu;
-      c.bias = which != 1;
-      c.swiglu_params = which == 2;
-      if (which == 2) {
-        c.ep_size = 2;
-        c.ep_rank = 1;
-      }
-      c.make(400 + static_cast<uint64_t>(which));
-      const auto want = c.run()[0].to_double_vector();
-      for (int force : {1, 2, 0}) {
-        moe_cuda::set_cutlass_moe_route(force);
+  moe_fp4::expect_sm90_mixed_routes(golden_relu2, expect_golden_relu2, [](Device d) {
+    for (int which = 0; which < 3; ++which) {
+      for (int64_t T : {9, 64}) {
+        Case c;
+        c.T = T;
+        c.dt = which == 1 ? DType::kFloat16 : DType::kBFloat16;
+        c.act = which == 1 ? ActivationType::Relu2 : ActivationType::Swiglu;
+        c.bias = which != 1;
+        c.swiglu_params = which == 2;
+        if (which == 2) {
+          c.ep_size = 2;
+          c.ep_rank = 1;
+        }
+        c.make(400 + static_cast<uint64_t>(which));
         const Tensor got = c.run(c.quant_scales(), c.dt, d)[0].to(Device::cpu());
-        moe_cuda::set_cutlass_moe_route(0);
-        SCOPED_TRACE(::testing::Message() << "case " << which << " T " << T << " route " << force);
-        moe_fp4::expect_close_to_formula(got.to_double_vector(), want);
+        SCOPED_TRACE(::testing::Message() << "case " << which << " T " << T);
+        moe_fp4::expect_close_to_formula(got.to_double_vector(), c.run()[0].to_double_vector());
       }
     }
-  }
+  });
 }
 #endif  // FLASHINFER_TEST_HAVE_CUDART
 
