@@ -31,7 +31,8 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
      }},
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
-     "CUDA (W4A16 MXFP4, Humming and W4A8 INT4, sm90+): a block per (token, expert) pair or per "
+     "CUDA (W4A16 MXFP4, Humming, W4A8 INT4 on sm90+; weight-only INT4 on sm80+): a block per "
+     "(token, expert) pair or per "
      "tile of up "
      "to 8 pairs of one expert, a warp per 16 output rows reading the SM90-interleaved weights "
      "and folded scales in place, fp32 sums",
@@ -190,13 +191,13 @@ std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c) {
   const bool nv = mode == CutlassFp4Mode::kNvfp4;
   const bool w4a8 = mode == CutlassFp4Mode::kW4A8Int4;
   const bool woq = mode == CutlassFp4Mode::kWoqInt4;
-  // Only W4A16 MXFP4, Humming and W4A8 INT4 (upstream's SM90 mixed-input paths) have a GPU kernel;
-  // another mode's CUDA call is refused here (kUnsupported), so replay falls back to the CPU. Past
-  // this point every tensor is on input's device.
+  // W4A16 MXFP4, Humming, W4A8 INT4 (upstream's SM90 mixed-input paths) and weight-only INT4 have
+  // a GPU kernel; another mode's CUDA call is refused here (kUnsupported), so replay falls back to
+  // the CPU. Past this point every tensor is on input's device.
   const Device dev = input.device();
   FLASHINFER_CHECK_CODE(
-      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8, ErrorCode::kUnsupported,
-      kMoeCutlassFp4Op, "input", "the ", mode_name(mode),
+      dev.is_cpu() || mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq,
+      ErrorCode::kUnsupported, kMoeCutlassFp4Op, "input", "the ", mode_name(mode),
       " path of cutlass_fused_moe has a CPU reference only (no CUDA kernel here)");
 
   // Weights: int64 holds 16 e2m1 values, uint8 two (upstream's mInnerDimMultiplier).

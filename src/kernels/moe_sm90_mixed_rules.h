@@ -6,7 +6,10 @@
 //     per-block exponent offsets in the same scale fold, each code turned into the fp8 MMA operand
 //     (humming_operand, which the CPU reference uses too);
 //   - W4A8 INT4: weights from the "int4" interleave (16-bit units), 16-bit group scales (128
-//     columns) folded by interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=128).
+//     columns) folded by interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=128);
+//   - weight-only INT4 (not an SM90 layout: TensorRT-LLM's SM80 fpA_intB order, which upstream
+//     runs on sm80+): [k / 128, n] 16-bit scales and zero points, the dequantization in the 16-bit
+//     type (woq_int4_operand, shared with the CPU reference), read by woq_lane_rows.
 // The CPU reference undoes the weight interleaves independently (a bit permutation found by
 // running the forward transform, kernels::cpu::sm90_deinterleave_fp4_weights); the unit tests
 // (tests/ops/test_moe_cutlass_fp4.cpp, test_moe_cutlass_humming.cpp) check these rules against
@@ -142,7 +145,8 @@ FLASHINFER_HD Sm90Fp4Lane sm90_fp4_lane(int lane) {
 enum class Sm90Mixed : int {
   kW4A16 = 0,    // "fp4" layout, e2m1 codes, times a ue8m0 scale per group of 32
   kHumming = 1,  // "fp4_fp8" layout, humming_operand(code, the group's exponent offset)
-  kW4A8 = 2      // "int4" layout, signed int4 codes, times a 16-bit scale per group of 128
+  kW4A8 = 2,     // "int4" layout, signed int4 codes, times a 16-bit scale per group of 128
+  kWoqInt4 = 3   // weight-only INT4 (SM80 fpA_intB layout, woq_lane_rows; the same kernels)
 };
 
 /// Column (0..15 within the lane's 16) of element i of the lane's decoded values: the "fp4"
@@ -255,6 +259,100 @@ FLASHINFER_HD void sm90_mixed_lane_rows(const uint8_t* w, const uint8_t* sf, int
           lo[p] += s_lo * sc_lo;
           hi[p] += s_hi * sc_hi;
         }
+      }
+    }
+  }
+}
+
+// ---- weight-only INT4 (TensorRT-LLM's SM80 fpA_intB layout) ------------------------------------
+
+/// a + b rounded to fp32 "to odd" (the float nearest toward zero, its last bit set when the sum is
+/// inexact; a TwoSum gives the exact error): rounding that to fp16 / bf16 gives a + b rounded once,
+/// as one hardware fma / add does (24 bits keep what a second rounding to 8 or 11 bits needs).
+FLASHINFER_HD float fp32_sum_round_to_odd(float a, float b) {
+  const float s = fp32_add(a, b);
+  const float bb = fp32_sub(s, a);
+  const float e = fp32_add(fp32_sub(a, fp32_sub(s, bb)), fp32_sub(b, bb));  // a + b == s + e
+  if (e == 0.0f) return s;
+  uint32_t bits = f32_to_bits(s);
+  if (s == 0.0f) {
+    bits = e > 0.0f ? 0u : 0x80000000u;
+  } else if ((e > 0.0f) != (s > 0.0f)) {
+    bits -= 1u;  // one step toward zero
+  }
+  return f32_from_bits(bits | 1u);
+}
+
+/// v rounded to fp16 (`half`) or bf16, as a float.
+FLASHINFER_HD float round_to_16(float v, bool half) {
+  return half ? half_bits_to_float(float_to_half_bits(v))
+              : bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+}
+
+/// Weight-only INT4's MMA operand (mma_tensorop_dequantizer): the signed value q (code - 8) times
+/// the group scale s, plus the zero point z when `has_z`, in the 16-bit type: bf16 one fused
+/// multiply-add (one rounding), fp16 a multiply rounded, then an add rounded. q * s is exact in
+/// fp32.
+FLASHINFER_HD float woq_int4_operand(float q, float s, bool has_z, float z, bool half) {
+  const float prod = fp32_mul(q, s);
+  if (!has_z) return round_to_16(prod, half);
+  return round_to_16(fp32_sum_round_to_odd(half ? round_to_16(prod, true) : prod, z), half);
+}
+
+/// Position j (0..31) of a 32-row group after the layout's LDSM permutation holds logical k offset
+/// woq_ldsm_k(j) (preprocess_weights_for_mixed_gemm's first step).
+FLASHINFER_HD int woq_ldsm_k(int j) {
+  constexpr int kLdsm[32] = {0, 1, 8,  9,  16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27,
+                             4, 5, 12, 13, 20, 21, 28, 29, 6, 7, 14, 15, 22, 23, 30, 31};
+  return kLdsm[j];
+}
+
+/// One lane's sums for the weight-only INT4 GEMV kernels, which give a warp the 4 output rows
+/// 4 g .. 4 g + 3 of one expert's [rows, k] weights `w` (k = the GEMM's reduction): those rows'
+/// 32-bit words are one run of k / 2 of them (ColumnMajorTileInterleave<64, 4>), word 32 b + 8
+/// (n % 4) + v % 8 holding row n's 8 elements 8 v .. 8 v + 7 (v = kp / 8, kp the permuted k; v / 8
+/// = b), element i at nibble 4 (i % 2) + i / 2, biased by 8. Lane L reads the 16 bytes (words 4 L
+/// .. 4 L + 3) of each 512-byte chunk B: row 4 g + (L % 8) / 2, the 32 positions kp = 64 (4 B + L /
+/// 8) + 32 (L % 2) + 0..31, one whole 32-group of k (k0 = that first kp, logical k = k0 +
+/// woq_ldsm_k(j)) and one [k / 128, n] scale and zero point. acc[p] sums input row p's products
+/// (x(p, k0, xs) fills xs[0, 32) with columns k0 .. k0 + 31 as floats; n (<= P) rows). The kernels
+/// add the 8 lanes of a row (L ^ 1, L ^ 8, L ^ 16 and their combinations).
+template <int P, class XAt>
+FLASHINFER_HD void woq_lane_rows(const uint8_t* w, const uint16_t* s, const uint16_t* z, bool half,
+                                 int64_t rows, int64_t k, int64_t g, int lane, int n, const XAt& x,
+                                 float (&acc)[P]) {
+  const int64_t r = 4 * g + (lane % 8) / 2;
+  const uint8_t* base = w + g * 4 * (k / 2);
+  FLASHINFER_UNROLL
+  for (int p = 0; p < P; ++p) acc[p] = 0.0f;
+  for (int64_t chunk = 0; chunk * 256 < k; ++chunk) {
+    const int64_t b = 4 * chunk + lane / 8;
+    if (b >= k / 64) break;  // the last chunk of a k that is not a multiple of 256
+    uint32_t words[4];
+    sm90_fp4_load16(base + 512 * chunk + 16 * lane, words);
+    const int64_t k0 = 64 * b + 32 * (lane % 2);
+    const int64_t si = k0 / 128 * rows + r;
+    const float sv = half ? half_bits_to_float(s[si]) : bfloat16_bits_to_float(s[si]);
+    const float zv = z == nullptr ? 0.0f
+                     : half       ? half_bits_to_float(z[si])
+                                  : bfloat16_bits_to_float(z[si]);
+    float wv[32];  // by permuted position j = 8 (word) + element
+    FLASHINFER_UNROLL
+    for (int j = 0; j < 32; ++j) {
+      const int e = j % 8;
+      const uint32_t code = (words[j / 8] >> (4 * (4 * (e % 2) + e / 2))) & 15u;
+      wv[j] = woq_int4_operand(static_cast<float>(static_cast<int>(code) - 8), sv, z != nullptr, zv,
+                               half);
+    }
+    FLASHINFER_UNROLL
+    for (int p = 0; p < P; ++p) {
+      if (p < n) {
+        float xs[32];
+        x(p, k0, xs);
+        float sum = 0.0f;
+        FLASHINFER_UNROLL
+        for (int j = 0; j < 32; ++j) sum += wv[j] * xs[woq_ldsm_k(j)];
+        acc[p] += sum;
       }
     }
   }

@@ -259,16 +259,16 @@ void expect_refused_on_cuda(F call) {
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
-/// The CUDA tests of cutlass_fused_moe's SM90 mixed-input paths: on a GPU below sm90 the golden
+/// The CUDA tests of cutlass_fused_moe's mixed-input paths: on a GPU below sm`min_cc` the golden
 /// call is refused (upstream's refusal); otherwise the golden (`golden(dev)` returns its output on
 /// the CPU, `expect_golden` checks it exactly) on both routes (1: a block per pair; 2: tiles of
 /// pairs of one expert), then `cases(route)` for routes 1, 2 and 0 (the op's choice). Each route
 /// is set for its call only.
 template <class Golden, class ExpectGolden, class Cases>
 void expect_sm90_mixed_routes(const Golden& golden, const ExpectGolden& expect_golden,
-                              const Cases& cases) {
+                              const Cases& cases, int min_cc = 90) {
   const Device d = Device::cuda(0);
-  if (api::compute_capability(d) < 90) {
+  if (api::compute_capability(d) < min_cc) {
     expect_refused_on_cuda([&] { (void)golden(d); });
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "flashinfer/flashinfer.h"
 #include "kernels/cpu/moe_cutlass_fp4_cpu.h"
+#include "kernels/moe_sm90_mixed_rules.h"
 #include "ops/moe_fp4_test_util.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -165,15 +166,22 @@ struct Case : moe_fp4::LayerExtras {
             Tensor::empty({0}, DType::kFloat32),
             Tensor::empty({0}, DType::kFloat32)};
   }
+  // The call with every other tensor argument copied to input's device.
   std::vector<Tensor> run(std::vector<Tensor> qs, DType out_dt, const Tensor& input,
                           ActivationType a) const {
-    return cutlass_fused_moe(input, ids, Tensor::from_vector(rw, {T, 2}, DType::kFloat32),
-                             weights(q1, H, N1()), weights(q2, I, H), out_dt, std::move(qs),
-                             moe_fp4::opt_bias(b1, E, N1(), dt), moe_fp4::opt_bias(b2, E, H, dt),
-                             std::nullopt, moe_fp4::opt_expert_f32(alpha, E),
-                             moe_fp4::opt_expert_f32(beta, E), moe_fp4::opt_expert_f32(limit, E),
-                             tp_size, tp_rank, ep_size, ep_rank, 1, 0, std::nullopt, false, false,
-                             false, false, false, true, false, 8192, std::nullopt, a);
+    const Device dev = input.device();
+    auto on = [&](std::optional<Tensor> t) -> std::optional<Tensor> {
+      if (!t) return t;
+      return t->to(dev);
+    };
+    for (Tensor& t : qs) t = t.to(dev);
+    return cutlass_fused_moe(
+        input, ids.to(dev), Tensor::from_vector(rw, {T, 2}, DType::kFloat32).to(dev),
+        weights(q1, H, N1()).to(dev), weights(q2, I, H).to(dev), out_dt, std::move(qs),
+        on(moe_fp4::opt_bias(b1, E, N1(), dt)), on(moe_fp4::opt_bias(b2, E, H, dt)), std::nullopt,
+        on(moe_fp4::opt_expert_f32(alpha, E)), on(moe_fp4::opt_expert_f32(beta, E)),
+        on(moe_fp4::opt_expert_f32(limit, E)), tp_size, tp_rank, ep_size, ep_rank, 1, 0,
+        std::nullopt, false, false, false, false, false, true, false, 8192, std::nullopt, a);
   }
   std::vector<Tensor> run(std::vector<Tensor> qs) const {
     return run(std::move(qs), dt, t16(x, {T, H}), act);
@@ -295,37 +303,112 @@ TEST(CutlassFusedMoeWoqInt4, UnpermuteInvertsPreprocessor) {
 // fp16: code 11, scale 1 + 2^-10, zero -2^-10: 3 * scale = 3 + 1.5 * 2^-9 rounds to 3 + 2^-8,
 // the add of the zero rounds back to 3 + 2^-8 = 3.00390625 (one fma would give 3 + 2^-9).
 // Relu2: 9.02345275878... -> 1155 / 128 (step 1/128); y = 1155.
-TEST(CutlassFusedMoeWoqInt4, DequantRoundingGolden) {
+// DequantRoundingGolden's two calls (bf16, then fp16) on `dev`; their outputs on the CPU.
+std::vector<Tensor> dequant_rounding_golden(Device dev) {
   const int64_t H = 128, I = 128;
   struct G {
     DType dt;
-    double scale, zero, want;
+    double scale, zero;
   };
-  for (const G& g :
-       {G{DType::kBFloat16, 129.0 / 128, -std::ldexp(1.0, -40), 1168.0},
-        G{DType::kFloat16, 1.0 + std::ldexp(1.0, -10), -std::ldexp(1.0, -10), 1155.0}}) {
-    SCOPED_TRACE(dtype_label(g.dt));
+  std::vector<Tensor> outs;
+  for (const G& g : {G{DType::kBFloat16, 129.0 / 128, -std::ldexp(1.0, -40)},
+                     G{DType::kFloat16, 1.0 + std::ldexp(1.0, -10), -std::ldexp(1.0, -10)}}) {
     std::vector<double> x(static_cast<size_t>(H), 0.0);
     x[0] = 1.0;
-    const auto full = [&](Shape sh, double v) { return Tensor::full(std::move(sh), v, g.dt); };
+    const auto full = [&](Shape sh, double v) {
+      return Tensor::full(std::move(sh), v, g.dt).to(dev);
+    };
     const std::vector<Tensor> qs = {full({1, H / 128, I}, g.scale),
                                     full({1, I / 128, H}, 1.0),
-                                    Tensor::empty({0}, g.dt),
-                                    Tensor::empty({0}, g.dt),
+                                    Tensor::empty({0}, g.dt, dev),
+                                    Tensor::empty({0}, g.dt, dev),
                                     full({1, H / 128, I}, g.zero),
                                     full({1, I / 128, H}, 0.0),
-                                    Tensor::empty({0}, DType::kFloat32),
-                                    Tensor::empty({0}, DType::kFloat32)};
+                                    Tensor::empty({0}, DType::kFloat32, dev),
+                                    Tensor::empty({0}, DType::kFloat32, dev)};
     const auto out = cutlass_fused_moe(
-        Tensor::from_vector(x, {1, H}, g.dt), Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32),
-        Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32),
-        bytes_tensor(std::vector<uint8_t>(I * H / 2, 0xBB), {1, I, H / 2}),
-        bytes_tensor(std::vector<uint8_t>(H * I / 2, 0x99), {1, H, I / 2}), g.dt, qs, std::nullopt,
-        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2, 0, 1, 0,
-        std::nullopt, false, false, false, false, false, true, false, 8192, std::nullopt,
+        Tensor::from_vector(x, {1, H}, g.dt).to(dev),
+        Tensor::from_vector({0, 1}, {1, 2}, DType::kInt32).to(dev),
+        Tensor::from_vector({1.0, 0.5}, {1, 2}, DType::kFloat32).to(dev),
+        bytes_tensor(std::vector<uint8_t>(I * H / 2, 0xBB), {1, I, H / 2}).to(dev),
+        bytes_tensor(std::vector<uint8_t>(H * I / 2, 0x99), {1, H, I / 2}).to(dev), g.dt, qs,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 1, 0, 2,
+        0, 1, 0, std::nullopt, false, false, false, false, false, true, false, 8192, std::nullopt,
         ActivationType::Relu2);
-    const auto got = out[0].to_double_vector();
-    for (int64_t d = 0; d < H; ++d) EXPECT_EQ(got[static_cast<size_t>(d)], g.want) << d;
+    outs.push_back(out[0].to(Device::cpu()));
+  }
+  return outs;
+}
+
+void expect_dequant_rounding_golden(const std::vector<Tensor>& outs) {
+  const int64_t H = 128;
+  ASSERT_EQ(outs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const double want = i == 0 ? 1168.0 : 1155.0;  // bf16, fp16
+    const auto got = outs[i].to_double_vector();
+    for (int64_t d = 0; d < H; ++d) EXPECT_EQ(got[static_cast<size_t>(d)], want) << i << " " << d;
+  }
+}
+
+TEST(CutlassFusedMoeWoqInt4, DequantRoundingGolden) {
+  expect_dequant_rounding_golden(dequant_rounding_golden(Device::cpu()));
+}
+
+// The CUDA kernels read weight-only INT4 weights in place (kernels/moe_sm90_mixed_rules.h,
+// woq_lane_rows): the lane loop as a warp runs it (each of 32 lanes, two input rows at once, the 8
+// lanes of a row added) over weights this file's step-by-step preprocessor wrote, against plain
+// dot products over the logical codes dequantized by woq_int4_operand (whose rounding the goldens
+// pin), with scales and zero points [K / 128, N]. K = 384: the last 256-column chunk half used.
+// Integer x, power-of-two scales and zero points in 16ths keep every operand exact in both 16-bit
+// types and every fp32 sum exact, so the sums must be equal.
+TEST(CutlassFusedMoeWoqInt4, LanesReadWhatThePreprocessorWrote) {
+  const int64_t K = 384, N = 64;
+  Rng r{985};
+  std::vector<int> q(static_cast<size_t>(K * N));
+  for (auto& c : q) c = static_cast<int>(r.next() % 16) - 8;
+  const std::vector<uint8_t> w = preprocess_w4a16(q, K, N);
+  std::vector<double> sc(static_cast<size_t>(K / 128 * N)), zr(sc.size());
+  for (auto& v : sc) v = std::ldexp(1.0, -static_cast<int>(r.next() % 3));
+  for (auto& v : zr) v = static_cast<double>(static_cast<int>(r.next() % 33) - 16) / 16.0;
+  std::vector<float> x(static_cast<size_t>(2 * K));
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(r.next() % 7) - 3);
+  auto x_cols = [&](int p, int64_t k0, float(&xs)[32]) {
+    for (int i = 0; i < 32; ++i) xs[i] = x[static_cast<size_t>(p * K + k0 + i)];
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const bool half = dt == DType::kFloat16;
+    const Tensor st = Tensor::from_vector(sc, {K / 128, N}, dt);
+    const Tensor zt = Tensor::from_vector(zr, {K / 128, N}, dt);
+    const auto* s16 = static_cast<const uint16_t*>(st.data_ptr());
+    const auto* z16 = static_cast<const uint16_t*>(zt.data_ptr());
+    for (bool zeros : {true, false}) {
+      for (int64_t g = 0; g < N / 4; ++g) {
+        float acc[32][2];
+        for (int lane = 0; lane < 32; ++lane) {
+          kernels::woq_lane_rows<2>(w.data(), s16, zeros ? z16 : nullptr, half, N, K, g, lane, 2,
+                                    x_cols, acc[lane]);
+        }
+        for (int nl = 0; nl < 4; ++nl) {
+          const int64_t n = 4 * g + nl;
+          for (int p = 0; p < 2; ++p) {
+            float sum = 0.0f;
+            for (int lane = 0; lane < 32; ++lane) {
+              if ((lane % 8) / 2 == nl) sum += acc[lane][p];
+            }
+            double want = 0.0;
+            for (int64_t k = 0; k < K; ++k) {
+              const size_t si = static_cast<size_t>(k / 128 * N + n);
+              want += x[static_cast<size_t>(p * K + k)] *
+                      kernels::woq_int4_operand(
+                          static_cast<float>(q[static_cast<size_t>(k * N + n)]),
+                          static_cast<float>(sc[si]), zeros, static_cast<float>(zr[si]), half);
+            }
+            EXPECT_EQ(static_cast<double>(sum), want)
+                << dtype_label(dt) << " zeros " << zeros << " row " << n << " input " << p;
+          }
+        }
+      }
+    }
   }
 }
 
@@ -418,16 +501,44 @@ TEST(CutlassFusedMoeWoqInt4, BadInput) {
   EXPECT_FI_ERROR((void)h.run(), op, "fc2_expert_weights");
 }
 
-TEST(CutlassFusedMoeWoqInt4, CudaCallIsRefused) {
+#if FLASHINFER_TEST_HAVE_CUDART
+// Weight-only INT4 on CUDA (upstream's SM80 fpA_intB path, sm80+; refused by name below): the
+// dequantization's rounding golden exactly (bf16 and fp16) on both routes (a block per pair,
+// tiles of up to 8 pairs of one expert); random layers against the CPU reference within the
+// formula tests' tolerance: bf16 Swiglu with biases, zero points and AWQ; fp16 Relu2 without
+// them (the activation on the fp32 sum); SwigluBias on expert-parallel rank 1 of 2; 9 and 64
+// tokens, each on both routes and the default.
+TEST(CutlassFusedMoeWoqInt4Cuda, MatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
-  Case c;
-  c.T = 2;
-  c.make(990);
-  const Device d = Device::cuda(0);
-  moe_fp4::expect_refused_on_cuda([&] {
-    (void)c.run(c.quant_scales(), c.dt, c.t16(c.x, {c.T, c.H}).to(d), c.act);
-  });
+  moe_fp4::expect_sm90_mixed_routes(
+      dequant_rounding_golden, expect_dequant_rounding_golden,
+      [](Device d) {
+        for (int which = 0; which < 3; ++which) {
+          for (int64_t T : {9, 64}) {
+            Case c;
+            c.T = T;
+            c.E = 8;
+            c.dt = which == 1 ? DType::kFloat16 : DType::kBFloat16;
+            c.act = which == 1 ? ActivationType::Relu2 : ActivationType::Swiglu;
+            c.bias = which != 1;
+            c.zeros = c.awq = which == 0;
+            c.swiglu_params = which == 2;
+            if (which == 2) {
+              c.ep_size = 2;
+              c.ep_rank = 1;
+            }
+            c.make(996 + static_cast<uint64_t>(which));
+            const Tensor got =
+                c.run(c.quant_scales(), c.dt, c.t16(c.x, {c.T, c.H}).to(d), c.act)[0];
+            SCOPED_TRACE(::testing::Message() << "case " << which << " T " << T);
+            moe_fp4::expect_close_to_formula(got.to(Device::cpu()).to_double_vector(),
+                                             c.run()[0].to_double_vector());
+          }
+        }
+      },
+      80);
 }
+#endif  // FLASHINFER_TEST_HAVE_CUDART
 
 TEST(CutlassFusedMoeWoqInt4, RecordAndReplay) {
   moe_fp4::expect_default_and_fp16_relu2_replay<Case>(995);

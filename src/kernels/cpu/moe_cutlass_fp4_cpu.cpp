@@ -294,24 +294,6 @@ int64_t woq_int4_nibble(int64_t k, int64_t n, int64_t K) {
   return word * 8 + q % 2 * 4 + q / 2;
 }
 
-// a + b (exact doubles of at most 24 significant bits each) rounded once to the 16-bit dt, as
-// one hardware add / fma does: the float nearest toward zero with its last bit set when inexact
-// ("round to odd") keeps the information a second RNE rounding to 8 or 11 bits needs.
-float round16_sum(DType dt, double a, double b) {
-  const double s = a + b;
-  const double bb = s - a;
-  const double e = (a - (s - bb)) + (b - bb);  // TwoSum: a + b == s + e exactly
-  float f = static_cast<float>(s);
-  const double r = (s - static_cast<double>(f)) + e;  // sign of (exact - f)
-  if (r != 0.0) {
-    if ((r > 0.0) != (f > 0.0) && f != 0.0) f = std::nextafter(f, 0.0f);
-    uint32_t bits = std::bit_cast<uint32_t>(f);
-    if (f == 0.0f) bits = r > 0.0 ? 0u : 0x80000000u;
-    f = std::bit_cast<float>(bits | 1u);
-  }
-  return round16(dt, f);
-}
-
 // One expert's weight-only INT4 weights dequantized as the kernel's MMA operand, [rows, k]
 // (rows = the GEMM's n): w = code - 8, times the group scale s[c / 128, r], plus the zero point
 // z[c / 128, r] when given, in the 16-bit dt: bf16 one fused multiply-add (one rounding), fp16 a
@@ -324,13 +306,10 @@ void woq_int4_expert(const uint8_t* w, const uint16_t* s, const uint16_t* z, DTy
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const int64_t si = c / 128 * rows + r;
-      const double prod =
-          static_cast<double>(q[static_cast<size_t>(r * k + c)]) * load16(s, dt, si);
-      float v = round16(dt, static_cast<float>(prod));  // exact product: one rounding
-      if (z != nullptr) {
-        v = round16_sum(dt, dt == DType::kBFloat16 ? prod : v, load16(z, dt, si));
-      }
-      out[r * k + c] = v;
+      // kernels/moe_sm90_mixed_rules.h, shared with the CUDA kernels.
+      out[r * k + c] = woq_int4_operand(
+          static_cast<float>(q[static_cast<size_t>(r * k + c)]), load16(s, dt, si), z != nullptr,
+          z != nullptr ? load16(z, dt, si) : 0.0f, dt == DType::kFloat16);
     }
   }
 }

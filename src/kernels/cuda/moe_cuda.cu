@@ -1572,6 +1572,33 @@ __device__ __forceinline__ void mixed_block_gemm(const uint8_t* w, const uint8_t
   }
 }
 
+// Weight-only INT4's GEMM of the block's n pairs over expert weights `w` ([rows, k] in the SM80
+// fpA_intB layout, scales s and zero points z (or null) [k / 128, rows] of the 16-bit type): a
+// warp per 4 output rows, each lane's share from woq_lane_rows, the 8 lanes of a row added;
+// store(p, row, sum) on lanes 0, 2, 4, 6.
+template <int P, class XAt, class Store>
+__device__ __forceinline__ void woq_block_gemm(const uint8_t* w, const uint16_t* s,
+                                               const uint16_t* z, bool half, int64_t rows,
+                                               int64_t k, int n, const XAt& x, const Store& store) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t g = warp; g < rows / 4; g += kWarps) {
+    float acc[P];
+    woq_lane_rows<P>(w, s, z, half, rows, k, g, lane, n, x, acc);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], 1);
+      acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], 8);
+      acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], 16);
+    }
+    if ((lane & ~6) == 0) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        if (p < n) store(p, 4 * g + lane / 2, acc[p]);
+      }
+    }
+  }
+}
+
 // Columns c .. c + 15 of a row as floats: 16-byte loads where the address allows (fp32 scratch
 // rows always; 16-bit input rows when the row and its stride are 16-byte aligned), else one
 // element at a time.
@@ -1602,6 +1629,12 @@ __device__ __forceinline__ void load_cols16(const T* row, int64_t c, bool vec, f
   }
 }
 
+// Columns c .. c + 31 of an fp32 scratch row (weight-only INT4's 32-column groups).
+__device__ __forceinline__ void load_cols32(const float* row, int64_t c, float (&xs)[32]) {
+  load_cols16(row, c, *reinterpret_cast<float(*)[16]>(xs));
+  load_cols16(row, c + 16, *reinterpret_cast<float(*)[16]>(xs + 16));
+}
+
 // The largest of every thread's v (NaN ignored, fmax's rule), on every thread of the block.
 __device__ float block_amax(float v, float* red) {
   for (int o = 16; o > 0; o >>= 1) v = fp32_abs_max(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -1622,10 +1655,19 @@ __device__ __forceinline__ float w4a8_input(float v, const uint16_t* prequant, i
   return e4m3_satfinite_value(round_as<T>(fp32_mul(v, s)));
 }
 
-// The fp8 GEMM1 input of Humming and W4A8, a block per token (the routed rows of one token are
-// the same row; expandInputRowsKernel quantizes each): Humming quantizes the row by its amax
-// (humming_quant; the values read back as fp32 into xq, 1 / quant into x_dq); W4A8 scales each
-// value by fc1's pre-quant scale (w4a8_input).
+// Weight-only INT4's GEMM input value: v times its column's pre-quant scale rounded to T when the
+// call has AWQ scales (applyPrequantScale), else v.
+template <class T>
+__device__ __forceinline__ float woq_input(float v, const uint16_t* prequant, int64_t col) {
+  if (prequant == nullptr) return v;
+  return round_as<T>(fp32_mul(v, to_f32(reinterpret_cast<const T*>(prequant)[col])));
+}
+
+// The GEMM1 input of Humming, W4A8 and weight-only INT4, a block per token (the routed rows of one
+// token are the same row; expandInputRowsKernel quantizes each): Humming quantizes the row by its
+// amax (humming_quant; the values read back as fp32 into xq, 1 / quant into x_dq); W4A8 scales each
+// value by fc1's pre-quant scale (w4a8_input); weight-only INT4 applies the AWQ scale if any
+// (woq_input).
 template <class T, Sm90Mixed K>
 __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_dq) {
   pdl_wait();
@@ -1636,6 +1678,10 @@ __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_
   if constexpr (K == Sm90Mixed::kW4A8) {
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
       xq[t * H + j] = w4a8_input<T>(to_f32(x[j]), p.fc1_prequant, j);
+    }
+  } else if constexpr (K == Sm90Mixed::kWoqInt4) {
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+      xq[t * H + j] = woq_input<T>(to_f32(x[j]), p.fc1_prequant, j);
     }
   } else {
     float amax = 0.0f;
@@ -1656,8 +1702,9 @@ __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_
 template <class T, Sm90Mixed K, int P>
 __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   constexpr bool kHum = K == Sm90Mixed::kHumming, kW4A8 = K == Sm90Mixed::kW4A8;
-  constexpr bool kPrepass = kHum || kW4A8;  // GEMM1 reads the prepass's fp8 rows (xq)
-  if constexpr (!kPrepass) pdl_wait();      // the prepass waited
+  constexpr bool kWoq = K == Sm90Mixed::kWoqInt4;
+  constexpr bool kPrepass = kHum || kW4A8 || kWoq;  // GEMM1 reads the prepass's rows (xq)
+  if constexpr (!kPrepass) pdl_wait();              // the prepass waited
   __shared__ float red[kWarps];
   const CutlassMoeParams& m = p.moe;
   int64_t e = 0, pairs[P];
@@ -1675,19 +1722,37 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   const T* b1 = m.b1 ? static_cast<const T*>(m.b1) + e * N1 : nullptr;
   // 16-byte loads of the input rows when every row starts 16-byte aligned.
   const bool vec = reinterpret_cast<uintptr_t>(m.input) % 16 == 0 && m.in_stride % 8 == 0;
-  mixed_block_gemm<K, P>(
-      static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H, n,
-      [&](int i, int64_t c, float(&xs)[16]) {
-        if constexpr (kPrepass) {
-          load_cols16(t.xq + pairs[i] / m.top_k * H, c, xs);
-        } else {
-          load_cols16(x[i], c, vec, xs);
-        }
-      },
-      [&](int i, int64_t r, float v) {
-        m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(fp32_mul(alpha[i], v)), b1, r);
-      },
-      std::is_same_v<T, __half>);
+  if constexpr (kWoq) {
+    // Weight-only INT4: the fp32 sum plus the bias, rounded to T for a gated activation only
+    // (the SM80 GEMM's epilogue; a plain one acts on the fp32 sum).
+    const auto* s1 = reinterpret_cast<const uint16_t*>(p.w1_sf + e * p.w1_sf_stride);
+    const uint16_t* z1 = p.w1_zeros ? p.w1_zeros + e * (p.w1_sf_stride / 2) : nullptr;
+    woq_block_gemm<P>(
+        static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), s1, z1, std::is_same_v<T, __half>, N1,
+        H, n,
+        [&](int i, int64_t c, float(&xs)[32]) {
+          load_cols32(t.xq + pairs[i] / m.top_k * H, c, xs);
+        },
+        [&](int i, int64_t r, float v) {
+          const float b = fp32_add(v, b1 ? to_f32(b1[r]) : 0.0f);
+          m.ws_g1[pairs[i] * N1 + r] = N1 == 2 * m.inter ? round_as<T>(b) : b;
+        });
+  } else {
+    mixed_block_gemm<K, P>(
+        static_cast<const uint8_t*>(m.w1) + e * N1 * (H / 2), p.w1_sf + e * p.w1_sf_stride, N1, H,
+        n,
+        [&](int i, int64_t c, float(&xs)[16]) {
+          if constexpr (kPrepass) {
+            load_cols16(t.xq + pairs[i] / m.top_k * H, c, xs);
+          } else {
+            load_cols16(x[i], c, vec, xs);
+          }
+        },
+        [&](int i, int64_t r, float v) {
+          m.ws_g1[pairs[i] * N1 + r] = gemm1_biased(round_as<T>(fp32_mul(alpha[i], v)), b1, r);
+        },
+        std::is_same_v<T, __half>);
+  }
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < P; ++i) {  // unrolled: pairs[] stays in registers
@@ -1702,6 +1767,8 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
         amax = fp32_abs_max(amax, a);
       } else if constexpr (kW4A8) {
         h[j] = w4a8_input<T>(round_as<T>(a), p.fc2_prequant, j);
+      } else if constexpr (kWoq) {
+        h[j] = woq_input<T>(round_as<T>(a), p.fc2_prequant, j);
       } else {
         h[j] = round_as<T>(a);
       }
@@ -1724,15 +1791,24 @@ __global__ void mixed_gemm2_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   int n = 0;
   if (!mixed_block_pairs<P>(m, t, e, pairs, n)) return;
   const int64_t H = m.hidden, I = m.inter;
-  mixed_block_gemm<K, P>(
-      static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, n,
-      [&](int i, int64_t c, float(&xs)[16]) { load_cols16(m.ws_h + pairs[i] * I, c, xs); },
-      [&](int i, int64_t r, float v) {
-        if constexpr (K == Sm90Mixed::kHumming) v = fp32_mul(t.h_dq[pairs[i]], v);
-        if constexpr (K == Sm90Mixed::kW4A8) v = fp32_mul(p.fc2_global[e], v);
-        m.ws_y[pairs[i] * H + r] = round_as<T>(v);
-      },
-      std::is_same_v<T, __half>);
+  if constexpr (K == Sm90Mixed::kWoqInt4) {
+    const auto* s2 = reinterpret_cast<const uint16_t*>(p.w2_sf + e * p.w2_sf_stride);
+    const uint16_t* z2 = p.w2_zeros ? p.w2_zeros + e * (p.w2_sf_stride / 2) : nullptr;
+    woq_block_gemm<P>(
+        static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), s2, z2, std::is_same_v<T, __half>, H,
+        I, n, [&](int i, int64_t c, float(&xs)[32]) { load_cols32(m.ws_h + pairs[i] * I, c, xs); },
+        [&](int i, int64_t r, float v) { m.ws_y[pairs[i] * H + r] = round_as<T>(v); });
+  } else {
+    mixed_block_gemm<K, P>(
+        static_cast<const uint8_t*>(m.w2) + e * H * (I / 2), p.w2_sf + e * p.w2_sf_stride, H, I, n,
+        [&](int i, int64_t c, float(&xs)[16]) { load_cols16(m.ws_h + pairs[i] * I, c, xs); },
+        [&](int i, int64_t r, float v) {
+          if constexpr (K == Sm90Mixed::kHumming) v = fp32_mul(t.h_dq[pairs[i]], v);
+          if constexpr (K == Sm90Mixed::kW4A8) v = fp32_mul(p.fc2_global[e], v);
+          m.ws_y[pairs[i] * H + r] = round_as<T>(v);
+        },
+        std::is_same_v<T, __half>);
+  }
 }
 
 // The tiled route's index arrays from perm (pair -> row, -1: no local expert): row_pair, the
@@ -1753,7 +1829,8 @@ template <class T, Sm90Mixed K>
 void launch_moe_mixed(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
                       bool enable_pdl) {
   const char* op = "cutlass_fused_moe";
-  constexpr bool kPrepass = K == Sm90Mixed::kHumming || K == Sm90Mixed::kW4A8;
+  constexpr bool kPrepass =
+      K == Sm90Mixed::kHumming || K == Sm90Mixed::kW4A8 || K == Sm90Mixed::kWoqInt4;
   const CutlassMoeParams& m = p.moe;
   const int64_t pairs = m.num_tokens * m.top_k, E = m.num_local_experts;
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
@@ -1809,18 +1886,24 @@ void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool ena
   const CutlassMoeParams& m = p.moe;
   const bool hum = p.mode == CutlassFp4Mode::kHummingFp8Mxfp4;
   const bool w4a8 = p.mode == CutlassFp4Mode::kW4A8Int4;
-  FLASHINFER_CHECK_CODE(p.mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8,
-                        ErrorCode::kUnsupported, op, "input",
-                        "only the W4A16 MXFP4, Humming and W4A8 INT4 paths have a CUDA kernel");
+  const bool woq = p.mode == CutlassFp4Mode::kWoqInt4;
+  FLASHINFER_CHECK_CODE(
+      p.mode == CutlassFp4Mode::kW4A16Mxfp4 || hum || w4a8 || woq, ErrorCode::kUnsupported, op,
+      "input",
+      "only the W4A16 MXFP4, Humming, W4A8 INT4 and weight-only INT4 paths have a "
+      "CUDA kernel");
   int device = 0;
   FLASHINFER_CUDA_CALL(op, cudaGetDevice(&device));
   const int cc = detail::cuda_compute_capability(device);
-  // Upstream's MoE runner: "FP4 data type is not supported on SM < 90".
-  FLASHINFER_CHECK_CODE(cc >= 90, ErrorCode::kUnsupported, op, "input", "the ",
+  // Upstream's MoE runner: "FP4 data type is not supported on SM < 90"; its W4A8 mainloop is
+  // Hopper's; weight-only INT4 is the SM80 fpA_intB GEMM.
+  const int min_cc = woq ? 80 : 90;
+  FLASHINFER_CHECK_CODE(cc >= min_cc, ErrorCode::kUnsupported, op, "input", "the ",
                         hum    ? "Humming MXFP4 x FP8"
                         : w4a8 ? "W4A8 INT4"
+                        : woq  ? "weight-only INT4"
                                : "W4A16 MXFP4",
-                        " path runs on sm90+ (as upstream), got sm", cc);
+                        " path runs on sm", min_cc, "+ (as upstream), got sm", cc);
   const int64_t N1 = moe_act_is_gated(m.act) ? 2 * m.inter : m.inter;
   FLASHINFER_CHECK(m.hidden % 128 == 0 && m.inter % 128 == 0 && N1 % 64 == 0, op,
                    "fc2_expert_weights", "the SM90 layouts need hidden and inter sizes in 128s");
@@ -1843,6 +1926,8 @@ void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool ena
       launch_moe_mixed<T, Sm90Mixed::kHumming>(p, tiled, s, enable_pdl);
     } else if (w4a8) {
       launch_moe_mixed<T, Sm90Mixed::kW4A8>(p, tiled, s, enable_pdl);
+    } else if (woq) {
+      launch_moe_mixed<T, Sm90Mixed::kWoqInt4>(p, tiled, s, enable_pdl);
     } else {
       launch_moe_mixed<T, Sm90Mixed::kW4A16>(p, tiled, s, enable_pdl);
     }
