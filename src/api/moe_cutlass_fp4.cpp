@@ -32,10 +32,9 @@ constexpr KernelEntry<kernels::CutlassMoeFp4Params> kCutlassFp4Kernels[] = {
 #if FLASHINFER_WITH_CUDA
     {DeviceType::kCUDA,
      "CUDA (W4A16 MXFP4, Humming, W4A8 INT4 on sm90+; weight-only INT4 on sm80+): a block per "
-     "(token, expert) pair or per "
-     "tile of up "
-     "to 8 pairs of one expert, a warp per 16 output rows reading the SM90-interleaved weights "
-     "and folded scales in place, fp32 sums",
+     "(token, expert) pair or per tile of up to 8 pairs of one expert, a warp per 16 output rows "
+     "(weight-only INT4: 4) reading the weights and scales in place in upstream's layouts, fp32 "
+     "sums",
      nullptr,
      [](const kernels::CutlassMoeFp4Params& p, const LaunchContext& c) {
        kernels::cuda::cutlass_moe_sm90_mixed(p, c.stream, c.enable_pdl);
@@ -99,8 +98,9 @@ const float* act_global(const std::vector<Tensor>& qs, size_t i, const char* wha
   return t.data<float>();
 }
 
-// The packed-int4 paths' 8 quant_scales in upstream's order: entry i a contiguous CPU tensor of
-// want[i] values of want_dt[i], or empty where optional[i]; errors name quant_scales.
+// The packed-int4 paths' 8 quant_scales in upstream's order: entry i a contiguous tensor on
+// input's device of want[i] values of want_dt[i], or empty where optional[i]; errors name
+// quant_scales.
 void check_int4_quant_scales(const std::vector<Tensor>& qs, const char* path,
                              const std::array<int64_t, 8>& want,
                              const std::array<DType, 8>& want_dt,

@@ -292,7 +292,8 @@ FLASHINFER_HD float round_to_16(float v, bool half) {
 /// Weight-only INT4's MMA operand (mma_tensorop_dequantizer): the signed value q (code - 8) times
 /// the group scale s, plus the zero point z when `has_z`, in the 16-bit type: bf16 one fused
 /// multiply-add (one rounding), fp16 a multiply rounded, then an add rounded. q * s is exact in
-/// fp32.
+/// fp32 but for a bf16 scale above 2^125 or so, whose product overflows to inf here where a
+/// hardware fma could still round q * s + z to a finite bf16 (no real scale is near).
 FLASHINFER_HD float woq_int4_operand(float q, float s, bool has_z, float z, bool half) {
   const float prod = fp32_mul(q, s);
   if (!has_z) return round_to_16(prod, half);

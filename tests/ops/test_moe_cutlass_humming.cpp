@@ -337,7 +337,8 @@ TEST(CutlassFusedMoeHumming, GoldenOffsetsOutsidePreparedRange) {
 // input rows at once, the four lanes of a row added) against plain dot products over the codes
 // before upstream's interleave, each weight code * 2^(offset - 6) (the operand's value for the
 // preparation's offsets 1..12; here 1..8), with offsets folded by upstream's scale interleave.
-// Integer x keeps every fp32 sum exact (terms multiples of 2^-6, |sum| < 2^14), so sums are equal.
+// Integer x keeps every fp32 sum exact (terms multiples of 2^-6, |sum| <= 256 * 3 * 24 < 2^15),
+// so sums are equal.
 TEST(CutlassFusedMoeHumming, Sm90LanesReadWhatTheInterleaveWrote) {
   const int64_t rows = 128, k = 256, row_bytes = k / 2;
   const std::vector<uint8_t> plain = random_bytes(static_cast<size_t>(rows * row_bytes), 91);

@@ -1504,13 +1504,14 @@ void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl) {
 
 namespace {
 
-// ---- cutlass_fused_moe's SM90 mixed-input paths: W4A16 MXFP4 and Humming MXFP4 x FP8 ---------
+// ---- cutlass_fused_moe's mixed-input paths: W4A16 MXFP4, Humming, W4A8 INT4, weight-only INT4 -
 
 // Where a block's pairs come from: the per-pair route (tile_off null) takes pair blockIdx.x; the
 // tiled route takes tile blockIdx.x of the pairs sorted by expert (moe_grouped_plan.h,
-// moe_tile_expert), up to kMoeW4a16Tile of them, in row order. Humming's per-row fp8 inputs:
-// xq / x_dq (GEMM1: the tokens' rows quantized by humming_prepass_kernel, and 1 / quant), h_dq
-// (GEMM2: each pair's 1 / quant times fc2's residual, from GEMM1's kernel).
+// moe_tile_expert), up to kMoeW4a16Tile of them, in row order. The prepass modes' GEMM1 input
+// (Humming, W4A8, weight-only INT4): xq, the tokens' rows as mixed_prepass_kernel wrote them;
+// Humming's dequantization scales: x_dq (GEMM1's 1 / quant per token), h_dq (GEMM2's 1 / quant
+// times fc2's residual per pair, from GEMM1's kernel).
 struct MixedRoute {
   const int32_t* indptr = nullptr;    // m_indptr [E + 1]
   const int32_t* row_pair = nullptr;  // row -> pair [pairs]
@@ -1823,8 +1824,8 @@ __global__ void moe_tile_offsets_kernel(int64_t E, const int32_t* indptr, int32_
 
 // Per-pair route (decode: about a pair per active expert): a block per pair, no sort. Tiled route
 // (moe::moe_grouped_worthwhile, or forced): the pairs sorted by expert on the device (the grouped
-// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert. Humming and
-// W4A8 first quantize the tokens' rows (mixed_prepass_kernel).
+// route's passes), then a block per tile of up to kMoeW4a16Tile pairs of one expert. Humming,
+// W4A8 and weight-only INT4 first prepare the tokens' rows (mixed_prepass_kernel).
 template <class T, Sm90Mixed K>
 void launch_moe_mixed(const CutlassMoeFp4Params& p, bool tiled, cudaStream_t stream,
                       bool enable_pdl) {

@@ -20,16 +20,17 @@ namespace flashinfer::kernels::cuda {
 /// grows: nothing is allocated once it is large enough.
 void cutlass_moe(const CutlassMoeParams& p, void* stream, bool enable_pdl);
 
-/// cutlass_fused_moe's SM90 mixed-input paths on sm90+ (as upstream): W4A16 MXFP4
-/// (use_w4_group_scaling with uint8 weights) and Humming MXFP4 x FP8 (use_wfp4afp8_humming). A
-/// block per (token, k) pair, or for batches of 2+ pairs a local expert a block per tile of up to
-/// 8 pairs of one expert (sorted on the device); a warp per 16 output rows reading the weights
-/// and their folded scale bytes in place in upstream's SM90 layouts
-/// (kernels/moe_sm90_mixed_rules.h), fp32 sums, the CPU reference's rounding points (GEMM
-/// outputs and W4A16's activation rounded to the input dtype, biases in fp32; Humming's inputs
-/// quantized to fp8 per row with their alphas); the intermediates in the stream's scratch
+/// cutlass_fused_moe's mixed-input paths, as upstream on sm90+: W4A16 MXFP4
+/// (use_w4_group_scaling with uint8 weights), Humming MXFP4 x FP8 (use_wfp4afp8_humming), W4A8
+/// INT4 (use_packed_weights with use_w4_group_scaling); and weight-only INT4 (use_packed_weights
+/// alone) on sm80+. A block per (token, k) pair, or for batches of 2+ pairs a local expert a
+/// block per tile of up to 8 pairs of one expert (sorted on the device); a warp per 16 output
+/// rows of the SM90 layouts (per 4 rows of weight-only INT4's SM80 one) reading the weights and
+/// their scales in place (kernels/moe_sm90_mixed_rules.h), fp32 sums, the CPU reference's
+/// rounding points (each mode's alphas, pre-quantization and fp8 inputs, the GEMM outputs
+/// rounded to the input dtype, biases in fp32); the intermediates in the stream's scratch
 /// (p.moe.ws_* are ignored). 16-byte aligned weights, hidden and inter in 128s (the API's
-/// checks); other FP4 modes are refused (kUnsupported).
+/// checks); NVFP4, MXFP8 x MXFP4 and MXFP8 x MXFP8 are refused (kUnsupported).
 void cutlass_moe_sm90_mixed(const CutlassMoeFp4Params& p, void* stream, bool enable_pdl);
 
 /// cutlass_fused_moe(enable_alltoall=True)'s rows of tokens with no local expert restored from

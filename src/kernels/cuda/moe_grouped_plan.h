@@ -211,11 +211,12 @@ FLASHINFER_HD constexpr int64_t moe_tile_grid(int64_t pairs, int64_t experts, in
   return (pairs + tile - 1) / tile + experts;
 }
 
-/// The SM90 mixed-input routes' scratch (W4A16, Humming): moe_gemv_scratch's fp32 g1 / h / y (by
-/// pair) first; the tiled route adds the sort's counts [chunks, E] and m_indptr [E + 1], perm
-/// [pairs] (pair -> row), row_pair [pairs] (row -> pair) and tile_off [E + 1], int32; Humming
-/// adds its fp8 GEMM1 input xq [tokens, hidden] and the dequantization scales x_dq [tokens] and
-/// h_dq [pairs], fp32. 256-byte aligned pieces, in bytes; the absent ones at the end.
+/// The mixed-input routes' scratch (W4A16, Humming, W4A8, weight-only INT4): moe_gemv_scratch's
+/// fp32 g1 / h / y (by pair) first; the tiled route adds the sort's counts [chunks, E] and
+/// m_indptr [E + 1], perm [pairs] (pair -> row), row_pair [pairs] (row -> pair) and tile_off
+/// [E + 1], int32; the modes with a prepass add its GEMM1 input xq [tokens, hidden] and
+/// Humming's dequantization scales x_dq [tokens] and h_dq [pairs], fp32. 256-byte aligned pieces,
+/// in bytes; the absent ones at the end.
 struct MoeW4a16Scratch {
   MoeGemvScratch gemv;
   uint64_t counts, indptr, perm, row_pair, tile_off, xq, x_dq, h_dq, bytes;
@@ -223,7 +224,7 @@ struct MoeW4a16Scratch {
 FLASHINFER_HD constexpr MoeW4a16Scratch moe_w4a16_scratch(int64_t tokens, int64_t pairs,
                                                           int64_t experts, int64_t hidden,
                                                           int64_t inter, int64_t gemm1_n,
-                                                          bool tiled, bool humming) {
+                                                          bool tiled, bool prepass) {
   const uint64_t P = static_cast<uint64_t>(pairs), E = static_cast<uint64_t>(experts);
   const uint64_t T = static_cast<uint64_t>(tokens);
   MoeW4a16Scratch s{};
@@ -238,7 +239,7 @@ FLASHINFER_HD constexpr MoeW4a16Scratch moe_w4a16_scratch(int64_t tokens, int64_
     at = s.tile_off + moe_align256((E + 1) * 4);
   }
   s.xq = s.x_dq = s.h_dq = at;
-  if (humming) {
+  if (prepass) {
     s.x_dq = s.xq + moe_align256(T * static_cast<uint64_t>(hidden) * 4);
     s.h_dq = s.x_dq + moe_align256(T * 4);
     at = s.h_dq + moe_align256(P * 4);
