@@ -29,7 +29,8 @@ its 10-minute command; every row that cannot run says why (one line) and the oth
       peak as gpu_check_report.py op_peak. One CSV row per plan row, rewritten after every row.
   gpu_check_upstream.py --out upstream.csv [--iters N] [--quick]
       phase 6b: paged prefill, MLA decode (fa2 and auto), rmsnorm and
-      top_k_top_p_sampling_from_logits on phase 5a's shapes.
+      top_k_top_p_sampling_from_logits on phase 5a's shapes; with GPU_CHECK_UPSTREAM_MOE=1 also
+      cutlass_fused_moe's W4A16 MXFP4 row (its sm90 MoE module may JIT for minutes).
 
 Timing: CUDA events around each iteration, an L2-sized buffer overwritten before each, then
 the device held for 500000 clock cycles (torch.cuda._sleep) so that the Python wrapper has
@@ -727,6 +728,40 @@ def others(a):
 
     case("top_k_top_p_sampling_from_logits", "b%d vocab%d k50 p0.9" % (SB, V), sampling,
          0.0, 4.0 * SB * V)
+    # cutlass_fused_moe W4A16 MXFP4 (gpt-oss's Hopper path in vLLM and SGLang), phase 5a's
+    # --use_w4_group_scaling row: 128 tokens, hidden = inter = 2944, 8 experts, top-2, Swiglu with
+    # gpt-oss's SwigluBias parameters. Opt-in (GPU_CHECK_UPSTREAM_MOE=1): the wheel may JIT its
+    # sm90 MoE module first, which can take minutes of device time.
+    if os.environ.get("GPU_CHECK_UPSTREAM_MOE") == "1":
+        MT, MHID, MI, ME = (16, 256, 256, 8) if a.quick else (128, 2944, 2944, 8)
+
+        def moe_w4a16():
+            from flashinfer.fused_moe import (cutlass_fused_moe,
+                                              interleave_moe_scales_for_sm90_mixed_gemm,
+                                              interleave_moe_weights_for_sm90_mixed_gemm)
+
+            def u8(*shape, lo=0, span=256):
+                return torch.randint(lo, lo + span, shape, dtype=torch.uint8, device=dev)
+
+            w1 = interleave_moe_weights_for_sm90_mixed_gemm(u8(ME, 2 * MI, MHID // 2), "fp4")
+            w2 = interleave_moe_weights_for_sm90_mixed_gemm(u8(ME, MHID, MI // 2), "fp4")
+            s1 = interleave_moe_scales_for_sm90_mixed_gemm(u8(ME, 2 * MI, MHID // 32, lo=120, span=4))
+            s2 = interleave_moe_scales_for_sm90_mixed_gemm(u8(ME, MHID, MI // 32, lo=120, span=4))
+            x = rnd(MT, MHID)
+            ids = torch.stack([torch.arange(MT, device=dev) % ME,
+                               (torch.arange(MT, device=dev) + 1) % ME], 1).to(torch.int32)
+            scales = torch.rand(MT, 2, device=dev)
+            par = [torch.full((ME,), v, dtype=torch.float32, device=dev) for v in (1.702, 1.0, 7.0)]
+            out = torch.empty(MT, MHID, dtype=bf16, device=dev)
+            qs = [s1.view(torch.int32), s2.view(torch.int32)]
+            return lambda: cutlass_fused_moe(x, ids, scales, w1, w2, bf16, qs, swiglu_alpha=par[0],
+                                             swiglu_beta=par[1], swiglu_limit=par[2], output=out,
+                                             use_w4_group_scaling=True)
+
+        rows_moe = 2.0 * MT
+        case("cutlass_fused_moe", "w4a16 m%d h%d i%d e%d top2" % (MT, MHID, MI, ME), moe_w4a16,
+             2.0 * rows_moe * MHID * 2 * MI + 2.0 * rows_moe * MI * MHID,
+             2.0 * MT * MHID * 2 + ME * 3 * MI * MHID / 2.0 + ME * 3 * MI * MHID / 32.0)
     write()
     return 0
 
