@@ -125,7 +125,11 @@ QuantizationRows as_rows(const Tensor& input, const char* op, const char* arg) {
   api::check_defined(input, op, arg);
   FLASHINFER_CHECK(input.dim() >= 2, op, arg, "expected a tensor of rank >= 2 ([M, K]), got ",
                    input.dim(), "-D with shape ", shape_to_string(input.shape()));
-  api::check_non_empty(input, op, arg);
+  // No rows is a call upstream answers with empty outputs (SGLang's idle data-parallel ranks
+  // quantize [0, H]); K must be there (upstream divides by it).
+  FLASHINFER_CHECK(input.size(-1) > 0, op, arg,
+                   "K (the last dimension) must be positive, got shape ",
+                   shape_to_string(input.shape()));
   if (input.dim() == 2 && input.stride(-2) == 1 && input.stride(-1) != 1 && input.size(-2) > 1) {
     // Upstream quantizes a column-major input along its transpose's rows and transposes back.
     r.column_major = true;
@@ -168,6 +172,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
           ? Shape{m, sf_cols}
           : Shape{sf_size / quantization_round_up(sf_cols, 4), quantization_round_up(sf_cols, 4)};
   Tensor sf = Tensor::empty(sf_shape, DType::kUInt8, x.device());
+  if (m == 0) return {q, sf};  // nothing to quantize (and no grid to launch)
 
   auto p = api::quantize_params<kernels::Fp4QuantizeParams>(x, q, sf, code);
   p.global_scale = gs.defined() ? gs.data<float>() : nullptr;
@@ -518,12 +523,10 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
         // Upstream (fp4_quantization.py): assert sfLayout == layout_128x4, quantize with linear
         // scales, then shuffle_matrix_a(a_fp4, 128) and shuffle_matrix_sf_a(a_sf, 128) reshaped
         // to a_sf's shape (the trtllm-gen weight layout); the per-token form's scales move with
-        // their rows. The shuffles run on the host only.
+        // their rows. On a GPU every step has its kernel (the shuffles' row gather and 128x4
+        // interleave).
         FLASHINFER_CHECK(sfLayout == SfLayout::layout_128x4, op, "sfLayout",
                          "do_shuffle requires SfLayout.layout_128x4");
-        FLASHINFER_CHECK_CODE(a.device().is_cpu(), ErrorCode::kUnsupported, op, "do_shuffle",
-                              "the trtllm-gen shuffles run on the CPU only here; got a tensor on ",
-                              a.device().str());
         FLASHINFER_CHECK(a.dim() == 2 && a.size(0) % 128 == 0 && sf_vec_size > 0 &&
                              a.size(1) % (4 * sf_vec_size) == 0,
                          op, "a",
@@ -666,14 +669,17 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
                          "SfLayout.layout_8x4 is not supported for mxfp8 quantization on CPU");
         FLASHINFER_CHECK(input.dim() >= 2, op, "input",
                          "expected a tensor of rank >= 2 ([M, K]), got ", input.dim(), "-D");
-        api::check_non_empty(input, op, "input");
+        // No rows: empty outputs, as upstream (fp4_quantize's rule); K must be there.
+        FLASHINFER_CHECK(input.size(-1) > 0, op, "input",
+                         "K (the last dimension) must be positive, got shape ",
+                         shape_to_string(input.shape()));
         api::check_dtype_in(input, {DType::kFloat16, DType::kBFloat16}, op, "input");
         Tensor x = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
         const int64_t m = x.size(0), k = x.size(1);
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
         const int64_t padded_k = mxfp8_padded_k(k, alignment, op);
-        if (padded_k > k) {
+        if (padded_k > k && m > 0) {
           Tensor xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
           xp.slice(1, 0, k).copy_(x);
           x = xp;
@@ -687,6 +693,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
         const int64_t sf_size = kernels::sf_buffer_size(code, m, padded_k / 32);
         Tensor sf = Tensor::empty({sf_size}, DType::kUInt8, input.device());
+        if (m == 0) return {q, sf};  // nothing to quantize (and no grid to launch)
         const auto p = api::quantize_params<kernels::Mxfp8QuantizeParams>(x, q, sf, code);
         api::launch(kMxfp8QuantizeKernels, p, input.device(), op, "input", enable_pdl);
         return {q, sf};

@@ -848,6 +848,19 @@ Tensor host(const Tensor& t) { return t.to(Device::cpu()); }
 // Both backends on the same input: a contiguous one (the kernels' 16-byte loads) and a view
 // whose rows start 132 elements apart (not 16-byte aligned: element loads). 130 rows cross a
 // 128-row scale tile; values up to 12 reach silu's tails and spread the block scales.
+// nvfp4_quantize(do_shuffle=True) on a GPU (refused before: the shuffles ran on the host only):
+// the quantizer's and the shuffles' kernels give the CPU's bytes, per-tensor and per-token.
+TEST(Nvfp4OpsCuda, QuantizeDoShuffleMatchesCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  Tensor a = rand_tensor({256, 128}, DType::kBFloat16, 78, -4, 4);
+  auto [q, sf] = nvfp4_quantize(a, f32({672}), SfLayout::layout_128x4, true);
+  auto [qd, sfd] = nvfp4_quantize(a.to(d), f32({672}).to(d), SfLayout::layout_128x4, true);
+  EXPECT_EQ(bytes(qd.to(Device::cpu())), bytes(q));
+  EXPECT_EQ(bytes(sfd.to(Device::cpu())), bytes(sf));
+  EXPECT_EQ(sfd.shape(), sf.shape());
+}
+
 TEST(Nvfp4OpsCuda, SiluAndMulNvfp4QuantizeMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device dev = Device::cuda(0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "ops/op_test_util.h"
 #include "util/test_util.h"
 
 namespace flashinfer {
@@ -266,6 +267,55 @@ TEST(Fp4Quantize, OutputShapesNdAndColumnMajor) {
   EXPECT_EQ(sfc.shape(), (Shape{2, 5}));
   EXPECT_EQ(bytes(qc.transpose(0, 1)), bytes(qr));
   EXPECT_EQ(bytes(sfc.transpose(0, 1)), bytes(sfr));
+}
+
+// No rows (SGLang's idle data-parallel ranks quantize a [0, hidden] tensor before every MoE
+// layer): upstream returns empty outputs of the usual shapes (its scale buffer sized for 0 rows);
+// so do we, on the CPU and on a GPU (no kernel launched); K must still be positive.
+TEST(Fp4Quantize, NoRowsGiveEmptyOutputs) {
+  std::vector<Device> devices = {Device::cpu()};
+  if (testing::cuda_available()) devices.push_back(Device::cuda(0));
+  for (const Device& d : devices) {
+    SCOPED_TRACE(d.str());
+    const Tensor x = Tensor::empty({0, 64}, DType::kBFloat16, d);
+    const Tensor gs = fp32_scalar(100.0).to(d);
+    auto [q, sf] = fp4_quantize(x, gs);
+    EXPECT_EQ(q.shape(), (Shape{0, 32}));
+    EXPECT_EQ(q.dtype(), DType::kUInt8);
+    EXPECT_EQ(sf.shape(), (Shape{0, 4}));
+    auto [ql, sfl] = fp4_quantize(x, gs, 16, false, false);
+    EXPECT_EQ(sfl.shape(), (Shape{0, 4}));
+    auto [q3, sf3] = fp4_quantize(Tensor::empty({2, 0, 64}, DType::kFloat16, d), gs);
+    EXPECT_EQ(q3.shape(), (Shape{2, 0, 32}));
+    EXPECT_EQ(sf3.numel(), 0);
+    auto [qn, sfn] = nvfp4_quantize(x, gs);
+    EXPECT_EQ(qn.shape(), (Shape{0, 32}));
+    EXPECT_EQ(sfn.numel(), 0);
+    auto [qm, sfm] = mxfp4_quantize(x);
+    EXPECT_EQ(qm.shape(), (Shape{0, 32}));
+    EXPECT_EQ(sfm.numel(), 0);
+    auto [q8, sf8] = mxfp8_quantize(x);
+    EXPECT_EQ(q8.shape(), (Shape{0, 64}));
+    EXPECT_EQ(q8.dtype(), DType::kFloat8E4M3FN);
+    EXPECT_EQ(sf8.numel(), 0);
+    EXPECT_FI_ERROR(fp4_quantize(Tensor::empty({4, 0}, DType::kBFloat16, d), gs), "fp4_quantize",
+                    "input");
+    EXPECT_FI_ERROR(mxfp8_quantize(Tensor::empty({4, 0}, DType::kBFloat16, d)), "mxfp8_quantize",
+                    "input");
+  }
+  // Recorded and replayed like any call (replayed after the recording ends: a replay is a call).
+  std::vector<testing::RecordingObserver::Call> calls;
+  {
+    testing::RecordingScope scope;
+    (void)fp4_quantize(Tensor::empty({0, 64}, DType::kBFloat16), fp32_scalar(100.0));
+    (void)mxfp8_quantize(Tensor::empty({0, 64}, DType::kBFloat16));
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& call : calls) {
+    EXPECT_TRUE(call.error.empty()) << call.error;
+    EXPECT_TRUE(testing::replays_identically(call)) << call.name;
+  }
 }
 
 TEST(Fp4Quantize, Fp8InputAndMxfp4Mode) {
