@@ -157,9 +157,22 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   FLASHINFER_CHECK(k % sf_vec_size == 0, op, in_arg, "K = ", k,
                    " is not a multiple of the block size sf_vec_size = ", sf_vec_size);
   Tensor gs;
+  bool gs_per_row = false;
   if (global_scale && global_scale->defined() && !sf_use_ue8m0) {
-    gs = fp32_scalar(*global_scale, x.device(), op,
-                     std::string_view(op) == "fp4_quantize" ? "global_scale" : "a_global_sf");
+    const char* gs_arg = std::string_view(op) == "fp4_quantize" ? "global_scale" : "a_global_sf";
+    const Tensor& g = *global_scale;
+    if (g.numel() == m && m > 1) {
+      // Upstream's row-wise global scale (one per row of the [M, K] view): fp32 on the device.
+      FLASHINFER_CHECK_CODE(!rows.column_major, ErrorCode::kUnsupported, op, gs_arg,
+                            "a per-row global scale with a column-major input is not implemented");
+      api::check_dtype_in(g, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, gs_arg);
+      gs = g.reshape({m}).to(DType::kFloat32).to(x.device()).contiguous();
+      gs_per_row = true;
+    } else {
+      FLASHINFER_CHECK(g.numel() == 1, op, gs_arg, "expected one element or one per row (", m,
+                       "), got shape ", shape_to_string(g.shape()));
+      gs = fp32_scalar(g, x.device(), op, gs_arg);
+    }
   }
   const SfLayoutCode code = code_of(layout, op, "sfLayout");
   const int64_t sf_cols = k / sf_vec_size;
@@ -176,6 +189,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
 
   auto p = api::quantize_params<kernels::Fp4QuantizeParams>(x, q, sf, code);
   p.global_scale = gs.defined() ? gs.data<float>() : nullptr;
+  p.global_scale_per_row = gs_per_row;
   p.global_scale_inversed = gs_inversed;
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;

@@ -100,6 +100,9 @@ struct Fp4QuantizeParams {
   uint8_t* sf = nullptr;   // sf_buffer_size bytes, zeroed padding written by the kernel
   int64_t sf_size = 0;
   const float* global_scale = nullptr;  // one fp32 on the input's device; null means 1
+  // fp4_quantize's per-row form (upstream's useRowWiseGlobalScale): global_scale holds m fp32s,
+  // row r quantized with global_scale[r].
+  bool global_scale_per_row = false;
   bool global_scale_inversed = false;
   int sf_vec_size = 16;
   bool ue8m0 = false;

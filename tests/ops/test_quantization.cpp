@@ -318,6 +318,45 @@ TEST(Fp4Quantize, NoRowsGiveEmptyOutputs) {
   }
 }
 
+// A global scale per row (upstream's row-wise form: numel == M): row r is quantized exactly as
+// fp4_quantize of that row alone with scale gs[r], in both scale layouts and with the inversed
+// flag, on the CPU and on a GPU; another count is an error naming the scale.
+TEST(Fp4Quantize, PerRowGlobalScaleQuantizesEachRowWithItsOwn) {
+  std::vector<Device> devices = {Device::cpu()};
+  if (testing::cuda_available()) devices.push_back(Device::cuda(0));
+  const int64_t m = 5, k = 64;
+  const Tensor x = Tensor::empty({m, k}, DType::kBFloat16).uniform_(31, -6, 6);
+  const std::vector<double> gsv = {100.0, 3.0, 0.5, 448.0, 1.0};
+  for (const Device& d : devices) {
+    for (bool swizzled : {true, false}) {
+      for (bool inversed : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << d.str() << " swizzled " << swizzled << " inversed " << inversed);
+        auto [q, sf] = fp4_quantize(x.to(d), Tensor::from_vector(gsv, {m}, DType::kFloat32).to(d),
+                                    16, false, swizzled, false, inversed);
+        const auto qb = bytes(q.to(Device::cpu()));
+        for (int64_t r = 0; r < m; ++r) {
+          auto [qr, sfr] =
+              fp4_quantize(x.slice(0, r, r + 1), fp32_scalar(gsv[static_cast<size_t>(r)]), 16,
+                           false, false, false, inversed);
+          const auto rb = bytes(qr);
+          for (int64_t c = 0; c < k / 2; ++c) {
+            ASSERT_EQ(qb[static_cast<size_t>(r * k / 2 + c)], rb[static_cast<size_t>(c)]) << r;
+          }
+          if (!swizzled) {
+            const auto sb = bytes(sf.to(Device::cpu())), srb = bytes(sfr);
+            for (int64_t c = 0; c < k / 16; ++c) {
+              ASSERT_EQ(sb[static_cast<size_t>(r * k / 16 + c)], srb[static_cast<size_t>(c)]) << r;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FI_ERROR(fp4_quantize(x, Tensor::from_vector({1.0, 2.0}, {2}, DType::kFloat32)),
+                  "fp4_quantize", "global_scale");
+}
+
 TEST(Fp4Quantize, Fp8InputAndMxfp4Mode) {
   Tensor in = Tensor::empty({4, 64}, DType::kFloat8E4M3FN).uniform_(9, -100, 100);
   auto [q, sf] = fp4_quantize(in, fp32_scalar(10.0), 16, false, false);

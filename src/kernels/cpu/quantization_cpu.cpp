@@ -111,10 +111,15 @@ template <class T>
 [[gnu::always_inline]] inline void fp4_rows_body(const Fp4QuantizeParams& p, float gs, int64_t r0,
                                                  int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
+    float g = gs;
+    if (p.global_scale_per_row) {
+      g = p.global_scale[r];
+      if (p.global_scale_inversed) g = 1.0f / g;
+    }
     if (p.sf_vec_size == 16) {
-      fp4_row<T, 16>(p, gs, r);
+      fp4_row<T, 16>(p, g, r);
     } else {
-      fp4_row<T, 32>(p, gs, r);
+      fp4_row<T, 32>(p, g, r);
     }
   }
 }

@@ -30,8 +30,8 @@ struct Fp4Scale {
   float sf;
   bool zero;  // the CuTe-DSL zero rule applies: the codes are e2m1(v * 0)
 };
-__device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p) {
-  const float gs = p.global_scale ? *p.global_scale : 1.0f;
+__device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p, int64_t row) {
+  const float gs = p.global_scale ? p.global_scale[p.global_scale_per_row ? row : 0] : 1.0f;
   return p.global_scale_inversed ? __fdiv_rn(1.0f, gs) : gs;
 }
 // cute_zero: Fp4QuantizeParams::cute_dsl_zero (a zero decoded scale, ue8m0 code 0 included).
@@ -94,7 +94,7 @@ __global__ void fp4_quantize_strided_kernel(Fp4QuantizeParams p) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx < p.m * sf_cols) {
     const int64_t r = idx / sf_cols, b = idx % sf_cols;
-    const float gs = fp4_global_scale(p);
+    const float gs = fp4_global_scale(p, r);
     const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m + b * vec * p.in_stride_k;
     // Two passes over the (cached) elements instead of a v[vec] array: a runtime-sized
     // register array would live in local memory.
@@ -119,10 +119,10 @@ template <class T, int VEC>
 __global__ void __launch_bounds__(kQuantThreads) fp4_quantize_kernel(Fp4QuantizeParams p) {
   pdl_wait();
   const int64_t sf_cols = p.k / VEC, n = p.m * sf_cols;
-  const float gs = fp4_global_scale(p);
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / sf_cols, b = idx % sf_cols;
+    const float gs = fp4_global_scale(p, r);
     float v[VEC];
     load_block<T, VEC>(static_cast<const T*>(p.input) + r * p.in_stride_m + b * VEC, v);
     float amax = 0.0f;
