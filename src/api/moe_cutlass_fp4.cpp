@@ -1,5 +1,6 @@
-// cutlass_fused_moe's FP4 paths: argument checks as upstream's runner makes them (errors name
-// the argument), dispatch to the CPU reference. Semantics and sources: docs/MOE.md.
+// cutlass_fused_moe's FP4 and mixed-input paths: argument checks as upstream's runner makes them
+// (errors name the argument), dispatch to the CPU reference or, for W4A16 MXFP4, Humming, W4A8
+// INT4 and weight-only INT4, the CUDA kernels. Semantics and sources: docs/MOE.md.
 #include "api/moe_cutlass_fp4.h"
 
 #include <array>
@@ -63,7 +64,8 @@ const char* mode_name(kernels::CutlassFp4Mode m) {
   }
 }
 
-// One entry of quant_scales: dtype, shape, CPU and contiguous; `what` is upstream's name for it.
+// One entry of quant_scales: dtype, shape, on input's device and contiguous; `what` is upstream's
+// name for it.
 const Tensor& quant_scale(const std::vector<Tensor>& qs, size_t i, const char* what, DType dtype,
                           const Shape& shape, const Device& dev) {
   const Tensor& t = qs[i];

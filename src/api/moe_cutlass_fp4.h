@@ -23,8 +23,9 @@ bool is_cutlass_moe_fp4_call(const Tensor& input, const Tensor& fc1_expert_weigh
                              bool use_mxfp8_act_scaling, bool use_packed_weights,
                              bool use_wfp4afp8_humming);
 
-/// Checks what the FP4 paths need (errors name the argument) and runs the CPU reference. Returns
-/// upstream's four outputs (the three scratch ones zero).
+/// Checks what the FP4 and mixed-input paths need (errors name the argument) and runs the CPU
+/// reference or, for W4A16 MXFP4, Humming, W4A8 INT4 and weight-only INT4 on a GPU, the CUDA
+/// kernels. Returns upstream's four outputs (the three scratch ones zero).
 std::vector<Tensor> cutlass_fused_moe_fp4(const CutlassMoeCall& c);
 
 /// The `flashinfer bench --routine cutlass_fused_moe --input_dtype uint8` case: NVFP4 as the
