@@ -21,7 +21,8 @@
 
 #include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
 #include "kernels/fp32_rules.h"               // fp32_mul, fp32_div
-#include "kernels/nvfp4_rules.h"              // e4m3_code_to_float
+#include "kernels/moe_weight_prep_rules.h"    // sm90_fp4_bit_dst
+#include "kernels/nvfp4_rules.h"              // e2m1_code_to_float, e4m3_code_to_float
 #include "kernels/quantization_params.h"      // FLASHINFER_HD, f32_from_bits
 
 namespace flashinfer::kernels {
@@ -37,23 +38,12 @@ FLASHINFER_HD int sm90_fp4_word_col0(int pr, int w) {
 
 /// Nibble n (0..7) of the word before the interleave's bit permutation (sm90_permute_fp4_bits):
 /// the e2m1 code of logical row pr % 8 + 8 * ((n >> 1) & 1), element col0 + (n & 1) + 8 * (n >> 2).
-/// Each code bit is read where the permutation put it.
+/// Each code bit is read where the permutation put it (sm90_fp4_bit_dst).
 FLASHINFER_HD uint32_t sm90_fp4_word_code(uint32_t v, int n) {
-  constexpr int kFp4BitDst[32] = {6, 7, 8, 15, 22, 23, 24, 31, 3,  4,  5,  12, 19, 20, 21, 28,
-                                  0, 1, 2, 9,  16, 17, 18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
   uint32_t code = 0;
   FLASHINFER_UNROLL
-  for (int b = 0; b < 4; ++b) code |= ((v >> kFp4BitDst[4 * n + b]) & 1u) << b;
+  for (int b = 0; b < 4; ++b) code |= ((v >> sm90_fp4_bit_dst(4 * n + b)) & 1u) << b;
   return code;
-}
-
-/// An e2m1 code's value built on the fp32 bits (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives;
-/// -0 for code 8), so a kernel needs no table.
-FLASHINFER_HD float e2m1_code_value(uint32_t code) {
-  const uint32_t m = code & 7u;
-  const uint32_t mag =
-      m >= 2u ? ((m >> 1) + 126u) << 23 | (m & 1u) << 22 : (m == 1u ? 0x3F000000u : 0u);
-  return f32_from_bits(mag | (code & 8u) << 28);
 }
 
 /// The "fp4_fp8" layout (Humming): word w (0..7) of physical row pr of a 16-row block's 64-element
@@ -169,8 +159,8 @@ FLASHINFER_HD void sm90_mixed_lane_decode(const uint32_t (&words)[4], uint32_t o
   for (int i = 0; i < 16; ++i) {
     if constexpr (K == Sm90Mixed::kW4A16) {
       const int n = (i & 1) + 4 * ((i >> 1) & 1);  // row_lo's nibble; row_lo + 8's is n + 2
-      lo[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n));
-      hi[i] = e2m1_code_value(sm90_fp4_word_code(words[i / 4], n + 2));
+      lo[i] = e2m1_code_to_float(static_cast<uint8_t>(sm90_fp4_word_code(words[i / 4], n)));
+      hi[i] = e2m1_code_to_float(static_cast<uint8_t>(sm90_fp4_word_code(words[i / 4], n + 2)));
     } else if constexpr (K == Sm90Mixed::kHumming) {
       lo[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], i % 4), off_lo);
       hi[i] = humming_operand(sm90_fp4_fp8_word_code(words[i / 4], 4 + i % 4), off_hi);

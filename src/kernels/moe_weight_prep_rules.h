@@ -18,13 +18,18 @@
 
 namespace flashinfer::kernels {
 
-/// "fp4": the 32-bit group of a row pair (bytes: row r col c, row r + 8 col c, row r col c + 4,
-/// row r + 8 col c + 4, little-endian) with source bit i moved to bit kFp4BitDst[i].
-FLASHINFER_HD uint32_t sm90_permute_fp4_bits(uint32_t v) {
+/// "fp4": where source bit i (0..31) of a row pair's 32-bit group goes (also read back in place by
+/// the mixed-input MoE kernels, kernels/moe_sm90_mixed_rules.h).
+FLASHINFER_HD int sm90_fp4_bit_dst(int i) {
   constexpr int kFp4BitDst[32] = {6, 7, 8, 15, 22, 23, 24, 31, 3,  4,  5,  12, 19, 20, 21, 28,
                                   0, 1, 2, 9,  16, 17, 18, 25, 13, 10, 11, 14, 29, 26, 27, 30};
+  return kFp4BitDst[i];
+}
+/// "fp4": the 32-bit group of a row pair (bytes: row r col c, row r + 8 col c, row r col c + 4,
+/// row r + 8 col c + 4, little-endian) with source bit i moved to bit sm90_fp4_bit_dst(i).
+FLASHINFER_HD uint32_t sm90_permute_fp4_bits(uint32_t v) {
   uint32_t out = 0;
-  for (int i = 0; i < 32; ++i) out |= ((v >> i) & 1u) << kFp4BitDst[i];
+  for (int i = 0; i < 32; ++i) out |= ((v >> i) & 1u) << sm90_fp4_bit_dst(i);
   return out;
 }
 

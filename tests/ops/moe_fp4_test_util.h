@@ -115,6 +115,24 @@ void for_each_sm90_word(const uint8_t* w, int64_t rows, int64_t k, const F& f) {
   }
 }
 
+/// The 16-bit-unit SM90 layouts ("fp4_fp8", "int4"), independently of the kernels' lane rules:
+/// word wd of physical row pr of 16-row block blk in 64-column partition q holds in nibble n the
+/// code of logical row 16 blk + pr % 8 + 8 (n / 4), column 64 q + 32 (wd / 4) + 16 (pr / 8) +
+/// 4 (wd % 4) + n % 4. Checks every nibble of interleaved `w` against the plain bytes, read
+/// through code_of(word, n).
+template <class CodeOf>
+void expect_sm90_unit_words_hold(const uint8_t* w, const std::vector<uint8_t>& plain, int64_t rows,
+                                 int64_t k, const CodeOf& code_of) {
+  for_each_sm90_word(w, rows, k, [&](uint32_t v, int64_t blk, int pr, int64_t q, int wd) {
+    for (int n = 0; n < 8; ++n) {
+      const int64_t row = blk * 16 + pr % 8 + 8 * (n / 4);
+      const int64_t col = 64 * q + 32 * (wd / 4) + 16 * (pr / 8) + 4 * (wd % 4) + n % 4;
+      ASSERT_EQ(code_of(v, n), plain_code(plain, k / 2, row, col))
+          << "block " << blk << " row " << pr << " partition " << q << " word " << wd;
+    }
+  });
+}
+
 /// Top-2 expert ids [T, 2] int32 over n experts: two distinct experts per token, spread so that
 /// every expert gets rows.
 inline Tensor top2_ids(int64_t T, int64_t n) {

@@ -487,7 +487,7 @@ TEST(CutlassFusedMoeFp4, W4A16Mxfp4MatchesFormula) {
 // power-of-two scales keep every fp32 sum exact, so the sums must be equal, not close.
 TEST(CutlassFusedMoeFp4, Sm90Fp4LanesReadWhatTheInterleaveWrote) {
   for (uint32_t code = 0; code < 16; ++code) {
-    EXPECT_EQ(std::bit_cast<uint32_t>(kernels::e2m1_code_value(code)),
+    EXPECT_EQ(std::bit_cast<uint32_t>(kernels::e2m1_code_to_float(static_cast<uint8_t>(code))),
               std::bit_cast<uint32_t>(e2m1_bits_to_float(static_cast<uint8_t>(code))))
         << code;
   }

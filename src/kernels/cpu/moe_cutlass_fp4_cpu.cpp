@@ -280,12 +280,9 @@ void int4_expert(const uint8_t* w, const uint16_t* s, DType sdt, int64_t rows, i
 // 4. +8 bias, and in each word element q moves to nibble (q % 2) * 4 + q / 2 (even elements in
 //    the low half), the order the kernel's FastInterleavedAndBiasedNumericArrayConverter reads.
 int64_t woq_int4_nibble(int64_t k, int64_t n, int64_t K) {
-  static constexpr std::array<int, 32> kLdsm = {0,  1,  8,  9,  16, 17, 24, 25, 2,  3,  10,
-                                                11, 18, 19, 26, 27, 4,  5,  12, 13, 20, 21,
-                                                28, 29, 6,  7,  14, 15, 22, 23, 30, 31};
-  static constexpr std::array<int, 32> kInv = [] {
+  static const std::array<int, 32> kInv = [] {  // woq_ldsm_k's inverse
     std::array<int, 32> inv{};
-    for (int j = 0; j < 32; ++j) inv[static_cast<size_t>(kLdsm[static_cast<size_t>(j)])] = j;
+    for (int j = 0; j < 32; ++j) inv[static_cast<size_t>(woq_ldsm_k(j))] = j;
     return inv;
   }();
   const int64_t kp = k / 32 * 32 + kInv[static_cast<size_t>(k % 32)];

@@ -1648,18 +1648,11 @@ __device__ float block_amax(float v, float* red) {
   return m;
 }
 
-// A W4A8 GEMM input value: v times its column's pre-quant scale rounded to T (applyPrequantScale),
-// then e4m3_satfinite, as fp32.
+// A GEMM input value times its column's pre-quant scale rounded to T (applyPrequantScale: one
+// rounding of the exact product), or v itself without scales (weight-only INT4 without AWQ): the
+// CPU reference's prequant_scaled. W4A8 then casts it to e4m3 (e4m3_satfinite_value).
 template <class T>
-__device__ __forceinline__ float w4a8_input(float v, const uint16_t* prequant, int64_t col) {
-  const float s = to_f32(reinterpret_cast<const T*>(prequant)[col]);
-  return e4m3_satfinite_value(round_as<T>(fp32_mul(v, s)));
-}
-
-// Weight-only INT4's GEMM input value: v times its column's pre-quant scale rounded to T when the
-// call has AWQ scales (applyPrequantScale), else v.
-template <class T>
-__device__ __forceinline__ float woq_input(float v, const uint16_t* prequant, int64_t col) {
+__device__ __forceinline__ float prequant_scaled(float v, const uint16_t* prequant, int64_t col) {
   if (prequant == nullptr) return v;
   return round_as<T>(fp32_mul(v, to_f32(reinterpret_cast<const T*>(prequant)[col])));
 }
@@ -1667,8 +1660,8 @@ __device__ __forceinline__ float woq_input(float v, const uint16_t* prequant, in
 // The GEMM1 input of Humming, W4A8 and weight-only INT4, a block per token (the routed rows of one
 // token are the same row; expandInputRowsKernel quantizes each): Humming quantizes the row by its
 // amax (humming_quant; the values read back as fp32 into xq, 1 / quant into x_dq); W4A8 scales each
-// value by fc1's pre-quant scale (w4a8_input); weight-only INT4 applies the AWQ scale if any
-// (woq_input).
+// value by fc1's pre-quant scale, then casts it to e4m3; weight-only INT4 applies the AWQ scale
+// if any (prequant_scaled).
 template <class T, Sm90Mixed K>
 __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_dq) {
   pdl_wait();
@@ -1678,11 +1671,11 @@ __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_
   const T* x = static_cast<const T*>(m.input) + t * m.in_stride;
   if constexpr (K == Sm90Mixed::kW4A8) {
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-      xq[t * H + j] = w4a8_input<T>(to_f32(x[j]), p.fc1_prequant, j);
+      xq[t * H + j] = e4m3_satfinite_value(prequant_scaled<T>(to_f32(x[j]), p.fc1_prequant, j));
     }
   } else if constexpr (K == Sm90Mixed::kWoqInt4) {
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
-      xq[t * H + j] = woq_input<T>(to_f32(x[j]), p.fc1_prequant, j);
+      xq[t * H + j] = prequant_scaled<T>(to_f32(x[j]), p.fc1_prequant, j);
     }
   } else {
     float amax = 0.0f;
@@ -1699,7 +1692,7 @@ __global__ void mixed_prepass_kernel(CutlassMoeFp4Params p, float* xq, float* x_
 // 1 / quant times fc1's residual; W4A8: fc1's alpha), the fc1 bias added in fp32; then their
 // activations: W4A16 rounded to T; Humming quantized per pair to fp8 from fp32
 // (doActivationKernel), with 1 / quant times fc2's residual into h_dq; W4A8 rounded to T, then
-// fc2's fp8 input (w4a8_input). Rows of g1 / h by pair.
+// fc2's fp8 input (prequant_scaled, then e4m3). Rows of g1 / h by pair.
 template <class T, Sm90Mixed K, int P>
 __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
   constexpr bool kHum = K == Sm90Mixed::kHumming, kW4A8 = K == Sm90Mixed::kW4A8;
@@ -1767,9 +1760,9 @@ __global__ void mixed_gemm1_kernel(CutlassMoeFp4Params p, MixedRoute t) {
         h[j] = a;  // quantized below, by this thread, once the row's amax is known
         amax = fp32_abs_max(amax, a);
       } else if constexpr (kW4A8) {
-        h[j] = w4a8_input<T>(round_as<T>(a), p.fc2_prequant, j);
+        h[j] = e4m3_satfinite_value(prequant_scaled<T>(round_as<T>(a), p.fc2_prequant, j));
       } else if constexpr (kWoq) {
-        h[j] = woq_input<T>(round_as<T>(a), p.fc2_prequant, j);
+        h[j] = prequant_scaled<T>(round_as<T>(a), p.fc2_prequant, j);
       } else {
         h[j] = round_as<T>(a);
       }
