@@ -523,6 +523,52 @@ TEST(GemmCuda, MatchesCpu) {
       cpu, gemm_tol(DType::kBFloat16, 128));
 }
 
+// bmm_fp8 as SGLang and vLLM call it for DeepSeek's absorbed MLA projections on Hopper: a batch of
+// 16 to 128 heads, one or a few tokens (decode), k and n of 128 and 512, B a column-major view of
+// the [heads, n, k] weight, with and without `out`. The operands are small integers and the
+// scales powers of two, so every fp32 sum is exact in any order of accumulation and the GPU must
+// give the CPU's bits. GemmCuda.MatchesCpu's one fp8 shape has 2 heads and 64 rows.
+TEST(GemmCuda, BmmFp8AtTheEnginesMlaShapesIsExact) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  if (api::compute_capability(g) < 89) GTEST_SKIP() << "fp8 cuBLASLt needs sm89+";
+  // Integers in [-3, 3]: |sum| <= 9 * 512 < 2^24, and each is an e4m3 value.
+  auto small_ints = [](std::vector<int64_t> shape, uint64_t seed) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<double> v(static_cast<std::size_t>(n));
+    uint64_t x = seed;
+    for (double& e : v) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      e = static_cast<double>(static_cast<int64_t>((x >> 33) % 7) - 3);
+    }
+    return Tensor::from_vector(v, shape, DType::kFloat32).to(DType::kFloat8E4M3FN);
+  };
+  struct MlaShape {
+    int64_t heads, tokens, k, n;
+  };
+  for (const MlaShape s :
+       {MlaShape{16, 1, 128, 512}, MlaShape{16, 1, 512, 128}, MlaShape{128, 1, 128, 512},
+        MlaShape{128, 3, 512, 128}, MlaShape{32, 16, 128, 512}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "heads " << s.heads << " tokens " << s.tokens << " k " << s.k << " n " << s.n);
+    const Tensor A = small_ints({s.heads, s.tokens, s.k}, 41 + s.k);
+    const Tensor Bt = small_ints({s.heads, s.n, s.k}, 43 + s.n);  // B = Bt^T, column-major
+    const Tensor sa = fp32_scalar(0.5), sb = fp32_scalar(0.125);
+    const Tensor cpu = bmm_fp8(A, Bt.transpose(1, 2), sa, sb, DType::kBFloat16);
+    const Tensor Ag = A.to(g), Bg = Bt.to(g).transpose(1, 2), sag = sa.to(g), sbg = sb.to(g);
+    EXPECT_EQ(testing::bytes_of(bmm_fp8(Ag, Bg, sag, sbg, DType::kBFloat16).to(Device::cpu())),
+              testing::bytes_of(cpu));
+    Tensor out = Tensor::zeros({s.heads, s.tokens, s.n}, DType::kBFloat16, g);
+    bmm_fp8(Ag, Bg, sag, sbg, DType::kBFloat16, out);
+    EXPECT_EQ(testing::bytes_of(out.to(Device::cpu())), testing::bytes_of(cpu));
+    // fp16 out, as vLLM's fp16 models ask.
+    const Tensor cpu16 = bmm_fp8(A, Bt.transpose(1, 2), sa, sb, DType::kFloat16);
+    EXPECT_EQ(testing::bytes_of(bmm_fp8(Ag, Bg, sag, sbg, DType::kFloat16).to(Device::cpu())),
+              testing::bytes_of(cpu16));
+  }
+}
+
 // Views whose data pointer is only element-aligned (cuBLASLt's heuristic assumes 256 bytes
 // unless told), an odd leading dimension, and overlapping rows, which cuBLASLt cannot take.
 TEST(GemmCuda, UnalignedViewsMatchCpuAndOverlapIsRefused) {
