@@ -549,6 +549,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                          "columns), got shape ",
                          shape_to_string(a.shape()));
         Nvfp4QuantizeResult r = quantize(SfLayout::layout_linear);
+        if (a.size(0) == 0) return r;  // no rows to shuffle (the shuffles refuse empty inputs)
         auto& [q, sf] = r;
         sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
         q = shuffle_matrix_a(q, 128);

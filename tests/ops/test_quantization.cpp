@@ -291,6 +291,10 @@ TEST(Fp4Quantize, NoRowsGiveEmptyOutputs) {
     auto [qn, sfn] = nvfp4_quantize(x, gs);
     EXPECT_EQ(qn.shape(), (Shape{0, 32}));
     EXPECT_EQ(sfn.numel(), 0);
+    // do_shuffle: nothing to shuffle (the shuffles themselves refuse empty inputs).
+    auto [qs, sfs] = nvfp4_quantize(x, gs, SfLayout::layout_128x4, true);
+    EXPECT_EQ(qs.shape(), (Shape{0, 32}));
+    EXPECT_EQ(sfs.numel(), 0);
     auto [qm, sfm] = mxfp4_quantize(x);
     EXPECT_EQ(qm.shape(), (Shape{0, 32}));
     EXPECT_EQ(sfm.numel(), 0);
