@@ -514,6 +514,21 @@ SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind 
   return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
 }
 
+// Upstream's "top_k_first" runs the top-k filter over the input's rows (top_k_renorm_probs or
+// top_k_mask_logits, which read top_k[row] for each of the input's rows) and only then samples
+// through `indices`: a per-row top_k is read at the source row, top_k[indices[b]], not at the
+// output row b as the joint path and the other samplers read it. A top_k with fewer entries than
+// the input has rows would be read past its end upstream: refused.
+void top_k_by_input_row(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k,
+                        const std::optional<Tensor>& indices, const char* op) {
+  if (!indices || !top_k.is_tensor()) return;
+  FLASHINFER_CHECK(top_k.tensor().size(0) >= rows.args.src_rows, op, "top_k",
+                   "with indices, \"top_k_first\" reads top_k at the input's rows (as upstream's "
+                   "top-k filter does), so it needs at least ",
+                   rows.args.src_rows, " entries, got ", top_k.tensor().size(0));
+  rows.args.top_k_by_src_row = true;
+}
+
 void check_order(const std::string& order, const char* op) {
   FLASHINFER_CHECK(order == "top_k_first" || order == "joint", op, "filter_apply_order",
                    "must be \"top_k_first\" or \"joint\", got \"", order, "\"");
@@ -531,8 +546,9 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
                           return_valid);
   }
-  const SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed,
-                                             offset, SamplingKind::kTopP);
+  SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset,
+                                       SamplingKind::kTopP);
+  top_k_by_input_row(rows, top_k, indices, op);
   const Intermediates tmp(probs.device(), rows.batch, probs.size(1), {probs.dtype()});
   launch_filter_into(op, probs, rows, FilterKind::kTopKRenorm, tmp[0]);
   return launch_sample(op, tmp[0], identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
@@ -546,8 +562,8 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const char* op = "top_k_top_p_sampling_from_logits";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
-  const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed,
-                                             offset, SamplingKind::kTopKTopP);
+  SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed, offset,
+                                       SamplingKind::kTopKTopP);
   const SamplingRows own = identity_rows(rows);
   const Device dev = logits.device();
   if (order == "joint") {
@@ -556,6 +572,7 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
     return launch_sample(op, tmp[0], own, SamplingKind::kTopKTopP, sample_dtype(indices), false)
         .samples;
   }
+  top_k_by_input_row(rows, top_k, indices, op);
   if (dev.is_cpu()) {
     // The same three steps fused per row on the CPU (no [batch, vocab] intermediates).
     return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));

@@ -44,6 +44,10 @@ struct SamplingRowArgs {
   RowArg indices;
   int64_t src_rows = 0;  // rows of the input (>= 1 when there are output rows)
   RowArg top_k;
+  // top_k read at the source row (indices[b]) instead of the output row b: upstream's
+  // "top_k_first", whose top-k filter runs over the input's rows before top-p samples through
+  // indices (api/sampling.cpp, top_k_by_input_row).
+  bool top_k_by_src_row = false;
   RowArg top_p = {nullptr, DType::kFloat32, 0, 0, 1.0f};
   RowArg min_p = {nullptr, DType::kFloat32, 0, 0, 0.0f};
   RowArg temperature = {nullptr, DType::kFloat32, 0, 0, 1.0f};

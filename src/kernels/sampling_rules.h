@@ -91,7 +91,7 @@ FLASHINFER_HD SamplingRow sampling_row(const SamplingRowArgs& a, int64_t b) {
   r.src_row = sampling_src_row(a, b);
   r.seed = static_cast<uint64_t>(row_arg_int(a.seed, b));
   r.offset = static_cast<uint64_t>(row_arg_int(a.offset, b));
-  r.top_k = sampling_top_k(row_arg_int(a.top_k, b));
+  r.top_k = sampling_top_k(row_arg_int(a.top_k, a.top_k_by_src_row ? r.src_row : b));
   r.top_p = row_arg_float(a.top_p, b);
   r.min_p = row_arg_float(a.min_p, b);
   r.temperature = row_arg_float(a.temperature, b);

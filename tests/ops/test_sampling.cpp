@@ -836,7 +836,9 @@ TEST(Samplers, FiltersNeverViolated) {
     bad += !(kk[sj[b]] && kp[sj[b]]);
     // top_k_first applies top_p to the renormalized top-k, where tps has no chosen margin:
     // allow 1e-5 of fp32 summation slack there.
-    bad += !(kk[sf[b]] && top_p_keep(renorm(p, kk), tps[b] + 1e-5)[sf[b]]);
+    // "top_k_first" reads a per-row top_k at the input row, as upstream's top-k filter does.
+    const auto kf = top_k_keep(p, ks[idx[b]]);
+    bad += !(kf[sf[b]] && top_p_keep(renorm(p, kf), tps[b] + 1e-5)[sf[b]]);
   }
   EXPECT_EQ(bad, 0);
 }
@@ -1468,6 +1470,86 @@ TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
   }
 }
 
+// vLLM's call (v1/sample/ops/topk_topp_sampler.py): top_k_top_p_sampling_from_logits over a
+// model's whole vocabulary with per-row k and p tensors. The two rows hold kDist's masses at ten
+// tokens scattered over the vocabulary (the rest 30 nats below: together ~1e-10, and outside
+// every top-k), and kDraws output rows read each through `indices`, with the row's k and p. The
+// drawn tokens are tested against the filtered distribution (chi-square; a token outside it must
+// never be drawn), which holds on either backend although softmax's bits differ between them; and a
+// second call with the same seed and offset draws the same tokens.
+void expect_vocab_draws_follow_the_filters(Device d, int64_t V, DType dtype) {
+  const int64_t n = static_cast<int64_t>(kDist.size());
+  std::vector<int64_t> pos(kDist.size());  // where kDist's entries sit in each row
+  for (int64_t i = 0; i < n; ++i) pos[i] = (i * 7 + 3) % n * (V / n) + 37 * i % (V / n);
+  std::vector<double> rows(static_cast<std::size_t>(2 * V));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t j = 0; j < V; ++j) rows[r * V + j] = std::log(0.005) - 30.0 + 0.25 * (j % 3);
+    // Row 1 holds kDist rotated by three tokens: another order of values over positions.
+    for (int64_t i = 0; i < n; ++i) rows[r * V + pos[i]] = std::log(kDist[(i + 3 * r) % n]);
+  }
+  const Tensor logits = Tensor::from_vector(rows, {2, V}, dtype).to(d);
+  // Output row i reads row i % 2, with that row's k and p. Either reading of a per-row top_k
+  // (at the output row, as "joint" reads it, or at the input row, as upstream's "top_k_first"
+  // does) gives the same k. Every filter boundary has a margin of at least 0.05.
+  const int64_t row_k[2] = {4, 5};
+  const double row_p[2] = {0.55, 0.5};
+  std::vector<int64_t> idx_v(2 * kDraws), k_v(2 * kDraws);
+  std::vector<double> p_v(2 * kDraws);
+  for (int64_t i = 0; i < 2 * kDraws; ++i) {
+    idx_v[i] = i % 2;
+    k_v[i] = row_k[i % 2];
+    p_v[i] = row_p[i % 2];
+  }
+  const Tensor idx = int_tensor(idx_v).to(d), k = int_tensor(k_v).to(d);
+  const Tensor p = Tensor::from_vector(p_v, {2 * kDraws}, DType::kFloat32).to(d);
+  // The expected distributions over kDist's ten tokens (the logits as `dtype` holds them, then
+  // fp64 softmax).
+  std::vector<double> lg;
+  for (double v : kDist) lg.push_back(std::log(v));
+  const std::vector<double> dist =
+      softmax64(Tensor::from_vector(lg, {n}, dtype).to_double_vector());
+  for (const char* order : {"top_k_first", "joint"}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V << " " << dtype_torch_name(dtype) << " " << order
+                                      << (d.is_cuda() ? " on cuda" : " on cpu"));
+    const auto draw = [&] {
+      return ints(top_k_top_p_sampling_from_logits(logits, k, p, idx, order, true, false,
+                                                   int64_t{1234}, int64_t{8}));
+    };
+    const std::vector<int64_t> got = draw();
+    EXPECT_EQ(draw(), got);
+    for (int64_t r = 0; r < 2; ++r) {
+      std::vector<double> mine(kDist.size());  // row r's masses at pos[]
+      for (int64_t i = 0; i < n; ++i) mine[i] = dist[(i + 3 * r) % n];
+      const int64_t kk = row_k[r];
+      const double pp = row_p[r];
+      std::vector<double> keep;
+      if (std::string(order) == "joint") {
+        keep = renorm(mine, both(top_k_keep(mine, kk), top_p_keep(mine, pp)));
+      } else {
+        const std::vector<double> topk = renorm(mine, top_k_keep(mine, kk));
+        keep = renorm(topk, top_p_keep(topk, pp));
+      }
+      std::vector<double> expected(static_cast<std::size_t>(V), 0.0);
+      for (int64_t i = 0; i < n; ++i) expected[pos[i]] = keep[i];
+      std::vector<int64_t> half;
+      for (int64_t i = r; i < 2 * kDraws; i += 2) half.push_back(got[i]);
+      EXPECT_TRUE(chi_square_ok(half, expected)) << "row " << r;
+    }
+  }
+}
+
+TEST(Samplers, VocabSizedLogitsWithRowTensorsFollowTheFilters) {
+  expect_vocab_draws_follow_the_filters(Device::cpu(), 1000, DType::kFloat32);
+}
+
+TEST(SamplingCuda, VocabSizedLogitsWithRowTensorsFollowTheFilters) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  for (int64_t V : {int64_t{128256}, int64_t{151936}}) {
+    expect_vocab_draws_follow_the_filters(Device::cuda(0), V, DType::kFloat32);
+  }
+  expect_vocab_draws_follow_the_filters(Device::cuda(0), 128256, DType::kBFloat16);
+}
+
 // The sampling ops on the device allocate only their outputs: a second call of the top-k-first
 // path (renorm into the stream's scratch, then top-p) with device per-row tensors makes one
 // device allocation (the samples) and no host copy of the per-row values.
@@ -1625,6 +1707,35 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
                                                     int64_t{9}, int64_t{0})),
               ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int64_t{9}, int64_t{0})
                        .samples));
+    // Upstream's composition with indices and a per-row top_k: top_k_mask_logits reads top_k at
+    // the input's rows (its first `rows` entries), top-p per output row through indices; so
+    // output row b has top_k[idx[b]] and top_p[b]. The same for the probs form
+    // (top_k_renorm_probs).
+    Tensor k8 = int_tensor({3, 1, 200, 7, 50, 1000, 2, 9});
+    Tensor p8 =
+        Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7, 0.6, 0.8}, {8}, DType::kFloat32);
+    const Tensor k_rows = k8.slice(0, 0, rows);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, k8, p8, idx, "top_k_first", true, false,
+                                                    int64_t{9}, int64_t{0})),
+              ints(top_p_sampling_from_probs(softmax(top_k_mask_logits(x, k_rows)), p8, idx, true,
+                                             false, int64_t{9}, int64_t{0})
+                       .samples));
+    const Tensor px = softmax(x);
+    EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(px, k8, p8, idx, "top_k_first", true, false,
+                                                   int64_t{9}, int64_t{0})
+                       .samples),
+              ints(top_p_sampling_from_probs(top_k_renorm_probs(px, k_rows), p8, idx, true, false,
+                                             int64_t{9}, int64_t{0})
+                       .samples));
+    // Three output rows over six input rows: upstream would read top_k past its end.
+    const Tensor idx3 = int_tensor({5, 0, 2});
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3),
+                    "top_k_top_p_sampling_from_logits", "top_k");
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(px, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3),
+                    "top_k_top_p_sampling_from_probs", "top_k");
+    // "joint" reads top_k at the output row, as upstream's joint kernel does.
+    EXPECT_NO_THROW(
+        top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3, "joint"));
   }
 }
 
