@@ -17,6 +17,7 @@
 #include "api/kernel_table.h"
 #include "core/cuda_runtime.h"
 #include "flashinfer/op_typed.h"
+#include "flashinfer/ops/topk.h"
 #include "flashinfer/stream.h"
 #include "kernels/cpu/sampling_cpu.h"
 #include "kernels/cpu/spec_sampling_cpu.h"
@@ -352,7 +353,8 @@ class Intermediates {
 // Launch helpers (arguments already validated).
 
 SamplingResult launch_sample(const char* op, const Tensor& input, const SamplingRows& rows,
-                             SamplingKind kind, DType out_dtype, bool return_valid) {
+                             SamplingKind kind, DType out_dtype, bool return_valid,
+                             const Tensor* sample_map = nullptr) {
   const int64_t batch = rows.batch;
   SamplingResult r;
   r.samples = Tensor::empty({batch}, out_dtype, input.device());
@@ -370,6 +372,10 @@ SamplingResult launch_sample(const char* op, const Tensor& input, const Sampling
     p.out_dtype = out_dtype;
     p.valid = return_valid ? r.valid.data<bool>() : nullptr;
     p.kind = kind;
+    if (sample_map != nullptr) {  // int64 [batch, vocab], unit column stride
+      p.sample_map = sample_map->data<int64_t>();
+      p.sample_map_stride = sample_map->stride(0);
+    }
     api::launch(kSampleKernels, p, input.device(), op, "probs");
   }
   return r;
@@ -529,6 +535,52 @@ void top_k_by_input_row(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k
   rows.args.top_k_by_src_row = true;
 }
 
+// Upstream's fast path for "top_k_first" (0.6.18's sampling.py, _top_k_first_fast_path): with no
+// indices, a Python int top_k in (0, 256] below the vocabulary and a vocabulary of at least 65536,
+// upstream selects each row's top k (flashinfer.top_k, sorted: descending, ties by ascending
+// index), makes them probabilities (the fp32 softmax of the logits; the probs over their sum),
+// samples top-p over those k columns with the call's seed and offset (top_p_sampling_from_probs:
+// the same increment of the default stream, 32 per row, and check_nan on the k columns), and
+// reports the sampled column's token. It is equal in distribution to the masked path, not draw for
+// draw, so a replay of upstream's call must take it too.
+constexpr int64_t kTopKFirstFastMaxK = 256;
+constexpr int64_t kTopKFirstFastMinVocab = 65536;
+
+bool top_k_first_fast_applies(const Tensor& x, const ScalarOrTensor<int64_t>& top_k,
+                              const std::optional<Tensor>& indices) {
+  if (indices || top_k.is_tensor() || x.dim() != 2) return false;
+  const int64_t k = top_k.scalar(), v = x.size(1);
+  return k > 0 && k <= kTopKFirstFastMaxK && v >= kTopKFirstFastMinVocab && k < v;
+}
+
+SamplingResult top_k_first_fast(const char* op, const char* input_name, const Tensor& x, int64_t k,
+                                const ScalarOrTensor<double>& top_p, bool from_logits,
+                                bool check_nan, const SeedArg& seed, const SeedArg& offset,
+                                bool return_valid) {
+  check_input(x, op, input_name);
+  {  // top_p, seed and offset checked before anything runs
+    SamplingRows chk = base_rows(x, std::nullopt, op);
+    apply_top_p(chk, top_p, x, op);
+    check_seed_offset(seed, offset, chk.batch, x, op);
+  }
+  auto [values, tokens] = top_k(x, k, /*sorted=*/true, /*deterministic=*/true);
+  const Tensor v = values.to(DType::kFloat32);
+  const SamplingRows own = base_rows(v, std::nullopt, op);
+  Tensor probs;
+  if (from_logits) {
+    probs = launch_softmax(op, v, own, std::nullopt);
+  } else {
+    // top_k_renorm_probs keeping all k columns: each over the row's sum.
+    SamplingRows all = own;
+    all.args.top_k = int_arg(k);
+    probs = launch_filter(op, v, all, FilterKind::kTopKRenorm, DType::kFloat32);
+  }
+  const Filters f{nullptr, &top_p, nullptr};
+  const SamplingRows rows = prepare_sampling(op, input_name, probs, std::nullopt, f, check_nan,
+                                             seed, offset, SamplingKind::kTopP);
+  return launch_sample(op, probs, rows, SamplingKind::kTopP, DType::kInt32, return_valid, &tokens);
+}
+
 void check_order(const std::string& order, const char* op) {
   FLASHINFER_CHECK(order == "top_k_first" || order == "joint", op, "filter_apply_order",
                    "must be \"top_k_first\" or \"joint\", got \"", order, "\"");
@@ -546,6 +598,10 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
                           return_valid);
   }
+  if (top_k_first_fast_applies(probs, top_k, indices)) {
+    return top_k_first_fast(op, "probs", probs, top_k.scalar(), top_p, false, check_nan, seed,
+                            offset, return_valid);
+  }
   SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset,
                                        SamplingKind::kTopP);
   top_k_by_input_row(rows, top_k, indices, op);
@@ -562,6 +618,11 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const char* op = "top_k_top_p_sampling_from_logits";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
+  if (order == "top_k_first" && top_k_first_fast_applies(logits, top_k, indices)) {
+    return top_k_first_fast(op, "logits", logits, top_k.scalar(), top_p, true, check_nan, seed,
+                            offset, false)
+        .samples;
+  }
   SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed, offset,
                                        SamplingKind::kTopKTopP);
   const SamplingRows own = identity_rows(rows);

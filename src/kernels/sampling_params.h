@@ -75,7 +75,19 @@ struct SamplingParams {
   DType out_dtype = DType::kInt32;
   bool* valid = nullptr;  // [batch], or nullptr: not written
   SamplingKind kind = SamplingKind::kProbs;
+  // Null, or row b's tokens by sampled column: the sample reported is sample_map[b *
+  // sample_map_stride + column] (the "top_k_first" fast path samples over the k columns a top-k
+  // selected; api/sampling.cpp, top_k_first_fast).
+  const int64_t* sample_map = nullptr;
+  int64_t sample_map_stride = 0;
 };
+
+/// The token output row b reports for the sampled column `tok` (-1: none, reported as column 0):
+/// the column itself, or the token `sample_map` gives it.
+FLASHINFER_HD int64_t sampling_output_token(const SamplingParams& p, int64_t b, int64_t tok) {
+  const int64_t v = tok >= 0 ? tok : 0;
+  return p.sample_map != nullptr ? p.sample_map[b * p.sample_map_stride + v] : v;
+}
 
 enum class FilterKind : int32_t {
   kTopKRenorm,  // zero all but the top-k probs, renormalize

@@ -1470,6 +1470,81 @@ TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
   }
 }
 
+// Upstream's "top_k_first" fast path (0.6.18: no indices, an int top_k in (0, 256], a vocabulary
+// of 65536 or more): each row's top k, sorted (flashinfer.top_k), as fp32 probabilities (softmax
+// of the logits; top_k_renorm_probs of the probs), top-p sampled over those k columns with the
+// call's seed and offset, the sampled column's token reported. Both forms equal that composition
+// draw for draw; outside the gate (k = 257, a vocabulary of 65535, a top_k tensor, indices) they
+// equal the masked composition; and at this size the two compositions draw differently, so the
+// test tells which one ran.
+void expect_top_k_first_routes(Device d) {
+  const int64_t B = 32;
+  for (int64_t V : {int64_t{65536}, int64_t{65535}}) {
+    const Tensor logits = Tensor::empty({B, V}, DType::kFloat32).normal_(17, 0.0, 3.0).to(d);
+    const Tensor probs = softmax(logits);
+    const Tensor p_rows = Tensor::from_vector(std::vector<double>(B, 0.7), {B}, DType::kFloat32);
+    for (int64_t k : {int64_t{1}, int64_t{50}, int64_t{256}, int64_t{257}}) {
+      for (bool per_row_p : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "V " << V << " k " << k << " per-row p " << per_row_p);
+        const ScalarOrTensor<double> p =
+            per_row_p ? ScalarOrTensor<double>(p_rows.to(d)) : ScalarOrTensor<double>(0.7);
+        const int64_t seed = 21, off = 4;
+        const bool fast = V >= 65536 && k <= 256;
+        // The fast composition.
+        auto [values, tokens] = top_k(logits, k, true, true);
+        const Tensor from_k = top_p_sampling_from_probs(softmax(values.to(DType::kFloat32)), p,
+                                                        std::nullopt, true, false, seed, off)
+                                  .samples;
+        const std::vector<int64_t> cols = ints(from_k), tok = ints(tokens);
+        std::vector<int64_t> want_fast(B);
+        for (int64_t b = 0; b < B; ++b) want_fast[b] = tok[b * k + cols[b]];
+        auto [pv, ptok] = top_k(probs, k, true, true);
+        const std::vector<int64_t> pcols =
+            ints(top_p_sampling_from_probs(top_k_renorm_probs(pv.to(DType::kFloat32), k), p,
+                                           std::nullopt, true, false, seed, off)
+                     .samples);
+        const std::vector<int64_t> ptk = ints(ptok);
+        std::vector<int64_t> want_fast_probs(B);
+        for (int64_t b = 0; b < B; ++b) want_fast_probs[b] = ptk[b * k + pcols[b]];
+        // The masked composition.
+        const std::vector<int64_t> want_masked =
+            ints(top_p_sampling_from_probs(softmax(top_k_mask_logits(logits, k)), p, std::nullopt,
+                                           true, false, seed, off)
+                     .samples);
+        const std::vector<int64_t> want_masked_probs =
+            ints(top_p_sampling_from_probs(top_k_renorm_probs(probs, k), p, std::nullopt, true,
+                                           false, seed, off)
+                     .samples);
+        if (fast && k > 1) {
+          EXPECT_NE(want_fast, want_masked);
+        }
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, k, p, std::nullopt, "top_k_first",
+                                                        true, false, seed, off)),
+                  fast ? want_fast : want_masked);
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(probs, k, p, std::nullopt, "top_k_first",
+                                                       true, false, seed, off)
+                           .samples),
+                  fast ? want_fast_probs : want_masked_probs);
+        if (!fast || per_row_p) continue;
+        // A top_k tensor and indices leave the gate.
+        const Tensor kt = int_tensor(std::vector<int64_t>(B, k)).to(d);
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, kt, p, std::nullopt, "top_k_first",
+                                                        true, false, seed, off)),
+                  want_masked);
+        std::vector<int64_t> iv(B);
+        std::iota(iv.begin(), iv.end(), 0);
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, k, p, int_tensor(iv).to(d),
+                                                        "top_k_first", true, false, seed, off)),
+                  want_masked);
+      }
+    }
+  }
+}
+
+TEST(Sampling, TopKFirstFastPathIsUpstreamsComposition) {
+  expect_top_k_first_routes(Device::cpu());
+}
+
 // vLLM's call (v1/sample/ops/topk_topp_sampler.py): top_k_top_p_sampling_from_logits over a
 // model's whole vocabulary with per-row k and p tensors. The two rows hold kDist's masses at ten
 // tokens scattered over the vocabulary (the rest 30 nats below: together ~1e-10, and outside
@@ -1540,6 +1615,11 @@ void expect_vocab_draws_follow_the_filters(Device d, int64_t V, DType dtype) {
 
 TEST(Samplers, VocabSizedLogitsWithRowTensorsFollowTheFilters) {
   expect_vocab_draws_follow_the_filters(Device::cpu(), 1000, DType::kFloat32);
+}
+
+TEST(SamplingCuda, TopKFirstFastPathIsUpstreamsComposition) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  expect_top_k_first_routes(Device::cuda(0));
 }
 
 TEST(SamplingCuda, VocabSizedLogitsWithRowTensorsFollowTheFilters) {

@@ -124,7 +124,7 @@ int64_t gumbel_sample(const float* x, int64_t n, PhiloxStream& rng) {
 }
 
 void write_sample(const SamplingParams& p, int64_t b, int64_t tok) {
-  const int64_t v = tok >= 0 ? tok : 0;
+  const int64_t v = sampling_output_token(p, b, tok);
   if (p.out_dtype == DType::kInt64) {
     static_cast<int64_t*>(p.samples)[b] = v;
   } else {

@@ -534,7 +534,7 @@ __device__ __forceinline__ void sample_row(const SamplingParams& p, Shared<THREA
       break;
   }
   if (threadIdx.x == 0) {
-    const int64_t v = tok >= 0 ? tok : 0;
+    const int64_t v = sampling_output_token(p, static_cast<int64_t>(b), tok);
     if (p.out_dtype == DType::kInt64) {
       static_cast<int64_t*>(p.samples)[b] = v;
     } else {
