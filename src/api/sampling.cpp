@@ -139,6 +139,25 @@ SamplingRows base_rows(const Tensor& input, const std::optional<Tensor>& indices
   return r;
 }
 
+// A per-row threshold tensor: one entry per output row; one read at the input row (indices[b])
+// needs at least one per input row (upstream's kernel would read past a shorter one).
+void check_threshold_tensor(const Tensor& t, const SamplingRows& rows, bool at_src_row,
+                            const Tensor& ref, std::initializer_list<DType> dtypes, const char* op,
+                            const char* arg) {
+  if (!at_src_row || rows.args.indices.data == nullptr) {
+    check_row_tensor(t, rows.batch, false, ref, dtypes, op, arg);
+    return;
+  }
+  api::check_defined(t, op, arg);
+  api::check_dim(t, {1}, op, arg);
+  api::check_dtype_in(t, dtypes, op, arg);
+  api::check_same_device(t, ref, op, arg, "the input");
+  FLASHINFER_CHECK(t.size(0) >= rows.args.src_rows, op, arg,
+                   "is read at the input rows (indices[b]), as upstream's kernel reads it, so it "
+                   "needs at least ",
+                   rows.args.src_rows, " entries, got ", t.size(0));
+}
+
 void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor& input,
                  const char* op) {
   auto check = [&](std::size_t i, int64_t k) {
@@ -146,8 +165,8 @@ void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const
                      top_k.is_tensor() ? " at row " + std::to_string(i) : std::string());
   };
   if (top_k.is_tensor()) {
-    check_row_tensor(top_k.tensor(), rows.batch, false, input, {DType::kInt32, DType::kInt64}, op,
-                     "top_k");
+    check_threshold_tensor(top_k.tensor(), rows, rows.args.top_k_by_src_row, input,
+                           {DType::kInt32, DType::kInt64}, op, "top_k");
     rows.args.top_k = tensor_arg(top_k.tensor());
     if (input.device().is_cpu()) {
       const std::vector<int64_t> v = api::host_ints(top_k.tensor());
@@ -163,7 +182,8 @@ void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const
 template <class Ok>
 void apply_float(SamplingRows& rows, const ScalarOrTensor<double>& arg,
                  kernels::RowArg kernels::SamplingRowArgs::*field, const Tensor& input,
-                 const char* op, const char* name, const char* range, Ok ok) {
+                 const char* op, const char* name, const char* range, Ok ok,
+                 bool at_src_row = false) {
   // Checked as the kernels read it, in fp32: a temperature of 1e-50 is 0 there.
   auto check = [&](std::size_t i, double v) {
     FLASHINFER_CHECK(ok(static_cast<double>(static_cast<float>(v))), op, name, "must be in ", range,
@@ -171,9 +191,9 @@ void apply_float(SamplingRows& rows, const ScalarOrTensor<double>& arg,
                      arg.is_tensor() ? " at row " + std::to_string(i) : std::string());
   };
   if (arg.is_tensor()) {
-    check_row_tensor(arg.tensor(), rows.batch, false, input,
-                     {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}, op,
-                     name);
+    check_threshold_tensor(arg.tensor(), rows, at_src_row, input,
+                           {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16},
+                           op, name);
     rows.args.*field = tensor_arg(arg.tensor());
     if (input.device().is_cpu()) {
       const std::vector<double> v = arg.tensor().to_double_vector();
@@ -190,8 +210,9 @@ void apply_float(SamplingRows& rows, const ScalarOrTensor<double>& arg,
 
 void apply_top_p(SamplingRows& rows, const ScalarOrTensor<double>& top_p, const Tensor& input,
                  const char* op) {
-  apply_float(rows, top_p, &kernels::SamplingRowArgs::top_p, input, op, "top_p", "(0, 1]",
-              [](double v) { return v > 0.0 && v <= 1.0; });
+  apply_float(
+      rows, top_p, &kernels::SamplingRowArgs::top_p, input, op, "top_p", "(0, 1]",
+      [](double v) { return v > 0.0 && v <= 1.0; }, rows.args.top_p_by_src_row);
 }
 
 // Without seed/offset the draws come from the default generator, advanced on the host: inside
@@ -461,10 +482,12 @@ Tensor launch_top_k_first_logits(const char* op, const Tensor& logits, const Sam
   return samples;
 }
 
-// SamplingRows re-pointed at an intermediate [batch, vocab] tensor whose row b is output row b.
-SamplingRows identity_rows(SamplingRows rows) {
+// The input's own rows (no indices): what upstream's filters and softmax run over before a
+// sampler reads their output through indices. Per-row thresholds read at the source row are
+// then read at row r.
+SamplingRows input_rows(SamplingRows rows) {
   rows.args.indices = {};
-  rows.args.src_rows = rows.batch;
+  rows.batch = rows.args.src_rows;
   return rows;
 }
 
@@ -497,9 +520,16 @@ struct Filters {
 // Everything a sampler needs, checked, with seed/offset resolved.
 SamplingRows prepare_sampling(const char* op, const char* input_name, const Tensor& input,
                               const std::optional<Tensor>& indices, Filters f, bool check_nan,
-                              const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind) {
+                              const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind,
+                              bool top_k_at_input_row = false) {
   check_input(input, op, input_name);
   SamplingRows rows = base_rows(input, indices, op);
+  // Where upstream 0.6.18's kernels read a per-row threshold when indices map output row b to
+  // input row indices[b]: top_p (top-p and joint samplers) and the joint sampler's top_k at the
+  // input row; the top-k sampler's top_k and min_p at the output row. "top_k_first" filters the
+  // input's rows with top_k[row] before top-p samples through indices (top_k_at_input_row).
+  rows.args.top_p_by_src_row = true;
+  rows.args.top_k_by_src_row = top_k_at_input_row || rng_kind == SamplingKind::kTopKTopP;
   if (f.top_k) apply_top_k(rows, *f.top_k, input, op);
   if (f.top_p) apply_top_p(rows, *f.top_p, input, op);
   if (f.min_p) {
@@ -518,21 +548,6 @@ SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind 
   const SamplingRows rows =
       prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset, kind);
   return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
-}
-
-// Upstream's "top_k_first" runs the top-k filter over the input's rows (top_k_renorm_probs or
-// top_k_mask_logits, which read top_k[row] for each of the input's rows) and only then samples
-// through `indices`: a per-row top_k is read at the source row, top_k[indices[b]], not at the
-// output row b as the joint path and the other samplers read it. A top_k with fewer entries than
-// the input has rows would be read past its end upstream: refused.
-void top_k_by_input_row(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k,
-                        const std::optional<Tensor>& indices, const char* op) {
-  if (!indices || !top_k.is_tensor()) return;
-  FLASHINFER_CHECK(top_k.tensor().size(0) >= rows.args.src_rows, op, "top_k",
-                   "with indices, \"top_k_first\" reads top_k at the input's rows (as upstream's "
-                   "top-k filter does), so it needs at least ",
-                   rows.args.src_rows, " entries, got ", top_k.tensor().size(0));
-  rows.args.top_k_by_src_row = true;
 }
 
 // Upstream's fast path for "top_k_first" (0.6.18's sampling.py, _top_k_first_fast_path): with no
@@ -602,13 +617,14 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return top_k_first_fast(op, "probs", probs, top_k.scalar(), top_p, false, check_nan, seed,
                             offset, return_valid);
   }
-  SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed, offset,
-                                       SamplingKind::kTopP);
-  top_k_by_input_row(rows, top_k, indices, op);
-  const Intermediates tmp(probs.device(), rows.batch, probs.size(1), {probs.dtype()});
-  launch_filter_into(op, probs, rows, FilterKind::kTopKRenorm, tmp[0]);
-  return launch_sample(op, tmp[0], identity_rows(rows), SamplingKind::kTopP, sample_dtype(indices),
-                       return_valid);
+  // Upstream's composition: top_k_renorm_probs over the input's rows, then top-p sampling
+  // through indices.
+  const SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed,
+                                             offset, SamplingKind::kTopP, true);
+  const SamplingRows in_rows = input_rows(rows);
+  const Intermediates tmp(probs.device(), in_rows.batch, probs.size(1), {probs.dtype()});
+  launch_filter_into(op, probs, in_rows, FilterKind::kTopKRenorm, tmp[0]);
+  return launch_sample(op, tmp[0], rows, SamplingKind::kTopP, sample_dtype(indices), return_valid);
 }
 
 Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_t>& top_k,
@@ -623,25 +639,28 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
                             offset, false)
         .samples;
   }
-  SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed, offset,
-                                       SamplingKind::kTopKTopP);
-  const SamplingRows own = identity_rows(rows);
+  // Upstream's compositions: softmax over the input's rows, then the joint sampler through
+  // indices; or top_k_mask_logits and softmax over the input's rows, then top-p sampling
+  // through indices.
+  const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed,
+                                             offset, SamplingKind::kTopKTopP);
+  const SamplingRows in_rows = input_rows(rows);
   const Device dev = logits.device();
+  const int64_t vocab = logits.size(1);
   if (order == "joint") {
-    const Intermediates tmp(dev, rows.batch, logits.size(1), {DType::kFloat32});
-    launch_softmax_into(op, logits, rows, std::nullopt, tmp[0]);
-    return launch_sample(op, tmp[0], own, SamplingKind::kTopKTopP, sample_dtype(indices), false)
+    const Intermediates tmp(dev, in_rows.batch, vocab, {DType::kFloat32});
+    launch_softmax_into(op, logits, in_rows, std::nullopt, tmp[0]);
+    return launch_sample(op, tmp[0], rows, SamplingKind::kTopKTopP, sample_dtype(indices), false)
         .samples;
   }
-  top_k_by_input_row(rows, top_k, indices, op);
   if (dev.is_cpu()) {
-    // The same three steps fused per row on the CPU (no [batch, vocab] intermediates).
+    // The same three steps fused per output row on the CPU (no [rows, vocab] intermediates).
     return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));
   }
-  const Intermediates tmp(dev, rows.batch, logits.size(1), {logits.dtype(), DType::kFloat32});
-  launch_filter_into(op, logits, rows, FilterKind::kTopKMask, tmp[0]);
-  launch_softmax_into(op, tmp[0], own, std::nullopt, tmp[1]);
-  return launch_sample(op, tmp[1], own, SamplingKind::kTopP, sample_dtype(indices), false).samples;
+  const Intermediates tmp(dev, in_rows.batch, vocab, {logits.dtype(), DType::kFloat32});
+  launch_filter_into(op, logits, in_rows, FilterKind::kTopKMask, tmp[0]);
+  launch_softmax_into(op, tmp[0], in_rows, std::nullopt, tmp[1]);
+  return launch_sample(op, tmp[1], rows, SamplingKind::kTopP, sample_dtype(indices), false).samples;
 }
 
 Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<double>>& temperature,
@@ -705,11 +724,14 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   api::check_dtype_in(draft_token_ids, {DType::kInt32, DType::kInt64}, op, "draft_token_ids");
   api::check_shape_eq(draft_token_ids, {b, n}, op, "draft_token_ids");
   api::check_same_device(draft_token_ids, draft_probs, op, "draft_token_ids", "draft_probs");
-  const DType id = draft_token_ids.dtype();
+  // Upstream casts the ids and the counters to int32 (`.int()`) and returns int32 tokens; an
+  // int64 counter is thereby a copy: the kernel adds to the copy and the caller's counter comes
+  // back unchanged. The same here.
+  const DType id = DType::kInt32;
   auto counter = [&](const std::optional<Tensor>& t, const char* arg) {
     if (!t) return Tensor::zeros({b}, id, draft_probs.device());
     api::check_defined(*t, op, arg);
-    api::check_dtype_in(*t, {id}, op, arg);
+    api::check_dtype_in(*t, {DType::kInt32, DType::kInt64}, op, arg);
     api::check_shape_eq(*t, {b}, op, arg);
     api::check_same_device(*t, draft_probs, op, arg, "draft_probs");
     FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous");
@@ -739,7 +761,7 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   // a CUDA call's ids are only seen by the kernel, which clamps the column it reads
   // (spec_draft_column), so a bad id is never an out-of-bounds read.
   const Tensor dp = draft_probs.contiguous(), tp = target_probs.contiguous(),
-               ids = draft_token_ids.contiguous();
+               ids = draft_token_ids.contiguous().to(id);
   if (b * n > 0 && ids.device().is_cpu()) {
     const std::vector<int64_t> host_ids = api::host_ints(ids.reshape({b * n}));
     for (int64_t i = 0; i < b * n; ++i) {
@@ -755,8 +777,9 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   p.dtype = dp.dtype();
   p.draft_ids = ids.data_ptr();
   p.out_ids = out.data_ptr();
-  p.accepted = acc.data_ptr();
-  p.emitted = emi.data_ptr();
+  const Tensor acc32 = acc.to(id), emi32 = emi.to(id);  // the same tensors when int32
+  p.accepted = acc32.data_ptr();
+  p.emitted = emi32.data_ptr();
   p.id_dtype = id;
   p.batch = b;
   p.n = n;
@@ -767,7 +790,8 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
       p.offset = one_int(*offset, "offset");
     } else {
       check_capture_has_seed(draft_probs, op);
-      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(n + 2));
+      // Upstream's increment: batch * (n + 1) words.
+      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(b * (n + 1)));
       p.seed = int_arg(static_cast<int64_t>(s));
       p.offset = int_arg(static_cast<int64_t>(o));
     }

@@ -40,15 +40,17 @@ struct RowArg {
 /// Every per-row argument of a call. `indices` without data means output row b reads input
 /// row b; with data, indices[b] clamped to [0, src_rows). Arguments an op has not keep their
 /// defaults (top_p 1, min_p 0, temperature 1).
+/// seed and offset: element 0 of a tensor for every row, as upstream 0.6.18's kernels read them
+/// (the Philox subsequence is the output row).
 struct SamplingRowArgs {
   RowArg indices;
   int64_t src_rows = 0;  // rows of the input (>= 1 when there are output rows)
   RowArg top_k;
-  // top_k read at the source row (indices[b]) instead of the output row b: upstream's
-  // "top_k_first", whose top-k filter runs over the input's rows before top-p samples through
-  // indices (api/sampling.cpp, top_k_by_input_row).
-  bool top_k_by_src_row = false;
   RowArg top_p = {nullptr, DType::kFloat32, 0, 0, 1.0f};
+  // top_k / top_p read at the source row (indices[b]) instead of the output row b, where
+  // upstream's kernels read them there (api/sampling.cpp, prepare_sampling).
+  bool top_k_by_src_row = false;
+  bool top_p_by_src_row = false;
   RowArg min_p = {nullptr, DType::kFloat32, 0, 0, 0.0f};
   RowArg temperature = {nullptr, DType::kFloat32, 0, 0, 1.0f};
   RowArg seed;
@@ -149,12 +151,25 @@ FLASHINFER_HD bool filter_accepts(SamplingKind kind, const SamplingRow& row, int
   }
 }
 
-/// Gumbel noise -log(-log(u)). u = 1 (words within 128 of 2^32 round to 1.0f) would give +inf
-/// and win regardless of the logits, so u is capped at the largest float below 1 (noise <= 16.6);
-/// the capped tail has probability ~3e-8.
+/// Gumbel noise as upstream 0.6.18 computes it (GenerateGumbelNoise): -ln 2 * log2(-log2(u *
+/// (1 - 2^-23))). The factor keeps u = 1 (words within 128 of 2^32 round to 1.0f), which would
+/// give +inf noise, below 1: the noise stays within [-4.5, 15.9].
 FLASHINFER_HD float gumbel_noise(float u) {
-  u = u < 0x1.fffffep-1f ? u : 0x1.fffffep-1f;
-  return -logf(-logf(u));
+  return -0.6931471806f * log2f(-log2f(u * 0x1.fffffcp-1f));
+}
+
+/// Upstream reads sampling_from_logits' logits as fp32 (its Python casts them) in vectors of
+/// gcd(4, vocab) elements, and each vector draws its noise from its own cuRAND stream.
+FLASHINFER_HD int gumbel_vec_width(int64_t vocab) {
+  return vocab % 4 == 0 ? 4 : vocab % 2 == 0 ? 2 : 1;
+}
+
+/// The stream of the noise vector starting at element `first` (a multiple of gumbel_vec_width)
+/// of output row b: subsequence b * vocab + first, which upstream computes in 32-bit arithmetic,
+/// from position `offset`; element first + k takes word offset + k.
+FLASHINFER_HD uint64_t gumbel_subsequence(uint64_t b, int64_t vocab, int64_t first) {
+  return static_cast<uint32_t>(static_cast<uint32_t>(b) * static_cast<uint32_t>(vocab) +
+                               static_cast<uint32_t>(first));
 }
 
 /// Number of 32-bit random words upstream reserves per output row when it advances its default

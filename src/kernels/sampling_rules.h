@@ -89,10 +89,11 @@ FLASHINFER_HD int64_t sampling_src_row(const SamplingRowArgs& a, int64_t b) {
 FLASHINFER_HD SamplingRow sampling_row(const SamplingRowArgs& a, int64_t b) {
   SamplingRow r;
   r.src_row = sampling_src_row(a, b);
-  r.seed = static_cast<uint64_t>(row_arg_int(a.seed, b));
-  r.offset = static_cast<uint64_t>(row_arg_int(a.offset, b));
+  // Upstream reads element 0 of a seed or offset tensor for every row.
+  r.seed = static_cast<uint64_t>(row_arg_int(a.seed, 0));
+  r.offset = static_cast<uint64_t>(row_arg_int(a.offset, 0));
   r.top_k = sampling_top_k(row_arg_int(a.top_k, a.top_k_by_src_row ? r.src_row : b));
-  r.top_p = row_arg_float(a.top_p, b);
+  r.top_p = row_arg_float(a.top_p, a.top_p_by_src_row ? r.src_row : b);
   r.min_p = row_arg_float(a.min_p, b);
   r.temperature = row_arg_float(a.temperature, b);
   return r;

@@ -755,32 +755,49 @@ TEST(Samplers, ProbsFollowTheDocumentedStream) {
   EXPECT_GE(checked, B - 3);
 }
 
-TEST(Samplers, LogitsFollowTheDocumentedStream) {
-  // Element j of row b uses word offset + j of stream (seed, b): argmax of logit + Gumbel noise.
-  const int64_t B = 32, V = 97;
-  Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
-  logits.normal_(31, 0.0, 2.0);
-  const std::vector<double> lv = logits.to_double_vector();
-  const int64_t seed = 123456789, offset = 4099;
-  const auto got = ints(sampling_from_logits(logits, std::nullopt, true, false, seed, offset));
-  for (int64_t b = 0; b < B; ++b) {
-    kernels::PhiloxStream s(seed, static_cast<uint64_t>(b), offset);
-    double best = -INFINITY, second = -INFINITY;
-    int64_t want = -1;
-    for (int64_t j = 0; j < V; ++j) {
-      const double u = std::min(static_cast<double>(s.next_uniform()), 1.0 - 0x1p-24);
-      const double score = lv[b * V + j] - std::log(-std::log(u));
-      if (score > best) {
-        second = best;
-        best = score;
-        want = j;
-      } else {
-        second = std::max(second, score);
+TEST(Samplers, LogitsFollowUpstreamsGumbelLayout) {
+  // Upstream 0.6.18 (SamplingFromLogitsKernel / GenerateGumbelNoise, fp32 logits): the row is read
+  // in vectors of w = gcd(4, V) elements; the vector starting at element f of output row b draws
+  // from cuRAND stream (seed, subsequence b * V + f) at position `offset`, its element f + k taking
+  // word offset + k; the score is logit - ln2 * log2(-log2(u * (1 - 2^-23))), the largest wins.
+  // Checked in fp64 here, rows with a near tie skipped.
+  const int64_t B = 6, seed = 123456789, offset = 4099;  // offset unaligned to a Philox block
+  for (int64_t V : {int64_t{97}, int64_t{98}, int64_t{100}}) {  // w = 1, 2, 4
+    const int64_t w = V % 4 == 0 ? 4 : V % 2 == 0 ? 2 : 1;
+    Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
+    logits.normal_(31, 0.0, 2.0);
+    const std::vector<double> lv = logits.to_double_vector();
+    const auto got = ints(sampling_from_logits(logits, std::nullopt, true, false, seed, offset));
+    int checked = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      double best = -INFINITY, second = -INFINITY;
+      int64_t want = -1;
+      for (int64_t t = 0; t < V; ++t) {
+        const int64_t f = t - t % w;
+        const uint64_t sub = static_cast<uint64_t>(b * V + f);
+        kernels::PhiloxStream st(seed, sub, static_cast<uint64_t>(offset + t % w));
+        const double u = static_cast<double>(st.next_uniform()) * (1.0 - 0x1p-23);
+        const double score = lv[b * V + t] - std::log(2.0) * std::log2(-std::log2(u));
+        if (score > best) {
+          second = best;
+          best = score;
+          want = t;
+        } else {
+          second = std::max(second, score);
+        }
       }
+      if (best - second < 1e-4) continue;  // a near tie fp32 may resolve either way
+      ++checked;
+      EXPECT_EQ(got[b], want) << "V " << V << " row " << b;
     }
-    if (best - second < 1e-4) continue;  // a near tie fp32 may resolve either way
-    EXPECT_EQ(got[b], want) << "row " << b;
+    EXPECT_GE(checked, B - 1);
   }
+  // The subsequence is computed in 32-bit arithmetic upstream (b * V wraps past 2^32).
+  EXPECT_EQ(kernels::gumbel_subsequence(1, 6, 2), 8u);
+  EXPECT_EQ(kernels::gumbel_subsequence(40000, 131072, 4), 947912708u);
+  EXPECT_EQ(kernels::gumbel_vec_width(128256), 4);
+  EXPECT_EQ(kernels::gumbel_vec_width(151938), 2);
+  EXPECT_EQ(kernels::gumbel_vec_width(32001), 1);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -827,18 +844,21 @@ TEST(Samplers, FiltersNeverViolated) {
                .samples);
   int64_t bad = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const auto& p = rows[idx[b]];
+    // Upstream's reading of per-row thresholds through indices: the top-k sampler's top_k and
+    // min_p at the output row b; top_p, and top_k in "joint" and "top_k_first", at the input row
+    // r = idx[b] (tps[r] was chosen for row idx[r] = r).
+    const int64_t r = idx[b];
+    const auto& p = rows[r];
     const auto kk = top_k_keep(p, ks[b]);
-    const auto kp = top_p_keep(p, tps[b]);
+    const auto kp = top_p_keep(p, tps[r]);
+    const auto kr = top_k_keep(p, ks[r]);
     bad += !kk[sk[b]];
     bad += !kp[sp[b]];
     bad += !min_p_keep(p, mps[b])[sm[b]];
-    bad += !(kk[sj[b]] && kp[sj[b]]);
+    bad += !(kr[sj[b]] && kp[sj[b]]);
     // top_k_first applies top_p to the renormalized top-k, where tps has no chosen margin:
     // allow 1e-5 of fp32 summation slack there.
-    // "top_k_first" reads a per-row top_k at the input row, as upstream's top-k filter does.
-    const auto kf = top_k_keep(p, ks[idx[b]]);
-    bad += !(kf[sf[b]] && top_p_keep(renorm(p, kf), tps[b] + 1e-5)[sf[b]]);
+    bad += !(kr[sf[b]] && top_p_keep(renorm(p, kr), tps[r] + 1e-5)[sf[b]]);
   }
   EXPECT_EQ(bad, 0);
 }
@@ -921,15 +941,20 @@ TEST(Samplers, DeterministicForFixedSeedAndOffset) {
   EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, sb, o1)
                      .samples),
             run(5, 8));
-  // Per-row seeds: row b follows its own seed.
+  // A seed tensor with one entry a row: element 0 serves every row, as upstream 0.6.18's kernels
+  // read it (each row still draws from its own Philox subsequence, the output row).
   const Tensor two = make_rows({kDist});
   const Tensor i2 = int_tensor({0, 0});
   const auto a = ints(sampling_from_logits(two, i2, true, false, int_tensor({1, 2}, DType::kInt64),
-                                           int_tensor({0}, DType::kInt64)));
-  const auto a1 = ints(sampling_from_logits(two, i2, true, false, 1, 0));
-  const auto a2 = ints(sampling_from_logits(two, i2, true, false, 2, 0));
-  EXPECT_EQ(a[0], a1[0]);
-  EXPECT_EQ(a[1], a2[1]);
+                                           int_tensor({0, 9}, DType::kInt64)));
+  EXPECT_EQ(a, ints(sampling_from_logits(two, i2, true, false, 1, 0)));
+  std::vector<int64_t> seeds(kDraws), offsets(kDraws);
+  for (int64_t i = 0; i < kDraws; ++i) seeds[i] = 5 + i, offsets[i] = 8 + 4 * i;
+  EXPECT_EQ(
+      ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int_tensor(seeds, DType::kInt64),
+                                     int_tensor(offsets, DType::kInt64))
+               .samples),
+      ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, 5, 8).samples));
 }
 
 TEST(Samplers, DefaultStreamAdvancesLikeUpstream) {
@@ -1387,13 +1412,16 @@ TEST(SamplingCuda, DeviceValuesOutOfRangeAreClamped) {
 TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::cuda(0);
-  const int64_t B = 32, V = 100;
-  const Tensor p = random_probs(B + 3, V, 91);
+  // 40 output rows over 35 input rows: a per-row tensor of 40 entries serves the arguments read
+  // at the output row (top_k of the top-k sampler, min_p) and those read at the input row (top_p;
+  // top_k of "joint" and "top_k_first"), which need at least 35.
+  const int64_t B = 40, R = 35, V = 100;
+  const Tensor p = random_probs(R, V, 91);
   const Tensor pg = p.to(gpu);
   std::vector<int64_t> idx_v, k_v, seed_v, off_v;
   std::vector<double> p_v, m_v;
   for (int64_t b = 0; b < B; ++b) {
-    idx_v.push_back((b * 7) % (B + 3));
+    idx_v.push_back((b * 7) % R);
     k_v.push_back(1 + (b * 5) % 40);
     p_v.push_back(0.25 + 0.025 * static_cast<double>(b % 30));
     m_v.push_back(0.02 * static_cast<double>(b % 11));
@@ -1463,8 +1491,8 @@ TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
   // softmax with a per-row temperature tensor of each dtype.
   for (DType fdt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     std::vector<double> t_v;
-    for (int64_t b = 0; b < B + 3; ++b) t_v.push_back(0.5 + 0.125 * static_cast<double>(b % 9));
-    const Tensor t = Tensor::from_vector(t_v, {B + 3}, fdt);
+    for (int64_t b = 0; b < R; ++b) t_v.push_back(0.5 + 0.125 * static_cast<double>(b % 9));
+    const Tensor t = Tensor::from_vector(t_v, {R}, fdt);
     EXPECT_TRUE(all_close(softmax(pg, t.to(gpu)), softmax(p, t), {1e-7, 1e-5}))
         << dtype_torch_name(fdt);
   }
@@ -1813,9 +1841,15 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
                     "top_k_top_p_sampling_from_logits", "top_k");
     EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(px, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3),
                     "top_k_top_p_sampling_from_probs", "top_k");
-    // "joint" reads top_k at the output row, as upstream's joint kernel does.
-    EXPECT_NO_THROW(
-        top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3, "joint"));
+    // "joint" reads both at the input row too (upstream's joint kernel), so the same is refused.
+    EXPECT_FI_ERROR(
+        top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3, "joint"),
+        "top_k_top_p_sampling_from_logits", "top_k");
+    // top_p_sampling_from_probs reads top_p at the input row; the top-k sampler reads top_k at
+    // the output row, so three entries do there.
+    EXPECT_FI_ERROR(top_p_sampling_from_probs(px, p8.slice(0, 0, 3), idx3),
+                    "top_p_sampling_from_probs", "top_p");
+    EXPECT_NO_THROW(top_k_sampling_from_probs(px, k8.slice(0, 0, 3), idx3));
   }
 }
 

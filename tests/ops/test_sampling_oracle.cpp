@@ -242,7 +242,9 @@ std::vector<SamplingRow> make_rows(int64_t B, uint64_t seed, uint64_t offset) {
     SamplingRow& r = rows[static_cast<std::size_t>(b)];
     r.src_row = b;
     r.seed = seed;
-    r.offset = offset + static_cast<uint64_t>(b % 3);  // unaligned to Philox blocks too
+    // One seed and offset for every row: a kernel reads element 0 of their tensors, as
+    // upstream's do (the callers' offset 5 is unaligned to a Philox block).
+    r.offset = offset;
     r.top_k = static_cast<int32_t>(1 + b % 12);
     r.top_p = 0.2f + 0.1f * static_cast<float>(b % 7);
     r.min_p = 0.05f * static_cast<float>(b % 9);

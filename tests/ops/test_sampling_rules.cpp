@@ -460,7 +460,7 @@ TEST(SamplingRowValues, SourceRowsAreClamped) {
 }
 
 // sampling_row reads every field from where it is: scalars, per-row arrays of mixed dtypes and
-// strides, one-entry seed/offset arrays; seeds and offsets as the uint64 of the int64.
+// strides, element 0 of seed/offset arrays; seeds and offsets as the uint64 of the int64.
 TEST(SamplingRowValues, RowReadsEveryArgumentWhereItIs) {
   const std::vector<int32_t> idx = {1, 0, 1};
   const std::vector<int64_t> k = {3, 0, 7, 0, -1, 0};           // stride 2
@@ -484,7 +484,16 @@ TEST(SamplingRowValues, RowReadsEveryArgumentWhereItIs) {
     EXPECT_EQ(r.min_p, static_cast<float>(m[b]));
     EXPECT_EQ(r.temperature, 1.0f);  // the default scalar
     EXPECT_EQ(r.seed, ~uint64_t{0});
-    EXPECT_EQ(r.offset, static_cast<uint64_t>(off[b]));
+    // An offset (and seed) array's element 0 serves every row, as upstream 0.6.18 reads it.
+    EXPECT_EQ(r.offset, static_cast<uint64_t>(off[0]));
+  }
+  // top_k / top_p read at the source row where upstream's kernels read them there.
+  a.top_k_by_src_row = a.top_p_by_src_row = true;
+  for (int64_t b = 0; b < 3; ++b) {
+    const SamplingRow r = sampling_row(a, b);
+    EXPECT_EQ(r.top_k, sampling_top_k(k[2 * idx[b]])) << b;
+    EXPECT_EQ(r.top_p, 1.0f / static_cast<float>(1 << idx[b])) << b;
+    EXPECT_EQ(r.min_p, static_cast<float>(m[b])) << b;  // always at the output row
   }
   // All scalars: the defaults of an op without the argument.
   SamplingRowArgs s;

@@ -44,11 +44,20 @@ TEST(ChainSpeculativeSampling, MatchesAlgorithmWithSameDraws) {
   std::vector<double> idv;
   for (int64_t i = 0; i < b * n; ++i) idv.push_back(static_cast<double>((i * 3) % v));
   Tensor ids = Tensor::from_vector(idv, {b, n}, DType::kInt64);
-  Tensor acc0 = Tensor::from_vector({5, 5, 5, 5, 5, 5}, {b}, DType::kInt64);
-  Tensor emi0 = Tensor::zeros({b}, DType::kInt64);
+  Tensor acc0 = Tensor::from_vector({5, 5, 5, 5, 5, 5}, {b}, DType::kInt32);
+  Tensor emi0 = Tensor::zeros({b}, DType::kInt32);
   auto [out, acc, emi] = chain_speculative_sampling(draft, ids, target, acc0, emi0, true, 99, 12);
   EXPECT_EQ(acc.data_ptr(), acc0.data_ptr());
   EXPECT_EQ(emi.data_ptr(), emi0.data_ptr());
+  // int64 ids give int32 tokens, as upstream's `.int()` casts; int64 counters are what `.int()`
+  // makes of them, copies: the same tokens, and the caller's counters come back unchanged.
+  EXPECT_EQ(out.dtype(), DType::kInt32);
+  const Tensor acc64 = Tensor::from_vector({5, 5, 5, 5, 5, 5}, {b}, DType::kInt64);
+  auto [out64, acc64_back, emi64_back] = chain_speculative_sampling(
+      draft, ids, target, acc64, Tensor::zeros({b}, DType::kInt64), true, 99, 12);
+  EXPECT_EQ(ints(out64), ints(out));
+  EXPECT_EQ(ints(acc64_back), std::vector<int64_t>(b, 5));
+  EXPECT_EQ(ints(emi64_back), std::vector<int64_t>(b, 0));
   const float* dp = draft.data<float>();
   const float* tp = target.data<float>();
   const auto idx = ints(ids), o = ints(out), a = ints(acc), e = ints(emi);
@@ -208,11 +217,16 @@ TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {
   auto [o3, a3, e3] = chain_speculative_sampling(draft, ids, target);
   EXPECT_EQ(ints(o1), ints(o3));
   EXPECT_EQ(ints(a1), ints(a3));
-  // The stream advanced by n + 2 = 4: the second call used offset 8, as an explicit call does.
+  // The stream advances by batch * (n + 1) = 12 words a call, upstream's increment: the first
+  // call used offset 12, the second 24, as explicit calls do.
   auto [o4, a4, e4] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
-                                                 true, int64_t{5}, int64_t{8});
+                                                 true, int64_t{5}, int64_t{24});
   EXPECT_EQ(ints(o2), ints(o4));
   EXPECT_EQ(ints(e2), ints(e4));
+  auto [o5, a5, e5] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
+                                                 true, int64_t{5}, int64_t{12});
+  EXPECT_EQ(ints(o1), ints(o5));
+  EXPECT_EQ(ints(e1), ints(e5));
 }
 
 TEST(ChainSpeculativeSampling, BadInput) {
@@ -232,7 +246,7 @@ TEST(ChainSpeculativeSampling, BadInput) {
   EXPECT_FI_ERROR(
       chain_speculative_sampling(d, Tensor::from_vector({0, 4, 1, 1}, {2, 2}, DType::kInt32), t),
       op, "draft_token_ids");
-  EXPECT_FI_ERROR(chain_speculative_sampling(d, ids, t, Tensor::zeros({2}, DType::kInt64)), op,
+  EXPECT_FI_ERROR(chain_speculative_sampling(d, ids, t, Tensor::zeros({2}, DType::kFloat32)), op,
                   "maybe_output_accepted_token_num");
   EXPECT_FI_ERROR(
       chain_speculative_sampling(d, ids, t, std::nullopt, Tensor::zeros({3}, DType::kInt32)), op,

@@ -179,33 +179,31 @@ __device__ int64_t min_p_sample(const T* x, int64_t n, int64_t stride, float min
   return inverse_cdf(x, n, stride, keep, u, s);
 }
 
-// Gumbel-max; each thread takes whole Philox blocks (4 words), element i uses word offset + i.
+// Gumbel-max; each thread takes whole noise vectors (gumbel_vec_width elements, one stream
+// each: session 82 moved the noise to upstream's layout, and ties to the last index).
 template <class T>
 __device__ int64_t gumbel_sample(const T* x, int64_t n, int64_t stride, const SamplingRow& row,
                                  uint64_t b, Scratch& s) {
-  const uint64_t first = row.offset, last = row.offset + static_cast<uint64_t>(n) - 1;
+  const int w = gumbel_vec_width(n);
   float best = -INFINITY;
   long long idx = -1;
-  for (uint64_t blk = (first >> 2) + threadIdx.x; blk <= (last >> 2); blk += blockDim.x) {
-    const Philox4x32 w = philox_block(row.seed, b, blk);
-#pragma unroll
-    for (int lane = 0; lane < 4; ++lane) {
-      const uint64_t pos = blk * 4 + lane;
-      if (pos < first || pos > last) continue;
-      const long long i = static_cast<long long>(pos - first);
-      const float sc = load(x, i, stride) + gumbel_noise(philox_word_to_uniform(w.v[lane]));
+  for (long long first = static_cast<long long>(threadIdx.x) * w; first < n;
+       first += static_cast<long long>(blockDim.x) * w) {
+    PhiloxStream rng(row.seed, gumbel_subsequence(b, n, first), row.offset);
+    for (int k = 0; k < w; ++k) {
+      const long long i = first + k;
+      const float sc = load(x, i, stride) + gumbel_noise(rng.next_uniform());
       if (sc != sc) continue;
-      if (idx < 0 || sc > best || (sc == best && i < idx)) {
+      if (idx < 0 || sc > best || (sc == best && i > idx)) {
         best = sc;
         idx = i;
       }
     }
   }
-  // Arg-max with the smallest index among equal maxima: first the max, then the min index.
+  // Arg-max with the largest index among equal maxima: first the max, then the max index.
   const float top = block_reduce(idx >= 0 ? best : -INFINITY, -INFINITY, s.f, MaxF());
-  const long long at =
-      block_reduce<long long>(idx >= 0 && best == top ? idx : kNoIndex, kNoIndex, s.i, MinI());
-  return top > -INFINITY && at != kNoIndex ? at : -1;
+  const long long at = block_reduce<long long>(idx >= 0 && best == top ? idx : -1, -1, s.i, MaxI());
+  return top > -INFINITY && at >= 0 ? at : -1;
 }
 
 template <class T>

@@ -106,18 +106,22 @@ int64_t min_p_sample(const float* p, int64_t n, float min_p, PhiloxStream& rng) 
   return last;
 }
 
-// Gumbel-max: element i uses the (offset + i)-th word of the row's stream. Returns the first
-// index of the maximum score, or -1 when no score is above -inf (no finite logit).
-int64_t gumbel_sample(const float* x, int64_t n, PhiloxStream& rng) {
+// Gumbel-max with upstream's noise (gumbel_vec_width, gumbel_subsequence). Returns the last
+// index of the maximum score (upstream's reduction keeps the right operand on ties), or -1 when
+// no score is above -inf (no finite logit).
+int64_t gumbel_sample(const float* x, int64_t n, uint64_t seed, uint64_t b, uint64_t offset) {
+  const int w = gumbel_vec_width(n);
   float best = -std::numeric_limits<float>::infinity();
   int64_t idx = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = rng.next_uniform();
-    const float s = x[i] + gumbel_noise(u);
-    if (s != s) continue;
-    if (idx < 0 || s > best) {
-      best = s;
-      idx = i;
+  for (int64_t first = 0; first < n; first += w) {
+    PhiloxStream rng(seed, gumbel_subsequence(b, n, first), offset);
+    for (int k = 0; k < w; ++k) {
+      const float s = x[first + k] + gumbel_noise(rng.next_uniform());
+      if (s != s) continue;
+      if (idx < 0 || s >= best) {
+        best = s;
+        idx = first + k;
+      }
     }
   }
   return best > -std::numeric_limits<float>::infinity() ? idx : -1;
@@ -210,7 +214,7 @@ void sample(const SamplingParams& p) {
           tok = min_p_sample(buf.data(), n, row.min_p, rng);
           break;
         case SamplingKind::kLogits:
-          tok = gumbel_sample(buf.data(), n, rng);
+          tok = gumbel_sample(buf.data(), n, row.seed, static_cast<uint64_t>(b), row.offset);
           break;
       }
       write_sample(p, b, tok);

@@ -239,7 +239,7 @@ struct ArgMax {
   __device__ __forceinline__ ScoreIndex operator()(const ScoreIndex& a, const ScoreIndex& b) const {
     if (a.i < 0) return b;
     if (b.i < 0) return a;
-    if (a.v > b.v || (a.v == b.v && a.i < b.i)) return a;
+    if (a.v > b.v || (a.v == b.v && a.i > b.i)) return a;  // ties: the last index, as upstream
     return b;
   }
 };
@@ -482,25 +482,28 @@ __device__ int64_t min_p_sample(const RowIn<T, VEC>& r, const SamplingRow& row, 
   return inverse_cdf(r, keep, u, s);
 }
 
-/// Gumbel-max: element i adds the noise of word offset + i of the row's stream; the first index
-/// of the largest score, or -1 when no score is above -inf.
+/// Gumbel-max with upstream's noise: element t adds the noise of its vector's stream
+/// (gumbel_vec_width, gumbel_subsequence); the last index of the largest score, as upstream's
+/// reduction gives, or -1 when no score is above -inf.
 template <int THREADS, class T, int VEC>
 __device__ int64_t gumbel_sample(const RowIn<T, VEC>& r, const SamplingRow& row, uint64_t b,
                                  Shared<THREADS>& s) {
   ScoreIndex best = {-INFINITY, -1};
+  const int w = gumbel_vec_width(r.n);
   for_each_chunk<kSampleGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
     if (first >= r.n) return;
-    Philox4x32 words = {{0, 0, 0, 0}};
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const uint64_t pos = row.offset + static_cast<uint64_t>(first + j);
-      // Consecutive positions: a new Philox block at the vector's start and at every 4th word.
-      if (j == 0 || (pos & 3u) == 0) words = philox_block(row.seed, b, pos >> 2);
-      if (first + j >= r.n) continue;
-      const float u = philox_word_to_uniform(philox_lane(words, pos & 3u));
+      const int64_t t = first + j;
+      if (t >= r.n) continue;
+      const int64_t g = t - t % w;  // the noise vector's first element
+      // One Philox block per element (the blocks of one vector repeat; fewer live registers than
+      // keeping them: the kernel has 128 at 512 threads).
+      const float u = philox_uniform_at(row.seed, gumbel_subsequence(b, r.n, g),
+                                        row.offset + static_cast<uint64_t>(t - g));
       const float sc = v[j] + gumbel_noise(u);
       if (sc != sc) continue;
-      if (best.i < 0 || sc > best.v) best = {sc, first + j};  // ascending: keeps the first
+      if (best.i < 0 || sc >= best.v) best = {sc, t};  // ascending: keeps the last
     }
   });
   best = block_all(best, ArgMax(), s);
