@@ -647,10 +647,13 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const SamplingRows in_rows = input_rows(rows);
   const Device dev = logits.device();
   const int64_t vocab = logits.size(1);
+  // torch.softmax keeps 16-bit logits' dtype: upstream samples from probabilities rounded to it.
+  auto as_torch_softmax = [&](const Tensor& probs) { return probs.to(logits.dtype()); };
   if (order == "joint") {
     const Intermediates tmp(dev, in_rows.batch, vocab, {DType::kFloat32});
     launch_softmax_into(op, logits, in_rows, std::nullopt, tmp[0]);
-    return launch_sample(op, tmp[0], rows, SamplingKind::kTopKTopP, sample_dtype(indices), false)
+    return launch_sample(op, as_torch_softmax(tmp[0]), rows, SamplingKind::kTopKTopP,
+                         sample_dtype(indices), false)
         .samples;
   }
   if (dev.is_cpu()) {
@@ -660,7 +663,9 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const Intermediates tmp(dev, in_rows.batch, vocab, {logits.dtype(), DType::kFloat32});
   launch_filter_into(op, logits, in_rows, FilterKind::kTopKMask, tmp[0]);
   launch_softmax_into(op, tmp[0], in_rows, std::nullopt, tmp[1]);
-  return launch_sample(op, tmp[1], rows, SamplingKind::kTopP, sample_dtype(indices), false).samples;
+  return launch_sample(op, as_torch_softmax(tmp[1]), rows, SamplingKind::kTopP,
+                       sample_dtype(indices), false)
+      .samples;
 }
 
 Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<double>>& temperature,

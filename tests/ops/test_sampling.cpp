@@ -1786,6 +1786,9 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
   }
   const std::vector<std::pair<int64_t, double>> kp = {
       {1, 0.9}, {5, 0.3}, {50, 0.9}, {200, 1.0}, {2000, 0.5}};
+  // Upstream's steps take torch.softmax, which keeps the logits' dtype (bf16 probabilities here);
+  // flashinfer.sampling.softmax returns fp32, so its output is rounded back to the logits' dtype.
+  const auto torch_softmax = [](const Tensor& t) { return softmax(t).to(t.dtype()); };
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     Tensor x = Tensor::from_vector(v, {rows, vocab}, DType::kFloat32).to(dt);
     for (const auto& [k, p] : kp) {
@@ -1793,7 +1796,7 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
         for (int64_t off : {0, 4096}) {
           const auto fused = ints(top_k_top_p_sampling_from_logits(
               x, k, p, std::nullopt, "top_k_first", true, false, seed, off));
-          const Tensor probs = softmax(top_k_mask_logits(x, k));
+          const Tensor probs = torch_softmax(top_k_mask_logits(x, k));
           const auto steps = ints(
               top_p_sampling_from_probs(probs, p, std::nullopt, true, false, seed, off).samples);
           EXPECT_EQ(fused, steps) << dtype_torch_name(dt) << " k=" << k << " p=" << p
@@ -1806,27 +1809,27 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
     Tensor pt = Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7}, {rows}, DType::kFloat32);
     EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, kt, pt, std::nullopt, "top_k_first", true,
                                                     false, int64_t{5}, int64_t{8})),
-              ints(top_p_sampling_from_probs(softmax(top_k_mask_logits(x, kt)), pt, std::nullopt,
-                                             true, false, int64_t{5}, int64_t{8})
+              ints(top_p_sampling_from_probs(torch_softmax(top_k_mask_logits(x, kt)), pt,
+                                             std::nullopt, true, false, int64_t{5}, int64_t{8})
                        .samples));
     Tensor idx = int_tensor({5, 0, 0, 2, 4, 1, 3, 5});
-    const Tensor probs = softmax(top_k_mask_logits(x, 20));
+    const Tensor probs = torch_softmax(top_k_mask_logits(x, 20));
     EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, 20, 0.8, idx, "top_k_first", true, false,
                                                     int64_t{9}, int64_t{0})),
               ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int64_t{9}, int64_t{0})
                        .samples));
     // Upstream's composition with indices and a per-row top_k: top_k_mask_logits reads top_k at
-    // the input's rows (its first `rows` entries), top-p per output row through indices; so
-    // output row b has top_k[idx[b]] and top_p[b]. The same for the probs form
-    // (top_k_renorm_probs).
+    // the input's rows (its first `rows` entries), then top-p through indices, which reads top_p
+    // at the input row too; so output row b has top_k[idx[b]] and top_p[idx[b]]. The same for
+    // the probs form (top_k_renorm_probs).
     Tensor k8 = int_tensor({3, 1, 200, 7, 50, 1000, 2, 9});
     Tensor p8 =
         Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7, 0.6, 0.8}, {8}, DType::kFloat32);
     const Tensor k_rows = k8.slice(0, 0, rows);
     EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, k8, p8, idx, "top_k_first", true, false,
                                                     int64_t{9}, int64_t{0})),
-              ints(top_p_sampling_from_probs(softmax(top_k_mask_logits(x, k_rows)), p8, idx, true,
-                                             false, int64_t{9}, int64_t{0})
+              ints(top_p_sampling_from_probs(torch_softmax(top_k_mask_logits(x, k_rows)), p8, idx,
+                                             true, false, int64_t{9}, int64_t{0})
                        .samples));
     const Tensor px = softmax(x);
     EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(px, k8, p8, idx, "top_k_first", true, false,
