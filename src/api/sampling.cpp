@@ -585,6 +585,9 @@ SamplingResult top_k_first_fast(const char* op, const char* input_name, const Te
   if (from_logits) {
     probs = launch_softmax(op, v, own, std::nullopt);
   } else {
+    // Upstream divides the k values by their sum, so a NaN among them makes the row NaN and
+    // check_nan raises; the renorm below would zero it: checked on the values first.
+    if (check_nan) check_no_nan(v, op, input_name);
     // top_k_renorm_probs keeping all k columns: each over the row's sum.
     SamplingRows all = own;
     all.args.top_k = int_arg(k);
@@ -754,10 +757,11 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   // call never waits for it.
   auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> kernels::RowArg {
     if (!a.is_tensor()) return int_arg(a.scalar());
-    FLASHINFER_CHECK(a.tensor().numel() == 1, op, arg,
-                     "expected an integer or a one-element tensor");
+    // Upstream accepts one entry or one per request and reads element 0.
+    FLASHINFER_CHECK(a.tensor().numel() == 1 || (a.tensor().dim() == 1 && a.tensor().size(0) == b),
+                     op, arg, "expected an integer or a tensor of 1 or ", b, " elements");
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
-    const Tensor t = a.tensor().reshape({1});
+    const Tensor t = a.tensor().reshape({a.tensor().numel()}).slice(0, 0, 1);
     if (t.device().is_cpu()) return int_arg(api::host_ints(t)[0]);
     api::check_same_device(t, draft_probs, op, arg, "draft_probs");
     return tensor_arg(t);

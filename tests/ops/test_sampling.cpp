@@ -1571,6 +1571,13 @@ void expect_top_k_first_routes(Device d) {
 
 TEST(Sampling, TopKFirstFastPathIsUpstreamsComposition) {
   expect_top_k_first_routes(Device::cpu());
+  // Upstream divides the k probabilities by their sum: a NaN among them makes the row NaN, and
+  // check_nan raises (our renorm step would have zeroed it).
+  Tensor probs = softmax(Tensor::empty({2, 65536}, DType::kFloat32).normal_(5, 0.0, 1.0));
+  probs.data<float>()[65536 + 7] = std::nanf("");
+  EXPECT_FI_ERROR(top_k_top_p_sampling_from_probs(probs, 50, 0.9, std::nullopt, "top_k_first", true,
+                                                  true, int64_t{1}, int64_t{0}),
+                  "top_k_top_p_sampling_from_probs", "probs");
 }
 
 // vLLM's call (v1/sample/ops/topk_topp_sampler.py): top_k_top_p_sampling_from_logits over a

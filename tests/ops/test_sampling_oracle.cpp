@@ -286,7 +286,8 @@ TEST(SamplingOracle, SamplersMatchOracleAndCpuOnSpikyRows) {
 TEST(SamplingOracle, GumbelMatchesOracleAndCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const int64_t B = 32;
-  for (int64_t V : {int64_t{100}, int64_t{5003}}) {
+  // Noise vectors of 4, 2 and 1 elements (gumbel_vec_width).
+  for (int64_t V : {int64_t{100}, int64_t{98}, int64_t{5003}}) {
     Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
     logits.normal_(71, 0.0, 3.0);
     const std::vector<double> v = logits.to_double_vector();

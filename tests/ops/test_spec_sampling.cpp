@@ -204,6 +204,17 @@ TEST(ChainSpeculativeSampling, SeedTensorsEqualIntegers) {
   EXPECT_EQ(ints(o1), ints(o2));
   EXPECT_EQ(ints(a1), ints(a2));
   EXPECT_EQ(ints(e1), ints(e2));
+  // One entry per request, as upstream accepts: element 0 is read.
+  const int64_t b = draft.size(0);
+  std::vector<double> seeds(static_cast<std::size_t>(b), 99.0),
+      offsets(static_cast<std::size_t>(b), 3.0);
+  seeds[0] = 21;
+  offsets[0] = 6;
+  auto [o3, a3, e3] =
+      chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true,
+                                 Tensor::from_vector(seeds, {b}, DType::kInt64),
+                                 Tensor::from_vector(offsets, {b}, DType::kInt64));
+  EXPECT_EQ(ints(o3), ints(o1));
 }
 
 TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {

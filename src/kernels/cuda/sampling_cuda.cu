@@ -234,7 +234,7 @@ struct ScoreIndex {
   float v;
   long long i;
 };
-/// The larger score; the smaller index among equal scores; a real entry over none.
+/// The larger score; the larger index among equal scores (upstream's); a real entry over none.
 struct ArgMax {
   __device__ __forceinline__ ScoreIndex operator()(const ScoreIndex& a, const ScoreIndex& b) const {
     if (a.i < 0) return b;
