@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "flashinfer/dtype.h"
+#include "flashinfer/float_formats.h"
 #include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::kernels {
@@ -123,6 +124,15 @@ enum class MoeRouting : int {
   kSigmoid = 8,           // sigmoid, top-k
 };
 
+/// The routing bias as upstream adds it to the selection scores: its grouped DeepSeekV3 kernel
+/// (n_group > 1, routingDeepSeek) first casts the bias to the bf16 of its output weights; the
+/// other paths (DeepSeekV3 without groups, MiniMax2) add it as given.
+FLASHINFER_HD float moe_routing_bias(MoeRouting method, int64_t n_group, float b) {
+  return method == MoeRouting::kDeepSeekV3 && n_group > 1
+             ? bfloat16_bits_to_float(float_to_bfloat16_bits(b))
+             : b;
+}
+
 /// Routing from logits: ids [num_tokens, top_k] global expert ids, weights fp32.
 struct MoeRoutingParams {
   const void* logits = nullptr;  // [num_tokens, num_experts] fp32 or bf16
@@ -160,6 +170,14 @@ struct TrtllmMoeParams {
   // rows after the routed ones). docs/MOE.md, "Fused shared experts".
   int64_t num_shared = 0;
 };
+
+/// Whether the combine sees the routing weights rounded to bf16: upstream's routing kernels
+/// write them as bf16, and its launchers keep bf16 expert weights, except for the _routed_ ops'
+/// (ids, weights) pair form with fp32 weights, whose dtype the launchers take (then only Llama4's
+/// scales on the input are cast to bf16).
+FLASHINFER_HD bool trtllm_weights_in_bf16(const TrtllmMoeParams& p) {
+  return !(p.precomputed && p.packed == nullptr && p.weights_dtype == DType::kFloat32);
+}
 
 /// hash_topk: experts from a token-to-expert table, weights sqrt(softplus(logit)) normalized
 /// over the routed experts; an optional shared-expert slot (id num_experts, weight

@@ -29,7 +29,7 @@ inline MoeTopkIds append_shared_slots(const Tensor& ids, const Tensor& weights, 
     }
   }
   return MoeTopkIds(Tensor::from_vector(out_ids, {T, K + S}, DType::kInt32),
-                    Tensor::from_vector(out_w, {T, K + S}, DType::kFloat32));
+                    Tensor::from_vector(out_w, {T, K + S}, weights.dtype()));
 }
 
 /// The do_finalize=False list [gemm2_output, expert_weights, expanded_idx_to_permuted_idx] of a

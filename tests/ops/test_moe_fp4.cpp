@@ -217,6 +217,10 @@ struct Fp4Case {
   // library's fp4_quantize / mxfp8_quantize, the functions that reference calls).
   std::vector<double> expected(const MoeTopkIds& routing) const {
     const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
+    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
+    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
+    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
     const int64_t N1 = n1(), v = vec();
     auto xval = [&](int64_t t, int64_t d) -> double {
       if (mode == Mode::kNvfp4) {
@@ -279,7 +283,7 @@ struct Fp4Case {
           double y = 0.0;
           for (int64_t j = 0; j < I; ++j) y += hq[j] * wval(w2, s2, e, H, I, d, j);
           y = bf16(y * o2[e] + (b2.empty() ? 0.0 : b2[e * H + d]));
-          out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * y;
+          out[static_cast<size_t>(t * H + d)] += route_w(wv[static_cast<size_t>(t * K + k)]) * y;
         }
       }
     }
@@ -499,6 +503,10 @@ struct MxInt4Case {
                                const std::vector<double>& beta = {},
                                const std::vector<double>& limit = {}) const {
     const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
+    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
+    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
+    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -526,7 +534,8 @@ struct MxInt4Case {
             const size_t wi = static_cast<size_t>((e * H + d) * I + j);
             y += h[j] * int4(w2, wi) * scale(s2, wi / 32);
           }
-          out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+          out[static_cast<size_t>(t * H + d)] +=
+              route_w(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
         }
       }
     }
@@ -1236,7 +1245,8 @@ TEST(TrtllmFp4BlockScaleMoe, FusedSharedExpertMatchesFormula) {
   Tensor bias = rand_tensor({E}, DType::kFloat32, 93, -0.3, 0.3);
   Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
   fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
-  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
+  // bf16 weights, as routing from logits keeps them (fp32 pairs would be taken as given).
+  const MoeTopkIds routing = append_shared_slots(idx, vals.to(DType::kBFloat16), E, 1);
   Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
   const auto out = trtllm_fp4_block_scale_moe(
       logits, bias, c.hidden(), c.hidden_scale(), c.gemm1(), c.scale1(), std::nullopt, std::nullopt,

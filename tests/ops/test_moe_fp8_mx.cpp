@@ -122,6 +122,10 @@ struct MxCase {
   // bf16, the sum weighted by the bf16-rounded routing weights.
   std::vector<double> expected(const MoeTopkIds& routing) const {
     const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
+    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
+    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
+    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
+    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
     const int64_t N1 = n1();
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
@@ -164,7 +168,8 @@ struct MxCase {
             y += hq[static_cast<size_t>(j)] * e4m3(w2[static_cast<size_t>((e * H + d) * I + j)]) *
                  ue8m0(s2[static_cast<size_t>((e * H + d) * (I / 32) + j / 32)]);
           }
-          out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+          out[static_cast<size_t>(t * H + d)] +=
+              route_w(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
         }
       }
     }
@@ -268,7 +273,8 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, RoutingFromLogitsMatchesRouted) {
   Tensor idx = Tensor::zeros({c.T, c.K}, DType::kInt32);
   fused_topk_deepseek(logits, bias, 4, 2, c.K, 2.5, vals, idx);
   EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
-  const MoeTopkIds routing(idx, vals);
+  // bf16 weights, as routing from logits keeps them (fp32 pairs would be taken as given).
+  const MoeTopkIds routing(idx, vals.to(DType::kBFloat16));
   EXPECT_TRUE(all_close(out, c.run_routed(routing), {0, 0}));
   EXPECT_TRUE(all_close(out, c.expected(routing), default_tolerance(DType::kBFloat16)));
 }
@@ -499,7 +505,7 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, FusedSharedExpert) {
   Tensor vals = Tensor::zeros({T, K}, DType::kFloat32), idx = Tensor::zeros({T, K}, DType::kInt32);
   fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
   EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
-  const MoeTopkIds routing = append_shared_slots(idx, vals, E, 1);
+  const MoeTopkIds routing = append_shared_slots(idx, vals.to(DType::kBFloat16), E, 1);
   c.E = 9;
   c.K = 3;
   EXPECT_TRUE(all_close(out, c.run_routed(routing, true), {0, 0}));

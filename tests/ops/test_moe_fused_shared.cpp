@@ -177,9 +177,11 @@ TEST(TrtllmFp8BlockScaleMoeFusedShared, MatchesFormulaAndRoutedForm) {
         c.w2.slice(0, 0, c.E), c.s2.slice(0, 0, c.E), c.E, c.K, 4, 2, c.I, 0, c.E, 2.5, 2);
     EXPECT_FALSE(all_close(plain, expect, default_tolerance(DType::kBFloat16)));
     // The routed op fed the appended routing over E + S experts gives the same bits.
+    // (bf16 weights, as routing from logits keeps them; fp32 pairs would be taken as given.)
     const Tensor routed = trtllm_fp8_block_scale_routed_moe(
-        routing, std::nullopt, c.x, c.xs, c.w1, c.s1, c.w2, c.s2, c.E + S, c.K + S, std::nullopt,
-        std::nullopt, c.I, 0, c.E + S, std::nullopt, 1);
+        MoeTopkIds(routing.ids, routing.weights->to(DType::kBFloat16)), std::nullopt, c.x, c.xs,
+        c.w1, c.s1, c.w2, c.s2, c.E + S, c.K + S, std::nullopt, std::nullopt, c.I, 0, c.E + S,
+        std::nullopt, 1);
     EXPECT_TRUE(all_close(out, routed, {0, 0}));
     // routing_replay_out holds the routed slots only ([T, top_k]).
     Tensor idx = routing.ids.slice(1, 0, c.K);

@@ -293,7 +293,8 @@ TEST(TrtllmFp8BlockScaleMoe, RoutingFromLogitsMatchesRouted) {
   fused_topk_deepseek(logits, bias, 4, 2, K, 2.5, vals, idx);
   EXPECT_TRUE(all_close(replay.to(DType::kInt32), idx, {0, 0}));
   const Tensor routed = trtllm_fp8_block_scale_routed_moe(
-      MoeTopkIds(idx, vals), std::nullopt, x, xs, w1, s1, w2, s2, E, K, 4, 2, I, 0, E, 2.5, 2);
+      MoeTopkIds(idx, vals.to(DType::kBFloat16)), std::nullopt, x, xs, w1, s1, w2, s2, E, K, 4, 2,
+      I, 0, E, 2.5, 2);  // bf16 weights, as routing from logits keeps them
   EXPECT_TRUE(all_close(out, routed, {0, 0}));
 }
 
@@ -375,6 +376,10 @@ TEST(TrtllmFp8PerTensorScaleMoe, MatchesFormula) {
                s1v = s1.to_double_vector(), sgv = sg.to_double_vector(),
                s2v = s2.to_double_vector(), idv = routing.ids.to_double_vector(),
                wv = routing.weights->to_double_vector();
+    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
+    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
+    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
+    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
     std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -403,7 +408,7 @@ TEST(TrtllmFp8PerTensorScaleMoe, MatchesFormula) {
             y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)];
           }
           expect[static_cast<size_t>(t * H + d)] +=
-              bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y * s2v[static_cast<size_t>(e)]);
+              route_w(wv[static_cast<size_t>(t * K + k)]) * bf16(y * s2v[static_cast<size_t>(e)]);
         }
       }
     }
@@ -1025,6 +1030,33 @@ TEST(TrtllmGenRouting, DeepSeekV3MatchesFusedTopk) {
     EXPECT_EQ(p2t[slot], static_cast<double>(i / K));
     EXPECT_EQ(batch[slot / 8], ids[static_cast<size_t>(i)]);
   }
+}
+
+// Upstream's grouped DeepSeekV3 routing kernel (n_group > 1) casts the bias to bf16 (its output
+// weights' type) before adding it to the sigmoid scores; fused_topk_deepseek adds it in fp32.
+// Biases 2^-12 apart collapse in bf16 and tie there (the lower index wins), so the selection is
+// fused_topk_deepseek's with the bias rounded to bf16, not with the fp32 bias.
+TEST(TrtllmGenRouting, GroupedDeepSeekV3AddsTheBiasAsBf16) {
+  const int64_t T = 2, E = 64, K = 4;
+  Tensor logits = Tensor::zeros({T, E}, DType::kFloat32);
+  std::vector<double> b(static_cast<std::size_t>(E));
+  for (int64_t e = 0; e < E; ++e) b[static_cast<std::size_t>(e)] = 1.0 + std::ldexp(e, -12);
+  const Tensor bias = Tensor::from_vector(b, {E}, DType::kFloat32);
+  const auto r = trtllm_gen_routing(logits, bias, RoutingMethodType::DeepSeekV3, K, 0, 4, 2, 0,
+                                    std::nullopt, 1.0, 8);
+  auto fused_ids = [&](const Tensor& bb) {
+    Tensor vals = Tensor::zeros({T, K}, DType::kFloat32);
+    Tensor idx = Tensor::zeros({T, K}, DType::kInt32);
+    fused_topk_deepseek(logits, bb, 4, 2, K, 1.0, vals, idx);
+    return idx.to_double_vector();
+  };
+  const auto got = std::get<0>(r).to_double_vector();
+  EXPECT_EQ(got, fused_ids(bias.to(DType::kBFloat16).to(DType::kFloat32)));
+  EXPECT_NE(got, fused_ids(bias));
+  // Without groups upstream adds the fp32 bias (its custom routing kernel).
+  const auto r1 = trtllm_gen_routing(logits, bias, RoutingMethodType::DeepSeekV3, K, 0, 1, 1, 0,
+                                     std::nullopt, 1.0, 8);
+  EXPECT_EQ(std::get<0>(r1).to_double_vector(), fused_ids(bias));
 }
 
 TEST(TrtllmGenRouting, BadInputAndRecordReplay) {

@@ -128,7 +128,10 @@ __device__ void trtllm_route_token(const TrtllmMoeParams& b, int64_t t, int32_t*
     const bool biased =
         r.bias && (r.method == MoeRouting::kDeepSeekV3 || r.method == MoeRouting::kMiniMax2);
     for (int64_t e = 0; e < E; ++e) {
-      sel[e] = x[e] + (biased ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
+      // Session 82: the grouped DeepSeekV3 bias as bf16, as upstream's kernel adds it.
+      sel[e] = x[e] + (biased ? moe_routing_bias(r.method, r.n_group,
+                                                 load_routing(r.bias, r.bias_dtype, e))
+                              : 0.0f);
     }
     bool kept[32];
     if (TG < G) {
@@ -203,7 +206,7 @@ __device__ void trtllm_route_token(const TrtllmMoeParams& b, int64_t t, int32_t*
   }
   for (int64_t k = 0; k < K; ++k) {
     const __nv_bfloat16 wb = __float2bfloat16(w[k]);
-    w[k] = __bfloat162float(wb);
+    if (trtllm_weights_in_bf16(b)) w[k] = __bfloat162float(wb);  // session 82: fp32 pairs as given
     if (b.expert_weights_out) b.expert_weights_out[t * K + k] = __bfloat16_as_ushort(wb);
     if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(id[k]);
   }

@@ -451,7 +451,9 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
           p.bias && (p.method == MoeRouting::kDeepSeekV3 || p.method == MoeRouting::kMiniMax2);
       for (int64_t e = 0; e < E; ++e) {
         sel_score[static_cast<size_t>(e)] =
-            x[static_cast<size_t>(e)] + (biased ? load_strict(p.bias, p.bias_dtype, e) : 0.0f);
+            x[static_cast<size_t>(e)] +
+            (biased ? moe_routing_bias(p.method, p.n_group, load_strict(p.bias, p.bias_dtype, e))
+                    : 0.0f);
       }
       std::fill(kept.begin(), kept.end(), 1);
       if (TG < G) {
@@ -655,8 +657,11 @@ void trtllm_moe(const TrtllmMoeParams& p) {
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p, ids.data(), w.data());
   // The routing kernels write the expert weights as bf16 (mDtypeOutput = Bfloat16 for every
-  // method in upstream's Routing::Runner), so the combine sees bf16 weights.
-  for (float& v : w) v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+  // method in upstream's Routing::Runner), so the combine sees bf16 weights; fp32 weights given
+  // as the (ids, weights) pair stay fp32 (trtllm_weights_in_bf16).
+  if (trtllm_weights_in_bf16(p)) {
+    for (float& v : w) v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
+  }
   CutlassMoeParams m = p.moe;
   m.experts = ids.data();
   m.experts_dtype = DType::kInt32;

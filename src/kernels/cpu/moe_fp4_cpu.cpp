@@ -264,7 +264,7 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p.base, ids.data(), w.data());
   // The trtllm launchers keep the routing weights in bf16.
-  if (p.round_routing_weights) {
+  if (p.round_routing_weights && trtllm_weights_in_bf16(p.base)) {
     for (float& v : w) v = bf16_round(v);
   }
 

@@ -70,8 +70,10 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p.base, ids.data(), w.data());
   // The kernels keep the routing weights in bf16 (the launchers allocate expert_weights as
-  // bf16).
-  for (float& v : w) v = bf16_round(v);
+  // bf16), but for fp32 weights given as the (ids, weights) pair (trtllm_weights_in_bf16).
+  if (trtllm_weights_in_bf16(p.base)) {
+    for (float& v : w) v = bf16_round(v);
+  }
 
   const auto* x = static_cast<const uint8_t*>(m.input);
   const auto* w1 = static_cast<const uint8_t*>(m.w1);
@@ -108,7 +110,8 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
     std::vector<float> gv(static_cast<size_t>(N1));
     for (int64_t r = 0; r < n; ++r) {
       const int64_t pair = pairs[static_cast<size_t>(r)];
-      const float rw = p.routing_scales_on_input ? w[static_cast<size_t>(pair)] : 1.0f;
+      // Llama4's scales on the input: cast to bf16 by upstream's launcher in every form.
+      const float rw = p.routing_scales_on_input ? bf16_round(w[static_cast<size_t>(pair)]) : 1.0f;
       const float* g = g1.data() + r * N1;
       float* hr = h.data() + r * I;
       if (p.block_scale) {

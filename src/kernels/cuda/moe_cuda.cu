@@ -747,7 +747,9 @@ __global__ void __launch_bounds__(kTrWarps * 32)
     FLASHINFER_UNROLL
     for (int j = 0; j < kTrPerLane; ++j) {
       const int e = j * 32 + lane;
-      sel[j] = x[j] + (biased && e < E ? load_routing(r.bias, r.bias_dtype, e) : 0.0f);
+      sel[j] = x[j] + (biased && e < E ? moe_routing_bias(r.method, r.n_group,
+                                                          load_routing(r.bias, r.bias_dtype, e))
+                                       : 0.0f);
     }
     // Grouped selection (DeepSeekV3, TG < G): the kept groups as a mask (bit g).
     const uint32_t kept = TG < G ? dsr_pick_groups(sel, lane, G, per_group, TG) : 0xffffffffu;
@@ -810,7 +812,7 @@ __global__ void __launch_bounds__(kTrWarps * 32)
   for (int k = lane; k < K; k += 32) {
     const __nv_bfloat16 wb = __float2bfloat16(pw[k]);
     ids[t * K + k] = pid[k];
-    ws[t * K + k] = __bfloat162float(wb);
+    ws[t * K + k] = trtllm_weights_in_bf16(b) ? __bfloat162float(wb) : pw[k];
     if (b.expert_weights_out) b.expert_weights_out[t * K + k] = __bfloat16_as_ushort(wb);
     if (b.replay_out) b.replay_out[t * b.replay_stride + k] = static_cast<int16_t>(pid[k]);
   }
@@ -976,7 +978,7 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
     trtllm_fp8_activation_rows(m, e, g, p.ws_h + pair * I);
     return;
   }
-  const float rw = p.routing_scales_on_input ? p.ws_w[pair] : 1.0f;
+  const float rw = p.routing_scales_on_input ? bf16_round(p.ws_w[pair]) : 1.0f;  // bf16 always
   const float sc = p.out1_scale[e], sg = p.out1_gate_scale[e];
   warp_gemm_rows(
       N1, H, [&](int64_t j) { return moe_stored_row(p.w1_index, N1, j); },
