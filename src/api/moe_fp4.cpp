@@ -40,16 +40,36 @@ constexpr api::KernelEntry<kernels::TrtllmFp4MoeParams> kTrtllmFp4MoeKernels[] =
 // The routing arguments every variant shares.
 using RoutingArgs = api::MoeRoutingArgs;
 
-Tensor make_output(const std::optional<Tensor>& output, int64_t T, int64_t H, const Tensor& like,
-                   const char* op) {
-  if (!output) return Tensor::empty({T, H}, DType::kBFloat16, like.device());
+// The tensor the kernels write ([T, H]) and the one returned. Upstream accepts an `output` of the
+// hidden size or narrower, and its finalize writes only output.size(1) columns (unpadding a
+// padded hidden size: core.py asserts output.shape[1] <= hidden_size); a narrower one here gets
+// the first columns of a full-width result.
+struct Fp4MoeOutput {
+  Tensor full, returned;
+  void finish() const {
+    if (full.data_ptr() != returned.data_ptr()) {
+      Tensor r = returned;  // a handle: copy_ writes the caller's storage
+      r.copy_(full.slice(1, 0, returned.size(1)));
+    }
+  }
+};
+
+Fp4MoeOutput make_output(const std::optional<Tensor>& output, int64_t T, int64_t H,
+                         const Tensor& like, const char* op) {
+  if (!output) {
+    const Tensor t = Tensor::empty({T, H}, DType::kBFloat16, like.device());
+    return {t, t};
+  }
   const Tensor& o = *output;
   api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
-  api::check_shape_eq(o, {T, H}, op, "output");
+  api::check_dim(o, {2}, op, "output");
+  FLASHINFER_CHECK(o.size(0) == T && o.size(1) <= H, op, "output", "expected [", T, ", <= ", H,
+                   "] (the hidden size or narrower), got ", shape_to_string(o.shape()));
   api::check_same_device(o, like, op, "output", "hidden_states");
   api::check_last_stride_one(o, op, "output");
   api::check_writable(o, op, "output");
-  return o;
+  if (o.size(1) == H) return {o, o};
+  return {Tensor::empty({T, H}, DType::kBFloat16, like.device()), o};
 }
 
 // Upstream's prepared block scales of one weight matrix per expert: rows shuffled like the
@@ -237,7 +257,7 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
     p.hs_scale_stride = H / hv;
   }
   // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
-  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
+  const Fp4MoeOutput out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   p.base.num_shared = S;
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
@@ -257,8 +277,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
+  m.out = out.full.data_ptr();
+  m.out_stride = out.full.stride(0);
   m.num_tokens = T;
   m.top_k = rc.top_k + S;
   m.hidden = H;
@@ -278,9 +298,10 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   p.out1_scale = api::per_expert_floats(*a.o1, El, hidden, op, "output1_scale_scalar");
   p.out1_gate_scale = api::per_expert_floats(*a.o1g, El, hidden, op, "output1_scale_gate_scalar");
   p.out2_scale = api::per_expert_floats(*a.o2, El, hidden, op, "output2_scale_scalar");
-  std::vector<Tensor> res{out};
+  std::vector<Tensor> res{out.returned};
   if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  out.finish();
   return res;
 }
 
@@ -336,7 +357,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.input = kernels::Moe4Input::kBf16;
   p.act_quant = kernels::Moe4ActQuant::kBf16;
   // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
-  Tensor out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
+  const Fp4MoeOutput out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
   const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");
@@ -345,8 +366,8 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
+  m.out = out.full.data_ptr();
+  m.out_stride = out.full.stride(0);
   m.num_tokens = T;
   m.top_k = rc.top_k;
   m.hidden = H;
@@ -361,7 +382,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   m.swiglu_limit = api::per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
   p.w1_scale = s1p.data_ptr();
   p.w2_scale = s2p.data_ptr();
-  std::vector<Tensor> res{out};
+  std::vector<Tensor> res{out.returned};
   if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
   if (a.lora_delta && *a.lora_delta) {
     // gemm1_lora_delta (vLLM's LoRA MoE): added to GEMM1's output before the Swiglu; the list
@@ -369,6 +390,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
     api::bind_lora_delta(m, **a.lora_delta, hidden, true, a.do_finalize, DType::kBFloat16, op, res);
   }
   api::launch(kTrtllmFp4MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  out.finish();
   return res;
 }
 

@@ -205,12 +205,13 @@ struct Fp4Case {
     return f32(prepare_bias(b2, local, H, false), {local, H});
   }
 
-  std::vector<Tensor> run_routed(const MoeTopkIds& routing) const {
+  std::vector<Tensor> run_routed(const MoeTopkIds& routing,
+                                 std::optional<Tensor> output = std::nullopt) const {
     return trtllm_fp4_block_scale_routed_moe(
         routing, std::nullopt, hidden(), hidden_scale(), gemm1(), scale1(), bias1(),
         f32(alpha, {local}), f32(beta, {local}), f32(limit, {local}), gemm2(), scale2(), bias2(),
         f32(o1, {local}), f32(o1g, {local}), f32(o2, {local}), E, K, std::nullopt, std::nullopt, I,
-        offset, local, std::nullopt, 0, true, std::nullopt, act);
+        offset, local, std::nullopt, 0, true, std::nullopt, act, std::nullopt, output);
   }
 
   // fp64 formula, with upstream's reference's quantization of the activation (through the
@@ -290,6 +291,28 @@ struct Fp4Case {
     return out;
   }
 };
+
+// Upstream accepts an `output` narrower than the hidden size (core.py: output.shape[1] <=
+// hidden_size) and its finalize writes only those columns: a hidden size padded to 128s written
+// back unpadded (gpt-oss's MXFP4 layers). The columns are the full output's, bit for bit; the
+// call returns the given tensor; wider or other-row outputs are refused.
+TEST(TrtllmFp4BlockScaleMoe, NarrowerOutputGetsTheFirstColumns) {
+  Fp4Case c;
+  c.make(17);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const Tensor full = c.run_routed(routing)[0];
+  const int64_t W = c.H - 40;
+  Tensor narrow = Tensor::full({c.T, W}, 7.0, DType::kBFloat16);
+  const auto got = c.run_routed(routing, narrow);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].data_ptr(), narrow.data_ptr());
+  EXPECT_EQ(testing::bytes_of(narrow), testing::bytes_of(full.slice(1, 0, W)));
+  const char* op = "trtllm_fp4_block_scale_routed_moe";
+  EXPECT_FI_ERROR((void)c.run_routed(routing, Tensor::zeros({c.T, c.H + 1}, DType::kBFloat16)), op,
+                  "output");
+  EXPECT_FI_ERROR((void)c.run_routed(routing, Tensor::zeros({c.T + 1, W}, DType::kBFloat16)), op,
+                  "output");
+}
 
 TEST(TrtllmFp4BlockScaleMoe, Nvfp4MatchesFormula) {
   for (int64_t offset : {int64_t{0}, int64_t{4}}) {
