@@ -663,8 +663,8 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
   }
   FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
                    "must be in [1, num_experts=", num_experts, "], got ", top_k);
-  FLASHINFER_CHECK(method >= 0 && method <= 8, op, "routing_method_type",
-                   "must be a RoutingMethodType value in [0, 8], got ", method);
+  FLASHINFER_CHECK(method >= 0 && method <= 9, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 9], got ", method);
   const auto rm = static_cast<kernels::MoeRouting>(method);
   if (rm == kernels::MoeRouting::kLlama4) {
     FLASHINFER_CHECK(top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", top_k);

@@ -34,7 +34,7 @@ struct ReturnName<TrtllmGenRoutingResult> {
 };
 
 namespace {
-constexpr api::EnumTable<RoutingMethodType, 9> kRoutingMethods{
+constexpr api::EnumTable<RoutingMethodType, 10> kRoutingMethods{
     "RoutingMethodType",
     {{{RoutingMethodType::Default, "Default"},
       {RoutingMethodType::Renormalize, "Renormalize"},
@@ -44,7 +44,8 @@ constexpr api::EnumTable<RoutingMethodType, 9> kRoutingMethods{
       {RoutingMethodType::TopK, "TopK"},
       {RoutingMethodType::SigmoidRenorm, "SigmoidRenorm"},
       {RoutingMethodType::MiniMax2, "MiniMax2"},
-      {RoutingMethodType::Sigmoid, "Sigmoid"}}}};
+      {RoutingMethodType::Sigmoid, "Sigmoid"},
+      {RoutingMethodType::TopKSigmoid, "TopKSigmoid"}}}};
 }  // namespace
 
 std::string_view routing_method_type_name(RoutingMethodType m) {

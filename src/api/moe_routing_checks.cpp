@@ -61,8 +61,8 @@ void check_moe_routing(const MoeRoutingArgs& c, const Tensor& hidden, bool group
   }
   FLASHINFER_CHECK(c.top_k >= 1 && c.top_k <= E, op, "top_k", "must be in [1, num_experts=", E,
                    "], got ", c.top_k);
-  FLASHINFER_CHECK(c.method >= 0 && c.method <= 8, op, "routing_method_type",
-                   "must be a RoutingMethodType value in [0, 8], got ", c.method);
+  FLASHINFER_CHECK(c.method >= 0 && c.method <= 9, op, "routing_method_type",
+                   "must be a RoutingMethodType value in [0, 9], got ", c.method);
   const auto rm = static_cast<kernels::MoeRouting>(c.method);
   if (rm == kernels::MoeRouting::kLlama4) {
     FLASHINFER_CHECK(c.top_k == 1, op, "top_k", "Llama4 routing selects one expert, got ", c.top_k);

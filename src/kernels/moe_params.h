@@ -122,6 +122,7 @@ enum class MoeRouting : int {
   kSigmoidRenorm = 6,     // sigmoid, top-k, divided by the sum of the k (norm_topk_prob)
   kMiniMax2 = 7,          // sigmoid + bias selects, sigmoid * scale / (sum + 1e-20)
   kSigmoid = 8,           // sigmoid, top-k
+  kTopKSigmoid = 9,       // top-k of the logits, each weight its sigmoid (Llama4's for any k)
 };
 
 /// The routing bias as upstream adds it to the selection scores: its grouped DeepSeekV3 kernel

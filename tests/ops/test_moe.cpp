@@ -1510,7 +1510,7 @@ Routed routing_formula(int method, const std::vector<double>& logits,
     double d = 0.0;
     for (double& w : r.weights) d += (w = std::exp(w - m));
     for (double& w : r.weights) w /= d;
-  } else if (method == 3) {
+  } else if (method == 3 || method == 9) {  // Llama4 (top-1), TopKSigmoid (top-k)
     for (double& w : r.weights) w = sigmoid(w);
   } else if (method == 4 || method == 6) {
     for (double& w : r.weights) w /= sum;
@@ -1524,7 +1524,7 @@ Routed routing_formula(int method, const std::vector<double>& logits,
 TEST(TrtllmBf16Moe, MatchesFormulaForEveryRoutingMethod) {
   const int64_t T = 20, E = 8, H = 32, I = 16, K = 2, G = 4, TG = 2;
   const double scale = 2.5;
-  for (int method = 0; method <= 8; ++method) {
+  for (int method = 0; method <= 9; ++method) {
     for (int64_t offset : {int64_t{0}, int64_t{4}}) {
       const int64_t k = method == 3 ? 1 : K;
       const int64_t local = offset == 0 ? E : 4;
@@ -1686,7 +1686,7 @@ TEST(TrtllmBf16Moe, BadInput) {
   EXPECT_FI_ERROR(call(logits.slice(1, 0, 4), x, w1, w2, 2, 0), op, "routing_logits");
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 9, 0), op, "top_k");
   EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 3), op, "top_k");  // Llama4 is top-1
-  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 9), op, "routing_method_type");
+  EXPECT_FI_ERROR(call(logits, x, w1, w2, 2, 10), op, "routing_method_type");
   EXPECT_FI_ERROR(call(logits, x.to(DType::kFloat16), w1, w2, 2, 0), op, "hidden_states");
   EXPECT_FI_ERROR(call(logits, x.slice(0, 0, 3), w1, w2, 2, 0), op,
                   "routing_logits");  // token counts differ

@@ -146,7 +146,7 @@ std::vector<Tensor> on_host(const TrtllmMoeResult& r) {
 TEST(TrtllmBf16MoeCuda, EveryRoutingMethodMatchesCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device d = Device::cuda(0);
-  for (int64_t method = 0; method <= 8; ++method) {
+  for (int64_t method = 0; method <= 9; ++method) {
     SCOPED_TRACE("method " + std::to_string(method));
     Bf16Call c = make_call(method, 3, false, WeightLayout::MajorK, 100 + 10 * method);
     if (method == 2) {

@@ -639,7 +639,7 @@ TEST(TrtllmMxInt4BlockScaleMoe, RoutingFromLogitsAndBadInput) {
                   op, "intermediate_size");
   EXPECT_FI_ERROR((void)trtllm_mxint4_block_scale_moe(
                       lg, std::nullopt, x, w1, s1, std::nullopt, std::nullopt, std::nullopt, w2, s2,
-                      c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 9),
+                      c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 10),
                   "trtllm_mxint4_block_scale_moe", "routing_method_type");
 }
 

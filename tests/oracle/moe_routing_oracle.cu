@@ -186,6 +186,7 @@ __device__ void trtllm_route_token(const TrtllmMoeParams& b, int64_t t, int32_t*
         break;
       }
       case MoeRouting::kLlama4:
+      case MoeRouting::kTopKSigmoid:  // session 82
         for (int64_t i = 0; i < K; ++i) w[i] = 1.0f / (1.0f + expf(-w[i]));
         break;
       case MoeRouting::kRenormalizeNaive:

@@ -23,6 +23,7 @@ enum class RoutingMethodType : int {
   SigmoidRenorm = 6,
   MiniMax2 = 7,
   Sigmoid = 8,
+  TopKSigmoid = 9,  // 0.6.18: top-k of the raw logits, each weight its sigmoid
 };
 std::string_view routing_method_type_name(RoutingMethodType m);
 Value to_value(RoutingMethodType m);

@@ -520,6 +520,7 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
           break;
         }
         case MoeRouting::kLlama4:
+        case MoeRouting::kTopKSigmoid:  // selected on the raw logits, then squashed
           for (int64_t i = 0; i < K; ++i) w[i] = 1.0f / (1.0f + std::exp(-w[i]));
           break;
         case MoeRouting::kRenormalizeNaive:

@@ -789,6 +789,7 @@ __global__ void __launch_bounds__(kTrWarps * 32)
           break;
         }
         case MoeRouting::kLlama4:
+        case MoeRouting::kTopKSigmoid:  // selected on the raw logits, then squashed
           for (int i = 0; i < K; ++i) pw[i] = 1.0f / (1.0f + expf(-pw[i]));
           break;
         case MoeRouting::kRenormalizeNaive:
