@@ -55,7 +55,7 @@ struct Fp4MoeOutput {
 };
 
 Fp4MoeOutput make_output(const std::optional<Tensor>& output, int64_t T, int64_t H,
-                         const Tensor& like, const char* op) {
+                         const Tensor& like, const char* op, bool allow_narrow) {
   if (!output) {
     const Tensor t = Tensor::empty({T, H}, DType::kBFloat16, like.device());
     return {t, t};
@@ -63,8 +63,10 @@ Fp4MoeOutput make_output(const std::optional<Tensor>& output, int64_t T, int64_t
   const Tensor& o = *output;
   api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
   api::check_dim(o, {2}, op, "output");
-  FLASHINFER_CHECK(o.size(0) == T && o.size(1) <= H, op, "output", "expected [", T, ", <= ", H,
-                   "] (the hidden size or narrower), got ", shape_to_string(o.shape()));
+  FLASHINFER_CHECK(o.size(0) == T && (allow_narrow ? o.size(1) <= H : o.size(1) == H), op, "output",
+                   "expected [", T, allow_narrow ? ", <= " : ", ", H,
+                   allow_narrow ? "] (the hidden size or narrower)" : "]", ", got ",
+                   shape_to_string(o.shape()));
   api::check_same_device(o, like, op, "output", "hidden_states");
   api::check_last_stride_one(o, op, "output");
   api::check_writable(o, op, "output");
@@ -257,7 +259,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
     p.hs_scale_stride = H / hv;
   }
   // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
-  const Fp4MoeOutput out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
+  const Fp4MoeOutput out =
+      make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op, true);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   p.base.num_shared = S;
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
@@ -356,8 +359,10 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.weights = kernels::Moe4Weights::kMxint4;
   p.input = kernels::Moe4Input::kBf16;
   p.act_quant = kernels::Moe4ActQuant::kBf16;
-  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
-  const Fp4MoeOutput out = make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op);
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False"); its
+  // MxInt4 launcher writes the full hidden width (no narrower output, unlike FP4's).
+  const Fp4MoeOutput out =
+      make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op, false);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
   const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
   const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");

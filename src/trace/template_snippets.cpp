@@ -264,9 +264,12 @@ const char* const kRoute =
         w = torch.softmax(sel, dim=-1)
     elif method == 2:
         s = torch.sigmoid(logits)
-        sb = s if routing_bias is None else s + routing_bias.float().reshape(-1)
-        T, E = sb.shape
         ng, kg = int(n_group), int(topk_group)
+        b = None if routing_bias is None else routing_bias.float().reshape(-1)
+        if b is not None and ng > 1:
+            b = b.to(torch.bfloat16).float()  # the grouped kernel adds the bias as bf16
+        sb = s if b is None else s + b
+        T, E = sb.shape
         gs = torch.topk(sb.view(T, ng, E // ng), k=2, dim=2).values.sum(dim=2)
         keep = torch.zeros_like(gs).scatter_(1, torch.topk(gs, k=kg, dim=1).indices, 1.0)
         mask = keep.unsqueeze(2).expand(T, ng, E // ng).reshape(T, E)
@@ -281,6 +284,9 @@ const char* const kRoute =
         w = sel / sel.sum(dim=1, keepdim=True)
     elif method == 5:
         w, ids = torch.topk(logits, k=k, dim=1)
+    elif method == 9:
+        sel, ids = torch.topk(logits, k=k, dim=1)
+        w = torch.sigmoid(sel)
     else:
         raise NotImplementedError("routing_method_type %d" % method)
     return ids, w

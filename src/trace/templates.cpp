@@ -2163,7 +2163,7 @@ void add_block_sparse_decode(std::vector<Template>& v) {
 // trtllm_gen_routing (flashinfer.fused_moe.trtllm_gen_routing): upstream's moe.py template,
 // checked against its committed trtllm_gen_routing_e256_k8_t8.json. Upstream attaches no
 // reference (the order of the pairs within an expert's block is not part of its contract); ours
-// reproduces our CPU op's order, tokens in order within each expert (docs/MOE.md), for all nine
+// reproduces our CPU op's order, tokens in order within each expert (docs/MOE.md), for all ten
 // routing methods, and returns the eight outputs with -1 beyond the defined parts (as our op).
 const char* const kGenRoutingRef = R"PY(def _order(score, k):
     # Descending, ties to the lower index: the CPU op's first-maximum scan.
@@ -2185,9 +2185,12 @@ def run(routing_logits, routing_bias, routing_method, top_k, num_fused_shared_ex
     elif m in (2, 6, 7, 8):
         x = torch.sigmoid(x)
     sel = x
-    if routing_bias is not None and m in (2, 7):
-        sel = x + routing_bias.float().reshape(-1)
     G = int(n_group) if int(n_group) > 0 else 1
+    if routing_bias is not None and m in (2, 7):
+        b = routing_bias.float().reshape(-1)
+        if m == 2 and G > 1:
+            b = b.to(torch.bfloat16).float()  # the grouped kernel adds the bias as bf16
+        sel = x + b
     if m == 2 and G > 1:
         TG = int(topk_group) if int(topk_group) > 0 else G
         g = sel.reshape(T, G, E // G)
@@ -2199,7 +2202,7 @@ def run(routing_logits, routing_bias, routing_method, top_k, num_fused_shared_ex
     s = w.sum(dim=1, keepdim=True)
     if m == 1:
         w = torch.softmax(w, dim=-1)
-    elif m == 3:
+    elif m in (3, 9):
         w = torch.sigmoid(w)
     elif m == 4:
         w = w / s
