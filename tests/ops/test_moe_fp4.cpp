@@ -218,10 +218,8 @@ struct Fp4Case {
   // library's fp4_quantize / mxfp8_quantize, the functions that reference calls).
   std::vector<double> expected(const MoeTopkIds& routing) const {
     const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
-    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
-    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
-    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
-    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
+    // The combine takes the weights as given: bf16 ones are the routing's, fp32 pairs are not
+    // rounded (upstream's launchers take their dtype; session 82).
     const int64_t N1 = n1(), v = vec();
     auto xval = [&](int64_t t, int64_t d) -> double {
       if (mode == Mode::kNvfp4) {
@@ -284,7 +282,7 @@ struct Fp4Case {
           double y = 0.0;
           for (int64_t j = 0; j < I; ++j) y += hq[j] * wval(w2, s2, e, H, I, d, j);
           y = bf16(y * o2[e] + (b2.empty() ? 0.0 : b2[e * H + d]));
-          out[static_cast<size_t>(t * H + d)] += route_w(wv[static_cast<size_t>(t * K + k)]) * y;
+          out[static_cast<size_t>(t * H + d)] += wv[static_cast<size_t>(t * K + k)] * y;
         }
       }
     }
@@ -526,10 +524,8 @@ struct MxInt4Case {
                                const std::vector<double>& beta = {},
                                const std::vector<double>& limit = {}) const {
     const auto idv = routing.ids.to_double_vector(), wv = routing.weights->to_double_vector();
-    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
-    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
-    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
-    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
+    // The combine takes the weights as given: bf16 ones are the routing's, fp32 pairs are not
+    // rounded (upstream's launchers take their dtype; session 82).
     std::vector<double> out(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -557,8 +553,7 @@ struct MxInt4Case {
             const size_t wi = static_cast<size_t>((e * H + d) * I + j);
             y += h[j] * int4(w2, wi) * scale(s2, wi / 32);
           }
-          out[static_cast<size_t>(t * H + d)] +=
-              route_w(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
+          out[static_cast<size_t>(t * H + d)] += wv[static_cast<size_t>(t * K + k)] * bf16(y);
         }
       }
     }

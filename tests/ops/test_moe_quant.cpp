@@ -376,10 +376,8 @@ TEST(TrtllmFp8PerTensorScaleMoe, MatchesFormula) {
                s1v = s1.to_double_vector(), sgv = sg.to_double_vector(),
                s2v = s2.to_double_vector(), idv = routing.ids.to_double_vector(),
                wv = routing.weights->to_double_vector();
-    // The combine's routing weight: bf16 as upstream's routing and launchers keep it, except
-    // fp32 weights given as the (ids, weights) pair, taken as given (session 82).
-    const bool fp32_pair = routing.weights->dtype() == DType::kFloat32;
-    auto route_w = [&](double w) { return fp32_pair ? w : bf16(w); };
+    // The combine takes the weights as given: bf16 ones are the routing's, fp32 pairs are not
+    // rounded (upstream's launchers take their dtype; session 82).
     std::vector<double> expect(static_cast<size_t>(T * H), 0.0);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < K; ++k) {
@@ -408,7 +406,7 @@ TEST(TrtllmFp8PerTensorScaleMoe, MatchesFormula) {
             y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)];
           }
           expect[static_cast<size_t>(t * H + d)] +=
-              route_w(wv[static_cast<size_t>(t * K + k)]) * bf16(y * s2v[static_cast<size_t>(e)]);
+              wv[static_cast<size_t>(t * K + k)] * bf16(y * s2v[static_cast<size_t>(e)]);
         }
       }
     }

@@ -549,7 +549,7 @@ void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights) {
   }
 }
 
-void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
+void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w, bool round_weights) {
   const int64_t T = p.routing.num_tokens, K = p.routing.top_k;
   if (p.num_shared > 0) {
     // The routed slots as without shared experts (routing_replay_out gets those only), then
@@ -559,7 +559,7 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
     routed.expert_weights_out = nullptr;
     std::vector<int32_t> rid(static_cast<size_t>(T * K));
     std::vector<float> rw(static_cast<size_t>(T * K));
-    trtllm_route(routed, rid.data(), rw.data());
+    trtllm_route(routed, rid.data(), rw.data(), round_weights);
     const int64_t S = p.num_shared, KS = K + S;
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t k = 0; k < KS; ++k) {
@@ -591,6 +591,12 @@ void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* w) {
         }
       }
     }
+  }
+  // The routing kernels write the expert weights as bf16 (mDtypeOutput = Bfloat16 for every
+  // method in upstream's Routing::Runner), and the launchers keep them so, but for fp32 weights
+  // given as the (ids, weights) pair.
+  if (round_weights && trtllm_weights_in_bf16(p)) {
+    for (int64_t i = 0; i < T * K; ++i) w[i] = bfloat16_bits_to_float(float_to_bfloat16_bits(w[i]));
   }
   if (p.expert_weights_out) {
     for (int64_t i = 0; i < T * K; ++i) p.expert_weights_out[i] = float_to_bfloat16_bits(w[i]);
@@ -657,12 +663,6 @@ void trtllm_moe(const TrtllmMoeParams& p) {
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
   trtllm_route(p, ids.data(), w.data());
-  // The routing kernels write the expert weights as bf16 (mDtypeOutput = Bfloat16 for every
-  // method in upstream's Routing::Runner), so the combine sees bf16 weights; fp32 weights given
-  // as the (ids, weights) pair stay fp32 (trtllm_weights_in_bf16).
-  if (trtllm_weights_in_bf16(p)) {
-    for (float& v : w) v = bfloat16_bits_to_float(float_to_bfloat16_bits(v));
-  }
   CutlassMoeParams m = p.moe;
   m.experts = ids.data();
   m.experts_dtype = DType::kInt32;

@@ -15,8 +15,11 @@ void hash_topk(const HashTopkParams& p);
 void moe_routing(const MoeRoutingParams& p, int32_t* ids, float* weights);
 void trtllm_moe(const TrtllmMoeParams& p);
 /// The routing step of trtllm_moe: ids / weights [num_tokens, top_k] from the logits or the
-/// precomputed routing, and routing_replay_out when set.
-void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* weights);
+/// precomputed routing, and routing_replay_out when set. The weights are rounded to bf16 where
+/// upstream's launchers keep them so (trtllm_weights_in_bf16), as the CUDA route does, unless
+/// `round_weights` is false (the b12x / CuTe-DSL paths, which keep fp32 weights).
+void trtllm_route(const TrtllmMoeParams& p, int32_t* ids, float* weights,
+                  bool round_weights = true);
 
 /// do_finalize=False for the trtllm kernels that keep a per-pair GEMM2 row `y_pair` (fp32
 /// [num_tokens * top_k, hidden], already at the kernel's rounding) and `local` [num_tokens *

@@ -262,11 +262,8 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
   const int64_t vec = weight_vec(p.weights);
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
-  trtllm_route(p.base, ids.data(), w.data());
-  // The trtllm launchers keep the routing weights in bf16.
-  if (p.round_routing_weights && trtllm_weights_in_bf16(p.base)) {
-    for (float& v : w) v = bf16_round(v);
-  }
+  // The trtllm launchers keep the routing weights in bf16 (but fp32 pairs); b12x / CuTe-DSL don't.
+  trtllm_route(p.base, ids.data(), w.data(), p.round_routing_weights);
 
   const auto* w1 = static_cast<const uint8_t*>(m.w1);
   const auto* w2 = static_cast<const uint8_t*>(m.w2);

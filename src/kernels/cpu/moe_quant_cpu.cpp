@@ -68,12 +68,7 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
   const int64_t N1 = gated ? 2 * I : I;
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> w(static_cast<size_t>(T * K));
-  trtllm_route(p.base, ids.data(), w.data());
-  // The kernels keep the routing weights in bf16 (the launchers allocate expert_weights as
-  // bf16), but for fp32 weights given as the (ids, weights) pair (trtllm_weights_in_bf16).
-  if (trtllm_weights_in_bf16(p.base)) {
-    for (float& v : w) v = bf16_round(v);
-  }
+  trtllm_route(p.base, ids.data(), w.data());  // the weights as the kernels keep them
 
   const auto* x = static_cast<const uint8_t*>(m.input);
   const auto* w1 = static_cast<const uint8_t*>(m.w1);
