@@ -76,13 +76,19 @@ void check_input(const Tensor& x, const char* op, const char* arg) {
   api::check_non_empty(x, op, arg);
 }
 
-// A 1-D tensor of `len` entries (or 1 when `allow_one`) on `ref`'s device.
-void check_row_tensor(const Tensor& t, int64_t len, bool allow_one, const Tensor& ref,
-                      std::initializer_list<DType> dtypes, const char* op, const char* arg) {
+// A 1-D tensor of one of `dtypes` on `ref`'s device (its length is the caller's to check).
+void check_1d_tensor(const Tensor& t, const Tensor& ref, std::initializer_list<DType> dtypes,
+                     const char* op, const char* arg) {
   api::check_defined(t, op, arg);
   api::check_dim(t, {1}, op, arg);
   api::check_dtype_in(t, dtypes, op, arg);
   api::check_same_device(t, ref, op, arg, "the input");
+}
+
+// A 1-D tensor of `len` entries (or 1 when `allow_one`) on `ref`'s device.
+void check_row_tensor(const Tensor& t, int64_t len, bool allow_one, const Tensor& ref,
+                      std::initializer_list<DType> dtypes, const char* op, const char* arg) {
+  check_1d_tensor(t, ref, dtypes, op, arg);
   const int64_t n = t.size(0);
   FLASHINFER_CHECK(n == len || (allow_one && n == 1), op, arg, "expected length ", len,
                    allow_one ? " (or 1)" : "", ", got shape ", shape_to_string(t.shape()));
@@ -148,10 +154,7 @@ void check_threshold_tensor(const Tensor& t, const SamplingRows& rows, bool at_s
     check_row_tensor(t, rows.batch, false, ref, dtypes, op, arg);
     return;
   }
-  api::check_defined(t, op, arg);
-  api::check_dim(t, {1}, op, arg);
-  api::check_dtype_in(t, dtypes, op, arg);
-  api::check_same_device(t, ref, op, arg, "the input");
+  check_1d_tensor(t, ref, dtypes, op, arg);
   FLASHINFER_CHECK(t.size(0) >= rows.args.src_rows, op, arg,
                    "is read at the input rows (indices[b]), as upstream's kernel reads it, so it "
                    "needs at least ",

@@ -10,6 +10,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/sampling_rules.h"
 
@@ -342,13 +343,6 @@ bool sampled_kth_key(const float* x, int64_t n, int64_t k, uint32_t* keys, TopKF
   return true;
 }
 
-// A probability as upstream's torch.softmax of `dt` logits holds it: rounded to a 16-bit dtype.
-float softmax_out(DType dt, float v) {
-  if (dt == DType::kFloat16) return half_bits_to_float(float_to_half_bits(v));
-  if (dt == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(v));
-  return v;
-}
-
 int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s) {
   const SamplingRow row = sampling_row(p.rows, b);
   const int64_t n = p.vocab;
@@ -393,7 +387,8 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
       y[i] = std::exp(y[i] - m);
       sum += y[i];
     }
-    for (int64_t i = 0; i < n; ++i) y[i] = softmax_out(p.dtype, y[i] / sum);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = elem_io::round_to(p.dtype, y[i] / sum);  // torch.softmax's dtype
     return rejection_sample(y, n, SamplingKind::kTopP, row, rng);
   }
   const std::size_t nk = s.kept.size();
@@ -403,7 +398,8 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
     s.prob[j] = std::exp(x[s.kept[j]] / row.temperature - m);
     sum += s.prob[j];
   }
-  for (std::size_t j = 0; j < nk; ++j) s.prob[j] = softmax_out(p.dtype, s.prob[j] / sum);
+  // As upstream's torch.softmax holds them: rounded to 16-bit logits' dtype.
+  for (std::size_t j = 0; j < nk; ++j) s.prob[j] = elem_io::round_to(p.dtype, s.prob[j] / sum);
   // Zero probabilities never pass rejection_sample's `> low` tests, so the kept ones in index
   // order give the same draws, sums and pivots as the full row.
   const int64_t j =
