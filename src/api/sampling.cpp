@@ -336,7 +336,7 @@ void check_no_nan(const Tensor& x, const char* op, const char* arg) {
 // has queued the last kernel reading them; nothing is allocated once the scratch is large enough.
 class Intermediates {
  public:
-  Intermediates(Device device, int64_t batch, int64_t vocab, std::initializer_list<DType> dtypes) {
+  Intermediates(Device device, int64_t batch, int64_t vocab, const std::vector<DType>& dtypes) {
     std::vector<std::size_t> offsets;
     std::size_t bytes = 0;
     for (DType dt : dtypes) {
@@ -372,6 +372,22 @@ class Intermediates {
 #endif
   std::vector<Tensor> t_;
 };
+
+// `src` cast into `dst` (same shape, both contiguous rows), rounding to nearest even as
+// Tensor::to does, without allocating on the device.
+void round_into(const Tensor& src, const Tensor& dst) {
+  if (src.numel() == 0) return;
+#if FLASHINFER_WITH_CUDA
+  if (src.device().is_cuda() &&
+      detail::cuda_tensor_copy(dst.data_ptr(), dst.dtype(), src.shape(), dst.strides(),
+                               src.data_ptr(), src.dtype(), src.strides(), nullptr,
+                               src.device().index)) {
+    return;
+  }
+#endif
+  Tensor d = dst;
+  d.copy_(src.to(dst.dtype()));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Launch helpers (arguments already validated).
@@ -654,23 +670,33 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const Device dev = logits.device();
   const int64_t vocab = logits.size(1);
   // torch.softmax keeps 16-bit logits' dtype: upstream samples from probabilities rounded to it.
-  auto as_torch_softmax = [&](const Tensor& probs) { return probs.to(logits.dtype()); };
+  // The rounded copy goes into the last scratch slot (no allocation per call on the device).
+  const DType ldt = logits.dtype();
+  auto as_torch_softmax = [&](const Tensor& probs, const Tensor& rounded) -> Tensor {
+    if (ldt == DType::kFloat32) return probs;
+    round_into(probs, rounded);
+    return rounded;
+  };
   if (order == "joint") {
-    const Intermediates tmp(dev, in_rows.batch, vocab, {DType::kFloat32});
+    std::vector<DType> slots{DType::kFloat32};
+    if (ldt != DType::kFloat32) slots.push_back(ldt);
+    const Intermediates tmp(dev, in_rows.batch, vocab, slots);
     launch_softmax_into(op, logits, in_rows, std::nullopt, tmp[0]);
-    return launch_sample(op, as_torch_softmax(tmp[0]), rows, SamplingKind::kTopKTopP,
-                         sample_dtype(indices), false)
+    return launch_sample(op, as_torch_softmax(tmp[0], tmp[slots.size() - 1]), rows,
+                         SamplingKind::kTopKTopP, sample_dtype(indices), false)
         .samples;
   }
   if (dev.is_cpu()) {
     // The same three steps fused per output row on the CPU (no [rows, vocab] intermediates).
     return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));
   }
-  const Intermediates tmp(dev, in_rows.batch, vocab, {logits.dtype(), DType::kFloat32});
+  std::vector<DType> slots{ldt, DType::kFloat32};
+  if (ldt != DType::kFloat32) slots.push_back(ldt);
+  const Intermediates tmp(dev, in_rows.batch, vocab, slots);
   launch_filter_into(op, logits, in_rows, FilterKind::kTopKMask, tmp[0]);
   launch_softmax_into(op, tmp[0], in_rows, std::nullopt, tmp[1]);
-  return launch_sample(op, as_torch_softmax(tmp[1]), rows, SamplingKind::kTopP,
-                       sample_dtype(indices), false)
+  return launch_sample(op, as_torch_softmax(tmp[1], tmp[slots.size() - 1]), rows,
+                       SamplingKind::kTopP, sample_dtype(indices), false)
       .samples;
 }
 

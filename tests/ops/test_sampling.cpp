@@ -1686,6 +1686,22 @@ TEST(SamplingCuda, RepeatedCallAllocatesOnlyItsOutput) {
   const SamplingResult again = call();
   EXPECT_EQ(detail::cuda_device_malloc_count(), mallocs0 + 1);
   EXPECT_EQ(ints(again.samples), first);
+  // bf16 logits: both compositions round the softmax to bf16 (torch.softmax's dtype) inside the
+  // sampling scratch, so they too allocate only the samples.
+  Tensor logits = Tensor::empty({B, V}, DType::kFloat32);
+  logits.normal_(94, 0.0, 3.0);
+  const Tensor lg = logits.to(DType::kBFloat16).to(gpu);
+  for (const char* order : {"top_k_first", "joint"}) {
+    SCOPED_TRACE(order);
+    auto from_logits = [&] {
+      return top_k_top_p_sampling_from_logits(lg, k, tp, std::nullopt, order, true, false, st, ot);
+    };
+    const std::vector<int64_t> ref = ints(from_logits());
+    const uint64_t m0 = detail::cuda_device_malloc_count();
+    const Tensor t = from_logits();
+    EXPECT_EQ(detail::cuda_device_malloc_count(), m0 + 1);
+    EXPECT_EQ(ints(t), ref);
+  }
 }
 
 #if FLASHINFER_TEST_HAVE_CUDART
