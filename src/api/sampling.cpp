@@ -324,11 +324,16 @@ constexpr KernelEntry<NanScan> kNanScanKernels[] = {
 #endif
 };
 
-void check_no_nan(const Tensor& x, const char* op, const char* arg) {
+void check_no_nan(const Tensor& x, const char* op, const char* arg,
+                  const char* what = "contains NaN (check_nan=True)") {
   bool nan = false;
   api::launch(kNanScanKernels, NanScan{&x, &nan}, x.device(), op, arg);
-  FLASHINFER_CHECK(!nan, op, arg, "contains NaN (check_nan=True)");
+  FLASHINFER_CHECK(!nan, op, arg, what);
 }
+
+// The logits compositions check the probabilities they sample from, as upstream's do (NaN logits,
+// +inf logits and rows masked to -inf everywhere all give NaN probabilities).
+constexpr const char* kSoftmaxNan = "its softmax contains NaN (check_nan=True)";
 
 // Intermediate [batch, vocab] rows of the multi-kernel paths (renormed probs, masked logits,
 // their softmax). CPU: fresh tensors. CUDA: views of the stream's sampling scratch
@@ -664,8 +669,8 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   // Upstream's compositions: softmax over the input's rows, then the joint sampler through
   // indices; or top_k_mask_logits and softmax over the input's rows, then top-p sampling
   // through indices.
-  const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, check_nan, seed,
-                                             offset, SamplingKind::kTopKTopP);
+  const SamplingRows rows = prepare_sampling(op, "logits", logits, indices, f, false, seed, offset,
+                                             SamplingKind::kTopKTopP);
   const SamplingRows in_rows = input_rows(rows);
   const Device dev = logits.device();
   const int64_t vocab = logits.size(1);
@@ -682,11 +687,16 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
     if (ldt != DType::kFloat32) slots.push_back(ldt);
     const Intermediates tmp(dev, in_rows.batch, vocab, slots);
     launch_softmax_into(op, logits, in_rows, std::nullopt, tmp[0]);
+    if (check_nan) check_no_nan(tmp[0], op, "logits", kSoftmaxNan);
     return launch_sample(op, as_torch_softmax(tmp[0], tmp[slots.size() - 1]), rows,
                          SamplingKind::kTopKTopP, sample_dtype(indices), false)
         .samples;
   }
   if (dev.is_cpu()) {
+    if (check_nan) {
+      const Tensor masked = launch_filter(op, logits, in_rows, FilterKind::kTopKMask, ldt);
+      check_no_nan(launch_softmax(op, masked, in_rows, std::nullopt), op, "logits", kSoftmaxNan);
+    }
     // The same three steps fused per output row on the CPU (no [rows, vocab] intermediates).
     return launch_top_k_first_logits(op, logits, rows, sample_dtype(indices));
   }
@@ -695,6 +705,7 @@ Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_
   const Intermediates tmp(dev, in_rows.batch, vocab, slots);
   launch_filter_into(op, logits, in_rows, FilterKind::kTopKMask, tmp[0]);
   launch_softmax_into(op, tmp[0], in_rows, std::nullopt, tmp[1]);
+  if (check_nan) check_no_nan(tmp[1], op, "logits", kSoftmaxNan);
   return launch_sample(op, as_torch_softmax(tmp[1], tmp[slots.size() - 1]), rows,
                        SamplingKind::kTopP, sample_dtype(indices), false)
       .samples;

@@ -1074,6 +1074,25 @@ TEST(SamplingErrors, BadInput) {
                   "logits");
   const auto ok = ints(sampling_from_probs(pn, std::nullopt, true, false, 1, 0).samples);
   EXPECT_NE(ok[0], 1);
+  // The logits compositions check the softmax they sample from, as upstream's do: a +inf logit
+  // (inf - inf in the softmax) raises though the logits hold no NaN, in both orders; a NaN logit
+  // raises in "joint" but not in "top_k_first", whose mask (upstream's `x >= pivot ? x : -inf`)
+  // drops it when it is not the pivot; finite logits pass.
+  const char* tktp = "top_k_top_p_sampling_from_logits";
+  const Tensor li = make_rows({{0.5, INFINITY, 0.5}, {0.2, 0.3, 0.5}});
+  EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(pn, 2, 0.9, std::nullopt, "joint", true, true),
+                  tktp, "logits");
+  EXPECT_NE(ints(top_k_top_p_sampling_from_logits(pn, 2, 0.9, std::nullopt, "top_k_first", true,
+                                                  true, 1, 0))[0],
+            1);
+  for (const char* order : {"top_k_first", "joint"}) {
+    SCOPED_TRACE(order);
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(li, 2, 0.9, std::nullopt, order, true, true),
+                    tktp, "logits");
+    EXPECT_EQ(
+        top_k_top_p_sampling_from_logits(p, 2, 0.9, std::nullopt, order, true, true, 1, 0).numel(),
+        p.size(0));
+  }
   // Seed/offset.
   EXPECT_FI_ERROR(sampling_from_probs(p, std::nullopt, true, false, 1, std::nullopt),
                   "sampling_from_probs", "offset");
