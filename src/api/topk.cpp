@@ -55,9 +55,20 @@ constexpr api::KernelEntry<TopKLaunch> kTopKKernels[] = {
 #endif
 };
 
+// k = 0 gives [rows, 0] outputs (upstream does not refuse it).
 void check_k(int64_t k, const char* op, const char* arg) {
-  FLASHINFER_CHECK(k >= 1, op, arg, "must be >= 1, got ", k);
+  FLASHINFER_CHECK(k >= 0, op, arg, "must be >= 0, got ", k);
   FLASHINFER_CHECK(k <= (int64_t{1} << 30), op, arg, "must be <= 2^30, got ", k);
+}
+
+// Upstream runs tie_break and dsa_graph_safe only on its FilteredTopK kernel, which holds at most
+// 2048 selected elements per row: its launch returns cudaErrorNotSupported beyond.
+void check_filtered_limit(int64_t k, TopKTieBreak tie_break, bool dsa_graph_safe, const char* op,
+                          const char* arg) {
+  FLASHINFER_CHECK(k <= 2048 || (tie_break == TopKTieBreak::NONE && !dsa_graph_safe), op, arg,
+                   "k = ", k,
+                   " > 2048 with tie_break or dsa_graph_safe is not supported (operation not "
+                   "supported upstream: its filtered kernel keeps at most 2048 per row)");
 }
 
 void check_scores(const Tensor& input, const char* op, const char* arg) {
@@ -122,6 +133,7 @@ kernels::TopKParams base_params(const Tensor& input, int64_t k, TopKTieBreak tie
 }
 
 void run(const kernels::TopKParams& p, const Tensor& input, const char* op) {
+  if (p.k == 0) return;
   TopKLaunch l{p, op};
 #if FLASHINFER_WITH_CUDA
   // The CUDA kernel sorts through the stream's scratch (kernels/cuda/stream_scratch.h), held
@@ -138,13 +150,14 @@ void run(const kernels::TopKParams& p, const Tensor& input, const char* op) {
   api::launch(kTopKKernels, l, input.device(), op, "input");
 }
 
+// k above the row is accepted, as upstream: the row's elements, then index -1 and value 0 (the
+// padding of upstream's filtered kernel; its radix kernel leaves those slots unwritten).
 std::tuple<Tensor, Tensor> top_k_impl(const Tensor& input, int64_t k, bool sorted,
-                                      TopKTieBreak tie_break) {
+                                      TopKTieBreak tie_break, bool dsa_graph_safe) {
   const char* op = "top_k";
   check_scores(input, op, "input");
   check_k(k, op, "k");
-  FLASHINFER_CHECK(k <= input.size(1), op, "k", "must be <= input.size(1) = ", input.size(1),
-                   ", got ", k);
+  check_filtered_limit(k, tie_break, dsa_graph_safe, op, "k");
   Tensor values = Tensor::empty({input.size(0), k}, input.dtype(), input.device());
   Tensor indices = Tensor::empty({input.size(0), k}, DType::kInt64, input.device());
   kernels::TopKParams p = base_params(input, k, tie_break);
@@ -156,13 +169,14 @@ std::tuple<Tensor, Tensor> top_k_impl(const Tensor& input, int64_t k, bool sorte
   p.values = values.data_ptr();
   p.val_stride_row = values.stride(0);
   p.val_stride_col = values.stride(1);
+  p.zero_padded_values = true;
   run(p, input, op);
   return {values, indices};
 }
 
 Tensor page_table_impl(const Tensor& input, const Tensor& src_page_table, const Tensor& lengths,
                        int64_t k, const std::optional<Tensor>& row_to_batch, TopKTieBreak tie_break,
-                       const std::optional<Tensor>& row_starts,
+                       bool dsa_graph_safe, const std::optional<Tensor>& row_starts,
                        const std::optional<Tensor>& page_table_row_starts,
                        const TopKPageTableOptions& o) {
   const char* op = "top_k_page_table_transform";
@@ -170,6 +184,7 @@ Tensor page_table_impl(const Tensor& input, const Tensor& src_page_table, const 
   FLASHINFER_CHECK(input.stride(1) == 1 || input.size(1) <= 1, op, "input",
                    "the last dimension must be contiguous");
   check_k(k, op, "k");
+  check_filtered_limit(k, tie_break, dsa_graph_safe, op, "k");
   const int64_t rows = input.size(0);
   api::check_defined(src_page_table, op, "src_page_table");
   api::check_dim(src_page_table, {2}, op, "src_page_table");
@@ -230,11 +245,12 @@ Tensor page_table_impl(const Tensor& input, const Tensor& src_page_table, const 
 }
 
 Tensor topk_ragged_impl(const Tensor& input, const Tensor& offsets, const Tensor& lengths,
-                        int64_t k, TopKTieBreak tie_break,
+                        int64_t k, TopKTieBreak tie_break, bool dsa_graph_safe,
                         const std::optional<Tensor>& row_starts) {
   const char* op = "top_k_ragged_transform";
   check_scores(input, op, "input");
   check_k(k, op, "k");
+  check_filtered_limit(k, tie_break, dsa_graph_safe, op, "k");
   const int64_t rows = input.size(0);
   check_row_vector(offsets, rows, input, op, "offsets");
   check_row_vector(lengths, rows, input, op, "lengths");
@@ -264,10 +280,11 @@ std::tuple<Tensor, std::optional<Tensor>> varlen_impl(
   check_k(top_k, op, "top_k");
   FLASHINFER_CHECK(next_n >= 1, op, "next_n", "must be >= 1, got ", next_n);
   FLASHINFER_CHECK(compress_ratio >= 1, op, "compress_ratio", "must be >= 1, got ", compress_ratio);
-  FLASHINFER_CHECK(backend == "auto" || backend == "radix" || backend == "gvr" ||
-                       backend == "radix_cutlass" || backend == "radix_filter",
-                   op, "backend", "unknown backend '", std::string(backend),
-                   "' (expected auto, radix, gvr, radix_cutlass or radix_filter)");
+  // Upstream 0.6.18's backends (no "radix_filter": BackendSupportedError there).
+  FLASHINFER_CHECK(
+      backend == "auto" || backend == "radix" || backend == "gvr" || backend == "radix_cutlass", op,
+      "backend", "top_k_varlen does not support backend '", std::string(backend),
+      "' (expected auto, radix, gvr or radix_cutlass)");
   const int64_t rows = logits.size(0);
   api::check_defined(seq_lens, op, "seq_lens");
   api::check_dim(seq_lens, {1}, op, "seq_lens");
@@ -338,8 +355,8 @@ TopKTieBreak topk_tie_break_from_value(const Value& v) {
 
 std::tuple<Tensor, Tensor> top_k(const Tensor& input, int64_t k, bool sorted, bool deterministic,
                                  TopKTieBreak tie_break, bool dsa_graph_safe) {
-  return call_op<&top_k>([&] { return top_k_impl(input, k, sorted, tie_break); }, input, k, sorted,
-                         deterministic, tie_break, dsa_graph_safe);
+  return call_op<&top_k>([&] { return top_k_impl(input, k, sorted, tie_break, dsa_graph_safe); },
+                         input, k, sorted, deterministic, tie_break, dsa_graph_safe);
 }
 
 Tensor top_k_page_table_transform(const Tensor& input, const Tensor& src_page_table,
@@ -352,7 +369,7 @@ Tensor top_k_page_table_transform(const Tensor& input, const Tensor& src_page_ta
   return call_op<&top_k_page_table_transform>(
       [&] {
         return page_table_impl(input, src_page_table, lengths, k, row_to_batch, tie_break,
-                               row_starts, page_table_row_starts, options);
+                               dsa_graph_safe, row_starts, page_table_row_starts, options);
       },
       input, src_page_table, lengths, k, row_to_batch, deterministic, tie_break, dsa_graph_safe,
       row_starts, page_table_row_starts, options);
@@ -362,8 +379,10 @@ Tensor top_k_ragged_transform(const Tensor& input, const Tensor& offsets, const 
                               int64_t k, bool deterministic, TopKTieBreak tie_break,
                               bool dsa_graph_safe, std::optional<Tensor> row_starts) {
   return call_op<&top_k_ragged_transform>(
-      [&] { return topk_ragged_impl(input, offsets, lengths, k, tie_break, row_starts); }, input,
-      offsets, lengths, k, deterministic, tie_break, dsa_graph_safe, row_starts);
+      [&] {
+        return topk_ragged_impl(input, offsets, lengths, k, tie_break, dsa_graph_safe, row_starts);
+      },
+      input, offsets, lengths, k, deterministic, tie_break, dsa_graph_safe, row_starts);
 }
 
 std::tuple<Tensor, std::optional<Tensor>> top_k_varlen(

@@ -58,24 +58,18 @@ struct TopKParams {
   void* sort_scratch = nullptr;
 };
 
-/// Order-preserving unsigned key of an fp32 bit pattern: larger value, larger key; every NaN
-/// above +inf and -0.0 equal to +0.0, as torch.topk orders them.
+/// Order-preserving unsigned key of an fp32 bit pattern, upstream's (topk_common.cuh): a negative
+/// value has every bit flipped, a non-negative one its sign bit. Larger value, larger key; -0.0
+/// ranks below +0.0, a positive NaN above +inf and a negative NaN below -inf, each NaN payload
+/// apart (torch.topk instead ties the zeros and puts every NaN on top).
 FLASHINFER_TOPK_HD uint32_t topk_key32(uint32_t u) {
-  // Branch-free (the CPU loop over a row vectorizes): flip every bit of a negative value, the
-  // sign bit of a non-negative one; then the two special cases.
-  const uint32_t abs = u & 0x7FFFFFFFu;
   const uint32_t neg = static_cast<uint32_t>(static_cast<int32_t>(u) >> 31);
-  uint32_t key = u ^ (neg | 0x80000000u);
-  key = abs == 0u ? 0x80000000u : key;
-  return abs > 0x7F800000u ? 0xFFFFFFFFu : key;
+  return u ^ (neg | 0x80000000u);
 }
-/// The same for an fp16 (inf_bits 0x7C00) or bf16 (0x7F80) bit pattern: a 16-bit key.
-FLASHINFER_TOPK_HD uint32_t topk_key16(uint32_t u, uint32_t inf_bits) {
-  const uint32_t abs = u & 0x7FFFu;
+/// The same for an fp16 or bf16 bit pattern: a 16-bit key.
+FLASHINFER_TOPK_HD uint32_t topk_key16(uint32_t u) {
   const uint32_t neg = (u & 0x8000u) ? 0xFFFFu : 0u;
-  uint32_t key = (u ^ (neg | 0x8000u)) & 0xFFFFu;
-  key = abs == 0u ? 0x8000u : key;
-  return abs > inf_bits ? 0xFFFFu : key;
+  return (u ^ (neg | 0x8000u)) & 0xFFFFu;
 }
 
 /// Row r's window length (see TopKParams::lengths), given its start.

@@ -41,16 +41,26 @@ std::vector<double> doubles(const Tensor& t) {
 
 // ---- the reference: a full sort of the window -------------------------------------------------
 
-// Order of two elements of a window: value descending (NaN above everything, -0 == +0), then
-// index ascending (or descending when prefer_large).
+// Upstream's rank of a value, written here from its definition: the fp32 bits ordered as
+// integers after flipping every bit of a negative value and the sign bit of a positive one, so
+// -0.0 ranks below +0.0, a positive NaN above +inf and a negative NaN below -inf. (Every value
+// of the tests is exact in fp32, and fp16 / bf16 order the same way.)
+uint32_t upstream_rank(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u >> 31) ? ~u : (u | 0x80000000u);
+}
+
+// Order of two elements of a window: rank descending, then index ascending (or descending when
+// prefer_large).
 struct Ranked {
   double v;
   int64_t i;
 };
 bool ranks_before(const Ranked& a, const Ranked& b, bool prefer_large) {
-  const bool an = std::isnan(a.v), bn = std::isnan(b.v);
-  if (an != bn) return an;
-  if (!an && a.v != b.v) return a.v > b.v;
+  const uint32_t ra = upstream_rank(a.v), rb = upstream_rank(b.v);
+  if (ra != rb) return ra > rb;
   return prefer_large ? a.i > b.i : a.i < b.i;
 }
 // The selected window-local indices of one window, in ascending index order (sorted=false) or
@@ -113,13 +123,41 @@ TEST(TopK, GoldenNaNInfAndTies) {
   EXPECT_EQ(ints(ia), (std::vector<int64_t>{5, 1, 3, 6, 2, 0, 4}));
 }
 
-TEST(TopK, NegativeZeroEqualsZero) {
-  Tensor x = f32({-0.0, 0.0, -1.0}, {1, 3});
-  auto [v, i] = top_k(x, 1);
-  EXPECT_EQ(ints(i), (std::vector<int64_t>{0}));
-  EXPECT_TRUE(std::signbit(doubles(v)[0]));  // the element itself, -0.0
-  auto [v2, i2] = top_k(x, 1, false, false, TopKTieBreak::LARGE);
-  EXPECT_EQ(ints(i2), (std::vector<int64_t>{1}));
+// Upstream ranks the raw sign-flipped bits (topk_common.cuh), not torch.topk's order: -0.0
+// below +0.0 (not a tie), a negative NaN below -inf.
+TEST(TopK, NegativeZeroRanksBelowZeroAndNegativeNaNLast) {
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_label(d));
+    Tensor x = Tensor::from_vector({-0.0, 0.0, -1.0}, {1, 3}, d);
+    for (TopKTieBreak tb : {TopKTieBreak::NONE, TopKTieBreak::SMALL, TopKTieBreak::LARGE}) {
+      auto [v, i] = top_k(x, 1, false, false, tb);
+      EXPECT_EQ(ints(i), (std::vector<int64_t>{1}));
+      EXPECT_FALSE(std::signbit(doubles(v)[0]));
+    }
+    auto [vs, is] = top_k(x, 3, true);
+    EXPECT_EQ(ints(is), (std::vector<int64_t>{1, 0, 2}));
+    // A negative NaN (sign bit set) ranks below -inf; a positive one above +inf.
+    Tensor n = Tensor::from_vector({-kNaN, -kInf, 2.0, kNaN}, {1, 4}, d);
+    ASSERT_TRUE(std::signbit(doubles(n)[0]));
+    auto [vn, in] = top_k(n, 3, true);
+    EXPECT_EQ(ints(in), (std::vector<int64_t>{3, 2, 1}));
+  }
+}
+
+// k above the row (accepted upstream, not checked there): the row's elements, then index -1 and
+// value 0 in the surplus slots (upstream's filtered kernel; its radix kernel leaves them
+// unwritten); sorted, the row's elements come first in order. k = 0: empty outputs.
+TEST(TopK, KAboveTheRowPadsAndZeroKIsEmpty) {
+  Tensor x = f32({3, -1, 7}, {1, 3});
+  auto [v, i] = top_k(x, 5);
+  EXPECT_EQ(ints(i), (std::vector<int64_t>{0, 1, 2, -1, -1}));
+  EXPECT_EQ(doubles(v), (std::vector<double>{3, -1, 7, 0, 0}));
+  auto [vs, is] = top_k(x, 5, true);
+  EXPECT_EQ(ints(is), (std::vector<int64_t>{2, 0, 1, -1, -1}));
+  EXPECT_EQ(doubles(vs), (std::vector<double>{7, 3, -1, 0, 0}));
+  auto [v0, i0] = top_k(x, 0, true);
+  EXPECT_EQ(i0.shape(), (Shape{1, 0}));
+  EXPECT_EQ(v0.shape(), (Shape{1, 0}));
 }
 
 // ---- the reference over dtypes, shapes and strides ----------------------------------------------
@@ -141,6 +179,10 @@ TEST(TopK, MatchesReference) {
         const std::vector<double> xv = doubles(x);
         for (bool sorted : {false, true}) {
           for (TopKTieBreak tb : {TopKTieBreak::NONE, TopKTieBreak::SMALL, TopKTieBreak::LARGE}) {
+            if (tb != TopKTieBreak::NONE && c.k > 2048) {  // upstream's filtered kernel's limit
+              EXPECT_FI_ERROR(top_k(x, c.k, sorted, false, tb), "top_k", "k");
+              continue;
+            }
             auto [v, i] = top_k(x, c.k, sorted, false, tb);
             ASSERT_EQ(i.shape(), (Shape{c.rows, c.k}));
             ASSERT_EQ(v.dtype(), d);
@@ -305,8 +347,13 @@ TEST(TopK, BadInput) {
   EXPECT_FI_ERROR(top_k(Tensor(), 2), "top_k", "input");
   EXPECT_FI_ERROR(top_k(rand_tensor({8}, DType::kFloat32, 1), 2), "top_k", "input");
   EXPECT_FI_ERROR(top_k(rand_tensor({2, 8}, DType::kFloat64, 1), 2), "top_k", "input");
-  EXPECT_FI_ERROR(top_k(x, 0), "top_k", "k");
-  EXPECT_FI_ERROR(top_k(x, 9), "top_k", "k");
+  EXPECT_FI_ERROR(top_k(x, -1), "top_k", "k");
+  // tie_break / dsa_graph_safe run on upstream's filtered kernel: at most 2048 per row.
+  Tensor wide = rand_tensor({1, 4096}, DType::kFloat32, 2);
+  EXPECT_FI_ERROR(top_k(wide, 2049, false, false, TopKTieBreak::SMALL), "top_k", "k");
+  EXPECT_FI_ERROR(top_k(wide, 2049, false, false, TopKTieBreak::NONE, true), "top_k", "k");
+  EXPECT_EQ(std::get<1>(top_k(wide, 2049)).size(1), 2049);
+  EXPECT_EQ(std::get<1>(top_k(wide, 2048, false, false, TopKTieBreak::LARGE)).size(1), 2048);
   EXPECT_FI_ERROR(top_k(Tensor::empty({0, 8}, DType::kFloat32), 2), "top_k", "input");
 
   const char* pt = "top_k_page_table_transform";
@@ -317,7 +364,7 @@ TEST(TopK, BadInput) {
   EXPECT_FI_ERROR(top_k_page_table_transform(x, table, i32({8}), 2), pt, "lengths");
   EXPECT_FI_ERROR(top_k_page_table_transform(x, table, i32({8, 9}), 2), pt, "lengths");
   EXPECT_FI_ERROR(top_k_page_table_transform(x, table, i32({8, -1}), 2), pt, "lengths");
-  EXPECT_FI_ERROR(top_k_page_table_transform(x, table, lens, 0), pt, "k");
+  EXPECT_FI_ERROR(top_k_page_table_transform(x, table, lens, -1), pt, "k");
   EXPECT_FI_ERROR(top_k_page_table_transform(x, table, lens, 2, i32({0, 2})), pt, "row_to_batch");
   EXPECT_FI_ERROR(top_k_page_table_transform(x, table, i32({4, 4}), 2, std::nullopt, false,
                                              TopKTieBreak::NONE, false, i32({5, 0})),
@@ -364,7 +411,11 @@ TEST(TopK, BadInput) {
   EXPECT_FI_ERROR(top_k_varlen(x, i32({8}), 2), vl, "seq_lens");
   EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 2, std::nullopt, 0), vl, "compress_ratio");
   EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 2, std::nullopt, 1, 0), vl, "next_n");
-  EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 0), vl, "top_k");
+  EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), -2), vl, "top_k");
+  // Upstream 0.6.18 has no "radix_filter" backend.
+  EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 2, std::nullopt, 1, 1, false, std::nullopt,
+                               std::nullopt, "radix_filter"),
+                  vl, "backend");
   EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 2, i32({1, 2})), vl, "pre_idx");
   EXPECT_FI_ERROR(top_k_varlen(x, i32({8, 8}), 2, std::nullopt, 1, 1, false,
                                Tensor::empty({2, 3}, DType::kInt32)),

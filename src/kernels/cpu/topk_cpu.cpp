@@ -32,12 +32,12 @@ struct KeyOf<float> {
 template <>
 struct KeyOf<Half> {
   static constexpr int kKeyBits = 16;
-  static uint32_t key(const Half& x) { return topk_key16(x.bits, 0x7C00u); }
+  static uint32_t key(const Half& x) { return topk_key16(x.bits); }
 };
 template <>
 struct KeyOf<BFloat16> {
   static constexpr int kKeyBits = 16;
-  static uint32_t key(const BFloat16& x) { return topk_key16(x.bits, 0x7F80u); }
+  static uint32_t key(const BFloat16& x) { return topk_key16(x.bits); }
 };
 
 struct Scratch {
@@ -77,20 +77,14 @@ FI_AVX512 int64_t scan_f32_avx512(const float* x, int64_t len, uint32_t g, uint3
                                   std::vector<int64_t>& sel) {
   const __m512i g16 = _mm512_set1_epi32(static_cast<int>(g));
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
-  const __m512i inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i ones = _mm512_set1_epi32(-1);
   alignas(64) uint32_t kb[16];
   int64_t j = 0;
   for (; j < len; j += 16) {
     const __mmask16 lanes =
         len - j >= 16 ? static_cast<__mmask16>(0xFFFF) : simd512::tail_mask(len - j);
     const __m512i u = _mm512_maskz_loadu_epi32(lanes, x + j);
-    const __m512i abs = _mm512_and_si512(u, absm);
     const __m512i neg = _mm512_srai_epi32(u, 31);
-    __m512i key = _mm512_xor_si512(u, _mm512_or_si512(neg, sign));
-    key = _mm512_mask_mov_epi32(key, _mm512_cmpeq_epi32_mask(abs, _mm512_setzero_si512()), sign);
-    key = _mm512_mask_mov_epi32(key, _mm512_cmpgt_epi32_mask(abs, inf), ones);
+    const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(neg, sign));
     __mmask16 hit = _mm512_mask_cmpge_epu32_mask(lanes, key, g16);
     if (!hit) continue;
     _mm512_store_si512(kb, key);

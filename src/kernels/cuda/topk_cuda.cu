@@ -25,14 +25,12 @@ struct Key<float> {
 template <>
 struct Key<__half> {
   static constexpr int kBits = 16;
-  __device__ static uint32_t of(__half x) { return topk_key16(__half_as_ushort(x), 0x7C00u); }
+  __device__ static uint32_t of(__half x) { return topk_key16(__half_as_ushort(x)); }
 };
 template <>
 struct Key<__nv_bfloat16> {
   static constexpr int kBits = 16;
-  __device__ static uint32_t of(__nv_bfloat16 x) {
-    return topk_key16(__bfloat16_as_ushort(x), 0x7F80u);
-  }
+  __device__ static uint32_t of(__nv_bfloat16 x) { return topk_key16(__bfloat16_as_ushort(x)); }
 };
 
 struct SelectShared {
@@ -162,30 +160,34 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopKParams p) {
 #endif
 }
 
-// Ranks row r's k scratch pairs: descending (key, -index), i.e. descending values with equal
-// values by ascending index. Every pair is distinct, so the ranks are a permutation.
+// Ranks row r's n = min(k, window) scratch pairs: descending (key, -index), i.e. descending
+// values with equal values by ascending index. Every pair is distinct, so the ranks are a
+// permutation; slots n..k-1 (k above the row: top_k accepts it, as upstream) are padding.
 template <class T>
 __global__ void __launch_bounds__(kTopkThreads) topk_sort_kernel(TopKParams p) {
   extern __shared__ unsigned long long pairs[];
   const int64_t r = blockIdx.x;
   const int64_t k = p.k;
   const unsigned long long* src = static_cast<const unsigned long long*>(p.sort_scratch) + r * k;
-  const bool in_smem = k * 8 <= 48 * 1024;
-  if (in_smem) {
-    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) pairs[j] = src[j];
-    __syncthreads();
-  }
   // Clamped as topk_kernel clamps it, so the two read the same columns.
   const int64_t start0 = p.row_starts ? p.row_starts[r] : 0;
   const int64_t start = start0 < 0 ? 0 : (start0 > p.cols ? p.cols : start0);
+  const int64_t len = topk_row_length(p, r, start);
+  const int64_t n = len < k ? len : k;
   const T* x = static_cast<const T*>(p.input) + r * p.in_stride_row + start * p.in_stride_col;
+  const bool in_smem = k * 8 <= 48 * 1024;
+  if (in_smem) {
+    for (int64_t j = threadIdx.x; j < n; j += kTopkThreads) pairs[j] = src[j];
+    __syncthreads();
+  }
+  for (int64_t j = n + threadIdx.x; j < k; j += kTopkThreads) write_slot(p, r, j, -1, x);
   // One loop a memory space: through `in_smem ? pairs : src` every read of the k^2 comparisons
   // was a generic LD.E.64, not LDS.64 (or LDG.E.64 from the scratch).
   auto rank_all = [&](const unsigned long long* a) {
-    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) {
+    for (int64_t j = threadIdx.x; j < n; j += kTopkThreads) {
       const unsigned long long me = a[j];
       int64_t rank = 0;
-      for (int64_t t = 0; t < k; ++t) rank += a[t] > me;
+      for (int64_t t = 0; t < n; ++t) rank += a[t] > me;
       const int64_t idx = static_cast<int64_t>(0xFFFFFFFFull - (me & 0xFFFFFFFFull));
       write_slot(p, r, rank, idx, x);
     }
@@ -207,7 +209,7 @@ void top_k(const TopKParams& p, void* stream, bool enable_pdl) {
         launch_kernel("top_k", topk_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
                       dim3(kTopkThreads), 0, s, enable_pdl, p);
         if (p.sorted) {
-          // Only top_k sorts, and its windows are whole rows of at least k scores.
+          // Only top_k sorts (whole rows; k may exceed them).
           const std::size_t smem = p.k * 8 <= 48 * 1024 ? static_cast<std::size_t>(p.k) * 8 : 0;
           launch_kernel("top_k", topk_sort_kernel<T>, dim3(static_cast<unsigned>(p.rows)),
                         dim3(kTopkThreads), smem, s, false, p);
