@@ -34,14 +34,34 @@ TEST(RmsNormQuant, Golden) {
   EXPECT_EQ(values(out2), (std::vector<double>{1.75, 2.5}));
 }
 
+std::vector<int> bytes(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.contiguous().data_ptr());
+  return std::vector<int>(p, p + t.numel());
+}
+
 TEST(RmsNormQuant, ClampsAndNaN) {
-  // Weight 1000 with scale 1: |y| ~ 1000 > 448 -> +-448; a NaN input makes the row NaN, which
-  // the clamp turns into -448.
+  // Weight 1000 with scale 0.01: |y| ~ 1e5 saturates (e4m3 +-448, e5m2 +-57344). A NaN input makes the row
+  // NaN, stored as the canonical NaN 0x7F in both formats: upstream's CuTe kernels convert with
+  // cvt.rn.satfinite and no clamp (session 83; -448 before). layernorm_quant's bf16 clamp turns
+  // NaN into -inf, hence -max (0xFE e4m3, 0xFB e5m2).
   Tensor x = Tensor::from_vector({1, -1, 1, std::nan("")}, {2, 2}, DType::kFloat16);
   Tensor w = Tensor::from_vector({1000, 1000}, {2}, DType::kFloat16);
-  Tensor out = Tensor::empty({2, 2}, DType::kFloat8E4M3FN);
-  rmsnorm_quant(out, x, w, 1.0);
-  EXPECT_EQ(values(out), (std::vector<double>{448, -448, -448, -448}));
+  for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    SCOPED_TRACE(dtype_label(od));
+    const int mx = od == DType::kFloat8E4M3FN ? 0x7E : 0x7B;
+    Tensor out = Tensor::empty({2, 2}, od);
+    rmsnorm_quant(out, x, w, 0.01);
+    EXPECT_EQ(bytes(out), (std::vector<int>{mx, 0x80 | mx, 0x7F, 0x7F}));
+    Tensor fused = Tensor::empty({2, 2}, od);
+    Tensor res = Tensor::zeros({2, 2}, DType::kFloat16);
+    fused_add_rmsnorm_quant(fused, x, res, w, 0.01);
+    EXPECT_EQ(bytes(fused), (std::vector<int>{mx, 0x80 | mx, 0x7F, 0x7F}));
+    Tensor ln = Tensor::empty({2, 2}, od);
+    layernorm_quant(ln, x.to(DType::kBFloat16), Tensor::full({2}, 1.0, DType::kFloat32),
+                    Tensor::zeros({2}, DType::kFloat32), 1.0, 0.0);
+    EXPECT_EQ(bytes(ln)[2], 0x80 | mx);
+    EXPECT_EQ(bytes(ln)[3], 0x80 | mx);
+  }
 }
 
 TEST(LayerNormQuant, Golden) {
@@ -53,6 +73,18 @@ TEST(LayerNormQuant, Golden) {
   Tensor out = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
   layernorm_quant(out, x, g, b, 0.25, 0.0);
   EXPECT_EQ(values(out), (std::vector<double>{-6, 4}));
+}
+
+// Upstream rounds y to the input's dtype (bf16) before it scales and converts: y = 1.0625 +
+// 2^-12 rounds to bf16 1.0625, the midpoint of e4m3's 1.0 and 1.125, which ties to even (1.0);
+// converted directly, y would give 1.125.
+TEST(LayerNormQuant, RoundsToTheInputDtypeFirst) {
+  Tensor x = Tensor::from_vector({1, 3}, {1, 2}, DType::kBFloat16);
+  Tensor g = Tensor::from_vector({2, 1}, {2}, DType::kFloat32);
+  Tensor b = Tensor::from_vector({0.5, 0.0625 + std::ldexp(1.0, -12)}, {2}, DType::kFloat32);
+  Tensor out = Tensor::empty({1, 2}, DType::kFloat8E4M3FN);
+  layernorm_quant(out, x, g, b, 1.0, 0.0);
+  EXPECT_EQ(values(out), (std::vector<double>{-1.5, 1.0}));
 }
 
 // One fp8 unit in the last place at the expected value's magnitude (the kernels round an fp32

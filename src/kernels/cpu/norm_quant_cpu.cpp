@@ -20,11 +20,15 @@ float f32(const T& v) {
   }
 }
 
-// fmax/fmin as the CUDA kernels' max.f32/min.f32: a NaN operand yields the other one, so a NaN
-// y clamps to -max (upstream's kernels behave the same).
-uint8_t quantize(float y, float inv_scale, DType out_dtype) {
+// fp8 of y * inv_scale, saturating at the format's max. A NaN: with nan_to_nan the format's
+// canonical NaN 0x7F (rmsnorm_quant / fused_add_rmsnorm_quant: upstream's CuTe kernels convert
+// with cvt.rn.satfinite and no clamp); else -max, as fmax/fmin (the CUDA max.f32/min.f32) clamp
+// it (layernorm_quant: upstream's bf16 clamp turns NaN into -inf).
+uint8_t quantize(float y, float inv_scale, DType out_dtype, bool nan_to_nan = false) {
   const float mx = out_dtype == DType::kFloat8E4M3FN ? 448.0f : 57344.0f;
-  const float v = std::fmin(std::fmax(y * inv_scale, -mx), mx);
+  const float yi = y * inv_scale;
+  if (nan_to_nan && std::isnan(yi)) return 0x7F;
+  const float v = std::fmin(std::fmax(yi, -mx), mx);
   return out_dtype == DType::kFloat8E4M3FN ? float_to_e4m3fn_bits(v, true)
                                            : float_to_e5m2_bits(v, true);
 }
@@ -78,8 +82,9 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
     for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
     const float rstd = 1.0f / std::sqrt(var / static_cast<float>(n) + p.eps);
     for (int64_t i = 0; i < n; ++i) {
+      // Upstream rounds y to the input's dtype (bf16) before it scales and converts.
       const float y = (x[i] - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
-      out[i * p.out_stride_d] = quantize(y, inv_scale, p.out_dtype);
+      out[i * p.out_stride_d] = quantize(f32(from_float<T>(y)), inv_scale, p.out_dtype);
     }
     return;
   }
@@ -111,7 +116,7 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
   for (int64_t i = 0; i < n; ++i) {
     const float y = x[i] * rstd * f32(w[i * p.weight_stride]);
     static_cast<uint8_t*>(p.out)[b * p.out_stride_b + i * p.out_stride_d] =
-        quantize(y, inv_scale, p.out_dtype);
+        quantize(y, inv_scale, p.out_dtype, /*nan_to_nan=*/true);
   }
 }
 

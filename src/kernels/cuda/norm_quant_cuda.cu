@@ -15,9 +15,14 @@ namespace {
 
 constexpr int kNormQuantThreads = 256;
 
-__device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3) {
+// A NaN: 0x7F with nan_to_nan (rmsnorm_quant / fused_add_rmsnorm_quant, as upstream's CuTe
+// kernels), else -max (layernorm_quant); the CPU reference's quantize says why.
+__device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3,
+                                            bool nan_to_nan = false) {
   const float mx = e4m3 ? 448.0f : 57344.0f;
-  const float v = fminf(fmaxf(y * inv_scale, -mx), mx);
+  const float yi = y * inv_scale;
+  if (nan_to_nan && isnan(yi)) return 0x7F;
+  const float v = fminf(fmaxf(yi, -mx), mx);
   return e4m3 ? static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3))
               : static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2));
 }
@@ -80,8 +85,9 @@ __device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* 
     const float rstd = rsqrtf(block_reduce_sum(v2, scratch) / static_cast<float>(n) + p.eps);
     const float* g = static_cast<const float*>(p.weight);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      // Upstream rounds y to the input's dtype (bf16) before it scales and converts.
       const float y = (load(i) - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
-      out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+      out[i * p.out_stride_d] = quantize(to_f32(from_f32<T>(y)), inv_scale, e4m3);
     }
   } else {
     float ss = 0.0f;
@@ -106,7 +112,7 @@ __device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* 
     } else {
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float y = load(i) * rstd * to_f32(w[i * p.weight_stride]);
-        out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3);
+        out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3, /*nan_to_nan=*/true);
       }
     }
   }
