@@ -173,18 +173,20 @@ Tensor layernorm_impl(const Tensor& input, const Tensor& gemma, const Tensor& be
   api::check_non_empty(input, op, "input");
   api::check_dim(gemma, {1}, op, "gemma");
   api::check_shape_eq(gemma, {input.size(-1)}, op, "gemma");
-  api::check_dtype_in(gemma, {DType::kFloat32}, op, "gemma");
+  // Upstream's CuTe kernel takes fp32 / fp16 / bf16 gamma with beta of the same dtype.
+  api::check_dtype_in(gemma, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, "gemma");
   api::check_same_device(gemma, input, op, "gemma", "input");
   api::check_dim(beta, {1}, op, "beta");
   api::check_shape_eq(beta, {input.size(-1)}, op, "beta");
-  api::check_dtype_in(beta, {DType::kFloat32}, op, "beta");
+  api::check_same_dtype(beta, gemma, op, "beta", "gemma");
   api::check_same_device(beta, input, op, "beta", "input");
   norm_check_eps(eps, op);
   Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
   kernels::LayerNormParams p;
   p.input = input.data_ptr();
-  p.gamma = gemma.data<float>();
-  p.beta = beta.data<float>();
+  p.gamma = gemma.data_ptr();
+  p.beta = beta.data_ptr();
+  p.param_dtype = gemma.dtype();
   p.out = out.data_ptr();
   p.batch = input.size(0);
   p.hidden = input.size(1);

@@ -46,11 +46,13 @@ struct FusedAddRmsNormParams {
 };
 
 /// layernorm: out = (x - mean) * rsqrt(var + eps) * gamma + beta over the last dimension
-/// (population variance). input/out have `dtype`; gamma and beta are always fp32.
+/// (population variance). input/out have `dtype`; gamma and beta share `param_dtype` (fp32,
+/// fp16 or bf16, widened to fp32 exactly, as upstream's CuTe kernel loads them).
 struct LayerNormParams {
   const void* input = nullptr;
-  const float* gamma = nullptr;
-  const float* beta = nullptr;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  DType param_dtype = DType::kFloat32;
   void* out = nullptr;
   int64_t batch = 0;
   int64_t hidden = 0;

@@ -204,6 +204,22 @@ TEST(LayerNorm, MatchesFormula) {
   }
 }
 
+// gamma and beta may be fp16 or bf16 (the same dtype), as upstream's CuTe kernel takes them:
+// widened exactly, so the output is the fp32 parameters' bit for bit when they hold the same
+// values.
+TEST(LayerNorm, SixteenBitGammaAndBetaWidenExactly) {
+  const int64_t n = 300;
+  for (DType d : kDTypes) {
+    for (DType pd : {DType::kFloat16, DType::kBFloat16}) {
+      SCOPED_TRACE(std::string(dtype_label(d)) + " params " + dtype_label(pd));
+      Tensor x = rand_tensor({5, n}, d, 61);
+      Tensor g16 = rand_tensor({n}, pd, 62, 0.5, 1.5), b16 = strided_rand({n}, pd, 63);
+      Tensor want = layernorm(x, g16.to(DType::kFloat32), b16.to(DType::kFloat32));
+      EXPECT_TRUE(all_close(layernorm(x, g16, b16), want, {0, 0}));
+    }
+  }
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(FusedAddRmsNorm, BadInput) {
@@ -263,7 +279,8 @@ TEST(LayerNorm, BadInput) {
                   "input");
   EXPECT_FI_ERROR(layernorm(rand_tensor({4, 8}, DType::kInt32, 1), g, b), "layernorm", "input");
   EXPECT_FI_ERROR(layernorm(rand_tensor({0, 8}, DType::kBFloat16, 1), g, b), "layernorm", "input");
-  EXPECT_FI_ERROR(layernorm(x, rand_tensor({8}, DType::kBFloat16, 1), b), "layernorm", "gemma");
+  EXPECT_FI_ERROR(layernorm(x, rand_tensor({8}, DType::kFloat64, 1), b), "layernorm", "gemma");
+  EXPECT_FI_ERROR(layernorm(x, rand_tensor({8}, DType::kBFloat16, 1), b), "layernorm", "beta");
   EXPECT_FI_ERROR(layernorm(x, rand_tensor({7}, DType::kFloat32, 1), b), "layernorm", "gemma");
   EXPECT_FI_ERROR(layernorm(x, g, rand_tensor({8}, DType::kFloat16, 1)), "layernorm", "beta");
   EXPECT_FI_ERROR(layernorm(x, g, rand_tensor({2, 8}, DType::kFloat32, 1)), "layernorm", "beta");
@@ -342,10 +359,12 @@ TEST(NormCuda, MatchesCpu) {
         EXPECT_TRUE(all_close(yg.to(Device::cpu()), yc, norm_tol(d)));
       }
       if (c.shape.size() == 2) {
-        Tensor g = rand_tensor({n}, DType::kFloat32, 44), b = rand_tensor({n}, DType::kFloat32, 45);
-        EXPECT_TRUE(
-            all_close(layernorm(to_keep_layout(x, gpu), g.to(gpu), b.to(gpu)).to(Device::cpu()),
-                      layernorm(x, g, b), norm_tol(d)));
+        for (DType pd : {DType::kFloat32, DType::kBFloat16}) {  // 16-bit gamma / beta too
+          Tensor g = rand_tensor({n}, pd, 44), b = rand_tensor({n}, pd, 45);
+          EXPECT_TRUE(
+              all_close(layernorm(to_keep_layout(x, gpu), g.to(gpu), b.to(gpu)).to(Device::cpu()),
+                        layernorm(x, g, b), norm_tol(d)));
+        }
       }
     }
   }

@@ -381,8 +381,18 @@ void layernorm_rows(const LayerNormParams& p) {
   auto* out = static_cast<T*>(p.out);
   const int64_t n = p.hidden;
   std::vector<float> gamma(static_cast<std::size_t>(n)), beta(static_cast<std::size_t>(n));
-  rowio::load_row(p.gamma, p.gamma_stride, n, gamma.data());
-  rowio::load_row(p.beta, p.beta_stride, n, beta.data());
+  auto load_param = [&](const void* src, int64_t stride, float* dst) {
+    switch (p.param_dtype) {
+      case DType::kFloat16:
+        return rowio::load_row(static_cast<const Half*>(src), stride, n, dst);
+      case DType::kBFloat16:
+        return rowio::load_row(static_cast<const BFloat16*>(src), stride, n, dst);
+      default:
+        return rowio::load_row(static_cast<const float*>(src), stride, n, dst);
+    }
+  };
+  load_param(p.gamma, p.gamma_stride, gamma.data());
+  load_param(p.beta, p.beta_stride, beta.data());
 #if FLASHINFER_CPU_AVX512
   if (p.in_stride_d == 1 && p.out_stride_d == 1 && use_avx512()) {
     if constexpr (std::is_same_v<T, BFloat16>) {
