@@ -62,12 +62,19 @@ constexpr api::KernelEntry<kernels::AppendParams> kPageAppendKernels[] = {
 #endif
 };
 
-// get_batch_indices_positions has no kernel: it computes on the host from a host copy of its
-// indices and writes the results to their device.
-constexpr api::BackendSummary kBatchIndicesPositionsBackends[] = {
-    {DeviceType::kCPU, "host computation"},
+// get_batch_indices_positions: upstream runs a Triton kernel on the indices' device, reading
+// them there. So does the CUDA kernel here (no host copy, no synchronization: a CUDA graph can
+// capture the call); the CPU reference checks the index values first.
+constexpr api::KernelEntry<kernels::BatchIndicesPositionsParams> kBatchIndicesPositionsKernels[] = {
+    {DeviceType::kCPU, "CPU reference: a binary search of append_indptr per element", nullptr,
+     [](const kernels::BatchIndicesPositionsParams& p, const api::LaunchContext&) {
+       for (int64_t j = 0; j < p.nnz; ++j) kernels::batch_indices_positions_at(p, j);
+     }},
 #if FLASHINFER_WITH_CUDA
-    {DeviceType::kCUDA, "host computation, indices read back and results uploaded"},
+    {DeviceType::kCUDA, "CUDA kernel: a thread per element, the same rule", nullptr,
+     [](const kernels::BatchIndicesPositionsParams& p, const api::LaunchContext& c) {
+       kernels::cuda::batch_indices_positions(p, c.stream);
+     }},
 #endif
 };
 
@@ -76,37 +83,59 @@ std::tuple<Tensor, Tensor> get_batch_indices_positions_impl(const Tensor& append
                                                             std::optional<Tensor> batch_indices,
                                                             std::optional<Tensor> positions) {
   const char* op = "get_batch_indices_positions";
-  const std::vector<int32_t> indptr = api::index_to_host(append_indptr, op, "append_indptr");
-  api::check_indptr(indptr, op, "append_indptr");
-  const auto batch = static_cast<int64_t>(indptr.size()) - 1;
-  const std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens", batch);
-  api::check_same_device(seq_lens, append_indptr, op, "seq_lens", "append_indptr");
-  FLASHINFER_CHECK(nnz == indptr.back(), op, "nnz", "is ", nnz, " but append_indptr ends at ",
-                   indptr.back());
-  std::vector<int32_t> bi(static_cast<std::size_t>(nnz)), pos(bi.size());
-  for (int64_t b = 0; b < batch; ++b) {
-    const int32_t n = indptr[b + 1] - indptr[b];
-    FLASHINFER_CHECK(lens[b] >= n, op, "seq_lens", "request ", b, " appends ", n,
-                     " rows but its length is only ", lens[b]);
-    for (int32_t j = 0; j < n; ++j) {
-      bi[indptr[b] + j] = static_cast<int32_t>(b);
-      pos[indptr[b] + j] = lens[b] - n + j;
-    }
+  for (const auto& [t, arg] :
+       {std::pair{&append_indptr, "append_indptr"}, std::pair{&seq_lens, "seq_lens"}}) {
+    api::check_defined(*t, op, arg);
+    api::check_dim(*t, {1}, op, arg);
+    api::check_dtype_in(*t, {DType::kInt32, DType::kInt64}, op, arg);
+    FLASHINFER_CHECK(t->is_contiguous(), op, arg, "must be contiguous");
   }
+  FLASHINFER_CHECK(append_indptr.size(0) >= 1, op, "append_indptr",
+                   "needs batch_size + 1 >= 1 elements");
+  const int64_t batch = append_indptr.size(0) - 1;
+  api::check_shape_eq(seq_lens, {batch}, op, "seq_lens");
+  api::check_same_device(seq_lens, append_indptr, op, "seq_lens", "append_indptr");
+  FLASHINFER_CHECK(nnz >= 0 && nnz <= INT32_MAX, op, "nnz", "must be in [0, 2^31), got ", nnz);
   const Device dev = append_indptr.device();
-  auto output = [&](std::optional<Tensor>& buf, const std::vector<int32_t>& v, const char* arg) {
-    Tensor h = page_host_int32(v);
-    if (!buf) return h.to(dev);
+  if (dev.is_cpu()) {
+    // Upstream's kernel trusts the values; a bad indptr there writes past the outputs.
+    const bool i64 = append_indptr.dtype() == DType::kInt64;
+    auto at = [&](int64_t i) { return kernels::bip_load(append_indptr.data_ptr(), i64, i); };
+    FLASHINFER_CHECK(at(0) >= 0, op, "append_indptr", "must start at >= 0, got ", at(0));
+    for (int64_t i = 1; i <= batch; ++i) {
+      FLASHINFER_CHECK(at(i) >= at(i - 1), op, "append_indptr", "must be non-decreasing: element ",
+                       i, " (", at(i), ") < element ", i - 1, " (", at(i - 1), ")");
+    }
+    FLASHINFER_CHECK(nnz >= at(batch), op, "nnz", "is ", nnz, " but append_indptr ends at ",
+                     at(batch), " (the outputs hold nnz elements)");
+  }
+  // Given buffers: exactly (nnz,) int32 on the indices' device, as upstream's
+  // check_shape_dtype_device.
+  auto output = [&](std::optional<Tensor>& buf, const char* arg) {
+    if (!buf) return Tensor::empty({nnz}, DType::kInt32, dev);
     api::check_defined(*buf, op, arg);
-    FLASHINFER_CHECK(buf->dtype() == DType::kInt32, op, arg, "must be torch.int32");
-    FLASHINFER_CHECK(buf->dim() == 1 && buf->size(0) >= nnz, op, arg, "needs >= ", nnz,
-                     " elements, got shape ", shape_to_string(buf->shape()));
+    api::check_dtype_in(*buf, {DType::kInt32}, op, arg);
+    api::check_shape_eq(*buf, {nnz}, op, arg);
     api::check_same_device(*buf, append_indptr, op, arg, "append_indptr");
-    buf->slice(0, 0, nnz).copy_(h);
+    api::check_writable(*buf, op, arg);
     return *buf;
   };
-  Tensor out_b = output(batch_indices, bi, "batch_indices");
-  Tensor out_p = output(positions, pos, "positions");
+  Tensor out_b = output(batch_indices, "batch_indices");
+  Tensor out_p = output(positions, "positions");
+  api::check_no_overlap(out_p, out_b, op, "positions", "batch_indices");
+  kernels::BatchIndicesPositionsParams p;
+  p.indptr = append_indptr.data_ptr();
+  p.indptr_i64 = append_indptr.dtype() == DType::kInt64;
+  p.seq_lens = seq_lens.data_ptr();
+  p.seq_lens_i64 = seq_lens.dtype() == DType::kInt64;
+  p.batch = batch;
+  p.nnz = nnz;
+  p.batch_indices = out_b.data<int32_t>();
+  p.bi_stride = out_b.stride(0);
+  p.positions = out_p.data<int32_t>();
+  p.pos_stride = out_p.stride(0);
+  p.zero_positions = !positions.has_value();
+  api::launch(kBatchIndicesPositionsKernels, p, dev, op, "append_indptr");
   return {out_b, out_p};
 }
 
@@ -269,7 +298,7 @@ void register_page_ops(OpRegistry& r) {
        .summary = "Writes appended key/value rows into their pages of a paged KV cache"},
       "append_key", "append_value", "batch_indices", "positions", arg("paged_kv_cache").mut(),
       "kv_indices", "kv_indptr", "kv_last_page_len", arg("kv_layout", "NHD"));
-  api::register_backends("get_batch_indices_positions", kBatchIndicesPositionsBackends);
+  api::register_backends("get_batch_indices_positions", kBatchIndicesPositionsKernels);
   api::register_backends("append_paged_kv_cache", kPageAppendKernels);
   register_bench_hook("append_paged_kv_cache", page_bench_append);
 }

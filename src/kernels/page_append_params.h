@@ -75,4 +75,52 @@ struct AppendParams {
   int64_t nnz = 0, num_heads = 0, head_dim = 0;
 };
 
+/// get_batch_indices_positions, upstream's Triton kernel as a rule per output element: element j
+/// of [0, nnz) belongs to the request b with indptr[b] <= j < indptr[b + 1] (a binary search of
+/// the non-decreasing indptr, which may start above 0) and gets batch b, position
+/// j + seq_lens[b] - indptr[b + 1] (negative when seq_lens[b] is short, as upstream's). An element
+/// of no request (past indptr[batch], nnz larger) gets batch -1 and, when the op allocated
+/// positions, position 0 (upstream's torch.full(-1) / torch.zeros; a positions buffer the caller
+/// passes keeps its value there). Index arrays int32 or int64 (the *_i64 flags).
+struct BatchIndicesPositionsParams {
+  const void* indptr = nullptr;    // [batch + 1]
+  const void* seq_lens = nullptr;  // [batch]
+  bool indptr_i64 = false, seq_lens_i64 = false;
+  int64_t batch = 0, nnz = 0;
+  int32_t* batch_indices = nullptr;  // [nnz], stride bi_stride
+  int32_t* positions = nullptr;      // [nnz], stride pos_stride
+  int64_t bi_stride = 1, pos_stride = 1;
+  bool zero_positions = true;  // positions was allocated by the op
+};
+
+FLASHINFER_HD int64_t bip_load(const void* a, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(a)[i] : static_cast<const int32_t*>(a)[i];
+}
+
+/// Writes element j of both outputs.
+FLASHINFER_HD void batch_indices_positions_at(const BatchIndicesPositionsParams& p, int64_t j) {
+  // The last b in [0, batch] with indptr[b] <= j (or -1).
+  int64_t lo = 0, hi = p.batch + 1;  // search [lo, hi)
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (bip_load(p.indptr, p.indptr_i64, mid) <= j) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t b = lo - 1;
+  if (b >= 0 && b < p.batch) {
+    const int64_t end = bip_load(p.indptr, p.indptr_i64, b + 1);
+    if (j < end) {
+      p.batch_indices[j * p.bi_stride] = static_cast<int32_t>(b);
+      p.positions[j * p.pos_stride] =
+          static_cast<int32_t>(j + bip_load(p.seq_lens, p.seq_lens_i64, b) - end);
+      return;
+    }
+  }
+  p.batch_indices[j * p.bi_stride] = -1;
+  if (p.zero_positions) p.positions[j * p.pos_stride] = 0;
+}
+
 }  // namespace flashinfer::kernels

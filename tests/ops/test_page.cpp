@@ -17,6 +17,11 @@ using testing::int_tensor;
 
 std::vector<double> ints(const Tensor& t) { return t.to_double_vector(); }
 
+Tensor idx_tensor(const std::vector<int64_t>& v, DType dt) {
+  return Tensor::from_vector(std::vector<double>(v.begin(), v.end()),
+                             {static_cast<int64_t>(v.size())}, dt);
+}
+
 TEST(GetSeqLens, HandChecked) {
   // Pages per request 3, 1, 0; last page fill 5, 16, 0; page size 16.
   Tensor lens = get_seq_lens(int_tensor({0, 3, 4, 4}), int_tensor({5, 16, 0}), 16);
@@ -47,27 +52,60 @@ TEST(GetSeqLens, BadInput) {
 TEST(GetBatchIndicesPositions, HandChecked) {
   // Request 0 appends 2 rows to reach length 5; request 1 appends 0; request 2 appends 3 to 3.
   auto [bi, pos] = get_batch_indices_positions(int_tensor({0, 2, 2, 5}), int_tensor({5, 7, 3}), 5);
+  EXPECT_EQ(bi.dtype(), DType::kInt32);
   EXPECT_EQ(ints(bi), (std::vector<double>{0, 0, 2, 2, 2}));
   EXPECT_EQ(ints(pos), (std::vector<double>{3, 4, 0, 1, 2}));
-  // Into given buffers (longer than nnz: only the first nnz are written).
-  Tensor b = Tensor::full({6}, -1, DType::kInt32), p = Tensor::full({6}, -1, DType::kInt32);
-  get_batch_indices_positions(int_tensor({0, 2, 2, 5}), int_tensor({5, 7, 3}), 5, b, p);
-  EXPECT_EQ(ints(b), (std::vector<double>{0, 0, 2, 2, 2, -1}));
-  EXPECT_EQ(ints(p), (std::vector<double>{3, 4, 0, 1, 2, -1}));
+  // Into given buffers of exactly nnz elements; int64 indices.
+  Tensor b = Tensor::full({5}, 9, DType::kInt32), p = Tensor::full({5}, 9, DType::kInt32);
+  get_batch_indices_positions(idx_tensor({0, 2, 2, 5}, DType::kInt64),
+                              idx_tensor({5, 7, 3}, DType::kInt64), 5, b, p);
+  EXPECT_EQ(ints(b), (std::vector<double>{0, 0, 2, 2, 2}));
+  EXPECT_EQ(ints(p), (std::vector<double>{3, 4, 0, 1, 2}));
+}
+
+// Upstream's Triton kernel writes only the rows of requests; the op presets the outputs: batch
+// indices -1 (torch.full, or fill_ of a given buffer), positions 0 when it allocates them, a given
+// positions buffer untouched. So nnz past append_indptr's end, and an indptr starting above 0 (a
+// slice of a larger batch's), leave -1 / 0 there; a short sequence gives negative positions.
+TEST(GetBatchIndicesPositions, ElementsOfNoRequestAsUpstreamPresetsThem) {
+  auto [bi, pos] = get_batch_indices_positions(int_tensor({1, 3, 4}), int_tensor({6, 0}), 6);
+  EXPECT_EQ(ints(bi), (std::vector<double>{-1, 0, 0, 1, -1, -1}));
+  EXPECT_EQ(ints(pos), (std::vector<double>{0, 4, 5, -1, 0, 0}));
+  Tensor b = Tensor::full({6}, 9, DType::kInt32), p = Tensor::full({6}, 9, DType::kInt32);
+  get_batch_indices_positions(int_tensor({1, 3, 4}), int_tensor({6, 0}), 6, b, p);
+  EXPECT_EQ(ints(b), (std::vector<double>{-1, 0, 0, 1, -1, -1}));
+  EXPECT_EQ(ints(p), (std::vector<double>{9, 4, 5, -1, 9, 9}));
+  // No requests at all.
+  auto [b0, p0] =
+      get_batch_indices_positions(int_tensor({0}), Tensor::empty({0}, DType::kInt32), 2);
+  EXPECT_EQ(ints(b0), (std::vector<double>{-1, -1}));
+  EXPECT_EQ(ints(p0), (std::vector<double>{0, 0}));
 }
 
 TEST(GetBatchIndicesPositions, BadInput) {
   const char* op = "get_batch_indices_positions";
-  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 3), op, "nnz");
-  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({1}), 2), op,
-                  "seq_lens");
-  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({1, 2}), int_tensor({5}), 2), op,
+  // nnz below the last row: upstream's kernel would write past its outputs.
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 1), op, "nnz");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), -1), op, "nnz");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2, 1}), int_tensor({5, 5}), 2), op,
+                  "append_indptr");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({-1, 2}), int_tensor({5}), 2), op,
                   "append_indptr");
   EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5, 5}), 2), op,
                   "seq_lens");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}),
+                                              Tensor::from_vector({5}, {1}, DType::kFloat32), 2),
+                  op, "seq_lens");
+  // Given buffers: exactly (nnz,) int32, as upstream's check_shape_dtype_device.
   EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 2,
                                               Tensor::zeros({1}, DType::kInt32)),
                   op, "batch_indices");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 2,
+                                              Tensor::zeros({3}, DType::kInt32)),
+                  op, "batch_indices");
+  EXPECT_FI_ERROR(get_batch_indices_positions(int_tensor({0, 2}), int_tensor({5}), 2, std::nullopt,
+                                              Tensor::zeros({2}, DType::kInt64)),
+                  op, "positions");
 }
 
 struct AppendCase {
@@ -518,6 +556,40 @@ TEST(AppendPagedKvCacheCuda, IndexArraysStayOnTheDevice) {
   EXPECT_EQ(kg.to_double_vector(), kc.to_double_vector());
   EXPECT_EQ(vg.to_double_vector(), vc.to_double_vector());
 #endif
+}
+
+// The CUDA kernel reads the indices on the device (no host copy: a graph captures the call) and
+// writes what the CPU does, presets included.
+TEST(GetBatchIndicesPositionsCuda, MatchesCpuOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  std::vector<int64_t> indptr{3}, lens;
+  for (int64_t b = 0; b < 40; ++b) {
+    indptr.push_back(indptr.back() + (b * 7) % 11);
+    lens.push_back(20 + b % 5);  // some shorter than the rows appended: negative positions
+  }
+  const int64_t nnz = indptr.back() + 9;
+  for (DType it : {DType::kInt32, DType::kInt64}) {
+    const Tensor ip = idx_tensor(indptr, it), sl = idx_tensor(lens, it);
+    auto [bc, pc] = get_batch_indices_positions(ip, sl, nnz);
+    auto [bg, pg] = get_batch_indices_positions(ip.to(g), sl.to(g), nnz);
+    EXPECT_EQ(bg.device(), g);
+    EXPECT_EQ(ints(bg.to(Device::cpu())), ints(bc));
+    EXPECT_EQ(ints(pg.to(Device::cpu())), ints(pc));
+    Tensor bb = Tensor::full({nnz}, 9, DType::kInt32, g),
+           pb = Tensor::full({nnz}, 9, DType::kInt32, g);
+    Tensor bh = Tensor::full({nnz}, 9, DType::kInt32), ph = Tensor::full({nnz}, 9, DType::kInt32);
+    get_batch_indices_positions(ip, sl, nnz, bh, ph);
+#if FLASHINFER_TEST_HAVE_CUDART
+    const Tensor ipg = ip.to(g), slg = sl.to(g);
+    ASSERT_NO_FATAL_FAILURE(testing::capture_on_own_stream(
+        [&] { get_batch_indices_positions(ipg, slg, nnz, bb, pb); }));
+#else
+    get_batch_indices_positions(ip.to(g), sl.to(g), nnz, bb, pb);
+#endif
+    EXPECT_EQ(ints(bb.to(Device::cpu())), ints(bh));
+    EXPECT_EQ(ints(pb.to(Device::cpu())), ints(ph));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // CUDA kernels for the state merges (merge_state, merge_state_in_place, merge_states) and the
 // paged-cache append. Both are memory-bound copies with light math.
+#include <algorithm>
+
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/cascade_cuda.h"
 
@@ -121,7 +123,24 @@ void launch_append(const AppendParams& p, cudaStream_t s) {
   }
 }
 
+// get_batch_indices_positions: a thread per output element (kernels/page_append_params.h).
+__global__ void batch_indices_positions_kernel(BatchIndicesPositionsParams p) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < p.nnz;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    batch_indices_positions_at(p, j);
+  }
+}
+
 }  // namespace
+
+void batch_indices_positions(const BatchIndicesPositionsParams& p, void* stream) {
+  if (p.nnz == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((p.nnz + kThreads - 1) / kThreads, 4096);
+  batch_indices_positions_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(p);
+  FLASHINFER_CUDA_CALL("get_batch_indices_positions", cudaGetLastError());
+}
 
 void merge_states(const MergeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);

@@ -1,4 +1,5 @@
-// CUDA launchers for the state merges and the paged-cache append (plain C++ header).
+// CUDA launchers for the state merges, the paged-cache append and get_batch_indices_positions
+// (plain C++ header).
 #pragma once
 
 #include "kernels/attention_params.h"
@@ -8,5 +9,6 @@ namespace flashinfer::kernels::cuda {
 
 void merge_states(const MergeParams& p, void* stream);
 void append_paged_kv_cache(const AppendParams& p, void* stream);
+void batch_indices_positions(const BatchIndicesPositionsParams& p, void* stream);
 
 }  // namespace flashinfer::kernels::cuda
