@@ -220,7 +220,7 @@ Tensor check_scales(const Tensor& t, int64_t expected, const char* op, const cha
 
 Tensor dequantize_impl(const char* op, const char* data_arg, const Tensor& data, int64_t k,
                        bool fp4, const Tensor& sf, bool ue8m0, int64_t vec, SfLayoutCode layout,
-                       float gs) {
+                       float gs, bool ue8m0_shift = false) {
   Tensor out = Tensor::empty({data.size(0), k}, DType::kFloat32, Device::cpu());
   kernels::BlockDequantizeParams p;
   p.data = data.data<uint8_t>();
@@ -229,6 +229,7 @@ Tensor dequantize_impl(const char* op, const char* data_arg, const Tensor& data,
   p.sf = sf.data<uint8_t>();
   p.sf_size = sf.numel();
   p.sf_ue8m0 = ue8m0;
+  p.ue8m0_shift = ue8m0_shift;
   p.sf_vec_size = static_cast<int>(vec);
   p.layout = layout;
   p.global_scale = gs;
@@ -603,30 +604,39 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
       [&] {
         const char* op = "e2m1_and_ufp8sf_scale_to_float";
         const Tensor data = check_fp4_data(e2m1_tensor, op, "e2m1_tensor");
-        FLASHINFER_CHECK(sf_vec_size == 16 || sf_vec_size == 32, op, "sf_vec_size",
-                         "can only be 16 or 32, got ", sf_vec_size);
+        // Upstream's host function (E2M1AndUFP8SFScaleToFloatV2) takes any positive vector size
+        // dividing K.
+        FLASHINFER_CHECK(sf_vec_size > 0 && sf_vec_size <= (int64_t{1} << 30), op, "sf_vec_size",
+                         "should be positive, got ", sf_vec_size);
         FLASHINFER_CHECK(ufp8_type == 0 || ufp8_type == 1, op, "ufp8_type",
                          "must be 1 (e4m3 scales) or 0 (ue8m0 scales), got ", ufp8_type);
         const int64_t m = data.size(0), k = data.size(1) * 2;
         FLASHINFER_CHECK(k % sf_vec_size == 0, op, "e2m1_tensor", "K = ", k,
                          " is not a multiple of sf_vec_size = ", sf_vec_size);
+        FLASHINFER_CHECK(!is_sf_8x4_layout || is_sf_swizzled_layout, op, "is_sf_8x4_layout",
+                         "requires is_sf_swizzled_layout to be True");
         const SfLayoutCode layout = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
                                     : is_sf_8x4_layout     ? SfLayoutCode::k8x4
                                                            : SfLayoutCode::k128x4;
         const Tensor sf =
             check_scales(ufp8_scale_tensor, kernels::sf_buffer_size(layout, m, k / sf_vec_size), op,
                          "ufp8_scale_tensor", layout_desc(layout));
+        // The global scale multiplies e4m3 scales only, and is required with them (upstream:
+        // "globalScale is required when sfType is 1"); ue8m0 scales ignore it.
+        const bool have_gs = global_scale_tensor && global_scale_tensor->defined();
+        FLASHINFER_CHECK(ufp8_type == 0 || have_gs, op, "global_scale_tensor",
+                         "is required when ufp8_type is 1 (e4m3 scales)");
         float gs = 1.0f;
-        if (global_scale_tensor && global_scale_tensor->defined()) {
+        if (have_gs) {
           const Tensor g = *global_scale_tensor;
           FLASHINFER_CHECK(g.numel() == 1, op, "global_scale_tensor",
                            "expected a one-element tensor, got shape ", shape_to_string(g.shape()));
           api::check_dtype_in(g, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
                               "global_scale_tensor");
-          gs = static_cast<float>(g.item());
+          if (ufp8_type == 1) gs = static_cast<float>(g.item());
         }
         return dequantize_impl(op, "e2m1_tensor", data, k, true, sf, ufp8_type == 0, sf_vec_size,
-                               layout, gs);
+                               layout, gs, /*ue8m0_shift=*/true);
       },
       e2m1_tensor, ufp8_scale_tensor, global_scale_tensor, sf_vec_size, ufp8_type,
       is_sf_swizzled_layout, is_sf_8x4_layout);
@@ -738,7 +748,8 @@ Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
         const Tensor data = host_bytes(input);
         const Tensor sf = check_scales(scale_tensor, kernels::sf_buffer_size(code, m, k / 32), op,
                                        "scale_tensor", layout_desc(code));
-        return dequantize_impl(op, "input", data, k, false, sf, true, 32, code, 1.0f);
+        return dequantize_impl(op, "input", data, k, false, sf, true, 32, code, 1.0f,
+                               /*ue8m0_shift=*/true);
       },
       input, scale_tensor, is_sf_swizzled_layout, sf_swizzle_layout);
 }

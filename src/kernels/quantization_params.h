@@ -153,7 +153,11 @@ struct BlockDequantizeParams {
   bool sf_ue8m0 = false;
   int sf_vec_size = 16;
   SfLayoutCode layout = SfLayoutCode::k128x4;
-  float global_scale = 1.0f;
+  // ue8m0 scales decoded as the float with exponent bits `code` (code << 23: 0 is +0.0, 255 is
+  // +inf), as upstream's E2M1AndUFP8SFScaleToFloatV2 and mxfp8_dequantize_host do; else
+  // ue8m0_to_float (CUDA's e8m0 conversion, upstream's mxfp4_dequantize_host).
+  bool ue8m0_shift = false;
+  float global_scale = 1.0f;  // value = q * (scale * global_scale)
   int64_t m = 0, k = 0;
   float* out = nullptr;  // [m, k] contiguous
 };

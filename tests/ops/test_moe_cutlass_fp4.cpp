@@ -255,7 +255,9 @@ struct Case : moe_fp4::LayerExtras {
     // NVFP4 quantization in the op with the fc1 input global scale, read back as e2m1 * sf.
     const Tensor gs = Tensor::from_vector({a1[per_expert_act ? e : 0]}, {1}, DType::kFloat32);
     auto [q, sf] = fp4_quantize(Tensor::from_vector(row, {1, H}, in_dt), gs, 16, false, false);
-    return e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+    return e2m1_and_ufp8sf_scale_to_float(q, sf, Tensor::full({1}, 1.0, DType::kFloat32), 16, 1,
+                                          false)
+        .to_double_vector();
   }
   // The activation row as GEMM2 reads it.
   std::vector<double> requant(const std::vector<double>& h, int64_t e) const {
@@ -264,7 +266,9 @@ struct Case : moe_fp4::LayerExtras {
     if (nv()) {
       const Tensor gs = Tensor::from_vector({a2[per_expert_act ? e : 0]}, {1}, DType::kFloat32);
       auto [q, sf] = fp4_quantize(ht, gs, 16, false, false);
-      return e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+      return e2m1_and_ufp8sf_scale_to_float(q, sf, Tensor::full({1}, 1.0, DType::kFloat32), 16, 1,
+                                            false)
+          .to_double_vector();
     }
     auto [q, sf] = mxfp8_quantize(ht, false);
     return mxfp8_dequantize_host(q, sf, false).to_double_vector();

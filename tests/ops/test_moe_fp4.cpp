@@ -273,7 +273,9 @@ struct Fp4Case {
         const Tensor ht = Tensor::from_vector(hb, {1, I}, DType::kBFloat16);
         if (mode == Mode::kNvfp4) {
           auto [q, sf] = fp4_quantize(ht, std::nullopt, 16, false, false);
-          hq = e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false).to_double_vector();
+          hq = e2m1_and_ufp8sf_scale_to_float(q, sf, Tensor::full({1}, 1.0, DType::kFloat32), 16, 1,
+                                              false)
+                   .to_double_vector();
         } else if (mode == Mode::kMxfp4Mxfp8) {
           auto [q, sf] = mxfp8_quantize(ht, false);
           hq = mxfp8_dequantize_host(q, sf, false).to_double_vector();

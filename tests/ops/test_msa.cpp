@@ -241,7 +241,8 @@ TEST(MsaProxyScore, ReduceHeadsFp8KeysTilesAndOutput) {
 TEST(MsaProxyScoreFp4, IsTheProxyScoreOfTheDequantizedValues) {
   auto quant = [](const Tensor& rows, double gs) {  // [M, 128] -> (fp4 [M, 64], 128x4 scales)
     auto [q, sf] = nvfp4_quantize_cute_dsl(rows, Value(gs), 0);
-    const Tensor deq = e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, true);
+    const Tensor deq =
+        e2m1_and_ufp8sf_scale_to_float(q, sf, Tensor::full({1}, 1.0, DType::kFloat32), 16, 1, true);
     return std::make_tuple(q, sf, deq.to(kBf));
   };
   const Tensor qf = rand_tensor({6 * 2, 128}, kBf, 91, -3.0, 3.0);

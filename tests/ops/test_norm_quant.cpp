@@ -40,10 +40,10 @@ std::vector<int> bytes(const Tensor& t) {
 }
 
 TEST(RmsNormQuant, ClampsAndNaN) {
-  // Weight 1000 with scale 0.01: |y| ~ 1e5 saturates (e4m3 +-448, e5m2 +-57344). A NaN input makes the row
-  // NaN, stored as the canonical NaN 0x7F in both formats: upstream's CuTe kernels convert with
-  // cvt.rn.satfinite and no clamp (session 83; -448 before). layernorm_quant's bf16 clamp turns
-  // NaN into -inf, hence -max (0xFE e4m3, 0xFB e5m2).
+  // Weight 1000 with scale 0.01: |y| ~ 1e5 saturates (e4m3 +-448, e5m2 +-57344). A NaN input makes
+  // the row NaN, stored as the canonical NaN 0x7F in both formats: upstream's CuTe kernels convert
+  // with cvt.rn.satfinite and no clamp (session 83; -448 before). layernorm_quant's bf16 clamp
+  // turns NaN into -inf, hence -max (0xFE e4m3, 0xFB e5m2).
   Tensor x = Tensor::from_vector({1, -1, 1, std::nan("")}, {2, 2}, DType::kFloat16);
   Tensor w = Tensor::from_vector({1000, 1000}, {2}, DType::kFloat16);
   for (DType od : {DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {

@@ -238,7 +238,7 @@ TEST(Nvfp4Quantize, RoundTripThroughDequantize) {
       const RefQuant ref = ref_nvfp4_row(row, gs, 16);
       for (int64_t i = 0; i < k; ++i) {
         const float expect =
-            e2m1_bits_to_float(ref.q[i]) * e4m3fn_bits_to_float(ref.sf[i / 16]) * (1.0f / gs);
+            e2m1_bits_to_float(ref.q[i]) * (e4m3fn_bits_to_float(ref.sf[i / 16]) * (1.0f / gs));
         bad += d[r * k + i] != expect;
         // And the round trip is within half an e2m1 step of the block scale.
         const double step = e4m3fn_bits_to_float(ref.sf[i / 16]) / gs;
@@ -588,8 +588,12 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
                   "a_fp4");
   EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 32, 2),
                   "e2m1_and_ufp8sf_scale_to_float", "ufp8_type");
-  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 16, 1, false),
-                  "e2m1_and_ufp8sf_scale_to_float", "ufp8_scale_tensor");
+  EXPECT_FI_ERROR(
+      e2m1_and_ufp8sf_scale_to_float(q, sf, Tensor::full({1}, 1.0, DType::kFloat32), 16, 1, false),
+      "e2m1_and_ufp8sf_scale_to_float", "ufp8_scale_tensor");
+  // e4m3 scales need the global scale (upstream: "globalScale is required when sfType is 1").
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf, std::nullopt, 32, 1),
+                  "e2m1_and_ufp8sf_scale_to_float", "global_scale_tensor");
   EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q, sf.to(DType::kFloat32), std::nullopt, 32, 0),
                   "e2m1_and_ufp8sf_scale_to_float", "ufp8_scale_tensor");
   EXPECT_FI_ERROR(block_scale_interleave(Tensor::zeros({4, 4}, DType::kFloat32)),
@@ -754,6 +758,42 @@ TEST(Mxfp4Quantize, SfLayoutSelectsTheScaleLayout) {
   EXPECT_EQ(floats(r.as_tensor()), d0);
 }
 
+// Upstream's host decode (E2M1AndUFP8SFScaleToFloatV2): e4m3 scales times the global scale
+// first, then the value (1.5 * (1.75 * fp32(1/3)) = 0.87500006, where (1.5 * 1.75) * fp32(1/3) =
+// 0.875); ue8m0 scales as the float of exponent bits `code` (0 -> +0.0, 255 -> +inf) with the
+// global scale ignored; any vector size dividing K. mxfp8_dequantize_host decodes ue8m0 so too.
+TEST(Nvfp4Dequantize, HostDecodeAsUpstreamsV2) {
+  std::vector<double> b(8, 0.0);
+  b[0] = 0x03;  // element 0: e2m1 1.5
+  Tensor q = Tensor::from_vector(b, {1, 8}, DType::kUInt8);
+  const Tensor third = fp32_scalar(1.0 / 3.0);
+  const auto y = floats(e2m1_and_ufp8sf_scale_to_float(
+      q, Tensor::from_vector({0x3E}, {1}, DType::kUInt8), third, 16, 1, false));  // e4m3 1.75
+  EXPECT_EQ(y[0], 1.5f * (1.75f * static_cast<float>(1.0 / 3.0)));
+  EXPECT_NE(y[0], 0.875f);
+  // ue8m0: blocks of 4 with codes 0, 255, 128 (2.0) and 127 (1.0); elements 1.0 and 0 each.
+  std::vector<double> b2(8, 0.0);
+  for (int blk = 0; blk < 4; ++blk) b2[blk * 2] = 0x02;  // element 4 blk: 1.0, then zeros
+  Tensor q2 = Tensor::from_vector(b2, {1, 8}, DType::kUInt8);
+  const Tensor sf2 = Tensor::from_vector({0, 255, 128, 127}, {4}, DType::kUInt8);
+  for (const std::optional<Tensor>& g : {std::optional<Tensor>{}, std::optional<Tensor>{third}}) {
+    const auto z = floats(e2m1_and_ufp8sf_scale_to_float(q2, sf2, g, 4, 0, false));
+    EXPECT_EQ(z[0], 0.0f);
+    EXPECT_EQ(z[4], std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(std::isnan(z[5]));  // 0 * inf
+    EXPECT_EQ(z[8], 2.0f);
+    EXPECT_EQ(z[12], 1.0f);
+  }
+  // mxfp8_dequantize_host: e4m3 1.0 in blocks of 32 with codes 0 and 255.
+  std::vector<double> d(64, 0.0);
+  d[0] = d[32] = 0x38;  // e4m3 1.0
+  const auto m =
+      floats(mxfp8_dequantize_host(Tensor::from_vector(d, {1, 64}, DType::kUInt8),
+                                   Tensor::from_vector({0, 255}, {2}, DType::kUInt8), false));
+  EXPECT_EQ(m[0], 0.0f);
+  EXPECT_EQ(m[32], std::numeric_limits<float>::infinity());
+}
+
 // e2m1_and_ufp8sf_scale_to_float reads 8x4 scales with is_sf_8x4_layout=True.
 TEST(Nvfp4Dequantize, Reads8x4ScalesWithIsSf8x4Layout) {
   Tensor x = Tensor::empty({10, 48}, DType::kFloat16).normal_(23, 0, 2);
@@ -767,9 +807,12 @@ TEST(Nvfp4Dequantize, Reads8x4ScalesWithIsSf8x4Layout) {
   // Without the flag the 8x4 buffer is the wrong size for the 128x4 layout.
   EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(q8, sf8, inv), "e2m1_and_ufp8sf_scale_to_float",
                   "ufp8_scale_tensor");
-  // Without a swizzled layout the flag is ignored (linear), as fp4_quantize reads the pair.
+  // The 8x4 flag needs a swizzled layout (upstream: "isSf8x4Layout requires isSfSwizzledLayout
+  // to be true"); linear scales read without it.
   auto [ql, sfl] = nvfp4_quantize(x, gs, SfLayout::layout_linear);
-  EXPECT_EQ(floats(e2m1_and_ufp8sf_scale_to_float(ql, sfl, inv, 16, 1, false, true)), ref);
+  EXPECT_FI_ERROR(e2m1_and_ufp8sf_scale_to_float(ql, sfl, inv, 16, 1, false, true),
+                  "e2m1_and_ufp8sf_scale_to_float", "is_sf_8x4_layout");
+  EXPECT_EQ(floats(e2m1_and_ufp8sf_scale_to_float(ql, sfl, inv, 16, 1, false)), ref);
   const OpDecl* d = OpRegistry::global().find("e2m1_and_ufp8sf_scale_to_float");
   const Value r = d->invoke(CallArgs(*d, bind_arguments(*d, {Value(q8), Value(sf8), Value(inv)},
                                                         {{"is_sf_8x4_layout", Value(true)}})));

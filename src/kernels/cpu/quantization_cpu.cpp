@@ -248,7 +248,10 @@ void block_dequantize(const BlockDequantizeParams& p) {
     float* y = p.out + r * p.k;
     for (int64_t c = 0; c < p.k; ++c) {
       const uint8_t s = p.sf[sf_offset(p.layout, r, c / p.sf_vec_size, num_sf_cols)];
-      const float sf = p.sf_ue8m0 ? ue8m0_to_float(s) : e4m3fn_bits_to_float(s);
+      const float sf = !p.sf_ue8m0     ? e4m3fn_bits_to_float(s)
+                       : p.ue8m0_shift ? f32_from_bits(static_cast<uint32_t>(s) << 23)
+                                       : ue8m0_to_float(s);
+      const float scale = sf * p.global_scale;  // upstream scales the scale first
       float q;
       if (p.fp4) {
         const uint8_t byte = d[c / 2];
@@ -256,7 +259,7 @@ void block_dequantize(const BlockDequantizeParams& p) {
       } else {
         q = e4m3fn_bits_to_float(d[c]);
       }
-      y[c] = q * sf * p.global_scale;
+      y[c] = q * scale;
     }
   }
 }
