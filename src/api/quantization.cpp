@@ -591,7 +591,9 @@ Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf, SfLayout sfLayo
         const SfLayoutCode layout = code_of(sfLayout, op, "sfLayout");
         const Tensor sf = check_scales(a_sf, kernels::sf_buffer_size(layout, m, k / 32), op, "a_sf",
                                        layout_desc(layout));
-        return dequantize_impl(op, "a_fp4", data, k, true, sf, true, 32, layout, 1.0f);
+        // Upstream: e2m1_and_ufp8sf_scale_to_float(..., ufp8_type=0), the code << 23 decode.
+        return dequantize_impl(op, "a_fp4", data, k, true, sf, true, 32, layout, 1.0f,
+                               /*ue8m0_shift=*/true);
       },
       a_fp4, a_sf, sfLayout);
 }

@@ -784,6 +784,14 @@ TEST(Nvfp4Dequantize, HostDecodeAsUpstreamsV2) {
     EXPECT_EQ(z[8], 2.0f);
     EXPECT_EQ(z[12], 1.0f);
   }
+  // mxfp4_dequantize (upstream: this function with ufp8_type=0): the same decode.
+  std::vector<double> b3(32, 0.0);
+  b3[0] = b3[16] = 0x02;
+  const auto w = floats(mxfp4_dequantize(Tensor::from_vector(b3, {1, 32}, DType::kUInt8),
+                                         Tensor::from_vector({0, 255}, {2}, DType::kUInt8),
+                                         SfLayout::layout_linear));
+  EXPECT_EQ(w[0], 0.0f);
+  EXPECT_EQ(w[32], std::numeric_limits<float>::infinity());
   // mxfp8_dequantize_host: e4m3 1.0 in blocks of 32 with codes 0 and 255.
   std::vector<double> d(64, 0.0);
   d[0] = d[32] = 0x38;  // e4m3 1.0
