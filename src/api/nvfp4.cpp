@@ -304,12 +304,20 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
   return call_op<&nvfp4_batched_quantize>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "nvfp4_batched_quantize";
-        check_grouped_input(a, op, "a");
+        // fp16 / bf16 or, as upstream's kernel takes it, e4m3 (nvfp4_rules.h: fp8_fp4_scale).
+        api::check_defined(a, op, "a");
+        api::check_dim(a, {3}, op, "a");
+        api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, "a");
+        api::check_non_empty(a, op, "a");
+        FLASHINFER_CHECK(a.stride(2) == 1, op, "a", "the last dimension must be contiguous");
         FLASHINFER_CHECK(sf_vec_size == 16, op, "sf_vec_size",
                          "must be 16 (upstream: 32 is not supported yet), got ", sf_vec_size);
         const int64_t b = a.size(0), m = a.size(1), k = a.size(2);
         FLASHINFER_CHECK(k % 16 == 0, op, "a", "K = ", k, " must be a multiple of 16");
-        const Tensor gs = fp32_scales(a_global_sf, 1, a.device(), op, "a_global_sf");
+        // One scale, or one per row (upstream's SFScale[rowIdx], the same for every batch item).
+        api::check_defined(a_global_sf, op, "a_global_sf");
+        const bool per_row = a_global_sf.numel() == m && m > 1;
+        const Tensor gs = fp32_scales(a_global_sf, per_row ? m : 1, a.device(), op, "a_global_sf");
         const int64_t per = kernels::sf_buffer_size(kernels::SfLayoutCode::k128x4, m, k / 16);
         Tensor q = Tensor::empty({b, m, k / 2}, DType::kUInt8, a.device());
         Tensor sf = Tensor::empty({b, per}, DType::kUInt8, a.device());
@@ -323,6 +331,7 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
         p.in_stride_g = a.stride(0);
         p.in_stride_m = a.stride(1);
         p.global_scale = gs.data<float>();
+        p.per_row_scale = per_row;
         p.fp4 = true;
         p.out = q.data<uint8_t>();
         p.sf = sf.data<uint8_t>();

@@ -574,7 +574,8 @@ std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view back
         if (backend == "cute-dsl") {
           return mxfp4_cute_impl(op, "a", a, static_cast<int64_t>(sfLayout), enable_pdl);
         }
-        api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, "a");
+        // e4m3 input as upstream's fp4_quantize takes it (nvfp4_rules.h: fp8_fp4_scale).
+        api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, "a");
         return fp4_quantize_impl(op, a, std::nullopt, 32, true, sfLayout, false, enable_pdl);
       },
       a, backend, enable_pdl, sfLayout);

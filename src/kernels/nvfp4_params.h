@@ -21,6 +21,7 @@ struct GroupedQuantizeParams {
   const int32_t* rows = nullptr;             // [groups] valid rows, null: all m
   const float* global_scale = nullptr;       // fp4: [groups] or [1]
   bool per_group_scale = false;
+  bool per_row_scale = false;  // nvfp4_batched_quantize: [m] scales, row r's for every group
   bool fp4 = true;
   int64_t padded_k = 0;      // mxfp8: K rounded up to 128 (fp4: k)
   uint8_t* out = nullptr;    // [groups, m, k/2] (fp4) or [groups, m, padded_k] (mxfp8)

@@ -13,6 +13,7 @@
 #include "kernels/cuda/device/host_device.h"  // FLASHINFER_UNROLL (plain C++)
 #include "kernels/fp32_rules.h"
 #include "kernels/nvfp4_params.h"
+#include "kernels/quantization_params.h"
 
 namespace flashinfer::kernels {
 
@@ -57,6 +58,35 @@ FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
     b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
   }
   return b;
+}
+
+/// fp8 (e4m3) input of fp4_quantize / nvfp4_quantize / mxfp4_quantize / nvfp4_batched_quantize,
+/// as upstream's cvt_warp_fp8_to_fp4 (compiled for sm100+ only): each value is first brought to
+/// fp16, h = fp16_rn(x * (6 * (1 / gs))); the block's scale is s = gs * (amax(h) * (1 / 6)),
+/// stored as e4m3 (or as ue8m0 rounded up); each code is e2m1(h * out) with out = gs * (1 /
+/// decoded scale) when s != 0 (infinite, so the codes saturate, when the scale decodes to 0),
+/// else 0. Upstream takes the reciprocals with rcp.approx.ftz; exact here (equal for powers of
+/// two).
+FLASHINFER_HD float fp8_fp4_prescale(float x, float gs) {
+  return half_bits_to_float(float_to_half_bits(fp32_mul(x, fp32_mul(6.0f, fp32_div(1.0f, gs)))));
+}
+struct Fp8Fp4Scale {
+  uint8_t code = 0;
+  float out = 0.0f;
+};
+FLASHINFER_HD Fp8Fp4Scale fp8_fp4_scale(float amax, float gs, bool ue8m0) {
+  const float s = fp32_mul(gs, fp32_mul(amax, fp32_div(1.0f, 6.0f)));
+  Fp8Fp4Scale r;
+  float narrow;
+  if (ue8m0) {
+    r.code = ue8m0_round_up(s);
+    narrow = ue8m0_to_float(r.code);
+  } else {
+    r.code = float_to_e4m3fn_bits(s, true);
+    narrow = e4m3_code_to_float(r.code);
+  }
+  r.out = s != 0.0f ? fp32_mul(gs, fp32_div(1.0f, narrow)) : 0.0f;
+  return r;
 }
 
 inline constexpr int kMxfp8Block = 32;

@@ -211,6 +211,36 @@ TEST(Nvfp4BatchedQuantize, MatchesBlockFormula) {
   }
 }
 
+// a_global_sf of M entries: row r of every batch item under its own scale (upstream's
+// SFScale[rowIdx]); e4m3 input takes fp4_quantize's fp8 path. Each batch item's rows equal
+// fp4_quantize of that row alone under that row's scale.
+TEST(Nvfp4BatchedQuantize, PerRowScalesAndFp8Input) {
+  const int64_t b = 2, m = 3, k = 32, nb = k / 16;
+  const std::vector<double> gsv{448.0 * 6.0 / 4.0, 100.0, 2.0};
+  for (DType dt : {DType::kBFloat16, DType::kFloat8E4M3FN}) {
+    SCOPED_TRACE(dtype_label(dt));
+    Tensor a = rand_tensor({b, m, k}, DType::kFloat32, 71, -4, 4).to(dt);
+    auto [q, sf] = nvfp4_batched_quantize(a, f32(gsv));
+    const int64_t per = 128 * 4;
+    const auto qb = bytes(q), sb = bytes(sf);
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t r = 0; r < m; ++r) {
+        auto [qr, sr] =
+            fp4_quantize(a.select(0, i).slice(0, r, r + 1).contiguous(), f32({gsv[r]}), 16, false,
+                         /*is_sf_swizzled_layout=*/false);
+        const auto want_q = bytes(qr), want_s = bytes(sr);
+        EXPECT_EQ(std::vector<uint8_t>(qb.begin() + (i * m + r) * k / 2,
+                                       qb.begin() + (i * m + r + 1) * k / 2),
+                  want_q)
+            << i << " " << r;
+        for (int64_t c = 0; c < nb; ++c) {
+          EXPECT_EQ(sb[i * per + r * 16 + c], want_s[c]) << i << " " << r << " " << c;
+        }
+      }
+    }
+  }
+}
+
 // Checks a grouped NVFP4 result against the block formula on `x` ([L, M, K] fp32 values already
 // in the input dtype): per-group scales, rows >= mask zero, upstream's permuted views.
 void expect_grouped(const Tensor& q, const Tensor& sf, const std::vector<float>& x, int64_t l,

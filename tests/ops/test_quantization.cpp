@@ -362,18 +362,30 @@ TEST(Fp4Quantize, PerRowGlobalScaleQuantizesEachRowWithItsOwn) {
 }
 
 TEST(Fp4Quantize, Fp8InputAndMxfp4Mode) {
+  // fp8 input: upstream's cvt_warp_fp8_to_fp4 (Fp8InputIsRescaledFirstAsUpstream has a hand case),
+  // here as its formula over random blocks under a global scale that is not a power of two.
   Tensor in = Tensor::empty({4, 64}, DType::kFloat8E4M3FN).uniform_(9, -100, 100);
-  auto [q, sf] = fp4_quantize(in, fp32_scalar(10.0), 16, false, false);
+  const float gs = 10.0f;
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(gs), 16, false, false);
   const auto xs = in.to_double_vector();
   const auto qb = bytes(q);
   const auto sb = bytes(sf);
   for (int64_t r = 0; r < 4; ++r) {
-    std::vector<float> row(xs.begin() + r * 64, xs.begin() + (r + 1) * 64);
-    const RefQuant ref = ref_nvfp4_row(row, 10.0f, 16);
-    for (int c = 0; c < 4; ++c) EXPECT_EQ(sb[r * 4 + c], ref.sf[c]);
-    for (int i = 0; i < 64; ++i) {
-      const uint8_t byte = qb[r * 32 + i / 2];
-      EXPECT_EQ((i % 2 == 0) ? (byte & 0xF) : (byte >> 4), ref.q[i]);
+    for (int c = 0; c < 4; ++c) {
+      float h[16], amax = 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        const float xv = static_cast<float>(xs[r * 64 + c * 16 + i]);
+        h[i] = Half::from_float(xv * (6.0f * (1.0f / gs))).to_float();
+        amax = std::max(amax, std::fabs(h[i]));
+      }
+      const float s = gs * (amax * (1.0f / 6.0f));
+      const uint8_t code = float_to_e4m3fn_bits(s, true);
+      const float out = s != 0.0f ? gs * (1.0f / e4m3fn_bits_to_float(code)) : 0.0f;
+      EXPECT_EQ(sb[r * 4 + c], code);
+      for (int i = 0; i < 16; ++i) {
+        const uint8_t byte = qb[r * 32 + (c * 16 + i) / 2];
+        EXPECT_EQ((i % 2 == 0) ? (byte & 0xF) : (byte >> 4), float_to_e2m1_bits(h[i] * out));
+      }
     }
   }
   // fp4_quantize with sf_vec_size=32 and ue8m0 scales equals mxfp4_quantize (global scale unused).
@@ -579,8 +591,7 @@ TEST(QuantizationBadInput, ErrorsNameOpAndArgument) {
                   "mxfp4_quantize", "sfLayout");
   EXPECT_FI_ERROR(sf_layout_size(static_cast<SfLayout>(3), 4, 4), "sf_layout_size", "layout");
   EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 48}, DType::kFloat16)), "mxfp4_quantize", "a");
-  EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 64}, DType::kFloat8E4M3FN)), "mxfp4_quantize",
-                  "a");
+  EXPECT_FI_ERROR(mxfp4_quantize(Tensor::empty({4, 64}, DType::kFloat32)), "mxfp4_quantize", "a");
   auto [q, sf] = mxfp4_quantize(x);
   EXPECT_FI_ERROR(mxfp4_dequantize(q, sf.slice(0, 0, 64)), "mxfp4_dequantize", "a_sf");
   EXPECT_FI_ERROR(mxfp4_dequantize(q.to(DType::kInt32), sf), "mxfp4_dequantize", "a_fp4");
@@ -800,6 +811,31 @@ TEST(Nvfp4Dequantize, HostDecodeAsUpstreamsV2) {
                                    Tensor::from_vector({0, 255}, {2}, DType::kUInt8), false));
   EXPECT_EQ(m[0], 0.0f);
   EXPECT_EQ(m[32], std::numeric_limits<float>::infinity());
+}
+
+// e4m3 input, as upstream's cvt_warp_fp8_to_fp4: h = fp16(x * 6 / gs), s = gs * (amax(h) / 6),
+// codes e2m1(h * gs / s). x = [1, 0.5, -2, 0, ...] with gs 2: h = [3, 1.5, -6, 0], s = 2 (e4m3
+// 0x40), codes 5, 3, 0xF, 0: bytes 0x35, 0x0F. Quantized directly (the fp16 rule) the scale would
+// be e4m3(2 * 2 / 6) instead. mxfp4_quantize (gs 1, ue8m0): h = [6, 3, -12, 0], s = 2 (code 128),
+// the same codes.
+TEST(Fp4Quantize, Fp8InputIsRescaledFirstAsUpstream) {
+  std::vector<double> x(32, 0.0);
+  x[0] = 1.0;
+  x[1] = 0.5;
+  x[2] = -2.0;
+  const Tensor in = Tensor::from_vector(x, {1, 32}, DType::kFloat8E4M3FN);
+  auto [q, sf] = fp4_quantize(in, fp32_scalar(2.0), 16, false, false);
+  const auto qb = q.to_double_vector(), sb = sf.to_double_vector();
+  EXPECT_EQ(qb[0], 0x35);
+  EXPECT_EQ(qb[1], 0x0F);
+  for (int i = 2; i < 16; ++i) EXPECT_EQ(qb[i], 0) << i;
+  EXPECT_EQ(sb[0], 0x40);
+  EXPECT_EQ(sb[1], 0);  // the second block is all zeros: scale 0, codes 0
+  auto [mq, msf] = mxfp4_quantize(in, "cuda", std::nullopt, SfLayout::layout_linear);
+  const auto mqb = mq.to_double_vector();
+  EXPECT_EQ(mqb[0], 0x35);
+  EXPECT_EQ(mqb[1], 0x0F);
+  EXPECT_EQ(msf.to_double_vector()[0], 128);
 }
 
 // e2m1_and_ufp8sf_scale_to_float reads 8x4 scales with is_sf_8x4_layout=True.

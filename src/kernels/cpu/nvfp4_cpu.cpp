@@ -67,6 +67,7 @@ void grouped_quantize_typed(const GroupedQuantizeParams& p) {
       q.sf = sf;
       q.sf_size = p.sf_per_group;
       q.global_scale = p.global_scale ? p.global_scale + (p.per_group_scale ? g : 0) : nullptr;
+      q.global_scale_per_row = p.per_row_scale;
       q.sf_vec_size = 16;
       q.layout = SfLayoutCode::k128x4;
       fp4_quantize(q);
@@ -255,6 +256,10 @@ void abs_max(const AbsMaxParams& p) {
 }
 
 void grouped_quantize(const GroupedQuantizeParams& p) {
+  if (p.in_dtype == DType::kFloat8E4M3FN) {  // nvfp4_batched_quantize only: no silu, no padding
+    grouped_quantize_typed<Float8E4M3FN>(p);
+    return;
+  }
   dispatch_dtype<CpuElements, kFloat16, kBFloat16>(
       p.in_dtype, "grouped_quantize", "a", [&]<class T>() { grouped_quantize_typed<T>(p); });
 }

@@ -64,6 +64,17 @@ template <class T, int kVec>
   for (int64_t b = 0; b < num_sf_cols; ++b) {
     float v[kVec];
     load_block<T, kVec>(x + b * kVec * p.in_stride_k, p.in_stride_k, v);
+    if constexpr (std::is_same_v<T, Float8E4M3FN>) {  // upstream's fp8 path (nvfp4_rules.h)
+      for (int i = 0; i < kVec; ++i) v[i] = fp8_fp4_prescale(v[i], gs);
+      const Fp8Fp4Scale s = fp8_fp4_scale(block_amax<kVec>(v), gs, p.ue8m0);
+      p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = s.code;
+      uint8_t* qb = q + b * (kVec / 2);
+      for (int i = 0; i < kVec / 2; ++i) {
+        qb[i] = pack_e2m1x2(float_to_e2m1_bits(v[2 * i] * s.out),
+                            float_to_e2m1_bits(v[2 * i + 1] * s.out));
+      }
+      continue;
+    }
     const float amax = block_amax<kVec>(v);
     uint8_t sf_code;
     float sf_val;

@@ -499,6 +499,7 @@ void batched_fp4_quantize(const GroupedQuantizeParams& p, void* stream, bool ena
     q.sf = p.sf + g * p.sf_per_group;
     q.sf_size = p.sf_per_group;
     q.global_scale = p.global_scale ? p.global_scale + (p.per_group_scale ? g : 0) : nullptr;
+    q.global_scale_per_row = p.per_row_scale;
     q.sf_vec_size = 16;
     q.layout = SfLayoutCode::k128x4;
     fp4_quantize(q, stream, enable_pdl);

@@ -98,11 +98,27 @@ __global__ void fp4_quantize_strided_kernel(Fp4QuantizeParams p) {
     const T* x = static_cast<const T*>(p.input) + r * p.in_stride_m + b * vec * p.in_stride_k;
     // Two passes over the (cached) elements instead of a v[vec] array: a runtime-sized
     // register array would live in local memory.
+    uint8_t* q = p.out + r * (p.k / 2) + b * vec / 2;
+    if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {  // upstream's fp8 path (nvfp4_rules.h)
+      float amax = 0.0f;
+      for (int i = 0; i < vec; ++i) {
+        amax = fmaxf(amax, fabsf(fp8_fp4_prescale(load_elem(x + i * p.in_stride_k), gs)));
+      }
+      const Fp8Fp4Scale s = fp8_fp4_scale(amax, gs, p.ue8m0);
+      p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
+      for (int i = 0; i < vec; i += 2) {
+        const float a = fp8_fp4_prescale(load_elem(x + i * p.in_stride_k), gs);
+        const float c = fp8_fp4_prescale(load_elem(x + (i + 1) * p.in_stride_k), gs);
+        q[i / 2] = pack_e2m1x2(float_to_e2m1_bits(__fmul_rn(a, s.out)),
+                               float_to_e2m1_bits(__fmul_rn(c, s.out)));
+      }
+      pdl_launch_dependents();
+      return;
+    }
     float amax = 0.0f;
     for (int i = 0; i < vec; ++i) amax = fmaxf(amax, fabsf(load_elem(x + i * p.in_stride_k)));
     const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0, p.cute_dsl_zero);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
-    uint8_t* q = p.out + r * (p.k / 2) + b * vec / 2;
     for (int i = 0; i < vec; i += 2) {
       q[i / 2] = pack_e2m1x2(fp4_code(load_elem(x + i * p.in_stride_k), gs, s, p.ue8m0),
                              fp4_code(load_elem(x + (i + 1) * p.in_stride_k), gs, s, p.ue8m0));
@@ -125,12 +141,29 @@ __global__ void __launch_bounds__(kQuantThreads) fp4_quantize_kernel(Fp4Quantize
     const float gs = fp4_global_scale(p, r);
     float v[VEC];
     load_block<T, VEC>(static_cast<const T*>(p.input) + r * p.in_stride_m + b * VEC, v);
+    uint8_t q[VEC / 2];
+    if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {  // upstream's fp8 path (nvfp4_rules.h)
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        v[i] = fp8_fp4_prescale(v[i], gs);
+        amax = fmaxf(amax, fabsf(v[i]));
+      }
+      const Fp8Fp4Scale s = fp8_fp4_scale(amax, gs, p.ue8m0);
+      p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
+#pragma unroll
+      for (int i = 0; i < VEC; i += 2) {
+        q[i / 2] = pack_e2m1x2(float_to_e2m1_bits(__fmul_rn(v[i], s.out)),
+                               float_to_e2m1_bits(__fmul_rn(v[i + 1], s.out)));
+      }
+      store_bytes(p.out + r * (p.k / 2) + b * (VEC / 2), q);
+      continue;
+    }
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) amax = fmaxf(amax, fabsf(v[i]));
     const Fp4Scale s = fp4_scale(amax, gs, p.ue8m0, p.cute_dsl_zero);
     p.sf[sf_offset(p.layout, r, b, sf_cols)] = s.code;
-    uint8_t q[VEC / 2];
 #pragma unroll
     for (int i = 0; i < VEC; i += 2) {
       q[i / 2] = pack_e2m1x2(fp4_code(v[i], gs, s, p.ue8m0), fp4_code(v[i + 1], gs, s, p.ue8m0));
