@@ -118,6 +118,7 @@ Tensor fp32_scalar(const Tensor& t, Device device, const char* op, const char* a
 struct QuantizationRows {
   Tensor x;  // 2-D [m, k]
   bool column_major = false;
+  Shape shape;  // the quantized view's shape ([..., k]: the input's, or its transpose's)
 };
 
 QuantizationRows as_rows(const Tensor& input, const char* op, const char* arg) {
@@ -130,15 +131,16 @@ QuantizationRows as_rows(const Tensor& input, const char* op, const char* arg) {
   FLASHINFER_CHECK(input.size(-1) > 0, op, arg,
                    "K (the last dimension) must be positive, got shape ",
                    shape_to_string(input.shape()));
-  if (input.dim() == 2 && input.stride(-2) == 1 && input.stride(-1) != 1 && input.size(-2) > 1) {
-    // Upstream quantizes a column-major input along its transpose's rows and transposes back.
+  const int64_t d = input.dim();
+  Tensor v = input;
+  if (input.stride(-2) == 1 && input.stride(-1) != 1 && input.size(-2) > 1) {
+    // Upstream quantizes a column-major input (stride(-2) == 1, any rank) along its transpose's
+    // rows and transposes the outputs back.
     r.column_major = true;
-    r.x = input.transpose(0, 1);
-  } else if (input.dim() == 2) {
-    r.x = input;
-  } else {
-    r.x = input.reshape({-1, input.size(-1)});
+    v = input.transpose(d - 2, d - 1);
   }
+  r.shape = v.shape();
+  r.x = d == 2 ? v : v.reshape({-1, v.size(-1)});
   return r;
 }
 
@@ -176,8 +178,8 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   }
   const SfLayoutCode code = code_of(layout, op, "sfLayout");
   const int64_t sf_cols = k / sf_vec_size;
-  Shape q_shape = rows.column_major ? Shape{m, k / 2} : input.shape();
-  if (!rows.column_major) q_shape.back() = k / 2;
+  Shape q_shape = rows.shape;
+  q_shape.back() = k / 2;
   Tensor q = Tensor::empty(q_shape, DType::kUInt8, x.device());
   const int64_t sf_size = kernels::sf_buffer_size(code, m, sf_cols);
   const Shape sf_shape =
@@ -185,7 +187,12 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
           ? Shape{m, sf_cols}
           : Shape{sf_size / quantization_round_up(sf_cols, 4), quantization_round_up(sf_cols, 4)};
   Tensor sf = Tensor::empty(sf_shape, DType::kUInt8, x.device());
-  if (m == 0) return {q, sf};  // nothing to quantize (and no grid to launch)
+  const int64_t qd = q.dim();
+  auto result = [&]() -> std::tuple<Tensor, Tensor> {
+    if (rows.column_major) return {q.transpose(qd - 2, qd - 1), sf.transpose(0, 1)};
+    return {q, sf};
+  };
+  if (m == 0) return result();  // nothing to quantize (and no grid to launch)
 
   auto p = api::quantize_params<kernels::Fp4QuantizeParams>(x, q, sf, code);
   p.global_scale = gs.defined() ? gs.data<float>() : nullptr;
@@ -194,8 +201,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;
   api::launch(kFp4QuantizeKernels, p, x.device(), op, in_arg, enable_pdl);
-  if (rows.column_major) return {q.transpose(0, 1), sf.transpose(0, 1)};
-  return {q, sf};
+  return result();
 }
 
 // A packed-fp4 matrix [M, K/2] (uint8 or float4_e2m1fn_x2) as a contiguous host tensor.

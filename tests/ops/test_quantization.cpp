@@ -267,6 +267,17 @@ TEST(Fp4Quantize, OutputShapesNdAndColumnMajor) {
   EXPECT_EQ(sfc.shape(), (Shape{2, 5}));
   EXPECT_EQ(bytes(qc.transpose(0, 1)), bytes(qr));
   EXPECT_EQ(bytes(sfc.transpose(0, 1)), bytes(sfr));
+
+  // 3-D too (upstream tests stride(-2) == 1 at any rank): [B, M, K] whose M axis is the
+  // contiguous one is quantized along M, as its transpose [B, K, M], the outputs transposed back.
+  Tensor t3 = Tensor::empty({2, 32, 48}, DType::kBFloat16).uniform_(5);  // [B, K, M]
+  Tensor c3 = t3.transpose(1, 2);                                        // [B, M=48, K=32]
+  auto [q3, sf3] = fp4_quantize(c3, fp32_scalar(50.0), 16, false, false);
+  auto [qt, sft] = fp4_quantize(t3, fp32_scalar(50.0), 16, false, false);
+  EXPECT_EQ(q3.shape(), (Shape{2, 24, 32}));
+  EXPECT_EQ(sf3.shape(), (Shape{3, 64}));
+  EXPECT_EQ(bytes(q3.transpose(1, 2)), bytes(qt));
+  EXPECT_EQ(bytes(sf3.transpose(0, 1)), bytes(sft));
 }
 
 // No rows (SGLang's idle data-parallel ranks quantize a [0, hidden] tensor before every MoE
