@@ -44,17 +44,26 @@ FLASHINFER_HD float nvfp4_block_amax(const float* v) {
   return amax;
 }
 
+/// fp4_quantize's NVFP4 code of v in a block of max |v| amax under the decoded scale sf, as
+/// upstream's cvt_warp_fp16_to_fp4 (outputScale = amax != 0 ? 1 / (sf / gs) : 0): e2m1((v * gs)
+/// / sf) in a block with a non-zero amax (a scale that rounds to 0 then gives +-inf or NaN: the
+/// codes saturate, +-6, and a zero or NaN becomes +6), e2m1(v * 0) in an all-zero block (the
+/// zeros keep their signs).
+FLASHINFER_HD uint8_t nvfp4_code(float v, float gs, float sf, float amax) {
+  return float_to_e2m1_bits(amax != 0.0f ? fp32_div(fp32_mul(v, gs), sf) : fp32_mul(v, 0.0f));
+}
+
 /// fp4_quantize's NVFP4 block (kernels::cpu::fp4_quantize, e4m3 scales): sf = e4m3_satfinite(
-/// (gs * amax) / 6), q_i = e2m1((v_i * gs) / sf) (all zero when sf decodes to 0).
+/// (gs * amax) / 6), codes nvfp4_code.
 FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
   Nvfp4Block b;
-  b.sf = float_to_e4m3fn_bits(fp32_div(fp32_mul(gs, nvfp4_block_amax(v)), 6.0f), true);
+  const float amax = nvfp4_block_amax(v);
+  b.sf = float_to_e4m3fn_bits(fp32_div(fp32_mul(gs, amax), 6.0f), true);
   const float sf = e4m3_code_to_float(b.sf);
-  if (sf == 0.0f) return b;
   FLASHINFER_UNROLL
   for (int t = 0; t < kNvfp4Block / 2; ++t) {
-    const uint8_t lo = float_to_e2m1_bits(fp32_div(fp32_mul(v[2 * t], gs), sf));
-    const uint8_t hi = float_to_e2m1_bits(fp32_div(fp32_mul(v[2 * t + 1], gs), sf));
+    const uint8_t lo = nvfp4_code(v[2 * t], gs, sf, amax);
+    const uint8_t hi = nvfp4_code(v[2 * t + 1], gs, sf, amax);
     b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
   }
   return b;

@@ -109,7 +109,7 @@ struct Fp4QuantizeParams {
   SfLayoutCode layout = SfLayoutCode::k128x4;
   // The CuTe-DSL entry points' zero rule (*_quantize_cute_dsl): a block whose decoded scale is 0
   // (an e4m3 scale that rounds to 0; ue8m0 code 0) gets e2m1(x * 0), signed zeros, where the
-  // other paths give code 0 (NVFP4) or divide by 2^-127 (MXFP4).
+  // other paths saturate (NVFP4: nvfp4_code) or divide by 2^-127 (MXFP4).
   bool cute_dsl_zero = false;
   // Per-token NVFP4 (nvfp4_quantize_per_token_cute_dsl), when per_token_scale is set: row r's
   // scale is row_amax * gsi (0 for a zero row), written to per_token_scale[r], and its blocks

@@ -88,11 +88,17 @@ TEST(Nvfp4Rules, QuantizeBlockGolden) {
   b = nvfp4_quantize_block(v, 2.0f);
   EXPECT_EQ(b.sf, 0x40);
   EXPECT_EQ(packed_bytes(b)[0], 0x57);
-  // A zero block, and a scale below e4m3's smallest subnormal: scale 0, all codes 0.
-  const float zeros[16] = {};
+  // A zero block: scale 0, codes e2m1(v * 0), so a -0.0 keeps its sign (code 8), as upstream's
+  // output scale 0 gives.
+  float zeros[16] = {};
   EXPECT_EQ(nvfp4_quantize_block(zeros, 1.0f).packed, 0u);
+  zeros[1] = -0.0f;
+  EXPECT_EQ(packed_bytes(nvfp4_quantize_block(zeros, 1.0f))[0], 0x80);
+  // A scale below e4m3's smallest subnormal: scale 0, and upstream's output scale 1 / 0 = inf
+  // saturates the codes: 6 -> +6 (7), 3 -> +6, -1.5 -> -6 (0xF), and 0 * inf = NaN -> +6 (7).
   EXPECT_EQ(nvfp4_quantize_block(v, 1e-6f).sf, 0);
-  EXPECT_EQ(nvfp4_quantize_block(v, 1e-6f).packed, 0u);
+  EXPECT_EQ(packed_bytes(nvfp4_quantize_block(v, 1e-6f)),
+            (std::vector<uint8_t>{0x77, 0x7F, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77}));
 }
 
 // The block rule equals the fp4_quantize op (linear scales) on rows of random blocks.

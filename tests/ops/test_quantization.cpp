@@ -142,7 +142,7 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   x[1] = -1.5;  // -1.5*896/448 = -3 (code 0xD)
   x[16] = 5376.0;
   x[17] = -5376.0;
-  x[48] = 1e-7;  // 896 * 1e-7 / 6 < 2^-10: rounds to sf 0, so the block quantizes to 0
+  x[48] = 1e-7;  // 896 * 1e-7 / 6 < 2^-10: rounds to sf 0, and upstream's 1 / 0 saturates
   Tensor in = Tensor::from_vector(x, {1, 64}, DType::kFloat16);
   auto [q, sf] = fp4_quantize(in, fp32_scalar(896.0), 16, false, false);
   const auto s = bytes(sf);
@@ -154,8 +154,11 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   const auto b = bytes(q);
   EXPECT_EQ(b[0], 0xD7);   // lo 3 -> 7, hi -1.5 -> 0xD
   EXPECT_EQ(b[8], 0xF7);   // +6 saturated, -6 saturated
-  EXPECT_EQ(b[24], 0x00);  // sf == 0: zero codes
+  // sf == 0 under a non-zero amax: upstream's output scale is 1 / 0, so 1e-7 -> +6 and the
+  // zeros (0 * inf = NaN) -> +6 too (code 7).
+  for (int i = 24; i < 32; ++i) EXPECT_EQ(b[i], 0x77) << i;
   for (int i = 1; i < 8; ++i) EXPECT_EQ(b[i], 0) << i;
+  for (int i = 16; i < 24; ++i) EXPECT_EQ(b[i], 0) << i;  // the all-zero block: zero codes
 
   // is_global_scale_inversed: passing 1/896 must give the same result.
   auto [q2, sf2] = fp4_quantize(in, fp32_scalar(1.0 / 896.0), 16, false, false, false, true);

@@ -29,6 +29,7 @@ struct Fp4Scale {
   uint8_t code;
   float sf;
   bool zero;  // the CuTe-DSL zero rule applies: the codes are e2m1(v * 0)
+  float amax;
 };
 __device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p, int64_t row) {
   const float gs = p.global_scale ? p.global_scale[p.global_scale_per_row ? row : 0] : 1.0f;
@@ -38,16 +39,16 @@ __device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p, in
 __device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0, bool cute_zero) {
   if (ue8m0) {
     const uint8_t code = ue8m0_round_up(__fdiv_rn(amax, 6.0f));
-    return {code, ue8m0_to_float(code), cute_zero && code == 0};
+    return {code, ue8m0_to_float(code), cute_zero && code == 0, amax};
   }
   const uint8_t code = float_to_e4m3fn_bits(__fdiv_rn(__fmul_rn(gs, amax), 6.0f), true);
   const float sf = e4m3_to_float(code);
-  return {code, sf, cute_zero && sf == 0.0f};
+  return {code, sf, cute_zero && sf == 0.0f, amax};
 }
 __device__ __forceinline__ uint8_t fp4_code(float v, float gs, const Fp4Scale& s, bool ue8m0) {
   if (s.zero) return float_to_e2m1_bits(__fmul_rn(v, 0.0f));
   if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, s.sf));
-  return float_to_e2m1_bits(s.sf != 0.0f ? __fdiv_rn(__fmul_rn(v, gs), s.sf) : 0.0f);
+  return nvfp4_code(v, gs, s.sf, s.amax);
 }
 
 // N elements of T from a 16-byte aligned, unit-stride block: every 16-byte load is issued before
