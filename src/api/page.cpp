@@ -9,6 +9,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "flashinfer/op_typed.h"
+#include "flashinfer/stream.h"
 #include "kernels/cpu/attention_cpu.h"
 #if FLASHINFER_WITH_CUDA
 #include "kernels/cuda/cascade_cuda.h"
@@ -202,9 +203,35 @@ void append_impl(const Tensor& append_key, const Tensor& append_value, const Ten
 
 // A plain helper, as upstream's flashinfer.page.get_seq_lens (not an @flashinfer_api op): not
 // declared, so never logged or recorded.
+// On CUDA a kernel computes it on the device (upstream: torch ops there), with no host copy, so
+// a CUDA graph can capture it; the CPU checks the values.
 Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size) {
   const char* op = "get_seq_lens";
   FLASHINFER_CHECK(page_size >= 1, op, "page_size", "must be >= 1, got ", page_size);
+#if FLASHINFER_WITH_CUDA
+  if (kv_indptr.device().is_cuda()) {
+    for (const auto& [t, arg] :
+         {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
+      api::check_defined(*t, op, arg);
+      api::check_dim(*t, {1}, op, arg);
+      api::check_dtype_in(*t, {DType::kInt32}, op, arg);
+    }
+    FLASHINFER_CHECK(kv_indptr.size(0) >= 1, op, "kv_indptr", "needs batch_size + 1 >= 1 elements");
+    const int64_t batch = kv_indptr.size(0) - 1;
+    api::check_shape_eq(kv_last_page_len, {batch}, op, "kv_last_page_len");
+    api::check_same_device(kv_last_page_len, kv_indptr, op, "kv_last_page_len", "kv_indptr");
+    const Tensor ip = kv_indptr.contiguous(), last = kv_last_page_len.contiguous();
+    Tensor out = Tensor::empty({batch}, DType::kInt32, kv_indptr.device());
+    kernels::SeqLensParams p;
+    p.indptr = ip.data<int32_t>();
+    p.last = last.data<int32_t>();
+    p.batch = batch;
+    p.page_size = page_size;
+    p.out = out.data<int32_t>();
+    kernels::cuda::seq_lens(p, current_cuda_stream());
+    return out;
+  }
+#endif
   const std::vector<int32_t> indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
   api::check_indptr(indptr, op, "kv_indptr");
   const auto batch = static_cast<int64_t>(indptr.size()) - 1;

@@ -123,4 +123,22 @@ FLASHINFER_HD void batch_indices_positions_at(const BatchIndicesPositionsParams&
   if (p.zero_positions) p.positions[j * p.pos_stride] = 0;
 }
 
+/// get_seq_lens, request b: max(indptr[b + 1] - indptr[b] - 1, 0) * page_size + last[b], stored
+/// as int32. Computed modulo 2^64 and truncated: the int32 wrap of upstream's torch arithmetic
+/// (the CPU path refuses lengths outside int32 first).
+struct SeqLensParams {
+  const int32_t* indptr = nullptr;  // [batch + 1], contiguous
+  const int32_t* last = nullptr;    // [batch], contiguous
+  int64_t batch = 0, page_size = 1;
+  int32_t* out = nullptr;  // [batch]
+};
+
+FLASHINFER_HD int32_t seq_len_at(const SeqLensParams& p, int64_t b) {
+  const int64_t pages = static_cast<int64_t>(p.indptr[b + 1]) - p.indptr[b];
+  const uint64_t full = pages > 1 ? static_cast<uint64_t>(pages - 1) : 0u;
+  const uint64_t len = full * static_cast<uint64_t>(p.page_size) +
+                       static_cast<uint64_t>(static_cast<int64_t>(p.last[b]));
+  return static_cast<int32_t>(static_cast<uint32_t>(len));
+}
+
 }  // namespace flashinfer::kernels

@@ -558,6 +558,29 @@ TEST(AppendPagedKvCacheCuda, IndexArraysStayOnTheDevice) {
 #endif
 }
 
+// get_seq_lens on CUDA: a kernel on the device, the CPU's lengths, capturable.
+TEST(GetSeqLensCuda, MatchesCpuOnTheDevice) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device g = Device::cuda();
+  std::vector<int32_t> indptr{0}, last;
+  for (int32_t b = 0; b < 300; ++b) {
+    indptr.push_back(indptr.back() + b % 7);  // some requests without pages
+    last.push_back(1 + b % 16);
+  }
+  const Tensor want = get_seq_lens(int_tensor(indptr), int_tensor(last), 16);
+  const Tensor ip = int_tensor(indptr).to(g), lp = int_tensor(last).to(g);
+  const Tensor got = get_seq_lens(ip, lp, 16);
+  EXPECT_EQ(got.device(), g);
+  EXPECT_EQ(got.dtype(), DType::kInt32);
+  EXPECT_EQ(ints(got.to(Device::cpu())), ints(want));
+#if FLASHINFER_TEST_HAVE_CUDART
+  Tensor captured;
+  ASSERT_NO_FATAL_FAILURE(
+      testing::capture_on_own_stream([&] { captured = get_seq_lens(ip, lp, 16); }));
+  EXPECT_EQ(ints(captured.to(Device::cpu())), ints(want));
+#endif
+}
+
 // The CUDA kernel reads the indices on the device (no host copy: a graph captures the call) and
 // writes what the CPU does, presets included.
 TEST(GetBatchIndicesPositionsCuda, MatchesCpuOnTheDevice) {

@@ -61,7 +61,9 @@ Value to_value(const PagedKVCache& cache);
 /// kv_last_page_len[i], with pages_i = kv_indptr[i + 1] - kv_indptr[i].
 ///   kv_indptr [batch + 1] int32, kv_last_page_len [batch] int32, same device.
 /// Returns int32 [batch] on that device. A plain helper as upstream (flashinfer.page.get_seq_lens
-/// is not an @flashinfer_api op): it is not declared, logged or recorded.
+/// is not an @flashinfer_api op): it is not declared, logged or recorded. On CUDA a kernel
+/// computes it on the device (no host copy; a CUDA graph can capture it; lengths outside int32
+/// wrap as upstream's int32 torch arithmetic); on the CPU the values are checked first.
 Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size);
 
 /// For each of the nnz appended rows, its request and its absolute position in that request:

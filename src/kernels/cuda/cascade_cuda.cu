@@ -131,7 +131,24 @@ __global__ void batch_indices_positions_kernel(BatchIndicesPositionsParams p) {
   }
 }
 
+// get_seq_lens: a thread per request.
+__global__ void seq_lens_kernel(SeqLensParams p) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < p.batch;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    p.out[b] = seq_len_at(p, b);
+  }
+}
+
 }  // namespace
+
+void seq_lens(const SeqLensParams& p, void* stream) {
+  if (p.batch == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((p.batch + kThreads - 1) / kThreads, 1024);
+  seq_lens_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                    static_cast<cudaStream_t>(stream)>>>(p);
+  FLASHINFER_CUDA_CALL("get_seq_lens", cudaGetLastError());
+}
 
 void batch_indices_positions(const BatchIndicesPositionsParams& p, void* stream) {
   if (p.nnz == 0) return;
