@@ -146,15 +146,21 @@ TEST(TopK, NegativeZeroRanksBelowZeroAndNegativeNaNLast) {
 
 // k above the row (accepted upstream, not checked there): the row's elements, then index -1 and
 // value 0 in the surplus slots (upstream's filtered kernel; its radix kernel leaves them
-// unwritten); sorted, the row's elements come first in order. k = 0: empty outputs.
+// unwritten). Sorted, upstream sorts that padding with the row by value: it ranks as +0.0, after
+// the row's elements of that key. k = 0: empty outputs.
 TEST(TopK, KAboveTheRowPadsAndZeroKIsEmpty) {
   Tensor x = f32({3, -1, 7}, {1, 3});
   auto [v, i] = top_k(x, 5);
   EXPECT_EQ(ints(i), (std::vector<int64_t>{0, 1, 2, -1, -1}));
   EXPECT_EQ(doubles(v), (std::vector<double>{3, -1, 7, 0, 0}));
-  auto [vs, is] = top_k(x, 5, true);
-  EXPECT_EQ(ints(is), (std::vector<int64_t>{2, 0, 1, -1, -1}));
-  EXPECT_EQ(doubles(vs), (std::vector<double>{7, 3, -1, 0, 0}));
+  for (TopKTieBreak tb : {TopKTieBreak::NONE, TopKTieBreak::SMALL}) {
+    auto [vs, is] = top_k(x, 5, true, false, tb);
+    EXPECT_EQ(ints(is), (std::vector<int64_t>{2, 0, -1, -1, 1}));
+    EXPECT_EQ(doubles(vs), (std::vector<double>{7, 3, 0, 0, -1}));
+  }
+  // A +0.0 of the row ranks before the padding; a -0.0 after it.
+  auto [vz, iz] = top_k(f32({-0.0, 0.0, 1}, {1, 3}), 4, true);
+  EXPECT_EQ(ints(iz), (std::vector<int64_t>{2, 1, -1, 0}));
   auto [v0, i0] = top_k(x, 0, true);
   EXPECT_EQ(i0.shape(), (Shape{1, 0}));
   EXPECT_EQ(v0.shape(), (Shape{1, 0}));
@@ -482,7 +488,9 @@ TEST(TopKCuda, SortedMatchesCpu) {
   };
   for (const Case& c : {Case{3, 1000, 1, DType::kFloat32}, Case{5, 4096, 64, DType::kBFloat16},
                         Case{2, 9000, 6144, DType::kFloat16}, Case{2, 9000, 7000, DType::kFloat32},
-                        Case{1, 20000, 8192, DType::kBFloat16}}) {
+                        Case{1, 20000, 8192, DType::kBFloat16},
+                        // k above the row: the padding ranked as +0.0 (session 83).
+                        Case{3, 100, 130, DType::kFloat32}, Case{2, 40, 64, DType::kBFloat16}}) {
     SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.cols << ", k " << c.k);
     const Tensor x = testing::rand_tensor({c.rows, c.cols}, c.dt, 17 + c.k, -4.0, 4.0);
     const auto [vc, ic] = top_k(x, c.k, true);

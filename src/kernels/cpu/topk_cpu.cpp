@@ -236,19 +236,27 @@ int64_t row_top_k(const TopKParams& p, int64_t r, Scratch& s) {
     }
   }
   s.sel.resize(static_cast<std::size_t>(n));
-  if (p.sorted && n > 1) {
+  if (p.sorted && (n > 1 || k > n)) {
+    // The padding of k above the row (index -1, value +0.0) is ranked as +0.0, after the row's
+    // elements of that key: upstream sorts its filtered kernel's (-1, 0) padding with the row.
     s.order.clear();
     for (int64_t i : s.sel) s.order.emplace_back(keys[i], i);
+    const uint32_t zero_key = K::key(T{});
+    for (int64_t j = n; j < k; ++j) s.order.emplace_back(zero_key, len + j);
     std::sort(s.order.begin(), s.order.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
-    for (std::size_t j = 0; j < s.order.size(); ++j) s.sel[j] = s.order[j].second;
+    s.sel.resize(s.order.size());
+    for (std::size_t j = 0; j < s.order.size(); ++j) {
+      s.sel[j] = s.order[j].second < len ? s.order[j].second : -1;
+    }
+    n = k;
   }
 
   int64_t bad = 0;
   T* vals = static_cast<T*>(p.values);
   for (int64_t j = 0; j < k; ++j) {
-    const int64_t idx = j < n ? s.sel[static_cast<std::size_t>(j)] : -1;
+    const int64_t idx = j < n ? s.sel[static_cast<std::size_t>(j)] : -1;  // -1: padding
     bad += !topk_write_index(p, r, j, idx);
     if (vals) {
       T* v = vals + r * p.val_stride_row + j * p.val_stride_col;

@@ -151,44 +151,48 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopKParams p) {
     running += tile_total;
     __syncthreads();
   }
-  // Padding (a window shorter than k).
-  if (!p.sorted) {
-    for (int64_t j = len + tid; j < k; j += kTopkThreads) write_slot(p, r, j, -1, x);
+  // Padding (a window shorter than k). Sorted (top_k only), the padding's pairs rank as +0.0
+  // after the row's elements of that key (low words below 2^31, every real one's above).
+  for (int64_t j = len + tid; j < k; j += kTopkThreads) {
+    if (p.sorted) {
+      scratch[r * k + j] = (static_cast<unsigned long long>(K::of(T(0.0f))) << 32) |
+                           static_cast<unsigned long long>(k - 1 - j);
+    } else {
+      write_slot(p, r, j, -1, x);
+    }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 
-// Ranks row r's n = min(k, window) scratch pairs: descending (key, -index), i.e. descending
-// values with equal values by ascending index. Every pair is distinct, so the ranks are a
-// permutation; slots n..k-1 (k above the row: top_k accepts it, as upstream) are padding.
+// Ranks row r's k scratch pairs: descending (key, -index), i.e. descending values with equal
+// values by ascending index. Every pair is distinct, so the ranks are a permutation. A pair
+// whose low word is below 2^31 is padding (k above the row: top_k accepts it, as upstream).
 template <class T>
 __global__ void __launch_bounds__(kTopkThreads) topk_sort_kernel(TopKParams p) {
   extern __shared__ unsigned long long pairs[];
   const int64_t r = blockIdx.x;
   const int64_t k = p.k;
   const unsigned long long* src = static_cast<const unsigned long long*>(p.sort_scratch) + r * k;
+  const bool in_smem = k * 8 <= 48 * 1024;
+  if (in_smem) {
+    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) pairs[j] = src[j];
+    __syncthreads();
+  }
   // Clamped as topk_kernel clamps it, so the two read the same columns.
   const int64_t start0 = p.row_starts ? p.row_starts[r] : 0;
   const int64_t start = start0 < 0 ? 0 : (start0 > p.cols ? p.cols : start0);
-  const int64_t len = topk_row_length(p, r, start);
-  const int64_t n = len < k ? len : k;
   const T* x = static_cast<const T*>(p.input) + r * p.in_stride_row + start * p.in_stride_col;
-  const bool in_smem = k * 8 <= 48 * 1024;
-  if (in_smem) {
-    for (int64_t j = threadIdx.x; j < n; j += kTopkThreads) pairs[j] = src[j];
-    __syncthreads();
-  }
-  for (int64_t j = n + threadIdx.x; j < k; j += kTopkThreads) write_slot(p, r, j, -1, x);
   // One loop a memory space: through `in_smem ? pairs : src` every read of the k^2 comparisons
   // was a generic LD.E.64, not LDS.64 (or LDG.E.64 from the scratch).
   auto rank_all = [&](const unsigned long long* a) {
-    for (int64_t j = threadIdx.x; j < n; j += kTopkThreads) {
+    for (int64_t j = threadIdx.x; j < k; j += kTopkThreads) {
       const unsigned long long me = a[j];
       int64_t rank = 0;
-      for (int64_t t = 0; t < n; ++t) rank += a[t] > me;
-      const int64_t idx = static_cast<int64_t>(0xFFFFFFFFull - (me & 0xFFFFFFFFull));
+      for (int64_t t = 0; t < k; ++t) rank += a[t] > me;
+      const unsigned long long low = me & 0xFFFFFFFFull;
+      const int64_t idx = low >= 0x80000000ull ? static_cast<int64_t>(0xFFFFFFFFull - low) : -1;
       write_slot(p, r, rank, idx, x);
     }
   };
