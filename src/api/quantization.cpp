@@ -160,7 +160,10 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
                    " is not a multiple of the block size sf_vec_size = ", sf_vec_size);
   Tensor gs;
   bool gs_per_row = false;
-  if (global_scale && global_scale->defined() && !sf_use_ue8m0) {
+  // ue8m0 scales ignore the global scale, except on the e4m3 input path (nvfp4_rules.h:
+  // fp8_fp4_scale), as upstream's kernels.
+  const bool gs_used = !sf_use_ue8m0 || x.dtype() == DType::kFloat8E4M3FN;
+  if (global_scale && global_scale->defined() && gs_used) {
     const char* gs_arg = std::string_view(op) == "fp4_quantize" ? "global_scale" : "a_global_sf";
     const Tensor& g = *global_scale;
     if (g.numel() == m && m > 1) {
@@ -636,13 +639,13 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
         FLASHINFER_CHECK(ufp8_type == 0 || have_gs, op, "global_scale_tensor",
                          "is required when ufp8_type is 1 (e4m3 scales)");
         float gs = 1.0f;
-        if (have_gs) {
+        if (have_gs && ufp8_type == 1) {  // ue8m0 scales never read it (upstream's neither)
           const Tensor g = *global_scale_tensor;
           FLASHINFER_CHECK(g.numel() == 1, op, "global_scale_tensor",
                            "expected a one-element tensor, got shape ", shape_to_string(g.shape()));
           api::check_dtype_in(g, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op,
                               "global_scale_tensor");
-          if (ufp8_type == 1) gs = static_cast<float>(g.item());
+          gs = static_cast<float>(g.item());
         }
         return dequantize_impl(op, "e2m1_tensor", data, k, true, sf, ufp8_type == 0, sf_vec_size,
                                layout, gs, /*ue8m0_shift=*/true);

@@ -152,8 +152,8 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   EXPECT_EQ(s[2], 0x00);
   EXPECT_EQ(s[3], 0x00);
   const auto b = bytes(q);
-  EXPECT_EQ(b[0], 0xD7);   // lo 3 -> 7, hi -1.5 -> 0xD
-  EXPECT_EQ(b[8], 0xF7);   // +6 saturated, -6 saturated
+  EXPECT_EQ(b[0], 0xD7);  // lo 3 -> 7, hi -1.5 -> 0xD
+  EXPECT_EQ(b[8], 0xF7);  // +6 saturated, -6 saturated
   // sf == 0 under a non-zero amax: upstream's output scale is 1 / 0, so 1e-7 -> +6 and the
   // zeros (0 * inf = NaN) -> +6 too (code 7).
   for (int i = 24; i < 32; ++i) EXPECT_EQ(b[i], 0x77) << i;
@@ -850,6 +850,14 @@ TEST(Fp4Quantize, Fp8InputIsRescaledFirstAsUpstream) {
   EXPECT_EQ(mqb[0], 0x35);
   EXPECT_EQ(mqb[1], 0x0F);
   EXPECT_EQ(msf.to_double_vector()[0], 128);
+  // fp4_quantize with ue8m0 scales keeps the global scale on the e4m3 path, where fp16 input
+  // ignores it: gs = 2^-14 makes fp16(x * 6 / gs) overflow for |x| >= 1 (1 -> +inf, -2 -> -inf;
+  // 0.5 -> 49152), so amax is inf, the scale saturates (code 254) and the codes are +6, 0, -6, 0
+  // (bytes 0x07, 0x0F); ignoring gs would give the codes above.
+  auto [uq, usf] = fp4_quantize(in, fp32_scalar(std::ldexp(1.0, -14)), 32, true, false);
+  EXPECT_EQ(uq.to_double_vector()[0], 0x07);
+  EXPECT_EQ(uq.to_double_vector()[1], 0x0F);
+  EXPECT_EQ(usf.to_double_vector()[0], 254);
 }
 
 // e2m1_and_ufp8sf_scale_to_float reads 8x4 scales with is_sf_8x4_layout=True.
