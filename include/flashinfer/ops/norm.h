@@ -44,7 +44,8 @@ void gemma_fused_add_rmsnorm(const Tensor& input, const Tensor& residual, const 
 /// Layer normalization over the last dimension, population variance, fp32 math:
 ///   out = (input - mean) * rsqrt(var + eps) * gemma + beta
 ///   input  [batch, hidden]; bf16 (upstream's only dtype), fp16 or fp32; any strides.
-///   gemma  [hidden] fp32 (upstream's name for gamma); beta [hidden] fp32.
+///   gemma  [hidden] (upstream's name for gamma) and beta [hidden], both fp32, fp16 or bf16 (one
+///          dtype, widened exactly), as upstream's CuTe kernel takes them.
 /// Returns a new contiguous tensor of input's shape and dtype.
 Tensor layernorm(const Tensor& input, const Tensor& gemma, const Tensor& beta, double eps = 1e-6);
 
@@ -57,7 +58,7 @@ namespace flashinfer {
 /// RMS normalization + fp8 quantization, written into `out` (upstream returns None):
 ///   out = fp8(clamp(input * rsqrt(mean(input^2) + eps) * weight / scale, -max, max))
 /// with max = 448 (float8_e4m3fn out) or 57344 (float8_e5m2), round to nearest even, fp32 math.
-/// A NaN before the clamp becomes -max (the clamp's fmax drops NaN, as upstream's kernels do).
+/// A NaN becomes the fp8 NaN 0x7F (upstream's CuTe kernels convert without a clamp).
 ///   out    [batch, hidden] fp8 (e4m3fn or e5m2); the output dtype is out's.
 ///   input  [batch, hidden] fp16, bf16 or fp32; any strides. weight [hidden], input's dtype.
 ///   scale  a float or a one-element fp32/fp16/bf16 tensor (moved to input's device).
@@ -73,8 +74,9 @@ void fused_add_rmsnorm_quant(const Tensor& out, const Tensor& input, const Tenso
                              std::optional<bool> enable_pdl = std::nullopt);
 
 /// Layer normalization + fp8 quantization into `out`:
-///   out = fp8(clamp(((input - mean) * rsqrt(var + eps) * gemma + beta) / scale, -max, max))
-/// gemma and beta fp32 [hidden] (as layernorm); population variance.
+///   y = dtype((input - mean) * rsqrt(var + eps) * gemma + beta)   (rounded to input's dtype)
+///   out = fp8(clamp(y / scale, -max, max))   (a NaN y becomes -max, as upstream's bf16 clamp)
+/// gemma and beta fp32 [hidden]; population variance.
 void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma,
                      const Tensor& beta, ScalarOrTensor<double> scale, double eps = 1e-6);
 

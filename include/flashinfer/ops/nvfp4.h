@@ -4,7 +4,8 @@
 // gives the upstream facts each follows.
 //
 // The NVFP4 block math is fp4_quantize's (flashinfer/ops/quantization.h): blocks of 16 along K,
-//   sf = e4m3_satfinite(gs * amax / 6),  q = e2m1((x * gs) / float(sf))  (q = 0 when sf == 0).
+//   sf = e4m3_satfinite(gs * amax / 6),  q = e2m1((x * gs) / float(sf))  (a block whose sf is 0
+//   saturates; an all-zero block gives e2m1(x * 0): kernels/nvfp4_rules.h, nvfp4_code).
 // The grouped outputs are upstream's permuted views: the bytes are laid out group-major
 // ([L, M, K/2] data, [L, round_up(M, 128), round_up(K/16, 4)] 128x4-swizzled scales) and the
 // returned tensors are views with the group as the last dimension.
@@ -54,8 +55,9 @@ std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(const Tens
 std::tuple<Tensor, Tensor> scaled_fp4_grouped_quantize(const Tensor& a, const Tensor& mask,
                                                        const Tensor& a_global_sf);
 
-/// Batched NVFP4 quantization: a [B, M, K] fp16/bf16, a_global_sf fp32 [1] shared by all
-/// batches, sf_vec_size 16 (upstream: "32 not supported yet"). Returns (uint8 [B, M, K/2],
+/// Batched NVFP4 quantization: a [B, M, K] fp16, bf16 or e4m3 (fp4_quantize's fp8 path),
+/// a_global_sf fp32 [1] shared by all batches or [M] (row r's for every batch item, upstream's
+/// SFScale[rowIdx]), sf_vec_size 16 (upstream: "32 not supported yet"). Returns (uint8 [B, M, K/2],
 /// uint8 [B, round_up(M, 128) * round_up(K/16, 4)]: each batch's scales in the 128x4 layout).
 std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor& a_global_sf,
                                                   int64_t sf_vec_size = 16);

@@ -67,10 +67,13 @@ Value to_value(const PagedKVCache& cache);
 Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int64_t page_size);
 
 /// For each of the nnz appended rows, its request and its absolute position in that request:
-/// row append_indptr[b] + j belongs to request b at position seq_lens[b] - append_len_b + j.
-///   append_indptr [batch + 1] int32 (append_indptr[-1] == nnz), seq_lens [batch] int32 (the
-///   lengths after the append, each >= append_len_b).
-/// batch_indices / positions: optional int32 [nnz] outputs, written and returned.
+/// row append_indptr[b] + j belongs to request b at position seq_lens[b] - append_len_b + j (a
+/// short seq_lens gives negative positions, as upstream's).
+///   append_indptr [batch + 1] int32 or int64, non-decreasing, may start above 0 and end below
+///   nnz: rows of no request get batch -1 and position 0 (a given positions buffer keeps its
+///   value there), as upstream's presets. seq_lens [batch] int32 or int64.
+/// batch_indices / positions: optional int32 (nnz,) outputs, written and returned. On CUDA a
+/// kernel reads the indices on the device (no host copy; values not checked there).
 std::tuple<Tensor, Tensor> get_batch_indices_positions(
     const Tensor& append_indptr, const Tensor& seq_lens, int64_t nnz,
     std::optional<Tensor> batch_indices = std::nullopt,

@@ -7,7 +7,9 @@
 //    uint8 [..., K/2], as upstream returns it.
 //  * NVFP4: blocks of 16 along K, e4m3 block scales with an fp32 global scale gs:
 //      sf = e4m3_satfinite(gs * amax / 6)          (fp32 ops, left to right)
-//      q  = e2m1((x * gs) / float(sf))            (q = 0 when sf == 0)
+//      q  = e2m1((x * gs) / float(sf))            (upstream's output scale: a block whose sf
+//                                                    is 0 saturates, +-6, zeros +6; an all-zero
+//                                                    block gives e2m1(x * 0))
 //    so x ~= q * sf / gs.
 //  * MXFP4: blocks of 32, ue8m0 scales, no global scale:
 //      sf = ue8m0(amax / 6) rounded up to a power of two,  q = e2m1(x / 2^(sf - 127)).
@@ -50,10 +52,12 @@ int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
 /// Quantizes to FP4 with per-block scales (NVFP4 with sf_vec_size=16 and e4m3 scales, MXFP4 with
 /// sf_vec_size=32 and sf_use_ue8m0=true; with ue8m0 scales the global scale is not used).
 ///   input         [M, K] (or [..., K]) fp16, bf16 or float8_e4m3fn; K % sf_vec_size == 0. A
-///                 column-major 2-D input (stride(-2) == 1) is quantized along its rows of the
-///                 transpose and both outputs are returned transposed, as upstream does.
-///   global_scale  fp32 [1] (e4m3 scales only; None means 1). With is_global_scale_inversed it
-///                 holds 1/gs.
+///                 column-major input of any rank (stride(-2) == 1) is quantized along its rows
+///                 of the transpose and both outputs are returned transposed, as upstream does.
+///                 e4m3 input takes upstream's fp8 path (kernels/nvfp4_rules.h, fp8_fp4_scale:
+///                 fp16(x * 6 / gs) first).
+///   global_scale  fp32 [1] or [M] (per row); None means 1. Not used with ue8m0 scales, except
+///                 on the e4m3 path. With is_global_scale_inversed it holds 1/gs.
 /// Returns (x_q uint8 [..., K/2], sf uint8): sf is [round_up(M, 128 or 8), round_up(K/vec, 4)]
 /// for the swizzled layouts (is_sf_8x4_layout picks 8x4) and [M, K/vec] for the linear one.
 /// `backend`: "cuda", or "cute-dsl" for upstream's CuTe-DSL entry points' semantics
@@ -101,12 +105,15 @@ std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view back
 
 /// MXFP4 dequantization on the host: a_fp4 uint8 [M, K/2], a_sf ue8m0 scales in `sfLayout` (any
 /// shape with exactly sf_layout_size(sfLayout, M, K/32) elements). Returns fp32 [M, K] on the CPU
-/// (inputs on a GPU are copied to the host, as upstream does).
+/// (inputs on a GPU are copied to the host, as upstream does): e2m1_and_ufp8sf_scale_to_float with
+/// ufp8_type 0, as upstream calls it.
 Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf,
                         SfLayout sfLayout = SfLayout::layout_128x4);
 
-/// Dequantizes packed E2M1 with uint8 block scales: out = (e2m1 * sf) * global_scale_tensor
-/// (fp32 ops, left to right; no global scale means 1). ufp8_type 1 = e4m3 scales, 0 = ue8m0.
+/// Dequantizes packed E2M1 with uint8 block scales as upstream's host function
+/// (E2M1AndUFP8SFScaleToFloatV2): out = e2m1 * (sf * global_scale_tensor) in fp32. ufp8_type 1 =
+/// e4m3 scales (the global scale required), 0 = ue8m0 scales decoded as the float of exponent
+/// bits sf (0 -> +0, 255 -> +inf; the global scale ignored). sf_vec_size: any divisor of K.
 /// is_sf_swizzled_layout picks a swizzled layout (else linear): 8x4 with is_sf_8x4_layout, else
 /// 128x4. Returns fp32 [M, K] on the CPU.
 Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& ufp8_scale_tensor,
@@ -135,7 +142,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
 /// MXFP8 dequantization on the host: input [M, K] float8_e4m3fn (or uint8 holding the same bits,
 /// as upstream's host quantizer returns them), scale_tensor ue8m0 in 128x4 or linear layout (any
 /// shape with the right element count). Returns fp32 [M, K] on the CPU:
-/// out = e4m3(q) * 2^(sf - 127).
+/// out = e4m3(q) * float(sf << 23) (2^(sf - 127); code 0 is +0 and 255 +inf, as upstream's).
 Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
                              bool is_sf_swizzled_layout = true,
                              std::optional<SfLayout> sf_swizzle_layout = std::nullopt);

@@ -3,7 +3,9 @@
 // Every backend selects the same elements and writes them in the same order, so results are
 // reproducible across devices and runs (upstream's non-deterministic mode may pick any of equal
 // boundary elements and write them in any order; ours is one of those answers):
-//   - order of the keys: the element value, NaN above +inf, -0.0 equal to +0.0 (torch.topk's);
+//   - order of the keys: upstream's, the value's bits with every bit of a negative value and the
+//     sign bit of a non-negative one flipped: -0.0 below +0.0, a positive NaN above +inf, a
+//     negative NaN below -inf;
 //   - boundary ties (elements equal to the k-th largest): the smallest indices are kept, or the
 //     largest with tie_break = TopKTieBreak::LARGE;
 //   - unsorted output lists the selected elements in ascending index order; sorted output
@@ -39,10 +41,12 @@ struct ArgTraits<TopKTieBreak> {
 
 /// The k largest elements of each row.
 ///   input  [batch, d], fp32, fp16 or bf16, any strides.
-///   k      1 <= k <= d.
+///   k      >= 0 (0: empty outputs). Above d, as upstream accepts it: the row, then index -1 and
+///          value 0 (sorted: that padding ranks as +0.0, after the row's elements of that key).
 ///   sorted descending values when true; else ascending index order (see above).
 ///   deterministic, dsa_graph_safe  accepted for upstream compatibility: every backend here is
-///          deterministic and graph safe (no host synchronization).
+///          deterministic and graph safe (no host synchronization). With tie_break or
+///          dsa_graph_safe, k > 2048 is refused, as upstream's filtered kernel refuses it.
 ///   tie_break  which of equal boundary elements are kept (NONE behaves as SMALL).
 /// Returns (values [batch, k] in input's dtype, indices [batch, k] int64).
 std::tuple<Tensor, Tensor> top_k(const Tensor& input, int64_t k, bool sorted = false,
