@@ -461,6 +461,40 @@ TEST(TrtllmFp8PerTensorScaleMoe, Llama4RoutingScalesOnInput) {
   EXPECT_TRUE(all_close(out, expect, {2e-2, 2e-2}));
 }
 
+// fp32 weights given as the routed op's (ids, weights) pair: with Llama4's scales on the input
+// they are rounded to bf16 (the per-token scales upstream hands GEMM1 are bf16), so the output
+// equals the bf16 weights' bit for bit; combined (Renormalize, scales not on the input) they are
+// taken unrounded (the launchers take the pair's dtype; session 82), so the output differs.
+TEST(TrtllmFp8PerTensorScaleMoe, RoutedFp32PairWeightsOnInputAreBf16CombinedAreNot) {
+  const int64_t T = 5, E = 8, H = 64, I = 32;
+  Tensor x = fp8({T, H}, 41);
+  Tensor w1 = prepare(fp8({E, 2 * I, H}, 42), 128, true, true, 0);
+  Tensor w2 = prepare(fp8({E, H, I}, 43), 128, true, false, 0);
+  Tensor s1 = Tensor::full({E}, 0.5, DType::kFloat32),
+         sg = Tensor::full({E}, 0.02, DType::kFloat32),
+         s2 = Tensor::full({E}, 0.1, DType::kFloat32);
+  std::vector<double> ids, w;
+  for (int64_t t = 0; t < T; ++t) {
+    ids.push_back(static_cast<double>((3 * t + 1) % E));
+    w.push_back(0.3 + 0.01 * static_cast<double>(t) + 1e-4);  // not exact in bf16
+  }
+  const Tensor id = Tensor::from_vector(ids, {T, 1}, DType::kInt32);
+  const Tensor w32 = Tensor::from_vector(w, {T, 1}, DType::kFloat32);
+  const Tensor w16 = w32.to(DType::kBFloat16);
+  ASSERT_FALSE(all_close(w16.to(DType::kFloat32), w32, {0, 0}));
+  auto run = [&](const Tensor& weights, bool on_input, int64_t method) {
+    return trtllm_fp8_per_tensor_scale_routed_moe(
+        MoeTopkIds(id, weights), std::nullopt, x, w1, s1, sg, w2, s2, E, 1, std::nullopt,
+        std::nullopt, I, 0, E, std::nullopt, on_input, method, true, std::nullopt, 8192, 3);
+  };
+  const Tensor on32 = run(w32, true, 3), on16 = run(w16, true, 3);
+  EXPECT_GT(max_abs(on16.to_double_vector()), 0.05);
+  EXPECT_TRUE(all_close(on32, on16, {0, 0}));
+  const Tensor c32 = run(w32, false, 1), c16 = run(w16, false, 1);
+  EXPECT_GT(max_abs(c16.to_double_vector()), 0.05);
+  EXPECT_FALSE(all_close(c32, c16, {0, 0}));
+}
+
 TEST(TrtllmFp8PerTensorScaleMoe, BadInput) {
   const char* op = "trtllm_fp8_per_tensor_scale_moe";
   const int64_t T = 3, E = 8, H = 64, I = 32, K = 2;
