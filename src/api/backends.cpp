@@ -103,6 +103,11 @@ const std::vector<int>* upstream_backend_ccs(std::string_view op, std::string_vi
       // GPUs get a NotImplementedError (upstream_backend_refusal). Its cudnn layout is torch
       // indexing, any GPU.
       {{"prepare_bf16_fp4_weights", "cute-dsl"}, &kSm100Sm12x},
+      // top_k_varlen (topk_varlen/topk_varlen.py:65-76, 975): radix_cutlass on every GPU
+      // (_ALL_CCS), radix (CuTe DSL) on Blackwell and later, gvr on B200-class only; auto is
+      // their union.
+      {{"top_k_varlen", "radix"}, &kBlackwellAll},
+      {{"top_k_varlen", "gvr"}, &kSm100},
   };
   auto it = m->find(Key{op, backend});
   return it == m->end() ? nullptr : it->second;
@@ -179,6 +184,12 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
     m->emplace("mm_fp4",
                make("mm_fp4", "auto", {"cudnn", "trtllm", "cutlass", "cute-dsl", "b12x", "auto"},
                     {{"auto", 80, ""}}));
+    // top_k_varlen: every backend name runs this build's top-k kernel (the same selection);
+    // upstream_backend_ccs refuses radix / gvr where upstream does.
+    m->emplace(
+        "top_k_varlen",
+        make("top_k_varlen", "auto", {"auto", "radix", "gvr", "radix_cutlass"},
+             {{"auto", 80, ""}, {"radix", 80, ""}, {"gvr", 80, ""}, {"radix_cutlass", 80, ""}}));
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
       // "cute-dsl": upstream's CuTe-DSL semantics (2-D outputs, the zero rule; docs/
       // GEMM_AND_QUANTIZATION.md) on this build's quantizer kernels.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/enum_table.h"
@@ -280,11 +281,9 @@ std::tuple<Tensor, std::optional<Tensor>> varlen_impl(
   check_k(top_k, op, "top_k");
   FLASHINFER_CHECK(next_n >= 1, op, "next_n", "must be >= 1, got ", next_n);
   FLASHINFER_CHECK(compress_ratio >= 1, op, "compress_ratio", "must be >= 1, got ", compress_ratio);
-  // Upstream 0.6.18's backends (no "radix_filter": BackendSupportedError there).
-  FLASHINFER_CHECK(
-      backend == "auto" || backend == "radix" || backend == "gvr" || backend == "radix_cutlass", op,
-      "backend", "top_k_varlen does not support backend '", std::string(backend),
-      "' (expected auto, radix, gvr or radix_cutlass)");
+  // Upstream 0.6.18's backends (no "radix_filter"), refused by name on a GPU upstream does not
+  // run them on (radix: Blackwell and later; gvr: sm100 / sm103), as its @backend_requirement.
+  api::check_backend(op, backend, logits.device());
   const int64_t rows = logits.size(0);
   api::check_defined(seq_lens, op, "seq_lens");
   api::check_dim(seq_lens, {1}, op, "seq_lens");

@@ -1493,6 +1493,21 @@ TEST(BackendOpsCoverage, CudaExpectationOfTheBlackwellOnlyGroupedSvdquantAndBf16
   }
   // The cudnn layout is torch indexing upstream: any GPU.
   EXPECT_FALSE(cuda_expectation("prepare_bf16_fp4_weights", "cudnn", 90).refused);
+
+  // top_k_varlen (topk_varlen.py's @backend_requirement): radix_cutlass and auto everywhere, the
+  // CuTe radix on Blackwell and later, gvr on sm100 / sm103 only.
+  EXPECT_EQ(upstream_backend_refusal("top_k_varlen", "gvr", 90),
+            "top_k_varlen does not support backend 'gvr' with capability 90");
+  EXPECT_EQ(upstream_backend_refusal("top_k_varlen", "gvr", 120),
+            "top_k_varlen does not support backend 'gvr' with capability 120");
+  EXPECT_EQ(upstream_backend_refusal("top_k_varlen", "radix", 90),
+            "top_k_varlen does not support backend 'radix' with capability 90");
+  for (int cc : {100, 103}) EXPECT_EQ(upstream_backend_refusal("top_k_varlen", "gvr", cc), "");
+  for (int cc : {100, 110, 120})
+    EXPECT_EQ(upstream_backend_refusal("top_k_varlen", "radix", cc), "");
+  for (const char* b : {"radix_cutlass", "auto"}) {
+    EXPECT_EQ(upstream_backend_refusal("top_k_varlen", b, 90), "") << b;
+  }
 }
 
 // The backend the expectation reads is the one the case passes.
