@@ -159,19 +159,6 @@ __device__ __forceinline__ void fused_add_rmsnorm_row(const FusedAddRmsNormParam
   pdl_launch_dependents();
 }
 
-// gamma / beta element `off` widened to fp32 (one uniform branch on their shared dtype).
-__device__ __forceinline__ float layernorm_param(const LayerNormParams& p, const void* base,
-                                                 int64_t off) {
-  switch (p.param_dtype) {
-    case DType::kFloat16:
-      return __half2float(static_cast<const __half*>(base)[off]);
-    case DType::kBFloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[off]);
-    default:
-      return static_cast<const float*>(base)[off];
-  }
-}
-
 // One block per row, three passes over the row (mean, squared deviations, output); the
 // second and third reads hit L1/L2.
 template <class T, bool kVec>
@@ -216,16 +203,16 @@ __device__ __forceinline__ void layernorm_row(const LayerNormParams& p) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const int64_t i = c * V + j;
-        a[j] = (a[j] - mean) * r_std * layernorm_param(p, p.gamma, i * p.gamma_stride) +
-               layernorm_param(p, p.beta, i * p.beta_stride);
+        a[j] = (a[j] - mean) * r_std * load_any(p.gamma, i * p.gamma_stride, p.param_dtype) +
+               load_any(p.beta, i * p.beta_stride, p.param_dtype);
       }
       store_vec(y + c * V, a);
     }
   } else {
     for (int64_t i = threadIdx.x; i < p.hidden; i += blockDim.x) {
       const float v = (to_f32(x[i * p.in_stride_d]) - mean) * r_std;
-      y[i * p.out_stride_d] = from_f32<T>(v * layernorm_param(p, p.gamma, i * p.gamma_stride) +
-                                          layernorm_param(p, p.beta, i * p.beta_stride));
+      y[i * p.out_stride_d] = from_f32<T>(v * load_any(p.gamma, i * p.gamma_stride, p.param_dtype) +
+                                          load_any(p.beta, i * p.beta_stride, p.param_dtype));
     }
   }
 }
