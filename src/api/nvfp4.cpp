@@ -156,11 +156,13 @@ Tensor check_mask(const Tensor& mask, int64_t groups, int64_t m, Device device, 
   return c;
 }
 
-// [L, M, K] fp16/bf16 with a unit K stride.
-void check_grouped_input(const Tensor& a, const char* op, const char* arg) {
+// [L, M, K] fp16/bf16 (or `dtypes`) with a unit K stride.
+void check_grouped_input(const Tensor& a, const char* op, const char* arg,
+                         std::initializer_list<DType> dtypes = {DType::kFloat16,
+                                                                DType::kBFloat16}) {
   api::check_defined(a, op, arg);
   api::check_dim(a, {3}, op, arg);
-  api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16}, op, arg);
+  api::check_dtype_in(a, dtypes, op, arg);
   api::check_non_empty(a, op, arg);
   FLASHINFER_CHECK(a.stride(2) == 1, op, arg, "the last dimension must be contiguous");
 }
@@ -305,11 +307,7 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "nvfp4_batched_quantize";
         // fp16 / bf16 or, as upstream's kernel takes it, e4m3 (nvfp4_rules.h: fp8_fp4_scale).
-        api::check_defined(a, op, "a");
-        api::check_dim(a, {3}, op, "a");
-        api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, "a");
-        api::check_non_empty(a, op, "a");
-        FLASHINFER_CHECK(a.stride(2) == 1, op, "a", "the last dimension must be contiguous");
+        check_grouped_input(a, op, "a", {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN});
         FLASHINFER_CHECK(sf_vec_size == 16, op, "sf_vec_size",
                          "must be 16 (upstream: 32 is not supported yet), got ", sf_vec_size);
         const int64_t b = a.size(0), m = a.size(1), k = a.size(2);

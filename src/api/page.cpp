@@ -210,15 +210,11 @@ Tensor get_seq_lens(const Tensor& kv_indptr, const Tensor& kv_last_page_len, int
   FLASHINFER_CHECK(page_size >= 1, op, "page_size", "must be >= 1, got ", page_size);
 #if FLASHINFER_WITH_CUDA
   if (kv_indptr.device().is_cuda()) {
-    for (const auto& [t, arg] :
-         {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
-      api::check_defined(*t, op, arg);
-      api::check_dim(*t, {1}, op, arg);
-      api::check_dtype_in(*t, {DType::kInt32}, op, arg);
-    }
+    // The CPU path's checks (index_to_host's), without reading the values.
+    api::check_index_tensor(kv_indptr, op, "kv_indptr");
     FLASHINFER_CHECK(kv_indptr.size(0) >= 1, op, "kv_indptr", "needs batch_size + 1 >= 1 elements");
     const int64_t batch = kv_indptr.size(0) - 1;
-    api::check_shape_eq(kv_last_page_len, {batch}, op, "kv_last_page_len");
+    api::check_index_tensor(kv_last_page_len, op, "kv_last_page_len", batch);
     api::check_same_device(kv_last_page_len, kv_indptr, op, "kv_last_page_len", "kv_indptr");
     const Tensor ip = kv_indptr.contiguous(), last = kv_last_page_len.contiguous();
     Tensor out = Tensor::empty({batch}, DType::kInt32, kv_indptr.device());
