@@ -92,10 +92,8 @@ template <class T, int kVec>
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] * 0.0f);
     } else if (p.ue8m0) {
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] / sf_val);
-    } else if (amax != 0.0f) {  // nvfp4_code: a scale rounded to 0 saturates the codes
-      for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits((v[i] * gs) / sf_val);
     } else {
-      for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] * 0.0f);
+      for (int i = 0; i < kVec; ++i) c[i] = nvfp4_code(v[i], gs, sf_val, amax);
     }
     uint8_t* qb = q + b * (kVec / 2);
     for (int i = 0; i < kVec / 2; ++i) qb[i] = pack_e2m1x2(c[2 * i], c[2 * i + 1]);
