@@ -30,7 +30,13 @@ constexpr api::KernelEntry<kernels::MergeParams> kMergeKernels[] = {
 #endif
 };
 
-// v [seq, H, D] with s [seq, H] fp32 on v's device.
+// An LSE tensor as upstream's Python passes it on: `s.to(torch.float32)` (a copy unless fp32).
+Tensor lse_fp32(const Tensor& s, const char* op, const char* arg) {
+  api::check_dtype_in(s, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, arg);
+  return s.to(DType::kFloat32);
+}
+
+// v [seq, H, D] with s [seq, H] (fp32, or fp16 / bf16 widened) on v's device.
 void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v_arg,
                  const char* s_arg) {
   api::check_defined(v, op, v_arg);
@@ -39,8 +45,7 @@ void check_state(const Tensor& v, const Tensor& s, const char* op, const char* v
   api::check_dtype_in(v, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, v_arg);
   FLASHINFER_CHECK(v.stride(2) == 1, op, v_arg, "the head_dim axis must be contiguous");
   api::check_dim(s, {2}, op, s_arg);
-  FLASHINFER_CHECK(s.dtype() == DType::kFloat32, op, s_arg, "must be torch.float32, got ",
-                   dtype_torch_name(s.dtype()));
+  api::check_dtype_in(s, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}, op, s_arg);
   api::check_shape_eq(s, {v.size(0), v.size(1)}, op, s_arg);
   api::check_same_device(s, v, op, s_arg, v_arg);
 }
@@ -51,16 +56,21 @@ void dispatch(const kernels::MergeParams& p, Device device, const char* op) {
   api::launch(kMergeKernels, p, device, op, "v");
 }
 
-// Binary merge of (v_a, s_a) and (v_b, s_b) into (v_out, s_out).
-void merge_two(const Tensor& v_a, const Tensor& s_a, const Tensor& v_b, const Tensor& s_b,
-               const Tensor& v_out, const Tensor& s_out, const std::optional<Tensor>& mask,
+// Binary merge of (v_a, s_a) and (v_b, s_b) into (v_out, s_out). 16-bit LSEs are widened to
+// fp32 copies first, as upstream's Python does; in place, the merged LSE then goes to that copy
+// and the caller's 16-bit s keeps its values (upstream's behaviour).
+void merge_two(const Tensor& v_a, const Tensor& s_a_in, const Tensor& v_b, const Tensor& s_b_in,
+               const Tensor& v_out, const Tensor& s_out_in, const std::optional<Tensor>& mask,
                const char* op, const char* names[4]) {
-  check_state(v_a, s_a, op, names[0], names[1]);
+  check_state(v_a, s_a_in, op, names[0], names[1]);
+  const Tensor s_a = lse_fp32(s_a_in, op, names[1]);
+  const Tensor s_out = s_out_in.data_ptr() == s_a_in.data_ptr() ? s_a : s_out_in;
   api::check_defined(v_b, op, names[2]);
   api::check_shape_eq(v_b, v_a.shape(), op, names[2]);
   api::check_same_dtype(v_b, v_a, op, names[2], names[0]);
   api::check_same_device(v_b, v_a, op, names[2], names[0]);
-  check_state(v_b, s_b, op, names[2], names[3]);
+  check_state(v_b, s_b_in, op, names[2], names[3]);
+  const Tensor s_b = lse_fp32(s_b_in, op, names[3]);
   Tensor mask_c;
   if (mask) {
     api::check_defined(*mask, op, "mask");
@@ -124,17 +134,17 @@ void merge_state_in_place(const Tensor& v, const Tensor& s, const Tensor& v_othe
       v, s, v_other, s_other, mask);
 }
 
-std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s) {
+std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s_in) {
   return call_op<&merge_states>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "merge_states";
         api::check_defined(v, op, "v");
-        api::check_defined(s, op, "s");
+        api::check_defined(s_in, op, "s");
         api::check_dim(v, {4}, op, "v");
         api::check_dtype_in(v, {DType::kFloat16, DType::kBFloat16, DType::kFloat32}, op, "v");
         FLASHINFER_CHECK(v.stride(3) == 1, op, "v", "the head_dim axis must be contiguous");
-        api::check_dim(s, {3}, op, "s");
-        FLASHINFER_CHECK(s.dtype() == DType::kFloat32, op, "s", "must be torch.float32");
+        api::check_dim(s_in, {3}, op, "s");
+        const Tensor s = lse_fp32(s_in, op, "s");
         api::check_shape_eq(s, {v.size(0), v.size(1), v.size(2)}, op, "s");
         api::check_same_device(s, v, op, "s", "v");
         Tensor vo = Tensor::empty({v.size(0), v.size(2), v.size(3)}, v.dtype(), v.device());
@@ -162,7 +172,7 @@ std::tuple<Tensor, Tensor> merge_states(const Tensor& v, const Tensor& s) {
         dispatch(p, v.device(), op);
         return {vo, so};
       },
-      v, s);
+      v, s_in);
 }
 
 namespace {

@@ -321,6 +321,10 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
     p.negative_read = GdnNegativeRead::kSkipKeepOutput;
     p.negative_write = GdnNegativeWrite::kSkip;
   }
+  // Upstream's Python casts q, k, v to bf16 on every pretranspose path (`as_bf16`), and the
+  // a / b gates too except on the fp32-state one-token kernel, which reads them as they are.
+  p.qkv_via_bf16 = true;
+  p.gates_via_bf16 = bf16_state || T > 1;
   p.write_final = true;
   api::check_upstream_arch(op, "q", q.device());
   api::launch(kGdnKernels, p, q.device(), op, "q");
@@ -420,6 +424,7 @@ std::tuple<Tensor, Tensor> mtp_impl(
   }
   p.negative_read = kernels::GdnNegativeRead::kSkipKeepOutput;
   p.negative_write = kernels::GdnNegativeWrite::kSkip;
+  p.qkv_via_bf16 = p.gates_via_bf16 = true;  // upstream's MTP kernel: as_bf16(q, k, v, a, b)
   p.write_final = !disable;
   api::check_upstream_arch(op, "q", q.device());
   api::launch(kGdnKernels, p, q.device(), op, "q");

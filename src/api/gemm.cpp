@@ -196,16 +196,30 @@ void check_cuda_leading_dims(const Tensor& A, const Tensor& B, const Tensor& out
                         "), got strides ", shape_to_string(out.strides()));
 }
 
-Tensor bf16_gemm(const char* op, const Tensor& A, const Tensor& B,
+Tensor bf16_gemm(const char* op, const Tensor& A_in, const Tensor& B_in,
                  const std::optional<Tensor>& bias, bool pdl, const std::optional<Tensor>& out,
                  DType out_dtype, std::string_view backend, int64_t rank, const char* a_arg,
                  const char* b_arg) {
-  api::check_defined(A, op, a_arg);
-  api::check_backend(op, backend, A.device());
+  api::check_defined(A_in, op, a_arg);
+  api::check_defined(B_in, op, b_arg);
+  api::check_backend(op, backend, A_in.device());
+  // Upstream's cuDNN graph takes the operands' own strides; the kernels here read a row-major A
+  // and a column-major B, so other layouts of the default backend's operands are copied into
+  // those (the same values; cutlass and cuBLASLt require them upstream too).
+  const bool any_layout = backend == "cudnn" && A_in.dim() == rank && B_in.dim() == rank;
+  const Tensor A = any_layout && A_in.stride(-1) != 1 ? A_in.contiguous() : A_in;
+  const Tensor B = any_layout && B_in.stride(-2) != 1
+                       ? B_in.transpose(-2, -1).contiguous().transpose(-2, -1)
+                       : B_in;
   const Dims d = check_operands(A, B, rank, op, a_arg, b_arg);
   api::check_dtype_in(A, {DType::kBFloat16}, op, a_arg);
   api::check_dtype_in(B, {DType::kBFloat16}, op, b_arg);
-  check_out_dtype(out_dtype, op, "out_dtype");
+  // float32 output: upstream's cudnn, cutlass, cutile and cuBLASLt (without bias) backends write
+  // it (_validate_bf16_output_dtype); tgv, tinygemm and cute-dsl are bf16-only.
+  const bool has_bias = bias && bias->defined();
+  const bool fp32_ok = backend != "tgv" && backend != "tinygemm" && backend != "cute-dsl" &&
+                       !(backend == "cublaslt" && has_bias);
+  if (out_dtype != DType::kFloat32 || !fp32_ok) check_out_dtype(out_dtype, op, "out_dtype");
   Shape shape = rank == 3 ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
   Tensor result = gemm_make_out(out, shape, out_dtype, A.device(), op);
   check_cuda_leading_dims(A, B, result, d, op, a_arg, b_arg);

@@ -164,8 +164,19 @@ Tensor groupwise_impl(const char* op, const Tensor& a, const Tensor& b, const Te
     FLASHINFER_CHECK(gm == 1 && gn == 128 && gk == 128, op, "scale_granularity_mnk",
                      "must be (1, 128, 128) in TRTLLM, got (", gm, ", ", gn, ", ", gk, ")");
     FLASHINFER_CHECK(k >= 256, op, "a", "a.shape[1] must be >= 256 in TRTLLM, got ", k);
-    FLASHINFER_CHECK(!mode || *mode == "MN", op, "scale_major_mode",
-                     "the trtllm backend takes None or 'MN', got '", *mode, "'");
+    // Upstream's trtllm runner: e4m3 operands of one dtype (trtllm_gemm_runner.cu's checks); its
+    // scale_major_mode is not read (the scale layout is fixed); its kernel stores bf16 whatever
+    // the output's dtype, so an fp16 output would hold bf16 bit patterns there: refused here.
+    FLASHINFER_CHECK(a.dtype() == DType::kFloat8E4M3FN, op, "a",
+                     "the trtllm backend takes float8_e4m3fn operands, got ",
+                     dtype_torch_name(a.dtype()));
+    FLASHINFER_CHECK(b.dtype() == a.dtype(), op, "b", "the trtllm backend needs b of a's dtype ",
+                     dtype_torch_name(a.dtype()), ", got ", dtype_torch_name(b.dtype()));
+    const DType want = out && out->defined() ? out->dtype() : out_dtype.value_or(DType::kBFloat16);
+    FLASHINFER_CHECK(want == DType::kBFloat16, op, out && out->defined() ? "out" : "out_dtype",
+                     "the trtllm backend writes bfloat16 only (upstream's kernel stores bf16 into "
+                     "any output dtype), got ",
+                     dtype_torch_name(want));
   } else {
     FLASHINFER_CHECK(mode.has_value(), op, "scale_major_mode", "scale_major_mode is required in ",
                      "CUTLASS ('MN' or 'K')");
@@ -806,7 +817,7 @@ void tinygemm_bf16(const Tensor& input, const Tensor& weight, const Tensor& out,
       input, weight, out, bias, use_pdl);
 }
 
-Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool pdl,
+Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, std::optional<Tensor> bias, bool pdl,
                       std::optional<Tensor> out) {
   return call_op<&tgv_gemm_sm100>(
       [&] {
@@ -814,7 +825,7 @@ Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool
         api::check_defined(a, op, "a");
         api::check_upstream_arch(op, "a", a.device());  // SM100/SM103 only, as upstream
         api::check_defined(b, op, "b");
-        api::check_defined(bias, op, "bias");
+        const bool has_bias = bias && bias->defined();
         api::check_dim(a, {2}, op, "a");
         api::check_dim(b, {2}, op, "b");
         api::check_dtype_in(a, {DType::kBFloat16, DType::kFloat16}, op, "a");
@@ -830,10 +841,12 @@ Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool
         FLASHINFER_CHECK(b.stride(0) == 1 || k == 1, op, "b",
                          "must be column-major (a transposed [n, k]), got strides ",
                          shape_to_string(b.strides()));
-        api::check_dim(bias, {1}, op, "bias");
-        api::check_shape_eq(bias, {n}, op, "bias");
-        api::check_same_dtype(bias, a, op, "bias", "a");
-        api::check_same_device(bias, a, op, "bias", "a");
+        if (has_bias) {
+          api::check_dim(*bias, {1}, op, "bias");
+          api::check_shape_eq(*bias, {n}, op, "bias");
+          api::check_same_dtype(*bias, a, op, "bias", "a");
+          api::check_same_device(*bias, a, op, "bias", "a");
+        }
         Tensor result;
         if (out && out->defined()) {
           api::check_shape_eq(*out, {m, n}, op, "out");
@@ -853,9 +866,11 @@ Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool
         p.b_stride_n = b.stride(1);
         p.b_stride_k = b.stride(0);
         // The CUDA kernel reads the bias densely.
-        const Tensor dense_bias = bias.contiguous();
-        p.bias = dense_bias.data_ptr();
-        p.bias_dtype = bias.dtype();
+        const Tensor dense_bias = has_bias ? bias->contiguous() : Tensor();
+        if (has_bias) {
+          p.bias = dense_bias.data_ptr();
+          p.bias_dtype = bias->dtype();
+        }
         p.gk = k;
         p.m = m;
         p.n = n;
@@ -1105,7 +1120,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
                            {.name = "tgv_gemm_sm100",
                             .module = kGemmFp8Module,
                             .summary = "TGV GEMM: a [m, k] @ b [k, n] column-major + bias"},
-                           "a", "b", "bias", arg("pdl", false), arg("out").mut());
+                           "a", "b", arg("bias").required(), arg("pdl", false), arg("out").mut());
 
   api::register_backends("gemm_fp8_nt_groupwise", kScaledGemmKernels);
   api::register_backends("tgv_gemm_sm100", kScaledGemmKernels);

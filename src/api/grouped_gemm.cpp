@@ -5,8 +5,10 @@
 #include "flashinfer/ops/grouped_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "api/checks.h"
 #include "api/kernel_table.h"
 #include "api/tuple_arg.h"
+#include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
 #include "kernels/cpu/gemm_cpu.h"
@@ -468,6 +471,39 @@ Tensor fp8_group_out(const std::optional<Tensor>& out, std::optional<DType> out_
   return Tensor::zeros(shape, dt, a.device());
 }
 
+// DeepGEMM takes fp32 scales as UE8M0 on SM100, upstream's only architecture for the
+// *_deepgemm_* wrappers (on SM90 its scale transform raises NotImplementedError):
+// `(s.view(int) >> 23).to(uint8)` keeps each scale's exponent byte, which the kernel reads as
+// 2^(code - 127) (255: NaN). So a scale counts as its power of two rounded down, the sign
+// dropped, 0 and subnormals as 2^-127. Returns such a copy of s (host tensors; another device's
+// is returned as is, for the launch to refuse).
+Tensor deepgemm_ue8m0_scales(const Tensor& s, const char* op, const char* arg) {
+  api::check_defined(s, op, arg);
+  api::check_dtype_in(s, {DType::kFloat32}, op, arg);
+  if (!s.device().is_cpu()) return s;
+  Tensor c = s.clone();
+  float* v = c.data<float>();
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], sizeof bits);
+    const int code = static_cast<int>((bits >> 23) & 0xFFu);
+    v[i] = code == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, code - 127);
+  }
+  return c;
+}
+
+// DeepGEMM writes bf16 only (upstream: "d must be bfloat16").
+Tensor deepgemm_out(const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+                    const Shape& shape, const Tensor& a, const char* op) {
+  if (out && out->defined()) {
+    api::check_dtype_in(*out, {DType::kBFloat16}, op, "out");
+  } else {
+    FLASHINFER_CHECK(out_dtype.value_or(DType::kBFloat16) == DType::kBFloat16, op, "out_dtype",
+                     "d must be bfloat16, got ", dtype_torch_name(*out_dtype));
+  }
+  return fp8_group_out(out, out_dtype, shape, a, op);
+}
+
 void grouped_gemm_fill_out(GroupedGemmParams& p, const Tensor& out, bool batched) {
   p.out = out.data_ptr();
   p.out_dtype = out.dtype();
@@ -867,11 +903,13 @@ Tensor group_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const T
         GroupedGemmParams p;
         p.a = plain_operand(a, false);
         p.b = plain_operand(b, true);
-        attach_fp32_scales(p.a, a_scale, {m, k / 128}, 0, 1, -1, 1, 128, a, op, "a_scale",
+        const Tensor sa = deepgemm_ue8m0_scales(a_scale, op, "a_scale");
+        const Tensor sb = deepgemm_ue8m0_scales(b_scale, op, "b_scale");
+        attach_fp32_scales(p.a, sa, {m, k / 128}, 0, 1, -1, 1, 128, a, op, "a_scale",
                            "per token: [m, k/128]");
-        attach_fp32_scales(p.b, b_scale, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
+        attach_fp32_scales(p.b, sb, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
                            "b_scale", "per block: [batch, n/128, k/128]");
-        const Tensor result = fp8_group_out(out, out_dtype, {m, n}, a, op);
+        const Tensor result = deepgemm_out(out, out_dtype, {m, n}, a, op);
         p.n = n;
         p.k = k;
         grouped_gemm_fill_out(p, result, false);
@@ -912,11 +950,13 @@ Tensor batch_deepgemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const T
         GroupedGemmParams p;
         p.a = plain_operand(a, true);
         p.b = plain_operand(b, true);
-        attach_fp32_scales(p.a, a_scale, {B, m, k / 128}, 1, 2, 0, 1, 128, a, op, "a_scale",
+        const Tensor sa = deepgemm_ue8m0_scales(a_scale, op, "a_scale");
+        const Tensor sb = deepgemm_ue8m0_scales(b_scale, op, "b_scale");
+        attach_fp32_scales(p.a, sa, {B, m, k / 128}, 1, 2, 0, 1, 128, a, op, "a_scale",
                            "per token: [batch, m, k/128]");
-        attach_fp32_scales(p.b, b_scale, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
+        attach_fp32_scales(p.b, sb, {B, (n + 127) / 128, k / 128}, 1, 2, 0, 128, 128, a, op,
                            "b_scale", "per block: [batch, n/128, k/128]");
-        const Tensor result = fp8_group_out(out, out_dtype, {B, m, n}, a, op);
+        const Tensor result = deepgemm_out(out, out_dtype, {B, m, n}, a, op);
         p.n = n;
         p.k = k;
         grouped_gemm_fill_out(p, result, true);
@@ -949,6 +989,36 @@ SegmentGEMMWrapper::SegmentGEMMWrapper(Tensor float_workspace_buffer, std::strin
         backend_ = backend;
       },
       *this, float_workspace_buffer, backend);
+}
+
+// Upstream builds the indptr from `seg_lens.to(x)`: each length goes through x's dtype (torch's
+// int64 -> float -> dtype conversion, round to nearest even) and back to int64 before the cumsum,
+// so a bf16 x runs a segment of 257 rows as 256 and an fp8 one of 17 as 16. A replay must cover
+// the rows upstream's call did. A length that becomes inf or NaN there (past fp16's 65504, past
+// 464 in e4m3) has no defined row count: refused.
+static int64_t seg_len_through(DType x_dtype, int64_t len, const char* op) {
+  const float f = static_cast<float>(len);
+  float r = f;
+  switch (x_dtype) {
+    case DType::kFloat16:
+      r = half_bits_to_float(float_to_half_bits(f));
+      break;
+    case DType::kBFloat16:
+      r = bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+      break;
+    case DType::kFloat8E4M3FN:
+      r = e4m3fn_bits_to_float(float_to_e4m3fn_bits(f));
+      break;
+    case DType::kFloat8E5M2:
+      r = e5m2_bits_to_float(float_to_e5m2_bits(f));
+      break;
+    default:
+      break;
+  }
+  FLASHINFER_CHECK(std::isfinite(r), op, "seg_lens", "the segment length ", len,
+                   " is not finite in x's dtype ", dtype_torch_name(x_dtype),
+                   " (upstream converts seg_lens to it before the cumsum)");
+  return static_cast<int64_t>(r);
 }
 
 Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t batch_size,
@@ -991,7 +1061,7 @@ Tensor SegmentGEMMWrapper::run(const Tensor& x, const Tensor& weights, int64_t b
           indptr.assign(1, 0);
           for (int64_t l : lens) {
             FLASHINFER_CHECK(l >= 0, op, "seg_lens", "segment lengths must be >= 0, got ", l);
-            indptr.push_back(indptr.back() + l);
+            indptr.push_back(indptr.back() + seg_len_through(x.dtype(), l, op));
           }
           FLASHINFER_CHECK(indptr.back() <= cum, op, "seg_lens", "the segments cover ",
                            indptr.back(), " rows but x has ", cum);

@@ -240,8 +240,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> rope_quantize_fp8(
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> mla_rope_quantize_fp8(
-    const Tensor& q_rope, const Tensor& k_rope, const Tensor& q_nope, const Tensor& k_nope,
-    const Tensor& cos_sin_cache, const Tensor& pos_ids, bool is_neox,
+    const Tensor& q_rope, const Tensor& k_rope, std::optional<Tensor> q_nope,
+    std::optional<Tensor> k_nope, const Tensor& cos_sin_cache, const Tensor& pos_ids, bool is_neox,
     std::optional<DType> quantize_dtype, double quant_scale_q, double quant_scale_kv,
     std::optional<Tensor> q_rope_out, std::optional<Tensor> k_rope_out,
     std::optional<Tensor> q_nope_out, std::optional<Tensor> k_nope_out, bool enable_pdl) {
@@ -263,10 +263,10 @@ void register_rope_quantize_ops(OpRegistry& r) {
       {.name = kMlaOp,
        .module = "flashinfer.rope",
        .summary = "RoPE + FP8 quantization, MLA layout (2-D latent keys)"},
-      "q_rope", "k_rope", "q_nope", "k_nope", "cos_sin_cache", "pos_ids", arg("is_neox", true),
-      "quantize_dtype", arg("quant_scale_q", 1.0), arg("quant_scale_kv", 1.0),
-      arg("q_rope_out").mut(), arg("k_rope_out").mut(), arg("q_nope_out").mut(),
-      arg("k_nope_out").mut(), arg("enable_pdl", false));
+      "q_rope", "k_rope", arg("q_nope").required(), arg("k_nope").required(), "cos_sin_cache",
+      "pos_ids", arg("is_neox", true), "quantize_dtype", arg("quant_scale_q", 1.0),
+      arg("quant_scale_kv", 1.0), arg("q_rope_out").mut(), arg("k_rope_out").mut(),
+      arg("q_nope_out").mut(), arg("k_nope_out").mut(), arg("enable_pdl", false));
   declare<&rope_quantize_fp8>(
       r,
       {.name = kRopeQuantizeOp,

@@ -35,6 +35,25 @@ void put_row(const Tensor& dst, int64_t off, const uint8_t* src, int64_t n) {
 }
 
 // The device scatter: the (page, slot) pairs checked on the host go to the device once.
+// Upstream converts the four index arrays with `.int()`: int32 as is, int64 narrowed (two's
+// complement, as torch's cast) before anything reads them.
+std::vector<int32_t> index_as_int(const Tensor& t, const char* arg, int64_t expected_len) {
+  api::check_defined(t, kRopeQuantizeAppendOp, arg);
+  if (t.dtype() != DType::kInt64) {
+    return api::index_to_host(t, kRopeQuantizeAppendOp, arg, expected_len);
+  }
+  api::check_dim(t, {1}, kRopeQuantizeAppendOp, arg);
+  if (expected_len >= 0) {
+    FLASHINFER_CHECK(t.size(0) == expected_len, kRopeQuantizeAppendOp, arg, "expected ",
+                     expected_len, " elements, got ", t.size(0));
+  }
+  const Tensor h = t.to(Device::cpu()).contiguous();
+  const auto* p = h.data<const int64_t>();
+  std::vector<int32_t> v(static_cast<std::size_t>(h.numel()));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(p[i]);
+  return v;
+}
+
 void scatter_cuda(const Tensor& kr, const Tensor& kn, const Tensor& v,
                   const std::vector<std::pair<int64_t, int64_t>>& slot, const Tensor& c0,
                   const Tensor& c1, bool mla, bool hnd, int64_t hk, int64_t rope, int64_t nope,
@@ -160,14 +179,10 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
     pages = c0.size(0);
   }
   // Index arrays (host), each token's slot checked before anything is written.
-  const std::vector<int32_t> bi =
-      api::index_to_host(batch_indices, kRopeQuantizeAppendOp, "batch_indices", nnz);
-  const std::vector<int32_t> ps =
-      api::index_to_host(positions, kRopeQuantizeAppendOp, "positions", nnz);
-  const std::vector<int32_t> indptr =
-      api::index_to_host(kv_indptr, kRopeQuantizeAppendOp, "kv_indptr");
-  const std::vector<int32_t> idx =
-      api::index_to_host(kv_indices, kRopeQuantizeAppendOp, "kv_indices");
+  const std::vector<int32_t> bi = index_as_int(batch_indices, "batch_indices", nnz);
+  const std::vector<int32_t> ps = index_as_int(positions, "positions", nnz);
+  const std::vector<int32_t> indptr = index_as_int(kv_indptr, "kv_indptr", -1);
+  const std::vector<int32_t> idx = index_as_int(kv_indices, "kv_indices", -1);
   FLASHINFER_CHECK(!indptr.empty(), kRopeQuantizeAppendOp, "kv_indptr",
                    "must have batch_size + 1 entries");
   api::check_indptr(indptr, kRopeQuantizeAppendOp, "kv_indptr");
@@ -175,10 +190,17 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
                    "kv_indices", "has ", idx.size(), " entries, kv_indptr ends at ", indptr.back());
   const int64_t batch = static_cast<int64_t>(indptr.size()) - 1;
   std::vector<std::pair<int64_t, int64_t>> slot(static_cast<std::size_t>(nnz));
+  std::vector<int64_t> skipped;
   for (int64_t i = 0; i < nnz; ++i) {
-    FLASHINFER_CHECK(bi[i] >= 0 && bi[i] < batch, kRopeQuantizeAppendOp, "batch_indices",
-                     "batch_indices[", i, "] = ", bi[i], " is not a request (", batch,
-                     " requests)");
+    // A negative batch index marks a padding token (CUDA-graph batches): upstream's kernel
+    // returns before touching it, so it writes no K/V and leaves its q output rows as they were.
+    if (bi[i] < 0) {
+      slot[i] = {-1, -1};
+      skipped.push_back(i);
+      continue;
+    }
+    FLASHINFER_CHECK(bi[i] < batch, kRopeQuantizeAppendOp, "batch_indices", "batch_indices[", i,
+                     "] = ", bi[i], " is not a request (", batch, " requests)");
     FLASHINFER_CHECK(ps[i] >= 0, kRopeQuantizeAppendOp, "positions", "positions[", i, "] = ", ps[i],
                      " < 0");
     const int64_t at = indptr[bi[i]] + ps[i] / page_size;
@@ -193,6 +215,12 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
   // Queries and keys: rope_quantize_fp8's reference (nested call, not recorded). What only it
   // checks (k_rope's shape, cos_sin_cache, pos_ids) is this op's caller's error: named as this
   // op's, the arguments have the same names here.
+  // The given q outputs' rows of padding tokens, restored after the nested call wrote them.
+  std::vector<std::pair<Tensor, Tensor>> kept;
+  for (const std::optional<Tensor>* o : {&q_rope_out, &q_nope_out}) {
+    if (!*o || !(*o)->defined() || (*o)->dim() < 1 || (*o)->size(0) != nnz) continue;
+    for (int64_t i : skipped) kept.emplace_back((*o)->select(0, i), (*o)->select(0, i).clone());
+  }
   auto [qr, kr, qn, kn] = [&] {
     try {
       return rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, qd,
@@ -203,6 +231,7 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
       throw Error(e.code(), kRopeQuantizeAppendOp, e.arg(), e.detail(), e.file(), e.line());
     }
   }();
+  for (auto& [row, saved] : kept) row.copy_(saved);
   const Tensor krc = kr.contiguous(), knc = kn.contiguous();
   if (dev.is_cuda()) {
     scatter_cuda(krc, knc, mla ? Tensor() : v->contiguous(), slot, c0, c1, mla, hnd, hk, rope, nope,
@@ -216,6 +245,7 @@ std::tuple<Tensor, Tensor> impl(const Tensor& q_rope, const Tensor& k_rope,
   std::vector<uint8_t> vrow(static_cast<std::size_t>(rope + nope));
   for (int64_t i = 0; i < nnz; ++i) {
     const auto [page, s] = slot[i];
+    if (page < 0) continue;  // a padding token
     if (mla) {
       put_row(c0, page * c0.stride(0) + s * c0.stride(1), kn8 + i * nope, nope);
       put_row(c1, page * c1.stride(0) + s * c1.stride(1), kr8 + i * rope, rope);

@@ -88,6 +88,10 @@ struct GdnParams {
   void* out = nullptr;
   DType out_dtype = DType::kBFloat16;
   bool out_via_bf16 = false;
+  // Upstream's pretranspose and MTP decode kernels take bf16 operands: their Python casts
+  // (`as_bf16`, a rounding .to(bf16)) q, k and v, and on every path but the fp32-state
+  // one-token kernel also the a / b gates, before the kernel reads them.
+  bool qkv_via_bf16 = false, gates_via_bf16 = false;
   int64_t out_stride_seq = 0, out_stride_tok = 0, out_stride_head = 0;
 
   // States. state_in null: zeros. read_idx / write_idx (int32 or int64, one per sequence) pick

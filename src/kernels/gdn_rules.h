@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/device/host_device.h"
 
@@ -17,6 +18,18 @@ FLASHINFER_HD float decode_decay(float a, float dt_bias, float A_log) {
   const float x = a + dt_bias;
   const float sp = x <= 20.0f ? log1pf(expf(x)) : x;
   return expf(-expf(A_log) * sp);
+}
+
+/// x as the nearest bf16 (RNE; NaN stays NaN) when `on`: the operands upstream's decode paths
+/// cast to bf16 before their kernels (GdnParams::qkv_via_bf16, gates_via_bf16).
+FLASHINFER_HD float via_bf16(float x, bool on) {
+  if (!on || x != x) return x;
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  float r;
+  memcpy(&r, &u, sizeof r);
+  return r;
 }
 
 /// beta = sigmoid(b).

@@ -5,7 +5,8 @@
 //   - cos and sin of the fp64 angle pos * f (rope_sincos): one fixed reduction and polynomial
 //     instead of the platform's (glibc's and libdevice's differ in the last place, and
 //     libdevice's Payne-Hanek reduction keeps a local-memory array in the kernel);
-//   - the rotation, each product and difference rounded once (fp32_rules.h).
+//   - the rotation in upstream's arithmetic: one FMA over the other product, subnormals flushed
+//     (rope_rotate), also in the fp8 quantizers' rotation.
 // Unit-tested on the CPU (tests/ops/test_rope_rules.cpp).
 #pragma once
 
@@ -135,11 +136,43 @@ FLASHINFER_HD void rope_sincos(double x, double* s, double* c, bool* ok) {
   }
 }
 
-/// NeoX / GPT-J rotation of one pair (a, b) by (c, s), each product and difference rounded once:
-/// a' = a c - b s, b' = b c + a s, as the CPU reference writes it.
+/// An fp32 subnormal as upstream's kernels see it: its JIT builds with -use_fast_math, whose
+/// .ftz arithmetic reads and writes every subnormal as a zero of the same sign.
+FLASHINFER_HD float ftz_f32(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+/// a * b + c rounded once (the host's fmaf is correctly rounded, as the device's is).
+FLASHINFER_HD float f32_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
+
+/// One output of upstream's rotation `x * c + y * s` (y already signed), as nvcc compiles it
+/// (pos_enc.cuh's vec_apply_llama_rope*; checked in the PTX of that expression): the second
+/// product rounded, then fused with the first, `fma.rn.ftz(x, c, mul.ftz(y, s))`, subnormals
+/// flushed as fast math does. The operands here are already flushed (ftz_f32).
+FLASHINFER_HD float rope_rotate_one_flushed(float x, float c, float y, float s) {
+  return ftz_f32(f32_fma(x, c, ftz_f32(fp32_mul(y, s))));
+}
+
+/// NeoX / GPT-J rotation of one pair (a, b) by (c, s) in upstream's arithmetic, operands already
+/// flushed: a' = a c - b s, b' = b c + a s (the CPU flushes each row and each token's c / s
+/// once, so the loop over heads vectorizes without the flushes).
+FLASHINFER_HD void rope_rotate_flushed(float a, float b, float c, float s, float* ao, float* bo) {
+  *ao = rope_rotate_one_flushed(a, c, -b, s);
+  *bo = rope_rotate_one_flushed(b, c, a, s);
+}
+
+/// rope_rotate_one of any operands.
+FLASHINFER_HD float rope_rotate_one(float x, float c, float y, float s) {
+  return rope_rotate_one_flushed(ftz_f32(x), ftz_f32(c), ftz_f32(y), ftz_f32(s));
+}
+
+/// rope_rotate_flushed of any operands.
 FLASHINFER_HD void rope_rotate(float a, float b, float c, float s, float* ao, float* bo) {
-  *ao = fp32_sub(fp32_mul(a, c), fp32_mul(b, s));
-  *bo = fp32_add(fp32_mul(b, c), fp32_mul(a, s));
+  rope_rotate_flushed(ftz_f32(a), ftz_f32(b), ftz_f32(c), ftz_f32(s), ao, bo);
 }
 
 }  // namespace flashinfer::kernels

@@ -585,7 +585,8 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
        .op_type = "gemm_fp8",
        .name_prefix = "batch_deepgemm_fp8_nt_groupwise",
        .description = "Batched FP8 group-wise GEMM with masked M: out[g, :masked_m[g]] = "
-                      "(a * a_scale) @ (b * b_scale).T, 1x128 / 128x128 scales; rows past "
+                      "(a * a_scale) @ (b * b_scale).T, 1x128 / 128x128 scales, each read as "
+                      "UE8M0 (its power of two rounded down, as DeepGEMM on SM100); rows past "
                       "masked_m[g] are 0 here (the op leaves them undefined).",
        .axes = {var("batch_size", "", 2), var("M_max", "", 4), cst("N", "n"), cst("K", "k"),
                 var("K_div_128", "K // 128 (input block scale dim).", 1),
@@ -608,10 +609,11 @@ void add_more_gemm_prefill_group(std::vector<Template>& v) {
        .tags = {"status:verified", "quantization:float8_e4m3fn"},
        .reference = blockscale + R"PY(def run(a, b, a_scale, b_scale, masked_m, expected_m):
     out = torch.zeros((a.shape[0], a.shape[1], b.shape[1]), dtype=torch.float32)
+    ue8m0 = lambda s: torch.exp2(torch.floor(torch.log2(s.float())))
     for g in range(a.shape[0]):
         m = int(masked_m[g])
-        x = _dequant(a[g], a_scale[g], 1)[:m]
-        w = _dequant(b[g], b_scale[g], 128)
+        x = _dequant(a[g], ue8m0(a_scale[g]), 1)[:m]
+        w = _dequant(b[g], ue8m0(b_scale[g]), 128)
         out[g, :m] = x @ w.T
     return out.to(torch.bfloat16)
 )PY"});

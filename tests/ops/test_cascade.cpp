@@ -91,6 +91,77 @@ TEST(MergeState, HandChecked) {
   EXPECT_EQ(s2.to_double_vector(), (std::vector<double>{-kInf, -kInf}));
 }
 
+// Upstream's rules (0.7.4 cascade.cuh / state.cuh, kernels/merge_rules.h) beyond the formula:
+// a NaN LSE weighs 0 (fmaxf drops it), a state of weight 0 is still multiplied in (0 * NaN = NaN),
+// one stacked state is copied through whatever its LSE, none gives 0 and -inf.
+// The edge cases below on `dev`, each output in turn: merge_state (fp32 and bf16: v, s), then
+// merge_states with one, no and three states (v, s each).
+std::vector<Tensor> merge_edge_cases(Device dev) {
+  const double nan = std::nan("");
+  std::vector<Tensor> out;
+  // Rows: (NaN LSE, 0); (both NaN); (-inf with a NaN v, 1); (-inf, -inf).
+  Tensor va = Tensor::from_vector({1, 2, 3, 4, nan, 1, 9, 9}, {4, 1, 2}, DType::kFloat32);
+  Tensor vb = Tensor::from_vector({5, 6, 7, 8, 2, 3, 4, 5}, {4, 1, 2}, DType::kFloat32);
+  Tensor sa = Tensor::from_vector({nan, nan, -kInf, -kInf}, {4, 1}, DType::kFloat32).to(dev);
+  Tensor sb = Tensor::from_vector({0, nan, 1, -kInf}, {4, 1}, DType::kFloat32).to(dev);
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    auto [v, s] = merge_state(va.to(dt).to(dev), sa, vb.to(dt).to(dev), sb);
+    Tensor vi = va.to(dt).to(dev), si = sa.clone();
+    merge_state_in_place(vi, si, vb.to(dt).to(dev), sb);
+    EXPECT_TRUE(testing::same_values(vi, v)) << dtype_name(dt);  // in place: the same rules
+    EXPECT_TRUE(testing::same_values(si, s)) << dtype_name(dt);
+    out.push_back(v.to(Device::cpu()));
+    out.push_back(s.to(Device::cpu()));
+  }
+  Tensor v1 = Tensor::from_vector({1, 2, 3, 4}, {2, 1, 1, 2}, DType::kFloat16).to(dev);
+  Tensor s1 = Tensor::from_vector({-kInf, nan}, {2, 1, 1}, DType::kFloat32).to(dev);
+  Tensor v0 = Tensor::zeros({2, 0, 1, 2}, DType::kFloat16).to(dev);
+  Tensor s0 = Tensor::zeros({2, 0, 1}, DType::kFloat32).to(dev);
+  Tensor v3 =
+      Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 3, 1, 2}, DType::kFloat32)
+          .to(dev);
+  Tensor s3 =
+      Tensor::from_vector({0, nan, 0, -kInf, -kInf, -kInf}, {2, 3, 1}, DType::kFloat32).to(dev);
+  for (auto [v, s] : {std::pair{v1, s1}, std::pair{v0, s0}, std::pair{v3, s3}}) {
+    auto [vo, so] = merge_states(v, s);
+    out.push_back(vo.to(Device::cpu()));
+    out.push_back(so.to(Device::cpu()));
+  }
+  return out;
+}
+
+// Upstream's rules (0.7.4 cascade.cuh / state.cuh, kernels/merge_rules.h) beyond the formula:
+// a NaN LSE weighs 0 (fmaxf drops it), a state of weight 0 is still multiplied in (0 * NaN = NaN),
+// one stacked state is copied through whatever its LSE, none gives 0 and -inf.
+TEST(MergeState, UpstreamRulesForNaNAndEmptyStates) {
+  const std::vector<Tensor> r = merge_edge_cases(Device::cpu());
+  for (int i : {0, 2}) {  // merge_state, fp32 then bf16
+    const auto vv = r[i].to_double_vector(), sv = r[i + 1].to_double_vector();
+    EXPECT_EQ(vv[0], 5);  // row 0: the NaN LSE weighs 0
+    EXPECT_EQ(vv[1], 6);
+    EXPECT_EQ(sv[0], 0);
+    EXPECT_EQ(vv[2], 0);  // row 1: both NaN: weights 0, v 0, LSE NaN
+    EXPECT_EQ(vv[3], 0);
+    EXPECT_TRUE(std::isnan(sv[1]));
+    EXPECT_TRUE(std::isnan(vv[4]));  // row 2: 0 * NaN poisons the element ...
+    EXPECT_EQ(vv[5], 3);             // ... and only it
+    EXPECT_EQ(sv[2], 1);
+    EXPECT_EQ(vv[6], 0);  // row 3: both empty: 0 and -inf
+    EXPECT_EQ(vv[7], 0);
+    EXPECT_EQ(sv[3], -kInf);
+  }
+  // merge_states: one state copied through (its v, its LSE: -inf, NaN).
+  EXPECT_EQ(r[4].to_double_vector(), (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(r[5].to_double_vector()[0], -kInf);
+  EXPECT_TRUE(std::isnan(r[5].to_double_vector()[1]));
+  // No states: 0 and -inf.
+  EXPECT_EQ(r[6].to_double_vector(), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(r[7].to_double_vector(), (std::vector<double>{-kInf, -kInf}));
+  // Three: the NaN LSE weighs 0 (the mean of the other two, LSE log2(2)); all -inf: 0 and -inf.
+  EXPECT_EQ(r[8].to_double_vector(), (std::vector<double>{3, 4, 0, 0}));
+  EXPECT_EQ(r[9].to_double_vector(), (std::vector<double>{1, -kInf}));
+}
+
 TEST(MergeStateInPlace, MaskSkipsRows) {
   const int64_t seq = 4, h = 3, d = 128;
   Tensor v = Tensor::empty({seq, h, d}, DType::kFloat16).uniform_(5);
@@ -142,8 +213,7 @@ TEST(MergeState, BadInput) {
                   "v_b");
   EXPECT_FI_ERROR(merge_state(v, s, Tensor::zeros({2, 3, 64}, DType::kFloat16), s), "merge_state",
                   "v_b");
-  EXPECT_FI_ERROR(merge_state(v, Tensor::zeros({2, 2}, DType::kFloat16), v, s), "merge_state",
-                  "s_a");
+  EXPECT_FI_ERROR(merge_state(v, Tensor::zeros({2, 2}, DType::kInt32), v, s), "merge_state", "s_a");
   EXPECT_FI_ERROR(merge_state(v, s, v, Tensor::zeros({2, 3}, DType::kFloat32)), "merge_state",
                   "s_b");
   EXPECT_FI_ERROR(merge_state(Tensor::zeros({2, 64}, DType::kFloat16), s, v, s), "merge_state",
@@ -160,6 +230,27 @@ TEST(MergeState, BadInput) {
   EXPECT_FI_ERROR(merge_states(Tensor::zeros({2, 3, 2, 64}, DType::kInt32),
                                Tensor::zeros({2, 3, 2}, DType::kFloat32)),
                   "merge_states", "v");
+}
+
+// Upstream's Python widens the LSEs with s.to(torch.float32): 16-bit ones are accepted and
+// merged as their fp32 values; in place, the merged LSE goes to that copy, so the caller's
+// 16-bit s keeps its values while v is merged.
+TEST(MergeState, SixteenBitLsesAreWidenedAndAnInPlaceOneIsLeftAsItWas) {
+  Tensor va = Tensor::from_vector({1, 2, 3, 4}, {2, 1, 2}, DType::kFloat32);
+  Tensor vb = Tensor::from_vector({3, 6, 5, 6}, {2, 1, 2}, DType::kFloat32);
+  Tensor sa = Tensor::from_vector({0.5, -kInf}, {2, 1}, DType::kBFloat16);
+  Tensor sb = Tensor::from_vector({0.5, 2.0}, {2, 1}, DType::kFloat16);
+  auto [v, s] = merge_state(va, sa, vb, sb);
+  EXPECT_EQ(v.to_double_vector(), (std::vector<double>{2, 4, 5, 6}));
+  EXPECT_EQ(s.dtype(), DType::kFloat32);
+  EXPECT_EQ(s.to_double_vector(), (std::vector<double>{1.5, 2.0}));
+  Tensor vi = va.clone(), si = sa.clone();
+  merge_state_in_place(vi, si, vb, sb);
+  EXPECT_EQ(vi.to_double_vector(), (std::vector<double>{2, 4, 5, 6}));
+  EXPECT_EQ(si.to_double_vector(), (std::vector<double>{0.5, -kInf}));
+  auto [v2, s2] = merge_states(va.reshape({2, 1, 1, 2}), sa.reshape({2, 1, 1}));
+  EXPECT_EQ(s2.dtype(), DType::kFloat32);
+  EXPECT_EQ(s2.to_double_vector(), (std::vector<double>{0.5, -kInf}));
 }
 
 // ---- declarations, record and replay --------------------------------------------------------
@@ -234,6 +325,12 @@ TEST(MergeStatesCuda, MatchesCpu) {
                        mask.to(Device::cuda()));
   EXPECT_TRUE(testing::all_close(am, ac, testing::default_tolerance(DType::kBFloat16)));
   EXPECT_TRUE(testing::all_close(sam, sac, {1e-5, 1e-6}));
+  // Upstream's NaN and empty-state rules: the same values as the CPU's.
+  const std::vector<Tensor> cpu = merge_edge_cases(Device::cpu());
+  const std::vector<Tensor> gpu = merge_edge_cases(Device::cuda());
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_TRUE(testing::same_values(gpu[i], cpu[i])) << i;
 }
 
 }  // namespace

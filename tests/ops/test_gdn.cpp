@@ -188,18 +188,64 @@ TEST(GdnDecode, HandCheckedStep) {
 }
 
 // gated_delta_rule_decode on a K-major state is the pretranspose op on its transpose, bit for bit
-// (the CPU reference runs the same operations through the other strides).
+// (the CPU reference runs the same operations through the other strides) for bf16 operands
+// (pretranspose rounds fp16 ones to bf16 first: UpstreamCastsPretransposeAndMtpOperandsToBf16).
 TEST(GdnDecode, KMajorStateIsTheTransposeOfPretranspose) {
-  const DecodeIn in = decode_inputs(2, 1, 1, 2, 24, 40, 30, DType::kFloat16);
+  const DecodeIn in = decode_inputs(2, 1, 1, 2, 24, 40, 30);
   Tensor kmajor = rand_tensor({2, 2, 24, 40}, kF32, 31, -0.5, 0.5);
   Tensor klast = kmajor.transpose(2, 3).contiguous();
   auto [o1, s1] =
       gated_delta_rule_decode(in.q, in.k, in.v, kmajor, in.A_log, in.a, in.dt_bias, in.b, 0.3);
   auto [o2, s2] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, klast, in.A_log, in.a,
                                                        in.dt_bias, in.b, 0.3);
-  EXPECT_EQ(o1.dtype(), DType::kFloat16) << "the output takes q's dtype";
   EXPECT_TRUE(all_close(o1, o2, {0.0, 0.0}));
   EXPECT_TRUE(all_close(kmajor.transpose(2, 3), klast, {0.0, 0.0}));
+}
+
+// Upstream's pretranspose and MTP paths call as_bf16 (a rounding cast) on their operands before
+// the kernel: q, k, v always, the a / b gates except on the fp32-state one-token kernel. So fp16
+// q / k / v and fp32 gates give exactly what their bf16 roundings give; the K-major op keys its
+// kernel on the dtypes and computes with fp16 as it is (its output differs, and takes q's dtype).
+TEST(GdnDecode, UpstreamCastsPretransposeAndMtpOperandsToBf16) {
+  DecodeIn in = decode_inputs(2, 1, 1, 2, 24, 40, 30, DType::kFloat16);
+  in.a = rand_tensor({2, 1, 2}, kF32, 36, -1.0, 1.0);
+  in.b = rand_tensor({2, 1, 2}, kF32, 37, -2.0, 2.0);
+  auto bf = [](const Tensor& t) { return t.to(kBf); };
+  Tensor klast = rand_tensor({2, 2, 40, 24}, kF32, 31, -0.5, 0.5);
+  // fp32 state, T = 1: q / k / v rounded, the fp32 gates read as they are.
+  Tensor s1 = klast.clone(), s2 = klast.clone(), s3 = klast.clone();
+  auto [o1, r1] = gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, s1, in.A_log, in.a,
+                                                       in.dt_bias, in.b, 0.3);
+  auto [o2, r2] = gated_delta_rule_decode_pretranspose(
+      bf(in.q), bf(in.k), bf(in.v), s2, in.A_log, in.a, in.dt_bias, in.b, 0.3,
+      Tensor::zeros({2, 1, 2, 40}, DType::kFloat16));
+  EXPECT_EQ(o1.dtype(), DType::kFloat16) << "the output takes q's dtype";
+  EXPECT_TRUE(all_close(o1, o2, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(s1, s2, {0.0, 0.0}));
+  auto [o3, r3] = gated_delta_rule_decode_pretranspose(bf(in.q), bf(in.k), bf(in.v), s3, in.A_log,
+                                                       bf(in.a), in.dt_bias, bf(in.b), 0.3);
+  EXPECT_FALSE(all_close(s3, s1, {0.0, 0.0})) << "the gates are not rounded on this path";
+  // The K-major op computes with fp16 as it is.
+  Tensor kmajor = klast.transpose(2, 3).contiguous();
+  (void)gated_delta_rule_decode(in.q, in.k, in.v, kmajor, in.A_log, in.a, in.dt_bias, in.b, 0.3);
+  EXPECT_FALSE(all_close(kmajor.transpose(2, 3), s1, {0.0, 0.0}));
+  // MTP (fp32 pool): everything rounded, gates included.
+  const DecodeIn m = [&] {
+    DecodeIn x = decode_inputs(2, 3, 1, 2, 24, 40, 50, DType::kFloat16);
+    x.a = rand_tensor({2, 3, 2}, kF32, 56, -1.0, 1.0);
+    x.b = rand_tensor({2, 3, 2}, kF32, 57, -2.0, 2.0);
+    return x;
+  }();
+  Tensor pool = rand_tensor({3, 2, 40, 24}, kF32, 51, -0.5, 0.5);
+  Tensor read = Tensor::from_vector({2, 0}, {2}, DType::kInt32);
+  Tensor p1 = pool.clone(), p2 = pool.clone();
+  auto [m1, q1] = gated_delta_rule_mtp(m.q, m.k, m.v, p1, read, m.A_log, m.a, m.dt_bias, m.b, 0.3,
+                                       std::nullopt, std::nullopt, std::nullopt, false);
+  auto [m2, q2] = gated_delta_rule_mtp(
+      bf(m.q), bf(m.k), bf(m.v), p2, read, m.A_log, bf(m.a), m.dt_bias, bf(m.b), 0.3,
+      Tensor::zeros({2, 3, 2, 40}, DType::kFloat16), std::nullopt, std::nullopt, false);
+  EXPECT_TRUE(all_close(m1, m2, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(p1, p2, {0.0, 0.0}));
 }
 
 // Pool mode: slot r = initial_state_indices[b] read, output_state_indices[b] (or r) written, the

@@ -100,6 +100,39 @@ TEST(MmBf16, BiasStridedInputsAndOut) {
   EXPECT_TRUE(all_close(out, ref_bmm(a, b, 1.0, &bv), gemm_tol(DType::kFloat16, k)));
 }
 
+// Upstream's cuDNN backend (the default) takes any strides: a row-major b [k, n] and a
+// column-major a give the same numbers as the usual layouts. float32 output (upstream's cudnn,
+// cutlass, cutile and cuBLASLt without bias) keeps the fp32 sums; tgv is bf16-only.
+TEST(MmBf16, AnyLayoutOnCudnnAndFloat32Output) {
+  const int64_t m = 7, n = 24, k = 40;
+  Tensor a = Tensor::empty({m, k}, DType::kFloat32).normal_(11).to(DType::kBFloat16);
+  Tensor b = col_major(1, k, n, DType::kBFloat16, 12).select(0, 0);
+  const Tensor want = mm_bf16(a, b);
+  EXPECT_TRUE(all_close(mm_bf16(a, b.contiguous()), want.to_double_vector(), {0.0, 0.0}));
+  Tensor a_cm = a.transpose(0, 1).contiguous().transpose(0, 1);
+  EXPECT_TRUE(all_close(mm_bf16(a_cm, b.contiguous()), want.to_double_vector(), {0.0, 0.0}));
+  Tensor f = mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kFloat32);
+  ASSERT_EQ(f.dtype(), DType::kFloat32);
+  EXPECT_TRUE(all_close(f, ref_bmm(a, b, 1.0), {1e-5, 1e-5}));
+  Tensor bias = Tensor::empty({n}, DType::kFloat32).normal_(13).to(DType::kBFloat16);
+  const auto bv = bias.to_double_vector();
+  Tensor fb = mm_bf16(a, b, bias, false, std::nullopt, DType::kFloat32, "cutlass");
+  EXPECT_TRUE(all_close(fb, ref_bmm(a, b, 1.0, &bv), {1e-5, 1e-5}));
+  EXPECT_FI_ERROR(mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kFloat32, "tgv"),
+                  "mm_bf16", "out_dtype");
+  EXPECT_FI_ERROR(mm_bf16(a, b, bias, false, std::nullopt, DType::kFloat32, "cublaslt"), "mm_bf16",
+                  "out_dtype");
+  Tensor fo = Tensor::zeros({2, m, n}, DType::kFloat32);
+  Tensor A3 = Tensor::empty({2, m, k}, DType::kBFloat16);
+  Tensor B3 = Tensor::empty({2, n, k}, DType::kBFloat16).transpose(1, 2);
+  for (int64_t i = 0; i < 2; ++i) {
+    A3.select(0, i).copy_(a);
+    B3.select(0, i).copy_(b);
+  }
+  bmm_bf16(A3, B3, fo, DType::kFloat32);
+  EXPECT_TRUE(all_close(fo.select(0, 1), f.to_double_vector(), {1e-6, 1e-6}));
+}
+
 TEST(BmmBf16, MatchesFp64ReferenceOverShapes) {
   for (const auto& s : kShapes) {
     Tensor A =
@@ -322,7 +355,9 @@ TEST(GemmBadInput, ErrorsNameOpAndArgument) {
 
   Tensor a = Tensor::zeros({4, 32}, bf);
   Tensor b = Tensor::zeros({8, 32}, bf).transpose(0, 1);
-  EXPECT_FI_ERROR(mm_bf16(a, Tensor::zeros({32, 8}, bf)), "mm_bf16", "b");
+  EXPECT_FI_ERROR(
+      mm_bf16(a, Tensor::zeros({32, 8}, bf), std::nullopt, false, std::nullopt, bf, "cublaslt"),
+      "mm_bf16", "b");
   EXPECT_FI_ERROR(mm_bf16(a, Tensor::zeros({8, 16}, bf).transpose(0, 1)), "mm_bf16", "b");
   EXPECT_FI_ERROR(mm_bf16(a.to(DType::kFloat16), b), "mm_bf16", "a");
   EXPECT_FI_ERROR(mm_bf16(a, b, Tensor::zeros({4}, bf)), "mm_bf16", "bias");

@@ -641,6 +641,10 @@ TEST(TgvGemmSm100, MatchesFp64FormulaInBf16AndFp16) {
                  Tensor::full({4, 2}, 3.0, kBf).transpose(0, 1), Tensor::full({4}, 0.5, kBf), false,
                  o);
   EXPECT_EQ(dbl(o), std::vector<double>(4, 9.5));
+  // No bias (upstream passes None on to its optional bias): [1, 2] . [3, 3] = 9.
+  Tensor o2 = tgv_gemm_sm100(Tensor::from_vector({1, 2}, {1, 2}, kBf),
+                             Tensor::full({4, 2}, 3.0, kBf).transpose(0, 1), std::nullopt);
+  EXPECT_EQ(dbl(o2), std::vector<double>(4, 9.0));
 }
 
 // ---- bad input ------------------------------------------------------------------------------
@@ -685,9 +689,30 @@ TEST(GemmFp8BadInput, ErrorsNameOpAndArgument) {
                                         scales({1, 4}, 5), scales({1, 1}, 6), std::nullopt, 1,
                                         {1, 128, 128}, std::nullopt, std::nullopt, "trtllm"),
                   g, "a");
-  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a, b, ta, sb, "K", 1, {1, 128, 128}, std::nullopt,
-                                        std::nullopt, "trtllm"),
-                  g, "scale_major_mode");
+  // trtllm: e4m3 operands of one dtype, bf16 output only (upstream's kernel stores bf16 bits
+  // into any output dtype); scale_major_mode is not read ('K' runs like None).
+  Tensor a256 = fp8({4, 256}, kE4, 1), b256 = fp8({8, 256}, kE4, 2);
+  Tensor ta2 = scales({2, 4}, 5), tb2 = scales({1, 2}, 6);
+  EXPECT_TRUE(all_close(gemm_fp8_nt_groupwise(a256, b256, ta2, tb2, "K", 1, {1, 128, 128},
+                                              std::nullopt, std::nullopt, "trtllm"),
+                        gemm_fp8_nt_groupwise(a256, b256, ta2, tb2, std::nullopt, 1, {1, 128, 128},
+                                              std::nullopt, std::nullopt, "trtllm")
+                            .to_double_vector(),
+                        {0.0, 0.0}));
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a256, b256, ta2, tb2, std::nullopt, 1, {1, 128, 128},
+                                        std::nullopt, DType::kFloat16, "trtllm"),
+                  g, "out_dtype");
+  EXPECT_FI_ERROR(
+      gemm_fp8_nt_groupwise(a256, b256, ta2, tb2, std::nullopt, 1, {1, 128, 128},
+                            Tensor::zeros({4, 8}, DType::kFloat16), std::nullopt, "trtllm"),
+      g, "out");
+  EXPECT_FI_ERROR(gemm_fp8_nt_groupwise(a256, fp8({8, 256}, kE5, 2), ta2, tb2, std::nullopt, 1,
+                                        {1, 128, 128}, std::nullopt, std::nullopt, "trtllm"),
+                  g, "b");
+  EXPECT_FI_ERROR(
+      gemm_fp8_nt_groupwise(fp8({4, 256}, kE5, 1), fp8({8, 256}, kE5, 2), ta2, tb2, std::nullopt, 1,
+                            {1, 128, 128}, std::nullopt, std::nullopt, "trtllm"),
+      g, "a");
   // blockscaled: its scale shapes are 128x128 blocks.
   const char* bs = "gemm_fp8_nt_blockscaled";
   EXPECT_FI_ERROR(gemm_fp8_nt_blockscaled(a, b, sa, sb, "K"), bs, "a_scale");

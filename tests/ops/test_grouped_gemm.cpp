@@ -392,6 +392,28 @@ TEST(SegmentGemm, MatchesFp64BothLayouts) {
   EXPECT_LT(worst, 2e-2);
 }
 
+// Upstream's indptr comes from seg_lens.to(x): each length rounded through x's dtype. bf16 x,
+// seg_lens [257, 3]: 257 rounds to 256 (a tie, to even), so segment 0 is rows 0..255, segment 1
+// rows 256..258, and row 259 is in none (zero). The same call with seg_indptr [0, 256, 259, ...]
+// gives the same output; an fp16 length past 65504 (inf there) is refused.
+TEST(SegmentGemm, SegLensGoThroughTheDtypeOfX) {
+  const int64_t cum = 260, d_in = 8, d_out = 4;
+  Tensor x = rand_tensor({cum, d_in}, DType::kBFloat16, 31);
+  Tensor w = rand_tensor({2, d_in, d_out}, DType::kBFloat16, 32);
+  SegmentGEMMWrapper seg(Tensor::empty({1024}, DType::kUInt8));
+  Tensor by_lens = seg.run(x, w, 2, false, std::nullopt, i64({257, 3}));
+  Tensor by_indptr = seg.run(x, w, 2, false, std::nullopt, std::nullopt, i64({0, 256, 259}));
+  EXPECT_TRUE(same_values(by_lens, by_indptr));
+  for (double v : by_lens.select(0, cum - 1).to_double_vector()) EXPECT_EQ(v, 0.0);
+  // Row 256 took weights[1] (segment 1), as the rounded indptr says.
+  Tensor row256 =
+      seg.run(x.slice(0, 256, 257), w, 2, false, std::nullopt, std::nullopt, i64({0, 0, 1}));
+  EXPECT_TRUE(same_values(by_lens.slice(0, 256, 257), row256));
+  Tensor xh = rand_tensor({4, d_in}, DType::kFloat16, 33);
+  EXPECT_FI_ERROR(seg.run(xh, w.to(DType::kFloat16), 2, false, std::nullopt, i64({65520, 0})),
+                  "SegmentGEMMWrapper.run", "seg_lens");
+}
+
 TEST(SegmentGemm, BadInput) {
   const char* op = "SegmentGEMMWrapper.run";
   SegmentGEMMWrapper seg(Tensor::empty({16}, DType::kUInt8));
@@ -862,7 +884,12 @@ TEST(DeepGemmFp8, ContiguousAndMaskedMatchFp64) {
   // rows: expert 2, 2, 0, -1 (padding), 0, 1, ...
   const std::vector<int64_t> idx = {2, 2, 0, -1, 0, 1, 1, 1, -1, -1, 2, 0};
   const std::vector<double> A = a.to_double_vector(), Bv = b.to_double_vector();
-  const std::vector<double> SA = sa.to_double_vector(), SB = sb.to_double_vector();
+  // DeepGEMM reads fp32 scales as UE8M0 (upstream, SM100): each one's power of two rounded down.
+  auto ue8m0 = [](std::vector<double> v) {
+    for (double& x : v) x = std::exp2(std::floor(std::log2(x)));
+    return v;
+  };
+  const std::vector<double> SA = ue8m0(sa.to_double_vector()), SB = ue8m0(sb.to_double_vector());
   std::vector<double> ref(static_cast<std::size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i) {
     const int64_t e = idx[static_cast<std::size_t>(i)];
@@ -924,6 +951,32 @@ TEST(DeepGemmFp8, ContiguousAndMaskedMatchFp64) {
                   "b");
   EXPECT_FI_ERROR(batch_deepgemm_fp8_nt_groupwise(a3, b, sa3, sb.slice(0, 0, 2), i32(mm), 2), op2,
                   "b_scale");
+  // bf16 output only (upstream: "d must be bfloat16").
+  EXPECT_FI_ERROR(group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(idx), {1, 128, 128},
+                                                  std::nullopt, DType::kFloat16),
+                  op, "out_dtype");
+  EXPECT_FI_ERROR(group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(idx), {1, 128, 128},
+                                                  Tensor::zeros({m, n}, DType::kFloat16)),
+                  op, "out");
+}
+
+// Hand-checked: ones [128, 128] x ones [1, 128, 128] with a_scale 1.5 and b_scale 1 sums 128
+// ones times 1 (1.5 as UE8M0 is 2^0), not 192; a scale of 0.75 counts as 0.5 (64), the user's
+// scale tensors are left as they were.
+TEST(DeepGemmFp8, ScalesAreReadAsUe8m0) {
+  Tensor a = Tensor::full({128, 128}, 1.0, DType::kFloat8E4M3FN);
+  Tensor b = Tensor::full({1, 128, 128}, 1.0, DType::kFloat8E4M3FN);
+  Tensor sa = Tensor::full({128, 1}, 1.5, DType::kFloat32);
+  Tensor sb = Tensor::full({1, 1, 1}, 1.0, DType::kFloat32);
+  const std::vector<int64_t> idx(128, 0);
+  Tensor out = group_deepgemm_fp8_nt_groupwise(a, b, sa, sb, i32(idx));
+  for (double v : out.to_double_vector()) ASSERT_EQ(v, 128.0);
+  EXPECT_EQ(sa.to_double_vector()[0], 1.5);
+  Tensor sb3 = Tensor::full({1, 1, 1}, 0.75, DType::kFloat32);
+  Tensor out3 = batch_deepgemm_fp8_nt_groupwise(a.reshape({1, 128, 128}), b,
+                                                Tensor::full({1, 128, 1}, 1.0, DType::kFloat32),
+                                                sb3, i32({128}), 128);
+  for (double v : out3.to_double_vector()) ASSERT_EQ(v, 64.0);
 }
 
 // ---- declarations, backends, record/replay --------------------------------------------------
@@ -1869,14 +1922,16 @@ record("group_gemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
        ref.to(torch.bfloat16))
 
 # 8. group_deepgemm_fp8_nt_groupwise: per-token a scales, rows by m_indices (-1: padding rows,
-# left as they were in the given out).
+# left as they were in the given out). DeepGEMM (SM100) reads each fp32 scale as UE8M0, its
+# exponent byte: the power of two at or below it.
+ue8m0 = lambda s: torch.exp2(torch.floor(torch.log2(s)))
 M = 12
 mi = torch.tensor([3, 3, 0, -1, 0, 7, 7, 7, -1, 1, 1, 5], dtype=torch.int32)
 ac = fp8_codes((M, K))
 sa = torch.rand(M, K // 128) * 0.5 + 0.25
 sbd = torch.rand(E, N // 128, K // 128) * 0.5 + 0.25
-ad = E4M3[ac.long()] * sa.repeat_interleave(128, 1)
-bdd = lambda e: E4M3[bc[e].long()] * sbd[e].repeat_interleave(128, 0).repeat_interleave(128, 1)
+ad = E4M3[ac.long()] * ue8m0(sa).repeat_interleave(128, 1)
+bdd = lambda e: E4M3[bc[e].long()] * ue8m0(sbd[e]).repeat_interleave(128, 0).repeat_interleave(128, 1)
 junk = (torch.randn(M, N) * 50).to(torch.bfloat16)
 res = junk.clone()
 for i in range(M):
@@ -1896,7 +1951,7 @@ res = junk.clone()
 for e in range(E):
     r = int(mm3[e])
     if r:
-        res[e, :r] = ((E4M3[a3[e, :r].long()] * sa3[e, :r].repeat_interleave(128, 1)) @ bdd(e).T).to(torch.bfloat16)
+        res[e, :r] = ((E4M3[a3[e, :r].long()] * ue8m0(sa3[e, :r]).repeat_interleave(128, 1)) @ bdd(e).T).to(torch.bfloat16)
 record("batch_deepgemm_fp8_nt_groupwise", "flashinfer.gemm.gemm_base",
        {"arg_0": ("fp8", a3), "arg_1": ("fp8", bc), "arg_2": sa3, "arg_3": sbd,
         "arg_4": mm3, "kwarg_out": junk}, {"arg_5": 2}, res)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/rope_rules.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
@@ -302,6 +303,60 @@ TEST(Rope, CosSinCacheMatchesFormula) {
   }
 }
 
+// The cos/sin-cache forms give upstream's bits: each rotated value is fma(x, c, -rn(y s)) (or
+// + rn(x s)) with fast math's flushing (kernels::rope_rotate), rounded once to the dtype; on the
+// scalar tier (libm's fmaf, explicit flushes) and the AVX2 / AVX-512 tiers (vectorized FMA under
+// MXCSR's DAZ / FTZ) alike. A bf16 subnormal at position 0 (cos 1, sin 0) rotates to zero.
+TEST(Rope, CosSinCacheIsUpstreamsFmaWithFlushOnEveryTier) {
+  const int64_t nnz = 5, hq = 3, hk = 1, hs = 64, rotary = 48, max_pos = 32;
+  Tensor cache = make_cache(max_pos, rotary, 1e4);
+  const std::vector<int64_t> pos = {0, 31, 7, 1, 19};
+  Tensor positions = index_tensor(pos, DType::kInt64);
+  for (bool neox : {true, false}) {
+    Tensor query = rand_tensor({nnz, hq * hs}, DType::kBFloat16, 21, -4.0, 4.0);
+    Tensor key = rand_tensor({nnz, hk * hs}, DType::kBFloat16, 22, -4.0, 4.0);
+    // Token 0, head 0: dim 0 a subnormal, its partner zero.
+    auto* qb = static_cast<uint16_t*>(query.data_ptr());
+    qb[0] = 0x0001;
+    qb[neox ? rotary / 2 : 1] = 0;
+    const auto cv = cache.to_double_vector();
+    auto expected = [&](const Tensor& x, int64_t heads) {
+      const auto* in = static_cast<const uint16_t*>(x.data_ptr());
+      std::vector<uint16_t> out(in, in + x.numel());
+      for (int64_t t = 0; t < nnz; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t base = (t * heads + h) * hs;
+          for (int64_t i = 0; i < rotary / 2; ++i) {
+            const int64_t ia = neox ? i : 2 * i, ib = neox ? i + rotary / 2 : 2 * i + 1;
+            const float c = static_cast<float>(cv[pos[t] * rotary + i]);
+            const float sn = static_cast<float>(cv[pos[t] * rotary + rotary / 2 + i]);
+            float ao, bo;
+            kernels::rope_rotate(bfloat16_bits_to_float(in[base + ia]),
+                                 bfloat16_bits_to_float(in[base + ib]), c, sn, &ao, &bo);
+            out[base + ia] = float_to_bfloat16_bits(ao);
+            out[base + ib] = float_to_bfloat16_bits(bo);
+          }
+        }
+      }
+      return out;
+    };
+    const auto want_q = expected(query, hq), want_k = expected(key, hk);
+    EXPECT_EQ(want_q[0], 0u) << "the subnormal is flushed";
+    for (auto tier : {kernels::cpu::CpuIsa::kScalar, kernels::cpu::CpuIsa::kAvx2,
+                      kernels::cpu::CpuIsa::kAvx512}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (neox ? "neox" : "interleaved") << " tier " << static_cast<int>(tier));
+      kernels::cpu::set_cpu_isa_cap(tier);
+      auto [qo, ko] = apply_rope_with_cos_sin_cache(positions, query, key, hs, cache, neox);
+      kernels::cpu::set_cpu_isa_cap(kernels::cpu::CpuIsa::kAvx512);
+      const auto* gq = static_cast<const uint16_t*>(qo.data_ptr());
+      const auto* gk = static_cast<const uint16_t*>(ko.data_ptr());
+      EXPECT_EQ(std::vector<uint16_t>(gq, gq + qo.numel()), want_q);
+      EXPECT_EQ(std::vector<uint16_t>(gk, gk + ko.numel()), want_k);
+    }
+  }
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(Rope, BadInputPosIds) {
@@ -557,17 +612,22 @@ TEST(RopeRules, FrequencyAndRotation) {
   // Llama 3.1's smoothing: s = clamp(f a + b, 0, 1) blends f / scale and f; s = 1 keeps f.
   p.smooth_a = 1.0, p.smooth_b = 0.0;
   EXPECT_EQ(kernels::rope_pair_frequency(p, 0), 1.0);
-  // a' = a c - b s, b' = b c + a s, each step rounded once (no fused multiply-add).
+  // a' = a c - b s, b' = b c + a s in upstream's arithmetic: fma(a, c, -rn(b s)).
   float ao, bo;
   kernels::rope_rotate(1.0f, 2.0f, 0.5f, 0.25f, &ao, &bo);
   EXPECT_EQ(ao, 0.0f);
   EXPECT_EQ(bo, 1.25f);
-  // 1 + 2^-23 times itself needs the fused form to keep its last bit: a*c - b*s rounds each
-  // product first (2^-22 + 2^-46 rounds to 2^-22 ... (1 + 2^-22) - 1 = 2^-22), the fused form
-  // would give 2^-22 + 2^-46.
-  const float e = 1.0f + std::ldexp(1.0f, -23);
-  kernels::rope_rotate(e, 1.0f, e, 1.0f, &ao, &bo);
-  EXPECT_EQ(ao, std::ldexp(1.0f, -22));
+  // u = 1 + 2^-12: u * u = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11 (a tie, to even). The first
+  // product is fused: u u - 1 keeps its 2^-24; the second is rounded: 1 - u u loses it.
+  const float u = 1.0f + std::ldexp(1.0f, -12);
+  kernels::rope_rotate(u, 1.0f, u, 1.0f, &ao, &bo);
+  EXPECT_EQ(ao, std::ldexp(1.0f, -11) + std::ldexp(1.0f, -24));
+  kernels::rope_rotate(1.0f, u, 1.0f, u, &ao, &bo);
+  EXPECT_EQ(ao, -std::ldexp(1.0f, -11));
+  // Subnormals are flushed (fast math's .ftz): +-2^-130 rotated by angle 0 are zeros.
+  kernels::rope_rotate(std::ldexp(1.0f, -130), -std::ldexp(1.0f, -130), 1.0f, 0.0f, &ao, &bo);
+  EXPECT_EQ(ao, 0.0f);
+  EXPECT_EQ(bo, 0.0f);
 }
 
 // Computed angles past rope_sincos's range: the CPU reference refuses (the CUDA kernel would

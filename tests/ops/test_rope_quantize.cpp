@@ -160,6 +160,11 @@ TEST(RopeQuantizeFp8, OutputsNoneNopeAndTheMlaName) {
   EXPECT_EQ(std::get<2>(d).shape(), (Shape{nnz, 2, 0}));
   EXPECT_EQ(std::get<3>(d).shape(), (Shape{nnz, 0}));
   EXPECT_EQ(codes(std::get<0>(d)), codes(std::get<0>(a)));
+  // mla_rope_quantize_fp8 forwards None nope parts the same way (upstream's Python).
+  auto e = mla_rope_quantize_fp8(q, k, std::nullopt, std::nullopt, cs, pos, true, std::nullopt, 1.5,
+                                 0.5);
+  EXPECT_EQ(std::get<3>(e).shape(), (Shape{nnz, 0}));
+  EXPECT_EQ(codes(std::get<1>(e)), codes(std::get<1>(a)));
 }
 
 TEST(RopeQuantizeFp8, BadInput) {

@@ -208,6 +208,73 @@ TEST(RopeQuantizeAppend, BadInputAndBackends) {
   EXPECT_EQ(op_has_backend(kOp, DeviceType::kCUDA), cuda_compiled());
 }
 
+Tensor i64(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kInt64);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+// Upstream's kernel returns before touching a token whose batch index is negative (padding):
+// no cache slot is written and the caller's q output rows of that token keep their bytes. Its
+// Python converts the index arrays with .int(): int64 ones give the same call.
+void check_padding_tokens_skipped(Device dev) {
+  Layout L;
+  MlaCase c(L, 300);
+  const std::vector<int32_t> bi = {0, -1, 1, -1, 0};
+  auto run = [&](bool int64, Tensor& ckv, Tensor& kpe, Tensor& qro, Tensor& qno) {
+    auto idx = [&](const std::vector<int32_t>& v) { return (int64 ? i64(v) : i32(v)).to(dev); };
+    rope_quantize_fp8_append_paged_kv_cache(
+        c.qr.to(dev), c.kr.to(dev), c.qn.to(dev), c.kn.to(dev), std::nullopt, c.cs.to(dev),
+        c.pids.to(dev), PagedKVCache(ckv, kpe), idx(L.indices), idx(L.indptr), idx(bi), idx(L.pos),
+        true, std::nullopt, 1.0, 1.0, L.ps, "NHD", qro, qno);
+  };
+  auto fresh = [&](DType dt, const Shape& sh) { return Tensor::full(sh, 3.0, dt).to(dev); };
+  Tensor ckv = c.ckv.to(dev), kpe = c.kpe.to(dev);
+  Tensor qro = fresh(DType::kFloat8E4M3FN, c.qr.shape()),
+         qno = fresh(DType::kFloat8E4M3FN, c.qn.shape());
+  run(false, ckv, kpe, qro, qno);
+  // Reference: the three real tokens alone, through rope_quantize_fp8.
+  auto [qr_all, kr_all, qn_all, kn_all] = rope_quantize_fp8(c.qr, c.kr, c.qn, c.kn, c.cs, c.pids);
+  const Tensor hc = ckv.to(Device::cpu()), hk = kpe.to(Device::cpu());
+  const Tensor hqr = qro.to(Device::cpu()), hqn = qno.to(Device::cpu());
+  for (int64_t i = 0; i < MlaCase::kNnz; ++i) {
+    const auto [page, slot] = L.slot(i);
+    for (int64_t e = 0; e < MlaCase::kNope; ++e) {
+      const uint8_t want = bi[i] < 0 ? 0 : byte_at(kn_all, {i, e});
+      EXPECT_EQ(byte_at(hc, {page, slot, e}), want) << i << " " << e;
+    }
+    for (int64_t e = 0; e < MlaCase::kRope; ++e) {
+      const uint8_t want = bi[i] < 0 ? 0 : byte_at(kr_all, {i, e});
+      EXPECT_EQ(byte_at(hk, {page, slot, e}), want) << i << " " << e;
+    }
+    // q rows: a padding token's keep the caller's 3.0 (e4m3 0x44).
+    for (int64_t h = 0; h < MlaCase::kHeads; ++h) {
+      for (int64_t e = 0; e < MlaCase::kRope; ++e) {
+        EXPECT_EQ(byte_at(hqr, {i, h, e}), bi[i] < 0 ? 0x44 : byte_at(qr_all, {i, h, e}));
+      }
+      EXPECT_EQ(byte_at(hqn, {i, h, 0}), bi[i] < 0 ? 0x44 : byte_at(qn_all, {i, h, 0}));
+    }
+  }
+  // int64 index arrays: the same bytes.
+  Tensor ckv2 = c.ckv.to(dev), kpe2 = c.kpe.to(dev);
+  Tensor qro2 = fresh(DType::kFloat8E4M3FN, c.qr.shape()),
+         qno2 = fresh(DType::kFloat8E4M3FN, c.qn.shape());
+  run(true, ckv2, kpe2, qro2, qno2);
+  EXPECT_TRUE(testing::same_values(ckv2, ckv));
+  EXPECT_TRUE(testing::same_values(kpe2, kpe));
+  EXPECT_TRUE(testing::same_values(qro2, qro));
+  EXPECT_TRUE(testing::same_values(qno2, qno));
+}
+
+TEST(RopeQuantizeAppend, PaddingTokensAreSkippedAndInt64IndicesAccepted) {
+  check_padding_tokens_skipped(Device::cpu());
+}
+
+TEST(RopeQuantizeAppendCuda, PaddingTokensAreSkippedAndInt64IndicesAccepted) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  check_padding_tokens_skipped(Device::cuda());
+}
+
 // On the device: the same q outputs and the same cache bytes as the CPU reference, GQA in both
 // layouts and fp8 kinds (with and without a nope part) and MLA; a bad slot is an Error before
 // any write.

@@ -3,7 +3,9 @@
 // the states of disjoint key sets gives the attention over their union:
 //   m = max(s_a, s_b), w_x = 2^(s_x - m), v = (w_a v_a + w_b v_b) / (w_a + w_b),
 //   s = m + log2(w_a + w_b), in fp32. A state with s = -inf (no keys) has no weight; merging
-// only such states gives v = 0, s = -inf, never NaN.
+// only such states gives v = 0, s = -inf. Upstream's edge rules are kept (docs/ATTENTION.md): a
+// NaN s weighs 0 (the max is fmaxf's), a weightless state's v is still multiplied in (0 * NaN is
+// NaN), and merge_states folds its states in order, copying a single one through as it is.
 #pragma once
 
 #include <optional>

@@ -13,9 +13,11 @@ namespace flashinfer {
 /// out = a @ b (+ bias).
 ///   a    [m, k] bf16, row-major (stride(1) == 1).
 ///   b    [k, n] bf16, column-major (stride(0) == 1): pass the transpose of an [n, k] weight.
-///   bias optional [n] bf16 (upstream: TGV backend only; here added in fp32 on every backend).
+///        backend "cudnn" (the default) takes any strides of a and b, as upstream's cuDNN graph.
+///   bias optional [n] bf16, added in fp32 on every backend here.
 ///   pdl  programmatic dependent launch; no effect on the numbers.
-///   out  optional [m, n] of out_dtype (bf16 or fp16), written and returned.
+///   out  optional [m, n] of out_dtype (bf16, fp16, or fp32 except on "tgv" / "tinygemm" /
+///        "cute-dsl" and "cublaslt" with bias, as upstream), written and returned.
 ///   backend "cudnn" | "cutlass" | "tgv" | "auto"; on CUDA this build runs "cudnn" and "auto"
 ///   through cuBLASLt (sm80+). CPU tensors run the CPU reference (OpenBLAS sgemm).
 Tensor mm_bf16(const Tensor& a, const Tensor& b, std::optional<Tensor> bias = std::nullopt,

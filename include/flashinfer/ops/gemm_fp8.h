@@ -105,10 +105,11 @@ Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const 
                  std::string_view backend = "auto");
 
 /// TGV GEMM (upstream: SM100/103 only): out = a @ b + bias with fp32 accumulation, the bias
-/// added in fp32 before the one rounding. a [M, K] row-major, b [K, N] column-major, bias [N],
-/// all bf16 or all fp16; out optional [M, N] of a's dtype. pdl: no effect on the numbers.
-Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, const Tensor& bias, bool pdl = false,
-                      std::optional<Tensor> out = std::nullopt);
+/// added in fp32 before the one rounding. a [M, K] row-major, b [K, N] column-major, bias [N] or
+/// None (upstream passes None on to its optional bias), all bf16 or all fp16; out optional
+/// [M, N] of a's dtype. pdl: no effect on the numbers.
+Tensor tgv_gemm_sm100(const Tensor& a, const Tensor& b, std::optional<Tensor> bias,
+                      bool pdl = false, std::optional<Tensor> out = std::nullopt);
 
 // ---- flashinfer.gemm.routergemm: fixed-shape bf16 router GEMMs (out is written, None returned) --
 

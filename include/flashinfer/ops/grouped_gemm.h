@@ -133,7 +133,8 @@ Tensor moe_gemm_mxfp8_nt_groupwise(
 /// DeepGEMM's contiguous grouped FP8 GEMM: row i of a goes to expert m_indices[i] (-1: a padding
 /// row, not computed and not written). a [m, k] e4m3, a_scale [m, k/128] fp32 (per token, 1x128),
 /// b [B, n, k] e4m3, b_scale [B, n/128, k/128] fp32 (128x128); scale_granularity_mnk (1, 128,
-/// 128). out [m, n] bf16 (new: zero-filled). CPU reference only.
+/// 128). Each scale counts as its power of two rounded down (UE8M0, as upstream's SM100 DeepGEMM
+/// reads fp32 scales). out [m, n] bf16 only (new: zero-filled). CPU reference only.
 Tensor group_deepgemm_fp8_nt_groupwise(
     const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
     const Tensor& m_indices,
@@ -152,6 +153,7 @@ Tensor batch_deepgemm_fp8_nt_groupwise(
 
 /// Segment GEMM (LoRA-style): y[seg i] = x[seg i] @ W[weight_indices[i] or i], W [d_in, d_out]
 /// (weight_column_major false) or [d_out, d_in] (true, y = x @ W^T). CPU reference only.
+/// seg_lens go through x's dtype first, as upstream's `seg_lens.to(x)` (bf16: 257 rows -> 256).
 class SegmentGEMMWrapper : public ApiObject {
  public:
   /// float_workspace_buffer: upstream's CUTLASS scratch (kept, not used by the CPU reference).

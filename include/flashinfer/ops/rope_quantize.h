@@ -34,12 +34,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> rope_quantize_fp8(
     std::string_view backend = "cuda");
 
 /// rope_quantize_fp8 with the MLA layout: k_rope [nnz, rope_dim], k_nope [nnz, kv_lora_rank]
-/// (2-D, one latent key head), q_nope required.
+/// (2-D, one latent key head). q_nope / k_nope may be None, as upstream forwards them to
+/// rope_quantize_fp8 (zero-width nope parts).
 std::tuple<Tensor, Tensor, Tensor, Tensor> mla_rope_quantize_fp8(
-    const Tensor& q_rope, const Tensor& k_rope, const Tensor& q_nope, const Tensor& k_nope,
-    const Tensor& cos_sin_cache, const Tensor& pos_ids, bool is_neox = true,
-    std::optional<DType> quantize_dtype = std::nullopt, double quant_scale_q = 1.0,
-    double quant_scale_kv = 1.0, std::optional<Tensor> q_rope_out = std::nullopt,
+    const Tensor& q_rope, const Tensor& k_rope, std::optional<Tensor> q_nope,
+    std::optional<Tensor> k_nope, const Tensor& cos_sin_cache, const Tensor& pos_ids,
+    bool is_neox = true, std::optional<DType> quantize_dtype = std::nullopt,
+    double quant_scale_q = 1.0, double quant_scale_kv = 1.0,
+    std::optional<Tensor> q_rope_out = std::nullopt,
     std::optional<Tensor> k_rope_out = std::nullopt,
     std::optional<Tensor> q_nope_out = std::nullopt,
     std::optional<Tensor> k_nope_out = std::nullopt, bool enable_pdl = false);

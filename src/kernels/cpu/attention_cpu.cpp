@@ -13,6 +13,7 @@
 #include "flashinfer/float_formats.h"
 #include "kernels/cpu/cpu_avx512.h"
 #include "kernels/dtype_dispatch.h"
+#include "kernels/merge_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -430,35 +431,56 @@ void run_attention(const AttentionParams& p, const PosEncoding& pe) {
   }
 }
 
+// The public merges, by upstream's rules (kernels/merge_rules.h): two states given apart
+// (merge_state, merge_state_in_place) merge as a pair; stacked ones (merge_states) fold in order.
 template <class T>
 void run_merge(const MergeParams& p) {
   const int64_t d = p.head_dim;
   const int64_t items = p.seq * p.num_heads;
 #pragma omp parallel if (items * p.num_states * d >= (1 << 15))
   {
-    std::vector<float> acc(static_cast<std::size_t>(d)), tmp(static_cast<std::size_t>(d));
+    std::vector<float> acc(static_cast<std::size_t>(d));
 #pragma omp for schedule(static)
     for (int64_t x = 0; x < items; ++x) {
       const int64_t n = x / p.num_heads, h = x % p.num_heads;
       if (p.mask && !p.mask[n]) continue;
-      float s = kNegInf;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t k = 0; k < p.num_states; ++k) {
-        const T* v;
-        float sk;
-        if (k == 1 && p.v_b) {
-          v = static_cast<const T*>(p.v_b) + n * p.vb_stride_n + h * p.vb_stride_h;
-          sk = p.s_b[n * p.sb_stride_n + h * p.sb_stride_h];
-        } else {
-          v = static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k + h * p.v_stride_h;
-          sk = p.s[n * p.s_stride_n + k * p.s_stride_k + h * p.s_stride_h];
+      auto state_v = [&](int64_t k) -> const T* {
+        if (k == 1 && p.v_b)
+          return static_cast<const T*>(p.v_b) + n * p.vb_stride_n + h * p.vb_stride_h;
+        return static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k + h * p.v_stride_h;
+      };
+      auto state_s = [&](int64_t k) {
+        if (k == 1 && p.s_b) return p.s_b[n * p.sb_stride_n + h * p.sb_stride_h];
+        return p.s[n * p.s_stride_n + k * p.s_stride_k + h * p.s_stride_h];
+      };
+      float s_out;
+      if (p.num_states == 0) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        s_out = kNegInf;
+      } else if (p.num_states == 1) {
+        const T* v = state_v(0);
+        for (int64_t i = 0; i < d; ++i) acc[i] = to_float(v[i]);
+        s_out = state_s(0);
+      } else if (p.v_b) {
+        const MergePair m = merge_pair(state_s(0), state_s(1));
+        const T *va = state_v(0), *vb = state_v(1);
+        for (int64_t i = 0; i < d; ++i)
+          acc[i] = m.a_scale * to_float(va[i]) + m.b_scale * to_float(vb[i]);
+        s_out = m.s;
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        MergeFold f;
+        for (int64_t k = 0; k < p.num_states; ++k) {
+          f.fold(state_s(k));
+          const T* v = state_v(k);
+          for (int64_t i = 0; i < d; ++i) acc[i] = acc[i] * f.f_prev + to_float(v[i]) * f.f_new;
         }
-        for (int64_t i = 0; i < d; ++i) tmp[i] = to_float(v[i]);
-        merge_into(s, acc.data(), sk, tmp.data(), d);
+        const float scale = f.out_scale();
+        for (int64_t i = 0; i < d; ++i) acc[i] *= scale;
+        s_out = f.lse();
       }
-      if (s == kNegInf) std::fill(acc.begin(), acc.end(), 0.0f);
       store_row(static_cast<T*>(p.v_out) + n * p.vo_stride_n + h * p.vo_stride_h, acc.data(), d);
-      p.s_out[n * p.so_stride_n + h * p.so_stride_h] = s;
+      p.s_out[n * p.so_stride_n + h * p.so_stride_h] = s_out;
     }
   }
 }

@@ -42,7 +42,7 @@ void load_row(const GdnParams& p, const void* base, int64_t off, bool norm,
               std::vector<float>& out) {
   float ss = 0.0f;
   for (int64_t i = 0; i < p.K; ++i) {
-    out[i] = load_or_fp32(base, p.io_dtype, off + i);
+    out[i] = gdn::via_bf16(load_or_fp32(base, p.io_dtype, off + i), p.qkv_via_bf16);
     ss += out[i] * out[i];
   }
   if (!norm) return;
@@ -113,8 +113,9 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
     float decay = 1.0f, beta = 1.0f;
     if (p.decode_gates) {
       const float dtb = load_or_fp32(p.dt_bias, p.dt_bias_dtype, h);
-      decay = gdn::decode_decay(gate(p.a, n, tok, h), dtb, p.A_log[h]);
-      beta = gdn::decode_beta(gate(p.b, n, tok, h));
+      decay =
+          gdn::decode_decay(gdn::via_bf16(gate(p.a, n, tok, h), p.gates_via_bf16), dtb, p.A_log[h]);
+      beta = gdn::decode_beta(gdn::via_bf16(gate(p.b, n, tok, h), p.gates_via_bf16));
     } else {
       if (p.g.data) decay = gate(p.g, n, tok, h);
       if (p.beta.data) beta = gate(p.beta, n, tok, h);
@@ -127,7 +128,8 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
         row[k] *= decay;
         pred += row[k] * kk[k];
       }
-      const float u = (load_or_fp32(p.v, p.io_dtype, v_off + v) - pred) * beta;
+      const float u =
+          (gdn::via_bf16(load_or_fp32(p.v, p.io_dtype, v_off + v), p.qkv_via_bf16) - pred) * beta;
       float o = 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         row[k] += kk[k] * u;

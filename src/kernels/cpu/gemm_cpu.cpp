@@ -83,8 +83,24 @@ void store_rows(const float* c, const GemmParams& p, void* out) {
 uint16_t round_bf16(float v) { return float_to_bfloat16_bits(v); }
 uint16_t round_f16(float v) { return float_to_half_bits(v); }
 
+// fp32 out (mm_bf16 / bmm_bf16's float32 output): the sums (with bias) as they are.
+void store_rows_f32(const float* c, const GemmParams& p, void* out) {
+  auto* o = static_cast<float*>(out);
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* ci = c + i * p.n;
+    float* oi = o + i * p.out_stride_m;
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float b =
+          p.bias ? elem_io::load_or_fp32(p.bias, p.bias_dtype, j * p.bias_stride) : 0.0f;
+      oi[j * p.out_stride_n] = p.bias ? ci[j] + b : ci[j];
+    }
+  }
+}
+
 void store_out(const float* c, const GemmParams& p, void* out) {
-  if (p.out_dtype == DType::kBFloat16) {
+  if (p.out_dtype == DType::kFloat32) {
+    store_rows_f32(c, p, out);
+  } else if (p.out_dtype == DType::kBFloat16) {
     store_rows<round_bf16>(c, p, out);
   } else {
     store_rows<round_f16>(c, p, out);
@@ -570,6 +586,8 @@ bool small_m_path(const GemmParams& p, float alpha, CpuIsa isa) {
 void gemm_with(const GemmParams& p, GemmPath path, CpuIsa isa) {
   const float alpha = (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
   isa = std::min(isa, detected_cpu_isa());
+  // fp32 out: the paths below round to 16 bits in their epilogues; the sgemm one stores floats.
+  if (p.out_dtype == DType::kFloat32) return sgemm_path(p, alpha);
   const bool small =
       path == GemmPath::kSmallM || (path == GemmPath::kAuto && p.m <= kGemmSmallMMax);
   if (small && small_m_path(p, alpha, isa)) return;

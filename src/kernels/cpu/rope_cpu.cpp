@@ -5,7 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include <xmmintrin.h>
+
 #include "flashinfer/error.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_row_io.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/rope_rules.h"
@@ -24,6 +27,60 @@ std::vector<double> pair_frequencies(const RopeParams& p) {
   return f;
 }
 
+// One head's rotation over fp32 row buffers in upstream's arithmetic (kernels/rope_rules.h):
+// c and s come flushed (rope_tokens), the row is flushed here, then rope_rotate_flushed. Its
+// fmaf is libm's here (exact, one call a value); rotate_row_fma is the vectorized form.
+template <bool kInterleave>
+void rotate_row(float* __restrict in, float* __restrict out, const float* __restrict c,
+                const float* __restrict s, int64_t half) {
+  for (int64_t i = 0; i < 2 * half; ++i) in[i] = ftz_f32(in[i]);
+  if constexpr (kInterleave) {
+    for (int64_t i = 0; i < half; ++i) {
+      rope_rotate_flushed(in[2 * i], in[2 * i + 1], c[i], s[i], &out[2 * i], &out[2 * i + 1]);
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      rope_rotate_flushed(in[i], in[i + half], c[i], s[i], &out[i], &out[i + half]);
+    }
+  }
+}
+
+// The same with FMA instructions, vectorized: fma(x, c, -(y * s)) and fma(y, c, x * s), with
+// MXCSR's DAZ and FTZ set around the loop for fast math's flushing (subnormal operands read as
+// zeros, subnormal results written as zeros, signs kept), instead of a blend per value.
+__attribute__((target("avx2,fma"))) void rotate_row_fma(bool interleave, const float* __restrict in,
+                                                        float* __restrict out,
+                                                        const float* __restrict c,
+                                                        const float* __restrict s, int64_t half) {
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+  if (interleave) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = in[2 * i], b = in[2 * i + 1];
+      out[2 * i] = std::fmaf(a, c[i], -(b * s[i]));
+      out[2 * i + 1] = std::fmaf(b, c[i], a * s[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = in[i], b = in[i + half];
+      out[i] = std::fmaf(a, c[i], -(b * s[i]));
+      out[i + half] = std::fmaf(b, c[i], a * s[i]);
+    }
+  }
+  _mm_setcsr(csr);
+}
+
+void rotate_row_any(bool fma, bool interleave, float* in, float* out, const float* c,
+                    const float* s, int64_t half) {
+  if (fma) {
+    rotate_row_fma(interleave, in, out, c, s, half);
+  } else if (interleave) {
+    rotate_row<true>(in, out, c, s, half);
+  } else {
+    rotate_row<false>(in, out, c, s, half);
+  }
+}
+
 struct HeadLayout {
   int64_t heads, stride_n, stride_h, stride_d;
 };
@@ -37,20 +94,13 @@ void rotate_heads(const T* x, T* y, int64_t heads, int64_t ish, int64_t isd, int
                   const float* __restrict s, float* __restrict in, float* __restrict out) {
   const int64_t half = p.rotary_dim / 2;
   const bool unit = isd == 1 && osd == 1;
+  const bool fma = cpu_isa() >= CpuIsa::kAvx2;  // AVX2 tier: FMA included (cpu_isa.h)
   for (int64_t h = 0; h < heads; ++h) {
     const T* xh = x + h * ish;
     T* yh = y + h * osh;
     if (unit) {
       rowio::load_row(xh, 1, p.rotary_dim, in);
-      if (p.interleave) {
-        for (int64_t i = 0; i < half; ++i) {
-          rope_rotate(in[2 * i], in[2 * i + 1], c[i], s[i], &out[2 * i], &out[2 * i + 1]);
-        }
-      } else {
-        for (int64_t i = 0; i < half; ++i) {
-          rope_rotate(in[i], in[i + half], c[i], s[i], &out[i], &out[i + half]);
-        }
-      }
+      rotate_row_any(fma, p.interleave, in, out, c, s, half);
       rowio::store_row(yh, 1, p.rotary_dim, out);
       if (!p.inplace) {
         std::memcpy(yh + p.rotary_dim, xh + p.rotary_dim,
@@ -112,6 +162,7 @@ void rope_tokens(const RopeParams& p) {
           s[i] = static_cast<float>(sv);
         }
       }
+      for (int64_t i = 0; i < half; ++i) c[i] = ftz_f32(c[i]), s[i] = ftz_f32(s[i]);
       rotate_heads(q + t * p.q_stride_n, qo + t * p.q_out_stride_n, p.num_q_heads, p.q_stride_h,
                    p.q_stride_d, p.q_out_stride_h, p.q_out_stride_d, p, c.data(), s.data(),
                    in.data(), out.data());

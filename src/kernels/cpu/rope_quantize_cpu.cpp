@@ -2,6 +2,7 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/rope_rules.h"
 
 namespace flashinfer::kernels::cpu {
 namespace {
@@ -38,12 +39,13 @@ void rope_quantize(const RopeQuantizeParams& p) {
           if (part.rope) {
             const int64_t j = p.interleave ? i / 2 : (i < half ? i : i - half);
             const float c = cs[j], s = cs[half + j];
+            // Upstream's arithmetic (kernels/rope_rules.h): fma(x, c, rn(+-other * s)).
             if (p.interleave) {
-              y = (i % 2 == 0) ? x * c - load(part.in, p.in_dtype, in + i + 1) * s
-                               : x * c + load(part.in, p.in_dtype, in + i - 1) * s;
+              y = (i % 2 == 0) ? rope_rotate_one(x, c, -load(part.in, p.in_dtype, in + i + 1), s)
+                               : rope_rotate_one(x, c, load(part.in, p.in_dtype, in + i - 1), s);
             } else {
-              y = i < half ? x * c - load(part.in, p.in_dtype, in + i + half) * s
-                           : x * c + load(part.in, p.in_dtype, in + i - half) * s;
+              y = i < half ? rope_rotate_one(x, c, -load(part.in, p.in_dtype, in + i + half), s)
+                           : rope_rotate_one(x, c, load(part.in, p.in_dtype, in + i - half), s);
             }
           }
           out[i] = to_fp8(y * part.scale, p.out_dtype);

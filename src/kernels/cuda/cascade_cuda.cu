@@ -4,12 +4,14 @@
 
 #include "kernels/cuda/attention_cuda_common.cuh"
 #include "kernels/cuda/cascade_cuda.h"
+#include "kernels/merge_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
 
-// Block per (row, head); threads stride over head_dim. Two passes over the states: the max of
-// the LSEs, then the weighted sum (weights 2^(s - max), -inf states weigh 0).
+// Block per (row, head); threads stride over head_dim, each folding the states for its dims by
+// upstream's rules (kernels/merge_rules.h): a pair given apart (merge_state, in place or not),
+// else a fold over the stacked states (merge_states), one state copied through.
 template <class T>
 __global__ void merge_states_kernel(MergeParams p) {
   const int64_t n = blockIdx.x, h = blockIdx.y;
@@ -23,29 +25,38 @@ __global__ void merge_states_kernel(MergeParams p) {
       return static_cast<const T*>(p.v_b) + n * p.vb_stride_n + h * p.vb_stride_h;
     return static_cast<const T*>(p.v) + n * p.v_stride_n + k * p.v_stride_k + h * p.v_stride_h;
   };
-  float s_max = -INFINITY;
-  for (int64_t k = 0; k < p.num_states; ++k) s_max = fmaxf(s_max, state_s(k));
-  float wsum = 0.0f;
-  if (s_max != -INFINITY) {
-    for (int64_t k = 0; k < p.num_states; ++k) wsum += exp2f(state_s(k) - s_max);
+  const bool pair = p.num_states == 2 && p.v_b;
+  const MergePair mp = pair ? merge_pair(state_s(0), state_s(1)) : MergePair{0.0f, 0.0f, 0.0f};
+  float s_out = -INFINITY;
+  if (pair) {
+    s_out = mp.s;
+  } else if (p.num_states == 1) {
+    s_out = state_s(0);
+  } else if (p.num_states > 1) {
+    MergeFold f;
+    for (int64_t k = 0; k < p.num_states; ++k) f.fold(state_s(k));
+    s_out = f.lse();
   }
   // In place (v_out == v): every thread reads its own dims before writing them.
   T* out = static_cast<T*>(p.v_out) + n * p.vo_stride_n + h * p.vo_stride_h;
   for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    if (wsum > 0.0f) {
+    if (pair) {
+      acc = mp.a_scale * to_f32(state_v(0)[d]) + mp.b_scale * to_f32(state_v(1)[d]);
+    } else if (p.num_states == 1) {
+      acc = to_f32(state_v(0)[d]);
+    } else if (p.num_states > 1) {
+      MergeFold f;
       for (int64_t k = 0; k < p.num_states; ++k) {
-        const float wk = exp2f(state_s(k) - s_max);
-        if (wk > 0.0f) acc += wk * to_f32(state_v(k)[d]);
+        f.fold(state_s(k));
+        acc = acc * f.f_prev + to_f32(state_v(k)[d]) * f.f_new;
       }
-      acc /= wsum;
+      acc *= f.out_scale();
     }
     out[d] = from_f32<T>(acc);
   }
   __syncthreads();  // all reads of s done before thread 0 overwrites it (in place)
-  if (threadIdx.x == 0) {
-    p.s_out[n * p.so_stride_n + h * p.so_stride_h] = wsum > 0.0f ? s_max + log2f(wsum) : -INFINITY;
-  }
+  if (threadIdx.x == 0) p.s_out[n * p.so_stride_n + h * p.so_stride_h] = s_out;
 }
 
 // Block per appended row; threads copy (head, dim) elements of K and V. The copy moves bits

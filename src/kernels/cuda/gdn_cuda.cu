@@ -41,13 +41,13 @@ __device__ __forceinline__ void store_fp32_row(float* dst, const float (&row)[KJ
 
 // A q or k row (K values, lane-strided) as fp32, normalized when `norm`.
 template <class IO, int KJ>
-__device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, float (&x)[KJ],
-                                        int lane) {
+__device__ __forceinline__ void load_qk(const IO* base, int64_t K, bool norm, bool via_bf16,
+                                        float (&x)[KJ], int lane) {
   float ss = 0.0f;
   FLASHINFER_UNROLL
   for (int j = 0; j < KJ; ++j) {
     const int64_t k = j * 32 + lane;
-    x[j] = k < K ? to_f32(base[k]) : 0.0f;
+    x[j] = k < K ? gdn::via_bf16(to_f32(base[k]), via_bf16) : 0.0f;
     ss += x[j] * x[j];
   }
   if (!norm) return;
@@ -139,10 +139,10 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
     float q[KJ], kk[KJ];
     load_qk<IO, KJ>(static_cast<const IO*>(p.q) + n * p.q_stride_seq + tok * p.q_stride_tok +
                         qh * p.q_stride_head,
-                    K, p.l2norm, q, lane);
+                    K, p.l2norm, p.qkv_via_bf16, q, lane);
     load_qk<IO, KJ>(static_cast<const IO*>(p.k) + n * p.k_stride_seq + tok * p.k_stride_tok +
                         kh * p.k_stride_head,
-                    K, p.l2norm, kk, lane);
+                    K, p.l2norm, p.qkv_via_bf16, kk, lane);
     if (!p.scale_output) {
       FLASHINFER_UNROLL
       for (int j = 0; j < KJ; ++j) q[j] *= p.scale;
@@ -152,10 +152,13 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
       const GdnGateRef& a = p.a;
       const GdnGateRef& b = p.b;
       decay = gdn::decode_decay(
-          load_any(a.data, n * a.stride_seq + tok * a.stride_tok + h * a.stride_head, a.dtype), dtb,
-          A);
-      beta = gdn::decode_beta(
-          load_any(b.data, n * b.stride_seq + tok * b.stride_tok + h * b.stride_head, b.dtype));
+          gdn::via_bf16(
+              load_any(a.data, n * a.stride_seq + tok * a.stride_tok + h * a.stride_head, a.dtype),
+              p.gates_via_bf16),
+          dtb, A);
+      beta = gdn::decode_beta(gdn::via_bf16(
+          load_any(b.data, n * b.stride_seq + tok * b.stride_tok + h * b.stride_head, b.dtype),
+          p.gates_via_bf16));
     } else {
       if (p.g.data) {
         decay = static_cast<const float*>(p.g.data)[tok * p.g.stride_tok + h * p.g.stride_head];
@@ -165,8 +168,10 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
             p.beta.data)[tok * p.beta.stride_tok + h * p.beta.stride_head];
       }
     }
-    const float vv = to_f32(static_cast<const IO*>(
-        p.v)[n * p.v_stride_seq + tok * p.v_stride_tok + vh * p.v_stride_head + v]);
+    const float vv = gdn::via_bf16(
+        to_f32(static_cast<const IO*>(
+            p.v)[n * p.v_stride_seq + tok * p.v_stride_tok + vh * p.v_stride_head + v]),
+        p.qkv_via_bf16);
     // Lanes past K keep s = 0 (an inf u or decay times their 0 would be NaN in the sums).
     float pred = 0.0f;
     FLASHINFER_UNROLL

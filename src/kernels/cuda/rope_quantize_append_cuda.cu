@@ -15,6 +15,7 @@ __global__ void paged_fp8_append_kernel(PagedFp8AppendParams p) {
        x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t e = x % width, h = (x / width) % p.heads, i = x / width / p.heads;
     const int64_t page = p.slots[2 * i], s = p.slots[2 * i + 1];
+    if (page < 0) continue;  // a padding token (negative batch index): nothing written
     const int64_t row = i * p.heads + h;
     if (p.mla) {
       // ckv_cache [pages, page_size, nope] takes k_nope, kpe_cache [pages, page_size, rope] k_rope.

@@ -3,6 +3,7 @@
 // them into FMAs: the fp32 values, and so the fp8 codes, match the CPU reference bit for bit.
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/rope_quantize_cuda.h"
+#include "kernels/rope_rules.h"
 
 namespace flashinfer::kernels::cuda {
 namespace {
@@ -34,8 +35,7 @@ __global__ void rope_quantize_kernel(RopeQuantizeParams p) {
         minus = i < half;
         other = to_f32(x[minus ? i + half : i - half]);
       }
-      const float a = __fmul_rn(y, c), b = __fmul_rn(other, s);
-      y = minus ? __fsub_rn(a, b) : __fadd_rn(a, b);
+      y = rope_rotate_one(y, c, minus ? -other : other, s);  // upstream's FMA form
       if (!pos_ok) y = __int_as_float(0x7fc00000);
     }
     // __nv_fp8_* from float: round to nearest even, saturating to the finite range (NaN stays).
