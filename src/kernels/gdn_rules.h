@@ -12,11 +12,13 @@
 namespace flashinfer::kernels::gdn {
 
 /// Upstream's decode gates: softplus(x) = log(1 + exp(x)) for x <= 20, x above (torch's
-/// threshold; log1p keeps the small values log(1 + e) rounds away). decay = exp(-exp(A_log) *
+/// threshold), evaluated as upstream's kernels write it (gdn_kernels/_softplus.py: the sum 1 +
+/// exp(x) rounded to fp32 before the log, so x below about -17 gives 0; upstream's exp and log
+/// are fast-math approximations, ours the accurate ones). decay = exp(-exp(A_log) *
 /// softplus(a + dt_bias)).
 FLASHINFER_HD float decode_decay(float a, float dt_bias, float A_log) {
   const float x = a + dt_bias;
-  const float sp = x <= 20.0f ? log1pf(expf(x)) : x;
+  const float sp = x <= 20.0f ? logf(1.0f + expf(x)) : x;
   return expf(-expf(A_log) * sp);
 }
 

@@ -22,6 +22,7 @@
 #endif
 #include "flashinfer/replay.h"
 #include "flashinfer/tensor_io.h"
+#include "kernels/gdn_rules.h"
 #include "ops/op_test_util.h"
 #include "util/gdn_chunk_emulation.h"
 #include "util/test_util.h"
@@ -161,6 +162,15 @@ TEST(GdnDecode, PretransposeMatchesFp64Recurrence) {
     EXPECT_TRUE(all_close(out, ref.out, {1e-3, 8e-3})) << "l2norm " << l2norm;
     EXPECT_TRUE(all_close(state, ref.state, {2e-5, 2e-5})) << "l2norm " << l2norm;
   }
+}
+
+// The decode gate as upstream's kernels evaluate it: softplus = log(1 + exp(x)) with the sum
+// rounded to fp32, so a + dt_bias = -20 gives softplus 0 and a decay of exactly 1 (log1p would
+// keep exp(-20) and give 1 - 2e-9 * exp(A_log), here 1 - 1.1e-7: not 1); above 20 softplus is x.
+TEST(GdnDecode, DecayIsUpstreamsLogOfOnePlusExp) {
+  EXPECT_EQ(kernels::gdn::decode_decay(-20.0f, 0.0f, 4.0f), 1.0f);
+  EXPECT_EQ(kernels::gdn::decode_decay(25.0f, 0.0f, 0.0f), std::exp(-25.0f));
+  EXPECT_FLOAT_EQ(kernels::gdn::decode_decay(0.0f, 0.0f, 0.0f), 0.5f);  // exp(-log 2)
 }
 
 // One step by hand: K = V = 2, A_log = a = dt_bias = 0 (decay exp(-ln 2) = 0.5), b = 0 (beta
