@@ -57,13 +57,15 @@ DefaultStream& default_stream() {
   return s;
 }
 
-// As upstream's get_seed_and_offset: the offset advances by `increment` rounded up to a multiple
-// of 4 and the advanced value is the one used.
+// As upstream 0.7.4's get_seed_and_offset: the call draws at the current offset, which then
+// advances by `increment` rounded up to a multiple of 4 ("reserve this call's range"; 0.6.18
+// drew at the advanced value).
 std::pair<uint64_t, uint64_t> draw_seed_offset(uint64_t increment) {
   DefaultStream& s = default_stream();
   std::lock_guard<std::mutex> lock(s.mu);
+  const uint64_t at = s.offset;
   s.offset += (increment + 3) / 4 * 4;
-  return {s.seed, s.offset};
+  return {s.seed, at};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ SamplingRows base_rows(const Tensor& input, const std::optional<Tensor>& indices
 }
 
 // A per-row threshold tensor: one entry per output row; one read at the input row (indices[b])
-// needs at least one per input row (upstream's kernel would read past a shorter one).
+// one per input row (upstream 0.7.4's check_tensor_param: the probabilities' row count).
 void check_threshold_tensor(const Tensor& t, const SamplingRows& rows, bool at_src_row,
                             const Tensor& ref, std::initializer_list<DType> dtypes, const char* op,
                             const char* arg) {
@@ -155,10 +157,10 @@ void check_threshold_tensor(const Tensor& t, const SamplingRows& rows, bool at_s
     return;
   }
   check_1d_tensor(t, ref, dtypes, op, arg);
-  FLASHINFER_CHECK(t.size(0) >= rows.args.src_rows, op, arg,
-                   "is read at the input rows (indices[b]), as upstream's kernel reads it, so it "
-                   "needs at least ",
-                   rows.args.src_rows, " entries, got ", t.size(0));
+  FLASHINFER_CHECK(t.size(0) == rows.args.src_rows, op, arg,
+                   "is read at the input rows (indices[b]), as upstream's kernel reads it: one "
+                   "entry per input row (",
+                   rows.args.src_rows, "), got ", t.size(0));
 }
 
 void apply_top_k(SamplingRows& rows, const ScalarOrTensor<int64_t>& top_k, const Tensor& input,
@@ -544,21 +546,22 @@ struct Filters {
 // Everything a sampler needs, checked, with seed/offset resolved.
 SamplingRows prepare_sampling(const char* op, const char* input_name, const Tensor& input,
                               const std::optional<Tensor>& indices, Filters f, bool check_nan,
-                              const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind,
-                              bool top_k_at_input_row = false) {
+                              const SeedArg& seed, const SeedArg& offset, SamplingKind rng_kind) {
   check_input(input, op, input_name);
   SamplingRows rows = base_rows(input, indices, op);
-  // Where upstream 0.6.18's kernels read a per-row threshold when indices map output row b to
-  // input row indices[b]: top_p (top-p and joint samplers) and the joint sampler's top_k at the
-  // input row; the top-k sampler's top_k and min_p at the output row. "top_k_first" filters the
-  // input's rows with top_k[row] before top-p samples through indices (top_k_at_input_row).
+  // Where upstream 0.7.4's kernels read a per-row threshold when indices map output row b to
+  // input row indices[b]: top_p, top_k and min_p all at the input row (0.6.18 read the top-k
+  // sampler's top_k and min_p at the output row; upstream PR 5340). "top_k_first" filters the
+  // input's rows with top_k[row] before top-p samples through indices.
   rows.args.top_p_by_src_row = true;
-  rows.args.top_k_by_src_row = top_k_at_input_row || rng_kind == SamplingKind::kTopKTopP;
+  rows.args.top_k_by_src_row = true;
+  rows.args.min_p_by_src_row = true;
   if (f.top_k) apply_top_k(rows, *f.top_k, input, op);
   if (f.top_p) apply_top_p(rows, *f.top_p, input, op);
   if (f.min_p) {
-    apply_float(rows, *f.min_p, &kernels::SamplingRowArgs::min_p, input, op, "min_p", "[0, 1]",
-                [](double v) { return v >= 0.0 && v <= 1.0; });
+    apply_float(
+        rows, *f.min_p, &kernels::SamplingRowArgs::min_p, input, op, "min_p", "[0, 1]",
+        [](double v) { return v >= 0.0 && v <= 1.0; }, rows.args.min_p_by_src_row);
   }
   check_seed_offset(seed, offset, rows.batch, input, op);
   if (check_nan) check_no_nan(input, op, input_name);
@@ -647,7 +650,7 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
   // Upstream's composition: top_k_renorm_probs over the input's rows, then top-p sampling
   // through indices.
   const SamplingRows rows = prepare_sampling(op, "probs", probs, indices, f, check_nan, seed,
-                                             offset, SamplingKind::kTopP, true);
+                                             offset, SamplingKind::kTopP);
   const SamplingRows in_rows = input_rows(rows);
   const Intermediates tmp(probs.device(), in_rows.batch, probs.size(1), {probs.dtype()});
   launch_filter_into(op, probs, in_rows, FilterKind::kTopKRenorm, tmp[0]);
@@ -718,7 +721,7 @@ Tensor softmax_impl(const Tensor& logits, const std::optional<ScalarOrTensor<dou
   SamplingRows rows = base_rows(logits, std::nullopt, op);
   if (temperature) {
     apply_float(rows, *temperature, &kernels::SamplingRowArgs::temperature, logits, op,
-                "temperature", "(0, inf)", [](double v) { return v > 0.0 && std::isfinite(v); });
+                "temperature", "[0, inf)", [](double v) { return v >= 0.0 && std::isfinite(v); });
   }
   return launch_softmax(op, logits, rows, enable_pdl);
 }
@@ -792,19 +795,20 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
                    "must not overlap maybe_output_accepted_token_num");
   FLASHINFER_CHECK(seed.has_value() == offset.has_value(), op, seed ? "offset" : "seed",
                    "seed and offset must be given together");
-  // A seed or offset: an integer, or a one-element int32/int64 tensor. One on the CPU is read
-  // here; one on the probabilities' device is read by the kernel (row_arg_int(seed, 0)), so a CUDA
-  // call never waits for it.
-  auto one_int = [&](const ScalarOrTensor<int64_t>& a, const char* arg) -> kernels::RowArg {
+  // A seed or offset: an integer, or an int32/int64 tensor of one entry (every request) or one
+  // per request (read at the request's row, as upstream 0.7.4's kernel does; 0.6.18 read element
+  // 0). A tensor on the probabilities' device is read by the kernel, so a CUDA call never waits
+  // for it.
+  Tensor seed_keep, offset_keep;
+  auto per_row = [&](const ScalarOrTensor<int64_t>& a, const char* arg,
+                     Tensor& keep) -> kernels::RowArg {
     if (!a.is_tensor()) return int_arg(a.scalar());
-    // Upstream accepts one entry or one per request and reads element 0.
     FLASHINFER_CHECK(a.tensor().numel() == 1 || (a.tensor().dim() == 1 && a.tensor().size(0) == b),
                      op, arg, "expected an integer or a tensor of 1 or ", b, " elements");
     api::check_dtype_in(a.tensor(), {DType::kInt64, DType::kInt32}, op, arg);
-    const Tensor t = a.tensor().reshape({a.tensor().numel()}).slice(0, 0, 1);
-    if (t.device().is_cpu()) return int_arg(api::host_ints(t)[0]);
-    api::check_same_device(t, draft_probs, op, arg, "draft_probs");
-    return tensor_arg(t);
+    keep = a.tensor().reshape({a.tensor().numel()});
+    if (!keep.device().is_cpu()) api::check_same_device(keep, draft_probs, op, arg, "draft_probs");
+    return tensor_arg(keep);
   };
   // The draft ids index the probability rows: checked here on the CPU, so a bad id is an Error;
   // a CUDA call's ids are only seen by the kernel, which clamps the column it reads
@@ -835,12 +839,12 @@ std::tuple<Tensor, Tensor, Tensor> chain_spec_impl(const Tensor& draft_probs,
   p.vocab = v;
   if (b > 0) {
     if (seed) {
-      p.seed = one_int(*seed, "seed");
-      p.offset = one_int(*offset, "offset");
+      p.seed = per_row(*seed, "seed", seed_keep);
+      p.offset = per_row(*offset, "offset", offset_keep);
     } else {
       check_capture_has_seed(draft_probs, op);
-      // Upstream's increment: batch * (n + 1) words.
-      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(b * (n + 1)));
+      // Upstream 0.7.4's increment: batch * (n + 2) words (0.6.18: n + 1).
+      const auto [s, o] = draw_seed_offset(static_cast<uint64_t>(b * (n + 2)));
       p.seed = int_arg(static_cast<int64_t>(s));
       p.offset = int_arg(static_cast<int64_t>(o));
     }

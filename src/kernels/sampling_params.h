@@ -40,8 +40,8 @@ struct RowArg {
 /// Every per-row argument of a call. `indices` without data means output row b reads input
 /// row b; with data, indices[b] clamped to [0, src_rows). Arguments an op has not keep their
 /// defaults (top_p 1, min_p 0, temperature 1).
-/// seed and offset: element 0 of a tensor for every row, as upstream 0.6.18's kernels read them
-/// (the Philox subsequence is the output row).
+/// seed and offset: a tensor of one entry for every row, of one per output row at that row, as
+/// upstream 0.7.4's kernels read them (the Philox subsequence is the output row).
 struct SamplingRowArgs {
   RowArg indices;
   int64_t src_rows = 0;  // rows of the input (>= 1 when there are output rows)
@@ -51,6 +51,7 @@ struct SamplingRowArgs {
   // upstream's kernels read them there (api/sampling.cpp, prepare_sampling).
   bool top_k_by_src_row = false;
   bool top_p_by_src_row = false;
+  bool min_p_by_src_row = false;
   RowArg min_p = {nullptr, DType::kFloat32, 0, 0, 0.0f};
   RowArg temperature = {nullptr, DType::kFloat32, 0, 0, 1.0f};
   RowArg seed;

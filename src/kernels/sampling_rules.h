@@ -84,17 +84,29 @@ FLASHINFER_HD int64_t sampling_src_row(const SamplingRowArgs& a, int64_t b) {
   return i < 0 ? 0 : i >= a.src_rows ? a.src_rows - 1 : i;
 }
 
+/// A logit over the temperature as upstream 0.7.4's softmax computes it: times 1 / T (0 when T
+/// is 0, a uniform row), the product rounded on its own (its __fmul_rn: never fused into a
+/// following subtraction).
+FLASHINFER_HD float sampling_inv_temperature(float t) { return t == 0.0f ? 0.0f : 1.0f / t; }
+FLASHINFER_HD float sampling_scaled_logit(float x, float inv_t) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, inv_t);
+#else
+  return x * inv_t;
+#endif
+}
+
 /// Every value of output row b, read from where each argument is. The one definition of "the
 /// value of row b" for the CPU reference and the CUDA kernels.
 FLASHINFER_HD SamplingRow sampling_row(const SamplingRowArgs& a, int64_t b) {
   SamplingRow r;
   r.src_row = sampling_src_row(a, b);
-  // Upstream reads element 0 of a seed or offset tensor for every row.
-  r.seed = static_cast<uint64_t>(row_arg_int(a.seed, 0));
-  r.offset = static_cast<uint64_t>(row_arg_int(a.offset, 0));
+  // Upstream 0.7.4 reads a seed or offset tensor at the output row (one entry: every row).
+  r.seed = static_cast<uint64_t>(row_arg_int(a.seed, b));
+  r.offset = static_cast<uint64_t>(row_arg_int(a.offset, b));
   r.top_k = sampling_top_k(row_arg_int(a.top_k, a.top_k_by_src_row ? r.src_row : b));
   r.top_p = row_arg_float(a.top_p, a.top_p_by_src_row ? r.src_row : b);
-  r.min_p = row_arg_float(a.min_p, b);
+  r.min_p = row_arg_float(a.min_p, a.min_p_by_src_row ? r.src_row : b);
   r.temperature = row_arg_float(a.temperature, b);
   return r;
 }

@@ -45,7 +45,8 @@ struct SpecProbs {
 
 /// One request's acceptance chain: draft i is accepted while spec_accept(u, draft, target) holds
 /// (one draw each, `probs(i)` giving draft i's probabilities); from the first rejected position
-/// `pos` to the end each position is tested again with a fresh draw, to count the accepted ones.
+/// `pos` to the end each position is tested again with a fresh draw, to count the accepted ones
+/// (pos itself drawn but not counted, as upstream 0.7.4).
 /// Writes the accepted drafts to out[0, pos) and -1 to out(pos, n], adds the accepted count to
 /// *acc and pos to *emi, and returns pos (out[pos], the residual's token, is the caller's). ids
 /// and out are the request's rows.
@@ -65,8 +66,13 @@ FLASHINFER_HD int64_t spec_accept_chain(int64_t n, const Id* ids, Probs probs, U
       break;
     }
   }
+  // Upstream 0.7.4: the first rejected position's draw is made again (the stream advances as
+  // before) but not counted; 0.6.18 counted it.
   int64_t accepted = pos;
-  for (int64_t i = pos; i < n; ++i) accepted += accept(i);
+  for (int64_t i = pos; i < n; ++i) {
+    const bool ok = accept(i);
+    if (i != pos && ok) ++accepted;
+  }
   *acc = static_cast<Id>(*acc + accepted);
   *emi = static_cast<Id>(*emi + pos);
   for (int64_t i = pos + 1; i <= n; ++i) out[i] = static_cast<Id>(-1);

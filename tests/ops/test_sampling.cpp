@@ -30,6 +30,7 @@
 #include "flashinfer/replay.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_params.h"
+#include "kernels/sampling_rules.h"
 #include "util/test_util.h"
 #if FLASHINFER_TEST_HAVE_CUDART
 #include <cuda_runtime.h>
@@ -466,6 +467,12 @@ TEST(Softmax, GoldenAndFormula) {
   EXPECT_TRUE(all_close(softmax(x), {0.25, 0.75}, {1e-7, 1e-6}));
   const double r3 = std::sqrt(3.0);
   EXPECT_TRUE(all_close(softmax(x, 2.0), {1 / (1 + r3), r3 / (1 + r3)}, {1e-7, 1e-6}));
+  // Upstream 0.7.4 scales by 1 / T (each product rounded): temperature 0 gives a uniform row.
+  EXPECT_TRUE(all_close(softmax(x, 0.0), {0.5, 0.5}, {0.0, 0.0}));
+  // x = 5, T = 0.7: 5 * fp32(1 / 0.7) = 7.1428576, where 5 / 0.7 rounds to 7.1428571.
+  EXPECT_EQ(kernels::sampling_scaled_logit(5.0f, kernels::sampling_inv_temperature(0.7f)),
+            5.0f * (1.0f / 0.7f));
+  EXPECT_NE(5.0f * (1.0f / 0.7f), 5.0f / 0.7f);
 
   for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     Tensor logits = Tensor::empty({5, 300}, dt);
@@ -816,23 +823,24 @@ TEST(Samplers, FiltersNeverViolated) {
     rows[u] = as_f32(rows[u]);
   }
   const Tensor probs = make_rows(rows);
-  std::vector<int64_t> idx(B), ks(B);
-  std::vector<double> tps(B), mps(B);
-  for (int64_t b = 0; b < B; ++b) {
-    idx[b] = (b * 7) % U;
-    ks[b] = 1 + (b * 13) % 40;
+  // Thresholds per input row (upstream 0.7.4 reads them at indices[b], one entry per probs row).
+  std::vector<int64_t> idx(B), ks(U);
+  std::vector<double> tps(U), mps(U);
+  for (int64_t b = 0; b < B; ++b) idx[b] = (b * 7) % U;
+  for (int64_t u = 0; u < U; ++u) {
+    ks[u] = 1 + (u * 13 + 5) % 40;
     // midpoints between sorted cumulative masses / between sorted ratios: wide margins.
-    std::vector<double> s = rows[idx[b]];
+    std::vector<double> s = rows[u];
     std::sort(s.rbegin(), s.rend());
-    const std::size_t at = 1 + static_cast<std::size_t>((b * 11) % 60);
+    const std::size_t at = 1 + static_cast<std::size_t>((u * 11 + 7) % 60);
     double c = 0;
     for (std::size_t i = 0; i < at; ++i) c += s[i];
-    tps[b] = c + s[at] * 0.5;
-    mps[b] = (s[at] + s[at + 1]) * 0.5 / s[0];
+    tps[u] = c + s[at] * 0.5;
+    mps[u] = (s[at] + s[at + 1]) * 0.5 / s[0];
   }
   const Tensor it = int_tensor(idx), kt = int_tensor(ks, DType::kInt64);
-  const Tensor pt = Tensor::from_vector(tps, {B}, DType::kFloat32);
-  const Tensor mt = Tensor::from_vector(mps, {B}, DType::kFloat32);
+  const Tensor pt = Tensor::from_vector(tps, {U}, DType::kFloat32);
+  const Tensor mt = Tensor::from_vector(mps, {U}, DType::kFloat32);
   const int64_t seed = 99, off = 1000;
   const auto sk = ints(top_k_sampling_from_probs(probs, kt, it, true, false, seed, off).samples);
   const auto sp = ints(top_p_sampling_from_probs(probs, pt, it, true, false, seed, off).samples);
@@ -844,17 +852,16 @@ TEST(Samplers, FiltersNeverViolated) {
                .samples);
   int64_t bad = 0;
   for (int64_t b = 0; b < B; ++b) {
-    // Upstream's reading of per-row thresholds through indices: the top-k sampler's top_k and
-    // min_p at the output row b; top_p, and top_k in "joint" and "top_k_first", at the input row
-    // r = idx[b] (tps[r] was chosen for row idx[r] = r).
+    // Upstream 0.7.4's reading of per-row thresholds through indices: top_k, top_p and min_p
+    // all at the input row r = idx[b] (0.6.18 read the top-k sampler's top_k and min_p at the
+    // output row).
     const int64_t r = idx[b];
     const auto& p = rows[r];
-    const auto kk = top_k_keep(p, ks[b]);
     const auto kp = top_p_keep(p, tps[r]);
     const auto kr = top_k_keep(p, ks[r]);
-    bad += !kk[sk[b]];
+    bad += !kr[sk[b]];
     bad += !kp[sp[b]];
-    bad += !min_p_keep(p, mps[b])[sm[b]];
+    bad += !min_p_keep(p, mps[r])[sm[b]];
     bad += !(kr[sj[b]] && kp[sj[b]]);
     // top_k_first applies top_p to the renormalized top-k, where tps has no chosen margin:
     // allow 1e-5 of fp32 summation slack there.
@@ -896,8 +903,8 @@ TEST(Samplers, ChiSquareProbs) {
       renorm(k4, top_p_keep(k4, 0.6))));
   // A per-row top-k of 2 in joint mode: top-k is the binding filter.
   EXPECT_TRUE(chi_square_ok(
-      ints(top_k_top_p_sampling_from_probs(probs, int_tensor(std::vector<int64_t>(kDraws, 2)), 0.7,
-                                           idx, "joint", true, false, seed, 0)
+      ints(top_k_top_p_sampling_from_probs(probs, int_tensor(std::vector<int64_t>(1, 2)), 0.7, idx,
+                                           "joint", true, false, seed, 0)
                .samples),
       renorm(p, top_k_keep(p, 2))));
 }
@@ -941,20 +948,27 @@ TEST(Samplers, DeterministicForFixedSeedAndOffset) {
   EXPECT_EQ(ints(top_k_top_p_sampling_from_probs(probs, 6, 0.8, idx, "joint", true, false, sb, o1)
                      .samples),
             run(5, 8));
-  // A seed tensor with one entry a row: element 0 serves every row, as upstream 0.6.18's kernels
-  // read it (each row still draws from its own Philox subsequence, the output row).
+  // A seed tensor with one entry a row: row b draws with seed[b] and offset[b], as upstream
+  // 0.7.4's kernels read them (0.6.18 read element 0 for every row); each row's Philox
+  // subsequence is still its output row, so row b equals row b of a scalar call with its pair.
   const Tensor two = make_rows({kDist});
   const Tensor i2 = int_tensor({0, 0});
   const auto a = ints(sampling_from_logits(two, i2, true, false, int_tensor({1, 2}, DType::kInt64),
                                            int_tensor({0, 9}, DType::kInt64)));
-  EXPECT_EQ(a, ints(sampling_from_logits(two, i2, true, false, 1, 0)));
+  EXPECT_EQ(a[0], ints(sampling_from_logits(two, i2, true, false, 1, 0))[0]);
+  EXPECT_EQ(a[1], ints(sampling_from_logits(two, i2, true, false, 2, 9))[1]);
   std::vector<int64_t> seeds(kDraws), offsets(kDraws);
   for (int64_t i = 0; i < kDraws; ++i) seeds[i] = 5 + i, offsets[i] = 8 + 4 * i;
-  EXPECT_EQ(
+  const auto per_row =
       ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int_tensor(seeds, DType::kInt64),
                                      int_tensor(offsets, DType::kInt64))
-               .samples),
-      ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, 5, 8).samples));
+               .samples);
+  for (int64_t i : {int64_t{0}, int64_t{7}, kDraws - 1}) {
+    EXPECT_EQ(per_row[i],
+              ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, seeds[i], offsets[i])
+                       .samples)[i])
+        << i;
+  }
 }
 
 TEST(Samplers, DefaultStreamAdvancesLikeUpstream) {
@@ -963,16 +977,18 @@ TEST(Samplers, DefaultStreamAdvancesLikeUpstream) {
   sampling_manual_seed(4242);
   const auto first = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
   const auto second = ints(top_p_sampling_from_probs(probs, 0.9, idx).samples);
-  // The default stream uses the offset after advancing it by 32 words per row (rounded to 4).
-  EXPECT_EQ(first,
-            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 320).samples));
+  // The default stream draws at its offset, then advances it by 32 words per row (rounded to 4),
+  // as upstream 0.7.4's get_seed_and_offset (0.6.18 drew at the advanced offset).
+  EXPECT_EQ(first, ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 0).samples));
   EXPECT_EQ(second,
-            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 640).samples));
+            ints(top_p_sampling_from_probs(probs, 0.9, idx, true, false, 4242, 320).samples));
   sampling_manual_seed(4242);
   EXPECT_EQ(ints(top_p_sampling_from_probs(probs, 0.9, idx).samples), first);
-  // Probs sampling reserves B words: 10 rows -> offset 12.
+  // Probs sampling reserves B words: 10 rows -> the next call draws at offset 12.
   sampling_manual_seed(9);
+  const auto s0 = ints(sampling_from_probs(probs, idx).samples);
   const auto s = ints(sampling_from_probs(probs, idx).samples);
+  EXPECT_EQ(s0, ints(sampling_from_probs(probs, idx, true, false, 9, 0).samples));
   EXPECT_EQ(s, ints(sampling_from_probs(probs, idx, true, false, 9, 12).samples));
 }
 
@@ -1034,7 +1050,7 @@ TEST(SamplingErrors, BadInput) {
       "top_p");
   EXPECT_FI_ERROR(min_p_sampling_from_probs(p, 1.5), "min_p_sampling_from_probs", "min_p");
   EXPECT_FI_ERROR(min_p_sampling_from_probs(p, -0.5), "min_p_sampling_from_probs", "min_p");
-  EXPECT_FI_ERROR(softmax(p, 0.0), "softmax", "temperature");
+  EXPECT_FI_ERROR(softmax(p, -1.0), "softmax", "temperature");
   EXPECT_FI_ERROR(softmax(p, Tensor::from_vector({1.0, -1.0}, {2}, DType::kFloat32)), "softmax",
                   "temperature");
   // Rank and dtype.
@@ -1059,8 +1075,8 @@ TEST(SamplingErrors, BadInput) {
                   "sampling_from_probs", "indices");
   EXPECT_FI_ERROR(sampling_from_probs(p, Tensor::zeros({1, 1}, DType::kInt32)),
                   "sampling_from_probs", "indices");
-  // A per-row threshold follows the output rows (indices), not the probs rows.
-  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, int_tensor({1, 1}), int_tensor({0, 1, 1})), tk,
+  // With indices a per-row threshold is read at the input rows: one entry per probs row.
+  EXPECT_FI_ERROR(top_k_sampling_from_probs(p, int_tensor({1, 1, 1}), int_tensor({0, 1, 1})), tk,
                   "top_k");
   // NaN with check_nan; without it the row simply has no NaN token to pick.
   const Tensor pn = make_rows({{0.5, NAN, 0.5}, {0.2, 0.3, 0.5}});
@@ -1120,7 +1136,7 @@ TEST(SamplingErrors, FailedCallDoesNotAdvanceTheDefaultStream) {
   sampling_manual_seed(31);
   EXPECT_THROW(top_p_sampling_from_probs(p, 2.0), Error);
   const auto a = ints(sampling_from_probs(p).samples);
-  EXPECT_EQ(a, ints(sampling_from_probs(p, std::nullopt, true, false, 31, 4).samples));
+  EXPECT_EQ(a, ints(sampling_from_probs(p, std::nullopt, true, false, 31, 0).samples));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1617,20 +1633,15 @@ void expect_vocab_draws_follow_the_filters(Device d, int64_t V, DType dtype) {
     for (int64_t i = 0; i < n; ++i) rows[r * V + pos[i]] = std::log(kDist[(i + 3 * r) % n]);
   }
   const Tensor logits = Tensor::from_vector(rows, {2, V}, dtype).to(d);
-  // Output row i reads row i % 2, with that row's k and p. Either reading of a per-row top_k
-  // (at the output row, as "joint" reads it, or at the input row, as upstream's "top_k_first"
-  // does) gives the same k. Every filter boundary has a margin of at least 0.05.
+  // Output row i reads row i % 2, with that row's k and p: the thresholds are read at the input
+  // row (upstream 0.7.4, one entry per logits row). Every filter boundary has a margin of at
+  // least 0.05.
   const int64_t row_k[2] = {4, 5};
   const double row_p[2] = {0.55, 0.5};
-  std::vector<int64_t> idx_v(2 * kDraws), k_v(2 * kDraws);
-  std::vector<double> p_v(2 * kDraws);
-  for (int64_t i = 0; i < 2 * kDraws; ++i) {
-    idx_v[i] = i % 2;
-    k_v[i] = row_k[i % 2];
-    p_v[i] = row_p[i % 2];
-  }
-  const Tensor idx = int_tensor(idx_v).to(d), k = int_tensor(k_v).to(d);
-  const Tensor p = Tensor::from_vector(p_v, {2 * kDraws}, DType::kFloat32).to(d);
+  std::vector<int64_t> idx_v(2 * kDraws);
+  for (int64_t i = 0; i < 2 * kDraws; ++i) idx_v[i] = i % 2;
+  const Tensor idx = int_tensor(idx_v).to(d), k = int_tensor({row_k[0], row_k[1]}).to(d);
+  const Tensor p = Tensor::from_vector({row_p[0], row_p[1]}, {2}, DType::kFloat32).to(d);
   // The expected distributions over kDist's ten tokens (the logits as `dtype` holds them, then
   // fp64 softmax).
   std::vector<double> lg;
@@ -1861,13 +1872,12 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
               ints(top_p_sampling_from_probs(probs, 0.8, idx, true, false, int64_t{9}, int64_t{0})
                        .samples));
     // Upstream's composition with indices and a per-row top_k: top_k_mask_logits reads top_k at
-    // the input's rows (its first `rows` entries), then top-p through indices, which reads top_p
-    // at the input row too; so output row b has top_k[idx[b]] and top_p[idx[b]]. The same for
-    // the probs form (top_k_renorm_probs).
-    Tensor k8 = int_tensor({3, 1, 200, 7, 50, 1000, 2, 9});
-    Tensor p8 =
-        Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7, 0.6, 0.8}, {8}, DType::kFloat32);
-    const Tensor k_rows = k8.slice(0, 0, rows);
+    // the input's rows, then top-p through indices, which reads top_p at the input row too; so
+    // output row b has top_k[idx[b]] and top_p[idx[b]] (one entry per input row, upstream 0.7.4's
+    // check). The same for the probs form (top_k_renorm_probs).
+    Tensor k8 = int_tensor({3, 1, 200, 7, 50, 1000});
+    Tensor p8 = Tensor::from_vector({0.5, 1.0, 0.2, 0.9, 0.95, 0.7}, {6}, DType::kFloat32);
+    const Tensor k_rows = k8;
     EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(x, k8, p8, idx, "top_k_first", true, false,
                                                     int64_t{9}, int64_t{0})),
               ints(top_p_sampling_from_probs(torch_softmax(top_k_mask_logits(x, k_rows)), p8, idx,
@@ -1880,7 +1890,7 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
               ints(top_p_sampling_from_probs(top_k_renorm_probs(px, k_rows), p8, idx, true, false,
                                              int64_t{9}, int64_t{0})
                        .samples));
-    // Three output rows over six input rows: upstream would read top_k past its end.
+    // Three entries for six input rows: refused (upstream checks one per probs row).
     const Tensor idx3 = int_tensor({5, 0, 2});
     EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3),
                     "top_k_top_p_sampling_from_logits", "top_k");
@@ -1890,11 +1900,13 @@ TEST_P(TopKFirstVocab, FromLogitsEqualsMaskSoftmaxTopP) {
     EXPECT_FI_ERROR(
         top_k_top_p_sampling_from_logits(x, k8.slice(0, 0, 3), p8.slice(0, 0, 3), idx3, "joint"),
         "top_k_top_p_sampling_from_logits", "top_k");
-    // top_p_sampling_from_probs reads top_p at the input row; the top-k sampler reads top_k at
-    // the output row, so three entries do there.
+    // Every sampler reads its thresholds at the input row (upstream 0.7.4; 0.6.18's top-k
+    // sampler read top_k at the output row), so three entries are refused everywhere.
     EXPECT_FI_ERROR(top_p_sampling_from_probs(px, p8.slice(0, 0, 3), idx3),
                     "top_p_sampling_from_probs", "top_p");
-    EXPECT_NO_THROW(top_k_sampling_from_probs(px, k8.slice(0, 0, 3), idx3));
+    EXPECT_FI_ERROR(top_k_sampling_from_probs(px, k8.slice(0, 0, 3), idx3),
+                    "top_k_sampling_from_probs", "top_k");
+    EXPECT_NO_THROW(top_k_sampling_from_probs(px, k8, idx3));
   }
 }
 

@@ -482,10 +482,10 @@ TEST(SamplingRowValues, RowReadsEveryArgumentWhereItIs) {
     EXPECT_EQ(r.top_k, sampling_top_k(k[2 * b]));
     EXPECT_EQ(r.top_p, 1.0f / static_cast<float>(1 << b));
     EXPECT_EQ(r.min_p, static_cast<float>(m[b]));
-    EXPECT_EQ(r.temperature, 1.0f);  // the default scalar
-    EXPECT_EQ(r.seed, ~uint64_t{0});
-    // An offset (and seed) array's element 0 serves every row, as upstream 0.6.18 reads it.
-    EXPECT_EQ(r.offset, static_cast<uint64_t>(off[0]));
+    EXPECT_EQ(r.temperature, 1.0f);   // the default scalar
+    EXPECT_EQ(r.seed, ~uint64_t{0});  // one entry (stride 0): every row
+    // An offset (and seed) array of one entry a row is read at the output row (upstream 0.7.4).
+    EXPECT_EQ(r.offset, static_cast<uint64_t>(off[b]));
   }
   // top_k / top_p read at the source row where upstream's kernels read them there.
   a.top_k_by_src_row = a.top_p_by_src_row = true;
@@ -493,7 +493,7 @@ TEST(SamplingRowValues, RowReadsEveryArgumentWhereItIs) {
     const SamplingRow r = sampling_row(a, b);
     EXPECT_EQ(r.top_k, sampling_top_k(k[2 * idx[b]])) << b;
     EXPECT_EQ(r.top_p, 1.0f / static_cast<float>(1 << idx[b])) << b;
-    EXPECT_EQ(r.min_p, static_cast<float>(m[b])) << b;  // always at the output row
+    EXPECT_EQ(r.min_p, static_cast<float>(m[b])) << b;  // min_p_by_src_row not set here
   }
   // All scalars: the defaults of an op without the argument.
   SamplingRowArgs s;

@@ -75,8 +75,12 @@ TEST(ChainSpeculativeSampling, MatchesAlgorithmWithSameDraws) {
       }
       EXPECT_EQ(o[r * (n + 1) + i], idx[r * n + i]);
     }
+    // From pos on each position is drawn again; pos itself is not counted (upstream 0.7.4).
     int64_t accepted = pos;
-    for (int64_t i = pos; i < n; ++i) accepted += ok(i);
+    for (int64_t i = pos; i < n; ++i) {
+      const bool k = ok(i);
+      if (i != pos && k) ++accepted;
+    }
     EXPECT_EQ(a[r], 5 + accepted);
     EXPECT_EQ(e[r], pos);
     // The residual relu(target - draft) sampled by inverse CDF, here in fp64 (the kernels add
@@ -204,7 +208,8 @@ TEST(ChainSpeculativeSampling, SeedTensorsEqualIntegers) {
   EXPECT_EQ(ints(o1), ints(o2));
   EXPECT_EQ(ints(a1), ints(a2));
   EXPECT_EQ(ints(e1), ints(e2));
-  // One entry per request, as upstream accepts: element 0 is read.
+  // One entry per request: request r draws with seed[r] and offset[r] (upstream 0.7.4; 0.6.18
+  // read element 0), so request r's row equals that row of a call with its integers.
   const int64_t b = draft.size(0);
   std::vector<double> seeds(static_cast<std::size_t>(b), 99.0),
       offsets(static_cast<std::size_t>(b), 3.0);
@@ -214,7 +219,13 @@ TEST(ChainSpeculativeSampling, SeedTensorsEqualIntegers) {
       chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt, true,
                                  Tensor::from_vector(seeds, {b}, DType::kInt64),
                                  Tensor::from_vector(offsets, {b}, DType::kInt64));
-  EXPECT_EQ(ints(o3), ints(o1));
+  auto [o9, a9, e9] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
+                                                 true, int64_t{99}, int64_t{3});
+  const auto r1 = ints(o1), r3 = ints(o3), r9 = ints(o9);
+  const int64_t w = ids.size(1) + 1;
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t j = 0; j < w; ++j) EXPECT_EQ(r3[r * w + j], (r == 0 ? r1 : r9)[r * w + j]) << r;
+  }
 }
 
 TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {
@@ -228,14 +239,15 @@ TEST(ChainSpeculativeSampling, DefaultStreamIsReproducible) {
   auto [o3, a3, e3] = chain_speculative_sampling(draft, ids, target);
   EXPECT_EQ(ints(o1), ints(o3));
   EXPECT_EQ(ints(a1), ints(a3));
-  // The stream advances by batch * (n + 1) = 12 words a call, upstream's increment: the first
-  // call used offset 12, the second 24, as explicit calls do.
+  // The stream advances by batch * (n + 2) = 16 words a call, upstream 0.7.4's increment, and a
+  // call draws at the offset before it advances: the first call used offset 0, the second 16,
+  // as explicit calls do.
   auto [o4, a4, e4] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
-                                                 true, int64_t{5}, int64_t{24});
+                                                 true, int64_t{5}, int64_t{16});
   EXPECT_EQ(ints(o2), ints(o4));
   EXPECT_EQ(ints(e2), ints(e4));
   auto [o5, a5, e5] = chain_speculative_sampling(draft, ids, target, std::nullopt, std::nullopt,
-                                                 true, int64_t{5}, int64_t{12});
+                                                 true, int64_t{5}, int64_t{0});
   EXPECT_EQ(ints(o1), ints(o5));
   EXPECT_EQ(ints(e1), ints(e5));
 }

@@ -370,7 +370,8 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
   // for a finite max m and adds nothing to the sum.
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float m = neg_inf;
-  for (int64_t i : s.kept) m = std::fmax(m, x[i] / row.temperature);
+  const float inv_t = sampling_inv_temperature(row.temperature);
+  for (int64_t i : s.kept) m = std::fmax(m, sampling_scaled_logit(x[i], inv_t));
   PhiloxStream rng(row.seed, static_cast<uint64_t>(b), row.offset);
   if (!std::isfinite(m)) {
     // Degenerate row (an infinite logit, or only -inf kept): the three passes as written.
@@ -380,7 +381,7 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
     for (int64_t i = 0; i < n; ++i) {
       const bool keep = next < s.kept.size() && s.kept[next] == i;
       next += keep;
-      y[i] = (keep ? x[i] : neg_inf) / row.temperature;
+      y[i] = sampling_scaled_logit(keep ? x[i] : neg_inf, inv_t);
     }
     float sum = 0.0f;
     for (int64_t i = 0; i < n; ++i) {
@@ -395,7 +396,7 @@ int64_t top_k_first_row(const SamplingParams& p, int64_t b, TopKFirstScratch& s)
   s.prob.resize(nk);
   float sum = 0.0f;
   for (std::size_t j = 0; j < nk; ++j) {
-    s.prob[j] = std::exp(x[s.kept[j]] / row.temperature - m);
+    s.prob[j] = std::exp(sampling_scaled_logit(x[s.kept[j]], inv_t) - m);
     sum += s.prob[j];
   }
   // As upstream's torch.softmax holds them: rounded to 16-bit logits' dtype.
@@ -474,8 +475,9 @@ void softmax(const SoftmaxParams& p) {
       const SamplingRow row = sampling_row(p.rows, b);
       load_row(p.logits, p.dtype, row.src_row, p.in_stride_row, n, p.in_stride_col, y.data());
       float m = -std::numeric_limits<float>::infinity();
+      const float inv_t = sampling_inv_temperature(row.temperature);
       for (int64_t i = 0; i < n; ++i) {
-        y[i] = y[i] / row.temperature;
+        y[i] = sampling_scaled_logit(y[i], inv_t);
         m = std::fmax(m, y[i]);
       }
       float s = 0.0f;

@@ -30,8 +30,8 @@ void run_rows(const ChainSpecParams& p) {
   const int64_t n = p.n, V = p.vocab;
 #pragma omp parallel for schedule(dynamic, 1) if (p.batch * (n + 1) * V >= (1 << 16))
   for (int64_t b = 0; b < p.batch; ++b) {
-    PhiloxStream rng(static_cast<uint64_t>(row_arg_int(p.seed, 0)), static_cast<uint64_t>(b),
-                     static_cast<uint64_t>(row_arg_int(p.offset, 0)));
+    PhiloxStream rng(static_cast<uint64_t>(row_arg_int(p.seed, b)), static_cast<uint64_t>(b),
+                     static_cast<uint64_t>(row_arg_int(p.offset, b)));
     const int64_t pos = spec_accept_chain(
         n, ids + b * n,
         [&](int64_t i) {

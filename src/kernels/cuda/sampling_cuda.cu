@@ -748,14 +748,14 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   const RowIn<T, VEC> r = {static_cast<const T*>(p.logits) + row.src_row * p.in_stride_row, p.vocab,
                            p.in_stride_col};
   float* y = p.out + b * p.vocab;
-  const float temp = row.temperature;
+  const float inv_t = sampling_inv_temperature(row.temperature);
   // One pass for the max and the sum (each thread's running pair, merged over the block), one to
   // write: the row is read twice, not three times.
   MaxSum acc = {-INFINITY, 0.0f};
   for_each_chunk<kSampleGroup, THREADS>(r, -INFINITY, [&](int64_t, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      const float x = v[k] / temp;
+      const float x = sampling_scaled_logit(v[k], inv_t);
       if (x > acc.m) {  // a new maximum: rescale the sum (exp(-inf) = 0 when nothing yet)
         acc.d = acc.d * expf(acc.m - x) + 1.0f;
         acc.m = x;
@@ -773,7 +773,7 @@ __device__ __forceinline__ void softmax_row(const SoftmaxParams& p, SoftmaxShare
   for_each_chunk<kWriteGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
     float o[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) o[k] = expf(v[k] / temp - acc.m) / acc.d;
+    for (int k = 0; k < VEC; ++k) o[k] = expf(sampling_scaled_logit(v[k], inv_t) - acc.m) / acc.d;
     store(y, first, r.n, 1, wide, o);
   });
 }

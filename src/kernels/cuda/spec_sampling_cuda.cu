@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kSpecThreads) chain_spec_kernel(ChainSpecParam
   if (threadIdx.x == 0) {
     // The k-th draw of the request's stream, as PhiloxStream's k-th next_uniform() on the CPU
     // (computed per draw: a stream object's buffered block would live in local memory).
-    const uint64_t seed = static_cast<uint64_t>(row_arg_int(p.seed, 0));
-    uint64_t draw = static_cast<uint64_t>(row_arg_int(p.offset, 0));
+    const uint64_t seed = static_cast<uint64_t>(row_arg_int(p.seed, b));
+    uint64_t draw = static_cast<uint64_t>(row_arg_int(p.offset, b));
     auto next_uniform = [&] { return philox_uniform_at(seed, static_cast<uint64_t>(b), draw++); };
     const int64_t pos = spec_accept_chain(
         n, ids + b * n,
