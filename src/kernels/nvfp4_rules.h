@@ -44,13 +44,12 @@ FLASHINFER_HD float nvfp4_block_amax(const float* v) {
   return amax;
 }
 
-/// fp4_quantize's NVFP4 code of v in a block of max |v| amax under the decoded scale sf, as
-/// upstream's cvt_warp_fp16_to_fp4 (outputScale = amax != 0 ? 1 / (sf / gs) : 0): e2m1((v * gs)
-/// / sf) in a block with a non-zero amax (a scale that rounds to 0 then gives +-inf or NaN: the
-/// codes saturate, +-6, and a zero or NaN becomes +6), e2m1(v * 0) in an all-zero block (the
-/// zeros keep their signs).
-FLASHINFER_HD uint8_t nvfp4_code(float v, float gs, float sf, float amax) {
-  return float_to_e2m1_bits(amax != 0.0f ? fp32_div(fp32_mul(v, gs), sf) : fp32_mul(v, 0.0f));
+/// fp4_quantize's NVFP4 code of v under the block's decoded scale sf, as upstream 0.7.4's
+/// cvt_warp_fp16_to_fp4 (outputScale = sf != 0 ? 1 / (sf / gs) : 0): e2m1((v * gs) / sf), or
+/// e2m1(v * 0) when the scale decodes to 0 (an all-zero block, or one whose scale rounds to 0:
+/// signed zeros; 0.6.18 tested amax != 0 and saturated such a block to +-6).
+FLASHINFER_HD uint8_t nvfp4_code(float v, float gs, float sf) {
+  return float_to_e2m1_bits(sf != 0.0f ? fp32_div(fp32_mul(v, gs), sf) : fp32_mul(v, 0.0f));
 }
 
 /// fp4_quantize's NVFP4 block (kernels::cpu::fp4_quantize, e4m3 scales): sf = e4m3_satfinite(
@@ -62,8 +61,8 @@ FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
   const float sf = e4m3_code_to_float(b.sf);
   FLASHINFER_UNROLL
   for (int t = 0; t < kNvfp4Block / 2; ++t) {
-    const uint8_t lo = nvfp4_code(v[2 * t], gs, sf, amax);
-    const uint8_t hi = nvfp4_code(v[2 * t + 1], gs, sf, amax);
+    const uint8_t lo = nvfp4_code(v[2 * t], gs, sf);
+    const uint8_t hi = nvfp4_code(v[2 * t + 1], gs, sf);
     b.packed |= static_cast<uint64_t>(pack_e2m1x2(lo, hi)) << (8 * t);
   }
   return b;
@@ -106,9 +105,13 @@ FLASHINFER_HD uint8_t mxfp8_scale_code(float amax) {
   return ue8m0_round_up(fp32_div(amax, 448.0f));
 }
 
-/// mxfp8_quantize's value code: e4m3_satfinite(v / sf), sf = ue8m0_to_float(scale code).
+/// mxfp8_quantize's value code: e4m3_satfinite(v / sf), sf = ue8m0_to_float(scale code), with
+/// upstream 0.7.4's inverse of the code (ue8m0_inverse_scale: 2^(127 - code), but 0 for code 0
+/// and for 254 / 255, whose inverse is below fp32's normal range): those blocks quantize to
+/// signed zeros (0.6.18 divided by 2^-127). Otherwise v times the exact power of two is v / sf.
 FLASHINFER_HD uint8_t mxfp8_value_code(float v, float sf) {
-  return float_to_e4m3fn_bits(fp32_div(v, sf), true);
+  const bool zero = !(sf > 0x1p-127f) || sf >= 0x1p127f;  // codes 0, 254 and 255 (NaN)
+  return float_to_e4m3fn_bits(zero ? fp32_mul(v, 0.0f) : fp32_div(v, sf), true);
 }
 
 /// The append kernels' E2M1 rounding: nearest, ties to even, saturating at 6; the sign bit is

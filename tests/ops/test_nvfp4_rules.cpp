@@ -94,11 +94,11 @@ TEST(Nvfp4Rules, QuantizeBlockGolden) {
   EXPECT_EQ(nvfp4_quantize_block(zeros, 1.0f).packed, 0u);
   zeros[1] = -0.0f;
   EXPECT_EQ(packed_bytes(nvfp4_quantize_block(zeros, 1.0f))[0], 0x80);
-  // A scale below e4m3's smallest subnormal: scale 0, and upstream's output scale 1 / 0 = inf
-  // saturates the codes: 6 -> +6 (7), 3 -> +6, -1.5 -> -6 (0xF), and 0 * inf = NaN -> +6 (7).
+  // A scale below e4m3's smallest subnormal: scale 0, and upstream 0.7.4's output scale is 0
+  // (it tests the decoded scale): signed zeros, -1.5 -> -0 (8). (0.6.18 saturated to +-6.)
   EXPECT_EQ(nvfp4_quantize_block(v, 1e-6f).sf, 0);
   EXPECT_EQ(packed_bytes(nvfp4_quantize_block(v, 1e-6f)),
-            (std::vector<uint8_t>{0x77, 0x7F, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77}));
+            (std::vector<uint8_t>{0x00, 0x08, 0, 0, 0, 0, 0, 0}));
 }
 
 // The block rule equals the fp4_quantize op (linear scales) on rows of random blocks.
@@ -135,6 +135,10 @@ TEST(Mxfp8Rules, ScaleAndValueCodesGolden) {
   EXPECT_EQ(mxfp8_value_code(1000.0f, 1.0f), 0x7E);
   EXPECT_EQ(mxfp8_value_code(-1.0f, 1.0f), 0xB8);
   EXPECT_EQ(mxfp8_value_code(3.0f, 2.0f), 0x3C);
+  // Scale code 0 (2^-127): upstream 0.7.4's inverse scale is 0, so signed zeros (0.6.18 divided:
+  // 1e-36 / 2^-127 = 1.7e2, code 0x73).
+  EXPECT_EQ(mxfp8_value_code(1e-36f, 0x1p-127f), 0x00);
+  EXPECT_EQ(mxfp8_value_code(-1e-36f, 0x1p-127f), 0x80);
 }
 
 // The MXFP8 block rule equals the mxfp8_quantize op (linear scales) on rows of random blocks.

@@ -142,7 +142,7 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   x[1] = -1.5;  // -1.5*896/448 = -3 (code 0xD)
   x[16] = 5376.0;
   x[17] = -5376.0;
-  x[48] = 1e-7;  // 896 * 1e-7 / 6 < 2^-10: rounds to sf 0, and upstream's 1 / 0 saturates
+  x[48] = 1e-7;  // 896 * 1e-7 / 6 < 2^-10: rounds to sf 0, upstream 0.7.4's output scale 0
   Tensor in = Tensor::from_vector(x, {1, 64}, DType::kFloat16);
   auto [q, sf] = fp4_quantize(in, fp32_scalar(896.0), 16, false, false);
   const auto s = bytes(sf);
@@ -154,9 +154,9 @@ TEST(Nvfp4Quantize, GlobalScaleSaturationSubnormalAndZeroBlocks) {
   const auto b = bytes(q);
   EXPECT_EQ(b[0], 0xD7);  // lo 3 -> 7, hi -1.5 -> 0xD
   EXPECT_EQ(b[8], 0xF7);  // +6 saturated, -6 saturated
-  // sf == 0 under a non-zero amax: upstream's output scale is 1 / 0, so 1e-7 -> +6 and the
-  // zeros (0 * inf = NaN) -> +6 too (code 7).
-  for (int i = 24; i < 32; ++i) EXPECT_EQ(b[i], 0x77) << i;
+  // sf == 0 under a non-zero amax: upstream 0.7.4's output scale is 0 (it tests the decoded
+  // scale; 0.6.18 tested amax and saturated to +6), so 1e-7 and the zeros give +0 codes.
+  for (int i = 24; i < 32; ++i) EXPECT_EQ(b[i], 0x00) << i;
   for (int i = 1; i < 8; ++i) EXPECT_EQ(b[i], 0) << i;
   for (int i = 16; i < 24; ++i) EXPECT_EQ(b[i], 0) << i;  // the all-zero block: zero codes
 

@@ -88,12 +88,14 @@ template <class T, int kVec>
     p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = sf_code;
     // Codes first (a straight loop the compiler vectorizes), then the nibble packing.
     uint8_t c[kVec];
-    if (p.cute_dsl_zero && (p.ue8m0 ? sf_code == 0 : sf_val == 0.0f)) {
+    // A scale that decodes to 0 gives signed zeros (upstream 0.7.4's output scale 0: ue8m0 code 0
+    // always, an e4m3 zero through nvfp4_code; 0.6.18 divided by 2^-127 for ue8m0).
+    if (p.ue8m0 ? sf_code == 0 : (p.cute_dsl_zero && sf_val == 0.0f)) {
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] * 0.0f);
     } else if (p.ue8m0) {
       for (int i = 0; i < kVec; ++i) c[i] = float_to_e2m1_bits(v[i] / sf_val);
     } else {
-      for (int i = 0; i < kVec; ++i) c[i] = nvfp4_code(v[i], gs, sf_val, amax);
+      for (int i = 0; i < kVec; ++i) c[i] = nvfp4_code(v[i], gs, sf_val);
     }
     uint8_t* qb = q + b * (kVec / 2);
     for (int i = 0; i < kVec / 2; ++i) qb[i] = pack_e2m1x2(c[2 * i], c[2 * i + 1]);

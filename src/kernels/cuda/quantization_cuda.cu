@@ -39,7 +39,7 @@ __device__ __forceinline__ float fp4_global_scale(const Fp4QuantizeParams& p, in
 __device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0, bool cute_zero) {
   if (ue8m0) {
     const uint8_t code = ue8m0_round_up(__fdiv_rn(amax, 6.0f));
-    return {code, ue8m0_to_float(code), cute_zero && code == 0, amax};
+    return {code, ue8m0_to_float(code), code == 0, amax};  // code 0: zeros (upstream 0.7.4)
   }
   const uint8_t code = float_to_e4m3fn_bits(__fdiv_rn(__fmul_rn(gs, amax), 6.0f), true);
   const float sf = e4m3_to_float(code);
@@ -48,7 +48,7 @@ __device__ __forceinline__ Fp4Scale fp4_scale(float amax, float gs, bool ue8m0, 
 __device__ __forceinline__ uint8_t fp4_code(float v, float gs, const Fp4Scale& s, bool ue8m0) {
   if (s.zero) return float_to_e2m1_bits(__fmul_rn(v, 0.0f));
   if (ue8m0) return float_to_e2m1_bits(__fdiv_rn(v, s.sf));
-  return nvfp4_code(v, gs, s.sf, s.amax);
+  return nvfp4_code(v, gs, s.sf);
 }
 
 // N elements of T from a 16-byte aligned, unit-stride block: every 16-byte load is issued before
