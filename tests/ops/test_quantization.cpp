@@ -375,6 +375,24 @@ TEST(Fp4Quantize, PerRowGlobalScaleQuantizesEachRowWithItsOwn) {
                   "fp4_quantize", "global_scale");
 }
 
+// backend "auto" (upstream 0.7.4's default name) runs the "cuda" kernel: the same bytes.
+TEST(Fp4Quantize, AutoBackendIsTheCudaKernel) {
+  Tensor in = Tensor::empty({3, 64}, DType::kBFloat16).uniform_(17, -8, 8);
+  auto [q1, s1] =
+      fp4_quantize(in, fp32_scalar(100.0), 16, false, true, false, false, std::nullopt, "auto");
+  auto [q2, s2] = fp4_quantize(in, fp32_scalar(100.0), 16, false, true);
+  EXPECT_EQ(bytes(q1), bytes(q2));
+  EXPECT_EQ(bytes(s1), bytes(s2));
+  auto [m1, t1] = mxfp4_quantize(in, "auto");
+  auto [m2, t2] = mxfp4_quantize(in);
+  EXPECT_EQ(bytes(m1), bytes(m2));
+  EXPECT_EQ(bytes(t1), bytes(t2));
+  auto [x1, u1] = mxfp8_quantize(in, true, 32, std::nullopt, "auto");
+  auto [x2, u2] = mxfp8_quantize(in);
+  EXPECT_EQ(bytes(x1), bytes(x2));
+  EXPECT_EQ(bytes(u1), bytes(u2));
+}
+
 TEST(Fp4Quantize, Fp8InputAndMxfp4Mode) {
   // fp8 input: upstream's cvt_warp_fp8_to_fp4 (Fp8InputIsRescaledFirstAsUpstream has a hand case),
   // here as its formula over random blocks under a global scale that is not a power of two.
