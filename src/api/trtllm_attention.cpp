@@ -587,6 +587,19 @@ DType trtllm_out_dtype(const Tensor& query, const std::optional<Tensor>& out,
   return out ? out->dtype() : out_dtype.value_or(query.dtype());
 }
 
+// Upstream's xqa kernels (mha.cu, mha_sm90.cu) apply their kv_scale (the Python's bmm2_scale *
+// o_scale) only to a quantized cache (isKVCacheQuantized: elements under 2 bytes), while the
+// Python has already divided q_scale by it (q_scale = bmm1_scale / kv_scale * sqrt(head_dim)). So
+// with a 16-bit cache the scores are scaled by bmm1_scale / (bmm2_scale * o_scale) and the
+// attention is not scaled at all (fp8 outputs still by rcp_out_scale). Host scales only: a
+// device-resident scale keeps the plain meaning.
+void xqa_unquantized_cache_scales(BlockCall& c, const PagedKVCache& kv_cache) {
+  const DType kv = kv_cache.first().dtype();
+  if (dtype_size(kv) < 2 || c.bmm1_dev.defined() || c.bmm2_dev.defined()) return;
+  c.bmm1 = c.bmm1 / c.out_scale;
+  c.out_scale = 1.0;
+}
+
 AttentionOutput decode_impl(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
@@ -697,6 +710,7 @@ AttentionOutput decode_impl(
   }
   c.out_scale =
       api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev) * o_mul;
+  if (backend == "xqa") xqa_unquantized_cache_scales(c, kv_cache);
   c.window_left = window_left;
   c.out = out;
   c.out_dtype = out_dtype;
@@ -881,6 +895,7 @@ Tensor trtllm_attention_xqa_impl(
                    "must be finite and non-zero, got ", o_mul);
   c.out_scale =
       api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev) * o_mul;
+  xqa_unquantized_cache_scales(c, kv_cache);
   c.window_left = window_left;
   c.out = out;  // upstream: out's dtype, else query's
   c.sinks = sinks;

@@ -1307,16 +1307,18 @@ TEST(AttentionSinks, BatchDecodeWrapperMatchesFp64) {
   EXPECT_TRUE(testing::all_close(r.lse, el, {1e-4, 1e-5}));
 }
 
-// xqa_batch_decode_with_kv_cache: NHD by default, o_scale multiplies a 16-bit output, variable
-// query counts through q_cu_seq_lens.
+// xqa_batch_decode_with_kv_cache: NHD by default, variable query counts through q_cu_seq_lens.
+// A 16-bit cache takes upstream's xqa scales: its kernel applies kv_scale = bmm2_scale * o_scale
+// only to a quantized cache, after its Python divided q_scale by it, so the scores are scaled by
+// bmm1 / (bmm2 * o_scale) and the output by nothing.
 TEST(XqaDecode, MatchesFp64) {
   BlockCache c = make_cache({8, 21, 3}, 4, 2, 64, DType::kBFloat16, false, true, 31);
   const std::vector<int32_t> cq{0, 2, 4, 5};
   Tensor q = testing::rand_tensor({5, 4, 64}, DType::kBFloat16, 8, -1.0, 1.0);
   Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 9);
   Ref r;
-  r.bmm1 = 0.15;
-  r.bmm2 = 0.5 * 3.0;  // bmm2_scale * o_scale
+  r.bmm1 = 0.15 / (0.5 * 3.0);
+  r.bmm2 = 1.0;
   r.sinks = sinks.to_double_vector();
   std::vector<double> eo, el;
   reference(q, c, cq, r, eo, el);

@@ -439,7 +439,9 @@ full = lambda r, j: True
 mask2 = torch.full((B, Q, 2), 0, dtype=torch.int16)
 mask2[:, :, 0] = (1 << Q) - 1
 bmm1 = 1.0 / math.sqrt(D)
-ref2 = attend(q2, kk, vv, lens, Q, bmm1, 0.5, full)
+# A bf16 cache: upstream's xqa kernel applies kv_scale = bmm2_scale * o_scale only to a quantized
+# cache, after its Python divided q_scale by it: scores times bmm1 / 0.5, the output unscaled.
+ref2 = attend(q2, kk, vv, lens, Q, bmm1 / 0.5, 1.0, full)
 def tensor_meta(t, key):
     return {"type": "torch.Tensor", "shape": list(t.shape), "dtype": str(t.dtype),
             "stride": list(t.stride()), "device": "cuda:0", "requires_grad": False,
