@@ -407,7 +407,17 @@ AttentionOutput BatchPrefillWithRaggedKVCacheWrapper::run(const Tensor& q, const
         api::check_dim(v, {3}, op, "v");
         const Tensor kn = s_->hnd ? k.transpose(0, 1) : k;
         const Tensor vn = s_->hnd ? v.transpose(0, 1) : v;
-        return api::run_planned(*s_, q, kn, vn, o, op, "k", "v");
+        // Upstream 0.7.4's ragged run applies k_scale / v_scale only where its fa2 / fa3 kernels
+        // read unscaled fp8 K/V under a 16-bit q (or with kv_cache_sf), and q_scale only with
+        // kv_cache_sf: with 16-bit K/V all three have no effect.
+        AttentionRunOptions ro = o;
+        const bool sf = o.kv_cache_sf.has_value();
+        if (!sf) ro.q_scale.reset();
+        if (!sf && !(dtype_is_fp8(k.dtype()) && !dtype_is_fp8(q.dtype()))) {
+          ro.k_scale.reset();
+          ro.v_scale.reset();
+        }
+        return api::run_planned(*s_, q, kn, vn, ro, op, "k", "v");
       },
       *this, q, k, v, o);
 }

@@ -105,6 +105,41 @@ INSTANTIATE_TEST_SUITE_P(
         SingleCase{DType::kBFloat16, DType::kBFloat16, 7, 25, 4, 2, 96, true, false, 0, -1, false},
         SingleCase{DType::kFloat16, DType::kFloat16, 5, 19, 2, 2, 80, false, true, 0, 6, false}));
 
+// The ragged run's scales as upstream 0.7.4 applies them: with 16-bit K/V, q_scale, k_scale and
+// v_scale have no effect; with fp8 K/V under a 16-bit q, k_scale and v_scale do (as the plain
+// run with the K/V values scaled would) and q_scale still not.
+TEST(BatchPrefillWrappers, RaggedRunScalesAsUpstream) {
+  const std::vector<int32_t> qo{0, 3, 7}, kv{0, 5, 12};
+  const int64_t hq = 2, hkv = 1, d = 64;
+  Tensor q = Tensor::empty({7, hq, d}, DType::kFloat16).uniform_(21);
+  Tensor k = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(22);
+  Tensor v = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(23);
+  for (DType kvt : {DType::kFloat16, DType::kFloat8E4M3FN}) {
+    PrefillPlanOptions po;
+    po.q_data_type = DType::kFloat16;
+    po.kv_data_type = kvt;
+    BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+    w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, po);
+    const Tensor kk = k.to(kvt), vv = v.to(kvt);
+    const Tensor plain = w.run(q, kk, vv).out;
+    AttentionRunOptions ro;
+    ro.q_scale = 2.0;
+    ro.k_scale = 0.5;
+    ro.v_scale = 4.0;
+    const Tensor scaled = w.run(q, kk, vv, ro).out;
+    if (kvt == DType::kFloat16) {
+      EXPECT_TRUE(testing::all_close(scaled, plain.to_double_vector(), {0.0, 0.0}));
+    } else {
+      AttentionRunOptions kv_only;
+      kv_only.k_scale = 0.5;
+      kv_only.v_scale = 4.0;
+      EXPECT_TRUE(
+          testing::all_close(scaled, w.run(q, kk, vv, kv_only).out.to_double_vector(), {0.0, 0.0}));
+      EXPECT_FALSE(testing::all_close(scaled, plain.to_double_vector(), {1e-3, 1e-3}));
+    }
+  }
+}
+
 // Ragged prefill with different qk and vo head dims (DeepSeek's 192/128) against the fp64
 // formula, request by request.
 TEST(BatchPrefillWrappers, RaggedQk192Vo128MatchesReference) {
