@@ -134,6 +134,21 @@ TEST_P(AppendTest, WritesEveryRowToItsSlot) {
   Tensor av = Tensor::empty({nnz, hkv, d}, DType::kFloat16).uniform_(12);
   append_paged_kv_cache(ak, av, bi, pos, f.cache(), f.indices, f.indptr, f.last_page_len,
                         c.hnd ? "HND" : "NHD");
+  // int64 index arrays (upstream's Python converts them with .int()): the same cache.
+  {
+    std::vector<std::vector<double>> k2, v2;
+    testing::PagedFixture g =
+        testing::make_paged(lens, c.page_size, hkv, d, DType::kFloat16, c.hnd, c.pair, 7, k2, v2);
+    const auto wide = [](const Tensor& t) { return t.to(DType::kInt64); };
+    append_paged_kv_cache(ak, av, wide(bi), wide(pos), g.cache(), wide(g.indices), wide(g.indptr),
+                          wide(g.last_page_len), c.hnd ? "HND" : "NHD");
+    if (c.pair) {
+      EXPECT_TRUE(testing::all_close(g.k_cache, f.k_cache.to_double_vector(), {0.0, 0.0}));
+      EXPECT_TRUE(testing::all_close(g.v_cache, f.v_cache.to_double_vector(), {0.0, 0.0}));
+    } else {
+      EXPECT_TRUE(testing::all_close(g.cache5, f.cache5.to_double_vector(), {0.0, 0.0}));
+    }
+  }
   // Expected: the old contents with the appended rows in place.
   const auto akd = ak.to_double_vector(), avd = av.to_double_vector();
   for (std::size_t b = 0; b < lens.size(); ++b) {
