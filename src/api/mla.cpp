@@ -953,8 +953,9 @@ AttentionOutput block_mla_impl(const char* op, const Tensor& query, const Tensor
     out3 = out->view({rows, H, dc});
   }
   r.out = out3;
-  // The LSE [rows, H], or [batch, q_len, H] (upstream returns the caller's shape).
-  if (x.lse) {
+  // The LSE [rows, H], or [batch, q_len, H] (upstream returns the caller's shape). Without
+  // return_lse upstream 0.7.4 drops a given lse buffer (`lse = None`): it is left untouched.
+  if (x.lse && x.return_lse) {
     api::check_defined(*x.lse, op, "lse");
     if (!ragged && x.lse->dim() == 3) {
       api::check_shape_eq(*x.lse, Shape{batch, q_len, H}, op, "lse");
