@@ -21,9 +21,9 @@ float f32(const T& v) {
 }
 
 // fp8 of y * inv_scale, saturating at the format's max. A NaN: with nan_to_nan the format's
-// canonical NaN 0x7F (rmsnorm_quant / fused_add_rmsnorm_quant: upstream's CuTe kernels convert
-// with cvt.rn.satfinite and no clamp); else -max, as fmax/fmin (the CUDA max.f32/min.f32) clamp
-// it (layernorm_quant: upstream's bf16 clamp turns NaN into -inf).
+// canonical NaN 0x7F (rmsnorm_quant / fused_add_rmsnorm_quant / layernorm_quant: upstream's CuTe
+// kernels convert with cvt.rn.satfinite and no clamp); else -max, as fmax/fmin (the CUDA
+// max.f32/min.f32) clamp it.
 uint8_t quantize(float y, float inv_scale, DType out_dtype, bool nan_to_nan = false) {
   const float mx = out_dtype == DType::kFloat8E4M3FN ? 448.0f : 57344.0f;
   const float yi = y * inv_scale;
@@ -82,9 +82,11 @@ void row(const NormQuantParams& p, int64_t b, float inv_scale, std::vector<float
     for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
     const float rstd = 1.0f / std::sqrt(var / static_cast<float>(n) + p.eps);
     for (int64_t i = 0; i < n; ++i) {
-      // Upstream rounds y to the input's dtype (bf16) before it scales and converts.
+      // Upstream 0.7.4's CuTe kernel (its default): y stays fp32 (its CUDA fallback, which
+      // session 83 followed, rounded to bf16 first), then times 1 / scale with no clamp: NaN is
+      // 0x7F.
       const float y = (x[i] - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
-      out[i * p.out_stride_d] = quantize(f32(from_float<T>(y)), inv_scale, p.out_dtype);
+      out[i * p.out_stride_d] = quantize(y, inv_scale, p.out_dtype, /*nan_to_nan=*/true);
     }
     return;
   }

@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kNormQuantThreads = 256;
 
-// A NaN: 0x7F with nan_to_nan (rmsnorm_quant / fused_add_rmsnorm_quant, as upstream's CuTe
-// kernels), else -max (layernorm_quant); the CPU reference's quantize says why.
+// A NaN: 0x7F with nan_to_nan (rmsnorm_quant / fused_add_rmsnorm_quant / layernorm_quant, as
+// upstream's CuTe kernels), else -max; the CPU reference's quantize says why.
 __device__ __forceinline__ uint8_t quantize(float y, float inv_scale, bool e4m3,
                                             bool nan_to_nan = false) {
   const float mx = e4m3 ? 448.0f : 57344.0f;
@@ -85,9 +85,10 @@ __device__ __forceinline__ void norm_quant_row(const NormQuantParams& p, float* 
     const float rstd = rsqrtf(block_reduce_sum(v2, scratch) / static_cast<float>(n) + p.eps);
     const float* g = static_cast<const float*>(p.weight);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      // Upstream rounds y to the input's dtype (bf16) before it scales and converts.
+      // Upstream 0.7.4's CuTe kernel (its default): y stays fp32 (its CUDA fallback rounded to
+      // bf16 first), then times 1 / scale with no clamp, so NaN is 0x7F.
       const float y = (load(i) - mean) * rstd * g[i * p.weight_stride] + p.beta[i * p.beta_stride];
-      out[i * p.out_stride_d] = quantize(to_f32(from_f32<T>(y)), inv_scale, e4m3);
+      out[i * p.out_stride_d] = quantize(y, inv_scale, e4m3, /*nan_to_nan=*/true);
     }
   } else {
     float ss = 0.0f;
