@@ -97,6 +97,10 @@ std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* 
   return v;
 }
 
+Tensor int32_index(const Tensor& t) {
+  return t.defined() && t.dtype() == DType::kInt64 ? t.to(DType::kInt32) : t;
+}
+
 void check_indptr(const std::vector<int32_t>& indptr, const char* op, const char* arg) {
   FLASHINFER_CHECK(!indptr.empty(), op, arg, "needs batch_size + 1 >= 1 elements");
   FLASHINFER_CHECK(indptr[0] == 0, op, arg, "must start at 0, got ", indptr[0]);

@@ -140,6 +140,10 @@ void check_index_tensor(const Tensor& t, const char* op, const char* arg,
 /// An int32 1-D index tensor copied to the host; expected_len < 0 accepts any length.
 std::vector<int32_t> index_to_host(const Tensor& t, const char* op, const char* arg,
                                    int64_t expected_len = -1);
+/// An index tensor as upstream's Python passes it on after `.int()`: an int64 one as an int32
+/// copy on its device (Tensor::to, which saturates where torch would wrap: only values past
+/// int32 differ), any other as it is (the int32 checks then name what is wrong).
+Tensor int32_index(const Tensor& t);
 /// indptr[0] == 0 and non-decreasing.
 void check_indptr(const std::vector<int32_t>& indptr, const char* op, const char* arg);
 /// "NHD" → false, "HND" → true; anything else is an error naming `arg`.

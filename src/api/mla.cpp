@@ -985,12 +985,11 @@ void append_paged_mla_kv_cache(const Tensor& append_ckv, const Tensor& append_kp
                                const Tensor& kv_last_page_len) {
   call_op<&append_paged_mla_kv_cache>(
       [&] {
-        // Upstream converts the four index arrays with .int(): int64 ones are narrowed copies.
-        const auto as_int = [](const Tensor& t) {
-          return t.defined() && t.dtype() == DType::kInt64 ? t.to(DType::kInt32) : t;
-        };
-        append_mla_impl(append_ckv, append_kpe, as_int(batch_indices), as_int(positions), ckv_cache,
-                        kpe_cache, as_int(kv_indices), as_int(kv_indptr), as_int(kv_last_page_len));
+        // Upstream converts the index arrays with .int().
+        using api::int32_index;
+        append_mla_impl(append_ckv, append_kpe, int32_index(batch_indices), int32_index(positions),
+                        ckv_cache, kpe_cache, int32_index(kv_indices), int32_index(kv_indptr),
+                        int32_index(kv_last_page_len));
       },
       append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache, kv_indices, kv_indptr,
       kv_last_page_len);

@@ -270,13 +270,11 @@ void append_paged_kv_cache(const Tensor& append_key, const Tensor& append_value,
                            std::string_view kv_layout) {
   call_op<&append_paged_kv_cache>(
       [&] {
-        // Upstream converts the four index arrays with .int(): int64 ones are narrowed copies.
-        const auto as_int = [](const Tensor& t) {
-          return t.defined() && t.dtype() == DType::kInt64 ? t.to(DType::kInt32) : t;
-        };
-        append_impl(append_key, append_value, as_int(batch_indices), as_int(positions),
-                    paged_kv_cache, as_int(kv_indices), as_int(kv_indptr), as_int(kv_last_page_len),
-                    kv_layout);
+        // Upstream converts the index arrays with .int().
+        using api::int32_index;
+        append_impl(append_key, append_value, int32_index(batch_indices), int32_index(positions),
+                    paged_kv_cache, int32_index(kv_indices), int32_index(kv_indptr),
+                    int32_index(kv_last_page_len), kv_layout);
       },
       append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices, kv_indptr,
       kv_last_page_len, kv_layout);

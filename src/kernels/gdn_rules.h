@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+#include "flashinfer/float_formats.h"
 #include "kernels/cuda/device/host_device.h"
 
 namespace flashinfer::kernels::gdn {
@@ -25,13 +25,7 @@ FLASHINFER_HD float decode_decay(float a, float dt_bias, float A_log) {
 /// x as the nearest bf16 (RNE; NaN stays NaN) when `on`: the operands upstream's decode paths
 /// cast to bf16 before their kernels (GdnParams::qkv_via_bf16, gates_via_bf16).
 FLASHINFER_HD float via_bf16(float x, bool on) {
-  if (!on || x != x) return x;
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  float r;
-  memcpy(&r, &u, sizeof r);
-  return r;
+  return on ? bfloat16_bits_to_float(float_to_bfloat16_bits(x)) : x;
 }
 
 /// beta = sigmoid(b).

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/fp32_rules.h"  // fp32_mul
 #include "kernels/sampling_params.h"
 
 namespace flashinfer::kernels {
@@ -88,13 +89,7 @@ FLASHINFER_HD int64_t sampling_src_row(const SamplingRowArgs& a, int64_t b) {
 /// is 0, a uniform row), the product rounded on its own (its __fmul_rn: never fused into a
 /// following subtraction).
 FLASHINFER_HD float sampling_inv_temperature(float t) { return t == 0.0f ? 0.0f : 1.0f / t; }
-FLASHINFER_HD float sampling_scaled_logit(float x, float inv_t) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(x, inv_t);
-#else
-  return x * inv_t;
-#endif
-}
+FLASHINFER_HD float sampling_scaled_logit(float x, float inv_t) { return fp32_mul(x, inv_t); }
 
 /// Every value of output row b, read from where each argument is. The one definition of "the
 /// value of row b" for the CPU reference and the CUDA kernels.
