@@ -1,7 +1,9 @@
 // Conformance with upstream FlashInfer's Python API: every op in the process-wide registry is
 // compared with tests/api/data/upstream-api-signatures.tsv (every @flashinfer_api function and
 // method of upstream at a pinned commit): qualified name, module, parameter names, order, kinds
-// and defaults, and the signature text the recorder writes as `function_signature`.
+// and defaults, and the signature text the recorder writes as `function_signature`. An op that
+// declares a parameter which only the newer release's table has (upstream-0.7.4-signatures.tsv,
+// the release whose semantics we follow) is compared with that table instead, as a whole.
 // Deliberate differences live in tests/api/data/conformance-allowlist.tsv, one reasoned entry
 // each; an entry that no longer matches a difference fails the test. See docs/CONFORMANCE.md.
 #include <gtest/gtest.h>
@@ -32,6 +34,7 @@ using flashinfer::ParamDecl;
 const std::string kDataDir = FLASHINFER_TEST_SOURCE_DIR + "/tests/api/data";
 const std::string kUpstreamPath = kDataDir + "/upstream-api-signatures.tsv";
 const std::string kAllowlistPath = kDataDir + "/conformance-allowlist.tsv";
+const std::string kReleasePath = kDataDir + "/upstream-0.7.4-signatures.tsv";
 
 // ---- a small parser of Python signature text (inspect.signature's str form) -------------------
 
@@ -658,17 +661,41 @@ std::vector<const Mismatch*> not_allowlisted(const std::vector<Mismatch>& all,
   return out;
 }
 
+/// Whether `d` follows the release's signature rather than the pinned one: it declares a
+/// parameter that the release's entry of its name has and the pinned entries lack.
+bool follows_release(const OpDecl& d, const Upstream& pinned, const Upstream& release) {
+  const std::vector<const UpstreamEntry*> newer = release.find(d.name);
+  if (newer.empty()) return false;
+  for (const ParamDecl& p : d.params) {
+    const bool in_release = std::any_of(newer.begin(), newer.end(), [&](const UpstreamEntry* e) {
+      return e->sig.find(p.name) != nullptr;
+    });
+    if (!in_release) continue;
+    const std::vector<const UpstreamEntry*> pinned_entries = pinned.find(d.name);
+    const bool in_pinned =
+        std::any_of(pinned_entries.begin(), pinned_entries.end(),
+                    [&](const UpstreamEntry* e) { return e->sig.find(p.name) != nullptr; });
+    if (!in_pinned) return true;
+  }
+  return false;
+}
+
 struct Fixture {
-  Upstream up;
-  std::vector<Mismatch> all;  // every difference, allowlisted or not
+  Upstream up;                           // the pinned commit's table
+  Upstream release;                      // flashinfer-python 0.7.4's signatures of the same names
+  std::set<std::string> follow_release;  // ops compared with `release`
+  std::vector<Mismatch> all;             // every difference, allowlisted or not
 };
 
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
     x.up = load_upstream(kUpstreamPath);
+    x.release = load_upstream(kReleasePath);
     for (const OpDecl* d : OpRegistry::global().ops()) {
-      for (Mismatch& m : check_op(*d, x.up)) x.all.push_back(std::move(m));
+      const bool newer = follows_release(*d, x.up, x.release);
+      if (newer) x.follow_release.insert(d->name);
+      for (Mismatch& m : check_op(*d, newer ? x.release : x.up)) x.all.push_back(std::move(m));
     }
     return x;
   }();
@@ -766,6 +793,19 @@ TEST(Conformance, UpstreamTableLoads) {
   EXPECT_EQ(plan[0]->sig.var_positional()->name, "deprecated_positional_args");
 }
 
+// The release's table: the same names, each with 0.7.4's signature where the wheel has it.
+TEST(Conformance, ReleaseTableLoads) {
+  const Fixture& f = fixture();
+  EXPECT_EQ(f.release.commit, "77039051b0be921788dc2784ec41423b558878ec");
+  const auto sampler = f.release.find("top_k_top_p_sampling_from_logits");
+  ASSERT_EQ(sampler.size(), 1u);
+  EXPECT_NE(sampler[0]->sig.find("top_k_max"), nullptr);
+  EXPECT_EQ(f.up.find("top_k_top_p_sampling_from_logits")[0]->sig.find("top_k_max"), nullptr);
+  for (const UpstreamEntry& e : f.release.entries) {
+    EXPECT_FALSE(f.up.find(e.qualified_name).empty()) << e.qualified_name;
+  }
+}
+
 // ---- tests of the comparison on hand-made declarations (the drift issue #15 names) -------------
 
 using flashinfer::EnumValue;
@@ -804,6 +844,21 @@ std::string message_of(const std::vector<Mismatch>& ms, const std::string& what)
 }
 
 using Keys = std::vector<std::string>;
+
+// An op follows the release exactly when it declares a parameter only the release has; one that
+// does is compared with the release's whole signature (EveryOpMatchesUpstream), never half of it.
+TEST(ConformanceCheck, FollowsTheReleaseByItsParameters) {
+  const Fixture& f = fixture();
+  const OpDecl pinned = make_decl("top_k_renorm_probs", "flashinfer.sampling",
+                                  {tensor("probs"), ParamDecl("top_k", ParamKind::kAny)});
+  EXPECT_FALSE(follows_release(pinned, f.up, f.release));
+  OpDecl newer = pinned;
+  newer.params.push_back(ParamDecl("is_deterministic", ParamKind::kBool).def(false));
+  EXPECT_TRUE(follows_release(newer, f.up, f.release));
+  OpDecl invented = pinned;
+  invented.params.push_back(ParamDecl("no_such_parameter", ParamKind::kBool).def(false));
+  EXPECT_FALSE(follows_release(invented, f.up, f.release));
+}
 
 TEST(ConformanceCheck, MatchingDeclarationHasNoDifference) {
   const Upstream& up = fixture().up;
@@ -970,15 +1025,18 @@ TEST(Conformance, EveryOpMatchesUpstream) {
   for (const Mismatch* m : left) by_op[m->op].push_back(m);
   if (count == 0) return;
   std::ostringstream os;
-  os << count << " difference(s) from upstream FlashInfer (commit " << f.up.commit << ") in "
+  os << count << " difference(s) from upstream FlashInfer (commit " << f.up.commit << ", or "
+     << f.release.commit << " for an op that declares a parameter only that release has) in "
      << by_op.size() << " of " << ops.size() << " registered ops (" << allowlisted
      << " allowlisted in tests/api/data/conformance-allowlist.tsv):\n";
   for (const auto& [op, list] : by_op) {
     const OpDecl* d = OpRegistry::global().find(op);
     os << "\n"
        << op << "  [ours: " << d->module << " " << enum_defaults_as_source(d->signature()) << "]\n";
-    for (const UpstreamEntry* e : f.up.find(op)) {
-      os << "  upstream: " << e->module << " " << e->signature_text << "  (" << e->where << ")\n";
+    const Upstream& table = f.follow_release.count(op) ? f.release : f.up;
+    for (const UpstreamEntry* e : table.find(op)) {
+      os << "  upstream" << (&table == &f.release ? " 0.7.4" : "") << ": " << e->module << " "
+         << e->signature_text << "  (" << e->where << ")\n";
     }
     for (const Mismatch* m : list) os << "  - [" << m->what << "] " << m->message << "\n";
   }
