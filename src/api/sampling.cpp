@@ -577,53 +577,91 @@ SamplingResult simple_sampler(const char* op, const Tensor& probs, SamplingKind 
   return launch_sample(op, probs, rows, kind, sample_dtype(indices), return_valid);
 }
 
-// Upstream's fast path for "top_k_first" (0.6.18's sampling.py, _top_k_first_fast_path): with no
-// indices, a Python int top_k in (0, 256] below the vocabulary and a vocabulary of at least 65536,
-// upstream selects each row's top k (flashinfer.top_k, sorted: descending, ties by ascending
-// index), makes them probabilities (the fp32 softmax of the logits; the probs over their sum),
-// samples top-p over those k columns with the call's seed and offset (top_p_sampling_from_probs:
-// the same increment of the default stream, 32 per row, and check_nan on the k columns), and
-// reports the sampled column's token. It is equal in distribution to the masked path, not draw for
-// draw, so a replay of upstream's call must take it too.
+// Upstream's fast path for "top_k_first" (0.7.4's sampling.py, _top_k_first_fast_path): with
+// `indices` absent or a 1-D int32 / int64 tensor on the input's device, a select k in (0, 256]
+// below the vocabulary (a Python int top_k, or for a top_k tensor of one entry per input row the
+// caller's top_k_max) and a vocabulary of at least 65536, upstream selects each input row's top
+// select-k (flashinfer.top_k, sorted: descending, ties by ascending index); for a top_k tensor
+// it keeps each row's first max(k, 1) columns (all for k < 0: a k above top_k_max is cut to it,
+// and k = 0 is greedy) and sets the rest to -inf (logits) or 0 (probs); makes them probabilities
+// (the fp32 softmax of the logits; the probs over their sum); samples top-p over those columns
+// with the call's indices, seed and offset (top_p_sampling_from_probs: the same increment of the
+// default stream, 32 per row, and check_nan on the kept columns), and reports the sampled
+// column's token of the sampled input row. It is equal in distribution to the masked path, not
+// draw for draw, so a replay of upstream's call must take it too.
 constexpr int64_t kTopKFirstFastMaxK = 256;
 constexpr int64_t kTopKFirstFastMinVocab = 65536;
 
-bool top_k_first_fast_applies(const Tensor& x, const ScalarOrTensor<int64_t>& top_k,
-                              const std::optional<Tensor>& indices) {
-  if (indices || top_k.is_tensor() || x.dim() != 2) return false;
-  const int64_t k = top_k.scalar(), v = x.size(1);
-  return k > 0 && k <= kTopKFirstFastMaxK && v >= kTopKFirstFastMinVocab && k < v;
+/// The select k of the fast path when it applies, else nullopt.
+std::optional<int64_t> top_k_first_fast_k(const Tensor& x, const ScalarOrTensor<int64_t>& top_k,
+                                          const std::optional<Tensor>& indices,
+                                          std::optional<int64_t> top_k_max) {
+  if (x.dim() != 2) return std::nullopt;
+  if (indices && (indices->dim() != 1 || indices->device() != x.device() ||
+                  (indices->dtype() != DType::kInt32 && indices->dtype() != DType::kInt64))) {
+    return std::nullopt;
+  }
+  if (top_k.is_tensor() && (top_k.tensor().dim() != 1 || top_k.tensor().size(0) != x.size(0))) {
+    return std::nullopt;
+  }
+  const std::optional<int64_t> k = top_k.is_tensor() ? top_k_max : top_k.scalar();
+  const int64_t v = x.size(1);
+  if (!k || *k <= 0 || *k > kTopKFirstFastMaxK || v < kTopKFirstFastMinVocab || *k >= v) {
+    return std::nullopt;
+  }
+  return k;
 }
 
-SamplingResult top_k_first_fast(const char* op, const char* input_name, const Tensor& x, int64_t k,
-                                const ScalarOrTensor<double>& top_p, bool from_logits,
+SamplingResult top_k_first_fast(const char* op, const char* input_name, const Tensor& x,
+                                const ScalarOrTensor<int64_t>& top_k, int64_t select_k,
+                                const ScalarOrTensor<double>& top_p,
+                                const std::optional<Tensor>& indices, bool from_logits,
                                 bool check_nan, const SeedArg& seed, const SeedArg& offset,
                                 bool return_valid) {
   check_input(x, op, input_name);
-  {  // top_p, seed and offset checked before anything runs
-    SamplingRows chk = base_rows(x, std::nullopt, op);
+  {  // indices, top_p, seed and offset checked before anything runs
+    SamplingRows chk = base_rows(x, indices, op);
     apply_top_p(chk, top_p, x, op);
     check_seed_offset(seed, offset, chk.batch, x, op);
   }
-  auto [values, tokens] = top_k(x, k, /*sorted=*/true, /*deterministic=*/true);
+  auto [values, tokens] = flashinfer::top_k(x, select_k, /*sorted=*/true, /*deterministic=*/true);
   const Tensor v = values.to(DType::kFloat32);
   const SamplingRows own = base_rows(v, std::nullopt, op);
+  // A top_k tensor keeps each row's prefix of the sorted columns (sampling_column_limit), read at
+  // the input row as upstream's top_k.int() is.
+  SamplingRows by_row = own;
+  if (top_k.is_tensor()) by_row.args.top_k = tensor_arg(top_k.tensor());
   Tensor probs;
   if (from_logits) {
-    probs = launch_softmax(op, v, own, std::nullopt);
+    probs = top_k.is_tensor()
+                ? launch_softmax(
+                      op, launch_filter(op, v, by_row, FilterKind::kColumnMask, DType::kFloat32),
+                      own, std::nullopt)
+                : launch_softmax(op, v, own, std::nullopt);
   } else {
-    // Upstream divides the k values by their sum, so a NaN among them makes the row NaN and
-    // check_nan raises; the renorm below would zero it: checked on the values first.
-    if (check_nan) check_no_nan(v, op, input_name);
-    // top_k_renorm_probs keeping all k columns: each over the row's sum.
-    SamplingRows all = own;
-    all.args.top_k = int_arg(k);
-    probs = launch_filter(op, v, all, FilterKind::kTopKRenorm, DType::kFloat32);
+    // Upstream divides the kept values by their sum, so a NaN among them makes the row NaN and
+    // check_nan raises; the renorm below would zero it: checked on the kept values first (the
+    // column mask keeps them as they are, the others -inf).
+    if (check_nan) {
+      check_no_nan(top_k.is_tensor()
+                       ? launch_filter(op, v, by_row, FilterKind::kColumnMask, DType::kFloat32)
+                       : v,
+                   op, input_name);
+    }
+    if (top_k.is_tensor()) {
+      probs = launch_filter(op, v, by_row, FilterKind::kColumnRenorm, DType::kFloat32);
+    } else {
+      // top_k_renorm_probs keeping all k columns: each over the row's sum.
+      SamplingRows all = own;
+      all.args.top_k = int_arg(select_k);
+      probs = launch_filter(op, v, all, FilterKind::kTopKRenorm, DType::kFloat32);
+    }
   }
   const Filters f{nullptr, &top_p, nullptr};
-  const SamplingRows rows = prepare_sampling(op, input_name, probs, std::nullopt, f, check_nan,
-                                             seed, offset, SamplingKind::kTopP);
-  return launch_sample(op, probs, rows, SamplingKind::kTopP, DType::kInt32, return_valid, &tokens);
+  const SamplingRows rows = prepare_sampling(op, input_name, probs, indices, f, check_nan, seed,
+                                             offset, SamplingKind::kTopP);
+  return launch_sample(op, probs, rows, SamplingKind::kTopP, sample_dtype(indices), return_valid,
+                       &tokens);
 }
 
 void check_order(const std::string& order, const char* op) {
@@ -635,7 +673,8 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
                                       const ScalarOrTensor<double>& top_p,
                                       const std::optional<Tensor>& indices,
                                       const std::string& order, bool check_nan, const SeedArg& seed,
-                                      const SeedArg& offset, bool return_valid) {
+                                      const SeedArg& offset, bool return_valid,
+                                      std::optional<int64_t> top_k_max) {
   const char* op = "top_k_top_p_sampling_from_probs";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
@@ -643,8 +682,8 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
     return simple_sampler(op, probs, SamplingKind::kTopKTopP, f, indices, check_nan, seed, offset,
                           return_valid);
   }
-  if (top_k_first_fast_applies(probs, top_k, indices)) {
-    return top_k_first_fast(op, "probs", probs, top_k.scalar(), top_p, false, check_nan, seed,
+  if (const auto k = top_k_first_fast_k(probs, top_k, indices, top_k_max)) {
+    return top_k_first_fast(op, "probs", probs, top_k, *k, top_p, indices, false, check_nan, seed,
                             offset, return_valid);
   }
   // Upstream's composition: top_k_renorm_probs over the input's rows, then top-p sampling
@@ -660,12 +699,14 @@ SamplingResult top_k_top_p_probs_impl(const Tensor& probs, const ScalarOrTensor<
 Tensor top_k_top_p_logits_impl(const Tensor& logits, const ScalarOrTensor<int64_t>& top_k,
                                const ScalarOrTensor<double>& top_p,
                                const std::optional<Tensor>& indices, const std::string& order,
-                               bool check_nan, const SeedArg& seed, const SeedArg& offset) {
+                               bool check_nan, const SeedArg& seed, const SeedArg& offset,
+                               std::optional<int64_t> top_k_max) {
   const char* op = "top_k_top_p_sampling_from_logits";
   check_order(order, op);
   const Filters f{&top_k, &top_p, nullptr};
-  if (order == "top_k_first" && top_k_first_fast_applies(logits, top_k, indices)) {
-    return top_k_first_fast(op, "logits", logits, top_k.scalar(), top_p, true, check_nan, seed,
+  if (const auto k = order == "top_k_first" ? top_k_first_fast_k(logits, top_k, indices, top_k_max)
+                                            : std::nullopt) {
+    return top_k_first_fast(op, "logits", logits, top_k, *k, top_p, indices, true, check_nan, seed,
                             offset, false)
         .samples;
   }
@@ -986,27 +1027,29 @@ SamplingResult top_k_top_p_sampling_from_probs(const Tensor& probs, ScalarOrTens
                                                std::optional<Tensor> indices,
                                                const std::string& filter_apply_order,
                                                bool deterministic, bool check_nan, SeedArg seed,
-                                               SeedArg offset, bool return_valid) {
+                                               SeedArg offset, bool return_valid,
+                                               std::optional<int64_t> top_k_max) {
   return call_op<&WithGenerator<&top_k_top_p_sampling_from_probs, 6>::op>(
       [&] {
         return top_k_top_p_probs_impl(probs, top_k, top_p, indices, filter_apply_order, check_nan,
-                                      seed, offset, return_valid);
+                                      seed, offset, return_valid, top_k_max);
       },
       probs, top_k, top_p, indices, filter_apply_order, deterministic, kNoGenerator, check_nan,
-      seed, offset, return_valid);
+      seed, offset, return_valid, top_k_max);
 }
 
 Tensor top_k_top_p_sampling_from_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k,
                                         ScalarOrTensor<double> top_p, std::optional<Tensor> indices,
                                         const std::string& filter_apply_order, bool deterministic,
-                                        bool check_nan, SeedArg seed, SeedArg offset) {
+                                        bool check_nan, SeedArg seed, SeedArg offset,
+                                        std::optional<int64_t> top_k_max) {
   return call_op<&WithGenerator<&top_k_top_p_sampling_from_logits, 6>::op>(
       [&] {
         return top_k_top_p_logits_impl(logits, top_k, top_p, indices, filter_apply_order, check_nan,
-                                       seed, offset);
+                                       seed, offset, top_k_max);
       },
       logits, top_k, top_p, indices, filter_apply_order, deterministic, kNoGenerator, check_nan,
-      seed, offset);
+      seed, offset, top_k_max);
 }
 
 Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k) {
@@ -1018,13 +1061,14 @@ Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k) {
       logits, top_k);
 }
 
-Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k) {
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                          bool is_deterministic) {
   return call_op<&top_k_renorm_probs>(
       [&] {
         return renorm_impl("top_k_renorm_probs", "probs", probs, &top_k, nullptr,
                            FilterKind::kTopKRenorm, probs.dtype());
       },
-      probs, top_k);
+      probs, top_k, is_deterministic);
 }
 
 Tensor top_p_renorm_probs(const Tensor& probs, ScalarOrTensor<double> top_p,
@@ -1201,14 +1245,14 @@ void register_sampling_ops(OpRegistry& r) {
        .summary = "Top-k and top-p sampling from probabilities (top_k_first or joint)",
        .returns = kSamplerReturns},
       "probs", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
-      "offset", return_valid);
+      "offset", return_valid, "top_k_max");
   declare<&WithGenerator<&top_k_top_p_sampling_from_logits, 6>::op>(
       r,
       {.name = "top_k_top_p_sampling_from_logits",
        .module = kSamplingModule,
        .summary = "Top-k and top-p sampling from logits (top_k_first or joint)"},
       "logits", "top_k", "top_p", indices, order, deterministic, generator, check_nan, "seed",
-      "offset");
+      "offset", "top_k_max");
   declare<&top_k_mask_logits>(r,
                               {.name = "top_k_mask_logits",
                                .module = kSamplingModule,
@@ -1218,7 +1262,7 @@ void register_sampling_ops(OpRegistry& r) {
                                {.name = "top_k_renorm_probs",
                                 .module = kSamplingModule,
                                 .summary = "Probs outside the top-k zeroed and renormalized"},
-                               "probs", "top_k");
+                               "probs", "top_k", arg("is_deterministic", false));
   declare<&top_p_renorm_probs>(
       r,
       {.name = "top_p_renorm_probs",

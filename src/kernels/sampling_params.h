@@ -78,25 +78,42 @@ struct SamplingParams {
   DType out_dtype = DType::kInt32;
   bool* valid = nullptr;  // [batch], or nullptr: not written
   SamplingKind kind = SamplingKind::kProbs;
-  // Null, or row b's tokens by sampled column: the sample reported is sample_map[b *
-  // sample_map_stride + column] (the "top_k_first" fast path samples over the k columns a top-k
-  // selected; api/sampling.cpp, top_k_first_fast).
+  // Null, or each input row's tokens by sampled column: the sample reported for output row b is
+  // sample_map[src_row * sample_map_stride + column], src_row being the input row b sampled (the
+  // "top_k_first" fast path samples over the k columns a top-k selected from every input row;
+  // api/sampling.cpp, top_k_first_fast).
   const int64_t* sample_map = nullptr;
   int64_t sample_map_stride = 0;
 };
 
-/// The token output row b reports for the sampled column `tok` (-1: none, reported as column 0):
-/// the column itself, or the token `sample_map` gives it.
-FLASHINFER_HD int64_t sampling_output_token(const SamplingParams& p, int64_t b, int64_t tok) {
+/// The token an output row reading input row `src_row` reports for the sampled column `tok` (-1:
+/// none, reported as column 0): the column itself, or the token `sample_map` gives it.
+FLASHINFER_HD int64_t sampling_output_token(const SamplingParams& p, int64_t src_row, int64_t tok) {
   const int64_t v = tok >= 0 ? tok : 0;
-  return p.sample_map != nullptr ? p.sample_map[b * p.sample_map_stride + v] : v;
+  return p.sample_map != nullptr ? p.sample_map[src_row * p.sample_map_stride + v] : v;
 }
 
 enum class FilterKind : int32_t {
-  kTopKRenorm,  // zero all but the top-k probs, renormalize
-  kTopPRenorm,  // zero all but the top-p nucleus, renormalize
-  kTopKMask,    // set all but the top-k logits to -inf
+  kTopKRenorm,    // zero all but the top-k probs, renormalize
+  kTopPRenorm,    // zero all but the top-p nucleus, renormalize
+  kTopKMask,      // set all but the top-k logits to -inf
+  kColumnMask,    // set the columns from the row's limit on to -inf (sampling_column_limit)
+  kColumnRenorm,  // zero the columns from the row's limit on, renormalize the rest
 };
+
+/// The columns a per-row top_k keeps of a row already sorted by a top-k selection ("top_k_first"
+/// fast path with a top_k tensor, upstream 0.7.4's _top_k_first_fast_path): k < 0 keeps all n
+/// (sampling_top_k made it 2^31 - 1), k = 0 keeps the first (greedy), else the first min(k, n).
+FLASHINFER_HD int64_t sampling_column_limit(int32_t top_k, int64_t n) {
+  return top_k < 1 ? 1 : top_k < n ? top_k : n;
+}
+
+FLASHINFER_HD bool filter_by_column(FilterKind k) {
+  return k == FilterKind::kColumnMask || k == FilterKind::kColumnRenorm;
+}
+FLASHINFER_HD bool filter_masks(FilterKind k) {
+  return k == FilterKind::kTopKMask || k == FilterKind::kColumnMask;
+}
 
 struct FilterParams {
   const void* input = nullptr;

@@ -282,12 +282,13 @@ TEST(SamplingDecl, SignaturesMatchUpstream) {
       {"top_k_top_p_sampling_from_probs",
        "(probs, top_k, top_p, indices=None, filter_apply_order='top_k_first', "
        "deterministic=True, generator=None, check_nan=False, seed=None, offset=None, "
-       "return_valid=False)"},
+       "return_valid=False, top_k_max=None)"},
       {"top_k_top_p_sampling_from_logits",
        "(logits, top_k, top_p, indices=None, filter_apply_order='top_k_first', "
-       "deterministic=True, generator=None, check_nan=False, seed=None, offset=None)"},
+       "deterministic=True, generator=None, check_nan=False, seed=None, offset=None, "
+       "top_k_max=None)"},
       {"top_k_mask_logits", "(logits, top_k)"},
-      {"top_k_renorm_probs", "(probs, top_k)"},
+      {"top_k_renorm_probs", "(probs, top_k, is_deterministic=False)"},
       {"top_p_renorm_probs", "(probs, top_p, is_deterministic=False)"},
   };
   for (const auto& [name, sig] : expected) {
@@ -300,21 +301,25 @@ TEST(SamplingDecl, SignaturesMatchUpstream) {
 }
 
 TEST(SamplingDecl, RenormProbsTakeUpstreamsArguments) {
-  // Upstream: top_k_renorm_probs(probs, top_k) has no is_deterministic, so a record of it
-  // carries two arguments; top_p_renorm_probs(probs, top_p, is_deterministic=False) keeps it.
+  // Upstream 0.7.4: top_k_renorm_probs(probs, top_k, is_deterministic=False) (the pinned commit's
+  // has two parameters, so its records carry two arguments: they bind too) and
+  // top_p_renorm_probs(probs, top_p, is_deterministic=False). The flag changes nothing here.
   const Tensor probs = make_rows({{0.1, 0.4, 0.2, 0.3}, {0.25, 0.15, 0.5, 0.1}});
   const std::vector<double> expect = {0, 4.0 / 7, 0, 3.0 / 7, 1.0 / 3, 0, 2.0 / 3, 0};
   const OpDecl* k = OpRegistry::global().find("top_k_renorm_probs");
   ASSERT_NE(k, nullptr);
-  ASSERT_EQ(k->params.size(), 2u);
+  ASSERT_EQ(k->params.size(), 3u);
   const Value rk =
       k->invoke(CallArgs(*k, bind_arguments(*k, {Value(probs), Value(int64_t{2})}, {})));
   EXPECT_TRUE(all_close(rk.as_tensor(), expect, {1e-7, 1e-6}));
+  for (const bool det : {false, true}) {
+    const Value r = k->invoke(CallArgs(*k, bind_arguments(*k, {Value(probs), Value(int64_t{2})},
+                                                          {{"is_deterministic", Value(det)}})));
+    EXPECT_EQ(r.as_tensor().to_double_vector(), rk.as_tensor().to_double_vector()) << det;
+  }
   EXPECT_FI_ERROR(
-      bind_arguments(*k, {Value(probs), Value(int64_t{2})}, {{"is_deterministic", Value(true)}}),
-      "top_k_renorm_probs", "is_deterministic");
-  EXPECT_FI_ERROR(bind_arguments(*k, {Value(probs), Value(int64_t{2}), Value(true)}, {}),
-                  "top_k_renorm_probs", "");
+      bind_arguments(*k, {Value(probs), Value(int64_t{2}), Value(true), Value(true)}, {}),
+      "top_k_renorm_probs", "");
 
   const OpDecl* p = OpRegistry::global().find("top_p_renorm_probs");
   ASSERT_NE(p, nullptr);
@@ -326,7 +331,7 @@ TEST(SamplingDecl, RenormProbsTakeUpstreamsArguments) {
 }
 
 TEST(SamplingDecl, RecordsCarryUpstreamsArgumentsAndReplay) {
-  // A dump of top_k_renorm_probs holds upstream's two arguments (upstream's replay calls
+  // A dump of top_k_renorm_probs holds its arguments by position (upstream's replay calls
   // top_k_renorm_probs(*args)); a sampler's record keeps the generator slot at upstream's index
   // (arg_3, None). Both replay here.
   namespace fs = std::filesystem;
@@ -354,8 +359,8 @@ TEST(SamplingDecl, RecordsCarryUpstreamsArgumentsAndReplay) {
   };
   const nlohmann::json k = meta(calls[0]), s = meta(calls[1]);
   EXPECT_EQ(k["function_name"], "top_k_renorm_probs");
-  EXPECT_EQ(k["function_signature"], "(probs, top_k)");
-  EXPECT_EQ(k["input_metadata"], nlohmann::json({{"arg_1", 2}}));
+  EXPECT_EQ(k["function_signature"], "(probs, top_k, is_deterministic=False)");
+  EXPECT_EQ(k["input_metadata"], nlohmann::json({{"arg_1", 2}, {"arg_2", false}}));
   EXPECT_EQ(k["tensor_info"]["input_tensor_keys"], nlohmann::json({"arg_0"}));
   EXPECT_EQ(s["function_name"], "sampling_from_probs");
   EXPECT_EQ(s["input_metadata"], nlohmann::json({{"arg_1", nullptr},
@@ -1533,13 +1538,14 @@ TEST(SamplingCuda, DeviceRowTensorsMatchCpu) {
   }
 }
 
-// Upstream's "top_k_first" fast path (0.6.18: no indices, an int top_k in (0, 256], a vocabulary
-// of 65536 or more): each row's top k, sorted (flashinfer.top_k), as fp32 probabilities (softmax
-// of the logits; top_k_renorm_probs of the probs), top-p sampled over those k columns with the
-// call's seed and offset, the sampled column's token reported. Both forms equal that composition
-// draw for draw; outside the gate (k = 257, a vocabulary of 65535, a top_k tensor, indices) they
-// equal the masked composition; and at this size the two compositions draw differently, so the
-// test tells which one ran.
+// Upstream's "top_k_first" fast path (0.7.4: indices absent or 1-D int32 / int64, an int top_k
+// in (0, 256] or a top_k tensor with top_k_max in (0, 256], a vocabulary of 65536 or more): each
+// row's top k, sorted (flashinfer.top_k), as fp32 probabilities (softmax of the logits;
+// top_k_renorm_probs of the probs), top-p sampled over those k columns with the call's indices,
+// seed and offset, the sampled column's token reported. Both forms equal that composition draw
+// for draw; outside the gate (k = 257, a vocabulary of 65535, a top_k tensor without top_k_max)
+// they equal the masked composition; and at this size the two compositions draw differently, so
+// the test tells which one ran.
 void expect_top_k_first_routes(Device d) {
   const int64_t B = 32;
   for (int64_t V : {int64_t{65536}, int64_t{65535}}) {
@@ -1589,23 +1595,88 @@ void expect_top_k_first_routes(Device d) {
                            .samples),
                   fast ? want_fast_probs : want_masked_probs);
         if (!fast || per_row_p) continue;
-        // A top_k tensor and indices leave the gate.
+        // A top_k tensor leaves the gate without top_k_max and takes it with one.
         const Tensor kt = int_tensor(std::vector<int64_t>(B, k)).to(d);
         EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, kt, p, std::nullopt, "top_k_first",
                                                         true, false, seed, off)),
                   want_masked);
+        EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, kt, p, std::nullopt, "top_k_first",
+                                                        true, false, seed, off, k)),
+                  want_fast);
+        // Indices take it too (0.7.4): output row b samples input row indices[b] over its k
+        // columns, the token reported in the indices' dtype.
         std::vector<int64_t> iv(B);
-        std::iota(iv.begin(), iv.end(), 0);
-        EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, k, p, int_tensor(iv).to(d),
-                                                        "top_k_first", true, false, seed, off)),
-                  want_masked);
+        for (int64_t b = 0; b < B; ++b) iv[b] = (b * 5 + 3) % B;
+        for (DType idt : {DType::kInt32, DType::kInt64}) {
+          const Tensor idx = int_tensor(iv).to(idt).to(d);
+          const std::vector<int64_t> c =
+              ints(top_p_sampling_from_probs(softmax(values.to(DType::kFloat32)), p, idx, true,
+                                             false, seed, off)
+                       .samples);
+          std::vector<int64_t> want(B);
+          for (int64_t b = 0; b < B; ++b) want[b] = tok[iv[b] * k + c[b]];
+          const Tensor got = top_k_top_p_sampling_from_logits(logits, k, p, idx, "top_k_first",
+                                                              true, false, seed, off);
+          EXPECT_EQ(got.dtype(), idt);
+          EXPECT_EQ(ints(got), want);
+        }
       }
     }
   }
 }
 
+// A top_k tensor under top_k_max: each row keeps its first max(k, 1) of the top_k_max sorted
+// columns (all for k < 0; a k above top_k_max is cut to it; k = 0 is greedy), the rest -inf
+// (logits) or 0 (probs), then softmax or the sum's share, then top-p over the top_k_max columns.
+void expect_top_k_max_rows(Device d) {
+  const int64_t B = 6, V = 65536, kmax = 40;
+  const Tensor logits = Tensor::empty({B, V}, DType::kFloat32).normal_(29, 0.0, 2.0).to(d);
+  const Tensor probs = softmax(logits);
+  const std::vector<int64_t> row_k = {1, 0, -1, 7, 40, 300};
+  const Tensor kt = int_tensor(row_k).to(d);
+  const int64_t seed = 5, off = 12;
+  for (bool from_logits : {true, false}) {
+    SCOPED_TRACE(from_logits ? "logits" : "probs");
+    const Tensor& x = from_logits ? logits : probs;
+    auto [values, tokens] = top_k(x, kmax, true, true);
+    std::vector<double> v = values.to(Device::cpu()).to(DType::kFloat32).to_double_vector();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t keep = row_k[b] < 0 ? kmax : std::max<int64_t>(row_k[b], 1);
+      double sum = 0.0;
+      for (int64_t c = 0; c < kmax; ++c) {
+        double& e = v[b * kmax + c];
+        if (c >= keep) e = from_logits ? -std::numeric_limits<double>::infinity() : 0.0;
+        sum += e;
+      }
+      if (!from_logits) {
+        for (int64_t c = 0; c < kmax; ++c) v[b * kmax + c] /= sum;
+      }
+    }
+    Tensor pk = Tensor::from_vector(v, {B, kmax}, DType::kFloat32).to(d);
+    if (from_logits) pk = softmax(pk);
+    const std::vector<int64_t> c =
+        ints(top_p_sampling_from_probs(pk, 0.8, std::nullopt, true, false, seed, off).samples);
+    const std::vector<int64_t> tok = ints(tokens);
+    std::vector<int64_t> want(B);
+    for (int64_t b = 0; b < B; ++b) {
+      want[b] = tok[b * kmax + c[b]];
+      if (row_k[b] == 0 || row_k[b] == 1) {
+        EXPECT_EQ(c[b], 0) << b;  // greedy
+      }
+    }
+    const Tensor got =
+        from_logits ? top_k_top_p_sampling_from_logits(x, kt, 0.8, std::nullopt, "top_k_first",
+                                                       true, false, seed, off, kmax)
+                    : top_k_top_p_sampling_from_probs(x, kt, 0.8, std::nullopt, "top_k_first", true,
+                                                      false, seed, off, false, kmax)
+                          .samples;
+    EXPECT_EQ(ints(got), want);
+  }
+}
+
 TEST(Sampling, TopKFirstFastPathIsUpstreamsComposition) {
   expect_top_k_first_routes(Device::cpu());
+  expect_top_k_max_rows(Device::cpu());
   // Upstream divides the k probabilities by their sum: a NaN among them makes the row NaN, and
   // check_nan raises (our renorm step would have zeroed it).
   Tensor probs = softmax(Tensor::empty({2, 65536}, DType::kFloat32).normal_(5, 0.0, 1.0));
@@ -1685,6 +1756,7 @@ TEST(Samplers, VocabSizedLogitsWithRowTensorsFollowTheFilters) {
 TEST(SamplingCuda, TopKFirstFastPathIsUpstreamsComposition) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   expect_top_k_first_routes(Device::cuda(0));
+  expect_top_k_max_rows(Device::cuda(0));
 }
 
 TEST(SamplingCuda, VocabSizedLogitsWithRowTensorsFollowTheFilters) {

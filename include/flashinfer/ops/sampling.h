@@ -133,29 +133,37 @@ SamplingResult min_p_sampling_from_probs(
 
 /// Top-k and top-p together. filter_apply_order "top_k_first": top_k_renorm_probs, then top-p
 /// sampling of the renormalized rows; "joint": one rejection loop testing both filters against
-/// the original probs.
+/// the original probs. With a vocabulary of at least 65536 and a k in (0, 256] ("top_k_first"
+/// only; for a top_k tensor, `top_k_max` is that k and bounds every row's), upstream 0.7.4's fast
+/// path instead: a sorted top-k, then top-p sampling over those columns (other draws, the same
+/// distribution; a row's k of 0 is greedy there, a k above top_k_max is cut to it).
 SamplingResult top_k_top_p_sampling_from_probs(
     const Tensor& probs, ScalarOrTensor<int64_t> top_k, ScalarOrTensor<double> top_p,
     std::optional<Tensor> indices = std::nullopt,
     const std::string& filter_apply_order = "top_k_first", bool deterministic = true,
     bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
-    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false);
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt, bool return_valid = false,
+    std::optional<int64_t> top_k_max = std::nullopt);
 
 /// Top-k and top-p from logits. "top_k_first": top_k_mask_logits, softmax, top-p sampling;
-/// "joint": softmax, then the joint rejection loop.
+/// "joint": softmax, then the joint rejection loop. The fast path and `top_k_max` as for the
+/// probs.
 Tensor top_k_top_p_sampling_from_logits(
     const Tensor& logits, ScalarOrTensor<int64_t> top_k, ScalarOrTensor<double> top_p,
     std::optional<Tensor> indices = std::nullopt,
     const std::string& filter_apply_order = "top_k_first", bool deterministic = true,
     bool check_nan = false, std::optional<ScalarOrTensor<int64_t>> seed = std::nullopt,
-    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt);
+    std::optional<ScalarOrTensor<int64_t>> offset = std::nullopt,
+    std::optional<int64_t> top_k_max = std::nullopt);
 
 /// Logits with every entry outside the top-k set to -inf (same dtype; NaN entries are masked).
 Tensor top_k_mask_logits(const Tensor& logits, ScalarOrTensor<int64_t> top_k);
 
-/// Probs with every entry outside the top-k zeroed, renormalized to sum 1 (same dtype). As
-/// upstream, it takes no is_deterministic (the result is deterministic anyway).
-Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k);
+/// Probs with every entry outside the top-k zeroed, renormalized to sum 1 (same dtype).
+/// `is_deterministic` (upstream 0.7.4) picks how upstream's multi-block kernel adds its blocks'
+/// sums; the result here is deterministic either way.
+Tensor top_k_renorm_probs(const Tensor& probs, ScalarOrTensor<int64_t> top_k,
+                          bool is_deterministic = false);
 
 /// Probs outside the top-p nucleus zeroed, renormalized; returned as fp32 (upstream casts the
 /// input to fp32 first).

@@ -129,7 +129,7 @@ int64_t gumbel_sample(const float* x, int64_t n, uint64_t seed, uint64_t b, uint
 }
 
 void write_sample(const SamplingParams& p, int64_t b, int64_t tok) {
-  const int64_t v = sampling_output_token(p, b, tok);
+  const int64_t v = sampling_output_token(p, sampling_src_row(p.rows, b), tok);
   if (p.out_dtype == DType::kInt64) {
     static_cast<int64_t*>(p.samples)[b] = v;
   } else {
@@ -436,9 +436,13 @@ void filter(const FilterParams& p) {
         keys[i] = ordered_key(x[i]);
         w[i] = x[i] > 0.0f ? x[i] : 0.0f;
       }
-      const uint32_t t = p.kind == FilterKind::kTopPRenorm
+      const bool by_column = filter_by_column(p.kind);
+      const int64_t limit = sampling_column_limit(row.top_k, n);
+      const uint32_t t = by_column ? 0u
+                         : p.kind == FilterKind::kTopPRenorm
                              ? mass_threshold(keys.data(), w.data(), n, row.top_p, pairs)
                              : count_threshold(keys.data(), n, row.top_k, tmp);
+      auto kept = [&](int64_t i) { return by_column ? i < limit : keys[i] != 0u && keys[i] >= t; };
       const int64_t out_base = b * p.out_stride_row;
       // One dtype dispatch per row (not per element).
       auto store_row = [&](auto&& value_of) {
@@ -449,18 +453,16 @@ void filter(const FilterParams& p) {
                 out[i * p.out_stride_col] = from_float<T>(value_of(i));
             });
       };
-      if (p.kind == FilterKind::kTopKMask) {
+      if (filter_masks(p.kind)) {
         const float neg_inf = -std::numeric_limits<float>::infinity();
-        store_row([&](int64_t i) { return keys[i] != 0u && keys[i] >= t ? x[i] : neg_inf; });
+        store_row([&](int64_t i) { return kept(i) ? x[i] : neg_inf; });
         continue;
       }
       float sum = 0.0f;
       for (int64_t i = 0; i < n; ++i) {
-        if (keys[i] != 0u && keys[i] >= t) sum += w[i];
+        if (kept(i)) sum += w[i];
       }
-      store_row([&](int64_t i) {
-        return keys[i] != 0u && keys[i] >= t && sum > 0.0f ? w[i] / sum : 0.0f;
-      });
+      store_row([&](int64_t i) { return kept(i) && sum > 0.0f ? w[i] / sum : 0.0f; });
     }
   }
 }

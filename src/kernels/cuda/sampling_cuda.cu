@@ -537,7 +537,7 @@ __device__ __forceinline__ void sample_row(const SamplingParams& p, Shared<THREA
       break;
   }
   if (threadIdx.x == 0) {
-    const int64_t v = sampling_output_token(p, static_cast<int64_t>(b), tok);
+    const int64_t v = sampling_output_token(p, row.src_row, tok);
     if (p.out_dtype == DType::kInt64) {
       static_cast<int64_t*>(p.samples)[b] = v;
     } else {
@@ -666,27 +666,31 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
   const bool wide =
       VEC > 1 && p.out_stride_col == 1 &&
       sampling_vec_width(sizeof(Tout), reinterpret_cast<uint64_t>(p.out), p.out_stride_row, 1) > 1;
-  const uint32_t t = p.kind == FilterKind::kTopPRenorm ? filter_threshold_mass(r, row, s)
-                                                       : filter_threshold_radix(r, row, s, rs);
-  if (p.kind == FilterKind::kTopKMask) {
+  // The column kinds keep a prefix of the row (sampling_column_limit): no threshold to find.
+  const bool by_column = filter_by_column(p.kind);
+  const int64_t limit = sampling_column_limit(row.top_k, p.vocab);
+  const uint32_t t = by_column                           ? 0u
+                     : p.kind == FilterKind::kTopPRenorm ? filter_threshold_mass(r, row, s)
+                                                         : filter_threshold_radix(r, row, s, rs);
+  auto kept = [&](int64_t col, float v) {
+    const uint32_t key = ordered_key(v);
+    return by_column ? col < limit : key != 0u && key >= t;
+  };
+  if (filter_masks(p.kind)) {
     for_each_chunk<kWriteGroup, THREADS>(r, 0.0f, [&](int64_t first, const float(&v)[VEC]) {
       float o[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const uint32_t key = ordered_key(v[k]);
-        o[k] = key != 0u && key >= t ? v[k] : -INFINITY;
-      }
+      for (int k = 0; k < VEC; ++k) o[k] = kept(first + k, v[k]) ? v[k] : -INFINITY;
       store(y, first, r.n, p.out_stride_col, wide, o);
     });
     return;
   }
   const float nan = __uint_as_float(0x7fffffffu);
   float sum = 0.0f;
-  for_each_chunk<kFilterGroup, THREADS>(r, nan, [&](int64_t, const float(&v)[VEC]) {
+  for_each_chunk<kFilterGroup, THREADS>(r, nan, [&](int64_t first, const float(&v)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      const uint32_t key = ordered_key(v[k]);
-      if (key != 0u && key >= t && v[k] > 0.0f) sum += v[k];
+      if (kept(first + k, v[k]) && v[k] > 0.0f) sum += v[k];
     }
   });
   sum = block_all(sum, SumOp(), s);
@@ -694,9 +698,8 @@ __device__ __forceinline__ void filter_row(const FilterParams& p, Shared<THREADS
     float o[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      const uint32_t key = ordered_key(v[k]);
       const float w = v[k] > 0.0f ? v[k] : 0.0f;
-      o[k] = key != 0u && key >= t && sum > 0.0f ? w / sum : 0.0f;
+      o[k] = kept(first + k, v[k]) && sum > 0.0f ? w / sum : 0.0f;
     }
     store(y, first, r.n, p.out_stride_col, wide, o);
   });
