@@ -1056,8 +1056,9 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     // A later tile picked from its own lengths could be taller than the captured blocks, whose
     // rows past them would go unwritten.
     if (s.graph_batch < 0) {
-      s.graph_rows_per_tile = prefill_rows_per_tile(std::max<int64_t>(1, s.total_qo - s.batch + 1),
-                                                    1, group, tile_dim_vo);
+      const int64_t rows = std::max(s.total_qo, s.max_total_num_rows);
+      s.graph_rows_per_tile =
+          prefill_rows_per_tile(std::max<int64_t>(1, rows - s.batch + 1), 1, group, tile_dim_vo);
     }
     rows_per_tile = s.graph_rows_per_tile;
   }
@@ -1205,7 +1206,8 @@ void build_plan(detail::WrapperState& s, std::optional<int64_t> fixed_split_size
     if (s.decode) s.graph_rows_per_tile = rows_per_tile;
     s.graph_work_cap =
         std::max<int64_t>(max_grid / std::max<int32_t>(1, s.num_kv_heads), s.plan.work.size());
-    s.graph_merge_cap = std::max<int64_t>(s.total_qo, s.plan.merge_out_row.size());
+    s.graph_merge_cap =
+        std::max<int64_t>(std::max(s.total_qo, s.max_total_num_rows), s.plan.merge_out_row.size());
     s.graph_partial_cap = s.graph_work_cap * rows_per_tile;
     if (partial_bytes(s.graph_partial_cap) > have) s.graph_partial_cap = 0;  // never split
   }
@@ -1518,15 +1520,49 @@ void set_attention_outputs(kernels::AttentionParams& p, const Tensor& o, const T
   }
 }
 
+namespace {
+
+// Upstream 0.7.4's run(lse_base=, lse_layout=) of the prefill wrappers: both checked even without
+// an LSE. "HN" runs the kernels on the transposed view of a contiguous [Hq, rows] buffer (the
+// caller's, which must be that, or a new one): the same values, written where upstream's
+// post-kernel transpose puts them. "ln" is the kernels' lse_base_e.
+AttentionOutput run_with_lse_layout(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const AttentionRunOptions& o, const char* op,
+                                    const char* k_arg, const char* v_arg) {
+  FLASHINFER_CHECK(o.lse_base == "log2" || o.lse_base == "ln", op, "lse_base",
+                   "must be one of ('log2', 'ln'), got '", o.lse_base, "'");
+  FLASHINFER_CHECK(o.lse_layout == "NH" || o.lse_layout == "HN", op, "lse_layout",
+                   "must be one of ('NH', 'HN'), got '", o.lse_layout, "'");
+  if (o.lse_layout == "NH") return run_planned_options(s, q, k, v, o, op, k_arg, v_arg);
+  Tensor hn;
+  if (o.lse) {
+    hn = *o.lse;
+    check_defined(hn, op, "lse");
+    check_shape_eq(hn, {s.num_qo_heads, s.total_qo}, op, "lse");
+    FLASHINFER_CHECK(hn.dtype() == DType::kFloat32, op, "lse", "must be torch.float32");
+    FLASHINFER_CHECK(hn.is_contiguous(), op, "lse", "for lse_layout=\"HN\" must be contiguous");
+  } else if (o.return_lse) {
+    hn = Tensor::empty({s.num_qo_heads, s.total_qo}, DType::kFloat32, s.device);
+  }
+  AttentionRunOptions nh = o;
+  nh.lse_layout = "NH";
+  if (hn.defined()) nh.lse = hn.transpose(0, 1);
+  AttentionOutput r = run_planned_options(s, q, k, v, nh, op, k_arg, v_arg);
+  if (o.return_lse) r.lse = hn;
+  return r;
+}
+
+}  // namespace
+
 AttentionOutput run_planned(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
                             const Tensor& v, const AttentionRunOptions& o, const char* op,
                             const char* k_arg, const char* v_arg) {
   FLASHINFER_CHECK(s.planned, op, "self", "run() called before plan()");
   // A JIT variant's run(*args) (the AttentionSink one): into sinks and the score scale.
   if (s.sink_variant || (o.args && !o.args->is_none())) {
-    return run_planned_options(s, q, k, v, apply_variant_args(s, o, op), op, k_arg, v_arg);
+    return run_with_lse_layout(s, q, k, v, apply_variant_args(s, o, op), op, k_arg, v_arg);
   }
-  return run_planned_options(s, q, k, v, o, op, k_arg, v_arg);
+  return run_with_lse_layout(s, q, k, v, o, op, k_arg, v_arg);
 }
 
 namespace {
@@ -1665,6 +1701,7 @@ AttentionOutput run_planned_options(const detail::WrapperState& s, const Tensor&
     p.kv.v_stride_head = v.stride(1);
   }
   set_attention_outputs(p, o_run, lse);
+  p.lse_base_e = o.lse_base == "ln";
   p.batch = s.batch;
   p.num_qo_heads = s.num_qo_heads;
   p.num_kv_heads = s.num_kv_heads;

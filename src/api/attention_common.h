@@ -70,6 +70,9 @@ struct WrapperState {
   // kernels a graph captured keep reading valid plan arrays at the same addresses.
   int64_t graph_batch = -1, graph_work_cap = 0, graph_merge_cap = 0, graph_partial_cap = 0;
   int64_t graph_rows_per_tile = 0;  // prefill under use_cuda_graph: the first plan's tile
+  // Prefill under use_cuda_graph: the query rows every plan may have (upstream 0.7.4's
+  // max_total_num_rows; -1: the first plan's), which sizes the captured tile and merge grid.
+  int64_t max_total_num_rows = -1;
   // use_cuda_graph: the constructor's paged_kv_indices_buffer / custom_mask_buf sizes (elements,
   // bytes; 0: not given). The first plan sizes the device arrays to hold them, and a later plan
   // that needs more is refused: a captured graph holds the arrays' addresses.

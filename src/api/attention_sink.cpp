@@ -216,9 +216,9 @@ void register_attention_sink_ops(OpRegistry& r) {
        .summary = "Paged prefill with a per-head sink logit in the softmax denominator"},
       "q", "paged_kv_cache", "sink", "sm_scale",
       // clang-format off
-      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
-                 "window_left", "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor",
-                 "use_fp16_softmax", "uses_spcompress"},
+      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "lse_base",
+                 "lse_layout", "enable_pdl", "window_left", "sinks", "kv_cache_sf",
+                 "skip_softmax_threshold_scale_factor", "use_fp16_softmax", "uses_spcompress"},
       // clang-format on
       field("out").mut(), field("lse").mut());
   api::register_attention_backends(kInitOp);

@@ -26,11 +26,21 @@ constexpr const char* kRagged = "BatchPrefillWithRaggedKVCacheWrapper";
 using PagedInit =
     Init<BatchPrefillWithPagedKVCacheWrapper, Tensor, std::string, bool, std::optional<Tensor>,
          std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>,
-         std::optional<Tensor>, std::string, std::optional<Value>, std::optional<Value>>;
+         std::optional<Tensor>, std::string, std::optional<Value>, std::optional<Value>, bool,
+         std::optional<int64_t>>;
 using RaggedInit =
     Init<BatchPrefillWithRaggedKVCacheWrapper, Tensor, std::string, bool, std::optional<Tensor>,
          std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>, std::string,
-         std::optional<Value>, std::optional<Value>>;
+         std::optional<Value>, std::optional<Value>, bool>;
+
+// Upstream 0.7.4's variant_owns_mask: a JIT variant's LogitsMask replaces the kernel's masks
+// (fa2 with a custom module only); this library's one variant, AttentionSink, is run through its
+// own masks.
+void check_variant_owns_mask(bool variant_owns_mask, const char* op) {
+  FLASHINFER_CHECK_CODE(!variant_owns_mask, ErrorCode::kUnsupported, op, "variant_owns_mask",
+                        "a JIT variant's own LogitsMask in place of the kernel's masks is not "
+                        "supported");
+}
 
 // Per-head fp8 scale vector: fp32 [n] on q's device.
 Tensor head_scales(const std::optional<Tensor>& t, int64_t n, const Tensor& q, const char* op,
@@ -53,6 +63,27 @@ void check_prefill_options(const PrefillPlanOptions& o, bool paged, const char* 
   unsupported(o.block_tables.has_value(), "block_tables");
   unsupported(o.v_indptr.has_value(), "v_indptr");
   unsupported(o.o_indptr.has_value(), "o_indptr");
+  unsupported(paged && o.qo_indptr_cpu.has_value(), "qo_indptr_cpu");
+  unsupported(paged && o.kv_indptr_cpu.has_value(), "kv_indptr_cpu");
+  // Upstream 0.7.4's per-token, per-head fp8 K/V scales (its fa2 kernel scales each score by
+  // k_sf[t, h] and each value row by v_sf[t, h]): not implemented here.
+  FLASHINFER_CHECK_CODE(!o.use_token_head_sf, ErrorCode::kUnsupported, op, "use_token_head_sf",
+                        "per-token, per-head fp8 K/V scales are not supported");
+}
+
+// The ragged plan's host mirror of an indptr (upstream 0.7.4's qo_indptr_cpu / kv_indptr_cpu):
+// planned from instead of the indptr itself, after upstream's checks.
+const Tensor& indptr_or_mirror(const Tensor& indptr, const std::optional<Tensor>& mirror,
+                               const char* op, const char* arg) {
+  if (!mirror) return indptr;
+  api::check_defined(*mirror, op, arg);
+  FLASHINFER_CHECK(mirror->device().is_cpu(), op, arg, "must be a CPU tensor");
+  FLASHINFER_CHECK(mirror->dim() == 1 && indptr.dim() == 1 && mirror->size(0) == indptr.size(0), op,
+                   arg, "must have the same 1-D shape as its indptr");
+  FLASHINFER_CHECK(mirror->dtype() == indptr.dtype() &&
+                       (mirror->dtype() == DType::kInt32 || mirror->dtype() == DType::kInt64),
+                   op, arg, "must have the same integer dtype as its indptr");
+  return *mirror;
 }
 
 // qo_indptr → host; the causal rule kv_len >= qo_len per request.
@@ -62,6 +93,13 @@ void prefill_load_qo(detail::WrapperState& s, const Tensor& qo_indptr, const cha
   api::check_indptr(s.qo_indptr, op, "qo_indptr");
   s.batch = static_cast<int32_t>(s.kv_lens.size());
   s.total_qo = s.qo_indptr.back();
+  if (s.max_total_num_rows >= 0) {
+    FLASHINFER_CHECK(s.total_qo <= s.max_total_num_rows, op, "qo_indptr",
+                     "The total number of rows in qo_indptr ", s.total_qo,
+                     " in cuda graph mode cannot exceed the number of rows set during "
+                     "initialization ",
+                     s.max_total_num_rows);
+  }
   if (s.causal) {
     for (int32_t b = 0; b < s.batch; ++b) {
       const int32_t qo_len = s.qo_indptr[b + 1] - s.qo_indptr[b];
@@ -227,11 +265,21 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
     std::optional<Tensor> qo_indptr_buf, std::optional<Tensor> paged_kv_indptr_buf,
     std::optional<Tensor> paged_kv_indices_buf, std::optional<Tensor> paged_kv_last_page_len_buf,
     std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
-    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
+    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs,
+    bool variant_owns_mask, std::optional<int64_t> max_total_num_rows)
     : s_(std::make_unique<detail::WrapperState>()) {
   call_init<PagedInit>(
       [&] {
         const char* op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
+        check_variant_owns_mask(variant_owns_mask, op);
+        // CUDA-graph capacity: every later plan may have up to this many query rows.
+        if (max_total_num_rows) {
+          FLASHINFER_CHECK(use_cuda_graph, op, "max_total_num_rows",
+                           "requires use_cuda_graph=True");
+          FLASHINFER_CHECK(*max_total_num_rows >= 0, op, "max_total_num_rows",
+                           "must be a nonnegative integer, got ", *max_total_num_rows);
+          s_->max_total_num_rows = *max_total_num_rows;
+        }
         // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
         // *args. Upstream resolves backend "auto" before the JIT build.
         const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
@@ -246,7 +294,7 @@ BatchPrefillWithPagedKVCacheWrapper::BatchPrefillWithPagedKVCacheWrapper(
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
       paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf, backend,
-      jit_args, jit_kwargs);
+      jit_args, jit_kwargs, variant_owns_mask, max_total_num_rows);
 }
 
 BatchPrefillWithPagedKVCacheWrapper::~BatchPrefillWithPagedKVCacheWrapper() = default;
@@ -333,11 +381,13 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
     Tensor float_workspace_buffer, std::string kv_layout, bool use_cuda_graph,
     std::optional<Tensor> qo_indptr_buf, std::optional<Tensor> kv_indptr_buf,
     std::optional<Tensor> custom_mask_buf, std::optional<Tensor> mask_indptr_buf,
-    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
+    std::string backend, std::optional<Value> jit_args, std::optional<Value> jit_kwargs,
+    bool variant_owns_mask)
     : s_(std::make_unique<detail::WrapperState>()) {
   call_init<RaggedInit>(
       [&] {
         const char* op = "BatchPrefillWithRaggedKVCacheWrapper.__init__";
+        check_variant_owns_mask(variant_owns_mask, op);
         // Upstream's AttentionSink variant (its sink tests): run takes (sink, sm_scale) through
         // *args. Upstream resolves backend "auto" before the JIT build.
         const bool sink = api::attention_sink_variant(jit_args, jit_kwargs, op);
@@ -351,7 +401,7 @@ BatchPrefillWithRaggedKVCacheWrapper::BatchPrefillWithRaggedKVCacheWrapper(
         api::set_graph_buffers(*s_, std::nullopt, custom_mask_buf);
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, qo_indptr_buf, kv_indptr_buf,
-      custom_mask_buf, mask_indptr_buf, backend, jit_args, jit_kwargs);
+      custom_mask_buf, mask_indptr_buf, backend, jit_args, jit_kwargs, variant_owns_mask);
 }
 
 BatchPrefillWithRaggedKVCacheWrapper::~BatchPrefillWithRaggedKVCacheWrapper() = default;
@@ -372,7 +422,8 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
                            o.o_data_type, o.sm_scale, o.window_left, o.logits_soft_cap, "NONE", op);
         s.decode = false;
         api::plan_pos_encoding(s, o.pos_encoding_mode, o.rope_scale, o.rope_theta, op);
-        s.kv_indptr = api::index_to_host(kv_indptr, op, "kv_indptr");
+        s.kv_indptr = api::index_to_host(
+            indptr_or_mirror(kv_indptr, o.kv_indptr_cpu, op, "kv_indptr_cpu"), op, "kv_indptr");
         api::check_indptr(s.kv_indptr, op, "kv_indptr");
         s.kv_indices.clear();
         s.max_page_id = -1;
@@ -385,7 +436,7 @@ void BatchPrefillWithRaggedKVCacheWrapper::plan(const Tensor& qo_indptr, const T
         s.page_size = 1;
         s.decode = false;
         s.causal = o.causal && !o.custom_mask && !o.packed_custom_mask;
-        prefill_load_qo(s, qo_indptr, op);
+        prefill_load_qo(s, indptr_or_mirror(qo_indptr, o.qo_indptr_cpu, op, "qo_indptr_cpu"), op);
         api::load_custom_mask(s, o.custom_mask, o.packed_custom_mask, op);
         api::load_multi_item_mask(s, o.prefix_len_ptr, o.token_pos_in_items_ptr,
                                   o.token_pos_in_items_len, o.max_item_len_ptr, op);
@@ -597,7 +648,8 @@ void register_prefill_ops(OpRegistry& r) {
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf",
       "custom_mask_buf", "mask_indptr_buf", arg("backend", "auto"),
-      arg("jit_args").as(ParamKind::kList), "jit_kwargs");
+      arg("jit_args").as(ParamKind::kList), "jit_kwargs", arg("variant_owns_mask", false),
+      "max_total_num_rows");
   declare_init<RaggedInit>(
       r,
       {.name = "BatchPrefillWithRaggedKVCacheWrapper.__init__",
@@ -605,7 +657,8 @@ void register_prefill_ops(OpRegistry& r) {
        .summary = "Batch prefill attention over ragged K/V (plan once, run per layer)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       "qo_indptr_buf", "kv_indptr_buf", "custom_mask_buf", "mask_indptr_buf",
-      arg("backend", "auto"), arg("jit_args").as(ParamKind::kList), "jit_kwargs");
+      arg("backend", "auto"), arg("jit_args").as(ParamKind::kList), "jit_kwargs",
+      arg("variant_owns_mask", false));
   // Upstream's prefill plans take these as positional-or-keyword parameters with defaults, in
   // this order (the two wrappers differ).
   declare<&BatchPrefillWithPagedKVCacheWrapper::plan>(
@@ -623,7 +676,7 @@ void register_prefill_ops(OpRegistry& r) {
                  "non_blocking", "prefix_len_ptr", "token_pos_in_items_ptr",
                  "token_pos_in_items_len", "max_item_len_ptr", "seq_lens", "seq_lens_q",
                  "block_tables", "max_token_per_sequence", "max_sequence_kv", "fixed_split_size",
-                 "disable_split_kv"},
+                 "disable_split_kv", "uniform_q_len", "use_token_head_sf"},
       // clang-format on
       field("q_data_type", "float16"));
   declare<&BatchPrefillWithPagedKVCacheWrapper::workspace_size>(
@@ -641,7 +694,7 @@ void register_prefill_ops(OpRegistry& r) {
                  "prefix_len_ptr", "token_pos_in_items_ptr", "token_pos_in_items_len",
                  "max_item_len_ptr", "seq_lens", "seq_lens_q", "block_tables",
                  "max_token_per_sequence", "max_sequence_kv", "fixed_split_size",
-                 "disable_split_kv"},
+                 "disable_split_kv", "uniform_q_len"},
       // clang-format on
       field("q_data_type", "float16"));
   api::register_attention_backends("BatchPrefillWithPagedKVCacheWrapper.workspace_size");
@@ -659,7 +712,8 @@ void register_prefill_ops(OpRegistry& r) {
                  "non_blocking", "prefix_len_ptr", "token_pos_in_items_ptr",
                  "token_pos_in_items_len", "max_item_len_ptr", "fixed_split_size",
                  "disable_split_kv", "seq_lens", "seq_lens_q", "max_token_per_sequence",
-                 "max_sequence_kv", "v_indptr", "o_indptr"},
+                 "max_sequence_kv", "v_indptr", "o_indptr", "qo_indptr_cpu", "kv_indptr_cpu",
+                 "uniform_q_len", "use_token_head_sf"},
       // clang-format on
       field("q_data_type", "float16"));
   declare<&BatchPrefillWithPagedKVCacheWrapper::run>(
@@ -670,8 +724,9 @@ void register_prefill_ops(OpRegistry& r) {
        .var_positional = "args"},
       "q", "paged_kv_cache",
       // clang-format off
-      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "enable_pdl",
-                 "window_left", "sinks", "kv_cache_sf", "skip_softmax_threshold_scale_factor",
+      OnlyFields{"q_scale", "k_scale", "v_scale", "out", "lse", "return_lse", "lse_base",
+                 "lse_layout", "enable_pdl", "window_left", "sinks", "kv_cache_sf",
+                 "skip_softmax_threshold_scale_factor",
                  "use_fp16_softmax", "uses_spcompress", "args"},
       // clang-format on
       field("out").mut(), field("lse").mut());
@@ -684,7 +739,7 @@ void register_prefill_ops(OpRegistry& r) {
       "q", "k", "v",
       // clang-format off
       OnlyFields{"q_scale", "k_scale", "v_scale", "o_scale", "out", "lse", "return_lse",
-                 "enable_pdl", "kv_cache_sf", "args"},
+                 "lse_base", "lse_layout", "enable_pdl", "kv_cache_sf", "args"},
       // clang-format on
       field("out").mut(), field("lse").mut());
   // A wrapper's __init__ and plan belong to the kernel its run launches.

@@ -81,6 +81,9 @@ struct AttentionParams {
   int64_t o_stride_n = 0, o_stride_h = 0;
   float* lse = nullptr;
   int64_t lse_stride_n = 0, lse_stride_h = 0;
+  // Natural-log LSE (the prefill wrappers' run(lse_base="ln"), upstream 0.7.4): each base-2 value
+  // times fp32 ln 2 as its own rounding, as upstream's lse.mul_(ln2) after the kernel.
+  bool lse_base_e = false;
 
   int32_t batch = 0, num_qo_heads = 0, num_kv_heads = 0, head_dim_qk = 0, head_dim_vo = 0;
   const int32_t* qo_indptr = nullptr;  // [batch + 1]

@@ -140,6 +140,142 @@ TEST(BatchPrefillWrappers, RaggedRunScalesAsUpstream) {
   }
 }
 
+// Upstream 0.7.4's run(lse_base=, lse_layout=): "ln" is each base-2 value times fp32 ln 2 in one
+// rounding (0x3F317218, as upstream's lse.mul_(ln2) after the kernel), "HN" the same values in a
+// contiguous [heads, rows] tensor (the caller's, which must be that, or a new one); the output
+// is unchanged. Both checked even without an LSE.
+void expect_lse_base_and_layout(Device dev) {
+  const std::vector<int32_t> qo{0, 3, 7}, kv{0, 5, 12};
+  const int64_t hq = 4, hkv = 2, d = 64, n = 7;
+  const Tensor q = Tensor::empty({n, hq, d}, DType::kFloat16).uniform_(31).to(dev);
+  const Tensor k = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(32).to(dev);
+  const Tensor v = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(33).to(dev);
+  PrefillPlanOptions po;
+  po.causal = true;
+  const Tensor ws = dev.is_cuda() ? Tensor::zeros({8 << 20}, DType::kUInt8, dev) : workspace();
+  BatchPrefillWithRaggedKVCacheWrapper w(ws);
+  w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, po);
+  AttentionRunOptions ro;
+  ro.return_lse = true;
+  const AttentionOutput base2 = w.run(q, k, v, ro);
+  const std::vector<double> l2 = base2.lse.to(Device::cpu()).to_double_vector();
+  std::vector<float> ln_want(l2.size());
+  for (std::size_t i = 0; i < l2.size(); ++i) {
+    ln_want[i] = static_cast<float>(l2[i]) * 0.693147182464599609375f;
+  }
+  ro.lse_base = "ln";
+  const AttentionOutput ln = w.run(q, k, v, ro);
+  ASSERT_EQ(ln.lse.shape(), (Shape{n, hq}));
+  const std::vector<double> got_ln = ln.lse.to(Device::cpu()).to_double_vector();
+  for (std::size_t i = 0; i < l2.size(); ++i) {
+    EXPECT_EQ(static_cast<float>(got_ln[i]), ln_want[i]) << i;
+  }
+  EXPECT_TRUE(
+      testing::all_close(ln.out, base2.out.to(Device::cpu()).to_double_vector(), {0.0, 0.0}));
+  // HN: a new [heads, rows] tensor, or the caller's, filled in place.
+  ro.lse_layout = "HN";
+  const AttentionOutput hn = w.run(q, k, v, ro);
+  ASSERT_EQ(hn.lse.shape(), (Shape{hq, n}));
+  EXPECT_TRUE(hn.lse.is_contiguous());
+  Tensor mine = Tensor::full({hq, n}, 7.0, DType::kFloat32, dev);
+  ro.lse = mine;
+  const AttentionOutput into = w.run(q, k, v, ro);
+  EXPECT_EQ(into.lse.data_ptr(), mine.data_ptr());
+  for (const Tensor* t : std::vector<const Tensor*>{&hn.lse, &mine}) {
+    const std::vector<double> h = t->to(Device::cpu()).to_double_vector();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t x = 0; x < hq; ++x) {
+        EXPECT_EQ(static_cast<float>(h[x * n + r]), ln_want[r * hq + x]) << r << " " << x;
+      }
+    }
+  }
+  // A caller's lse in the other layout, or strided, is refused; so are unknown names.
+  ro.lse = Tensor::empty({n, hq}, DType::kFloat32, dev);
+  EXPECT_FI_ERROR(w.run(q, k, v, ro), "BatchPrefillWithRaggedKVCacheWrapper.run", "lse");
+  ro.lse = Tensor::empty({n, hq}, DType::kFloat32, dev).transpose(0, 1);
+  EXPECT_FI_ERROR(w.run(q, k, v, ro), "BatchPrefillWithRaggedKVCacheWrapper.run", "lse");
+  AttentionRunOptions bad;
+  bad.lse_base = "e";
+  EXPECT_FI_ERROR(w.run(q, k, v, bad), "BatchPrefillWithRaggedKVCacheWrapper.run", "lse_base");
+  bad.lse_base = "log2";
+  bad.lse_layout = "HND";
+  EXPECT_FI_ERROR(w.run(q, k, v, bad), "BatchPrefillWithRaggedKVCacheWrapper.run", "lse_layout");
+}
+
+TEST(BatchPrefillWrappers, LseBaseAndLayoutAsUpstream) {
+  expect_lse_base_and_layout(Device::cpu());
+}
+
+// Upstream 0.7.4's plan and __init__ additions: the ragged plan reads its host mirrors of the
+// indptrs (checked as upstream checks them); uniform_q_len changes nothing; max_total_num_rows is
+// the graph capacity of query rows (use_cuda_graph only, checked at each plan);
+// variant_owns_mask and use_token_head_sf are refused.
+TEST(BatchPrefillWrappers, ReleaseAdditionsToPlanAndInit) {
+  const std::vector<int32_t> qo{0, 3, 7}, kv{0, 5, 12};
+  const int64_t hq = 2, hkv = 1, d = 64;
+  const Tensor q = Tensor::empty({7, hq, d}, DType::kFloat16).uniform_(41);
+  const Tensor k = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(42);
+  const Tensor v = Tensor::empty({12, hkv, d}, DType::kFloat16).uniform_(43);
+  const char* plan_op = "BatchPrefillWithRaggedKVCacheWrapper.plan";
+  BatchPrefillWithRaggedKVCacheWrapper w(workspace());
+  PrefillPlanOptions po;
+  po.causal = true;
+  w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, po);
+  const Tensor want = w.run(q, k, v).out;
+  // The plan follows the mirrors: here the device-side indptrs are stale copies.
+  PrefillPlanOptions mirrored = po;
+  mirrored.qo_indptr_cpu = int_tensor(qo);
+  mirrored.kv_indptr_cpu = int_tensor(kv);
+  mirrored.uniform_q_len = 4;
+  w.plan(int_tensor({0, 1, 7}), int_tensor({0, 6, 12}), hq, hkv, d, mirrored);
+  EXPECT_TRUE(testing::all_close(w.run(q, k, v).out, want.to_double_vector(), {0.0, 0.0}));
+  PrefillPlanOptions bad = mirrored;
+  bad.qo_indptr_cpu = int_tensor({0, 3});
+  EXPECT_FI_ERROR(w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, bad), plan_op,
+                  "qo_indptr_cpu");
+  bad = mirrored;
+  bad.kv_indptr_cpu = int_tensor(kv).to(DType::kInt64);
+  EXPECT_FI_ERROR(w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, bad), plan_op,
+                  "kv_indptr_cpu");
+  bad = po;
+  bad.use_token_head_sf = true;
+  EXPECT_FI_ERROR(w.plan(int_tensor(qo), int_tensor(kv), hq, hkv, d, bad), plan_op,
+                  "use_token_head_sf");
+
+  const char* init_op = "BatchPrefillWithPagedKVCacheWrapper.__init__";
+  EXPECT_FI_ERROR(
+      BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", false, std::nullopt, std::nullopt,
+                                          std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                          "auto", std::nullopt, std::nullopt, false, 64),
+      init_op, "max_total_num_rows");
+  EXPECT_FI_ERROR(
+      BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", true, std::nullopt, std::nullopt,
+                                          std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                          "auto", std::nullopt, std::nullopt, false, -1),
+      init_op, "max_total_num_rows");
+  EXPECT_FI_ERROR(
+      BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", false, std::nullopt, std::nullopt,
+                                          std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                          "auto", std::nullopt, std::nullopt, true),
+      init_op, "variant_owns_mask");
+  EXPECT_FI_ERROR(BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", false, std::nullopt,
+                                                       std::nullopt, std::nullopt, std::nullopt,
+                                                       "auto", std::nullopt, std::nullopt, true),
+                  "BatchPrefillWithRaggedKVCacheWrapper.__init__", "variant_owns_mask");
+  // A capacity of 6 rows: a plan of 7 is refused, one of 6 runs.
+  std::vector<std::vector<double>> kd, vd;
+  testing::PagedFixture f =
+      testing::make_paged({5, 9}, 4, hkv, d, DType::kFloat16, false, false, 1, kd, vd);
+  BatchPrefillWithPagedKVCacheWrapper g(workspace(), "NHD", true, std::nullopt, std::nullopt,
+                                        std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                        "auto", std::nullopt, std::nullopt, false, 6);
+  EXPECT_FI_ERROR(
+      g.plan(int_tensor({0, 3, 7}), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 4, po),
+      "BatchPrefillWithPagedKVCacheWrapper.plan", "qo_indptr");
+  g.plan(int_tensor({0, 3, 6}), f.indptr, f.indices, f.last_page_len, hq, hkv, d, 4, po);
+  EXPECT_EQ(g.run(q.slice(0, 0, 6), f.cache()).out.size(0), 6);
+}
+
 // Ragged prefill with different qk and vo head dims (DeepSeek's 192/128) against the fp64
 // formula, request by request.
 TEST(BatchPrefillWrappers, RaggedQk192Vo128MatchesReference) {
@@ -844,6 +980,11 @@ TEST(BatchPrefillCuda, PagedMatchesCpu) {
 // SGLang's extend call on CUDA: page size 1, its K/V pools as a pair of 3-D [tokens, H, D] tensors,
 // causal, 32:8 heads at head dim 128, bf16: the 5-D cache's bits (the Hopper kernel on sm_90,
 // the FA2 kernel elsewhere) and the CPU reference's values.
+TEST(BatchPrefillCuda, LseBaseAndLayoutAsUpstream) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  expect_lse_base_and_layout(Device::cuda());
+}
+
 TEST(BatchPrefillCuda, PageSizeOnePoolsWithoutThePageAxisMatchCpu) {
   FLASHINFER_SKIP_WITHOUT_CUDA();
   const Device g = Device::cuda();

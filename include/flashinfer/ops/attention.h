@@ -102,6 +102,11 @@ struct AttentionRunOptions {
   std::optional<double> o_scale;  // ragged prefill only (upstream's fa2 backend ignores it)
   std::optional<Tensor> out, lse;
   bool return_lse = false;
+  // Prefill wrappers (upstream 0.7.4): the LSE's base, "log2" (the kernels') or "ln" (times
+  // fp32 ln 2), and its layout, "NH" [rows, Hq] or "HN" (a contiguous [Hq, rows]; a caller's
+  // lse must be that already).
+  std::string lse_base = "log2";
+  std::string lse_layout = "NH";
   std::optional<bool> enable_pdl;
   std::optional<int64_t> window_left;                         // overrides plan's window_left
   std::optional<Tensor> sinks;                                // not supported
@@ -117,9 +122,9 @@ struct AttentionRunOptions {
   std::optional<Value> args;
 };
 FLASHINFER_OPTION_FIELDS(AttentionRunOptions, q_scale, k_scale, v_scale, o_scale, out, lse,
-                         return_lse, enable_pdl, window_left, sinks, q_len_per_req,
-                         skip_softmax_threshold_scale_factor, kv_cache_sf, use_fp16_softmax,
-                         uses_spcompress, args);
+                         return_lse, lse_base, lse_layout, enable_pdl, window_left, sinks,
+                         q_len_per_req, skip_softmax_threshold_scale_factor, kv_cache_sf,
+                         use_fp16_softmax, uses_spcompress, args);
 
 /// BatchDecodeWithPagedKVCacheWrapper.plan()'s keyword arguments (upstream's names and
 /// defaults; upstream takes them through **kwargs).
@@ -221,6 +226,13 @@ struct PrefillPlanOptions {
   std::optional<int64_t> fixed_split_size;  // KV chunk (pages, or tokens for ragged)
   bool disable_split_kv = false;
   std::optional<Tensor> v_indptr, o_indptr;  // ragged only: not supported
+  // Upstream 0.7.4. uniform_q_len: a scheduling hint of upstream's fa2 CUDA-graph planner (every
+  // request's query count), no effect on values here. use_token_head_sf (fp8 K/V scaled per
+  // token and head by kv_cache_sf): not supported. qo_indptr_cpu / kv_indptr_cpu (ragged): host
+  // mirrors of the indptrs, which the plan reads instead (CPU, the same 1-D shape and dtype).
+  std::optional<int64_t> uniform_q_len;
+  bool use_token_head_sf = false;
+  std::optional<Tensor> qo_indptr_cpu, kv_indptr_cpu;
 };
 FLASHINFER_OPTION_FIELDS(PrefillPlanOptions, head_dim_vo, custom_mask, packed_custom_mask, causal,
                          pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
@@ -228,7 +240,8 @@ FLASHINFER_OPTION_FIELDS(PrefillPlanOptions, head_dim_vo, custom_mask, packed_cu
                          o_data_type, non_blocking, prefix_len_ptr, token_pos_in_items_ptr,
                          token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q,
                          block_tables, max_token_per_sequence, max_sequence_kv, fixed_split_size,
-                         disable_split_kv, v_indptr, o_indptr);
+                         disable_split_kv, v_indptr, o_indptr, uniform_q_len, use_token_head_sf,
+                         qo_indptr_cpu, kv_indptr_cpu);
 
 /// Batch prefill / append attention against a paged KV cache (flashinfer.prefill).
 class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
@@ -241,7 +254,8 @@ class BatchPrefillWithPagedKVCacheWrapper : public ApiObject {
       std::optional<Tensor> paged_kv_last_page_len_buf = std::nullopt,
       std::optional<Tensor> custom_mask_buf = std::nullopt,
       std::optional<Tensor> mask_indptr_buf = std::nullopt, std::string backend = "auto",
-      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt);
+      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt,
+      bool variant_owns_mask = false, std::optional<int64_t> max_total_num_rows = std::nullopt);
   ~BatchPrefillWithPagedKVCacheWrapper() override;
   BatchPrefillWithPagedKVCacheWrapper(const BatchPrefillWithPagedKVCacheWrapper&) = delete;
   BatchPrefillWithPagedKVCacheWrapper& operator=(const BatchPrefillWithPagedKVCacheWrapper&) =
@@ -282,7 +296,8 @@ class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
       std::optional<Tensor> kv_indptr_buf = std::nullopt,
       std::optional<Tensor> custom_mask_buf = std::nullopt,
       std::optional<Tensor> mask_indptr_buf = std::nullopt, std::string backend = "auto",
-      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt);
+      std::optional<Value> jit_args = std::nullopt, std::optional<Value> jit_kwargs = std::nullopt,
+      bool variant_owns_mask = false);
   ~BatchPrefillWithRaggedKVCacheWrapper() override;
   BatchPrefillWithRaggedKVCacheWrapper(const BatchPrefillWithRaggedKVCacheWrapper&) = delete;
   BatchPrefillWithRaggedKVCacheWrapper& operator=(const BatchPrefillWithRaggedKVCacheWrapper&) =

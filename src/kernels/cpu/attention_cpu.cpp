@@ -170,6 +170,12 @@ inline void store_out_row(const AttentionParams& p, int64_t elem, const float* s
 // Folds the sink logit sink2 (log2 units; a virtual key whose value is zero) into a finished
 // state: lse grows to log2(2^lse + 2^sink2) and v shrinks by the same factor. A NaN state stays
 // NaN.
+/// The LSE as written: base 2, or times fp32 ln 2 for lse_base "ln" (one rounding: the host
+/// builds with ISO C++'s -ffp-contract=off; the CUDA kernels' lse_out uses __fmul_rn).
+inline float lse_out(const AttentionParams& p, float lse2) {
+  return p.lse_base_e ? lse2 * 0.693147182464599609375f : lse2;
+}
+
 inline void apply_sink(float& lse, float* v, int64_t d, float sink2) {
   if (std::isnan(lse)) return;
   if (lse == kNegInf) {
@@ -373,7 +379,7 @@ class Runner {
       } else {
         const int64_t row = p.qo_indptr[b] + w.qo_begin + r;
         store_out_row(p, row * p.o_stride_n + h * p.o_stride_h, a, dvo);
-        if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+        if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
       }
     }
   }
@@ -393,7 +399,7 @@ class Runner {
     if (p.sinks) apply_sink(s, acc_.data(), dvo, p.sinks[h] * kLog2e);
     const int64_t row = p.merge_out_row[m];
     store_out_row(p, row * p.o_stride_n + h * p.o_stride_h, acc_.data(), dvo);
-    if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = s;
+    if (p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, s);
   }
 
  private:

@@ -11,6 +11,12 @@
 
 namespace flashinfer::kernels::cuda {
 
+/// The LSE a kernel writes: its base-2 value, or that times fp32 ln 2 in one rounding (never
+/// fused into the value's own arithmetic) for lse_base "ln" (AttentionParams::lse_base_e).
+__device__ __forceinline__ float lse_out(const AttentionParams& p, float lse2) {
+  return p.lse_base_e ? __fmul_rn(lse2, 0.693147182464599609375f) : lse2;
+}
+
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Element offset of key/value token t of request b (head and dim excluded).
@@ -148,7 +154,7 @@ __device__ __forceinline__ void merge_write_empty(const AttentionParams& p, int3
   for (int d = threadIdx.x; d < p.head_dim_vo; d += blockDim.x) {
     o[d] = from_f32<TO>(nan ? NAN : 0.0f);
   }
-  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
 }
 
 // The merged row's LSE from the chunks' maximum and weight sum (the sink folded in), and in *inv
@@ -196,7 +202,7 @@ __device__ __forceinline__ void merge_row_serial(const AttentionParams& p, int32
     }
     o[d] = from_f32<TO>(acc * inv);
   }
-  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+  if (p.lse && threadIdx.x == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
 }
 
 template <class TO>
@@ -288,7 +294,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_partials_kernel(Attention
       o[d] = from_f32<TO>(acc * inv);
     }
   }
-  if (p.lse && tid == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+  if (p.lse && tid == 0) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
 }
 
 }  // namespace flashinfer::kernels::cuda

@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(
         const int64_t row = q_base + qi[r];
         dev::store_from_f32<TO, kVv>(
             static_cast<TO*>(p.o) + row * p.o_stride_n + h[r] * p.o_stride_h + tx * kVv, out);
-        if (tx == 0 && p.lse) p.lse[row * p.lse_stride_n + h[r] * p.lse_stride_h] = lse;
+        if (tx == 0 && p.lse) p.lse[row * p.lse_stride_n + h[r] * p.lse_stride_h] = lse_out(p, lse);
       }
     }
   }

@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(AttentionParam
         dst[n * 8 + tid4 * 2] = from_f32<T>(o_acc[n][2 * r] * inv);
         dst[n * 8 + tid4 * 2 + 1] = from_f32<T>(o_acc[n][2 * r + 1] * inv);
       }
-      if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+      if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
     }
   }
   pdl_launch_dependents();

@@ -52,7 +52,7 @@ __device__ __forceinline__ void prefill_store_row(const AttentionParams& p, cons
       *reinterpret_cast<uint32_t*>(dst + prefill_o_pair_col(kFp8Order, n, 0)) =
           dev::mma::pack2<T>(out(n, 0) * inv, out(n, 1) * inv);
     }
-    if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse;
+    if (tid4 == 0 && p.lse) p.lse[row * p.lse_stride_n + h * p.lse_stride_h] = lse_out(p, lse);
   }
 }
 
