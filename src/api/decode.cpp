@@ -30,9 +30,9 @@ constexpr const char* kDecodeModule = "flashinfer.decode";
 constexpr const char* kDecodeWrapperClass = "BatchDecodeWithPagedKVCacheWrapper";
 
 // The constructor's argument types, as declared (and checked against the constructor).
-using DecodeInit =
-    Init<BatchDecodeWithPagedKVCacheWrapper, Tensor, std::string, bool, bool, std::optional<Tensor>,
-         std::optional<Tensor>, std::optional<Tensor>, std::string, std::optional<Value>>;
+using DecodeInit = Init<BatchDecodeWithPagedKVCacheWrapper, Tensor, std::string, bool, bool,
+                        std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>,
+                        std::string, std::optional<Value>, std::optional<Value>>;
 
 AttentionOutput single_decode_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                                    std::string_view kv_layout, std::string_view pos_encoding_mode,
@@ -143,10 +143,12 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
     bool use_tensor_cores, std::optional<Tensor> paged_kv_indptr_buffer,
     std::optional<Tensor> paged_kv_indices_buffer,
     std::optional<Tensor> paged_kv_last_page_len_buffer, std::string backend,
-    std::optional<Value> jit_args)
+    std::optional<Value> jit_args, std::optional<Value> jit_kwargs)
     : s_(std::make_unique<detail::WrapperState>()) {
   call_init<DecodeInit>(
       [&] {
+        // jit_kwargs (upstream 0.7.4) are a JIT module's build options, used only with jit_args
+        // (which init_wrapper refuses for decode): without them upstream ignores them too.
         // "trtllm-gen" runs the same kernels; it differs in reading plan's block_tables.
         const bool trtllm = backend == "trtllm-gen";
         api::init_wrapper(*s_, float_workspace_buffer, kv_layout, use_cuda_graph,
@@ -158,7 +160,7 @@ BatchDecodeWithPagedKVCacheWrapper::BatchDecodeWithPagedKVCacheWrapper(
       },
       *this, float_workspace_buffer, kv_layout, use_cuda_graph, use_tensor_cores,
       paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer, backend,
-      jit_args);
+      jit_args, jit_kwargs);
 }
 
 BatchDecodeWithPagedKVCacheWrapper::~BatchDecodeWithPagedKVCacheWrapper() = default;
@@ -367,8 +369,8 @@ void register_decode_ops(OpRegistry& r) {
        .summary = "Batch decode attention over a paged KV cache (plan once, run per layer)"},
       "float_workspace_buffer", arg("kv_layout", "NHD"), arg("use_cuda_graph", false),
       arg("use_tensor_cores", false), "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
-      "paged_kv_last_page_len_buffer", arg("backend", "auto"),
-      arg("jit_args").as(ParamKind::kList));
+      "paged_kv_last_page_len_buffer", arg("backend", "auto"), arg("jit_args").as(ParamKind::kList),
+      "jit_kwargs");
   // Upstream's plan takes its keywords through **kwargs (and refuses the deprecated positional
   // ones); the fields of BatchDecodePlanOptions are those keywords.
   declare<&BatchDecodeWithPagedKVCacheWrapper::plan>(

@@ -995,8 +995,17 @@ void append_paged_mla_kv_cache(const Tensor& append_ckv, const Tensor& append_kp
       kv_last_page_len);
 }
 
-void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope) {
-  call_op<&concat_mla_k>([&] { concat_mla_k_impl(k, k_nope, k_rope); }, k, k_nope, k_rope);
+void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope,
+                  const std::string& backend) {
+  call_op<&concat_mla_k>(
+      [&] {
+        // Upstream 0.7.4's two backends make the same copy ("cake": SM100-class GPUs and
+        // DeepSeek's shapes only, which a replay elsewhere does not need to keep).
+        FLASHINFER_CHECK(backend == "default" || backend == "cake", "concat_mla_k", "backend",
+                         "unsupported concat_mla_k backend: '", backend, "'");
+        concat_mla_k_impl(k, k_nope, k_rope);
+      },
+      k, k_nope, k_rope, backend);
 }
 
 // ---- BatchMLAPagedAttentionWrapper ------------------------------------------------------
@@ -1685,7 +1694,7 @@ void register_mla_ops(OpRegistry& r) {
                          {.name = "concat_mla_k",
                           .module = "flashinfer.concat_ops",
                           .summary = "k = (k_nope, k_rope broadcast to every head) for MLA"},
-                         arg("k").mut(), "k_nope", "k_rope");
+                         arg("k").mut(), "k_nope", "k_rope", arg("backend", "default").kw());
   declare_init<MlaInit>(
       r,
       {.name = "BatchMLAPagedAttentionWrapper.__init__",

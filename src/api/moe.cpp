@@ -827,6 +827,25 @@ Value to_value(const TrtllmMoeResult& r) {
   return to_value(r.tensors);
 }
 
+namespace {
+
+// Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
+// intermediates from (garbage after the call; nothing here needs it), with upstream's checks.
+void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
+                                const std::optional<Tensor>& gemm1_lora_delta, const char* op) {
+  if (!ws) return;
+  FLASHINFER_CHECK(do_finalize && !gemm1_lora_delta, op, "workspace_buffer",
+                   "requires do_finalize=True and is incompatible with gemm1_lora_delta, because "
+                   "returned intermediates cannot live in a shared workspace");
+  api::check_defined(*ws, op, "workspace_buffer");
+  FLASHINFER_CHECK((ws->dtype() == DType::kUInt8 || ws->dtype() == DType::kInt8) &&
+                       ws->dim() == 1 && ws->is_contiguous(),
+                   op, "workspace_buffer", "must be a contiguous 1-D uint8 or int8 tensor, got ",
+                   dtype_torch_name(ws->dtype()), " of rank ", ws->dim());
+}
+
+}  // namespace
+
 TrtllmMoeResult trtllm_bf16_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
@@ -837,9 +856,10 @@ TrtllmMoeResult trtllm_bf16_moe(
     int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
     std::optional<Tensor> routing_replay_out, std::optional<Tensor> gemm1_alpha,
     std::optional<Tensor> gemm1_beta, std::optional<Tensor> gemm1_clamp_limit,
-    std::optional<Tensor> output) {
+    std::optional<Tensor> output, std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_bf16_moe>(
       [&] {
+        check_moe_workspace_buffer(workspace_buffer, do_finalize, std::nullopt, "trtllm_bf16_moe");
         return trtllm_bf16_moe_impl(
             "trtllm_bf16_moe", nullptr, routing_logits, routing_bias, hidden_states, gemm1_weights,
             gemm2_weights, num_experts, top_k, n_group, topk_group, intermediate_size,
@@ -851,7 +871,7 @@ TrtllmMoeResult trtllm_bf16_moe(
       n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
       routed_scaling_factor, routing_method_type, use_shuffled_weight, weight_layout, do_finalize,
       enable_pdl, tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out,
-      gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+      gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output, workspace_buffer);
 }
 
 Value to_value(const MoeTopkIds& t) {
@@ -868,10 +888,12 @@ TrtllmMoeResult trtllm_bf16_routed_moe(
     bool do_finalize, bool enable_pdl, std::optional<Tensor> gemm1_lora_delta,
     int64_t tune_max_num_tokens, int64_t activation_type, std::optional<Tensor> routing_replay_out,
     std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
-    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output) {
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output,
+    std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_bf16_routed_moe>(
       [&] {
         const char* op = "trtllm_bf16_routed_moe";
+        check_moe_workspace_buffer(workspace_buffer, do_finalize, gemm1_lora_delta, op);
         return trtllm_bf16_moe_impl(
             op, &topk_ids, Tensor(), std::nullopt, hidden_states, gemm1_weights, gemm2_weights,
             num_experts, top_k, n_group, topk_group, intermediate_size, local_expert_offset,
@@ -883,7 +905,7 @@ TrtllmMoeResult trtllm_bf16_routed_moe(
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
       routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
       gemm1_lora_delta, tune_max_num_tokens, activation_type, routing_replay_out, gemm1_alpha,
-      gemm1_beta, gemm1_clamp_limit, output);
+      gemm1_beta, gemm1_clamp_limit, output, workspace_buffer);
 }
 
 namespace {
@@ -1149,7 +1171,7 @@ void register_moe_ops(OpRegistry& r) {
       arg("do_finalize", true), arg("enable_pdl", true), arg("tune_max_num_tokens", int64_t{8192}),
       arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
       arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
-      arg("output").mut());
+      arg("output").mut(), "workspace_buffer");
   declare<&trtllm_bf16_routed_moe>(
       r,
       {.name = "trtllm_bf16_routed_moe",
@@ -1163,7 +1185,7 @@ void register_moe_ops(OpRegistry& r) {
       arg("weight_layout", WeightLayout::BlockMajorK), arg("do_finalize", true),
       arg("enable_pdl", true), "gemm1_lora_delta", arg("tune_max_num_tokens", int64_t{8192}),
       arg("activation_type", int64_t{3}), arg("routing_replay_out").mut(), "gemm1_alpha",
-      "gemm1_beta", "gemm1_clamp_limit", arg("output").mut());
+      "gemm1_beta", "gemm1_clamp_limit", arg("output").mut(), "workspace_buffer");
   // do_finalize=False rows come in an order the GPU's routing chooses: replay compares them
   // through each side's expanded_idx_to_permuted_idx (docs/MOE.md, "do_finalize=False").
   for (const char* name :

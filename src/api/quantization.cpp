@@ -654,7 +654,7 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
       is_sf_swizzled_layout, is_sf_8x4_layout);
 }
 
-Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
+Tensor block_scale_interleave(const Tensor& unswizzled_sf, std::optional<Tensor> out_arg) {
   return call_op<&block_scale_interleave>(
       [&] {
         const char* op = "block_scale_interleave";
@@ -673,12 +673,24 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf) {
         p.in_stride_r = t.stride(-2);
         p.in_stride_c = t.stride(-1);
         const int64_t n = p.batch * kernels::sf_buffer_size(SfLayoutCode::k128x4, p.rows, p.cols);
-        Tensor out = Tensor::empty({n}, t.dtype(), t.device());
+        Tensor out;
+        if (out_arg) {
+          out = *out_arg;
+          api::check_defined(out, op, "out");
+          FLASHINFER_CHECK(out.dim() == 1 && out.size(0) == n && out.is_contiguous() &&
+                               out.dtype() == t.dtype() && out.device() == t.device(),
+                           op, "out",
+                           "block_scale_interleave out must be a contiguous flat tensor "
+                           "of shape (",
+                           n, ",), dtype ", dtype_torch_name(t.dtype()), ", on ", t.device().str());
+        } else {
+          out = Tensor::empty({n}, t.dtype(), t.device());
+        }
         p.out = out.data_ptr();
         api::launch(kBlockScaleInterleaveKernels, p, t.device(), op, "unswizzled_sf");
         return out;
       },
-      unswizzled_sf);
+      unswizzled_sf, out_arg);
 }
 
 std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout,
@@ -926,7 +938,7 @@ void register_quantization_ops(OpRegistry& r) {
       {.name = "block_scale_interleave",
        .module = kQuantizationFp4Module,
        .summary = "Swizzle a linear block-scale matrix into the 128x4 layout"},
-      "unswizzled_sf");
+      "unswizzled_sf", arg("out").kw().mut());
   declare<&mxfp8_quantize>(
       r,
       {.name = "mxfp8_quantize",

@@ -502,7 +502,7 @@ AttentionOutput trtllm_ragged_attention_deepseek(
     std::optional<Tensor> lse, Value sage_attn_sfs, Value num_elts_per_sage_attn_blk,
     std::string_view backend, std::optional<Tensor> q_seq_lens_cpu,
     std::optional<Tensor> kv_seq_lens_cpu, std::optional<bool> use_fp16_softmax,
-    std::optional<bool> uses_spcompress) {
+    std::optional<bool> uses_spcompress, bool skip_all_rows_active_check) {
   return call_op<&trtllm_ragged_attention_deepseek>(
       [&] {
         (void)o_sf_scale;  // scales nvfp4 outputs only, never produced here
@@ -517,7 +517,7 @@ AttentionOutput trtllm_ragged_attention_deepseek(
       o_sf_scale, batch_size, window_left, cum_seq_lens_q, cum_seq_lens_kv, enable_pdl, is_causal,
       return_lse, attention_sinks, skip_softmax_threshold_scale_factor, out, lse, sage_attn_sfs,
       num_elts_per_sage_attn_blk, backend, q_seq_lens_cpu, kv_seq_lens_cpu, use_fp16_softmax,
-      uses_spcompress);
+      uses_spcompress, skip_all_rows_active_check);
 }
 
 namespace detail {
@@ -534,7 +534,7 @@ void register_ragged_deepseek_ops(OpRegistry& r) {
       arg("sage_attn_sfs", Value::tuple({Value(), Value(), Value(), Value()})),
       arg("num_elts_per_sage_attn_blk", Value::tuple({Value(0), Value(0), Value(0), Value(0)})),
       arg("backend", "trtllm-gen"), "q_seq_lens_cpu", "kv_seq_lens_cpu", "use_fp16_softmax",
-      "uses_spcompress");
+      "uses_spcompress", arg("skip_all_rows_active_check", true));
   api::register_ragged_attention_backends(kRaggedDeepseekOp);
   register_bench_hook(kRaggedDeepseekOp, ragged_deepseek_bench_ragged);
 }

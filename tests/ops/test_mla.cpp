@@ -98,6 +98,14 @@ TEST(ConcatMlaK, BadInput) {
   Tensor kr = Tensor::zeros({2, 1, 2}, DType::kBFloat16);
   Tensor k = Tensor::zeros({2, 3, 6}, DType::kBFloat16);
   EXPECT_FI_ERROR(concat_mla_k(Tensor::zeros({2, 3, 7}, DType::kBFloat16), kn, kr), op, "k");
+  // Upstream 0.7.4's backends: "default" and "cake" make the same copy; others are refused.
+  Tensor k2 = Tensor::zeros({2, 3, 6}, DType::kBFloat16);
+  Tensor kn2 = Tensor::empty({2, 3, 4}, DType::kBFloat16).uniform_(3);
+  Tensor kr2 = Tensor::empty({2, 1, 2}, DType::kBFloat16).uniform_(4);
+  concat_mla_k(k, kn2, kr2);
+  concat_mla_k(k2, kn2, kr2, "cake");
+  EXPECT_EQ(k2.to_double_vector(), k.to_double_vector());
+  EXPECT_FI_ERROR(concat_mla_k(k, kn, kr, "triton"), op, "backend");
   EXPECT_FI_ERROR(concat_mla_k(k, kn, Tensor::zeros({2, 2, 2}, DType::kBFloat16)), op, "k_rope");
   EXPECT_FI_ERROR(concat_mla_k(k, Tensor::zeros({2, 2, 4}, DType::kBFloat16), kr), op, "k_nope");
   EXPECT_FI_ERROR(concat_mla_k(k, kn.to(DType::kFloat16), kr), op, "k_nope");

@@ -1602,6 +1602,30 @@ TEST(TrtllmBf16Moe, RoutingWeightsRoundedToBf16) {
   for (int64_t c = 1; c < H; ++c) EXPECT_EQ(o[static_cast<size_t>(c)], 0.0) << c;
 }
 
+// Upstream 0.7.4's workspace_buffer: scratch, so the result is the same with one; refused with
+// do_finalize=False and when it is not a contiguous 1-D byte tensor.
+TEST(TrtllmBf16Moe, WorkspaceBufferIsScratch) {
+  const int64_t T = 6, E = 8, H = 32, I = 16, K = 2;
+  Tensor logits = rand_tensor({T, E}, DType::kFloat32, 15, -3.0, 3.0);
+  Tensor x = rand_tensor({T, H}, DType::kBFloat16, 16);
+  Tensor w1 = rand_tensor({4, 2 * I, H}, DType::kBFloat16, 17, -0.3, 0.3);
+  Tensor w2 = rand_tensor({4, H, I}, DType::kBFloat16, 18, -0.3, 0.3);
+  auto run = [&](std::optional<Tensor> ws, bool finalize) {
+    return trtllm_bf16_moe(logits, std::nullopt, x, w1, w2, E, K, std::nullopt, std::nullopt, I, 4,
+                           4, std::nullopt, 4, false, WeightLayout::MajorK, finalize, true, 8192, 3,
+                           true, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, ws);
+  };
+  const Tensor ref = run(std::nullopt, true);
+  const Tensor ws = Tensor::zeros({1 << 16}, DType::kUInt8);
+  EXPECT_EQ(static_cast<Tensor>(run(ws, true)).to_double_vector(), ref.to_double_vector());
+  EXPECT_FI_ERROR(run(ws, false), "trtllm_bf16_moe", "workspace_buffer");
+  EXPECT_FI_ERROR(run(Tensor::zeros({16, 16}, DType::kUInt8), true), "trtllm_bf16_moe",
+                  "workspace_buffer");
+  EXPECT_FI_ERROR(run(Tensor::zeros({256}, DType::kFloat32), true), "trtllm_bf16_moe",
+                  "workspace_buffer");
+}
+
 // Precomputed routing: the (ids, weights) pair form gives trtllm_bf16_moe's result for the
 // routing that op computed; the packed form equals the pair form with bf16 weights.
 TEST(TrtllmBf16RoutedMoe, MatchesRoutingFromLogits) {

@@ -594,6 +594,20 @@ TEST(BlockScaleInterleave, MatchesFormulaWithZeroPadding) {
   auto [q1, lin] = fp4_quantize(x, fp32_scalar(300.0), 16, false, false);
   auto [q2, swz] = fp4_quantize(x, fp32_scalar(300.0), 16, false, true);
   EXPECT_EQ(bytes(block_scale_interleave(lin)), bytes(swz));
+  // Upstream 0.7.4's out=: the same bytes written into the caller's flat buffer (its padding
+  // too), which is returned; the wrong size, dtype or a 2-D buffer is refused.
+  {
+    Tensor mine = Tensor::full({swz.numel()}, 77.0, DType::kUInt8);
+    const Tensor got = block_scale_interleave(lin, mine);
+    EXPECT_EQ(got.data_ptr(), mine.data_ptr());
+    EXPECT_EQ(bytes(mine), bytes(swz));
+    EXPECT_FI_ERROR(block_scale_interleave(lin, Tensor::zeros({swz.numel() + 1}, DType::kUInt8)),
+                    "block_scale_interleave", "out");
+    EXPECT_FI_ERROR(block_scale_interleave(lin, Tensor::zeros({swz.numel()}, DType::kInt8)),
+                    "block_scale_interleave", "out");
+    EXPECT_FI_ERROR(block_scale_interleave(lin, Tensor::zeros({1, swz.numel()}, DType::kUInt8)),
+                    "block_scale_interleave", "out");
+  }
 }
 
 // ---- bad input ----------------------------------------------------------------------------------
@@ -709,7 +723,7 @@ TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
       {"e2m1_and_ufp8sf_scale_to_float", fp4,
        "(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16, ufp8_type=1, "
        "is_sf_swizzled_layout=True, is_sf_8x4_layout=False)"},
-      {"block_scale_interleave", fp4, "(unswizzled_sf)"},
+      {"block_scale_interleave", fp4, "(unswizzled_sf, *, out=None)"},
       {"mxfp8_quantize", fp8,
        "(input, is_sf_swizzled_layout=True, alignment=32, enable_pdl=None, backend='cuda', "
        "sf_swizzle_layout=None)"},

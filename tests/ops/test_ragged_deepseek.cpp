@@ -153,6 +153,31 @@ TEST(TrtllmRaggedDeepseek, HandCheckedGolden) {
   EXPECT_TRUE(testing::all_close(r.lse, std::vector<double>{0.0, 2.0}, {1e-6, 1e-6}));
 }
 
+// A request with queries and no keys gives 0 and -inf, whatever skip_all_rows_active_check says
+// (upstream 0.7.4: its check, False, gives that; its default True skips the check).
+TEST(TrtllmRaggedDeepseek, RowsWithoutKeysWithEitherActiveCheck) {
+  const int64_t D = 128;
+  Tensor q = Tensor::empty({3, 1, D}, DType::kFloat16).uniform_(5);
+  Tensor k = Tensor::empty({2, 1, D}, DType::kFloat16).uniform_(6);
+  Tensor v = Tensor::empty({2, 1, D}, DType::kFloat16).uniform_(7);
+  std::vector<std::vector<double>> outs;
+  for (bool skip : {true, false}) {
+    AttentionOutput r = trtllm_ragged_attention_deepseek(
+        q, k, v, workspace(), int_tensor({2, 0}), 2, 2, 0.1, 1.0, 1.0, 2, -1, int_tensor({0, 1, 3}),
+        int_tensor({0, 2, 2}), std::nullopt, false, true, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, Value::tuple({Value(), Value(), Value(), Value()}),
+        Value::tuple({Value(0), Value(0), Value(0), Value(0)}), "trtllm-gen", std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, skip);
+    const std::vector<double> o = r.out.to_double_vector(), l = r.lse.to_double_vector();
+    for (int64_t i = D; i < 3 * D; ++i) EXPECT_EQ(o[static_cast<std::size_t>(i)], 0.0) << i;
+    EXPECT_EQ(l[1], -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(l[2], -std::numeric_limits<double>::infinity());
+    EXPECT_TRUE(std::isfinite(l[0]));
+    outs.push_back(o);
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
 TEST(TrtllmRaggedDeepseek, OutAndLseBuffersAndTensorScales) {
   const Case c{DType::kBFloat16, DType::kBFloat16, 192, 128, 2, 1, true, -1, {2, 3}, {4, 3}};
   Inputs in = make_inputs(c, 3);

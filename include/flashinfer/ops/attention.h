@@ -164,7 +164,8 @@ class BatchDecodeWithPagedKVCacheWrapper : public ApiObject {
       bool use_tensor_cores = false, std::optional<Tensor> paged_kv_indptr_buffer = std::nullopt,
       std::optional<Tensor> paged_kv_indices_buffer = std::nullopt,
       std::optional<Tensor> paged_kv_last_page_len_buffer = std::nullopt,
-      std::string backend = "auto", std::optional<Value> jit_args = std::nullopt);
+      std::string backend = "auto", std::optional<Value> jit_args = std::nullopt,
+      std::optional<Value> jit_kwargs = std::nullopt);
   ~BatchDecodeWithPagedKVCacheWrapper() override;
   BatchDecodeWithPagedKVCacheWrapper(const BatchDecodeWithPagedKVCacheWrapper&) = delete;
   BatchDecodeWithPagedKVCacheWrapper& operator=(const BatchDecodeWithPagedKVCacheWrapper&) = delete;

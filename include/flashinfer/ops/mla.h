@@ -45,7 +45,9 @@ void append_paged_mla_kv_cache(const Tensor& append_ckv, const Tensor& append_kp
 /// k[t, h, nope_dim:] = k_rope[t, 0] for every head h (the rope part is shared by the heads).
 ///   k [tokens, H, nope_dim + rope_dim] (written), k_nope [tokens, H, nope_dim], k_rope
 ///   [tokens, 1, rope_dim]; one dtype among fp16, bf16, fp8 e4m3fn/e5m2 (bit-exact copies).
-void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope);
+///   backend (upstream 0.7.4): "default" or "cake", the same copy.
+void concat_mla_k(const Tensor& k, const Tensor& k_nope, const Tensor& k_rope,
+                  const std::string& backend = "default");
 
 /// flashinfer.mla._core.BatchMLAPagedAttentionWrapper: decode and chunked prefill over the
 /// paged latent cache (plan once per batch, run per layer).

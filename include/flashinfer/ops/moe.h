@@ -146,7 +146,8 @@ TrtllmMoeResult trtllm_bf16_moe(
     std::optional<Tensor> gemm1_alpha = std::nullopt,
     std::optional<Tensor> gemm1_beta = std::nullopt,
     std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
-    std::optional<Tensor> output = std::nullopt);
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// Upstream's precomputed routing argument `topk_ids`: a packed int32 [T, top_k] tensor
 /// ((expert_id << 16) | the bf16 weight's bits), or an (ids int32, weights bf16/fp32) pair.
@@ -190,7 +191,8 @@ TrtllmMoeResult trtllm_bf16_routed_moe(
     std::optional<Tensor> gemm1_alpha = std::nullopt,
     std::optional<Tensor> gemm1_beta = std::nullopt,
     std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
-    std::optional<Tensor> output = std::nullopt);
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// Hash-based MoE routing (DeepSeek-V4 hash layers): token t's experts are
 /// tid2eid[input_ids[t], :], weights sqrt(softplus(router_logits[t, e])) / their sum over the

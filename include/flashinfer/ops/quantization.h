@@ -124,8 +124,10 @@ Tensor e2m1_and_ufp8sf_scale_to_float(const Tensor& e2m1_tensor, const Tensor& u
 
 /// Swizzles a linear scale matrix [M, C] (or [E, M, C]) of uint8 or bf16 into the 128x4 layout:
 /// returns a 1-D tensor of E * round_up(M, 128) * round_up(C, 4) elements of the input dtype,
-/// padding zero.
-Tensor block_scale_interleave(const Tensor& unswizzled_sf);
+/// padding zero. `out` (upstream 0.7.4): that tensor, given (contiguous, 1-D of that size, the
+/// input's dtype and device), filled and returned.
+Tensor block_scale_interleave(const Tensor& unswizzled_sf,
+                              std::optional<Tensor> out = std::nullopt);
 
 /// MXFP8 quantization (flashinfer.quantization.fp8_quantization): blocks of 32, ue8m0 scales.
 ///   input [M, K] (or [..., K]) fp16 or bf16; K % 32 == 0; alignment must be 32.

@@ -30,7 +30,9 @@ namespace flashinfer {
 /// and kv_seq_lens_cpu (host copies of the lengths; checked against them when given) change no
 /// value. Not supported (kUnsupported when set): attention_sinks,
 /// skip_softmax_threshold_scale_factor, SageAttention scale factors, use_fp16_softmax=True,
-/// uses_spcompress=True.
+/// uses_spcompress=True. skip_all_rows_active_check (upstream 0.7.4; its default True skips
+/// upstream's scan for rows with queries and no keys, whose result is then undefined there)
+/// changes nothing: such rows give 0 and -inf here either way, upstream's result with False.
 AttentionOutput trtllm_ragged_attention_deepseek(
     const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& workspace_buffer,
     const Tensor& seq_lens, int64_t max_q_len, int64_t max_kv_len,
@@ -45,6 +47,6 @@ AttentionOutput trtllm_ragged_attention_deepseek(
     std::string_view backend = "trtllm-gen", std::optional<Tensor> q_seq_lens_cpu = std::nullopt,
     std::optional<Tensor> kv_seq_lens_cpu = std::nullopt,
     std::optional<bool> use_fp16_softmax = std::nullopt,
-    std::optional<bool> uses_spcompress = std::nullopt);
+    std::optional<bool> uses_spcompress = std::nullopt, bool skip_all_rows_active_check = true);
 
 }  // namespace flashinfer
