@@ -656,6 +656,32 @@ void check_upstream_arch_as(const char* rule_op, const char* op, const char* arg
                   " only; the CPU reference runs it anywhere)");
 }
 
+void check_batch_invariant_gemm(const char* op, std::string_view backend, Device device,
+                                DType out_dtype, bool fp16_out_ok, int64_t k, int64_t n,
+                                int64_t k_align, int64_t n_align) {
+  const char* arg = "batch_invariant";
+  FLASHINFER_CHECK(backend == "auto", op, arg,
+                   "batch_invariant=True requires backend='auto' (got "
+                   "backend='",
+                   backend, "')");
+  FLASHINFER_CHECK(out_dtype == DType::kBFloat16 || (fp16_out_ok && out_dtype == DType::kFloat16),
+                   op, arg, "batch_invariant=True does not support out_dtype ",
+                   dtype_torch_name(out_dtype), "; the limit is ",
+                   fp16_out_ok ? "torch.bfloat16 or torch.float16" : "torch.bfloat16");
+  FLASHINFER_CHECK(k > 0 && n > 0 && k % k_align == 0 && n % n_align == 0, op, arg,
+                   "batch_invariant=True does not support K = ", k, ", N = ", n,
+                   "; the limit is K, N > 0 with K % ", k_align, " == 0 and N % ", n_align,
+                   " == 0. The batch-invariant mode never falls back");
+  if (device.is_cuda()) {
+    const int cc = compute_capability(device);
+    FLASHINFER_CHECK_CODE(cc == 100 || cc == 103 || cc == 107, ErrorCode::kUnsupported, op, arg,
+                          "batch_invariant=True does not support compute capability ", cc / 10, ".",
+                          cc % 10,
+                          "; the limit is SM100, SM103 or SM107. The "
+                          "batch-invariant mode never falls back");
+  }
+}
+
 void check_backend(const char* op, std::string_view backend, Device device) {
   const BackendRequirement& req = backend_requirement(op);
   FLASHINFER_CHECK(req.is_known_backend(backend), op, "backend", "unknown backend '", backend,

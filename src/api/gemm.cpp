@@ -276,10 +276,19 @@ void check_sf_buffer(const Tensor& t, int64_t expected, DType allowed_fp8, Devic
 }  // namespace
 
 Tensor mm_bf16(const Tensor& a, const Tensor& b, std::optional<Tensor> bias, bool pdl,
-               std::optional<Tensor> out, DType out_dtype, std::string_view backend) {
+               std::optional<Tensor> out, DType out_dtype, std::string_view backend,
+               bool batch_invariant) {
   return call_op<&mm_bf16>(
-      [&] { return bf16_gemm("mm_bf16", a, b, bias, pdl, out, out_dtype, backend, 2, "a", "b"); },
-      a, b, bias, pdl, out, out_dtype, backend);
+      [&] {
+        if (batch_invariant) {
+          api::check_defined(a, "mm_bf16", "a");
+          api::check_defined(b, "mm_bf16", "b");
+          api::check_batch_invariant_gemm("mm_bf16", backend, a.device(), out_dtype, false,
+                                          a.size(-1), b.size(-1), 8, 8);
+        }
+        return bf16_gemm("mm_bf16", a, b, bias, pdl, out, out_dtype, backend, 2, "a", "b");
+      },
+      a, b, bias, pdl, out, out_dtype, backend, batch_invariant);
 }
 
 Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out, DType out_dtype,
@@ -293,11 +302,17 @@ Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out, DTy
 }
 
 Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
-               DType dtype, std::optional<Tensor> out, std::string_view backend) {
+               DType dtype, std::optional<Tensor> out, std::string_view backend,
+               bool batch_invariant) {
   return call_op<&bmm_fp8>(
       [&] {
         const char* op = "bmm_fp8";
         api::check_defined(A, op, "A");
+        api::check_defined(B, op, "B");
+        if (batch_invariant) {
+          api::check_batch_invariant_gemm(op, backend, A.device(), dtype, true, A.size(-1),
+                                          B.size(-1), 16, 1);
+        }
         api::check_backend(op, backend, A.device());
         const Dims d = check_operands(A, B, 3, op, "A", "B");
         api::check_dtype_in(A, {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, op, "A");
@@ -318,19 +333,28 @@ Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Te
                     false);
         return result;
       },
-      A, B, A_scale, B_scale, dtype, out, backend);
+      A, B, A_scale, B_scale, dtype, out, backend, batch_invariant);
 }
 
 Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
               std::optional<Tensor> alpha, DType out_dtype, std::optional<Tensor> out,
               int64_t block_size, bool use_8x4_sf_layout, std::string_view backend, bool use_nvfp4,
-              bool enable_pdl) {
+              bool enable_pdl, bool batch_invariant) {
   return call_op<&mm_fp4>(
       [&] {
         const char* op = "mm_fp4";
         api::check_defined(a, op, "a");
         api::check_backend(op, backend, a.device());
         const Dims d = check_operands(a, b, 2, op, "a", "b");
+        if (batch_invariant) {
+          api::check_batch_invariant_gemm(op, backend, a.device(), out_dtype, true, d.k * 2, d.n,
+                                          use_nvfp4 ? 16 : 32, 1);
+          FLASHINFER_CHECK(!use_8x4_sf_layout, op, "batch_invariant",
+                           "batch_invariant=True does not support use_8x4_sf_layout");
+          FLASHINFER_CHECK(!alpha || !alpha->defined() || alpha->numel() == 1, op,
+                           "batch_invariant", "batch_invariant=True needs one alpha, got ",
+                           alpha->numel());
+        }
         api::check_dtype_in(a, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "a");
         api::check_dtype_in(b, {DType::kUInt8, DType::kFloat4E2M1FNx2}, op, "b");
         const int64_t block_required = use_nvfp4 ? 16 : 32;
@@ -388,7 +412,7 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
         return result;
       },
       a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
-      use_nvfp4, enable_pdl);
+      use_nvfp4, enable_pdl, batch_invariant);
 }
 
 namespace {
@@ -471,7 +495,8 @@ void register_gemm_ops(OpRegistry& r) {
                      .module = kGemmBaseModule,
                      .summary = "BF16 GEMM: a [m, k] row-major @ b [k, n] column-major (+ bias)"},
                     "a", "b", "bias", arg("pdl", false), arg("out").mut(),
-                    arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"));
+                    arg("out_dtype", DType::kBFloat16), arg("backend", "cudnn"),
+                    arg("batch_invariant", false).kw());
   declare<&bmm_bf16>(
       r,
       {.name = "bmm_bf16",
@@ -483,14 +508,15 @@ void register_gemm_ops(OpRegistry& r) {
                      .module = kGemmBaseModule,
                      .summary = "Batched FP8 GEMM with per-tensor dequantization scales"},
                     "A", "B", "A_scale", "B_scale", "dtype", arg("out").mut(),
-                    arg("backend", "cublas"));
+                    arg("backend", "cublas"), arg("batch_invariant", false).kw());
   declare<&mm_fp4>(r,
                    {.name = "mm_fp4",
                     .module = kGemmBaseModule,
                     .summary = "FP4 GEMM (NVFP4 or MXFP4 operands with block scales)"},
                    "a", "b", "a_descale", "b_descale", "alpha", arg("out_dtype", DType::kBFloat16),
                    arg("out").mut(), arg("block_size", 16), arg("use_8x4_sf_layout", false),
-                   arg("backend", "auto"), arg("use_nvfp4", true), arg("enable_pdl", true));
+                   arg("backend", "auto"), arg("use_nvfp4", true), arg("enable_pdl", true),
+                   arg("batch_invariant", false).kw());
 
   api::register_backends("mm_bf16", kBf16GemmKernels);
   api::register_backends("bmm_bf16", kBf16GemmKernels);

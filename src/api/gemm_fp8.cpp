@@ -549,7 +549,7 @@ Tensor mx_out(const std::optional<Tensor>& out, DType dt, const Shape& shape, De
 
 Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
                 std::optional<Tensor> out, DType out_dtype, bool use_8x4_sf_layout,
-                std::string_view backend) {
+                std::string_view backend, bool batch_invariant) {
   return call_op<&mm_mxfp8>(
       [&] {
         const char* op = "mm_mxfp8";
@@ -558,6 +558,12 @@ Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const
         api::check_dim(a, {2}, op, "a");
         api::check_defined(b, op, "b");
         api::check_dim(b, {2}, op, "b");
+        if (batch_invariant) {
+          api::check_batch_invariant_gemm(op, backend, a.device(), out_dtype, true, a.size(1),
+                                          b.size(1), 32, 1);
+          FLASHINFER_CHECK(!use_8x4_sf_layout, op, "batch_invariant",
+                           "batch_invariant=True does not support use_8x4_sf_layout");
+        }
         api::check_same_device(b, a, op, "b", "a");
         const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
         FLASHINFER_CHECK(b.size(0) == k, op, "b", "K dimension mismatch: a.shape[1] = ", k,
@@ -612,7 +618,7 @@ Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const
         api::launch(kScaledGemmKernels, ScaledGemmCall{p, op}, a.device(), op, "a", false);
         return result;
       },
-      a, b, a_descale, b_descale, out, out_dtype, use_8x4_sf_layout, backend);
+      a, b, a_descale, b_descale, out, out_dtype, use_8x4_sf_layout, backend, batch_invariant);
 }
 
 Tensor bmm_mxfp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
@@ -1083,7 +1089,7 @@ void register_gemm_fp8_ops(OpRegistry& r) {
                       .summary = "MXFP8 GEMM (e4m3 operands, UE8M0 scales per 32 values)"},
                      "a", "b", "a_descale", "b_descale", arg("out").mut(),
                      arg("out_dtype", DType::kBFloat16), arg("use_8x4_sf_layout", false),
-                     arg("backend", "auto"));
+                     arg("backend", "auto"), arg("batch_invariant", false).kw());
   declare<&bmm_mxfp8>(r,
                       {.name = "bmm_mxfp8",
                        .module = kGemmFp8Module,

@@ -299,16 +299,46 @@ TEST(MmFp4, Nvfp4AndMxfp4MatchFp64ReferenceOfDequantizedOperands) {
 // ---- bad input ----------------------------------------------------------------------------------
 
 // Upstream's defining module and signature text (inspect.signature at the pinned commit).
+// Upstream 0.7.4's batch_invariant=True: on the CPU the usual result; refused as upstream
+// refuses it (a backend other than "auto", mm_bf16's non-bf16 output, K or N off the alignment).
+TEST(MmBf16, BatchInvariantAsUpstreamRefusesIt) {
+  Tensor a = Tensor::empty({5, 64}, DType::kFloat32).normal_(3, 0, 1).to(DType::kBFloat16);
+  Tensor b = col_major(1, 64, 24, DType::kBFloat16, 24, 1).select(0, 0);
+  const Tensor want = mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kBFloat16, "auto");
+  const Tensor got =
+      mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kBFloat16, "auto", true);
+  EXPECT_EQ(got.to_double_vector(), want.to_double_vector());
+  const char* op = "mm_bf16";
+  EXPECT_FI_ERROR(mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kBFloat16, "cudnn", true),
+                  op, "batch_invariant");
+  EXPECT_FI_ERROR(mm_bf16(a, b, std::nullopt, false, std::nullopt, DType::kFloat16, "auto", true),
+                  op, "batch_invariant");
+  Tensor a60 = a.slice(1, 0, 60).contiguous();
+  Tensor b60 = col_major(1, 60, 24, DType::kBFloat16, 24, 1).select(0, 0);
+  EXPECT_FI_ERROR(
+      mm_bf16(a60, b60, std::nullopt, false, std::nullopt, DType::kBFloat16, "auto", true), op,
+      "batch_invariant");
+  Tensor A = Tensor::empty({2, 8, 32}, DType::kFloat32).normal_(4, 0, 8).to(DType::kFloat8E4M3FN);
+  Tensor B = col_major(2, 32, 16, DType::kFloat8E4M3FN, 16, 8);
+  const Tensor s = fp32_scalar(0.5);
+  EXPECT_EQ(bmm_fp8(A, B, s, s, DType::kBFloat16, std::nullopt, "auto", true).to_double_vector(),
+            bmm_fp8(A, B, s, s, DType::kBFloat16, std::nullopt, "auto").to_double_vector());
+  EXPECT_FI_ERROR(bmm_fp8(A, B, s, s, DType::kBFloat16, std::nullopt, "cublas", true), "bmm_fp8",
+                  "batch_invariant");
+}
+
 TEST(GemmDecl, SignaturesAndModulesEqualUpstream) {
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"mm_bf16",
-       "(a, b, bias=None, pdl=False, out=None, out_dtype=torch.bfloat16, backend='cudnn')"},
+       "(a, b, bias=None, pdl=False, out=None, out_dtype=torch.bfloat16, backend='cudnn', *, "
+       "batch_invariant=False)"},
       {"bmm_bf16", "(A, B, out=None, out_dtype=torch.bfloat16, backend='cudnn')"},
-      {"bmm_fp8", "(A, B, A_scale, B_scale, dtype, out=None, backend='cublas')"},
+      {"bmm_fp8",
+       "(A, B, A_scale, B_scale, dtype, out=None, backend='cublas', *, batch_invariant=False)"},
       {"mm_fp4",
        "(a, b, a_descale, b_descale, alpha=None, out_dtype=torch.bfloat16, out=None, "
        "block_size=16, use_8x4_sf_layout=False, backend='auto', use_nvfp4=True, "
-       "enable_pdl=True)"},
+       "enable_pdl=True, *, batch_invariant=False)"},
   };
   for (const auto& [name, sig] : expected) {
     const OpDecl* d = OpRegistry::global().find(name);

@@ -870,7 +870,7 @@ TEST(GemmFp8Decl, SignaturesModulesAndBackends) {
        "(w, permutation_indices_cache)"},
       {"mm_mxfp8", "flashinfer.gemm.gemm_base",
        "(a, b, a_descale, b_descale, out=None, out_dtype=torch.bfloat16, use_8x4_sf_layout=False, "
-       "backend='auto')"},
+       "backend='auto', *, batch_invariant=False)"},
       {"bmm_mxfp8", "flashinfer.gemm.gemm_base",
        "(A, B, A_scale, B_scale, dtype, out=None, backend='auto')"},
       {"mm_M1_16_K7168_N128", "flashinfer.gemm.routergemm",

@@ -20,9 +20,14 @@ namespace flashinfer {
 ///        "cute-dsl" and "cublaslt" with bias, as upstream), written and returned.
 ///   backend "cudnn" | "cutlass" | "tgv" | "auto"; on CUDA this build runs "cudnn" and "auto"
 ///   through cuBLASLt (sm80+). CPU tensors run the CPU reference (OpenBLAS sgemm).
+///   batch_invariant (upstream 0.7.4; also mm_mxfp8, mm_fp4, bmm_fp8): upstream's correctly
+///   rounded Blackwell class, refused as upstream refuses it (api::check_batch_invariant_gemm:
+///   backend "auto" only, bf16 out, K and N multiples of 8, SM100 / SM103 / SM107 on CUDA); on
+///   the CPU the usual result, within the GEMM's tolerance of upstream's.
 Tensor mm_bf16(const Tensor& a, const Tensor& b, std::optional<Tensor> bias = std::nullopt,
                bool pdl = false, std::optional<Tensor> out = std::nullopt,
-               DType out_dtype = DType::kBFloat16, std::string_view backend = "cudnn");
+               DType out_dtype = DType::kBFloat16, std::string_view backend = "cudnn",
+               bool batch_invariant = false);
 
 /// Batched: A [b, m, k] bf16 row-major, B [b, k, n] bf16 column-major; out [b, m, n].
 /// backend "cudnn" | "cutlass" | "auto" (as for mm_bf16).
@@ -39,7 +44,7 @@ Tensor bmm_bf16(const Tensor& A, const Tensor& B, std::optional<Tensor> out = st
 ///   (cuBLASLt, sm89+).
 Tensor bmm_fp8(const Tensor& A, const Tensor& B, const Tensor& A_scale, const Tensor& B_scale,
                DType dtype, std::optional<Tensor> out = std::nullopt,
-               std::string_view backend = "cublas");
+               std::string_view backend = "cublas", bool batch_invariant = false);
 
 /// FP4 GEMM: out = alpha * sum_k (q_a * sf_a) (q_b * sf_b).
 ///   a          [m, k/2] packed e2m1 (uint8 or float4_e2m1fn_x2), row-major.
@@ -56,6 +61,6 @@ Tensor mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale, const T
               std::optional<Tensor> alpha = std::nullopt, DType out_dtype = DType::kBFloat16,
               std::optional<Tensor> out = std::nullopt, int64_t block_size = 16,
               bool use_8x4_sf_layout = false, std::string_view backend = "auto",
-              bool use_nvfp4 = true, bool enable_pdl = true);
+              bool use_nvfp4 = true, bool enable_pdl = true, bool batch_invariant = false);
 
 }  // namespace flashinfer

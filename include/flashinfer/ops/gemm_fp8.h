@@ -93,7 +93,8 @@ Tensor fp8_blockscale_gemm_sm90(const Tensor& input, const Tensor& weight,
 ///   multiple of 32, k of 256, bf16 out (upstream's rules).
 Tensor mm_mxfp8(const Tensor& a, const Tensor& b, const Tensor& a_descale, const Tensor& b_descale,
                 std::optional<Tensor> out = std::nullopt, DType out_dtype = DType::kBFloat16,
-                bool use_8x4_sf_layout = false, std::string_view backend = "auto");
+                bool use_8x4_sf_layout = false, std::string_view backend = "auto",
+                bool batch_invariant = false);
 
 /// Batched MXFP8 GEMM: A [b, m, k] fp8 (e4m3 or e5m2) row-major, B [b, k, n] fp8 column-major,
 /// A_scale / B_scale 1-D uint8 128x4-swizzled UE8M0 scales of each batch item's [m, k/32] /
