@@ -529,10 +529,14 @@ Tensor group_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tenso
                                    std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk,
                                    std::string_view scale_major_mode, int64_t mma_sm,
                                    std::optional<Tensor> out, std::optional<DType> out_dtype,
-                                   std::string_view backend) {
+                                   std::string_view backend, int64_t segment_alignment) {
   return call_op<&group_gemm_fp8_nt_groupwise>(
       [&] {
         const char* op = "group_gemm_fp8_nt_groupwise";
+        // Upstream 0.7.4: the caller's promise that every group's rows are a multiple of it,
+        // which only its cutile backend uses to pick a kernel (the same numbers).
+        FLASHINFER_CHECK(segment_alignment >= 1, op, "segment_alignment",
+                         "segment_alignment must be >= 1, but got ", segment_alignment);
         check_fp8_operand(a, 2, op, "a", false);
         check_fp8_operand(b, 3, op, "b", false);
         api::check_same_device(b, a, op, "b", "a");
@@ -589,7 +593,7 @@ Tensor group_gemm_fp8_nt_groupwise(const Tensor& a, const Tensor& b, const Tenso
         return result;
       },
       a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk, scale_major_mode, mma_sm, out,
-      out_dtype, backend);
+      out_dtype, backend, segment_alignment);
 }
 
 namespace {
@@ -1761,7 +1765,7 @@ void register_grouped_gemm_ops(OpRegistry& r) {
       "a", "b", "a_scale", "b_scale", "m_indptr",
       arg("scale_granularity_mnk", std::tuple<int64_t, int64_t, int64_t>{1, 128, 128}),
       arg("scale_major_mode", "MN"), arg("mma_sm", 1), arg("out").mut(), "out_dtype",
-      arg("backend", "trtllm"));
+      arg("backend", "trtllm"), arg("segment_alignment", 1));
   declare<&group_gemm_mxfp8_mxfp4_nt_groupwise>(
       r,
       {.name = "group_gemm_mxfp8_mxfp4_nt_groupwise",

@@ -271,9 +271,10 @@ void fused_add_rmsnorm_quant(const Tensor& out, const Tensor& input, const Tenso
 }
 
 void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma,
-                     const Tensor& beta, ScalarOrTensor<double> scale, double eps) {
+                     const Tensor& beta, ScalarOrTensor<double> scale, double eps,
+                     std::optional<bool> enable_pdl) {
   call_op<&layernorm_quant>([&] { layernorm_quant_impl(out, input, gemma, beta, scale, eps); }, out,
-                            input, gemma, beta, scale, eps);
+                            input, gemma, beta, scale, eps, enable_pdl);
 }
 
 namespace {
@@ -333,7 +334,8 @@ void register_norm_quant_ops(OpRegistry& r) {
                             {.name = "layernorm_quant",
                              .module = kNormQuantModule,
                              .summary = "Layer normalization + fp8 quantization into out"},
-                            arg("out").mut(), "input", "gemma", "beta", "scale", arg("eps", 1e-6));
+                            arg("out").mut(), "input", "gemma", "beta", "scale", arg("eps", 1e-6),
+                            "enable_pdl");
   declare<&fused_rmsnorm_silu>(
       r,
       {.name = "fused_rmsnorm_silu",

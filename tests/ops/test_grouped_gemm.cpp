@@ -660,6 +660,10 @@ TEST(GroupGemmFp8NtGroupwise, BothScaleModesMatchFp64) {
                   op, "scale_major_mode");
   EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K", 3),
                   op, "mma_sm");
+  // Upstream 0.7.4's segment_alignment: >= 1.
+  EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b, sa_k, sb_k, i32(indptr), {1, 128, 128}, "K", 1,
+                                              std::nullopt, std::nullopt, "trtllm", 0),
+                  op, "segment_alignment");
   EXPECT_FI_ERROR(group_gemm_fp8_nt_groupwise(a, b.slice(1, 0, 132), sa_k, sb_k, i32(indptr),
                                               {1, 128, 128}, "K"),
                   op, "b");  // n % 8

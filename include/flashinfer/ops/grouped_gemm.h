@@ -67,13 +67,15 @@ Tensor grouped_mm_fp4(const Tensor& a, const Tensor& b, const Tensor& a_descale,
 ///                    "MN": a_scale [k/gk, ceil(cum_m/gm)], b_scale [B, k/gk, ceil(n/gn)].
 ///   out [cum_m, n] bf16/fp16 (out_dtype must match a given out); mma_sm 1 or 2 (tiling only).
 ///   backend "trtllm" (default) or "cutlass": the same math here. CPU reference only.
+///   segment_alignment (upstream 0.7.4): >= 1, a kernel-choice promise of its cutile backend;
+///   no effect here.
 Tensor group_gemm_fp8_nt_groupwise(
     const Tensor& a, const Tensor& b, const Tensor& a_scale, const Tensor& b_scale,
     const Tensor& m_indptr,
     std::tuple<int64_t, int64_t, int64_t> scale_granularity_mnk = {1, 128, 128},
     std::string_view scale_major_mode = "MN", int64_t mma_sm = 1,
     std::optional<Tensor> out = std::nullopt, std::optional<DType> out_dtype = std::nullopt,
-    std::string_view backend = "trtllm");
+    std::string_view backend = "trtllm", int64_t segment_alignment = 1);
 
 /// Grouped MXFP8 x MXFP4 GEMM: a [cum_m, k] fp8 (e4m3/e5m2), b [B, n, k/2] packed e2m1 (uint8),
 /// ue8m0 scales per 32 k: a_scale [cum_m_padded, k/32] uint8 holding each group's rows padded to

@@ -76,9 +76,11 @@ void fused_add_rmsnorm_quant(const Tensor& out, const Tensor& input, const Tenso
 /// Layer normalization + fp8 quantization into `out`:
 ///   y = dtype((input - mean) * rsqrt(var + eps) * gemma + beta)   (rounded to input's dtype)
 ///   out = fp8(clamp(y / scale, -max, max))   (a NaN y becomes -max, as upstream's bf16 clamp)
-/// gemma and beta fp32 [hidden]; population variance.
+/// gemma and beta fp32 [hidden]; population variance. enable_pdl (upstream 0.7.4): a launch
+/// option, no effect on the numbers.
 void layernorm_quant(const Tensor& out, const Tensor& input, const Tensor& gemma,
-                     const Tensor& beta, ScalarOrTensor<double> scale, double eps = 1e-6);
+                     const Tensor& beta, ScalarOrTensor<double> scale, double eps = 1e-6,
+                     std::optional<bool> enable_pdl = std::nullopt);
 
 }  // namespace flashinfer
 
