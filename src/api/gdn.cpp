@@ -392,8 +392,16 @@ std::tuple<Tensor, Tensor> mtp_impl(
     FLASHINFER_CHECK(ib.dtype() == DType::kFloat32, op, "intermediate_states_buffer",
                      "intermediate_states_buffer must be float32, got ", tname(ib));
     api::check_same_device(ib, q, op, "intermediate_states_buffer", "q");
-    FLASHINFER_CHECK(ib.is_contiguous(), op, "intermediate_states_buffer",
-                     "intermediate_states_buffer must be contiguous");
+    // Upstream's rows: request n's state after token t at n * cache_steps + t, cache_steps =
+    // stride(0) / (HV V K); the inner axes contiguous (a cache[:, :T] view is a buffer too).
+    const int64_t step = HV * p.V * p.K;
+    FLASHINFER_CHECK(ib.stride(4) == 1 && ib.stride(3) == p.K && ib.stride(2) == p.V * p.K &&
+                         ib.stride(1) == step && step > 0 && ib.stride(0) % step == 0 &&
+                         ib.stride(0) / step >= ib.size(1),
+                     op, "intermediate_states_buffer",
+                     "intermediate_states_buffer must be contiguous past its first dim, with a "
+                     "whole number of steps a request, got strides ",
+                     shape_to_string(ib.strides()));
     FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
                      "intermediate_states_buffer first dim (", ib.size(0),
                      ") must be at least B=", B);
@@ -405,6 +413,7 @@ std::tuple<Tensor, Tensor> mtp_impl(
                      ", K=", p.K, "], got ", shape_to_string(ib.shape()));
     p.intermediates = kernels::GdnIntermediates::kBuffer;
     p.inter_buffer = static_cast<float*>(ib.data_ptr());
+    p.inter_steps = ib.stride(0) / step;
   }
   if (has_steps) {
     const Tensor& si = *step_idx;

@@ -109,6 +109,9 @@ struct GdnParams {
   // Intermediate states (fp32): buffer rows or pool slots step_slots[n * T + t] (int32).
   GdnIntermediates intermediates = GdnIntermediates::kNone;
   float* inter_buffer = nullptr;
+  // Steps a request's rows of inter_buffer span (upstream's cache_steps = stride(0) / (HV V K)):
+  // the state after token t of request n goes to row n * inter_steps + t.
+  int64_t inter_steps = 0;
   const int32_t* step_slots = nullptr;
 
   // Prefill checkpoints: state after every `checkpoint_every` tokens of sequence n to row

@@ -359,6 +359,26 @@ TEST(GdnMtp, StepsBufferAndDisabledUpdate) {
   for (int64_t t = 0; t < 2; ++t) {
     EXPECT_TRUE(all_close(out.slice(1, t, t + 1), outs[t], {0.0, 0.0})) << "token " << t;
   }
+  // A buffer of more steps a request than T (upstream's cache_steps = stride(0) / (HV V K)):
+  // request n's state after token t lands in row n * cache_steps + t; the steps past T keep
+  // their values. A cache[:, :T] view of it writes the same rows.
+  for (bool view : {false, true}) {
+    Tensor wide = Tensor::full({2, 5, 2, 8, 32}, 9.0, kF32);
+    Tensor pool4 = before.clone();
+    (void)gated_delta_rule_mtp(in.q, in.k, in.v, pool4, read, in.A_log, in.a, in.dt_bias, in.b,
+                               std::nullopt, std::nullopt, view ? wide.slice(1, 0, 2) : wide);
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 5; ++t) {
+        const Tensor row = wide.select(0, b).select(0, t);
+        if (t < 2) {
+          EXPECT_TRUE(all_close(row, buffer.select(0, b).select(0, t), {0.0, 0.0}))
+              << view << " " << b << " " << t;
+        } else {
+          for (double x : row.to_double_vector()) ASSERT_EQ(x, 9.0) << view << " " << b << " " << t;
+        }
+      }
+    }
+  }
   // With the update enabled the pool ends where the one-token steps ended.
   Tensor pool3 = before.clone();
   (void)gated_delta_rule_mtp(in.q, in.k, in.v, pool3, read, in.A_log, in.a, in.dt_bias, in.b,

@@ -138,7 +138,7 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
       store_out(p, out_off(t, v), p.scale_output ? o * p.scale : o);
     }
     if (p.intermediates == GdnIntermediates::kBuffer) {
-      float* dst = p.inter_buffer + ((n * p.T + t) * p.H + h) * V * K;
+      float* dst = p.inter_buffer + ((n * p.inter_steps + t) * p.H + h) * V * K;
       for (int64_t i = 0; i < V * K; ++i) dst[i] = S[i];
     } else if (p.intermediates == GdnIntermediates::kPool) {
       const int64_t slot = p.step_slots[n * p.T + t];

@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
     o = warp_reduce_sum(o);
     write_out(t, p.scale_output ? o * p.scale : o);
     if (p.intermediates == GdnIntermediates::kBuffer) {
-      store_fp32_row<KJ>(p.inter_buffer + (((n * p.T + t) * p.H + h) * p.V + v) * K, s, K, lane);
+      store_fp32_row<KJ>(p.inter_buffer + (((n * p.inter_steps + t) * p.H + h) * p.V + v) * K, s, K,
+                         lane);
     } else if (p.intermediates == GdnIntermediates::kPool) {
       const int64_t slot = p.step_slots[n * p.T + t];
       if (slot >= 0 && slot < p.state_out.slots) {
