@@ -601,7 +601,12 @@ std::optional<int64_t> top_k_first_fast_k(const Tensor& x, const ScalarOrTensor<
                   (indices->dtype() != DType::kInt32 && indices->dtype() != DType::kInt64))) {
     return std::nullopt;
   }
-  if (top_k.is_tensor() && (top_k.tensor().dim() != 1 || top_k.tensor().size(0) != x.size(0))) {
+  // A top_k tensor the kernels could not read as it is (another device, a float dtype) takes the
+  // masked path, whose checks name it.
+  if (top_k.is_tensor() &&
+      (top_k.tensor().dim() != 1 || top_k.tensor().size(0) != x.size(0) ||
+       top_k.tensor().device() != x.device() ||
+       (top_k.tensor().dtype() != DType::kInt32 && top_k.tensor().dtype() != DType::kInt64))) {
     return std::nullopt;
   }
   const std::optional<int64_t> k = top_k.is_tensor() ? top_k_max : top_k.scalar();

@@ -1677,6 +1677,14 @@ void expect_top_k_max_rows(Device d) {
 TEST(Sampling, TopKFirstFastPathIsUpstreamsComposition) {
   expect_top_k_first_routes(Device::cpu());
   expect_top_k_max_rows(Device::cpu());
+  // A top_k tensor of a float dtype is not read as k: the masked path's check names it.
+  {
+    const Tensor logits = Tensor::empty({2, 65536}, DType::kFloat32).normal_(8, 0.0, 1.0);
+    const Tensor kf = Tensor::from_vector({3.0, 4.0}, {2}, DType::kFloat32);
+    EXPECT_FI_ERROR(top_k_top_p_sampling_from_logits(logits, kf, 0.9, std::nullopt, "top_k_first",
+                                                     true, false, int64_t{1}, int64_t{0}, 40),
+                    "top_k_top_p_sampling_from_logits", "top_k");
+  }
   // Upstream divides the k probabilities by their sum: a NaN among them makes the row NaN, and
   // check_nan raises (our renorm step would have zeroed it).
   Tensor probs = softmax(Tensor::empty({2, 65536}, DType::kFloat32).normal_(5, 0.0, 1.0));
