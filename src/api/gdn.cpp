@@ -255,13 +255,66 @@ void check_state(const Tensor& s, const Shape& want, std::initializer_list<DType
                    shape_to_string(want), ", got ", shape_to_string(s.shape()));
 }
 
+// An fp32 intermediate_states_buffer [>= B, >= T, HV, V, K] into `p` (gated_delta_rule_mtp, and
+// the pretranspose decode with an fp32 state, which upstream 0.7.4 routes to it).
+void set_intermediate_buffer(GdnParams& p, const Tensor& ib, const Tensor& q, int64_t B, int64_t T,
+                             int64_t HV, const char* op) {
+  api::check_dim(ib, {5}, op, "intermediate_states_buffer");
+  FLASHINFER_CHECK(ib.dtype() == DType::kFloat32, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer must be float32, got ", tname(ib));
+  api::check_same_device(ib, q, op, "intermediate_states_buffer", "q");
+  // Upstream's rows: request n's state after token t at n * cache_steps + t, cache_steps =
+  // stride(0) / (HV V K); the inner axes contiguous (a cache[:, :T] view is a buffer too).
+  const int64_t step = HV * p.V * p.K;
+  FLASHINFER_CHECK(ib.stride(4) == 1 && ib.stride(3) == p.K && ib.stride(2) == p.V * p.K &&
+                       ib.stride(1) == step && step > 0 && ib.stride(0) % step == 0 &&
+                       ib.stride(0) / step >= ib.size(1),
+                   op, "intermediate_states_buffer",
+                   "intermediate_states_buffer must be contiguous past its first dim, with a "
+                   "whole number of steps a request, got strides ",
+                   shape_to_string(ib.strides()));
+  FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer first dim (", ib.size(0),
+                   ") must be at least B=", B);
+  FLASHINFER_CHECK(ib.size(1) >= T, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer second dimension (cache_steps=", ib.size(1),
+                   ") must be at least T=", T);
+  FLASHINFER_CHECK(ib.size(2) == HV && ib.size(3) == p.V && ib.size(4) == p.K, op,
+                   "intermediate_states_buffer", "expected [>= B, >= T, HV=", HV, ", V=", p.V,
+                   ", K=", p.K, "], got ", shape_to_string(ib.shape()));
+  p.intermediates = kernels::GdnIntermediates::kBuffer;
+  p.inter_buffer = static_cast<float*>(ib.data_ptr());
+  p.inter_steps = ib.stride(0) / step;
+}
+
+// Upstream 0.7.4's GDN decode backends pick a kernel ("cake_gdn": SM100-class GPUs, "rubin":
+// SM107, documented bitwise equal to the generic kernel); the CPU reference stands in for each.
+void check_gdn_backend(const std::string& backend, bool rubin, const Device& device,
+                       const char* op) {
+  FLASHINFER_CHECK(backend == "auto" || backend == "flashinfer" || backend == "cake_gdn" ||
+                       (rubin && backend == "rubin"),
+                   op, "backend", "unsupported GDN backend: '", backend, "'");
+  if (!device.is_cuda()) return;
+  const int cc = api::compute_capability(device);
+  FLASHINFER_CHECK_CODE(backend != "cake_gdn" || cc == 100 || cc == 103 || cc == 107,
+                        ErrorCode::kUnsupported, op, "backend",
+                        "backend='cake_gdn' needs an SM100, SM103 or SM107 GPU, got compute "
+                        "capability ",
+                        cc / 10, ".", cc % 10);
+  FLASHINFER_CHECK_CODE(backend != "rubin" || cc == 107, ErrorCode::kUnsupported, op, "backend",
+                        "backend='rubin' needs compute capability 10.7, got ", cc / 10, ".",
+                        cc % 10);
+}
+
 std::tuple<Tensor, Tensor> pretranspose_impl(
     const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& state,
     const Tensor& A_log, const Tensor& a, const Tensor& dt_bias, const Tensor& b,
     std::optional<double> scale, std::optional<Tensor> output, bool l2norm,
     const std::optional<Tensor>& initial_state, const std::optional<Tensor>& read_idx,
-    const std::optional<Tensor>& write_idx) {
+    const std::optional<Tensor>& write_idx, const std::optional<Tensor>& buffer,
+    bool disable_state_update, const std::string& backend) {
   const char* op = "gated_delta_rule_decode_pretranspose";
+  check_gdn_backend(backend, /*rubin=*/true, q.device(), op);
   const bool pool = initial_state && initial_state->defined();
   // Upstream's bf16-state path returns its kernel's bf16 output as is (fp16 q included); the
   // fp32 paths cast to q's dtype.
@@ -325,7 +378,22 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
   // a / b gates too except on the fp32-state one-token kernel, which reads them as they are.
   p.qkv_via_bf16 = true;
   p.gates_via_bf16 = bf16_state || T > 1;
-  p.write_final = true;
+  // Upstream 0.7.4: the state after each token into intermediate_states_buffer, and
+  // disable_state_update keeping the pool's final state, both for T > 1 only (T = 1 refuses them).
+  const bool has_buf = buffer && buffer->defined();
+  FLASHINFER_CHECK(!has_buf || T > 1, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer is supported only for T > 1");
+  FLASHINFER_CHECK(!disable_state_update || T > 1, op, "disable_state_update",
+                   "disable_state_update is supported only for T > 1");
+  if (has_buf) {
+    // The fp32 state runs upstream's MTP kernel with the buffer (fp32 rows). The bf16-state
+    // kernel's buffer holds bf16 rows and, from B * HV >= 128 on, skips the final write-back:
+    // not implemented here.
+    FLASHINFER_CHECK_CODE(!bf16_state, ErrorCode::kUnsupported, op, "intermediate_states_buffer",
+                          "an intermediate_states_buffer with a bf16 state is not supported");
+    set_intermediate_buffer(p, *buffer, q, B, T, HV, op);
+  }
+  p.write_final = !disable_state_update;
   api::check_upstream_arch(op, "q", q.device());
   api::launch(kGdnKernels, p, q.device(), op, "q");
   return {*output, s};
@@ -386,35 +454,7 @@ std::tuple<Tensor, Tensor> mtp_impl(
   const bool has_steps = step_idx && step_idx->defined();
   FLASHINFER_CHECK(!(has_buf && has_steps), op, "ssm_state_indices",
                    "ssm_state_indices and intermediate_states_buffer are mutually exclusive");
-  if (has_buf) {
-    const Tensor& ib = *buffer;
-    api::check_dim(ib, {5}, op, "intermediate_states_buffer");
-    FLASHINFER_CHECK(ib.dtype() == DType::kFloat32, op, "intermediate_states_buffer",
-                     "intermediate_states_buffer must be float32, got ", tname(ib));
-    api::check_same_device(ib, q, op, "intermediate_states_buffer", "q");
-    // Upstream's rows: request n's state after token t at n * cache_steps + t, cache_steps =
-    // stride(0) / (HV V K); the inner axes contiguous (a cache[:, :T] view is a buffer too).
-    const int64_t step = HV * p.V * p.K;
-    FLASHINFER_CHECK(ib.stride(4) == 1 && ib.stride(3) == p.K && ib.stride(2) == p.V * p.K &&
-                         ib.stride(1) == step && step > 0 && ib.stride(0) % step == 0 &&
-                         ib.stride(0) / step >= ib.size(1),
-                     op, "intermediate_states_buffer",
-                     "intermediate_states_buffer must be contiguous past its first dim, with a "
-                     "whole number of steps a request, got strides ",
-                     shape_to_string(ib.strides()));
-    FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
-                     "intermediate_states_buffer first dim (", ib.size(0),
-                     ") must be at least B=", B);
-    FLASHINFER_CHECK(ib.size(1) >= T, op, "intermediate_states_buffer",
-                     "intermediate_states_buffer second dimension (cache_steps=", ib.size(1),
-                     ") must be at least T=", T);
-    FLASHINFER_CHECK(ib.size(2) == HV && ib.size(3) == p.V && ib.size(4) == p.K, op,
-                     "intermediate_states_buffer", "expected [>= B, >= T, HV=", HV, ", V=", p.V,
-                     ", K=", p.K, "], got ", shape_to_string(ib.shape()));
-    p.intermediates = kernels::GdnIntermediates::kBuffer;
-    p.inter_buffer = static_cast<float*>(ib.data_ptr());
-    p.inter_steps = ib.stride(0) / step;
-  }
+  if (has_buf) set_intermediate_buffer(p, *buffer, q, B, T, HV, op);
   if (has_steps) {
     const Tensor& si = *step_idx;
     FLASHINFER_CHECK(!disable, op, "disable_state_update",
@@ -668,25 +708,29 @@ std::tuple<Tensor, Tensor> gated_delta_rule_decode_pretranspose(
     const Tensor& A_log, const Tensor& a, const Tensor& dt_bias, const Tensor& b,
     std::optional<double> scale, std::optional<Tensor> output, bool use_qk_l2norm,
     std::optional<Tensor> initial_state, std::optional<Tensor> initial_state_indices,
-    std::optional<Tensor> output_state_indices) {
+    std::optional<Tensor> output_state_indices, std::optional<Tensor> intermediate_states_buffer,
+    bool disable_state_update, const std::string& backend) {
   return call_op<&gated_delta_rule_decode_pretranspose>(
       [&] {
         return pretranspose_impl(q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm,
-                                 initial_state, initial_state_indices, output_state_indices);
+                                 initial_state, initial_state_indices, output_state_indices,
+                                 intermediate_states_buffer, disable_state_update, backend);
       },
       q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm, initial_state,
-      initial_state_indices, output_state_indices);
+      initial_state_indices, output_state_indices, intermediate_states_buffer, disable_state_update,
+      backend);
 }
 
 std::tuple<Tensor, Tensor> gated_delta_rule_decode(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& state, const Tensor& A_log,
     const Tensor& a, const Tensor& dt_bias, const Tensor& b, std::optional<double> scale,
-    std::optional<Tensor> output, bool use_qk_l2norm) {
+    std::optional<Tensor> output, bool use_qk_l2norm, const std::string& backend) {
   return call_op<&gated_delta_rule_decode>(
       [&] {
+        check_gdn_backend(backend, /*rubin=*/false, q.device(), "gated_delta_rule_decode");
         return decode_impl(q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm);
       },
-      q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm);
+      q, k, v, state, A_log, a, dt_bias, b, scale, output, use_qk_l2norm, backend);
 }
 
 std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
@@ -1252,14 +1296,15 @@ void register_gdn_ops(OpRegistry& r) {
        .summary = "Gated delta rule decode against a K-last ([.., V, K]) state or state pool"},
       "q", "k", "v", arg("state").mut().required(), "A_log", "a", "dt_bias", "b", "scale",
       arg("output").mut(), arg("use_qk_l2norm", true), arg("initial_state").mut(),
-      "initial_state_indices", "output_state_indices");
+      "initial_state_indices", "output_state_indices", arg("intermediate_states_buffer").mut(),
+      arg("disable_state_update", false), arg("backend", "auto"));
   declare<&gated_delta_rule_decode>(
       r,
       {.name = "gated_delta_rule_decode",
        .module = kGdnDecodeModule,
        .summary = "Gated delta rule decode step against a K-major ([B, HV, K, V]) fp32 state"},
       "q", "k", "v", arg("state").mut(), "A_log", "a", "dt_bias", "b", "scale", arg("output").mut(),
-      arg("use_qk_l2norm", true));
+      arg("use_qk_l2norm", true), arg("backend", "auto"));
   declare<&gated_delta_rule_mtp>(
       r,
       {.name = "gated_delta_rule_mtp",

@@ -386,6 +386,55 @@ TEST(GdnMtp, StepsBufferAndDisabledUpdate) {
   EXPECT_TRUE(all_close(pool3, pool2, {0.0, 0.0}));
 }
 
+// Upstream 0.7.4's pretranspose additions: with an fp32 pool and T > 1 the buffer holds the state
+// after each token as gated_delta_rule_mtp writes it, and disable_state_update keeps the pool;
+// T = 1 refuses both; a bf16 state's buffer is not supported; backend names are checked.
+TEST(GdnMtp, PretransposeBufferAndDisabledUpdate) {
+  const DecodeIn in = decode_inputs(2, 2, 2, 2, 32, 8, 60);
+  Tensor pool = rand_tensor({4, 2, 8, 32}, kF32, 61, -0.5, 0.5);
+  const Tensor before = pool.clone();
+  Tensor read = Tensor::from_vector({3, 1}, {2}, DType::kInt64);
+  Tensor want_buf = Tensor::zeros({2, 2, 2, 8, 32}, kF32);
+  Tensor want_pool = before.clone();
+  auto [want_out, ws] =
+      gated_delta_rule_mtp(in.q, in.k, in.v, want_pool, read, in.A_log, in.a, in.dt_bias, in.b,
+                           std::nullopt, std::nullopt, want_buf, std::nullopt, false);
+  for (bool disable : {false, true}) {
+    Tensor buf = Tensor::zeros({2, 2, 2, 8, 32}, kF32);
+    Tensor p2 = before.clone();
+    auto [out, st] = gated_delta_rule_decode_pretranspose(
+        in.q, in.k, in.v, std::nullopt, in.A_log, in.a, in.dt_bias, in.b, std::nullopt,
+        std::nullopt, true, p2, read, std::nullopt, buf, disable, "cake_gdn");
+    EXPECT_TRUE(all_close(buf, want_buf, {0.0, 0.0})) << disable;
+    EXPECT_TRUE(all_close(out, want_out, {0.0, 0.0})) << disable;
+    EXPECT_TRUE(all_close(p2, disable ? before : want_pool, {0.0, 0.0})) << disable;
+  }
+  const char* op = "gated_delta_rule_decode_pretranspose";
+  auto step = [&](const Tensor& x) { return x.slice(1, 0, 1).contiguous(); };
+  Tensor p3 = before.clone();
+  EXPECT_FI_ERROR(gated_delta_rule_decode_pretranspose(
+                      step(in.q), step(in.k), step(in.v), std::nullopt, in.A_log, step(in.a),
+                      in.dt_bias, step(in.b), std::nullopt, std::nullopt, true, p3, read,
+                      std::nullopt, Tensor::zeros({2, 1, 2, 8, 32}, kF32)),
+                  op, "intermediate_states_buffer");
+  EXPECT_FI_ERROR(
+      gated_delta_rule_decode_pretranspose(
+          step(in.q), step(in.k), step(in.v), std::nullopt, in.A_log, step(in.a), in.dt_bias,
+          step(in.b), std::nullopt, std::nullopt, true, p3, read, std::nullopt, std::nullopt, true),
+      op, "disable_state_update");
+  EXPECT_FI_ERROR(
+      gated_delta_rule_decode_pretranspose(in.q, in.k, in.v, std::nullopt, in.A_log, in.a,
+                                           in.dt_bias, in.b, std::nullopt, std::nullopt, true, p3,
+                                           read, std::nullopt, std::nullopt, false, "triton"),
+      op, "backend");
+  Tensor pool_bf = before.to(kBf);
+  EXPECT_FI_ERROR(
+      gated_delta_rule_decode_pretranspose(
+          in.q, in.k, in.v, std::nullopt, in.A_log, in.a, in.dt_bias, in.b, std::nullopt,
+          std::nullopt, true, pool_bf, read, std::nullopt, Tensor::zeros({2, 2, 2, 8, 32}, kF32)),
+      op, "intermediate_states_buffer");
+}
+
 // ssm_state_indices: each token's state to its own pool slot, no final write-back; a negative
 // read index skips the request and leaves its output rows as they were.
 TEST(GdnMtp, StepSlotsAndSkippedRequest) {

@@ -32,16 +32,21 @@ std::tuple<Tensor, Tensor> gated_delta_rule_decode_pretranspose(
     std::optional<double> scale = std::nullopt, std::optional<Tensor> output = std::nullopt,
     bool use_qk_l2norm = true, std::optional<Tensor> initial_state = std::nullopt,
     std::optional<Tensor> initial_state_indices = std::nullopt,
-    std::optional<Tensor> output_state_indices = std::nullopt);
+    std::optional<Tensor> output_state_indices = std::nullopt,
+    std::optional<Tensor> intermediate_states_buffer = std::nullopt,
+    bool disable_state_update = false, const std::string& backend = "auto");
 
 /// One decode step (T = 1) with the state K-major: fp32 [B, HV, K, V], updated in place.
-std::tuple<Tensor, Tensor> gated_delta_rule_decode(const Tensor& q, const Tensor& k,
-                                                   const Tensor& v, const Tensor& state,
-                                                   const Tensor& A_log, const Tensor& a,
-                                                   const Tensor& dt_bias, const Tensor& b,
-                                                   std::optional<double> scale = std::nullopt,
-                                                   std::optional<Tensor> output = std::nullopt,
-                                                   bool use_qk_l2norm = true);
+/// backend (upstream 0.7.4): "auto", "flashinfer" or "cake_gdn" (a kernel choice; refused on a
+/// CUDA device that is not SM100-class, as upstream). The pretranspose form above also takes
+/// "rubin" (SM107), intermediate_states_buffer (T > 1, fp32 state: the state after each token,
+/// as gated_delta_rule_mtp writes it) and disable_state_update (T > 1: the pool's final state
+/// left as it was).
+std::tuple<Tensor, Tensor> gated_delta_rule_decode(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& state, const Tensor& A_log,
+    const Tensor& a, const Tensor& dt_bias, const Tensor& b,
+    std::optional<double> scale = std::nullopt, std::optional<Tensor> output = std::nullopt,
+    bool use_qk_l2norm = true, const std::string& backend = "auto");
 
 /// Multi-token (speculative verify) steps from an fp32 pool initial_state [pool, HV, V, K] read
 /// at initial_state_indices[b] (negative: the request is skipped). Each token's state goes to
