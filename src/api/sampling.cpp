@@ -626,6 +626,7 @@ SamplingResult top_k_first_fast(const char* op, const char* input_name, const Te
   check_input(x, op, input_name);
   {  // indices, top_p, seed and offset checked before anything runs
     SamplingRows chk = base_rows(x, indices, op);
+    chk.args.top_p_by_src_row = true;  // as prepare_sampling reads it below
     apply_top_p(chk, top_p, x, op);
     check_seed_offset(seed, offset, chk.batch, x, op);
   }

@@ -1620,6 +1620,24 @@ void expect_top_k_first_routes(Device d) {
           EXPECT_EQ(got.dtype(), idt);
           EXPECT_EQ(ints(got), want);
         }
+        // Fewer output rows than input rows, with a top_p tensor of one entry per input row
+        // (read at indices[b], as upstream's top_p_sampling_from_probs reads it).
+        {
+          const std::vector<int64_t> half(iv.begin(), iv.begin() + B / 2);
+          const Tensor idx = int_tensor(half).to(d);
+          std::vector<double> pv(B);
+          for (int64_t b = 0; b < B; ++b) pv[b] = 0.5 + 0.01 * static_cast<double>(b);
+          const Tensor pt = Tensor::from_vector(pv, {B}, DType::kFloat32).to(d);
+          const std::vector<int64_t> c =
+              ints(top_p_sampling_from_probs(softmax(values.to(DType::kFloat32)), pt, idx, true,
+                                             false, seed, off)
+                       .samples);
+          std::vector<int64_t> want(B / 2);
+          for (int64_t b = 0; b < B / 2; ++b) want[b] = tok[half[b] * k + c[b]];
+          EXPECT_EQ(ints(top_k_top_p_sampling_from_logits(logits, k, pt, idx, "top_k_first", true,
+                                                          false, seed, off)),
+                    want);
+        }
       }
     }
   }
