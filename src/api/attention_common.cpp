@@ -1525,7 +1525,8 @@ namespace {
 // Upstream 0.7.4's run(lse_base=, lse_layout=) of the prefill wrappers: both checked even without
 // an LSE. "HN" runs the kernels on the transposed view of a contiguous [Hq, rows] buffer (the
 // caller's, which must be that, or a new one): the same values, written where upstream's
-// post-kernel transpose puts them. "ln" is the kernels' lse_base_e.
+// post-kernel transpose puts them (the view then meets run_planned_options' lse checks: dtype,
+// device). "ln" is the kernels' lse_base_e.
 AttentionOutput run_with_lse_layout(const detail::WrapperState& s, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const AttentionRunOptions& o, const char* op,
                                     const char* k_arg, const char* v_arg) {
@@ -1539,7 +1540,6 @@ AttentionOutput run_with_lse_layout(const detail::WrapperState& s, const Tensor&
     hn = *o.lse;
     check_defined(hn, op, "lse");
     check_shape_eq(hn, {s.num_qo_heads, s.total_qo}, op, "lse");
-    FLASHINFER_CHECK(hn.dtype() == DType::kFloat32, op, "lse", "must be torch.float32");
     FLASHINFER_CHECK(hn.is_contiguous(), op, "lse", "for lse_layout=\"HN\" must be contiguous");
   } else if (o.return_lse) {
     hn = Tensor::empty({s.num_qo_heads, s.total_qo}, DType::kFloat32, s.device);

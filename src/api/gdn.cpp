@@ -263,6 +263,15 @@ void set_intermediate_buffer(GdnParams& p, const Tensor& ib, const Tensor& q, in
   FLASHINFER_CHECK(ib.dtype() == DType::kFloat32, op, "intermediate_states_buffer",
                    "intermediate_states_buffer must be float32, got ", tname(ib));
   api::check_same_device(ib, q, op, "intermediate_states_buffer", "q");
+  FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer first dim (", ib.size(0),
+                   ") must be at least B=", B);
+  FLASHINFER_CHECK(ib.size(1) >= T, op, "intermediate_states_buffer",
+                   "intermediate_states_buffer second dimension (cache_steps=", ib.size(1),
+                   ") must be at least T=", T);
+  FLASHINFER_CHECK(ib.size(2) == HV && ib.size(3) == p.V && ib.size(4) == p.K, op,
+                   "intermediate_states_buffer", "expected [>= B, >= T, HV=", HV, ", V=", p.V,
+                   ", K=", p.K, "], got ", shape_to_string(ib.shape()));
   // Upstream's rows: request n's state after token t at n * cache_steps + t, cache_steps =
   // stride(0) / (HV V K); the inner axes contiguous (a cache[:, :T] view is a buffer too).
   const int64_t step = HV * p.V * p.K;
@@ -273,15 +282,6 @@ void set_intermediate_buffer(GdnParams& p, const Tensor& ib, const Tensor& q, in
                    "intermediate_states_buffer must be contiguous past its first dim, with a "
                    "whole number of steps a request, got strides ",
                    shape_to_string(ib.strides()));
-  FLASHINFER_CHECK(ib.size(0) >= B, op, "intermediate_states_buffer",
-                   "intermediate_states_buffer first dim (", ib.size(0),
-                   ") must be at least B=", B);
-  FLASHINFER_CHECK(ib.size(1) >= T, op, "intermediate_states_buffer",
-                   "intermediate_states_buffer second dimension (cache_steps=", ib.size(1),
-                   ") must be at least T=", T);
-  FLASHINFER_CHECK(ib.size(2) == HV && ib.size(3) == p.V && ib.size(4) == p.K, op,
-                   "intermediate_states_buffer", "expected [>= B, >= T, HV=", HV, ", V=", p.V,
-                   ", K=", p.K, "], got ", shape_to_string(ib.shape()));
   p.intermediates = kernels::GdnIntermediates::kBuffer;
   p.inter_buffer = static_cast<float*>(ib.data_ptr());
   p.inter_steps = ib.stride(0) / step;
