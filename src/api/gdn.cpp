@@ -77,6 +77,21 @@ constexpr api::KernelEntry<GdnParams> kGdnKernels[] = {
 #endif
 };
 
+constexpr api::KernelEntry<kernels::GdnPrefillPrepParams> kGdnPrepKernels[] = {
+    {DeviceType::kCPU, "CPU reference: the q / k L2 norms (sums in order) and the gate transforms",
+     nullptr,
+     [](const kernels::GdnPrefillPrepParams& p, const api::LaunchContext&) {
+       kernels::cpu::gdn_prefill_prepare(p);
+     }},
+#if FLASHINFER_WITH_CUDA
+    {DeviceType::kCUDA,
+     "CUDA kernels: a warp per q / k head row for the L2 norms, a thread per gate", nullptr,
+     [](const kernels::GdnPrefillPrepParams& p, const api::LaunchContext& c) {
+       kernels::cuda::gdn_prefill_prepare(p, c.stream, c.enable_pdl);
+     }},
+#endif
+};
+
 constexpr api::KernelEntry<kernels::GdnFusedPrologueParams> kGdnFusedPrologueKernels[] = {
     {DeviceType::kCPU,
      "CPU reference: the b/a GEMV (sums in order), the conv rows from the pool as it was, then "
@@ -492,8 +507,132 @@ void check_prefill_gate(const std::optional<Tensor>& t, int64_t T, int64_t H, co
   api::check_same_device(*t, q, op, arg, "q");
 }
 
-GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const std::optional<Tensor>& g, const std::optional<Tensor>& beta,
+// Upstream 0.7.4's additions to chunk_gated_delta_rule (docs/LINEAR_ATTENTION.md).
+struct PrefillExtras {
+  std::string backend = "auto";
+  std::optional<int64_t> max_seqlen;
+  std::string gate_domain = "linear";
+  bool use_gate_in_kernel = false;
+  std::optional<Tensor> A_log, dt_bias;
+  bool beta_is_logit = false;
+  Value cu_seqlens_cpu;
+  std::optional<Tensor> output_state_indices, checkpoint_state_indices, prefix_lens;
+};
+
+// backend: "auto", "flashinfer" and "sm120_cute" (which falls back to "flashinfer" off its
+// RTX 6000D) run the native kernels; "cake_gdn" and "cudnn" compute the same recurrence on the
+// CPU and need an SM100-class GPU on CUDA.
+void check_prefill_backend(const PrefillExtras& x, const Value& use_cp,
+                           std::optional<int64_t> cp_chunk_len, int64_t every, const Device& dev,
+                           const char* op) {
+  const std::string& b = x.backend;
+  FLASHINFER_CHECK(
+      b == "auto" || b == "flashinfer" || b == "cake_gdn" || b == "cudnn" || b == "sm120_cute", op,
+      "backend", "unsupported GDN backend: '", b, "'");
+  if (b == "cudnn") {
+    const bool cp = (use_cp.kind() == Value::Kind::kBool && use_cp.as_bool()) || cp_chunk_len;
+    FLASHINFER_CHECK_CODE(!cp && every == 0, ErrorCode::kUnsupported, op,
+                          cp ? "use_cp" : "checkpoint_every_n_tokens",
+                          "chunk_gated_delta_rule(backend=\"cudnn\") does not support ",
+                          cp && every > 0 ? "use_cp, checkpoint_every_n_tokens"
+                          : cp            ? "use_cp"
+                                          : "checkpoint_every_n_tokens");
+  }
+  if (!dev.is_cuda() || (b != "cake_gdn" && b != "cudnn")) return;
+  const int cc = api::compute_capability(dev);
+  FLASHINFER_CHECK_CODE(
+      cc == 100 || cc == 103 || cc == 107, ErrorCode::kUnsupported, op, "backend", "backend='", b,
+      "' needs an SM100, SM103 or SM107 GPU, got compute capability ", cc / 10, ".", cc % 10);
+}
+
+// gdn_kernels/gates.py's validate_gate_inputs, with its texts.
+void check_prefill_gate_inputs(const PrefillExtras& x, const std::optional<Tensor>& g,
+                               const std::optional<Tensor>& beta, int64_t T, int64_t H,
+                               const Tensor& q, const char* op) {
+  FLASHINFER_CHECK(x.gate_domain == "linear" || x.gate_domain == "log", op, "gate_domain",
+                   "gate_domain must be 'linear' or 'log'");
+  FLASHINFER_CHECK(!x.use_gate_in_kernel || (g && x.A_log && x.dt_bias), op,
+                   !g ? "g" : (!x.A_log ? "A_log" : "dt_bias"),
+                   "use_gate_in_kernel requires g, A_log and dt_bias");
+  FLASHINFER_CHECK(x.use_gate_in_kernel || (!x.A_log && !x.dt_bias), op,
+                   x.A_log ? "A_log" : "dt_bias",
+                   "A_log and dt_bias require use_gate_in_kernel=True");
+  FLASHINFER_CHECK(!x.beta_is_logit || beta, op, "beta", "beta_is_logit requires beta");
+  struct Item {
+    const char* name;
+    const std::optional<Tensor>* t;
+    Shape shape;
+  };
+  for (const Item& it : {Item{"g", &g, {T, H}}, Item{"beta", &beta, {T, H}},
+                         Item{"A_log", &x.A_log, {H}}, Item{"dt_bias", &x.dt_bias, {H}}}) {
+    if (!*it.t || !(*it.t)->defined()) continue;
+    const Tensor& t = **it.t;
+    FLASHINFER_CHECK(t.shape() == it.shape && t.device() == q.device(), op, it.name, it.name,
+                     " must have shape ", shape_to_string(it.shape), " on q's device");
+    const bool ok = std::string(it.name) == "beta"
+                        ? (t.dtype() == DType::kFloat32 || t.dtype() == q.dtype())
+                        : (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat16 ||
+                           t.dtype() == DType::kBFloat16);
+    FLASHINFER_CHECK(ok, op, it.name, "unsupported ", it.name, " dtype: ", tname(t));
+  }
+}
+
+// A 1-D int32 / int64 index tensor on q's device, contiguous, of one of `lengths` entries
+// (gdn_prefill.py's _validate_slot_args texts).
+void check_slot_arg(const Tensor& t, std::initializer_list<int64_t> lengths, const Tensor& q,
+                    const char* op, const char* arg) {
+  FLASHINFER_CHECK(t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64, op, arg, arg,
+                   " must be int32 or int64, got ", tname(t));
+  const bool len_ok =
+      lengths.size() == 0 ||
+      (t.dim() == 1 && std::find(lengths.begin(), lengths.end(), t.size(0)) != lengths.end());
+  FLASHINFER_CHECK(t.dim() == 1 && len_ok, op, arg, arg, " must be 1D",
+                   lengths.size() ? " of " + std::to_string(*lengths.begin()) + " entries" : "",
+                   ", got shape ", shape_to_string(t.shape()));
+  FLASHINFER_CHECK(t.device() == q.device(), op, arg, arg, " must be on ", q.device().str(),
+                   ", got ", t.device().str());
+  FLASHINFER_CHECK(t.is_contiguous(), op, arg, arg, " must be contiguous");
+}
+
+// Every entry -1 or a row in [0, rows) (upstream's opt-in slot check, always on here for CPU
+// tensors).
+void check_slots_or_skip(const Tensor& t, int64_t rows, const char* op, const char* arg) {
+  if (!t.device().is_cpu()) return;
+  const auto v = api::host_ints(t);
+  for (size_t i = 0; i < v.size(); ++i) {
+    FLASHINFER_CHECK(v[i] == -1 || (v[i] >= 0 && v[i] < rows), op, arg, arg,
+                     " must contain -1 or slots in [0, ", rows, "); entry ", i, " is ", v[i]);
+  }
+}
+
+// cu_seqlens_cpu: a 1-D int32 / int64 CPU tensor or a list of ints (a host copy of cu_seqlens,
+// a scheduling hint on the GPUs we serve); when given it must agree with cu_seqlens' length.
+void check_cu_seqlens_cpu(const Value& h, int64_t entries, const char* op) {
+  if (h.kind() == Value::Kind::kNone) return;
+  int64_t n = -1;
+  if (h.is_tensor()) {
+    const Tensor& t = h.as_tensor();
+    FLASHINFER_CHECK(t.device().is_cpu() && t.dim() == 1 &&
+                         (t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64),
+                     op, "cu_seqlens_cpu", "cu_seqlens_cpu must be a 1D int32/int64 CPU tensor");
+    n = t.size(0);
+  } else if (h.kind() == Value::Kind::kList || h.kind() == Value::Kind::kTuple) {
+    for (const Value& e : h.items()) {
+      FLASHINFER_CHECK(e.kind() == Value::Kind::kInt, op, "cu_seqlens_cpu",
+                       "cu_seqlens_cpu must hold Python ints, got ", e.repr());
+    }
+    n = static_cast<int64_t>(h.items().size());
+  } else {
+    FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, "cu_seqlens_cpu",
+                    "cu_seqlens_cpu must be a sequence of ints or a CPU tensor, got ", h.repr());
+  }
+  FLASHINFER_CHECK(n == entries, op, "cu_seqlens_cpu",
+                   "cu_seqlens_cpu must match packed sequence offsets (", entries,
+                   " entries), got ", n);
+}
+
+GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tensor& v,
+                              std::optional<Tensor> g, std::optional<Tensor> beta,
                               std::optional<double> scale,
                               const std::optional<Tensor>& initial_state, bool output_final_state,
                               const std::optional<Tensor>& cu_seqlens, bool l2norm,
@@ -501,8 +640,10 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                               const std::optional<Tensor>& checkpoints,
                               const std::optional<Tensor>& checkpoint_starts, int64_t every,
                               const Value& use_cp, const std::optional<Tensor>& state_indices,
-                              std::optional<int64_t> cp_chunk_len) {
+                              std::optional<int64_t> cp_chunk_len, const PrefillExtras& x) {
   const char* op = "chunk_gated_delta_rule";
+  const Tensor& q = q_in;
+  const Tensor& k = k_in;
   api::check_defined(q, op, "q");
   api::check_dim(q, {3}, op, "q");
   api::check_dtype_in(q, {DType::kFloat16, DType::kBFloat16}, op, "q");
@@ -531,17 +672,38 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                      "and divide num_v_heads; got q ",
                      Hq, ", k ", Hk, ", v ", Hv);
   }
-  check_prefill_gate(g, T, H, q, op, "g");
-  check_prefill_gate(beta, T, H, q, op, "beta");
+  check_prefill_backend(x, use_cp, cp_chunk_len, every, q.device(), op);
+  // The gate conventions: g / beta transformed to fp32 alpha / beta before the kernels, as
+  // upstream materializes them (gdn_kernels/gates.py).
+  const bool transforms =
+      x.gate_domain != "linear" || x.use_gate_in_kernel || x.beta_is_logit || x.A_log || x.dt_bias;
+  if (transforms) {
+    check_prefill_gate_inputs(x, g, beta, T, H, q, op);
+  } else {
+    check_prefill_gate(g, T, H, q, op, "g");
+    check_prefill_gate(beta, T, H, q, op, "beta");
+  }
   FLASHINFER_CHECK(cu_seqlens && cu_seqlens->defined(), op, "cu_seqlens",
                    "cu_seqlens is required for varlen mode");
   const Tensor& cu = *cu_seqlens;
   api::check_dim(cu, {1}, op, "cu_seqlens");
   api::check_dtype_in(cu, {DType::kInt32, DType::kInt64}, op, "cu_seqlens");
   api::check_same_device(cu, q, op, "cu_seqlens", "q");
-  FLASHINFER_CHECK(cu.size(0) >= 1, op, "cu_seqlens", "needs at least one entry ([N + 1])");
+  FLASHINFER_CHECK(cu.size(0) >= 2, op, "cu_seqlens",
+                   "cu_seqlens must contain at least two entries");
   FLASHINFER_CHECK(cu.is_contiguous(), op, "cu_seqlens", "must be contiguous");
   const int64_t N = cu.size(0) - 1;
+  // max_seqlen: a bound on the longest sequence (CP launch grids upstream), checked as upstream.
+  {
+    const int64_t bound = x.max_seqlen.value_or(T);
+    FLASHINFER_CHECK(bound >= 0, op, "max_seqlen", "max_seqlen must be a nonnegative integer");
+    FLASHINFER_CHECK(T == 0 || bound > 0, op, "max_seqlen",
+                     "max_seqlen must be positive when q is nonempty");
+    FLASHINFER_CHECK(bound >= (T + N - 1) / N, op, "max_seqlen",
+                     "max_seqlen cannot be smaller than ceil(total_seq_len / num_seqs)");
+    FLASHINFER_CHECK(bound <= T, op, "max_seqlen", "max_seqlen cannot exceed total_seq_len");
+  }
+  check_cu_seqlens_cpu(x.cu_seqlens_cpu, N + 1, op);
   std::vector<int64_t> cu_host;
   if (cu.device().is_cpu()) {
     cu_host = api::host_ints(cu);
@@ -578,11 +740,59 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                      "state_checkpoints and checkpoint_cu_starts must be None when "
                      "checkpoint_every_n_tokens == 0");
   }
+  // Upstream 0.7.4's slot arguments (_validate_slot_args): separate write rows, checkpoint pool
+  // rows, absolute checkpoint positions; the native non-CP kernels serve them.
+  const bool has_out_idx = x.output_state_indices && x.output_state_indices->defined();
+  const bool has_ckpt_idx = x.checkpoint_state_indices && x.checkpoint_state_indices->defined();
+  const bool has_prefix = x.prefix_lens && x.prefix_lens->defined();
+  if (has_out_idx || has_ckpt_idx || has_prefix) {
+    std::string names;
+    for (const auto& [on, name] : {std::pair{has_out_idx, "output_state_indices"},
+                                   std::pair{has_ckpt_idx, "checkpoint_state_indices"},
+                                   std::pair{has_prefix, "prefix_lens"}}) {
+      if (on) names += (names.empty() ? "" : ", ") + std::string(name);
+    }
+    const char* first = has_out_idx    ? "output_state_indices"
+                        : has_ckpt_idx ? "checkpoint_state_indices"
+                                       : "prefix_lens";
+    FLASHINFER_CHECK(x.backend == "auto" || x.backend == "flashinfer", op, "backend", names,
+                     " require the native non-CP kernels (backend=\"auto\" or \"flashinfer\"), "
+                     "got backend='",
+                     x.backend, "'");
+    FLASHINFER_CHECK(!(use_cp.kind() == Value::Kind::kBool && use_cp.as_bool()) && !cp_chunk_len,
+                     op, first, names, " are not supported with context parallelism");
+    if (has_out_idx) {
+      check_slot_arg(*x.output_state_indices, {N}, q, op, "output_state_indices");
+      FLASHINFER_CHECK(state_indices && state_indices->defined(), op, "output_state_indices",
+                       "output_state_indices requires state_indices");
+      FLASHINFER_CHECK(output_state && output_state->defined() && output_final_state, op,
+                       "output_state_indices",
+                       "output_state_indices requires an explicit output_state pool and "
+                       "output_final_state=True");
+    }
+    if (has_ckpt_idx) {
+      check_slot_arg(*x.checkpoint_state_indices, {}, q, op, "checkpoint_state_indices");
+      FLASHINFER_CHECK(every > 0, op, "checkpoint_state_indices",
+                       "checkpoint_state_indices requires checkpoint_every_n_tokens > 0");
+    }
+    if (has_prefix) {
+      check_slot_arg(*x.prefix_lens, {N}, q, op, "prefix_lens");
+      FLASHINFER_CHECK(every > 0, op, "prefix_lens",
+                       "prefix_lens requires checkpoint_every_n_tokens > 0");
+    }
+  }
   // States: compact [N, H, D, D] or pools indexed by state_indices.
   const bool pooled = state_indices && state_indices->defined();
   if (pooled) {
     check_index_vector(*state_indices, N, q, op, "state_indices");
-    if (state_indices->device().is_cpu()) {
+    if (has_out_idx) {
+      // Separate rows: -1 reads the zero state; output_state_indices' -1 skips the write.
+      if (initial_state && initial_state->defined()) {
+        check_slots_or_skip(*state_indices, initial_state->size(0), op, "state_indices");
+      }
+      check_slots_or_skip(*x.output_state_indices, output_state->size(0), op,
+                          "output_state_indices");
+    } else if (state_indices->device().is_cpu()) {
       const auto idx = api::host_ints(*state_indices);
       for (size_t i = 0; i < idx.size(); ++i) {
         FLASHINFER_CHECK(idx[i] >= 0, op, "state_indices", "entry ", i, " is ", idx[i],
@@ -601,14 +811,14 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
     api::check_dim(s, {4}, op, "initial_state");
     check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "initial_state",
                 pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
-    if (pooled) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+    if (pooled && !has_out_idx) check_slots(*state_indices, s.size(0), false, op, "state_indices");
   }
   if (output_state && output_state->defined()) {
     const Tensor& s = *output_state;
     api::check_dim(s, {4}, op, "output_state");
     check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "output_state",
                 pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
-    if (pooled) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+    if (pooled && !has_out_idx) check_slots(*state_indices, s.size(0), false, op, "state_indices");
   } else if (!pooled && output_final_state) {
     // Upstream's Hopper path allocates the final state and always writes it; a state nobody
     // receives is not made here (on CUDA it would be a temporary freed at return, which a CUDA
@@ -639,9 +849,8 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   p.decode_gates = false;
   if (g && g->defined()) p.g = gate_ref(*g, false);
   if (beta && beta->defined()) p.beta = gate_ref(*beta, false);
-  // Accepted and ignored, as upstream's prefill kernels at the signatures' commit do (its tests
-  // pass True with q not normalized); engines normalize q and k themselves and pass False.
-  (void)l2norm;
+  // use_qk_l2norm_in_kernel: q and k normalized before the kernels, as upstream 0.7.4 does
+  // (its pinned-era kernels ignored the flag); the prefill kernels read them plain.
   p.l2norm = false;
   p.scale_output = true;
   const double sc = (scale && *scale != 0.0) ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -657,9 +866,15 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
     p.read_idx = p.write_idx = state_indices->data_ptr();
     p.read_idx_i64 = p.write_idx_i64 = state_indices->dtype() == DType::kInt64;
   }
-  // A negative state index is an error here (refused on the host for CPU tensors).
+  // A negative state index is an error here (refused on the host for CPU tensors), except with
+  // output_state_indices: a read of -1 starts from zeros, a write of -1 is skipped.
   p.negative_read = kernels::GdnNegativeRead::kInvalid;
   p.negative_write = kernels::GdnNegativeWrite::kSkip;
+  if (has_out_idx) {
+    p.write_idx = x.output_state_indices->data_ptr();
+    p.write_idx_i64 = x.output_state_indices->dtype() == DType::kInt64;
+    p.negative_read = kernels::GdnNegativeRead::kZeroState;
+  }
   if (every > 0) {
     const Tensor& c = *checkpoints;
     api::check_dim(c, {4}, op, "state_checkpoints");
@@ -669,32 +884,132 @@ GdnPrefillOutput prefill_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                      "state_checkpoints shape mismatch: expected [*, ", H, ", ", D, ", ", D,
                      "], got ", shape_to_string(c.shape()));
     api::check_same_device(c, q, op, "state_checkpoints", "q");
-    FLASHINFER_CHECK(c.is_contiguous(), op, "state_checkpoints", "must be contiguous");
     const Tensor& cs = *checkpoint_starts;
     api::check_dim(cs, {1}, op, "checkpoint_cu_starts");
     api::check_dtype_in(cs, {DType::kInt32, DType::kInt64}, op, "checkpoint_cu_starts");
     api::check_same_device(cs, q, op, "checkpoint_cu_starts", "q");
-    FLASHINFER_CHECK(cs.size(0) == N + 1, op, "checkpoint_cu_starts",
-                     "checkpoint_cu_starts must have ", N + 1, " elements, got ", cs.size(0));
-    FLASHINFER_CHECK(cs.is_contiguous(), op, "checkpoint_cu_starts", "must be contiguous");
-    if (cs.device().is_cpu()) {
+    // With checkpoint_state_indices only each sequence's first entry is read.
+    FLASHINFER_CHECK(cs.size(0) == N + 1 || (has_ckpt_idx && cs.size(0) == N), op,
+                     "checkpoint_cu_starts", "checkpoint_cu_starts must have ",
+                     has_ckpt_idx ? std::to_string(N) + " or " : std::string(), N + 1,
+                     " elements, got ", cs.size(0));
+    FLASHINFER_CHECK(cs.is_contiguous(), op, "checkpoint_cu_starts",
+                     "checkpoint_cu_starts must be contiguous");
+    // A strided state_checkpoints would be written through a copy and lost (upstream's reason).
+    const int64_t row_elems = H * D * D;
+    if (has_ckpt_idx) {
+      // A checkpoint pool may pad its rows, each one dense [H, V, K] block.
+      const bool dense_rows = c.stride(1) == D * D && c.stride(2) == D && c.stride(3) == 1;
+      FLASHINFER_CHECK(dense_rows && c.stride(0) >= row_elems, op, "state_checkpoints",
+                       "state_checkpoints pool rows must be dense [H, V, K] blocks with a row "
+                       "stride of at least H * V * K elements");
+    } else {
+      FLASHINFER_CHECK(c.is_contiguous(), op, "state_checkpoints",
+                       "state_checkpoints must be contiguous");
+    }
+    const int64_t targets = has_ckpt_idx ? x.checkpoint_state_indices->size(0) : c.size(0);
+    if (has_ckpt_idx)
+      check_slots_or_skip(*x.checkpoint_state_indices, c.size(0), op, "checkpoint_state_indices");
+    if (cs.device().is_cpu() && (!has_prefix || x.prefix_lens->device().is_cpu())) {
       const auto st = api::host_ints(cs);
+      const auto pre = has_prefix ? api::host_ints(*x.prefix_lens) : std::vector<int64_t>();
       for (int64_t n = 0; n < N; ++n) {
-        const int64_t count = (cu_host[n + 1] - cu_host[n]) / every;
-        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] <= c.size(0) - count), op,
+        const int64_t prefix = has_prefix ? pre[n] : 0;
+        FLASHINFER_CHECK(prefix >= 0, op, "prefix_lens", "entry ", n, " is ", prefix,
+                         ": prefix lengths must be non-negative");
+        const int64_t len = cu_host[n + 1] - cu_host[n];
+        const int64_t count = (prefix + len) / every - prefix / every;
+        FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] <= targets - count), op,
                          "checkpoint_cu_starts", "sequence ", n, "'s ", count,
-                         " checkpoints from row ", st[n], " fall outside state_checkpoints' ",
-                         c.size(0), " rows");
+                         " checkpoints from entry ", st[n], " fall outside ",
+                         has_ckpt_idx ? "checkpoint_state_indices' " : "state_checkpoints' ",
+                         targets, has_ckpt_idx ? " entries" : " rows");
       }
     }
     p.checkpoint_every = every;
     p.checkpoints = static_cast<float*>(c.data_ptr());
     p.checkpoint_rows = c.size(0);
+    p.checkpoint_row_stride = has_ckpt_idx ? c.stride(0) : row_elems;
     p.checkpoint_starts = cs.data_ptr();
     p.checkpoint_starts_i64 = cs.dtype() == DType::kInt64;
+    if (has_prefix) {
+      p.checkpoint_prefix = x.prefix_lens->data_ptr();
+      p.checkpoint_prefix_i64 = x.prefix_lens->dtype() == DType::kInt64;
+    }
+    if (has_ckpt_idx) {
+      p.checkpoint_slots = x.checkpoint_state_indices->data_ptr();
+      p.checkpoint_slots_i64 = x.checkpoint_state_indices->dtype() == DType::kInt64;
+      p.checkpoint_slot_count = x.checkpoint_state_indices->size(0);
+    }
   }
   api::check_upstream_arch(op, "q", q.device());
-  api::launch(kGdnKernels, p, q.device(), op, "q");
+  // The q / k L2 norms and the gate conventions, materialized before the kernels as upstream
+  // 0.7.4 does; on CUDA into the stream's scratch (never freed: a CUDA graph capturing the call
+  // addresses it on every replay).
+  const bool norm = l2norm && T > 0;
+  if (norm || transforms) {
+    kernels::GdnPrefillPrepParams pp;
+    pp.T = T, pp.H = H, pp.D = D, pp.io_dtype = q.dtype();
+    pp.l2norm = norm;
+    pp.q = q.data_ptr(), pp.k = k.data_ptr(), pp.Hq = Hq, pp.Hk = Hk;
+    pp.q_stride_tok = q.stride(0), pp.q_stride_head = q.stride(1);
+    pp.k_stride_tok = k.stride(0), pp.k_stride_head = k.stride(1);
+    if (transforms && g && g->defined()) {
+      pp.g_mode = x.use_gate_in_kernel     ? kernels::GdnGateMode::kRaw
+                  : x.gate_domain == "log" ? kernels::GdnGateMode::kLog
+                                           : kernels::GdnGateMode::kLinear;
+      pp.g = gate_ref(*g, false);
+      if (x.use_gate_in_kernel) {
+        pp.A_log = x.A_log->data_ptr(), pp.A_log_dtype = x.A_log->dtype();
+        pp.dt_bias = x.dt_bias->data_ptr(), pp.dt_bias_dtype = x.dt_bias->dtype();
+      }
+    }
+    if (transforms && beta && beta->defined()) {
+      pp.beta_mode =
+          x.beta_is_logit ? kernels::GdnBetaMode::kLogit : kernels::GdnBetaMode::kConvert;
+      pp.beta = gate_ref(*beta, false);
+    }
+    const int64_t io = static_cast<int64_t>(dtype_size(q.dtype()));
+    auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
+    const int64_t q_at = 0, k_at = align(norm ? T * Hq * D * io : 0);
+    const int64_t g_at = k_at + align(norm ? T * Hk * D * io : 0);
+    const int64_t b_at = g_at + align(pp.g_mode != kernels::GdnGateMode::kNone ? T * H * 4 : 0);
+    const int64_t bytes = b_at + (pp.beta_mode != kernels::GdnBetaMode::kNone ? T * H * 4 : 0);
+    Tensor host_scratch;
+    char* base = nullptr;
+#if FLASHINFER_WITH_CUDA
+    std::optional<kernels::cuda::StreamScratch> lease;  // held until the kernels are queued
+    if (q.device().is_cuda() && bytes > 0) {
+      static kernels::cuda::StreamScratchPool pool("GDN prefill operands");
+      lease = pool.acquire(op, q.device().index, current_cuda_stream(),
+                           static_cast<std::size_t>(bytes));
+      base = static_cast<char*>(lease->data());
+    }
+#endif
+    if (!q.device().is_cuda()) {
+      host_scratch = Tensor::empty({std::max<int64_t>(bytes, 1)}, DType::kUInt8, q.device());
+      base = static_cast<char*>(host_scratch.data_ptr());
+    }
+    if (norm) {
+      pp.q_out = base + q_at, pp.k_out = base + k_at;
+      p.q = pp.q_out, p.k = pp.k_out;
+      p.q_stride_tok = Hq * D, p.q_stride_head = D;
+      p.k_stride_tok = Hk * D, p.k_stride_head = D;
+    }
+    if (pp.g_mode != kernels::GdnGateMode::kNone) {
+      pp.g_out = reinterpret_cast<float*>(base + g_at);
+      p.g.data = pp.g_out, p.g.dtype = DType::kFloat32, p.g.stride_tok = H, p.g.stride_head = 1;
+    }
+    if (pp.beta_mode != kernels::GdnBetaMode::kNone) {
+      pp.beta_out = reinterpret_cast<float*>(base + b_at);
+      p.beta.data = pp.beta_out, p.beta.dtype = DType::kFloat32, p.beta.stride_tok = H;
+      p.beta.stride_head = 1;
+    }
+    api::launch(kGdnPrepKernels, pp, q.device(), op, "q");
+    api::launch(kGdnKernels, p, q.device(), op, "q");
+  } else {
+    api::launch(kGdnKernels, p, q.device(), op, "q");
+  }
   GdnPrefillOutput r;
   r.output = *output;
   if (output_final_state) r.final_state = *output_state;
@@ -758,17 +1073,29 @@ GdnPrefillOutput chunk_gated_delta_rule(
     std::optional<Tensor> output, std::optional<Tensor> output_state,
     std::optional<Tensor> state_checkpoints, std::optional<Tensor> checkpoint_cu_starts,
     int64_t checkpoint_every_n_tokens, Value use_cp, std::optional<Tensor> state_indices,
-    std::optional<int64_t> _cp_chunk_len) {
+    std::optional<int64_t> _cp_chunk_len, const std::string& backend,
+    std::optional<int64_t> max_seqlen, const std::string& gate_domain, bool use_gate_in_kernel,
+    std::optional<Tensor> A_log, std::optional<Tensor> dt_bias, bool beta_is_logit,
+    Value cu_seqlens_cpu, std::optional<Tensor> output_state_indices,
+    std::optional<Tensor> checkpoint_state_indices, std::optional<Tensor> prefix_lens) {
   return call_op<&chunk_gated_delta_rule>(
       [&] {
+        PrefillExtras x;
+        x.backend = backend, x.max_seqlen = max_seqlen, x.gate_domain = gate_domain;
+        x.use_gate_in_kernel = use_gate_in_kernel, x.A_log = A_log, x.dt_bias = dt_bias;
+        x.beta_is_logit = beta_is_logit, x.cu_seqlens_cpu = cu_seqlens_cpu;
+        x.output_state_indices = output_state_indices;
+        x.checkpoint_state_indices = checkpoint_state_indices, x.prefix_lens = prefix_lens;
         return prefill_impl(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                             use_qk_l2norm_in_kernel, output, output_state, state_checkpoints,
                             checkpoint_cu_starts, checkpoint_every_n_tokens, use_cp, state_indices,
-                            _cp_chunk_len);
+                            _cp_chunk_len, x);
       },
       q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
       use_qk_l2norm_in_kernel, output, output_state, state_checkpoints, checkpoint_cu_starts,
-      checkpoint_every_n_tokens, use_cp, state_indices, _cp_chunk_len);
+      checkpoint_every_n_tokens, use_cp, state_indices, _cp_chunk_len, backend, max_seqlen,
+      gate_domain, use_gate_in_kernel, A_log, dt_bias, beta_is_logit, cu_seqlens_cpu,
+      output_state_indices, checkpoint_state_indices, prefix_lens);
 }
 
 namespace {
@@ -1325,7 +1652,12 @@ void register_gdn_ops(OpRegistry& r) {
       // upstream allows.
       arg("output_state").mut().same_view_as("initial_state"), arg("state_checkpoints").mut(),
       "checkpoint_cu_starts", arg("checkpoint_every_n_tokens", int64_t{0}),
-      arg("use_cp", Value(std::string("auto"))), "state_indices", "_cp_chunk_len");
+      arg("use_cp", Value(std::string("auto"))), "state_indices", "_cp_chunk_len",
+      arg("backend", "auto"), "max_seqlen", arg("gate_domain", "linear").kw(),
+      arg("use_gate_in_kernel", false).kw(), arg("A_log").kw(), arg("dt_bias").kw(),
+      arg("beta_is_logit", false).kw(), arg("cu_seqlens_cpu", Value()).kw(),
+      arg("output_state_indices").kw(), arg("checkpoint_state_indices").kw(),
+      arg("prefix_lens").kw());
 
   declare<&gdn_fused_decode_step>(
       r,

@@ -20,6 +20,7 @@ enum class GdnNegativeRead : uint8_t {
   kSkipZeroOutput,  // nothing read or written; the sequence's outputs are zeros
   kSkipKeepOutput,  // nothing read or written; the output rows are left as they are
   kSlotZero,        // slot 0 is read (and written back): the caller's null slot
+  kZeroState,       // the sequence starts from the zero state; its write slot is write_idx's
   kInvalid,         // an error the CPU path raises on the host; on CUDA: NaN outputs, no state
 };
 /// What a negative write slot means.
@@ -114,13 +115,55 @@ struct GdnParams {
   int64_t inter_steps = 0;
   const int32_t* step_slots = nullptr;
 
-  // Prefill checkpoints: state after every `checkpoint_every` tokens of sequence n to row
-  // checkpoint_starts[n] + j of checkpoints [*, H, V, K] (fp32, contiguous rows).
+  // Prefill checkpoints: the state after every `checkpoint_every` tokens of sequence n, its j-th
+  // to row checkpoint_starts[n] + j of checkpoints [*, H, V, K] (fp32, dense [H, V, K] rows
+  // checkpoint_row_stride apart). With checkpoint_prefix (upstream 0.7.4's prefix_lens, one per
+  // sequence) positions are absolute: after new token t when prefix + t + 1 is a multiple, j
+  // counting this call's checkpoints. With checkpoint_slots (0.7.4's checkpoint_state_indices)
+  // the row is checkpoint_slots[checkpoint_starts[n] + j]; -1 skips it.
   int64_t checkpoint_every = 0;
   float* checkpoints = nullptr;
   int64_t checkpoint_rows = 0;
+  int64_t checkpoint_row_stride = 0;
   const void* checkpoint_starts = nullptr;
   bool checkpoint_starts_i64 = true;
+  const void* checkpoint_prefix = nullptr;
+  bool checkpoint_prefix_i64 = false;
+  const void* checkpoint_slots = nullptr;
+  bool checkpoint_slots_i64 = false;
+  int64_t checkpoint_slot_count = 0;  // entries of checkpoint_slots (the bound of its index)
+};
+
+/// chunk_gated_delta_rule's operands as upstream 0.7.4 materializes them before its chunked
+/// kernels (gdn_kernels/qk_l2norm.py, gdn_kernels/gates.py), into contiguous outputs:
+/// - l2norm: each q / k head row x [D] of io dtype becomes io(x * rsqrt(sum x^2 + 1e-6)), fp32
+///   sums (out [T, heads, D]);
+/// - g_mode kRaw (use_gate_in_kernel): alpha = exp(-exp(A_log[h]) * softplus(g + dt_bias[h])),
+///   torch's softplus (log1p(exp(x)), x above 20); kLog (gate_domain "log"): alpha = exp(g);
+///   fp32 out [T, H];
+/// - beta kLogit: beta = dtype(sigmoid(beta)) as fp32 (rounded to beta's own dtype), out [T, H].
+/// g: kLinear converts to fp32 (the transforms' path materializes both gates).
+enum class GdnGateMode : uint8_t { kNone, kLinear, kLog, kRaw };
+/// beta: kConvert to fp32 as is, kLogit through the sigmoid.
+enum class GdnBetaMode : uint8_t { kNone, kConvert, kLogit };
+struct GdnPrefillPrepParams {
+  int64_t T = 0, H = 0, D = 0;
+  DType io_dtype = DType::kBFloat16;
+  bool l2norm = false;
+  const void *q = nullptr, *k = nullptr;
+  int64_t Hq = 0, Hk = 0;
+  int64_t q_stride_tok = 0, q_stride_head = 0, k_stride_tok = 0, k_stride_head = 0;
+  void *q_out = nullptr, *k_out = nullptr;
+  GdnGateMode g_mode = GdnGateMode::kNone;
+  GdnGateRef g;
+  const void* A_log = nullptr;
+  DType A_log_dtype = DType::kFloat32;
+  const void* dt_bias = nullptr;
+  DType dt_bias_dtype = DType::kFloat32;
+  float* g_out = nullptr;
+  GdnBetaMode beta_mode = GdnBetaMode::kNone;
+  GdnGateRef beta;
+  float* beta_out = nullptr;
 };
 
 }  // namespace flashinfer::kernels

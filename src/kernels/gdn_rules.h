@@ -28,6 +28,24 @@ FLASHINFER_HD float via_bf16(float x, bool on) {
   return on ? bfloat16_bits_to_float(float_to_bfloat16_bits(x)) : x;
 }
 
+/// chunk_gated_delta_rule's raw gate (upstream 0.7.4's use_gate_in_kernel, materialized in torch:
+/// gdn_kernels/gates.py): alpha = exp(-exp(A_log) * softplus(g + dt_bias)) with torch's softplus,
+/// log1p(exp(x)) for x <= 20 and x above.
+FLASHINFER_HD float prefill_raw_decay(float g, float dt_bias, float A_log) {
+  const float x = g + dt_bias;
+  const float sp = x <= 20.0f ? log1pf(expf(x)) : x;
+  return expf(-expf(A_log) * sp);
+}
+
+/// The j-th checkpoint (from 0) a sequence of prefix tokens takes after its new token t (from 0),
+/// or -1: upstream 0.7.4 checkpoints after new token n = t + 1 when prefix + n is a multiple of
+/// `every`, and counts (prefix + n) / every - prefix / every of them up to there.
+FLASHINFER_HD int64_t checkpoint_ordinal(int64_t prefix, int64_t t, int64_t every) {
+  const int64_t pos = prefix + t + 1;
+  if (pos % every != 0) return -1;
+  return pos / every - prefix / every - 1;
+}
+
 /// beta = sigmoid(b).
 FLASHINFER_HD float decode_beta(float b) { return 1.0f / (1.0f + expf(-b)); }
 

@@ -460,6 +460,19 @@ TEST(GdnChunkShape, WhichCallsTakeTheChunkedKernel) {
   EXPECT_FALSE(refused([](kernels::GdnParams& x) { x.checkpoint_every = 64, x.checkpoints = ck; }));
   EXPECT_TRUE(
       refused([](kernels::GdnParams& x) { x.checkpoint_every = 64, x.checkpoints = ck + 1; }));
+  // Upstream 0.7.4's slot arguments: a read of -1 from zeros (output_state_indices) is taken;
+  // checkpoints at absolute positions, in pool rows or padded rows go to the recurrent kernel.
+  EXPECT_FALSE(refused(
+      [](kernels::GdnParams& x) { x.negative_read = kernels::GdnNegativeRead::kZeroState; }));
+  EXPECT_TRUE(refused(
+      [](kernels::GdnParams& x) { x.negative_read = kernels::GdnNegativeRead::kSkipZeroOutput; }));
+  auto ckpt = [](kernels::GdnParams& x) {
+    x.H = 2, x.checkpoint_every = 64, x.checkpoints = ck, x.checkpoint_row_stride = 2 * 128 * 128;
+  };
+  EXPECT_FALSE(refused(ckpt));
+  EXPECT_TRUE(refused([&](kernels::GdnParams& x) { ckpt(x), x.checkpoint_prefix = buf; }));
+  EXPECT_TRUE(refused([&](kernels::GdnParams& x) { ckpt(x), x.checkpoint_slots = buf; }));
+  EXPECT_TRUE(refused([&](kernels::GdnParams& x) { ckpt(x), x.checkpoint_row_stride += 8; }));
   {
     ScopedEnv off("FLASHINFER_GDN_CHUNKED", "0");
     EXPECT_STREQ(gs::chunked_refusal(p, 9, 232448), "FLASHINFER_GDN_CHUNKED=0");

@@ -645,19 +645,289 @@ TEST(GdnPrefill, StateIndicesPoolInPlaceEqualsPacked) {
   }
 }
 
-// use_qk_l2norm_in_kernel is accepted and ignored, as upstream's prefill kernels at the
-// signatures' commit ignore it: the same bits with True and False, on q and k not normalized.
-TEST(GdnPrefill, QkNormalizationFlagIsIgnoredAsUpstream) {
-  PrefillIn in = prefill_inputs({0, 12}, 1, 1, 1, 16, 120);
-  in.k = rand_tensor({12, 1, 16}, kBf, 121, -0.3, 0.3);  // not normalized by the caller
+// Rows [T, heads, D] of io dtype L2-normalized as upstream 0.7.4 does before its chunked
+// kernels: fp32 sums in order, x * rsqrt(sum + 1e-6), rounded to the io dtype.
+Tensor l2_normalized_rows(const Tensor& x) {
+  const int64_t D = x.size(2), rows = x.numel() / D;
+  auto v = x.to_double_vector();
+  for (int64_t r = 0; r < rows; ++r) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < D; ++i) {
+      const float f = static_cast<float>(v[r * D + i]);
+      ss += f * f;
+    }
+    const float inv = 1.0f / std::sqrt(ss + 1e-6f);
+    for (int64_t i = 0; i < D; ++i) v[r * D + i] = static_cast<float>(v[r * D + i]) * inv;
+  }
+  return Tensor::from_vector(v, x.shape(), x.dtype());
+}
+
+// use_qk_l2norm_in_kernel (upstream 0.7.4; its pinned-era kernels ignored the flag): q and k
+// normalized before the kernel, bit for bit a call on rows the caller normalized, and the
+// fp64 recurrence on the normalized rows.
+TEST(GdnPrefill, QkNormalizationAsUpstream) {
+  PrefillIn in = prefill_inputs({0, 12, 20}, 2, 2, 4, 16, 120);
+  in.k = rand_tensor({20, 2, 16}, kBf, 121, -0.3, 0.3);  // not normalized by the caller
   auto on = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true,
                                    in.cu_t, true);
+  auto pre = chunk_gated_delta_rule(l2_normalized_rows(in.q), l2_normalized_rows(in.k), in.v, in.g,
+                                    in.beta, 1.0, std::nullopt, true, in.cu_t, false);
+  EXPECT_TRUE(all_close(on.output, pre.output, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(on.final_state, pre.final_state, {0.0, 0.0}));
   auto off = chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, 1.0, std::nullopt, true,
                                     in.cu_t, false);
-  EXPECT_TRUE(all_close(on.output, off.output, {0.0, 0.0}));
-  EXPECT_TRUE(all_close(on.final_state, off.final_state, {0.0, 0.0}));
-  const PrefillRef ref = prefill_reference(in, {}, 1.0, true, true);
+  EXPECT_FALSE(all_close(on.output, off.output, {1e-2, 1e-2}));
+  const PrefillRef ref = prefill_reference(in, {}, 1.0, true, true, /*l2norm=*/true);
   EXPECT_TRUE(all_close(on.output, ref.out, {1e-3, 8e-3}));
+  EXPECT_TRUE(all_close(on.final_state, ref.state, {1e-4, 1e-4}));
+}
+
+// The gate conventions of upstream 0.7.4 (gdn_kernels/gates.py): gate_domain "log" takes
+// log alpha, use_gate_in_kernel raw gates (alpha = exp(-exp(A_log) * softplus(g + dt_bias)),
+// torch's softplus with its threshold 20), beta_is_logit a logit beta (sigmoid in fp32, rounded
+// to beta's dtype). Each is bit for bit the call on the fp32 alpha / beta computed here.
+TEST(GdnPrefill, GateConventionsAsUpstream) {
+  const PrefillIn in = prefill_inputs({0, 9, 16}, 2, 2, 4, 16, 130);
+  const int64_t T = 16, H = 4;
+  auto run = [&](const Tensor& g, const Tensor& beta, const std::string& domain, bool raw,
+                 std::optional<Tensor> A_log, std::optional<Tensor> dt_bias, bool logit) {
+    return chunk_gated_delta_rule(
+        in.q, in.k, in.v, g, beta, std::nullopt, std::nullopt, true, in.cu_t, false, std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, 0, Value(std::string("auto")), std::nullopt,
+        std::nullopt, "auto", std::nullopt, domain, raw, A_log, dt_bias, logit);
+  };
+  const auto base = run(in.g, in.beta, "linear", false, std::nullopt, std::nullopt, false);
+  // "log": g = log alpha; alpha = exp(g) in fp32.
+  {
+    auto gl = in.g.to_double_vector();
+    for (auto& e : gl) e = std::log(static_cast<float>(e));
+    const Tensor g_log = Tensor::from_vector(gl, {T, H}, kF32);
+    std::vector<double> alpha(gl.size());
+    for (size_t i = 0; i < gl.size(); ++i) alpha[i] = std::exp(static_cast<float>(gl[i]));
+    const auto r = run(g_log, in.beta, "log", false, std::nullopt, std::nullopt, false);
+    const auto want = run(Tensor::from_vector(alpha, {T, H}, kF32), in.beta, "linear", false,
+                          std::nullopt, std::nullopt, false);
+    EXPECT_TRUE(all_close(r.output, want.output, {0.0, 0.0}));
+    EXPECT_TRUE(all_close(r.final_state, want.final_state, {0.0, 0.0}));
+    EXPECT_TRUE(all_close(r.output, base.output, {1e-3, 1e-2}));  // exp(log g) ~ g
+  }
+  // Raw gates: bf16 g and dt_bias, fp32 A_log; one x = g + dt_bias above 20 (softplus(x) = x).
+  {
+    Tensor g_raw = rand_tensor({T, H}, kBf, 131, -3.0, 3.0);
+    auto gv = g_raw.to_double_vector();
+    gv[5] = 22.0;
+    g_raw = Tensor::from_vector(gv, {T, H}, kBf);
+    const Tensor A_log = Tensor::from_vector({-2.0, -1.0, 0.5, -4.0}, {H}, kF32);
+    const Tensor dt_bias = Tensor::from_vector({0.25, -0.5, 1.0, 0.0}, {H}, kBf);
+    std::vector<double> alpha(static_cast<size_t>(T * H));
+    const auto av = A_log.to_double_vector(), dv = dt_bias.to_double_vector();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float x = static_cast<float>(gv[t * H + h]) + static_cast<float>(dv[h]);
+        const float sp = x <= 20.0f ? std::log1p(std::exp(x)) : x;
+        alpha[t * H + h] = std::exp(-std::exp(static_cast<float>(av[h])) * sp);
+      }
+    }
+    const auto r = run(g_raw, in.beta, "linear", true, A_log, dt_bias, false);
+    const auto want = run(Tensor::from_vector(alpha, {T, H}, kF32), in.beta, "linear", false,
+                          std::nullopt, std::nullopt, false);
+    EXPECT_TRUE(all_close(r.output, want.output, {0.0, 0.0}));
+    EXPECT_TRUE(all_close(r.final_state, want.final_state, {0.0, 0.0}));
+    // gate_domain is ignored with raw gates, as upstream says.
+    const auto r_log = run(g_raw, in.beta, "log", true, A_log, dt_bias, false);
+    EXPECT_TRUE(all_close(r_log.output, r.output, {0.0, 0.0}));
+  }
+  // Logit beta in bf16 (q's dtype): beta = bf16(sigmoid(b)).
+  {
+    const Tensor b = rand_tensor({T, H}, kBf, 132, -4.0, 4.0);
+    auto bv = b.to_double_vector();
+    std::vector<double> beta(bv.size());
+    for (size_t i = 0; i < bv.size(); ++i) {
+      beta[i] = bf16_round(1.0f / (1.0f + std::exp(-static_cast<float>(bv[i]))));
+    }
+    const auto r = run(in.g, b, "linear", false, std::nullopt, std::nullopt, true);
+    const auto want = run(in.g, Tensor::from_vector(beta, {T, H}, kF32), "linear", false,
+                          std::nullopt, std::nullopt, false);
+    EXPECT_TRUE(all_close(r.output, want.output, {0.0, 0.0}));
+    EXPECT_TRUE(all_close(r.final_state, want.final_state, {0.0, 0.0}));
+  }
+  // Refusals, with upstream's texts.
+  const char* op = "chunk_gated_delta_rule";
+  const Tensor A = Tensor::zeros({H}, kF32);
+  EXPECT_FI_ERROR(run(in.g, in.beta, "exp", false, std::nullopt, std::nullopt, false), op,
+                  "gate_domain");
+  EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true, A, std::nullopt, false), op, "dt_bias");
+  EXPECT_FI_ERROR(run(in.g, in.beta, "linear", false, A, A, false), op, "A_log");
+  EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true, A.to(DType::kInt32), A, false), op, "A_log");
+  EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true, Tensor::zeros({H + 1}, kF32), A, false), op,
+                  "A_log");
+  EXPECT_FI_ERROR(
+      run(in.g, in.beta.to(DType::kFloat16), "linear", false, std::nullopt, std::nullopt, true), op,
+      "beta");  // neither fp32 nor q's dtype
+  // Without a transform g and beta stay fp32 only.
+  EXPECT_FI_ERROR(run(in.g, in.beta.to(kBf), "linear", false, std::nullopt, std::nullopt, false),
+                  op, "beta");
+}
+
+// output_state_indices (upstream 0.7.4): sequence i reads pool row state_indices[i] (-1: the
+// zero state) and writes its final state to row output_state_indices[i] (-1: no write), here in
+// place over one pool; bit for bit the packed call on the gathered states.
+TEST(GdnPrefill, OutputStateIndicesReadZeroAndSkipWrites) {
+  const PrefillIn in = prefill_inputs({0, 6, 13, 20}, 1, 1, 2, 8, 140);
+  const int64_t H = 2, D = 8;
+  const Tensor pool0 = rand_tensor({4, H, D, D}, kF32, 141, -0.5, 0.5);
+  Tensor pool = pool0.clone();
+  const Tensor read = Tensor::from_vector({2, -1, 0}, {3}, DType::kInt32);
+  const Tensor write = Tensor::from_vector({1, 3, -1}, {3}, DType::kInt64);
+  auto call = [&](const Tensor& rd, const Tensor& wr, Tensor& pl, const std::string& backend,
+                  Value use_cp) {
+    return chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, pl, true, in.cu_t,
+                                  false, std::nullopt, pl, std::nullopt, std::nullopt, 0, use_cp,
+                                  rd, std::nullopt, backend, std::nullopt, "linear", false,
+                                  std::nullopt, std::nullopt, false, Value(), wr);
+  };
+  const auto r = call(read, write, pool, "auto", Value(std::string("auto")));
+  // The packed call: initial states [pool[2], 0, pool[0]].
+  Tensor init = Tensor::zeros({3, H, D, D}, kF32);
+  init.select(0, 0).copy_(pool0.select(0, 2));
+  init.select(0, 2).copy_(pool0.select(0, 0));
+  const auto packed =
+      chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, init, true, in.cu_t);
+  EXPECT_TRUE(all_close(r.output, packed.output, {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pool.select(0, 1), packed.final_state.select(0, 0), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pool.select(0, 3), packed.final_state.select(0, 1), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(pool.select(0, 0), pool0.select(0, 0), {0.0, 0.0}));  // write skipped
+  EXPECT_TRUE(all_close(pool.select(0, 2), pool0.select(0, 2), {0.0, 0.0}));  // only read
+  const char* op = "chunk_gated_delta_rule";
+  Tensor p2 = pool0.clone();
+  EXPECT_FI_ERROR(call(read, Tensor::from_vector({1, -2, 0}, {3}, DType::kInt64), p2, "auto",
+                       Value(std::string("auto"))),
+                  op, "output_state_indices");
+  EXPECT_FI_ERROR(call(read, Tensor::from_vector({1, 4, 0}, {3}, DType::kInt64), p2, "auto",
+                       Value(std::string("auto"))),
+                  op, "output_state_indices");
+  EXPECT_FI_ERROR(call(Tensor::from_vector({2, -2, 0}, {3}, DType::kInt32), write, p2, "auto",
+                       Value(std::string("auto"))),
+                  op, "state_indices");
+  EXPECT_FI_ERROR(call(read, write.slice(0, 0, 2), p2, "auto", Value(std::string("auto"))), op,
+                  "output_state_indices");
+  EXPECT_FI_ERROR(call(read, write, p2, "cake_gdn", Value(std::string("auto"))), op, "backend");
+  EXPECT_FI_ERROR(call(read, write, p2, "auto", Value(true)), op, "output_state_indices");
+  EXPECT_TRUE(all_close(p2, pool0, {0.0, 0.0}));  // refused before anything ran
+  // Without state_indices, or without output_final_state.
+  EXPECT_FI_ERROR(chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, p2, true,
+                                         in.cu_t, false, std::nullopt, p2, std::nullopt,
+                                         std::nullopt, 0, Value(std::string("auto")), std::nullopt,
+                                         std::nullopt, "auto", std::nullopt, "linear", false,
+                                         std::nullopt, std::nullopt, false, Value(), write),
+                  op, "output_state_indices");
+}
+
+// Checkpoints at absolute positions (prefix_lens) into pool rows (checkpoint_state_indices),
+// upstream 0.7.4: sequence i checkpoints after its n-th new token when prefix_lens[i] + n is a
+// multiple of N, its j-th to row checkpoint_state_indices[checkpoint_cu_starts[i] + j] (-1:
+// skipped), rows of a padded pool. Each equals the final state of a call on that many tokens.
+TEST(GdnPrefill, CheckpointPoolRowsAtAbsolutePositions) {
+  // Sequence 0: prefix 30, 100 new tokens: checkpoints after n = 34 and 98; sequence 1: prefix
+  // 0, 70 tokens: after n = 64.
+  const PrefillIn in = prefill_inputs({0, 100, 170}, 1, 1, 1, 8, 150);
+  const int64_t H = 1, D = 8;
+  Tensor storage = Tensor::full({6, H + 1, D, D}, 7.0, kF32);
+  Tensor ckpt = storage.slice(1, 0, H);  // rows padded: stride(0) = 2 H V K
+  const Tensor slots = Tensor::from_vector({5, -1, 2}, {3}, DType::kInt64);
+  const Tensor starts = Tensor::from_vector({0, 2}, {2}, DType::kInt32);  // [N]: allowed here
+  const Tensor prefix = Tensor::from_vector({30, 0}, {2}, DType::kInt64);
+  auto call = [&](Tensor c, const Tensor& st, std::optional<Tensor> sl, std::optional<Tensor> pre,
+                  int64_t every) {
+    return chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, true,
+                                  in.cu_t, false, std::nullopt, std::nullopt, c, st, every,
+                                  Value(std::string("auto")), std::nullopt, std::nullopt, "auto",
+                                  std::nullopt, "linear", false, std::nullopt, std::nullopt, false,
+                                  Value(), std::nullopt, sl, pre);
+  };
+  (void)call(ckpt, starts, slots, prefix, 64);
+  auto prefix_state = [&](int64_t begin, int64_t n) {
+    const Tensor cu = Tensor::from_vector({0.0, static_cast<double>(n)}, {2}, DType::kInt64);
+    auto r = chunk_gated_delta_rule(
+        in.q.slice(0, begin, begin + n), in.k.slice(0, begin, begin + n),
+        in.v.slice(0, begin, begin + n), in.g.slice(0, begin, begin + n),
+        in.beta.slice(0, begin, begin + n), std::nullopt, std::nullopt, true, cu);
+    return r.final_state.select(0, 0);
+  };
+  EXPECT_TRUE(all_close(ckpt.select(0, 5), prefix_state(0, 34), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(ckpt.select(0, 2), prefix_state(100, 64), {0.0, 0.0}));
+  for (int64_t row : {0, 1, 3, 4}) {  // the skipped checkpoint (n = 98) and unnamed rows
+    EXPECT_TRUE(all_close(ckpt.select(0, row), Tensor::full({H, D, D}, 7.0, kF32), {0.0, 0.0}));
+  }
+  EXPECT_TRUE(all_close(storage.slice(1, H, H + 1), Tensor::full({6, 1, D, D}, 7.0, kF32),
+                        {0.0, 0.0}));  // the padding untouched
+  // prefix_lens alone: dense rows start + j, three checkpoints ((30 + 100) / 64 - 0 = 2, 1).
+  Tensor dense = Tensor::zeros({3, H, D, D}, kF32);
+  (void)call(dense, Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), std::nullopt, prefix, 64);
+  EXPECT_TRUE(all_close(dense.select(0, 0), prefix_state(0, 34), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(dense.select(0, 1), prefix_state(0, 98), {0.0, 0.0}));
+  EXPECT_TRUE(all_close(dense.select(0, 2), prefix_state(100, 64), {0.0, 0.0}));
+  const char* op = "chunk_gated_delta_rule";
+  EXPECT_FI_ERROR(
+      call(dense, Tensor::from_vector({0, 3, 3}, {3}, DType::kInt64), std::nullopt, prefix, 64), op,
+      "checkpoint_cu_starts");  // sequence 1's checkpoint past the 3 rows
+  EXPECT_FI_ERROR(call(dense, starts, std::nullopt, prefix, 64), op, "checkpoint_cu_starts");
+  EXPECT_FI_ERROR(
+      call(ckpt, starts, Tensor::from_vector({5, -1, 6}, {3}, DType::kInt64), prefix, 64), op,
+      "checkpoint_state_indices");
+  EXPECT_FI_ERROR(
+      call(ckpt, Tensor::from_vector({0, 2}, {2}, DType::kInt32), slots.slice(0, 0, 2), prefix, 64),
+      op, "checkpoint_cu_starts");  // sequence 1 names entry 2 of 2
+  EXPECT_FI_ERROR(call(storage.slice(3, 0, D - 1), starts, slots, prefix, 64), op,
+                  "state_checkpoints");
+  EXPECT_FI_ERROR(call(ckpt, starts, std::nullopt, std::nullopt, 64), op,
+                  "checkpoint_cu_starts");  // [N] starts only with checkpoint_state_indices
+  EXPECT_FI_ERROR(call(ckpt, Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), std::nullopt,
+                       std::nullopt, 64),
+                  op, "state_checkpoints");  // padded rows only with checkpoint_state_indices
+  EXPECT_FI_ERROR(
+      chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, true,
+                             in.cu_t, false, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                             0, Value(std::string("auto")), std::nullopt, std::nullopt, "auto",
+                             std::nullopt, "linear", false, std::nullopt, std::nullopt, false,
+                             Value(), std::nullopt, std::nullopt, prefix),
+      op, "prefix_lens");
+}
+
+// backend, max_seqlen and cu_seqlens_cpu (upstream 0.7.4): hints here, checked as upstream.
+TEST(GdnPrefill, BackendAndHintsCheckedAsUpstream) {
+  const PrefillIn in = prefill_inputs({0, 5, 12}, 1, 1, 1, 8, 160);
+  auto call = [&](const std::string& backend, std::optional<int64_t> max_seqlen, Value host) {
+    return chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, true,
+                                  in.cu_t, false, std::nullopt, std::nullopt, std::nullopt,
+                                  std::nullopt, 0, Value(std::string("auto")), std::nullopt,
+                                  std::nullopt, backend, max_seqlen, "linear", false, std::nullopt,
+                                  std::nullopt, false, host);
+  };
+  const auto base = call("auto", std::nullopt, Value());
+  Value::Items offsets{Value(int64_t{0}), Value(int64_t{5}), Value(int64_t{12})};
+  for (const char* b : {"flashinfer", "sm120_cute", "cake_gdn", "cudnn"}) {
+    const auto r = call(b, 7, Value::list(offsets));
+    EXPECT_TRUE(all_close(r.output, base.output, {0.0, 0.0})) << b;
+  }
+  const auto r = call("auto", 12, Value(Tensor::from_vector({0, 5, 12}, {3}, DType::kInt32)));
+  EXPECT_TRUE(all_close(r.final_state, base.final_state, {0.0, 0.0}));
+  const char* op = "chunk_gated_delta_rule";
+  EXPECT_FI_ERROR(call("triton", std::nullopt, Value()), op, "backend");
+  EXPECT_FI_ERROR(call("auto", 13, Value()), op, "max_seqlen");  // above total_seq_len
+  EXPECT_FI_ERROR(call("auto", 5, Value()), op, "max_seqlen");   // below ceil(12 / 2)
+  EXPECT_FI_ERROR(call("auto", std::nullopt, Value::list({Value(int64_t{0}), Value(int64_t{12})})),
+                  op, "cu_seqlens_cpu");
+  EXPECT_FI_ERROR(call("auto", std::nullopt, Value(in.cu_t.to(DType::kFloat32))), op,
+                  "cu_seqlens_cpu");
+  // cuDNN's engine takes no checkpoints (upstream's NotImplementedError).
+  Tensor ck = Tensor::zeros({1, 1, 8, 8}, kF32);
+  EXPECT_FI_ERROR_CODE(
+      chunk_gated_delta_rule(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, true,
+                             in.cu_t, false, std::nullopt, std::nullopt, ck,
+                             Tensor::from_vector({0, 0, 0}, {3}, DType::kInt64), 64,
+                             Value(std::string("auto")), std::nullopt, std::nullopt, "cudnn"),
+      op, "checkpoint_every_n_tokens", ErrorCode::kUnsupported);
 }
 
 // Padding sent to slot 0 by several requests (bf16 pool, all indices -1): the CPU reference
@@ -801,7 +1071,10 @@ TEST(GdnDecl, SignaturesModulesBackends) {
             "(q, k, v, g=None, beta=None, scale=None, initial_state=None, "
             "output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, "
             "output=None, output_state=None, state_checkpoints=None, checkpoint_cu_starts=None, "
-            "checkpoint_every_n_tokens=0, use_cp='auto', state_indices=None, _cp_chunk_len=None)");
+            "checkpoint_every_n_tokens=0, use_cp='auto', state_indices=None, _cp_chunk_len=None, "
+            "backend='auto', max_seqlen=None, *, gate_domain='linear', use_gate_in_kernel=False, "
+            "A_log=None, dt_bias=None, beta_is_logit=False, cu_seqlens_cpu=None, "
+            "output_state_indices=None, checkpoint_state_indices=None, prefix_lens=None)");
 }
 
 // ---- record and replay --------------------------------------------------------------------------
@@ -1077,6 +1350,61 @@ TEST(GdnCuda, PrefillMatchesCpu) {
     EXPECT_TRUE(all_close(dckpt.to(Device::cpu()), ckpt, {1e-4, 1e-3}));
   }
   EXPECT_EQ(chunked_launches(), chunked_before);
+}
+
+// Upstream 0.7.4's arguments on the GPU against the CPU: the q / k L2 norms and the raw-gate /
+// logit-beta transforms (materialized by their own kernels, then the chunked kernel), a read of
+// -1 from zeros and a skipped write (output_state_indices, chunked too), and checkpoints at
+// absolute positions into padded pool rows (the recurrent kernel takes those).
+TEST(GdnCuda, PrefillUpstream074ArgumentsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const PrefillIn in = prefill_inputs({0, 70, 200, 333}, 2, 2, 4, 128, 185);
+  const int64_t T = 333, H = 4, D = 128;
+  const Tensor g_raw = rand_tensor({T, H}, kBf, 186, -3.0, 3.0);
+  const Tensor b_logit = rand_tensor({T, H}, kBf, 187, -4.0, 4.0);
+  const Tensor A_log = Tensor::from_vector({-2.0, -1.0, 0.5, -4.0}, {H}, kF32);
+  const Tensor dt_bias = Tensor::from_vector({0.25, -0.5, 1.0, 0.0}, {H}, kBf);
+  const Tensor pool0 = rand_tensor({4, H, D, D}, kF32, 188, -0.3, 0.3);
+  const Tensor read = Tensor::from_vector({2, -1, 0}, {3}, DType::kInt32);
+  const Tensor write = Tensor::from_vector({1, 3, -1}, {3}, DType::kInt32);
+  Tensor pc = pool0.clone(), pg = cuda(pool0);
+  const uint64_t chunked_before = chunked_launches();
+  auto call = [&](const PrefillIn& x, const Tensor& g, const Tensor& b, const Tensor& A,
+                  const Tensor& dt, Tensor& pool, const Tensor& rd, const Tensor& wr,
+                  const Tensor& cu) {
+    return chunk_gated_delta_rule(x.q, x.k, x.v, g, b, std::nullopt, pool, true, cu, true,
+                                  std::nullopt, pool, std::nullopt, std::nullopt, 0,
+                                  Value(std::string("auto")), rd, std::nullopt, "auto",
+                                  std::nullopt, "linear", true, A, dt, true, Value(), wr);
+  };
+  auto rc = call(in, g_raw, b_logit, A_log, dt_bias, pc, read, write, in.cu_t);
+  PrefillIn dev = in;
+  dev.q = cuda(in.q), dev.k = cuda(in.k), dev.v = cuda(in.v);
+  auto rg = call(dev, cuda(g_raw), cuda(b_logit), cuda(A_log), cuda(dt_bias), pg, cuda(read),
+                 cuda(write), cuda(in.cu_t));
+  EXPECT_TRUE(all_close(rg.output.to(Device::cpu()), rc.output, {2e-3, 1.6e-2}));
+  EXPECT_TRUE(all_close(pg.to(Device::cpu()), pc, {1e-4, 1e-3}));
+  EXPECT_EQ(chunked_launches(), chunked_before + 1);
+  // Checkpoints into padded pool rows: sequence 0 (a 30-token prefix, 70 new) after its 34th
+  // token to row 5; sequence 1 (130) after 64 and 128 to rows 2 and 0; sequence 2 (133) skips
+  // its first and writes its second to row 4.
+  Tensor store_c = Tensor::full({6, H + 1, D, D}, 7.0, kF32), store_g = cuda(store_c);
+  const Tensor slots = Tensor::from_vector({5, -1, 2, 0, -1, 4}, {6}, DType::kInt64);
+  const Tensor starts = Tensor::from_vector({0, 2, 4}, {3}, DType::kInt32);
+  const Tensor prefix = Tensor::from_vector({30, 0, 0}, {3}, DType::kInt64);
+  auto ck = [&](const PrefillIn& x, const Tensor& cu, Tensor store, const Tensor& st,
+                const Tensor& sl, const Tensor& pre) {
+    return chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, std::nullopt, std::nullopt, true, cu,
+                                  false, std::nullopt, std::nullopt, store.slice(1, 0, H), st, 64,
+                                  Value(std::string("auto")), std::nullopt, std::nullopt, "auto",
+                                  std::nullopt, "linear", false, std::nullopt, std::nullopt, false,
+                                  Value(), std::nullopt, sl, pre);
+  };
+  dev.g = cuda(in.g), dev.beta = cuda(in.beta);
+  const auto cc = ck(in, in.cu_t, store_c, starts, slots, prefix);
+  const auto cg = ck(dev, cuda(in.cu_t), store_g, cuda(starts), cuda(slots), cuda(prefix));
+  EXPECT_TRUE(all_close(cg.output.to(Device::cpu()), cc.output, {2e-3, 1.6e-2}));
+  EXPECT_TRUE(all_close(store_g.to(Device::cpu()), store_c, {1e-4, 1e-3}));
 }
 
 // The paths and guards the cases above do not reach: small K (1 and 2 values a lane), the fp32

@@ -80,6 +80,13 @@ Value to_value(const GdnPrefillOutput& r);
 /// State checkpoints every checkpoint_every_n_tokens (a multiple of 64) tokens per sequence go
 /// to state_checkpoints[checkpoint_cu_starts[n] + j]. use_cp picks upstream's context-parallel
 /// kernel (the same recurrence; validated, not needed here).
+/// Upstream 0.7.4's signature (docs/LINEAR_ATTENTION.md): use_qk_l2norm_in_kernel normalizes q
+/// and k (fp32 sums, eps 1e-6, rounded to their dtype); gate_domain "log" (g = log alpha),
+/// use_gate_in_kernel (g raw: alpha = exp(-exp(A_log) * softplus(g + dt_bias))) and
+/// beta_is_logit (beta = sigmoid, rounded to beta's dtype); output_state_indices (write rows,
+/// -1 reads zeros / skips the write), checkpoint_state_indices (checkpoint pool rows, -1 skips),
+/// prefix_lens (absolute checkpoint positions); backend, max_seqlen and cu_seqlens_cpu checked
+/// as upstream, hints here.
 GdnPrefillOutput chunk_gated_delta_rule(
     const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> g = std::nullopt,
     std::optional<Tensor> beta = std::nullopt, std::optional<double> scale = std::nullopt,
@@ -90,7 +97,13 @@ GdnPrefillOutput chunk_gated_delta_rule(
     std::optional<Tensor> checkpoint_cu_starts = std::nullopt,
     int64_t checkpoint_every_n_tokens = 0, Value use_cp = Value(std::string("auto")),
     std::optional<Tensor> state_indices = std::nullopt,
-    std::optional<int64_t> _cp_chunk_len = std::nullopt);
+    std::optional<int64_t> _cp_chunk_len = std::nullopt, const std::string& backend = "auto",
+    std::optional<int64_t> max_seqlen = std::nullopt, const std::string& gate_domain = "linear",
+    bool use_gate_in_kernel = false, std::optional<Tensor> A_log = std::nullopt,
+    std::optional<Tensor> dt_bias = std::nullopt, bool beta_is_logit = false,
+    Value cu_seqlens_cpu = Value(), std::optional<Tensor> output_state_indices = std::nullopt,
+    std::optional<Tensor> checkpoint_state_indices = std::nullopt,
+    std::optional<Tensor> prefix_lens = std::nullopt);
 
 /// One decode step of a GDN layer with the serving chain around it fused
 /// (flashinfer.gdn_kernels.experimental.gdn_fused_decode; upstream's composable path is the

@@ -1,5 +1,6 @@
 #include "kernels/cpu/gdn_cpu.h"
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -86,6 +87,8 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
       case GdnNegativeRead::kSlotZero:
         r = 0;
         break;
+      case GdnNegativeRead::kZeroState:
+        break;
     }
   }
   if (skip || len <= 0) return;
@@ -93,7 +96,7 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
   if (w < 0) w = p.negative_write == GdnNegativeWrite::kSlotZero ? 0 : -1;
 
   std::vector<float> S(static_cast<size_t>(V * K), 0.0f);  // [v][k]
-  if (p.state_in.data) {
+  if (p.state_in.data && r >= 0) {
     for (int64_t v = 0; v < V; ++v) {
       for (int64_t k = 0; k < K; ++k) {
         S[v * K + k] =
@@ -144,11 +147,18 @@ void run_head(const GdnParams& p, int64_t n, int64_t h) {
       const int64_t slot = p.step_slots[n * p.T + t];
       if (slot >= 0) store_state(p.state_out, slot, h, S, K, V);
     }
-    if (p.checkpoint_every > 0 && (t + 1) % p.checkpoint_every == 0) {
-      const int64_t row = read_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) +
-                          (t + 1) / p.checkpoint_every - 1;
-      float* dst = p.checkpoints + (row * p.H + h) * V * K;
-      for (int64_t i = 0; i < V * K; ++i) dst[i] = S[i];
+    if (p.checkpoint_every > 0) {
+      const int64_t prefix =
+          p.checkpoint_prefix ? read_index(p.checkpoint_prefix, p.checkpoint_prefix_i64, n) : 0;
+      const int64_t j = gdn::checkpoint_ordinal(prefix, t, p.checkpoint_every);
+      if (j >= 0) {
+        int64_t row = read_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) + j;
+        if (p.checkpoint_slots) row = read_index(p.checkpoint_slots, p.checkpoint_slots_i64, row);
+        if (row >= 0) {
+          float* dst = p.checkpoints + row * p.checkpoint_row_stride + h * V * K;
+          for (int64_t i = 0; i < V * K; ++i) dst[i] = S[i];
+        }
+      }
     }
   }
   if (p.write_final && w >= 0 && p.state_out.data && p.intermediates != GdnIntermediates::kPool) {
@@ -165,6 +175,54 @@ void gated_delta_rule(const GdnParams& p) {
 #pragma omp parallel for schedule(dynamic, 1) if (p.H > 1 && p.num_seqs * p.K * p.V >= 1024)
   for (int64_t h = 0; h < p.H; ++h) {
     for (int64_t n = 0; n < p.num_seqs; ++n) run_head(p, n, h);
+  }
+}
+
+void gdn_prefill_prepare(const GdnPrefillPrepParams& p) {
+  if (p.l2norm) {
+    const int64_t D = p.D;
+    auto norm_rows = [&](const void* in, int64_t heads, int64_t st, int64_t sh, void* out) {
+#pragma omp parallel for if (p.T * heads * D >= (1 << 16))
+      for (int64_t r = 0; r < p.T * heads; ++r) {
+        const int64_t off = (r / heads) * st + (r % heads) * sh;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < D; ++i) {
+          const float x = load_or_fp32(in, p.io_dtype, off + i);
+          ss += x * x;
+        }
+        const float inv = gdn::l2_inv_norm(ss);
+        for (int64_t i = 0; i < D; ++i) {
+          store_or_fp32(out, p.io_dtype, r * D + i, load_or_fp32(in, p.io_dtype, off + i) * inv);
+        }
+      }
+    };
+    norm_rows(p.q, p.Hq, p.q_stride_tok, p.q_stride_head, p.q_out);
+    norm_rows(p.k, p.Hk, p.k_stride_tok, p.k_stride_head, p.k_out);
+  }
+  for (int64_t t = 0; t < p.T; ++t) {
+    for (int64_t h = 0; h < p.H; ++h) {
+      if (p.g_mode != GdnGateMode::kNone) {
+        const float g = gate(p.g, 0, t, h);
+        float a = g;
+        if (p.g_mode == GdnGateMode::kLog) {
+          a = std::exp(g);
+        } else if (p.g_mode == GdnGateMode::kRaw) {
+          a = gdn::prefill_raw_decay(g, load_or_fp32(p.dt_bias, p.dt_bias_dtype, h),
+                                     load_or_fp32(p.A_log, p.A_log_dtype, h));
+        }
+        p.g_out[t * p.H + h] = a;
+      }
+      if (p.beta_mode != GdnBetaMode::kNone) {
+        float b = gate(p.beta, 0, t, h);
+        if (p.beta_mode == GdnBetaMode::kLogit) {
+          // Rounded to beta's own dtype: a store and a load through it (fp32: as is).
+          uint32_t bits = 0;
+          store_or_fp32(&bits, p.beta.dtype, 0, gdn::decode_beta(b));
+          b = load_or_fp32(&bits, p.beta.dtype, 0);
+        }
+        p.beta_out[t * p.H + h] = b;
+      }
+    }
   }
 }
 

@@ -133,10 +133,15 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
   // read or (written back to the same slot: write_idx null or the read_idx tensor itself, as
   // state_indices pass it) outside the pool written, writes NaN outputs and no state (the CPU
   // refuses both on the host).
+  // A negative read slot with kZeroState (upstream 0.7.4's output_state_indices) starts from
+  // zeros instead.
   int64_t r = p.read_idx ? chunk_index(p.read_idx, p.read_idx_i64, n) : n;
   const bool writes_read_slot = p.write_idx == nullptr || p.write_idx == p.read_idx;
-  if (r < 0 || (p.read_idx && ((p.state_in.data && r >= p.state_in.slots) ||
-                               (writes_read_slot && p.state_out.data && r >= p.state_out.slots)))) {
+  const bool zero_start = r < 0 && p.negative_read == GdnNegativeRead::kZeroState;
+  if ((r < 0 && !zero_start) ||
+      (p.read_idx && r >= 0 &&
+       ((p.state_in.data && r >= p.state_in.slots) ||
+        (writes_read_slot && p.state_out.data && r >= p.state_out.slots)))) {
     const IO nan = from_f32<IO>(__int_as_float(0x7fc00000));
     for (int64_t i = tid; i < len * gs::kSlice; i += gs::kThreads) {
       out[(begin + i / gs::kSlice) * p.out_stride_tok + i % gs::kSlice] = nan;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(gs::kThreads, 1) gdn_chunked_prefill_kernel(co
     for (int e = 0; e < 4; ++e) {
       const int64_t v = v_row0 + gs::acc_row(lane, e), k = 8 * nt + gs::acc_col(lane, e);
       s[nt][e] = 0.0f;
-      if (p.state_in.data) {
+      if (p.state_in.data && !zero_start) {
         s[nt][e] = static_cast<const float*>(
             p.state_in.data)[r * p.state_in.stride_slot + h * p.state_in.stride_head +
                              k * p.state_in.stride_k + v * p.state_in.stride_v];

@@ -139,7 +139,16 @@ inline const char* chunked_refusal(const GdnParams& p, int cc_major, long long s
     return "not a prefill call";
   }
   if (p.intermediates != GdnIntermediates::kNone) return "per-step states";
-  if (p.negative_read != GdnNegativeRead::kInvalid) return "not a prefill call";
+  if (p.negative_read != GdnNegativeRead::kInvalid &&
+      p.negative_read != GdnNegativeRead::kZeroState) {
+    return "not a prefill call";
+  }
+  // Checkpoints land at chunk ends in dense rows start + j; absolute positions (a prefix not a
+  // multiple of 64 moves them inside a chunk) and pool rows take the recurrent kernel.
+  if (p.checkpoint_every > 0 && (p.checkpoint_prefix != nullptr || p.checkpoint_slots != nullptr ||
+                                 p.checkpoint_row_stride != p.H * p.V * p.K)) {
+    return "checkpoints at absolute positions or in pool rows";
+  }
   if (p.K != p.V || (p.K != 64 && p.K != 128)) return "head dim other than 64 or 128";
   if ((p.io_dtype != DType::kFloat16 && p.io_dtype != DType::kBFloat16) ||
       p.out_dtype != p.io_dtype) {

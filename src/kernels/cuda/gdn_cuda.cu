@@ -92,6 +92,8 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
   if (r < 0) {
     if (p.negative_read == GdnNegativeRead::kSlotZero) {
       r = 0;
+    } else if (p.negative_read == GdnNegativeRead::kZeroState) {
+      // From the zero state: nothing read; the write slot is write_idx's.
     } else if (p.negative_read == GdnNegativeRead::kInvalid) {
       for (int64_t t = 0; t < len; ++t) write_out(t, nan);
       return;
@@ -108,8 +110,9 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
   // state_indices pass it (without the second form, a prefill index past the output pool with no
   // initial state computed from zeros and dropped the write).
   const bool writes_read_slot = p.write_idx == nullptr || p.write_idx == p.read_idx;
-  if (p.read_idx && ((p.state_in.data && r >= p.state_in.slots) ||
-                     (writes_read_slot && p.state_out.data && r >= p.state_out.slots))) {
+  if (p.read_idx && r >= 0 &&
+      ((p.state_in.data && r >= p.state_in.slots) ||
+       (writes_read_slot && p.state_out.data && r >= p.state_out.slots))) {
     for (int64_t t = 0; t < len; ++t) write_out(t, nan);
     return;
   }
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
   for (int j = 0; j < KJ; ++j) {
     const int64_t k = j * 32 + lane;
     s[j] = 0.0f;
-    if (p.state_in.data && k < K) {
+    if (p.state_in.data && r >= 0 && k < K) {
       s[j] = to_f32(static_cast<const ST*>(p.state_in.data)[state_offset(p.state_in, r, h, k, v)]);
     }
   }
@@ -197,12 +200,25 @@ __global__ void __launch_bounds__(kGdnWarps * 32, 4) gdn_recurrent_kernel(GdnPar
         store_row<ST, KJ>(p.state_out, slot, h, v, s, K, lane);
       }
     }
-    if (p.checkpoint_every > 0 && (t + 1) % p.checkpoint_every == 0) {
-      // Row start + j, guarded without forming the sum (a start near INT64_MAX must not wrap).
-      const int64_t start = load_index(p.checkpoint_starts, p.checkpoint_starts_i64, n);
-      const int64_t j = (t + 1) / p.checkpoint_every - 1;
-      if (start >= 0 && start < p.checkpoint_rows - j) {
-        store_fp32_row<KJ>(p.checkpoints + (((start + j) * p.H + h) * p.V + v) * K, s, K, lane);
+    if (p.checkpoint_every > 0) {
+      const int64_t prefix =
+          p.checkpoint_prefix ? load_index(p.checkpoint_prefix, p.checkpoint_prefix_i64, n) : 0;
+      const int64_t j = gdn::checkpoint_ordinal(prefix, t, p.checkpoint_every);
+      // Row start + j (or the slot there), guarded without forming the sum (a start near
+      // INT64_MAX must not wrap).
+      const int64_t start =
+          j >= 0 ? load_index(p.checkpoint_starts, p.checkpoint_starts_i64, n) : int64_t{-1};
+      int64_t row = -1;
+      if (p.checkpoint_slots) {
+        if (start >= 0 && start < p.checkpoint_slot_count - j) {
+          row = load_index(p.checkpoint_slots, p.checkpoint_slots_i64, start + j);
+        }
+      } else if (start >= 0 && start < p.checkpoint_rows - j) {
+        row = start + j;
+      }
+      if (row >= 0 && row < p.checkpoint_rows) {
+        store_fp32_row<KJ>(p.checkpoints + row * p.checkpoint_row_stride + (h * p.V + v) * K, s, K,
+                           lane);
       }
     }
   }
@@ -333,6 +349,78 @@ void gdn_fused_decode_prologue(const GdnFusedPrologueParams& p, void* stream, bo
                   p);
     launch_kernel("gdn_fused_decode_step", gdn_fused_window_kernel, grid, dim3(256), 0, s,
                   enable_pdl, p);
+  }
+}
+
+// chunk_gated_delta_rule's operand preparation (GdnPrefillPrepParams). The L2 norm: a warp per
+// head row (rows of q, then of k), lane-strided sums reduced by shuffles (another order than the
+// CPU's: agreement to fp32 rounding before the io rounding).
+__global__ void gdn_prep_l2norm_kernel(const GdnPrefillPrepParams p) {
+  pdl_wait();
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t q_rows = p.T * p.Hq;
+  if (row >= q_rows + p.T * p.Hk) return;
+  const bool is_q = row < q_rows;
+  const int64_t r = is_q ? row : row - q_rows;
+  const int64_t heads = is_q ? p.Hq : p.Hk;
+  const int64_t off = (r / heads) * (is_q ? p.q_stride_tok : p.k_stride_tok) +
+                      (r % heads) * (is_q ? p.q_stride_head : p.k_stride_head);
+  const void* in = is_q ? p.q : p.k;
+  void* out = is_q ? p.q_out : p.k_out;
+  float ss = 0.0f;
+  for (int64_t i = lane; i < p.D; i += 32) {
+    const float x = load_any(in, off + i, p.io_dtype);
+    ss += x * x;
+  }
+  const float inv = gdn::l2_inv_norm(warp_reduce_sum(ss));
+  for (int64_t i = lane; i < p.D; i += 32) {
+    store_any(out, r * p.D + i, p.io_dtype, load_any(in, off + i, p.io_dtype) * inv);
+  }
+}
+
+// The gate transforms: a thread per (token, head).
+__global__ void gdn_prep_gates_kernel(const GdnPrefillPrepParams p) {
+  pdl_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.T * p.H) return;
+  const int64_t t = i / p.H, h = i % p.H;
+  if (p.g_mode != GdnGateMode::kNone) {
+    const float g = load_any(p.g.data, t * p.g.stride_tok + h * p.g.stride_head, p.g.dtype);
+    float a = g;
+    if (p.g_mode == GdnGateMode::kLog) {
+      a = expf(g);
+    } else if (p.g_mode == GdnGateMode::kRaw) {
+      a = gdn::prefill_raw_decay(g, load_any(p.dt_bias, h, p.dt_bias_dtype),
+                                 load_any(p.A_log, h, p.A_log_dtype));
+    }
+    p.g_out[i] = a;
+  }
+  if (p.beta_mode != GdnBetaMode::kNone) {
+    const float b =
+        load_any(p.beta.data, t * p.beta.stride_tok + h * p.beta.stride_head, p.beta.dtype);
+    p.beta_out[i] =
+        p.beta_mode == GdnBetaMode::kLogit ? round_to_dtype(gdn::decode_beta(b), p.beta.dtype) : b;
+  }
+}
+
+void gdn_prefill_prepare(const GdnPrefillPrepParams& p, void* stream, bool enable_pdl) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t rows = p.T * (p.Hq + p.Hk);
+  if (p.l2norm && rows > 0 && p.D > 0) {
+    constexpr int kWarps = 8;
+    FLASHINFER_CHECK((rows + kWarps - 1) / kWarps <= 0x7fffffff, "chunk_gated_delta_rule", "q",
+                     "too many rows to normalize: ", rows);
+    launch_kernel("chunk_gated_delta_rule", gdn_prep_l2norm_kernel,
+                  dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), dim3(32 * kWarps), 0,
+                  s, enable_pdl, p);
+  }
+  const int64_t gates = p.T * p.H;
+  if ((p.g_mode != GdnGateMode::kNone || p.beta_mode != GdnBetaMode::kNone) && gates > 0) {
+    FLASHINFER_CHECK((gates + 255) / 256 <= 0x7fffffff, "chunk_gated_delta_rule", "g",
+                     "too many gates: ", gates);
+    launch_kernel("chunk_gated_delta_rule", gdn_prep_gates_kernel,
+                  dim3(static_cast<unsigned>((gates + 255) / 256)), dim3(256), 0, s, enable_pdl, p);
   }
 }
 

@@ -34,6 +34,11 @@ bool gated_delta_rule_chunked(const GdnParams& p, void* stream, bool enable_pdl)
 /// kernel ran).
 uint64_t gdn_chunked_launches();
 
+/// kernels::cpu::gdn_prefill_prepare on the GPU: a warp per q / k head row for the L2 norm (sums
+/// by shuffles: agreement with the CPU to fp32 rounding before the io rounding), a thread per
+/// (token, head) for the gates.
+void gdn_prefill_prepare(const GdnPrefillPrepParams& p, void* stream, bool enable_pdl);
+
 /// kernels::cpu::gdn_fused_decode_prologue on the GPU, three kernels: the b/a GEMV (a block per
 /// request and 32 columns, 8 slices of the hidden dim a column summed in a fixed order, so
 /// results agree with the CPU's to fp32 rounding), the conv outputs (a thread per request and
