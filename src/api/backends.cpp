@@ -192,8 +192,8 @@ const std::map<std::string, BackendRequirement, std::less<>>& table() {
              {{"auto", 80, ""}, {"radix", 80, ""}, {"gvr", 80, ""}, {"radix_cutlass", 80, ""}}));
     for (const char* op : {"fp4_quantize", "nvfp4_quantize", "mxfp4_quantize", "mxfp8_quantize"}) {
       // "cute-dsl": upstream's CuTe-DSL semantics (2-D outputs; docs/GEMM_AND_QUANTIZATION.md) on
-      // this build's quantizer kernels. "auto": upstream 0.7.4's default name, its "cuda" kernel.
-      m->emplace(op, make(op, "cuda", {"cuda", "cute-dsl", "auto"},
+      // this build's quantizer kernels. "auto": upstream 0.7.4's default (its "cuda" kernel).
+      m->emplace(op, make(op, "auto", {"cuda", "cute-dsl", "auto"},
                           {{"cuda", 80, ""}, {"cute-dsl", 80, ""}, {"auto", 80, ""}}));
     }
     // The block-scaled, MX and low-latency FP8 GEMMs: this build's tiled CUDA kernel (fp32 math,

@@ -624,6 +624,7 @@ TrtllmMoeResult trtllm_bf16_moe_impl(
     const std::optional<Tensor>& replay_out, const std::optional<Tensor>& alpha,
     const std::optional<Tensor>& beta, const std::optional<Tensor>& limit,
     const std::optional<Tensor>& output, const std::optional<Tensor>& lora_delta = std::nullopt) {
+  api::check_step_gemm1_params(activation_type, alpha, beta, op);
   api::check_defined(hidden, op, "hidden_states");
   api::check_dim(hidden, {2}, op, "hidden_states");
   if (routed) {
@@ -827,25 +828,6 @@ Value to_value(const TrtllmMoeResult& r) {
   return to_value(r.tensors);
 }
 
-namespace {
-
-// Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
-// intermediates from (garbage after the call; nothing here needs it), with upstream's checks.
-void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
-                                const std::optional<Tensor>& gemm1_lora_delta, const char* op) {
-  if (!ws) return;
-  FLASHINFER_CHECK(do_finalize && !gemm1_lora_delta, op, "workspace_buffer",
-                   "requires do_finalize=True and is incompatible with gemm1_lora_delta, because "
-                   "returned intermediates cannot live in a shared workspace");
-  api::check_defined(*ws, op, "workspace_buffer");
-  FLASHINFER_CHECK((ws->dtype() == DType::kUInt8 || ws->dtype() == DType::kInt8) &&
-                       ws->dim() == 1 && ws->is_contiguous(),
-                   op, "workspace_buffer", "must be a contiguous 1-D uint8 or int8 tensor, got ",
-                   dtype_torch_name(ws->dtype()), " of rank ", ws->dim());
-}
-
-}  // namespace
-
 TrtllmMoeResult trtllm_bf16_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& gemm1_weights, const Tensor& gemm2_weights, int64_t num_experts, int64_t top_k,
@@ -859,7 +841,8 @@ TrtllmMoeResult trtllm_bf16_moe(
     std::optional<Tensor> output, std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_bf16_moe>(
       [&] {
-        check_moe_workspace_buffer(workspace_buffer, do_finalize, std::nullopt, "trtllm_bf16_moe");
+        api::check_moe_workspace_buffer(workspace_buffer, do_finalize, std::nullopt,
+                                        "trtllm_bf16_moe");
         return trtllm_bf16_moe_impl(
             "trtllm_bf16_moe", nullptr, routing_logits, routing_bias, hidden_states, gemm1_weights,
             gemm2_weights, num_experts, top_k, n_group, topk_group, intermediate_size,
@@ -893,7 +876,7 @@ TrtllmMoeResult trtllm_bf16_routed_moe(
   return call_op<&trtllm_bf16_routed_moe>(
       [&] {
         const char* op = "trtllm_bf16_routed_moe";
-        check_moe_workspace_buffer(workspace_buffer, do_finalize, gemm1_lora_delta, op);
+        api::check_moe_workspace_buffer(workspace_buffer, do_finalize, gemm1_lora_delta, op);
         return trtllm_bf16_moe_impl(
             op, &topk_ids, Tensor(), std::nullopt, hidden_states, gemm1_weights, gemm2_weights,
             num_experts, top_k, n_group, topk_group, intermediate_size, local_expert_offset,

@@ -254,11 +254,14 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   api::check_shape_eq(sc, {T, K}, op, "token_final_scales");
   api::check_same_device(sc, x, op, "token_final_scales", "x");
   FLASHINFER_CHECK(sc.is_contiguous(), op, "token_final_scales", "must be contiguous");
-  // An id outside [0, E) would index past upstream's per-expert buffers; here it is an error.
+  // A negative id is an unrouted slot (CUDA-graph padding): it contributes nothing, and a token
+  // whose slots are all negative gets a zero row (upstream 0.7.4's docstring and kernels; the
+  // kernels here skip any id outside the local experts). An id at or above E would index past
+  // upstream's per-expert buffers; here it is an error.
   const int32_t* idp = ids.data<int32_t>();
   for (int64_t i = 0; i < T * K; ++i) {
-    FLASHINFER_CHECK(idp[i] >= 0 && idp[i] < E, op, "token_selected_experts", "entry ", i, " is ",
-                     idp[i], ", outside [0, num_experts=", E, ")");
+    FLASHINFER_CHECK(idp[i] < E, op, "token_selected_experts", "entry ", i, " is ", idp[i],
+                     ", at or above num_experts=", E, " (negative ids are unrouted slots)");
   }
   const Tensor& w1 = *c.w1;
   api::check_defined(w1, op, "w1_weight");

@@ -214,6 +214,12 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   FLASHINFER_CHECK(w2s.shape() == Shape({El, H, I / vec}), op, "gemm2_weights_scale", "expected [",
                    El, ", ", H, ", ", I / vec, "] (", nv ? "NVFP4" : "MXFP4", "), got ",
                    shape_to_string(w2s.shape()));
+  // Upstream 0.7.4's launcher: SwigluStep takes no alpha / beta and needs NVFP4 activations and
+  // weights (its StepFun epilogue; limits in raw accumulator units, kernels/moe_params.h).
+  api::check_step_gemm1_params(act, *a.alpha, *a.beta, op);
+  FLASHINFER_CHECK(act != static_cast<int64_t>(kernels::MoeAct::kSwigluStep) ||
+                       (nv && hidden.dtype() == DType::kUInt8),
+                   op, "activation_type", "FP4 SwigluStep requires NVFP4 activations and weights.");
   kernels::TrtllmFp4MoeParams p;
   p.weights = nv ? kernels::Moe4Weights::kNvfp4 : kernels::Moe4Weights::kMxfp4;
   // The hidden states: NVFP4 with NVFP4 weights; MXFP8 or bf16 with MXFP4 weights (upstream's

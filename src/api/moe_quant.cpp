@@ -179,6 +179,13 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                                const std::optional<Tensor>& limit,
                                std::optional<int64_t> num_fused_shared_experts = std::nullopt,
                                const std::optional<Tensor>& lora_delta = std::nullopt) {
+  // Upstream 0.7.4's launcher (validateFp8BlockScaleGemm1ActivationParams): SwigluStep takes
+  // no alpha / beta and runs only in the fused MxFp8 epilogue.
+  api::check_step_gemm1_params(common.activation_type, alpha, beta, common.op);
+  FLASHINFER_CHECK(common.activation_type != static_cast<int64_t>(kernels::MoeAct::kSwigluStep) ||
+                       qtype == Fp8QuantizationType::MxFp8,
+                   common.op, "activation_type",
+                   "SwigluStep requires the fused MxFp8 GEMM1 epilogue.");
   Fp8Common c = common;
   if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
@@ -263,7 +270,16 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
 
 TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, const Tensor& s1,
                                     const Tensor& s1_gate, const Tensor& w2, const Tensor& s2,
-                                    bool use_routing_scales_on_input, bool do_finalize) {
+                                    bool use_routing_scales_on_input, bool do_finalize,
+                                    const std::optional<Tensor>& clamp_limit,
+                                    const std::optional<Tensor>& workspace_buffer) {
+  // Upstream 0.7.4's additions: gemm1_clamp_limit (SwigluStep's limit in raw accumulator units,
+  // kernels/moe_params.h) and workspace_buffer (scratch).
+  api::check_moe_workspace_buffer(workspace_buffer, do_finalize, std::nullopt, common.op);
+  FLASHINFER_CHECK(
+      !clamp_limit || common.activation_type == static_cast<int64_t>(kernels::MoeAct::kSwigluStep),
+      common.op, "gemm1_clamp_limit",
+      "FP8 per-tensor gemm1_clamp_limit is supported for ActivationType.SwigluStep only.");
   Fp8Common c = common;
   if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
@@ -305,6 +321,8 @@ TrtllmMoeResult fp8_per_tensor_impl(const Fp8Common& common, const Tensor& w1, c
   p.out1_scale = api::per_expert_floats(s1, El, hidden, op, "output1_scales_scalar");
   p.out1_gate_scale = api::per_expert_floats(s1_gate, El, hidden, op, "output1_scales_gate_scalar");
   p.out2_scale = api::per_expert_floats(s2, El, hidden, op, "output2_scales_scalar");
+  p.base.moe.swiglu_limit =
+      api::per_expert_floats(clamp_limit, El, hidden, op, "gemm1_clamp_limit");
   p.routing_scales_on_input = use_routing_scales_on_input;
   TrtllmMoeResult res{{out}, do_finalize};
   if (!do_finalize) res.tensors = api::bind_unfinalized(p.base, c.routed, hidden, op);
@@ -421,7 +439,8 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
     std::optional<double> routed_scaling_factor, bool use_routing_scales_on_input,
     int64_t routing_method_type, bool do_finalize, std::optional<bool> enable_pdl,
     int64_t tune_max_num_tokens, int64_t activation_type, bool norm_topk_prob,
-    std::optional<Tensor> routing_replay_out, std::optional<Tensor> output) {
+    std::optional<Tensor> routing_replay_out, std::optional<Tensor> output,
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_fp8_per_tensor_scale_moe>(
       [&] {
         const Fp8Common c{"trtllm_fp8_per_tensor_scale_moe",
@@ -444,13 +463,15 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
                           &output};
         return fp8_per_tensor_impl(c, gemm1_weights, output1_scales_scalar,
                                    output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar,
-                                   use_routing_scales_on_input, do_finalize);
+                                   use_routing_scales_on_input, do_finalize, gemm1_clamp_limit,
+                                   workspace_buffer);
       },
       routing_logits, routing_bias, hidden_states, gemm1_weights, output1_scales_scalar,
       output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
       use_routing_scales_on_input, routing_method_type, do_finalize, enable_pdl,
-      tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out, output);
+      tune_max_num_tokens, activation_type, norm_topk_prob, routing_replay_out, output,
+      gemm1_clamp_limit, workspace_buffer);
 }
 
 TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
@@ -463,7 +484,8 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
     std::optional<double> routed_scaling_factor, bool use_routing_scales_on_input,
     int64_t routing_method_type, bool do_finalize, std::optional<bool> enable_pdl,
     int64_t tune_max_num_tokens, int64_t activation_type, std::optional<Tensor> routing_replay_out,
-    std::optional<Tensor> output) {
+    std::optional<Tensor> output, std::optional<Tensor> gemm1_clamp_limit,
+    std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_fp8_per_tensor_scale_routed_moe>(
       [&] {
         const Fp8Common c{"trtllm_fp8_per_tensor_scale_routed_moe",
@@ -486,13 +508,15 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
                           &output};
         return fp8_per_tensor_impl(c, gemm1_weights, output1_scales_scalar,
                                    output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar,
-                                   use_routing_scales_on_input, do_finalize);
+                                   use_routing_scales_on_input, do_finalize, gemm1_clamp_limit,
+                                   workspace_buffer);
       },
       topk_ids, routing_bias, hidden_states, gemm1_weights, output1_scales_scalar,
       output1_scales_gate_scalar, gemm2_weights, output2_scales_scalar, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
       use_routing_scales_on_input, routing_method_type, do_finalize, enable_pdl,
-      tune_max_num_tokens, activation_type, routing_replay_out, output);
+      tune_max_num_tokens, activation_type, routing_replay_out, output, gemm1_clamp_limit,
+      workspace_buffer);
 }
 
 namespace {
@@ -662,7 +686,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("routed_scaling_factor").required(), "use_routing_scales_on_input",
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
-      arg("norm_topk_prob", true), arg("routing_replay_out").mut(), arg("output").mut());
+      arg("norm_topk_prob", true), arg("routing_replay_out").mut(), arg("output").mut(),
+      "gemm1_clamp_limit", "workspace_buffer");
   declare<&trtllm_fp8_per_tensor_scale_routed_moe>(
       r,
       {.name = "trtllm_fp8_per_tensor_scale_routed_moe",
@@ -676,7 +701,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("routed_scaling_factor").required(), "use_routing_scales_on_input",
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       arg("tune_max_num_tokens", int64_t{8192}), arg("activation_type", int64_t{3}),
-      arg("routing_replay_out").mut(), arg("output").mut());
+      arg("routing_replay_out").mut(), arg("output").mut(), "gemm1_clamp_limit",
+      "workspace_buffer");
   api::register_backends("trtllm_fp8_block_scale_moe", kTrtllmFp8MoeKernels);
   api::register_backends("trtllm_fp8_block_scale_routed_moe", kTrtllmFp8MoeKernels);
   api::register_backends("trtllm_fp8_per_tensor_scale_moe", kTrtllmFp8MoeKernels);

@@ -12,6 +12,29 @@ void refuse_if(bool flag, const char* op, const char* arg, const char* why) {
   if (flag) FLASHINFER_FAIL(ErrorCode::kUnsupported, op, arg, why);
 }
 
+// Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
+// intermediates from (garbage after the call; nothing here needs it), with upstream's checks.
+void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
+                                const std::optional<Tensor>& gemm1_lora_delta, const char* op) {
+  if (!ws) return;
+  FLASHINFER_CHECK(do_finalize && !gemm1_lora_delta, op, "workspace_buffer",
+                   "requires do_finalize=True and is incompatible with gemm1_lora_delta, because "
+                   "returned intermediates cannot live in a shared workspace");
+  api::check_defined(*ws, op, "workspace_buffer");
+  FLASHINFER_CHECK((ws->dtype() == DType::kUInt8 || ws->dtype() == DType::kInt8) &&
+                       ws->dim() == 1 && ws->is_contiguous(),
+                   op, "workspace_buffer", "must be a contiguous 1-D uint8 or int8 tensor, got ",
+                   dtype_torch_name(ws->dtype()), " of rank ", ws->dim());
+}
+
+void check_step_gemm1_params(int64_t activation_type, const std::optional<Tensor>& alpha,
+                             const std::optional<Tensor>& beta, const char* op) {
+  if (activation_type != static_cast<int64_t>(kernels::MoeAct::kSwigluStep)) return;
+  FLASHINFER_CHECK(!alpha && !beta, op, alpha ? "gemm1_alpha" : "gemm1_beta",
+                   "SwigluStep accepts gemm1_clamp_limit only; gemm1_alpha and gemm1_beta must be "
+                   "absent.");
+}
+
 const float* per_expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
                                const char* op, const char* arg) {
   if (!t) return nullptr;

@@ -35,6 +35,16 @@ void refuse_if(bool flag, const char* op, const char* arg, const char* why);
 const float* per_expert_floats(const std::optional<Tensor>& t, int64_t experts, const Tensor& like,
                                const char* op, const char* arg);
 
+/// Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
+/// intermediates from (nothing here needs it), checked as upstream checks it.
+void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
+                                const std::optional<Tensor>& gemm1_lora_delta, const char* op);
+
+/// SwigluStep's gemm1 parameters as upstream 0.7.4's launchers check them
+/// (validateStepGemm1ActivationParams): gemm1_alpha / gemm1_beta refused with SwigluStep.
+void check_step_gemm1_params(int64_t activation_type, const std::optional<Tensor>& alpha,
+                             const std::optional<Tensor>& beta, const char* op);
+
 /// A tensor's last dimension has stride 1 (or a single element).
 void check_last_stride_one(const Tensor& t, const char* op, const char* arg);
 

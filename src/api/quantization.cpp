@@ -3,7 +3,9 @@
 #include "flashinfer/ops/quantization.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "flashinfer/ops/nvfp4.h"  // shuffle_matrix_a / shuffle_matrix_sf_a (do_shuffle)
 
@@ -11,6 +13,7 @@
 #include "api/backends.h"
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/device_props.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/quantize_params.h"
@@ -69,6 +72,16 @@ constexpr KernelEntry<kernels::Fp4QuantizeParams> kFp4QuantizeKernels[] = {
      }},
 #endif
 };
+// Upstream runs the batch-invariant quantizers on SM100-class GPUs only; no CUDA kernel here yet.
+constexpr KernelEntry<kernels::BatchInvariantQuantizeParams> kBatchInvariantQuantizeKernels[] = {
+    {DeviceType::kCPU,
+     "CPU reference: upstream 0.7.4's batch-invariant recipe, correctly rounded, row tasks",
+     nullptr,
+     [](const kernels::BatchInvariantQuantizeParams& p, const LaunchContext&) {
+       kernels::cpu::batch_invariant_quantize(p);
+     }},
+};
+
 constexpr KernelEntry<kernels::Mxfp8QuantizeParams> kMxfp8QuantizeKernels[] = {
     {DeviceType::kCPU, "CPU reference: OpenMP row tasks, AVX2/AVX-512 tiers", nullptr,
      [](const kernels::Mxfp8QuantizeParams& p, const LaunchContext&) {
@@ -207,6 +220,159 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   return result();
 }
 
+// ---- Upstream 0.7.4's nvfp4_4over6 and batch_invariant ------------------------------------------
+
+// nvfp4_4over6 resolved as upstream's _resolve_fp4_quantize_recipe / resolve_nvfp4_4over6: the
+// default (_UNSET) reads FLASHINFER_NVFP4_4OVER6 (on when "1"), None is off, a config is on.
+// MXFP4 never reads the environment (an explicit config is an error); an explicit config with
+// fp8 input is an error. Returns whether 4over6 is on.
+bool resolve_4over6(const Value& v, bool mxfp4, int64_t sf_vec_size, bool ue8m0, DType in_dtype,
+                    const char* op) {
+  const bool is_explicit = !is_nvfp4_4over6_unset(v);
+  if (mxfp4) {
+    FLASHINFER_CHECK(!is_explicit || v.is_none(), op, "nvfp4_4over6",
+                     "nvfp4_4over6 applies to NVFP4 only (sf_vec_size=16, sf_use_ue8m0=False); got "
+                     "sf_vec_size=",
+                     sf_vec_size, ", sf_use_ue8m0=", ue8m0 ? "True" : "False", ".");
+    return false;
+  }
+  bool on = false;
+  if (is_explicit) {
+    on = !v.is_none();
+  } else {
+    const char* env = std::getenv("FLASHINFER_NVFP4_4OVER6");
+    on = env != nullptr && std::string_view(env) == "1";
+  }
+  FLASHINFER_CHECK(!(is_explicit && on && in_dtype == DType::kFloat8E4M3FN), op, "nvfp4_4over6",
+                   "NVFP4 4over6 (from the nvfp4_4over6= argument or the "
+                   "FLASHINFER_NVFP4_4OVER6* environment) requires fp16 or bf16 input, got ",
+                   dtype_torch_name(in_dtype), ".");
+  return on;
+}
+
+// 4over6 on for the regular kernels: its per-block choice between the 6- and 4-based scales is
+// not implemented here (upstream's CUDA path ignores an environment-only recipe for fp8 input).
+void refuse_4over6(bool on, bool explicit_arg, DType in_dtype, const char* op) {
+  if (!on || (!explicit_arg && in_dtype == DType::kFloat8E4M3FN)) return;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "nvfp4_4over6",
+                  "NVFP4 4over6 (the per-block 4-or-6 scale search, from the nvfp4_4over6= "
+                  "argument or FLASHINFER_NVFP4_4OVER6=1) is not implemented here; pass "
+                  "nvfp4_4over6=None for the standard recipe");
+}
+
+// batch_invariant=True's refusals, upstream's BatchInvariantUnsupportedError template.
+[[noreturn]] void bi_refuse(const char* op, const char* cls, const std::string& what,
+                            const std::string& limit, ErrorCode code = ErrorCode::kInvalidArgument,
+                            const char* arg = "batch_invariant") {
+  FLASHINFER_FAIL(code, op, arg, "batch_invariant=True: the class `", cls, "` does not support ",
+                  what, "; the limit is ", limit,
+                  ". The batch-invariant mode never falls back to another kernel; call without "
+                  "batch_invariant=True to use the regular backends.");
+}
+
+void bi_check_backend(const char* op, std::string_view backend) {
+  FLASHINFER_CHECK(backend == "auto", op, "backend", op,
+                   ": batch_invariant=True requires backend='auto' (got backend='", backend, "')");
+}
+
+// Upstream's support checks common to every class, in its order: the device (CUDA: SM100 /
+// SM103 / SM107; the CPU reference runs the recipe here), the dtype, the rank, K, the row size.
+void bi_check_input(const char* op, const char* cls, const char* in_arg, const Tensor& x,
+                    int64_t block) {
+  if (x.device().is_cuda()) {
+    const int cc = api::compute_capability(x.device());
+    if (cc != 100 && cc != 103 && cc != 107) {
+      bi_refuse(op, cls,
+                "compute capability " + std::to_string(cc / 10) + "." + std::to_string(cc % 10),
+                "the architectures SM100 / SM103 / SM107", ErrorCode::kUnsupported);
+    }
+  }
+  const DType dt = x.dtype();
+  if (dt != DType::kBFloat16 && dt != DType::kFloat16 && dt != DType::kFloat32) {
+    bi_refuse(op, cls, std::string("input dtype ") + std::string(dtype_torch_name(dt)),
+              "bf16, f16 or fp32 inputs", ErrorCode::kInvalidArgument, in_arg);
+  }
+  if (x.dim() < 1) {
+    bi_refuse(op, cls, "a 0-D input", "inputs of shape (..., K)", ErrorCode::kInvalidArgument,
+              in_arg);
+  }
+  const int64_t k = x.size(-1);
+  if (k <= 0 || k % block != 0) {
+    bi_refuse(op, cls, "K = " + std::to_string(k),
+              "K a positive multiple of " + std::to_string(block), ErrorCode::kInvalidArgument,
+              in_arg);
+  }
+}
+
+void bi_check_row_bytes(const char* op, const char* cls, const char* in_arg, int64_t k, DType dt) {
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  if (k * es > 131072) {
+    bi_refuse(op, cls, "K = " + std::to_string(k) + " for " + std::string(dtype_torch_name(dt)),
+              "rows of at most 131072 bytes (K <= " + std::to_string(131072 / es) + ")",
+              ErrorCode::kInvalidArgument, in_arg);
+  }
+}
+
+struct BiOutputs {
+  Tensor q, sf, pts;
+};
+
+// Runs the recipe over the logical rows [M, K] of x (a view; any strides) into q ([..., K/2]
+// packed, or [..., K] e4m3 for MXFP8, of `q_shape`) and a scale buffer of `layout`.
+BiOutputs bi_run(const char* op, const char* in_arg, const Tensor& x2, const Shape& q_shape,
+                 kernels::BatchInvariantFormat format, SfLayoutCode layout, float gs,
+                 std::optional<float> per_token_gsi, std::optional<bool> enable_pdl) {
+  const bool fp8 = format == kernels::BatchInvariantFormat::kMxfp8;
+  const int64_t vec = format == kernels::BatchInvariantFormat::kNvfp4 ? 16 : 32;
+  const int64_t m = x2.size(0), k = x2.size(1), sf_cols = k / vec;
+  BiOutputs o;
+  o.q = Tensor::empty(q_shape, fp8 ? DType::kFloat8E4M3FN : DType::kUInt8, x2.device());
+  o.sf = Tensor::empty({kernels::sf_buffer_size(layout, m, sf_cols)}, DType::kUInt8, x2.device());
+  if (per_token_gsi) o.pts = Tensor::empty({m}, DType::kFloat32, x2.device());
+  if (m == 0) return o;
+  kernels::BatchInvariantQuantizeParams p;
+  p.format = format;
+  p.input = x2.data_ptr();
+  p.in_dtype = x2.dtype();
+  p.m = m, p.k = k;
+  p.in_stride_m = x2.stride(0), p.in_stride_k = x2.stride(1);
+  p.out = static_cast<uint8_t*>(o.q.data_ptr());
+  p.sf = o.sf.data<uint8_t>();
+  p.sf_size = o.sf.numel();
+  p.layout = layout;
+  p.global_scale = gs;
+  if (per_token_gsi) {
+    p.per_token_scale = o.pts.data<float>();
+    p.per_token_gsi = *per_token_gsi;
+  }
+  api::launch(kBatchInvariantQuantizeKernels, p, x2.device(), op, in_arg, enable_pdl);
+  return o;
+}
+
+// The 2-D shape upstream's fp4 quantizers return their scales in: [rows, round_up(K/vec, 4)]
+// swizzled, [M, K/vec] linear.
+Tensor fp4_sf_view(const Tensor& sf, SfLayoutCode layout, int64_t m, int64_t sf_cols) {
+  if (layout == SfLayoutCode::kLinear) return sf.view({m, sf_cols});
+  const int64_t cols = quantization_round_up(sf_cols, 4);
+  return sf.view({sf.numel() / cols, cols});
+}
+
+// A float or a one-element tensor as the fp32 the recipe reads (torch.full's RN from double).
+float bi_scalar(const Value& v, const char* op, const char* cls, const char* arg) {
+  if (v.is_tensor()) {
+    const Tensor& t = v.as_tensor();
+    if (t.numel() != 1) {
+      bi_refuse(op, cls, "a global scale of " + std::to_string(t.numel()) + " elements",
+                "one scalar global scale", ErrorCode::kInvalidArgument, arg);
+    }
+    return static_cast<float>(t.to(DType::kFloat32).item());
+  }
+  if (v.kind() == Value::Kind::kFloat) return static_cast<float>(v.as_float());
+  if (v.kind() == Value::Kind::kInt) return static_cast<float>(v.as_int());
+  bi_refuse(op, cls, "a global scale of type " + v.repr(), "a float or a 1-element tensor",
+            ErrorCode::kInvalidArgument, arg);
+}
+
 // A packed-fp4 matrix [M, K/2] (uint8 or float4_e2m1fn_x2) as a contiguous host tensor.
 Tensor host_bytes(const Tensor& t) { return t.to(Device::cpu()).contiguous(); }
 
@@ -256,6 +422,29 @@ const char* layout_desc(SfLayoutCode c) {
 }
 
 }  // namespace
+
+// ---- nvfp4_4over6's _UNSET
+// ------------------------------------------------------------------------
+
+// One process-wide object: Python's `_UNSET` sentinel, shown (and recorded) by its name.
+Value nvfp4_4over6_unset() {
+  static const ObjectRef kUnset{"_Unset", "_UNSET", 0x5f554e534554ULL, nullptr, nullptr};
+  return Value(kUnset);
+}
+
+// Ours, or upstream's as its recorder writes it (its repr "<nvfp4_4over6 unset: read
+// FLASHINFER_NVFP4_4OVER6*>", as an object or a string).
+bool is_nvfp4_4over6_unset(const Value& v) {
+  std::string_view text;
+  if (v.kind() == Value::Kind::kObject) {
+    text = v.as_object().repr;
+  } else if (v.kind() == Value::Kind::kString) {
+    text = v.as_string();
+  } else {
+    return false;
+  }
+  return text == "_UNSET" || text.starts_with("<nvfp4_4over6 unset");
+}
 
 // ---- SfLayout ----------------------------------------------------------------------------------
 
@@ -418,15 +607,64 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
                                         int64_t sf_vec_size, bool sf_use_ue8m0,
                                         bool is_sf_swizzled_layout, bool is_sf_8x4_layout,
                                         bool is_global_scale_inversed,
-                                        std::optional<bool> enable_pdl, std::string_view backend) {
+                                        std::optional<bool> enable_pdl, std::string_view backend,
+                                        const Value& nvfp4_4over6, bool batch_invariant) {
   return call_op<&fp4_quantize>(
-      [&] {
+      [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "fp4_quantize";
         api::check_defined(input, op, "input");
-        api::check_backend(op, backend, input.device());
+        FLASHINFER_CHECK(sf_vec_size == 16 || sf_vec_size == 32, op, "sf_vec_size",
+                         "sf_vec_size can only be 16 or 32, got ", sf_vec_size);
+        const bool mxfp4 = sf_vec_size != 16 || sf_use_ue8m0;
+        const bool four_over_six =
+            resolve_4over6(nvfp4_4over6, mxfp4, sf_vec_size, sf_use_ue8m0, input.dtype(), op);
         const SfLayout layout = !is_sf_swizzled_layout ? SfLayout::layout_linear
                                 : is_sf_8x4_layout     ? SfLayout::layout_8x4
                                                        : SfLayout::layout_128x4;
+        if (batch_invariant) {
+          bi_check_backend(op, backend);
+          const bool nv = sf_vec_size == 16 && !sf_use_ue8m0;
+          if (!nv && !(sf_vec_size == 32 && sf_use_ue8m0)) {
+            bi_refuse(op, "nvfp4.quant / mxfp4.quant",
+                      "sf_vec_size = " + std::to_string(sf_vec_size) +
+                          " with sf_use_ue8m0 = " + (sf_use_ue8m0 ? "True" : "False"),
+                      "sf_vec_size = 16 with e4m3 scales (the NVFP4 class) or sf_vec_size = 32 "
+                      "with UE8M0 scales (the MXFP4 class)",
+                      ErrorCode::kInvalidArgument, "sf_vec_size");
+          }
+          const char* cls = nv ? "nvfp4.quant" : "mxfp4.quant";
+          if (nv && four_over_six) {
+            bi_refuse(op, cls, "an NVFP4 4over6 scale-candidate search",
+                      "the plain NVFP4 recipe (nvfp4_4over6=None): a candidate search is another "
+                      "specification",
+                      ErrorCode::kInvalidArgument, "nvfp4_4over6");
+          }
+          // A column-major input is quantized as its transpose, both outputs transposed back.
+          const int64_t d = input.dim();
+          const bool col_major = d >= 2 && input.stride(-2) == 1 && input.stride(-1) != 1;
+          const Tensor v = col_major ? input.transpose(d - 2, d - 1) : input;
+          bi_check_input(op, cls, "input", v, sf_vec_size);
+          bi_check_row_bytes(op, cls, "input", v.size(-1), v.dtype());
+          float gs = 1.0f;  // None: 1; inversed: one correctly rounded division
+          if (nv && global_scale && global_scale->defined()) {
+            gs = bi_scalar(Value(*global_scale), op, cls, "global_scale");
+            if (is_global_scale_inversed) gs = 1.0f / gs;
+          }
+          const int64_t k = v.size(-1);
+          const Tensor x2 = v.reshape({-1, k});
+          Shape q_shape = v.shape();
+          q_shape.back() = k / 2;
+          const SfLayoutCode code = code_of(layout, op, "is_sf_swizzled_layout");
+          BiOutputs o = bi_run(
+              op, "input", x2, q_shape,
+              nv ? kernels::BatchInvariantFormat::kNvfp4 : kernels::BatchInvariantFormat::kMxfp4,
+              code, gs, std::nullopt, enable_pdl);
+          Tensor sf = fp4_sf_view(o.sf, code, x2.size(0), k / sf_vec_size);
+          if (col_major) return {o.q.transpose(d - 2, d - 1), sf.transpose(0, 1)};
+          return {o.q, sf};
+        }
+        api::check_backend(op, backend, input.device());
+        refuse_4over6(four_over_six, !is_nvfp4_4over6_unset(nvfp4_4over6), input.dtype(), op);
         if (backend == "cute-dsl") {
           // Upstream's routing: NVFP4 (16, e4m3) or MXFP4 (32, ue8m0) to the CuTe-DSL entry
           // points (2-D outputs, their zero rule); is_global_scale_inversed is not passed on.
@@ -446,7 +684,7 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
                                  is_global_scale_inversed, enable_pdl);
       },
       input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
-      is_global_scale_inversed, enable_pdl, backend);
+      is_global_scale_inversed, enable_pdl, backend, nvfp4_4over6, batch_invariant);
 }
 
 namespace {
@@ -505,14 +743,97 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                                    bool do_shuffle, int64_t sf_vec_size,
                                    std::optional<bool> enable_pdl, std::string_view backend,
                                    bool per_token_activation,
-                                   std::optional<Tensor> expanded_idx_to_permuted_idx) {
+                                   std::optional<Tensor> expanded_idx_to_permuted_idx,
+                                   std::optional<Tensor> out_scale, const Value& nvfp4_4over6,
+                                   bool batch_invariant) {
   return call_op<&nvfp4_quantize>(
-      [&] {
+      [&]() -> Nvfp4QuantizeResult {
         const char* op = "nvfp4_quantize";
         api::check_defined(a, op, "a");
-        api::check_backend(op, backend, a.device());
-        FLASHINFER_CHECK(!a_global_sf.is_none(), op, "a_global_sf", "is required");
+        const bool four_over_six = resolve_4over6(nvfp4_4over6, false, 16, false, a.dtype(), op);
         const bool remap = expanded_idx_to_permuted_idx && expanded_idx_to_permuted_idx->defined();
+        const bool has_out_scale = out_scale && out_scale->defined();
+        if (batch_invariant) {
+          // Upstream 0.7.4's nvfp4_quantize_batch_invariant, its checks in its order.
+          bi_check_backend(op, backend);
+          const char* cls = per_token_activation ? "nvfp4.quant.pertoken" : "nvfp4.quant";
+          bi_check_input(op, cls, "a", a, 16);
+          const int64_t k = a.size(-1);
+          bi_check_row_bytes(op, cls, "a", k, a.dtype());
+          if (sf_vec_size != 16) {
+            bi_refuse(op, cls, "sf_vec_size = " + std::to_string(sf_vec_size),
+                      "sf_vec_size = 16 (one e4m3 scale per 16 elements)",
+                      ErrorCode::kInvalidArgument, "sf_vec_size");
+          }
+          if (four_over_six) {
+            bi_refuse(op, cls, "an NVFP4 4over6 scale-candidate search",
+                      "the plain NVFP4 recipe (nvfp4_4over6=None): a candidate search is another "
+                      "specification",
+                      ErrorCode::kInvalidArgument, "nvfp4_4over6");
+          }
+          if (remap) {
+            bi_refuse(op, cls, "expanded_idx_to_permuted_idx",
+                      "no row map (the scales are stored at the input's rows)",
+                      ErrorCode::kInvalidArgument, "expanded_idx_to_permuted_idx");
+          }
+          if (has_out_scale) {
+            bi_refuse(op, cls, "out_scale",
+                      "the per-token scale as the class returns it (fold out_scale in the caller)",
+                      ErrorCode::kInvalidArgument, "out_scale");
+          }
+          FLASHINFER_CHECK(!a_global_sf.is_none(), op, "a_global_sf", "is required");
+          const float gs = bi_scalar(a_global_sf, op, cls, "a_global_sf");
+          const SfLayoutCode code = code_of(sfLayout, op, "sfLayout");
+          const int64_t m = a.numel() / k;
+          if (do_shuffle && code != SfLayoutCode::k128x4) {
+            bi_refuse(op, cls,
+                      std::string("do_shuffle with the ") +
+                          (code == SfLayoutCode::k8x4 ? "8x4" : "linear") + " layout",
+                      "do_shuffle with SfLayout.layout_128x4 (as FlashInfer's backends)",
+                      ErrorCode::kInvalidArgument, "do_shuffle");
+          }
+          if (do_shuffle && m % 32 != 0) {
+            bi_refuse(op, cls, "do_shuffle with " + std::to_string(m) + " rows",
+                      "do_shuffle with a multiple of 32 rows (FlashInfer's shuffled layout "
+                      "permutes rows in blocks of 32; its backends assert the same)",
+                      ErrorCode::kInvalidArgument, "do_shuffle");
+          }
+          // The logical rows of any input (upstream reshapes a non-viewable one).
+          const Tensor x2 = a.reshape({-1, k});
+          Shape q_shape = a.shape();
+          q_shape.back() = k / 2;
+          const SfLayoutCode run_code = do_shuffle ? SfLayoutCode::kLinear : code;
+          BiOutputs o =
+              bi_run(op, "a", x2, q_shape, kernels::BatchInvariantFormat::kNvfp4, run_code, gs,
+                     per_token_activation ? std::optional<float>(gs) : std::nullopt, enable_pdl);
+          Nvfp4QuantizeResult r{o.q, fp4_sf_view(o.sf, run_code, m, k / 16), o.pts};
+          if (!do_shuffle || m == 0) return r;
+          FLASHINFER_CHECK(m % 128 == 0 && k % 64 == 0, op, "a",
+                           "do_shuffle needs M % 128 == 0 and K a multiple of 64 "
+                           "(shuffle_matrix_sf_a's 128-row blocks of 4 scale columns), got shape ",
+                           shape_to_string(a.shape()));
+          auto& [q, sf] = r;
+          sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
+          q = shuffle_matrix_a(q.reshape({m, k / 2}), 128).reshape(q_shape);
+          if (r.per_token_scale.defined()) {
+            r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
+          }
+          return r;
+        }
+        api::check_backend(op, backend, a.device());
+        refuse_4over6(four_over_six, !is_nvfp4_4over6_unset(nvfp4_4over6), a.dtype(), op);
+        // out_scale (upstream 0.7.4): the CuTe-DSL per-token form's returned scales times
+        // out_scale[0]; "auto" is the "cuda" backend there.
+        if (has_out_scale) {
+          FLASHINFER_CHECK(per_token_activation, op, "out_scale",
+                           "out_scale is only supported with per_token_activation=True");
+          FLASHINFER_CHECK(backend == "cute-dsl", op, "out_scale",
+                           "out_scale is only supported with backend='cute-dsl' or 'cake'");
+          FLASHINFER_CHECK(out_scale->numel() == 1, op, "out_scale",
+                           "expected a one-element tensor, got shape ",
+                           shape_to_string(out_scale->shape()));
+        }
+        FLASHINFER_CHECK(!a_global_sf.is_none(), op, "a_global_sf", "is required");
         FLASHINFER_CHECK(!remap || per_token_activation, op, "expanded_idx_to_permuted_idx",
                          "is only supported with per_token_activation=True");
         FLASHINFER_CHECK_CODE(!remap, ErrorCode::kUnsupported, op, "expanded_idx_to_permuted_idx",
@@ -543,7 +864,17 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                                            layout, false, enable_pdl);
           return {q, sf, Tensor()};
         };
-        if (!do_shuffle) return quantize(sfLayout);
+        // The per-token scales times out_scale[0], one fp32 product (the codes unchanged).
+        const auto fold_out_scale = [&](Nvfp4QuantizeResult r) {
+          if (!has_out_scale || !r.per_token_scale.defined()) return r;
+          const float f = static_cast<float>(out_scale->to(DType::kFloat32).item());
+          Tensor pts = r.per_token_scale.to(Device::cpu()).contiguous();
+          float* v = pts.data<float>();
+          for (int64_t i = 0; i < pts.numel(); ++i) v[i] = v[i] * f;
+          r.per_token_scale = pts.to(r.per_token_scale.device());
+          return r;
+        };
+        if (!do_shuffle) return fold_out_scale(quantize(sfLayout));
         // Upstream (fp4_quantization.py): assert sfLayout == layout_128x4, quantize with linear
         // scales, then shuffle_matrix_a(a_fp4, 128) and shuffle_matrix_sf_a(a_sf, 128) reshaped
         // to a_sf's shape (the trtllm-gen weight layout); the per-token form's scales move with
@@ -567,18 +898,32 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
           const int64_t m = r.per_token_scale.size(0);
           r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
         }
-        return r;
+        return fold_out_scale(r);
       },
       a, a_global_sf, sfLayout, do_shuffle, sf_vec_size, enable_pdl, backend, per_token_activation,
-      expanded_idx_to_permuted_idx);
+      expanded_idx_to_permuted_idx, out_scale, nvfp4_4over6, batch_invariant);
 }
 
 std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend,
-                                          std::optional<bool> enable_pdl, SfLayout sfLayout) {
+                                          std::optional<bool> enable_pdl, SfLayout sfLayout,
+                                          bool batch_invariant) {
   return call_op<&mxfp4_quantize>(
-      [&] {
+      [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "mxfp4_quantize";
         api::check_defined(a, op, "a");
+        if (batch_invariant) {
+          bi_check_backend(op, backend);
+          bi_check_input(op, "mxfp4.quant", "a", a, 32);
+          const int64_t k = a.size(-1);
+          bi_check_row_bytes(op, "mxfp4.quant", "a", k, a.dtype());
+          const SfLayoutCode code = code_of(sfLayout, op, "sfLayout");
+          const Tensor x2 = a.reshape({-1, k});
+          Shape q_shape = a.shape();
+          q_shape.back() = k / 2;
+          BiOutputs o = bi_run(op, "a", x2, q_shape, kernels::BatchInvariantFormat::kMxfp4, code,
+                               1.0f, std::nullopt, enable_pdl);
+          return {o.q, fp4_sf_view(o.sf, code, x2.size(0), k / 32)};
+        }
         api::check_backend(op, backend, a.device());
         if (backend == "cute-dsl") {
           return mxfp4_cute_impl(op, "a", a, static_cast<int64_t>(sfLayout), enable_pdl);
@@ -587,7 +932,7 @@ std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view back
         api::check_dtype_in(a, {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN}, op, "a");
         return fp4_quantize_impl(op, a, std::nullopt, 32, true, sfLayout, false, enable_pdl);
       },
-      a, backend, enable_pdl, sfLayout);
+      a, backend, enable_pdl, sfLayout, batch_invariant);
 }
 
 Tensor mxfp4_dequantize(const Tensor& a_fp4, const Tensor& a_sf, SfLayout sfLayout) {
@@ -696,15 +1041,45 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf, std::optional<Tensor>
 std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout,
                                           int64_t alignment, std::optional<bool> enable_pdl,
                                           std::string_view backend,
-                                          std::optional<SfLayout> sf_swizzle_layout) {
+                                          std::optional<SfLayout> sf_swizzle_layout,
+                                          bool batch_invariant) {
   return call_op<&mxfp8_quantize>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "mxfp8_quantize";
         api::check_defined(input, op, "input");
-        api::check_backend(op, backend, input.device());
         const SfLayout layout = sf_swizzle_layout       ? *sf_swizzle_layout
                                 : is_sf_swizzled_layout ? SfLayout::layout_128x4
                                                         : SfLayout::layout_linear;
+        if (batch_invariant) {
+          // Upstream 0.7.4's mxfp8_quantize_batch_invariant: K zero-padded to `alignment` (the
+          // padding blocks: scale byte 0, codes 0), fp32 input taken, every layout.
+          const char* cls = "mxfp8.quant";
+          bi_check_backend(op, backend);
+          bi_check_input(op, cls, "input", input, 32);
+          if (alignment <= 0 || alignment % 32 != 0) {
+            bi_refuse(op, cls, "alignment = " + std::to_string(alignment),
+                      "a positive multiple of 32", ErrorCode::kInvalidArgument, "alignment");
+          }
+          const int64_t k = input.size(-1);
+          const int64_t padded_k = quantization_round_up(k, alignment);
+          bi_check_row_bytes(op, cls, "input", padded_k, input.dtype());
+          const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
+          Tensor x2 = input.reshape({-1, k});
+          const int64_t m = x2.size(0);
+          if (padded_k > k && m > 0) {
+            Tensor xp = Tensor::zeros({m, padded_k}, x2.dtype(), x2.device());
+            xp.slice(1, 0, k).copy_(x2);
+            x2 = xp;
+          } else if (padded_k > k) {
+            x2 = Tensor::zeros({0, padded_k}, x2.dtype(), x2.device());
+          }
+          Shape q_shape = input.shape();
+          q_shape.back() = padded_k;
+          BiOutputs o = bi_run(op, "input", x2, q_shape, kernels::BatchInvariantFormat::kMxfp8,
+                               code, 1.0f, std::nullopt, enable_pdl);
+          return {o.q, o.sf};
+        }
+        api::check_backend(op, backend, input.device());
         if (backend == "cute-dsl") {  // upstream: sf_swizzle_layout overrides the boolean
           return mxfp8_cute_impl(op, input, layout != SfLayout::layout_linear, alignment,
                                  enable_pdl, layout == SfLayout::layout_8x4);
@@ -747,7 +1122,8 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         api::launch(kMxfp8QuantizeKernels, p, input.device(), op, "input", enable_pdl);
         return {q, sf};
       },
-      input, is_sf_swizzled_layout, alignment, enable_pdl, backend, sf_swizzle_layout);
+      input, is_sf_swizzled_layout, alignment, enable_pdl, backend, sf_swizzle_layout,
+      batch_invariant);
 }
 
 Tensor mxfp8_dequantize_host(const Tensor& input, const Tensor& scale_tensor,
@@ -905,21 +1281,26 @@ void register_quantization_ops(OpRegistry& r) {
        .summary = "Quantize to FP4 (E2M1) with per-block e4m3 or ue8m0 scale factors"},
       "input", "global_scale", arg("sf_vec_size", 16), arg("sf_use_ue8m0", false),
       arg("is_sf_swizzled_layout", true), arg("is_sf_8x4_layout", false),
-      arg("is_global_scale_inversed", false), "enable_pdl", arg("backend", "cuda"));
+      arg("is_global_scale_inversed", false), "enable_pdl", arg("backend", "auto"),
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"),
+      arg("batch_invariant", false).kw());
   declare<&nvfp4_quantize>(
       r,
       {.name = "nvfp4_quantize",
        .module = kQuantizationFp4Module,
        .summary = "Quantize to NVFP4: E2M1 values, e4m3 scales of 16-element blocks, global scale"},
       "a", "a_global_sf", arg("sfLayout", SfLayout::layout_128x4), arg("do_shuffle", false),
-      arg("sf_vec_size", 16), "enable_pdl", arg("backend", "cuda"),
-      arg("per_token_activation", false), "expanded_idx_to_permuted_idx");
+      arg("sf_vec_size", 16), "enable_pdl", arg("backend", "auto"),
+      arg("per_token_activation", false), "expanded_idx_to_permuted_idx", "out_scale",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"),
+      arg("batch_invariant", false).kw());
   declare<&mxfp4_quantize>(
       r,
       {.name = "mxfp4_quantize",
        .module = kQuantizationFp4Module,
        .summary = "Quantize to MXFP4: E2M1 values, ue8m0 scales of 32-element blocks"},
-      "a", arg("backend", "cuda"), "enable_pdl", arg("sfLayout", SfLayout::layout_128x4));
+      "a", arg("backend", "auto"), "enable_pdl", arg("sfLayout", SfLayout::layout_128x4),
+      arg("batch_invariant", false).kw());
   declare<&mxfp4_dequantize>(
       r,
       {.name = "mxfp4_dequantize",
@@ -945,7 +1326,8 @@ void register_quantization_ops(OpRegistry& r) {
        .module = kQuantizationFp8Module,
        .summary = "Quantize to MXFP8: e4m3 values, ue8m0 scales of 32-element blocks"},
       "input", arg("is_sf_swizzled_layout", true), arg("alignment", 32), "enable_pdl",
-      arg("backend", "cuda"), arg("sf_swizzle_layout").type("SfLayout"));
+      arg("backend", "auto"), arg("sf_swizzle_layout").type("SfLayout"),
+      arg("batch_invariant", false).kw());
   declare<&mxfp8_dequantize_host>(
       r,
       {.name = "mxfp8_dequantize_host",

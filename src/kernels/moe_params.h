@@ -31,6 +31,25 @@ constexpr bool moe_act_is_gated(MoeAct a) {
          a == MoeAct::kSwigluStep || a == MoeAct::kGegluTanh || a == MoeAct::kSitu;
 }
 
+/// SwigluStep of the trtllm-gen ops whose GEMM1 has output scales (FP8 per-tensor, FP4), as
+/// upstream 0.7.4's StepFun epilogue computes it (trace/templates/moe.py): on GEMM1's raw
+/// accumulators (per-token scale, bias and LoRA delta already in), with sc the up half's output
+/// scale (it carries the activation's quantization scale) and sg the gate's,
+///   up = clamp(raw_up, -L, L) * sc,  gate = min(silu(raw_gate * sg), L * sg),  h = up * gate,
+/// L = gemm1_clamp_limit[e] in raw accumulator units, or 7 / sg (a physical 7 on both halves).
+/// With sc = sg = 1 this is the unscaled rule min(silu(g), 7) * clamp(u, -7, 7). NaN stays NaN
+/// (torch.clamp's rule). silu_of_scaled_gate is silu(raw_gate * sg), each backend's own silu.
+FLASHINFER_HD float trtllm_step_limit(const float* clamp_limit, int64_t e, float sg) {
+  return clamp_limit ? clamp_limit[e] : 7.0f / sg;
+}
+FLASHINFER_HD float trtllm_swiglu_step(float raw_up, float silu_of_scaled_gate, float limit,
+                                       float sc, float sg) {
+  const float up = (raw_up < -limit ? -limit : (raw_up > limit ? limit : raw_up)) * sc;
+  const float cap = limit * sg;
+  const float gate = silu_of_scaled_gate > cap ? cap : silu_of_scaled_gate;
+  return up * gate;
+}
+
 /// cutlass_fused_moe, unquantized: for each token t and each k with a local expert e,
 ///   g1 = round(x[t] @ w1[e].T);  h = round(act(g1 + b1[e]));  y = round_out(h @ w2[e].T)
 ///   out[t] = round_out(sum_k scale[t, k] * (y + b2[e]))

@@ -142,6 +142,25 @@ struct Mxfp8QuantizeParams {
   SfLayoutCode layout = SfLayoutCode::k128x4;
 };
 
+/// The batch-invariant quantizers (kernels/quant_batch_invariant_rules.h) over an [m, k] matrix
+/// of fp16 / bf16 / fp32 (k a multiple of the block): NVFP4 (global scale, or per token with
+/// per_token_scale set), MXFP4 or MXFP8.
+enum class BatchInvariantFormat : int { kNvfp4 = 0, kMxfp4 = 1, kMxfp8 = 2 };
+struct BatchInvariantQuantizeParams {
+  BatchInvariantFormat format = BatchInvariantFormat::kNvfp4;
+  const void* input = nullptr;
+  DType in_dtype = DType::kBFloat16;
+  int64_t m = 0, k = 0;
+  int64_t in_stride_m = 0, in_stride_k = 1;
+  uint8_t* out = nullptr;  // [m, k/2] packed e2m1 or [m, k] e4m3, contiguous
+  uint8_t* sf = nullptr;   // sf_buffer_size bytes, padding zeroed by the kernel
+  int64_t sf_size = 0;
+  SfLayoutCode layout = SfLayoutCode::k128x4;
+  float global_scale = 1.0f;         // NVFP4 per tensor
+  float* per_token_scale = nullptr;  // NVFP4 per token: [m] pts out, with per_token_gsi
+  float per_token_gsi = 0.0f;
+};
+
 /// Block dequantization to fp32 [m, k]: packed e2m1 (fp4) or e4m3 (fp8) values with e4m3 or ue8m0
 /// block scales and an optional global multiplier.
 struct BlockDequantizeParams {

@@ -206,6 +206,27 @@ TEST(B12xFusedMoe, MatchesFormula) {
   }
 }
 
+// A negative expert id is an unrouted slot (upstream 0.7.4: CUDA-graph padding contributes
+// nothing; a token whose slots are all negative gets a zero row). Before session 86: refused.
+TEST(B12xFusedMoe, NegativeIdsAreUnroutedSlots) {
+  MoeCase c;
+  c.gated = true;
+  c.six_d = true;
+  c.make(9);
+  c.ids[0] = -1;                         // token 0: one slot unrouted
+  c.ids[static_cast<size_t>(c.K)] = -1;  // token 1: every slot unrouted
+  for (int64_t k = 1; k < c.K; ++k) c.ids[static_cast<size_t>(c.K + k)] = -7;
+  const auto expect = c.expected({2.0f}, {1.0f});
+  const Tensor out =
+      b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), floats({1.0f}), floats({2.0f}),
+                     std::nullopt, std::nullopt, DType::kBFloat16, "silu");
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  const auto ov = out.to_double_vector();
+  for (int64_t d = 0; d < c.H; ++d) EXPECT_EQ(ov[static_cast<size_t>(c.H + d)], 0.0) << d;
+}
+
 // The other activations of the SM12x kernels (gated_activation_f32 in moe_activation.py of the
 // 0.7.2.post1 wheel): gelu_tanh and swigluoai_uninterleave read the gate from rows [I, 2I) like
 // silu; swigluoai takes swiglu_alpha / beta / limit (None: no clamp), the others ignore them.

@@ -114,7 +114,8 @@ struct Fp4Case {
   int64_t T = 5, E = 8, K = 2, H = 128, I = 64, act = 3, offset = 0, local = 8;
   bool bias = false, swiglu_params = false;
   int64_t vec() const { return mode == Mode::kNvfp4 ? 16 : 32; }
-  int64_t n1() const { return act == 3 ? 2 * I : I; }
+  bool gated() const { return act == 3 || act == 7; }  // Swiglu, SwigluStep
+  int64_t n1() const { return gated() ? 2 * I : I; }
   // plain data
   std::vector<uint8_t> x, xs, w1, s1, w2, s2;
   std::vector<double> b1, b2, o1, o1g, o2, alpha, beta, limit;
@@ -177,7 +178,7 @@ struct Fp4Case {
     return bytes_tensor(xs, {T, H / (mode == Mode::kNvfp4 ? 16 : 32)}, DType::kFloat8E4M3FN);
   }
   Tensor gemm1() const {
-    return bytes_tensor(prepare_rows(w1, local, n1(), H / 2, act == 3), {local, n1(), H / 2},
+    return bytes_tensor(prepare_rows(w1, local, n1(), H / 2, gated()), {local, n1(), H / 2},
                         DType::kUInt8);
   }
   Tensor gemm2() const {
@@ -185,7 +186,7 @@ struct Fp4Case {
   }
   // The 1-D 128x4 buffers reshaped to the docstring's [E, rows, cols] (as upstream's test does).
   Tensor scale1() const {
-    return prepare_scales(s1, local, n1(), H / vec(), act == 3, DType::kUInt8)
+    return prepare_scales(s1, local, n1(), H / vec(), gated(), DType::kUInt8)
         .view({local, n1(), H / vec()});
   }
   Tensor scale2() const {
@@ -198,7 +199,7 @@ struct Fp4Case {
   }
   std::optional<Tensor> bias1() const {
     if (b1.empty()) return std::nullopt;
-    return f32(prepare_bias(b1, local, n1(), act == 3), {local, n1()});
+    return f32(prepare_bias(b1, local, n1(), gated()), {local, n1()});
   }
   std::optional<Tensor> bias2() const {
     if (b2.empty()) return std::nullopt;
@@ -251,7 +252,16 @@ struct Fp4Case {
         }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
-          if (act == 3) {
+          if (act == 7) {
+            // SwigluStep on the raw accumulators (bias included), then the output scales:
+            // upstream 0.7.4's trace reference (moe.py), the limit in raw units (default 7 /
+            // output1_scale_gate_scalar, a physical 7).
+            const double L =
+                limit.empty() ? static_cast<float>(7.0f / static_cast<float>(o1g[e])) : limit[e];
+            const double ru = g[j] + (b1.empty() ? 0.0 : b1[e * N1 + j]);
+            const double rg = g[I + j] + (b1.empty() ? 0.0 : b1[e * N1 + I + j]);
+            h[j] = std::clamp(ru, -L, L) * o1[e] * std::min(silu(rg * o1g[e]), L * o1g[e]);
+          } else if (act == 3) {
             const double up = g[j] * o1[e] + (b1.empty() ? 0.0 : b1[e * N1 + j]);
             const double gate = g[I + j] * o1g[e] + (b1.empty() ? 0.0 : b1[e * N1 + I + j]);
             if (alpha.empty()) {
@@ -330,6 +340,37 @@ TEST(TrtllmFp4BlockScaleMoe, Nvfp4MatchesFormula) {
     EXPECT_GT(max_abs(expect), 0.5);
     EXPECT_TRUE(all_close(out[0], expect, default_tolerance(DType::kBFloat16)));
   }
+}
+
+// SwigluStep (upstream 0.7.4's StepFun epilogue; NVFP4 activations and weights only): the clamps
+// act on GEMM1's raw accumulators with the bias, in raw units (gemm1_clamp_limit, or 7 /
+// output1_scale_gate_scalar), then the output scales; alpha / beta and MXFP4 are refused.
+TEST(TrtllmFp4BlockScaleMoe, Nvfp4SwigluStepOnRawAccumulators) {
+  for (const bool given_limit : {false, true}) {
+    SCOPED_TRACE(given_limit ? "gemm1_clamp_limit" : "default limit");
+    Fp4Case c;
+    c.act = 7;
+    c.bias = true;
+    c.make(41);
+    if (given_limit) c.limit = {0.4, 0.6, 0.8, 1.0, 0.5, 0.7, 0.9, 0.3};  // raw units: they bite
+    const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+    const auto expect = c.expected(routing);
+    EXPECT_GT(max_abs(expect), 0.5);
+    EXPECT_TRUE(all_close(c.run_routed(routing)[0], expect, default_tolerance(DType::kBFloat16)));
+  }
+  Fp4Case c;
+  c.act = 7;
+  c.make(42);
+  c.alpha = std::vector<double>(8, 1.0);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  EXPECT_FI_ERROR(c.run_routed(routing), "trtllm_fp4_block_scale_routed_moe", "gemm1_alpha");
+  Fp4Case m;
+  m.mode = Mode::kMxfp4Bf16;
+  m.act = 7;
+  m.I = 128;
+  m.make(43);
+  EXPECT_FI_ERROR(m.run_routed(pair_routing(m.T, m.E, m.K)), "trtllm_fp4_block_scale_routed_moe",
+                  "activation_type");
 }
 
 TEST(TrtllmFp4BlockScaleMoe, Nvfp4Relu2NonGated) {

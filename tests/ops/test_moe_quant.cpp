@@ -349,6 +349,19 @@ TEST(TrtllmFp8BlockScaleMoe, BadInput) {
           K, std::nullopt, std::nullopt, I, 0, E, std::nullopt, 0, false, WeightLayout::MajorK,
           true, std::nullopt, Tensor::zeros({T, I}, DType::kBFloat16)),
       "trtllm_fp8_block_scale_routed_moe", "gemm1_lora_delta");
+  // Upstream 0.7.4's launcher: SwigluStep only in the fused MxFp8 epilogue, and without alpha /
+  // beta.
+  EXPECT_FI_ERROR((void)trtllm_fp8_block_scale_moe(
+                      logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
+                      I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
+                      8192, Fp8QuantizationType::DeepSeekFp8, std::nullopt, 7),
+                  op, "activation_type");
+  EXPECT_FI_ERROR((void)trtllm_fp8_block_scale_moe(
+                      logits, std::nullopt, x, xs, w1, s1, w2, s2, E, K, std::nullopt, std::nullopt,
+                      I, 0, E, std::nullopt, 1, false, WeightLayout::MajorK, true, std::nullopt,
+                      8192, Fp8QuantizationType::MxFp8, std::nullopt, 7, true, std::nullopt,
+                      Tensor::full({E}, 1.0, DType::kFloat32)),
+                  op, "gemm1_alpha");
 }
 
 // Per-tensor FP8: gated (Swiglu) and non-gated (Relu2) against the fp64 formula, weights in
@@ -493,6 +506,83 @@ TEST(TrtllmFp8PerTensorScaleMoe, RoutedFp32PairWeightsOnInputAreBf16CombinedAreN
   const Tensor c32 = run(w32, false, 1), c16 = run(w16, false, 1);
   EXPECT_GT(max_abs(c16.to_double_vector()), 0.05);
   EXPECT_FALSE(all_close(c32, c16, {0, 0}));
+}
+
+// SwigluStep with per-tensor scales, as upstream 0.7.4's StepFun epilogue (trace/templates/
+// moe.py): the clamps act on GEMM1's raw accumulators, up = clamp(raw_up, +-L) * sc and gate =
+// min(silu(raw_gate * sg), L * sg), L = gemm1_clamp_limit (raw units) or 7 / sg. One token,
+// x = e_0, so GEMM1's row j is w1[e, j, 0]; GEMM2 maps intermediate column i to output i.
+// Hand-checked (sc = 0.5, sg = 0.25, so L = 28): up 20, gate 40: clamp(20) * 0.5 = 10, min(silu
+// (10), 7) = 7, 70 -> e4m3 72 (before session 86: the scaled up 10 clamped at 7, 49 -> 48);
+// up -32, gate 8: -14 * silu(2) = -24.66 -> -24; with gemm1_clamp_limit 16: 8 * min(9.9995, 4)
+// = 32.
+TEST(TrtllmFp8PerTensorScaleMoe, SwigluStepClampsRawAccumulatorsAsUpstream) {
+  const int64_t E = 2, H = 64, I = 32;
+  std::vector<double> xv(H, 0.0);
+  xv[0] = 1.0;
+  const Tensor x = Tensor::from_vector(xv, {1, H}, DType::kFloat8E4M3FN);
+  std::vector<double> w1v(static_cast<size_t>(E * 2 * I * H), 0.0);
+  std::vector<double> w2v(static_cast<size_t>(E * H * I), 0.0);
+  const double ups[] = {20.0, -32.0, 6.0}, gates[] = {40.0, 8.0, -4.0};
+  for (int64_t j = 0; j < 3; ++j) {
+    w1v[static_cast<size_t>(j * H)] = ups[j];
+    w1v[static_cast<size_t>((I + j) * H)] = gates[j];
+    w2v[static_cast<size_t>(j * I + j)] = 1.0;
+  }
+  const Tensor w1 = Tensor::from_vector(w1v, {E, 2 * I, H}, DType::kFloat8E4M3FN);
+  const Tensor w2 = Tensor::from_vector(w2v, {E, H, I}, DType::kFloat8E4M3FN);
+  const Tensor sc = Tensor::full({E}, 0.5, DType::kFloat32);
+  const Tensor sg = Tensor::full({E}, 0.25, DType::kFloat32);
+  const Tensor s2 = Tensor::full({E}, 1.0, DType::kFloat32);
+  const MoeTopkIds routing(Tensor::from_vector({0.0}, {1, 1}, DType::kInt32),
+                           Tensor::from_vector({1.0}, {1, 1}, DType::kFloat32));
+  auto run = [&](std::optional<Tensor> limit) {
+    return trtllm_fp8_per_tensor_scale_routed_moe(
+               routing, std::nullopt, x, prepare(w1, 128, true, true, 0), sc, sg,
+               prepare(w2, 128, true, false, 0), s2, E, 1, std::nullopt, std::nullopt, I, 0, E,
+               std::nullopt, false, 0, true, std::nullopt, 8192, 7, std::nullopt, std::nullopt,
+               limit)
+        .tensors.at(0)
+        .to_double_vector();
+  };
+  auto e4m3 = [](double v) {
+    return static_cast<double>(
+        e4m3fn_bits_to_float(float_to_e4m3fn_bits(static_cast<float>(v), true)));
+  };
+  const auto out = run(std::nullopt);
+  EXPECT_EQ(out[0], 72.0);
+  EXPECT_EQ(out[1], -24.0);
+  const float L = 7.0f / 0.25f;
+  const float up2 = std::clamp(6.0f, -L, L) * 0.5f;
+  const float g2 = std::min(static_cast<float>(silu(-4.0 * 0.25)), L * 0.25f);
+  EXPECT_EQ(out[2], bf16(e4m3(up2 * g2)));
+  for (int64_t d = 3; d < H; ++d) EXPECT_EQ(out[static_cast<size_t>(d)], 0.0) << d;
+  const auto lim = run(Tensor::full({E}, 16.0, DType::kFloat32));
+  EXPECT_EQ(lim[0], 32.0);   // clamp(20, 16) * 0.5 = 8, times min(silu(10), 16 * 0.25) = 4
+  EXPECT_EQ(lim[1], -14.0);  // clamp(-32, 16) * 0.5 = -8, times silu(2) = 1.7616: -14.09
+  EXPECT_EQ(lim[2], out[2]);
+  // Upstream 0.7.4's checks: the limit with SwigluStep only, fp32 [local_num_experts]; the
+  // workspace a 1-D byte tensor with do_finalize.
+  const char* op = "trtllm_fp8_per_tensor_scale_routed_moe";
+  auto call = [&](int64_t act, std::optional<Tensor> limit, std::optional<Tensor> ws,
+                  bool finalize = true) {
+    (void)trtllm_fp8_per_tensor_scale_routed_moe(
+        routing, std::nullopt, x, prepare(w1, 128, true, true, 0), sc, sg,
+        prepare(w2, 128, true, false, 0), s2, E, 1, std::nullopt, std::nullopt, I, 0, E,
+        std::nullopt, false, 0, finalize, std::nullopt, 8192, act, std::nullopt, std::nullopt,
+        limit, ws);
+  };
+  EXPECT_FI_ERROR(call(3, Tensor::full({E}, 16.0, DType::kFloat32), std::nullopt), op,
+                  "gemm1_clamp_limit");
+  EXPECT_FI_ERROR(call(7, Tensor::full({E + 1}, 16.0, DType::kFloat32), std::nullopt), op,
+                  "gemm1_clamp_limit");
+  EXPECT_FI_ERROR(call(7, Tensor::full({E}, 16.0, DType::kBFloat16), std::nullopt), op,
+                  "gemm1_clamp_limit");
+  EXPECT_NO_THROW(call(7, std::nullopt, Tensor::zeros({1024}, DType::kUInt8)));
+  EXPECT_FI_ERROR(call(7, std::nullopt, Tensor::zeros({1024}, DType::kFloat32)), op,
+                  "workspace_buffer");
+  EXPECT_FI_ERROR(call(7, std::nullopt, Tensor::zeros({1024}, DType::kUInt8), false), op,
+                  "workspace_buffer");
 }
 
 TEST(TrtllmFp8PerTensorScaleMoe, BadInput) {
@@ -711,10 +801,11 @@ TEST(TrtllmFp8PerTensorScaleMoeCuda, MatchesCpu) {
     Fp8Case c;
     c.T = T;
     const MoeTopkIds r = pair_routing(c);
-    for (int64_t act : {int64_t{6}, int64_t{9}, int64_t{3}}) {
+    // 7: SwigluStep on the raw accumulators (session 86).
+    for (int64_t act : {int64_t{6}, int64_t{9}, int64_t{3}, int64_t{7}}) {
       SCOPED_TRACE("T " + std::to_string(T) + " H " + std::to_string(H) + " I " +
                    std::to_string(I) + " activation " + std::to_string(act));
-      const bool gated = act == 3;
+      const bool gated = act == 3 || act == 7;
       const int64_t N1 = gated ? 2 * I : I;
       const Tensor w1 = prepare(fp8_ternary({El, N1, H}, 76), 128, true, gated, 0);
       const Tensor w2 = prepare(fp8_ternary({El, H, I}, 77), 128, true, false, 0);

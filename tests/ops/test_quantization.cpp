@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -675,7 +677,7 @@ TEST(QuantizationDecl, ModulesSignaturesAndInvoke) {
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->module, "flashinfer.quantization.fp4_quantization");
   EXPECT_NE(d->signature().find("sfLayout="), std::string::npos) << d->signature();
-  EXPECT_NE(d->signature().find("backend='cuda'"), std::string::npos) << d->signature();
+  EXPECT_NE(d->signature().find("backend='auto'"), std::string::npos) << d->signature();
   EXPECT_EQ(OpRegistry::global().find("mxfp8_quantize")->module,
             "flashinfer.quantization.fp8_quantization");
   for (const char* name :
@@ -712,21 +714,24 @@ TEST(QuantizationDecl, SignaturesAndModulesEqualUpstream) {
   const std::vector<std::array<std::string, 3>> expected = {
       {"fp4_quantize", fp4,
        "(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True, "
-       "is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend='cuda')"},
+       "is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend='auto', "
+       "nvfp4_4over6=_UNSET, *, batch_invariant=False)"},
       {"nvfp4_quantize", fp4,
        "(a, a_global_sf, sfLayout=<SfLayout.layout_128x4: 0>, do_shuffle=False, sf_vec_size=16, "
-       "enable_pdl=None, backend='cuda', per_token_activation=False, "
-       "expanded_idx_to_permuted_idx=None)"},
+       "enable_pdl=None, backend='auto', per_token_activation=False, "
+       "expanded_idx_to_permuted_idx=None, out_scale=None, nvfp4_4over6=_UNSET, *, "
+       "batch_invariant=False)"},
       {"mxfp4_quantize", fp4,
-       "(a, backend='cuda', enable_pdl=None, sfLayout=<SfLayout.layout_128x4: 0>)"},
+       "(a, backend='auto', enable_pdl=None, sfLayout=<SfLayout.layout_128x4: 0>, *, "
+       "batch_invariant=False)"},
       {"mxfp4_dequantize", fp4, "(a_fp4, a_sf, sfLayout=<SfLayout.layout_128x4: 0>)"},
       {"e2m1_and_ufp8sf_scale_to_float", fp4,
        "(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16, ufp8_type=1, "
        "is_sf_swizzled_layout=True, is_sf_8x4_layout=False)"},
       {"block_scale_interleave", fp4, "(unswizzled_sf, *, out=None)"},
       {"mxfp8_quantize", fp8,
-       "(input, is_sf_swizzled_layout=True, alignment=32, enable_pdl=None, backend='cuda', "
-       "sf_swizzle_layout=None)"},
+       "(input, is_sf_swizzled_layout=True, alignment=32, enable_pdl=None, backend='auto', "
+       "sf_swizzle_layout=None, *, batch_invariant=False)"},
       {"mxfp8_dequantize_host", fp8,
        "(input, scale_tensor, is_sf_swizzled_layout=True, sf_swizzle_layout=None)"},
   };
@@ -918,6 +923,374 @@ TEST(Nvfp4Dequantize, Reads8x4ScalesWithIsSf8x4Layout) {
 }
 
 // ---- CUDA vs CPU --------------------------------------------------------------------------------
+
+// ---- batch_invariant=True (upstream 0.7.4) ------------------------------------------------------
+
+// Golden vectors from upstream 0.7.4's own exact-arithmetic specification of the batch-invariant
+// classes (batch_invariant/fp_interface/exact.py with quantization/nvfp4_spec.py and
+// mx_spec.py, evaluated in Python's Fractions): bf16 rows (bits), the scale bytes in linear
+// layout and the packed codes. nv_*: NVFP4, 4 rows x 32 (gs = 1, and gs = fp32(2688 / 0.37));
+// mx8 / mx4: 2 rows x 64; pt: per-token NVFP4 with gsi = fp32(1 / 2688), a zero third row.
+namespace bi_golden {
+// nv_gs1 gs=1.0
+const uint16_t nv_gs1_x[] = {
+    0x3f8d, 0x3e5f, 0xbd1a, 0x3dab, 0x3f21, 0x3e97, 0xbf3e, 0xbf4e, 0x3de6, 0xbe80, 0x3e32, 0xbe4d,
+    0x3e8e, 0xbf18, 0xbf5e, 0xbef8, 0x3d5f, 0x3e51, 0x3e8b, 0xbe75, 0xbd5c, 0x3e77, 0xbec6, 0x3e9b,
+    0xbfb3, 0x3e39, 0xbf1f, 0x3cbc, 0x3d86, 0xbf66, 0x3ea8, 0x3f8b, 0xbd07, 0x3f3a, 0xbeae, 0xbeea,
+    0xbebe, 0xbf3c, 0xbf73, 0x3ed2, 0x3ef4, 0x3f4d, 0x3e2e, 0xbf5f, 0x3f60, 0xbf1f, 0xbe45, 0x3d77,
+    0x3da5, 0x3d76, 0x3ee5, 0x3f71, 0x3f75, 0xbf0f, 0x3f23, 0xbec5, 0x3eb1, 0xbf4a, 0x3e48, 0xbd10,
+    0x3e37, 0xbf01, 0x3d87, 0x3f8a, 0x3bfc, 0xbd63, 0xbd93, 0x3d8d, 0xbd10, 0xbd8a, 0xbdc9, 0xbc9e,
+    0xbcb0, 0xbdc3, 0x3b2b, 0xbc8f, 0x3d46, 0xbcb0, 0x3cdb, 0xbd46, 0x3bae, 0xbd44, 0xbcee, 0x3d09,
+    0xbc59, 0x3d55, 0xbd54, 0x3cb9, 0xbdf0, 0x3d70, 0x3c11, 0x3cbc, 0x3c73, 0xbb4b, 0xbb6c, 0x3ca6,
+    0xbf9b, 0x3f38, 0xbbd5, 0x3f2a, 0x3deb, 0x3f2c, 0xbde1, 0xbe7f, 0x3f1c, 0x3e5a, 0xbe90, 0x3e58,
+    0xbf44, 0xbeca, 0x3b75, 0xbef8, 0xbf69, 0x3f36, 0x3e6a, 0x3d82, 0xbfdd, 0x3f32, 0xbcd5, 0xbf1e,
+    0xbe83, 0x3e99, 0x3e3f, 0x3eac, 0x3e8f, 0xbf38, 0x3eb9, 0x3e45};
+const uint8_t nv_gs1_sf[] = {0x24, 0x27, 0x22, 0x24, 0x08, 0x0a, 0x25, 0x29};
+const uint8_t nv_gs1_q[] = {
+    0x27, 0x18, 0x35, 0xee, 0xb1, 0xa2, 0xd3, 0xde, 0x20, 0xa2, 0x28, 0x3b, 0x2f, 0x0d, 0xe1, 0x63,
+    0x68, 0xdc, 0xec, 0x5f, 0x75, 0xf2, 0xe7, 0x1a, 0x11, 0x74, 0xd7, 0xc5, 0xe4, 0x82, 0xd2, 0x71,
+    0xe1, 0x6e, 0xec, 0xaf, 0xfb, 0xa0, 0xb5, 0xd3, 0xc1, 0x3b, 0x59, 0x2d, 0x5f, 0x21, 0x82, 0x28,
+    0x6f, 0x58, 0x51, 0xa9, 0x25, 0x2b, 0xce, 0xc0, 0x5d, 0x02, 0x4f, 0xc8, 0x2a, 0x21, 0xd2, 0x13};
+// nv_gsg gs=7264.86474609375
+const uint16_t nv_gsg_x[] = {
+    0x3eeb, 0xbf55, 0xbf06, 0x400d, 0xbf56, 0xbe8e, 0xbba4, 0x3ffd, 0x3fc9, 0x4011, 0x4097, 0x4093,
+    0x3d66, 0x4003, 0xbef6, 0xbfcf, 0xbf43, 0xbf12, 0xbfe0, 0x3db5, 0xbfc4, 0x4014, 0x3f7d, 0xbe80,
+    0x3f65, 0x3fa8, 0xc012, 0x3fa9, 0x3ef4, 0xbeee, 0xbfcd, 0x3d77, 0x3c30, 0xbc89, 0x3a7f, 0x3c93,
+    0xbd51, 0xbbc8, 0x3bd4, 0x3c43, 0xbd2f, 0xbc3e, 0x3d06, 0xbb9e, 0xbc72, 0x3c6c, 0x3c1f, 0xbc26,
+    0xb9bf, 0xbc70, 0xbd0d, 0x3c30, 0xbce5, 0x3d36, 0xbd31, 0xba7a, 0xbcc7, 0xbb4c, 0x3c34, 0xbbef,
+    0x3ccb, 0x3b9e, 0x3ca9, 0xbd3a, 0xbf54, 0x3f0a, 0x3e77, 0xbfa9, 0x3fdb, 0xbed9, 0xbec9, 0xbf94,
+    0x3f3c, 0x3f87, 0xbe85, 0x3f2f, 0x3f3f, 0x3d91, 0xbebe, 0x3d9d, 0x3fa9, 0xbf4f, 0x3cea, 0xbe6e,
+    0x3ff6, 0x3fc7, 0xbdbe, 0x3eb8, 0x3e02, 0xbe6c, 0xbf59, 0xbf18, 0xbef8, 0x3f34, 0x3d2d, 0x3f7c,
+    0x3bd1, 0xbb6e, 0x3c4d, 0xbc8e, 0xbba8, 0xbafb, 0xbc94, 0x3c22, 0xbd3b, 0x3bc1, 0xbc86, 0x39b8,
+    0xbcbf, 0x3c7f, 0x3c2c, 0xbc80, 0xbc44, 0x3c42, 0x3b49, 0xbb86, 0xbb6f, 0x3d0d, 0x3c2e, 0x3caf,
+    0xb8e4, 0xbcae, 0xbca7, 0x3925, 0x3ccb, 0xbb0f, 0xbbef, 0x3d12};
+const uint8_t nv_gsg_sf[] = {0x7e, 0x7e, 0x67, 0x66, 0x7e, 0x7e, 0x66, 0x63};
+const uint8_t nv_gsg_q[] = {
+    0xf7, 0x7f, 0xef, 0x78, 0x77, 0x77, 0x72, 0xff, 0xff, 0x3f, 0x7f, 0xe7, 0x77, 0x7f, 0xf7, 0x2f,
+    0xc3, 0x40, 0x9f, 0x32, 0xbf, 0x96, 0x3c, 0xa2, 0xc8, 0x3e, 0x7e, 0x8f, 0x9d, 0xa3, 0x15, 0xf5,
+    0x7f, 0xf6, 0xf7, 0xff, 0x77, 0x7e, 0x27, 0x2f, 0xf7, 0xe1, 0x77, 0x7b, 0xe4, 0xff, 0x7f, 0x71,
+    0x92, 0xc3, 0x89, 0x3c, 0x2f, 0x0c, 0x4d, 0xc3, 0x4c, 0x91, 0x79, 0x64, 0xe8, 0x0d, 0x96, 0x7a};
+// mx8 gs=0.0
+const uint16_t mx8_x[] = {
+    0xbe59, 0xbf03, 0x3db3, 0x3ce4, 0x3cfc, 0xba9f, 0xbd54, 0x3e5e, 0x3dd6, 0x3df0, 0x3eaa, 0x3d04,
+    0xbdf9, 0x3ccc, 0x3dd2, 0xbe25, 0x3ca4, 0xbc59, 0xbe3a, 0xbe0a, 0xbdd9, 0xbd87, 0xbe41, 0xbe37,
+    0xbda3, 0x3e8d, 0x3ddc, 0xbdfd, 0x3e5d, 0xbe0a, 0xbe92, 0x3e7b, 0x3d99, 0x3e5f, 0x3d91, 0x3e21,
+    0xbdc0, 0xbd22, 0x3918, 0xbc69, 0xbe07, 0x3dc8, 0xbc8a, 0xbe2c, 0x3dd3, 0xbc37, 0xbcda, 0xbc7d,
+    0x3c2e, 0xbdd1, 0x3e3d, 0xbe05, 0xbd58, 0xbd90, 0x3e11, 0xbe2f, 0x3cad, 0x3867, 0x3d26, 0xbe41,
+    0x3d94, 0xbd8b, 0x3dfe, 0xbd4c, 0xbb1b, 0x3b78, 0x3bf3, 0xbad3, 0x3b0e, 0xbc1b, 0xbbf0, 0x3bbe,
+    0xba71, 0xbb59, 0xbb39, 0xba27, 0xbb37, 0xba17, 0x3a01, 0x3b70, 0xbc07, 0x3ac9, 0xbbfd, 0xbc68,
+    0x3c36, 0x3b18, 0x3ba0, 0x3c0d, 0xbb43, 0x3bba, 0xbb64, 0x3b59, 0x3c65, 0xbadf, 0x39a8, 0x3b7a,
+    0xbad8, 0x3a56, 0x3ba8, 0x3b7d, 0xbb94, 0x3bd3, 0xbade, 0xb936, 0x3be4, 0xbb89, 0x3a73, 0x3b0c,
+    0x3a15, 0x3b3c, 0xbba3, 0x3a88, 0x3ba5, 0x3b8e, 0xbb75, 0xbb2f, 0x3bd3, 0xbb8e, 0x3b4c, 0x3b37,
+    0xbb7d, 0xbb11, 0x3be6, 0xbba3, 0x3c59, 0xbb5f, 0xbb9a, 0x3a78};
+const uint8_t mx8_sf[] = {0x76, 0x74, 0x71, 0x70};
+const uint8_t mx8_q[] = {
+    0xee, 0xf8, 0x63, 0x56, 0x58, 0xb2, 0xdd, 0x6e, 0x65, 0x67, 0x73, 0x58, 0xe8, 0x55, 0x65, 0xea,
+    0x52, 0xce, 0xec, 0xe9, 0xe6, 0xe0, 0xec, 0xeb, 0xe2, 0x71, 0x66, 0xe8, 0x6e, 0xe9, 0xf1, 0x70,
+    0x72, 0x7e, 0x71, 0x7a, 0xf4, 0xea, 0x2a, 0xdf, 0xf8, 0x74, 0xe1, 0xfb, 0x75, 0xdb, 0xe6, 0xe0,
+    0x5b, 0xf5, 0x7c, 0xf8, 0xee, 0xf1, 0x79, 0xfb, 0x63, 0x1e, 0x6a, 0xfc, 0x71, 0xf1, 0x78, 0xed,
+    0xe2, 0x68, 0x6f, 0xdd, 0x61, 0xf2, 0xef, 0x6c, 0xd7, 0xe6, 0xe4, 0xd2, 0xe3, 0xd1, 0x50, 0x67,
+    0xf0, 0x5d, 0xf0, 0xf6, 0x73, 0x62, 0x6a, 0x71, 0xe4, 0x6c, 0xe6, 0x66, 0x76, 0xde, 0x4a, 0x68,
+    0xe6, 0x5d, 0x72, 0x70, 0xf1, 0x75, 0xe6, 0xcb, 0x76, 0xf1, 0x5f, 0x69, 0x59, 0x6c, 0xf2, 0x60,
+    0x72, 0x71, 0xef, 0xeb, 0x75, 0xf1, 0x6d, 0x6b, 0xf0, 0xe9, 0x76, 0xf2, 0x7e, 0xee, 0xf2, 0x60};
+// mx4 gs=0.0
+const uint16_t mx4_x[] = {
+    0x3f28, 0xbe83, 0x3e18, 0x3f03, 0x3db4, 0xbf41, 0xbf2f, 0xbf36, 0x3e86, 0x3e8d, 0x3db1, 0x3f14,
+    0x3ead, 0x3f2a, 0x3df9, 0xbe1b, 0xbeab, 0xbf15, 0xbdc6, 0xbe58, 0xbec6, 0x3ee8, 0x3cb8, 0x3e01,
+    0xbd99, 0xbe80, 0x3e56, 0xbed6, 0xbf5c, 0x3e4e, 0x3ec8, 0xbe0b, 0xbe3c, 0xbf78, 0x3e17, 0xbe17,
+    0xbe3f, 0x3cd6, 0x3f15, 0x3f28, 0x3f39, 0x3e6a, 0xbe87, 0xbe51, 0xbf55, 0xbf07, 0x3f76, 0xbeed,
+    0x3ba7, 0x3f5f, 0xbc70, 0xbeb2, 0xbe5f, 0xbe2f, 0x3ebb, 0xbd91, 0xbf03, 0x3d89, 0xbea0, 0xbf2f,
+    0xbea7, 0xbe8a, 0xbf29, 0xbf9a, 0x3f71, 0x3e4b, 0x3ecb, 0xbd85, 0xbdc1, 0xbed3, 0x3f33, 0x3ead,
+    0xbe2d, 0xbf1b, 0xbd1d, 0x3de6, 0x3cb3, 0x3ebf, 0xbe08, 0x3f0c, 0x3f8c, 0x3ef7, 0x3e7b, 0xbf19,
+    0x3e8c, 0x3e68, 0xbd05, 0x3f09, 0xbe7c, 0xbf41, 0xbee7, 0xbee9, 0xbe98, 0xbde5, 0xbe79, 0xbf02,
+    0x3f2c, 0x3e1e, 0xbece, 0x3f3e, 0xbe97, 0x3f0c, 0xbd93, 0x3ee5, 0xbe74, 0x3e81, 0xbed6, 0x3f05,
+    0x3ec5, 0xbeaa, 0x3c88, 0x3ec2, 0x3e6a, 0xbdd0, 0xbf3a, 0xbe35, 0xbe6c, 0xbf6e, 0xbf40, 0xbf12,
+    0xbd41, 0x3e40, 0xbe6c, 0x3e1e, 0x3ead, 0xbd33, 0xbe90, 0xbe97};
+const uint8_t mx4_sf[] = {0x7d, 0x7d, 0x7d, 0x7d};
+const uint8_t mx4_q[] = {
+    0xa5, 0x41, 0xd1, 0xdd, 0x22, 0x41, 0x53, 0x91, 0xcb, 0xa9, 0x4b, 0x10, 0xa9, 0xb2, 0x2d, 0x93,
+    0xe9, 0x91, 0x09, 0x54, 0x25, 0xaa, 0xcd, 0xc6, 0x50, 0xb8, 0x9a, 0x93, 0x1c, 0xda, 0xab, 0xed,
+    0x26, 0x93, 0xb9, 0x35, 0xc9, 0x18, 0x30, 0x49, 0x46, 0xc2, 0x22, 0x48, 0xda, 0xcc, 0x9a, 0xca,
+    0x15, 0x5b, 0x4a, 0x49, 0x2a, 0x4b, 0xb3, 0x30, 0x92, 0x9d, 0xea, 0xcd, 0x28, 0x1a, 0x83, 0xaa};
+// pt gs=0.00037202381645329297
+const uint16_t pt_x[] = {
+    0x3fc0, 0xc15c, 0x4188, 0xbfe0, 0x3e82, 0x40c1, 0xbf3f, 0xc064, 0xc116, 0xbf9f, 0x40f1, 0xbf23,
+    0x3f66, 0x40c5, 0x400e, 0xbf65, 0x401c, 0x40be, 0xc051, 0x3ffd, 0xbfb2, 0xc04a, 0xc01d, 0xc0c0,
+    0xc003, 0x412d, 0x40e1, 0x40e5, 0xbf8a, 0x40b1, 0xbf81, 0xbea7, 0xbc58, 0xbc72, 0x3985, 0x3c96,
+    0x3ad1, 0x3cad, 0xbb93, 0x3cca, 0xbc46, 0x3c1f, 0x3a37, 0x3b0b, 0xbc2e, 0xbc31, 0xbce5, 0xbccc,
+    0x3c09, 0xbc88, 0x3c14, 0xbc5e, 0x3c05, 0xbd20, 0xbc92, 0xbca0, 0xbc6c, 0xbb2e, 0xbc16, 0xbc8c,
+    0x3c1c, 0x3b3d, 0x3cad, 0xba8d, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000,
+    0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000,
+    0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000, 0x0000};
+const uint8_t pt_sf[] = {0x7e, 0x79, 0x7a, 0x7e, 0x00, 0x00};
+const uint8_t pt_q[] = {0xe1, 0x97, 0x40, 0xb9, 0x9d, 0x85, 0x41, 0x92, 0x53, 0x2c, 0xba, 0xdb,
+                        0x7a, 0x66, 0x59, 0x89, 0xdd, 0x60, 0x61, 0x7a, 0x4d, 0x10, 0xcc, 0xff,
+                        0xd3, 0xc3, 0xf2, 0xdd, 0x9c, 0xdb, 0x13, 0x85, 0x00, 0x00, 0x00, 0x00,
+                        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+const uint32_t pt_pts[] = {0x3bcf3cf4, 0x3773cf3e, 0x00200000};
+// gsg bits 0x45e306eb gsi bits 0x39c30c31
+}  // namespace bi_golden
+
+Tensor bf16_rows(const uint16_t* bits, int64_t rows, int64_t cols) {
+  Tensor t = Tensor::empty({rows, cols}, DType::kBFloat16);
+  std::memcpy(t.data_ptr(), bits, static_cast<size_t>(rows * cols) * 2);
+  return t;
+}
+
+template <size_t N>
+std::vector<uint8_t> vec(const uint8_t (&a)[N]) {
+  return std::vector<uint8_t>(a, a + N);
+}
+
+float f32_of(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST(BatchInvariantQuantize, Nvfp4MatchesUpstreamsExactSpec) {
+  using namespace bi_golden;
+  const Value unset = nvfp4_4over6_unset();
+  const Tensor x1 = bf16_rows(nv_gs1_x, 4, 32);
+  auto [q1, sf1] = fp4_quantize(x1, std::nullopt, 16, false, false, false, false, std::nullopt,
+                                "auto", unset, true);
+  EXPECT_EQ(bytes(q1), vec(nv_gs1_q));
+  EXPECT_EQ(bytes(sf1), vec(nv_gs1_sf));
+  const Tensor xg = bf16_rows(nv_gsg_x, 4, 32);
+  const Tensor gs =
+      Tensor::from_vector({static_cast<double>(f32_of(0x45e306ebu))}, {1}, DType::kFloat32);
+  auto [qg, sfg] = nvfp4_quantize(xg, Value(gs), SfLayout::layout_linear, false, 16, std::nullopt,
+                                  "auto", false, std::nullopt, std::nullopt, unset, true);
+  EXPECT_EQ(bytes(qg), vec(nv_gsg_q));
+  EXPECT_EQ(bytes(sfg), vec(nv_gsg_sf));
+  // The same global scale as its inverse (is_global_scale_inversed: one fp32 division).
+  const Tensor inv =
+      Tensor::from_vector({static_cast<double>(1.0f / f32_of(0x45e306ebu))}, {1}, DType::kFloat32);
+  auto [qi, sfi] =
+      fp4_quantize(xg, inv, 16, false, false, false, true, std::nullopt, "auto", unset, true);
+  const float back = 1.0f / (1.0f / f32_of(0x45e306ebu));
+  if (back == f32_of(0x45e306ebu)) {
+    EXPECT_EQ(bytes(qi), vec(nv_gsg_q));
+    EXPECT_EQ(bytes(sfi), vec(nv_gsg_sf));
+  }
+  // Per token: the scales upstream's spec returns (a zero row: 2^-128, not 0).
+  const Tensor xp = bf16_rows(pt_x, 3, 32);
+  const Nvfp4QuantizeResult r = nvfp4_quantize(
+      xp, Value(static_cast<double>(f32_of(0x39c30c31u))), SfLayout::layout_linear, false, 16,
+      std::nullopt, "auto", true, std::nullopt, std::nullopt, unset, true);
+  const auto& [qp, sfp] = r;
+  EXPECT_EQ(bytes(qp), vec(pt_q));
+  EXPECT_EQ(bytes(sfp), vec(pt_sf));
+  const auto ptv = floats(r.per_token_scale);
+  ASSERT_EQ(ptv.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &ptv[i], 4);
+    EXPECT_EQ(b, pt_pts[i]) << i;
+  }
+  EXPECT_EQ(pt_pts[2], 0x00200000u);
+}
+
+TEST(BatchInvariantQuantize, MxMatchesUpstreamsExactSpec) {
+  using namespace bi_golden;
+  const Tensor x8 = bf16_rows(mx8_x, 2, 64);
+  auto [q8, sf8] = mxfp8_quantize(x8, false, 32, std::nullopt, "auto", std::nullopt, true);
+  EXPECT_EQ(q8.dtype(), DType::kFloat8E4M3FN);
+  EXPECT_EQ(bytes(q8), vec(mx8_q));
+  EXPECT_EQ(bytes(sf8), vec(mx8_sf));
+  const Tensor x4 = bf16_rows(mx4_x, 2, 64);
+  auto [q4, sf4] = mxfp4_quantize(x4, "auto", std::nullopt, SfLayout::layout_linear, true);
+  EXPECT_EQ(bytes(q4), vec(mx4_q));
+  EXPECT_EQ(bytes(sf4), vec(mx4_sf));
+  // fp4_quantize's MXFP4 class is the same recipe.
+  auto [qf, sff] = fp4_quantize(x4, std::nullopt, 32, true, false, false, false, std::nullopt,
+                                "auto", nvfp4_4over6_unset(), true);
+  EXPECT_EQ(bytes(qf), vec(mx4_q));
+  EXPECT_EQ(bytes(sff), vec(mx4_sf));
+}
+
+// Where the recipe differs from the regular path, hand-checked (the worked examples of the
+// session 86 read of upstream's spec): an exact e2m1 tie moved by the inexact reciprocal, the
+// scale byte rounded from amax * RN(gs / 6), a zero scale that saturates, MX byte 0 (inverse
+// 2^127, real codes) and an infinite element (+-448, 6).
+TEST(BatchInvariantQuantize, DiffersFromTheRegularRecipeWhereUpstreamSays) {
+  const Value unset = nvfp4_4over6_unset();
+  auto block = [](std::vector<double> v, int64_t n, DType dt = DType::kBFloat16) {
+    v.resize(static_cast<size_t>(n), 0.0);
+    return Tensor::from_vector(v, {1, n}, dt);
+  };
+  auto nv = [&](const Tensor& x, std::optional<Tensor> gs, bool bi) {
+    auto [q, sf] =
+        fp4_quantize(x, gs, 16, false, false, false, false, std::nullopt, "auto", unset, bi);
+    return std::pair{bytes(q), bytes(sf)};
+  };
+  // Tie: 0.03662109375 / 0.029296875 = 1.25 exactly (regular: code 2); BI: x * RN(1 / sf) =
+  // 1.2500001 (code 3).
+  const Tensor tie = block({0.17578125, 0.03662109375}, 16);
+  EXPECT_EQ(nv(tie, std::nullopt, false).first[0], 0x27);
+  EXPECT_EQ(nv(tie, std::nullopt, true).first[0], 0x37);
+  EXPECT_EQ(nv(tie, std::nullopt, true).second[0], 0x0F);
+  // Scale byte: RN(RN(gs * amax) / 6) = 72 (0x69) against RN(amax * RN(gs * fp32(1/6))) = 76,
+  // the midpoint, to even: 80 (0x6A).
+  const Tensor gsx = Tensor::from_vector({13733.646484375}, {1}, DType::kFloat32);
+  const Tensor sb = block(
+      {std::ldexp(1.0625, -5), -std::ldexp(1.0625, -6), std::ldexp(1.5, -7), std::ldexp(1.25, -8)},
+      16);
+  EXPECT_EQ(nv(sb, gsx, false).second[0], 0x69);
+  EXPECT_EQ(nv(sb, gsx, true).second[0], 0x6A);
+  // Zero scale: e4m3(1e-3 / 6) underflows; the regular path gives signed zeros, BI saturates.
+  const Tensor tiny = block({1e-3, -1e-3}, 16);
+  EXPECT_EQ(nv(tiny, std::nullopt, false).first[0], 0x80);
+  EXPECT_EQ(nv(tiny, std::nullopt, true).first[0], 0xF7);
+  EXPECT_EQ(nv(tiny, std::nullopt, true).second[0], 0x00);
+  // MXFP8 byte 0: inverse 2^127, codes 8.0 (0x50) and -4.0 (0xC8); regular: zeros.
+  const Tensor m8 = block({std::ldexp(1.0, -124), -std::ldexp(1.0, -125)}, 32);
+  auto [r8, rs8] = mxfp8_quantize(m8, false, 32, std::nullopt, "auto", std::nullopt, false);
+  auto [b8, bs8] = mxfp8_quantize(m8, false, 32, std::nullopt, "auto", std::nullopt, true);
+  EXPECT_EQ(bytes(bs8)[0], 0);
+  EXPECT_EQ(bytes(rs8)[0], 0);
+  EXPECT_EQ(bytes(b8)[0], 0x50);
+  EXPECT_EQ(bytes(b8)[1], 0xC8);
+  EXPECT_EQ(bytes(r8)[0], 0x00);
+  // MXFP4 byte 0: [2^-127, -2^-128] give codes 2 (1.0) and 9 (-0.5); regular: 0 and -0.
+  const Tensor m4 = block({std::ldexp(1.0, -127), -std::ldexp(1.0, -128)}, 32);
+  auto [r4, rs4] = mxfp4_quantize(m4, "auto", std::nullopt, SfLayout::layout_linear, false);
+  auto [b4, bs4] = mxfp4_quantize(m4, "auto", std::nullopt, SfLayout::layout_linear, true);
+  EXPECT_EQ(bytes(b4)[0], 0x92);
+  EXPECT_EQ(bytes(r4)[0], 0x80);
+  // An infinite element (fp32 input, which only BI takes): byte 254, +inf -> 448 (0x7E), the
+  // finite ones to 0.
+  const Tensor inf8 = block({std::numeric_limits<double>::infinity(), 3.0}, 32, DType::kFloat32);
+  auto [i8, is8] = mxfp8_quantize(inf8, false, 32, std::nullopt, "auto", std::nullopt, true);
+  EXPECT_EQ(bytes(is8)[0], 254);
+  EXPECT_EQ(bytes(i8)[0], 0x7E);
+  EXPECT_EQ(bytes(i8)[1], 0x00);
+}
+
+// Upstream's checks and texts: backend "auto" only; fp8 input, a row-wise global scale, out_scale,
+// a K off the block, MXFP4's recipe pairs refused by the class; the layouts and do_shuffle.
+TEST(BatchInvariantQuantize, RefusalsAsUpstream) {
+  const Value unset = nvfp4_4over6_unset();
+  const Tensor x = Tensor::empty({4, 64}, DType::kBFloat16).uniform_(7);
+  const Tensor gs1 = fp32_scalar(1.0);
+  auto fp4 = [&](const Tensor& in, std::optional<Tensor> gs, int64_t vec, bool ue8m0,
+                 std::string_view backend, const Value& four) {
+    (void)fp4_quantize(in, gs, vec, ue8m0, true, false, false, std::nullopt, backend, four, true);
+  };
+  EXPECT_FI_ERROR(fp4(x, gs1, 16, false, "cuda", unset), "fp4_quantize", "backend");
+  EXPECT_FI_ERROR(fp4(x.to(DType::kFloat8E4M3FN), gs1, 16, false, "auto", unset), "fp4_quantize",
+                  "input");
+  EXPECT_FI_ERROR(fp4(x, gs1, 32, false, "auto", unset), "fp4_quantize", "sf_vec_size");
+  EXPECT_FI_ERROR(fp4(x, Tensor::full({4}, 1.0, DType::kFloat32), 16, false, "auto", unset),
+                  "fp4_quantize", "global_scale");
+  EXPECT_FI_ERROR(fp4(x.slice(1, 0, 40), gs1, 16, false, "auto", unset), "fp4_quantize", "input");
+  // An explicit 4over6 recipe is another specification for BI; MXFP4 refuses any recipe.
+  const Value config(
+      ObjectRef{"NVFP44Over6Config", "NVFP44Over6Config(e4m3_max=448)", 1, nullptr, nullptr});
+  EXPECT_FI_ERROR(fp4(x, gs1, 16, false, "auto", config), "fp4_quantize", "nvfp4_4over6");
+  EXPECT_FI_ERROR(fp4(x, gs1, 32, true, "auto", config), "fp4_quantize", "nvfp4_4over6");
+  EXPECT_NO_THROW(fp4(x, gs1, 16, false, "auto", Value()));  // None: off
+  try {
+    fp4(x, gs1, 16, false, "cuda", unset);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_invariant=True requires backend='auto'"),
+              std::string::npos);
+  }
+  try {
+    fp4(x.to(DType::kFloat8E4M3FN), gs1, 16, false, "auto", unset);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch_invariant=True: the class `nvfp4.quant` does not "
+                                         "support input dtype torch.float8_e4m3fn; the limit is "
+                                         "bf16, f16 or fp32 inputs"),
+              std::string::npos)
+        << e.what();
+  }
+  auto nv = [&](std::optional<Tensor> out_scale, bool shuffle, SfLayout layout, const Tensor& in) {
+    (void)nvfp4_quantize(in, Value(gs1), layout, shuffle, 16, std::nullopt, "auto", true,
+                         std::nullopt, out_scale, unset, true);
+  };
+  EXPECT_FI_ERROR(nv(fp32_scalar(2.0), false, SfLayout::layout_128x4, x), "nvfp4_quantize",
+                  "out_scale");
+  EXPECT_FI_ERROR(nv(std::nullopt, true, SfLayout::layout_linear, x), "nvfp4_quantize",
+                  "do_shuffle");
+  EXPECT_FI_ERROR(nv(std::nullopt, true, SfLayout::layout_128x4, x), "nvfp4_quantize",
+                  "do_shuffle");  // 4 rows: not a multiple of 32
+  EXPECT_FI_ERROR((void)mxfp8_quantize(x, true, 48, std::nullopt, "auto", std::nullopt, true),
+                  "mxfp8_quantize", "alignment");
+  EXPECT_FI_ERROR(
+      (void)mxfp4_quantize(x.slice(1, 0, 48), "auto", std::nullopt, SfLayout::layout_128x4, true),
+      "mxfp4_quantize", "a");
+  // Layouts: the swizzled scales are the linear ones placed by the layout's formula; fp32 input
+  // equals its bf16 values'; M = 0 gives empty outputs.
+  auto [ql, sfl] = nvfp4_quantize(x, Value(gs1), SfLayout::layout_linear, false, 16, std::nullopt,
+                                  "auto", false, std::nullopt, std::nullopt, unset, true);
+  auto [qs, sfs] = nvfp4_quantize(x, Value(gs1), SfLayout::layout_128x4, false, 16, std::nullopt,
+                                  "auto", false, std::nullopt, std::nullopt, unset, true);
+  auto [qf, sff] =
+      nvfp4_quantize(x.to(DType::kFloat32), Value(1.0), SfLayout::layout_linear, false, 16,
+                     std::nullopt, "auto", false, std::nullopt, std::nullopt, unset, true);
+  EXPECT_EQ(bytes(ql), bytes(qs));
+  EXPECT_EQ(bytes(ql), bytes(qf));
+  EXPECT_EQ(bytes(sfl), bytes(sff));
+  const auto lin = bytes(sfl), swz = bytes(sfs);
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      EXPECT_EQ(swz[static_cast<size_t>(ref_offset_128x4(r, c, 4))],
+                lin[static_cast<size_t>(r * 4 + c)]);
+    }
+  }
+  auto [q0, sf0] = mxfp8_quantize(Tensor::empty({0, 64}, DType::kBFloat16), true, 32, std::nullopt,
+                                  "auto", std::nullopt, true);
+  EXPECT_EQ(q0.numel(), 0);
+}
+
+// nvfp4_4over6 on the regular path: None and the default (the environment off) are the standard
+// recipe; an explicit recipe or FLASHINFER_NVFP4_4OVER6=1 is refused (not implemented here),
+// except that the environment is ignored for fp8 input, as upstream's CUDA path; an explicit
+// recipe with fp8 input is upstream's error.
+TEST(Fp4Quantize, Nvfp4FourOverSixIsRefusedNotIgnored) {
+  const Tensor x = Tensor::empty({4, 32}, DType::kBFloat16).uniform_(9);
+  const Tensor gs = fp32_scalar(1.0);
+  auto run = [&](const Tensor& in, const Value& four) {
+    return fp4_quantize(in, gs, 16, false, true, false, false, std::nullopt, "auto", four);
+  };
+  const auto base = run(x, Value());
+  EXPECT_EQ(bytes(std::get<0>(run(x, nvfp4_4over6_unset()))), bytes(std::get<0>(base)));
+  const Value config(
+      ObjectRef{"NVFP44Over6Config", "NVFP44Over6Config(e4m3_max=448)", 1, nullptr, nullptr});
+  EXPECT_FI_ERROR_CODE(run(x, config), "fp4_quantize", "nvfp4_4over6", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR(run(x.to(DType::kFloat8E4M3FN), config), "fp4_quantize", "nvfp4_4over6");
+  {
+    testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
+    EXPECT_FI_ERROR_CODE(run(x, nvfp4_4over6_unset()), "fp4_quantize", "nvfp4_4over6",
+                         ErrorCode::kUnsupported);
+    EXPECT_NO_THROW(run(x, Value()));  // None ignores the environment
+    EXPECT_NO_THROW(run(x.to(DType::kFloat8E4M3FN), nvfp4_4over6_unset()));
+  }
+  // Upstream's recorder writes the default by its repr: still "omitted".
+  EXPECT_EQ(
+      bytes(std::get<0>(run(x, Value("<nvfp4_4over6 unset: read FLASHINFER_NVFP4_4OVER6*>")))),
+      bytes(std::get<0>(base)));
+}
+
+// out_scale (upstream 0.7.4): the CuTe-DSL per-token form's scales times out_scale[0], the codes
+// and block scales unchanged; refused elsewhere with upstream's texts.
+TEST(Nvfp4Quantize, OutScaleMultipliesThePerTokenScales) {
+  const Tensor x = Tensor::empty({4, 32}, DType::kBFloat16).uniform_(11);
+  const Value gsi(1.0 / 2688.0);
+  auto run = [&](std::optional<Tensor> out_scale, std::string_view backend, bool per_token) {
+    return nvfp4_quantize(x, per_token ? gsi : Value(fp32_scalar(1.0)), SfLayout::layout_128x4,
+                          false, 16, std::nullopt, backend, per_token, std::nullopt, out_scale);
+  };
+  const Nvfp4QuantizeResult a = run(std::nullopt, "cute-dsl", true);
+  const Nvfp4QuantizeResult b = run(fp32_scalar(0.5), "cute-dsl", true);
+  EXPECT_EQ(bytes(std::get<0>(a)), bytes(std::get<0>(b)));
+  EXPECT_EQ(bytes(std::get<1>(a)), bytes(std::get<1>(b)));
+  const auto pa = floats(a.per_token_scale), pb = floats(b.per_token_scale);
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pb[i], pa[i] * 0.5f) << i;
+  EXPECT_FI_ERROR(run(fp32_scalar(0.5), "auto", true), "nvfp4_quantize", "out_scale");
+  EXPECT_FI_ERROR(run(fp32_scalar(0.5), "cute-dsl", false), "nvfp4_quantize", "out_scale");
+}
 
 TEST(QuantizationCuda, Fp4MatchesCpuBitExact) {
   FLASHINFER_SKIP_WITHOUT_CUDA();

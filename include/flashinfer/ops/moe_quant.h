@@ -84,7 +84,9 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
     std::optional<bool> enable_pdl = std::nullopt, int64_t tune_max_num_tokens = 8192,
     int64_t activation_type = 3, bool norm_topk_prob = true,
     std::optional<Tensor> routing_replay_out = std::nullopt,
-    std::optional<Tensor> output = std::nullopt);
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// trtllm_fp8_per_tensor_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
 TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
@@ -98,6 +100,8 @@ TrtllmMoeResult trtllm_fp8_per_tensor_scale_routed_moe(
     int64_t routing_method_type = 0, bool do_finalize = true,
     std::optional<bool> enable_pdl = std::nullopt, int64_t tune_max_num_tokens = 8192,
     int64_t activation_type = 3, std::optional<Tensor> routing_replay_out = std::nullopt,
-    std::optional<Tensor> output = std::nullopt);
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 }  // namespace flashinfer

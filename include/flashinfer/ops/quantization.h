@@ -49,6 +49,11 @@ int64_t sf_layout_offset(SfLayout layout, int64_t row, int64_t col, int64_t num_
 /// Number of bytes a scale buffer of `layout` takes for an [rows, num_sf_cols] scale matrix.
 int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
 
+/// Upstream 0.7.4's `_UNSET`, the default of the quantizers' nvfp4_4over6: the argument omitted
+/// (the FLASHINFER_NVFP4_4OVER6 environment decides); recorded and shown as `_UNSET`.
+Value nvfp4_4over6_unset();
+bool is_nvfp4_4over6_unset(const Value& v);
+
 /// Quantizes to FP4 with per-block scales (NVFP4 with sf_vec_size=16 and e4m3 scales, MXFP4 with
 /// sf_vec_size=32 and sf_use_ue8m0=true; with ue8m0 scales the global scale is not used).
 ///   input         [M, K] (or [..., K]) fp16, bf16 or float8_e4m3fn; K % sf_vec_size == 0. A
@@ -65,11 +70,19 @@ int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
 /// is_global_scale_inversed is not passed on, as upstream). mxfp4_quantize, nvfp4_quantize and
 /// mxfp8_quantize route "cute-dsl" the same way. CPU tensors run the CPU reference. Runs on
 /// input's device, on the current CUDA stream.
+///
+/// Upstream 0.7.4's additions (docs/GEMM_AND_QUANTIZATION.md, "Batch-invariant quantizers"):
+/// backend "auto" (the default; the "cuda" kernel); nvfp4_4over6 (upstream's NVFP44Over6Config:
+/// omitted, nvfp4_4over6_unset(), reads FLASHINFER_NVFP4_4OVER6, None is off; 4over6 itself is
+/// not implemented here and is refused when on); batch_invariant (keyword-only): upstream's
+/// separately specified, correctly rounded recipe, bit for bit on the CPU; on CUDA upstream
+/// runs it on SM100 / SM103 / SM107 only (refused elsewhere with its text; no CUDA kernel here).
 std::tuple<Tensor, Tensor> fp4_quantize(
     const Tensor& input, std::optional<Tensor> global_scale = std::nullopt,
     int64_t sf_vec_size = 16, bool sf_use_ue8m0 = false, bool is_sf_swizzled_layout = true,
     bool is_sf_8x4_layout = false, bool is_global_scale_inversed = false,
-    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda");
+    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "auto",
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset(), bool batch_invariant = false);
 
 /// What nvfp4_quantize returns, as upstream: the pair (x_q, sf), and with per_token_activation
 /// the per-row scales as a third item (recorded as upstream's 3-tuple). A C++ caller binds the
@@ -89,19 +102,26 @@ Value to_value(const Nvfp4QuantizeResult& r);
 /// does, and the per-row scales come back third; 2-D fp16 / bf16 input, sf_vec_size 16.
 /// expanded_idx_to_permuted_idx (a row remapping of the per-token form) is not available here
 /// (kUnsupported).
+/// Upstream 0.7.4: out_scale (per_token_activation with backend "cute-dsl" only: the returned
+/// per-row scales times out_scale[0], one fp32 product; the codes unchanged), nvfp4_4over6 and
+/// batch_invariant as fp4_quantize's (a float a_global_sf is then taken per tensor too).
 Nvfp4QuantizeResult nvfp4_quantize(
     const Tensor& a, const Value& a_global_sf, SfLayout sfLayout = SfLayout::layout_128x4,
     bool do_shuffle = false, int64_t sf_vec_size = 16,
-    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "cuda",
+    std::optional<bool> enable_pdl = std::nullopt, std::string_view backend = "auto",
     bool per_token_activation = false,
-    std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt);
+    std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt,
+    std::optional<Tensor> out_scale = std::nullopt,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset(), bool batch_invariant = false);
 
 /// MXFP4 quantization: blocks of 32, ue8m0 scales in `sfLayout`.
 /// Returns (uint8 [M, K/2], uint8 sf): sf is [round_up(M, 128), round_up(K/32, 4)] for the default
 /// 128x4 layout, [round_up(M, 8), round_up(K/32, 4)] for 8x4 and [M, K/32] for linear.
-std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend = "cuda",
+/// batch_invariant (upstream 0.7.4, keyword-only): as fp4_quantize's.
+std::tuple<Tensor, Tensor> mxfp4_quantize(const Tensor& a, std::string_view backend = "auto",
                                           std::optional<bool> enable_pdl = std::nullopt,
-                                          SfLayout sfLayout = SfLayout::layout_128x4);
+                                          SfLayout sfLayout = SfLayout::layout_128x4,
+                                          bool batch_invariant = false);
 
 /// MXFP4 dequantization on the host: a_fp4 uint8 [M, K/2], a_sf ue8m0 scales in `sfLayout` (any
 /// shape with exactly sf_layout_size(sfLayout, M, K/32) elements). Returns fp32 [M, K] on the CPU
@@ -135,11 +155,13 @@ Tensor block_scale_interleave(const Tensor& unswizzled_sf,
 ///   8x4 is CUDA-only (upstream's host kernel rejects it too).
 /// Returns (x_fp8 [..., K] float8_e4m3fn, sf uint8 1-D of sf_layout_size elements), the same
 /// dtypes on the CPU and on CUDA (upstream's documented ones; its host path gives uint8 bytes).
+/// batch_invariant (upstream 0.7.4, keyword-only): as fp4_quantize's (fp32 input taken too).
 std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzled_layout = true,
                                           int64_t alignment = 32,
                                           std::optional<bool> enable_pdl = std::nullopt,
-                                          std::string_view backend = "cuda",
-                                          std::optional<SfLayout> sf_swizzle_layout = std::nullopt);
+                                          std::string_view backend = "auto",
+                                          std::optional<SfLayout> sf_swizzle_layout = std::nullopt,
+                                          bool batch_invariant = false);
 
 /// MXFP8 dequantization on the host: input [M, K] float8_e4m3fn (or uint8 holding the same bits,
 /// as upstream's host quantizer returns them), scale_tensor ue8m0 in 128x4 or linear layout (any

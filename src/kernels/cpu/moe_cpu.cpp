@@ -86,6 +86,14 @@ void rows_gemm(const void* a, const void* w, DType dt, void* out, DType out_dt, 
 
 }  // namespace
 
+void moe_trtllm_step_row(const CutlassMoeParams& p, int64_t e, const float* raw, float sc, float sg,
+                         float* h) {
+  const int64_t I = p.inter;
+  const float L = trtllm_step_limit(p.swiglu_limit, e, sg);
+  for (int64_t j = 0; j < I; ++j)
+    h[j] = trtllm_swiglu_step(raw[j], silu(raw[I + j] * sg), L, sc, sg);
+}
+
 void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, float* h) {
   const int64_t I = p.inter;
   const bool biased = p.swiglu_alpha || p.swiglu_beta || p.swiglu_limit;

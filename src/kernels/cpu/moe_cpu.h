@@ -39,4 +39,10 @@ void moe_store_permuted_bytes(const CutlassMoeParams& m, const int32_t* ids, con
 /// local expert (for the per-expert SwigluBias / SwigluStep parameters).
 void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, float* h);
 
+/// The trtllm-gen SwigluStep with GEMM1 output scales (kernels/moe_params.h,
+/// trtllm_swiglu_step) over one row: `raw` holds [2 * inter] raw accumulators (up half first),
+/// `h` receives [inter] values; the limit is p.swiglu_limit[e] (raw units) or 7 / sg.
+void moe_trtllm_step_row(const CutlassMoeParams& p, int64_t e, const float* raw, float sc, float sg,
+                         float* h);
+
 }  // namespace flashinfer::kernels::cpu

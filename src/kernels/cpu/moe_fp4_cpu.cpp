@@ -309,19 +309,28 @@ void trtllm_fp4_moe(const TrtllmFp4MoeParams& p) {
       // The CuTe-DSL per-token path scales GEMM1's alpha by the token's per_token_scale.
       const float rs = p.in_row_scale ? p.in_row_scale[pairs[static_cast<size_t>(r)] / K] : 1.0f;
       const float sgr = sg * rs, scr = sc * rs;
-      if (gated) {
+      // The pair's LoRA delta, after the scales and the bias (upstream's reference order).
+      const auto add_delta = [&] {
+        if (!m.fc1_delta) return;
+        const int64_t pair = pairs[static_cast<size_t>(r)];
+        const uint16_t* d =
+            m.fc1_delta + (pair / K) * m.delta_stride_t + (pair % K) * m.delta_stride_k;
+        for (int64_t j = 0; j < N1; ++j) gv[static_cast<size_t>(j)] += bfloat16_bits_to_float(d[j]);
+      };
+      if (m.act == MoeAct::kSwigluStep) {
+        // On the raw accumulators: the per-token scale, the bias and the delta first, then the
+        // output scales inside the step (kernels/moe_params.h; upstream 0.7.4's reference order).
+        for (int64_t j = 0; j < N1; ++j) {
+          gv[static_cast<size_t>(j)] = g[j] * rs + (be ? be[j] : 0.0f);
+        }
+        add_delta();
+        moe_trtllm_step_row(m, e, gv.data(), sc, sg, hr);
+      } else if (gated) {
         for (int64_t j = 0; j < I; ++j) {
           gv[static_cast<size_t>(j)] = g[j] * scr + (be ? be[j] : 0.0f);
           gv[static_cast<size_t>(I + j)] = g[I + j] * sgr + (be ? be[I + j] : 0.0f);
         }
-        if (m.fc1_delta) {
-          // The pair's LoRA delta, after the scales and the bias (upstream's reference order).
-          const int64_t pair = pairs[static_cast<size_t>(r)];
-          const uint16_t* d =
-              m.fc1_delta + (pair / K) * m.delta_stride_t + (pair % K) * m.delta_stride_k;
-          for (int64_t j = 0; j < N1; ++j)
-            gv[static_cast<size_t>(j)] += bfloat16_bits_to_float(d[j]);
-        }
+        add_delta();
         moe_activation_row(m, e, gv.data(), hr);
       } else {
         for (int64_t j = 0; j < I; ++j)

@@ -122,7 +122,11 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
         fp8_quantize_per_128(hr, I, m.act_out ? act_codes.data() + pair * I : nullptr);
       } else {
         const float sg = p.out1_gate_scale[e], sc = p.out1_scale[e];
-        if (gated) {
+        if (m.act == MoeAct::kSwigluStep) {
+          // On the raw accumulators (times Llama4's input scale), kernels/moe_params.h.
+          for (int64_t j = 0; j < N1; ++j) gv[static_cast<size_t>(j)] = g[j] * rw;
+          moe_trtllm_step_row(m, e, gv.data(), sc, sg, hr);
+        } else if (gated) {
           for (int64_t j = 0; j < I; ++j) {
             gv[static_cast<size_t>(j)] = g[j] * sc * rw;          // up, in the fp8 domain
             gv[static_cast<size_t>(I + j)] = g[I + j] * sg * rw;  // gate, dequantized

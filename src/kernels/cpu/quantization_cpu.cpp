@@ -7,8 +7,10 @@
 
 #include "flashinfer/error.h"
 #include "flashinfer/float_formats.h"
+#include "kernels/cpu/elem_io.h"
 #include "kernels/dtype_dispatch.h"
 #include "kernels/nvfp4_rules.h"  // mxfp8_scale_code / mxfp8_value_code, shared with CUDA
+#include "kernels/quant_batch_invariant_rules.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QUANT_CPU_X86 1
@@ -249,6 +251,46 @@ void mxfp8_quantize_with(const Mxfp8QuantizeParams& p, CpuIsa isa) {
   std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
   dispatch_dtype<CpuElements, kFloat16, kBFloat16, kFloat32>(
       p.in_dtype, "mxfp8_quantize", "input", [&]<class T>() { mxfp8_rows<T>(p, isa); });
+}
+
+void batch_invariant_quantize(const BatchInvariantQuantizeParams& p) {
+  namespace bi = batch_invariant;
+  std::memset(p.sf, 0, static_cast<size_t>(p.sf_size));
+  const bool nv = p.format == BatchInvariantFormat::kNvfp4;
+  const bool fp8 = p.format == BatchInvariantFormat::kMxfp8;
+  const int vec = nv ? 16 : 32;
+  const int64_t num_sf_cols = p.k / vec;
+  const int64_t row_bytes = fp8 ? p.k : p.k / 2;
+  for_row_tasks(p.m, p.k, [&](int64_t r0, int64_t r1) {
+    std::vector<float> x(static_cast<size_t>(p.k));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t i = 0; i < p.k; ++i) {
+        x[static_cast<size_t>(i)] =
+            elem_io::load_or_fp32(p.input, p.in_dtype, r * p.in_stride_m + i * p.in_stride_k);
+      }
+      float gs = p.global_scale;
+      if (nv && p.per_token_scale) {
+        const bi::PerTokenScales s =
+            bi::nvfp4_per_token(bi::block_amax(x.data(), static_cast<int>(p.k)), p.per_token_gsi);
+        p.per_token_scale[r] = s.pts;
+        gs = s.ges;
+      }
+      uint8_t* q = p.out + r * row_bytes;
+      for (int64_t b = 0; b < num_sf_cols; ++b) {
+        const float* v = x.data() + b * vec;
+        uint8_t codes[32];
+        const uint8_t sf = nv ? bi::nvfp4_block(v, gs, codes) : bi::mx_block(v, fp8, codes);
+        p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = sf;
+        if (fp8) {
+          std::memcpy(q + b * 32, codes, 32);
+        } else {
+          for (int i = 0; i < vec / 2; ++i) {
+            q[b * (vec / 2) + i] = pack_e2m1x2(codes[2 * i], codes[2 * i + 1]);
+          }
+        }
+      }
+    }
+  });
 }
 
 void block_dequantize(const BlockDequantizeParams& p) {

@@ -10,6 +10,8 @@ namespace flashinfer::kernels::cpu {
 void fp4_quantize(const Fp4QuantizeParams& p);
 void mxfp8_quantize(const Mxfp8QuantizeParams& p);
 void block_dequantize(const BlockDequantizeParams& p);
+/// Upstream 0.7.4's batch-invariant recipe (kernels/quant_batch_invariant_rules.h), row by row.
+void batch_invariant_quantize(const BatchInvariantQuantizeParams& p);
 void block_scale_interleave(const BlockScaleInterleaveParams& p);
 
 // For tests and benchmarks: the quantizers' row kernels are compiled for the baseline target,

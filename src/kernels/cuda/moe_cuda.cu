@@ -928,14 +928,23 @@ __device__ __forceinline__ void trtllm_finalize_token(const CutlassMoeParams& m,
 // is complete: the activation, times output1_scales_scalar for a non-gated one (a gated one
 // carries it in its up half), quantized to e4m3 (RNE, satfinite) without a scale: h keeps the
 // e4m3 values GEMM2 reads (docs/MOE.md, "FP8 per tensor").
+// SwigluStep reads the raw accumulators (times Llama4's input scale) and applies sc / sg in the
+// step itself (kernels/moe_params.h, trtllm_swiglu_step); the others read the scaled rows.
 __device__ __forceinline__ void trtllm_fp8_per_tensor_activation_rows(const CutlassMoeParams& m,
-                                                                      int64_t e, float sc,
+                                                                      int64_t e, float sc, float sg,
                                                                       const float* g, float* h) {
   __syncthreads();
   const bool gated = moe_act_is_gated(m.act);
+  const bool step = m.act == MoeAct::kSwigluStep;
+  const float L = trtllm_step_limit(m.swiglu_limit, e, sg);
   for (int64_t j = threadIdx.x; j < m.inter; j += blockDim.x) {
-    float v = activation(m, e, g, j);
-    if (!gated) v = __fmul_rn(v, sc);
+    float v;
+    if (step) {
+      v = trtllm_swiglu_step(g[j], silu(__fmul_rn(g[m.inter + j], sg)), L, sc, sg);
+    } else {
+      v = activation(m, e, g, j);
+      if (!gated) v = __fmul_rn(v, sc);
+    }
     h[j] = static_cast<float>(__nv_fp8_e4m3(v));
   }
 }
@@ -988,9 +997,11 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
                fp8_at(m.w1, moe_weight_offset(p.w1_index, N1, H, e, row, c));
       },
       [&](int64_t j, float acc) {
-        g[j] = __fmul_rn(__fmul_rn(acc, gated && j < I ? sc : sg), rw);
+        g[j] = m.act == MoeAct::kSwigluStep
+                   ? __fmul_rn(acc, rw)
+                   : __fmul_rn(__fmul_rn(acc, gated && j < I ? sc : sg), rw);
       });
-  trtllm_fp8_per_tensor_activation_rows(m, e, sc, g, p.ws_h + pair * I);
+  trtllm_fp8_per_tensor_activation_rows(m, e, sc, sg, g, p.ws_h + pair * I);
 }
 
 // One block per pair: the GEMM2 row (block-dequantized weights, or times output2_scales_scalar
