@@ -575,6 +575,7 @@ void check_prefill_gate_inputs(const PrefillExtras& x, const std::optional<Tenso
                            t.dtype() == DType::kBFloat16);
     FLASHINFER_CHECK(ok, op, it.name, "unsupported ", it.name, " dtype: ", tname(t));
   }
+  if (x.A_log && x.dt_bias) check_unit_vectors(*x.A_log, *x.dt_bias, op);  // read as [H] arrays
 }
 
 // A 1-D int32 / int64 index tensor on q's device, contiguous, of one of `lengths` entries
@@ -915,8 +916,8 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
       const auto pre = has_prefix ? api::host_ints(*x.prefix_lens) : std::vector<int64_t>();
       for (int64_t n = 0; n < N; ++n) {
         const int64_t prefix = has_prefix ? pre[n] : 0;
-        FLASHINFER_CHECK(prefix >= 0, op, "prefix_lens", "entry ", n, " is ", prefix,
-                         ": prefix lengths must be non-negative");
+        FLASHINFER_CHECK(prefix >= 0 && prefix <= (int64_t{1} << 62), op, "prefix_lens", "entry ",
+                         n, " is ", prefix, ": prefix lengths must be in [0, 2^62]");
         const int64_t len = cu_host[n + 1] - cu_host[n];
         const int64_t count = (prefix + len) / every - prefix / every;
         FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] <= targets - count), op,
@@ -1650,7 +1651,10 @@ void register_gdn_ops(OpRegistry& r) {
       "cu_seqlens", arg("use_qk_l2norm_in_kernel", false), arg("output").mut(),
       // In place over the state pool (state_indices with output_state is initial_state), as
       // upstream allows.
-      arg("output_state").mut().same_view_as("initial_state"), arg("state_checkpoints").mut(),
+      arg("output_state").mut().same_view_as("initial_state"),
+      // A checkpoint pool may be the state pool itself (0.7.4's checkpoint_state_indices into a
+      // paged recurrent-state cache).
+      arg("state_checkpoints").mut().same_view_as("initial_state").same_view_as("output_state"),
       "checkpoint_cu_starts", arg("checkpoint_every_n_tokens", int64_t{0}),
       arg("use_cp", Value(std::string("auto"))), "state_indices", "_cp_chunk_len",
       arg("backend", "auto"), "max_seqlen", arg("gate_domain", "linear").kw(),

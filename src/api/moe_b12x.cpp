@@ -20,6 +20,7 @@
 #include "api/moe_cute_w4a16.h"
 #include "api/moe_cute_w4a8.h"
 #include "api/moe_routing_checks.h"
+#include "api/nvfp4_4over6.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cute_w4a16_cpu.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
@@ -599,10 +600,22 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
                               const Tensor& w1_weight_sf, const Tensor& w1_alpha,
                               std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
                               const Tensor& w2_weight_sf, const Tensor& w2_alpha,
-                              std::optional<Value> tactic, std::optional<Tensor> per_token_scale) {
+                              std::optional<Value> tactic, std::optional<Tensor> per_token_scale,
+                              const Value& nvfp4_4over6) {
   return call_op<&CuteDslMoEWrapper::run>(
       [&] {
         const char* op = "CuteDslMoEWrapper.run";
+        // The GEMM2-input requantization's recipe (upstream's _cute_dsl_recipe_kwargs): omitted
+        // reads nothing here; a recipe outside the w4a4 per-token path is upstream's error; on
+        // that path it is not implemented here.
+        if (!is_nvfp4_4over6_unset(nvfp4_4over6) && !nvfp4_4over6.is_none()) {
+          const bool has_pts = per_token_scale && per_token_scale->defined();
+          FLASHINFER_CHECK(quant_mode_ == "w4a4" && has_pts, op, "nvfp4_4over6",
+                           "nvfp4_4over6 requires quant_mode='w4a4' with per_token_scale; no other "
+                           "CuTe-DSL path has a 4over6 requantization. Pass None to turn 4over6 "
+                           "off, or omit it to read the environment.");
+          api::refuse_nvfp4_4over6(nvfp4_4over6, DType::kBFloat16, op);
+        }
         // sf_vec_size is only stored upstream: _moe_core_impl takes the block size from x's dtype
         // (16 for NVFP4 x, 32 for MXFP8 x).
         api::check_defined(x, op, "x");
@@ -641,7 +654,7 @@ Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
             per_token_scale);
       },
       *this, x, x_sf, token_selected_experts, token_final_scales, w1_weight, w1_weight_sf, w1_alpha,
-      fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, tactic, per_token_scale);
+      fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, tactic, per_token_scale, nvfp4_4over6);
 }
 
 namespace {
@@ -789,7 +802,8 @@ void register_moe_b12x_ops(OpRegistry& r) {
        .summary = "CuTe-DSL NVFP4 fused MoE with the wrapper's settings"},
       "x", arg("x_sf").required(), "token_selected_experts", "token_final_scales", "w1_weight",
       "w1_weight_sf", "w1_alpha", arg("fc2_input_scale").required(), "w2_weight", "w2_weight_sf",
-      "w2_alpha", "tactic", arg("per_token_scale").kw());
+      "w2_alpha", "tactic", arg("per_token_scale").kw(),
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config").kw());
   for (const char* name : {"b12x_fused_moe", "B12xMoEWrapper.__init__", "B12xMoEWrapper.run",
                            "CuteDslMoEWrapper.__init__", "CuteDslMoEWrapper.run"}) {
     api::register_backends(name, kB12xKernels);

@@ -15,6 +15,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/nvfp4_4over6.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
 #include "kernels/cpu/nvfp4_cpu.h"
@@ -285,27 +286,38 @@ std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
 
 std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(const Tensor& a,
                                                                       const Tensor& mask,
-                                                                      const Tensor& a_global_sf) {
+                                                                      const Tensor& a_global_sf,
+                                                                      const Value& nvfp4_4over6) {
   return call_op<&silu_and_mul_scaled_nvfp4_experts_quantize>(
       [&] {
-        return grouped_fp4("silu_and_mul_scaled_nvfp4_experts_quantize", a, mask, a_global_sf,
-                           true);
+        const char* op = "silu_and_mul_scaled_nvfp4_experts_quantize";
+        api::check_defined(a, op, "a");
+        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
+        return grouped_fp4(op, a, mask, a_global_sf, true);
       },
-      a, mask, a_global_sf);
+      a, mask, a_global_sf, nvfp4_4over6);
 }
 
 std::tuple<Tensor, Tensor> scaled_fp4_grouped_quantize(const Tensor& a, const Tensor& mask,
-                                                       const Tensor& a_global_sf) {
+                                                       const Tensor& a_global_sf,
+                                                       const Value& nvfp4_4over6) {
   return call_op<&scaled_fp4_grouped_quantize>(
-      [&] { return grouped_fp4("scaled_fp4_grouped_quantize", a, mask, a_global_sf, false); }, a,
-      mask, a_global_sf);
+      [&] {
+        const char* op = "scaled_fp4_grouped_quantize";
+        api::check_defined(a, op, "a");
+        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
+        return grouped_fp4(op, a, mask, a_global_sf, false);
+      },
+      a, mask, a_global_sf, nvfp4_4over6);
 }
 
 std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor& a_global_sf,
-                                                  int64_t sf_vec_size) {
+                                                  int64_t sf_vec_size, const Value& nvfp4_4over6) {
   return call_op<&nvfp4_batched_quantize>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "nvfp4_batched_quantize";
+        api::check_defined(a, op, "a");
+        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
         // fp16 / bf16 or, as upstream's kernel takes it, e4m3 (nvfp4_rules.h: fp8_fp4_scale).
         check_grouped_input(a, op, "a", {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN});
         FLASHINFER_CHECK(sf_vec_size == 16, op, "sf_vec_size",
@@ -337,7 +349,7 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
         api::launch(kBatchedKernels, p, a.device(), op, "a");
         return {q, sf};
       },
-      a, a_global_sf, sf_vec_size);
+      a, a_global_sf, sf_vec_size, nvfp4_4over6);
 }
 
 std::tuple<Tensor, Tensor> mxfp8_grouped_quantize(const Tensor& a, const Tensor& mask) {
@@ -693,19 +705,22 @@ void register_nvfp4_ops(OpRegistry& r) {
       {.name = "silu_and_mul_scaled_nvfp4_experts_quantize",
        .module = kActModule,
        .summary = "Masked per-expert silu-and-mul + NVFP4 quantization (grouped GEMM layout)"},
-      "a", "mask", "a_global_sf");
+      "a", "mask", "a_global_sf",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"));
   declare<&scaled_fp4_grouped_quantize>(
       r,
       {.name = "scaled_fp4_grouped_quantize",
        .module = kNvfp4Fp4Module,
        .summary = "Masked per-group NVFP4 quantization (grouped GEMM layout)"},
-      "a", "mask", "a_global_sf");
+      "a", "mask", "a_global_sf",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"));
   declare<&nvfp4_batched_quantize>(
       r,
       {.name = "nvfp4_batched_quantize",
        .module = kNvfp4Fp4Module,
        .summary = "Batched NVFP4 quantization, 128x4 scales per batch"},
-      "a", "a_global_sf", arg("sf_vec_size", 16));
+      "a", "a_global_sf", arg("sf_vec_size", 16),
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"));
   declare<&mxfp8_grouped_quantize>(
       r,
       {.name = "mxfp8_grouped_quantize",

@@ -13,6 +13,7 @@
 #include "api/bench_support.h"
 #include "api/checks.h"
 #include "api/kernel_table.h"
+#include "api/nvfp4_4over6.h"
 #include "flashinfer/op_typed.h"
 #include "flashinfer/ops/nvfp4.h"
 #include "flashinfer/ops/quantization.h"
@@ -426,10 +427,14 @@ void nvfp4_quantize_append_paged_kv_cache(const Tensor& append_key, const Tensor
 void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
     const Tensor& append_key, const Tensor& append_value, const Tensor& slot_mapping,
     const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
-    ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale, std::string_view kv_layout) {
+    ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale, std::string_view kv_layout,
+    const Value& nvfp4_4over6) {
   call_op<&nvfp4_quantize_append_paged_kv_cache_with_slot_mapping>(
       [&] {
         const char* op = "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping";
+        // Upstream 0.7.4: default None (off); a config is refused here (not implemented).
+        api::check_defined(append_key, op, "append_key");
+        api::refuse_nvfp4_4over6(nvfp4_4over6, append_key.dtype(), op);
         const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
         const AppendCaches c =
             append_caches(paged_kv_cache, kv_cache_sf, append_key, append_value, hnd, op);
@@ -458,7 +463,7 @@ void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
         run_append(p, c, append_key, append_value, op);
       },
       append_key, append_value, slot_mapping, paged_kv_cache, kv_cache_sf, k_scale, v_scale,
-      kv_layout);
+      kv_layout, nvfp4_4over6);
 }
 
 namespace {
@@ -609,7 +614,8 @@ void register_nvfp4_paged_ops(OpRegistry& r) {
        .module = kPageModule,
        .summary = "Quantize K/V rows to NVFP4 and write them at flat cache slots"},
       "append_key", "append_value", "slot_mapping", arg("paged_kv_cache").mut(),
-      arg("kv_cache_sf").mut(), "k_scale", "v_scale", arg("kv_layout", "NHD"));
+      arg("kv_cache_sf").mut(), "k_scale", "v_scale", arg("kv_layout", "NHD"),
+      arg("nvfp4_4over6", Value()).type("NVFP44Over6Config"));
   api::register_backends("nvfp4_quantize_paged_kv_cache", kPagedQuantKernels);
   api::register_backends("nvfp4_kv_dequantize_paged", kPagedDequantKernels);
   api::register_backends("nvfp4_quantize_append_paged_kv_cache", kNvfp4PagedAppendKernels);

@@ -2,6 +2,7 @@
 // flashinfer.quantization.fp8_quantization): declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "api/device_props.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
+#include "api/nvfp4_4over6.h"
 #include "api/quantize_params.h"
 #include "kernels/cpu/quantization_cpu.h"
 #if FLASHINFER_WITH_CUDA
@@ -222,42 +224,18 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
 
 // ---- Upstream 0.7.4's nvfp4_4over6 and batch_invariant ------------------------------------------
 
-// nvfp4_4over6 resolved as upstream's _resolve_fp4_quantize_recipe / resolve_nvfp4_4over6: the
-// default (_UNSET) reads FLASHINFER_NVFP4_4OVER6 (on when "1"), None is off, a config is on.
-// MXFP4 never reads the environment (an explicit config is an error); an explicit config with
-// fp8 input is an error. Returns whether 4over6 is on.
+// nvfp4_4over6 as upstream's _resolve_fp4_quantize_recipe: MXFP4 never reads the environment
+// (an explicit config is an error); NVFP4 as api::nvfp4_4over6_on (api/nvfp4_4over6.h).
 bool resolve_4over6(const Value& v, bool mxfp4, int64_t sf_vec_size, bool ue8m0, DType in_dtype,
                     const char* op) {
-  const bool is_explicit = !is_nvfp4_4over6_unset(v);
   if (mxfp4) {
-    FLASHINFER_CHECK(!is_explicit || v.is_none(), op, "nvfp4_4over6",
+    FLASHINFER_CHECK(is_nvfp4_4over6_unset(v) || v.is_none(), op, "nvfp4_4over6",
                      "nvfp4_4over6 applies to NVFP4 only (sf_vec_size=16, sf_use_ue8m0=False); got "
                      "sf_vec_size=",
                      sf_vec_size, ", sf_use_ue8m0=", ue8m0 ? "True" : "False", ".");
     return false;
   }
-  bool on = false;
-  if (is_explicit) {
-    on = !v.is_none();
-  } else {
-    const char* env = std::getenv("FLASHINFER_NVFP4_4OVER6");
-    on = env != nullptr && std::string_view(env) == "1";
-  }
-  FLASHINFER_CHECK(!(is_explicit && on && in_dtype == DType::kFloat8E4M3FN), op, "nvfp4_4over6",
-                   "NVFP4 4over6 (from the nvfp4_4over6= argument or the "
-                   "FLASHINFER_NVFP4_4OVER6* environment) requires fp16 or bf16 input, got ",
-                   dtype_torch_name(in_dtype), ".");
-  return on;
-}
-
-// 4over6 on for the regular kernels: its per-block choice between the 6- and 4-based scales is
-// not implemented here (upstream's CUDA path ignores an environment-only recipe for fp8 input).
-void refuse_4over6(bool on, bool explicit_arg, DType in_dtype, const char* op) {
-  if (!on || (!explicit_arg && in_dtype == DType::kFloat8E4M3FN)) return;
-  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "nvfp4_4over6",
-                  "NVFP4 4over6 (the per-block 4-or-6 scale search, from the nvfp4_4over6= "
-                  "argument or FLASHINFER_NVFP4_4OVER6=1) is not implemented here; pass "
-                  "nvfp4_4over6=None for the standard recipe");
+  return api::nvfp4_4over6_on(v, in_dtype, op);
 }
 
 // batch_invariant=True's refusals, upstream's BatchInvariantUnsupportedError template.
@@ -664,7 +642,7 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
           return {o.q, sf};
         }
         api::check_backend(op, backend, input.device());
-        refuse_4over6(four_over_six, !is_nvfp4_4over6_unset(nvfp4_4over6), input.dtype(), op);
+        api::refuse_nvfp4_4over6(four_over_six, nvfp4_4over6, input.dtype(), op);
         if (backend == "cute-dsl") {
           // Upstream's routing: NVFP4 (16, e4m3) or MXFP4 (32, ue8m0) to the CuTe-DSL entry
           // points (2-D outputs, their zero rule); is_global_scale_inversed is not passed on.
@@ -821,7 +799,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
           return r;
         }
         api::check_backend(op, backend, a.device());
-        refuse_4over6(four_over_six, !is_nvfp4_4over6_unset(nvfp4_4over6), a.dtype(), op);
+        api::refuse_nvfp4_4over6(four_over_six, nvfp4_4over6, a.dtype(), op);
         // out_scale (upstream 0.7.4): the CuTe-DSL per-token form's returned scales times
         // out_scale[0]; "auto" is the "cuda" backend there.
         if (has_out_scale) {
@@ -834,6 +812,24 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                            shape_to_string(out_scale->shape()));
         }
         FLASHINFER_CHECK(!a_global_sf.is_none(), op, "a_global_sf", "is required");
+        // Upstream's _check_per_token_global_scale: with nvfp4_4over6 given (None included), a
+        // float per-token inverse scale must be the recipe's 1 / (448 * 6) within 1e-3.
+        if (per_token_activation && !is_nvfp4_4over6_unset(nvfp4_4over6) &&
+            (a_global_sf.kind() == Value::Kind::kFloat ||
+             a_global_sf.kind() == Value::Kind::kInt)) {
+          const double s = a_global_sf.kind() == Value::Kind::kFloat
+                               ? a_global_sf.as_float()
+                               : static_cast<double>(a_global_sf.as_int());
+          const double expected = 1.0 / (448.0 * 6.0);
+          FLASHINFER_CHECK(std::abs(s - expected) <= 1e-3 * expected, op, "a_global_sf",
+                           "a_global_sf=", s,
+                           " does not match the requested NVFP4 4over6 recipe None, which implies "
+                           "a_global_sf=",
+                           expected,
+                           ".  Build the scale from the same recipe: "
+                           "flashinfer.make_nvfp4_global_scale(a, per_token_activation=True, "
+                           "nvfp4_4over6_config=<the same value>).");
+        }
         FLASHINFER_CHECK(!remap || per_token_activation, op, "expanded_idx_to_permuted_idx",
                          "is only supported with per_token_activation=True");
         FLASHINFER_CHECK_CODE(!remap, ErrorCode::kUnsupported, op, "expanded_idx_to_permuted_idx",

@@ -761,6 +761,10 @@ TEST(GdnPrefill, GateConventionsAsUpstream) {
   EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true, A.to(DType::kInt32), A, false), op, "A_log");
   EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true, Tensor::zeros({H + 1}, kF32), A, false), op,
                   "A_log");
+  // Read as [H] arrays: a strided or broadcast view is refused (it would be misread).
+  EXPECT_FI_ERROR(run(in.g, in.beta, "linear", true,
+                      Tensor::zeros({2 * H}, kF32).slice(0, 0, 2 * H, 2), A, false),
+                  op, "A_log");
   EXPECT_FI_ERROR(
       run(in.g, in.beta.to(DType::kFloat16), "linear", false, std::nullopt, std::nullopt, true), op,
       "beta");  // neither fp32 nor q's dtype
@@ -872,6 +876,35 @@ TEST(GdnPrefill, CheckpointPoolRowsAtAbsolutePositions) {
       call(dense, Tensor::from_vector({0, 3, 3}, {3}, DType::kInt64), std::nullopt, prefix, 64), op,
       "checkpoint_cu_starts");  // sequence 1's checkpoint past the 3 rows
   EXPECT_FI_ERROR(call(dense, starts, std::nullopt, prefix, 64), op, "checkpoint_cu_starts");
+  // The checkpoint pool may be the state pool itself (a paged recurrent-state cache): sequence 0
+  // reads row 0 and writes back there, sequence 1 row 1; the checkpoints land in rows 3 and 4.
+  {
+    const Tensor pool0 = rand_tensor({6, H, D, D}, kF32, 151, -0.3, 0.3);
+    Tensor pool = pool0.clone();
+    (void)chunk_gated_delta_rule(
+        in.q, in.k, in.v, in.g, in.beta, std::nullopt, pool, true, in.cu_t, false, std::nullopt,
+        pool, pool, starts, 64, Value(std::string("auto")),
+        Tensor::from_vector({0, 1}, {2}, DType::kInt32), std::nullopt, "auto", std::nullopt,
+        "linear", false, std::nullopt, std::nullopt, false, Value(), std::nullopt,
+        Tensor::from_vector({3, -1, 4}, {3}, DType::kInt64), prefix);
+    auto with_init = [&](int64_t begin, int64_t n, int64_t row) {
+      const Tensor cu = Tensor::from_vector({0.0, static_cast<double>(n)}, {2}, DType::kInt64);
+      return chunk_gated_delta_rule(
+                 in.q.slice(0, begin, begin + n), in.k.slice(0, begin, begin + n),
+                 in.v.slice(0, begin, begin + n), in.g.slice(0, begin, begin + n),
+                 in.beta.slice(0, begin, begin + n), std::nullopt,
+                 pool0.slice(0, row, row + 1).contiguous(), true, cu)
+          .final_state.select(0, 0);
+    };
+    EXPECT_TRUE(all_close(pool.select(0, 3), with_init(0, 34, 0), {0.0, 0.0}));
+    EXPECT_TRUE(all_close(pool.select(0, 4), with_init(100, 64, 1), {0.0, 0.0}));
+    EXPECT_TRUE(all_close(pool.select(0, 0), with_init(0, 100, 0), {0.0, 0.0}));
+    EXPECT_TRUE(all_close(pool.select(0, 5), pool0.select(0, 5), {0.0, 0.0}));
+  }
+  // A prefix whose checkpoint count would overflow.
+  EXPECT_FI_ERROR(call(dense, Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), std::nullopt,
+                       Tensor::from_vector({0.0, 9.2e18}, {2}, DType::kInt64), 64),
+                  op, "prefix_lens");
   EXPECT_FI_ERROR(
       call(ckpt, starts, Tensor::from_vector({5, -1, 6}, {3}, DType::kInt64), prefix, 64), op,
       "checkpoint_state_indices");

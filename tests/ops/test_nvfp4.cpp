@@ -641,6 +641,45 @@ TEST(Nvfp4QuantizeAppendWithSlotMapping, MatchesBlockFormula) {
                   val.slice(0, 0, 4), 0.04f, dest, h, d);
 }
 
+// nvfp4_4over6 (upstream 0.7.4) on the grouped, batched and KV-append quantizers: None and the
+// default (the environment off) are the standard recipe; an explicit recipe, or
+// FLASHINFER_NVFP4_4OVER6=1 where the default reads it, is refused (not implemented here). The
+// KV append's default is None, so the environment does not reach it.
+TEST(Nvfp4Ops, FourOverSixIsRefusedNotIgnored) {
+  const Value config(
+      ObjectRef{"NVFP44Over6Config", "NVFP44Over6Config(e4m3_max=448)", 1, nullptr, nullptr});
+  Tensor a = rand_tensor({2, 4, 32}, DType::kBFloat16, 3, -2, 2);
+  const Tensor m2 = i32({4, 4}), gs2 = f32({1, 1});
+  const auto base = scaled_fp4_grouped_quantize(a, m2, gs2);
+  EXPECT_EQ(bytes(std::get<0>(scaled_fp4_grouped_quantize(a, m2, gs2, Value()))),
+            bytes(std::get<0>(base)));
+  EXPECT_FI_ERROR_CODE(scaled_fp4_grouped_quantize(a, m2, gs2, config),
+                       "scaled_fp4_grouped_quantize", "nvfp4_4over6", ErrorCode::kUnsupported);
+  Tensor a2 = rand_tensor({2, 4, 64}, DType::kBFloat16, 4, -2, 2);
+  EXPECT_FI_ERROR_CODE(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2, config),
+                       "silu_and_mul_scaled_nvfp4_experts_quantize", "nvfp4_4over6",
+                       ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_CODE(nvfp4_batched_quantize(a, f32({1}), 16, config), "nvfp4_batched_quantize",
+                       "nvfp4_4over6", ErrorCode::kUnsupported);
+  {
+    testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
+    EXPECT_FI_ERROR_CODE(nvfp4_batched_quantize(a, f32({1})), "nvfp4_batched_quantize",
+                         "nvfp4_4over6", ErrorCode::kUnsupported);
+    EXPECT_NO_THROW(nvfp4_batched_quantize(a, f32({1}), 16, Value()));
+    // The KV append defaults to None: the environment is not read.
+    Tensor key = rand_tensor({1, 1, 16}, DType::kBFloat16, 15, -2, 2);
+    Tensor kv = Tensor::zeros({1, 2, 4, 1, 8}, DType::kUInt8);
+    Tensor sf = Tensor::zeros({1, 2, 4, 1, 1}, DType::kFloat8E4M3FN);
+    EXPECT_NO_THROW(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+        key, key, Tensor::from_vector({0}, {1}, DType::kInt64), kv, sf, 1.0, 1.0));
+    EXPECT_FI_ERROR_CODE(nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
+                             key, key, Tensor::from_vector({0}, {1}, DType::kInt64), kv, sf, 1.0,
+                             1.0, "NHD", config),
+                         "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", "nvfp4_4over6",
+                         ErrorCode::kUnsupported);
+  }
+}
+
 // ---- bad input -------------------------------------------------------------------------------
 
 TEST(Nvfp4Ops, BadInput) {

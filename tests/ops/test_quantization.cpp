@@ -1289,6 +1289,14 @@ TEST(Nvfp4Quantize, OutScaleMultipliesThePerTokenScales) {
   const auto pa = floats(a.per_token_scale), pb = floats(b.per_token_scale);
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pb[i], pa[i] * 0.5f) << i;
   EXPECT_FI_ERROR(run(fp32_scalar(0.5), "auto", true), "nvfp4_quantize", "out_scale");
+  // With nvfp4_4over6 given (None too), a float per-token scale must be 1 / (448 * 6) (1e-3).
+  EXPECT_NO_THROW(nvfp4_quantize(x, gsi, SfLayout::layout_128x4, false, 16, std::nullopt, "auto",
+                                 true, std::nullopt, std::nullopt, Value()));
+  EXPECT_FI_ERROR(nvfp4_quantize(x, Value(0.5), SfLayout::layout_128x4, false, 16, std::nullopt,
+                                 "auto", true, std::nullopt, std::nullopt, Value()),
+                  "nvfp4_quantize", "a_global_sf");
+  EXPECT_NO_THROW(nvfp4_quantize(x, Value(0.5), SfLayout::layout_128x4, false, 16, std::nullopt,
+                                 "auto", true));  // omitted: not checked
   EXPECT_FI_ERROR(run(fp32_scalar(0.5), "cute-dsl", false), "nvfp4_quantize", "out_scale");
 }
 

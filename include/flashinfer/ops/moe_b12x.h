@@ -9,6 +9,7 @@
 #include <string>
 
 #include "flashinfer/op_decl.h"
+#include "flashinfer/ops/quantization.h"  // nvfp4_4over6_unset
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -103,12 +104,15 @@ class CuteDslMoEWrapper : public ApiObject {
 
   /// As cute_dsl_fused_moe_nvfp4 with the wrapper's experts, activation and output dtype;
   /// tactic (an autotuner choice) has no numeric effect. Returns [T, H] of output_dtype.
+  /// nvfp4_4over6 (upstream 0.7.4, keyword-only): the activation's NVFP4 recipe, resolved as
+  /// fp4_quantize's (ops/quantization.h) and refused when on (not implemented here).
   Tensor run(const Tensor& x, std::optional<Tensor> x_sf, const Tensor& token_selected_experts,
              const Tensor& token_final_scales, const Tensor& w1_weight, const Tensor& w1_weight_sf,
              const Tensor& w1_alpha, std::optional<Tensor> fc2_input_scale, const Tensor& w2_weight,
              const Tensor& w2_weight_sf, const Tensor& w2_alpha,
              std::optional<Value> tactic = std::nullopt,
-             std::optional<Tensor> per_token_scale = std::nullopt);
+             std::optional<Tensor> per_token_scale = std::nullopt,
+             const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
   std::string_view class_name() const override { return "CuteDslMoEWrapper"; }
   std::string_view module_name() const override {

@@ -17,8 +17,9 @@
 #include <tuple>
 
 #include "flashinfer/dtype.h"
-#include "flashinfer/ops/page.h"      // PagedKVCache
-#include "flashinfer/ops/sampling.h"  // ScalarOrTensor
+#include "flashinfer/ops/page.h"          // PagedKVCache
+#include "flashinfer/ops/quantization.h"  // nvfp4_4over6_unset
+#include "flashinfer/ops/sampling.h"      // ScalarOrTensor
 #include "flashinfer/tensor.h"
 
 namespace flashinfer {
@@ -46,21 +47,25 @@ std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
 /// [32, 4, rm, 4, rk, L] view of [L, rm, rk, 32, 4, 4] bytes, rm = ceil(M/128),
 /// rk = ceil(K/64)). Upstream leaves rows >= mask[l] and the scale padding unwritten (torch.empty);
 /// here they are zero.
-std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(const Tensor& a,
-                                                                      const Tensor& mask,
-                                                                      const Tensor& a_global_sf);
+/// nvfp4_4over6 (upstream 0.7.4): resolved as fp4_quantize's (ops/quantization.h); refused when
+/// on (4over6 is not implemented here), as on the next three ops.
+std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(
+    const Tensor& a, const Tensor& mask, const Tensor& a_global_sf,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
 /// Masked grouped NVFP4 quantization for the masked grouped GEMM (fp4_quantization): as
 /// silu_and_mul_scaled_nvfp4_experts_quantize without the activation; a [L, M, K] fp16/bf16.
-std::tuple<Tensor, Tensor> scaled_fp4_grouped_quantize(const Tensor& a, const Tensor& mask,
-                                                       const Tensor& a_global_sf);
+std::tuple<Tensor, Tensor> scaled_fp4_grouped_quantize(
+    const Tensor& a, const Tensor& mask, const Tensor& a_global_sf,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
 /// Batched NVFP4 quantization: a [B, M, K] fp16, bf16 or e4m3 (fp4_quantize's fp8 path),
 /// a_global_sf fp32 [1] shared by all batches or [M] (row r's for every batch item, upstream's
 /// SFScale[rowIdx]), sf_vec_size 16 (upstream: "32 not supported yet"). Returns (uint8 [B, M, K/2],
 /// uint8 [B, round_up(M, 128) * round_up(K/16, 4)]: each batch's scales in the 128x4 layout).
 std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor& a_global_sf,
-                                                  int64_t sf_vec_size = 16);
+                                                  int64_t sf_vec_size = 16,
+                                                  const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
 /// Masked grouped MXFP8 quantization (fp8_quantization): a [B, M, K] fp16/bf16, K % 32 == 0,
 /// mask int32 [B] (as silu_and_mul_scaled_nvfp4_experts_quantize's). K is zero-padded to padded_K =
@@ -148,6 +153,6 @@ void nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(
     const Tensor& append_key, const Tensor& append_value, const Tensor& slot_mapping,
     const PagedKVCache& paged_kv_cache, const PagedKVCache& kv_cache_sf,
     ScalarOrTensor<double> k_scale, ScalarOrTensor<double> v_scale,
-    std::string_view kv_layout = "NHD");
+    std::string_view kv_layout = "NHD", const Value& nvfp4_4over6 = Value());
 
 }  // namespace flashinfer

@@ -1,0 +1,51 @@
+// Private: upstream 0.7.4's nvfp4_4over6 argument of the NVFP4 quantizers (its NVFP44Over6Config;
+// docs/GEMM_AND_QUANTIZATION.md, "Batch-invariant quantizers, 4over6 and out_scale"), resolved as
+// its resolve_nvfp4_4over6 does: omitted (_UNSET, flashinfer::nvfp4_4over6_unset) reads
+// FLASHINFER_NVFP4_4OVER6 (on when "1"), None is off, a config is on. The 4over6 recipe itself
+// (a per-block search between the 6- and 4-based scales) is not implemented: an op refuses the
+// call when it is on.
+#pragma once
+
+#include <cstdlib>
+#include <string_view>
+
+#include "flashinfer/dtype.h"
+#include "flashinfer/error.h"
+#include "flashinfer/ops/quantization.h"
+#include "flashinfer/value.h"
+
+namespace flashinfer::api {
+
+/// Whether 4over6 is on for an NVFP4 quantizer; an explicit config with fp8 input is upstream's
+/// error (its FP8-to-FP4 kernels hard-code the standard recipe).
+inline bool nvfp4_4over6_on(const Value& v, DType in_dtype, const char* op) {
+  const bool is_explicit = !is_nvfp4_4over6_unset(v);
+  bool on = false;
+  if (is_explicit) {
+    on = !v.is_none();
+  } else {
+    const char* env = std::getenv("FLASHINFER_NVFP4_4OVER6");
+    on = env != nullptr && std::string_view(env) == "1";
+  }
+  FLASHINFER_CHECK(!(is_explicit && on && in_dtype == DType::kFloat8E4M3FN), op, "nvfp4_4over6",
+                   "NVFP4 4over6 (from the nvfp4_4over6= argument or the "
+                   "FLASHINFER_NVFP4_4OVER6* environment) requires fp16 or bf16 input, got ",
+                   dtype_torch_name(in_dtype), ".");
+  return on;
+}
+
+/// Refuses a call whose 4over6 is on (kUnsupported naming nvfp4_4over6), except fp8 input with
+/// the environment only, which upstream's CUDA path ignores too.
+inline void refuse_nvfp4_4over6(bool on, const Value& v, DType in_dtype, const char* op) {
+  if (!on || (is_nvfp4_4over6_unset(v) && in_dtype == DType::kFloat8E4M3FN)) return;
+  FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "nvfp4_4over6",
+                  "NVFP4 4over6 (the per-block 4-or-6 scale search, from the nvfp4_4over6= "
+                  "argument or FLASHINFER_NVFP4_4OVER6=1) is not implemented here; pass "
+                  "nvfp4_4over6=None for the standard recipe");
+}
+
+inline void refuse_nvfp4_4over6(const Value& v, DType in_dtype, const char* op) {
+  refuse_nvfp4_4over6(nvfp4_4over6_on(v, in_dtype, op), v, in_dtype, op);
+}
+
+}  // namespace flashinfer::api
