@@ -122,22 +122,34 @@ void check_io(const Tensor& t, const Tensor& q, const char* op, const char* arg)
                    "must have stride 1 in the last (head) dimension, got ", t.stride(-1));
 }
 
-void check_index_vector(const Tensor& t, int64_t n, const Tensor& q, const char* op,
+// A 1-D int32 / int64 index tensor on q's device, contiguous, of n entries (any when nullopt).
+void check_index_vector(const Tensor& t, std::optional<int64_t> n, const Tensor& q, const char* op,
                         const char* arg) {
   api::check_dim(t, {1}, op, arg);
   api::check_dtype_in(t, {DType::kInt32, DType::kInt64}, op, arg);
   api::check_same_device(t, q, op, arg, "q");
-  FLASHINFER_CHECK(t.size(0) == n, op, arg, "expected shape [", n, "], got ",
+  FLASHINFER_CHECK(!n || t.size(0) == *n, op, arg, "expected shape [", n.value_or(-1), "], got ",
                    shape_to_string(t.shape()));
-  FLASHINFER_CHECK(t.stride(0) == 1 || n <= 1, op, arg, "must be contiguous");
+  FLASHINFER_CHECK(t.stride(0) == 1 || t.size(0) <= 1, op, arg, "must be contiguous");
 }
 
-// Every value of an index tensor below `slots` (and >= 0 unless negatives have a meaning).
-void check_slots(const Tensor& t, int64_t slots, bool negatives_allowed, const char* op,
+// What a negative index means to an op: an error, any negative a skip, or -1 alone a skip
+// (chunk_gated_delta_rule's output_state_indices / checkpoint_state_indices).
+enum class SlotNegatives { kRefused, kAllowed, kMinusOneOnly };
+
+// Every value of an index tensor below `slots`, its negatives as `neg` says (CPU tensors; a
+// device tensor is read on the device only).
+void check_slots(const Tensor& t, int64_t slots, SlotNegatives neg, const char* op,
                  const char* arg) {
   if (!t.device().is_cpu()) return;
   const auto v = api::host_ints(t);
   for (size_t i = 0; i < v.size(); ++i) {
+    if (neg == SlotNegatives::kMinusOneOnly) {
+      FLASHINFER_CHECK(v[i] == -1 || (v[i] >= 0 && v[i] < slots), op, arg, arg,
+                       " must contain -1 or slots in [0, ", slots, "); entry ", i, " is ", v[i]);
+      continue;
+    }
+    const bool negatives_allowed = neg == SlotNegatives::kAllowed;
     FLASHINFER_CHECK(v[i] < slots && (negatives_allowed || v[i] >= 0), op, arg, "entry ", i, " is ",
                      v[i], ", outside [", negatives_allowed ? "-inf" : "0", ", ", slots,
                      ") (the state pool's slots)");
@@ -364,12 +376,12 @@ std::tuple<Tensor, Tensor> pretranspose_impl(
   p.state_in = p.state_out = state_ref(s, true);
   if (pool) {
     check_index_vector(*read_idx, B, q, op, "initial_state_indices");
-    check_slots(*read_idx, s.size(0), true, op, "initial_state_indices");
+    check_slots(*read_idx, s.size(0), SlotNegatives::kAllowed, op, "initial_state_indices");
     p.read_idx = read_idx->data_ptr();
     p.read_idx_i64 = read_idx->dtype() == DType::kInt64;
     if (has_write) {
       check_index_vector(*write_idx, B, q, op, "output_state_indices");
-      check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
+      check_slots(*write_idx, s.size(0), SlotNegatives::kAllowed, op, "output_state_indices");
       p.write_idx = write_idx->data_ptr();
       p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
     }
@@ -454,12 +466,12 @@ std::tuple<Tensor, Tensor> mtp_impl(
   FLASHINFER_CHECK(s.size(0) >= 1, op, "initial_state", "the state pool has no slots");
   p.state_in = p.state_out = state_ref(s, true);
   check_index_vector(read_idx, B, q, op, "initial_state_indices");
-  check_slots(read_idx, s.size(0), true, op, "initial_state_indices");
+  check_slots(read_idx, s.size(0), SlotNegatives::kAllowed, op, "initial_state_indices");
   p.read_idx = read_idx.data_ptr();
   p.read_idx_i64 = read_idx.dtype() == DType::kInt64;
   if (write_idx && write_idx->defined()) {
     check_index_vector(*write_idx, B, q, op, "output_state_indices");
-    check_slots(*write_idx, s.size(0), true, op, "output_state_indices");
+    check_slots(*write_idx, s.size(0), SlotNegatives::kAllowed, op, "output_state_indices");
     p.write_idx = write_idx->data_ptr();
     p.write_idx_i64 = write_idx->dtype() == DType::kInt64;
   }
@@ -482,7 +494,7 @@ std::tuple<Tensor, Tensor> mtp_impl(
     api::check_same_device(si, q, op, "ssm_state_indices", "q");
     api::check_shape_eq(si, {B, T}, op, "ssm_state_indices");
     FLASHINFER_CHECK(si.is_contiguous(), op, "ssm_state_indices", "must be contiguous");
-    check_slots(si, s.size(0), true, op, "ssm_state_indices");
+    check_slots(si, s.size(0), SlotNegatives::kAllowed, op, "ssm_state_indices");
     p.intermediates = kernels::GdnIntermediates::kPool;
     p.step_slots = si.data<int32_t>();
   }
@@ -576,34 +588,6 @@ void check_prefill_gate_inputs(const PrefillExtras& x, const std::optional<Tenso
     FLASHINFER_CHECK(ok, op, it.name, "unsupported ", it.name, " dtype: ", tname(t));
   }
   if (x.A_log && x.dt_bias) check_unit_vectors(*x.A_log, *x.dt_bias, op);  // read as [H] arrays
-}
-
-// A 1-D int32 / int64 index tensor on q's device, contiguous, of one of `lengths` entries
-// (gdn_prefill.py's _validate_slot_args texts).
-void check_slot_arg(const Tensor& t, std::initializer_list<int64_t> lengths, const Tensor& q,
-                    const char* op, const char* arg) {
-  FLASHINFER_CHECK(t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64, op, arg, arg,
-                   " must be int32 or int64, got ", tname(t));
-  const bool len_ok =
-      lengths.size() == 0 ||
-      (t.dim() == 1 && std::find(lengths.begin(), lengths.end(), t.size(0)) != lengths.end());
-  FLASHINFER_CHECK(t.dim() == 1 && len_ok, op, arg, arg, " must be 1D",
-                   lengths.size() ? " of " + std::to_string(*lengths.begin()) + " entries" : "",
-                   ", got shape ", shape_to_string(t.shape()));
-  FLASHINFER_CHECK(t.device() == q.device(), op, arg, arg, " must be on ", q.device().str(),
-                   ", got ", t.device().str());
-  FLASHINFER_CHECK(t.is_contiguous(), op, arg, arg, " must be contiguous");
-}
-
-// Every entry -1 or a row in [0, rows) (upstream's opt-in slot check, always on here for CPU
-// tensors).
-void check_slots_or_skip(const Tensor& t, int64_t rows, const char* op, const char* arg) {
-  if (!t.device().is_cpu()) return;
-  const auto v = api::host_ints(t);
-  for (size_t i = 0; i < v.size(); ++i) {
-    FLASHINFER_CHECK(v[i] == -1 || (v[i] >= 0 && v[i] < rows), op, arg, arg,
-                     " must contain -1 or slots in [0, ", rows, "); entry ", i, " is ", v[i]);
-  }
 }
 
 // cu_seqlens_cpu: a 1-D int32 / int64 CPU tensor or a list of ints (a host copy of cu_seqlens,
@@ -763,7 +747,7 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
     FLASHINFER_CHECK(!(use_cp.kind() == Value::Kind::kBool && use_cp.as_bool()) && !cp_chunk_len,
                      op, first, names, " are not supported with context parallelism");
     if (has_out_idx) {
-      check_slot_arg(*x.output_state_indices, {N}, q, op, "output_state_indices");
+      check_index_vector(*x.output_state_indices, N, q, op, "output_state_indices");
       FLASHINFER_CHECK(state_indices && state_indices->defined(), op, "output_state_indices",
                        "output_state_indices requires state_indices");
       FLASHINFER_CHECK(output_state && output_state->defined() && output_final_state, op,
@@ -772,12 +756,13 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
                        "output_final_state=True");
     }
     if (has_ckpt_idx) {
-      check_slot_arg(*x.checkpoint_state_indices, {}, q, op, "checkpoint_state_indices");
+      check_index_vector(*x.checkpoint_state_indices, std::nullopt, q, op,
+                         "checkpoint_state_indices");
       FLASHINFER_CHECK(every > 0, op, "checkpoint_state_indices",
                        "checkpoint_state_indices requires checkpoint_every_n_tokens > 0");
     }
     if (has_prefix) {
-      check_slot_arg(*x.prefix_lens, {N}, q, op, "prefix_lens");
+      check_index_vector(*x.prefix_lens, N, q, op, "prefix_lens");
       FLASHINFER_CHECK(every > 0, op, "prefix_lens",
                        "prefix_lens requires checkpoint_every_n_tokens > 0");
     }
@@ -789,10 +774,11 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
     if (has_out_idx) {
       // Separate rows: -1 reads the zero state; output_state_indices' -1 skips the write.
       if (initial_state && initial_state->defined()) {
-        check_slots_or_skip(*state_indices, initial_state->size(0), op, "state_indices");
+        check_slots(*state_indices, initial_state->size(0), SlotNegatives::kMinusOneOnly, op,
+                    "state_indices");
       }
-      check_slots_or_skip(*x.output_state_indices, output_state->size(0), op,
-                          "output_state_indices");
+      check_slots(*x.output_state_indices, output_state->size(0), SlotNegatives::kMinusOneOnly, op,
+                  "output_state_indices");
     } else if (state_indices->device().is_cpu()) {
       const auto idx = api::host_ints(*state_indices);
       for (size_t i = 0; i < idx.size(); ++i) {
@@ -812,14 +798,16 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
     api::check_dim(s, {4}, op, "initial_state");
     check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "initial_state",
                 pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
-    if (pooled && !has_out_idx) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+    if (pooled && !has_out_idx)
+      check_slots(*state_indices, s.size(0), SlotNegatives::kRefused, op, "state_indices");
   }
   if (output_state && output_state->defined()) {
     const Tensor& s = *output_state;
     api::check_dim(s, {4}, op, "output_state");
     check_state(s, {pooled ? s.size(0) : N, H, D, D}, {DType::kFloat32}, q, op, "output_state",
                 pooled ? "[N_pool, H, V, K]" : "[N, H, V, K]");
-    if (pooled && !has_out_idx) check_slots(*state_indices, s.size(0), false, op, "state_indices");
+    if (pooled && !has_out_idx)
+      check_slots(*state_indices, s.size(0), SlotNegatives::kRefused, op, "state_indices");
   } else if (!pooled && output_final_state) {
     // Upstream's Hopper path allocates the final state and always writes it; a state nobody
     // receives is not made here (on CUDA it would be a temporary freed at return, which a CUDA
@@ -910,7 +898,8 @@ GdnPrefillOutput prefill_impl(const Tensor& q_in, const Tensor& k_in, const Tens
     }
     const int64_t targets = has_ckpt_idx ? x.checkpoint_state_indices->size(0) : c.size(0);
     if (has_ckpt_idx)
-      check_slots_or_skip(*x.checkpoint_state_indices, c.size(0), op, "checkpoint_state_indices");
+      check_slots(*x.checkpoint_state_indices, c.size(0), SlotNegatives::kMinusOneOnly, op,
+                  "checkpoint_state_indices");
     if (cs.device().is_cpu() && (!has_prefix || x.prefix_lens->device().is_cpu())) {
       const auto st = api::host_ints(cs);
       const auto pre = has_prefix ? api::host_ints(*x.prefix_lens) : std::vector<int64_t>();
@@ -1176,7 +1165,7 @@ std::tuple<Tensor, Tensor, Tensor> fused_decode_impl(
   FLASHINFER_CHECK(conv_state.size(0) == P, op, "conv_state", "its pool has ", conv_state.size(0),
                    " slots but ssm_state's has ", P, " (state_indices index both)");
   check_index_vector(state_indices, B, hs, op, "state_indices");
-  check_slots(state_indices, P, false, op, "state_indices");
+  check_slots(state_indices, P, SlotNegatives::kRefused, op, "state_indices");
   if (out && out->defined()) {
     check_bf16(*out, hs, op, "out");
     api::check_shape_eq(*out, {B, 1, HV, D}, op, "out");

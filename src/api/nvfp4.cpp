@@ -170,7 +170,10 @@ void check_grouped_input(const Tensor& a, const char* op, const char* arg,
 
 // The NVFP4 grouped quantizers: a [L, M, K] (or [L, M, 2K] with silu_and_mul), per-group scales.
 std::tuple<Tensor, Tensor> grouped_fp4(const char* op, const Tensor& a, const Tensor& mask,
-                                       const Tensor& a_global_sf, bool silu) {
+                                       const Tensor& a_global_sf, bool silu,
+                                       const Value& nvfp4_4over6) {
+  api::check_defined(a, op, "a");
+  api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
   check_grouped_input(a, op, "a");
   const int64_t l = a.size(0), m = a.size(1);
   FLASHINFER_CHECK(!silu || a.size(2) % 2 == 0, op, "a", "the last dimension (", a.size(2),
@@ -290,10 +293,8 @@ std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(const Tens
                                                                       const Value& nvfp4_4over6) {
   return call_op<&silu_and_mul_scaled_nvfp4_experts_quantize>(
       [&] {
-        const char* op = "silu_and_mul_scaled_nvfp4_experts_quantize";
-        api::check_defined(a, op, "a");
-        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
-        return grouped_fp4(op, a, mask, a_global_sf, true);
+        return grouped_fp4("silu_and_mul_scaled_nvfp4_experts_quantize", a, mask, a_global_sf, true,
+                           nvfp4_4over6);
       },
       a, mask, a_global_sf, nvfp4_4over6);
 }
@@ -303,10 +304,8 @@ std::tuple<Tensor, Tensor> scaled_fp4_grouped_quantize(const Tensor& a, const Te
                                                        const Value& nvfp4_4over6) {
   return call_op<&scaled_fp4_grouped_quantize>(
       [&] {
-        const char* op = "scaled_fp4_grouped_quantize";
-        api::check_defined(a, op, "a");
-        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
-        return grouped_fp4(op, a, mask, a_global_sf, false);
+        return grouped_fp4("scaled_fp4_grouped_quantize", a, mask, a_global_sf, false,
+                           nvfp4_4over6);
       },
       a, mask, a_global_sf, nvfp4_4over6);
 }

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -53,6 +52,15 @@ int64_t mxfp8_padded_k(int64_t k, int64_t alignment, const char* op) {
                    "alignment", "K = ", k, " padded to a multiple of ", alignment,
                    " must fit a 32-bit int (upstream's kernels take it as one)");
   return quantization_round_up(k, alignment);
+}
+
+// x [M, K] with zero columns appended up to padded_k (x itself when there is nothing to pad): the
+// MXFP8 quantizers' K alignment, whose padding blocks quantize to 0 with scale code 0.
+Tensor zero_pad_columns(const Tensor& x, int64_t padded_k) {
+  if (padded_k == x.size(1)) return x;
+  Tensor xp = Tensor::zeros({x.size(0), padded_k}, x.dtype(), x.device());
+  if (x.size(0) > 0) xp.slice(1, 0, x.size(1)).copy_(x);
+  return xp;
 }
 
 // ---- backends (src/api/kernel_table.h) -------------------------------------------------------
@@ -246,6 +254,13 @@ bool resolve_4over6(const Value& v, bool mxfp4, int64_t sf_vec_size, bool ue8m0,
                   what, "; the limit is ", limit,
                   ". The batch-invariant mode never falls back to another kernel; call without "
                   "batch_invariant=True to use the regular backends.");
+}
+
+[[noreturn]] void bi_refuse_4over6(const char* op, const char* cls) {
+  bi_refuse(op, cls, "an NVFP4 4over6 scale-candidate search",
+            "the plain NVFP4 recipe (nvfp4_4over6=None): a candidate search is another "
+            "specification",
+            ErrorCode::kInvalidArgument, "nvfp4_4over6");
 }
 
 void bi_check_backend(const char* op, std::string_view backend) {
@@ -561,11 +576,7 @@ std::tuple<Tensor, Tensor> mxfp8_cute_impl(const char* op, const Tensor& input,
   const int64_t m = x.size(0), k = x.size(1);
   FLASHINFER_CHECK(k % 32 == 0, op, "input", "K (", k, ") must be divisible by SF_VEC_SIZE=32");
   const int64_t padded_k = mxfp8_padded_k(k, alignment, op);
-  Tensor xp = x;
-  if (padded_k > k) {  // zero columns: their blocks quantize to 0 with scale code 0
-    xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
-    xp.slice(1, 0, k).copy_(x);
-  }
+  const Tensor xp = zero_pad_columns(x, padded_k);
   const SfLayoutCode code = !is_sf_swizzled_layout ? SfLayoutCode::kLinear
                             : is_sf_8x4_layout     ? SfLayoutCode::k8x4
                                                    : SfLayoutCode::k128x4;
@@ -611,12 +622,7 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
                       ErrorCode::kInvalidArgument, "sf_vec_size");
           }
           const char* cls = nv ? "nvfp4.quant" : "mxfp4.quant";
-          if (nv && four_over_six) {
-            bi_refuse(op, cls, "an NVFP4 4over6 scale-candidate search",
-                      "the plain NVFP4 recipe (nvfp4_4over6=None): a candidate search is another "
-                      "specification",
-                      ErrorCode::kInvalidArgument, "nvfp4_4over6");
-          }
+          if (nv && four_over_six) bi_refuse_4over6(op, cls);
           // A column-major input is quantized as its transpose, both outputs transposed back.
           const int64_t d = input.dim();
           const bool col_major = d >= 2 && input.stride(-2) == 1 && input.stride(-1) != 1;
@@ -709,6 +715,23 @@ std::tuple<Tensor, Tensor, Tensor> nvfp4_per_token_impl(const char* op, const ch
 
 }  // namespace
 
+namespace {
+
+// do_shuffle's last step on a result quantized with linear scales over m rows of K: upstream's
+// shuffle_matrix_a(a_fp4, 128) and shuffle_matrix_sf_a(a_sf, 128) reshaped to a_sf's shape (the
+// trtllm-gen weight layout); the per-token scales move with their rows.
+void shuffle_nvfp4_rows(Nvfp4QuantizeResult& r, int64_t m, int64_t k) {
+  auto& [q, sf] = r;
+  sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
+  const Shape q_shape = q.shape();
+  q = shuffle_matrix_a(q.reshape({m, k / 2}), 128).reshape(q_shape);
+  if (r.per_token_scale.defined()) {
+    r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
+  }
+}
+
+}  // namespace
+
 Value to_value(const Nvfp4QuantizeResult& r) {
   const auto& [q, sf] = r;
   if (r.per_token_scale.defined()) {
@@ -743,12 +766,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                       "sf_vec_size = 16 (one e4m3 scale per 16 elements)",
                       ErrorCode::kInvalidArgument, "sf_vec_size");
           }
-          if (four_over_six) {
-            bi_refuse(op, cls, "an NVFP4 4over6 scale-candidate search",
-                      "the plain NVFP4 recipe (nvfp4_4over6=None): a candidate search is another "
-                      "specification",
-                      ErrorCode::kInvalidArgument, "nvfp4_4over6");
-          }
+          if (four_over_six) bi_refuse_4over6(op, cls);
           if (remap) {
             bi_refuse(op, cls, "expanded_idx_to_permuted_idx",
                       "no row map (the scales are stored at the input's rows)",
@@ -790,12 +808,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                            "do_shuffle needs M % 128 == 0 and K a multiple of 64 "
                            "(shuffle_matrix_sf_a's 128-row blocks of 4 scale columns), got shape ",
                            shape_to_string(a.shape()));
-          auto& [q, sf] = r;
-          sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
-          q = shuffle_matrix_a(q.reshape({m, k / 2}), 128).reshape(q_shape);
-          if (r.per_token_scale.defined()) {
-            r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
-          }
+          shuffle_nvfp4_rows(r, m, k);
           return r;
         }
         api::check_backend(op, backend, a.device());
@@ -887,13 +900,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
                          shape_to_string(a.shape()));
         Nvfp4QuantizeResult r = quantize(SfLayout::layout_linear);
         if (a.size(0) == 0) return r;  // no rows to shuffle (the shuffles refuse empty inputs)
-        auto& [q, sf] = r;
-        sf = shuffle_matrix_sf_a(sf, 128).reshape(sf.shape());
-        q = shuffle_matrix_a(q, 128);
-        if (r.per_token_scale.defined()) {
-          const int64_t m = r.per_token_scale.size(0);
-          r.per_token_scale = shuffle_matrix_a(r.per_token_scale.view({m, 1}), 128).view({m});
-        }
+        shuffle_nvfp4_rows(r, a.size(0), a.size(1));
         return fold_out_scale(r);
       },
       a, a_global_sf, sfLayout, do_shuffle, sf_vec_size, enable_pdl, backend, per_token_activation,
@@ -1060,15 +1067,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
           const int64_t padded_k = quantization_round_up(k, alignment);
           bi_check_row_bytes(op, cls, "input", padded_k, input.dtype());
           const SfLayoutCode code = code_of(layout, op, "sf_swizzle_layout");
-          Tensor x2 = input.reshape({-1, k});
-          const int64_t m = x2.size(0);
-          if (padded_k > k && m > 0) {
-            Tensor xp = Tensor::zeros({m, padded_k}, x2.dtype(), x2.device());
-            xp.slice(1, 0, k).copy_(x2);
-            x2 = xp;
-          } else if (padded_k > k) {
-            x2 = Tensor::zeros({0, padded_k}, x2.dtype(), x2.device());
-          }
+          const Tensor x2 = zero_pad_columns(input.reshape({-1, k}), padded_k);
           Shape q_shape = input.shape();
           q_shape.back() = padded_k;
           BiOutputs o = bi_run(op, "input", x2, q_shape, kernels::BatchInvariantFormat::kMxfp8,
@@ -1099,11 +1098,7 @@ std::tuple<Tensor, Tensor> mxfp8_quantize(const Tensor& input, bool is_sf_swizzl
         FLASHINFER_CHECK(k % 32 == 0, op, "input", "K = ", k,
                          " is not a multiple of the MXFP8 block size 32");
         const int64_t padded_k = mxfp8_padded_k(k, alignment, op);
-        if (padded_k > k && m > 0) {
-          Tensor xp = Tensor::zeros({m, padded_k}, x.dtype(), x.device());
-          xp.slice(1, 0, k).copy_(x);
-          x = xp;
-        }
+        if (m > 0) x = zero_pad_columns(x, padded_k);
         // float8_e4m3fn on every device: upstream's documented result dtype and its CUDA
         // kernel's. (Upstream's host path allocates uint8 for the same bits; one dtype per op
         // keeps the backends interchangeable, and mxfp8_dequantize_host takes either.)
