@@ -951,10 +951,28 @@ Tensor moe_allreduce_impl(const ArArgs& a, const MoeArgs& m, TRTLLMAllReduceFusi
 Tensor allreduce_impl(const ArArgs& a, const MoeArgs& moe, AllReduceFusionWorkspace* base,
                       int64_t pattern, bool launch_with_pdl, double rms_eps,
                       std::optional<int64_t> layout_code, std::optional<bool> use_oneshot,
-                      bool fp32_acc, std::optional<int64_t> group_size, double weight_bias) {
+                      bool fp32_acc, std::optional<int64_t> group_size, double weight_bias,
+                      std::string_view moe_finalize_backend) {
   const char* op = "allreduce_fusion";
   FLASHINFER_CHECK(base != nullptr, op, "workspace",
                    "expected an AllReduceFusionWorkspace, got None");
+  // Upstream 0.7.4: moe_finalize_backend picks the implementation of pattern 7 only (any other
+  // pattern ignores it); "cake" needs a TRT-LLM workspace whatever the pattern.
+  FLASHINFER_CHECK(moe_finalize_backend != "cake" ||
+                       dynamic_cast<TRTLLMAllReduceFusionWorkspace*>(base) != nullptr,
+                   op, "moe_finalize_backend",
+                   "moe_finalize_backend='cake' requires a TRTLLMAllReduceFusionWorkspace");
+  if (pattern == 7) {
+    FLASHINFER_CHECK(moe_finalize_backend == "trtllm" || moe_finalize_backend == "cake", op,
+                     "moe_finalize_backend", "backend must be 'trtllm' or 'cake', got '",
+                     moe_finalize_backend, "'");
+    // Cake is upstream's source-built SM100 / SM103 kernel set (two-shot for 4 and 8 ranks): its
+    // summation order is not reproduced here, so its bits are not promised.
+    FLASHINFER_CHECK_CODE(moe_finalize_backend != "cake", ErrorCode::kUnsupported, op,
+                          "moe_finalize_backend",
+                          "the 'cake' MoE finalize kernels (SM100 / SM103, their own summation "
+                          "order) are not implemented; 'trtllm' computes the same pattern");
+  }
   if (auto* m = dynamic_cast<MNNVLAllReduceFusionWorkspace*>(base)) {
     return mnnvl_allreduce_impl(a, *m, pattern, launch_with_pdl, rms_eps, layout_code, use_oneshot,
                                 weight_bias);
@@ -1290,7 +1308,8 @@ Tensor allreduce_fusion(const Tensor& input, std::shared_ptr<AllReduceFusionWork
                         std::optional<Tensor> expanded_idx_to_permuted_idx,
                         std::optional<Tensor> expert_scale_factor,
                         std::optional<Tensor> shared_expert_output,
-                        std::optional<int64_t> block_quant_group_size, double weight_bias) {
+                        std::optional<int64_t> block_quant_group_size, double weight_bias,
+                        std::string_view moe_finalize_backend) {
   return call_op<&allreduce_fusion>(
       [&] {
         const ArArgs a{input,     output,      residual_out, norm_out,    quant_out,
@@ -1304,14 +1323,14 @@ Tensor allreduce_fusion(const Tensor& input, std::shared_ptr<AllReduceFusionWork
                           shared_expert_output};
         return allreduce_impl(a, moe, workspace.get(), pattern, launch_with_pdl, rms_eps,
                               layout_code, use_oneshot, fp32_acc, block_quant_group_size,
-                              weight_bias);
+                              weight_bias, moe_finalize_backend);
       },
       input, workspace, pattern, launch_with_pdl, trigger_completion_at_end, output, residual_out,
       norm_out, quant_out, scale_out, residual_in, rms_gamma, rms_eps, scale_factor, layout_code,
       use_oneshot, fp32_acc, moe_reduction_device_num_experts, moe_reduction_scale_input,
       moe_reduction_active_experts_token_input, moe_reduction_token_input,
       expanded_idx_to_permuted_idx, expert_scale_factor, shared_expert_output,
-      block_quant_group_size, weight_bias);
+      block_quant_group_size, weight_bias, moe_finalize_backend);
 }
 
 // ---- PcieIpcAllReduceWorkspace ------------------------------------------------------------------
@@ -1932,7 +1951,8 @@ void register_comm_ops(OpRegistry& r) {
       arg("moe_reduction_device_num_experts"), arg("moe_reduction_scale_input"),
       arg("moe_reduction_active_experts_token_input"), arg("moe_reduction_token_input"),
       arg("expanded_idx_to_permuted_idx"), arg("expert_scale_factor"), arg("shared_expert_output"),
-      arg("block_quant_group_size"), arg("weight_bias", 0.0));
+      arg("block_quant_group_size"), arg("weight_bias", 0.0),
+      arg("moe_finalize_backend", "trtllm").kw());
   api::register_backends("allreduce_fusion", kAllreduceKernels);
   declare<&TRTLLMAllReduceFusionWorkspace::checkpoint_prepare>(
       r, {.name = "TRTLLMAllReduceFusionWorkspace.checkpoint_prepare",

@@ -435,17 +435,37 @@ Tensor fused_impl(const Tensor& x, const Tensor& weight, const Tensor& conv_stat
                   const Tensor& raw_gate, const Tensor& raw_beta, const Tensor& A_log,
                   const Tensor& dt_bias, const Tensor& idx, const Tensor& state,
                   const Tensor& output_gate, const Tensor& norm_weight,
-                  std::optional<double> lower_bound, double norm_eps,
-                  std::optional<Tensor> output) {
+                  std::optional<double> lower_bound, double norm_eps, std::optional<Tensor> output,
+                  std::string_view backend, const std::optional<std::string>& state_indices_mode) {
   const char* op = "fused_kda_decode";
   constexpr int64_t D = 128;
+  // Upstream 0.7.4 (kda_kernels/fused_kda_decode.py) checks both keywords first. The mode is a
+  // promise about state_indices that only its Cake dispatcher reads: rows run in order here,
+  // which is what Cake's "repeated_positive" defines for a repeated slot.
+  FLASHINFER_CHECK(backend == "cute-dsl" || backend == "cake" || backend == "auto", op, "backend",
+                   "backend must be 'cute-dsl', 'cake', or 'auto', got '", backend, "'");
+  if (state_indices_mode) {
+    const std::string& m = *state_indices_mode;
+    FLASHINFER_CHECK(m == "positive_unique" || m == "unique_or_null" || m == "repeated_positive",
+                     op, "state_indices_mode",
+                     "state_indices_mode must be 'positive_unique', 'unique_or_null', or "
+                     "'repeated_positive', got '",
+                     m, "'");
+  }
+  FLASHINFER_CHECK(backend != "cake" || state_indices_mode.has_value(), op, "state_indices_mode",
+                   "backend='cake' requires the host-known state_indices_mode assertion");
+  // Cake's routes are SM100a / SM103a kernels; upstream raises this wherever none applies.
+  FLASHINFER_CHECK_CODE(backend != "cake", ErrorCode::kUnsupported, op, "backend",
+                        "backend='cake' does not have a route for this architecture, layout, "
+                        "dtype, scalar configuration, and state_indices_mode");
   need_dtype(x, DType::kBFloat16, op, "x");
   FLASHINFER_CHECK(x.dim() == 2 && x.size(1) % (3 * D) == 0, op, "x",
                    "x must have shape [num_rows, 3 * num_heads * 128]");
   const int64_t R = x.size(0), H = x.size(1) / (3 * D);
   FLASHINFER_CHECK(R >= 1, op, "x", "x must contain at least one decode row");
-  FLASHINFER_CHECK(H == 12 || H == 24 || H == 32 || H == 48 || H == 96, op, "x",
-                   "num_heads must be one of (12, 24, 32, 48, 96), got " + std::to_string(H));
+  FLASHINFER_CHECK(
+      H == 8 || H == 12 || H == 16 || H == 24 || H == 32 || H == 48 || H == 64 || H == 96, op, "x",
+      "num_heads must be one of (8, 12, 16, 24, 32, 48, 64, 96), got " + std::to_string(H));
   FLASHINFER_CHECK(x.stride(1) == 1, op, "x", "x must be contiguous in its channel dimension");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{weight, "weight"},
                                 {conv_state, "conv_state"},
@@ -465,11 +485,13 @@ Tensor fused_impl(const Tensor& x, const Tensor& weight, const Tensor& conv_stat
   FLASHINFER_CHECK(weight.shape() == Shape({3, 4, H * D}) && weight.is_contiguous(), op, "weight",
                    "weight must be contiguous with shape [3, 4, H * 128]");
   need_dtype(conv_state, DType::kBFloat16, op, "conv_state");
-  // Upstream takes the SD layout only (channels contiguous, history entries 3 H 128 apart); any
-  // layout is read through its strides here (a dump or a snapshot may hold it compacted).
+  // Upstream takes the SD layout (channels contiguous, history entries 3 H 128 apart) and, since
+  // 0.7.4, DS (history contiguous); any layout is read through its strides here (a dump or a
+  // snapshot may hold it compacted).
   FLASHINFER_CHECK(
       conv_state.dim() == 3 && conv_state.size(1) == C && conv_state.size(2) == 3, op, "conv_state",
-      "conv_state must have shape [slots, 3 * H * 128, 3] and use the SD cache layout");
+      "conv_state must have shape [slots, 3 * H * 128, 3] and use the SD (strides [slot, 1, 3 * "
+      "H * 128]) or DS (strides [slot, 3, 1]) cache layout");
   need_dtype(raw_gate, DType::kBFloat16, op, "raw_gate");
   FLASHINFER_CHECK(raw_gate.shape() == Shape({1, R, H, D}), op, "raw_gate",
                    "raw_gate must have shape [1, num_rows, H, 128]");
@@ -666,14 +688,16 @@ Tensor fused_kda_decode(const Tensor& x, const Tensor& weight, const Tensor& con
                         const Tensor& dt_bias, const Tensor& state_indices, const Tensor& state,
                         const Tensor& output_gate, const Tensor& norm_weight,
                         std::optional<double> lower_bound, double norm_eps,
-                        std::optional<Tensor> output) {
+                        std::optional<Tensor> output, std::string_view backend,
+                        std::optional<std::string> state_indices_mode) {
   return call_op<&fused_kda_decode>(
       [&] {
         return fused_impl(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices,
-                          state, output_gate, norm_weight, lower_bound, norm_eps, output);
+                          state, output_gate, norm_weight, lower_bound, norm_eps, output, backend,
+                          state_indices_mode);
       },
       x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state, output_gate,
-      norm_weight, lower_bound, norm_eps, output);
+      norm_weight, lower_bound, norm_eps, output, backend, state_indices_mode);
 }
 
 Tensor packed_kda_decode(const Tensor& mixed_qkv, const Tensor& raw_gate, const Tensor& raw_beta,
@@ -802,7 +826,8 @@ void register_kda_ops(OpRegistry& r) {
        .summary = "Kimi delta attention decode fused with its conv and gated RMSNorm"},
       "x", "weight", arg("conv_state").mut(), "raw_gate", "raw_beta", "A_log", "dt_bias",
       "state_indices", arg("state").mut(), "output_gate", "norm_weight", arg("lower_bound", -5.0),
-      arg("norm_eps", 1e-5), arg("output").mut());
+      arg("norm_eps", 1e-5), arg("output").mut(), arg("backend", "cute-dsl").kw(),
+      arg("state_indices_mode").kw());
   declare<&packed_kda_decode>(
       r,
       {.name = "packed_kda_decode",

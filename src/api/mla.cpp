@@ -1349,10 +1349,16 @@ AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
     std::string_view kv_scale_format, std::optional<Tensor> cum_seq_lens_q,
     std::optional<int64_t> max_q_len, std::optional<Tensor> multi_ctas_kv_counter_buffer,
     std::optional<Tensor> sparse_mla_top_k_lens, bool enable_dcp, int64_t cp_world, int64_t cp_rank,
-    std::optional<Tensor> causal_seqlens_kv_global, std::optional<bool> use_fp16_softmax) {
+    std::optional<Tensor> causal_seqlens_kv_global, std::optional<bool> use_fp16_softmax,
+    std::optional<std::string> return_lse_base) {
   return call_op<&trtllm_batch_decode_with_kv_cache_mla>(
       [&] {
         const char* op = kTrtllmOp;
+        // Upstream 0.7.4 checks return_lse_base before anything else.
+        FLASHINFER_CHECK(
+            !return_lse_base || *return_lse_base == "basee" || *return_lse_base == "base2", op,
+            "return_lse_base", "return_lse_base must be 'basee', 'base2', or None; got '",
+            return_lse_base.value_or(""), "'");
         auto unsupported = [&](bool bad, const char* arg, const char* why) {
           FLASHINFER_CHECK_CODE(!bad, ErrorCode::kUnsupported, op, arg, why);
         };
@@ -1425,7 +1431,10 @@ AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
                     "return_lse", "trtllm-gen returns no LSE with cum_seq_lens_q (as upstream's)");
         x.lse = lse;
         x.return_lse = return_lse;
-        x.lse_base_e = backend == "cute-dsl" || enable_dcp || (cum_seq_lens_q && backend == "auto");
+        // return_lse_base (0.7.4) overrides each backend's default; it turns no LSE on.
+        x.lse_base_e = return_lse_base ? *return_lse_base == "basee"
+                                       : backend == "cute-dsl" || enable_dcp ||
+                                             (cum_seq_lens_q && backend == "auto");
         (void)enable_pdl;
         (void)is_var_seq;
         (void)cute_dsl_impl;
@@ -1440,7 +1449,7 @@ AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
       skip_softmax_threshold_scale_factor, enable_pdl, backend, is_var_seq,
       uses_shared_paged_kv_idx, lse, return_lse, cute_dsl_impl, kv_scale_format, cum_seq_lens_q,
       max_q_len, multi_ctas_kv_counter_buffer, sparse_mla_top_k_lens, enable_dcp, cp_world, cp_rank,
-      causal_seqlens_kv_global, use_fp16_softmax);
+      causal_seqlens_kv_global, use_fp16_softmax, return_lse_base);
 }
 
 Tensor xqa_batch_decode_with_kv_cache_mla(
@@ -1732,7 +1741,7 @@ void register_mla_ops(OpRegistry& r) {
       arg("return_lse", false), arg("cute_dsl_impl", "auto"), arg("kv_scale_format", "auto"),
       "cum_seq_lens_q", "max_q_len", "multi_ctas_kv_counter_buffer", "sparse_mla_top_k_lens",
       arg("enable_dcp", false), arg("cp_world", 1), arg("cp_rank", 0), "causal_seqlens_kv_global",
-      "use_fp16_softmax");
+      "use_fp16_softmax", "return_lse_base");
   declare<&xqa_batch_decode_with_kv_cache_mla>(
       r,
       {.name = kMlaXqaOp,

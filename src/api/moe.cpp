@@ -7,6 +7,7 @@
 
 #include "api/bench_support.h"
 #include "api/checks.h"
+#include "api/device_props.h"
 #include "api/enum_table.h"
 #include "api/kernel_table.h"
 #include "api/moe_cutlass_call.h"
@@ -15,6 +16,7 @@
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
+#include "api/nvfp4_4over6.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_cpu.h"
@@ -43,7 +45,8 @@ struct ReturnName<std::vector<Tensor>> {
 
 namespace {
 
-constexpr api::EnumTable<ActivationType, 11> kActivationTypes{
+// InvalidType (11), upstream's sentinel, is left out: a record holding it does not bind.
+constexpr api::EnumTable<ActivationType, 13> kActivationTypes{
     "ActivationType",
     {{{ActivationType::Gelu, "Gelu"},
       {ActivationType::Relu, "Relu"},
@@ -55,7 +58,9 @@ constexpr api::EnumTable<ActivationType, 11> kActivationTypes{
       {ActivationType::SwigluStep, "SwigluStep"},
       {ActivationType::GegluTanh, "GegluTanh"},
       {ActivationType::Identity, "Identity"},
-      {ActivationType::Situ, "Situ"}}}};
+      {ActivationType::Situ, "Situ"},
+      {ActivationType::ClampedRelu2, "ClampedRelu2"},
+      {ActivationType::PowLU, "PowLU"}}}};
 
 constexpr api::EnumTable<WeightLayout, 3> kWeightLayouts{
     "WeightLayout",
@@ -85,7 +90,11 @@ WeightLayout weight_layout_from_value(const Value& v, std::string_view op, std::
 
 bool is_gated_activation(ActivationType activation_type) {
   return call_op<&is_gated_activation>(
-      [&] { return kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type)); },
+      [&] {
+        // PowLU (13, cutlass_fused_moe only) is gated upstream; no kernel here takes it.
+        return activation_type == ActivationType::PowLU ||
+               kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(activation_type));
+      },
       activation_type);
 }
 
@@ -268,6 +277,12 @@ std::vector<Tensor> cutlass_fused_moe_impl(const api::CutlassMoeCall& c) {
   p.situ_beta = moe_expert_vector(c.options.situ_beta, E, input, op, "situ_beta");
   p.situ_linear_beta =
       moe_expert_vector(c.options.situ_linear_beta, E, input, op, "situ_linear_beta");
+  if (activation_type == ActivationType::ClampedRelu2) {
+    // Checked by check_cutlass_moe_common; fused into GEMM1's epilogue upstream, so GEMM1's fp32
+    // result is not rounded first.
+    p.clamped_relu2_limit = c.options.clamped_relu2_limit->data<float>();
+    p.round_gemm1 = false;
+  }
   p.out = out.data_ptr();
   p.out_stride = out.stride(0);
   p.dtype = input.dtype();
@@ -294,6 +309,65 @@ namespace api {
 
 void check_cutlass_moe_common(const CutlassMoeCall& c) {
   const char* op = "cutlass_fused_moe";
+  // Upstream 0.7.4's order: nvfp4_4over6, backend, then ClampedRelu2's arguments.
+  const CutlassFusedMoeOptions& o = c.options;
+  if (!is_nvfp4_4over6_unset(o.nvfp4_4over6)) {
+    FLASHINFER_CHECK(o.backend != "cake", op, "nvfp4_4over6",
+                     "backend='cake' does not take nvfp4_4over6");
+  }
+  const bool is_nvfp4 = c.w1.dtype() == DType::kInt64 && c.input.dtype() != DType::kFloat8E4M3FN &&
+                        !c.use_w4_group_scaling;
+  check_moe_nvfp4_4over6(o.nvfp4_4over6, is_nvfp4, op,
+                         "nvfp4_4over6 requires NVFP4×NVFP4 (int64-packed NVFP4 weights with BF16 "
+                         "or NVFP4 input); no other CUTLASS path quantizes activations to NVFP4. "
+                         "Pass None to turn 4over6 off, or omit it to read the environment.");
+  // "cake" is upstream's fixed Kimi-K3 SiTU path (SM100, one shape, TP8).
+  check_flag_off(o.backend == "cake", op, "backend",
+                 "backend='cake' (upstream's fixed Kimi-K3 SiTU kernels for SM100) is not "
+                 "implemented");
+  FLASHINFER_CHECK(o.backend == "cutlass", op, "backend", "unsupported fused MoE backend: '",
+                   o.backend, "'");
+  if (c.activation_type == ActivationType::ClampedRelu2) {
+    const std::optional<Tensor>& L = o.clamped_relu2_limit;
+    FLASHINFER_CHECK(L.has_value(), op, "clamped_relu2_limit",
+                     "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit "
+                     "tensor");
+    FLASHINFER_CHECK(L->dim() == 1 && L->numel() == 1, op, "clamped_relu2_limit",
+                     "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with "
+                     "shape (1,), got ",
+                     shape_to_string(L->shape()));
+    FLASHINFER_CHECK(L->dtype() == DType::kFloat32, op, "clamped_relu2_limit",
+                     "Invalid dtype of ClampedRelu2 clamped_relu2_limit: expected torch.float32, "
+                     "got ",
+                     dtype_torch_name(L->dtype()));
+    FLASHINFER_CHECK(L->device() == c.input.device(), op, "clamped_relu2_limit",
+                     "Invalid device of ClampedRelu2 clamped_relu2_limit: expected ",
+                     c.input.device().str(), ", got ", L->device().str());
+    FLASHINFER_CHECK(!c.swiglu_alpha && !c.swiglu_beta && !c.swiglu_limit, op, "swiglu_alpha",
+                     "ActivationType.ClampedRelu2 does not accept SwiGLU activation parameters");
+    FLASHINFER_CHECK(!o.situ_beta && !o.situ_linear_beta, op, "situ_beta",
+                     "ActivationType.ClampedRelu2 does not accept SiTU activation parameters");
+    // Upstream fuses it on SM10x only; the CPU reference computes what SM10x does.
+    FLASHINFER_CHECK_CODE(
+        !c.input.device().is_cuda() || compute_capability(c.input.device()) / 10 == 10,
+        ErrorCode::kUnsupported, op, "activation_type", "ClampedRelu2 requires an SM10x GPU");
+    const bool bf16 = c.input.dtype() == DType::kBFloat16 && c.w1.dtype() == DType::kBFloat16;
+    FLASHINFER_CHECK_CODE(c.use_mxfp8_act_scaling || bf16, ErrorCode::kUnsupported, op,
+                          "activation_type",
+                          "ClampedRelu2 supports only BF16xBF16 or MXFP8xMXFP8 MoE");
+    FLASHINFER_CHECK_CODE(!c.b1 && !c.min_latency_mode, ErrorCode::kUnsupported, op,
+                          "fc1_expert_biases",
+                          "ClampedRelu2 does not support FC1 bias or min-latency mode");
+    check_flag_off(c.use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
+                   "ClampedRelu2 on the MXFP8 x MXFP8 path is not implemented (BF16 x BF16 is)");
+  } else {
+    FLASHINFER_CHECK(!o.clamped_relu2_limit, op, "clamped_relu2_limit",
+                     "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
+  }
+  check_flag_off(c.activation_type == ActivationType::PowLU, op, "activation_type",
+                 "the PowLU activation is not implemented");
+  check_flag_off(c.activation_type == ActivationType::InvalidType, op, "activation_type",
+                 "ActivationType.InvalidType is not an activation");
   check_flag_off(c.min_latency_mode, op, "min_latency_mode",
                  "min latency mode is not implemented (upstream raises NotImplementedError too)");
   // What upstream does with situ_* under another activation is not established: refused.
@@ -401,7 +475,7 @@ std::vector<Tensor> cutlass_fused_moe(
     bool enable_alltoall, bool use_deepseek_fp8_block_scale, bool use_w4_group_scaling,
     bool use_mxfp8_act_scaling, bool min_latency_mode, bool use_packed_weights,
     bool use_wfp4afp8_humming, int64_t tune_max_num_tokens, std::optional<bool> enable_pdl,
-    ActivationType activation_type, bool swizzled_input_sf, bool use_fused_finalize,
+    ActivationType activation_type, bool swizzled_input_sf, std::optional<bool> use_fused_finalize,
     std::optional<std::vector<int64_t>> profile_ids, std::optional<Tensor> workspace_buffer,
     CutlassFusedMoeOptions options) {
   return call_op<&cutlass_fused_moe>(
@@ -1120,7 +1194,7 @@ void register_moe_ops(OpRegistry& r) {
       arg("use_packed_weights", false), arg("use_wfp4afp8_humming", false),
       arg("tune_max_num_tokens", int64_t{8192}), "enable_pdl",
       arg("activation_type", ActivationType::Swiglu), arg("swizzled_input_sf", true),
-      arg("use_fused_finalize", true), "profile_ids", "workspace_buffer");
+      "use_fused_finalize", "profile_ids", "workspace_buffer");
   declare<&fused_topk_deepseek>(
       r,
       {.name = "fused_topk_deepseek",

@@ -17,6 +17,7 @@
 #include "api/moe_layout.h"
 #include "api/moe_routing_checks.h"
 #include "api/moe_traits.h"
+#include "api/nvfp4_4over6.h"
 #include "flashinfer/float_formats.h"
 #include "flashinfer/op_typed.h"
 #include "kernels/cpu/moe_fp4_cpu.h"
@@ -54,17 +55,20 @@ struct Fp4MoeOutput {
   }
 };
 
-Fp4MoeOutput make_output(const std::optional<Tensor>& output, int64_t T, int64_t H,
+// The kernel writes H columns; the op returns W of them (W = H, or upstream 0.7.4's
+// valid_hidden_size, whose `output` must be exactly that wide).
+Fp4MoeOutput make_output(const std::optional<Tensor>& output, int64_t T, int64_t H, int64_t W,
                          const Tensor& like, const char* op, bool allow_narrow) {
   if (!output) {
     const Tensor t = Tensor::empty({T, H}, DType::kBFloat16, like.device());
-    return {t, t};
+    if (W == H) return {t, t};
+    return {t, Tensor::empty({T, W}, DType::kBFloat16, like.device())};
   }
   const Tensor& o = *output;
   api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
   api::check_dim(o, {2}, op, "output");
-  FLASHINFER_CHECK(o.size(0) == T && (allow_narrow ? o.size(1) <= H : o.size(1) == H), op, "output",
-                   "expected [", T, allow_narrow ? ", <= " : ", ", H,
+  FLASHINFER_CHECK(o.size(0) == T && (allow_narrow ? o.size(1) <= H : o.size(1) == W), op, "output",
+                   "expected [", T, allow_narrow ? ", <= " : ", ", allow_narrow ? H : W,
                    allow_narrow ? "] (the hidden size or narrower)" : "]", ", got ",
                    shape_to_string(o.shape()));
   api::check_same_device(o, like, op, "output", "hidden_states");
@@ -154,18 +158,51 @@ struct Fp4Args {
   bool do_finalize;
   const std::optional<Tensor>* per_token_scale;
   const std::optional<Tensor>* output;
+  // Upstream 0.7.4's additions (docs/MOE.md, "Padded dimensions").
+  std::optional<int64_t> valid_hidden_size, valid_intermediate_size;
+  const Value* sf_layout;
+  const std::optional<Tensor>* workspace;
+  const Value* nvfp4_4over6;
+  const Value* routing_metadata = nullptr;  // the routed op's
 };
+
+// nvfp4_4over6 of the trtllm FP4 ops: their first check upstream; only the per-token NVFP4
+// requantization (per_token_scale, refused here) has a 4over6 recipe.
+void check_fp4_moe_4over6(const Fp4Args& a, const char* op) {
+  api::check_moe_nvfp4_4over6(
+      *a.nvfp4_4over6, a.per_token_scale->has_value() && a.hidden->dtype() == DType::kUInt8, op,
+      "nvfp4_4over6 requires per_token_scale with NVFP4 (uint8) hidden_states; no other path has "
+      "a 4over6 requantization. Pass None to turn 4over6 off, or omit it to read the "
+      "environment.");
+}
 
 std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
                              std::optional<int64_t> num_fused_shared_experts = std::nullopt) {
   const char* op = rc.op;
   const Tensor& hidden = *a.hidden;
   api::check_defined(hidden, op, "hidden_states");
+  check_fp4_moe_4over6(a, op);
   check_cpu(hidden, op);
   api::check_dim(hidden, {2}, op, "hidden_states");
   api::refuse_if(a.per_token_scale->has_value(), op, "per_token_scale",
                  "per-token activation scales are not implemented");
   const int64_t S = api::check_moe_fused_shared(rc, num_fused_shared_experts, hidden);
+  // routing_metadata: maps the caller populated from the same topk_ids (upstream then skips its
+  // routing kernel, same values); the routing is computed here from topk_ids.
+  FLASHINFER_CHECK(a.routing_metadata == nullptr || a.routing_metadata->is_none() ||
+                       (S == 0 && !a.workspace->has_value()),
+                   op, "routing_metadata",
+                   "routing_metadata supports neither gemm1_lora_delta, fused shared experts nor "
+                   "workspace_buffer");
+  // 0.7.4's routed op takes topk_ids [T, top_k + S]; how its precomputed-routing kernel reads
+  // the shared columns is not in its readable source (docs/MOE.md, "Fused shared experts").
+  api::refuse_if(rc.routed != nullptr && S > 0, op, "num_fused_shared_experts",
+                 "fused shared experts with precomputed routing are not implemented");
+  // Upstream 0.7.4's padded dimensions, against the hidden size the hidden states carry.
+  const int64_t Hx = hidden.size(1) * (hidden.dtype() == DType::kUInt8 ? 2 : 1);
+  const api::MoeValidDims vd = api::check_moe_valid_dims(
+      op, a.valid_hidden_size, a.valid_intermediate_size, Hx, a.inter, a.do_finalize);
+  if (a.do_finalize) api::check_moe_output_width(op, *a.output, a.valid_hidden_size, true);
   const int64_t act = check_activation(a.activation_type, op);
   const bool gated = kernels::moe_act_is_gated(static_cast<kernels::MoeAct>(act));
   // Fused shared experts: their rows of every per-expert tensor follow the routed local
@@ -185,8 +222,10 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   api::check_defined(w2, op, "gemm2_weights");
   api::check_dtype_in(w2, {DType::kUInt8}, op, "gemm2_weights");
   api::check_same_device(w2, hidden, op, "gemm2_weights", "hidden_states");
-  FLASHINFER_CHECK(I % 2 == 0 && w2.shape() == Shape({El, H, I / 2}), op, "gemm2_weights",
-                   "expected [", El, ", ", H, ", ", I / 2, "] (packed fp4), got ",
+  // GEMM2's rows: roundUp(valid_hidden_size, 128) with a valid hidden size, else H.
+  const int64_t N2 = vd.hidden_given ? vd.hidden_out : H;
+  FLASHINFER_CHECK(I % 2 == 0 && w2.shape() == Shape({El, N2, I / 2}), op, "gemm2_weights",
+                   "expected [", El, ", ", N2, ", ", I / 2, "] (packed fp4), got ",
                    shape_to_string(w2.shape()));
   // NVFP4 or MXFP4 from the scales' last dimension (hidden_size / 16 or / 32), as upstream's
   // docstring gives the shape.
@@ -211,8 +250,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   api::check_defined(w2s, op, "gemm2_weights_scale");
   api::check_dtype_in(w2s, {DType::kFloat8E4M3FN, DType::kUInt8}, op, "gemm2_weights_scale");
   api::check_same_device(w2s, hidden, op, "gemm2_weights_scale", "hidden_states");
-  FLASHINFER_CHECK(w2s.shape() == Shape({El, H, I / vec}), op, "gemm2_weights_scale", "expected [",
-                   El, ", ", H, ", ", I / vec, "] (", nv ? "NVFP4" : "MXFP4", "), got ",
+  FLASHINFER_CHECK(w2s.shape() == Shape({El, N2, I / vec}), op, "gemm2_weights_scale", "expected [",
+                   El, ", ", N2, ", ", I / vec, "] (", nv ? "NVFP4" : "MXFP4", "), got ",
                    shape_to_string(w2s.shape()));
   // Upstream 0.7.4's launcher: SwigluStep takes no alpha / beta and needs NVFP4 activations and
   // weights (its StepFun epilogue; limits in raw accumulator units, kernels/moe_params.h).
@@ -264,10 +303,14 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
     p.hs_scale = static_cast<const uint8_t*>(hs->data_ptr());
     p.hs_scale_stride = H / hv;
   }
-  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False").
-  const Fp4MoeOutput out =
-      make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op, true);
+  // Validation only: the scales must be linear (checked above).
+  api::check_moe_sf_layout(op, *a.sf_layout, hs.has_value());
+  // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False"). With a
+  // valid hidden size the kernel computes N2 columns and `output` is the first vh of them.
+  const Fp4MoeOutput out = make_output(a.do_finalize ? *a.output : std::nullopt, T, N2, vd.out_cols,
+                                       hidden, op, !vd.hidden_given);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
+  api::check_moe_workspace_buffer(*a.workspace, a.do_finalize, std::nullopt, op, &hidden);
   p.base.num_shared = S;
   // Upstream's preparation: GEMM1 rows interleaved (gated) then shuffled, GEMM2 rows shuffled,
   // epilogue_tile_m 128, MajorK; scales and biases follow their rows.
@@ -276,13 +319,25 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   fmt.layout = WeightLayout::MajorK;
   fmt.epilogue_tile_m = 128;
   fmt.gated_interleave = gated;
-  const Tensor w1p = api::moe_plain_weights(w1, El, N1, H / 2, fmt, op, "gemm1_weights");
-  const Tensor s1p = plain_scales(w1s, El, N1, H / vec, gated, op, "gemm1_weights_scale");
-  const Tensor b1p = plain_bias(*a.b1, El, N1, gated, hidden, op, "gemm1_bias");
+  Tensor w1p = api::moe_plain_weights(w1, El, N1, H / 2, fmt, op, "gemm1_weights");
+  Tensor s1p = plain_scales(w1s, El, N1, H / vec, gated, op, "gemm1_weights_scale");
+  Tensor b1p = plain_bias(*a.b1, El, N1, gated, hidden, op, "gemm1_bias");
   fmt.gated_interleave = false;
-  const Tensor w2p = api::moe_plain_weights(w2, El, H, I / 2, fmt, op, "gemm2_weights");
-  const Tensor s2p = plain_scales(w2s, El, H, I / vec, false, op, "gemm2_weights_scale");
-  const Tensor b2p = plain_bias(*a.b2, El, H, false, hidden, op, "gemm2_bias");
+  Tensor w2p = api::moe_plain_weights(w2, El, N2, I / 2, fmt, op, "gemm2_weights");
+  Tensor s2p = plain_scales(w2s, El, N2, I / vec, false, op, "gemm2_weights_scale");
+  Tensor b2p = plain_bias(*a.b2, El, H, false, hidden, op, "gemm2_bias");
+  // The valid sub-problem (docs/MOE.md, "Padded dimensions"): GEMM1 over the first N2 hidden
+  // columns and the kept rows of each half, GEMM2 over the kept intermediate columns.
+  const int64_t Iv = vd.inter;
+  if (N2 < H || Iv < I) {
+    const std::vector<int64_t> rows = api::moe_valid_rows(I, Iv, gated);
+    w1p = api::moe_keep_rows_cols(w1p, rows, N2 / 2);
+    s1p = api::moe_keep_rows_cols(s1p, rows, N2 / vec);
+    if (b1p.defined()) b1p = api::moe_keep_rows_cols(b1p, rows, 0);
+    w2p = api::moe_keep_rows_cols(w2p, {}, Iv / 2);
+    s2p = api::moe_keep_rows_cols(s2p, {}, Iv / vec);
+  }
+  if (b2p.defined() && N2 < H) b2p = b2p.slice(1, 0, N2).contiguous();
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
@@ -290,8 +345,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   m.out_stride = out.full.stride(0);
   m.num_tokens = T;
   m.top_k = rc.top_k + S;
-  m.hidden = H;
-  m.inter = I;
+  m.hidden = N2;
+  m.inter = Iv;
   m.num_local_experts = El;
   m.expert_offset = rc.offset;
   m.act = static_cast<kernels::MoeAct>(act);
@@ -321,8 +376,12 @@ struct MxInt4Args {
   int64_t inter;
   bool do_finalize;
   const std::optional<Tensor>* output;
-  const std::optional<Tensor>* lora_delta = nullptr;  // the routed op's gemm1_lora_delta
+  const std::optional<Tensor>* lora_delta;  // the routed op's gemm1_lora_delta (else None)
+  std::optional<int64_t> valid_hidden_size, valid_intermediate_size;
+  const std::optional<Tensor>* workspace;
 };
+
+const std::optional<Tensor> kNoLoraDelta;
 
 // MajorK [E, mn, k/2] or BlockMajorK [E, k/2/bk, mn, bk] packed int4, shuffled as upstream
 // prepares MxInt4 weights (epilogue_tile_m 128).
@@ -347,10 +406,18 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   api::check_dtype_in(hidden, {DType::kBFloat16}, op, "hidden_states");
   api::check_last_stride_one(hidden, op, "hidden_states");
   const int64_t T = hidden.size(0), H = hidden.size(1), I = a.inter, El = rc.local_num;
+  const api::MoeValidDims vd = api::check_moe_valid_dims(
+      op, a.valid_hidden_size, a.valid_intermediate_size, H, I, a.do_finalize);
+  if (a.do_finalize) api::check_moe_output_width(op, *a.output, a.valid_hidden_size, true);
+  const int64_t N2 = vd.hidden_out, Iv = vd.inter;
   FLASHINFER_CHECK(I >= 1 && I % 32 == 0, op, "intermediate_size",
                    "must be a positive multiple of 32 (the scale block), got ", I);
   FLASHINFER_CHECK(H % 32 == 0, op, "hidden_states", "hidden size must be a multiple of 32, got ",
                    H);
+  // The returned activation of a LoRA delta is intermediate_size wide: not with a smaller one.
+  api::refuse_if(a.lora_delta->has_value() && Iv < I, op, "valid_intermediate_size",
+                 "a valid intermediate size below intermediate_size with gemm1_lora_delta is not "
+                 "implemented");
   const Tensor &w1 = *a.w1, &w2 = *a.w2, &w1s = *a.w1s, &w2s = *a.w2s;
   for (const auto& [t, name] : {std::pair{&w1, "gemm1_weights"},
                                 {&w2, "gemm2_weights"},
@@ -368,12 +435,22 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   // Upstream writes `output` only when it finalizes (docs/MOE.md, "do_finalize=False"); its
   // MxInt4 launcher writes the full hidden width (no narrower output, unlike FP4's).
   const Fp4MoeOutput out =
-      make_output(a.do_finalize ? *a.output : std::nullopt, T, H, hidden, op, false);
+      make_output(a.do_finalize ? *a.output : std::nullopt, T, N2, vd.out_cols, hidden, op, false);
   api::fill_moe_routing(rc, hidden, /*groups_when_routed=*/false, p.base);
-  const Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
-  const Tensor w2p = mxint4_plain_weights(w2, El, H, I, false, op, "gemm2_weights");
-  const Tensor s1p = plain_scales(w1s, El, 2 * I, H / 32, true, op, "gemm1_weights_scale");
-  const Tensor s2p = plain_scales(w2s, El, H, I / 32, false, op, "gemm2_weights_scale");
+  api::check_moe_workspace_buffer(*a.workspace, a.do_finalize, *a.lora_delta, op, &hidden);
+  // GEMM2's rows: roundUp(valid_hidden_size, 128) with a valid hidden size (docs/MOE.md,
+  // "Padded dimensions"), and the valid sub-problem cut from the plain weights.
+  Tensor w1p = mxint4_plain_weights(w1, El, 2 * I, H, true, op, "gemm1_weights");
+  Tensor w2p = mxint4_plain_weights(w2, El, N2, I, false, op, "gemm2_weights");
+  Tensor s1p = plain_scales(w1s, El, 2 * I, H / 32, true, op, "gemm1_weights_scale");
+  Tensor s2p = plain_scales(w2s, El, N2, I / 32, false, op, "gemm2_weights_scale");
+  if (N2 < H || Iv < I) {
+    const std::vector<int64_t> rows = api::moe_valid_rows(I, Iv, true);
+    w1p = api::moe_keep_rows_cols(w1p, rows, N2 / 2);
+    s1p = api::moe_keep_rows_cols(s1p, rows, N2 / 32);
+    w2p = api::moe_keep_rows_cols(w2p, {}, Iv / 2);
+    s2p = api::moe_keep_rows_cols(s2p, {}, Iv / 32);
+  }
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
@@ -381,8 +458,8 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   m.out_stride = out.full.stride(0);
   m.num_tokens = T;
   m.top_k = rc.top_k;
-  m.hidden = H;
-  m.inter = I;
+  m.hidden = N2;
+  m.inter = Iv;
   m.num_local_experts = El;
   m.expert_offset = rc.offset;
   m.act = kernels::MoeAct::kSwiglu;
@@ -395,7 +472,7 @@ std::vector<Tensor> mxint4_impl(const RoutingArgs& rc, const MxInt4Args& a) {
   p.w2_scale = s2p.data_ptr();
   std::vector<Tensor> res{out.returned};
   if (!a.do_finalize) res = api::bind_unfinalized(p.base, rc.routed, hidden, op);
-  if (a.lora_delta && *a.lora_delta) {
+  if (*a.lora_delta) {
     // gemm1_lora_delta (vLLM's LoRA MoE): added to GEMM1's output before the Swiglu; the list
     // grows by the map (finalized) and the bf16 activation, permuted.
     api::bind_lora_delta(m, **a.lora_delta, hidden, true, a.do_finalize, DType::kBFloat16, op, res);
@@ -421,7 +498,10 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
     std::optional<double> routed_scaling_factor, int64_t routing_method_type, bool do_finalize,
     std::optional<bool> enable_pdl, int64_t activation_type, std::optional<Tensor> per_token_scale,
     std::optional<Tensor> output, int64_t tune_max_num_tokens, bool norm_topk_prob,
-    std::optional<Tensor> routing_replay_out, std::optional<int64_t> num_fused_shared_experts) {
+    std::optional<Tensor> routing_replay_out, std::optional<int64_t> num_fused_shared_experts,
+    std::optional<int64_t> valid_hidden_size, std::optional<int64_t> valid_intermediate_size,
+    const Value& hidden_states_scale_layout, std::optional<Tensor> workspace_buffer,
+    const Value& nvfp4_4over6) {
   return call_op<&trtllm_fp4_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp4_block_scale_moe";
@@ -457,7 +537,12 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
                         activation_type,
                         do_finalize,
                         &per_token_scale,
-                        &output};
+                        &output,
+                        valid_hidden_size,
+                        valid_intermediate_size,
+                        &hidden_states_scale_layout,
+                        &workspace_buffer,
+                        &nvfp4_4over6};
         return fp4_impl(rc, a, num_fused_shared_experts);
       },
       routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
@@ -466,7 +551,8 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
       output2_scale_scalar, num_experts, top_k, n_group, topk_group, intermediate_size,
       local_expert_offset, local_num_experts, routed_scaling_factor, routing_method_type,
       do_finalize, enable_pdl, activation_type, per_token_scale, output, tune_max_num_tokens,
-      norm_topk_prob, routing_replay_out, num_fused_shared_experts);
+      norm_topk_prob, routing_replay_out, num_fused_shared_experts, valid_hidden_size,
+      valid_intermediate_size, hidden_states_scale_layout, workspace_buffer, nvfp4_4over6);
 }
 
 std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
@@ -483,7 +569,10 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
     std::optional<double> routed_scaling_factor, int64_t routing_method_type, bool do_finalize,
     std::optional<bool> enable_pdl, int64_t activation_type, std::optional<Tensor> per_token_scale,
     std::optional<Tensor> output, int64_t tune_max_num_tokens,
-    std::optional<Tensor> gemm1_lora_delta) {
+    std::optional<Tensor> gemm1_lora_delta, std::optional<int64_t> valid_hidden_size,
+    std::optional<int64_t> valid_intermediate_size, std::optional<int64_t> num_fused_shared_experts,
+    const Value& hidden_states_scale_layout, std::optional<Tensor> workspace_buffer,
+    const Value& nvfp4_4over6, const Value& routing_metadata) {
   return call_op<&trtllm_fp4_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_fp4_block_scale_routed_moe";
@@ -521,8 +610,14 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
                         activation_type,
                         do_finalize,
                         &per_token_scale,
-                        &output};
-        return fp4_impl(rc, a);
+                        &output,
+                        valid_hidden_size,
+                        valid_intermediate_size,
+                        &hidden_states_scale_layout,
+                        &workspace_buffer,
+                        &nvfp4_4over6,
+                        &routing_metadata};
+        return fp4_impl(rc, a, num_fused_shared_experts);
       },
       topk_ids, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm1_bias, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, gemm2_weights,
@@ -530,7 +625,8 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
       output2_scale_scalar, num_experts, top_k, n_group, topk_group, intermediate_size,
       local_expert_offset, local_num_experts, routed_scaling_factor, routing_method_type,
       do_finalize, enable_pdl, activation_type, per_token_scale, output, tune_max_num_tokens,
-      gemm1_lora_delta);
+      gemm1_lora_delta, valid_hidden_size, valid_intermediate_size, num_fused_shared_experts,
+      hidden_states_scale_layout, workspace_buffer, nvfp4_4over6, routing_metadata);
 }
 
 std::vector<Tensor> trtllm_mxint4_block_scale_moe(
@@ -543,7 +639,9 @@ std::vector<Tensor> trtllm_mxint4_block_scale_moe(
     int64_t local_expert_offset, int64_t local_num_experts,
     std::optional<double> routed_scaling_factor, int64_t routing_method_type, bool do_finalize,
     std::optional<bool> enable_pdl, std::optional<Tensor> output, int64_t tune_max_num_tokens,
-    bool norm_topk_prob, std::optional<Tensor> routing_replay_out) {
+    bool norm_topk_prob, std::optional<Tensor> routing_replay_out,
+    std::optional<int64_t> valid_hidden_size, std::optional<int64_t> valid_intermediate_size,
+    std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_mxint4_block_scale_moe>(
       [&] {
         const RoutingArgs rc{"trtllm_mxint4_block_scale_moe",
@@ -570,14 +668,19 @@ std::vector<Tensor> trtllm_mxint4_block_scale_moe(
                            &gemm1_clamp_limit,
                            intermediate_size,
                            do_finalize,
-                           &output};
+                           &output,
+                           &kNoLoraDelta,
+                           valid_hidden_size,
+                           valid_intermediate_size,
+                           &workspace_buffer};
         return mxint4_impl(rc, a);
       },
       routing_logits, routing_bias, hidden_states, gemm1_weights, gemm1_weights_scale, gemm1_alpha,
       gemm1_beta, gemm1_clamp_limit, gemm2_weights, gemm2_weights_scale, num_experts, top_k,
       n_group, topk_group, intermediate_size, local_expert_offset, local_num_experts,
       routed_scaling_factor, routing_method_type, do_finalize, enable_pdl, output,
-      tune_max_num_tokens, norm_topk_prob, routing_replay_out);
+      tune_max_num_tokens, norm_topk_prob, routing_replay_out, valid_hidden_size,
+      valid_intermediate_size, workspace_buffer);
 }
 
 std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
@@ -589,7 +692,9 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
     int64_t intermediate_size, int64_t local_expert_offset, int64_t local_num_experts,
     std::optional<double> routed_scaling_factor, int64_t routing_method_type, bool do_finalize,
     std::optional<bool> enable_pdl, std::optional<Tensor> gemm1_lora_delta,
-    std::optional<Tensor> output, int64_t tune_max_num_tokens) {
+    std::optional<Tensor> output, int64_t tune_max_num_tokens,
+    std::optional<int64_t> valid_hidden_size, std::optional<int64_t> valid_intermediate_size,
+    std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_mxint4_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_mxint4_block_scale_routed_moe";
@@ -618,13 +723,17 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
                            intermediate_size,
                            do_finalize,
                            &output,
-                           &gemm1_lora_delta};
+                           &gemm1_lora_delta,
+                           valid_hidden_size,
+                           valid_intermediate_size,
+                           &workspace_buffer};
         return mxint4_impl(rc, a);
       },
       topk_ids, hidden_states, gemm1_weights, gemm1_weights_scale, gemm1_alpha, gemm1_beta,
       gemm1_clamp_limit, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
-      routing_method_type, do_finalize, enable_pdl, gemm1_lora_delta, output, tune_max_num_tokens);
+      routing_method_type, do_finalize, enable_pdl, gemm1_lora_delta, output, tune_max_num_tokens,
+      valid_hidden_size, valid_intermediate_size, workspace_buffer);
 }
 
 namespace moe_cute {
@@ -1144,7 +1253,9 @@ void register_moe_fp4_ops(OpRegistry& r) {
       arg("routed_scaling_factor").required(), arg("routing_method_type", int64_t{0}),
       arg("do_finalize", true), "enable_pdl", arg("activation_type", int64_t{3}), "per_token_scale",
       arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}), arg("norm_topk_prob", true),
-      arg("routing_replay_out").mut(), "num_fused_shared_experts");
+      arg("routing_replay_out").mut(), "num_fused_shared_experts", "valid_hidden_size",
+      "valid_intermediate_size", arg("hidden_states_scale_layout", Value()), "workspace_buffer",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"));
   declare<&trtllm_fp4_block_scale_routed_moe>(
       r,
       {.name = "trtllm_fp4_block_scale_routed_moe",
@@ -1161,7 +1272,11 @@ void register_moe_fp4_ops(OpRegistry& r) {
       "intermediate_size", "local_expert_offset", "local_num_experts",
       arg("routed_scaling_factor").required(), arg("routing_method_type", int64_t{0}),
       arg("do_finalize", true), "enable_pdl", arg("activation_type", int64_t{3}), "per_token_scale",
-      arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}), "gemm1_lora_delta");
+      arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}), "gemm1_lora_delta",
+      "valid_hidden_size", "valid_intermediate_size", "num_fused_shared_experts",
+      arg("hidden_states_scale_layout", Value()), "workspace_buffer",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"),
+      arg("routing_metadata", Value()));
   declare<&trtllm_mxint4_block_scale_moe>(
       r,
       {.name = "trtllm_mxint4_block_scale_moe",
@@ -1175,7 +1290,8 @@ void register_moe_fp4_ops(OpRegistry& r) {
       "local_expert_offset", "local_num_experts", arg("routed_scaling_factor").required(),
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
       arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}), arg("norm_topk_prob", true),
-      arg("routing_replay_out").mut());
+      arg("routing_replay_out").mut(), "valid_hidden_size", "valid_intermediate_size",
+      "workspace_buffer");
   declare<&trtllm_mxint4_block_scale_routed_moe>(
       r,
       {.name = "trtllm_mxint4_block_scale_routed_moe",
@@ -1187,7 +1303,8 @@ void register_moe_fp4_ops(OpRegistry& r) {
       "top_k", arg("n_group").required(), arg("topk_group").required(), "intermediate_size",
       "local_expert_offset", "local_num_experts", arg("routed_scaling_factor").required(),
       arg("routing_method_type", int64_t{0}), arg("do_finalize", true), "enable_pdl",
-      "gemm1_lora_delta", arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}));
+      "gemm1_lora_delta", arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}),
+      "valid_hidden_size", "valid_intermediate_size", "workspace_buffer");
   declare<&cute_dsl_fused_moe_nvfp4>(
       r,
       {.name = "cute_dsl_fused_moe_nvfp4",

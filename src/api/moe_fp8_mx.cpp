@@ -4,6 +4,7 @@
 #include "api/moe_fp8_mx.h"
 
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "api/checks.h"
@@ -110,28 +111,64 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   fmt.layout = a.layout;
   fmt.epilogue_tile_m = 128;
   fmt.gated_interleave = gated && a.use_shuffled_weight;
-  const Tensor w1p = moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
-  const Tensor s1p = mx_plain_scales(*a.w1s, El, N1, H / 32, a.use_shuffled_weight,
-                                     fmt.gated_interleave, hidden, op, "gemm1_weights_scale");
+  // Upstream 0.7.4's padded dimensions (docs/MOE.md, "Padded dimensions"): GEMM2 has N2 rows;
+  // the valid sub-problem is cut from the plain weights.
+  const int64_t N2 = a.valid.hidden_out, Iv = a.valid.inter, W = a.valid.out_cols;
+  refuse_if(a.lora_delta->has_value() && Iv < I, op, "valid_intermediate_size",
+            "a valid intermediate size below intermediate_size with gemm1_lora_delta is not "
+            "implemented");
+  const bool interleave = fmt.gated_interleave;
+  Tensor w1p = moe_plain_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
+  Tensor s1p = mx_plain_scales(*a.w1s, El, N1, H / 32, a.use_shuffled_weight, interleave, hidden,
+                               op, "gemm1_weights_scale");
   fmt.gated_interleave = false;
-  const Tensor w2p = moe_plain_weights(w2, El, H, I, fmt, op, "gemm2_weights");
-  const Tensor s2p = mx_plain_scales(*a.w2s, El, H, I / 32, a.use_shuffled_weight, false, hidden,
-                                     op, "gemm2_weights_scale");
-  Tensor out;
+  Tensor w2p = moe_plain_weights(w2, El, N2, I, fmt, op, "gemm2_weights");
+  Tensor s2p = mx_plain_scales(*a.w2s, El, N2, I / 32, a.use_shuffled_weight, false, hidden, op,
+                               "gemm2_weights_scale");
+  // gemm1_bias / gemm2_bias (upstream's launcher's checks and texts).
+  Tensor b1p, b2p;
+  for (const auto& [b, m, name, text, inter] :
+       {std::tuple{a.gemm1_bias, N1, "gemm1_bias",
+                   "gemm1_bias must have shape [local_num_experts, GEMM1_M].", interleave},
+        std::tuple{a.gemm2_bias, H, "gemm2_bias",
+                   "gemm2_bias must have shape [local_num_experts, hidden_size].", false}}) {
+    if (!b->has_value()) continue;
+    const Tensor& t = **b;
+    check_defined(t, op, name);
+    FLASHINFER_CHECK(t.dtype() == DType::kFloat32, op, name, name, " must be float32.");
+    FLASHINFER_CHECK(t.dim() == 2 && t.size(0) == El && t.size(1) == m, op, name, text);
+    check_same_device(t, hidden, op, name, "hidden_states");
+    (m == N1 ? b1p : b2p) = moe_plain_bias(t, El, m, a.use_shuffled_weight, 128, inter);
+  }
+  refuse_if(b2p.defined() && N2 < H, op, "gemm2_bias",
+            "gemm2_bias with roundUp(valid_hidden_size, 128) below the hidden size is not "
+            "implemented");
+  if (N2 < H || Iv < I) {
+    const std::vector<int64_t> rows = moe_valid_rows(I, Iv, gated);
+    w1p = moe_keep_rows_cols(w1p, rows, N2);
+    s1p = moe_keep_rows_cols(s1p, rows, N2 / 32);
+    if (b1p.defined()) b1p = moe_keep_rows_cols(b1p, rows, 0);
+    w2p = moe_keep_rows_cols(w2p, {}, Iv);
+    s2p = moe_keep_rows_cols(s2p, {}, Iv / 32);
+  }
+  Tensor out, full;
   if (*a.output) {
     const Tensor& o = **a.output;
     check_dtype_in(o, {DType::kBFloat16}, op, "output");
-    check_shape_eq(o, {T, H}, op, "output");
+    check_shape_eq(o, {T, W}, op, "output");
     check_same_device(o, hidden, op, "output", "hidden_states");
     check_last_stride_one(o, op, "output");
     check_writable(o, op, "output");
     out = o;
   } else {
-    out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
+    out = Tensor::empty({T, W}, DType::kBFloat16, hidden.device());
   }
+  if (W != N2) full = Tensor::empty({T, N2}, DType::kBFloat16, hidden.device());
+  const Tensor& written = full.defined() ? full : out;
   kernels::TrtllmFp4MoeParams p;
   // The DeepSeek-FP8 form's routing checks (n_group / topk_group also checked when routed).
   fill_moe_routing(rc, hidden, /*groups_when_routed=*/true, p.base);
+  check_moe_workspace_buffer(*a.workspace, a.do_finalize, *a.lora_delta, op, &hidden);
   p.base.num_shared = num_shared;
   p.weights = kernels::Moe4Weights::kMxfp8;
   p.input = kernels::Moe4Input::kMxfp8;
@@ -141,19 +178,21 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
+  m.out = written.data_ptr();
+  m.out_stride = written.stride(0);
   m.dtype = DType::kBFloat16;
   m.out_dtype = DType::kBFloat16;
   m.num_tokens = T;
   m.top_k = rc.top_k + num_shared;
-  m.hidden = H;
-  m.inter = I;
+  m.hidden = N2;
+  m.inter = Iv;
   m.num_local_experts = El;
   m.expert_offset = rc.offset;
   m.act = act;
   m.w1 = w1p.data_ptr();
   m.w2 = w2p.data_ptr();
+  m.b1 = b1p.defined() ? b1p.data_ptr() : nullptr;
+  m.b2 = b2p.defined() ? b2p.data_ptr() : nullptr;
   m.swiglu_alpha = per_expert_floats(*a.alpha, El, hidden, op, "gemm1_alpha");
   m.swiglu_beta = per_expert_floats(*a.beta, El, hidden, op, "gemm1_beta");
   m.swiglu_limit = per_expert_floats(*a.limit, El, hidden, op, "gemm1_clamp_limit");
@@ -161,13 +200,14 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
   p.w2_scale = s2p.data_ptr();
   TrtllmMoeResult res{{out}, a.do_finalize};
   if (!a.do_finalize) res.tensors = bind_unfinalized(p.base, rc.routed, hidden, op);
-  if (a.lora_delta && *a.lora_delta) {
+  if (*a.lora_delta) {
     // gemm1_lora_delta: the activation returned as GEMM2 reads it, MXFP8 e4m3 codes (their
     // ue8m0 scales are not returned, as upstream's).
     bind_lora_delta(p.base.moe, **a.lora_delta, hidden, gated, a.do_finalize, DType::kUInt8, op,
                     res.tensors);
   }
   launch(kMxFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  if (full.defined()) out.copy_(full.slice(1, 0, W));
   return res;
 }
 

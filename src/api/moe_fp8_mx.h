@@ -22,7 +22,11 @@ struct MoeMxFp8Args {
   const std::optional<Tensor>*alpha, *beta, *limit;
   const std::optional<Tensor>* output;
   bool do_finalize;
-  const std::optional<Tensor>* lora_delta = nullptr;  // the routed op's gemm1_lora_delta
+  const std::optional<Tensor>* lora_delta;  // the routed op's gemm1_lora_delta (else None)
+  // Upstream 0.7.4: the padded dimensions (checked by the caller), the op's biases (fp32, rows
+  // stored as the weights') and workspace_buffer.
+  MoeValidDims valid;
+  const std::optional<Tensor>*gemm1_bias, *gemm2_bias, *workspace;
 };
 
 // Checks the arguments (naming the one at fault), undoes upstream's weight preparation on the

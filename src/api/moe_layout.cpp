@@ -95,4 +95,45 @@ Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
   return out;
 }
 
+Tensor moe_plain_bias(const Tensor& b, int64_t E, int64_t m, bool shuffled, int64_t epilogue_tile_m,
+                      bool gated_interleave) {
+  const Tensor c = b.to(Device::cpu()).contiguous();
+  if (!shuffled) return c;
+  const std::vector<int64_t> src = moe_shuffled_row_source(m, epilogue_tile_m, gated_interleave);
+  Tensor out = Tensor::empty({E, m}, DType::kFloat32, Device::cpu());
+  const float* in = c.data<float>();
+  float* o = out.data<float>();
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < m; ++r) o[e * m + src[static_cast<size_t>(r)]] = in[e * m + r];
+  }
+  return out;
+}
+
+std::vector<int64_t> moe_valid_rows(int64_t I, int64_t iv, bool gated) {
+  std::vector<int64_t> rows;
+  for (int64_t j = 0; j < iv; ++j) rows.push_back(j);
+  for (int64_t j = 0; gated && j < iv; ++j) rows.push_back(I + j);
+  return rows;
+}
+
+Tensor moe_keep_rows_cols(const Tensor& t, const std::vector<int64_t>& rows, int64_t cols) {
+  const Tensor src = t.contiguous();
+  const bool vec = src.dim() == 2;
+  const int64_t E = src.size(0), R = src.size(1), C = vec ? 1 : src.size(2);
+  const int64_t kc = vec ? 1 : cols, kr = rows.empty() ? R : static_cast<int64_t>(rows.size());
+  Tensor out = vec ? Tensor::empty({E, kr}, src.dtype(), Device::cpu())
+                   : Tensor::empty({E, kr, kc}, src.dtype(), Device::cpu());
+  const size_t es = src.element_size();
+  const auto* in = static_cast<const uint8_t*>(src.data_ptr());
+  auto* o = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < kr; ++r) {
+      const int64_t sr = rows.empty() ? r : rows[static_cast<size_t>(r)];
+      std::memcpy(o + static_cast<size_t>((e * kr + r) * kc) * es,
+                  in + static_cast<size_t>((e * R + sr) * C) * es, static_cast<size_t>(kc) * es);
+    }
+  }
+  return out;
+}
+
 }  // namespace flashinfer::api

@@ -53,4 +53,18 @@ kernels::MoeWeightIndex moe_stored_weight_index(const Tensor& w, int64_t E, int6
 Tensor moe_plain_weights(const Tensor& w, int64_t E, int64_t mn, int64_t k,
                          const MoeWeightFormat& f, const char* op, const char* arg);
 
+/// A per-expert fp32 bias [E, m] whose rows are stored as the weights' (`shuffled` with
+/// `epilogue_tile_m`, gated rows interleaved first when `gated_interleave`), on the host in plain
+/// row order.
+Tensor moe_plain_bias(const Tensor& b, int64_t E, int64_t m, bool shuffled, int64_t epilogue_tile_m,
+                      bool gated_interleave);
+
+/// The plain GEMM1 rows a valid intermediate size `iv` keeps (docs/MOE.md, "Padded
+/// dimensions"): [0, iv) of the up half and, gated, [I, I + iv) of the gate half.
+std::vector<int64_t> moe_valid_rows(int64_t I, int64_t iv, bool gated);
+
+/// Rows `rows` (all when empty) and the first `cols` columns of a host tensor [E, R, C] (or of
+/// each expert's row vector [E, R], `cols` ignored), as a new contiguous host tensor.
+Tensor moe_keep_rows_cols(const Tensor& t, const std::vector<int64_t>& rows, int64_t cols);
+
 }  // namespace flashinfer::api

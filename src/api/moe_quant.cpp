@@ -104,7 +104,11 @@ struct Fp8Common {
   const std::optional<Tensor>* output;
 };
 
-Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
+// `out_hidden`: the columns the kernel writes (GEMM2's N; 0: the hidden size); `out_cols` the
+// returned width (0: out_hidden). When they differ, `full` receives the kernel's [T, out_hidden]
+// and the returned tensor is its first out_cols columns, copied by the caller after the launch.
+Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p, int64_t out_hidden = 0,
+                   int64_t out_cols = 0, Tensor* full = nullptr) {
   const char* op = c.op;
   const Tensor& hidden = *c.hidden;
   api::check_defined(hidden, op, "hidden_states");
@@ -125,29 +129,35 @@ Tensor fill_common(const Fp8Common& c, kernels::TrtllmFp8MoeParams& p) {
   api::refuse_if(
       c.activation_type == static_cast<int64_t>(ActivationType::Situ), op, "activation_type",
       "Situ runs in trtllm-gen's SiTuGlu cubin epilogue, whose math is not in readable source");
+  const int64_t N = out_hidden > 0 ? out_hidden : H, W = out_cols > 0 ? out_cols : N;
   Tensor out;
   if (*c.output) {
     const Tensor& o = **c.output;
     api::check_dtype_in(o, {DType::kBFloat16}, op, "output");
-    api::check_shape_eq(o, {T, H}, op, "output");
+    api::check_shape_eq(o, {T, W}, op, "output");
     api::check_same_device(o, hidden, op, "output", "hidden_states");
     api::check_last_stride_one(o, op, "output");
     api::check_writable(o, op, "output");
     out = o;
   } else {
-    out = Tensor::empty({T, H}, DType::kBFloat16, hidden.device());
+    out = Tensor::empty({T, W}, DType::kBFloat16, hidden.device());
+  }
+  Tensor written = out;
+  if (W != N) {
+    written = Tensor::empty({T, N}, DType::kBFloat16, hidden.device());
+    *full = written;
   }
   kernels::TrtllmMoeParams& b = p.base;
   kernels::CutlassMoeParams& m = b.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
-  m.out = out.data_ptr();
-  m.out_stride = out.stride(0);
+  m.out = written.data_ptr();
+  m.out_stride = written.stride(0);
   m.dtype = DType::kBFloat16;
   m.out_dtype = DType::kBFloat16;
   m.num_tokens = T;
   m.top_k = c.top_k;
-  m.hidden = H;
+  m.hidden = N;
   m.inter = c.inter;
   m.num_local_experts = c.local_num;
   m.expert_offset = c.offset;
@@ -171,14 +181,34 @@ const float* block_scales(const Tensor& s, int64_t E, int64_t rows, int64_t cols
 // unfinalized call neither checks nor writes it.
 const std::optional<Tensor> kNoOutput;
 
+// trtllm_fp8_block_scale_moe's upstream 0.7.4 additions (the routed op has no biases).
+struct Fp8BlockExtras {
+  std::optional<int64_t> valid_hidden_size, valid_intermediate_size;
+  std::optional<Tensor> gemm1_bias, gemm2_bias, workspace;
+};
+
+// A DeepSeek FP8 bias (fp32 [E_l, m], rows stored as the weights': shuffled with
+// epilogue_tile_m 64 under use_shuffled_weight), as upstream's launcher checks it; on the CPU
+// turned into plain row order (the reference's weights are plain), on CUDA the stored tensor
+// (the kernels index it by the weights' stored row).
+Tensor fp8_bias(const Tensor& b, int64_t E, int64_t m, bool shuffled, const Tensor& like,
+                const char* op, const char* arg, const char* shape_text) {
+  api::check_defined(b, op, arg);
+  FLASHINFER_CHECK(b.dtype() == DType::kFloat32, op, arg, arg, " must be float32.");
+  FLASHINFER_CHECK(b.dim() == 2 && b.size(0) == E && b.size(1) == m, op, arg, shape_text);
+  api::check_same_device(b, like, op, arg, "hidden_states");
+  if (b.device().is_cuda()) return b.contiguous();
+  return api::moe_plain_bias(b, E, m, shuffled, 64, false);
+}
+
 TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, const Tensor& w1,
                                const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale,
                                bool use_shuffled_weight, WeightLayout layout, bool do_finalize,
                                Fp8QuantizationType qtype, const std::optional<Tensor>& alpha,
                                const std::optional<Tensor>& beta,
                                const std::optional<Tensor>& limit,
-                               std::optional<int64_t> num_fused_shared_experts = std::nullopt,
-                               const std::optional<Tensor>& lora_delta = std::nullopt) {
+                               std::optional<int64_t> num_fused_shared_experts,
+                               const std::optional<Tensor>& lora_delta, const Fp8BlockExtras& x) {
   // Upstream 0.7.4's launcher (validateFp8BlockScaleGemm1ActivationParams): SwigluStep takes
   // no alpha / beta and runs only in the fused MxFp8 epilogue.
   api::check_step_gemm1_params(common.activation_type, alpha, beta, common.op);
@@ -187,8 +217,13 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
                    common.op, "activation_type",
                    "SwigluStep requires the fused MxFp8 GEMM1 epilogue.");
   Fp8Common c = common;
-  if (!do_finalize) c.output = &kNoOutput;
   const char* op = c.op;
+  // Upstream 0.7.4's padded dimensions (docs/MOE.md, "Padded dimensions"), checked first.
+  const int64_t Hx = c.hidden->dim() == 2 ? c.hidden->size(1) : 0;
+  const api::MoeValidDims vd = api::check_moe_valid_dims(
+      op, x.valid_hidden_size, x.valid_intermediate_size, Hx, c.inter, do_finalize);
+  if (do_finalize) api::check_moe_output_width(op, *c.output, x.valid_hidden_size, true);
+  if (!do_finalize) c.output = &kNoOutput;
   const int64_t S = api::check_moe_fused_shared(
       {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group, c.offset,
        c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
@@ -206,19 +241,45 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
     return api::trtllm_mxfp8_block_moe(
         {c.op, c.routed, c.logits, c.bias, c.num_experts, c.top_k, c.n_group, c.topk_group,
          c.offset, c.local_num, c.scale, c.method, c.norm_topk_prob, c.replay_out},
-        {c.hidden, &hs_scale, &w1, &w1_scale, &w2, &w2_scale, c.inter, c.activation_type,
-         use_shuffled_weight, layout, &alpha, &beta, &limit, c.output, do_finalize, &lora_delta},
+        {c.hidden,
+         &hs_scale,
+         &w1,
+         &w1_scale,
+         &w2,
+         &w2_scale,
+         c.inter,
+         c.activation_type,
+         use_shuffled_weight,
+         layout,
+         &alpha,
+         &beta,
+         &limit,
+         c.output,
+         do_finalize,
+         &lora_delta,
+         vd,
+         &x.gemm1_bias,
+         &x.gemm2_bias,
+         &x.workspace},
         S);
   }
   api::refuse_if(qtype != Fp8QuantizationType::DeepSeekFp8, op, "fp8_quantization_type",
                  "only Fp8QuantizationType.DeepSeekFp8 (128x128 block scales) and MxFp8 are "
                  "implemented");
+  // DeepSeek FP8's activation kernel reads the whole padded intermediate width, which GEMM1
+  // writes only up to the valid rows: upstream's result is not defined there.
+  api::refuse_if(vd.inter < c.inter, op, "valid_intermediate_size",
+                 "DeepSeekFp8 with roundUp(valid_intermediate_size, 128) below intermediate_size "
+                 "is not implemented (upstream's separate activation kernel reads the padded "
+                 "width GEMM1 leaves unwritten)");
   kernels::TrtllmFp8MoeParams p;
-  Tensor out = fill_common(c, p);
+  Tensor full;
+  Tensor out = fill_common(c, p, vd.hidden_out, vd.out_cols, &full);
   const Tensor& hidden = *c.hidden;
   // Fused shared experts: their weight rows follow the routed local experts' (upstream's
   // launcher: weights dim 0 is local_num_experts + num_fused_shared_experts).
   const int64_t T = hidden.size(0), H = hidden.size(1), I = c.inter, El = c.local_num + S;
+  const int64_t N2 = vd.hidden_out;  // GEMM2's N and GEMM1's contracted hidden columns
   p.base.num_shared = S;
   p.base.moe.top_k = c.top_k + S;
   p.base.moe.num_local_experts = El;
@@ -245,13 +306,39 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
   fmt.shuffled = use_shuffled_weight;
   fmt.layout = layout;
   fmt.epilogue_tile_m = 64;
+  // A valid hidden size N2 < H: GEMM1 contracts the first N2 columns, cut from the stored
+  // weights and scales along K (any row order survives: it is per row).
+  Tensor w1k = w1, w1sk = w1_scale;
+  if (N2 < H) {
+    api::moe_check_weights(w1, El, N1, H, fmt, op, "gemm1_weights");
+    block_scales(w1_scale, El, N1, H, hidden, op, "gemm1_weights_scale");
+    w1k = (w1.dim() == 4 ? w1.slice(1, 0, N2 / w1.size(3)) : w1.slice(2, 0, N2)).contiguous();
+    w1sk = w1_scale.slice(2, 0, N2 / 128).contiguous();
+  }
   Tensor w1p, w2p;
-  set_fp8_weights(p, w1, w2, El, N1, H, I, fmt, fmt, op, w1p, w2p);
+  set_fp8_weights(p, w1k, w2, El, N1, N2, I, fmt, fmt, op, w1p, w2p);
   p.block_scale = true;
   p.hs_scale = hs_scale.data<float>();
   p.hs_scale_stride = hs_scale.stride(0);
-  p.w1_scale = block_scales(w1_scale, El, N1, H, hidden, op, "gemm1_weights_scale");
-  p.w2_scale = block_scales(w2_scale, El, H, I, hidden, op, "gemm2_weights_scale");
+  p.w1_scale = block_scales(w1sk, El, N1, N2, hidden, op, "gemm1_weights_scale");
+  p.w2_scale = block_scales(w2_scale, El, N2, I, hidden, op, "gemm2_weights_scale");
+  // gemm1_bias / gemm2_bias (0.7.4, keyword-only): fp32, rows stored as the weights'.
+  Tensor b1k, b2k;
+  if (x.gemm1_bias) {
+    b1k = fp8_bias(*x.gemm1_bias, El, N1, use_shuffled_weight, hidden, op, "gemm1_bias",
+                   "gemm1_bias must have shape [local_num_experts, GEMM1_M].");
+  }
+  if (x.gemm2_bias) {
+    b2k = fp8_bias(*x.gemm2_bias, El, H, use_shuffled_weight, hidden, op, "gemm2_bias",
+                   "gemm2_bias must have shape [local_num_experts, hidden_size].");
+    // Upstream checks [E, hidden_size] but sizes GEMM2 by N2: which N2 of the H it reads per
+    // expert is not established.
+    api::refuse_if(N2 < H, op, "gemm2_bias",
+                   "gemm2_bias with roundUp(valid_hidden_size, 128) below the hidden size is not "
+                   "implemented");
+  }
+  p.base.moe.b1 = b1k.defined() ? b1k.data_ptr() : nullptr;
+  p.base.moe.b2 = b2k.defined() ? b2k.data_ptr() : nullptr;
   p.base.moe.swiglu_alpha = api::per_expert_floats(alpha, El, hidden, op, "gemm1_alpha");
   p.base.moe.swiglu_beta = api::per_expert_floats(beta, El, hidden, op, "gemm1_beta");
   p.base.moe.swiglu_limit = api::per_expert_floats(limit, El, hidden, op, "gemm1_clamp_limit");
@@ -264,7 +351,9 @@ TrtllmMoeResult fp8_block_impl(const Fp8Common& common, const Tensor& hs_scale, 
     api::bind_lora_delta(p.base.moe, *lora_delta, hidden, gated, do_finalize, DType::kUInt8, op,
                          res.tensors);
   }
+  api::check_moe_workspace_buffer(x.workspace, do_finalize, lora_delta, op, &hidden);
   api::launch(kTrtllmFp8MoeKernels, p, hidden.device(), op, "hidden_states", false);
+  if (full.defined()) out.copy_(full.slice(1, 0, out.size(1)));
   return res;
 }
 
@@ -345,7 +434,10 @@ TrtllmMoeResult trtllm_fp8_block_scale_moe(
     Fp8QuantizationType fp8_quantization_type, std::optional<int64_t> num_fused_shared_experts,
     int64_t activation_type, bool norm_topk_prob, std::optional<Tensor> routing_replay_out,
     std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
-    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output) {
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<Tensor> output,
+    std::optional<int64_t> valid_hidden_size, std::optional<int64_t> valid_intermediate_size,
+    std::optional<Tensor> gemm1_bias, std::optional<Tensor> gemm2_bias,
+    std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_fp8_block_scale_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_moe";
@@ -367,17 +459,20 @@ TrtllmMoeResult trtllm_fp8_block_scale_moe(
                           norm_topk_prob,
                           &routing_replay_out,
                           &output};
-        return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
-                              gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
-                              weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
-                              gemm1_beta, gemm1_clamp_limit, num_fused_shared_experts);
+        return fp8_block_impl(
+            c, hidden_states_scale, gemm1_weights, gemm1_weights_scale, gemm2_weights,
+            gemm2_weights_scale, use_shuffled_weight, weight_layout, do_finalize,
+            fp8_quantization_type, gemm1_alpha, gemm1_beta, gemm1_clamp_limit,
+            num_fused_shared_experts, std::nullopt,
+            {valid_hidden_size, valid_intermediate_size, gemm1_bias, gemm2_bias, workspace_buffer});
       },
       routing_logits, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
       routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
       tune_max_num_tokens, fp8_quantization_type, num_fused_shared_experts, activation_type,
-      norm_topk_prob, routing_replay_out, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output);
+      norm_topk_prob, routing_replay_out, gemm1_alpha, gemm1_beta, gemm1_clamp_limit, output,
+      valid_hidden_size, valid_intermediate_size, gemm1_bias, gemm2_bias, workspace_buffer);
 }
 
 TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
@@ -393,7 +488,8 @@ TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
     std::optional<Tensor> output, int64_t tune_max_num_tokens,
     Fp8QuantizationType fp8_quantization_type, int64_t activation_type,
     std::optional<Tensor> gemm1_alpha, std::optional<Tensor> gemm1_beta,
-    std::optional<Tensor> gemm1_clamp_limit) {
+    std::optional<Tensor> gemm1_clamp_limit, std::optional<int64_t> valid_hidden_size,
+    std::optional<int64_t> valid_intermediate_size, std::optional<Tensor> workspace_buffer) {
   return call_op<&trtllm_fp8_block_scale_routed_moe>(
       [&] {
         const char* op = "trtllm_fp8_block_scale_routed_moe";
@@ -419,14 +515,17 @@ TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
         return fp8_block_impl(c, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
                               gemm2_weights, gemm2_weights_scale, use_shuffled_weight,
                               weight_layout, do_finalize, fp8_quantization_type, gemm1_alpha,
-                              gemm1_beta, gemm1_clamp_limit, std::nullopt, gemm1_lora_delta);
+                              gemm1_beta, gemm1_clamp_limit, std::nullopt, gemm1_lora_delta,
+                              {valid_hidden_size, valid_intermediate_size, std::nullopt,
+                               std::nullopt, workspace_buffer});
       },
       topk_ids, routing_bias, hidden_states, hidden_states_scale, gemm1_weights,
       gemm1_weights_scale, gemm2_weights, gemm2_weights_scale, num_experts, top_k, n_group,
       topk_group, intermediate_size, local_expert_offset, local_num_experts, routed_scaling_factor,
       routing_method_type, use_shuffled_weight, weight_layout, do_finalize, enable_pdl,
       gemm1_lora_delta, output, tune_max_num_tokens, fp8_quantization_type, activation_type,
-      gemm1_alpha, gemm1_beta, gemm1_clamp_limit);
+      gemm1_alpha, gemm1_beta, gemm1_clamp_limit, valid_hidden_size, valid_intermediate_size,
+      workspace_buffer);
 }
 
 TrtllmMoeResult trtllm_fp8_per_tensor_scale_moe(
@@ -655,7 +754,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("fp8_quantization_type", Fp8QuantizationType::DeepSeekFp8), "num_fused_shared_experts",
       arg("activation_type", int64_t{3}), arg("norm_topk_prob", true),
       arg("routing_replay_out").mut(), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
-      arg("output").mut());
+      arg("output").mut(), "valid_hidden_size", "valid_intermediate_size", arg("gemm1_bias").kw(),
+      arg("gemm2_bias").kw(), arg("workspace_buffer").kw());
   declare<&trtllm_fp8_block_scale_routed_moe>(
       r,
       {.name = "trtllm_fp8_block_scale_routed_moe",
@@ -671,7 +771,8 @@ void register_moe_quant_ops(OpRegistry& r) {
       arg("weight_layout", WeightLayout::MajorK), arg("do_finalize", true), "enable_pdl",
       "gemm1_lora_delta", arg("output").mut(), arg("tune_max_num_tokens", int64_t{8192}),
       arg("fp8_quantization_type", Fp8QuantizationType::DeepSeekFp8),
-      arg("activation_type", int64_t{3}), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit");
+      arg("activation_type", int64_t{3}), "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit",
+      "valid_hidden_size", "valid_intermediate_size", "workspace_buffer");
   declare<&trtllm_fp8_per_tensor_scale_moe>(
       r,
       {.name = "trtllm_fp8_per_tensor_scale_moe",

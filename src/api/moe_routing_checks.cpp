@@ -1,6 +1,9 @@
 #include "api/moe_routing_checks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "api/checks.h"
 #include "flashinfer/error.h"
@@ -13,18 +16,108 @@ void refuse_if(bool flag, const char* op, const char* arg, const char* why) {
 }
 
 // Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
-// intermediates from (garbage after the call; nothing here needs it), with upstream's checks.
+// intermediates from (garbage after the call; nothing here needs it), with its launcher's checks
+// (bind_workspace_buffer) in their order.
 void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
-                                const std::optional<Tensor>& gemm1_lora_delta, const char* op) {
+                                const std::optional<Tensor>& gemm1_lora_delta, const char* op,
+                                const Tensor* hidden) {
   if (!ws) return;
   FLASHINFER_CHECK(do_finalize && !gemm1_lora_delta, op, "workspace_buffer",
-                   "requires do_finalize=True and is incompatible with gemm1_lora_delta, because "
-                   "returned intermediates cannot live in a shared workspace");
+                   "workspace_buffer requires do_finalize=True and is incompatible with "
+                   "gemm1_lora_delta, because returned intermediates cannot live in a shared "
+                   "workspace.");
   api::check_defined(*ws, op, "workspace_buffer");
-  FLASHINFER_CHECK((ws->dtype() == DType::kUInt8 || ws->dtype() == DType::kInt8) &&
-                       ws->dim() == 1 && ws->is_contiguous(),
-                   op, "workspace_buffer", "must be a contiguous 1-D uint8 or int8 tensor, got ",
-                   dtype_torch_name(ws->dtype()), " of rank ", ws->dim());
+  FLASHINFER_CHECK(ws->dtype() == DType::kUInt8 || ws->dtype() == DType::kInt8, op,
+                   "workspace_buffer", "workspace_buffer dtype must be uint8 or int8, got ",
+                   dtype_torch_name(ws->dtype()));
+  FLASHINFER_CHECK(ws->dim() == 1, op, "workspace_buffer",
+                   "workspace_buffer must be 1-D, got ndim=", ws->dim());
+  FLASHINFER_CHECK(ws->is_contiguous(), op, "workspace_buffer",
+                   "workspace_buffer must be contiguous.");
+  if (hidden == nullptr) return;
+  FLASHINFER_CHECK(ws->device() == hidden->device(), op, "workspace_buffer",
+                   "workspace_buffer must be on the same CUDA device as hidden_states.");
+  // A device buffer's rule (torch's CUDA allocator meets it); a host copy (a replay on the CPU)
+  // is not held to it.
+  FLASHINFER_CHECK(
+      !ws->device().is_cuda() || reinterpret_cast<std::uintptr_t>(ws->data_ptr()) % 256 == 0, op,
+      "workspace_buffer",
+      "workspace_buffer must be 256-byte aligned (torch.empty on CUDA satisfies "
+      "this).");
+}
+
+MoeValidDims check_moe_valid_dims(const char* op, std::optional<int64_t> valid_hidden_size,
+                                  std::optional<int64_t> valid_intermediate_size, int64_t H,
+                                  int64_t I, bool do_finalize) {
+  MoeValidDims d{H, I, H, valid_hidden_size.has_value()};
+  if (valid_hidden_size) {
+    const int64_t vh = *valid_hidden_size;
+    FLASHINFER_CHECK(vh > 0, op, "valid_hidden_size", "valid_hidden_size must be positive, got ",
+                     vh);
+    const int64_t n = (vh + 127) / 128 * 128;
+    FLASHINFER_CHECK(n <= H, op, "valid_hidden_size",
+                     "roundUp(valid_hidden_size, 128) must be <= padded hidden_size, got ", n,
+                     " > ", H);
+    FLASHINFER_CHECK(do_finalize || n == H, op, "valid_hidden_size",
+                     "valid_hidden_size is not supported with do_finalize=False unless "
+                     "roundUp(valid_hidden_size, 128) == hidden_size: the unfinalized expert "
+                     "output keeps the padded hidden size, so the valid (unpadded) hidden "
+                     "dimension cannot be applied. Got roundUp(",
+                     vh, ", 128)=", n, " vs hidden_size=", H,
+                     ". Pass do_finalize=True or drop valid_hidden_size.");
+    // Upstream's finalize stores 16-byte vectors of the bf16 output row.
+    FLASHINFER_CHECK(!do_finalize || vh % 8 == 0, op, "valid_hidden_size", "MoE output row width ",
+                     vh,
+                     " is not 16B-aligned for a 16-bit output dtype; it must be a multiple of 8.");
+    d.hidden_out = n;
+    d.out_cols = vh;
+  }
+  if (valid_intermediate_size) {
+    const int64_t vi = *valid_intermediate_size;
+    FLASHINFER_CHECK(vi > 0, op, "valid_intermediate_size",
+                     "valid_intermediate_size must be positive, got ", vi);
+    FLASHINFER_CHECK(vi <= 0x7FFFFFFF, op, "valid_intermediate_size",
+                     "valid_intermediate_size is too large for int32: ", vi);
+    FLASHINFER_CHECK(vi <= I, op, "valid_intermediate_size", "valid_intermediate_size=", vi,
+                     " must be <= padded dimension ", I);
+    d.inter = std::min((vi + 127) / 128 * 128, I);
+  }
+  return d;
+}
+
+void check_moe_output_width(const char* op, const std::optional<Tensor>& output,
+                            std::optional<int64_t> valid_hidden_size, bool do_finalize) {
+  if (!valid_hidden_size || !output || !do_finalize) return;
+  FLASHINFER_CHECK(output->dim() < 2 || output->size(1) == *valid_hidden_size, op, "output",
+                   "output.shape[1] must equal valid_hidden_size=", *valid_hidden_size,
+                   " when valid_hidden_size is provided, got ", output->size(1));
+}
+
+void check_moe_sf_layout(const char* op, const Value& layout, bool has_scale) {
+  // Validation only, as upstream's resolve_moe_act_sf_layout: None means linear (upstream warns).
+  if (!has_scale || layout.is_none()) return;
+  int64_t code = -1;
+  std::string shown;
+  if (layout.kind() == Value::Kind::kEnum) {
+    const EnumValue& e = layout.as_enum();
+    code = e.name == "layout_linear" ? 2 : -1;
+    shown = "<" + e.type + "." + e.name + ": " + e.value + ">";
+  } else if (layout.kind() == Value::Kind::kInt) {
+    code = layout.as_int();
+    const char* names[] = {"layout_128x4", "layout_8x4", "layout_linear"};
+    shown = code >= 0 && code <= 2
+                ? "<SfLayout." + std::string(names[code]) + ": " + std::to_string(code) + ">"
+                : std::to_string(code);
+  } else {
+    shown = layout.repr();
+  }
+  FLASHINFER_CHECK_CODE(code == 2, ErrorCode::kUnsupported, op, "hidden_states_scale_layout",
+                        "hidden_states_scale_layout=", shown,
+                        " is not supported by the trtllm-gen MoE path: the routed batched GEMM "
+                        "requires the activation scale factors in <SfLayout.layout_linear: 2> "
+                        "(\"Tokens need use SF linear layout when being routed\"). Quantize the "
+                        "activations with is_sf_swizzled_layout=False (equivalently "
+                        "sf_swizzle_layout=SfLayout.layout_linear).");
 }
 
 void check_step_gemm1_params(int64_t activation_type, const std::optional<Tensor>& alpha,

@@ -9,6 +9,7 @@
 
 #include "flashinfer/ops/moe.h"
 #include "flashinfer/tensor.h"
+#include "flashinfer/value.h"
 #include "kernels/moe_params.h"
 
 namespace flashinfer::api {
@@ -36,9 +37,32 @@ const float* per_expert_floats(const std::optional<Tensor>& t, int64_t experts, 
                                const char* op, const char* arg);
 
 /// Upstream 0.7.4's workspace_buffer of the trtllm MoE ops: scratch its kernels carve their
-/// intermediates from (nothing here needs it), checked as upstream checks it.
+/// intermediates from (nothing here needs it), checked as upstream's launcher checks it (the
+/// device and the 256-byte alignment against `hidden` when given).
 void check_moe_workspace_buffer(const std::optional<Tensor>& ws, bool do_finalize,
-                                const std::optional<Tensor>& gemm1_lora_delta, const char* op);
+                                const std::optional<Tensor>& gemm1_lora_delta, const char* op,
+                                const Tensor* hidden = nullptr);
+
+/// Upstream 0.7.4's padded dimensions of the trtllm MoE ops (docs/MOE.md, "Padded dimensions"):
+/// hidden_out = roundUp(valid_hidden_size, 128) (GEMM2's N, and the hidden columns GEMM1
+/// contracts) or H; inter = min(roundUp(valid_intermediate_size, 128), I), the FC1 rows of each
+/// half and GEMM2's K; out_cols = valid_hidden_size or H, the returned width.
+struct MoeValidDims {
+  int64_t hidden_out, inter, out_cols;
+  bool hidden_given;
+};
+/// Upstream's checks and texts (its Python layer, then its launcher's checked_valid_dim and the
+/// finalize's 16-byte row rule).
+MoeValidDims check_moe_valid_dims(const char* op, std::optional<int64_t> valid_hidden_size,
+                                  std::optional<int64_t> valid_intermediate_size, int64_t H,
+                                  int64_t I, bool do_finalize);
+/// A finalized `output` must be exactly valid_hidden_size wide when it is given.
+void check_moe_output_width(const char* op, const std::optional<Tensor>& output,
+                            std::optional<int64_t> valid_hidden_size, bool do_finalize);
+/// hidden_states_scale_layout (the FP4 ops): validation only; anything but
+/// SfLayout.layout_linear (or None) is refused with upstream's NotImplementedError text
+/// (kUnsupported) when there is a scale tensor.
+void check_moe_sf_layout(const char* op, const Value& layout, bool has_scale);
 
 /// SwigluStep's gemm1 parameters as upstream 0.7.4's launchers check them
 /// (validateStepGemm1ActivationParams): gemm1_alpha / gemm1_beta refused with SwigluStep.

@@ -48,4 +48,22 @@ inline void refuse_nvfp4_4over6(const Value& v, DType in_dtype, const char* op) 
   refuse_nvfp4_4over6(nvfp4_4over6_on(v, in_dtype, op), v, in_dtype, op);
 }
 
+/// The MoE ops' nvfp4_4over6 (the trtllm FP4 ops, cutlass_fused_moe; upstream 0.7.4 checks it
+/// first): an explicit config that is on, on a call with no NVFP4 requantization
+/// (`nvfp4_path` false), is upstream's ValueError with the op's text `why`; on an NVFP4 path,
+/// explicit or from FLASHINFER_NVFP4_4OVER6=1 (which upstream's kernels read at launch), it is
+/// refused as not implemented.
+inline void check_moe_nvfp4_4over6(const Value& v, bool nvfp4_path, const char* op,
+                                   const char* why) {
+  const bool is_explicit = !is_nvfp4_4over6_unset(v);
+  if (is_explicit) {
+    if (v.is_none()) return;
+    FLASHINFER_CHECK(nvfp4_path, op, "nvfp4_4over6", why);
+  } else {
+    const char* env = std::getenv("FLASHINFER_NVFP4_4OVER6");
+    if (!nvfp4_path || env == nullptr || std::string_view(env) != "1") return;
+  }
+  refuse_nvfp4_4over6(true, v, DType::kBFloat16, op);
+}
+
 }  // namespace flashinfer::api

@@ -23,6 +23,8 @@ enum class MoeAct : int {
   kGegluTanh = 8,
   kIdentity = 9,
   kSitu = 10,
+  // 11 is upstream's InvalidType.
+  kClampedRelu2 = 12,  // (L * tanh(relu(x) * (1 / L)))^2, L = clamped_relu2_limit[0]
 };
 
 // constexpr: also called from device code (--expt-relaxed-constexpr).
@@ -78,6 +80,8 @@ struct CutlassMoeParams {
   const float* situ_linear_beta = nullptr;
   // Situ: false leaves up unclamped (CuTe-DSL w4a4 SiTU without situ_linear_beta).
   bool situ_clamp_up = true;
+  // ClampedRelu2: fp32 [1], the model-wide L (on the launch's device).
+  const float* clamped_relu2_limit = nullptr;
   void* out = nullptr;  // [num_tokens, hidden] of out_dtype, row stride out_stride
   int64_t out_stride = 0;
   DType dtype = DType::kBFloat16;

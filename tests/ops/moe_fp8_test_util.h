@@ -22,12 +22,13 @@ inline double silu(double v) { return v / (1.0 + std::exp(-v)); }
 /// with 128x128 block scales s1, s2; Swiglu. Every (token, slot) pair of `routing` (ids with
 /// fp32/bf16 weights, [T, slots]) whose expert lies in [offset, offset + local) runs weight row
 /// (expert - offset): silu(gate) * up quantized to e4m3 per 128 columns, bf16 GEMM2 output,
-/// weighted by the bf16-rounded routing weight and summed in fp64.
-inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor& xs,
-                                                   const Tensor& w1, const Tensor& s1,
-                                                   const Tensor& w2, const Tensor& s2,
-                                                   const MoeTopkIds& routing, int64_t offset,
-                                                   int64_t local) {
+/// weighted by the bf16-rounded routing weight and summed in fp64. b1 [E_w, 2I] / b2 [E_w, H]
+/// (plain rows; empty: none): upstream 0.7.4's gemm1_bias added to GEMM1's dequantized output
+/// before the activation, gemm2_bias to GEMM2's before its bf16 rounding.
+inline std::vector<double> fp8_block_moe_reference(
+    const Tensor& x, const Tensor& xs, const Tensor& w1, const Tensor& s1, const Tensor& w2,
+    const Tensor& s2, const MoeTopkIds& routing, int64_t offset, int64_t local,
+    const std::vector<double>& b1 = {}, const std::vector<double>& b2 = {}) {
   const int64_t T = x.size(0), H = x.size(1), I = w2.size(2), K = routing.ids.size(1);
   const auto xv = x.to_double_vector(), xsv = xs.to_double_vector(), w1v = w1.to_double_vector(),
              s1v = s1.to_double_vector(), w2v = w2.to_double_vector(), s2v = s2.to_double_vector(),
@@ -49,6 +50,10 @@ inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor
           };
           up += xd * w1d(i);
           gate += xd * w1d(I + i);
+        }
+        if (!b1.empty()) {
+          up += b1[static_cast<size_t>(e * 2 * I + i)];
+          gate += b1[static_cast<size_t>(e * 2 * I + I + i)];
         }
         h[static_cast<size_t>(i)] = silu(gate) * up;
       }
@@ -72,6 +77,7 @@ inline std::vector<double> fp8_block_moe_reference(const Tensor& x, const Tensor
           y += h[static_cast<size_t>(i)] * w2v[static_cast<size_t>((e * H + d) * I + i)] *
                s2v[static_cast<size_t>((e * (H / 128) + d / 128) * (I / 128) + i / 128)];
         }
+        if (!b2.empty()) y += b2[static_cast<size_t>(e * H + d)];
         out[static_cast<size_t>(t * H + d)] += bf16(wv[static_cast<size_t>(t * K + k)]) * bf16(y);
       }
     }

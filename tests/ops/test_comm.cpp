@@ -573,8 +573,9 @@ TEST(AllreduceFusion, DeclaredAsUpstream) {
   const OpDecl* d = OpRegistry::global().find("allreduce_fusion");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->module, "flashinfer.comm.allreduce");
-  EXPECT_EQ(d->params.size(), 26u);
-  EXPECT_EQ(d->params.back().name, "weight_bias");
+  EXPECT_EQ(d->params.size(), 27u);
+  EXPECT_EQ(d->params.back().name, "moe_finalize_backend");  // 0.7.4's, keyword-only
+  EXPECT_TRUE(d->params.back().keyword_only);
   const OpDecl* c = OpRegistry::global().find("create_allreduce_fusion_workspace");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->params.size(), 10u);
@@ -888,6 +889,17 @@ TEST(AllreduceMoe, RefusesWhatUpstreamRefusesInItsOrder) {
                            false, std::nullopt, none, none, none, ok_idx);
         },
         "Unsupported dtype in DISPATCH_FLOATING_TYPES_FOR_ALLREDUCE.");
+    // moe_finalize_backend (0.7.4, keyword-only): "trtllm" or "cake" for pattern 7 (any other
+    // pattern ignores it); "cake", upstream's SM100 kernels with their own summation order, is
+    // refused here.
+    auto finalize_with = [&](const char* backend) {
+      allreduce_fusion(x, ws, 7, false, true, none, none, none, none, none, x, g, 1e-6,
+                       std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, none, none,
+                       none, ok_idx, none, none, std::nullopt, 0.0, backend);
+    };
+    expect_error([&] { finalize_with("bogus"); },
+                 "backend must be 'trtllm' or 'cake', got 'bogus'");
+    expect_error([&] { finalize_with("cake"); }, "the 'cake' MoE finalize kernels");
   });
   // Three ranks: upstream's kernels have 2, 4, 8 and 16.
   with_group(3, 4, H, kBf, [&](int64_t, auto ws) {

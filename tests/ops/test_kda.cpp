@@ -603,6 +603,44 @@ TEST(KdaFusedBadInput, ErrorsNameOpAndArgument) {
       op, "state");
 }
 
+// Upstream 0.7.4's keywords: backend "cute-dsl" (default) or "auto" run this kernel; "cake" needs a
+// state_indices_mode and has no route off SM100a / SM103a (refused, kUnsupported); the mode is a
+// promise about state_indices that changes nothing; unknown values are refused with upstream's
+// texts.
+TEST(KdaFusedBadInput, BackendAndStateIndicesModeAsUpstream) {
+  Fused f = make_fused(2, {1, 2}, kF32, 112), g = make_fused(2, {1, 2}, kF32, 112);
+  auto call = [](Fused& c, std::string_view backend, std::optional<std::string> mode) {
+    return fused_kda_decode(c.x, c.weight, c.conv_state, c.raw_gate, c.raw_beta, c.A_log, c.dt_bias,
+                            c.idx, c.state, c.out_gate, c.norm_w, -5.0, 1e-5, std::nullopt, backend,
+                            mode);
+  };
+  const Tensor o1 = call(f, "cute-dsl", std::nullopt);
+  const Tensor o2 = call(g, "auto", std::string("repeated_positive"));
+  EXPECT_EQ(o1.to_double_vector(), o2.to_double_vector());
+  EXPECT_EQ(f.state.to_double_vector(), g.state.to_double_vector());
+  const char* op = "fused_kda_decode";
+  auto expect_text = [&](std::string_view backend, std::optional<std::string> mode, const char* arg,
+                         const char* text) {
+    try {
+      (void)call(f, backend, mode);
+      ADD_FAILURE() << "expected an error naming " << arg;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op);
+      EXPECT_EQ(e.arg(), arg) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  expect_text("triton", std::nullopt, "backend",
+              "backend must be 'cute-dsl', 'cake', or 'auto', got 'triton'");
+  expect_text("cute-dsl", std::string("unique"), "state_indices_mode",
+              "state_indices_mode must be 'positive_unique', 'unique_or_null', or "
+              "'repeated_positive', got 'unique'");
+  expect_text("cake", std::nullopt, "state_indices_mode",
+              "backend='cake' requires the host-known state_indices_mode assertion");
+  EXPECT_FI_ERROR_CODE((void)call(f, "cake", std::string("positive_unique")), op, "backend",
+                       ErrorCode::kUnsupported);
+}
+
 void run_fused_calls() {
   Fused f = make_fused(2, {1, -1}, kBf, 120);
   (void)fused_kda_decode(f.x, f.weight, f.conv_state, f.raw_gate, f.raw_beta, f.A_log, f.dt_bias,

@@ -1044,6 +1044,7 @@ struct TrtllmMlaArgs {
   bool return_lse = false, dcp = false;
   int64_t cp_world = 1, cp_rank = 0;
   std::string backend = "auto";
+  std::optional<std::string> lse_base;  // upstream 0.7.4's return_lse_base
 };
 AttentionOutput trtllm_mla(const Tensor& q, const Tensor& kv, const Tensor& bt, const Tensor& lens,
                            int64_t max_len, const TrtllmMlaArgs& a) {
@@ -1051,7 +1052,7 @@ AttentionOutput trtllm_mla(const Tensor& q, const Tensor& kv, const Tensor& bt, 
       q, kv, workspace(), 128, q.size(-1) - a.dk, a.dk, bt, lens, max_len, a.top_k, a.out, a.bmm1,
       a.bmm2, std::nullopt, std::nullopt, std::nullopt, a.backend, true, true, a.lse, a.return_lse,
       "auto", "auto", a.cu_q, a.max_q_len, std::nullopt, a.top_k_lens, a.dcp, a.cp_world, a.cp_rank,
-      a.global, std::nullopt);
+      a.global, std::nullopt, a.lse_base);
 }
 
 // The LSE is log2 sum_j exp(bmm1_scale * q.k_j) (trtllm-gen's: bmm2_scale not in it), the
@@ -1103,8 +1104,31 @@ TEST(TrtllmMlaDecode, LseIsBase2OfTheScaledScoresAndNaturalOnCuteDsl) {
   TrtllmMlaArgs e = a;
   e.backend = "cute-dsl";
   AttentionOutput re = trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, e);
-  for (double& v : want_lse) v *= std::log(2.0);
-  EXPECT_TRUE(testing::all_close(re.lse, want_lse, {2e-4, 2e-4}));
+  std::vector<double> want_ln = want_lse;
+  for (double& v : want_ln) v *= std::log(2.0);
+  EXPECT_TRUE(testing::all_close(re.lse, want_ln, {2e-4, 2e-4}));
+  // return_lse_base (upstream 0.7.4) picks the base whatever the backend's default: "basee"
+  // the natural log on trtllm-gen's path, "base2" base 2 on cute-dsl; any other value refused.
+  TrtllmMlaArgs be = a;
+  be.lse_base = "basee";
+  EXPECT_TRUE(testing::all_close(trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, be).lse,
+                                 want_ln, {2e-4, 2e-4}));
+  TrtllmMlaArgs b2 = e;
+  b2.lse_base = "base2";
+  EXPECT_TRUE(testing::all_close(trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, b2).lse,
+                                 want_lse, {2e-4, 2e-4}));
+  TrtllmMlaArgs bad = a;
+  bad.lse_base = "base10";
+  try {
+    (void)trtllm_mla(q, l.kv, l.block_tables, l.kv_lens, 16, bad);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.arg(), "return_lse_base");
+    EXPECT_NE(std::string(err.what())
+                  .find("return_lse_base must be 'basee', 'base2', or None; got 'base10'"),
+              std::string::npos)
+        << err.what();
+  }
 }
 
 // Queries of variable counts (cum_seq_lens_q, [total_q, H, D]): each request's rows are those of

@@ -239,6 +239,123 @@ TEST(MoeActivations, TrtllmRefusesBoth) {
   }
 }
 
+// ClampedRelu2 (upstream 0.7.4, ActivationType 12, cutlass_fused_moe only; non-gated):
+// h = (L tanh(relu(a) / L))^2 with L = clamped_relu2_limit[0], fused into GEMM1's epilogue (no
+// rounding of GEMM1's output first). Hand-checked: x = (1, 2), w1 = (1, 1) gives a = 3; L = 2:
+// (2 tanh(1.5))^2 = 3.2771734443054057 (Python's math module); w2 = (1, 0.5). Then bf16 layers
+// against the fp64 formula, the refusals with upstream's texts, and what its other 0.7.4
+// keywords take (backend "cutlass"; nvfp4_4over6 only on NVFP4 x NVFP4; PowLU not here).
+TEST(MoeActivations, ClampedRelu2AsUpstream) {
+  Case c;
+  c.act = ActivationType::ClampedRelu2;
+  c.dt = DType::kBFloat16;  // upstream runs it on BF16 x BF16 (or MXFP8) only
+  Inputs in;
+  in.x = Tensor::from_vector({1.0, 2.0}, {1, 2}, DType::kBFloat16);
+  in.ids = Tensor::from_vector({0}, {1, 1}, DType::kInt32);
+  in.scales = Tensor::from_vector({1.0}, {1, 1}, DType::kFloat32);
+  in.w1 = Tensor::from_vector({1.0, 1.0}, {1, 1, 2}, DType::kBFloat16);
+  in.w2 = Tensor::from_vector({1.0, 0.5}, {1, 2, 1}, DType::kBFloat16);
+  in.options.clamped_relu2_limit = Tensor::from_vector({2.0}, {1}, DType::kFloat32);
+  // 3.2771734443054057 in bf16 is 3.28125 (1 + 82 / 128, times 2); halved exactly.
+  EXPECT_TRUE(all_close(run(c, in)[0], std::vector<double>{3.28125, 1.640625}, {0, 0}));
+  EXPECT_FALSE(is_gated_activation(ActivationType::ClampedRelu2));
+  EXPECT_TRUE(is_gated_activation(ActivationType::PowLU));
+  // bf16 layers: GEMM1 in fp32, the activation and GEMM2 rounded to bf16, the fp64 sum.
+  Case b;
+  b.act = ActivationType::ClampedRelu2;
+  b.dt = DType::kBFloat16;
+  b.H = 32;
+  b.I = 16;
+  Inputs bi;
+  bi.x = rand_tensor({b.T, b.H}, b.dt, 51, -1.5, 1.5);
+  std::vector<double> ids;
+  for (int64_t t = 0; t < b.T; ++t) {
+    for (int64_t k = 0; k < b.K; ++k) ids.push_back(static_cast<double>((t + k) % b.E));
+  }
+  bi.ids = Tensor::from_vector(ids, {b.T, b.K}, DType::kInt32);
+  bi.scales = rand_tensor({b.T, b.K}, DType::kFloat32, 52, 0.0, 1.0);
+  bi.w1 = rand_tensor({b.E, b.I, b.H}, b.dt, 53, -0.6, 0.6);
+  bi.w2 = rand_tensor({b.E, b.H, b.I}, b.dt, 54, -0.4, 0.4);
+  bi.options.clamped_relu2_limit = Tensor::from_vector({1.25}, {1}, DType::kFloat32);
+  const auto x = bi.x.to_double_vector(), w1 = bi.w1.to_double_vector(),
+             w2 = bi.w2.to_double_vector(), sc = bi.scales.to_double_vector();
+  std::vector<double> want(static_cast<size_t>(b.T * b.H), 0.0);
+  double largest = 0.0;
+  for (int64_t t = 0; t < b.T; ++t) {
+    for (int64_t k = 0; k < b.K; ++k) {
+      const auto e = static_cast<int64_t>(ids[static_cast<size_t>(t * b.K + k)]);
+      std::vector<double> hv(static_cast<size_t>(b.I));
+      for (int64_t i = 0; i < b.I; ++i) {
+        double a = 0.0;
+        for (int64_t j = 0; j < b.H; ++j) a += x[t * b.H + j] * w1[(e * b.I + i) * b.H + j];
+        largest = std::max(largest, a);
+        const double cl = 1.25 * std::tanh(std::max(a, 0.0) / 1.25);
+        hv[static_cast<size_t>(i)] = round_as(b.dt, cl * cl);
+      }
+      for (int64_t j = 0; j < b.H; ++j) {
+        double y = 0.0;
+        for (int64_t i = 0; i < b.I; ++i) y += hv[i] * w2[(e * b.H + j) * b.I + i];
+        want[static_cast<size_t>(t * b.H + j)] += sc[t * b.K + k] * round_as(b.dt, y);
+      }
+    }
+  }
+  EXPECT_GT(largest, 1.25);  // the clamp is reached
+  EXPECT_TRUE(all_close(run(b, bi)[0], want, default_tolerance(b.dt)));
+
+  const char* op = "cutlass_fused_moe";
+  auto expect_text = [&](const Case& cc, const Inputs& ii, const char* arg, const char* text) {
+    try {
+      (void)run(cc, ii);
+      ADD_FAILURE() << "expected an error naming " << arg;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.op(), op);
+      EXPECT_EQ(e.arg(), arg) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  Inputs no_limit = bi;
+  no_limit.options.clamped_relu2_limit = std::nullopt;
+  expect_text(b, no_limit, "clamped_relu2_limit",
+              "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor");
+  Inputs two = bi;
+  two.options.clamped_relu2_limit = Tensor::zeros({2}, DType::kFloat32);
+  expect_text(b, two, "clamped_relu2_limit",
+              "requires model-wide clamped_relu2_limit with shape (1,), got (2,)");
+  Inputs f16 = bi;
+  f16.options.clamped_relu2_limit = Tensor::zeros({1}, DType::kFloat16);
+  expect_text(b, f16, "clamped_relu2_limit", "expected torch.float32, got torch.float16");
+  Inputs biased = bi;
+  biased.b1 = rand_tensor({b.E, b.I}, b.dt, 55);
+  expect_text(b, biased, "fc1_expert_biases",
+              "ClampedRelu2 does not support FC1 bias or min-latency mode");
+  Case f32 = b;
+  f32.dt = DType::kFloat32;
+  Inputs f32i = bi;
+  f32i.x = bi.x.to(DType::kFloat32);
+  f32i.w1 = bi.w1.to(DType::kFloat32);
+  f32i.w2 = bi.w2.to(DType::kFloat32);
+  expect_text(f32, f32i, "activation_type", "ClampedRelu2 supports only BF16xBF16 or MXFP8xMXFP8");
+  Case relu2 = b;
+  relu2.act = ActivationType::Relu2;
+  expect_text(relu2, bi, "clamped_relu2_limit",
+              "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
+  Inputs cake = bi;
+  cake.options.backend = "cake";
+  EXPECT_FI_ERROR_CODE((void)run(b, cake), op, "backend", ErrorCode::kUnsupported);
+  cake.options.backend = "triton";
+  expect_text(b, cake, "backend", "unsupported fused MoE backend: 'triton'");
+  Inputs four = bi;
+  four.options.nvfp4_4over6 = Value(true);
+  expect_text(b, four, "nvfp4_4over6", "nvfp4_4over6 requires NVFP4");
+  four.options.nvfp4_4over6 = Value();  // None: off, the call runs
+  EXPECT_TRUE(all_close(run(b, four)[0], want, default_tolerance(b.dt)));
+  Case powlu = b;
+  powlu.act = ActivationType::PowLU;
+  Inputs pi = bi;
+  pi.options.clamped_relu2_limit = std::nullopt;
+  EXPECT_FI_ERROR_CODE((void)run(powlu, pi), op, "activation_type", ErrorCode::kUnsupported);
+}
+
 TEST(MoeActivations, RecordAndReplay) {
   Case situ_case;
   situ_case.act = ActivationType::Situ;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ using moe_fp4::e4m3_codes;
 using moe_fp4::random_bytes;
 using moe_fp4::Rng;
 using moe_prep::bf16;
+using moe_prep::embed;
+using moe_prep::gated_rows;
+using moe_prep::identity_rows;
 using moe_prep::max_abs;
 using moe_prep::prepare_rows;
 using moe_prep::prepared_rows;
@@ -514,6 +518,200 @@ TEST(TrtllmFp4BlockScaleMoe, BadInput) {
                   "trtllm_fp4_block_scale_moe", "routing_method_type");  // DeepSeekV3 only
 }
 
+// ---- upstream 0.7.4's padded dimensions ----------------------------------------------------
+
+std::vector<double> embed_doubles(const std::vector<double>& src, int64_t E, int64_t n, int64_t pn,
+                                  const std::vector<int64_t>& to, Rng& r) {
+  std::vector<double> out(static_cast<size_t>(E * pn));
+  for (auto& d : out) d = static_cast<float>(r.uniform(-9, 9));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t i = 0; i < n; ++i) {
+      out[static_cast<size_t>(e * pn + to[static_cast<size_t>(i)])] =
+          src[static_cast<size_t>(e * n + i)];
+    }
+  }
+  return out;
+}
+
+// valid_hidden_size / valid_intermediate_size (upstream 0.7.4; docs/MOE.md, "Padded
+// dimensions"): a layer padded to H 256 and I 256 with random bytes in every padding (weights,
+// scales, biases, the hidden states' extra columns) computes exactly the unpadded layer's output,
+// as upstream's tests check it (random padding, the sliced sub-problem as reference); gemm2 has
+// roundUp(valid_hidden_size, 128) rows and the output is valid_hidden_size wide (120: the
+// unpadded output's first 120 columns).
+TEST(TrtllmFp4BlockScaleMoe, ValidDimsComputeTheUnpaddedLayer) {
+  for (Mode mode : {Mode::kNvfp4, Mode::kMxfp4Bf16}) {
+    SCOPED_TRACE(mode == Mode::kNvfp4 ? "NVFP4" : "MXFP4 x bf16");
+    Fp4Case c;
+    c.mode = mode;
+    c.H = 128;
+    c.I = 128;
+    c.bias = mode == Mode::kMxfp4Bf16;
+    c.swiglu_params = mode == Mode::kMxfp4Bf16;
+    c.make(91);
+    const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+    const Tensor small = c.run_routed(routing)[0];
+    const int64_t Hp = 256, Ip = 256, El = c.local, v = c.vec(), H = c.H, I = c.I;
+    Rng r{92};
+    auto any_byte = [&](uint8_t* p) { *p = static_cast<uint8_t>(r.next()); };
+    auto finite_scale = [&](uint8_t* p) {
+      *p = mode == Mode::kNvfp4 ? float_to_e4m3fn_bits(static_cast<float>(r.uniform(0.5, 1)), true)
+                                : static_cast<uint8_t>(120 + r.next() % 3);
+    };
+    auto finite_bf16 = [&](uint8_t* p) {
+      const uint16_t b = float_to_bfloat16_bits(static_cast<float>(r.uniform(-2, 2)));
+      std::memcpy(p, &b, 2);
+    };
+    const bool nv = mode == Mode::kNvfp4;
+    const int64_t xb = nv ? H / 2 : 2 * H, xpb = nv ? Hp / 2 : 2 * Hp;
+    const auto x = embed(c.x, 1, c.T, xb, c.T, xpb, identity_rows(c.T), nv ? 1 : 2,
+                         nv ? std::function<void(uint8_t*)>(any_byte) : finite_bf16);
+    const Tensor hidden = nv ? bytes_tensor(x, {c.T, Hp / 2}, DType::kUInt8)
+                             : bytes_tensor(x, {c.T, Hp}, DType::kBFloat16);
+    std::optional<Tensor> hs;
+    if (nv) {
+      hs = bytes_tensor(
+          embed(c.xs, 1, c.T, H / 16, c.T, Hp / 16, identity_rows(c.T), 1, finite_scale),
+          {c.T, Hp / 16}, DType::kFloat8E4M3FN);
+    }
+    const auto g1rows = gated_rows(I, Ip);
+    const auto w1 = embed(c.w1, El, 2 * I, H / 2, 2 * Ip, Hp / 2, g1rows, 1, any_byte);
+    const auto s1 = embed(c.s1, El, 2 * I, H / v, 2 * Ip, Hp / v, g1rows, 1, any_byte);
+    // GEMM2 has roundUp(valid_hidden_size, 128) = 128 rows: only its columns are padded.
+    const auto w2 = embed(c.w2, El, H, I / 2, H, Ip / 2, identity_rows(H), 1, any_byte);
+    const auto s2 = embed(c.s2, El, H, I / v, H, Ip / v, identity_rows(H), 1, any_byte);
+    const Tensor w1t = bytes_tensor(prepare_rows(w1, El, 2 * Ip, Hp / 2, true),
+                                    {El, 2 * Ip, Hp / 2}, DType::kUInt8);
+    const Tensor s1t =
+        prepare_scales(s1, El, 2 * Ip, Hp / v, true, DType::kUInt8).view({El, 2 * Ip, Hp / v});
+    const Tensor w2t =
+        bytes_tensor(prepare_rows(w2, El, H, Ip / 2, false), {El, H, Ip / 2}, DType::kUInt8);
+    const Tensor s2t =
+        prepare_scales(s2, El, H, Ip / v, false, DType::kUInt8).view({El, H, Ip / v});
+    std::optional<Tensor> b1, b2;
+    if (c.bias) {
+      b1 = c.f32(prepare_bias(embed_doubles(c.b1, El, 2 * I, 2 * Ip, g1rows, r), El, 2 * Ip, true),
+                 {El, 2 * Ip});
+      b2 = c.f32(prepare_bias(embed_doubles(c.b2, El, H, Hp, identity_rows(H), r), El, Hp, false),
+                 {El, Hp});
+    }
+    auto run = [&](int64_t vh, int64_t vi, std::optional<Tensor> output = std::nullopt) {
+      return trtllm_fp4_block_scale_routed_moe(
+          routing, std::nullopt, hidden, hs, w1t, s1t, b1, c.f32(c.alpha, {El}),
+          c.f32(c.beta, {El}), c.f32(c.limit, {El}), w2t, s2t, b2, c.f32(c.o1, {El}),
+          c.f32(c.o1g, {El}), c.f32(c.o2, {El}), c.E, c.K, std::nullopt, std::nullopt, Ip, c.offset,
+          El, std::nullopt, 0, true, std::nullopt, c.act, std::nullopt, output, 8192, std::nullopt,
+          vh, vi);
+    };
+    const auto got = run(128, 128);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].shape(), Shape({c.T, H}));
+    EXPECT_EQ(testing::bytes_of(got[0]), testing::bytes_of(small));
+    // roundUp(100, 128) = 128 rows of each half; a 120-wide output, written into the caller's.
+    Tensor out120 = Tensor::full({c.T, 120}, 3.0, DType::kBFloat16);
+    const auto narrow = run(120, 100, out120);
+    EXPECT_EQ(narrow[0].data_ptr(), out120.data_ptr());
+    EXPECT_EQ(testing::bytes_of(out120), testing::bytes_of(small.slice(1, 0, 120)));
+    EXPECT_EQ(testing::bytes_of(run(120, 100)[0]), testing::bytes_of(small.slice(1, 0, 120)));
+  }
+}
+
+#define EXPECT_FI_ERROR_TEXT(stmt, op_name, arg_name, text)                                   \
+  FLASHINFER_EXPECT_ERROR_IMPL(stmt, op_name, arg_name,                                       \
+                               EXPECT_NE(std::string(e.what()).find(text), std::string::npos) \
+                                   << e.what())
+
+// Upstream 0.7.4's checks of the new arguments, with its texts: the padded dimensions, the
+// output width, hidden_states_scale_layout (validation only: linear or None), workspace_buffer
+// (checked, never read), nvfp4_4over6 (an explicit config needs per_token_scale) and
+// routing_metadata (accepted alone: the same routing; refused with workspace_buffer).
+TEST(TrtllmFp4BlockScaleMoe, Upstream074ArgumentsChecked) {
+  Fp4Case c;
+  c.make(61);
+  const char* op = "trtllm_fp4_block_scale_routed_moe";
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const Tensor x = c.hidden(), w1 = c.gemm1(), s1 = c.scale1(), w2 = c.gemm2(), s2 = c.scale2();
+  const std::optional<Tensor> xs = c.hidden_scale();
+  struct Extra {
+    std::optional<int64_t> vh, vi;
+    Value layout;
+    std::optional<Tensor> ws;
+    Value four_over_six = nvfp4_4over6_unset();
+    Value metadata;
+    bool finalize = true;
+    std::optional<Tensor> output;
+  };
+  auto call = [&](const Extra& a) {
+    return trtllm_fp4_block_scale_routed_moe(
+        routing, std::nullopt, x, xs, w1, s1, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, w2, s2, std::nullopt, std::nullopt, std::nullopt, std::nullopt, c.E, c.K,
+        std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt, 0, a.finalize, std::nullopt, 3,
+        std::nullopt, a.output, 8192, std::nullopt, a.vh, a.vi, std::nullopt, a.layout, a.ws,
+        a.four_over_six, a.metadata);
+  };
+  const Tensor plain = call({})[0];
+  auto with = [](auto f) {
+    Extra a;
+    f(a);
+    return a;
+  };
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.vh = 0; })), op, "valid_hidden_size",
+                       "valid_hidden_size must be positive, got 0");
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.vh = 129; })), op, "valid_hidden_size",
+                       "roundUp(valid_hidden_size, 128) must be <= padded hidden_size, got 256 > "
+                       "128");
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.vh = 100; })), op, "valid_hidden_size",
+                       "must be a multiple of 8");
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.vi = 65; })), op, "valid_intermediate_size",
+                       "valid_intermediate_size=65 must be <= padded dimension 64");
+  EXPECT_FI_ERROR_TEXT(call(with([&](Extra& a) {
+                         a.vh = 120;
+                         a.output = Tensor::zeros({c.T, 128}, DType::kBFloat16);
+                       })),
+                       op, "output", "output.shape[1] must equal valid_hidden_size=120");
+  // Unfinalized: only when roundUp(valid_hidden_size, 128) is the hidden size (it is here).
+  EXPECT_EQ(call(with([](Extra& a) {
+              a.vh = 120;
+              a.finalize = false;
+            })).size(),
+            3u);
+  EXPECT_FI_ERROR_CODE(call(with([](Extra& a) { a.layout = to_value(SfLayout::layout_128x4); })),
+                       op, "hidden_states_scale_layout", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.layout = Value(int64_t{5}); })), op,
+                       "hidden_states_scale_layout",
+                       "hidden_states_scale_layout=5 is not supported by the trtllm-gen MoE path");
+  EXPECT_EQ(testing::bytes_of(
+                call(with([](Extra& a) { a.layout = to_value(SfLayout::layout_linear); }))[0]),
+            testing::bytes_of(plain));
+  const Tensor ws = Tensor::zeros({1 << 16}, DType::kUInt8);
+  EXPECT_EQ(testing::bytes_of(call(with([&](Extra& a) { a.ws = ws; }))[0]),
+            testing::bytes_of(plain));
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.ws = Tensor::zeros({64}, DType::kFloat32); })),
+                       op, "workspace_buffer", "workspace_buffer dtype must be uint8 or int8");
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) {
+                         a.ws = Tensor::zeros({8, 8}, DType::kUInt8);
+                       })),
+                       op, "workspace_buffer", "workspace_buffer must be 1-D, got ndim=2");
+  EXPECT_FI_ERROR_TEXT(call(with([&](Extra& a) {
+                         a.ws = ws;
+                         a.finalize = false;
+                       })),
+                       op, "workspace_buffer", "workspace_buffer requires do_finalize=True");
+  // An NVFP44Over6Config (any value but None) without per_token_scale: upstream's ValueError.
+  EXPECT_FI_ERROR_TEXT(call(with([](Extra& a) { a.four_over_six = Value(true); })), op,
+                       "nvfp4_4over6", "nvfp4_4over6 requires per_token_scale with NVFP4");
+  EXPECT_EQ(testing::bytes_of(call(with([](Extra& a) { a.four_over_six = Value(); }))[0]),
+            testing::bytes_of(plain));
+  const Value slot = Value(std::string("TrtllmMoERoutingMetadataSlot"));
+  EXPECT_EQ(testing::bytes_of(call(with([&](Extra& a) { a.metadata = slot; }))[0]),
+            testing::bytes_of(plain));
+  EXPECT_FI_ERROR_TEXT(call(with([&](Extra& a) {
+                         a.metadata = slot;
+                         a.ws = ws;
+                       })),
+                       op, "routing_metadata", "routing_metadata supports neither");
+}
+
 // ---- MxInt4 -----------------------------------------------------------------------------------
 
 struct MxInt4Case {
@@ -633,6 +831,59 @@ TEST(TrtllmMxInt4BlockScaleMoe, MatchesFormulaInBothLayouts) {
   const auto expect2 = c.expected(routing, alpha, beta, limit);
   EXPECT_GT(max_abs(expect2), 0.1);
   EXPECT_TRUE(all_close(out[0], expect2, default_tolerance(DType::kBFloat16)));
+}
+
+// MxInt4 with upstream 0.7.4's padded dimensions: the layer padded to H 256 and I 256 (random
+// bytes in every padding) computes the unpadded layer's output bit for bit, valid_hidden_size
+// wide; the LoRA delta's activation is intermediate_size wide, so a smaller valid size with it
+// is refused.
+TEST(TrtllmMxInt4BlockScaleMoe, ValidDimsComputeTheUnpaddedLayer) {
+  MxInt4Case c;
+  c.H = 128;
+  c.I = 128;
+  c.make(93);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  auto run_small = [&] {
+    return trtllm_mxint4_block_scale_routed_moe(
+        routing, c.hidden(), c.gemm1(0), c.scale1(), std::nullopt, std::nullopt, std::nullopt,
+        c.gemm2(0), c.scale2(), c.E, c.K, std::nullopt, std::nullopt, c.I, 0, c.E, std::nullopt)[0];
+  };
+  const Tensor small = run_small();
+  const int64_t Hp = 256, Ip = 256, E = c.E, H = c.H, I = c.I;
+  Rng r{94};
+  auto any_byte = [&](uint8_t* p) { *p = static_cast<uint8_t>(r.next()); };
+  auto finite_bf16 = [&](uint8_t* p) {
+    const uint16_t b = float_to_bfloat16_bits(static_cast<float>(r.uniform(-2, 2)));
+    std::memcpy(p, &b, 2);
+  };
+  std::vector<uint8_t> xbytes(c.xb.size() * 2);
+  std::memcpy(xbytes.data(), c.xb.data(), xbytes.size());
+  const auto x = embed(xbytes, 1, c.T, 2 * H, c.T, 2 * Hp, identity_rows(c.T), 2, finite_bf16);
+  const auto g1rows = gated_rows(I, Ip);
+  const auto w1 = embed(c.w1, E, 2 * I, H / 2, 2 * Ip, Hp / 2, g1rows, 1, any_byte);
+  const auto s1 = embed(c.s1, E, 2 * I, 2 * (H / 32), 2 * Ip, 2 * (Hp / 32), g1rows, 2, any_byte);
+  const auto w2 = embed(c.w2, E, H, I / 2, H, Ip / 2, identity_rows(H), 1, any_byte);
+  const auto s2 = embed(c.s2, E, H, 2 * (I / 32), H, 2 * (Ip / 32), identity_rows(H), 2, any_byte);
+  const Tensor w1t =
+      bytes_tensor(prepare_rows(w1, E, 2 * Ip, Hp / 2, true), {E, 2 * Ip, Hp / 2}, DType::kUInt8);
+  const Tensor s1t = prepare_scales(s1, E, 2 * Ip, Hp / 32, true, DType::kBFloat16);
+  const Tensor w2t =
+      bytes_tensor(prepare_rows(w2, E, H, Ip / 2, false), {E, H, Ip / 2}, DType::kUInt8);
+  const Tensor s2t = prepare_scales(s2, E, H, Ip / 32, false, DType::kBFloat16);
+  auto run = [&](int64_t vh, int64_t vi, std::optional<Tensor> lora = std::nullopt) {
+    return trtllm_mxint4_block_scale_routed_moe(
+        routing, bytes_tensor(x, {c.T, Hp}, DType::kBFloat16), w1t, s1t.view({E, s1t.numel() / E}),
+        std::nullopt, std::nullopt, std::nullopt, w2t, s2t.view({E, s2t.numel() / E}), c.E, c.K,
+        std::nullopt, std::nullopt, Ip, 0, c.E, std::nullopt, 0, true, std::nullopt, lora,
+        std::nullopt, 8192, vh, vi)[0];
+  };
+  const Tensor got = run(128, 128);
+  ASSERT_EQ(got.shape(), Shape({c.T, H}));
+  EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(small));
+  EXPECT_EQ(testing::bytes_of(run(64, 72)), testing::bytes_of(small.slice(1, 0, 64)));
+  EXPECT_FI_ERROR_CODE((void)run(128, 128, Tensor::zeros({c.T, c.K, 2 * Ip}, DType::kBFloat16)),
+                       "trtllm_mxint4_block_scale_routed_moe", "valid_intermediate_size",
+                       ErrorCode::kUnsupported);
 }
 
 TEST(TrtllmMxInt4BlockScaleMoe, RoutingFromLogitsAndBadInput) {

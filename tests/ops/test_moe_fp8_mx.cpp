@@ -43,6 +43,7 @@ struct MxCase {
   bool swiglu_params = false;
   std::vector<uint8_t> x, xs, w1, s1, w2, s2;
   std::vector<double> alpha, beta, limit;
+  std::vector<double> b1, b2;  // plain gemm1_bias [El, N1] / gemm2_bias [El, H]; empty: none
   int64_t n1() const { return act == 3 ? 2 * I : I; }
 
   void make(uint64_t seed) {
@@ -140,6 +141,9 @@ struct MxCase {
                 ue8m0(s1[static_cast<size_t>((e * N1 + j) * (H / 32) + d / 32)]);
           }
         }
+        for (int64_t j = 0; j < N1 && !b1.empty(); ++j) {
+          g[static_cast<size_t>(j)] += b1[static_cast<size_t>(e * N1 + j)];
+        }
         std::vector<double> h(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
           const double up = g[static_cast<size_t>(j)];
@@ -166,6 +170,7 @@ struct MxCase {
             y += hq[static_cast<size_t>(j)] * e4m3(w2[static_cast<size_t>((e * H + d) * I + j)]) *
                  ue8m0(s2[static_cast<size_t>((e * H + d) * (I / 32) + j / 32)]);
           }
+          if (!b2.empty()) y += b2[static_cast<size_t>(e * H + d)];
           out[static_cast<size_t>(t * H + d)] += wv[static_cast<size_t>(t * K + k)] * bf16(y);
         }
       }
@@ -274,6 +279,114 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, RoutingFromLogitsMatchesRouted) {
   const MoeTopkIds routing(idx, vals.to(DType::kBFloat16));
   EXPECT_TRUE(all_close(out, c.run_routed(routing), {0, 0}));
   EXPECT_TRUE(all_close(out, c.expected(routing), default_tolerance(DType::kBFloat16)));
+}
+
+// Upstream 0.7.4's padded dimensions on MXFP8 (docs/MOE.md, "Padded dimensions"): the layer
+// padded to H 256 and I 256 (random codes in every padding: weights, scales, the hidden states'
+// extra columns) computes the unpadded layer's output bit for bit, plain or in upstream's
+// shuffled BlockMajorK layouts, valid_hidden_size wide.
+TEST(TrtllmFp8BlockScaleMoeMxFp8, ValidDimsComputeTheUnpaddedLayer) {
+  MxCase c;
+  c.make(131);
+  const MoeTopkIds routing = pair_routing(c.T, c.E, c.K);
+  const Tensor small = c.run_routed(routing);
+  const int64_t Hp = 256, Ip = 256, El = c.local, H = c.H, I = c.I;
+  Rng r{132};
+  auto any_byte = [&](uint8_t* p) { *p = static_cast<uint8_t>(r.next()); };
+  auto finite = [&](uint8_t* p) {
+    *p = float_to_e4m3fn_bits(static_cast<float>(r.uniform(-3, 3)), true);
+  };
+  auto exps = [&](uint8_t* p) { *p = static_cast<uint8_t>(124 + r.next() % 3); };
+  using moe_prep::embed;
+  const auto rows1 = moe_prep::gated_rows(I, Ip), rows_t = moe_prep::identity_rows(c.T);
+  const auto x = embed(c.x, 1, c.T, H, c.T, Hp, rows_t, 1, finite);
+  const auto xs = embed(c.xs, 1, c.T, H / 32, c.T, Hp / 32, rows_t, 1, exps);
+  const auto w1 = embed(c.w1, El, 2 * I, H, 2 * Ip, Hp, rows1, 1, any_byte);
+  const auto s1 = embed(c.s1, El, 2 * I, H / 32, 2 * Ip, Hp / 32, rows1, 1, any_byte);
+  const auto rows2 = moe_prep::identity_rows(H);
+  const auto w2 = embed(c.w2, El, H, I, H, Ip, rows2, 1, any_byte);
+  const auto s2 = embed(c.s2, El, H, I / 32, H, Ip / 32, rows2, 1, any_byte);
+  auto run = [&](bool shuffle, int64_t vh, int64_t vi) {
+    Tensor a = bytes_tensor(w1, {El, 2 * Ip, Hp}, DType::kFloat8E4M3FN);
+    Tensor as = bytes_tensor(s1, {El, 2 * Ip, Hp / 32});
+    Tensor b = bytes_tensor(w2, {El, H, Ip}, DType::kFloat8E4M3FN);
+    Tensor bs = bytes_tensor(s2, {El, H, Ip / 32});
+    if (shuffle) {
+      a = bytes_tensor(prepare_rows(w1, El, 2 * Ip, Hp, true, 128), {El, Hp / 128, 2 * Ip, 128},
+                       DType::kFloat8E4M3FN);
+      b = bytes_tensor(prepare_rows(w2, El, H, Ip, false, 128), {El, Ip / 128, H, 128},
+                       DType::kFloat8E4M3FN);
+      as = block_scale_interleave(
+               bytes_tensor(prepare_rows(s1, El, 2 * Ip, Hp / 32, true), {El, 2 * Ip, Hp / 32}))
+               .view({El, 2 * Ip, Hp / 32});
+      bs = block_scale_interleave(
+               bytes_tensor(prepare_rows(s2, El, H, Ip / 32, false), {El, H, Ip / 32}))
+               .view({El, H, Ip / 32});
+    }
+    return trtllm_fp8_block_scale_routed_moe(
+        routing, std::nullopt, bytes_tensor(x, {c.T, Hp}, DType::kFloat8E4M3FN),
+        bytes_tensor(xs, {c.T, Hp / 32}), a, as, b, bs, c.E, c.K, std::nullopt, std::nullopt, Ip, 0,
+        El, std::nullopt, 0, shuffle, shuffle ? WeightLayout::BlockMajorK : WeightLayout::MajorK,
+        true, std::nullopt, std::nullopt, std::nullopt, 8192, kMx, 3, std::nullopt, std::nullopt,
+        std::nullopt, vh, vi);
+  };
+  const Tensor got = run(false, 128, 128);
+  ASSERT_EQ(got.shape(), Shape({c.T, H}));
+  EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(small));
+  EXPECT_EQ(testing::bytes_of(run(true, 128, 97)), testing::bytes_of(small));
+  EXPECT_EQ(testing::bytes_of(run(false, 96, 128)), testing::bytes_of(small.slice(1, 0, 96)));
+}
+
+// gemm1_bias / gemm2_bias on MXFP8 (upstream 0.7.4; fp32, rows stored as the weights': GEMM1's
+// interleaved and shuffled): added to GEMM1's output before the activation and to GEMM2's
+// before the routing weights, against the fp64 formula (Renormalize routing from logits, the
+// routing taken from routing_replay_out); upstream's prepared layouts give the same bits.
+TEST(TrtllmFp8BlockScaleMoeMxFp8, BiasesMatchFormula) {
+  MxCase c;
+  c.make(141);
+  Rng r{142};
+  for (int64_t i = 0; i < c.local * c.n1(); ++i)
+    c.b1.push_back(static_cast<float>(r.uniform(-2, 2)));
+  for (int64_t i = 0; i < c.local * c.H; ++i) c.b2.push_back(static_cast<float>(r.uniform(-1, 1)));
+  const Tensor logits = rand_tensor({c.T, c.E}, DType::kFloat32, 143, -3.0, 3.0);
+  Tensor replay = Tensor::zeros({c.T, c.K}, DType::kInt16);
+  auto prepared_bias = [&](const std::vector<double>& b, int64_t m, bool interleave, bool shuffle) {
+    std::vector<double> out = b;
+    if (shuffle) {
+      const auto rows = moe_prep::prepared_rows(m, interleave);
+      for (int64_t e = 0; e < c.local; ++e) {
+        for (int64_t i = 0; i < m; ++i) out[e * m + i] = b[e * m + rows[static_cast<size_t>(i)]];
+      }
+    }
+    return Tensor::from_vector(out, {c.local, m}, DType::kFloat32);
+  };
+  auto run = [&](bool shuffle) {
+    return trtllm_fp8_block_scale_moe(
+               logits, std::nullopt, c.hidden(), c.hidden_scale(), c.gemm1(shuffle, shuffle),
+               c.scale1(shuffle), c.gemm2(shuffle, shuffle), c.scale2(shuffle), c.E, c.K,
+               std::nullopt, std::nullopt, c.I, 0, c.local, std::nullopt, 1, shuffle,
+               shuffle ? WeightLayout::BlockMajorK : WeightLayout::MajorK, true, std::nullopt, 8192,
+               kMx, std::nullopt, 3, true, replay, std::nullopt, std::nullopt, std::nullopt,
+               std::nullopt, std::nullopt, std::nullopt, prepared_bias(c.b1, c.n1(), true, shuffle),
+               prepared_bias(c.b2, c.H, false, shuffle))
+        .tensors[0];
+  };
+  const Tensor out = run(false);
+  const auto ids = replay.to(DType::kInt32).to_double_vector(), lv = logits.to_double_vector();
+  std::vector<double> wts;
+  for (int64_t t = 0; t < c.T; ++t) {
+    const double l0 = lv[static_cast<size_t>(t * c.E + static_cast<int64_t>(ids[t * c.K]))];
+    const double l1 = lv[static_cast<size_t>(t * c.E + static_cast<int64_t>(ids[t * c.K + 1]))];
+    const double m = std::max(l0, l1), z = std::exp(l0 - m) + std::exp(l1 - m);
+    wts.push_back(bf16(std::exp(l0 - m) / z));
+    wts.push_back(bf16(std::exp(l1 - m) / z));
+  }
+  const MoeTopkIds routing(replay.to(DType::kInt32),
+                           Tensor::from_vector(wts, {c.T, c.K}, DType::kFloat32));
+  const auto expect = c.expected(routing);
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  EXPECT_EQ(testing::bytes_of(run(true)), testing::bytes_of(out));
 }
 
 TEST(TrtllmFp8BlockScaleMoeMxFp8, BadInput) {

@@ -298,6 +298,138 @@ TEST(TrtllmFp8BlockScaleMoe, RoutingFromLogitsMatchesRouted) {
   EXPECT_TRUE(all_close(out, routed, {0, 0}));
 }
 
+// Upstream 0.7.4's valid_hidden_size on DeepSeek FP8 (docs/MOE.md, "Padded dimensions"): the
+// layer padded to H 256 (random values in the hidden states', GEMM1's and their scales' extra
+// columns; GEMM2 with roundUp(valid_hidden_size, 128) = 128 rows) computes the unpadded layer's
+// output bit for bit, plain or in upstream's shuffled BlockMajorK layouts, valid_hidden_size
+// wide; a valid intermediate size below intermediate_size is refused (upstream's separate
+// activation kernel reads the padded width).
+TEST(TrtllmFp8BlockScaleMoe, ValidHiddenSizeComputesTheUnpaddedLayer) {
+  const int64_t T = 6, E = 8, K = 2, H = 128, Hp = 256, I = 128;
+  Fp8Case c;
+  c.T = T;
+  const MoeTopkIds routing = pair_routing(c);
+  Tensor x = fp8({T, H}, 101), xs = rand_tensor({H / 128, T}, DType::kFloat32, 102, 0.2, 0.4);
+  Tensor w1 = fp8({E, 2 * I, H}, 103), w2 = fp8({E, H, I}, 105);
+  Tensor s1 = rand_tensor({E, 2, 1}, DType::kFloat32, 104, 0.02, 0.04);
+  Tensor s2 = rand_tensor({E, 1, 1}, DType::kFloat32, 106, 0.1, 0.2);
+  const Tensor small =
+      trtllm_fp8_block_scale_routed_moe(routing, std::nullopt, x, xs, w1, s1, w2, s2, E, K,
+                                        std::nullopt, std::nullopt, I, 0, E, std::nullopt);
+  auto pad = [](const Tensor& t, int64_t dim, int64_t n, Tensor fill) {
+    fill.slice(dim, 0, n).copy_(t);
+    return fill;
+  };
+  const Tensor xp = pad(x, 1, H, fp8({T, Hp}, 107));
+  const Tensor xsp = pad(xs, 0, 1, rand_tensor({2, T}, DType::kFloat32, 108, 0.2, 0.4));
+  const Tensor w1p = pad(w1, 2, H, fp8({E, 2 * I, Hp}, 109));
+  const Tensor s1p = pad(s1, 2, 1, rand_tensor({E, 2, 2}, DType::kFloat32, 110, 0.02, 0.04));
+  auto run = [&](const Tensor& a, const Tensor& b, bool shuffled, int64_t vh, int64_t inter = 128,
+                 std::optional<int64_t> vi = std::nullopt) {
+    return trtllm_fp8_block_scale_routed_moe(
+        routing, std::nullopt, xp, xsp, a, s1p, b, s2, E, K, std::nullopt, std::nullopt, inter, 0,
+        E, std::nullopt, 0, shuffled, shuffled ? WeightLayout::BlockMajorK : WeightLayout::MajorK,
+        true, std::nullopt, std::nullopt, std::nullopt, 8192, Fp8QuantizationType::DeepSeekFp8, 3,
+        std::nullopt, std::nullopt, std::nullopt, vh, vi);
+  };
+  const Tensor got = run(w1p, w2, false, 128);
+  ASSERT_EQ(got.shape(), Shape({T, H}));
+  EXPECT_EQ(testing::bytes_of(got), testing::bytes_of(small));
+  EXPECT_EQ(testing::bytes_of(run(prepare(w1p, 64, true, false, 128),
+                                  prepare(w2, 64, true, false, 128), true, 128)),
+            testing::bytes_of(small));
+  EXPECT_EQ(testing::bytes_of(run(w1p, w2, false, 120)), testing::bytes_of(small.slice(1, 0, 120)));
+  EXPECT_FI_ERROR_CODE((void)run(w1p, w2, false, 128, 256, 128),
+                       "trtllm_fp8_block_scale_routed_moe", "valid_intermediate_size",
+                       ErrorCode::kUnsupported);
+  // gemm2 must have roundUp(valid_hidden_size, 128) rows.
+  EXPECT_FI_ERROR((void)run(w1p, fp8({E, Hp, I}, 111), false, 128),
+                  "trtllm_fp8_block_scale_routed_moe", "gemm2_weights");
+}
+
+// gemm1_bias / gemm2_bias (upstream 0.7.4, keyword-only, fp32 [E_l, 2I] / [E_l, H] with the
+// weights' rows): added to GEMM1's dequantized output before the activation and to GEMM2's before
+// the routing weights, against the fp64 formula (Renormalize routing from logits: the top-2
+// logits' softmax); upstream's shuffled layouts with the biases' rows shuffled as the weights'
+// give the same bits; wrong dtypes or shapes are refused with upstream's texts; on CUDA the
+// kernel (which indexes the stored rows) matches the CPU.
+TEST(TrtllmFp8BlockScaleMoe, BiasesAsUpstream) {
+  const int64_t T = 6, E = 8, K = 2, H = 256, I = 128;
+  const Tensor logits = rand_tensor({T, E}, DType::kFloat32, 120, -3.0, 3.0);
+  const Tensor x = fp8({T, H}, 121), xs = rand_tensor({H / 128, T}, DType::kFloat32, 122, 0.2, 0.4);
+  const Tensor w1 = fp8({E, 2 * I, H}, 123), w2 = fp8({E, H, I}, 125);
+  const Tensor s1 = rand_tensor({E, 2, 2}, DType::kFloat32, 124, 0.02, 0.04);
+  const Tensor s2 = rand_tensor({E, 2, 1}, DType::kFloat32, 126, 0.1, 0.2);
+  const Tensor b1 = rand_tensor({E, 2 * I}, DType::kFloat32, 127, -2.0, 2.0);
+  const Tensor b2 = rand_tensor({E, H}, DType::kFloat32, 128, -1.0, 1.0);
+  Tensor replay = Tensor::zeros({T, K}, DType::kInt16);
+  auto run = [&](const Tensor& a, const Tensor& b, std::optional<Tensor> bias1,
+                 std::optional<Tensor> bias2, bool shuffled, Device dev = Device::cpu()) {
+    auto on = [&](const std::optional<Tensor>& t) -> std::optional<Tensor> {
+      if (!t) return std::nullopt;
+      return t->to(dev);
+    };
+    return trtllm_fp8_block_scale_moe(
+               logits.to(dev), std::nullopt, x.to(dev), xs.to(dev), a.to(dev), s1.to(dev),
+               b.to(dev), s2.to(dev), E, K, std::nullopt, std::nullopt, I, 0, E, std::nullopt, 1,
+               shuffled, shuffled ? WeightLayout::BlockMajorK : WeightLayout::MajorK, true,
+               std::nullopt, 8192, Fp8QuantizationType::DeepSeekFp8, std::nullopt, 3, true,
+               dev.is_cpu() ? std::optional<Tensor>(replay) : std::nullopt, std::nullopt,
+               std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, on(bias1),
+               on(bias2))
+        .tensors[0]
+        .to(Device::cpu());
+  };
+  const Tensor out = run(w1, w2, b1, b2, false);
+  // The routing the call made: ids from routing_replay_out, weights the softmax of their logits.
+  const auto ids = replay.to(DType::kInt32).to_double_vector(), lv = logits.to_double_vector();
+  std::vector<double> wts;
+  for (int64_t t = 0; t < T; ++t) {
+    const double l0 = lv[static_cast<size_t>(t * E + static_cast<int64_t>(ids[t * K]))];
+    const double l1 = lv[static_cast<size_t>(t * E + static_cast<int64_t>(ids[t * K + 1]))];
+    const double m = std::max(l0, l1), z = std::exp(l0 - m) + std::exp(l1 - m);
+    wts.push_back(std::exp(l0 - m) / z);
+    wts.push_back(std::exp(l1 - m) / z);
+  }
+  const MoeTopkIds routing(replay.to(DType::kInt32),
+                           Tensor::from_vector(wts, {T, K}, DType::kFloat32));
+  const std::vector<double> expect = moe_fp8::fp8_block_moe_reference(
+      x, xs, w1, s1, w2, s2, routing, 0, E, b1.to_double_vector(), b2.to_double_vector());
+  const std::vector<double> unbiased =
+      moe_fp8::fp8_block_moe_reference(x, xs, w1, s1, w2, s2, routing, 0, E);
+  EXPECT_GT(max_abs(expect), 0.5);
+  EXPECT_FALSE(all_close(Tensor::from_vector(expect, {T, H}, DType::kFloat32), unbiased,
+                         default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
+  // Stored rows: shuffled with epilogue_tile_m 64 (no interleave), the biases' rows alike.
+  auto permute = [](const Tensor& b, const std::vector<int64_t>& rows) {
+    const int64_t n = b.size(0), m = b.size(1);
+    const auto v = b.to_double_vector();
+    std::vector<double> o(v.size());
+    for (int64_t e = 0; e < n; ++e) {
+      for (int64_t i = 0; i < m; ++i) o[e * m + i] = v[e * m + rows[static_cast<size_t>(i)]];
+    }
+    return Tensor::from_vector(o, {n, m}, DType::kFloat32);
+  };
+  const Tensor w1s = prepare(w1, 64, true, false, 128), w2s = prepare(w2, 64, true, false, 128);
+  const Tensor b1s = permute(b1, prepared_rows(2 * I, 64, false));
+  const Tensor b2s = permute(b2, prepared_rows(H, 64, false));
+  EXPECT_EQ(testing::bytes_of(run(w1s, w2s, b1s, b2s, true)), testing::bytes_of(out));
+  const char* op = "trtllm_fp8_block_scale_moe";
+  EXPECT_FI_ERROR((void)run(w1, w2, b1.to(DType::kBFloat16), std::nullopt, false), op,
+                  "gemm1_bias");
+  EXPECT_FI_ERROR((void)run(w1, w2, Tensor::zeros({E, I}, DType::kFloat32), std::nullopt, false),
+                  op, "gemm1_bias");
+  EXPECT_FI_ERROR(
+      (void)run(w1, w2, std::nullopt, Tensor::zeros({E, H + 1}, DType::kFloat32), false), op,
+      "gemm2_bias");
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  const Device d = Device::cuda(0);
+  EXPECT_TRUE(all_close(run(w1, w2, b1, b2, false, d), out, default_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(
+      all_close(run(w1s, w2s, b1s, b2s, true, d), out, default_tolerance(DType::kBFloat16)));
+}
+
 TEST(TrtllmFp8BlockScaleMoe, BadInput) {
   const char* op = "trtllm_fp8_block_scale_moe";
   const int64_t T = 3, E = 8, H = 128, I = 128, K = 2;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,38 @@ inline std::vector<uint8_t> prepare_rows(const std::vector<uint8_t>& plain, int6
     }
   }
   return out;
+}
+
+// Per-expert byte matrices [E, rows, cols_b] put into [E, prows, pcols_b]: source row r lands at
+// row_to[r], its bytes first; every other byte comes from fill() (one element of `es` bytes at a
+// time), so the padding holds values the call must not read.
+inline std::vector<uint8_t> embed(const std::vector<uint8_t>& src, int64_t E, int64_t rows,
+                                  int64_t cols_b, int64_t prows, int64_t pcols_b,
+                                  const std::vector<int64_t>& row_to, int64_t es,
+                                  const std::function<void(uint8_t*)>& fill) {
+  std::vector<uint8_t> out(static_cast<size_t>(E * prows * pcols_b));
+  for (size_t i = 0; i < out.size(); i += static_cast<size_t>(es)) fill(&out[i]);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(&out[static_cast<size_t>((e * prows + row_to[static_cast<size_t>(r)]) * pcols_b)],
+                  &src[static_cast<size_t>((e * rows + r) * cols_b)], static_cast<size_t>(cols_b));
+    }
+  }
+  return out;
+}
+
+inline std::vector<int64_t> identity_rows(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// The gated GEMM1 rows of intermediate size I inside a padded Ip: up rows stay, gate rows move
+// to the padded gate half.
+inline std::vector<int64_t> gated_rows(int64_t I, int64_t Ip) {
+  std::vector<int64_t> v = identity_rows(2 * I);
+  for (int64_t i = I; i < 2 * I; ++i) v[static_cast<size_t>(i)] = Ip + (i - I);
+  return v;
 }
 
 // The value of a ue8m0 scale code: 2^(c - 127).

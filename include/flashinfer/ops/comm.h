@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -220,6 +221,8 @@ std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
 /// two-shot. fp32_acc and the MoE and group arguments are ignored; the outputs a pattern writes are
 /// allocated when None; it returns output (0), norm_out (1) or quant_out. use_oneshot None:
 /// one-shot while T * H * W * itemsize <= 2^20. Sizes are checked against buffer_size_bytes.
+/// moe_finalize_backend (0.7.4, keyword-only): "trtllm" or "cake", upstream's two
+/// implementations of pattern 7 (the same values); "cake" needs a TRT-LLM workspace.
 Tensor allreduce_fusion(
     const Tensor& input, std::shared_ptr<AllReduceFusionWorkspace> workspace, int64_t pattern,
     bool launch_with_pdl = false, bool trigger_completion_at_end = true,
@@ -238,7 +241,8 @@ Tensor allreduce_fusion(
     std::optional<Tensor> expanded_idx_to_permuted_idx = std::nullopt,
     std::optional<Tensor> expert_scale_factor = std::nullopt,
     std::optional<Tensor> shared_expert_output = std::nullopt,
-    std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0);
+    std::optional<int64_t> block_quant_group_size = std::nullopt, double weight_bias = 0.0,
+    std::string_view moe_finalize_backend = "trtllm");
 
 /// flashinfer.comm.mapping.Mapping: a rank's place in a TP x CP x PP grid and, within its TP
 /// group, in the MoE's TP x EP x cluster split (the fields the comm ops read). tp_rank = rank %

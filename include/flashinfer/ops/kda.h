@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
@@ -52,19 +53,23 @@ KdaOutput recurrent_kda(const Tensor& q, const Tensor& k, const Tensor& v, const
                         int64_t checkpoint_every_n_tokens = 0, std::string backend = "auto");
 
 /// One decode token a row with the layer's causal conv and output norm fused
-/// (flashinfer.kda_decode; equal heads H in {12, 24, 32, 48, 96} of 128): x [R, 3 H 128] bf16 (q |
-/// k | v channels) through the width-4 depthwise conv (weight [3, 4, H 128] fp32; conv_state
-/// [slots, 3 H 128, 3] bf16 in the SD layout, updated) and SiLU; the KDA step on state [slots, H,
-/// 128, 128] (fp32 or bf16, updated) with the lower-bound gate (lower_bound None: softplus), beta =
-/// sigmoid(raw_beta) and scale 128^-0.5; the gated RMSNorm y = o rsqrt(mean(o^2) + norm_eps)
-/// norm_weight sigmoid(output_gate). state_indices [R] int32: a slot <= 0 is a null row (zeros;
-/// slot 0 is the null slot). Returns output [1, R, H, 128] bf16.
+/// (flashinfer.kda_decode; equal heads H in {8, 12, 16, 24, 32, 48, 64, 96} of 128): x [R, 3 H 128]
+/// bf16 (q | k | v channels) through the width-4 depthwise conv (weight [3, 4, H 128] fp32;
+/// conv_state [slots, 3 H 128, 3] bf16 in the SD layout, updated) and SiLU; the KDA step on state
+/// [slots, H, 128, 128] (fp32 or bf16, updated) with the lower-bound gate (lower_bound None:
+/// softplus), beta = sigmoid(raw_beta) and scale 128^-0.5; the gated RMSNorm y = o rsqrt(mean(o^2)
+/// + norm_eps) norm_weight sigmoid(output_gate). state_indices [R] int32: a slot <= 0 is a null row
+/// (zeros; slot 0 is the null slot). Returns output [1, R, H, 128] bf16. backend (0.7.4) "cute-dsl"
+/// or "auto" run this; "cake" (SM100a / SM103a routes) is refused as upstream refuses it where no
+/// route applies; state_indices_mode is checked and changes nothing (rows run in order).
 Tensor fused_kda_decode(const Tensor& x, const Tensor& weight, const Tensor& conv_state,
                         const Tensor& raw_gate, const Tensor& raw_beta, const Tensor& A_log,
                         const Tensor& dt_bias, const Tensor& state_indices, const Tensor& state,
                         const Tensor& output_gate, const Tensor& norm_weight,
                         std::optional<double> lower_bound = -5.0, double norm_eps = 1e-5,
-                        std::optional<Tensor> output = std::nullopt);
+                        std::optional<Tensor> output = std::nullopt,
+                        std::string_view backend = "cute-dsl",
+                        std::optional<std::string> state_indices_mode = std::nullopt);
 
 /// The KDA decode step with fixed parameters (12 heads of 128, lower-bound gate -5, logit betas,
 /// L2 norms, scale 128^-0.5) on post-conv rows mixed_qkv [B, 4608] (q | k | v), raw_gate [B,

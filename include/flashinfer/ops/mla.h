@@ -121,7 +121,8 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
 /// dtype (bf16 for an fp8 query), and with return_lse also the LSE (`lse` [rows, H] or
 /// [batch, q_len, H] fp32, written when passed): log2 sum_j exp(s_j) (trtllm-gen's), the natural
 /// log for backend "cute-dsl", context parallelism, and ragged queries under "auto" (where
-/// upstream sends them); -inf for a query that sees no key, whose output is 0.
+/// upstream sends them); -inf for a query that sees no key, whose output is 0. return_lse_base
+/// (0.7.4) "basee" / "base2" picks the base whatever the backend; None keeps those defaults.
 /// sparse_mla_top_k > 0 (DeepSeek's DSA; the CPU reference only): block_tables [batch, q_len,
 /// top_k] ([total_q, top_k] ragged) of token slots page * page_size + offset, -1 for none; query t
 /// of a request's L sees the first min(top_k, seq_lens[b] - (L - 1 - t)) entries of its row, or
@@ -150,7 +151,8 @@ AttentionOutput trtllm_batch_decode_with_kv_cache_mla(
     std::optional<Tensor> sparse_mla_top_k_lens = std::nullopt, bool enable_dcp = false,
     int64_t cp_world = 1, int64_t cp_rank = 0,
     std::optional<Tensor> causal_seqlens_kv_global = std::nullopt,
-    std::optional<bool> use_fp16_softmax = std::nullopt);
+    std::optional<bool> use_fp16_softmax = std::nullopt,
+    std::optional<std::string> return_lse_base = std::nullopt);
 
 /// flashinfer.mla._core.xqa_batch_decode_with_kv_cache_mla: the same computation under the
 /// XQA backend's name (upstream requires q_len 1; this library accepts any, causal as above).

@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "flashinfer/dtype.h"
 #include "flashinfer/op_typed.h"
+#include "flashinfer/ops/quantization.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -28,6 +30,9 @@ enum class ActivationType : int {
   GegluTanh = 8,
   Identity = 9,
   Situ = 10,
+  InvalidType = 11,
+  ClampedRelu2 = 12,  // cutlass_fused_moe only: (L * tanh(relu(x) / L))^2, L = clamped_relu2_limit
+  PowLU = 13,         // cutlass_fused_moe only (gated; not implemented here)
 };
 
 /// "Swiglu", ...
@@ -43,13 +48,20 @@ ActivationType activation_type_from_value(const Value& v, std::string_view op = 
 /// SwigluStep), as flashinfer.tllm_enums.is_gated_activation.
 bool is_gated_activation(ActivationType activation_type);
 
-/// cutlass_fused_moe's keyword-only parameters (SiTU activation scales; the Situ activation is
-/// not implemented here, so both must be None).
+/// cutlass_fused_moe's keyword-only parameters, in upstream 0.7.4's order: clamped_relu2_limit
+/// (fp32 [1], the L of ActivationType.ClampedRelu2, required with it and refused without it),
+/// the SiTU activation scales, backend ("cutlass"; "cake", upstream's fixed Kimi-K3 SM100 path,
+/// is refused as on a GPU that is not SM100) and nvfp4_4over6 (resolved as upstream; a config
+/// that is on is refused: no path here has a 4over6 recipe).
 struct CutlassFusedMoeOptions {
+  std::optional<Tensor> clamped_relu2_limit;
   std::optional<Tensor> situ_beta;
   std::optional<Tensor> situ_linear_beta;
+  std::string backend = "cutlass";
+  Value nvfp4_4over6 = nvfp4_4over6_unset();
 };
-FLASHINFER_OPTION_FIELDS(CutlassFusedMoeOptions, situ_beta, situ_linear_beta);
+FLASHINFER_OPTION_FIELDS(CutlassFusedMoeOptions, clamped_relu2_limit, situ_beta, situ_linear_beta,
+                         backend, nvfp4_4over6);
 
 /// Fused MoE layer (upstream's CUTLASS backend), unquantized fp32 / fp16 / bf16:
 ///   out[t] = sum_k token_final_scales[t, k] * FFN_e(input[t]),  e = token_selected_experts[t, k]
@@ -83,7 +95,8 @@ std::vector<Tensor> cutlass_fused_moe(
     bool use_packed_weights = false, bool use_wfp4afp8_humming = false,
     int64_t tune_max_num_tokens = 8192, std::optional<bool> enable_pdl = std::nullopt,
     ActivationType activation_type = ActivationType::Swiglu, bool swizzled_input_sf = true,
-    bool use_fused_finalize = true, std::optional<std::vector<int64_t>> profile_ids = std::nullopt,
+    std::optional<bool> use_fused_finalize = std::nullopt,
+    std::optional<std::vector<int64_t>> profile_ids = std::nullopt,
     std::optional<Tensor> workspace_buffer = std::nullopt, CutlassFusedMoeOptions options = {});
 
 /// DeepSeek-V3 grouped top-k routing (no auxiliary loss), in place:

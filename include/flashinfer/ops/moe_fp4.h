@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "flashinfer/ops/moe.h"
+#include "flashinfer/ops/quantization.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
 
@@ -30,7 +31,14 @@ namespace flashinfer {
 /// Returns [output] (bf16 [T, H]), as upstream returns a list; with do_finalize=False the
 /// unfinalized list [gemm2_output, expert_weights, expanded_idx_to_permuted_idx] (see
 /// TrtllmMoeResult). per_token_scale is refused (kUnsupported); num_fused_shared_experts: see
-/// docs/MOE.md, "Fused shared experts".
+/// docs/MOE.md, "Fused shared experts". Upstream 0.7.4's padded dimensions (here and on the
+/// MxInt4 and FP8 block-scale ops): with valid_hidden_size vh, GEMM1 contracts the first
+/// N = roundUp(vh, 128) hidden columns, gemm2_weights (and scales) have N rows, and the output is
+/// [T, vh]; with valid_intermediate_size vi, FC1 computes rows [0, roundUp(vi, 128)) of each half
+/// and GEMM2 contracts that many columns (docs/MOE.md, "Padded dimensions").
+/// hidden_states_scale_layout: only SfLayout.layout_linear (None means it);
+/// workspace_buffer: caller scratch, checked, never changes a value; nvfp4_4over6: resolved as
+/// upstream, and a config that is on is refused with upstream's text (it needs per_token_scale).
 std::vector<Tensor> trtllm_fp4_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,
@@ -47,9 +55,17 @@ std::vector<Tensor> trtllm_fp4_block_scale_moe(
     int64_t activation_type = 3, std::optional<Tensor> per_token_scale = std::nullopt,
     std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
     bool norm_topk_prob = true, std::optional<Tensor> routing_replay_out = std::nullopt,
-    std::optional<int64_t> num_fused_shared_experts = std::nullopt);
+    std::optional<int64_t> num_fused_shared_experts = std::nullopt,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    const Value& hidden_states_scale_layout = Value(),
+    std::optional<Tensor> workspace_buffer = std::nullopt,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
 /// trtllm_fp4_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
+/// routing_metadata: upstream's TrtllmMoERoutingMetadataSlot, routing maps the caller populated
+/// from the same topk_ids (upstream then skips its routing kernel; the values are the same), so
+/// the routing here is computed from topk_ids whatever the slot holds.
 std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
     const MoeTopkIds& topk_ids, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     std::optional<Tensor> hidden_states_scale, const Tensor& gemm1_weights,
@@ -65,7 +81,13 @@ std::vector<Tensor> trtllm_fp4_block_scale_routed_moe(
     bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
     int64_t activation_type = 3, std::optional<Tensor> per_token_scale = std::nullopt,
     std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
-    std::optional<Tensor> gemm1_lora_delta = std::nullopt);
+    std::optional<Tensor> gemm1_lora_delta = std::nullopt,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    std::optional<int64_t> num_fused_shared_experts = std::nullopt,
+    const Value& hidden_states_scale_layout = Value(),
+    std::optional<Tensor> workspace_buffer = std::nullopt,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset(), const Value& routing_metadata = Value());
 
 /// trtllm-gen MxInt4 block-scale MoE (Swiglu), routing from logits:
 ///   hidden_states bf16 [T, H]; gemm1_weights uint8 [E_l, 2I, H/2] (MajorK) or
@@ -86,7 +108,10 @@ std::vector<Tensor> trtllm_mxint4_block_scale_moe(
     std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
     bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
     std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
-    bool norm_topk_prob = true, std::optional<Tensor> routing_replay_out = std::nullopt);
+    bool norm_topk_prob = true, std::optional<Tensor> routing_replay_out = std::nullopt,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// trtllm_mxint4_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
 std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
@@ -99,7 +124,10 @@ std::vector<Tensor> trtllm_mxint4_block_scale_routed_moe(
     std::optional<double> routed_scaling_factor, int64_t routing_method_type = 0,
     bool do_finalize = true, std::optional<bool> enable_pdl = std::nullopt,
     std::optional<Tensor> gemm1_lora_delta = std::nullopt,
-    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192);
+    std::optional<Tensor> output = std::nullopt, int64_t tune_max_num_tokens = 8192,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// CuTe-DSL NVFP4 fused MoE (flashinfer.fused_moe.cute_dsl.fused_moe), precomputed routing:
 ///   x uint8 [T, H/2] packed NVFP4 with x_sf e4m3 [T, H/16] (linear; a trailing 1 allowed);

@@ -28,7 +28,12 @@ Fp8QuantizationType fp8_quantization_type_from_value(const Value& v,
 ///   [E_l, H, I] (or block layout) with gemm2_weights_scale fp32 [E_l, H / 128, I / 128].
 ///   use_shuffled_weight: rows shuffled as upstream's preparation does (epilogue_tile_m 64).
 /// Returns bf16 [T, H], or with do_finalize=False the unfinalized list (see TrtllmMoeResult).
-/// fp8_quantization_type DeepSeekFp8 and MxFp8 run.
+/// fp8_quantization_type DeepSeekFp8 and MxFp8 run. valid_hidden_size / valid_intermediate_size:
+/// upstream 0.7.4's padded dimensions (see trtllm_fp4_block_scale_moe; DeepSeekFp8 honours a
+/// valid_intermediate_size only when roundUp(vi, 128) is intermediate_size); gemm1_bias fp32
+/// [E_l, 2I or I] / gemm2_bias fp32 [E_l, H] (keyword-only; rows stored as the weights'): added
+/// to GEMM1's dequantized output before the activation and to GEMM2's before the routing
+/// weights; workspace_buffer: caller scratch, checked, never changes a value.
 TrtllmMoeResult trtllm_fp8_block_scale_moe(
     const Tensor& routing_logits, std::optional<Tensor> routing_bias, const Tensor& hidden_states,
     const Tensor& hidden_states_scale, const Tensor& gemm1_weights,
@@ -46,7 +51,12 @@ TrtllmMoeResult trtllm_fp8_block_scale_moe(
     std::optional<Tensor> gemm1_alpha = std::nullopt,
     std::optional<Tensor> gemm1_beta = std::nullopt,
     std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
-    std::optional<Tensor> output = std::nullopt);
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    std::optional<Tensor> gemm1_bias = std::nullopt,
+    std::optional<Tensor> gemm2_bias = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// trtllm_fp8_block_scale_moe with precomputed routing (`topk_ids`, see MoeTopkIds).
 TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
@@ -64,7 +74,10 @@ TrtllmMoeResult trtllm_fp8_block_scale_routed_moe(
     Fp8QuantizationType fp8_quantization_type = Fp8QuantizationType::DeepSeekFp8,
     int64_t activation_type = 3, std::optional<Tensor> gemm1_alpha = std::nullopt,
     std::optional<Tensor> gemm1_beta = std::nullopt,
-    std::optional<Tensor> gemm1_clamp_limit = std::nullopt);
+    std::optional<Tensor> gemm1_clamp_limit = std::nullopt,
+    std::optional<int64_t> valid_hidden_size = std::nullopt,
+    std::optional<int64_t> valid_intermediate_size = std::nullopt,
+    std::optional<Tensor> workspace_buffer = std::nullopt);
 
 /// trtllm-gen FP8 MoE with per-tensor scales (Llama4 style), routing from logits:
 ///   hidden_states fp8 [T, H]; gemm1_weights fp8 [E_l, 2I or I, H] and gemm2_weights fp8

@@ -139,6 +139,15 @@ void moe_activation_row(const CutlassMoeParams& p, int64_t e, const float* g1, f
     case MoeAct::kSilu:
       for (int64_t j = 0; j < I; ++j) h[j] = silu(g1[j]);
       return;
+    case MoeAct::kClampedRelu2: {
+      // Upstream's ClampedRelu2 epilogue order: relu, times 1 / L, tanh, times L, squared.
+      const float L = p.clamped_relu2_limit[0], inv = 1.0f / L;
+      for (int64_t j = 0; j < I; ++j) {
+        const float c = std::tanh(std::max(g1[j], 0.0f) * inv) * L;
+        h[j] = c * c;
+      }
+      return;
+    }
     case MoeAct::kIdentity:
       for (int64_t j = 0; j < I; ++j) h[j] = g1[j];
       return;

@@ -73,6 +73,9 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
   const auto* x = static_cast<const uint8_t*>(m.input);
   const auto* w1 = static_cast<const uint8_t*>(m.w1);
   const auto* w2 = static_cast<const uint8_t*>(m.w2);
+  // DeepSeek FP8's gemm1_bias / gemm2_bias (fp32, plain rows) or null.
+  const auto* b1 = static_cast<const float*>(m.b1);
+  const auto* b2 = static_cast<const float*>(m.b2);
   // y[t * K + k]: the bf16-rounded GEMM2 output row of pair (t, k), for the pairs routed to a
   // local expert.
   std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);
@@ -110,13 +113,15 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       const float* g = g1.data() + r * N1;
       float* hr = h.data() + r * I;
       if (p.block_scale) {
-        // The pair's LoRA delta joins GEMM1's output before the routing scale (upstream's
-        // reference order: bias, delta, routing scale, activation).
+        // The bias and the pair's LoRA delta join GEMM1's dequantized output before the
+        // routing scale (upstream's reference order: bias, delta, routing scale, activation).
         const uint16_t* d = m.fc1_delta ? m.fc1_delta + (pair / K) * m.delta_stride_t +
                                               (pair % K) * m.delta_stride_k
                                         : nullptr;
         for (int64_t j = 0; j < N1; ++j) {
-          gv[static_cast<size_t>(j)] = (g[j] + (d ? bfloat16_bits_to_float(d[j]) : 0.0f)) * rw;
+          gv[static_cast<size_t>(j)] =
+              (g[j] + (b1 ? b1[e * N1 + j] : 0.0f) + (d ? bfloat16_bits_to_float(d[j]) : 0.0f)) *
+              rw;
         }
         moe_activation_row(m, e, gv.data(), hr);
         fp8_quantize_per_128(hr, I, m.act_out ? act_codes.data() + pair * I : nullptr);
@@ -151,7 +156,8 @@ void trtllm_fp8_moe(const TrtllmFp8MoeParams& p) {
       const int64_t pair = pairs[static_cast<size_t>(r)];
       local[static_cast<size_t>(pair)] = 1;
       for (int64_t c = 0; c < H; ++c) {
-        y[static_cast<size_t>(pair * H + c)] = bf16_round(g2[static_cast<size_t>(r * H + c)] * s2);
+        y[static_cast<size_t>(pair * H + c)] =
+            bf16_round(g2[static_cast<size_t>(r * H + c)] * s2 + (b2 ? b2[e * H + c] : 0.0f));
       }
     }
   }

@@ -106,6 +106,11 @@ __device__ float activation_value(const CutlassMoeParams& p, int64_t e, float up
     }
     case MoeAct::kSilu:
       return silu(up);
+    case MoeAct::kClampedRelu2: {
+      const float L = p.clamped_relu2_limit[0];
+      const float c = tanhf(fmaxf(up, 0.0f) * (1.0f / L)) * L;
+      return c * c;
+    }
     default:
       return up;  // Identity (the API layer refuses the others)
   }
@@ -984,7 +989,11 @@ __global__ void fp8_moe_gemm1_kernel(TrtllmFp8MoeParams p) {
           return xv * fp8_at(m.w1, moe_weight_offset(p.w1_index, N1, H, e, r.row, c)) *
                  r.scale[c / 128];
         },
-        [&](int64_t j, float acc) { g[j] = acc; });
+        [&](int64_t j, float acc) {
+          // gemm1_bias: fp32, rows stored as the weights' (the CPU reference's plain order).
+          const auto* b1 = static_cast<const float*>(m.b1);
+          g[j] = b1 ? acc + b1[e * N1 + moe_stored_row(p.w1_index, N1, j)] : acc;
+        });
     trtllm_fp8_activation_rows(m, e, g, p.ws_h + pair * I);
     return;
   }
@@ -1025,7 +1034,10 @@ __global__ void fp8_moe_gemm2_kernel(TrtllmFp8MoeParams p) {
           return h[c] * fp8_at(m.w2, moe_weight_offset(p.w2_index, H, I, e, r.row, c)) *
                  r.scale[c / 128];
         },
-        [&](int64_t j, float acc) { y[j] = bf16_round(acc); });
+        [&](int64_t j, float acc) {
+          const auto* b2 = static_cast<const float*>(m.b2);
+          y[j] = bf16_round(b2 ? acc + b2[e * H + moe_stored_row(p.w2_index, H, j)] : acc);
+        });
     return;
   }
   const float s2 = p.out2_scale[e];
