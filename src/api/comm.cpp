@@ -1283,14 +1283,47 @@ std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
     std::optional<int64_t> max_token_num, std::optional<int64_t> hidden_dim,
     std::optional<DType> dtype, std::optional<int64_t> gpus_per_node,
     std::shared_ptr<comm::CommBackend> comm_backend, bool force_oneshot_support,
-    std::optional<Value> group) {
+    std::optional<Value> group, AllReduceCuteDslOptions options) {
   return call_op<&create_allreduce_fusion_workspace>(
       [&] {
+        // Upstream 0.7.4's "mnnvl-cutedsl" keywords, checked as it checks them (allreduce.py).
+        const char* op = "create_allreduce_fusion_workspace";
+        std::string given;
+        const auto& o = options;
+        for (const auto& [v, name] : {std::pair{&o.top_k, "top_k"},
+                                      {&o.rms_eps, "rms_eps"},
+                                      {&o.weight_bias, "weight_bias"},
+                                      {&o.routed_scaling_factor, "routed_scaling_factor"},
+                                      {&o.include_shared_expert, "include_shared_expert"},
+                                      {&o.add_residual, "add_residual"},
+                                      {&o.write_residual_output, "write_residual_output"},
+                                      {&o.apply_rms_norm, "apply_rms_norm"},
+                                      {&o.output_dtype, "output_dtype"},
+                                      {&o.dynamic_fp8, "dynamic_fp8"},
+                                      {&o.write_norm_output, "write_norm_output"},
+                                      {&o.config, "config"}}) {
+          if (*v && !(*v)->is_none()) given += (given.empty() ? "" : ", ") + std::string(name);
+        }
+        if (backend == "mnnvl-cutedsl") {
+          std::string ignored;
+          if (gpus_per_node) ignored += "gpus_per_node";
+          if (comm_backend) ignored += (ignored.empty() ? "" : ", ") + std::string("comm_backend");
+          if (force_oneshot_support) {
+            ignored += (ignored.empty() ? "" : ", ") + std::string("force_oneshot_support");
+          }
+          FLASHINFER_CHECK(ignored.empty(), op, "backend",
+                           "backend='mnnvl-cutedsl' does not use: ", ignored);
+          FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend",
+                          "the 'mnnvl-cutedsl' all-reduce fusion (upstream's CuTe-DSL MNNVL "
+                          "kernels) is not implemented here");
+        }
+        FLASHINFER_CHECK(given.empty(), op, "backend",
+                         "Only backend='mnnvl-cutedsl' accepts: ", given);
         return create_impl(backend, world_size, rank, max_token_num, hidden_dim, dtype,
                            comm_backend, force_oneshot_support, gpus_per_node);
       },
       backend, world_size, rank, max_token_num, hidden_dim, dtype, gpus_per_node, comm_backend,
-      force_oneshot_support, group);
+      force_oneshot_support, group, options);
 }
 
 Tensor allreduce_fusion(const Tensor& input, std::shared_ptr<AllReduceFusionWorkspace> workspace,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -447,12 +448,137 @@ std::tuple<Tensor, Tensor> decode_impl(const Tensor& q, const Tensor& k, const T
   return {*output, state};
 }
 
+// gated_delta_rule_mtp's ReplaySSM caches (upstream 0.7.4).
+struct ReplaySsm {
+  bool on = false;
+  std::optional<Tensor> rawv, rawk, g, beta;
+};
+
+// Python's tuple text of a shape: "(2, 3)", "(4,)".
+std::string py_shape_text(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// Upstream's ReplaySSM checks (gdn_decode.py), in order, after the generic ones.
+void check_replayssm(const ReplaySsm& r, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                     const Tensor& pool, const Tensor& read_idx, bool frozen, bool has_buf,
+                     bool has_steps, const char* op) {
+  const bool any = r.rawv || r.rawk || r.g || r.beta;
+  if (!r.on) {
+    FLASHINFER_CHECK(!any, op, "cache_replayssm",
+                     "replayssm_* buffers require cache_replayssm=True");
+    return;
+  }
+  if (q.device().is_cuda()) {
+    const int cc = api::compute_capability(q.device());
+    FLASHINFER_CHECK_CODE(cc / 10 == 10 || cc == 120, ErrorCode::kUnsupported, op,
+                          "cache_replayssm", "ReplaySSM caching requires SM100/SM103 or SM120");
+  }
+  FLASHINFER_CHECK(frozen, op, "disable_state_update",
+                   "ReplaySSM verify must leave the checkpoint frozen (disable_state_update=True)");
+  FLASHINFER_CHECK(!has_buf, op, "intermediate_states_buffer",
+                   "ReplaySSM replaces full intermediate-state snapshots");
+  FLASHINFER_CHECK(!has_steps, op, "ssm_state_indices",
+                   "ReplaySSM and per-token state scatter are mutually exclusive");
+  FLASHINFER_CHECK(pool.size(0) >= 1, op, "initial_state",
+                   "ReplaySSM requires at least one checkpoint slot");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), K = q.size(3);
+  const int64_t HV = v.size(2), V = v.size(3);
+  FLASHINFER_CHECK(k.shape() == q.shape() && v.dim() == 4 && v.size(0) == B && v.size(1) == T, op,
+                   "k", "ReplaySSM Q/K/V shapes must agree");
+  FLASHINFER_CHECK(a.shape() == Shape({B, T, HV}) && b.shape() == Shape({B, T, HV}), op, "a",
+                   "ReplaySSM a/b must be [B,T,HV]");
+  FLASHINFER_CHECK(A_log.numel() == HV && dt_bias.numel() == HV, op, "A_log",
+                   "ReplaySSM gate parameters must be [HV]");
+  FLASHINFER_CHECK(K == 128 && V == 128, op, "q", "ReplaySSM requires K=V=128");
+  FLASHINFER_CHECK(HV % H == 0, op, "v", "ReplaySSM requires HV divisible by H");
+  FLASHINFER_CHECK(read_idx.dim() == 1 && read_idx.size(0) == B, op, "initial_state_indices",
+                   "initial_state_indices must be [B]");
+  FLASHINFER_CHECK(T >= 3, op, "q", "ReplaySSM caching requires T >= 3, got T=", T);
+  const int64_t P = pool.size(0);
+  for (const auto& [t, name, shape, dt] :
+       {std::tuple{&r.rawv, "replayssm_rawv", Shape({P, HV, T, V}), DType::kBFloat16},
+        std::tuple{&r.rawk, "replayssm_rawk", Shape({P, H, T, K}), DType::kBFloat16},
+        std::tuple{&r.g, "replayssm_g", Shape({P, HV, T}), DType::kFloat32},
+        std::tuple{&r.beta, "replayssm_beta", Shape({P, HV, T}), DType::kFloat32}}) {
+    FLASHINFER_CHECK(t->has_value() && (*t)->defined(), op, name,
+                     "cache_replayssm=True requires replayssm_rawv/rawk/g/beta");
+    const Tensor& x = **t;
+    std::string want = "[";  // Python's list(shape)
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      want += (i ? ", " : "") + std::to_string(shape[i]);
+    FLASHINFER_CHECK(x.shape() == shape, op, name, name, " must have shape ", want + "]", ", got ",
+                     py_shape_text(x.shape()));
+    FLASHINFER_CHECK(x.dtype() == dt, op, name, name, " must have dtype ", dtype_torch_name(dt),
+                     ", got ", dtype_torch_name(x.dtype()));
+    FLASHINFER_CHECK(x.device() == q.device(), op, name, name, " device ", x.device().str(),
+                     " != q device ", q.device().str());
+    FLASHINFER_CHECK(x.is_contiguous(), op, name, name,
+                     " must be a contiguous per-layer ReplaySSM view");
+    api::check_writable(x, op, name);
+  }
+}
+
+// The four windows of every request with a read slot s >= 0, from k/v/a/b as bf16 (upstream's
+// as_bf16): v and the un-normalized k, g = -exp(A_log) softplus(a + dt_bias) (softplus(x) = x
+// above 20) and sigmoid(b), fp32. Written on the host (device buffers are copied back).
+void fill_replayssm(const ReplaySsm& r, const Tensor& k, const Tensor& v, const Tensor& a,
+                    const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                    const Tensor& read_idx) {
+  const int64_t B = k.size(0), T = k.size(1), H = k.size(2), K = k.size(3);
+  const int64_t HV = v.size(2), V = v.size(3);
+  const Tensor kb = k.to(Device::cpu()).to(DType::kBFloat16).contiguous();
+  const Tensor vb = v.to(Device::cpu()).to(DType::kBFloat16).contiguous();
+  const std::vector<double> av = a.to(Device::cpu()).to(DType::kBFloat16).to_double_vector(),
+                            bv = b.to(Device::cpu()).to(DType::kBFloat16).to_double_vector(),
+                            Av = A_log.to_double_vector(), dv = dt_bias.to_double_vector();
+  const std::vector<int64_t> slots = api::host_ints(read_idx);
+  Tensor rv = r.rawv->to(Device::cpu()).contiguous(), rk = r.rawk->to(Device::cpu()).contiguous();
+  Tensor rg = r.g->to(Device::cpu()).contiguous(), rb = r.beta->to(Device::cpu()).contiguous();
+  const auto* ks = static_cast<const uint16_t*>(kb.data_ptr());
+  const auto* vs = static_cast<const uint16_t*>(vb.data_ptr());
+  auto* vo = static_cast<uint16_t*>(rv.data_ptr());
+  auto* ko = static_cast<uint16_t*>(rk.data_ptr());
+  float* go = rg.data<float>();
+  float* bo = rb.data<float>();
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t s = slots[static_cast<std::size_t>(i)];
+    if (s < 0) continue;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        std::memcpy(vo + ((s * HV + hv) * T + t) * V, vs + ((i * T + t) * HV + hv) * V,
+                    static_cast<std::size_t>(V) * 2);
+        const auto ai = static_cast<std::size_t>((i * T + t) * HV + hv);
+        const float x = static_cast<float>(av[ai]) + static_cast<float>(dv[hv]);
+        const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+        go[(s * HV + hv) * T + t] = -std::exp(static_cast<float>(Av[hv])) * sp;
+        bo[(s * HV + hv) * T + t] = 1.0f / (1.0f + std::exp(-static_cast<float>(bv[ai])));
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        std::memcpy(ko + ((s * H + h) * T + t) * K, ks + ((i * T + t) * H + h) * K,
+                    static_cast<std::size_t>(K) * 2);
+      }
+    }
+  }
+  for (const auto& [dst, src] :
+       {std::pair{&*r.rawv, &rv}, {&*r.rawk, &rk}, {&*r.g, &rg}, {&*r.beta, &rb}}) {
+    if (dst->data_ptr() != src->data_ptr()) {
+      Tensor d = *dst;
+      d.copy_(*src);
+    }
+  }
+}
+
 std::tuple<Tensor, Tensor> mtp_impl(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& initial_state,
     const Tensor& read_idx, const Tensor& A_log, const Tensor& a, const Tensor& dt_bias,
     const Tensor& b, std::optional<double> scale, std::optional<Tensor> output,
     const std::optional<Tensor>& buffer, const std::optional<Tensor>& step_idx,
-    std::optional<bool> disable_state_update, bool l2norm, const std::optional<Tensor>& write_idx) {
+    std::optional<bool> disable_state_update, bool l2norm, const std::optional<Tensor>& write_idx,
+    const ReplaySsm& replay = {}) {
   const char* op = "gated_delta_rule_mtp";
   GdnParams p = decode_params(op, q, k, v, A_log, a, dt_bias, b, scale, l2norm, output);
   const int64_t B = p.num_seqs, T = p.T, HV = p.H;
@@ -479,6 +605,8 @@ std::tuple<Tensor, Tensor> mtp_impl(
   const bool disable = disable_state_update.value_or(true);
   const bool has_buf = buffer && buffer->defined();
   const bool has_steps = step_idx && step_idx->defined();
+  check_replayssm(replay, q, k, v, a, b, A_log, dt_bias, s, read_idx, disable, has_buf, has_steps,
+                  op);
   FLASHINFER_CHECK(!(has_buf && has_steps), op, "ssm_state_indices",
                    "ssm_state_indices and intermediate_states_buffer are mutually exclusive");
   if (has_buf) set_intermediate_buffer(p, *buffer, q, B, T, HV, op);
@@ -504,6 +632,7 @@ std::tuple<Tensor, Tensor> mtp_impl(
   p.write_final = !disable;
   api::check_upstream_arch(op, "q", q.device());
   api::launch(kGdnKernels, p, q.device(), op, "q");
+  if (replay.on) fill_replayssm(replay, k, v, a, b, A_log, dt_bias, read_idx);
   return {*output, s};
 }
 
@@ -1044,16 +1173,21 @@ std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
     const Tensor& dt_bias, const Tensor& b, std::optional<double> scale,
     std::optional<Tensor> output, std::optional<Tensor> intermediate_states_buffer,
     std::optional<Tensor> ssm_state_indices, std::optional<bool> disable_state_update,
-    bool use_qk_l2norm, std::optional<Tensor> output_state_indices) {
+    bool use_qk_l2norm, std::optional<Tensor> output_state_indices, bool cache_replayssm,
+    std::optional<Tensor> replayssm_rawv, std::optional<Tensor> replayssm_rawk,
+    std::optional<Tensor> replayssm_g, std::optional<Tensor> replayssm_beta) {
   return call_op<&gated_delta_rule_mtp>(
       [&] {
-        return mtp_impl(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale,
-                        output, intermediate_states_buffer, ssm_state_indices, disable_state_update,
-                        use_qk_l2norm, output_state_indices);
+        return mtp_impl(
+            q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale, output,
+            intermediate_states_buffer, ssm_state_indices, disable_state_update, use_qk_l2norm,
+            output_state_indices,
+            {cache_replayssm, replayssm_rawv, replayssm_rawk, replayssm_g, replayssm_beta});
       },
       q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale, output,
       intermediate_states_buffer, ssm_state_indices, disable_state_update, use_qk_l2norm,
-      output_state_indices);
+      output_state_indices, cache_replayssm, replayssm_rawv, replayssm_rawk, replayssm_g,
+      replayssm_beta);
 }
 
 GdnPrefillOutput chunk_gated_delta_rule(
@@ -1630,7 +1764,8 @@ void register_gdn_ops(OpRegistry& r) {
       "q", "k", "v", arg("initial_state").mut(), "initial_state_indices", "A_log", "a", "dt_bias",
       "b", "scale", arg("output").mut(), arg("intermediate_states_buffer").mut(),
       "ssm_state_indices", "disable_state_update", arg("use_qk_l2norm", true),
-      "output_state_indices");
+      "output_state_indices", arg("cache_replayssm", false), arg("replayssm_rawv").mut(),
+      arg("replayssm_rawk").mut(), arg("replayssm_g").mut(), arg("replayssm_beta").mut());
   declare<&chunk_gated_delta_rule>(
       r,
       {.name = "chunk_gated_delta_rule",

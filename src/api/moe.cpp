@@ -360,6 +360,11 @@ void check_cutlass_moe_common(const CutlassMoeCall& c) {
                           "ClampedRelu2 does not support FC1 bias or min-latency mode");
     check_flag_off(c.use_mxfp8_act_scaling, op, "use_mxfp8_act_scaling",
                    "ClampedRelu2 on the MXFP8 x MXFP8 path is not implemented (BF16 x BF16 is)");
+    // Upstream fuses it into GEMM1's epilogue (the fp32 accumulator into the activation); the
+    // CUDA routes here round GEMM1's output to the dtype first.
+    check_flag_off(c.input.device().is_cuda(), op, "activation_type",
+                   "ClampedRelu2 has no CUDA kernel here (its fused fp32 GEMM1 epilogue); the CPU "
+                   "reference computes it");
   } else {
     FLASHINFER_CHECK(!o.clamped_relu2_limit, op, "clamped_relu2_limit",
                      "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");

@@ -30,6 +30,33 @@
 
 namespace flashinfer {
 
+void moe_cute::check_clamped_relu2(const char* op, int64_t activation_type,
+                                   const std::optional<Tensor>& limit, std::optional<Device> device,
+                                   std::string_view quant_mode) {
+  if (activation_type != static_cast<int64_t>(ActivationType::ClampedRelu2)) {
+    FLASHINFER_CHECK(!limit, op, "clamped_relu2_limit",
+                     "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
+    return;
+  }
+  FLASHINFER_CHECK(limit.has_value(), op, "clamped_relu2_limit",
+                   "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor");
+  FLASHINFER_CHECK(limit->dim() == 1 && limit->numel() == 1, op, "clamped_relu2_limit",
+                   "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with shape "
+                   "(1,), got ",
+                   shape_to_string(limit->shape()));
+  FLASHINFER_CHECK(limit->dtype() == DType::kFloat32, op, "clamped_relu2_limit",
+                   "Invalid dtype of ClampedRelu2 clamped_relu2_limit: expected torch.float32, "
+                   "got ",
+                   dtype_torch_name(limit->dtype()));
+  FLASHINFER_CHECK(!device || limit->device() == *device, op, "clamped_relu2_limit",
+                   "Invalid device of ClampedRelu2 clamped_relu2_limit");
+  FLASHINFER_CHECK(quant_mode != "w4a16", op, "activation_type",
+                   "ActivationType.ClampedRelu2 is not supported when quant_mode='w4a16'");
+  api::refuse_if(true, op, "activation_type",
+                 "ClampedRelu2 on the CuTe-DSL path (the limit applied after w1_alpha) is not "
+                 "implemented");
+}
+
 void moe_cute::check_situ_config(const char* op, int64_t activation_type,
                                  const std::optional<double>& situ_beta,
                                  const std::optional<double>& situ_linear_beta) {
@@ -133,7 +160,55 @@ struct B12xCall {
   double swiglu_beta = 1.0;
   std::optional<double> swiglu_limit;
   std::string source_format = "modelopt";  // w4a16 only
+  bool mapped = false;  // ids already mapped to local experts by expert_map (top_k may exceed E)
 };
+
+// Upstream 0.7.4's expert_map checks (b12x_fused_moe and the wrapper; `who` names the caller in
+// the first text), then its launcher's.
+void check_expert_map(const char* op, const char* who, const std::string& q,
+                      const std::optional<Tensor>& map, int64_t num_local, int64_t num_experts,
+                      const Device& dev) {
+  if (num_local == num_experts && !map) return;
+  FLASHINFER_CHECK_CODE(q == "w4a16", ErrorCode::kUnsupported, op, "quant_mode", who,
+                        " supports Expert Parallelism only for quant_mode='w4a16' "
+                        "(num_local_experts=",
+                        num_local, ", num_experts=", num_experts,
+                        "). Use a different MoE backend for EP configurations.");
+  FLASHINFER_CHECK(map.has_value(), op, "expert_map",
+                   "Expert Parallelism (num_local_experts=", num_local,
+                   " != num_experts=", num_experts,
+                   ") requires expert_map. A default map would silently assume this rank holds "
+                   "global experts [0, ",
+                   num_local, ").");
+  const Tensor& m = *map;
+  FLASHINFER_CHECK(m.dtype() == DType::kInt32, op, "expert_map",
+                   "expert_map must have dtype torch.int32, got ", dtype_torch_name(m.dtype()));
+  FLASHINFER_CHECK(m.dim() == 1 && m.is_contiguous(), op, "expert_map",
+                   "expert_map must be a contiguous rank-1 tensor");
+  FLASHINFER_CHECK(m.numel() == num_experts, op, "expert_map",
+                   "expert_map must have num_experts=", num_experts, " entries, got ", m.numel());
+  FLASHINFER_CHECK(m.device() == dev, op, "expert_map", "expert_map must be on ", dev.str(),
+                   ", got ", m.device().str());
+  FLASHINFER_CHECK(m.numel() >= num_local, op, "expert_map",
+                   "expert_map cannot be shorter than the local expert count");
+}
+
+// token_selected_experts through expert_map: global id g in [0, num_experts) with map[g] >= 0
+// runs local weights map[g]; every other route is dropped (-1, an unrouted slot). An entry past
+// the local experts would read outside upstream's weights (it does not check): an error here.
+Tensor local_expert_ids(const char* op, const Tensor& ids, const Tensor& map, int64_t num_experts,
+                        int64_t num_local) {
+  const std::vector<int64_t> mv = api::host_ints(map), iv = api::host_ints(ids);
+  std::vector<double> out(iv.size());
+  for (std::size_t i = 0; i < iv.size(); ++i) {
+    const int64_t g = iv[i];
+    const int64_t l = g >= 0 && g < num_experts ? mv[static_cast<std::size_t>(g)] : -1;
+    FLASHINFER_CHECK(l < num_local, op, "expert_map", "entry ", g, " maps to ", l,
+                     ", not a local expert id (num_local_experts=", num_local, ")");
+    out[i] = static_cast<double>(l < 0 ? -1 : l);
+  }
+  return Tensor::from_vector(out, ids.shape(), DType::kInt32).to(ids.device());
+}
 
 // A global scale: one fp32 value or [E] (b12x's _expand_to_experts); null when absent.
 const float* global_scale(const std::optional<Tensor>& t, int64_t E, const Tensor& like,
@@ -241,7 +316,8 @@ Tensor b12x_impl(const char* op, const B12xCall& c) {
   const bool gated = c.activation != "relu2";
   const int64_t T = x.size(0), H = x.size(1), K = c.top_k, E = c.num_experts;
   FLASHINFER_CHECK(E >= 1, op, "num_experts", "must be >= 1, got ", E);
-  FLASHINFER_CHECK(K >= 1 && K <= E, op, "top_k", "must be in [1, num_experts=", E, "], got ", K);
+  FLASHINFER_CHECK(K >= 1 && (c.mapped || K <= E), op, "top_k", "must be in [1, num_experts=", E,
+                   "], got ", K);
   FLASHINFER_CHECK(H % 64 == 0, op, "x", "hidden_size must be a multiple of 64, got ", H);
   const Tensor& ids = *c.ids;
   api::check_defined(ids, op, "token_selected_experts");
@@ -363,13 +439,16 @@ void check_device_name(const std::string& device, const char* op) {
   }
 }
 
-using B12xInit = Init<B12xMoEWrapper, int64_t, int64_t, int64_t, int64_t, bool, int64_t,
-                      std::optional<int64_t>, DType, std::string, std::string, double, double,
-                      std::optional<double>, std::string, std::optional<std::string>, std::string>;
+using B12xInit =
+    Init<B12xMoEWrapper, int64_t, int64_t, int64_t, int64_t, bool, int64_t, std::optional<int64_t>,
+         std::optional<Tensor>, DType, std::string, std::string, double, double,
+         std::optional<double>, std::string, std::optional<std::string>, std::string,
+         std::optional<Value>, std::optional<Value>, std::optional<Tensor>>;
 using CuteInit =
     Init<CuteDslMoEWrapper, int64_t, int64_t, int64_t, int64_t, bool, std::optional<int64_t>,
          std::optional<int64_t>, int64_t, int64_t, int64_t, DType, std::string, bool, int64_t,
-         double, double, double, std::optional<double>, std::optional<double>, bool, std::string>;
+         double, double, double, std::optional<double>, std::optional<double>, bool, std::string,
+         std::optional<Tensor>, bool>;
 
 }  // namespace
 
@@ -379,9 +458,9 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
                       int64_t num_experts, int64_t top_k, const Tensor& w1_alpha,
                       const Tensor& w2_alpha, std::optional<Tensor> fc2_input_scale,
                       std::optional<Tensor> input_global_scale,
-                      std::optional<int64_t> num_local_experts, std::optional<Tensor> output,
-                      DType output_dtype, std::string activation, double swiglu_alpha,
-                      double swiglu_beta, std::optional<double> swiglu_limit,
+                      std::optional<int64_t> num_local_experts, std::optional<Tensor> expert_map,
+                      std::optional<Tensor> output, DType output_dtype, std::string activation,
+                      double swiglu_alpha, double swiglu_beta, std::optional<double> swiglu_limit,
                       std::string activation_precision, std::optional<std::string> quant_mode,
                       std::string source_format) {
   return call_op<&b12x_fused_moe>(
@@ -390,46 +469,52 @@ Tensor b12x_fused_moe(const Tensor& x, const Tensor& w1_weight, const Tensor& w1
         b12x_check_settings(op, output_dtype, activation, source_format);
         const std::string q = b12x_quant_mode(quant_mode, activation_precision, op);
         b12x_check_source_format(op, source_format, q);
-        // Upstream raises NotImplementedError: no expert parallelism in b12x.
-        FLASHINFER_CHECK_CODE(
-            num_local_experts.value_or(num_experts) == num_experts, ErrorCode::kUnsupported, op,
-            "num_local_experts", "b12x does not support expert parallelism (num_local_experts ",
-            num_local_experts.value_or(num_experts), " != num_experts ", num_experts, ")");
-        const B12xCall c{&x,
-                         &w1_weight,
-                         &w1_weight_sf,
-                         &w2_weight,
-                         &w2_weight_sf,
-                         &token_selected_experts,
-                         &token_final_scales,
-                         &w1_alpha,
-                         &w2_alpha,
-                         &fc2_input_scale,
-                         &input_global_scale,
-                         &output,
-                         num_experts,
-                         top_k,
-                         activation,
-                         q,
-                         swiglu_alpha,
-                         swiglu_beta,
-                         swiglu_limit,
-                         source_format};
+        // Expert parallelism (upstream 0.7.4): w4a16 with expert_map only.
+        const int64_t local = num_local_experts.value_or(num_experts);
+        check_expert_map(op, "b12x_fused_moe", q, expert_map, local, num_experts, x.device());
+        const Tensor ids = expert_map ? local_expert_ids(op, token_selected_experts, *expert_map,
+                                                         num_experts, local)
+                                      : token_selected_experts;
+        B12xCall c{&x,
+                   &w1_weight,
+                   &w1_weight_sf,
+                   &w2_weight,
+                   &w2_weight_sf,
+                   &ids,
+                   &token_final_scales,
+                   &w1_alpha,
+                   &w2_alpha,
+                   &fc2_input_scale,
+                   &input_global_scale,
+                   &output,
+                   local,
+                   top_k,
+                   activation,
+                   q,
+                   swiglu_alpha,
+                   swiglu_beta,
+                   swiglu_limit,
+                   source_format};
+        c.mapped = expert_map.has_value();
         return b12x_impl(op, c);
       },
       x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
       token_final_scales, num_experts, top_k, w1_alpha, w2_alpha, fc2_input_scale,
-      input_global_scale, num_local_experts, output, output_dtype, activation, swiglu_alpha,
-      swiglu_beta, swiglu_limit, activation_precision, quant_mode, source_format);
+      input_global_scale, num_local_experts, expert_map, output, output_dtype, activation,
+      swiglu_alpha, swiglu_beta, swiglu_limit, activation_precision, quant_mode, source_format);
 }
 
 B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidden_size,
                                int64_t intermediate_size, bool use_cuda_graph,
                                int64_t max_num_tokens, std::optional<int64_t> num_local_experts,
-                               DType output_dtype, std::string device, std::string activation,
-                               double swiglu_alpha, double swiglu_beta,
-                               std::optional<double> swiglu_limit, std::string activation_precision,
-                               std::optional<std::string> quant_mode, std::string source_format) {
+                               std::optional<Tensor> expert_map, DType output_dtype,
+                               std::string device, std::string activation, double swiglu_alpha,
+                               double swiglu_beta, std::optional<double> swiglu_limit,
+                               std::string activation_precision,
+                               std::optional<std::string> quant_mode, std::string source_format,
+                               std::optional<Value> shared_static_workspace,
+                               std::optional<Value> shared_dynamic_workspace,
+                               std::optional<Tensor> shared_output) {
   call_init<B12xInit>(
       [&] {
         const char* op = "B12xMoEWrapper.__init__";
@@ -445,15 +530,54 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
                          intermediate_size);
         FLASHINFER_CHECK(max_num_tokens >= 1, op, "max_num_tokens", "must be >= 1, got ",
                          max_num_tokens);
-        // num_local_experts or num_experts (Python's `or`: 0 and None both mean all).
-        const int64_t local =
-            num_local_experts && *num_local_experts != 0 ? *num_local_experts : num_experts;
-        FLASHINFER_CHECK_CODE(local == num_experts, ErrorCode::kUnsupported, op,
-                              "num_local_experts",
-                              "b12x does not support expert parallelism (num_local_experts ", local,
-                              " != num_experts ", num_experts, ")");
+        // Upstream 0.7.4 resolves num_local_experts with `is not None` (0 is expert parallelism).
+        const int64_t local = num_local_experts.value_or(num_experts);
         quant_mode_ = b12x_quant_mode(quant_mode, activation_precision, op);
         b12x_check_source_format(op, source_format, quant_mode_);
+        // Expert parallelism: w4a16 with a map validated on the host and cloned, as upstream's
+        // _prepare_ep_expert_map does (the device is the weights', checked by run).
+        check_expert_map(op, "B12xMoEWrapper", quant_mode_, expert_map, local, num_experts,
+                         expert_map ? expert_map->device() : Device::cpu());
+        if (expert_map) {
+          std::vector<int64_t> mapped;
+          for (int64_t l : api::host_ints(*expert_map)) {
+            FLASHINFER_CHECK(l == -1 || (l >= 0 && l < local), op, "expert_map",
+                             "expert_map values must be -1 or valid local expert ids, found ", l,
+                             " for num_local_experts=", local);
+            if (l >= 0) mapped.push_back(l);
+          }
+          std::sort(mapped.begin(), mapped.end());
+          std::string want = "[", got = "[";
+          for (int64_t i = 0; i < local; ++i) want += (i ? ", " : "") + std::to_string(i);
+          for (std::size_t i = 0; i < mapped.size(); ++i) {
+            got += (i ? ", " : "") + std::to_string(mapped[i]);
+          }
+          bool once = static_cast<int64_t>(mapped.size()) == local;
+          for (std::size_t i = 0; once && i < mapped.size(); ++i) once = mapped[i] == int64_t(i);
+          FLASHINFER_CHECK(once, op, "expert_map",
+                           "expert_map must map every local expert id exactly once: expected ",
+                           want + "]", ", got ", got + "]");
+          expert_map_ = expert_map->clone();
+        }
+        // The shared buffers only matter to CUDA-graph wrappers upstream.
+        const bool shared = (shared_static_workspace && !shared_static_workspace->is_none()) ||
+                            (shared_dynamic_workspace && !shared_dynamic_workspace->is_none()) ||
+                            shared_output;
+        FLASHINFER_CHECK(!shared || use_cuda_graph, op, "use_cuda_graph",
+                         "shared_static_workspace / shared_dynamic_workspace / shared_output "
+                         "require use_cuda_graph=True; without pre-allocated buffers, run() "
+                         "ignores shared resources.");
+        if (shared_output) {
+          const Tensor& so = *shared_output;
+          FLASHINFER_CHECK(
+              so.dim() == 2 && so.size(0) >= max_num_tokens && so.size(1) == hidden_size &&
+                  so.dtype() == output_dtype && so.stride(1) == 1,
+              op, "shared_output", "shared_output must be [>= max_num_tokens=", max_num_tokens,
+              ", hidden_size=", hidden_size, "] of ", dtype_torch_name(output_dtype), ", got ",
+              shape_to_string(so.shape()), " ", dtype_torch_name(so.dtype()));
+          shared_output_ = so;
+        }
+        num_local_experts_ = local;
         num_experts_ = num_experts;
         top_k_ = top_k;
         hidden_size_ = hidden_size;
@@ -467,8 +591,9 @@ B12xMoEWrapper::B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidde
         swiglu_limit_ = swiglu_limit;
       },
       *this, num_experts, top_k, hidden_size, intermediate_size, use_cuda_graph, max_num_tokens,
-      num_local_experts, output_dtype, device, activation, swiglu_alpha, swiglu_beta, swiglu_limit,
-      activation_precision, quant_mode, source_format);
+      num_local_experts, expert_map, output_dtype, device, activation, swiglu_alpha, swiglu_beta,
+      swiglu_limit, activation_precision, quant_mode, source_format, shared_static_workspace,
+      shared_dynamic_workspace, shared_output);
 }
 
 Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tensor& w1_weight_sf,
@@ -495,27 +620,39 @@ Tensor B12xMoEWrapper::run(const Tensor& x, const Tensor& w1_weight, const Tenso
         FLASHINFER_CHECK(w1_weight.size(1) == rows, op, "w1_weight", "expected ", rows,
                          " rows for intermediate_size ", intermediate_size_, ", got ",
                          shape_to_string(w1_weight.shape()));
-        const std::optional<Tensor> no_output;
-        const B12xCall c{&x,
-                         &w1_weight,
-                         &w1_weight_sf,
-                         &w2_weight,
-                         &w2_weight_sf,
-                         &token_selected_experts,
-                         &token_final_scales,
-                         &w1_alpha,
-                         &w2_alpha,
-                         &fc2_input_scale,
-                         &input_global_scale,
-                         &no_output,
-                         num_experts_,
-                         top_k_,
-                         activation_,
-                         quant_mode_,
-                         swiglu_alpha_,
-                         swiglu_beta_,
-                         swiglu_limit_,
-                         source_format_};
+        // With a shared_output (use_cuda_graph), the result is its first T rows, as upstream's
+        // run returns a view of it.
+        const std::optional<Tensor> into =
+            shared_output_ ? std::optional<Tensor>(shared_output_->slice(0, 0, T)) : std::nullopt;
+        if (expert_map_) {
+          FLASHINFER_CHECK(expert_map_->device() == x.device(), op, "expert_map",
+                           "expert_map must be on ", x.device().str(), ", got ",
+                           expert_map_->device().str());
+        }
+        const Tensor ids = expert_map_ ? local_expert_ids(op, token_selected_experts, *expert_map_,
+                                                          num_experts_, num_local_experts_)
+                                       : token_selected_experts;
+        B12xCall c{&x,
+                   &w1_weight,
+                   &w1_weight_sf,
+                   &w2_weight,
+                   &w2_weight_sf,
+                   &ids,
+                   &token_final_scales,
+                   &w1_alpha,
+                   &w2_alpha,
+                   &fc2_input_scale,
+                   &input_global_scale,
+                   &into,
+                   num_local_experts_,
+                   top_k_,
+                   activation_,
+                   quant_mode_,
+                   swiglu_alpha_,
+                   swiglu_beta_,
+                   swiglu_limit_,
+                   source_format_};
+        c.mapped = expert_map_.has_value();
         return b12x_impl(op, c);
       },
       *this, x, w1_weight, w1_weight_sf, w2_weight, w2_weight_sf, token_selected_experts,
@@ -529,11 +666,26 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
     int64_t sf_vec_size, DType output_dtype, std::string device, bool enable_pdl,
     int64_t activation_type, double swiglu_alpha, double swiglu_beta, double swiglu_limit,
     std::optional<double> situ_beta, std::optional<double> situ_linear_beta,
-    bool use_fused_finalize, std::string quant_mode) {
+    bool use_fused_finalize, std::string quant_mode, std::optional<Tensor> clamped_relu2_limit,
+    bool swap_ab) {
   call_init<CuteInit>(
       [&] {
         const char* op = "CuteDslMoEWrapper.__init__";
         check_device_name(device, op);
+        // Upstream 0.7.4: ClampedRelu2's limit (validated without a device here, as upstream's
+        // constructor does), then swap_ab (up16 / gate16 FC1 rows; SM100 / SM103 only).
+        moe_cute::check_clamped_relu2(op, activation_type, clamped_relu2_limit, std::nullopt,
+                                      quant_mode);
+        if (swap_ab) {
+          if (device.rfind("cuda", 0) == 0 && cuda_device_count() > 0) {
+            const int cc = api::compute_capability(Device::cuda(0));
+            FLASHINFER_CHECK(cc == 100 || cc == 103, op, "swap_ab",
+                             "CuTe DSL MoE swap_ab=True requires SM100 or SM103");
+          }
+          api::refuse_if(true, op, "swap_ab",
+                         "swap_ab=True (FC1 rows interleaved in groups of 16) is not implemented");
+        }
+        clamped_relu2_limit_ = clamped_relu2_limit;
         FLASHINFER_CHECK(num_experts >= 1, op, "num_experts", "must be >= 1, got ", num_experts);
         FLASHINFER_CHECK(top_k >= 1 && top_k <= num_experts, op, "top_k",
                          "must be in [1, num_experts=", num_experts, "], got ", top_k);
@@ -591,7 +743,7 @@ CuteDslMoEWrapper::CuteDslMoEWrapper(
       *this, num_experts, top_k, hidden_size, intermediate_size, use_cuda_graph, max_num_tokens,
       num_local_experts, local_expert_offset, tile_size, sf_vec_size, output_dtype, device,
       enable_pdl, activation_type, swiglu_alpha, swiglu_beta, swiglu_limit, situ_beta,
-      situ_linear_beta, use_fused_finalize, quant_mode);
+      situ_linear_beta, use_fused_finalize, quant_mode, clamped_relu2_limit, swap_ab);
 }
 
 Tensor CuteDslMoEWrapper::run(const Tensor& x, std::optional<Tensor> x_sf,
@@ -760,7 +912,7 @@ void register_moe_b12x_ops(OpRegistry& r) {
       "x", "w1_weight", "w1_weight_sf", "w2_weight", "w2_weight_sf", "token_selected_experts",
       "token_final_scales", "num_experts", "top_k", arg("w1_alpha").kw(), arg("w2_alpha").kw(),
       arg("fc2_input_scale").kw(), arg("input_global_scale").kw(), arg("num_local_experts").kw(),
-      arg("output").mut().kw(), arg("output_dtype", DType::kBFloat16).kw(),
+      arg("expert_map").kw(), arg("output").mut().kw(), arg("output_dtype", DType::kBFloat16).kw(),
       arg("activation", "silu").kw(), arg("swiglu_alpha", 1.702).kw(), arg("swiglu_beta", 1.0).kw(),
       arg("swiglu_limit").kw(), arg("activation_precision", "fp4").kw(), arg("quant_mode").kw(),
       arg("source_format", "modelopt").kw());
@@ -771,10 +923,12 @@ void register_moe_b12x_ops(OpRegistry& r) {
        .summary = "b12x fused-MoE wrapper (settings fixed at construction)"},
       "num_experts", "top_k", "hidden_size", "intermediate_size", arg("use_cuda_graph", false).kw(),
       arg("max_num_tokens", int64_t{4096}).kw(), arg("num_local_experts").kw(),
-      arg("output_dtype", DType::kBFloat16).kw(), arg("device", "cuda").kw(),
-      arg("activation", "silu").kw(), arg("swiglu_alpha", 1.702).kw(), arg("swiglu_beta", 1.0).kw(),
-      arg("swiglu_limit").kw(), arg("activation_precision", "fp4").kw(), arg("quant_mode").kw(),
-      arg("source_format", "modelopt").kw());
+      arg("expert_map").kw(), arg("output_dtype", DType::kBFloat16).kw(),
+      arg("device", "cuda").kw(), arg("activation", "silu").kw(), arg("swiglu_alpha", 1.702).kw(),
+      arg("swiglu_beta", 1.0).kw(), arg("swiglu_limit").kw(),
+      arg("activation_precision", "fp4").kw(), arg("quant_mode").kw(),
+      arg("source_format", "modelopt").kw(), arg("shared_static_workspace").kw(),
+      arg("shared_dynamic_workspace").kw(), arg("shared_output").kw());
   declare<&B12xMoEWrapper::run>(r,
                                 {.name = "B12xMoEWrapper.run",
                                  .module = kB12xModule,
@@ -794,7 +948,8 @@ void register_moe_b12x_ops(OpRegistry& r) {
       arg("output_dtype", DType::kBFloat16), arg("device", "cuda"), arg("enable_pdl", true),
       arg("activation_type", int64_t{3}), arg("swiglu_alpha", 1.0), arg("swiglu_beta", 0.0),
       arg("swiglu_limit", 3.4028234663852886e38), "situ_beta", "situ_linear_beta",
-      arg("use_fused_finalize", true), arg("quant_mode", "w4a4"));
+      arg("use_fused_finalize", true), arg("quant_mode", "w4a4"), "clamped_relu2_limit",
+      arg("swap_ab", false));
   declare<&CuteDslMoEWrapper::run>(
       r,
       {.name = "CuteDslMoEWrapper.run",

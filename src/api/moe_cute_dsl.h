@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "flashinfer/device.h"
 #include "flashinfer/tensor.h"
 
 namespace flashinfer::kernels {
@@ -50,6 +51,14 @@ std::pair<Tensor, Tensor> cute_plain_weight_scales(const Tensor& w1_sf, const Te
 /// sharing a row stride (the kernels walk them with one). Errors name `op` and the argument.
 void check_cute_pairs(const char* op, const Tensor& x, const Tensor& ids, const Tensor& scales,
                       int64_t T, int64_t K, std::initializer_list<DType> scale_dtypes);
+
+/// Upstream 0.7.4's validate_cute_dsl_moe_clamped_relu2_config (its texts): ClampedRelu2 (12)
+/// needs a one-element fp32 clamped_relu2_limit (on `device` when given), and no other
+/// activation takes one; then its w4a16 refusal; ClampedRelu2 itself is refused here (the
+/// CuTe-DSL epilogue's order, the limit after w1_alpha, is not implemented).
+void check_clamped_relu2(const char* op, int64_t activation_type,
+                         const std::optional<Tensor>& limit, std::optional<Device> device,
+                         std::string_view quant_mode);
 
 /// validate_cute_dsl_moe_situ_config: situ_linear_beta needs situ_beta, SiTU needs Swiglu (3),
 /// both betas positive and finite in fp32. Errors name `op` and the argument.

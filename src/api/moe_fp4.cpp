@@ -325,7 +325,8 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
   fmt.gated_interleave = false;
   Tensor w2p = api::moe_plain_weights(w2, El, N2, I / 2, fmt, op, "gemm2_weights");
   Tensor s2p = plain_scales(w2s, El, N2, I / vec, false, op, "gemm2_weights_scale");
-  Tensor b2p = plain_bias(*a.b2, El, H, false, hidden, op, "gemm2_bias");
+  // gemm2_bias has GEMM2's rows: roundUp(valid_hidden_size, 128) with a valid hidden size.
+  Tensor b2p = plain_bias(*a.b2, El, N2, false, hidden, op, "gemm2_bias");
   // The valid sub-problem (docs/MOE.md, "Padded dimensions"): GEMM1 over the first N2 hidden
   // columns and the kept rows of each half, GEMM2 over the kept intermediate columns.
   const int64_t Iv = vd.inter;
@@ -337,7 +338,6 @@ std::vector<Tensor> fp4_impl(const RoutingArgs& rc, const Fp4Args& a,
     w2p = api::moe_keep_rows_cols(w2p, {}, Iv / 2);
     s2p = api::moe_keep_rows_cols(s2p, {}, Iv / vec);
   }
-  if (b2p.defined() && N2 < H) b2p = b2p.slice(1, 0, N2).contiguous();
   kernels::CutlassMoeParams& m = p.base.moe;
   m.input = hidden.data_ptr();
   m.in_stride = hidden.stride(0);
@@ -1040,9 +1040,47 @@ Tensor cute_dsl_fused_moe_nvfp4(
     bool use_fused_finalize, std::optional<Tensor> moe_output, std::optional<Value> aux_stream,
     bool enable_pdl, int64_t activation_type, double swiglu_alpha, double swiglu_beta,
     double swiglu_limit, std::optional<double> situ_beta, std::optional<double> situ_linear_beta,
-    std::string_view quant_mode, std::optional<Tensor> per_token_scale) {
+    std::string_view quant_mode, std::optional<Tensor> per_token_scale,
+    std::optional<Value> localized_weights, std::optional<Value> localized_streams,
+    std::optional<int64_t> localized_sm_count, std::optional<Value> localized_memset_stream,
+    bool localized_allow_nonlocalized, bool autotune_use_cuda_graph, const Value& nvfp4_4over6,
+    std::optional<Tensor> clamped_relu2_limit) {
   return call_op<&cute_dsl_fused_moe_nvfp4>(
       [&] {
+        const char* op = "cute_dsl_fused_moe_nvfp4";
+        // Upstream 0.7.4's additions. autotune_use_cuda_graph only steers its autotuner; the
+        // stream / SM-count arguments only serve its Rubin locality-domain path.
+        (void)autotune_use_cuda_graph;
+        (void)localized_streams;
+        (void)localized_sm_count;
+        (void)localized_memset_stream;
+        (void)localized_allow_nonlocalized;
+        const bool has_pts = per_token_scale && per_token_scale->defined();
+        if (!is_nvfp4_4over6_unset(nvfp4_4over6) && !nvfp4_4over6.is_none()) {
+          FLASHINFER_CHECK(quant_mode == "w4a4" && has_pts, op, "nvfp4_4over6",
+                           "nvfp4_4over6 requires quant_mode='w4a4' with per_token_scale; no other "
+                           "CuTe-DSL path has a 4over6 requantization. Pass None to turn 4over6 "
+                           "off, or omit it to read the environment.");
+          api::refuse_nvfp4_4over6(nvfp4_4over6, DType::kBFloat16, op);
+        }
+        if (localized_weights && !localized_weights->is_none()) {
+          FLASHINFER_CHECK_CODE(quant_mode == "w4a4", ErrorCode::kUnsupported, op,
+                                "localized_weights",
+                                "locality-domain localization is implemented for the W4A4 path "
+                                "only, got quant_mode='",
+                                quant_mode, "'.");
+          FLASHINFER_CHECK_CODE(!has_pts, ErrorCode::kUnsupported, op, "localized_weights",
+                                "locality-domain localization does not support per-token "
+                                "activation scales");
+          FLASHINFER_CHECK_CODE(use_fused_finalize, ErrorCode::kUnsupported, op,
+                                "localized_weights",
+                                "locality-domain localization requires use_fused_finalize=True");
+          FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "localized_weights",
+                          "locality-domain localization is Rubin (SM107) only; pass "
+                          "gemm1_mma_tiler / gemm1_mma_inst_shape.");
+        }
+        moe_cute::check_clamped_relu2(op, activation_type, clamped_relu2_limit, x.device(),
+                                      quant_mode);
         if (quant_mode == "w4a8") {  // MXFP8 x, MXFP4 weights: src/api/moe_cute_w4a8.cpp
           return moe_cute::cute_w4a8_impl(
               "cute_dsl_fused_moe_nvfp4", x, x_sf, token_selected_experts, token_final_scales,
@@ -1062,7 +1100,9 @@ Tensor cute_dsl_fused_moe_nvfp4(
       fc2_input_scale, w2_weight, w2_weight_sf, w2_alpha, num_experts, top_k, num_local_experts,
       local_expert_offset, output_dtype, use_fused_finalize, moe_output, aux_stream, enable_pdl,
       activation_type, swiglu_alpha, swiglu_beta, swiglu_limit, situ_beta, situ_linear_beta,
-      quant_mode, per_token_scale);
+      quant_mode, per_token_scale, localized_weights, localized_streams, localized_sm_count,
+      localized_memset_stream, localized_allow_nonlocalized, autotune_use_cuda_graph, nvfp4_4over6,
+      clamped_relu2_limit);
 }
 
 Tensor moe_cute::rand_bytes(const Shape& shape, Device dev, uint64_t seed) {
@@ -1318,7 +1358,12 @@ void register_moe_fp4_ops(OpRegistry& r) {
       arg("moe_output").mut(), "aux_stream", arg("enable_pdl", true),
       arg("activation_type", int64_t{3}), arg("swiglu_alpha", 1.0), arg("swiglu_beta", 0.0),
       arg("swiglu_limit", 3.4028234663852886e38), "situ_beta", "situ_linear_beta",
-      arg("quant_mode", std::string_view("w4a4")).kw(), arg("per_token_scale").kw());
+      arg("quant_mode", std::string_view("w4a4")).kw(), arg("per_token_scale").kw(),
+      arg("localized_weights").kw(), arg("localized_streams").kw(), arg("localized_sm_count").kw(),
+      arg("localized_memset_stream").kw(), arg("localized_allow_nonlocalized", false).kw(),
+      arg("autotune_use_cuda_graph", false).kw(),
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config").kw(),
+      arg("clamped_relu2_limit").kw());
   api::register_backends("cute_dsl_fused_moe_nvfp4", kTrtllmFp4MoeKernels);
   register_bench_hook("cute_dsl_fused_moe_nvfp4", bench_cute_dsl_fused_moe_nvfp4);
   for (const char* name :

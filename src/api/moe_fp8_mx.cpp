@@ -127,18 +127,18 @@ TrtllmMoeResult trtllm_mxfp8_block_moe(const MoeRoutingArgs& rc, const MoeMxFp8A
                                "gemm2_weights_scale");
   // gemm1_bias / gemm2_bias (upstream's launcher's checks and texts).
   Tensor b1p, b2p;
-  for (const auto& [b, m, name, text, inter] :
+  for (const auto& [b, m, name, text, inter, dst] :
        {std::tuple{a.gemm1_bias, N1, "gemm1_bias",
-                   "gemm1_bias must have shape [local_num_experts, GEMM1_M].", interleave},
+                   "gemm1_bias must have shape [local_num_experts, GEMM1_M].", interleave, &b1p},
         std::tuple{a.gemm2_bias, H, "gemm2_bias",
-                   "gemm2_bias must have shape [local_num_experts, hidden_size].", false}}) {
+                   "gemm2_bias must have shape [local_num_experts, hidden_size].", false, &b2p}}) {
     if (!b->has_value()) continue;
     const Tensor& t = **b;
     check_defined(t, op, name);
     FLASHINFER_CHECK(t.dtype() == DType::kFloat32, op, name, name, " must be float32.");
     FLASHINFER_CHECK(t.dim() == 2 && t.size(0) == El && t.size(1) == m, op, name, text);
     check_same_device(t, hidden, op, name, "hidden_states");
-    (m == N1 ? b1p : b2p) = moe_plain_bias(t, El, m, a.use_shuffled_weight, 128, inter);
+    *dst = moe_plain_bias(t, El, m, a.use_shuffled_weight, 128, inter);
   }
   refuse_if(b2p.defined() && N2 < H, op, "gemm2_bias",
             "gemm2_bias with roundUp(valid_hidden_size, 128) below the hidden size is not "

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -98,6 +99,10 @@ struct BlockCall {
   // xqa speculative decoding: the bit-packed draft mask and the q_seq_len its rows are sized for.
   std::optional<Tensor> spec_mask;
   int64_t spec_q_len = 1;
+  // Upstream 0.7.4's windows the kernels' flags do not express (trtllm context's window_right and
+  // variable windows, trtllm decode's context-parallel rows), as a key mask: whether request b's
+  // query t (its t-th row) sees its key j. CPU reference only.
+  std::function<bool(int64_t b, int64_t t, int64_t j)> key_mask;
   // The cuDNN ops: run cuDNN's SDPA graph where the build has cuDNN and the call fits it
   // (run_cudnn), with the graph's sequence extents (the API's maxima).
   bool cudnn = false;
@@ -237,6 +242,30 @@ std::optional<AttentionOutput> run_cudnn(const BlockCall& c, const Tensor& k, co
 }
 #endif
 
+// The kernels' custom mask (bit-packed per request, rows of kv_lens[b] bits, each request's bits
+// starting on a byte) from visible(b, t, j): request b's query t sees its key j.
+void fill_key_mask(detail::WrapperState& s,
+                   const std::function<bool(int64_t, int64_t, int64_t)>& visible) {
+  const auto batch = static_cast<std::size_t>(s.batch);
+  s.packed_mask.clear();
+  s.mask_indptr.assign(batch, 0);
+  int64_t bit = 0;
+  for (std::size_t b = 0; b < batch; ++b) {
+    const int64_t qo = s.qo_indptr[b + 1] - s.qo_indptr[b], len = s.kv_lens[b];
+    bit = (bit + 7) / 8 * 8;
+    s.mask_indptr[b] = bit;
+    s.packed_mask.resize(static_cast<std::size_t>((bit + qo * len + 7) / 8), 0);
+    for (int64_t t = 0; t < qo; ++t) {
+      for (int64_t j = 0; j < len; ++j, ++bit) {
+        if (visible(static_cast<int64_t>(b), t, j)) {
+          s.packed_mask[static_cast<std::size_t>(bit >> 3)] |=
+              static_cast<uint8_t>(1u << (bit & 7));
+        }
+      }
+    }
+  }
+}
+
 // xqa's speculative-decoding mask (csrc/xqa/mha.cu, applyMaskFromInput) as the kernels' custom
 // mask: request b's query t sees every key before its last qo_len positions, and draft key j
 // (position L - qo_len + j) when bit j of mask row qo_indptr[b] + t is set; rows are
@@ -262,27 +291,16 @@ void load_spec_dec_mask(detail::WrapperState& s, const Tensor& mask, int64_t q_l
     const int64_t byte = row * words16 * 2 + j / 8;  // little-endian words: bit j in byte j / 8
     return (bytes[byte] >> (j % 8)) & 1;
   };
-  const auto batch = static_cast<std::size_t>(s.batch);
-  s.packed_mask.clear();
-  s.mask_indptr.assign(batch, 0);
-  int64_t bit = 0;
-  for (std::size_t b = 0; b < batch; ++b) {
+  for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t qo = s.qo_indptr[b + 1] - s.qo_indptr[b], len = s.kv_lens[b];
     FLASHINFER_CHECK(qo <= len, op, "seq_lens", "request ", b, " has ", qo,
                      " draft tokens but only ", len, " keys");
-    bit = (bit + 7) / 8 * 8;
-    s.mask_indptr[b] = bit;
-    s.packed_mask.resize(static_cast<std::size_t>((bit + qo * len + 7) / 8), 0);
-    for (int64_t t = 0; t < qo; ++t) {
-      for (int64_t kj = 0; kj < len; ++kj, ++bit) {
-        const int64_t j = kj - (len - qo);
-        if (j < 0 || bit_of(s.qo_indptr[b] + t, j)) {
-          s.packed_mask[static_cast<std::size_t>(bit >> 3)] |=
-              static_cast<uint8_t>(1u << (bit & 7));
-        }
-      }
-    }
   }
+  fill_key_mask(s, [&](int64_t b, int64_t t, int64_t kj) {
+    const int64_t qo = s.qo_indptr[b + 1] - s.qo_indptr[b];
+    const int64_t j = kj - (s.kv_lens[b] - qo);
+    return j < 0 || bit_of(s.qo_indptr[b] + t, j) != 0;
+  });
 }
 
 AttentionOutput run_block_call(BlockCall& c) {
@@ -435,6 +453,14 @@ AttentionOutput run_block_call(BlockCall& c) {
                           "tensors");
     s.causal = false;
     load_spec_dec_mask(s, *c.spec_mask, c.spec_q_len, op);
+  }
+  if (c.key_mask) {
+    FLASHINFER_CHECK_CODE(q.device().is_cpu(), ErrorCode::kUnsupported, op, "query",
+                          "this window (upstream 0.7.4's window_right, variable windows or "
+                          "context-parallel rows) runs on the CPU reference only; pass CPU "
+                          "tensors");
+    s.causal = false;
+    fill_key_mask(s, c.key_mask);
   }
 
   // Split-KV partials go to scratch of our own (at most 64 MiB), allocated after planning:
@@ -600,6 +626,95 @@ void xqa_unquantized_cache_scales(BlockCall& c, const PagedKVCache& kv_cache) {
   c.out_scale = 1.0;
 }
 
+std::vector<int32_t> flat_lengths(const Tensor& t, const char* op, const char* arg);
+
+// trtllm_batch_decode_with_kv_cache's upstream 0.7.4 additions.
+struct DecodeExtras {
+  int64_t cp_world = 1, cp_rank = 0;
+  std::optional<Tensor> causal_seqlens_kv_global, request_order;
+  std::optional<Value> request_order_plan;
+  int64_t sparse_top_k = 0;
+};
+
+// Python's tuple text of a shape: "(2, 3)", "(4,)".
+std::string py_shape(const Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    s += (i ? ", " : "") + std::to_string(t.size(i));
+  }
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+// Upstream 0.7.4's refusals of its context-parallel speculative decode (decode.py, then its
+// Cake DCP runner's), in order; the hardware rule (SM100 / SM103) is this build's CUDA refusal.
+void check_dcp_decode(const char* op, const Tensor& q, const PagedKVCache& kv_cache,
+                      std::string_view backend, std::string_view kv_layout,
+                      std::optional<int64_t> q_len_per_req,
+                      const std::optional<Tensor>& cum_seq_lens_q, int64_t window_left,
+                      const std::optional<Tensor>& mask, const std::optional<Tensor>& sinks,
+                      std::optional<double> skip_softmax, const std::optional<Value>& kv_cache_sf,
+                      bool uses_shared_paged_kv_idx, bool block_sparse,
+                      const std::optional<Value>& bmm1_scale_log2,
+                      const ScalarOrTensor<double>& bmm1_scale,
+                      const ScalarOrTensor<double>& bmm2_scale, std::optional<double> o_scale,
+                      const std::optional<Tensor>& out, std::optional<DType> out_dtype,
+                      const std::optional<Tensor>& lse, bool return_lse, const DecodeExtras& x) {
+  auto need = [&](bool ok, const char* arg, const char* text) {
+    FLASHINFER_CHECK(ok, op, arg, text);
+  };
+  need(backend == "auto" || backend == "trtllm-gen", "backend",
+       "DCP speculative decode is only available through backend='auto', backend='trtllm-gen', "
+       "or the explicit Cake FMHA product backend");
+  need(kv_layout == "HND", "kv_layout",
+       "DCP speculative decode currently requires kv_layout='HND'");
+  const DType kv = kv_cache.first().dtype();
+  need((kv == DType::kBFloat16 || kv == DType::kFloat8E4M3FN) &&
+           (!kv_cache_sf || kv_cache_sf->is_none()),
+       "kv_cache",
+       "DCP speculative decode supports BF16 or FP8 e4m3 KV cache, but not NVFP4 or block scale "
+       "tensors");
+  need(q_len_per_req.has_value(), "q_len_per_req",
+       "DCP speculative decode requires uniform q_len_per_req");
+  need(!cum_seq_lens_q, "cum_seq_lens_q",
+       "DCP speculative decode does not yet support ragged query lengths");
+  need(window_left == -1 && !mask, window_left != -1 ? "window_left" : "mask",
+       "DCP speculative decode currently supports causal full attention only");
+  need(!sinks, "sinks", "DCP speculative decode does not yet support attention sinks");
+  need(!skip_softmax, "skip_softmax_threshold_scale_factor",
+       "DCP speculative decode does not support skip-softmax");
+  need(uses_shared_paged_kv_idx, "uses_shared_paged_kv_idx",
+       "DCP speculative decode requires a shared K/V page table");
+  need(!block_sparse, "enable_block_sparse_attention",
+       "DCP speculative decode does not support block-sparse attention");
+  need(!bmm1_scale_log2 || bmm1_scale_log2->is_none(), "bmm1_scale_log2",
+       "DCP speculative decode takes a host bmm1_scale; bmm1_scale_log2 device tensors are not "
+       "yet supported");
+  need(!bmm1_scale.is_tensor() && !bmm2_scale.is_tensor(), "bmm1_scale",
+       "DCP speculative decode requires host scalar bmm1/bmm2 scales");
+  need(o_scale.value_or(1.0) == 1.0, "o_scale",
+       "DCP speculative decode currently requires o_scale=1.0");
+  need(!out || out->dtype() == DType::kBFloat16, "out",
+       "DCP speculative decode requires BF16 output");
+  need(!out_dtype || *out_dtype == DType::kBFloat16, "out_dtype",
+       "DCP speculative decode requires out_dtype=torch.bfloat16");
+  need(return_lse || lse.has_value(), "return_lse",
+       "DCP speculative decode requires return_lse=True or a caller-owned lse buffer");
+  need(q.dtype() == DType::kBFloat16, "query", "DCP speculative FMHA requires a BF16 query tensor");
+  FLASHINFER_CHECK(x.cp_world == 1 || x.cp_world == 2 || x.cp_world == 4 || x.cp_world == 8, op,
+                   "cp_world", "cp_world must be one of (1, 2, 4, 8)");
+  FLASHINFER_CHECK(x.cp_rank >= 0 && x.cp_rank < x.cp_world, op, "cp_rank",
+                   "cp_rank must be in [0, ", x.cp_world, "), got ", x.cp_rank);
+  const Tensor& g = *x.causal_seqlens_kv_global;
+  FLASHINFER_CHECK(g.dtype() == DType::kInt32 && g.dim() == 1, op, "causal_seqlens_kv_global",
+                   "must be an int32 [batch] tensor");
+  need(g.is_contiguous(), "causal_seqlens_kv_global",
+       "causal_seqlens_kv_global must be contiguous");
+  FLASHINFER_CHECK_CODE(q.device().is_cpu(), ErrorCode::kUnsupported, op,
+                        "causal_seqlens_kv_global",
+                        "DCP speculative decode runs on SM100 / SM103 upstream; here on the CPU "
+                        "reference only (pass CPU tensors)");
+}
+
 AttentionOutput decode_impl(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
@@ -613,12 +728,106 @@ AttentionOutput decode_impl(
     const std::optional<Value>& kv_cache_sf, bool uses_shared_paged_kv_idx,
     const std::optional<Tensor>& lse, bool return_lse, const std::optional<Value>& bmm1_scale_log2,
     const std::optional<Tensor>& counter, bool enable_block_sparse_attention,
-    const std::optional<Value>& transform_mode) {
+    const std::optional<Value>& transform_mode, const DecodeExtras& x = {}) {
   const char* op = kDecodeOp;
+  // Upstream 0.7.4's first checks (decode.py), then its token-sparse and context-parallel paths.
+  const bool dcp = x.causal_seqlens_kv_global.has_value();
+  FLASHINFER_CHECK(!x.request_order || backend == "cake", op, "request_order",
+                   "request_order requires the explicit backend='cake'");
+  FLASHINFER_CHECK(!x.request_order_plan || x.request_order_plan->is_none() ||
+                       (x.request_order && x.request_order->device().is_cuda()),
+                   op, "request_order_plan",
+                   "request_order_plan requires a device request_order "
+                   "tensor");
+  FLASHINFER_CHECK(!(x.request_order && dcp), op, "request_order",
+                   "request_order is not supported by DCP speculative decode");
+  FLASHINFER_CHECK(!(dcp && enable_pdl.value_or(false)), op, "enable_pdl",
+                   "DCP speculative decode does not support enable_pdl=True");
+  if (x.sparse_top_k != 0) {
+    // Token-sparse MQA decode: request b's one query attends K row block_tables[b, 0, j] and V
+    // row block_tables[b, 1, j] for j < seq_lens[b], no positional mask. Upstream's checks in
+    // its order; then those rows are gathered into a cache of one-token pages, request b's at
+    // pages b k + j, and the dense decode runs on it.
+    const int64_t k = x.sparse_top_k, tokens = query.dim() >= 1 ? query.size(0) : 0;
+    FLASHINFER_CHECK(q_len_per_req.value_or(0) == 1 && !cum_seq_lens_q, op, "sparse_top_k",
+                     "sparse_top_k requires one query token per request");
+    FLASHINFER_CHECK(window_left == -1 && !sinks, op, "sparse_top_k",
+                     "sparse_top_k supports neither a sliding window nor attention sinks");
+    FLASHINFER_CHECK(
+        !uses_shared_paged_kv_idx && block_tables.dim() == 3 && block_tables.size(1) == 2 &&
+            block_tables.size(2) == k && block_tables.size(0) >= tokens && seq_lens.dim() == 1 &&
+            seq_lens.size(0) >= tokens,
+        op, "block_tables",
+        "sparse_top_k requires uses_shared_paged_kv_idx=False, block_tables of shape "
+        "[batch_size, 2, ",
+        k, "] and batch_size seq_lens, got ", py_shape(block_tables), " and ", py_shape(seq_lens));
+    const bool hnd = api::parse_kv_layout(kv_layout, op, "kv_layout");
+    auto [kv_k, kv_v] = block_cache_views(kv_cache, hnd, op);
+    FLASHINFER_CHECK(kv_k.size(1) == 1 && kv_k.stride(0) == kv_v.stride(0), op, "kv_cache",
+                     "sparse_top_k needs one-token K and V pages of one stride");
+    FLASHINFER_CHECK(kv_k.size(2) == 1, op, "kv_cache", "sparse_top_k needs one KV head (MQA)");
+    FLASHINFER_CHECK(kv_k.size(3) != 512, op, "sparse_top_k",
+                     "sparse_top_k with head dim 512 is MLA's: use "
+                     "trtllm_batch_decode_with_kv_cache_mla");
+    FLASHINFER_CHECK(k > 0 && k % 4 == 0 && tokens <= 65535, op, "sparse_top_k",
+                     "sparse_top_k must be a multiple of 4 and batch_size at most 65535");
+    FLASHINFER_CHECK(backend == "auto" || backend == "trtllm-gen", op, "backend",
+                     "sparse_top_k is only supported by the trtllm-gen backend, got '", backend,
+                     "'");
+    FLASHINFER_CHECK_CODE(query.dim() == 3 && query.size(1) <= 128, ErrorCode::kUnsupported, op,
+                          "query",
+                          "Token-sparse attention supports MLA decode, or MQA decode with one KV "
+                          "head, page size 1, no top-k lengths and at most 128 query heads");
+    FLASHINFER_CHECK_CODE(query.device().is_cpu(), ErrorCode::kUnsupported, op, "sparse_top_k",
+                          "token-sparse decode runs on the CPU reference only (pass CPU tensors)");
+    const std::vector<int32_t> lens = lengths(seq_lens, tokens, max_seq_len, op, "max_seq_len");
+    const Tensor table = block_tables.to(Device::cpu()).contiguous();
+    const auto* idx = table.data<int32_t>();
+    const int64_t pages = kv_k.size(0), d = kv_k.size(3);
+    Tensor gk = Tensor::zeros({tokens * k, 1, 1, d}, kv_k.dtype(), Device::cpu());
+    Tensor gv = Tensor::zeros({tokens * k, 1, 1, d}, kv_v.dtype(), Device::cpu());
+    std::vector<double> pages_of(static_cast<std::size_t>(tokens * k));
+    for (int64_t b = 0; b < tokens; ++b) {
+      FLASHINFER_CHECK(lens[static_cast<std::size_t>(b)] <= k, op, "seq_lens", "seq_lens[", b,
+                       "] = ", lens[static_cast<std::size_t>(b)], " exceeds sparse_top_k ", k);
+      for (int64_t j = 0; j < k; ++j) {
+        pages_of[static_cast<std::size_t>(b * k + j)] = static_cast<double>(b * k + j);
+        if (j >= lens[static_cast<std::size_t>(b)]) continue;
+        for (int64_t kv = 0; kv < 2; ++kv) {
+          // Negative entries read row 0, as upstream's reference clamps them.
+          const int64_t row = std::max<int32_t>(idx[(b * 2 + kv) * k + j], 0);
+          FLASHINFER_CHECK(row < pages, op, "block_tables", "entry [", b, ", ", kv, ", ", j,
+                           "] = ", row, " is outside the cache's ", pages, " pages");
+          (kv == 0 ? gk : gv)
+              .slice(0, b * k + j, b * k + j + 1)
+              .copy_((kv == 0 ? kv_k : kv_v).slice(0, row, row + 1));
+        }
+      }
+    }
+    const PagedKVCache gathered(gk, gv);
+    const Tensor dense_table = Tensor::from_vector(pages_of, {tokens, k}, DType::kInt32);
+    return decode_impl(query, gathered, workspace_buffer, dense_table, seq_lens, max_seq_len,
+                       bmm1_scale, bmm2_scale, -1, out, out_dtype, o_sf_scale, o_sf_vec_size, sinks,
+                       kv_layout, enable_pdl, "trtllm-gen", 1, o_scale, mask, max_q_len,
+                       std::nullopt, skip_softmax, kv_cache_sf, true, lse, return_lse,
+                       bmm1_scale_log2, counter, enable_block_sparse_attention, transform_mode);
+  }
+  FLASHINFER_CHECK(dcp || (x.cp_world == 1 && x.cp_rank == 0), op, "causal_seqlens_kv_global",
+                   "cp_world/cp_rank require causal_seqlens_kv_global to enable the DCP "
+                   "speculative decode path");
   check_common_unsupported(op, out_dtype, o_sf_scale, o_sf_vec_size, kv_cache_sf, skip_softmax,
                            uses_shared_paged_kv_idx, counter, query);
-  FLASHINFER_CHECK(backend == "auto" || backend == "xqa" || backend == "trtllm-gen", op, "backend",
-                   "must be \"auto\", \"xqa\" or \"trtllm-gen\", got \"", backend, "\"");
+  FLASHINFER_CHECK(
+      backend == "auto" || backend == "xqa" || backend == "trtllm-gen" || backend == "cake", op,
+      "backend", "must be \"auto\", \"xqa\", \"trtllm-gen\" or \"cake\", got \"", backend, "\"");
+  FLASHINFER_CHECK_CODE(backend != "cake", ErrorCode::kUnsupported, op, "backend",
+                        "the 'cake' FMHA kernels (SM100 / SM103) are not implemented here");
+  if (dcp) {
+    check_dcp_decode(op, query, kv_cache, backend, kv_layout, q_len_per_req, cum_seq_lens_q,
+                     window_left, mask, sinks, skip_softmax, kv_cache_sf, uses_shared_paged_kv_idx,
+                     enable_block_sparse_attention, bmm1_scale_log2, bmm1_scale, bmm2_scale,
+                     o_scale, out, out_dtype, lse, return_lse, x);
+  }
   // The bit-packed draft mask is the xqa kernels' (upstream passes it on to xqa); trtllm-gen's
   // treatment of it, and which kernel "auto" picks, depend on the GPU.
   FLASHINFER_CHECK_CODE(!mask || backend == "xqa", ErrorCode::kUnsupported, op, "mask",
@@ -680,6 +889,8 @@ AttentionOutput decode_impl(
   if (on_device && (q_len_per_req || c.cu_seq_lens_q != nullptr)) {
     c.seq_lens = &seq_lens;
     c.max_seq_len = max_seq_len;
+  } else if (dcp) {
+    c.kv_lens.assign(static_cast<std::size_t>(batch), 0);  // from the rows' visible counts below
   } else {
     c.kv_lens = lengths(seq_lens, batch, max_seq_len, op, "max_seq_len");
   }
@@ -695,6 +906,29 @@ AttentionOutput decode_impl(
     // Several queries of a request are its last tokens, causal among themselves (speculative
     // verification, as the trtllm-gen kernels treat them); one query sees every key.
     for (int64_t b = 0; b < batch; ++b) c.causal |= c.qo_indptr[b + 1] - c.qo_indptr[b] > 1;
+  }
+  if (dcp) {
+    // This rank holds global positions l W + r; query row j of request b sees local keys
+    // l < n_j = max(0, floor((S + j - r) / W) + 1), S = causal_seqlens_kv_global[b]. seq_lens
+    // masks nothing there; the keys read are at most max_seq_len.
+    const std::vector<int32_t> S =
+        flat_lengths(*x.causal_seqlens_kv_global, op, "causal_seqlens_kv_global");
+    FLASHINFER_CHECK(static_cast<int64_t>(S.size()) >= batch, op, "causal_seqlens_kv_global",
+                     "has ", S.size(), " entries for a batch of ", batch);
+    const int64_t W = x.cp_world, r = x.cp_rank;
+    auto visible_count = [S, W, r](int64_t b, int64_t j) {
+      const int64_t delta = static_cast<int64_t>(S[static_cast<std::size_t>(b)]) + j - r;
+      return delta >= 0 ? delta / W + 1 : int64_t{0};
+    };
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t q_len = c.qo_indptr[b + 1] - c.qo_indptr[b];
+      c.kv_lens[static_cast<std::size_t>(b)] = static_cast<int32_t>(
+          std::min<int64_t>(max_seq_len, q_len > 0 ? visible_count(b, q_len - 1) : 0));
+    }
+    c.causal = false;
+    c.key_mask = [visible_count](int64_t b, int64_t t, int64_t j) {
+      return j < visible_count(b, t);
+    };
   }
   // Tensor scales stay on the device where the call plans there (c.seq_lens set above).
   const std::optional<Device> scale_dev =
@@ -740,8 +974,59 @@ AttentionOutput context_impl(
     const std::optional<Value>& kv_cache_sf, std::optional<double> skip_softmax,
     bool uses_shared_paged_kv_idx, bool causal, const std::optional<Tensor>& lse, bool return_lse,
     const std::optional<Tensor>& counter, std::optional<bool> use_fp16_softmax,
-    std::optional<bool> uses_spcompress) {
+    std::optional<bool> uses_spcompress, std::string_view backend, int64_t window_right,
+    const std::optional<Tensor>& vw_starts, const std::optional<Tensor>& vw_ends) {
   const char* op = kContextOp;
+  // Upstream 0.7.4's window arguments, its checks in its order (prefill.py).
+  FLASHINFER_CHECK(backend == "trtllm-gen" || backend == "cake", op, "backend",
+                   "trtllm_batch_context_with_kv_cache backend must be 'trtllm-gen' or 'cake'");
+  FLASHINFER_CHECK(window_left >= -1 && window_right >= -1, op,
+                   window_left < -1 ? "window_left" : "window_right",
+                   "window_left and window_right must be at least -1");
+  const bool variable = vw_starts.has_value() || vw_ends.has_value();
+  std::vector<int32_t> vw_lo, vw_hi;
+  if (variable) {
+    FLASHINFER_CHECK(vw_starts && vw_ends, op,
+                     vw_starts ? "variable_window_token_ends" : "variable_window_token_starts",
+                     "variable_window_token_starts and variable_window_token_ends must be "
+                     "provided together");
+    FLASHINFER_CHECK(window_left == -1 && window_right == -1, op, "window_left",
+                     "variable windows cannot be combined with fixed window bounds");
+    for (const auto& [t, name] : {std::pair{&*vw_starts, "variable_window_token_starts"},
+                                  {&*vw_ends, "variable_window_token_ends"}}) {
+      FLASHINFER_CHECK(t->dim() == 1 && t->size(0) == query.size(0), op, name, "Invalid shape of ",
+                       name, ": expected (", query.size(0), ",), got ",
+                       shape_to_string(t->shape()));
+      FLASHINFER_CHECK(t->dtype() == DType::kInt32, op, name, "Invalid dtype of ", name,
+                       ": expected torch.int32, got ", dtype_torch_name(t->dtype()));
+      FLASHINFER_CHECK(t->device() == query.device(), op, name, "Invalid device of ", name,
+                       ": expected ", query.device().str(), ", got ", t->device().str());
+      FLASHINFER_CHECK(t->is_contiguous(), op, name, "variable window bounds must be contiguous");
+    }
+    if (query.device().is_cpu()) {
+      vw_lo = flat_lengths(*vw_starts, op, "variable_window_token_starts");
+      vw_hi = flat_lengths(*vw_ends, op, "variable_window_token_ends");
+    }
+  } else if (causal) {
+    FLASHINFER_CHECK(window_right == -1 || window_right == 0, op, "window_right",
+                     "causal attention requires window_right to be -1 or 0");
+  } else {
+    FLASHINFER_CHECK(!(window_left == -1 && window_right >= 0), op, "window_right",
+                     "right-only non-causal windows are unsupported");
+    FLASHINFER_CHECK(!(window_left >= 0 && window_right == -1), op, "window_right",
+                     "non-causal fixed-window attention requires window_right >= 0");
+  }
+  if (backend == "cake") {
+    FLASHINFER_CHECK_CODE(
+        !variable && !(!causal && window_right > 0) && !(!causal && window_left >= 0),
+        ErrorCode::kUnsupported, op, "backend",
+        "The cake backend supports only dense attention or a causal left "
+        "window; two-sided, non-causal sliding, and variable attention windows "
+        "are unsupported.");
+    FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "backend",
+                    "the 'cake' FMHA kernels (SM100 / SM103) are not implemented here");
+  }
+  const bool two_sided = !variable && !causal && window_left >= 0 && window_right >= 0;
   check_common_unsupported(op, out_dtype, o_sf_scale, o_sf_vec_size, kv_cache_sf, skip_softmax,
                            uses_shared_paged_kv_idx, counter, query);
   FLASHINFER_CHECK_CODE(!use_fp16_softmax.value_or(false), ErrorCode::kUnsupported, op,
@@ -797,7 +1082,7 @@ AttentionOutput context_impl(
                    "expected an int32 tensor, got ", dtype_torch_name(cum_seq_lens_kv.dtype()));
   FLASHINFER_CHECK(cum_seq_lens_kv.size(0) == batch_size + 1, op, "cum_seq_lens_kv", "expected ",
                    batch_size + 1, " elements (batch_size + 1), got ", cum_seq_lens_kv.size(0));
-  c.causal = causal;
+  c.causal = causal && !variable;  // variable windows replace the causal mask upstream
   // Tensor scales are read back (the tensor-core prefill kernels take the factor as a parameter),
   // except in a call being captured into a CUDA graph, which cannot read back: there they stay on
   // the device as the decode call keeps them, and the kernels that read them run.
@@ -809,6 +1094,21 @@ AttentionOutput context_impl(
   c.bmm1 = api::fused_scale_value(bmm1_scale, op, "bmm1_scale", scale_dev, &c.bmm1_dev);
   c.out_scale = api::fused_scale_value(bmm2_scale, op, "bmm2_scale", scale_dev, &c.bmm2_dev);
   c.window_left = window_left;
+  // Windows the kernels' flags do not express, as a key mask over each request's keys: query t
+  // of request b sits at p = kv_len - qo_len + t (inclusive bounds).
+  if (variable) {
+    c.window_left = -1;
+    c.key_mask = [&c, vw_lo, vw_hi](int64_t b, int64_t t, int64_t j) {
+      const auto row = static_cast<std::size_t>(c.qo_indptr[b] + t);
+      return j >= vw_lo[row] && j <= vw_hi[row];
+    };
+  } else if (two_sided) {
+    c.window_left = -1;
+    c.key_mask = [&c, window_left, window_right](int64_t b, int64_t t, int64_t j) {
+      const int64_t p = c.kv_lens[b] - (c.qo_indptr[b + 1] - c.qo_indptr[b]) + t;
+      return j >= p - window_left && j <= p + window_right;
+    };
+  }
   c.out = out;
   c.out_dtype = out_dtype;
   c.lse = lse;
@@ -1195,10 +1495,48 @@ CudnnPrefillResult cudnn_prefill_impl(
     const std::optional<Tensor>& batch_offsets_k, const std::optional<Tensor>& batch_offsets_v,
     const std::optional<Tensor>& batch_offsets_stats, std::string_view batch_offsets_units,
     const std::optional<Tensor>& out, const std::optional<Tensor>& lse,
-    std::optional<DType> o_data_type) {
+    std::optional<DType> o_data_type, const std::optional<std::string>& backend,
+    std::string_view lse_base, std::optional<int64_t> window_left,
+    const std::optional<Tensor>& sinks) {
   const char* op = kCudnnPrefillOp;
+  // Upstream 0.7.4 checks lse_base first (utils.check_lse_base).
+  FLASHINFER_CHECK(lse_base == "log2" || lse_base == "ln", op, "lse_base",
+                   "lse_base must be one of ('log2', 'ln'), got '", lse_base, "'");
   api::check_defined(q, op, "q");
   api::check_dim(q, {3}, op, "q");
+  if (sinks) {
+    const Tensor& t = *sinks;
+    FLASHINFER_CHECK(
+        t.defined() && t.dim() == 1 && t.size(0) == q.size(1) && t.dtype() == DType::kFloat32 &&
+            t.is_contiguous() && t.device() == q.device(),
+        op, "sinks", "sinks must be a contiguous float32 tensor of shape (num_heads_qo,) = (",
+        q.size(1), ",) on ", q.device().str(), ", got shape ",
+        t.defined() ? shape_to_string(t.shape()) : std::string("None"));
+  }
+  // The functional API's window: None is none (its wrapper maps -1 to None; -1 is none here too).
+  FLASHINFER_CHECK(!window_left || *window_left >= -1, op, "window_left",
+                   "must be None or >= -1, got ", window_left.value_or(0));
+  const int64_t wl = window_left.value_or(-1);
+  const bool masked_extras = wl >= 0 || sinks.has_value();
+  if (backend && *backend == "cubin") {
+    FLASHINFER_CHECK_CODE(lse_base == "log2", ErrorCode::kUnsupported, op, "lse_base",
+                          "the cubin cuDNN prefill path only returns base-2 LSE");
+    FLASHINFER_CHECK_CODE(!masked_extras, ErrorCode::kUnsupported, op,
+                          wl >= 0 ? "window_left" : "sinks",
+                          "sliding windows and attention sinks require the cuDNN graph backend; "
+                          "the cubin backend does not support them");
+  }
+  // lse_base "ln": the natural-log LSE upstream's graph returns (ours is base 2, times fp32 ln 2).
+  const auto to_ln = [&](Tensor& l) {
+    if (lse_base != "ln" || !l.defined()) return;
+    const Tensor h = l.to(Device::cpu()).contiguous();
+    std::vector<float> v(static_cast<std::size_t>(h.numel()));
+    std::memcpy(v.data(), h.data_ptr(), v.size() * sizeof(float));
+    for (float& x : v) x *= 0.693147182464599609375f;
+    Tensor c = Tensor::empty(h.shape(), DType::kFloat32, Device::cpu());
+    std::memcpy(c.data_ptr(), v.data(), v.size() * sizeof(float));
+    l.copy_(c);
+  };
   api::check_defined(k_cache, op, "k_cache");
   api::check_defined(v_cache, op, "v_cache");
   api::check_defined(workspace_buffer, op, "workspace_buffer");
@@ -1219,12 +1557,13 @@ CudnnPrefillResult cudnn_prefill_impl(
                    "is required (the key count of each request) unless batch_offsets_k is a "
                    "\"tokens\" indptr of ragged K/V");
 #if FLASHINFER_WITH_CUDA
-  if (!block_tables) {
+  if (!block_tables && !masked_extras) {
     if (std::optional<CudnnPrefillResult> r = cudnn_ragged_on_device(
             q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
             actual_seq_lens_q, actual_seq_lens_kv, causal, return_lse, q_scale, k_scale, v_scale,
             batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v, batch_offsets_units,
             out, lse, o_data_type)) {
+      to_ln(r->lse);
       return *r;
     }
   }
@@ -1294,12 +1633,15 @@ CudnnPrefillResult cudnn_prefill_impl(
     c.out_dtype = o_data_type;
     c.lse = lse;
     c.return_lse = return_lse;
-    c.cudnn = true;
+    c.window_left = wl;
+    c.sinks = sinks;
+    c.cudnn = !masked_extras;  // the graph here takes neither a window nor sinks
     c.cudnn_max_s_q = max_token_per_sequence;
     c.cudnn_max_s_kv = max_sequence_kv;
     AttentionOutput r = run_block_call(c);
     result.out = r.out;
     result.lse = r.lse;
+    to_ln(result.lse);
     return result;
   }
   // Ragged K/V rows [rows, Hkv, D].
@@ -1321,8 +1663,9 @@ CudnnPrefillResult cudnn_prefill_impl(
   api::check_head_dim(d, op, "q");
   FLASHINFER_CHECK(k_cache.size(2) == d && v_cache.size(2) == d, op, "k_cache",
                    "head_dim must match q's ", d);
-  api::plan_settings(s, hq, hkv, d, d, q.dtype(), k_cache.dtype(), o_data_type, scale, -1,
+  api::plan_settings(s, hq, hkv, d, d, q.dtype(), k_cache.dtype(), o_data_type, scale, wl,
                      std::nullopt, "NONE", op);
+  o.sinks = sinks;
   s.paged = false;
   s.page_size = 1;
   s.batch = static_cast<int32_t>(batch);
@@ -1356,6 +1699,7 @@ CudnnPrefillResult cudnn_prefill_impl(
   AttentionOutput r = api::run_planned(s, q, k_cache, v_cache, o, op, "k_cache", "v_cache");
   result.out = r.out;
   result.lse = r.lse;
+  to_ln(result.lse);
   return result;
 }
 
@@ -1438,23 +1782,31 @@ AttentionOutput trtllm_batch_decode_with_kv_cache(
     std::optional<Value> kv_cache_sf, bool uses_shared_paged_kv_idx, std::optional<Tensor> lse,
     bool return_lse, std::optional<Value> bmm1_scale_log2,
     std::optional<Tensor> multi_ctas_kv_counter_buffer, bool enable_block_sparse_attention,
-    std::optional<Value> bf16q_fp8kv_transform_mode) {
+    int64_t cp_world, int64_t cp_rank, std::optional<Tensor> causal_seqlens_kv_global,
+    std::optional<Value> bf16q_fp8kv_transform_mode, std::optional<Tensor> request_order,
+    std::optional<Value> request_order_plan, int64_t sparse_top_k, bool length_aware_schedule) {
   return call_op<&trtllm_batch_decode_with_kv_cache>(
       [&] {
+        // length_aware_schedule: a Cake scheduling hint (no value changes).
+        (void)length_aware_schedule;
+        const DecodeExtras x{
+            cp_world,           cp_rank,     causal_seqlens_kv_global, request_order,
+            request_order_plan, sparse_top_k};
         return decode_impl(
             query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
             bmm2_scale, window_left, out, out_dtype, o_sf_scale, o_sf_vec_size, sinks, kv_layout,
             enable_pdl, backend, q_len_per_req, o_scale, mask, max_q_len, cum_seq_lens_q,
             skip_softmax_threshold_scale_factor, kv_cache_sf, uses_shared_paged_kv_idx, lse,
             return_lse, bmm1_scale_log2, multi_ctas_kv_counter_buffer,
-            enable_block_sparse_attention, bf16q_fp8kv_transform_mode);
+            enable_block_sparse_attention, bf16q_fp8kv_transform_mode, x);
       },
       query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale,
       bmm2_scale, window_left, out, out_dtype, o_sf_scale, o_sf_vec_size, sinks, kv_layout,
       enable_pdl, backend, q_len_per_req, o_scale, mask, max_q_len, cum_seq_lens_q,
       skip_softmax_threshold_scale_factor, kv_cache_sf, uses_shared_paged_kv_idx, lse, return_lse,
-      bmm1_scale_log2, multi_ctas_kv_counter_buffer, enable_block_sparse_attention,
-      bf16q_fp8kv_transform_mode);
+      bmm1_scale_log2, multi_ctas_kv_counter_buffer, enable_block_sparse_attention, cp_world,
+      cp_rank, causal_seqlens_kv_global, bf16q_fp8kv_transform_mode, request_order,
+      request_order_plan, sparse_top_k, length_aware_schedule);
 }
 
 AttentionOutput trtllm_batch_context_with_kv_cache(
@@ -1468,7 +1820,9 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
     std::optional<double> skip_softmax_threshold_scale_factor, bool uses_shared_paged_kv_idx,
     bool causal, std::optional<Tensor> lse, bool return_lse,
     std::optional<Tensor> multi_ctas_kv_counter_buffer, std::optional<bool> use_fp16_softmax,
-    std::optional<bool> uses_spcompress) {
+    std::optional<bool> uses_spcompress, std::string_view backend, int64_t window_right,
+    std::optional<Tensor> variable_window_token_starts,
+    std::optional<Tensor> variable_window_token_ends) {
   return call_op<&trtllm_batch_context_with_kv_cache>(
       [&] {
         return context_impl(
@@ -1476,13 +1830,15 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
             bmm1_scale, bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out,
             out_dtype, o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_cache_sf,
             skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, causal, lse, return_lse,
-            multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
+            multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress, backend, window_right,
+            variable_window_token_starts, variable_window_token_ends);
       },
       query, kv_cache, workspace_buffer, block_tables, seq_lens, max_q_len, max_kv_len, bmm1_scale,
       bmm2_scale, batch_size, cum_seq_lens_q, cum_seq_lens_kv, window_left, out, out_dtype,
       o_sf_scale, o_sf_vec_size, kv_layout, enable_pdl, sinks, kv_cache_sf,
       skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx, causal, lse, return_lse,
-      multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress);
+      multi_ctas_kv_counter_buffer, use_fp16_softmax, uses_spcompress, backend, window_right,
+      variable_window_token_starts, variable_window_token_ends);
 }
 
 Tensor xqa_batch_decode_with_kv_cache(
@@ -1520,20 +1876,22 @@ CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
     std::optional<Tensor> batch_offsets_v, std::optional<Tensor> batch_offsets_stats,
     std::string_view batch_offsets_units, std::optional<Tensor> out, std::optional<Tensor> lse,
     bool is_cuda_graph_compatible, std::optional<std::string> backend,
-    std::optional<DType> o_data_type) {
+    std::optional<DType> o_data_type, std::string_view lse_base, std::optional<int64_t> window_left,
+    std::optional<Tensor> sinks) {
   return call_op<&cudnn_batch_prefill_with_kv_cache>(
       [&] {
         return cudnn_prefill_impl(
             q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
             actual_seq_lens_q, actual_seq_lens_kv, block_tables, causal, return_lse, q_scale,
             k_scale, v_scale, batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v,
-            batch_offsets_stats, batch_offsets_units, out, lse, o_data_type);
+            batch_offsets_stats, batch_offsets_units, out, lse, o_data_type, backend, lse_base,
+            window_left, sinks);
       },
       q, k_cache, v_cache, scale, workspace_buffer, max_token_per_sequence, max_sequence_kv,
       actual_seq_lens_q, actual_seq_lens_kv, block_tables, causal, return_lse, q_scale, k_scale,
       v_scale, batch_offsets_q, batch_offsets_o, batch_offsets_k, batch_offsets_v,
       batch_offsets_stats, batch_offsets_units, out, lse, is_cuda_graph_compatible, backend,
-      o_data_type);
+      o_data_type, lse_base, window_left, sinks);
 }
 
 Tensor cudnn_batch_decode_with_kv_cache(
@@ -1713,7 +2071,9 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       "cum_seq_lens_q", "skip_softmax_threshold_scale_factor", "kv_cache_sf",
       arg("uses_shared_paged_kv_idx", true), arg("lse").mut(), arg("return_lse", false),
       "bmm1_scale_log2", "multi_ctas_kv_counter_buffer",
-      arg("enable_block_sparse_attention", false), "bf16q_fp8kv_transform_mode");
+      arg("enable_block_sparse_attention", false), arg("cp_world", 1), arg("cp_rank", 0),
+      "causal_seqlens_kv_global", "bf16q_fp8kv_transform_mode", "request_order",
+      "request_order_plan", arg("sparse_top_k", 0), arg("length_aware_schedule", false));
   declare<&trtllm_batch_context_with_kv_cache>(
       r,
       {.name = kContextOp,
@@ -1725,7 +2085,9 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       arg("kv_layout", "HND"), "enable_pdl", "sinks", "kv_cache_sf",
       "skip_softmax_threshold_scale_factor", arg("uses_shared_paged_kv_idx", true),
       arg("causal", true), arg("lse").mut(), arg("return_lse", false),
-      "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress");
+      "multi_ctas_kv_counter_buffer", "use_fp16_softmax", "uses_spcompress",
+      arg("backend", "trtllm-gen"), arg("window_right", -1), "variable_window_token_starts",
+      "variable_window_token_ends");
   declare<&xqa_batch_decode_with_kv_cache>(
       r,
       {.name = kTrtllmAttentionXqaOp,
@@ -1749,7 +2111,8 @@ void register_trtllm_attention_ops(OpRegistry& r) {
       arg("batch_offsets_o").kw(), arg("batch_offsets_k").kw(), arg("batch_offsets_v").kw(),
       arg("batch_offsets_stats").kw(), arg("batch_offsets_units", "elements").kw(),
       arg("out").mut().kw(), arg("lse").mut().kw(), arg("is_cuda_graph_compatible", false).kw(),
-      arg("backend").kw(), arg("o_data_type").kw());
+      arg("backend").kw(), arg("o_data_type").kw(), arg("lse_base", "log2").kw(),
+      arg("window_left").kw(), arg("sinks").kw());
   api::register_attention_backends(kCudnnPrefillOp);
   register_bench_hook(kCudnnPrefillOp, bench_cudnn_prefill);
   declare<&cudnn_batch_decode_with_kv_cache>(

@@ -569,6 +569,33 @@ TEST(AllreduceFusion, RefusesAliasedWrites) {
   for (const auto& w : what) EXPECT_NE(w.find("overlap"), std::string::npos) << w;
 }
 
+// Upstream 0.7.4's keyword-only "mnnvl-cutedsl" options of create_allreduce_fusion_workspace:
+// refused with its text with any other backend (before anything is created), and that backend
+// itself refused here (its CuTe-DSL kernels are not implemented).
+TEST(AllreduceFusion, CuteDslWorkspaceOptionsAsUpstream) {
+  AllReduceCuteDslOptions o;
+  o.top_k = Value(int64_t{8});
+  o.rms_eps = Value(1e-6);
+  expect_error(
+      [&] {
+        (void)create_allreduce_fusion_workspace("trtllm", 2, 0, 16, 64, DType::kBFloat16,
+                                                std::nullopt, nullptr, false, std::nullopt, o);
+      },
+      "Only backend='mnnvl-cutedsl' accepts: top_k, rms_eps");
+  try {
+    (void)create_allreduce_fusion_workspace("mnnvl-cutedsl", 2, 0, 16, 64, DType::kBFloat16);
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_EQ(e.arg(), "backend");
+  }
+  expect_error(
+      [&] {
+        (void)create_allreduce_fusion_workspace("mnnvl-cutedsl", 2, 0, 16, 64, DType::kBFloat16, 4);
+      },
+      "backend='mnnvl-cutedsl' does not use: gpus_per_node");
+}
+
 TEST(AllreduceFusion, DeclaredAsUpstream) {
   const OpDecl* d = OpRegistry::global().find("allreduce_fusion");
   ASSERT_NE(d, nullptr);
@@ -578,7 +605,9 @@ TEST(AllreduceFusion, DeclaredAsUpstream) {
   EXPECT_TRUE(d->params.back().keyword_only);
   const OpDecl* c = OpRegistry::global().find("create_allreduce_fusion_workspace");
   ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->params.size(), 10u);
+  EXPECT_EQ(c->params.size(), 22u);  // 0.7.4's twelve keyword-only "mnnvl-cutedsl" options
+  EXPECT_EQ(c->params.back().name, "config");
+  EXPECT_TRUE(c->params.back().keyword_only);
 }
 
 // ---- recording every rank, replaying each call with its peers --------------------------------

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -384,6 +385,88 @@ TEST(GdnMtp, StepsBufferAndDisabledUpdate) {
   (void)gated_delta_rule_mtp(in.q, in.k, in.v, pool3, read, in.A_log, in.a, in.dt_bias, in.b,
                              std::nullopt, std::nullopt, std::nullopt, std::nullopt, false);
   EXPECT_TRUE(all_close(pool3, pool2, {0.0, 0.0}));
+}
+
+// Upstream 0.7.4's ReplaySSM verify (cache_replayssm): the output of the frozen verify, the pool
+// untouched, and for every request with read slot s >= 0 its raw inputs in the four windows at
+// row s: v and the un-normalized k (bf16, bit for bit), g = -exp(A_log) softplus(a + dt_bias)
+// (fp32, softplus(x) = x above 20) and sigmoid(b); a negative slot writes nothing. Then
+// upstream's refusals, in its order and with its texts.
+TEST(GdnMtp, ReplaySsmCachesTheRawInputs) {
+  const DecodeIn in = decode_inputs(3, 3, 1, 2, 128, 128, 70);
+  Tensor pool = rand_tensor({4, 2, 128, 128}, kF32, 71, -0.5, 0.5);
+  const Tensor before = pool.clone();
+  const Tensor read = Tensor::from_vector({2, -1, 0}, {3}, DType::kInt32);
+  Tensor rv = Tensor::full({4, 2, 3, 128}, 5.0, kBf), rk = Tensor::full({4, 1, 3, 128}, 5.0, kBf);
+  Tensor rg = Tensor::full({4, 2, 3}, 5.0, kF32), rb = Tensor::full({4, 2, 3}, 5.0, kF32);
+  auto [out, st] = gated_delta_rule_mtp(
+      in.q, in.k, in.v, pool, read, in.A_log, in.a, in.dt_bias, in.b, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, true, true, std::nullopt, true, rv, rk, rg, rb);
+  auto [plain, st2] =
+      gated_delta_rule_mtp(in.q, in.k, in.v, before.clone(), read, in.A_log, in.a, in.dt_bias, in.b,
+                           std::nullopt, std::nullopt, std::nullopt, std::nullopt, true);
+  EXPECT_EQ(testing::bytes_of(out), testing::bytes_of(plain));
+  EXPECT_EQ(testing::bytes_of(pool), testing::bytes_of(before));
+  const auto v = in.v.to(kBf).to_double_vector(), k = in.k.to(kBf).to_double_vector();
+  const auto a = in.a.to(kBf).to_double_vector(), b = in.b.to(kBf).to_double_vector();
+  const auto A = in.A_log.to_double_vector(), dt = in.dt_bias.to_double_vector();
+  const auto rvv = rv.to_double_vector(), rkv = rk.to_double_vector(), rgv = rg.to_double_vector(),
+             rbv = rb.to_double_vector();
+  const int64_t slots[3] = {2, -1, 0};
+  for (int64_t s = 0; s < 4; ++s) {
+    int64_t i = -1;
+    for (int64_t r = 0; r < 3; ++r) i = slots[r] == s ? r : i;
+    for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t hv = 0; hv < 2; ++hv) {
+        for (int64_t x = 0; x < 128; ++x) {
+          ASSERT_EQ(rvv[((s * 2 + hv) * 3 + t) * 128 + x],
+                    i < 0 ? 5.0 : v[((i * 3 + t) * 2 + hv) * 128 + x])
+              << s << " " << t;
+        }
+        double g = 5.0, be = 5.0;  // the windows' fill where no request writes
+        if (i >= 0) {
+          const auto ai = static_cast<std::size_t>((i * 3 + t) * 2 + hv);
+          const float xg = static_cast<float>(a[ai]) + static_cast<float>(dt[hv]);
+          const float sp = xg > 20.0f ? xg : std::log1p(std::exp(xg));
+          g = -std::exp(static_cast<float>(A[hv])) * sp;
+          be = 1.0f / (1.0f + std::exp(-static_cast<float>(b[ai])));
+        }
+        ASSERT_EQ(rgv[(s * 2 + hv) * 3 + t], static_cast<float>(g)) << s << " " << t;
+        ASSERT_EQ(rbv[(s * 2 + hv) * 3 + t], static_cast<float>(be)) << s << " " << t;
+      }
+      for (int64_t x = 0; x < 128; ++x) {
+        ASSERT_EQ(rkv[(s * 3 + t) * 128 + x], i < 0 ? 5.0 : k[(i * 3 + t) * 128 + x]);
+      }
+    }
+  }
+  const char* op = "gated_delta_rule_mtp";
+  auto call = [&](std::optional<bool> disable, bool flag, std::optional<Tensor> v_buf,
+                  std::optional<Tensor> k_buf) {
+    (void)gated_delta_rule_mtp(in.q, in.k, in.v, pool, read, in.A_log, in.a, in.dt_bias, in.b,
+                               std::nullopt, std::nullopt, std::nullopt, std::nullopt, disable,
+                               true, std::nullopt, flag, v_buf, k_buf, rg, rb);
+  };
+  testing::expect_error_text(
+      [&] { call(false, true, rv, rk); }, op, "disable_state_update",
+      "ReplaySSM verify must leave the checkpoint frozen (disable_state_update=True)");
+  testing::expect_error_text([&] { call(true, false, rv, rk); }, op, "cache_replayssm",
+                             "replayssm_* buffers require cache_replayssm=True");
+  testing::expect_error_text([&] { call(true, true, std::nullopt, rk); }, op, "replayssm_rawv",
+                             "cache_replayssm=True requires replayssm_rawv/rawk/g/beta");
+  testing::expect_error_text([&] { call(true, true, rv.slice(2, 0, 2).contiguous(), rk); }, op,
+                             "replayssm_rawv",
+                             "replayssm_rawv must have shape [4, 2, 3, 128], got (4, 2, 2, 128)");
+  testing::expect_error_text([&] { call(true, true, rv, rk.to(kF32)); }, op, "replayssm_rawk",
+                             "replayssm_rawk must have dtype torch.bfloat16, got torch.float32");
+  const DecodeIn two = decode_inputs(1, 2, 1, 2, 128, 128, 72);
+  testing::expect_error_text(
+      [&] {
+        (void)gated_delta_rule_mtp(two.q, two.k, two.v, pool,
+                                   Tensor::from_vector({0}, {1}, DType::kInt32), two.A_log, two.a,
+                                   two.dt_bias, two.b, std::nullopt, std::nullopt, std::nullopt,
+                                   std::nullopt, true, true, std::nullopt, true, rv, rk, rg, rb);
+      },
+      op, "q", "ReplaySSM caching requires T >= 3, got T=2");
 }
 
 // Upstream 0.7.4's pretranspose additions: with an fp32 pool and T > 1 the buffer holds the state

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -196,11 +197,11 @@ TEST(B12xFusedMoe, MatchesFormula) {
     c.make(7);
     const auto expect = c.expected(v.gs1, v.gs2);
     EXPECT_GT(max_abs(expect), 0.5);
-    const Tensor out =
-        b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
-                       c.K, c.alpha(c.a1), c.alpha(c.a2), floats(v.gs2),
-                       v.gs1.empty() ? std::nullopt : std::optional<Tensor>(floats(v.gs1)),
-                       std::nullopt, std::nullopt, DType::kBFloat16, v.gated ? "silu" : "relu2");
+    const Tensor out = b12x_fused_moe(
+        c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E, c.K,
+        c.alpha(c.a1), c.alpha(c.a2), floats(v.gs2),
+        v.gs1.empty() ? std::nullopt : std::optional<Tensor>(floats(v.gs1)), std::nullopt,
+        std::nullopt, std::nullopt, DType::kBFloat16, v.gated ? "silu" : "relu2");
     EXPECT_EQ(out.dtype(), DType::kBFloat16);
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
   }
@@ -220,7 +221,7 @@ TEST(B12xFusedMoe, NegativeIdsAreUnroutedSlots) {
   const Tensor out =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
                      c.K, c.alpha(c.a1), c.alpha(c.a2), floats({1.0f}), floats({2.0f}),
-                     std::nullopt, std::nullopt, DType::kBFloat16, "silu");
+                     std::nullopt, std::nullopt, std::nullopt, DType::kBFloat16, "silu");
   EXPECT_GT(max_abs(expect), 0.5);
   EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
   const auto ov = out.to_double_vector();
@@ -250,14 +251,14 @@ TEST(B12xFusedMoe, OtherActivationsMatchFormula) {
     const auto expect = gelu ? c.expected(gs1, gs2, 1.0, 0.0, 3.4e38, true)
                              : c.expected(gs1, gs2, v.alpha, v.beta, v.limit.value_or(3.4e38));
     EXPECT_GT(max_abs(expect), 0.5);
-    const Tensor out =
-        b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
-                       c.K, c.alpha(c.a1), c.alpha(c.a2), floats(gs2), floats(gs1), std::nullopt,
-                       std::nullopt, DType::kBFloat16, v.act, v.alpha, v.beta, v.limit);
+    const Tensor out = b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(),
+                                      c.rw_t(), c.E, c.K, c.alpha(c.a1), c.alpha(c.a2), floats(gs2),
+                                      floats(gs1), std::nullopt, std::nullopt, std::nullopt,
+                                      DType::kBFloat16, v.act, v.alpha, v.beta, v.limit);
     EXPECT_TRUE(all_close(out, expect, default_tolerance(DType::kBFloat16)));
     // The wrapper keeps the activation and its parameters.
-    B12xMoEWrapper w(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda", v.act,
-                     v.alpha, v.beta, v.limit);
+    B12xMoEWrapper w(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, std::nullopt, DType::kBFloat16,
+                     "cuda", v.act, v.alpha, v.beta, v.limit);
     const Tensor got = w.run(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(),
                              c.rw_t(), c.alpha(c.a1), c.alpha(c.a2), floats(gs2), floats(gs1));
     EXPECT_TRUE(all_close(got, out.to_double_vector(), {0.0, 0.0}));
@@ -284,11 +285,11 @@ TEST(B12xFusedMoe, SwigluLimitIgnoredWithRelu2) {
   const Tensor plain =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
                      c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
-                     std::nullopt, DType::kBFloat16, "relu2");
+                     std::nullopt, std::nullopt, DType::kBFloat16, "relu2");
   const Tensor limited =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
                      c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
-                     std::nullopt, DType::kBFloat16, "relu2", 0.5, 0.0, 0.01);
+                     std::nullopt, std::nullopt, DType::kBFloat16, "relu2", 0.5, 0.0, 0.01);
   EXPECT_TRUE(all_close(limited, plain.to_double_vector(), {0.0, 0.0}));
 }
 
@@ -351,7 +352,7 @@ TEST(B12xFusedMoe, ActivationRoundedToBf16BeforeQuantization) {
   const Tensor out =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), 1, 1,
                      c.alpha(c.a1), c.alpha(c.a2), floats({1.0f}), floats({1.0f}), std::nullopt,
-                     std::nullopt, DType::kBFloat16, "relu2");
+                     std::nullopt, std::nullopt, DType::kBFloat16, "relu2");
   EXPECT_TRUE(all_close(out, std::vector<double>(64, 4.5), {0.0, 0.0}));
 }
 
@@ -366,7 +367,7 @@ TEST(B12xFusedMoe, SwigluParametersDoNotChangeSilu) {
   const Tensor limited =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
                      c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, std::nullopt,
-                     std::nullopt, DType::kBFloat16, "silu", 1.702, 1.0, 0.5);
+                     std::nullopt, std::nullopt, DType::kBFloat16, "silu", 1.702, 1.0, 0.5);
   EXPECT_TRUE(all_close(limited, plain.to_double_vector(), {0.0, 0.0}));
 }
 
@@ -384,16 +385,17 @@ TEST(B12xFusedMoe, WrapperMatchesFunctionAndOutputArgument) {
   Tensor out = Tensor::full({c.T, c.H}, 9.0, DType::kBFloat16);
   const Tensor r2 =
       b12x_fused_moe(c.x_bf16(), c.w1_t(), c.s1_t(), c.w2_t(), c.s2_t(), c.ids_t(), c.rw_t(), c.E,
-                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, c.E, out);
+                     c.K, c.alpha(c.a1), c.alpha(c.a2), gs2, std::nullopt, c.E, std::nullopt, out);
   EXPECT_EQ(r2.data_ptr(), out.data_ptr());
   EXPECT_TRUE(all_close(out, ref.to_double_vector(), {0.0, 0.0}));
   // activation_precision "fp4" and quant_mode "w4a4" are spellings of "nvfp4".
-  EXPECT_EQ(B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda",
-                           "silu", 1.702, 1.0, std::nullopt, "bf16", "w4a4")
-                .quant_mode(),
-            "nvfp4");
-  EXPECT_EQ(B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, DType::kBFloat16, "cuda",
-                           "silu", 1.702, 1.0, std::nullopt, "bf16")
+  EXPECT_EQ(
+      B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, std::nullopt, DType::kBFloat16,
+                     "cuda", "silu", 1.702, 1.0, std::nullopt, "bf16", "w4a4")
+          .quant_mode(),
+      "nvfp4");
+  EXPECT_EQ(B12xMoEWrapper(c.E, c.K, c.H, c.I, false, 4096, std::nullopt, std::nullopt,
+                           DType::kBFloat16, "cuda", "silu", 1.702, 1.0, std::nullopt, "bf16")
                 .quant_mode(),
             "w4a16");
 }
@@ -414,7 +416,8 @@ TEST(B12xFusedMoe, BadInput) {
                   std::optional<double> limit = std::nullopt, std::string prec = "fp4",
                   std::optional<std::string> qm = std::nullopt) {
     (void)b12x_fused_moe(a.x, a.w1, a.s1, a.w2, a.s2, a.ids, a.rw, c.E, c.K, a.a1, a.a2, a.fc2,
-                         a.igs, local, a.output, od, act, 1.702, 1.0, limit, prec, qm);
+                         a.igs, local, std::nullopt, a.output, od, act, 1.702, 1.0, limit, prec,
+                         qm);
   };
   auto with = [&](auto f) {
     In a = good;
@@ -454,7 +457,8 @@ TEST(B12xFusedMoe, BadInput) {
                   })),
                   op, "output");
   EXPECT_FI_ERROR(call(good, std::nullopt, DType::kFloat16), op, "output_dtype");
-  EXPECT_FI_ERROR_CODE(call(good, 4), op, "num_local_experts", ErrorCode::kUnsupported);
+  // Expert parallelism: upstream 0.7.4 runs it for quant_mode "w4a16" only (with expert_map).
+  EXPECT_FI_ERROR_CODE(call(good, 4), op, "quant_mode", ErrorCode::kUnsupported);
   // Outside SUPPORTED_MOE_ACTIVATIONS: upstream's ValueError.
   EXPECT_FI_ERROR_CODE(call(good, std::nullopt, DType::kBFloat16, "swigluoai"), op, "activation",
                        ErrorCode::kInvalidArgument);
@@ -471,23 +475,25 @@ TEST(B12xFusedMoe, BadInput) {
   EXPECT_FI_ERROR(
       (void)b12x_fused_moe(good.x, good.w1, good.s1, good.w2, good.s2, good.ids, good.rw, c.E, c.K,
                            good.a1, good.a2, good.fc2, std::nullopt, std::nullopt, std::nullopt,
-                           DType::kBFloat16, "silu", 1.702, 1.0, std::nullopt, "fp4", std::nullopt,
-                           "compressed_tensors"),
+                           std::nullopt, DType::kBFloat16, "silu", 1.702, 1.0, std::nullopt, "fp4",
+                           std::nullopt, "compressed_tensors"),
       op, "source_format");
   EXPECT_EQ(op_backends(op), std::vector<std::string>{"cpu"});
 
   const char* init = "B12xMoEWrapper.__init__";
-  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kFloat16), init,
-                  "output_dtype");
-  EXPECT_FI_ERROR_CODE(B12xMoEWrapper(8, 2, 128, 64, false, 4096, 4), init, "num_local_experts",
+  EXPECT_FI_ERROR(
+      B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, std::nullopt, DType::kFloat16), init,
+      "output_dtype");
+  EXPECT_FI_ERROR_CODE(B12xMoEWrapper(8, 2, 128, 64, false, 4096, 4), init, "quant_mode",
                        ErrorCode::kUnsupported);
-  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "tpu"),
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, std::nullopt,
+                                 DType::kBFloat16, "tpu"),
                   init, "device");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 0, 128, 64), init, "top_k");
-  EXPECT_FI_ERROR(
-      B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, DType::kBFloat16, "cuda", "silu",
-                     1.702, 1.0, std::nullopt, "fp4", std::nullopt, "compressed_tensors"),
-      init, "source_format");
+  EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 128, 64, false, 4096, std::nullopt, std::nullopt,
+                                 DType::kBFloat16, "cuda", "silu", 1.702, 1.0, std::nullopt, "fp4",
+                                 std::nullopt, "compressed_tensors"),
+                  init, "source_format");
   EXPECT_FI_ERROR(B12xMoEWrapper(8, 2, 100, 64), init, "hidden_size");
   const char* run = "B12xMoEWrapper.run";
   B12xMoEWrapper small(8, 2, 128, 64, true, 4);
@@ -505,6 +511,46 @@ TEST(B12xFusedMoe, BadInput) {
 }
 
 // ---- CuteDslMoEWrapper -----------------------------------------------------------------------
+
+// Upstream 0.7.4's CuTe-DSL additions, checked with its texts: ClampedRelu2's limit (required
+// with it, refused with any other activation; ClampedRelu2 itself is refused here, as swap_ab's
+// up16 / gate16 rows are), the functional form's locality-domain shards (Rubin only) and its
+// nvfp4_4over6 (only with quant_mode "w4a4" and per_token_scale).
+TEST(CuteDslMoEWrapper, Upstream074ArgumentsChecked) {
+  const char* init = "CuteDslMoEWrapper.__init__";
+  auto make = [](int64_t act, std::optional<Tensor> limit, bool swap_ab) {
+    CuteDslMoEWrapper w(8, 2, 128, 64, false, std::nullopt, std::nullopt, 0, 128, 16,
+                        DType::kBFloat16, "cpu", true, act, 1.0, 0.0, 3.4028234663852886e38,
+                        std::nullopt, std::nullopt, true, "w4a4", limit, swap_ab);
+  };
+  const Tensor one = Tensor::full({1}, 2.0, DType::kFloat32);
+  testing::expect_error_text(
+      [&] { make(3, one, false); }, init, "clamped_relu2_limit",
+      "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
+  testing::expect_error_text(
+      [&] { make(12, std::nullopt, false); }, init, "clamped_relu2_limit",
+      "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor");
+  testing::expect_error_text([&] { make(12, Tensor::full({2}, 2.0, DType::kFloat32), false); },
+                             init, "clamped_relu2_limit",
+                             "requires model-wide clamped_relu2_limit with shape (1,)");
+  EXPECT_FI_ERROR_CODE(make(12, one, false), init, "activation_type", ErrorCode::kUnsupported);
+  EXPECT_FI_ERROR_CODE(make(3, std::nullopt, true), init, "swap_ab", ErrorCode::kUnsupported);
+  // The functional form's checks come before any tensor's.
+  const char* op = "cute_dsl_fused_moe_nvfp4";
+  const Tensor z = Tensor::zeros({1}, DType::kFloat32);
+  auto fn = [&](std::optional<Value> shards, const Value& four_over_six) {
+    (void)cute_dsl_fused_moe_nvfp4(z, z, z, z, z, z, z, z, z, z, z, 8, 2, std::nullopt, 0,
+                                   DType::kBFloat16, true, std::nullopt, std::nullopt, true, 3, 1.0,
+                                   0.0, 3.4028234663852886e38, std::nullopt, std::nullopt, "w4a4",
+                                   std::nullopt, shards, std::nullopt, std::nullopt, std::nullopt,
+                                   false, false, four_over_six);
+  };
+  testing::expect_error_text([&] { fn(std::nullopt, Value(true)); }, op, "nvfp4_4over6",
+                             "nvfp4_4over6 requires quant_mode='w4a4' with per_token_scale");
+  testing::expect_error_text([&] { fn(Value(std::string("two shards")), nvfp4_4over6_unset()); },
+                             op, "localized_weights",
+                             "locality-domain localization is Rubin (SM107) only");
+}
 
 TEST(CuteDslMoEWrapper, MatchesFormulaAndFunction) {
   struct Variant {

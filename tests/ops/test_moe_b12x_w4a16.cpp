@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -89,7 +90,8 @@ Tensor run_fn(moe_cute_test::Nvfp4MoeData& m, const std::string& act, const Tens
               const Tensor& a2, const std::string& fmt = "modelopt") {
   return b12x_fused_moe(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), m.ids_t(), m.rw_t(),
                         m.E, m.K, a1, a2, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                        DType::kBFloat16, act, 1.702, 1.0, std::nullopt, "fp4", "w4a16", fmt);
+                        std::nullopt, DType::kBFloat16, act, 1.702, 1.0, std::nullopt, "fp4",
+                        "w4a16", fmt);
 }
 
 TEST(B12xW4a16, MatchesFormula) {
@@ -124,8 +126,8 @@ TEST(B12xW4a16, SixDScalesWrapperAndCompressedTensors) {
   EXPECT_TRUE(all_close(run_fn(m, "silu", m.alpha(m.a1), m.alpha(m.a2)), ref.to_double_vector(),
                         {0.0, 0.0}));
   m.six_d = false;
-  B12xMoEWrapper w(m.E, m.K, m.H, m.I, false, 4096, std::nullopt, DType::kBFloat16, "cpu", "silu",
-                   1.702, 1.0, std::nullopt, "bf16", std::nullopt, "modelopt");
+  B12xMoEWrapper w(m.E, m.K, m.H, m.I, false, 4096, std::nullopt, std::nullopt, DType::kBFloat16,
+                   "cpu", "silu", 1.702, 1.0, std::nullopt, "bf16", std::nullopt, "modelopt");
   // fc2_input_scale and input_global_scale are ignored by w4a16.
   EXPECT_TRUE(all_close(w.run(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), m.ids_t(),
                               m.rw_t(), m.alpha(m.a1), m.alpha(m.a2), fl({2.0f}), fl({3.0f})),
@@ -184,10 +186,97 @@ TEST(B12xW4a16, BadInput) {
   r.I = 32;
   r.make(4);
   EXPECT_FI_ERROR(run_fn(r, "relu2", r.alpha(r.a1), r.alpha(r.a2)), "b12x_fused_moe", "w1_weight");
-  // Still refused: the w4a8 modes and expert parallelism.
-  EXPECT_FI_ERROR(b12x_fused_moe(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), m.ids_t(),
-                                 m.rw_t(), m.E, m.K, a1, a2, std::nullopt, std::nullopt, m.E - 1),
-                  "b12x_fused_moe", "num_local_experts");
+  // Expert parallelism outside w4a16 (activation_precision "fp4": nvfp4): upstream's refusal.
+  EXPECT_FI_ERROR_CODE(
+      b12x_fused_moe(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), m.ids_t(), m.rw_t(), m.E,
+                     m.K, a1, a2, std::nullopt, std::nullopt, m.E - 1),
+      "b12x_fused_moe", "quant_mode", ErrorCode::kUnsupported);
+}
+
+// Upstream 0.7.4's expert parallelism (w4a16 with expert_map, int32 [num_experts]): global
+// expert g runs local weights expert_map[g]; a route to an expert this rank does not hold (-1)
+// or an id outside [0, num_experts) is dropped, so the output is this rank's partial. It equals
+// the call on the local experts alone with the routing mapped by hand (dropped routes -1, the
+// unrouted slot), bit for bit, in the function and the wrapper (which validates and clones
+// the map); then upstream's texts.
+TEST(B12xW4a16, ExpertMapRunsTheLocalExperts) {
+  moe_cute_test::Nvfp4MoeData m;
+  m.make(31);                 // E experts of weights: the rank's local ones
+  const int64_t G = 2 * m.E;  // global experts
+  // Local expert l holds global expert 2 l + 1; the even ones live elsewhere.
+  std::vector<double> map(static_cast<size_t>(G), -1.0);
+  for (int64_t l = 0; l < m.E; ++l) map[static_cast<size_t>(2 * l + 1)] = static_cast<double>(l);
+  const Tensor mt = Tensor::from_vector(map, {G}, DType::kInt32);
+  // Global routing: the local id l as 2 l + 1, and every third route to an even (remote) one.
+  const auto ids = m.ids_t().to_double_vector();
+  std::vector<double> global, mapped;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool remote = i % 3 == 0;
+    global.push_back(remote ? 2.0 * ids[i] : 2.0 * ids[i] + 1.0);
+    mapped.push_back(remote ? -1.0 : ids[i]);
+  }
+  const Tensor gids = Tensor::from_vector(global, m.ids_t().shape(), DType::kInt32);
+  const Tensor lids = Tensor::from_vector(mapped, m.ids_t().shape(), DType::kInt32);
+  const Tensor a1 = m.alpha(m.a1), a2 = m.alpha(m.a2);
+  auto call = [&](const Tensor& route, int64_t experts, std::optional<int64_t> local,
+                  std::optional<Tensor> emap) {
+    return b12x_fused_moe(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), route, m.rw_t(),
+                          experts, m.K, a1, a2, std::nullopt, std::nullopt, local, emap,
+                          std::nullopt, DType::kBFloat16, "silu", 1.702, 1.0, std::nullopt, "bf16");
+  };
+  const Tensor want = call(lids, m.E, std::nullopt, std::nullopt);
+  EXPECT_EQ(testing::bytes_of(call(gids, G, m.E, mt)), testing::bytes_of(want));
+  B12xMoEWrapper w(G, m.K, m.H, m.I, false, 4096, m.E, mt, DType::kBFloat16, "cpu", "silu", 1.702,
+                   1.0, std::nullopt, "bf16");
+  EXPECT_EQ(testing::bytes_of(
+                w.run(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), gids, m.rw_t(), a1, a2)),
+            testing::bytes_of(want));
+  const char* op = "b12x_fused_moe";
+  testing::expect_error_text(
+      [&] { (void)call(gids, G, m.E, std::nullopt); }, op, "expert_map",
+      "requires expert_map. A default map would silently assume this rank holds global "
+      "experts [0, ");
+  testing::expect_error_text([&] { (void)call(gids, G, m.E, mt.to(DType::kInt64)); }, op,
+                             "expert_map",
+                             "expert_map must have dtype torch.int32, got torch.int64");
+  testing::expect_error_text([&] { (void)call(gids, G, m.E, mt.slice(0, 0, G - 1).contiguous()); },
+                             op, "expert_map", "expert_map must have num_experts=");
+  const char* init = "B12xMoEWrapper.__init__";
+  std::vector<double> twice = map;
+  twice[0] = 0.0;  // local expert 0 mapped twice
+  testing::expect_error_text(
+      [&] {
+        B12xMoEWrapper bad(G, m.K, m.H, m.I, false, 4096, m.E,
+                           Tensor::from_vector(twice, {G}, DType::kInt32), DType::kBFloat16, "cpu",
+                           "silu", 1.702, 1.0, std::nullopt, "bf16");
+      },
+      init, "expert_map", "expert_map must map every local expert id exactly once: expected [0, ");
+  std::vector<double> past = map;
+  past[0] = static_cast<double>(m.E);
+  testing::expect_error_text(
+      [&] {
+        B12xMoEWrapper bad(G, m.K, m.H, m.I, false, 4096, m.E,
+                           Tensor::from_vector(past, {G}, DType::kInt32), DType::kBFloat16, "cpu",
+                           "silu", 1.702, 1.0, std::nullopt, "bf16");
+      },
+      init, "expert_map", "expert_map values must be -1 or valid local expert ids");
+  // shared_output: CUDA-graph wrappers only; run returns its first T rows.
+  testing::expect_error_text(
+      [&] {
+        B12xMoEWrapper bad(m.E, m.K, m.H, m.I, false, 4096, std::nullopt, std::nullopt,
+                           DType::kBFloat16, "cpu", "silu", 1.702, 1.0, std::nullopt, "bf16",
+                           std::nullopt, "modelopt", std::nullopt, std::nullopt,
+                           Tensor::zeros({8, m.H}, DType::kBFloat16));
+      },
+      init, "use_cuda_graph", "require use_cuda_graph=True");
+  Tensor shared = Tensor::zeros({8, m.H}, DType::kBFloat16);
+  B12xMoEWrapper g(m.E, m.K, m.H, m.I, true, 8, std::nullopt, std::nullopt, DType::kBFloat16, "cpu",
+                   "silu", 1.702, 1.0, std::nullopt, "bf16", std::nullopt, "modelopt", std::nullopt,
+                   std::nullopt, shared);
+  const Tensor got =
+      g.run(m.x_bf16(), m.w1_t(), m.s1_t(), m.w2_t(), m.s2_t(), lids, m.rw_t(), a1, a2);
+  EXPECT_EQ(got.data_ptr(), shared.data_ptr());
+  EXPECT_EQ(testing::bytes_of(shared.slice(0, 0, m.T)), testing::bytes_of(want));
 }
 
 TEST(B12xW4a16, RecordReplay) {
@@ -200,10 +289,11 @@ TEST(B12xW4a16, RecordReplay) {
   {
     RecordingScope scope;
     (void)b12x_fused_moe(x, w1, s1, w2, s2, m.ids_t(), m.rw_t(), m.E, m.K, a1, a2, std::nullopt,
-                         std::nullopt, std::nullopt, std::nullopt, DType::kBFloat16, "silu", 1.702,
-                         1.0, std::nullopt, "bf16", std::nullopt, "compressed_tensors");
-    w.emplace(m.E, m.K, m.H, m.I, false, 4096, std::nullopt, DType::kBFloat16, "cpu", "silu", 1.702,
-              1.0, std::nullopt, "fp4", "w4a16", "modelopt");
+                         std::nullopt, std::nullopt, std::nullopt, std::nullopt, DType::kBFloat16,
+                         "silu", 1.702, 1.0, std::nullopt, "bf16", std::nullopt,
+                         "compressed_tensors");
+    w.emplace(m.E, m.K, m.H, m.I, false, 4096, std::nullopt, std::nullopt, DType::kBFloat16, "cpu",
+              "silu", 1.702, 1.0, std::nullopt, "fp4", "w4a16", "modelopt");
     (void)w->run(x, w1, s1, w2, s2, m.ids_t(), m.rw_t(), a1, a2);
     calls = scope.observer().calls;
   }

@@ -340,9 +340,11 @@ TEST(TrtllmFp8BlockScaleMoeMxFp8, ValidDimsComputeTheUnpaddedLayer) {
 // gemm1_bias / gemm2_bias on MXFP8 (upstream 0.7.4; fp32, rows stored as the weights': GEMM1's
 // interleaved and shuffled): added to GEMM1's output before the activation and to GEMM2's
 // before the routing weights, against the fp64 formula (Renormalize routing from logits, the
-// routing taken from routing_replay_out); upstream's prepared layouts give the same bits.
+// routing taken from routing_replay_out), H = 2 I so that only which argument a bias came in
+// tells them apart; upstream's prepared layouts give the same bits.
 TEST(TrtllmFp8BlockScaleMoeMxFp8, BiasesMatchFormula) {
   MxCase c;
+  c.H = 256;  // GEMM1's rows (2 I) as many as the hidden size: the two biases' widths agree
   c.make(141);
   Rng r{142};
   for (int64_t i = 0; i < c.local * c.n1(); ++i)

@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -102,6 +104,8 @@ struct Ref {
   bool causal = true;
   int64_t window_left = -1;
   std::vector<double> sinks;  // empty: none
+  // A key mask on top (upstream 0.7.4's windows): whether request b's query i sees key j.
+  std::function<bool(std::size_t b, int64_t i, int64_t j)> visible;
 };
 
 // fp64: o[row, h] = sum_j softmax_j(bmm1 * q.k_j) v_j * bmm2, the sink exp(sinks[h]) in the
@@ -131,6 +135,7 @@ void reference(const Tensor& query, const BlockCache& c, const std::vector<int32
         for (int64_t j = 0; j < kv; ++j) {
           if (r.causal && j > pos) continue;
           if (r.window_left >= 0 && j < pos - r.window_left) continue;
+          if (r.visible && !r.visible(b, i, j)) continue;
           const std::vector<double> kr = c.row(false, b, j, g);
           double dot = 0;
           for (int64_t x = 0; x < d; ++x) dot += q[(row * hq + h) * d + x] * kr[x];
@@ -256,6 +261,207 @@ INSTANTIATE_TEST_SUITE_P(Grid, TrtllmContext,
                                                        64, 4, true, false, true, false, -1},
                                            ContextCase{DType::kFloat16, DType::kFloat8E4M3FN, 8, 4,
                                                        64, 3, false, true, true, true, -1}));
+
+// Upstream 0.7.4's windows of the trtllm context call (keys of query position p = kv_len -
+// qo_len + i): window_right R with causal=False keeps [p - W, p + R]; variable windows keep
+// [starts[t], ends[t]] of packed row t whatever `causal` says. Both against the fp64 formula,
+// then upstream's refusals with its texts.
+TEST(TrtllmContext, Upstream074WindowsMatchFp64) {
+  const std::vector<int32_t> lens{9, 33, 1, 20}, qlens{9, 5, 1, 12};
+  BlockCache c = make_cache(lens, 4, 2, 64, DType::kBFloat16, true, true, 23);
+  std::vector<int32_t> cq{0}, ck{0};
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    cq.push_back(cq.back() + qlens[b]);
+    ck.push_back(ck.back() + lens[b]);
+  }
+  Tensor q = testing::rand_tensor({cq.back(), 4, 64}, DType::kBFloat16, 24, -1.0, 1.0);
+  const Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 25, -1.0, 1.0);
+  auto run = [&](bool causal, int64_t wl, int64_t wr, std::optional<Tensor> st,
+                 std::optional<Tensor> en, std::string_view backend = "trtllm-gen") {
+    return trtllm_batch_context_with_kv_cache(
+        q, c.cache(), workspace(), c.block_tables, c.seq_lens, 12, 40, 0.125, 1.0, 4,
+        int_tensor(cq), int_tensor(ck), wl, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        "HND", std::nullopt, sinks, std::nullopt, std::nullopt, true, causal, std::nullopt, true,
+        std::nullopt, std::nullopt, std::nullopt, backend, wr, st, en);
+  };
+  Ref r;
+  r.bmm1 = 0.125;
+  r.causal = false;
+  r.sinks = sinks.to_double_vector();
+  // Two-sided: W = 3, R = 2.
+  r.visible = [&](std::size_t b, int64_t i, int64_t j) {
+    const int64_t p = lens[b] - qlens[b] + i;
+    return j >= p - 3 && j <= p + 2;
+  };
+  std::vector<double> eo, el;
+  reference(q, c, cq, r, eo, el);
+  AttentionOutput two = run(false, 3, 2, std::nullopt, std::nullopt);
+  EXPECT_TRUE(testing::all_close(two.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(two.lse, el, {1e-4, 1e-5}));
+  // Variable windows: row t keeps [starts[t], ends[t]] (absolute key positions of its request).
+  // Nondecreasing within a request, as upstream's contract asks.
+  std::vector<int32_t> st, en;
+  for (std::size_t b = 0; b < lens.size(); ++b) {
+    for (int64_t i = 0; i < qlens[b]; ++i) {
+      st.push_back(std::min<int32_t>(lens[b] - 1, static_cast<int32_t>(i / 2)));
+      en.push_back(std::min<int32_t>(lens[b] - 1, static_cast<int32_t>(i + 1)));
+    }
+  }
+  r.visible = [&](std::size_t b, int64_t i, int64_t j) {
+    const auto t = static_cast<std::size_t>(cq[b] + i);
+    return j >= st[t] && j <= en[t];
+  };
+  reference(q, c, cq, r, eo, el);
+  for (bool causal : {true, false}) {  // causal is ignored
+    AttentionOutput var = run(causal, -1, -1, int_tensor(st), int_tensor(en));
+    EXPECT_TRUE(testing::all_close(var.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+    EXPECT_TRUE(testing::all_close(var.lse, el, {1e-4, 1e-5}));
+  }
+  const char* op = "trtllm_batch_context_with_kv_cache";
+  testing::expect_error_text([&] { (void)run(true, -1, -1, std::nullopt, std::nullopt, "xqa"); },
+                             op, "backend", "backend must be 'trtllm-gen' or 'cake'");
+  testing::expect_error_text([&] { (void)run(true, 3, 2, std::nullopt, std::nullopt); }, op,
+                             "window_right",
+                             "causal attention requires window_right to be -1 or 0");
+  testing::expect_error_text([&] { (void)run(false, 3, -1, std::nullopt, std::nullopt); }, op,
+                             "window_right",
+                             "non-causal fixed-window attention requires window_right >= 0");
+  testing::expect_error_text([&] { (void)run(false, -1, 2, std::nullopt, std::nullopt); }, op,
+                             "window_right", "right-only non-causal windows are unsupported");
+  testing::expect_error_text([&] { (void)run(true, -2, -1, std::nullopt, std::nullopt); }, op,
+                             "window_left", "window_left and window_right must be at least -1");
+  testing::expect_error_text([&] { (void)run(true, -1, -1, int_tensor(st), std::nullopt); }, op,
+                             "variable_window_token_ends", "must be provided together");
+  testing::expect_error_text([&] { (void)run(true, 4, -1, int_tensor(st), int_tensor(en)); }, op,
+                             "window_left",
+                             "variable windows cannot be combined with fixed window bounds");
+  testing::expect_error_text(
+      [&] {
+        (void)run(true, -1, -1, int_tensor({0, 1}), int_tensor({0, 1}));
+      },
+      op, "variable_window_token_starts", "Invalid shape of variable_window_token_starts");
+  // Causal with window_right 0 is the causal window; "cake" is refused here.
+  AttentionOutput zero = run(true, 3, 0, std::nullopt, std::nullopt);
+  AttentionOutput none = run(true, 3, -1, std::nullopt, std::nullopt);
+  EXPECT_EQ(testing::bytes_of(zero.out), testing::bytes_of(none.out));
+  EXPECT_FI_ERROR_CODE((void)run(true, -1, -1, std::nullopt, std::nullopt, "cake"), op, "backend",
+                       ErrorCode::kUnsupported);
+}
+
+// Upstream 0.7.4's token-sparse decode (sparse_top_k = k): request b's one query attends K row
+// block_tables[b, 0, j] and V row block_tables[b, 1, j] (one-token pages of the one KV head) for
+// j < seq_lens[b], with no positional mask: against the fp64 softmax over those rows; then
+// upstream's refusals.
+TEST(TrtllmDecode, SparseTopKAttendsTheListedRows) {
+  const int64_t B = 3, hq = 4, d = 64, pages = 40, k = 8;
+  const Tensor kc = testing::rand_tensor({pages, 1, 1, d}, DType::kBFloat16, 31, -1.0, 1.0);
+  const Tensor vc = testing::rand_tensor({pages, 1, 1, d}, DType::kBFloat16, 32, -1.0, 1.0);
+  const Tensor q = testing::rand_tensor({B, hq, d}, DType::kBFloat16, 33, -1.0, 1.0);
+  const std::vector<int32_t> lens{8, 3, 5};
+  std::vector<int32_t> idx;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t kv = 0; kv < 2; ++kv) {
+      for (int64_t j = 0; j < k; ++j)
+        idx.push_back(static_cast<int32_t>((b * 7 + j * 5 + kv * 11) % pages));
+    }
+  }
+  const Tensor table = int_tensor(idx).view({B, 2, k});
+  const double bmm1 = 0.2;
+  auto run = [&](int64_t top_k, const Tensor& bt, std::optional<int64_t> q_len, int64_t window,
+                 bool shared) {
+    return trtllm_batch_decode_with_kv_cache(
+        q, PagedKVCache(kc, vc), workspace(), bt, int_tensor(lens), 64, bmm1, 1.0, window,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt,
+        "auto", q_len, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        shared, std::nullopt, true, std::nullopt, std::nullopt, false, 1, 0, std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, top_k);
+  };
+  AttentionOutput out = run(k, table, 1, -1, false);
+  const auto qv = q.to_double_vector(), kv = kc.to_double_vector(), vv = vc.to_double_vector();
+  std::vector<double> eo(static_cast<std::size_t>(B * hq * d), 0.0), el;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < hq; ++h) {
+      std::vector<double> s;
+      for (int64_t j = 0; j < lens[b]; ++j) {
+        const int64_t row = idx[(b * 2) * k + j];
+        double dot = 0;
+        for (int64_t x = 0; x < d; ++x) dot += qv[(b * hq + h) * d + x] * kv[row * d + x];
+        s.push_back(dot * bmm1);
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double x : s) sum += std::exp(x - mx);
+      for (int64_t j = 0; j < lens[b]; ++j) {
+        const int64_t row = idx[(b * 2 + 1) * k + j];
+        for (int64_t x = 0; x < d; ++x) {
+          eo[(b * hq + h) * d + x] += std::exp(s[j] - mx) / sum * vv[row * d + x];
+        }
+      }
+      el.push_back((mx + std::log(sum)) / std::log(2.0));
+    }
+  }
+  EXPECT_TRUE(testing::all_close(out.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(out.lse, el, {1e-4, 1e-5}));
+  const char* op = "trtllm_batch_decode_with_kv_cache";
+  testing::expect_error_text([&] { (void)run(k, table, 2, -1, false); }, op, nullptr,
+                             "sparse_top_k requires one query token per request");
+  testing::expect_error_text([&] { (void)run(k, table, 1, 4, false); }, op, nullptr,
+                             "sparse_top_k supports neither a sliding window nor attention sinks");
+  testing::expect_error_text(
+      [&] { (void)run(k, table, 1, -1, true); }, op, nullptr,
+      "sparse_top_k requires uses_shared_paged_kv_idx=False, block_tables of shape "
+      "[batch_size, 2, 8] and batch_size seq_lens, got (3, 2, 8) and (3,)");
+  testing::expect_error_text([&] { (void)run(6, table.slice(2, 0, 6).contiguous(), 1, -1, false); },
+                             op, nullptr, "sparse_top_k must be a multiple of 4");
+}
+
+// Upstream 0.7.4's context-parallel speculative decode (causal_seqlens_kv_global S, cp_world W,
+// cp_rank r): the cache holds this rank's keys (global position l W + r); query row j of a
+// request sees local keys l < max(0, floor((S + j - r) / W) + 1); seq_lens masks nothing. The
+// rank-local output and base-2 LSE against the fp64 formula; then upstream's refusals.
+TEST(TrtllmDecode, ContextParallelRowsSeeTheirRanksKeys) {
+  const std::vector<int32_t> lens{12, 20, 9};  // local keys held
+  const int64_t B = 3, q_len = 3, W = 2, r = 1;
+  BlockCache c = make_cache(lens, 4, 2, 64, DType::kBFloat16, true, true, 41);
+  const Tensor q = testing::rand_tensor({B * q_len, 4, 64}, DType::kBFloat16, 42, -1.0, 1.0);
+  const std::vector<int32_t> S{17, 30, 0};
+  auto n = [&](std::size_t b, int64_t j) {
+    const int64_t delta = S[b] + j - r;
+    return delta >= 0 ? delta / W + 1 : int64_t{0};
+  };
+  Ref ref;
+  ref.bmm1 = 0.125;
+  ref.causal = false;
+  ref.visible = [&](std::size_t b, int64_t i, int64_t j) { return j < n(b, i); };
+  std::vector<int32_t> qo{0, 3, 6, 9};
+  std::vector<double> eo, el;
+  reference(q, c, qo, ref, eo, el);
+  auto run = [&](int64_t world, int64_t rank, std::optional<Tensor> global, bool ret,
+                 std::string_view layout = "HND") {
+    return trtllm_batch_decode_with_kv_cache(
+        q, c.cache(), workspace(), c.block_tables, c.seq_lens, 32, 0.125, 1.0, -1, std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, layout, std::nullopt, "auto", q_len,
+        1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true,
+        std::nullopt, ret, std::nullopt, std::nullopt, false, world, rank, global);
+  };
+  AttentionOutput out = run(W, r, int_tensor(S), true);
+  EXPECT_TRUE(testing::all_close(out.out, eo, testing::attention_tolerance(DType::kBFloat16)));
+  EXPECT_TRUE(testing::all_close(out.lse, el, {1e-4, 1e-5}));
+  // Request 2 (S = 0) at rank 1: its first row sees no key (output 0, LSE -inf).
+  EXPECT_EQ(out.lse.to_double_vector()[6 * 4], -std::numeric_limits<double>::infinity());
+  const char* op = "trtllm_batch_decode_with_kv_cache";
+  testing::expect_error_text([&] { (void)run(W, 0, std::nullopt, true); }, op, nullptr,
+                             "cp_world/cp_rank require causal_seqlens_kv_global");
+  testing::expect_error_text(
+      [&] { (void)run(W, r, int_tensor(S), false); }, op, nullptr,
+      "DCP speculative decode requires return_lse=True or a caller-owned lse buffer");
+  testing::expect_error_text([&] { (void)run(W, r, int_tensor(S), true, "NHD"); }, op, nullptr,
+                             "DCP speculative decode currently requires kv_layout='HND'");
+  testing::expect_error_text([&] { (void)run(3, 1, int_tensor(S), true); }, op, nullptr,
+                             "cp_world must be one of (1, 2, 4, 8)");
+  testing::expect_error_text([&] { (void)run(W, 2, int_tensor(S), true); }, op, nullptr,
+                             "cp_rank must be in [0, 2), got 2");
+}
 
 // An fp8 query, as SGLang's trtllm backend passes it with an fp8 KV cache (q.to(float8_e4m3fn),
 // out_dtype the model's dtype): the same numbers, bit for bit, as the query widened to that
@@ -1473,6 +1679,59 @@ TEST(CudnnPrefill, MatchesFp64) {
                       std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                       std::nullopt, std::nullopt, std::nullopt, "words"),
                   op, "batch_offsets_units");
+}
+
+// Upstream 0.7.4's cudnn_batch_prefill_with_kv_cache(lse_base, window_left, sinks) on a paged
+// cache: window_left W keeps keys [p - W, ...] of query position p, sinks add exp(sinks[h]) to
+// the denominator and the LSE (against the fp64 formula, causal and not); lse_base "ln" returns
+// the base-2 LSE times fp32 ln 2; upstream's refusals with its texts.
+TEST(CudnnPrefill, Upstream074WindowSinksAndLseBase) {
+  const char* op = "cudnn_batch_prefill_with_kv_cache";
+  const std::vector<int32_t> lens{9, 20, 5}, qlens{9, 6, 2};
+  BlockCache c = make_cache(lens, 4, 2, 64, DType::kFloat16, true, true, 51);
+  std::vector<int32_t> cq{0};
+  for (int32_t l : qlens) cq.push_back(cq.back() + l);
+  Tensor q = testing::rand_tensor({cq.back(), 4, 64}, DType::kFloat16, 52, -1.0, 1.0);
+  const Tensor sinks = testing::rand_tensor({4}, DType::kFloat32, 53, -1.0, 1.0);
+  auto run = [&](bool causal, std::optional<int64_t> window, std::optional<Tensor> sk,
+                 std::string_view base, std::optional<std::string> backend = std::nullopt) {
+    return cudnn_batch_prefill_with_kv_cache(
+        q, c.k, c.v, 0.125, workspace(), 9, 20, int_tensor(qlens), int_tensor(lens), c.block_tables,
+        causal, true, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, std::nullopt, std::nullopt, "elements", std::nullopt, std::nullopt, false,
+        backend, std::nullopt, base, window, sk);
+  };
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal);
+    Ref r;
+    r.bmm1 = 0.125;
+    r.causal = causal;
+    r.window_left = 3;
+    r.sinks = sinks.to_double_vector();
+    std::vector<double> eo, el;
+    reference(q, c, cq, r, eo, el);
+    CudnnPrefillResult got = run(causal, 3, sinks, "log2");
+    EXPECT_TRUE(testing::all_close(got.out, eo, testing::attention_tolerance(DType::kFloat16)));
+    EXPECT_TRUE(testing::all_close(got.lse, el, {1e-4, 1e-5}));
+    CudnnPrefillResult ln = run(causal, 3, sinks, "ln");
+    EXPECT_EQ(testing::bytes_of(ln.out), testing::bytes_of(got.out));
+    const auto l2 = got.lse.to_double_vector(), le = ln.lse.to_double_vector();
+    for (std::size_t i = 0; i < l2.size(); ++i) {
+      ASSERT_EQ(static_cast<float>(le[i]), static_cast<float>(l2[i]) * 0.693147182464599609375f)
+          << i;
+    }
+  }
+  testing::expect_error_text([&] { (void)run(true, std::nullopt, std::nullopt, "log10"); }, op,
+                             "lse_base", "lse_base must be one of ('log2', 'ln'), got 'log10'");
+  testing::expect_error_text(
+      [&] { (void)run(true, std::nullopt, Tensor::zeros({3}, DType::kFloat32), "log2"); }, op,
+      "sinks", "sinks must be a contiguous float32 tensor of shape (num_heads_qo,) = (4,)");
+  testing::expect_error_text(
+      [&] { (void)run(true, std::nullopt, std::nullopt, "ln", std::string("cubin")); }, op,
+      "lse_base", "the cubin cuDNN prefill path only returns base-2 LSE");
+  testing::expect_error_text(
+      [&] { (void)run(true, 3, std::nullopt, "log2", std::string("cubin")); }, op, "window_left",
+      "sliding windows and attention sinks require the cuDNN graph backend");
 }
 
 // vLLM's FlashInfer vision-encoder path (vit_attn_wrappers.flashinfer_wrapper) as it calls this

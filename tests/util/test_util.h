@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -127,6 +128,22 @@ inline Tensor to_keep_layout(const Tensor& t, Device device) {
       more;                                                         \
     }                                                               \
   } while (0)
+/// f throws a flashinfer::Error of op `op` naming `arg` (any argument when null) whose message
+/// holds `text` (upstream's wording).
+inline void expect_error_text(const std::function<void()>& f, const char* op, const char* arg,
+                              const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected a flashinfer::Error holding: " << text;
+  } catch (const ::flashinfer::Error& e) {
+    EXPECT_EQ(e.op(), op) << e.what();
+    if (arg != nullptr) {
+      EXPECT_EQ(e.arg(), arg) << e.what();
+    }
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 #define EXPECT_FI_ERROR(stmt, op_name, arg_name) \
   FLASHINFER_EXPECT_ERROR_IMPL(stmt, op_name, arg_name, (void)0)
 #define EXPECT_FI_ERROR_CODE(stmt, op_name, arg_name, err_code) \

@@ -347,6 +347,15 @@ class BatchPrefillWithRaggedKVCacheWrapper : public ApiObject {
 /// scales interleaved, linear for backend="xqa"). workspace_buffer and
 /// multi_ctas_kv_counter_buffer are scratch
 /// upstream; they are checked, never written. Returns out, or (out, lse) when return_lse.
+/// Upstream 0.7.4 (CPU reference; docs/ATTENTION.md, "trtllm decode's 0.7.4 arguments"):
+/// sparse_top_k k > 0: request b's one query attends K row block_tables[b, 0, j] and V row
+/// block_tables[b, 1, j] (one-token pages of one KV head) for j < seq_lens[b], no positional
+/// mask (uses_shared_paged_kv_idx=False, block_tables [batch, 2, k]). causal_seqlens_kv_global
+/// (context-parallel speculative decode, cp_world W, cp_rank r): the cache holds this rank's keys,
+/// global position l W + r; query row j of a request sees local keys l < max(0, floor((S + j -
+/// r) / W) + 1), S = causal_seqlens_kv_global[b]; seq_lens is not a mask there; return_lse
+/// required. request_order / request_order_plan / length_aware_schedule: the Cake backend's
+/// scheduling (refused as upstream refuses them without backend "cake", which is refused).
 AttentionOutput trtllm_batch_decode_with_kv_cache(
     const Tensor& query, const PagedKVCache& kv_cache, const Tensor& workspace_buffer,
     const Tensor& block_tables, const Tensor& seq_lens, int64_t max_seq_len,
@@ -364,14 +373,22 @@ AttentionOutput trtllm_batch_decode_with_kv_cache(
     std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
     std::optional<Value> bmm1_scale_log2 = std::nullopt,
     std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
-    bool enable_block_sparse_attention = false,
-    std::optional<Value> bf16q_fp8kv_transform_mode = std::nullopt);
+    bool enable_block_sparse_attention = false, int64_t cp_world = 1, int64_t cp_rank = 0,
+    std::optional<Tensor> causal_seqlens_kv_global = std::nullopt,
+    std::optional<Value> bf16q_fp8kv_transform_mode = std::nullopt,
+    std::optional<Tensor> request_order = std::nullopt,
+    std::optional<Value> request_order_plan = std::nullopt, int64_t sparse_top_k = 0,
+    bool length_aware_schedule = false);
 
 /// Context / prefill (flashinfer.prefill.trtllm_batch_context_with_kv_cache): query
 /// [cum_seq_lens_q[-1], Hq, D]; cum_seq_lens_q, cum_seq_lens_kv int32 [batch_size + 1]
 /// (cum_seq_lens_kv must agree with seq_lens); seq_lens int32 [batch_size] KV lengths; every
 /// query length <= max_q_len, every KV length <= max_kv_len. Query i of a request sits at
-/// position kv_len - qo_len + i; causal (default) keeps keys j <= that position. Scales, sinks,
+/// position kv_len - qo_len + i; causal (default) keeps keys j <= that position. Upstream 0.7.4:
+/// window_right R >= 0 (causal=False, with window_left W >= 0) keeps keys in [p - W, p + R];
+/// variable_window_token_starts / _ends (int32 [query rows]) keep, for packed query row t, the
+/// keys [starts[t], ends[t]] of its request (inclusive, causal ignored); backend "trtllm-gen"
+/// ("cake" refused). Both run on the CPU reference (as a key mask). Scales, sinks,
 /// out/out_dtype, lse, kv_cache_sf as for decode. Not supported (errors when set): nvfp4 output,
 /// skip_softmax_threshold_scale_factor, uses_shared_paged_kv_idx=False, use_fp16_softmax=True,
 /// uses_spcompress=True.
@@ -390,7 +407,9 @@ AttentionOutput trtllm_batch_context_with_kv_cache(
     std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
     std::optional<Tensor> multi_ctas_kv_counter_buffer = std::nullopt,
     std::optional<bool> use_fp16_softmax = std::nullopt,
-    std::optional<bool> uses_spcompress = std::nullopt);
+    std::optional<bool> uses_spcompress = std::nullopt, std::string_view backend = "trtllm-gen",
+    int64_t window_right = -1, std::optional<Tensor> variable_window_token_starts = std::nullopt,
+    std::optional<Tensor> variable_window_token_ends = std::nullopt);
 
 /// xqa_batch_decode_with_kv_cache (flashinfer.decode): the xqa backend's decode under its own
 /// name: trtllm_batch_decode_with_kv_cache's math with kv_layout "NHD" by default; o_scale
@@ -427,7 +446,10 @@ Value to_value(const CudnnPrefillResult& r);
 /// (any row stride: V may be a view into an interleaved QKV buffer) starting at
 /// batch_offsets_k[b] (default the running sum of actual_seq_lens_kv; batch_offsets_v, in V's
 /// own rows, must match). With "tokens" offsets of batch + 1 entries the lengths may be
-/// omitted: they are the differences. Scores scale * q_scale * k_scale * (q . k),
+/// omitted: they are the differences. Upstream 0.7.4: lse_base "log2" (default) or "ln" (the
+/// returned LSE's units), window_left W (None: none) keeps keys [p - W, ...] of query position p,
+/// sinks fp32 [Hq] add exp(sinks[h]) to the softmax denominator and the LSE (CPU reference when
+/// a window or sinks is given). Scores scale * q_scale * k_scale * (q . k),
 /// causal right-aligned, output times v_scale; out [rows, Hq, D] in o_data_type (default q's).
 /// lse [rows, Hq] fp32 is base 2 like the rest of this library (cuDNN's own statistics layout
 /// is not reproduced). actual_seq_lens_* may have any shape with batch elements (int32). Not
@@ -449,7 +471,8 @@ CudnnPrefillResult cudnn_batch_prefill_with_kv_cache(
     std::string_view batch_offsets_units = "elements", std::optional<Tensor> out = std::nullopt,
     std::optional<Tensor> lse = std::nullopt, bool is_cuda_graph_compatible = false,
     std::optional<std::string> backend = std::nullopt,
-    std::optional<DType> o_data_type = std::nullopt);
+    std::optional<DType> o_data_type = std::nullopt, std::string_view lse_base = "log2",
+    std::optional<int64_t> window_left = std::nullopt, std::optional<Tensor> sinks = std::nullopt);
 
 /// cudnn_batch_decode_with_kv_cache (flashinfer.cudnn.decode): on CUDA, cuDNN's SDPA graph
 /// where the build has cuDNN and the call fits it, else this library's kernels. q [batch, Hq, D];

@@ -18,6 +18,7 @@
 #include "flashinfer/comm.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/op_decl.h"
+#include "flashinfer/op_typed.h"
 #include "flashinfer/ops/quantization.h"
 #include "flashinfer/tensor.h"
 #include "flashinfer/value.h"
@@ -186,13 +187,26 @@ class MNNVLAllReduceFusionWorkspace : public AllReduceFusionWorkspace {
 /// hidden_dim and dtype (fp16, bf16, fp32) size the buffers. comm_backend is required (upstream's
 /// None means torch.distributed's group, which C++ does not have); gpus_per_node and group change
 /// nothing here.
+/// create_allreduce_fusion_workspace's keyword-only arguments of upstream 0.7.4's
+/// "mnnvl-cutedsl" backend (MNNVLCuteDSLConfig and its fusion switches): any given with another
+/// backend is upstream's ValueError; that backend itself is refused (not implemented here).
+struct AllReduceCuteDslOptions {
+  std::optional<Value> top_k, rms_eps, weight_bias, routed_scaling_factor, include_shared_expert,
+      add_residual, write_residual_output, apply_rms_norm, output_dtype, dynamic_fp8,
+      write_norm_output, config;
+};
+FLASHINFER_OPTION_FIELDS(AllReduceCuteDslOptions, top_k, rms_eps, weight_bias,
+                         routed_scaling_factor, include_shared_expert, add_residual,
+                         write_residual_output, apply_rms_norm, output_dtype, dynamic_fp8,
+                         write_norm_output, config);
+
 std::shared_ptr<AllReduceFusionWorkspace> create_allreduce_fusion_workspace(
     std::string backend = "auto", std::optional<int64_t> world_size = std::nullopt,
     std::optional<int64_t> rank = std::nullopt, std::optional<int64_t> max_token_num = std::nullopt,
     std::optional<int64_t> hidden_dim = std::nullopt, std::optional<DType> dtype = std::nullopt,
     std::optional<int64_t> gpus_per_node = std::nullopt,
     std::shared_ptr<comm::CommBackend> comm_backend = nullptr, bool force_oneshot_support = false,
-    std::optional<Value> group = std::nullopt);
+    std::optional<Value> group = std::nullopt, AllReduceCuteDslOptions options = {});
 
 /// Collective: every rank calls it with its own input [T, H] (fp16, bf16 or fp32; the same T
 /// and H everywhere). s = the ranks' inputs summed in rank order (fp32_acc: one fp32

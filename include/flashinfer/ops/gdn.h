@@ -53,6 +53,10 @@ std::tuple<Tensor, Tensor> gated_delta_rule_decode(
 /// intermediate_states_buffer (fp32 [>= B, >= T, HV, V, K], contiguous) or to the pool at
 /// ssm_state_indices[b, t]; the final state to output_state_indices[b] (or the read slot) unless
 /// disable_state_update (None means True, upstream's default). Returns (output, initial_state).
+/// cache_replayssm (upstream 0.7.4's ReplaySSM verify; the pool frozen): for each request with
+/// read slot s >= 0, replayssm_rawv [pool, HV, T, V] / replayssm_rawk [pool, H, T, K] (bf16) get
+/// its v and un-normalized k, replayssm_g [pool, HV, T] fp32 -exp(A_log) softplus(a + dt_bias),
+/// replayssm_beta sigmoid(b) (docs/LINEAR_ATTENTION.md); K = V = 128, T >= 3.
 std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& initial_state,
     const Tensor& initial_state_indices, const Tensor& A_log, const Tensor& a,
@@ -61,7 +65,11 @@ std::tuple<Tensor, Tensor> gated_delta_rule_mtp(
     std::optional<Tensor> intermediate_states_buffer = std::nullopt,
     std::optional<Tensor> ssm_state_indices = std::nullopt,
     std::optional<bool> disable_state_update = std::nullopt, bool use_qk_l2norm = true,
-    std::optional<Tensor> output_state_indices = std::nullopt);
+    std::optional<Tensor> output_state_indices = std::nullopt, bool cache_replayssm = false,
+    std::optional<Tensor> replayssm_rawv = std::nullopt,
+    std::optional<Tensor> replayssm_rawk = std::nullopt,
+    std::optional<Tensor> replayssm_g = std::nullopt,
+    std::optional<Tensor> replayssm_beta = std::nullopt);
 
 /// chunk_gated_delta_rule's result: `output` [T, H, D], and `final_state` [N, H, D, D] fp32
 /// when output_final_state was set (recorded as upstream returns it: the tensor, or the pair).

@@ -25,8 +25,10 @@ namespace flashinfer {
 ///   token_selected_experts int32 [T, top_k], token_final_scales fp32 [T, top_k];
 ///   w1_alpha / w2_alpha fp32 [E]; fc2_input_scale fp32 [1] or [E] (required): the global scale
 ///   of the activation's NVFP4 quantization, kept in the values like x's.
-/// Returns bf16 [T, H] (into `output` when given). num_local_experts != num_experts, quant_mode
-/// "w4a16"/"w4a8_*", activations other than "silu"/"relu2" and swiglu_limit are refused
+/// Returns bf16 [T, H] (into `output` when given). expert_map (upstream 0.7.4, int32
+/// [num_experts], w4a16 only; required when num_local_experts != num_experts): global expert g
+/// runs local weights expert_map[g], -1 drops the route (this rank's zero-filled partial).
+/// quant_mode "w4a8_*", activations other than "silu"/"relu2" and swiglu_limit are refused
 /// (kUnsupported).
 Tensor b12x_fused_moe(
     const Tensor& x, const Tensor& w1_weight, const Tensor& w1_weight_sf, const Tensor& w2_weight,
@@ -35,8 +37,9 @@ Tensor b12x_fused_moe(
     const Tensor& w2_alpha, std::optional<Tensor> fc2_input_scale = std::nullopt,
     std::optional<Tensor> input_global_scale = std::nullopt,
     std::optional<int64_t> num_local_experts = std::nullopt,
-    std::optional<Tensor> output = std::nullopt, DType output_dtype = DType::kBFloat16,
-    std::string activation = "silu", double swiglu_alpha = 1.702, double swiglu_beta = 1.0,
+    std::optional<Tensor> expert_map = std::nullopt, std::optional<Tensor> output = std::nullopt,
+    DType output_dtype = DType::kBFloat16, std::string activation = "silu",
+    double swiglu_alpha = 1.702, double swiglu_beta = 1.0,
     std::optional<double> swiglu_limit = std::nullopt, std::string activation_precision = "fp4",
     std::optional<std::string> quant_mode = std::nullopt, std::string source_format = "modelopt");
 
@@ -47,12 +50,16 @@ class B12xMoEWrapper : public ApiObject {
   B12xMoEWrapper(int64_t num_experts, int64_t top_k, int64_t hidden_size, int64_t intermediate_size,
                  bool use_cuda_graph = false, int64_t max_num_tokens = 4096,
                  std::optional<int64_t> num_local_experts = std::nullopt,
+                 std::optional<Tensor> expert_map = std::nullopt,
                  DType output_dtype = DType::kBFloat16, std::string device = "cuda",
                  std::string activation = "silu", double swiglu_alpha = 1.702,
                  double swiglu_beta = 1.0, std::optional<double> swiglu_limit = std::nullopt,
                  std::string activation_precision = "fp4",
                  std::optional<std::string> quant_mode = std::nullopt,
-                 std::string source_format = "modelopt");
+                 std::string source_format = "modelopt",
+                 std::optional<Value> shared_static_workspace = std::nullopt,
+                 std::optional<Value> shared_dynamic_workspace = std::nullopt,
+                 std::optional<Tensor> shared_output = std::nullopt);
   B12xMoEWrapper(const B12xMoEWrapper&) = delete;
   B12xMoEWrapper& operator=(const B12xMoEWrapper&) = delete;
 
@@ -76,10 +83,12 @@ class B12xMoEWrapper : public ApiObject {
  private:
   int64_t num_experts_ = 0, top_k_ = 0, hidden_size_ = 0, intermediate_size_ = 0;
   bool use_cuda_graph_ = false;
-  int64_t max_num_tokens_ = 0;
+  int64_t max_num_tokens_ = 0, num_local_experts_ = 0;
   std::string activation_, quant_mode_, source_format_;
   double swiglu_alpha_ = 1.702, swiglu_beta_ = 1.0;
   std::optional<double> swiglu_limit_;
+  std::optional<Tensor> expert_map_;     // the constructor's map, cloned (upstream clones it)
+  std::optional<Tensor> shared_output_;  // run() returns its first T rows (use_cuda_graph)
 };
 
 /// CuteDslMoEWrapper: cute_dsl_fused_moe (the math of cute_dsl_fused_moe_nvfp4) with the
@@ -98,7 +107,8 @@ class CuteDslMoEWrapper : public ApiObject {
                     double swiglu_beta = 0.0, double swiglu_limit = 3.4028234663852886e38,
                     std::optional<double> situ_beta = std::nullopt,
                     std::optional<double> situ_linear_beta = std::nullopt,
-                    bool use_fused_finalize = true, std::string quant_mode = "w4a4");
+                    bool use_fused_finalize = true, std::string quant_mode = "w4a4",
+                    std::optional<Tensor> clamped_relu2_limit = std::nullopt, bool swap_ab = false);
   CuteDslMoEWrapper(const CuteDslMoEWrapper&) = delete;
   CuteDslMoEWrapper& operator=(const CuteDslMoEWrapper&) = delete;
 
@@ -130,6 +140,7 @@ class CuteDslMoEWrapper : public ApiObject {
   std::optional<double> situ_beta_, situ_linear_beta_;
   bool use_fused_finalize_ = true;  // w4a16: the two finalize paths round differently
   std::string quant_mode_;
+  std::optional<Tensor> clamped_relu2_limit_;
 };
 
 }  // namespace flashinfer

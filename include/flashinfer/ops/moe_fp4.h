@@ -152,6 +152,13 @@ Tensor cute_dsl_fused_moe_nvfp4(
     double swiglu_beta = 0.0, double swiglu_limit = 3.4028234663852886e38,
     std::optional<double> situ_beta = std::nullopt,
     std::optional<double> situ_linear_beta = std::nullopt, std::string_view quant_mode = "w4a4",
-    std::optional<Tensor> per_token_scale = std::nullopt);
+    std::optional<Tensor> per_token_scale = std::nullopt,
+    std::optional<Value> localized_weights = std::nullopt,
+    std::optional<Value> localized_streams = std::nullopt,
+    std::optional<int64_t> localized_sm_count = std::nullopt,
+    std::optional<Value> localized_memset_stream = std::nullopt,
+    bool localized_allow_nonlocalized = false, bool autotune_use_cuda_graph = false,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset(),
+    std::optional<Tensor> clamped_relu2_limit = std::nullopt);
 
 }  // namespace flashinfer
