@@ -780,6 +780,10 @@ AttentionOutput decode_impl(
                           "head, page size 1, no top-k lengths and at most 128 query heads");
     FLASHINFER_CHECK_CODE(query.device().is_cpu(), ErrorCode::kUnsupported, op, "sparse_top_k",
                           "token-sparse decode runs on the CPU reference only (pass CPU tensors)");
+    // An NVFP4 cache's block scales would have to be gathered with its rows.
+    FLASHINFER_CHECK_CODE(kv_k.dtype() != DType::kUInt8 && (!kv_cache_sf || kv_cache_sf->is_none()),
+                          ErrorCode::kUnsupported, op, "kv_cache_sf",
+                          "token-sparse decode over an NVFP4 cache is not implemented");
     const std::vector<int32_t> lens = lengths(seq_lens, tokens, max_seq_len, op, "max_seq_len");
     const Tensor table = block_tables.to(Device::cpu()).contiguous();
     const auto* idx = table.data<int32_t>();

@@ -368,13 +368,13 @@ TEST(TrtllmDecode, SparseTopKAttendsTheListedRows) {
   const Tensor table = int_tensor(idx).view({B, 2, k});
   const double bmm1 = 0.2;
   auto run = [&](int64_t top_k, const Tensor& bt, std::optional<int64_t> q_len, int64_t window,
-                 bool shared) {
+                 bool shared, std::optional<PagedKVCache> cache = std::nullopt) {
     return trtllm_batch_decode_with_kv_cache(
-        q, PagedKVCache(kc, vc), workspace(), bt, int_tensor(lens), 64, bmm1, 1.0, window,
-        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND", std::nullopt,
-        "auto", q_len, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-        shared, std::nullopt, true, std::nullopt, std::nullopt, false, 1, 0, std::nullopt,
-        std::nullopt, std::nullopt, std::nullopt, top_k);
+        q, cache.value_or(PagedKVCache(kc, vc)), workspace(), bt, int_tensor(lens), 64, bmm1, 1.0,
+        window, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, "HND",
+        std::nullopt, "auto", q_len, 1.0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+        std::nullopt, shared, std::nullopt, true, std::nullopt, std::nullopt, false, 1, 0,
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, top_k);
   };
   AttentionOutput out = run(k, table, 1, -1, false);
   const auto qv = q.to_double_vector(), kv = kc.to_double_vector(), vv = vc.to_double_vector();
@@ -413,6 +413,10 @@ TEST(TrtllmDecode, SparseTopKAttendsTheListedRows) {
       "[batch_size, 2, 8] and batch_size seq_lens, got (3, 2, 8) and (3,)");
   testing::expect_error_text([&] { (void)run(6, table.slice(2, 0, 6).contiguous(), 1, -1, false); },
                              op, nullptr, "sparse_top_k must be a multiple of 4");
+  // An NVFP4 cache's block scales are not gathered with its rows: refused.
+  const Tensor u8 = Tensor::zeros({pages, 1, 1, d / 2}, DType::kUInt8);
+  EXPECT_FI_ERROR_CODE((void)run(k, table, 1, -1, false, PagedKVCache(u8, u8)), op, "kv_cache_sf",
+                       ErrorCode::kUnsupported);
 }
 
 // Upstream 0.7.4's context-parallel speculative decode (causal_seqlens_kv_global S, cp_world W,
