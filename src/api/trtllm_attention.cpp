@@ -819,6 +819,13 @@ AttentionOutput decode_impl(
   FLASHINFER_CHECK(dcp || (x.cp_world == 1 && x.cp_rank == 0), op, "causal_seqlens_kv_global",
                    "cp_world/cp_rank require causal_seqlens_kv_global to enable the DCP "
                    "speculative decode path");
+  // Upstream's DCP refusals come before its generic ones.
+  if (dcp) {
+    check_dcp_decode(op, query, kv_cache, backend, kv_layout, q_len_per_req, cum_seq_lens_q,
+                     window_left, mask, sinks, skip_softmax, kv_cache_sf, uses_shared_paged_kv_idx,
+                     enable_block_sparse_attention, bmm1_scale_log2, bmm1_scale, bmm2_scale,
+                     o_scale, out, out_dtype, lse, return_lse, x);
+  }
   check_common_unsupported(op, out_dtype, o_sf_scale, o_sf_vec_size, kv_cache_sf, skip_softmax,
                            uses_shared_paged_kv_idx, counter, query);
   FLASHINFER_CHECK(
@@ -826,12 +833,6 @@ AttentionOutput decode_impl(
       "backend", "must be \"auto\", \"xqa\", \"trtllm-gen\" or \"cake\", got \"", backend, "\"");
   FLASHINFER_CHECK_CODE(backend != "cake", ErrorCode::kUnsupported, op, "backend",
                         "the 'cake' FMHA kernels (SM100 / SM103) are not implemented here");
-  if (dcp) {
-    check_dcp_decode(op, query, kv_cache, backend, kv_layout, q_len_per_req, cum_seq_lens_q,
-                     window_left, mask, sinks, skip_softmax, kv_cache_sf, uses_shared_paged_kv_idx,
-                     enable_block_sparse_attention, bmm1_scale_log2, bmm1_scale, bmm2_scale,
-                     o_scale, out, out_dtype, lse, return_lse, x);
-  }
   // The bit-packed draft mask is the xqa kernels' (upstream passes it on to xqa); trtllm-gen's
   // treatment of it, and which kernel "auto" picks, depend on the GPU.
   FLASHINFER_CHECK_CODE(!mask || backend == "xqa", ErrorCode::kUnsupported, op, "mask",
