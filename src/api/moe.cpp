@@ -327,22 +327,9 @@ void check_cutlass_moe_common(const CutlassMoeCall& c) {
                  "implemented");
   FLASHINFER_CHECK(o.backend == "cutlass", op, "backend", "unsupported fused MoE backend: '",
                    o.backend, "'");
-  if (c.activation_type == ActivationType::ClampedRelu2) {
-    const std::optional<Tensor>& L = o.clamped_relu2_limit;
-    FLASHINFER_CHECK(L.has_value(), op, "clamped_relu2_limit",
-                     "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit "
-                     "tensor");
-    FLASHINFER_CHECK(L->dim() == 1 && L->numel() == 1, op, "clamped_relu2_limit",
-                     "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with "
-                     "shape (1,), got ",
-                     shape_to_string(L->shape()));
-    FLASHINFER_CHECK(L->dtype() == DType::kFloat32, op, "clamped_relu2_limit",
-                     "Invalid dtype of ClampedRelu2 clamped_relu2_limit: expected torch.float32, "
-                     "got ",
-                     dtype_torch_name(L->dtype()));
-    FLASHINFER_CHECK(L->device() == c.input.device(), op, "clamped_relu2_limit",
-                     "Invalid device of ClampedRelu2 clamped_relu2_limit: expected ",
-                     c.input.device().str(), ", got ", L->device().str());
+  const bool clamped = c.activation_type == ActivationType::ClampedRelu2;
+  check_clamped_relu2_limit(op, clamped, o.clamped_relu2_limit, c.input.device());
+  if (clamped) {
     FLASHINFER_CHECK(!c.swiglu_alpha && !c.swiglu_beta && !c.swiglu_limit, op, "swiglu_alpha",
                      "ActivationType.ClampedRelu2 does not accept SwiGLU activation parameters");
     FLASHINFER_CHECK(!o.situ_beta && !o.situ_linear_beta, op, "situ_beta",
@@ -365,9 +352,6 @@ void check_cutlass_moe_common(const CutlassMoeCall& c) {
     check_flag_off(c.input.device().is_cuda(), op, "activation_type",
                    "ClampedRelu2 has no CUDA kernel here (its fused fp32 GEMM1 epilogue); the CPU "
                    "reference computes it");
-  } else {
-    FLASHINFER_CHECK(!o.clamped_relu2_limit, op, "clamped_relu2_limit",
-                     "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
   }
   check_flag_off(c.activation_type == ActivationType::PowLU, op, "activation_type",
                  "the PowLU activation is not implemented");

@@ -33,23 +33,9 @@ namespace flashinfer {
 void moe_cute::check_clamped_relu2(const char* op, int64_t activation_type,
                                    const std::optional<Tensor>& limit, std::optional<Device> device,
                                    std::string_view quant_mode) {
-  if (activation_type != static_cast<int64_t>(ActivationType::ClampedRelu2)) {
-    FLASHINFER_CHECK(!limit, op, "clamped_relu2_limit",
-                     "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
-    return;
-  }
-  FLASHINFER_CHECK(limit.has_value(), op, "clamped_relu2_limit",
-                   "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor");
-  FLASHINFER_CHECK(limit->dim() == 1 && limit->numel() == 1, op, "clamped_relu2_limit",
-                   "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with shape "
-                   "(1,), got ",
-                   shape_to_string(limit->shape()));
-  FLASHINFER_CHECK(limit->dtype() == DType::kFloat32, op, "clamped_relu2_limit",
-                   "Invalid dtype of ClampedRelu2 clamped_relu2_limit: expected torch.float32, "
-                   "got ",
-                   dtype_torch_name(limit->dtype()));
-  FLASHINFER_CHECK(!device || limit->device() == *device, op, "clamped_relu2_limit",
-                   "Invalid device of ClampedRelu2 clamped_relu2_limit");
+  const bool clamped = activation_type == static_cast<int64_t>(ActivationType::ClampedRelu2);
+  api::check_clamped_relu2_limit(op, clamped, limit, device);
+  if (!clamped) return;
   FLASHINFER_CHECK(quant_mode != "w4a16", op, "activation_type",
                    "ActivationType.ClampedRelu2 is not supported when quant_mode='w4a16'");
   api::refuse_if(true, op, "activation_type",

@@ -93,6 +93,28 @@ void check_moe_output_width(const char* op, const std::optional<Tensor>& output,
                    " when valid_hidden_size is provided, got ", output->size(1));
 }
 
+void check_clamped_relu2_limit(const char* op, bool clamped, const std::optional<Tensor>& limit,
+                               std::optional<Device> device) {
+  if (!clamped) {
+    FLASHINFER_CHECK(!limit, op, "clamped_relu2_limit",
+                     "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2");
+    return;
+  }
+  FLASHINFER_CHECK(limit.has_value(), op, "clamped_relu2_limit",
+                   "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor");
+  FLASHINFER_CHECK(limit->dim() == 1 && limit->numel() == 1, op, "clamped_relu2_limit",
+                   "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with shape "
+                   "(1,), got ",
+                   shape_to_string(limit->shape()));
+  FLASHINFER_CHECK(limit->dtype() == DType::kFloat32, op, "clamped_relu2_limit",
+                   "Invalid dtype of ClampedRelu2 clamped_relu2_limit: expected torch.float32, "
+                   "got ",
+                   dtype_torch_name(limit->dtype()));
+  FLASHINFER_CHECK(!device || limit->device() == *device, op, "clamped_relu2_limit",
+                   "Invalid device of ClampedRelu2 clamped_relu2_limit: expected ",
+                   device ? device->str() : std::string(), ", got ", limit->device().str());
+}
+
 void check_moe_sf_layout(const char* op, const Value& layout, bool has_scale) {
   // Validation only, as upstream's resolve_moe_act_sf_layout: None means linear (upstream warns).
   if (!has_scale || layout.is_none()) return;

@@ -59,6 +59,11 @@ MoeValidDims check_moe_valid_dims(const char* op, std::optional<int64_t> valid_h
 /// A finalized `output` must be exactly valid_hidden_size wide when it is given.
 void check_moe_output_width(const char* op, const std::optional<Tensor>& output,
                             std::optional<int64_t> valid_hidden_size, bool do_finalize);
+/// ClampedRelu2's model-wide limit (upstream 0.7.4's checks and texts, cutlass and CuTe-DSL
+/// alike): when `clamped`, a one-element fp32 tensor (on `device` when given); otherwise none.
+void check_clamped_relu2_limit(const char* op, bool clamped, const std::optional<Tensor>& limit,
+                               std::optional<Device> device);
+
 /// hidden_states_scale_layout (the FP4 ops): validation only; anything but
 /// SfLayout.layout_linear (or None) is refused with upstream's NotImplementedError text
 /// (kUnsupported) when there is a scale tensor.
