@@ -108,6 +108,8 @@ void api_call_tensors(const T& x, int param, std::vector<CallTensor>& out) {
       if (t.defined()) out.push_back({&t, param, item});
       ++item;
     }
+  } else if constexpr (std::is_same_v<T, std::optional<std::vector<Tensor>>>) {
+    if (x) api_call_tensors(*x, param, out);
   } else if constexpr (requires { x.for_each_tensor([](const Tensor&, int) {}); }) {
     x.for_each_tensor([&](const Tensor& t, int item) {
       if (t.defined()) out.push_back({&t, param, item});
@@ -128,6 +130,7 @@ template <class T>
 inline constexpr bool may_hold_tensor = std::is_same_v<T, Tensor> ||
                                         std::is_same_v<T, std::optional<Tensor>> ||
                                         std::is_same_v<T, std::vector<Tensor>> ||
+                                        std::is_same_v<T, std::optional<std::vector<Tensor>>> ||
                                         requires(const T& x) {
   x.for_each_tensor([](const Tensor&, int) {});
 };

@@ -896,6 +896,8 @@ void collect_tensors(const T& x, int param, CallTensors& out, const WritePlan& p
   } else if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
     int item = 0;
     for (const Tensor& t : x) out.add(t, param, item++);
+  } else if constexpr (std::is_same_v<T, std::optional<std::vector<Tensor>>>) {
+    if (x) collect_tensors(*x, param, out, plan);
   } else if constexpr (requires { x.for_each_tensor([](const Tensor&, int) {}); }) {
     x.for_each_tensor([&](const Tensor& t, int item) { out.add(t, param, item); });
   } else if constexpr (OptionsStruct<T>) {

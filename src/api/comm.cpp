@@ -1865,10 +1865,25 @@ void decode_cp_a2a_init_workspace(const Tensor& workspace, int64_t cp_rank, int6
       workspace, cp_rank, cp_size);
 }
 
+namespace {
+
+// upstream's checkDcpOutput: a preallocated output must match its input exactly.
+void check_dcp_output(const Tensor& in, const Tensor& o, const char* op, const char* name) {
+  api::check_defined(o, op, name);
+  FLASHINFER_CHECK(o.is_contiguous(), op, name, name, " must be contiguous");
+  FLASHINFER_CHECK(o.dtype() == in.dtype(), op, name, name, " dtype must match its input");
+  FLASHINFER_CHECK(o.dim() == in.dim(), op, name, name, " rank must match its input");
+  FLASHINFER_CHECK(o.shape() == in.shape(), op, name, name, " shape must match its input");
+  FLASHINFER_CHECK(o.device() == in.device(), op, name, name, " must live on the input device");
+}
+
+}  // namespace
+
 std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
                                                   const Tensor& softmax_stats,
                                                   const Tensor& workspace, int64_t cp_rank,
-                                                  int64_t cp_size, std::optional<bool> enable_pdl) {
+                                                  int64_t cp_size, std::optional<bool> enable_pdl,
+                                                  const std::optional<std::vector<Tensor>>& out) {
   return call_op<&decode_cp_a2a_alltoall>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "decode_cp_a2a_alltoall";
@@ -1920,8 +1935,20 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
             workspace.device() == dev || (workspace.device().is_cuda() && dev.is_cuda()), op,
             "workspace", "workspace is on ", workspace.device().str(), ", partial_o on ",
             dev.str());
-        Tensor o_out = Tensor::empty(partial_o.shape(), partial_o.dtype(), dev);
-        Tensor s_out = Tensor::empty(softmax_stats.shape(), DType::kFloat32, dev);
+        Tensor o_out, s_out;
+        if (out) {
+          // Python unpacks the tuple first: two items or a ValueError.
+          FLASHINFER_CHECK(out->size() == 2, op, "out",
+                           "expected (partial_o_out, softmax_stats_out), got ", out->size(),
+                           " tensors");
+          check_dcp_output(partial_o, (*out)[0], op, "partial_o_out");
+          check_dcp_output(softmax_stats, (*out)[1], op, "softmax_stats_out");
+          o_out = (*out)[0];
+          s_out = (*out)[1];
+        } else {
+          o_out = Tensor::empty(partial_o.shape(), partial_o.dtype(), dev);
+          s_out = Tensor::empty(softmax_stats.shape(), DType::kFloat32, dev);
+        }
         kernels::DcpA2aParams p;
         p.cp_rank = static_cast<int>(cp_rank);
         p.cp_size = static_cast<int>(cp_size);
@@ -1952,7 +1979,7 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
         });
         return {o_out, s_out};
       },
-      partial_o, softmax_stats, workspace, cp_rank, cp_size, enable_pdl);
+      partial_o, softmax_stats, workspace, cp_rank, cp_size, enable_pdl, out);
 }
 
 namespace detail {
@@ -2125,7 +2152,8 @@ void register_comm_ops(OpRegistry& r) {
       {.name = "decode_cp_a2a_alltoall",
        .module = kDcpModule,
        .summary = "Collective: partial outputs and softmax stats transposed over the CP ranks"},
-      "partial_o", "softmax_stats", "workspace", "cp_rank", "cp_size", arg("enable_pdl"));
+      "partial_o", "softmax_stats", "workspace", "cp_rank", "cp_size", arg("enable_pdl"),
+      arg("out").mut());
   static constexpr api::BackendSummary kDcpAlloc[] = {
     {DeviceType::kCPU, "one host tensor every rank of the process views"},
 #if FLASHINFER_WITH_CUDA

@@ -73,6 +73,354 @@ constexpr api::KernelEntry<kernels::FusedKdaParams> kFusedKdaKernels[] = {
 
 KdaIoRef kda_io(const Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
 
+// A shape as python prints a tuple of ints: (2, 1, 4, 128), (5,).
+std::string py_tuple(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// disable_state_update=True: upstream 0.7.4's frozen verify (kda_decode's
+// _run_frozen_recurrent_kda), its checks in its order. Batched [B, T, ..] rows without caches
+// (GQA allowed; its output-only kernel's checks), or, with the caches, every call through the
+// RecoverSSM drop-in's checks: batched rows flattened to one packed row of windows of T, or packed
+// rows (cu_seqlens) with the window num_spec_tokens + 1, else the caches' token dimension.
+KdaOutput kda_frozen_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                          const Tensor& beta, const std::optional<Tensor>& A_log,
+                          const std::optional<Tensor>& dt_bias, std::optional<double> scale,
+                          const std::optional<Tensor>& initial_state, bool l2norm,
+                          bool gate_in_kernel, std::optional<double> lower_bound,
+                          const std::optional<Tensor>& cu_seqlens,
+                          const std::optional<Tensor>& ssm_idx, std::optional<int64_t> num_spec,
+                          std::optional<Tensor> output, const std::optional<Tensor>& source,
+                          const std::optional<Tensor>& source_idx, bool beta_is_logit,
+                          const std::optional<Tensor>& corr, const std::optional<Tensor>& kg) {
+  const char* op = kKdaOp;
+  auto given = [](const std::optional<Tensor>& t) { return t && t->defined(); };
+  FLASHINFER_CHECK(l2norm, op, "use_qk_l2norm_in_kernel",
+                   "disable_state_update=True always applies Q/K L2 normalization "
+                   "(use_qk_l2norm_in_kernel=False is not supported)");
+  const bool from_source = given(source);
+  FLASHINFER_CHECK(from_source || given(initial_state), op, "initial_state",
+                   "disable_state_update=True requires a committed state pool via "
+                   "initial_state_source (preferred) or initial_state (read-only)");
+  const Tensor& pool = from_source ? *source : *initial_state;
+  const char* pool_arg = from_source ? "initial_state_source" : "initial_state";
+  std::optional<Tensor> slots = given(source_idx) ? source_idx : ssm_idx;
+  const char* slots_arg = given(source_idx) ? "initial_state_indices" : "ssm_state_indices";
+  const bool caches = given(corr) || given(kg);
+  FLASHINFER_CHECK(!caches || (given(corr) && given(kg)), op,
+                   given(corr) ? "kg_cache" : "correction_cache",
+                   "correction_cache and kg_cache must be provided together");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
+                                {k, "k"},
+                                {v, "v"},
+                                {g, "g"},
+                                {beta, "beta"}}) {
+    api::check_defined(t, op, name);
+  }
+  auto int_slots = [&]() -> Tensor {
+    if (!given(slots)) return Tensor();
+    FLASHINFER_CHECK(dtype_is_integral(slots->dtype()), op, slots_arg, slots_arg,
+                     " must hold integers, got ", dtype_torch_name(slots->dtype()));
+    api::check_same_device(*slots, q, op, slots_arg, "q");
+    return slots->to(DType::kInt32).contiguous();  // upstream converts any integer dtype
+  };
+  KdaParams p;
+  p.frozen = true;
+  p.gate = !gate_in_kernel ? kernels::KdaGate::kPrecomputed
+           : lower_bound   ? kernels::KdaGate::kLowerBound
+                           : kernels::KdaGate::kSoftplus;
+  // upstream passes lower_bound only with the gate in the kernel: otherwise it is ignored.
+  p.lower_bound = gate_in_kernel && lower_bound ? static_cast<float>(*lower_bound) : 0.0f;
+  p.beta_is_logit = beta_is_logit;
+  p.l2norm = true;
+  p.state_dtype = DType::kBFloat16;
+  // Every tensor the kernel reads outlives the launch (the packed views and offsets below).
+  Tensor out, idx32, pool_use = pool, a_log32, bias32;
+  Tensor qp = q, kp = k, vp = v, gp = g, bp = beta, cu;
+  int64_t H = 0, HV = 0, K = 0, N = 0;
+  int64_t window = 0;
+  Shape result_shape;
+
+  if (!given(cu_seqlens) && !caches) {
+    // Batched rows, no caches: the output-only kernel's checks (kda_wy_output_only).
+    FLASHINFER_CHECK(q.dim() == 4, op, "q", "q must be [B, T, H, K]; got ", py_tuple(q.shape()));
+    const int64_t B = q.size(0), T = q.size(1);
+    H = q.size(2), K = q.size(3);
+    FLASHINFER_CHECK(v.dim() == 4 && v.size(0) == B && v.size(1) == T, op, "v", "v must be [B=", B,
+                     ", T=", T, ", HV, V]; got ", py_tuple(v.shape()));
+    HV = v.size(2);
+    const int64_t V = v.size(3);
+    FLASHINFER_CHECK(k.shape() == q.shape(), op, "k", "k must match q ", py_tuple(q.shape()),
+                     "; got ", py_tuple(k.shape()));
+    FLASHINFER_CHECK(g.shape() == Shape({B, T, HV, K}), op, "g", "g must be [B=", B, ", T=", T,
+                     ", HV=", HV, ", K=", K, "]; got ", py_tuple(g.shape()));
+    FLASHINFER_CHECK(beta.shape() == Shape({B, T, HV}), op, "beta", "beta must be [B=", B,
+                     ", T=", T, ", HV=", HV, "]; got ", py_tuple(beta.shape()));
+    for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
+                                  {k, "k"},
+                                  {v, "v"},
+                                  {g, "g"},
+                                  {beta, "beta"}}) {
+      FLASHINFER_CHECK(t.dtype() == DType::kBFloat16, op, name, name, " must be bf16; got ",
+                       dtype_torch_name(t.dtype()));
+      FLASHINFER_CHECK(t.device() == q.device(), op, name, name, " must be on ", q.device().str(),
+                       "; got ", t.device().str());
+    }
+    FLASHINFER_CHECK(pool.dtype() == DType::kBFloat16, op, pool_arg,
+                     "initial_state_source must be bf16 (pool, HV, V, K)");
+    FLASHINFER_CHECK(
+        pool.dim() == 4 && pool.size(1) == HV && pool.size(2) == V && pool.size(3) == K, op,
+        pool_arg, "initial_state_source must be [pool, HV=", HV, ", V=", V, ", K=", K, "]; got ",
+        py_tuple(pool.shape()));
+    FLASHINFER_CHECK(pool.device() == q.device(), op, pool_arg,
+                     "initial_state_source must be on the inputs' device");
+    FLASHINFER_CHECK(!given(slots) || (slots->dim() == 1 && slots->size(0) == B), op, slots_arg,
+                     "initial_state_indices must be [B=", B, "]; got ",
+                     given(slots) ? py_tuple(slots->shape()) : "");
+    FLASHINFER_CHECK(K == 128 && V == 128, op, "q", "this kernel requires K==V==128; got K=", K,
+                     ", V=", V);
+    FLASHINFER_CHECK(T >= 1 && T <= 16, op, "q", "T must be in [1, 16]; got ", T);
+    FLASHINFER_CHECK(H >= 1 && HV % H == 0, op, "v", "HV (", HV, ") must be a multiple of H (", H,
+                     ")");
+    if (gate_in_kernel) {
+      FLASHINFER_CHECK(given(A_log), op, "A_log", "A_log required with use_gate_in_kernel");
+      FLASHINFER_CHECK(!lower_bound || *lower_bound < 0.0, op, "lower_bound",
+                       "lower_bound must be negative");
+    }
+    FLASHINFER_CHECK(!given(dt_bias) || dt_bias->numel() == H * K, op, "dt_bias",
+                     "dt_bias must hold H*K = ", H * K, " values, got ", dt_bias->numel());
+    if (given(output)) {
+      FLASHINFER_CHECK(output->shape() == Shape({B, T, HV, V}) && output->is_contiguous(), op,
+                       "output", "output must be a contiguous [B=", B, ", T=", T, ", HV=", HV,
+                       ", V=", V, "] tensor, got ", py_tuple(output->shape()));
+      FLASHINFER_CHECK(output->dtype() == DType::kBFloat16 && output->device() == q.device(), op,
+                       "output", "output must be bf16 on ", q.device().str());
+    }
+    // Read only: a compact copy serves any layout (upstream reads .contiguous()).
+    if (!(pool.stride(3) == 1 && pool.stride(2) == K && pool.stride(1) == V * K)) {
+      pool_use = pool.contiguous();
+    }
+    N = B;
+    window = T;
+    p.num_seqs = B;
+    p.T = T;
+    p.q = kda_io(q), p.k = kda_io(k), p.v = kda_io(v), p.g = kda_io(g);
+    p.beta = {beta.data_ptr(), beta.stride(0), beta.stride(1), beta.stride(2)};
+    out = given(output) ? *output : Tensor::zeros({B, T, HV, V}, DType::kBFloat16, q.device());
+    p.out = out.data_ptr();
+    p.out_seq = out.stride(0), p.out_tok = out.stride(1), p.out_head = out.stride(2);
+    idx32 = int_slots();
+  } else {
+    // The RecoverSSM drop-in: equal heads, slot-indexed caches, ragged packed windows.
+    FLASHINFER_CHECK_CODE(
+        q.size(-2) == v.size(-2), ErrorCode::kUnsupported, op, "v",
+        "GQA (HV != H) is not supported by the packed frozen-verify path (correction/kg caches "
+        "or cu_seqlens inputs) yet \u2014 the underlying vLLM RecoverSSM contract is equal-head "
+        "(Kimi K3). Use the batched [B, T, ...] form without caches for GQA.");
+    std::optional<Tensor> outp = output;
+    if (!given(cu_seqlens)) {  // batched rows: one packed row of windows of T tokens
+      FLASHINFER_CHECK(q.dim() == 4 && v.dim() == 4, op, "q", "q must be [B, T, H, K]; got ",
+                       py_tuple(q.shape()));
+      const int64_t B = q.size(0), T = q.size(1);
+      const auto flat = [&](const Tensor& t, const char* name) {
+        FLASHINFER_CHECK(t.dim() >= 3 && t.size(0) == B && t.size(1) == T, op, name, "shape '",
+                         py_tuple(t.shape()), "' is invalid for the batched frozen verify of B=", B,
+                         ", T=", T);
+        Shape s = t.shape();
+        s.erase(s.begin());
+        s[0] = B * T;
+        s.insert(s.begin(), 1);
+        return t.reshape(s);
+      };
+      qp = flat(q, "q"), kp = flat(k, "k"), vp = flat(v, "v"), gp = flat(g, "g");
+      bp = flat(beta, "beta");
+      if (given(output)) outp = flat(*output, "output");
+      std::vector<double> offs(static_cast<size_t>(B + 1));
+      for (int64_t i = 0; i <= B; ++i) offs[i] = static_cast<double>(i * T);
+      const detail::CaptureUploadScope by_value;
+      cu = Tensor::from_vector(offs, {B + 1}, DType::kInt32).to(q.device());
+      window = T;
+      N = B;
+      result_shape = {B, T, v.size(2), v.size(3)};
+    } else {
+      FLASHINFER_CHECK(caches, op, "cu_seqlens",
+                       "packed (cu_seqlens) frozen-verify calls currently require "
+                       "correction_cache/kg_cache; for a plain frozen decode pass batched [B, T, "
+                       "...] tensors instead");
+      const Tensor& c = *cu_seqlens;
+      FLASHINFER_CHECK(c.dim() == 1 && c.size(0) >= 2, op, "cu_seqlens",
+                       "cu_seqlens must be 1-D with at least 2 entries; got ", py_tuple(c.shape()));
+      FLASHINFER_CHECK(dtype_is_integral(c.dtype()), op, "cu_seqlens",
+                       "cu_seqlens must hold integers, got ", dtype_torch_name(c.dtype()));
+      cu = c.dtype() == DType::kInt32 || c.dtype() == DType::kInt64 ? c.contiguous()
+                                                                    : c.to(DType::kInt32);
+      N = c.size(0) - 1;
+      window = num_spec ? *num_spec + 1 : corr->size(2);
+    }
+    FLASHINFER_CHECK(!given(slots) || (slots->dim() == 1 && slots->size(0) == N), op, slots_arg,
+                     "state slot indices must be [B=", N, "]; got ",
+                     given(slots) ? py_tuple(slots->shape()) : "");
+    // kda_recoverssm_verify's checks, in its order.
+    FLASHINFER_CHECK(qp.dim() == 4 && qp.size(0) == 1, op, "q",
+                     "KDA RecoverSSM q must have shape [1, tokens, heads, dim]");
+    const int64_t total = qp.size(1);
+    H = HV = qp.size(2);
+    K = qp.size(3);
+    const int64_t V = vp.size(-1);
+    FLASHINFER_CHECK(K == 128 && V == 128, op, "q", "this kernel requires K == V == 128");
+    FLASHINFER_CHECK(window >= 1 && window <= 16, op,
+                     num_spec ? "num_spec_tokens" : "correction_cache",
+                     "spec_query_len must be in [1, 16]");
+    FLASHINFER_CHECK(kp.shape() == qp.shape() && vp.shape() == Shape({1, total, H, V}), op, "v",
+                     "KDA RecoverSSM q, k, and v shapes are incompatible");
+    FLASHINFER_CHECK(gp.shape() == qp.shape() && bp.shape() == Shape({1, total, H}), op, "g",
+                     "KDA RecoverSSM gate or beta shape is incompatible");
+    for (const auto& [t, name] :
+         {std::pair<const Tensor&, const char*>{qp, "q"}, {kp, "k"}, {gp, "g"}}) {
+      FLASHINFER_CHECK(t.stride(2) == K && t.stride(3) == 1, op, name,
+                       "KDA RecoverSSM q, k, and gate heads must be contiguous");
+    }
+    FLASHINFER_CHECK(vp.stride(2) == V && vp.stride(3) == 1 && bp.stride(2) == 1, op, "v",
+                     "KDA RecoverSSM v and beta heads must be contiguous");
+    const int64_t blocks = pool.dim() >= 1 ? pool.size(0) : 0;
+    FLASHINFER_CHECK(pool.dim() == 4 && pool.size(1) == H && pool.size(2) == V && pool.size(3) == K,
+                     op, pool_arg, "KDA RecoverSSM checkpoint shape is incompatible");
+    FLASHINFER_CHECK(pool.dtype() == DType::kBFloat16, op, pool_arg,
+                     "this drop-in requires a bf16 checkpoint pool (fp32 pools are not supported "
+                     "yet)");
+    FLASHINFER_CHECK(pool.stride(1) == V * K && pool.stride(2) == K && pool.stride(3) == 1, op,
+                     pool_arg, "KDA RecoverSSM checkpoint rows must be contiguous");
+    FLASHINFER_CHECK(pool.stride(0) % 8 == 0, op, pool_arg,
+                     "KDA RecoverSSM checkpoint block stride must be 16B-aligned");
+    FLASHINFER_CHECK(corr->shape() == Shape({blocks, H, window, V}), op, "correction_cache",
+                     "KDA RecoverSSM correction buffer shape is incompatible");
+    FLASHINFER_CHECK(kg->shape() == Shape({blocks, H, window, 2 * K}), op, "kg_cache",
+                     "KDA RecoverSSM key/gate buffer shape is incompatible");
+    FLASHINFER_CHECK(corr->dtype() == DType::kFloat32, op, "correction_cache",
+                     "KDA RecoverSSM correction buffer must use float32");
+    FLASHINFER_CHECK(kg->dtype() == kp.dtype() && kp.dtype() == DType::kBFloat16, op, "kg_cache",
+                     "KDA RecoverSSM activations and kg buffer must be bf16");
+    FLASHINFER_CHECK(corr->stride(3) == 1 && kg->stride(3) == 1, op, "correction_cache",
+                     "KDA RecoverSSM cache innermost dims must be contiguous");
+    FLASHINFER_CHECK(
+        corr->stride(0) % 4 == 0 && corr->stride(1) % 4 == 0 && corr->stride(2) % 4 == 0, op,
+        "correction_cache", "KDA RecoverSSM correction strides must be 16B-aligned");
+    // Missing gate parameters are zeros (upstream's placeholders), checked like given ones.
+    const Tensor a_eff = given(A_log) ? *A_log : Tensor::zeros({H}, DType::kFloat32, q.device());
+    const Tensor b_eff =
+        given(dt_bias) ? *dt_bias : Tensor::zeros({H * K}, DType::kFloat32, q.device());
+    FLASHINFER_CHECK(a_eff.shape() == Shape({H}) && b_eff.numel() == H * K, op,
+                     given(A_log) && a_eff.shape() != Shape({H}) ? "A_log" : "dt_bias",
+                     "KDA RecoverSSM gate parameters are incompatible");
+    FLASHINFER_CHECK(a_eff.is_contiguous() && b_eff.is_contiguous(), op,
+                     a_eff.is_contiguous() ? "dt_bias" : "A_log",
+                     "KDA RecoverSSM gate parameters must be contiguous");
+    FLASHINFER_CHECK(cu.size(0) == N + 1, op, "cu_seqlens",
+                     "KDA RecoverSSM query metadata is incompatible");
+    FLASHINFER_CHECK(total <= N * window, op, "q",
+                     "KDA RecoverSSM speculative decode input exceeds its activation capacity");
+    if (given(outp)) {
+      FLASHINFER_CHECK(outp->shape() == vp.shape(), op, "output",
+                       "KDA RecoverSSM output shape is incompatible");
+      FLASHINFER_CHECK(outp->stride(2) == V && outp->stride(3) == 1, op, "output",
+                       "KDA RecoverSSM output heads must be contiguous");
+      FLASHINFER_CHECK(outp->dtype() == vp.dtype(), op, "output",
+                       "KDA RecoverSSM output must match the activation dtype");
+    }
+    for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{qp, "q"},
+                                  {kp, "k"},
+                                  {vp, "v"},
+                                  {gp, "g"},
+                                  {bp, "beta"}}) {
+      FLASHINFER_CHECK(t.dtype() == DType::kBFloat16, op, name,
+                       "KDA RecoverSSM activations must be bf16");
+    }
+    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&kp, "k"},
+                                  {&vp, "v"},
+                                  {&gp, "g"},
+                                  {&bp, "beta"},
+                                  {&pool, pool_arg},
+                                  {&*corr, "correction_cache"},
+                                  {&*kg, "kg_cache"},
+                                  {&cu, "cu_seqlens"}}) {
+      FLASHINFER_CHECK(t->device() == qp.device(), op, name,
+                       "KDA RecoverSSM tensors must share one device");
+    }
+    FLASHINFER_CHECK(!given(slots) || slots->device() == qp.device(), op, slots_arg,
+                     "KDA RecoverSSM tensors must share one device");
+    FLASHINFER_CHECK(!given(outp) || outp->device() == qp.device(), op, "output",
+                     "KDA RecoverSSM tensors must share one device");
+    if (gate_in_kernel) {
+      a_log32 = a_eff.to(DType::kFloat32).contiguous();
+      bias32 = b_eff.to(DType::kFloat32).contiguous();
+    }
+    out = given(outp) ? *outp : Tensor::zeros(vp.shape(), DType::kBFloat16, q.device());
+    api::check_writable(*corr, op, "correction_cache");
+    api::check_writable(*kg, op, "kg_cache");
+    idx32 = int_slots();
+    if (cu.device().is_cpu()) {
+      const auto c = api::host_ints(cu);
+      for (int64_t n = 0; n < N; ++n) {
+        FLASHINFER_CHECK(c[n] >= 0 && c[n] <= c[n + 1] && c[n + 1] <= total, op, "cu_seqlens",
+                         "must be non-decreasing within [0, ", total, "], got entries ", n, ", ",
+                         n + 1, " = ", c[n], ", ", c[n + 1]);
+        // Longer than the window is undefined upstream (its kernel's tile holds the window).
+        FLASHINFER_CHECK(c[n + 1] - c[n] <= window, op, "cu_seqlens", "sequence ", n, " has ",
+                         c[n + 1] - c[n], " tokens, more than the verify window of ", window);
+      }
+    }
+    p.num_seqs = N;
+    p.T = window;
+    p.cu_seqlens = cu.data_ptr();
+    p.cu_seqlens_i64 = cu.dtype() == DType::kInt64;
+    p.total_tokens = total;
+    p.q = kda_io(qp), p.k = kda_io(kp), p.v = kda_io(vp), p.g = kda_io(gp);
+    p.beta = {bp.data_ptr(), bp.stride(0), bp.stride(1), bp.stride(2)};
+    p.out = out.data_ptr();
+    p.out_seq = out.stride(0), p.out_tok = out.stride(1), p.out_head = out.stride(2);
+    p.corr = corr->data<float>();
+    p.corr_slot = corr->stride(0), p.corr_head = corr->stride(1), p.corr_tok = corr->stride(2);
+    p.kg = static_cast<uint16_t*>(kg->data_ptr());
+    p.kg_slot = kg->stride(0), p.kg_head = kg->stride(1), p.kg_tok = kg->stride(2);
+    if (total == 0) return {result_shape.empty() ? out : out.reshape(result_shape), {}, {}};
+  }
+  const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(K));
+  FLASHINFER_CHECK(std::isfinite(sc), op, "scale", "scale must be finite, got ", sc);
+  if (gate_in_kernel && !a_log32.defined()) {  // the batched path: any float dtype, as fp32
+    a_log32 = A_log->to(DType::kFloat32).contiguous();
+    FLASHINFER_CHECK(a_log32.numel() >= H, op, "A_log", "A_log must hold one value per head (", H,
+                     "), got ", a_log32.numel());
+    if (given(dt_bias)) bias32 = dt_bias->to(DType::kFloat32).contiguous();
+  }
+  api::check_same_device(pool, q, op, pool_arg, "q");
+  api::check_writable(out, op, "output");
+  // Host slot checks (CPU): a slot past the pool is undefined upstream (refused here).
+  if (q.device().is_cpu() && idx32.defined()) {
+    for (int64_t s : api::host_ints(idx32)) {
+      FLASHINFER_CHECK(s < pool.size(0), op, slots_arg, "slot ", s,
+                       " is outside the state pool of ", pool.size(0), " slots");
+    }
+  }
+  FLASHINFER_CHECK(idx32.defined() || pool.size(0) >= N, op, pool_arg, pool_arg, " has ",
+                   pool.size(0), " slots for ", N,
+                   " sequences (without slot indices sequence n reads slot n)");
+  p.H = H, p.HV = HV, p.K = K;
+  p.scale = static_cast<float>(sc);
+  if (gate_in_kernel) {
+    p.A_log = a_log32.data<float>();
+    if (bias32.defined()) p.dt_bias = bias32.data<float>();
+  }
+  // The pool is read, never written (p.frozen): the kernels take it through the state pointer.
+  p.state = const_cast<void*>(static_cast<const void*>(pool_use.data_ptr()));
+  p.slots = pool_use.size(0);
+  p.state_stride_slot = pool_use.stride(0);
+  if (idx32.defined()) p.idx = idx32.data<int32_t>();
+  api::launch(kKdaKernels, p, q.device(), op, "q");
+  return {result_shape.empty() ? out : out.reshape(result_shape), {}, {}};
+}
+
 KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                    const Tensor& beta, const std::optional<Tensor>& A_log,
                    const std::optional<Tensor>& dt_bias, std::optional<double> scale,
@@ -82,14 +430,85 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                    std::optional<int64_t> num_spec, const std::optional<Tensor>& num_accepted,
                    std::optional<Tensor> output, const std::optional<Tensor>& source,
                    const std::optional<Tensor>& source_idx, bool beta_is_logit,
-                   const std::optional<Tensor>& seq_order, const std::optional<Tensor>& checkpoints,
-                   const std::optional<Tensor>& cp_starts, int64_t cp_every,
+                   const std::optional<Tensor>& seq_order, bool has_workspace,
+                   const std::optional<Tensor>& checkpoints, const std::optional<Tensor>& cp_starts,
+                   int64_t cp_every, const std::optional<Tensor>& cp_idx, bool frozen,
+                   const std::optional<Tensor>& corr, const std::optional<Tensor>& kg,
                    const std::string& backend) {
   const char* op = kKdaOp;
   auto given = [](const std::optional<Tensor>& t) { return t && t->defined(); };
-  FLASHINFER_CHECK(
-      backend == "auto" || backend == "cute-dsl" || backend == "cake" || backend == "vibecuda", op,
-      "backend", "backend must be 'auto', 'cute-dsl', 'cake', or 'vibecuda', got '", backend, "'");
+  // 0.7.4's backends ("vibecuda": the pinned release's, still taken). The explicit prefill
+  // kernels' other limits (their shapes and architectures) are not checked: the recurrence is
+  // the same whichever kernel upstream picks.
+  FLASHINFER_CHECK(backend == "auto" || backend == "cute-dsl" || backend == "cute-dsl-persistent" ||
+                       backend == "tirx" || backend == "ptx" || backend == "cake" ||
+                       backend == "small-bh" || backend == "cudnn" || backend == "vibecuda",
+                   op, "backend",
+                   "backend must be 'auto', 'cute-dsl', 'cute-dsl-persistent', 'tirx', 'ptx', "
+                   "'cake', 'small-bh', or 'cudnn', got '",
+                   backend, "'");
+  {
+    // The explicit prefill backends refuse these arguments by name, in upstream's order.
+    const bool cudnn = backend == "cudnn";
+    if (cudnn || backend == "cute-dsl-persistent" || backend == "tirx" || backend == "ptx") {
+      std::vector<std::pair<const char*, bool>> asked;
+      if (!cudnn) asked.push_back({"ssm_state_indices", given(ssm_idx)});
+      asked.insert(asked.end(), {{"num_spec_tokens", num_spec.has_value()},
+                                 {"num_accepted_tokens", given(num_accepted)},
+                                 {"initial_state_source", given(source)},
+                                 {"initial_state_indices", given(source_idx)},
+                                 {"seq_order", given(seq_order)}});
+      if (cudnn) asked.push_back({"prefill_workspace", has_workspace});
+      asked.insert(asked.end(), {{"state_checkpoints", given(checkpoints)},
+                                 {"checkpoint_cu_starts", given(cp_starts)}});
+      if (cudnn) {
+        asked.push_back({"checkpoint_every_n_tokens", cp_every != 0});
+        asked.push_back({"checkpoint_state_indices", given(cp_idx)});
+      } else {
+        asked.push_back({"checkpoint_state_indices", given(cp_idx)});
+        asked.push_back({"checkpoint_every_n_tokens", cp_every != 0});
+      }
+      asked.insert(asked.end(), {{"disable_state_update", frozen},
+                                 {"correction_cache", given(corr)},
+                                 {"kg_cache", given(kg)}});
+      std::string names;
+      for (const auto& [name, on] : asked) {
+        if (on) names += (names.empty() ? "" : ", ") + std::string(name);
+      }
+      FLASHINFER_CHECK_CODE(names.empty(), ErrorCode::kUnsupported, op, "backend",
+                            cudnn
+                                ? std::string("recurrent_kda(backend=\"cudnn\") does not support ")
+                                : "backend='" + backend + "' does not support ",
+                            names);
+    }
+  }
+  FLASHINFER_CHECK(!(given(cp_idx) && backend == "cake"), op, "checkpoint_state_indices",
+                   "checkpoint_state_indices is supported only by CuTe DSL");
+  FLASHINFER_CHECK(frozen || !(given(corr) || given(kg)), op,
+                   given(corr) ? "correction_cache" : "kg_cache",
+                   "correction_cache/kg_cache are speculative-verify caches and require "
+                   "disable_state_update=True");
+  if (frozen) {
+    FLASHINFER_CHECK(backend != "small-bh", op, "backend",
+                     "backend='small-bh' has no frozen-state kernels; disable_state_update=True "
+                     "requires the CuTe-DSL backends");
+    FLASHINFER_CHECK(!(given(seq_order) || has_workspace || given(checkpoints) ||
+                       given(cp_starts) || given(cp_idx) || cp_every != 0),
+                     op, "disable_state_update",
+                     "prefill-only arguments are incompatible with disable_state_update=True");
+    FLASHINFER_CHECK(backend != "cake", op, "backend",
+                     "backend='cake' has no frozen-state kernels; disable_state_update=True "
+                     "requires the CuTe-DSL backends");
+    FLASHINFER_CHECK(!output_final_state, op, "output_final_state",
+                     "output_final_state=True is incompatible with disable_state_update=True (no "
+                     "state is produced)");
+    FLASHINFER_CHECK(!given(num_accepted), op, "num_accepted_tokens",
+                     "num_accepted_tokens applies to the state-updating fused spec path, not the "
+                     "frozen-verify mode");
+    return kda_frozen_impl(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, l2norm,
+                           gate_in_kernel, lower_bound, cu_seqlens, ssm_idx, num_spec, output,
+                           source, source_idx, beta_is_logit, corr, kg);
+  }
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{q, "q"},
                                 {k, "k"},
                                 {v, "v"},
@@ -289,13 +708,42 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
   // Checkpoints: prefill only (upstream: its frozen SM100 prefill).
   const bool prefill = !spec && (packed ? T > N : T > 1);
-  if (given(checkpoints) || cp_every != 0) {
+  // An ineligible checkpointing call: the text upstream's backend gives, then what is missing.
+  const auto ineligible = [&](bool ok, const char* arg, const char* why) {
     FLASHINFER_CHECK(
-        prefill && given(checkpoints) && given(cp_starts) && cp_every > 0 && cp_every % 16 == 0, op,
+        ok, op, arg,
+        backend == "cute-dsl" || backend == "small-bh"
+            ? "backend='" + backend + "' does not support this recurrent_kda prefill contract"
+            : std::string("state checkpoints are supported only by eligible frozen "
+                          "SM100/SM103 recurrent_kda prefill"),
+        " (", why, ")");
+  };
+  if (given(cp_idx)) {
+    // Only the CuTe-DSL BT16 prefill writes indexed checkpoints: its eligibility.
+    ineligible(given(checkpoints), "state_checkpoints",
+               "checkpoint_state_indices needs a caller-owned state_checkpoints pool");
+    ineligible(cp_every > 0 && cp_every % 32 == 0, "checkpoint_every_n_tokens",
+               "with checkpoint_state_indices, checkpoint_every_n_tokens a positive multiple of "
+               "32");
+    ineligible(!given(num_accepted) && !given(source) && HV == H && K == 128, "v",
+               "with checkpoint_state_indices: equal heads of 128, no num_accepted_tokens or "
+               "initial_state_source");
+    ineligible(
+        l2norm && gate_in_kernel && beta_is_logit && lower_bound && std::isfinite(*lower_bound),
+        "lower_bound",
+        "with checkpoint_state_indices: the L2 norms, the in-kernel lower-bound gate and "
+        "logit betas");
+    const Tensor& ci = *cp_idx;
+    ineligible(ci.dtype() == DType::kInt32 && ci.dim() == 1 && ci.is_contiguous(),
+               "checkpoint_state_indices", "checkpoint_state_indices a contiguous int32 vector");
+    api::check_same_device(ci, q, op, "checkpoint_state_indices", "q");
+  }
+  if (given(checkpoints) || cp_every != 0) {
+    ineligible(
+        prefill && given(checkpoints) && given(cp_starts) && cp_every > 0 && cp_every % 16 == 0,
         "state_checkpoints",
-        "state checkpoints are supported only by eligible frozen SM100/SM103 "
-        "recurrent_kda prefill (a multi-token prefill, checkpoint_cu_starts, and "
-        "checkpoint_every_n_tokens a positive multiple of 16)");
+        "a multi-token prefill, checkpoint_cu_starts, and checkpoint_every_n_tokens a positive "
+        "multiple of 16");
     const Tensor& c = *checkpoints;
     FLASHINFER_CHECK(c.dtype() == DType::kBFloat16 && c.dim() == 4 && c.size(1) == HV &&
                          c.size(2) == V && c.size(3) == K && c.is_contiguous(),
@@ -312,6 +760,15 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const auto st = api::host_ints(cs);
       for (int64_t n = 0; n < N; ++n) {
         const int64_t len = packed ? (cu_host.empty() ? 0 : cu_host[n + 1] - cu_host[n]) : T;
+        if (given(cp_idx)) {
+          // floor(len / N) completed boundaries, each an entry of the index table.
+          const int64_t count = len / cp_every;
+          FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] + count <= cp_idx->numel()), op,
+                           "checkpoint_cu_starts", "sequence ", n, "'s ", count,
+                           " checkpoint entries from ", st[n],
+                           " fall outside checkpoint_state_indices' ", cp_idx->numel(), " entries");
+          continue;
+        }
         const int64_t count = (len + cp_every - 1) / cp_every;
         FLASHINFER_CHECK(count == 0 || (st[n] >= 0 && st[n] + count <= c.size(0)), op,
                          "checkpoint_cu_starts", "sequence ", n, "'s ", count,
@@ -396,6 +853,7 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     p.checkpoints = checkpoints->data_ptr();
     p.checkpoint_rows = checkpoints->size(0);
     p.checkpoint_starts = cp_starts->data<int64_t>();
+    if (given(cp_idx)) p.checkpoint_idx = cp_idx->data<int32_t>();
   }
   api::launch(kKdaKernels, p, q.device(), op, "q");
 
@@ -666,21 +1124,25 @@ KdaOutput recurrent_kda(
     std::optional<Tensor> initial_state_source, std::optional<Tensor> initial_state_indices,
     bool beta_is_logit, std::optional<Tensor> seq_order, std::optional<Value> prefill_workspace,
     std::optional<Tensor> state_checkpoints, std::optional<Tensor> checkpoint_cu_starts,
-    int64_t checkpoint_every_n_tokens, std::string backend) {
+    int64_t checkpoint_every_n_tokens, std::optional<Tensor> checkpoint_state_indices,
+    bool disable_state_update, std::optional<Tensor> correction_cache,
+    std::optional<Tensor> kg_cache, std::string backend) {
   return call_op<&recurrent_kda>(
       [&] {
         return kda_impl(q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
                         use_qk_l2norm_in_kernel, use_gate_in_kernel, lower_bound, cu_seqlens,
                         ssm_state_indices, num_spec_tokens, num_accepted_tokens, output,
                         initial_state_source, initial_state_indices, beta_is_logit, seq_order,
-                        state_checkpoints, checkpoint_cu_starts, checkpoint_every_n_tokens,
-                        backend);
+                        prefill_workspace && !prefill_workspace->is_none(), state_checkpoints,
+                        checkpoint_cu_starts, checkpoint_every_n_tokens, checkpoint_state_indices,
+                        disable_state_update, correction_cache, kg_cache, backend);
       },
       q, k, v, g, beta, A_log, dt_bias, scale, initial_state, output_final_state,
       use_qk_l2norm_in_kernel, use_gate_in_kernel, lower_bound, cu_seqlens, ssm_state_indices,
       num_spec_tokens, num_accepted_tokens, output, initial_state_source, initial_state_indices,
       beta_is_logit, seq_order, prefill_workspace, state_checkpoints, checkpoint_cu_starts,
-      checkpoint_every_n_tokens, backend);
+      checkpoint_every_n_tokens, checkpoint_state_indices, disable_state_update, correction_cache,
+      kg_cache, backend);
 }
 
 Tensor fused_kda_decode(const Tensor& x, const Tensor& weight, const Tensor& conv_state,
@@ -817,7 +1279,9 @@ void register_kda_ops(OpRegistry& r) {
       "num_spec_tokens", "num_accepted_tokens", arg("output").mut(), "initial_state_source",
       "initial_state_indices", arg("beta_is_logit", false), "seq_order", "prefill_workspace",
       arg("state_checkpoints").mut(), "checkpoint_cu_starts",
-      arg("checkpoint_every_n_tokens", int64_t{0}), arg("backend", "auto").kw());
+      arg("checkpoint_every_n_tokens", int64_t{0}), "checkpoint_state_indices",
+      arg("disable_state_update", false).kw(), arg("correction_cache").mut().kw(),
+      arg("kg_cache").mut().kw(), arg("backend", "auto").kw());
   api::register_backends(kKdaOp, kKdaKernels);
   declare<&fused_kda_decode>(
       r,

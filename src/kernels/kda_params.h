@@ -66,11 +66,25 @@ struct KdaParams {
   const int32_t* num_accepted = nullptr;
 
   // Checkpoints (prefill): the state before token j * every of sequence n (j = 0: the initial
-  // state) to row cp_starts[n] + j of checkpoints [rows, HV, V, K] (the state dtype).
+  // state) to row cp_starts[n] + j of checkpoints [rows, HV, V, K] (the state dtype). With
+  // checkpoint_idx (upstream 0.7.4's checkpoint_state_indices): the state after token j * every
+  // (j >= 1, the sequence's completed boundaries) to row checkpoint_idx[cp_starts[n] + j - 1];
+  // a row outside [0, rows) is skipped, as upstream's kernel skips it.
   int64_t checkpoint_every = 0;
   void* checkpoints = nullptr;
   int64_t checkpoint_rows = 0;
   const int64_t* checkpoint_starts = nullptr;
+  const int32_t* checkpoint_idx = nullptr;
+
+  // Frozen verify (disable_state_update): `state` is only read, at slot idx[n] (or n; negative:
+  // zero outputs and no cache rows); nothing is stored. The caches, when given, take row
+  // (slot, hv, t): corr (fp32 [.., V]) the token's u, kg (bf16 [.., 2 K]) its raw key (head hv:
+  // the caller makes H == HV) then its raw gate. Element strides.
+  bool frozen = false;
+  float* corr = nullptr;
+  int64_t corr_slot = 0, corr_head = 0, corr_tok = 0;
+  uint16_t* kg = nullptr;
+  int64_t kg_slot = 0, kg_head = 0, kg_tok = 0;
 };
 
 /// fused_kda_decode (flashinfer.kda_decode): one token a row r, equal heads H, head dim 128.

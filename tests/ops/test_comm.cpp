@@ -1693,6 +1693,16 @@ void dcp_exchange(int64_t cp, int64_t D, int64_t S, Device dev, int rounds) {
     b->barrier();
     for (int k = 0; k < rounds; ++k) {  // the workspace serves call after call
       in[k][r] = dcp_input(cp, D, S, r, 1000 * k, dev);
+      if (k % 2 == 1) {
+        // Upstream 0.7.4's out=: the preallocated pair is written and returned.
+        const std::vector<Tensor> given{Tensor::full(in[k][r].o.shape(), 7.0, kBf, dev),
+                                        Tensor::full(in[k][r].stats.shape(), 7.0, kF32, dev)};
+        auto [o, st] = decode_cp_a2a_alltoall(in[k][r].o, in[k][r].stats, ws, r, cp, {}, given);
+        EXPECT_EQ(o.data_ptr(), given[0].data_ptr());
+        EXPECT_EQ(st.data_ptr(), given[1].data_ptr());
+        out[k][r] = {o.to(Device::cpu()), st.to(Device::cpu())};
+        continue;
+      }
       auto [o, st] = decode_cp_a2a_alltoall(in[k][r].o, in[k][r].stats, ws, r, cp);
       out[k][r] = {o.to(Device::cpu()), st.to(Device::cpu())};
     }
@@ -1745,6 +1755,37 @@ TEST(DecodeCpA2a, RefusesWhatUpstreamRefuses) {
     expect_error([&] { decode_cp_a2a_alltoall(o, st, ws, r, 3); }, "second-to-last dim");
     expect_error([&] { decode_cp_a2a_alltoall(o, st, ws, 2, 2); }, "cp_rank must be in");
     expect_error([&] { decode_cp_a2a_alltoall(o, st, ws.to(DType::kInt32), r, 2); }, "int64");
+    // out= (upstream 0.7.4): each buffer must match its input, or upstream's text.
+    const auto with_out = [&](std::vector<Tensor> given) {
+      decode_cp_a2a_alltoall(o, st, ws, r, 2, {}, given);
+    };
+    expect_error(
+        [&] {
+          with_out({Tensor::zeros({3, 2, 16}, kBf)});
+        },
+        "expected (partial_o_out, softmax_stats_out), got 1 tensors");
+    expect_error(
+        [&] {
+          with_out({Tensor::zeros({3, 2, 16}, kF16), st.clone()});
+        },
+        "partial_o_out dtype must match its input");
+    expect_error(
+        [&] {
+          with_out({o.clone(), Tensor::zeros({3, 2}, kF32)});
+        },
+        "softmax_stats_out rank must match its input");
+    expect_error(
+        [&] {
+          with_out({o.clone(), Tensor::zeros({3, 2, 4}, kF32)});
+        },
+        "softmax_stats_out shape must match its input");
+    expect_error(
+        [&] {
+          with_out({Tensor::zeros({3, 16, 2}, kBf).transpose(1, 2), st.clone()});
+        },
+        "partial_o_out must be contiguous");
+    // Written in place of an input: the call gate refuses the overlap before anything moves.
+    expect_error([&] { with_out({o, st.clone()}); }, "out");
     expect_error([&] { decode_cp_a2a_init_workspace(ws, 5, 2); }, "cp_rank must be in");
     expect_error(
         [&] {
@@ -1773,6 +1814,12 @@ TEST(DecodeCpA2a, RecordedRanksReplayTogether) {
     g.run([&](int64_t r) {
       for (int k = 0; k < 2; ++k) {
         const DcpIn in = dcp_input(2, 16, 2, r, 77 + k, Device::cpu());
+        if (k == 1) {  // the second call writes preallocated buffers (out=)
+          decode_cp_a2a_alltoall(in.o, in.stats, workspaces[r], r, 2, {},
+                                 std::vector<Tensor>{Tensor::zeros(in.o.shape(), kBf),
+                                                     Tensor::zeros(in.stats.shape(), kF32)});
+          continue;
+        }
         decode_cp_a2a_alltoall(in.o, in.stats, workspaces[r], r, 2);
       }
     });

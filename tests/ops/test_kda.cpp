@@ -57,8 +57,9 @@ struct RefOpts {
 };
 
 // One token of sequence row r, step t, value head hv on S [K][V] (fp64); returns o (V).
+// u_out: the token's u = beta (v - S^T k^) per v (the frozen verify's correction).
 std::vector<double> ref_step(const In& in, const RefOpts& o, int64_t r, int64_t t, int64_t hv,
-                             std::vector<double>& S) {
+                             std::vector<double>& S, std::vector<double>* u_out = nullptr) {
   const int64_t K = in.K, h = hv / (in.HV / in.H);
   auto at = [&](const Tensor& x, int64_t heads, int64_t hh, int64_t i) {
     return x.to_double_vector()[((r * in.T + t) * heads + hh) * K + i];
@@ -97,6 +98,7 @@ std::vector<double> ref_step(const In& in, const RefOpts& o, int64_t r, int64_t 
       pred += S[i * K + vi] * k[i];
     }
     const double u = beta * (vv[((r * in.T + t) * in.HV + hv) * K + vi] - pred);
+    if (u_out) u_out->push_back(u);
     double acc = 0;
     for (int64_t i = 0; i < K; ++i) {
       S[i * K + vi] += k[i] * u;
@@ -292,6 +294,322 @@ TEST(KdaPrefill, EveryTokenInPlaceWithCheckpointsAndASourcePool) {
   }
 }
 
+// ---- upstream 0.7.4: the frozen verify (disable_state_update) and indexed checkpoints ----------
+
+// The keyword tail of a call: checkpoint_state_indices, disable_state_update, the caches.
+struct Frozen {
+  std::optional<Tensor> cp_idx = std::nullopt, corr = std::nullopt, kg = std::nullopt;
+  bool disable = true;
+};
+KdaOutput frozen_call(const In& in, std::optional<Tensor> pool, std::optional<Tensor> cu,
+                      std::optional<Tensor> slots, std::optional<int64_t> spec, const Frozen& f,
+                      std::optional<Tensor> output = std::nullopt, std::string backend = "auto",
+                      std::optional<Tensor> source = std::nullopt) {
+  return recurrent_kda(in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt, pool,
+                       false, true, true, -5.0, cu, slots, spec, std::nullopt, output, source,
+                       std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                       0, f.cp_idx, f.disable, f.corr, f.kg, backend);
+}
+
+TEST(KdaFrozen, BatchedVerifyIsTheUpdatingCallWithNothingStored) {
+  // GQA (1 query head, 2 value heads), 3 tokens a row, rows reading slots 2 and 0; the call that
+  // updates the state computes the same outputs, bit for bit, and the frozen one stores nothing.
+  const In in = make(2, 3, 1, 2, 128, 200);
+  const Tensor pool = rand_tensor({3, 2, 128, 128}, kBf, 201, -0.2, 0.2);
+  const Tensor pool0 = pool.clone();
+  auto [out, fs, cp] = frozen_call(in, pool, std::nullopt, ints({2, 0}), std::nullopt, {});
+  EXPECT_FALSE(fs.defined());
+  EXPECT_FALSE(cp.defined());
+  EXPECT_EQ(pool.to_double_vector(), pool0.to_double_vector());
+  Tensor updated = pool0.clone();
+  auto [want, fs2, cp2] =
+      frozen_call(in, updated, std::nullopt, ints({2, 0}), std::nullopt, Frozen{.disable = false});
+  EXPECT_EQ(out.to_double_vector(), want.to_double_vector());
+  EXPECT_NE(updated.to_double_vector(), pool0.to_double_vector());
+  // Against the fp64 recurrence, row 1 (slot 0), value head 1.
+  RefOpts o;
+  o.gate = Gate::kLower, o.logit = true;
+  std::vector<double> S = slot_state(pool0, 0, 1);
+  const auto ov = out.to_double_vector();
+  for (int64_t t = 0; t < 3; ++t) {
+    const auto w = ref_step(in, o, 1, t, 1, S);
+    std::vector<double> got(ov.begin() + ((3 + t) * 2 + 1) * 128,
+                            ov.begin() + ((3 + t) * 2 + 2) * 128);
+    EXPECT_TRUE(all_close(got, w, {2e-2, 2e-2})) << t;
+  }
+  // initial_state_source is the pool read in place of initial_state; a negative slot is a
+  // sequence of zeros.
+  const Tensor src = rand_tensor({3, 2, 128, 128}, kBf, 202, -0.2, 0.2);
+  auto [os, fss, cps] =
+      frozen_call(in, pool, std::nullopt, ints({-1, 1}), std::nullopt, {}, {}, "auto", src);
+  auto [ou, fsu, cpu2] =
+      frozen_call(in, src.clone(), std::nullopt, ints({0, 1}), std::nullopt, Frozen{});
+  const auto sv = os.to_double_vector(), uv = ou.to_double_vector();
+  for (int64_t i = 0; i < 3 * 2 * 128; ++i) ASSERT_EQ(sv[i], 0.0) << i;
+  EXPECT_EQ(std::vector<double>(sv.begin() + 768, sv.end()),
+            std::vector<double>(uv.begin() + 768, uv.end()));
+  EXPECT_EQ(pool.to_double_vector(), pool0.to_double_vector());
+}
+
+TEST(KdaFrozen, CachesHoldTheRawKeyGateAndTheCorrection) {
+  // Packed windows of 3 (num_spec_tokens 2): sequences of 3, 1 and 2 tokens at slots 4, -1 (a
+  // padding slot) and 0 of a 5-slot pool; equal heads (2) of 128.
+  const In in = make(1, 6, 2, 2, 128, 210);
+  const Tensor pool = rand_tensor({5, 2, 128, 128}, kBf, 211, -0.2, 0.2);
+  const Tensor pool0 = pool.clone();
+  Tensor corr = Tensor::full({5, 2, 3, 128}, 7.0, kF32);
+  Tensor kg = Tensor::full({5, 2, 3, 256}, 7.0, kBf);
+  Tensor out = Tensor::full({1, 6, 2, 128}, 9.0, kBf);
+  auto [o, fs, cp] = frozen_call(in, pool, ints({0, 3, 4, 6}), ints({4, -1, 0}), 2,
+                                 Frozen{.corr = corr, .kg = kg}, out);
+  EXPECT_EQ(o.data_ptr(), out.data_ptr());
+  EXPECT_FALSE(fs.defined());
+  EXPECT_EQ(pool.to_double_vector(), pool0.to_double_vector());
+  RefOpts ro;
+  ro.gate = Gate::kLower, ro.logit = true;
+  const auto ov = out.to_double_vector(), cv = corr.to_double_vector();
+  const auto kbits = in.k.to_double_vector(), gbits = in.g.to_double_vector();
+  const auto kgv = kg.to_double_vector();
+  for (int64_t hv = 0; hv < 2; ++hv) {
+    for (const auto& [begin, len, slot] :
+         {std::tuple<int64_t, int64_t, int64_t>{0, 3, 4}, {3, 1, -1}, {4, 2, 0}}) {
+      std::vector<double> S = slot >= 0 ? slot_state(pool0, slot, hv) : std::vector<double>();
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t tok = begin + t;
+        std::vector<double> got(ov.begin() + (tok * 2 + hv) * 128,
+                                ov.begin() + (tok * 2 + hv + 1) * 128);
+        if (slot < 0) {  // padding: zero outputs
+          EXPECT_EQ(got, std::vector<double>(128, 0.0));
+          continue;
+        }
+        std::vector<double> u;
+        const auto w = ref_step(in, ro, 0, tok, hv, S, &u);
+        EXPECT_TRUE(all_close(got, w, {2e-2, 2e-2})) << tok;
+        const int64_t row = (slot * 2 + hv) * 3 + t;
+        EXPECT_TRUE(
+            all_close(std::vector<double>(cv.begin() + row * 128, cv.begin() + (row + 1) * 128), u,
+                      {2e-3, 2e-3}))
+            << tok;
+        for (int64_t i = 0; i < 128; ++i) {  // the raw key | raw gate, bit for bit
+          ASSERT_EQ(kgv[row * 256 + i], kbits[(tok * 2 + hv) * 128 + i]) << tok;
+          ASSERT_EQ(kgv[row * 256 + 128 + i], gbits[(tok * 2 + hv) * 128 + i]) << tok;
+        }
+      }
+    }
+    // Rows past a sequence's length and slots no sequence reads stay as they were.
+    for (const auto& [slot, t] : {std::pair<int64_t, int64_t>{0, 2}, {1, 0}, {2, 1}, {3, 2}}) {
+      const int64_t row = (slot * 2 + hv) * 3 + t;
+      EXPECT_EQ(cv[row * 128], 7.0) << slot << " " << t;
+      EXPECT_EQ(kgv[row * 256 + 255], 7.0) << slot << " " << t;
+    }
+  }
+  // The batched form with caches ([B, T] rows, the window T) is the packed call bit for bit.
+  const In b = make(2, 3, 2, 2, 128, 212);
+  auto flat = [](const Tensor& t) { return t.reshape({1, 6, t.size(2), t.size(3)}); };
+  In bp = b;
+  bp.q = flat(b.q), bp.k = flat(b.k), bp.v = flat(b.v), bp.g = flat(b.g);
+  bp.beta = b.beta.reshape({1, 6, 2});
+  Tensor c1 = Tensor::zeros({5, 2, 3, 128}, kF32), k1 = Tensor::zeros({5, 2, 3, 256}, kBf);
+  Tensor c2 = c1.clone(), k2 = k1.clone();
+  auto [ob, fb, cb] =
+      frozen_call(b, pool, std::nullopt, ints({3, 1}), std::nullopt, Frozen{.corr = c1, .kg = k1});
+  auto [op, fp, cpp] = frozen_call(bp, pool, ints({0, 3, 6}), ints({3, 1}), std::nullopt,
+                                   Frozen{.corr = c2, .kg = k2});
+  EXPECT_EQ(ob.shape(), (Shape{2, 3, 2, 128}));
+  EXPECT_EQ(ob.to_double_vector(), op.to_double_vector());
+  EXPECT_EQ(c1.to_double_vector(), c2.to_double_vector());
+  EXPECT_EQ(k1.to_double_vector(), k2.to_double_vector());
+}
+
+TEST(KdaFrozen, CommittingTheCachedCorrectionsGivesTheUpdatedState) {
+  // The verify caches' contract: S <- S * exp(a(raw gate)) + correction k^(raw key)^T, token by
+  // token from the committed state, is the state the updating call stores.
+  const In in = make(1, 2, 2, 2, 128, 220);
+  const Tensor pool = rand_tensor({2, 2, 128, 128}, kBf, 221, -0.2, 0.2);
+  Tensor corr = Tensor::zeros({2, 2, 2, 128}, kF32), kg = Tensor::zeros({2, 2, 2, 256}, kBf);
+  (void)frozen_call(in, pool, ints({0, 2}), ints({1}), 1, Frozen{.corr = corr, .kg = kg});
+  Tensor updated = pool.clone();
+  (void)frozen_call(in, updated, ints({0, 2}), ints({1}), std::nullopt, Frozen{.disable = false});
+  const auto cv = corr.to_double_vector(), kgv = kg.to_double_vector();
+  const auto al = in.A_log.to_double_vector(), db = in.dt_bias.to_double_vector();
+  for (int64_t hv = 0; hv < 2; ++hv) {
+    std::vector<double> S = slot_state(pool, 1, hv);  // [K][V]
+    for (int64_t t = 0; t < 2; ++t) {
+      const int64_t row = (1 * 2 + hv) * 2 + t;
+      double sk = 0;
+      for (int64_t i = 0; i < 128; ++i) sk += kgv[row * 256 + i] * kgv[row * 256 + i];
+      for (int64_t i = 0; i < 128; ++i) {
+        const double x = kgv[row * 256 + 128 + i] + db[hv * 128 + i];
+        const double a = std::exp(-5.0 / (1.0 + std::exp(-std::exp(al[hv]) * x)));
+        const double kh = kgv[row * 256 + i] / std::sqrt(sk + 1e-6);
+        for (int64_t v = 0; v < 128; ++v) {
+          S[i * 128 + v] = S[i * 128 + v] * a + cv[row * 128 + v] * kh;
+        }
+      }
+    }
+    EXPECT_TRUE(
+        all_close(transposed(slot_state(updated, 1, hv), 128), transposed(S, 128), {1e-2, 1e-2}))
+        << hv;
+  }
+}
+
+TEST(KdaPrefill, IndexedCheckpointsTakeEachCompletedBoundary) {
+  // Packed prefill of 64 and 40 tokens, every 32: sequence 0 completes boundaries 32 and 64
+  // (entries 0, 1 of the table), sequence 1 boundary 32 (entry 2). Table {3, -1, 0}: the row -1
+  // is skipped. Each indexed row is the state before token 32 the unindexed call stores.
+  const In in = make(1, 104, 2, 2, 128, 230);
+  const Tensor pool0 = rand_tensor({2, 2, 128, 128}, kBf, 231, -0.2, 0.2);
+  Tensor pool_a = pool0.clone(), pool_b = pool0.clone();
+  Tensor rows = Tensor::full({4, 2, 128, 128}, 3.0, kBf);
+  auto [oa, fa, ca] = recurrent_kda(
+      in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt, pool_a, false, true,
+      true, -5.0, ints({0, 64, 104}), ints({1, 0}), std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, rows,
+      Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), 32, ints({3, -1, 0}));
+  EXPECT_EQ(ca.data_ptr(), rows.data_ptr());
+  Tensor plain = Tensor::zeros({4, 2, 128, 128}, kBf);
+  auto [ob, fb, cb] =
+      recurrent_kda(in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt, pool_b,
+                    false, true, true, -5.0, ints({0, 64, 104}), ints({1, 0}), std::nullopt,
+                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, true, std::nullopt,
+                    std::nullopt, plain, Tensor::from_vector({0, 2, 4}, {3}, DType::kInt64), 32);
+  EXPECT_EQ(oa.to_double_vector(), ob.to_double_vector());
+  EXPECT_EQ(pool_a.to_double_vector(), pool_b.to_double_vector());
+  auto row = [](const Tensor& t, int64_t r) {
+    return t.select(0, r).contiguous().to_double_vector();
+  };
+  EXPECT_EQ(row(rows, 3), row(plain, 1));  // sequence 0 after 32 tokens
+  EXPECT_EQ(row(rows, 0), row(plain, 3));  // sequence 1 after 32 tokens
+  EXPECT_EQ(row(rows, 1), std::vector<double>(2 * 128 * 128, 3.0));
+  EXPECT_EQ(row(rows, 2), std::vector<double>(2 * 128 * 128, 3.0));
+}
+
+TEST(KdaFrozen, RefusalsInUpstreamsOrderWithItsTexts) {
+  const In in = make(2, 2, 2, 2, 128, 240);
+  const Tensor pool = Tensor::zeros({3, 2, 128, 128}, kBf);
+  const Tensor corr = Tensor::zeros({3, 2, 2, 128}, kF32), kg = Tensor::zeros({3, 2, 2, 256}, kBf);
+  auto fail = [&](const std::function<void()>& f, const char* arg, const std::string& text) {
+    expect_error_text(f, kOp, arg, text);
+  };
+  fail([&] { frozen_call(in, pool, {}, {}, {}, {}, {}, "triton"); }, "backend",
+       "backend must be 'auto', 'cute-dsl', 'cute-dsl-persistent', 'tirx', 'ptx', 'cake', "
+       "'small-bh', or 'cudnn', got 'triton'");
+  fail(
+      [&] {
+        frozen_call(in, pool, {}, ints({0, 1}), {}, {}, {}, "ptx");
+      },
+      "backend", "backend='ptx' does not support ssm_state_indices, disable_state_update");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, {}, {}, "cudnn"); }, "backend",
+       "recurrent_kda(backend=\"cudnn\") does not support disable_state_update");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.corr = corr, .kg = kg, .disable = false}); },
+       "correction_cache",
+       "correction_cache/kg_cache are speculative-verify caches and require "
+       "disable_state_update=True");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.cp_idx = ints({0})}, {}, "cake"); },
+       "checkpoint_state_indices", "checkpoint_state_indices is supported only by CuTe DSL");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, {}, {}, "small-bh"); }, "backend",
+       "backend='small-bh' has no frozen-state kernels; disable_state_update=True requires the "
+       "CuTe-DSL backends");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.cp_idx = ints({0})}); },
+       "disable_state_update",
+       "prefill-only arguments are incompatible with disable_state_update=True");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, {}, {}, "cake"); }, "backend",
+       "backend='cake' has no frozen-state kernels");
+  fail(
+      [&] {
+        recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt,
+                      pool, true, true, false, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, std::nullopt,
+                      true);
+      },
+      "output_final_state",
+      "output_final_state=True is incompatible with disable_state_update=True (no state is "
+      "produced)");
+  fail(
+      [&] {
+        recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt,
+                      pool, false, false, false, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, std::nullopt,
+                      true);
+      },
+      "use_qk_l2norm_in_kernel", "always applies Q/K L2 normalization");
+  fail([&] { frozen_call(in, std::nullopt, {}, {}, {}, {}); }, "initial_state",
+       "requires a committed state pool via initial_state_source (preferred) or initial_state");
+  fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.corr = corr}); }, "kg_cache",
+       "correction_cache and kg_cache must be provided together");
+  const In t17 = make(1, 17, 2, 2, 128, 241);
+  fail([&] { frozen_call(t17, pool, {}, {}, {}, {}); }, "q", "T must be in [1, 16]; got 17");
+  const In k64 = make(2, 2, 2, 2, 64, 242);
+  fail(
+      [&] {
+        frozen_call(k64, Tensor::zeros({3, 2, 64, 64}, kBf), {}, {}, {}, {});
+      },
+      "q", "this kernel requires K==V==128; got K=64, V=64");
+  fail(
+      [&] {
+        frozen_call(in, pool, {}, ints({0, 1, 2}), {}, {});
+      },
+      "ssm_state_indices", "initial_state_indices must be [B=2]; got (3,)");
+  const In gqa = make(2, 2, 1, 2, 128, 243);
+  try {
+    frozen_call(gqa, pool, {}, {}, {}, Frozen{.corr = corr, .kg = kg});
+    ADD_FAILURE() << "GQA with the caches accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("GQA (HV != H) is not supported by the packed "
+                                         "frozen-verify path"),
+              std::string::npos);
+  }
+  const In packed = make(1, 4, 2, 2, 128, 244);
+  fail(
+      [&] {
+        frozen_call(packed, pool, ints({0, 2, 4}), {}, 1, {});
+      },
+      "cu_seqlens",
+      "packed (cu_seqlens) frozen-verify calls currently require correction_cache/kg_cache");
+  fail(
+      [&] {
+        frozen_call(packed, pool, ints({0, 3, 4}), {}, 1, Frozen{.corr = corr, .kg = kg});
+      },
+      "cu_seqlens", "more than the verify window of 2");
+  fail(
+      [&] {
+        frozen_call(packed, pool, ints({0, 2, 4}), {}, 1,
+                    Frozen{.corr = Tensor::zeros({2, 2, 2, 128}, kF32), .kg = kg});
+      },
+      "correction_cache", "KDA RecoverSSM correction buffer shape is incompatible");
+  fail(
+      [&] {
+        frozen_call(packed, pool, ints({0, 2, 4}), {}, 1,
+                    Frozen{.corr = corr, .kg = Tensor::zeros({3, 2, 2, 256}, kF32)});
+      },
+      "kg_cache", "KDA RecoverSSM activations and kg buffer must be bf16");
+  fail(
+      [&] {
+        frozen_call(packed, pool, ints({0, 2, 4}), ints({0, 3}), 1, Frozen{.corr = corr, .kg = kg});
+      },
+      "ssm_state_indices", "slot 3 is outside the state pool of 3 slots");
+  // Indexed checkpoints: the CuTe-DSL prefill's contract.
+  const In pre = make(1, 64, 2, 2, 128, 245);
+  const auto indexed = [&](int64_t every, std::optional<Tensor> rows) {
+    recurrent_kda(pre.q, pre.k, pre.v, pre.g, pre.beta, pre.A_log, pre.dt_bias, std::nullopt,
+                  pool.clone(), false, true, true, -5.0, ints({0, 64}), ints({0}), std::nullopt,
+                  std::nullopt, std::nullopt, std::nullopt, std::nullopt, true, std::nullopt,
+                  std::nullopt, rows, Tensor::from_vector({0, 2}, {2}, DType::kInt64), every,
+                  ints({0, 1}));
+  };
+  fail([&] { indexed(32, std::nullopt); }, "state_checkpoints",
+       "state checkpoints are supported only by eligible frozen SM100/SM103 recurrent_kda "
+       "prefill");
+  fail(
+      [&] {
+        indexed(16, Tensor::zeros({2, 2, 128, 128}, kBf));
+      },
+      "checkpoint_every_n_tokens", "a positive multiple of 32");
+}
+
 TEST(KdaBadInput, ErrorsNameOpAndArgument) {
   const In in = make(2, 1, 2, 4, 64, 60);
   Tensor pool = Tensor::zeros({2, 4, 64, 64}, kBf);
@@ -300,7 +618,8 @@ TEST(KdaBadInput, ErrorsNameOpAndArgument) {
     return recurrent_kda(q, in.k, in.v, in.g, in.beta, A_log, std::nullopt, std::nullopt, pool,
                          false, true, gate, lb, std::nullopt, std::nullopt, std::nullopt,
                          std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
-                         std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, backend);
+                         std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, std::nullopt,
+                         false, std::nullopt, std::nullopt, backend);
   };
   EXPECT_FI_ERROR(call(in.q.to(DType::kFloat16), std::nullopt, false, std::nullopt), kOp, "q");
   EXPECT_FI_ERROR(call(in.q, std::nullopt, true, std::nullopt), kOp, "A_log");
@@ -339,11 +658,11 @@ TEST(KdaDecode, UndersizedPoolRefusedAndCakePaddingIsPadding) {
   // backend "cake" (SGLang's dense decode): -1 is padding, not the last slot.
   Tensor pool = rand_tensor({3, 2, 64, 64}, kBf, 64, -0.2, 0.2);
   const Tensor pool0 = pool.clone();
-  auto [out, fs, cp] =
-      recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt, pool,
-                    true, true, false, std::nullopt, std::nullopt, ints({0, -1, 1, 2}),
-                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
-                    std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, "cake");
+  auto [out, fs, cp] = recurrent_kda(
+      in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt, pool, true, true,
+      false, std::nullopt, std::nullopt, ints({0, -1, 1, 2}), std::nullopt, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, std::nullopt,
+      std::nullopt, 0, std::nullopt, false, std::nullopt, std::nullopt, "cake");
   const auto ov = out.to_double_vector();
   for (int64_t i = 128; i < 256; ++i) ASSERT_EQ(ov[i], 0.0) << i;  // row 1
   EXPECT_NE(pool.select(0, 2).contiguous().to_double_vector(),
@@ -362,7 +681,8 @@ TEST(KdaDecl, SignatureModule) {
             "num_accepted_tokens=None, output=None, initial_state_source=None, "
             "initial_state_indices=None, beta_is_logit=False, seq_order=None, "
             "prefill_workspace=None, state_checkpoints=None, checkpoint_cu_starts=None, "
-            "checkpoint_every_n_tokens=0, *, backend='auto')");
+            "checkpoint_every_n_tokens=0, checkpoint_state_indices=None, *, "
+            "disable_state_update=False, correction_cache=None, kg_cache=None, backend='auto')");
 }
 
 void run_kda_calls() {
@@ -722,6 +1042,42 @@ TEST(KdaCuda, CheckpointsSourcePoolAcceptedColumnsAndGateFormsMatchCpu) {
     EXPECT_TRUE(all_close(o2.to(Device::cpu()), o1, {2e-2, 2e-2})) << from_source;
     EXPECT_TRUE(all_close(dspool.to(Device::cpu()), spool, {2e-2, 2e-2})) << from_source;
   }
+}
+
+TEST(KdaCuda, FrozenVerifyAndIndexedCheckpointsMatchCpu) {
+  FLASHINFER_SKIP_WITHOUT_CUDA();
+  // The packed frozen verify with caches (a padding slot), then an indexed-checkpoint prefill.
+  const In in = make(1, 6, 2, 2, 128, 250);
+  const Tensor pool = rand_tensor({5, 2, 128, 128}, kBf, 251, -0.2, 0.2);
+  Tensor corr = Tensor::full({5, 2, 3, 128}, 7.0, kF32),
+         kg = Tensor::full({5, 2, 3, 256}, 7.0, kBf);
+  Tensor dcorr = cuda(corr), dkg = cuda(kg), dpool = cuda(pool);
+  auto [oc, fc, cc] = frozen_call(in, pool, ints({0, 3, 4, 6}), ints({4, -1, 0}), 2,
+                                  Frozen{.corr = corr, .kg = kg});
+  In din = in;
+  din.q = cuda(in.q), din.k = cuda(in.k), din.v = cuda(in.v), din.g = cuda(in.g);
+  din.beta = cuda(in.beta), din.A_log = cuda(in.A_log), din.dt_bias = cuda(in.dt_bias);
+  auto [og, fg, cg] = frozen_call(din, dpool, cuda(ints({0, 3, 4, 6})), cuda(ints({4, -1, 0})), 2,
+                                  Frozen{.corr = dcorr, .kg = dkg});
+  EXPECT_TRUE(all_close(og.to(Device::cpu()), oc, {1e-3, 1e-2}));
+  EXPECT_TRUE(all_close(dcorr.to(Device::cpu()), corr, {1e-3, 1e-2}));
+  EXPECT_EQ(dkg.to(Device::cpu()).to_double_vector(), kg.to_double_vector());
+  EXPECT_EQ(dpool.to(Device::cpu()).to_double_vector(), pool.to_double_vector());
+  const In pre = make(1, 104, 2, 2, 128, 252);
+  Tensor p1 = pool.slice(0, 0, 2).clone(), dp1 = cuda(p1);
+  Tensor rows = Tensor::full({4, 2, 128, 128}, 3.0, kBf), drows = cuda(rows);
+  const Tensor starts = Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64);
+  auto run = [&](bool gpu, Tensor& st, Tensor& cps) {
+    auto dv = [&](const Tensor& t) { return gpu ? cuda(t) : t; };
+    return recurrent_kda(dv(pre.q), dv(pre.k), dv(pre.v), dv(pre.g), dv(pre.beta), dv(pre.A_log),
+                         dv(pre.dt_bias), std::nullopt, st, false, true, true, -5.0,
+                         dv(ints({0, 64, 104})), dv(ints({1, 0})), std::nullopt, std::nullopt,
+                         std::nullopt, std::nullopt, std::nullopt, true, std::nullopt, std::nullopt,
+                         cps, dv(starts), 32, dv(ints({3, -1, 0})))
+        .output.to(Device::cpu());
+  };
+  EXPECT_TRUE(all_close(run(true, dp1, drows), run(false, p1, rows), {1e-3, 1e-2}));
+  EXPECT_TRUE(all_close(drows.to(Device::cpu()), rows, {2e-2, 2e-2}));
 }
 
 }  // namespace

@@ -315,11 +315,12 @@ void decode_cp_a2a_init_workspace(const Tensor& workspace, int64_t cp_rank, int6
 /// softmax_stats [..., cp_size, S] (fp32, S even, >= 2) with the same leading dims. Returns new
 /// tensors of the same shapes where slot [..., p, :] holds rank p's input slot [..., cp_rank, :]
 /// (a transpose over the ranks, bit for bit). enable_pdl only orders the CUDA launch.
-std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
-                                                  const Tensor& softmax_stats,
-                                                  const Tensor& workspace, int64_t cp_rank,
-                                                  int64_t cp_size,
-                                                  std::optional<bool> enable_pdl = std::nullopt);
+/// out: upstream 0.7.4's preallocated (partial_o_out, softmax_stats_out), contiguous, each with
+/// its input's dtype, shape and device; written and returned in place of new tensors.
+std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(
+    const Tensor& partial_o, const Tensor& softmax_stats, const Tensor& workspace, int64_t cp_rank,
+    int64_t cp_size, std::optional<bool> enable_pdl = std::nullopt,
+    const std::optional<std::vector<Tensor>>& out = std::nullopt);
 
 /// flashinfer.comm.trtllm_moe_alltoall: the bytes one rank's MoE all-to-all workspace needs:
 /// pad128(aux) + pad128(ep * max_num_tokens * dispatch bytes a token) + pad128(ep *

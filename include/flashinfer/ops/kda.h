@@ -30,27 +30,36 @@ Value to_value(const KdaOutput& r);
 /// python's wrap without cu_seqlens); num_spec_tokens S verifies 1 + S tokens a sequence, each
 /// writing its state to ssm_state_indices[n, t], the first read at column num_accepted_tokens[n] -
 /// 1; initial_state_source / initial_state_indices supply the first read instead. Several tokens
-/// a sequence without S: prefill (every token; state checkpoints every checkpoint_every_n_tokens).
-KdaOutput recurrent_kda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                        const Tensor& beta, std::optional<Tensor> A_log = std::nullopt,
-                        std::optional<Tensor> dt_bias = std::nullopt,
-                        std::optional<double> scale = std::nullopt,
-                        std::optional<Tensor> initial_state = std::nullopt,
-                        bool output_final_state = false, bool use_qk_l2norm_in_kernel = true,
-                        bool use_gate_in_kernel = false,
-                        std::optional<double> lower_bound = std::nullopt,
-                        std::optional<Tensor> cu_seqlens = std::nullopt,
-                        std::optional<Tensor> ssm_state_indices = std::nullopt,
-                        std::optional<int64_t> num_spec_tokens = std::nullopt,
-                        std::optional<Tensor> num_accepted_tokens = std::nullopt,
-                        std::optional<Tensor> output = std::nullopt,
-                        std::optional<Tensor> initial_state_source = std::nullopt,
-                        std::optional<Tensor> initial_state_indices = std::nullopt,
-                        bool beta_is_logit = false, std::optional<Tensor> seq_order = std::nullopt,
-                        std::optional<Value> prefill_workspace = std::nullopt,
-                        std::optional<Tensor> state_checkpoints = std::nullopt,
-                        std::optional<Tensor> checkpoint_cu_starts = std::nullopt,
-                        int64_t checkpoint_every_n_tokens = 0, std::string backend = "auto");
+/// a sequence without S: prefill (every token; state checkpoints every checkpoint_every_n_tokens:
+/// rows checkpoint_cu_starts[n] + j hold the state before token j N, the initial state first; with
+/// checkpoint_state_indices (0.7.4) the state after each completed boundary j N <= len goes to row
+/// checkpoint_state_indices[checkpoint_cu_starts[n] + j - 1], rows outside the pool skipped).
+/// disable_state_update (0.7.4's frozen verify): up to 16 tokens a sequence from the committed
+/// state (initial_state_source, else initial_state; at initial_state_indices, else
+/// ssm_state_indices, else n; negative: zero outputs), nothing stored, (output, None) returned;
+/// correction_cache [pool slots, HV, window, V] fp32 gets u = beta (v - S^T k^) and kg_cache
+/// [pool slots, HV, window, 2 K] bf16 the raw key | raw gate of each token, at the read slot.
+KdaOutput recurrent_kda(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+    std::optional<Tensor> A_log = std::nullopt, std::optional<Tensor> dt_bias = std::nullopt,
+    std::optional<double> scale = std::nullopt, std::optional<Tensor> initial_state = std::nullopt,
+    bool output_final_state = false, bool use_qk_l2norm_in_kernel = true,
+    bool use_gate_in_kernel = false, std::optional<double> lower_bound = std::nullopt,
+    std::optional<Tensor> cu_seqlens = std::nullopt,
+    std::optional<Tensor> ssm_state_indices = std::nullopt,
+    std::optional<int64_t> num_spec_tokens = std::nullopt,
+    std::optional<Tensor> num_accepted_tokens = std::nullopt,
+    std::optional<Tensor> output = std::nullopt,
+    std::optional<Tensor> initial_state_source = std::nullopt,
+    std::optional<Tensor> initial_state_indices = std::nullopt, bool beta_is_logit = false,
+    std::optional<Tensor> seq_order = std::nullopt,
+    std::optional<Value> prefill_workspace = std::nullopt,
+    std::optional<Tensor> state_checkpoints = std::nullopt,
+    std::optional<Tensor> checkpoint_cu_starts = std::nullopt,
+    int64_t checkpoint_every_n_tokens = 0,
+    std::optional<Tensor> checkpoint_state_indices = std::nullopt,
+    bool disable_state_update = false, std::optional<Tensor> correction_cache = std::nullopt,
+    std::optional<Tensor> kg_cache = std::nullopt, std::string backend = "auto");
 
 /// One decode token a row with the layer's causal conv and output norm fused
 /// (flashinfer.kda_decode; equal heads H in {8, 12, 16, 24, 32, 48, 64, 96} of 128): x [R, 3 H 128]

@@ -16,9 +16,11 @@ namespace {
 using elem_io::load_or_fp32;
 using elem_io::store_or_fp32;
 
+uint16_t raw(const KdaIoRef& r, int64_t n, int64_t t, int64_t h, int64_t i) {
+  return static_cast<const uint16_t*>(r.data)[n * r.seq + t * r.tok + h * r.head + i];
+}
 float at(const KdaIoRef& r, int64_t n, int64_t t, int64_t h, int64_t i) {
-  return bfloat16_bits_to_float(
-      static_cast<const uint16_t*>(r.data)[n * r.seq + t * r.tok + h * r.head + i]);
+  return bfloat16_bits_to_float(raw(r, n, t, h, i));
 }
 
 // State S[v][k] to / from a [slots, HV, V, K] pool slot.
@@ -43,7 +45,7 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
     };
     begin = cu(n);
     len = cu(n + 1) - begin;
-    if (p.spec) len = std::min(len, p.T);
+    if (p.spec || p.frozen) len = std::min(len, p.T);
     seq = 0;
   }
   if (len <= 0) return;
@@ -76,7 +78,9 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
   } else {
     final_slot = slot_at(0);
     if (final_slot < 0) return zero_outputs();  // padding
-    if (p.source) {
+    if (p.frozen) {                             // the committed state, read only
+      load_state(p.state, p.state_dtype, p.state_stride_slot, final_slot, hv, K, S);
+    } else if (p.source) {
       load_state(p.source, p.state_dtype, p.source_stride_slot, std::max(p.src_idx[n], 0), hv, K,
                  S);
     } else if (p.state) {
@@ -87,7 +91,7 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
       dk(static_cast<size_t>(K));
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = begin + t;
-    if (p.checkpoint_every > 0 && t % p.checkpoint_every == 0) {
+    if (p.checkpoint_every > 0 && !p.checkpoint_idx && t % p.checkpoint_every == 0) {
       const int64_t row = p.checkpoint_starts[n] + t / p.checkpoint_every;
       store_state(p.checkpoints, p.state_dtype, p.HV * K * K, row, hv, K, S);
     }
@@ -99,6 +103,15 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
         continue;
       }
     }
+    if (p.kg) {  // the raw key and gate bits, before the norm and the gate (frozen verify)
+      uint16_t* row = p.kg + final_slot * p.kg_slot + hv * p.kg_head + t * p.kg_tok;
+      for (int64_t i = 0; i < K; ++i) {
+        row[i] = raw(p.k, seq, tok, h, i);
+        row[K + i] = raw(p.g, seq, tok, hv, i);
+      }
+    }
+    float* corr =
+        p.corr ? p.corr + final_slot * p.corr_slot + hv * p.corr_head + t * p.corr_tok : nullptr;
     float sq = 0.0f, sk = 0.0f;
     for (int64_t i = 0; i < K; ++i) {
       q[i] = at(p.q, seq, tok, h, i);
@@ -125,6 +138,7 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
         pred += row[i] * kk[i];
       }
       const float u = beta * (at(p.v, seq, tok, hv, v) - pred);
+      if (corr) corr[v] = u;
       float o = 0.0f;
       for (int64_t i = 0; i < K; ++i) {
         row[i] += kk[i] * u;
@@ -132,9 +146,15 @@ void run_head(const KdaParams& p, int64_t n, int64_t hv) {
       }
       store_or_fp32(p.out, DType::kBFloat16, out_at(t, v), o);
     }
+    if (p.checkpoint_idx && (t + 1) % p.checkpoint_every == 0) {  // a completed boundary
+      const int64_t r = p.checkpoint_idx[p.checkpoint_starts[n] + (t + 1) / p.checkpoint_every - 1];
+      if (r >= 0 && r < p.checkpoint_rows) {
+        store_state(p.checkpoints, p.state_dtype, p.HV * K * K, r, hv, K, S);
+      }
+    }
     if (p.spec && p.state) store_state(p.state, p.state_dtype, p.state_stride_slot, w, hv, K, S);
   }
-  if (!p.spec && p.state)
+  if (!p.spec && !p.frozen && p.state)
     store_state(p.state, p.state_dtype, p.state_stride_slot, final_slot, hv, K, S);
 }
 

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
     const int64_t end = cu(n + 1);
     if (begin < 0 || end < begin || end > p.total_tokens) return;  // refused on the CPU path
     len = end - begin;
-    if (p.spec) len = min(len, p.T);
+    if (p.spec || p.frozen) len = min(len, p.T);
     seq = 0;
   }
   if (len <= 0) return;
@@ -96,7 +96,10 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
       for (int64_t t = 0; t < len; ++t) put(t, 0.0f);
       return;
     }
-    if (p.source) {
+    if (p.frozen) {                       // the committed state, read only
+      if (final_slot >= p.slots) return;  // refused on the CPU path
+      read_from(false, final_slot);
+    } else if (p.source) {
       read_from(true, p.src_idx[n]);
     } else if (p.state) {
       read_from(false, final_slot);
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
   const float a_log = p.A_log ? p.A_log[h] : 0.0f;
   for (int64_t t = 0; t < len; ++t) {
     const int64_t tok = begin + t;
-    if (p.checkpoint_every > 0 && t % p.checkpoint_every == 0) {
+    if (p.checkpoint_every > 0 && !p.checkpoint_idx && t % p.checkpoint_every == 0) {
       const int64_t row = p.checkpoint_starts[n] + t / p.checkpoint_every;
       if (row >= 0 && row < p.checkpoint_rows) {
         store_row<ST, KJ>(p.checkpoints, p.HV * K * K, row, hv, v, K, lane, S);
@@ -117,6 +120,17 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
       if (w < 0) {  // an inactive token: zero output, S unchanged
         put(t, 0.0f);
         continue;
+      }
+    }
+    if (p.kg && v == 0) {  // the raw key and gate bits (frozen verify), by the row-0 warp
+      const auto* kr =
+          static_cast<const uint16_t*>(p.k.data) + seq * p.k.seq + tok * p.k.tok + h * p.k.head;
+      const auto* gr =
+          static_cast<const uint16_t*>(p.g.data) + seq * p.g.seq + tok * p.g.tok + hv * p.g.head;
+      uint16_t* row = p.kg + final_slot * p.kg_slot + hv * p.kg_head + t * p.kg_tok;
+      for (int64_t i = lane; i < K; i += 32) {
+        row[i] = kr[i];
+        row[K + i] = gr[i];
       }
     }
     float q[KJ], kk[KJ], dk[KJ], sq = 0.0f, sk = 0.0f;
@@ -143,6 +157,9 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
     float beta = bf(p.beta, seq, tok, hv, 0);
     if (p.beta_is_logit) beta = kda::sigmoid(beta);
     const float u = beta * (bf(p.v, seq, tok, hv, v) - warp_reduce_sum(pred));
+    if (p.corr && lane == 0) {
+      p.corr[final_slot * p.corr_slot + hv * p.corr_head + t * p.corr_tok + v] = u;
+    }
     float o = 0.0f;
     FLASHINFER_UNROLL
     for (int j = 0; j < KJ; ++j) {
@@ -150,11 +167,17 @@ __global__ void __launch_bounds__(kKdaWarps * 32) kda_recurrent_kernel(KdaParams
       o += S[j] * q[j];
     }
     put(t, warp_reduce_sum(o));
+    if (p.checkpoint_idx && (t + 1) % p.checkpoint_every == 0) {  // a completed boundary
+      const int64_t r = p.checkpoint_idx[p.checkpoint_starts[n] + (t + 1) / p.checkpoint_every - 1];
+      if (r >= 0 && r < p.checkpoint_rows) {
+        store_row<ST, KJ>(p.checkpoints, p.HV * K * K, r, hv, v, K, lane, S);
+      }
+    }
     if (p.spec && p.state && w < p.slots) {
       store_row<ST, KJ>(p.state, p.state_stride_slot, w, hv, v, K, lane, S);
     }
   }
-  if (!p.spec && p.state && final_slot < p.slots) {
+  if (!p.spec && !p.frozen && p.state && final_slot < p.slots) {
     store_row<ST, KJ>(p.state, p.state_stride_slot, final_slot, hv, v, K, lane, S);
   }
 }
