@@ -44,6 +44,12 @@ struct MlaWrapperState {
   bool use_cuda_graph = false;
   std::string backend = "auto";
   bool planned = false;
+  // BatchMLAPagedAttentionWrapper.plan's run contract (upstream 0.7.4's MLAInputContract): the
+  // LSE every run asks for, run's out dtype, the scale family, and whether the plan was the
+  // legacy flat CSR form (whose "none" LSE mode lets a run ask for one, as upstream's).
+  std::string lse_mode = "none", scale_mode = "default";
+  DType out_dtype = DType::kBFloat16;
+  bool legacy_csr = true;
   int32_t batch = 0, num_heads = 0, dim_ckv = 0, dim_kpe = 0, page_size = 1;
   bool causal = false;
   double sm_scale = 1.0;
@@ -651,6 +657,20 @@ AttentionOutput run_mla(detail::MlaWrapperState& s, const MlaRun& r) {
   return res;
 }
 
+// run_mla with the plan's sm_scale replaced for this call only (a run's scale arguments).
+AttentionOutput run_mla_with_sm_scale(detail::MlaWrapperState& s, const MlaRun& r, double sm) {
+  const double planned = s.sm_scale;
+  s.sm_scale = sm;
+  try {
+    AttentionOutput res = run_mla(s, r);
+    s.sm_scale = planned;
+    return res;
+  } catch (...) {
+    s.sm_scale = planned;
+    throw;
+  }
+}
+
 // The four 3-D inputs of a wrapper's run, checked and named (the caches' names differ by class).
 MlaRun mla_run_inputs(const char* op, const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv,
                       const char* ckv_arg, const Tensor& kpe, const char* kpe_arg) {
@@ -1019,9 +1039,27 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
       [&] {
         const char* op = "BatchMLAPagedAttentionWrapper.__init__";
         api::check_defined(float_workspace_buffer, op, "float_workspace_buffer");
-        FLASHINFER_CHECK_CODE(backend == "auto" || backend == "fa2" || backend == "fa3",
-                              ErrorCode::kUnsupported, op, "backend", "\"", backend,
-                              "\" is not supported (\"auto\", \"fa2\", \"fa3\")");
+        // Upstream 0.7.4's closed set. Each names one of its kernels; every one computes this
+        // attention, which this library runs with its own kernels.
+        static constexpr const char* kBackends[] = {"auto",
+                                                    "autotune",
+                                                    "cute-dsl",
+                                                    "cute-dsl-modular",
+                                                    "cute-dsl-monolithic",
+                                                    "cute-dsl-rubin-mtp",
+                                                    "cutile",
+                                                    "cutlass",
+                                                    "fa2",
+                                                    "fa3",
+                                                    "trtllm-gen",
+                                                    "xqa"};
+        FLASHINFER_CHECK(
+            std::find(std::begin(kBackends), std::end(kBackends), backend) != std::end(kBackends),
+            op, "backend",
+            "backend must be one of 'auto', 'autotune', 'cute-dsl', "
+            "'cute-dsl-modular', 'cute-dsl-monolithic', 'cute-dsl-rubin-mtp', "
+            "'cutile', 'cutlass', 'fa2', 'fa3', 'trtllm-gen', 'xqa', got '",
+            backend, "'.");
         // "fa3" is upstream's Hopper kernel (built for sm90a only): the same attention, which
         // this library runs with its own kernels (the CPU reference, or on CUDA the tensor-core
         // MLA kernel where the call fits); on another GPU it is refused as upstream's cannot run.
@@ -1057,19 +1095,218 @@ BatchMLAPagedAttentionWrapper::BatchMLAPagedAttentionWrapper(
 
 BatchMLAPagedAttentionWrapper::~BatchMLAPagedAttentionWrapper() = default;
 
-void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& kv_indptr,
-                                         const Tensor& kv_indices, const Tensor& kv_len_arr,
-                                         int64_t num_heads, int64_t head_dim_ckv,
-                                         int64_t head_dim_kpe, int64_t page_size, bool causal,
-                                         double sm_scale, DType q_data_type, DType kv_data_type,
-                                         bool use_profiler) {
+namespace {
+
+// The python repr of a string, as upstream's messages print it.
+std::string py_str(const std::string& v) { return "'" + v + "'"; }
+
+// plan's flat dense form (upstream 0.7.4's _DenseMetadata, its checks and texts) read as the
+// CSR plan: request b's pages are the first ceil(seq_lens[b] / page_size) ids of its row of
+// block_tables, copied (upstream's fa2 / fa3 plan concatenates them). Host int32 tensors.
+struct DenseAsCsr {
+  Tensor qo_indptr, kv_indptr, kv_indices, kv_len_arr;
+};
+DenseAsCsr dense_as_csr(const Tensor& cu, const Tensor& bt, const Tensor& seq_lens,
+                        std::optional<int64_t> max_q_len, int64_t page_size, Device wrapper,
+                        const char* op) {
+  const auto tensor_checks = [&](const Tensor& t, const char* name, int64_t rank) {
+    api::check_defined(t, op, name);
+    FLASHINFER_CHECK(t.dim() == rank, op, name, name, " metadata must be rank-", rank,
+                     ", got shape ", api::torch_size_string(t.shape()), ".");
+    FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, name, name,
+                     " metadata must have dtype torch.int32, got ", dtype_torch_name(t.dtype()),
+                     ".");
+    FLASHINFER_CHECK(t.device().is_cpu() || t.device() == wrapper, op, name, name,
+                     " metadata must be on CPU or wrapper device ", wrapper.str(), ", got ",
+                     t.device().str(), ".");
+    FLASHINFER_CHECK(t.is_contiguous(), op, name, name, " metadata must be contiguous.");
+  };
+  tensor_checks(cu, "cum_seq_lens_q", 1);
+  tensor_checks(bt, "block_tables", 2);
+  tensor_checks(seq_lens, "seq_lens", 1);
+  const std::vector<int32_t> qo = api::index_to_host(cu, op, "cum_seq_lens_q");
+  FLASHINFER_CHECK(!qo.empty(), op, "cum_seq_lens_q",
+                   "cum_seq_lens_q metadata must contain at least one element.");
+  FLASHINFER_CHECK(qo[0] == 0, op, "cum_seq_lens_q", "cum_seq_lens_q metadata must start at zero.");
+  for (std::size_t i = 1; i < qo.size(); ++i) {
+    FLASHINFER_CHECK(qo[i] >= qo[i - 1], op, "cum_seq_lens_q",
+                     "cum_seq_lens_q metadata must be nondecreasing.");
+  }
+  const auto B = static_cast<int64_t>(qo.size()) - 1;
+  FLASHINFER_CHECK(bt.size(0) == B && seq_lens.size(0) == B, op, "block_tables",
+                   "dense metadata batch dimensions must agree: cum_seq_lens_q describes ", B,
+                   ", block_tables has ", bt.size(0), ", and seq_lens has ", seq_lens.size(0), ".");
+  const std::vector<int32_t> lens = api::index_to_host(seq_lens, op, "seq_lens");
+  const Tensor table = bt.to(Device::cpu()).contiguous();
+  const auto* ids = table.data<int32_t>();
+  const int64_t width = bt.size(1);
+  std::vector<double> kv_indptr{0.0}, kv_indices;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    FLASHINFER_CHECK(lens[b] >= 0, op, "seq_lens", "seq_lens metadata must be nonnegative.");
+    const int64_t pages = (lens[b] + page_size - 1) / page_size;
+    FLASHINFER_CHECK(pages <= width, op, "block_tables",
+                     "block_tables metadata width is smaller than the live page count implied by "
+                     "seq_lens and page_size.");
+    for (int64_t j = 0; j < pages; ++j) kv_indices.push_back(ids[b * width + j]);
+    kv_indptr.push_back(static_cast<double>(kv_indices.size()));
+    longest = std::max<int64_t>(longest, qo[b + 1] - qo[b]);
+  }
+  if (max_q_len) {
+    FLASHINFER_CHECK(*max_q_len >= longest, op, "max_q_len", "max_q_len metadata must be at least ",
+                     longest, ", got ", *max_q_len, ".");
+  }
+  DenseAsCsr r;
+  r.qo_indptr = cu.to(Device::cpu());
+  r.kv_indptr = Tensor::from_vector(kv_indptr, {B + 1}, DType::kInt32);
+  r.kv_indices =
+      Tensor::from_vector(kv_indices, {static_cast<int64_t>(kv_indices.size())}, DType::kInt32);
+  r.kv_len_arr = seq_lens.to(Device::cpu());
+  return r;
+}
+
+}  // namespace
+
+void BatchMLAPagedAttentionWrapper::plan(
+    std::optional<Tensor> qo_indptr_arg, std::optional<Tensor> kv_indptr_arg,
+    std::optional<Tensor> kv_indices_arg, std::optional<Tensor> kv_len_arr_arg,
+    std::optional<int64_t> num_heads_arg, std::optional<int64_t> head_dim_ckv_arg,
+    std::optional<int64_t> head_dim_kpe_arg, std::optional<int64_t> page_size_arg,
+    std::optional<bool> causal_arg, std::optional<double> sm_scale_arg,
+    std::optional<DType> q_data_type_arg, std::optional<DType> kv_data_type_arg, bool use_profiler,
+    const MlaPlanOptions& options) {
   call_op<&BatchMLAPagedAttentionWrapper::plan>(
       [&] {
         const char* op = "BatchMLAPagedAttentionWrapper.plan";
         detail::MlaWrapperState& s = *s_;
+        const MlaPlanOptions& o = options;
+        // Upstream 0.7.4's forms and their checks, in its order.
+        const bool csr_any = qo_indptr_arg || kv_indptr_arg || kv_indices_arg || kv_len_arr_arg;
+        const bool dense_any = o.cum_seq_lens_q || o.block_tables || o.seq_lens;
+        if (!o.metadata.is_none()) {
+          FLASHINFER_CHECK(!(csr_any || dense_any || o.max_q_len), op, "metadata",
+                           "Both metadata object and flat metadata arguments were provided; only "
+                           "one representation may be supplied.");
+          FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "metadata",
+                          "an MLAPlanMetadata object is not supported here (upstream's recorder "
+                          "keeps only its repr, so no recording of such a plan replays, upstream's "
+                          "own replay included): pass its CSR or dense fields as plan's flat "
+                          "arguments");
+        }
+        FLASHINFER_CHECK(!(csr_any && dense_any), op, "cum_seq_lens_q",
+                         "flat CSR and dense metadata forms cannot be mixed.");
+        FLASHINFER_CHECK(csr_any || dense_any, op, "qo_indptr",
+                         "plan() requires metadata or flat metadata arguments.");
+        std::string missing;
+        const char* first_missing = nullptr;
+        for (const auto& [given, name] : {std::pair{num_heads_arg.has_value(), "num_heads"},
+                                          {head_dim_ckv_arg.has_value(), "head_dim_ckv"},
+                                          {head_dim_kpe_arg.has_value(), "head_dim_kpe"},
+                                          {page_size_arg.has_value(), "page_size"},
+                                          {causal_arg.has_value(), "causal"},
+                                          {sm_scale_arg.has_value(), "sm_scale"},
+                                          {q_data_type_arg.has_value(), "q_data_type"},
+                                          {kv_data_type_arg.has_value(), "kv_data_type"}}) {
+          if (given) continue;
+          missing += (missing.empty() ? "" : ", ") + std::string(name);
+          if (!first_missing) first_missing = name;
+        }
+        FLASHINFER_CHECK(missing.empty(), op, first_missing ? first_missing : "",
+                         "plan() missing required arguments: ", missing);
+        const int64_t num_heads = *num_heads_arg, head_dim_ckv = *head_dim_ckv_arg,
+                      head_dim_kpe = *head_dim_kpe_arg, page_size = *page_size_arg;
+        const bool causal = *causal_arg;
+        const double sm_scale = *sm_scale_arg;
+        const DType q_data_type = *q_data_type_arg, kv_data_type = *kv_data_type_arg;
+        FLASHINFER_CHECK(page_size > 0, op, "page_size", "page_size must be a positive int, got ",
+                         page_size, ".");
+        FLASHINFER_CHECK(num_heads > 0, op, "num_heads",
+                         "num_heads and page_size must be positive.");
+        FLASHINFER_CHECK(std::isfinite(sm_scale), op, "sm_scale", "sm_scale must be finite.");
+        FLASHINFER_CHECK(head_dim_ckv > 0, op, "head_dim_ckv", "head_dim_ckv must be > 0, got ",
+                         head_dim_ckv, ".");
+        FLASHINFER_CHECK(head_dim_kpe >= 0, op, "head_dim_kpe", "head_dim_kpe must be >= 0, got ",
+                         head_dim_kpe, ".");
+        const auto one_of = [&](const std::string& v, std::initializer_list<const char*> ok,
+                                const char* arg) {
+          for (const char* x : ok) {
+            if (v == x) return;
+          }
+          FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "unsupported ", arg, " ", py_str(v),
+                          ".");
+        };
+        if (o.query_layout) one_of(*o.query_layout, {"packed", "split"}, "query_layout");
+        if (o.kv_cache_layout) one_of(*o.kv_cache_layout, {"packed", "split"}, "kv_cache_layout");
+        one_of(o.lse_mode, {"none", "base2", "basee"}, "lse_mode");
+        one_of(o.output_scale, {"none", "per-tensor"}, "output_scale");
+        one_of(o.scale_mode, {"default", "kv-per-tensor", "bmm-scalar", "bmm-tensor"},
+               "scale_mode");
+        // What no kernel here computes (upstream: a backend's capability refusal).
+        for (const auto& [on, arg, what] :
+             {std::tuple{o.output_scale == "per-tensor", "output_scale",
+                         "an FP8 output with a per-tensor scale"},
+              {o.skip_softmax, "skip_softmax", "skip-softmax attention"},
+              {o.use_sinks, "use_sinks", "attention sinks"}}) {
+          FLASHINFER_CHECK_CODE(!on, ErrorCode::kUnsupported, op, arg,
+                                "No supported planned MLA backend: ", what,
+                                " is not implemented here");
+        }
+        const DType out_dtype = o.output_dtype.value_or(q_data_type);
+        FLASHINFER_CHECK_CODE(out_dtype == q_data_type, ErrorCode::kUnsupported, op, "output_dtype",
+                              "No supported planned MLA backend: fa2 backend "
+                              "output_dtype must match q_data_type, got ",
+                              dtype_torch_name(out_dtype), " and ", dtype_torch_name(q_data_type),
+                              ".");
+        // An fp8 cache planned "default" takes its scales per tensor (upstream's upgrade for
+        // the callers that pass ckv_scale / kpe_scale at run).
+        std::string scale_mode = o.scale_mode;
+        const bool fp8_kv = kv_data_type == DType::kFloat8E4M3FN;
+        if (fp8_kv && scale_mode == "default" && q_data_type != DType::kFloat8E4M3FN) {
+          scale_mode = "kv-per-tensor";
+        }
+        FLASHINFER_CHECK_CODE(fp8_kv || scale_mode != "kv-per-tensor", ErrorCode::kUnsupported, op,
+                              "scale_mode",
+                              "No supported planned MLA backend: non-FP8 MLA plans "
+                              "require scale_mode='default'.");
+        // The tensors of the form given.
+        Tensor qo_indptr, kv_indptr, kv_indices, kv_len_arr;
+        if (dense_any) {
+          std::string absent;
+          for (const auto& [t, name] : {std::pair{&o.cum_seq_lens_q, "cum_seq_lens_q"},
+                                        {&o.block_tables, "block_tables"},
+                                        {&o.seq_lens, "seq_lens"}}) {
+            if (!*t) absent += (absent.empty() ? "" : ", ") + std::string(name);
+          }
+          FLASHINFER_CHECK(absent.empty(), op, "cum_seq_lens_q",
+                           "dense metadata form is partial; missing required fields: ", absent,
+                           ".");
+          const DenseAsCsr d = dense_as_csr(*o.cum_seq_lens_q, *o.block_tables, *o.seq_lens,
+                                            o.max_q_len, page_size, s.device, op);
+          qo_indptr = d.qo_indptr, kv_indptr = d.kv_indptr, kv_indices = d.kv_indices;
+          kv_len_arr = d.kv_len_arr;
+        } else {
+          std::string absent;
+          for (const auto& [t, name] : {std::pair{&qo_indptr_arg, "qo_indptr"},
+                                        {&kv_indptr_arg, "kv_indptr"},
+                                        {&kv_indices_arg, "kv_indices"},
+                                        {&kv_len_arr_arg, "kv_len_arr"}}) {
+            if (!*t) absent += (absent.empty() ? "" : ", ") + std::string(name);
+          }
+          FLASHINFER_CHECK(absent.empty(), op, "qo_indptr",
+                           "CSR metadata form is partial; missing required fields: ", absent, ".");
+          FLASHINFER_CHECK(!o.max_q_len, op, "max_q_len",
+                           "max_q_len metadata requires the complete dense metadata form, "
+                           "including cum_seq_lens_q, block_tables, and seq_lens.");
+          qo_indptr = *qo_indptr_arg, kv_indptr = *kv_indptr_arg, kv_indices = *kv_indices_arg;
+          kv_len_arr = *kv_len_arr_arg;
+        }
         s.planned = false;
         FLASHINFER_CHECK_CODE(!use_profiler, ErrorCode::kUnsupported, op, "use_profiler",
                               "the profiler is not supported");
+        s.lse_mode = o.lse_mode;
+        s.scale_mode = scale_mode;
+        s.out_dtype = out_dtype;
+        s.legacy_csr = csr_any;
         s.num_heads = to_i32(num_heads, op, "num_heads");
         s.dim_ckv = to_i32(head_dim_ckv, op, "head_dim_ckv");
         // head_dim_kpe 0: a NoPE model's MLA (vLLM's SM90 sparse backend; upstream's fa3 kernel
@@ -1133,8 +1370,9 @@ void BatchMLAPagedAttentionWrapper::plan(const Tensor& qo_indptr, const Tensor& 
         copy_plan_arrays(s, qo_indptr, kv_indptr, kv_len_arr, op, /*copy=*/true);
         s.planned = true;
       },
-      *this, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv, head_dim_kpe,
-      page_size, causal, sm_scale, q_data_type, kv_data_type, use_profiler);
+      *this, qo_indptr_arg, kv_indptr_arg, kv_indices_arg, kv_len_arr_arg, num_heads_arg,
+      head_dim_ckv_arg, head_dim_kpe_arg, page_size_arg, causal_arg, sm_scale_arg, q_data_type_arg,
+      kv_data_type_arg, use_profiler, options);
 }
 
 namespace {
@@ -1169,38 +1407,199 @@ Tensor check_ckv_scale_arr(const detail::MlaWrapperState& s, const Tensor& arr,
 
 }  // namespace
 
+namespace {
+
+// run's query= / kv_cache= (upstream 0.7.4's structural inputs): one tensor (the two parts
+// joined on the last axis), an exact 2-tuple of them, or a dual value whose split member is used.
+// `what` names it in messages ("query", "KV cache"); `width` is the first part's planned width.
+std::pair<Tensor, Tensor> structural_split(const Value& v, const char* what, const char* arg,
+                                           int64_t width, int64_t total, DType planned,
+                                           const char* planned_name, const char* op) {
+  const auto leaf = [&](const Value& x) -> Tensor {
+    FLASHINFER_CHECK(x.is_tensor(), op, arg, what,
+                     " structural MLA input leaves must be torch.Tensor.");
+    return x.as_tensor();
+  };
+  const auto packed = [&](const Tensor& t) -> std::pair<Tensor, Tensor> {
+    FLASHINFER_CHECK(t.dim() == 3, op, arg, "packed ", what, " must have rank 3.");
+    FLASHINFER_CHECK(t.size(2) == total, op, arg, "packed ", what,
+                     " last dimension does not match planned split widths.");
+    FLASHINFER_CHECK(t.dtype() == planned, op, arg, arg, ".dtype=", dtype_torch_name(t.dtype()),
+                     " does not match the planned ", planned_name, "=", dtype_torch_name(planned),
+                     ".");
+    return {t.slice(2, 0, width), t.slice(2, width, total)};
+  };
+  if (v.is_tensor()) return packed(v.as_tensor());
+  FLASHINFER_CHECK(v.kind() == Value::Kind::kTuple, op, arg, what,
+                   " structural MLA input must be a tensor or exact 2-tuple.");
+  const auto& items = v.items();
+  FLASHINFER_CHECK(items.size() == 2, op, arg, what,
+                   " structural MLA input tuples must have length 2.");
+  const auto is_pair = [](const Value& x) {
+    return x.kind() == Value::Kind::kTuple && x.items().size() == 2 && x.items()[0].is_tensor() &&
+           x.items()[1].is_tensor();
+  };
+  if (items[0].is_tensor() && items[1].is_tensor()) {
+    return {items[0].as_tensor(), items[1].as_tensor()};
+  }
+  // The dual forms (packed, (a, b)) and ((a, b), packed): the split member.
+  if (items[0].is_tensor() && is_pair(items[1])) {
+    return {items[1].items()[0].as_tensor(), items[1].items()[1].as_tensor()};
+  }
+  if (is_pair(items[0]) && items[1].is_tensor()) {
+    return {items[0].items()[0].as_tensor(), items[0].items()[1].as_tensor()};
+  }
+  for (const Value& x : items) {
+    if (!x.is_sequence()) (void)leaf(x);
+  }
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, what,
+                  " structural MLA input has malformed nesting.");
+}
+
+// upstream's _raise_planned_run_mismatch.
+[[noreturn]] void planned_mismatch(const char* op, const char* arg, const char* name,
+                                   const std::string& planned, const std::string& got) {
+  FLASHINFER_FAIL(ErrorCode::kInvalidArgument, op, arg, "MLA planned run argument ", name,
+                  " mismatch: planned ", planned, ", got ", got,
+                  "; re-plan with the needed arguments.");
+}
+
+}  // namespace
+
 AttentionOutput BatchMLAPagedAttentionWrapper::run(
-    const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache, const Tensor& kpe_cache,
-    std::optional<Tensor> out, std::optional<Tensor> lse, bool return_lse,
-    std::optional<Tensor> profiler_buffer, std::optional<Tensor> kv_len,
+    std::optional<Tensor> q_nope, std::optional<Tensor> q_pe, std::optional<Tensor> ckv_cache,
+    std::optional<Tensor> kpe_cache, std::optional<Tensor> out, std::optional<Tensor> lse,
+    bool return_lse, std::optional<Tensor> profiler_buffer, std::optional<Tensor> kv_len,
     std::optional<Tensor> page_table, bool return_lse_base_on_e, std::optional<double> o_scale,
-    std::optional<double> ckv_scale, std::optional<Tensor> ckv_scale_arr,
-    std::optional<double> kpe_scale) {
+    const MlaRunOptions& options) {
   return call_op<&BatchMLAPagedAttentionWrapper::run>(
       [&] {
         const char* op = "BatchMLAPagedAttentionWrapper.run";
-        FLASHINFER_CHECK(s_->planned, op, "self", "run() called before plan()");
+        const MlaRunOptions& o = options;
+        detail::MlaWrapperState& s = *s_;
+        // The legacy pairs or query= / kv_cache= (upstream 0.7.4's normalization, its order).
+        const bool query_given = !o.query.is_none(), cache_given = !o.kv_cache.is_none();
+        if (!query_given) {
+          FLASHINFER_CHECK(q_nope.has_value() == q_pe.has_value(), op, q_nope ? "q_pe" : "q_nope",
+                           "q_nope and q_pe must both be provided.");
+          FLASHINFER_CHECK(q_nope.has_value(), op, "query",
+                           "run() requires query= or q_nope and q_pe.");
+        } else {
+          FLASHINFER_CHECK(!q_nope && !q_pe, op, "query",
+                           "pass either query= or q_nope/q_pe, not both.");
+        }
+        if (!cache_given) {
+          FLASHINFER_CHECK(ckv_cache.has_value() == kpe_cache.has_value(), op,
+                           ckv_cache ? "kpe_cache" : "ckv_cache",
+                           "ckv_cache and kpe_cache must both be provided.");
+          FLASHINFER_CHECK(ckv_cache.has_value(), op, "kv_cache",
+                           "run() requires kv_cache= or ckv_cache and kpe_cache.");
+        } else {
+          FLASHINFER_CHECK(!ckv_cache && !kpe_cache, op, "kv_cache",
+                           "pass either kv_cache= or ckv_cache/kpe_cache, not both.");
+        }
+        FLASHINFER_CHECK(s.planned, op, "self",
+                         "BatchMLAPagedAttentionWrapper.run() called before plan().");
+        // The planned run contract (MLAInputContract.validate_run_options).
+        const std::string lse_got = return_lse || lse || return_lse_base_on_e
+                                        ? (return_lse_base_on_e ? "basee" : "base2")
+                                        : "none";
+        // A legacy flat CSR plan of "none" takes the LSE a run asks for (upstream's
+        // compatibility path, with a DeprecationWarning there).
+        const bool relaxed = s.legacy_csr && s.lse_mode == "none";
+        if (!relaxed && lse_got != s.lse_mode) {
+          planned_mismatch(op, "return_lse", "LSE mode", py_str(s.lse_mode), py_str(lse_got));
+        }
+        if (out && out->defined() && out->dtype() != s.out_dtype) {
+          planned_mismatch(op, "out", "output dtype", std::string(dtype_torch_name(s.out_dtype)),
+                           std::string(dtype_torch_name(out->dtype())));
+        }
+        if (o_scale) planned_mismatch(op, "o_scale", "o_scale", "'none'", "'per-tensor'");
+        if (o.sinks) planned_mismatch(op, "sinks", "sinks", "False", "True");
+        if (o.skip_softmax_threshold_scale_factor) {
+          planned_mismatch(op, "skip_softmax_threshold_scale_factor", "skip_softmax", "False",
+                           "True");
+        }
+        const bool has_kv_scale = o.ckv_scale || o.ckv_scale_arr || o.kpe_scale;
+        const bool has_bmm = o.bmm1_scale || o.bmm2_scale;
+        FLASHINFER_CHECK(!(has_kv_scale && has_bmm), op, "bmm1_scale",
+                         "KV and BMM scale families are mutually exclusive.");
+        FLASHINFER_CHECK(o.bmm1_scale.has_value() == o.bmm2_scale.has_value(), op,
+                         o.bmm1_scale ? "bmm2_scale" : "bmm1_scale",
+                         "bmm1_scale and bmm2_scale must be provided together.");
+        std::string scale_got = s.scale_mode == "kv-per-tensor" ? "kv-per-tensor" : "default";
+        if (has_bmm) {
+          FLASHINFER_CHECK(o.bmm1_scale->is_tensor() == o.bmm2_scale->is_tensor(), op, "bmm2_scale",
+                           "bmm1_scale and bmm2_scale must have the same scale type.");
+          scale_got = o.bmm1_scale->is_tensor() ? "bmm-tensor" : "bmm-scalar";
+        }
+        if (scale_got != s.scale_mode) {
+          planned_mismatch(op, has_bmm ? "bmm1_scale" : "ckv_scale", "scale mode",
+                           py_str(s.scale_mode), py_str(scale_got));
+        }
+        // kv-per-tensor: upstream 0.7.4 wants exactly one of ckv_scale / ckv_scale_arr and a
+        // kpe_scale. A legacy flat CSR plan keeps the pinned release's rule (scales default to 1,
+        // ckv_scale 1.0 beside the array), so its older recordings replay.
+        if (s.scale_mode == "kv-per-tensor" && !s.legacy_csr) {
+          FLASHINFER_CHECK(o.ckv_scale.has_value() != o.ckv_scale_arr.has_value(), op, "ckv_scale",
+                           "Exactly one of ckv_scale or ckv_scale_arr is required when "
+                           "kv_data_type is FP8.");
+          FLASHINFER_CHECK(o.kpe_scale.has_value(), op, "kpe_scale",
+                           "kpe_scale is required when kv_data_type is FP8.");
+        } else if (s.scale_mode != "kv-per-tensor") {
+          FLASHINFER_CHECK(!has_kv_scale, op,
+                           o.ckv_scale       ? "ckv_scale"
+                           : o.ckv_scale_arr ? "ckv_scale_arr"
+                                             : "kpe_scale",
+                           "ckv_scale / ckv_scale_arr / kpe_scale are only valid when "
+                           "kv_data_type is FP8.");
+        }
+        Tensor qn, qp, ckv, kpe;
+        if (query_given) {
+          std::tie(qn, qp) = structural_split(o.query, "query", "query", s.dim_ckv,
+                                              s.dim_ckv + s.dim_kpe, s.q_dtype, "q_data_type", op);
+        } else {
+          qn = *q_nope, qp = *q_pe;
+        }
+        if (cache_given) {
+          std::tie(ckv, kpe) =
+              structural_split(o.kv_cache, "KV cache", "kv_cache", s.dim_ckv, s.dim_ckv + s.dim_kpe,
+                               s.kv_dtype, "kv_data_type", op);
+        } else {
+          ckv = *ckv_cache, kpe = *kpe_cache;
+        }
         FLASHINFER_CHECK_CODE(!profiler_buffer, ErrorCode::kUnsupported, op, "profiler_buffer",
                               "the profiler is not supported");
         FLASHINFER_CHECK_CODE(!kv_len, ErrorCode::kUnsupported, op, "kv_len",
-                              "only the cutlass backend takes kv_len (not supported)");
+                              "kv_len is only supported with cutlass backend.");
         FLASHINFER_CHECK_CODE(!page_table, ErrorCode::kUnsupported, op, "page_table",
-                              "only the cutlass backend takes page_table (not supported)");
-        FLASHINFER_CHECK_CODE(!o_scale, ErrorCode::kUnsupported, op, "o_scale",
-                              "output quantization is not supported");
-        MlaRun r = mla_run_inputs(op, q_nope, q_pe, ckv_cache, "ckv_cache", kpe_cache, "kpe_cache");
+                              "page_table is only supported with cutlass backend.");
+        MlaRun r = mla_run_inputs(op, qn, qp, ckv, "ckv_cache", kpe, "kpe_cache");
+        FLASHINFER_CHECK(qn.size(0) == s.qo_indptr.back() && qn.size(1) == s.num_heads, op,
+                         "q_nope", "q_nope rows and heads must match the planned query shape.");
         r.out = out;
         r.lse = lse;
         r.return_lse = return_lse;
         r.lse_base_e = return_lse_base_on_e;
-        r.o_dtype = s_->q_dtype;
-        r.ckv_scale = finite_scale(ckv_scale, op, "ckv_scale");
-        r.kpe_scale = finite_scale(kpe_scale, op, "kpe_scale");
-        if (ckv_scale_arr) r.ckv_scale_arr = check_ckv_scale_arr(*s_, *ckv_scale_arr, ckv_cache, r);
-        return run_mla(*s_, r);
+        r.o_dtype = s.out_dtype;
+        r.ckv_scale = finite_scale(o.ckv_scale, op, "ckv_scale");
+        r.kpe_scale = finite_scale(o.kpe_scale, op, "kpe_scale");
+        if (o.ckv_scale_arr) {
+          r.ckv_scale_arr = check_ckv_scale_arr(*s_, *o.ckv_scale_arr, ckv, r);
+        }
+        if (!has_bmm) return run_mla(s, r);
+        // bmm1_scale replaces sm_scale, bmm2_scale multiplies the output (the trtllm MLA
+        // entry point's math); a tensor is read where the kernels read it.
+        const std::optional<Device> scale_dev =
+            s.device.is_cuda() ? std::optional<Device>(s.device) : std::nullopt;
+        const double sm =
+            api::fused_scale_value(*o.bmm1_scale, op, "bmm1_scale", scale_dev, &r.sm_scale_dev);
+        r.out_scale = static_cast<float>(
+            api::fused_scale_value(*o.bmm2_scale, op, "bmm2_scale", scale_dev, &r.out_scale_dev));
+        return run_mla_with_sm_scale(s, r, sm);
       },
       *this, q_nope, q_pe, ckv_cache, kpe_cache, out, lse, return_lse, profiler_buffer, kv_len,
-      page_table, return_lse_base_on_e, o_scale, ckv_scale, ckv_scale_arr, kpe_scale);
+      page_table, return_lse_base_on_e, o_scale, options);
 }
 
 // ---- BatchDecodeMlaWithPagedKVCacheWrapper ----------------------------------------------
@@ -1319,17 +1718,8 @@ AttentionOutput BatchDecodeMlaWithPagedKVCacheWrapper::run(
         finite_scale(k_scale, op, "k_scale");
         s.dim_kpe = to_i32(q_pe.size(2), op, "q_pe");
         // q_scale and k_scale fold into sm_scale on the host, in double, as upstream's Python.
-        const double planned = s.sm_scale;
-        s.sm_scale = planned * q_scale.value_or(1.0) * k_scale.value_or(1.0);
-        AttentionOutput res;
-        try {
-          res = run_mla(s, r);
-        } catch (...) {
-          s.sm_scale = planned;
-          throw;
-        }
-        s.sm_scale = planned;
-        return res;
+        return run_mla_with_sm_scale(s, r,
+                                     s.sm_scale * q_scale.value_or(1.0) * k_scale.value_or(1.0));
       },
       *this, q_nope, q_pe, paged_ckv_cache, paged_kpe_cache, q_scale, k_scale, v_scale, out, lse,
       return_lse, enable_pdl);
@@ -1718,7 +2108,7 @@ void register_mla_ops(OpRegistry& r) {
        .summary = "Validates the MLA page table and lengths"},
       "qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr", "num_heads", "head_dim_ckv",
       "head_dim_kpe", "page_size", "causal", "sm_scale", "q_data_type", "kv_data_type",
-      arg("use_profiler", false));
+      arg("use_profiler", false), field("metadata").type("MLAPlanMetadata"));
   declare<&BatchMLAPagedAttentionWrapper::run>(
       r,
       {.name = "BatchMLAPagedAttentionWrapper.run",
@@ -1726,8 +2116,7 @@ void register_mla_ops(OpRegistry& r) {
        .summary = "MLA attention with the current plan"},
       "q_nope", "q_pe", "ckv_cache", "kpe_cache", arg("out").mut(), arg("lse").mut(),
       arg("return_lse", false), "profiler_buffer", "kv_len", "page_table",
-      arg("return_lse_base_on_e", false), "o_scale", arg("ckv_scale").kw(),
-      arg("ckv_scale_arr").kw(), arg("kpe_scale").kw());
+      arg("return_lse_base_on_e", false), "o_scale");
   declare<&trtllm_batch_decode_with_kv_cache_mla>(
       r,
       {.name = kTrtllmOp,

@@ -295,8 +295,8 @@ TEST(BatchMLAPagedAttention, MatchesFp64FormulaOverGrid) {
       AttentionOutput r =
           w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), l.ckv, l.kpe, std::nullopt,
                 std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, base_e, std::nullopt,
-                fp8 ? std::optional<double>(ckv_scale) : std::nullopt, std::nullopt,
-                fp8 ? std::optional<double>(kpe_scale) : std::nullopt);
+                MlaRunOptions{.ckv_scale = fp8 ? std::optional<double>(ckv_scale) : std::nullopt,
+                              .kpe_scale = fp8 ? std::optional<double>(kpe_scale) : std::nullopt});
       ASSERT_EQ(r.out.shape(), (Shape{rows, H, c.dc}));
       ASSERT_EQ(r.out.dtype(), c.q);
       ASSERT_EQ(r.lse.shape(), (Shape{rows, H}));
@@ -559,11 +559,12 @@ TEST(BatchMLAPagedAttention, BadInput) {
           std::nullopt, false, 2.0);
     ADD_FAILURE() << "o_scale accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    // Upstream 0.7.4: a run argument the plan did not declare (its ValueError).
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_EQ(e.arg(), "o_scale");
   }
   EXPECT_FI_ERROR(BatchMLAPagedAttentionWrapper(workspace(), false, std::nullopt, std::nullopt,
-                                                std::nullopt, std::nullopt, "cutlass"),
+                                                std::nullopt, std::nullopt, "flashmla"),
                   "BatchMLAPagedAttentionWrapper.__init__", "backend");
 }
 
@@ -634,10 +635,10 @@ TEST(BatchMLAPagedAttention, CkvScaleArrDequantizesEachGroupOfEachToken) {
            c.page_size, c.causal, sm_scale, c.q, DType::kFloat8E4M3FN);
     // ckv_scale None, or 1.0 beside the array as SGLang passes it: the same call.
     for (std::optional<double> ckv_scale : {std::optional<double>(), std::optional<double>(1.0)}) {
-      AttentionOutput r =
-          w.run(q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), s.l.ckv, s.l.kpe, std::nullopt,
-                std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
-                ckv_scale, s.arr, kpe_scale);
+      AttentionOutput r = w.run(
+          q.slice(2, 0, c.dc), q.slice(2, c.dc, c.dc + c.dk), s.l.ckv, s.l.kpe, std::nullopt,
+          std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+          MlaRunOptions{.ckv_scale = ckv_scale, .ckv_scale_arr = s.arr, .kpe_scale = kpe_scale});
       std::vector<double> want_o, want_lse;
       for (std::size_t b = 0; b < c.qo_lens.size(); ++b) {
         const int64_t qo = c.qo_lens[b];
@@ -685,7 +686,8 @@ AttentionOutput run_one_key_rows(const ScaledLatent& s, int64_t H, DType q, int6
   const Tensor kv = s.l.kv.to(d);
   return w.run(qt.slice(2, 0, dc), qt.slice(2, dc, dc + dk), kv.slice(2, 0, dc),
                kv.slice(2, dc, dc + dk), std::nullopt, std::nullopt, false, std::nullopt,
-               std::nullopt, std::nullopt, false, std::nullopt, std::nullopt, s.arr.to(d), 1.0);
+               std::nullopt, std::nullopt, false, std::nullopt,
+               MlaRunOptions{.ckv_scale_arr = s.arr.to(d), .kpe_scale = 1.0});
 }
 
 TEST(BatchMLAPagedAttention, CkvScaleArrOneKeyGivesTheDequantizedRowExactly) {
@@ -710,7 +712,8 @@ TEST(BatchMLAPagedAttention, CkvScaleArrBadInput) {
   auto call = [&](BatchMLAPagedAttentionWrapper& w, const Tensor& ckv, const Tensor& kpe,
                   const Tensor& arr, std::optional<double> ckv_scale = std::nullopt) {
     return w.run(qn, qp, ckv, kpe, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt,
-                 std::nullopt, false, std::nullopt, ckv_scale, arr, 1.0);
+                 std::nullopt, false, std::nullopt,
+                 MlaRunOptions{.ckv_scale = ckv_scale, .ckv_scale_arr = arr, .kpe_scale = 1.0});
   };
   BatchMLAPagedAttentionWrapper w(workspace());
   w.plan(qo, s.l.kv_indptr, s.l.kv_indices, s.l.kv_lens, 2, 256, 64, 2, false, 0.1,
@@ -740,9 +743,11 @@ TEST(BatchMLAPagedAttention, CkvScaleArrBadInput) {
   wo.plan(qo, odd.l.kv_indptr, odd.l.kv_indices, odd.l.kv_lens, 2, 192, 64, 2, false, 0.1,
           DType::kBFloat16, DType::kFloat8E4M3FN);
   EXPECT_FI_ERROR(
-      wo.run(Tensor::zeros({2, 2, 192}, DType::kBFloat16), qp, odd.l.ckv, odd.l.kpe, std::nullopt,
-             std::nullopt, false, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
-             std::nullopt, Tensor::zeros({odd.l.kv.size(0), 2, 1}, DType::kFloat32), 1.0),
+      wo.run(
+          Tensor::zeros({2, 2, 192}, DType::kBFloat16), qp, odd.l.ckv, odd.l.kpe, std::nullopt,
+          std::nullopt, false, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+          MlaRunOptions{.ckv_scale_arr = Tensor::zeros({odd.l.kv.size(0), 2, 1}, DType::kFloat32),
+                        .kpe_scale = 1.0}),
       run, "ckv_scale_arr");
 }
 
@@ -1601,12 +1606,13 @@ TEST(MlaCuda, WrapperMatchesCpu) {
       SCOPED_TRACE(base_e ? "lse base e" : "lse base 2");
       AttentionOutput want = cpu.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true,
                                      std::nullopt, std::nullopt, std::nullopt, base_e, std::nullopt,
-                                     ckv_scale, std::nullopt, kpe_scale);
+                                     MlaRunOptions{.ckv_scale = ckv_scale, .kpe_scale = kpe_scale});
       // Twice: the second run reuses the uploaded page table.
       for (int rep = 0; rep < 2; ++rep) {
-        AttentionOutput got = dev.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true,
-                                      std::nullopt, std::nullopt, std::nullopt, base_e,
-                                      std::nullopt, ckv_scale, std::nullopt, kpe_scale);
+        AttentionOutput got =
+            dev.run(qn_d, qp_d, ckv_d, kpe_d, std::nullopt, std::nullopt, true, std::nullopt,
+                    std::nullopt, std::nullopt, base_e, std::nullopt,
+                    MlaRunOptions{.ckv_scale = ckv_scale, .kpe_scale = kpe_scale});
         ASSERT_TRUE(got.out.device().is_cuda());
         EXPECT_TRUE(testing::all_close(got.out.to(Device::cpu()), want.out,
                                        testing::attention_tolerance(c.q)));
@@ -2156,7 +2162,8 @@ TEST(MlaCuda, NoPeMatchesCpuOnBothKernels) {
       const Tensor qd = q.to(d), kv = l.kv.to(d);
       return w.run(qd, qd.slice(2, 512, 512), kv.slice(2, 0, 512), kv.slice(2, 512, 512),
                    std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, std::nullopt,
-                   false, std::nullopt, ckv_scale, std::nullopt, kpe_scale);
+                   false, std::nullopt,
+                   MlaRunOptions{.ckv_scale = ckv_scale, .kpe_scale = kpe_scale});
     };
     const AttentionOutput want = run_on(Device::cpu());
     const long long before = kernels::cuda::mla_mma_nope_launches();
@@ -2222,7 +2229,8 @@ TEST(MlaCuda, CkvScaleArrMatchesCpuOnBothKernels) {
       const Tensor qd = q.to(d), kv = s.l.kv.to(d);
       return w.run(qd.slice(2, 0, 512), qd.slice(2, 512, 512 + c.dk), kv.slice(2, 0, 512),
                    kv.slice(2, 512, 512 + c.dk), std::nullopt, std::nullopt, true, std::nullopt,
-                   std::nullopt, std::nullopt, false, std::nullopt, 1.0, s.arr.to(d), 1.0);
+                   std::nullopt, std::nullopt, false, std::nullopt,
+                   MlaRunOptions{.ckv_scale = 1.0, .ckv_scale_arr = s.arr.to(d), .kpe_scale = 1.0});
     };
     const AttentionOutput want = run_on(Device::cpu());
     AttentionOutput tc, cores;
@@ -2477,7 +2485,7 @@ AttentionOutput run_mla_kernel_case(const MlaKernelCase& c, int idx, const Devic
          l.kv_lens.to(device), c.H, 512, 64, c.page_size, c.causal, sm_scale, c.d, kv);
   return w.run(keep(q.slice(2, 0, 512)), keep(q.slice(2, 512, 576)), keep(l.ckv), keep(l.kpe),
                std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, std::nullopt, false,
-               std::nullopt, c.ckv_scale, std::nullopt, c.kpe_scale);
+               std::nullopt, MlaRunOptions{.ckv_scale = c.ckv_scale, .kpe_scale = c.kpe_scale});
 }
 
 // The tensor-core decode kernel (mla_decode_mma_kernel) against the CPU and against the CUDA-core
@@ -2617,6 +2625,206 @@ TEST(MlaCuda, Fa3BackendRunsOnHopperOnly) {
   EXPECT_EQ(bytes_of(run_with("fa3")), bytes_of(run_with("fa2")));
 }
 
+// ---- upstream 0.7.4's plan and run forms --------------------------------------------------
+
+// The flat dense plan, query= / kv_cache= as one tensor, a tuple or the dual value, and the
+// bmm scale family: each the legacy call's result bit for bit.
+TEST(BatchMLAPagedAttention, Upstream074FormsAreTheLegacyCallBitForBit) {
+  const DType bf = DType::kBFloat16;
+  Latent l = make_latent({6, 3, 9}, 4, 64, 16, bf, 21);
+  const Tensor qo = int_tensor({0, 2, 3, 5});
+  const Tensor q = testing::rand_tensor({5, 2, 80}, bf, 22, -1.0, 1.0);
+  const Tensor qn = q.slice(2, 0, 64), qp = q.slice(2, 64, 80);
+  BatchMLAPagedAttentionWrapper legacy(workspace());
+  legacy.plan(qo, l.kv_indptr, l.kv_indices, l.kv_lens, 2, 64, 16, 4, true, 0.2, bf, bf);
+  const AttentionOutput ref = legacy.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true);
+  // The dense form (block_tables padded with -1 past each request's pages).
+  BatchMLAPagedAttentionWrapper w(workspace());
+  w.plan(std::nullopt, std::nullopt, std::nullopt, std::nullopt, 2, 64, 16, 4, true, 0.2, bf, bf,
+         false,
+         MlaPlanOptions{.cum_seq_lens_q = qo,
+                        .block_tables = l.block_tables,
+                        .seq_lens = l.kv_lens,
+                        .max_q_len = 2,
+                        .lse_mode = "base2"});
+  const auto with = [&](Value query, Value kv) {
+    return w.run(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                 true, std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+                 MlaRunOptions{.query = std::move(query), .kv_cache = std::move(kv)});
+  };
+  for (const auto& [query, kv] :
+       {std::pair{Value(q), Value(l.kv)},
+        {Value::tuple({Value(qn), Value(qp)}), Value::tuple({Value(l.ckv), Value(l.kpe)})},
+        {Value::tuple({Value(q), Value::tuple({Value(qn), Value(qp)})}),
+         Value::tuple({Value::tuple({Value(l.ckv), Value(l.kpe)}), Value(l.kv)})}}) {
+    const AttentionOutput r = with(query, kv);
+    EXPECT_EQ(bytes_of(r.out), bytes_of(ref.out));
+    EXPECT_EQ(bytes_of(r.lse), bytes_of(ref.lse));
+  }
+  // The legacy pairs on the dense plan; planned "base2", so the LSE must be asked for.
+  EXPECT_EQ(bytes_of(w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true).out),
+            bytes_of(ref.out));
+  testing::expect_error_text(
+      [&] { w.run(qn, qp, l.ckv, l.kpe); }, "BatchMLAPagedAttentionWrapper.run", "return_lse",
+      "MLA planned run argument LSE mode mismatch: planned 'base2', got 'none'; re-plan with the "
+      "needed arguments.");
+  // bmm1_scale replaces sm_scale; bmm2_scale multiplies the output.
+  BatchMLAPagedAttentionWrapper wb(workspace());
+  wb.plan(qo, l.kv_indptr, l.kv_indices, l.kv_lens, 2, 64, 16, 4, true, 9.0, bf, bf, false,
+          MlaPlanOptions{.scale_mode = "bmm-scalar"});
+  const auto bmm = [&](double b1, double b2) {
+    return wb.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, false, std::nullopt,
+                  std::nullopt, std::nullopt, false, std::nullopt,
+                  MlaRunOptions{.bmm1_scale = b1, .bmm2_scale = b2});
+  };
+  EXPECT_EQ(bytes_of(bmm(0.2, 1.0).out), bytes_of(ref.out));
+  std::vector<double> half = ref.out.to_double_vector();
+  for (double& x : half) x *= 0.5;
+  EXPECT_TRUE(testing::all_close(bmm(0.2, 0.5).out, half, {1e-2, 1e-2}));
+}
+
+TEST(BatchMLAPagedAttention, Upstream074RefusalsWithItsTexts) {
+  const DType bf = DType::kBFloat16;
+  const char* plan_op = "BatchMLAPagedAttentionWrapper.plan";
+  const char* run_op = "BatchMLAPagedAttentionWrapper.run";
+  Latent l = make_latent({6, 3}, 4, 64, 16, bf, 23);
+  const Tensor qo = int_tensor({0, 1, 2});
+  testing::expect_error_text(
+      [&] { BatchMLAPagedAttentionWrapper(workspace(), false, {}, {}, {}, {}, "flashmla"); },
+      "BatchMLAPagedAttentionWrapper.__init__", "backend",
+      "backend must be one of 'auto', 'autotune', 'cute-dsl', 'cute-dsl-modular', "
+      "'cute-dsl-monolithic', 'cute-dsl-rubin-mtp', 'cutile', 'cutlass', 'fa2', 'fa3', "
+      "'trtllm-gen', 'xqa', got 'flashmla'.");
+  BatchMLAPagedAttentionWrapper w(workspace(), false, {}, {}, {}, {}, "trtllm-gen");
+  const auto plan = [&](std::optional<Tensor> qo_arg, const MlaPlanOptions& o,
+                        std::optional<int64_t> heads = 2) {
+    w.plan(qo_arg, qo_arg ? std::optional<Tensor>(l.kv_indptr) : std::nullopt,
+           qo_arg ? std::optional<Tensor>(l.kv_indices) : std::nullopt,
+           qo_arg ? std::optional<Tensor>(l.kv_lens) : std::nullopt, heads, 64, 16, 4, false, 0.2,
+           bf, bf, false, o);
+  };
+  testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.metadata = Value("m")}); }, plan_op,
+                             "metadata",
+                             "Both metadata object and flat metadata arguments were provided");
+  try {
+    plan(std::nullopt, MlaPlanOptions{.metadata = Value("m")});
+    ADD_FAILURE() << "a metadata object accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+  testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.seq_lens = l.kv_lens}); }, plan_op,
+                             "cum_seq_lens_q",
+                             "flat CSR and dense metadata forms cannot be mixed.");
+  testing::expect_error_text([&] { plan(std::nullopt, {}); }, plan_op, "qo_indptr",
+                             "plan() requires metadata or flat metadata arguments.");
+  testing::expect_error_text([&] { plan(qo, {}, std::nullopt); }, plan_op, "num_heads",
+                             "plan() missing required arguments: num_heads");
+  testing::expect_error_text([&] { plan(std::nullopt, MlaPlanOptions{.seq_lens = l.kv_lens}); },
+                             plan_op, "cum_seq_lens_q",
+                             "dense metadata form is partial; missing required fields: "
+                             "cum_seq_lens_q, block_tables.");
+  testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.max_q_len = 1}); }, plan_op,
+                             "max_q_len", "max_q_len metadata requires the complete dense");
+  testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.lse_mode = "base10"}); }, plan_op,
+                             "lse_mode", "unsupported lse_mode 'base10'.");
+  testing::expect_error_text(
+      [&] {
+        plan(std::nullopt,
+             MlaPlanOptions{.cum_seq_lens_q = qo,
+                            .block_tables = l.block_tables.slice(1, 0, 1).contiguous(),
+                            .seq_lens = l.kv_lens});
+      },
+      plan_op, "block_tables",
+      "block_tables metadata width is smaller than the live page count implied by seq_lens and "
+      "page_size.");
+  testing::expect_error_text(
+      [&] {
+        plan(std::nullopt, MlaPlanOptions{.cum_seq_lens_q = qo,
+                                          .block_tables = l.block_tables,
+                                          .seq_lens = l.kv_lens,
+                                          .max_q_len = 0});
+      },
+      plan_op, "max_q_len", "max_q_len metadata must be at least 1, got 0.");
+  for (const MlaPlanOptions& o :
+       {MlaPlanOptions{.output_scale = "per-tensor"}, MlaPlanOptions{.skip_softmax = true},
+        MlaPlanOptions{.use_sinks = true}}) {
+    try {
+      plan(qo, o);
+      ADD_FAILURE() << "an unimplemented contract accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    }
+  }
+  // run: the inputs' forms and the planned contract.
+  plan(qo, {});
+  const Tensor qn = testing::rand_tensor({2, 2, 64}, bf, 24),
+               qp = testing::rand_tensor({2, 2, 16}, bf, 25);
+  const auto run = [&](std::optional<Tensor> a, std::optional<Tensor> b, const MlaRunOptions& o,
+                       std::optional<double> o_scale = std::nullopt) {
+    w.run(a, b, l.ckv, l.kpe, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt,
+          std::nullopt, false, o_scale, o);
+  };
+  testing::expect_error_text([&] { run(qn, std::nullopt, {}); }, run_op, "q_pe",
+                             "q_nope and q_pe must both be provided.");
+  testing::expect_error_text([&] { run(qn, qp, MlaRunOptions{.query = Value(qn)}); }, run_op,
+                             "query", "pass either query= or q_nope/q_pe, not both.");
+  testing::expect_error_text(
+      [&] {
+        run(std::nullopt, std::nullopt,
+            MlaRunOptions{.query = Value::list({Value(qn), Value(qp)})});
+      },
+      run_op, "query", "query structural MLA input must be a tensor or exact 2-tuple.");
+  testing::expect_error_text(
+      [&] { run(std::nullopt, std::nullopt, MlaRunOptions{.query = Value(qn)}); }, run_op, "query",
+      "packed query last dimension does not match planned split widths.");
+  testing::expect_error_text([&] { run(qn, qp, {}, 2.0); }, run_op, "o_scale",
+                             "MLA planned run argument o_scale mismatch: planned 'none', got "
+                             "'per-tensor'");
+  testing::expect_error_text([&] { run(qn, qp, MlaRunOptions{.bmm1_scale = 0.2}); }, run_op,
+                             "bmm2_scale", "bmm1_scale and bmm2_scale must be provided together.");
+  testing::expect_error_text(
+      [&] { run(qn, qp, MlaRunOptions{.bmm1_scale = 0.2, .bmm2_scale = 1.0}); }, run_op,
+      "bmm1_scale",
+      "MLA planned run argument scale mode mismatch: planned 'default', "
+      "got 'bmm-scalar'");
+  testing::expect_error_text([&] { run(qn, qp, MlaRunOptions{.kpe_scale = 1.0}); }, run_op,
+                             "kpe_scale",
+                             "ckv_scale / ckv_scale_arr / kpe_scale are only valid when "
+                             "kv_data_type is FP8.");
+  testing::expect_error_text([&] { run(qn.slice(0, 0, 1), qp.slice(0, 0, 1), {}); }, run_op,
+                             "q_nope", "q_nope rows and heads must match the planned query shape.");
+  // A flat CSR plan of "none" takes an LSE request (upstream's compatibility path).
+  EXPECT_TRUE(w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true).lse.defined());
+}
+
+TEST(BatchMLAPagedAttention, Upstream074FormsRecordAndReplay) {
+  const DType bf = DType::kBFloat16;
+  Latent l = make_latent({5, 3}, 2, 32, 8, bf, 26);
+  std::vector<testing::RecordingObserver::Call> calls;
+  std::unique_ptr<BatchMLAPagedAttentionWrapper> w;
+  {
+    testing::RecordingScope scope;
+    w = std::make_unique<BatchMLAPagedAttentionWrapper>(workspace());
+    w->plan(std::nullopt, std::nullopt, std::nullopt, std::nullopt, 2, 32, 8, 2, true, 0.15, bf, bf,
+            false,
+            MlaPlanOptions{.cum_seq_lens_q = int_tensor({0, 2, 3}),
+                           .block_tables = l.block_tables,
+                           .seq_lens = l.kv_lens});
+    const Tensor q = testing::rand_tensor({3, 2, 40}, bf, 27);
+    w->run(
+        std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false,
+        std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+        MlaRunOptions{.query = Value::tuple({Value(q.slice(2, 0, 32)), Value(q.slice(2, 32, 40))}),
+                      .kv_cache = Value(l.kv)});
+    calls = scope.observer().calls;
+  }
+  ASSERT_EQ(calls.size(), 3u);
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    SCOPED_TRACE(calls[i].name);
+    EXPECT_TRUE(testing::replays_identically(calls[i]));
+  }
+}
+
 // ---- record and replay --------------------------------------------------------------------
 
 TEST(Mla, RecordAndReplay) {
@@ -2696,7 +2904,8 @@ TEST(Mla, DumpReplaysWithEveryCallPassing) {
             false, 0.15, DType::kBFloat16, DType::kFloat8E4M3FN);
     const Tensor q8 = testing::rand_tensor({2, 2, 128}, DType::kBFloat16, 10);
     w8.run(q8, q8.slice(2, 128, 128), sl.l.ckv, sl.l.kpe, std::nullopt, std::nullopt, false,
-           std::nullopt, std::nullopt, std::nullopt, false, std::nullopt, 1.0, sl.arr, 1.0);
+           std::nullopt, std::nullopt, std::nullopt, false, std::nullopt,
+           MlaRunOptions{.ckv_scale = 1.0, .ckv_scale_arr = sl.arr, .kpe_scale = 1.0});
   }
   recorder::stop();
   testing::replay_expecting_every_call_to_pass(dir, 10u);  // w8: __init__, plan, run

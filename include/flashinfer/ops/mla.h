@@ -28,6 +28,61 @@ struct MlaWrapperState;
 struct MlaWrapperAccess;  // the recorder's extension of run (src/api/mla.cpp)
 }  // namespace detail
 
+/// BatchMLAPagedAttentionWrapper.plan's keyword-only arguments (upstream 0.7.4), in its order.
+///   metadata: an MLAPlanMetadata object: refused (upstream's recorder keeps only its repr, so a
+///   plan made with it replays nowhere, upstream's replay included); pass its fields flat.
+///   cum_seq_lens_q [batch + 1], block_tables [batch, width], seq_lens [batch] (int32), and
+///   max_q_len (at least the longest request's queries): the flat dense form, read as the CSR
+///   plan qo_indptr = cum_seq_lens_q, kv_len_arr = seq_lens, request b's pages the first
+///   ceil(seq_lens[b] / page_size) ids of block_tables[b] (copied at plan, as upstream's fa2 /
+///   fa3 plan copies them).
+///   query_layout / kv_cache_layout: "packed" or "split" (None: "split" for the flat forms).
+///   lse_mode "none", "base2" or "basee": the LSE every run must ask for (a flat CSR plan of
+///   "none" takes either, as upstream's compatibility path does). output_dtype: run's out dtype
+///   (None: q_data_type; another is refused, as upstream's fa2 / fa3). scale_mode "default",
+///   "kv-per-tensor" (an fp8 cache: ckv_scale / kpe_scale at run; an fp8 cache planned
+///   "default" becomes it, upstream's rule), "bmm-scalar" / "bmm-tensor" (run's bmm1_scale
+///   replaces sm_scale and bmm2_scale multiplies the output). enable_pdl: taken, no effect.
+///   Refused (kUnsupported): output_scale "per-tensor", skip_softmax, use_sinks.
+struct MlaPlanOptions {
+  Value metadata = Value();
+  std::optional<Tensor> cum_seq_lens_q = std::nullopt, block_tables = std::nullopt,
+                        seq_lens = std::nullopt;
+  std::optional<int64_t> max_q_len = std::nullopt;
+  std::optional<std::string> query_layout = std::nullopt, kv_cache_layout = std::nullopt;
+  std::string lse_mode = "none";
+  std::optional<DType> output_dtype = std::nullopt;
+  std::string output_scale = "none";
+  std::string scale_mode = "default";
+  bool skip_softmax = false;
+  std::optional<bool> enable_pdl = std::nullopt;
+  bool use_sinks = false;
+};
+FLASHINFER_OPTION_FIELDS(MlaPlanOptions, metadata, cum_seq_lens_q, block_tables, seq_lens,
+                         max_q_len, query_layout, kv_cache_layout, lse_mode, output_dtype,
+                         output_scale, scale_mode, skip_softmax, enable_pdl, use_sinks);
+
+/// BatchMLAPagedAttentionWrapper.run's keyword-only arguments, in upstream 0.7.4's order.
+///   query: q as one tensor [rows, H, head_dim_ckv + head_dim_kpe] (q_nope | q_pe), a tuple
+///   (q_nope, q_pe), or upstream's dual value (packed, (q_nope, q_pe)) / ((q_nope, q_pe),
+///   packed), whose split member is used; kv_cache: the same for [pages, page_size, head_dim_ckv
+///   + head_dim_kpe] (ckv | kpe) or (ckv_cache, kpe_cache). Either replaces the legacy pair.
+///   ckv_scale / ckv_scale_arr / kpe_scale: an fp8 cache's scales (see run). bmm1_scale /
+///   bmm2_scale (a number, or an fp32 one-element tensor; together, of one kind, a plan of
+///   scale_mode "bmm-scalar" / "bmm-tensor"). sinks and skip_softmax_threshold_scale_factor:
+///   refused unless planned (and planning them is refused).
+struct MlaRunOptions {
+  Value query = Value(), kv_cache = Value();
+  std::optional<double> ckv_scale = std::nullopt;
+  std::optional<Tensor> ckv_scale_arr = std::nullopt;
+  std::optional<double> kpe_scale = std::nullopt;
+  std::optional<Tensor> sinks = std::nullopt;
+  std::optional<double> skip_softmax_threshold_scale_factor = std::nullopt;
+  std::optional<ScalarOrTensor<double>> bmm1_scale = std::nullopt, bmm2_scale = std::nullopt;
+};
+FLASHINFER_OPTION_FIELDS(MlaRunOptions, query, kv_cache, ckv_scale, ckv_scale_arr, kpe_scale, sinks,
+                         skip_softmax_threshold_scale_factor, bmm1_scale, bmm2_scale);
+
 /// flashinfer.page.append_paged_mla_kv_cache: writes append_ckv[i] ([nnz, ckv_dim]) and
 /// append_kpe[i] ([nnz, kpe_dim]) into ckv_cache [pages, page_size, ckv_dim] and kpe_cache
 /// [pages, page_size, kpe_dim] (same dtype) at request batch_indices[i], position positions[i]
@@ -73,10 +128,21 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
   /// request, at most its pages * page_size): int32. Query i of a request of qo_len queries
   /// and kv_len tokens sits at position kv_len - qo_len + i; with causal it sees tokens up to
   /// that position, else all of them. sm_scale multiplies q . k (DeepSeek: 1/sqrt(192)).
-  void plan(const Tensor& qo_indptr, const Tensor& kv_indptr, const Tensor& kv_indices,
-            const Tensor& kv_len_arr, int64_t num_heads, int64_t head_dim_ckv, int64_t head_dim_kpe,
-            int64_t page_size, bool causal, double sm_scale, DType q_data_type, DType kv_data_type,
-            bool use_profiler = false);
+  /// Upstream 0.7.4 makes every argument optional: the flat CSR form (these four tensors) or the
+  /// flat dense one (options), never both, and the eight geometry arguments all required.
+  void plan(std::optional<Tensor> qo_indptr = std::nullopt,
+            std::optional<Tensor> kv_indptr = std::nullopt,
+            std::optional<Tensor> kv_indices = std::nullopt,
+            std::optional<Tensor> kv_len_arr = std::nullopt,
+            std::optional<int64_t> num_heads = std::nullopt,
+            std::optional<int64_t> head_dim_ckv = std::nullopt,
+            std::optional<int64_t> head_dim_kpe = std::nullopt,
+            std::optional<int64_t> page_size = std::nullopt,
+            std::optional<bool> causal = std::nullopt,
+            std::optional<double> sm_scale = std::nullopt,
+            std::optional<DType> q_data_type = std::nullopt,
+            std::optional<DType> kv_data_type = std::nullopt, bool use_profiler = false,
+            const MlaPlanOptions& options = {});
 
   /// q_nope [rows, H, head_dim_ckv], q_pe [rows, H, head_dim_kpe] (q_data_type); ckv_cache
   /// [pages, page_size, head_dim_ckv], kpe_cache [pages, page_size, head_dim_kpe]
@@ -86,18 +152,17 @@ class BatchMLAPagedAttentionWrapper : public ApiObject {
   /// dtype, and with return_lse the fp32 lse [rows, H] (base 2, natural log with
   /// return_lse_base_on_e). A row that sees no token gives 0 and -inf.
   /// Unsupported (kUnsupported when given): profiler_buffer, kv_len, page_table (the cutlass
-  /// backend's arguments), o_scale.
-  AttentionOutput run(const Tensor& q_nope, const Tensor& q_pe, const Tensor& ckv_cache,
-                      const Tensor& kpe_cache, std::optional<Tensor> out = std::nullopt,
-                      std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
-                      std::optional<Tensor> profiler_buffer = std::nullopt,
-                      std::optional<Tensor> kv_len = std::nullopt,
-                      std::optional<Tensor> page_table = std::nullopt,
-                      bool return_lse_base_on_e = false,
-                      std::optional<double> o_scale = std::nullopt,
-                      std::optional<double> ckv_scale = std::nullopt,
-                      std::optional<Tensor> ckv_scale_arr = std::nullopt,
-                      std::optional<double> kpe_scale = std::nullopt);
+  /// backend's arguments). o_scale is refused as upstream 0.7.4 refuses what was not planned.
+  /// q_nope / q_pe and ckv_cache / kpe_cache may instead come as options.query / kv_cache.
+  AttentionOutput run(
+      std::optional<Tensor> q_nope = std::nullopt, std::optional<Tensor> q_pe = std::nullopt,
+      std::optional<Tensor> ckv_cache = std::nullopt,
+      std::optional<Tensor> kpe_cache = std::nullopt, std::optional<Tensor> out = std::nullopt,
+      std::optional<Tensor> lse = std::nullopt, bool return_lse = false,
+      std::optional<Tensor> profiler_buffer = std::nullopt,
+      std::optional<Tensor> kv_len = std::nullopt, std::optional<Tensor> page_table = std::nullopt,
+      bool return_lse_base_on_e = false, std::optional<double> o_scale = std::nullopt,
+      const MlaRunOptions& options = {});
 
   std::string_view class_name() const override { return "BatchMLAPagedAttentionWrapper"; }
   std::string_view module_name() const override { return "flashinfer.mla._core"; }
