@@ -1870,7 +1870,7 @@ namespace {
 // upstream's checkDcpOutput: a preallocated output must match its input exactly.
 void check_dcp_output(const Tensor& in, const Tensor& o, const char* op, const char* name) {
   api::check_defined(o, op, name);
-  FLASHINFER_CHECK(o.is_contiguous(), op, name, name, " must be contiguous");
+  FLASHINFER_CHECK(o.is_contiguous(), op, name, "output must be contiguous");
   FLASHINFER_CHECK(o.dtype() == in.dtype(), op, name, name, " dtype must match its input");
   FLASHINFER_CHECK(o.dim() == in.dim(), op, name, name, " rank must match its input");
   FLASHINFER_CHECK(o.shape() == in.shape(), op, name, name, " shape must match its input");
@@ -1943,6 +1943,12 @@ std::tuple<Tensor, Tensor> decode_cp_a2a_alltoall(const Tensor& partial_o,
                            " tensors");
           check_dcp_output(partial_o, (*out)[0], op, "partial_o_out");
           check_dcp_output(softmax_stats, (*out)[1], op, "softmax_stats_out");
+          // The CUDA kernel writes 4-byte words, as it reads them (partial_o's check above).
+          FLASHINFER_CHECK_CODE(
+              !dev.is_cuda() || reinterpret_cast<std::uintptr_t>((*out)[0].data_ptr()) % 4 == 0,
+              ErrorCode::kUnsupported, op, "partial_o_out",
+              "starts at an address that is not 4-byte aligned (a view from an odd element); the "
+              "CUDA kernel writes 4-byte words");
           o_out = (*out)[0];
           s_out = (*out)[1];
         } else {

@@ -198,16 +198,19 @@ KdaOutput kda_frozen_impl(const Tensor& q, const Tensor& k, const Tensor& v, con
       FLASHINFER_CHECK(output->dtype() == DType::kBFloat16 && output->device() == q.device(), op,
                        "output", "output must be bf16 on ", q.device().str());
     }
-    // Read only: a compact copy serves any layout (upstream reads .contiguous()).
+    // Read only: a compact copy serves any layout (upstream reads .contiguous()); so do the
+    // activations, which the kernel reads with a unit last stride.
     if (!(pool.stride(3) == 1 && pool.stride(2) == K && pool.stride(1) == V * K)) {
       pool_use = pool.contiguous();
     }
+    qp = q.contiguous(), kp = k.contiguous(), vp = v.contiguous(), gp = g.contiguous();
+    bp = beta.contiguous();
     N = B;
     window = T;
     p.num_seqs = B;
     p.T = T;
-    p.q = kda_io(q), p.k = kda_io(k), p.v = kda_io(v), p.g = kda_io(g);
-    p.beta = {beta.data_ptr(), beta.stride(0), beta.stride(1), beta.stride(2)};
+    p.q = kda_io(qp), p.k = kda_io(kp), p.v = kda_io(vp), p.g = kda_io(gp);
+    p.beta = {bp.data_ptr(), bp.stride(0), bp.stride(1), bp.stride(2)};
     out = given(output) ? *output : Tensor::zeros({B, T, HV, V}, DType::kBFloat16, q.device());
     p.out = out.data_ptr();
     p.out_seq = out.stride(0), p.out_tok = out.stride(1), p.out_head = out.stride(2);
@@ -395,6 +398,8 @@ KdaOutput kda_frozen_impl(const Tensor& q, const Tensor& k, const Tensor& v, con
     if (given(dt_bias)) bias32 = dt_bias->to(DType::kFloat32).contiguous();
   }
   api::check_same_device(pool, q, op, pool_arg, "q");
+  if (a_log32.defined()) api::check_same_device(a_log32, q, op, "A_log", "q");
+  if (bias32.defined()) api::check_same_device(bias32, q, op, "dt_bias", "q");
   api::check_writable(out, op, "output");
   // Host slot checks (CPU): a slot past the pool is undefined upstream (refused here).
   if (q.device().is_cpu() && idx32.defined()) {

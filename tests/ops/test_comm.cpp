@@ -1783,7 +1783,7 @@ TEST(DecodeCpA2a, RefusesWhatUpstreamRefuses) {
         [&] {
           with_out({Tensor::zeros({3, 16, 2}, kBf).transpose(1, 2), st.clone()});
         },
-        "partial_o_out must be contiguous");
+        "output must be contiguous");
     // Written in place of an input: the call gate refuses the overlap before anything moves.
     expect_error([&] { with_out({o, st.clone()}); }, "out");
     expect_error([&] { decode_cp_a2a_init_workspace(ws, 5, 2); }, "cp_rank must be in");

@@ -351,16 +351,45 @@ TEST(KdaFrozen, BatchedVerifyIsTheUpdatingCallWithNothingStored) {
   EXPECT_EQ(pool.to_double_vector(), pool0.to_double_vector());
 }
 
+TEST(KdaFrozen, EveryGateFormAndBetaIsTheUpdatingCallsOutputs) {
+  // The precomputed gate (a lower_bound given beside it is ignored, as upstream passes it only
+  // with the gate in the kernel), softplus and the lower bound; betas as given or as logits.
+  const In in = make(2, 2, 2, 2, 128, 205);
+  const Tensor pool = rand_tensor({3, 2, 128, 128}, kBf, 206, -0.2, 0.2);
+  for (const Gate gate : {Gate::kPre, Gate::kSoftplus, Gate::kLower}) {
+    for (const bool logit : {false, true}) {
+      const auto call = [&](const Tensor& state, bool frozen, std::optional<double> lb,
+                            std::optional<Tensor> ssm, std::optional<Tensor> src_idx) {
+        return recurrent_kda(in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt,
+                             state, false, true, gate != Gate::kPre, lb, std::nullopt, ssm,
+                             std::nullopt, std::nullopt, std::nullopt, std::nullopt, src_idx, logit,
+                             std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0,
+                             std::nullopt, frozen)
+            .output;
+      };
+      const std::optional<double> lb =
+          gate == Gate::kLower ? std::optional<double>(-5.0) : std::nullopt;
+      const Tensor got = call(pool, true, gate == Gate::kPre ? -3.0 : lb, ints({2, 0}), {});
+      const Tensor want = call(pool.clone(), false, lb, ints({2, 0}), {});
+      EXPECT_EQ(got.to_double_vector(), want.to_double_vector())
+          << static_cast<int>(gate) << " " << logit;
+      // initial_state_indices is the slot read, before ssm_state_indices.
+      const Tensor by_src = call(pool, true, lb, ints({0, 0}), ints({2, 0}));
+      EXPECT_EQ(by_src.to_double_vector(), got.to_double_vector());
+    }
+  }
+}
+
 TEST(KdaFrozen, CachesHoldTheRawKeyGateAndTheCorrection) {
   // Packed windows of 3 (num_spec_tokens 2): sequences of 3, 1 and 2 tokens at slots 4, -1 (a
-  // padding slot) and 0 of a 5-slot pool; equal heads (2) of 128.
+  // padding slot, which must not become slot 0) and 2 of a 5-slot pool; equal heads (2) of 128.
   const In in = make(1, 6, 2, 2, 128, 210);
   const Tensor pool = rand_tensor({5, 2, 128, 128}, kBf, 211, -0.2, 0.2);
   const Tensor pool0 = pool.clone();
   Tensor corr = Tensor::full({5, 2, 3, 128}, 7.0, kF32);
   Tensor kg = Tensor::full({5, 2, 3, 256}, 7.0, kBf);
   Tensor out = Tensor::full({1, 6, 2, 128}, 9.0, kBf);
-  auto [o, fs, cp] = frozen_call(in, pool, ints({0, 3, 4, 6}), ints({4, -1, 0}), 2,
+  auto [o, fs, cp] = frozen_call(in, pool, ints({0, 3, 4, 6}), ints({4, -1, 2}), 2,
                                  Frozen{.corr = corr, .kg = kg}, out);
   EXPECT_EQ(o.data_ptr(), out.data_ptr());
   EXPECT_FALSE(fs.defined());
@@ -372,7 +401,7 @@ TEST(KdaFrozen, CachesHoldTheRawKeyGateAndTheCorrection) {
   const auto kgv = kg.to_double_vector();
   for (int64_t hv = 0; hv < 2; ++hv) {
     for (const auto& [begin, len, slot] :
-         {std::tuple<int64_t, int64_t, int64_t>{0, 3, 4}, {3, 1, -1}, {4, 2, 0}}) {
+         {std::tuple<int64_t, int64_t, int64_t>{0, 3, 4}, {3, 1, -1}, {4, 2, 2}}) {
       std::vector<double> S = slot >= 0 ? slot_state(pool0, slot, hv) : std::vector<double>();
       for (int64_t t = 0; t < len; ++t) {
         const int64_t tok = begin + t;
@@ -397,7 +426,8 @@ TEST(KdaFrozen, CachesHoldTheRawKeyGateAndTheCorrection) {
       }
     }
     // Rows past a sequence's length and slots no sequence reads stay as they were.
-    for (const auto& [slot, t] : {std::pair<int64_t, int64_t>{0, 2}, {1, 0}, {2, 1}, {3, 2}}) {
+    for (const auto& [slot, t] :
+         {std::pair<int64_t, int64_t>{0, 0}, {0, 1}, {0, 2}, {1, 0}, {2, 2}, {3, 2}}) {
       const int64_t row = (slot * 2 + hv) * 3 + t;
       EXPECT_EQ(cv[row * 128], 7.0) << slot << " " << t;
       EXPECT_EQ(kgv[row * 256 + 255], 7.0) << slot << " " << t;
@@ -455,8 +485,9 @@ TEST(KdaFrozen, CommittingTheCachedCorrectionsGivesTheUpdatedState) {
 
 TEST(KdaPrefill, IndexedCheckpointsTakeEachCompletedBoundary) {
   // Packed prefill of 64 and 40 tokens, every 32: sequence 0 completes boundaries 32 and 64
-  // (entries 0, 1 of the table), sequence 1 boundary 32 (entry 2). Table {3, -1, 0}: the row -1
-  // is skipped. Each indexed row is the state before token 32 the unindexed call stores.
+  // (entries 0, 1 of the table; 64 is its end: the final state), sequence 1 boundary 32 (entry
+  // 2). Table {3, 1, 0}. Each indexed row is the state the unindexed call stores before that
+  // token, or the final state; then rows outside the pool (-1, 9) are skipped.
   const In in = make(1, 104, 2, 2, 128, 230);
   const Tensor pool0 = rand_tensor({2, 2, 128, 128}, kBf, 231, -0.2, 0.2);
   Tensor pool_a = pool0.clone(), pool_b = pool0.clone();
@@ -465,7 +496,7 @@ TEST(KdaPrefill, IndexedCheckpointsTakeEachCompletedBoundary) {
       in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt, pool_a, false, true,
       true, -5.0, ints({0, 64, 104}), ints({1, 0}), std::nullopt, std::nullopt, std::nullopt,
       std::nullopt, std::nullopt, true, std::nullopt, std::nullopt, rows,
-      Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), 32, ints({3, -1, 0}));
+      Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), 32, ints({3, 1, 0}));
   EXPECT_EQ(ca.data_ptr(), rows.data_ptr());
   Tensor plain = Tensor::zeros({4, 2, 128, 128}, kBf);
   auto [ob, fb, cb] =
@@ -478,10 +509,18 @@ TEST(KdaPrefill, IndexedCheckpointsTakeEachCompletedBoundary) {
   auto row = [](const Tensor& t, int64_t r) {
     return t.select(0, r).contiguous().to_double_vector();
   };
-  EXPECT_EQ(row(rows, 3), row(plain, 1));  // sequence 0 after 32 tokens
-  EXPECT_EQ(row(rows, 0), row(plain, 3));  // sequence 1 after 32 tokens
-  EXPECT_EQ(row(rows, 1), std::vector<double>(2 * 128 * 128, 3.0));
+  EXPECT_EQ(row(rows, 3), row(plain, 1));   // sequence 0 after 32 tokens
+  EXPECT_EQ(row(rows, 1), row(pool_a, 1));  // sequence 0 after 64: its final state (slot 1)
+  EXPECT_EQ(row(rows, 0), row(plain, 3));   // sequence 1 after 32 tokens
   EXPECT_EQ(row(rows, 2), std::vector<double>(2 * 128 * 128, 3.0));
+  Tensor skip = Tensor::full({4, 2, 128, 128}, 3.0, kBf);
+  (void)recurrent_kda(in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, std::nullopt,
+                      pool0.clone(), false, true, true, -5.0, ints({0, 64, 104}), ints({1, 0}),
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, true,
+                      std::nullopt, std::nullopt, skip,
+                      Tensor::from_vector({0, 2, 3}, {3}, DType::kInt64), 32, ints({-1, 9, 0}));
+  EXPECT_EQ(row(skip, 0), row(plain, 3));
+  for (int64_t r = 1; r < 4; ++r) EXPECT_EQ(row(skip, r), std::vector<double>(2 * 128 * 128, 3.0));
 }
 
 TEST(KdaFrozen, RefusalsInUpstreamsOrderWithItsTexts) {
@@ -535,6 +574,17 @@ TEST(KdaFrozen, RefusalsInUpstreamsOrderWithItsTexts) {
                       true);
       },
       "use_qk_l2norm_in_kernel", "always applies Q/K L2 normalization");
+  fail(
+      [&] {
+        recurrent_kda(in.q, in.k, in.v, in.g, in.beta, std::nullopt, std::nullopt, std::nullopt,
+                      pool, false, true, false, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, ints({1, 1}), std::nullopt, std::nullopt, std::nullopt, false,
+                      std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, std::nullopt,
+                      true);
+      },
+      "num_accepted_tokens",
+      "num_accepted_tokens applies to the state-updating fused spec path, not the frozen-verify "
+      "mode");
   fail([&] { frozen_call(in, std::nullopt, {}, {}, {}, {}); }, "initial_state",
        "requires a committed state pool via initial_state_source (preferred) or initial_state");
   fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.corr = corr}); }, "kg_cache",
