@@ -1111,8 +1111,11 @@ DenseAsCsr dense_as_csr(const Tensor& cu, const Tensor& bt, const Tensor& seq_le
                         const char* op) {
   const auto tensor_checks = [&](const Tensor& t, const char* name, int64_t rank) {
     api::check_defined(t, op, name);
+    std::string shape = "(";  // python's tuple
+    for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.size(i));
+    shape += t.dim() == 1 ? ",)" : ")";
     FLASHINFER_CHECK(t.dim() == rank, op, name, name, " metadata must be rank-", rank,
-                     ", got shape ", api::torch_size_string(t.shape()), ".");
+                     ", got shape ", shape, ".");
     FLASHINFER_CHECK(t.dtype() == DType::kInt32, op, name, name,
                      " metadata must have dtype torch.int32, got ", dtype_torch_name(t.dtype()),
                      ".");
@@ -1182,9 +1185,10 @@ void BatchMLAPagedAttentionWrapper::plan(
         const MlaPlanOptions& o = options;
         // Upstream 0.7.4's forms and their checks, in its order.
         const bool csr_any = qo_indptr_arg || kv_indptr_arg || kv_indices_arg || kv_len_arr_arg;
-        const bool dense_any = o.cum_seq_lens_q || o.block_tables || o.seq_lens;
+        const bool dense_fields = o.cum_seq_lens_q || o.block_tables || o.seq_lens;
+        const bool dense_any = dense_fields || o.max_q_len;
         if (!o.metadata.is_none()) {
-          FLASHINFER_CHECK(!(csr_any || dense_any || o.max_q_len), op, "metadata",
+          FLASHINFER_CHECK(!(csr_any || dense_any), op, "metadata",
                            "Both metadata object and flat metadata arguments were provided; only "
                            "one representation may be supplied.");
           FLASHINFER_FAIL(ErrorCode::kUnsupported, op, "metadata",
@@ -1260,7 +1264,7 @@ void BatchMLAPagedAttentionWrapper::plan(
         // An fp8 cache planned "default" takes its scales per tensor (upstream's upgrade for
         // the callers that pass ckv_scale / kpe_scale at run).
         std::string scale_mode = o.scale_mode;
-        const bool fp8_kv = kv_data_type == DType::kFloat8E4M3FN;
+        const bool fp8_kv = dtype_is_fp8(kv_data_type);
         if (fp8_kv && scale_mode == "default" && q_data_type != DType::kFloat8E4M3FN) {
           scale_mode = "kv-per-tensor";
         }
@@ -1271,6 +1275,9 @@ void BatchMLAPagedAttentionWrapper::plan(
         // The tensors of the form given.
         Tensor qo_indptr, kv_indptr, kv_indices, kv_len_arr;
         if (dense_any) {
+          FLASHINFER_CHECK(dense_fields, op, "max_q_len",
+                           "max_q_len metadata requires the complete dense metadata form, "
+                           "including cum_seq_lens_q, block_tables, and seq_lens.");
           std::string absent;
           for (const auto& [t, name] : {std::pair{&o.cum_seq_lens_q, "cum_seq_lens_q"},
                                         {&o.block_tables, "block_tables"},
@@ -1294,9 +1301,6 @@ void BatchMLAPagedAttentionWrapper::plan(
           }
           FLASHINFER_CHECK(absent.empty(), op, "qo_indptr",
                            "CSR metadata form is partial; missing required fields: ", absent, ".");
-          FLASHINFER_CHECK(!o.max_q_len, op, "max_q_len",
-                           "max_q_len metadata requires the complete dense metadata form, "
-                           "including cum_seq_lens_q, block_tables, and seq_lens.");
           qo_indptr = *qo_indptr_arg, kv_indptr = *kv_indptr_arg, kv_indices = *kv_indices_arg;
           kv_len_arr = *kv_len_arr_arg;
         }
@@ -1424,7 +1428,7 @@ std::pair<Tensor, Tensor> structural_split(const Value& v, const char* what, con
     FLASHINFER_CHECK(t.dim() == 3, op, arg, "packed ", what, " must have rank 3.");
     FLASHINFER_CHECK(t.size(2) == total, op, arg, "packed ", what,
                      " last dimension does not match planned split widths.");
-    FLASHINFER_CHECK(t.dtype() == planned, op, arg, arg, ".dtype=", dtype_torch_name(t.dtype()),
+    FLASHINFER_CHECK(t.dtype() == planned, op, arg, what, ".dtype=", dtype_torch_name(t.dtype()),
                      " does not match the planned ", planned_name, "=", dtype_torch_name(planned),
                      ".");
     return {t.slice(2, 0, width), t.slice(2, width, total)};
@@ -1546,7 +1550,9 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
                            "kv_data_type is FP8.");
           FLASHINFER_CHECK(o.kpe_scale.has_value(), op, "kpe_scale",
                            "kpe_scale is required when kv_data_type is FP8.");
-        } else if (s.scale_mode != "kv-per-tensor") {
+        } else if (s.scale_mode != "kv-per-tensor" && !s.legacy_csr) {
+          // (A flat CSR plan keeps taking KV scales with a 16-bit cache, as this library's
+          // wrapper always has; upstream refuses them there too.)
           FLASHINFER_CHECK(!has_kv_scale, op,
                            o.ckv_scale       ? "ckv_scale"
                            : o.ckv_scale_arr ? "ckv_scale_arr"
@@ -1590,6 +1596,13 @@ AttentionOutput BatchMLAPagedAttentionWrapper::run(
         if (!has_bmm) return run_mla(s, r);
         // bmm1_scale replaces sm_scale, bmm2_scale multiplies the output (the trtllm MLA
         // entry point's math); a tensor is read where the kernels read it.
+        for (const auto& [x, name] :
+             {std::pair{&*o.bmm1_scale, "bmm1_scale"}, std::pair{&*o.bmm2_scale, "bmm2_scale"}}) {
+          FLASHINFER_CHECK(!x->is_tensor() ||
+                               (x->tensor().dtype() == DType::kFloat32 && x->tensor().numel() == 1),
+                           op, name, name,
+                           " must be a one-element torch.float32 tensor or a number");
+        }
         const std::optional<Device> scale_dev =
             s.device.is_cuda() ? std::optional<Device>(s.device) : std::nullopt;
         const double sm =

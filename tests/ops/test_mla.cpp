@@ -2661,6 +2661,26 @@ TEST(BatchMLAPagedAttention, Upstream074FormsAreTheLegacyCallBitForBit) {
     EXPECT_EQ(bytes_of(r.out), bytes_of(ref.out));
     EXPECT_EQ(bytes_of(r.lse), bytes_of(ref.lse));
   }
+  // The dense plan copied its page ids (upstream's fa2 / fa3 plan): ids written after plan are
+  // not read.
+  Tensor table = l.block_tables.clone();
+  BatchMLAPagedAttentionWrapper wc(workspace());
+  wc.plan(std::nullopt, std::nullopt, std::nullopt, std::nullopt, 2, 64, 16, 4, true, 0.2, bf, bf,
+          false,
+          MlaPlanOptions{.cum_seq_lens_q = qo, .block_tables = table, .seq_lens = l.kv_lens});
+  table.fill_(0.0);
+  EXPECT_EQ(bytes_of(wc.run(qn, qp, l.ckv, l.kpe).out), bytes_of(ref.out));
+  testing::expect_error_text(
+      [&] { wc.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true); },
+      "BatchMLAPagedAttentionWrapper.run", "return_lse",
+      "MLA planned run argument LSE mode mismatch: planned 'none', got 'base2'");
+  testing::expect_error_text(
+      [&] {
+        wc.run(qn, qp, l.ckv, l.kpe, Tensor::zeros({5, 2, 64}, DType::kFloat16));
+      },
+      "BatchMLAPagedAttentionWrapper.run", "out",
+      "MLA planned run argument output dtype mismatch: planned torch.bfloat16, got "
+      "torch.float16");
   // The legacy pairs on the dense plan; planned "base2", so the LSE must be asked for.
   EXPECT_EQ(bytes_of(w.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, true).out),
             bytes_of(ref.out));
@@ -2678,6 +2698,16 @@ TEST(BatchMLAPagedAttention, Upstream074FormsAreTheLegacyCallBitForBit) {
                   MlaRunOptions{.bmm1_scale = b1, .bmm2_scale = b2});
   };
   EXPECT_EQ(bytes_of(bmm(0.2, 1.0).out), bytes_of(ref.out));
+  // bmm-tensor: one-element fp32 tensors, the same result.
+  BatchMLAPagedAttentionWrapper wt(workspace());
+  wt.plan(qo, l.kv_indptr, l.kv_indices, l.kv_lens, 2, 64, 16, 4, true, 9.0, bf, bf, false,
+          MlaPlanOptions{.scale_mode = "bmm-tensor"});
+  const auto f32 = [](double v) { return Tensor::full({1}, v, DType::kFloat32); };
+  EXPECT_EQ(bytes_of(wt.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, false, std::nullopt,
+                            std::nullopt, std::nullopt, false, std::nullopt,
+                            MlaRunOptions{.bmm1_scale = f32(0.2), .bmm2_scale = f32(1.0)})
+                         .out),
+            bytes_of(ref.out));
   std::vector<double> half = ref.out.to_double_vector();
   for (double& x : half) x *= 0.5;
   EXPECT_TRUE(testing::all_close(bmm(0.2, 0.5).out, half, {1e-2, 1e-2}));
@@ -2724,6 +2754,9 @@ TEST(BatchMLAPagedAttention, Upstream074RefusalsWithItsTexts) {
                              "dense metadata form is partial; missing required fields: "
                              "cum_seq_lens_q, block_tables.");
   testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.max_q_len = 1}); }, plan_op,
+                             "cum_seq_lens_q",
+                             "flat CSR and dense metadata forms cannot be mixed.");
+  testing::expect_error_text([&] { plan(std::nullopt, MlaPlanOptions{.max_q_len = 1}); }, plan_op,
                              "max_q_len", "max_q_len metadata requires the complete dense");
   testing::expect_error_text([&] { plan(qo, MlaPlanOptions{.lse_mode = "base10"}); }, plan_op,
                              "lse_mode", "unsupported lse_mode 'base10'.");
@@ -2787,10 +2820,21 @@ TEST(BatchMLAPagedAttention, Upstream074RefusalsWithItsTexts) {
       "bmm1_scale",
       "MLA planned run argument scale mode mismatch: planned 'default', "
       "got 'bmm-scalar'");
-  testing::expect_error_text([&] { run(qn, qp, MlaRunOptions{.kpe_scale = 1.0}); }, run_op,
-                             "kpe_scale",
-                             "ckv_scale / ckv_scale_arr / kpe_scale are only valid when "
-                             "kv_data_type is FP8.");
+  // KV scales with a 16-bit cache: a dense plan refuses them (0.7.4's text); a flat CSR plan
+  // takes them, as this wrapper always has.
+  EXPECT_NO_THROW(run(qn, qp, MlaRunOptions{.kpe_scale = 1.0}));
+  BatchMLAPagedAttentionWrapper wd(workspace());
+  wd.plan(
+      std::nullopt, std::nullopt, std::nullopt, std::nullopt, 2, 64, 16, 4, false, 0.2, bf, bf,
+      false,
+      MlaPlanOptions{.cum_seq_lens_q = qo, .block_tables = l.block_tables, .seq_lens = l.kv_lens});
+  testing::expect_error_text(
+      [&] {
+        wd.run(qn, qp, l.ckv, l.kpe, std::nullopt, std::nullopt, false, std::nullopt, std::nullopt,
+               std::nullopt, false, std::nullopt, MlaRunOptions{.kpe_scale = 1.0});
+      },
+      run_op, "kpe_scale",
+      "ckv_scale / ckv_scale_arr / kpe_scale are only valid when kv_data_type is FP8.");
   testing::expect_error_text([&] { run(qn.slice(0, 0, 1), qp.slice(0, 0, 1), {}); }, run_op,
                              "q_nope", "q_nope rows and heads must match the planned query shape.");
   // A flat CSR plan of "none" takes an LSE request (upstream's compatibility path).
