@@ -173,7 +173,8 @@ std::tuple<Tensor, Tensor> grouped_fp4(const char* op, const Tensor& a, const Te
                                        const Tensor& a_global_sf, bool silu,
                                        const Value& nvfp4_4over6) {
   api::check_defined(a, op, "a");
-  api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
+  const kernels::Nvfp4FourOverSix fos =
+      api::nvfp4_4over6_recipe(nvfp4_4over6, a.dtype(), a.device(), op);
   check_grouped_input(a, op, "a");
   const int64_t l = a.size(0), m = a.size(1);
   FLASHINFER_CHECK(!silu || a.size(2) % 2 == 0, op, "a", "the last dimension (", a.size(2),
@@ -196,6 +197,7 @@ std::tuple<Tensor, Tensor> grouped_fp4(const char* op, const Tensor& a, const Te
   p.in_stride_g = a.stride(0);
   p.in_stride_m = a.stride(1);
   p.silu_and_mul = silu;
+  p.four_over_six = fos;
   p.rows = mk.data<int32_t>();
   p.global_scale = gs.data<float>();
   p.per_group_scale = true;
@@ -316,7 +318,8 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "nvfp4_batched_quantize";
         api::check_defined(a, op, "a");
-        api::refuse_nvfp4_4over6(nvfp4_4over6, a.dtype(), op);
+        const kernels::Nvfp4FourOverSix fos =
+            api::nvfp4_4over6_recipe(nvfp4_4over6, a.dtype(), a.device(), op);
         // fp16 / bf16 or, as upstream's kernel takes it, e4m3 (nvfp4_rules.h: fp8_fp4_scale).
         check_grouped_input(a, op, "a", {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN});
         FLASHINFER_CHECK(sf_vec_size == 16, op, "sf_vec_size",
@@ -342,6 +345,7 @@ std::tuple<Tensor, Tensor> nvfp4_batched_quantize(const Tensor& a, const Tensor&
         p.global_scale = gs.data<float>();
         p.per_row_scale = per_row;
         p.fp4 = true;
+        p.four_over_six = fos;
         p.out = q.data<uint8_t>();
         p.sf = sf.data<uint8_t>();
         p.sf_per_group = per;

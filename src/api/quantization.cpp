@@ -2,6 +2,7 @@
 // flashinfer.quantization.fp8_quantization): declarations, argument checks, dispatch.
 #include "flashinfer/ops/quantization.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -171,7 +172,8 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
                                              const std::optional<Tensor>& global_scale,
                                              int64_t sf_vec_size, bool sf_use_ue8m0,
                                              SfLayout layout, bool gs_inversed,
-                                             std::optional<bool> enable_pdl) {
+                                             std::optional<bool> enable_pdl,
+                                             kernels::Nvfp4FourOverSix four_over_six = {}) {
   const char* in_arg = std::string_view(op) == "fp4_quantize" ? "input" : "a";
   const QuantizationRows rows = as_rows(input, op, in_arg);
   const Tensor& x = rows.x;
@@ -226,6 +228,7 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   p.global_scale_inversed = gs_inversed;
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;
+  p.four_over_six = four_over_six;
   api::launch(kFp4QuantizeKernels, p, x.device(), op, in_arg, enable_pdl);
   return result();
 }
@@ -423,6 +426,26 @@ const char* layout_desc(SfLayoutCode c) {
 Value nvfp4_4over6_unset() {
   static const ObjectRef kUnset{"_Unset", "_UNSET", 0x5f554e534554ULL, nullptr, nullptr};
   return Value(kUnset);
+}
+
+Value nvfp4_4over6_config(int64_t e4m3_max, std::string_view err_mode, bool err_use_fast_math) {
+  const char* op = "NVFP44Over6Config";
+  FLASHINFER_CHECK(e4m3_max == 448 || e4m3_max == 256, op, "e4m3_max",
+                   "NVFP4 4over6 E4M3 max must be either 256 or 448.");
+  std::string mode(err_mode);
+  for (char& c : mode) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  FLASHINFER_CHECK(mode == "MAE" || mode == "MSE", op, "err_mode",
+                   "NVFP4 4over6 error mode must be MAE or MSE.");
+  // Upstream's __repr__: the fields that differ from the defaults.
+  std::string fields;
+  const auto add = [&](const std::string& f) { fields += (fields.empty() ? "" : ", ") + f; };
+  if (e4m3_max != 448) add("e4m3_max=" + std::to_string(e4m3_max));
+  if (mode != "MAE") add("err_mode=NVFP44Over6ErrMode." + mode);
+  if (err_use_fast_math) add("err_use_fast_math=True");
+  ObjectRef ref;
+  ref.type = "NVFP44Over6Config";
+  ref.repr = "NVFP44Over6Config(" + fields + ")";
+  return Value(std::move(ref));
 }
 
 // Ours, or upstream's as its recorder writes it (its repr "<nvfp4_4over6 unset: read
@@ -648,8 +671,12 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
           return {o.q, sf};
         }
         api::check_backend(op, backend, input.device());
-        api::refuse_nvfp4_4over6(four_over_six, nvfp4_4over6, input.dtype(), op);
+        const kernels::Nvfp4FourOverSix fos = api::nvfp4_4over6_recipe(
+            four_over_six, nvfp4_4over6, input.dtype(), input.device(), op);
         if (backend == "cute-dsl") {
+          // Upstream's CuTe-DSL twin runs the same recipe; its entry points' other rules are
+          // this path's, so the recipe is not taken here.
+          api::refuse_nvfp4_4over6(fos.on, nvfp4_4over6, input.dtype(), op);
           // Upstream's routing: NVFP4 (16, e4m3) or MXFP4 (32, ue8m0) to the CuTe-DSL entry
           // points (2-D outputs, their zero rule); is_global_scale_inversed is not passed on.
           if (sf_vec_size == 16 && !sf_use_ue8m0) {
@@ -665,7 +692,7 @@ std::tuple<Tensor, Tensor> fp4_quantize(const Tensor& input, std::optional<Tenso
           return mxfp4_cute_impl(op, "input", input, static_cast<int64_t>(layout), enable_pdl);
         }
         return fp4_quantize_impl(op, input, global_scale, sf_vec_size, sf_use_ue8m0, layout,
-                                 is_global_scale_inversed, enable_pdl);
+                                 is_global_scale_inversed, enable_pdl, fos);
       },
       input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
       is_global_scale_inversed, enable_pdl, backend, nvfp4_4over6, batch_invariant);
@@ -812,7 +839,13 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
           return r;
         }
         api::check_backend(op, backend, a.device());
-        api::refuse_nvfp4_4over6(four_over_six, nvfp4_4over6, a.dtype(), op);
+        const kernels::Nvfp4FourOverSix fos =
+            api::nvfp4_4over6_recipe(four_over_six, nvfp4_4over6, a.dtype(), a.device(), op);
+        // The recipe runs on the per-tensor form's CPU path; the per-token and CuTe-DSL forms
+        // (their own row scales and zero rules) refuse it.
+        if (per_token_activation || backend == "cute-dsl") {
+          api::refuse_nvfp4_4over6(fos.on, nvfp4_4over6, a.dtype(), op);
+        }
         // out_scale (upstream 0.7.4): the CuTe-DSL per-token form's returned scales times
         // out_scale[0]; "auto" is the "cuda" backend there.
         if (has_out_scale) {
@@ -870,7 +903,7 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
             return {q, sf, Tensor()};
           }
           auto [q, sf] = fp4_quantize_impl(op, a, a_global_sf.as_tensor(), sf_vec_size, false,
-                                           layout, false, enable_pdl);
+                                           layout, false, enable_pdl, fos);
           return {q, sf, Tensor()};
         };
         // The per-token scales times out_scale[0], one fp32 product (the codes unchanged).

@@ -6,6 +6,7 @@
 
 #include "flashinfer/dtype.h"
 #include "kernels/page_append_params.h"
+#include "kernels/quantization_params.h"  // Nvfp4FourOverSix
 
 namespace flashinfer::kernels {
 
@@ -23,10 +24,11 @@ struct GroupedQuantizeParams {
   bool per_group_scale = false;
   bool per_row_scale = false;  // nvfp4_batched_quantize: [m] scales, row r's for every group
   bool fp4 = true;
-  int64_t padded_k = 0;      // mxfp8: K rounded up to 128 (fp4: k)
-  uint8_t* out = nullptr;    // [groups, m, k/2] (fp4) or [groups, m, padded_k] (mxfp8)
-  uint8_t* sf = nullptr;     // [groups, sf_per_group]
-  int64_t sf_per_group = 0;  // bytes of one group's 128x4 scale block
+  int64_t padded_k = 0;            // mxfp8: K rounded up to 128 (fp4: k)
+  uint8_t* out = nullptr;          // [groups, m, k/2] (fp4) or [groups, m, padded_k] (mxfp8)
+  uint8_t* sf = nullptr;           // [groups, sf_per_group]
+  int64_t sf_per_group = 0;        // bytes of one group's 128x4 scale block
+  Nvfp4FourOverSix four_over_six;  // fp4: upstream 0.7.4's 4over6 recipe when on (CPU)
 };
 
 /// silu(gate) * up per row, rounded to the element type: out [m, k] contiguous.

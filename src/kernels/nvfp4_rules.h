@@ -68,6 +68,60 @@ FLASHINFER_HD Nvfp4Block nvfp4_quantize_block(const float* v, float gs) {
   return b;
 }
 
+/// Upstream 0.7.4's NVFP4 "4 over 6" block (cvt_warp_fp16_to_fp4's 4over6 branch, sm100+ there):
+/// two candidate scales, the block's amax mapped to 6 (sf6) and to 4 (sf4 = 1.5 sf6), each
+/// rounded to e4m3; the block is quantized under both and the candidate with the smaller summed
+/// error is written (ties and NaN: the 6 one). Every fp32 step rounded once; S is the encode
+/// (global) scale. Upstream's default ("fast") association takes its reciprocals with
+/// rcp.approx.ftz: exact here (equal for powers of two, else within an ulp), and no FTZ.
+///   amax: the max of |even elements| and of |odd elements| (NaN ignored in each), then
+///     (x > y ? x : y) (upstream's half2 max then cuda_max: NaN only if every odd one is).
+///   amax == 0: scale 0, every code +0.
+///   sf6 = RN(S RN(amax (1/6))) (exact_math: RN(RN(amax / 6) S)); sf4 = RN(sf6 * 1.5).
+///   out = 1 / RN(s * (1 / S)) with no zero guard (a scale of 0: +Inf, so nonzero values give
+///     +-6 and zeros NaN, code 7: upstream's quirk); exact_math: fminf(that, FLT_MAX).
+///   codes e2m1(RN(x out)); error per element: fast_err RN(q s - RN(x S)), else RN(RN(q s (1 /
+///     S)) - x) (q the code's value, -0 for code 8); |d| or RN(d d), summed in order.
+FLASHINFER_HD Nvfp4Block nvfp4_4over6_block(const float* x, float S, Nvfp4FourOverSix c) {
+  Nvfp4Block out;
+  float even = f32_from_bits(0x7fc00000u), odd = even;  // NaN until a non-NaN value is seen
+  FLASHINFER_UNROLL
+  for (int i = 0; i < kNvfp4Block; ++i) {
+    const float a = x[i] < 0.0f ? -x[i] : (x[i] == 0.0f ? 0.0f : x[i]);  // |x|, -0 as +0
+    float& m = (i % 2 == 0) ? even : odd;
+    if (!(a != a) && (m != m || a > m)) m = a;
+  }
+  const float amax = even > odd ? even : odd;
+  if (amax == 0.0f) return out;  // scale 0, codes +0
+  const float sf6 = c.exact_math ? fp32_mul(fp32_div(amax, 6.0f), S)
+                                 : fp32_mul(S, fp32_mul(amax, fp32_div(1.0f, 6.0f)));
+  const float sf4 = fp32_mul(sf6, 1.5f);
+  const float gds = fp32_div(1.0f, S);
+  uint8_t sf_code[2];
+  uint64_t packed[2] = {0, 0};
+  float err[2] = {0.0f, 0.0f};
+  for (int k = 0; k < 2; ++k) {
+    sf_code[k] = float_to_e4m3fn_bits(k == 0 ? sf6 : sf4, true);
+    const float s = e4m3_code_to_float(sf_code[k]);
+    float os = fp32_div(1.0f, fp32_mul(s, gds));
+    if (c.exact_math && (os != os || os > 3.402823466e38f)) os = 3.402823466e38f;  // fminf
+    for (int i = 0; i < kNvfp4Block; ++i) {
+      const uint8_t code = float_to_e2m1_bits(fp32_mul(x[i], os));
+      packed[k] |= static_cast<uint64_t>(code) << (4 * i);
+      const float mag = e2m1_code_to_float(code & 0x7);
+      const float q = (code & 0x8) ? -mag : mag;
+      const float qs = q * s;  // exact: at most 2 + 4 significant bits
+      const float d =
+          c.fast_err ? fp32_sub(qs, fp32_mul(x[i], S)) : fp32_sub(fp32_mul(qs, gds), x[i]);
+      err[k] = fp32_add(err[k], c.mse ? fp32_mul(d, d) : (d < 0.0f ? -d : d));
+    }
+  }
+  const int pick = err[1] < err[0] ? 1 : 0;
+  out.sf = sf_code[pick];
+  out.packed = packed[pick];
+  return out;
+}
+
 /// fp8 (e4m3) input of fp4_quantize / nvfp4_quantize / mxfp4_quantize / nvfp4_batched_quantize,
 /// as upstream's cvt_warp_fp8_to_fp4 (compiled for sm100+ only): each value is first brought to
 /// fp16, h = fp16_rn(x * (6 * (1 / gs))); the block's scale is s = gs * (amax(h) * (1 / 6)),

@@ -90,6 +90,15 @@ FLASHINFER_HD float ue8m0_to_float(uint8_t code) {
   return f32_from_bits(bits);
 }
 
+/// Upstream 0.7.4's NVFP4 "4 over 6" recipe (its NVFP44Over6Config, kernels/nvfp4_rules.h
+/// nvfp4_4over6_block): on; the error metric (squared, else absolute differences); the "fast"
+/// error (candidates compared as q * s against x * S); exact_math: upstream's
+/// DISABLE_FP4_QUANT_FAST_MATH association (RN(amax / 6) * S, output scales fminf(1 / (s / S),
+/// FLT_MAX)).
+struct Nvfp4FourOverSix {
+  bool on = false, mse = false, fast_err = false, exact_math = false;
+};
+
 /// FP4 quantization of rows of an [m, k] matrix into packed e2m1 + block scales.
 struct Fp4QuantizeParams {
   const void* input = nullptr;
@@ -118,6 +127,9 @@ struct Fp4QuantizeParams {
   float* per_token_scale = nullptr;
   const float* per_token_gsi = nullptr;
   float per_token_gsi_value = 0.0f;
+  // NVFP4 (16, e4m3) blocks of fp16 / bf16 input by the 4over6 recipe when on (the CPU
+  // reference; the API refuses it on CUDA and with per-token scales).
+  Nvfp4FourOverSix four_over_six;
 };
 
 /// The per-token rule above: (row scale, the rows' global scale) from the row's amax.

@@ -206,8 +206,10 @@ TEST(Cli, KernelSwitchListMatchesTheVariablesTheSourcesRead) {
       "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_MODEL_PATH", "FLASHINFER_CUDA_ARCH_LIST",
       "FLASHINFER_NVCC_THREADS", "FLASHINFER_JIT_VERBOSE", "FLASHINFER_JIT_DEBUG",
       "FLASHINFER_JIT_AOT_DIR", "FLASHINFER_TRACE_DUMP", "FLASHINFER_TRACE_DUMP_DIR",
-      // Upstream's own setting (its quantizers' NVFP4 4over6 recipe; refused here when on).
-      "FLASHINFER_NVFP4_4OVER6"};
+      // Upstream's own settings: its quantizers' NVFP4 recipe (4over6, its error mode and fast
+      // error, the exact-math association), read as upstream reads them.
+      "FLASHINFER_NVFP4_4OVER6", "FLASHINFER_NVFP4_4OVER6_ERR_MODE",
+      "FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH", "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH"};
   const std::regex name(R"re("(FLASHINFER_[A-Z0-9_]*[A-Z0-9])")re");
   std::set<std::string> read;
   for (const char* sub : {"src", "include", "tools"}) {

@@ -643,29 +643,43 @@ TEST(Nvfp4QuantizeAppendWithSlotMapping, MatchesBlockFormula) {
 
 // nvfp4_4over6 (upstream 0.7.4) on the grouped, batched and KV-append quantizers: None and the
 // default (the environment off) are the standard recipe; an explicit recipe, or
-// FLASHINFER_NVFP4_4OVER6=1 where the default reads it, is refused (not implemented here). The
-// KV append's default is None, so the environment does not reach it.
-TEST(Nvfp4Ops, FourOverSixIsRefusedNotIgnored) {
-  const Value config(
-      ObjectRef{"NVFP44Over6Config", "NVFP44Over6Config(e4m3_max=448)", 1, nullptr, nullptr});
+// FLASHINFER_NVFP4_4OVER6=1 where the default reads it, runs the 4over6 recipe: each group's bytes
+// are fp4_quantize's with the same recipe. The KV append (another recipe upstream) refuses it; its
+// default is None, so the environment does not reach it.
+TEST(Nvfp4Ops, FourOverSixRunsOnTheGroupedAndBatchedQuantizers) {
+  const Value config = nvfp4_4over6_config();
   Tensor a = rand_tensor({2, 4, 32}, DType::kBFloat16, 3, -2, 2);
   const Tensor m2 = i32({4, 4}), gs2 = f32({1, 1});
   const auto base = scaled_fp4_grouped_quantize(a, m2, gs2);
   EXPECT_EQ(bytes(std::get<0>(scaled_fp4_grouped_quantize(a, m2, gs2, Value()))),
             bytes(std::get<0>(base)));
-  EXPECT_FI_ERROR_CODE(scaled_fp4_grouped_quantize(a, m2, gs2, config),
-                       "scaled_fp4_grouped_quantize", "nvfp4_4over6", ErrorCode::kUnsupported);
+  // Group g of the batched quantizer is fp4_quantize of a[g] (128x4 scales), recipe and all.
+  const auto per_group = [&](const Tensor& in, const Value& four) {
+    std::vector<uint8_t> q, sf;
+    for (int64_t g = 0; g < in.size(0); ++g) {
+      auto [qg, sg] = fp4_quantize(in.select(0, g).contiguous(), f32({1}), 16, false, true, false,
+                                   false, std::nullopt, "auto", four);
+      const auto qb = bytes(qg), sb = bytes(sg);
+      q.insert(q.end(), qb.begin(), qb.end());
+      sf.insert(sf.end(), sb.begin(), sb.end());
+    }
+    return std::pair{q, sf};
+  };
+  const auto [bq, bsf] = nvfp4_batched_quantize(a, f32({1}), 16, config);
+  const auto [wq, wsf] = per_group(a, config);
+  EXPECT_EQ(bytes(bq), wq);
+  EXPECT_EQ(bytes(bsf), wsf);
+  EXPECT_NE(wsf, per_group(a, Value()).second);  // the recipe changed some scale
+  // The grouped quantizers write the same blocks (their views permute the same bytes).
+  const auto [g4, gs4] = scaled_fp4_grouped_quantize(a, m2, gs2, config);
+  EXPECT_EQ(bytes(g4.permute({2, 0, 1})), wq);
   Tensor a2 = rand_tensor({2, 4, 64}, DType::kBFloat16, 4, -2, 2);
-  EXPECT_FI_ERROR_CODE(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2, config),
-                       "silu_and_mul_scaled_nvfp4_experts_quantize", "nvfp4_4over6",
-                       ErrorCode::kUnsupported);
-  EXPECT_FI_ERROR_CODE(nvfp4_batched_quantize(a, f32({1}), 16, config), "nvfp4_batched_quantize",
-                       "nvfp4_4over6", ErrorCode::kUnsupported);
+  EXPECT_NE(bytes(std::get<1>(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2, config))),
+            bytes(std::get<1>(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2))));
   {
     testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
-    EXPECT_FI_ERROR_CODE(nvfp4_batched_quantize(a, f32({1})), "nvfp4_batched_quantize",
-                         "nvfp4_4over6", ErrorCode::kUnsupported);
-    EXPECT_NO_THROW(nvfp4_batched_quantize(a, f32({1}), 16, Value()));
+    EXPECT_EQ(bytes(std::get<0>(nvfp4_batched_quantize(a, f32({1})))), wq);
+    EXPECT_NE(bytes(std::get<1>(nvfp4_batched_quantize(a, f32({1}), 16, Value()))), wsf);
     // The KV append defaults to None: the environment is not read.
     Tensor key = rand_tensor({1, 1, 16}, DType::kBFloat16, 15, -2, 2);
     Tensor kv = Tensor::zeros({1, 2, 4, 1, 8}, DType::kUInt8);

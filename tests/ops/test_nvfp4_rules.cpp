@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <utility>
 #include <vector>
@@ -120,6 +121,114 @@ TEST(Nvfp4Rules, QuantizeBlockIsFp4Quantize) {
       }
     }
   }
+}
+
+// ---- upstream 0.7.4's NVFP4 4over6 block -------------------------------------------------
+
+using kernels::nvfp4_4over6_block;
+using kernels::Nvfp4FourOverSix;
+
+uint8_t code_at(const Nvfp4Block& b, int i) { return (b.packed >> (4 * i)) & 0xF; }
+
+// Hand-checked: amax 4 with S = 1. The 6 candidate's scale RN(4 RN(1/6)) = 0.6666667 rounds to
+// e4m3 0.6875 (0x33), under which 4 becomes 5.82 -> code 6.0 (0x7), dequantized 4.125 (error
+// 0.125); the 4 candidate's RN(0.6666667 * 1.5) = 1.0 (0x38) keeps 4 exact (code 0x6, error 0):
+// the 4 candidate wins, where the standard recipe writes 0x33 and 0x7.
+TEST(Nvfp4Rules, FourOverSixGolden) {
+  float x[16] = {4.0f};
+  for (const bool mse : {false, true}) {
+    for (const bool fast_err : {false, true}) {
+      for (const bool exact : {false, true}) {
+        const Nvfp4Block b = nvfp4_4over6_block(x, 1.0f, {true, mse, fast_err, exact});
+        EXPECT_EQ(b.sf, 0x38);
+        EXPECT_EQ(b.packed, 0x6u);
+      }
+    }
+  }
+  const Nvfp4Block standard = nvfp4_quantize_block(x, 1.0f);
+  EXPECT_EQ(standard.sf, 0x33);
+  EXPECT_EQ(standard.packed, 0x7u);
+  // 4.125 = 6 * 0.6875 is exact under the 6 candidate (error 0); the 4 candidate's 1.03125
+  // rounds to e4m3 1.0 and gives 4 (error 0.125): the 6 candidate (0x33, code 0x7).
+  float y[16] = {4.125f};
+  const Nvfp4Block b6 = nvfp4_4over6_block(y, 1.0f, {true, false, false, false});
+  EXPECT_EQ(b6.sf, 0x33);
+  EXPECT_EQ(b6.packed, 0x7u);
+  // An all-zero block, -0 included: scale 0 and +0 codes (the standard recipe keeps the signs).
+  float z[16] = {};
+  z[3] = -0.0f;
+  const Nvfp4Block bz = nvfp4_4over6_block(z, 1.0f, {true, false, false, false});
+  EXPECT_EQ(bz.sf, 0);
+  EXPECT_EQ(bz.packed, 0u);
+  EXPECT_EQ(code_at(nvfp4_quantize_block(z, 1.0f), 3), 0x8);
+  // A block whose scale rounds to e4m3 0 (amax / 6 <= 2^-10): upstream's output scale 1 / 0 =
+  // +Inf, so nonzero values give +-6 (0x7 / 0xF) and zeros NaN (0x7); with its exact math the
+  // scale is FLT_MAX: +-6 and zeros 0.
+  float t[16] = {1e-6f, -1e-6f};
+  const Nvfp4Block q = nvfp4_4over6_block(t, 1.0f, {true, false, false, false});
+  EXPECT_EQ(q.sf, 0);
+  EXPECT_EQ(code_at(q, 0), 0x7);
+  EXPECT_EQ(code_at(q, 1), 0xF);
+  EXPECT_EQ(code_at(q, 2), 0x7);
+  const Nvfp4Block qe = nvfp4_4over6_block(t, 1.0f, {true, false, false, true});
+  EXPECT_EQ(qe.sf, 0);
+  EXPECT_EQ(code_at(qe, 0), 0x7);
+  EXPECT_EQ(code_at(qe, 1), 0xF);
+  EXPECT_EQ(code_at(qe, 2), 0x0);
+  // NaN elements: NaN errors, so the 6 candidate; the amax ignores them unless every odd one is.
+  float n[16] = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  const Nvfp4Block bn = nvfp4_4over6_block(n, 1.0f, {true, false, false, false});
+  EXPECT_EQ(bn.sf,
+            float_to_e4m3fn_bits(kernels::fp32_mul(2.0f, kernels::fp32_div(1.0f, 6.0f)), true));
+  EXPECT_EQ(code_at(bn, 1), 0x7);
+}
+
+// Random blocks: the written bytes are one of the two candidates, computed here step by step, and
+// the one with the smaller error in fp64 whenever the two errors are apart (ties go to 6), for
+// each metric; both candidates and both metrics' disagreements occur.
+TEST(Nvfp4Rules, FourOverSixPicksTheSmallerErrorCandidate) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  int picked4 = 0, picked6 = 0, metrics_differ = 0;
+  for (int it = 0; it < 2000; ++it) {
+    float x[16];
+    for (float& v : x) v = bfloat16_bits_to_float(float_to_bfloat16_bits(u(rng)));
+    const float S = 448.0f * 6.0f / 3.0f;
+    uint8_t pick_by_metric[2];
+    for (const bool mse : {false, true}) {
+      const Nvfp4Block b = nvfp4_4over6_block(x, S, {true, mse, false, false});
+      float amax = 0.0f;
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+      const float sf6 =
+          kernels::fp32_mul(S, kernels::fp32_mul(amax, kernels::fp32_div(1.0f, 6.0f)));
+      double err[2];
+      uint8_t codes[2][16], sfc[2];
+      for (int k = 0; k < 2; ++k) {
+        sfc[k] = float_to_e4m3fn_bits(k == 0 ? sf6 : kernels::fp32_mul(sf6, 1.5f), true);
+        const double s = e4m3fn_bits_to_float(sfc[k]);
+        const float os = 1.0f / kernels::fp32_mul(static_cast<float>(s), 1.0f / S);
+        err[k] = 0.0;
+        for (int i = 0; i < 16; ++i) {
+          codes[k][i] = float_to_e2m1_bits(kernels::fp32_mul(x[i], os));
+          const double q = (codes[k][i] & 8 ? -1.0 : 1.0) * e2m1_bits_to_float(codes[k][i] & 7);
+          const double d = q * s / S - x[i];
+          err[k] += mse ? d * d : std::fabs(d);
+        }
+      }
+      const int pick = b.sf == sfc[1] && sfc[0] != sfc[1] ? 1 : 0;
+      ASSERT_EQ(b.sf, sfc[pick]) << it;
+      for (int i = 0; i < 16; ++i) ASSERT_EQ(code_at(b, i), codes[pick][i]) << it << " " << i;
+      if (std::fabs(err[0] - err[1]) > 1e-5 * (err[0] + err[1])) {
+        ASSERT_EQ(pick, err[1] < err[0] ? 1 : 0) << it << " " << err[0] << " " << err[1];
+      }
+      (pick ? picked4 : picked6) += 1;
+      pick_by_metric[mse] = b.sf;
+    }
+    metrics_differ += pick_by_metric[0] != pick_by_metric[1];
+  }
+  EXPECT_GT(picked4, 100);
+  EXPECT_GT(picked6, 100);
+  EXPECT_GT(metrics_differ, 0);
 }
 
 TEST(Mxfp8Rules, ScaleAndValueCodesGolden) {

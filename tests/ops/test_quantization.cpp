@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flashinfer/flashinfer.h"
+#include "kernels/nvfp4_rules.h"
 #include "ops/op_test_util.h"
 #include "util/test_util.h"
 
@@ -1245,32 +1246,88 @@ TEST(BatchInvariantQuantize, RefusalsAsUpstream) {
 }
 
 // nvfp4_4over6 on the regular path: None and the default (the environment off) are the standard
-// recipe; an explicit recipe or FLASHINFER_NVFP4_4OVER6=1 is refused (not implemented here),
-// except that the environment is ignored for fp8 input, as upstream's CUDA path; an explicit
-// recipe with fp8 input is upstream's error.
-TEST(Fp4Quantize, Nvfp4FourOverSixIsRefusedNotIgnored) {
-  const Tensor x = Tensor::empty({4, 32}, DType::kBFloat16).uniform_(9);
+// recipe; an explicit recipe or FLASHINFER_NVFP4_4OVER6=1 runs the 4over6 recipe (on the CPU: each
+// row's blocks are kernels::nvfp4_4over6_block's, the scales at the layout's offsets), with the
+// environment's error mode and upstream's texts; the environment is ignored for fp8 input, as
+// upstream's CUDA path; an explicit recipe with fp8 input is upstream's error.
+TEST(Fp4Quantize, Nvfp4FourOverSixRunsTheRecipe) {
+  // Row 0's first block holds amax 4 (the 4 candidate wins: kernels' golden); the rest random.
+  Tensor x = Tensor::empty({4, 32}, DType::kBFloat16).uniform_(9);
+  x.select(0, 0).slice(0, 0, 16).fill_(0.0);
+  x.select(0, 0).select(0, 0).fill_(4.0);
   const Tensor gs = fp32_scalar(1.0);
   auto run = [&](const Tensor& in, const Value& four) {
-    return fp4_quantize(in, gs, 16, false, true, false, false, std::nullopt, "auto", four);
+    return fp4_quantize(in, gs, 16, false, false, false, false, std::nullopt, "auto", four);
   };
   const auto base = run(x, Value());
   EXPECT_EQ(bytes(std::get<0>(run(x, nvfp4_4over6_unset()))), bytes(std::get<0>(base)));
-  const Value config(
-      ObjectRef{"NVFP44Over6Config", "NVFP44Over6Config(e4m3_max=448)", 1, nullptr, nullptr});
-  EXPECT_FI_ERROR_CODE(run(x, config), "fp4_quantize", "nvfp4_4over6", ErrorCode::kUnsupported);
-  EXPECT_FI_ERROR(run(x.to(DType::kFloat8E4M3FN), config), "fp4_quantize", "nvfp4_4over6");
+  const auto expect_recipe = [&](const std::tuple<Tensor, Tensor>& got,
+                                 kernels::Nvfp4FourOverSix c) {
+    const auto q = bytes(std::get<0>(got)), sf = bytes(std::get<1>(got));
+    const auto xv = x.to_double_vector();
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t b = 0; b < 2; ++b) {
+        float v[16];
+        for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(xv[r * 32 + b * 16 + i]);
+        const kernels::Nvfp4Block blk = kernels::nvfp4_4over6_block(v, 1.0f, c);
+        ASSERT_EQ(sf[r * 2 + b], blk.sf) << r << " " << b;  // linear scales
+        for (int i = 0; i < 8; ++i) {
+          ASSERT_EQ(q[r * 16 + b * 8 + i], static_cast<uint8_t>(blk.packed >> (8 * i)));
+        }
+      }
+    }
+  };
+  const auto mae = run(x, nvfp4_4over6_config());
+  expect_recipe(mae, {true, false, false, false});
+  EXPECT_NE(bytes(std::get<1>(mae)), bytes(std::get<1>(base)));
+  EXPECT_EQ(bytes(std::get<1>(mae))[0], 0x38);  // the 4 candidate's scale
+  expect_recipe(run(x, nvfp4_4over6_config(256, "mse", true)), {true, true, true, false});
+  // Upstream's recorder keeps the object as its type and repr: the same recipe.
+  const Value recorded(ObjectRef{"NVFP44Over6Config",
+                                 "NVFP44Over6Config(err_mode=NVFP44Over6ErrMode.MSE)", 1, nullptr,
+                                 nullptr});
+  expect_recipe(run(x, recorded), {true, true, false, false});
+  EXPECT_EQ(nvfp4_4over6_config(256, "MSE", true).as_object().repr,
+            "NVFP44Over6Config(e4m3_max=256, err_mode=NVFP44Over6ErrMode.MSE, "
+            "err_use_fast_math=True)");
+  EXPECT_EQ(nvfp4_4over6_config().as_object().repr, "NVFP44Over6Config()");
+  EXPECT_THROW(nvfp4_4over6_config(512), Error);
+  EXPECT_THROW(nvfp4_4over6_config(448, "rms"), Error);
+  EXPECT_FI_ERROR(run(x.to(DType::kFloat8E4M3FN), nvfp4_4over6_config()), "fp4_quantize",
+                  "nvfp4_4over6");
+  EXPECT_FI_ERROR(run(x, Value(int64_t{3})), "fp4_quantize", "nvfp4_4over6");
   {
     testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
-    EXPECT_FI_ERROR_CODE(run(x, nvfp4_4over6_unset()), "fp4_quantize", "nvfp4_4over6",
-                         ErrorCode::kUnsupported);
-    EXPECT_NO_THROW(run(x, Value()));  // None ignores the environment
+    expect_recipe(run(x, nvfp4_4over6_unset()), {true, false, false, false});
+    EXPECT_EQ(bytes(std::get<0>(run(x, Value()))), bytes(std::get<0>(base)));  // None: off
     EXPECT_NO_THROW(run(x.to(DType::kFloat8E4M3FN), nvfp4_4over6_unset()));
+    {
+      testing::ScopedEnv mode("FLASHINFER_NVFP4_4OVER6_ERR_MODE", "mse");
+      testing::ScopedEnv fast("FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH", "1");
+      testing::ScopedEnv exact("FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH", "1");
+      expect_recipe(run(x, nvfp4_4over6_unset()), {true, true, true, true});
+    }
+    testing::ScopedEnv bad("FLASHINFER_NVFP4_4OVER6_ERR_MODE", "L2");
+    testing::expect_error_text([&] { run(x, nvfp4_4over6_unset()); }, "fp4_quantize",
+                               "nvfp4_4over6", "NVFP4 4over6 error mode must be MAE or MSE.");
   }
   // Upstream's recorder writes the default by its repr: still "omitted".
   EXPECT_EQ(
       bytes(std::get<0>(run(x, Value("<nvfp4_4over6 unset: read FLASHINFER_NVFP4_4OVER6*>")))),
       bytes(std::get<0>(base)));
+  // nvfp4_quantize's per-tensor form is fp4_quantize's; its per-token form refuses the recipe.
+  const Nvfp4QuantizeResult nv =
+      nvfp4_quantize(x, Value(gs), SfLayout::layout_linear, false, 16, std::nullopt, "auto", false,
+                     std::nullopt, std::nullopt, nvfp4_4over6_config());
+  EXPECT_EQ(bytes(std::get<1>(nv)), bytes(std::get<1>(mae)));
+  EXPECT_FI_ERROR_CODE(
+      nvfp4_quantize(x, Value(1.0 / 2688.0), SfLayout::layout_128x4, false, 16, std::nullopt,
+                     "auto", true, std::nullopt, std::nullopt, nvfp4_4over6_config()),
+      "nvfp4_quantize", "nvfp4_4over6", ErrorCode::kUnsupported);
+  if (cuda_available()) {
+    EXPECT_FI_ERROR_CODE(run(x.to(Device::cuda(0)), nvfp4_4over6_config()), "fp4_quantize",
+                         "nvfp4_4over6", ErrorCode::kUnsupported);
+  }
 }
 
 // out_scale (upstream 0.7.4): the CuTe-DSL per-token form's scales times out_scale[0], the codes

@@ -47,8 +47,9 @@ std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
 /// [32, 4, rm, 4, rk, L] view of [L, rm, rk, 32, 4, 4] bytes, rm = ceil(M/128),
 /// rk = ceil(K/64)). Upstream leaves rows >= mask[l] and the scale padding unwritten (torch.empty);
 /// here they are zero.
-/// nvfp4_4over6 (upstream 0.7.4): resolved as fp4_quantize's (ops/quantization.h); refused when
-/// on (4over6 is not implemented here), as on the next three ops.
+/// nvfp4_4over6 (upstream 0.7.4): resolved and run as fp4_quantize's (ops/quantization.h: the
+/// CPU reference takes the recipe, CUDA refuses it), as on the next two ops; the KV-cache append
+/// below refuses it (its recipe differs).
 std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(
     const Tensor& a, const Tensor& mask, const Tensor& a_global_sf,
     const Value& nvfp4_4over6 = nvfp4_4over6_unset());

@@ -54,6 +54,14 @@ int64_t sf_layout_size(SfLayout layout, int64_t rows, int64_t num_sf_cols);
 Value nvfp4_4over6_unset();
 bool is_nvfp4_4over6_unset(const Value& v);
 
+/// Upstream 0.7.4's NVFP44Over6Config(e4m3_max, err_mode, err_use_fast_math) as a value for the
+/// quantizers' nvfp4_4over6 (recorded as upstream's recorder keeps the object: its type and its
+/// repr, which lists the fields that differ from the defaults). e4m3_max 448 or 256 (it only
+/// sets upstream's global scale helper's 1 / (e4m3_max * 6); the quantizers take the global scale
+/// given), err_mode "MAE" or "MSE" (any case), with upstream's errors otherwise.
+Value nvfp4_4over6_config(int64_t e4m3_max = 448, std::string_view err_mode = "MAE",
+                          bool err_use_fast_math = false);
+
 /// Quantizes to FP4 with per-block scales (NVFP4 with sf_vec_size=16 and e4m3 scales, MXFP4 with
 /// sf_vec_size=32 and sf_use_ue8m0=true; with ue8m0 scales the global scale is not used).
 ///   input         [M, K] (or [..., K]) fp16, bf16 or float8_e4m3fn; K % sf_vec_size == 0. A
@@ -73,8 +81,10 @@ bool is_nvfp4_4over6_unset(const Value& v);
 ///
 /// Upstream 0.7.4's additions (docs/GEMM_AND_QUANTIZATION.md, "Batch-invariant quantizers"):
 /// backend "auto" (the default; the "cuda" kernel); nvfp4_4over6 (upstream's NVFP44Over6Config:
-/// omitted, nvfp4_4over6_unset(), reads FLASHINFER_NVFP4_4OVER6, None is off; 4over6 itself is
-/// not implemented here and is refused when on); batch_invariant (keyword-only): upstream's
+/// omitted, nvfp4_4over6_unset(), reads FLASHINFER_NVFP4_4OVER6*, None is off, a config is on:
+/// the per-block 4-or-6 scale search (docs/GEMM_AND_QUANTIZATION.md, "NVFP4 4over6") for NVFP4
+/// of fp16 / bf16 on the CPU reference; refused on CUDA and with backend "cute-dsl" and
+/// nvfp4_quantize's per-token form); batch_invariant (keyword-only): upstream's
 /// separately specified, correctly rounded recipe, bit for bit on the CPU; on CUDA upstream
 /// runs it on SM100 / SM103 / SM107 only (refused elsewhere with its text; no CUDA kernel here).
 std::tuple<Tensor, Tensor> fp4_quantize(

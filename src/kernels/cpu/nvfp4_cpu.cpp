@@ -70,6 +70,7 @@ void grouped_quantize_typed(const GroupedQuantizeParams& p) {
       q.global_scale_per_row = p.per_row_scale;
       q.sf_vec_size = 16;
       q.layout = SfLayoutCode::k128x4;
+      q.four_over_six = p.four_over_six;
       fp4_quantize(q);
     } else {
       Mxfp8QuantizeParams q;

@@ -77,6 +77,14 @@ template <class T, int kVec>
       }
       continue;
     }
+    if constexpr (kVec == 16) {
+      if (p.four_over_six.on) {  // upstream 0.7.4's 4over6 recipe (nvfp4_rules.h)
+        const Nvfp4Block blk = nvfp4_4over6_block(v, gs, p.four_over_six);
+        p.sf[sf_offset(p.layout, r, b, num_sf_cols)] = blk.sf;
+        for (int i = 0; i < 8; ++i) q[b * 8 + i] = static_cast<uint8_t>(blk.packed >> (8 * i));
+        continue;
+      }
+    }
     const float amax = block_amax<kVec>(v);
     uint8_t sf_code;
     float sf_val;
