@@ -256,7 +256,8 @@ Tensor gather(const Tensor& t, const std::vector<int64_t>& idx, const char* op, 
 
 std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
     const Tensor& input, const Tensor& global_scale, int64_t sf_vec_size,
-    bool is_sf_swizzled_layout, bool is_sf_8x4_layout, std::optional<bool> enable_pdl) {
+    bool is_sf_swizzled_layout, bool is_sf_8x4_layout, std::optional<bool> enable_pdl,
+    const Value& nvfp4_4over6) {
   return call_op<&silu_and_mul_nvfp4_quantize>(
       [&]() -> std::tuple<Tensor, Tensor> {
         const char* op = "silu_and_mul_nvfp4_quantize";
@@ -282,11 +283,13 @@ std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
         p.in_stride_m = input.stride(0);
         p.out = y.data_ptr();
         api::launch(kSiluMulKernels, p, input.device(), op, "input");
-        // The quantization itself is fp4_quantize's (an inner call, not observed separately).
+        // The quantization itself is fp4_quantize's (an inner call, not observed separately),
+        // with this call's 4over6 recipe.
         return fp4_quantize(y, global_scale, 16, false, is_sf_swizzled_layout, is_sf_8x4_layout,
-                            false, enable_pdl);
+                            false, enable_pdl, "auto", nvfp4_4over6);
       },
-      input, global_scale, sf_vec_size, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl);
+      input, global_scale, sf_vec_size, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl,
+      nvfp4_4over6);
 }
 
 std::tuple<Tensor, Tensor> silu_and_mul_scaled_nvfp4_experts_quantize(const Tensor& a,
@@ -702,7 +705,8 @@ void register_nvfp4_ops(OpRegistry& r) {
        .module = kNvfp4Fp4Module,
        .summary = "silu(gate) * up, then NVFP4 quantization (fp4_quantize's layouts)"},
       "input", "global_scale", arg("sf_vec_size", 16), arg("is_sf_swizzled_layout", true),
-      arg("is_sf_8x4_layout", false), "enable_pdl");
+      arg("is_sf_8x4_layout", false), "enable_pdl",
+      arg("nvfp4_4over6", nvfp4_4over6_unset()).type("NVFP44Over6Config"));
   declare<&silu_and_mul_scaled_nvfp4_experts_quantize>(
       r,
       {.name = "silu_and_mul_scaled_nvfp4_experts_quantize",

@@ -71,9 +71,9 @@ inline kernels::Nvfp4FourOverSix nvfp4_4over6_recipe(bool on, const Value& v, DT
                                                      Device dev, const char* op) {
   kernels::Nvfp4FourOverSix r;
   const bool from_env = is_nvfp4_4over6_unset(v);
-  if (!on || (from_env && in_dtype == DType::kFloat8E4M3FN)) return r;
-  r.on = true;
+  if (!on) return r;
   if (from_env) {
+    // Upstream reads (and checks) the whole environment recipe before it looks at the input.
     if (const char* m = std::getenv("FLASHINFER_NVFP4_4OVER6_ERR_MODE")) {
       std::string mode(m);
       for (char& ch : mode) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
@@ -82,17 +82,25 @@ inline kernels::Nvfp4FourOverSix nvfp4_4over6_recipe(bool on, const Value& v, DT
       r.mse = mode == "MSE";
     }
     r.fast_err = env_is_one("FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH");
+    if (in_dtype == DType::kFloat8E4M3FN) return {};
   } else {
     std::string_view text;
     if (v.kind() == Value::Kind::kObject) text = v.as_object().repr;
     if (v.kind() == Value::Kind::kString) text = v.as_string();
-    FLASHINFER_CHECK(
-        v.kind() == Value::Kind::kBool || text.find("NVFP44Over6Config") != std::string_view::npos,
-        op, "nvfp4_4over6", "nvfp4_4over6 must be an NVFP44Over6Config or None (or omitted); got ",
-        v.repr(), ".");
+    // Upstream's TypeError names the value's python type.
+    const char* type = v.kind() == Value::Kind::kBool     ? "bool"
+                       : v.kind() == Value::Kind::kInt    ? "int"
+                       : v.kind() == Value::Kind::kFloat  ? "float"
+                       : v.kind() == Value::Kind::kString ? "str"
+                                                          : "object";
+    FLASHINFER_CHECK(text.find("NVFP44Over6Config") != std::string_view::npos, op, "nvfp4_4over6",
+                     "nvfp4_4over6 must be an NVFP44Over6Config or None (or omitted); got ",
+                     v.kind() == Value::Kind::kObject ? v.as_object().type : std::string(type),
+                     ".");
     r.mse = text.find("MSE") != std::string_view::npos;
     r.fast_err = text.find("err_use_fast_math=True") != std::string_view::npos;
   }
+  r.on = true;
   r.exact_math = env_is_one("FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH") ||
                  env_is_one("TRTLLM_DISABLE_FP4_QUANT_FAST_MATH");
   FLASHINFER_CHECK_CODE(!dev.is_cuda(), ErrorCode::kUnsupported, op, "nvfp4_4over6",

@@ -228,6 +228,11 @@ std::tuple<Tensor, Tensor> fp4_quantize_impl(const char* op, const Tensor& input
   p.global_scale_inversed = gs_inversed;
   p.sf_vec_size = static_cast<int>(sf_vec_size);
   p.ue8m0 = sf_use_ue8m0;
+  // The recipe is NVFP4's (16, e4m3) of 16-bit input: the callers resolve it so.
+  FLASHINFER_CHECK_CODE(!four_over_six.on || (sf_vec_size == 16 && !sf_use_ue8m0 &&
+                                              x.dtype() != DType::kFloat8E4M3FN),
+                        ErrorCode::kInternal, op, "nvfp4_4over6",
+                        "a 4over6 recipe reached a call it does not apply to");
   p.four_over_six = four_over_six;
   api::launch(kFp4QuantizeKernels, p, x.device(), op, in_arg, enable_pdl);
   return result();
@@ -778,7 +783,8 @@ Nvfp4QuantizeResult nvfp4_quantize(const Tensor& a, const Value& a_global_sf, Sf
       [&]() -> Nvfp4QuantizeResult {
         const char* op = "nvfp4_quantize";
         api::check_defined(a, op, "a");
-        const bool four_over_six = resolve_4over6(nvfp4_4over6, false, 16, false, a.dtype(), op);
+        const bool four_over_six =
+            resolve_4over6(nvfp4_4over6, sf_vec_size != 16, sf_vec_size, false, a.dtype(), op);
         const bool remap = expanded_idx_to_permuted_idx && expanded_idx_to_permuted_idx->defined();
         const bool has_out_scale = out_scale && out_scale->defined();
         if (batch_invariant) {

@@ -207,7 +207,11 @@ std::tuple<Tensor, Tensor> nvfp4_quantize_smooth(const Tensor& x, const Tensor& 
         p.s = static_cast<const uint16_t*>(sc.data_ptr());
         p.y = static_cast<uint16_t*>(y.data_ptr());
         api::launch(kSmoothKernels, p, x.device(), op, "x", enable_pdl.value_or(false));
-        auto [q, sf] = nvfp4_quantize(y, global_scale, SfLayout::layout_128x4);
+        // Upstream's smooth kernel has the standard recipe only: the environment's 4over6 does
+        // not reach it (None).
+        auto [q, sf] =
+            nvfp4_quantize(y, global_scale, SfLayout::layout_128x4, false, 16, std::nullopt, "auto",
+                           false, std::nullopt, std::nullopt, Value());
         return {q, sf.contiguous().reshape({-1})};
       },
       x, pre_quant_scale, global_scale, enable_pdl, backend);

@@ -676,8 +676,14 @@ TEST(Nvfp4Ops, FourOverSixRunsOnTheGroupedAndBatchedQuantizers) {
   Tensor a2 = rand_tensor({2, 4, 64}, DType::kBFloat16, 4, -2, 2);
   EXPECT_NE(bytes(std::get<1>(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2, config))),
             bytes(std::get<1>(silu_and_mul_scaled_nvfp4_experts_quantize(a2, m2, gs2))));
+  // silu_and_mul_nvfp4_quantize passes its recipe to its quantization step.
+  const Tensor a1 = a2.select(0, 0).contiguous();
+  const auto s4 = silu_and_mul_nvfp4_quantize(a1, f32({1}), 16, true, false, std::nullopt, config);
+  EXPECT_NE(bytes(std::get<1>(s4)), bytes(std::get<1>(silu_and_mul_nvfp4_quantize(a1, f32({1})))));
   {
     testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
+    EXPECT_EQ(bytes(std::get<1>(silu_and_mul_nvfp4_quantize(a1, f32({1})))),
+              bytes(std::get<1>(s4)));
     EXPECT_EQ(bytes(std::get<0>(nvfp4_batched_quantize(a, f32({1})))), wq);
     EXPECT_NE(bytes(std::get<1>(nvfp4_batched_quantize(a, f32({1}), 16, Value()))), wsf);
     // The KV append defaults to None: the environment is not read.

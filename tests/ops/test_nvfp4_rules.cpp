@@ -154,6 +154,13 @@ TEST(Nvfp4Rules, FourOverSixGolden) {
   const Nvfp4Block b6 = nvfp4_4over6_block(y, 1.0f, {true, false, false, false});
   EXPECT_EQ(b6.sf, 0x33);
   EXPECT_EQ(b6.packed, 0x7u);
+  // A tie: 3 is exact under both (0.5 * 6 and 0.75 * 4): the 6 candidate (0x30, code 0x7).
+  float w[16] = {3.0f};
+  for (const bool mse : {false, true}) {
+    const Nvfp4Block bt = nvfp4_4over6_block(w, 1.0f, {true, mse, false, false});
+    EXPECT_EQ(bt.sf, 0x30);
+    EXPECT_EQ(bt.packed, 0x7u);
+  }
   // An all-zero block, -0 included: scale 0 and +0 codes (the standard recipe keeps the signs).
   float z[16] = {};
   z[3] = -0.0f;
@@ -194,13 +201,16 @@ TEST(Nvfp4Rules, FourOverSixPicksTheSmallerErrorCandidate) {
     float x[16];
     for (float& v : x) v = bfloat16_bits_to_float(float_to_bfloat16_bits(u(rng)));
     const float S = 448.0f * 6.0f / 3.0f;
+    // The flags rotate: the fast error (an S-scaled comparison) and the exact-math association.
+    const bool fast_err = it % 3 == 1, exact = it % 3 == 2;
     uint8_t pick_by_metric[2];
     for (const bool mse : {false, true}) {
-      const Nvfp4Block b = nvfp4_4over6_block(x, S, {true, mse, false, false});
+      const Nvfp4Block b = nvfp4_4over6_block(x, S, {true, mse, fast_err, exact});
       float amax = 0.0f;
       for (float v : x) amax = std::max(amax, std::fabs(v));
       const float sf6 =
-          kernels::fp32_mul(S, kernels::fp32_mul(amax, kernels::fp32_div(1.0f, 6.0f)));
+          exact ? kernels::fp32_mul(kernels::fp32_div(amax, 6.0f), S)
+                : kernels::fp32_mul(S, kernels::fp32_mul(amax, kernels::fp32_div(1.0f, 6.0f)));
       double err[2];
       uint8_t codes[2][16], sfc[2];
       for (int k = 0; k < 2; ++k) {
@@ -211,7 +221,7 @@ TEST(Nvfp4Rules, FourOverSixPicksTheSmallerErrorCandidate) {
         for (int i = 0; i < 16; ++i) {
           codes[k][i] = float_to_e2m1_bits(kernels::fp32_mul(x[i], os));
           const double q = (codes[k][i] & 8 ? -1.0 : 1.0) * e2m1_bits_to_float(codes[k][i] & 7);
-          const double d = q * s / S - x[i];
+          const double d = fast_err ? q * s - static_cast<double>(x[i]) * S : q * s / S - x[i];
           err[k] += mse ? d * d : std::fabs(d);
         }
       }

@@ -1261,15 +1261,15 @@ TEST(Fp4Quantize, Nvfp4FourOverSixRunsTheRecipe) {
   };
   const auto base = run(x, Value());
   EXPECT_EQ(bytes(std::get<0>(run(x, nvfp4_4over6_unset()))), bytes(std::get<0>(base)));
-  const auto expect_recipe = [&](const std::tuple<Tensor, Tensor>& got,
-                                 kernels::Nvfp4FourOverSix c) {
+  const auto expect_recipe = [&](const std::tuple<Tensor, Tensor>& got, kernels::Nvfp4FourOverSix c,
+                                 float S = 1.0f) {
     const auto q = bytes(std::get<0>(got)), sf = bytes(std::get<1>(got));
     const auto xv = x.to_double_vector();
     for (int64_t r = 0; r < 4; ++r) {
       for (int64_t b = 0; b < 2; ++b) {
         float v[16];
         for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(xv[r * 32 + b * 16 + i]);
-        const kernels::Nvfp4Block blk = kernels::nvfp4_4over6_block(v, 1.0f, c);
+        const kernels::Nvfp4Block blk = kernels::nvfp4_4over6_block(v, S, c);
         ASSERT_EQ(sf[r * 2 + b], blk.sf) << r << " " << b;  // linear scales
         for (int i = 0; i < 8; ++i) {
           ASSERT_EQ(q[r * 16 + b * 8 + i], static_cast<uint8_t>(blk.packed >> (8 * i)));
@@ -1281,6 +1281,24 @@ TEST(Fp4Quantize, Nvfp4FourOverSixRunsTheRecipe) {
   expect_recipe(mae, {true, false, false, false});
   EXPECT_NE(bytes(std::get<1>(mae)), bytes(std::get<1>(base)));
   EXPECT_EQ(bytes(std::get<1>(mae))[0], 0x38);  // the 4 candidate's scale
+  // Another global scale, given or inversed: the block function's with that S.
+  const auto with_gs = [&](double g, bool inversed, const Value& four) {
+    return fp4_quantize(x, fp32_scalar(g), 16, false, false, false, inversed, std::nullopt, "auto",
+                        four);
+  };
+  expect_recipe(with_gs(896.0, false, nvfp4_4over6_config(448, "MSE", true)),
+                {true, true, true, false}, 896.0f);
+  expect_recipe(with_gs(1.0 / 896.0, true, nvfp4_4over6_config()), {true, false, false, false},
+                1.0f / static_cast<float>(1.0 / 896.0));
+  testing::expect_error_text([&] { run(x, Value(false)); }, "fp4_quantize", "nvfp4_4over6",
+                             "nvfp4_4over6 must be an NVFP44Over6Config or None (or omitted); "
+                             "got bool.");
+  testing::expect_error_text(
+      [&] {
+        nvfp4_quantize(x, Value(gs), SfLayout::layout_128x4, false, 32, std::nullopt, "auto", false,
+                       std::nullopt, std::nullopt, nvfp4_4over6_config());
+      },
+      "nvfp4_quantize", "nvfp4_4over6", "nvfp4_4over6 applies to NVFP4 only");
   expect_recipe(run(x, nvfp4_4over6_config(256, "mse", true)), {true, true, true, false});
   // Upstream's recorder keeps the object as its type and repr: the same recipe.
   const Value recorded(ObjectRef{"NVFP44Over6Config",

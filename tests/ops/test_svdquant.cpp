@@ -134,6 +134,12 @@ TEST(Nvfp4QuantizeSmooth, EqualsStockQuantizerOfTheBf16Product) {
   auto [q2, sf2] = nvfp4_quantize(x, gs);
   EXPECT_EQ(bytes(q), bytes(q2));
   EXPECT_EQ(bytes(sf), bytes(sf2));
+  // Upstream's smooth kernel has the standard recipe only: FLASHINFER_NVFP4_4OVER6 does not
+  // reach it.
+  testing::ScopedEnv on("FLASHINFER_NVFP4_4OVER6", "1");
+  auto [q3, sf3] = nvfp4_quantize_smooth(x, Tensor::full({64}, 1.0, kBf), gs);
+  EXPECT_EQ(bytes(sf3), bytes(sf2));
+  EXPECT_NE(bytes(std::get<1>(nvfp4_quantize(x, gs))), bytes(sf2));  // the plain call takes it
 }
 
 TEST(SvdquantLinear, IsTheThreeStepChain) {

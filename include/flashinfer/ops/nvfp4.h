@@ -34,7 +34,8 @@ namespace flashinfer {
 std::tuple<Tensor, Tensor> silu_and_mul_nvfp4_quantize(
     const Tensor& input, const Tensor& global_scale, int64_t sf_vec_size = 16,
     bool is_sf_swizzled_layout = true, bool is_sf_8x4_layout = false,
-    std::optional<bool> enable_pdl = std::nullopt);
+    std::optional<bool> enable_pdl = std::nullopt,
+    const Value& nvfp4_4over6 = nvfp4_4over6_unset());
 
 /// Masked grouped silu-and-mul + NVFP4 quantization (flashinfer.activation).
 ///   a            [L, M, 2K] fp16/bf16 (gate half first, as silu_and_mul_nvfp4_quantize).
