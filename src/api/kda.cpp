@@ -485,6 +485,16 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
                                 ? std::string("recurrent_kda(backend=\"cudnn\") does not support ")
                                 : "backend='" + backend + "' does not support ",
                             names);
+      // cuDNN's engine reads a state pool only in an ordinary multi-token prefill.
+      const bool plain_prefill =
+          !num_spec.has_value() && q.defined() && q.dim() == 4 &&
+          (given(cu_seqlens) ? cu_seqlens->dim() == 1 && cu_seqlens->numel() > 1 &&
+                                   q.size(1) > cu_seqlens->numel() - 1
+                             : q.size(1) > 1);
+      FLASHINFER_CHECK_CODE(!cudnn || !given(ssm_idx) || plain_prefill, ErrorCode::kUnsupported, op,
+                            "ssm_state_indices",
+                            "recurrent_kda(backend=\"cudnn\") state pools require ordinary "
+                            "multi-token prefill");
     }
   }
   FLASHINFER_CHECK(!(given(cp_idx) && backend == "cake"), op, "checkpoint_state_indices",
@@ -741,7 +751,8 @@ KdaOutput kda_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     const Tensor& ci = *cp_idx;
     ineligible(ci.dtype() == DType::kInt32 && ci.dim() == 1 && ci.is_contiguous(),
                "checkpoint_state_indices", "checkpoint_state_indices a contiguous int32 vector");
-    api::check_same_device(ci, q, op, "checkpoint_state_indices", "q");
+    ineligible(ci.device() == q.device(), "checkpoint_state_indices",
+               "checkpoint_state_indices on the inputs' device");
   }
   if (given(checkpoints) || cp_every != 0) {
     ineligible(

@@ -540,6 +540,18 @@ TEST(KdaFrozen, RefusalsInUpstreamsOrderWithItsTexts) {
       "backend", "backend='ptx' does not support ssm_state_indices, disable_state_update");
   fail([&] { frozen_call(in, pool, {}, {}, {}, {}, {}, "cudnn"); }, "backend",
        "recurrent_kda(backend=\"cudnn\") does not support disable_state_update");
+  // cuDNN reads a state pool only in an ordinary multi-token prefill: not in a one-token decode.
+  const In one = make(2, 1, 2, 2, 128, 246);
+  fail(
+      [&] {
+        recurrent_kda(one.q, one.k, one.v, one.g, one.beta, std::nullopt, std::nullopt,
+                      std::nullopt, pool, false, true, false, std::nullopt, std::nullopt,
+                      ints({0, 1}), std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      std::nullopt, false, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                      0, std::nullopt, false, std::nullopt, std::nullopt, "cudnn");
+      },
+      "ssm_state_indices",
+      "recurrent_kda(backend=\"cudnn\") state pools require ordinary multi-token prefill");
   fail([&] { frozen_call(in, pool, {}, {}, {}, Frozen{.corr = corr, .kg = kg, .disable = false}); },
        "correction_cache",
        "correction_cache/kg_cache are speculative-verify caches and require "
