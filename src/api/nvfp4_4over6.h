@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "flashinfer/device.h"
 #include "flashinfer/dtype.h"
 #include "flashinfer/error.h"
@@ -53,11 +54,6 @@ inline void refuse_nvfp4_4over6(const Value& v, DType in_dtype, const char* op) 
   refuse_nvfp4_4over6(nvfp4_4over6_on(v, in_dtype, op), v, in_dtype, op);
 }
 
-inline bool env_is_one(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) == "1";
-}
-
 /// The recipe of a quantizer call whose 4over6 is `on` (nvfp4_4over6_on): an explicit config's
 /// fields (upstream's NVFP44Over6Config as its recorder keeps it, an object or a string whose repr
 /// lists the fields that differ from the defaults; true: the defaults), or from the
@@ -81,7 +77,7 @@ inline kernels::Nvfp4FourOverSix nvfp4_4over6_recipe(bool on, const Value& v, DT
                        "NVFP4 4over6 error mode must be MAE or MSE.");
       r.mse = mode == "MSE";
     }
-    r.fast_err = env_is_one("FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH");
+    r.fast_err = detail::env_switch_is("FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH", "1");
     if (in_dtype == DType::kFloat8E4M3FN) return {};
   } else {
     std::string_view text;
@@ -101,8 +97,8 @@ inline kernels::Nvfp4FourOverSix nvfp4_4over6_recipe(bool on, const Value& v, DT
     r.fast_err = text.find("err_use_fast_math=True") != std::string_view::npos;
   }
   r.on = true;
-  r.exact_math = env_is_one("FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH") ||
-                 env_is_one("TRTLLM_DISABLE_FP4_QUANT_FAST_MATH");
+  r.exact_math = detail::env_switch_is("FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH", "1") ||
+                 detail::env_switch_is("TRTLLM_DISABLE_FP4_QUANT_FAST_MATH", "1");
   FLASHINFER_CHECK_CODE(!dev.is_cuda(), ErrorCode::kUnsupported, op, "nvfp4_4over6",
                         "NVFP4 4over6 runs on the CPU reference here (upstream runs it on SM100+ "
                         "only); pass nvfp4_4over6=None for the standard recipe on this GPU");
